@@ -1,0 +1,184 @@
+"""The `autosync` command line: the only module that prints.
+
+Heavy libraries (torch, optuna, cvxpy) are imported inside the commands that need them, so
+`autosync --help` and `autosync validate` start fast.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from autosync.errors import UserError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Search and benchmark synchronization policies for parameter-server training.")
+console = Console()
+err_console = Console(stderr=True)
+
+JOB_ARG = typer.Argument(None, help="Job YAML file (default: the embedded digits job).", show_default=False)
+
+
+@app.command()
+def validate(jobs: list[Path] = typer.Argument(..., help="Job YAML files to check.")) -> None:
+    """Check job files and report every problem at once (exit code 2 if any)."""
+    from autosync.errors import JobFileError
+    from autosync.job import load_job
+
+    problems = 0
+    for path in jobs:
+        try:
+            spec = load_job(path)
+        except JobFileError as exc:
+            for line in str(exc).splitlines():
+                err_console.print(f"error: {line}", markup=False, highlight=False)
+            problems += len(exc.problems)
+        else:
+            console.print(f"ok: {path} (job {spec.name}, fingerprint {spec.fingerprint()})")
+    if problems:
+        raise typer.Exit(2)
+
+
+@app.command()
+def policies() -> None:
+    """List every policy with its parameters and defaults."""
+    from autosync.catalog import POLICIES, policy_parameters
+
+    table = Table(title="policies")
+    table.add_column("name")
+    table.add_column("parameters (default)")
+    table.add_column("what it does")
+    for name, cls in POLICIES.items():
+        params = ", ".join(f"{k}={'(required)' if v is inspect.Parameter.empty else v!r}"
+                           for k, v in policy_parameters(cls).items()) or "-"
+        table.add_row(name, params, (cls.__doc__ or "").strip().splitlines()[0])
+    console.print(table)
+
+
+@app.command()
+def run(
+    job: Optional[Path] = JOB_ARG,
+    policy: str = typer.Option("bsp", "--policy", "-p", help="Policy name (see `autosync policies`)."),
+    param: list[str] = typer.Option([], "--param", help="Policy parameter key=value (repeatable)."),
+    seed: Optional[int] = typer.Option(None, help="Override the job's seed."),
+    out: Optional[Path] = typer.Option(None, help="Output directory (default: results/runs/<job>/<policy>-seed<N>)."),
+    plot: bool = typer.Option(False, "--plot", help="Also write plot.png: loss against virtual time with k_t."),
+) -> None:
+    """Train once under one policy on the virtual-clock simulator and write trace, metrics and plot."""
+    from autosync.catalog import make_policy, parse_param
+    from autosync.job import load_job
+
+    spec = load_job(job, overrides={"seed": seed} if seed is not None else None)
+    pol = make_policy(policy, dict(parse_param(p) for p in param))
+    try:
+        pol.bind(spec.cluster.n_workers, spec.workload.batch_size)
+    except ValueError as exc:
+        raise UserError(f"policy {policy}: {exc}") from None
+    out_dir = out or Path("results") / "runs" / spec.name / f"{policy}-seed{spec.seed}"
+
+    from autosync.engine import simulate
+    from autosync.report import plot_run, write_run
+    from autosync.workloads.workload import Workload
+
+    with console.status(f"loading {spec.workload.dataset.name} and building {spec.workload.model.name}"):
+        workload = Workload(spec)
+    with _progress(spec) as update:
+        result = simulate(spec, pol, workload=workload, progress=update)
+    paths = write_run(result, out_dir, spec.model_dump(mode="json"))
+    if plot:
+        paths.append(plot_run(result, out_dir / "plot.png"))
+    _print_summary(result)
+    console.print(f"wrote {', '.join(str(p) for p in paths)}")
+
+
+def _print_summary(result: Any) -> None:
+    m = result.metrics
+    table = Table(title=f"{result.job_name} - {result.policy['policy']} {result.policy['params'] or ''} "
+                        f"seed {result.seed} ({result.status})")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    ttt = m["time_to_target"]
+    rows = [
+        (f"time to {m['target_metric']} {'<=' if m['target_metric'] != 'test_accuracy' else '>='} "
+         f"{m['target_threshold']}", f"{ttt:.2f} s" if ttt is not None else "not reached"),
+        ("updates to target", str(m["updates_to_target"]) if m["updates_to_target"] is not None else "-"),
+        ("final training loss", _fmt(m["final_train_loss"])),
+        ("final test loss", _fmt(m["final_test_loss"])),
+        ("final test accuracy", _fmt(m["final_test_accuracy"])),
+        ("updates", str(m["updates"])),
+        ("virtual time", f"{m['virtual_time']:.2f} s"),
+        ("updates per virtual second", f"{m['updates_per_virtual_second']:.3f}"),
+        ("gradients discarded", f"{m['gradients_discarded']} of {m['gradients_arrived']}"),
+        ("wall time", f"{result.wall_seconds:.2f} s"),
+    ]
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+
+
+def _fmt(x: Any) -> str:
+    return "-" if x is None else f"{x:.4f}"
+
+
+class _progress:
+    """A rich progress bar over the job's budget (virtual seconds, else updates, else epochs)."""
+
+    def __init__(self, spec: Any):
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        b = spec.budget
+        if b.max_virtual_seconds is not None:
+            self.key, self.total = "time", b.max_virtual_seconds
+        elif b.max_updates is not None:
+            self.key, self.total = "updates", b.max_updates
+        else:
+            self.key, self.total = "epoch", b.max_epochs
+        self.bar = Progress(TextColumn("[bold]training"), BarColumn(), TextColumn("{task.description}"),
+                            TimeElapsedColumn(), console=console, transient=False)
+
+    def __enter__(self):
+        self.bar.start()
+        self.task = self.bar.add_task("", total=self.total)
+
+        def update(info: dict[str, Any]) -> None:
+            acc = info.get("test_accuracy")
+            desc = (f"virtual {info['time']:.1f} s | updates {info['updates']} | loss {info['train_loss']:.4f}"
+                    + (f" | acc {acc:.3f}" if acc is not None else ""))
+            self.bar.update(self.task, completed=min(info[self.key], self.total), description=desc)
+
+        return update
+
+    def __exit__(self, *exc: Any) -> None:
+        self.bar.stop()
+
+
+def main() -> None:
+    """Console entry point: user errors become one line on stderr and exit code 2, no traceback."""
+    try:
+        app(standalone_mode=False)
+    except UserError as exc:
+        for line in str(exc).splitlines():
+            err_console.print(f"error: {line}", markup=False, highlight=False)
+        sys.exit(2)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        err_console.print("aborted", markup=False)
+        sys.exit(130)
+    except Exception as exc:  # click usage errors carry their own exit code
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        raise
+
+
+if __name__ == "__main__":
+    main()

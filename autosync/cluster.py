@@ -1,0 +1,196 @@
+"""Cluster models: how long each worker's round trip takes, shared by every backend.
+
+A round trip = compute time for the worker's batch (scaled by its speed, its current resources and any
+slowdown) times a random multiplier, plus a fixed communication time. Every random number is a pure
+function of (seed, stream, worker, task), so skipping one gradient never shifts another worker's draws.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from autosync.errors import UserError
+from autosync.job import (
+    ClusterSpec, DeterministicRTT, GammaRTT, GPUCompute, LinearCompute, ParetoRTT,
+    ShiftedExponentialRTT, TraceRTT, UniformRTT,
+)
+
+# Independent random streams; a draw is keyed by (seed, stream, worker, task).
+STREAM_ROUND_TRIP = 1
+STREAM_BATCH = 2
+STREAM_WORKER_CONSTANT = 3
+STREAM_RESOURCES = 4
+STREAM_JOB_CONSTANT = 5
+
+
+def rng_for(seed: int, stream: int, worker: int = 0, task: int = 0) -> np.random.Generator:
+    """A generator that depends only on (seed, stream, worker, task)."""
+    return np.random.Generator(np.random.Philox(key=_philox_key(seed, stream, worker, task)))
+
+
+def _philox_key(seed: int, stream: int, worker: int, task: int) -> int:
+    # Two 64-bit words: (seed, stream) and (worker, task), each packed 32+32 bits.
+    hi = ((seed & 0xFFFFFFFF) << 32) | (stream & 0xFFFFFFFF)
+    lo = ((worker & 0xFFFFFFFF) << 32) | (task & 0xFFFFFFFF)
+    return (hi << 64) | lo
+
+
+class RoundTripModel:
+    """Round-trip times of every worker for one cluster spec and seed."""
+
+    def __init__(self, spec: ClusterSpec, seed: int):
+        self.spec = spec
+        self.seed = seed
+        self.n_workers = spec.n_workers
+        self._speed = np.asarray(spec.speed_factors or [1.0] * spec.n_workers, dtype=float)
+        self._trace = _load_trace(spec.round_trip) if isinstance(spec.round_trip, TraceRTT) else None
+        self._gamma_means = self._gamma_worker_means()
+        self._resources: dict[int, np.ndarray] = {}
+
+    # ------------------------------------------------------------------ public
+    def round_trip(self, worker: int, task: int, batch_size: int, start: float) -> float:
+        """Seconds from the moment `worker` starts `task` at virtual time `start` to its arrival."""
+        compute = self.compute_seconds(worker, batch_size, start)
+        return float(compute * self.noise(worker, task) + self.spec.communication_seconds)
+
+    def compute_seconds(self, worker: int, batch_size: int, start: float) -> float:
+        """Mean compute time of a batch on `worker` at time `start` (before the random multiplier)."""
+        base = self.base_compute_seconds(batch_size)
+        speed = self._speed[worker] * self.resource_speed(worker, start)
+        return base / speed * self.slowdown(worker, start)
+
+    def base_compute_seconds(self, batch_size: int) -> float:
+        """Compute time of a batch at unit speed: linear (CPU) or GPU-like (LB-BSP sec. 3.3.1)."""
+        c = self.spec.compute
+        if isinstance(c, LinearCompute):
+            return batch_size * c.seconds_per_sample
+        assert isinstance(c, GPUCompute)
+        return c.launch_overhead + max(0, batch_size - c.saturation_batch) * c.seconds_per_sample
+
+    def memory_cap(self, worker: int) -> int | None:
+        """Largest batch `worker` can hold in memory (GPU compute model only)."""
+        c = self.spec.compute
+        return c.memory_cap_batch if isinstance(c, GPUCompute) else None
+
+    def noise(self, worker: int, task: int) -> float:
+        """The random multiplier (mean 1 for the built-in distributions) of one round trip."""
+        rt = self.spec.round_trip
+        if isinstance(rt, DeterministicRTT):
+            return 1.0
+        if isinstance(rt, TraceRTT) and rt.mode == "replay":
+            trace = self._trace
+            return float(trace[(task * self.n_workers + worker) % len(trace)])
+        rng = rng_for(self.seed, STREAM_ROUND_TRIP, worker, task)
+        if isinstance(rt, ShiftedExponentialRTT):
+            return (1.0 - rt.alpha) + rt.alpha * rng.exponential(1.0)
+        if isinstance(rt, UniformRTT):
+            return rng.uniform(rt.low, rt.high)
+        if isinstance(rt, ParetoRTT):
+            return rt.scale * (1.0 + rng.pareto(rt.shape))
+        if isinstance(rt, GammaRTT):
+            return self._gamma_noise(rt, worker, rng)
+        if isinstance(rt, TraceRTT):
+            return float(self._trace[rng.integers(len(self._trace))])
+        raise TypeError(f"unknown round-trip distribution {rt!r}")
+
+    def slowdown(self, worker: int, time: float) -> float:
+        """Product of the slowdown factors active for `worker` at `time` (DBW Fig. 9)."""
+        factor = 1.0
+        for s in self.spec.slowdowns:
+            if worker in s.workers and s.at <= time < s.at + s.duration:
+                factor *= s.factor
+        return factor
+
+    def resources(self, worker: int, time: float) -> tuple[float, float]:
+        """(CPU share, memory share) available to `worker` at `time`; (1, 1) without a resource model."""
+        res = self.spec.resources
+        if res is None:
+            return 1.0, 1.0
+        period = int(time // res.period_seconds)
+        series = self._resource_series(worker, period + 1)
+        return float(series[period, 0]), float(series[period, 1])
+
+    def resource_speed(self, worker: int, time: float) -> float:
+        """Speed multiplier from resources: linear in CPU share, penalised when memory is short."""
+        cpu, mem = self.resources(worker, time)
+        memory_penalty = 1.0 if mem >= 0.7 else (mem / 0.7) ** 2  # swapping slows superlinearly
+        return cpu * memory_penalty
+
+    # ------------------------------------------------------------------ internals
+    def _gamma_worker_means(self) -> np.ndarray | None:
+        rt = self.spec.round_trip
+        if not isinstance(rt, GammaRTT):
+            return None
+        a_mach, a_task = 1.0 / rt.v_mach ** 2, 1.0 / rt.v_task ** 2
+        if rt.heterogeneous:  # Algorithm 12: p[j] ~ G(a_mach, mu/a_mach), one per machine
+            return np.array([rng_for(self.seed, STREAM_WORKER_CONSTANT, w).gamma(a_mach, 1.0 / a_mach)
+                             for w in range(self.n_workers)])
+        # Algorithm 11: one task mean q ~ G(a_task, mu/a_task) for the whole job
+        q = rng_for(self.seed, STREAM_JOB_CONSTANT).gamma(a_task, 1.0 / a_task)
+        return np.full(self.n_workers, q)
+
+    def _gamma_noise(self, rt: GammaRTT, worker: int, rng: np.random.Generator) -> float:
+        mean = self._gamma_means[worker]
+        shape = 1.0 / (rt.v_task ** 2 if rt.heterogeneous else rt.v_mach ** 2)
+        return rng.gamma(shape, mean / shape)
+
+    def _resource_series(self, worker: int, length: int) -> np.ndarray:
+        """AR(1) availability per period, grown on demand; a pure function of (seed, worker)."""
+        res = self.spec.resources
+        series = self._resources.get(worker)
+        if series is not None and len(series) >= length:
+            return series
+        length = max(length, 2 * (len(series) if series is not None else 64))
+        rng = rng_for(self.seed, STREAM_RESOURCES, worker)
+        shocks = rng.uniform(size=(length, 2))
+        lows = np.array([res.cpu_min, res.memory_min])
+        values = np.empty((length, 2))
+        values[0] = lows + (1.0 - lows) * shocks[0]
+        for p in range(1, length):
+            values[p] = res.smoothness * values[p - 1] + (1 - res.smoothness) * (lows + (1.0 - lows) * shocks[p])
+        self._resources[worker] = values
+        return values
+
+
+@lru_cache(maxsize=16)
+def _read_trace_file(path: str, column: str | None) -> tuple[float, ...]:
+    values: list[float] = []
+    with open(path, newline="") as fh:
+        rows = list(csv.reader(fh))
+    if not rows:
+        raise UserError(f"{path}: the round-trip trace is empty")
+    start, index = 0, 0
+    header = rows[0]
+    if column is not None:
+        if column not in header:
+            raise UserError(f"{path}: cluster.round_trip.column must name a header of the trace, "
+                            f"but got {column!r} (headers: {header})")
+        index, start = header.index(column), 1
+    else:
+        try:
+            float(header[0])
+        except ValueError:
+            start = 1
+    for line_no, row in enumerate(rows[start:], start=start + 1):
+        if not row or not row[index].strip():
+            continue
+        try:
+            v = float(row[index])
+        except ValueError:
+            raise UserError(f"{path}: line {line_no} must hold a number, but got {row[index]!r}") from None
+        if not math.isfinite(v) or v <= 0:
+            raise UserError(f"{path}: line {line_no} must be a positive time, but got {v}")
+        values.append(v)
+    if not values:
+        raise UserError(f"{path}: the round-trip trace holds no values")
+    return tuple(values)
+
+
+def _load_trace(rt: TraceRTT) -> np.ndarray:
+    values = np.asarray(_read_trace_file(str(Path(rt.path)), rt.column))
+    return values / values.mean() if rt.normalize else values

@@ -1,0 +1,69 @@
+"""The default driver: computes gradients in this process, many workers in one batched call.
+
+Two kernels:
+- `aggregate`: workers that share one parameter version and whose individual gradients nobody needs
+  (BSP, backup workers) get one fused forward/backward over the union of their batches, each sample
+  weighted by w_i / b_i, which is exactly the weighted mean of their mini-batch gradients.
+- `worker_gradients`: per-worker gradients (different versions for ASP/SSP, or when a strategy needs
+  them) through ``torch.func.vmap`` over workers, grouped by batch size.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch.func import grad, vmap
+
+from autosync.policies import Task
+from autosync.workloads.workload import Workload
+
+
+class InProcessDriver:
+    """Computes the gradients of tasks on the CPU (or one device) of this process."""
+
+    def __init__(self, workload: Workload, seed: int):
+        self.workload = workload
+        self.seed = seed
+        self._grad_fn = grad(self._mean_loss, has_aux=True)
+
+    def _mean_loss(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor):
+        loss = self.workload.per_sample_loss(theta, x, y).mean()
+        return loss, loss
+
+    def batch_of(self, task: Task) -> torch.Tensor:
+        return torch.from_numpy(self.workload.batch(self.seed, task.worker, task.index, task.batch_size))
+
+    def aggregate(self, tasks: Sequence[Task], weights: Sequence[float]) -> tuple[torch.Tensor, list[float]]:
+        """Weighted mean gradient of tasks that all hold the same parameters, in one fused pass.
+
+        Returns the flat aggregate gradient and each task's mini-batch loss.
+        """
+        data = self.workload.data
+        index = torch.cat([self.batch_of(t) for t in tasks])
+        sizes = [t.batch_size for t in tasks]
+        sample_weight = torch.repeat_interleave(
+            torch.tensor([w / b for w, b in zip(weights, sizes)], dtype=torch.float32), torch.tensor(sizes))
+        theta = tasks[0].params.detach().requires_grad_(True)
+        losses = self.workload.per_sample_loss(theta, data.x_train[index], data.y_train[index])
+        (g,) = torch.autograd.grad((losses * sample_weight).sum(), theta)
+        per_task = [float(seg.mean()) for seg in losses.detach().split(sizes)]
+        return g, per_task
+
+    def worker_gradients(self, tasks: Sequence[Task]) -> None:
+        """Fill `task.gradient` and `task.loss` of every task, batched over workers with vmap."""
+        by_size: dict[int, list[Task]] = {}
+        for t in tasks:
+            by_size.setdefault(t.batch_size, []).append(t)
+        data = self.workload.data
+        for group in by_size.values():
+            index = torch.stack([self.batch_of(t) for t in group])
+            x, y = data.x_train[index], data.y_train[index]
+            first = group[0].params
+            if all(t.params is first for t in group):
+                grads, losses = vmap(self._grad_fn, in_dims=(None, 0, 0))(first, x, y)
+            else:
+                thetas = torch.stack([t.params for t in group])
+                grads, losses = vmap(self._grad_fn, in_dims=(0, 0, 0))(thetas, x, y)
+            for t, g, l in zip(group, grads, losses.tolist()):
+                t.gradient, t.loss = g, l

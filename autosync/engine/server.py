@@ -1,0 +1,85 @@
+"""The parameter server as a state machine: arrivals in, decisions out; no parameters, no transport.
+
+The same `Server` is driven by the virtual-clock simulator and by real worker processes; it only
+tracks versions, who is busy, and which gradients wait, and asks the policy's strategies what to do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from autosync.policies import Arrival, Strategies, Task
+
+
+@dataclass
+class Start:
+    """Worker `worker` starts a task on the newest parameters with batch size `batch_size`."""
+
+    worker: int
+    batch_size: int
+
+
+@dataclass
+class Update:
+    """Apply the aggregate of `arrivals` now, with the learning rate scaled by `lr_scale`."""
+
+    arrivals: list[Arrival]
+    lr_scale: float
+    target_count: int | None  # k_t of the iteration, for the trace
+    staleness: list[int]  # per arrival: updates applied since its parameters were sent
+
+
+@dataclass
+class Decision:
+    """The server's answer to one arrival."""
+
+    accepted: bool
+    update: Update | None = None
+    starts: list[Start] = field(default_factory=list)
+
+
+class Server:
+    """Synchronization state of one run; strategies read it through `autosync.policies.ServerView`."""
+
+    def __init__(self, strategies: Strategies, n_workers: int):
+        self.strategies = strategies
+        self.n_workers = n_workers
+        self.version = 0
+        self.buffer: list[Arrival] = []
+        self.last_version = [-1] * n_workers
+        self.applied = [0] * n_workers
+        self.busy = [False] * n_workers
+        self.time = 0.0
+
+    def start(self) -> list[Start]:
+        """Initial assignments: every worker that the barrier lets start."""
+        return self._starts()
+
+    def on_task_started(self, task: Task) -> None:
+        self.busy[task.worker] = True
+        self.last_version[task.worker] = task.version
+
+    def on_arrival(self, arrival: Arrival) -> Decision:
+        """Record `arrival`; decide whether it is used, whether to update, and who starts next."""
+        self.time = arrival.time
+        self.busy[arrival.worker] = False
+        barrier = self.strategies.barrier
+        accepted = barrier.accept(self, arrival)
+        if accepted:
+            self.buffer.append(arrival)
+        update = None
+        group = barrier.ready(self)
+        if group:
+            update = Update(group, barrier.lr_scale(self, len(group)), barrier.target_count(self),
+                            [self.version - a.version for a in group])
+            used = {id(a) for a in group}
+            self.buffer = [a for a in self.buffer if id(a) not in used]
+            for a in group:
+                self.applied[a.worker] += 1
+            self.version += 1
+        return Decision(accepted, update, self._starts())
+
+    def _starts(self) -> list[Start]:
+        barrier, batching = self.strategies.barrier, self.strategies.batching
+        return [Start(w, batching.batch_size(self, w)) for w in range(self.n_workers)
+                if not self.busy[w] and barrier.may_start(self, w)]

@@ -1,0 +1,204 @@
+"""The virtual-clock simulator: one deterministic, single-threaded parameter-server run.
+
+Computation runs at full speed while a virtual clock decides when each gradient arrives (DBW paper
+sec. 4): that order decides which gradients are stale or discarded. Gradients are computed on the
+(possibly stale) parameters their worker received, only when the server uses them, and batched.
+"""
+
+from __future__ import annotations
+
+import math
+import time as wallclock
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from autosync.cluster import RoundTripModel
+from autosync.engine.clock import EventQueue
+from autosync.engine.drivers import InProcessDriver
+from autosync.engine.server import Server, Start, Update
+from autosync.engine.trace import Trace
+from autosync.job import JobSpec
+from autosync.metrics import run_metrics
+from autosync.policies import Arrival, Policy, Strategies, Task, UpdateStats
+from autosync.workloads.workload import Workload
+
+ProgressFn = Callable[[dict[str, Any]], None]
+
+
+@dataclass
+class RunResult:
+    """Everything one run produced: its identity, how it ended, its trace and its scores."""
+
+    job_name: str
+    fingerprint: str
+    policy: dict[str, Any]
+    seed: int
+    status: str  # "completed", "target_reached" or "diverged"
+    trace: Trace
+    metrics: dict[str, Any]
+    wall_seconds: float
+    final_params: torch.Tensor | None = field(default=None, repr=False)
+
+    def summary(self) -> dict[str, Any]:
+        return {"job": self.job_name, "fingerprint": self.fingerprint, "policy": self.policy,
+                "seed": self.seed, "status": self.status, "wall_seconds": self.wall_seconds,
+                **self.metrics}
+
+
+class Simulator:
+    """Runs one policy on one job under the virtual clock."""
+
+    def __init__(self, job: JobSpec, policy: Policy, workload: Workload | None = None,
+                 progress: ProgressFn | None = None):
+        self.job = job
+        self.policy = policy
+        self.workload = workload if workload is not None else Workload(job)
+        self.progress = progress
+        n = job.cluster.n_workers
+        self.strategies: Strategies = policy.bind(n, job.workload.batch_size)
+        self.server = Server(self.strategies, n)
+        self.cluster = RoundTripModel(job.cluster, job.seed)
+        self.driver = InProcessDriver(self.workload, job.seed)
+        self.events = EventQueue()
+        self.trace = Trace()
+        self.inflight: dict[int, Task] = {}
+        self.task_counter = [0] * n
+        self.params = self.workload.init_params()
+        self.update_state = self.strategies.update.init_state(self.params, n, job.workload.optimizer)
+        self.samples_applied = 0
+        self.now = 0.0
+        self._next_eval = 0.0
+        self._start_wall = 0.0
+
+    # ------------------------------------------------------------------ public
+    def run(self) -> RunResult:
+        """Simulate until the budget is spent (or the target is met, or the loss diverges)."""
+        self._start_wall = wallclock.perf_counter()
+        budget = self.job.budget
+        status = "completed"
+        self._launch(self.server.start())
+        if self._evaluate_due() and budget.stop_at_target:
+            status = "target_reached"
+        while status == "completed" and self.events:
+            if budget.max_virtual_seconds is not None and self.events.peek_time() > budget.max_virtual_seconds:
+                self.now = budget.max_virtual_seconds
+                break
+            status = self._step()
+            if status == "completed" and self._budget_spent():
+                break
+        if not self.trace.evals or self.trace.evals[-1][0] != len(self.trace.updates):
+            self._evaluate()
+        wall = wallclock.perf_counter() - self._start_wall
+        return RunResult(
+            job_name=self.job.name, fingerprint=self.job.fingerprint(), policy=self.policy.to_dict(),
+            seed=self.job.seed, status=status, trace=self.trace,
+            metrics=run_metrics(self.trace, self.job.target, self.now), wall_seconds=wall,
+            final_params=self.params)
+
+    # ------------------------------------------------------------------ one event
+    def _step(self) -> str:
+        time, worker, _ = self.events.pop()
+        self.now = time
+        task = self.inflight.pop(worker)
+        arrival = Arrival(task, time)
+        decision = self.server.on_arrival(arrival)
+        self.trace.arrivals.append((time, worker, task.index, task.version, task.batch_size, decision.accepted))
+        status = "completed"
+        if decision.update is not None:
+            status = self._apply(decision.update)
+        self._launch(decision.starts)
+        return status
+
+    def _apply(self, update: Update) -> str:
+        strategies = self.strategies
+        arrivals = update.arrivals
+        weights = strategies.aggregation.weights(arrivals)
+        aggregate, worker_grads, losses = self._gradients(arrivals, weights)
+        epoch = self.samples_applied / self.workload.data.n_train
+        lr = self.workload.learning_rate(epoch) * update.lr_scale
+        self.params = strategies.update.apply(self.params, self.update_state, aggregate, lr, arrivals)
+        self.samples_applied += sum(a.task.batch_size for a in arrivals)
+        loss = sum(w * l for w, l in zip(weights, losses))
+        stats = UpdateStats(arrivals, weights, aggregate, worker_grads, losses, lr, self.now)
+        strategies.barrier.after_update(self.server, stats)
+        self.now += strategies.schedule.after_update(self.server, strategies, epoch)
+        self.trace.updates.append((
+            len(self.trace.updates) + 1, self.now, wallclock.perf_counter() - self._start_wall,
+            self.server.version, update.target_count, len(arrivals), [a.worker for a in arrivals],
+            update.staleness, [a.task.batch_size for a in arrivals], loss, lr,
+            self.samples_applied / self.workload.data.n_train))
+        for a in arrivals:  # free the gradients: the tasks may still be referenced by the trace
+            a.task.gradient = a.task.params = None
+        if not math.isfinite(loss) or not bool(torch.isfinite(self.params).all()):
+            return "diverged"
+        if self._evaluate_due() and self.job.budget.stop_at_target:
+            return "target_reached"
+        return "completed"
+
+    def _gradients(self, arrivals: list[Arrival], weights: list[float]):
+        """Aggregate gradient, per-worker gradients (when asked for) and local losses of one update."""
+        strategies = self.strategies
+        tasks = [a.task for a in arrivals]
+        pending = [t for t in tasks if t.gradient is None]
+        same_params = all(t.params is tasks[0].params for t in tasks)
+        if not strategies.needs_worker_gradients and len(pending) == len(tasks) and same_params \
+                and not strategies.barrier.always_applies:
+            aggregate, losses = self.driver.aggregate(tasks, weights)
+            return aggregate, None, losses
+        if pending:
+            if strategies.barrier.always_applies:  # every in-flight gradient will be used: batch them now
+                pending += [t for t in self.inflight.values() if t.gradient is None]
+            self.driver.worker_gradients(pending)
+        stacked = torch.stack([t.gradient for t in tasks])
+        aggregate = torch.tensordot(torch.tensor(weights, dtype=stacked.dtype), stacked, dims=1)
+        return aggregate, (stacked if strategies.needs_worker_gradients else None), [t.loss for t in tasks]
+
+    def _launch(self, starts: list[Start]) -> None:
+        update_rule, state = self.strategies.update, self.update_state
+        for s in starts:
+            cap = self.cluster.memory_cap(s.worker)
+            if cap is not None and s.batch_size > cap:
+                raise ValueError(f"batch size of worker {s.worker} must be <= its memory cap {cap}, "
+                                 f"but the policy chose {s.batch_size}")
+            index = self.task_counter[s.worker]
+            self.task_counter[s.worker] += 1
+            task = Task(s.worker, index, self.server.version, s.batch_size, self.now,
+                        params=update_rule.params_for(s.worker, self.params, state))
+            self.inflight[s.worker] = task
+            self.server.on_task_started(task)
+            finish = self.now + self.cluster.round_trip(s.worker, index, s.batch_size, self.now)
+            self.events.push(finish, s.worker, index)
+
+    # ------------------------------------------------------------------ evaluation and budget
+    def _evaluate_due(self) -> bool:
+        """Evaluate if the evaluation clock says so; True when the target is met."""
+        if self.now < self._next_eval:
+            return False
+        every = self.job.workload.evaluation.every_seconds
+        self._next_eval = (math.floor(self.now / every) + 1) * every
+        return self._evaluate()
+
+    def _evaluate(self) -> bool:
+        result = self.workload.evaluate(self.params)
+        epoch = self.samples_applied / self.workload.data.n_train
+        self.trace.evals.append((len(self.trace.updates), self.now, epoch, result["train_loss"],
+                                 result["test_loss"], result.get("test_accuracy")))
+        if self.progress is not None:
+            self.progress({"time": self.now, "updates": len(self.trace.updates), "epoch": epoch, **result})
+        target = self.job.target
+        value = result.get(target.metric)
+        return value is not None and math.isfinite(value) and target.reached(value)
+
+    def _budget_spent(self) -> bool:
+        b = self.job.budget
+        if b.max_updates is not None and len(self.trace.updates) >= b.max_updates:
+            return True
+        return b.max_epochs is not None and self.samples_applied / self.workload.data.n_train >= b.max_epochs
+
+
+def simulate(job: JobSpec, policy: Policy, workload: Workload | None = None,
+             progress: ProgressFn | None = None) -> RunResult:
+    """Run `policy` on `job` under the virtual clock and return the result."""
+    return Simulator(job, policy, workload=workload, progress=progress).run()

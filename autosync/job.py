@@ -1,0 +1,352 @@
+"""JobSpec: the validated description of one training job (workload, cluster, target, budget).
+
+Loading and validating a job imports neither torch, optuna nor cvxpy, so ``autosync validate`` and
+``autosync --help`` stay fast.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from autosync.errors import JobFileError
+
+# Bump when the meaning of a fingerprinted field changes, so old cache entries stop matching.
+FINGERPRINT_VERSION = 1
+
+DEFAULT_JOB_PATH = Path(__file__).with_name("default_job.yaml")
+
+
+class _Spec(BaseModel):
+    """Base of every spec: unknown keys are errors, values are checked on assignment too."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
+
+
+# --------------------------------------------------------------------------- workload
+
+DatasetName = Literal[
+    "digits", "synthetic_classification", "synthetic_regression",
+    "mnist", "fashion_mnist", "cifar10", "cifar100",
+]
+TORCHVISION_DATASETS = ("mnist", "fashion_mnist", "cifar10", "cifar100")
+
+
+class DatasetSpec(_Spec):
+    name: DatasetName = "digits"  # which data; digits ships inside scikit-learn, so it never downloads
+    seed: int = Field(0, ge=0)  # synthetic data and the train/test split: fixed, so recurring runs match
+    root: str | None = None  # local directory holding torchvision datasets (required for them)
+    download: bool = False  # torchvision datasets are fetched only when the job asks for it
+    test_fraction: float = Field(0.2, gt=0.0, lt=1.0)  # held-out share for datasets without a split
+    n_samples: int = Field(2000, ge=10)  # synthetic datasets: how many samples to generate
+    n_features: int = Field(20, ge=1)  # synthetic datasets: input dimension
+    n_classes: int = Field(10, ge=2)  # synthetic classification: number of classes
+    noise: float = Field(0.1, ge=0.0)  # synthetic regression: label noise std
+    max_train_samples: int | None = Field(None, ge=1)  # subsample large training sets for speed
+
+    @model_validator(mode="after")
+    def _root_for_torchvision(self) -> "DatasetSpec":
+        if self.name in TORCHVISION_DATASETS and self.root is None:
+            raise ValueError(f"root is required for dataset {self.name!r} (a local directory; "
+                             "add download: true to fetch it there)")
+        return self
+
+    @property
+    def is_regression(self) -> bool:
+        return self.name == "synthetic_regression"
+
+
+class ModelSpec(_Spec):
+    name: Literal["logreg", "mlp", "cnn", "resnet20", "resnet32", "resnet18"] = "cnn"  # architecture
+    hidden: list[Annotated[int, Field(ge=1)]] = [64]  # mlp: hidden layer widths
+    channels: list[Annotated[int, Field(ge=1)]] = [8, 16]  # cnn: widths of its two 5x5 convolutions
+
+
+class OptimizerSpec(_Spec):
+    lr: float = Field(0.05, gt=0.0)  # base learning rate eta of the server update
+    momentum: float = Field(0.0, ge=0.0, lt=1.0)  # heavy-ball / Nesterov coefficient
+    nesterov: bool = False  # Nesterov momentum (NAG) instead of heavy ball
+    weight_decay: float = Field(0.0, ge=0.0)  # L2 penalty added to every gradient
+
+    @model_validator(mode="after")
+    def _nesterov_needs_momentum(self) -> "OptimizerSpec":
+        if self.nesterov and self.momentum == 0.0:
+            raise ValueError("nesterov requires momentum > 0, but got momentum=0.0")
+        return self
+
+
+class LRScheduleSpec(_Spec):
+    kind: Literal["constant", "step", "cosine"] = "constant"  # shape of the decay
+    warmup_epochs: float = Field(0.0, ge=0.0)  # linear warm-up from 0 over this many epochs
+    step_epochs: float = Field(10.0, gt=0.0)  # step: multiply by gamma every this many epochs
+    gamma: float = Field(0.1, gt=0.0, le=1.0)  # step: decay factor
+    total_epochs: float | None = Field(None, gt=0.0)  # cosine: horizon (defaults to budget.max_epochs)
+
+
+class EvaluationSpec(_Spec):
+    every_seconds: float = Field(1.0, gt=0.0)  # virtual seconds between evaluations (time-to-target resolution)
+    max_samples: int = Field(2000, ge=1)  # cap on samples per evaluation, so large datasets stay cheap
+
+
+class WorkloadSpec(_Spec):
+    dataset: DatasetSpec = DatasetSpec()  # what to learn
+    model: ModelSpec = ModelSpec()  # with which network
+    batch_size: int = Field(32, ge=1)  # per-worker mini-batch B
+    optimizer: OptimizerSpec = OptimizerSpec()  # server-side update hyper-parameters
+    lr_schedule: LRScheduleSpec = LRScheduleSpec()  # how eta changes over epochs
+    evaluation: EvaluationSpec = EvaluationSpec()  # how often and on how much we measure
+
+
+# --------------------------------------------------------------------------- cluster
+
+class DeterministicRTT(_Spec):
+    kind: Literal["deterministic"]  # every round trip takes exactly its mean
+
+
+class ShiftedExponentialRTT(_Spec):
+    kind: Literal["shifted_exponential"]  # (1 - alpha) + alpha * Exp(1), mean 1 (DBW paper sec. 4.1)
+    alpha: float = Field(0.7, ge=0.0, le=1.0)  # share of the round trip that is random
+
+
+class UniformRTT(_Spec):
+    kind: Literal["uniform"]  # multiplier drawn uniformly in [low, high]
+    low: float = Field(0.5, ge=0.0)
+    high: float = Field(1.5, gt=0.0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "UniformRTT":
+        if self.high <= self.low:
+            raise ValueError(f"high must be > low={self.low}, but got high={self.high}")
+        return self
+
+
+class ParetoRTT(_Spec):
+    kind: Literal["pareto"]  # heavy tail: multiplier = scale * Pareto(shape), >= scale
+    shape: float = Field(3.0, gt=1.0)  # tail index; > 1 so the mean exists
+    scale: float = Field(0.6667, gt=0.0)  # minimum multiplier; default makes the mean 1 at shape 3
+
+
+class GammaRTT(_Spec):
+    kind: Literal["gamma"]  # CVB model (DANA paper appendix A.4, Algorithms 11-12), mean 1
+    heterogeneous: bool = False  # Algorithm 12: each worker gets its own mean speed
+    v_task: float = Field(0.1, gt=0.0)  # coefficient of variation of task times
+    v_mach: float = Field(0.1, gt=0.0)  # coefficient of variation across machines (0.6 heterogeneous)
+
+
+class TraceRTT(_Spec):
+    kind: Literal["trace"]  # empirical round-trip multipliers from a CSV file
+    path: str  # CSV with one number per row (first column) or a column named by `column`
+    column: str | None = None  # header name of the column to read
+    mode: Literal["sample", "replay"] = "sample"  # sample i.i.d. or replay rows in order per worker
+    normalize: bool = True  # divide by the trace mean so compute.* sets the mean time
+
+
+RoundTripSpec = Annotated[
+    Union[DeterministicRTT, ShiftedExponentialRTT, UniformRTT, ParetoRTT, GammaRTT, TraceRTT],
+    Field(discriminator="kind"),
+]
+
+
+class LinearCompute(_Spec):
+    model: Literal["linear"]  # CPU: time = batch / speed (LB-BSP paper sec. 3.2)
+    seconds_per_sample: float = Field(1.0 / 32, gt=0.0)  # at speed factor 1
+
+
+class GPUCompute(_Spec):
+    model: Literal["gpu"]  # GPU: flat below saturation, then linear (LB-BSP paper sec. 3.3.1)
+    launch_overhead: float = Field(0.2, gt=0.0)  # Gamma(0) > 0: time of a batch below saturation
+    saturation_batch: int = Field(32, ge=1)  # batch size at which the GPU becomes busy
+    seconds_per_sample: float = Field(0.02, gt=0.0)  # slope above saturation
+    memory_cap_batch: int | None = Field(None, ge=1)  # largest batch one worker's memory holds
+
+
+ComputeSpec = Annotated[Union[LinearCompute, GPUCompute], Field(discriminator="model")]
+
+
+class SlowdownSpec(_Spec):
+    at: float = Field(ge=0.0)  # virtual time the slowdown starts
+    duration: float = Field(float("inf"), gt=0.0)  # how long it lasts (inf: for the rest of the run)
+    factor: float = Field(gt=0.0)  # compute time multiplier while it lasts
+    workers: list[Annotated[int, Field(ge=0)]]  # which workers slow down
+
+
+class ResourceSpec(_Spec):
+    period_seconds: float = Field(5.0, gt=0.0)  # availability changes every this many virtual seconds
+    cpu_min: float = Field(0.3, gt=0.0, le=1.0)  # lowest CPU share a worker may get
+    memory_min: float = Field(0.5, gt=0.0, le=1.0)  # lowest memory share a worker may get
+    smoothness: float = Field(0.7, ge=0.0, lt=1.0)  # AR(1) coefficient: how much availability persists
+
+
+class ClusterSpec(_Spec):
+    n_workers: int = Field(16, ge=1, le=4096)  # n: workers pushing gradients to the server
+    round_trip: RoundTripSpec = ShiftedExponentialRTT(kind="shifted_exponential")  # randomness of times
+    compute: ComputeSpec = LinearCompute(model="linear")  # how time grows with the batch size
+    communication_seconds: float = Field(0.0, ge=0.0)  # fixed push + pull time per round trip
+    speed_factors: list[Annotated[float, Field(gt=0.0)]] | None = None  # per-worker relative speed
+    slowdowns: list[SlowdownSpec] = []  # transient or persistent stragglers
+    resources: ResourceSpec | None = None  # time-varying CPU/memory availability that drives speed
+
+    @model_validator(mode="after")
+    def _per_worker_lists(self) -> "ClusterSpec":
+        n = self.n_workers
+        if self.speed_factors is not None and len(self.speed_factors) != n:
+            raise ValueError(f"speed_factors must have n_workers={n} entries, "
+                             f"but got {len(self.speed_factors)}")
+        for i, s in enumerate(self.slowdowns):
+            bad = [w for w in s.workers if w >= n]
+            if bad:
+                raise ValueError(f"slowdowns[{i}].workers must be < n_workers={n}, but got {bad[0]}")
+        return self
+
+
+# --------------------------------------------------------------------------- target, budget, job
+
+class TargetSpec(_Spec):
+    metric: Literal["train_loss", "test_loss", "test_accuracy"] = "test_accuracy"  # what defines "done"
+    threshold: float = 0.9  # loss below it, or accuracy at or above it
+
+    @property
+    def lower_is_better(self) -> bool:
+        return self.metric != "test_accuracy"
+
+    def reached(self, value: float) -> bool:
+        return value <= self.threshold if self.lower_is_better else value >= self.threshold
+
+
+class BudgetSpec(_Spec):
+    max_updates: int | None = Field(None, ge=1)  # server updates (one per applied gradient group)
+    max_epochs: float | None = Field(None, gt=0.0)  # applied samples / training-set size
+    max_virtual_seconds: float | None = Field(None, gt=0.0)  # virtual clock limit
+    stop_at_target: bool = False  # end the run as soon as the target is met (searches turn this on)
+
+    @model_validator(mode="after")
+    def _some_limit(self) -> "BudgetSpec":
+        if self.max_updates is None and self.max_epochs is None and self.max_virtual_seconds is None:
+            raise ValueError("at least one of max_updates, max_epochs, max_virtual_seconds is required")
+        return self
+
+
+class JobSpec(_Spec):
+    name: str = Field("job", min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")  # used in result paths
+    workload: WorkloadSpec = WorkloadSpec()  # dataset, model, optimizer
+    cluster: ClusterSpec = ClusterSpec()  # workers and their timing
+    target: TargetSpec = TargetSpec()  # what time-to-target measures
+    budget: BudgetSpec = BudgetSpec(max_virtual_seconds=100.0)  # when a run stops
+    seed: int = Field(0, ge=0)  # drives every random draw of a run
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> "JobSpec":
+        ds = self.workload.dataset
+        if ds.is_regression and self.target.metric == "test_accuracy":
+            raise ValueError("target.metric test_accuracy needs a classification dataset, "
+                             "but got dataset synthetic_regression (use train_loss or test_loss)")
+        sched = self.workload.lr_schedule
+        if sched.kind == "cosine" and sched.total_epochs is None and self.budget.max_epochs is None:
+            raise ValueError("workload.lr_schedule.total_epochs is required for kind cosine "
+                             "when budget.max_epochs is not set")
+        if self.workload.model.name in ("resnet20", "resnet32", "resnet18", "cnn") and ds.name in (
+                "synthetic_classification", "synthetic_regression"):
+            raise ValueError(f"workload.model.name {self.workload.model.name} needs image data, "
+                             f"but got dataset {ds.name} (use logreg or mlp)")
+        return self
+
+    def fingerprint(self) -> str:
+        """A stable hash of what makes two runs the same job: workload, cluster and target.
+
+        Seed, budget and name are left out: recurring runs of one job share one cache entry.
+        """
+        canonical = {
+            "v": FINGERPRINT_VERSION,
+            "workload": self.workload.model_dump(mode="json"),
+            "cluster": self.cluster.model_dump(mode="json"),
+            "target": self.target.model_dump(mode="json"),
+        }
+        blob = json.dumps(canonical, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+# --------------------------------------------------------------------------- loading
+
+def _describe_error(err: dict[str, Any]) -> str:
+    """One problem of a pydantic error as 'field path rule, but got value'."""
+    loc = ".".join(str(p) for p in err["loc"] if not _is_union_tag(p)) or "(top level)"
+    typ, ctx, value = err["type"], err.get("ctx", {}), err.get("input")
+    rules = {
+        "greater_than_equal": lambda: f"must be >= {ctx.get('ge')}",
+        "greater_than": lambda: f"must be > {ctx.get('gt')}",
+        "less_than_equal": lambda: f"must be <= {ctx.get('le')}",
+        "less_than": lambda: f"must be < {ctx.get('lt')}",
+        "missing": lambda: "is required",
+        "extra_forbidden": lambda: "is not a known field",
+        "literal_error": lambda: f"must be one of {ctx.get('expected')}",
+        "union_tag_invalid": lambda: f"must have kind/model one of {ctx.get('expected_tags')}",
+        "union_tag_not_found": lambda: f"needs the key {ctx.get('discriminator')}",
+        "string_pattern_mismatch": lambda: "may hold only letters, digits, '_', '.', '-'",
+    }
+    if typ == "value_error":
+        msg = str(ctx.get("error", err["msg"]))
+        return msg if loc == "(top level)" else f"{loc}: {msg}"
+    rule = rules.get(typ, lambda: err["msg"][0].lower() + err["msg"][1:])()
+    if typ == "missing":
+        return f"{loc} {rule}"
+    if typ == "extra_forbidden":
+        return f"{loc} {rule} (unknown keys are errors), but got {value!r}"
+    return f"{loc} {rule}, but got {value!r}"
+
+
+def _is_union_tag(part: Any) -> bool:
+    return isinstance(part, str) and part in {
+        "deterministic", "shifted_exponential", "uniform", "pareto", "gamma", "trace", "linear", "gpu"}
+
+
+def job_from_dict(data: Any, source: str = "<job>") -> JobSpec:
+    """Validate a mapping into a JobSpec, raising JobFileError with every problem at once."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise JobFileError(source, [f"the top level must be a mapping of fields, but got {type(data).__name__}"])
+    try:
+        return JobSpec.model_validate(data)
+    except ValidationError as exc:
+        raise JobFileError(source, [_describe_error(e) for e in exc.errors()]) from None
+
+
+def load_job(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> JobSpec:
+    """Load and validate a job file (the embedded default when ``path`` is None).
+
+    Args:
+        path: a YAML job file, or None for the embedded default digits job.
+        overrides: top-level fields to replace after loading (for example ``{"seed": 3}``).
+    """
+    file = Path(path) if path is not None else DEFAULT_JOB_PATH
+    if not file.is_file():
+        raise JobFileError(str(file), ["file not found"])
+    try:
+        data = yaml.safe_load(file.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        raise JobFileError(str(file), [f"{where}not valid YAML ({getattr(exc, 'problem', exc)})"]) from None
+    if overrides:
+        data = dict(data or {})
+        data.update(overrides)
+    spec = job_from_dict(data, str(file))
+    _check_files_exist(spec, file)
+    return spec
+
+
+def _check_files_exist(spec: JobSpec, file: Path) -> None:
+    rt = spec.cluster.round_trip
+    if isinstance(rt, TraceRTT):
+        trace = Path(rt.path)
+        if not trace.is_absolute():
+            trace = (file.parent / trace).resolve()
+            spec.cluster.round_trip = rt.model_copy(update={"path": str(trace)})
+        if not trace.is_file():
+            raise JobFileError(str(file), [f"cluster.round_trip.path must name an existing CSV file, "
+                                           f"but got {rt.path!r}"])

@@ -1,0 +1,39 @@
+"""Scores of one run: time-to-target, final quality, statistical and hardware efficiency."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from autosync.engine.trace import Trace
+from autosync.job import TargetSpec
+
+
+def run_metrics(trace: Trace, target: TargetSpec, virtual_time: float) -> dict[str, Any]:
+    """Summarise a trace: time/updates to target (first evaluation meeting it), final metrics, rates."""
+    evals = trace.to_dict()["evals"]
+    hit = next((e for e in evals if _finite(e[target.metric]) and target.reached(e[target.metric])), None)
+    last = evals[-1] if evals else {}
+    n_updates = len(trace.updates)
+    accepted = sum(1 for a in trace.arrivals if a[5])
+    return {
+        "target_metric": target.metric,
+        "target_threshold": target.threshold,
+        "reached_target": hit is not None,
+        "time_to_target": hit["time"] if hit else None,
+        "updates_to_target": hit["update"] if hit else None,
+        "final_train_loss": last.get("train_loss"),
+        "final_test_loss": last.get("test_loss"),
+        "final_test_accuracy": last.get("test_accuracy"),
+        "updates": n_updates,
+        "virtual_time": virtual_time,
+        "updates_per_virtual_second": n_updates / virtual_time if virtual_time > 0 else 0.0,
+        "gradients_arrived": len(trace.arrivals),
+        "gradients_discarded": len(trace.arrivals) - accepted,
+        "mean_iteration_time": virtual_time / n_updates if n_updates else None,
+        "epochs": trace.updates[-1][11] if trace.updates else 0.0,
+    }
+
+
+def _finite(x: Any) -> bool:
+    return x is not None and math.isfinite(x)

@@ -1,0 +1,76 @@
+"""Barriers of the classic policies: wait for the fastest k (BSP is k = n), apply on arrival, bounded staleness."""
+
+from __future__ import annotations
+
+from autosync.policies._base import Arrival, Barrier, ServerView
+
+LR_RULES = ("fixed", "proportional")
+
+
+class FastestK(Barrier):
+    """Wait for the fastest k gradients of the current version; later ones are discarded.
+
+    Push & wait (DBW paper sec. 2): a worker still computing on an old version finishes, its gradient
+    is discarded on arrival, then it starts on the newest parameters. With ``lr_rule="proportional"``
+    the learning rate is eta * k / n (Chen et al. 2016; DBW sec. 4).
+    """
+
+    def __init__(self, k: int | None = None, lr_rule: str = "fixed"):
+        self.k = k
+        self.lr_rule = lr_rule
+
+    def reset(self, n_workers: int, batch_size: int) -> None:
+        if self.k is not None and not 1 <= self.k <= n_workers:
+            raise ValueError(f"k must be between 1 and n_workers={n_workers}, but got k={self.k}")
+        if self.lr_rule not in LR_RULES:
+            raise ValueError(f"lr_rule must be one of {list(LR_RULES)}, but got lr_rule={self.lr_rule!r}")
+        self._k = n_workers if self.k is None else self.k
+
+    def target_count(self, server: ServerView) -> int:
+        return self._k
+
+    def accept(self, server: ServerView, arrival: Arrival) -> bool:
+        return arrival.version == server.version and len(server.buffer) < self.target_count(server)
+
+    def ready(self, server: ServerView) -> list[Arrival] | None:
+        k = self.target_count(server)
+        return list(server.buffer[:k]) if len(server.buffer) >= k else None
+
+    def may_start(self, server: ServerView, worker: int) -> bool:
+        return server.last_version[worker] < server.version
+
+    def lr_scale(self, server: ServerView, n_aggregated: int) -> float:
+        return n_aggregated / server.n_workers if self.lr_rule == "proportional" else 1.0
+
+
+class OnArrival(Barrier):
+    """Apply every gradient as soon as it arrives (ASP); the worker restarts on the newest parameters."""
+
+    always_applies = True
+
+    def accept(self, server: ServerView, arrival: Arrival) -> bool:
+        return True
+
+    def ready(self, server: ServerView) -> list[Arrival] | None:
+        return [server.buffer[0]] if server.buffer else None
+
+    def may_start(self, server: ServerView, worker: int) -> bool:
+        return True
+
+    def target_count(self, server: ServerView) -> int:
+        return 1
+
+
+class BoundedStaleness(OnArrival):
+    """Stale synchronous parallel (Ho et al. 2013): apply on arrival, but a worker may run at most
+    `staleness` tasks ahead of the slowest worker; a faster one waits at the barrier."""
+
+    def __init__(self, staleness: int = 3):
+        self.staleness = staleness
+
+    def reset(self, n_workers: int, batch_size: int) -> None:
+        if not isinstance(self.staleness, int) or self.staleness < 0:
+            raise ValueError(f"staleness must be an integer >= 0, but got staleness={self.staleness!r}")
+
+    def may_start(self, server: ServerView, worker: int) -> bool:
+        return server.applied[worker] - min(server.applied) <= self.staleness

@@ -1,0 +1,233 @@
+"""The policy interface: a policy is a composition of small strategies, each with one job.
+
+- Barrier: which arriving gradients are used and when the server updates (BSP, backup k, ASP, SSP...).
+- Aggregation: how the gradients of one update combine (mean, or weighted by batch size).
+- UpdateRule: how the server applies the aggregate and which parameters it sends each worker.
+- Batching: the batch size of each worker's next task.
+- Schedule: phase changes during training (hyper-parameter or barrier changes mid-run).
+
+Every strategy has a do-nothing default except the barrier. Strategies see the server through the
+read-only `ServerView` protocol and never know whether the clock is virtual or real.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import json
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Sequence
+
+if TYPE_CHECKING:
+    import torch
+
+    from autosync.job import OptimizerSpec
+
+
+@dataclass
+class Task:
+    """One gradient computation: `worker`'s `index`-th task, on parameters of `version`."""
+
+    worker: int
+    index: int
+    version: int
+    batch_size: int
+    start: float
+    params: Any = field(default=None, repr=False)  # the tensor the worker received
+    gradient: Any = field(default=None, repr=False)  # filled lazily by the driver
+    loss: float | None = None  # the worker's local mini-batch loss, filled with the gradient
+
+
+@dataclass
+class Arrival:
+    """A gradient reaching the server at virtual time `time`."""
+
+    task: Task
+    time: float
+
+    @property
+    def worker(self) -> int:
+        return self.task.worker
+
+    @property
+    def version(self) -> int:
+        return self.task.version
+
+
+class ServerView(Protocol):
+    """What strategies may read of the server's state."""
+
+    n_workers: int
+    version: int  # number of updates applied so far
+    buffer: list[Arrival]  # accepted gradients waiting for the next update
+    last_version: list[int]  # version of each worker's most recent task (-1 before the first)
+    applied: list[int]  # gradients applied per worker (the SSP clock)
+    time: float  # virtual time of the event being processed
+
+
+@dataclass
+class UpdateStats:
+    """What the engine tells strategies after it applied an update."""
+
+    arrivals: list[Arrival]
+    weights: list[float]
+    aggregate: Any  # flat aggregate gradient (torch tensor)
+    worker_gradients: Any | None  # [k, d] per-worker gradients when a strategy asked for them
+    losses: list[float]  # local losses of the aggregated gradients
+    lr: float
+    time: float
+
+
+class Strategy:
+    """Stores its constructor's keyword arguments unchanged; they are its plain-data parameters."""
+
+    def params(self) -> dict[str, Any]:
+        sig = inspect.signature(type(self).__init__)
+        return {name: getattr(self, name) for name in sig.parameters if name != "self"}
+
+    def reset(self, n_workers: int, batch_size: int) -> None:
+        """Called once at the start of a run; validates parameters against the job."""
+
+    #: True when the strategy needs each worker's gradient separately (not only their aggregate).
+    needs_worker_gradients: ClassVar[bool] = False
+
+
+class Barrier(Strategy, ABC):
+    """Decides which arriving gradients the server accepts and when it updates."""
+
+    #: True when every gradient is eventually applied: the driver may compute gradients early, batched.
+    always_applies: ClassVar[bool] = False
+
+    @abstractmethod
+    def accept(self, server: ServerView, arrival: Arrival) -> bool:
+        """Keep this gradient for an update (True) or discard it (False)."""
+
+    @abstractmethod
+    def ready(self, server: ServerView) -> list[Arrival] | None:
+        """The buffered gradients to aggregate now, or None to keep waiting."""
+
+    @abstractmethod
+    def may_start(self, server: ServerView, worker: int) -> bool:
+        """Whether an idle worker starts a new task now on the newest parameters."""
+
+    def lr_scale(self, server: ServerView, n_aggregated: int) -> float:
+        """Multiplier of the learning rate for an update of `n_aggregated` gradients."""
+        return 1.0
+
+    def target_count(self, server: ServerView) -> int | None:
+        """How many gradients the current iteration waits for (k_t), for the trace."""
+        return None
+
+    def after_update(self, server: ServerView, stats: UpdateStats) -> None:
+        """Hook after each update (DBW picks k_t here)."""
+
+
+class Aggregation(Strategy):
+    """Weights of the gradients combined in one update: the plain mean by default (DBW eq. 4)."""
+
+    def weights(self, arrivals: Sequence[Arrival]) -> list[float]:
+        k = len(arrivals)
+        return [1.0 / k] * k
+
+
+class UpdateRule(Strategy):
+    """How the server applies an aggregate gradient: SGD with momentum / Nesterov and weight decay.
+
+    Follows torch.optim.SGD (dampening 0): v = mu * v + g; step = g + mu * v (Nesterov) or v.
+    """
+
+    def init_state(self, params: "torch.Tensor", n_workers: int, opt: "OptimizerSpec") -> dict[str, Any]:
+        self.opt = opt
+        return {"momentum": None}
+
+    def apply(self, params: "torch.Tensor", state: dict[str, Any], grad: "torch.Tensor", lr: float,
+              arrivals: Sequence[Arrival]) -> "torch.Tensor":
+        """Return the new parameters (a new tensor: older versions stay valid for stale workers)."""
+        opt = self.opt
+        if opt.weight_decay:
+            grad = grad + opt.weight_decay * params
+        if opt.momentum:
+            buf = state["momentum"]
+            buf = grad.clone() if buf is None else buf.mul_(opt.momentum).add_(grad)
+            state["momentum"] = buf
+            grad = grad + opt.momentum * buf if opt.nesterov else buf
+        return params - lr * grad
+
+    def params_for(self, worker: int, params: "torch.Tensor", state: dict[str, Any]) -> "torch.Tensor":
+        """The parameters sent to `worker` for its next task (DANA sends a look-ahead here)."""
+        return params
+
+
+class Batching(Strategy):
+    """Per-worker batch size of the next task: the job's B for everyone by default."""
+
+    def reset(self, n_workers: int, batch_size: int) -> None:
+        self._batch_size = batch_size
+
+    def batch_size(self, server: ServerView, worker: int) -> int:
+        return self._batch_size
+
+
+class Schedule(Strategy):
+    """Phase changes during training; by default there is one phase."""
+
+    def after_update(self, server: ServerView, strategies: "Strategies", epoch: float) -> float:
+        """May swap strategies in place; returns virtual seconds the change costs (0 for none)."""
+        return 0.0
+
+
+@dataclass
+class Strategies:
+    """The mutable set of strategies a running policy is made of."""
+
+    barrier: Barrier
+    aggregation: Aggregation = field(default_factory=Aggregation)
+    update: UpdateRule = field(default_factory=UpdateRule)
+    batching: Batching = field(default_factory=Batching)
+    schedule: Schedule = field(default_factory=Schedule)
+
+    def all(self) -> list[Strategy]:
+        return [self.barrier, self.aggregation, self.update, self.batching, self.schedule]
+
+    @property
+    def needs_worker_gradients(self) -> bool:
+        return any(s.needs_worker_gradients for s in self.all())
+
+
+class Policy(ABC):
+    """A named synchronization policy whose constructor keywords are its parameters (plain data)."""
+
+    #: Name used on the command line and in results.
+    name: ClassVar[str]
+
+    def params(self) -> dict[str, Any]:
+        sig = inspect.signature(type(self).__init__)
+        return {n: getattr(self, n) for n in sig.parameters if n != "self"}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"policy": self.name, "params": self.params()}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @abstractmethod
+    def strategies(self, n_workers: int, batch_size: int) -> Strategies:
+        """Fresh strategies for one run (raise ValueError for parameters the job cannot take)."""
+
+    def bind(self, n_workers: int, batch_size: int) -> Strategies:
+        """Strategies for one run, reset and validated; the policy object itself is never mutated."""
+        strategies = copy.deepcopy(self.strategies(n_workers, batch_size))
+        for s in strategies.all():
+            s.reset(n_workers, batch_size)
+        return strategies
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.params().items())
+        return f"{type(self).__name__}({args})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Policy) and self.to_dict() == other.to_dict()
+
+    def __hash__(self) -> int:
+        return hash(self.to_json())

@@ -1,0 +1,60 @@
+"""The classic policies: BSP, ASP, SSP and static backup workers."""
+
+from __future__ import annotations
+
+from autosync.policies._barriers import BoundedStaleness, FastestK, OnArrival
+from autosync.policies._base import Policy, Strategies
+
+
+class BSP(Policy):
+    """Bulk synchronous parallel: every iteration waits for all n gradients."""
+
+    name = "bsp"
+
+    def __init__(self) -> None:
+        pass
+
+    def strategies(self, n_workers: int, batch_size: int) -> Strategies:
+        return Strategies(barrier=FastestK(k=None))
+
+
+class ASP(Policy):
+    """Asynchronous parallel: every gradient is applied on arrival, whatever its staleness."""
+
+    name = "asp"
+
+    def __init__(self) -> None:
+        pass
+
+    def strategies(self, n_workers: int, batch_size: int) -> Strategies:
+        return Strategies(barrier=OnArrival())
+
+
+class SSP(Policy):
+    """Stale synchronous parallel with staleness bound s (s = 0 keeps workers in lock step)."""
+
+    name = "ssp"
+
+    def __init__(self, staleness: int = 3) -> None:
+        self.staleness = staleness
+
+    def strategies(self, n_workers: int, batch_size: int) -> Strategies:
+        return Strategies(barrier=BoundedStaleness(staleness=self.staleness))
+
+
+class BackupWorkers(Policy):
+    """Static backup workers (Chen et al. 2016): wait for the fastest k of n gradients.
+
+    Args:
+        k: gradients aggregated per iteration, 1 <= k <= n.
+        lr_rule: "fixed" keeps eta; "proportional" uses eta * k / n (DBW sec. 4).
+    """
+
+    name = "backup"
+
+    def __init__(self, k: int = 12, lr_rule: str = "fixed") -> None:
+        self.k = k
+        self.lr_rule = lr_rule
+
+    def strategies(self, n_workers: int, batch_size: int) -> Strategies:
+        return Strategies(barrier=FastestK(k=self.k, lr_rule=self.lr_rule))

@@ -1,0 +1,1 @@
+"""Workloads: datasets, models and the flat-parameter loss they define."""

@@ -1,0 +1,135 @@
+"""Datasets as in-memory tensors: digits (embedded), synthetic, and torchvision sets from a local root."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from autosync.errors import UserError
+from autosync.job import DatasetSpec
+
+# Files torchvision needs under `root` for each dataset (checked before torchvision is asked).
+_REQUIRED_FILES = {
+    "mnist": ["MNIST/raw/train-images-idx3-ubyte", "MNIST/raw/train-labels-idx1-ubyte",
+              "MNIST/raw/t10k-images-idx3-ubyte", "MNIST/raw/t10k-labels-idx1-ubyte"],
+    "fashion_mnist": ["FashionMNIST/raw/train-images-idx3-ubyte", "FashionMNIST/raw/train-labels-idx1-ubyte",
+                      "FashionMNIST/raw/t10k-images-idx3-ubyte", "FashionMNIST/raw/t10k-labels-idx1-ubyte"],
+    "cifar10": [f"cifar-10-batches-py/data_batch_{i}" for i in range(1, 6)] + ["cifar-10-batches-py/test_batch"],
+    "cifar100": ["cifar-100-python/train", "cifar-100-python/test"],
+}
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Train and test tensors; for classification `n_classes` is set and targets are int64 labels."""
+
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    n_classes: int | None  # None for regression
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return tuple(self.x_train.shape[1:])
+
+    @property
+    def n_train(self) -> int:
+        return int(self.x_train.shape[0])
+
+
+def load_dataset(spec: DatasetSpec) -> Dataset:
+    """Build the dataset a job names; never downloads unless ``spec.download`` is true."""
+    if spec.name == "digits":
+        ds = _digits(spec)
+    elif spec.name == "synthetic_classification":
+        ds = _synthetic_classification(spec)
+    elif spec.name == "synthetic_regression":
+        ds = _synthetic_regression(spec)
+    else:
+        ds = _torchvision(spec)
+    if spec.max_train_samples is not None and spec.max_train_samples < ds.n_train:
+        keep = torch.from_numpy(np.random.default_rng(spec.seed).permutation(ds.n_train)[: spec.max_train_samples])
+        ds = Dataset(ds.x_train[keep], ds.y_train[keep], ds.x_test, ds.y_test, ds.n_classes)
+    return ds
+
+
+def _split(x: np.ndarray, y: np.ndarray, spec: DatasetSpec, n_classes: int | None) -> Dataset:
+    order = np.random.default_rng(spec.seed).permutation(len(x))
+    n_test = max(1, int(round(len(x) * spec.test_fraction)))
+    test, train = order[:n_test], order[n_test:]
+    y_dtype = torch.int64 if n_classes is not None else torch.float32
+    return Dataset(
+        torch.as_tensor(x[train], dtype=torch.float32), torch.as_tensor(y[train], dtype=y_dtype),
+        torch.as_tensor(x[test], dtype=torch.float32), torch.as_tensor(y[test], dtype=y_dtype),
+        n_classes,
+    )
+
+
+def _digits(spec: DatasetSpec) -> Dataset:
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    x = bunch.data.reshape(-1, 1, 8, 8).astype(np.float32)
+    x = (x - x.mean()) / x.std()  # standardised pixels: the small CNN does not train on raw [0, 16]
+    return _split(x, bunch.target, spec, 10)
+
+
+def _synthetic_classification(spec: DatasetSpec) -> Dataset:
+    from sklearn.datasets import make_classification
+
+    informative = min(spec.n_features, max(2, math.ceil(math.log2(spec.n_classes)) + 2))
+    x, y = make_classification(
+        n_samples=spec.n_samples, n_features=spec.n_features, n_informative=informative,
+        n_redundant=0, n_classes=spec.n_classes, n_clusters_per_class=1, random_state=spec.seed)
+    return _split(x.astype(np.float32), y, spec, spec.n_classes)
+
+
+def _synthetic_regression(spec: DatasetSpec) -> Dataset:
+    from sklearn.datasets import make_regression
+
+    x, y = make_regression(n_samples=spec.n_samples, n_features=spec.n_features, noise=0.0,
+                           random_state=spec.seed)
+    y = (y - y.mean()) / y.std()
+    y = y + np.random.default_rng(spec.seed + 1).normal(0.0, spec.noise, size=y.shape)
+    return _split(x.astype(np.float32), y.astype(np.float32), spec, None)
+
+
+def missing_files(spec: DatasetSpec) -> list[str]:
+    """Files a torchvision dataset needs under its root that are not there."""
+    root = Path(spec.root or ".")
+    return [f for f in _REQUIRED_FILES[spec.name] if not (root / f).is_file()]
+
+
+def _torchvision(spec: DatasetSpec) -> Dataset:
+    missing = missing_files(spec)
+    if missing and not spec.download:
+        raise UserError(
+            f"workload.dataset: {spec.name} is not under root={spec.root!r}: missing {', '.join(missing[:3])}"
+            f"{' ...' if len(missing) > 3 else ''}; set workload.dataset.download: true to fetch it")
+    import torchvision.datasets as tvd
+
+    cls = {"mnist": tvd.MNIST, "fashion_mnist": tvd.FashionMNIST,
+           "cifar10": tvd.CIFAR10, "cifar100": tvd.CIFAR100}[spec.name]
+    try:
+        train = cls(spec.root, train=True, download=spec.download)
+        test = cls(spec.root, train=False, download=spec.download)
+    except Exception as exc:  # network or corrupt files: name the dataset and root
+        raise UserError(f"workload.dataset: could not load {spec.name} from root={spec.root!r}: {exc}") from None
+    x_train, x_test = _images(train.data), _images(test.data)
+    mean = x_train.mean(dim=(0, 2, 3), keepdim=True)
+    std = x_train.std(dim=(0, 2, 3), keepdim=True)
+    n_classes = 100 if spec.name == "cifar100" else 10
+    return Dataset((x_train - mean) / std, torch.as_tensor(train.targets, dtype=torch.int64),
+                   (x_test - mean) / std, torch.as_tensor(test.targets, dtype=torch.int64), n_classes)
+
+
+def _images(data) -> torch.Tensor:
+    x = torch.as_tensor(np.asarray(data), dtype=torch.float32) / 255.0
+    if x.ndim == 3:  # MNIST-like: N x H x W
+        return x.unsqueeze(1)
+    return x.permute(0, 3, 1, 2).contiguous()  # CIFAR: N x H x W x C
