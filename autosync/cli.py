@@ -20,7 +20,6 @@ from autosync.errors import UserError
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Search and benchmark synchronization policies for parameter-server training.")
 console = Console()
-err_console = Console(stderr=True)
 
 JOB_ARG = typer.Argument(None, help="Job YAML file (default: the embedded digits job).", show_default=False)
 
@@ -36,8 +35,7 @@ def validate(jobs: list[Path] = typer.Argument(..., help="Job YAML files to chec
         try:
             spec = load_job(path)
         except JobFileError as exc:
-            for line in str(exc).splitlines():
-                err_console.print(f"error: {line}", markup=False, highlight=False)
+            _print_error(exc)
             problems += len(exc.problems)
         else:
             console.print(f"ok: {path} (job {spec.name}, fingerprint {spec.fingerprint()})")
@@ -161,15 +159,14 @@ class _progress:
 def main() -> None:
     """Console entry point: user errors become one line on stderr and exit code 2, no traceback."""
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)
     except UserError as exc:
-        for line in str(exc).splitlines():
-            err_console.print(f"error: {line}", markup=False, highlight=False)
+        _print_error(exc)
         sys.exit(2)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except typer.Abort:
-        err_console.print("aborted", markup=False)
+        print("error: aborted", file=sys.stderr)
         sys.exit(130)
     except Exception as exc:  # click usage errors carry their own exit code
         import click
@@ -178,6 +175,13 @@ def main() -> None:
             exc.show()
             sys.exit(exc.exit_code)
         raise
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _print_error(exc: Exception) -> None:
+    """Each line of a user error as 'error: ...' on stderr, never wrapped (one problem, one line)."""
+    for line in str(exc).splitlines():
+        print(f"error: {line}", file=sys.stderr)
 
 
 if __name__ == "__main__":

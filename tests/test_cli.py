@@ -1,0 +1,85 @@
+"""The command line as a user meets it: exit codes, one-line errors, files written."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def autosync(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "autosync.cli", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=600)
+
+
+def _no_traceback(proc: subprocess.CompletedProcess) -> None:
+    assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
+
+
+@pytest.fixture
+def tiny_job(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.yaml"
+    path.write_text(
+        "name: tiny\n"
+        "workload: {dataset: {name: digits}, model: {name: logreg}, batch_size: 16,"
+        " optimizer: {lr: 0.2}, evaluation: {every_seconds: 2}}\n"
+        "cluster: {n_workers: 4}\n"
+        "target: {metric: test_accuracy, threshold: 0.8}\n"
+        "budget: {max_virtual_seconds: 20}\n")
+    return path
+
+
+def test_run_writes_trace_summary_and_plot(tiny_job, tmp_path):
+    out = tmp_path / "out"
+    proc = autosync("run", str(tiny_job), "--policy", "backup", "--param", "k=3", "--param", "lr_rule=proportional",
+                    "--seed", "5", "--out", str(out), "--plot", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["policy"] == {"policy": "backup", "params": {"k": 3, "lr_rule": "proportional"}}
+    assert summary["seed"] == 5 and summary["updates"] > 0
+    for name in ("trace.json", "updates.csv", "arrivals.csv", "evals.csv", "plot.png"):
+        assert (out / name).stat().st_size > 0
+    assert "time to test_accuracy" in proc.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--policy", "nope"], "--policy must be one of"),
+    (["--policy", "backup", "--param", "k=99"], "k must be between 1 and n_workers=4, but got k=99"),
+    (["--policy", "backup", "--param", "z=1"], "policy backup has no parameter 'z'"),
+    (["--policy", "backup", "--param", "k"], "--param must look like key=value"),
+    (["--policy", "backup", "--param", "k=abc"], "parameter k must be int, but got 'abc'"),
+])
+def test_bad_cli_options_exit_2_with_one_line(tiny_job, tmp_path, args, message):
+    proc = autosync("run", str(tiny_job), *args, cwd=tmp_path)
+    assert proc.returncode == 2
+    _no_traceback(proc)
+    assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_validate_reports_all_problems(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("cluster: {n_workers: 0}\nworkload: {batch_size: 0}\n")
+    proc = autosync("validate", str(bad), cwd=tmp_path)
+    assert proc.returncode == 2
+    _no_traceback(proc)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 2 and all(str(bad) in l for l in lines)
+    assert "cluster.n_workers must be >= 1, but got 0" in proc.stderr
+
+
+def test_validate_ok_and_policies_listing(tiny_job, tmp_path):
+    proc = autosync("validate", str(tiny_job), cwd=tmp_path)
+    assert proc.returncode == 0 and "fingerprint" in proc.stdout
+    proc = autosync("policies", cwd=tmp_path)
+    assert proc.returncode == 0
+    for name in ("bsp", "asp", "ssp", "backup"):
+        assert name in proc.stdout
+
+
+def test_missing_job_file_exit_2(tmp_path):
+    proc = autosync("run", "nope.yaml", cwd=tmp_path)
+    assert proc.returncode == 2 and "nope.yaml: file not found" in proc.stderr
+    _no_traceback(proc)

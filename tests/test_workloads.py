@@ -1,0 +1,95 @@
+"""Datasets, models, the flat-parameter loss and the in-process driver's two kernels."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from autosync.engine.drivers import InProcessDriver
+from autosync.errors import UserError
+from autosync.job import DatasetSpec, LRScheduleSpec, ModelSpec
+from autosync.policies import Task
+from autosync.workloads.datasets import load_dataset
+from autosync.workloads.models import build_model
+from autosync.workloads.workload import Workload, lr_factor
+from tests.conftest import small_job
+
+
+def test_digits_is_embedded_and_split_deterministically():
+    a, b = load_dataset(DatasetSpec(name="digits")), load_dataset(DatasetSpec(name="digits"))
+    assert a.input_shape == (1, 8, 8) and a.n_classes == 10
+    assert a.n_train + len(a.y_test) == 1797 and torch.equal(a.y_test, b.y_test)
+
+
+def test_synthetic_datasets_are_seeded():
+    spec = DatasetSpec(name="synthetic_regression", n_samples=100, n_features=5)
+    a, b = load_dataset(spec), load_dataset(spec)
+    assert a.n_classes is None and torch.equal(a.x_train, b.x_train)
+    c = load_dataset(spec.model_copy(update={"seed": 1}))
+    assert not torch.equal(a.x_train, c.x_train)
+
+
+def test_torchvision_dataset_missing_names_files_and_flag(tmp_path):
+    spec = DatasetSpec(name="cifar10", root=str(tmp_path))
+    with pytest.raises(UserError, match=r"missing cifar-10-batches-py/data_batch_1.*download: true"):
+        load_dataset(spec)
+
+
+@pytest.mark.parametrize("name, shape", [
+    ("logreg", (1, 8, 8)), ("mlp", (1, 8, 8)), ("cnn", (1, 8, 8)), ("cnn", (1, 28, 28)),
+    ("resnet20", (3, 32, 32)), ("resnet32", (3, 32, 32)), ("resnet18", (3, 32, 32)), ("resnet18", (1, 28, 28)),
+])
+def test_models_build_for_their_inputs(name, shape):
+    model = build_model(ModelSpec(name=name), shape, 10)
+    assert model(torch.randn(2, *shape)).shape == (2, 10)
+
+
+def test_resnet_depths():
+    count = lambda m: sum(isinstance(x, torch.nn.Conv2d) for x in m.modules())
+    assert count(build_model(ModelSpec(name="resnet20"), (3, 32, 32), 10)) == 19
+    assert count(build_model(ModelSpec(name="resnet32"), (3, 32, 32), 10)) == 31
+
+
+def test_lr_schedules():
+    assert lr_factor(LRScheduleSpec(kind="constant", warmup_epochs=2), 1.0, None) == pytest.approx(0.5)
+    assert lr_factor(LRScheduleSpec(kind="step", step_epochs=3, gamma=0.5), 7.0, None) == pytest.approx(0.25)
+    assert lr_factor(LRScheduleSpec(kind="cosine", total_epochs=10), 5.0, None) == pytest.approx(0.5)
+    assert lr_factor(LRScheduleSpec(kind="cosine"), 10.0, 10.0) == pytest.approx(0.0)
+
+
+def test_batches_are_a_pure_function_of_seed_worker_task():
+    w = Workload(small_job())
+    assert (w.batch(0, 1, 2, 16) == w.batch(0, 1, 2, 16)).all()
+    assert not (w.batch(0, 1, 2, 16) == w.batch(0, 2, 2, 16)).all()
+    assert len(set(w.batch(0, 1, 2, 16).tolist())) == 16  # no repeats inside a batch
+
+
+@pytest.fixture
+def driver():
+    job = small_job(workload__model={"name": "mlp", "hidden": [8]})
+    workload = Workload(job)
+    return InProcessDriver(workload, seed=0), workload
+
+
+def test_fused_aggregate_equals_weighted_mean_of_worker_gradients(driver):
+    drv, workload = driver
+    theta = workload.init_params()
+    sizes, weights = [16, 8, 24], [0.2, 0.3, 0.5]
+    fused = [Task(w, 0, 0, b, 0.0, params=theta) for w, b in enumerate(sizes)]
+    agg, losses = drv.aggregate(fused, weights)
+    single = [Task(w, 0, 0, b, 0.0, params=theta) for w, b in enumerate(sizes)]
+    drv.worker_gradients(single)
+    expected = sum(w * t.gradient for w, t in zip(weights, single))
+    assert torch.allclose(agg, expected, atol=1e-6)
+    assert losses == pytest.approx([t.loss for t in single], rel=1e-5)
+
+
+def test_vmap_over_versions_equals_one_by_one(driver):
+    drv, workload = driver
+    thetas = [workload.init_params() + 0.1 * i for i in range(3)]
+    batched = [Task(w, 1, w, 16, 0.0, params=thetas[w]) for w in range(3)]
+    drv.worker_gradients(batched)
+    for w in range(3):
+        alone = Task(w, 1, w, 16, 0.0, params=thetas[w])
+        g, _ = drv.aggregate([alone], [1.0])
+        assert torch.allclose(batched[w].gradient, g, atol=1e-6)
