@@ -7,9 +7,9 @@ import json
 from typing import Any
 
 from autosync.errors import UserError
-from autosync.policies import ASP, BSP, SSP, BackupWorkers, Policy
+from autosync.policies import ASP, BSP, DBW, SSP, BackupWorkers, BlindDBW, Policy
 
-POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in (BSP, ASP, SSP, BackupWorkers)}
+POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in (BSP, ASP, SSP, BackupWorkers, DBW, BlindDBW)}
 
 
 def policy_parameters(cls: type[Policy]) -> dict[str, Any]:

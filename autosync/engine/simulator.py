@@ -129,6 +129,10 @@ class Simulator:
             self.server.version, update.target_count, len(arrivals), [a.worker for a in arrivals],
             update.staleness, [a.task.batch_size for a in arrivals], loss, lr,
             self.samples_applied / self.workload.data.n_train))
+        update_index = len(self.trace.updates)
+        for strategy in strategies.all():
+            for key, value in strategy.trace_values().items():
+                self.trace.extras.setdefault(key, []).append((update_index, value))
         for a in arrivals:  # free the gradients: the tasks may still be referenced by the trace
             a.task.gradient = a.task.params = None
         if not math.isfinite(loss) or not bool(torch.isfinite(self.params).all()):

@@ -6,9 +6,10 @@ from autosync.policies._base import (
     Task, UpdateRule, UpdateStats,
 )
 from autosync.policies._classic import ASP, BSP, SSP, BackupWorkers
+from autosync.policies._dbw import DBW, BlindDBW, DynamicK
 
 __all__ = [
-    "ASP", "BSP", "SSP", "Aggregation", "Arrival", "BackupWorkers", "Barrier", "Batching",
-    "BoundedStaleness", "FastestK", "OnArrival", "Policy", "Schedule", "ServerView", "Strategies",
+    "ASP", "BSP", "DBW", "SSP", "Aggregation", "Arrival", "BackupWorkers", "Barrier", "Batching",
+    "BlindDBW", "BoundedStaleness", "DynamicK", "FastestK", "OnArrival", "Policy", "Schedule", "ServerView", "Strategies",
     "Strategy", "Task", "UpdateRule", "UpdateStats",
 ]

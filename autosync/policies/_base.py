@@ -92,6 +92,10 @@ class Strategy:
     #: True when the strategy needs each worker's gradient separately (not only their aggregate).
     needs_worker_gradients: ClassVar[bool] = False
 
+    def trace_values(self) -> dict[str, Any]:
+        """Estimates to record in the run trace after each update (what the papers plot)."""
+        return {}
+
 
 class Barrier(Strategy, ABC):
     """Decides which arriving gradients the server accepts and when it updates."""

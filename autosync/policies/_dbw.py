@@ -1,0 +1,137 @@
+"""DBW: dynamic backup workers (Xu, Neglia, Sebastianelli 2020), and its blind variant B-DBW.
+
+After each update of w_t the server picks k_t, the number of gradients of w_t it waits for, to maximise
+the estimated loss decrease per unit time, rule (19):
+
+    k_t = max( argmax_k G_{k,t} / T_{k,t},  (k_{t-1} + 1) * 1{F_{t-1} > beta F_{t-2}, k_{t-1} < n} )
+
+with G from eqs. (9)-(16) (`_dbw_gain`) and T from problem (17) (`_dbw_time`); k_t = n while no
+estimate exists or when every gain is negative. B-DBW uses the gain G_k = k (sec. 4).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autosync.policies._barriers import FastestK
+from autosync.policies._base import Arrival, Policy, ServerView, Strategies, UpdateStats
+from autosync.policies._dbw_gain import GainEstimator
+from autosync.policies._dbw_time import IterationTimeEstimator
+
+
+class DynamicK(FastestK):
+    """FastestK whose k is re-chosen after every update by rule (19) (or k / T_k when blind)."""
+
+    def __init__(self, window: int = 5, beta: float = 1.01, lr_rule: str = "proportional",
+                 blind: bool = False, solve_every: int = 10, solver: str = "CLARABEL"):
+        super().__init__(k=None, lr_rule=lr_rule)
+        self.window = window
+        self.beta = beta
+        self.blind = blind
+        self.solve_every = solve_every
+        self.solver = solver
+
+    @property  # type: ignore[override]
+    def needs_worker_gradients(self) -> bool:  # the variance (10) needs each gradient
+        return not self.blind
+
+    def reset(self, n_workers: int, batch_size: int) -> None:
+        super().reset(n_workers, batch_size)
+        if self.beta < 1:
+            raise ValueError(f"beta must be >= 1, but got beta={self.beta}")
+        if self.solve_every < 1:
+            raise ValueError(f"solve_every must be >= 1, but got solve_every={self.solve_every}")
+        self.n = n_workers
+        self.gain = GainEstimator(self.window)
+        self.times = IterationTimeEstimator(n_workers, solver=self.solver)
+        self._k = n_workers  # k_0 = n: no estimate exists yet
+        self._k_of_version = {0: n_workers}  # h for samples of version v: k of the iteration that made v
+        self._published = {0: 0.0}  # virtual time each version was published
+        self._arrived: dict[int, int] = {}  # arrivals counted per version (the rank i)
+        self._iteration = 0
+        self._t_estimates: list[float] | None = None
+        self.last: dict[str, Any] = {}
+
+    def accept(self, server: ServerView, arrival: Arrival) -> bool:
+        v = arrival.version
+        if v in self._published:  # every arrival, late ones too, is a sample of T_{h,i} (sec. 3.2)
+            rank = self._arrived.get(v, 0) + 1
+            self._arrived[v] = rank
+            self.times.add(self._k_of_version[v], rank, arrival.time - self._published[v])
+        return super().accept(server, arrival)
+
+    def after_update(self, server: ServerView, stats: UpdateStats) -> None:
+        k_prev = self._k
+        if not self.blind:
+            self.gain.observe(stats.worker_gradients, stats.weights, stats.losses, stats.lr)
+        self._iteration += 1
+        if self._t_estimates is None or self._iteration % self.solve_every == 0 or self._iteration <= self.window:
+            self._t_estimates = list(self.times.times())
+        base_lr = stats.lr / self.lr_scale(server, len(stats.arrivals))
+        lrs = [base_lr * self.lr_scale(server, k) for k in range(1, self.n + 1)]
+        gains = list(range(1, self.n + 1)) if self.blind else self.gain.gains(lrs)
+        k = self._choose(gains, k_prev)
+        self._k = k
+        version = server.version
+        self._k_of_version[version] = k_prev
+        self._published[version] = stats.time
+        for old in [v for v in self._published if v < version - 2 * self.n]:  # bounded memory
+            del self._published[old], self._k_of_version[old]
+            self._arrived.pop(old, None)
+        self.last = {"k": k, "gains": gains, "times": self._t_estimates, "rule19_forced": self._forced}
+        if not self.blind:
+            variance, grad_norm_sq, smoothness = self.gain.averages()
+            self.last.update(variance=variance, grad_norm_sq=grad_norm_sq, smoothness=smoothness)
+
+    def _choose(self, gains: list[float] | None, k_prev: int) -> int:
+        self._forced = False
+        if gains is None or all(g < 0 for g in gains):
+            return self.n
+        times = self._t_estimates
+        ratios = [g / max(t, 1e-12) for g, t in zip(gains, times)]
+        best = max(range(self.n), key=lambda i: (ratios[i], i)) + 1
+        if not self.blind and k_prev < self.n and self.gain.loss_rising(self.beta):
+            if k_prev + 1 > best:
+                self._forced = True
+            return max(best, k_prev + 1)
+        return best
+
+    def trace_values(self) -> dict[str, Any]:
+        return self.last
+
+
+class DBW(Policy):
+    """Dynamic backup workers: k_t maximises estimated loss decrease per unit time (DBW rule 19).
+
+    Args:
+        window: D, iterations averaged by the estimators (13)-(15).
+        beta: loss-increase threshold of rule (19).
+        lr_rule: "proportional" (eta * k / n, as in the paper's experiments) or "fixed".
+        solve_every: re-solve problem (17) every this many iterations (always during the first D).
+    """
+
+    name = "dbw"
+
+    def __init__(self, window: int = 5, beta: float = 1.01, lr_rule: str = "proportional",
+                 solve_every: int = 10) -> None:
+        self.window = window
+        self.beta = beta
+        self.lr_rule = lr_rule
+        self.solve_every = solve_every
+
+    def strategies(self, n_workers: int, batch_size: int) -> Strategies:
+        return Strategies(barrier=DynamicK(self.window, self.beta, self.lr_rule, blind=False,
+                                           solve_every=self.solve_every))
+
+
+class BlindDBW(Policy):
+    """B-DBW: k_t maximises k / T_k, blind to the state of training (DBW paper sec. 4, after [44])."""
+
+    name = "bdbw"
+
+    def __init__(self, lr_rule: str = "proportional", solve_every: int = 10) -> None:
+        self.lr_rule = lr_rule
+        self.solve_every = solve_every
+
+    def strategies(self, n_workers: int, batch_size: int) -> Strategies:
+        return Strategies(barrier=DynamicK(lr_rule=self.lr_rule, blind=True, solve_every=self.solve_every))

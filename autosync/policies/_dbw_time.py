@@ -1,0 +1,102 @@
+"""DBW's iteration-time estimator: the constrained least squares of eq. (17), solved with cvxpy.
+
+x[h, i] estimates E[T_{h,i}], the time from publishing w_t until the i-th gradient of w_t arrives when
+the previous iteration waited for h gradients. Samples of every (h, i) are kept as a count and a sum
+(the least-squares objective only needs those), including the arrivals of late, discarded gradients.
+The three monotonicity families of (17) let pairs with few or no samples borrow strength from their
+neighbours; T_k = x*[k, k] is the estimate DBW's rule (19) uses.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+# Weight of the prior that makes (17) strictly convex where a pair has no sample: a thousandth of one
+# sample, so every sampled pair is still fitted by its samples as the paper's problem does.
+EMPTY_PAIR_WEIGHT = 1e-3
+
+
+class IterationTimeEstimator:
+    """Collects (h, i, time) samples and solves problem (17) for the n x n matrix of expected times.
+
+    The cvxpy problem is built and compiled once per process and n (DPP parameters for the weights and
+    targets) and re-solved with new data; if a solve fails the previous solution is kept, and before any
+    solution exists the row-wise running maximum of the targets is used.
+    """
+
+    def __init__(self, n_workers: int, solver: str = "CLARABEL"):
+        self.n = n_workers
+        self.solver = solver
+        self.count = np.zeros((n_workers, n_workers))
+        self.total = np.zeros((n_workers, n_workers))
+        self.solution: np.ndarray | None = None
+        self.failures = 0
+
+    def add(self, h: int, i: int, seconds: float) -> None:
+        """A sample of T_{h,i}: h gradients were awaited last iteration, this is the i-th arrival (1-based)."""
+        self.count[h - 1, i - 1] += 1
+        self.total[h - 1, i - 1] += seconds
+
+    @property
+    def n_samples(self) -> int:
+        return int(self.count.sum())
+
+    def targets(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per-pair weights (sample counts, with a small prior for empty pairs) and targets (means)."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            means = np.where(self.count > 0, self.total / self.count, np.nan)
+        column = np.nanmean(np.where(np.isnan(means), np.nan, means), axis=0)  # same rank, any h
+        overall = self.total.sum() / max(self.count.sum(), 1)
+        prior = np.where(np.isnan(column), overall, column)
+        targets = np.where(np.isnan(means), prior[None, :], means)
+        weights = np.where(self.count > 0, self.count, EMPTY_PAIR_WEIGHT)
+        return weights, targets
+
+    def solve(self) -> np.ndarray:
+        """Solve (17) on the samples so far; returns x (n x n), x[h-1, k-1] ~ E[T_{h,k}]."""
+        if self.count.sum() == 0:
+            raise ValueError("no iteration-time sample yet")
+        weights, targets = self.targets()
+        try:
+            x = self._solve_cvxpy(weights, targets)
+        except Exception:  # solver failure: keep the last good estimate rather than stop training
+            x = None
+        if x is None:
+            self.failures += 1
+            x = self.solution if self.solution is not None else np.maximum.accumulate(targets, axis=1)
+        self.solution = x
+        return x
+
+    def times(self) -> np.ndarray:
+        """T_k = x*[k, k] for k = 1..n (eq. 17's diagonal)."""
+        return np.diag(self.solve()).copy()
+
+    def _solve_cvxpy(self, weights: np.ndarray, targets: np.ndarray) -> np.ndarray | None:
+        problem, x, w, b = _compiled_problem(self.n)
+        root = np.sqrt(weights)
+        w.value = root
+        b.value = root * targets
+        problem.solve(solver=self.solver, warm_start=False)  # runs must not depend on earlier runs
+        if problem.status not in ("optimal", "optimal_inaccurate") or x.value is None:
+            return None
+        return np.asarray(x.value)
+
+
+@lru_cache(maxsize=8)
+def _compiled_problem(n: int):
+    """Problem (17) for n workers with DPP parameters, built once per process and re-solved with new data."""
+    import cvxpy as cp
+
+    x = cp.Variable((n, n))
+    w = cp.Parameter((n, n), nonneg=True)
+    b = cp.Parameter((n, n))
+    constraints = []
+    if n > 1:
+        diag = cp.diag(x)
+        constraints = [x[:, :-1] <= x[:, 1:],  # more arrivals take longer: x[h,k] <= x[h,k+1]
+                       x[1:, :] <= x[:-1, :],  # more idle workers are faster: x[h+1,k] <= x[h,k]
+                       diag[:-1] <= diag[1:]]  # waiting for fewer is faster: x[k,k] <= x[k+1,k+1]
+    problem = cp.Problem(cp.Minimize(cp.sum_squares(cp.multiply(w, x) - b)), constraints)
+    return problem, x, w, b

@@ -1,0 +1,114 @@
+"""DBW: the iteration-time estimator (17), the gain estimators (10)-(16) and rule (19)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from autosync.engine import simulate
+from autosync.policies import DBW, BlindDBW, BackupWorkers
+from autosync.policies._dbw_gain import GainEstimator
+from autosync.policies._dbw_time import IterationTimeEstimator
+from tests.conftest import small_job
+
+
+def test_time_estimate_is_the_empirical_mean_when_no_constraint_binds():
+    est = IterationTimeEstimator(3)
+    truth = np.array([[1.0, 2.0, 3.2], [0.9, 1.9, 3.1], [0.8, 1.8, 3.0]])
+    for h in range(3):
+        for i in range(3):
+            for noise in (-0.05, 0.05):
+                est.add(h + 1, i + 1, truth[h, i] + noise)
+    assert np.allclose(est.solve(), truth, atol=1e-4)
+
+
+def test_time_estimate_satisfies_the_three_monotonicity_families():
+    est = IterationTimeEstimator(5)
+    rng = np.random.default_rng(1)
+    for _ in range(40):
+        h = int(rng.integers(1, 6))
+        for i, t in enumerate(np.sort(rng.exponential(size=5))[::-1]):  # deliberately mis-ordered data
+            est.add(h, i + 1, float(t))
+    x = est.solve()
+    tol = 1e-5
+    assert (x[:, :-1] <= x[:, 1:] + tol).all()
+    assert (x[1:, :] <= x[:-1, :] + tol).all()
+    assert (np.diag(x)[:-1] <= np.diag(x)[1:] + tol).all()
+
+
+def test_unsampled_pairs_borrow_from_their_neighbours():
+    est = IterationTimeEstimator(4)
+    for i, t in enumerate([1.0, 2.0, 3.0, 4.0]):  # only h = n sampled, as at the start of DBW
+        est.add(4, i + 1, t)
+    times = est.times()
+    # T_k = x[k,k] >= x[n,k] (more idle workers are faster) and <= x[n,n] (diagonal order)
+    assert all(t_k >= lower - 1e-4 for t_k, lower in zip(times, [1, 2, 3, 4]))
+    assert times[-1] == pytest.approx(4.0, abs=1e-4) and np.all(np.diff(times) >= -1e-5)
+
+
+def test_failed_solve_keeps_the_last_estimate():
+    est = IterationTimeEstimator(2, solver="NO_SUCH_SOLVER")
+    est.add(2, 1, 1.0)
+    est.add(2, 2, 2.0)
+    x = est.solve()  # no solution yet: falls back to ordered targets
+    assert est.failures == 1 and x[1, 1] == pytest.approx(2.0)
+
+
+def test_variance_and_gradient_norm_estimators_10_11():
+    g = torch.randn(6, 20, dtype=torch.float64)
+    est = GainEstimator(window=5).observe(g, [1 / 6] * 6, [1.0] * 6, lr=0.1)
+    variance = float(g.var(dim=0, unbiased=True).sum())
+    assert est.variance == pytest.approx(variance)
+    assert est.grad_norm_sq == pytest.approx(max(float(g.mean(0).norm() ** 2) - variance / 6, 0.0))
+
+
+def test_smoothness_estimate_12_is_exact_on_a_noiseless_quadratic():
+    L, lr, w = 3.0, 0.1, torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
+    gain = GainEstimator(window=5)
+    for _ in range(3):
+        grad = L * w
+        loss = float(L / 2 * w @ w)
+        gain.observe(torch.stack([grad, grad]), [0.5, 0.5], [loss, loss], lr)
+        w = w - lr * grad
+    variance, grad_norm_sq, smoothness = gain.averages()
+    assert variance == pytest.approx(0.0) and smoothness == pytest.approx(L)
+
+
+def test_gains_follow_eq_16_and_rule_19_picks_n_when_all_gains_are_negative():
+    gain = GainEstimator(window=2)
+    g = torch.randn(4, 10, dtype=torch.float64) * 10  # very noisy gradients
+    gain.observe(g, [0.25] * 4, [1.0] * 4, 0.5)
+    gain.observe(g, [0.25] * 4, [2.0] * 4, 0.5)  # loss rose: L estimate is large
+    variance, grad_norm_sq, L = gain.averages()
+    gains = gain.gains([0.5] * 4)
+    expected = [(0.5 - L * 0.25 / 2) * grad_norm_sq - L * 0.25 / 2 * variance / k for k in range(1, 5)]
+    assert gains == pytest.approx(expected)
+    assert gain.loss_rising(1.01)
+
+
+def test_dbw_records_its_estimates_and_varies_k():
+    job = small_job(cluster__n_workers=8, budget={"max_updates": 60})
+    result = simulate(job, DBW())
+    extras = result.trace.extras
+    for key in ("k", "gains", "times", "variance", "grad_norm_sq", "smoothness"):
+        assert len(extras[key]) == 60
+    ks = result.trace.column("updates", "n_aggregated")
+    assert ks[0] == 8 and len(set(ks)) > 1
+    assert [v for _, v in extras["k"]][:-1] == ks[1:]  # the k chosen after update t is used at t+1
+
+
+def test_blind_dbw_needs_no_per_worker_gradients_and_picks_k_over_t():
+    job = small_job(cluster__n_workers=8, cluster__round_trip={"kind": "deterministic"},
+                    cluster__speed_factors=[1, 1, 1, 1, 1, 1, 1, 0.1], budget={"max_updates": 30})
+    result = simulate(job, BlindDBW())
+    # one worker is 10x slower: waiting for 7 is much faster and k/T_k is maximal at k = 7
+    assert result.trace.column("updates", "n_aggregated")[-10:] == [7] * 10
+
+
+def test_dbw_reacts_to_half_the_workers_slowing_down():
+    job = small_job(cluster__n_workers=8, cluster__round_trip={"kind": "shifted_exponential", "alpha": 0.2},
+                    cluster__slowdowns=[{"at": 0.0, "factor": 5.0, "workers": [4, 5, 6, 7]}],
+                    budget={"max_updates": 80})
+    ks = simulate(job, BlindDBW()).trace.column("updates", "n_aggregated")
+    assert np.mean(ks[-30:]) == pytest.approx(4, abs=0.6)
