@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass
@@ -33,12 +35,12 @@ class GainEstimator:
         self.window = window
         self.history: deque[IterationEstimates] = deque(maxlen=window + 1)
 
-    def observe(self, worker_gradients: torch.Tensor, weights: list[float], losses: list[float],
+    def observe(self, worker_gradients: "torch.Tensor", weights: list[float], losses: list[float],
                 lr: float) -> IterationEstimates:
         """Record iteration t from its k per-worker gradients (rows), aggregation weights and local losses."""
         g = worker_gradients.double()
         k = g.shape[0]
-        w = torch.tensor(weights, dtype=g.dtype)
+        w = g.new_tensor(weights)
         mean = w @ g
         mean_sq = float(mean @ mean)  # E[||g_t||^2]+ = ||g_t||^2
         variance = None
