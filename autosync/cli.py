@@ -95,6 +95,50 @@ def run(
     console.print(f"wrote {', '.join(str(p) for p in paths)}")
 
 
+@app.command()
+def leaderboard(
+    job: Optional[Path] = JOB_ARG,
+    policies: list[str] = typer.Option(
+        [], "--policies", help="Policy specs NAME or NAME:key=value,... (repeatable; default: "
+                               "bsp, asp, ssp, backup (k = 3n/4), dbw, bdbw)."),
+    seeds: int = typer.Option(5, "--seeds", min=1, help="Seeds 0..N-1 per policy (same straggler draws)."),
+    n_jobs: int = typer.Option(1, "--n-jobs", help="Runs in parallel (joblib processes; -1: all cores)."),
+    out: Optional[Path] = typer.Option(None, help="Output directory (default: results/<job>)."),
+) -> None:
+    """Every policy x seeds on one job: an MLPerf-style scored table, written as Markdown/CSV/JSON + plots."""
+    from autosync.job import load_job
+    from autosync.leaderboard import DEFAULT_POLICIES, parse_policy_spec, run_grid, score
+    from autosync.report import LEADERBOARD_COLUMNS, LEADERBOARD_LEGEND, format_cell, write_leaderboard
+
+    spec = load_job(job)
+    if n_jobs == 0 or n_jobs < -1:
+        raise UserError(f"--n-jobs must be >= 1 or -1 (all cores), but got {n_jobs}")
+    specs = [parse_policy_spec(p, spec.cluster.n_workers) for p in (policies or DEFAULT_POLICIES)]
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    total = len(specs) * seeds
+    with Progress(TextColumn("[bold]leaderboard"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+                  TimeElapsedColumn(), console=console) as bar:
+        task = bar.add_task("", total=total)
+
+        def done(run: dict) -> None:
+            bar.update(task, advance=1, description=f"last: {run['policy']['policy']} seed {run['seed']}")
+
+        entries = run_grid(spec, specs, list(range(seeds)), n_jobs=n_jobs, on_done=done)
+    rows = score(entries)
+    command = "autosync leaderboard " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["leaderboard"] else "autosync leaderboard"
+    out_dir = out or Path("results") / spec.name
+    paths = write_leaderboard(rows, entries, spec.model_dump(mode="json"), out_dir, command)
+    table = Table(title=f"{spec.name}: {seeds} seeds, target {spec.target.metric} {spec.target.threshold}")
+    for _, header, _ in LEADERBOARD_COLUMNS:
+        table.add_column(header, justify="left" if header == "policy" else "right", no_wrap=header == "policy")
+    for r in rows:
+        table.add_row(*(format_cell(r.get(k), f) for k, _, f in LEADERBOARD_COLUMNS))
+    console.print(table)
+    console.print(LEADERBOARD_LEGEND, style="dim")
+    console.print(f"wrote {', '.join(str(p) for p in paths)}")
+
+
 def _print_summary(result: Any) -> None:
     m = result.metrics
     table = Table(title=f"{result.job_name} - {result.policy['policy']} {result.policy['params'] or ''} "
@@ -157,25 +201,15 @@ class _progress:
 
 
 def main() -> None:
-    """Console entry point: user errors become one line on stderr and exit code 2, no traceback."""
+    """Console entry point: user errors become one line on stderr and exit code 2, no traceback.
+
+    typer itself handles usage errors (unknown options, bad types: exit code 2) and --help.
+    """
     try:
-        code = app(standalone_mode=False)
+        app()
     except UserError as exc:
         _print_error(exc)
         sys.exit(2)
-    except typer.Exit as exc:
-        sys.exit(exc.exit_code)
-    except typer.Abort:
-        print("error: aborted", file=sys.stderr)
-        sys.exit(130)
-    except Exception as exc:  # click usage errors carry their own exit code
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        raise
-    sys.exit(code if isinstance(code, int) else 0)
 
 
 def _print_error(exc: Exception) -> None:

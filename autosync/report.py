@@ -54,3 +54,103 @@ def plot_run(result: "RunResult", path: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+LEADERBOARD_COLUMNS = (
+    ("policy", "policy", "{}"),
+    ("time_to_target", "TTT s", "{:.1f}"),
+    ("median_time_to_target", "median", "{:.1f}"),
+    ("std_time_to_target", "std", "{:.1f}"),
+    ("never_reached", "missed", "{}"),
+    ("speedup_vs_bsp", "vs BSP", "{:.2f}x"),
+    ("final_test_accuracy", "test acc", "{:.3f}"),
+    ("final_train_loss", "train loss", "{:.3f}"),
+    ("updates_to_target", "upd to T", "{:.0f}"),
+    ("updates_per_virtual_second", "upd/s", "{:.2f}"),
+)
+LEADERBOARD_LEGEND = (
+    "TTT s: time to target in virtual seconds, MLPerf's score (mean after dropping the fastest and slowest "
+    "run; a run that never reaches the target counts as infinitely slow); median and std over the seeds; "
+    "missed: runs that never reached the target; vs BSP: speedup of TTT against BSP; test acc and train "
+    "loss: final values, mean over seeds; upd to T: updates to target (statistical efficiency); upd/s: "
+    "updates per virtual second (hardware efficiency).")
+
+
+def format_cell(value: Any, fmt: str) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float) and value == float("inf"):
+        return "not reached"
+    return fmt.format(value)
+
+
+def write_leaderboard(rows: list[dict[str, Any]], entries: list[Any], job_dump: dict[str, Any],
+                      directory: Path, command: str) -> list[Path]:
+    """leaderboard.md / .csv / .json and the curve plots for one job, with the command that made them."""
+    import csv
+
+    directory.mkdir(parents=True, exist_ok=True)
+    seeds = sorted({r["seed"] for e in entries for r in e.runs})
+    md = [f"# Leaderboard: {job_dump['name']}", "",
+          f"Produced by `{command}`", "",
+          f"Target: {job_dump['target']['metric']} {'>=' if job_dump['target']['metric'] == 'test_accuracy' else '<='} "
+          f"{job_dump['target']['threshold']}; seeds {seeds}; time is virtual seconds.", "",
+          LEADERBOARD_LEGEND, "",
+          "| " + " | ".join(h for _, h, _ in LEADERBOARD_COLUMNS) + " |",
+          "|" + "---|" * len(LEADERBOARD_COLUMNS)]
+    for r in rows:
+        md.append("| " + " | ".join(format_cell(r.get(k), f) for k, _, f in LEADERBOARD_COLUMNS) + " |")
+    md += ["", "![loss against virtual time](curves.png)", "", "![gradients per update](k_over_time.png)", ""]
+    paths = [directory / "leaderboard.md", directory / "leaderboard.csv", directory / "leaderboard.json"]
+    paths[0].write_text("\n".join(md))
+    with paths[1].open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow([k for k, _, _ in LEADERBOARD_COLUMNS])
+        for r in rows:
+            writer.writerow([r.get(k) for k, _, _ in LEADERBOARD_COLUMNS])
+    runs = {e.label: [{k: v for k, v in run.items() if k not in ("curve", "k")} for run in e.runs]
+            for e in entries}
+    paths[2].write_text(json.dumps({"command": command, "job": job_dump, "rows": rows, "runs": runs},
+                                   indent=2, default=_json_number))
+    paths += _plot_leaderboard(entries, directory)
+    return paths
+
+
+def _json_number(value: Any) -> Any:
+    return float(value)
+
+
+def _plot_leaderboard(entries: list[Any], directory: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for i, e in enumerate(entries):
+        for j, run in enumerate(e.runs):
+            ax.plot(run["curve"]["time"], run["curve"]["train_loss"], color=f"C{i % 10}", lw=1,
+                    alpha=0.9 if j == 0 else 0.25, label=e.label if j == 0 else None)
+    ax.set_yscale("log")
+    ax.set_xlabel("virtual time (s)")
+    ax.set_ylabel("training loss (evaluated)")
+    ax.set_title("training loss against virtual time (one line per seed)", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    curves = directory / "curves.png"
+    fig.savefig(curves, dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    for i, e in enumerate(entries):
+        run = e.runs[0]
+        ax.step(run["k"]["time"], run["k"]["k"], where="post", color=f"C{i % 10}", lw=1, label=e.label)
+    ax.set_xlabel("virtual time (s)")
+    ax.set_ylabel("gradients per update (k_t)")
+    ax.set_title(f"k_t over time, seed {entries[0].runs[0]['seed']}", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    ks = directory / "k_over_time.png"
+    fig.savefig(ks, dpi=110)
+    plt.close(fig)
+    return [curves, ks]

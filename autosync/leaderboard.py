@@ -1,0 +1,132 @@
+"""Leaderboards: every policy x seeds on one job and the same straggler draws, scored as MLPerf does.
+
+Seed s gives every policy the same round-trip draws (they are keyed by seed, worker and task) and the
+same initial model, so policies are compared on identical clusters. Time-to-target is scored as in
+MLPerf Training: the mean after dropping the fastest and the slowest run (a run that never reaches the
+target counts as infinitely slow), with the median, standard deviation and number of runs that never
+reached it alongside.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+from autosync.errors import UserError
+from autosync.job import JobSpec
+
+DEFAULT_POLICIES = ("bsp", "asp", "ssp", "backup", "dbw", "bdbw")
+
+
+@dataclass
+class Entry:
+    """One policy configuration of a leaderboard, with its runs' summaries."""
+
+    label: str
+    policy: dict[str, Any]
+    runs: list[dict[str, Any]] = field(default_factory=list)  # RunResult.summary() plus curves
+
+
+def parse_policy_spec(text: str, n_workers: int) -> dict[str, Any]:
+    """'backup:k=8,lr_rule=proportional' -> {"policy": "backup", "params": {...}}, validated.
+
+    A bare 'backup' uses k = 3n/4, the static setting the DBW paper finds good under moderate noise.
+    """
+    from autosync.catalog import make_policy, parse_param
+
+    name, _, rest = text.partition(":")
+    params = dict(parse_param(p) for p in rest.split(",") if p) if rest else {}
+    if name == "backup" and "k" not in params:
+        params["k"] = max(1, (3 * n_workers) // 4)
+    policy = make_policy(name.strip(), params)
+    try:
+        policy.bind(n_workers, 1)
+    except ValueError as exc:
+        raise UserError(f"--policies {text}: {exc}") from None
+    return policy.to_dict()
+
+
+def label_of(policy: dict[str, Any]) -> str:
+    params = ",".join(f"{k}={v}" for k, v in policy["params"].items())
+    return f"{policy['policy']}({params})" if params else policy["policy"]
+
+
+def run_one(job: JobSpec, policy: dict[str, Any], seed: int, threads: int | None) -> dict[str, Any]:
+    """One run in a worker process; returns its summary and the curves the plots need."""
+    import torch
+
+    from autosync.catalog import policy_from_dict
+    from autosync.engine import simulate
+
+    if threads:
+        torch.set_num_threads(threads)
+    result = simulate(job.model_copy(update={"seed": seed}), policy_from_dict(policy))
+    trace = result.trace
+    return {
+        **result.summary(),
+        "curve": {"time": trace.column("evals", "time"), "train_loss": trace.column("evals", "train_loss"),
+                  "test_accuracy": trace.column("evals", "test_accuracy")},
+        "k": {"time": trace.column("updates", "time"), "k": trace.column("updates", "n_aggregated")},
+    }
+
+
+def run_grid(job: JobSpec, policies: list[dict[str, Any]], seeds: list[int], n_jobs: int = 1,
+             on_done: Callable[[dict[str, Any]], None] | None = None) -> list[Entry]:
+    """Run every policy with every seed (in parallel with joblib when n_jobs > 1)."""
+    from joblib import Parallel, delayed
+
+    entries = [Entry(label_of(p), p) for p in policies]
+    tasks = [(i, s) for i in range(len(policies)) for s in seeds]
+    threads = 1 if n_jobs != 1 else None  # one thread per process: the processes already fill the cores
+    outputs: Iterator[dict[str, Any]] = Parallel(n_jobs=n_jobs, return_as="generator")(
+        delayed(run_one)(job, policies[i], s, threads) for i, s in tasks)
+    for (i, _), out in zip(tasks, outputs):
+        entries[i].runs.append(out)
+        if on_done is not None:
+            on_done(out)
+    for entry in entries:
+        entry.runs.sort(key=lambda r: r["seed"])
+    return entries
+
+
+def trimmed_mean(values: list[float]) -> float:
+    """MLPerf's score: drop the fastest and the slowest run, average the rest (inf if any rest is inf)."""
+    ordered = sorted(values)
+    if len(ordered) >= 3:
+        ordered = ordered[1:-1]
+    return math.inf if any(math.isinf(v) for v in ordered) else sum(ordered) / len(ordered)
+
+
+def score(entries: list[Entry], baseline: str = "bsp") -> list[dict[str, Any]]:
+    """One row per entry, best time-to-target first; speedups are against the `baseline` policy."""
+    rows = []
+    for e in entries:
+        ttt = [r["time_to_target"] if r["time_to_target"] is not None else math.inf for r in e.runs]
+        reached = [t for t in ttt if math.isfinite(t)]
+        reached_runs = [r for r in e.runs if r["time_to_target"] is not None]
+        rows.append({
+            "policy": e.label,
+            "spec": e.policy,
+            "runs": len(e.runs),
+            "time_to_target": trimmed_mean(ttt),
+            "median_time_to_target": statistics.median(ttt),
+            "std_time_to_target": statistics.stdev(reached) if len(reached) > 1 else 0.0,
+            "never_reached": len(ttt) - len(reached),
+            "final_test_accuracy": _mean(r["final_test_accuracy"] for r in e.runs),
+            "final_train_loss": _mean(r["final_train_loss"] for r in e.runs),
+            "updates_to_target": _mean(r["updates_to_target"] for r in reached_runs),
+            "updates_per_virtual_second": _mean(r["updates_per_virtual_second"] for r in e.runs),
+        })
+    base = next((r for r in rows if r["spec"]["policy"] == baseline), None)
+    for r in rows:
+        ok = base is not None and math.isfinite(base["time_to_target"]) and math.isfinite(r["time_to_target"])
+        r["speedup_vs_" + baseline] = base["time_to_target"] / r["time_to_target"] if ok else None
+    rows.sort(key=lambda r: (r["time_to_target"], -(r["final_test_accuracy"] or 0)))
+    return rows
+
+
+def _mean(values) -> float | None:
+    vals = [v for v in values if v is not None and math.isfinite(v)]
+    return sum(vals) / len(vals) if vals else None

@@ -1,0 +1,70 @@
+"""Leaderboards: MLPerf-style scoring, parallel runs equal serial runs, files written."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from autosync.errors import UserError
+from autosync.leaderboard import Entry, parse_policy_spec, run_grid, score, trimmed_mean
+from tests.conftest import small_job
+from tests.test_cli import autosync
+
+
+def test_trimmed_mean_drops_fastest_and_slowest():
+    assert trimmed_mean([1.0, 10.0, 2.0, 3.0, 100.0]) == pytest.approx(5.0)
+    assert trimmed_mean([1.0, 2.0, math.inf]) == 2.0  # one miss is dropped as the slowest
+    assert trimmed_mean([1.0, math.inf, math.inf]) == math.inf
+    assert trimmed_mean([4.0, 6.0]) == 5.0  # too few runs to trim
+
+
+def _run(seed, ttt, acc=0.9):
+    return {"seed": seed, "time_to_target": ttt, "updates_to_target": 10 if ttt else None,
+            "final_test_accuracy": acc, "final_train_loss": 0.1, "updates_per_virtual_second": 1.0}
+
+
+def test_score_ranks_by_time_to_target_and_computes_speedups():
+    bsp = Entry("bsp", {"policy": "bsp", "params": {}}, [_run(s, t) for s, t in enumerate([10.0, 12.0, 14.0])])
+    fast = Entry("backup", {"policy": "backup", "params": {"k": 3}}, [_run(s, t) for s, t in enumerate([4.0, 6.0, 5.0])])
+    never = Entry("asp", {"policy": "asp", "params": {}}, [_run(s, None, 0.1) for s in range(3)])
+    rows = score([bsp, never, fast])
+    assert [r["policy"] for r in rows] == ["backup", "bsp", "asp"]
+    assert rows[0]["speedup_vs_bsp"] == pytest.approx(12.0 / 5.0)
+    assert rows[2]["never_reached"] == 3 and rows[2]["speedup_vs_bsp"] is None
+
+
+def test_policy_specs_are_parsed_and_validated():
+    assert parse_policy_spec("backup", 16) == {"policy": "backup", "params": {"k": 12, "lr_rule": "fixed"}}
+    assert parse_policy_spec("ssp:staleness=2", 4)["params"] == {"staleness": 2}
+    with pytest.raises(UserError, match="k must be between 1 and n_workers=4, but got k=9"):
+        parse_policy_spec("backup:k=9", 4)
+
+
+def test_parallel_grid_equals_serial_grid():
+    job = small_job(budget={"max_updates": 15})
+    policies = [parse_policy_spec(p, 4) for p in ("bsp", "asp")]
+    serial = run_grid(job, policies, [0, 1], n_jobs=1)
+    parallel = run_grid(job, policies, [0, 1], n_jobs=2)
+    strip = lambda es: [[{k: v for k, v in r.items() if k != "wall_seconds"} for r in e.runs] for e in es]
+    assert strip(serial) == strip(parallel)
+
+
+def test_leaderboard_command_writes_tables_and_plots(tmp_path):
+    job = tmp_path / "job.yaml"
+    job.write_text("name: lb\nworkload: {dataset: {name: digits}, model: {name: logreg}, batch_size: 16,"
+                   " optimizer: {lr: 0.2}, evaluation: {every_seconds: 2}}\n"
+                   "cluster: {n_workers: 4}\ntarget: {threshold: 0.8}\nbudget: {max_virtual_seconds: 15}\n")
+    proc = autosync("leaderboard", str(job), "--policies", "bsp", "--policies", "backup:k=3", "--seeds", "3",
+                    "--n-jobs", "2", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    out = tmp_path / "results" / "lb"
+    data = json.loads((out / "leaderboard.json").read_text())
+    assert {r["policy"] for r in data["rows"]} == {"bsp", "backup(k=3,lr_rule=fixed)"}
+    assert all(len(runs) == 3 for runs in data["runs"].values())
+    assert "autosync leaderboard" in (out / "leaderboard.md").read_text()
+    for name in ("leaderboard.csv", "curves.png", "k_over_time.png"):
+        assert (out / name).stat().st_size > 0
+    proc = autosync("leaderboard", str(job), "--policies", "nope", cwd=tmp_path)
+    assert proc.returncode == 2 and "--policy must be one of" in proc.stderr
