@@ -46,7 +46,10 @@ class GainEstimator:
         variance = None
         if k > 1:  # (10): unbiased sum of per-coordinate variances
             variance = float(((g - g.mean(0)) ** 2).sum() / (k - 1))
-        grad_norm_sq = max(mean_sq - (variance or 0.0) / k, 0.0)  # (11)
+        # (11) needs V at this iteration; (10) is undefined for k = 1, so use the window's average (13)
+        # there rather than 0, which would count all the gradient noise as signal.
+        v_for_norm = variance if variance is not None else (self.averages()[0] or 0.0)
+        grad_norm_sq = max(mean_sq - v_for_norm / k, 0.0)  # (11)
         loss = float(sum(wi * li for wi, li in zip(weights, losses)))
         current = IterationEstimates(variance, grad_norm_sq, loss, k, lr)
         if self.history:
