@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -109,3 +110,25 @@ def test_asp_staleness_grows_with_workers():
     many = simulate(small_job(cluster__n_workers=8), ASP())
     mean = lambda r: np.mean([s for row in r.trace.column("updates", "staleness") for s in row])
     assert mean(many) > mean(few) > 0
+
+
+def test_a_schedule_pause_delays_everything_in_flight():
+    from autosync.policies import Policy, Schedule, Strategies
+    from autosync.policies._barriers import FastestK
+
+    class PauseOnce(Schedule):
+        def after_update(self, server, strategies, epoch):
+            return 10.0 if server.version == 1 else 0.0
+
+    class PausedBSP(Policy):
+        name = "paused"
+
+        def strategies(self, n_workers, batch_size):
+            return Strategies(barrier=FastestK(), schedule=PauseOnce())
+
+    job = small_job(cluster__round_trip={"kind": "deterministic"}, budget={"max_updates": 3})
+    plain = _iteration_times(simulate(job, BSP()))
+    paused = _iteration_times(simulate(job, PausedBSP()))
+    assert paused == pytest.approx(plain + [10.0, 0.0, 0.0])
+    arrivals = [a[0] for a in simulate(job, PausedBSP()).trace.arrivals]
+    assert arrivals == sorted(arrivals)

@@ -17,6 +17,10 @@ class EventQueue:
     def pop(self) -> tuple[float, int, int]:
         return heapq.heappop(self._heap)
 
+    def delay_all(self, seconds: float) -> None:
+        """Postpone every pending event (a pause of the whole cluster, e.g. a checkpoint and restart)."""
+        self._heap = [(t + seconds, w, k) for t, w, k in self._heap]  # order is unchanged: still a heap
+
     def peek_time(self) -> float:
         return self._heap[0][0]
 

@@ -123,7 +123,10 @@ class Simulator:
         loss = sum(w * l for w, l in zip(weights, losses))
         stats = UpdateStats(arrivals, weights, aggregate, worker_grads, losses, lr, self.now)
         strategies.barrier.after_update(self.server, stats)
-        self.now += strategies.schedule.after_update(self.server, strategies, epoch)
+        pause = strategies.schedule.after_update(self.server, strategies, epoch)
+        if pause:  # a phase change stops the whole cluster: everything in flight arrives later too
+            self.now += pause
+            self.events.delay_all(pause)
         self.trace.updates.append((
             len(self.trace.updates) + 1, self.now, wallclock.perf_counter() - self._start_wall,
             self.server.version, update.target_count, len(arrivals), [a.worker for a in arrivals],

@@ -205,6 +205,9 @@ class Policy(ABC):
     #: Name used on the command line and in results.
     name: ClassVar[str]
 
+    def __init__(self) -> None:
+        """A policy without parameters; subclasses list theirs as explicit keyword arguments."""
+
     def params(self) -> dict[str, Any]:
         sig = inspect.signature(type(self).__init__)
         return {n: getattr(self, n) for n in sig.parameters if n != "self"}

@@ -11,9 +11,6 @@ class BSP(Policy):
 
     name = "bsp"
 
-    def __init__(self) -> None:
-        pass
-
     def strategies(self, n_workers: int, batch_size: int) -> Strategies:
         return Strategies(barrier=FastestK(k=None))
 
@@ -22,9 +19,6 @@ class ASP(Policy):
     """Asynchronous parallel: every gradient is applied on arrival, whatever its staleness."""
 
     name = "asp"
-
-    def __init__(self) -> None:
-        pass
 
     def strategies(self, n_workers: int, batch_size: int) -> Strategies:
         return Strategies(barrier=OnArrival())
