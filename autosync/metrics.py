@@ -11,11 +11,11 @@ from autosync.job import TargetSpec
 
 def run_metrics(trace: Trace, target: TargetSpec, virtual_time: float) -> dict[str, Any]:
     """Summarise a trace: time/updates to target (first evaluation meeting it), final metrics, rates."""
-    evals = trace.to_dict()["evals"]
+    evals = trace.records("evals")
     hit = next((e for e in evals if _finite(e[target.metric]) and target.reached(e[target.metric])), None)
     last = evals[-1] if evals else {}
     n_updates = len(trace.updates)
-    accepted = sum(1 for a in trace.arrivals if a[5])
+    accepted = sum(trace.column("arrivals", "accepted"))
     return {
         "target_metric": target.metric,
         "target_threshold": target.threshold,
@@ -31,7 +31,7 @@ def run_metrics(trace: Trace, target: TargetSpec, virtual_time: float) -> dict[s
         "gradients_arrived": len(trace.arrivals),
         "gradients_discarded": len(trace.arrivals) - accepted,
         "mean_iteration_time": virtual_time / n_updates if n_updates else None,
-        "epochs": trace.updates[-1][11] if trace.updates else 0.0,
+        "epochs": trace.column("updates", "epoch")[-1] if trace.updates else 0.0,
     }
 
 

@@ -12,6 +12,7 @@ UPDATE_COLUMNS = ("update", "time", "wall", "version", "k", "n_aggregated", "wor
                   "batch_sizes", "loss", "lr", "epoch")
 ARRIVAL_COLUMNS = ("time", "worker", "task", "version", "batch_size", "accepted")
 EVAL_COLUMNS = ("update", "time", "epoch", "train_loss", "test_loss", "test_accuracy")
+_COLUMNS = {"updates": UPDATE_COLUMNS, "arrivals": ARRIVAL_COLUMNS, "evals": EVAL_COLUMNS}
 
 
 @dataclass
@@ -24,24 +25,22 @@ class Trace:
     extras: dict[str, list[Any]] = field(default_factory=dict)
 
     def column(self, table: str, name: str) -> list[Any]:
-        columns = {"updates": UPDATE_COLUMNS, "arrivals": ARRIVAL_COLUMNS, "evals": EVAL_COLUMNS}[table]
-        i = columns.index(name)
+        i = _COLUMNS[table].index(name)
         return [row[i] for row in getattr(self, table)]
 
+    def records(self, table: str) -> list[dict[str, Any]]:
+        """The rows of one table as dicts keyed by column name."""
+        return [dict(zip(_COLUMNS[table], r)) for r in getattr(self, table)]
+
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "updates": [dict(zip(UPDATE_COLUMNS, r)) for r in self.updates],
-            "arrivals": [dict(zip(ARRIVAL_COLUMNS, r)) for r in self.arrivals],
-            "evals": [dict(zip(EVAL_COLUMNS, r)) for r in self.evals],
-            "extras": self.extras,
-        }
+        return {**{table: self.records(table) for table in _COLUMNS}, "extras": self.extras}
 
     def write(self, directory: Path) -> list[Path]:
         """Write trace.json and one CSV per table into `directory`; returns the paths."""
         directory.mkdir(parents=True, exist_ok=True)
         paths = [directory / "trace.json"]
         paths[0].write_text(json.dumps(self.to_dict(), default=_jsonable))
-        for name, columns in (("updates", UPDATE_COLUMNS), ("arrivals", ARRIVAL_COLUMNS), ("evals", EVAL_COLUMNS)):
+        for name, columns in _COLUMNS.items():
             path = directory / f"{name}.csv"
             with path.open("w", newline="") as fh:
                 writer = csv.writer(fh)
