@@ -7,9 +7,15 @@ import json
 from typing import Any
 
 from autosync.errors import UserError
-from autosync.policies import ASP, BSP, DBW, SSP, BackupWorkers, BlindDBW, Policy
+from autosync.policies import (
+    ASP, BSP, DANADC, DBW, DCASGD, LWP, NAGASGD, SSP, BackupWorkers, BlindDBW, DANASlim, DANAZero, MultiASGD,
+    Policy,
+)
 
-POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in (BSP, ASP, SSP, BackupWorkers, DBW, BlindDBW)}
+POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in (
+    BSP, ASP, SSP, BackupWorkers, DBW, BlindDBW,
+    NAGASGD, MultiASGD, LWP, DCASGD, DANAZero, DANASlim, DANADC,
+)}
 
 
 def policy_parameters(cls: type[Policy]) -> dict[str, Any]:

@@ -82,7 +82,8 @@ class OptimizerSpec(_Spec):
 
 class LRScheduleSpec(_Spec):
     kind: Literal["constant", "step", "cosine"] = "constant"  # shape of the decay
-    warmup_epochs: float = Field(0.0, ge=0.0)  # linear warm-up from 0 over this many epochs
+    warmup_epochs: float = Field(0.0, ge=0.0)  # linear warm-up over this many epochs
+    warmup_from: Literal["zero", "lr_over_n"] = "zero"  # warm-up start: 0, or eta / n_workers (DANA app. A.5)
     step_epochs: float = Field(10.0, gt=0.0)  # step: multiply by gamma every this many epochs
     gamma: float = Field(0.1, gt=0.0, le=1.0)  # step: decay factor
     total_epochs: float | None = Field(None, gt=0.0)  # cosine: horizon (defaults to budget.max_epochs)

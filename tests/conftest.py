@@ -37,3 +37,26 @@ def small_job(**changes: Any) -> JobSpec:
 @pytest.fixture
 def job() -> JobSpec:
     return small_job()
+
+
+def torch_sgd_reference(job: JobSpec):
+    """Parameters after job.budget.max_updates steps of torch.optim.SGD on worker 0's batches (one worker)."""
+    import torch
+    import torch.nn.functional as F
+
+    from autosync.workloads.workload import Workload
+
+    workload = Workload(job)
+    model = workload.model
+    with torch.no_grad():
+        torch.nn.utils.vector_to_parameters(workload.init_params(), model.parameters())
+    o = job.workload.optimizer
+    opt = torch.optim.SGD(model.parameters(), lr=o.lr, momentum=o.momentum, nesterov=o.nesterov,
+                          weight_decay=o.weight_decay)
+    data = workload.data
+    for task in range(job.budget.max_updates):
+        idx = torch.from_numpy(workload.batch(job.seed, 0, task, job.workload.batch_size))
+        opt.zero_grad()
+        F.cross_entropy(model(data.x_train[idx]), data.y_train[idx]).backward()
+        opt.step()
+    return torch.nn.utils.parameters_to_vector(model.parameters()).detach()

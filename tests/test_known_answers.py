@@ -7,12 +7,10 @@ import math
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 
 from autosync.engine import simulate
 from autosync.policies import ASP, BSP, SSP, BackupWorkers
-from autosync.workloads.workload import Workload
-from tests.conftest import small_job
+from tests.conftest import small_job, torch_sgd_reference
 
 
 def _iteration_times(result) -> np.ndarray:
@@ -46,19 +44,7 @@ def test_asp_with_one_worker_is_sequential_sgd():
     job = small_job(cluster__n_workers=1, workload__optimizer={"lr": 0.1, "momentum": 0.9, "nesterov": True,
                                                               "weight_decay": 1e-3})
     result = simulate(job, ASP())
-    workload = Workload(job)
-    model = workload.model
-    with torch.no_grad():
-        torch.nn.utils.vector_to_parameters(workload.init_params(), model.parameters())
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-3)
-    data = workload.data
-    for task in range(job.budget.max_updates):
-        idx = torch.from_numpy(workload.batch(job.seed, 0, task, job.workload.batch_size))
-        opt.zero_grad()
-        F.cross_entropy(model(data.x_train[idx]), data.y_train[idx]).backward()
-        opt.step()
-    reference = torch.nn.utils.parameters_to_vector(model.parameters()).detach()
-    assert torch.allclose(result.final_params, reference, atol=1e-5, rtol=1e-5)
+    assert torch.allclose(result.final_params, torch_sgd_reference(job), atol=1e-5, rtol=1e-5)
     assert set(result.trace.column("updates", "staleness")[0]) == {0}
 
 
@@ -117,8 +103,8 @@ def test_a_schedule_pause_delays_everything_in_flight():
     from autosync.policies._barriers import FastestK
 
     class PauseOnce(Schedule):
-        def after_update(self, server, strategies, epoch):
-            return 10.0 if server.version == 1 else 0.0
+        def after_update(self, server, strategies, stats, progress, update_state):
+            return 10.0 if server.version == 1 else None
 
     class PausedBSP(Policy):
         name = "paused"

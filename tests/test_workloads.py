@@ -52,6 +52,9 @@ def test_resnet_depths():
 
 def test_lr_schedules():
     assert lr_factor(LRScheduleSpec(kind="constant", warmup_epochs=2), 1.0, None) == pytest.approx(0.5)
+    dana_warmup = LRScheduleSpec(warmup_epochs=5, warmup_from="lr_over_n")
+    assert lr_factor(dana_warmup, 0.0, None, n_workers=8) == pytest.approx(1 / 8)
+    assert lr_factor(dana_warmup, 2.5, None, n_workers=8) == pytest.approx((1 / 8 + 1) / 2)
     assert lr_factor(LRScheduleSpec(kind="step", step_epochs=3, gamma=0.5), 7.0, None) == pytest.approx(0.25)
     assert lr_factor(LRScheduleSpec(kind="cosine", total_epochs=10), 5.0, None) == pytest.approx(0.5)
     assert lr_factor(LRScheduleSpec(kind="cosine"), 10.0, 10.0) == pytest.approx(0.0)

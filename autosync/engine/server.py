@@ -7,6 +7,7 @@ tracks versions, who is busy, and which gradients wait, and asks the policy's st
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 from autosync.policies import Arrival, Strategies, Task
 
@@ -41,15 +42,22 @@ class Decision:
 class Server:
     """Synchronization state of one run; strategies read it through `autosync.policies.ServerView`."""
 
-    def __init__(self, strategies: Strategies, n_workers: int):
+    def __init__(self, strategies: Strategies, n_workers: int, memory_caps: list[int | None] | None = None,
+                 resources: Callable[[int, float], tuple[float, float]] | None = None):
         self.strategies = strategies
         self.n_workers = n_workers
+        self.memory_caps = list(memory_caps) if memory_caps is not None else [None] * n_workers
+        self._resources = resources
         self.version = 0
         self.buffer: list[Arrival] = []
         self.last_version = [-1] * n_workers
         self.applied = [0] * n_workers
         self.busy = [False] * n_workers
         self.time = 0.0
+
+    def resources(self, worker: int) -> tuple[float, float]:
+        """(CPU, memory) availability of `worker` now, as the backend measures it (1.0 when unknown)."""
+        return self._resources(worker, self.time) if self._resources is not None else (1.0, 1.0)
 
     def start(self) -> list[Start]:
         """Initial assignments: every worker that the barrier lets start."""

@@ -21,7 +21,7 @@ from autosync.engine.server import Server, Start, Update
 from autosync.engine.trace import Trace
 from autosync.job import JobSpec
 from autosync.metrics import run_metrics
-from autosync.policies import Arrival, Policy, Strategies, Task, UpdateStats
+from autosync.policies import Arrival, Policy, Progress, Strategies, Task, UpdateStats
 from autosync.workloads.workload import Workload
 
 ProgressFn = Callable[[dict[str, Any]], None]
@@ -58,8 +58,9 @@ class Simulator:
         self.progress = progress
         n = job.cluster.n_workers
         self.strategies: Strategies = policy.bind(n, job.workload.batch_size)
-        self.server = Server(self.strategies, n)
         self.cluster = RoundTripModel(job.cluster, job.seed)
+        self.server = Server(self.strategies, n, memory_caps=[self.cluster.memory_cap(w) for w in range(n)],
+                             resources=self.cluster.resources)
         self.driver = InProcessDriver(self.workload, job.seed)
         self.events = EventQueue()
         self.trace = Trace()
@@ -105,13 +106,16 @@ class Simulator:
         arrival = Arrival(task, time)
         decision = self.server.on_arrival(arrival)
         self.trace.arrivals.append((time, worker, task.index, task.version, task.batch_size, decision.accepted))
-        status = "completed"
+        status, changed = "completed", False
         if decision.update is not None:
-            status = self._apply(decision.update)
+            status, changed = self._apply(decision.update)
         self._launch(decision.starts)
+        if changed:  # a phase change may let idle workers start under the new barrier
+            self._launch(self.server.start())
         return status
 
-    def _apply(self, update: Update) -> str:
+    def _apply(self, update: Update) -> tuple[str, bool]:
+        """Apply one update; returns the run status and whether the schedule changed the strategies."""
         strategies = self.strategies
         arrivals = update.arrivals
         weights = strategies.aggregation.weights(arrivals)
@@ -123,9 +127,12 @@ class Simulator:
         loss = sum(w * l for w, l in zip(weights, losses))
         stats = UpdateStats(arrivals, weights, aggregate, worker_grads, losses, lr, self.now)
         strategies.barrier.after_update(self.server, stats)
-        pause = strategies.schedule.after_update(self.server, strategies, epoch)
+        strategies.batching.after_update(self.server, stats)
+        pause = strategies.schedule.after_update(self.server, strategies, stats, self._progress(),
+                                                 self.update_state)
         if pause:  # a phase change stops the whole cluster: everything in flight arrives later too
             self.now += pause
+            self.server.time = self.now
             self.events.delay_all(pause)
         self.trace.updates.append((
             len(self.trace.updates) + 1, self.now, wallclock.perf_counter() - self._start_wall,
@@ -138,11 +145,25 @@ class Simulator:
                 self.trace.extras.setdefault(key, []).append((update_index, value))
         for a in arrivals:  # free the gradients: the tasks may still be referenced by the trace
             a.task.gradient = a.task.params = None
+        changed = pause is not None
         if not math.isfinite(loss) or not bool(torch.isfinite(self.params).all()):
-            return "diverged"
+            return "diverged", changed
         if self._evaluate_due() and self.job.budget.stop_at_target:
-            return "target_reached"
-        return "completed"
+            return "target_reached", changed
+        return "completed", changed
+
+    def _progress(self) -> Progress:
+        """Training progress against the budget (epochs first: Sync-Switch measures its workload in samples)."""
+        b = self.job.budget
+        epoch = self.samples_applied / self.workload.data.n_train
+        updates = len(self.trace.updates) + 1
+        if b.max_epochs is not None:
+            fraction = epoch / b.max_epochs
+        elif b.max_virtual_seconds is not None:
+            fraction = self.now / b.max_virtual_seconds
+        else:
+            fraction = updates / b.max_updates if b.max_updates else 0.0
+        return Progress(epoch=epoch, fraction=fraction, updates=updates, time=self.now)
 
     def _gradients(self, arrivals: list[Arrival], weights: list[float]):
         """Aggregate gradient, per-worker gradients (when asked for) and local losses of one update."""

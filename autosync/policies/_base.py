@@ -64,6 +64,11 @@ class ServerView(Protocol):
     last_version: list[int]  # version of each worker's most recent task (-1 before the first)
     applied: list[int]  # gradients applied per worker (the SSP clock)
     time: float  # virtual time of the event being processed
+    memory_caps: list[int | None]  # largest batch each worker's memory holds (None: no limit known)
+
+    def resources(self, worker: int) -> tuple[float, float]:
+        """(CPU, memory) availability of `worker` now, each in (0, 1] (LB-BSP's driving resources)."""
+        ...
 
 
 @dataclass
@@ -127,6 +132,20 @@ class Barrier(Strategy, ABC):
         """Hook after each update (DBW picks k_t here)."""
 
 
+@dataclass
+class Progress:
+    """How far training is, for schedules: epochs done and the fraction of the job's budget spent.
+
+    `fraction` is measured in epochs when the budget has max_epochs (samples processed, the
+    Sync-Switch paper's "workload"), else in virtual seconds, else in updates.
+    """
+
+    epoch: float
+    fraction: float
+    updates: int
+    time: float
+
+
 class Aggregation(Strategy):
     """Weights of the gradients combined in one update: the plain mean by default (DBW eq. 4)."""
 
@@ -143,7 +162,7 @@ class UpdateRule(Strategy):
 
     def init_state(self, params: "torch.Tensor", n_workers: int, opt: "OptimizerSpec") -> dict[str, Any]:
         self.opt = opt
-        return {"momentum": None}
+        return {"momentum": None, "momentum_coefficient": None}
 
     def apply(self, params: "torch.Tensor", state: dict[str, Any], grad: "torch.Tensor", lr: float,
               arrivals: Sequence[Arrival]) -> "torch.Tensor":
@@ -151,16 +170,23 @@ class UpdateRule(Strategy):
         opt = self.opt
         if opt.weight_decay:
             grad = grad + opt.weight_decay * params
-        if opt.momentum:
+        mu = momentum_of(state, opt)
+        if mu or state["momentum"] is not None:
             buf = state["momentum"]
-            buf = grad.clone() if buf is None else buf.mul_(opt.momentum).add_(grad)
+            buf = grad.clone() if buf is None else buf.mul_(mu).add_(grad)
             state["momentum"] = buf
-            grad = grad + opt.momentum * buf if opt.nesterov else buf
+            grad = grad + mu * buf if opt.nesterov else buf
         return params - lr * grad
 
     def params_for(self, worker: int, params: "torch.Tensor", state: dict[str, Any]) -> "torch.Tensor":
         """The parameters sent to `worker` for its next task (DANA sends a look-ahead here)."""
         return params
+
+
+def momentum_of(state: dict[str, Any], opt: "OptimizerSpec") -> float:
+    """The momentum coefficient in force: the job's, unless a schedule overrode it (Sync-Switch Fig. 8)."""
+    override = state.get("momentum_coefficient")
+    return opt.momentum if override is None else override
 
 
 class Batching(Strategy):
@@ -172,13 +198,21 @@ class Batching(Strategy):
     def batch_size(self, server: ServerView, worker: int) -> int:
         return self._batch_size
 
+    def after_update(self, server: ServerView, stats: UpdateStats) -> None:
+        """Hook after each update (LB-BSP re-balances the batch sizes here, at the BSP barrier)."""
+
 
 class Schedule(Strategy):
     """Phase changes during training; by default there is one phase."""
 
-    def after_update(self, server: ServerView, strategies: "Strategies", epoch: float) -> float:
-        """May swap strategies in place; returns virtual seconds the change costs (0 for none)."""
-        return 0.0
+    def after_update(self, server: ServerView, strategies: "Strategies", stats: UpdateStats,
+                     progress: Progress, update_state: dict[str, Any]) -> float | None:
+        """May swap strategies in place (and override the momentum in `update_state`).
+
+        Returns None when nothing changed, else the virtual seconds the change costs (0.0 for free):
+        the engine then pauses the cluster for that long and lets idle workers start under the new rules.
+        """
+        return None
 
 
 @dataclass

@@ -95,13 +95,19 @@ class Workload:
     # ------------------------------------------------------------------ schedule
     def learning_rate(self, epoch: float) -> float:
         """eta at a training progress of `epoch` epochs (warm-up, then constant/step/cosine)."""
-        return self.spec.optimizer.lr * lr_factor(self.spec.lr_schedule, epoch, self.job.budget.max_epochs)
+        return self.spec.optimizer.lr * lr_factor(self.spec.lr_schedule, epoch, self.job.budget.max_epochs,
+                                                  self.job.cluster.n_workers)
 
 
-def lr_factor(sched: LRScheduleSpec, epoch: float, budget_epochs: float | None) -> float:
-    """Multiplier of the base learning rate at `epoch` (linear warm-up, then the schedule's decay)."""
+def lr_factor(sched: LRScheduleSpec, epoch: float, budget_epochs: float | None, n_workers: int = 1) -> float:
+    """Multiplier of the base learning rate at `epoch` (linear warm-up, then the schedule's decay).
+
+    The warm-up ramps linearly from 0, or from 1/n_workers as in the DANA paper's appendix A.5
+    (Goyal et al. 2017), to 1 over `warmup_epochs`.
+    """
     if sched.warmup_epochs and epoch < sched.warmup_epochs:
-        return (epoch + 1e-12) / sched.warmup_epochs
+        start = 1.0 / n_workers if sched.warmup_from == "lr_over_n" else 0.0
+        return start + (1.0 - start) * (epoch + 1e-12) / sched.warmup_epochs
     if sched.kind == "constant":
         return 1.0
     if sched.kind == "step":
