@@ -8,9 +8,10 @@ from autosync.policies._base import (
 from autosync.policies._classic import ASP, BSP, SSP, BackupWorkers
 from autosync.policies._dana import DANADC, DCASGD, LWP, NAGASGD, DANASlim, DANAZero, MultiASGD
 from autosync.policies._dbw import DBW, BlindDBW, DynamicK
+from autosync.policies._sync_switch import SyncSwitch
 
 __all__ = [
     "ASP", "BSP", "DANADC", "DBW", "DCASGD", "DANASlim", "DANAZero", "LWP", "MultiASGD", "NAGASGD", "SSP", "Aggregation", "Arrival", "BackupWorkers", "Barrier", "Batching",
     "BlindDBW", "BoundedStaleness", "DynamicK", "FastestK", "OnArrival", "Policy", "Progress", "Schedule", "ServerView", "Strategies",
-    "Strategy", "Task", "UpdateRule", "UpdateStats",
+    "Strategy", "SyncSwitch", "Task", "UpdateRule", "UpdateStats",
 ]

@@ -12,12 +12,14 @@ class FastestK(Barrier):
 
     Push & wait (DBW paper sec. 2): a worker still computing on an old version finishes, its gradient
     is discarded on arrival, then it starts on the newest parameters. With ``lr_rule="proportional"``
-    the learning rate is eta * k / n (Chen et al. 2016; DBW sec. 4).
+    the learning rate is eta * k / n (Chen et al. 2016; DBW sec. 4). `lr_multiplier` scales it further
+    (Sync-Switch's configuration policy trains BSP with n * eta, sec. IV-C).
     """
 
-    def __init__(self, k: int | None = None, lr_rule: str = "fixed"):
+    def __init__(self, k: int | None = None, lr_rule: str = "fixed", lr_multiplier: float = 1.0):
         self.k = k
         self.lr_rule = lr_rule
+        self.lr_multiplier = lr_multiplier
 
     def reset(self, n_workers: int, batch_size: int) -> None:
         if self.k is not None and not 1 <= self.k <= n_workers:
@@ -40,7 +42,8 @@ class FastestK(Barrier):
         return server.last_version[worker] < server.version
 
     def lr_scale(self, server: ServerView, n_aggregated: int) -> float:
-        return n_aggregated / server.n_workers if self.lr_rule == "proportional" else 1.0
+        rule = n_aggregated / server.n_workers if self.lr_rule == "proportional" else 1.0
+        return rule * self.lr_multiplier
 
 
 class OnArrival(Barrier):

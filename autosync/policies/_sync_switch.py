@@ -1,0 +1,221 @@
+"""Sync-Switch at run time (Li, Mangoubi, Xu, Guo, ICDCS 2021, sec. IV).
+
+- Protocol policy (IV-A): BSP for the first fraction s of the workload, then ASP. The reverse order
+  (ASP first) is available to show why the paper rejects it.
+- Configuration policy (IV-C): BSP trains with learning rate n * eta (global batch n * B, linear scaling
+  rule), ASP with eta and batch B per worker; momentum unchanged, or one of the Fig. 8 variants after
+  the switch to ASP: 0, 1/n, or ramped up as i/(2n) or i/n (i = epochs since the switch, capped at gamma).
+- A switch costs `switch_seconds` of virtual time (checkpoint and restart: the whole cluster pauses).
+- Online straggler policies (IV-B2): a worker is a straggler when its throughput over a sliding window
+  is below the cluster mean minus one standard deviation for `consecutive` windows in a row.
+  greedy: ASP while stragglers exist, back to BSP when they are gone, until the BSP quota s is met.
+  elastic: detected stragglers are excluded from BSP until the quota is met; then all workers
+  continue under ASP.
+
+The workload is measured in epochs when the job's budget has max_epochs, else in virtual seconds (see
+`autosync.policies.Progress`).
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from autosync.policies._barriers import FastestK, OnArrival
+from autosync.policies._base import Arrival, Policy, Progress, Schedule, ServerView, Strategies, UpdateStats
+
+ORDERS = ("bsp_asp", "asp_bsp")
+CONFIGS = ("sync_switch", "none")
+ASP_MOMENTUM = ("same", "zero", "one_over_n", "ramp_2n", "ramp_n")
+STRAGGLER_POLICIES = ("agnostic", "greedy", "elastic")
+
+
+class StragglerDetector:
+    """Sync-Switch's detector: throughput per worker over windows of `window_seconds`; a straggler is
+    below mean - std of the cluster for `consecutive` windows in a row (sec. IV-C)."""
+
+    def __init__(self, n_workers: int, window_seconds: float, consecutive: int):
+        self.n = n_workers
+        self.window_seconds = window_seconds
+        self.consecutive = consecutive
+        self.window_end = window_seconds
+        self.samples = [0.0] * n_workers
+        self.seconds = [0.0] * n_workers
+        self.below = [0] * n_workers
+        self.stragglers: set[int] = set()
+
+    def observe(self, arrivals: list[Arrival], now: float) -> bool:
+        """Record completed tasks; returns True when a window closed (the straggler set may change)."""
+        for a in arrivals:
+            self.samples[a.worker] += a.task.batch_size
+            self.seconds[a.worker] += max(a.time - a.task.start, 1e-12)
+        if now < self.window_end:
+            return False
+        speeds = {w: self.samples[w] / self.seconds[w] for w in range(self.n) if self.seconds[w] > 0}
+        if len(speeds) >= 2:
+            mean, std = statistics.fmean(speeds.values()), statistics.pstdev(speeds.values())
+            for w, speed in speeds.items():  # a worker with no finished task keeps its status
+                self.below[w] = self.below[w] + 1 if speed < mean - std else 0
+                if self.below[w] >= self.consecutive:
+                    self.stragglers.add(w)
+                elif self.below[w] == 0:
+                    self.stragglers.discard(w)
+        self.samples = [0.0] * self.n
+        self.seconds = [0.0] * self.n
+        while self.window_end <= now:
+            self.window_end += self.window_seconds
+        return True
+
+
+class ElasticBSP(FastestK):
+    """BSP over the workers not in `excluded`: they neither start tasks nor count toward k."""
+
+    def reset(self, n_workers: int, batch_size: int) -> None:
+        super().reset(n_workers, batch_size)
+        self.excluded: set[int] = set()
+
+    def target_count(self, server: ServerView) -> int:
+        return server.n_workers - len(self.excluded)
+
+    def accept(self, server: ServerView, arrival: Arrival) -> bool:
+        return arrival.worker not in self.excluded and super().accept(server, arrival)
+
+    def may_start(self, server: ServerView, worker: int) -> bool:
+        return worker not in self.excluded and super().may_start(server, worker)
+
+
+class SwitchSchedule(Schedule):
+    """The phase logic of Sync-Switch; its parameters are those of the `SyncSwitch` policy."""
+
+    def __init__(self, switch_at: float, order: str, config: str, asp_momentum: str, switch_seconds: float,
+                 stragglers: str, window_seconds: float, consecutive: int):
+        self.switch_at = switch_at
+        self.order = order
+        self.config = config
+        self.asp_momentum = asp_momentum
+        self.switch_seconds = switch_seconds
+        self.stragglers = stragglers
+        self.window_seconds = window_seconds
+        self.consecutive = consecutive
+
+    def reset(self, n_workers: int, batch_size: int) -> None:
+        self.n = n_workers
+        self.phase = "bsp" if self.order == "bsp_asp" else "asp"
+        self.done = False  # the final phase has started
+        self.quota_used = 0.0  # fraction of the workload trained in the first protocol
+        self.last_fraction = 0.0
+        self.switched_at_epoch: float | None = None
+        self.detector = StragglerDetector(n_workers, self.window_seconds, self.consecutive)
+        self.switches = 0
+        self.update_phase = self.phase
+
+    def bsp_barrier(self) -> FastestK:
+        multiplier = float(self.n) if self.config == "sync_switch" else 1.0
+        return ElasticBSP(lr_multiplier=multiplier)
+
+    def after_update(self, server: ServerView, strategies: Strategies, stats: UpdateStats,
+                     progress: Progress, update_state: dict[str, Any]) -> float | None:
+        first = "bsp" if self.order == "bsp_asp" else "asp"
+        self.update_phase = self.phase  # the protocol the update just applied was made under
+        if not self.done and self.phase == first:
+            self.quota_used += progress.fraction - self.last_fraction
+        self.last_fraction = progress.fraction
+        if self.done:
+            self._ramp_momentum(progress, update_state, strategies)
+            return None
+        if self.stragglers != "agnostic":
+            self.detector.observe(stats.arrivals, server.time)
+        if self.quota_used >= self.switch_at:  # the first protocol's share is met: final phase
+            self.done = True
+            final = "asp" if first == "bsp" else "bsp"
+            return self._switch(final, strategies, progress, update_state)
+        if self.stragglers == "greedy" and first == "bsp":
+            wanted = "asp" if self.detector.stragglers else "bsp"
+            if wanted != self.phase:
+                return self._switch(wanted, strategies, progress, update_state)
+        if self.stragglers == "elastic" and self.phase == "bsp":
+            barrier = strategies.barrier
+            excluded = set(self.detector.stragglers)
+            if len(excluded) >= self.n:
+                excluded = set()
+            if isinstance(barrier, ElasticBSP) and excluded != barrier.excluded:
+                barrier.excluded = excluded
+                return 0.0  # resizing the BSP group costs no restart
+        return None
+
+    def _switch(self, phase: str, strategies: Strategies, progress: Progress,
+                update_state: dict[str, Any]) -> float:
+        self.phase = phase
+        self.switches += 1
+        if phase == "bsp":
+            barrier = self.bsp_barrier()
+            barrier.reset(self.n, 0)
+            strategies.barrier = barrier
+            update_state["momentum_coefficient"] = None
+        else:
+            strategies.barrier = OnArrival()
+            self.switched_at_epoch = progress.epoch
+            self._ramp_momentum(progress, update_state, strategies)
+        return self.switch_seconds
+
+    def _ramp_momentum(self, progress: Progress, update_state: dict[str, Any], strategies: Strategies) -> None:
+        """Sync-Switch Fig. 8: the momentum used under ASP after the switch (capped at the job's gamma)."""
+        if self.phase != "asp" or self.switched_at_epoch is None or self.asp_momentum == "same":
+            return
+        gamma = strategies.update.opt.momentum
+        i = progress.epoch - self.switched_at_epoch
+        value = {"zero": 0.0, "one_over_n": 1.0 / self.n, "ramp_2n": i / (2 * self.n),
+                 "ramp_n": i / self.n}[self.asp_momentum]
+        update_state["momentum_coefficient"] = min(gamma, value)
+
+    def trace_values(self) -> dict[str, Any]:
+        return {"phase_bsp": int(self.update_phase == "bsp"), "stragglers": len(self.detector.stragglers),
+                "bsp_quota_used": self.quota_used}
+
+
+class SyncSwitch(Policy):
+    """Sync-Switch: BSP for the first fraction of the workload, then ASP, with its configuration policy.
+
+    Args:
+        switch_at: fraction s of the workload trained with the first protocol (the switch point).
+        order: "bsp_asp" (the paper's) or "asp_bsp" (the order it rejects, sec. IV-A).
+        config: "sync_switch": BSP with learning rate n * eta, ASP with eta (sec. IV-C); "none": eta throughout.
+        asp_momentum: momentum under ASP after the switch: "same" (the paper's choice), "zero",
+            "one_over_n", "ramp_2n", "ramp_n" (Fig. 8).
+        switch_seconds: virtual seconds one switch costs (checkpoint and restart).
+        stragglers: online policy for transient stragglers: "agnostic", "greedy" or "elastic" (sec. IV-B2).
+        window_seconds: detection window of the straggler detector.
+        consecutive: windows in a row below mean - std before a worker counts as a straggler.
+    """
+
+    name = "sync_switch"
+
+    def __init__(self, switch_at: float = 0.25, order: str = "bsp_asp", config: str = "sync_switch",
+                 asp_momentum: str = "same", switch_seconds: float = 0.0, stragglers: str = "agnostic",
+                 window_seconds: float = 5.0, consecutive: int = 2) -> None:
+        self.switch_at = switch_at
+        self.order = order
+        self.config = config
+        self.asp_momentum = asp_momentum
+        self.switch_seconds = switch_seconds
+        self.stragglers = stragglers
+        self.window_seconds = window_seconds
+        self.consecutive = consecutive
+
+    def strategies(self, n_workers: int, batch_size: int) -> Strategies:
+        checks = [("order", self.order, ORDERS), ("config", self.config, CONFIGS),
+                  ("asp_momentum", self.asp_momentum, ASP_MOMENTUM),
+                  ("stragglers", self.stragglers, STRAGGLER_POLICIES)]
+        for key, value, allowed in checks:
+            if value not in allowed:
+                raise ValueError(f"{key} must be one of {list(allowed)}, but got {key}={value!r}")
+        if not 0.0 <= self.switch_at <= 1.0:
+            raise ValueError(f"switch_at must be between 0 and 1, but got switch_at={self.switch_at}")
+        if self.switch_seconds < 0 or self.window_seconds <= 0 or self.consecutive < 1:
+            raise ValueError("switch_seconds must be >= 0, window_seconds > 0 and consecutive >= 1, but got "
+                             f"{self.switch_seconds}, {self.window_seconds}, {self.consecutive}")
+        schedule = SwitchSchedule(self.switch_at, self.order, self.config, self.asp_momentum,
+                                  self.switch_seconds, self.stragglers, self.window_seconds, self.consecutive)
+        schedule.n = n_workers
+        barrier = schedule.bsp_barrier() if self.order == "bsp_asp" else OnArrival()
+        return Strategies(barrier=barrier, schedule=schedule)
