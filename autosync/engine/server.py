@@ -36,7 +36,7 @@ class Decision:
 
     accepted: bool
     update: Update | None = None
-    starts: list[Start] = field(default_factory=list)
+    starts: list[Start] = field(default_factory=list)  # empty after an update: call Server.start() once applied
 
 
 class Server:
@@ -60,7 +60,7 @@ class Server:
         return self._resources(worker, self.time) if self._resources is not None else (1.0, 1.0)
 
     def start(self) -> list[Start]:
-        """Initial assignments: every worker that the barrier lets start."""
+        """Every idle worker that the barrier lets start now (at the beginning, and after each update)."""
         return self._starts()
 
     def on_task_started(self, task: Task) -> None:
@@ -85,7 +85,9 @@ class Server:
             for a in group:
                 self.applied[a.worker] += 1
             self.version += 1
-        return Decision(accepted, update, self._starts())
+        # After an update the engine first applies it (strategies' hooks may re-balance batch sizes or
+        # change the barrier), then asks `start()` who starts next, on the new version.
+        return Decision(accepted, update, self._starts() if update is None else [])
 
     def _starts(self) -> list[Start]:
         barrier, batching = self.strategies.barrier, self.strategies.batching

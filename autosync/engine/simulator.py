@@ -106,16 +106,15 @@ class Simulator:
         arrival = Arrival(task, time)
         decision = self.server.on_arrival(arrival)
         self.trace.arrivals.append((time, worker, task.index, task.version, task.batch_size, decision.accepted))
-        status, changed = "completed", False
-        if decision.update is not None:
-            status, changed = self._apply(decision.update)
+        status = "completed"
         self._launch(decision.starts)
-        if changed:  # a phase change may let idle workers start under the new barrier
-            self._launch(self.server.start())
+        if decision.update is not None:
+            status = self._apply(decision.update)
+            self._launch(self.server.start())  # who starts next is decided on the applied update
         return status
 
-    def _apply(self, update: Update) -> tuple[str, bool]:
-        """Apply one update; returns the run status and whether the schedule changed the strategies."""
+    def _apply(self, update: Update) -> str:
+        """Apply one update and run the strategies' hooks; returns the run status."""
         strategies = self.strategies
         arrivals = update.arrivals
         weights = strategies.aggregation.weights(arrivals)
@@ -145,12 +144,11 @@ class Simulator:
                 self.trace.extras.setdefault(key, []).append((update_index, value))
         for a in arrivals:  # free the gradients: the tasks may still be referenced by the trace
             a.task.gradient = a.task.params = None
-        changed = pause is not None
         if not math.isfinite(loss) or not bool(torch.isfinite(self.params).all()):
-            return "diverged", changed
+            return "diverged"
         if self._evaluate_due() and self.job.budget.stop_at_target:
-            return "target_reached", changed
-        return "completed", changed
+            return "target_reached"
+        return "completed"
 
     def _progress(self) -> Progress:
         """Training progress against the budget (epochs first: Sync-Switch measures its workload in samples)."""

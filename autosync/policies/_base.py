@@ -210,7 +210,7 @@ class Schedule(Strategy):
         """May swap strategies in place (and override the momentum in `update_state`).
 
         Returns None when nothing changed, else the virtual seconds the change costs (0.0 for free):
-        the engine then pauses the cluster for that long and lets idle workers start under the new rules.
+        the engine then pauses the cluster for that long. Idle workers start under the new rules.
         """
         return None
 

@@ -1,0 +1,230 @@
+"""LB-BSP: semi-dynamic load balancing of per-worker batch sizes at every BSP barrier (Chen et al., SoCC 2020).
+
+- Weighted gradient aggregation, eq. (7): each worker's gradient weighs |B_i| / sum_j |B_j|, so the update
+  is the gradient of the union batch whatever the split.
+- GPU clusters, Algorithm 2 (`IterativeBalancer`): after each iteration the leader (fastest worker whose
+  memory stays <= 95% full) takes Delta samples from the straggler (slowest) when it finished first in each
+  of the last D iterations; a fast-approach phase (Delta = 5, D = 5) becomes a fine-tune phase
+  (Delta = 1, D = 20) on oscillation, i.e. when a former leader is now the straggler or vice versa (sec.
+  3.3.2). The total batch n * B never changes.
+- CPU clusters, Algorithm 1 (`ProportionalBalancer`): batch sizes proportional to each worker's predicted
+  sample-processing speed (last value, EMA or NARX, `_speed_predictors`), rounded to integers with the
+  same total.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any, Sequence
+
+import numpy as np
+
+from autosync.policies._barriers import FastestK
+from autosync.policies._base import Aggregation, Arrival, Batching, Policy, ServerView, Strategies, UpdateStats
+from autosync.policies._speed_predictors import EMA, NARX, LastValue
+
+MODES = ("gpu", "cpu")
+PREDICTORS = ("last", "ema", "narx")
+
+
+class BatchWeighted(Aggregation):
+    """LB-BSP eq. (7): g = sum_i |B_i| g_i / sum_j |B_j|."""
+
+    def weights(self, arrivals: Sequence[Arrival]) -> list[float]:
+        total = sum(a.task.batch_size for a in arrivals)
+        return [a.task.batch_size / total for a in arrivals]
+
+
+def _iteration_times(stats: UpdateStats, n_workers: int) -> list[float] | None:
+    """Each worker's batch processing time in this iteration, or None unless every worker contributed."""
+    times: list[float | None] = [None] * n_workers
+    for a in stats.arrivals:
+        times[a.worker] = a.time - a.task.start
+    return None if any(t is None for t in times) else times  # type: ignore[return-value]
+
+
+def proportional_split(weights: Sequence[float], total: int) -> list[int]:
+    """Integers proportional to `weights`, each >= 1, summing to `total` (largest remainder; Alg. 1 line 6)."""
+    n = len(weights)
+    w = np.maximum(np.asarray(weights, dtype=float), 0.0)
+    w = np.full(n, 1.0 / n) if w.sum() <= 0 or not np.isfinite(w).all() else w / w.sum()
+    spare = total - n  # one sample each is reserved: no worker is starved to zero
+    raw = w * spare
+    sizes = np.floor(raw).astype(int)
+    remainder = spare - sizes.sum()
+    order = np.argsort(-(raw - sizes), kind="stable")
+    sizes[order[:remainder]] += 1
+    return [int(s) + 1 for s in sizes]
+
+
+class IterativeBalancer(Batching):
+    """LB-BSP Algorithm 2 (GPU clusters): move Delta samples from the straggler to the leader."""
+
+    def __init__(self, delta: int = 5, window: int = 5, fine_delta: int = 1, fine_window: int = 20,
+                 memory_threshold: float = 0.95):
+        self.delta = delta
+        self.window = window
+        self.fine_delta = fine_delta
+        self.fine_window = fine_window
+        self.memory_threshold = memory_threshold
+
+    def reset(self, n_workers: int, batch_size: int) -> None:
+        for key in ("delta", "window", "fine_delta", "fine_window"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"{key} must be >= 1, but got {key}={getattr(self, key)}")
+        if not 0 < self.memory_threshold <= 1:
+            raise ValueError(f"memory_threshold must be in (0, 1], but got {self.memory_threshold}")
+        self.n = n_workers
+        self.sizes = [batch_size] * n_workers
+        self.history: list[list[float]] = []
+        self.fine = False
+        self._delta, self._window = self.delta, self.window
+        self.former_leaders: set[int] = set()
+        self.former_stragglers: set[int] = set()
+        self.warned = False
+
+    def batch_size(self, server: ServerView, worker: int) -> int:
+        return self.sizes[worker]
+
+    def after_update(self, server: ServerView, stats: UpdateStats) -> None:
+        times = _iteration_times(stats, self.n)
+        if times is None:
+            return
+        self.history.append(times)
+        caps = server.memory_caps
+        delta = self._delta
+        fits = [w for w in range(self.n)
+                if caps[w] is None or self.sizes[w] + delta <= self.memory_threshold * caps[w]]
+        if not fits:
+            return
+        leader = min(fits, key=lambda w: times[w])
+        straggler = max(range(self.n), key=lambda w: times[w])
+        if leader == straggler:
+            return
+        if leader in self.former_stragglers or straggler in self.former_leaders:
+            if not self.fine:  # oscillation around the equilibrium: fine-tune
+                self.fine = True
+                self._delta, self._window = self.fine_delta, self.fine_window
+                delta = self._delta
+        self.former_leaders.add(leader)
+        self.former_stragglers.add(straggler)
+        if self.sizes[straggler] <= delta:
+            if not self.warned:
+                warnings.warn(f"LB-BSP: worker {straggler}'s batch would fall to {delta} or below; "
+                              "training without that worker would be faster", stacklevel=2)
+                self.warned = True
+            return
+        recent = self.history[-self._window:]
+        if len(recent) == self._window and all(h[leader] < h[straggler] for h in recent):
+            self.sizes[leader] += delta
+            self.sizes[straggler] -= delta
+
+    def trace_values(self) -> dict[str, Any]:
+        return {"lb_fine_tune": int(self.fine), "lb_warning": int(self.warned)}
+
+
+class ProportionalBalancer(Batching):
+    """LB-BSP Algorithm 1 (CPU clusters): x_i = v_i / sum_j v_j * X with predicted speeds v_i.
+
+    All three predictors run side by side so their prediction RMSE can be compared (Fig. 10);
+    `predictor` picks the one that sets the batch sizes.
+    """
+
+    def __init__(self, predictor: str = "narx", warmup: int = 50, ema_alpha: float = 0.2, hidden: int = 8):
+        self.predictor = predictor
+        self.warmup = warmup
+        self.ema_alpha = ema_alpha
+        self.hidden = hidden
+
+    def reset(self, n_workers: int, batch_size: int) -> None:
+        if self.predictor not in PREDICTORS:
+            raise ValueError(f"predictor must be one of {list(PREDICTORS)}, but got predictor={self.predictor!r}")
+        if self.warmup < 3:
+            raise ValueError(f"warmup must be >= 3, but got warmup={self.warmup}")
+        self.n = n_workers
+        self.total = n_workers * batch_size
+        self.sizes = [batch_size] * n_workers
+        self.models = {"last": LastValue(n_workers), "ema": EMA(n_workers, self.ema_alpha),
+                       "narx": NARX(n_workers, warmup=self.warmup, hidden=self.hidden, ema_alpha=self.ema_alpha)}
+        self.predictions: dict[str, np.ndarray | None] = {name: None for name in self.models}
+        self.squared_error = {name: 0.0 for name in self.models}
+        self.scored = 0
+        self.iterations = 0
+        self._resources_before: tuple[np.ndarray, np.ndarray] | None = None
+
+    def batch_size(self, server: ServerView, worker: int) -> int:
+        return self.sizes[worker]
+
+    def after_update(self, server: ServerView, stats: UpdateStats) -> None:
+        times = _iteration_times(stats, self.n)
+        if times is None:
+            return
+        self.iterations += 1
+        sizes = [0] * self.n
+        for a in stats.arrivals:
+            sizes[a.worker] = a.task.batch_size
+        speeds = np.array(sizes, dtype=float) / np.maximum(times, 1e-12)  # Alg. 1 line 2
+        resources = np.array([server.resources(w) for w in range(self.n)])
+        cpu, memory = resources[:, 0], resources[:, 1]
+        if self.iterations > self.warmup:  # score every predictor on the same iterations
+            for name, predicted in self.predictions.items():
+                if predicted is not None:
+                    self.squared_error[name] += float(np.mean((predicted - speeds) ** 2))
+            self.scored += 1
+        ran_with = self._resources_before if self._resources_before is not None else (cpu, memory)
+        for name, model in self.models.items():  # the speeds came from the resources the iteration started with
+            model.observe(speeds, *ran_with)
+            self.predictions[name] = model.predict(cpu, memory)
+        self._resources_before = (cpu, memory)
+        chosen = self.predictions[self.predictor]
+        if chosen is not None:
+            self.sizes = proportional_split(chosen, self.total)  # Alg. 1 lines 3-6
+
+    def rmse(self) -> dict[str, float | None]:
+        """Root-mean-square prediction error of each predictor after the warm-up (samples per second)."""
+        return {name: math.sqrt(e / self.scored) if self.scored else None for name, e in self.squared_error.items()}
+
+    def trace_values(self) -> dict[str, Any]:
+        return {f"rmse_{name}": value for name, value in self.rmse().items()}
+
+
+class LBBSP(Policy):
+    """LB-BSP: BSP with per-worker batch sizes re-balanced at every barrier, gradients weighted by batch size.
+
+    Args:
+        mode: "gpu" (Algorithm 2, iterative) or "cpu" (Algorithm 1, speed prediction).
+        delta, window: Algorithm 2's fast-approach step size and observation window.
+        fine_delta, fine_window: the same in the fine-tune phase.
+        memory_threshold: a leader's memory use must stay at or below this fraction of its cap.
+        predictor: Algorithm 1's speed predictor: "last", "ema" or "narx".
+        warmup: iterations before NARX predicts (EMA until then).
+        ema_alpha: weight of the newest speed in the EMA.
+        hidden: NARX hidden-layer width.
+    """
+
+    name = "lbbsp"
+
+    def __init__(self, mode: str = "gpu", delta: int = 5, window: int = 5, fine_delta: int = 1,
+                 fine_window: int = 20, memory_threshold: float = 0.95, predictor: str = "narx",
+                 warmup: int = 50, ema_alpha: float = 0.2, hidden: int = 8) -> None:
+        self.mode = mode
+        self.delta = delta
+        self.window = window
+        self.fine_delta = fine_delta
+        self.fine_window = fine_window
+        self.memory_threshold = memory_threshold
+        self.predictor = predictor
+        self.warmup = warmup
+        self.ema_alpha = ema_alpha
+        self.hidden = hidden
+
+    def strategies(self, n_workers: int, batch_size: int) -> Strategies:
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {list(MODES)}, but got mode={self.mode!r}")
+        if self.mode == "gpu":
+            batching: Batching = IterativeBalancer(self.delta, self.window, self.fine_delta, self.fine_window,
+                                                   self.memory_threshold)
+        else:
+            batching = ProportionalBalancer(self.predictor, self.warmup, self.ema_alpha, self.hidden)
+        return Strategies(barrier=FastestK(k=None), aggregation=BatchWeighted(), batching=batching)

@@ -1,0 +1,92 @@
+"""LB-BSP: weighted aggregation (eq. 7), Algorithm 2 on a heterogeneous GPU cluster, Algorithm 1 with NARX."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from autosync.engine import simulate
+from autosync.engine.drivers import InProcessDriver
+from autosync.policies import BSP, LBBSP, Task
+from autosync.policies._lbbsp import BatchWeighted, proportional_split
+from autosync.workloads.workload import Workload
+from tests.conftest import small_job
+
+GPU_CLUSTER = {"cluster__speed_factors": [8, 4, 2, 1], "workload__batch_size": 64,
+               "cluster__compute": {"model": "gpu", "launch_overhead": 0.01, "saturation_batch": 8,
+                                    "seconds_per_sample": 0.002, "memory_cap_batch": 200},
+               "cluster__round_trip": {"kind": "shifted_exponential", "alpha": 0.1}}
+
+
+def _mean_iteration(result, last: int = 100) -> float:
+    times = result.trace.column("updates", "time")
+    return (times[-1] - times[-last - 1]) / last
+
+
+def test_batch_weighted_aggregate_is_the_gradient_of_the_union_batch():
+    """Eq. (7): sum_i |B_i| g_i / sum_j |B_j| equals the mean gradient over the union of the batches."""
+    job = small_job()
+    workload = Workload(job)
+    driver = InProcessDriver(workload, job.seed)
+    theta = workload.init_params()
+    tasks = [Task(w, 0, 0, b, 0.0, params=theta) for w, b in enumerate([3, 17, 40, 4])]
+    weights = BatchWeighted().weights([type("A", (), {"task": t})() for t in tasks])
+    aggregate, _ = driver.aggregate(tasks, weights)
+    index = torch.cat([driver.batch_of(t) for t in tasks])
+    theta = theta.clone().requires_grad_(True)
+    loss = workload.per_sample_loss(theta, workload.data.x_train[index], workload.data.y_train[index]).mean()
+    (union,) = torch.autograd.grad(loss, theta)
+    assert torch.allclose(aggregate, union, atol=1e-6)
+
+
+@pytest.mark.parametrize("weights,total", [([1, 1, 1], 10), ([8, 4, 2, 1], 256), ([1e-9, 5, 5], 7), ([0, 0], 5)])
+def test_proportional_split_keeps_the_total_and_gives_everyone_a_sample(weights, total):
+    sizes = proportional_split(weights, total)
+    assert sum(sizes) == total and min(sizes) >= 1
+    if weights == [8, 4, 2, 1]:
+        assert sizes == sorted(sizes, reverse=True)
+
+
+def test_gpu_balancer_reaches_an_equilibrium_much_faster_than_bsp():
+    """Fig. 6 / Table 3: speeds 8:4:2:1 (V100 : M60 : K80 : K520), total batch n * B unchanged."""
+    job = small_job(budget={"max_updates": 300}, **GPU_CLUSTER)
+    bsp, lb = simulate(job, BSP()), simulate(job, LBBSP())
+    assert _mean_iteration(lb) <= 0.6 * _mean_iteration(bsp)
+    totals = {sum(b) for b in lb.trace.column("updates", "batch_sizes")}
+    assert totals == {4 * 64}
+    assert max(max(b) for b in lb.trace.column("updates", "batch_sizes")) <= 0.95 * 200
+    assert lb.trace.extras["lb_fine_tune"][-1][1] == 1  # the oscillation switched it to fine-tuning
+
+
+def test_gpu_balancer_finds_a_new_equilibrium_after_a_slowdown():
+    job = small_job(budget={"max_updates": 500},
+                    cluster__slowdowns=[{"at": 15.0, "duration": 1000.0, "factor": 4.0, "workers": [0]}],
+                    **GPU_CLUSTER)
+    result = simulate(job, LBBSP())
+    times = result.trace.column("updates", "time")
+    share = {}
+    for t, workers, batches in zip(times, result.trace.column("updates", "workers"),
+                                   result.trace.column("updates", "batch_sizes")):
+        share[t < 15.0] = dict(zip(workers, batches))[0]
+    assert share[False] < share[True] - 20  # worker 0 lost a good part of its batch
+
+
+def test_cpu_balancer_with_narx_predicts_best_and_beats_bsp():
+    """Fig. 10 and sec. 5.4: with time-varying CPU/memory, NARX's RMSE beats last value and EMA."""
+    job = small_job(workload__batch_size=64, cluster__n_workers=8, budget={"max_updates": 500},
+                    cluster__compute={"model": "linear", "seconds_per_sample": 0.002},
+                    cluster__resources={"period_seconds": 2.0, "cpu_min": 0.2, "memory_min": 0.5,
+                                        "smoothness": 0.3},
+                    cluster__round_trip={"kind": "shifted_exponential", "alpha": 0.1})
+    bsp, lb = simulate(job, BSP()), simulate(job, LBBSP(mode="cpu", predictor="narx", warmup=50))
+    rmse = {k: v[-1][1] for k, v in lb.trace.extras.items() if k.startswith("rmse_")}
+    assert rmse["rmse_narx"] < rmse["rmse_last"] and rmse["rmse_narx"] < rmse["rmse_ema"]
+    assert _mean_iteration(lb, 300) < 0.85 * _mean_iteration(bsp, 300)
+    assert {sum(b) for b in lb.trace.column("updates", "batch_sizes")} == {8 * 64}
+
+
+def test_invalid_parameters_are_named():
+    with pytest.raises(ValueError, match="mode must be one of"):
+        LBBSP(mode="tpu").bind(4, 8)
+    with pytest.raises(ValueError, match="predictor must be one of"):
+        LBBSP(mode="cpu", predictor="arima").bind(4, 8)
