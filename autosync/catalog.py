@@ -9,13 +9,13 @@ from typing import Any
 from autosync.errors import UserError
 from autosync.policies import (
     ASP, BSP, DANADC, DBW, LBBSP, DCASGD, LWP, NAGASGD, SSP, BackupWorkers, BlindDBW, DANASlim, DANAZero, MultiASGD,
-    Policy, SyncSwitch,
+    Policy, StaticSplit, SyncSwitch,
 )
 
 POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in (
     BSP, ASP, SSP, BackupWorkers, DBW, BlindDBW,
     NAGASGD, MultiASGD, LWP, DCASGD, DANAZero, DANASlim, DANADC, SyncSwitch,
-    LBBSP,
+    LBBSP, StaticSplit,
 )}
 
 

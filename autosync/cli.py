@@ -62,9 +62,12 @@ def policies() -> None:
 @app.command()
 def run(
     job: Optional[Path] = JOB_ARG,
-    policy: str = typer.Option("bsp", "--policy", "-p", help="Policy name (see `autosync policies`)."),
+    policy: str = typer.Option("bsp", "--policy", "-p",
+                               help="Policy name (see `autosync policies`), or `tuned` for the job's cached best."),
     param: list[str] = typer.Option([], "--param", help="Policy parameter key=value (repeatable)."),
     seed: Optional[int] = typer.Option(None, help="Override the job's seed."),
+    storage: str = typer.Option(None, "--storage", help="Study storage URL for --policy tuned "
+                                                        "(default: sqlite:///results/autosync-studies.db)."),
     out: Optional[Path] = typer.Option(None, help="Output directory (default: results/runs/<job>/<policy>-seed<N>)."),
     plot: bool = typer.Option(False, "--plot", help="Also write plot.png: loss against virtual time with k_t."),
 ) -> None:
@@ -73,7 +76,17 @@ def run(
     from autosync.job import load_job
 
     spec = load_job(job, overrides={"seed": seed} if seed is not None else None)
-    pol = make_policy(policy, dict(parse_param(p) for p in param))
+    if policy == "tuned":
+        from autosync.catalog import policy_from_dict
+        from autosync.search.study import DEFAULT_STORAGE, tuned_policy
+
+        tuned = tuned_policy(storage or DEFAULT_STORAGE, spec)
+        tuned["params"].update(dict(parse_param(p) for p in param))
+        pol = policy_from_dict(tuned)
+        console.print(f"tuned policy from the cache: {pol!r}")
+        policy = pol.name
+    else:
+        pol = make_policy(policy, dict(parse_param(p) for p in param))
     try:
         pol.bind(spec.cluster.n_workers, spec.workload.batch_size)
     except ValueError as exc:
@@ -104,6 +117,8 @@ def leaderboard(
     seeds: int = typer.Option(5, "--seeds", min=1, help="Seeds 0..N-1 per policy (same straggler draws)."),
     n_jobs: int = typer.Option(1, "--n-jobs", help="Runs in parallel (joblib processes; -1: all cores)."),
     out: Optional[Path] = typer.Option(None, help="Output directory (default: results/<job>)."),
+    include_tuned: bool = typer.Option(False, "--include-tuned", help="Add the job's cached tuned policy."),
+    storage: str = typer.Option(None, "--storage", help="Study storage URL for --include-tuned."),
 ) -> None:
     """Every policy x seeds on one job: an MLPerf-style scored table, written as Markdown/CSV/JSON + plots."""
     from autosync.job import load_job
@@ -114,6 +129,12 @@ def leaderboard(
     if n_jobs == 0 or n_jobs < -1:
         raise UserError(f"--n-jobs must be >= 1 or -1 (all cores), but got {n_jobs}")
     specs = [parse_policy_spec(p, spec.cluster.n_workers) for p in (policies or DEFAULT_POLICIES)]
+    if include_tuned:
+        from autosync.search.study import DEFAULT_STORAGE, tuned_policy
+
+        tuned = tuned_policy(storage or DEFAULT_STORAGE, spec)
+        if tuned not in specs:
+            specs.append(tuned)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     total = len(specs) * seeds
@@ -137,6 +158,155 @@ def leaderboard(
     console.print(table)
     console.print(LEADERBOARD_LEGEND, style="dim")
     console.print(f"wrote {', '.join(str(p) for p in paths)}")
+
+
+@app.command()
+def tune(
+    job: Optional[Path] = JOB_ARG,
+    space: Optional[str] = typer.Option(None, "--space", help="Search space: a YAML file or a shipped name "
+                                        "(static_k, switch_point, batch_split, policy; default static_k)."),
+    n_trials: int = typer.Option(20, "--n-trials", min=1, help="Trial budget, global across processes."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", min=0.0, help="Stop starting trials after S seconds."),
+    storage: Optional[str] = typer.Option(None, "--storage", help="SQLAlchemy URL of the study storage "
+                                          "(default: sqlite:///results/autosync-studies.db)."),
+    study: Optional[str] = typer.Option(None, "--study", help="Study name (default: <fingerprint>-<space>)."),
+    sampler: str = typer.Option("tpe", "--sampler", help="tpe | gp | random | grid | binary (Sync-Switch)."),
+    n_jobs: int = typer.Option(1, "--n-jobs", min=1, help="Processes running trials on this machine."),
+    seed: int = typer.Option(0, "--seed", help="Sampler seed."),
+    repeats: int = typer.Option(1, "--repeats", min=1, help="Seeds per trial (the objective is noisy)."),
+    tolerance: float = typer.Option(0.01, "--tolerance", min=0.0,
+                                    help="Allowed final-metric shortfall against BSP (the constraint)."),
+    objective: str = typer.Option("time", "--objective", help="time | time,metric (Pareto front)."),
+    refresh: bool = typer.Option(False, "--refresh", help="Search again, warm-started from the cached best."),
+    out: Optional[Path] = typer.Option(None, help="Plot directory (default: results/tune/<job>-<space>)."),
+) -> None:
+    """Find the best policy for a job with Optuna, or return the cached one of a recurring job instantly."""
+    from autosync.job import load_job
+    from autosync.search.objective import ObjectiveSettings
+    from autosync.search.space import load_space, resolve_space_path
+    from autosync.search.study import DEFAULT_STORAGE, SAMPLERS, TuneRequest
+
+    spec = load_job(job)
+    if sampler not in SAMPLERS:
+        raise UserError(f"--sampler must be one of {list(SAMPLERS)}, but got {sampler!r}")
+    if objective not in ("time", "time,metric"):
+        raise UserError(f"--objective must be time or time,metric, but got {objective!r}")
+    search_space = load_space(resolve_space_path(space, "static_k"), spec.cluster.n_workers)
+    request = TuneRequest(
+        job=spec, space=search_space, n_trials=n_trials, timeout=timeout, storage=storage or DEFAULT_STORAGE,
+        study=study, sampler=sampler, seed=seed, n_jobs=n_jobs, refresh=refresh,
+        settings=ObjectiveSettings(repeats=repeats, tolerance=tolerance, multi_objective=objective != "time"))
+    console.print(f"study storage: {request.storage}")
+    from autosync.search.study import tune as run_tune
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("[bold]tuning"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+                  TimeElapsedColumn(), console=console, transient=True) as bar:
+        task = bar.add_task("BSP reference runs", total=n_trials)
+
+        def on_trial(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total, description="trials")
+
+        outcome = run_tune(request, on_trial=on_trial)
+    _print_tune(outcome, spec)
+    if not outcome.cached:
+        import optuna
+
+        from autosync.search.plots import write_study_plots
+        from autosync.search.study import open_storage
+
+        loaded = optuna.load_study(study_name=outcome.study_name, storage=open_storage(request.storage))
+        paths, skipped = write_study_plots(loaded, out or Path("results") / "tune" / f"{spec.name}-{search_space.name}")
+        if paths:
+            console.print(f"wrote {', '.join(str(p) for p in paths)}")
+        for line in skipped:
+            console.print(f"skipped {line}", style="dim")
+
+
+def _print_tune(outcome: Any, spec: Any) -> None:
+    c = outcome.cache
+    label = _policy_label(c["best_policy"])
+    if outcome.cached:
+        console.print(f"[bold]cache hit[/bold]: study {outcome.study_name} finished {c['finished_at']} after "
+                      f"{c['trials']} trials (autosync {c['autosync_version']}, sampler {c['sampler']}); "
+                      "no new trial. Use --refresh to search again.")
+    else:
+        console.print(f"study {outcome.study_name}: {outcome.new_trials} new trials, {c['trials']} in all")
+    table = Table(title=f"{spec.name}: best policies (time to {spec.target.metric} {spec.target.threshold})")
+    for col in ("trial", "policy", "time (s)", "final", "reached"):
+        table.add_column(col, justify="left" if col == "policy" else "right", overflow="fold")
+    for row in outcome.top:
+        table.add_row(str(row["trial"]), _policy_label(row["policy"]), f"{row['time_to_target']:.2f}",
+                      _fmt(row["final_metric"]), f"{row['reached']}/{row['runs']}")
+    console.print(table)
+    amortize = c["recurrences_to_amortize"]
+    console.print(
+        f"best: [bold]{label}[/bold], {c['best_value']:.2f} s to target vs BSP {c['bsp_time_to_target']:.2f} s "
+        f"({c['speedup_vs_bsp']:.2f}x). Search cost: {c['search_cost_bsp_trainings']:.2f} BSP trainings; "
+        + (f"pays for itself after {amortize} recurrences." if amortize else "it does not beat BSP, so it never pays off."))
+    console.print(f"train with it: autosync run {'JOB.yaml ' if spec.name != 'digits_default' else ''}--policy tuned",
+                  style="dim")
+
+
+def _policy_label(policy: dict[str, Any]) -> str:
+    from autosync.leaderboard import label_of
+
+    return label_of(policy)
+
+
+cache_app = typer.Typer(help="The cache of recurring jobs: tuned policies stored in the study storage.",
+                        no_args_is_help=True)
+app.add_typer(cache_app, name="cache")
+STORAGE_OPT = typer.Option(None, "--storage", help="Study storage URL (default: sqlite:///results/autosync-studies.db).")
+
+
+@cache_app.command("list")
+def cache_list(storage: Optional[str] = STORAGE_OPT) -> None:
+    """Every cached study: job, space, trials, best policy and score."""
+    from autosync.search.study import DEFAULT_STORAGE, cached_studies
+
+    url = storage or DEFAULT_STORAGE
+    table = Table(title=f"cache: {url}")
+    for col in ("study", "job", "trials", "best policy", "time to target (s)", "finished"):
+        table.add_column(col)
+    for s in cached_studies(url):
+        c = s["cache"] if isinstance(s["cache"], dict) else {}
+        best = _policy_label(c["best_policy"]) if isinstance(c.get("best_policy"), dict) else "(unfinished)"
+        value = f"{c['best_value']:.2f}" if isinstance(c.get("best_value"), (int, float)) else "-"
+        table.add_row(s["study"], str(c.get("job_name", "-")), str(s["trials"]), best, value,
+                      str(c.get("finished_at", "-")))
+    console.print(table)
+
+
+@cache_app.command("show")
+def cache_show(job: Optional[Path] = JOB_ARG, storage: Optional[str] = STORAGE_OPT) -> None:
+    """The cached studies of one job with their provenance and amortization report."""
+    import json
+
+    from autosync.job import load_job
+    from autosync.search.study import DEFAULT_STORAGE, cached_studies
+
+    spec = load_job(job)
+    url = storage or DEFAULT_STORAGE
+    studies = cached_studies(url, spec.fingerprint())
+    if not studies:
+        console.print(f"no cached study for job {spec.name} (fingerprint {spec.fingerprint()}) in {url}")
+        return
+    for s in studies:
+        console.print(f"[bold]{s['study']}[/bold] ({s['trials']} trials)")
+        console.print(json.dumps(s["cache"], indent=2) if s["cache"] is not None else "  not finished yet")
+
+
+@cache_app.command("clear")
+def cache_clear(job: Optional[Path] = JOB_ARG, storage: Optional[str] = STORAGE_OPT) -> None:
+    """Delete every study (and so the cached policy) of one job."""
+    from autosync.job import load_job
+    from autosync.search.study import DEFAULT_STORAGE, clear_cache
+
+    spec = load_job(job)
+    names = clear_cache(storage or DEFAULT_STORAGE, spec)
+    console.print(f"deleted {len(names)} studies of job {spec.name}: {', '.join(names) or '-'}")
 
 
 def _print_summary(result: Any) -> None:

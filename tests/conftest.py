@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from autosync.job import JobSpec, job_from_dict
@@ -60,3 +64,26 @@ def torch_sgd_reference(job: JobSpec):
         F.cross_entropy(model(data.x_train[idx]), data.y_train[idx]).backward()
         opt.step()
     return torch.nn.utils.parameters_to_vector(model.parameters()).detach()
+
+
+def autosync(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """Run the command line as a user would, in `cwd`."""
+    return subprocess.run([sys.executable, "-m", "autosync.cli", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=600)
+
+
+def no_traceback(proc: subprocess.CompletedProcess) -> None:
+    assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
+
+
+@pytest.fixture
+def tiny_job(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.yaml"
+    path.write_text(
+        "name: tiny\n"
+        "workload: {dataset: {name: digits}, model: {name: logreg}, batch_size: 16,"
+        " optimizer: {lr: 0.2}, evaluation: {every_seconds: 2}}\n"
+        "cluster: {n_workers: 4}\n"
+        "target: {metric: test_accuracy, threshold: 0.8}\n"
+        "budget: {max_virtual_seconds: 20}\n")
+    return path

@@ -9,27 +9,7 @@ from pathlib import Path
 
 import pytest
 
-
-def autosync(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "autosync.cli", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=600)
-
-
-def _no_traceback(proc: subprocess.CompletedProcess) -> None:
-    assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
-
-
-@pytest.fixture
-def tiny_job(tmp_path: Path) -> Path:
-    path = tmp_path / "tiny.yaml"
-    path.write_text(
-        "name: tiny\n"
-        "workload: {dataset: {name: digits}, model: {name: logreg}, batch_size: 16,"
-        " optimizer: {lr: 0.2}, evaluation: {every_seconds: 2}}\n"
-        "cluster: {n_workers: 4}\n"
-        "target: {metric: test_accuracy, threshold: 0.8}\n"
-        "budget: {max_virtual_seconds: 20}\n")
-    return path
+from tests.conftest import autosync, no_traceback as _no_traceback
 
 
 def test_run_writes_trace_summary_and_plot(tiny_job, tmp_path):

@@ -8,11 +8,11 @@ from autosync.policies._base import (
 from autosync.policies._classic import ASP, BSP, SSP, BackupWorkers
 from autosync.policies._dana import DANADC, DCASGD, LWP, NAGASGD, DANASlim, DANAZero, MultiASGD
 from autosync.policies._dbw import DBW, BlindDBW, DynamicK
-from autosync.policies._lbbsp import LBBSP
+from autosync.policies._lbbsp import LBBSP, StaticSplit
 from autosync.policies._sync_switch import SyncSwitch
 
 __all__ = [
     "ASP", "BSP", "DANADC", "DBW", "DCASGD", "LBBSP", "DANASlim", "DANAZero", "LWP", "MultiASGD", "NAGASGD", "SSP", "Aggregation", "Arrival", "BackupWorkers", "Barrier", "Batching",
     "BlindDBW", "BoundedStaleness", "DynamicK", "FastestK", "OnArrival", "Policy", "Progress", "Schedule", "ServerView", "Strategies",
-    "Strategy", "SyncSwitch", "Task", "UpdateRule", "UpdateStats",
+    "StaticSplit", "Strategy", "SyncSwitch", "Task", "UpdateRule", "UpdateStats",
 ]

@@ -228,3 +228,38 @@ class LBBSP(Policy):
         else:
             batching = ProportionalBalancer(self.predictor, self.warmup, self.ema_alpha, self.hidden)
         return Strategies(barrier=FastestK(k=None), aggregation=BatchWeighted(), batching=batching)
+
+
+class FixedSplit(Batching):
+    """Per-worker batch sizes fixed for the whole run: `fractions` of the total n * B."""
+
+    def __init__(self, fractions: list[float] | None = None):
+        self.fractions = fractions
+
+    def reset(self, n_workers: int, batch_size: int) -> None:
+        fractions = self.fractions if self.fractions is not None else [1.0] * n_workers
+        if len(fractions) != n_workers or any(not isinstance(f, (int, float)) or f < 0 for f in fractions):
+            raise ValueError(f"fractions must be {n_workers} non-negative numbers (one per worker), "
+                             f"but got fractions={self.fractions!r}")
+        self.sizes = proportional_split(fractions, n_workers * batch_size)
+
+    def batch_size(self, server: ServerView, worker: int) -> int:
+        return self.sizes[worker]
+
+
+class StaticSplit(Policy):
+    """BSP with a static per-worker split of the total batch n * B, gradients weighted by batch size (eq. 7).
+
+    The offline counterpart of LB-BSP: `autosync tune --space batch_split` searches the fractions.
+
+    Args:
+        fractions: relative share of each worker (normalised; None: equal shares, i.e. BSP).
+    """
+
+    name = "split"
+
+    def __init__(self, fractions: list[float] | None = None) -> None:
+        self.fractions = fractions
+
+    def strategies(self, n_workers: int, batch_size: int) -> Strategies:
+        return Strategies(barrier=FastestK(k=None), aggregation=BatchWeighted(), batching=FixedSplit(self.fractions))

@@ -1,0 +1,1 @@
+"""Offline search over synchronization policies: spaces, objectives, studies (the cache), strategies, replay."""

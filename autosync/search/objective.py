@@ -1,0 +1,140 @@
+"""The tuning objective: a policy's time-to-target on a job, averaged over seeds, with an accuracy constraint.
+
+A trial trains the sampled policy with R seeds on the virtual-clock simulator. Its value is the mean
+time-to-target in virtual seconds; a seed that never reaches the target counts as `penalty` times the
+virtual time it ran. Its final target metric must stay within `tolerance` of BSP's (an Optuna
+constraint: feasible when <= 0). A run that diverges raises `RunFailed`, which the study records as a
+failed trial with the reason. Every trial stores what it cost (virtual seconds trained) so the search
+cost can be stated in units of one BSP training.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+from autosync.job import JobSpec
+
+if TYPE_CHECKING:
+    import optuna
+
+    from autosync.search.space import SearchSpace
+
+
+CONSTRAINT = "final_metric_vs_bsp"  # name of the Optuna constraint (<= 0: feasible)
+
+
+class RunFailed(Exception):
+    """A trial's run diverged or its policy cannot run on this job; the message says why."""
+
+
+@dataclass(frozen=True)
+class ObjectiveSettings:
+    """How one trial is scored."""
+
+    repeats: int = 1  # seeds per trial (the objective is noisy)
+    tolerance: float = 0.01  # allowed final-metric shortfall against BSP
+    penalty: float = 2.0  # a seed that misses the target counts as penalty x its virtual time
+    multi_objective: bool = False  # (time, final metric) with a Pareto front instead of one value
+    prune: bool = True  # stop hopeless trials on intermediate training loss (single objective only)
+
+
+def evaluate(job: JobSpec, policy: dict[str, Any], seeds: list[int], penalty: float = 2.0,
+             report: Callable[[float, int], None] | None = None) -> dict[str, Any]:
+    """Train `policy` once per seed; returns the mean score, final metric and the virtual seconds spent.
+
+    `report(train_loss, step)` is called at every evaluation of the first seed (for pruning); it may raise.
+    """
+    from autosync.catalog import policy_from_dict
+    from autosync.engine import simulate
+
+    try:
+        pol = policy_from_dict(policy)
+        pol.bind(job.cluster.n_workers, job.workload.batch_size)
+    except ValueError as exc:  # includes UserError: the sampled parameters do not fit this job
+        raise RunFailed(f"invalid policy {policy}: {exc}") from None
+    scores, finals, spent, reached = [], [], 0.0, 0
+    every = job.workload.evaluation.every_seconds
+    for i, seed in enumerate(seeds):
+        progress = None
+        if report is not None and i == 0:
+            last_step = [-1]
+
+            def progress(info: dict[str, Any]) -> None:
+                step = int(info["time"] / every + 1e-9)  # evaluations fall on multiples of every_seconds
+                if step > last_step[0]:
+                    last_step[0] = step
+                    report(info["train_loss"], step)
+        result = simulate(job.model_copy(update={"seed": seed}), pol, progress=progress)
+        m = result.metrics
+        spent += m["virtual_time"]
+        if result.status == "diverged":
+            raise RunFailed(f"diverged at update {m['updates']} (seed {seed}, virtual time {m['virtual_time']:.1f} s)")
+        final = m[f"final_{job.target.metric}"]
+        if final is None or not math.isfinite(final):
+            raise RunFailed(f"diverged: final {job.target.metric} is {final} (seed {seed})")
+        finals.append(final)
+        if m["time_to_target"] is not None:
+            reached += 1
+            scores.append(m["time_to_target"])
+        else:
+            scores.append(m["virtual_time"] * penalty)
+    return {"time_to_target": sum(scores) / len(scores), "final_metric": sum(finals) / len(finals),
+            "reached": reached, "runs": len(seeds), "virtual_seconds": spent}
+
+
+def constraint(job: JobSpec, final_metric: float, reference: float, tolerance: float) -> float:
+    """<= 0 when `final_metric` is within `tolerance` of BSP's `reference` (accuracy up, losses down)."""
+    if job.target.metric == "test_accuracy":
+        return reference - tolerance - final_metric
+    return final_metric - reference - tolerance
+
+
+class Objective:
+    """Optuna objective for one job and one search space."""
+
+    def __init__(self, job: JobSpec, space: "SearchSpace", settings: ObjectiveSettings, reference: float):
+        self.job = job
+        self.space = space
+        self.settings = settings
+        self.reference = reference
+
+    def seeds(self) -> list[int]:
+        return [self.job.seed + i for i in range(self.settings.repeats)]
+
+    def __call__(self, trial: "optuna.Trial") -> float | tuple[float, float]:
+        import optuna
+
+        policy = self.space.suggest(trial)
+        trial.set_user_attr("policy", policy)
+        spent = {"virtual_seconds": 0.0}
+
+        def report(loss: float, step: int) -> None:
+            spent["virtual_seconds"] = step * self.job.workload.evaluation.every_seconds
+            if not self.settings.prune or self.settings.multi_objective or not math.isfinite(loss):
+                return
+            trial.report(loss, step)
+            if trial.should_prune():
+                trial.set_user_attr("virtual_seconds", spent["virtual_seconds"])
+                raise optuna.TrialPruned(f"training loss {loss:.4g} at {spent['virtual_seconds']:.0f} virtual s "
+                                         "is worse than the median of earlier trials")
+
+        try:
+            score = evaluate(self.job, policy, self.seeds(), self.settings.penalty, report=report)
+        except RunFailed as exc:
+            trial.set_user_attr("fail_reason", str(exc))
+            trial.set_user_attr("virtual_seconds", spent["virtual_seconds"])
+            raise
+        c = constraint(self.job, score["final_metric"], self.reference, self.settings.tolerance)
+        for key, value in score.items():
+            trial.set_user_attr(key, value)
+        trial.set_constraint(CONSTRAINT, c)
+        if self.settings.multi_objective:
+            return score["time_to_target"], score["final_metric"]
+        return score["time_to_target"]
+
+
+def constraint_of(trial: "optuna.trial.FrozenTrial") -> float:
+    """The trial's accuracy constraint (<= 0: feasible); a trial without one is infeasible."""
+    return float(trial.constraints.get(CONSTRAINT, 1.0))

@@ -1,0 +1,229 @@
+"""Search spaces, the tuning objective and studies: the cache of recurring jobs, resumption, bad input."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+
+from autosync.errors import UserError
+from autosync.search.binary import binary_search
+from autosync.search.objective import ObjectiveSettings
+from autosync.search.space import SPACE_DIR, load_space
+from autosync.search.study import TuneRequest, counted_trials, open_storage, tune
+from tests.conftest import autosync, no_traceback, small_job
+
+
+def _space(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "space.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("name", ["static_k", "switch_point", "batch_split", "policy"])
+def test_shipped_spaces_load_and_sample_valid_policies(name):
+    from autosync.catalog import policy_from_dict
+
+    space = load_space(SPACE_DIR / f"{name}.yaml", 4)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    for _ in range(10):
+        trial = study.ask()
+        policy = space.suggest(trial)
+        policy_from_dict(policy).bind(4, 8)
+        study.tell(trial, 0.0)
+        again = optuna.create_study()
+        again.enqueue_trial(space.trial_params(policy))
+        replay = space.suggest(again.ask())  # enqueue_trial reproduces the policy
+        assert replay["policy"] == policy["policy"]
+        for key, value in policy["params"].items():
+            assert replay["params"][key] == (pytest.approx(value, rel=1e-6) if isinstance(value, list) else value)
+
+
+@pytest.mark.parametrize("text,message", [
+    ("policies: {backup: {k: {type: int, low: 5, high: 2}}}", "policies.backup.k.high must be >= low=5, but got 2"),
+    ("policies: {backup: {k: {type: integer, low: 1, high: 2}}}", "policies.backup.k.type must be one of"),
+    ("policies: {backup: {k: {type: int, low: 1, high: 2, stepp: 1}}}", "unknown key 'stepp'"),
+    ("policies: {bakup: {}}", "unknown policy 'bakup'"),
+    ("policies: {backup: {kk: 3}}", "policy backup has no parameter 'kk'"),
+    ("policies: {dana_dc: {dc_lambda: {type: float, low: 0, high: 1, log: true}}}", "log needs low > 0"),
+    ("polices: {bsp: {}}", "unknown key 'polices'"),
+    ("policies: [bsp]", "policies must be a non-empty mapping"),
+    ("policies: {backup: {k: {type: int, low: 1, high: n_workers * x}}}", "must be a number or n_workers"),
+])
+def test_bad_spaces_name_file_key_rule_and_value(tmp_path, text, message):
+    path = _space(tmp_path, text)
+    with pytest.raises(UserError, match="space.yaml") as info:
+        load_space(path, 4)
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_binary_search_follows_algorithm_1():
+    # accuracy rises with the BSP share; anything >= 0.3 is within beta of BSP
+    accuracy = lambda s: 0.9 if s >= 0.3 else 0.8  # noqa: E731
+    result = binary_search(accuracy, threshold=0.01, runs_per_candidate=2, max_settings=4, bsp_runs=3)
+    assert [c[0] for c in result.candidates] == [0.5, 0.25, 0.375, 0.3125]
+    assert result.switch_at == 0.3125 and result.target_accuracy == 0.9
+    assert len(result.runs) == 3 + 4 * 2
+    recurring = binary_search(accuracy, max_settings=2, target_accuracy=0.9)
+    assert 1.0 not in recurring.runs
+
+
+def _request(tmp_path: Path, **changes) -> TuneRequest:
+    job = small_job()
+    base = dict(job=job, space=load_space(SPACE_DIR / "static_k.yaml", 4), n_trials=4,
+                storage=f"sqlite:///{tmp_path / 'studies.db'}", settings=ObjectiveSettings(tolerance=0.05))
+    base.update(changes)
+    return TuneRequest(**base)
+
+
+def test_tune_caches_the_best_policy_for_the_recurring_job(tmp_path):
+    first = tune(_request(tmp_path))
+    assert not first.cached and first.new_trials == 4
+    record = first.cache
+    assert record["best_policy"]["policy"] == "backup" and record["trials"] == 4
+    assert record["search_cost_bsp_trainings"] > 0 and record["fingerprint"] == small_job().fingerprint()
+    second = tune(_request(tmp_path))
+    assert second.cached and second.new_trials == 0 and second.cache == record
+    refreshed = tune(_request(tmp_path, refresh=True, n_trials=2))
+    assert not refreshed.cached and refreshed.cache["trials"] == 6
+    study = optuna.load_study(study_name=first.study_name, storage=open_storage(_request(tmp_path).storage))
+    assert study.trials[4].params == study.trials[record["best_trial"]].params  # warm start: cached best first
+
+
+def test_baselines_are_enqueued_first(tmp_path):
+    outcome = tune(_request(tmp_path, n_trials=2))
+    study = optuna.load_study(study_name=outcome.study_name, storage=open_storage(_request(tmp_path).storage))
+    assert study.trials[0].user_attrs["policy"] == {"policy": "backup", "params": {"k": 4, "lr_rule": "fixed"}}
+
+
+def test_a_diverging_policy_is_a_failed_trial_with_its_reason(tmp_path):
+    # Sync-Switch's configuration policy trains BSP with 8 x eta: too much for this MLP, which then diverges
+    space = load_space(_space(tmp_path, "policies: {sync_switch: {config: {type: categorical, "
+                                        "choices: [none, sync_switch]}}, bsp: {}}"), 8)
+    job = small_job(workload__optimizer={"lr": 5.0, "momentum": 0.9}, workload__model={"name": "mlp"},
+                    cluster__n_workers=8, target={"metric": "train_loss", "threshold": 1e9})
+    outcome = tune(_request(tmp_path, job=job, space=space, n_trials=3, sampler="grid",
+                            settings=ObjectiveSettings(tolerance=1e9)))
+    study = optuna.load_study(study_name=outcome.study_name, storage=open_storage(_request(tmp_path).storage))
+    failed = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
+    assert failed and "diverged" in failed[0].user_attrs["fail_reason"]
+
+
+def test_binary_sampler_records_every_candidate_in_the_study(tmp_path):
+    space = load_space(SPACE_DIR / "switch_point.yaml", 4)
+    job = small_job(budget={"max_epochs": 2.0})
+    outcome = tune(_request(tmp_path, job=job, space=space, n_trials=3, sampler="binary",
+                            settings=ObjectiveSettings(tolerance=0.2)))
+    study = optuna.load_study(study_name=outcome.study_name, storage=open_storage(_request(tmp_path).storage))
+    switch_points = [t.params["sync_switch.switch_at"] for t in study.trials]
+    assert switch_points[0] == 0.5 and len(switch_points) == 3
+    assert all(t.user_attrs["runs"] == 3 for t in study.trials)  # R = 3 runs per candidate
+
+
+def _tiny(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.yaml"
+    path.write_text("name: tiny\nworkload: {dataset: {name: synthetic_classification, n_samples: 600}, "
+                    "model: {name: logreg}, batch_size: 16, optimizer: {lr: 0.2}, evaluation: {every_seconds: 2}}\n"
+                    "cluster: {n_workers: 4}\ntarget: {metric: test_accuracy, threshold: 0.7}\n"
+                    "budget: {max_virtual_seconds: 30}\n")
+    return path
+
+
+def test_cli_tune_then_cache_hit_then_run_tuned_then_clear(tmp_path):
+    job = _tiny(tmp_path)
+    proc = autosync("tune", str(job), "--n-trials", "3", "--tolerance", "0.05", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "storage: sqlite:///results/autosync-studies.db" in proc.stdout
+    again = autosync("tune", str(job), "--n-trials", "3", cwd=tmp_path)
+    assert again.returncode == 0 and "cache hit" in again.stdout and "no new trial" in again.stdout
+    listed = autosync("cache", "list", cwd=tmp_path)
+    assert "tiny" in listed.stdout
+    run = autosync("run", str(job), "--policy", "tuned", cwd=tmp_path)
+    assert run.returncode == 0 and "tuned policy from the cache" in run.stdout, run.stderr
+    cleared = autosync("cache", "clear", str(job), cwd=tmp_path)
+    assert "deleted 1 studies" in cleared.stdout
+    missing = autosync("run", str(job), "--policy", "tuned", cwd=tmp_path)
+    assert missing.returncode == 2 and "no cached policy" in missing.stderr
+    no_traceback(missing)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--storage", "nosuchdb://x"], "--storage nosuchdb://x: cannot open the study storage"),
+    (["--sampler", "cmaes"], "--sampler must be one of"),
+    (["--space", "nope"], "--space: file"),
+    (["--objective", "accuracy"], "--objective must be"),
+])
+def test_cli_tune_bad_options_are_one_line_errors(tmp_path, args, message):
+    proc = autosync("tune", str(_tiny(tmp_path)), *args, cwd=tmp_path)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    no_traceback(proc)
+
+
+def test_read_only_storage_is_a_clear_error(tmp_path):
+    if os.geteuid() == 0:
+        pytest.skip("root can write read-only files")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    db = locked / "s.db"
+    sqlite3.connect(db).close()
+    os.chmod(db, 0o444)
+    os.chmod(locked, 0o555)
+    try:
+        proc = autosync("tune", str(_tiny(tmp_path)), "--storage", f"sqlite:///{db}", cwd=tmp_path)
+    finally:
+        os.chmod(locked, 0o755)
+    assert proc.returncode == 2 and "cannot open the study storage" in proc.stderr
+    no_traceback(proc)
+
+
+def test_a_corrupt_cache_entry_is_a_clear_error_and_refresh_repairs_it(tmp_path):
+    outcome = tune(_request(tmp_path, n_trials=2))
+    study = optuna.load_study(study_name=outcome.study_name, storage=open_storage(_request(tmp_path).storage))
+    study.set_user_attr("cache", {"best_policy": {"policy": "nope"}})
+    with pytest.raises(UserError, match="corrupt cache entry"):
+        tune(_request(tmp_path, n_trials=2))
+    repaired = tune(_request(tmp_path, n_trials=1, refresh=True))
+    assert repaired.cache["trials"] == 3
+
+
+def test_two_processes_on_one_sqlite_file_lose_no_trial(tmp_path):
+    outcome = tune(_request(tmp_path, n_trials=6, n_jobs=2))
+    study = optuna.load_study(study_name=outcome.study_name, storage=open_storage(_request(tmp_path).storage))
+    numbers = [t.number for t in study.trials]
+    assert len(numbers) == len(set(numbers)) and counted_trials(study) >= 6
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)
+
+
+def test_killed_tune_resumes_without_losing_finished_trials(tmp_path):
+    job = _tiny(tmp_path)
+    env = {**os.environ, "AUTOSYNC_HEARTBEAT_SECONDS": "1"}
+    cmd = [sys.executable, "-m", "autosync.cli", "tune", str(job), "--n-trials", "8", "--tolerance", "0.05"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    db = tmp_path / "results" / "autosync-studies.db"
+    deadline = time.monotonic() + 120
+    finished = 0
+    while time.monotonic() < deadline and finished < 2:
+        time.sleep(0.3)
+        if db.exists():
+            try:
+                with sqlite3.connect(db) as con:
+                    finished = con.execute("select count(*) from trials where state = 'COMPLETE'").fetchone()[0]
+            except sqlite3.OperationalError:
+                pass
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert finished >= 2
+    time.sleep(2.5)  # past the heartbeat grace period: the killed trial is stale
+    resumed = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    with sqlite3.connect(db) as con:
+        states = [s for (s,) in con.execute("select state from trials")]
+    assert states.count("COMPLETE") + states.count("PRUNED") >= 8 and "RUNNING" not in states, states
