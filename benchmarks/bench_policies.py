@@ -1,0 +1,104 @@
+"""What the online policies' own decisions cost, against the simulated iteration they steer.
+
+    python benchmarks/bench_policies.py [--updates 150]
+
+(1) DBW at n = 16 on the default job: wall time per update spent in DBW's decision (the gain estimators
+    (10)-(16) and the least squares (17), solved every `solve_every` iterations) against the wall time
+    of the whole simulated update, measured in the same run. Then the solve of (17) alone at n = 16,
+    64 and 128, every iteration and amortised over solve_every = 10.
+(2) LB-BSP CPU mode on baselines/lbbsp_cpu.yaml: wall time per update of Algorithm 1 with NARX (online
+    training included) against the same with the last-value predictor, and against the update itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from autosync.engine import Simulator
+from autosync.job import load_job
+from autosync.policies import DBW, LBBSP
+from autosync.policies._dbw_time import IterationTimeEstimator
+
+
+def _timed(obj: Any, method: str, clock: dict[str, float]) -> None:
+    """Wrap obj.method so its wall time accumulates in clock['seconds']."""
+    inner: Callable[..., Any] = getattr(obj, method)
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            clock["seconds"] += time.perf_counter() - start
+
+    setattr(obj, method, wrapper)
+
+
+def dbw_decision(updates: int) -> None:
+    job = load_job(None, overrides={"budget": {"max_updates": updates}})
+    sim = Simulator(job, DBW())
+    clock = {"seconds": 0.0}
+    for method in ("accept", "after_update"):
+        _timed(sim.strategies.barrier, method, clock)
+    start = time.perf_counter()
+    result = sim.run()
+    total = time.perf_counter() - start
+    n = len(result.trace.updates)
+    print(f"DBW, n=16, default job: decision {1e3 * clock['seconds'] / n:.2f} ms per update; whole simulated "
+          f"update {1e3 * total / n:.2f} ms; decision share {clock['seconds'] / total:.1%}")
+
+
+def solve_cost() -> None:
+    rng = np.random.default_rng(0)
+    for n in (16, 64, 128):
+        est = IterationTimeEstimator(n)
+        for _ in range(20 * n):
+            h = int(rng.integers(1, n + 1))
+            for i in range(1, h + 1):
+                est.add(h, i, float(np.sort(rng.exponential(1.0, n))[i - 1]))
+        start = time.perf_counter()
+        est.solve()
+        first = time.perf_counter() - start
+        repeats = 3 if n >= 128 else 10
+        start = time.perf_counter()
+        for _ in range(repeats):
+            est.add(n, 1, 0.5)
+            est.solve()
+        each = (time.perf_counter() - start) / repeats
+        print(f"problem (17), n={n:3d}: first solve (compile) {first * 1e3:8.1f} ms; re-solve {each * 1e3:8.1f} ms; "
+              f"amortised over solve_every=10: {each * 100:7.1f} ms per iteration")
+
+
+def narx_cost(updates: int) -> None:
+    job = load_job("baselines/lbbsp_cpu.yaml", overrides={"budget": {"max_updates": updates}})
+    costs = {}
+    for predictor in ("last", "narx"):
+        sim = Simulator(job, LBBSP(mode="cpu", predictor=predictor, warmup=50))
+        clock = {"seconds": 0.0}
+        _timed(sim.strategies.batching, "after_update", clock)
+        start = time.perf_counter()
+        result = sim.run()
+        total = time.perf_counter() - start
+        n = len(result.trace.updates)
+        costs[predictor] = clock["seconds"] / n
+        print(f"LB-BSP cpu, predictor={predictor}: Algorithm 1 {1e3 * costs[predictor]:.2f} ms per update "
+              f"(all three predictors run, for their RMSE); whole update {1e3 * total / n:.2f} ms")
+    print(f"NARX online training adds {1e3 * (costs['narx'] - costs['last']):.2f} ms per update "
+          f"({costs['narx'] / max(costs['last'], 1e-12):.2f}x the last-value run's Algorithm 1 time)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--updates", type=int, default=150)
+    args = parser.parse_args()
+    dbw_decision(args.updates)
+    solve_cost()
+    narx_cost(args.updates * 2)
+
+
+if __name__ == "__main__":
+    main()
