@@ -49,7 +49,12 @@ def parse_policy_spec(text: str, n_workers: int) -> dict[str, Any]:
 
 
 def label_of(policy: dict[str, Any]) -> str:
-    params = ",".join(f"{k}={v}" for k, v in policy["params"].items())
+    """'backup(k=8)': the policy name with the parameters that differ from their defaults."""
+    from autosync.catalog import POLICIES, policy_parameters
+
+    cls = POLICIES.get(policy["policy"])
+    defaults = policy_parameters(cls) if cls is not None else {}
+    params = ",".join(f"{k}={v}" for k, v in policy["params"].items() if k not in defaults or defaults[k] != v)
     return f"{policy['policy']}({params})" if params else policy["policy"]
 
 

@@ -61,7 +61,7 @@ def test_leaderboard_command_writes_tables_and_plots(tmp_path):
     assert proc.returncode == 0, proc.stderr
     out = tmp_path / "results" / "lb"
     data = json.loads((out / "leaderboard.json").read_text())
-    assert {r["policy"] for r in data["rows"]} == {"bsp", "backup(k=3,lr_rule=fixed)"}
+    assert {r["policy"] for r in data["rows"]} == {"bsp", "backup(k=3)"}
     assert all(len(runs) == 3 for runs in data["runs"].values())
     assert "autosync leaderboard" in (out / "leaderboard.md").read_text()
     for name in ("leaderboard.csv", "curves.png", "k_over_time.png"):

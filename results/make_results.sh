@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Re-create every committed leaderboard in results/ (run from the repository root; about 30 minutes on
+# 2 cores). Each leaderboard.md also records the exact command that produced it.
+set -euo pipefail
+autosync leaderboard baselines/lbbsp_gpu.yaml --policies bsp --policies lbbsp --seeds 5 --n-jobs 2
+autosync leaderboard baselines/lbbsp_cpu.yaml --policies bsp --policies lbbsp:mode=cpu,predictor=last \
+    --policies lbbsp:mode=cpu,predictor=ema --policies lbbsp:mode=cpu,predictor=narx --seeds 3 --n-jobs 2
+# Sync-Switch's BSP trains with n * eta (its configuration policy): sync_switch:switch_at=1.0 is that BSP.
+autosync leaderboard baselines/sync_switch.yaml --policies bsp --policies asp --policies sync_switch:switch_at=1.0 \
+    --policies sync_switch:switch_at=0.25 --policies sync_switch:switch_at=0.5 \
+    --policies sync_switch:switch_at=0.5,order=asp_bsp --seeds 3 --n-jobs 2
+autosync leaderboard baselines/sync_switch_stragglers.yaml --policies sync_switch:switch_at=1.0 \
+    --policies sync_switch:switch_at=0.5 --policies sync_switch:switch_at=0.5,stragglers=greedy \
+    --policies sync_switch:switch_at=0.5,stragglers=elastic --seeds 3 --n-jobs 2
+autosync leaderboard baselines/dana_n1.yaml --policies asp --seeds 3 --n-jobs 2
+for n in 4 8 16 32; do
+  autosync leaderboard baselines/dana_n$n.yaml --policies nag_asgd --policies multi_asgd --policies lwp \
+      --policies dc_asgd --policies dana_slim --policies dana_dc --seeds 3 --n-jobs 2
+done
