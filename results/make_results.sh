@@ -12,8 +12,6 @@ autosync leaderboard baselines/sync_switch.yaml --policies bsp --policies asp --
 autosync leaderboard baselines/sync_switch_stragglers.yaml --policies sync_switch:switch_at=1.0 \
     --policies sync_switch:switch_at=0.5 --policies sync_switch:switch_at=0.5,stragglers=greedy \
     --policies sync_switch:switch_at=0.5,stragglers=elastic --seeds 3 --n-jobs 2
-autosync leaderboard baselines/dana_n1.yaml --policies asp --seeds 3 --n-jobs 2
-for n in 4 8 16 32; do
-  autosync leaderboard baselines/dana_n$n.yaml --policies nag_asgd --policies multi_asgd --policies lwp \
-      --policies dc_asgd --policies dana_slim --policies dana_dc --seeds 3 --n-jobs 2
-done
+# DANA (baselines/dana_n*.yaml) is not reproduced yet, see results/README.md; its command will be:
+#   autosync leaderboard baselines/dana_nN.yaml --policies nag_asgd --policies multi_asgd --policies lwp \
+#       --policies dc_asgd --policies dana_slim --policies dana_dc --seeds 3 --n-jobs 2
