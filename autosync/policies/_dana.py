@@ -21,6 +21,7 @@ as torch.optim.SGD does. Every applied gradient's gap G = ||theta_master - theta
 from __future__ import annotations
 
 import math
+from abc import abstractmethod
 from typing import TYPE_CHECKING, Any, Sequence
 
 from autosync.policies._barriers import OnArrival
@@ -164,8 +165,9 @@ class WorkerSideMomentum(AsyncMomentumRule):
 class _AsyncPolicy(Policy):
     """An ASP barrier with one of the update rules above."""
 
+    @abstractmethod
     def rule(self) -> UpdateRule:
-        raise NotImplementedError
+        """The master's update rule (and what it sends each worker)."""
 
     def strategies(self, n_workers: int, batch_size: int) -> Strategies:
         return Strategies(barrier=OnArrival(), update=self.rule())
@@ -231,13 +233,10 @@ class DANASlim(_AsyncPolicy):
         return WorkerSideMomentum()
 
 
-class DANADC(_AsyncPolicy):
+class DANADC(DCASGD):
     """DANA-DC: DANA-Zero's look-ahead plus DC-ASGD's delay compensation (DANA paper, Algorithm 7)."""
 
     name = "dana_dc"
-
-    def __init__(self, dc_lambda: float = 2.0) -> None:
-        self.dc_lambda = dc_lambda
 
     def rule(self) -> UpdateRule:
         return PerWorkerMomentum(look_ahead=True, dc_lambda=self.dc_lambda)

@@ -84,38 +84,30 @@ class ElasticBSP(FastestK):
         return worker not in self.excluded and super().may_start(server, worker)
 
 
-class SwitchSchedule(Schedule):
-    """The phase logic of Sync-Switch; its parameters are those of the `SyncSwitch` policy."""
+def _bsp_barrier(config: str, n_workers: int) -> ElasticBSP:
+    """BSP as Sync-Switch's configuration policy sets it up: learning rate n * eta (sec. IV-C), or eta."""
+    return ElasticBSP(lr_multiplier=float(n_workers) if config == "sync_switch" else 1.0)
 
-    def __init__(self, switch_at: float, order: str, config: str, asp_momentum: str, switch_seconds: float,
-                 stragglers: str, window_seconds: float, consecutive: int):
-        self.switch_at = switch_at
-        self.order = order
-        self.config = config
-        self.asp_momentum = asp_momentum
-        self.switch_seconds = switch_seconds
-        self.stragglers = stragglers
-        self.window_seconds = window_seconds
-        self.consecutive = consecutive
+
+class SwitchSchedule(Schedule):
+    """The phase logic of Sync-Switch; it reads its parameters from the (validated) `SyncSwitch` policy."""
+
+    def __init__(self, policy: "SyncSwitch"):
+        self.policy = policy
 
     def reset(self, n_workers: int, batch_size: int) -> None:
         self.n = n_workers
-        self.phase = "bsp" if self.order == "bsp_asp" else "asp"
+        self.phase = "bsp" if self.policy.order == "bsp_asp" else "asp"
         self.done = False  # the final phase has started
         self.quota_used = 0.0  # fraction of the workload trained in the first protocol
         self.last_fraction = 0.0
         self.switched_at_epoch: float | None = None
-        self.detector = StragglerDetector(n_workers, self.window_seconds, self.consecutive)
-        self.switches = 0
+        self.detector = StragglerDetector(n_workers, self.policy.window_seconds, self.policy.consecutive)
         self.update_phase = self.phase
-
-    def bsp_barrier(self) -> FastestK:
-        multiplier = float(self.n) if self.config == "sync_switch" else 1.0
-        return ElasticBSP(lr_multiplier=multiplier)
 
     def after_update(self, server: ServerView, strategies: Strategies, stats: UpdateStats,
                      progress: Progress, update_state: dict[str, Any]) -> float | None:
-        first = "bsp" if self.order == "bsp_asp" else "asp"
+        first = "bsp" if self.policy.order == "bsp_asp" else "asp"
         self.update_phase = self.phase  # the protocol the update just applied was made under
         if not self.done and self.phase == first:
             self.quota_used += progress.fraction - self.last_fraction
@@ -123,17 +115,17 @@ class SwitchSchedule(Schedule):
         if self.done:
             self._ramp_momentum(progress, update_state, strategies)
             return None
-        if self.stragglers != "agnostic":
+        if self.policy.stragglers != "agnostic":
             self.detector.observe(stats.arrivals, server.time)
-        if self.quota_used >= self.switch_at:  # the first protocol's share is met: final phase
+        if self.quota_used >= self.policy.switch_at:  # the first protocol's share is met: final phase
             self.done = True
             final = "asp" if first == "bsp" else "bsp"
             return self._switch(final, strategies, progress, update_state)
-        if self.stragglers == "greedy" and first == "bsp":
+        if self.policy.stragglers == "greedy" and first == "bsp":
             wanted = "asp" if self.detector.stragglers else "bsp"
             if wanted != self.phase:
                 return self._switch(wanted, strategies, progress, update_state)
-        if self.stragglers == "elastic" and self.phase == "bsp":
+        if self.policy.stragglers == "elastic" and self.phase == "bsp":
             barrier = strategies.barrier
             excluded = set(self.detector.stragglers)
             if len(excluded) >= self.n:
@@ -146,9 +138,8 @@ class SwitchSchedule(Schedule):
     def _switch(self, phase: str, strategies: Strategies, progress: Progress,
                 update_state: dict[str, Any]) -> float:
         self.phase = phase
-        self.switches += 1
         if phase == "bsp":
-            barrier = self.bsp_barrier()
+            barrier = _bsp_barrier(self.policy.config, self.n)
             barrier.reset(self.n, 0)
             strategies.barrier = barrier
             update_state["momentum_coefficient"] = None
@@ -156,16 +147,16 @@ class SwitchSchedule(Schedule):
             strategies.barrier = OnArrival()
             self.switched_at_epoch = progress.epoch
             self._ramp_momentum(progress, update_state, strategies)
-        return self.switch_seconds
+        return self.policy.switch_seconds
 
     def _ramp_momentum(self, progress: Progress, update_state: dict[str, Any], strategies: Strategies) -> None:
         """Sync-Switch Fig. 8: the momentum used under ASP after the switch (capped at the job's gamma)."""
-        if self.phase != "asp" or self.switched_at_epoch is None or self.asp_momentum == "same":
+        if self.phase != "asp" or self.switched_at_epoch is None or self.policy.asp_momentum == "same":
             return
         gamma = strategies.update.opt.momentum
         i = progress.epoch - self.switched_at_epoch
         value = {"zero": 0.0, "one_over_n": 1.0 / self.n, "ramp_2n": i / (2 * self.n),
-                 "ramp_n": i / self.n}[self.asp_momentum]
+                 "ramp_n": i / self.n}[self.policy.asp_momentum]
         update_state["momentum_coefficient"] = min(gamma, value)
 
     def trace_values(self) -> dict[str, Any]:
@@ -214,8 +205,5 @@ class SyncSwitch(Policy):
         if self.switch_seconds < 0 or self.window_seconds <= 0 or self.consecutive < 1:
             raise ValueError("switch_seconds must be >= 0, window_seconds > 0 and consecutive >= 1, but got "
                              f"{self.switch_seconds}, {self.window_seconds}, {self.consecutive}")
-        schedule = SwitchSchedule(self.switch_at, self.order, self.config, self.asp_momentum,
-                                  self.switch_seconds, self.stragglers, self.window_seconds, self.consecutive)
-        schedule.n = n_workers
-        barrier = schedule.bsp_barrier() if self.order == "bsp_asp" else OnArrival()
-        return Strategies(barrier=barrier, schedule=schedule)
+        barrier = _bsp_barrier(self.config, n_workers) if self.order == "bsp_asp" else OnArrival()
+        return Strategies(barrier=barrier, schedule=SwitchSchedule(self))
