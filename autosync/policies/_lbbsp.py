@@ -127,8 +127,9 @@ class IterativeBalancer(Batching):
 class ProportionalBalancer(Batching):
     """LB-BSP Algorithm 1 (CPU clusters): x_i = v_i / sum_j v_j * X with predicted speeds v_i.
 
-    All three predictors run side by side so their prediction RMSE can be compared (Fig. 10);
-    `predictor` picks the one that sets the batch sizes.
+    `predictor` sets the batch sizes. The two cheap predictors (last value, EMA) always run beside it so
+    their prediction RMSE can be compared with NARX's (Fig. 10); NARX, whose online training is the
+    expensive part, runs only when it is the chosen one.
     """
 
     def __init__(self, predictor: str = "narx", warmup: int = 50, ema_alpha: float = 0.2, hidden: int = 8):
@@ -145,8 +146,9 @@ class ProportionalBalancer(Batching):
         self.n = n_workers
         self.total = n_workers * batch_size
         self.sizes = [batch_size] * n_workers
-        self.models = {"last": LastValue(n_workers), "ema": EMA(n_workers, self.ema_alpha),
-                       "narx": NARX(n_workers, warmup=self.warmup, hidden=self.hidden, ema_alpha=self.ema_alpha)}
+        self.models = {"last": LastValue(n_workers), "ema": EMA(n_workers, self.ema_alpha)}
+        if self.predictor == "narx":
+            self.models["narx"] = NARX(n_workers, warmup=self.warmup, hidden=self.hidden, ema_alpha=self.ema_alpha)
         self.predictions: dict[str, np.ndarray | None] = {name: None for name in self.models}
         self.squared_error = {name: 0.0 for name in self.models}
         self.scored = 0
