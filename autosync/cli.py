@@ -211,13 +211,10 @@ def tune(
         outcome = run_tune(request, on_trial=on_trial)
     _print_tune(outcome, spec)
     if not outcome.cached:
-        import optuna
-
         from autosync.search.plots import write_study_plots
-        from autosync.search.study import open_storage
 
-        loaded = optuna.load_study(study_name=outcome.study_name, storage=open_storage(request.storage))
-        paths, skipped = write_study_plots(loaded, out or Path("results") / "tune" / f"{spec.name}-{search_space.name}")
+        plot_dir = out or Path("results") / "tune" / f"{spec.name}-{search_space.name}"
+        paths, skipped = write_study_plots(outcome.study, plot_dir)
         if paths:
             console.print(f"wrote {', '.join(str(p) for p in paths)}")
         for line in skipped:

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from autosync.engine import simulate
-from autosync.policies import DBW, BlindDBW, BackupWorkers
+from autosync.policies import DBW, BlindDBW
 from autosync.policies._dbw_gain import GainEstimator
 from autosync.policies._dbw_time import IterationTimeEstimator
 from tests.conftest import small_job

@@ -7,7 +7,7 @@ import torch
 
 from autosync.engine import simulate
 from autosync.engine.drivers import InProcessDriver
-from autosync.policies import BSP, LBBSP, Task
+from autosync.policies import BSP, LBBSP, Arrival, Task
 from autosync.policies._lbbsp import BatchWeighted, proportional_split
 from autosync.workloads.workload import Workload
 from tests.conftest import small_job
@@ -30,7 +30,7 @@ def test_batch_weighted_aggregate_is_the_gradient_of_the_union_batch():
     driver = InProcessDriver(workload, job.seed)
     theta = workload.init_params()
     tasks = [Task(w, 0, 0, b, 0.0, params=theta) for w, b in enumerate([3, 17, 40, 4])]
-    weights = BatchWeighted().weights([type("A", (), {"task": t})() for t in tasks])
+    weights = BatchWeighted().weights([Arrival(t, 0.0) for t in tasks])
     aggregate, _ = driver.aggregate(tasks, weights)
     index = torch.cat([driver.batch_of(t) for t in tasks])
     theta = theta.clone().requires_grad_(True)

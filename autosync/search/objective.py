@@ -55,17 +55,9 @@ def evaluate(job: JobSpec, policy: dict[str, Any], seeds: list[int], penalty: fl
     except ValueError as exc:  # includes UserError: the sampled parameters do not fit this job
         raise RunFailed(f"invalid policy {policy}: {exc}") from None
     scores, finals, spent, reached = [], [], 0.0, 0
-    every = job.workload.evaluation.every_seconds
+    first_seed_progress = _step_reporter(report, job.workload.evaluation.every_seconds) if report else None
     for i, seed in enumerate(seeds):
-        progress = None
-        if report is not None and i == 0:
-            last_step = [-1]
-
-            def progress(info: dict[str, Any]) -> None:
-                step = int(info["time"] / every + 1e-9)  # evaluations fall on multiples of every_seconds
-                if step > last_step[0]:
-                    last_step[0] = step
-                    report(info["train_loss"], step)
+        progress = first_seed_progress if i == 0 else None
         result = simulate(job.model_copy(update={"seed": seed}), pol, progress=progress)
         m = result.metrics
         spent += m["virtual_time"]
@@ -82,6 +74,20 @@ def evaluate(job: JobSpec, policy: dict[str, Any], seeds: list[int], penalty: fl
             scores.append(m["virtual_time"] * penalty)
     return {"time_to_target": sum(scores) / len(scores), "final_metric": sum(finals) / len(finals),
             "reached": reached, "runs": len(seeds), "virtual_seconds": spent}
+
+
+def _step_reporter(report: Callable[[float, int], None], every: float) -> Callable[[dict[str, Any]], None]:
+    """A simulator progress callback calling report(train_loss, step) once per evaluation step."""
+    last_step = -1
+
+    def progress(info: dict[str, Any]) -> None:
+        nonlocal last_step
+        step = int(info["time"] / every + 1e-9)  # evaluations fall on multiples of every_seconds
+        if step > last_step:
+            last_step = step
+            report(info["train_loss"], step)
+
+    return progress
 
 
 def constraint(job: JobSpec, final_metric: float, reference: float, tolerance: float) -> float:

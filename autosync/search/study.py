@@ -10,6 +10,7 @@ Heartbeats fail the trials of a killed process, and `RetryFailedTrialCallback` r
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import math
 import multiprocessing as mp
@@ -44,6 +45,7 @@ class TuneOutcome:
     new_trials: int
     cache: dict[str, Any]  # the study's cache record (best policy, provenance, amortization)
     top: list[dict[str, Any]] = field(default_factory=list)  # best feasible trials, best first
+    study: Any = None  # the optuna.Study itself, for plots
 
 
 # ---------------------------------------------------------------------------------------------- storage
@@ -173,17 +175,20 @@ def load_study(request: TuneRequest, storage: Any, create: bool = True) -> "optu
 
 def read_cache(study: "optuna.Study") -> dict[str, Any] | None:
     """The study's cache record, validated; a corrupt one is a clear error."""
+    record = study.user_attrs.get("cache")
+    return None if record is None else _validated(study.study_name, record)
+
+
+def _validated(name: str, record: Any) -> dict[str, Any]:
+    """A cache record whose policy, score and trial count are usable, else a one-line error naming the study."""
     from autosync.catalog import policy_from_dict
 
-    record = study.user_attrs.get("cache")
-    if record is None:
-        return None
     try:
         policy_from_dict(record["best_policy"])
         float(record["best_value"])
         int(record["trials"])
     except (KeyError, TypeError, ValueError) as exc:
-        raise UserError(f"study {study.study_name}: corrupt cache entry ({type(exc).__name__}: {exc}); "
+        raise UserError(f"study {name}: corrupt cache entry ({type(exc).__name__}: {exc}); "
                         "run `autosync cache clear` for this job or tune with --refresh") from None
     return record
 
@@ -198,7 +203,7 @@ def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = Non
     study = load_study(request, storage)
     cache = read_cache(study) if not request.refresh else None
     if cache is not None:
-        return TuneOutcome(study.study_name, request.storage, True, 0, cache, top_trials(study))
+        return TuneOutcome(study.study_name, request.storage, True, 0, cache, top_trials(study), study)
     reference = bsp_reference(study, request)
     before = counted_trials(study)
     if request.refresh:
@@ -226,8 +231,8 @@ def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = Non
             for p in helpers:
                 p.join()
     cache = finish(study, request, reference)
-    return TuneOutcome(study.study_name, request.storage, False, counted_trials(study) - before, cache,
-                       top_trials(study))
+    return TuneOutcome(study.study_name, request.storage, False, cache["trials"] - before, cache,
+                       top_trials(study), study)
 
 
 def bsp_reference(study: "optuna.Study", request: TuneRequest) -> dict[str, Any]:
@@ -253,14 +258,10 @@ def run_trials(study: "optuna.Study", request: TuneRequest, reference: dict[str,
             on_trial(done, target)
         if done >= target or (deadline is not None and time.monotonic() >= deadline):
             return
-        if request.sampler == "grid" and _grid_exhausted(study, request.space):
+        grid_size = request.space.size() if request.sampler == "grid" else None
+        if grid_size is not None and done >= grid_size:  # brute force has covered the whole space
             return
         study.optimize(objective, n_trials=1, catch=(RunFailed,), gc_after_trial=False)
-
-
-def _grid_exhausted(study: "optuna.Study", space: SearchSpace) -> bool:
-    size = space.size()
-    return size is not None and counted_trials(study) >= size
 
 
 def _helper(request: TuneRequest, name: str, target: int, deadline_in: float | None, index: int) -> None:
@@ -272,7 +273,7 @@ def _helper(request: TuneRequest, name: str, target: int, deadline_in: float | N
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     deadline = time.monotonic() + deadline_in if deadline_in is not None else None
-    sub = TuneRequest(**{**request.__dict__, "seed": request.seed + 1000 * index, "study": name})
+    sub = dataclasses.replace(request, seed=request.seed + 1000 * index, study=name)
     storage = open_storage(sub.storage)
     study = load_study(sub, storage)
     run_trials(study, sub, study.user_attrs["bsp_reference"], target, deadline)
@@ -313,8 +314,7 @@ def run_binary_search(study: "optuna.Study", request: TuneRequest, reference: di
             raise UserError(f"--sampler binary: {space.path}: sync_switch.{name} must be a categorical "
                             "(its first choice is used), or a constant")
         others[f"sync_switch.{name}"] = dim.choices[0]
-    settings = ObjectiveSettings(**{**request.settings.__dict__, "repeats": request.binary_runs_per_candidate,
-                                    "prune": False})
+    settings = dataclasses.replace(request.settings, repeats=request.binary_runs_per_candidate, prune=False)
     objective = Objective(request.job, space, settings, reference["final_metric"])
     metric_sign = 1.0 if request.job.target.metric == "test_accuracy" else -1.0
     done = [0]
@@ -375,10 +375,13 @@ def top_trials(study: "optuna.Study", count: int = 5) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------------------------------------- cache
 def cached_studies(storage_url: str, fingerprint: str | None = None) -> list[dict[str, Any]]:
     """Every autosync study in the storage (optionally of one job), with its cache record if finished."""
+    return _summaries(open_storage(storage_url), fingerprint)
+
+
+def _summaries(storage: Any, fingerprint: str | None) -> list[dict[str, Any]]:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    storage = open_storage(storage_url)
     out = []
     for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
         name = summary.study_name
@@ -391,11 +394,11 @@ def cached_studies(storage_url: str, fingerprint: str | None = None) -> list[dic
 
 def tuned_policy(storage_url: str, job: JobSpec) -> dict[str, Any]:
     """The most recently cached best policy of `job` (any space), or a clear error when there is none."""
-    records = [s["cache"] for s in cached_studies(storage_url, job.fingerprint()) if isinstance(s["cache"], dict)]
-    records = [r for r in records if isinstance(r.get("best_policy"), dict)]
-    if not records:
+    studies = [s for s in cached_studies(storage_url, job.fingerprint()) if s["cache"] is not None]
+    if not studies:
         raise UserError(f"--policy tuned: no cached policy for job {job.name} (fingerprint {job.fingerprint()}) "
                         f"in {storage_url}; run `autosync tune` on this job first")
+    records = [_validated(s["study"], s["cache"]) for s in studies]
     return max(records, key=lambda r: str(r.get("finished_at", "")))["best_policy"]
 
 
@@ -403,8 +406,8 @@ def clear_cache(storage_url: str, job: JobSpec) -> list[str]:
     """Delete every study of `job`; returns their names."""
     import optuna
 
-    names = [s["study"] for s in cached_studies(storage_url, job.fingerprint())]
     storage = open_storage(storage_url)
+    names = [s["study"] for s in _summaries(storage, job.fingerprint())]
     for name in names:
         optuna.delete_study(study_name=name, storage=storage)
     return names
