@@ -44,7 +44,7 @@ class AsyncMomentumRule(UpdateRule):
         self.opt = opt
         self.gamma = opt.momentum
         self._gap = self._lag = 0.0
-        return {"updates": 0, "lr": opt.lr, "n": n_workers, "momentum_coefficient": None}
+        return {"updates": 0, "lr": opt.lr, "n": n_workers}
 
     def apply(self, params: "torch.Tensor", state: dict[str, Any], grad: "torch.Tensor", lr: float,
               arrivals: Sequence[Arrival]) -> "torch.Tensor":

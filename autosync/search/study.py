@@ -222,7 +222,7 @@ def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = Non
                     study.enqueue_trial(params, skip_if_exists=True)
     deadline = time.monotonic() + request.timeout if request.timeout else None
     if request.sampler == "binary":
-        run_binary_search(study, request, reference, on_trial)
+        run_binary_search(study, request, reference, deadline, on_trial)
     else:
         helpers = _start_helpers(request, study.study_name, target, deadline)
         try:
@@ -296,8 +296,12 @@ def _start_helpers(request: TuneRequest, name: str, target: int, deadline: float
     return procs
 
 
+class _OutOfTime(Exception):
+    """--timeout passed during the binary search: stop before the next candidate."""
+
+
 def run_binary_search(study: "optuna.Study", request: TuneRequest, reference: dict[str, Any],
-                      on_trial: Callable[[int, int], None] | None = None) -> None:
+                      deadline: float | None = None, on_trial: Callable[[int, int], None] | None = None) -> None:
     """Sync-Switch's Algorithm 1 as a search strategy; each candidate is one trial of the same study."""
     from autosync.search.binary import binary_search
 
@@ -320,6 +324,8 @@ def run_binary_search(study: "optuna.Study", request: TuneRequest, reference: di
     done = [0]
 
     def run(s: float) -> float:
+        if deadline is not None and time.monotonic() >= deadline:
+            raise _OutOfTime
         study.enqueue_trial({"sync_switch.switch_at": s, **others}, skip_if_exists=False)
         study.optimize(objective, n_trials=1, catch=(RunFailed,), gc_after_trial=False)
         done[0] += 1
@@ -328,8 +334,11 @@ def run_binary_search(study: "optuna.Study", request: TuneRequest, reference: di
         trial = study.trials[-1]
         return metric_sign * trial.user_attrs.get("final_metric", -math.inf * metric_sign)
 
-    binary_search(run, threshold=request.settings.tolerance, runs_per_candidate=1,
-                  max_settings=request.n_trials, target_accuracy=metric_sign * reference["final_metric"])
+    try:
+        binary_search(run, threshold=request.settings.tolerance, runs_per_candidate=1,
+                      max_settings=request.n_trials, target_accuracy=metric_sign * reference["final_metric"])
+    except _OutOfTime:
+        pass  # the candidates tried so far are trials of the study; finish() picks the best of them
 
 
 def finish(study: "optuna.Study", request: TuneRequest, reference: dict[str, Any]) -> dict[str, Any]:
