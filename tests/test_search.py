@@ -227,3 +227,18 @@ def test_killed_tune_resumes_without_losing_finished_trials(tmp_path):
     with sqlite3.connect(db) as con:
         states = [s for (s,) in con.execute("select state from trials")]
     assert states.count("COMPLETE") + states.count("PRUNED") >= 8 and "RUNNING" not in states, states
+
+
+def test_a_trial_killed_before_its_first_heartbeat_is_failed_and_retried(tmp_path):
+    from autosync.search.study import fail_orphaned_trials
+
+    storage = open_storage(f"sqlite:///{tmp_path / 'orphans.db'}")
+    storage.heartbeat_interval, storage.grace_period = 1, 1
+    study = optuna.create_study(storage=storage, study_name="orphans")
+    study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})  # RUNNING, and no heartbeat ever written
+    fail_orphaned_trials(study, storage)
+    assert [t.state for t in study.trials] == [optuna.trial.TrialState.RUNNING]  # too young to judge
+    time.sleep(1.5)
+    fail_orphaned_trials(study, storage)
+    states = [t.state for t in study.trials]
+    assert states == [optuna.trial.TrialState.FAIL, optuna.trial.TrialState.WAITING]  # failed, then re-queued

@@ -204,6 +204,7 @@ def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = Non
     cache = read_cache(study) if not request.refresh else None
     if cache is not None:
         return TuneOutcome(study.study_name, request.storage, True, 0, cache, top_trials(study), study)
+    fail_orphaned_trials(study, storage)
     reference = bsp_reference(study, request)
     before = counted_trials(study)
     if request.refresh:
@@ -233,6 +234,37 @@ def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = Non
     cache = finish(study, request, reference)
     return TuneOutcome(study.study_name, request.storage, False, cache["trials"] - before, cache,
                        top_trials(study), study)
+
+
+def fail_orphaned_trials(study: "optuna.Study", storage: Any) -> None:
+    """Fail (and re-queue) RUNNING trials of a process killed before it wrote their first heartbeat.
+
+    Optuna's stale-trial check only looks at trials that have a heartbeat, so a process killed between
+    starting a trial and its first heartbeat leaves that trial RUNNING forever. A RUNNING trial older
+    than the grace period with no heartbeat at all is such an orphan (a live one beats every interval).
+    """
+    import optuna
+    from optuna.storages._rdb import models  # the heartbeat table has no public accessor
+
+    grace = storage.grace_period or 2 * storage.heartbeat_interval
+    cutoff = dt.datetime.now() - dt.timedelta(seconds=grace)
+    running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+    old = [t for t in running if t.datetime_start is not None and t.datetime_start < cutoff]
+    if not old:
+        return
+    session = storage.scoped_session()
+    try:
+        orphans = [t for t in old if models.TrialHeartbeatModel.where_trial_id(t._trial_id, session) is None]
+    finally:
+        storage.scoped_session.remove()
+    retry = storage.get_heartbeat_stale_trial_callback()
+    for t in orphans:
+        try:
+            storage.set_trial_state_values(t._trial_id, state=optuna.trial.TrialState.FAIL)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            continue  # another process got there first
+        if retry is not None:
+            retry(study, storage.get_trial(t._trial_id))
 
 
 def bsp_reference(study: "optuna.Study", request: TuneRequest) -> dict[str, Any]:
