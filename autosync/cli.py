@@ -170,7 +170,7 @@ def tune(
     storage: Optional[str] = typer.Option(None, "--storage", help="SQLAlchemy URL of the study storage "
                                           "(default: sqlite:///results/autosync-studies.db)."),
     study: Optional[str] = typer.Option(None, "--study", help="Study name (default: <fingerprint>-<space>)."),
-    sampler: str = typer.Option("tpe", "--sampler", help="tpe | gp | random | grid | binary (Sync-Switch)."),
+    sampler: str = typer.Option("tpe", "--sampler", help="tpe | gp | random | grid | binary (Sync-Switch) | ladder (cheapest switch point first)."),
     n_jobs: int = typer.Option(1, "--n-jobs", min=1, help="Processes running trials on this machine."),
     seed: int = typer.Option(0, "--seed", help="Sampler seed."),
     repeats: int = typer.Option(1, "--repeats", min=1, help="Seeds per trial (the objective is noisy)."),
@@ -219,6 +219,48 @@ def tune(
             console.print(f"wrote {', '.join(str(p) for p in paths)}")
         for line in skipped:
             console.print(f"skipped {line}", style="dim")
+
+
+@app.command()
+def replay(
+    logs: Path = typer.Argument(Path("../shared/data/sync_switch_logs/cifar10_res32"),
+                                help="A Sync-Switch log folder (baseline/, switch_exp/)."),
+    simulations: int = typer.Option(1000, "--simulations", min=1, help="Simulated searches per strategy and setting."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the run draws and of the TPE samplers."),
+    threshold: float = typer.Option(0.01, "--threshold", min=0.0, help="Accuracy margin beta."),
+    max_settings: int = typer.Option(4, "--max-settings", min=1, help="Binary search: candidates M."),
+    tpe_trials: list[int] = typer.Option([4, 8], "--tpe-trials", min=1, help="TPE: trials per search (repeatable)."),
+    space: str = typer.Option("switch_point", "--space", help="Search space of the TPE strategy."),
+    out: Path = typer.Option(Path("results/replay_sync_switch"), help="Where table.md and table.json go."),
+) -> None:
+    """Sync-Switch's Table II on recorded runs: binary search, the cost-ordered ladder and TPE, cost and success."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from autosync.search.replay import (TABLE_II_SETTINGS, binary_strategy, ladder_strategy, load_switch_logs,
+                                        replay_table, tpe_strategy)
+    from autosync.search.replay_report import write_replay_table
+    from autosync.search.space import resolve_space_path
+
+    switch_logs = load_switch_logs(logs)
+    strategies = {"binary": binary_strategy(max_settings, threshold), "ladder": ladder_strategy(threshold=threshold)}
+    for n in tpe_trials:
+        strategies[f"tpe ({n} trials)"] = tpe_strategy(resolve_space_path(space, "switch_point"), 8, n, threshold)
+    total = simulations * len(strategies) * len(TABLE_II_SETTINGS)
+    with Progress(TextColumn("[bold]replaying"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True) as bar:
+        task = bar.add_task("searches", total=total)
+        optimum, rows = replay_table(switch_logs, strategies, simulations, seed, threshold=threshold,
+                                     max_settings=max_settings, progress=lambda: bar.advance(task))
+    table = Table(title=f"switch-point search on {logs} ({simulations} simulated searches each)")
+    for column in ("strategy", "setting", "cost (BSP trainings)", "success", "same as full info", "valid"):
+        table.add_column(column, justify="left" if column in ("strategy", "setting") else "right")
+    for r in rows:
+        table.add_row(r.strategy, r.setting, f"{r.mean_cost:.2f}", f"{r.success:.1%}",
+                      f"{r.same_as_full_information:.1%}", f"{r.valid:.1%}")
+    console.print(table)
+    command = "autosync " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["replay"] else "autosync replay"
+    paths = write_replay_table(switch_logs, optimum, rows, out, command, threshold)
+    console.print(f"wrote {', '.join(str(p) for p in paths)}")
 
 
 def _print_tune(outcome: Any, spec: Any) -> None:

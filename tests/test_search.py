@@ -15,6 +15,7 @@ import pytest
 
 from autosync.errors import UserError
 from autosync.search.binary import binary_search
+from autosync.search.ladder import ladder_search
 from autosync.search.objective import ObjectiveSettings
 from autosync.search.space import SPACE_DIR, load_space
 from autosync.search.study import TuneRequest, counted_trials, open_storage, tune
@@ -75,6 +76,17 @@ def test_binary_search_follows_algorithm_1():
     assert 1.0 not in recurring.runs
 
 
+def test_ladder_stops_at_the_cheapest_rung_that_holds():
+    accuracy = lambda s: 0.9 if s >= 0.1 else 0.8  # noqa: E731
+    result = ladder_search(accuracy, threshold=0.01, runs_per_candidate=2, bsp_runs=3)
+    assert [c[0] for c in result.candidates] == [1 / 32, 1 / 16, 1 / 8] and result.switch_at == 1 / 8
+    assert result.runs == [1.0] * 3 + [1 / 32] * 2 + [1 / 16] * 2 + [1 / 8] * 2
+    never = ladder_search(lambda s: 0.0 if s < 1 else 1.0, rungs=(0.5, 0.25), target_accuracy=1.0)
+    assert never.switch_at == 1.0 and [c[0] for c in never.candidates] == [0.25, 0.5]
+    with pytest.raises(ValueError, match="rungs in"):
+        ladder_search(accuracy, rungs=(0.0, 0.5))
+
+
 def _request(tmp_path: Path, **changes) -> TuneRequest:
     job = small_job()
     base = dict(job=job, space=load_space(SPACE_DIR / "static_k.yaml", 4), n_trials=4,
@@ -125,6 +137,16 @@ def test_binary_sampler_records_every_candidate_in_the_study(tmp_path):
     switch_points = [t.params["sync_switch.switch_at"] for t in study.trials]
     assert switch_points[0] == 0.5 and len(switch_points) == 3
     assert all(t.user_attrs["runs"] == 3 for t in study.trials)  # R = 3 runs per candidate
+
+
+def test_ladder_sampler_tries_the_cheapest_switch_point_first(tmp_path):
+    space = load_space(SPACE_DIR / "switch_point.yaml", 4)
+    job = small_job(budget={"max_epochs": 2.0})
+    outcome = tune(_request(tmp_path, job=job, space=space, n_trials=2, sampler="ladder",
+                            settings=ObjectiveSettings(tolerance=1.0)))
+    study = optuna.load_study(study_name=outcome.study_name, storage=open_storage(_request(tmp_path).storage))
+    assert [t.params["sync_switch.switch_at"] for t in study.trials] == [1 / 32]  # it holds: the search stops
+    assert outcome.cache["best_policy"]["params"]["switch_at"] == 1 / 32
 
 
 def _tiny(tmp_path: Path) -> Path:

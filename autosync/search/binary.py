@@ -23,6 +23,22 @@ class BinarySearchResult:
     runs: list[float] = field(default_factory=list)  # the switch point of every training run, BSP = 1.0
 
 
+def target_from_bsp(run: Callable[[float], float], bsp_runs: int, runs: list[float]) -> float:
+    """A new job's target accuracy A: the mean of `bsp_runs` BSP trainings (Algorithm 1, lines 1-4)."""
+    if bsp_runs < 1:
+        raise ValueError(f"a new job needs bsp_runs >= 1 to set the target accuracy, but got {bsp_runs}")
+    return mean_of_runs(run, 1.0, bsp_runs, runs)
+
+
+def mean_of_runs(run: Callable[[float], float], s: float, repeats: int, runs: list[float]) -> float:
+    """The mean converged accuracy of `repeats` trainings at switch point s; each is appended to `runs`."""
+    accuracies = []
+    for _ in range(repeats):
+        accuracies.append(run(s))
+        runs.append(s)
+    return sum(accuracies) / len(accuracies)
+
+
 def binary_search(run: Callable[[float], float], threshold: float = 0.01, runs_per_candidate: int = 3,
                   max_settings: int = 4, bsp_runs: int = 3, target_accuracy: float | None = None,
                   ) -> BinarySearchResult:
@@ -39,23 +55,12 @@ def binary_search(run: Callable[[float], float], threshold: float = 0.01, runs_p
         raise ValueError(f"runs_per_candidate and max_settings must be >= 1, but got "
                          f"{runs_per_candidate} and {max_settings}")
     runs: list[float] = []
-    if target_accuracy is None:
-        if bsp_runs < 1:
-            raise ValueError(f"a new job needs bsp_runs >= 1 to set the target accuracy, but got {bsp_runs}")
-        accuracies = []
-        for _ in range(bsp_runs):
-            accuracies.append(run(1.0))
-            runs.append(1.0)
-        target_accuracy = sum(accuracies) / len(accuracies)
+    target_accuracy = target_from_bsp(run, bsp_runs, runs) if target_accuracy is None else target_accuracy
     upper, lower = 1.0, 0.0
     candidates = []
     for _ in range(max_settings):
         s = (upper + lower) / 2
-        accuracies = []
-        for _ in range(runs_per_candidate):
-            accuracies.append(run(s))
-            runs.append(s)
-        mean = sum(accuracies) / len(accuracies)
+        mean = mean_of_runs(run, s, runs_per_candidate, runs)
         ok = target_accuracy - threshold <= mean <= target_accuracy + threshold
         candidates.append((s, mean, ok))
         if ok:

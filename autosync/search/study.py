@@ -31,7 +31,8 @@ if TYPE_CHECKING:
     import optuna
 
 DEFAULT_STORAGE = "sqlite:///results/autosync-studies.db"
-SAMPLERS = ("tpe", "gp", "random", "grid", "binary")
+SAMPLERS = ("tpe", "gp", "random", "grid", "binary", "ladder")
+SWITCH_POINT_SAMPLERS = ("binary", "ladder")  # strategies that run candidates of their own choosing
 HEARTBEAT_SECONDS = int(os.environ.get("AUTOSYNC_HEARTBEAT_SECONDS", "30"))  # a killed trial is retried after 2x
 
 
@@ -81,7 +82,7 @@ def study_name(job: JobSpec, space: SearchSpace) -> str:
 def make_sampler(name: str, seed: int, space: SearchSpace, multi_objective: bool) -> "optuna.samplers.BaseSampler":
     import optuna
 
-    if name == "tpe" or name == "binary":
+    if name == "tpe" or name in SWITCH_POINT_SAMPLERS:
         return optuna.samplers.TPESampler(seed=seed, n_startup_trials=5, multivariate=True, group=True)
     if name == "gp":
         if multi_objective:
@@ -219,11 +220,11 @@ def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = Non
         if before == 0 and not study.get_trials(deepcopy=False):
             for policy in baseline_policies(request.job):
                 params = request.space.trial_params(policy)
-                if params is not None and request.sampler != "binary":
+                if params is not None and request.sampler not in SWITCH_POINT_SAMPLERS:
                     study.enqueue_trial(params, skip_if_exists=True)
     deadline = time.monotonic() + request.timeout if request.timeout else None
-    if request.sampler == "binary":
-        run_binary_search(study, request, reference, deadline, on_trial)
+    if request.sampler in SWITCH_POINT_SAMPLERS:
+        run_switch_point_search(study, request, reference, deadline, on_trial)
     else:
         helpers = _start_helpers(request, study.study_name, target, deadline)
         try:
@@ -329,25 +330,30 @@ def _start_helpers(request: TuneRequest, name: str, target: int, deadline: float
 
 
 class _OutOfTime(Exception):
-    """--timeout passed during the binary search: stop before the next candidate."""
+    """--timeout passed during a switch-point search: stop before the next candidate."""
 
 
-def run_binary_search(study: "optuna.Study", request: TuneRequest, reference: dict[str, Any],
-                      deadline: float | None = None, on_trial: Callable[[int, int], None] | None = None) -> None:
-    """Sync-Switch's Algorithm 1 as a search strategy; each candidate is one trial of the same study."""
+def run_switch_point_search(study: "optuna.Study", request: TuneRequest, reference: dict[str, Any],
+                            deadline: float | None = None, on_trial: Callable[[int, int], None] | None = None,
+                            ) -> None:
+    """Sync-Switch's Algorithm 1 (`binary`) or the cost-ordered ladder (`ladder`) as a search strategy.
+
+    Each candidate is one trial of the same study, averaging R seeds (`binary_runs_per_candidate`).
+    """
     from autosync.search.binary import binary_search
+    from autosync.search.ladder import DEFAULT_RUNGS, ladder_search
 
     space = request.space
     dims = space.dimensions.get("sync_switch", {})
     if space.families != ["sync_switch"] or "switch_at" not in dims:
-        raise UserError(f"--sampler binary searches the switch point: the space must have one family "
+        raise UserError(f"--sampler {request.sampler} searches the switch point: the space must have one family "
                         f"sync_switch with a switch_at dimension, but {space.path} has {space.families}")
     others: dict[str, Any] = {}
     for name, dim in dims.items():
         if name == "switch_at":
             continue
         if dim.type != "categorical":
-            raise UserError(f"--sampler binary: {space.path}: sync_switch.{name} must be a categorical "
+            raise UserError(f"--sampler {request.sampler}: {space.path}: sync_switch.{name} must be a categorical "
                             "(its first choice is used), or a constant")
         others[f"sync_switch.{name}"] = dim.choices[0]
     settings = dataclasses.replace(request.settings, repeats=request.binary_runs_per_candidate, prune=False)
@@ -366,9 +372,14 @@ def run_binary_search(study: "optuna.Study", request: TuneRequest, reference: di
         trial = study.trials[-1]
         return metric_sign * trial.user_attrs.get("final_metric", -math.inf * metric_sign)
 
+    target = metric_sign * reference["final_metric"]
     try:
-        binary_search(run, threshold=request.settings.tolerance, runs_per_candidate=1,
-                      max_settings=request.n_trials, target_accuracy=metric_sign * reference["final_metric"])
+        if request.sampler == "ladder":
+            ladder_search(run, threshold=request.settings.tolerance, runs_per_candidate=1,
+                          rungs=DEFAULT_RUNGS[:request.n_trials], target_accuracy=target)
+        else:
+            binary_search(run, threshold=request.settings.tolerance, runs_per_candidate=1,
+                          max_settings=request.n_trials, target_accuracy=target)
     except _OutOfTime:
         pass  # the candidates tried so far are trials of the study; finish() picks the best of them
 

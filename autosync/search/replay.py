@@ -1,0 +1,280 @@
+"""Replay: switch-point search strategies judged on recorded training runs instead of new trainings.
+
+A `SwitchLogs` holds the runs published with the Sync-Switch paper (one folder per run, `acc_proc.csv`
+with the test accuracy over time): BSP, ASP, and "bX-aY" runs that trained X% of the workload with BSP
+and the rest with ASP. A search asks for a training at switch point s; the `ReplayBackend` answers with
+one recorded run drawn at random from the runs at the logged switch point nearest to s (the runs of two
+equally near points are pooled) and charges its training time, in units of one BSP training (the median
+BSP run). Simulating a search many times gives its cost and how often it finds a good switch point:
+Sync-Switch's Table II (sec. VI-C1: 1000 simulated searches, accuracy threshold 0.01).
+
+A run's BSP share is read from its step count (a BSP step consumes n worker batches, an ASP step one),
+which also catches a run whose name disagrees with its steps, and runs that stopped early; both are left
+out and listed in `SwitchLogs.skipped`.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+import statistics
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from autosync.errors import UserError
+from autosync.search.binary import binary_search, target_from_bsp
+from autosync.search.ladder import DEFAULT_RUNGS, ladder_search
+
+_SWITCH_NAME = re.compile(r"^b(\d+(?:\.\d+)?)[-_]a(\d+(?:\.\d+)?)")  # BSP first, then ASP
+_BASELINE_NAME = re.compile(r"^(bsp|asp)")
+SHARE_RESOLUTION = 400  # shares are rounded to 0.25% (the paper's 6.25% is logged as "b6")
+
+
+@dataclass(frozen=True)
+class LoggedRun:
+    """One recorded training: its BSP share, converged (final) test accuracy and training seconds."""
+
+    share: float
+    accuracy: float
+    seconds: float
+    steps: int
+    path: str
+
+
+@dataclass
+class SwitchLogs:
+    """Recorded runs grouped by BSP share (0 = ASP, 1 = BSP)."""
+
+    runs: dict[float, list[LoggedRun]]
+    skipped: list[str] = field(default_factory=list)  # "path: reason" of every run left out
+
+    @property
+    def shares(self) -> list[float]:
+        return sorted(self.runs)
+
+    @property
+    def bsp_seconds(self) -> float:
+        """The cost unit: the median training time of the BSP runs."""
+        return statistics.median(r.seconds for r in self.runs[1.0])
+
+    @property
+    def target_accuracy(self) -> float:
+        """BSP's converged accuracy over every logged BSP run: the A a search with full information uses."""
+        return statistics.fmean(r.accuracy for r in self.runs[1.0])
+
+    def pool(self, s: float) -> list[LoggedRun]:
+        """The runs at the logged share nearest to s; two equally near shares are pooled."""
+        distance = min(abs(x - s) for x in self.runs)
+        return [r for x in self.shares if abs(x - s) - distance < 1e-9 for r in self.runs[x]]
+
+    def mean_accuracy(self, s: float) -> float:
+        return statistics.fmean(r.accuracy for r in self.pool(s))
+
+    def mean_cost(self, s: float) -> float:
+        """Mean training time at s in BSP trainings."""
+        return statistics.fmean(r.seconds for r in self.pool(s)) / self.bsp_seconds
+
+
+def load_switch_logs(folder: str | Path) -> SwitchLogs:
+    """Read `baseline/{bsp,asp}*` and `switch_exp/bX-aY*` run folders under `folder` (Sync-Switch's layout)."""
+    root = Path(folder)
+    if not (root / "baseline").is_dir():
+        raise UserError(f"{root}: not a Sync-Switch log folder (no baseline/ with bsp* and asp* runs); "
+                        "expected e.g. ../shared/data/sync_switch_logs/cifar10_res32")
+    skipped: list[str] = []
+    baselines: dict[float, list[LoggedRun]] = {0.0: [], 1.0: []}
+    for run_dir in sorted((root / "baseline").iterdir()):
+        match = _BASELINE_NAME.match(run_dir.name)
+        run = _read_run(run_dir, 1.0 if match and match.group(1) == "bsp" else 0.0, skipped) if match else None
+        if run is not None:
+            baselines[run.share].append(run)
+    for share, runs in baselines.items():
+        longest = max((r.steps for r in runs), default=0)
+        for r in [r for r in runs if r.steps < 0.9 * longest]:
+            skipped.append(f"{r.path}: stopped early ({r.steps} of {longest} steps)")
+            runs.remove(r)
+        if not runs:
+            raise UserError(f"{root}/baseline: no complete {'BSP' if share else 'ASP'} run with an acc_proc.csv")
+    bsp_steps = statistics.median(r.steps for r in baselines[1.0])
+    asp_steps = statistics.median(r.steps for r in baselines[0.0])
+    runs_by_share: dict[float, list[LoggedRun]] = {s: list(rs) for s, rs in baselines.items()}
+    switch_dir = root / "switch_exp"
+    for run_dir in sorted(switch_dir.iterdir()) if switch_dir.is_dir() else []:
+        match = _SWITCH_NAME.match(run_dir.name)
+        if not match:
+            continue  # ASP-first runs and other experiments
+        run = _read_run(run_dir, math.nan, skipped)
+        if run is None:
+            continue
+        named = float(match.group(1)) / 100
+        share = round((asp_steps - run.steps) / (asp_steps - bsp_steps) * SHARE_RESOLUTION) / SHARE_RESOLUTION
+        if abs(share - named) > 0.01 or not 0.0 < share < 1.0:
+            skipped.append(f"{run.path}: named {named:.0%} BSP but its {run.steps} steps mean {share:.2%}")
+            continue
+        runs_by_share.setdefault(share, []).append(LoggedRun(share, run.accuracy, run.seconds, run.steps, run.path))
+    return SwitchLogs(runs_by_share, skipped)
+
+
+def _read_run(run_dir: Path, share: float, skipped: list[str]) -> LoggedRun | None:
+    """The final accuracy, training time (switching overhead removed) and step count of one run folder."""
+    path = run_dir / "acc_proc.csv"
+    if not path.is_file():
+        skipped.append(f"{run_dir}: no acc_proc.csv")
+        return None
+    try:
+        with path.open(newline="") as handle:
+            rows = list(csv.DictReader(handle))
+        first, last = rows[0], rows[-1]
+        seconds = float(last["Time"]) if last.get("Time") else float(last["Wall time"]) - float(first["Wall time"])
+        return LoggedRun(share, float(last["Value"]), seconds, int(float(last["Step"])), str(run_dir))
+    except (IndexError, KeyError, ValueError) as exc:
+        raise UserError(f"{path}: unreadable training log ({type(exc).__name__}: {exc}); expected columns "
+                        "'Wall time', 'Step', 'Value' and optionally 'Time'") from None
+
+
+class ReplayBackend:
+    """Answers `run(s)` with a recorded run's accuracy and adds its training time to `cost` (BSP trainings)."""
+
+    def __init__(self, logs: SwitchLogs, rng: np.random.Generator):
+        self.logs, self.rng, self.cost = logs, rng, 0.0
+
+    def __call__(self, s: float) -> float:
+        pool = self.logs.pool(s)
+        run = pool[int(self.rng.integers(len(pool)))]
+        self.cost += run.seconds / self.logs.bsp_seconds
+        return run.accuracy
+
+
+# ---------------------------------------------------------------------------------------------- strategies
+@dataclass(frozen=True)
+class SearchSetting:
+    """Table II's search setting: (recurring job, BSP runs, runs per candidate)."""
+
+    recurring: bool
+    bsp_runs: int
+    runs_per_candidate: int
+
+    @property
+    def label(self) -> str:
+        return f"({'Yes' if self.recurring else 'No'}, {self.bsp_runs}, {self.runs_per_candidate})"
+
+
+TABLE_II_SETTINGS = (SearchSetting(False, 5, 5), SearchSetting(False, 3, 3), SearchSetting(True, 0, 3))
+Strategy = Callable[[Callable[[float], float], SearchSetting, float | None, int], float]
+
+
+def binary_strategy(max_settings: int = 4, threshold: float = 0.01) -> Strategy:
+    """Sync-Switch's Algorithm 1 with M candidate switch points."""
+    def search(run: Callable[[float], float], setting: SearchSetting, target: float | None, seed: int) -> float:
+        return binary_search(run, threshold, setting.runs_per_candidate, max_settings, setting.bsp_runs,
+                             target).switch_at
+    return search
+
+
+def ladder_strategy(rungs: tuple[float, ...] = DEFAULT_RUNGS, threshold: float = 0.01) -> Strategy:
+    """The cost-ordered ladder of `autosync.search.ladder`."""
+    def search(run: Callable[[float], float], setting: SearchSetting, target: float | None, seed: int) -> float:
+        return ladder_search(run, threshold, setting.runs_per_candidate, rungs, setting.bsp_runs,
+                             target).switch_at
+    return search
+
+
+def tpe_strategy(space_path: str | Path, n_workers: int, n_trials: int, threshold: float = 0.01) -> Strategy:
+    """`autosync tune`'s default: a TPE study over the switch-point space with the accuracy constraint.
+
+    Each trial averages R runs; the answer is the fastest feasible trial (BSP when none is feasible).
+    """
+    import optuna
+
+    from autosync.search.objective import CONSTRAINT
+    from autosync.search.space import load_space
+    from autosync.search.study import feasible_trials, make_sampler
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    space = load_space(space_path, n_workers)
+
+    def search(run: Callable[[float], float], setting: SearchSetting, target: float | None, seed: int) -> float:
+        runs: list[float] = []
+        if target is None:
+            target = target_from_bsp(run, setting.bsp_runs, runs)
+        study = optuna.create_study(sampler=make_sampler("tpe", seed, space, False))
+        for _ in range(n_trials):
+            trial = study.ask()
+            s = float(space.suggest(trial)["params"]["switch_at"])
+            accuracies = [run(s) for _ in range(setting.runs_per_candidate)]
+            trial.set_constraint(CONSTRAINT, target - threshold - statistics.fmean(accuracies))
+            trial.set_user_attr("switch_at", s)
+            study.tell(trial, s)  # time grows with the BSP share: the smallest feasible s is the fastest
+        best = feasible_trials(study)
+        return best[0].user_attrs["switch_at"] if best else 1.0
+    return search
+
+
+# ---------------------------------------------------------------------------------------------- Table II
+@dataclass
+class SimulationSummary:
+    """One strategy under one setting over many simulated searches."""
+
+    strategy: str
+    setting: str
+    simulations: int
+    mean_cost: float  # BSP trainings per search
+    success: float  # share of searches whose choice is valid and no slower than the full-information answer
+    same_as_full_information: float  # the paper's definition: the same switch point as with every log known
+    valid: float  # share whose choice's logged mean accuracy is >= BSP's - threshold
+    choices: dict[str, int]  # switch point -> how often chosen
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def full_information_choice(logs: SwitchLogs, strategy: Strategy) -> float:
+    """The strategy's answer when every candidate's accuracy is its mean over all logs and A is known."""
+    setting = SearchSetting(True, 0, 1)
+    return strategy(logs.mean_accuracy, setting, logs.target_accuracy, 0)
+
+
+def simulate(logs: SwitchLogs, name: str, strategy: Strategy, setting: SearchSetting, simulations: int,
+             seed: int, optimum: float, threshold: float = 0.01,
+             progress: Callable[[], None] | None = None) -> SimulationSummary:
+    """Run `strategy` `simulations` times on replayed runs; `optimum` is the reference switch point."""
+    target = logs.target_accuracy if setting.recurring else None
+    own_optimum = full_information_choice(logs, strategy)
+    costs, successes, same, valid, choices = [], 0, 0, 0, {}
+    streams = np.random.SeedSequence([seed, simulations, setting.bsp_runs, setting.runs_per_candidate])
+    for index, stream in enumerate(streams.spawn(simulations)):
+        backend = ReplayBackend(logs, np.random.default_rng(stream))
+        choice = strategy(backend, setting, target, seed + index)
+        ok = logs.mean_accuracy(choice) >= logs.target_accuracy - threshold
+        costs.append(backend.cost)
+        valid += ok
+        successes += ok and choice <= optimum + 1e-12
+        same += abs(choice - own_optimum) < 1e-12
+        choices[f"{choice:.4g}"] = choices.get(f"{choice:.4g}", 0) + 1
+        if progress is not None:
+            progress()
+    return SimulationSummary(name, setting.label, simulations, statistics.fmean(costs), successes / simulations,
+                             same / simulations, valid / simulations, dict(sorted(choices.items())))
+
+
+def binary_search_optimum(logs: SwitchLogs, max_settings: int = 4, threshold: float = 0.01) -> float:
+    """The paper's reference answer: Algorithm 1 with full information."""
+    return full_information_choice(logs, binary_strategy(max_settings, threshold))
+
+
+def replay_table(logs: SwitchLogs, strategies: dict[str, Strategy], simulations: int, seed: int,
+                 settings: tuple[SearchSetting, ...] = TABLE_II_SETTINGS, threshold: float = 0.01,
+                 max_settings: int = 4, progress: Callable[[], None] | None = None,
+                 ) -> tuple[float, list[SimulationSummary]]:
+    """Table II for each strategy and setting; also returns the reference optimum."""
+    optimum = binary_search_optimum(logs, max_settings, threshold)
+    rows = [simulate(logs, name, strategy, setting, simulations, seed, optimum, threshold, progress)
+            for name, strategy in strategies.items() for setting in settings]
+    return optimum, rows
+
