@@ -70,11 +70,20 @@ def run(
                                                         "(default: sqlite:///results/autosync-studies.db)."),
     out: Optional[Path] = typer.Option(None, help="Output directory (default: results/runs/<job>/<policy>-seed<N>)."),
     plot: bool = typer.Option(False, "--plot", help="Also write plot.png: loss against virtual time with k_t."),
+    backend: str = typer.Option("simulator", "--backend", help="simulator (gradients in this process) | "
+                                "processes (worker processes compute them; same arrival order and results)."),
+    workers_per_device: int = typer.Option(2, "--workers-per-device", min=1,
+                                           help="--backend processes: worker processes on this machine's CPU."),
+    worker_timeout: float = typer.Option(60.0, "--worker-timeout", min=0.1,
+                                         help="--backend processes: seconds without a gradient before a worker "
+                                              "process counts as dead or hung."),
 ) -> None:
-    """Train once under one policy on the virtual-clock simulator and write trace, metrics and plot."""
+    """Train once under one policy on the virtual clock and write trace, metrics and plot."""
     from autosync.catalog import make_policy, parse_param
     from autosync.job import load_job
 
+    if backend not in ("simulator", "processes"):
+        raise UserError(f"--backend must be simulator or processes, but got {backend!r}")
     spec = load_job(job, overrides={"seed": seed} if seed is not None else None)
     if policy == "tuned":
         from autosync.catalog import policy_from_dict
@@ -99,8 +108,16 @@ def run(
 
     with console.status(f"loading {spec.workload.dataset.name} and building {spec.workload.model.name}"):
         workload = Workload(spec)
+    driver = None
+    if backend == "processes":
+        from autosync.engine.drivers import ProcessDriver
+
+        with console.status(f"starting {workers_per_device} worker processes"):
+            driver = ProcessDriver(spec, workload.dim, workers_per_device, timeout=worker_timeout)
     with _progress(spec) as update:
-        result = simulate(spec, pol, workload=workload, progress=update)
+        result = simulate(spec, pol, workload=workload, progress=update, driver=driver)
+    for line in getattr(driver, "faults", []):
+        console.print(f"warning: {line}", style="yellow")
     paths = write_run(result, out_dir, spec.model_dump(mode="json"))
     if plot:
         paths.append(plot_run(result, out_dir / "plot.png"))
@@ -170,7 +187,8 @@ def tune(
     storage: Optional[str] = typer.Option(None, "--storage", help="SQLAlchemy URL of the study storage "
                                           "(default: sqlite:///results/autosync-studies.db)."),
     study: Optional[str] = typer.Option(None, "--study", help="Study name (default: <fingerprint>-<space>)."),
-    sampler: str = typer.Option("tpe", "--sampler", help="tpe | gp | random | grid | binary (Sync-Switch) | ladder (cheapest switch point first)."),
+    sampler: str = typer.Option("tpe", "--sampler", help="tpe | gp | random | grid | binary (Sync-Switch) | "
+                                "ladder (cheapest switch point first)."),
     n_jobs: int = typer.Option(1, "--n-jobs", min=1, help="Processes running trials on this machine."),
     seed: int = typer.Option(0, "--seed", help="Sampler seed."),
     repeats: int = typer.Option(1, "--repeats", min=1, help="Seeds per trial (the objective is noisy)."),

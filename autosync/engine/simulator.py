@@ -51,7 +51,7 @@ class Simulator:
     """Runs one policy on one job under the virtual clock."""
 
     def __init__(self, job: JobSpec, policy: Policy, workload: Workload | None = None,
-                 progress: ProgressFn | None = None):
+                 progress: ProgressFn | None = None, driver: Any = None):
         self.job = job
         self.policy = policy
         self.workload = workload if workload is not None else Workload(job)
@@ -61,7 +61,7 @@ class Simulator:
         self.cluster = RoundTripModel(job.cluster, job.seed)
         self.server = Server(self.strategies, n, memory_caps=[self.cluster.memory_cap(w) for w in range(n)],
                              resources=self.cluster.resources)
-        self.driver = InProcessDriver(self.workload, job.seed)
+        self.driver = driver if driver is not None else InProcessDriver(self.workload, job.seed)
         self.events = EventQueue()
         self.trace = Trace()
         self.inflight: dict[int, Task] = {}
@@ -169,8 +169,8 @@ class Simulator:
         tasks = [a.task for a in arrivals]
         pending = [t for t in tasks if t.gradient is None]
         same_params = all(t.params is tasks[0].params for t in tasks)
-        if not strategies.needs_worker_gradients and len(pending) == len(tasks) and same_params \
-                and not strategies.barrier.always_applies:
+        if self.driver.fuses_workers and not strategies.needs_worker_gradients and len(pending) == len(tasks) \
+                and same_params and not strategies.barrier.always_applies:
             aggregate, losses = self.driver.aggregate(tasks, weights)
             return aggregate, None, losses
         if pending:
@@ -225,6 +225,14 @@ class Simulator:
 
 
 def simulate(job: JobSpec, policy: Policy, workload: Workload | None = None,
-             progress: ProgressFn | None = None) -> RunResult:
-    """Run `policy` on `job` under the virtual clock and return the result."""
-    return Simulator(job, policy, workload=workload, progress=progress).run()
+             progress: ProgressFn | None = None, driver: Any = None) -> RunResult:
+    """Run `policy` on `job` under the virtual clock and return the result.
+
+    `driver` computes the gradients (default: the fused in-process driver); it is closed at the end,
+    also when the run fails or is interrupted.
+    """
+    try:
+        return Simulator(job, policy, workload=workload, progress=progress, driver=driver).run()
+    finally:
+        if driver is not None:
+            driver.close()

@@ -22,6 +22,8 @@ from autosync.workloads.workload import Workload
 class InProcessDriver:
     """Computes the gradients of tasks on the CPU (or one device) of this process."""
 
+    fuses_workers = True  # `aggregate` may fuse workers that share one parameter version
+
     def __init__(self, workload: Workload, seed: int):
         self.workload = workload
         self.seed = seed
@@ -49,6 +51,9 @@ class InProcessDriver:
         (g,) = torch.autograd.grad((losses * sample_weight).sum(), theta)
         per_task = [float(seg.mean()) for seg in losses.detach().split(sizes)]
         return g, per_task
+
+    def close(self) -> None:
+        """Nothing to release."""
 
     def worker_gradients(self, tasks: Sequence[Task]) -> None:
         """Fill `task.gradient` and `task.loss` of every task, batched over workers with vmap."""

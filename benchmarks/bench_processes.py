@@ -1,0 +1,74 @@
+"""The processes backend on the CPU: the server's own cost per update, and throughput against the simulator.
+
+    python benchmarks/bench_processes.py [--updates 200] [--processes 2]
+
+On the default job (digits CNN, 16 workers) with BSP and ASP:
+(1) server overhead per update (wall time not spent waiting for the worker processes: slot copies,
+    notifications, aggregation, the update rule, policy hooks, evaluation) against the memory-bandwidth
+    floor of applying one gradient of the model's size, 12 bytes per parameter (read parameter and
+    gradient, write parameter) at the copy bandwidth measured in the same run;
+(2) updates per second of the processes backend against the in-process simulator (fused driver) and
+    against the in-process per-worker kernel the processes run, on the same job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from autosync.catalog import make_policy
+from autosync.engine.drivers import PerWorkerDriver, ProcessDriver
+from autosync.engine.simulator import Simulator
+from autosync.job import load_job
+from autosync.workloads.workload import Workload
+
+
+def copy_bandwidth() -> float:
+    """Bytes per second of a large in-memory copy (read + write counted)."""
+    src, dst = torch.ones(64 * 2**20 // 4), torch.empty(64 * 2**20 // 4)
+    dst.copy_(src)
+    start = time.perf_counter()
+    for _ in range(10):
+        dst.copy_(src)
+    return 10 * 2 * src.numel() * 4 / (time.perf_counter() - start)
+
+
+def timed_run(job, policy, workload, driver=None) -> tuple[float, int]:
+    start = time.perf_counter()
+    result = Simulator(job, make_policy(policy, {}), workload=workload, driver=driver).run()
+    return time.perf_counter() - start, len(result.trace.updates)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--updates", type=int, default=200)
+    parser.add_argument("--processes", type=int, default=2)
+    args = parser.parse_args()
+    job = load_job(None, overrides={"budget": {"max_updates": args.updates, "max_virtual_seconds": None},
+                                    "workload": {"evaluation": {"every_seconds": 1e9}}})  # only the final one
+    workload = Workload(job)
+    floor = 12 * workload.dim / copy_bandwidth()
+    print(f"model: {workload.dim} parameters; bandwidth floor of one SGD update {1e6 * floor:.1f} us")
+    driver = ProcessDriver(job, workload.dim, args.processes)
+    try:
+        for policy in ("bsp", "asp"):
+            fused_s, n = timed_run(job, policy, workload)
+            torch_threads = torch.get_num_threads()
+            torch.set_num_threads(1)
+            per_worker_s, _ = timed_run(job, policy, workload, PerWorkerDriver(workload, job.seed))
+            torch.set_num_threads(torch_threads)
+            driver.wait_seconds = 0.0
+            proc_s, m = timed_run(job, policy, workload, driver)
+            overhead = (proc_s - driver.wait_seconds) / m
+            print(f"{policy}: processes ({args.processes}) {m / proc_s:.1f} updates/s = {fused_s / proc_s:.2f}x the "
+                  f"fused simulator ({n / fused_s:.1f}/s) and {per_worker_s / proc_s:.2f}x the per-worker kernel in "
+                  f"one process ({n / per_worker_s:.1f}/s); server overhead {1e3 * overhead:.2f} ms per update "
+                  f"= {overhead / floor:.0f}x the bandwidth floor")
+    finally:
+        driver.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""The processes backend: worker processes compute the gradients, bit-identical to the in-process engine."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from autosync.catalog import make_policy
+from autosync.engine.drivers import PerWorkerDriver, ProcessDriver
+from autosync.engine.drivers.processes import WorkerProcessError
+from autosync.engine.simulator import Simulator
+from autosync.workloads.workload import Workload
+from tests.conftest import autosync, no_traceback, small_job
+
+JOB = small_job(budget={"max_updates": 30})
+POLICIES = [("bsp", {}), ("backup", {"k": 3}), ("dbw", {}), ("asp", {}), ("ssp", {"staleness": 2})]
+
+
+@pytest.fixture(scope="module")
+def workload():
+    return Workload(JOB)
+
+
+@pytest.fixture(scope="module")
+def reference(workload):
+    """Each policy on the in-process per-worker kernel, with the workers' thread setting."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return {name: Simulator(JOB, make_policy(name, params), workload=workload,
+                                driver=PerWorkerDriver(workload, JOB.seed)).run()
+                for name, params in POLICIES}
+    finally:
+        torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def driver(workload):
+    d = ProcessDriver(JOB, workload.dim, processes=2, timeout=2.0)
+    yield d
+    d.close()
+
+
+def _same_run(a, b) -> None:
+    assert torch.equal(a.final_params, b.final_params)  # bit-identical
+    assert a.trace.arrivals == b.trace.arrivals
+    without_wall = lambda updates: [u[:2] + u[3:] for u in updates]  # noqa: E731
+    assert without_wall(a.trace.updates) == without_wall(b.trace.updates)
+
+
+@pytest.mark.parametrize("name,params", POLICIES)
+def test_processes_backend_is_bit_identical_to_the_in_process_engine(name, params, workload, reference, driver):
+    result = Simulator(JOB, make_policy(name, params), workload=workload, driver=driver).run()
+    _same_run(result, reference[name])
+
+
+def test_a_killed_and_a_hung_worker_process_are_replaced_without_changing_the_run(workload, reference):
+    d = ProcessDriver(JOB, workload.dim, processes=3, timeout=2.0)
+    try:
+        os.kill(d.pids[0], signal.SIGKILL)
+        os.kill(d.pids[1], signal.SIGSTOP)
+        result = Simulator(JOB, make_policy("bsp", {}), workload=workload, driver=d).run()
+        _same_run(result, reference["bsp"])
+        assert len(d.faults) == 2 and any("died" in f for f in d.faults) and any("hung" in f for f in d.faults)
+    finally:
+        d.close()
+    assert not any(p.is_alive() for p in d.procs)
+
+
+def test_with_no_process_left_the_run_stops_naming_the_workers(workload):
+    d = ProcessDriver(JOB, workload.dim, processes=1, timeout=2.0)
+    os.kill(d.pids[0], signal.SIGKILL)
+    with pytest.raises(WorkerProcessError, match=r"every worker process is gone .* simulated workers \[0, 1, 2, 3\]"):
+        Simulator(JOB, make_policy("bsp", {}), workload=workload, driver=d).run()
+    d.close()
+    assert not any(p.is_alive() for p in d.procs)
+
+
+def _worker_children(pid: int) -> list[int]:
+    """Spawned worker processes whose parent is `pid` (not multiprocessing's resource tracker)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            spawned = b"spawn_main" in (stat.parent / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and spawned:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def test_cli_runs_on_processes_and_ctrl_c_leaves_no_process(tiny_job, tmp_path):
+    proc = autosync("run", str(tiny_job), "--backend", "processes", "--workers-per-device", "2",
+                    "--out", str(tmp_path / "run"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "run" / "summary.json").is_file()
+    bad = autosync("run", str(tiny_job), "--backend", "threads", cwd=tmp_path)
+    no_traceback(bad)
+    assert bad.returncode == 2 and "--backend must be simulator or processes, but got 'threads'" in bad.stderr
+
+    long_job = tmp_path / "long.yaml"
+    long_job.write_text(tiny_job.read_text().replace("max_virtual_seconds: 30", "max_virtual_seconds: 100000"))
+    run = subprocess.Popen([sys.executable, "-m", "autosync.cli", "run", str(long_job), "--backend", "processes",
+                            "--workers-per-device", "2", "--out", str(tmp_path / "long")],
+                           cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline, children = time.monotonic() + 60, []
+    while time.monotonic() < deadline and len(children) < 2:
+        time.sleep(0.5)
+        children = _worker_children(run.pid)
+    time.sleep(3.0)  # the workers are up and computing
+    run.send_signal(signal.SIGINT)
+    _, stderr = run.communicate(timeout=60)
+    assert run.returncode == 130 and "Traceback" not in stderr  # typer's exit code for Ctrl-C
+    assert len(children) == 2
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(Path(f"/proc/{c}").exists() for c in children):
+        time.sleep(0.2)
+    assert not [c for c in children if Path(f"/proc/{c}").exists()]
