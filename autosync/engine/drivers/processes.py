@@ -132,7 +132,7 @@ class ProcessDriver:
         pending = {t.worker: t for t in tasks}
         for t in tasks:
             self.params[t.worker].copy_(t.params)
-            self._send(t)
+            self._send(t, pending)
         while pending:
             started = time.perf_counter()
             ready = wait([self.outboxes[r] for r in self.alive], timeout=self.timeout)
@@ -152,22 +152,34 @@ class ProcessDriver:
                     t = pending.pop(worker)
                     t.gradient, t.loss = self.grads[worker].clone(), loss
 
-    def _send(self, t: Task) -> None:
-        self.inboxes[self.owner(t.worker)].send((t.worker, t.index, t.batch_size))
+    def _send(self, t: Task, pending: dict[int, Task] | None = None) -> None:
+        """Notify the owner of t's worker; a process whose pipe is already broken is dropped first."""
+        while True:
+            rank = self.owner(t.worker)
+            try:
+                self.inboxes[rank].send((t.worker, t.index, t.batch_size))
+                return
+            except OSError:
+                self.procs[rank].join(timeout=5.0)
+                self._drop(rank, f"died (exit code {self.procs[rank].exitcode})", pending or {t.worker: t})
 
     def _lose(self, ranks: set[int], reason: str, pending: dict[int, Task]) -> None:
         """Drop dead or hung processes and re-send every unanswered task to the survivors."""
         for rank in sorted(ranks & set(self.alive)):
-            p = self.procs[rank]
-            p.kill()
-            p.join(timeout=5.0)
-            self.alive.remove(rank)
-            self.faults.append(f"worker process {rank} (pid {p.pid}) {reason}; its workers moved to the others")
+            self._drop(rank, reason, pending)
+        for t in pending.values():
+            self._send(t, pending)
+
+    def _drop(self, rank: int, reason: str, pending: dict[int, Task]) -> None:
+        """Kill process `rank` and stop using it; with no process left, stop the run naming the workers."""
+        p = self.procs[rank]
+        p.kill()
+        p.join(timeout=5.0)
+        self.alive.remove(rank)
+        self.faults.append(f"worker process {rank} (pid {p.pid}) {reason}; its workers moved to the others")
         if not self.alive:
             raise WorkerProcessError(f"every worker process is gone ({'; '.join(self.faults)}); simulated "
                                      f"workers {sorted(pending)} have no process to compute their gradients")
-        for t in pending.values():
-            self._send(t)
 
     def close(self) -> None:
         """Stop every process and wait for it; kill those that do not stop."""
