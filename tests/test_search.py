@@ -128,23 +128,24 @@ def test_a_diverging_policy_is_a_failed_trial_with_its_reason(tmp_path):
     assert failed and "diverged" in failed[0].user_attrs["fail_reason"]
 
 
-def test_binary_sampler_records_every_candidate_in_the_study(tmp_path):
+def _switch_point_search(tmp_path: Path, sampler: str, n_trials: int, tolerance: float):
+    """Tune the switch point of a small job with `sampler`; returns the outcome and its study."""
     space = load_space(SPACE_DIR / "switch_point.yaml", 4)
     job = small_job(budget={"max_epochs": 2.0})
-    outcome = tune(_request(tmp_path, job=job, space=space, n_trials=3, sampler="binary",
-                            settings=ObjectiveSettings(tolerance=0.2)))
-    study = optuna.load_study(study_name=outcome.study_name, storage=open_storage(_request(tmp_path).storage))
+    outcome = tune(_request(tmp_path, job=job, space=space, n_trials=n_trials, sampler=sampler,
+                            settings=ObjectiveSettings(tolerance=tolerance)))
+    return outcome, optuna.load_study(study_name=outcome.study_name, storage=open_storage(_request(tmp_path).storage))
+
+
+def test_binary_sampler_records_every_candidate_in_the_study(tmp_path):
+    _, study = _switch_point_search(tmp_path, "binary", 3, 0.2)
     switch_points = [t.params["sync_switch.switch_at"] for t in study.trials]
     assert switch_points[0] == 0.5 and len(switch_points) == 3
     assert all(t.user_attrs["runs"] == 3 for t in study.trials)  # R = 3 runs per candidate
 
 
 def test_ladder_sampler_tries_the_cheapest_switch_point_first(tmp_path):
-    space = load_space(SPACE_DIR / "switch_point.yaml", 4)
-    job = small_job(budget={"max_epochs": 2.0})
-    outcome = tune(_request(tmp_path, job=job, space=space, n_trials=2, sampler="ladder",
-                            settings=ObjectiveSettings(tolerance=1.0)))
-    study = optuna.load_study(study_name=outcome.study_name, storage=open_storage(_request(tmp_path).storage))
+    outcome, study = _switch_point_search(tmp_path, "ladder", 2, 1.0)
     assert [t.params["sync_switch.switch_at"] for t in study.trials] == [1 / 32]  # it holds: the search stops
     assert outcome.cache["best_policy"]["params"]["switch_at"] == 1 / 32
 
