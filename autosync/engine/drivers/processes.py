@@ -33,14 +33,16 @@ from autosync.policies import Task
 _STOP = None  # the notification that ends a worker process
 
 
-def _serve(rank: int, job_json: dict[str, Any], seed: int, params: torch.Tensor, grads: torch.Tensor,
-           inbox: Connection, outbox: Connection, threads: int) -> None:
+def _serve(job_json: dict[str, Any], params: torch.Tensor, grads: torch.Tensor, inbox: Connection,
+           outbox: Connection, threads: int) -> None:
     """A worker process: compute the gradient of every task notified on `inbox` into `grads`."""
     torch.set_num_threads(threads)
     from autosync.engine.drivers.perworker import worker_gradient
     from autosync.workloads.workload import Workload
 
-    workload = Workload(JobSpec.model_validate(job_json))
+    job = JobSpec.model_validate(job_json)
+    seed = job.seed
+    workload = Workload(job)
     worker_gradient(workload, seed, workload.init_params(), 0, 0, 1)  # warm up: the timeout then sees steady state
     outbox.send(("ready", os.getpid(), None))
     while True:
@@ -79,7 +81,10 @@ class ProcessDriver:
         self.grads = torch.zeros(self.n_workers, dim).share_memory_()
         ctx = mp.get_context("spawn")
         self.procs, self.inboxes, self.outboxes = [], [], []
+        self.rank_of: dict[Connection, int] = {}  # answer pipe -> process
         self.alive: list[int] = []
+        self.assignment: dict[int, int] = {}  # simulated worker -> process computing its gradients
+        self._sent: set[int] = set()  # workers whose pending task is in a process's pipe (this batch)
         self.faults: list[str] = []  # one line per process lost, for the run's log
         self.wait_seconds = 0.0  # wall time the server spent waiting for answers (the rest is its own work)
         try:
@@ -87,15 +92,17 @@ class ProcessDriver:
                 task_out, task_in = ctx.Pipe(duplex=False)  # (receive end, send end)
                 answer_out, answer_in = ctx.Pipe(duplex=False)
                 proc = ctx.Process(target=_serve, daemon=True, name=f"autosync-worker-{rank}",
-                                   args=(rank, job.model_dump(mode="json"), job.seed, self.params, self.grads,
-                                         task_out, answer_in, threads))
+                                   args=(job.model_dump(mode="json"), self.params, self.grads, task_out,
+                                         answer_in, threads))
                 proc.start()
                 task_out.close()
                 answer_in.close()  # only the child holds it now: its death ends the pipe
                 self.procs.append(proc)
                 self.inboxes.append(task_in)
                 self.outboxes.append(answer_out)
+                self.rank_of[answer_out] = rank
                 self.alive.append(rank)
+            self.assignment = {w: w % processes for w in range(self.n_workers)}
             self._wait_ready()
         except BaseException:
             self.close()
@@ -107,14 +114,14 @@ class ProcessDriver:
 
     def _wait_ready(self) -> None:
         waiting = set(self.alive)
-        deadline = time.monotonic() + max(self.timeout, 120.0)  # building the workload takes a while
+        limit = max(self.timeout, 120.0)  # building the workload takes a while
+        deadline = time.monotonic() + limit
         while waiting:
             ready = wait([self.outboxes[r] for r in waiting], timeout=max(0.0, deadline - time.monotonic()))
             if not ready:
-                raise WorkerProcessError(f"worker processes {sorted(waiting)} did not start within "
-                                         f"{max(self.timeout, 120.0):g} s")
+                raise WorkerProcessError(f"worker processes {sorted(waiting)} did not start within {limit:g} s")
             for conn in ready:
-                rank = self.outboxes.index(conn)
+                rank = self.rank_of[conn]
                 try:
                     conn.recv()
                 except EOFError:
@@ -123,13 +130,10 @@ class ProcessDriver:
                                              "--backend simulator to see why") from None
                 waiting.discard(rank)
 
-    def owner(self, worker: int) -> int:
-        """The process computing simulated `worker`'s gradients."""
-        return self.alive[worker % len(self.alive)]
-
     def worker_gradients(self, tasks: Sequence[Task]) -> None:
         """Fill `task.gradient` and `task.loss` of every task, computed in parallel by the processes."""
         pending = {t.worker: t for t in tasks}
+        self._sent = set()
         for t in tasks:
             self.params[t.worker].copy_(t.params)
             self._send(t, pending)
@@ -138,10 +142,11 @@ class ProcessDriver:
             ready = wait([self.outboxes[r] for r in self.alive], timeout=self.timeout)
             self.wait_seconds += time.perf_counter() - started
             if not ready:
-                self._lose({self.owner(w) for w in pending}, f"hung (no gradient in {self.timeout:g} s)", pending)
+                hung = {self.assignment[w] for w in pending}
+                self._lose(hung, f"hung (no gradient in {self.timeout:g} s)", pending)
                 continue
             for conn in ready:
-                rank = self.outboxes.index(conn)
+                rank = self.rank_of[conn]
                 try:
                     kind, worker, index, loss = conn.recv()
                 except (EOFError, OSError):
@@ -152,26 +157,38 @@ class ProcessDriver:
                     t = pending.pop(worker)
                     t.gradient, t.loss = self.grads[worker].clone(), loss
 
-    def _send(self, t: Task, pending: dict[int, Task] | None = None) -> None:
-        """Notify the owner of t's worker; a process whose pipe is already broken is dropped first."""
+    def _send(self, t: Task, pending: dict[int, Task]) -> None:
+        """Notify the process of t's worker. A process whose pipe is already broken has died: it is dropped
+        and the tasks it had been sent go to the survivors with t."""
         while True:
-            rank = self.owner(t.worker)
+            rank = self.assignment[t.worker]
             try:
                 self.inboxes[rank].send((t.worker, t.index, t.batch_size))
+                self._sent.add(t.worker)
                 return
             except OSError:
                 self.procs[rank].join(timeout=5.0)
-                self._drop(rank, f"died (exit code {self.procs[rank].exitcode})", pending or {t.worker: t})
+                moved = self._drop(rank, f"died (exit code {self.procs[rank].exitcode})", pending)
+                for w in moved:
+                    if w != t.worker and w in pending and w in self._sent:
+                        self._send(pending[w], pending)
 
     def _lose(self, ranks: set[int], reason: str, pending: dict[int, Task]) -> None:
-        """Drop dead or hung processes and re-send every unanswered task to the survivors."""
-        for rank in sorted(ranks & set(self.alive)):
-            self._drop(rank, reason, pending)
-        for t in pending.values():
-            self._send(t, pending)
+        """Drop dead or hung processes and re-send their unanswered tasks to the survivors.
 
-    def _drop(self, rank: int, reason: str, pending: dict[int, Task]) -> None:
-        """Kill process `rank` and stop using it; with no process left, stop the run naming the workers."""
+        Only the lost processes' workers move: a healthy process keeps its workers and its queue, so no
+        task is computed twice and no two processes ever write one worker's gradient row.
+        """
+        moved = [w for rank in sorted(ranks & set(self.alive)) for w in self._drop(rank, reason, pending)]
+        for w in moved:
+            if w in pending:
+                self._send(pending[w], pending)
+
+    def _drop(self, rank: int, reason: str, pending: dict[int, Task]) -> list[int]:
+        """Kill process `rank` and give its workers to the survivors (round robin); returns those workers.
+
+        With no process left, the run stops with an error naming the workers still waiting.
+        """
         p = self.procs[rank]
         p.kill()
         p.join(timeout=5.0)
@@ -180,6 +197,10 @@ class ProcessDriver:
         if not self.alive:
             raise WorkerProcessError(f"every worker process is gone ({'; '.join(self.faults)}); simulated "
                                      f"workers {sorted(pending)} have no process to compute their gradients")
+        orphaned = [w for w, r in self.assignment.items() if r == rank]
+        for i, w in enumerate(orphaned):
+            self.assignment[w] = self.alive[i % len(self.alive)]
+        return orphaned
 
     def close(self) -> None:
         """Stop every process and wait for it; kill those that do not stop."""
