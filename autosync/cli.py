@@ -262,7 +262,7 @@ def replay(
     switch_logs = load_switch_logs(logs)
     strategies = {"binary": binary_strategy(max_settings, threshold), "ladder": ladder_strategy(threshold=threshold)}
     for n in tpe_trials:
-        strategies[f"tpe ({n} trials)"] = tpe_strategy(resolve_space_path(space, "switch_point"), 8, n, threshold)
+        strategies[f"tpe ({n} trials)"] = tpe_strategy(resolve_space_path(space, "switch_point"), n, threshold)
     total = simulations * len(strategies) * len(TABLE_II_SETTINGS)
     with Progress(TextColumn("[bold]replaying"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as bar:

@@ -15,5 +15,5 @@ autosync leaderboard baselines/sync_switch_stragglers.yaml --policies sync_switc
 # DANA (baselines/dana_n*.yaml) is not reproduced yet, see results/README.md; its command will be:
 #   autosync leaderboard baselines/dana_nN.yaml --policies nag_asgd --policies multi_asgd --policies lwp \
 #       --policies dc_asgd --policies dana_slim --policies dana_dc --seeds 3 --n-jobs 2
-# Sync-Switch's Table II on its published logs (16 s): binary search, the ladder and TPE, 1000 searches each.
+# Sync-Switch's Table II on its published logs (about 20 s): binary search, the ladder and TPE, 1000 searches each.
 autosync replay ../shared/data/sync_switch_logs/cifar10_res32 --simulations 1000 --seed 0

@@ -64,7 +64,7 @@ def test_binary_and_ladder_find_the_switch_point_of_the_logs(tmp_path):
 
 def test_replay_is_reproducible_and_tpe_records_a_constrained_study(tmp_path):
     logs = load_switch_logs(_logs(tmp_path))
-    strategies = {"tpe": tpe_strategy(SPACE_DIR / "switch_point.yaml", 8, 3)}
+    strategies = {"tpe": tpe_strategy(SPACE_DIR / "switch_point.yaml", 3)}
     settings = (SearchSetting(False, 2, 1),)
     first = replay_table(logs, strategies, 4, 7, settings)
     again = replay_table(logs, strategies, 4, 7, settings)

@@ -21,6 +21,7 @@ import re
 import statistics
 import warnings
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable
 
@@ -33,6 +34,7 @@ from autosync.search.ladder import DEFAULT_RUNGS, ladder_search
 _SWITCH_NAME = re.compile(r"^b(\d+(?:\.\d+)?)[-_]a(\d+(?:\.\d+)?)")  # BSP first, then ASP
 _BASELINE_NAME = re.compile(r"^(bsp|asp)")
 SHARE_RESOLUTION = 400  # shares are rounded to 0.25% (the paper's 6.25% is logged as "b6")
+SETUP_1_WORKERS = 8  # the logs' cluster (Sync-Switch setup 1): resolves n_workers in a search space
 
 
 @dataclass(frozen=True)
@@ -50,34 +52,33 @@ class LoggedRun:
 class SwitchLogs:
     """Recorded runs grouped by BSP share (0 = ASP, 1 = BSP)."""
 
-    runs: dict[float, list[LoggedRun]]
+    runs: dict[float, list[LoggedRun]]  # read once; the summaries below are computed once
     skipped: list[str] = field(default_factory=list)  # "path: reason" of every run left out
+    _pools: dict[float, list[LoggedRun]] = field(default_factory=dict, repr=False)
 
-    @property
+    @cached_property
     def shares(self) -> list[float]:
         return sorted(self.runs)
 
-    @property
+    @cached_property
     def bsp_seconds(self) -> float:
         """The cost unit: the median training time of the BSP runs."""
         return statistics.median(r.seconds for r in self.runs[1.0])
 
-    @property
+    @cached_property
     def target_accuracy(self) -> float:
         """BSP's converged accuracy over every logged BSP run: the A a search with full information uses."""
         return statistics.fmean(r.accuracy for r in self.runs[1.0])
 
     def pool(self, s: float) -> list[LoggedRun]:
-        """The runs at the logged share nearest to s; two equally near shares are pooled."""
-        distance = min(abs(x - s) for x in self.runs)
-        return [r for x in self.shares if abs(x - s) - distance < 1e-9 for r in self.runs[x]]
+        """The runs at the logged share nearest to s; two equally near shares are pooled (memoised per s)."""
+        if s not in self._pools:
+            distance = min(abs(x - s) for x in self.runs)
+            self._pools[s] = [r for x in self.shares if abs(x - s) - distance < 1e-9 for r in self.runs[x]]
+        return self._pools[s]
 
     def mean_accuracy(self, s: float) -> float:
         return statistics.fmean(r.accuracy for r in self.pool(s))
-
-    def mean_cost(self, s: float) -> float:
-        """Mean training time at s in BSP trainings."""
-        return statistics.fmean(r.seconds for r in self.pool(s)) / self.bsp_seconds
 
 
 def load_switch_logs(folder: str | Path) -> SwitchLogs:
@@ -184,7 +185,8 @@ def ladder_strategy(rungs: tuple[float, ...] = DEFAULT_RUNGS, threshold: float =
     return search
 
 
-def tpe_strategy(space_path: str | Path, n_workers: int, n_trials: int, threshold: float = 0.01) -> Strategy:
+def tpe_strategy(space_path: str | Path, n_trials: int, threshold: float = 0.01,
+                 n_workers: int = SETUP_1_WORKERS) -> Strategy:
     """`autosync tune`'s default: a TPE study over the switch-point space with the accuracy constraint.
 
     Each trial averages R runs; the answer is the fastest feasible trial (BSP when none is feasible).
@@ -242,10 +244,15 @@ def full_information_choice(logs: SwitchLogs, strategy: Strategy) -> float:
 
 def simulate(logs: SwitchLogs, name: str, strategy: Strategy, setting: SearchSetting, simulations: int,
              seed: int, optimum: float, threshold: float = 0.01,
-             progress: Callable[[], None] | None = None) -> SimulationSummary:
-    """Run `strategy` `simulations` times on replayed runs; `optimum` is the reference switch point."""
+             progress: Callable[[], None] | None = None, own_optimum: float | None = None) -> SimulationSummary:
+    """Run `strategy` `simulations` times on replayed runs.
+
+    `optimum` is the reference switch point of the success column; `own_optimum` the strategy's own
+    full-information answer (computed when not given).
+    """
     target = logs.target_accuracy if setting.recurring else None
-    own_optimum = full_information_choice(logs, strategy)
+    if own_optimum is None:
+        own_optimum = full_information_choice(logs, strategy)
     costs, successes, same, valid, choices = [], 0, 0, 0, {}
     streams = np.random.SeedSequence([seed, simulations, setting.bsp_runs, setting.runs_per_candidate])
     for index, stream in enumerate(streams.spawn(simulations)):
@@ -274,7 +281,10 @@ def replay_table(logs: SwitchLogs, strategies: dict[str, Strategy], simulations:
                  ) -> tuple[float, list[SimulationSummary]]:
     """Table II for each strategy and setting; also returns the reference optimum."""
     optimum = binary_search_optimum(logs, max_settings, threshold)
-    rows = [simulate(logs, name, strategy, setting, simulations, seed, optimum, threshold, progress)
-            for name, strategy in strategies.items() for setting in settings]
+    rows = []
+    for name, strategy in strategies.items():
+        own_optimum = full_information_choice(logs, strategy)  # one per strategy, whatever the setting
+        rows += [simulate(logs, name, strategy, setting, simulations, seed, optimum, threshold, progress, own_optimum)
+                 for setting in settings]
     return optimum, rows
 
