@@ -92,6 +92,7 @@ class IterativeBalancer(Batching):
         if times is None:
             return
         self.history.append(times)
+        del self.history[:-max(self.window, self.fine_window)]  # only the last window is ever read
         caps = server.memory_caps
         delta = self._delta
         fits = [w for w in range(self.n)

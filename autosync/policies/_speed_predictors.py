@@ -54,8 +54,9 @@ class NARX:
     """Per-worker NARX speed model (LB-BSP eq. 4), trained online with Adam after `warmup` iterations.
 
     Speeds are divided by each worker's mean speed over the warm-up, so one learning rate suits every
-    worker. Training uses the last `memory` samples; each iteration takes `steps` Adam steps (the first
-    fit, at the end of the warm-up, `first_steps`).
+    worker. Training uses the last `memory` samples (only those are kept, so an update costs the same
+    at any length of run); each iteration takes `steps` Adam steps (the first fit, at the end of the
+    warm-up, `first_steps`).
     """
 
     LAGS = 2
@@ -84,9 +85,10 @@ class NARX:
     def observe(self, speeds: np.ndarray, cpu: np.ndarray, memory: np.ndarray) -> None:
         """Add the iteration that just ended: its speeds and the resources it ran with."""
         self.fallback.observe(speeds, cpu, memory)
-        self.speeds.append(speeds.copy())
-        self.cpu.append(cpu.copy())
-        self.mem.append(memory.copy())
+        keep = max(self.memory + self.LAGS, self.warmup)  # what training and the warm-up scale still read
+        for series, value in ((self.speeds, speeds), (self.cpu, cpu), (self.mem, memory)):
+            series.append(value.copy())
+            del series[:-keep]
         if len(self.speeds) < self.warmup or len(self.speeds) <= self.LAGS + 1:
             return
         if self.scale is None:
