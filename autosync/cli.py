@@ -152,11 +152,8 @@ def leaderboard(
         tuned = tuned_policy(storage or DEFAULT_STORAGE, spec)
         if tuned not in specs:
             specs.append(tuned)
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     total = len(specs) * seeds
-    with Progress(TextColumn("[bold]leaderboard"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
-                  TimeElapsedColumn(), console=console) as bar:
+    with _counting_bar("leaderboard", transient=False) as bar:
         task = bar.add_task("", total=total)
 
         def done(run: dict) -> None:
@@ -164,7 +161,7 @@ def leaderboard(
 
         entries = run_grid(spec, specs, list(range(seeds)), n_jobs=n_jobs, on_done=done)
     rows = score(entries)
-    command = "autosync leaderboard " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["leaderboard"] else "autosync leaderboard"
+    command = _command_line("leaderboard")
     out_dir = out or Path("results") / spec.name
     paths = write_leaderboard(rows, entries, spec.model_dump(mode="json"), out_dir, command)
     table = Table(title=f"{spec.name}: {seeds} seeds, target {spec.target.metric} {spec.target.threshold}")
@@ -217,10 +214,7 @@ def tune(
     console.print(f"study storage: {request.storage}")
     from autosync.search.study import tune as run_tune
 
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    with Progress(TextColumn("[bold]tuning"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
-                  TimeElapsedColumn(), console=console, transient=True) as bar:
+    with _counting_bar("tuning") as bar:
         task = bar.add_task("BSP reference runs", total=n_trials)
 
         def on_trial(done: int, total: int) -> None:
@@ -252,8 +246,6 @@ def replay(
     out: Path = typer.Option(Path("results/replay_sync_switch"), help="Where table.md and table.json go."),
 ) -> None:
     """Sync-Switch's Table II on recorded runs: binary search, the cost-ordered ladder and TPE, cost and success."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from autosync.search.replay import (TABLE_II_SETTINGS, binary_strategy, ladder_strategy, load_switch_logs,
                                         replay_table, tpe_strategy)
     from autosync.search.replay_report import write_replay_table
@@ -264,8 +256,7 @@ def replay(
     for n in tpe_trials:
         strategies[f"tpe ({n} trials)"] = tpe_strategy(resolve_space_path(space, "switch_point"), n, threshold)
     total = simulations * len(strategies) * len(TABLE_II_SETTINGS)
-    with Progress(TextColumn("[bold]replaying"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=True) as bar:
+    with _counting_bar("replaying") as bar:
         task = bar.add_task("searches", total=total)
         optimum, rows = replay_table(switch_logs, strategies, simulations, seed, threshold=threshold,
                                      max_settings=max_settings, progress=lambda: bar.advance(task))
@@ -276,9 +267,22 @@ def replay(
         table.add_row(r.strategy, r.setting, f"{r.mean_cost:.2f}", f"{r.success:.1%}",
                       f"{r.same_as_full_information:.1%}", f"{r.valid:.1%}")
     console.print(table)
-    command = "autosync " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["replay"] else "autosync replay"
+    command = _command_line("replay")
     paths = write_replay_table(switch_logs, optimum, rows, out, command, threshold)
     console.print(f"wrote {', '.join(str(p) for p in paths)}")
+
+
+def _counting_bar(label: str, transient: bool = True) -> Any:
+    """A rich progress bar 'label [bar] done/total description elapsed' on the console."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+                    TimeElapsedColumn(), console=console, transient=transient)
+
+
+def _command_line(command: str) -> str:
+    """The command line that is running, for results files ('autosync <command>' when not run from a shell)."""
+    return "autosync " + " ".join(sys.argv[1:]) if sys.argv[1:2] == [command] else f"autosync {command}"
 
 
 def _print_tune(outcome: Any, spec: Any) -> None:

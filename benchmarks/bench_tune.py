@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from autosync.job import load_job
-from autosync.search.objective import ObjectiveSettings, evaluate
+from autosync.search.objective import ObjectiveSettings, evaluate, trial_seeds
 from autosync.search.space import SPACE_DIR, load_space
 from autosync.search.study import TuneRequest, tune
 
@@ -31,7 +31,8 @@ def exhaustive(job, space, tolerance: float) -> tuple[dict[tuple[int, str], dict
     scores = {}
     for k in range(int(dims["k"].low), int(dims["k"].high) + 1):
         for rule in dims["lr_rule"].choices:
-            scores[(k, rule)] = evaluate(job, {"policy": "backup", "params": {"k": k, "lr_rule": rule}}, [job.seed])
+            scores[(k, rule)] = evaluate(job, {"policy": "backup", "params": {"k": k, "lr_rule": rule}},
+                                       trial_seeds(job, 1))
     bsp_final = scores[(job.cluster.n_workers, "fixed")]["final_metric"]
     feasible = [s["time_to_target"] for s in scores.values() if s["final_metric"] >= bsp_final - tolerance]
     return scores, min(feasible), sum(s["virtual_seconds"] for s in scores.values())

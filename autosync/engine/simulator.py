@@ -73,6 +73,11 @@ class Simulator:
         self._next_eval = 0.0
         self._start_wall = 0.0
 
+    @property
+    def epoch(self) -> float:
+        """Epochs of training data the applied updates have consumed."""
+        return self.samples_applied / self.workload.data.n_train
+
     # ------------------------------------------------------------------ public
     def run(self) -> RunResult:
         """Simulate until the budget is spent (or the target is met, or the loss diverges)."""
@@ -119,8 +124,7 @@ class Simulator:
         arrivals = update.arrivals
         weights = strategies.aggregation.weights(arrivals)
         aggregate, worker_grads, losses = self._gradients(arrivals, weights)
-        epoch = self.samples_applied / self.workload.data.n_train
-        lr = self.workload.learning_rate(epoch) * update.lr_scale
+        lr = self.workload.learning_rate(self.epoch) * update.lr_scale
         self.params = strategies.update.apply(self.params, self.update_state, aggregate, lr, arrivals)
         self.samples_applied += sum(a.task.batch_size for a in arrivals)
         loss = sum(w * l for w, l in zip(weights, losses))
@@ -137,7 +141,7 @@ class Simulator:
             len(self.trace.updates) + 1, self.now, wallclock.perf_counter() - self._start_wall,
             self.server.version, update.target_count, len(arrivals), [a.worker for a in arrivals],
             update.staleness, [a.task.batch_size for a in arrivals], loss, lr,
-            self.samples_applied / self.workload.data.n_train))
+            self.epoch))
         update_index = len(self.trace.updates)
         for strategy in strategies.all():
             for key, value in strategy.trace_values().items():
@@ -153,7 +157,7 @@ class Simulator:
     def _progress(self) -> Progress:
         """Training progress against the budget (epochs first: Sync-Switch measures its workload in samples)."""
         b = self.job.budget
-        epoch = self.samples_applied / self.workload.data.n_train
+        epoch = self.epoch
         updates = len(self.trace.updates) + 1
         if b.max_epochs is not None:
             fraction = epoch / b.max_epochs
@@ -208,7 +212,7 @@ class Simulator:
 
     def _evaluate(self) -> bool:
         result = self.workload.evaluate(self.params)
-        epoch = self.samples_applied / self.workload.data.n_train
+        epoch = self.epoch
         self.trace.evals.append((len(self.trace.updates), self.now, epoch, result["train_loss"],
                                  result["test_loss"], result.get("test_accuracy")))
         if self.progress is not None:
@@ -221,7 +225,7 @@ class Simulator:
         b = self.job.budget
         if b.max_updates is not None and len(self.trace.updates) >= b.max_updates:
             return True
-        return b.max_epochs is not None and self.samples_applied / self.workload.data.n_train >= b.max_epochs
+        return b.max_epochs is not None and self.epoch >= b.max_epochs
 
 
 def simulate(job: JobSpec, policy: Policy, workload: Workload | None = None,

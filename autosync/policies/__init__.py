@@ -12,7 +12,8 @@ from autosync.policies._lbbsp import LBBSP, StaticSplit
 from autosync.policies._sync_switch import SyncSwitch
 
 __all__ = [
-    "ASP", "BSP", "DANADC", "DBW", "DCASGD", "LBBSP", "DANASlim", "DANAZero", "LWP", "MultiASGD", "NAGASGD", "SSP", "Aggregation", "Arrival", "BackupWorkers", "Barrier", "Batching",
-    "BlindDBW", "BoundedStaleness", "DynamicK", "FastestK", "OnArrival", "Policy", "Progress", "Schedule", "ServerView", "Strategies",
-    "StaticSplit", "Strategy", "SyncSwitch", "Task", "UpdateRule", "UpdateStats",
+    "ASP", "Aggregation", "Arrival", "BSP", "BackupWorkers", "Barrier", "Batching", "BlindDBW",
+    "BoundedStaleness", "DANADC", "DANASlim", "DANAZero", "DBW", "DCASGD", "DynamicK", "FastestK", "LBBSP",
+    "LWP", "MultiASGD", "NAGASGD", "OnArrival", "Policy", "Progress", "SSP", "Schedule", "ServerView",
+    "StaticSplit", "Strategies", "Strategy", "SyncSwitch", "Task", "UpdateRule", "UpdateStats",
 ]

@@ -68,6 +68,12 @@ class AsyncMomentumRule(UpdateRule):
     def trace_values(self) -> dict[str, Any]:
         return {"gap": self._gap, "lag": self._lag}
 
+    def _shared_momentum(self, state: dict[str, Any], g: "torch.Tensor") -> "torch.Tensor":
+        """The one momentum vector of NAG-ASGD and LWP: v <- gamma v + g (v = g at the first gradient)."""
+        v = state.get("v")
+        v = state["v"] = g.clone() if v is None else v.mul_(self.gamma).add_(g)
+        return v
+
     @staticmethod
     def _per_worker(state: dict[str, Any], key: str, worker: int, like: "torch.Tensor") -> "torch.Tensor":
         """The per-worker vector `key` of `worker` (zeros before its first gradient)."""
@@ -86,9 +92,7 @@ class NesterovShared(AsyncMomentumRule):
     """NAG-ASGD (Algorithm 8): v <- gamma v + g; theta <- theta - eta (g + gamma v) (Nesterov, footnote 1)."""
 
     def step(self, params, state, g, lr, worker, sent):
-        v = state.get("v")
-        v = g.clone() if v is None else v.mul_(self.gamma).add_(g)
-        state["v"] = v
+        v = self._shared_momentum(state, g)
         return params - lr * (g + self.gamma * v)
 
 
@@ -103,9 +107,7 @@ class LinearWeightPrediction(AsyncMomentumRule):
         self.horizon = horizon
 
     def step(self, params, state, g, lr, worker, sent):
-        v = state.get("v")
-        v = g.clone() if v is None else v.mul_(self.gamma).add_(g)
-        state["v"] = v
+        v = self._shared_momentum(state, g)
         state["lag_sum"] = state.get("lag_sum", 0.0) + self._lag
         return params - lr * v
 

@@ -97,7 +97,8 @@ class SwitchSchedule(Schedule):
 
     def reset(self, n_workers: int, batch_size: int) -> None:
         self.n = n_workers
-        self.phase = "bsp" if self.policy.order == "bsp_asp" else "asp"
+        self.first = "bsp" if self.policy.order == "bsp_asp" else "asp"  # the protocol of the quota
+        self.phase = self.first
         self.done = False  # the final phase has started
         self.quota_used = 0.0  # fraction of the workload trained in the first protocol
         self.last_fraction = 0.0
@@ -107,7 +108,7 @@ class SwitchSchedule(Schedule):
 
     def after_update(self, server: ServerView, strategies: Strategies, stats: UpdateStats,
                      progress: Progress, update_state: dict[str, Any]) -> float | None:
-        first = "bsp" if self.policy.order == "bsp_asp" else "asp"
+        first = self.first
         self.update_phase = self.phase  # the protocol the update just applied was made under
         if not self.done and self.phase == first:
             self.quota_used += progress.fraction - self.last_fraction

@@ -97,6 +97,11 @@ def constraint(job: JobSpec, final_metric: float, reference: float, tolerance: f
     return final_metric - reference - tolerance
 
 
+def trial_seeds(job: JobSpec, repeats: int) -> list[int]:
+    """The seeds every trial (and the BSP reference) trains with: the job's seed and the next ones."""
+    return [job.seed + i for i in range(repeats)]
+
+
 class Objective:
     """Optuna objective for one job and one search space."""
 
@@ -107,7 +112,7 @@ class Objective:
         self.reference = reference
 
     def seeds(self) -> list[int]:
-        return [self.job.seed + i for i in range(self.settings.repeats)]
+        return trial_seeds(self.job, self.settings.repeats)
 
     def __call__(self, trial: "optuna.Trial") -> float | tuple[float, float]:
         import optuna

@@ -24,7 +24,9 @@ from typing import TYPE_CHECKING, Any, Callable
 from autosync import __version__
 from autosync.errors import UserError
 from autosync.job import JobSpec
-from autosync.search.objective import Objective, ObjectiveSettings, RunFailed, constraint_of, evaluate
+from autosync.search.objective import (
+    Objective, ObjectiveSettings, RunFailed, constraint_of, evaluate, trial_seeds,
+)
 from autosync.search.space import SearchSpace
 
 if TYPE_CHECKING:
@@ -272,7 +274,7 @@ def bsp_reference(study: "optuna.Study", request: TuneRequest) -> dict[str, Any]
     """BSP's score on the job (R seeds), measured once per study: the constraint's reference."""
     ref = study.user_attrs.get("bsp_reference")
     if ref is None:
-        seeds = [request.job.seed + i for i in range(request.settings.repeats)]
+        seeds = trial_seeds(request.job, request.settings.repeats)
         try:
             ref = evaluate(request.job, {"policy": "bsp", "params": {}}, seeds, request.settings.penalty)
         except RunFailed as exc:
@@ -285,13 +287,13 @@ def run_trials(study: "optuna.Study", request: TuneRequest, reference: dict[str,
                deadline: float | None, on_trial: Callable[[int, int], None] | None = None) -> None:
     """Run trials one at a time until the global budget `target` is met (counted across processes)."""
     objective = Objective(request.job, request.space, request.settings, reference["final_metric"])
+    grid_size = request.space.size() if request.sampler == "grid" else None
     while True:
         done = counted_trials(study)
         if on_trial is not None:
             on_trial(done, target)
         if done >= target or (deadline is not None and time.monotonic() >= deadline):
             return
-        grid_size = request.space.size() if request.sampler == "grid" else None
         if grid_size is not None and done >= grid_size:  # brute force has covered the whole space
             return
         study.optimize(objective, n_trials=1, catch=(RunFailed,), gc_after_trial=False)
