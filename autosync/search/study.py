@@ -367,12 +367,13 @@ def run_switch_point_search(study: "optuna.Study", request: TuneRequest, referen
         if deadline is not None and time.monotonic() >= deadline:
             raise _OutOfTime
         study.enqueue_trial({"sync_switch.switch_at": s, **others}, skip_if_exists=False)
-        study.optimize(objective, n_trials=1, catch=(RunFailed,), gc_after_trial=False)
+        finished: list[Any] = []  # this process's trial, whatever other processes add to the study
+        study.optimize(objective, n_trials=1, catch=(RunFailed,), gc_after_trial=False,
+                       callbacks=[lambda _, trial: finished.append(trial)])
         done[0] += 1
         if on_trial is not None:
             on_trial(done[0], request.n_trials)
-        trial = study.trials[-1]
-        return metric_sign * trial.user_attrs.get("final_metric", -math.inf * metric_sign)
+        return metric_sign * finished[0].user_attrs.get("final_metric", -math.inf * metric_sign)
 
     target = metric_sign * reference["final_metric"]
     try:
