@@ -16,7 +16,8 @@ import pytest
 from autosync.errors import UserError
 from autosync.search.binary import binary_search
 from autosync.search.ladder import ladder_search
-from autosync.search.objective import ObjectiveSettings
+from autosync.search.objective import CONSTRAINT, Objective, ObjectiveSettings
+from autosync.search.pruning import TargetRacePruner
 from autosync.search.space import SPACE_DIR, load_space
 from autosync.search.study import TuneRequest, counted_trials, open_storage, tune
 from tests.conftest import autosync, no_traceback, small_job
@@ -222,7 +223,40 @@ def test_two_processes_on_one_sqlite_file_lose_no_trial(tmp_path):
     study = optuna.load_study(study_name=outcome.study_name, storage=open_storage(_request(tmp_path).storage))
     numbers = [t.number for t in study.trials]
     assert len(numbers) == len(set(numbers)) and counted_trials(study) >= 6
-    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)
+    finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    assert all(t.state in finished for t in study.trials)
+
+
+def _finished(value: float, feasible: bool = True) -> optuna.trial.FrozenTrial:
+    return optuna.trial.create_trial(value=value, constraints={CONSTRAINT: -1.0 if feasible else 1.0})
+
+
+def test_the_pruner_stops_a_trial_once_it_is_slower_than_the_median_finished_trial():
+    study = optuna.create_study(pruner=TargetRacePruner(n_startup_trials=3))
+    for value in (10.0, 20.0, 30.0):
+        study.add_trial(_finished(value))
+    study.add_trial(_finished(1.0, feasible=False))  # fast but too inaccurate: not a rival
+    slow, early = study.ask(), study.ask()
+    slow.report(15.0, 15)  # not at the target after 15 s: could still beat the median
+    early.report(12.0, 15)  # met the target at 12 s
+    assert not slow.should_prune() and not early.should_prune()
+    slow.report(21.0, 21)  # still not there after 21 s: slower than the median, 20 s
+    early.report(12.0, 21)
+    assert slow.should_prune() and not early.should_prune()
+
+
+def test_a_proposal_seen_before_is_scored_from_its_twin_without_training(tmp_path):
+    job = small_job()
+    space = load_space(SPACE_DIR / "static_k.yaml", 4)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    objective = Objective(job, space, ObjectiveSettings(tolerance=0.05), reference=0.9)
+    study.enqueue_trial({"backup.k": 2, "backup.lr_rule": "fixed"})
+    study.enqueue_trial({"backup.k": 2, "backup.lr_rule": "fixed"})
+    study.optimize(objective, n_trials=2)
+    first, second = study.trials
+    assert first.user_attrs["virtual_seconds"] > 0 and second.user_attrs["virtual_seconds"] == 0.0
+    assert second.values == first.values and second.user_attrs["same_as_trial"] == 0
+    assert second.constraints == first.constraints
 
 
 def test_killed_tune_resumes_without_losing_finished_trials(tmp_path):

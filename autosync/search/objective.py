@@ -41,10 +41,11 @@ class ObjectiveSettings:
 
 
 def evaluate(job: JobSpec, policy: dict[str, Any], seeds: list[int], penalty: float = 2.0,
-             report: Callable[[float, int], None] | None = None) -> dict[str, Any]:
+             report: Callable[[dict[str, Any], int], None] | None = None) -> dict[str, Any]:
     """Train `policy` once per seed; returns the mean score, final metric and the virtual seconds spent.
 
-    `report(train_loss, step)` is called at every evaluation of the first seed (for pruning); it may raise.
+    `report(info, step)` is called with the simulator's evaluation record at every evaluation step of the
+    first seed (for pruning); it may raise.
     """
     from autosync.catalog import policy_from_dict
     from autosync.engine import simulate
@@ -76,8 +77,9 @@ def evaluate(job: JobSpec, policy: dict[str, Any], seeds: list[int], penalty: fl
             "reached": reached, "runs": len(seeds), "virtual_seconds": spent}
 
 
-def _step_reporter(report: Callable[[float, int], None], every: float) -> Callable[[dict[str, Any]], None]:
-    """A simulator progress callback calling report(train_loss, step) once per evaluation step."""
+def _step_reporter(report: Callable[[dict[str, Any], int], None],
+                   every: float) -> Callable[[dict[str, Any]], None]:
+    """A simulator progress callback calling report(info, step) once per evaluation step."""
     last_step = -1
 
     def progress(info: dict[str, Any]) -> None:
@@ -85,7 +87,7 @@ def _step_reporter(report: Callable[[float, int], None], every: float) -> Callab
         step = int(info["time"] / every + 1e-9)  # evaluations fall on multiples of every_seconds
         if step > last_step:
             last_step = step
-            report(info["train_loss"], step)
+            report(info, step)
 
     return progress
 
@@ -117,19 +119,26 @@ class Objective:
     def __call__(self, trial: "optuna.Trial") -> float | tuple[float, float]:
         import optuna
 
+        from autosync.search.pruning import TimeToTargetBound
+
         policy = self.space.suggest(trial)
         trial.set_user_attr("policy", policy)
+        twin = self._finished_twin(trial)
+        if twin is not None:
+            return self._copy(twin, trial)
         spent = {"virtual_seconds": 0.0}
+        bound = TimeToTargetBound(self.job)
 
-        def report(loss: float, step: int) -> None:
-            spent["virtual_seconds"] = step * self.job.workload.evaluation.every_seconds
-            if not self.settings.prune or self.settings.multi_objective or not math.isfinite(loss):
+        def report(info: dict[str, Any], step: int) -> None:
+            spent["virtual_seconds"] = info["time"]
+            value = bound.update(info)
+            if not self.settings.prune or self.settings.multi_objective:
                 return
-            trial.report(loss, step)
+            trial.report(value, step)
             if trial.should_prune():
                 trial.set_user_attr("virtual_seconds", spent["virtual_seconds"])
-                raise optuna.TrialPruned(f"training loss {loss:.4g} at {spent['virtual_seconds']:.0f} virtual s "
-                                         "is worse than the median of earlier trials")
+                raise optuna.TrialPruned(f"time-to-target already over {value:.0f} virtual s: later than the "
+                                         "median finished trial's")
 
         try:
             score = evaluate(self.job, policy, self.seeds(), self.settings.penalty, report=report)
@@ -144,6 +153,29 @@ class Objective:
         if self.settings.multi_objective:
             return score["time_to_target"], score["final_metric"]
         return score["time_to_target"]
+
+    @staticmethod
+    def _finished_twin(trial: "optuna.Trial") -> "optuna.trial.FrozenTrial | None":
+        """An earlier completed (or failed with a reason) trial with the same parameters, if any."""
+        import optuna
+
+        states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
+        for t in trial.study.get_trials(deepcopy=False, states=states):
+            if t.params == trial.params and (t.state == optuna.trial.TrialState.COMPLETE or "fail_reason" in t.user_attrs):
+                return t
+        return None
+
+    def _copy(self, twin: "optuna.trial.FrozenTrial", trial: "optuna.Trial") -> float | tuple[float, float]:
+        """The twin's result, without training again: same policy and seeds give the same runs (TPE often
+        proposes a point of a small discrete space again)."""
+        for key, value in twin.user_attrs.items():
+            trial.set_user_attr(key, value)
+        trial.set_user_attr("virtual_seconds", 0.0)
+        trial.set_user_attr("same_as_trial", twin.number)
+        if "fail_reason" in twin.user_attrs:
+            raise RunFailed(twin.user_attrs["fail_reason"])
+        trial.set_constraint(CONSTRAINT, constraint_of(twin))
+        return tuple(twin.values) if self.settings.multi_objective else twin.values[0]
 
 
 def constraint_of(trial: "optuna.trial.FrozenTrial") -> float:

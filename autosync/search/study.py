@@ -163,7 +163,9 @@ def load_study(request: TuneRequest, storage: Any, create: bool = True) -> "optu
         if request.settings.multi_objective else ["minimize"]
     name = request.study or study_name(request.job, request.space)
     sampler = make_sampler(request.sampler, request.seed, request.space, request.settings.multi_objective)
-    pruner = optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=5)
+    from autosync.search.pruning import TargetRacePruner
+
+    pruner = TargetRacePruner(n_startup_trials=5)
     try:
         study = optuna.create_study(storage=storage, study_name=name, directions=directions, sampler=sampler,
                                     pruner=pruner, load_if_exists=True)
