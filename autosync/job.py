@@ -31,7 +31,7 @@ class _Spec(BaseModel):
 # --------------------------------------------------------------------------- workload
 
 DatasetName = Literal[
-    "digits", "synthetic_classification", "synthetic_regression",
+    "digits", "synthetic_classification", "synthetic_regression", "synthetic_images",
     "mnist", "fashion_mnist", "cifar10", "cifar100",
 ]
 TORCHVISION_DATASETS = ("mnist", "fashion_mnist", "cifar10", "cifar100")
@@ -47,6 +47,7 @@ class DatasetSpec(_Spec):
     n_features: int = Field(20, ge=1)  # synthetic datasets: input dimension
     n_classes: int = Field(10, ge=2)  # synthetic classification: number of classes
     noise: float = Field(0.1, ge=0.0)  # synthetic regression: label noise std
+    image_shape: list[Annotated[int, Field(ge=1)]] = [3, 32, 32]  # synthetic images: channels, height, width
     max_train_samples: int | None = Field(None, ge=1)  # subsample large training sets for speed
 
     @model_validator(mode="after")
@@ -54,6 +55,8 @@ class DatasetSpec(_Spec):
         if self.name in TORCHVISION_DATASETS and self.root is None:
             raise ValueError(f"root is required for dataset {self.name!r} (a local directory; "
                              "add download: true to fetch it there)")
+        if len(self.image_shape) != 3:
+            raise ValueError(f"image_shape must be [channels, height, width], but got {self.image_shape}")
         return self
 
     @property
@@ -261,9 +264,12 @@ class JobSpec(_Spec):
 
         Seed, budget and name are left out: recurring runs of one job share one cache entry.
         """
+        workload = self.workload.model_dump(mode="json")
+        if workload["dataset"]["name"] != "synthetic_images":  # meaningless there: old fingerprints still hold
+            del workload["dataset"]["image_shape"]
         canonical = {
             "v": FINGERPRINT_VERSION,
-            "workload": self.workload.model_dump(mode="json"),
+            "workload": workload,
             "cluster": self.cluster.model_dump(mode="json"),
             "target": self.target.model_dump(mode="json"),
         }

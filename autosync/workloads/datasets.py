@@ -41,6 +41,13 @@ class Dataset:
     def n_train(self) -> int:
         return int(self.x_train.shape[0])
 
+    def to(self, device: torch.device) -> "Dataset":
+        """The same dataset with every tensor on `device` (itself when they are there already)."""
+        if self.x_train.device == device:
+            return self
+        return Dataset(self.x_train.to(device), self.y_train.to(device), self.x_test.to(device),
+                       self.y_test.to(device), self.n_classes)
+
 
 def load_dataset(spec: DatasetSpec) -> Dataset:
     """Build the dataset a job names; never downloads unless ``spec.download`` is true."""
@@ -50,6 +57,8 @@ def load_dataset(spec: DatasetSpec) -> Dataset:
         ds = _synthetic_classification(spec)
     elif spec.name == "synthetic_regression":
         ds = _synthetic_regression(spec)
+    elif spec.name == "synthetic_images":
+        ds = _synthetic_images(spec)
     else:
         ds = _torchvision(spec)
     if spec.max_train_samples is not None and spec.max_train_samples < ds.n_train:
@@ -97,6 +106,24 @@ def _synthetic_regression(spec: DatasetSpec) -> Dataset:
     y = (y - y.mean()) / y.std()
     y = y + np.random.default_rng(spec.seed + 1).normal(0.0, spec.noise, size=y.shape)
     return _split(x.astype(np.float32), y.astype(np.float32), spec, None)
+
+
+def _synthetic_images(spec: DatasetSpec) -> Dataset:
+    """Images of `image_shape` (CIFAR's by default): a smooth random pattern per class under pixel noise.
+
+    Each class's prototype is white noise blurred by 4x4 average pooling and upsampled back, scaled to
+    unit variance; a sample is its class's prototype plus unit Gaussian noise, so the classes overlap
+    and a convolutional network needs many updates to separate them.
+    """
+    c, h, w = spec.image_shape
+    rng = np.random.default_rng(spec.seed)
+    coarse = rng.normal(size=(spec.n_classes, c, max(1, h // 4), max(1, w // 4)))
+    prototypes = np.repeat(np.repeat(coarse, 4, axis=2), 4, axis=3)[:, :, :h, :w]
+    prototypes = np.pad(prototypes, ((0, 0), (0, 0), (0, h - prototypes.shape[2]), (0, w - prototypes.shape[3])),
+                        mode="edge")
+    y = rng.integers(0, spec.n_classes, spec.n_samples)
+    x = prototypes[y] + rng.normal(size=(spec.n_samples, c, h, w))
+    return _split(x.astype(np.float32), y, spec, spec.n_classes)
 
 
 def missing_files(spec: DatasetSpec) -> list[str]:
