@@ -72,18 +72,28 @@ def run(
     plot: bool = typer.Option(False, "--plot", help="Also write plot.png: loss against virtual time with k_t."),
     backend: str = typer.Option("simulator", "--backend", help="simulator (gradients in this process) | "
                                 "processes (worker processes compute them; same arrival order and results)."),
+    device: str = typer.Option("cpu", "--device", help="cpu | cuda (cuda:N): where the model, data, slots and "
+                                                        "worker processes compute."),
     workers_per_device: int = typer.Option(2, "--workers-per-device", min=1,
-                                           help="--backend processes: worker processes on this machine's CPU."),
+                                           help="--backend processes: worker processes on the device."),
     worker_timeout: float = typer.Option(60.0, "--worker-timeout", min=0.1,
                                          help="--backend processes: seconds without a gradient before a worker "
                                               "process counts as dead or hung."),
+    clock: str = typer.Option("virtual", "--clock", help="--backend processes: virtual (the cluster model orders "
+                              "arrivals: same results as the simulator) | real (the order the processes answer in; "
+                              "logged for `autosync rerun`)."),
+    stragglers: str = typer.Option("machine", "--stragglers", help="--clock real: machine (only this machine's own) "
+                                   "| model (also the job's cluster model, as real delays)."),
+    time_scale: float = typer.Option(0.01, "--time-scale", help="--clock real --stragglers model: real seconds per "
+                                     "virtual second of the cluster model."),
 ) -> None:
-    """Train once under one policy on the virtual clock and write trace, metrics and plot."""
+    """Train once under one policy (virtual clock by default) and write trace, metrics and plot."""
     from autosync.catalog import make_policy, parse_param
+    from autosync.engine.backends import BackendChoice
     from autosync.job import load_job
 
-    if backend not in ("simulator", "processes"):
-        raise UserError(f"--backend must be simulator or processes, but got {backend!r}")
+    choice = BackendChoice(backend, clock, stragglers, time_scale, device, workers_per_device, worker_timeout)
+    choice.check()
     spec = load_job(job, overrides={"seed": seed} if seed is not None else None)
     if policy == "tuned":
         from autosync.catalog import policy_from_dict
@@ -102,27 +112,49 @@ def run(
         raise UserError(f"policy {policy}: {exc}") from None
     out_dir = out or Path("results") / "runs" / spec.name / f"{policy}-seed{spec.seed}"
 
-    from autosync.engine import simulate
+    from autosync.engine import backends, simulate
     from autosync.report import plot_run, write_run
     from autosync.workloads.workload import Workload
 
     with console.status(f"loading {spec.workload.dataset.name} and building {spec.workload.model.name}"):
-        workload = Workload(spec)
-    driver = None
-    if backend == "processes":
-        from autosync.engine.drivers import ProcessDriver
-
-        with console.status(f"starting {workers_per_device} worker processes"):
-            driver = ProcessDriver(spec, workload.dim, workers_per_device, timeout=worker_timeout)
+        workload = Workload(spec, device=device)
+    with console.status(f"starting {workers_per_device} worker processes" if backend == "processes" else "starting"):
+        driver, run_clock = backends.build(choice, spec, workload)
     with _progress(spec) as update:
-        result = simulate(spec, pol, workload=workload, progress=update, driver=driver)
+        result = simulate(spec, pol, workload=workload, progress=update, driver=driver, clock=run_clock)
     for line in getattr(driver, "faults", []):
         console.print(f"warning: {line}", style="yellow")
-    paths = write_run(result, out_dir, spec.model_dump(mode="json"))
+    paths = write_run(result, out_dir, spec.model_dump(mode="json"), execution=choice.describe())
     if plot:
         paths.append(plot_run(result, out_dir / "plot.png"))
     _print_summary(result)
     console.print(f"wrote {', '.join(str(p) for p in paths)}")
+    if choice.clock == "real":
+        console.print(f"replay it exactly: autosync rerun {out_dir}")
+
+
+@app.command()
+def rerun(
+    run_dir: Path = typer.Argument(..., help="A directory written by `autosync run` (summary.json, trace.json, "
+                                             "final_params.pt)."),
+    device: str = typer.Option("cpu", "--device", help="cpu | cuda: where to replay."),
+) -> None:
+    """Replay a logged run exactly from its arrival log, in this process, and compare the final parameters."""
+    from autosync.engine.backends import check_device
+    from autosync.engine.rerun import rerun as replay_run
+
+    check_device(device)
+    with console.status(f"replaying {run_dir}"):
+        outcome = replay_run(run_dir, device)
+    trace = outcome.result.trace
+    console.print(f"replayed {len(trace.arrivals)} arrivals and {len(trace.updates)} updates: every dispatch and "
+                  "decision as logged")
+    if outcome.identical:
+        console.print("final parameters: bit-identical to the logged run")
+        return
+    console.print(f"final parameters differ from the logged run: max |difference| {outcome.max_abs_difference:.3g}",
+                  style="yellow")
+    raise typer.Exit(1)
 
 
 @app.command()

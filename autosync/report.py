@@ -10,12 +10,23 @@ if TYPE_CHECKING:
     from autosync.engine import RunResult
 
 
-def write_run(result: "RunResult", directory: Path, job_dump: dict[str, Any]) -> list[Path]:
-    """Write summary.json (job, policy, metrics) and the trace tables into `directory`."""
+def write_run(result: "RunResult", directory: Path, job_dump: dict[str, Any],
+              execution: dict[str, Any] | None = None) -> list[Path]:
+    """Write summary.json (job, policy, metrics, how it ran), the trace tables and the final parameters.
+
+    With these `autosync rerun` can repeat the run: the trace's arrival table is its complete log.
+    """
+    import torch
+
+    from autosync.engine.rerun import PARAMS_FILE
+
     paths = result.trace.write(directory)
     summary = directory / "summary.json"
-    summary.write_text(json.dumps({**result.summary(), "job_spec": job_dump}, indent=2, default=float))
-    return [summary, *paths]
+    summary.write_text(json.dumps({**result.summary(), "execution": execution or {"backend": "simulator"},
+                                   "job_spec": job_dump}, indent=2, default=float))
+    params = directory / PARAMS_FILE
+    torch.save(result.final_params.detach().cpu(), params)
+    return [summary, *paths, params]
 
 
 def plot_run(result: "RunResult", path: Path) -> Path:

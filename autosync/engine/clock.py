@@ -1,28 +1,113 @@
-"""Virtual clock: a heap of (time, worker, task) events; ties are broken by worker id."""
+"""Clocks: who decides when each dispatched task's gradient arrives at the server.
+
+The engine dispatches a task with the round trip the cluster model drew for it, then asks the clock
+for the next arrival. Three clocks answer:
+- `VirtualClock`: the arrival comes exactly one drawn round trip later (a heap of events; ties broken
+  by worker id). Searches and the in-process simulator use it.
+- `RealTimeClock` (`autosync.engine.realtime`): the order in which worker processes really answer.
+- `ReplayClock`: the arrivals a real-time run logged, in their order and at their times, so the run
+  can be repeated exactly (bit-identical parameters) in one process.
+"""
 
 from __future__ import annotations
 
 import heapq
+import math
+from contextlib import nullcontext
+from typing import ContextManager, Sequence
+
+from autosync.errors import UserError
+from autosync.policies import Task
 
 
-class EventQueue:
+class VirtualClock:
     """Pending gradient arrivals ordered by (time, worker, task index)."""
+
+    wall_clock = False  # arrival times are the cluster model's, not measured
 
     def __init__(self) -> None:
         self._heap: list[tuple[float, int, int]] = []
 
-    def push(self, time: float, worker: int, task: int) -> None:
-        heapq.heappush(self._heap, (time, worker, task))
+    def dispatch(self, task: Task, round_trip: float) -> None:
+        """`task` starts now (at `task.start`) and arrives `round_trip` virtual seconds later."""
+        heapq.heappush(self._heap, (task.start + round_trip, task.worker, task.index))
 
     def pop(self) -> tuple[float, int, int]:
+        """The next arrival: (time, worker, task index)."""
         return heapq.heappop(self._heap)
-
-    def delay_all(self, seconds: float) -> None:
-        """Postpone every pending event (a pause of the whole cluster, e.g. a checkpoint and restart)."""
-        self._heap = [(t + seconds, w, k) for t, w, k in self._heap]  # order is unchanged: still a heap
 
     def peek_time(self) -> float:
         return self._heap[0][0]
 
+    def delay_all(self, seconds: float) -> None:
+        """Postpone every pending arrival (a pause of the whole cluster, e.g. a checkpoint and restart)."""
+        self._heap = [(t + seconds, w, k) for t, w, k in self._heap]  # order is unchanged: still a heap
+
+    def check_decision(self, accepted: bool) -> None:
+        """Any decision is right."""
+
+    def off_the_clock(self) -> ContextManager[None]:
+        """The server's own work never moves a virtual clock."""
+        return nullcontext()
+
     def __len__(self) -> int:
         return len(self._heap)
+
+
+class ReplayMismatch(UserError):
+    """A replayed run asked for something other than what the logged run did."""
+
+
+class ReplayClock:
+    """The arrivals of a logged run, served in their logged order and at their logged times.
+
+    `arrivals` are the rows (time, worker, task, version, batch_size, accepted) of a trace's arrival
+    table. The replayed engine must dispatch exactly the logged tasks and decide exactly as logged; the
+    first difference stops the replay with a `ReplayMismatch` naming the arrival.
+    """
+
+    wall_clock = False
+
+    def __init__(self, arrivals: Sequence[Sequence], source: str = "the log"):
+        self.arrivals = list(arrivals)
+        self.source = source
+        self.position = 0
+        self._inflight: dict[int, Task] = {}
+
+    def dispatch(self, task: Task, round_trip: float) -> None:
+        self._inflight[task.worker] = task
+
+    def peek_time(self) -> float:
+        """The next logged arrival's time; infinite once the log is spent (the run ended on its budget)."""
+        return float(self.arrivals[self.position][0]) if self.position < len(self.arrivals) else math.inf
+
+    def pop(self) -> tuple[float, int, int]:
+        if self.position >= len(self.arrivals):
+            raise ReplayMismatch(f"{self.source}: the replayed run needs more than the {len(self.arrivals)} "
+                                 "logged arrivals (was the logged run interrupted?)")
+        time, worker, index, version, batch_size = self.arrivals[self.position][:5]
+        task = self._inflight.pop(int(worker), None)
+        if task is None or (task.index, task.version, task.batch_size) != (int(index), int(version), int(batch_size)):
+            got = "nothing" if task is None else f"task {task.index} (version {task.version}, batch {task.batch_size})"
+            raise ReplayMismatch(f"{self.source}: arrival {self.position} is worker {worker}'s task {index} (version "
+                                 f"{version}, batch {batch_size}), but the replayed run has {got} in flight there")
+        self.position += 1
+        return float(time), int(worker), int(index)
+
+    def check_decision(self, accepted: bool) -> None:
+        """The replayed server's decision on the arrival just popped must be the logged one."""
+        logged = bool(self.arrivals[self.position - 1][5])
+        if accepted != logged:
+            raise ReplayMismatch(f"{self.source}: arrival {self.position - 1} was "
+                                 f"{'accepted' if logged else 'discarded'} in the logged run, but the replay "
+                                 f"{'accepts' if accepted else 'discards'} it")
+
+    def delay_all(self, seconds: float) -> None:
+        """Logged times already include every pause."""
+
+    def off_the_clock(self) -> ContextManager[None]:
+        """Logged times already leave the server's evaluations out."""
+        return nullcontext()
+
+    def __len__(self) -> int:
+        return len(self._inflight)

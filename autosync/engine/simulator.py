@@ -1,8 +1,10 @@
-"""The virtual-clock simulator: one deterministic, single-threaded parameter-server run.
+"""The engine: one parameter-server run, driven by a clock and a gradient driver.
 
-Computation runs at full speed while a virtual clock decides when each gradient arrives (DBW paper
-sec. 4): that order decides which gradients are stale or discarded. Gradients are computed on the
-(possibly stale) parameters their worker received, only when the server uses them, and batched.
+By default computation runs at full speed while a virtual clock decides when each gradient arrives (DBW
+paper sec. 4): that order decides which gradients are stale or discarded. Gradients are computed on the
+(possibly stale) parameters their worker received, only when the server uses them, and batched. With
+the real-time clock (`autosync.engine.realtime`) worker processes compute every task as soon as it is
+dispatched and the order they answer in is the arrival order; the replay clock repeats a logged run.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any, Callable
 import torch
 
 from autosync.cluster import RoundTripModel
-from autosync.engine.clock import EventQueue
+from autosync.engine.clock import VirtualClock
 from autosync.engine.drivers import InProcessDriver
 from autosync.engine.server import Server, Start, Update
 from autosync.engine.trace import Trace
@@ -51,7 +53,7 @@ class Simulator:
     """Runs one policy on one job under the virtual clock."""
 
     def __init__(self, job: JobSpec, policy: Policy, workload: Workload | None = None,
-                 progress: ProgressFn | None = None, driver: Any = None):
+                 progress: ProgressFn | None = None, driver: Any = None, clock: Any = None):
         self.job = job
         self.policy = policy
         self.workload = workload if workload is not None else Workload(job)
@@ -62,7 +64,7 @@ class Simulator:
         self.server = Server(self.strategies, n, memory_caps=[self.cluster.memory_cap(w) for w in range(n)],
                              resources=self.cluster.resources)
         self.driver = driver if driver is not None else InProcessDriver(self.workload, job.seed)
-        self.events = EventQueue()
+        self.clock = clock if clock is not None else VirtualClock()
         self.trace = Trace()
         self.inflight: dict[int, Task] = {}
         self.task_counter = [0] * n
@@ -87,8 +89,8 @@ class Simulator:
         self._launch(self.server.start())
         if self._evaluate_due() and budget.stop_at_target:
             status = "target_reached"
-        while status == "completed" and self.events:
-            if budget.max_virtual_seconds is not None and self.events.peek_time() > budget.max_virtual_seconds:
+        while status == "completed" and self.clock:
+            if budget.max_virtual_seconds is not None and self.clock.peek_time() > budget.max_virtual_seconds:
                 self.now = budget.max_virtual_seconds
                 break
             status = self._step()
@@ -105,11 +107,12 @@ class Simulator:
 
     # ------------------------------------------------------------------ one event
     def _step(self) -> str:
-        time, worker, _ = self.events.pop()
+        time, worker, _ = self.clock.pop()
         self.now = time
         task = self.inflight.pop(worker)
         arrival = Arrival(task, time)
         decision = self.server.on_arrival(arrival)
+        self.clock.check_decision(decision.accepted)
         self.trace.arrivals.append((time, worker, task.index, task.version, task.batch_size, decision.accepted))
         status = "completed"
         self._launch(decision.starts)
@@ -136,7 +139,7 @@ class Simulator:
         if pause:  # a phase change stops the whole cluster: everything in flight arrives later too
             self.now += pause
             self.server.time = self.now
-            self.events.delay_all(pause)
+            self.clock.delay_all(pause)
         self.trace.updates.append((
             len(self.trace.updates) + 1, self.now, wallclock.perf_counter() - self._start_wall,
             self.server.version, update.target_count, len(arrivals), [a.worker for a in arrivals],
@@ -182,7 +185,8 @@ class Simulator:
                 pending += [t for t in self.inflight.values() if t.gradient is None]
             self.driver.worker_gradients(pending)
         stacked = torch.stack([t.gradient for t in tasks])
-        aggregate = torch.tensordot(torch.tensor(weights, dtype=stacked.dtype), stacked, dims=1)
+        aggregate = torch.tensordot(torch.tensor(weights, dtype=stacked.dtype, device=stacked.device), stacked,
+                                    dims=1)
         return aggregate, (stacked if strategies.needs_worker_gradients else None), [t.loss for t in tasks]
 
     def _launch(self, starts: list[Start]) -> None:
@@ -198,8 +202,7 @@ class Simulator:
                         params=update_rule.params_for(s.worker, self.params, state))
             self.inflight[s.worker] = task
             self.server.on_task_started(task)
-            finish = self.now + self.cluster.round_trip(s.worker, index, s.batch_size, self.now)
-            self.events.push(finish, s.worker, index)
+            self.clock.dispatch(task, self.cluster.round_trip(s.worker, index, s.batch_size, self.now))
 
     # ------------------------------------------------------------------ evaluation and budget
     def _evaluate_due(self) -> bool:
@@ -211,7 +214,8 @@ class Simulator:
         return self._evaluate()
 
     def _evaluate(self) -> bool:
-        result = self.workload.evaluate(self.params)
+        with self.clock.off_the_clock():
+            result = self.workload.evaluate(self.params)
         epoch = self.epoch
         self.trace.evals.append((len(self.trace.updates), self.now, epoch, result["train_loss"],
                                  result["test_loss"], result.get("test_accuracy")))
@@ -229,14 +233,14 @@ class Simulator:
 
 
 def simulate(job: JobSpec, policy: Policy, workload: Workload | None = None,
-             progress: ProgressFn | None = None, driver: Any = None) -> RunResult:
-    """Run `policy` on `job` under the virtual clock and return the result.
+             progress: ProgressFn | None = None, driver: Any = None, clock: Any = None) -> RunResult:
+    """Run `policy` on `job` and return the result.
 
     `driver` computes the gradients (default: the fused in-process driver); it is closed at the end,
-    also when the run fails or is interrupted.
+    also when the run fails or is interrupted. `clock` orders the arrivals (default: the virtual clock).
     """
     try:
-        return Simulator(job, policy, workload=workload, progress=progress, driver=driver).run()
+        return Simulator(job, policy, workload=workload, progress=progress, driver=driver, clock=clock).run()
     finally:
         if driver is not None:
             driver.close()

@@ -18,15 +18,17 @@ from autosync.workloads.models import build_model
 class Workload:
     """Everything needed to compute a loss and its gradient from a flat parameter vector."""
 
-    def __init__(self, job: JobSpec, dataset: Dataset | None = None):
+    def __init__(self, job: JobSpec, dataset: Dataset | None = None, device: str | torch.device = "cpu"):
         spec = job.workload
         self.spec = spec
         self.job = job
-        self.data = dataset if dataset is not None else load_dataset(spec.dataset)
+        self.device = torch.device(device)
+        data = dataset if dataset is not None else load_dataset(spec.dataset)
+        self.data = data.to(self.device)
         self.regression = self.data.n_classes is None
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(job.seed)
-            self.model = build_model(spec.model, self.data.input_shape, self.data.n_classes or 1)
+            torch.manual_seed(job.seed)  # initialised on the CPU: the same theta_0 on every device
+            self.model = build_model(spec.model, self.data.input_shape, self.data.n_classes or 1).to(self.device)
         self.names = [n for n, _ in self.model.named_parameters()]
         self.shapes = [p.shape for _, p in self.model.named_parameters()]
         self.numels = [p.numel() for _, p in self.model.named_parameters()]
@@ -61,12 +63,16 @@ class Workload:
         rng = rng_for(seed, STREAM_BATCH, worker, task)
         return rng.choice(n, size, replace=False) if size <= n else rng.integers(0, n, size)
 
+    def batch_index(self, seed: int, worker: int, task: int, size: int) -> torch.Tensor:
+        """`batch` as an index tensor on the workload's device."""
+        return torch.from_numpy(self.batch(seed, worker, task, size)).to(self.device)
+
     # ------------------------------------------------------------------ evaluation
     def _eval_subset(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         cap = self.spec.evaluation.max_samples
         if len(x) <= cap:
             return x, y
-        keep = torch.from_numpy(np.random.default_rng(0).permutation(len(x))[:cap])
+        keep = torch.from_numpy(np.random.default_rng(0).permutation(len(x))[:cap]).to(x.device)
         return x[keep], y[keep]
 
     @torch.no_grad()

@@ -34,7 +34,7 @@ class InProcessDriver:
         return loss, loss
 
     def batch_of(self, task: Task) -> torch.Tensor:
-        return torch.from_numpy(self.workload.batch(self.seed, task.worker, task.index, task.batch_size))
+        return self.workload.batch_index(self.seed, task.worker, task.index, task.batch_size)
 
     def aggregate(self, tasks: Sequence[Task], weights: Sequence[float]) -> tuple[torch.Tensor, list[float]]:
         """Weighted mean gradient of tasks that all hold the same parameters, in one fused pass.
@@ -45,7 +45,8 @@ class InProcessDriver:
         index = torch.cat([self.batch_of(t) for t in tasks])
         sizes = [t.batch_size for t in tasks]
         sample_weight = torch.repeat_interleave(
-            torch.tensor([w / b for w, b in zip(weights, sizes)], dtype=torch.float32), torch.tensor(sizes))
+            torch.tensor([w / b for w, b in zip(weights, sizes)], dtype=torch.float32),
+            torch.tensor(sizes)).to(index.device)
         theta = tasks[0].params.detach().requires_grad_(True)
         losses = self.workload.per_sample_loss(theta, data.x_train[index], data.y_train[index])
         (g,) = torch.autograd.grad((losses * sample_weight).sum(), theta)

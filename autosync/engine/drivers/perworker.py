@@ -18,7 +18,7 @@ from autosync.workloads.workload import Workload
 def worker_gradient(workload: Workload, seed: int, theta: torch.Tensor, worker: int, index: int,
                     batch_size: int) -> tuple[torch.Tensor, float]:
     """The mean mini-batch gradient and loss of `worker`'s `index`-th task at parameters theta."""
-    batch = torch.from_numpy(workload.batch(seed, worker, index, batch_size))
+    batch = workload.batch_index(seed, worker, index, batch_size)
     data = workload.data
     theta = theta.detach().requires_grad_(True)
     loss = workload.per_sample_loss(theta, data.x_train[batch], data.y_train[batch]).mean()

@@ -1,25 +1,32 @@
 """Worker processes compute the gradients; the server process keeps the engine (issue: processes backend).
 
 One machine, `torch.multiprocessing` with the `spawn` start method. Before the workers start, the server
-allocates two shared-memory slot tables, parameters and gradients, with one row per simulated worker
-(a worker has at most one task in flight). Dispatching a task copies its parameters into the worker's
-row and sends a small notification `(worker, task index, batch size)` down the owning process's
-pipe; the process writes the gradient into the gradient row in place and answers `(worker, index,
-loss)`. No tensor is created per message. Every process runs `worker_gradient`, the same kernel as the in-process
-`PerWorkerDriver`, with one intra-op thread, so both backends give bit-identical results.
+allocates two slot tables, parameters and gradients, with one row per simulated worker (a worker has at
+most one task in flight): in shared memory on the CPU, or on the GPU with `device="cuda"`, where the
+spawned processes map the same rows through CUDA IPC. Dispatching a task copies its parameters into the
+worker's row and sends a small notification `(worker, task index, batch size)` down the owning process's
+pipe; the process writes the gradient into the gradient row in place and answers `(worker, index, loss,
+compute seconds, time sent)`. No tensor is created per message. On the GPU each side synchronises its
+stream before it notifies the other, so a row is never read while a copy into it is still queued.
+Every process runs `worker_gradient`, the same kernel as the in-process `PerWorkerDriver`, with one
+intra-op thread, so both backends give bit-identical results on the CPU.
+
+Two ways to use it: `worker_gradients(tasks)` computes a batch and returns when all are done (the
+virtual clock decides the arrival order); `submit` and `collect` let the real-time clock
+(`autosync.engine.realtime`) take answers in the order the processes send them.
 
 Faults: a process that dies is seen at once (its answer pipe ends); one that sends nothing for `timeout`
 seconds while it has work counts as hung and is killed. Either way its simulated workers move to the
-surviving processes (in virtual-clock mode the arrival order belongs to the cluster model, so any
-process may compute any worker's gradient and the run stays bit-identical); with no process left the
-run stops with an error naming the workers. `close()` (also on Ctrl-C or an exception, via the
-simulator) stops and joins every process.
+surviving processes, and their unanswered tasks are sent again; with no process left the run stops
+with an error naming the workers. `close()` (also on Ctrl-C or an exception, via the simulator) stops
+and joins every process.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
@@ -34,7 +41,7 @@ _STOP = None  # the notification that ends a worker process
 
 
 def _serve(job_json: dict[str, Any], params: torch.Tensor, grads: torch.Tensor, inbox: Connection,
-           outbox: Connection, threads: int) -> None:
+           outbox: Connection, threads: int, device: str) -> None:
     """A worker process: compute the gradient of every task notified on `inbox` into `grads`."""
     torch.set_num_threads(threads)
     from autosync.engine.drivers.perworker import worker_gradient
@@ -42,9 +49,11 @@ def _serve(job_json: dict[str, Any], params: torch.Tensor, grads: torch.Tensor, 
 
     job = JobSpec.model_validate(job_json)
     seed = job.seed
-    workload = Workload(job)
+    workload = Workload(job, device=device)
+    settle = torch.cuda.current_stream().synchronize if workload.device.type == "cuda" else (lambda: None)
     worker_gradient(workload, seed, workload.init_params(), 0, 0, 1)  # warm up: the timeout then sees steady state
-    outbox.send(("ready", os.getpid(), None))
+    settle()
+    outbox.send(("ready", os.getpid(), None, None, None))
     while True:
         try:
             message = inbox.recv()
@@ -53,17 +62,28 @@ def _serve(job_json: dict[str, Any], params: torch.Tensor, grads: torch.Tensor, 
         if message is _STOP:
             return
         worker, index, batch_size = message
+        started = time.perf_counter()
         g, loss = worker_gradient(workload, seed, params[worker], worker, index, batch_size)
         grads[worker].copy_(g)
-        outbox.send(("done", worker, index, loss))
+        settle()  # the gradient row is written before the server hears of it
+        outbox.send((worker, index, loss, time.perf_counter() - started, time.monotonic()))
 
 
 class WorkerProcessError(UserError):
     """A worker process died or hung and no process is left to take its work."""
 
 
+@dataclass
+class Answer:
+    """One computed task: its gradient is in `task.gradient`; `sent` is the process's time.monotonic()."""
+
+    task: Task
+    compute_seconds: float
+    sent: float
+
+
 class ProcessDriver:
-    """Computes task gradients in `processes` spawned worker processes on this machine's CPU.
+    """Computes task gradients in `processes` spawned worker processes on this machine's CPU or GPU.
 
     Each process has its own pair of pipes (tasks in, answers out): nothing is shared between processes
     but the slot tables, so a process killed at any instant cannot block the others, and its death is
@@ -72,19 +92,25 @@ class ProcessDriver:
 
     fuses_workers = False
 
-    def __init__(self, job: JobSpec, dim: int, processes: int, timeout: float = 60.0, threads: int = 1):
+    def __init__(self, job: JobSpec, dim: int, processes: int, timeout: float = 60.0, threads: int = 1,
+                 device: str = "cpu"):
         if processes < 1:
             raise UserError(f"--workers-per-device must be >= 1, but got {processes}")
+        self.device = torch.device(device)
         self.n_workers = job.cluster.n_workers
         self.timeout = timeout
-        self.params = torch.zeros(self.n_workers, dim).share_memory_()
-        self.grads = torch.zeros(self.n_workers, dim).share_memory_()
+        self.params = torch.zeros(self.n_workers, dim, device=self.device)
+        self.grads = torch.zeros(self.n_workers, dim, device=self.device)
+        if self.device.type == "cpu":  # CUDA tensors are shared through CUDA IPC when passed to a process
+            self.params.share_memory_()
+            self.grads.share_memory_()
         ctx = mp.get_context("spawn")
         self.procs, self.inboxes, self.outboxes = [], [], []
         self.rank_of: dict[Connection, int] = {}  # answer pipe -> process
         self.alive: list[int] = []
         self.assignment: dict[int, int] = {}  # simulated worker -> process computing its gradients
-        self._sent: set[int] = set()  # workers whose pending task is in a process's pipe (this batch)
+        self.pending: dict[int, Task] = {}  # worker -> its task sent to a process and not yet answered
+        self._deadline: dict[int, float] = {}  # process -> when it counts as hung if still silent
         self.faults: list[str] = []  # one line per process lost, for the run's log
         self.wait_seconds = 0.0  # wall time the server spent waiting for answers (the rest is its own work)
         try:
@@ -93,7 +119,7 @@ class ProcessDriver:
                 answer_out, answer_in = ctx.Pipe(duplex=False)
                 proc = ctx.Process(target=_serve, daemon=True, name=f"autosync-worker-{rank}",
                                    args=(job.model_dump(mode="json"), self.params, self.grads, task_out,
-                                         answer_in, threads))
+                                         answer_in, threads, str(self.device)))
                 proc.start()
                 task_out.close()
                 answer_in.close()  # only the child holds it now: its death ends the pipe
@@ -130,61 +156,105 @@ class ProcessDriver:
                                              "--backend simulator to see why") from None
                 waiting.discard(rank)
 
+    # ------------------------------------------------------------------ computing
     def worker_gradients(self, tasks: Sequence[Task]) -> None:
         """Fill `task.gradient` and `task.loss` of every task, computed in parallel by the processes."""
-        pending = {t.worker: t for t in tasks}
-        self._sent = set()
+        self.submit(tasks)
+        waiting = {t.worker for t in tasks}
+        while waiting:
+            for answer in self.collect():
+                waiting.discard(answer.task.worker)
+
+    def submit(self, tasks: Sequence[Task]) -> None:
+        """Copy each task's parameters into its worker's slot and notify the worker's process."""
+        idle = set(self.alive) - self._busy_ranks()
         for t in tasks:
             self.params[t.worker].copy_(t.params)
-            self._send(t, pending)
-        while pending:
-            started = time.perf_counter()
-            ready = wait([self.outboxes[r] for r in self.alive], timeout=self.timeout)
-            self.wait_seconds += time.perf_counter() - started
-            if not ready:
-                hung = {self.assignment[w] for w in pending}
-                self._lose(hung, f"hung (no gradient in {self.timeout:g} s)", pending)
+            self.pending[t.worker] = t
+        self._start_deadlines(idle)
+        if self.device.type == "cuda":
+            torch.cuda.current_stream(self.device).synchronize()  # the rows are written before anyone reads
+        for t in tasks:
+            self._send(t)
+
+    def collect(self, timeout: float | None = None) -> list[Answer]:
+        """Answers that arrive within `timeout` seconds (None: wait for at least one), in arrival order.
+
+        A process silent for the driver's `timeout` while it has work is lost as hung, and one whose pipe
+        ends as dead; their tasks go to the survivors, so `collect` returns only real gradients.
+        """
+        if not self.pending:
+            return []
+        answers: list[Answer] = []
+        limit = None if timeout is None else time.monotonic() + timeout
+        while not answers:
+            now = time.monotonic()
+            hung = {r for r in self._busy_ranks() if self._deadline[r] <= now}
+            if hung:
+                self._lose(hung, f"hung (no gradient in {self.timeout:g} s)")
                 continue
+            next_deadline = min(self._deadline[r] for r in self._busy_ranks())
+            until = next_deadline if limit is None else min(next_deadline, limit)
+            started = time.perf_counter()
+            ready = wait([self.outboxes[r] for r in self.alive], timeout=max(0.0, until - now))
+            self.wait_seconds += time.perf_counter() - started
             for conn in ready:
-                rank = self.rank_of[conn]
-                try:
-                    kind, worker, index, loss = conn.recv()
-                except (EOFError, OSError):
-                    self.procs[rank].join(timeout=5.0)
-                    self._lose({rank}, f"died (exit code {self.procs[rank].exitcode})", pending)
+                answers += self._read(self.rank_of[conn])
+            if limit is not None and time.monotonic() >= limit:
+                break
+        return answers
+
+    def _read(self, rank: int) -> list[Answer]:
+        """Every answer waiting in process `rank`'s pipe; a closed pipe loses the process."""
+        conn, out = self.outboxes[rank], []
+        try:
+            while rank in self.alive and conn.poll():
+                worker, index, loss, compute, sent = conn.recv()
+                self._deadline[rank] = time.monotonic() + self.timeout
+                task = self.pending.get(worker)
+                if task is None or task.index != index:  # a stale answer to a task sent again elsewhere
                     continue
-                if kind == "done" and worker in pending and pending[worker].index == index:  # not a stale answer
-                    t = pending.pop(worker)
-                    t.gradient, t.loss = self.grads[worker].clone(), loss
+                del self.pending[worker]
+                task.gradient, task.loss = self.grads[worker].clone(), loss
+                out.append(Answer(task, compute, sent))
+        except (EOFError, OSError):
+            self.procs[rank].join(timeout=5.0)
+            self._lose({rank}, f"died (exit code {self.procs[rank].exitcode})")
+        return out
 
-    def _send(self, t: Task, pending: dict[int, Task]) -> None:
-        """Notify the process of t's worker. A process whose pipe is already broken has died: it is dropped
-        and the tasks it had been sent go to the survivors with t."""
-        while True:
-            rank = self.assignment[t.worker]
-            try:
-                self.inboxes[rank].send((t.worker, t.index, t.batch_size))
-                self._sent.add(t.worker)
-                return
-            except OSError:
-                self.procs[rank].join(timeout=5.0)
-                moved = self._drop(rank, f"died (exit code {self.procs[rank].exitcode})", pending)
-                for w in moved:
-                    if w != t.worker and w in pending and w in self._sent:
-                        self._send(pending[w], pending)
+    def _busy_ranks(self, exclude: Sequence[int] = ()) -> set[int]:
+        """Processes with unanswered tasks (leaving out the workers in `exclude`)."""
+        return {self.assignment[w] for w in self.pending if w not in exclude}
 
-    def _lose(self, ranks: set[int], reason: str, pending: dict[int, Task]) -> None:
-        """Drop dead or hung processes and re-send their unanswered tasks to the survivors.
+    def _start_deadlines(self, idle: set[int]) -> None:
+        """Processes of `idle` that have work now are silent from now on."""
+        now = time.monotonic()
+        for rank in self._busy_ranks() & idle:
+            self._deadline[rank] = now + self.timeout
+
+    def _send(self, t: Task) -> None:
+        """Notify the process of t's worker. A process whose pipe is already broken has died: it is dropped,
+        and the tasks it had (t among them) go to the survivors."""
+        rank = self.assignment[t.worker]
+        try:
+            self.inboxes[rank].send((t.worker, t.index, t.batch_size))
+        except OSError:
+            self.procs[rank].join(timeout=5.0)
+            self._lose({rank}, f"died (exit code {self.procs[rank].exitcode})")
+
+    def _lose(self, ranks: set[int], reason: str) -> None:
+        """Drop dead or hung processes and send their unanswered tasks to the survivors.
 
         Only the lost processes' workers move: a healthy process keeps its workers and its queue, so no
         task is computed twice and no two processes ever write one worker's gradient row.
         """
-        moved = [w for rank in sorted(ranks & set(self.alive)) for w in self._drop(rank, reason, pending)]
+        moved = [w for rank in sorted(ranks & set(self.alive)) for w in self._drop(rank, reason)]
+        self._start_deadlines(set(self.alive) - self._busy_ranks(exclude=moved))
         for w in moved:
-            if w in pending:
-                self._send(pending[w], pending)
+            if w in self.pending:
+                self._send(self.pending[w])
 
-    def _drop(self, rank: int, reason: str, pending: dict[int, Task]) -> list[int]:
+    def _drop(self, rank: int, reason: str) -> list[int]:
         """Kill process `rank` and give its workers to the survivors (round robin); returns those workers.
 
         With no process left, the run stops with an error naming the workers still waiting.
@@ -196,7 +266,7 @@ class ProcessDriver:
         self.faults.append(f"worker process {rank} (pid {p.pid}) {reason}; its workers moved to the others")
         if not self.alive:
             raise WorkerProcessError(f"every worker process is gone ({'; '.join(self.faults)}); simulated "
-                                     f"workers {sorted(pending)} have no process to compute their gradients")
+                                     f"workers {sorted(self.pending)} have no process to compute their gradients")
         orphaned = [w for w, r in self.assignment.items() if r == rank]
         for i, w in enumerate(orphaned):
             self.assignment[w] = self.alive[i % len(self.alive)]

@@ -1,0 +1,82 @@
+"""Choosing where gradients are computed and which clock orders them: the options of `autosync run`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from autosync.errors import UserError
+
+BACKENDS = ("simulator", "processes")
+CLOCKS = ("virtual", "real")
+STRAGGLER_SOURCES = ("machine", "model")
+
+
+@dataclass(frozen=True)
+class BackendChoice:
+    """How one run is executed."""
+
+    backend: str = "simulator"  # simulator: gradients in this process; processes: worker processes
+    clock: str = "virtual"  # virtual: the cluster model orders arrivals; real: the processes' answers do
+    stragglers: str = "machine"  # real clock: the machine's own, or the job's cluster model as real delays
+    time_scale: float = 1.0  # real clock with model stragglers: real seconds per virtual second
+    device: str = "cpu"  # cpu | cuda: where the workload's tensors live (server and workers)
+    processes: int = 2  # worker processes on the device
+    worker_timeout: float = 60.0  # seconds of silence before a worker process counts as hung
+
+    def check(self) -> None:
+        """A clear error for options that do not fit together or this machine."""
+        if self.backend not in BACKENDS:
+            raise UserError(f"--backend must be simulator or processes, but got {self.backend!r}")
+        if self.clock not in CLOCKS:
+            raise UserError(f"--clock must be virtual or real, but got {self.clock!r}")
+        if self.clock == "real" and self.backend != "processes":
+            raise UserError("--clock real needs --backend processes (real arrivals come from worker processes), "
+                            f"but got --backend {self.backend}")
+        if self.stragglers not in STRAGGLER_SOURCES:
+            raise UserError(f"--stragglers must be machine or model, but got {self.stragglers!r}")
+        if not self.time_scale > 0:
+            raise UserError(f"--time-scale must be > 0 (real seconds per virtual second), but got {self.time_scale}")
+        check_device(self.device)
+
+    def describe(self) -> dict[str, Any]:
+        """What the run's summary records about its execution."""
+        info: dict[str, Any] = {"backend": self.backend, "device": self.device}
+        if self.backend == "processes":
+            info.update(processes=self.processes, clock=self.clock)
+            if self.clock == "real":
+                info.update(stragglers=self.stragglers, time_scale=self.time_scale)
+        return info
+
+
+def check_device(device: str) -> None:
+    """`device` is cpu, or cuda[:N] on a machine where CUDA sees that GPU."""
+    if device == "cpu":
+        return
+    if not device.startswith("cuda"):
+        raise UserError(f"--device must be cpu or cuda (cuda:N for one GPU of several), but got {device!r}")
+    if not torch.cuda.is_available():
+        raise UserError(f"--device {device}: no CUDA GPU is visible on this machine "
+                        "(torch.cuda.is_available() is False)")
+    index = torch.device(device).index
+    if index is not None and index >= torch.cuda.device_count():
+        raise UserError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA GPU(s)")
+
+
+def build(choice: BackendChoice, job: Any, workload: Any) -> tuple[Any, Any]:
+    """The (driver, clock) of a run; (None, None) means the engine's defaults (in-process, virtual)."""
+    choice.check()
+    if choice.backend == "simulator":
+        return None, None
+    from autosync.engine.drivers import ProcessDriver
+
+    driver = ProcessDriver(job, workload.dim, choice.processes, timeout=choice.worker_timeout,
+                           device=choice.device)
+    if choice.clock == "virtual":
+        return driver, None
+    from autosync.engine.realtime import RealTimeClock
+
+    return driver, RealTimeClock(driver, inject_stragglers=choice.stragglers == "model",
+                                 seconds_per_virtual_second=choice.time_scale)
