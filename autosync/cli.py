@@ -134,6 +134,60 @@ def run(
 
 
 @app.command()
+def profile(
+    job: Optional[Path] = JOB_ARG,
+    device: str = typer.Option("cpu", "--device", help="cpu | cuda (cuda:N): where the worker processes compute."),
+    workers_per_device: int = typer.Option(2, "--workers-per-device", min=1, help="Worker processes on the device."),
+    batch_sizes: Optional[str] = typer.Option(None, "--batch-sizes", help="Comma-separated batch sizes to time "
+                                              "(default: half, once and twice the job's)."),
+    rounds: int = typer.Option(10, "--rounds", min=1, help="Rounds per batch size (each: one task per worker)."),
+    worker_timeout: float = typer.Option(120.0, "--worker-timeout", min=0.1,
+                                         help="Seconds without a gradient before a worker process counts as hung."),
+    out: Optional[Path] = typer.Option(None, help="Output directory (default: results/profiles/<job>)."),
+) -> None:
+    """Measure each worker's real round trips (compute and communication) and fit the job's cluster model."""
+    from rich.progress import Progress
+
+    from autosync.engine.backends import check_device
+    from autosync.job import load_job
+    from autosync.profiling import fit_cluster, measure, parse_batch_sizes, write_profile
+
+    check_device(device)
+    spec = load_job(job)
+    sizes = parse_batch_sizes(batch_sizes, spec)
+    out_dir = out or Path("results") / "profiles" / spec.name
+
+    from autosync.engine.drivers import ProcessDriver
+    from autosync.workloads.workload import Workload
+
+    with console.status(f"starting {workers_per_device} worker processes on {device}"):
+        workload = Workload(spec, device=device)
+        driver = ProcessDriver(spec, workload.dim, workers_per_device, timeout=worker_timeout, device=device)
+    try:
+        with Progress(console=console) as bar:
+            task = bar.add_task(f"profiling {spec.cluster.n_workers} workers", total=len(sizes) * rounds)
+            samples = measure(driver, spec.cluster.n_workers, sizes, rounds, workload.init_params(),
+                              on_round=lambda: bar.advance(task))
+    finally:
+        driver.close()
+    cluster = fit_cluster(spec, samples)
+    paths = write_profile(spec, samples, cluster, out_dir)
+    table = Table(title=f"{spec.name}: measured on {device} with {workers_per_device} worker processes")
+    for column in ("batch size", "compute (mean)", "round trip (mean)", "round trip (p90)"):
+        table.add_column(column, justify="right")
+    for b in sizes:
+        mine = [s for s in samples if s.batch_size == b]
+        trips = sorted(s.round_trip_seconds for s in mine)
+        table.add_row(str(b), f"{1e3 * sum(s.compute_seconds for s in mine) / len(mine):.2f} ms",
+                      f"{1e3 * sum(trips) / len(trips):.2f} ms", f"{1e3 * trips[int(0.9 * (len(trips) - 1))]:.2f} ms")
+    console.print(table)
+    console.print(f"fitted: compute {cluster['compute']}, communication {1e3 * cluster['communication_seconds']:.2f} ms, "
+                  f"speed factors {min(cluster['speed_factors']):.3f}..{max(cluster['speed_factors']):.3f}")
+    console.print(f"wrote {', '.join(str(p) for p in paths)}")
+    console.print(f"tune on this machine's model: autosync tune {paths[-1]}")
+
+
+@app.command()
 def rerun(
     run_dir: Path = typer.Argument(..., help="A directory written by `autosync run` (summary.json, trace.json, "
                                              "final_params.pt)."),

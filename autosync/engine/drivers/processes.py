@@ -51,7 +51,7 @@ def _serve(job_json: dict[str, Any], params: torch.Tensor, grads: torch.Tensor, 
     seed = job.seed
     workload = Workload(job, device=device)
     settle = torch.cuda.current_stream().synchronize if workload.device.type == "cuda" else (lambda: None)
-    worker_gradient(workload, seed, workload.init_params(), 0, 0, 1)  # warm up: the timeout then sees steady state
+    worker_gradient(workload, seed, workload.init_params(), 0, 0, 2)  # warm up (2: batch norm needs two samples)
     settle()
     outbox.send(("ready", os.getpid(), None, None, None))
     while True:

@@ -1,0 +1,173 @@
+"""`autosync profile`: measure the real round trips of a job's workers and fit the cluster model to them.
+
+Every round gives all n workers a task at once (as a BSP iteration would, so the processes contend
+for the machine as in training) and records, per task, the compute time the worker process measured
+around its kernel and the round trip the server saw (parameters copied in, notification, compute,
+gradient back). From these the job's `cluster` section is fitted:
+- compute: time against batch size by least squares, whichever fits better (by BIC) of a line through the origin
+  (LinearCompute, LB-BSP sec. 3.2, a busy CPU) and a fixed cost plus a slope above the smallest batch
+  timed (GPUCompute, LB-BSP sec. 3.3.1: a GPU, or any worker whose per-task overhead dominates);
+- communication_seconds: the median of round trip minus compute;
+- speed_factors: each worker's mean compute time against all workers' at the same batch size;
+- round_trip: the measured compute times divided by their batch size's mean, as a trace the model
+  samples from (`kind: trace`), so the simulator reproduces this machine's own variability.
+The profile is written as profile.csv, the fitted cluster.yaml, and profiled_job.yaml: the job with
+that cluster, ready for `autosync tune`. Its time budget and evaluation interval are rescaled by the
+ratio of the measured to the modelled mean round trip, so it trains about as many updates as before,
+and its slowdowns and resource model (times of the old model) are dropped.
+"""
+
+from __future__ import annotations
+
+import csv
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import yaml
+
+from autosync.errors import UserError
+from autosync.job import JobSpec, job_from_dict
+from autosync.policies import Task
+
+TRACE_FILE = "round_trips.csv"
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One measured task."""
+
+    worker: int
+    batch_size: int
+    round: int
+    compute_seconds: float
+    round_trip_seconds: float
+
+
+def measure(driver, n_workers: int, batch_sizes: Sequence[int], rounds: int, params,
+            on_round: Callable[[], None] | None = None) -> list[Sample]:
+    """`rounds` rounds of one task per worker at each batch size, all workers at once; one warm-up round each."""
+    samples: list[Sample] = []
+    index = 0
+    for b in batch_sizes:
+        for r in range(-1, rounds):  # round -1 warms the kernels for this shape up and is not kept
+            tasks = [Task(w, index, 0, b, 0.0, params=params) for w in range(n_workers)]
+            index += 1
+            sent = time.monotonic()
+            driver.submit(tasks)
+            waiting = set(range(n_workers))
+            while waiting:
+                for answer in driver.collect():
+                    received = time.monotonic()
+                    waiting.discard(answer.task.worker)
+                    if r >= 0:
+                        samples.append(Sample(answer.task.worker, b, r, answer.compute_seconds, received - sent))
+            if r >= 0 and on_round is not None:
+                on_round()
+    return samples
+
+
+def fit_cluster(job: JobSpec, samples: Sequence[Sample]) -> dict:
+    """The job's cluster section fitted to `samples` (see the module docstring), as a plain mapping."""
+    sizes = sorted({s.batch_size for s in samples})
+    mean_at = {b: statistics.fmean(s.compute_seconds for s in samples if s.batch_size == b) for b in sizes}
+    b = np.array([s.batch_size for s in samples], dtype=float)
+    t = np.array([s.compute_seconds for s in samples])
+    per_sample = max(float((b @ t) / (b @ b)), 1e-9)
+    linear = {"model": "linear", "seconds_per_sample": per_sample}
+    design = np.stack([np.ones_like(b), b - sizes[0]], axis=1)
+    (flat, slope), *_ = np.linalg.lstsq(design, t, rcond=None)
+    flat, slope = max(float(flat), 1e-6), max(float(slope), 1e-9)
+    affine = {"model": "gpu", "launch_overhead": flat, "saturation_batch": sizes[0], "seconds_per_sample": slope}
+    compute = affine if _bic(t - flat - slope * (b - sizes[0]), 2) < _bic(t - per_sample * b, 1) else linear
+    speed = []
+    for w in range(job.cluster.n_workers):
+        ratios = [s.compute_seconds / mean_at[s.batch_size] for s in samples if s.worker == w]
+        speed.append(round(1.0 / statistics.fmean(ratios), 4) if ratios else 1.0)
+    communication = statistics.median(max(0.0, s.round_trip_seconds - s.compute_seconds) for s in samples)
+    return {"n_workers": job.cluster.n_workers, "compute": compute, "communication_seconds": float(communication),
+            "speed_factors": speed,
+            "round_trip": {"kind": "trace", "path": TRACE_FILE, "column": "multiplier", "mode": "sample",
+                           "normalize": True}}
+
+
+def _bic(residuals: np.ndarray, n_parameters: int) -> float:
+    """Bayesian information criterion of a least-squares fit: the extra parameter must earn its place."""
+    n = len(residuals)
+    return n * float(np.log(max(float(residuals @ residuals) / n, 1e-300))) + n_parameters * float(np.log(n))
+
+
+def time_scale(job: JobSpec, samples: Sequence[Sample], cluster: dict) -> float:
+    """Measured mean round trip at the job's batch size over the one the job's cluster model gives."""
+    from autosync.cluster import RoundTripModel
+
+    b = job.workload.batch_size
+    model = RoundTripModel(job.cluster, job.seed)
+    modelled = statistics.fmean(model.compute_seconds(w, b, 0.0) for w in range(job.cluster.n_workers)) \
+        + job.cluster.communication_seconds
+    c = cluster["compute"]
+    if c["model"] == "linear":
+        compute = c["seconds_per_sample"] * b
+    else:
+        compute = c["launch_overhead"] + max(0, b - c["saturation_batch"]) * c["seconds_per_sample"]
+    measured = compute * statistics.fmean(1.0 / f for f in cluster["speed_factors"]) + cluster["communication_seconds"]
+    return measured / modelled
+
+
+def multipliers(samples: Sequence[Sample]) -> list[float]:
+    """Each task's compute time over its worker's mean at its batch size: the noise around the model's mean
+    (speed differences between workers are in speed_factors, not here)."""
+    groups: dict[tuple[int, int], list[float]] = {}
+    for s in samples:
+        groups.setdefault((s.worker, s.batch_size), []).append(s.compute_seconds)
+    means = {key: statistics.fmean(values) for key, values in groups.items()}
+    return [s.compute_seconds / means[(s.worker, s.batch_size)] for s in samples]
+
+
+def write_profile(job: JobSpec, samples: Sequence[Sample], cluster: dict, out: Path) -> list[Path]:
+    """profile.csv, round_trips.csv, cluster.yaml and profiled_job.yaml in `out`; returns their paths."""
+    out.mkdir(parents=True, exist_ok=True)
+    profile, trace = out / "profile.csv", out / TRACE_FILE
+    with profile.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["worker", "batch_size", "round", "compute_seconds", "round_trip_seconds",
+                         "communication_seconds"])
+        for s in samples:
+            writer.writerow([s.worker, s.batch_size, s.round, f"{s.compute_seconds:.6g}", f"{s.round_trip_seconds:.6g}",
+                             f"{max(0.0, s.round_trip_seconds - s.compute_seconds):.6g}"])
+    with trace.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["multiplier"])
+        for m in multipliers(samples):
+            writer.writerow([f"{m:.6g}"])
+    cluster_file = out / "cluster.yaml"
+    cluster_file.write_text(yaml.safe_dump({"cluster": cluster}, sort_keys=False))
+    data = job.model_dump(mode="json")
+    data["cluster"] = cluster
+    data["name"] = f"{job.name}-profiled"
+    scale = time_scale(job, samples, cluster)
+    data["workload"]["evaluation"]["every_seconds"] *= scale
+    if data["budget"]["max_virtual_seconds"] is not None:
+        data["budget"]["max_virtual_seconds"] *= scale
+    job_from_dict(data, str(out / "profiled_job.yaml"))  # the fitted cluster must be a valid job
+    job_file = out / "profiled_job.yaml"
+    job_file.write_text(yaml.safe_dump(data, sort_keys=False))
+    return [profile, trace, cluster_file, job_file]
+
+
+def parse_batch_sizes(text: str | None, job: JobSpec) -> list[int]:
+    """`--batch-sizes 16,32,64`, or by default half, once and twice the job's batch size."""
+    if text is None:
+        b = job.workload.batch_size
+        return sorted({max(2, b // 2), max(2, b), 2 * b})
+    try:
+        sizes = sorted({int(v) for v in text.split(",") if v.strip()})
+    except ValueError:
+        raise UserError(f"--batch-sizes must be comma-separated integers, but got {text!r}") from None
+    if not sizes or sizes[0] < 2:
+        raise UserError(f"--batch-sizes must be integers >= 2 (batch normalisation needs two samples), "
+                        f"but got {text!r}")
+    return sizes

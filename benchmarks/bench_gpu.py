@@ -1,0 +1,130 @@
+"""Worker processes sharing one GPU against one process computing the same gradients in a loop.
+
+    python benchmarks/bench_gpu.py [--processes 4 8] [--updates 200] [--batch-size 128] [--out FILE]
+
+A ResNet-18 job on CIFAR-shaped synthetic data (3x32x32, 10 classes), 8 simulated workers. For ASP
+(one gradient per update) and BSP (8 per update), on the virtual clock so that every configuration
+computes exactly the same gradients:
+- baseline: the server process computes each gradient itself with the per-worker kernel, one after
+  the other (the processes' kernel, in a loop);
+- processes: N worker processes on the same GPU (CUDA IPC slots), computing the gradients in parallel;
+- real time: the same processes on the real-time clock (arrivals as they come, no injected stragglers).
+Printed per configuration: updates per second, the ratio to the baseline, and the GPU utilisation
+nvidia-smi reports while it runs (mean of 100 ms samples). Needs a CUDA GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import threading
+import time
+
+import torch
+
+from autosync.catalog import make_policy
+from autosync.engine.drivers import PerWorkerDriver, ProcessDriver
+from autosync.engine.realtime import RealTimeClock
+from autosync.engine.simulator import Simulator
+from autosync.job import job_from_dict
+from autosync.workloads.workload import Workload
+
+
+def resnet18_job(updates: int, batch_size: int, workers: int) -> object:
+    return job_from_dict({
+        "name": "resnet18-synthetic",
+        "workload": {"dataset": {"name": "synthetic_images", "n_samples": 10000, "image_shape": [3, 32, 32]},
+                     "model": {"name": "resnet18"}, "batch_size": batch_size, "optimizer": {"lr": 0.05},
+                     "evaluation": {"every_seconds": 1e9, "max_samples": 512}},
+        "cluster": {"n_workers": workers},
+        "budget": {"max_updates": updates},
+    }, "bench_gpu")
+
+
+class Utilisation:
+    """Mean GPU utilisation (%) that nvidia-smi reports while the block runs."""
+
+    def __enter__(self) -> "Utilisation":
+        self.samples: list[float] = []
+        self._proc = subprocess.Popen(["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits",
+                                       "-lms", "100"], stdout=subprocess.PIPE, text=True)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        return self
+
+    def _read(self) -> None:
+        for line in self._proc.stdout:
+            try:
+                self.samples.append(float(line.strip()))
+            except ValueError:
+                pass
+
+    def __exit__(self, *exc) -> None:
+        self._proc.terminate()
+        self._proc.wait()
+        self._reader.join(timeout=2)
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.samples) if self.samples else float("nan")
+
+
+def timed(job, policy: str, workload, driver, clock=None) -> dict:
+    torch.cuda.synchronize()
+    with Utilisation() as gpu:
+        start = time.perf_counter()
+        result = Simulator(job, make_policy(policy, {}), workload=workload, driver=driver, clock=clock).run()
+        torch.cuda.synchronize()
+        seconds = time.perf_counter() - start
+    return {"updates_per_second": len(result.trace.updates) / seconds, "gpu_utilisation": gpu.mean,
+            "seconds": seconds, "updates": len(result.trace.updates)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--processes", type=int, nargs="+", default=[4, 8])
+    parser.add_argument("--updates", type=int, default=200)
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--out", default=None, help="also write the figures as JSON here")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("bench_gpu needs a CUDA GPU")
+    torch.set_num_threads(1)
+    job = resnet18_job(args.updates, args.batch_size, args.workers)
+    warm_up = resnet18_job(10, args.batch_size, args.workers)
+    workload = Workload(job, device="cuda")
+    print(f"{torch.cuda.get_device_name()}: ResNet-18, {workload.dim} parameters, {args.workers} workers, "
+          f"batch {args.batch_size}, {args.updates} updates per run")
+    rows = []
+    for policy in ("asp", "bsp"):
+        loop = PerWorkerDriver(workload, job.seed)
+        timed(warm_up, policy, workload, loop)
+        base = timed(job, policy, workload, loop)
+        rows.append({"policy": policy, "configuration": "one process, gradients in a loop", **base})
+        print(f"{policy}: one process in a loop: {base['updates_per_second']:.1f} updates/s, "
+              f"GPU {base['gpu_utilisation']:.0f}%")
+        for n in args.processes:
+            driver = ProcessDriver(job, workload.dim, n, timeout=120.0, device="cuda")
+            try:
+                timed(warm_up, policy, workload, driver)
+                for clock_name in ("virtual", "real"):
+                    clock = RealTimeClock(driver) if clock_name == "real" else None
+                    r = timed(job, policy, workload, driver, clock)
+                    ratio = r["updates_per_second"] / base["updates_per_second"]
+                    rows.append({"policy": policy, "configuration": f"{n} processes, {clock_name} clock",
+                                 "ratio_to_loop": ratio, **r})
+                    print(f"{policy}: {n} processes, {clock_name} clock: {r['updates_per_second']:.1f} updates/s = "
+                          f"{ratio:.2f}x the loop, GPU {r['gpu_utilisation']:.0f}%")
+            finally:
+                driver.close()
+    if args.out:
+        with open(args.out, "w") as fh:
+            json.dump({"device": torch.cuda.get_device_name(), "parameters": workload.dim, "workers": args.workers,
+                       "batch_size": args.batch_size, "rows": rows}, fh, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,46 @@
+"""The engine and the processes backend on a CUDA GPU (skipped where none is visible, as in CI)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from autosync.catalog import POLICIES, make_policy
+from autosync.engine.clock import ReplayClock
+from autosync.engine.drivers import PerWorkerDriver, ProcessDriver
+from autosync.engine.realtime import RealTimeClock
+from autosync.engine.simulator import Simulator, simulate
+from autosync.workloads.workload import Workload
+from tests.conftest import small_job
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine")
+
+JOB = small_job(budget={"max_updates": 20})
+PARAMS = {"backup": {"k": 3}}  # the defaults of the others fit 4 workers
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_every_policy_trains_on_the_gpu_as_on_the_cpu(name):
+    gpu = simulate(JOB, make_policy(name, PARAMS.get(name, {})), workload=Workload(JOB, device="cuda"))
+    cpu = simulate(JOB, make_policy(name, PARAMS.get(name, {})))
+    assert gpu.final_params.device.type == "cuda"
+    assert gpu.trace.arrivals == cpu.trace.arrivals  # the same decisions
+    assert torch.allclose(gpu.final_params.cpu(), cpu.final_params, atol=1e-4)
+
+
+def test_worker_processes_share_the_gpu_slots_and_match_the_in_process_kernel():
+    workload = Workload(JOB, device="cuda")
+    reference = Simulator(JOB, make_policy("backup", {"k": 3}), workload=workload,
+                          driver=PerWorkerDriver(workload, JOB.seed)).run()
+    driver = ProcessDriver(JOB, workload.dim, processes=2, timeout=30.0, device="cuda")
+    try:
+        result = Simulator(JOB, make_policy("backup", {"k": 3}), workload=workload, driver=driver).run()
+        assert result.trace.arrivals == reference.trace.arrivals
+        assert torch.allclose(result.final_params, reference.final_params, atol=1e-6)
+        logged = Simulator(JOB, make_policy("asp", {}), workload=workload, driver=driver,
+                           clock=RealTimeClock(driver, inject_stragglers=True, seconds_per_virtual_second=0.01)).run()
+    finally:
+        driver.close()
+    replayed = Simulator(JOB, make_policy("asp", {}), workload=workload, driver=PerWorkerDriver(workload, JOB.seed),
+                         clock=ReplayClock(logged.trace.arrivals)).run()
+    assert torch.allclose(replayed.final_params, logged.final_params, atol=1e-6)
