@@ -208,6 +208,9 @@ def rerun(
         return
     console.print(f"final parameters differ from the logged run: max |difference| {outcome.max_abs_difference:.3g}",
                   style="yellow")
+    if device.startswith("cuda"):  # pooling backward kernels add atomically: not bit-reproducible on a GPU
+        console.print("(expected on a GPU: some CUDA kernels sum in a run-dependent order; every decision matched)")
+        return
     raise typer.Exit(1)
 
 

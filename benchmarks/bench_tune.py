@@ -1,6 +1,6 @@
 """Tuning static k against the exhaustive search it replaces, on the embedded default job.
 
-    python benchmarks/bench_tune.py [--trials 13] [--seeds 0 1 2 3 4] [--sampler tpe]
+    python benchmarks/bench_tune.py [--trials 18] [--seeds 0 1 2 3 4] [--sampler tpe]
 
 The exhaustive search trains every (k, learning-rate rule) of search_spaces/static_k.yaml once (32
 policies at n = 16) with the seed `autosync tune` uses, and its best is the fastest policy whose final
@@ -40,7 +40,7 @@ def exhaustive(job, space, tolerance: float) -> tuple[dict[tuple[int, str], dict
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=13)
+    parser.add_argument("--trials", type=int, default=18)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--sampler", default="tpe", help="tpe | gp | random (as `autosync tune --sampler`)")
     args = parser.parse_args()

@@ -23,6 +23,11 @@ class Workload:
         self.spec = spec
         self.job = job
         self.device = torch.device(device)
+        if self.device.type == "cuda":
+            # cuDNN's fastest convolution kernels sum in a run-dependent order; deterministic ones make the
+            # same seed give the same parameters on a GPU too (and a replayed run match its log).
+            torch.backends.cudnn.deterministic = True
+            torch.backends.cudnn.benchmark = False
         data = dataset if dataset is not None else load_dataset(spec.dataset)
         self.data = data.to(self.device)
         self.regression = self.data.n_classes is None
