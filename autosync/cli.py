@@ -71,7 +71,8 @@ def run(
     out: Optional[Path] = typer.Option(None, help="Output directory (default: results/runs/<job>/<policy>-seed<N>)."),
     plot: bool = typer.Option(False, "--plot", help="Also write plot.png: loss against virtual time with k_t."),
     backend: str = typer.Option("simulator", "--backend", help="simulator (gradients in this process) | "
-                                "processes (worker processes compute them; same arrival order and results)."),
+                                "processes (worker processes compute them; same arrival order and results) | "
+                                "distributed (the ranks of a torchrun launch, rank 0 serving)."),
     device: str = typer.Option("cpu", "--device", help="cpu | cuda (cuda:N): where the model, data, slots and "
                                                         "worker processes compute."),
     workers_per_device: int = typer.Option(2, "--workers-per-device", min=1,
@@ -88,28 +89,25 @@ def run(
                                      "virtual second of the cluster model."),
 ) -> None:
     """Train once under one policy (virtual clock by default) and write trace, metrics and plot."""
-    from autosync.catalog import make_policy, parse_param
     from autosync.engine.backends import BackendChoice
-    from autosync.job import load_job
 
     choice = BackendChoice(backend, clock, stragglers, time_scale, device, workers_per_device, worker_timeout)
     choice.check()
-    spec = load_job(job, overrides={"seed": seed} if seed is not None else None)
-    if policy == "tuned":
-        from autosync.catalog import policy_from_dict
-        from autosync.search.study import DEFAULT_STORAGE, tuned_policy
+    distributed = None
+    if choice.backend == "distributed":  # every rank runs this command; only rank 0 goes on past here
+        from autosync.engine.drivers import distributed
 
-        tuned = tuned_policy(storage or DEFAULT_STORAGE, spec)
-        tuned["params"].update(dict(parse_param(p) for p in param))
-        pol = policy_from_dict(tuned)
-        console.print(f"tuned policy from the cache: {pol!r}")
-        policy = pol.name
-    else:
-        pol = make_policy(policy, dict(parse_param(p) for p in param))
+        if distributed.init_from_torchrun(worker_timeout) != 0:
+            distributed.serve_when_told(device)
+            return
     try:
-        pol.bind(spec.cluster.n_workers, spec.workload.batch_size)
-    except ValueError as exc:
-        raise UserError(f"policy {policy}: {exc}") from None
+        spec, pol, policy = _run_setup(job, seed, policy, param, storage)
+    except BaseException:
+        if distributed is not None:
+            distributed.leave_without_job()
+        raise
+    if distributed is not None:
+        distributed.share_job(spec.model_dump(mode="json"))
     out_dir = out or Path("results") / "runs" / spec.name / f"{policy}-seed{spec.seed}"
 
     from autosync.engine import backends, simulate
@@ -185,6 +183,31 @@ def profile(
                   f"speed factors {min(cluster['speed_factors']):.3f}..{max(cluster['speed_factors']):.3f}")
     console.print(f"wrote {', '.join(str(p) for p in paths)}")
     console.print(f"tune on this machine's model: autosync tune {paths[-1]}")
+
+
+def _run_setup(job: Optional[Path], seed: Optional[int], policy: str, param: list[str],
+               storage: Optional[str]) -> tuple[Any, Any, str]:
+    """The job, the bound policy and its name for `autosync run` (`tuned`: the cached best)."""
+    from autosync.catalog import make_policy, parse_param
+    from autosync.job import load_job
+
+    spec = load_job(job, overrides={"seed": seed} if seed is not None else None)
+    if policy == "tuned":
+        from autosync.catalog import policy_from_dict
+        from autosync.search.study import DEFAULT_STORAGE, tuned_policy
+
+        tuned = tuned_policy(storage or DEFAULT_STORAGE, spec)
+        tuned["params"].update(dict(parse_param(p) for p in param))
+        pol = policy_from_dict(tuned)
+        console.print(f"tuned policy from the cache: {pol!r}")
+        policy = pol.name
+    else:
+        pol = make_policy(policy, dict(parse_param(p) for p in param))
+    try:
+        pol.bind(spec.cluster.n_workers, spec.workload.batch_size)
+    except ValueError as exc:
+        raise UserError(f"policy {policy}: {exc}") from None
+    return spec, pol, policy
 
 
 @app.command()

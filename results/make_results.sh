@@ -12,6 +12,11 @@ autosync leaderboard baselines/sync_switch.yaml --policies bsp --policies asp --
 autosync leaderboard baselines/sync_switch_stragglers.yaml --policies sync_switch:switch_at=1.0 \
     --policies sync_switch:switch_at=0.5 --policies sync_switch:switch_at=0.5,stragglers=greedy \
     --policies sync_switch:switch_at=0.5,stragglers=elastic --seeds 3 --n-jobs 2
+# DBW Figs. 4 and 6: every static k (proportional rule) against DBW and B-DBW at alpha = 0, 0.2, 1.
+STATIC_K=""; for k in $(seq 1 16); do STATIC_K="$STATIC_K --policies backup:k=$k,lr_rule=proportional"; done
+for alpha in 0 02 1; do
+    autosync leaderboard baselines/dbw_alpha$alpha.yaml $STATIC_K --policies dbw --policies bdbw --seeds 5 --n-jobs 2
+done
 # DANA (baselines/dana_n*.yaml) is not reproduced yet, see results/README.md; its command will be:
 #   autosync leaderboard baselines/dana_nN.yaml --policies nag_asgd --policies multi_asgd --policies lwp \
 #       --policies dc_asgd --policies dana_slim --policies dana_dc --seeds 3 --n-jobs 2

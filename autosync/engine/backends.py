@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -9,7 +10,7 @@ import torch
 
 from autosync.errors import UserError
 
-BACKENDS = ("simulator", "processes")
+BACKENDS = ("simulator", "processes", "distributed")
 CLOCKS = ("virtual", "real")
 STRAGGLER_SOURCES = ("machine", "model")
 
@@ -18,7 +19,7 @@ STRAGGLER_SOURCES = ("machine", "model")
 class BackendChoice:
     """How one run is executed."""
 
-    backend: str = "simulator"  # simulator: gradients in this process; processes: worker processes
+    backend: str = "simulator"  # simulator: in this process; processes: worker processes; distributed: ranks
     clock: str = "virtual"  # virtual: the cluster model orders arrivals; real: the processes' answers do
     stragglers: str = "machine"  # real clock: the machine's own, or the job's cluster model as real delays
     time_scale: float = 1.0  # real clock with model stragglers: real seconds per virtual second
@@ -29,12 +30,12 @@ class BackendChoice:
     def check(self) -> None:
         """A clear error for options that do not fit together or this machine."""
         if self.backend not in BACKENDS:
-            raise UserError(f"--backend must be simulator or processes, but got {self.backend!r}")
+            raise UserError(f"--backend must be simulator, processes or distributed, but got {self.backend!r}")
         if self.clock not in CLOCKS:
             raise UserError(f"--clock must be virtual or real, but got {self.clock!r}")
-        if self.clock == "real" and self.backend != "processes":
-            raise UserError("--clock real needs --backend processes (real arrivals come from worker processes), "
-                            f"but got --backend {self.backend}")
+        if self.clock == "real" and self.backend == "simulator":
+            raise UserError("--clock real needs --backend processes or distributed (real arrivals come from "
+                            f"worker processes), but got --backend {self.backend}")
         if self.stragglers not in STRAGGLER_SOURCES:
             raise UserError(f"--stragglers must be machine or model, but got {self.stragglers!r}")
         if not self.time_scale > 0:
@@ -44,8 +45,12 @@ class BackendChoice:
     def describe(self) -> dict[str, Any]:
         """What the run's summary records about its execution."""
         info: dict[str, Any] = {"backend": self.backend, "device": self.device}
+        if self.backend != "simulator":
+            info.update(clock=self.clock)
         if self.backend == "processes":
-            info.update(processes=self.processes, clock=self.clock)
+            info.update(processes=self.processes)
+        if self.backend == "distributed":
+            info.update(ranks=int(os.environ.get("WORLD_SIZE", 0)))  # torchrun's, still known after the group ends
             if self.clock == "real":
                 info.update(stragglers=self.stragglers, time_scale=self.time_scale)
         return info
@@ -70,10 +75,15 @@ def build(choice: BackendChoice, job: Any, workload: Any) -> tuple[Any, Any]:
     choice.check()
     if choice.backend == "simulator":
         return None, None
-    from autosync.engine.drivers import ProcessDriver
+    if choice.backend == "distributed":  # the group is joined and the job shared by `autosync run`
+        from autosync.engine.drivers.distributed import DistributedDriver
 
-    driver = ProcessDriver(job, workload.dim, choice.processes, timeout=choice.worker_timeout,
-                           device=choice.device)
+        driver = DistributedDriver(job.cluster.n_workers, workload.dim, timeout=choice.worker_timeout)
+    else:
+        from autosync.engine.drivers import ProcessDriver
+
+        driver = ProcessDriver(job, workload.dim, choice.processes, timeout=choice.worker_timeout,
+                               device=choice.device)
     if choice.clock == "virtual":
         return driver, None
     from autosync.engine.realtime import RealTimeClock
