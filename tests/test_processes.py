@@ -104,7 +104,7 @@ def test_cli_runs_on_processes_and_ctrl_c_leaves_no_process(tiny_job, tmp_path):
     assert (tmp_path / "run" / "summary.json").is_file()
     bad = autosync("run", str(tiny_job), "--backend", "threads", cwd=tmp_path)
     no_traceback(bad)
-    assert bad.returncode == 2 and "--backend must be simulator or processes, but got 'threads'" in bad.stderr
+    assert bad.returncode == 2 and "--backend must be simulator, processes or distributed, but got 'threads'" in bad.stderr
 
     long_job = tmp_path / "long.yaml"
     long_job.write_text(tiny_job.read_text().replace("max_virtual_seconds: 30", "max_virtual_seconds: 100000"))

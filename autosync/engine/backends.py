@@ -51,8 +51,8 @@ class BackendChoice:
             info.update(processes=self.processes)
         if self.backend == "distributed":
             info.update(ranks=int(os.environ.get("WORLD_SIZE", 0)))  # torchrun's, still known after the group ends
-            if self.clock == "real":
-                info.update(stragglers=self.stragglers, time_scale=self.time_scale)
+        if self.clock == "real":
+            info.update(stragglers=self.stragglers, time_scale=self.time_scale)
         return info
 
 
