@@ -26,7 +26,7 @@ from typing import Any, Sequence
 import torch
 import torch.distributed as dist
 
-from autosync.engine.drivers.processes import Answer, WorkerProcessError
+from autosync.engine.drivers.processes import Answer, RemoteDriver, WorkerProcessError
 from autosync.errors import UserError
 from autosync.policies import Task
 
@@ -103,7 +103,7 @@ def serve_rank(job_json: dict[str, Any], device: str = "cpu", threads: int = 1) 
         dist.destroy_process_group()
 
 
-class DistributedDriver:
+class DistributedDriver(RemoteDriver):
     """Rank 0's driver: the `ProcessDriver` interface over the ranks of a gloo group.
 
     gloo completes a point-to-point operation only inside `wait()`, so nothing can be polled: one
@@ -163,14 +163,6 @@ class DistributedDriver:
                 return
 
     # ------------------------------------------------------------------ the driver interface
-    def worker_gradients(self, tasks: Sequence[Task]) -> None:
-        """Fill `task.gradient` and `task.loss` of every task, computed by the worker ranks."""
-        self.submit(tasks)
-        waiting = {t.worker for t in tasks}
-        while waiting:
-            for answer in self.collect():
-                waiting.discard(answer.task.worker)
-
     def submit(self, tasks: Sequence[Task]) -> None:
         """Queue each task's header and parameters for its worker's rank."""
         now = time.monotonic()

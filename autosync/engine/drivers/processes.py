@@ -82,7 +82,26 @@ class Answer:
     sent: float
 
 
-class ProcessDriver:
+class RemoteDriver:
+    """A driver whose gradients are computed elsewhere: tasks go out with `submit`, answers come back
+    from `collect`; the virtual clock's batch call is both."""
+
+    def submit(self, tasks: Sequence[Task]) -> None:
+        raise NotImplementedError
+
+    def collect(self, timeout: float | None = None) -> list[Answer]:
+        raise NotImplementedError
+
+    def worker_gradients(self, tasks: Sequence[Task]) -> None:
+        """Fill `task.gradient` and `task.loss` of every task, computed in parallel elsewhere."""
+        self.submit(tasks)
+        waiting = {t.worker for t in tasks}
+        while waiting:
+            for answer in self.collect():
+                waiting.discard(answer.task.worker)
+
+
+class ProcessDriver(RemoteDriver):
     """Computes task gradients in `processes` spawned worker processes on this machine's CPU or GPU.
 
     Each process has its own pair of pipes (tasks in, answers out): nothing is shared between processes
@@ -157,14 +176,6 @@ class ProcessDriver:
                 waiting.discard(rank)
 
     # ------------------------------------------------------------------ computing
-    def worker_gradients(self, tasks: Sequence[Task]) -> None:
-        """Fill `task.gradient` and `task.loss` of every task, computed in parallel by the processes."""
-        self.submit(tasks)
-        waiting = {t.worker for t in tasks}
-        while waiting:
-            for answer in self.collect():
-                waiting.discard(answer.task.worker)
-
     def submit(self, tasks: Sequence[Task]) -> None:
         """Copy each task's parameters into its worker's slot and notify the worker's process."""
         idle = set(self.alive) - self._busy_ranks()
