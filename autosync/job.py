@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
@@ -218,7 +219,10 @@ class TargetSpec(_Spec):
     def lower_is_better(self) -> bool:
         return self.metric != "test_accuracy"
 
-    def reached(self, value: float) -> bool:
+    def reached(self, value: float | None) -> bool:
+        """Whether a measured value meets the target (a missing or non-finite one never does)."""
+        if value is None or not math.isfinite(value):
+            return False
         return value <= self.threshold if self.lower_is_better else value >= self.threshold
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from autosync.engine.trace import Trace
@@ -12,7 +11,7 @@ from autosync.job import TargetSpec
 def run_metrics(trace: Trace, target: TargetSpec, virtual_time: float) -> dict[str, Any]:
     """Summarise a trace: time/updates to target (first evaluation meeting it), final metrics, rates."""
     evals = trace.records("evals")
-    hit = next((e for e in evals if _finite(e[target.metric]) and target.reached(e[target.metric])), None)
+    hit = next((e for e in evals if target.reached(e[target.metric])), None)
     last = evals[-1] if evals else {}
     n_updates = len(trace.updates)
     accepted = sum(trace.column("arrivals", "accepted"))
@@ -33,7 +32,3 @@ def run_metrics(trace: Trace, target: TargetSpec, virtual_time: float) -> dict[s
         "mean_iteration_time": virtual_time / n_updates if n_updates else None,
         "epochs": trace.column("updates", "epoch")[-1] if trace.updates else 0.0,
     }
-
-
-def _finite(x: Any) -> bool:
-    return x is not None and math.isfinite(x)

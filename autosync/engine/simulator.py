@@ -221,9 +221,7 @@ class Simulator:
                                  result["test_loss"], result.get("test_accuracy")))
         if self.progress is not None:
             self.progress({"time": self.now, "updates": len(self.trace.updates), "epoch": epoch, **result})
-        target = self.job.target
-        value = result.get(target.metric)
-        return value is not None and math.isfinite(value) and target.reached(value)
+        return self.job.target.reached(result.get(self.job.target.metric))
 
     def _budget_spent(self) -> bool:
         b = self.job.budget

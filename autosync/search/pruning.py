@@ -11,7 +11,6 @@ early but whose loss later lagged the median.
 
 from __future__ import annotations
 
-import math
 import statistics
 from typing import Any
 
@@ -30,10 +29,8 @@ class TimeToTargetBound:
 
     def update(self, info: dict[str, Any]) -> float:
         """Read one evaluation record (virtual `time` and the metrics); returns the bound."""
-        if self.reached_at is None:
-            value = info.get(self.target.metric)
-            if value is not None and math.isfinite(value) and self.target.reached(value):
-                self.reached_at = float(info["time"])
+        if self.reached_at is None and self.target.reached(info.get(self.target.metric)):
+            self.reached_at = float(info["time"])
         return self.reached_at if self.reached_at is not None else float(info["time"])
 
 
