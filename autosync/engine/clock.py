@@ -1,6 +1,6 @@
 """Clocks: who decides when each dispatched task's gradient arrives at the server.
 
-The engine dispatches a task with the round trip the cluster model drew for it, then asks the clock
+The engine dispatches tasks with the round trips the cluster model drew for them, then asks the clock
 for the next arrival. Three clocks answer:
 - `VirtualClock`: the arrival comes exactly one drawn round trip later (a heap of events; ties broken
   by worker id). Searches and the in-process simulator use it.
@@ -23,14 +23,13 @@ from autosync.policies import Task
 class VirtualClock:
     """Pending gradient arrivals ordered by (time, worker, task index)."""
 
-    wall_clock = False  # arrival times are the cluster model's, not measured
-
     def __init__(self) -> None:
         self._heap: list[tuple[float, int, int]] = []
 
-    def dispatch(self, task: Task, round_trip: float) -> None:
-        """`task` starts now (at `task.start`) and arrives `round_trip` virtual seconds later."""
-        heapq.heappush(self._heap, (task.start + round_trip, task.worker, task.index))
+    def dispatch(self, tasks: Sequence[tuple[Task, float]]) -> None:
+        """Each task starts now (at `task.start`) and arrives its round trip's virtual seconds later."""
+        for task, round_trip in tasks:
+            heapq.heappush(self._heap, (task.start + round_trip, task.worker, task.index))
 
     def pop(self) -> tuple[float, int, int]:
         """The next arrival: (time, worker, task index)."""
@@ -66,16 +65,15 @@ class ReplayClock:
     first difference stops the replay with a `ReplayMismatch` naming the arrival.
     """
 
-    wall_clock = False
-
     def __init__(self, arrivals: Sequence[Sequence], source: str = "the log"):
         self.arrivals = list(arrivals)
         self.source = source
         self.position = 0
         self._inflight: dict[int, Task] = {}
 
-    def dispatch(self, task: Task, round_trip: float) -> None:
-        self._inflight[task.worker] = task
+    def dispatch(self, tasks: Sequence[tuple[Task, float]]) -> None:
+        for task, _ in tasks:
+            self._inflight[task.worker] = task
 
     def peek_time(self) -> float:
         """The next logged arrival's time; infinite once the log is spent (the run ended on its budget)."""

@@ -1,6 +1,6 @@
 """The real-time clock: gradients arrive in the order the worker processes really deliver them.
 
-Every dispatched task goes to a worker process at once (`ProcessDriver.submit`), and the next arrival
+Every dispatched task goes to a worker process or rank at once (`RemoteDriver.submit`), and the next arrival
 is the answer the server receives first. Stragglers come from the machine itself, or, with
 `inject_stragglers`, also from the job's cluster model: a task's answer is then held back until the
 round trip the model drew for it has passed in real time, scaled by `seconds_per_virtual_second`. So
@@ -18,18 +18,16 @@ from __future__ import annotations
 import bisect
 import time
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterator, Sequence
 
-from autosync.engine.drivers.processes import Answer, ProcessDriver
+from autosync.engine.drivers.processes import Answer, RemoteDriver
 from autosync.policies import Task
 
 
 class RealTimeClock:
     """Arrival order from the wall clock of this machine (see the module docstring)."""
 
-    wall_clock = True
-
-    def __init__(self, driver: ProcessDriver, inject_stragglers: bool = False,
+    def __init__(self, driver: RemoteDriver, inject_stragglers: bool = False,
                  seconds_per_virtual_second: float = 1.0):
         self.driver = driver
         self.inject = inject_stragglers
@@ -42,15 +40,15 @@ class RealTimeClock:
         self._offset = 0.0  # clock seconds of pauses
         self._breaks: list[tuple[float, float]] = []  # (monotonic start, end) of time off the clock
         self._break_totals: list[float] = []  # seconds off the clock up to the end of each break
-        self.compute_seconds: dict[int, list[float]] = {}  # worker -> measured compute time of each task
 
     # ------------------------------------------------------------------ the engine's interface
-    def dispatch(self, task: Task, round_trip: float) -> None:
+    def dispatch(self, tasks: Sequence[tuple[Task, float]]) -> None:
         now = time.monotonic()
         if self._origin is None:
             self._origin = now
-        self._due[task.worker] = now + (round_trip * self.scale if self.inject else 0.0)
-        self.driver.submit([task])
+        for task, round_trip in tasks:
+            self._due[task.worker] = now + (round_trip * self.scale if self.inject else 0.0)
+        self.driver.submit([task for task, _ in tasks])
 
     def peek_time(self) -> float:
         if self._next is None:
@@ -97,7 +95,6 @@ class RealTimeClock:
                 release, worker = releasable[0]
                 answer = self._answered.pop(worker)
                 del self._due[worker]
-                self.compute_seconds.setdefault(worker, []).append(answer.compute_seconds)
                 self._last = max(self._last, self._reading(release))
                 return self._last, worker, answer.task.index
             wait = releasable[0][0] - now if releasable else None

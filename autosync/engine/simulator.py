@@ -50,7 +50,7 @@ class RunResult:
 
 
 class Simulator:
-    """Runs one policy on one job under the virtual clock."""
+    """Runs one policy on one job: the virtual clock and the in-process driver unless given others."""
 
     def __init__(self, job: JobSpec, policy: Policy, workload: Workload | None = None,
                  progress: ProgressFn | None = None, driver: Any = None, clock: Any = None):
@@ -191,6 +191,7 @@ class Simulator:
 
     def _launch(self, starts: list[Start]) -> None:
         update_rule, state = self.strategies.update, self.update_state
+        dispatched: list[tuple[Task, float]] = []
         for s in starts:
             cap = self.cluster.memory_cap(s.worker)
             if cap is not None and s.batch_size > cap:
@@ -202,7 +203,9 @@ class Simulator:
                         params=update_rule.params_for(s.worker, self.params, state))
             self.inflight[s.worker] = task
             self.server.on_task_started(task)
-            self.clock.dispatch(task, self.cluster.round_trip(s.worker, index, s.batch_size, self.now))
+            dispatched.append((task, self.cluster.round_trip(s.worker, index, s.batch_size, self.now)))
+        if dispatched:
+            self.clock.dispatch(dispatched)  # all at once: one submission to the worker processes
 
     # ------------------------------------------------------------------ evaluation and budget
     def _evaluate_due(self) -> bool:
