@@ -72,7 +72,7 @@ def leave_without_job() -> None:
 
 def serve_rank(job_json: dict[str, Any], device: str = "cpu", threads: int = 1) -> None:
     """A worker rank: compute every task rank 0 sends until it says stop, then leave the group."""
-    from autosync.engine.drivers.perworker import worker_gradient
+    from autosync.engine.drivers.perworker import timed_worker_gradient
     from autosync.job import JobSpec
     from autosync.workloads.workload import Workload
 
@@ -93,12 +93,11 @@ def serve_rank(job_json: dict[str, Any], device: str = "cpu", threads: int = 1) 
                 dist.send(goodbye, dst=0, tag=TAG_ANSWER)
                 return
             dist.recv(params, src=0, tag=TAG_PARAMS)
-            started = time.perf_counter()
-            g, loss = worker_gradient(workload, job.seed, params.to(workload.device), worker, index, batch_size)
-            g = g.cpu()
-            answer = torch.tensor([worker, index, loss, time.perf_counter() - started], dtype=torch.float64)
+            g, loss, seconds = timed_worker_gradient(workload, job.seed, params.to(workload.device), worker, index,
+                                                     batch_size)
+            answer = torch.tensor([worker, index, loss, seconds], dtype=torch.float64)
             dist.send(answer, dst=0, tag=TAG_ANSWER)
-            dist.send(g, dst=0, tag=TAG_GRADIENT)
+            dist.send(g.cpu(), dst=0, tag=TAG_GRADIENT)
     finally:
         dist.destroy_process_group()
 
@@ -111,8 +110,6 @@ class DistributedDriver(RemoteDriver):
     sender thread per rank sends that rank's tasks in order, so a busy rank never holds up the others
     or the engine.
     """
-
-    fuses_workers = False
 
     def __init__(self, n_workers: int, dim: int, timeout: float = 60.0):
         self.ranks = list(range(1, dist.get_world_size()))

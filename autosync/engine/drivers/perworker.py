@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Sequence
 
 import torch
@@ -24,6 +25,16 @@ def worker_gradient(workload: Workload, seed: int, theta: torch.Tensor, worker: 
     loss = workload.per_sample_loss(theta, data.x_train[batch], data.y_train[batch]).mean()
     (g,) = torch.autograd.grad(loss, theta)
     return g, float(loss.detach())
+
+
+def timed_worker_gradient(workload: Workload, seed: int, theta: torch.Tensor, worker: int, index: int,
+                          batch_size: int) -> tuple[torch.Tensor, float, float]:
+    """`worker_gradient` and the seconds it took (on a GPU, until its kernels have finished)."""
+    started = time.perf_counter()
+    g, loss = worker_gradient(workload, seed, theta, worker, index, batch_size)
+    if g.is_cuda:
+        torch.cuda.current_stream(g.device).synchronize()
+    return g, loss, time.perf_counter() - started
 
 
 class PerWorkerDriver:

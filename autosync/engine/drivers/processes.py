@@ -44,7 +44,7 @@ def _serve(job_json: dict[str, Any], params: torch.Tensor, grads: torch.Tensor, 
            outbox: Connection, threads: int, device: str) -> None:
     """A worker process: compute the gradient of every task notified on `inbox` into `grads`."""
     torch.set_num_threads(threads)
-    from autosync.engine.drivers.perworker import worker_gradient
+    from autosync.engine.drivers.perworker import timed_worker_gradient, worker_gradient
     from autosync.workloads.workload import Workload
 
     job = JobSpec.model_validate(job_json)
@@ -62,11 +62,10 @@ def _serve(job_json: dict[str, Any], params: torch.Tensor, grads: torch.Tensor, 
         if message is _STOP:
             return
         worker, index, batch_size = message
-        started = time.perf_counter()
-        g, loss = worker_gradient(workload, seed, params[worker], worker, index, batch_size)
+        g, loss, seconds = timed_worker_gradient(workload, seed, params[worker], worker, index, batch_size)
         grads[worker].copy_(g)
         settle()  # the gradient row is written before the server hears of it
-        outbox.send((worker, index, loss, time.perf_counter() - started, time.monotonic()))
+        outbox.send((worker, index, loss, seconds, time.monotonic()))
 
 
 class WorkerProcessError(UserError):
@@ -75,7 +74,8 @@ class WorkerProcessError(UserError):
 
 @dataclass
 class Answer:
-    """One computed task: its gradient is in `task.gradient`; `sent` is the process's time.monotonic()."""
+    """One computed task: its gradient is in `task.gradient`; `sent` is when it was sent, as this machine's
+    time.monotonic() (a worker process's send time; across machines, when rank 0 received it)."""
 
     task: Task
     compute_seconds: float
@@ -85,6 +85,8 @@ class Answer:
 class RemoteDriver:
     """A driver whose gradients are computed elsewhere: tasks go out with `submit`, answers come back
     from `collect`; the virtual clock's batch call is both."""
+
+    fuses_workers = False  # every task's gradient comes back on its own; the engine aggregates them
 
     def submit(self, tasks: Sequence[Task]) -> None:
         raise NotImplementedError
@@ -108,8 +110,6 @@ class ProcessDriver(RemoteDriver):
     but the slot tables, so a process killed at any instant cannot block the others, and its death is
     seen at once as the end of its answer pipe.
     """
-
-    fuses_workers = False
 
     def __init__(self, job: JobSpec, dim: int, processes: int, timeout: float = 60.0, threads: int = 1,
                  device: str = "cpu"):
