@@ -78,11 +78,11 @@ def run(
     workers_per_device: int = typer.Option(2, "--workers-per-device", min=1,
                                            help="--backend processes: worker processes on the device."),
     worker_timeout: float = typer.Option(60.0, "--worker-timeout", min=0.1,
-                                         help="--backend processes: seconds without a gradient before a worker "
-                                              "process counts as dead or hung."),
-    clock: str = typer.Option("virtual", "--clock", help="--backend processes: virtual (the cluster model orders "
-                              "arrivals: same results as the simulator) | real (the order the processes answer in; "
-                              "logged for `autosync rerun`)."),
+                                         help="--backend processes or distributed: seconds without a gradient "
+                                              "before a worker process or rank counts as dead or hung."),
+    clock: str = typer.Option("virtual", "--clock", help="--backend processes or distributed: virtual (the cluster "
+                              "model orders arrivals: same results as the simulator) | real (the order the workers "
+                              "answer in; logged for `autosync rerun`)."),
     stragglers: str = typer.Option("machine", "--stragglers", help="--clock real: machine (only this machine's own) "
                                    "| model (also the job's cluster model, as real delays)."),
     time_scale: float = typer.Option(0.01, "--time-scale", help="--clock real --stragglers model: real seconds per "
@@ -144,11 +144,9 @@ def profile(
     out: Optional[Path] = typer.Option(None, help="Output directory (default: results/profiles/<job>)."),
 ) -> None:
     """Measure each worker's real round trips (compute and communication) and fit the job's cluster model."""
-    from rich.progress import Progress
-
     from autosync.engine.backends import check_device
     from autosync.job import load_job
-    from autosync.profiling import fit_cluster, measure, parse_batch_sizes, write_profile
+    from autosync.profiling import batch_summary, fit_cluster, measure, parse_batch_sizes, write_profile
 
     check_device(device)
     spec = load_job(job)
@@ -162,8 +160,8 @@ def profile(
         workload = Workload(spec, device=device)
         driver = ProcessDriver(spec, workload.dim, workers_per_device, timeout=worker_timeout, device=device)
     try:
-        with Progress(console=console) as bar:
-            task = bar.add_task(f"profiling {spec.cluster.n_workers} workers", total=len(sizes) * rounds)
+        with _counting_bar("profiling") as bar:
+            task = bar.add_task(f"rounds of {spec.cluster.n_workers} tasks", total=len(sizes) * rounds)
             samples = measure(driver, spec.cluster.n_workers, sizes, rounds, workload.init_params(),
                               on_round=lambda: bar.advance(task))
     finally:
@@ -173,11 +171,8 @@ def profile(
     table = Table(title=f"{spec.name}: measured on {device} with {workers_per_device} worker processes")
     for column in ("batch size", "compute (mean)", "round trip (mean)", "round trip (p90)"):
         table.add_column(column, justify="right")
-    for b in sizes:
-        mine = [s for s in samples if s.batch_size == b]
-        trips = sorted(s.round_trip_seconds for s in mine)
-        table.add_row(str(b), f"{1e3 * sum(s.compute_seconds for s in mine) / len(mine):.2f} ms",
-                      f"{1e3 * sum(trips) / len(trips):.2f} ms", f"{1e3 * trips[int(0.9 * (len(trips) - 1))]:.2f} ms")
+    for b, compute, trip, trip_p90 in batch_summary(samples):
+        table.add_row(str(b), *(f"{1e3 * seconds:.2f} ms" for seconds in (compute, trip, trip_p90)))
     console.print(table)
     console.print(f"fitted: compute {cluster['compute']}, communication {1e3 * cluster['communication_seconds']:.2f} ms, "
                   f"speed factors {min(cluster['speed_factors']):.3f}..{max(cluster['speed_factors']):.3f}")
@@ -218,11 +213,13 @@ def rerun(
 ) -> None:
     """Replay a logged run exactly from its arrival log, in this process, and compare the final parameters."""
     from autosync.engine.backends import check_device
+    from autosync.engine.rerun import LoggedRun
     from autosync.engine.rerun import rerun as replay_run
 
     check_device(device)
-    with console.status(f"replaying {run_dir}"):
-        outcome = replay_run(run_dir, device)
+    logged = LoggedRun.load(run_dir)
+    with _progress(logged.job) as update:
+        outcome = replay_run(logged, device, progress=update)
     trace = outcome.result.trace
     console.print(f"replayed {len(trace.arrivals)} arrivals and {len(trace.updates)} updates: every dispatch and "
                   "decision as logged")
@@ -231,8 +228,9 @@ def rerun(
         return
     console.print(f"final parameters differ from the logged run: max |difference| {outcome.max_abs_difference:.3g}",
                   style="yellow")
-    if device.startswith("cuda"):  # pooling backward kernels add atomically: not bit-reproducible on a GPU
-        console.print("(expected on a GPU: some CUDA kernels sum in a run-dependent order; every decision matched)")
+    if not outcome.bit_reproducible:
+        console.print("(expected with a GPU on either side: some CUDA kernels sum in a run-dependent order; every "
+                      "decision matched)")
         return
     raise typer.Exit(1)
 

@@ -30,7 +30,7 @@ import numpy as np
 import yaml
 
 from autosync.errors import UserError
-from autosync.job import JobSpec, job_from_dict
+from autosync.job import ClusterSpec, JobSpec, job_from_dict
 from autosync.policies import Task
 
 TRACE_FILE = "round_trips.csv"
@@ -45,6 +45,11 @@ class Sample:
     round: int
     compute_seconds: float
     round_trip_seconds: float
+
+    @property
+    def communication_seconds(self) -> float:
+        """What the round trip spent outside the kernel: copies, messages and the wait in the process's queue."""
+        return max(0.0, self.round_trip_seconds - self.compute_seconds)
 
 
 def measure(driver, n_workers: int, batch_sizes: Sequence[int], rounds: int, params,
@@ -87,7 +92,7 @@ def fit_cluster(job: JobSpec, samples: Sequence[Sample]) -> dict:
     for w in range(job.cluster.n_workers):
         ratios = [s.compute_seconds / mean_at[s.batch_size] for s in samples if s.worker == w]
         speed.append(round(1.0 / statistics.fmean(ratios), 4) if ratios else 1.0)
-    communication = statistics.median(max(0.0, s.round_trip_seconds - s.compute_seconds) for s in samples)
+    communication = statistics.median(s.communication_seconds for s in samples)
     return {"n_workers": job.cluster.n_workers, "compute": compute, "communication_seconds": float(communication),
             "speed_factors": speed,
             "round_trip": {"kind": "trace", "path": TRACE_FILE, "column": "multiplier", "mode": "sample",
@@ -100,21 +105,19 @@ def _bic(residuals: np.ndarray, n_parameters: int) -> float:
     return n * float(np.log(max(float(residuals @ residuals) / n, 1e-300))) + n_parameters * float(np.log(n))
 
 
-def time_scale(job: JobSpec, samples: Sequence[Sample], cluster: dict) -> float:
-    """Measured mean round trip at the job's batch size over the one the job's cluster model gives."""
+def time_scale(job: JobSpec, cluster: dict) -> float:
+    """The fitted cluster's mean round trip at the job's batch size over the one the job's own cluster gives."""
+    fitted = ClusterSpec.model_validate({**cluster, "round_trip": {"kind": "deterministic"}})  # mean multiplier 1
+    return mean_round_trip(fitted, job.workload.batch_size) / mean_round_trip(job.cluster, job.workload.batch_size)
+
+
+def mean_round_trip(cluster: ClusterSpec, batch_size: int) -> float:
+    """A round trip at `batch_size` averaged over the workers, at time 0 (the random multiplier's mean is 1)."""
     from autosync.cluster import RoundTripModel
 
-    b = job.workload.batch_size
-    model = RoundTripModel(job.cluster, job.seed)
-    modelled = statistics.fmean(model.compute_seconds(w, b, 0.0) for w in range(job.cluster.n_workers)) \
-        + job.cluster.communication_seconds
-    c = cluster["compute"]
-    if c["model"] == "linear":
-        compute = c["seconds_per_sample"] * b
-    else:
-        compute = c["launch_overhead"] + max(0, b - c["saturation_batch"]) * c["seconds_per_sample"]
-    measured = compute * statistics.fmean(1.0 / f for f in cluster["speed_factors"]) + cluster["communication_seconds"]
-    return measured / modelled
+    model = RoundTripModel(cluster, seed=0)
+    return statistics.fmean(model.compute_seconds(w, batch_size, 0.0)
+                            for w in range(cluster.n_workers)) + cluster.communication_seconds
 
 
 def multipliers(samples: Sequence[Sample]) -> list[float]:
@@ -137,7 +140,7 @@ def write_profile(job: JobSpec, samples: Sequence[Sample], cluster: dict, out: P
                          "communication_seconds"])
         for s in samples:
             writer.writerow([s.worker, s.batch_size, s.round, f"{s.compute_seconds:.6g}", f"{s.round_trip_seconds:.6g}",
-                             f"{max(0.0, s.round_trip_seconds - s.compute_seconds):.6g}"])
+                             f"{s.communication_seconds:.6g}"])
     with trace.open("w", newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(["multiplier"])
@@ -148,7 +151,7 @@ def write_profile(job: JobSpec, samples: Sequence[Sample], cluster: dict, out: P
     data = job.model_dump(mode="json")
     data["cluster"] = cluster
     data["name"] = f"{job.name}-profiled"
-    scale = time_scale(job, samples, cluster)
+    scale = time_scale(job, cluster)
     data["workload"]["evaluation"]["every_seconds"] *= scale
     if data["budget"]["max_virtual_seconds"] is not None:
         data["budget"]["max_virtual_seconds"] *= scale
@@ -156,6 +159,17 @@ def write_profile(job: JobSpec, samples: Sequence[Sample], cluster: dict, out: P
     job_file = out / "profiled_job.yaml"
     job_file.write_text(yaml.safe_dump(data, sort_keys=False))
     return [profile, trace, cluster_file, job_file]
+
+
+def batch_summary(samples: Sequence[Sample]) -> list[tuple[int, float, float, float]]:
+    """Per batch size: (batch size, mean compute, mean round trip, 90th-percentile round trip) in seconds."""
+    rows = []
+    for b in sorted({s.batch_size for s in samples}):
+        mine = [s for s in samples if s.batch_size == b]
+        trips = sorted(s.round_trip_seconds for s in mine)
+        rows.append((b, statistics.fmean(s.compute_seconds for s in mine), statistics.fmean(trips),
+                     trips[int(0.9 * (len(trips) - 1))]))
+    return rows
 
 
 def parse_batch_sizes(text: str | None, job: JobSpec) -> list[int]:

@@ -10,6 +10,9 @@ if TYPE_CHECKING:
     from autosync.engine import RunResult
 
 
+PARAMS_FILE = "final_params.pt"  # a run's final parameters, for `autosync rerun` to compare with
+
+
 def write_run(result: "RunResult", directory: Path, job_dump: dict[str, Any],
               execution: dict[str, Any] | None = None) -> list[Path]:
     """Write summary.json (job, policy, metrics, how it ran), the trace tables and the final parameters.
@@ -17,8 +20,6 @@ def write_run(result: "RunResult", directory: Path, job_dump: dict[str, Any],
     With these `autosync rerun` can repeat the run: the trace's arrival table is its complete log.
     """
     import torch
-
-    from autosync.engine.rerun import PARAMS_FILE
 
     paths = result.trace.write(directory)
     summary = directory / "summary.json"

@@ -40,7 +40,7 @@ def test_a_fixed_cost_per_task_is_fitted_as_the_flat_then_linear_model():
     assert c["model"] == "gpu" and c["saturation_batch"] == 8
     assert c["launch_overhead"] == pytest.approx(6.25e-3, rel=0.02) and c["seconds_per_sample"] == pytest.approx(
         1.25e-5, rel=0.05)
-    assert time_scale(JOB, _samples(lambda b: 5e-3 + 1e-5 * (b - 8)), cluster) < 0.1  # ms against the model's 0.5 s
+    assert time_scale(JOB, cluster) < 0.1  # ms against the model's 0.5 s
 
 
 def test_cli_profiles_real_processes_and_writes_a_job_that_tunes(tiny_job, tmp_path):

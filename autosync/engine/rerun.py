@@ -2,9 +2,9 @@
 
 The replay runs in this process on the per-worker kernel with one intra-op thread, the kernel and
 setting of the worker processes, under `ReplayClock`: the same arrivals at the same times give the
-same decisions, the same gradients and so bit-identical parameters on the CPU (on a GPU, equal up to
-the non-determinism of its kernels). Any difference in what the run dispatches or decides stops the
-replay at the first arrival that differs.
+same decisions, the same gradients and so bit-identical parameters when both runs are on the CPU (a
+GPU on either side: equal up to the non-determinism of its kernels). Any difference in what the run
+dispatches or decides stops the replay at the first arrival that differs.
 """
 
 from __future__ import annotations
@@ -12,15 +12,58 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from autosync.engine.clock import ReplayClock
-from autosync.engine.simulator import RunResult, Simulator
+from autosync.engine.simulator import ProgressFn, RunResult, Simulator
+from autosync.engine.trace import ARRIVAL_COLUMNS
 from autosync.errors import UserError
-from autosync.job import job_from_dict
+from autosync.job import JobSpec, job_from_dict
+from autosync.report import PARAMS_FILE
 
-PARAMS_FILE = "final_params.pt"
+
+@dataclass
+class LoggedRun:
+    """What a run directory holds: its job, policy, arrival log, final parameters and device."""
+
+    directory: Path
+    job: JobSpec
+    policy: Any
+    arrivals: list[list[Any]]  # rows of ARRIVAL_COLUMNS
+    final_params: torch.Tensor
+    device: str
+
+    @classmethod
+    def load(cls, run_dir: Path) -> "LoggedRun":
+        """Read and check `run_dir` (written by `autosync run`); any problem is a one-line error naming the file."""
+        from autosync.catalog import policy_from_dict
+
+        summary = _read_json(run_dir / "summary.json")
+        arrivals = _read_json(run_dir / "trace.json").get("arrivals")
+        params_path = run_dir / PARAMS_FILE
+        if not isinstance(arrivals, list) or "job_spec" not in summary or "policy" not in summary:
+            raise UserError(f"{run_dir}: not a run directory written by `autosync run` (summary.json needs job_spec "
+                            "and policy, trace.json needs arrivals)")
+        if not params_path.is_file():
+            raise UserError(f"{params_path}: file not found (runs write it since the real-time clock; run again)")
+        job = job_from_dict(summary["job_spec"], str(run_dir / "summary.json"))
+        try:
+            policy = policy_from_dict(summary["policy"])
+            rows = [[r[c] for c in ARRIVAL_COLUMNS] for r in arrivals]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise UserError(f"{run_dir}: corrupt run log ({type(exc).__name__}: {exc})") from None
+        try:
+            params = torch.load(params_path, map_location="cpu", weights_only=True)
+        except Exception as exc:  # torch raises several types for a damaged file
+            raise UserError(f"{params_path}: not a tensor saved by `autosync run` ({type(exc).__name__}); "
+                            "run the job again to rewrite it") from None
+        if not isinstance(params, torch.Tensor):
+            raise UserError(f"{params_path}: expected the final parameters as one tensor, but got "
+                            f"{type(params).__name__}")
+        device = str(summary.get("execution", {}).get("device", "cpu"))
+        return cls(run_dir, job, policy, rows, params, device)
 
 
 @dataclass
@@ -30,46 +73,36 @@ class Rerun:
     result: RunResult
     logged_params: torch.Tensor
     max_abs_difference: float
+    bit_reproducible: bool  # both runs computed on the CPU: any difference is a bug, not kernel noise
 
     @property
     def identical(self) -> bool:
         return torch.equal(self.result.final_params, self.logged_params)
 
 
-def rerun(run_dir: Path, device: str = "cpu") -> Rerun:
-    """Replay the run logged in `run_dir` (written by `autosync run`)."""
-    from autosync.catalog import policy_from_dict
+def rerun(logged: LoggedRun, device: str = "cpu", progress: ProgressFn | None = None) -> Rerun:
+    """Replay `logged` in this process on `device`; `progress` as for the simulator."""
     from autosync.engine.drivers import PerWorkerDriver
     from autosync.workloads.workload import Workload
 
-    summary = _read_json(run_dir / "summary.json")
-    arrivals = _read_json(run_dir / "trace.json").get("arrivals")
-    params_path = run_dir / PARAMS_FILE
-    if not isinstance(arrivals, list) or "job_spec" not in summary or "policy" not in summary:
-        raise UserError(f"{run_dir}: not a run directory written by `autosync run` (summary.json needs job_spec "
-                        "and policy, trace.json needs arrivals)")
-    if not params_path.is_file():
-        raise UserError(f"{params_path}: file not found (runs write it since the real-time clock; run again)")
-    job = job_from_dict(summary["job_spec"], str(run_dir / "summary.json"))
-    try:
-        policy = policy_from_dict(summary["policy"])
-        rows = [[r[c] for c in ("time", "worker", "task", "version", "batch_size", "accepted")] for r in arrivals]
-    except (KeyError, TypeError, ValueError) as exc:
-        raise UserError(f"{run_dir}: corrupt run log ({type(exc).__name__}: {exc})") from None
-    logged = torch.load(params_path, map_location="cpu", weights_only=True)
+    job = logged.job
     workload = Workload(job, device=device)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the worker processes' setting: the same kernel gives the same bits
     try:
-        result = Simulator(job, policy, workload=workload, driver=PerWorkerDriver(workload, job.seed),
-                           clock=ReplayClock(rows, source=str(run_dir / "trace.json"))).run()
+        result = Simulator(job, logged.policy, workload=workload, progress=progress,
+                           driver=PerWorkerDriver(workload, job.seed),
+                           clock=ReplayClock(logged.arrivals, source=str(logged.directory / "trace.json"))).run()
     finally:
         torch.set_num_threads(threads)
     final = result.final_params.detach().cpu()
-    if final.shape != logged.shape:
-        raise UserError(f"{params_path}: holds {logged.numel()} parameters, but the job's model has {final.numel()}")
+    if final.shape != logged.final_params.shape:
+        raise UserError(f"{logged.directory / PARAMS_FILE}: holds {logged.final_params.numel()} parameters, but the "
+                        f"job's model has {final.numel()}")
     result.final_params = final
-    return Rerun(result, logged, float((final - logged).abs().max()) if final.numel() else 0.0)
+    difference = float((final - logged.final_params).abs().max()) if final.numel() else 0.0
+    return Rerun(result, logged.final_params, difference,
+                 bit_reproducible=logged.device == "cpu" and device == "cpu")
 
 
 def _read_json(path: Path) -> dict:

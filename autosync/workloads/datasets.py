@@ -111,9 +111,10 @@ def _synthetic_regression(spec: DatasetSpec) -> Dataset:
 def _synthetic_images(spec: DatasetSpec) -> Dataset:
     """Images of `image_shape` (CIFAR's by default): a smooth random pattern per class under pixel noise.
 
-    Each class's prototype is white noise blurred by 4x4 average pooling and upsampled back, scaled to
-    unit variance; a sample is its class's prototype plus unit Gaussian noise, so the classes overlap
-    and a convolutional network needs many updates to separate them.
+    Each class's prototype is unit Gaussian noise drawn at a quarter of the resolution and repeated over
+    4x4 blocks (edges padded when a side is not a multiple of 4); a sample is its class's prototype plus
+    unit Gaussian noise per pixel, so the classes overlap and a convolutional network needs many updates
+    to separate them.
     """
     c, h, w = spec.image_shape
     rng = np.random.default_rng(spec.seed)
