@@ -118,6 +118,8 @@ def run(
         workload = Workload(spec, device=device)
     with console.status(f"starting {workers_per_device} worker processes" if backend == "processes" else "starting"):
         driver, run_clock = backends.build(choice, spec, workload)
+    if driver is not None:  # one line when the workers are up: scripts (and the fault tests) wait for it
+        console.print(f"{choice.backend} backend ready: {choice.clock} clock, training {spec.name} with {policy}")
     with _progress(spec) as update:
         result = simulate(spec, pol, workload=workload, progress=update, driver=driver, clock=run_clock)
     for line in getattr(driver, "faults", []):
@@ -281,6 +283,27 @@ def leaderboard(
         table.add_row(*(format_cell(r.get(k), f) for k, _, f in LEADERBOARD_COLUMNS))
     console.print(table)
     console.print(LEADERBOARD_LEGEND, style="dim")
+    console.print(f"wrote {', '.join(str(p) for p in paths)}")
+
+
+@app.command()
+def scaling(
+    leaderboards: list[Path] = typer.Argument(..., help="Leaderboard folders of one job at several worker counts."),
+    metric: str = typer.Option("final_test_accuracy", "--metric", help="Per-run metric to compare."),
+    out: Path = typer.Option(..., "--out", help="Output directory for scaling.md, .json and .png."),
+) -> None:
+    """A metric against the number of workers per policy, from existing leaderboards (DANA's Fig. 4, Table 2)."""
+    from autosync.scaling import collect, table_rows, write
+
+    result = collect(leaderboards, metric)
+    table = Table(title=f"{metric}: mean ± std over seeds")
+    table.add_column("policy", no_wrap=True)
+    for n in result.worker_counts:
+        table.add_column(f"n = {n}", justify="right")
+    for policy, cells in table_rows(result):
+        table.add_row(policy, *cells)
+    console.print(table)
+    paths = write(result, out, _command_line("scaling"))
     console.print(f"wrote {', '.join(str(p) for p in paths)}")
 
 

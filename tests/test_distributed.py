@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
 import sys
+import threading
+import time
+import uuid
 
+import pytest
 import torch
 
 from autosync.catalog import make_policy
@@ -44,3 +51,77 @@ def test_torchrun_ranks_give_the_in_process_run_bit_for_bit_and_real_time_runs_r
     alone = autosync("run", str(tiny_job), "--backend", "distributed", cwd=tmp_path)
     no_traceback(alone)
     assert alone.returncode == 2 and "--backend distributed runs under torchrun" in alone.stderr
+
+
+class _Launch:
+    """A torchrun launch of a long real-time run whose rank processes can be found and signalled."""
+
+    def __init__(self, job, cwd):
+        self.tag = uuid.uuid4().hex  # inherited by every process of this launch, so none is missed
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3",
+             "-m", "autosync.cli", "run", str(job), "--backend", "distributed", "--clock", "real",
+             "--stragglers", "model", "--time-scale", "1", "--worker-timeout", "3"],
+            cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "AUTOSYNC_TEST_LAUNCH": self.tag})
+        self.stderr: list[str] = []
+        threading.Thread(target=self._read_stderr, daemon=True).start()
+        for line in self.proc.stdout:  # rank 0 says so once every rank has joined and built its workload
+            if "distributed backend ready" in line:
+                break
+        threading.Thread(target=self.proc.stdout.read, daemon=True).start()
+
+    def _read_stderr(self) -> None:
+        for line in iter(self.proc.stderr.readline, ""):
+            self.stderr.append(line)
+
+    def processes(self) -> dict[int, str]:
+        """pid -> RANK of every live process of this launch (torchrun's own has none)."""
+        found = {}
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+                state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if f"AUTOSYNC_TEST_LAUNCH={self.tag}".encode() in env and state != "Z":
+                found[int(pid)] = next((e.decode()[5:] for e in env if e.startswith(b"RANK=")), "")
+        return found
+
+    def rank_pid(self, rank: int) -> int:
+        return next(pid for pid, r in self.processes().items() if r == str(rank))
+
+    def wait_for_stderr(self, text: str, seconds: float) -> float:
+        started = time.monotonic()
+        while not any(text in line for line in self.stderr):
+            assert time.monotonic() - started < seconds, "".join(self.stderr)[-3000:]
+            time.sleep(0.1)
+        return time.monotonic() - started
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the rank processes through /proc")
+def test_a_hung_rank_stops_the_run_with_an_error_naming_it_and_no_process_stays(tiny_job, tmp_path):
+    launch = _Launch(tiny_job, tmp_path)
+    victim = launch.rank_pid(2)
+    os.kill(victim, signal.SIGSTOP)
+    try:
+        waited = launch.wait_for_stderr("error: rank 2 sent no gradient in 3 s (simulated workers [1, 3])", 60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # torchrun's SIGTERM then ends it at once, not after 30 s
+            os.kill(victim, signal.SIGCONT)
+    assert waited < 20
+    assert launch.proc.wait(timeout=60) != 0
+    time.sleep(0.5)
+    assert launch.processes() == {}
+    assert "Traceback" not in "".join(line for line in launch.stderr if line.startswith("error:"))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the rank processes through /proc")
+def test_a_killed_rank_ends_the_whole_launch_naming_it_and_no_process_stays(tiny_job, tmp_path):
+    launch = _Launch(tiny_job, tmp_path)
+    os.kill(launch.rank_pid(2), signal.SIGKILL)
+    assert launch.proc.wait(timeout=60) != 0  # torchrun stops the group: it cannot go on without a member
+    time.sleep(0.5)
+    assert launch.processes() == {}
+    report = "".join(launch.stderr)
+    assert "rank      : 2 (local_rank: 2)" in report and "exitcode  : -9" in report
