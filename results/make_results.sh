@@ -17,8 +17,13 @@ STATIC_K=""; for k in $(seq 1 16); do STATIC_K="$STATIC_K --policies backup:k=$k
 for alpha in 0 02 1; do
     autosync leaderboard baselines/dbw_alpha$alpha.yaml $STATIC_K --policies dbw --policies bdbw --seeds 5 --n-jobs 2
 done
-# DANA (baselines/dana_n*.yaml) is not reproduced yet, see results/README.md; its command will be:
-#   autosync leaderboard baselines/dana_nN.yaml --policies nag_asgd --policies multi_asgd --policies lwp \
-#       --policies dc_asgd --policies dana_slim --policies dana_dc --seeds 3 --n-jobs 2
+# DANA Fig. 4 / Table 2: every asynchronous algorithm at n = 1, 4, 8, 16, 32, then accuracy against n.
+DANA="--policies nag_asgd --policies multi_asgd --policies lwp --policies dc_asgd --policies dana_zero"
+DANA="$DANA --policies dana_slim --policies dana_dc"
+for n in 1 4 8 16 32; do
+    autosync leaderboard baselines/dana_n$n.yaml $DANA --seeds 5 --n-jobs 2
+done
+autosync scaling results/dana_n1 results/dana_n4 results/dana_n8 results/dana_n16 results/dana_n32 \
+    --out results/dana_scaling
 # Sync-Switch's Table II on its published logs (about 20 s): binary search, the ladder and TPE, 1000 searches each.
 autosync replay ../shared/data/sync_switch_logs/cifar10_res32 --simulations 1000 --seed 0

@@ -1,0 +1,155 @@
+"""How each policy's score changes with the number of workers, read from several leaderboards.
+
+DANA's Fig. 4 and Table 2 plot final test accuracy against the worker count n for every asynchronous
+algorithm; `autosync scaling` draws the same from leaderboards of one job at several n (each made with
+`autosync leaderboard`), without training again.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autosync.errors import UserError
+
+LEADERBOARD_JSON = "leaderboard.json"
+
+
+@dataclass
+class ScalingPoint:
+    """One policy's runs on one leaderboard: the metric of every seed."""
+
+    n_workers: int
+    values: list[float]
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.values)
+
+    @property
+    def std(self) -> float:
+        return statistics.stdev(self.values) if len(self.values) > 1 else 0.0
+
+
+@dataclass
+class Scaling:
+    """metric -> policy -> points ordered by n, and where each leaderboard came from."""
+
+    metric: str
+    points: dict[str, list[ScalingPoint]]
+    sources: list[tuple[int, str, str]]  # (n, folder, the command that made it)
+
+    @property
+    def worker_counts(self) -> list[int]:
+        return sorted({n for n, _, _ in self.sources})
+
+
+def load_leaderboard(folder: Path) -> dict[str, Any]:
+    """A leaderboard folder's JSON; a missing or damaged file is a UserError naming it."""
+    path = folder / LEADERBOARD_JSON if folder.is_dir() else folder
+    if not path.is_file():
+        raise UserError(f"{path}: no leaderboard here (make one with `autosync leaderboard JOB.yaml`)")
+    try:
+        data = json.loads(path.read_text())
+        n = int(data["job"]["cluster"]["n_workers"])
+        runs = data["runs"]
+        command = str(data.get("command", ""))
+        if not isinstance(runs, dict):
+            raise TypeError("runs is not a mapping")
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UserError(f"{path}: not a leaderboard written by autosync ({type(exc).__name__}: {exc})") from None
+    return {"n_workers": n, "runs": runs, "command": command, "path": str(path)}
+
+
+def collect(folders: list[Path], metric: str = "final_test_accuracy") -> Scaling:
+    """Gather `metric` of every run, per policy and worker count, from leaderboard folders."""
+    if not folders:
+        raise UserError("scaling needs at least one leaderboard folder")
+    points: dict[str, list[ScalingPoint]] = {}
+    sources = []
+    for folder in folders:
+        board = load_leaderboard(folder)
+        sources.append((board["n_workers"], str(folder), board["command"]))
+        for policy, runs in board["runs"].items():
+            values = [_finite(run.get(metric)) for run in runs]
+            if any(v is None for v in values):
+                raise UserError(f"{board['path']}: metric {metric!r} is missing or not a number for policy "
+                                f"{policy!r} (try final_test_accuracy, final_train_loss or updates_per_virtual_second)")
+            points.setdefault(policy, []).append(ScalingPoint(board["n_workers"], values))
+    counts = [n for n, _, _ in sources]
+    if len(set(counts)) != len(counts):
+        raise UserError(f"scaling: two leaderboards have the same worker count ({sorted(counts)}); give one per n")
+    for series in points.values():
+        series.sort(key=lambda p: p.n_workers)
+    return Scaling(metric, points, sources)
+
+
+def _finite(value: Any) -> float | None:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def table_rows(scaling: Scaling) -> list[tuple[str, list[str]]]:
+    """(policy, one 'mean ± std' cell per worker count, '-' where the policy was not run)."""
+    rows = []
+    for policy, series in scaling.points.items():
+        by_n = {p.n_workers: p for p in series}
+        rows.append((policy, [f"{by_n[n].mean:.3f} ± {by_n[n].std:.3f}" if n in by_n else "-"
+                              for n in scaling.worker_counts]))
+    return rows
+
+
+def markdown(scaling: Scaling, command: str) -> str:
+    """A policy x n table of mean ± std over seeds, the leaderboards' commands underneath."""
+    counts = scaling.worker_counts
+    lines = [f"# {scaling.metric} against the number of workers", "", f"Produced by `{command}` from:", ""]
+    lines += [f"- n = {n}: `{folder}`, made by `{made_by}`" for n, folder, made_by in sorted(scaling.sources)]
+    lines += ["", f"Mean ± standard deviation over seeds of {scaling.metric}.", "",
+              "| policy | " + " | ".join(f"n = {n}" for n in counts) + " |",
+              "|---|" + "---:|" * len(counts)]
+    lines += [f"| {policy} | " + " | ".join(cells) + " |" for policy, cells in table_rows(scaling)]
+    lines += ["", "![metric against workers](scaling.png)", ""]
+    return "\n".join(lines)
+
+
+def plot(scaling: Scaling, path: Path) -> Path:
+    """The metric against n (log2 axis) per policy, with one standard deviation as error bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, (policy, series) in enumerate(scaling.points.items()):
+        ax.errorbar([p.n_workers for p in series], [p.mean for p in series], yerr=[p.std for p in series],
+                    color=f"C{i % 10}", marker="o", ms=4, capsize=3, lw=1.2, label=policy)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(scaling.worker_counts, [str(n) for n in scaling.worker_counts])
+    ax.set_xlabel("workers n")
+    ax.set_ylabel(scaling.metric)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write(scaling: Scaling, directory: Path, command: str) -> list[Path]:
+    """scaling.md, scaling.json and scaling.png in `directory`."""
+    directory.mkdir(parents=True, exist_ok=True)
+    md, js = directory / "scaling.md", directory / "scaling.json"
+    md.write_text(markdown(scaling, command))
+    js.write_text(json.dumps({
+        "command": command, "metric": scaling.metric,
+        "sources": [{"n_workers": n, "folder": f, "command": c} for n, f, c in sorted(scaling.sources)],
+        "policies": {policy: [{"n_workers": p.n_workers, "mean": p.mean, "std": p.std, "values": p.values}
+                              for p in series] for policy, series in scaling.points.items()},
+    }, indent=2))
+    return [md, js, plot(scaling, directory / "scaling.png")]
