@@ -112,3 +112,21 @@ def test_dbw_reacts_to_half_the_workers_slowing_down():
                     budget={"max_updates": 80})
     ks = simulate(job, BlindDBW()).trace.column("updates", "n_aggregated")
     assert np.mean(ks[-30:]) == pytest.approx(4, abs=0.6)
+
+
+def test_equal_ratios_up_to_solver_noise_go_to_the_largest_k():
+    """Flat gains (L <= 0) and equal round trips: T_k differing by the solver's 1e-6 must not pick k = 1."""
+    barrier = DBW().strategies(4, 16).barrier
+    barrier.reset(4, 16)
+    barrier._t_estimates = [1.0 - 3e-6, 1.0 - 1e-6, 1.0 + 1e-6, 1.0 + 3e-6]
+    assert barrier._choose([0.002] * 4, k_prev=4) == 4
+    barrier._t_estimates = [0.5, 0.8, 1.0, 1.0 + 3e-6]  # real differences still decide
+    assert barrier._choose([0.002] * 4, k_prev=4) == 1
+    assert barrier._choose([0.001, 0.0016, 0.002, 0.002], k_prev=4) == 4
+
+
+def test_dbw_waits_for_every_worker_when_round_trips_are_equal():
+    """DBW paper sec. 4.3 before its slowdown: deterministic, equal round trips make k_t = n optimal."""
+    job = small_job(cluster__n_workers=8, cluster__round_trip={"kind": "deterministic"}, budget={"max_updates": 40})
+    ks = simulate(job, DBW()).trace.column("updates", "n_aggregated")
+    assert ks == [8] * 40

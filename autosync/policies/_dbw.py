@@ -18,11 +18,13 @@ from autosync.policies._base import Arrival, Policy, ServerView, Strategies, Upd
 from autosync.policies._dbw_gain import GainEstimator
 from autosync.policies._dbw_time import IterationTimeEstimator
 
+RATIO_TIE = 1e-4  # relative: G_k / T_k within this of the best counts as the best (solver noise is ~1e-6)
+
 
 class DynamicK(FastestK):
     """FastestK whose k is re-chosen after every update by rule (19) (or k / T_k when blind)."""
 
-    def __init__(self, window: int = 5, beta: float = 1.01, lr_rule: str = "proportional",
+    def __init__(self, window: int = 5, beta: float = 1.01, lr_rule: str = "fixed",
                  blind: bool = False, solve_every: int = 10, solver: str = "CLARABEL"):
         super().__init__(k=None, lr_rule=lr_rule)
         self.window = window
@@ -89,7 +91,11 @@ class DynamicK(FastestK):
             return self.n
         times = self._t_estimates
         ratios = [g / max(t, 1e-12) for g, t in zip(gains, times)]
-        best = max(range(self.n), key=lambda i: (ratios[i], i)) + 1
+        top = max(ratios)
+        # Ratios equal up to the precision of the estimates are a tie, and a tie goes to the larger k (as
+        # many updates per second, less noise): with flat gains (L <= 0 makes (16) independent of k) and
+        # equal round trips, T_k differ only by the solver's tolerance, which must not pick k.
+        best = max(i for i in range(self.n) if ratios[i] >= top - RATIO_TIE * abs(top)) + 1
         if not self.blind and k_prev < self.n and self.gain.loss_rising(self.beta):
             if k_prev + 1 > best:
                 self._forced = True
@@ -106,13 +112,15 @@ class DBW(Policy):
     Args:
         window: D, iterations averaged by the estimators (13)-(15).
         beta: loss-increase threshold of rule (19).
-        lr_rule: "proportional" (eta * k / n, as in the paper's experiments) or "fixed".
+        lr_rule: "fixed" (the job's eta whatever k_t is: the paper runs DBW and B-DBW with the largest
+            rate of the static settings, sec. 4.1, "they dynamically increase k_t up to n when they
+            detect that the loss is increasing") or "proportional" (eta * k_t / n).
         solve_every: re-solve problem (17) every this many iterations (always during the first D).
     """
 
     name = "dbw"
 
-    def __init__(self, window: int = 5, beta: float = 1.01, lr_rule: str = "proportional",
+    def __init__(self, window: int = 5, beta: float = 1.01, lr_rule: str = "fixed",
                  solve_every: int = 10) -> None:
         self.window = window
         self.beta = beta
@@ -129,7 +137,7 @@ class BlindDBW(Policy):
 
     name = "bdbw"
 
-    def __init__(self, lr_rule: str = "proportional", solve_every: int = 10) -> None:
+    def __init__(self, lr_rule: str = "fixed", solve_every: int = 10) -> None:
         self.lr_rule = lr_rule
         self.solve_every = solve_every
 
