@@ -31,4 +31,13 @@ def run_metrics(trace: Trace, target: TargetSpec, virtual_time: float) -> dict[s
         "gradients_discarded": len(trace.arrivals) - accepted,
         "mean_iteration_time": virtual_time / n_updates if n_updates else None,
         "epochs": trace.column("updates", "epoch")[-1] if trace.updates else 0.0,
+        "late_mean_k": late_mean_k(trace, virtual_time),
     }
+
+
+def late_mean_k(trace: Trace, virtual_time: float) -> float | None:
+    """Gradients per update averaged over the updates of the run's second half (virtual time): where a
+    dynamic policy settles (DBW Fig. 9: near n/2 after half of the workers slow down)."""
+    late = [k for t, k in zip(trace.column("updates", "time"), trace.column("updates", "n_aggregated"))
+            if t >= virtual_time / 2]
+    return sum(late) / len(late) if late else None

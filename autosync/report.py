@@ -79,13 +79,15 @@ LEADERBOARD_COLUMNS = (
     ("final_train_loss", "train loss", "{:.3f}"),
     ("updates_to_target", "upd to T", "{:.0f}"),
     ("updates_per_virtual_second", "upd/s", "{:.2f}"),
+    ("late_mean_k", "late k", "{:.1f}"),
 )
 LEADERBOARD_LEGEND = (
     "TTT s: time to target in virtual seconds, MLPerf's score (mean after dropping the fastest and slowest "
     "run; a run that never reaches the target counts as infinitely slow); median and std over the seeds; "
     "missed: runs that never reached the target; vs BSP: speedup of TTT against BSP; test acc and train "
     "loss: final values, mean over seeds; upd to T: updates to target (statistical efficiency); upd/s: "
-    "updates per virtual second (hardware efficiency).")
+    "updates per virtual second (hardware efficiency); late k: gradients per update over the second half of "
+    "each run's virtual time, mean over seeds.")
 
 
 def format_cell(value: Any, fmt: str) -> str:

@@ -68,3 +68,14 @@ def test_leaderboard_command_writes_tables_and_plots(tmp_path):
         assert (out / name).stat().st_size > 0
     proc = autosync("leaderboard", str(job), "--policies", "nope", cwd=tmp_path)
     assert proc.returncode == 2 and "--policy must be one of" in proc.stderr
+
+
+def test_late_mean_k_averages_the_gradients_per_update_of_the_second_half():
+    from autosync.engine.trace import Trace
+    from autosync.metrics import late_mean_k
+
+    trace = Trace()
+    for t, k in [(0.0, 16), (2.0, 16), (4.9, 16), (5.0, 8), (7.0, 9), (9.5, 7)]:
+        trace.updates.append((0, t, 0.0, 0, k, k, (), (), (), 0.0, 0.1, 0.0))
+    assert late_mean_k(trace, 10.0) == pytest.approx(8.0)
+    assert late_mean_k(Trace(), 10.0) is None
