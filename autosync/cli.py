@@ -375,7 +375,7 @@ def replay(
     threshold: float = typer.Option(0.01, "--threshold", min=0.0, help="Accuracy margin beta."),
     max_settings: int = typer.Option(4, "--max-settings", min=1, help="Binary search: candidates M."),
     tpe_trials: list[int] = typer.Option([4, 8], "--tpe-trials", min=1, help="TPE: trials per search (repeatable)."),
-    space: str = typer.Option("switch_point", "--space", help="Search space of the TPE strategy."),
+    space: str = typer.Option("switch_point", "--space", help="Search space of the Optuna strategies (ladder, TPE)."),
     out: Path = typer.Option(Path("results/replay_sync_switch"), help="Where table.md and table.json go."),
 ) -> None:
     """Sync-Switch's Table II on recorded runs: binary search, the cost-ordered ladder and TPE, cost and success."""
@@ -385,9 +385,11 @@ def replay(
     from autosync.search.space import resolve_space_path
 
     switch_logs = load_switch_logs(logs)
-    strategies = {"binary": binary_strategy(max_settings, threshold), "ladder": ladder_strategy(threshold=threshold)}
+    space_path = resolve_space_path(space, "switch_point")
+    strategies = {"binary": binary_strategy(max_settings, threshold),
+                  "ladder": ladder_strategy(space_path, threshold=threshold)}
     for n in tpe_trials:
-        strategies[f"tpe ({n} trials)"] = tpe_strategy(resolve_space_path(space, "switch_point"), n, threshold)
+        strategies[f"tpe ({n} trials)"] = tpe_strategy(space_path, n, threshold)
     total = simulations * len(strategies) * len(TABLE_II_SETTINGS)
     with _counting_bar("replaying") as bar:
         task = bar.add_task("searches", total=total)

@@ -58,7 +58,7 @@ def test_binary_and_ladder_find_the_switch_point_of_the_logs(tmp_path):
     binary = simulate(logs, "binary", binary_strategy(4), recurring, 5, 0, optimum=0.1875)
     assert binary.choices == {"0.1875": 5} and binary.success == 1.0 and binary.same_as_full_information == 1.0
     assert binary.mean_cost == pytest.approx((60 + 40 + 29.6 + 40) / 100)
-    ladder = simulate(logs, "ladder", ladder_strategy(), recurring, 5, 0, optimum=0.1875)
+    ladder = simulate(logs, "ladder", ladder_strategy(SPACE_DIR / "switch_point.yaml"), recurring, 5, 0, optimum=0.1875)
     assert ladder.choices == {"0.25": 5} and ladder.valid == 1.0 and ladder.success == 0.0  # valid, but later
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from autosync.errors import UserError
 from autosync.search.binary import binary_search
-from autosync.search.ladder import ladder_search
+from autosync.search.ladder import DEFAULT_RUNGS, SWITCH_PARAM, LadderSampler, ladder_finished
 from autosync.search.objective import CONSTRAINT, Objective, ObjectiveSettings
 from autosync.search.pruning import TargetRacePruner
 from autosync.search.space import SPACE_DIR, load_space
@@ -77,15 +77,31 @@ def test_binary_search_follows_algorithm_1():
     assert 1.0 not in recurring.runs
 
 
-def test_ladder_stops_at_the_cheapest_rung_that_holds():
-    accuracy = lambda s: 0.9 if s >= 0.1 else 0.8  # noqa: E731
-    result = ladder_search(accuracy, threshold=0.01, runs_per_candidate=2, bsp_runs=3)
-    assert [c[0] for c in result.candidates] == [1 / 32, 1 / 16, 1 / 8] and result.switch_at == 1 / 8
-    assert result.runs == [1.0] * 3 + [1 / 32] * 2 + [1 / 16] * 2 + [1 / 8] * 2
-    never = ladder_search(lambda s: 0.0 if s < 1 else 1.0, rungs=(0.5, 0.25), target_accuracy=1.0)
-    assert never.switch_at == 1.0 and [c[0] for c in never.candidates] == [0.25, 0.5]
+def _ladder_study(accuracy, rungs=DEFAULT_RUNGS, target=0.9, threshold=0.01):
+    """Ask and tell a study whose sampler is the ladder until it says it is finished."""
+    study = optuna.create_study(sampler=LadderSampler(rungs=rungs))
+    while not ladder_finished(study, rungs):
+        trial = study.ask()
+        s = trial.suggest_float(SWITCH_PARAM, 0.0, 1.0, step=1 / 32)
+        assert trial.suggest_categorical("sync_switch.config", ["sync_switch", "none"]) == "sync_switch"
+        trial.set_constraint(CONSTRAINT, target - threshold - accuracy(s))
+        study.tell(trial, s)
+    return [t.params[SWITCH_PARAM] for t in study.trials]
+
+
+def test_ladder_sampler_stops_at_the_cheapest_rung_that_holds():
+    assert _ladder_study(lambda s: 0.9 if s >= 0.1 else 0.8) == [1 / 32, 1 / 16, 1 / 8]
+    assert _ladder_study(lambda s: 0.0, rungs=(0.5, 0.25)) == [0.25, 0.5]  # none holds: every rung once
     with pytest.raises(ValueError, match="rungs in"):
-        ladder_search(accuracy, rungs=(0.0, 0.5))
+        LadderSampler(rungs=(0.0, 0.5))
+
+
+def test_ladder_sampler_gives_each_process_its_own_rung():
+    study = optuna.create_study(sampler=LadderSampler())
+    running = [study.ask() for _ in range(3)]  # three trials in flight at once, as with --n-jobs 3
+    assert [t.suggest_float(SWITCH_PARAM, 0.0, 1.0, step=1 / 32) for t in running] == [1 / 32, 1 / 16, 1 / 8]
+    with pytest.raises(ValueError, match="must be categorical"):
+        study.ask().suggest_int("sync_switch.other", 0, 3)
 
 
 def _request(tmp_path: Path, **changes) -> TuneRequest:

@@ -1,45 +1,73 @@
-"""A cost-ordered search for the switch point: try the cheapest candidates first, stop at the first that holds.
+"""A cost-ordered search for the switch point, as an Optuna sampler: the cheapest candidates first.
 
 Sync-Switch's binary search (Algorithm 1) starts at 50% BSP, then 25%, ...: its first candidates are the
 most expensive to train, because BSP is the slow protocol (6.6x ASP's time per epoch in the paper's
 setup 1) and the switch points it ends up choosing are small (6.25% and 12.5% in sec. VI). The ladder
-walks a geometric ladder of BSP shares upwards instead (1/32, 1/16, ..., 1/2 by default), with R runs per
-rung, and returns the first rung whose mean accuracy is at least A - beta (BSP, s = 1, when none is).
-Because accuracy grows with the BSP share (the paper's premise for bisection), the first rung that holds
-is the cheapest one on the ladder that holds. Its runs are trials of the same Optuna study as every other
-strategy's; `autosync replay` measures both strategies on the published logs.
+walks a geometric ladder of BSP shares upwards instead (1/32, 1/16, ..., 1/2 by default), one trial of
+R runs per rung, and stops at the first rung whose mean accuracy is within the tolerance of BSP's (an
+Optuna constraint; BSP, s = 1, when none is). Because accuracy grows with the BSP share (the paper's
+premise for bisection), the first rung that holds is the cheapest one on the ladder that holds.
+
+`LadderSampler` proposes the rungs and `ladder_finished` says when to stop, so the ladder runs inside
+`study.optimize` (and `ask`/`tell`) like any other Optuna sampler: its trials share the study's storage,
+are resumed after a kill, and can be spread over processes (each new trial takes the next free rung).
+`autosync tune --sampler ladder` and `autosync replay` both run it this way.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Sequence
 
-from autosync.search.binary import BinarySearchResult, mean_of_runs, target_from_bsp
+import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution
+
+from autosync.search.objective import constraint_of
 
 DEFAULT_RUNGS = (1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2)
+SWITCH_PARAM = "sync_switch.switch_at"  # the Optuna parameter of the shipped switch_point space
 
 
-def ladder_search(run: Callable[[float], float], threshold: float = 0.01, runs_per_candidate: int = 3,
-                  rungs: tuple[float, ...] = DEFAULT_RUNGS, bsp_runs: int = 3,
-                  target_accuracy: float | None = None) -> BinarySearchResult:
-    """Try `rungs` in increasing order; `run(s)` trains s of the workload with BSP then ASP.
+class LadderSampler(optuna.samplers.BaseSampler):
+    """Each new trial gets the cheapest rung of `param` no trial of the study has taken yet (1.0, BSP,
+    once every rung is taken); any other parameter must be categorical and gets its first choice."""
 
-    Args:
-        threshold: beta; a rung holds when its mean accuracy is >= A - beta (more accurate than BSP is fine).
-        runs_per_candidate: R, runs averaged per rung.
-        rungs: the BSP shares to try, each in (0, 1).
-        bsp_runs: BSP trainings that set A for a new job (none when `target_accuracy` is given).
-    """
-    if runs_per_candidate < 1 or not rungs or any(not 0.0 < s < 1.0 for s in rungs):
-        raise ValueError(f"ladder_search needs runs_per_candidate >= 1 and rungs in (0, 1), but got "
-                         f"{runs_per_candidate} and {rungs}")
-    runs: list[float] = []
-    target = target_from_bsp(run, bsp_runs, runs) if target_accuracy is None else target_accuracy
-    candidates = []
-    for s in sorted(rungs):
-        mean = mean_of_runs(run, s, runs_per_candidate, runs)
-        ok = mean >= target - threshold
-        candidates.append((s, mean, ok))
-        if ok:
-            return BinarySearchResult(s, target, candidates, runs)
-    return BinarySearchResult(1.0, target, candidates, runs)
+    def __init__(self, param: str = SWITCH_PARAM, rungs: Sequence[float] = DEFAULT_RUNGS):
+        if not rungs or any(not 0.0 < s < 1.0 for s in rungs):
+            raise ValueError(f"the ladder needs rungs in (0, 1), but got {tuple(rungs)}")
+        self.param = param
+        self.rungs = tuple(sorted(rungs))
+
+    def infer_relative_search_space(self, study: optuna.Study, trial: optuna.trial.FrozenTrial,
+                                    ) -> dict[str, BaseDistribution]:
+        return {}
+
+    def sample_relative(self, study: optuna.Study, trial: optuna.trial.FrozenTrial,
+                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        return {}
+
+    def sample_independent(self, study: optuna.Study, trial: optuna.trial.FrozenTrial, param_name: str,
+                           param_distribution: BaseDistribution) -> Any:
+        if param_name == self.param:
+            taken = {t.params.get(self.param) for t in study.get_trials(deepcopy=False) if t.number != trial.number}
+            return next((s for s in self.rungs if s not in taken), 1.0)
+        if isinstance(param_distribution, CategoricalDistribution):
+            return param_distribution.choices[0]
+        raise ValueError(f"the ladder searches {self.param} only; {param_name} must be categorical "
+                         "(its first choice is used) or a constant")
+
+
+def ladder_finished(study: optuna.Study, rungs: Sequence[float] = DEFAULT_RUNGS, param: str = SWITCH_PARAM) -> bool:
+    """A rung's trial met the constraint (the search is over), or every rung has a finished trial
+    (completed, or failed: a diverged run is an answer too)."""
+    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL, optuna.trial.TrialState.PRUNED)
+    done = [t for t in study.get_trials(deepcopy=False, states=states) if param in t.params]
+    feasible = any(t.state == optuna.trial.TrialState.COMPLETE and constraint_of(t) <= 0 for t in done)
+    return feasible or {t.params[param] for t in done} >= set(rungs)
+
+
+def stop_when_finished(rungs: Sequence[float] = DEFAULT_RUNGS, param: str = SWITCH_PARAM):
+    """A `study.optimize` callback that stops the study once `ladder_finished`."""
+    def callback(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        if ladder_finished(study, rungs, param):
+            study.stop()
+    return callback

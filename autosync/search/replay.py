@@ -29,7 +29,8 @@ import numpy as np
 
 from autosync.errors import UserError
 from autosync.search.binary import binary_search, target_from_bsp
-from autosync.search.ladder import DEFAULT_RUNGS, ladder_search
+from autosync.search.ladder import DEFAULT_RUNGS
+from autosync.search.space import load_space
 
 _SWITCH_NAME = re.compile(r"^b(\d+(?:\.\d+)?)[-_]a(\d+(?:\.\d+)?)")  # BSP first, then ASP
 _BASELINE_NAME = re.compile(r"^(bsp|asp)")
@@ -177,42 +178,55 @@ def binary_strategy(max_settings: int = 4, threshold: float = 0.01) -> Strategy:
     return search
 
 
-def ladder_strategy(rungs: tuple[float, ...] = DEFAULT_RUNGS, threshold: float = 0.01) -> Strategy:
-    """The cost-ordered ladder of `autosync.search.ladder`."""
-    def search(run: Callable[[float], float], setting: SearchSetting, target: float | None, seed: int) -> float:
-        return ladder_search(run, threshold, setting.runs_per_candidate, rungs, setting.bsp_runs,
-                             target).switch_at
-    return search
+def ladder_strategy(space_path: str | Path, rungs: tuple[float, ...] = DEFAULT_RUNGS, threshold: float = 0.01,
+                    n_workers: int = SETUP_1_WORKERS) -> Strategy:
+    """The cost-ordered ladder as `autosync tune --sampler ladder` runs it: an Optuna study whose sampler
+    is `LadderSampler`, stopped at the first rung that holds."""
+    from autosync.search.ladder import LadderSampler, ladder_finished
+
+    return _study_strategy(load_space(space_path, n_workers), lambda seed: LadderSampler(rungs=rungs), len(rungs),
+                           threshold, finished=lambda study: ladder_finished(study, rungs))
 
 
 def tpe_strategy(space_path: str | Path, n_trials: int, threshold: float = 0.01,
                  n_workers: int = SETUP_1_WORKERS) -> Strategy:
-    """`autosync tune`'s default: a TPE study over the switch-point space with the accuracy constraint.
+    """`autosync tune`'s default: a TPE study over the switch-point space with the accuracy constraint."""
+    from autosync.search.study import make_sampler
 
-    Each trial averages R runs; the answer is the fastest feasible trial (BSP when none is feasible).
+    space = load_space(space_path, n_workers)
+    return _study_strategy(space, lambda seed: make_sampler("tpe", seed, space, False), n_trials, threshold)
+
+
+def _study_strategy(space: Any, make: Callable[[int], Any], n_trials: int, threshold: float,
+                    finished: Callable[[Any], bool] | None = None) -> Strategy:
+    """A search that is an Optuna study (sampler `make(seed)`) over the switch-point space, asked and told.
+
+    Each trial averages R runs; its constraint is A - beta - mean accuracy (<= 0: within beta of BSP), its
+    value the switch point (time grows with the BSP share: the smallest feasible s is the fastest). The
+    answer is the fastest feasible trial (BSP when none is feasible).
     """
     import optuna
 
     from autosync.search.objective import CONSTRAINT
-    from autosync.search.space import load_space
-    from autosync.search.study import feasible_trials, make_sampler
+    from autosync.search.study import feasible_trials
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-    space = load_space(space_path, n_workers)
 
     def search(run: Callable[[float], float], setting: SearchSetting, target: float | None, seed: int) -> float:
         runs: list[float] = []
         if target is None:
             target = target_from_bsp(run, setting.bsp_runs, runs)
-        study = optuna.create_study(sampler=make_sampler("tpe", seed, space, False))
+        study = optuna.create_study(sampler=make(seed))
         for _ in range(n_trials):
             trial = study.ask()
             s = float(space.suggest(trial)["params"]["switch_at"])
             accuracies = [run(s) for _ in range(setting.runs_per_candidate)]
             trial.set_constraint(CONSTRAINT, target - threshold - statistics.fmean(accuracies))
             trial.set_user_attr("switch_at", s)
-            study.tell(trial, s)  # time grows with the BSP share: the smallest feasible s is the fastest
+            study.tell(trial, s)
+            if finished is not None and finished(study):
+                break
         best = feasible_trials(study)
         return best[0].user_attrs["switch_at"] if best else 1.0
     return search

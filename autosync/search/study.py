@@ -84,7 +84,11 @@ def study_name(job: JobSpec, space: SearchSpace) -> str:
 def make_sampler(name: str, seed: int, space: SearchSpace, multi_objective: bool) -> "optuna.samplers.BaseSampler":
     import optuna
 
-    if name == "tpe" or name in SWITCH_POINT_SAMPLERS:
+    if name == "ladder":
+        from autosync.search.ladder import LadderSampler
+
+        return LadderSampler()
+    if name in ("tpe", "binary"):  # binary enqueues every candidate itself: its sampler is never asked
         return optuna.samplers.TPESampler(seed=seed, n_startup_trials=5, multivariate=True, group=True)
     if name == "gp":
         if multi_objective:
@@ -343,9 +347,11 @@ def run_switch_point_search(study: "optuna.Study", request: TuneRequest, referen
     """Sync-Switch's Algorithm 1 (`binary`) or the cost-ordered ladder (`ladder`) as a search strategy.
 
     Each candidate is one trial of the same study, averaging R seeds (`binary_runs_per_candidate`).
+    Binary search enqueues each candidate it chooses; the ladder is the study's sampler (`LadderSampler`)
+    and runs in `study.optimize` until a rung holds.
     """
     from autosync.search.binary import binary_search
-    from autosync.search.ladder import DEFAULT_RUNGS, ladder_search
+    from autosync.search.ladder import DEFAULT_RUNGS, LadderSampler, stop_when_finished
 
     space = request.space
     dims = space.dimensions.get("sync_switch", {})
@@ -362,6 +368,15 @@ def run_switch_point_search(study: "optuna.Study", request: TuneRequest, referen
         others[f"sync_switch.{name}"] = dim.choices[0]
     settings = dataclasses.replace(request.settings, repeats=request.binary_runs_per_candidate, prune=False)
     objective = Objective(request.job, space, settings, reference["final_metric"])
+    if request.sampler == "ladder":
+        rungs = DEFAULT_RUNGS[:request.n_trials]
+        remaining = deadline - time.monotonic() if deadline is not None else None
+        progress = [] if on_trial is None else [lambda st, _: on_trial(counted_trials(st), len(rungs))]
+        study.sampler = LadderSampler(rungs=rungs)
+        if remaining is None or remaining > 0:
+            study.optimize(objective, n_trials=len(rungs), timeout=remaining, catch=(RunFailed,),
+                           gc_after_trial=False, callbacks=[stop_when_finished(rungs), *progress])
+        return
     metric_sign = 1.0 if request.job.target.metric == "test_accuracy" else -1.0
     done = [0]
 
@@ -379,12 +394,8 @@ def run_switch_point_search(study: "optuna.Study", request: TuneRequest, referen
 
     target = metric_sign * reference["final_metric"]
     try:
-        if request.sampler == "ladder":
-            ladder_search(run, threshold=request.settings.tolerance, runs_per_candidate=1,
-                          rungs=DEFAULT_RUNGS[:request.n_trials], target_accuracy=target)
-        else:
-            binary_search(run, threshold=request.settings.tolerance, runs_per_candidate=1,
-                          max_settings=request.n_trials, target_accuracy=target)
+        binary_search(run, threshold=request.settings.tolerance, runs_per_candidate=1,
+                      max_settings=request.n_trials, target_accuracy=target)
     except _OutOfTime:
         pass  # the candidates tried so far are trials of the study; finish() picks the best of them
 
