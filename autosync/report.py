@@ -79,6 +79,7 @@ LEADERBOARD_COLUMNS = (
     ("final_train_loss", "train loss", "{:.3f}"),
     ("updates_to_target", "upd to T", "{:.0f}"),
     ("updates_per_virtual_second", "upd/s", "{:.2f}"),
+    ("early_mean_k", "early k", "{:.1f}"),
     ("late_mean_k", "late k", "{:.1f}"),
 )
 LEADERBOARD_LEGEND = (
@@ -86,8 +87,8 @@ LEADERBOARD_LEGEND = (
     "run; a run that never reaches the target counts as infinitely slow); median and std over the seeds; "
     "missed: runs that never reached the target; vs BSP: speedup of TTT against BSP; test acc and train "
     "loss: final values, mean over seeds; upd to T: updates to target (statistical efficiency); upd/s: "
-    "updates per virtual second (hardware efficiency); late k: gradients per update over the second half of "
-    "each run's virtual time, mean over seeds.")
+    "updates per virtual second (hardware efficiency); early k and late k: gradients per update over the "
+    "first and the second half of each run's virtual time, mean over seeds.")
 
 
 def format_cell(value: Any, fmt: str) -> str:
@@ -156,12 +157,16 @@ def _plot_leaderboard(entries: list[Any], directory: Path) -> list[Path]:
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(8, 3.5))
+    varying = [e for e in entries if len(set(e.runs[0]["k"]["k"])) > 1]
     for i, e in enumerate(entries):
         run = e.runs[0]
+        if varying and e not in varying:  # a constant k_t is in the table; the plot shows the ones that move
+            continue
         ax.step(run["k"]["time"], run["k"]["k"], where="post", color=f"C{i % 10}", lw=1, label=e.label)
     ax.set_xlabel("virtual time (s)")
     ax.set_ylabel("gradients per update (k_t)")
-    ax.set_title(f"k_t over time, seed {entries[0].runs[0]['seed']}", fontsize=9)
+    ax.set_title(f"k_t over time, seed {entries[0].runs[0]['seed']}"
+                 + (" (policies whose k_t varies)" if varying and len(varying) < len(entries) else ""), fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
     ks = directory / "k_over_time.png"

@@ -70,12 +70,14 @@ def test_leaderboard_command_writes_tables_and_plots(tmp_path):
     assert proc.returncode == 2 and "--policy must be one of" in proc.stderr
 
 
-def test_late_mean_k_averages_the_gradients_per_update_of_the_second_half():
+def test_early_and_late_mean_k_average_the_gradients_per_update_of_each_half():
     from autosync.engine.trace import Trace
-    from autosync.metrics import late_mean_k
+    from autosync.metrics import run_metrics
 
     trace = Trace()
-    for t, k in [(0.0, 16), (2.0, 16), (4.9, 16), (5.0, 8), (7.0, 9), (9.5, 7)]:
+    for t, k in [(0.0, 16), (2.0, 16), (4.9, 13), (5.0, 8), (7.0, 9), (9.5, 7)]:
         trace.updates.append((0, t, 0.0, 0, k, k, (), (), (), 0.0, 0.1, 0.0))
-    assert late_mean_k(trace, 10.0) == pytest.approx(8.0)
-    assert late_mean_k(Trace(), 10.0) is None
+    metrics = run_metrics(trace, small_job().target, 10.0)
+    assert metrics["early_mean_k"] == pytest.approx(15.0) and metrics["late_mean_k"] == pytest.approx(8.0)
+    empty = run_metrics(Trace(), small_job().target, 10.0)
+    assert empty["early_mean_k"] is None and empty["late_mean_k"] is None
