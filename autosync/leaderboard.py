@@ -49,12 +49,15 @@ def parse_policy_spec(text: str, n_workers: int) -> dict[str, Any]:
 
 
 def label_of(policy: dict[str, Any]) -> str:
-    """'backup(k=8)': the policy name with the parameters that differ from their defaults."""
+    """'backup(k=8)': the policy name with the parameters that differ from their defaults (and those the
+    policy always labels)."""
     from autosync.catalog import POLICIES, policy_parameters
 
     cls = POLICIES.get(policy["policy"])
     defaults = policy_parameters(cls) if cls is not None else {}
-    params = ",".join(f"{k}={v}" for k, v in policy["params"].items() if k not in defaults or defaults[k] != v)
+    shown = getattr(cls, "label_params", ())
+    params = ",".join(f"{k}={v}" for k, v in policy["params"].items()
+                      if k in shown or k not in defaults or defaults[k] != v)
     return f"{policy['policy']}({params})" if params else policy["policy"]
 
 

@@ -81,3 +81,11 @@ def test_early_and_late_mean_k_average_the_gradients_per_update_of_each_half():
     assert metrics["early_mean_k"] == pytest.approx(15.0) and metrics["late_mean_k"] == pytest.approx(8.0)
     empty = run_metrics(Trace(), small_job().target, 10.0)
     assert empty["early_mean_k"] is None and empty["late_mean_k"] is None
+
+
+def test_labels_show_changed_parameters_and_always_backups_k():
+    from autosync.leaderboard import label_of
+
+    assert label_of(parse_policy_spec("backup:lr_rule=proportional", 16)) == "backup(k=12,lr_rule=proportional)"
+    assert label_of(parse_policy_spec("dbw", 16)) == "dbw"
+    assert label_of(parse_policy_spec("ssp:staleness=2", 4)) == "ssp(staleness=2)"

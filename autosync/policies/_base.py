@@ -238,6 +238,8 @@ class Policy(ABC):
 
     #: Name used on the command line and in results.
     name: ClassVar[str]
+    #: Parameters every label shows, even at their default (labels otherwise show only the changed ones).
+    label_params: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self) -> None:
         """A policy without parameters; subclasses list theirs as explicit keyword arguments."""

@@ -45,6 +45,7 @@ class BackupWorkers(Policy):
     """
 
     name = "backup"
+    label_params = ("k",)  # 'backup(lr_rule=proportional)' would hide which k it is
 
     def __init__(self, k: int = 12, lr_rule: str = "fixed") -> None:
         self.k = k
