@@ -8,10 +8,10 @@ R runs per rung, and stops at the first rung whose mean accuracy is within the t
 Optuna constraint; BSP, s = 1, when none is). Because accuracy grows with the BSP share (the paper's
 premise for bisection), the first rung that holds is the cheapest one on the ladder that holds.
 
-`LadderSampler` proposes the rungs and `ladder_finished` says when to stop, so the ladder runs inside
+`LadderSampler` proposes the rungs and `ladder_finished` says when to stop, so the ladder runs in
 `study.optimize` (and `ask`/`tell`) like any other Optuna sampler: its trials share the study's storage,
-are resumed after a kill, and can be spread over processes (each new trial takes the next free rung).
-`autosync tune --sampler ladder` and `autosync replay` both run it this way.
+are resumed after a kill, and can be spread over processes sharing the study (each new trial takes the
+next free rung). `autosync tune --sampler ladder` and `autosync replay` both run it this way.
 """
 
 from __future__ import annotations
@@ -48,12 +48,19 @@ class LadderSampler(optuna.samplers.BaseSampler):
     def sample_independent(self, study: optuna.Study, trial: optuna.trial.FrozenTrial, param_name: str,
                            param_distribution: BaseDistribution) -> Any:
         if param_name == self.param:
-            taken = {t.params.get(self.param) for t in study.get_trials(deepcopy=False) if t.number != trial.number}
-            return next((s for s in self.rungs if s not in taken), 1.0)
+            rung = next_rung(study, self.rungs, self.param, ignore=trial.number)
+            return 1.0 if rung is None else rung
         if isinstance(param_distribution, CategoricalDistribution):
             return param_distribution.choices[0]
         raise ValueError(f"the ladder searches {self.param} only; {param_name} must be categorical "
                          "(its first choice is used) or a constant")
+
+
+def next_rung(study: optuna.Study, rungs: Sequence[float] = DEFAULT_RUNGS, param: str = SWITCH_PARAM,
+              ignore: int | None = None) -> float | None:
+    """The cheapest rung no trial of the study (but trial number `ignore`) has taken, or None."""
+    taken = {t.params.get(param) for t in study.get_trials(deepcopy=False) if t.number != ignore}
+    return next((s for s in sorted(rungs) if s not in taken), None)
 
 
 def ladder_finished(study: optuna.Study, rungs: Sequence[float] = DEFAULT_RUNGS, param: str = SWITCH_PARAM) -> bool:
@@ -63,11 +70,3 @@ def ladder_finished(study: optuna.Study, rungs: Sequence[float] = DEFAULT_RUNGS,
     done = [t for t in study.get_trials(deepcopy=False, states=states) if param in t.params]
     feasible = any(t.state == optuna.trial.TrialState.COMPLETE and constraint_of(t) <= 0 for t in done)
     return feasible or {t.params[param] for t in done} >= set(rungs)
-
-
-def stop_when_finished(rungs: Sequence[float] = DEFAULT_RUNGS, param: str = SWITCH_PARAM):
-    """A `study.optimize` callback that stops the study once `ladder_finished`."""
-    def callback(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-        if ladder_finished(study, rungs, param):
-            study.stop()
-    return callback

@@ -351,7 +351,7 @@ def run_switch_point_search(study: "optuna.Study", request: TuneRequest, referen
     and runs in `study.optimize` until a rung holds.
     """
     from autosync.search.binary import binary_search
-    from autosync.search.ladder import DEFAULT_RUNGS, LadderSampler, stop_when_finished
+    from autosync.search.ladder import DEFAULT_RUNGS, LadderSampler, ladder_finished, next_rung
 
     space = request.space
     dims = space.dimensions.get("sync_switch", {})
@@ -368,14 +368,15 @@ def run_switch_point_search(study: "optuna.Study", request: TuneRequest, referen
         others[f"sync_switch.{name}"] = dim.choices[0]
     settings = dataclasses.replace(request.settings, repeats=request.binary_runs_per_candidate, prune=False)
     objective = Objective(request.job, space, settings, reference["final_metric"])
-    if request.sampler == "ladder":
+    if request.sampler == "ladder":  # one trial at a time while a rung is free and none has held
         rungs = DEFAULT_RUNGS[:request.n_trials]
-        remaining = deadline - time.monotonic() if deadline is not None else None
-        progress = [] if on_trial is None else [lambda st, _: on_trial(counted_trials(st), len(rungs))]
         study.sampler = LadderSampler(rungs=rungs)
-        if remaining is None or remaining > 0:
-            study.optimize(objective, n_trials=len(rungs), timeout=remaining, catch=(RunFailed,),
-                           gc_after_trial=False, callbacks=[stop_when_finished(rungs), *progress])
+        while not ladder_finished(study, rungs) and next_rung(study, rungs) is not None:
+            if deadline is not None and time.monotonic() >= deadline:
+                return
+            study.optimize(objective, n_trials=1, catch=(RunFailed,), gc_after_trial=False)
+            if on_trial is not None:
+                on_trial(counted_trials(study), len(rungs))
         return
     metric_sign = 1.0 if request.job.target.metric == "test_accuracy" else -1.0
     done = [0]
