@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Re-create every committed leaderboard in results/ (run from the repository root; about 30 minutes on
+# Re-create every committed leaderboard in results/ (run from the repository root; about 40 minutes on
 # 2 cores). Each leaderboard.md also records the exact command that produced it.
 set -euo pipefail
 autosync leaderboard baselines/lbbsp_gpu.yaml --policies bsp --policies lbbsp --seeds 5 --n-jobs 2
@@ -17,6 +17,10 @@ STATIC_K=""; for k in $(seq 1 16); do STATIC_K="$STATIC_K --policies backup:k=$k
 for alpha in 0 02 1; do
     autosync leaderboard baselines/dbw_alpha$alpha.yaml $STATIC_K --policies dbw --policies bdbw --seeds 5 --n-jobs 2
 done
+# DBW Fig. 9: half of the workers slow down 5x at 50 s; where k_t settles is the leaderboard's "late k".
+autosync leaderboard baselines/dbw_slowdown.yaml --policies backup:k=4,lr_rule=proportional \
+    --policies backup:k=8,lr_rule=proportional --policies backup:k=12,lr_rule=proportional \
+    --policies backup:k=16,lr_rule=proportional --policies dbw --policies bdbw --seeds 5 --n-jobs 2
 # DANA Fig. 4 / Table 2: every asynchronous algorithm at n = 1, 4, 8, 16, 32, then accuracy against n.
 DANA="--policies nag_asgd --policies multi_asgd --policies lwp --policies dc_asgd --policies dana_zero"
 DANA="$DANA --policies dana_slim --policies dana_dc"
