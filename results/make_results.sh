@@ -7,8 +7,8 @@ autosync leaderboard baselines/lbbsp_cpu.yaml --policies bsp --policies lbbsp:mo
     --policies lbbsp:mode=cpu,predictor=ema --policies lbbsp:mode=cpu,predictor=narx --seeds 3 --n-jobs 2
 # Sync-Switch's BSP trains with n * eta (its configuration policy): sync_switch:switch_at=1.0 is that BSP.
 autosync leaderboard baselines/sync_switch.yaml --policies bsp --policies asp --policies sync_switch:switch_at=1.0 \
-    --policies sync_switch:switch_at=0.25 --policies sync_switch:switch_at=0.5 \
-    --policies sync_switch:switch_at=0.5,order=asp_bsp --seeds 3 --n-jobs 2
+    --policies sync_switch:switch_at=0.25 --policies sync_switch:switch_at=0.5 --policies sync_switch:switch_at=0.75 \
+    --policies sync_switch:switch_at=0.5,order=asp_bsp --seeds 5 --n-jobs 2
 autosync leaderboard baselines/sync_switch_stragglers.yaml --policies sync_switch:switch_at=1.0 \
     --policies sync_switch:switch_at=0.5 --policies sync_switch:switch_at=0.5,stragglers=greedy \
     --policies sync_switch:switch_at=0.5,stragglers=elastic --seeds 3 --n-jobs 2
