@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from autosync.engine.trace import Trace
@@ -32,15 +31,16 @@ def run_metrics(trace: Trace, target: TargetSpec, virtual_time: float) -> dict[s
         "gradients_discarded": len(trace.arrivals) - accepted,
         "mean_iteration_time": virtual_time / n_updates if n_updates else None,
         "epochs": trace.column("updates", "epoch")[-1] if trace.updates else 0.0,
-        "early_mean_k": mean_k(trace, 0.0, virtual_time / 2),
-        "late_mean_k": mean_k(trace, virtual_time / 2, math.inf),
+        **mean_k_per_half(trace, virtual_time),
     }
 
 
-def mean_k(trace: Trace, start: float, end: float) -> float | None:
-    """Gradients per update averaged over the updates made in [start, end) of virtual time. Over the two
-    halves of a run it shows how a dynamic policy moves and where it settles (DBW Figs. 4 and 9: k_t
-    rises as training progresses; near n/2 after half of the workers slow down)."""
-    ks = [k for t, k in zip(trace.column("updates", "time"), trace.column("updates", "n_aggregated"))
-          if start <= t < end]
-    return sum(ks) / len(ks) if ks else None
+def mean_k_per_half(trace: Trace, virtual_time: float) -> dict[str, float | None]:
+    """Gradients per update averaged over the updates of each half of the run's virtual time
+    (`early_mean_k`, `late_mean_k`): how a dynamic policy moves and where it settles (DBW Figs. 4 and 9:
+    k_t rises as training progresses; near n/2 after half of the workers slow down)."""
+    halves: tuple[list[int], list[int]] = ([], [])
+    for t, k in zip(trace.column("updates", "time"), trace.column("updates", "n_aggregated")):
+        halves[t >= virtual_time / 2].append(k)
+    early, late = (sum(ks) / len(ks) if ks else None for ks in halves)
+    return {"early_mean_k": early, "late_mean_k": late}

@@ -157,16 +157,16 @@ def _plot_leaderboard(entries: list[Any], directory: Path) -> list[Path]:
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(8, 3.5))
-    varying = [e for e in entries if len(set(e.runs[0]["k"]["k"])) > 1]
+    moves = [len(set(e.runs[0]["k"]["k"])) > 1 for e in entries]
     for i, e in enumerate(entries):
-        run = e.runs[0]
-        if varying and e not in varying:  # a constant k_t is in the table; the plot shows the ones that move
+        if any(moves) and not moves[i]:  # a constant k_t is in the table; the plot shows the ones that move
             continue
+        run = e.runs[0]
         ax.step(run["k"]["time"], run["k"]["k"], where="post", color=f"C{i % 10}", lw=1, label=e.label)
     ax.set_xlabel("virtual time (s)")
     ax.set_ylabel("gradients per update (k_t)")
     ax.set_title(f"k_t over time, seed {entries[0].runs[0]['seed']}"
-                 + (" (policies whose k_t varies)" if varying and len(varying) < len(entries) else ""), fontsize=9)
+                 + (" (policies whose k_t varies)" if any(moves) and not all(moves) else ""), fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
     ks = directory / "k_over_time.png"

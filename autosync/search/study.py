@@ -81,13 +81,15 @@ def study_name(job: JobSpec, space: SearchSpace) -> str:
     return f"{job.fingerprint()}-{space.name}"
 
 
-def make_sampler(name: str, seed: int, space: SearchSpace, multi_objective: bool) -> "optuna.samplers.BaseSampler":
+def make_sampler(name: str, seed: int, space: SearchSpace, multi_objective: bool,
+                 n_trials: int | None = None) -> "optuna.samplers.BaseSampler":
+    """The Optuna sampler `--sampler name` stands for (`n_trials`: the ladder's number of rungs)."""
     import optuna
 
     if name == "ladder":
-        from autosync.search.ladder import LadderSampler
+        from autosync.search.ladder import DEFAULT_RUNGS, LadderSampler
 
-        return LadderSampler()
+        return LadderSampler(rungs=DEFAULT_RUNGS[:n_trials])
     if name in ("tpe", "binary"):  # binary enqueues every candidate itself: its sampler is never asked
         return optuna.samplers.TPESampler(seed=seed, n_startup_trials=5, multivariate=True, group=True)
     if name == "gp":
@@ -166,7 +168,8 @@ def load_study(request: TuneRequest, storage: Any, create: bool = True) -> "optu
     directions = ["minimize", "maximize" if request.job.target.metric == "test_accuracy" else "minimize"] \
         if request.settings.multi_objective else ["minimize"]
     name = request.study or study_name(request.job, request.space)
-    sampler = make_sampler(request.sampler, request.seed, request.space, request.settings.multi_objective)
+    sampler = make_sampler(request.sampler, request.seed, request.space, request.settings.multi_objective,
+                           request.n_trials)
     from autosync.search.pruning import TargetRacePruner
 
     pruner = TargetRacePruner(n_startup_trials=5)
@@ -351,7 +354,7 @@ def run_switch_point_search(study: "optuna.Study", request: TuneRequest, referen
     and runs in `study.optimize` until a rung holds.
     """
     from autosync.search.binary import binary_search
-    from autosync.search.ladder import DEFAULT_RUNGS, LadderSampler, ladder_finished, next_rung
+    from autosync.search.ladder import ladder_finished, next_rung
 
     space = request.space
     dims = space.dimensions.get("sync_switch", {})
@@ -369,8 +372,7 @@ def run_switch_point_search(study: "optuna.Study", request: TuneRequest, referen
     settings = dataclasses.replace(request.settings, repeats=request.binary_runs_per_candidate, prune=False)
     objective = Objective(request.job, space, settings, reference["final_metric"])
     if request.sampler == "ladder":  # one trial at a time while a rung is free and none has held
-        rungs = DEFAULT_RUNGS[:request.n_trials]
-        study.sampler = LadderSampler(rungs=rungs)
+        rungs = study.sampler.rungs  # the LadderSampler of load_study: the first --n-trials rungs
         while not ladder_finished(study, rungs) and next_rung(study, rungs) is not None:
             if deadline is not None and time.monotonic() >= deadline:
                 return

@@ -7,7 +7,8 @@ workers assigned to it (worker w on rank 1 + w mod (world size - 1)). Point-to-p
 (torch.distributed.rpc is in maintenance mode): a task is a small int64 header (worker, index, batch
 size) and the parameters; an answer is a float64 header (worker, index, loss, compute seconds) and the
 gradient, each kind with its own tag. Tensors travel through the CPU (gloo); a rank with `--device
-cuda` computes on its GPU (NCCL is not used: its point-to-point calls need a GPU on rank 0 too).
+cuda` computes on its GPU. NCCL is not used: it has no receive-from-any-rank (the receiver thread below
+relies on it) and needs a GPU of its own for every rank, the server's included.
 
 Arrival times under the real-time clock are the server's: the moment it sees both parts of an answer,
 since machines do not share a clock. A rank that stays silent for the timeout while it has work stops
