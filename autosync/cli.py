@@ -191,8 +191,10 @@ def _run_setup(job: Optional[Path], seed: Optional[int], policy: str, param: lis
     spec = load_job(job, overrides={"seed": seed} if seed is not None else None)
     if policy == "tuned":
         from autosync.catalog import policy_from_dict
-        from autosync.search.study import DEFAULT_STORAGE, tuned_policy
+        from autosync.search.cache import tuned_policy
+        from autosync.search.storage import DEFAULT_STORAGE
 
+        _quiet_optuna()
         tuned = tuned_policy(storage or DEFAULT_STORAGE, spec)
         tuned["params"].update(dict(parse_param(p) for p in param))
         pol = policy_from_dict(tuned)
@@ -259,8 +261,10 @@ def leaderboard(
         raise UserError(f"--n-jobs must be >= 1 or -1 (all cores), but got {n_jobs}")
     specs = [parse_policy_spec(p, spec.cluster.n_workers) for p in (policies or DEFAULT_POLICIES)]
     if include_tuned:
-        from autosync.search.study import DEFAULT_STORAGE, tuned_policy
+        from autosync.search.cache import tuned_policy
+        from autosync.search.storage import DEFAULT_STORAGE
 
+        _quiet_optuna()
         tuned = tuned_policy(storage or DEFAULT_STORAGE, spec)
         if tuned not in specs:
             specs.append(tuned)
@@ -332,7 +336,9 @@ def tune(
     from autosync.job import load_job
     from autosync.search.objective import ObjectiveSettings
     from autosync.search.space import load_space, resolve_space_path
-    from autosync.search.study import DEFAULT_STORAGE, SAMPLERS, TuneRequest
+    from autosync.search.samplers import SAMPLERS
+    from autosync.search.storage import DEFAULT_STORAGE, redact_url
+    from autosync.search.tune import TuneRequest
 
     spec = load_job(job)
     if sampler not in SAMPLERS:
@@ -344,8 +350,9 @@ def tune(
         job=spec, space=search_space, n_trials=n_trials, timeout=timeout, storage=storage or DEFAULT_STORAGE,
         study=study, sampler=sampler, seed=seed, n_jobs=n_jobs, refresh=refresh,
         settings=ObjectiveSettings(repeats=repeats, tolerance=tolerance, multi_objective=objective != "time"))
-    console.print(f"study storage: {request.storage}")
-    from autosync.search.study import tune as run_tune
+    console.print(f"study storage: {redact_url(request.storage)}")
+    _quiet_optuna()
+    from autosync.search.tune import tune as run_tune
 
     with _counting_bar("tuning") as bar:
         task = bar.add_task("BSP reference runs", total=n_trials)
@@ -385,6 +392,7 @@ def replay(
     from autosync.search.space import resolve_space_path
 
     switch_logs = load_switch_logs(logs)
+    _quiet_optuna()
     space_path = resolve_space_path(space, "switch_point")
     strategies = {"binary": binary_strategy(max_settings, threshold),
                   "ladder": ladder_strategy(space_path, threshold=threshold)}
@@ -437,9 +445,11 @@ def _print_tune(outcome: Any, spec: Any) -> None:
                       _fmt(row["final_metric"]), f"{row['reached']}/{row['runs']}")
     console.print(table)
     amortize = c["recurrences_to_amortize"]
+    speedup = f"{c['speedup_vs_bsp']:.2f}x" if c.get("speedup_vs_bsp") is not None else "BSP never reached it"
+    cost = c.get("search_cost_bsp_trainings")
     console.print(
         f"best: [bold]{label}[/bold], {c['best_value']:.2f} s to target vs BSP {c['bsp_time_to_target']:.2f} s "
-        f"({c['speedup_vs_bsp']:.2f}x). Search cost: {c['search_cost_bsp_trainings']:.2f} BSP trainings; "
+        f"({speedup}). Search cost: {_fmt(cost, 2)} BSP trainings; "
         + (f"pays for itself after {amortize} recurrences." if amortize else "it does not beat BSP, so it never pays off."))
     console.print(f"train with it: autosync run {'JOB.yaml ' if spec.name != 'digits_default' else ''}--policy tuned",
                   style="dim")
@@ -460,10 +470,12 @@ STORAGE_OPT = typer.Option(None, "--storage", help="Study storage URL (default: 
 @cache_app.command("list")
 def cache_list(storage: Optional[str] = STORAGE_OPT) -> None:
     """Every cached study: job, space, trials, best policy and score."""
-    from autosync.search.study import DEFAULT_STORAGE, cached_studies
+    from autosync.search.cache import cached_studies
+    from autosync.search.storage import DEFAULT_STORAGE, redact_url
 
     url = storage or DEFAULT_STORAGE
-    table = Table(title=f"cache: {url}")
+    _quiet_optuna()
+    table = Table(title=f"cache: {redact_url(url)}")
     for col in ("study", "job", "trials", "best policy", "time to target (s)", "finished"):
         table.add_column(col)
     for s in cached_studies(url):
@@ -481,13 +493,15 @@ def cache_show(job: Optional[Path] = JOB_ARG, storage: Optional[str] = STORAGE_O
     import json
 
     from autosync.job import load_job
-    from autosync.search.study import DEFAULT_STORAGE, cached_studies
+    from autosync.search.cache import cached_studies
+    from autosync.search.storage import DEFAULT_STORAGE, redact_url
 
     spec = load_job(job)
     url = storage or DEFAULT_STORAGE
+    _quiet_optuna()
     studies = cached_studies(url, spec.fingerprint())
     if not studies:
-        console.print(f"no cached study for job {spec.name} (fingerprint {spec.fingerprint()}) in {url}")
+        console.print(f"no cached study for job {spec.name} (fingerprint {spec.fingerprint()}) in {redact_url(url)}")
         return
     for s in studies:
         console.print(f"[bold]{s['study']}[/bold] ({s['trials']} trials)")
@@ -498,9 +512,11 @@ def cache_show(job: Optional[Path] = JOB_ARG, storage: Optional[str] = STORAGE_O
 def cache_clear(job: Optional[Path] = JOB_ARG, storage: Optional[str] = STORAGE_OPT) -> None:
     """Delete every study (and so the cached policy) of one job."""
     from autosync.job import load_job
-    from autosync.search.study import DEFAULT_STORAGE, clear_cache
+    from autosync.search.cache import clear_cache
+    from autosync.search.storage import DEFAULT_STORAGE
 
     spec = load_job(job)
+    _quiet_optuna()
     names = clear_cache(storage or DEFAULT_STORAGE, spec)
     console.print(f"deleted {len(names)} studies of job {spec.name}: {', '.join(names) or '-'}")
 
@@ -530,8 +546,18 @@ def _print_summary(result: Any) -> None:
     console.print(table)
 
 
-def _fmt(x: Any) -> str:
-    return "-" if x is None else f"{x:.4f}"
+def _fmt(x: Any, digits: int = 4) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def _quiet_optuna() -> None:
+    """Optuna logs only errors and no experimental-feature warnings: autosync reports trials itself."""
+    import warnings
+
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
 
 class _progress:
@@ -579,9 +605,12 @@ def main() -> None:
 
 
 def _print_error(exc: Exception) -> None:
-    """Each line of a user error as 'error: ...' on stderr, never wrapped (one problem, one line)."""
+    """Each line of a user error as 'error: ...' on stderr, never wrapped (one problem, one line), with the
+    password of any storage URL in it masked."""
+    from autosync.search.storage import redact_url
+
     for line in str(exc).splitlines():
-        print(f"error: {line}", file=sys.stderr)
+        print(f"error: {redact_url(line)}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from pathlib import Path
 from autosync.job import load_job
 from autosync.search.objective import ObjectiveSettings, evaluate, trial_seeds
 from autosync.search.space import SPACE_DIR, load_space
-from autosync.search.study import TuneRequest, tune
+from autosync.search.tune import TuneRequest, tune
 
 
 def exhaustive(job, space, tolerance: float) -> tuple[dict[tuple[int, str], dict], float, float]:

@@ -19,7 +19,9 @@ from autosync.search.ladder import DEFAULT_RUNGS, SWITCH_PARAM, LadderSampler, l
 from autosync.search.objective import CONSTRAINT, Objective, ObjectiveSettings
 from autosync.search.pruning import TargetRacePruner
 from autosync.search.space import SPACE_DIR, load_space
-from autosync.search.study import TuneRequest, counted_trials, open_storage, tune
+from autosync.search.storage import open_storage
+from autosync.search.trials import counted_trials
+from autosync.search.tune import TuneRequest, tune
 from tests.conftest import autosync, no_traceback, small_job
 
 
@@ -303,15 +305,15 @@ def test_killed_tune_resumes_without_losing_finished_trials(tmp_path):
 
 
 def test_a_trial_killed_before_its_first_heartbeat_is_failed_and_retried(tmp_path):
-    from autosync.search.study import fail_orphaned_trials
+    from autosync.search.trials import fail_dead_trials
 
     storage = open_storage(f"sqlite:///{tmp_path / 'orphans.db'}")
     storage.heartbeat_interval, storage.grace_period = 1, 1
     study = optuna.create_study(storage=storage, study_name="orphans")
     study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})  # RUNNING, and no heartbeat ever written
-    fail_orphaned_trials(study, storage)
+    fail_dead_trials(study)
     assert [t.state for t in study.trials] == [optuna.trial.TrialState.RUNNING]  # too young to judge
     time.sleep(1.5)
-    fail_orphaned_trials(study, storage)
+    fail_dead_trials(study)
     states = [t.state for t in study.trials]
     assert states == [optuna.trial.TrialState.FAIL, optuna.trial.TrialState.WAITING]  # failed, then re-queued

@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 
 
 CONSTRAINT = "final_metric_vs_bsp"  # name of the Optuna constraint (<= 0: feasible)
+KILLED = "process_lost"  # user attribute of a trial failed because its process died: no result of its own
+RETRY_OF = "retry_of"  # user attribute of a re-queued trial: the number of the killed trial it re-runs
 
 
 class RunFailed(Exception):
@@ -156,12 +158,13 @@ class Objective:
 
     @staticmethod
     def _finished_twin(trial: "optuna.Trial") -> "optuna.trial.FrozenTrial | None":
-        """An earlier completed (or failed with a reason) trial with the same parameters, if any."""
+        """An earlier completed (or failed with a reason of its own) trial with the same parameters, if any."""
         import optuna
 
         states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
         for t in trial.study.get_trials(deepcopy=False, states=states):
-            if t.params == trial.params and (t.state == optuna.trial.TrialState.COMPLETE or "fail_reason" in t.user_attrs):
+            if t.params == trial.params and (t.state == optuna.trial.TrialState.COMPLETE or (
+                    "fail_reason" in t.user_attrs and not t.user_attrs.get(KILLED))):
                 return t
         return None
 
@@ -169,7 +172,8 @@ class Objective:
         """The twin's result, without training again: same policy and seeds give the same runs (TPE often
         proposes a point of a small discrete space again)."""
         for key, value in twin.user_attrs.items():
-            trial.set_user_attr(key, value)
+            if key != RETRY_OF:
+                trial.set_user_attr(key, value)
         trial.set_user_attr("virtual_seconds", 0.0)
         trial.set_user_attr("same_as_trial", twin.number)
         if "fail_reason" in twin.user_attrs:

@@ -19,7 +19,6 @@ import csv
 import math
 import re
 import statistics
-import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -191,7 +190,7 @@ def ladder_strategy(space_path: str | Path, rungs: tuple[float, ...] = DEFAULT_R
 def tpe_strategy(space_path: str | Path, n_trials: int, threshold: float = 0.01,
                  n_workers: int = SETUP_1_WORKERS) -> Strategy:
     """`autosync tune`'s default: a TPE study over the switch-point space with the accuracy constraint."""
-    from autosync.search.study import make_sampler
+    from autosync.search.samplers import make_sampler
 
     space = load_space(space_path, n_workers)
     return _study_strategy(space, lambda seed: make_sampler("tpe", seed, space, False), n_trials, threshold)
@@ -208,10 +207,8 @@ def _study_strategy(space: Any, make: Callable[[int], Any], n_trials: int, thres
     import optuna
 
     from autosync.search.objective import CONSTRAINT
-    from autosync.search.study import feasible_trials
+    from autosync.search.trials import feasible_trials
 
-    optuna.logging.set_verbosity(optuna.logging.ERROR)
-    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
     def search(run: Callable[[float], float], setting: SearchSetting, target: float | None, seed: int) -> float:
         runs: list[float] = []

@@ -1,0 +1,146 @@
+"""The cache of recurring jobs: a finished study's `cache` user attribute, and reading, listing, clearing it.
+
+The study is named by the job's fingerprint and the search space (`study_name`), so the study storage *is*
+the cache: running `tune` again on the same job returns the record without a new trial.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from typing import TYPE_CHECKING, Any
+
+from autosync import __version__
+from autosync.errors import UserError
+from autosync.job import JobSpec
+from autosync.search.space import SearchSpace
+from autosync.search.storage import open_storage, redact_url
+from autosync.search.trials import counted_trials, feasible_trials
+
+if TYPE_CHECKING:
+    import optuna
+
+
+def study_name(job: JobSpec, space: SearchSpace) -> str:
+    """The cache key: the job's fingerprint (workload, cluster, target) and the search space's name."""
+    return f"{job.fingerprint()}-{space.name}"
+
+
+def search_cost(study: "optuna.Study") -> float:
+    """Virtual seconds trained by every trial of the study plus the BSP reference runs."""
+    reference = study.user_attrs.get("bsp_reference", {})
+    return reference.get("virtual_seconds", 0.0) + sum(
+        t.user_attrs.get("virtual_seconds", 0.0) for t in study.get_trials(deepcopy=False))
+
+
+def read_cache(study: "optuna.Study") -> dict[str, Any] | None:
+    """The study's cache record, validated; a corrupt one is a clear error."""
+    record = study.user_attrs.get("cache")
+    return None if record is None else validated(study.study_name, record)
+
+
+def validated(name: str, record: Any) -> dict[str, Any]:
+    """A cache record whose policy, score and trial count are usable, else a one-line error naming the study."""
+    from autosync.catalog import policy_from_dict
+
+    try:
+        policy_from_dict(record["best_policy"])
+        float(record["best_value"])
+        int(record["trials"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UserError(f"study {name}: corrupt cache entry ({type(exc).__name__}: {exc}); "
+                        "run `autosync cache clear` for this job or tune with --refresh") from None
+    return record
+
+
+def write_cache(study: "optuna.Study", job: JobSpec, space: SearchSpace, sampler: str, tolerance: float,
+                reference: dict[str, Any]) -> dict[str, Any]:
+    """Write the cache record: best feasible policy, its score, provenance and the amortization report.
+
+    Every number is finite (strict JSON): a figure that has no value (no saving to amortize) is None.
+    """
+    best = feasible_trials(study)
+    if not best:
+        raise UserError(f"study {study.study_name}: no trial met the target within tolerance "
+                        f"{tolerance} of BSP's final {job.target.metric}; "
+                        "finished trials are kept: raise --n-trials, --tolerance or the job's budget and run again")
+    top = best[0]
+    bsp_time = reference["time_to_target"]
+    cost = search_cost(study)
+    saving = bsp_time - top.values[0]
+    record = {
+        "best_policy": top.user_attrs["policy"],
+        "best_value": top.values[0],
+        "best_final_metric": top.user_attrs.get("final_metric"),
+        "best_trial": top.number,
+        "trials": counted_trials(study),
+        "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "autosync_version": __version__,
+        "job_name": job.name,
+        "fingerprint": job.fingerprint(),
+        "space": space.name,
+        "sampler": sampler,
+        "bsp_time_to_target": bsp_time,
+        "bsp_final_metric": reference["final_metric"],
+        "search_cost_virtual_seconds": cost,
+        "search_cost_bsp_trainings": cost / bsp_time if bsp_time > 0 else None,
+        "speedup_vs_bsp": bsp_time / top.values[0] if top.values[0] > 0 else None,
+        "recurrences_to_amortize": math.ceil(cost / saving) if saving > 0 else None,
+    }
+    study.set_user_attr("cache", record)
+    return record
+
+
+def best_policies(study: "optuna.Study", count: int = 5) -> list[dict[str, Any]]:
+    """The best feasible trials, one per distinct policy (its first trial at that score), best first."""
+    import json
+
+    rows: dict[str, dict[str, Any]] = {}
+    for t in feasible_trials(study):
+        key = json.dumps(t.user_attrs["policy"], sort_keys=True)
+        if key not in rows:
+            rows[key] = {"trial": t.number, "policy": t.user_attrs["policy"], "time_to_target": t.values[0],
+                         "final_metric": t.user_attrs.get("final_metric"), "reached": t.user_attrs.get("reached"),
+                         "runs": t.user_attrs.get("runs")}
+        if len(rows) == count:
+            break
+    return list(rows.values())
+
+
+def cached_studies(storage_url: str, fingerprint: str | None = None) -> list[dict[str, Any]]:
+    """Every autosync study in the storage (optionally of one job), with its cache record if finished."""
+    return _summaries(open_storage(storage_url), fingerprint)
+
+
+def _summaries(storage: Any, fingerprint: str | None) -> list[dict[str, Any]]:
+    import optuna
+
+    out = []
+    for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
+        name = summary.study_name
+        if fingerprint is not None and not name.startswith(f"{fingerprint}-"):
+            continue
+        out.append({"study": name, "trials": summary.n_trials, "cache": summary.user_attrs.get("cache"),
+                    "created": summary.datetime_start.isoformat(timespec="seconds") if summary.datetime_start else None})
+    return out
+
+
+def tuned_policy(storage_url: str, job: JobSpec) -> dict[str, Any]:
+    """The most recently cached best policy of `job` (any space), or a clear error when there is none."""
+    studies = [s for s in cached_studies(storage_url, job.fingerprint()) if s["cache"] is not None]
+    if not studies:
+        raise UserError(f"--policy tuned: no cached policy for job {job.name} (fingerprint {job.fingerprint()}) "
+                        f"in {redact_url(storage_url)}; run `autosync tune` on this job first")
+    records = [validated(s["study"], s["cache"]) for s in studies]
+    return max(records, key=lambda r: str(r.get("finished_at", "")))["best_policy"]
+
+
+def clear_cache(storage_url: str, job: JobSpec) -> list[str]:
+    """Delete every study of `job`; returns their names."""
+    import optuna
+
+    storage = open_storage(storage_url)
+    names = [s["study"] for s in _summaries(storage, job.fingerprint())]
+    for name in names:
+        optuna.delete_study(study_name=name, storage=storage)
+    return names

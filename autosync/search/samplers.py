@@ -1,0 +1,39 @@
+"""The Optuna samplers `autosync tune --sampler NAME` stands for."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from autosync.errors import UserError
+from autosync.search.space import SearchSpace
+
+if TYPE_CHECKING:
+    import optuna
+
+SAMPLERS = ("tpe", "gp", "random", "grid", "binary", "ladder")
+SWITCH_POINT_SAMPLERS = ("binary", "ladder")  # strategies that run candidates of their own choosing
+
+
+def make_sampler(name: str, seed: int, space: SearchSpace, multi_objective: bool,
+                 n_trials: int | None = None) -> "optuna.samplers.BaseSampler":
+    """The Optuna sampler `--sampler name` stands for (`n_trials`: the ladder's number of rungs)."""
+    import optuna
+
+    if name not in SAMPLERS:
+        raise UserError(f"--sampler must be one of {list(SAMPLERS)}, but got {name!r}")
+    if name == "ladder":
+        from autosync.search.ladder import DEFAULT_RUNGS, LadderSampler
+
+        return LadderSampler(rungs=DEFAULT_RUNGS[:n_trials])
+    if name in ("tpe", "binary"):  # binary enqueues every candidate itself: its sampler is never asked
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=5, multivariate=True, group=True)
+    if name == "gp":
+        if multi_objective:
+            raise UserError("--sampler gp handles one objective only; use tpe for --objective time,metric")
+        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=5)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if not space.is_discrete():
+        raise UserError(f"--sampler grid needs a discrete space (int, categorical or stepped float), "
+                        f"but {space.path} has a continuous dimension")
+    return optuna.samplers.BruteForceSampler(seed=seed)

@@ -1,0 +1,80 @@
+"""Switch-point search strategies that choose their own candidates: Sync-Switch's binary search and the ladder."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from typing import TYPE_CHECKING, Any, Callable
+
+from autosync.errors import UserError
+from autosync.search.objective import Objective, RunFailed
+from autosync.search.trials import counted_trials
+
+if TYPE_CHECKING:
+    import optuna
+
+    from autosync.search.tune import TuneRequest
+
+
+class _OutOfTime(Exception):
+    """--timeout passed during a switch-point search: stop before the next candidate."""
+
+
+def run_switch_point_search(study: "optuna.Study", request: "TuneRequest", reference: dict[str, Any],
+                            deadline: float | None = None, on_trial: Callable[[int, int], None] | None = None,
+                            ) -> None:
+    """Sync-Switch's Algorithm 1 (`binary`) or the cost-ordered ladder (`ladder`) as a search strategy.
+
+    Each candidate is one trial of the same study, averaging R seeds (`binary_runs_per_candidate`).
+    Binary search enqueues each candidate it chooses; the ladder is the study's sampler (`LadderSampler`)
+    and runs in `study.optimize` until a rung holds.
+    """
+    from autosync.search.binary import binary_search
+    from autosync.search.ladder import ladder_finished, next_rung
+
+    space = request.space
+    dims = space.dimensions.get("sync_switch", {})
+    if space.families != ["sync_switch"] or "switch_at" not in dims:
+        raise UserError(f"--sampler {request.sampler} searches the switch point: the space must have one family "
+                        f"sync_switch with a switch_at dimension, but {space.path} has {space.families}")
+    others: dict[str, Any] = {}
+    for name, dim in dims.items():
+        if name == "switch_at":
+            continue
+        if dim.type != "categorical":
+            raise UserError(f"--sampler {request.sampler}: {space.path}: sync_switch.{name} must be a categorical "
+                            "(its first choice is used), or a constant")
+        others[f"sync_switch.{name}"] = dim.choices[0]
+    settings = dataclasses.replace(request.settings, repeats=request.binary_runs_per_candidate, prune=False)
+    objective = Objective(request.job, space, settings, reference["final_metric"])
+    if request.sampler == "ladder":  # one trial at a time while a rung is free and none has held
+        rungs = study.sampler.rungs  # the LadderSampler of load_study: the first --n-trials rungs
+        while not ladder_finished(study, rungs) and next_rung(study, rungs) is not None:
+            if deadline is not None and time.monotonic() >= deadline:
+                return
+            study.optimize(objective, n_trials=1, catch=(RunFailed,), gc_after_trial=False)
+            if on_trial is not None:
+                on_trial(counted_trials(study), len(rungs))
+        return
+    metric_sign = 1.0 if request.job.target.metric == "test_accuracy" else -1.0
+    done = [0]
+
+    def run(s: float) -> float:
+        if deadline is not None and time.monotonic() >= deadline:
+            raise _OutOfTime
+        study.enqueue_trial({"sync_switch.switch_at": s, **others}, skip_if_exists=False)
+        finished: list[Any] = []  # this process's trial, whatever other processes add to the study
+        study.optimize(objective, n_trials=1, catch=(RunFailed,), gc_after_trial=False,
+                       callbacks=[lambda _, trial: finished.append(trial)])
+        done[0] += 1
+        if on_trial is not None:
+            on_trial(done[0], request.n_trials)
+        return metric_sign * finished[0].user_attrs.get("final_metric", -math.inf * metric_sign)
+
+    target = metric_sign * reference["final_metric"]
+    try:
+        binary_search(run, threshold=request.settings.tolerance, runs_per_candidate=1,
+                      max_settings=request.n_trials, target_accuracy=target)
+    except _OutOfTime:
+        pass  # the candidates tried so far are trials of the study; the cache picks the best of them

@@ -1,0 +1,146 @@
+"""Trial accounting for a study shared by many processes: an exact global budget, and dead trials re-run.
+
+The budget is a queue: `top_up` enqueues WAITING trials until finished + queued + running trials equal
+the budget, and a process only ever runs a trial it takes from that queue (`run_queued_trial`, under
+the storage lock, so two processes never race one queued trial into a fresh one). However many processes
+work on a study, and however often they are killed, it ends with exactly the budget of counted trials. A trial whose
+process died (no heartbeat for the grace period, or none ever) is failed with that reason and re-queued
+by `RetryKilledTrial`; it does not count, its re-run does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import warnings
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from autosync.search import _optuna_internals as internals
+from autosync.search.objective import KILLED, RETRY_OF, constraint_of
+from autosync.search.storage import storage_lock
+
+if TYPE_CHECKING:
+    import optuna
+
+
+
+def _states(*names: str) -> tuple[Any, ...]:
+    import optuna
+
+    return tuple(getattr(optuna.trial.TrialState, n) for n in names)
+
+
+def counted_trials(study: "optuna.Study") -> int:
+    """Trials that used the budget: completed, pruned, or failed with a reason of their own (not killed)."""
+    import optuna
+
+    return sum(1 for t in study.get_trials(deepcopy=False, states=_states("COMPLETE", "PRUNED", "FAIL"))
+               if t.state != optuna.trial.TrialState.FAIL
+               or ("fail_reason" in t.user_attrs and not t.user_attrs.get(KILLED)))
+
+
+def pending_trials(study: "optuna.Study") -> int:
+    """Trials queued or running: budget that is taken but not spent yet."""
+    return len(study.get_trials(deepcopy=False, states=_states("WAITING", "RUNNING")))
+
+
+def feasible_trials(study: "optuna.Study") -> list["optuna.trial.FrozenTrial"]:
+    """Completed trials meeting the accuracy constraint, best (fastest) first."""
+    done = study.get_trials(deepcopy=False, states=_states("COMPLETE"))
+    ok = [t for t in done if constraint_of(t) <= 0]
+    return sorted(ok, key=lambda t: (t.values[0], t.number))
+
+
+def top_up(study: "optuna.Study", url: str, budget: int, first: Sequence[dict[str, Any]] = (),
+           fresh_only: bool = True) -> int:
+    """Queue trials until counted + queued + running trials reach `budget`; returns how many were queued.
+
+    `first` are fixed parameter sets (BSP and ASP, or the cached best) queued ahead of free ones: only
+    when the study has no trial yet if `fresh_only`, else always. Runs under the storage lock, so
+    processes starting together queue the budget once.
+    """
+    with storage_lock(url, study.study_name):
+        ahead = list({json.dumps(p, sort_keys=True): p for p in first}.values())  # equal sets queued once
+        ahead = ahead if not fresh_only or not study.get_trials(deepcopy=False) else []
+        missing = budget - counted_trials(study) - pending_trials(study)
+        queue = (ahead + [{}] * max(0, missing))[:max(0, missing)]
+        for params in queue:
+            study.enqueue_trial(params, skip_if_exists=False)
+        return len(queue)
+
+
+def run_queued_trial(study: "optuna.Study", url: str, objective: Callable[["optuna.Trial"], Any],
+                     catch: tuple[type[Exception], ...]) -> bool:
+    """Run one queued trial of the budget in `study.optimize`; False (and nothing run) when none is queued.
+
+    The storage lock is held from the check for a queued trial until the objective starts, so the
+    `ask` inside `optimize` pops that trial: no process ever creates a trial beyond the budget. A trial
+    failed meanwhile as dead (a heartbeat missed under heavy load) keeps that state: its re-run is queued.
+    """
+    import optuna
+
+    with contextlib.ExitStack() as held:
+        held.enter_context(storage_lock(url, study.study_name))
+        if not study.get_trials(deepcopy=False, states=_states("WAITING")):
+            return False
+
+        def claimed(trial: "optuna.Trial") -> Any:
+            held.close()  # the queued trial is ours now: let other processes claim theirs
+            return objective(trial)
+
+        try:
+            study.optimize(claimed, n_trials=1, catch=catch, gc_after_trial=False)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            pass  # failed as dead by another process while it ran; its re-run is already queued
+    return True
+
+
+def fail_dead_trials(study: "optuna.Study") -> list[int]:
+    """Fail the RUNNING trials whose process died, each with its reason, and re-queue them; their numbers."""
+    import optuna
+
+    storage = internals.storage_of(study)
+    grace = internals.grace_seconds(study)
+    failed = []
+    for tid in internals.dead_trial_ids(study):
+        try:
+            storage.set_trial_user_attr(tid, "fail_reason", f"its process stopped: no heartbeat for over {grace} s "
+                                        "(killed or hung); the trial is re-run")
+            storage.set_trial_user_attr(tid, KILLED, True)
+            if storage.set_trial_state_values(tid, state=optuna.trial.TrialState.FAIL):
+                failed.append(tid)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            continue  # another process got there first, or the trial just finished after all
+    retry = storage.get_heartbeat_stale_trial_callback()
+    numbers = []
+    for tid in failed:
+        frozen = storage.get_trial(tid)
+        numbers.append(frozen.number)
+        if retry is not None:
+            retry(study, frozen)
+    return numbers
+
+
+class RetryKilledTrial:
+    """Re-queue a trial whose process died, marking the copy with the trial it re-runs (`retry_of`).
+
+    Wraps Optuna's `RetryHeartbeatStaleTrialCallback` (same parameters, same retry history); the copy
+    does not inherit the dead trial's failure attributes.
+    """
+
+    def __init__(self, max_retry: int | None = 3):
+        import optuna
+
+        self.max_retry = max_retry
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # marked experimental since Optuna 2.8; we rely on it knowingly
+            self._retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=max_retry)
+
+    def __call__(self, study: "optuna.Study", trial: "optuna.trial.FrozenTrial") -> None:
+        import copy
+
+        frozen = copy.deepcopy(trial)
+        for key in ("fail_reason", KILLED):
+            frozen.user_attrs.pop(key, None)
+        frozen.set_user_attr(RETRY_OF, trial.number)
+        self._retry(study, frozen)

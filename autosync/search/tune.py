@@ -1,0 +1,209 @@
+"""`autosync tune`: search a job's best policy in an Optuna study, or return the cached one of a recurring job.
+
+The study is named by the job's fingerprint and the search space (`autosync.search.cache`), and lives in
+a storage (`autosync.search.storage`) that several processes or machines may share: its trial budget is
+global and exact (`autosync.search.trials`), a killed process's trial is failed and re-run, and an
+interrupted search resumes with the same command.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing as mp
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+from autosync.errors import UserError
+from autosync.job import JobSpec
+from autosync.search.cache import best_policies, read_cache, study_name, write_cache
+from autosync.search.objective import Objective, ObjectiveSettings, RunFailed, evaluate, trial_seeds
+from autosync.search.samplers import SWITCH_POINT_SAMPLERS, make_sampler
+from autosync.search.space import SearchSpace
+from autosync.search.storage import DEFAULT_STORAGE, open_storage, storage_lock
+from autosync.search.trials import counted_trials, fail_dead_trials, pending_trials, run_queued_trial, top_up
+
+if TYPE_CHECKING:
+    import optuna
+
+POLL_SECONDS = 1.0  # how often a process with nothing queued checks whether others' trials died
+
+
+@dataclass
+class TuneOutcome:
+    """What `tune` found or re-used."""
+
+    study_name: str
+    storage: str
+    cached: bool  # True when the result came from the cache with no new trial
+    new_trials: int
+    cache: dict[str, Any]  # the study's cache record (best policy, provenance, amortization)
+    top: list[dict[str, Any]] = field(default_factory=list)  # best feasible trials, one per policy, best first
+    study: Any = None  # the optuna.Study itself, for plots
+
+
+@dataclass
+class TuneRequest:
+    """Everything one `autosync tune` invocation asks for."""
+
+    job: JobSpec
+    space: SearchSpace
+    n_trials: int = 20
+    timeout: float | None = None
+    storage: str = DEFAULT_STORAGE
+    study: str | None = None
+    sampler: str = "tpe"
+    seed: int = 0
+    n_jobs: int = 1
+    refresh: bool = False
+    settings: ObjectiveSettings = ObjectiveSettings()
+    binary_runs_per_candidate: int = 3  # Sync-Switch binary search: R (recorded as R seeds per trial)
+
+
+def baseline_policies(job: JobSpec) -> list[dict[str, Any]]:
+    """Policies enqueued first when they lie in the space: BSP and ASP, or their equivalents in a family."""
+    n = job.cluster.n_workers
+    return [
+        {"policy": "bsp", "params": {}}, {"policy": "asp", "params": {}},
+        {"policy": "backup", "params": {"k": n, "lr_rule": "fixed"}},
+        {"policy": "backup", "params": {"k": max(1, 3 * n // 4), "lr_rule": "proportional"}},
+        {"policy": "sync_switch", "params": {"switch_at": 1.0, "config": "none"}},
+        {"policy": "sync_switch", "params": {"switch_at": 0.0, "config": "none"}},
+        {"policy": "split", "params": {"fractions": [1.0 / n] * n}},
+    ]
+
+
+def load_study(request: TuneRequest, storage: Any) -> "optuna.Study":
+    """Create the request's study in `storage`, or load it; its objective directions must match."""
+    import optuna
+
+    from autosync.search.pruning import TargetRacePruner
+
+    directions = ["minimize", "maximize" if request.job.target.metric == "test_accuracy" else "minimize"] \
+        if request.settings.multi_objective else ["minimize"]
+    name = request.study or study_name(request.job, request.space)
+    sampler = make_sampler(request.sampler, request.seed, request.space, request.settings.multi_objective,
+                           request.n_trials)
+    try:
+        with storage_lock(request.storage, name):
+            study = optuna.create_study(storage=storage, study_name=name, directions=directions, sampler=sampler,
+                                        pruner=TargetRacePruner(n_startup_trials=5), load_if_exists=True)
+    except ValueError as exc:
+        raise UserError(f"--study {name}: {exc}") from None
+    if [d.name.lower() for d in study.directions] != directions:
+        raise UserError(f"study {name} was created with objective directions "
+                        f"{[d.name.lower() for d in study.directions]}, but this run asks for {directions}; "
+                        "use another --study name or the same --objective")
+    return study
+
+
+def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = None) -> TuneOutcome:
+    """Search (or re-use the cache) for the best policy of `request.job` in `request.space`."""
+    storage = open_storage(request.storage)
+    study = load_study(request, storage)
+    cache = read_cache(study) if not request.refresh else None
+    if cache is not None:
+        return TuneOutcome(study.study_name, request.storage, True, 0, cache, best_policies(study), study)
+    fail_dead_trials(study)
+    reference = bsp_reference(study, request)
+    before = counted_trials(study)
+    deadline = time.monotonic() + request.timeout if request.timeout else None
+    if request.sampler in SWITCH_POINT_SAMPLERS:
+        from autosync.search.switch_point import run_switch_point_search
+
+        run_switch_point_search(study, request, reference, deadline, on_trial)
+    else:
+        budget = before + request.n_trials if request.refresh else request.n_trials
+        if request.sampler == "grid":
+            budget = min(budget, request.space.size())
+        top_up(study, request.storage, budget, *_queued_first(study, request))
+        helpers = _start_helpers(request, study.study_name, deadline)
+        try:
+            run_trials(study, request, reference, deadline, on_trial)
+        finally:
+            for p in helpers:
+                p.join()
+    cache = write_cache(study, request.job, request.space, request.sampler, request.settings.tolerance, reference)
+    return TuneOutcome(study.study_name, request.storage, False, cache["trials"] - before, cache,
+                       best_policies(study), study)
+
+
+def _queued_first(study: "optuna.Study", request: TuneRequest) -> tuple[list[dict[str, Any]], bool]:
+    """What a search queues ahead of the sampler's choices, and whether only on a fresh study: the
+    cached best on --refresh (a warm start), else BSP and ASP or their equivalents in the space."""
+    old = study.user_attrs.get("cache")
+    if request.refresh and isinstance(old, dict) and isinstance(old.get("best_policy"), dict):
+        params = request.space.trial_params(old["best_policy"])
+        return ([params] if params is not None else []), False
+    policies = map(request.space.trial_params, baseline_policies(request.job))
+    return [p for p in policies if p is not None], True
+
+
+def bsp_reference(study: "optuna.Study", request: TuneRequest) -> dict[str, Any]:
+    """BSP's score on the job (R seeds), measured once per study: the constraint's reference."""
+    with storage_lock(request.storage, f"{study.study_name}/bsp"):  # processes starting together train it once
+        ref = study.user_attrs.get("bsp_reference")
+        if ref is None:
+            seeds = trial_seeds(request.job, request.settings.repeats)
+            try:
+                ref = evaluate(request.job, {"policy": "bsp", "params": {}}, seeds, request.settings.penalty)
+            except RunFailed as exc:
+                raise UserError(f"BSP itself fails on this job, so there is no reference to tune against: "
+                                f"{exc}") from None
+            study.set_user_attr("bsp_reference", ref)
+    return ref
+
+
+def run_trials(study: "optuna.Study", request: TuneRequest, reference: dict[str, Any],
+               deadline: float | None, on_trial: Callable[[int, int], None] | None = None) -> None:
+    """Run queued trials until none is queued or running in any process (or the deadline passes).
+
+    With nothing queued but trials running elsewhere, wait: a process that dies there has its trial
+    re-queued (`fail_dead_trials`), and this one runs it.
+    """
+    objective = Objective(request.job, request.space, request.settings, reference["final_metric"])
+    while True:
+        done = counted_trials(study)
+        if on_trial is not None:
+            on_trial(done, done + pending_trials(study))
+        if deadline is not None and time.monotonic() >= deadline:
+            return
+        fail_dead_trials(study)
+        if run_queued_trial(study, request.storage, objective, catch=(RunFailed,)):
+            continue
+        if not pending_trials(study):
+            return
+        time.sleep(POLL_SECONDS)
+
+
+def _helper(request: TuneRequest, name: str, deadline_in: float | None, verbosity: int) -> None:
+    """A second process working on the same study (`--n-jobs`), with the parent's Optuna log level."""
+    import optuna
+    import torch
+
+    torch.set_num_threads(1)
+    optuna.logging.set_verbosity(verbosity)
+    deadline = time.monotonic() + deadline_in if deadline_in is not None else None
+    sub = dataclasses.replace(request, study=name)
+    study = load_study(sub, open_storage(sub.storage))
+    run_trials(study, sub, study.user_attrs["bsp_reference"], deadline)
+
+
+def _start_helpers(request: TuneRequest, name: str, deadline: float | None) -> list[Any]:
+    if request.n_jobs <= 1:
+        return []
+    if request.storage.startswith("sqlite:///:memory:") or request.storage == "sqlite://":
+        raise UserError("--n-jobs > 1 needs a storage file or server that processes share, not an in-memory one")
+    import optuna
+    import torch
+
+    torch.set_num_threads(1)
+    ctx = mp.get_context("spawn")
+    remaining = deadline - time.monotonic() if deadline is not None else None
+    verbosity = optuna.logging.get_verbosity()
+    procs = [ctx.Process(target=_helper, args=(dataclasses.replace(request, seed=request.seed + 1000 * (i + 1)),
+                                                name, remaining, verbosity), daemon=True)
+             for i in range(request.n_jobs - 1)]
+    for p in procs:
+        p.start()
+    return procs
