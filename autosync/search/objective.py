@@ -171,12 +171,15 @@ class Objective:
     def _copy(self, twin: "optuna.trial.FrozenTrial", trial: "optuna.Trial") -> float | tuple[float, float]:
         """The twin's result, without training again: same policy and seeds give the same runs (TPE often
         proposes a point of a small discrete space again)."""
+        import optuna
+
+        failed = twin.state == optuna.trial.TrialState.FAIL
         for key, value in twin.user_attrs.items():
-            if key != RETRY_OF:
+            if key not in (RETRY_OF, KILLED) and (failed or key != "fail_reason"):
                 trial.set_user_attr(key, value)
         trial.set_user_attr("virtual_seconds", 0.0)
         trial.set_user_attr("same_as_trial", twin.number)
-        if "fail_reason" in twin.user_attrs:
+        if failed:
             raise RunFailed(twin.user_attrs["fail_reason"])
         trial.set_constraint(CONSTRAINT, constraint_of(twin))
         return tuple(twin.values) if self.settings.multi_objective else twin.values[0]

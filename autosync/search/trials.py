@@ -74,13 +74,15 @@ def run_queued_trial(study: "optuna.Study", url: str, objective: Callable[["optu
     """Run one queued trial of the budget in `study.optimize`; False (and nothing run) when none is queued.
 
     The storage lock is held from the check for a queued trial until the objective starts, so the
-    `ask` inside `optimize` pops that trial: no process ever creates a trial beyond the budget. A trial
+    `ask` inside `optimize` pops that trial: no process ever creates a trial beyond the budget. Dead
+    trials are failed (with their reason) and re-queued first, under the same lock. A trial
     failed meanwhile as dead (a heartbeat missed under heavy load) keeps that state: its re-run is queued.
     """
     import optuna
 
     with contextlib.ExitStack() as held:
         held.enter_context(storage_lock(url, study.study_name))
+        fail_dead_trials(study)  # before Optuna's own check in `optimize` fails them without a reason
         if not study.get_trials(deepcopy=False, states=_states("WAITING")):
             return False
 

@@ -168,12 +168,11 @@ def run_trials(study: "optuna.Study", request: TuneRequest, reference: dict[str,
             on_trial(done, done + pending_trials(study))
         if deadline is not None and time.monotonic() >= deadline:
             return
-        fail_dead_trials(study)
         if run_queued_trial(study, request.storage, objective, catch=(RunFailed,)):
             continue
         if not pending_trials(study):
             return
-        time.sleep(POLL_SECONDS)
+        time.sleep(POLL_SECONDS)  # run_queued_trial re-queues a trial whose process died meanwhile
 
 
 def _helper(request: TuneRequest, name: str, deadline_in: float | None, verbosity: int) -> None:
