@@ -6,6 +6,7 @@ counted twice, and every trial of a killed process failed with its reason and wa
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -15,9 +16,11 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.conftest import small_job
+from tests.postgres import postgres_server
 
 BUDGET = 12
 
@@ -31,20 +34,38 @@ def _job(tmp_path: Path) -> Path:
     return path
 
 
-def _start(job: Path, db: Path, n_jobs: int, tmp_path: Path, name: str) -> subprocess.Popen:
+def _start(job: Path, url: str, n_jobs: int, tmp_path: Path, name: str) -> subprocess.Popen:
     log = open(tmp_path / f"{name}.log", "a")
     env = {**os.environ, "AUTOSYNC_HEARTBEAT_SECONDS": "1"}
     cmd = [sys.executable, "-m", "autosync.cli", "tune", str(job), "--n-trials", str(BUDGET), "--tolerance", "0.5",
-           "--storage", f"sqlite:///{db}", "--n-jobs", str(n_jobs)]
+           "--storage", url, "--n-jobs", str(n_jobs)]
     return subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def _rows(db: Path, query: str) -> list[tuple]:
-    try:
-        with sqlite3.connect(db, timeout=30) as con:
+def _rows(url: str, query: str) -> list[tuple]:
+    """Rows of a query on the study storage, [] while its tables do not exist yet."""
+    if url.startswith("sqlite"):
+        try:
+            with sqlite3.connect(url[len("sqlite:///"):], timeout=30) as con:
+                return con.execute(query).fetchall()
+        except sqlite3.OperationalError:
+            return []
+    import psycopg
+
+    with psycopg.connect(url) as con:
+        try:
             return con.execute(query).fetchall()
-    except sqlite3.OperationalError:  # not created yet
-        return []
+        except psycopg.errors.UndefinedTable:
+            return []
+
+
+@contextlib.contextmanager
+def _storage(kind: str, tmp_path: Path):
+    if kind == "sqlite":
+        yield f"sqlite:///{tmp_path / 'shared.db'}"
+    else:
+        with postgres_server() as url:
+            yield url
 
 
 def _wait_for(condition, seconds: float) -> bool:
@@ -56,8 +77,14 @@ def _wait_for(condition, seconds: float) -> bool:
     return False
 
 
-def test_six_processes_killed_and_restarted_keep_the_budget_exact(tmp_path):
-    job, db = _job(tmp_path), tmp_path / "shared.db"
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_six_processes_killed_and_restarted_keep_the_budget_exact(tmp_path, kind):
+    with _storage(kind, tmp_path) as url:
+        _six_processes_killed_and_restarted(tmp_path, url)
+
+
+def _six_processes_killed_and_restarted(tmp_path: Path, db: str) -> None:
+    job = _job(tmp_path)
     plan = {"a": 2, "b": 2, "c": 1, "d": 1}  # two commands with --n-jobs 2 and two single ones: 6 processes
     procs = {name: _start(job, db, n, tmp_path, name) for name, n in plan.items()}
     running = "select count(*) from trials where state = 'RUNNING'"
@@ -109,3 +136,30 @@ def test_processes_opening_a_new_storage_together_create_its_schema_once(tmp_pat
     for p in procs:
         p.join(timeout=120)
     assert [p.exitcode for p in procs] == [0] * 6
+
+
+def test_readme_recipe_two_tunes_share_one_postgresql_study_and_no_output_shows_the_password(tmp_path):
+    from tests.postgres import PASSWORD
+
+    job = _job(tmp_path)
+    with postgres_server() as url:
+        # the README's recipe for several machines: the same command, with the same --storage, on each
+        cmd = [sys.executable, "-m", "autosync.cli", "tune", str(job), "--storage", url, "--n-trials", "6",
+               "--tolerance", "0.5"]
+        procs = [subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for _ in range(2)]
+        outputs = [p.communicate(timeout=240) for p in procs]
+        assert [p.returncode for p in procs] == [0, 0], outputs
+        states = [s for (s,) in _rows(url, "select state from trials")]
+        assert sorted(states) == ["COMPLETE"] * states.count("COMPLETE") + ["PRUNED"] * states.count("PRUNED")
+        assert len(states) == 6  # a global budget: 6 trials between the two processes, not 6 each
+        cached = _rows(url, "select value_json from study_user_attributes")
+        bad = url.replace(PASSWORD, PASSWORD + "-wrong")
+        failing = subprocess.run([*cmd[:6], bad, *cmd[7:]], cwd=tmp_path, capture_output=True, text=True,
+                                 timeout=120)
+    assert failing.returncode == 2 and "cannot open the study storage" in failing.stderr
+    assert "autosync:***@127.0.0.1" in failing.stderr and "Traceback" not in failing.stderr
+    written = [p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and p.suffix != ".log"]
+    texts = [o for pair in outputs for o in pair] + [failing.stdout, failing.stderr] + [str(cached)]
+    assert all(PASSWORD not in t for t in texts), "a storage password was printed"
+    assert all(PASSWORD.encode() not in b for b in written), "a storage password was written to a file"
