@@ -6,17 +6,37 @@ import inspect
 import json
 from typing import Any
 
+from autosync import policies as _policies
 from autosync.errors import UserError
-from autosync.policies import (
-    ASP, BSP, DANADC, DBW, LBBSP, DCASGD, LWP, NAGASGD, SSP, BackupWorkers, BlindDBW, DANASlim, DANAZero, MultiASGD,
-    Policy, StaticSplit, SyncSwitch,
-)
+from autosync.policies import Policy
 
-POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in (
-    BSP, ASP, SSP, BackupWorkers, DBW, BlindDBW,
-    NAGASGD, MultiASGD, LWP, DCASGD, DANAZero, DANASlim, DANADC, SyncSwitch,
-    LBBSP, StaticSplit,
-)}
+
+def _registry() -> dict[str, type[Policy]]:
+    """Every concrete policy the policies package exports in `__all__`, by its `name`: the one list."""
+    classes = (getattr(_policies, n) for n in _policies.__all__)
+    return {cls.name: cls for cls in classes
+            if isinstance(cls, type) and issubclass(cls, Policy) and getattr(cls, "name", None)}
+
+
+POLICIES: dict[str, type[Policy]] = _registry()
+
+
+def _spelling(text: str) -> str:
+    """Case, hyphens, underscores and spaces folded: 'DANA-Slim', 'dana_slim' and 'dana slim' are one."""
+    return "".join(ch for ch in text.lower() if ch not in "-_ ")
+
+
+_SPELLINGS: dict[str, str] = {**{_spelling(cls.paper_name): name for name, cls in POLICIES.items()},
+                              **{_spelling(name): name for name in POLICIES}}
+
+
+def policy_name(text: str, option: str = "--policy") -> str:
+    """The policy name `text` stands for, in any of the papers' spellings (B-DBW, LB-BSP, DANA-Slim...)."""
+    name = _SPELLINGS.get(_spelling(text))
+    if name is None:
+        raise UserError(f"{option} must be one of {sorted(POLICIES)} (or the papers' spellings, e.g. DANA-Slim, "
+                        f"B-DBW, LB-BSP, Sync-Switch), but got {text!r}")
+    return name
 
 
 def policy_parameters(cls: type[Policy]) -> dict[str, Any]:
@@ -39,9 +59,8 @@ def parse_param(text: str) -> tuple[str, Any]:
 
 def make_policy(name: str, params: dict[str, Any] | None = None) -> Policy:
     """Instantiate policy `name` with `params`, naming the policy and key in any error."""
-    cls = POLICIES.get(name)
-    if cls is None:
-        raise UserError(f"--policy must be one of {sorted(POLICIES)}, but got {name!r}")
+    name = policy_name(name)
+    cls = POLICIES[name]
     params = dict(params or {})
     known = policy_parameters(cls)
     for key in params:

@@ -48,14 +48,15 @@ def policies() -> None:
     """List every policy with its parameters and defaults."""
     from autosync.catalog import POLICIES, policy_parameters
 
-    table = Table(title="policies")
+    table = Table(title="policies (either name is accepted, in any case, with hyphens or underscores)")
     table.add_column("name")
+    table.add_column("papers' name")
     table.add_column("parameters (default)")
     table.add_column("what it does")
     for name, cls in POLICIES.items():
         params = ", ".join(f"{k}={'(required)' if v is inspect.Parameter.empty else v!r}"
                            for k, v in policy_parameters(cls).items()) or "-"
-        table.add_row(name, params, (cls.__doc__ or "").strip().splitlines()[0])
+        table.add_row(name, cls.paper_name, params, (cls.__doc__ or "").strip().splitlines()[0])
     console.print(table)
 
 
@@ -202,6 +203,7 @@ def _run_setup(job: Optional[Path], seed: Optional[int], policy: str, param: lis
         policy = pol.name
     else:
         pol = make_policy(policy, dict(parse_param(p) for p in param))
+        policy = pol.name  # the canonical name, whichever spelling was typed
     try:
         pol.bind(spec.cluster.n_workers, spec.workload.batch_size)
     except ValueError as exc:

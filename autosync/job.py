@@ -343,8 +343,11 @@ def load_job(path: str | Path | None = None, overrides: dict[str, Any] | None = 
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}: " if mark is not None else ""
         raise JobFileError(str(file), [f"{where}not valid YAML ({getattr(exc, 'problem', exc)})"]) from None
+    if data is None:  # empty or only comments: most likely saved by mistake, never "the default job"
+        raise JobFileError(str(file), ["the file is empty (or only comments); a job sets at least its name, "
+                                       "e.g. `name: my_job` to train the default workload"])
     if overrides:
-        data = dict(data or {})
+        data = dict(data)
         data.update(overrides)
     spec = job_from_dict(data, str(file))
     _check_files_exist(spec, file)

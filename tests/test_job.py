@@ -88,3 +88,23 @@ def test_job_loading_does_not_import_torch():
     code = ("import sys; from autosync.job import load_job; load_job(); import autosync.catalog; "
             "bad = [m for m in ('torch', 'optuna', 'cvxpy') if m in sys.modules]; print(bad); sys.exit(bool(bad))")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).returncode == 0
+
+
+@pytest.mark.parametrize("text", ["", "\n\n", "# just a comment\n# and another\n"])
+def test_an_empty_job_file_is_an_error_naming_it(tmp_path, text):
+    from tests.conftest import autosync, no_traceback
+
+    empty = tmp_path / "empty.yaml"
+    empty.write_text(text)
+    with pytest.raises(JobFileError, match="the file is empty"):
+        load_job(empty)
+    proc = autosync("validate", str(empty), cwd=tmp_path)
+    no_traceback(proc)
+    assert proc.returncode == 2 and f"{empty}: the file is empty" in proc.stderr
+
+
+def test_a_job_that_only_names_itself_is_the_default_workload(tmp_path):
+    named = tmp_path / "named.yaml"
+    named.write_text("name: mine\n")
+    spec = load_job(named)
+    assert spec.name == "mine" and spec.cluster.n_workers == job_from_dict({}, "x").cluster.n_workers

@@ -66,3 +66,69 @@ def test_every_arrival_is_logged_and_time_is_monotone(policy):
     used = sum(r[5] for r in result.trace.updates)
     accepted = sum(1 for a in result.trace.arrivals if a[5])
     assert used <= accepted
+
+
+# Every parameter of every policy: a valid value other than its default, and a value it must refuse.
+# A new policy's parameters go here (the test below fails until they do).
+PARAMETER_CASES: dict[str, dict[str, tuple[object, object]]] = {
+    "asp": {}, "bsp": {}, "dana_slim": {}, "dana_zero": {}, "multi_asgd": {}, "nag_asgd": {},
+    "backup": {"k": (2, 0), "lr_rule": ("proportional", "sometimes")},
+    "bdbw": {"lr_rule": ("proportional", "sometimes"), "solve_every": (3, 0)},
+    "dbw": {"window": (3, 0), "beta": (1.5, 0.5), "lr_rule": ("proportional", "sometimes"), "solve_every": (2, 0)},
+    "dana_dc": {"dc_lambda": (1.0, -1.0)},
+    "dc_asgd": {"dc_lambda": (1.0, -1.0)},
+    "lwp": {"horizon": (2.0, -1.0)},
+    "ssp": {"staleness": (1, -1)},
+    "split": {"fractions": ([0.4, 0.3, 0.2, 0.1], [0.5, 0.5, 0.5, -0.5])},
+    "lbbsp": {"mode": ("cpu", "tpu"), "delta": (3, 0), "window": (3, 0), "fine_delta": (2, 0), "fine_window": (10, 0),
+              "memory_threshold": (0.9, 1.5), "predictor": ("ema", "oracle"), "warmup": (10, 1),
+              "ema_alpha": (0.5, 0.0), "hidden": (4, 0)},
+    "sync_switch": {"switch_at": (0.5, 1.5), "order": ("asp_bsp", "random"), "config": ("none", "all"),
+                    "asp_momentum": ("zero", "more"), "switch_seconds": (1.0, -1.0),
+                    "stragglers": ("greedy", "ignore"), "window_seconds": (2.0, 0.0), "consecutive": (3, 0)},
+}
+# Policies no shipped search space offers, and why.
+NOT_SEARCHED = {name: "a baseline the DANA paper compares against; DANA-Slim and DANA-DC dominate it there"
+                for name in ("dana_zero", "nag_asgd", "multi_asgd", "dc_asgd", "lwp")}
+
+
+def test_the_parameter_table_covers_every_parameter_of_every_policy():
+    from autosync.catalog import policy_parameters
+
+    assert sorted(PARAMETER_CASES) == sorted(POLICIES)
+    for name, cls in POLICIES.items():
+        assert sorted(PARAMETER_CASES[name]) == sorted(policy_parameters(cls)), name
+
+
+@pytest.mark.parametrize("name,param", [(n, p) for n, cases in sorted(PARAMETER_CASES.items()) for p in cases])
+def test_every_parameter_round_trips_and_bad_values_are_refused(name, param):
+    good, bad = PARAMETER_CASES[name][param]
+    base = CONTRACT_PARAMS.get(name, {})
+    policy = make_policy(name, {**base, param: good})
+    policy.bind(4, 8)
+    assert policy.params()[param] == good
+    again = policy_from_dict(json.loads(policy.to_json()))
+    assert again == policy and again.params()[param] == good
+    with pytest.raises(ValueError, match=param):  # UserError is a ValueError: one line naming the parameter
+        make_policy(name, {**base, param: bad}).bind(4, 8)
+    with pytest.raises(ValueError, match=param):  # a value of the wrong type
+        make_policy(name, {**base, param: {"not": "a value"}}).bind(4, 8)
+
+
+def test_every_policy_is_in_a_search_space_or_exempt_with_a_reason():
+    import yaml
+
+    from autosync.search.space import SPACE_DIR
+
+    searched = set()
+    for path in SPACE_DIR.glob("*.yaml"):
+        searched |= set(yaml.safe_load(path.read_text())["policies"])
+    for name in POLICIES:
+        assert (name in searched) != (name in NOT_SEARCHED), f"{name}: searched by a space, or exempt, not both"
+
+
+@pytest.mark.parametrize("spelling,name", [("DANA-Slim", "dana_slim"), ("dana-slim", "dana_slim"), ("B-DBW", "bdbw"),
+                                           ("LB-BSP", "lbbsp"), ("Sync-Switch", "sync_switch"), ("nag-asgd", "nag_asgd"),
+                                           ("BSP", "bsp")])
+def test_the_papers_spellings_name_the_policy(spelling, name):
+    assert make_policy(spelling).name == name

@@ -238,6 +238,8 @@ class Policy(ABC):
 
     #: Name used on the command line and in results.
     name: ClassVar[str]
+    #: The papers' spelling (DANA-Slim, B-DBW, LB-BSP); accepted wherever a name is, shown by `autosync policies`.
+    paper_name: ClassVar[str]
     #: Parameters every label shows, even at their default (labels otherwise show only the changed ones).
     label_params: ClassVar[tuple[str, ...]] = ()
 

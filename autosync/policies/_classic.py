@@ -10,6 +10,7 @@ class BSP(Policy):
     """Bulk synchronous parallel: every iteration waits for all n gradients."""
 
     name = "bsp"
+    paper_name = "BSP"
 
     def strategies(self, n_workers: int, batch_size: int) -> Strategies:
         return Strategies(barrier=FastestK(k=None))
@@ -19,6 +20,7 @@ class ASP(Policy):
     """Asynchronous parallel: every gradient is applied on arrival, whatever its staleness."""
 
     name = "asp"
+    paper_name = "ASP"
 
     def strategies(self, n_workers: int, batch_size: int) -> Strategies:
         return Strategies(barrier=OnArrival())
@@ -28,6 +30,7 @@ class SSP(Policy):
     """Stale synchronous parallel with staleness bound s (s = 0 keeps workers in lock step)."""
 
     name = "ssp"
+    paper_name = "SSP"
 
     def __init__(self, staleness: int = 3) -> None:
         self.staleness = staleness
@@ -45,6 +48,7 @@ class BackupWorkers(Policy):
     """
 
     name = "backup"
+    paper_name = "Backup-Workers"
     label_params = ("k",)  # 'backup(lr_rule=proportional)' would hide which k it is
 
     def __init__(self, k: int = 12, lr_rule: str = "fixed") -> None:

@@ -106,6 +106,10 @@ class LinearWeightPrediction(AsyncMomentumRule):
     def __init__(self, horizon: float | None = None):
         self.horizon = horizon
 
+    def reset(self, n_workers: int, batch_size: int) -> None:
+        if self.horizon is not None and not _non_negative_number(self.horizon):
+            raise ValueError(f"horizon must be None (the mean lag) or a number >= 0, but got horizon={self.horizon!r}")
+
     def step(self, params, state, g, lr, worker, sent):
         v = self._shared_momentum(state, g)
         state["lag_sum"] = state.get("lag_sum", 0.0) + self._lag
@@ -133,6 +137,10 @@ class PerWorkerMomentum(AsyncMomentumRule):
     def __init__(self, look_ahead: bool = False, dc_lambda: float = 0.0):
         self.look_ahead = look_ahead
         self.dc_lambda = dc_lambda
+
+    def reset(self, n_workers: int, batch_size: int) -> None:
+        if not _non_negative_number(self.dc_lambda):
+            raise ValueError(f"dc_lambda must be a number >= 0, but got dc_lambda={self.dc_lambda!r}")
 
     def step(self, params, state, g, lr, worker, sent):
         if self.dc_lambda:
@@ -179,6 +187,7 @@ class NAGASGD(_AsyncPolicy):
     """NAG-ASGD: asynchronous SGD with one shared Nesterov momentum (DANA paper, Algorithm 8)."""
 
     name = "nag_asgd"
+    paper_name = "NAG-ASGD"
 
     def rule(self) -> UpdateRule:
         return NesterovShared()
@@ -188,6 +197,7 @@ class MultiASGD(_AsyncPolicy):
     """Multi-ASGD: asynchronous SGD with one momentum vector per worker (DANA paper, Algorithm 9)."""
 
     name = "multi_asgd"
+    paper_name = "Multi-ASGD"
 
     def rule(self) -> UpdateRule:
         return PerWorkerMomentum()
@@ -197,6 +207,7 @@ class LWP(_AsyncPolicy):
     """LWP: workers compute on the linearly predicted future parameters (DANA paper, Algorithm 3, eq. 9)."""
 
     name = "lwp"
+    paper_name = "LWP"
 
     def __init__(self, horizon: float | None = None) -> None:
         self.horizon = horizon
@@ -209,6 +220,7 @@ class DCASGD(_AsyncPolicy):
     """DC-ASGD: delay-compensated asynchronous SGD (DANA paper, Algorithm 10, eq. 17)."""
 
     name = "dc_asgd"
+    paper_name = "DC-ASGD"
 
     def __init__(self, dc_lambda: float = 2.0) -> None:
         self.dc_lambda = dc_lambda
@@ -221,6 +233,7 @@ class DANAZero(_AsyncPolicy):
     """DANA-Zero: per-worker momentum, workers get the look-ahead of eq. (11) (DANA paper, Algorithm 4)."""
 
     name = "dana_zero"
+    paper_name = "DANA-Zero"
 
     def rule(self) -> UpdateRule:
         return PerWorkerMomentum(look_ahead=True)
@@ -230,6 +243,7 @@ class DANASlim(_AsyncPolicy):
     """DANA-Slim: DANA-Zero's look-ahead with worker-side momentum, plain ASGD master (Algorithm 6)."""
 
     name = "dana_slim"
+    paper_name = "DANA-Slim"
 
     def rule(self) -> UpdateRule:
         return WorkerSideMomentum()
@@ -239,6 +253,11 @@ class DANADC(DCASGD):
     """DANA-DC: DANA-Zero's look-ahead plus DC-ASGD's delay compensation (DANA paper, Algorithm 7)."""
 
     name = "dana_dc"
+    paper_name = "DANA-DC"
 
     def rule(self) -> UpdateRule:
         return PerWorkerMomentum(look_ahead=True, dc_lambda=self.dc_lambda)
+
+
+def _non_negative_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0

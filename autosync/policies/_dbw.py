@@ -119,6 +119,7 @@ class DBW(Policy):
     """
 
     name = "dbw"
+    paper_name = "DBW"
 
     def __init__(self, window: int = 5, beta: float = 1.01, lr_rule: str = "fixed",
                  solve_every: int = 10) -> None:
@@ -136,6 +137,7 @@ class BlindDBW(Policy):
     """B-DBW: k_t maximises k / T_k, blind to the state of training (DBW paper sec. 4, after [44])."""
 
     name = "bdbw"
+    paper_name = "B-DBW"
 
     def __init__(self, lr_rule: str = "fixed", solve_every: int = 10) -> None:
         self.lr_rule = lr_rule

@@ -69,12 +69,16 @@ class IterativeBalancer(Batching):
         self.fine_window = fine_window
         self.memory_threshold = memory_threshold
 
-    def reset(self, n_workers: int, batch_size: int) -> None:
+    def validate(self) -> None:
+        """Raise ValueError naming the first parameter out of its range."""
         for key in ("delta", "window", "fine_delta", "fine_window"):
             if getattr(self, key) < 1:
                 raise ValueError(f"{key} must be >= 1, but got {key}={getattr(self, key)}")
         if not 0 < self.memory_threshold <= 1:
             raise ValueError(f"memory_threshold must be in (0, 1], but got {self.memory_threshold}")
+
+    def reset(self, n_workers: int, batch_size: int) -> None:
+        self.validate()
         self.n = n_workers
         self.sizes = [batch_size] * n_workers
         self.history: list[list[float]] = []
@@ -139,11 +143,19 @@ class ProportionalBalancer(Batching):
         self.ema_alpha = ema_alpha
         self.hidden = hidden
 
-    def reset(self, n_workers: int, batch_size: int) -> None:
+    def validate(self) -> None:
+        """Raise ValueError naming the first parameter out of its range."""
         if self.predictor not in PREDICTORS:
             raise ValueError(f"predictor must be one of {list(PREDICTORS)}, but got predictor={self.predictor!r}")
         if self.warmup < 3:
             raise ValueError(f"warmup must be >= 3, but got warmup={self.warmup}")
+        if not 0 < self.ema_alpha <= 1:
+            raise ValueError(f"ema_alpha must be in (0, 1], but got ema_alpha={self.ema_alpha}")
+        if self.hidden < 1:
+            raise ValueError(f"hidden must be >= 1, but got hidden={self.hidden}")
+
+    def reset(self, n_workers: int, batch_size: int) -> None:
+        self.validate()
         self.n = n_workers
         self.total = n_workers * batch_size
         self.sizes = [batch_size] * n_workers
@@ -207,6 +219,7 @@ class LBBSP(Policy):
     """
 
     name = "lbbsp"
+    paper_name = "LB-BSP"
 
     def __init__(self, mode: str = "gpu", delta: int = 5, window: int = 5, fine_delta: int = 1,
                  fine_window: int = 20, memory_threshold: float = 0.95, predictor: str = "narx",
@@ -225,11 +238,12 @@ class LBBSP(Policy):
     def strategies(self, n_workers: int, batch_size: int) -> Strategies:
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {list(MODES)}, but got mode={self.mode!r}")
-        if self.mode == "gpu":
-            batching: Batching = IterativeBalancer(self.delta, self.window, self.fine_delta, self.fine_window,
-                                                   self.memory_threshold)
-        else:
-            batching = ProportionalBalancer(self.predictor, self.warmup, self.ema_alpha, self.hidden)
+        iterative = IterativeBalancer(self.delta, self.window, self.fine_delta, self.fine_window,
+                                      self.memory_threshold)
+        proportional = ProportionalBalancer(self.predictor, self.warmup, self.ema_alpha, self.hidden)
+        for balancer in (iterative, proportional):  # a bad parameter of the other mode is refused too
+            balancer.validate()
+        batching: Batching = iterative if self.mode == "gpu" else proportional
         return Strategies(barrier=FastestK(k=None), aggregation=BatchWeighted(), batching=batching)
 
 
@@ -260,6 +274,7 @@ class StaticSplit(Policy):
     """
 
     name = "split"
+    paper_name = "Static-Split"
 
     def __init__(self, fractions: list[float] | None = None) -> None:
         self.fractions = fractions

@@ -181,6 +181,7 @@ class SyncSwitch(Policy):
     """
 
     name = "sync_switch"
+    paper_name = "Sync-Switch"
 
     def __init__(self, switch_at: float = 0.25, order: str = "bsp_asp", config: str = "sync_switch",
                  asp_momentum: str = "same", switch_seconds: float = 0.0, stragglers: str = "agnostic",
