@@ -219,8 +219,8 @@ def rerun(
 ) -> None:
     """Replay a logged run exactly from its arrival log, in this process, and compare the final parameters."""
     from autosync.engine.backends import check_device
-    from autosync.engine.rerun import LoggedRun
-    from autosync.engine.rerun import rerun as replay_run
+    from autosync.rerun import LoggedRun
+    from autosync.rerun import rerun as replay_run
 
     check_device(device)
     logged = LoggedRun.load(run_dir)
@@ -492,8 +492,7 @@ def cache_list(storage: Optional[str] = STORAGE_OPT) -> None:
 @cache_app.command("show")
 def cache_show(job: Optional[Path] = JOB_ARG, storage: Optional[str] = STORAGE_OPT) -> None:
     """The cached studies of one job with their provenance and amortization report."""
-    import json
-
+    from autosync import strict_json
     from autosync.job import load_job
     from autosync.search.cache import cached_studies
     from autosync.search.storage import DEFAULT_STORAGE, redact_url
@@ -507,7 +506,7 @@ def cache_show(job: Optional[Path] = JOB_ARG, storage: Optional[str] = STORAGE_O
         return
     for s in studies:
         console.print(f"[bold]{s['study']}[/bold] ({s['trials']} trials)")
-        console.print(json.dumps(s["cache"], indent=2) if s["cache"] is not None else "  not finished yet")
+        console.print(strict_json.dumps(s["cache"], indent=2) if s["cache"] is not None else "  not finished yet")
 
 
 @cache_app.command("clear")

@@ -19,26 +19,7 @@ from autosync.job import (
     ClusterSpec, DeterministicRTT, GammaRTT, GPUCompute, LinearCompute, ParetoRTT,
     ShiftedExponentialRTT, TraceRTT, UniformRTT,
 )
-
-# Independent random streams; a draw is keyed by (seed, stream, worker, task).
-STREAM_ROUND_TRIP = 1
-STREAM_BATCH = 2
-STREAM_WORKER_CONSTANT = 3
-STREAM_RESOURCES = 4
-STREAM_JOB_CONSTANT = 5
-
-
-def rng_for(seed: int, stream: int, worker: int = 0, task: int = 0) -> np.random.Generator:
-    """A generator that depends only on (seed, stream, worker, task)."""
-    return np.random.Generator(np.random.Philox(key=_philox_key(seed, stream, worker, task)))
-
-
-def _philox_key(seed: int, stream: int, worker: int, task: int) -> int:
-    # Two 64-bit words: (seed, stream) and (worker, task), each packed 32+32 bits.
-    hi = ((seed & 0xFFFFFFFF) << 32) | (stream & 0xFFFFFFFF)
-    lo = ((worker & 0xFFFFFFFF) << 32) | (task & 0xFFFFFFFF)
-    return (hi << 64) | lo
-
+from autosync.rng import STREAM_JOB_CONSTANT, STREAM_RESOURCES, STREAM_ROUND_TRIP, STREAM_WORKER_CONSTANT, rng_for
 
 class RoundTripModel:
     """Round-trip times of every worker for one cluster spec and seed."""

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from autosync import strict_json
 
 if TYPE_CHECKING:
     from autosync.engine import RunResult
@@ -23,7 +24,7 @@ def write_run(result: "RunResult", directory: Path, job_dump: dict[str, Any],
 
     paths = result.trace.write(directory)
     summary = directory / "summary.json"
-    summary.write_text(json.dumps({**result.summary(), "execution": execution or {"backend": "simulator"},
+    summary.write_text(strict_json.dumps({**result.summary(), "execution": execution or {"backend": "simulator"},
                                    "job_spec": job_dump}, indent=2, default=float))
     params = directory / PARAMS_FILE
     torch.save(result.final_params.detach().cpu(), params)
@@ -125,7 +126,7 @@ def write_leaderboard(rows: list[dict[str, Any]], entries: list[Any], job_dump: 
             writer.writerow([r.get(k) for k, _, _ in LEADERBOARD_COLUMNS])
     runs = {e.label: [{k: v for k, v in run.items() if k not in ("curve", "k")} for run in e.runs]
             for e in entries}
-    paths[2].write_text(json.dumps({"command": command, "job": job_dump, "rows": rows, "runs": runs},
+    paths[2].write_text(strict_json.dumps({"command": command, "job": job_dump, "rows": rows, "runs": runs},
                                    indent=2, default=_json_number))
     paths += _plot_leaderboard(entries, directory)
     return paths

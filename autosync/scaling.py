@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from autosync import strict_json
 from autosync.errors import UserError
 
 LEADERBOARD_JSON = "leaderboard.json"
@@ -146,7 +147,7 @@ def write(scaling: Scaling, directory: Path, command: str) -> list[Path]:
     directory.mkdir(parents=True, exist_ok=True)
     md, js = directory / "scaling.md", directory / "scaling.json"
     md.write_text(markdown(scaling, command))
-    js.write_text(json.dumps({
+    js.write_text(strict_json.dumps({
         "command": command, "metric": scaling.metric,
         "sources": [{"n_workers": n, "folder": f, "command": c} for n, f, c in sorted(scaling.sources)],
         "policies": {policy: [{"n_workers": p.n_workers, "mean": p.mean, "std": p.std, "values": p.values}

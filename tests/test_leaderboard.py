@@ -72,7 +72,7 @@ def test_leaderboard_command_writes_tables_and_plots(tmp_path):
 
 def test_early_and_late_mean_k_average_the_gradients_per_update_of_each_half():
     from autosync.engine.trace import Trace
-    from autosync.metrics import run_metrics
+    from autosync.engine.metrics import run_metrics
 
     trace = Trace()
     for t, k in [(0.0, 16), (2.0, 16), (4.9, 13), (5.0, 8), (7.0, 9), (9.5, 7)]:
@@ -89,3 +89,19 @@ def test_labels_show_changed_parameters_and_always_backups_k():
     assert label_of(parse_policy_spec("backup:lr_rule=proportional", 16)) == "backup(k=12,lr_rule=proportional)"
     assert label_of(parse_policy_spec("dbw", 16)) == "dbw"
     assert label_of(parse_policy_spec("ssp:staleness=2", 4)) == "ssp(staleness=2)"
+
+
+def test_json_is_strict_everywhere_autosync_writes_it():
+    import json
+    import math
+    from pathlib import Path
+
+    from autosync import strict_json
+
+    def refuse(constant: str) -> None:
+        raise ValueError(f"non-standard JSON constant {constant}")
+
+    assert json.loads(strict_json.dumps({"a": [math.inf, -math.inf, math.nan, 1.5]}), parse_constant=refuse) == \
+        {"a": [None, None, None, 1.5]}
+    for path in (Path(__file__).resolve().parents[1] / "results").rglob("*.json"):
+        json.loads(path.read_text(), parse_constant=refuse)  # committed results too

@@ -15,7 +15,7 @@ import torch
 
 from autosync.catalog import make_policy
 from autosync.engine.drivers import PerWorkerDriver, ProcessDriver
-from autosync.engine.drivers.processes import WorkerProcessError
+from autosync.engine.drivers.remote import WorkerProcessError
 from autosync.engine.simulator import Simulator
 from autosync.workloads.workload import Workload
 from tests.conftest import autosync, no_traceback, small_job

@@ -87,9 +87,21 @@ def _six_processes_killed_and_restarted(tmp_path: Path, db: str) -> None:
     job = _job(tmp_path)
     plan = {"a": 2, "b": 2, "c": 1, "d": 1}  # two commands with --n-jobs 2 and two single ones: 6 processes
     procs = {name: _start(job, db, n, tmp_path, name) for name, n in plan.items()}
-    running = "select count(*) from trials where state = 'RUNNING'"
-    assert _wait_for(lambda: (_rows(db, running) or [(0,)])[0][0] >= 2, 90), "no trial started"
-    for name in ("a", "c"):  # a whole tune (its helper too) and a single one, each mid-trial
+    running = ("select a.value_json from trials t join trial_user_attributes a on a.trial_id = t.trial_id "
+               "where t.state = 'RUNNING' and a.key = 'process'")
+
+    def busy_groups() -> set[int]:  # process groups (one per tune command) with a trial running now
+        groups = set()
+        for (process,) in _rows(db, running):
+            try:
+                groups.add(os.getpgid(int(json.loads(process).rsplit(":", 1)[1])))
+            except ProcessLookupError:
+                pass
+        return groups
+
+    victims = {procs["a"].pid, procs["c"].pid}  # a whole tune (its helper too) and a single one
+    assert _wait_for(lambda: victims <= busy_groups(), 120), "the tunes to kill never ran a trial"
+    for name in ("a", "c"):  # each mid-trial
         os.killpg(procs[name].pid, signal.SIGKILL)
         procs[name].wait()
     for name in ("a", "c"):

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from autosync.errors import UserError
+
+if TYPE_CHECKING:
+    from autosync.engine.clock import Clock
+    from autosync.engine.drivers import Driver
 
 BACKENDS = ("simulator", "processes", "distributed")
 CLOCKS = ("virtual", "real")
@@ -70,7 +74,7 @@ def check_device(device: str) -> None:
         raise UserError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA GPU(s)")
 
 
-def build(choice: BackendChoice, job: Any, workload: Any) -> tuple[Any, Any]:
+def build(choice: BackendChoice, job: Any, workload: Any) -> tuple["Driver | None", "Clock | None"]:
     """The (driver, clock) of a run; (None, None) means the engine's defaults (in-process, virtual)."""
     choice.check()
     if choice.backend == "simulator":

@@ -14,10 +14,39 @@ from __future__ import annotations
 import heapq
 import math
 from contextlib import nullcontext
-from typing import ContextManager, Sequence
+from typing import ContextManager, Protocol, Sequence
 
 from autosync.errors import UserError
 from autosync.policies import Task
+
+
+class Clock(Protocol):
+    """Orders gradient arrivals: the engine dispatches tasks and pops arrivals, never knowing whose time it is.
+
+    Implemented by `VirtualClock` (simulated round trips), `ReplayClock` (a logged run's order) and
+    `autosync.engine.realtime.RealTimeClock` (the order answers really come in).
+    """
+
+    def dispatch(self, tasks: Sequence[tuple[Task, float]]) -> None:
+        """Tasks start now (at `task.start`), each with the round trip its worker drew."""
+
+    def pop(self) -> tuple[float, int, int]:
+        """The next arrival: (time, worker, task index)."""
+
+    def peek_time(self) -> float:
+        """The time of the next arrival."""
+
+    def delay_all(self, seconds: float) -> None:
+        """Postpone every pending arrival (a pause of the whole cluster)."""
+
+    def check_decision(self, accepted: bool) -> None:
+        """Told the server's decision on the arrival just popped (a replay checks it)."""
+
+    def off_the_clock(self) -> ContextManager[None]:
+        """A block of the server's own work, which a virtual clock does not count."""
+
+    def __len__(self) -> int:
+        """Arrivals pending."""
 
 
 class VirtualClock:

@@ -20,7 +20,7 @@ import time
 from contextlib import contextmanager
 from typing import Iterator, Sequence
 
-from autosync.engine.drivers.processes import Answer, RemoteDriver
+from autosync.engine.drivers.remote import Answer, RemoteDriver
 from autosync.policies import Task
 
 

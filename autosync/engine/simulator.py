@@ -12,17 +12,17 @@ from __future__ import annotations
 import math
 import time as wallclock
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import torch
 
 from autosync.cluster import RoundTripModel
-from autosync.engine.clock import VirtualClock
-from autosync.engine.drivers import InProcessDriver
+from autosync.engine.clock import Clock, VirtualClock
+from autosync.engine.drivers import Driver, FusingDriver, InProcessDriver
 from autosync.engine.server import Server, Start, Update
 from autosync.engine.trace import Trace
 from autosync.job import JobSpec
-from autosync.metrics import run_metrics
+from autosync.engine.metrics import run_metrics
 from autosync.policies import Arrival, Policy, Progress, Strategies, Task, UpdateStats
 from autosync.workloads.workload import Workload
 
@@ -53,7 +53,7 @@ class Simulator:
     """Runs one policy on one job: the virtual clock and the in-process driver unless given others."""
 
     def __init__(self, job: JobSpec, policy: Policy, workload: Workload | None = None,
-                 progress: ProgressFn | None = None, driver: Any = None, clock: Any = None):
+                 progress: ProgressFn | None = None, driver: Driver | None = None, clock: Clock | None = None):
         self.job = job
         self.policy = policy
         self.workload = workload if workload is not None else Workload(job)
@@ -63,8 +63,8 @@ class Simulator:
         self.cluster = RoundTripModel(job.cluster, job.seed)
         self.server = Server(self.strategies, n, memory_caps=[self.cluster.memory_cap(w) for w in range(n)],
                              resources=self.cluster.resources)
-        self.driver = driver if driver is not None else InProcessDriver(self.workload, job.seed)
-        self.clock = clock if clock is not None else VirtualClock()
+        self.driver: Driver = driver if driver is not None else InProcessDriver(self.workload, job.seed)
+        self.clock: Clock = clock if clock is not None else VirtualClock()
         self.trace = Trace()
         self.inflight: dict[int, Task] = {}
         self.task_counter = [0] * n
@@ -178,7 +178,7 @@ class Simulator:
         same_params = all(t.params is tasks[0].params for t in tasks)
         if self.driver.fuses_workers and not strategies.needs_worker_gradients and len(pending) == len(tasks) \
                 and same_params and not strategies.barrier.always_applies:
-            aggregate, losses = self.driver.aggregate(tasks, weights)
+            aggregate, losses = cast(FusingDriver, self.driver).aggregate(tasks, weights)
             return aggregate, None, losses
         if pending:
             if strategies.barrier.always_applies:  # every in-flight gradient will be used: batch them now
@@ -234,7 +234,8 @@ class Simulator:
 
 
 def simulate(job: JobSpec, policy: Policy, workload: Workload | None = None,
-             progress: ProgressFn | None = None, driver: Any = None, clock: Any = None) -> RunResult:
+             progress: ProgressFn | None = None, driver: Driver | None = None, clock: Clock | None = None,
+             ) -> RunResult:
     """Run `policy` on `job` and return the result.
 
     `driver` computes the gradients (default: the fused in-process driver); it is closed at the end,

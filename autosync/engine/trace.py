@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import csv
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from autosync import strict_json
 
 UPDATE_COLUMNS = ("update", "time", "wall", "version", "k", "n_aggregated", "workers", "staleness",
                   "batch_sizes", "loss", "lr", "epoch")
@@ -39,7 +40,7 @@ class Trace:
         """Write trace.json and one CSV per table into `directory`; returns the paths."""
         directory.mkdir(parents=True, exist_ok=True)
         paths = [directory / "trace.json"]
-        paths[0].write_text(json.dumps(self.to_dict(), default=_jsonable))
+        paths[0].write_text(strict_json.dumps(self.to_dict(), default=_jsonable))
         for name, columns in _COLUMNS.items():
             path = directory / f"{name}.csv"
             with path.open("w", newline="") as fh:

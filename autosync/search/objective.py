@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 CONSTRAINT = "final_metric_vs_bsp"  # name of the Optuna constraint (<= 0: feasible)
 KILLED = "process_lost"  # user attribute of a trial failed because its process died: no result of its own
 RETRY_OF = "retry_of"  # user attribute of a re-queued trial: the number of the killed trial it re-runs
+PROCESS = "process"  # user attribute: host:pid of the process that ran the trial
 
 
 class RunFailed(Exception):
@@ -94,6 +95,20 @@ def _step_reporter(report: Callable[[dict[str, Any], int], None],
     return progress
 
 
+class TimeToTargetBound:
+    """A lower bound on a run's time-to-target, updated at each of its evaluations."""
+
+    def __init__(self, job: JobSpec):
+        self.target = job.target
+        self.reached_at: float | None = None
+
+    def update(self, info: dict[str, Any]) -> float:
+        """Read one evaluation record (virtual `time` and the metrics); returns the bound."""
+        if self.reached_at is None and self.target.reached(info.get(self.target.metric)):
+            self.reached_at = float(info["time"])
+        return self.reached_at if self.reached_at is not None else float(info["time"])
+
+
 def constraint(job: JobSpec, final_metric: float, reference: float, tolerance: float) -> float:
     """<= 0 when `final_metric` is within `tolerance` of BSP's `reference` (accuracy up, losses down)."""
     if job.target.metric == "test_accuracy":
@@ -120,8 +135,6 @@ class Objective:
 
     def __call__(self, trial: "optuna.Trial") -> float | tuple[float, float]:
         import optuna
-
-        from autosync.search.pruning import TimeToTargetBound
 
         policy = self.space.suggest(trial)
         trial.set_user_attr("policy", policy)
@@ -175,7 +188,7 @@ class Objective:
 
         failed = twin.state == optuna.trial.TrialState.FAIL
         for key, value in twin.user_attrs.items():
-            if key not in (RETRY_OF, KILLED) and (failed or key != "fail_reason"):
+            if key not in (RETRY_OF, KILLED, PROCESS) and (failed or key != "fail_reason"):
                 trial.set_user_attr(key, value)
         trial.set_user_attr("virtual_seconds", 0.0)
         trial.set_user_attr("same_as_trial", twin.number)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from autosync import strict_json
 from autosync.search.replay import SimulationSummary, SwitchLogs
 
 # Sync-Switch's Table II for setup 1 (binary search, 1000 simulated searches): (cost in BSP trainings, success).
@@ -52,7 +52,7 @@ def write_replay_table(logs: SwitchLogs, optimum: float, rows: list[SimulationSu
     ]
     paths = [out / "table.md", out / "table.json"]
     paths[0].write_text("\n".join(md))
-    paths[1].write_text(json.dumps({"command": command, "optimum": optimum, "threshold": threshold,
+    paths[1].write_text(strict_json.dumps({"command": command, "optimum": optimum, "threshold": threshold,
                                     "bsp_seconds": logs.bsp_seconds, "target_accuracy": logs.target_accuracy,
                                     "skipped": logs.skipped, "rows": [r.as_dict() for r in rows]}, indent=2))
     return paths

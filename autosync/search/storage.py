@@ -1,26 +1,21 @@
-"""The study storage: opening it (schema created once however many processes start together), a lock
-shared by every process on one storage, and URLs printed without their password.
+"""The study storage: opening it (its schema created once however many processes start together), and
+URLs printed without their password.
 
 Storage is an SQLite file by default, or any SQLAlchemy URL (PostgreSQL) that several processes or
-machines share. `storage_lock` serialises the few steps that must not interleave across processes:
-creating the schema, topping up a study's trial budget, and claiming a trial of that budget. On SQLite it
-is an exclusive `flock` on a file beside the database (every process on this machine); on PostgreSQL a
-session-level advisory lock (every process on every machine); other URLs have no cross-process lock.
+machines share. Opening it holds the storage lock (`autosync.search.locking`) while Optuna creates the
+schema; where no lock reaches the other processes, a lost race is retried.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import os
 import re
-import threading
 import time
 import warnings
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING
 
 from autosync.errors import UserError
+from autosync.search.locking import sqlite_path, storage_lock
 
 if TYPE_CHECKING:
     import optuna
@@ -43,62 +38,6 @@ def redact(text: str, url: str) -> str:
     if match and match["password"]:
         text = text.replace(match["password"], "***")
     return text
-
-
-def sqlite_path(url: str) -> Path | None:
-    """The database file of an SQLite URL (None for in-memory databases and other back ends)."""
-    if not url.startswith("sqlite"):
-        return None
-    rest = url.split("://", 1)[1] if "://" in url else ""
-    path = rest.split("@", 1)[1] if "@" in rest.split("/", 1)[0] else rest  # sqlite://user:pw@/file
-    path = path[1:] if path.startswith("/") else path
-    path = path.split("?", 1)[0]
-    return None if path in ("", ":memory:") else Path(path)
-
-
-_LOCAL_LOCKS: dict[str, threading.Lock] = {}
-
-
-@contextlib.contextmanager
-def storage_lock(url: str, name: str = "schema") -> Iterator[None]:
-    """Hold an exclusive lock named `name` on the storage at `url` across processes (see the module doc)."""
-    path = sqlite_path(url)
-    if path is not None:
-        import fcntl
-
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(f"{path}.lock", "a+") as handle:  # one lock file per database; names share it
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
-        return
-    if url.startswith("postgresql"):
-        with _postgres_advisory_lock(url, name):
-            yield
-        return
-    with _LOCAL_LOCKS.setdefault(f"{url}#{name}", threading.Lock()):  # in-memory: this process only
-        yield
-
-
-_ENGINES: dict[str, Any] = {}
-
-
-@contextlib.contextmanager
-def _postgres_advisory_lock(url: str, name: str) -> Iterator[None]:
-    import sqlalchemy
-
-    engine = _ENGINES.get(url)
-    if engine is None:
-        engine = _ENGINES[url] = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
-    key = int.from_bytes(hashlib.sha256(f"autosync:{name}".encode()).digest()[:8], "big", signed=True)
-    with engine.connect() as conn:
-        conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:k)"), {"k": key})
-        try:
-            yield
-        finally:
-            conn.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:k)"), {"k": key})
 
 
 def open_storage(url: str) -> "optuna.storages.RDBStorage":

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import socket
 import warnings
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from autosync.search import _optuna_internals as internals
-from autosync.search.objective import KILLED, RETRY_OF, constraint_of
-from autosync.search.storage import storage_lock
+from autosync.search.objective import KILLED, PROCESS, RETRY_OF, constraint_of
+from autosync.search.locking import storage_lock
 
 if TYPE_CHECKING:
     import optuna
@@ -88,6 +90,7 @@ def run_queued_trial(study: "optuna.Study", url: str, objective: Callable[["optu
 
         def claimed(trial: "optuna.Trial") -> Any:
             held.close()  # the queued trial is ours now: let other processes claim theirs
+            trial.set_user_attr(PROCESS, f"{socket.gethostname()}:{os.getpid()}")
             return objective(trial)
 
         try:

@@ -20,7 +20,8 @@ from autosync.search.cache import best_policies, read_cache, study_name, write_c
 from autosync.search.objective import Objective, ObjectiveSettings, RunFailed, evaluate, trial_seeds
 from autosync.search.samplers import SWITCH_POINT_SAMPLERS, make_sampler
 from autosync.search.space import SearchSpace
-from autosync.search.storage import DEFAULT_STORAGE, open_storage, storage_lock
+from autosync.search.locking import storage_lock
+from autosync.search.storage import DEFAULT_STORAGE, open_storage
 from autosync.search.trials import counted_trials, fail_dead_trials, pending_trials, run_queued_trial, top_up
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call
 
-from autosync.cluster import STREAM_BATCH, rng_for
+from autosync.rng import STREAM_BATCH, rng_for
 from autosync.job import JobSpec, LRScheduleSpec
 from autosync.workloads.datasets import Dataset, load_dataset
 from autosync.workloads.models import build_model

@@ -27,7 +27,7 @@ from typing import Any, Sequence
 import torch
 import torch.distributed as dist
 
-from autosync.engine.drivers.processes import Answer, RemoteDriver, WorkerProcessError
+from autosync.engine.drivers.remote import Answer, RemoteDriver, WorkerProcessError
 from autosync.errors import UserError
 from autosync.policies import Task
 

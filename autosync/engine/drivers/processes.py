@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
 import torch.multiprocessing as mp
 from multiprocessing.connection import Connection, wait
 
+from autosync.engine.drivers.remote import Answer, RemoteDriver, WorkerProcessError
 from autosync.errors import UserError
 from autosync.job import JobSpec
 from autosync.policies import Task
@@ -66,41 +66,6 @@ def _serve(job_json: dict[str, Any], params: torch.Tensor, grads: torch.Tensor, 
         grads[worker].copy_(g)
         settle()  # the gradient row is written before the server hears of it
         outbox.send((worker, index, loss, seconds, time.monotonic()))
-
-
-class WorkerProcessError(UserError):
-    """A worker process died or hung and no process is left to take its work."""
-
-
-@dataclass
-class Answer:
-    """One computed task: its gradient is in `task.gradient`; `sent` is when it was sent, as this machine's
-    time.monotonic() (a worker process's send time; across machines, when rank 0 received it)."""
-
-    task: Task
-    compute_seconds: float
-    sent: float
-
-
-class RemoteDriver:
-    """A driver whose gradients are computed elsewhere: tasks go out with `submit`, answers come back
-    from `collect`; the virtual clock's batch call is both."""
-
-    fuses_workers = False  # every task's gradient comes back on its own; the engine aggregates them
-
-    def submit(self, tasks: Sequence[Task]) -> None:
-        raise NotImplementedError
-
-    def collect(self, timeout: float | None = None) -> list[Answer]:
-        raise NotImplementedError
-
-    def worker_gradients(self, tasks: Sequence[Task]) -> None:
-        """Fill `task.gradient` and `task.loss` of every task, computed in parallel elsewhere."""
-        self.submit(tasks)
-        waiting = {t.worker for t in tasks}
-        while waiting:
-            for answer in self.collect():
-                waiting.discard(answer.task.worker)
 
 
 class ProcessDriver(RemoteDriver):

@@ -1,0 +1,71 @@
+"""A lock shared by every process working on one study storage.
+
+`storage_lock` serialises the few steps that must not interleave across processes: creating the schema,
+topping up a study's trial budget, and claiming a trial of that budget. On SQLite it is an exclusive
+`flock` on a file beside the database (every process on this machine); on PostgreSQL a session-level
+advisory lock (every process on every machine); other URLs have a lock within this process only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import threading
+from pathlib import Path
+from typing import Any, Iterator
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The database file of an SQLite URL (None for in-memory databases and other back ends)."""
+    if not url.startswith("sqlite"):
+        return None
+    rest = url.split("://", 1)[1] if "://" in url else ""
+    path = rest.split("@", 1)[1] if "@" in rest.split("/", 1)[0] else rest  # sqlite://user:pw@/file
+    path = path[1:] if path.startswith("/") else path
+    path = path.split("?", 1)[0]
+    return None if path in ("", ":memory:") else Path(path)
+
+
+_LOCAL_LOCKS: dict[str, threading.Lock] = {}
+
+
+@contextlib.contextmanager
+def storage_lock(url: str, name: str = "schema") -> Iterator[None]:
+    """Hold an exclusive lock named `name` on the storage at `url` across processes (see the module doc)."""
+    path = sqlite_path(url)
+    if path is not None:
+        import fcntl
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(f"{path}.lock", "a+") as handle:  # one lock file per database; names share it
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+        return
+    if url.startswith("postgresql"):
+        with _postgres_advisory_lock(url, name):
+            yield
+        return
+    with _LOCAL_LOCKS.setdefault(f"{url}#{name}", threading.Lock()):  # in-memory: this process only
+        yield
+
+
+_ENGINES: dict[str, Any] = {}
+
+
+@contextlib.contextmanager
+def _postgres_advisory_lock(url: str, name: str) -> Iterator[None]:
+    import sqlalchemy
+
+    engine = _ENGINES.get(url)
+    if engine is None:
+        engine = _ENGINES[url] = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
+    key = int.from_bytes(hashlib.sha256(f"autosync:{name}".encode()).digest()[:8], "big", signed=True)
+    with engine.connect() as conn:
+        conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:k)"), {"k": key})
+        try:
+            yield
+        finally:
+            conn.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:k)"), {"k": key})

@@ -1,0 +1,46 @@
+"""The private Optuna API autosync relies on, in one place: this fails loudly when an Optuna release moves it.
+
+If a test here fails after upgrading Optuna, mend autosync/search/_optuna_internals.py (and only it).
+"""
+
+from __future__ import annotations
+
+import time
+
+import optuna
+import pytest
+
+from autosync.search import _optuna_internals as internals
+from autosync.search.storage import open_storage
+
+MOVED = "Optuna changed private API that autosync/search/_optuna_internals.py uses: "
+
+
+@pytest.fixture
+def study(tmp_path):
+    storage = open_storage(f"sqlite:///{tmp_path / 'internals.db'}")
+    storage.heartbeat_interval, storage.grace_period = 1, 1
+    return optuna.create_study(storage=storage, study_name="internals")
+
+
+def test_the_private_names_still_exist(study):
+    from optuna.storages._rdb import models
+
+    for owner, name in [(study, "_storage"), (study, "_study_id"), (study._storage, "_get_stale_trial_ids"),
+                        (models.TrialHeartbeatModel, "where_trial_id")]:
+        assert hasattr(owner, name), MOVED + f"{type(owner).__name__}.{name} is gone"
+    trial = study.ask()
+    assert isinstance(internals.trial_id(trial), int), MOVED + "Trial._trial_id"
+    assert internals.grace_seconds(study) == 1, MOVED + "RDBStorage.grace_period / the caching wrapper's _backend"
+
+
+def test_a_stale_trial_and_an_orphan_are_dead_and_a_live_one_is_not(study):
+    distribution = {"x": optuna.distributions.FloatDistribution(0, 1)}
+    stale, orphan, live = (study.ask(distribution) for _ in range(3))
+    storage = internals.storage_of(study)
+    storage.record_heartbeat(internals.trial_id(stale))  # beat once, then never again
+    assert internals.dead_trial_ids(study) == [], MOVED + "a trial younger than the grace period was judged dead"
+    time.sleep(2.2)  # the storage compares whole seconds
+    storage.record_heartbeat(internals.trial_id(live))
+    dead = set(internals.dead_trial_ids(study))
+    assert dead == {internals.trial_id(stale), internals.trial_id(orphan)}, MOVED + f"dead trials {dead}"
