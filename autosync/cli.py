@@ -15,11 +15,34 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from autosync.errors import UserError
+from autosync.errors import RuntimeFailure, UserError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Search and benchmark synchronization policies for parameter-server training.")
-console = Console()
+console = Console()  # results: tables, the best policy, --json documents (stdout)
+status = Console(stderr=True)  # progress bars, what was written where, hints and warnings (stderr)
+JSON_OPT = typer.Option(False, "--json", help="Print the result as one JSON document on stdout instead of tables.")
+
+
+def _version(value: bool) -> None:
+    if value:
+        from autosync import __version__
+
+        console.print(f"autosync {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print the version and exit.")) -> None:
+    """Search and benchmark synchronization policies for parameter-server training."""
+
+
+def _print_json(value: Any) -> None:
+    """A result as strict JSON on stdout (no NaN/Infinity), nothing else there."""
+    from autosync import strict_json
+
+    print(strict_json.dumps(value, indent=2))
 
 JOB_ARG = typer.Argument(None, help="Job YAML file (default: the embedded digits job).", show_default=False)
 
@@ -88,6 +111,7 @@ def run(
                                    "| model (also the job's cluster model, as real delays)."),
     time_scale: float = typer.Option(0.01, "--time-scale", help="--clock real --stragglers model: real seconds per "
                                      "virtual second of the cluster model."),
+    as_json: bool = JSON_OPT,
 ) -> None:
     """Train once under one policy (virtual clock by default) and write trace, metrics and plot."""
     from autosync.engine.backends import BackendChoice
@@ -115,23 +139,26 @@ def run(
     from autosync.report import plot_run, write_run
     from autosync.workloads.workload import Workload
 
-    with console.status(f"loading {spec.workload.dataset.name} and building {spec.workload.model.name}"):
+    with status.status(f"loading {spec.workload.dataset.name} and building {spec.workload.model.name}"):
         workload = Workload(spec, device=device)
-    with console.status(f"starting {workers_per_device} worker processes" if backend == "processes" else "starting"):
+    with status.status(f"starting {workers_per_device} worker processes" if backend == "processes" else "starting"):
         driver, run_clock = backends.build(choice, spec, workload)
     if driver is not None:  # one line when the workers are up: scripts (and the fault tests) wait for it
-        console.print(f"{choice.backend} backend ready: {choice.clock} clock, training {spec.name} with {policy}")
+        status.print(f"{choice.backend} backend ready: {choice.clock} clock, training {spec.name} with {policy}")
     with _progress(spec) as update:
         result = simulate(spec, pol, workload=workload, progress=update, driver=driver, clock=run_clock)
     for line in getattr(driver, "faults", []):
-        console.print(f"warning: {line}", style="yellow")
+        status.print(f"warning: {line}", style="yellow")
     paths = write_run(result, out_dir, spec.model_dump(mode="json"), execution=choice.describe())
     if plot:
         paths.append(plot_run(result, out_dir / "plot.png"))
-    _print_summary(result)
-    console.print(f"wrote {', '.join(str(p) for p in paths)}")
+    if as_json:
+        _print_json({**result.summary(), "files": [str(p) for p in paths]})
+    else:
+        _print_summary(result)
+    status.print(f"wrote {', '.join(str(p) for p in paths)}")
     if choice.clock == "real":
-        console.print(f"replay it exactly: autosync rerun {out_dir}")
+        status.print(f"replay it exactly: autosync rerun {out_dir}")
 
 
 @app.command()
@@ -159,7 +186,7 @@ def profile(
     from autosync.engine.drivers import ProcessDriver
     from autosync.workloads.workload import Workload
 
-    with console.status(f"starting {workers_per_device} worker processes on {device}"):
+    with status.status(f"starting {workers_per_device} worker processes on {device}"):
         workload = Workload(spec, device=device)
         driver = ProcessDriver(spec, workload.dim, workers_per_device, timeout=worker_timeout, device=device)
     try:
@@ -179,8 +206,8 @@ def profile(
     console.print(table)
     console.print(f"fitted: compute {cluster['compute']}, communication {1e3 * cluster['communication_seconds']:.2f} ms, "
                   f"speed factors {min(cluster['speed_factors']):.3f}..{max(cluster['speed_factors']):.3f}")
-    console.print(f"wrote {', '.join(str(p) for p in paths)}")
-    console.print(f"tune on this machine's model: autosync tune {paths[-1]}")
+    status.print(f"wrote {', '.join(str(p) for p in paths)}")
+    status.print(f"tune on this machine's model: autosync tune {paths[-1]}")
 
 
 def _run_setup(job: Optional[Path], seed: Optional[int], policy: str, param: list[str],
@@ -199,7 +226,7 @@ def _run_setup(job: Optional[Path], seed: Optional[int], policy: str, param: lis
         tuned = tuned_policy(storage or DEFAULT_STORAGE, spec)
         tuned["params"].update(dict(parse_param(p) for p in param))
         pol = policy_from_dict(tuned)
-        console.print(f"tuned policy from the cache: {pol!r}")
+        status.print(f"tuned policy from the cache: {pol!r}")
         policy = pol.name
     else:
         pol = make_policy(policy, dict(parse_param(p) for p in param))
@@ -252,11 +279,12 @@ def leaderboard(
     out: Optional[Path] = typer.Option(None, help="Output directory (default: results/<job>)."),
     include_tuned: bool = typer.Option(False, "--include-tuned", help="Add the job's cached tuned policy."),
     storage: str = typer.Option(None, "--storage", help="Study storage URL for --include-tuned."),
+    as_json: bool = JSON_OPT,
 ) -> None:
     """Every policy x seeds on one job: an MLPerf-style scored table, written as Markdown/CSV/JSON + plots."""
     from autosync.job import load_job
     from autosync.leaderboard import DEFAULT_POLICIES, parse_policy_spec, run_grid, score
-    from autosync.report import LEADERBOARD_COLUMNS, LEADERBOARD_LEGEND, format_cell, write_leaderboard
+    from autosync.report import LEADERBOARD_LEGEND, format_cell, leaderboard_columns, write_leaderboard
 
     spec = load_job(job)
     if n_jobs == 0 or n_jobs < -1:
@@ -282,14 +310,18 @@ def leaderboard(
     command = _command_line("leaderboard")
     out_dir = out or Path("results") / spec.name
     paths = write_leaderboard(rows, entries, spec.model_dump(mode="json"), out_dir, command)
+    status.print(f"wrote {', '.join(str(p) for p in paths)}")
+    if as_json:
+        _print_json({"job": spec.name, "seeds": seeds, "rows": rows, "files": [str(p) for p in paths]})
+        return
     table = Table(title=f"{spec.name}: {seeds} seeds, target {spec.target.metric} {spec.target.threshold}")
-    for _, header, _ in LEADERBOARD_COLUMNS:
+    columns = leaderboard_columns()  # score() compares with BSP
+    for _, header, _ in columns:
         table.add_column(header, justify="left" if header == "policy" else "right", no_wrap=header == "policy")
     for r in rows:
-        table.add_row(*(format_cell(r.get(k), f) for k, _, f in LEADERBOARD_COLUMNS))
+        table.add_row(*(format_cell(r.get(k), f) for k, _, f in columns))
     console.print(table)
-    console.print(LEADERBOARD_LEGEND, style="dim")
-    console.print(f"wrote {', '.join(str(p) for p in paths)}")
+    status.print(LEADERBOARD_LEGEND, style="dim")
 
 
 @app.command()
@@ -310,7 +342,7 @@ def scaling(
         table.add_row(policy, *cells)
     console.print(table)
     paths = write(result, out, _command_line("scaling"))
-    console.print(f"wrote {', '.join(str(p) for p in paths)}")
+    status.print(f"wrote {', '.join(str(p) for p in paths)}")
 
 
 @app.command()
@@ -333,6 +365,7 @@ def tune(
     objective: str = typer.Option("time", "--objective", help="time | time,metric (Pareto front)."),
     refresh: bool = typer.Option(False, "--refresh", help="Search again, warm-started from the cached best."),
     out: Optional[Path] = typer.Option(None, help="Plot directory (default: results/tune/<job>-<space>)."),
+    as_json: bool = JSON_OPT,
 ) -> None:
     """Find the best policy for a job with Optuna, or return the cached one of a recurring job instantly."""
     from autosync.job import load_job
@@ -352,7 +385,7 @@ def tune(
         job=spec, space=search_space, n_trials=n_trials, timeout=timeout, storage=storage or DEFAULT_STORAGE,
         study=study, sampler=sampler, seed=seed, n_jobs=n_jobs, refresh=refresh,
         settings=ObjectiveSettings(repeats=repeats, tolerance=tolerance, multi_objective=objective != "time"))
-    console.print(f"study storage: {redact_url(request.storage)}")
+    status.print(f"study storage: {redact_url(request.storage)}")
     _quiet_optuna()
     from autosync.search.tune import tune as run_tune
 
@@ -363,22 +396,26 @@ def tune(
             bar.update(task, completed=done, total=total, description="trials")
 
         outcome = run_tune(request, on_trial=on_trial)
-    _print_tune(outcome, spec)
+    if as_json:
+        _print_json({"study": outcome.study_name, "cached": outcome.cached, "new_trials": outcome.new_trials,
+                     "cache": outcome.cache, "top": outcome.top})
+    else:
+        _print_tune(outcome, spec)
     if not outcome.cached:
         from autosync.search.plots import write_study_plots
 
         plot_dir = out or Path("results") / "tune" / f"{spec.name}-{search_space.name}"
         paths, skipped = write_study_plots(outcome.study, plot_dir)
         if paths:
-            console.print(f"wrote {', '.join(str(p) for p in paths)}")
+            status.print(f"wrote {', '.join(str(p) for p in paths)}")
         for line in skipped:
-            console.print(f"skipped {line}", style="dim")
+            status.print(f"skipped {line}", style="dim")
 
 
 @app.command()
 def replay(
-    logs: Path = typer.Argument(Path("../shared/data/sync_switch_logs/cifar10_res32"),
-                                help="A Sync-Switch log folder (baseline/, switch_exp/)."),
+    logs: Path = typer.Argument(..., help="A Sync-Switch log folder (baseline/, switch_exp/), e.g. the paper's "
+                                "published logs in ../shared/data/sync_switch_logs/cifar10_res32."),
     simulations: int = typer.Option(1000, "--simulations", min=1, help="Simulated searches per strategy and setting."),
     seed: int = typer.Option(0, "--seed", help="Seed of the run draws and of the TPE samplers."),
     threshold: float = typer.Option(0.01, "--threshold", min=0.0, help="Accuracy margin beta."),
@@ -390,6 +427,7 @@ def replay(
     """Sync-Switch's Table II on recorded runs: binary search, the cost-ordered ladder and TPE, cost and success."""
     from autosync.search.replay import (TABLE_II_SETTINGS, binary_strategy, ladder_strategy, load_switch_logs,
                                         replay_table, tpe_strategy)
+    from autosync.search.cost import COST_UNIT
     from autosync.search.replay_report import write_replay_table
     from autosync.search.space import resolve_space_path
 
@@ -406,7 +444,7 @@ def replay(
         optimum, rows = replay_table(switch_logs, strategies, simulations, seed, threshold=threshold,
                                      max_settings=max_settings, progress=lambda: bar.advance(task))
     table = Table(title=f"switch-point search on {logs} ({simulations} simulated searches each)")
-    for column in ("strategy", "setting", "cost (BSP trainings)", "success", "same as full info", "valid"):
+    for column in ("strategy", "setting", f"cost ({COST_UNIT})", "success", "same as full info", "valid"):
         table.add_column(column, justify="left" if column in ("strategy", "setting") else "right")
     for r in rows:
         table.add_row(r.strategy, r.setting, f"{r.mean_cost:.2f}", f"{r.success:.1%}",
@@ -414,7 +452,7 @@ def replay(
     console.print(table)
     command = _command_line("replay")
     paths = write_replay_table(switch_logs, optimum, rows, out, command, threshold)
-    console.print(f"wrote {', '.join(str(p) for p in paths)}")
+    status.print(f"wrote {', '.join(str(p) for p in paths)}")
 
 
 def _counting_bar(label: str, transient: bool = True) -> Any:
@@ -422,7 +460,7 @@ def _counting_bar(label: str, transient: bool = True) -> Any:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     return Progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
-                    TimeElapsedColumn(), console=console, transient=transient)
+                    TimeElapsedColumn(), console=status, transient=transient)
 
 
 def _command_line(command: str) -> str:
@@ -451,9 +489,9 @@ def _print_tune(outcome: Any, spec: Any) -> None:
     cost = c.get("search_cost_bsp_trainings")
     console.print(
         f"best: [bold]{label}[/bold], {c['best_value']:.2f} s to target vs BSP {c['bsp_time_to_target']:.2f} s "
-        f"({speedup}). Search cost: {_fmt(cost, 2)} BSP trainings; "
+        f"({speedup}). Search cost: {_fmt(cost, 2)} {c.get('search_cost_unit', 'BSP trainings')}; "
         + (f"pays for itself after {amortize} recurrences." if amortize else "it does not beat BSP, so it never pays off."))
-    console.print(f"train with it: autosync run {'JOB.yaml ' if spec.name != 'digits_default' else ''}--policy tuned",
+    status.print(f"train with it: autosync run {'JOB.yaml ' if spec.name != 'digits_default' else ''}--policy tuned",
                   style="dim")
 
 
@@ -470,13 +508,16 @@ STORAGE_OPT = typer.Option(None, "--storage", help="Study storage URL (default: 
 
 
 @cache_app.command("list")
-def cache_list(storage: Optional[str] = STORAGE_OPT) -> None:
+def cache_list(storage: Optional[str] = STORAGE_OPT, as_json: bool = JSON_OPT) -> None:
     """Every cached study: job, space, trials, best policy and score."""
     from autosync.search.cache import cached_studies
     from autosync.search.storage import DEFAULT_STORAGE, redact_url
 
     url = storage or DEFAULT_STORAGE
     _quiet_optuna()
+    if as_json:
+        _print_json(cached_studies(url))
+        return
     table = Table(title=f"cache: {redact_url(url)}")
     for col in ("study", "job", "trials", "best policy", "time to target (s)", "finished"):
         table.add_column(col)
@@ -490,7 +531,8 @@ def cache_list(storage: Optional[str] = STORAGE_OPT) -> None:
 
 
 @cache_app.command("show")
-def cache_show(job: Optional[Path] = JOB_ARG, storage: Optional[str] = STORAGE_OPT) -> None:
+def cache_show(job: Optional[Path] = JOB_ARG, storage: Optional[str] = STORAGE_OPT,
+               as_json: bool = JSON_OPT) -> None:
     """The cached studies of one job with their provenance and amortization report."""
     from autosync import strict_json
     from autosync.job import load_job
@@ -501,6 +543,9 @@ def cache_show(job: Optional[Path] = JOB_ARG, storage: Optional[str] = STORAGE_O
     url = storage or DEFAULT_STORAGE
     _quiet_optuna()
     studies = cached_studies(url, spec.fingerprint())
+    if as_json:
+        _print_json(studies)
+        return
     if not studies:
         console.print(f"no cached study for job {spec.name} (fingerprint {spec.fingerprint()}) in {redact_url(url)}")
         return
@@ -575,7 +620,7 @@ class _progress:
         else:
             self.key, self.total = "epoch", b.max_epochs
         self.bar = Progress(TextColumn("[bold]training"), BarColumn(), TextColumn("{task.description}"),
-                            TimeElapsedColumn(), console=console, transient=False)
+                            TimeElapsedColumn(), console=status, transient=False)
 
     def __enter__(self):
         self.bar.start()
@@ -594,15 +639,18 @@ class _progress:
 
 
 def main() -> None:
-    """Console entry point: user errors become one line on stderr and exit code 2, no traceback.
-
-    typer itself handles usage errors (unknown options, bad types: exit code 2) and --help.
+    """Console entry point: errors become one line on stderr, no traceback: exit code 2 for input and usage
+    errors (`UserError`; typer's own for unknown options and bad types), 1 for runtime failures
+    (`RuntimeFailure`: worker processes or ranks lost, BSP failing, no trial meeting the target).
     """
     try:
         app()
     except UserError as exc:
         _print_error(exc)
         sys.exit(2)
+    except RuntimeFailure as exc:
+        _print_error(exc)
+        sys.exit(1)
 
 
 def _print_error(exc: Exception) -> None:

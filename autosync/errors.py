@@ -10,10 +10,25 @@ class UserError(ValueError):
     """
 
 
-class JobFileError(UserError):
-    """A job file failed validation; carries every problem found, one per line."""
+class FileProblems(UserError):
+    """An input file failed validation; carries every problem found, one per line, each naming the file."""
 
     def __init__(self, path: str, problems: list[str]):
         self.path = path
         self.problems = problems
         super().__init__("\n".join(f"{path}: {p}" for p in problems))
+
+
+class RuntimeFailure(Exception):
+    """A run or search that was set up right but failed while it ran (workers died, nothing met the target).
+
+    The CLI prints ``str(error)`` as one line and exits with code 1 (input and usage errors: 2).
+    """
+
+
+class JobFileError(FileProblems):
+    """A job file failed validation."""
+
+
+class SpaceFileError(FileProblems):
+    """A search-space file failed validation."""

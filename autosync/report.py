@@ -69,13 +69,18 @@ def plot_run(result: "RunResult", path: Path) -> Path:
     return path
 
 
-LEADERBOARD_COLUMNS = (
+def leaderboard_columns(baseline: str = "bsp") -> tuple[tuple[str, str, str], ...]:
+    """(row key, header, format) of each leaderboard column; the speedup is against `baseline`, as scored."""
+    return LEADERBOARD_COLUMNS[:5] + ((f"speedup_vs_{baseline}", f"vs {baseline.upper()}", "{:.2f}x"),) \
+        + LEADERBOARD_COLUMNS[5:]
+
+
+LEADERBOARD_COLUMNS = (  # without the speedup column, whose key names the baseline: see leaderboard_columns
     ("policy", "policy", "{}"),
     ("time_to_target", "TTT s", "{:.1f}"),
     ("median_time_to_target", "median", "{:.1f}"),
     ("std_time_to_target", "std", "{:.1f}"),
     ("never_reached", "missed", "{}"),
-    ("speedup_vs_bsp", "vs BSP", "{:.2f}x"),
     ("final_test_accuracy", "test acc", "{:.3f}"),
     ("final_train_loss", "train loss", "{:.3f}"),
     ("updates_to_target", "upd to T", "{:.0f}"),
@@ -101,10 +106,11 @@ def format_cell(value: Any, fmt: str) -> str:
 
 
 def write_leaderboard(rows: list[dict[str, Any]], entries: list[Any], job_dump: dict[str, Any],
-                      directory: Path, command: str) -> list[Path]:
+                      directory: Path, command: str, baseline: str = "bsp") -> list[Path]:
     """leaderboard.md / .csv / .json and the curve plots for one job, with the command that made them."""
     import csv
 
+    columns = leaderboard_columns(baseline)
     directory.mkdir(parents=True, exist_ok=True)
     seeds = sorted({r["seed"] for e in entries for r in e.runs})
     md = [f"# Leaderboard: {job_dump['name']}", "",
@@ -112,18 +118,18 @@ def write_leaderboard(rows: list[dict[str, Any]], entries: list[Any], job_dump: 
           f"Target: {job_dump['target']['metric']} {'>=' if job_dump['target']['metric'] == 'test_accuracy' else '<='} "
           f"{job_dump['target']['threshold']}; seeds {seeds}; time is virtual seconds.", "",
           LEADERBOARD_LEGEND, "",
-          "| " + " | ".join(h for _, h, _ in LEADERBOARD_COLUMNS) + " |",
-          "|" + "---|" * len(LEADERBOARD_COLUMNS)]
+          "| " + " | ".join(h for _, h, _ in columns) + " |",
+          "|" + "---|" * len(columns)]
     for r in rows:
-        md.append("| " + " | ".join(format_cell(r.get(k), f) for k, _, f in LEADERBOARD_COLUMNS) + " |")
+        md.append("| " + " | ".join(format_cell(r.get(k), f) for k, _, f in columns) + " |")
     md += ["", "![loss against virtual time](curves.png)", "", "![gradients per update](k_over_time.png)", ""]
     paths = [directory / "leaderboard.md", directory / "leaderboard.csv", directory / "leaderboard.json"]
     paths[0].write_text("\n".join(md))
     with paths[1].open("w", newline="") as fh:
         writer = csv.writer(fh)
-        writer.writerow([k for k, _, _ in LEADERBOARD_COLUMNS])
+        writer.writerow([k for k, _, _ in columns])
         for r in rows:
-            writer.writerow([r.get(k) for k, _, _ in LEADERBOARD_COLUMNS])
+            writer.writerow([r.get(k) for k, _, _ in columns])
     runs = {e.label: [{k: v for k, v in run.items() if k not in ("curve", "k")} for run in e.runs]
             for e in entries}
     paths[2].write_text(strict_json.dumps({"command": command, "job": job_dump, "rows": rows, "runs": runs},

@@ -65,15 +65,17 @@ class _Launch:
             cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env={**os.environ, "AUTOSYNC_TEST_LAUNCH": self.tag})
         self.stderr: list[str] = []
+        self.ready = threading.Event()
         threading.Thread(target=self._read_stderr, daemon=True).start()
-        for line in self.proc.stdout:  # rank 0 says so once every rank has joined and built its workload
-            if "distributed backend ready" in line:
-                break
         threading.Thread(target=self.proc.stdout.read, daemon=True).start()
+        self.ready.wait(timeout=120)  # rank 0 says so (on stderr) once every rank has joined and built its workload
 
     def _read_stderr(self) -> None:
         for line in iter(self.proc.stderr.readline, ""):
             self.stderr.append(line)
+            if "distributed backend ready" in line:
+                self.ready.set()
+        self.ready.set()  # the launch ended without it: let the test see why
 
     def processes(self) -> dict[int, str]:
         """pid -> RANK of every live process of this launch (torchrun's own has none)."""

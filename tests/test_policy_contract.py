@@ -132,3 +132,24 @@ def test_every_policy_is_in_a_search_space_or_exempt_with_a_reason():
                                            ("BSP", "bsp")])
 def test_the_papers_spellings_name_the_policy(spelling, name):
     assert make_policy(spelling).name == name
+
+
+@pytest.mark.parametrize("name,params,canonical", [
+    ("backup", {"k": 4}, "bsp"), ("backup", {"k": 4, "lr_rule": "proportional"}, "bsp"),
+    ("sync_switch", {"switch_at": 1.0, "config": "none"}, "bsp"),
+    ("split", {"fractions": [0.25] * 4}, "bsp"), ("split", {}, "bsp"),
+])
+def test_a_canonical_form_runs_exactly_like_the_policy(name, params, canonical):
+    policy = make_policy(name, params)
+    simple = policy.canonical(4)
+    assert simple.name == canonical
+    job = small_job()
+    a, b = simulate(job, policy), simulate(job, simple)
+    assert torch.equal(a.final_params, b.final_params) and a.trace.arrivals == b.trace.arrivals
+
+
+def test_a_policy_that_is_not_an_equivalent_keeps_its_form():
+    for policy in (make_policy("backup", {"k": 3}), make_policy("sync_switch", {"switch_at": 1.0}),
+                   make_policy("sync_switch", {"switch_at": 0.0, "config": "none"}),
+                   make_policy("split", {"fractions": [0.4, 0.2, 0.2, 0.2]}), make_policy("ssp", {"staleness": 0})):
+        assert policy.canonical(4) is policy

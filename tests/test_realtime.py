@@ -95,7 +95,7 @@ def test_cli_real_time_run_then_rerun_is_bit_identical(tiny_job, tmp_path):
     run = autosync("run", str(tiny_job), "--policy", "backup", "--param", "k=3", "--backend", "processes",
                    "--clock", "real", "--stragglers", "model", "--time-scale", "0.01", "--out", "r", cwd=tmp_path)
     assert run.returncode == 0, run.stderr
-    assert "autosync rerun r" in run.stdout
+    assert "autosync rerun r" in run.stderr  # a hint: status goes to stderr
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert summary["execution"] == {"backend": "processes", "device": "cpu", "processes": 2, "clock": "real",
                                     "stragglers": "model", "time_scale": 0.01}
@@ -108,7 +108,8 @@ def test_cli_real_time_run_then_rerun_is_bit_identical(tiny_job, tmp_path):
     (tmp_path / "r" / "trace.json").write_text(json.dumps(trace))
     bad = autosync("rerun", "r", cwd=tmp_path)
     no_traceback(bad)
-    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "r/trace.json: arrival 3 is worker" in bad.stderr
+    errors = [line for line in bad.stderr.splitlines() if line.startswith("error:")]  # the progress bar is on stderr too
+    assert bad.returncode == 2 and len(errors) == 1 and "r/trace.json: arrival 3 is worker" in errors[0]
 
     for args, message in [(["--clock", "real"], "--clock real needs --backend processes"),
                           (["--backend", "processes", "--clock", "real", "--stragglers", "none"],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -65,7 +66,21 @@ def test_bad_spaces_name_file_key_rule_and_value(tmp_path, text, message):
     path = _space(tmp_path, text)
     with pytest.raises(UserError, match="space.yaml") as info:
         load_space(path, 4)
-    assert message in str(info.value) and "\n" not in str(info.value)
+    lines = str(info.value).splitlines()  # every problem at once, each one line naming the file
+    assert any(message in line for line in lines) and all(line.startswith(f"{path}: ") for line in lines)
+
+
+def test_every_problem_of_a_space_file_is_reported_at_once(tmp_path):
+    path = _space(tmp_path, "name: bad name\npolicies:\n  bakup: {}\n  backup: {k: {type: int, low: 5, high: 2},"
+                            " kk: 3, lr_rule: {type: categorical, choices: []}}\n")
+    with pytest.raises(UserError) as info:
+        load_space(path, 4)
+    lines = str(info.value).splitlines()
+    assert len(lines) == 5, lines
+    for part in ("name may hold only", "policies.backup.k.high must be >= low=5, but got 2",
+                 "policies.backup.lr_rule.choices must not be empty", "unknown policy 'bakup'",
+                 "policy backup has no parameter 'kk'"):
+        assert any(part in line for line in lines), (part, lines)
 
 
 def test_binary_search_follows_algorithm_1():
@@ -182,18 +197,53 @@ def test_cli_tune_then_cache_hit_then_run_tuned_then_clear(tmp_path):
     job = _tiny(tmp_path)
     proc = autosync("tune", str(job), "--n-trials", "3", "--tolerance", "0.05", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert "storage: sqlite:///results/autosync-studies.db" in proc.stdout
+    assert "storage: sqlite:///results/autosync-studies.db" in proc.stderr  # status on stderr, results on stdout
     again = autosync("tune", str(job), "--n-trials", "3", cwd=tmp_path)
     assert again.returncode == 0 and "cache hit" in again.stdout and "no new trial" in again.stdout
     listed = autosync("cache", "list", cwd=tmp_path)
     assert "tiny" in listed.stdout
     run = autosync("run", str(job), "--policy", "tuned", cwd=tmp_path)
-    assert run.returncode == 0 and "tuned policy from the cache" in run.stdout, run.stderr
+    assert run.returncode == 0 and "tuned policy from the cache" in run.stderr, run.stderr
     cleared = autosync("cache", "clear", str(job), cwd=tmp_path)
     assert "deleted 1 studies" in cleared.stdout
     missing = autosync("run", str(job), "--policy", "tuned", cwd=tmp_path)
     assert missing.returncode == 2 and "no cached policy" in missing.stderr
     no_traceback(missing)
+
+
+def test_cli_json_output_is_one_strict_document_on_stdout(tmp_path):
+    job = _tiny(tmp_path)
+
+    def document(*args: str) -> object:
+        proc = autosync(*args, "--json", cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout, parse_constant=lambda c: pytest.fail(f"non-standard JSON {c}"))
+
+    tuned = document("tune", str(job), "--n-trials", "2", "--tolerance", "0.05")
+    assert tuned["cached"] is False and tuned["cache"]["trials"] == 2 and tuned["top"]
+    assert document("tune", str(job), "--n-trials", "2")["cached"] is True
+    assert document("cache", "list")[0]["cache"]["job_name"] == "tiny"
+    assert document("cache", "show", str(job))[0]["study"] == tuned["study"]
+    run = document("run", str(job), "--policy", "DANA-Slim", "--out", "r")
+    assert run["policy"]["policy"] == "dana_slim" and "time_to_target" in run and run["files"]
+    board = document("leaderboard", str(job), "--policies", "bsp", "--policies", "asp", "--seeds", "1", "--out", "lb")
+    assert [r["policy"] for r in board["rows"]] and "speedup_vs_bsp" in board["rows"][0]
+
+
+def test_cli_version_and_exit_code_1_for_a_runtime_failure(tmp_path):
+    from autosync import __version__
+
+    version = autosync("--version", cwd=tmp_path)
+    assert version.returncode == 0 and version.stdout.strip() == f"autosync {__version__}"
+    # every trial diverges (Sync-Switch's configuration policy trains BSP with 8 x eta): nothing to cache
+    space = _space(tmp_path, "policies: {sync_switch: {config: sync_switch}}")
+    job = tmp_path / "diverges.yaml"
+    job.write_text("name: diverges\nworkload: {dataset: {name: synthetic_classification, n_samples: 600, n_features: 10,"
+                   " n_classes: 3}, model: {name: mlp}, batch_size: 16, optimizer: {lr: 5.0, momentum: 0.9}}\n"
+                   "cluster: {n_workers: 8}\ntarget: {metric: train_loss, threshold: 1.0e+9}\nbudget: {max_updates: 40}\n")
+    failed = autosync("tune", str(job), "--space", str(space), "--n-trials", "1", "--tolerance", "1e9", cwd=tmp_path)
+    no_traceback(failed)
+    assert failed.returncode == 1 and "no trial met the target" in failed.stderr, failed.stderr
 
 
 @pytest.mark.parametrize("args,message", [
@@ -205,7 +255,8 @@ def test_cli_tune_then_cache_hit_then_run_tuned_then_clear(tmp_path):
 def test_cli_tune_bad_options_are_one_line_errors(tmp_path, args, message):
     proc = autosync("tune", str(_tiny(tmp_path)), *args, cwd=tmp_path)
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]  # beside status lines
+    assert len(errors) == 1 and message in errors[0]
     no_traceback(proc)
 
 
@@ -317,3 +368,19 @@ def test_a_trial_killed_before_its_first_heartbeat_is_failed_and_retried(tmp_pat
     fail_dead_trials(study)
     states = [t.state for t in study.trials]
     assert states == [optuna.trial.TrialState.FAIL, optuna.trial.TrialState.WAITING]  # failed, then re-queued
+
+
+def test_policies_that_run_alike_are_trained_once_per_study(tmp_path):
+    space = load_space(_space(tmp_path, "policies: {bsp: {}, backup: {k: {type: int, low: 3, high: 4}},"
+                                        " sync_switch: {switch_at: 1.0, config: none}}"), 4)
+    outcome = tune(_request(tmp_path, space=space, n_trials=4, sampler="grid"))
+    study = optuna.load_study(study_name=outcome.study_name, storage=open_storage(_request(tmp_path).storage))
+    bsp = {"policy": "bsp", "params": {}}
+    assert len({json.dumps(t.user_attrs["policy"], sort_keys=True) for t in study.trials}) == 4
+    trained = [t.user_attrs["policy"] for t in study.trials if t.user_attrs["virtual_seconds"] > 0]
+    assert trained == [{"policy": "backup", "params": {"k": 3}}]  # BSP's three forms: scored from the reference
+    for t in study.trials:
+        if t.user_attrs["canonical_policy"] == bsp:
+            assert t.user_attrs["same_as_trial"] == "bsp_reference"
+    assert study.trials[0].user_attrs["policy"] == bsp  # queued first, once: backup k = 4 is the same run
+    assert study.trials[1].user_attrs["canonical_policy"] != bsp

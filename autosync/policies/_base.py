@@ -260,6 +260,11 @@ class Policy(ABC):
     def strategies(self, n_workers: int, batch_size: int) -> Strategies:
         """Fresh strategies for one run (raise ValueError for parameters the job cannot take)."""
 
+    def canonical(self, n_workers: int) -> "Policy":
+        """The simplest policy that runs exactly like this one on `n_workers` (same seed, same run): a search
+        trains each such class once. Subclasses return e.g. BSP for backup workers with k = n."""
+        return self
+
     def bind(self, n_workers: int, batch_size: int) -> Strategies:
         """Strategies for one run, reset and validated; the policy object itself is never mutated."""
         strategies = copy.deepcopy(self.strategies(n_workers, batch_size))

@@ -57,3 +57,7 @@ class BackupWorkers(Policy):
 
     def strategies(self, n_workers: int, batch_size: int) -> Strategies:
         return Strategies(barrier=FastestK(k=self.k, lr_rule=self.lr_rule))
+
+    def canonical(self, n_workers: int) -> Policy:
+        """k = n waits for everyone: BSP, under either rule (eta * n / n = eta)."""
+        return BSP() if self.k == n_workers else self

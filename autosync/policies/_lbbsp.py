@@ -22,6 +22,7 @@ import numpy as np
 
 from autosync.policies._barriers import FastestK
 from autosync.policies._base import Aggregation, Arrival, Batching, Policy, ServerView, Strategies, UpdateStats
+from autosync.policies._classic import BSP
 from autosync.policies._speed_predictors import EMA, NARX, LastValue
 
 MODES = ("gpu", "cpu")
@@ -281,3 +282,8 @@ class StaticSplit(Policy):
 
     def strategies(self, n_workers: int, batch_size: int) -> Strategies:
         return Strategies(barrier=FastestK(k=None), aggregation=BatchWeighted(), batching=FixedSplit(self.fractions))
+
+    def canonical(self, n_workers: int) -> Policy:
+        """Equal shares are BSP's batches, and weighting equal batches is BSP's mean."""
+        equal = self.fractions is None or (len(self.fractions) == n_workers and len(set(self.fractions)) == 1)
+        return BSP() if equal else self

@@ -23,6 +23,7 @@ from typing import Any
 
 from autosync.policies._barriers import FastestK, OnArrival
 from autosync.policies._base import Arrival, Policy, Progress, Schedule, ServerView, Strategies, UpdateStats
+from autosync.policies._classic import BSP
 
 ORDERS = ("bsp_asp", "asp_bsp")
 CONFIGS = ("sync_switch", "none")
@@ -209,3 +210,9 @@ class SyncSwitch(Policy):
                              f"{self.switch_seconds}, {self.window_seconds}, {self.consecutive}")
         barrier = _bsp_barrier(self.config, n_workers) if self.order == "bsp_asp" else OnArrival()
         return Strategies(barrier=barrier, schedule=SwitchSchedule(self))
+
+    def canonical(self, n_workers: int) -> Policy:
+        """Without the configuration policy and the straggler policies, BSP for the whole workload is BSP.
+        (switch_at = 0 is not ASP: the switch happens at the first update, after one BSP barrier.)"""
+        plain = self.config == "none" and self.stragglers == "agnostic" and self.order == "bsp_asp"
+        return BSP() if plain and self.switch_at == 1.0 else self

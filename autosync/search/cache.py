@@ -11,8 +11,9 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from autosync import __version__
-from autosync.errors import UserError
+from autosync.errors import RuntimeFailure, UserError
 from autosync.job import JobSpec
+from autosync.search.cost import COST_UNIT, in_bsp_trainings
 from autosync.search.space import SearchSpace
 from autosync.search.storage import open_storage, redact_url
 from autosync.search.trials import counted_trials, feasible_trials
@@ -61,11 +62,12 @@ def write_cache(study: "optuna.Study", job: JobSpec, space: SearchSpace, sampler
     """
     best = feasible_trials(study)
     if not best:
-        raise UserError(f"study {study.study_name}: no trial met the target within tolerance "
+        raise RuntimeFailure(f"study {study.study_name}: no trial met the target within tolerance "
                         f"{tolerance} of BSP's final {job.target.metric}; "
                         "finished trials are kept: raise --n-trials, --tolerance or the job's budget and run again")
     top = best[0]
     bsp_time = reference["time_to_target"]
+    bsp_training = reference["virtual_seconds"] / max(1, reference["runs"])  # one full BSP run
     cost = search_cost(study)
     saving = bsp_time - top.values[0]
     record = {
@@ -83,7 +85,8 @@ def write_cache(study: "optuna.Study", job: JobSpec, space: SearchSpace, sampler
         "bsp_time_to_target": bsp_time,
         "bsp_final_metric": reference["final_metric"],
         "search_cost_virtual_seconds": cost,
-        "search_cost_bsp_trainings": cost / bsp_time if bsp_time > 0 else None,
+        "search_cost_bsp_trainings": in_bsp_trainings(cost, bsp_training),
+        "search_cost_unit": f"{COST_UNIT} (one = {bsp_training:.1f} virtual s)",
         "speedup_vs_bsp": bsp_time / top.values[0] if top.values[0] > 0 else None,
         "recurrences_to_amortize": math.ceil(cost / saving) if saving > 0 else None,
     }

@@ -26,6 +26,7 @@ CONSTRAINT = "final_metric_vs_bsp"  # name of the Optuna constraint (<= 0: feasi
 KILLED = "process_lost"  # user attribute of a trial failed because its process died: no result of its own
 RETRY_OF = "retry_of"  # user attribute of a re-queued trial: the number of the killed trial it re-runs
 PROCESS = "process"  # user attribute: host:pid of the process that ran the trial
+CANONICAL = "canonical_policy"  # user attribute: the simplest policy that runs exactly like the trial's
 
 
 class RunFailed(Exception):
@@ -124,11 +125,13 @@ def trial_seeds(job: JobSpec, repeats: int) -> list[int]:
 class Objective:
     """Optuna objective for one job and one search space."""
 
-    def __init__(self, job: JobSpec, space: "SearchSpace", settings: ObjectiveSettings, reference: float):
+    def __init__(self, job: JobSpec, space: "SearchSpace", settings: ObjectiveSettings, reference: float,
+                 bsp_score: dict[str, Any] | None = None):
         self.job = job
         self.space = space
         self.settings = settings
-        self.reference = reference
+        self.reference = reference  # BSP's final metric: the accuracy constraint's reference
+        self.bsp_score = bsp_score  # BSP's whole score on the same seeds: answers a trial equivalent to BSP
 
     def seeds(self) -> list[int]:
         return trial_seeds(self.job, self.settings.repeats)
@@ -138,7 +141,12 @@ class Objective:
 
         policy = self.space.suggest(trial)
         trial.set_user_attr("policy", policy)
-        twin = self._finished_twin(trial)
+        canonical = canonical_policy(policy, self.job.cluster.n_workers)
+        if canonical is not None:
+            trial.set_user_attr(CANONICAL, canonical)
+        if canonical == BSP and self.bsp_score is not None and self.bsp_score.get("runs") == self.settings.repeats:
+            return self._from_bsp_reference(trial)
+        twin = self._finished_twin(trial, canonical)
         if twin is not None:
             return self._copy(twin, trial)
         spent = {"virtual_seconds": 0.0}
@@ -170,16 +178,31 @@ class Objective:
         return score["time_to_target"]
 
     @staticmethod
-    def _finished_twin(trial: "optuna.Trial") -> "optuna.trial.FrozenTrial | None":
-        """An earlier completed (or failed with a reason of its own) trial with the same parameters, if any."""
+    def _finished_twin(trial: "optuna.Trial", canonical: dict[str, Any] | None) -> "optuna.trial.FrozenTrial | None":
+        """An earlier completed (or failed with a reason of its own) trial that runs exactly like this one: the
+        same parameters, or the same canonical policy (backup k = n and BSP), if any."""
         import optuna
 
         states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
         for t in trial.study.get_trials(deepcopy=False, states=states):
-            if t.params == trial.params and (t.state == optuna.trial.TrialState.COMPLETE or (
+            same = t.params == trial.params or (canonical is not None and t.user_attrs.get(CANONICAL) == canonical)
+            if same and (t.state == optuna.trial.TrialState.COMPLETE or (
                     "fail_reason" in t.user_attrs and not t.user_attrs.get(KILLED))):
                 return t
         return None
+
+    def _from_bsp_reference(self, trial: "optuna.Trial") -> float | tuple[float, float]:
+        """A trial equivalent to BSP is scored from the study's BSP reference runs (same seeds), untrained."""
+        score = self.bsp_score or {}
+        for key in ("time_to_target", "final_metric", "reached", "runs"):
+            trial.set_user_attr(key, score[key])
+        trial.set_user_attr("virtual_seconds", 0.0)
+        trial.set_user_attr("same_as_trial", "bsp_reference")
+        trial.set_constraint(CONSTRAINT, constraint(self.job, score["final_metric"], self.reference,
+                                                    self.settings.tolerance))
+        if self.settings.multi_objective:
+            return score["time_to_target"], score["final_metric"]
+        return score["time_to_target"]
 
     def _copy(self, twin: "optuna.trial.FrozenTrial", trial: "optuna.Trial") -> float | tuple[float, float]:
         """The twin's result, without training again: same policy and seeds give the same runs (TPE often
@@ -188,7 +211,7 @@ class Objective:
 
         failed = twin.state == optuna.trial.TrialState.FAIL
         for key, value in twin.user_attrs.items():
-            if key not in (RETRY_OF, KILLED, PROCESS) and (failed or key != "fail_reason"):
+            if key not in (RETRY_OF, KILLED, PROCESS, "policy") and (failed or key != "fail_reason"):
                 trial.set_user_attr(key, value)
         trial.set_user_attr("virtual_seconds", 0.0)
         trial.set_user_attr("same_as_trial", twin.number)
@@ -196,6 +219,20 @@ class Objective:
             raise RunFailed(twin.user_attrs["fail_reason"])
         trial.set_constraint(CONSTRAINT, constraint_of(twin))
         return tuple(twin.values) if self.settings.multi_objective else twin.values[0]
+
+
+BSP = {"policy": "bsp", "params": {}}
+
+
+def canonical_policy(policy: dict[str, Any], n_workers: int) -> dict[str, Any] | None:
+    """The simplest policy that runs exactly like `policy` on `n_workers` (`Policy.canonical`), as a dict;
+    None when the parameters are invalid (the trial then fails with the reason)."""
+    from autosync.catalog import policy_from_dict
+
+    try:
+        return policy_from_dict(policy).canonical(n_workers).to_dict()
+    except ValueError:
+        return None
 
 
 def constraint_of(trial: "optuna.trial.FrozenTrial") -> float:

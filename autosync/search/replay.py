@@ -29,6 +29,7 @@ import numpy as np
 from autosync.errors import UserError
 from autosync.search.binary import binary_search, target_from_bsp
 from autosync.search.ladder import DEFAULT_RUNGS
+from autosync.search.cost import in_bsp_trainings
 from autosync.search.space import load_space
 
 _SWITCH_NAME = re.compile(r"^b(\d+(?:\.\d+)?)[-_]a(\d+(?:\.\d+)?)")  # BSP first, then ASP
@@ -147,7 +148,7 @@ class ReplayBackend:
     def __call__(self, s: float) -> float:
         pool = self.logs.pool(s)
         run = pool[int(self.rng.integers(len(pool)))]
-        self.cost += run.seconds / self.logs.bsp_seconds
+        self.cost += in_bsp_trainings(run.seconds, self.logs.bsp_seconds) or 0.0
         return run.accuracy
 
 

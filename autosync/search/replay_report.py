@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from autosync import strict_json
+from autosync.search.cost import COST_UNIT
 from autosync.search.replay import SimulationSummary, SwitchLogs
 
 # Sync-Switch's Table II for setup 1 (binary search, 1000 simulated searches): (cost in BSP trainings, success).
@@ -25,7 +26,7 @@ def write_replay_table(logs: SwitchLogs, optimum: float, rows: list[SimulationSu
         f"(median BSP run); BSP's mean converged accuracy A = {logs.target_accuracy:.4f}; threshold {threshold}.",
         f"Full-information answer of Algorithm 1 (every candidate's mean accuracy known): {optimum:.4g}.",
         "",
-        "| strategy | setting | search cost (BSP trainings) | success | same as full information | valid "
+        f"| strategy | setting | search cost ({COST_UNIT}) | success | same as full information | valid "
         "| paper: cost, success |",
         "|---|---|---:|---:|---:|---:|---|",
     ]

@@ -22,35 +22,20 @@ or parameters, and impossible ranges are errors naming the file and the key.
 from __future__ import annotations
 
 import math
-import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from autosync.errors import UserError
+from autosync.errors import SpaceFileError, UserError
+from autosync.search.space_file import Constant, Dimension, SpaceFile, describe, problems_with_policies
 
 if TYPE_CHECKING:
     import optuna
 
 SPACE_DIR = Path(__file__).resolve().parents[2] / "search_spaces"
-KEYS = {"int": {"type", "low", "high", "step", "log"}, "float": {"type", "low", "high", "step", "log"},
-        "categorical": {"type", "choices"}, "simplex": {"type", "size"}}
 FAMILY_PARAM = "policy"  # name of the categorical over families
-
-
-@dataclass
-class Dimension:
-    """One searched parameter: its Optuna distribution arguments, or a simplex of `size` fractions."""
-
-    type: str
-    low: float | None = None
-    high: float | None = None
-    step: float | None = None
-    log: bool = False
-    choices: list[Any] = field(default_factory=list)
-    size: int = 0
 
 
 @dataclass
@@ -131,8 +116,13 @@ def resolve_space_path(text: str | Path | None, default: str) -> Path:
 
 
 def load_space(path: str | Path, n_workers: int) -> SearchSpace:
-    """Read and validate a search-space YAML file against the policy catalog and the job's n_workers."""
-    from autosync.catalog import POLICIES, policy_parameters
+    """Read and validate a search-space YAML file against the policy catalog and the job's n_workers.
+
+    Every problem is reported at once (`SpaceFileError`, one line each), naming the file, the field,
+    the rule and the value, as job files are.
+    """
+    from pydantic import ValidationError
+
 
     path = Path(path)
     if not path.exists():
@@ -141,89 +131,19 @@ def load_space(path: str | Path, n_workers: int) -> SearchSpace:
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
-        raise UserError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+        raise SpaceFileError(str(path), [f"not valid YAML ({str(exc).splitlines()[0]})"]) from None
     if not isinstance(data, dict):
-        raise UserError(f"{path}: must be a mapping with keys name, description, policies, but got {type(data).__name__}")
-    unknown = set(data) - {"name", "description", "policies"}
-    if unknown:
-        raise UserError(f"{path}: unknown key {sorted(unknown)[0]!r} (allowed: name, description, policies)")
-    families = data.get("policies")
-    if not isinstance(families, dict) or not families:
-        raise UserError(f"{path}: policies must be a non-empty mapping of policy name to parameters, but got {families!r}")
-    dimensions: dict[str, dict[str, Dimension]] = {}
-    constants: dict[str, dict[str, Any]] = {}
-    for family, params in families.items():
-        where = f"{path}: policies.{family}"
-        if family not in POLICIES:
-            raise UserError(f"{where}: unknown policy {family!r} (known: {', '.join(sorted(POLICIES))})")
-        params = params or {}
-        if not isinstance(params, dict):
-            raise UserError(f"{where} must be a mapping of parameter to dimension or constant, but got {params!r}")
-        known = policy_parameters(POLICIES[family])
-        dimensions[family], constants[family] = {}, {}
-        for name, spec in params.items():
-            if name not in known:
-                raise UserError(f"{where}.{name}: policy {family} has no parameter {name!r} "
-                                f"(it takes: {', '.join(known) or 'none'})")
-            if isinstance(spec, dict):
-                dimensions[family][name] = _dimension(spec, f"{where}.{name}", n_workers)
-            else:
-                constants[family][name] = _resolve(spec, f"{where}.{name}", n_workers)
-    name = data.get("name", path.stem)
-    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
-        raise UserError(f"{path}: name must be letters, digits, '_', '-' or '.', but got {name!r}")
-    return SearchSpace(name, str(data.get("description", "")), str(path), dimensions, constants)
-
-
-def _resolve(value: Any, where: str, n_workers: int) -> Any:
-    """Replace the symbol n_workers (also 'n_workers - 1', 'n_workers / 2') by the job's value."""
-    if isinstance(value, str) and value.replace(" ", "").startswith("n_workers"):
-        match = re.fullmatch(r"n_workers(?:([-+*/])(\d+))?", value.replace(" ", ""))
-        if not match:
-            raise UserError(f"{where} must be a number or n_workers [+-*/ integer], but got {value!r}")
-        op, operand = match.groups()
-        if op is None:
-            return n_workers
-        result = {"+": n_workers + int(operand), "-": n_workers - int(operand), "*": n_workers * int(operand),
-                  "/": n_workers // max(int(operand), 1)}[op]
-        return result
-    return value
-
-
-def _dimension(spec: dict[str, Any], where: str, n_workers: int) -> Dimension:
-    kind = spec.get("type")
-    if kind not in KEYS:
-        raise UserError(f"{where}.type must be one of {sorted(KEYS)}, but got {kind!r}")
-    unknown = set(spec) - KEYS[kind]
-    if unknown:
-        raise UserError(f"{where}: unknown key {sorted(unknown)[0]!r} for type {kind} "
-                        f"(allowed: {', '.join(sorted(KEYS[kind]))})")
-    if kind == "categorical":
-        choices = spec.get("choices")
-        if not isinstance(choices, list) or not choices:
-            raise UserError(f"{where}.choices must be a non-empty list, but got {choices!r}")
-        return Dimension("categorical", choices=[_resolve(c, where, n_workers) for c in choices])
-    if kind == "simplex":
-        size = _resolve(spec.get("size", "n_workers"), f"{where}.size", n_workers)
-        if not isinstance(size, int) or size < 2:
-            raise UserError(f"{where}.size must be an integer >= 2, but got {size!r}")
-        return Dimension("simplex", size=size)
-    values = {}
-    for key in ("low", "high"):
-        if key not in spec:
-            raise UserError(f"{where}.{key} is required for type {kind}")
-        value = _resolve(spec[key], f"{where}.{key}", n_workers)
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            raise UserError(f"{where}.{key} must be a number, but got {value!r}")
-        if kind == "int" and value != int(value):
-            raise UserError(f"{where}.{key} must be an integer for type int, but got {value!r}")
-        values[key] = value
-    low, high = values["low"], values["high"]
-    if high < low:
-        raise UserError(f"{where}.high must be >= low={low}, but got {high}")
-    step, log = spec.get("step"), bool(spec.get("log", False))
-    if step is not None and (not isinstance(step, (int, float)) or step <= 0):
-        raise UserError(f"{where}.step must be a positive number, but got {step!r}")
-    if log and (low <= 0 or step is not None):
-        raise UserError(f"{where}.log needs low > 0 and no step, but got low={low}, step={step}")
-    return Dimension(kind, low=low, high=high, step=step, log=log)
+        raise SpaceFileError(str(path), [f"must be a mapping with keys name, description, policies, but got "
+                                         f"{type(data).__name__}"])
+    problems = problems_with_policies(data.get("policies"))
+    try:
+        spec = SpaceFile.model_validate(data, context={"n_workers": n_workers})
+    except ValidationError as exc:
+        problems = [describe(e) for e in exc.errors()] + problems
+    if problems:
+        raise SpaceFileError(str(path), problems)
+    dimensions = {family: {name: p.dimension() for name, p in params.items() if not isinstance(p, Constant)}
+                  for family, params in spec.policies.items()}
+    constants = {family: {name: p.value for name, p in params.items() if isinstance(p, Constant)}
+                 for family, params in spec.policies.items()}
+    return SearchSpace(spec.name or path.stem, spec.description, str(path), dimensions, constants)

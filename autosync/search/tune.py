@@ -9,15 +9,18 @@ interrupted search resumes with the same command.
 from __future__ import annotations
 
 import dataclasses
+import json
 import multiprocessing as mp
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from autosync.errors import UserError
+from autosync.errors import RuntimeFailure, UserError
 from autosync.job import JobSpec
 from autosync.search.cache import best_policies, read_cache, study_name, write_cache
-from autosync.search.objective import Objective, ObjectiveSettings, RunFailed, evaluate, trial_seeds
+from autosync.search.objective import (
+    Objective, ObjectiveSettings, RunFailed, canonical_policy, evaluate, trial_seeds,
+)
 from autosync.search.samplers import SWITCH_POINT_SAMPLERS, make_sampler
 from autosync.search.space import SearchSpace
 from autosync.search.locking import storage_lock
@@ -136,8 +139,14 @@ def _queued_first(study: "optuna.Study", request: TuneRequest) -> tuple[list[dic
     if request.refresh and isinstance(old, dict) and isinstance(old.get("best_policy"), dict):
         params = request.space.trial_params(old["best_policy"])
         return ([params] if params is not None else []), False
-    policies = map(request.space.trial_params, baseline_policies(request.job))
-    return [p for p in policies if p is not None], True
+    n, seen, first = request.job.cluster.n_workers, set(), []
+    for policy in baseline_policies(request.job):  # one of each class that runs alike (k = n is BSP)
+        params = request.space.trial_params(policy)
+        key = json.dumps(canonical_policy(policy, n), sort_keys=True)
+        if params is not None and key not in seen:
+            seen.add(key)
+            first.append(params)
+    return first, True
 
 
 def bsp_reference(study: "optuna.Study", request: TuneRequest) -> dict[str, Any]:
@@ -149,7 +158,7 @@ def bsp_reference(study: "optuna.Study", request: TuneRequest) -> dict[str, Any]
             try:
                 ref = evaluate(request.job, {"policy": "bsp", "params": {}}, seeds, request.settings.penalty)
             except RunFailed as exc:
-                raise UserError(f"BSP itself fails on this job, so there is no reference to tune against: "
+                raise RuntimeFailure(f"BSP itself fails on this job, so there is no reference to tune against: "
                                 f"{exc}") from None
             study.set_user_attr("bsp_reference", ref)
     return ref
@@ -162,7 +171,7 @@ def run_trials(study: "optuna.Study", request: TuneRequest, reference: dict[str,
     With nothing queued but trials running elsewhere, wait: a process that dies there has its trial
     re-queued (`fail_dead_trials`), and this one runs it.
     """
-    objective = Objective(request.job, request.space, request.settings, reference["final_metric"])
+    objective = Objective(request.job, request.space, request.settings, reference["final_metric"], reference)
     while True:
         done = counted_trials(study)
         if on_trial is not None:

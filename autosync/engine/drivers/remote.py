@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from autosync.errors import UserError
+from autosync.errors import RuntimeFailure
 from autosync.policies import Task
 
 
-class WorkerProcessError(UserError):
+class WorkerProcessError(RuntimeFailure):
     """A worker process died or hung and no process is left to take its work."""
 
 

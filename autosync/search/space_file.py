@@ -1,0 +1,217 @@
+"""The search-space file format, validated by pydantic as job files are: unknown keys are errors, and every
+problem is reported at once naming the field, the rule and the value.
+
+    name: static_k                  # letters, digits, '_', '-', '.' (default: the file's stem)
+    description: ...
+    policies:                       # policy name -> parameter -> dimension (a mapping) or constant
+      backup:
+        k: {type: int, low: 1, high: n_workers}
+        lr_rule: {type: categorical, choices: [fixed, proportional]}
+
+`n_workers` (optionally `n_workers - 1`, `n_workers * 2`, `n_workers / 2`) stands for the job's number of
+workers; it is resolved through the validation context `{"n_workers": n}`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal, Optional, Union
+
+from pydantic import (
+    BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationInfo, field_validator, model_validator,
+)
+
+
+@dataclass
+class Dimension:
+    """One searched parameter: its Optuna distribution arguments, or a simplex of `size` fractions."""
+
+    type: str
+    low: float | None = None
+    high: float | None = None
+    step: float | None = None
+    log: bool = False
+    choices: list[Any] = field(default_factory=list)
+    size: int = 0
+
+
+_SYMBOL = re.compile(r"n_workers(?:([-+*/])(\d+))?")
+
+
+def resolve_workers(value: Any, info: ValidationInfo) -> Any:
+    """Replace the symbol n_workers (also 'n_workers - 1', 'n_workers / 2') by the job's value."""
+    if not (isinstance(value, str) and value.replace(" ", "").startswith("n_workers")):
+        return value
+    match = _SYMBOL.fullmatch(value.replace(" ", ""))
+    if not match:
+        raise ValueError(f"must be a number or n_workers [+-*/ integer], but got {value!r}")
+    n = (info.context or {}).get("n_workers", 1)
+    op, operand = match.groups()
+    if op is None:
+        return n
+    k = int(operand)
+    return {"+": n + k, "-": n - k, "*": n * k, "/": n // max(k, 1)}[op]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _Range(_Strict):
+    """An int or float range: low <= high, an optional step, an optional log scale."""
+
+    low: float  # smallest value (a number or an n_workers expression)
+    high: float  # largest value
+    step: Optional[float] = Field(None, gt=0)  # grid spacing (None: continuous for floats, 1 for ints)
+    log: bool = False  # sample on a log scale (needs low > 0 and no step)
+
+    _resolve = field_validator("low", "high", mode="before")(resolve_workers)
+
+    @field_validator("high")
+    @classmethod
+    def _high_at_least_low(cls, high: float, info: ValidationInfo) -> float:
+        low = info.data.get("low")
+        if low is not None and high < low:
+            raise ValueError(f"must be >= low={_plain(low)}, but got {_plain(high)}")
+        return high
+
+    @model_validator(mode="after")
+    def _log_scale(self) -> "_Range":
+        if self.log and (self.low <= 0 or self.step is not None):
+            raise ValueError(f"log needs low > 0 and no step, but got low={_plain(self.low)}, step={self.step}")
+        return self
+
+
+class IntRange(_Range):
+    type: Literal["int"]
+
+    @field_validator("low", "high")
+    @classmethod
+    def _whole(cls, value: float) -> float:
+        if value != int(value):
+            raise ValueError(f"must be an integer for type int, but got {value!r}")
+        return value
+
+    def dimension(self) -> Dimension:
+        return Dimension("int", low=int(self.low), high=int(self.high), step=self.step, log=self.log)
+
+
+class FloatRange(_Range):
+    type: Literal["float"]
+
+    def dimension(self) -> Dimension:
+        return Dimension("float", low=self.low, high=self.high, step=self.step, log=self.log)
+
+
+class Categorical(_Strict):
+    type: Literal["categorical"]
+    choices: list[Any] = Field(min_length=1)  # the values to choose from (n_workers expressions allowed)
+
+    @field_validator("choices", mode="before")
+    @classmethod
+    def _resolve_choices(cls, choices: Any, info: ValidationInfo) -> Any:
+        return [resolve_workers(c, info) for c in choices] if isinstance(choices, list) else choices
+
+    def dimension(self) -> Dimension:
+        return Dimension("categorical", choices=list(self.choices))
+
+
+class Simplex(_Strict):
+    type: Literal["simplex"]
+    size: int = Field("n_workers", ge=2, validate_default=True)  # how many fractions (one per worker)
+
+    _resolve = field_validator("size", mode="before")(resolve_workers)
+
+    def dimension(self) -> Dimension:
+        return Dimension("simplex", size=self.size)
+
+
+DimensionSpec = Annotated[Union[IntRange, FloatRange, Categorical, Simplex], Field(discriminator="type")]
+
+
+class Constant(BaseModel):
+    """A parameter fixed for every trial (not searched)."""
+
+    value: Any
+
+
+def _param_kind(value: Any) -> str:
+    return "dimension" if isinstance(value, (dict, BaseModel)) and not isinstance(value, Constant) else "constant"
+
+
+def _as_constant(value: Any, info: ValidationInfo) -> Any:
+    return value if isinstance(value, Constant) else Constant(value=resolve_workers(value, info))
+
+
+Parameter = Annotated[Union[Annotated[DimensionSpec, Tag("dimension")], Annotated[Constant, Tag("constant")]],
+                      Discriminator(_param_kind)]
+
+
+class SpaceFile(_Strict):
+    """A search-space file."""
+
+    name: Optional[str] = Field(None, pattern=r"^[A-Za-z0-9_.-]+$")  # the study name's suffix (default: file stem)
+    description: str = ""  # what the space searches, for people
+    policies: dict[str, Optional[dict[str, Parameter]]] = Field(min_length=1)  # policy -> parameter -> spec
+
+    @field_validator("policies", mode="before")
+    @classmethod
+    def _constants(cls, policies: Any, info: ValidationInfo) -> Any:
+        if not isinstance(policies, dict) or not policies:
+            raise ValueError(f"must be a non-empty mapping of policy name to parameters, but got {policies!r}")
+        return {family: ({k: v if isinstance(v, dict) else _as_constant(v, info) for k, v in params.items()}
+                         if isinstance(params, dict) else params)
+                for family, params in policies.items()}
+
+    @field_validator("policies")
+    @classmethod
+    def _empty_families(cls, policies: dict[str, Any]) -> dict[str, Any]:
+        return {family: params or {} for family, params in policies.items()}
+
+
+def problems_with_policies(policies: Any) -> list[str]:
+    """Unknown policies and parameters of a file's `policies` mapping, checked against the catalog, every one."""
+    from autosync.catalog import POLICIES, policy_parameters
+
+    problems: list[str] = []
+    if not isinstance(policies, dict):
+        return problems  # the structure's own error says so
+    for family, params in policies.items():
+        if family not in POLICIES:
+            problems.append(f"policies.{family}: unknown policy {family!r} (known: {', '.join(sorted(POLICIES))})")
+            continue
+        known = policy_parameters(POLICIES[family])
+        for name in params if isinstance(params, dict) else ():
+            if name not in known:
+                problems.append(f"policies.{family}.{name}: policy {family} has no parameter {name!r} "
+                                f"(it takes: {', '.join(known) or 'none'})")
+    return problems
+
+
+def describe(err: dict[str, Any]) -> str:
+    """One pydantic error as 'field rule, but got value' (the field path without union tags)."""
+    tags = {"dimension", "constant", "int", "float", "categorical", "simplex"}
+    loc = [str(p) for p in err["loc"] if not (isinstance(p, str) and p in tags)]
+    where, typ, ctx, value = ".".join(loc) or "(top level)", err["type"], err.get("ctx", {}), err.get("input")
+    if typ == "value_error":
+        return f"{where} {ctx.get('error', err['msg'])}"
+    if typ == "extra_forbidden":
+        parent = ".".join(loc[:-1]) or "(top level)"
+        return f"{parent}: unknown key {loc[-1]!r} (unknown keys are errors)"
+    if typ == "union_tag_invalid":
+        return f"{where}.type must be one of [{ctx.get('expected_tags')}], but got {ctx.get('tag')!r}"
+    if typ == "union_tag_not_found":
+        return f"{where} needs the key 'type' (int, float, categorical or simplex)"
+    if typ == "missing":
+        return f"{where} is required"
+    rule = {"greater_than": lambda: f"must be > {ctx.get('gt')}",
+            "greater_than_equal": lambda: f"must be >= {ctx.get('ge')}",
+            "too_short": lambda: "must not be empty",
+            "string_pattern_mismatch": lambda: "may hold only letters, digits, '_', '-' or '.'",
+            }.get(typ, lambda: err["msg"][0].lower() + err["msg"][1:])()
+    return f"{where} {rule}, but got {value!r}"
+
+
+def _plain(x: float) -> Any:
+    return int(x) if float(x).is_integer() else x
