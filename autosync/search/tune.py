@@ -12,6 +12,7 @@ import dataclasses
 import json
 import multiprocessing as mp
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -98,7 +99,24 @@ def load_study(request: TuneRequest, storage: Any) -> "optuna.Study":
         raise UserError(f"study {name} was created with objective directions "
                         f"{[d.name.lower() for d in study.directions]}, but this run asks for {directions}; "
                         "use another --study name or the same --objective")
+    _describe_study(study, request)
     return study
+
+
+def _describe_study(study: "optuna.Study", request: TuneRequest) -> None:
+    """Metric names and what the study is about, for optuna-dashboard and anyone reading the storage."""
+    job = request.job
+    names = ["time to target (virtual s)"] + (
+        [f"final {job.target.metric}"] if request.settings.multi_objective else [])
+    if study.metric_names != names:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # set_metric_names is marked experimental
+            study.set_metric_names(names)
+    about = {"job_name": job.name, "fingerprint": job.fingerprint(), "space": request.space.name,
+             "target": f"{job.target.metric} {job.target.threshold}", "n_workers": job.cluster.n_workers}
+    for key, value in about.items():
+        if study.user_attrs.get(key) != value:
+            study.set_user_attr(key, value)
 
 
 def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = None) -> TuneOutcome:

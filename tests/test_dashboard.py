@@ -1,0 +1,62 @@
+"""optuna-dashboard (the `dashboard` extra) reads a tuned storage: named metrics, and what each study is about."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from autosync.search.objective import ObjectiveSettings
+from autosync.search.space import SPACE_DIR, load_space
+from autosync.search.tune import TuneRequest, tune
+from tests.conftest import small_job
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get(url: str) -> object:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return json.loads(response.read())
+
+
+def test_optuna_dashboard_shows_the_tuned_study_with_its_metric_and_job(tmp_path):
+    pytest.importorskip("optuna_dashboard", reason="optuna-dashboard is not installed (pip install 'autosync[dashboard]')")
+    command = shutil.which("optuna-dashboard", path=str(Path(sys.executable).parent)) or shutil.which("optuna-dashboard")
+    if command is None:
+        pytest.skip("the optuna-dashboard command is not on the PATH")
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    job = small_job()
+    outcome = tune(TuneRequest(job=job, space=load_space(SPACE_DIR / "static_k.yaml", 4), n_trials=2, storage=url,
+                               settings=ObjectiveSettings(tolerance=0.05)))
+    port = _free_port()
+    server = subprocess.Popen([command, url, "--host", "127.0.0.1", "--port", str(port), "--quiet"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        studies = None
+        deadline = time.monotonic() + 60
+        while studies is None and time.monotonic() < deadline:
+            try:
+                studies = _get(f"http://127.0.0.1:{port}/api/studies")["study_summaries"]
+            except OSError:
+                time.sleep(0.3)
+        assert studies is not None, "optuna-dashboard did not answer"
+        (summary,) = [s for s in studies if s["study_name"] == outcome.study_name]
+        attrs = {a["key"]: a["value"] for a in summary["user_attrs"]}
+        assert attrs["job_name"] == "small" and attrs["fingerprint"] == job.fingerprint() and attrs["space"] == "static_k"
+        detail = _get(f"http://127.0.0.1:{port}/api/studies/{summary['study_id']}")
+        assert detail["objective_names"] == ["time to target (virtual s)"]
+        assert len(detail["trials"]) == 2
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
