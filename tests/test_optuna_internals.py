@@ -31,7 +31,8 @@ def test_the_private_names_still_exist(study):
         assert hasattr(owner, name), MOVED + f"{type(owner).__name__}.{name} is gone"
     trial = study.ask()
     assert isinstance(internals.trial_id(trial), int), MOVED + "Trial._trial_id"
-    assert internals.grace_seconds(study) == 1, MOVED + "RDBStorage.grace_period / the caching wrapper's _backend"
+    assert internals.grace_seconds(study) == 2, MOVED + "heartbeat interval / the caching wrapper's _backend"
+    assert internals._backend(study).grace_period == 1, MOVED + "RDBStorage.grace_period"
 
 
 def test_a_stale_trial_and_an_orphan_are_dead_and_a_live_one_is_not(study):
@@ -40,7 +41,7 @@ def test_a_stale_trial_and_an_orphan_are_dead_and_a_live_one_is_not(study):
     storage = internals.storage_of(study)
     storage.record_heartbeat(internals.trial_id(stale))  # beat once, then never again
     assert internals.dead_trial_ids(study) == [], MOVED + "a trial younger than the grace period was judged dead"
-    time.sleep(2.2)  # the storage compares whole seconds
+    time.sleep(3.2)  # past two intervals; the storage compares whole seconds
     storage.record_heartbeat(internals.trial_id(live))
     dead = set(internals.dead_trial_ids(study))
     assert dead == {internals.trial_id(stale), internals.trial_id(orphan)}, MOVED + f"dead trials {dead}"

@@ -364,7 +364,7 @@ def test_a_trial_killed_before_its_first_heartbeat_is_failed_and_retried(tmp_pat
     study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})  # RUNNING, and no heartbeat ever written
     fail_dead_trials(study)
     assert [t.state for t in study.trials] == [optuna.trial.TrialState.RUNNING]  # too young to judge
-    time.sleep(1.5)
+    time.sleep(2.5)  # past autosync's grace of two heartbeat intervals
     fail_dead_trials(study)
     states = [t.state for t in study.trials]
     assert states == [optuna.trial.TrialState.FAIL, optuna.trial.TrialState.WAITING]  # failed, then re-queued

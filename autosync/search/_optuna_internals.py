@@ -21,12 +21,11 @@ def storage_of(study: "optuna.Study") -> Any:
 
 
 def grace_seconds(study: "optuna.Study") -> float | None:
-    """After how many seconds without a heartbeat a RUNNING trial counts as dead (None: no heartbeats)."""
-    backend = getattr(study._storage, "_backend", study._storage)
-    interval = backend.get_heartbeat_interval()
-    if interval is None:
-        return None
-    return backend.grace_period or 2 * interval
+    """After how many seconds without a heartbeat autosync judges a RUNNING trial dead: two intervals
+    (None: no heartbeats). Optuna's own check, inside `study.optimize`, is given a longer grace period
+    (`autosync.search.storage`), so autosync always fails a dead trial first, with its reason."""
+    interval = _backend(study).get_heartbeat_interval()
+    return None if interval is None else 2 * interval
 
 
 def trial_id(trial: "optuna.Trial | optuna.trial.FrozenTrial") -> int:
@@ -34,22 +33,29 @@ def trial_id(trial: "optuna.Trial | optuna.trial.FrozenTrial") -> int:
     return trial._trial_id
 
 
+def _backend(study: "optuna.Study") -> Any:
+    return getattr(study._storage, "_backend", study._storage)
+
+
 def dead_trial_ids(study: "optuna.Study") -> list[int]:
     """Storage ids of RUNNING trials whose process is gone.
 
-    Stale trials (no heartbeat within the grace period) as Optuna judges them, plus orphans: RUNNING
+    Stale trials (no heartbeat within `grace_seconds`) by Optuna's own query, plus orphans: RUNNING
     trials older than the grace period with no heartbeat at all (a process killed between claiming a
     trial and its first heartbeat; a live one beats every interval).
     """
     import optuna
     from optuna.storages._rdb import models
 
-    storage = storage_of(study)
     grace = grace_seconds(study)
     if grace is None:
         return []
-    stale = list(storage._get_stale_trial_ids(study._study_id))
-    backend = getattr(storage, "_backend", storage)
+    backend = _backend(study)
+    optuna_grace, backend.grace_period = backend.grace_period, grace  # Optuna's query, with autosync's grace
+    try:
+        stale = list(backend._get_stale_trial_ids(study._study_id))
+    finally:
+        backend.grace_period = optuna_grace
     cutoff = dt.datetime.now() - dt.timedelta(seconds=grace)
     running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
     old = [trial_id(t) for t in running

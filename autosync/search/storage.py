@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 
 DEFAULT_STORAGE = "sqlite:///results/autosync-studies.db"
 HEARTBEAT_SECONDS = int(os.environ.get("AUTOSYNC_HEARTBEAT_SECONDS", "30"))  # a killed trial is retried after 2x
+# Optuna's own stale check (inside study.optimize) waits longer than autosync's (two intervals), so a dead
+# trial is always failed by autosync first, with its reason (autosync.search.trials.fail_dead_trials).
+OPTUNA_GRACE_INTERVALS = 10
 _PASSWORD = re.compile(r"(?P<head>[a-zA-Z][a-zA-Z0-9+.\-]*://[^/@:]*:)(?P<password>[^@/]*)@")
 _SCHEMA_RETRIES = 5  # for storages without a cross-process lock: a lost schema-creation race is retried
 
@@ -62,7 +65,7 @@ def open_storage(url: str) -> "optuna.storages.RDBStorage":
                 warnings.simplefilter("ignore")  # heartbeats are marked experimental; we rely on them knowingly
                 return optuna.storages.RDBStorage(
                     url, engine_kwargs=kwargs, heartbeat_interval=HEARTBEAT_SECONDS,
-                    grace_period=2 * HEARTBEAT_SECONDS,
+                    grace_period=OPTUNA_GRACE_INTERVALS * HEARTBEAT_SECONDS,
                     heartbeat_stale_trial_callback=RetryKilledTrial(max_retry=3))
         except Exception as exc:  # sqlalchemy raises many kinds: bad scheme, unreachable server, read-only file
             text = str(exc).strip()

@@ -203,13 +203,16 @@ def run_trials(study: "optuna.Study", request: TuneRequest, reference: dict[str,
         time.sleep(POLL_SECONDS)  # run_queued_trial re-queues a trial whose process died meanwhile
 
 
-def _helper(request: TuneRequest, name: str, deadline_in: float | None, verbosity: int) -> None:
-    """A second process working on the same study (`--n-jobs`), with the parent's Optuna log level."""
+def _helper(request: TuneRequest, name: str, deadline_in: float | None, verbosity: int,
+            warning_filters: list[Any]) -> None:
+    """A second process working on the same study (`--n-jobs`), with the parent's Optuna log level and
+    warning filters (whatever the caller chose; the library changes neither)."""
     import optuna
     import torch
 
     torch.set_num_threads(1)
     optuna.logging.set_verbosity(verbosity)
+    warnings.filters[:] = warning_filters
     deadline = time.monotonic() + deadline_in if deadline_in is not None else None
     sub = dataclasses.replace(request, study=name)
     study = load_study(sub, open_storage(sub.storage))
@@ -227,9 +230,9 @@ def _start_helpers(request: TuneRequest, name: str, deadline: float | None) -> l
     torch.set_num_threads(1)
     ctx = mp.get_context("spawn")
     remaining = deadline - time.monotonic() if deadline is not None else None
-    verbosity = optuna.logging.get_verbosity()
+    verbosity, filters = optuna.logging.get_verbosity(), list(warnings.filters)
     procs = [ctx.Process(target=_helper, args=(dataclasses.replace(request, seed=request.seed + 1000 * (i + 1)),
-                                                name, remaining, verbosity), daemon=True)
+                                                name, remaining, verbosity, filters), daemon=True)
              for i in range(request.n_jobs - 1)]
     for p in procs:
         p.start()
