@@ -62,6 +62,7 @@ def top_up(study: "optuna.Study", url: str, budget: int, first: Sequence[dict[st
     processes starting together queue the budget once.
     """
     with storage_lock(url, study.study_name):
+        fail_dead_trials(study)  # a dead trial is pending until failed and re-queued: settle it first
         ahead = list({json.dumps(p, sort_keys=True): p for p in first}.values())  # equal sets queued once
         ahead = ahead if not fresh_only or not study.get_trials(deepcopy=False) else []
         missing = budget - counted_trials(study) - pending_trials(study)
@@ -101,7 +102,11 @@ def run_queued_trial(study: "optuna.Study", url: str, objective: Callable[["optu
 
 
 def fail_dead_trials(study: "optuna.Study") -> list[int]:
-    """Fail the RUNNING trials whose process died, each with its reason, and re-queue them; their numbers."""
+    """Fail the RUNNING trials whose process died, each with its reason, and re-queue them; their numbers.
+
+    Call it under the study's storage lock: between the failure and the re-queue the trial is neither
+    pending nor counted, and a `top_up` in that gap would queue a trial beyond the budget.
+    """
     import optuna
 
     storage = internals.storage_of(study)

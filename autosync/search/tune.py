@@ -126,13 +126,14 @@ def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = Non
     cache = read_cache(study) if not request.refresh else None
     if cache is not None:
         return TuneOutcome(study.study_name, request.storage, True, 0, cache, best_policies(study), study)
-    fail_dead_trials(study)
     reference = bsp_reference(study, request)
     before = counted_trials(study)
     deadline = time.monotonic() + request.timeout if request.timeout else None
     if request.sampler in SWITCH_POINT_SAMPLERS:
         from autosync.search.switch_point import run_switch_point_search
 
+        with storage_lock(request.storage, study.study_name):
+            fail_dead_trials(study)
         run_switch_point_search(study, request, reference, deadline, on_trial)
     else:
         budget = before + request.n_trials if request.refresh else request.n_trials
