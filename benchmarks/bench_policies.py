@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -74,7 +75,8 @@ def solve_cost() -> None:
 
 
 def narx_cost(updates: int) -> None:
-    job = load_job("baselines/lbbsp_cpu.yaml", overrides={"budget": {"max_updates": updates}})
+    job = load_job(Path(__file__).resolve().parents[1] / "baselines" / "lbbsp_cpu.yaml",
+                   overrides={"budget": {"max_updates": updates}})
     costs = {}
     for predictor in ("last", "narx"):
         sim = Simulator(job, LBBSP(mode="cpu", predictor=predictor, warmup=50))

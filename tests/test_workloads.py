@@ -96,3 +96,20 @@ def test_vmap_over_versions_equals_one_by_one(driver):
         alone = Task(w, 1, w, 16, 0.0, params=thetas[w])
         g, _ = drv.aggregate([alone], [1.0])
         assert torch.allclose(batched[w].gradient, g, atol=1e-6)
+
+
+def test_digits_are_read_without_importing_sklearn_and_equal_its_loader():
+    import subprocess
+    import sys
+
+    import numpy as np
+    from sklearn.datasets import load_digits
+
+    from autosync.workloads.datasets import digits_arrays
+
+    data, target = digits_arrays()
+    bunch = load_digits()
+    assert np.array_equal(data, bunch.data) and np.array_equal(target, bunch.target)
+    probe = ("import sys; from autosync.workloads.datasets import digits_arrays; digits_arrays(); "
+             "print('sklearn' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True).stdout.strip() == "False"

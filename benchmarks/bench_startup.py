@@ -1,0 +1,60 @@
+"""Start-up: what `autosync --help`, `autosync validate` and a default `autosync run` cost outside training.
+
+    python benchmarks/bench_startup.py [--repeats 3]
+
+Runs each command as a user would (a new process, from a temporary directory; medians of --repeats)
+beside two floors measured in the same run: the bare interpreter and `import torch`, which every
+training command pays. For `autosync run` (the embedded default job, BSP) it reads the run's own
+training wall time from its --json output and prints the share of the wall time spent outside training.
+Goals (the scale issue): --help and validate under 1 s; a default run at most 25% outside training.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _wall(args: list[str], cwd: Path) -> tuple[float, str]:
+    start = time.perf_counter()
+    proc = subprocess.run(args, cwd=cwd, capture_output=True, text=True, check=True)
+    return time.perf_counter() - start, proc.stdout
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    python, cli = sys.executable, [sys.executable, "-m", "autosync.cli"]
+    job = str(ROOT / "baselines" / "digits_default.yaml")
+    with tempfile.TemporaryDirectory() as tmp:
+        cwd = Path(tmp)
+
+        def median(command: list[str]) -> float:
+            return statistics.median(_wall(command, cwd)[0] for _ in range(args.repeats))
+
+        interpreter = median([python, "-c", "pass"])
+        torch_import = median([python, "-c", "import torch"])
+        help_wall = median([*cli, "--help"])
+        validate_wall = median([*cli, "validate", job])
+        runs = [_wall([*cli, "run", "--json", "--out", str(cwd / f"run{i}")], cwd) for i in range(args.repeats)]
+        run_wall = statistics.median(w for w, _ in runs)
+        training = statistics.median(json.loads(out)["wall_seconds"] for _, out in runs)
+    outside = (run_wall - training) / run_wall
+    print(f"floors: interpreter {interpreter:.2f} s, import torch {torch_import:.2f} s")
+    print(f"autosync --help      {help_wall:.2f} s  ({help_wall / interpreter:.1f}x the interpreter; goal < 1 s)")
+    print(f"autosync validate    {validate_wall:.2f} s  ({validate_wall / interpreter:.1f}x the interpreter; goal < 1 s)")
+    print(f"autosync run         {run_wall:.2f} s wall, {training:.2f} s training: {outside:.0%} outside training "
+          f"(goal <= 25%); import torch alone is {torch_import / run_wall:.0%} of the wall time")
+
+
+if __name__ == "__main__":
+    main()
