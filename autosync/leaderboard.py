@@ -128,6 +128,7 @@ def score(entries: list[Entry], baseline: str = "bsp") -> list[dict[str, Any]]:
             "updates_per_virtual_second": _mean(r["updates_per_virtual_second"] for r in e.runs),
             "early_mean_k": _mean(r.get("early_mean_k") for r in e.runs),
             "late_mean_k": _mean(r.get("late_mean_k") for r in e.runs),
+            "time_weighted_k": _mean(r.get("time_weighted_k") for r in e.runs),
         })
     base = next((r for r in rows if r["spec"]["policy"] == baseline), None)
     for r in rows:

@@ -87,6 +87,7 @@ LEADERBOARD_COLUMNS = (  # without the speedup column, whose key names the basel
     ("updates_per_virtual_second", "upd/s", "{:.2f}"),
     ("early_mean_k", "early k", "{:.1f}"),
     ("late_mean_k", "late k", "{:.1f}"),
+    ("time_weighted_k", "k (time)", "{:.1f}"),
 )
 LEADERBOARD_LEGEND = (
     "TTT s: time to target in virtual seconds, MLPerf's score (mean after dropping the fastest and slowest "
@@ -94,7 +95,8 @@ LEADERBOARD_LEGEND = (
     "missed: runs that never reached the target; vs BSP: speedup of TTT against BSP; test acc and train "
     "loss: final values, mean over seeds; upd to T: updates to target (statistical efficiency); upd/s: "
     "updates per virtual second (hardware efficiency); early k and late k: gradients per update over the "
-    "first and the second half of each run's virtual time, mean over seeds.")
+    "first and the second half of each run's virtual time, mean over seeds; k (time): gradients per update "
+    "weighted by the virtual time each update took (where a dynamic policy spends its time).")
 
 
 def format_cell(value: Any, fmt: str) -> str:
@@ -163,11 +165,10 @@ def _plot_leaderboard(entries: list[Any], directory: Path) -> list[Path]:
     fig.savefig(curves, dpi=110)
     plt.close(fig)
 
-    fig, ax = plt.subplots(figsize=(8, 3.5))
+    fig, (ax, share_ax) = plt.subplots(1, 2, figsize=(11, 3.5), gridspec_kw={"width_ratios": [3, 2]})
     moves = [len(set(e.runs[0]["k"]["k"])) > 1 for e in entries]
-    for i, e in enumerate(entries):
-        if any(moves) and not moves[i]:  # a constant k_t is in the table; the plot shows the ones that move
-            continue
+    shown = [(i, e) for i, e in enumerate(entries) if moves[i] or not any(moves)]  # constant k_t: the table says it
+    for i, e in shown:
         run = e.runs[0]
         ax.step(run["k"]["time"], run["k"]["k"], where="post", color=f"C{i % 10}", lw=1, label=e.label)
     ax.set_xlabel("virtual time (s)")
@@ -175,8 +176,35 @@ def _plot_leaderboard(entries: list[Any], directory: Path) -> list[Path]:
     ax.set_title(f"k_t over time, seed {entries[0].runs[0]['seed']}"
                  + (" (policies whose k_t varies)" if any(moves) and not all(moves) else ""), fontsize=9)
     ax.legend(fontsize=7)
+    _plot_time_at_k(share_ax, [e for _, e in shown])
     fig.tight_layout()
     ks = directory / "k_over_time.png"
     fig.savefig(ks, dpi=110)
     plt.close(fig)
     return [curves, ks]
+
+
+def _plot_time_at_k(ax: Any, entries: list[Any]) -> None:
+    """One bar per policy: the share of its virtual time spent in updates of each k (seed of the left panel)."""
+    import matplotlib.pyplot as plt
+
+    from autosync.engine.metrics import time_at_k
+
+    spent = [time_at_k(e.runs[0]["k"]["time"], e.runs[0]["k"]["k"]) for e in entries]
+    top = max((k for s in spent for k in s), default=1)
+    colours = plt.get_cmap("viridis")
+    for row, seconds in enumerate(spent):
+        total, left = sum(seconds.values()) or 1.0, 0.0
+        for k in sorted(seconds):
+            width = seconds[k] / total
+            ax.barh(row, width, left=left, color=colours((k - 1) / max(top - 1, 1)), edgecolor="white", lw=0.3)
+            if width > 0.08:
+                light = (k - 1) / max(top - 1, 1) > 0.6  # viridis turns yellow: dark text there
+                ax.text(left + width / 2, row, str(k), ha="center", va="center", fontsize=6,
+                        color="black" if light else "white")
+            left += width
+    ax.set_yticks(range(len(entries)), [e.label for e in entries], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("share of virtual time")
+    ax.set_title("time spent at each k (number in the bar)", fontsize=9)

@@ -105,3 +105,18 @@ def test_json_is_strict_everywhere_autosync_writes_it():
         {"a": [None, None, None, 1.5]}
     for path in (Path(__file__).resolve().parents[1] / "results").rglob("*.json"):
         json.loads(path.read_text(), parse_constant=refuse)  # committed results too
+
+
+def test_k_weighted_by_virtual_time_shows_where_a_policy_spends_its_time():
+    from autosync.catalog import make_policy
+    from autosync.engine import simulate
+    from autosync.engine.metrics import time_at_k
+    from tests.conftest import small_job
+
+    # updates at virtual times 1, 3, 4 aggregating 2, 4, 1 gradients: 1 s at k=2, 2 s at k=4, 1 s at k=1
+    assert time_at_k([1.0, 3.0, 4.0], [2, 4, 1]) == {2: 1.0, 4: 2.0, 1: 1.0}
+    constant = simulate(small_job(), make_policy("backup", {"k": 3})).metrics
+    assert constant["time_weighted_k"] == pytest.approx(3.0)
+    dynamic = simulate(small_job(), make_policy("dbw")).metrics
+    per_update = [dynamic["early_mean_k"], dynamic["late_mean_k"]]
+    assert 1.0 <= dynamic["time_weighted_k"] <= 4.0 and all(k is not None for k in per_update)

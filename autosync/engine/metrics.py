@@ -32,7 +32,26 @@ def run_metrics(trace: Trace, target: TargetSpec, virtual_time: float) -> dict[s
         "mean_iteration_time": virtual_time / n_updates if n_updates else None,
         "epochs": trace.column("updates", "epoch")[-1] if trace.updates else 0.0,
         **mean_k_per_half(trace, virtual_time),
+        "time_weighted_k": time_weighted_k(trace),
     }
+
+
+def time_weighted_k(trace: Trace) -> float | None:
+    """Gradients per update weighted by the virtual time each update took (from the previous update, the
+    first from 0): where a dynamic policy spends its time. An average over updates hides it: DBW that
+    alternates k = 1 (fast) and k = n (slow) averages about n/2 per update but spends most of its time at n."""
+    times, ks = trace.column("updates", "time"), trace.column("updates", "n_aggregated")
+    spans = [t - previous for previous, t in zip([0.0] + times[:-1], times)]
+    total = sum(spans)
+    return sum(k * span for k, span in zip(ks, spans)) / total if total > 0 else None
+
+
+def time_at_k(times: list[float], ks: list[int]) -> dict[int, float]:
+    """Virtual seconds spent in updates that aggregated k gradients, for each k (the k_t plot's second panel)."""
+    spent: dict[int, float] = {}
+    for previous, t, k in zip([0.0] + times[:-1], times, ks):
+        spent[k] = spent.get(k, 0.0) + (t - previous)
+    return spent
 
 
 def mean_k_per_half(trace: Trace, virtual_time: float) -> dict[str, float | None]:
