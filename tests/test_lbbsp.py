@@ -90,3 +90,19 @@ def test_invalid_parameters_are_named():
         LBBSP(mode="tpu").bind(4, 8)
     with pytest.raises(ValueError, match="predictor must be one of"):
         LBBSP(mode="cpu", predictor="arima").bind(4, 8)
+
+
+@pytest.mark.parametrize("compute,mode", [({"model": "linear", "seconds_per_sample": 0.01}, "cpu"),
+                                          ({"model": "gpu", "launch_overhead": 0.01, "saturation_batch": 8,
+                                            "seconds_per_sample": 0.002}, "gpu")])
+def test_auto_mode_is_the_mode_the_compute_model_calls_for(compute, mode):
+    from autosync.catalog import make_policy
+    from autosync.engine import simulate
+    from tests.conftest import small_job
+
+    job = small_job(cluster__compute=compute, cluster__speed_factors=[4, 2, 1, 1])
+    auto = simulate(job, make_policy("lbbsp"))
+    explicit = simulate(job, make_policy("lbbsp", {"mode": mode}))
+    assert make_policy("lbbsp").mode == "auto"
+    same = [r[:2] + r[3:] for r in auto.trace.updates] == [r[:2] + r[3:] for r in explicit.trace.updates]  # r[2]: wall
+    assert torch.equal(auto.final_params, explicit.final_params) and same

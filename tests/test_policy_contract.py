@@ -80,7 +80,7 @@ PARAMETER_CASES: dict[str, dict[str, tuple[object, object]]] = {
     "lwp": {"horizon": (2.0, -1.0)},
     "ssp": {"staleness": (1, -1)},
     "split": {"fractions": ([0.4, 0.3, 0.2, 0.1], [0.5, 0.5, 0.5, -0.5])},
-    "lbbsp": {"mode": ("cpu", "tpu"), "delta": (3, 0), "window": (3, 0), "fine_delta": (2, 0), "fine_window": (10, 0),
+    "lbbsp": {"mode": ("gpu", "tpu"), "delta": (3, 0), "window": (3, 0), "fine_delta": (2, 0), "fine_window": (10, 0),
               "memory_threshold": (0.9, 1.5), "predictor": ("ema", "oracle"), "warmup": (10, 1),
               "ema_alpha": (0.5, 0.0), "hidden": (4, 0)},
     "sync_switch": {"switch_at": (0.5, 1.5), "order": ("asp_bsp", "random"), "config": ("none", "all"),

@@ -43,9 +43,10 @@ class Server:
     """Synchronization state of one run; strategies read it through `autosync.policies.ServerView`."""
 
     def __init__(self, strategies: Strategies, n_workers: int, memory_caps: list[int | None] | None = None,
-                 resources: Callable[[int, float], tuple[float, float]] | None = None):
+                 resources: Callable[[int, float], tuple[float, float]] | None = None, compute_model: str = "linear"):
         self.strategies = strategies
         self.n_workers = n_workers
+        self.compute_model = compute_model
         self.memory_caps = list(memory_caps) if memory_caps is not None else [None] * n_workers
         self._resources = resources
         self.version = 0

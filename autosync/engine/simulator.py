@@ -62,7 +62,7 @@ class Simulator:
         self.strategies: Strategies = policy.bind(n, job.workload.batch_size)
         self.cluster = RoundTripModel(job.cluster, job.seed)
         self.server = Server(self.strategies, n, memory_caps=[self.cluster.memory_cap(w) for w in range(n)],
-                             resources=self.cluster.resources)
+                             resources=self.cluster.resources, compute_model=job.cluster.compute.model)
         self.driver: Driver = driver if driver is not None else InProcessDriver(self.workload, job.seed)
         self.clock: Clock = clock if clock is not None else VirtualClock()
         self.trace = Trace()

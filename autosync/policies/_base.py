@@ -65,6 +65,7 @@ class ServerView(Protocol):
     applied: list[int]  # gradients applied per worker (the SSP clock)
     time: float  # virtual time of the event being processed
     memory_caps: list[int | None]  # largest batch each worker's memory holds (None: no limit known)
+    compute_model: str  # the cluster's compute-time model: "linear" (CPU-like) or "gpu" (flat, then linear)
 
     def resources(self, worker: int) -> tuple[float, float]:
         """(CPU, memory) availability of `worker` now, each in (0, 1] (LB-BSP's driving resources)."""

@@ -25,7 +25,7 @@ from autosync.policies._base import Aggregation, Arrival, Batching, Policy, Serv
 from autosync.policies._classic import BSP
 from autosync.policies._speed_predictors import EMA, NARX, LastValue
 
-MODES = ("gpu", "cpu")
+MODES = ("auto", "gpu", "cpu")
 PREDICTORS = ("last", "ema", "narx")
 
 
@@ -209,7 +209,8 @@ class LBBSP(Policy):
     """LB-BSP: BSP with per-worker batch sizes re-balanced at every barrier, gradients weighted by batch size.
 
     Args:
-        mode: "gpu" (Algorithm 2, iterative) or "cpu" (Algorithm 1, speed prediction).
+        mode: "gpu" (Algorithm 2, iterative), "cpu" (Algorithm 1, speed prediction), or "auto" (the
+            default): gpu where the job's compute model is gpu, cpu where it is linear.
         delta, window: Algorithm 2's fast-approach step size and observation window.
         fine_delta, fine_window: the same in the fine-tune phase.
         memory_threshold: a leader's memory use must stay at or below this fraction of its cap.
@@ -222,7 +223,7 @@ class LBBSP(Policy):
     name = "lbbsp"
     paper_name = "LB-BSP"
 
-    def __init__(self, mode: str = "gpu", delta: int = 5, window: int = 5, fine_delta: int = 1,
+    def __init__(self, mode: str = "auto", delta: int = 5, window: int = 5, fine_delta: int = 1,
                  fine_window: int = 20, memory_threshold: float = 0.95, predictor: str = "narx",
                  warmup: int = 50, ema_alpha: float = 0.2, hidden: int = 8) -> None:
         self.mode = mode
@@ -244,8 +245,38 @@ class LBBSP(Policy):
         proportional = ProportionalBalancer(self.predictor, self.warmup, self.ema_alpha, self.hidden)
         for balancer in (iterative, proportional):  # a bad parameter of the other mode is refused too
             balancer.validate()
-        batching: Batching = iterative if self.mode == "gpu" else proportional
+        batching: Batching = {"gpu": iterative, "cpu": proportional}.get(self.mode) \
+            or ModeByCompute(iterative, proportional)
         return Strategies(barrier=FastestK(k=None), aggregation=BatchWeighted(), batching=batching)
+
+
+class ModeByCompute(Batching):
+    """LB-BSP's `mode=auto`: Algorithm 2 where compute time is flat below saturation (the GPU model of
+    sec. 3.3.1), Algorithm 1 where it grows with the batch (the CPU model of sec. 3.2), read from the
+    cluster at the first batch-size decision."""
+
+    def __init__(self, iterative: IterativeBalancer, proportional: ProportionalBalancer):
+        self.iterative = iterative
+        self.proportional = proportional
+
+    def reset(self, n_workers: int, batch_size: int) -> None:
+        self.args = (n_workers, batch_size)
+        self.chosen: Batching | None = None
+
+    def _delegate(self, server: ServerView) -> Batching:
+        if self.chosen is None:
+            self.chosen = self.iterative if server.compute_model == "gpu" else self.proportional
+            self.chosen.reset(*self.args)
+        return self.chosen
+
+    def batch_size(self, server: ServerView, worker: int) -> int:
+        return self._delegate(server).batch_size(server, worker)
+
+    def after_update(self, server: ServerView, stats: UpdateStats) -> None:
+        self._delegate(server).after_update(server, stats)
+
+    def trace_values(self) -> dict[str, Any]:
+        return self.chosen.trace_values() if self.chosen is not None else {}
 
 
 class FixedSplit(Batching):
