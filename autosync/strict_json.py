@@ -29,5 +29,7 @@ def finite(value: Any) -> Any:
 
 
 def dumps(value: Any, default: Callable[[Any], Any] | None = None, **kwargs: Any) -> str:
-    """`json.dumps` of `finite(value)` that refuses NaN and Infinity (`allow_nan=False`)."""
-    return json.dumps(finite(value), allow_nan=False, default=default, **kwargs)
+    """`json.dumps` of `finite(value)` that refuses NaN and Infinity (`allow_nan=False`); what `default`
+    converts (arrays, tensors) is made finite too."""
+    strict_default = None if default is None else (lambda obj: finite(default(obj)))
+    return json.dumps(finite(value), allow_nan=False, default=strict_default, **kwargs)

@@ -146,10 +146,12 @@ def test_a_canonical_form_runs_exactly_like_the_policy(name, params, canonical):
     job = small_job()
     a, b = simulate(job, policy), simulate(job, simple)
     assert torch.equal(a.final_params, b.final_params) and a.trace.arrivals == b.trace.arrivals
+    assert {k: v for k, v in a.metrics.items()} == {k: v for k, v in b.metrics.items()}  # same times, same score
 
 
 def test_a_policy_that_is_not_an_equivalent_keeps_its_form():
     for policy in (make_policy("backup", {"k": 3}), make_policy("sync_switch", {"switch_at": 1.0}),
                    make_policy("sync_switch", {"switch_at": 0.0, "config": "none"}),
+                   make_policy("sync_switch", {"switch_at": 1.0, "config": "none", "switch_seconds": 30.0}),
                    make_policy("split", {"fractions": [0.4, 0.2, 0.2, 0.2]}), make_policy("ssp", {"staleness": 0})):
         assert policy.canonical(4) is policy

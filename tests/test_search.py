@@ -61,6 +61,9 @@ def test_shipped_spaces_load_and_sample_valid_policies(name):
     ("polices: {bsp: {}}", "unknown key 'polices'"),
     ("policies: [bsp]", "policies must be a non-empty mapping"),
     ("policies: {backup: {k: {type: int, low: 1, high: n_workers * x}}}", "must be a number or n_workers"),
+    ("policies: {backup: {k: {type: int, low: 1, high: .inf}}}", "policies.backup.k.high input should be a finite"),
+    ("policies: {backup: {k: {type: int, low: 1, high: 4, step: 0.5}}}", "step must be an integer for type int"),
+    ("policies: {ssp: {staleness: {type: categorical, choices: [[1, 2]]}}}", "choices must hold numbers, strings"),
 ])
 def test_bad_spaces_name_file_key_rule_and_value(tmp_path, text, message):
     path = _space(tmp_path, text)
@@ -384,3 +387,42 @@ def test_policies_that_run_alike_are_trained_once_per_study(tmp_path):
             assert t.user_attrs["same_as_trial"] == "bsp_reference"
     assert study.trials[0].user_attrs["policy"] == bsp  # queued first, once: backup k = 4 is the same run
     assert study.trials[1].user_attrs["canonical_policy"] != bsp
+
+
+def test_a_live_trial_failed_as_dead_does_not_crash_its_process(tmp_path):
+    from autosync.search import _optuna_internals as internals
+    from autosync.search.trials import run_queued_trial, top_up
+
+    url = f"sqlite:///{tmp_path / 'live.db'}"
+    study = optuna.create_study(storage=open_storage(url), study_name="live")
+    top_up(study, url, 2)
+
+    def judged_dead_while_running(trial: optuna.Trial) -> float:
+        storage = internals.storage_of(study)  # what another process's fail_dead_trials does to a slow trial
+        storage.set_trial_user_attr(internals.trial_id(trial), "process_lost", True)
+        storage.set_trial_state_values(internals.trial_id(trial), state=optuna.trial.TrialState.FAIL)
+        trial.set_user_attr("virtual_seconds", 1.0)  # the objective goes on writing to it
+        return 1.0
+
+    assert run_queued_trial(study, url, judged_dead_while_running, catch=())  # no exception
+    assert run_queued_trial(study, url, lambda trial: 2.0, catch=())
+    assert [t.state.name for t in study.trials] == ["FAIL", "COMPLETE"]
+
+
+def test_an_invalid_policy_has_no_canonical_form():
+    from autosync.search.objective import canonical_policy
+
+    assert canonical_policy({"policy": "backup", "params": {"k": 4}}, 4, 8) == {"policy": "bsp", "params": {}}
+    assert canonical_policy({"policy": "backup", "params": {"k": 4, "lr_rule": "bogus"}}, 4, 8) is None
+    assert canonical_policy({"policy": "split", "params": {"fractions": [-1, -1, -1, -1]}}, 4, 8) is None
+
+
+def test_storage_passwords_are_masked_in_urls_and_messages():
+    from autosync.search.storage import redact, redact_url
+
+    assert redact_url("postgresql://u:pa/ss@h/db") == "postgresql://u:***@h/db"  # '/' may be in a password
+    assert redact_url("postgresql://u@h/db?password=xyz&sslmode=require") == \
+        "postgresql://u@h/db?password=***&sslmode=require"
+    assert redact_url("postgresql://h:5432/db") == "postgresql://h:5432/db"  # a port is no password
+    assert redact("login pa/ss refused", "postgresql://u:pa/ss@h/db") == "login *** refused"
+

@@ -215,4 +215,5 @@ class SyncSwitch(Policy):
         """Without the configuration policy and the straggler policies, BSP for the whole workload is BSP.
         (switch_at = 0 is not ASP: the switch happens at the first update, after one BSP barrier.)"""
         plain = self.config == "none" and self.stragglers == "agnostic" and self.order == "bsp_asp"
-        return BSP() if plain and self.switch_at == 1.0 else self
+        free = self.switch_seconds == 0.0  # a switch at the very end still charges its pause
+        return BSP() if plain and free and self.switch_at == 1.0 else self

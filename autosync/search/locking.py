@@ -63,7 +63,7 @@ def _postgres_advisory_lock(url: str, name: str) -> Iterator[None]:
     if engine is None:
         engine = _ENGINES[url] = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
     key = int.from_bytes(hashlib.sha256(f"autosync:{name}".encode()).digest()[:8], "big", signed=True)
-    with engine.connect() as conn:
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:  # never idle in a transaction
         conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:k)"), {"k": key})
         try:
             yield

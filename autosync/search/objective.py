@@ -27,6 +27,7 @@ KILLED = "process_lost"  # user attribute of a trial failed because its process 
 RETRY_OF = "retry_of"  # user attribute of a re-queued trial: the number of the killed trial it re-runs
 PROCESS = "process"  # user attribute: host:pid of the process that ran the trial
 CANONICAL = "canonical_policy"  # user attribute: the simplest policy that runs exactly like the trial's
+SCORING = "scoring"  # user attribute: the seeds and the miss penalty a trial was scored with
 
 
 class RunFailed(Exception):
@@ -141,12 +142,15 @@ class Objective:
 
         policy = self.space.suggest(trial)
         trial.set_user_attr("policy", policy)
-        canonical = canonical_policy(policy, self.job.cluster.n_workers)
+        canonical = canonical_policy(policy, self.job.cluster.n_workers, self.job.workload.batch_size)
         if canonical is not None:
             trial.set_user_attr(CANONICAL, canonical)
-        if canonical == BSP and self.bsp_score is not None and self.bsp_score.get("runs") == self.settings.repeats:
+        scoring = {"seeds": self.seeds(), "penalty": self.settings.penalty}  # what a reused result must share
+        trial.set_user_attr(SCORING, scoring)
+        reference = self.bsp_score or {}
+        if canonical == BSP and {k: reference.get(k) for k in scoring} == scoring:
             return self._from_bsp_reference(trial)
-        twin = self._finished_twin(trial, canonical)
+        twin = self._finished_twin(trial, canonical, scoring)
         if twin is not None:
             return self._copy(twin, trial)
         spent = {"virtual_seconds": 0.0}
@@ -178,15 +182,16 @@ class Objective:
         return score["time_to_target"]
 
     @staticmethod
-    def _finished_twin(trial: "optuna.Trial", canonical: dict[str, Any] | None) -> "optuna.trial.FrozenTrial | None":
-        """An earlier completed (or failed with a reason of its own) trial that runs exactly like this one: the
-        same parameters, or the same canonical policy (backup k = n and BSP), if any."""
+    def _finished_twin(trial: "optuna.Trial", canonical: dict[str, Any] | None,
+                       scoring: dict[str, Any]) -> "optuna.trial.FrozenTrial | None":
+        """An earlier completed (or failed with a reason of its own) trial that runs exactly like this one (the
+        same parameters, or the same canonical policy: backup k = n and BSP) and was scored alike, if any."""
         import optuna
 
         states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
         for t in trial.study.get_trials(deepcopy=False, states=states):
             same = t.params == trial.params or (canonical is not None and t.user_attrs.get(CANONICAL) == canonical)
-            if same and (t.state == optuna.trial.TrialState.COMPLETE or (
+            if same and t.user_attrs.get(SCORING) == scoring and (t.state == optuna.trial.TrialState.COMPLETE or (
                     "fail_reason" in t.user_attrs and not t.user_attrs.get(KILLED))):
                 return t
         return None
@@ -224,13 +229,15 @@ class Objective:
 BSP = {"policy": "bsp", "params": {}}
 
 
-def canonical_policy(policy: dict[str, Any], n_workers: int) -> dict[str, Any] | None:
+def canonical_policy(policy: dict[str, Any], n_workers: int, batch_size: int) -> dict[str, Any] | None:
     """The simplest policy that runs exactly like `policy` on `n_workers` (`Policy.canonical`), as a dict;
-    None when the parameters are invalid (the trial then fails with the reason)."""
+    None when the parameters are invalid for the job (the trial then fails with the reason)."""
     from autosync.catalog import policy_from_dict
 
     try:
-        return policy_from_dict(policy).canonical(n_workers).to_dict()
+        pol = policy_from_dict(policy)
+        pol.bind(n_workers, batch_size)  # an invalid policy has no equivalent: it must fail, not copy BSP
+        return pol.canonical(n_workers).to_dict()
     except ValueError:
         return None
 

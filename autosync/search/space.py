@@ -132,6 +132,8 @@ def load_space(path: str | Path, n_workers: int) -> SearchSpace:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
         raise SpaceFileError(str(path), [f"not valid YAML ({str(exc).splitlines()[0]})"]) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpaceFileError(str(path), [f"cannot be read ({type(exc).__name__}: {exc})"]) from None
     if not isinstance(data, dict):
         raise SpaceFileError(str(path), [f"must be a mapping with keys name, description, policies, but got "
                                          f"{type(data).__name__}"])

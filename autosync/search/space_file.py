@@ -55,7 +55,7 @@ def resolve_workers(value: Any, info: ValidationInfo) -> Any:
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class _Range(_Strict):
@@ -86,10 +86,10 @@ class _Range(_Strict):
 class IntRange(_Range):
     type: Literal["int"]
 
-    @field_validator("low", "high")
+    @field_validator("low", "high", "step")
     @classmethod
-    def _whole(cls, value: float) -> float:
-        if value != int(value):
+    def _whole(cls, value: float | None) -> float | None:
+        if value is not None and value != int(value):
             raise ValueError(f"must be an integer for type int, but got {value!r}")
         return value
 
@@ -111,7 +111,12 @@ class Categorical(_Strict):
     @field_validator("choices", mode="before")
     @classmethod
     def _resolve_choices(cls, choices: Any, info: ValidationInfo) -> Any:
-        return [resolve_workers(c, info) for c in choices] if isinstance(choices, list) else choices
+        if not isinstance(choices, list):
+            return choices
+        for choice in choices:  # Optuna's categorical choices: None, bool, int, float or str
+            if not (choice is None or isinstance(choice, (bool, int, float, str))):
+                raise ValueError(f"must hold numbers, strings, booleans or null, but got {choice!r}")
+        return [resolve_workers(c, info) for c in choices]
 
     def dimension(self) -> Dimension:
         return Dimension("categorical", choices=list(self.choices))

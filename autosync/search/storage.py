@@ -25,21 +25,26 @@ HEARTBEAT_SECONDS = int(os.environ.get("AUTOSYNC_HEARTBEAT_SECONDS", "30"))  # a
 # Optuna's own stale check (inside study.optimize) waits longer than autosync's (two intervals), so a dead
 # trial is always failed by autosync first, with its reason (autosync.search.trials.fail_dead_trials).
 OPTUNA_GRACE_INTERVALS = 10
-_PASSWORD = re.compile(r"(?P<head>[a-zA-Z][a-zA-Z0-9+.\-]*://[^/@:]*:)(?P<password>[^@/]*)@")
+# user:password@ in a URL; the password may hold '/' (only '@' must be escaped), so it runs to the last '@'
+_PASSWORD = re.compile(r"(?P<head>[a-zA-Z][a-zA-Z0-9+.\-]*://[^/@:\s]*:)(?P<password>[^@\s]*)@")
+_QUERY_PASSWORD = re.compile(r"(?P<head>[?&]password=)(?P<password>[^&\s]*)", re.IGNORECASE)
 _SCHEMA_RETRIES = 5  # for storages without a cross-process lock: a lost schema-creation race is retried
 
 
 def redact_url(url: str) -> str:
-    """`url` with its password replaced by *** (postgresql://user:***@host/db): safe to print or store."""
-    return _PASSWORD.sub(lambda m: f"{m['head']}***@", url)
+    """`url` (or any text holding URLs) with passwords replaced by *** (postgresql://user:***@host/db, also
+    ?password=...): safe to print or store."""
+    masked = _PASSWORD.sub(lambda m: f"{m['head']}***@", url)
+    return _QUERY_PASSWORD.sub(lambda m: f"{m['head']}***", masked)
 
 
 def redact(text: str, url: str) -> str:
     """`text` (an error message, say) with `url`'s password masked wherever it appears."""
-    match = _PASSWORD.match(url)
-    text = text.replace(url, redact_url(url))
-    if match and match["password"]:
-        text = text.replace(match["password"], "***")
+    text = redact_url(text.replace(url, redact_url(url)))
+    for pattern in (_PASSWORD, _QUERY_PASSWORD):
+        for match in pattern.finditer(url):
+            if match["password"]:
+                text = text.replace(match["password"], "***")
     return text
 
 

@@ -7,7 +7,7 @@ import math
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
-from autosync.errors import UserError
+from autosync.errors import RuntimeFailure, UserError
 from autosync.search.objective import Objective, RunFailed
 from autosync.search.trials import counted_trials
 
@@ -30,6 +30,8 @@ def run_switch_point_search(study: "optuna.Study", request: "TuneRequest", refer
     Binary search enqueues each candidate it chooses; the ladder is the study's sampler (`LadderSampler`)
     and runs in `study.optimize` until a rung holds.
     """
+    import optuna
+
     from autosync.search.binary import binary_search
     from autosync.search.ladder import ladder_finished, next_rung
 
@@ -64,13 +66,20 @@ def run_switch_point_search(study: "optuna.Study", request: "TuneRequest", refer
         if deadline is not None and time.monotonic() >= deadline:
             raise _OutOfTime
         study.enqueue_trial({"sync_switch.switch_at": s, **others}, skip_if_exists=False)
-        finished: list[Any] = []  # this process's trial, whatever other processes add to the study
-        study.optimize(objective, n_trials=1, catch=(RunFailed,), gc_after_trial=False,
-                       callbacks=[lambda _, trial: finished.append(trial)])
+        queued = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
+        finished: list[Any] = []  # this process's trials, whatever other processes add to the study
+        for _ in range(queued):  # the queue is first in, first out: trials queued earlier (a killed trial's
+            study.optimize(objective, n_trials=1, catch=(RunFailed,), gc_after_trial=False,  # re-run) go first
+                           callbacks=[lambda _, trial: finished.append(trial)])
+            if finished[-1].params.get("sync_switch.switch_at") == s:
+                break
+        else:
+            raise RuntimeFailure(f"--sampler binary: another process ran the candidate switch_at={s} of this "
+                                 "search; run one binary search per study at a time")
         done[0] += 1
         if on_trial is not None:
             on_trial(done[0], request.n_trials)
-        return metric_sign * finished[0].user_attrs.get("final_metric", -math.inf * metric_sign)
+        return metric_sign * finished[-1].user_attrs.get("final_metric", -math.inf * metric_sign)
 
     target = metric_sign * reference["final_metric"]
     try:

@@ -89,16 +89,27 @@ def run_queued_trial(study: "optuna.Study", url: str, objective: Callable[["optu
         if not study.get_trials(deepcopy=False, states=_states("WAITING")):
             return False
 
+        ours: list[int] = []
+
         def claimed(trial: "optuna.Trial") -> Any:
             held.close()  # the queued trial is ours now: let other processes claim theirs
+            ours.append(trial.number)
             trial.set_user_attr(PROCESS, f"{socket.gethostname()}:{os.getpid()}")
             return objective(trial)
 
         try:
             study.optimize(claimed, n_trials=1, catch=catch, gc_after_trial=False)
-        except optuna.exceptions.UpdateFinishedTrialError:
-            pass  # failed as dead by another process while it ran; its re-run is already queued
+        except Exception:
+            if not (ours and _failed_as_dead(study, ours[0])):
+                raise
+            # failed as dead by another process while it ran (a heartbeat missed under load): Optuna then
+            # cannot tell it, whatever it raises; its re-run is already queued, so this process goes on
     return True
+
+
+def _failed_as_dead(study: "optuna.Study", number: int) -> bool:
+    trial = study.get_trials(deepcopy=False)[number]
+    return trial.state == _states("FAIL")[0] and bool(trial.user_attrs.get(KILLED))
 
 
 def fail_dead_trials(study: "optuna.Study") -> list[int]:
@@ -114,9 +125,11 @@ def fail_dead_trials(study: "optuna.Study") -> list[int]:
     failed = []
     for tid in internals.dead_trial_ids(study):
         try:
+            # KILLED first: should the trial finish between the two writes, a reason without KILLED would
+            # make it count as a failure of its own (and twins copy it)
+            storage.set_trial_user_attr(tid, KILLED, True)
             storage.set_trial_user_attr(tid, "fail_reason", f"its process stopped: no heartbeat for over {grace} s "
                                         "(killed or hung); the trial is re-run")
-            storage.set_trial_user_attr(tid, KILLED, True)
             if storage.set_trial_state_values(tid, state=optuna.trial.TrialState.FAIL):
                 failed.append(tid)
         except optuna.exceptions.UpdateFinishedTrialError:

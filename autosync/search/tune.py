@@ -140,9 +140,9 @@ def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = Non
         if request.sampler == "grid":
             budget = min(budget, request.space.size())
         top_up(study, request.storage, budget, *_queued_first(study, request))
-        helpers = _start_helpers(request, study.study_name, deadline)
+        helpers = _start_helpers(request, study.study_name, budget, deadline)
         try:
-            run_trials(study, request, reference, deadline, on_trial)
+            run_trials(study, request, reference, budget, deadline, on_trial)
         finally:
             for p in helpers:
                 p.join()
@@ -161,7 +161,7 @@ def _queued_first(study: "optuna.Study", request: TuneRequest) -> tuple[list[dic
     n, seen, first = request.job.cluster.n_workers, set(), []
     for policy in baseline_policies(request.job):  # one of each class that runs alike (k = n is BSP)
         params = request.space.trial_params(policy)
-        key = json.dumps(canonical_policy(policy, n), sort_keys=True)
+        key = json.dumps(canonical_policy(policy, n, request.job.workload.batch_size), sort_keys=True)
         if params is not None and key not in seen:
             seen.add(key)
             first.append(params)
@@ -169,42 +169,50 @@ def _queued_first(study: "optuna.Study", request: TuneRequest) -> tuple[list[dic
 
 
 def bsp_reference(study: "optuna.Study", request: TuneRequest) -> dict[str, Any]:
-    """BSP's score on the job (R seeds), measured once per study: the constraint's reference."""
-    with storage_lock(request.storage, f"{study.study_name}/bsp"):  # processes starting together train it once
-        ref = study.user_attrs.get("bsp_reference")
-        if ref is None:
-            seeds = trial_seeds(request.job, request.settings.repeats)
-            try:
-                ref = evaluate(request.job, {"policy": "bsp", "params": {}}, seeds, request.settings.penalty)
-            except RunFailed as exc:
-                raise RuntimeFailure(f"BSP itself fails on this job, so there is no reference to tune against: "
-                                f"{exc}") from None
-            study.set_user_attr("bsp_reference", ref)
+    """BSP's score on the job (R seeds), measured once per study: the constraint's reference.
+
+    No lock is held while BSP trains (on SQLite the storage lock is the whole database's): processes
+    that start together on a new study may each train it, and they get the same runs.
+    """
+    ref = study.user_attrs.get("bsp_reference")
+    if ref is None:
+        seeds = trial_seeds(request.job, request.settings.repeats)
+        try:
+            ref = evaluate(request.job, {"policy": "bsp", "params": {}}, seeds, request.settings.penalty)
+        except RunFailed as exc:
+            raise RuntimeFailure(f"BSP itself fails on this job, so there is no reference to tune against: "
+                                 f"{exc}") from None
+        ref = {**ref, "seeds": seeds, "penalty": request.settings.penalty}
+        study.set_user_attr("bsp_reference", ref)
     return ref
 
 
-def run_trials(study: "optuna.Study", request: TuneRequest, reference: dict[str, Any],
+def run_trials(study: "optuna.Study", request: TuneRequest, reference: dict[str, Any], budget: int,
                deadline: float | None, on_trial: Callable[[int, int], None] | None = None) -> None:
-    """Run queued trials until none is queued or running in any process (or the deadline passes).
+    """Run queued trials until `budget` trials count and none is queued or running in any process (or the
+    deadline passes).
 
-    With nothing queued but trials running elsewhere, wait: a process that dies there has its trial
-    re-queued (`fail_dead_trials`), and this one runs it.
+    With nothing queued, top the queue up again (a trial that failed without a reason of its own, or whose
+    re-runs ran out, left the budget short); with trials still running elsewhere, wait: a process that
+    dies there has its trial re-queued (`fail_dead_trials`), and this one runs it.
     """
     objective = Objective(request.job, request.space, request.settings, reference["final_metric"], reference)
     while True:
         done = counted_trials(study)
         if on_trial is not None:
-            on_trial(done, done + pending_trials(study))
+            on_trial(done, max(budget, done + pending_trials(study)))
         if deadline is not None and time.monotonic() >= deadline:
             return
         if run_queued_trial(study, request.storage, objective, catch=(RunFailed,)):
+            continue
+        if top_up(study, request.storage, budget):
             continue
         if not pending_trials(study):
             return
         time.sleep(POLL_SECONDS)  # run_queued_trial re-queues a trial whose process died meanwhile
 
 
-def _helper(request: TuneRequest, name: str, deadline_in: float | None, verbosity: int,
+def _helper(request: TuneRequest, name: str, budget: int, deadline_in: float | None, verbosity: int,
             warning_filters: list[Any]) -> None:
     """A second process working on the same study (`--n-jobs`), with the parent's Optuna log level and
     warning filters (whatever the caller chose; the library changes neither)."""
@@ -217,10 +225,10 @@ def _helper(request: TuneRequest, name: str, deadline_in: float | None, verbosit
     deadline = time.monotonic() + deadline_in if deadline_in is not None else None
     sub = dataclasses.replace(request, study=name)
     study = load_study(sub, open_storage(sub.storage))
-    run_trials(study, sub, study.user_attrs["bsp_reference"], deadline)
+    run_trials(study, sub, study.user_attrs["bsp_reference"], budget, deadline)
 
 
-def _start_helpers(request: TuneRequest, name: str, deadline: float | None) -> list[Any]:
+def _start_helpers(request: TuneRequest, name: str, budget: int, deadline: float | None) -> list[Any]:
     if request.n_jobs <= 1:
         return []
     if request.storage.startswith("sqlite:///:memory:") or request.storage == "sqlite://":
@@ -233,7 +241,7 @@ def _start_helpers(request: TuneRequest, name: str, deadline: float | None) -> l
     remaining = deadline - time.monotonic() if deadline is not None else None
     verbosity, filters = optuna.logging.get_verbosity(), list(warnings.filters)
     procs = [ctx.Process(target=_helper, args=(dataclasses.replace(request, seed=request.seed + 1000 * (i + 1)),
-                                                name, remaining, verbosity, filters), daemon=True)
+                                                name, budget, remaining, verbosity, filters), daemon=True)
              for i in range(request.n_jobs - 1)]
     for p in procs:
         p.start()
