@@ -1,0 +1,92 @@
+"""Engine wall time per update against the number of workers, and over a long run.
+
+    python benchmarks/bench_scale.py [--workers 16 128 256 512] [--updates 200] [--long 2000] [--policies ...]
+
+(1) For BSP, backup k = 3n/4, ASP and DBW, the wall time per simulated update at each n, on a cheap
+    workload (logistic regression on 64-feature synthetic data, batch 8) so that the engine's own
+    bookkeeping, not the model, is what grows; printed with the ratio to the smallest n and that ratio
+    divided by n / n_min (<= 1: the per-update cost grows no faster than linearly in n). BSP and backup
+    aggregate about n gradients per update, ASP one, so their per-update work is O(n) and O(1).
+    DBW is run up to --dbw-max-workers (default 128): above that its cvxpy solve of (17) dominates
+    (about n^3; the scale issue's structured solver is what would lift it).
+(2) Flatness: BSP at the smallest n over --long updates, wall time per update in each quarter of the
+    run; a ratio of the last quarter to the first near 1 means no state grows with the run's length.
+Goals (the scale issue): per-update cost no faster than linear in n; a flat cost over 2,000 updates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from autosync.catalog import make_policy
+from autosync.engine import Simulator
+from autosync.job import job_from_dict
+
+
+def _job(n: int, updates: int, eval_every: float) -> object:
+    return job_from_dict({
+        "name": f"scale_n{n}",
+        "workload": {"dataset": {"name": "synthetic_classification", "n_samples": 4000, "n_features": 64,
+                                 "n_classes": 4},
+                     "model": {"name": "logreg"}, "batch_size": 8, "optimizer": {"lr": 0.05, "momentum": 0.9},
+                     "evaluation": {"every_seconds": eval_every, "max_samples": 500}},
+        "cluster": {"n_workers": n, "round_trip": {"kind": "shifted_exponential", "alpha": 0.7}},
+        "target": {"metric": "test_accuracy", "threshold": 0.99},
+        "budget": {"max_updates": updates},
+    }, "bench_scale")
+
+
+def per_update(n: int, policy: str, updates: int) -> float:
+    """Wall seconds per update of one run (evaluations rare: the engine is what is timed)."""
+    params = {"k": max(1, 3 * n // 4)} if policy == "backup" else {}
+    sim = Simulator(_job(n, updates, eval_every=1e6), make_policy(policy, params))
+    start = time.perf_counter()
+    result = sim.run()
+    return (time.perf_counter() - start) / max(1, result.metrics["updates"])
+
+
+def quarters(n: int, updates: int) -> list[float]:
+    """Wall seconds per update in each quarter of one long BSP run."""
+    stamps: list[tuple[int, float]] = []
+    sim = Simulator(_job(n, updates, eval_every=1.0), make_policy("bsp"),
+                    progress=lambda info: stamps.append((info["updates"], time.perf_counter())))
+    start = time.perf_counter()
+    sim.run()
+    marks = [(0, start)] + stamps
+    out = []
+    for q in range(4):
+        lo, hi = q * updates // 4, (q + 1) * updates // 4
+        inside = [(u, t) for u, t in marks if lo <= u <= hi]
+        if len(inside) >= 2 and inside[-1][0] > inside[0][0]:
+            out.append((inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0]))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, nargs="+", default=[16, 128, 256, 512])
+    parser.add_argument("--updates", type=int, default=200)
+    parser.add_argument("--long", type=int, default=2000)
+    parser.add_argument("--dbw-max-workers", type=int, default=128)
+    parser.add_argument("--policies", nargs="+", default=["bsp", "backup", "asp", "dbw"])
+    args = parser.parse_args()
+    n_min = min(args.workers)
+    print(f"wall time per update (ms); ratio to n = {n_min}; that ratio / (n / {n_min}) (<= 1: at most linear)")
+    for policy in args.policies:
+        sizes = [n for n in args.workers if policy != "dbw" or n <= args.dbw_max_workers]
+        per_update(n_min, policy, 10)  # warm-up: first calls of this policy's kernels (vmap, solver compile)
+        base = None
+        for n in sizes:
+            seconds = per_update(n, policy, args.updates)
+            base = base or seconds
+            ratio = seconds / base
+            print(f"  {policy:7s} n = {n:4d}: {1e3 * seconds:8.2f} ms  {ratio:6.2f}x  {ratio / (n / n_min):5.2f}")
+    q = quarters(n_min, args.long)
+    print(f"BSP at n = {n_min} over {args.long} updates, ms per update by quarter: "
+          + ", ".join(f"{1e3 * x:.2f}" for x in q)
+          + (f"; last / first quarter {q[-1] / q[0]:.2f} (goal: near 1)" if len(q) == 4 else ""))
+
+
+if __name__ == "__main__":
+    main()
