@@ -3,7 +3,8 @@
 autosync fails the trials of dead processes itself, each with its reason, before Optuna's own check in
 `study.optimize` would fail them without one (`autosync.search.trials.fail_dead_trials`). That needs the
 ids of stale trials, the heartbeat table (a trial killed before its first heartbeat is never stale to
-Optuna), a study's storage and a trial's storage id. Nothing else of Optuna's internals is used.
+Optuna), a study's storage and a trial's storage id. The trial budget is counted from the database
+itself, past Optuna's per-process cache (`fresh_trials`). Nothing else of Optuna's internals is used.
 """
 
 from __future__ import annotations
@@ -35,6 +36,16 @@ def trial_id(trial: "optuna.Trial | optuna.trial.FrozenTrial") -> int:
 
 def _backend(study: "optuna.Study") -> Any:
     return getattr(study._storage, "_backend", study._storage)
+
+
+def fresh_trials(study: "optuna.Study", states: tuple[Any, ...] | None = None) -> list["optuna.trial.FrozenTrial"]:
+    """The study's trials read from the database now, past Optuna's per-process cache.
+
+    The cache re-reads only trials it saw unfinished and those newer than the last finished one it saw;
+    a trial this process created (an enqueued or re-queued one) can stay WAITING in it after another
+    process ran it. Budget accounting across processes must not trust that view.
+    """
+    return _backend(study).get_all_trials(study._study_id, deepcopy=False, states=states)
 
 
 def dead_trial_ids(study: "optuna.Study") -> list[int]:

@@ -34,16 +34,25 @@ def _states(*names: str) -> tuple[Any, ...]:
 
 def counted_trials(study: "optuna.Study") -> int:
     """Trials that used the budget: completed, pruned, or failed with a reason of their own (not killed)."""
-    import optuna
-
-    return sum(1 for t in study.get_trials(deepcopy=False, states=_states("COMPLETE", "PRUNED", "FAIL"))
-               if t.state != optuna.trial.TrialState.FAIL
-               or ("fail_reason" in t.user_attrs and not t.user_attrs.get(KILLED)))
+    return budget_used(study)[0]
 
 
 def pending_trials(study: "optuna.Study") -> int:
     """Trials queued or running: budget that is taken but not spent yet."""
-    return len(study.get_trials(deepcopy=False, states=_states("WAITING", "RUNNING")))
+    return budget_used(study)[1]
+
+
+def budget_used(study: "optuna.Study") -> tuple[int, int]:
+    """(counted, pending) from one read of the database: two reads could miss a trial that finished between
+    them (running at the first, no longer pending at the second) and so queue one beyond the budget."""
+    counted = pending = 0
+    for t in internals.fresh_trials(study):
+        if t.state.name in ("WAITING", "RUNNING"):
+            pending += 1
+        elif t.state.name in ("COMPLETE", "PRUNED") or (
+                "fail_reason" in t.user_attrs and not t.user_attrs.get(KILLED)):
+            counted += 1
+    return counted, pending
 
 
 def feasible_trials(study: "optuna.Study") -> list["optuna.trial.FrozenTrial"]:
@@ -64,8 +73,8 @@ def top_up(study: "optuna.Study", url: str, budget: int, first: Sequence[dict[st
     with storage_lock(url, study.study_name):
         fail_dead_trials(study)  # a dead trial is pending until failed and re-queued: settle it first
         ahead = list({json.dumps(p, sort_keys=True): p for p in first}.values())  # equal sets queued once
-        ahead = ahead if not fresh_only or not study.get_trials(deepcopy=False) else []
-        missing = budget - counted_trials(study) - pending_trials(study)
+        ahead = ahead if not fresh_only or not internals.fresh_trials(study) else []
+        missing = budget - sum(budget_used(study))
         queue = (ahead + [{}] * max(0, missing))[:max(0, missing)]
         for params in queue:
             study.enqueue_trial(params, skip_if_exists=False)
@@ -86,7 +95,7 @@ def run_queued_trial(study: "optuna.Study", url: str, objective: Callable[["optu
     with contextlib.ExitStack() as held:
         held.enter_context(storage_lock(url, study.study_name))
         fail_dead_trials(study)  # before Optuna's own check in `optimize` fails them without a reason
-        if not study.get_trials(deepcopy=False, states=_states("WAITING")):
+        if not internals.fresh_trials(study, _states("WAITING")):  # the database's view, not this process's cache
             return False
 
         ours: list[int] = []

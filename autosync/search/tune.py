@@ -26,7 +26,9 @@ from autosync.search.samplers import SWITCH_POINT_SAMPLERS, make_sampler
 from autosync.search.space import SearchSpace
 from autosync.search.locking import storage_lock
 from autosync.search.storage import DEFAULT_STORAGE, open_storage
-from autosync.search.trials import counted_trials, fail_dead_trials, pending_trials, run_queued_trial, top_up
+from autosync.search.trials import (
+    budget_used, counted_trials, fail_dead_trials, pending_trials, run_queued_trial, top_up,
+)
 
 if TYPE_CHECKING:
     import optuna
@@ -198,9 +200,9 @@ def run_trials(study: "optuna.Study", request: TuneRequest, reference: dict[str,
     """
     objective = Objective(request.job, request.space, request.settings, reference["final_metric"], reference)
     while True:
-        done = counted_trials(study)
+        done, pending = budget_used(study)
         if on_trial is not None:
-            on_trial(done, max(budget, done + pending_trials(study)))
+            on_trial(done, max(budget, done + pending))
         if deadline is not None and time.monotonic() >= deadline:
             return
         if run_queued_trial(study, request.storage, objective, catch=(RunFailed,)):
