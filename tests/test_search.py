@@ -397,8 +397,10 @@ def test_a_live_trial_failed_as_dead_does_not_crash_its_process(tmp_path):
     study = optuna.create_study(storage=open_storage(url), study_name="live")
     top_up(study, url, 2)
 
+    other = optuna.load_study(study_name="live", storage=open_storage(url))  # another process's view
+
     def judged_dead_while_running(trial: optuna.Trial) -> float:
-        storage = internals.storage_of(study)  # what another process's fail_dead_trials does to a slow trial
+        storage = internals.storage_of(other)  # what another process's fail_dead_trials does to a slow trial
         storage.set_trial_user_attr(internals.trial_id(trial), "process_lost", True)
         storage.set_trial_state_values(internals.trial_id(trial), state=optuna.trial.TrialState.FAIL)
         trial.set_user_attr("virtual_seconds", 1.0)  # the objective goes on writing to it

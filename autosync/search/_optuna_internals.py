@@ -68,7 +68,7 @@ def dead_trial_ids(study: "optuna.Study") -> list[int]:
     finally:
         backend.grace_period = optuna_grace
     cutoff = dt.datetime.now() - dt.timedelta(seconds=grace)
-    running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+    running = fresh_trials(study, (optuna.trial.TrialState.RUNNING,))
     old = [trial_id(t) for t in running
            if t.datetime_start is not None and t.datetime_start < cutoff and trial_id(t) not in stale]
     if not old:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from autosync.errors import RuntimeFailure, UserError
 from autosync.search.objective import Objective, RunFailed
+from autosync.search import _optuna_internals as internals
 from autosync.search.trials import counted_trials
 
 if TYPE_CHECKING:
@@ -66,7 +67,7 @@ def run_switch_point_search(study: "optuna.Study", request: "TuneRequest", refer
         if deadline is not None and time.monotonic() >= deadline:
             raise _OutOfTime
         study.enqueue_trial({"sync_switch.switch_at": s, **others}, skip_if_exists=False)
-        queued = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
+        queued = len(internals.fresh_trials(study, (optuna.trial.TrialState.WAITING,)))  # not a process's cache
         finished: list[Any] = []  # this process's trials, whatever other processes add to the study
         for _ in range(queued):  # the queue is first in, first out: trials queued earlier (a killed trial's
             study.optimize(objective, n_trials=1, catch=(RunFailed,), gc_after_trial=False,  # re-run) go first

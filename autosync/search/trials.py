@@ -117,7 +117,8 @@ def run_queued_trial(study: "optuna.Study", url: str, objective: Callable[["optu
 
 
 def _failed_as_dead(study: "optuna.Study", number: int) -> bool:
-    trial = study.get_trials(deepcopy=False)[number]
+    # from the database: this process's cache still holds its own trial as RUNNING when another process failed it
+    trial = next(t for t in internals.fresh_trials(study) if t.number == number)
     return trial.state == _states("FAIL")[0] and bool(trial.user_attrs.get(KILLED))
 
 
