@@ -345,6 +345,108 @@ def scaling(
     status.print(f"wrote {', '.join(str(p) for p in paths)}")
 
 
+FAMILY_ARG = typer.Argument(..., help="Job-family YAML file (see baselines/family_stragglers.yaml).")
+JOBS_OPT = typer.Option(24, "--jobs", min=1, help="Jobs 0..N-1 of the family (job i depends only on the "
+                                                   "family's seed and i).")
+
+
+@app.command()
+def family(
+    family_file: Path = FAMILY_ARG,
+    jobs: int = JOBS_OPT,
+    out: Optional[Path] = typer.Option(None, "--out", help="Directory for the job files "
+                                                          "(default: results/robustness/<family>/jobs)."),
+    as_json: bool = JSON_OPT,
+) -> None:
+    """Draw jobs from a family and write each as an ordinary job file (validated and fingerprinted)."""
+    from autosync.family import describe, load_family, write_jobs
+
+    spec = load_family(family_file)
+    directory = out or Path("results") / "robustness" / spec.name / "jobs"
+    paths = write_jobs(spec, jobs, directory, str(family_file), _command_line("family"))
+    facts = [describe(j) for j in spec.jobs(jobs)]
+    status.print(f"wrote {len(paths)} job files to {directory}")
+    if as_json:
+        _print_json({"family": spec.name, "jobs": [{**f, "file": str(p)} for f, p in zip(facts, paths)]})
+        return
+    _print_jobs_table(f"family {spec.name}: {jobs} jobs", facts)
+
+
+def _print_jobs_table(title: str, facts: list[dict[str, Any]]) -> None:
+    table = Table(title=title)
+    for header in ("job", "n", "round trips", "slow (spread)", "slowdowns", "workload", "momentum", "fingerprint"):
+        table.add_column(header, no_wrap=header == "job")
+    for f in facts:
+        table.add_row(f["job"], str(f["n_workers"]), f["round_trip"], f"{f['slow_workers']} ({f['speed_spread']:.1f}x)",
+                      str(f["slowdowns"]), f["workload"], f"{f['momentum']:g}", f["fingerprint"])
+    console.print(table)
+
+
+@app.command()
+def robustness(
+    family_file: Path = FAMILY_ARG,
+    jobs: int = JOBS_OPT,
+    seeds: int = typer.Option(3, "--seeds", min=1, help="Seeds 0..S-1 per (job, policy)."),
+    policies: list[str] = typer.Option(
+        [], "--policies", help="Online policies NAME or NAME:key=value,... (repeatable; default: dbw, bdbw, "
+                               "lbbsp, ssp, sync_switch, dana_slim)."),
+    n_jobs: int = typer.Option(1, "--n-jobs", help="Runs in parallel (joblib processes; -1: all cores)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Output directory (default: results/robustness/<family>)."),
+    as_json: bool = JSON_OPT,
+) -> None:
+    """Online policies against each drawn job's exhaustive best static k: regret table and figure (resumable)."""
+    from autosync.family import load_family, write_jobs
+    from autosync.leaderboard import parse_policy_spec
+    from autosync.robustness import ONLINE_POLICIES, Grid, online_policies, read_cells, report, run_grid
+    from autosync.robustness_report import SUMMARY_COLUMNS, SUMMARY_LEGEND, format_cell, write_robustness
+
+    if n_jobs == 0 or n_jobs < -1:
+        raise UserError(f"--n-jobs must be >= 1 or -1 (all cores), but got {n_jobs}")
+    spec = load_family(family_file)
+    drawn = spec.jobs(jobs)
+    online = (online_policies(ONLINE_POLICIES) if not policies else
+              [parse_policy_spec(p, min(j.cluster.n_workers for j in drawn)) for p in policies])
+    directory = out or Path("results") / "robustness" / spec.name
+    command = _command_line("robustness")
+    write_jobs(spec, jobs, directory / "jobs", str(family_file), command)
+    grid = Grid(drawn, list(range(seeds)), online)
+    reused = sum(1 for key in read_cells(directory) if key in {_key(t) for t in grid.tasks})
+    if reused:
+        status.print(f"reusing {reused} of {len(grid.tasks)} finished runs from {directory / 'cells.jsonl'}")
+    with _counting_bar("robustness", transient=False) as bar:
+        task = bar.add_task("", total=len(grid.tasks), completed=reused)
+
+        def done(cell: dict) -> None:
+            bar.update(task, advance=1, description=f"last: {cell['job']} {cell['policy']['policy']} seed {cell['seed']}")
+
+        try:
+            cells = run_grid(grid, directory, n_jobs=n_jobs, on_done=done)
+        except KeyboardInterrupt:
+            kept = len(read_cells(directory))
+            raise RuntimeFailure(f"interrupted: {kept} finished runs are kept in {directory / 'cells.jsonl'}; "
+                                 "the same command resumes from them") from None
+    result = report(drawn, cells, online, grid.seeds)
+    paths = write_robustness(result, directory, command, spec.name)
+    status.print(f"wrote {', '.join(str(p) for p in paths)}")
+    if as_json:
+        _print_json({"family": spec.name, **result, "files": [str(p) for p in paths]})
+        return
+    table = Table(title=f"family {spec.name}: {jobs} jobs x {seeds} seeds, regret against the best static k")
+    for _, header, _ in SUMMARY_COLUMNS:
+        table.add_column(header, justify="left" if header == "policy" else "right", no_wrap=header == "policy")
+    for row in result["summary"]:
+        table.add_row(*(format_cell(row.get(k), f) for k, _, f in SUMMARY_COLUMNS))
+    console.print(table)
+    status.print(SUMMARY_LEGEND, style="dim")
+
+
+def _key(task: tuple) -> str:
+    from autosync.robustness import cell_key
+
+    job, policy, seed = task
+    return cell_key(job.fingerprint(), policy, seed)
+
+
 @app.command()
 def tune(
     job: Optional[Path] = JOB_ARG,

@@ -15,10 +15,11 @@ PACKAGE = Path(__file__).resolve().parents[1] / "autosync"
 LAYERS = [
     {"errors", "rng", "strict_json", "__init__"},
     {"job"},
-    {"policies", "cluster", "workloads"},
+    {"policies", "cluster", "workloads", "family"},
     {"engine"},
     {"catalog", "report"},
-    {"rerun", "leaderboard", "profiling", "scaling", "search"},
+    {"rerun", "leaderboard", "profiling", "scaling", "search", "robustness"},
+    {"robustness_report"},
     {"cli", "__main__"},
 ]
 

@@ -1,0 +1,325 @@
+"""Job families: a spec that draws ordinary jobs, so policies are judged on many clusters, not the papers' few.
+
+A family file names the choices and ranges a job is drawn from: the number of workers, the round-trip
+distribution and its parameters, per-worker speed factors, transient slowdowns, the workload (each with
+its own target and budget) and the momentum. Job ``i`` is a pure function of (family seed, i): drawing
+24 jobs and then 30 gives the same first 24. A drawn job is an ordinary ``JobSpec``: it is written out as
+a job file, validated by the job schema and fingerprinted, and nothing downstream knows it was drawn.
+
+    name: stragglers
+    seed: 0
+    n_workers: [8, 16, 32]                          # a list: one entry drawn uniformly
+    momentum: [0.0, 0.9]
+    round_trips:                                    # one entry drawn per job
+      - {kind: shifted_exponential, alpha: {low: 0.0, high: 1.0}}   # {low, high}: drawn uniformly
+      - {kind: pareto, shape: {low: 1.2, high: 3.0}}                # scale: mean 1 unless given
+      - kind: deterministic
+        slowdowns: {episodes: [1, 2, 3], share: {low: 0.1, high: 0.5}, factor: {low: 2, high: 5}}
+    speed_factors: {slow_share: {low: 0.0, high: 0.5}, slowdown: {low: 1.0, high: 4.0}}
+    workloads:
+      - name: digits_logreg
+        workload: {dataset: {name: digits}, model: {name: logreg}, optimizer: {lr: 0.2}}
+        target: {metric: train_loss, threshold: 0.3}
+        budget: {max_virtual_seconds: 200}
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import numpy as np
+import yaml
+from pydantic import (
+    BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, TypeAdapter, ValidationError,
+    model_validator,
+)
+
+from autosync.errors import FileProblems, JobFileError
+from autosync.job import (
+    BudgetSpec, ComputeSpec, JobSpec, LinearCompute, RoundTripSpec, TargetSpec, WorkloadSpec, _describe_error,
+    job_from_dict, load_job,
+)
+
+
+class FamilyFileError(FileProblems):
+    """A job-family file failed validation."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class Range(_Strict):
+    """A number drawn uniformly in [low, high] (log-uniformly with log: true)."""
+
+    low: float  # smallest value drawn
+    high: float  # largest value drawn
+    log: bool = False  # draw log-uniformly: for factors spanning orders of magnitude
+    integer: bool = False  # round the draw to an integer
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "Range":
+        if self.high < self.low:
+            raise ValueError(f"high must be >= low={self.low}, but got high={self.high}")
+        if self.log and self.low <= 0:
+            raise ValueError(f"log ranges need low > 0, but got low={self.low}")
+        return self
+
+
+Scalar = Union[StrictBool, StrictInt, StrictFloat, StrictStr]
+Drawn = Union[Range, list[Scalar], Scalar]  # a value, a list of choices (drawn uniformly) or a range
+
+
+def draw(value: Any, rng: np.random.Generator) -> Any:
+    """One draw of a family field: a range is sampled, a list gives one of its entries, a value itself."""
+    if isinstance(value, Range):
+        if value.log:
+            x = math.exp(rng.uniform(math.log(value.low), math.log(value.high)))
+        else:
+            x = float(rng.uniform(value.low, value.high))
+        return int(round(x)) if value.integer else round(x, 4)
+    if isinstance(value, list):
+        if not value:
+            raise ValueError("a list of choices must not be empty")
+        return value[int(rng.integers(len(value)))]
+    return value
+
+
+def corners(value: Any) -> list[Any]:
+    """Every extreme a field can take (both ends of a range, each choice): what validation tries."""
+    if isinstance(value, Range):
+        ends = [value.low, value.high]
+        return [int(round(e)) for e in ends] if value.integer else ends
+    if isinstance(value, list):
+        return list(value)
+    return [value]
+
+
+class SlowdownDraw(_Strict):
+    """Transient slowdowns of a drawn job: `episodes` times, a share of the workers slows by `factor`."""
+
+    episodes: Drawn = 1  # slowdown episodes per job
+    share: Drawn = Range(low=0.1, high=0.5)  # share of the workers each episode slows (at least one)
+    factor: Drawn = Range(low=2.0, high=5.0)  # compute-time multiplier during an episode
+    duration: Drawn = Range(low=10.0, high=60.0)  # virtual seconds an episode lasts
+    # each episode starts uniformly in the first half of the job's time budget
+
+
+class RoundTripDraw(BaseModel):
+    """One round-trip distribution of the family: `kind` and the job schema's fields, each drawn."""
+
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
+
+    kind: StrictStr  # a cluster.round_trip kind of the job schema
+    slowdowns: Optional[SlowdownDraw] = None  # transient slowdowns added to jobs drawing this entry
+
+    @model_validator(mode="after")
+    def _fields_are_draws(self) -> "RoundTripDraw":
+        adapter = TypeAdapter(Drawn)
+        for key, value in list((self.model_extra or {}).items()):
+            self.model_extra[key] = adapter.validate_python(value)
+        return self
+
+    def fields(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class SpeedDraw(_Strict):
+    """Per-worker speed factors: a share of the workers is slowed, each by its own drawn factor."""
+
+    slow_share: Drawn = Range(low=0.0, high=0.5)  # share of the workers made slower (rounded)
+    slowdown: Drawn = Range(low=1.0, high=4.0)  # a slow worker's factor: its speed is 1 / factor
+
+
+class WorkloadDraw(_Strict):
+    """One workload of the family, with the target and budget that make sense for it."""
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")  # shown in tables
+    workload: WorkloadSpec  # as in a job file; its optimizer.lr is the rate at its own momentum
+    target: TargetSpec  # time-to-target is measured against this
+    budget: BudgetSpec  # must set max_virtual_seconds: a missed target is scored against it
+
+    @model_validator(mode="after")
+    def _time_budget(self) -> "WorkloadDraw":
+        if self.budget.max_virtual_seconds is None:
+            raise ValueError("budget.max_virtual_seconds is required (a missed target is scored as twice it)")
+        return self
+
+
+class FamilySpec(_Strict):
+    """A family of jobs: every field a value, a list of choices, or a {low, high} range."""
+
+    name: str = Field("family", min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")  # prefix of drawn job names
+    seed: int = Field(0, ge=0)  # draws the jobs: the same seed, the same family
+    n_workers: Drawn = [8, 16, 32]  # number of workers n
+    momentum: Drawn = [0.0, 0.9]  # heavy-ball coefficient of the server update
+    keep_effective_lr: bool = True  # scale lr by (1 - momentum) / (1 - the workload's): same eta / (1 - mu)
+    compute: ComputeSpec = LinearCompute(model="linear")  # how a round trip grows with the batch size
+    round_trips: list[RoundTripDraw] = Field(min_length=1)  # one drawn per job
+    speed_factors: SpeedDraw = SpeedDraw()  # static heterogeneity
+    workloads: list[WorkloadDraw] = Field(min_length=1)  # one drawn per job
+
+    def job(self, index: int) -> JobSpec:
+        """Job `index` of the family: a pure function of (seed, index)."""
+        rng = np.random.default_rng([self.seed, index])
+        chosen = self.workloads[int(rng.integers(len(self.workloads)))]
+        n = int(draw(self.n_workers, rng))
+        momentum = float(draw(self.momentum, rng))
+        entry = self.round_trips[int(rng.integers(len(self.round_trips)))]
+        round_trip = {"kind": entry.kind, **{k: draw(v, rng) for k, v in entry.fields().items()}}
+        if round_trip["kind"] == "pareto" and "scale" not in round_trip:
+            shape = float(round_trip.get("shape", 3.0))
+            round_trip["scale"] = round((shape - 1) / shape, 6)  # mean multiplier scale * shape / (shape - 1) = 1
+        budget = chosen.budget.max_virtual_seconds
+        slowdowns = _draw_slowdowns(entry.slowdowns, n, budget, rng) if entry.slowdowns else []
+        workload = chosen.workload.model_dump(mode="json")
+        optimizer = workload["optimizer"]
+        if self.keep_effective_lr:
+            optimizer["lr"] = round(optimizer["lr"] * (1 - momentum) / (1 - optimizer["momentum"]), 8)
+        optimizer["momentum"] = momentum
+        if momentum == 0.0:
+            optimizer["nesterov"] = False
+        data = {
+            "name": f"{self.name}-{index:03d}",
+            "workload": workload,
+            "cluster": {"n_workers": n, "round_trip": round_trip, "compute": self.compute.model_dump(mode="json"),
+                        "speed_factors": _draw_speeds(self.speed_factors, n, rng), "slowdowns": slowdowns},
+            "target": chosen.target.model_dump(mode="json"),
+            "budget": chosen.budget.model_dump(mode="json"),
+            "seed": 0,
+        }
+        return job_from_dict(data, f"{self.name} job {index}")
+
+    def jobs(self, count: int) -> list[JobSpec]:
+        return [self.job(i) for i in range(count)]
+
+
+def _draw_speeds(spec: SpeedDraw, n: int, rng: np.random.Generator) -> list[float] | None:
+    share = float(draw(spec.slow_share, rng))
+    slow = min(n, int(round(share * n)))
+    if slow == 0:
+        return None
+    speeds = [1.0] * n
+    for worker in sorted(int(w) for w in rng.choice(n, size=slow, replace=False)):
+        speeds[worker] = round(1.0 / float(draw(spec.slowdown, rng)), 4)
+    return speeds
+
+
+def _draw_slowdowns(spec: SlowdownDraw, n: int, budget: float, rng: np.random.Generator) -> list[dict]:
+    out = []
+    for _ in range(int(draw(spec.episodes, rng))):
+        size = max(1, min(n, int(round(float(draw(spec.share, rng)) * n))))
+        out.append({
+            "at": round(float(rng.uniform(0.0, budget / 2)), 2),
+            "duration": float(draw(spec.duration, rng)),
+            "factor": float(draw(spec.factor, rng)),
+            "workers": sorted(int(w) for w in rng.choice(n, size=size, replace=False)),
+        })
+    return out
+
+
+def describe(job: JobSpec) -> dict[str, Any]:
+    """What a reader needs to tell drawn jobs apart: n, round trips, heterogeneity, workload, momentum."""
+    c, w = job.cluster, job.workload
+    rt = c.round_trip.model_dump(mode="json")
+    kind = rt.pop("kind")
+    rt.pop("path", None)
+    speeds = c.speed_factors or [1.0] * c.n_workers
+    return {
+        "job": job.name,
+        "n_workers": c.n_workers,
+        "round_trip": kind + "".join(f" {k}={v}" for k, v in rt.items() if not isinstance(v, (list, dict))),
+        "slow_workers": sum(1 for s in speeds if s < 1.0),
+        "speed_spread": max(speeds) / min(speeds),
+        "slowdowns": len(c.slowdowns),
+        "workload": f"{w.model.name} on {w.dataset.name}",
+        "momentum": w.optimizer.momentum,
+        "fingerprint": job.fingerprint(),
+    }
+
+
+# --------------------------------------------------------------------------- loading and writing
+
+def load_family(path: str | Path) -> FamilySpec:
+    """Load and validate a family file: its schema, and every extreme of every drawn field as a job would
+    take it (a round-trip field out of the job schema's range is found here, not in job 17)."""
+    file = Path(path)
+    if not file.is_file():
+        raise FamilyFileError(str(file), ["file not found"])
+    try:
+        data = yaml.safe_load(file.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        raise FamilyFileError(str(file), [f"{where}not valid YAML ({getattr(exc, 'problem', exc)})"]) from None
+    if not isinstance(data, dict):
+        raise FamilyFileError(str(file), ["the top level must be a mapping of fields (name, round_trips, "
+                                          f"workloads, ...), but got {type(data).__name__}"])
+    try:
+        family = FamilySpec.model_validate(data)
+    except ValidationError as exc:
+        raise FamilyFileError(str(file), [_describe_error(e) for e in exc.errors()]) from None
+    problems = _corner_problems(family)
+    if problems:
+        raise FamilyFileError(str(file), problems)
+    return family
+
+
+def _corner_problems(family: FamilySpec) -> list[str]:
+    """Validate every extreme of every drawn field against the job schema."""
+    problems = []
+    for value in corners(family.n_workers):
+        if not isinstance(value, (int, float)) or int(value) != value or not 1 <= value <= 4096:
+            problems.append(f"n_workers must be whole numbers between 1 and 4096, but got {value!r}")
+    for value in corners(family.momentum):
+        if not isinstance(value, (int, float)) or not 0 <= value < 1:
+            problems.append(f"momentum must be in [0, 1), but got {value!r}")
+    round_trip = TypeAdapter(RoundTripSpec)
+    for i, entry in enumerate(family.round_trips):
+        base = {"kind": entry.kind, **{k: corners(v)[0] for k, v in entry.fields().items()}}
+        variants = [base] + [{**base, key: c} for key, v in entry.fields().items() for c in corners(v)[1:]]
+        for variant in variants:
+            try:
+                round_trip.validate_python(variant)
+            except ValidationError as exc:
+                problems += [_round_trip_problem(i, e) for e in exc.errors()]
+                break
+    share = family.speed_factors
+    for value in corners(share.slow_share):
+        if not isinstance(value, (int, float)) or not 0 <= value <= 1:
+            problems.append(f"speed_factors.slow_share must be in [0, 1], but got {value!r}")
+    for value in corners(share.slowdown):
+        if not isinstance(value, (int, float)) or value < 1:
+            problems.append(f"speed_factors.slowdown must be >= 1 (a slower worker), but got {value!r}")
+    return problems
+
+
+def _round_trip_problem(index: int, err: dict[str, Any]) -> str:
+    """A job-schema error of round-trip entry `index`, named by its place in the family file."""
+    if err["type"] == "union_tag_invalid":
+        return (f"round_trips.{index}.kind must be one of {err['ctx']['expected_tags']}, "
+                f"but got {err['ctx']['tag']!r}")
+    return _describe_error({**err, "loc": ("round_trips", index, *err["loc"])})
+
+
+def write_jobs(family: FamilySpec, count: int, directory: Path, source: str, command: str) -> list[Path]:
+    """Write jobs 0..count-1 as job files, each re-loaded through `load_job` to prove it is a valid job."""
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i in range(count):
+        job = family.job(i)
+        path = directory / f"{job.name}.yaml"
+        facts = describe(job)
+        header = (f"# Job {i} of family {family.name} ({source}, seed {family.seed}), drawn by `{command}`.\n"
+                  f"# n = {facts['n_workers']}, {facts['round_trip']}, {facts['slow_workers']} slow workers "
+                  f"(speeds spread {facts['speed_spread']:.2f}x), {facts['slowdowns']} transient slowdowns, "
+                  f"{facts['workload']}, momentum {facts['momentum']}.\n")
+        body = yaml.safe_dump(job.model_dump(mode="json", exclude_defaults=True), sort_keys=False)
+        path.write_text(header + body)
+        reloaded = load_job(path)
+        if reloaded.fingerprint() != job.fingerprint():  # a dump that loses a field must not pass silently
+            raise JobFileError(str(path), ["the written job does not load back as the drawn job"])
+        paths.append(path)
+    return paths

@@ -1,0 +1,210 @@
+"""Robustness: online policies scored against each drawn job's exhaustive best static k.
+
+For every job of a family, every static k (backup workers k = 1..n-1 with both learning-rate rules, and
+BSP for k = n) and every online policy with its defaults runs with every seed. A policy's time on a job is
+its mean time-to-target over the seeds, a missed target counting as twice the job's time budget; its
+regret is that time over the best static k's (the best over k and both rules, chosen in hindsight).
+
+Cells (job, policy, seed) are appended to ``cells.jsonl`` as they finish, keyed by the job's fingerprint,
+so an interrupted or extended grid reruns only what is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from autosync import strict_json
+from autosync.job import JobSpec
+
+ONLINE_POLICIES = ("dbw", "bdbw", "lbbsp", "ssp", "sync_switch", "dana_slim")
+LR_RULES = ("fixed", "proportional")
+CELLS_FILE = "cells.jsonl"
+WITHIN = 1.1  # a policy "holds up" on a job when its regret is at most this
+SPREAD_FOR_BALANCE = 2.0  # jobs whose worker speeds spread at least this much are where LB-BSP should help
+
+
+def static_k_policies(n_workers: int) -> list[dict[str, Any]]:
+    """Every static k: backup k = 1..n-1 under both lr rules, and BSP (k = n, the same under both)."""
+    from autosync.catalog import make_policy
+
+    grid = [make_policy("backup", {"k": k, "lr_rule": rule}).to_dict()
+            for k in range(1, n_workers) for rule in LR_RULES]
+    return grid + [make_policy("bsp").to_dict()]
+
+
+def online_policies(names: Iterable[str] = ONLINE_POLICIES) -> list[dict[str, Any]]:
+    """Each online policy with its defaults."""
+    from autosync.catalog import make_policy
+
+    return [make_policy(name).to_dict() for name in names]
+
+
+BSP_LABEL = "k=n (BSP)"
+
+
+def static_label(policy: dict[str, Any]) -> str:
+    """'k=5 fixed', 'k=3 proportional' or 'k=n (BSP)': which static k and which lr rule."""
+    if policy["policy"] == "bsp":
+        return BSP_LABEL
+    return f"k={policy['params']['k']} {policy['params']['lr_rule']}"
+
+
+def cell_key(fingerprint: str, policy: dict[str, Any], seed: int) -> str:
+    return f"{fingerprint}|{json.dumps(policy, sort_keys=True)}|{seed}"
+
+
+def run_cell(job: JobSpec, policy: dict[str, Any], seed: int) -> dict[str, Any]:
+    """One run, stopped at the target; an exception is recorded (as a missed target) rather than raised,
+    so one failing cell does not end a grid of hundreds."""
+    import torch
+
+    from autosync.catalog import policy_from_dict
+    from autosync.engine import simulate
+
+    torch.set_num_threads(1)  # the grid's processes already fill the cores
+    run_job = job.model_copy(update={"seed": seed, "budget": job.budget.model_copy(update={"stop_at_target": True})})
+    record: dict[str, Any] = {"key": cell_key(job.fingerprint(), policy, seed), "job": job.name,
+                              "policy": policy, "seed": seed}
+    try:
+        summary = simulate(run_job, policy_from_dict(policy)).summary()
+    except Exception as exc:  # noqa: BLE001 - reported in the table's errors column
+        return {**record, "time_to_target": None, "error": f"{type(exc).__name__}: {exc}"}
+    keep = ("time_to_target", "status", "final_train_loss", "final_test_accuracy", "updates",
+            "time_weighted_k", "wall_seconds")
+    return {**record, **{k: summary.get(k) for k in keep}}
+
+
+def read_cells(directory: Path) -> dict[str, dict[str, Any]]:
+    """Finished cells by key; a line cut short by an interruption is skipped (its cell runs again)."""
+    cells = {}
+    path = directory / CELLS_FILE
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(record, dict) and "key" in record:
+                cells[record["key"]] = record
+    return cells
+
+
+@dataclass
+class Grid:
+    """The (job, policy, seed) cells of a robustness report, and which of them are already done."""
+
+    jobs: list[JobSpec]
+    seeds: list[int]
+    online: list[dict[str, Any]]
+    tasks: list[tuple[JobSpec, dict[str, Any], int]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.tasks = [(job, policy, seed) for job in self.jobs
+                      for policy in static_k_policies(job.cluster.n_workers) + self.online for seed in self.seeds]
+
+
+def run_grid(grid: Grid, directory: Path, n_jobs: int = 1,
+             on_done: Callable[[dict[str, Any]], None] | None = None) -> dict[str, dict[str, Any]]:
+    """Run the cells not in `directory`'s cells.jsonl (joblib processes), appending each as it finishes."""
+    from joblib import Parallel, delayed
+
+    directory.mkdir(parents=True, exist_ok=True)
+    cells = read_cells(directory)
+    todo = [t for t in grid.tasks if cell_key(t[0].fingerprint(), t[1], t[2]) not in cells]
+    todo.sort(key=lambda t: -t[0].cluster.n_workers)  # the largest jobs first: fewer idle cores at the end
+    if todo:
+        outputs = Parallel(n_jobs=n_jobs, return_as="generator_unordered")(
+            delayed(run_cell)(job, policy, seed) for job, policy, seed in todo)
+        with (directory / CELLS_FILE).open("a") as fh:
+            for record in outputs:
+                fh.write(strict_json.dumps(record) + "\n")
+                fh.flush()
+                cells[record["key"]] = record
+                if on_done is not None:
+                    on_done(record)
+    return cells
+
+
+# --------------------------------------------------------------------------- scoring
+
+def penalised_time(record: dict[str, Any], job: JobSpec) -> float:
+    """Time-to-target, a missed target (or a failed run) counting as twice the time budget."""
+    t = record.get("time_to_target")
+    return float(t) if t is not None else 2.0 * float(job.budget.max_virtual_seconds)
+
+
+def score_job(job: JobSpec, cells: dict[str, dict[str, Any]], online: list[dict[str, Any]],
+              seeds: list[int]) -> dict[str, Any]:
+    """One job's times (mean over seeds), its best static k, and each online policy's regret."""
+    from autosync.family import describe
+    from autosync.leaderboard import label_of
+
+    fp = job.fingerprint()
+
+    def mean_time(policy: dict[str, Any]) -> tuple[float, list[dict[str, Any]]]:
+        records = [cells[cell_key(fp, policy, s)] for s in seeds]
+        return statistics.fmean(penalised_time(r, job) for r in records), records
+
+    static = [(static_label(p), *mean_time(p)) for p in static_k_policies(job.cluster.n_workers)]
+    best_label, best_time, _ = min(static, key=lambda s: s[1])
+    bsp_time, bsp_records = next((t, records) for label, t, records in static if label == BSP_LABEL)
+    policies = {}
+    for p in online:
+        t, records = mean_time(p)
+        policies[label_of(p)] = {
+            "time": t, "regret": t / best_time, "vs_bsp": bsp_time / t,
+            "missed": sum(r.get("time_to_target") is None for r in records),
+            "errors": [r["error"] for r in records if r.get("error")],
+            "time_weighted_k": _mean(r.get("time_weighted_k") for r in records),
+        }
+    policies["bsp"] = {"time": bsp_time, "regret": bsp_time / best_time, "vs_bsp": 1.0,
+                       "missed": sum(r.get("time_to_target") is None for r in bsp_records),
+                       "errors": [], "time_weighted_k": float(job.cluster.n_workers)}
+    return {**describe(job), "budget": job.budget.max_virtual_seconds, "best_static": best_label,
+            "best_static_time": best_time, "bsp_time": bsp_time, "static": {label: t for label, t, _ in static},
+            "policies": policies}
+
+
+def summarize(per_job: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per policy: median, p90 and worst regret; share of jobs within 1.1x; jobs slower than BSP; the
+    speed-up over BSP on jobs whose worker speeds spread 2x or more (where batch balancing should pay)."""
+    import numpy as np
+
+    labels = list(per_job[0]["policies"]) if per_job else []
+    rows = []
+    for label in labels:
+        regrets = [j["policies"][label]["regret"] for j in per_job]
+        vs_bsp = [j["policies"][label]["vs_bsp"] for j in per_job]
+        spread = [j["policies"][label]["vs_bsp"] for j in per_job if j["speed_spread"] >= SPREAD_FOR_BALANCE]
+        rows.append({
+            "policy": label,
+            "jobs": len(regrets),
+            "median_regret": float(np.median(regrets)),
+            "p90_regret": float(np.quantile(regrets, 0.9)),
+            "worst_regret": max(regrets),
+            "within": sum(r <= WITHIN for r in regrets) / len(regrets),
+            "slower_than_bsp": sum(v < 1.0 - 1e-9 for v in vs_bsp),
+            "median_vs_bsp": float(np.median(vs_bsp)),
+            "spread_jobs": len(spread),
+            "min_vs_bsp_spread": min(spread) if spread else None,
+            "missed_runs": sum(j["policies"][label]["missed"] for j in per_job),
+            "errors": sum(len(j["policies"][label]["errors"]) for j in per_job),
+        })
+    rows.sort(key=lambda r: (r["median_regret"], r["worst_regret"]))
+    return rows
+
+
+def report(jobs: list[JobSpec], cells: dict[str, dict[str, Any]], online: list[dict[str, Any]],
+           seeds: list[int]) -> dict[str, Any]:
+    per_job = [score_job(job, cells, online, seeds) for job in jobs]
+    return {"seeds": seeds, "summary": summarize(per_job), "jobs": per_job}
+
+
+def _mean(values: Iterable[Any]) -> float | None:
+    vals = [v for v in values if v is not None and math.isfinite(v)]
+    return sum(vals) / len(vals) if vals else None

@@ -1,0 +1,97 @@
+"""Renderings of a robustness report: robustness.md / .csv / .json and regret.png."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+from autosync import strict_json
+from autosync.robustness import SPREAD_FOR_BALANCE, WITHIN
+
+# (key, header, format) of the summary table, shared by the Markdown file and the CLI's table.
+SUMMARY_COLUMNS = (
+    ("policy", "policy", "{}"),
+    ("median_regret", "median", "{:.2f}"),
+    ("p90_regret", "p90", "{:.2f}"),
+    ("worst_regret", "worst", "{:.2f}"),
+    ("within", f"<= {WITHIN}x", "{:.0%}"),
+    ("slower_than_bsp", "> BSP", "{}"),
+    ("median_vs_bsp", "vs BSP", "{:.2f}x"),
+    ("min_vs_bsp_spread", "vs BSP, spread", "{:.2f}x"),
+    ("missed_runs", "missed", "{}"),
+    ("errors", "failed", "{}"),
+)
+
+SUMMARY_LEGEND = (
+    "Regret = the policy's mean time-to-target over the seeds / the best static k's (the best of backup k = "
+    "1..n-1 under both lr rules and BSP, chosen per job in hindsight); a missed target counts as twice the "
+    "job's time budget. median, p90, worst: of the regret over the jobs; <= 1.1x: share of jobs within 1.1x; "
+    "> BSP: jobs where it is slower than BSP; vs BSP: median speedup (BSP's time / the policy's); vs BSP, "
+    f"spread: the smallest speedup on jobs whose worker speeds spread {SPREAD_FOR_BALANCE:g}x or more; "
+    "missed: runs that missed the target; failed: runs that raised.")
+
+
+def format_cell(value: Any, fmt: str) -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def write_robustness(result: dict[str, Any], directory: Path, command: str, family: str) -> list[Path]:
+    """The summary and per-job tables with the command that made them, and the regret figure."""
+    directory.mkdir(parents=True, exist_ok=True)
+    jobs, summary = result["jobs"], result["summary"]
+    labels = [row["policy"] for row in summary]
+    md = [f"# Robustness: family {family}", "", f"Produced by `{command}`", "",
+          f"{len(jobs)} jobs, seeds {result['seeds']}; times are virtual seconds. {SUMMARY_LEGEND}", "",
+          "| " + " | ".join(h for _, h, _ in SUMMARY_COLUMNS) + " |", "|" + "---|" * len(SUMMARY_COLUMNS)]
+    md += ["| " + " | ".join(format_cell(row.get(k), f) for k, _, f in SUMMARY_COLUMNS) + " |" for row in summary]
+    md += ["", "![regret per policy](regret.png)", "", "## Jobs (regret per policy)", "",
+           "| job | n | round trips | slow workers (spread) | slowdowns | workload | momentum | best static k "
+           "| its time | " + " | ".join(labels) + " |",
+           "|" + "---|" * (9 + len(labels))]
+    for j in jobs:
+        cells = [j["job"], str(j["n_workers"]), j["round_trip"], f"{j['slow_workers']} ({j['speed_spread']:.1f}x)",
+                 str(j["slowdowns"]), j["workload"], f"{j['momentum']:g}", j["best_static"],
+                 f"{j['best_static_time']:.1f}"]
+        cells += [f"{j['policies'][label]['regret']:.2f}" for label in labels]
+        md.append("| " + " | ".join(cells) + " |")
+    paths = [directory / "robustness.md", directory / "robustness.csv", directory / "robustness.json"]
+    paths[0].write_text("\n".join(md) + "\n")
+    with paths[1].open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["job", "fingerprint", "policy", "time_to_target", "regret", "speedup_vs_bsp", "missed_runs",
+                         "best_static", "best_static_time"])
+        for j in jobs:
+            for label, p in j["policies"].items():
+                writer.writerow([j["job"], j["fingerprint"], label, p["time"], p["regret"], p["vs_bsp"], p["missed"],
+                                 j["best_static"], j["best_static_time"]])
+    paths[2].write_text(strict_json.dumps({"command": command, "family": family, **result}, indent=2))
+    paths.append(_plot_regret(summary, jobs, directory / "regret.png", family))
+    return paths
+
+
+def _plot_regret(summary: list[dict[str, Any]], jobs: list[dict[str, Any]], path: Path, family: str) -> Path:
+    """One column per policy: every job's regret as a dot over a box of their distribution (log scale)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    labels = [row["policy"] for row in summary]
+    data = [[j["policies"][label]["regret"] for j in jobs] for label in labels]
+    fig, ax = plt.subplots(figsize=(1.2 * len(labels) + 2, 4.2))
+    ax.boxplot(data, showfliers=False, widths=0.5)
+    jitter = np.random.default_rng(0)
+    for i, values in enumerate(data, start=1):
+        ax.scatter(i + jitter.uniform(-0.15, 0.15, len(values)), values, s=12, alpha=0.7, color=f"C{(i - 1) % 10}")
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.axhline(WITHIN, color="grey", lw=0.8, ls="--")
+    ax.set_yscale("log")
+    ax.set_xticks(range(1, len(labels) + 1), labels, rotation=20, fontsize=8)
+    ax.set_ylabel("regret: time / best static k's (log)")
+    ax.set_title(f"family {family}: {len(jobs)} jobs (dashed: {WITHIN}x)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,114 @@
+"""The robustness report: regret against each drawn job's best static k, on a tiny family; resumable."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+
+from autosync.family import FamilySpec
+from autosync.robustness import (
+    BSP_LABEL, CELLS_FILE, cell_key, online_policies, penalised_time, score_job, static_k_policies, summarize,
+)
+from tests.conftest import autosync, no_traceback
+
+TINY = """\
+name: tiny
+n_workers: 3
+momentum: [0.0, 0.9]
+round_trips:
+  - {kind: shifted_exponential, alpha: {low: 0.2, high: 1.0}}
+speed_factors: {slow_share: 0.34, slowdown: {low: 2.0, high: 3.0}}
+workloads:
+  - name: logreg
+    workload: {dataset: {name: digits}, model: {name: logreg}, batch_size: 16, optimizer: {lr: 0.2},
+               evaluation: {every_seconds: 1.0, max_samples: 300}}
+    target: {metric: train_loss, threshold: 1.2}
+    budget: {max_virtual_seconds: 20}
+"""
+
+
+def test_static_k_grid_is_every_k_under_both_rules_and_bsp():
+    grid = static_k_policies(4)
+    assert len(grid) == 3 * 2 + 1 and grid[-1] == {"policy": "bsp", "params": {}}
+    assert {(p["params"]["k"], p["params"]["lr_rule"]) for p in grid[:-1]} == {
+        (k, r) for k in (1, 2, 3) for r in ("fixed", "proportional")}
+
+
+def _job():
+    import yaml
+
+    return FamilySpec.model_validate(yaml.safe_load(TINY)).job(0)
+
+
+def test_regret_is_the_mean_time_over_the_best_static_k_with_misses_at_twice_the_budget():
+    job = _job()
+    fp, seeds = job.fingerprint(), [0, 1]
+    online = online_policies(["dbw"])
+    times = {}  # static k: the best is k=2 fixed (mean 10); dbw misses once (40) and takes 14 once
+    for p in static_k_policies(3):
+        label = p["params"].get("k"), p["params"].get("lr_rule")
+        times[json.dumps(p)] = {(2, "fixed"): [8.0, 12.0], (None, None): [18.0, None]}.get(label, [15.0, 16.0])
+    times[json.dumps(online[0])] = [14.0, None]
+    cells = {cell_key(fp, json.loads(p), s): {"time_to_target": t[s]} for p, t in times.items() for s in seeds}
+    row = score_job(job, cells, online, seeds)
+    assert row["best_static"] == "k=2 fixed" and row["best_static_time"] == 10.0
+    assert row["bsp_time"] == statistics.fmean([18.0, 40.0])  # missed: twice the 20 s budget
+    dbw = row["policies"]["dbw"]
+    assert dbw["time"] == 27.0 and dbw["regret"] == 2.7 and dbw["missed"] == 1
+    assert dbw["vs_bsp"] == pytest.approx(29.0 / 27.0)
+    assert row["policies"]["bsp"]["regret"] == 2.9
+    summary = {r["policy"]: r for r in summarize([row, {**row, "speed_spread": 1.0}])}
+    assert summary["dbw"]["median_regret"] == 2.7 and summary["dbw"]["within"] == 0.0
+    assert summary["dbw"]["slower_than_bsp"] == 0 and summary["dbw"]["missed_runs"] == 2
+    assert summary["dbw"]["spread_jobs"] == (1 if row["speed_spread"] >= 2 else 0)
+    assert penalised_time({"time_to_target": None, "error": "boom"}, job) == 40.0
+
+
+def test_robustness_command_writes_the_table_and_resumes(tmp_path):
+    family = tmp_path / "tiny.yaml"
+    family.write_text(TINY)
+    out = tmp_path / "out"
+    args = ("robustness", str(family), "--jobs", "2", "--seeds", "1", "--policies", "dbw", "--policies", "ssp",
+            "--out", str(out), "--json")
+    first = autosync(*args, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    result = json.loads(first.stdout)
+    for name in ("robustness.md", "robustness.csv", "robustness.json", "regret.png", "jobs/tiny-000.yaml"):
+        assert (out / name).stat().st_size > 0
+    lines = (out / CELLS_FILE).read_text().splitlines()
+    assert len(lines) == 2 * (5 + 2)  # 2 jobs x (static k = 1, 2 under two rules, BSP; dbw; ssp) x 1 seed
+    assert {r["policy"] for r in result["summary"]} == {"dbw", "ssp", "bsp"}
+    cells = [json.loads(line) for line in lines]
+    for job in result["jobs"]:  # every regret follows from the recorded cells
+        mine = [c for c in cells if c["job"] == job["job"]]
+        budget = job["budget"]
+        static = {}
+        for c in mine:
+            if c["policy"]["policy"] in ("backup", "bsp"):
+                static[json.dumps(c["policy"])] = c["time_to_target"] if c["time_to_target"] is not None else 2 * budget
+        assert job["best_static_time"] == min(static.values())
+        for c in mine:
+            if c["policy"]["policy"] == "dbw":
+                t = c["time_to_target"] if c["time_to_target"] is not None else 2 * budget
+                assert job["policies"]["dbw"]["regret"] == pytest.approx(t / min(static.values()))
+    assert "# Robustness: family tiny" in (out / "robustness.md").read_text()
+
+    # a rerun reuses every finished cell; a cell lost to an interruption (a cut line) is run again
+    (out / CELLS_FILE).write_text("\n".join(lines[:-1]) + "\n" + lines[-1][:20])
+    again = autosync(*args, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert f"reusing {len(lines) - 1} of {len(lines)} finished runs" in again.stderr
+    assert json.loads(again.stdout)["summary"] == result["summary"]  # same seeds, same results
+
+
+def test_bad_options_exit_2(tmp_path):
+    family = tmp_path / "tiny.yaml"
+    family.write_text(TINY)
+    for extra, message in ((["--n-jobs", "0"], "--n-jobs must be >= 1 or -1"),
+                           (["--policies", "nope"], "--policy must be one of")):
+        proc = autosync("robustness", str(family), "--jobs", "1", *extra, cwd=tmp_path)
+        assert proc.returncode == 2, proc.stderr
+        no_traceback(proc)
+        assert message in proc.stderr
