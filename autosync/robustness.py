@@ -104,8 +104,12 @@ class Grid:
     tasks: list[tuple[JobSpec, dict[str, Any], int]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.tasks = [(job, policy, seed) for job in self.jobs
-                      for policy in static_k_policies(job.cluster.n_workers) + self.online for seed in self.seeds]
+        tasks = {}  # by key: an online policy that is also a static k (bsp) runs once
+        for job in self.jobs:
+            for policy in static_k_policies(job.cluster.n_workers) + self.online:
+                for seed in self.seeds:
+                    tasks.setdefault(cell_key(job.fingerprint(), policy, seed), (job, policy, seed))
+        self.tasks = list(tasks.values())
 
 
 def run_grid(grid: Grid, directory: Path, n_jobs: int = 1,

@@ -130,3 +130,84 @@ def test_dbw_waits_for_every_worker_when_round_trips_are_equal():
     job = small_job(cluster__n_workers=8, cluster__round_trip={"kind": "deterministic"}, budget={"max_updates": 40})
     ks = simulate(job, DBW()).trace.column("updates", "n_aggregated")
     assert ks == [8] * 40
+
+
+# ---------------------------------------------------------------- robust DBW (the default) against the paper's
+
+
+def _barrier(robust: bool, n: int = 4):
+    barrier = DBW(robust=robust).strategies(n, 16).barrier
+    barrier.reset(n, 16)
+    return barrier
+
+
+def test_every_gain_negative_keeps_k_when_robust_and_gives_n_as_printed():
+    for robust, expected in ((True, 2), (False, 4)):
+        barrier = _barrier(robust)
+        barrier._t_estimates = [0.5, 0.7, 1.0, 3.0]
+        assert barrier._choose([-0.3, -0.2, -0.1, -0.05], k_prev=2) == expected
+
+
+def test_before_any_gain_estimate_robust_dbw_maximises_k_over_t_with_k_at_least_2():
+    for robust, expected in ((True, 2), (False, 4)):
+        barrier = _barrier(robust)
+        barrier._t_estimates = [0.2, 0.3, 0.5, 4.0]  # k / T_k: 5 (k = 1 gives no variance), 6.7, 6, 1
+        assert barrier._choose(None, k_prev=4) == expected
+
+
+def _quadratic_then_a_drop(robust: bool) -> tuple[float | None, GainEstimator]:
+    """Four steps on F = L/2 |w|^2 (L = 3, two workers' gradients +-e around the true one), then a loss
+    drop far beyond the first-order term (noise in the mini-batch losses): L before the drop, and the
+    estimator after it."""
+    L, lr, w = 3.0, 0.1, torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
+    e = torch.tensor([0.3, 0.1, -0.2], dtype=torch.float64)
+    gain = GainEstimator(window=5, robust=robust)
+    for _ in range(4):
+        grad = L * w
+        loss = float(L / 2 * w @ w)
+        gain.observe(torch.stack([grad + e, grad - e]), [0.5, 0.5], [loss, loss], lr)
+        w = w - lr * grad
+    before = gain.averages()[2]
+    gain.observe(torch.stack([L * w + e, L * w - e]), [0.5, 0.5], [-50.0, -50.0], lr)
+    return before, gain
+
+
+def test_smoothness_is_pooled_over_the_window_and_held_positive():
+    before, held = _quadratic_then_a_drop(robust=True)
+    assert before > 0 and held.averages()[2] == before  # the last positive pooled L, not a clipped 0
+    gains = held.gains([0.1] * 4)
+    assert gains[0] < gains[1] < gains[2] < gains[3]  # so G_k still grows with k
+    _, printed = _quadratic_then_a_drop(robust=False)
+    assert printed.averages()[2] < 0  # the mean of the ratios (15)
+    flat = printed.gains([0.1] * 4)
+    assert max(flat) - min(flat) < 1e-12  # clipped to 0: every k the same gain, which picks k = 1
+
+
+def test_the_gain_of_a_momentum_step_reduces_to_eq_16_without_momentum():
+    g = torch.randn(4, 10, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) * 0.3 + 1.0
+    for mu in (0.0, 0.9):
+        gain = GainEstimator(window=2)
+        gain.observe(g, [0.25] * 4, [1.0] * 4, 0.1, momentum=mu)
+        gain.observe(g * 0.9, [0.25] * 4, [0.99] * 4, 0.1, momentum=mu)
+        variance, grad_norm_sq, L = gain.averages()
+        a, c = 1 / (1 - mu), 1 / (1 - mu * mu)  # steady-state mean and noise of the heavy-ball step
+        expected = [a * 0.1 * grad_norm_sq - L * 0.01 / 2 * (a * a * grad_norm_sq + c * variance / k)
+                    for k in range(1, 5)]
+        assert gain.gains([0.1] * 4) == pytest.approx(expected)
+        if mu == 0.0:  # eq. (16) as printed
+            assert expected == pytest.approx([(0.1 - L * 0.01 / 2) * grad_norm_sq - L * 0.01 / 2 * variance / k
+                                              for k in range(1, 5)])
+
+
+def test_loss_rising_compares_window_means_when_robust_and_single_losses_as_printed():
+    g = torch.randn(2, 5, dtype=torch.float64)
+    robust, printed = GainEstimator(window=4, robust=True), GainEstimator(window=4, robust=False)
+    fired = {True: 0, False: 0}
+    for t in range(16):  # mini-batch noise around a flat loss: every other loss is 5% higher
+        loss = 1.05 if t % 2 else 1.0
+        for gain in (robust, printed):
+            gain.observe(g, [0.5, 0.5], [loss, loss], 0.1)
+        if t >= 8:
+            fired[True] += robust.loss_rising(1.01)
+            fired[False] += printed.loss_rising(1.01)
+    assert fired == {True: 0, False: 4}

@@ -24,6 +24,7 @@ from autosync.engine.trace import Trace
 from autosync.job import JobSpec
 from autosync.engine.metrics import run_metrics
 from autosync.policies import Arrival, Policy, Progress, Strategies, Task, UpdateStats
+from autosync.policies._base import momentum_of
 from autosync.workloads.workload import Workload
 
 ProgressFn = Callable[[dict[str, Any]], None]
@@ -131,7 +132,8 @@ class Simulator:
         self.params = strategies.update.apply(self.params, self.update_state, aggregate, lr, arrivals)
         self.samples_applied += sum(a.task.batch_size for a in arrivals)
         loss = sum(w * l for w, l in zip(weights, losses))
-        stats = UpdateStats(arrivals, weights, aggregate, worker_grads, losses, lr, self.now)
+        stats = UpdateStats(arrivals, weights, aggregate, worker_grads, losses, lr, self.now,
+                            momentum_of(self.update_state, self.job.workload.optimizer))
         strategies.barrier.after_update(self.server, stats)
         strategies.batching.after_update(self.server, stats)
         pause = strategies.schedule.after_update(self.server, strategies, stats, self._progress(),

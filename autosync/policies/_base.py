@@ -83,6 +83,7 @@ class UpdateStats:
     losses: list[float]  # local losses of the aggregated gradients
     lr: float
     time: float
+    momentum: float = 0.0  # heavy-ball coefficient in force: the job's unless a schedule changed it
 
 
 class Strategy:
