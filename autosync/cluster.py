@@ -16,7 +16,7 @@ import numpy as np
 
 from autosync.errors import UserError
 from autosync.job import (
-    ClusterSpec, DeterministicRTT, GammaRTT, GPUCompute, LinearCompute, ParetoRTT,
+    ClusterSpec, DeterministicRTT, GammaRTT, GPUCompute, LinearCompute, ParetoRTT, ServerSpec,
     ShiftedExponentialRTT, TraceRTT, UniformRTT,
 )
 from autosync.rng import STREAM_JOB_CONSTANT, STREAM_RESOURCES, STREAM_ROUND_TRIP, STREAM_WORKER_CONSTANT, rng_for
@@ -175,3 +175,49 @@ def _read_trace_file(path: str, column: str | None) -> tuple[float, ...]:
 def _load_trace(rt: TraceRTT) -> np.ndarray:
     values = np.asarray(_read_trace_file(str(Path(rt.path)), rt.column))
     return values / values.mean() if rt.normalize else values
+
+
+class ServerModel:
+    """The parameter server's links and update loop as first-come-first-served queues (virtual seconds).
+
+    A pull (the parameters to a worker) leaves on the server's outbound link, a push (a gradient) comes in
+    on its inbound link, each taking model_bytes / shards / bandwidth once the link is free; an update
+    takes apply_seconds / shards of the server's update loop. The shards hold equal parts of the model and
+    see the same sequence of transfers, so one queue per direction stands for all of them. With an
+    instant server (the default) every method returns its argument: no queueing, no cost.
+
+    Pulls are asked for in dispatch order and pushes in the order their gradients are ready, both
+    non-decreasing in time (the clock's job), which is what makes first come, first served exact.
+    """
+
+    def __init__(self, spec: ServerSpec, model_bytes: int):
+        self.spec = spec
+        self.instant = spec.instant
+        size = spec.model_bytes if spec.model_bytes is not None else model_bytes
+        self.transfer_seconds = 0.0 if spec.bandwidth is None else size / spec.shards / spec.bandwidth
+        self.apply_seconds = spec.apply_seconds / spec.shards
+        self._out_free = self._in_free = self._update_free = 0.0
+
+    def pull(self, start: float) -> float:
+        """When the parameters sent at `start` have reached the worker."""
+        done = max(start, self._out_free) + self.transfer_seconds
+        self._out_free = done
+        return done
+
+    def push(self, ready: float) -> float:
+        """When a gradient ready at the worker at `ready` has reached the server."""
+        done = max(ready, self._in_free) + self.transfer_seconds
+        self._in_free = done
+        return done
+
+    def update(self, start: float) -> float:
+        """When an update the server can begin at `start` has been applied (its parameters can be sent)."""
+        done = max(start, self._update_free) + self.apply_seconds
+        self._update_free = done
+        return done
+
+    def delay_all(self, seconds: float) -> None:
+        """A pause of the whole cluster postpones whatever the links and the update loop were doing."""
+        self._out_free += seconds
+        self._in_free += seconds
+        self._update_free += seconds

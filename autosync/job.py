@@ -187,6 +187,25 @@ class ResourceSpec(_Spec):
     smoothness: float = Field(0.7, ge=0.0, lt=1.0)  # AR(1) coefficient: how much availability persists
 
 
+class ServerSpec(_Spec):
+    """The parameter server itself: its links and its update loop (by default infinitely fast).
+
+    Each shard holds 1/shards of the model behind its own link; every pull (the parameters to a worker)
+    and every push (a gradient to the server) crosses each shard's link first come, first served, and
+    each update costs every shard apply_seconds / shards of its single update loop.
+    """
+
+    shards: int = Field(1, ge=1)  # parameter-server shards (Sync-Switch's setups use 1 PS)
+    bandwidth: float | None = Field(None, gt=0.0)  # bytes per virtual second of a shard's link, each direction
+    model_bytes: int | None = Field(None, ge=1)  # bytes of the parameters and of a gradient (None: 4 x the model's)
+    apply_seconds: float = Field(0.0, ge=0.0)  # virtual seconds the server takes to apply one update
+
+    @property
+    def instant(self) -> bool:
+        """No queueing and no update cost: the cluster model of every job written before this section."""
+        return self.bandwidth is None and self.apply_seconds == 0.0
+
+
 class ClusterSpec(_Spec):
     n_workers: int = Field(16, ge=1, le=4096)  # n: workers pushing gradients to the server
     round_trip: RoundTripSpec = ShiftedExponentialRTT(kind="shifted_exponential")  # randomness of times
@@ -195,6 +214,7 @@ class ClusterSpec(_Spec):
     speed_factors: list[Annotated[float, Field(gt=0.0)]] | None = None  # per-worker relative speed
     slowdowns: list[SlowdownSpec] = []  # transient or persistent stragglers
     resources: ResourceSpec | None = None  # time-varying CPU/memory availability that drives speed
+    server: ServerSpec = ServerSpec()  # the parameter server's links and update cost (default: instant)
 
     @model_validator(mode="after")
     def _per_worker_lists(self) -> "ClusterSpec":
@@ -271,10 +291,13 @@ class JobSpec(_Spec):
         workload = self.workload.model_dump(mode="json")
         if workload["dataset"]["name"] != "synthetic_images":  # meaningless there: old fingerprints still hold
             del workload["dataset"]["image_shape"]
+        cluster = self.cluster.model_dump(mode="json")
+        if self.cluster.server == ServerSpec():  # an instant server: fingerprints from before the section hold
+            del cluster["server"]
         canonical = {
             "v": FINGERPRINT_VERSION,
             "workload": workload,
-            "cluster": self.cluster.model_dump(mode="json"),
+            "cluster": cluster,
             "target": self.target.model_dump(mode="json"),
         }
         blob = json.dumps(canonical, sort_keys=True, separators=(",", ":"))

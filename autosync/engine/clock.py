@@ -16,6 +16,7 @@ import math
 from contextlib import nullcontext
 from typing import ContextManager, Protocol, Sequence
 
+from autosync.cluster import ServerModel
 from autosync.errors import UserError
 from autosync.policies import Task
 
@@ -45,31 +46,65 @@ class Clock(Protocol):
     def off_the_clock(self) -> ContextManager[None]:
         """A block of the server's own work, which a virtual clock does not count."""
 
+    def serve_update(self, start: float) -> float:
+        """When an update the server begins at `start` is applied (a virtual clock charges the server model)."""
+
     def __len__(self) -> int:
         """Arrivals pending."""
 
 
 class VirtualClock:
-    """Pending gradient arrivals ordered by (time, worker, task index)."""
+    """Pending gradient arrivals ordered by (time, worker, task index).
 
-    def __init__(self) -> None:
+    With a server model (`autosync.cluster.ServerModel`, not instant) a task's parameters first queue on
+    the server's outbound link; the gradient is then ready after the drawn round trip and queues on the
+    inbound link in the order gradients become ready: a heap entry is a gradient still to be pushed
+    until the push is charged, which happens, in time order, before any later arrival is answered.
+    """
+
+    def __init__(self, server: ServerModel | None = None) -> None:
         self._heap: list[tuple[float, int, int]] = []
+        self.server = server if server is not None and not server.instant else None
+        self._to_push: set[tuple[int, int]] = set()  # (worker, task index) whose gradient is not yet pushed
 
     def dispatch(self, tasks: Sequence[tuple[Task, float]]) -> None:
-        """Each task starts now (at `task.start`) and arrives its round trip's virtual seconds later."""
+        """Each task starts now (at `task.start`) and arrives its round trip's virtual seconds later (plus
+        the server's queueing and transfers when there is a server model)."""
         for task, round_trip in tasks:
-            heapq.heappush(self._heap, (task.start + round_trip, task.worker, task.index))
+            if self.server is None:
+                heapq.heappush(self._heap, (task.start + round_trip, task.worker, task.index))
+            else:
+                ready = self.server.pull(task.start) + round_trip
+                heapq.heappush(self._heap, (ready, task.worker, task.index))
+                self._to_push.add((task.worker, task.index))
+
+    def _push_ready(self) -> None:
+        """Charge the pushes of gradients ready before the earliest arrival, in the order they are ready."""
+        while self._heap and (self._heap[0][1], self._heap[0][2]) in self._to_push:
+            ready, worker, index = heapq.heappop(self._heap)
+            self._to_push.discard((worker, index))
+            heapq.heappush(self._heap, (self.server.push(ready), worker, index))
 
     def pop(self) -> tuple[float, int, int]:
         """The next arrival: (time, worker, task index)."""
+        if self.server is not None:
+            self._push_ready()
         return heapq.heappop(self._heap)
 
     def peek_time(self) -> float:
+        if self.server is not None:
+            self._push_ready()
         return self._heap[0][0]
 
     def delay_all(self, seconds: float) -> None:
         """Postpone every pending arrival (a pause of the whole cluster, e.g. a checkpoint and restart)."""
         self._heap = [(t + seconds, w, k) for t, w, k in self._heap]  # order is unchanged: still a heap
+        if self.server is not None:
+            self.server.delay_all(seconds)
+
+    def serve_update(self, start: float) -> float:
+        """The server model's update loop: `start` plus the apply cost once the loop is free."""
+        return start if self.server is None else self.server.update(start)
 
     def check_decision(self, accepted: bool) -> None:
         """Any decision is right."""
@@ -135,6 +170,10 @@ class ReplayClock:
     def off_the_clock(self) -> ContextManager[None]:
         """Logged times already leave the server's evaluations out."""
         return nullcontext()
+
+    def serve_update(self, start: float) -> float:
+        """Logged arrival times already include whatever the server cost."""
+        return start
 
     def __len__(self) -> int:
         return len(self._inflight)

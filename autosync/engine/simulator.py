@@ -16,7 +16,7 @@ from typing import Any, Callable, cast
 
 import torch
 
-from autosync.cluster import RoundTripModel
+from autosync.cluster import RoundTripModel, ServerModel
 from autosync.engine.clock import Clock, VirtualClock
 from autosync.engine.drivers import Driver, FusingDriver, InProcessDriver
 from autosync.engine.server import Server, Start, Update
@@ -65,7 +65,8 @@ class Simulator:
         self.server = Server(self.strategies, n, memory_caps=[self.cluster.memory_cap(w) for w in range(n)],
                              resources=self.cluster.resources, compute_model=job.cluster.compute.model)
         self.driver: Driver = driver if driver is not None else InProcessDriver(self.workload, job.seed)
-        self.clock: Clock = clock if clock is not None else VirtualClock()
+        self.clock: Clock = clock if clock is not None else VirtualClock(
+            ServerModel(job.cluster.server, model_bytes=4 * self.workload.dim))
         self.trace = Trace()
         self.inflight: dict[int, Task] = {}
         self.task_counter = [0] * n
@@ -109,9 +110,9 @@ class Simulator:
     # ------------------------------------------------------------------ one event
     def _step(self) -> str:
         time, worker, _ = self.clock.pop()
-        self.now = time
+        self.now = max(time, self.now)  # a server still applying an update answers when it is done
         task = self.inflight.pop(worker)
-        arrival = Arrival(task, time)
+        arrival = Arrival(task, self.now)
         decision = self.server.on_arrival(arrival)
         self.clock.check_decision(decision.accepted)
         self.trace.arrivals.append((time, worker, task.index, task.version, task.batch_size, decision.accepted))
@@ -126,6 +127,8 @@ class Simulator:
         """Apply one update and run the strategies' hooks; returns the run status."""
         strategies = self.strategies
         arrivals = update.arrivals
+        self.now = self.clock.serve_update(self.now)  # the server's apply cost, when its model has one
+        self.server.time = self.now
         weights = strategies.aggregation.weights(arrivals)
         aggregate, worker_grads, losses = self._gradients(arrivals, weights)
         lr = self.workload.learning_rate(self.epoch) * update.lr_scale
