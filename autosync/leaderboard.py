@@ -126,6 +126,7 @@ def score(entries: list[Entry], baseline: str = "bsp") -> list[dict[str, Any]]:
             "final_train_loss": _mean(r["final_train_loss"] for r in e.runs),
             "updates_to_target": _mean(r["updates_to_target"] for r in reached_runs),
             "updates_per_virtual_second": _mean(r["updates_per_virtual_second"] for r in e.runs),
+            "samples_per_virtual_second": _mean(r.get("samples_per_virtual_second") for r in e.runs),
             "early_mean_k": _mean(r.get("early_mean_k") for r in e.runs),
             "late_mean_k": _mean(r.get("late_mean_k") for r in e.runs),
             "time_weighted_k": _mean(r.get("time_weighted_k") for r in e.runs),

@@ -85,6 +85,7 @@ LEADERBOARD_COLUMNS = (  # without the speedup column, whose key names the basel
     ("final_train_loss", "train loss", "{:.3f}"),
     ("updates_to_target", "upd to T", "{:.0f}"),
     ("updates_per_virtual_second", "upd/s", "{:.2f}"),
+    ("samples_per_virtual_second", "samples/s", "{:.0f}"),
     ("early_mean_k", "early k", "{:.1f}"),
     ("late_mean_k", "late k", "{:.1f}"),
     ("time_weighted_k", "k (time)", "{:.1f}"),
@@ -94,7 +95,8 @@ LEADERBOARD_LEGEND = (
     "run; a run that never reaches the target counts as infinitely slow); median and std over the seeds; "
     "missed: runs that never reached the target; vs BSP: speedup of TTT against BSP; test acc and train "
     "loss: final values, mean over seeds; upd to T: updates to target (statistical efficiency); upd/s: "
-    "updates per virtual second (hardware efficiency); early k and late k: gradients per update over the "
+    "updates per virtual second (hardware efficiency); samples/s: training samples applied per virtual "
+    "second (Sync-Switch's throughput); early k and late k: gradients per update over the "
     "first and the second half of each run's virtual time, mean over seeds; k (time): gradients per update "
     "weighted by the virtual time each update took (where a dynamic policy spends its time).")
 

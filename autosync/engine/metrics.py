@@ -27,6 +27,8 @@ def run_metrics(trace: Trace, target: TargetSpec, virtual_time: float) -> dict[s
         "updates": n_updates,
         "virtual_time": virtual_time,
         "updates_per_virtual_second": n_updates / virtual_time if virtual_time > 0 else 0.0,
+        "samples_per_virtual_second": (sum(sum(b) for b in trace.column("updates", "batch_sizes")) / virtual_time
+                                       if virtual_time > 0 else 0.0),  # Sync-Switch's throughput
         "gradients_arrived": len(trace.arrivals),
         "gradients_discarded": len(trace.arrivals) - accepted,
         "mean_iteration_time": virtual_time / n_updates if n_updates else None,
