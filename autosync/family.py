@@ -38,8 +38,8 @@ from pydantic import (
 
 from autosync.errors import FileProblems, JobFileError
 from autosync.job import (
-    BudgetSpec, ComputeSpec, JobSpec, LinearCompute, RoundTripSpec, TargetSpec, WorkloadSpec, _describe_error,
-    job_from_dict, load_job,
+    BudgetSpec, ComputeSpec, JobSpec, LinearCompute, RoundTripSpec, TargetSpec, WorkloadSpec, describe_error,
+    job_from_dict, load_job, read_yaml_file,
 )
 
 
@@ -246,21 +246,14 @@ def load_family(path: str | Path) -> FamilySpec:
     """Load and validate a family file: its schema, and every extreme of every drawn field as a job would
     take it (a round-trip field out of the job schema's range is found here, not in job 17)."""
     file = Path(path)
-    if not file.is_file():
-        raise FamilyFileError(str(file), ["file not found"])
-    try:
-        data = yaml.safe_load(file.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}: " if mark is not None else ""
-        raise FamilyFileError(str(file), [f"{where}not valid YAML ({getattr(exc, 'problem', exc)})"]) from None
+    data = read_yaml_file(file, FamilyFileError)
     if not isinstance(data, dict):
         raise FamilyFileError(str(file), ["the top level must be a mapping of fields (name, round_trips, "
                                           f"workloads, ...), but got {type(data).__name__}"])
     try:
         family = FamilySpec.model_validate(data)
     except ValidationError as exc:
-        raise FamilyFileError(str(file), [_describe_error(e) for e in exc.errors()]) from None
+        raise FamilyFileError(str(file), [describe_error(e) for e in exc.errors()]) from None
     problems = _corner_problems(family)
     if problems:
         raise FamilyFileError(str(file), problems)
@@ -301,7 +294,7 @@ def _round_trip_problem(index: int, err: dict[str, Any]) -> str:
     if err["type"] == "union_tag_invalid":
         return (f"round_trips.{index}.kind must be one of {err['ctx']['expected_tags']}, "
                 f"but got {err['ctx']['tag']!r}")
-    return _describe_error({**err, "loc": ("round_trips", index, *err["loc"])})
+    return describe_error({**err, "loc": ("round_trips", index, *err["loc"])})
 
 
 def write_jobs(family: FamilySpec, count: int, directory: Path, source: str, command: str) -> list[Path]:

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from autosync.errors import JobFileError
+from autosync.errors import FileProblems, JobFileError
 
 # Bump when the meaning of a fingerprinted field changes, so old cache entries stop matching.
 FINGERPRINT_VERSION = 1
@@ -306,7 +306,7 @@ class JobSpec(_Spec):
 
 # --------------------------------------------------------------------------- loading
 
-def _describe_error(err: dict[str, Any]) -> str:
+def describe_error(err: dict[str, Any]) -> str:
     """One problem of a pydantic error as 'field path rule, but got value'."""
     loc = ".".join(str(p) for p in err["loc"] if not _is_union_tag(p)) or "(top level)"
     typ, ctx, value = err["type"], err.get("ctx", {}), err.get("input")
@@ -347,7 +347,19 @@ def job_from_dict(data: Any, source: str = "<job>") -> JobSpec:
     try:
         return JobSpec.model_validate(data)
     except ValidationError as exc:
-        raise JobFileError(source, [_describe_error(e) for e in exc.errors()]) from None
+        raise JobFileError(source, [describe_error(e) for e in exc.errors()]) from None
+
+
+def read_yaml_file(file: Path, error: type[FileProblems]) -> Any:
+    """A YAML file's content; a missing file or invalid YAML raises `error` in one line naming the file."""
+    if not file.is_file():
+        raise error(str(file), ["file not found"])
+    try:
+        return yaml.safe_load(file.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        raise error(str(file), [f"{where}not valid YAML ({getattr(exc, 'problem', exc)})"]) from None
 
 
 def load_job(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> JobSpec:
@@ -358,14 +370,7 @@ def load_job(path: str | Path | None = None, overrides: dict[str, Any] | None = 
         overrides: top-level fields to replace after loading (for example ``{"seed": 3}``).
     """
     file = Path(path) if path is not None else DEFAULT_JOB_PATH
-    if not file.is_file():
-        raise JobFileError(str(file), ["file not found"])
-    try:
-        data = yaml.safe_load(file.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}: " if mark is not None else ""
-        raise JobFileError(str(file), [f"{where}not valid YAML ({getattr(exc, 'problem', exc)})"]) from None
+    data = read_yaml_file(file, JobFileError)
     if data is None:  # empty or only comments: most likely saved by mistake, never "the default job"
         raise JobFileError(str(file), ["the file is empty (or only comments); a job sets at least its name, "
                                        "e.g. `name: my_job` to train the default workload"])
