@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Re-create every committed leaderboard in results/ (run from the repository root; about 40 minutes on
+# Re-create every committed leaderboard in results/ (run from the repository root; about 80 minutes on
 # 2 cores). Each leaderboard.md also records the exact command that produced it.
 set -euo pipefail
 autosync leaderboard baselines/lbbsp_gpu.yaml --policies bsp --policies lbbsp --seeds 5 --n-jobs 2
