@@ -176,7 +176,7 @@ def profile(
     """Measure each worker's real round trips (compute and communication) and fit the job's cluster model."""
     from autosync.engine.backends import check_device
     from autosync.job import load_job
-    from autosync.profiling import batch_summary, fit_cluster, measure, parse_batch_sizes, write_profile
+    from autosync.profiling import batch_summary, fit_cluster, measure, measure_server, parse_batch_sizes, write_profile
 
     check_device(device)
     spec = load_job(job)
@@ -196,7 +196,9 @@ def profile(
                               on_round=lambda: bar.advance(task))
     finally:
         driver.close()
-    cluster = fit_cluster(spec, samples)
+    with status.status("timing the server's update and parameter copy"):
+        server = measure_server(spec, workload.init_params())
+    cluster = fit_cluster(spec, samples, server)
     paths = write_profile(spec, samples, cluster, out_dir)
     table = Table(title=f"{spec.name}: measured on {device} with {workers_per_device} worker processes")
     for column in ("batch size", "compute (mean)", "round trip (mean)", "round trip (p90)"):
@@ -205,7 +207,8 @@ def profile(
         table.add_row(str(b), *(f"{1e3 * seconds:.2f} ms" for seconds in (compute, trip, trip_p90)))
     console.print(table)
     console.print(f"fitted: compute {cluster['compute']}, communication {1e3 * cluster['communication_seconds']:.2f} ms, "
-                  f"speed factors {min(cluster['speed_factors']):.3f}..{max(cluster['speed_factors']):.3f}")
+                  f"speed factors {min(cluster['speed_factors']):.3f}..{max(cluster['speed_factors']):.3f}; server: "
+                  f"update {1e3 * server.apply_seconds:.3f} ms, parameters copied at {server.bandwidth / 1e9:.2f} GB/s")
     status.print(f"wrote {', '.join(str(p) for p in paths)}")
     status.print(f"tune on this machine's model: autosync tune {paths[-1]}")
 

@@ -7,7 +7,11 @@ gradient back). From these the job's `cluster` section is fitted:
 - compute: time against batch size by least squares, whichever fits better (by BIC) of a line through the origin
   (LinearCompute, LB-BSP sec. 3.2, a busy CPU) and a fixed cost plus a slope above the smallest batch
   timed (GPUCompute, LB-BSP sec. 3.3.1: a GPU, or any worker whose per-task overhead dominates);
-- communication_seconds: the median of round trip minus compute;
+- server: the server's own costs on this machine, timed apart from the rounds (`measure_server`): one update
+  of the model by the default rule (apply_seconds) and one copy of the parameters into a shared-memory
+  slot, the processes backend's transport (bandwidth = model bytes / that time);
+- communication_seconds: the median of round trip minus compute, less the pull and push the server model
+  now charges (a round's p-th task waits for p pulls before its own);
 - speed_factors: each worker's mean compute time against all workers' at the same batch size;
 - round_trip: the measured compute times divided by their batch size's mean, as a trace the model
   samples from (`kind: trace`), so the simulator reproduces this machine's own variability.
@@ -75,7 +79,50 @@ def measure(driver, n_workers: int, batch_sizes: Sequence[int], rounds: int, par
     return samples
 
 
-def fit_cluster(job: JobSpec, samples: Sequence[Sample]) -> dict:
+@dataclass(frozen=True)
+class ServerCosts:
+    """The server side of this machine: what one update and one copy of the parameters take."""
+
+    apply_seconds: float  # median time of the default update (SGD with the job's momentum) on the model
+    transfer_seconds: float  # median time to copy the parameters into a shared-memory slot (one pull or push)
+    model_bytes: int  # bytes of the parameters
+
+    @property
+    def bandwidth(self) -> float:
+        """Bytes per second through the processes backend's transport (shared memory)."""
+        return self.model_bytes / max(self.transfer_seconds, 1e-9)
+
+
+def measure_server(job: JobSpec, params, repeats: int = 30) -> ServerCosts:
+    """Time the server's own work on `params` (on their device): the update the default rule applies, and
+    the copy through which the processes backend moves parameters to a worker and a gradient back."""
+    import torch
+
+    from autosync.policies._base import UpdateRule
+
+    rule = UpdateRule()
+    state = rule.init_state(params, job.cluster.n_workers, job.workload.optimizer)
+    grad = torch.full_like(params, 1e-6)
+    slot = torch.empty_like(params)
+    if slot.device.type == "cpu":
+        slot.share_memory_()
+
+    def timed(work: Callable[[], object]) -> float:
+        times = []
+        for _ in range(repeats + 1):  # the first call warms up and is not kept
+            start = time.perf_counter()
+            work()
+            if params.device.type == "cuda":
+                torch.cuda.synchronize(params.device)
+            times.append(time.perf_counter() - start)
+        return statistics.median(times[1:])
+
+    apply = timed(lambda: rule.apply(params, state, grad, 0.0, []))
+    transfer = timed(lambda: slot.copy_(params))
+    return ServerCosts(apply, transfer, params.numel() * params.element_size())
+
+
+def fit_cluster(job: JobSpec, samples: Sequence[Sample], server: ServerCosts | None = None) -> dict:
     """The job's cluster section fitted to `samples` (see the module docstring), as a plain mapping."""
     sizes = sorted({s.batch_size for s in samples})
     mean_at = {b: statistics.fmean(s.compute_seconds for s in samples if s.batch_size == b) for b in sizes}
@@ -93,10 +140,19 @@ def fit_cluster(job: JobSpec, samples: Sequence[Sample]) -> dict:
         ratios = [s.compute_seconds / mean_at[s.batch_size] for s in samples if s.worker == w]
         speed.append(round(1.0 / statistics.fmean(ratios), 4) if ratios else 1.0)
     communication = statistics.median(s.communication_seconds for s in samples)
-    return {"n_workers": job.cluster.n_workers, "compute": compute, "communication_seconds": float(communication),
-            "speed_factors": speed,
-            "round_trip": {"kind": "trace", "path": TRACE_FILE, "column": "multiplier", "mode": "sample",
-                           "normalize": True}}
+    cluster = {"n_workers": job.cluster.n_workers, "compute": compute, "communication_seconds": float(communication),
+               "speed_factors": speed,
+               "round_trip": {"kind": "trace", "path": TRACE_FILE, "column": "multiplier", "mode": "sample",
+                              "normalize": True}}
+    if server is not None:
+        # The server model charges each task its pull and its push, and a round submits its tasks in worker
+        # order (worker p's pull waits for p others): what is left of round trip - compute is the rest.
+        tau = server.transfer_seconds
+        left = [max(0.0, s.communication_seconds - (s.worker + 2) * tau) for s in samples]
+        cluster["communication_seconds"] = float(statistics.median(left))
+        cluster["server"] = {"bandwidth": server.bandwidth, "model_bytes": server.model_bytes,
+                             "apply_seconds": server.apply_seconds}
+    return cluster
 
 
 def _bic(residuals: np.ndarray, n_parameters: int) -> float:

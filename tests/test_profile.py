@@ -8,7 +8,8 @@ import pytest
 import yaml
 
 from autosync.job import load_job
-from autosync.profiling import Sample, fit_cluster, time_scale
+from autosync.job import job_from_dict
+from autosync.profiling import Sample, ServerCosts, fit_cluster, measure_server, time_scale
 from tests.conftest import autosync, no_traceback, small_job
 
 JOB = small_job()
@@ -34,6 +35,23 @@ def test_a_linear_machine_is_fitted_with_its_speed_factors_and_communication():
     assert cluster["communication_seconds"] == pytest.approx(1e-3)
 
 
+def test_the_server_costs_go_into_the_cluster_and_out_of_communication():
+    server = ServerCosts(apply_seconds=2e-4, transfer_seconds=1e-4, model_bytes=4000)
+    cluster = fit_cluster(JOB, _samples(lambda b: 1e-4 * b), server)
+    assert cluster["server"] == {"bandwidth": pytest.approx(4e7), "model_bytes": 4000, "apply_seconds": 2e-4}
+    # worker p's 1 ms outside the kernel held its pull behind p others' and its own pull and push: (p + 2) 0.1 ms
+    assert cluster["communication_seconds"] == pytest.approx(1e-3 - 3.5e-4)
+    job_from_dict({**JOB.model_dump(mode="json"), "cluster": {**cluster, "round_trip": {"kind": "deterministic"}}})
+
+
+def test_the_server_is_timed_on_the_model():
+    import torch
+
+    costs = measure_server(JOB, torch.zeros(250_000), repeats=5)
+    assert costs.model_bytes == 1_000_000 and costs.apply_seconds > 0 and costs.transfer_seconds > 0
+    assert costs.bandwidth == pytest.approx(1e6 / costs.transfer_seconds)
+
+
 def test_a_fixed_cost_per_task_is_fitted_as_the_flat_then_linear_model():
     cluster = fit_cluster(JOB, _samples(lambda b: 5e-3 + 1e-5 * (b - 8)))
     c = cluster["compute"]
@@ -51,6 +69,7 @@ def test_cli_profiles_real_processes_and_writes_a_job_that_tunes(tiny_job, tmp_p
     assert all(float(r["round_trip_seconds"]) >= float(r["compute_seconds"]) > 0 for r in rows)
     job = load_job(tmp_path / "prof" / "profiled_job.yaml")
     assert job.cluster.round_trip.kind == "trace" and len(job.cluster.speed_factors) == 4
+    assert job.cluster.server.bandwidth > 0 and job.cluster.server.apply_seconds > 0
     assert yaml.safe_load((tmp_path / "prof" / "cluster.yaml").read_text())["cluster"]["n_workers"] == 4
     run = autosync("run", str(tmp_path / "prof" / "profiled_job.yaml"), "--policy", "asp", "--out", "r", cwd=tmp_path)
     assert run.returncode == 0, run.stderr
