@@ -83,6 +83,25 @@ def policies() -> None:
     console.print(table)
 
 
+# Where runs train: one option set shared by `run` and `tune` (the same BackendChoice either way).
+BACKEND_OPT = typer.Option("simulator", "--backend", help="simulator (gradients in this process) | processes "
+                           "(worker processes compute them; same arrival order and results) | distributed (the ranks "
+                           "of a torchrun launch, rank 0 serving; `run` only).")
+DEVICE_OPT = typer.Option("cpu", "--device", help="cpu | cuda (cuda:N): where the model, data, slots and worker "
+                                                   "processes compute.")
+WORKERS_PER_DEVICE_OPT = typer.Option(2, "--workers-per-device", min=1,
+                                      help="--backend processes: worker processes on the device.")
+WORKER_TIMEOUT_OPT = typer.Option(60.0, "--worker-timeout", min=0.1, help="--backend processes or distributed: "
+                                  "seconds without a gradient before a worker process or rank counts as dead or hung.")
+CLOCK_OPT = typer.Option("virtual", "--clock", help="--backend processes or distributed: virtual (the cluster model "
+                         "orders arrivals: same results as the simulator) | real (the order the workers answer in; "
+                         "logged for `autosync rerun`).")
+STRAGGLERS_OPT = typer.Option("machine", "--stragglers", help="--clock real: machine (only this machine's own) | "
+                              "model (also the job's cluster model, as real delays).")
+TIME_SCALE_OPT = typer.Option(0.01, "--time-scale", help="--clock real --stragglers model: real seconds per virtual "
+                              "second of the cluster model.")
+
+
 @app.command()
 def run(
     job: Optional[Path] = JOB_ARG,
@@ -94,23 +113,13 @@ def run(
                                                         "(default: sqlite:///results/autosync-studies.db)."),
     out: Optional[Path] = typer.Option(None, help="Output directory (default: results/runs/<job>/<policy>-seed<N>)."),
     plot: bool = typer.Option(False, "--plot", help="Also write plot.png: loss against virtual time with k_t."),
-    backend: str = typer.Option("simulator", "--backend", help="simulator (gradients in this process) | "
-                                "processes (worker processes compute them; same arrival order and results) | "
-                                "distributed (the ranks of a torchrun launch, rank 0 serving)."),
-    device: str = typer.Option("cpu", "--device", help="cpu | cuda (cuda:N): where the model, data, slots and "
-                                                        "worker processes compute."),
-    workers_per_device: int = typer.Option(2, "--workers-per-device", min=1,
-                                           help="--backend processes: worker processes on the device."),
-    worker_timeout: float = typer.Option(60.0, "--worker-timeout", min=0.1,
-                                         help="--backend processes or distributed: seconds without a gradient "
-                                              "before a worker process or rank counts as dead or hung."),
-    clock: str = typer.Option("virtual", "--clock", help="--backend processes or distributed: virtual (the cluster "
-                              "model orders arrivals: same results as the simulator) | real (the order the workers "
-                              "answer in; logged for `autosync rerun`)."),
-    stragglers: str = typer.Option("machine", "--stragglers", help="--clock real: machine (only this machine's own) "
-                                   "| model (also the job's cluster model, as real delays)."),
-    time_scale: float = typer.Option(0.01, "--time-scale", help="--clock real --stragglers model: real seconds per "
-                                     "virtual second of the cluster model."),
+    backend: str = BACKEND_OPT,
+    device: str = DEVICE_OPT,
+    workers_per_device: int = WORKERS_PER_DEVICE_OPT,
+    worker_timeout: float = WORKER_TIMEOUT_OPT,
+    clock: str = CLOCK_OPT,
+    stragglers: str = STRAGGLERS_OPT,
+    time_scale: float = TIME_SCALE_OPT,
     as_json: bool = JSON_OPT,
 ) -> None:
     """Train once under one policy (virtual clock by default) and write trace, metrics and plot."""
@@ -470,6 +479,13 @@ def tune(
     objective: str = typer.Option("time", "--objective", help="time | time,metric (Pareto front)."),
     refresh: bool = typer.Option(False, "--refresh", help="Search again, warm-started from the cached best."),
     out: Optional[Path] = typer.Option(None, help="Plot directory (default: results/tune/<job>-<space>)."),
+    backend: str = BACKEND_OPT,
+    device: str = DEVICE_OPT,
+    workers_per_device: int = WORKERS_PER_DEVICE_OPT,
+    worker_timeout: float = WORKER_TIMEOUT_OPT,
+    clock: str = CLOCK_OPT,
+    stragglers: str = STRAGGLERS_OPT,
+    time_scale: float = TIME_SCALE_OPT,
     as_json: bool = JSON_OPT,
 ) -> None:
     """Find the best policy for a job with Optuna, or return the cached one of a recurring job instantly."""
@@ -485,11 +501,19 @@ def tune(
         raise UserError(f"--sampler must be one of {list(SAMPLERS)}, but got {sampler!r}")
     if objective not in ("time", "time,metric"):
         raise UserError(f"--objective must be time or time,metric, but got {objective!r}")
+    from autosync.engine.backends import BackendChoice
+
+    choice = BackendChoice(backend, clock, stragglers, time_scale, device, workers_per_device, worker_timeout)
+    choice.check()
+    if choice.backend == "distributed":
+        raise UserError("--backend distributed is not supported by tune yet (every trial would need every rank of "
+                        "a torchrun launch); use --backend processes on one machine")
     search_space = load_space(resolve_space_path(space, "static_k"), spec.cluster.n_workers)
     request = TuneRequest(
         job=spec, space=search_space, n_trials=n_trials, timeout=timeout, storage=storage or DEFAULT_STORAGE,
         study=study, sampler=sampler, seed=seed, n_jobs=n_jobs, refresh=refresh,
-        settings=ObjectiveSettings(repeats=repeats, tolerance=tolerance, multi_objective=objective != "time"))
+        settings=ObjectiveSettings(repeats=repeats, tolerance=tolerance, multi_objective=objective != "time",
+                                   backend=None if choice.backend == "simulator" else choice))
     status.print(f"study storage: {redact_url(request.storage)}")
     _quiet_optuna()
     from autosync.search.tune import tune as run_tune

@@ -21,10 +21,30 @@ from autosync.search.trials import counted_trials, feasible_trials
 if TYPE_CHECKING:
     import optuna
 
+    from autosync.engine.backends import BackendChoice
 
-def study_name(job: JobSpec, space: SearchSpace) -> str:
-    """The cache key: the job's fingerprint (workload, cluster, target) and the search space's name."""
-    return f"{job.fingerprint()}-{space.name}"
+
+def study_name(job: JobSpec, space: SearchSpace, backend: "BackendChoice | None" = None) -> str:
+    """The cache key: the job's fingerprint (workload, cluster, target), the search space's name and, for a
+    backend other than the simulator, where the trials trained: a simulated result never answers for a
+    real-backend tune, nor the reverse (unless `--study` names the other's study)."""
+    name = f"{job.fingerprint()}-{space.name}"
+    return name if backend is None or backend.backend == "simulator" else f"{name}-{execution_tag(backend)}"
+
+
+def execution_tag(backend: "BackendChoice") -> str:
+    """'processes-virtual-cpu', 'processes-real-model-0.01-cuda', ...: what makes two backends' results differ."""
+    parts = [backend.backend, backend.clock]
+    if backend.clock == "real":
+        parts.append(backend.stragglers)
+        if backend.stragglers == "model":
+            parts.append(f"{backend.time_scale:g}")
+    return "-".join(parts + [backend.device.replace(":", "")])
+
+
+def execution_of(backend: "BackendChoice | None") -> dict[str, Any]:
+    """What a cache record says about where its trials trained."""
+    return {"backend": "simulator", "device": "cpu"} if backend is None else backend.describe()
 
 
 def search_cost(study: "optuna.Study") -> float:
@@ -55,7 +75,7 @@ def validated(name: str, record: Any) -> dict[str, Any]:
 
 
 def write_cache(study: "optuna.Study", job: JobSpec, space: SearchSpace, sampler: str, tolerance: float,
-                reference: dict[str, Any]) -> dict[str, Any]:
+                reference: dict[str, Any], execution: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write the cache record: best feasible policy, its score, provenance and the amortization report.
 
     Every number is finite (strict JSON): a figure that has no value (no saving to amortize) is None.
@@ -80,6 +100,7 @@ def write_cache(study: "optuna.Study", job: JobSpec, space: SearchSpace, sampler
         "autosync_version": __version__,
         "job_name": job.name,
         "fingerprint": job.fingerprint(),
+        "execution": execution or execution_of(None),  # which backend, clock and device produced it
         "space": space.name,
         "sampler": sampler,
         "bsp_time_to_target": bsp_time,

@@ -1,6 +1,7 @@
 """The tuning objective: a policy's time-to-target on a job, averaged over seeds, with an accuracy constraint.
 
-A trial trains the sampled policy with R seeds on the virtual-clock simulator. Its value is the mean
+A trial trains the sampled policy with R seeds on the virtual-clock simulator, or on the backend the
+settings name (worker processes, the virtual or the real clock, as `autosync run` builds it). Its value is the mean
 time-to-target in virtual seconds; a seed that never reaches the target counts as `penalty` times the
 virtual time it ran. Its final target metric must stay within `tolerance` of BSP's (an Optuna
 constraint: feasible when <= 0). A run that diverges raises `RunFailed`, which the study records as a
@@ -14,11 +15,13 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
+from autosync.errors import RuntimeFailure
 from autosync.job import JobSpec
 
 if TYPE_CHECKING:
     import optuna
 
+    from autosync.engine.backends import BackendChoice
     from autosync.search.space import SearchSpace
 
 
@@ -43,17 +46,19 @@ class ObjectiveSettings:
     penalty: float = 2.0  # a seed that misses the target counts as penalty x its virtual time
     multi_objective: bool = False  # (time, final metric) with a Pareto front instead of one value
     prune: bool = True  # stop hopeless trials on intermediate training loss (single objective only)
+    backend: "BackendChoice | None" = None  # where each run trains, as `autosync run` builds it (None: simulator)
 
 
 def evaluate(job: JobSpec, policy: dict[str, Any], seeds: list[int], penalty: float = 2.0,
-             report: Callable[[dict[str, Any], int], None] | None = None) -> dict[str, Any]:
+             report: Callable[[dict[str, Any], int], None] | None = None,
+             backend: "BackendChoice | None" = None) -> dict[str, Any]:
     """Train `policy` once per seed; returns the mean score, final metric and the virtual seconds spent.
 
     `report(info, step)` is called with the simulator's evaluation record at every evaluation step of the
-    first seed (for pruning); it may raise.
+    first seed (for pruning); it may raise. `backend` says where each run trains (default: the simulator);
+    a backend that fails (worker processes lost or hung) fails the run with its reason.
     """
     from autosync.catalog import policy_from_dict
-    from autosync.engine import simulate
 
     try:
         pol = policy_from_dict(policy)
@@ -64,7 +69,7 @@ def evaluate(job: JobSpec, policy: dict[str, Any], seeds: list[int], penalty: fl
     first_seed_progress = _step_reporter(report, job.workload.evaluation.every_seconds) if report else None
     for i, seed in enumerate(seeds):
         progress = first_seed_progress if i == 0 else None
-        result = simulate(job.model_copy(update={"seed": seed}), pol, progress=progress)
+        result = _train(job.model_copy(update={"seed": seed}), pol, progress, backend)
         m = result.metrics
         spent += m["virtual_time"]
         if result.status == "diverged":
@@ -80,6 +85,24 @@ def evaluate(job: JobSpec, policy: dict[str, Any], seeds: list[int], penalty: fl
             scores.append(m["virtual_time"] * penalty)
     return {"time_to_target": sum(scores) / len(scores), "final_metric": sum(finals) / len(finals),
             "reached": reached, "runs": len(seeds), "virtual_seconds": spent}
+
+
+def _train(job: JobSpec, policy: Any, progress: Callable[[dict[str, Any]], None] | None,
+           backend: "BackendChoice | None") -> Any:
+    """One run on the chosen backend; its worker processes start with it and end with it, also on errors."""
+    from autosync.engine import simulate
+
+    if backend is None or backend.backend == "simulator":
+        return simulate(job, policy, progress=progress)
+    from autosync.engine import backends
+    from autosync.workloads.workload import Workload
+
+    try:
+        workload = Workload(job, device=backend.device)
+        driver, clock = backends.build(backend, job, workload)
+        return simulate(job, policy, workload=workload, progress=progress, driver=driver, clock=clock)
+    except RuntimeFailure as exc:  # workers died or hung: this trial fails, the study goes on
+        raise RunFailed(f"the {backend.backend} backend failed (seed {job.seed}): {exc}") from None
 
 
 def _step_reporter(report: Callable[[dict[str, Any], int], None],
@@ -168,7 +191,8 @@ class Objective:
                                          "median finished trial's")
 
         try:
-            score = evaluate(self.job, policy, self.seeds(), self.settings.penalty, report=report)
+            score = evaluate(self.job, policy, self.seeds(), self.settings.penalty, report=report,
+                             backend=self.settings.backend)
         except RunFailed as exc:
             trial.set_user_attr("fail_reason", str(exc))
             trial.set_user_attr("virtual_seconds", spent["virtual_seconds"])

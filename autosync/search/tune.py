@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from autosync.errors import RuntimeFailure, UserError
 from autosync.job import JobSpec
-from autosync.search.cache import best_policies, read_cache, study_name, write_cache
+from autosync.search.cache import best_policies, execution_of, read_cache, study_name, write_cache
 from autosync.search.objective import (
     Objective, ObjectiveSettings, RunFailed, canonical_policy, evaluate, trial_seeds,
 )
@@ -88,7 +88,7 @@ def load_study(request: TuneRequest, storage: Any) -> "optuna.Study":
 
     directions = ["minimize", "maximize" if request.job.target.metric == "test_accuracy" else "minimize"] \
         if request.settings.multi_objective else ["minimize"]
-    name = request.study or study_name(request.job, request.space)
+    name = request.study or study_name(request.job, request.space, request.settings.backend)
     sampler = make_sampler(request.sampler, request.seed, request.space, request.settings.multi_objective,
                            request.n_trials)
     try:
@@ -148,7 +148,8 @@ def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = Non
         finally:
             for p in helpers:
                 p.join()
-    cache = write_cache(study, request.job, request.space, request.sampler, request.settings.tolerance, reference)
+    cache = write_cache(study, request.job, request.space, request.sampler, request.settings.tolerance, reference,
+                        execution=execution_of(request.settings.backend))
     return TuneOutcome(study.study_name, request.storage, False, cache["trials"] - before, cache,
                        best_policies(study), study)
 
@@ -180,7 +181,8 @@ def bsp_reference(study: "optuna.Study", request: TuneRequest) -> dict[str, Any]
     if ref is None:
         seeds = trial_seeds(request.job, request.settings.repeats)
         try:
-            ref = evaluate(request.job, {"policy": "bsp", "params": {}}, seeds, request.settings.penalty)
+            ref = evaluate(request.job, {"policy": "bsp", "params": {}}, seeds, request.settings.penalty,
+                           backend=request.settings.backend)
         except RunFailed as exc:
             raise RuntimeFailure(f"BSP itself fails on this job, so there is no reference to tune against: "
                                  f"{exc}") from None
