@@ -479,6 +479,8 @@ def tune(
     objective: str = typer.Option("time", "--objective", help="time | time,metric (Pareto front)."),
     refresh: bool = typer.Option(False, "--refresh", help="Search again, warm-started from the cached best."),
     out: Optional[Path] = typer.Option(None, help="Plot directory (default: results/tune/<job>-<space>)."),
+    verify_top: int = typer.Option(0, "--verify-top", min=0, help="After a simulated search, re-run the K best "
+                                   "feasible candidates and BSP --repeats times on --backend and compare (0: off)."),
     backend: str = BACKEND_OPT,
     device: str = DEVICE_OPT,
     workers_per_device: int = WORKERS_PER_DEVICE_OPT,
@@ -508,12 +510,19 @@ def tune(
     if choice.backend == "distributed":
         raise UserError("--backend distributed is not supported by tune yet (every trial would need every rank of "
                         "a torchrun launch); use --backend processes on one machine")
+    if verify_top and choice.backend == "simulator":
+        raise UserError("--verify-top re-runs the simulated search's best candidates on a real backend: "
+                        "it needs --backend processes (with --clock virtual or real)")
+    if verify_top and objective != "time":
+        raise UserError("--verify-top compares one objective's rankings: it needs --objective time")
+    real = None if choice.backend == "simulator" else choice
     search_space = load_space(resolve_space_path(space, "static_k"), spec.cluster.n_workers)
     request = TuneRequest(
         job=spec, space=search_space, n_trials=n_trials, timeout=timeout, storage=storage or DEFAULT_STORAGE,
         study=study, sampler=sampler, seed=seed, n_jobs=n_jobs, refresh=refresh,
         settings=ObjectiveSettings(repeats=repeats, tolerance=tolerance, multi_objective=objective != "time",
-                                   backend=None if choice.backend == "simulator" else choice))
+                                   backend=None if verify_top else real),  # --verify-top: search simulated
+        verify_top=verify_top, verify_backend=real if verify_top else None)
     status.print(f"study storage: {redact_url(request.storage)}")
     _quiet_optuna()
     from autosync.search.tune import tune as run_tune
@@ -525,15 +534,24 @@ def tune(
             bar.update(task, completed=done, total=total, description="trials")
 
         outcome = run_tune(request, on_trial=on_trial)
+    plot_dir = out or Path("results") / "tune" / f"{spec.name}-{search_space.name}"
+    verification = outcome.verification
     if as_json:
         _print_json({"study": outcome.study_name, "cached": outcome.cached, "new_trials": outcome.new_trials,
-                     "cache": outcome.cache, "top": outcome.top})
+                     "cache": outcome.cache, "top": outcome.top,
+                     "verification": verification.to_dict() if verification is not None else None})
     else:
         _print_tune(outcome, spec)
+        if verification is not None:
+            _print_verification(verification)
+    if verification is not None:
+        from autosync.search.verify import write_verification
+
+        paths = write_verification(verification, plot_dir, _command_line("tune"), _policy_label)
+        status.print(f"wrote {', '.join(str(p) for p in paths)}")
     if not outcome.cached:
         from autosync.search.plots import write_study_plots
 
-        plot_dir = out or Path("results") / "tune" / f"{spec.name}-{search_space.name}"
         paths, skipped = write_study_plots(outcome.study, plot_dir)
         if paths:
             status.print(f"wrote {', '.join(str(p) for p in paths)}")
@@ -622,6 +640,24 @@ def _print_tune(outcome: Any, spec: Any) -> None:
         + (f"pays for itself after {amortize} recurrences." if amortize else "it does not beat BSP, so it never pays off."))
     status.print(f"train with it: autosync run {'JOB.yaml ' if spec.name != 'digits_default' else ''}--policy tuned",
                   style="dim")
+
+
+def _print_verification(v: Any) -> None:
+    table = Table(title=f"simulation verified on {v.execution['backend']} ({v.execution.get('clock', 'virtual')} "
+                        f"clock), seeds {v.seeds}")
+    for column in ("policy", "simulated s", "real s", "real / sim", "real final", "feasible"):
+        table.add_column(column, justify="left" if column == "policy" else "right", no_wrap=column == "policy")
+    fmt = lambda x, f: "-" if x is None else f.format(x)
+    for r in v.rows:
+        table.add_row(_policy_label(r["policy"]), fmt(r["simulated_time"], "{:.1f}"), fmt(r["real_time"], "{:.1f}"),
+                      fmt(r["real_over_simulated"], "{:.2f}"), fmt(r["real_final_metric"], "{:.3f}"),
+                      "yes" if r["real_feasible"] else "no")
+    console.print(table)
+    tau = "-" if v.kendall_tau is None else f"{v.kendall_tau:.2f}"
+    winner = _policy_label(v.real_winner) if v.real_winner else "none feasible"
+    console.print(f"Kendall's tau {tau}; real winner {winner} "
+                  f"({'the simulated winner too' if v.same_winner else 'not the simulated winner'}); "
+                  f"the cache now answers with the real winner")
 
 
 def _policy_label(policy: dict[str, Any]) -> str:

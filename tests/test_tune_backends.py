@@ -86,3 +86,45 @@ def test_bad_backend_options_for_tune_exit_2(tiny_job, tmp_path, args, message):
     assert proc.returncode == 2
     no_traceback(proc)
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+# ---------------------------------------------------------------- --verify-top: simulation verified
+
+
+def test_verify_top_reruns_the_best_candidates_and_bsp_on_the_backend(tiny_job, tmp_path):
+    args = ("tune", str(tiny_job), "--n-trials", "4", "--sampler", "random", "--storage", "sqlite:///v.db",
+            "--backend", "processes", "--verify-top", "2", "--out", "plots", "--json")
+    proc = autosync(*args, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    v = out["verification"]
+    assert v["execution"]["backend"] == "processes" and v["execution"]["clock"] == "virtual"
+    assert len(v["rows"]) in (2, 3) and {"policy": "bsp", "params": {}} in [r["policy"] for r in v["rows"]]
+    for r in v["rows"]:  # on the virtual clock the processes backend is the simulator, bit for bit
+        assert r["real_time"] == r["simulated_time"] and r["real_over_simulated"] == 1.0
+    assert v["same_winner"] and v["winner_gap"] == 1.0 and v["kendall_tau"] in (None, 1.0)
+    assert out["cache"]["verified"]["real_winner"] == out["cache"]["best_policy"]
+    assert not out["study"].endswith("processes-virtual-cpu")  # the search itself was simulated
+    for name in ("verify.md", "verify.json", "sim_vs_real.png"):
+        assert (tmp_path / "plots" / name).stat().st_size > 0
+    again = autosync(*args, cwd=tmp_path)  # verified on this backend already: nothing runs again
+    assert again.returncode == 0 and json.loads(again.stdout)["verification"] is None
+    bad = autosync("tune", str(tiny_job), "--verify-top", "2", cwd=tmp_path)
+    assert bad.returncode == 2 and "--verify-top re-runs the simulated search's best" in bad.stderr
+
+
+def test_kendall_tau_and_the_cache_answering_with_the_real_winner():
+    from autosync.search.verify import Verification, _kendall_tau, with_verification
+
+    assert _kendall_tau([(1, 10), (2, 20), (3, 30)]) == 1.0
+    assert _kendall_tau([(1, 30), (2, 20), (3, 10)]) == -1.0
+    assert _kendall_tau([(1, 10), (2, 30), (3, 20)]) == pytest.approx(1 / 3)
+    assert _kendall_tau([(1, 10)]) is None
+    fast, slow = {"policy": "asp", "params": {}}, {"policy": "bsp", "params": {}}
+    v = Verification({"backend": "processes"}, [0], rows=[
+        {"policy": fast, "simulated_time": 5.0, "real_time": 9.0},
+        {"policy": slow, "simulated_time": 8.0, "real_time": 7.0}],
+        kendall_tau=-1.0, simulated_winner=fast, real_winner=slow, same_winner=False, winner_gap=9 / 7)
+    record = with_verification({"best_policy": fast, "best_value": 5.0, "trials": 3}, v)
+    assert record["best_policy"] == slow and record["simulated_best_policy"] == fast and record["best_value"] == 8.0
+    assert record["verified"]["real_winner"] == slow and "rows" not in record["verified"]

@@ -31,6 +31,7 @@ from autosync.search.trials import (
 )
 
 if TYPE_CHECKING:
+    from autosync.engine.backends import BackendChoice
     import optuna
 
 POLL_SECONDS = 1.0  # how often a process with nothing queued checks whether others' trials died
@@ -47,6 +48,7 @@ class TuneOutcome:
     cache: dict[str, Any]  # the study's cache record (best policy, provenance, amortization)
     top: list[dict[str, Any]] = field(default_factory=list)  # best feasible trials, one per policy, best first
     study: Any = None  # the optuna.Study itself, for plots
+    verification: Any = None  # autosync.search.verify.Verification, with --verify-top
 
 
 @dataclass
@@ -65,6 +67,8 @@ class TuneRequest:
     refresh: bool = False
     settings: ObjectiveSettings = ObjectiveSettings()
     binary_runs_per_candidate: int = 3  # Sync-Switch binary search: R (recorded as R seeds per trial)
+    verify_top: int = 0  # re-run the K best feasible candidates and BSP on verify_backend after the search
+    verify_backend: "BackendChoice | None" = None  # where the verification runs (processes, virtual or real clock)
 
 
 def baseline_policies(job: JobSpec) -> list[dict[str, Any]]:
@@ -127,7 +131,8 @@ def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = Non
     study = load_study(request, storage)
     cache = read_cache(study) if not request.refresh else None
     if cache is not None:
-        return TuneOutcome(study.study_name, request.storage, True, 0, cache, best_policies(study), study)
+        outcome = TuneOutcome(study.study_name, request.storage, True, 0, cache, best_policies(study), study)
+        return _verified(outcome, request)
     reference = bsp_reference(study, request)
     before = counted_trials(study)
     deadline = time.monotonic() + request.timeout if request.timeout else None
@@ -150,8 +155,33 @@ def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = Non
                 p.join()
     cache = write_cache(study, request.job, request.space, request.sampler, request.settings.tolerance, reference,
                         execution=execution_of(request.settings.backend))
-    return TuneOutcome(study.study_name, request.storage, False, cache["trials"] - before, cache,
-                       best_policies(study), study)
+    outcome = TuneOutcome(study.study_name, request.storage, False, cache["trials"] - before, cache,
+                          best_policies(study), study)
+    return _verified(outcome, request)
+
+
+def _verified(outcome: TuneOutcome, request: TuneRequest,
+              on_run: Callable[[dict[str, Any]], None] | None = None) -> TuneOutcome:
+    """With --verify-top: the best candidates and BSP re-run on the verification backend (unless this
+    study's record already holds a verification on that backend), and the cache answering with the real
+    winner."""
+    if not request.verify_top or request.verify_backend is None:
+        return outcome
+    from autosync.search.verify import verify, with_verification
+
+    done = outcome.cache.get("verified")
+    if done is not None and done.get("execution") == request.verify_backend.describe():
+        return outcome
+    study = outcome.study
+    reference = study.user_attrs["bsp_reference"]
+    verification = verify(request.job, best_policies(study, count=request.verify_top), reference,
+                          request.verify_backend, request.settings.repeats, request.settings.penalty,
+                          request.settings.tolerance, on_run=on_run)
+    record = with_verification(outcome.cache, verification)
+    study.set_user_attr("cache", record)
+    outcome.cache = record
+    outcome.verification = verification
+    return outcome
 
 
 def _queued_first(study: "optuna.Study", request: TuneRequest) -> tuple[list[dict[str, Any]], bool]:

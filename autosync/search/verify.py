@@ -1,0 +1,165 @@
+"""Simulation verified: the best simulated candidates and BSP re-run on a real backend, rankings compared.
+
+After a simulated search, the K best feasible candidates (one per policy) and BSP train `repeats` times
+on the backend `autosync run` would build (worker processes, the virtual or the real clock). Each gets its
+real time-to-target beside the simulated one; Kendall's tau compares the two rankings, and the real
+winner (the fastest candidate whose real final metric stays within the tolerance of BSP's real one) is
+what the cache then answers with.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from autosync.job import JobSpec
+from autosync.search.objective import BSP, RunFailed, constraint, evaluate, trial_seeds
+
+if TYPE_CHECKING:
+    from autosync.engine.backends import BackendChoice
+
+
+@dataclass
+class Verification:
+    """Each candidate's simulated and real scores, the rank agreement and the two winners."""
+
+    execution: dict[str, Any]  # the backend, clock and device of the real runs
+    seeds: list[int]
+    rows: list[dict[str, Any]] = field(default_factory=list)  # one per candidate, simulated best first
+    kendall_tau: float | None = None  # rank agreement of simulated and real times (None with < 2 candidates)
+    simulated_winner: dict[str, Any] | None = None
+    real_winner: dict[str, Any] | None = None
+    same_winner: bool = False
+    winner_gap: float | None = None  # the simulated winner's real time over the real winner's
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def verify(job: JobSpec, top: list[dict[str, Any]], bsp_simulated: dict[str, Any], backend: "BackendChoice",
+           repeats: int, penalty: float, tolerance: float,
+           on_run: Callable[[dict[str, Any]], None] | None = None) -> Verification:
+    """Re-run `top` (best_policies rows: policy, time_to_target, final_metric) and BSP on `backend`."""
+    candidates = [dict(row) for row in top]
+    if all(row["policy"] != BSP for row in candidates):
+        candidates.append({"policy": BSP, "time_to_target": bsp_simulated["time_to_target"],
+                           "final_metric": bsp_simulated["final_metric"]})
+    seeds = trial_seeds(job, repeats)
+    result = Verification(backend.describe(), seeds)
+    for row in candidates:
+        real: dict[str, Any] = {}
+        try:
+            real = evaluate(job, row["policy"], seeds, penalty, backend=backend)
+        except RunFailed as exc:
+            real = {"time_to_target": None, "final_metric": None, "reason": str(exc)}
+        result.rows.append({"policy": row["policy"], "simulated_time": row["time_to_target"],
+                            "simulated_final_metric": row.get("final_metric"),
+                            "real_time": real.get("time_to_target"), "real_final_metric": real.get("final_metric"),
+                            "real_reached": real.get("reached"), "runs": len(seeds), "reason": real.get("reason")})
+        if on_run is not None:
+            on_run(result.rows[-1])
+    bsp_real = next(r for r in result.rows if r["policy"] == BSP)
+    for r in result.rows:
+        ok = r["real_time"] is not None and bsp_real["real_final_metric"] is not None
+        r["real_feasible"] = ok and constraint(job, r["real_final_metric"], bsp_real["real_final_metric"],
+                                               tolerance) <= 0
+        r["real_over_simulated"] = r["real_time"] / r["simulated_time"] if r["real_time"] is not None else None
+    result.kendall_tau = _kendall_tau([(r["simulated_time"], r["real_time"]) for r in result.rows
+                                       if r["real_time"] is not None])
+    simulated = min(result.rows, key=lambda r: r["simulated_time"])
+    feasible = [r for r in result.rows if r["real_feasible"]]
+    real = min(feasible, key=lambda r: r["real_time"]) if feasible else None
+    result.simulated_winner = simulated["policy"]
+    result.real_winner = real["policy"] if real else None
+    result.same_winner = real is not None and real["policy"] == simulated["policy"]
+    if real is not None and simulated["real_time"] is not None:
+        result.winner_gap = simulated["real_time"] / real["real_time"]
+    return result
+
+
+def _kendall_tau(pairs: list[tuple[float, float]]) -> float | None:
+    """Kendall's tau-b of the two orderings (ties count as neither concordant nor discordant)."""
+    if len(pairs) < 2:
+        return None
+    concordant = discordant = ties_x = ties_y = 0
+    for i in range(len(pairs)):
+        for j in range(i + 1, len(pairs)):
+            dx, dy = pairs[i][0] - pairs[j][0], pairs[i][1] - pairs[j][1]
+            if dx == 0 and dy == 0:
+                continue
+            if dx == 0:
+                ties_x += 1
+            elif dy == 0:
+                ties_y += 1
+            elif (dx > 0) == (dy > 0):
+                concordant += 1
+            else:
+                discordant += 1
+    denominator = math.sqrt((concordant + discordant + ties_x) * (concordant + discordant + ties_y))
+    return (concordant - discordant) / denominator if denominator else None
+
+
+def with_verification(record: dict[str, Any], verification: Verification) -> dict[str, Any]:
+    """The cache record answering with the real winner (the simulated best is kept beside it)."""
+    updated = dict(record)
+    updated["verified"] = {k: v for k, v in verification.to_dict().items() if k != "rows"}
+    if verification.real_winner is not None and verification.real_winner != record["best_policy"]:
+        updated["simulated_best_policy"] = record["best_policy"]
+        updated["best_policy"] = verification.real_winner
+        row = next(r for r in verification.rows if r["policy"] == verification.real_winner)
+        updated["best_value"] = row["simulated_time"]
+    return updated
+
+
+def write_verification(verification: Verification, directory: Path, command: str, label: Callable[[dict], str]
+                       ) -> list[Path]:
+    """verify.md / verify.json and sim_vs_real.png (simulated against real time, one point per candidate)."""
+    from autosync import strict_json
+
+    directory.mkdir(parents=True, exist_ok=True)
+    v = verification
+    md = ["# Simulation verified", "", f"Produced by `{command}`", "",
+          f"Real runs: {v.execution}, seeds {v.seeds}. Times are the job's virtual seconds (a missed target counts "
+          "as the penalty times the time run).", "",
+          "| policy | simulated time | real time | real / simulated | real final metric | feasible (real) |",
+          "|---|---|---|---|---|---|"]
+    fmt = lambda x, f: "-" if x is None else f.format(x)
+    for r in v.rows:
+        md.append(f"| {label(r['policy'])} | {fmt(r['simulated_time'], '{:.1f}')} | {fmt(r['real_time'], '{:.1f}')} | "
+                  f"{fmt(r['real_over_simulated'], '{:.2f}')} | {fmt(r['real_final_metric'], '{:.3f}')} | "
+                  f"{'yes' if r['real_feasible'] else 'no' + (': ' + r['reason'] if r.get('reason') else '')} |")
+    md += ["", f"Kendall's tau of the two rankings: {fmt(v.kendall_tau, '{:.2f}')}; simulated winner "
+               f"{label(v.simulated_winner)}, real winner {label(v.real_winner) if v.real_winner else 'none'} "
+               f"({'the same' if v.same_winner else 'different'}); the simulated winner's real time over the real "
+               f"winner's: {fmt(v.winner_gap, '{:.2f}')}.", "", "![simulated against real](sim_vs_real.png)", ""]
+    paths = [directory / "verify.md", directory / "verify.json", directory / "sim_vs_real.png"]
+    paths[0].write_text("\n".join(md))
+    paths[1].write_text(strict_json.dumps({"command": command, **v.to_dict()}, indent=2))
+    _plot(v, paths[2], label)
+    return paths
+
+
+def _plot(v: Verification, path: Path, label: Callable[[dict], str]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points = [r for r in v.rows if r["real_time"] is not None]
+    fig, ax = plt.subplots(figsize=(5, 4.5))
+    for i, r in enumerate(points):
+        ax.scatter(r["simulated_time"], r["real_time"], color=f"C{i % 10}", label=label(r["policy"]))
+    if points:
+        low = min(min(r["simulated_time"], r["real_time"]) for r in points)
+        high = max(max(r["simulated_time"], r["real_time"]) for r in points)
+        ax.plot([low, high], [low, high], color="grey", lw=0.8, ls="--")
+    ax.set_xlabel("simulated time-to-target (virtual s)")
+    ax.set_ylabel("real time-to-target (virtual s)")
+    tau = "-" if v.kendall_tau is None else f"{v.kendall_tau:.2f}"
+    ax.set_title(f"simulated against real, Kendall's tau {tau}", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
