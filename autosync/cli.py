@@ -422,7 +422,7 @@ def robustness(
     command = _command_line("robustness")
     write_jobs(spec, jobs, directory / "jobs", str(family_file), command)
     grid = Grid(drawn, list(range(seeds)), online)
-    reused = sum(1 for key in read_cells(directory) if key in {_key(t) for t in grid.tasks})
+    reused = grid.finished(read_cells(directory))
     if reused:
         status.print(f"reusing {reused} of {len(grid.tasks)} finished runs from {directory / 'cells.jsonl'}")
     with _counting_bar("robustness", transient=False) as bar:
@@ -450,13 +450,6 @@ def robustness(
         table.add_row(*(format_cell(row.get(k), f) for k, _, f in SUMMARY_COLUMNS))
     console.print(table)
     status.print(SUMMARY_LEGEND, style="dim")
-
-
-def _key(task: tuple) -> str:
-    from autosync.robustness import cell_key
-
-    job, policy, seed = task
-    return cell_key(job.fingerprint(), policy, seed)
 
 
 @app.command()

@@ -101,15 +101,18 @@ class Grid:
     jobs: list[JobSpec]
     seeds: list[int]
     online: list[dict[str, Any]]
-    tasks: list[tuple[JobSpec, dict[str, Any], int]] = field(default_factory=list)
+    tasks: dict[str, tuple[JobSpec, dict[str, Any], int]] = field(default_factory=dict)  # by cell key
 
     def __post_init__(self) -> None:
-        tasks = {}  # by key: an online policy that is also a static k (bsp) runs once
         for job in self.jobs:
+            fingerprint = job.fingerprint()
             for policy in static_k_policies(job.cluster.n_workers) + self.online:
-                for seed in self.seeds:
-                    tasks.setdefault(cell_key(job.fingerprint(), policy, seed), (job, policy, seed))
-        self.tasks = list(tasks.values())
+                for seed in self.seeds:  # an online policy that is also a static k (bsp) runs once
+                    self.tasks.setdefault(cell_key(fingerprint, policy, seed), (job, policy, seed))
+
+    def finished(self, cells: dict[str, dict[str, Any]]) -> int:
+        """How many of the grid's cells `cells` already holds."""
+        return len(self.tasks.keys() & cells.keys())
 
 
 def run_grid(grid: Grid, directory: Path, n_jobs: int = 1,
@@ -119,7 +122,7 @@ def run_grid(grid: Grid, directory: Path, n_jobs: int = 1,
 
     directory.mkdir(parents=True, exist_ok=True)
     cells = read_cells(directory)
-    todo = [t for t in grid.tasks if cell_key(t[0].fingerprint(), t[1], t[2]) not in cells]
+    todo = [task for key, task in grid.tasks.items() if key not in cells]
     todo.sort(key=lambda t: -t[0].cluster.n_workers)  # the largest jobs first: fewer idle cores at the end
     if todo:
         outputs = Parallel(n_jobs=n_jobs, return_as="generator_unordered")(
