@@ -371,17 +371,16 @@ def family(
     as_json: bool = JSON_OPT,
 ) -> None:
     """Draw jobs from a family and write each as an ordinary job file (validated and fingerprinted)."""
-    from autosync.family import describe, load_family, write_jobs
+    from autosync.family import load_family, write_jobs
 
     spec = load_family(family_file)
     directory = out or Path("results") / "robustness" / spec.name / "jobs"
-    paths = write_jobs(spec, jobs, directory, str(family_file), _command_line("family"))
-    facts = [describe(j) for j in spec.jobs(jobs)]
-    status.print(f"wrote {len(paths)} job files to {directory}")
+    written = write_jobs(spec, spec.jobs(jobs), directory, str(family_file), _command_line("family"))
+    status.print(f"wrote {len(written)} job files to {directory}")
     if as_json:
-        _print_json({"family": spec.name, "jobs": [{**f, "file": str(p)} for f, p in zip(facts, paths)]})
+        _print_json({"family": spec.name, "jobs": [{**facts, "file": str(path)} for path, facts in written]})
         return
-    _print_jobs_table(f"family {spec.name}: {jobs} jobs", facts)
+    _print_jobs_table(f"family {spec.name}: {jobs} jobs", [facts for _, facts in written])
 
 
 def _print_jobs_table(title: str, facts: list[dict[str, Any]]) -> None:
@@ -410,7 +409,8 @@ def robustness(
     from autosync.family import load_family, write_jobs
     from autosync.leaderboard import parse_policy_spec
     from autosync.robustness import ONLINE_POLICIES, Grid, online_policies, read_cells, report, run_grid
-    from autosync.robustness_report import SUMMARY_COLUMNS, SUMMARY_LEGEND, format_cell, write_robustness
+    from autosync.report import format_cell
+    from autosync.robustness_report import SUMMARY_COLUMNS, SUMMARY_LEGEND, write_robustness
 
     if n_jobs == 0 or n_jobs < -1:
         raise UserError(f"--n-jobs must be >= 1 or -1 (all cores), but got {n_jobs}")
@@ -420,7 +420,7 @@ def robustness(
               [parse_policy_spec(p, min(j.cluster.n_workers for j in drawn)) for p in policies])
     directory = out or Path("results") / "robustness" / spec.name
     command = _command_line("robustness")
-    write_jobs(spec, jobs, directory / "jobs", str(family_file), command)
+    write_jobs(spec, drawn, directory / "jobs", str(family_file), command)
     grid = Grid(drawn, list(range(seeds)), online)
     reused = grid.finished(read_cells(directory))
     if reused:

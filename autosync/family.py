@@ -136,7 +136,7 @@ class SpeedDraw(_Strict):
 class WorkloadDraw(_Strict):
     """One workload of the family, with the target and budget that make sense for it."""
 
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")  # shown in tables
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")  # names the entry for readers of the file
     workload: WorkloadSpec  # as in a job file; its optimizer.lr is the rate at its own momentum
     target: TargetSpec  # time-to-target is measured against this
     budget: BudgetSpec  # must set max_virtual_seconds: a missed target is scored against it
@@ -297,12 +297,13 @@ def _round_trip_problem(index: int, err: dict[str, Any]) -> str:
     return describe_error({**err, "loc": ("round_trips", index, *err["loc"])})
 
 
-def write_jobs(family: FamilySpec, count: int, directory: Path, source: str, command: str) -> list[Path]:
-    """Write jobs 0..count-1 as job files, each re-loaded through `load_job` to prove it is a valid job."""
+def write_jobs(family: FamilySpec, jobs: list[JobSpec], directory: Path, source: str, command: str
+               ) -> list[tuple[Path, dict[str, Any]]]:
+    """Write the drawn `jobs` (jobs 0, 1, ... of `family`) as job files, each re-loaded through `load_job` to
+    prove it is a valid job; returns each file with what was drawn (`describe`)."""
     directory.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for i in range(count):
-        job = family.job(i)
+    written = []
+    for i, job in enumerate(jobs):
         path = directory / f"{job.name}.yaml"
         facts = describe(job)
         header = (f"# Job {i} of family {family.name} ({source}, seed {family.seed}), drawn by `{command}`.\n"
@@ -311,8 +312,7 @@ def write_jobs(family: FamilySpec, count: int, directory: Path, source: str, com
                   f"{facts['workload']}, momentum {facts['momentum']}.\n")
         body = yaml.safe_dump(job.model_dump(mode="json", exclude_defaults=True), sort_keys=False)
         path.write_text(header + body)
-        reloaded = load_job(path)
-        if reloaded.fingerprint() != job.fingerprint():  # a dump that loses a field must not pass silently
+        if load_job(path).fingerprint() != facts["fingerprint"]:  # a dump that loses a field must not pass
             raise JobFileError(str(path), ["the written job does not load back as the drawn job"])
-        paths.append(path)
-    return paths
+        written.append((path, facts))
+    return written

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from autosync.errors import UserError
 from autosync.job import JobSpec
@@ -122,14 +122,14 @@ def score(entries: list[Entry], baseline: str = "bsp") -> list[dict[str, Any]]:
             "median_time_to_target": statistics.median(ttt),
             "std_time_to_target": statistics.stdev(reached) if len(reached) > 1 else 0.0,
             "never_reached": len(ttt) - len(reached),
-            "final_test_accuracy": _mean(r["final_test_accuracy"] for r in e.runs),
-            "final_train_loss": _mean(r["final_train_loss"] for r in e.runs),
-            "updates_to_target": _mean(r["updates_to_target"] for r in reached_runs),
-            "updates_per_virtual_second": _mean(r["updates_per_virtual_second"] for r in e.runs),
-            "samples_per_virtual_second": _mean(r.get("samples_per_virtual_second") for r in e.runs),
-            "early_mean_k": _mean(r.get("early_mean_k") for r in e.runs),
-            "late_mean_k": _mean(r.get("late_mean_k") for r in e.runs),
-            "time_weighted_k": _mean(r.get("time_weighted_k") for r in e.runs),
+            "final_test_accuracy": finite_mean(r["final_test_accuracy"] for r in e.runs),
+            "final_train_loss": finite_mean(r["final_train_loss"] for r in e.runs),
+            "updates_to_target": finite_mean(r["updates_to_target"] for r in reached_runs),
+            "updates_per_virtual_second": finite_mean(r["updates_per_virtual_second"] for r in e.runs),
+            "samples_per_virtual_second": finite_mean(r.get("samples_per_virtual_second") for r in e.runs),
+            "early_mean_k": finite_mean(r.get("early_mean_k") for r in e.runs),
+            "late_mean_k": finite_mean(r.get("late_mean_k") for r in e.runs),
+            "time_weighted_k": finite_mean(r.get("time_weighted_k") for r in e.runs),
         })
     base = next((r for r in rows if r["spec"]["policy"] == baseline), None)
     for r in rows:
@@ -139,6 +139,7 @@ def score(entries: list[Entry], baseline: str = "bsp") -> list[dict[str, Any]]:
     return rows
 
 
-def _mean(values) -> float | None:
+def finite_mean(values: Iterable[Any]) -> float | None:
+    """The mean of the finite values among `values` (None and inf/nan left out); None when there are none."""
     vals = [v for v in values if v is not None and math.isfinite(v)]
     return sum(vals) / len(vals) if vals else None

@@ -12,7 +12,6 @@ so an interrupted or extended grid reruns only what is missing.
 from __future__ import annotations
 
 import json
-import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -149,7 +148,7 @@ def score_job(job: JobSpec, cells: dict[str, dict[str, Any]], online: list[dict[
               seeds: list[int]) -> dict[str, Any]:
     """One job's times (mean over seeds), its best static k, and each online policy's regret."""
     from autosync.family import describe
-    from autosync.leaderboard import label_of
+    from autosync.leaderboard import finite_mean, label_of
 
     fp = job.fingerprint()
 
@@ -167,7 +166,7 @@ def score_job(job: JobSpec, cells: dict[str, dict[str, Any]], online: list[dict[
             "time": t, "regret": t / best_time, "vs_bsp": bsp_time / t,
             "missed": sum(r.get("time_to_target") is None for r in records),
             "errors": [r["error"] for r in records if r.get("error")],
-            "time_weighted_k": _mean(r.get("time_weighted_k") for r in records),
+            "time_weighted_k": finite_mean(r.get("time_weighted_k") for r in records),
         }
     policies["bsp"] = {"time": bsp_time, "regret": bsp_time / best_time, "vs_bsp": 1.0,
                        "missed": sum(r.get("time_to_target") is None for r in bsp_records),
@@ -211,7 +210,3 @@ def report(jobs: list[JobSpec], cells: dict[str, dict[str, Any]], online: list[d
     per_job = [score_job(job, cells, online, seeds) for job in jobs]
     return {"seeds": seeds, "summary": summarize(per_job), "jobs": per_job}
 
-
-def _mean(values: Iterable[Any]) -> float | None:
-    vals = [v for v in values if v is not None and math.isfinite(v)]
-    return sum(vals) / len(vals) if vals else None

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from autosync import strict_json
+from autosync.report import format_cell
 from autosync.robustness import SPREAD_FOR_BALANCE, WITHIN
 
 # (key, header, format) of the summary table, shared by the Markdown file and the CLI's table.
@@ -30,10 +31,6 @@ SUMMARY_LEGEND = (
     "> BSP: jobs where it is slower than BSP; vs BSP: median speedup (BSP's time / the policy's); vs BSP, "
     f"spread: the smallest speedup on jobs whose worker speeds spread {SPREAD_FOR_BALANCE:g}x or more; "
     "missed: runs that missed the target; failed: runs that raised.")
-
-
-def format_cell(value: Any, fmt: str) -> str:
-    return "-" if value is None else fmt.format(value)
 
 
 def write_robustness(result: dict[str, Any], directory: Path, command: str, family: str) -> list[Path]:
