@@ -197,12 +197,13 @@ def profile(
 
     with status.status(f"starting {workers_per_device} worker processes on {device}"):
         workload = Workload(spec, device=device)
-        driver = ProcessDriver(spec, workload.dim, workers_per_device, timeout=worker_timeout, device=device)
+        driver = ProcessDriver(spec, workload.slot_dim, workers_per_device, timeout=worker_timeout, device=device)
     try:
         with _counting_bar("profiling") as bar:
             task = bar.add_task(f"rounds of {spec.cluster.n_workers} tasks", total=len(sizes) * rounds)
             samples = measure(driver, spec.cluster.n_workers, sizes, rounds, workload.init_params(),
-                              on_round=lambda: bar.advance(task))
+                              on_round=lambda: bar.advance(task),
+                              buffers=workload.init_buffers())
     finally:
         driver.close()
     with status.status("timing the server's update and parameter copy"):

@@ -10,10 +10,11 @@ import hashlib
 import json
 import math
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, ClassVar, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, Tag, ValidationError,
+                      model_validator)
 
 from autosync.errors import FileProblems, JobFileError
 
@@ -38,7 +39,48 @@ DatasetName = Literal[
 TORCHVISION_DATASETS = ("mnist", "fashion_mnist", "cifar10", "cifar100")
 
 
-class DatasetSpec(_Spec):
+FACTORY_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
+
+
+class _UserCode(_Spec):
+    """Fields of a spec that may name the user's own code instead of a built-in (model, dataset, loss)."""
+
+    factory: str | None = Field(None, pattern=FACTORY_PATTERN)  # "package.module:function" to call instead
+    kwargs: dict[str, Any] = {}  # keyword arguments of the factory call (plain data: part of the fingerprint)
+    version: str | None = None  # the user's version of the code behind `factory`: bump it when the code changes
+
+    #: The built-in fields a factory replaces: setting one next to `factory` is an error.
+    builtin_fields: ClassVar[tuple[str, ...]] = ()
+
+    @model_validator(mode="after")
+    def _factory_or_builtin(self) -> "_UserCode":
+        # Compared with the defaults rather than with what was written: a dumped spec holds every field
+        # and must load again (worker processes rebuild the job from its dump).
+        if self.factory is None:
+            if self.kwargs or self.version is not None:
+                extra = "kwargs" if self.kwargs else "version"
+                raise ValueError(f"{extra} needs factory (it is passed to the user's function), but got no factory")
+            return self
+        fields = type(self).model_fields
+        both = [f for f in self.builtin_fields if getattr(self, f) != fields[f].default]
+        if both:
+            raise ValueError(f"factory replaces the built-in {both[0]}: give one of them, but got factory="
+                             f"{self.factory!r} and {both[0]}={getattr(self, both[0])!r}")
+        try:
+            json.dumps(self.kwargs, allow_nan=False)
+        except (TypeError, ValueError):
+            raise ValueError(f"kwargs must be plain data (numbers, strings, lists, mappings), but got {self.kwargs!r}") \
+                from None
+        return self
+
+    def user_code_identity(self) -> dict[str, Any]:
+        """What identifies the user's code in a fingerprint: the import path, its kwargs and version."""
+        return {"factory": self.factory, "kwargs": self.kwargs, "version": self.version}
+
+
+class DatasetSpec(_UserCode):
+    builtin_fields: ClassVar[tuple[str, ...]] = (
+        "name", "root", "download", "n_samples", "n_features", "n_classes", "noise", "image_shape")
     name: DatasetName = "digits"  # which data; digits ships inside scikit-learn, so it never downloads
     seed: int = Field(0, ge=0)  # synthetic data and the train/test split: fixed, so recurring runs match
     root: str | None = None  # local directory holding torchvision datasets (required for them)
@@ -62,13 +104,42 @@ class DatasetSpec(_Spec):
 
     @property
     def is_regression(self) -> bool:
-        return self.name == "synthetic_regression"
+        """A built-in regression dataset (a factory's targets decide for themselves when it loads)."""
+        return self.factory is None and self.name == "synthetic_regression"
+
+    @property
+    def label(self) -> str:
+        """How tables name it: the built-in's name or the factory's import path."""
+        return self.factory or self.name
 
 
-class ModelSpec(_Spec):
+class ModelSpec(_UserCode):
+    builtin_fields: ClassVar[tuple[str, ...]] = ("name", "hidden", "channels")
     name: Literal["logreg", "mlp", "cnn", "resnet20", "resnet32", "resnet18"] = "cnn"  # architecture
     hidden: list[Annotated[int, Field(ge=1)]] = [64]  # mlp: hidden layer widths
     channels: list[Annotated[int, Field(ge=1)]] = [8, 16]  # cnn: widths of its two 5x5 convolutions
+
+    @property
+    def label(self) -> str:
+        """How tables name it: the built-in's name or the factory's import path."""
+        return self.factory or self.name
+
+
+class LossSpec(_UserCode):
+    """The user's own loss: a factory returning a callable (outputs, targets) -> scalar mean loss."""
+
+    factory: str = Field(pattern=FACTORY_PATTERN)  # "package.module:function" returning the loss callable
+
+
+def _loss_form(value: Any) -> str:
+    """Which form a `loss` value takes: the user's (a mapping) or a built-in's name."""
+    return "user" if isinstance(value, (dict, LossSpec)) else "builtin"
+
+
+LossChoice = Annotated[
+    Union[Annotated[Literal["cross_entropy", "mse"], Tag("builtin")], Annotated[LossSpec, Tag("user")]],
+    Discriminator(_loss_form),
+]
 
 
 class OptimizerSpec(_Spec):
@@ -105,6 +176,9 @@ class WorkloadSpec(_Spec):
     optimizer: OptimizerSpec = OptimizerSpec()  # server-side update hyper-parameters
     lr_schedule: LRScheduleSpec = LRScheduleSpec()  # how eta changes over epochs
     evaluation: EvaluationSpec = EvaluationSpec()  # how often and on how much we measure
+    # The training loss: None is the data's own (cross entropy for classes, squared error for real targets),
+    # `cross_entropy` or `mse` name one, a mapping {factory, kwargs, version} is the user's.
+    loss: LossChoice | None = None
 
 
 # --------------------------------------------------------------------------- cluster
@@ -266,6 +340,23 @@ class JobSpec(_Spec):
     target: TargetSpec = TargetSpec()  # what time-to-target measures
     budget: BudgetSpec = BudgetSpec(max_virtual_seconds=100.0)  # when a run stops
     seed: int = Field(0, ge=0)  # drives every random draw of a run
+    _source: str = PrivateAttr("<job>")  # the file (or caller) it came from, for errors found later
+
+    @property
+    def source(self) -> str:
+        """The job file this spec was loaded from (or the name a caller gave), for error messages."""
+        return self._source
+
+    def with_source(self, source: str) -> "JobSpec":
+        """This spec, saying it came from `source` (a file path or a caller's name)."""
+        self._source = source
+        return self
+
+    @property
+    def uses_user_code(self) -> bool:
+        """Whether the model, dataset or loss is the user's own code, imported by path."""
+        w = self.workload
+        return w.model.factory is not None or w.dataset.factory is not None or isinstance(w.loss, LossSpec)
 
     @model_validator(mode="after")
     def _cross_checks(self) -> "JobSpec":
@@ -277,8 +368,12 @@ class JobSpec(_Spec):
         if sched.kind == "cosine" and sched.total_epochs is None and self.budget.max_epochs is None:
             raise ValueError("workload.lr_schedule.total_epochs is required for kind cosine "
                              "when budget.max_epochs is not set")
-        if self.workload.model.name in ("resnet20", "resnet32", "resnet18", "cnn") and ds.name in (
-                "synthetic_classification", "synthetic_regression"):
+        if ds.is_regression and self.workload.loss == "cross_entropy":
+            raise ValueError("workload.loss cross_entropy needs a classification dataset, but got dataset "
+                             "synthetic_regression (use mse)")
+        model = self.workload.model
+        if model.factory is None and ds.factory is None and model.name in ("resnet20", "resnet32", "resnet18", "cnn") \
+                and ds.name in ("synthetic_classification", "synthetic_regression"):
             raise ValueError(f"workload.model.name {self.workload.model.name} needs image data, "
                              f"but got dataset {ds.name} (use logreg or mlp)")
         return self
@@ -289,8 +384,19 @@ class JobSpec(_Spec):
         Seed, budget and name are left out: recurring runs of one job share one cache entry.
         """
         workload = self.workload.model_dump(mode="json")
-        if workload["dataset"]["name"] != "synthetic_images":  # meaningless there: old fingerprints still hold
-            del workload["dataset"]["image_shape"]
+        for part in ("dataset", "model"):  # the user's code by its identity, a built-in by its fields
+            spec = getattr(self.workload, part)
+            if spec.factory is not None:
+                workload[part] = {**spec.user_code_identity(),
+                                  **{k: v for k, v in workload[part].items()
+                                     if k not in spec.builtin_fields and k not in ("factory", "kwargs", "version")}}
+            else:  # fields that did not exist before user code: fingerprints from before them still hold
+                for key in ("factory", "kwargs", "version"):
+                    del workload[part][key]
+        if self.workload.dataset.factory is None and workload["dataset"]["name"] != "synthetic_images":
+            del workload["dataset"]["image_shape"]  # meaningless there: old fingerprints still hold
+        if self.workload.loss is None:  # the data's own loss, as before the field existed
+            del workload["loss"]
         cluster = self.cluster.model_dump(mode="json")
         if self.cluster.server == ServerSpec():  # an instant server: fingerprints from before the section hold
             del cluster["server"]
@@ -320,7 +426,9 @@ def describe_error(err: dict[str, Any]) -> str:
         "literal_error": lambda: f"must be one of {ctx.get('expected')}",
         "union_tag_invalid": lambda: f"must have kind/model one of {ctx.get('expected_tags')}",
         "union_tag_not_found": lambda: f"needs the key {ctx.get('discriminator')}",
-        "string_pattern_mismatch": lambda: "may hold only letters, digits, '_', '.', '-'",
+        "string_pattern_mismatch": lambda: ("must be an import path 'package.module:function'"
+                                            if loc.endswith("factory") else
+                                            "may hold only letters, digits, '_', '.', '-'"),
     }
     if typ == "value_error":
         msg = str(ctx.get("error", err["msg"]))
@@ -335,7 +443,7 @@ def describe_error(err: dict[str, Any]) -> str:
 
 def _is_union_tag(part: Any) -> bool:
     return isinstance(part, str) and part in {
-        "deterministic", "shifted_exponential", "uniform", "pareto", "gamma", "trace", "linear", "gpu"}
+        "deterministic", "shifted_exponential", "uniform", "pareto", "gamma", "trace", "linear", "gpu", "user", "builtin"}
 
 
 def job_from_dict(data: Any, source: str = "<job>") -> JobSpec:
@@ -345,7 +453,7 @@ def job_from_dict(data: Any, source: str = "<job>") -> JobSpec:
     if not isinstance(data, dict):
         raise JobFileError(source, [f"the top level must be a mapping of fields, but got {type(data).__name__}"])
     try:
-        return JobSpec.model_validate(data)
+        return JobSpec.model_validate(data).with_source(source)
     except ValidationError as exc:
         raise JobFileError(source, [describe_error(e) for e in exc.errors()]) from None
 
@@ -379,7 +487,21 @@ def load_job(path: str | Path | None = None, overrides: dict[str, Any] | None = 
         data.update(overrides)
     spec = job_from_dict(data, str(file))
     _check_files_exist(spec, file)
+    if spec.uses_user_code:
+        add_import_root(file.parent)
     return spec
+
+
+def add_import_root(directory: Path) -> None:
+    """Let factories import from `directory` (a job file's folder), after the installed packages.
+
+    Worker processes started with `spawn` inherit the search path, so they import the same code.
+    """
+    import sys
+
+    root = str(directory.resolve())
+    if root not in sys.path:
+        sys.path.append(root)
 
 
 def _check_files_exist(spec: JobSpec, file: Path) -> None:

@@ -57,13 +57,16 @@ class Sample:
 
 
 def measure(driver, n_workers: int, batch_sizes: Sequence[int], rounds: int, params,
-            on_round: Callable[[], None] | None = None) -> list[Sample]:
-    """`rounds` rounds of one task per worker at each batch size, all workers at once; one warm-up round each."""
+            on_round: Callable[[], None] | None = None, buffers=None) -> list[Sample]:
+    """`rounds` rounds of one task per worker at each batch size, all workers at once; one warm-up round each.
+
+    `buffers`: the model's initial buffers, sent with the parameters (None for a model without buffers).
+    """
     samples: list[Sample] = []
     index = 0
     for b in batch_sizes:
         for r in range(-1, rounds):  # round -1 warms the kernels for this shape up and is not kept
-            tasks = [Task(w, index, 0, b, 0.0, params=params) for w in range(n_workers)]
+            tasks = [Task(w, index, 0, b, 0.0, params=params, buffers=buffers) for w in range(n_workers)]
             index += 1
             sent = time.monotonic()
             driver.submit(tasks)

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
 
 
 PARAMS_FILE = "final_params.pt"  # a run's final parameters, for `autosync rerun` to compare with
+BUFFERS_FILE = "final_buffers.pt"  # the model's final buffers (BatchNorm statistics), for models that have them
 
 
 def write_run(result: "RunResult", directory: Path, job_dump: dict[str, Any],
@@ -28,7 +29,12 @@ def write_run(result: "RunResult", directory: Path, job_dump: dict[str, Any],
                                    "job_spec": job_dump}, indent=2, default=float))
     params = directory / PARAMS_FILE
     torch.save(result.final_params.detach().cpu(), params)
-    return [summary, *paths, params]
+    written = [summary, *paths, params]
+    if result.final_buffers is not None:
+        buffers = directory / BUFFERS_FILE
+        torch.save(result.final_buffers.detach().cpu(), buffers)
+        written.append(buffers)
+    return written
 
 
 def plot_run(result: "RunResult", path: Path) -> Path:

@@ -21,7 +21,7 @@ from autosync.engine.simulator import ProgressFn, RunResult, Simulator
 from autosync.engine.trace import ARRIVAL_COLUMNS
 from autosync.errors import UserError
 from autosync.job import JobSpec, job_from_dict
-from autosync.report import PARAMS_FILE
+from autosync.report import BUFFERS_FILE, PARAMS_FILE
 
 
 @dataclass
@@ -34,6 +34,7 @@ class LoggedRun:
     arrivals: list[list[Any]]  # rows of ARRIVAL_COLUMNS
     final_params: torch.Tensor
     device: str
+    final_buffers: torch.Tensor | None = None  # the model's final buffers, for a model that has them
 
     @classmethod
     def load(cls, run_dir: Path) -> "LoggedRun":
@@ -54,16 +55,11 @@ class LoggedRun:
             rows = [[r[c] for c in ARRIVAL_COLUMNS] for r in arrivals]
         except (KeyError, TypeError, ValueError) as exc:
             raise UserError(f"{run_dir}: corrupt run log ({type(exc).__name__}: {exc})") from None
-        try:
-            params = torch.load(params_path, map_location="cpu", weights_only=True)
-        except Exception as exc:  # torch raises several types for a damaged file
-            raise UserError(f"{params_path}: not a tensor saved by `autosync run` ({type(exc).__name__}); "
-                            "run the job again to rewrite it") from None
-        if not isinstance(params, torch.Tensor):
-            raise UserError(f"{params_path}: expected the final parameters as one tensor, but got "
-                            f"{type(params).__name__}")
+        params = _load_tensor(params_path, "the final parameters")
+        buffers_path = run_dir / BUFFERS_FILE
+        buffers = _load_tensor(buffers_path, "the final buffers") if buffers_path.is_file() else None
         device = str(summary.get("execution", {}).get("device", "cpu"))
-        return cls(run_dir, job, policy, rows, params, device)
+        return cls(run_dir, job, policy, rows, params, device, buffers)
 
 
 @dataclass
@@ -72,12 +68,15 @@ class Rerun:
 
     result: RunResult
     logged_params: torch.Tensor
-    max_abs_difference: float
+    max_abs_difference: float  # over the parameters and, for a model that has them, the buffers
     bit_reproducible: bool  # both runs computed on the CPU: any difference is a bug, not kernel noise
+    logged_buffers: torch.Tensor | None = None
 
     @property
     def identical(self) -> bool:
-        return torch.equal(self.result.final_params, self.logged_params)
+        same_buffers = self.logged_buffers is None or (
+            self.result.final_buffers is not None and torch.equal(self.result.final_buffers, self.logged_buffers))
+        return torch.equal(self.result.final_params, self.logged_params) and same_buffers
 
 
 def rerun(logged: LoggedRun, device: str = "cpu", progress: ProgressFn | None = None) -> Rerun:
@@ -101,8 +100,26 @@ def rerun(logged: LoggedRun, device: str = "cpu", progress: ProgressFn | None = 
                         f"job's model has {final.numel()}")
     result.final_params = final
     difference = float((final - logged.final_params).abs().max()) if final.numel() else 0.0
-    return Rerun(result, logged.final_params, difference,
+    if logged.final_buffers is not None and result.final_buffers is not None:
+        result.final_buffers = result.final_buffers.detach().cpu()
+        if result.final_buffers.shape != logged.final_buffers.shape:
+            raise UserError(f"{logged.directory / BUFFERS_FILE}: holds {logged.final_buffers.numel()} buffer values, "
+                            f"but the job's model has {result.final_buffers.numel()}")
+        difference = max(difference, float((result.final_buffers - logged.final_buffers).abs().max()))
+    return Rerun(result, logged.final_params, difference, logged_buffers=logged.final_buffers,
                  bit_reproducible=logged.device == "cpu" and device == "cpu")
+
+
+def _load_tensor(path: Path, what: str) -> torch.Tensor:
+    """One tensor saved by `autosync run`; a damaged or foreign file is a one-line error naming it."""
+    try:
+        value = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises several types for a damaged file
+        raise UserError(f"{path}: not a tensor saved by `autosync run` ({type(exc).__name__}); "
+                        "run the job again to rewrite it") from None
+    if not isinstance(value, torch.Tensor):
+        raise UserError(f"{path}: expected {what} as one tensor, but got {type(value).__name__}")
+    return value
 
 
 def _read_json(path: Path) -> dict:

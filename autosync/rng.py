@@ -14,6 +14,7 @@ STREAM_BATCH = 2
 STREAM_WORKER_CONSTANT = 3
 STREAM_RESOURCES = 4
 STREAM_JOB_CONSTANT = 5
+STREAM_DROPOUT = 6  # random layers of a model (dropout), per task
 
 
 def rng_for(seed: int, stream: int, worker: int = 0, task: int = 0) -> np.random.Generator:

@@ -82,11 +82,11 @@ def build(choice: BackendChoice, job: Any, workload: Any) -> tuple["Driver | Non
     if choice.backend == "distributed":  # the group is joined and the job shared by `autosync run`
         from autosync.engine.drivers.distributed import DistributedDriver
 
-        driver = DistributedDriver(job.cluster.n_workers, workload.dim, timeout=choice.worker_timeout)
+        driver = DistributedDriver(job.cluster.n_workers, workload.slot_dim, timeout=choice.worker_timeout)
     else:
         from autosync.engine.drivers import ProcessDriver
 
-        driver = ProcessDriver(job, workload.dim, choice.processes, timeout=choice.worker_timeout,
+        driver = ProcessDriver(job, workload.slot_dim, choice.processes, timeout=choice.worker_timeout,
                                device=choice.device)
     if choice.clock == "virtual":
         return driver, None

@@ -43,6 +43,7 @@ class RunResult:
     metrics: dict[str, Any]
     wall_seconds: float
     final_params: torch.Tensor | None = field(default=None, repr=False)
+    final_buffers: torch.Tensor | None = field(default=None, repr=False)  # the model's buffers (None: it has none)
 
     def summary(self) -> dict[str, Any]:
         return {"job": self.job_name, "fingerprint": self.fingerprint, "policy": self.policy,
@@ -71,6 +72,7 @@ class Simulator:
         self.inflight: dict[int, Task] = {}
         self.task_counter = [0] * n
         self.params = self.workload.init_params()
+        self.buffers = self.workload.init_buffers()  # the model's buffers, owned by the server (None: none)
         self.update_state = self.strategies.update.init_state(self.params, n, job.workload.optimizer)
         self.samples_applied = 0
         self.now = 0.0
@@ -105,7 +107,7 @@ class Simulator:
             job_name=self.job.name, fingerprint=self.job.fingerprint(), policy=self.policy.to_dict(),
             seed=self.job.seed, status=status, trace=self.trace,
             metrics=run_metrics(self.trace, self.job.target, self.now), wall_seconds=wall,
-            final_params=self.params)
+            final_params=self.params, final_buffers=self.buffers)
 
     # ------------------------------------------------------------------ one event
     def _step(self) -> str:
@@ -133,6 +135,8 @@ class Simulator:
         aggregate, worker_grads, losses = self._gradients(arrivals, weights)
         lr = self.workload.learning_rate(self.epoch) * update.lr_scale
         self.params = strategies.update.apply(self.params, self.update_state, aggregate, lr, arrivals)
+        if self.buffers is not None:
+            self.buffers = self._moved_buffers(arrivals, weights)
         self.samples_applied += sum(a.task.batch_size for a in arrivals)
         loss = sum(w * l for w, l in zip(weights, losses))
         stats = UpdateStats(arrivals, weights, aggregate, worker_grads, losses, lr, self.now,
@@ -155,7 +159,7 @@ class Simulator:
             for key, value in strategy.trace_values().items():
                 self.trace.extras.setdefault(key, []).append((update_index, value))
         for a in arrivals:  # free the gradients: the tasks may still be referenced by the trace
-            a.task.gradient = a.task.params = None
+            a.task.gradient = a.task.params = a.task.buffers = a.task.buffer_delta = None
         if not math.isfinite(loss) or not bool(torch.isfinite(self.params).all()):
             return "diverged"
         if self._evaluate_due() and self.job.budget.stop_at_target:
@@ -194,6 +198,17 @@ class Simulator:
                                     dims=1)
         return aggregate, (stacked if strategies.needs_worker_gradients else None), [t.loss for t in tasks]
 
+    def _moved_buffers(self, arrivals: list[Arrival], weights: list[float]) -> torch.Tensor:
+        """The server's buffers after an update: moved by the weighted mean of the changes the aggregated
+        gradients' forward passes made (the weights of the gradients; each change on the buffers that worker
+        received). So BatchNorm's running statistics follow the batches each update is made of: BSP's n
+        equal batches move them as one step of their mean, ASP moves them once per applied gradient.
+        A new tensor: buffers sent to workers still computing stay as they were."""
+        moved = self.buffers.clone()
+        for w, a in zip(weights, arrivals):
+            moved.add_(a.task.buffer_delta, alpha=w)
+        return moved
+
     def _launch(self, starts: list[Start]) -> None:
         update_rule, state = self.strategies.update, self.update_state
         dispatched: list[tuple[Task, float]] = []
@@ -205,7 +220,7 @@ class Simulator:
             index = self.task_counter[s.worker]
             self.task_counter[s.worker] += 1
             task = Task(s.worker, index, self.server.version, s.batch_size, self.now,
-                        params=update_rule.params_for(s.worker, self.params, state))
+                        params=update_rule.params_for(s.worker, self.params, state), buffers=self.buffers)
             self.inflight[s.worker] = task
             self.server.on_task_started(task)
             dispatched.append((task, self.cluster.round_trip(s.worker, index, s.batch_size, self.now)))
@@ -223,7 +238,7 @@ class Simulator:
 
     def _evaluate(self) -> bool:
         with self.clock.off_the_clock():
-            result = self.workload.evaluate(self.params)
+            result = self.workload.evaluate(self.params, self.buffers)
         epoch = self.epoch
         self.trace.evals.append((len(self.trace.updates), self.now, epoch, result["train_loss"],
                                  result["test_loss"], result.get("test_accuracy")))

@@ -37,6 +37,8 @@ class Task:
     params: Any = field(default=None, repr=False)  # the tensor the worker received
     gradient: Any = field(default=None, repr=False)  # filled lazily by the driver
     loss: float | None = None  # the worker's local mini-batch loss, filled with the gradient
+    buffers: Any = field(default=None, repr=False)  # the server's model buffers it received (None: the model has none)
+    buffer_delta: Any = field(default=None, repr=False)  # how its forward pass changed them, filled with the gradient
 
 
 @dataclass

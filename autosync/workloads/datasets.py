@@ -49,9 +49,16 @@ class Dataset:
                        self.y_test.to(device), self.n_classes)
 
 
-def load_dataset(spec: DatasetSpec) -> Dataset:
-    """Build the dataset a job names; never downloads unless ``spec.download`` is true."""
-    if spec.name == "digits":
+def load_dataset(spec: DatasetSpec, source: str = "<job>") -> Dataset:
+    """Build the dataset a job names; never downloads unless ``spec.download`` is true.
+
+    `source` is the job file, named by errors in the user's dataset factory.
+    """
+    if spec.factory is not None:
+        from autosync.workloads.user_datasets import user_dataset
+
+        ds = user_dataset(spec, source)
+    elif spec.name == "digits":
         ds = _digits(spec)
     elif spec.name == "synthetic_classification":
         ds = _synthetic_classification(spec)
@@ -67,10 +74,16 @@ def load_dataset(spec: DatasetSpec) -> Dataset:
     return ds
 
 
+def split_indices(n: int, spec: DatasetSpec) -> tuple[np.ndarray, np.ndarray]:
+    """(test, train) indices of n samples: a shuffle seeded by `spec.seed`, `spec.test_fraction` held out."""
+    order = np.random.default_rng(spec.seed).permutation(n)
+    n_test = max(1, int(round(n * spec.test_fraction)))
+    return order[:n_test], order[n_test:]
+
+
 def _split(x: np.ndarray, y: np.ndarray, spec: DatasetSpec, n_classes: int | None) -> Dataset:
-    order = np.random.default_rng(spec.seed).permutation(len(x))
-    n_test = max(1, int(round(len(x) * spec.test_fraction)))
-    test, train = order[:n_test], order[n_test:]
+    """Train and test tensors from one set of samples (`split_indices`)."""
+    test, train = split_indices(len(x), spec)
     y_dtype = torch.int64 if n_classes is not None else torch.float32
     return Dataset(
         torch.as_tensor(x[train], dtype=torch.float32), torch.as_tensor(y[train], dtype=y_dtype),

@@ -1,8 +1,10 @@
-"""Models: logistic regression, MLP, the DBW paper's two-convolution CNN, CIFAR ResNet-20/32, ResNet-18.
+"""Models: logistic regression, MLP, the DBW paper's two-convolution CNN, CIFAR ResNet-20/32, ResNet-18,
+or the user's own (a factory returning a `torch.nn.Module`).
 
-Batch normalisation keeps no running statistics (it always normalises with the current batch), so a
-model is a pure function of its parameters: that is what lets gradients of several workers on several
-parameter versions be computed in one batched ``torch.func`` call.
+The built-in models' batch normalisation keeps no running statistics (it always normalises with the
+current batch), so each is a pure function of its parameters: that is what lets gradients of several
+workers on several parameter versions be computed in one batched ``torch.func`` call. A user's model may
+keep buffers and use dropout; `autosync.workloads.workload` handles those.
 """
 
 from __future__ import annotations
@@ -16,8 +18,22 @@ import torch.nn.functional as F
 from autosync.job import ModelSpec
 
 
-def build_model(spec: ModelSpec, input_shape: tuple[int, ...], n_outputs: int) -> nn.Module:
-    """Instantiate the network a job names for inputs of `input_shape` and `n_outputs` outputs."""
+def build_model(spec: ModelSpec, input_shape: tuple[int, ...], n_outputs: int, source: str = "<job>") -> nn.Module:
+    """Instantiate the network a job names for inputs of `input_shape` and `n_outputs` outputs.
+
+    A user's factory is called with its kwargs (and `input_shape`, `n_outputs` where it asks for them)
+    and must return a `torch.nn.Module`; errors name `source`, the job file.
+    """
+    if spec.factory is not None:
+        from autosync.errors import JobFileError
+        from autosync.workloads.user_code import call_factory
+
+        model = call_factory(spec.factory, spec.kwargs, {"input_shape": input_shape, "n_outputs": n_outputs},
+                             "workload.model.factory", source)
+        if not isinstance(model, nn.Module):
+            raise JobFileError(source, [f"workload.model.factory: {spec.factory!r} must return a torch.nn.Module, "
+                                        f"but returned a {type(model).__name__}"])
+        return model
     n_inputs = math.prod(input_shape)
     if spec.name == "logreg":
         return nn.Sequential(nn.Flatten(), nn.Linear(n_inputs, n_outputs))

@@ -1,17 +1,33 @@
-"""A workload: dataset + model + loss as a pure function of a flat parameter vector."""
+"""A workload: dataset + model + loss as a function of a flat parameter vector (and a flat buffer vector).
+
+Parameters travel as one flat vector theta; a model's buffers (BatchNorm's running statistics) as a second
+flat vector that the server owns. A worker computes its gradient in training mode on the parameters and
+buffers it received, and returns the change its forward pass made to the buffers with the gradient; the
+server moves its buffers by the same weighted mean it applies to the gradients (`Simulator._apply`), so
+running statistics follow the batches the updates were made of, on every backend. Evaluation runs in
+evaluation mode on the server's buffers (dropout off, BatchNorm on its running statistics).
+
+Random layers (dropout) draw from a generator seeded by (seed, worker, task), like every other draw, so a
+task's gradient is the same whichever process computes it. Models with buffers or random layers, and
+user losses (which give only a batch mean), compute each worker's gradient in its own pass; the others
+take the fused and batched fast paths of the in-process driver.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import math
+from typing import Iterator
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch.func import functional_call
 
-from autosync.rng import STREAM_BATCH, rng_for
+from autosync.errors import JobFileError
+from autosync.rng import STREAM_BATCH, STREAM_DROPOUT, rng_for
 from autosync.job import JobSpec, LRScheduleSpec
 from autosync.workloads.datasets import Dataset, load_dataset
+from autosync.workloads.losses import build_loss
 from autosync.workloads.models import build_model
 
 
@@ -28,24 +44,62 @@ class Workload:
             # same seed give the same parameters on a GPU too (and a replayed run match its log).
             torch.backends.cudnn.deterministic = True
             torch.backends.cudnn.benchmark = False
-        data = dataset if dataset is not None else load_dataset(spec.dataset)
+        source = job.source
+        data = dataset if dataset is not None else load_dataset(spec.dataset, source)
         self.data = data.to(self.device)
         self.regression = self.data.n_classes is None
+        if self.regression and job.target.metric == "test_accuracy":
+            raise JobFileError(source, [f"target.metric test_accuracy needs class labels, but "
+                                        f"workload.dataset {spec.dataset.label!r} has real-valued targets "
+                                        "(use train_loss or test_loss)"])
+        self.loss = build_loss(spec.loss, not self.regression, source)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(job.seed)  # initialised on the CPU: the same theta_0 on every device
-            self.model = build_model(spec.model, self.data.input_shape, self.data.n_classes or 1).to(self.device)
+            model = build_model(spec.model, self.data.input_shape, self.data.n_classes or 1, source)
+            self.model = model.to(self.device).train()
         self.names = [n for n, _ in self.model.named_parameters()]
         self.shapes = [p.shape for _, p in self.model.named_parameters()]
         self.numels = [p.numel() for _, p in self.model.named_parameters()]
         self.dim = sum(self.numels)
-        self._init = torch.cat([p.detach().reshape(-1) for p in self.model.parameters()]).clone()
+        self._init = torch.cat([p.detach().reshape(-1) for p in self.model.parameters()]).clone() if self.dim \
+            else torch.zeros(0, device=self.device)
+        buffers = list(self.model.named_buffers())
+        self.buffer_names = [n for n, _ in buffers]
+        self.buffer_shapes = [b.shape for _, b in buffers]
+        self.buffer_dtypes = [b.dtype for _, b in buffers]
+        self.buffer_numels = [b.numel() for _, b in buffers]
+        self.n_buffer_values = sum(self.buffer_numels)
+        self._init_buffers = torch.cat([b.detach().reshape(-1).float() for _, b in buffers]) if buffers \
+            else torch.zeros(0, device=self.device)
+        self.random = any(isinstance(m, torch.nn.modules.dropout._DropoutNd) for m in self.model.modules())
+        self.batchable = True  # torch.func.vmap can batch it (checked for a user's model)
         self._eval_x_train, self._eval_y_train = self._eval_subset(self.data.x_train, self.data.y_train)
         self._eval_x_test, self._eval_y_test = self._eval_subset(self.data.x_test, self.data.y_test)
+        if job.uses_user_code:
+            from autosync.workloads.checks import check_user_workload
+
+            check_user_workload(self, source)
+
+    @property
+    def fast_path(self) -> bool:
+        """Whether gradients of several workers may be fused and vmapped: a pure function of theta alone,
+        with a per-sample loss, that vmap can batch. Buffers, random layers and user losses need a pass
+        per worker."""
+        return not self.n_buffer_values and not self.random and self.loss.per_sample is not None and self.batchable
+
+    @property
+    def slot_dim(self) -> int:
+        """Values a worker receives per task, and sends back: the parameters, then the buffers."""
+        return self.dim + self.n_buffer_values
 
     # ------------------------------------------------------------------ parameters
     def init_params(self) -> torch.Tensor:
         """The seeded initial parameters theta_0 as one flat vector."""
         return self._init.clone()
+
+    def init_buffers(self) -> torch.Tensor | None:
+        """The model's initial buffers as one flat float vector (None for a model without buffers)."""
+        return self._init_buffers.clone() if self.n_buffer_values else None
 
     def unflatten(self, theta: torch.Tensor) -> dict[str, torch.Tensor]:
         out, offset = {}, 0
@@ -54,13 +108,58 @@ class Workload:
             offset += n
         return out
 
+    def unflatten_buffers(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Buffers by name, each its own tensor in its own dtype (BatchNorm's backward keeps the running
+        statistics it was given, so one module's in-place update must not touch another's storage);
+        `_write_back` copies them into a flat vector after a forward pass."""
+        out, offset = {}, 0
+        for name, shape, dtype, n in zip(self.buffer_names, self.buffer_shapes, self.buffer_dtypes, self.buffer_numels):
+            out[name] = flat[offset: offset + n].view(shape).to(dtype, copy=True)
+            offset += n
+        return out
+
+    def _write_back(self, buffers: dict[str, torch.Tensor], flat: torch.Tensor) -> None:
+        offset = 0
+        for name, n in zip(self.buffer_names, self.buffer_numels):
+            flat[offset: offset + n] = buffers[name].detach().reshape(-1).to(flat.dtype)
+            offset += n
+
     # ------------------------------------------------------------------ losses
     def per_sample_loss(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Loss of every sample of (x, y) under parameters theta (no reduction)."""
+        """Loss of every sample of (x, y) under parameters theta (no reduction; fast-path workloads only)."""
         out = functional_call(self.model, self.unflatten(theta), (x,))
-        if self.regression:
-            return (out.squeeze(-1) - y) ** 2
-        return F.cross_entropy(out, y, reduction="none")
+        return self.loss.per_sample(out, y)
+
+    def forward(self, theta: torch.Tensor, x: torch.Tensor,
+                buffers: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The model's outputs on x in training mode, and its buffers after the pass (None without buffers).
+
+        `buffers` (the initial ones when None) is not modified: the pass runs on a copy, which it returns.
+        """
+        values = self.unflatten(theta)
+        if not self.n_buffer_values:
+            return functional_call(self.model, values, (x,)), None
+        after = torch.empty_like(self._init_buffers)
+        named = self.unflatten_buffers(buffers if buffers is not None else self._init_buffers)
+        out = functional_call(self.model, {**values, **named}, (x,))
+        self._write_back(named, after)
+        return out, after
+
+    def train_loss(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
+                   buffers: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The mean training loss of a batch, and the buffers after the forward pass (see `forward`)."""
+        out, after = self.forward(theta, x, buffers)
+        return self.loss.mean(out, y), after
+
+    @contextlib.contextmanager
+    def task_randomness(self, seed: int, worker: int, task: int) -> Iterator[None]:
+        """Random layers draw from a generator seeded by (seed, worker, task) inside; no effect without them."""
+        if not self.random:
+            yield
+            return
+        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+            torch.manual_seed(int(rng_for(seed, STREAM_DROPOUT, worker, task).integers(2 ** 63 - 1)))
+            yield
 
     def batch(self, seed: int, worker: int, task: int, size: int) -> np.ndarray:
         """Indices of `worker`'s `task`-th mini-batch: a pure function of (seed, worker, task)."""
@@ -81,26 +180,29 @@ class Workload:
         return x[keep], y[keep]
 
     @torch.no_grad()
-    def evaluate(self, theta: torch.Tensor) -> dict[str, float]:
-        """Training loss, test loss and (for classification) test accuracy of theta."""
+    def evaluate(self, theta: torch.Tensor, buffers: torch.Tensor | None = None) -> dict[str, float]:
+        """Training loss, test loss and (for classification) test accuracy of theta, in evaluation mode on
+        the server's `buffers` (the initial ones when None)."""
         params = self.unflatten(theta)
-        result = {"train_loss": self._mean_loss(params, self._eval_x_train, self._eval_y_train)}
-        result["test_loss"] = self._mean_loss(params, self._eval_x_test, self._eval_y_test)
-        if not self.regression:
-            correct = 0
-            for xs, ys in _chunks(self._eval_x_test, self._eval_y_test):
-                correct += int((functional_call(self.model, params, (xs,)).argmax(1) == ys).sum())
-            result["test_accuracy"] = correct / len(self._eval_y_test)
+        if self.n_buffer_values:
+            params.update(self.unflatten_buffers(buffers if buffers is not None else self._init_buffers))
+        self.model.eval()
+        try:
+            result = {"train_loss": self._mean_loss(params, self._eval_x_train, self._eval_y_train)}
+            result["test_loss"] = self._mean_loss(params, self._eval_x_test, self._eval_y_test)
+            if not self.regression:
+                correct = 0
+                for xs, ys in _chunks(self._eval_x_test, self._eval_y_test):
+                    correct += int((functional_call(self.model, params, (xs,)).argmax(1) == ys).sum())
+                result["test_accuracy"] = correct / len(self._eval_y_test)
+        finally:
+            self.model.train()
         return result
 
     def _mean_loss(self, params: dict, x: torch.Tensor, y: torch.Tensor) -> float:
         total = 0.0
         for xs, ys in _chunks(x, y):
-            out = functional_call(self.model, params, (xs,))
-            if self.regression:
-                total += float(((out.squeeze(-1) - ys) ** 2).sum())
-            else:
-                total += float(F.cross_entropy(out, ys, reduction="sum"))
+            total += self.loss.total(functional_call(self.model, params, (xs,)), ys)
         return total / len(y)
 
     # ------------------------------------------------------------------ schedule

@@ -5,8 +5,8 @@ Rank 0 loads the job and the policy, broadcasts the job to the others, and runs 
 `DistributedDriver`; every other rank runs `serve_rank` and computes the tasks of the simulated
 workers assigned to it (worker w on rank 1 + w mod (world size - 1)). Point-to-point messages only
 (torch.distributed.rpc is in maintenance mode): a task is a small int64 header (worker, index, batch
-size) and the parameters; an answer is a float64 header (worker, index, loss, compute seconds) and the
-gradient, each kind with its own tag. Tensors travel through the CPU (gloo); a rank with `--device
+size) and the parameters (then the model's buffers); an answer is a float64 header (worker, index, loss,
+compute seconds) and the gradient (then the buffers' change), each kind with its own tag. Tensors travel through the CPU (gloo); a rank with `--device
 cuda` computes on its GPU. NCCL is not used: it has no receive-from-any-rank (the receiver thread below
 relies on it) and needs a GPU of its own for every rank, the server's included.
 
@@ -27,6 +27,7 @@ from typing import Any, Sequence
 import torch
 import torch.distributed as dist
 
+from autosync.engine.drivers.perworker import pack_slot, unpack_answer
 from autosync.engine.drivers.remote import Answer, RemoteDriver, WorkerProcessError
 from autosync.errors import UserError
 from autosync.policies import Task
@@ -73,7 +74,7 @@ def leave_without_job() -> None:
 
 def serve_rank(job_json: dict[str, Any], device: str = "cpu", threads: int = 1) -> None:
     """A worker rank: compute every task rank 0 sends until it says stop, then leave the group."""
-    from autosync.engine.drivers.perworker import timed_worker_gradient
+    from autosync.engine.drivers.perworker import slot_gradient
     from autosync.job import JobSpec
     from autosync.workloads.workload import Workload
 
@@ -83,7 +84,7 @@ def serve_rank(job_json: dict[str, Any], device: str = "cpu", threads: int = 1) 
         device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0)) % torch.cuda.device_count()}"
     workload = Workload(job, device=device)
     header = torch.zeros(3, dtype=torch.int64)
-    params = torch.zeros(workload.dim)
+    params = torch.zeros(workload.slot_dim)
     dist.barrier()  # ready: the server starts sending
     try:
         while True:
@@ -94,8 +95,8 @@ def serve_rank(job_json: dict[str, Any], device: str = "cpu", threads: int = 1) 
                 dist.send(goodbye, dst=0, tag=TAG_ANSWER)
                 return
             dist.recv(params, src=0, tag=TAG_PARAMS)
-            g, loss, seconds = timed_worker_gradient(workload, job.seed, params.to(workload.device), worker, index,
-                                                     batch_size)
+            g, loss, seconds = slot_gradient(workload, job.seed, params.to(workload.device), worker, index,
+                                             batch_size)
             answer = torch.tensor([worker, index, loss, seconds], dtype=torch.float64)
             dist.send(answer, dst=0, tag=TAG_ANSWER)
             dist.send(g.cpu(), dst=0, tag=TAG_GRADIENT)
@@ -113,6 +114,8 @@ class DistributedDriver(RemoteDriver):
     """
 
     def __init__(self, n_workers: int, dim: int, timeout: float = 60.0):
+        """`dim`: values per message, the workload's `slot_dim` (its parameters, then its buffers)."""
+        self.dim = dim
         self.ranks = list(range(1, dist.get_world_size()))
         self.timeout = timeout
         self.assignment = {w: self.ranks[w % len(self.ranks)] for w in range(n_workers)}
@@ -170,7 +173,9 @@ class DistributedDriver(RemoteDriver):
                 self._silent_since[rank] = now
             self.pending[t.worker] = t
             header = torch.tensor([t.worker, t.index, t.batch_size], dtype=torch.int64)
-            self._outboxes[rank].put((header, t.params.detach().to("cpu", copy=True).contiguous()))
+            slot = torch.empty(self.dim)
+            pack_slot(t, slot)
+            self._outboxes[rank].put((header, slot))
 
     def collect(self, timeout: float | None = None) -> list[Answer]:
         """Answers that arrive within `timeout` seconds (None: at least one), in the order they came."""
@@ -208,7 +213,7 @@ class DistributedDriver(RemoteDriver):
         if task.index != int(index):
             raise WorkerProcessError(f"rank {rank} answered task {int(index)} of worker {int(worker)}, "
                                      f"but task {task.index} was sent")
-        task.gradient, task.loss = gradient, loss
+        unpack_answer(task, gradient, loss)
         self._silent_since[rank] = received
         return Answer(task, compute, received)
 

@@ -6,6 +6,9 @@ Two kernels:
   weighted by w_i / b_i, which is exactly the weighted mean of their mini-batch gradients.
 - `worker_gradients`: per-worker gradients (different versions for ASP/SSP, or when a strategy needs
   them) through ``torch.func.vmap`` over workers, grouped by batch size.
+A workload off the fast path (a model with buffers or random layers, a user's loss, a model vmap cannot
+batch) takes neither: each task's gradient is computed alone by the reference kernel
+(`perworker.worker_gradient`), as a worker process would.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Sequence
 import torch
 from torch.func import grad, vmap
 
+from autosync.engine.drivers.perworker import worker_gradient
 from autosync.policies import Task
 from autosync.workloads.workload import Workload
 
@@ -22,11 +26,10 @@ from autosync.workloads.workload import Workload
 class InProcessDriver:
     """Computes the gradients of tasks on the CPU (or one device) of this process."""
 
-    fuses_workers = True  # `aggregate` may fuse workers that share one parameter version
-
     def __init__(self, workload: Workload, seed: int):
         self.workload = workload
         self.seed = seed
+        self.fuses_workers = workload.fast_path  # `aggregate` may fuse workers that share one parameter version
         self._grad_fn = grad(self._mean_loss, has_aux=True)
 
     def _mean_loss(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor):
@@ -58,6 +61,11 @@ class InProcessDriver:
 
     def worker_gradients(self, tasks: Sequence[Task]) -> None:
         """Fill `task.gradient` and `task.loss` of every task, batched over workers with vmap."""
+        if not self.workload.fast_path:
+            for t in tasks:
+                t.gradient, t.loss, t.buffer_delta = worker_gradient(self.workload, self.seed, t.params, t.worker,
+                                                                     t.index, t.batch_size, t.buffers)
+            return
         by_size: dict[int, list[Task]] = {}
         for t in tasks:
             by_size.setdefault(t.batch_size, []).append(t)

@@ -1,8 +1,10 @@
 """The reference kernel: each worker's gradient by its own forward/backward pass, as a real worker computes it.
 
-`worker_gradient` is the one function both the in-process `PerWorkerDriver` and the worker processes of
-`ProcessDriver` run, so under the same thread settings the two backends produce bit-identical gradients
-(the default `InProcessDriver` fuses workers and vmaps over them: faster, equal only to ~1e-7).
+`worker_gradient` is the one function the in-process `PerWorkerDriver`, the worker processes of
+`ProcessDriver` and the ranks of `DistributedDriver` run (the last two through `slot_gradient`, on a
+transport slot holding the parameters and then the model's buffers), so under the same thread settings
+the backends produce bit-identical gradients (the default `InProcessDriver` fuses workers and vmaps over
+them: faster, equal only to ~1e-7; for models with buffers or random layers it runs this kernel too).
 """
 
 from __future__ import annotations
@@ -17,24 +19,47 @@ from autosync.workloads.workload import Workload
 
 
 def worker_gradient(workload: Workload, seed: int, theta: torch.Tensor, worker: int, index: int,
-                    batch_size: int) -> tuple[torch.Tensor, float]:
-    """The mean mini-batch gradient and loss of `worker`'s `index`-th task at parameters theta."""
+                    batch_size: int, buffers: torch.Tensor | None = None,
+                    ) -> tuple[torch.Tensor, float, torch.Tensor | None]:
+    """The mean mini-batch gradient and loss of `worker`'s `index`-th task at parameters theta, and the change
+    its forward pass made to the model's `buffers` (None for a model without buffers)."""
     batch = workload.batch_index(seed, worker, index, batch_size)
     data = workload.data
     theta = theta.detach().requires_grad_(True)
-    loss = workload.per_sample_loss(theta, data.x_train[batch], data.y_train[batch]).mean()
+    with workload.task_randomness(seed, worker, index):
+        loss, after = workload.train_loss(theta, data.x_train[batch], data.y_train[batch], buffers)
     (g,) = torch.autograd.grad(loss, theta)
-    return g, float(loss.detach())
+    delta = None if after is None else after - (buffers if buffers is not None else workload.init_buffers())
+    return g, float(loss.detach()), delta
 
 
-def timed_worker_gradient(workload: Workload, seed: int, theta: torch.Tensor, worker: int, index: int,
-                          batch_size: int) -> tuple[torch.Tensor, float, float]:
-    """`worker_gradient` and the seconds it took (on a GPU, until its kernels have finished)."""
+def slot_gradient(workload: Workload, seed: int, slot: torch.Tensor, worker: int, index: int,
+                  batch_size: int) -> tuple[torch.Tensor, float, float]:
+    """`worker_gradient` on a transport slot (the parameters, then the buffers), answered in the same layout
+    (the gradient, then the buffers' change), with the seconds it took (on a GPU, until its kernels finished)."""
     started = time.perf_counter()
-    g, loss = worker_gradient(workload, seed, theta, worker, index, batch_size)
-    if g.is_cuda:
-        torch.cuda.current_stream(g.device).synchronize()
-    return g, loss, time.perf_counter() - started
+    buffers = slot[workload.dim:] if workload.n_buffer_values else None
+    g, loss, delta = worker_gradient(workload, seed, slot[:workload.dim], worker, index, batch_size, buffers)
+    answer = g if delta is None else torch.cat([g, delta])
+    if answer.is_cuda:
+        torch.cuda.current_stream(answer.device).synchronize()
+    return answer, loss, time.perf_counter() - started
+
+
+def pack_slot(task: Task, slot: torch.Tensor) -> None:
+    """Write what `task`'s worker receives into its transport slot: the parameters, then the buffers."""
+    dim = task.params.numel()
+    slot[:dim].copy_(task.params)
+    if task.buffers is not None:
+        slot[dim:].copy_(task.buffers)
+
+
+def unpack_answer(task: Task, answer: torch.Tensor, loss: float) -> None:
+    """Fill `task`'s gradient, buffer change and loss from an answer laid out as `slot_gradient` sends it."""
+    dim = task.params.numel()
+    task.gradient = answer[:dim]
+    task.buffer_delta = answer[dim:] if task.buffers is not None else None
+    task.loss = loss
 
 
 class PerWorkerDriver:
@@ -49,8 +74,8 @@ class PerWorkerDriver:
     def worker_gradients(self, tasks: Sequence[Task]) -> None:
         """Fill `task.gradient` and `task.loss` of every task."""
         for t in tasks:
-            t.gradient, t.loss = worker_gradient(self.workload, self.seed, t.params, t.worker, t.index,
-                                                 t.batch_size)
+            t.gradient, t.loss, t.buffer_delta = worker_gradient(self.workload, self.seed, t.params, t.worker,
+                                                                 t.index, t.batch_size, t.buffers)
 
     def close(self) -> None:
         """Nothing to release."""

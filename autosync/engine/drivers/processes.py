@@ -1,7 +1,8 @@
 """Worker processes compute the gradients; the server process keeps the engine (issue: processes backend).
 
 One machine, `torch.multiprocessing` with the `spawn` start method. Before the workers start, the server
-allocates two slot tables, parameters and gradients, with one row per simulated worker (a worker has at
+allocates two slot tables, parameters and gradients (each row followed by the model's buffers and their
+change, for a model that has buffers), with one row per simulated worker (a worker has at
 most one task in flight): in shared memory on the CPU, or on the GPU with `device="cuda"`, where the
 spawned processes map the same rows through CUDA IPC. Dispatching a task copies its parameters into the
 worker's row and sends a small notification `(worker, task index, batch size)` down the owning process's
@@ -32,6 +33,7 @@ import torch
 import torch.multiprocessing as mp
 from multiprocessing.connection import Connection, wait
 
+from autosync.engine.drivers.perworker import pack_slot, unpack_answer
 from autosync.engine.drivers.remote import Answer, RemoteDriver, WorkerProcessError
 from autosync.errors import UserError
 from autosync.job import JobSpec
@@ -44,7 +46,7 @@ def _serve(job_json: dict[str, Any], params: torch.Tensor, grads: torch.Tensor, 
            outbox: Connection, threads: int, device: str) -> None:
     """A worker process: compute the gradient of every task notified on `inbox` into `grads`."""
     torch.set_num_threads(threads)
-    from autosync.engine.drivers.perworker import timed_worker_gradient, worker_gradient
+    from autosync.engine.drivers.perworker import slot_gradient, worker_gradient
     from autosync.workloads.workload import Workload
 
     job = JobSpec.model_validate(job_json)
@@ -62,8 +64,8 @@ def _serve(job_json: dict[str, Any], params: torch.Tensor, grads: torch.Tensor, 
         if message is _STOP:
             return
         worker, index, batch_size = message
-        g, loss, seconds = timed_worker_gradient(workload, seed, params[worker], worker, index, batch_size)
-        grads[worker].copy_(g)
+        answer, loss, seconds = slot_gradient(workload, seed, params[worker], worker, index, batch_size)
+        grads[worker].copy_(answer)
         settle()  # the gradient row is written before the server hears of it
         outbox.send((worker, index, loss, seconds, time.monotonic()))
 
@@ -78,6 +80,7 @@ class ProcessDriver(RemoteDriver):
 
     def __init__(self, job: JobSpec, dim: int, processes: int, timeout: float = 60.0, threads: int = 1,
                  device: str = "cpu"):
+        """`dim`: values per slot, the workload's `slot_dim` (its parameters, then its buffers)."""
         if processes < 1:
             raise UserError(f"--workers-per-device must be >= 1, but got {processes}")
         self.device = torch.device(device)
@@ -145,7 +148,7 @@ class ProcessDriver(RemoteDriver):
         """Copy each task's parameters into its worker's slot and notify the worker's process."""
         idle = set(self.alive) - self._busy_ranks()
         for t in tasks:
-            self.params[t.worker].copy_(t.params)
+            pack_slot(t, self.params[t.worker])
             self.pending[t.worker] = t
         self._start_deadlines(idle)
         if self.device.type == "cuda":
@@ -191,7 +194,7 @@ class ProcessDriver(RemoteDriver):
                 if task is None or task.index != index:  # a stale answer to a task sent again elsewhere
                     continue
                 del self.pending[worker]
-                task.gradient, task.loss = self.grads[worker].clone(), loss
+                unpack_answer(task, self.grads[worker].clone(), loss)
                 out.append(Answer(task, compute, sent))
         except (EOFError, OSError):
             self.procs[rank].join(timeout=5.0)

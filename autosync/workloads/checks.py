@@ -1,0 +1,118 @@
+"""Checks of a workload built from the user's code, once, before any run trains it.
+
+Each finding is one `JobFileError` line naming the job file, the field and the problem: a model that fails
+on the dataset's inputs, outputs that do not match the classes, a loss that is not a scalar or does not
+reach the parameters, a model that is not a pure function of its parameters, buffers and the seeded
+generator. What is allowed but slower is detected here too: randomness drawn outside a dropout module
+(seeded per task from then on) and a model that `torch.func.vmap` cannot batch (computed per worker).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from torch.func import grad, vmap
+
+from autosync.errors import JobFileError
+
+if TYPE_CHECKING:
+    from autosync.workloads.workload import Workload
+
+PROBE_SAMPLES = 4  # a batch of a few training samples (two at least: batch norm needs two)
+
+
+def check_user_workload(workload: "Workload", source: str) -> None:
+    """Raise a one-line JobFileError for what cannot train; adjust `workload`'s paths for what is slow."""
+    spec = workload.spec
+    model_label = f"workload.model ({spec.model.label})"
+    n = min(PROBE_SAMPLES, workload.data.n_train)
+    x, y = workload.data.x_train[:n], workload.data.y_train[:n]
+    theta = workload.init_params()
+    fail = lambda field, problem: JobFileError(source, [f"{field}: {problem}"])
+    if workload.dim == 0:
+        raise fail(model_label, "has no parameters to train")
+
+    def forward(seed: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        with workload.task_randomness(seed, 0, 0), torch.no_grad():
+            out, after = workload.forward(theta, x)
+        return out, after
+
+    try:
+        out, after = forward(0)
+    except Exception as exc:
+        raise fail(model_label, f"fails on a batch of the dataset's inputs of shape {tuple(x.shape)}: "
+                                f"{type(exc).__name__}: {_line(exc)}") from None
+    if not isinstance(out, torch.Tensor):
+        raise fail(model_label, f"must return a tensor of outputs, but returned a {type(out).__name__}")
+    _check_outputs(workload, out, y, model_label, fail)
+    if not workload.random:  # randomness outside a dropout module: seed it per task like dropout
+        workload.random = True
+        again, _ = forward(1)
+        workload.random = not _same(out, again)
+    repeat, repeat_after = forward(0)
+    if not _same(out, repeat) or (after is not None and not _same(after, repeat_after)):
+        raise fail(model_label, "is not a pure function of its parameters, buffers and the seeded random generator: "
+                                "two forward passes on the same batch and seed differ (keep state in registered "
+                                "buffers and draw random numbers from torch's generator)")
+    loss_field = "workload.loss.factory" if workload.loss.per_sample is None else "workload.loss"
+    try:
+        with workload.task_randomness(0, 0, 0):
+            params = theta.detach().requires_grad_(True)
+            loss, _ = workload.train_loss(params, x, y)
+    except Exception as exc:
+        raise fail(loss_field, f"{workload.loss.name!r} fails on the model's outputs: {type(exc).__name__}: "
+                               f"{_line(exc)}") from None
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or loss.ndim > 1:
+        shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__
+        raise fail(loss_field, f"{workload.loss.name!r} must return a scalar (the batch's mean loss), but "
+                               f"returned {shape}")
+    try:
+        (g,) = torch.autograd.grad(loss.reshape(()), params)
+    except RuntimeError as exc:
+        raise fail(loss_field, f"the loss does not reach the model's parameters: {_line(exc)}") from None
+    if not bool(torch.isfinite(g).all()) or not bool(torch.isfinite(loss)):
+        raise fail(loss_field, "the loss or its gradient is not finite at the initial parameters")
+    if workload.fast_path:
+        workload.batchable = _vmaps(workload, x, y)
+
+
+def _check_outputs(workload: "Workload", out: torch.Tensor, y: torch.Tensor, field: str, fail) -> None:
+    """Outputs of one row per sample; for classification one score per class (what accuracy takes the
+    argmax of), for a built-in loss on real targets the targets' shape."""
+    n = len(y)
+    if out.ndim == 0 or out.shape[0] != n:
+        raise fail(field, f"must return one row of outputs per sample, but returned shape {tuple(out.shape)} "
+                          f"for {n} samples")
+    builtin = workload.loss.per_sample is not None
+    if not workload.regression and (builtin or workload.job.target.metric == "test_accuracy"):
+        classes = workload.data.n_classes
+        if tuple(out.shape) != (n, classes):
+            raise fail(field, f"outputs of shape {tuple(out.shape)} do not match the dataset's {classes} classes "
+                              f"(expected ({n}, {classes}))")
+    elif workload.regression and builtin:
+        per_sample = max(1, y[0].numel())
+        if out[0].numel() != per_sample:
+            raise fail(field, f"outputs of shape {tuple(out.shape)} do not match targets of shape {tuple(y.shape)}")
+
+
+def _vmaps(workload: "Workload", x: torch.Tensor, y: torch.Tensor) -> bool:
+    """Whether per-worker gradients of this pure model can be batched with vmap (else: one pass each)."""
+    def mean_loss(theta: torch.Tensor, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
+        return workload.per_sample_loss(theta, xs, ys).mean()
+
+    try:
+        thetas = torch.stack([workload.init_params()] * 2)
+        vmap(grad(mean_loss), in_dims=(0, 0, 0))(thetas, torch.stack([x, x]), torch.stack([y, y]))
+    except Exception:
+        return False
+    return True
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and bool(torch.equal(a, b))
+
+
+def _line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -1,0 +1,66 @@
+"""The user's own code in a job: factories named by import path, called with the job's kwargs.
+
+A job names a model, dataset or loss as ``"package.module:function"``. The module is imported (from the
+installed packages, then from the job file's folder, which `load_job` adds to the search path), the
+function is called with the job's ``kwargs`` and, when its signature asks for them and the kwargs do not
+set them, with what autosync knows (``input_shape``, ``n_outputs`` for a model; ``seed`` for a dataset).
+Anything that goes wrong is one `JobFileError` line naming the job file, the field and the problem.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from typing import Any, Callable
+
+from autosync.errors import JobFileError
+
+
+def import_factory(path: str, field: str, source: str) -> Callable[..., Any]:
+    """The callable `path` ("package.module:function", attributes dotted) names; errors name `field`."""
+    module_name, _, attribute = path.partition(":")
+    try:
+        target: Any = importlib.import_module(module_name)
+    except Exception as exc:  # ImportError, or whatever the module raises while it is imported
+        raise JobFileError(source, [f"{field}: {path!r} does not import: {_one_line(exc)}"]) from None
+    for part in attribute.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise JobFileError(source, [f"{field}: module {module_name!r} has no attribute {attribute!r} "
+                                        f"(from {path!r})"]) from None
+    if not callable(target):
+        raise JobFileError(source, [f"{field}: {path!r} must be callable, but it is a {type(target).__name__}"])
+    return target
+
+
+def call_factory(path: str, kwargs: dict[str, Any], offered: dict[str, Any], field: str, source: str) -> Any:
+    """Call the factory at `path` with `kwargs`, plus each of `offered` its signature names and kwargs do not set.
+
+    A factory that raises is a one-line error with its exception; the traceback is the user's to get by
+    calling the function themselves.
+    """
+    factory = import_factory(path, field, source)
+    arguments = dict(kwargs)
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):  # some builtins have none: pass only the kwargs
+        signature = None
+    if signature is not None:
+        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values())
+        for name, value in offered.items():
+            if name not in arguments and (name in signature.parameters and not takes_any):
+                arguments[name] = value
+        try:
+            signature.bind(**arguments)
+        except TypeError as exc:
+            raise JobFileError(source, [f"{field}: {path!r} cannot be called with kwargs {kwargs!r}: {exc}"]) from None
+    try:
+        return factory(**arguments)
+    except Exception as exc:
+        raise JobFileError(source, [f"{field}: {path!r} raised {type(exc).__name__}: {_one_line(exc)}"]) from None
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
