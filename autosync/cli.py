@@ -49,7 +49,8 @@ JOB_ARG = typer.Argument(None, help="Job YAML file (default: the embedded digits
 
 @app.command()
 def validate(jobs: list[Path] = typer.Argument(..., help="Job YAML files to check.")) -> None:
-    """Check job files and report every problem at once (exit code 2 if any)."""
+    """Check job files and report every problem at once (exit code 2 if any); a job naming the user's own
+    model, dataset or loss also has them imported, built and checked on a batch."""
     from autosync.errors import JobFileError
     from autosync.job import load_job
 
@@ -57,6 +58,10 @@ def validate(jobs: list[Path] = typer.Argument(..., help="Job YAML files to chec
     for path in jobs:
         try:
             spec = load_job(path)
+            if spec.uses_user_code:
+                from autosync.api import check_workload
+
+                check_workload(spec)
         except JobFileError as exc:
             _print_error(exc)
             problems += len(exc.problems)
@@ -123,10 +128,10 @@ def run(
     as_json: bool = JSON_OPT,
 ) -> None:
     """Train once under one policy (virtual clock by default) and write trace, metrics and plot."""
-    from autosync.engine.backends import BackendChoice
+    from autosync import api
 
-    choice = BackendChoice(backend, clock, stragglers, time_scale, device, workers_per_device, worker_timeout)
-    choice.check()
+    choice = api.backend(backend, clock=clock, stragglers=stragglers, time_scale=time_scale, device=device,
+                         workers_per_device=workers_per_device, worker_timeout=worker_timeout)
     distributed = None
     if choice.backend == "distributed":  # every rank runs this command; only rank 0 goes on past here
         from autosync.engine.drivers import distributed
@@ -135,28 +140,27 @@ def run(
             distributed.serve_when_told(device)
             return
     try:
-        spec, pol, policy = _run_setup(job, seed, policy, param, storage)
+        spec, pol = _run_setup(job, seed, policy, param, storage)
+        with status.status(f"loading {spec.workload.dataset.label} and building {spec.workload.model.label}"):
+            workload = api.check_workload(spec, device)
     except BaseException:
         if distributed is not None:
             distributed.leave_without_job()
         raise
     if distributed is not None:
         distributed.share_job(spec.model_dump(mode="json"))
-    out_dir = out or Path("results") / "runs" / spec.name / f"{policy}-seed{spec.seed}"
+    out_dir = out or Path("results") / "runs" / spec.name / f"{pol.name}-seed{spec.seed}"
 
-    from autosync.engine import backends, simulate
     from autosync.report import plot_run, write_run
-    from autosync.workloads.workload import Workload
 
-    with status.status(f"loading {spec.workload.dataset.name} and building {spec.workload.model.name}"):
-        workload = Workload(spec, device=device)
-    with status.status(f"starting {workers_per_device} worker processes" if backend == "processes" else "starting"):
-        driver, run_clock = backends.build(choice, spec, workload)
-    if driver is not None:  # one line when the workers are up: scripts (and the fault tests) wait for it
-        status.print(f"{choice.backend} backend ready: {choice.clock} clock, training {spec.name} with {policy}")
+    def ready() -> None:  # one line when the workers are up: scripts (and the fault tests) wait for it
+        status.print(f"{choice.backend} backend ready: {choice.clock} clock, training {spec.name} with {pol.name}")
+
+    if choice.backend == "processes":
+        status.print(f"starting {workers_per_device} worker processes", style="dim")
     with _progress(spec) as update:
-        result = simulate(spec, pol, workload=workload, progress=update, driver=driver, clock=run_clock)
-    for line in getattr(driver, "faults", []):
+        result = api.run(spec, pol, on=choice, progress=update, workload=workload, on_ready=ready)
+    for line in result.faults:
         status.print(f"warning: {line}", style="yellow")
     paths = write_run(result, out_dir, spec.model_dump(mode="json"), execution=choice.describe())
     if plot:
@@ -224,31 +228,24 @@ def profile(
 
 
 def _run_setup(job: Optional[Path], seed: Optional[int], policy: str, param: list[str],
-               storage: Optional[str]) -> tuple[Any, Any, str]:
-    """The job, the bound policy and its name for `autosync run` (`tuned`: the cached best)."""
-    from autosync.catalog import make_policy, parse_param
-    from autosync.job import load_job
+               storage: Optional[str]) -> tuple[Any, Any]:
+    """The job and the checked policy for `autosync run` (`tuned`: the cached best)."""
+    from autosync import api
+    from autosync.catalog import parse_param
 
-    spec = load_job(job, overrides={"seed": seed} if seed is not None else None)
+    spec = api.load_job(job, overrides={"seed": seed} if seed is not None else None)
+    params = dict(parse_param(p) for p in param)
     if policy == "tuned":
-        from autosync.catalog import policy_from_dict
-        from autosync.search.cache import tuned_policy
-        from autosync.search.storage import DEFAULT_STORAGE
-
-        _quiet_optuna()
-        tuned = tuned_policy(storage or DEFAULT_STORAGE, spec)
-        tuned["params"].update(dict(parse_param(p) for p in param))
-        pol = policy_from_dict(tuned)
+        api._quiet_optuna()
+        pol = api.tuned_policy(spec, storage, params)
         status.print(f"tuned policy from the cache: {pol!r}")
-        policy = pol.name
     else:
-        pol = make_policy(policy, dict(parse_param(p) for p in param))
-        policy = pol.name  # the canonical name, whichever spelling was typed
+        pol = api.make_policy(policy, params)
     try:
         pol.bind(spec.cluster.n_workers, spec.workload.batch_size)
     except ValueError as exc:
-        raise UserError(f"policy {policy}: {exc}") from None
-    return spec, pol, policy
+        raise UserError(f"policy {pol.name}: {exc}") from None
+    return spec, pol
 
 
 @app.command()
@@ -295,34 +292,24 @@ def leaderboard(
     as_json: bool = JSON_OPT,
 ) -> None:
     """Every policy x seeds on one job: an MLPerf-style scored table, written as Markdown/CSV/JSON + plots."""
-    from autosync.job import load_job
-    from autosync.leaderboard import DEFAULT_POLICIES, parse_policy_spec, run_grid, score
-    from autosync.report import LEADERBOARD_LEGEND, format_cell, leaderboard_columns, write_leaderboard
+    from autosync import api
+    from autosync.leaderboard import DEFAULT_POLICIES
+    from autosync.report import LEADERBOARD_LEGEND, format_cell, leaderboard_columns
 
-    spec = load_job(job)
-    if n_jobs == 0 or n_jobs < -1:
-        raise UserError(f"--n-jobs must be >= 1 or -1 (all cores), but got {n_jobs}")
-    specs = [parse_policy_spec(p, spec.cluster.n_workers) for p in (policies or DEFAULT_POLICIES)]
+    spec = api.load_job(job)
     if include_tuned:
-        from autosync.search.cache import tuned_policy
-        from autosync.search.storage import DEFAULT_STORAGE
-
         _quiet_optuna()
-        tuned = tuned_policy(storage or DEFAULT_STORAGE, spec)
-        if tuned not in specs:
-            specs.append(tuned)
-    total = len(specs) * seeds
+    total = (len(policies or DEFAULT_POLICIES) + include_tuned) * seeds
     with _counting_bar("leaderboard", transient=False) as bar:
         task = bar.add_task("", total=total)
 
         def done(run: dict) -> None:
             bar.update(task, advance=1, description=f"last: {run['policy']['policy']} seed {run['seed']}")
 
-        entries = run_grid(spec, specs, list(range(seeds)), n_jobs=n_jobs, on_done=done)
-    rows = score(entries)
-    command = _command_line("leaderboard")
-    out_dir = out or Path("results") / spec.name
-    paths = write_leaderboard(rows, entries, spec.model_dump(mode="json"), out_dir, command)
+        board = api.leaderboard(spec, policies, seeds=seeds, n_jobs=n_jobs, include_tuned=include_tuned,
+                                storage=storage, on_done=done)
+    rows = board.rows
+    paths = board.write(out or Path("results") / spec.name, _command_line("leaderboard"))
     status.print(f"wrote {', '.join(str(p) for p in paths)}")
     if as_json:
         _print_json({"job": spec.name, "seeds": seeds, "rows": rows, "files": [str(p) for p in paths]})
@@ -485,50 +472,25 @@ def tune(
     as_json: bool = JSON_OPT,
 ) -> None:
     """Find the best policy for a job with Optuna, or return the cached one of a recurring job instantly."""
-    from autosync.job import load_job
-    from autosync.search.objective import ObjectiveSettings
-    from autosync.search.space import load_space, resolve_space_path
-    from autosync.search.samplers import SAMPLERS
+    from autosync import api
     from autosync.search.storage import DEFAULT_STORAGE, redact_url
-    from autosync.search.tune import TuneRequest
 
-    spec = load_job(job)
-    if sampler not in SAMPLERS:
-        raise UserError(f"--sampler must be one of {list(SAMPLERS)}, but got {sampler!r}")
-    if objective not in ("time", "time,metric"):
-        raise UserError(f"--objective must be time or time,metric, but got {objective!r}")
-    from autosync.engine.backends import BackendChoice
-
-    choice = BackendChoice(backend, clock, stragglers, time_scale, device, workers_per_device, worker_timeout)
-    choice.check()
-    if choice.backend == "distributed":
-        raise UserError("--backend distributed is not supported by tune yet (every trial would need every rank of "
-                        "a torchrun launch); use --backend processes on one machine")
-    if verify_top and choice.backend == "simulator":
-        raise UserError("--verify-top re-runs the simulated search's best candidates on a real backend: "
-                        "it needs --backend processes (with --clock virtual or real)")
-    if verify_top and objective != "time":
-        raise UserError("--verify-top compares one objective's rankings: it needs --objective time")
-    real = None if choice.backend == "simulator" else choice
-    search_space = load_space(resolve_space_path(space, "static_k"), spec.cluster.n_workers)
-    request = TuneRequest(
-        job=spec, space=search_space, n_trials=n_trials, timeout=timeout, storage=storage or DEFAULT_STORAGE,
-        study=study, sampler=sampler, seed=seed, n_jobs=n_jobs, refresh=refresh,
-        settings=ObjectiveSettings(repeats=repeats, tolerance=tolerance, multi_objective=objective != "time",
-                                   backend=None if verify_top else real),  # --verify-top: search simulated
-        verify_top=verify_top, verify_backend=real if verify_top else None)
-    status.print(f"study storage: {redact_url(request.storage)}")
-    _quiet_optuna()
-    from autosync.search.tune import tune as run_tune
-
+    spec = api.load_job(job)
+    choice = api.backend(backend, clock=clock, stragglers=stragglers, time_scale=time_scale, device=device,
+                         workers_per_device=workers_per_device, worker_timeout=worker_timeout)
+    status.print(f"study storage: {redact_url(storage or DEFAULT_STORAGE)}")
     with _counting_bar("tuning") as bar:
         task = bar.add_task("BSP reference runs", total=n_trials)
 
         def on_trial(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total, description="trials")
 
-        outcome = run_tune(request, on_trial=on_trial)
-    plot_dir = out or Path("results") / "tune" / f"{spec.name}-{search_space.name}"
+        outcome = api.tune(spec, space or "static_k", n_trials=n_trials, timeout=timeout, storage=storage,
+                           study=study, sampler=sampler, n_jobs=n_jobs, seed=seed, repeats=repeats,
+                           tolerance=tolerance, objective=objective, refresh=refresh, verify_top=verify_top,
+                           on=choice, on_trial=on_trial)
+    search_space_name = outcome.cache.get("space") or Path(str(space or "static_k")).stem
+    plot_dir = out or Path("results") / "tune" / f"{spec.name}-{search_space_name}"
     verification = outcome.verification
     if as_json:
         _print_json({"study": outcome.study_name, "cached": outcome.cached, "new_trials": outcome.new_trials,

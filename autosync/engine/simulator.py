@@ -44,6 +44,7 @@ class RunResult:
     wall_seconds: float
     final_params: torch.Tensor | None = field(default=None, repr=False)
     final_buffers: torch.Tensor | None = field(default=None, repr=False)  # the model's buffers (None: it has none)
+    faults: list[str] = field(default_factory=list)  # worker processes lost and replaced during the run
 
     def summary(self) -> dict[str, Any]:
         return {"job": self.job_name, "fingerprint": self.fingerprint, "policy": self.policy,
@@ -262,7 +263,9 @@ def simulate(job: JobSpec, policy: Policy, workload: Workload | None = None,
     also when the run fails or is interrupted. `clock` orders the arrivals (default: the virtual clock).
     """
     try:
-        return Simulator(job, policy, workload=workload, progress=progress, driver=driver, clock=clock).run()
+        result = Simulator(job, policy, workload=workload, progress=progress, driver=driver, clock=clock).run()
+        result.faults = list(getattr(driver, "faults", []))
+        return result
     finally:
         if driver is not None:
             driver.close()

@@ -38,6 +38,8 @@ def check_user_workload(workload: "Workload", source: str) -> None:
             out, after = workload.forward(theta, x)
         return out, after
 
+    declared_random = workload.random
+    workload.random = True  # while checking, every pass draws from the seeded generator
     try:
         out, after = forward(0)
     except Exception as exc:
@@ -46,15 +48,13 @@ def check_user_workload(workload: "Workload", source: str) -> None:
     if not isinstance(out, torch.Tensor):
         raise fail(model_label, f"must return a tensor of outputs, but returned a {type(out).__name__}")
     _check_outputs(workload, out, y, model_label, fail)
-    if not workload.random:  # randomness outside a dropout module: seed it per task like dropout
-        workload.random = True
-        again, _ = forward(1)
-        workload.random = not _same(out, again)
     repeat, repeat_after = forward(0)
     if not _same(out, repeat) or (after is not None and not _same(after, repeat_after)):
         raise fail(model_label, "is not a pure function of its parameters, buffers and the seeded random generator: "
                                 "two forward passes on the same batch and seed differ (keep state in registered "
                                 "buffers and draw random numbers from torch's generator)")
+    other_seed, _ = forward(1)  # randomness outside a dropout module is seeded per task like dropout
+    workload.random = declared_random or not _same(out, other_seed)
     loss_field = "workload.loss.factory" if workload.loss.per_sample is None else "workload.loss"
     try:
         with workload.task_randomness(0, 0, 0):

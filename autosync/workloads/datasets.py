@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +10,7 @@ import torch
 
 from autosync.errors import UserError
 from autosync.job import DatasetSpec
+from autosync.workloads.tensors import Dataset, split_indices
 
 # Files torchvision needs under `root` for each dataset (checked before torchvision is asked).
 _REQUIRED_FILES = {
@@ -21,32 +21,6 @@ _REQUIRED_FILES = {
     "cifar10": [f"cifar-10-batches-py/data_batch_{i}" for i in range(1, 6)] + ["cifar-10-batches-py/test_batch"],
     "cifar100": ["cifar-100-python/train", "cifar-100-python/test"],
 }
-
-
-@dataclass(frozen=True)
-class Dataset:
-    """Train and test tensors; for classification `n_classes` is set and targets are int64 labels."""
-
-    x_train: torch.Tensor
-    y_train: torch.Tensor
-    x_test: torch.Tensor
-    y_test: torch.Tensor
-    n_classes: int | None  # None for regression
-
-    @property
-    def input_shape(self) -> tuple[int, ...]:
-        return tuple(self.x_train.shape[1:])
-
-    @property
-    def n_train(self) -> int:
-        return int(self.x_train.shape[0])
-
-    def to(self, device: torch.device) -> "Dataset":
-        """The same dataset with every tensor on `device` (itself when they are there already)."""
-        if self.x_train.device == device:
-            return self
-        return Dataset(self.x_train.to(device), self.y_train.to(device), self.x_test.to(device),
-                       self.y_test.to(device), self.n_classes)
 
 
 def load_dataset(spec: DatasetSpec, source: str = "<job>") -> Dataset:
@@ -72,13 +46,6 @@ def load_dataset(spec: DatasetSpec, source: str = "<job>") -> Dataset:
         keep = torch.from_numpy(np.random.default_rng(spec.seed).permutation(ds.n_train)[: spec.max_train_samples])
         ds = Dataset(ds.x_train[keep], ds.y_train[keep], ds.x_test, ds.y_test, ds.n_classes)
     return ds
-
-
-def split_indices(n: int, spec: DatasetSpec) -> tuple[np.ndarray, np.ndarray]:
-    """(test, train) indices of n samples: a shuffle seeded by `spec.seed`, `spec.test_fraction` held out."""
-    order = np.random.default_rng(spec.seed).permutation(n)
-    n_test = max(1, int(round(n * spec.test_fraction)))
-    return order[:n_test], order[n_test:]
 
 
 def _split(x: np.ndarray, y: np.ndarray, spec: DatasetSpec, n_classes: int | None) -> Dataset:

@@ -18,7 +18,7 @@ import torch
 
 from autosync.errors import JobFileError
 from autosync.job import DatasetSpec
-from autosync.workloads.datasets import Dataset, split_indices
+from autosync.workloads.tensors import Dataset, split_indices
 from autosync.workloads.user_code import call_factory
 
 FIELD = "workload.dataset.factory"

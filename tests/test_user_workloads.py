@@ -1,0 +1,284 @@
+"""The user's own model, dataset and loss by import path: fingerprints, buffers, dropout, every backend, errors."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from autosync import api
+from autosync.catalog import make_policy
+from autosync.engine import simulate
+from autosync.engine.drivers import PerWorkerDriver, ProcessDriver
+from autosync.engine.simulator import Simulator
+from autosync.errors import JobFileError
+from autosync.job import job_from_dict, load_job
+from autosync.workloads.workload import Workload
+from tests.conftest import autosync, no_traceback
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+USER_PACKAGE = '''
+import numpy as np
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+
+def blobs(n_samples=240, n_features=6, n_classes=3, seed=0):
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(n_classes, n_features)) * 2
+    y = rng.integers(0, n_classes, n_samples)
+    return (centres[y] + rng.normal(size=(n_samples, n_features))).astype(np.float32), y
+
+
+def regression(n_samples=200, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n_samples, 4)).astype(np.float32)
+    return x, (x @ np.arange(1, 5)).astype(np.float32)
+
+
+def bn_dropout_mlp(input_shape, n_outputs, hidden=16, dropout=0.2):
+    return nn.Sequential(nn.Linear(input_shape[0], hidden), nn.BatchNorm1d(hidden), nn.ReLU(),
+                         nn.Dropout(dropout), nn.Linear(hidden, n_outputs))
+
+
+def bn_mlp(input_shape, n_outputs, hidden=16):
+    return nn.Sequential(nn.Linear(input_shape[0], hidden), nn.BatchNorm1d(hidden), nn.ReLU(),
+                         nn.Linear(hidden, n_outputs))
+
+
+def linear(input_shape, n_outputs):
+    return nn.Linear(input_shape[0], n_outputs)
+
+
+def noisy_linear(input_shape, n_outputs):
+    class Noisy(nn.Linear):
+        def forward(self, x):
+            return super().forward(x) + 0.1 * torch.randn(len(x), self.out_features)
+    return Noisy(input_shape[0], n_outputs)
+
+
+def counting(input_shape, n_outputs):
+    class Counting(nn.Linear):
+        calls = 0
+        def forward(self, x):
+            Counting.calls += 1
+            return super().forward(x) * Counting.calls
+    return Counting(input_shape[0], n_outputs)
+
+
+def wrong_width(input_shape, n_outputs):
+    return nn.Linear(input_shape[0], n_outputs + 2)
+
+
+def not_a_module(input_shape, n_outputs):
+    return "a string"
+
+
+def broken(input_shape, n_outputs):
+    raise RuntimeError("out of ideas")
+
+
+def per_sample_loss():
+    return lambda out, y: F.cross_entropy(out, y, reduction="none")
+
+
+def smooth(smoothing=0.1):
+    return lambda out, y: F.cross_entropy(out, y, label_smoothing=smoothing)
+
+
+def not_a_dataset(seed=0):
+    return 42
+
+
+def ragged(seed=0):
+    return np.zeros((10, 3), np.float32), np.zeros(9, np.int64)
+'''
+
+
+@pytest.fixture(scope="module")
+def user_dir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("user")
+    (root / "userpkg").mkdir()
+    (root / "userpkg" / "__init__.py").write_text(textwrap.dedent(USER_PACKAGE))
+    return root
+
+
+def _job(user_dir: Path, name: str = "user", **workload) -> "api.JobSpec":
+    data = {
+        "name": name,
+        "workload": {"dataset": {"factory": "userpkg:blobs"}, "model": {"factory": "userpkg:bn_dropout_mlp"},
+                     "batch_size": 8, "optimizer": {"lr": 0.1, "momentum": 0.5},
+                     "evaluation": {"every_seconds": 2.0}, **workload},
+        "cluster": {"n_workers": 3, "round_trip": {"kind": "shifted_exponential", "alpha": 0.5}},
+        "target": {"metric": "test_accuracy", "threshold": 0.95},
+        "budget": {"max_updates": 12},
+    }
+    path = user_dir / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return load_job(path)
+
+
+def test_the_import_path_kwargs_and_version_enter_the_fingerprint(user_dir):
+    base = _job(user_dir)
+    prints = {base.fingerprint()}
+    for name, change in [("k", {"model": {"factory": "userpkg:bn_dropout_mlp", "kwargs": {"hidden": 8}}}),
+                         ("v", {"model": {"factory": "userpkg:bn_dropout_mlp", "version": "2"}}),
+                         ("m", {"model": {"factory": "userpkg:bn_mlp"}}),
+                         ("d", {"dataset": {"factory": "userpkg:blobs", "kwargs": {"n_samples": 100}}}),
+                         ("l", {"loss": {"factory": "userpkg:smooth"}})]:
+        prints.add(_job(user_dir, name, **change).fingerprint())
+    assert len(prints) == 6
+    assert _job(user_dir, "again").fingerprint() == base.fingerprint()  # the name is not part of it
+    assert load_job().fingerprint() == "86edddd667e815f6"  # built-in jobs keep the fingerprints they had
+
+
+def test_a_factory_next_to_a_builtin_field_or_kwargs_without_a_factory_is_refused():
+    with pytest.raises(JobFileError, match=r"workload.model: factory replaces the built-in name.*'mlp'"):
+        job_from_dict({"workload": {"model": {"factory": "a.b:c", "name": "mlp"}}}, "j.yaml")
+    with pytest.raises(JobFileError, match=r"workload.model.factory must be an import path 'package.module:function'"):
+        job_from_dict({"workload": {"model": {"factory": "a b"}}}, "j.yaml")
+    with pytest.raises(JobFileError, match=r"kwargs needs factory"):
+        job_from_dict({"workload": {"dataset": {"kwargs": {"x": 1}}}}, "j.yaml")
+    with pytest.raises(JobFileError, match=r"workload.loss must be one of 'cross_entropy' or 'mse', but got 'hinge'"):
+        job_from_dict({"workload": {"loss": "hinge"}}, "j.yaml")
+
+
+def test_buffers_move_by_the_mean_of_the_workers_changes_at_a_bsp_barrier(user_dir):
+    """BSP, one update: the server's buffers = initial + mean over workers of (after - before) of each pass."""
+    job = _job(user_dir, "bn", model={"factory": "userpkg:bn_mlp"}).model_copy(update={"budget": job_from_dict(
+        {"budget": {"max_updates": 1}}).budget})
+    workload = Workload(job)
+    assert workload.n_buffer_values == 16 + 16 + 1 and not workload.fast_path
+    result = simulate(job, make_policy("bsp"), workload=workload)
+    start = workload.init_buffers()
+    expected = start.clone()
+    for w in range(3):
+        x = workload.data.x_train[workload.batch_index(job.seed, w, 0, 8)]
+        _, after = workload.forward(workload.init_params(), x, start)
+        expected += (after - start) / 3
+    assert torch.allclose(result.final_buffers, expected, atol=1e-6)
+    assert result.final_buffers[-1] == 1.0  # num_batches_tracked: one update
+
+
+def test_same_seed_same_run_with_buffers_and_dropout_and_seeds_differ(user_dir):
+    job = _job(user_dir, "repeat")
+    a, b = (simulate(job, make_policy("asp")) for _ in range(2))
+    assert torch.equal(a.final_params, b.final_params) and torch.equal(a.final_buffers, b.final_buffers)
+    c = simulate(job.model_copy(update={"seed": 1}), make_policy("asp"))
+    assert not torch.equal(a.final_params, c.final_params)
+    dropout = Workload(job)
+    assert dropout.random
+    theta, x = dropout.init_params(), dropout.data.x_train[:8]
+    with dropout.task_randomness(0, 1, 2):
+        first, _ = dropout.forward(theta, x)
+    with dropout.task_randomness(0, 1, 2):
+        again, _ = dropout.forward(theta, x)
+    with dropout.task_randomness(0, 1, 3):
+        other, _ = dropout.forward(theta, x)
+    assert torch.equal(first, again) and not torch.equal(first, other)
+
+
+@pytest.mark.parametrize("policy", ["bsp", "asp"])
+def test_worker_processes_give_the_in_process_run_bit_for_bit_with_buffers_and_dropout(user_dir, policy):
+    job = _job(user_dir, "procs")
+    workload = Workload(job)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the worker processes' setting
+    try:
+        reference = Simulator(job, make_policy(policy), workload=workload,
+                              driver=PerWorkerDriver(workload, job.seed)).run()
+        default = simulate(job, make_policy(policy), workload=workload)  # the default driver takes the same kernel
+    finally:
+        torch.set_num_threads(threads)
+    driver = ProcessDriver(job, workload.slot_dim, processes=2, timeout=30.0)
+    real = simulate(job, make_policy(policy), workload=workload, driver=driver)
+    for other in (real, default):
+        assert torch.equal(other.final_params, reference.final_params)
+        assert torch.equal(other.final_buffers, reference.final_buffers)
+    assert not torch.equal(reference.final_buffers, workload.init_buffers())
+
+
+def test_randomness_outside_dropout_modules_is_found_and_seeded(user_dir):
+    workload = Workload(_job(user_dir, "noisy", model={"factory": "userpkg:noisy_linear"}))
+    assert workload.random and not workload.fast_path
+
+
+def test_a_pure_user_model_keeps_the_fused_and_batched_paths(user_dir):
+    job = _job(user_dir, "pure", model={"factory": "userpkg:linear"})
+    workload = Workload(job)
+    assert workload.fast_path and workload.init_buffers() is None
+    result = simulate(job, make_policy("bsp"), workload=workload)
+    assert result.final_buffers is None and result.metrics["updates"] == 12
+
+
+def test_regression_targets_take_the_squared_error(user_dir):
+    job = _job(user_dir, "reg", dataset={"factory": "userpkg:regression"}, model={"factory": "userpkg:linear"})
+    job = job.model_copy(update={"target": job_from_dict({"target": {"metric": "test_loss", "threshold": 0.1}}).target})
+    workload = Workload(job)
+    assert workload.regression and workload.loss.name == "mse"
+    assert simulate(job, make_policy("bsp"), workload=workload).metrics["final_test_loss"] is not None
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"model": {"factory": "nopkg.models:net"}}, r"workload.model.factory: 'nopkg.models:net' does not import: "
+                                                 r"No module named 'nopkg'"),
+    ({"model": {"factory": "userpkg:missing"}}, r"workload.model.factory: module 'userpkg' has no attribute 'missing'"),
+    ({"model": {"factory": "userpkg:broken"}}, r"workload.model.factory: 'userpkg:broken' raised RuntimeError: "
+                                               r"out of ideas"),
+    ({"model": {"factory": "userpkg:linear", "kwargs": {"depth": 3}}}, r"cannot be called with kwargs \{'depth': 3\}"),
+    ({"model": {"factory": "userpkg:not_a_module"}}, r"must return a torch.nn.Module, but returned a str"),
+    ({"model": {"factory": "userpkg:wrong_width"}}, r"workload.model \(userpkg:wrong_width\): outputs of shape "
+                                                    r"\(4, 5\) do not match the dataset's 3 classes"),
+    ({"model": {"factory": "userpkg:counting"}}, r"is not a pure function of its parameters, buffers and the seeded"),
+    ({"loss": {"factory": "userpkg:per_sample_loss"}}, r"workload.loss.factory: 'userpkg:per_sample_loss' must return "
+                                                       r"a scalar \(the batch's mean loss\), but returned \(4,\)"),
+    ({"dataset": {"factory": "userpkg:not_a_dataset"}}, r"workload.dataset.factory: 'userpkg:not_a_dataset' must "
+                                                        r"return .* but returned a int"),
+    ({"dataset": {"factory": "userpkg:ragged"}}, r"returned train inputs and targets of different lengths: 10 and 9"),
+])
+def test_user_code_that_cannot_train_is_one_line_naming_the_file_and_field(user_dir, change, message):
+    job = _job(user_dir, "bad", **change)
+    with pytest.raises(JobFileError, match=message) as caught:
+        Workload(job)
+    assert str(caught.value).startswith(str(user_dir / "bad.yaml") + ": ") and "\n" not in str(caught.value)
+
+
+def test_validate_and_run_report_bad_user_code_in_one_line_with_exit_2(user_dir):
+    _job(user_dir, "cli_bad", model={"factory": "userpkg:wrong_width"})
+    for command in (["validate", "cli_bad.yaml"], ["run", "cli_bad.yaml"], ["tune", "cli_bad.yaml", "--storage",
+                                                                         f"sqlite:///{user_dir}/s.db"]):
+        out = autosync(*command, cwd=user_dir)
+        no_traceback(out)
+        lines = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+        assert out.returncode == 2 and len(lines) == 1 and "do not match the dataset's 3 classes" in lines[0], out.stderr
+
+
+def test_the_sequence_example_is_tuned_end_to_end_from_any_directory(tmp_path):
+    """The console script imports the example's own package from the job file's folder (not the cwd)."""
+    job = EXAMPLES / "sequences" / "job.yaml"
+    first = autosync("tune", str(job), "--n-trials", "3", "--storage", f"sqlite:///{tmp_path}/s.db", "--json",
+                     cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-2000:]
+    again = autosync("tune", str(job), "--n-trials", "3", "--storage", f"sqlite:///{tmp_path}/s.db", "--json",
+                     cwd=tmp_path)
+    import json
+
+    found, cached = json.loads(first.stdout), json.loads(again.stdout)
+    assert not found["cached"] and cached["cached"] and cached["cache"]["best_policy"] == found["cache"]["best_policy"]
+    assert found["cache"]["best_value"] is not None
+
+
+def test_the_batchnorm_example_is_tuned_end_to_end_through_the_python_api(tmp_path):
+    job = api.load_job(EXAMPLES / "vision_bn" / "job.yaml")
+    workload = api.check_workload(job)
+    assert workload.n_buffer_values > 0 and not workload.fast_path
+    outcome = api.tune(job, "static_k", n_trials=2, storage=f"sqlite:///{tmp_path}/s.db")
+    assert not outcome.cached and outcome.cache["best_value"] is not None
+    assert outcome.top and all(row["reached"] == row["runs"] for row in outcome.top)
+    tuned = api.run(job, "tuned", storage=f"sqlite:///{tmp_path}/s.db")
+    assert tuned.policy == outcome.cache["best_policy"] and tuned.final_buffers is not None
