@@ -119,7 +119,8 @@ def tune(job: JobSpec, space: str | Path = "static_k", *, n_trials: int = 20, ti
          storage: str | None = None, study: str | None = None, sampler: str = "tpe", n_jobs: int = 1,
          seed: int = 0, repeats: int = 1, tolerance: float = 0.01, objective: str = "time", refresh: bool = False,
          verify_top: int = 0, on: "BackendChoice | None" = None,
-         on_trial: Callable[[int, int], None] | None = None) -> "TuneOutcome":
+         on_trial: Callable[[int, int], None] | None = None,
+         on_start: Callable[[str], None] | None = None) -> "TuneOutcome":
     """Search `job`'s best policy in `space` with Optuna, or return the cached one of a recurring job.
 
     Args:
@@ -128,6 +129,7 @@ def tune(job: JobSpec, space: str | Path = "static_k", *, n_trials: int = 20, ti
         on: where each trial trains (`backend(...)`; default: the simulator). With `verify_top` K > 0 the
             search is simulated and its K best candidates and BSP are re-run on `on` to verify it.
         on_trial: called with (trials done, trials in all) as the search goes.
+        on_start: called with the storage URL once every option is checked, before the search starts.
 
     Returns the TuneOutcome the command prints: the study, whether the cache answered, the cache record
     (best policy and value, BSP's, provenance) and the best trials.
@@ -161,6 +163,8 @@ def tune(job: JobSpec, space: str | Path = "static_k", *, n_trials: int = 20, ti
                                    backend=None if verify_top else real),  # verify_top: search simulated
         verify_top=verify_top, verify_backend=real if verify_top else None)
     _quiet_optuna()
+    if on_start is not None:
+        on_start(request.storage)
     return run_tune(request, on_trial=on_trial)
 
 

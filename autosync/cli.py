@@ -148,7 +148,8 @@ def run(
             distributed.leave_without_job()
         raise
     if distributed is not None:
-        distributed.share_job(spec.model_dump(mode="json"))
+        roots = [str(Path(spec.source).resolve().parent)] if spec.uses_user_code else []
+        distributed.share_job(spec.model_dump(mode="json"), roots)
     out_dir = out or Path("results") / "runs" / spec.name / f"{pol.name}-seed{spec.seed}"
 
     from autosync.report import plot_run, write_run
@@ -473,12 +474,11 @@ def tune(
 ) -> None:
     """Find the best policy for a job with Optuna, or return the cached one of a recurring job instantly."""
     from autosync import api
-    from autosync.search.storage import DEFAULT_STORAGE, redact_url
+    from autosync.search.storage import redact_url
 
     spec = api.load_job(job)
     choice = api.backend(backend, clock=clock, stragglers=stragglers, time_scale=time_scale, device=device,
                          workers_per_device=workers_per_device, worker_timeout=worker_timeout)
-    status.print(f"study storage: {redact_url(storage or DEFAULT_STORAGE)}")
     with _counting_bar("tuning") as bar:
         task = bar.add_task("BSP reference runs", total=n_trials)
 
@@ -488,7 +488,8 @@ def tune(
         outcome = api.tune(spec, space or "static_k", n_trials=n_trials, timeout=timeout, storage=storage,
                            study=study, sampler=sampler, n_jobs=n_jobs, seed=seed, repeats=repeats,
                            tolerance=tolerance, objective=objective, refresh=refresh, verify_top=verify_top,
-                           on=choice, on_trial=on_trial)
+                           on=choice, on_trial=on_trial,
+                           on_start=lambda url: status.print(f"study storage: {redact_url(url)}"))
     search_space_name = outcome.cache.get("space") or Path(str(space or "static_k")).stem
     plot_dir = out or Path("results") / "tune" / f"{spec.name}-{search_space_name}"
     verification = outcome.verification

@@ -282,3 +282,38 @@ def test_the_batchnorm_example_is_tuned_end_to_end_through_the_python_api(tmp_pa
     assert outcome.top and all(row["reached"] == row["runs"] for row in outcome.top)
     tuned = api.run(job, "tuned", storage=f"sqlite:///{tmp_path}/s.db")
     assert tuned.policy == outcome.cache["best_policy"] and tuned.final_buffers is not None
+
+
+def test_the_readme_python_api_example_runs_as_written(tmp_path, monkeypatch, capsys):
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    start = readme.index("```python\nimport autosync.api as autosync")
+    code = readme[start + len("```python\n"): readme.index("```", start + 3)]
+    (tmp_path / "examples").symlink_to(EXAMPLES)
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "README.md", "exec"), {})
+    printed = capsys.readouterr().out.splitlines()
+    assert len(printed) == 2 + 3 and (tmp_path / "results" / "my_board" / "leaderboard.md").is_file()
+    assert sorted(api.__all__) == sorted(name for name in api.__all__ if hasattr(api, name))
+
+
+def test_torchrun_ranks_import_the_user_code_and_give_the_in_process_run_bit_for_bit(user_dir, tmp_path):
+    import subprocess
+    import sys
+
+    job_path = user_dir / "ranks.yaml"
+    job = _job(user_dir, "ranks")
+    launched = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3",
+                               "-m", "autosync.cli", "run", str(job_path), "--backend", "distributed", "--policy",
+                               "backup", "--param", "k=2", "--out", "v"],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert launched.returncode == 0, launched.stderr[-2000:]
+    workload = Workload(job)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the ranks' setting
+    try:
+        reference = Simulator(job, make_policy("backup", {"k": 2}), workload=workload,
+                              driver=PerWorkerDriver(workload, job.seed)).run()
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(torch.load(tmp_path / "v" / "final_params.pt"), reference.final_params)
+    assert torch.equal(torch.load(tmp_path / "v" / "final_buffers.pt"), reference.final_buffers)

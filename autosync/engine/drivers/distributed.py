@@ -22,6 +22,7 @@ import os
 import queue
 import threading
 import time
+from pathlib import Path
 from typing import Any, Sequence
 
 import torch
@@ -50,19 +51,30 @@ def init_from_torchrun(timeout_seconds: float) -> int:
     return dist.get_rank()
 
 
-def share_job(job_json: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Rank 0 sends the job (None when it could not load one); every rank returns what rank 0 sent."""
-    box = [job_json]
+def share_job(job_json: dict[str, Any] | None, import_roots: list[str] | None = None,
+              ) -> tuple[dict[str, Any] | None, list[str]]:
+    """Rank 0 sends the job (None when it could not load one) and the folders its user code imports from;
+    every rank returns what rank 0 sent."""
+    box = [job_json, list(import_roots or [])]
     dist.broadcast_object_list(box, src=0)
-    return box[0]
+    return box[0], box[1]
 
 
 def serve_when_told(device: str = "cpu") -> None:
-    """A worker rank's whole life: take the job from rank 0 and serve it (or leave if rank 0 has none)."""
-    job_json = share_job(None)
+    """A worker rank's whole life: take the job from rank 0 and serve it (or leave if rank 0 has none).
+
+    The job's user code is imported from rank 0's job-file folder where this machine has that folder too,
+    else from the installed packages.
+    """
+    from autosync.job import add_import_root
+
+    job_json, roots = share_job(None)
     if job_json is None:
         dist.destroy_process_group()
         return
+    for root in roots:
+        if os.path.isdir(root):
+            add_import_root(Path(root))
     serve_rank(job_json, device)
 
 
