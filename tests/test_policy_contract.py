@@ -12,11 +12,16 @@ from autosync.engine import simulate
 from tests.conftest import small_job
 
 # Parameters that make each policy non-trivial on a 4-worker job.
-CONTRACT_PARAMS = {"backup": {"k": 3}, "ssp": {"staleness": 1}}
+CONTRACT_PARAMS = {"backup": {"k": 3}, "ssp": {"staleness": 1},
+                   "compose": {"barrier": "ssp", "update": "dana_slim"}}
+# Compositions that no seed policy is, run through the same contract.
+COMPOSITIONS = {"compose-switch": {"schedule": "elastic", "switch_at": 0.3, "batch": "lbbsp", "update": "dana_zero"}}
 
 
-@pytest.fixture(params=sorted(POLICIES))
+@pytest.fixture(params=sorted(POLICIES) + sorted(COMPOSITIONS))
 def policy(request):
+    if request.param in COMPOSITIONS:
+        return make_policy("compose", COMPOSITIONS[request.param])
     return make_policy(request.param, CONTRACT_PARAMS.get(request.param, {}))
 
 
@@ -68,9 +73,10 @@ def test_every_arrival_is_logged_and_time_is_monotone(policy):
     assert used <= accepted
 
 
-# Every parameter of every policy: a valid value other than its default, and a value it must refuse.
+# Every parameter of every policy: a valid value other than its default, and a value it must refuse (and,
+# where the contract parameters do not admit the valid value, the parameters it is tried with).
 # A new policy's parameters go here (the test below fails until they do).
-PARAMETER_CASES: dict[str, dict[str, tuple[object, object]]] = {
+PARAMETER_CASES: dict[str, dict[str, tuple]] = {
     "asp": {}, "bsp": {}, "dana_slim": {}, "dana_zero": {}, "multi_asgd": {}, "nag_asgd": {},
     "backup": {"k": (2, 0), "lr_rule": ("proportional", "sometimes")},
     "bdbw": {"lr_rule": ("proportional", "sometimes"), "solve_every": (3, 0)},
@@ -87,6 +93,13 @@ PARAMETER_CASES: dict[str, dict[str, tuple[object, object]]] = {
     "sync_switch": {"switch_at": (0.5, 1.5), "order": ("asp_bsp", "random"), "config": ("none", "all"),
                     "asp_momentum": ("zero", "more"), "switch_seconds": (1.0, -1.0),
                     "stragglers": ("greedy", "ignore"), "window_seconds": (2.0, 0.0), "consecutive": (3, 0)},
+    "compose": {"barrier": ("asp", "nope"), "batch": ("lbbsp", "tiny", {"barrier": "bsp"}),
+                "update": ("dana_zero", "adam"), "schedule": ("elastic", "sometimes", {}),
+                "k": (2, 0, {"barrier": "backup"}), "lr_rule": ("proportional", "sometimes", {"barrier": "dbw"}),
+                "staleness": (1, -1), "mode": ("gpu", "tpu", {"batch": "lbbsp"}),
+                "horizon": (2.0, -1.0, {"barrier": "asp", "update": "lwp"}),
+                "dc_lambda": (1.0, -1.0, {"barrier": "asp", "update": "dc_asgd"}),
+                "switch_at": (0.5, 1.5, {"schedule": "sync_switch"}), "config": ("none", "all", {"schedule": "sync_switch"})},
 }
 # Policies no shipped search space offers, and why.
 NOT_SEARCHED = {name: "a baseline the DANA paper compares against; DANA-Slim and DANA-DC dominate it there"
@@ -103,8 +116,8 @@ def test_the_parameter_table_covers_every_parameter_of_every_policy():
 
 @pytest.mark.parametrize("name,param", [(n, p) for n, cases in sorted(PARAMETER_CASES.items()) for p in cases])
 def test_every_parameter_round_trips_and_bad_values_are_refused(name, param):
-    good, bad = PARAMETER_CASES[name][param]
-    base = CONTRACT_PARAMS.get(name, {})
+    good, bad, *with_params = PARAMETER_CASES[name][param]
+    base = with_params[0] if with_params else CONTRACT_PARAMS.get(name, {})
     policy = make_policy(name, {**base, param: good})
     policy.bind(4, 8)
     assert policy.params()[param] == good

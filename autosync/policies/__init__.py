@@ -1,4 +1,7 @@
-"""Synchronization policies: compositions of barrier, aggregation, update, batching and schedule."""
+"""Synchronization policies: compositions of barrier, aggregation, update, batching and schedule.
+
+`Composed` fills the slots one by one (`compose(barrier=ssp, update=dana_slim)`); each named policy is a preset.
+"""
 
 from autosync.policies._barriers import BoundedStaleness, FastestK, OnArrival
 from autosync.policies._base import (
@@ -6,6 +9,7 @@ from autosync.policies._base import (
     Task, UpdateRule, UpdateStats,
 )
 from autosync.policies._classic import ASP, BSP, SSP, BackupWorkers
+from autosync.policies._composed import Composed, check_composition, composition_of
 from autosync.policies._dana import DANADC, DCASGD, LWP, NAGASGD, DANASlim, DANAZero, MultiASGD
 from autosync.policies._dbw import DBW, BlindDBW, DynamicK
 from autosync.policies._lbbsp import LBBSP, StaticSplit
@@ -13,7 +17,7 @@ from autosync.policies._sync_switch import SyncSwitch
 
 __all__ = [
     "ASP", "Aggregation", "Arrival", "BSP", "BackupWorkers", "Barrier", "Batching", "BlindDBW",
-    "BoundedStaleness", "DANADC", "DANASlim", "DANAZero", "DBW", "DCASGD", "DynamicK", "FastestK", "LBBSP",
+    "BoundedStaleness", "Composed", "check_composition", "composition_of", "DANADC", "DANASlim", "DANAZero", "DBW", "DCASGD", "DynamicK", "FastestK", "LBBSP",
     "LWP", "MultiASGD", "NAGASGD", "OnArrival", "Policy", "Progress", "SSP", "Schedule", "ServerView",
     "StaticSplit", "Strategies", "Strategy", "SyncSwitch", "Task", "UpdateRule", "UpdateStats",
 ]

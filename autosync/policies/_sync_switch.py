@@ -22,7 +22,9 @@ import statistics
 from typing import Any
 
 from autosync.policies._barriers import FastestK, OnArrival
-from autosync.policies._base import Arrival, Policy, Progress, Schedule, ServerView, Strategies, UpdateStats
+from autosync.policies._base import (
+    Arrival, Policy, Progress, Schedule, ServerView, Strategies, UpdateRule, UpdateStats,
+)
 from autosync.policies._classic import BSP
 
 ORDERS = ("bsp_asp", "asp_bsp")
@@ -95,6 +97,7 @@ class SwitchSchedule(Schedule):
 
     def __init__(self, policy: "SyncSwitch"):
         self.policy = policy
+        self.asp_update: UpdateRule | None = None  # a composed policy's update rule for the ASP phase (None: SGD)
 
     def reset(self, n_workers: int, batch_size: int) -> None:
         self.n = n_workers
@@ -148,8 +151,21 @@ class SwitchSchedule(Schedule):
         else:
             strategies.barrier = OnArrival()
             self.switched_at_epoch = progress.epoch
+            if self.asp_update is not None:
+                self._use_asp_update(strategies, update_state)
             self._ramp_momentum(progress, update_state, strategies)
         return self.policy.switch_seconds
+
+    def _use_asp_update(self, strategies: Strategies, update_state: dict[str, Any]) -> None:
+        """From the switch on, the composed asynchronous rule (DANA's, ...) applies each gradient, with its
+        own state started afresh: its per-worker momenta begin at zero, as at the start of an ASP run."""
+        rule = self.asp_update
+        rule.reset(self.n, 0)
+        fresh = rule.init_state(None, self.n, strategies.update.opt)
+        update_state.clear()
+        update_state.update(fresh)
+        strategies.update = rule
+        self.asp_update = None
 
     def _ramp_momentum(self, progress: Progress, update_state: dict[str, Any], strategies: Strategies) -> None:
         """Sync-Switch Fig. 8: the momentum used under ASP after the switch (capped at the job's gamma)."""

@@ -21,6 +21,7 @@ or parameters, and impossible ranges are errors naming the file and the key.
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +60,8 @@ class SearchSpace:
         params = dict(self.constants[family])
         for name, dim in self.dimensions[family].items():
             key = f"{family}.{name}"
+            if not _holds(dim, params):
+                continue
             if dim.type == "int":
                 params[name] = trial.suggest_int(key, int(dim.low), int(dim.high), step=int(dim.step or 1), log=dim.log)
             elif dim.type == "float":
@@ -72,13 +75,21 @@ class SearchSpace:
         return {"policy": family, "params": params}
 
     def trial_params(self, policy: dict[str, Any]) -> dict[str, Any] | None:
-        """The Optuna parameters that reproduce `policy` (for enqueue_trial), or None if it is outside."""
+        """The Optuna parameters that reproduce `policy` (for enqueue_trial), or None if it is outside.
+
+        A parameter the policy leaves out takes its default (`compose(barrier=bsp)` has schedule none)."""
+        from autosync.catalog import POLICIES, policy_parameters
+
         family = policy["policy"]
         if family not in self.dimensions:
             return None
+        defaults = {k: v for k, v in policy_parameters(POLICIES[family]).items() if v is not inspect.Parameter.empty}
+        params = {**defaults, **policy["params"]}
         out: dict[str, Any] = {} if len(self.families) == 1 else {FAMILY_PARAM: family}
         for name, dim in self.dimensions[family].items():
-            value = policy["params"].get(name)
+            if not _holds(dim, params):
+                continue
+            value = params.get(name)
             if value is None:
                 return None
             if dim.type == "simplex":
@@ -93,16 +104,30 @@ class SearchSpace:
                    for dims in self.dimensions.values() for d in dims.values())
 
     def size(self) -> int | None:
-        """Number of points of a discrete space (None if continuous)."""
+        """Number of points of a discrete space (None if continuous); conditional dimensions count only
+        where their condition holds."""
         if not self.is_discrete():
             return None
-        total = 0
-        for dims in self.dimensions.values():
-            points = 1
-            for d in dims.values():
-                points *= len(d.choices) if d.type == "categorical" else int(round((d.high - d.low) / (d.step or 1))) + 1
-            total += points
-        return total
+        return sum(_points(list(dims.items()), dict(self.constants[family])) for family, dims in self.dimensions.items())
+
+
+def _holds(dim: Dimension, params: dict[str, Any]) -> bool:
+    """Whether a conditional dimension is sampled given the parameters chosen before it."""
+    return dim.when is None or any(all(params.get(key) in values for key, values in clause.items())
+                                   for clause in dim.when)
+
+
+def _points(dims: list[tuple[str, Dimension]], chosen: dict[str, Any]) -> int:
+    """Points of a family's discrete dimensions (in file order), given the values `chosen` so far."""
+    if not dims:
+        return 1
+    (name, dim), rest = dims[0], dims[1:]
+    if not _holds(dim, chosen):
+        return _points(rest, chosen)
+    if dim.type == "categorical":
+        return sum(_points(rest, {**chosen, name: c}) for c in dim.choices)
+    count = int(round((dim.high - dim.low) / (dim.step or 1))) + 1
+    return count * _points(rest, chosen)
 
 
 def resolve_space_path(text: str | Path | None, default: str) -> Path:

@@ -34,6 +34,7 @@ class Dimension:
     log: bool = False
     choices: list[Any] = field(default_factory=list)
     size: int = 0
+    when: list[dict[str, list[Any]]] | None = None  # sampled only where one clause holds (earlier params' values)
 
 
 _SYMBOL = re.compile(r"n_workers(?:([-+*/])(\d+))?")
@@ -58,7 +59,21 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
-class _Range(_Strict):
+class _Conditional(_Strict):
+    """A dimension that may be conditional: `when: {barrier: [backup]}` samples it only where the family's
+    earlier parameter `barrier` took one of those values (a conditional sub-space, as Optuna's define-by-run
+    spaces are); a list of such mappings holds where any one of them does. Where it does not hold, the
+    parameter keeps the policy's default."""
+
+    when: Optional[Union[dict[str, list[Any]], list[dict[str, list[Any]]]]] = None
+
+    @property
+    def clauses(self) -> list[dict[str, list[Any]]] | None:
+        """`when` as alternatives, each a mapping that holds where every parameter takes one of its values."""
+        return None if self.when is None else [self.when] if isinstance(self.when, dict) else list(self.when)
+
+
+class _Range(_Conditional):
     """An int or float range: low <= high, an optional step, an optional log scale."""
 
     low: float  # smallest value (a number or an n_workers expression)
@@ -94,17 +109,17 @@ class IntRange(_Range):
         return value
 
     def dimension(self) -> Dimension:
-        return Dimension("int", low=int(self.low), high=int(self.high), step=self.step, log=self.log)
+        return Dimension("int", low=int(self.low), high=int(self.high), step=self.step, log=self.log, when=self.clauses)
 
 
 class FloatRange(_Range):
     type: Literal["float"]
 
     def dimension(self) -> Dimension:
-        return Dimension("float", low=self.low, high=self.high, step=self.step, log=self.log)
+        return Dimension("float", low=self.low, high=self.high, step=self.step, log=self.log, when=self.clauses)
 
 
-class Categorical(_Strict):
+class Categorical(_Conditional):
     type: Literal["categorical"]
     choices: list[Any] = Field(min_length=1)  # the values to choose from (n_workers expressions allowed)
 
@@ -119,17 +134,17 @@ class Categorical(_Strict):
         return [resolve_workers(c, info) for c in choices]
 
     def dimension(self) -> Dimension:
-        return Dimension("categorical", choices=list(self.choices))
+        return Dimension("categorical", choices=list(self.choices), when=self.clauses)
 
 
-class Simplex(_Strict):
+class Simplex(_Conditional):
     type: Literal["simplex"]
     size: int = Field("n_workers", ge=2, validate_default=True)  # how many fractions (one per worker)
 
     _resolve = field_validator("size", mode="before")(resolve_workers)
 
     def dimension(self) -> Dimension:
-        return Dimension("simplex", size=self.size)
+        return Dimension("simplex", size=self.size, when=self.clauses)
 
 
 DimensionSpec = Annotated[Union[IntRange, FloatRange, Categorical, Simplex], Field(discriminator="type")]
@@ -187,10 +202,18 @@ def problems_with_policies(policies: Any) -> list[str]:
             problems.append(f"policies.{family}: unknown policy {family!r} (known: {', '.join(sorted(POLICIES))})")
             continue
         known = policy_parameters(POLICIES[family])
-        for name in params if isinstance(params, dict) else ():
+        earlier: list[str] = []
+        for name, spec in (params.items() if isinstance(params, dict) else ()):
             if name not in known:
                 problems.append(f"policies.{family}.{name}: policy {family} has no parameter {name!r} "
                                 f"(it takes: {', '.join(known) or 'none'})")
+            when = spec.get("when") if isinstance(spec, dict) else None
+            clauses = [when] if isinstance(when, dict) else when if isinstance(when, list) else []
+            for key in (k for clause in clauses if isinstance(clause, dict) for k in clause):
+                if key not in earlier:
+                    problems.append(f"policies.{family}.{name}.when: must name parameters listed before {name} "
+                                    f"(the condition is decided first), but got {key!r}")
+            earlier.append(name)
     return problems
 
 

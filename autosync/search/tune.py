@@ -81,6 +81,7 @@ def baseline_policies(job: JobSpec) -> list[dict[str, Any]]:
         {"policy": "sync_switch", "params": {"switch_at": 1.0, "config": "none"}},
         {"policy": "sync_switch", "params": {"switch_at": 0.0, "config": "none"}},
         {"policy": "split", "params": {"fractions": [1.0 / n] * n}},
+        {"policy": "compose", "params": {"barrier": "bsp"}}, {"policy": "compose", "params": {"barrier": "asp"}},
     ]
 
 

@@ -1,0 +1,127 @@
+"""Composed policies: each seed policy is a composition and runs identically; forbidden combinations are
+refused with their rule; the `composed` search space samples only allowed combinations."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+import torch
+
+from autosync.catalog import POLICIES, make_policy
+from autosync.engine import simulate
+from autosync.engine.drivers import PerWorkerDriver, ProcessDriver
+from autosync.leaderboard import label_of, parse_policy_spec
+from autosync.policies import Composed, check_composition, composition_of
+from autosync.search.space import load_space, resolve_space_path
+from autosync.workloads.workload import Workload
+from tests.conftest import autosync, no_traceback, small_job
+
+JOB = small_job(budget={"max_updates": 40})
+SEEDS = [("bsp", {}), ("asp", {}), ("ssp", {"staleness": 1}), ("backup", {"k": 3}),
+         ("backup", {"k": 2, "lr_rule": "proportional"}), ("dbw", {}), ("bdbw", {}), ("lbbsp", {}),
+         ("lbbsp", {"mode": "cpu"}), ("sync_switch", {"switch_at": 0.3}), ("sync_switch", {"stragglers": "elastic"}),
+         ("sync_switch", {"stragglers": "greedy", "config": "none"}), ("nag_asgd", {}), ("multi_asgd", {}),
+         ("lwp", {}), ("dc_asgd", {"dc_lambda": 1.0}), ("dana_zero", {}), ("dana_slim", {}), ("dana_dc", {})]
+
+
+@pytest.mark.parametrize("name, params", SEEDS, ids=[f"{n}{p or ''}" for n, p in SEEDS])
+def test_every_seed_policy_is_a_composition_that_runs_identically(name, params):
+    seed = make_policy(name, params)
+    slots = composition_of(seed)
+    assert slots is not None
+    composed = make_policy("compose", slots)
+    a, b = simulate(JOB, seed), simulate(JOB, composed)
+    assert torch.equal(a.final_params, b.final_params) and a.trace.arrivals == b.trace.arrivals
+    assert composed.canonical(4) == seed.canonical(4)  # a search trains the class once
+
+
+def test_every_named_policy_but_the_static_split_has_its_composition():
+    missing = [name for name, cls in POLICIES.items() if name not in ("split", "compose")
+               and composition_of(cls()) is None]
+    assert missing == []
+    assert composition_of(make_policy("dbw", {"window": 5})) is None  # a non-default estimator is no preset
+
+
+@pytest.mark.parametrize("slots, rule", [
+    ({"barrier": "dbw", "update": "dana_slim"}, r"update dana_slim applies one gradient per update .* needs barrier "
+                                                r"asp or ssp.* but got barrier=dbw"),
+    ({"barrier": "bsp", "update": "dc_asgd"}, r"but got barrier=bsp"),
+    ({"schedule": "greedy", "update": "dana_zero"}, r"schedule greedy switches back to BSP"),
+    ({"barrier": "backup", "batch": "lbbsp"}, r"batch lbbsp re-balances .* needs barrier bsp, but got barrier=backup"),
+    ({"barrier": "ssp", "schedule": "sync_switch"}, r"schedule sync_switch starts with BSP .* but got barrier=ssp"),
+    ({"barrier": "asp", "k": 3}, r"k is a parameter of barrier backup, but got k=3 with barrier=asp"),
+    ({"switch_at": 0.5}, r"switch_at is a parameter of schedule sync_switch or greedy or elastic"),
+    ({"update": "adam"}, r"update must be one of \[.*\], but got update='adam'"),
+])
+def test_combinations_the_papers_rule_out_are_refused_with_the_rule(slots, rule):
+    with pytest.raises(ValueError, match=rule):
+        check_composition(Composed(**slots))
+
+
+def test_a_refused_composition_is_one_line_with_exit_2(tmp_path):
+    out = autosync("run", "--policy", "compose", "--param", "barrier=dbw", "--param", "update=dana_slim", cwd=tmp_path)
+    no_traceback(out)
+    assert out.returncode == 2 and out.stderr.strip().startswith("error: policy compose: update dana_slim")
+
+
+def test_new_compositions_run_and_use_each_slot():
+    """SSP with DANA-Slim's look-ahead; Sync-Switch whose ASP phase is DANA-Zero, with LB-BSP batches before."""
+    ssp_dana = simulate(JOB, make_policy("compose", {"barrier": "ssp", "staleness": 1, "update": "dana_slim"}))
+    assert ssp_dana.trace.extras.get("gap") and max(r[0] for r in ssp_dana.trace.updates) == 40
+    job = JOB.model_copy(update={"cluster": JOB.cluster.model_copy(update={"speed_factors": [1.0, 1.0, 1.0, 0.3]})})
+    switch = simulate(job, make_policy("compose", {"schedule": "sync_switch", "switch_at": 0.5, "batch": "lbbsp",
+                                                   "update": "dana_zero"}))
+    phases = [v for _, v in switch.trace.extras["phase_bsp"]]
+    assert phases[0] == 1 and phases[-1] == 0  # BSP first, ASP after the switch
+    gaps = dict(switch.trace.extras["gap"])  # DANA's rule is traced from the update that switched on
+    assert min(gaps) == phases.index(0)  # (1-based update number of the last BSP update)
+    sizes = [u[8] for u in switch.trace.updates if len(u[8]) == 4]
+    assert any(s != sizes[0] for s in sizes)  # LB-BSP moved samples to the fast workers before the switch
+
+
+def test_a_composition_on_worker_processes_is_the_in_process_run_bit_for_bit():
+    job = JOB
+    policy = make_policy("compose", {"schedule": "elastic", "switch_at": 0.3, "update": "dana_slim"})
+    workload = Workload(job)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        reference = simulate(job, policy, workload=workload, driver=PerWorkerDriver(workload, job.seed))
+    finally:
+        torch.set_num_threads(threads)
+    real = simulate(job, policy, workload=workload, driver=ProcessDriver(job, workload.slot_dim, processes=2))
+    assert torch.equal(real.final_params, reference.final_params)
+
+
+def test_labels_read_as_the_composition_and_specs_parse():
+    spec = parse_policy_spec("compose:barrier=ssp,staleness=2,update=dana_slim", 4)
+    assert label_of(spec) == "compose(barrier=ssp,update=dana_slim,staleness=2)"
+    assert label_of({"policy": "compose", "params": Composed().params()}) == "compose(barrier=bsp)"
+
+
+def test_the_composed_space_samples_only_allowed_compositions_and_counts_its_points():
+    space = load_space(resolve_space_path("composed", "static_k"), 8)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    seen = set()
+    for _ in range(150):
+        trial = study.ask()
+        policy = make_policy("compose", space.suggest(trial)["params"])
+        check_composition(policy)
+        seen.add((policy.barrier, policy.batch, policy.update, policy.schedule))
+        study.tell(trial, 1.0)
+    assert {s[0] for s in seen} == {"bsp", "backup", "dbw", "bdbw", "ssp", "asp"}
+    assert any(s[2] != "sgd" and s[3] != "none" for s in seen)  # DANA in Sync-Switch's ASP phase
+    # bsp: (none: 2 batches + 2 schedules x 33 switch points x 2 batches x 5 updates) + backup 8 x 2 + dbw + bdbw
+    # + ssp 9 x 5 + asp 5
+    assert space.size() == (2 + 2 * 33 * 2 * 5) + 16 + 1 + 1 + 45 + 5
+    assert space.trial_params({"policy": "compose", "params": {"barrier": "bsp"}}) == {
+        "compose.barrier": "bsp", "compose.schedule": "none", "compose.batch": "equal"}
+
+
+def test_a_when_clause_must_name_an_earlier_parameter(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("policies:\n  compose:\n    k: {type: int, low: 1, high: 4, when: {barrier: [backup]}}\n"
+                    "    barrier: {type: categorical, choices: [bsp, backup]}\n")
+    with pytest.raises(Exception, match=r"policies.compose.k.when: must name parameters listed before k.*'barrier'"):
+        load_space(path, 4)
