@@ -9,12 +9,12 @@ import torch
 
 from autosync.catalog import POLICIES, make_policy
 from autosync.engine import simulate
-from autosync.engine.drivers import PerWorkerDriver, ProcessDriver
+from autosync.engine.drivers import ProcessDriver
 from autosync.leaderboard import label_of, parse_policy_spec
 from autosync.policies import Composed, check_composition, composition_of
 from autosync.search.space import load_space, resolve_space_path
 from autosync.workloads.workload import Workload
-from tests.conftest import autosync, no_traceback, small_job
+from tests.conftest import autosync, no_traceback, per_worker_run, small_job
 
 JOB = small_job(budget={"max_updates": 40})
 SEEDS = [("bsp", {}), ("asp", {}), ("ssp", {"staleness": 1}), ("backup", {"k": 3}),
@@ -83,12 +83,7 @@ def test_a_composition_on_worker_processes_is_the_in_process_run_bit_for_bit():
     job = JOB
     policy = make_policy("compose", {"schedule": "elastic", "switch_at": 0.3, "update": "dana_slim"})
     workload = Workload(job)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        reference = simulate(job, policy, workload=workload, driver=PerWorkerDriver(workload, job.seed))
-    finally:
-        torch.set_num_threads(threads)
+    reference = per_worker_run(job, policy, workload)
     real = simulate(job, policy, workload=workload, driver=ProcessDriver(job, workload.slot_dim, processes=2))
     assert torch.equal(real.final_params, reference.final_params)
 

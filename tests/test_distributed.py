@@ -15,11 +15,9 @@ import pytest
 import torch
 
 from autosync.catalog import make_policy
-from autosync.engine.drivers import PerWorkerDriver
-from autosync.engine.simulator import Simulator
 from autosync.job import load_job
 from autosync.workloads.workload import Workload
-from tests.conftest import autosync, no_traceback
+from tests.conftest import autosync, no_traceback, per_worker_run
 
 
 def _torchrun(*args: str, cwd) -> subprocess.CompletedProcess:
@@ -32,14 +30,7 @@ def test_torchrun_ranks_give_the_in_process_run_bit_for_bit_and_real_time_runs_r
                         "--out", "v", cwd=tmp_path)
     assert virtual.returncode == 0, virtual.stderr[-2000:]
     job = load_job(tiny_job)
-    workload = Workload(job)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the ranks' setting
-    try:
-        reference = Simulator(job, make_policy("backup", {"k": 3}), workload=workload,
-                              driver=PerWorkerDriver(workload, job.seed)).run()
-    finally:
-        torch.set_num_threads(threads)
+    reference = per_worker_run(job, make_policy("backup", {"k": 3}), Workload(job))
     assert torch.equal(torch.load(tmp_path / "v" / "final_params.pt"), reference.final_params)
 
     real = _torchrun(str(tiny_job), "--backend", "distributed", "--clock", "real", "--stragglers", "model",

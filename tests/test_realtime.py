@@ -9,11 +9,11 @@ import torch
 
 from autosync.catalog import make_policy
 from autosync.engine.clock import ReplayClock, ReplayMismatch
-from autosync.engine.drivers import PerWorkerDriver, ProcessDriver
+from autosync.engine.drivers import ProcessDriver
 from autosync.engine.realtime import RealTimeClock
 from autosync.engine.simulator import Simulator, simulate
 from autosync.workloads.workload import Workload
-from tests.conftest import autosync, no_traceback, small_job
+from tests.conftest import autosync, no_traceback, per_worker_run, small_job
 
 SCALE = 0.01  # real seconds per virtual second: a 0.5 s round trip of the model lasts 5 ms
 JOB = small_job(budget={"max_updates": 30})
@@ -39,13 +39,7 @@ def _real_time_run(job, name, params, workload, driver, inject=True):
 
 
 def _replay(job, name, params, workload, arrivals):
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the worker processes' setting
-    try:
-        return Simulator(job, make_policy(name, params), workload=workload, driver=PerWorkerDriver(workload, job.seed),
-                         clock=ReplayClock(arrivals)).run()
-    finally:
-        torch.set_num_threads(threads)
+    return per_worker_run(job, make_policy(name, params), workload, clock=ReplayClock(arrivals))
 
 
 @pytest.mark.parametrize("name,params,inject", [("backup", {"k": 3}, True), ("asp", {}, False),

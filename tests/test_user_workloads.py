@@ -12,12 +12,11 @@ import yaml
 from autosync import api
 from autosync.catalog import make_policy
 from autosync.engine import simulate
-from autosync.engine.drivers import PerWorkerDriver, ProcessDriver
-from autosync.engine.simulator import Simulator
+from autosync.engine.drivers import ProcessDriver
 from autosync.errors import JobFileError
 from autosync.job import job_from_dict, load_job
 from autosync.workloads.workload import Workload
-from tests.conftest import autosync, no_traceback
+from tests.conftest import autosync, no_traceback, per_worker_run
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -187,11 +186,10 @@ def test_same_seed_same_run_with_buffers_and_dropout_and_seeds_differ(user_dir):
 def test_worker_processes_give_the_in_process_run_bit_for_bit_with_buffers_and_dropout(user_dir, policy):
     job = _job(user_dir, "procs")
     workload = Workload(job)
+    reference = per_worker_run(job, make_policy(policy), workload)
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the worker processes' setting
+    torch.set_num_threads(1)
     try:
-        reference = Simulator(job, make_policy(policy), workload=workload,
-                              driver=PerWorkerDriver(workload, job.seed)).run()
         default = simulate(job, make_policy(policy), workload=workload)  # the default driver takes the same kernel
     finally:
         torch.set_num_threads(threads)
@@ -307,13 +305,6 @@ def test_torchrun_ranks_import_the_user_code_and_give_the_in_process_run_bit_for
                                "backup", "--param", "k=2", "--out", "v"],
                               cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert launched.returncode == 0, launched.stderr[-2000:]
-    workload = Workload(job)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the ranks' setting
-    try:
-        reference = Simulator(job, make_policy("backup", {"k": 2}), workload=workload,
-                              driver=PerWorkerDriver(workload, job.seed)).run()
-    finally:
-        torch.set_num_threads(threads)
+    reference = per_worker_run(job, make_policy("backup", {"k": 2}), Workload(job))
     assert torch.equal(torch.load(tmp_path / "v" / "final_params.pt"), reference.final_params)
     assert torch.equal(torch.load(tmp_path / "v" / "final_buffers.pt"), reference.final_buffers)
