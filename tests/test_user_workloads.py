@@ -308,3 +308,13 @@ def test_torchrun_ranks_import_the_user_code_and_give_the_in_process_run_bit_for
     reference = per_worker_run(job, make_policy("backup", {"k": 2}), Workload(job))
     assert torch.equal(torch.load(tmp_path / "v" / "final_params.pt"), reference.final_params)
     assert torch.equal(torch.load(tmp_path / "v" / "final_buffers.pt"), reference.final_buffers)
+
+
+def test_a_real_clock_run_with_buffers_and_dropout_reruns_bit_for_bit(user_dir):
+    _job(user_dir, "realclock")
+    run = autosync("run", "realclock.yaml", "--backend", "processes", "--clock", "real", "--policy", "asp",
+                   "--out", "real_run", cwd=user_dir)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert (user_dir / "real_run" / "final_buffers.pt").is_file()
+    again = autosync("rerun", "real_run", cwd=user_dir)
+    assert again.returncode == 0 and "bit-identical to the logged run" in again.stdout, again.stdout + again.stderr
