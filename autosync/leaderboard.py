@@ -130,6 +130,8 @@ def score(entries: list[Entry], baseline: str = "bsp") -> list[dict[str, Any]]:
             "early_mean_k": finite_mean(r.get("early_mean_k") for r in e.runs),
             "late_mean_k": finite_mean(r.get("late_mean_k") for r in e.runs),
             "time_weighted_k": finite_mean(r.get("time_weighted_k") for r in e.runs),
+            "mean_staleness": finite_mean(r.get("mean_staleness") for r in e.runs),
+            "batch_spread": finite_mean(r.get("batch_spread") for r in e.runs),
         })
     base = next((r for r in rows if r["spec"]["policy"] == baseline), None)
     for r in rows:

@@ -95,6 +95,8 @@ LEADERBOARD_COLUMNS = (  # without the speedup column, whose key names the basel
     ("early_mean_k", "early k", "{:.1f}"),
     ("late_mean_k", "late k", "{:.1f}"),
     ("time_weighted_k", "k (time)", "{:.1f}"),
+    ("mean_staleness", "stale", "{:.1f}"),
+    ("batch_spread", "batch max/min", "{:.1f}"),
 )
 LEADERBOARD_LEGEND = (
     "TTT s: time to target in virtual seconds, MLPerf's score (mean after dropping the fastest and slowest "
@@ -104,7 +106,9 @@ LEADERBOARD_LEGEND = (
     "updates per virtual second (hardware efficiency); samples/s: training samples applied per virtual "
     "second (Sync-Switch's throughput); early k and late k: gradients per update over the "
     "first and the second half of each run's virtual time, mean over seeds; k (time): gradients per update "
-    "weighted by the virtual time each update took (where a dynamic policy spends its time).")
+    "weighted by the virtual time each update took (where a dynamic policy spends its time); stale: updates "
+    "applied between a gradient's parameters and its own update, mean over applied gradients; batch max/min: "
+    "largest over smallest worker batch in the last update of several gradients (LB-BSP's balance).")
 
 
 def format_cell(value: Any, fmt: str) -> str:

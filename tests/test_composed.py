@@ -120,3 +120,12 @@ def test_a_when_clause_must_name_an_earlier_parameter(tmp_path):
                     "    barrier: {type: categorical, choices: [bsp, backup]}\n")
     with pytest.raises(Exception, match=r"policies.compose.k.when: must name parameters listed before k.*'barrier'"):
         load_space(path, 4)
+
+
+def test_a_run_reports_its_staleness_and_batch_spread_for_the_leaderboard():
+    bsp = simulate(JOB, make_policy("bsp")).metrics
+    assert bsp["mean_staleness"] == 0.0 and bsp["batch_spread"] == 1.0
+    ssp_dana = simulate(JOB, make_policy("compose", {"barrier": "ssp", "update": "dana_slim"})).metrics
+    assert ssp_dana["mean_staleness"] > 0.5 and ssp_dana["batch_spread"] is None  # one gradient per update
+    job = JOB.model_copy(update={"cluster": JOB.cluster.model_copy(update={"speed_factors": [1.0, 1.0, 1.0, 0.3]})})
+    assert simulate(job, make_policy("lbbsp")).metrics["batch_spread"] > 1.5

@@ -35,7 +35,23 @@ def run_metrics(trace: Trace, target: TargetSpec, virtual_time: float) -> dict[s
         "epochs": trace.column("updates", "epoch")[-1] if trace.updates else 0.0,
         **mean_k_per_half(trace, virtual_time),
         "time_weighted_k": time_weighted_k(trace),
+        "mean_staleness": mean_staleness(trace),
+        "batch_spread": batch_spread(trace),
     }
+
+
+def mean_staleness(trace: Trace) -> float | None:
+    """Updates applied between a gradient's parameters being sent and its own update, over every applied
+    gradient (0 under BSP; what DANA's look-ahead and SSP's bound act on)."""
+    lags = [s for row in trace.column("updates", "staleness") for s in row]
+    return sum(lags) / len(lags) if lags else None
+
+
+def batch_spread(trace: Trace) -> float | None:
+    """Largest over smallest per-worker batch in the run's last update of several gradients (1 for equal
+    batches; where LB-BSP settled)."""
+    groups = [sizes for sizes in trace.column("updates", "batch_sizes") if len(sizes) > 1]
+    return max(groups[-1]) / min(groups[-1]) if groups else None
 
 
 def time_weighted_k(trace: Trace) -> float | None:
