@@ -5,7 +5,12 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import re
 import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -133,3 +138,31 @@ def test_kendall_tau_and_the_cache_answering_with_the_real_winner():
     record = with_verification({"best_policy": fast, "best_value": 5.0, "trials": 3}, v)
     assert record["best_policy"] == slow and record["simulated_best_policy"] == fast and record["best_value"] == 8.0
     assert record["verified"]["real_winner"] == slow and "rows" not in record["verified"]
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "killed"])
+def test_an_interrupted_or_killed_real_backend_tune_leaves_no_process_and_no_shared_memory(tiny_job, tmp_path, stop):
+    from tests.test_processes import _worker_children
+
+    long_job = tmp_path / "long.yaml"
+    long_job.write_text(re.sub(r"max_virtual_seconds: \d+", "max_virtual_seconds: 100000", tiny_job.read_text()))
+    shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+    tune = subprocess.Popen([sys.executable, "-m", "autosync.cli", "tune", str(long_job), "--backend", "processes",
+                             "--n-trials", "4", "--storage", f"sqlite:///{tmp_path}/s.db"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline, children = time.monotonic() + 90, []
+    while time.monotonic() < deadline and len(children) < 2:
+        time.sleep(0.5)
+        children = _worker_children(tune.pid)
+    assert len(children) == 2, "the trial's worker processes did not start"
+    time.sleep(2.0)  # they are computing the BSP reference run's gradients
+    tune.send_signal(stop)
+    _, stderr = tune.communicate(timeout=60)
+    assert "Traceback" not in stderr, stderr[-3000:]
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and any(Path(f"/proc/{c}").exists() for c in children):
+        time.sleep(0.2)
+    assert not [c for c in children if Path(f"/proc/{c}").exists()]
+    left = {f for f in set(os.listdir("/dev/shm")) - shm_before if f.startswith(("torch_", "psm_"))} \
+        if os.path.isdir("/dev/shm") else set()
+    assert not left, left

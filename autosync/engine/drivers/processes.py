@@ -44,7 +44,18 @@ _STOP = None  # the notification that ends a worker process
 
 def _serve(job_json: dict[str, Any], params: torch.Tensor, grads: torch.Tensor, inbox: Connection,
            outbox: Connection, threads: int, device: str) -> None:
-    """A worker process: compute the gradient of every task notified on `inbox` into `grads`."""
+    """A worker process: compute the gradient of every task notified on `inbox` into `grads`.
+
+    It ends quietly when the server is gone (killed, or stopped by Ctrl-C): its pipes end, and it leaves.
+    """
+    try:
+        _compute_until_told(job_json, params, grads, inbox, outbox, threads, device)
+    except (BrokenPipeError, ConnectionResetError, EOFError, KeyboardInterrupt):
+        return
+
+
+def _compute_until_told(job_json: dict[str, Any], params: torch.Tensor, grads: torch.Tensor, inbox: Connection,
+                        outbox: Connection, threads: int, device: str) -> None:
     torch.set_num_threads(threads)
     from autosync.engine.drivers.perworker import slot_gradient, worker_gradient
     from autosync.workloads.workload import Workload
@@ -57,10 +68,7 @@ def _serve(job_json: dict[str, Any], params: torch.Tensor, grads: torch.Tensor, 
     settle()
     outbox.send(("ready", os.getpid(), None, None, None))
     while True:
-        try:
-            message = inbox.recv()
-        except (EOFError, KeyboardInterrupt):  # the server is gone, or Ctrl-C reached the whole group
-            return
+        message = inbox.recv()
         if message is _STOP:
             return
         worker, index, batch_size = message
