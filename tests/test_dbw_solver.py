@@ -5,8 +5,8 @@ to 1e-3 (relative to max |x|) from the optimum on pairs that carry only the 1e-3
 the size of the differences this suite must resolve.
 
 tests/data/dbw_eq17_instances.npz holds (weights, targets) that DBW really solved: the default job
-(`load_job(None)`) run with `DBW()`, captured from `IterationTimeEstimator.targets()` at its 1st, 5th,
-12th, 20th and 33rd solve (26 to 2,159 samples).
+(`load_job(None)`) run with `DBW()`, captured from `IterationTimeEstimator.targets()` at the 2nd, 6th,
+13th, 21st and 34th of its 34 solves (26 to 2,159 samples; the run used Clarabel, then the default).
 """
 
 from __future__ import annotations
