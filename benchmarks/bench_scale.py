@@ -7,8 +7,9 @@
     bookkeeping, not the model, is what grows; printed with the ratio to the smallest n and that ratio
     divided by n / n_min (<= 1: the per-update cost grows no faster than linearly in n). BSP and backup
     aggregate about n gradients per update, ASP one, so their per-update work is O(n) and O(1).
-    DBW is run up to --dbw-max-workers (default 128): above that its cvxpy solve of (17) dominates
-    (about n^3; the scale issue's structured solver is what would lift it).
+    DBW is run up to --dbw-max-workers (default 128): with cvxpy its solve of (17) dominated above that
+    (about n^3); DBW now solves (17) with the structured solver (benchmarks/bench_dbw_solver.py times
+    it alone), so a larger --dbw-max-workers is affordable.
 (2) Flatness: BSP at the smallest n over --long updates, wall time per update in each quarter of the
     run; a ratio of the last quarter to the first near 1 means no state grows with the run's length.
 Goals (the scale issue): per-update cost no faster than linear in n; a flat cost over 2,000 updates.

@@ -23,7 +23,7 @@ from typing import Any
 from autosync.policies._barriers import FastestK
 from autosync.policies._base import Arrival, Policy, ServerView, Strategies, UpdateStats
 from autosync.policies._dbw_gain import GainEstimator
-from autosync.policies._dbw_time import IterationTimeEstimator
+from autosync.policies._dbw_time import STRUCTURED, IterationTimeEstimator
 
 RATIO_TIE = 1e-4  # relative: G_k / T_k within this of the best counts as the best (solver noise is ~1e-6)
 
@@ -32,7 +32,7 @@ class DynamicK(FastestK):
     """FastestK whose k is re-chosen after every update by rule (19) (or k / T_k when blind)."""
 
     def __init__(self, window: int = 5, beta: float = 1.01, lr_rule: str = "fixed",
-                 blind: bool = False, solve_every: int = 10, solver: str = "CLARABEL", robust: bool = True):
+                 blind: bool = False, solve_every: int = 10, solver: str = STRUCTURED, robust: bool = True):
         super().__init__(k=None, lr_rule=lr_rule)
         self.robust = robust
         self.window = window

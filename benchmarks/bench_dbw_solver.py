@@ -1,0 +1,116 @@
+"""Milliseconds per re-solve of DBW's problem (17): the structured solver against cvxpy.
+
+    python benchmarks/bench_dbw_solver.py [--workers 16 64 128 256 512 1024] [--resolves 20]
+                                          [--warmup 40] [--cvxpy-max-workers 128] [--solver CLARABEL]
+
+Runs from any working directory (it puts the repository on the import path).
+
+The data are what DBW feeds `IterationTimeEstimator` (sec. 3.2): after each iteration every arrival of
+the n gradients of the version it published, late ones included, is a sample of T_{h,i} with h the k of
+the iteration before and i the arrival's rank; round trips are the DBW paper's shifted exponential
+0.3 + 0.7 Exp(1), and k walks near 0.6 n, so samples fill a few rows near the current k and every other
+pair keeps its 1e-3 prior weight. After --warmup iterations, each of --resolves iterations adds one
+iteration's samples and re-solves (solve_every = 1): the structured solver starts from the previous
+solve's multipliers (warm), cvxpy from its compiled problem (its first solve, the compile, is not timed).
+Both time `IterationTimeEstimator.solve()` end to end (targets from the samples, then the solve), on
+the same samples; the last column is the largest difference between their solutions relative to
+max |x| (cvxpy's default tolerances leave it around 1e-5 to 1e-3 on pairs that carry only the prior).
+
+Goals (issue 15): at most 5 ms per re-solve at n = 128 and 100 ms at n = 1024, so that DBW could
+re-solve every iteration. cvxpy (Clarabel) was 4.6 ms at n = 16, 114 ms at n = 64 and 1251 ms at
+n = 128, about n^3, and compiles for about 8 s at n = 128: it is run only up to --cvxpy-max-workers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+
+from autosync.policies._dbw_time import STRUCTURED, IterationTimeEstimator  # noqa: E402
+
+
+class Samples:
+    """DBW-like samples of (h, i, time) for n workers, one iteration at a time."""
+
+    def __init__(self, n: int, seed: int = 0, alpha: float = 0.7):
+        self.n = n
+        self.rng = np.random.default_rng(seed)
+        self.alpha = alpha
+        self.k = n  # k_0 = n: DBW waits for everyone before any estimate exists
+        self.center = max(1, round(0.6 * n))
+
+    def iteration(self) -> list[tuple[int, int, float]]:
+        """The samples one iteration adds: the n arrivals of the version published with k = self.k."""
+        times = np.sort((1 - self.alpha) + self.alpha * self.rng.exponential(size=self.n))
+        samples = [(self.k, i + 1, float(t)) for i, t in enumerate(times)]
+        drift = int(np.sign(self.center - self.k)) if abs(self.center - self.k) > 3 else 0
+        self.k = int(np.clip(self.k + drift + self.rng.integers(-2, 3), 1, self.n))
+        return samples
+
+
+def _feed(estimators: list[IterationTimeEstimator], samples: list[tuple[int, int, float]]) -> None:
+    for est in estimators:
+        for h, i, t in samples:
+            est.add(h, i, t)
+
+
+def measure(n: int, resolves: int, warmup: int, cvxpy_solver: str | None) -> dict[str, float]:
+    """Mean and max ms per re-solve of each solver at n, and the largest relative difference."""
+    source = Samples(n)
+    structured = IterationTimeEstimator(n, solver=STRUCTURED)
+    reference = IterationTimeEstimator(n, solver=cvxpy_solver) if cvxpy_solver else None
+    estimators = [e for e in (structured, reference) if e is not None]
+    for _ in range(warmup):
+        _feed(estimators, source.iteration())
+        structured.solve()  # the warm start follows every iteration, as with solve_every = 1
+    if reference is not None:
+        reference.solve()  # compile
+    times: dict[str, list[float]] = {"structured": [], "cvxpy": []}
+    difference = 0.0
+    for _ in range(resolves):
+        _feed(estimators, source.iteration())
+        start = time.perf_counter()
+        x = structured.solve()
+        times["structured"].append(time.perf_counter() - start)
+        if reference is not None:
+            start = time.perf_counter()
+            x_ref = reference.solve()
+            times["cvxpy"].append(time.perf_counter() - start)
+            difference = max(difference, float(np.abs(x - x_ref).max() / np.abs(x_ref).max()))
+    out = {"structured": 1e3 * statistics.fmean(times["structured"]),
+           "structured_max": 1e3 * max(times["structured"]), "fallbacks": structured.fallbacks}
+    if reference is not None:
+        out.update(cvxpy=1e3 * statistics.fmean(times["cvxpy"]), difference=difference)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, nargs="+", default=[16, 64, 128, 256, 512, 1024])
+    parser.add_argument("--resolves", type=int, default=20, help="timed re-solves per n")
+    parser.add_argument("--warmup", type=int, default=40, help="iterations of samples before timing")
+    parser.add_argument("--cvxpy-max-workers", type=int, default=128, help="largest n timed with cvxpy")
+    parser.add_argument("--solver", default="CLARABEL", help="the cvxpy solver of the reference")
+    args = parser.parse_args()
+    print(f"ms per re-solve of (17), warm, {args.resolves} re-solves after {args.warmup} iterations of samples")
+    print(f"{'n':>5} {'structured':>11} {'(max)':>8} {'cvxpy':>10} {'cvxpy/struct':>13} {'max rel diff':>13} "
+          f"{'fallbacks':>9}")
+    for n in args.workers:
+        solver = args.solver if n <= args.cvxpy_max_workers else None
+        r = measure(n, args.resolves, args.warmup, solver)
+        cvxpy = f"{r['cvxpy']:10.1f}" if solver else f"{'skipped':>10}"
+        ratio = f"{r['cvxpy'] / r['structured']:12.1f}x" if solver else f"{'-':>13}"
+        diff = f"{r['difference']:13.1e}" if solver else f"{'-':>13}"
+        print(f"{n:5d} {r['structured']:11.2f} {r['structured_max']:8.1f} {cvxpy} {ratio} {diff} "
+              f"{r['fallbacks']:9d}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

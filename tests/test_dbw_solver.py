@@ -1,0 +1,234 @@
+"""The structured solver of DBW's problem (17) (PAV + Dykstra, `_isotonic`) against cvxpy, the reference.
+
+The reference is cvxpy's Clarabel with tightened tolerances: at its defaults Clarabel stops about 1e-5
+to 1e-3 (relative to max |x|) from the optimum on pairs that carry only the 1e-3 prior weight, which is
+the size of the differences this suite must resolve.
+
+tests/data/dbw_eq17_instances.npz holds (weights, targets) that DBW really solved: the default job
+(`load_job(None)`) run with `DBW()`, captured from `IterationTimeEstimator.targets()` at the 2nd, 6th,
+13th, 21st and 34th of its 34 solves (26 to 2,159 samples; the run used Clarabel, then the default).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from autosync.policies._dbw_time import EMPTY_PAIR_WEIGHT, IterationTimeEstimator, _compiled_problem
+from autosync.policies._isotonic import Eq17Solver, _transposed, isotone_majorant, isotonic_rows, violation
+
+INSTANCES = Path(__file__).parent / "data" / "dbw_eq17_instances.npz"
+AGREE = 1e-4  # relative to max |x|
+
+
+def reference(weights: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    problem, x, w, b = _compiled_problem(targets.shape[0])
+    root = np.sqrt(weights)
+    w.value = root
+    b.value = root * targets
+    problem.solve(solver="CLARABEL", warm_start=False, tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12)
+    return np.asarray(x.value)
+
+
+def relative_difference(x: np.ndarray, ref: np.ndarray) -> float:
+    return float(np.abs(x - ref).max() / max(np.abs(ref).max(), 1e-12))
+
+
+def estimator_targets(counts: np.ndarray, means: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The (weights, targets) `IterationTimeEstimator` builds from per-pair counts and means."""
+    est = IterationTimeEstimator(counts.shape[0])
+    est.count, est.total = counts, counts * means
+    return est.targets()
+
+
+def noisy_means(rng: np.random.Generator, n: int) -> np.ndarray:
+    """Sample means noisy around a matrix that satisfies (17) (small or large noise)."""
+    k = np.arange(1, n + 1)
+    truth = np.log1p(k)[None, :] + 0.1 * (n - k[:, None]) / n
+    return truth + rng.normal(scale=rng.choice([0.05, 0.5]), size=(n, n))
+
+
+def dense_instance(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every pair sampled: random counts and means."""
+    return rng.integers(1, 30, size=(n, n)).astype(float), noisy_means(rng, n)
+
+
+def dbw_instance(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """DBW's pattern: the rows h that k_t visited (h = n always: k_0 = n) hold the first ranks, as many as
+    arrived before the version was dropped; every other pair has the prior (weight 1e-3, column means)."""
+    counts = np.zeros((n, n))
+    visited = rng.uniform(size=n) < rng.choice([0.1, 0.3, 0.7])
+    visited[-1] = True
+    for h in np.flatnonzero(visited):
+        ranks = n if h == n - 1 else int(rng.integers(1, n + 1))
+        counts[h, :ranks] = rng.integers(1, 30, size=ranks)
+    return estimator_targets(counts, noisy_means(rng, n))
+
+
+def scattered_instance(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Half the pairs sampled at random places, random targets on the others too: harder than DBW's data."""
+    counts = rng.integers(1, 30, size=(n, n)).astype(float)
+    return np.where(rng.uniform(size=(n, n)) < 0.5, EMPTY_PAIR_WEIGHT, counts), noisy_means(rng, n)
+
+
+def pav_reference(y: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Textbook sequential pool-adjacent-violators."""
+    values: list[float] = []
+    weights: list[float] = []
+    sizes: list[int] = []
+    for yi, wi in zip(y, w):
+        values.append(yi)
+        weights.append(wi)
+        sizes.append(1)
+        while len(values) > 1 and values[-2] >= values[-1]:
+            v, u, c = values.pop(), weights.pop(), sizes.pop()
+            values[-1] = (values[-1] * weights[-1] + v * u) / (weights[-1] + u)
+            weights[-1] += u
+            sizes[-1] += c
+    return np.repeat(values, sizes)
+
+
+def test_vectorised_pav_is_pav():
+    rng = np.random.default_rng(0)
+    for trial in range(200):
+        m, length = int(rng.integers(1, 5)), int(rng.integers(1, 30))
+        y = rng.normal(size=(m, length)) + rng.uniform(0, 1) * np.arange(length)
+        if trial % 3 == 0:
+            y = np.round(y)  # ties
+        w = np.where(rng.uniform(size=(m, length)) < 0.5, 1e-3, rng.integers(1, 30, size=(m, length)).astype(float))
+        fitted = isotonic_rows(y, w)
+        assert np.allclose(fitted, [pav_reference(a, b) for a, b in zip(y, w)], rtol=0, atol=1e-12)
+        assert (np.diff(fitted, axis=1) >= 0).all()
+
+
+def test_one_heavy_block_absorbs_a_long_light_run():
+    """The case one-pair-per-round pooling takes L rounds on: a heavy outlier before many light entries."""
+    y = np.linspace(1.0, 2.0, 500)
+    w = np.full(500, 1e-3)
+    y[3], w[3] = 50.0, 30.0
+    assert np.allclose(isotonic_rows(y[None], w[None])[0], pav_reference(y, w), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 8, 16, 32])
+def test_structured_solution_is_cvxpy_solution_on_random_instances(n):
+    rng = np.random.default_rng(n)
+    instances = [dense_instance(rng, n)] + [dbw_instance(rng, n) for _ in range(3)]
+    for weights, targets in instances:
+        result = Eq17Solver().solve(weights, targets)
+        assert result.converged
+        assert relative_difference(result.x, reference(weights, targets)) <= AGREE
+        assert violation(result.x) <= 1e-9
+
+
+def test_a_size_that_transposes_tile_by_tile():
+    """n = 64 takes the tiled transposition of the column step; one DBW instance against the reference."""
+    weights, targets = dbw_instance(np.random.default_rng(64), 64)
+    result = Eq17Solver().solve(weights, targets)
+    assert result.converged
+    assert relative_difference(result.x, reference(weights, targets)) <= AGREE
+    for n in (1, 5, 64, 96):
+        a = np.arange(n * n, dtype=float).reshape(n, n)
+        copy = _transposed(a)
+        assert np.array_equal(copy, a.T) and copy.flags.c_contiguous and not np.shares_memory(copy, a)
+
+
+@pytest.mark.parametrize("n", [2, 3, 8, 16, 32])
+def test_estimator_answer_is_cvxpy_answer_on_scattered_instances(n):
+    """Where Dykstra may crawl the estimator falls back to cvxpy: either way its answer is (17)'s optimum."""
+    weights, targets = scattered_instance(np.random.default_rng(100 + n), n)
+    est = IterationTimeEstimator(n)
+    est.targets = lambda: (weights, targets)  # type: ignore[method-assign]
+    est.add(1, 1, 1.0)  # any sample: solve() refuses an empty estimator
+    x = est.solve()
+    assert est.failures == 0
+    assert relative_difference(x, reference(weights, targets)) <= AGREE
+    assert violation(x) <= 1e-9
+
+
+def test_structured_solution_is_cvxpy_solution_on_instances_dbw_solved():
+    data = np.load(INSTANCES)
+    solver = Eq17Solver()  # warm-started from one instance to the next, as in a run
+    for weights, targets in zip(data["weights"], data["targets"]):
+        result = solver.solve(weights, targets)
+        assert result.converged
+        assert relative_difference(result.x, reference(weights, targets)) <= AGREE
+        assert violation(result.x) <= 1e-9
+
+
+def test_constraints_hold_exactly():
+    rng = np.random.default_rng(7)
+    for n in (2, 5, 16):
+        weights, targets = scattered_instance(rng, n)
+        x = Eq17Solver().solve(weights, targets).x
+        assert (x[:, 1:] >= x[:, :-1]).all() and (x[:-1, :] >= x[1:, :]).all()
+        assert (np.diff(np.diagonal(x)) >= 0).all()
+
+
+def test_warm_start_gives_the_cold_answer():
+    """A run's sequence of growing sample sets: each warm solve matches a solve from scratch."""
+    rng = np.random.default_rng(3)
+    n = 12
+    est = IterationTimeEstimator(n)
+    for _ in range(25):
+        h = int(rng.integers(max(1, n // 2 - 2), n // 2 + 3))
+        for i, t in enumerate(np.sort(0.3 + 0.7 * rng.exponential(size=n))):
+            est.add(h, i + 1, float(t))
+        warm = est.solve()
+        cold = Eq17Solver().solve(*est.targets())
+        assert cold.converged
+        assert relative_difference(warm, cold.x) <= 1e-6
+    assert est.fallbacks == 0 and est.failures == 0
+
+
+def test_estimator_uses_the_structured_solver_and_keeps_cvxpy_selectable():
+    data = np.load(INSTANCES)
+    weights, targets = data["weights"][2], data["targets"][2]
+    structured = IterationTimeEstimator(16)
+    assert structured.solver == "structured"
+    structured.targets = lambda: (weights, targets)  # type: ignore[method-assign]
+    cvxpy = IterationTimeEstimator(16, solver="CLARABEL")
+    cvxpy.targets = lambda: (weights, targets)  # type: ignore[method-assign]
+    for est in (structured, cvxpy):
+        est.add(1, 1, 1.0)  # any sample: solve() refuses an empty estimator
+    # Clarabel's default tolerances: agreement to its own accuracy, not the tight reference's.
+    assert relative_difference(structured.solve(), cvxpy.solve()) <= 1e-2
+    assert structured._structured is not None and cvxpy._structured is None
+
+
+def test_reaching_the_sweep_cap_falls_back_to_cvxpy_and_is_counted():
+    data = np.load(INSTANCES)
+    weights, targets = data["weights"][-1], data["targets"][-1]
+    est = IterationTimeEstimator(16)
+    est._structured = Eq17Solver(max_sweeps=1)
+    est.targets = lambda: (weights, targets)  # type: ignore[method-assign]
+    est.add(1, 1, 1.0)
+    x = est.solve()
+    assert est.fallbacks == 1 and est.failures == 0
+    assert relative_difference(x, reference(weights, targets)) <= AGREE  # the fallback's tightened Clarabel
+
+
+def test_isotone_majorant_is_the_least_feasible_point_above():
+    x = np.array([[1.0, 0.5, 2.0], [1.5, 1.0, 0.0], [0.0, 3.0, 1.0]])
+    u = isotone_majorant(x)
+    assert violation(u) == 0.0 and (u >= x).all()
+    feasible = np.array([[1.0, 2.0, 3.0], [0.5, 1.5, 2.5], [0.0, 1.0, 2.0]])
+    assert isotone_majorant(feasible) is feasible
+
+
+@pytest.mark.parametrize("weights,targets,message", [
+    (np.ones((2, 3)), np.ones((2, 3)), "n x n"),
+    (np.ones((2, 2)), np.ones((3, 3)), "n x n"),
+    (np.array([[1.0, 0.0], [1.0, 1.0]]), np.ones((2, 2)), "weights must be finite and > 0"),
+    (np.ones((2, 2)), np.array([[1.0, np.nan], [1.0, 1.0]]), "targets must be finite"),
+])
+def test_bad_inputs_are_refused_with_the_rule(weights, targets, message):
+    with pytest.raises(ValueError, match=message):
+        Eq17Solver().solve(weights, targets)
+
+
+@pytest.mark.parametrize("kwargs,message", [({"tol": 0.0}, "tol must be > 0"), ({"max_sweeps": 0}, "max_sweeps")])
+def test_bad_settings_are_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        Eq17Solver(**kwargs)
