@@ -18,7 +18,7 @@ from tests.conftest import autosync, no_traceback, per_worker_run, small_job
 
 JOB = small_job(budget={"max_updates": 40})
 SEEDS = [("bsp", {}), ("asp", {}), ("ssp", {"staleness": 1}), ("backup", {"k": 3}),
-         ("backup", {"k": 2, "lr_rule": "proportional"}), ("dbw", {}), ("bdbw", {}), ("lbbsp", {}),
+         ("backup", {"k": 2, "lr_rule": "proportional"}), ("dbw", {}), ("dbw", {"window": 5}), ("bdbw", {}), ("lbbsp", {}),
          ("lbbsp", {"mode": "cpu"}), ("sync_switch", {"switch_at": 0.3}), ("sync_switch", {"stragglers": "elastic"}),
          ("sync_switch", {"stragglers": "greedy", "config": "none"}), ("nag_asgd", {}), ("multi_asgd", {}),
          ("lwp", {}), ("dc_asgd", {"dc_lambda": 1.0}), ("dana_zero", {}), ("dana_slim", {}), ("dana_dc", {})]
@@ -39,7 +39,7 @@ def test_every_named_policy_but_the_static_split_has_its_composition():
     missing = [name for name, cls in POLICIES.items() if name not in ("split", "compose")
                and composition_of(cls()) is None]
     assert missing == []
-    assert composition_of(make_policy("dbw", {"window": 5})) is None  # a non-default estimator is no preset
+    assert composition_of(make_policy("dbw", {"beta": 1.5})) is None  # a non-default estimator is no preset
 
 
 @pytest.mark.parametrize("slots, rule", [
@@ -107,9 +107,19 @@ def test_the_composed_space_samples_only_allowed_compositions_and_counts_its_poi
         study.tell(trial, 1.0)
     assert {s[0] for s in seen} == {"bsp", "backup", "dbw", "bdbw", "ssp", "asp"}
     assert any(s[2] != "sgd" and s[3] != "none" for s in seen)  # DANA in Sync-Switch's ASP phase
-    # bsp: (none: 2 batches + 2 schedules x 33 switch points x 2 batches x 5 updates) + backup 8 x 2 + dbw + bdbw
-    # + ssp 9 x 5 + asp 5
-    assert space.size() == (2 + 2 * 33 * 2 * 5) + 16 + 1 + 1 + 45 + 5
+    assert space.size() is None  # dana_dc's lambda is continuous, as in the policy space
+
+
+def test_a_conditional_discrete_space_counts_only_the_points_its_conditions_allow(tmp_path):
+    path = tmp_path / "small.yaml"
+    path.write_text("policies:\n  compose:\n    barrier: {type: categorical, choices: [bsp, backup, ssp]}\n"
+                    "    k: {type: int, low: 1, high: n_workers, when: {barrier: [backup]}}\n"
+                    "    staleness: {type: int, low: 0, high: 2, when: {barrier: [ssp]}}\n"
+                    "    update: {type: categorical, choices: [sgd, dana_slim], when: [{barrier: [ssp]}, {k: [1]}]}\n")
+    space = load_space(path, 4)
+    # bsp 1; backup: k = 1 with 2 updates, k = 2..4 with none (3); ssp: 3 staleness x 2 updates
+    assert space.size() == 1 + (2 + 3) + 6
+    space = load_space(resolve_space_path("composed", "static_k"), 8)
     assert space.trial_params({"policy": "compose", "params": {"barrier": "bsp"}}) == {
         "compose.barrier": "bsp", "compose.schedule": "none", "compose.batch": "equal"}
 

@@ -95,7 +95,7 @@ PARAMETER_CASES: dict[str, dict[str, tuple]] = {
                     "stragglers": ("greedy", "ignore"), "window_seconds": (2.0, 0.0), "consecutive": (3, 0)},
     "compose": {"barrier": ("asp", "nope"), "batch": ("lbbsp", "tiny", {"barrier": "bsp"}),
                 "update": ("dana_zero", "adam"), "schedule": ("elastic", "sometimes", {}),
-                "k": (2, 0, {"barrier": "backup"}), "lr_rule": ("proportional", "sometimes", {"barrier": "dbw"}),
+                "k": (2, 0, {"barrier": "backup"}), "lr_rule": ("proportional", "sometimes", {"barrier": "dbw"}), "window": (3, 0, {"barrier": "dbw"}),
                 "staleness": (1, -1), "mode": ("gpu", "tpu", {"batch": "lbbsp"}),
                 "horizon": (2.0, -1.0, {"barrier": "asp", "update": "lwp"}),
                 "dc_lambda": (1.0, -1.0, {"barrier": "asp", "update": "dc_asgd"}),

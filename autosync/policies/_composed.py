@@ -6,7 +6,7 @@
     compose(barrier=bsp, batch=lbbsp, schedule=elastic)        # LB-BSP batches under Sync-Switch's elastic BSP
 
 Slots and their choices:
-- barrier: bsp, backup (k, lr_rule), dbw (lr_rule), bdbw (lr_rule), ssp (staleness), asp;
+- barrier: bsp, backup (k, lr_rule), dbw (window, lr_rule), bdbw (lr_rule), ssp (staleness), asp;
 - batch: equal, lbbsp (mode: gpu | cpu | auto), with LB-BSP's batch-weighted aggregation (eq. 7);
 - update: sgd (the job's optimizer: momentum or Nesterov), nag_asgd, multi_asgd, lwp (horizon), dc_asgd
   (dc_lambda), dana_zero, dana_slim, dana_dc (dc_lambda);
@@ -39,6 +39,7 @@ PARAMETER_OWNERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "k": ("barrier", ("backup",)),
     "staleness": ("barrier", ("ssp",)),
     "lr_rule": ("barrier", ("backup", "dbw", "bdbw")),
+    "window": ("barrier", ("dbw",)),
     "mode": ("batch", ("lbbsp",)),
     "horizon": ("update", ("lwp",)),
     "dc_lambda": ("update", ("dc_asgd", "dana_dc")),
@@ -59,6 +60,7 @@ class Composed(Policy):
         schedule: none, or Sync-Switch's BSP-then-ASP switch (sync_switch), with its greedy or elastic
             straggler policy.
         k, lr_rule: backup's k; the learning-rate rule of backup, dbw and bdbw.
+        window: dbw's estimator window D.
         staleness: ssp's bound.
         mode: lbbsp's algorithm (gpu, cpu, auto).
         horizon, dc_lambda: lwp's look-ahead horizon; dc_asgd's and dana_dc's delay compensation.
@@ -70,7 +72,7 @@ class Composed(Policy):
     label_params = ("barrier",)  # 'compose(update=dana_slim)' would hide that the barrier is bsp
 
     def __init__(self, barrier: str = "bsp", batch: str = "equal", update: str = "sgd", schedule: str = "none",
-                 k: int = 12, lr_rule: str = "fixed", staleness: int = 3, mode: str = "auto",
+                 k: int = 12, lr_rule: str = "fixed", window: int = 20, staleness: int = 3, mode: str = "auto",
                  horizon: float | None = None, dc_lambda: float = 2.0, switch_at: float = 0.25,
                  config: str = "sync_switch") -> None:
         self.barrier = barrier
@@ -79,6 +81,7 @@ class Composed(Policy):
         self.schedule = schedule
         self.k = k
         self.lr_rule = lr_rule
+        self.window = window
         self.staleness = staleness
         self.mode = mode
         self.horizon = horizon
@@ -108,7 +111,8 @@ class Composed(Policy):
     def _barrier_policy(self) -> Policy:
         """The seed policy that owns the barrier slot's strategy."""
         makers = {"bsp": BSP, "asp": ASP, "backup": lambda: BackupWorkers(k=self.k, lr_rule=self.lr_rule),
-                  "dbw": lambda: DBW(lr_rule=self.lr_rule), "bdbw": lambda: BlindDBW(lr_rule=self.lr_rule),
+                  "dbw": lambda: DBW(window=self.window, lr_rule=self.lr_rule),
+                  "bdbw": lambda: BlindDBW(lr_rule=self.lr_rule),
                   "ssp": lambda: SSP(staleness=self.staleness)}
         return makers[self.barrier]()
 
@@ -196,8 +200,9 @@ def composition_of(policy: Policy) -> dict[str, Any] | None:
     if policy.name == "ssp":
         return {"barrier": "ssp", "staleness": params["staleness"]}
     if policy.name == "dbw":
-        rest = {k: v for k, v in params.items() if k != "lr_rule"}
-        return {"barrier": "dbw", "lr_rule": params["lr_rule"]} if rest == _dbw_defaults() else None
+        rest = {k: v for k, v in params.items() if k not in ("lr_rule", "window")}
+        slots = {"barrier": "dbw", "lr_rule": params["lr_rule"], "window": params["window"]}
+        return slots if rest == _dbw_defaults() else None
     if policy.name == "lwp":
         return {"barrier": "asp", "update": "lwp", "horizon": params["horizon"]}
     if policy.name in ("dc_asgd", "dana_dc"):
@@ -216,7 +221,7 @@ def composition_of(policy: Policy) -> dict[str, Any] | None:
 
 
 def _dbw_defaults() -> dict[str, Any]:
-    return {k: v for k, v in DBW().params().items() if k != "lr_rule"}
+    return {k: v for k, v in DBW().params().items() if k not in ("lr_rule", "window")}
 
 
 def _lbbsp_defaults() -> dict[str, Any]:

@@ -118,16 +118,18 @@ def _holds(dim: Dimension, params: dict[str, Any]) -> bool:
 
 
 def _points(dims: list[tuple[str, Dimension]], chosen: dict[str, Any]) -> int:
-    """Points of a family's discrete dimensions (in file order), given the values `chosen` so far."""
+    """Points of a family's discrete dimensions (in file order), given the values `chosen` so far: a
+    dimension a later condition reads is counted value by value, any other by its number of values."""
     if not dims:
         return 1
     (name, dim), rest = dims[0], dims[1:]
     if not _holds(dim, chosen):
         return _points(rest, chosen)
-    if dim.type == "categorical":
-        return sum(_points(rest, {**chosen, name: c}) for c in dim.choices)
-    count = int(round((dim.high - dim.low) / (dim.step or 1))) + 1
-    return count * _points(rest, chosen)
+    values = dim.choices if dim.type == "categorical" else [
+        dim.low + i * (dim.step or 1) for i in range(int(round((dim.high - dim.low) / (dim.step or 1))) + 1)]
+    if any(name in clause for _, later in rest for clause in (later.when or [])):
+        return sum(_points(rest, {**chosen, name: v}) for v in values)
+    return len(values) * _points(rest, chosen)
 
 
 def resolve_space_path(text: str | Path | None, default: str) -> Path:
