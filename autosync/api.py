@@ -163,7 +163,7 @@ def tune(job: JobSpec, space: str | Path = "static_k", *, n_trials: int = 20, ti
         settings=ObjectiveSettings(repeats=repeats, tolerance=tolerance, multi_objective=objective != "time",
                                    backend=None if verify_top else real),  # verify_top: search simulated
         verify_top=verify_top, verify_backend=real if verify_top else None)
-    _quiet_optuna()
+    quiet_optuna()
     if on_start is not None:
         on_start(request.storage)
     return run_tune(request, on_trial=on_trial)
@@ -214,8 +214,9 @@ def leaderboard(job: JobSpec, policies: Sequence[str | dict[str, Any]] = (), *, 
     return Leaderboard(job, seed_list, score(entries), entries)
 
 
-def _quiet_optuna() -> None:
-    """Optuna logs only errors and no experimental-feature warnings: autosync reports trials itself."""
+def quiet_optuna() -> None:
+    """Optuna logs only errors and no experimental-feature warnings: autosync reports trials itself (the
+    command line uses this too)."""
     import warnings
 
     import optuna

@@ -237,7 +237,7 @@ def _run_setup(job: Optional[Path], seed: Optional[int], policy: str, param: lis
     spec = api.load_job(job, overrides={"seed": seed} if seed is not None else None)
     params = dict(parse_param(p) for p in param)
     if policy == "tuned":
-        api._quiet_optuna()
+        _quiet_optuna()
         pol = api.tuned_policy(spec, storage, params)
         status.print(f"tuned policy from the cache: {pol!r}")
     else:
@@ -719,13 +719,10 @@ def _fmt(x: Any, digits: int = 4) -> str:
 
 
 def _quiet_optuna() -> None:
-    """Optuna logs only errors and no experimental-feature warnings: autosync reports trials itself."""
-    import warnings
+    """Optuna logs only errors (the API's setting: autosync reports trials itself)."""
+    from autosync.api import quiet_optuna
 
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.ERROR)
-    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    quiet_optuna()
 
 
 class _progress:

@@ -15,6 +15,7 @@ import torch
 from torch.func import grad, vmap
 
 from autosync.errors import JobFileError
+from autosync.workloads.user_code import _one_line
 
 if TYPE_CHECKING:
     from autosync.workloads.workload import Workload
@@ -44,7 +45,7 @@ def check_user_workload(workload: "Workload", source: str) -> None:
         out, after = forward(0)
     except Exception as exc:
         raise fail(model_label, f"fails on a batch of the dataset's inputs of shape {tuple(x.shape)}: "
-                                f"{type(exc).__name__}: {_line(exc)}") from None
+                                f"{type(exc).__name__}: {_one_line(exc)}") from None
     if not isinstance(out, torch.Tensor):
         raise fail(model_label, f"must return a tensor of outputs, but returned a {type(out).__name__}")
     _check_outputs(workload, out, y, model_label, fail)
@@ -62,7 +63,7 @@ def check_user_workload(workload: "Workload", source: str) -> None:
             loss, _ = workload.train_loss(params, x, y)
     except Exception as exc:
         raise fail(loss_field, f"{workload.loss.name!r} fails on the model's outputs: {type(exc).__name__}: "
-                               f"{_line(exc)}") from None
+                               f"{_one_line(exc)}") from None
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or loss.ndim > 1:
         shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__
         raise fail(loss_field, f"{workload.loss.name!r} must return a scalar (the batch's mean loss), but "
@@ -70,7 +71,7 @@ def check_user_workload(workload: "Workload", source: str) -> None:
     try:
         (g,) = torch.autograd.grad(loss.reshape(()), params)
     except RuntimeError as exc:
-        raise fail(loss_field, f"the loss does not reach the model's parameters: {_line(exc)}") from None
+        raise fail(loss_field, f"the loss does not reach the model's parameters: {_one_line(exc)}") from None
     if not bool(torch.isfinite(g).all()) or not bool(torch.isfinite(loss)):
         raise fail(loss_field, "the loss or its gradient is not finite at the initial parameters")
     if workload.fast_path:
@@ -111,8 +112,3 @@ def _vmaps(workload: "Workload", x: torch.Tensor, y: torch.Tensor) -> bool:
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and bool(torch.equal(a, b))
-
-
-def _line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

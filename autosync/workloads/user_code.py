@@ -62,5 +62,6 @@ def call_factory(path: str, kwargs: dict[str, Any], offered: dict[str, Any], fie
 
 
 def _one_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its type's name when it has none), for one-line errors."""
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
