@@ -28,19 +28,9 @@ from autosync.catalog import make_policy
 from autosync.engine.drivers import PerWorkerDriver, ProcessDriver
 from autosync.engine.realtime import RealTimeClock
 from autosync.engine.simulator import Simulator
-from autosync.job import job_from_dict
 from autosync.workloads.workload import Workload
 
-
-def resnet18_job(updates: int, batch_size: int, workers: int) -> object:
-    return job_from_dict({
-        "name": "resnet18-synthetic",
-        "workload": {"dataset": {"name": "synthetic_images", "n_samples": 10000, "image_shape": [3, 32, 32]},
-                     "model": {"name": "resnet18"}, "batch_size": batch_size, "optimizer": {"lr": 0.05},
-                     "evaluation": {"every_seconds": 1e9, "max_samples": 512}},
-        "cluster": {"n_workers": workers},
-        "budget": {"max_updates": updates},
-    }, "bench_gpu")
+from _floors import resnet18_job
 
 
 class Utilisation:

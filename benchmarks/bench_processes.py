@@ -27,15 +27,7 @@ from autosync.engine.simulator import Simulator
 from autosync.job import load_job
 from autosync.workloads.workload import Workload
 
-
-def copy_bandwidth() -> float:
-    """Bytes per second of a large in-memory copy (read + write counted)."""
-    src, dst = torch.ones(64 * 2**20 // 4), torch.empty(64 * 2**20 // 4)
-    dst.copy_(src)
-    start = time.perf_counter()
-    for _ in range(10):
-        dst.copy_(src)
-    return 10 * 2 * src.numel() * 4 / (time.perf_counter() - start)
+from _floors import copy_bandwidth
 
 
 def timed_run(job, policy, workload, driver=None, clock=None) -> tuple[float, int]:

@@ -30,6 +30,8 @@ from autosync.workloads.datasets import Dataset, load_dataset
 from autosync.workloads.losses import build_loss
 from autosync.workloads.models import build_model
 
+Params = "torch.Tensor | dict[str, torch.Tensor]"  # flat parameters, or by name (`Workload.leaves`)
+
 
 class Workload:
     """Everything needed to compute a loss and its gradient from a flat parameter vector."""
@@ -102,11 +104,29 @@ class Workload:
         return self._init_buffers.clone() if self.n_buffer_values else None
 
     def unflatten(self, theta: torch.Tensor) -> dict[str, torch.Tensor]:
-        out, offset = {}, 0
+        """The parameters by name, as views of theta (`theta` [dim] or a batch of them, [W, dim])."""
+        out, offset, lead = {}, 0, theta.shape[:-1]
         for name, shape, n in zip(self.names, self.shapes, self.numels):
-            out[name] = theta[offset: offset + n].view(shape)
+            out[name] = theta[..., offset: offset + n].view(*lead, *shape)
             offset += n
         return out
+
+    def leaves(self, theta: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The parameters by name as leaf tensors that require grad, each a view of theta's storage (no copy).
+
+        Gradients are taken with respect to these and joined by `flat_gradient`, not with respect to theta:
+        autograd's backward of each view of theta allocates and adds a zero vector of theta's whole size, so
+        a gradient with respect to theta costs one pass over theta per parameter tensor (for ResNet-18 on
+        the CPU, 62 passes over 45 MB: 95% of its gradient's time).
+        """
+        return {name: v.detach().requires_grad_(True) for name, v in self.unflatten(theta.detach()).items()}
+
+    @staticmethod
+    def flat_gradient(loss: torch.Tensor, leaves: dict[str, torch.Tensor]) -> torch.Tensor:
+        """d loss / d theta as one flat vector, from the `leaves` loss was computed on (an unused parameter's
+        gradient is zero)."""
+        grads = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True, materialize_grads=True)
+        return torch.cat([g.reshape(-1) for g in grads])
 
     def unflatten_buffers(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
         """Buffers by name, each its own tensor in its own dtype (BatchNorm's backward keeps the running
@@ -125,18 +145,23 @@ class Workload:
             offset += n
 
     # ------------------------------------------------------------------ losses
-    def per_sample_loss(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Loss of every sample of (x, y) under parameters theta (no reduction; fast-path workloads only)."""
-        out = functional_call(self.model, self.unflatten(theta), (x,))
+    def _values(self, theta: Params) -> dict[str, torch.Tensor]:
+        return theta if isinstance(theta, dict) else self.unflatten(theta)
+
+    def per_sample_loss(self, theta: Params, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Loss of every sample of (x, y) under parameters theta, flat or by name (no reduction; fast-path
+        workloads only)."""
+        out = functional_call(self.model, self._values(theta), (x,))
         return self.loss.per_sample(out, y)
 
-    def forward(self, theta: torch.Tensor, x: torch.Tensor,
+    def forward(self, theta: Params, x: torch.Tensor,
                 buffers: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The model's outputs on x in training mode, and its buffers after the pass (None without buffers).
 
-        `buffers` (the initial ones when None) is not modified: the pass runs on a copy, which it returns.
+        `theta`: the flat parameters or the parameters by name (`leaves`). `buffers` (the initial ones when
+        None) is not modified: the pass runs on a copy, which it returns.
         """
-        values = self.unflatten(theta)
+        values = self._values(theta)
         if not self.n_buffer_values:
             return functional_call(self.model, values, (x,)), None
         after = torch.empty_like(self._init_buffers)
@@ -145,7 +170,7 @@ class Workload:
         self._write_back(named, after)
         return out, after
 
-    def train_loss(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
+    def train_loss(self, theta: Params, x: torch.Tensor, y: torch.Tensor,
                    buffers: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The mean training loss of a batch, and the buffers after the forward pass (see `forward`)."""
         out, after = self.forward(theta, x, buffers)

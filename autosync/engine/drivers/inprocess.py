@@ -32,8 +32,8 @@ class InProcessDriver:
         self.fuses_workers = workload.fast_path  # `aggregate` may fuse workers that share one parameter version
         self._grad_fn = grad(self._mean_loss, has_aux=True)
 
-    def _mean_loss(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor):
-        loss = self.workload.per_sample_loss(theta, x, y).mean()
+    def _mean_loss(self, params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor):
+        loss = self.workload.per_sample_loss(params, x, y).mean()
         return loss, loss
 
     def batch_of(self, task: Task) -> torch.Tensor:
@@ -50,9 +50,9 @@ class InProcessDriver:
         sample_weight = torch.repeat_interleave(
             torch.tensor([w / b for w, b in zip(weights, sizes)], dtype=torch.float32),
             torch.tensor(sizes)).to(index.device)
-        theta = tasks[0].params.detach().requires_grad_(True)
-        losses = self.workload.per_sample_loss(theta, data.x_train[index], data.y_train[index])
-        (g,) = torch.autograd.grad((losses * sample_weight).sum(), theta)
+        params = self.workload.leaves(tasks[0].params)
+        losses = self.workload.per_sample_loss(params, data.x_train[index], data.y_train[index])
+        g = self.workload.flat_gradient((losses * sample_weight).sum(), params)
         per_task = [float(seg.mean()) for seg in losses.detach().split(sizes)]
         return g, per_task
 
@@ -74,10 +74,9 @@ class InProcessDriver:
             index = torch.stack([self.batch_of(t) for t in group])
             x, y = data.x_train[index], data.y_train[index]
             first = group[0].params
-            if all(t.params is first for t in group):
-                grads, losses = vmap(self._grad_fn, in_dims=(None, 0, 0))(first, x, y)
-            else:
-                thetas = torch.stack([t.params for t in group])
-                grads, losses = vmap(self._grad_fn, in_dims=(0, 0, 0))(thetas, x, y)
+            shared = all(t.params is first for t in group)  # by parameter tensor: no view of theta differentiated
+            params = self.workload.unflatten(first if shared else torch.stack([t.params for t in group]))
+            by_name, losses = vmap(self._grad_fn, in_dims=(None if shared else 0, 0, 0))(params, x, y)
+            grads = torch.cat([g.reshape(len(group), -1) for g in by_name.values()], dim=1)
             for t, g, l in zip(group, grads, losses.tolist()):
                 t.gradient, t.loss = g, l

@@ -25,10 +25,10 @@ def worker_gradient(workload: Workload, seed: int, theta: torch.Tensor, worker: 
     its forward pass made to the model's `buffers` (None for a model without buffers)."""
     batch = workload.batch_index(seed, worker, index, batch_size)
     data = workload.data
-    theta = theta.detach().requires_grad_(True)
+    params = workload.leaves(theta)
     with workload.task_randomness(seed, worker, index):
-        loss, after = workload.train_loss(theta, data.x_train[batch], data.y_train[batch], buffers)
-    (g,) = torch.autograd.grad(loss, theta)
+        loss, after = workload.train_loss(params, data.x_train[batch], data.y_train[batch], buffers)
+    g = workload.flat_gradient(loss, params)
     delta = None if after is None else after - (buffers if buffers is not None else workload.init_buffers())
     return g, float(loss.detach()), delta
 
