@@ -57,13 +57,15 @@ def pipe_round_trip(rounds: int = 2000) -> float:
         proc.join(timeout=5.0)
 
 
-def resnet18_job(updates: int, batch_size: int, workers: int, name: str = "resnet18-synthetic") -> JobSpec:
-    """ResNet-18 (torchvision's, 11.2 M parameters) on 3x32x32 synthetic images, 10 classes."""
+def resnet18_job(updates: int, batch_size: int, workers: int, eval_samples: int = 512,
+                 name: str = "resnet18-synthetic") -> JobSpec:
+    """ResNet-18 (torchvision's, 11.2 M parameters) on 3x32x32 synthetic images, 10 classes; evaluated once,
+    at the end, on `eval_samples` samples."""
     return job_from_dict({
         "name": name,
         "workload": {"dataset": {"name": "synthetic_images", "n_samples": 10000, "image_shape": [3, 32, 32]},
                      "model": {"name": "resnet18"}, "batch_size": batch_size, "optimizer": {"lr": 0.05},
-                     "evaluation": {"every_seconds": 1e9, "max_samples": 512}},
+                     "evaluation": {"every_seconds": 1e9, "max_samples": eval_samples}},
         "cluster": {"n_workers": workers},
         "budget": {"max_updates": updates},
     }, name)

@@ -1,16 +1,13 @@
-"""The processes backend on the CPU: the server's own cost per update, and throughput against the simulator.
+"""The processes backend on the CPU: throughput against the simulator, and the real-time clock.
 
     python benchmarks/bench_processes.py [--updates 200] [--processes 2]
 
 On the default job (digits CNN, 16 workers) with BSP and ASP:
-(1) server overhead per update (wall time not spent waiting for the worker processes: slot copies,
-    notifications, aggregation, the update rule, policy hooks, evaluation) against the memory-bandwidth
-    floor of applying one gradient of the model's size, 12 bytes per parameter (read parameter and
-    gradient, write parameter) at the copy bandwidth measured in the same run;
-(2) updates per second of the processes backend against the in-process simulator (fused driver) and
+(1) updates per second of the processes backend against the in-process simulator (fused driver) and
     against the in-process per-worker kernel the processes run, on the same job;
-(3) the same with the real-time clock (`--clock real --stragglers machine`: tasks go out at once and
+(2) the same with the real-time clock (`--clock real --stragglers machine`: tasks go out at once and
     arrive in the order the processes answer), against the virtual clock on the same processes.
+The backend's own cost per update against its latency and bandwidth floors is bench_transport.py's.
 """
 
 from __future__ import annotations
@@ -27,8 +24,6 @@ from autosync.engine.simulator import Simulator
 from autosync.job import load_job
 from autosync.workloads.workload import Workload
 
-from _floors import copy_bandwidth
-
 
 def timed_run(job, policy, workload, driver=None, clock=None) -> tuple[float, int]:
     start = time.perf_counter()
@@ -44,8 +39,6 @@ def main() -> None:
     job = load_job(None, overrides={"budget": {"max_updates": args.updates, "max_virtual_seconds": None},
                                     "workload": {"evaluation": {"every_seconds": 1e9}}})  # only the final one
     workload = Workload(job)
-    floor = 12 * workload.dim / copy_bandwidth()
-    print(f"model: {workload.dim} parameters; bandwidth floor of one SGD update {1e6 * floor:.1f} us")
     warm_up = job.model_copy(update={"budget": job.budget.model_copy(update={"max_updates": 20})})
     for policy in ("bsp", "asp"):  # torch.func's first use imports for ~2 s: keep it out of the timings
         timed_run(warm_up, policy, workload)
@@ -57,13 +50,10 @@ def main() -> None:
             torch.set_num_threads(1)
             per_worker_s, _ = timed_run(job, policy, workload, PerWorkerDriver(workload, job.seed))
             torch.set_num_threads(torch_threads)
-            driver.wait_seconds = 0.0
             proc_s, m = timed_run(job, policy, workload, driver)
-            overhead = (proc_s - driver.wait_seconds) / m
             print(f"{policy}: processes ({args.processes}) {m / proc_s:.1f} updates/s = {fused_s / proc_s:.2f}x the "
                   f"fused simulator ({n / fused_s:.1f}/s) and {per_worker_s / proc_s:.2f}x the per-worker kernel in "
-                  f"one process ({n / per_worker_s:.1f}/s); server overhead {1e3 * overhead:.2f} ms per update "
-                  f"= {overhead / floor:.0f}x the bandwidth floor")
+                  f"one process ({n / per_worker_s:.1f}/s)")
             real_s, r = timed_run(job, policy, workload, driver, RealTimeClock(driver, inject_stragglers=False))
             print(f"{policy}: real-time clock {r / real_s:.1f} updates/s = {(r / real_s) / (m / proc_s):.2f}x the "
                   f"virtual clock on the same {args.processes} processes")

@@ -122,11 +122,12 @@ class Workload:
         return {name: v.detach().requires_grad_(True) for name, v in self.unflatten(theta.detach()).items()}
 
     @staticmethod
-    def flat_gradient(loss: torch.Tensor, leaves: dict[str, torch.Tensor]) -> torch.Tensor:
+    def flat_gradient(loss: torch.Tensor, leaves: dict[str, torch.Tensor],
+                      out: torch.Tensor | None = None) -> torch.Tensor:
         """d loss / d theta as one flat vector, from the `leaves` loss was computed on (an unused parameter's
-        gradient is zero)."""
+        gradient is zero); written into `out` when given (a transport slot: no new memory)."""
         grads = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True, materialize_grads=True)
-        return torch.cat([g.reshape(-1) for g in grads])
+        return torch.cat([g.reshape(-1) for g in grads], out=out)
 
     def unflatten_buffers(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
         """Buffers by name, each its own tensor in its own dtype (BatchNorm's backward keeps the running

@@ -97,6 +97,7 @@ def serve_rank(job_json: dict[str, Any], device: str = "cpu", threads: int = 1) 
     workload = Workload(job, device=device)
     header = torch.zeros(3, dtype=torch.int64)
     params = torch.zeros(workload.slot_dim)
+    gradient = torch.zeros(workload.slot_dim, device=workload.device)  # each answer is written here
     dist.barrier()  # ready: the server starts sending
     try:
         while True:
@@ -107,11 +108,11 @@ def serve_rank(job_json: dict[str, Any], device: str = "cpu", threads: int = 1) 
                 dist.send(goodbye, dst=0, tag=TAG_ANSWER)
                 return
             dist.recv(params, src=0, tag=TAG_PARAMS)
-            g, loss, seconds = slot_gradient(workload, job.seed, params.to(workload.device), worker, index,
-                                             batch_size)
+            loss, seconds = slot_gradient(workload, job.seed, params.to(workload.device), worker, index,
+                                          batch_size, gradient)
             answer = torch.tensor([worker, index, loss, seconds], dtype=torch.float64)
             dist.send(answer, dst=0, tag=TAG_ANSWER)
-            dist.send(g.cpu(), dst=0, tag=TAG_GRADIENT)
+            dist.send(gradient.cpu(), dst=0, tag=TAG_GRADIENT)
     finally:
         dist.destroy_process_group()
 

@@ -19,31 +19,38 @@ from autosync.workloads.workload import Workload
 
 
 def worker_gradient(workload: Workload, seed: int, theta: torch.Tensor, worker: int, index: int,
-                    batch_size: int, buffers: torch.Tensor | None = None,
+                    batch_size: int, buffers: torch.Tensor | None = None, out: torch.Tensor | None = None,
                     ) -> tuple[torch.Tensor, float, torch.Tensor | None]:
     """The mean mini-batch gradient and loss of `worker`'s `index`-th task at parameters theta, and the change
-    its forward pass made to the model's `buffers` (None for a model without buffers)."""
+    its forward pass made to the model's `buffers` (None for a model without buffers).
+
+    With `out` (a transport slot of `workload.slot_dim` values) the gradient, then the buffers' change, are
+    written into it and returned as views of it: no new memory per task.
+    """
     batch = workload.batch_index(seed, worker, index, batch_size)
     data = workload.data
     params = workload.leaves(theta)
     with workload.task_randomness(seed, worker, index):
         loss, after = workload.train_loss(params, data.x_train[batch], data.y_train[batch], buffers)
-    g = workload.flat_gradient(loss, params)
-    delta = None if after is None else after - (buffers if buffers is not None else workload.init_buffers())
+    g = workload.flat_gradient(loss, params, None if out is None else out[:workload.dim])
+    delta = None
+    if after is not None:
+        before = buffers if buffers is not None else workload.init_buffers()
+        delta = torch.sub(after, before, out=None if out is None else out[workload.dim:])
     return g, float(loss.detach()), delta
 
 
 def slot_gradient(workload: Workload, seed: int, slot: torch.Tensor, worker: int, index: int,
-                  batch_size: int) -> tuple[torch.Tensor, float, float]:
-    """`worker_gradient` on a transport slot (the parameters, then the buffers), answered in the same layout
-    (the gradient, then the buffers' change), with the seconds it took (on a GPU, until its kernels finished)."""
+                  batch_size: int, out: torch.Tensor) -> tuple[float, float]:
+    """`worker_gradient` on a transport slot (the parameters, then the buffers), answered into `out` in the
+    same layout (the gradient, then the buffers' change); returns the loss and the seconds it took (on a GPU,
+    until its kernels finished)."""
     started = time.perf_counter()
     buffers = slot[workload.dim:] if workload.n_buffer_values else None
-    g, loss, delta = worker_gradient(workload, seed, slot[:workload.dim], worker, index, batch_size, buffers)
-    answer = g if delta is None else torch.cat([g, delta])
-    if answer.is_cuda:
-        torch.cuda.current_stream(answer.device).synchronize()
-    return answer, loss, time.perf_counter() - started
+    _, loss, _ = worker_gradient(workload, seed, slot[:workload.dim], worker, index, batch_size, buffers, out)
+    if out.is_cuda:
+        torch.cuda.current_stream(out.device).synchronize()
+    return loss, time.perf_counter() - started
 
 
 def pack_slot(task: Task, slot: torch.Tensor) -> None:
@@ -55,7 +62,8 @@ def pack_slot(task: Task, slot: torch.Tensor) -> None:
 
 
 def unpack_answer(task: Task, answer: torch.Tensor, loss: float) -> None:
-    """Fill `task`'s gradient, buffer change and loss from an answer laid out as `slot_gradient` sends it."""
+    """Fill `task`'s gradient, buffer change and loss from an answer laid out as `slot_gradient` sends it
+    (as views of `answer`)."""
     dim = task.params.numel()
     task.gradient = answer[:dim]
     task.buffer_delta = answer[dim:] if task.buffers is not None else None

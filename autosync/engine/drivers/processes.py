@@ -7,7 +7,8 @@ most one task in flight): in shared memory on the CPU, or on the GPU with `devic
 spawned processes map the same rows through CUDA IPC. Dispatching a task copies its parameters into the
 worker's row and sends a small notification `(worker, task index, batch size)` down the owning process's
 pipe; the process writes the gradient into the gradient row in place and answers `(worker, index, loss,
-compute seconds, time sent)`. No tensor is created per message. On the GPU each side synchronises its
+compute seconds, time sent)`. No tensor is created per message: the engine gets the gradient as a view of
+the row, copied only if it still holds it when the worker's next task is sent (`ProcessDriver._reclaim`). On the GPU each side synchronises its
 stream before it notifies the other, so a row is never read while a copy into it is still queued.
 Every process runs `worker_gradient`, the same kernel as the in-process `PerWorkerDriver`, with one
 intra-op thread, so both backends give bit-identical results on the CPU.
@@ -26,6 +27,7 @@ and joins every process.
 from __future__ import annotations
 
 import os
+import select
 import time
 from typing import Any, Sequence
 
@@ -72,8 +74,7 @@ def _compute_until_told(job_json: dict[str, Any], params: torch.Tensor, grads: t
         if message is _STOP:
             return
         worker, index, batch_size = message
-        answer, loss, seconds = slot_gradient(workload, seed, params[worker], worker, index, batch_size)
-        grads[worker].copy_(answer)
+        loss, seconds = slot_gradient(workload, seed, params[worker], worker, index, batch_size, grads[worker])
         settle()  # the gradient row is written before the server hears of it
         outbox.send((worker, index, loss, seconds, time.monotonic()))
 
@@ -102,9 +103,12 @@ class ProcessDriver(RemoteDriver):
         ctx = mp.get_context("spawn")
         self.procs, self.inboxes, self.outboxes = [], [], []
         self.rank_of: dict[Connection, int] = {}  # answer pipe -> process
+        self._answers = select.poll()  # every live process's answer pipe, polled with one system call
+        self._rank_of_fd: dict[int, int] = {}
         self.alive: list[int] = []
         self.assignment: dict[int, int] = {}  # simulated worker -> process computing its gradients
         self.pending: dict[int, Task] = {}  # worker -> its task sent to a process and not yet answered
+        self._lent: dict[int, Task] = {}  # worker -> its last answered task, whose gradient is a view of its row
         self._deadline: dict[int, float] = {}  # process -> when it counts as hung if still silent
         self.faults: list[str] = []  # one line per process lost, for the run's log
         self.wait_seconds = 0.0  # wall time the server spent waiting for answers (the rest is its own work)
@@ -122,6 +126,8 @@ class ProcessDriver(RemoteDriver):
                 self.inboxes.append(task_in)
                 self.outboxes.append(answer_out)
                 self.rank_of[answer_out] = rank
+                self._rank_of_fd[answer_out.fileno()] = rank
+                self._answers.register(answer_out.fileno(), select.POLLIN)
                 self.alive.append(rank)
             self.assignment = {w: w % processes for w in range(self.n_workers)}
             self._wait_ready()
@@ -156,6 +162,7 @@ class ProcessDriver(RemoteDriver):
         """Copy each task's parameters into its worker's slot and notify the worker's process."""
         idle = set(self.alive) - self._busy_ranks()
         for t in tasks:
+            self._reclaim(t.worker)
             pack_slot(t, self.params[t.worker])
             self.pending[t.worker] = t
         self._start_deadlines(idle)
@@ -183,31 +190,40 @@ class ProcessDriver(RemoteDriver):
             next_deadline = min(self._deadline[r] for r in self._busy_ranks())
             until = next_deadline if limit is None else min(next_deadline, limit)
             started = time.perf_counter()
-            ready = wait([self.outboxes[r] for r in self.alive], timeout=max(0.0, until - now))
+            ready = self._answers.poll(max(0.0, until - now) * 1e3)
             self.wait_seconds += time.perf_counter() - started
-            for conn in ready:
-                answers += self._read(self.rank_of[conn])
+            for fd, _ in ready:
+                answers += self._read(self._rank_of_fd[fd])
             if limit is not None and time.monotonic() >= limit:
                 break
         return answers
 
     def _read(self, rank: int) -> list[Answer]:
-        """Every answer waiting in process `rank`'s pipe; a closed pipe loses the process."""
-        conn, out = self.outboxes[rank], []
+        """The next answer in process `rank`'s pipe, which the poll found readable; a closed pipe loses the
+        process. (One per poll: further answers make the next poll return at once.)"""
         try:
-            while rank in self.alive and conn.poll():
-                worker, index, loss, compute, sent = conn.recv()
-                self._deadline[rank] = time.monotonic() + self.timeout
-                task = self.pending.get(worker)
-                if task is None or task.index != index:  # a stale answer to a task sent again elsewhere
-                    continue
-                del self.pending[worker]
-                unpack_answer(task, self.grads[worker].clone(), loss)
-                out.append(Answer(task, compute, sent))
+            worker, index, loss, compute, sent = self.outboxes[rank].recv()
         except (EOFError, OSError):
             self.procs[rank].join(timeout=5.0)
             self._lose({rank}, f"died (exit code {self.procs[rank].exitcode})")
-        return out
+            return []
+        self._deadline[rank] = time.monotonic() + self.timeout
+        task = self.pending.get(worker)
+        if task is None or task.index != index:  # a stale answer to a task sent again elsewhere
+            return []
+        del self.pending[worker]
+        unpack_answer(task, self.grads[worker], loss)
+        self._lent[worker] = task
+        return [Answer(task, compute, sent)]
+
+    def _reclaim(self, worker: int) -> None:
+        """Before `worker`'s gradient row is written again: its last answer, if the engine still holds it
+        (not yet applied: the real-time clock starts a worker's next task before applying its gradient),
+        gets its own copy. Answers are lent as views of the row (`_read`), so an update costs no copy of
+        the gradient and no new memory, which for a large model is most of the transport's cost."""
+        task = self._lent.pop(worker, None)
+        if task is not None and task.gradient is not None:
+            unpack_answer(task, self.grads[worker].clone(), task.loss)
 
     def _busy_ranks(self, exclude: Sequence[int] = ()) -> set[int]:
         """Processes with unanswered tasks (leaving out the workers in `exclude`)."""
@@ -250,6 +266,7 @@ class ProcessDriver(RemoteDriver):
         p.kill()
         p.join(timeout=5.0)
         self.alive.remove(rank)
+        self._answers.unregister(self.outboxes[rank].fileno())
         self.faults.append(f"worker process {rank} (pid {p.pid}) {reason}; its workers moved to the others")
         if not self.alive:
             raise WorkerProcessError(f"every worker process is gone ({'; '.join(self.faults)}); simulated "
