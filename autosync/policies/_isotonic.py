@@ -33,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.optimize import isotonic_regression
 
 # Default stopping tolerance, relative to max |t|: the estimated distance of the iterate to the optimum.
 # The estimator's consumer (rule 19) treats ratios within 1e-4 as ties, so 1e-7 leaves three orders.
@@ -44,21 +45,15 @@ DEFAULT_MEMORY = 3
 def isotonic_rows(y: np.ndarray, w: np.ndarray) -> np.ndarray:
     """Weighted isotonic regression of every row of y: the nondecreasing rows closest in sum w (x - y)^2.
 
-    Pool-adjacent-violators, vectorised across rows: blocks of pooled entries are kept as flat arrays of
-    weight and weighted sum, and every round pools, at once in all rows, each violating block b (mean
-    >= the next block's) with the following blocks b+1..e, where e is the last minimiser of the pooled
-    mean of b..e over a window that grows fourfold per round. Every prefix of b..e then has a pooled mean
-    >= that of b..e, so the segment's own regression is constant, and it lies in one level set of the
-    whole row's regression (which is PAV's pooling argument); the growing window lets one heavy block
-    absorb a long run of light ones in a logarithmic number of rounds rather than one per round.
+    Pool-adjacent-violators on the rows that need it (`_pav_rows`).
 
     Args:
         y: (m, L) values.
         w: (m, L) positive weights.
 
     Returns:
-        (m, L) array, each row nondecreasing (exactly: neighbouring block means are compared, and
-        ties are pooled); rows of y that are already nondecreasing are returned unchanged.
+        (m, L) array, each row nondecreasing; rows of y that are already nondecreasing are returned
+        unchanged.
     """
     y = np.asarray(y, dtype=float)
     w = np.asarray(w, dtype=float)
@@ -66,79 +61,44 @@ def isotonic_rows(y: np.ndarray, w: np.ndarray) -> np.ndarray:
         raise ValueError(f"y and w must be 2-D arrays of one shape, but got y {y.shape} and w {w.shape}")
     if not np.all(w > 0):
         raise ValueError(f"w must be > 0, but got min {w.min()}")
-    out = y.copy()
-    m, length = y.shape
-    if length < 2 or m == 0:
-        return out
-    rows = np.flatnonzero((y[:, 1:] < y[:, :-1]).any(axis=1))
-    if rows.size:
-        out[rows] = _pav_all_unsorted(y[rows], w[rows])
-    return out
+    if y.shape[1] < 2 or y.shape[0] == 0:
+        return y.copy()
+    return _isotonic_some_rows(y, w, (y[:, 1:] < y[:, :-1]).any(axis=1), copy=True)
 
 
-def _pav_all_unsorted(y: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """`isotonic_rows` on rows that all need pooling, or most do (y, w: (m, L))."""
-    m, length = y.shape
-    first = np.zeros(y.size, dtype=bool)
-    first[::length] = True
-    return _pav_flat(np.ravel(y), np.ravel(w), first, length).reshape(m, length)
+def _pav_rows(y: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Weighted isotonic regression of every row of y (m, L) by one call of scipy's linear-time PAV.
 
-
-def _pav_flat(y: np.ndarray, w: np.ndarray, first: np.ndarray, length: int = 0) -> np.ndarray:
-    """PAV on the chains of a flat array: chain c runs from one True of `first` to the next (first[0] True).
-
-    `length` > 0 says every chain has that length (rows of a matrix), which spares a pass. See
-    `isotonic_rows` for the pooling rounds.
+    The rows are laid end to end, row r raised by an offset c_r chosen so that no pooling can cross from
+    one row into the next: a row's regression lies between its smallest and largest value, so with
+    c_{r+1} - c_r >= max(y_r) - min(y_{r+1}) the last fitted value of row r is at most the first of row
+    r + 1 (where they are equal, pooling the two blocks leaves both values as they are). The offsets cost
+    a rounding error of about eps * c_m, far below the sweeps' tolerance.
     """
-    size = y.size
-    # Round 0: a maximal non-increasing run is one block of the solution (each adjacent pair violates).
-    new_block = np.empty(size, dtype=bool)
-    new_block[0] = True
-    np.greater(y[1:], y[:-1], out=new_block[1:])
-    new_block |= first
-    start = np.flatnonzero(new_block)
-    weight = np.add.reduceat(w, start)
-    total = np.add.reduceat(w * y, start)
-    chain = start // length if length > 0 else (np.cumsum(first) - 1)[start]
-    mean = total / weight
-    window = 4
-    while True:
-        violating = np.flatnonzero((mean[:-1] >= mean[1:]) & (chain[:-1] == chain[1:]))
-        if violating.size == 0:
-            break
-        n_blocks = mean.size
-        # Keep the window's work within a few times the number of blocks when many blocks violate.
-        span = int(min(window, max(2, 8 * n_blocks // violating.size), n_blocks))
-        index = violating[:, None] + np.arange(span + 1)[None, :]
-        last_of_chain = np.searchsorted(chain, chain[violating], side="right") - 1
-        inside = index <= last_of_chain[:, None]
-        np.minimum(index, last_of_chain[:, None], out=index)  # past the chain: repeats, masked below
-        pooled = np.cumsum(total[index], axis=1) / np.cumsum(weight[index], axis=1)
-        pooled[~inside] = np.inf
-        pooled[:, 0] = np.inf  # b always pools with b + 1 (they violate)
-        end = violating + span - np.argmin(pooled[:, ::-1], axis=1)  # the last minimiser
-        # Mark boundaries b+1..end as pooled away (windows may overlap: their union is one level set).
-        marks = np.bincount(violating + 1, minlength=n_blocks + 1)[: n_blocks + 1]
-        marks -= np.bincount(end + 1, minlength=n_blocks + 1)[: n_blocks + 1]
-        keep = np.flatnonzero(np.cumsum(marks[:n_blocks]) == 0)
-        weight = np.add.reduceat(weight, keep)
-        total = np.add.reduceat(total, keep)
-        start = start[keep]
-        chain = chain[keep]
-        mean = total / weight
-        window *= 4
-    return np.repeat(mean, np.diff(np.append(start, size)))
+    m, length = y.shape
+    if m == 1:
+        return isotonic_regression(y[0], weights=w[0]).x[None, :]
+    gap = np.maximum(y.max(axis=1)[:-1] - y.min(axis=1)[1:], 0.0)
+    offset = np.zeros((m, 1))
+    np.cumsum(gap, out=offset[1:, 0])
+    fitted = isotonic_regression((y + offset).ravel(), weights=w.ravel()).x.reshape(m, length)
+    fitted -= offset
+    return fitted
 
 
-def _isotonic_some_rows(y: np.ndarray, w: np.ndarray, unsorted: np.ndarray) -> np.ndarray:
-    """`isotonic_rows` given which rows need pooling: a gather for a few, the whole matrix for many."""
+def _isotonic_some_rows(y: np.ndarray, w: np.ndarray, unsorted: np.ndarray, copy: bool = False) -> np.ndarray:
+    """`isotonic_rows` given which rows need pooling: a gather for a few, the whole matrix for many.
+
+    Rows that need none are returned as they are; y itself is returned where no row needs pooling,
+    unless `copy`.
+    """
     rows = np.flatnonzero(unsorted)
     if rows.size == 0:
-        return y
+        return y.copy() if copy else y
     if 2 * rows.size > y.shape[0]:
-        return _pav_all_unsorted(y, w)
+        return _pav_rows(y, w)
     x = y.copy()
-    x[rows] = _pav_all_unsorted(y[rows], w[rows])
+    x[rows] = _pav_rows(y[rows], w[rows])
     return x
 
 
@@ -289,7 +249,7 @@ def _sweep(z: np.ndarray, problem: _Problem):
     y_diag = p_diag - v[d, d]
     fitted_diag = y_diag
     if (y_diag[1:] < y_diag[:-1]).any():
-        fitted_diag = _pav_all_unsorted(y_diag[None, :], problem.w_diag[None, :])[0]
+        fitted_diag = isotonic_regression(y_diag, weights=problem.w_diag).x
     g[nn:] = y_diag - fitted_diag
     return g, (y_rows, x_rows, v, fitted_diag)
 
