@@ -68,13 +68,14 @@ class IterationTimeEstimator:
 
     def targets(self) -> tuple[np.ndarray, np.ndarray]:
         """Per-pair weights (sample counts, with a small prior for empty pairs) and targets (means)."""
-        with np.errstate(invalid="ignore", divide="ignore"):
-            means = np.where(self.count > 0, self.total / self.count, np.nan)
-        column = np.nanmean(np.where(np.isnan(means), np.nan, means), axis=0)  # same rank, any h
+        sampled = self.count > 0
+        means = np.divide(self.total, self.count, out=np.zeros_like(self.total), where=sampled)
+        per_column = sampled.sum(axis=0)
         overall = self.total.sum() / max(self.count.sum(), 1)
-        prior = np.where(np.isnan(column), overall, column)
-        targets = np.where(np.isnan(means), prior[None, :], means)
-        weights = np.where(self.count > 0, self.count, EMPTY_PAIR_WEIGHT)
+        # The mean over the sampled pairs of each column (same rank, any h), as np.nanmean computes it.
+        prior = np.divide(means.sum(axis=0), per_column, out=np.full(self.n, overall), where=per_column > 0)
+        targets = np.where(sampled, means, prior[None, :])
+        weights = np.where(sampled, self.count, EMPTY_PAIR_WEIGHT)
         return weights, targets
 
     def solve(self) -> np.ndarray:
