@@ -63,7 +63,7 @@ def isotonic_rows(y: np.ndarray, w: np.ndarray) -> np.ndarray:
         raise ValueError(f"w must be > 0, but got min {w.min()}")
     if y.shape[1] < 2 or y.shape[0] == 0:
         return y.copy()
-    return _isotonic_some_rows(y, w, (y[:, 1:] < y[:, :-1]).any(axis=1), copy=True)
+    return _isotonic_some_rows(y, w, (y[:, 1:] < y[:, :-1]).any(axis=1), copy=True)[0]
 
 
 def _pav_rows(y: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -86,20 +86,21 @@ def _pav_rows(y: np.ndarray, w: np.ndarray) -> np.ndarray:
     return fitted
 
 
-def _isotonic_some_rows(y: np.ndarray, w: np.ndarray, unsorted: np.ndarray, copy: bool = False) -> np.ndarray:
+def _isotonic_some_rows(y: np.ndarray, w: np.ndarray, unsorted: np.ndarray,
+                        copy: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """`isotonic_rows` given which rows need pooling: a gather for a few, the whole matrix for many.
 
-    Rows that need none are returned as they are; y itself is returned where no row needs pooling,
-    unless `copy`.
+    Returns the fitted rows and the indices of the rows that were fitted (all where the whole matrix was);
+    the others are y's as they are, and y itself is returned where no row needs pooling, unless `copy`.
     """
     rows = np.flatnonzero(unsorted)
     if rows.size == 0:
-        return y.copy() if copy else y
+        return (y.copy() if copy else y), rows
     if 2 * rows.size > y.shape[0]:
-        return _pav_rows(y, w)
+        return _pav_rows(y, w), np.arange(y.shape[0])
     x = y.copy()
     x[rows] = _pav_rows(y[rows], w[rows])
-    return x
+    return x, rows
 
 
 @dataclass
@@ -212,13 +213,15 @@ class Eq17Solver:
 
 
 class _Problem:
-    """(17)'s data laid out for the sweeps: weights also transposed, for the column family."""
+    """(17)'s data laid out for the sweeps: weights, and targets negated, also transposed for the column family."""
 
     def __init__(self, w: np.ndarray, t: np.ndarray):
         self.n = t.shape[0]
         self.w = w
         self.t = t
-        self.w_t = np.ascontiguousarray(w.T)
+        self.w_t = _transposed(w)
+        self.neg_t_t = _transposed(t)
+        np.negative(self.neg_t_t, out=self.neg_t_t)
         self.diag = np.arange(self.n)
         self.w_diag = w[self.diag, self.diag].copy()
 
@@ -227,8 +230,10 @@ def _sweep(z: np.ndarray, problem: _Problem):
     """One Dykstra sweep (rows, columns, diagonal) from the increments z = (p_col transposed, p_diag).
 
     The column family works on transposed, negated matrices, whose rows are the columns read upward:
-    the columns' PAV then runs on contiguous rows, and the transposition is paid twice a sweep (reading
-    p_col for the row step and x for the column step) rather than on every array the step touches.
+    the columns' PAV then runs on contiguous rows. The transposition is paid once a sweep, to read p_col
+    for the row step; the column step's input -(x + p_col).T = -t.T + p_diag (on the diagonal) + p_row.T
+    needs only the rows the row step changed transposed, which on DBW's data are a few (rows that carry
+    the prior alone are already nondecreasing).
 
     Returns the new increments and (the row step's input and output, whose difference is p_row; the
     column step's fitted values, transposed and negated; the diagonal after its projection).
@@ -242,12 +247,12 @@ def _sweep(z: np.ndarray, problem: _Problem):
     y_rows = _transposed(p_col_t)
     np.subtract(t, y_rows, out=y_rows)
     y_rows[d, d] -= p_diag
-    x_rows = _isotonic_some_rows(y_rows, w, (y_rows[:, 1:] < y_rows[:, :-1]).any(axis=1))
+    x_rows, rows = _isotonic_some_rows(y_rows, w, (y_rows[:, 1:] < y_rows[:, :-1]).any(axis=1))
     # Columns nonincreasing in h: the rows of u = -(x + p_col).T nondecreasing.
-    u = _transposed(x_rows)
-    np.add(u, p_col_t, out=u)
-    np.negative(u, out=u)
-    v = _isotonic_some_rows(u, problem.w_t, (u[:, 1:] < u[:, :-1]).any(axis=1))
+    u = problem.neg_t_t.copy()
+    u[d, d] += p_diag
+    u[:, rows] += (y_rows[rows] - x_rows[rows]).T
+    v, _ = _isotonic_some_rows(u, problem.w_t, (u[:, 1:] < u[:, :-1]).any(axis=1))
     g = np.empty_like(z)
     np.subtract(v, u, out=g[:nn].reshape(n, n))  # p_col = y - x = (v - u).T
     # Diagonal nondecreasing.
