@@ -202,7 +202,7 @@ def profile(
 
     with status.status(f"starting {workers_per_device} worker processes on {device}"):
         workload = Workload(spec, device=device)
-        driver = ProcessDriver(spec, workload.slot_dim, workers_per_device, timeout=worker_timeout, device=device)
+        driver = ProcessDriver(workload, workers_per_device, timeout=worker_timeout)
     try:
         with _counting_bar("profiling") as bar:
             task = bar.add_task(f"rounds of {spec.cluster.n_workers} tasks", total=len(sizes) * rounds)

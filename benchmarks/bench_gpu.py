@@ -31,6 +31,7 @@ from autosync.engine.simulator import Simulator
 from autosync.workloads.workload import Workload
 
 from _floors import resnet18_job
+from _report import Figures
 
 
 class Utilisation:
@@ -79,6 +80,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--out", default=None, help="also write the figures as JSON here")
+    parser.add_argument("--json", default=None, help="also write the figures here (benchmarks/make_table.py)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("bench_gpu needs a CUDA GPU")
@@ -89,6 +91,7 @@ def main() -> None:
     print(f"{torch.cuda.get_device_name()}: ResNet-18, {workload.dim} parameters, {args.workers} workers, "
           f"batch {args.batch_size}, {args.updates} updates per run")
     rows = []
+    figures = Figures("bench_gpu")
     for policy in ("asp", "bsp"):
         loop = PerWorkerDriver(workload, job.seed)
         timed(warm_up, policy, workload, loop)
@@ -97,7 +100,7 @@ def main() -> None:
         print(f"{policy}: one process in a loop: {base['updates_per_second']:.1f} updates/s, "
               f"GPU {base['gpu_utilisation']:.0f}%")
         for n in args.processes:
-            driver = ProcessDriver(job, workload.dim, n, timeout=120.0, device="cuda")
+            driver = ProcessDriver(workload, n, timeout=120.0)
             try:
                 timed(warm_up, policy, workload, driver)
                 for clock_name in ("virtual", "real"):
@@ -108,8 +111,12 @@ def main() -> None:
                                  "ratio_to_loop": ratio, **r})
                     print(f"{policy}: {n} processes, {clock_name} clock: {r['updates_per_second']:.1f} updates/s = "
                           f"{ratio:.2f}x the loop, GPU {r['gpu_utilisation']:.0f}%")
+                    figures.add(f"{policy}, ResNet-18 on {torch.cuda.get_device_name()}, {n} processes, {clock_name} "
+                                f"clock: updates per second", r["updates_per_second"], "1/s",
+                                "one process computing the same gradients in a loop", ratio)
             finally:
                 driver.close()
+    figures.write(args.json)
     if args.out:
         with open(args.out, "w") as fh:
             json.dump({"device": torch.cuda.get_device_name(), "parameters": workload.dim, "workers": args.workers,

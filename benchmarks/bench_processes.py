@@ -24,6 +24,8 @@ from autosync.engine.simulator import Simulator
 from autosync.job import load_job
 from autosync.workloads.workload import Workload
 
+from _report import Figures
+
 
 def timed_run(job, policy, workload, driver=None, clock=None) -> tuple[float, int]:
     start = time.perf_counter()
@@ -35,14 +37,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--updates", type=int, default=200)
     parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument("--json", default=None, help="also write the figures here (benchmarks/make_table.py)")
     args = parser.parse_args()
+    figures = Figures("bench_processes")
     job = load_job(None, overrides={"budget": {"max_updates": args.updates, "max_virtual_seconds": None},
                                     "workload": {"evaluation": {"every_seconds": 1e9}}})  # only the final one
     workload = Workload(job)
     warm_up = job.model_copy(update={"budget": job.budget.model_copy(update={"max_updates": 20})})
     for policy in ("bsp", "asp"):  # torch.func's first use imports for ~2 s: keep it out of the timings
         timed_run(warm_up, policy, workload)
-    driver = ProcessDriver(job, workload.dim, args.processes)
+    driver = ProcessDriver(workload, args.processes)
     try:
         for policy in ("bsp", "asp"):
             fused_s, n = timed_run(job, policy, workload)
@@ -54,11 +58,18 @@ def main() -> None:
             print(f"{policy}: processes ({args.processes}) {m / proc_s:.1f} updates/s = {fused_s / proc_s:.2f}x the "
                   f"fused simulator ({n / fused_s:.1f}/s) and {per_worker_s / proc_s:.2f}x the per-worker kernel in "
                   f"one process ({n / per_worker_s:.1f}/s)")
+            figures.add(f"{policy}, default job, {args.processes} worker processes: updates per second", m / proc_s,
+                        "1/s", "the fused in-process simulator", fused_s / proc_s)
+            figures.add(f"{policy}, default job, {args.processes} worker processes: updates per second", m / proc_s,
+                        "1/s", "the per-worker kernel in one process", per_worker_s / proc_s)
             real_s, r = timed_run(job, policy, workload, driver, RealTimeClock(driver, inject_stragglers=False))
             print(f"{policy}: real-time clock {r / real_s:.1f} updates/s = {(r / real_s) / (m / proc_s):.2f}x the "
                   f"virtual clock on the same {args.processes} processes")
+            figures.add(f"{policy}, default job, real-time clock: updates per second", r / real_s, "1/s",
+                        "the virtual clock on the same processes", (r / real_s) / (m / proc_s))
     finally:
         driver.close()
+    figures.write(args.json)
 
 
 if __name__ == "__main__":

@@ -84,7 +84,7 @@ def test_a_composition_on_worker_processes_is_the_in_process_run_bit_for_bit():
     policy = make_policy("compose", {"schedule": "elastic", "switch_at": 0.3, "update": "dana_slim"})
     workload = Workload(job)
     reference = per_worker_run(job, policy, workload)
-    real = simulate(job, policy, workload=workload, driver=ProcessDriver(job, workload.slot_dim, processes=2))
+    real = simulate(job, policy, workload=workload, driver=ProcessDriver(workload, processes=2))
     assert torch.equal(real.final_params, reference.final_params)
 
 

@@ -32,7 +32,7 @@ def test_worker_processes_share_the_gpu_slots_and_match_the_in_process_kernel():
     workload = Workload(JOB, device="cuda")
     reference = Simulator(JOB, make_policy("backup", {"k": 3}), workload=workload,
                           driver=PerWorkerDriver(workload, JOB.seed)).run()
-    driver = ProcessDriver(JOB, workload.dim, processes=2, timeout=30.0, device="cuda")
+    driver = ProcessDriver(workload, processes=2, timeout=30.0)
     try:
         result = Simulator(JOB, make_policy("backup", {"k": 3}), workload=workload, driver=driver).run()
         assert result.trace.arrivals == reference.trace.arrivals

@@ -44,7 +44,7 @@ def reference(workload):
 
 @pytest.fixture(scope="module")
 def driver(workload):
-    d = ProcessDriver(JOB, workload.dim, processes=2, timeout=2.0)
+    d = ProcessDriver(workload, processes=2, timeout=2.0)
     yield d
     d.close()
 
@@ -63,7 +63,7 @@ def test_processes_backend_is_bit_identical_to_the_in_process_engine(name, param
 
 
 def test_a_killed_and_a_hung_worker_process_are_replaced_without_changing_the_run(workload, reference):
-    d = ProcessDriver(JOB, workload.dim, processes=3, timeout=2.0)
+    d = ProcessDriver(workload, processes=3, timeout=2.0)
     try:
         os.kill(d.pids[0], signal.SIGKILL)
         os.kill(d.pids[1], signal.SIGSTOP)
@@ -76,7 +76,7 @@ def test_a_killed_and_a_hung_worker_process_are_replaced_without_changing_the_ru
 
 
 def test_with_no_process_left_the_run_stops_naming_the_workers(workload):
-    d = ProcessDriver(JOB, workload.dim, processes=1, timeout=2.0)
+    d = ProcessDriver(workload, processes=1, timeout=2.0)
     os.kill(d.pids[0], signal.SIGKILL)
     with pytest.raises(WorkerProcessError, match=r"every worker process is gone .* simulated workers \[0, 1, 2, 3\]"):
         Simulator(JOB, make_policy("bsp", {}), workload=workload, driver=d).run()

@@ -28,7 +28,7 @@ def workload():
 
 @pytest.fixture(scope="module")
 def driver(workload):
-    d = ProcessDriver(JOB, workload.dim, processes=2, timeout=10.0)
+    d = ProcessDriver(workload, processes=2, timeout=10.0)
     yield d
     d.close()
 
@@ -71,7 +71,7 @@ def test_the_replay_stops_at_the_first_arrival_that_differs(workload, driver):
 
 
 def test_injected_stragglers_hold_each_answer_for_its_model_round_trip(workload):
-    d = ProcessDriver(SLOW_WORKER, workload.dim, processes=2, timeout=10.0)
+    d = ProcessDriver(workload, processes=2, timeout=10.0)
     try:
         result = _real_time_run(SLOW_WORKER, "asp", {}, workload, d)
     finally:

@@ -193,7 +193,7 @@ def test_worker_processes_give_the_in_process_run_bit_for_bit_with_buffers_and_d
         default = simulate(job, make_policy(policy), workload=workload)  # the default driver takes the same kernel
     finally:
         torch.set_num_threads(threads)
-    driver = ProcessDriver(job, workload.slot_dim, processes=2, timeout=30.0)
+    driver = ProcessDriver(workload, processes=2, timeout=30.0)
     real = simulate(job, make_policy(policy), workload=workload, driver=driver)
     for other in (real, default):
         assert torch.equal(other.final_params, reference.final_params)

@@ -86,8 +86,7 @@ def build(choice: BackendChoice, job: Any, workload: Any) -> tuple["Driver | Non
     else:
         from autosync.engine.drivers import ProcessDriver
 
-        driver = ProcessDriver(job, workload.slot_dim, choice.processes, timeout=choice.worker_timeout,
-                               device=choice.device)
+        driver = ProcessDriver(workload, choice.processes, timeout=choice.worker_timeout)
     if choice.clock == "virtual":
         return driver, None
     from autosync.engine.realtime import RealTimeClock

@@ -28,6 +28,12 @@ class Dataset:
     def n_train(self) -> int:
         return int(self.x_train.shape[0])
 
+    def shared(self) -> "Dataset":
+        """Itself, its tensors moved into shared memory (in place), so that spawned processes map them."""
+        for t in (self.x_train, self.y_train, self.x_test, self.y_test):
+            t.share_memory_()
+        return self
+
     def to(self, device: torch.device) -> "Dataset":
         """The same dataset with every tensor on `device` (itself when they are there already)."""
         if self.x_train.device == device:

@@ -40,31 +40,32 @@ from autosync.engine.drivers.remote import Answer, RemoteDriver, WorkerProcessEr
 from autosync.errors import UserError
 from autosync.job import JobSpec
 from autosync.policies import Task
+from autosync.workloads.tensors import Dataset
+from autosync.workloads.workload import Workload
 
 _STOP = None  # the notification that ends a worker process
 
 
-def _serve(job_json: dict[str, Any], params: torch.Tensor, grads: torch.Tensor, inbox: Connection,
-           outbox: Connection, threads: int, device: str) -> None:
-    """A worker process: compute the gradient of every task notified on `inbox` into `grads`.
+def _serve(job_json: dict[str, Any], data: Dataset | None, params: torch.Tensor, grads: torch.Tensor,
+           inbox: Connection, outbox: Connection, threads: int, device: str) -> None:
+    """A worker process: compute the gradient of every task notified on `inbox` into `grads` (on `data`,
+    the server's dataset in shared memory, or the job's dataset loaded here when None).
 
     It ends quietly when the server is gone (killed, or stopped by Ctrl-C): its pipes end, and it leaves.
     """
     try:
-        _compute_until_told(job_json, params, grads, inbox, outbox, threads, device)
+        _compute_until_told(job_json, data, params, grads, inbox, outbox, threads, device)
     except (BrokenPipeError, ConnectionResetError, EOFError, KeyboardInterrupt):
         return
 
 
-def _compute_until_told(job_json: dict[str, Any], params: torch.Tensor, grads: torch.Tensor, inbox: Connection,
-                        outbox: Connection, threads: int, device: str) -> None:
+def _compute_until_told(job_json: dict[str, Any], data: Dataset | None, params: torch.Tensor, grads: torch.Tensor,
+                        inbox: Connection, outbox: Connection, threads: int, device: str) -> None:
     torch.set_num_threads(threads)
     from autosync.engine.drivers.perworker import slot_gradient, worker_gradient
-    from autosync.workloads.workload import Workload
-
     job = JobSpec.model_validate(job_json)
     seed = job.seed
-    workload = Workload(job, device=device)
+    workload = Workload(job, dataset=data, device=device)
     settle = torch.cuda.current_stream().synchronize if workload.device.type == "cuda" else (lambda: None)
     worker_gradient(workload, seed, workload.init_params(), 0, 0, 2)  # warm up (2: batch norm needs two samples)
     settle()
@@ -87,12 +88,14 @@ class ProcessDriver(RemoteDriver):
     seen at once as the end of its answer pipe.
     """
 
-    def __init__(self, job: JobSpec, dim: int, processes: int, timeout: float = 60.0, threads: int = 1,
-                 device: str = "cpu"):
-        """`dim`: values per slot, the workload's `slot_dim` (its parameters, then its buffers)."""
+    def __init__(self, workload: Workload, processes: int, timeout: float = 60.0, threads: int = 1):
+        """Processes for the server's `workload`, on its device. On the CPU they get its data in shared
+        memory rather than loading the dataset again (one copy however many processes)."""
         if processes < 1:
             raise UserError(f"--workers-per-device must be >= 1, but got {processes}")
-        self.device = torch.device(device)
+        job, dim = workload.job, workload.slot_dim  # a slot: the parameters, then the buffers
+        self.device = workload.device
+        data = workload.data.shared() if self.device.type == "cpu" else None
         self.n_workers = job.cluster.n_workers
         self.timeout = timeout
         self.params = torch.zeros(self.n_workers, dim, device=self.device)
@@ -117,7 +120,7 @@ class ProcessDriver(RemoteDriver):
                 task_out, task_in = ctx.Pipe(duplex=False)  # (receive end, send end)
                 answer_out, answer_in = ctx.Pipe(duplex=False)
                 proc = ctx.Process(target=_serve, daemon=True, name=f"autosync-worker-{rank}",
-                                   args=(job.model_dump(mode="json"), self.params, self.grads, task_out,
+                                   args=(job.model_dump(mode="json"), data, self.params, self.grads, task_out,
                                          answer_in, threads, str(self.device)))
                 proc.start()
                 task_out.close()
