@@ -25,6 +25,8 @@ from autosync.job import load_job
 from autosync.policies import ASP, BSP, BackupWorkers
 from autosync.workloads.workload import Workload
 
+from _report import Figures
+
 
 def _time(fn, repeats: int) -> float:
     """Median seconds per call of fn over `repeats` timed batches (after one warm-up)."""
@@ -83,6 +85,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--job", default=None, help="job file (default: the embedded digits job)")
     parser.add_argument("--updates", type=int, default=200, help="updates per timed run")
+    parser.add_argument("--json", default=None, help="also write the figures here (benchmarks/make_table.py)")
     args = parser.parse_args()
 
     job = load_job(args.job)
@@ -99,17 +102,22 @@ def main() -> None:
     fused = fused_update(workload, n, batch, args.updates)
     print(f"{'baseline (a) naive per-worker loop':42s} {1 / naive:9.1f} updates/s")
     print(f"{'baseline (b) fused forward/backward floor':42s} {1 / fused:9.1f} updates/s")
+    figures = Figures("bench_engine")
     for label, policy in (("BSP", BSP()), ("backup k=12", BackupWorkers(k=12)), ("ASP", ASP())):
         sim = simulated_update(job, workload, policy, args.updates)
         grads_per_update = n if label == "BSP" else (12 if label.startswith("backup") else 1)
         line = f"{'simulated ' + label:42s} {1 / sim:9.1f} updates/s"
         if label == "BSP":
             line += f"   {naive / sim:5.2f}x faster than (a), {sim / fused:5.2f}x the floor (b)"
+            figures.add("simulated BSP update (default job)", 1e3 * sim, "ms", "fused forward/backward floor",
+                        sim / fused)
+            figures.add("simulated BSP update (default job)", 1e3 * sim, "ms", "naive per-worker loop", sim / naive)
         else:
             line += f"   {grads_per_update * (1 / sim):8.1f} applied gradients/s"
         print(line)
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak resident memory of this process: {peak_mib:.0f} MiB")
+    figures.write(args.json)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,8 @@ from autosync.job import load_job
 from autosync.policies import DBW, LBBSP
 from autosync.policies._dbw_time import STRUCTURED, IterationTimeEstimator
 
+from _report import Figures
+
 
 def _timed(obj: Any, method: str, clock: dict[str, float]) -> None:
     """Wrap obj.method so its wall time accumulates in clock['seconds']."""
@@ -40,7 +42,7 @@ def _timed(obj: Any, method: str, clock: dict[str, float]) -> None:
     setattr(obj, method, wrapper)
 
 
-def dbw_decision(updates: int) -> None:
+def dbw_decision(updates: int, figures: Figures) -> None:
     job = load_job(None, overrides={"budget": {"max_updates": updates}})
     sim = Simulator(job, DBW())
     clock = {"seconds": 0.0}
@@ -52,6 +54,8 @@ def dbw_decision(updates: int) -> None:
     n = len(result.trace.updates)
     print(f"DBW, n=16, default job: decision {1e3 * clock['seconds'] / n:.2f} ms per update; whole simulated "
           f"update {1e3 * total / n:.2f} ms; decision share {clock['seconds'] / total:.1%}")
+    figures.add("DBW's decision per update (n = 16, default job)", 1e3 * clock["seconds"] / n, "ms",
+                "the whole simulated update", clock["seconds"] / total)
 
 
 def solve_cost(solver: str) -> None:
@@ -76,7 +80,7 @@ def solve_cost(solver: str) -> None:
               f"amortised over solve_every=10: {each * 100:7.1f} ms per iteration")
 
 
-def narx_cost(updates: int) -> None:
+def narx_cost(updates: int, figures: Figures) -> None:
     job = load_job(Path(__file__).resolve().parents[1] / "baselines" / "lbbsp_cpu.yaml",
                    overrides={"budget": {"max_updates": updates}})
     costs = {}
@@ -92,16 +96,21 @@ def narx_cost(updates: int) -> None:
         print(f"LB-BSP cpu, predictor={predictor}: Algorithm 1 {1e3 * costs[predictor]:.2f} ms per update; "
               f"whole update {1e3 * total / n:.2f} ms")
     print(f"NARX's online training costs {1e3 * (costs['narx'] - costs['last']):.2f} ms per update")
+    figures.add("LB-BSP's Algorithm 1 per update (last-value predictor)", 1e3 * costs["last"], "ms")
+    figures.add("LB-BSP's NARX online training per update", 1e3 * (costs["narx"] - costs["last"]), "ms")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--updates", type=int, default=150)
+    parser.add_argument("--json", default=None, help="also write the figures here (benchmarks/make_table.py)")
     args = parser.parse_args()
+    figures = Figures("bench_policies")
     solve_cost(STRUCTURED)
     solve_cost("CLARABEL")  # before DBW runs: cvxpy compiles (17) once per process and n, so this shows it
-    dbw_decision(args.updates)
-    narx_cost(args.updates * 2)
+    dbw_decision(args.updates, figures)
+    narx_cost(args.updates * 2, figures)
+    figures.write(args.json)
 
 
 if __name__ == "__main__":

@@ -7,9 +7,8 @@
     bookkeeping, not the model, is what grows; printed with the ratio to the smallest n and that ratio
     divided by n / n_min (<= 1: the per-update cost grows no faster than linearly in n). BSP and backup
     aggregate about n gradients per update, ASP one, so their per-update work is O(n) and O(1).
-    DBW is run up to --dbw-max-workers (default 128): with cvxpy its solve of (17) dominated above that
-    (about n^3); DBW now solves (17) with the structured solver (benchmarks/bench_dbw_solver.py times
-    it alone), so a larger --dbw-max-workers is affordable.
+    DBW is run up to --dbw-max-workers (default 512); it solves (17) with the structured solver
+    (benchmarks/bench_dbw_solver.py times it alone; with cvxpy the solve grew as about n^3).
 (2) Flatness: BSP at the smallest n over --long updates, wall time per update in each quarter of the
     run; a ratio of the last quarter to the first near 1 means no state grows with the run's length.
 Goals (the scale issue): per-update cost no faster than linear in n; a flat cost over 2,000 updates.
@@ -23,6 +22,8 @@ import time
 from autosync.catalog import make_policy
 from autosync.engine import Simulator
 from autosync.job import job_from_dict
+
+from _report import Figures
 
 
 def _job(n: int, updates: int, eval_every: float) -> object:
@@ -69,9 +70,11 @@ def main() -> None:
     parser.add_argument("--workers", type=int, nargs="+", default=[16, 128, 256, 512])
     parser.add_argument("--updates", type=int, default=200)
     parser.add_argument("--long", type=int, default=2000)
-    parser.add_argument("--dbw-max-workers", type=int, default=128)
+    parser.add_argument("--dbw-max-workers", type=int, default=512)
     parser.add_argument("--policies", nargs="+", default=["bsp", "backup", "asp", "dbw"])
+    parser.add_argument("--json", default=None, help="also write the figures here (benchmarks/make_table.py)")
     args = parser.parse_args()
+    figures = Figures("bench_scale")
     n_min = min(args.workers)
     print(f"wall time per update (ms); ratio to n = {n_min}; that ratio / (n / {n_min}) (<= 1: at most linear)")
     for policy in args.policies:
@@ -83,10 +86,18 @@ def main() -> None:
             base = base or seconds
             ratio = seconds / base
             print(f"  {policy:7s} n = {n:4d}: {1e3 * seconds:8.2f} ms  {ratio:6.2f}x  {ratio / (n / n_min):5.2f}")
+            if n > n_min:
+                figures.add(f"{policy} at n = {n}: wall time per update", 1e3 * seconds, "ms",
+                            f"n = {n_min}, scaled by n / {n_min}", ratio / (n / n_min), "<= 1x (at most linear)",
+                            ratio / (n / n_min) <= 1.0)
     q = quarters(n_min, args.long)
     print(f"BSP at n = {n_min} over {args.long} updates, ms per update by quarter: "
           + ", ".join(f"{1e3 * x:.2f}" for x in q)
           + (f"; last / first quarter {q[-1] / q[0]:.2f} (goal: near 1)" if len(q) == 4 else ""))
+    if len(q) == 4:
+        figures.add(f"BSP at n = {n_min}, last quarter of {args.long} updates: wall time per update", 1e3 * q[-1],
+                    "ms", "the first quarter", q[-1] / q[0], "<= 1.1x (flat)", q[-1] / q[0] <= 1.1)
+    figures.write(args.json)
 
 
 if __name__ == "__main__":

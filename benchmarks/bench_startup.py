@@ -22,6 +22,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
+from _report import Figures  # noqa: E402
+
 
 def _wall(args: list[str], cwd: Path) -> tuple[float, str]:
     start = time.perf_counter()
@@ -32,6 +34,7 @@ def _wall(args: list[str], cwd: Path) -> tuple[float, str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", default=None, help="also write the figures here (benchmarks/make_table.py)")
     args = parser.parse_args()
     python, cli = sys.executable, [sys.executable, "-m", "autosync.cli"]
     job = str(ROOT / "baselines" / "digits_default.yaml")
@@ -54,6 +57,17 @@ def main() -> None:
     print(f"autosync validate    {validate_wall:.2f} s  ({validate_wall / interpreter:.1f}x the interpreter; goal < 1 s)")
     print(f"autosync run         {run_wall:.2f} s wall, {training:.2f} s training: {outside:.0%} outside training "
           f"(goal <= 25%); import torch alone is {torch_import / run_wall:.0%} of the wall time")
+
+    figures = Figures("bench_startup")
+    figures.add("autosync --help", help_wall, "s", "the bare interpreter", help_wall / interpreter, "< 1 s",
+                help_wall < 1.0)
+    figures.add("autosync validate (default job)", validate_wall, "s", "the bare interpreter",
+                validate_wall / interpreter, "< 1 s", validate_wall < 1.0)
+    figures.add("autosync run (default job): wall time outside training", run_wall - training, "s",
+                "the run's wall time", outside, "<= 0.25x", outside <= 0.25)
+    figures.add("autosync run (default job): import torch alone", torch_import, "s", "the run's wall time",
+                torch_import / run_wall)
+    figures.write(args.json)
 
 
 if __name__ == "__main__":

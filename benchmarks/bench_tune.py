@@ -24,6 +24,8 @@ from autosync.search.objective import ObjectiveSettings, evaluate, trial_seeds
 from autosync.search.space import SPACE_DIR, load_space
 from autosync.search.tune import TuneRequest, tune
 
+from _report import Figures
+
 
 def exhaustive(job, space, tolerance: float) -> tuple[dict[tuple[int, str], dict], float, float]:
     """Every (k, lr_rule) once; returns the scores, the exhaustive best's time and its total training."""
@@ -43,6 +45,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=18)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--sampler", default="tpe", help="tpe | gp | random (as `autosync tune --sampler`)")
+    parser.add_argument("--json", default=None, help="also write the figures here (benchmarks/make_table.py)")
     args = parser.parse_args()
     job = load_job(None)
     space = load_space(SPACE_DIR / "static_k.yaml", job.cluster.n_workers)
@@ -70,6 +73,14 @@ def main() -> None:
               f"{spent / exhaustive_cost:.2f}x the exhaustive search's ({wall:.0f} s wall)")
     print(f"mean over {len(args.seeds)} sampler seeds: {statistics.fmean(quality):.3f}x the best time-to-target "
           f"(target <= 1.05) at {statistics.fmean(cost):.2f}x the exhaustive training (target <= 0.40)")
+    figures = Figures("bench_tune")
+    figures.add(f"tune static_k ({args.sampler}, {args.trials} trials): time-to-target of its pick", statistics.fmean(
+        quality) * best, "virtual s", "the exhaustive search's best", statistics.fmean(quality), "<= 1.05x",
+                statistics.fmean(quality) <= 1.05)
+    figures.add(f"tune static_k ({args.sampler}, {args.trials} trials): training spent", statistics.fmean(cost) *
+                exhaustive_cost, "virtual s", "the exhaustive search's", statistics.fmean(cost), "<= 0.40x",
+                statistics.fmean(cost) <= 0.40)
+    figures.write(args.json)
 
 
 if __name__ == "__main__":
