@@ -146,8 +146,14 @@ def tune(job: JobSpec, space: str | Path = "static_k", *, n_trials: int = 20, ti
         raise UserError(f"--objective must be time or time,metric, but got {objective!r}")
     choice = on if on is not None else backend()
     if choice.backend == "distributed":
-        raise UserError("--backend distributed is not supported by tune yet (every trial would need every rank of "
-                        "a torchrun launch); use --backend processes on one machine")
+        from autosync.engine.drivers.distributed import in_session
+
+        if not in_session():
+            raise UserError("--backend distributed tunes under torchrun, every rank running the same command, e.g. "
+                            "torchrun --nproc-per-node 3 -m autosync.cli tune JOB.yaml --backend distributed")
+        if n_jobs > 1:
+            raise UserError(f"--n-jobs must be 1 with --backend distributed (the group's ranks serve one trial at "
+                            f"a time), but got {n_jobs}")
     if verify_top and choice.backend == "simulator":
         raise UserError("--verify-top re-runs the simulated search's best candidates on a real backend: "
                         "it needs --backend processes (with --clock virtual or real)")

@@ -6,10 +6,11 @@ Heavy libraries (torch, optuna, cvxpy) are imported inside the commands that nee
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import typer
 from rich.console import Console
@@ -91,7 +92,7 @@ def policies() -> None:
 # Where runs train: one option set shared by `run` and `tune` (the same BackendChoice either way).
 BACKEND_OPT = typer.Option("simulator", "--backend", help="simulator (gradients in this process) | processes "
                            "(worker processes compute them; same arrival order and results) | distributed (the ranks "
-                           "of a torchrun launch, rank 0 serving; `run` only).")
+                           "of a torchrun launch, rank 0 serving and running every trial of `tune`).")
 DEVICE_OPT = typer.Option("cpu", "--device", help="cpu | cuda (cuda:N): where the model, data, slots and worker "
                                                    "processes compute.")
 WORKERS_PER_DEVICE_OPT = typer.Option(2, "--workers-per-device", min=1,
@@ -105,6 +106,41 @@ STRAGGLERS_OPT = typer.Option("machine", "--stragglers", help="--clock real: mac
                               "model (also the job's cluster model, as real delays).")
 TIME_SCALE_OPT = typer.Option(0.01, "--time-scale", help="--clock real --stragglers model: real seconds per virtual "
                               "second of the cluster model.")
+
+
+def _served_as_worker_rank(choice: Any, worker_timeout: float) -> bool:
+    """--backend distributed, where torchrun runs the command on every rank: join the group. A rank other than
+    0 serves rank 0's runs here until told to stop, and returns True: its command is done."""
+    if choice.backend != "distributed":
+        return False
+    from autosync.engine.drivers import distributed
+
+    if distributed.init_from_torchrun(worker_timeout) == 0:
+        return False
+    distributed.serve_when_told(choice.device)
+    return True
+
+
+@contextlib.contextmanager
+def _releasing_ranks_on_failure(choice: Any) -> Iterator[None]:
+    """Rank 0 loads the job inside: if that fails, the waiting ranks are released before the error shows."""
+    try:
+        yield
+    except BaseException:
+        if choice.backend == "distributed":
+            from autosync.engine.drivers import distributed
+
+            distributed.leave_without_job()
+        raise
+
+
+def _share_with_ranks(choice: Any, spec: Any) -> None:
+    """Rank 0 sends the job (and the folder its own code imports from) to every other rank."""
+    if choice.backend == "distributed":
+        from autosync.engine.drivers import distributed
+
+        roots = [str(Path(spec.source).resolve().parent)] if spec.uses_user_code else []
+        distributed.share_job(spec.model_dump(mode="json"), roots)
 
 
 @app.command()
@@ -132,24 +168,13 @@ def run(
 
     choice = api.backend(backend, clock=clock, stragglers=stragglers, time_scale=time_scale, device=device,
                          workers_per_device=workers_per_device, worker_timeout=worker_timeout)
-    distributed = None
-    if choice.backend == "distributed":  # every rank runs this command; only rank 0 goes on past here
-        from autosync.engine.drivers import distributed
-
-        if distributed.init_from_torchrun(worker_timeout) != 0:
-            distributed.serve_when_told(device)
-            return
-    try:
+    if _served_as_worker_rank(choice, worker_timeout):
+        return
+    with _releasing_ranks_on_failure(choice):
         spec, pol = _run_setup(job, seed, policy, param, storage)
         with status.status(f"loading {spec.workload.dataset.label} and building {spec.workload.model.label}"):
             workload = api.check_workload(spec, device)
-    except BaseException:
-        if distributed is not None:
-            distributed.leave_without_job()
-        raise
-    if distributed is not None:
-        roots = [str(Path(spec.source).resolve().parent)] if spec.uses_user_code else []
-        distributed.share_job(spec.model_dump(mode="json"), roots)
+    _share_with_ranks(choice, spec)
     out_dir = out or Path("results") / "runs" / spec.name / f"{pol.name}-seed{spec.seed}"
 
     from autosync.report import plot_run, write_run
@@ -441,6 +466,21 @@ def robustness(
     status.print(SUMMARY_LEGEND, style="dim")
 
 
+@contextlib.contextmanager
+def _ranks_serving_every_trial(choice: Any, spec: Any, workload: Any) -> Iterator[None]:
+    """--backend distributed: one driver on the group for every trial inside; the ranks stop after it."""
+    if choice.backend != "distributed":
+        yield
+        return
+    from autosync.engine.drivers import distributed
+
+    distributed.open_session(spec.cluster.n_workers, workload.slot_dim, choice.worker_timeout)
+    try:
+        yield
+    finally:
+        distributed.close_session()
+
+
 @app.command()
 def tune(
     job: Optional[Path] = JOB_ARG,
@@ -476,10 +516,15 @@ def tune(
     from autosync import api
     from autosync.search.storage import redact_url
 
-    spec = api.load_job(job)
     choice = api.backend(backend, clock=clock, stragglers=stragglers, time_scale=time_scale, device=device,
                          workers_per_device=workers_per_device, worker_timeout=worker_timeout)
-    with _counting_bar("tuning") as bar:
+    if _served_as_worker_rank(choice, worker_timeout):
+        return
+    with _releasing_ranks_on_failure(choice):
+        spec = api.load_job(job)
+        workload = api.check_workload(spec, device) if choice.backend == "distributed" else None
+    _share_with_ranks(choice, spec)
+    with _ranks_serving_every_trial(choice, spec, workload), _counting_bar("tuning") as bar:
         task = bar.add_task("BSP reference runs", total=n_trials)
 
         def on_trial(done: int, total: int) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -18,11 +19,32 @@ from autosync.catalog import make_policy
 from autosync.job import load_job
 from autosync.workloads.workload import Workload
 from tests.conftest import autosync, no_traceback, per_worker_run
+from tests.test_tune_backends import _trials
 
 
-def _torchrun(*args: str, cwd) -> subprocess.CompletedProcess:
+def _torchrun(*args: str, cwd, command: str = "run") -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3",
-                           "-m", "autosync.cli", "run", *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+                           "-m", "autosync.cli", command, *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def test_a_torchrun_tune_runs_every_trial_on_the_ranks_and_gives_the_simulators_trial_values(tiny_job, tmp_path):
+    args = ("--n-trials", "3", "--sampler", "random", "--json")
+    ranks = _torchrun(str(tiny_job), *args, "--storage", "sqlite:///ranks.db", "--backend", "distributed",
+                      cwd=tmp_path, command="tune")
+    assert ranks.returncode == 0, ranks.stderr[-2000:]
+    sim = autosync("tune", str(tiny_job), *args, "--storage", "sqlite:///sim.db", cwd=tmp_path)
+    assert sim.returncode == 0, sim.stderr
+    ranks_trials, study = _trials(tmp_path / "ranks.db")
+    assert ranks_trials == _trials(tmp_path / "sim.db")[0]  # bit for bit: the same policies, the same values
+    assert study.study_name.endswith("-static_k-distributed-virtual-cpu")
+    cache = json.loads(ranks.stdout[ranks.stdout.index("{"):])["cache"]
+    assert cache["execution"] == {"backend": "distributed", "device": "cpu", "clock": "virtual", "ranks": 3}
+    again = _torchrun(str(tiny_job), *args, "--storage", "sqlite:///ranks.db", "--backend", "distributed",
+                      cwd=tmp_path, command="tune")  # a recurring job: the cache answers, the ranks are released
+    assert again.returncode == 0 and '"cached": true' in again.stdout, again.stderr[-2000:]
+    crowded = _torchrun(str(tiny_job), "--n-trials", "2", "--n-jobs", "2", "--backend", "distributed", cwd=tmp_path,
+                        command="tune")
+    assert crowded.returncode != 0 and "--n-jobs must be 1 with --backend distributed" in crowded.stderr
 
 
 def test_torchrun_ranks_give_the_in_process_run_bit_for_bit_and_real_time_runs_rerun(tiny_job, tmp_path):

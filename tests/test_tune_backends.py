@@ -88,7 +88,7 @@ def test_a_trial_whose_worker_processes_die_fails_with_its_reason():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--backend", "distributed"], "--backend distributed is not supported by tune yet"),
+    (["--backend", "distributed"], "--backend distributed runs under torchrun"),
     (["--clock", "real"], "--clock real needs --backend processes or distributed"),
 ])
 def test_bad_backend_options_for_tune_exit_2(tiny_job, tmp_path, args, message):

@@ -79,10 +79,10 @@ def build(choice: BackendChoice, job: Any, workload: Any) -> tuple["Driver | Non
     choice.check()
     if choice.backend == "simulator":
         return None, None
-    if choice.backend == "distributed":  # the group is joined and the job shared by `autosync run`
-        from autosync.engine.drivers.distributed import DistributedDriver
+    if choice.backend == "distributed":  # the group is joined and the job shared by `autosync run` or `tune`
+        from autosync.engine.drivers.distributed import driver_for
 
-        driver = DistributedDriver(job.cluster.n_workers, workload.slot_dim, timeout=choice.worker_timeout)
+        driver = driver_for(job.cluster.n_workers, workload.slot_dim, timeout=choice.worker_timeout)
     else:
         from autosync.engine.drivers import ProcessDriver
 

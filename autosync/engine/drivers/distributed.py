@@ -126,9 +126,11 @@ class DistributedDriver(RemoteDriver):
     or the engine.
     """
 
-    def __init__(self, n_workers: int, dim: int, timeout: float = 60.0):
-        """`dim`: values per message, the workload's `slot_dim` (its parameters, then its buffers)."""
+    def __init__(self, n_workers: int, dim: int, timeout: float = 60.0, session: bool = False):
+        """`dim`: values per message, the workload's `slot_dim` (its parameters, then its buffers).
+        `session`: the driver serves several runs (`open_session`); closing it ends a run, not the group."""
         self.dim = dim
+        self.session = session
         self.ranks = list(range(1, dist.get_world_size()))
         self.timeout = timeout
         self.assignment = {w: self.ranks[w % len(self.ranks)] for w in range(n_workers)}
@@ -234,7 +236,8 @@ class DistributedDriver(RemoteDriver):
         return any(self.assignment[w] == rank for w in self.pending)
 
     def close(self) -> None:
-        """Let the ranks finish what they were sent, tell them to stop, and leave the group."""
+        """Let the ranks finish what they were sent; then, unless the driver serves a session's further runs,
+        tell them to stop and leave the group."""
         if not dist.is_initialized():
             return
         try:
@@ -242,8 +245,39 @@ class DistributedDriver(RemoteDriver):
                 self.collect(self.timeout)
         except WorkerProcessError:
             pass
+        if self.session:  # the next run starts clean on the same ranks
+            self.pending, self.faults, self.wait_seconds, self._silent_since = {}, [], 0.0, {}
+            return
         for rank in self.ranks:
             self._outboxes[rank].put(None)
         for t in self._threads:
             t.join(timeout=self.timeout)
         dist.destroy_process_group()
+
+
+_session: DistributedDriver | None = None  # rank 0's driver while a command runs several runs on the group
+
+
+def open_session(n_workers: int, dim: int, timeout: float) -> None:
+    """Rank 0 keeps one driver for every run of this command (`autosync tune`: one per trial and repeat);
+    the ranks serve them all, one run at a time."""
+    global _session
+    _session = DistributedDriver(n_workers, dim, timeout, session=True)
+
+
+def close_session() -> None:
+    """Stop the ranks and leave the group at the end of the command."""
+    global _session
+    if _session is not None:
+        driver, _session = _session, None
+        driver.session = False
+        driver.close()
+
+
+def in_session() -> bool:
+    return _session is not None
+
+
+def driver_for(n_workers: int, dim: int, timeout: float) -> DistributedDriver:
+    """The session's driver when one is open (its `close` ends only the run), else a driver for one run."""
+    return _session if _session is not None else DistributedDriver(n_workers, dim, timeout)
