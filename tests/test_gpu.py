@@ -44,3 +44,16 @@ def test_worker_processes_share_the_gpu_slots_and_match_the_in_process_kernel():
     replayed = Simulator(JOB, make_policy("asp", {}), workload=workload, driver=PerWorkerDriver(workload, JOB.seed),
                          clock=ReplayClock(logged.trace.arrivals)).run()
     assert torch.allclose(replayed.final_params, logged.final_params, atol=1e-6)
+
+
+def test_a_tune_on_worker_processes_sharing_the_gpu_trains_every_trial_there_and_caches_it(tiny_job, tmp_path):
+    import json
+
+    from tests.conftest import autosync
+
+    proc = autosync("tune", str(tiny_job), "--n-trials", "2", "--sampler", "random", "--storage", "sqlite:///gpu.db",
+                    "--backend", "processes", "--device", "cuda", "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    cache = json.loads(proc.stdout)["cache"]
+    assert cache["execution"] == {"backend": "processes", "device": "cuda", "clock": "virtual", "processes": 2}
+    assert cache["best_value"] > 0
