@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import os
 import sys
 from pathlib import Path
 from typing import Any, Iterator, Optional
@@ -203,7 +204,9 @@ def run(
 @app.command()
 def profile(
     job: Optional[Path] = JOB_ARG,
-    device: str = typer.Option("cpu", "--device", help="cpu | cuda (cuda:N): where the worker processes compute."),
+    backend: str = typer.Option("processes", "--backend", help="processes (worker processes on this machine) | "
+                                "distributed (the ranks of a torchrun launch; rank 0 times them)."),
+    device: str = typer.Option("cpu", "--device", help="cpu | cuda (cuda:N): where the workers compute."),
     workers_per_device: int = typer.Option(2, "--workers-per-device", min=1, help="Worker processes on the device."),
     batch_sizes: Optional[str] = typer.Option(None, "--batch-sizes", help="Comma-separated batch sizes to time "
                                               "(default: half, once and twice the job's)."),
@@ -213,21 +216,27 @@ def profile(
     out: Optional[Path] = typer.Option(None, help="Output directory (default: results/profiles/<job>)."),
 ) -> None:
     """Measure each worker's real round trips (compute and communication) and fit the job's cluster model."""
-    from autosync.engine.backends import check_device
-    from autosync.job import load_job
-    from autosync.profiling import batch_summary, fit_cluster, measure, measure_server, parse_batch_sizes, write_profile
+    from autosync import api
+    from autosync.profiling import (batch_summary, fit_cluster, measure, measure_server, parse_batch_sizes,
+                                    transfer_from_rounds, write_profile)
 
-    check_device(device)
-    spec = load_job(job)
-    sizes = parse_batch_sizes(batch_sizes, spec)
+    if backend not in ("processes", "distributed"):
+        raise UserError(f"--backend must be processes or distributed for profile, but got {backend!r}")
+    choice = api.backend(backend, device=device, workers_per_device=workers_per_device, worker_timeout=worker_timeout)
+    if _served_as_worker_rank(choice, worker_timeout):
+        return
+    with _releasing_ranks_on_failure(choice):
+        spec = api.load_job(job)
+        sizes = parse_batch_sizes(batch_sizes, spec)
+        with status.status(f"loading {spec.workload.dataset.label} and building {spec.workload.model.label}"):
+            workload = api.check_workload(spec, device)
+    _share_with_ranks(choice, spec)
     out_dir = out or Path("results") / "profiles" / spec.name
 
-    from autosync.engine.drivers import ProcessDriver
-    from autosync.workloads.workload import Workload
+    from autosync.engine.backends import build
 
-    with status.status(f"starting {workers_per_device} worker processes on {device}"):
-        workload = Workload(spec, device=device)
-        driver = ProcessDriver(workload, workers_per_device, timeout=worker_timeout)
+    with status.status(f"starting the {backend} backend's workers on {device}"):
+        driver, _ = build(choice, spec, workload)
     try:
         with _counting_bar("profiling") as bar:
             task = bar.add_task(f"rounds of {spec.cluster.n_workers} tasks", total=len(sizes) * rounds)
@@ -238,9 +247,13 @@ def profile(
         driver.close()
     with status.status("timing the server's update and parameter copy"):
         server = measure_server(spec, workload.init_params())
+    if backend == "distributed":  # the transport is gloo's, timed by each rank's first task of every round
+        server = transfer_from_rounds(server, samples, int(os.environ["WORLD_SIZE"]) - 1)
     cluster = fit_cluster(spec, samples, server)
     paths = write_profile(spec, samples, cluster, out_dir)
-    table = Table(title=f"{spec.name}: measured on {device} with {workers_per_device} worker processes")
+    workers = f"{workers_per_device} worker processes" if backend == "processes" else \
+        f"{int(os.environ['WORLD_SIZE']) - 1} ranks"
+    table = Table(title=f"{spec.name}: measured on {device} with {workers}")
     for column in ("batch size", "compute (mean)", "round trip (mean)", "round trip (p90)"):
         table.add_column(column, justify="right")
     for b, compute, trip, trip_p90 in batch_summary(samples):
@@ -248,7 +261,7 @@ def profile(
     console.print(table)
     console.print(f"fitted: compute {cluster['compute']}, communication {1e3 * cluster['communication_seconds']:.2f} ms, "
                   f"speed factors {min(cluster['speed_factors']):.3f}..{max(cluster['speed_factors']):.3f}; server: "
-                  f"update {1e3 * server.apply_seconds:.3f} ms, parameters copied at {server.bandwidth / 1e9:.2f} GB/s")
+                  f"update {1e3 * server.apply_seconds:.3f} ms, parameters moved at {server.bandwidth / 1e6:.1f} MB/s")
     status.print(f"wrote {', '.join(str(p) for p in paths)}")
     status.print(f"tune on this machine's model: autosync tune {paths[-1]}")
 

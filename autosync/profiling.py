@@ -9,7 +9,8 @@ gradient back). From these the job's `cluster` section is fitted:
   timed (GPUCompute, LB-BSP sec. 3.3.1: a GPU, or any worker whose per-task overhead dominates);
 - server: the server's own costs on this machine, timed apart from the rounds (`measure_server`): one update
   of the model by the default rule (apply_seconds) and one copy of the parameters into a shared-memory
-  slot, the processes backend's transport (bandwidth = model bytes / that time);
+  slot, the processes backend's transport (bandwidth = model bytes / that time); on the distributed
+  backend the transfer is gloo's instead, timed within the rounds (`transfer_from_rounds`);
 - communication_seconds: the median of round trip minus compute, less the pull and push the server model
   now charges (a round's p-th task waits for p pulls before its own);
 - speed_factors: each worker's mean compute time against all workers' at the same batch size;
@@ -123,6 +124,14 @@ def measure_server(job: JobSpec, params, repeats: int = 30) -> ServerCosts:
     apply = timed(lambda: rule.apply(params, state, grad, 0.0, []))
     transfer = timed(lambda: slot.copy_(params))
     return ServerCosts(apply, transfer, params.numel() * params.element_size())
+
+
+def transfer_from_rounds(server: ServerCosts, samples: Sequence[Sample], ranks: int) -> ServerCosts:
+    """The server's costs with the transfer time of the distributed backend's transport (gloo messages)
+    instead of a shared-memory copy: half the communication of the first task each rank gets in a round
+    (workers 0 .. ranks-1; it waits behind no other task), median over the rounds."""
+    first = [s.communication_seconds / 2 for s in samples if s.worker < ranks]
+    return ServerCosts(server.apply_seconds, statistics.median(first), server.model_bytes)
 
 
 def fit_cluster(job: JobSpec, samples: Sequence[Sample], server: ServerCosts | None = None) -> dict:

@@ -47,6 +47,16 @@ def test_a_torchrun_tune_runs_every_trial_on_the_ranks_and_gives_the_simulators_
     assert crowded.returncode != 0 and "--n-jobs must be 1 with --backend distributed" in crowded.stderr
 
 
+def test_a_torchrun_profile_times_the_ranks_and_gloos_transfer_into_the_fitted_server(tiny_job, tmp_path):
+    proc = _torchrun(str(tiny_job), "--backend", "distributed", "--rounds", "2", "--batch-sizes", "8,16", "--out",
+                     "prof", cwd=tmp_path, command="profile")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "measured on cpu with 2 ranks" in proc.stdout
+    job = load_job(tmp_path / "prof" / "profiled_job.yaml")
+    assert len(job.cluster.speed_factors) == 4 and job.cluster.server.apply_seconds > 0
+    assert job.cluster.server.bandwidth < 1e9  # gloo's messages, far slower than a shared-memory copy
+
+
 def test_torchrun_ranks_give_the_in_process_run_bit_for_bit_and_real_time_runs_rerun(tiny_job, tmp_path):
     virtual = _torchrun(str(tiny_job), "--backend", "distributed", "--policy", "backup", "--param", "k=3",
                         "--out", "v", cwd=tmp_path)

@@ -9,7 +9,7 @@ import yaml
 
 from autosync.job import load_job
 from autosync.job import job_from_dict
-from autosync.profiling import Sample, ServerCosts, fit_cluster, measure_server, time_scale
+from autosync.profiling import Sample, ServerCosts, fit_cluster, measure_server, time_scale, transfer_from_rounds
 from tests.conftest import autosync, no_traceback, small_job
 
 JOB = small_job()
@@ -44,6 +44,14 @@ def test_the_server_costs_go_into_the_cluster_and_out_of_communication():
     job_from_dict({**JOB.model_dump(mode="json"), "cluster": {**cluster, "round_trip": {"kind": "deterministic"}}})
 
 
+def test_the_distributed_transport_is_timed_by_each_ranks_first_task_of_a_round():
+    # 2 ranks: workers 0 and 1 are each rank's first task; 2 and 3 wait behind them and do not count
+    samples = [Sample(w, 8, r, 1e-3, 1e-3 + (0.004 + 0.001 * r if w < 2 else 0.05)) for w in range(4) for r in range(3)]
+    server = transfer_from_rounds(ServerCosts(2e-4, 1e-6, 4000), samples, ranks=2)
+    assert server.transfer_seconds == pytest.approx(0.0025)  # half the median round trip outside the kernel
+    assert server.apply_seconds == 2e-4 and server.bandwidth == pytest.approx(4000 / 0.0025)
+
+
 def test_the_server_is_timed_on_the_model():
     import torch
 
@@ -74,6 +82,9 @@ def test_cli_profiles_real_processes_and_writes_a_job_that_tunes(tiny_job, tmp_p
     run = autosync("run", str(tmp_path / "prof" / "profiled_job.yaml"), "--policy", "asp", "--out", "r", cwd=tmp_path)
     assert run.returncode == 0, run.stderr
 
+    wrong = autosync("profile", str(tiny_job), "--backend", "simulator", cwd=tmp_path)
+    no_traceback(wrong)
+    assert wrong.returncode == 2 and "--backend must be processes or distributed for profile" in wrong.stderr
     bad = autosync("profile", str(tiny_job), "--batch-sizes", "1", cwd=tmp_path)
     no_traceback(bad)
     assert bad.returncode == 2 and "--batch-sizes must be integers >= 2" in bad.stderr
