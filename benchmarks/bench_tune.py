@@ -19,6 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from autosync.api import quiet_optuna
 from autosync.job import load_job
 from autosync.search.objective import ObjectiveSettings, evaluate, trial_seeds
 from autosync.search.space import SPACE_DIR, load_space
@@ -47,6 +48,7 @@ def main() -> None:
     parser.add_argument("--sampler", default="tpe", help="tpe | gp | random (as `autosync tune --sampler`)")
     parser.add_argument("--json", default=None, help="also write the figures here (benchmarks/make_table.py)")
     args = parser.parse_args()
+    quiet_optuna()  # one line per tune below, as the command prints
     job = load_job(None)
     space = load_space(SPACE_DIR / "static_k.yaml", job.cluster.n_workers)
     settings = ObjectiveSettings()
