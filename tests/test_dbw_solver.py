@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from autosync.policies._dbw_time import EMPTY_PAIR_WEIGHT, IterationTimeEstimator, _compiled_problem
-from autosync.policies._isotonic import Eq17Solver, _transposed, isotone_majorant, isotonic_rows, violation
+from autosync.policies._isotonic import (Eq17Solver, _Problem, _row_runs, _run_end_binds, _transposed, isotone_majorant,
+                                        isotonic_rows, violation)
 
 INSTANCES = Path(__file__).parent / "data" / "dbw_eq17_instances.npz"
 AGREE = 1e-4  # relative to max |x|
@@ -132,6 +133,22 @@ def test_a_size_that_transposes_tile_by_tile():
         a = np.arange(n * n, dtype=float).reshape(n, n)
         copy = _transposed(a)
         assert np.array_equal(copy, a.T) and copy.flags.c_contiguous and not np.shares_memory(copy, a)
+
+
+def test_merged_runs_give_the_optimum_whether_or_not_a_run_end_binds():
+    """Runs of prior-only rows are solved as one row; where a diagonal constraint at a run's end binds the
+    answer is checked on the unmerged problem. Both cases occur on these instances (seeds 5 and 1)."""
+    binds = []
+    for seed in (1, 5):
+        weights, targets = dbw_instance(np.random.default_rng(seed), 8)
+        problem = _Problem(weights, targets, _row_runs(weights, targets))
+        assert problem.sizes.max() > 1
+        x, converged, _ = Eq17Solver()._dykstra(problem)
+        binds.append(_run_end_binds(x, problem, 1e-9))
+        result = Eq17Solver().solve(weights, targets)
+        assert result.converged and violation(result.x) <= 1e-9
+        assert relative_difference(result.x, reference(weights, targets)) <= AGREE
+    assert binds == [False, True]
 
 
 @pytest.mark.parametrize("n", [2, 3, 8, 16, 32])

@@ -131,17 +131,18 @@ class Eq17Result:
 class Eq17Solver:
     """Dykstra's alternating projections (PAV per family) for problem (17), warm-started across solves.
 
+    Runs of adjacent rows with the same weights and targets are solved as one row (`_Problem`); where a
+    diagonal constraint at a run's end holds with equality, that answer is checked (and finished if need
+    be) by sweeps of the unmerged problem started from its multipliers (module docstring).
+
     Args:
         tol: stop when the estimated distance of the iterate to the optimum, max over entries, is at most
             tol * max |t|. The distance is estimated from s, the largest change of a column or diagonal
             increment in one sweep (the row increments follow from them), and the observed contraction r
             of s from the previous sweep: s * r / (1 - r), never below s itself.
-        max_sweeps: sweeps before giving up (`Eq17Result.converged` is then False).
+        max_sweeps: sweeps before giving up, for the merged and for the unmerged problem
+            (`Eq17Result.converged` is then False).
         memory: residuals Anderson acceleration extrapolates from (0: plain Dykstra).
-
-    Attributes:
-        multipliers: (row, column, diagonal) dual variables of the last solve, lam_i = w * p_i with p_i
-            Dykstra's increments; None before the first solve or after `reset`.
     """
 
     def __init__(self, tol: float = DEFAULT_TOL, max_sweeps: int = DEFAULT_MAX_SWEEPS,
@@ -155,12 +156,26 @@ class Eq17Solver:
         self.tol = tol
         self.max_sweeps = max_sweeps
         self.memory = memory
-        self.multipliers: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-        self._accel: _Anderson | None = None  # kept across solves of one n, for its buffers
+        # The last solve's row groups (first row of each) and its multipliers on the merged rows.
+        self._starts: np.ndarray | None = None
+        self._merged: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._accel: _Anderson | None = None  # kept across solves, for its buffers
+
+    @property
+    def multipliers(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """(row, column, diagonal) dual variables of the last solve, n x n, n x n and n: lam_i = w * p_i
+        with p_i Dykstra's increments, a merged row's shared equally by its rows; None before the first
+        solve or after `reset`."""
+        if self._merged is None:
+            return None
+        lam_row, lam_col, lam_diag = self._merged
+        each = np.arange(lam_diag.size)
+        return (_regroup(lam_row, self._starts, each), _regroup_columns(lam_col, lam_diag, self._starts, each),
+                lam_diag)
 
     def reset(self) -> None:
         """Forget the warm start: the next solve starts from zero multipliers."""
-        self.multipliers = None
+        self._starts = self._merged = None
 
     def solve(self, weights: np.ndarray, targets: np.ndarray) -> Eq17Result:
         """Solve (17) for (weights, targets), both n x n, starting from the last solve's multipliers.
@@ -178,16 +193,35 @@ class Eq17Solver:
                              f"pairs positive)")
         if not np.all(np.isfinite(t)):
             raise ValueError("targets must be finite, but got a NaN or an infinity")
-        problem = _Problem(w, t)
-        n, nn = problem.n, problem.n * problem.n
+        n = t.shape[0]
+        if self._merged is not None and self._merged[2].size != n:
+            self.reset()
+        problem = _Problem(w, t, _row_runs(w, t))
+        x, converged, sweeps = self._dykstra(problem)
+        margin = _SLACK * self.tol * max(float(np.abs(t).max()), np.finfo(float).tiny)
+        if problem.sizes.size < n and _run_end_binds(x, problem, margin):
+            problem = _Problem(w, t, np.arange(n))
+            x, converged, more = self._dykstra(problem)
+            sweeps += more
+        return Eq17Result(x=np.repeat(x, problem.sizes, axis=0), converged=converged, sweeps=sweeps)
+
+    def _dykstra(self, problem: _Problem) -> tuple[np.ndarray, bool, int]:
+        """Dykstra's sweeps on one (merged) problem from the stored multipliers, Anderson-accelerated.
+
+        Returns the problem's solution (m x n, finished by `isotone_majorant`), whether the tolerance was
+        met and the sweeps run; stores the problem's multipliers as the next warm start.
+        """
+        m, n = problem.t.shape
+        mn = m * n
         # The state is (p_col, p_diag), p_col transposed: Dykstra's row step overwrites p_row (its input is
         # t - p_col - p_diag), so the row multipliers are kept for the caller but not needed to warm-start.
-        if self.multipliers is None or self.multipliers[1].shape != (n, n):
-            z = np.zeros(nn + n)
+        warm = self._merged is not None
+        if not warm:
+            z = np.zeros(mn + n)
         else:
-            _, lam_col, lam_diag = self.multipliers
-            z = np.concatenate([(lam_col.T / problem.w_t).ravel(), lam_diag / problem.w_diag])
-        scale = max(float(np.abs(t).max()), np.finfo(float).tiny)
+            lam_col = _regroup_columns(self._merged[1], self._merged[2], self._starts, problem.starts)
+            z = np.concatenate([(_transposed(lam_col) / problem.w_t).ravel(), self._merged[2] / problem.w_diag])
+        scale = max(float(np.abs(problem.t).max()), np.finfo(float).tiny)
         if self._accel is None or self._accel.d_g.shape[1] != z.size:
             self._accel = _Anderson(self.memory, z.size)
         accel = self._accel
@@ -217,29 +251,100 @@ class Eq17Solver:
             if estimate <= self.tol * scale:
                 converged = True
                 break
+            if warm and sweep >= _WARM_SWEEPS:
+                # A warm start that has not converged by now is worse than none (seen where newly sampled
+                # rows split a merged run): start again from zero multipliers.
+                z, fallback, previous, warm = np.zeros_like(z), None, np.inf, False
+                accel.restart()
+                continue
             z = accel.extrapolate(g, fw)
             fallback = (g, residual, step) if z is not g else None
         y_rows, x_rows, fitted_cols_t, fitted_diag = state
         x = _transposed(fitted_cols_t)
         np.negative(x, out=x)
-        x[problem.diag, problem.diag] = fitted_diag
-        self.multipliers = ((y_rows - x_rows) * w, (g[:nn].reshape(n, n) * problem.w_t).T,
-                            g[nn:] * problem.w_diag)
-        return Eq17Result(x=isotone_majorant(x), converged=converged, sweeps=sweep)
+        x[problem.diag_rows, problem.diag_cols] = fitted_diag
+        self._starts = problem.starts
+        self._merged = ((y_rows - x_rows) * problem.w, _transposed(g[:mn].reshape(n, m) * problem.w_t),
+                        g[mn:] * problem.w_diag)
+        return isotone_majorant(x, (problem.diag_rows, problem.diag_cols)), converged, sweep
+
+
+# Sweeps from the warm start before starting from zero instead; DBW's re-solves take 2 to 40 (up to about
+# 20 from zero), a few hundreds where the warm start misleads.
+_WARM_SWEEPS = 50
+# A diagonal constraint at a merged run's end counts as binding within this many tolerances of equality.
+_SLACK = 100.0
+
+
+def _row_runs(w: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """The first row of each run of adjacent rows with equal weights and equal targets (rows of DBW's data
+    that carry only the prior are such runs)."""
+    same = (w[1:] == w[:-1]).all(axis=1) & (t[1:] == t[:-1]).all(axis=1)
+    return np.flatnonzero(np.concatenate([[True], ~same]))
+
+
+def _group_of_rows(starts: np.ndarray, n: int) -> np.ndarray:
+    """The merged row of each of the n rows, given the first row of each merged row."""
+    return np.repeat(np.arange(starts.size), np.diff(starts, append=n))
+
+
+def _regroup(lam: np.ndarray, old: np.ndarray, new: np.ndarray) -> np.ndarray:
+    """Multipliers of merged rows (first rows `old`) for other merged rows (first rows `new`) of one matrix.
+
+    A merged row's multiplier is the sum of its rows' and is shared equally by its rows (where their
+    weights, targets and solution are equal, and so are their gradients).
+    """
+    n = lam.shape[1]
+    pieces = np.union1d(old, new)
+    length = np.diff(pieces, append=n)
+    source = np.searchsorted(old, pieces, side="right") - 1
+    share = length / np.diff(old, append=n)[source]
+    return np.add.reduceat(lam[source] * share[:, None], np.searchsorted(pieces, new), axis=0)
+
+
+def _regroup_columns(lam_col: np.ndarray, lam_diag: np.ndarray, old: np.ndarray, new: np.ndarray) -> np.ndarray:
+    """`_regroup` for the column multipliers: what is shared equally is the column's plus the diagonal's
+    multiplier (the gradient less the row's), the diagonal's staying on its own cell. On rows that
+    (17)'s optimum keeps equal this is the optimum's own column multiplier wherever it is dual feasible."""
+    n = lam_diag.size
+    cols = np.arange(n)
+    combined = lam_col.copy()
+    combined[_group_of_rows(old, n), cols] += lam_diag
+    lam = _regroup(combined, old, new)
+    lam[_group_of_rows(new, n), cols] -= lam_diag
+    return lam
+
+
+def _run_end_binds(x: np.ndarray, problem: _Problem, margin: float) -> bool:
+    """Whether a diagonal constraint between a merged run (two rows or more) and the next merged row holds
+    within `margin` of equality in x, the merged problem's solution (when none does, x is (17)'s optimum)."""
+    group = problem.diag_rows
+    d = x[group, problem.diag_cols]
+    size = problem.sizes[group]
+    boundary = (group[1:] != group[:-1]) & ((size[1:] > 1) | (size[:-1] > 1))
+    return bool((d[1:] - d[:-1] <= margin)[boundary].any())
 
 
 class _Problem:
-    """(17)'s data laid out for the sweeps: weights, and targets negated, also transposed for the column family."""
+    """(17)'s data with runs of equal rows merged, laid out for the sweeps.
 
-    def __init__(self, w: np.ndarray, t: np.ndarray):
-        self.n = t.shape[0]
-        self.w = w
-        self.t = t
-        self.w_t = _transposed(w)
-        self.neg_t_t = _transposed(t)
+    Rows starts[j] to starts[j + 1] - 1 become merged row j, with their weights summed and their (equal)
+    targets; the diagonal family is the chain of cells (diag_rows[k], k), k's merged row and column k.
+    Targets are kept negated and transposed for the column family.
+    """
+
+    def __init__(self, w: np.ndarray, t: np.ndarray, starts: np.ndarray):
+        n = t.shape[0]
+        self.starts = starts
+        self.sizes = np.diff(starts, append=n)
+        self.t = t[starts]
+        self.w = w[starts] * self.sizes[:, None]
+        self.w_t = _transposed(self.w)
+        self.neg_t_t = _transposed(self.t)
         np.negative(self.neg_t_t, out=self.neg_t_t)
-        self.diag = np.arange(self.n)
-        self.w_diag = w[self.diag, self.diag].copy()
+        self.diag_rows = _group_of_rows(starts, n)
+        self.diag_cols = np.arange(n)
+        self.w_diag = self.w[self.diag_rows, self.diag_cols]
 
 
 def _sweep(z: np.ndarray, problem: _Problem):
@@ -254,42 +359,43 @@ def _sweep(z: np.ndarray, problem: _Problem):
     Returns the new increments and (the row step's input and output, whose difference is p_row; the
     column step's fitted values, transposed and negated; the diagonal after its projection).
     """
-    t, w, d = problem.t, problem.w, problem.diag
-    n = problem.n
-    nn = n * n
-    p_col_t = z[:nn].reshape(n, n)
-    p_diag = z[nn:]
+    t, w, rows_d, cols_d = problem.t, problem.w, problem.diag_rows, problem.diag_cols
+    m, n = t.shape
+    mn = m * n
+    p_col_t = z[:mn].reshape(n, m)
+    p_diag = z[mn:]
     # Rows nondecreasing; the input is t minus the other families' increments.
     y_rows = _transposed(p_col_t)
     np.subtract(t, y_rows, out=y_rows)
-    y_rows[d, d] -= p_diag
+    y_rows[rows_d, cols_d] -= p_diag
     x_rows, rows = _isotonic_some_rows(y_rows, w, (y_rows[:, 1:] < y_rows[:, :-1]).any(axis=1))
     # Columns nonincreasing in h: the rows of u = -(x + p_col).T nondecreasing.
     u = problem.neg_t_t.copy()
-    u[d, d] += p_diag
+    u[cols_d, rows_d] += p_diag
     u[:, rows] += (y_rows[rows] - x_rows[rows]).T
     v, _ = _isotonic_some_rows(u, problem.w_t, (u[:, 1:] < u[:, :-1]).any(axis=1))
     g = np.empty_like(z)
-    np.subtract(v, u, out=g[:nn].reshape(n, n))  # p_col = y - x = (v - u).T
+    np.subtract(v, u, out=g[:mn].reshape(n, m))  # p_col = y - x = (v - u).T
     # Diagonal nondecreasing.
-    y_diag = p_diag - v[d, d]
+    y_diag = p_diag - v[cols_d, rows_d]
     fitted_diag = y_diag
     if (y_diag[1:] < y_diag[:-1]).any():
         fitted_diag = _pava(y_diag, problem.w_diag)
-    g[nn:] = y_diag - fitted_diag
+    g[mn:] = y_diag - fitted_diag
     return g, (y_rows, x_rows, v, fitted_diag)
 
 
 def _transposed(a: np.ndarray) -> np.ndarray:
-    """A new C-contiguous array holding a.T, copied tile by tile where n allows (about 3x faster at n = 1024
-    than a strided copy, which misses the cache on every element). Never a view: callers write into it."""
-    n = a.shape[0]
+    """A new C-contiguous array holding a.T, copied tile by tile where the shape allows (about 3x faster
+    at n = 1024 than a strided copy, which misses the cache on every element). Never a view: callers
+    write into it."""
+    m, n = a.shape
     tile = 32
-    if n % tile or n < 2 * tile:
+    if m % tile or n % tile or min(m, n) < 2 * tile:
         return np.array(a.T, order="C")
-    k = n // tile
-    tiles = np.ascontiguousarray(a.reshape(k, tile, k, tile).transpose(0, 2, 1, 3))  # (i, j, r, c)
-    return np.ascontiguousarray(tiles.transpose(1, 3, 0, 2)).reshape(n, n)  # (j, c, i, r)
+    i, j = m // tile, n // tile
+    tiles = np.ascontiguousarray(a.reshape(i, tile, j, tile).transpose(0, 2, 1, 3))  # (i, j, r, c)
+    return np.ascontiguousarray(tiles.transpose(1, 3, 0, 2)).reshape(n, m)  # (j, c, i, r)
 
 
 class _Anderson:
@@ -364,7 +470,7 @@ def violation(x: np.ndarray) -> float:
                      (d[:-1] - d[1:]).max(initial=0.0)))
 
 
-def isotone_majorant(x: np.ndarray) -> np.ndarray:
+def isotone_majorant(x: np.ndarray, diagonal: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """The least x' >= x that satisfies (17)'s three families (x itself when it does already).
 
     x'[v] is the largest x[u] over the entries u that (17) orders below v; it is reached by running
@@ -373,21 +479,27 @@ def isotone_majorant(x: np.ndarray) -> np.ndarray:
     at most e moves by at most about 2 n e. The running maxima are taken where they are cheap: along the
     rows that violate, and up the columns one whole row at a time (a strided accumulate along axis 0 or
     1 costs about 4 to 8 ms at n = 1024, the row loop about 1 ms).
+
+    Args:
+        x: (m, n) values.
+        diagonal: the diagonal family's chain, as (row indices, column indices) of its cells in order;
+            (k, k) for k < n when None (x square). A merged problem (`_Problem`) has its own.
     """
-    if _feasible(x):
+    if diagonal is None:
+        diagonal = (np.arange(x.shape[0]),) * 2
+    if _feasible(x, diagonal):
         return x
     x = x.copy()
-    diag = np.arange(x.shape[0])
-    while not _feasible(x):
+    while not _feasible(x, diagonal):
         rows = np.flatnonzero((x[:, 1:] < x[:, :-1]).any(axis=1))
         x[rows] = np.maximum.accumulate(x[rows], axis=1)
         for h in range(x.shape[0] - 2, -1, -1):
             np.maximum(x[h], x[h + 1], out=x[h])
-        x[diag, diag] = np.maximum.accumulate(x[diag, diag])
+        x[diagonal] = np.maximum.accumulate(x[diagonal])
     return x
 
 
-def _feasible(x: np.ndarray) -> bool:
-    """violation(x) == 0, by comparisons alone."""
-    d = np.diagonal(x)
+def _feasible(x: np.ndarray, diagonal: tuple[np.ndarray, np.ndarray]) -> bool:
+    """violation(x) == 0, by comparisons alone, for the diagonal chain `diagonal` (`isotone_majorant`)."""
+    d = x[diagonal]
     return not ((x[:, 1:] < x[:, :-1]).any() or (x[1:, :] > x[:-1, :]).any() or (d[1:] < d[:-1]).any())
