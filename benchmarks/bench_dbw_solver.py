@@ -19,10 +19,11 @@ max |x| (cvxpy's default tolerances leave it around 1e-5 to 1e-3 on pairs that c
 Goals (issue 15): at most 5 ms per re-solve at n = 128 and 100 ms at n = 1024, so that DBW could
 re-solve every iteration. cvxpy (Clarabel) was 4.6 ms at n = 16, 114 ms at n = 64 and 1251 ms at
 n = 128, about n^3, and compiles for about 8 s at n = 128: it is run only up to --cvxpy-max-workers.
-The structured solver (two runs each, back to back, on a 2-core machine loaded 2.3 to 2.9 by other work):
-0.3, 3.8, 10.4, 96 and 195 ms at n = 16, 128, 256, 512 and 1024, against 0.5, 9.4, 18, 151 and 239 ms
-before scipy's PAV, Anderson's ring buffers and one transposition a sweep. The n = 128 goal is met; the
-n = 1024 one is not (see the `_isotonic` module docstring for where the time goes).
+The structured solver (two runs each, back to back, on a 2-core machine loaded 2.4 to 2.7 by other work):
+0.4, 2.5 to 2.6, 5.7 to 5.8, 20 to 21 and 14 to 15 ms at n = 16, 128, 256, 512 and 1024, against 0.3,
+3.8, 11 to 12, 94 to 107 and 198 to 227 ms before runs of prior-only rows were merged into one row (the
+`_isotonic` module docstring); 0.5, 9.4, 18, 151 and 239 ms before scipy's PAV, Anderson's ring buffers
+and one transposition a sweep. Both goals are met.
 """
 
 from __future__ import annotations

@@ -7,8 +7,9 @@ The three monotonicity families of (17) let pairs with few or no samples borrow 
 neighbours; T_k = x*[k, k] is the estimate DBW's rule (19) uses.
 
 (17) is solved by the structured solver of `_isotonic` (pool-adjacent-violators per row, column and
-diagonal, combined by Dykstra's alternating projections, warm-started from the previous solve) by
-default, or by cvxpy with a named conic solver ("CLARABEL", "OSQP", ...), the reference.
+diagonal, combined by Dykstra's alternating projections, warm-started from the previous solve, with the
+runs of rows that carry only the prior solved as one row) by default, or by cvxpy with a named conic
+solver ("CLARABEL", "OSQP", ...), the reference.
 """
 
 from __future__ import annotations

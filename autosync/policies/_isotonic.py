@@ -11,9 +11,9 @@ and targets t (sample means):
 is the weighted projection of t onto the intersection of three convex cones. Each cone alone is a set of
 independent chains (the n rows, the n columns, the diagonal), and the weighted projection onto a chain is
 the weighted isotonic regression, solved exactly by pool-adjacent-violators (PAV; `isotonic_rows`, one
-call of scipy's linear-time PAV on a family's chains laid end to end). The intersection is reached by Dykstra's alternating
-projections in the weighted norm (Boyle and Dykstra 1986; for isotonic regression in several variables,
-Dykstra and Robertson 1982), which converges to the exact projection, not just to a feasible point.
+call of scipy's linear-time PAV on a family's chains laid end to end). The intersection is reached by
+Dykstra's alternating projections in the weighted norm (Boyle and Dykstra 1986; for isotonic regression in
+several variables, Dykstra and Robertson 1982), which converges to the exact projection, not just to a feasible point.
 
 Dykstra's method is block-coordinate ascent on the dual problem: its increments p_i are scaled dual
 variables. They are kept as multipliers lam_i = w * p_i, which do not depend on the weights (the normal
@@ -22,19 +22,33 @@ still dual feasible (`Eq17Solver`). The sweep z -> G(z) on the increments is a f
 Anderson acceleration extrapolates it from the last few residuals, and a safeguard falls back to the plain
 sweep whenever an extrapolated point does worse than the point it came from.
 
+Runs of adjacent rows with equal weights and equal targets (in DBW's samples every row not sampled yet:
+the 1e-3 prior and the column means) are solved as one row with their weights summed (`_Problem`): that is
+(17) restricted to x equal on each run, and its solution x_R is (17)'s optimum when every diagonal
+constraint between a run and the row next to it holds strictly. Proof: averaging a feasible x over each
+run's rows keeps every other constraint (a column's average over a run lies between the run's end values;
+averaged rows stay nondecreasing, and so does the diagonal inside a run) and does not raise the objective
+(the run's rows have one data, so by Jensen); if a feasible x did better than x_R, the average of
+x_R + s (x - x_R) for a small s > 0 would be a point of the restricted problem better than x_R. Where such
+a constraint binds (within 100 tolerances), x_R is checked on the unmerged problem, started from the merged
+multipliers: a run's column multiplier plus diagonal multiplier shared equally by its rows, the diagonal's
+kept on its own cell, which is (17)'s optimal dual point when x_R is optimal, so that one sweep confirms it
+(and further sweeps finish the solve when it is not).
+
 Convergence is fast where DBW's samples put it (whole rows sampled, the prior elsewhere: a few to a few
 tens of sweeps) and slow where a light pair (the 1e-3 prior) sits between heavy ones in both its row and
 its column or on the diagonal, which scattered samples produce: a flow of multiplier through such a pair
 grows by little per sweep. `Eq17Result.converged` is False when the sweep cap is reached.
 
 Cost (benchmarks/bench_dbw_solver.py, warm re-solves on a 2-core machine loaded about 2.5 by other work):
-0.3 ms at n = 16, 3.8 ms at n = 128 and about 195 ms at n = 1024, with 2 to 21 sweeps a solve. At
-n = 1024 the work is memory traffic: a sweep and its extrapolation are about 25 passes over the n^2
-increments (about 30 ms there), a solve's fixed cost (checks, transposed data, finishing) about 30 ms.
-DBW's solutions there have a few tens of distinct rows (every row above the sampled ones is the same), so
-merging runs of rows that carry only the prior would shrink the sweeps by an order; a merged run is exact
-only where the diagonal's constraints at its ends do not bind, so its answer needs checking by a full
-sweep, and that is not done here.
+0.4 ms at n = 16, 2.5 ms at n = 128, 5.7 at 256, 21 at 512 and 14 to 15 ms at n = 1024 (0.3, 3.8, 11,
+94 to 107 and 198 to 227 ms without merging rows, measured back to back). At n = 1024 DBW's samples leave
+about 45 distinct rows, so a sweep of the merged problem touches about 45 n numbers instead of n^2; the
+n^2 work left is the inputs' checks, finding the runs and writing out x. Re-solves where a run's end
+binds pay a sweep or a few of the unmerged problem (about 33 ms each at n = 1024): 11, 5, 8 and 0 of the
+20 timed re-solves at n = 128, 256, 512 and 1024. A warm start can mislead where newly sampled rows
+split a run (hundreds of sweeps seen at n = 256, where a start from zero takes about 10): after 50 sweeps
+the solve starts again from zero.
 """
 
 from __future__ import annotations
