@@ -8,8 +8,9 @@ spawned processes map the same rows through CUDA IPC. Dispatching a task copies 
 worker's row and sends a small notification `(worker, task index, batch size)` down the owning process's
 pipe; the process writes the gradient into the gradient row in place and answers `(worker, index, loss,
 compute seconds, time sent)`. No tensor is created per message: the engine gets the gradient as a view of
-the row, copied only if it still holds it when the worker's next task is sent (`ProcessDriver._reclaim`). On the GPU each side synchronises its
-stream before it notifies the other, so a row is never read while a copy into it is still queued.
+the row, copied only if it still holds it when the worker's next task is sent (`ProcessDriver._reclaim`).
+On the GPU each side synchronises its stream before it notifies the other, so a row is never read while a
+copy into it is still queued.
 Every process runs `worker_gradient`, the same kernel as the in-process `PerWorkerDriver`, with one
 intra-op thread, so both backends give bit-identical results on the CPU.
 
@@ -204,6 +205,8 @@ class ProcessDriver(RemoteDriver):
     def _read(self, rank: int) -> list[Answer]:
         """The next answer in process `rank`'s pipe, which the poll found readable; a closed pipe loses the
         process. (One per poll: further answers make the next poll return at once.)"""
+        if rank not in self.alive:  # lost while this poll's other answers were read
+            return []
         try:
             worker, index, loss, compute, sent = self.outboxes[rank].recv()
         except (EOFError, OSError):
