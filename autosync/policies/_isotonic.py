@@ -20,7 +20,7 @@ variables. They are kept as multipliers lam_i = w * p_i, which do not depend on 
 cone of a family is weight-free), so a re-solve after new samples starts from the previous dual point,
 still dual feasible (`Eq17Solver`). The sweep z -> G(z) on the increments is a fixed-point iteration;
 Anderson acceleration extrapolates it from the last few residuals, and a safeguard falls back to the plain
-sweep whenever an extrapolated point does worse than the point it came from.
+sweep whenever an extrapolated point does much worse (twice the residual) than the point it came from.
 
 Runs of adjacent rows with equal weights and equal targets (in DBW's samples every row not sampled yet:
 the 1e-3 prior and the column means) are solved as one row with their weights summed (`_Problem`): that is
