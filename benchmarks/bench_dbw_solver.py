@@ -28,8 +28,13 @@ and one transposition a sweep. Both goals are met on these samples.
 They are not on the instances DBW really solves early in a run, where k_t varies and scattered rows h
 get their first ranks sampled: the script also records every (weights, targets) DBW hands its solver in
 bench_scale's job (`recorded_instances`, --recorded-workers, --recorded-updates; nothing is stored) and
-replays them warm in order. Before the fix: at n = 128, 24 solves of 60 updates, 235 ms per solve (max
-668), 315 sweeps per solve (max 885), 2 at the 500-sweep cap (DBW's fallbacks to cvxpy).
+replays them warm in order (24 solves in 60 updates at either n). With a strict Anderson safeguard: at
+n = 128, 166 to 235 ms per solve (max 650 to 668), 315 sweeps per solve (max 885), 2 at the 500-sweep cap
+(DBW's fallbacks to cvxpy); at n = 512, 710 sweeps per solve (max 1,000: both phases capped), 15 capped,
+about 16 s per solve on a machine loaded about 6. With the safeguard at twice the plain step's residual
+(`_isotonic._SAFEGUARD`): 256 sweeps per solve at n = 128 (max 595), none capped; 621 at n = 512, 8
+capped. The 5 ms goal at n = 128 is missed by about two orders of magnitude: Dykstra crawls where a
+light pair passes multiplier between heavy ones (the `_isotonic` module docstring).
 """
 
 from __future__ import annotations
