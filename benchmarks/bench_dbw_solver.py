@@ -27,7 +27,8 @@ and one transposition a sweep. Both goals are met on these samples.
 
 They are not on the instances DBW really solves early in a run, where k_t varies and scattered rows h
 get their first ranks sampled: the script also records every (weights, targets) DBW hands its solver in
-bench_scale's job (`recorded_instances`, --recorded-workers, --recorded-updates; nothing is stored) and
+bench_scale's job (`recorded_instances`, --recorded-workers (default 128; 512 takes several minutes),
+--recorded-updates; nothing is stored) and
 replays them warm in order (24 solves in 60 updates at either n). With a strict Anderson safeguard: at
 n = 128, 166 to 235 ms per solve (max 650 to 668), 315 sweeps per solve (max 885), 2 at the 500-sweep cap
 (DBW's fallbacks to cvxpy); at n = 512, 710 sweeps per solve (max 1,000: both phases capped), 15 capped,
@@ -158,8 +159,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=40, help="iterations of samples before timing")
     parser.add_argument("--cvxpy-max-workers", type=int, default=128, help="largest n timed with cvxpy")
     parser.add_argument("--solver", default="CLARABEL", help="the cvxpy solver of the reference")
-    parser.add_argument("--recorded-workers", type=int, nargs="*", default=[128, 512],
-                        help="n of the instances recorded from a DBW run (none: skip them)")
+    parser.add_argument("--recorded-workers", type=int, nargs="*", default=[128],
+                        help="n of the instances recorded from a DBW run (none: skip them; 512 takes minutes)")
     parser.add_argument("--recorded-updates", type=int, default=60, help="updates of the recorded DBW run")
     parser.add_argument("--json", default=None, help="also write the figures here (benchmarks/make_table.py)")
     args = parser.parse_args()
