@@ -13,6 +13,9 @@ CIFAR-shaped images (4 workers, batch 4, 11.2 M parameters), with BSP (n gradien
   and back through a pipe pair (`_floors.pipe_round_trip`);
 - bandwidth floor: tasks per update times 12 bytes per parameter at the copy bandwidth measured here.
 Goals (the scale issue): ResNet-18 <= 2x the larger floor; the digits CNN <= 3x the latency floor.
+The overhead can be negative: for ResNet-18 the worker process writes each gradient into its reused
+shared row, while the in-process kernel allocates a new tensor of the model's size (page faults
+included) for every gradient.
 """
 
 from __future__ import annotations
