@@ -86,6 +86,10 @@ def per_sample_loss():
     return lambda out, y: F.cross_entropy(out, y, reduction="none")
 
 
+def detached_loss():
+    return lambda out, y: F.cross_entropy(out.detach(), y)
+
+
 def smooth(smoothing=0.1):
     return lambda out, y: F.cross_entropy(out, y, label_smoothing=smoothing)
 
@@ -235,6 +239,8 @@ def test_regression_targets_take_the_squared_error(user_dir):
     ({"model": {"factory": "userpkg:counting"}}, r"is not a pure function of its parameters, buffers and the seeded"),
     ({"loss": {"factory": "userpkg:per_sample_loss"}}, r"workload.loss.factory: 'userpkg:per_sample_loss' must return "
                                                        r"a scalar \(the batch's mean loss\), but returned \(4,\)"),
+    ({"loss": {"factory": "userpkg:detached_loss"}}, r"workload.loss.factory: the loss does not reach the model's "
+                                                     r"parameters"),
     ({"dataset": {"factory": "userpkg:not_a_dataset"}}, r"workload.dataset.factory: 'userpkg:not_a_dataset' must "
                                                         r"return .* but returned a int"),
     ({"dataset": {"factory": "userpkg:ragged"}}, r"returned train inputs and targets of different lengths: 10 and 9"),

@@ -59,7 +59,7 @@ def check_user_workload(workload: "Workload", source: str) -> None:
     loss_field = "workload.loss.factory" if workload.loss.per_sample is None else "workload.loss"
     try:
         with workload.task_randomness(0, 0, 0):
-            params = theta.detach().requires_grad_(True)
+            params = workload.leaves(theta)
             loss, _ = workload.train_loss(params, x, y)
     except Exception as exc:
         raise fail(loss_field, f"{workload.loss.name!r} fails on the model's outputs: {type(exc).__name__}: "
@@ -69,7 +69,7 @@ def check_user_workload(workload: "Workload", source: str) -> None:
         raise fail(loss_field, f"{workload.loss.name!r} must return a scalar (the batch's mean loss), but "
                                f"returned {shape}")
     try:
-        (g,) = torch.autograd.grad(loss.reshape(()), params)
+        g = workload.flat_gradient(loss.reshape(()), params)
     except RuntimeError as exc:
         raise fail(loss_field, f"the loss does not reach the model's parameters: {_one_line(exc)}") from None
     if not bool(torch.isfinite(g).all()) or not bool(torch.isfinite(loss)):
@@ -98,13 +98,14 @@ def _check_outputs(workload: "Workload", out: torch.Tensor, y: torch.Tensor, fie
 
 
 def _vmaps(workload: "Workload", x: torch.Tensor, y: torch.Tensor) -> bool:
-    """Whether per-worker gradients of this pure model can be batched with vmap (else: one pass each)."""
-    def mean_loss(theta: torch.Tensor, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
-        return workload.per_sample_loss(theta, xs, ys).mean()
+    """Whether per-worker gradients of this pure model can be batched with vmap (else: one pass each), as the
+    in-process driver batches them: over parameters by name."""
+    def mean_loss(params: dict[str, torch.Tensor], xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
+        return workload.per_sample_loss(params, xs, ys).mean()
 
     try:
-        thetas = torch.stack([workload.init_params()] * 2)
-        vmap(grad(mean_loss), in_dims=(0, 0, 0))(thetas, torch.stack([x, x]), torch.stack([y, y]))
+        params = workload.unflatten(torch.stack([workload.init_params()] * 2))
+        vmap(grad(mean_loss), in_dims=(0, 0, 0))(params, torch.stack([x, x]), torch.stack([y, y]))
     except Exception:
         return False
     return True

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Iterator
+from typing import Iterator, Union
 
 import numpy as np
 import torch
@@ -30,7 +30,7 @@ from autosync.workloads.datasets import Dataset, load_dataset
 from autosync.workloads.losses import build_loss
 from autosync.workloads.models import build_model
 
-Params = "torch.Tensor | dict[str, torch.Tensor]"  # flat parameters, or by name (`Workload.leaves`)
+Params = Union[torch.Tensor, dict[str, torch.Tensor]]  # flat parameters, or by name (`Workload.leaves`)
 
 
 class Workload:
