@@ -248,11 +248,13 @@ def profile(
     with status.status("timing the server's update and parameter copy"):
         server = measure_server(spec, workload.init_params())
     if backend == "distributed":  # the transport is gloo's, timed by each rank's first task of every round
-        server = transfer_from_rounds(server, samples, int(os.environ["WORLD_SIZE"]) - 1)
+        ranks = int(os.environ["WORLD_SIZE"]) - 1
+        server = transfer_from_rounds(server, samples, ranks)
+        workers = f"{ranks} ranks"
+    else:
+        workers = f"{workers_per_device} worker processes"
     cluster = fit_cluster(spec, samples, server)
     paths = write_profile(spec, samples, cluster, out_dir)
-    workers = f"{workers_per_device} worker processes" if backend == "processes" else \
-        f"{int(os.environ['WORLD_SIZE']) - 1} ranks"
     table = Table(title=f"{spec.name}: measured on {device} with {workers}")
     for column in ("batch size", "compute (mean)", "round trip (mean)", "round trip (p90)"):
         table.add_column(column, justify="right")
