@@ -47,7 +47,6 @@ def test_every_named_policy_but_the_static_split_has_its_composition():
                                                 r"asp or ssp.* but got barrier=dbw"),
     ({"barrier": "bsp", "update": "dc_asgd"}, r"but got barrier=bsp"),
     ({"schedule": "greedy", "update": "dana_zero"}, r"schedule greedy switches back to BSP"),
-    ({"barrier": "backup", "batch": "lbbsp"}, r"batch lbbsp re-balances .* needs barrier bsp, but got barrier=backup"),
     ({"barrier": "ssp", "schedule": "sync_switch"}, r"schedule sync_switch starts with BSP .* but got barrier=ssp"),
     ({"barrier": "asp", "k": 3}, r"k is a parameter of barrier backup, but got k=3 with barrier=asp"),
     ({"switch_at": 0.5}, r"switch_at is a parameter of schedule sync_switch or greedy or elastic"),
@@ -77,6 +76,30 @@ def test_new_compositions_run_and_use_each_slot():
     assert min(gaps) == phases.index(0)  # (1-based update number of the last BSP update)
     sizes = [u[8] for u in switch.trace.updates if len(u[8]) == 4]
     assert any(s != sizes[0] for s in sizes)  # LB-BSP moved samples to the fast workers before the switch
+
+
+@pytest.mark.parametrize("slots", [{"barrier": "ssp", "staleness": 1}, {"barrier": "asp", "update": "dana_slim"},
+                                   {"barrier": "backup", "k": 3}, {"barrier": "dbw"}],
+                         ids=["ssp", "asp-dana_slim", "backup", "dbw"])
+def test_lbbsp_batches_move_to_the_fast_workers_under_every_barrier(slots):
+    """Worker 3 runs at 0.3x: LB-BSP gives it fewer samples whether its gradients are applied alone (ssp,
+    asp) or discarded as a straggler's (backup 3 of 4, dbw)."""
+    job = JOB.model_copy(update={"cluster": JOB.cluster.model_copy(update={"speed_factors": [1.0, 1.0, 1.0, 0.3]}),
+                                 "budget": JOB.budget.model_copy(update={"max_updates": 120})})
+    run = simulate(job, make_policy("compose", {**slots, "batch": "lbbsp", "mode": "cpu"}))
+    newest = {}
+    for worker, size in zip(run.trace.column("arrivals", "worker"), run.trace.column("arrivals", "batch_size")):
+        newest[worker] = size
+    assert newest[3] < min(newest[w] for w in range(3)) < job.workload.batch_size * 2
+    assert run.metrics["batch_spread"] > 1.5
+
+
+def test_lbbsp_under_bsp_re_balances_at_every_barrier():
+    """Under BSP a round is one iteration: the cpu mode's sizes change after every update once NARX's
+    warm-up (EMA until then) has a speed for every worker."""
+    job = JOB.model_copy(update={"cluster": JOB.cluster.model_copy(update={"speed_factors": [1.0, 1.0, 1.0, 0.3]})})
+    sizes = [tuple(u[8]) for u in simulate(job, make_policy("lbbsp", {"mode": "cpu"})).trace.updates]
+    assert sizes[0] == (JOB.workload.batch_size,) * 4 and sizes[1] != sizes[0]
 
 
 def test_a_composition_on_worker_processes_is_the_in_process_run_bit_for_bit():

@@ -15,7 +15,8 @@ from tests.conftest import small_job
 CONTRACT_PARAMS = {"backup": {"k": 3}, "ssp": {"staleness": 1},
                    "compose": {"barrier": "ssp", "update": "dana_slim"}}
 # Compositions that no seed policy is, run through the same contract.
-COMPOSITIONS = {"compose-switch": {"schedule": "elastic", "switch_at": 0.3, "batch": "lbbsp", "update": "dana_zero"}}
+COMPOSITIONS = {"compose-switch": {"schedule": "elastic", "switch_at": 0.3, "batch": "lbbsp", "update": "dana_zero"},
+                "compose-dbw-lbbsp": {"barrier": "dbw", "batch": "lbbsp"}}
 
 
 @pytest.fixture(params=sorted(POLICIES) + sorted(COMPOSITIONS))

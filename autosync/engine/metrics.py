@@ -48,10 +48,17 @@ def mean_staleness(trace: Trace) -> float | None:
 
 
 def batch_spread(trace: Trace) -> float | None:
-    """Largest over smallest per-worker batch in the run's last update of several gradients (1 for equal
-    batches; where LB-BSP settled)."""
-    groups = [sizes for sizes in trace.column("updates", "batch_sizes") if len(sizes) > 1]
-    return max(groups[-1]) / min(groups[-1]) if groups else None
+    """Largest over smallest of the workers' newest batch sizes at the end of the run (1 for equal batches;
+    where LB-BSP settled); None for a run of one-gradient updates on equal batches, which has no split."""
+    newest: dict[int, int] = {}
+    for worker, size in zip(trace.column("arrivals", "worker"), trace.column("arrivals", "batch_size")):
+        newest[worker] = size
+    if not newest:
+        return None
+    spread = max(newest.values()) / min(newest.values())
+    if spread == 1.0 and all(len(sizes) == 1 for sizes in trace.column("updates", "batch_sizes")):
+        return None
+    return spread
 
 
 def time_weighted_k(trace: Trace) -> float | None:

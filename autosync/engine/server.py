@@ -72,6 +72,7 @@ class Server:
         """Record `arrival`; decide whether it is used, whether to update, and who starts next."""
         self.time = arrival.time
         self.busy[arrival.worker] = False
+        self.strategies.batching.on_arrival(self, arrival)
         barrier = self.strategies.barrier
         accepted = barrier.accept(self, arrival)
         if accepted:

@@ -202,6 +202,9 @@ class Batching(Strategy):
     def batch_size(self, server: ServerView, worker: int) -> int:
         return self._batch_size
 
+    def on_arrival(self, server: ServerView, arrival: Arrival) -> None:
+        """Hook on every gradient that reaches the server, used or discarded (each worker's task time)."""
+
     def after_update(self, server: ServerView, stats: UpdateStats) -> None:
         """Hook after each update (LB-BSP re-balances the batch sizes here, at the BSP barrier)."""
 

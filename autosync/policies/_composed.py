@@ -7,7 +7,9 @@
 
 Slots and their choices:
 - barrier: bsp, backup (k, lr_rule), dbw (window, lr_rule), bdbw (lr_rule), ssp (staleness), asp;
-- batch: equal, lbbsp (mode: gpu | cpu | auto), with LB-BSP's batch-weighted aggregation (eq. 7);
+- batch: equal, lbbsp (mode: gpu | cpu | auto), with LB-BSP's batch-weighted aggregation (eq. 7), under any
+  barrier: LB-BSP's sizing against persistent slowness with DBW's or backup's k against transient stragglers,
+  or SSP's bound kept from stalling on a slow worker;
 - update: sgd (the job's optimizer: momentum or Nesterov), nag_asgd, multi_asgd, lwp (horizon), dc_asgd
   (dc_lambda), dana_zero, dana_slim, dana_dc (dc_lambda);
 - schedule: none, sync_switch (switch_at, config), greedy and elastic (Sync-Switch's online policies for
@@ -54,8 +56,8 @@ class Composed(Policy):
 
     Args:
         barrier: which gradients an update waits for: bsp, backup, dbw, bdbw, ssp or asp.
-        batch: per-worker batch sizes: equal, or lbbsp (re-balanced at every barrier, gradients weighted
-            by batch size).
+        batch: per-worker batch sizes: equal, or lbbsp (re-balanced once every worker has finished a task:
+            at every barrier under bsp; gradients weighted by batch size).
         update: the server's update rule: sgd (the job's optimizer) or one of DANA's asynchronous rules.
         schedule: none, or Sync-Switch's BSP-then-ASP switch (sync_switch), with its greedy or elastic
             straggler policy.
@@ -155,8 +157,9 @@ def check_composition(policy: Composed) -> None:
       Algorithms 3-10: each update is one worker's gradient, each worker's momentum its own): they need a
       barrier that applies gradients on arrival (asp, ssp), or a Sync-Switch schedule, which uses them in
       its ASP phase. The greedy policy switches back to BSP whenever stragglers go, and is refused with them.
-    - LB-BSP re-balances from every worker's time at each barrier (Algorithms 1-2): it needs barrier bsp;
-      backup and dbw aggregate only the fastest k, asp and ssp one gradient.
+    - LB-BSP's batch sizing runs under every barrier: it re-balances once every worker has finished a task
+      (`WorkerRounds`: at each barrier under BSP; under backup and dbw the discarded stragglers' pushes are
+      timed too, under asp and ssp a round spans the updates the slowest worker takes).
     - Sync-Switch's schedules start with BSP (sec. IV-A): they need barrier bsp.
     """
     for slot, choices in (("barrier", BARRIERS), ("batch", BATCHES), ("update", UPDATES), ("schedule", SCHEDULES)):
@@ -176,9 +179,6 @@ def check_composition(policy: Composed) -> None:
             raise ValueError(f"update {policy.update} applies one gradient per update (DANA paper, Algorithms "
                              f"3-10): it needs barrier asp or ssp, or a sync_switch/elastic schedule that uses it "
                              f"after the switch to ASP, but got barrier={policy.barrier}")
-    if policy.batch == "lbbsp" and policy.barrier != "bsp":
-        raise ValueError(f"batch lbbsp re-balances from every worker's time at each barrier (LB-BSP Algorithms "
-                         f"1-2): it needs barrier bsp, but got barrier={policy.barrier}")
     if policy.schedule != "none" and policy.barrier != "bsp":
         raise ValueError(f"schedule {policy.schedule} starts with BSP and switches to ASP (Sync-Switch sec. IV-A): "
                          f"it needs barrier bsp, but got barrier={policy.barrier}")

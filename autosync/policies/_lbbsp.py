@@ -10,6 +10,8 @@
 - CPU clusters, Algorithm 1 (`ProportionalBalancer`): batch sizes proportional to each worker's predicted
   sample-processing speed (last value, EMA or NARX, `_speed_predictors`), rounded to integers with the
   same total.
+- Under another barrier (a composition, `autosync.policies.Composed`) both algorithms re-balance once every
+  worker has finished a task since the last time (`WorkerRounds`), which under BSP is every barrier.
 """
 
 from __future__ import annotations
@@ -37,12 +39,32 @@ class BatchWeighted(Aggregation):
         return [a.task.batch_size / total for a in arrivals]
 
 
-def _iteration_times(stats: UpdateStats, n_workers: int) -> list[float] | None:
-    """Each worker's batch processing time in this iteration, or None unless every worker contributed."""
-    times: list[float | None] = [None] * n_workers
-    for a in stats.arrivals:
-        times[a.worker] = a.time - a.task.start
-    return None if any(t is None for t in times) else times  # type: ignore[return-value]
+class WorkerRounds:
+    """Each worker's latest task time and batch size, taken a round at a time.
+
+    A round is complete once every worker has finished a task since the last round was taken. Under BSP
+    that is one iteration (every worker's gradient joins each update), so Algorithms 1-2 re-balance at
+    every barrier as the paper has it. Under a barrier that discards gradients (backup, DBW: the
+    stragglers' pushes still arrive, and are timed) or applies them one at a time (SSP, ASP) a round spans
+    the updates it takes the slowest worker to finish, and each worker's newest time counts.
+    """
+
+    def __init__(self, n_workers: int):
+        self.n = n_workers
+        self.times: list[float | None] = [None] * n_workers
+        self.sizes = [0] * n_workers
+
+    def observe(self, arrival: Arrival) -> None:
+        self.times[arrival.worker] = arrival.time - arrival.task.start
+        self.sizes[arrival.worker] = arrival.task.batch_size
+
+    def take(self) -> tuple[list[float], list[int]] | None:
+        """(time, batch size) of every worker's newest task when the round is complete, else None."""
+        if any(t is None for t in self.times):
+            return None
+        times, sizes = self.times, list(self.sizes)
+        self.times = [None] * self.n
+        return times, sizes  # type: ignore[return-value]
 
 
 def proportional_split(weights: Sequence[float], total: int) -> list[int]:
@@ -88,14 +110,19 @@ class IterativeBalancer(Batching):
         self.former_leaders: set[int] = set()
         self.former_stragglers: set[int] = set()
         self.warned = False
+        self.rounds = WorkerRounds(n_workers)
 
     def batch_size(self, server: ServerView, worker: int) -> int:
         return self.sizes[worker]
 
+    def on_arrival(self, server: ServerView, arrival: Arrival) -> None:
+        self.rounds.observe(arrival)
+
     def after_update(self, server: ServerView, stats: UpdateStats) -> None:
-        times = _iteration_times(stats, self.n)
-        if times is None:
+        round_ = self.rounds.take()
+        if round_ is None:
             return
+        times = round_[0]
         self.history.append(times)
         del self.history[:-max(self.window, self.fine_window)]  # only the last window is ever read
         caps = server.memory_caps
@@ -168,18 +195,20 @@ class ProportionalBalancer(Batching):
         self.scored = 0
         self.iterations = 0
         self._resources_before: tuple[np.ndarray, np.ndarray] | None = None
+        self.rounds = WorkerRounds(n_workers)
 
     def batch_size(self, server: ServerView, worker: int) -> int:
         return self.sizes[worker]
 
+    def on_arrival(self, server: ServerView, arrival: Arrival) -> None:
+        self.rounds.observe(arrival)
+
     def after_update(self, server: ServerView, stats: UpdateStats) -> None:
-        times = _iteration_times(stats, self.n)
-        if times is None:
+        round_ = self.rounds.take()
+        if round_ is None:
             return
+        times, sizes = round_
         self.iterations += 1
-        sizes = [0] * self.n
-        for a in stats.arrivals:
-            sizes[a.worker] = a.task.batch_size
         speeds = np.array(sizes, dtype=float) / np.maximum(times, 1e-12)  # Alg. 1 line 2
         resources = np.array([server.resources(w) for w in range(self.n)])
         cpu, memory = resources[:, 0], resources[:, 1]
@@ -271,6 +300,9 @@ class ModeByCompute(Batching):
 
     def batch_size(self, server: ServerView, worker: int) -> int:
         return self._delegate(server).batch_size(server, worker)
+
+    def on_arrival(self, server: ServerView, arrival: Arrival) -> None:
+        self._delegate(server).on_arrival(server, arrival)
 
     def after_update(self, server: ServerView, stats: UpdateStats) -> None:
         self._delegate(server).after_update(server, stats)
