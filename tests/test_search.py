@@ -331,6 +331,28 @@ def test_a_proposal_seen_before_is_scored_from_its_twin_without_training(tmp_pat
     assert second.constraints == first.constraints
 
 
+def test_a_tune_over_another_space_reuses_what_a_sibling_study_of_the_job_trained(tmp_path):
+    """policy, then composed, in one storage: composed's BSP reference and its compose(asp) trial (ASP's
+    canonical form) come from the policy study, untrained; a study of another job shares nothing."""
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    job = small_job(budget={"max_updates": 30})
+    first = tune(TuneRequest(job=job, space=load_space(SPACE_DIR / "policy.yaml", 4), n_trials=3, storage=url))
+    second = tune(TuneRequest(job=job, space=load_space(SPACE_DIR / "composed.yaml", 4), n_trials=3, storage=url))
+    policy_trials = {json.dumps(t.user_attrs["canonical_policy"], sort_keys=True): t for t in first.study.trials}
+    assert second.study.user_attrs["bsp_reference"] == first.study.user_attrs["bsp_reference"]
+    copied = [t for t in second.study.trials if str(t.user_attrs.get("same_as_trial", "")).startswith(
+        first.study.study_name + "#")]
+    assert copied and all(t.user_attrs["virtual_seconds"] == 0.0 for t in copied)
+    for t in copied:
+        twin = policy_trials[json.dumps(t.user_attrs["canonical_policy"], sort_keys=True)]
+        assert t.values == twin.values and t.user_attrs["same_as_trial"] == f"{first.study.study_name}#{twin.number}"
+    other = job.model_copy(update={"target": job.target.model_copy(update={"threshold": 0.75})})
+    assert other.fingerprint() != job.fingerprint()
+    third = tune(TuneRequest(job=other, space=load_space(SPACE_DIR / "composed.yaml", 4), n_trials=1, storage=url))
+    assert not any("same_as_trial" in t.user_attrs and "#" in str(t.user_attrs["same_as_trial"])
+                   for t in third.study.trials)
+
+
 def test_killed_tune_resumes_without_losing_finished_trials(tmp_path):
     job = _tiny(tmp_path)
     env = {**os.environ, "AUTOSYNC_HEARTBEAT_SECONDS": "1"}

@@ -150,12 +150,13 @@ class Objective:
     """Optuna objective for one job and one search space."""
 
     def __init__(self, job: JobSpec, space: "SearchSpace", settings: ObjectiveSettings, reference: float,
-                 bsp_score: dict[str, Any] | None = None):
+                 bsp_score: dict[str, Any] | None = None, siblings: "list[optuna.Study] | None" = None):
         self.job = job
         self.space = space
         self.settings = settings
         self.reference = reference  # BSP's final metric: the accuracy constraint's reference
         self.bsp_score = bsp_score  # BSP's whole score on the same seeds: answers a trial equivalent to BSP
+        self.siblings = siblings or []  # other studies of this job and backend (`autosync.search.siblings`)
 
     def seeds(self) -> list[int]:
         return trial_seeds(self.job, self.settings.repeats)
@@ -175,7 +176,7 @@ class Objective:
             return self._from_bsp_reference(trial)
         twin = self._finished_twin(trial, canonical, scoring)
         if twin is not None:
-            return self._copy(twin, trial)
+            return self._copy(*twin, trial)
         spent = {"virtual_seconds": 0.0}
         bound = TimeToTargetBound(self.job)
 
@@ -205,19 +206,29 @@ class Objective:
             return score["time_to_target"], score["final_metric"]
         return score["time_to_target"]
 
-    @staticmethod
-    def _finished_twin(trial: "optuna.Trial", canonical: dict[str, Any] | None,
-                       scoring: dict[str, Any]) -> "optuna.trial.FrozenTrial | None":
+    def _finished_twin(self, trial: "optuna.Trial", canonical: dict[str, Any] | None,
+                       scoring: dict[str, Any]) -> "tuple[str | None, optuna.trial.FrozenTrial] | None":
         """An earlier completed (or failed with a reason of its own) trial that runs exactly like this one (the
-        same parameters, or the same canonical policy: backup k = n and BSP) and was scored alike, if any."""
+        same parameters, or the same canonical policy: backup k = n and BSP) and was scored alike, if any:
+        (None, trial) from this study, else (study name, trial) from a sibling study (canonical policy only:
+        parameter names differ between spaces)."""
         import optuna
+
+        from autosync.search.siblings import finished_trials
+
+        def alike(t: "optuna.trial.FrozenTrial") -> bool:
+            return t.user_attrs.get(SCORING) == scoring and (t.state == optuna.trial.TrialState.COMPLETE or (
+                "fail_reason" in t.user_attrs and not t.user_attrs.get(KILLED)))
 
         states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
         for t in trial.study.get_trials(deepcopy=False, states=states):
             same = t.params == trial.params or (canonical is not None and t.user_attrs.get(CANONICAL) == canonical)
-            if same and t.user_attrs.get(SCORING) == scoring and (t.state == optuna.trial.TrialState.COMPLETE or (
-                    "fail_reason" in t.user_attrs and not t.user_attrs.get(KILLED))):
-                return t
+            if same and alike(t):
+                return None, t
+        if canonical is not None:
+            for name, t in finished_trials(self.siblings):
+                if t.user_attrs.get(CANONICAL) == canonical and alike(t):
+                    return name, t
         return None
 
     def _from_bsp_reference(self, trial: "optuna.Trial") -> float | tuple[float, float]:
@@ -233,21 +244,27 @@ class Objective:
             return score["time_to_target"], score["final_metric"]
         return score["time_to_target"]
 
-    def _copy(self, twin: "optuna.trial.FrozenTrial", trial: "optuna.Trial") -> float | tuple[float, float]:
+    def _copy(self, study_name: str | None, twin: "optuna.trial.FrozenTrial",
+              trial: "optuna.Trial") -> float | tuple[float, float]:
         """The twin's result, without training again: same policy and seeds give the same runs (TPE often
-        proposes a point of a small discrete space again)."""
+        proposes a point of a small discrete space again; a sibling study has trained the seed policies).
+        The constraint is this study's: the twin's final metric against this reference and tolerance."""
         import optuna
 
         failed = twin.state == optuna.trial.TrialState.FAIL
         for key, value in twin.user_attrs.items():
-            if key not in (RETRY_OF, KILLED, PROCESS, "policy") and (failed or key != "fail_reason"):
+            if key not in (RETRY_OF, KILLED, PROCESS, "policy", "same_as_trial") and (failed or key != "fail_reason"):
                 trial.set_user_attr(key, value)
         trial.set_user_attr("virtual_seconds", 0.0)
-        trial.set_user_attr("same_as_trial", twin.number)
+        trial.set_user_attr("same_as_trial", twin.number if study_name is None else f"{study_name}#{twin.number}")
         if failed:
             raise RunFailed(twin.user_attrs["fail_reason"])
-        trial.set_constraint(CONSTRAINT, constraint_of(twin))
-        return tuple(twin.values) if self.settings.multi_objective else twin.values[0]
+        attrs = twin.user_attrs
+        trial.set_constraint(CONSTRAINT, constraint(self.job, attrs["final_metric"], self.reference,
+                                                    self.settings.tolerance))
+        if self.settings.multi_objective:
+            return attrs["time_to_target"], attrs["final_metric"]
+        return attrs["time_to_target"]
 
 
 BSP = {"policy": "bsp", "params": {}}

@@ -18,11 +18,12 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from autosync.errors import RuntimeFailure, UserError
 from autosync.job import JobSpec
-from autosync.search.cache import best_policies, execution_of, read_cache, study_name, write_cache
+from autosync.search.cache import best_policies, execution_of, execution_tag, read_cache, study_name, write_cache
 from autosync.search.objective import (
     Objective, ObjectiveSettings, RunFailed, canonical_policy, evaluate, trial_seeds,
 )
 from autosync.search.samplers import SWITCH_POINT_SAMPLERS, make_sampler
+from autosync.search.siblings import EXECUTION, sibling_reference, sibling_studies
 from autosync.search.space import SearchSpace
 from autosync.search.locking import storage_lock
 from autosync.search.storage import DEFAULT_STORAGE, open_storage
@@ -119,8 +120,10 @@ def _describe_study(study: "optuna.Study", request: TuneRequest) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # set_metric_names is marked experimental
             study.set_metric_names(names)
+    backend = request.settings.backend
     about = {"job_name": job.name, "fingerprint": job.fingerprint(), "space": request.space.name,
-             "target": f"{job.target.metric} {job.target.threshold}", "n_workers": job.cluster.n_workers}
+             "target": f"{job.target.metric} {job.target.threshold}", "n_workers": job.cluster.n_workers,
+             EXECUTION: "simulator" if backend is None or backend.backend == "simulator" else execution_tag(backend)}
     for key, value in about.items():
         if study.user_attrs.get(key) != value:
             study.set_user_attr(key, value)
@@ -134,7 +137,8 @@ def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = Non
     if cache is not None:
         outcome = TuneOutcome(study.study_name, request.storage, True, 0, cache, best_policies(study), study)
         return _verified(outcome, request)
-    reference = bsp_reference(study, request)
+    siblings = sibling_studies(study, storage)
+    reference = bsp_reference(study, request, siblings)
     before = counted_trials(study)
     deadline = time.monotonic() + request.timeout if request.timeout else None
     if request.sampler in SWITCH_POINT_SAMPLERS:
@@ -150,7 +154,7 @@ def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = Non
         top_up(study, request.storage, budget, *_queued_first(study, request))
         helpers = _start_helpers(request, study.study_name, budget, deadline)
         try:
-            run_trials(study, request, reference, budget, deadline, on_trial)
+            run_trials(study, request, reference, budget, deadline, on_trial, siblings)
         finally:
             for p in helpers:
                 p.join()
@@ -202,15 +206,21 @@ def _queued_first(study: "optuna.Study", request: TuneRequest) -> tuple[list[dic
     return first, True
 
 
-def bsp_reference(study: "optuna.Study", request: TuneRequest) -> dict[str, Any]:
-    """BSP's score on the job (R seeds), measured once per study: the constraint's reference.
+def bsp_reference(study: "optuna.Study", request: TuneRequest,
+                  siblings: "list[optuna.Study] | None" = None) -> dict[str, Any]:
+    """BSP's score on the job (R seeds), measured once per study (or taken from a sibling study that
+    measured it on the same seeds): the constraint's reference.
 
     No lock is held while BSP trains (on SQLite the storage lock is the whole database's): processes
     that start together on a new study may each train it, and they get the same runs.
     """
     ref = study.user_attrs.get("bsp_reference")
+    seeds = trial_seeds(request.job, request.settings.repeats)
     if ref is None:
-        seeds = trial_seeds(request.job, request.settings.repeats)
+        ref = sibling_reference(siblings or [], seeds, request.settings.penalty)
+        if ref is not None:
+            study.set_user_attr("bsp_reference", ref)
+    if ref is None:
         try:
             ref = evaluate(request.job, {"policy": "bsp", "params": {}}, seeds, request.settings.penalty,
                            backend=request.settings.backend)
@@ -223,7 +233,8 @@ def bsp_reference(study: "optuna.Study", request: TuneRequest) -> dict[str, Any]
 
 
 def run_trials(study: "optuna.Study", request: TuneRequest, reference: dict[str, Any], budget: int,
-               deadline: float | None, on_trial: Callable[[int, int], None] | None = None) -> None:
+               deadline: float | None, on_trial: Callable[[int, int], None] | None = None,
+               siblings: "list[optuna.Study] | None" = None) -> None:
     """Run queued trials until `budget` trials count and none is queued or running in any process (or the
     deadline passes).
 
@@ -231,7 +242,8 @@ def run_trials(study: "optuna.Study", request: TuneRequest, reference: dict[str,
     re-runs ran out, left the budget short); with trials still running elsewhere, wait: a process that
     dies there has its trial re-queued (`fail_dead_trials`), and this one runs it.
     """
-    objective = Objective(request.job, request.space, request.settings, reference["final_metric"], reference)
+    objective = Objective(request.job, request.space, request.settings, reference["final_metric"], reference,
+                          siblings)
     while True:
         done, pending = budget_used(study)
         if on_trial is not None:
@@ -259,8 +271,9 @@ def _helper(request: TuneRequest, name: str, budget: int, deadline_in: float | N
     warnings.filters[:] = warning_filters
     deadline = time.monotonic() + deadline_in if deadline_in is not None else None
     sub = dataclasses.replace(request, study=name)
-    study = load_study(sub, open_storage(sub.storage))
-    run_trials(study, sub, study.user_attrs["bsp_reference"], budget, deadline)
+    storage = open_storage(sub.storage)
+    study = load_study(sub, storage)
+    run_trials(study, sub, study.user_attrs["bsp_reference"], budget, deadline, siblings=sibling_studies(study, storage))
 
 
 def _start_helpers(request: TuneRequest, name: str, budget: int, deadline: float | None) -> list[Any]:

@@ -1,0 +1,56 @@
+"""Sibling studies: other searches of the same job on the same backend in the same storage.
+
+A tune over the `composed` space after one over `policy` (or `static_k` after `policy`) proposes many
+policies the other study already trained: every seed policy is a preset of `compose`, and backup k is a
+point of both. Trained with the same seeds, such a policy gives the same runs, so a trial whose canonical
+policy (`Policy.canonical`) a sibling finished, scored alike, is answered from the sibling's result, and
+a new study takes its BSP reference from a sibling instead of training BSP again.
+
+Siblings are found by the job's fingerprint and the execution tag each study records (`describe`): a
+result of the simulator never answers for a worker-process tune, nor the reverse.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterator
+
+if TYPE_CHECKING:
+    import optuna
+
+EXECUTION = "execution"  # study user attribute: where its trials trained (the study name's backend tag)
+
+
+def sibling_studies(study: "optuna.Study", storage: Any) -> list["optuna.Study"]:
+    """The other studies in `storage` with `study`'s job fingerprint and execution, oldest first."""
+    import optuna
+
+    mine = study.user_attrs
+    if "fingerprint" not in mine or EXECUTION not in mine:
+        return []
+    siblings = []
+    for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
+        attrs = summary.user_attrs
+        if summary.study_name == study.study_name or attrs.get("fingerprint") != mine["fingerprint"] \
+                or attrs.get(EXECUTION) != mine[EXECUTION]:
+            continue
+        siblings.append(optuna.load_study(study_name=summary.study_name, storage=storage))
+    return siblings
+
+
+def finished_trials(studies: list["optuna.Study"]) -> Iterator[tuple[str, "optuna.trial.FrozenTrial"]]:
+    """(study name, trial) for every completed or failed trial of `studies`."""
+    import optuna
+
+    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
+    for study in studies:
+        for trial in study.get_trials(deepcopy=False, states=states):
+            yield study.study_name, trial
+
+
+def sibling_reference(studies: list["optuna.Study"], seeds: list[int], penalty: float) -> dict[str, Any] | None:
+    """A sibling's BSP reference trained on the same seeds with the same miss penalty, if any."""
+    for study in studies:
+        ref = study.user_attrs.get("bsp_reference")
+        if isinstance(ref, dict) and ref.get("seeds") == seeds and ref.get("penalty") == penalty:
+            return ref
+    return None
