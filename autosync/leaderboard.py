@@ -9,6 +9,7 @@ reached it alongside.
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -51,14 +52,30 @@ def parse_policy_spec(text: str, n_workers: int) -> dict[str, Any]:
 def label_of(policy: dict[str, Any]) -> str:
     """'backup(k=8)': the policy name with the parameters that differ from their defaults (and those the
     policy always labels)."""
+    params = _shown_params(policy)
+    return f"{policy['policy']}({params})" if params else policy["policy"]
+
+
+def spec_of(policy: dict[str, Any]) -> str:
+    """'backup:k=8': the `--policies` spec that `parse_policy_spec` reads back as `policy` (values as JSON,
+    strings bare); ValueError for a list-valued parameter (split's fractions), which a spec cannot hold."""
+    def value(v: Any) -> str:
+        if isinstance(v, (list, dict)):
+            raise ValueError(f"{policy['policy']}'s parameter value {v!r} has no --policies spec")
+        return v if isinstance(v, str) else json.dumps(v)
+
+    params = _shown_params(policy, value)
+    return f"{policy['policy']}:{params}" if params else policy["policy"]
+
+
+def _shown_params(policy: dict[str, Any], show: Callable[[Any], str] = str) -> str:
     from autosync.catalog import POLICIES, policy_parameters
 
     cls = POLICIES.get(policy["policy"])
     defaults = policy_parameters(cls) if cls is not None else {}
     shown = getattr(cls, "label_params", ())
-    params = ",".join(f"{k}={v}" for k, v in policy["params"].items()
-                      if k in shown or k not in defaults or defaults[k] != v)
-    return f"{policy['policy']}({params})" if params else policy["policy"]
+    return ",".join(f"{k}={show(v)}" for k, v in policy["params"].items()
+                    if k in shown or k not in defaults or defaults[k] != v)
 
 
 def run_one(job: JobSpec, policy: dict[str, Any], seed: int, threads: int | None) -> dict[str, Any]:

@@ -108,7 +108,7 @@ LEADERBOARD_LEGEND = (
     "first and the second half of each run's virtual time, mean over seeds; k (time): gradients per update "
     "weighted by the virtual time each update took (where a dynamic policy spends its time); stale: updates "
     "applied between a gradient's parameters and its own update, mean over applied gradients; batch max/min: "
-    "largest over smallest worker batch in the last update of several gradients (LB-BSP's balance).")
+    "largest over smallest of the workers' newest batch sizes at the end of the run (LB-BSP's balance).")
 
 
 def format_cell(value: Any, fmt: str) -> str:

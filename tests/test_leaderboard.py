@@ -120,3 +120,13 @@ def test_k_weighted_by_virtual_time_shows_where_a_policy_spends_its_time():
     dynamic = simulate(small_job(), make_policy("dbw")).metrics
     per_update = [dynamic["early_mean_k"], dynamic["late_mean_k"]]
     assert 1.0 <= dynamic["time_weighted_k"] <= 4.0 and all(k is not None for k in per_update)
+
+
+@pytest.mark.parametrize("spec", ["backup:lr_rule=proportional", "compose:barrier=ssp,staleness=2,update=dana_slim",
+                                  "compose:barrier=dbw,batch=lbbsp,window=7", "dana_dc:dc_lambda=1.8552011619816655",
+                                  "sync_switch:switch_at=0.25,config=none", "bsp"])
+def test_a_policy_spec_reads_back_as_the_same_policy(spec):
+    from autosync.leaderboard import spec_of
+
+    policy = parse_policy_spec(spec, 16)
+    assert parse_policy_spec(spec_of(policy), 16) == policy

@@ -1,6 +1,9 @@
-"""The composed-against-policy table from the cache records of results/composed/studies.db.
+"""The composed-against-policy table from the cache records of a study storage.
 
-    python results/composed/make_table.py --storage sqlite:///results/composed/studies.db --trials N JOB.yaml ...
+    python results/composed/make_table.py --storage URL --trials N JOB.yaml ...
+    python results/composed/make_table.py --storage URL --trials N --specs JOB.yaml ...
+        (one line per job with both tunes cached: the job file, its name, the best single policy's and the
+        best composition's --policies specs, tab-separated: what run.sh puts side by side in a leaderboard)
 """
 
 from __future__ import annotations
@@ -9,7 +12,9 @@ import argparse
 import math
 
 import autosync.api as autosync
-from autosync.leaderboard import label_of
+from pathlib import Path
+
+from autosync.leaderboard import label_of, spec_of
 from autosync.search.cache import cached_studies
 
 
@@ -18,31 +23,43 @@ def main() -> None:
     parser.add_argument("jobs", nargs="+")
     parser.add_argument("--storage", required=True)
     parser.add_argument("--trials", type=int, required=True)
+    parser.add_argument("--specs", action="store_true", help="print job, single spec, composed spec per line")
+    parser.add_argument("--why", default="results/composed/why", help="directory of the side-by-side leaderboards")
     args = parser.parse_args()
-    rows, wins, not_slower = [], 0, 0
+    rows, wins, not_slower, done = [], 0, 0, 0
     for path in args.jobs:
         job = autosync.load_job(path)
         found = {s["cache"]["space"]: s["cache"] for s in cached_studies(args.storage, job.fingerprint())
                  if isinstance(s.get("cache"), dict)}
         if "policy" not in found or "composed" not in found:
-            rows.append(f"| {job.name} | (not run) | | | | |")
+            rows.append(f"| {job.name} | (not run) | | | | | |")
             continue
         single, composed = found["policy"], found["composed"]
+        if args.specs:
+            print(f"{path}\t{job.name}\t{spec_of(single['best_policy'])}\t{spec_of(composed['best_policy'])}")
+            continue
+        done += 1
         ratio = single["best_value"] / composed["best_value"]
         wins += ratio >= 1.1
         not_slower += ratio >= 1.0 - 1e-9
+        board = Path(args.why) / job.name / "leaderboard.md"
+        why = f"[leaderboard](why/{job.name}/leaderboard.md)" if board.exists() else ""
         rows.append(f"| {job.name} | {label_of(single['best_policy'])} | {single['best_value']:.1f} | "
-                    f"{label_of(composed['best_policy'])} | {composed['best_value']:.1f} | {ratio:.2f}x |")
+                    f"{label_of(composed['best_policy'])} | {composed['best_value']:.1f} | {ratio:.2f}x | {why} |")
+    if args.specs:
+        return
     print("# Composed policies against the best single seed policy\n")
     print(f"Each job: `autosync tune JOB --space policy` and `--space composed`, {args.trials} trials each, sampler "
           "seed 0, one seed per trial; time to target in virtual seconds (a miss counts twice the budget). The "
           "ratio is the single policy's time over the composition's (> 1: the composition is faster).\n")
     print("    bash results/composed/run.sh " + str(args.trials) + " " + " ".join(args.jobs) + "\n")
-    print("| job | best single policy | time (s) | best composition | time (s) | ratio |")
-    print("|---|---|---|---|---|---|")
+    print("| job | best single policy | time (s) | best composition | time (s) | ratio | why |")
+    print("|---|---|---|---|---|---|---|")
     print("\n".join(rows))
-    print(f"\nThe composition is at least as fast on {not_slower} of {len(args.jobs)} jobs and at least 1.1x "
-          f"faster on {wins}.")
+    print(f"\nOf the {done} jobs both tunes finished (of {len(args.jobs)}), the composition is at least as fast on "
+          f"{not_slower} and at least 1.1x faster on {wins}. Each job's leaderboard runs BSP, the two winners "
+          "and 3 seeds side by side: k per update, mean staleness and batch max/min show what the composition "
+          "changes.")
 
 
 if __name__ == "__main__":

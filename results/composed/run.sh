@@ -1,21 +1,34 @@
 #!/usr/bin/env bash
 # Composed against single seed policies: for each job, a tune over the `policy` space and one over the
-# `composed` space with the same trial budget and sampler seed, in one study storage; then the table.
-#   bash results/composed/run.sh [TRIALS] [JOB.yaml ...]      (default: 12 trials, every baselines/ job)
-# Run from the repository root. Resumable: a finished study answers from the cache.
+# `composed` space with the same trial budget and sampler seed, in one study storage; then, per job, a
+# leaderboard of BSP and the two winners (3 seeds) to show why one wins; then the table.
+#   bash results/composed/run.sh [TRIALS] [JOB.yaml ...]
+# Default: 12 trials; every baselines/ job, then the 24 jobs of baselines/family_stragglers.yaml (written
+# to results/composed/family_jobs/). Run from the repository root. Resumable: a finished tune answers
+# from the cache, and the composed tune reuses what the policy tune trained (sibling studies).
+# AUTOSYNC_COMPOSED_STORAGE overrides the study storage (default: results/composed/studies.db).
 set -euo pipefail
 trials=${1:-12}
 shift || true
 jobs=("$@")
-if [ ${#jobs[@]} -eq 0 ]; then
-  jobs=($(ls baselines/*.yaml | grep -v family_))
-fi
 out=results/composed
-storage="sqlite:///$out/studies.db"
+if [ ${#jobs[@]} -eq 0 ]; then
+  autosync family baselines/family_stragglers.yaml --jobs 24 --out "$out/family_jobs" > /dev/null
+  jobs=($(ls baselines/*.yaml | grep -v family_) $(ls "$out"/family_jobs/*.yaml))
+fi
+storage=${AUTOSYNC_COMPOSED_STORAGE:-"sqlite:///$out/studies.db"}
 for job in "${jobs[@]}"; do
+  name=$(basename "$job" .yaml)
   for space in policy composed; do
     autosync tune "$job" --space "$space" --n-trials "$trials" --seed 0 --storage "$storage" \
-      --out "$out/plots/$(basename "$job" .yaml)-$space" > /dev/null
+      --out "$out/plots/$name-$space" > /dev/null
   done
 done
+python "$out/make_table.py" --storage "$storage" --trials "$trials" --specs "${jobs[@]}" |
+  while IFS=$'\t' read -r job name single composed; do
+    winners=(--policies "$single")
+    [ "$composed" = "$single" ] || winners+=(--policies "$composed")
+    [ -f "$out/why/$name/leaderboard.md" ] || autosync leaderboard "$job" --policies bsp "${winners[@]}" \
+      --seeds 3 --out "$out/why/$name" < /dev/null > /dev/null
+  done
 python "$out/make_table.py" --storage "$storage" --trials "$trials" "${jobs[@]}" > "$out/README.md"
