@@ -102,9 +102,12 @@ def test_lbbsp_under_bsp_re_balances_at_every_barrier():
     assert sizes[0] == (JOB.workload.batch_size,) * 4 and sizes[1] != sizes[0]
 
 
-def test_a_composition_on_worker_processes_is_the_in_process_run_bit_for_bit():
-    job = JOB
-    policy = make_policy("compose", {"schedule": "elastic", "switch_at": 0.3, "update": "dana_slim"})
+@pytest.mark.parametrize("slots", [{"schedule": "elastic", "switch_at": 0.3, "update": "dana_slim"},
+                                   {"barrier": "ssp", "staleness": 1, "batch": "lbbsp", "mode": "cpu"}],
+                         ids=["elastic-dana_slim", "ssp-lbbsp"])
+def test_a_composition_on_worker_processes_is_the_in_process_run_bit_for_bit(slots):
+    job = JOB.model_copy(update={"cluster": JOB.cluster.model_copy(update={"speed_factors": [1.0, 1.0, 1.0, 0.3]})})
+    policy = make_policy("compose", slots)
     workload = Workload(job)
     reference = per_worker_run(job, policy, workload)
     real = simulate(job, policy, workload=workload, driver=ProcessDriver(workload, processes=2))
