@@ -346,6 +346,9 @@ def test_a_tune_over_another_space_reuses_what_a_sibling_study_of_the_job_traine
     for t in copied:
         twin = policy_trials[json.dumps(t.user_attrs["canonical_policy"], sort_keys=True)]
         assert t.values == twin.values and t.user_attrs["same_as_trial"] == f"{first.study.study_name}#{twin.number}"
+    longer = job.model_copy(update={"budget": job.budget.model_copy(update={"max_updates": 40})})
+    fourth = tune(TuneRequest(job=longer, space=load_space(SPACE_DIR / "static_k.yaml", 4), n_trials=1, storage=url))
+    assert fourth.study.user_attrs["bsp_reference"]["budget"]["max_updates"] == 40  # a budget of its own: trained
     other = job.model_copy(update={"target": job.target.model_copy(update={"threshold": 0.75})})
     assert other.fingerprint() != job.fingerprint()
     third = tune(TuneRequest(job=other, space=load_space(SPACE_DIR / "composed.yaml", 4), n_trials=1, storage=url))

@@ -30,7 +30,7 @@ KILLED = "process_lost"  # user attribute of a trial failed because its process 
 RETRY_OF = "retry_of"  # user attribute of a re-queued trial: the number of the killed trial it re-runs
 PROCESS = "process"  # user attribute: host:pid of the process that ran the trial
 CANONICAL = "canonical_policy"  # user attribute: the simplest policy that runs exactly like the trial's
-SCORING = "scoring"  # user attribute: the seeds and the miss penalty a trial was scored with
+SCORING = "scoring"  # user attribute: the seeds, miss penalty and budget a trial was scored with
 
 
 class RunFailed(Exception):
@@ -146,6 +146,12 @@ def trial_seeds(job: JobSpec, repeats: int) -> list[int]:
     return [job.seed + i for i in range(repeats)]
 
 
+def trial_scoring(job: JobSpec, seeds: list[int], penalty: float) -> dict[str, Any]:
+    """What two results must share to stand for each other: the seeds, the miss penalty and the budget
+    (the job's fingerprint leaves the budget out, and a run's time-to-target and final metric depend on it)."""
+    return {"seeds": seeds, "penalty": penalty, "budget": job.budget.model_dump(mode="json")}
+
+
 class Objective:
     """Optuna objective for one job and one search space."""
 
@@ -169,7 +175,7 @@ class Objective:
         canonical = canonical_policy(policy, self.job.cluster.n_workers, self.job.workload.batch_size)
         if canonical is not None:
             trial.set_user_attr(CANONICAL, canonical)
-        scoring = {"seeds": self.seeds(), "penalty": self.settings.penalty}  # what a reused result must share
+        scoring = trial_scoring(self.job, self.seeds(), self.settings.penalty)  # what a reused result must share
         trial.set_user_attr(SCORING, scoring)
         reference = self.bsp_score or {}
         if canonical == BSP and {k: reference.get(k) for k in scoring} == scoring:

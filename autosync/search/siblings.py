@@ -47,10 +47,10 @@ def finished_trials(studies: list["optuna.Study"]) -> Iterator[tuple[str, "optun
             yield study.study_name, trial
 
 
-def sibling_reference(studies: list["optuna.Study"], seeds: list[int], penalty: float) -> dict[str, Any] | None:
-    """A sibling's BSP reference trained on the same seeds with the same miss penalty, if any."""
+def sibling_reference(studies: list["optuna.Study"], scoring: dict[str, Any]) -> dict[str, Any] | None:
+    """A sibling's BSP reference trained as `scoring` says (seeds, miss penalty, budget), if any."""
     for study in studies:
         ref = study.user_attrs.get("bsp_reference")
-        if isinstance(ref, dict) and ref.get("seeds") == seeds and ref.get("penalty") == penalty:
+        if isinstance(ref, dict) and all(ref.get(key) == value for key, value in scoring.items()):
             return ref
     return None

@@ -20,7 +20,7 @@ from autosync.errors import RuntimeFailure, UserError
 from autosync.job import JobSpec
 from autosync.search.cache import best_policies, execution_of, execution_tag, read_cache, study_name, write_cache
 from autosync.search.objective import (
-    Objective, ObjectiveSettings, RunFailed, canonical_policy, evaluate, trial_seeds,
+    Objective, ObjectiveSettings, RunFailed, canonical_policy, evaluate, trial_scoring, trial_seeds,
 )
 from autosync.search.samplers import SWITCH_POINT_SAMPLERS, make_sampler
 from autosync.search.siblings import EXECUTION, sibling_reference, sibling_studies
@@ -217,7 +217,7 @@ def bsp_reference(study: "optuna.Study", request: TuneRequest,
     ref = study.user_attrs.get("bsp_reference")
     seeds = trial_seeds(request.job, request.settings.repeats)
     if ref is None:
-        ref = sibling_reference(siblings or [], seeds, request.settings.penalty)
+        ref = sibling_reference(siblings or [], trial_scoring(request.job, seeds, request.settings.penalty))
         if ref is not None:
             study.set_user_attr("bsp_reference", ref)
     if ref is None:
@@ -227,7 +227,7 @@ def bsp_reference(study: "optuna.Study", request: TuneRequest,
         except RunFailed as exc:
             raise RuntimeFailure(f"BSP itself fails on this job, so there is no reference to tune against: "
                                  f"{exc}") from None
-        ref = {**ref, "seeds": seeds, "penalty": request.settings.penalty}
+        ref = {**ref, **trial_scoring(request.job, seeds, request.settings.penalty)}
         study.set_user_attr("bsp_reference", ref)
     return ref
 
