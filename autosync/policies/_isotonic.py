@@ -64,6 +64,7 @@ import numpy as np
 # The estimator's consumer (rule 19) treats ratios within 1e-4 as ties, so 1e-7 leaves three orders.
 DEFAULT_TOL = 1e-7
 DEFAULT_MAX_SWEEPS = 500
+DEFAULT_SWEEPS = 10
 DEFAULT_MEMORY = 3
 
 
@@ -138,40 +139,48 @@ def _isotonic_some_rows(y: np.ndarray, w: np.ndarray, unsorted: np.ndarray,
 
 @dataclass
 class Eq17Result:
-    """One solve of (17): the solution, whether the sweeps met the tolerance, and how many were run."""
+    """One solve of (17): the solution, whether it is certified optimal (`_partition` settled), the
+    Dykstra sweeps run before (and, where the partition did not settle, after) and the partition's rounds."""
 
     x: np.ndarray
     converged: bool
     sweeps: int
+    rounds: int = 0
 
 
 class Eq17Solver:
-    """Dykstra's alternating projections (PAV per family) for problem (17), warm-started across solves.
+    """Problem (17) solved exactly: a few of Dykstra's sweeps (PAV per family, warm-started across solves)
+    guess the solution's order, and the partitioning algorithm (`_partition`) finishes it exactly.
 
     Runs of adjacent rows with the same weights and targets are solved as one row (`_Problem`); where a
-    diagonal constraint at a run's end holds with equality, that answer is checked (and finished if need
-    be) by sweeps of the unmerged problem started from its multipliers (module docstring).
+    diagonal constraint at a run's end binds, the run's end row is split off and the smaller merged
+    problem solved again (`_peel`, module docstring).
 
     Args:
-        tol: stop when the estimated distance of the iterate to the optimum, max over entries, is at most
-            tol * max |t|. The distance is estimated from s, the largest change of a column or diagonal
-            increment in one sweep (the row increments follow from them), and the observed contraction r
-            of s from the previous sweep: s * r / (1 - r), never below s itself.
-        max_sweeps: sweeps before giving up, for the merged and for the unmerged problem
-            (`Eq17Result.converged` is then False).
+        tol: Dykstra stops before `sweeps` sweeps when the estimated distance of the iterate to the
+            optimum, max over entries, is at most tol * max |t|. The distance is estimated from s, the
+            largest change of a column or diagonal increment in one sweep (the row increments follow from
+            them), and the observed contraction r of s from the previous sweep: s * r / (1 - r), never
+            below s itself. The answer is exact either way.
+        max_sweeps: sweeps run before a second try where the partition does not settle in its rounds
+            (`Eq17Result.converged` is False if the second try does not settle either).
         memory: residuals Anderson acceleration extrapolates from (0: plain Dykstra).
+        sweeps: Dykstra's sweeps before the partition (the guess of its order).
     """
 
     def __init__(self, tol: float = DEFAULT_TOL, max_sweeps: int = DEFAULT_MAX_SWEEPS,
-                 memory: int = DEFAULT_MEMORY):
+                 memory: int = DEFAULT_MEMORY, sweeps: int = DEFAULT_SWEEPS):
         if not tol > 0:
             raise ValueError(f"tol must be > 0, but got tol={tol}")
         if max_sweeps < 1:
             raise ValueError(f"max_sweeps must be >= 1, but got max_sweeps={max_sweeps}")
+        if sweeps < 1:
+            raise ValueError(f"sweeps must be >= 1, but got sweeps={sweeps}")
         if memory < 0:
             raise ValueError(f"memory must be >= 0, but got memory={memory}")
         self.tol = tol
         self.max_sweeps = max_sweeps
+        self.sweeps = sweeps
         self.memory = memory
         # The last solve's row groups (first row of each) and its multipliers on the merged rows.
         self._starts: np.ndarray | None = None
@@ -197,8 +206,8 @@ class Eq17Solver:
     def solve(self, weights: np.ndarray, targets: np.ndarray) -> Eq17Result:
         """Solve (17) for (weights, targets), both n x n, starting from the last solve's multipliers.
 
-        The returned x satisfies the three families exactly (it is finished by the least isotone majorant
-        of the last iterate, which moves it by no more than the iterate's tiny constraint violations).
+        The returned x satisfies the three families exactly and is (17)'s optimum up to rounding where
+        `converged` (it has the KKT conditions checked by `_partition`).
         """
         w = np.asarray(weights, dtype=float)
         t = np.asarray(targets, dtype=float)
@@ -213,20 +222,38 @@ class Eq17Solver:
         n = t.shape[0]
         if self._merged is not None and self._merged[2].size != n:
             self.reset()
-        problem = _Problem(w, t, _row_runs(w, t))
-        x, converged, sweeps = self._dykstra(problem)
-        margin = _SLACK * self.tol * max(float(np.abs(t).max()), np.finfo(float).tiny)
-        if problem.sizes.size < n and _run_end_binds(x, problem, margin):
-            problem = _Problem(w, t, np.arange(n))
-            x, converged, more = self._dykstra(problem)
-            sweeps += more
-        return Eq17Result(x=np.repeat(x, problem.sizes, axis=0), converged=converged, sweeps=sweeps)
+        starts = _row_runs(w, t)
+        problem = _Problem(w, t, starts)
+        x, _, sweeps = self._dykstra(problem, self.sweeps)
+        rounds = 0
+        while True:
+            exact, more = _partition(problem, x)
+            rounds += more
+            if exact is None:
+                # The partition did not settle (not seen on DBW's data): sweep on, and try once more.
+                x, _, extra = self._dykstra(problem, self.max_sweeps)
+                sweeps += extra
+                exact, more = _partition(problem, x)
+                rounds += more
+                if exact is None:
+                    return Eq17Result(x=np.repeat(x, problem.sizes, axis=0), converged=False, sweeps=sweeps,
+                                      rounds=rounds)
+            peeled = _peel(exact, problem)
+            if peeled is None:
+                return Eq17Result(x=np.repeat(exact, problem.sizes, axis=0), converged=True, sweeps=sweeps,
+                                  rounds=rounds)
+            # A diagonal constraint at a merged run's end binds: solve again with rows at that end on their
+            # own, guessing from sweeps warm-started from the last multipliers.
+            problem = _Problem(w, t, peeled)
+            x, _, extra = self._dykstra(problem, self.sweeps)
+            sweeps += extra
 
-    def _dykstra(self, problem: _Problem) -> tuple[np.ndarray, bool, int]:
-        """Dykstra's sweeps on one (merged) problem from the stored multipliers, Anderson-accelerated.
+    def _dykstra(self, problem: _Problem, max_sweeps: int) -> tuple[np.ndarray, bool, int]:
+        """At most max_sweeps of Dykstra's sweeps on one (merged) problem from the stored multipliers,
+        Anderson-accelerated.
 
-        Returns the problem's solution (m x n, finished by `isotone_majorant`), whether the tolerance was
-        met and the sweeps run; stores the problem's multipliers as the next warm start.
+        Returns the iterate (m x n, made feasible by `isotone_majorant`), whether the tolerance was met and
+        the sweeps run; stores the problem's multipliers as the next warm start.
         """
         m, n = problem.t.shape
         mn = m * n
@@ -248,7 +275,7 @@ class Eq17Solver:
         sweep = 0
         # (plain step, its point's residual and largest change) behind an extrapolated point
         fallback: tuple[np.ndarray, float, float] | None = None
-        for sweep in range(1, self.max_sweeps + 1):
+        for sweep in range(1, max_sweeps + 1):
             g, state = _sweep(z, problem)
             f = g - z
             fw = accel.weighted(f)
@@ -295,8 +322,6 @@ _WARM_SWEEPS = 50
 # n = 128 from 315 to 256 (max 885 to 595) and the solves at the 500-sweep cap from 2 of 24 to 0, and left
 # the synthetic re-solves' sweeps as they were.
 _SAFEGUARD = 2.0
-# A diagonal constraint at a merged run's end counts as binding within this many tolerances of equality.
-_SLACK = 100.0
 
 
 def _row_runs(w: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -336,16 +361,6 @@ def _regroup_columns(lam_col: np.ndarray, lam_diag: np.ndarray, old: np.ndarray,
     lam = _regroup(combined, old, new)
     lam[_group_of_rows(new, n), cols] -= lam_diag
     return lam
-
-
-def _run_end_binds(x: np.ndarray, problem: _Problem, margin: float) -> bool:
-    """Whether a diagonal constraint between a merged run (two rows or more) and the next merged row holds
-    within `margin` of equality in x, the merged problem's solution (when none does, x is (17)'s optimum)."""
-    group = problem.diag_rows
-    d = x[group, problem.diag_cols]
-    size = problem.sizes[group]
-    boundary = (group[1:] != group[:-1]) & ((size[1:] > 1) | (size[:-1] > 1))
-    return bool((d[1:] - d[:-1] <= margin)[boundary].any())
 
 
 class _Problem:
@@ -526,3 +541,187 @@ def _feasible(x: np.ndarray, diagonal: tuple[np.ndarray, np.ndarray]) -> bool:
     """violation(x) == 0, by comparisons alone, for the diagonal chain `diagonal` (`isotone_majorant`)."""
     d = x[diagonal]
     return not ((x[:, 1:] < x[:, :-1]).any() or (x[1:, :] > x[:-1, :]).any() or (d[1:] < d[:-1]).any())
+
+
+# The partition's rounds before it gives up (DBW's recorded instances take 1 to 5 after 20 sweeps, 14 after 5).
+_ROUNDS = 50
+# A block's violating upper set must gain more than this, relative to the block's sum of |w (t - mean)|
+# and w max |t| (the rounding of the sums and of the mean), to be split off: a few thousand roundings.
+_ROUNDING = 1e-13
+
+
+def _partition(problem: _Problem, guess: np.ndarray, rounds: int = _ROUNDS) -> tuple[np.ndarray | None, int]:
+    """(17) on a merged problem solved exactly from a feasible guess: the partitioning algorithm for
+    isotonic regression on a partial order (Maxwell and Muckstadt 1985; Spouge, Wan and Wilbur 2003).
+
+    The cells are sorted by the guess into a linear extension of (17)'s order (ties broken by k - h,
+    then k + h, which every edge increases), and scipy's PAV on that sequence pools them into blocks,
+    each set to its weighted mean of t: the isotonic regression under the stronger total order, which is
+    feasible for (17). It is (17)'s optimum iff every block passes the KKT test for isotonic regression on
+    a partial order: no upper subset of the block (closed under the block's own edges) has w (t - mean)
+    summing above 0 (equivalently, nonnegative multipliers on the block's edges balance w (x - t) at each
+    cell). `_violations` finds the worst such subset of every block exactly; a block that has one is
+    split in the sequence, the rest of the block first (the subset is upper within the block, so the
+    sequence stays a linear extension), and PAV pools again. Returns the solution (m x n) and the rounds
+    run; None for the solution if the rounds did not settle it.
+    """
+    from scipy.optimize import isotonic_regression
+
+    m, n = problem.t.shape
+    t, w = problem.t.ravel(), problem.w.ravel()
+    h, k = np.divmod(np.arange(m * n), n)
+    extension = np.lexsort((k + h, k - h))
+    order = extension[np.argsort(guess.ravel()[extension], kind="stable")]
+    floor = float(np.abs(t).max()) * problem.w
+    ends = problem.starts[1:] - 1  # merged row j's last diagonal cell is (j, ends[j]), followed by (j + 1, ends[j] + 1)
+    x = np.empty(m * n)
+    label = np.empty(m * n, dtype=np.intp)
+    for r in range(1, rounds + 1):
+        fit = isotonic_regression(t[order], weights=w[order])
+        block = np.repeat(np.arange(fit.blocks.size - 1), np.diff(fit.blocks))
+        x[order] = fit.x
+        label[order] = block
+        upper = _violations(label.reshape(m, n), (w * (t - x)).reshape(m, n), floor, ends)
+        if upper is None:
+            return x.reshape(m, n), r
+        order = order[np.argsort(2 * block + upper.ravel()[order], kind="stable")]
+    return None, rounds
+
+
+def _violations(label: np.ndarray, gain: np.ndarray, floor: np.ndarray, ends: np.ndarray) -> np.ndarray | None:
+    """The cells of each block's upper subset of largest total gain, for the blocks where it exceeds
+    the rounding (a mask, m x n), or None where no block has one.
+
+    Each block is convex in (17)'s order (a stretch of a linear extension), so it meets each row in one
+    run of columns and an upper subset of it takes a suffix c_j of each of its rows; the block's edges
+    between rows j and j + 1 only ask c_j <= max(c_{j+1}, lo) where c_{j+1} <= hi ([lo, hi] the columns
+    both rows of the block share) and, for a diagonal edge (j, e) -> (j + 1, e + 1) inside the block,
+    c_{j+1} <= e + 1 where c_j <= e. The best subset is then a dynamic programme over the rows, run for
+    all blocks at once: a block's rows form chains of consecutive rows (no edge of the block joins two
+    chains), and the states of row j are each chain's row-j columns and one state "none" after them.
+    """
+    m, n = label.shape
+    # The runs of equal labels along the rows, in row-major order; a run starts a new chain unless its
+    # label has a run in the row before.
+    change = np.ones((m, n), dtype=bool)
+    change[:, 1:] = label[:, 1:] != label[:, :-1]
+    run_row, run_first = np.nonzero(change)
+    run_last = np.append(run_first[1:], 0) - 1
+    run_last[np.append(run_row[1:] != run_row[:-1], True)] = n - 1
+    run_label = label[run_row, run_first]
+    by_label = np.lexsort((run_row, run_label))
+    fresh = np.ones(by_label.size, dtype=bool)
+    fresh[1:] = (run_label[by_label[1:]] != run_label[by_label[:-1]]) | (run_row[by_label[1:]] != run_row[by_label[:-1]] + 1)
+    run_chain = np.empty(by_label.size, dtype=np.intp)
+    run_chain[by_label] = np.cumsum(fresh) - 1
+    chains = int(fresh.sum())
+    bounds = np.searchsorted(run_row, np.arange(m + 1))
+    rows = [(run_first[a:b], run_last[a:b], run_chain[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+    seg_first = np.full(chains, -1)  # the chain's run in the row before: first, last column and run index
+    seg_last = np.full(chains, -1)
+    seg_index = np.full(chains, -1)
+    best = np.zeros(chains)
+    scale = np.zeros(chains)
+    stored = []
+    best_prev = arg_prev = None
+    for j, (first, last, chain) in enumerate(rows):
+        runs = first.size
+        size = last - first + 1
+        run = np.repeat(np.arange(runs), size)
+        cols = np.arange(n)
+        cell = cols + run  # state index of "take row j from column k on"
+        none = last + 1 + np.arange(runs)  # state index of "none of this run"
+        states = n + runs
+        state_col = np.empty(states, dtype=np.intp)
+        state_col[cell] = cols
+        state_col[none] = last + 1
+        state_run = np.empty(states, dtype=np.intp)
+        state_run[cell] = run
+        state_run[none] = np.arange(runs)
+        state_chain = chain[state_run]
+        row_gain = gain[j]
+        scale[chain] += np.add.reduceat(np.abs(row_gain) + floor[j], first)
+        suffix = np.cumsum(row_gain[::-1])[::-1]
+        after = np.append(suffix[1:], 0.0)
+        value = np.zeros(states)
+        value[cell] = suffix - after[last][run]
+        back = np.full(states, -1, dtype=np.intp)
+        p_first, p_last, p_index = seg_first[state_chain], seg_last[state_chain], seg_index[state_chain]
+        linked = p_first >= 0
+        if linked.any():
+            lo = np.maximum(first[state_run], p_first)
+            hi = np.minimum(last[state_run], p_last)
+            limit = np.where((lo <= hi) & (state_col <= hi), np.maximum(state_col, lo), p_last + 1)
+            at = np.where(linked, limit + p_index, 0)
+            value += np.where(linked, best_prev[at], 0.0)
+            back = np.where(linked, arg_prev[at], -1)
+            e = ends[j - 1]
+            if e + 1 < n:
+                c = chain[run[e + 1]]
+                if seg_first[c] <= e <= seg_last[c]:
+                    # c_{j-1} > e wherever c_j > e + 1: a prefix maximum of row j-1 from column e + 1 on
+                    lo_state = e + 1 + seg_index[c]
+                    sub = stored[-1][3][lo_state:seg_last[c] + 1 + seg_index[c] + 1]
+                    top = np.maximum.accumulate(sub)
+                    where = lo_state + np.maximum.accumulate(np.where(sub == top, np.arange(sub.size), 0))
+                    targets = np.arange(cell[e + 1] + 1, none[run[e + 1]] + 1)
+                    q = limit[targets] + seg_index[c] - lo_state
+                    value[targets] = value[targets] - best_prev[at[targets]] + top[q]
+                    back[targets] = where[q]
+        # prefix maxima within each run, by ranks (exact, ties to the later state: the smaller subset)
+        order = np.argsort(value, kind="stable")
+        rank = np.empty(states, dtype=np.intp)
+        rank[order] = np.arange(states)
+        arg = order[np.maximum.accumulate(state_run * states + rank) - state_run * states]
+        top = value[arg]
+        seg_first[:] = -1
+        seg_first[chain], seg_last[chain], seg_index[chain] = first, last, np.arange(runs)
+        best[chain] = top[none]
+        stored.append((first, last, chain, value, back, arg, none))
+        best_prev, arg_prev = top, arg
+    bad = best > _ROUNDING * scale
+    if not bad.any():
+        return None
+    upper = np.zeros((m, n), dtype=bool)
+    chosen = np.full(chains, -1, dtype=np.intp)  # each chain's state in the row below
+    for j in range(m - 1, -1, -1):
+        first, last, chain, value, back, arg, none = stored[j]
+        state = chosen[chain]
+        state = np.where(state < 0, arg[none], state)
+        size = last - first + 1
+        upper[j] = (np.arange(n) >= np.repeat(state - np.arange(first.size), size)) & np.repeat(bad[chain], size)
+        chosen[:] = -1
+        chosen[chain] = back[state]
+    return upper
+
+
+def _peel(x: np.ndarray, problem: _Problem) -> np.ndarray | None:
+    """Where a diagonal constraint between a merged run (two rows or more) and the next merged row binds
+    in x, the merged problem's solution, the first rows of the merged rows with rows at that run's end
+    split off; None where none binds (x is then (17)'s optimum, module docstring).
+
+    As many rows are split off as the single rows already split off beside the run's end (at least one),
+    so a run that keeps binding is split up in doubling steps.
+    """
+    ends = problem.starts[1:] - 1  # the diagonal's step from merged row j to j + 1: ends[j] -> ends[j] + 1
+    d = x[problem.diag_rows, problem.diag_cols]
+    binds = d[ends + 1] - d[ends] <= _ROUNDING * float(np.abs(problem.t).max())
+    size = problem.sizes
+    single = np.concatenate([[0], np.cumsum(size == 1)])  # single rows among merged rows 0 .. j - 1
+    # merged rows j + 1, j + 2, ... that are single rows (for the run j), and j, j - 1, ... (for run j + 1)
+    runs = np.flatnonzero(size > 1)
+    next_run = runs[np.searchsorted(runs, np.arange(size.size), side="right").clip(max=runs.size - 1)] \
+        if runs.size else np.zeros(size.size, dtype=np.intp)
+    new = []
+    for j in np.flatnonzero(binds).tolist():
+        if size[j] > 1:
+            beside = (next_run[j] if next_run[j] > j else size.size) - (j + 1)
+            new.append(problem.starts[j + 1] - np.arange(1, min(max(beside, 1), size[j] - 1) + 1))
+        if size[j + 1] > 1:
+            prev = runs[runs < j + 1]
+            beside = j - (prev[-1] if prev.size else -1)
+            new.append(problem.starts[j + 1] + np.arange(1, min(max(beside, 1), size[j + 1] - 1) + 1))
+    del single
+    if not new:
+        return None
+    return np.union1d(problem.starts, np.concatenate(new))
