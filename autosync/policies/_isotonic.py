@@ -60,11 +60,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+# A diagonal constraint at a merged run's end counts as binding in Dykstra's answer within this many
+# tolerances of equality.
+_SLACK = 100.0
 # Default stopping tolerance, relative to max |t|: the estimated distance of the iterate to the optimum.
 # The estimator's consumer (rule 19) treats ratios within 1e-4 as ties, so 1e-7 leaves three orders.
 DEFAULT_TOL = 1e-7
 DEFAULT_MAX_SWEEPS = 500
-DEFAULT_SWEEPS = 10
+DEFAULT_SWEEPS = 40
 DEFAULT_MEMORY = 3
 
 
@@ -224,7 +227,11 @@ class Eq17Solver:
             self.reset()
         starts = _row_runs(w, t)
         problem = _Problem(w, t, starts)
-        x, _, sweeps = self._dykstra(problem, self.sweeps)
+        x, converged, sweeps = self._dykstra(problem, self.sweeps)
+        scale = max(float(np.abs(t).max()), np.finfo(float).tiny)
+        if converged and _peel(x, problem, _SLACK * self.tol * scale) is None:
+            # Dykstra met the tolerance, and no run's end binds (within _SLACK tolerances): its answer.
+            return Eq17Result(x=np.repeat(x, problem.sizes, axis=0), converged=True, sweeps=sweeps)
         rounds = 0
         while True:
             exact, more = _partition(problem, x)
@@ -238,7 +245,7 @@ class Eq17Solver:
                 if exact is None:
                     return Eq17Result(x=np.repeat(x, problem.sizes, axis=0), converged=False, sweeps=sweeps,
                                       rounds=rounds)
-            peeled = _peel(exact, problem)
+            peeled = _peel(exact, problem, _ROUNDING * scale)
             if peeled is None:
                 return Eq17Result(x=np.repeat(exact, problem.sizes, axis=0), converged=True, sweeps=sweeps,
                                   rounds=rounds)
@@ -589,125 +596,132 @@ def _partition(problem: _Problem, guess: np.ndarray, rounds: int = _ROUNDS) -> t
 
 
 def _violations(label: np.ndarray, gain: np.ndarray, floor: np.ndarray, ends: np.ndarray) -> np.ndarray | None:
-    """The cells of each block's upper subset of largest total gain, for the blocks where it exceeds
-    the rounding (a mask, m x n), or None where no block has one.
+    """The cells of each block's upper subset of largest total gain, for the blocks where it exceeds the
+    rounding (a mask, m x n), or None where no block has one.
 
-    Each block is convex in (17)'s order (a stretch of a linear extension), so it meets each row in one
-    run of columns and an upper subset of it takes a suffix c_j of each of its rows; the block's edges
-    between rows j and j + 1 only ask c_j <= max(c_{j+1}, lo) where c_{j+1} <= hi ([lo, hi] the columns
-    both rows of the block share) and, for a diagonal edge (j, e) -> (j + 1, e + 1) inside the block,
-    c_{j+1} <= e + 1 where c_j <= e. The best subset is then a dynamic programme over the rows, run for
-    all blocks at once: a block's rows form chains of consecutive rows (no edge of the block joins two
-    chains), and the states of row j are each chain's row-j columns and one state "none" after them.
+    Args:
+        label: (m, n) block of each cell of a merged problem; each block convex in (17)'s order.
+        gain: (m, n) gains, w (t - mean of the block).
+        floor: (m, n) w max |t|, the scale of the rounding of the means.
+        ends: merged row j's last diagonal cell is (j, ends[j]), followed by (j + 1, ends[j] + 1).
+
+    A convex block meets each row in one run of columns, so an upper subset of it takes a suffix c_j..
+    of each of its rows; the block's own edges between rows j - 1 and j only ask c_{j-1} <= max(c_j, lo)
+    where c_j <= hi ([lo, hi] the columns both rows of the block share) and, for a diagonal edge
+    (j - 1, e) -> (j, e + 1) inside the block, c_{j-1} > e where c_j > e + 1. The best subset is then a
+    dynamic programme over the rows, run for all blocks at once: a block's runs in consecutive rows form
+    chains (no edge of the block joins two chains), and the states of row j are each run's columns
+    ("from here on") and one state "none" after them, laid end to end.
     """
-    m, n = label.shape
-    # The runs of equal labels along the rows, in row-major order; a run starts a new chain unless its
-    # label has a run in the row before.
+    m, n = gain.shape
     change = np.ones((m, n), dtype=bool)
     change[:, 1:] = label[:, 1:] != label[:, :-1]
-    run_row, run_first = np.nonzero(change)
-    run_last = np.append(run_first[1:], 0) - 1
+    run_row, run_first = np.nonzero(change)  # the runs of equal labels along the rows, row-major
+    runs = run_row.size
+    run_last = np.append(run_first[1:], n) - 1
     run_last[np.append(run_row[1:] != run_row[:-1], True)] = n - 1
+    row_runs = np.searchsorted(run_row, np.arange(m + 1))
+    rank = np.arange(runs) - row_runs[run_row]  # a run's place in its row
     run_label = label[run_row, run_first]
     by_label = np.lexsort((run_row, run_label))
-    fresh = np.ones(by_label.size, dtype=bool)
-    fresh[1:] = (run_label[by_label[1:]] != run_label[by_label[:-1]]) | (run_row[by_label[1:]] != run_row[by_label[:-1]] + 1)
-    run_chain = np.empty(by_label.size, dtype=np.intp)
-    run_chain[by_label] = np.cumsum(fresh) - 1
-    chains = int(fresh.sum())
-    bounds = np.searchsorted(run_row, np.arange(m + 1))
-    rows = [(run_first[a:b], run_last[a:b], run_chain[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
-    seg_first = np.full(chains, -1)  # the chain's run in the row before: first, last column and run index
-    seg_last = np.full(chains, -1)
-    seg_index = np.full(chains, -1)
-    best = np.zeros(chains)
-    scale = np.zeros(chains)
-    stored = []
-    best_prev = arg_prev = None
-    for j, (first, last, chain) in enumerate(rows):
-        runs = first.size
-        size = last - first + 1
-        run = np.repeat(np.arange(runs), size)
-        cols = np.arange(n)
-        cell = cols + run  # state index of "take row j from column k on"
-        none = last + 1 + np.arange(runs)  # state index of "none of this run"
-        states = n + runs
-        state_col = np.empty(states, dtype=np.intp)
-        state_col[cell] = cols
-        state_col[none] = last + 1
-        state_run = np.empty(states, dtype=np.intp)
-        state_run[cell] = run
-        state_run[none] = np.arange(runs)
-        state_chain = chain[state_run]
-        row_gain = gain[j]
-        scale[chain] += np.add.reduceat(np.abs(row_gain) + floor[j], first)
-        suffix = np.cumsum(row_gain[::-1])[::-1]
-        after = np.append(suffix[1:], 0.0)
-        value = np.zeros(states)
-        value[cell] = suffix - after[last][run]
-        back = np.full(states, -1, dtype=np.intp)
-        p_first, p_last, p_index = seg_first[state_chain], seg_last[state_chain], seg_index[state_chain]
-        linked = p_first >= 0
-        if linked.any():
-            lo = np.maximum(first[state_run], p_first)
-            hi = np.minimum(last[state_run], p_last)
-            limit = np.where((lo <= hi) & (state_col <= hi), np.maximum(state_col, lo), p_last + 1)
-            at = np.where(linked, limit + p_index, 0)
-            value += np.where(linked, best_prev[at], 0.0)
-            back = np.where(linked, arg_prev[at], -1)
-            e = ends[j - 1]
-            if e + 1 < n:
-                c = chain[run[e + 1]]
-                if seg_first[c] <= e <= seg_last[c]:
-                    # c_{j-1} > e wherever c_j > e + 1: a prefix maximum of row j-1 from column e + 1 on
-                    lo_state = e + 1 + seg_index[c]
-                    sub = stored[-1][3][lo_state:seg_last[c] + 1 + seg_index[c] + 1]
-                    top = np.maximum.accumulate(sub)
-                    where = lo_state + np.maximum.accumulate(np.where(sub == top, np.arange(sub.size), 0))
-                    targets = np.arange(cell[e + 1] + 1, none[run[e + 1]] + 1)
-                    q = limit[targets] + seg_index[c] - lo_state
-                    value[targets] = value[targets] - best_prev[at[targets]] + top[q]
-                    back[targets] = where[q]
-        # prefix maxima within each run, by ranks (exact, ties to the later state: the smaller subset)
-        order = np.argsort(value, kind="stable")
-        rank = np.empty(states, dtype=np.intp)
-        rank[order] = np.arange(states)
-        arg = order[np.maximum.accumulate(state_run * states + rank) - state_run * states]
-        top = value[arg]
-        seg_first[:] = -1
-        seg_first[chain], seg_last[chain], seg_index[chain] = first, last, np.arange(runs)
-        best[chain] = top[none]
-        stored.append((first, last, chain, value, back, arg, none))
-        best_prev, arg_prev = top, arg
-    bad = best > _ROUNDING * scale
+    linked = ((run_label[by_label[1:]] == run_label[by_label[:-1]])
+              & (run_row[by_label[1:]] == run_row[by_label[:-1]] + 1))
+    pred = np.full(runs, -1)  # the run of the same block in the row before
+    pred[by_label[1:][linked]] = by_label[:-1][linked]
+    chain = np.empty(runs, dtype=np.intp)
+    chain[by_label] = np.cumsum(np.concatenate([[True], ~linked])) - 1
+    last = np.ones(runs, dtype=bool)  # the last run of its chain
+    last[pred[pred >= 0]] = False
+    # States: row j's n + (its runs) states start at offset[j]; state `states` is "nothing before".
+    offset = np.concatenate([[0], np.cumsum(n + np.diff(row_runs))])
+    states = int(offset[-1])
+    cell_run = np.repeat(np.arange(runs), run_last - run_first + 1)
+    cols = np.tile(np.arange(n), m)
+    cell_state = offset[np.repeat(np.arange(m), n)] + cols + rank[cell_run]
+    none_state = offset[run_row] + run_last + 1 + rank
+    state_run = np.empty(states, dtype=np.intp)
+    state_run[cell_state] = cell_run
+    state_run[none_state] = np.arange(runs)
+    state_col = np.empty(states, dtype=np.intp)
+    state_col[cell_state] = cols
+    state_col[none_state] = run_last + 1
+    # A row's gain from column k to its run's end.
+    suffix = np.append(np.cumsum(gain[:, ::-1], axis=1)[:, ::-1].ravel(), 0.0)
+    value = np.zeros(states)
+    value[cell_state] = suffix[:-1] - suffix[np.where(run_last + 1 < n, run_row * n + run_last + 1, m * n)][cell_run]
+    # The states of the row before that a state may follow: its run's states up to `limit`.
+    r, p = state_run, pred[state_run]
+    lo = np.maximum(run_first[r], run_first[p])
+    hi = np.minimum(run_last[r], run_last[p])
+    limit = np.where((lo <= hi) & (state_col <= hi), np.maximum(state_col, lo), run_last[p] + 1)
+    at = np.where(p >= 0, offset[run_row[p]] + limit + rank[p], states)
+    diagonal = {}
+    for j in range(1, m):
+        e = int(ends[j - 1])
+        if e + 1 < n:
+            r = cell_run[j * n + e + 1]
+            p = pred[r]
+            if p >= 0 and run_first[p] <= e <= run_last[p]:
+                # c_{j-1} > e where c_j > e + 1: a prefix maximum of row j - 1's run from column e + 1 on
+                start = offset[j - 1] + e + 1 + rank[p]
+                targets = np.arange(cell_state[j * n + e + 1] + 1, none_state[r] + 1)
+                diagonal[j] = (start, none_state[p] + 1, targets, at[targets] - start)
+    best = np.zeros(states + 1)  # prefix maxima within runs, and the states that reach them
+    best_at = np.full(states + 1, -1, dtype=np.intp)
+    f = np.empty(states)
+    followed = {}  # the diagonal's targets: the state of the row before each follows
+    place = np.empty(states, dtype=np.intp)
+    run_key = rank[state_run] * (n + runs + 1)
+    for j in range(m):
+        a, b = int(offset[j]), int(offset[j + 1])
+        into = at[a:b]
+        np.add(value[a:b], best[into], out=f[a:b])
+        if j in diagonal:
+            start, stop, targets, k = diagonal[j]
+            sub = f[start:stop]
+            top = np.maximum.accumulate(sub)
+            reach = np.maximum.accumulate(np.where(sub == top, np.arange(sub.size), 0))
+            f[targets] = value[targets] + top[k]
+            followed[j] = start + reach[k]
+        # prefix maxima within each run by ranks (exact; ties go to the later state, the smaller subset)
+        order = np.argsort(f[a:b], kind="stable")
+        place[a + order] = np.arange(b - a) + run_key[a:b][order]
+        arg = order[np.maximum.accumulate(place[a:b]) - run_key[a:b]] + a
+        best[a:b] = f[arg]
+        best_at[a:b] = arg
+    ends_of = np.flatnonzero(last)
+    chain_index = np.empty(ends_of.size, dtype=np.intp)
+    chain_index[chain[ends_of]] = np.arange(ends_of.size)
+    cell_chain = chain_index[chain[cell_run]]
+    scale = np.bincount(cell_chain, weights=(np.abs(gain) + floor).ravel(), minlength=ends_of.size)
+    bad = best[none_state[ends_of]] > _ROUNDING * scale
     if not bad.any():
         return None
-    upper = np.zeros((m, n), dtype=bool)
-    chosen = np.full(chains, -1, dtype=np.intp)  # each chain's state in the row below
-    for j in range(m - 1, -1, -1):
-        first, last, chain, value, back, arg, none = stored[j]
-        state = chosen[chain]
-        state = np.where(state < 0, arg[none], state)
-        size = last - first + 1
-        upper[j] = (np.arange(n) >= np.repeat(state - np.arange(first.size), size)) & np.repeat(bad[chain], size)
-        chosen[:] = -1
-        chosen[chain] = back[state]
-    return upper
+    back = best_at[at]  # the state of the row before that each state follows
+    for j, states_before in followed.items():
+        back[diagonal[j][2]] = states_before
+    choice = np.full(runs, -1, dtype=np.intp)  # each run's chosen state
+    choice[ends_of] = best_at[none_state[ends_of]]
+    for j in range(m - 1, 0, -1):
+        here = np.arange(row_runs[j], row_runs[j + 1])
+        here = here[pred[here] >= 0]
+        choice[pred[here]] = back[choice[here]]
+    upper = (cols >= state_col[choice][cell_run]) & bad[cell_chain]
+    return upper.reshape(m, n)
 
 
-def _peel(x: np.ndarray, problem: _Problem) -> np.ndarray | None:
+def _peel(x: np.ndarray, problem: _Problem, margin: float) -> np.ndarray | None:
     """Where a diagonal constraint between a merged run (two rows or more) and the next merged row binds
-    in x, the merged problem's solution, the first rows of the merged rows with rows at that run's end
-    split off; None where none binds (x is then (17)'s optimum, module docstring).
+    (within margin) in x, the merged problem's solution, the first rows of the merged rows with rows at
+    that run's end split off; None where none binds (x is then (17)'s optimum, module docstring).
 
     As many rows are split off as the single rows already split off beside the run's end (at least one),
     so a run that keeps binding is split up in doubling steps.
     """
     ends = problem.starts[1:] - 1  # the diagonal's step from merged row j to j + 1: ends[j] -> ends[j] + 1
     d = x[problem.diag_rows, problem.diag_cols]
-    binds = d[ends + 1] - d[ends] <= _ROUNDING * float(np.abs(problem.t).max())
+    binds = d[ends + 1] - d[ends] <= margin
     size = problem.sizes
-    single = np.concatenate([[0], np.cumsum(size == 1)])  # single rows among merged rows 0 .. j - 1
     # merged rows j + 1, j + 2, ... that are single rows (for the run j), and j, j - 1, ... (for run j + 1)
     runs = np.flatnonzero(size > 1)
     next_run = runs[np.searchsorted(runs, np.arange(size.size), side="right").clip(max=runs.size - 1)] \
@@ -721,7 +735,6 @@ def _peel(x: np.ndarray, problem: _Problem) -> np.ndarray | None:
             prev = runs[runs < j + 1]
             beside = j - (prev[-1] if prev.size else -1)
             new.append(problem.starts[j + 1] + np.arange(1, min(max(beside, 1), size[j + 1] - 1) + 1))
-    del single
     if not new:
         return None
     return np.union1d(problem.starts, np.concatenate(new))
