@@ -1,4 +1,5 @@
-"""The structured solver of DBW's problem (17) (PAV + Dykstra, `_isotonic`) against cvxpy, the reference.
+"""The structured solver of DBW's problem (17) (PAV + Dykstra + the exact partition, `_isotonic`) against cvxpy,
+the reference.
 
 The reference is cvxpy's Clarabel with tightened tolerances: at its defaults Clarabel stops about 1e-5
 to 1e-3 (relative to max |x|) from the optimum on pairs that carry only the 1e-3 prior weight, which is
@@ -23,8 +24,8 @@ import pytest
 
 from autosync.policies import _isotonic as isotonic
 from autosync.policies._dbw_time import EMPTY_PAIR_WEIGHT, IterationTimeEstimator, _compiled_problem
-from autosync.policies._isotonic import (Eq17Solver, _partition, _peel, _Problem, _row_runs, _transposed, _violations,
-                                        isotone_majorant, isotonic_rows, violation)
+from autosync.policies._isotonic import (DEFAULT_SWEEPS, Eq17Solver, _partition, _peel, _Problem, _row_runs,
+                                        _transposed, _violations, isotone_majorant, isotonic_rows, violation)
 
 INSTANCES = Path(__file__).parent / "data" / "dbw_eq17_instances.npz"
 SCATTERED = Path(__file__).parent / "data" / "dbw_eq17_scattered.npz"
@@ -194,10 +195,15 @@ def test_structured_solution_is_cvxpy_solution_on_scattered_rows_recorded_from_d
         assert violation(result.x) <= 1e-9
 
 
-def test_scattered_rows_recorded_from_dbw_runs_converge_within_the_sweep_cap():
-    # 66 to 528 sweeps in all (merged and unmerged problem, each capped at 500); 73 to 755, one at the
-    # cap, before Anderson's safeguard allowed twice the plain step's residual.
-    assert all(Eq17Solver().solve(weights, targets).converged for weights, targets in scattered_instances())
+def test_scattered_rows_recorded_from_dbw_runs_are_finished_exactly():
+    """Dykstra crawls on these (73 to 755 sweeps to its tolerance); the partition finishes them after at
+    most `DEFAULT_SWEEPS` sweeps, with no sweep cap reached and no fallback needed."""
+    solver = Eq17Solver()
+    for weights, targets in scattered_instances():
+        result = solver.solve(weights, targets)
+        assert result.converged and result.rounds >= 1
+        assert result.sweeps <= 10 * DEFAULT_SWEEPS
+        assert violation(result.x) == 0.0
 
 
 def test_constraints_hold_exactly():

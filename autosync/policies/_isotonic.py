@@ -22,6 +22,27 @@ still dual feasible (`Eq17Solver`). The sweep z -> G(z) on the increments is a f
 Anderson acceleration extrapolates it from the last few residuals, and a safeguard falls back to the plain
 sweep whenever an extrapolated point does much worse (twice the residual) than the point it came from.
 
+Dykstra converges fast where DBW's samples put it (whole rows sampled, the prior elsewhere: a few to a few
+tens of sweeps) and crawls where a light pair (the 1e-3 prior) sits between heavy ones in both its row and
+its column or on the diagonal, which scattered samples produce: a flow of multiplier through such a pair
+grows by little per sweep (on the instances recorded from DBW runs, benchmarks/bench_dbw_solver.py, 256
+sweeps a solve at n = 128 and 621 at n = 512, where 8 of 24 reached the 500-sweep cap). So after at most
+`DEFAULT_SWEEPS` sweeps the solve is finished exactly (`_partition`): (17) is isotonic regression on a
+partial order (a DAG on the grid), and its optimum is piecewise constant, each piece (a block) at its
+weighted mean of t. The sweeps' iterate orders the cells into a linear extension of the order; PAV on
+that sequence gives blocks (the isotonic regression under the total order, feasible for (17)); the KKT
+conditions of isotonic regression on a partial order (nonnegative multipliers on a block's edges balance
+w (x - t) at each cell) hold iff no block has an upper subset (closed under the block's own edges) whose
+w (t - mean) sums above 0, and a dynamic programme over the rows finds each block's best such subset
+exactly (`_violations`: a block is convex, so it meets each row in one run of columns and an upper subset
+takes a suffix of each). A block that has one is split (the partitioning algorithm: Maxwell and
+Muckstadt 1985; Spouge, Wan and Wilbur 2003; the subset found is Hochbaum and Queyranne's 2003 minimum
+cut) and PAV pools the sequence again, until the KKT test passes: the answer is then (17)'s optimum up
+to rounding. Where Dykstra meets its tolerance within those sweeps and no run's end binds (below) its
+answer is kept, as before: within tol * max |t| of the optimum. `Eq17Result.converged` is False only
+where the partition does not settle within `_ROUNDS` rounds, twice (the second time after up to
+`max_sweeps` more sweeps); this was not seen on DBW's instances.
+
 Runs of adjacent rows with equal weights and equal targets (in DBW's samples every row not sampled yet:
 the 1e-3 prior and the column means) are solved as one row with their weights summed (`_Problem`): that is
 (17) restricted to x equal on each run, and its solution x_R is (17)'s optimum when every diagonal
@@ -29,29 +50,13 @@ constraint between a run and the row next to it holds strictly. Proof: averaging
 run's rows keeps every other constraint (a column's average over a run lies between the run's end values;
 averaged rows stay nondecreasing, and so does the diagonal inside a run) and does not raise the objective
 (the run's rows have one data, so by Jensen); if a feasible x did better than x_R, the average of
-x_R + s (x - x_R) for a small s > 0 would be a point of the restricted problem better than x_R. Where such
-a constraint binds (within 100 tolerances), x_R is checked on the unmerged problem, started from the merged
-multipliers: a run's column multiplier plus diagonal multiplier shared equally by its rows, the diagonal's
-kept on its own cell, which is (17)'s optimal dual point when x_R is optimal, so that one sweep confirms it
-(and further sweeps finish the solve when it is not).
+x_R + s (x - x_R) for a small s > 0 would be a point of the restricted problem better than x_R. The same
+holds for any split of the runs into shorter runs. Where such a constraint binds, rows at that run's end
+are split off, in doubling steps (`_peel`), and the smaller merged problem is solved again (sweeps from
+the multipliers, then the partition) until none binds. On the recorded instances a run's end binds in 21
+of 24 solves, and the runs it splits have many distinct rows in the optimum (24 of 44 rows, 32 of 43).
 
-Convergence is fast where DBW's samples put it (whole rows sampled, the prior elsewhere: a few to a few
-tens of sweeps) and slow where a light pair (the 1e-3 prior) sits between heavy ones in both its row and
-its column or on the diagonal, which scattered samples produce: a flow of multiplier through such a pair
-grows by little per sweep. On the instances recorded from DBW runs (benchmarks/bench_dbw_solver.py: the
-first 60 updates, where k_t varies and scattered rows are sampled) a merged run's end binds in 21 of 24,
-and the solves take 256 sweeps on average at n = 128 and 621 at n = 512, where 8 of 24 reach the cap.
-`Eq17Result.converged` is False when the sweep cap is reached.
-
-Cost (benchmarks/bench_dbw_solver.py, warm re-solves on a 2-core machine loaded about 2.5 by other work):
-0.4 ms at n = 16, 2.5 ms at n = 128, 5.7 at 256, 21 at 512 and 14 to 15 ms at n = 1024 (0.3, 3.8, 11,
-94 to 107 and 198 to 227 ms without merging rows, measured back to back). At n = 1024 DBW's samples leave
-about 45 distinct rows, so a sweep of the merged problem touches about 45 n numbers instead of n^2; the
-n^2 work left is the inputs' checks, finding the runs and writing out x. Re-solves where a run's end
-binds pay a sweep or a few of the unmerged problem (about 33 ms each at n = 1024): 11, 5, 8 and 0 of the
-20 timed re-solves at n = 128, 256, 512 and 1024. A warm start can mislead where newly sampled rows
-split a run (hundreds of sweeps seen at n = 256, where a start from zero takes about 10): after 50 sweeps
-the solve starts again from zero.
+COST
 """
 
 from __future__ import annotations
@@ -67,6 +72,9 @@ _SLACK = 100.0
 # The estimator's consumer (rule 19) treats ratios within 1e-4 as ties, so 1e-7 leaves three orders.
 DEFAULT_TOL = 1e-7
 DEFAULT_MAX_SWEEPS = 500
+# Sweeps before the exact finish: they order the cells for it. On DBW's recorded instances at n = 128
+# (bench_dbw_solver.py) 10 sweeps left the partition about 2.7 times the rounds that 40 did, and 40 was
+# the fastest of 10, 20, 40 and 60 in back-to-back replays.
 DEFAULT_SWEEPS = 40
 DEFAULT_MEMORY = 3
 
@@ -321,8 +329,12 @@ class Eq17Solver:
 
 
 # Sweeps from the warm start before starting from zero instead; DBW's re-solves take 2 to 40 (up to about
-# 20 from zero), a few hundreds where the warm start misleads.
-_WARM_SWEEPS = 50
+# 20 from zero), a few hundreds where the warm start misleads (seen at n = 256, where a start from zero
+# takes about 10). Below DEFAULT_SWEEPS, so that such a solve still ends in Dykstra's answer: at 50 the
+# synthetic re-solves at n = 256 went to the partition and took about 8 times as long, and on the
+# recorded instances at n = 128 the partition took 20 rounds a solve instead of 13 (a start from zero
+# orders the cells better there than a misleading warm start).
+_WARM_SWEEPS = 20
 # Anderson's safeguard rejects an extrapolated point whose sweep residual or largest change exceeds this
 # many times the plain step's. On DBW's recorded instances (bench_dbw_solver.py) a strict test (1) rejected
 # about one extrapolation in three and restarted the acceleration each time; 2 cut the sweeps per solve at
