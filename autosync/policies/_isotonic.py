@@ -595,15 +595,36 @@ def _partition(problem: _Problem, guess: np.ndarray, rounds: int = _ROUNDS) -> t
     ends = problem.starts[1:] - 1  # merged row j's last diagonal cell is (j, ends[j]), followed by (j + 1, ends[j] + 1)
     x = np.empty(m * n)
     label = np.empty(m * n, dtype=np.intp)
+    # Blocks that passed the test (as start * (m n + 1) + end in the sequence), in the round they did, and
+    # the round in which each place of the sequence last changed its cell.
+    passed, passed_in = np.empty(0, dtype=np.int64), np.empty(0, dtype=np.intp)
+    changed = np.zeros(m * n, dtype=np.intp)
     for r in range(1, rounds + 1):
         fit = isotonic_regression(t[order], weights=w[order])
         block = np.repeat(np.arange(fit.blocks.size - 1), np.diff(fit.blocks))
         x[order] = fit.x
         label[order] = block
-        upper = _violations(label.reshape(m, n), (w * (t - x)).reshape(m, n), floor, ends)
+        # A block of the same places as one that passed, none of them changed since, passes again: the
+        # test runs on the rows of the others.
+        code = fit.blocks[:-1] * (m * n + 1) + fit.blocks[1:]
+        at = np.searchsorted(passed, code).clip(max=max(passed.size - 1, 0))
+        known = (passed[at] == code) if passed.size else np.zeros(code.size, dtype=bool)
+        fresh = ~known | (np.maximum.reduceat(changed, fit.blocks[:-1]) >= passed_in[at] if passed.size else True)
+        gain = w * (t - x)
+        gain[~fresh[label]] = 0.0
+        rows = np.flatnonzero(fresh[label].reshape(m, n).any(axis=1))
+        lo, hi = int(rows[0]), int(rows[-1]) + 1
+        upper = _violations(label.reshape(m, n)[lo:hi], gain.reshape(m, n)[lo:hi], floor[lo:hi], ends[lo:hi - 1])
         if upper is None:
             return x.reshape(m, n), r
-        order = order[np.argsort(2 * block + upper.ravel()[order], kind="stable")]
+        failed = np.zeros(m * n, dtype=bool)
+        failed.reshape(m, n)[lo:hi] = upper
+        new = fresh & ~(np.bincount(label, weights=failed, minlength=code.size) > 0)
+        passed, first = np.unique(np.concatenate([code[new], passed]), return_index=True)
+        passed_in = np.concatenate([np.full(int(new.sum()), r), passed_in])[first]
+        reordered = order[np.argsort(2 * block + failed[order], kind="stable")]
+        changed[reordered != order] = r
+        order = reordered
     return None, rounds
 
 
@@ -684,10 +705,11 @@ def _violations(label: np.ndarray, gain: np.ndarray, floor: np.ndarray, ends: np
     followed = {}  # the diagonal's targets: the state of the row before each follows
     place = np.empty(states, dtype=np.intp)
     run_key = rank[state_run] * (n + runs + 1)
+    count = np.arange(n + runs + 1)
+    bounds = offset.tolist()
     for j in range(m):
-        a, b = int(offset[j]), int(offset[j + 1])
-        into = at[a:b]
-        np.add(value[a:b], best[into], out=f[a:b])
+        a, b = bounds[j], bounds[j + 1]
+        np.add(value[a:b], best.take(at[a:b]), out=f[a:b])
         if j in diagonal:
             start, stop, targets, k = diagonal[j]
             sub = f[start:stop]
@@ -697,9 +719,14 @@ def _violations(label: np.ndarray, gain: np.ndarray, floor: np.ndarray, ends: np
             followed[j] = start + reach[k]
         # prefix maxima within each run by ranks (exact; ties go to the later state, the smaller subset)
         order = np.argsort(f[a:b], kind="stable")
-        place[a + order] = np.arange(b - a) + run_key[a:b][order]
-        arg = order[np.maximum.accumulate(place[a:b]) - run_key[a:b]] + a
-        best[a:b] = f[arg]
+        key = place[a:b]
+        key[order] = count[:b - a]
+        key += run_key[a:b]
+        np.maximum.accumulate(key, out=key)
+        key -= run_key[a:b]
+        arg = order.take(key)
+        arg += a
+        f.take(arg, out=best[a:b])
         best_at[a:b] = arg
     ends_of = np.flatnonzero(last)
     chain_index = np.empty(ends_of.size, dtype=np.intp)
