@@ -41,7 +41,8 @@ cut) and PAV pools the sequence again, until the KKT test passes: the answer is 
 to rounding. Where Dykstra meets its tolerance within those sweeps and no run's end binds (below) its
 answer is kept, as before: within tol * max |t| of the optimum. `Eq17Result.converged` is False only
 where the partition does not settle within `_ROUNDS` rounds, twice (the second time after up to
-`max_sweeps` more sweeps); this was not seen on DBW's instances.
+`max_sweeps` more sweeps); this was not seen on DBW's instances (the first try failed on a few at
+n = 512: PAV can pool back what a round split, and such a sequence of rounds may cycle).
 
 Runs of adjacent rows with equal weights and equal targets (in DBW's samples every row not sampled yet:
 the 1e-3 prior and the column means) are solved as one row with their weights summed (`_Problem`): that is
@@ -57,8 +58,9 @@ column multiplier plus diagonal multiplier shared equally by its rows, the diago
 cell, which is (17)'s optimal dual point when x_R is optimal, so that one sweep confirms it (and the
 partition finishes the unmerged problem where the sweeps do not). Where one binds in the partition's
 exact answer, rows at that run's end are split off, in doubling steps (`_peel`), and the smaller merged
-problem is solved again (sweeps from the multipliers, then the partition) until none binds. On the recorded instances a run's end binds in 21
-of 24 solves, and the runs it splits have many distinct rows in the optimum (24 of 44 rows, 32 of 43).
+problem is solved again (sweeps from the multipliers, then the partition) until none binds. On the
+recorded instances a run's end binds in 21 of 24 solves, and the runs it splits have many distinct rows
+in the optimum (24 of 44 rows, 32 of 43).
 
 Cost (benchmarks/bench_dbw_solver.py, warm re-solves, before and after the exact finish measured back to
 back on a 2-core machine loaded 6 to 10 by other work, so about twice the quiet machine's figures). On
@@ -267,7 +269,8 @@ class Eq17Solver:
             exact, more = _partition(problem, x)
             rounds += more
             if exact is None:
-                # The partition did not settle (not seen on DBW's data): sweep on, and try once more.
+                # The partition did not settle (a few times on the recorded instances at n = 512): sweep
+                # on, and try once more from the better guess.
                 x, _, extra = self._dykstra(problem, self.max_sweeps)
                 sweeps += extra
                 exact, more = _partition(problem, x)
