@@ -41,8 +41,9 @@ With the exact finish (`_isotonic._partition`: at most 40 sweeps, then the parti
 recorded replay also prints its rounds), measured back to back with the solver before it on a machine
 loaded 6 to 10 by other work: at n = 128, 86 ms per solve (max 186) against 183 (max 464), 172 sweeps
 and 13 rounds per solve, every solve exact; at n = 512 (the instances recorded with the earlier
-solver, replayed), 1.8 s per solve against 12 s, none capped against 7. The synthetic re-solves take
-the same sweeps as before and never reach the partition. The 5 ms goal at n = 128 is still missed, by
+solver, replayed), 1.8 s per solve against 12 s, none capped against 7 (in CPU time, steadier under
+the load: 57 to 69 ms against 110 to 122 at n = 128, 1.6 s against 4.3 s at n = 512). The synthetic
+re-solves take the same sweeps as before and never reach the partition. The 5 ms goal at n = 128 is still missed, by
 about an order of magnitude.
 """
 

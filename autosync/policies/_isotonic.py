@@ -71,6 +71,8 @@ about 45 distinct rows, so a sweep of the merged problem touches about 45 n numb
 n^2 work left is the inputs' checks, finding the runs and writing out x. On the recorded instances: at
 n = 128, 86 ms a solve (at most 186) against 183 (at most 464), 172 sweeps and 13 rounds a solve
 against 256 sweeps; at n = 512, 1.8 s a solve against 12 s, all 24 exact against 7 at the sweep cap.
+In CPU time, steadier under the load: 57 to 69 ms against 110 to 122 at n = 128, 1.6 s against 4.3 s
+at n = 512 (the synthetic re-solves: 2.6 ms at n = 128 either way).
 There the time is the partition's: a round is a loop over the rows of about 15 array operations each
 (3 to 8 ms at 128 rows under this load), a solve takes several, and the merged problems grow as runs
 are split (to 70 to 120 rows at n = 128: the runs that bind have many distinct rows in the optimum).
