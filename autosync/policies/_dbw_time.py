@@ -7,9 +7,10 @@ The three monotonicity families of (17) let pairs with few or no samples borrow 
 neighbours; T_k = x*[k, k] is the estimate DBW's rule (19) uses.
 
 (17) is solved by the structured solver of `_isotonic` (pool-adjacent-violators per row, column and
-diagonal, combined by Dykstra's alternating projections, warm-started from the previous solve, with the
-runs of rows that carry only the prior solved as one row) by default, or by cvxpy with a named conic
-solver ("CLARABEL", "OSQP", ...), the reference.
+diagonal, combined by Dykstra's alternating projections, warm-started from the previous solve, finished
+exactly by the partitioning algorithm where the sweeps are slow, with the runs of rows that carry only the
+prior solved as one row) by default, or by cvxpy with a named conic solver ("CLARABEL", "OSQP", ...), the
+reference.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ EMPTY_PAIR_WEIGHT = 1e-3
 
 # The `solver` value that selects the structured solver; any other value names a cvxpy solver.
 STRUCTURED = "structured"
-# The cvxpy solver that takes over when the structured solver hits its sweep cap, with tolerances tightened
+# The cvxpy solver that takes over when the structured solver does not converge, with tolerances tightened
 # to the structured solver's accuracy: at its defaults Clarabel stops up to about 1e-3 (relative to max |x|)
 # from the optimum on pairs that carry only the prior weight.
 FALLBACK_SOLVER = "CLARABEL"
@@ -37,8 +38,8 @@ class IterationTimeEstimator:
     """Collects (h, i, time) samples and solves problem (17) for the n x n matrix of expected times.
 
     With solver="structured" (the default) each estimator keeps its own `Eq17Solver`, warm-started from
-    its previous solve (so a run's estimates depend only on that run's samples); a solve that reaches the
-    sweep cap is redone with cvxpy (counted in `fallbacks`). With a cvxpy solver name the cvxpy problem is
+    its previous solve (so a run's estimates depend only on that run's samples); a solve that does not
+    converge is redone with cvxpy (counted in `fallbacks`). With a cvxpy solver name the cvxpy problem is
     built and compiled once per process and n (DPP parameters for the weights and targets) and re-solved
     with new data, never warm-started. If a solve fails the previous solution is kept, and before any
     solution exists the row-wise running maximum of the targets is used (counted in `failures`).
@@ -105,9 +106,9 @@ class IterationTimeEstimator:
         result = self._structured.solve(weights, targets)
         if result.converged:
             return result.x
-        # Rare on DBW's data (samples fill rows), possible where light pairs sit between heavy ones in both
-        # directions (Dykstra then crawls): the reference gives this solve's answer, and the structured
-        # solver keeps its (dual feasible) multipliers as the next warm start.
+        # Not seen on DBW's data: the exact partition did not settle (`_isotonic._partition`), twice. The
+        # reference gives this solve's answer, and the structured solver keeps its (dual feasible)
+        # multipliers as the next warm start.
         self.fallbacks += 1
         return self._solve_cvxpy(weights, targets, FALLBACK_SOLVER, **FALLBACK_OPTIONS)
 

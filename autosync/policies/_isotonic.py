@@ -22,6 +22,28 @@ still dual feasible (`Eq17Solver`). The sweep z -> G(z) on the increments is a f
 Anderson acceleration extrapolates it from the last few residuals, and a safeguard falls back to the plain
 sweep whenever an extrapolated point does much worse (twice the residual) than the point it came from.
 
+Dykstra converges fast where DBW's samples put it (whole rows sampled, the prior elsewhere: a few to a few
+tens of sweeps) and crawls where a light pair (the 1e-3 prior) sits between heavy ones in both its row and
+its column or on the diagonal, which scattered samples produce: a flow of multiplier through such a pair
+grows by little per sweep (on the instances recorded from DBW runs, benchmarks/bench_dbw_solver.py, 256
+sweeps a solve at n = 128 and 621 at n = 512, where 8 of 24 reached the 500-sweep cap). So after at most
+`DEFAULT_SWEEPS` sweeps the solve is finished exactly (`_partition`): (17) is isotonic regression on a
+partial order (a DAG on the grid), and its optimum is piecewise constant, each piece (a block) at its
+weighted mean of t. The sweeps' iterate orders the cells into a linear extension of the order; PAV on
+that sequence gives blocks (the isotonic regression under the total order, feasible for (17)); the KKT
+conditions of isotonic regression on a partial order (nonnegative multipliers on a block's edges balance
+w (x - t) at each cell) hold iff no block has an upper subset (closed under the block's own edges) whose
+w (t - mean) sums above 0, and a dynamic programme over the rows finds each block's best such subset
+exactly (`_violations`: a block is convex, so it meets each row in one run of columns and an upper subset
+takes a suffix of each). A block that has one is split (the partitioning algorithm: Maxwell and
+Muckstadt 1985; Spouge, Wan and Wilbur 2003; the subset found is Hochbaum and Queyranne's 2003 minimum
+cut) and PAV pools the sequence again, until the KKT test passes: the answer is then (17)'s optimum up
+to rounding. Where Dykstra meets its tolerance within those sweeps and no run's end binds (below) its
+answer is kept, as before: within tol * max |t| of the optimum. `Eq17Result.converged` is False only
+where the partition does not settle within `_ROUNDS` rounds, twice (the second time after up to
+`max_sweeps` more sweeps); this was not seen on DBW's instances (the first try failed on a few at
+n = 512: PAV can pool back what a round split, and such a sequence of rounds may cycle).
+
 Runs of adjacent rows with equal weights and equal targets (in DBW's samples every row not sampled yet:
 the 1e-3 prior and the column means) are solved as one row with their weights summed (`_Problem`): that is
 (17) restricted to x equal on each run, and its solution x_R is (17)'s optimum when every diagonal
@@ -29,29 +51,32 @@ constraint between a run and the row next to it holds strictly. Proof: averaging
 run's rows keeps every other constraint (a column's average over a run lies between the run's end values;
 averaged rows stay nondecreasing, and so does the diagonal inside a run) and does not raise the objective
 (the run's rows have one data, so by Jensen); if a feasible x did better than x_R, the average of
-x_R + s (x - x_R) for a small s > 0 would be a point of the restricted problem better than x_R. Where such
-a constraint binds (within 100 tolerances), x_R is checked on the unmerged problem, started from the merged
-multipliers: a run's column multiplier plus diagonal multiplier shared equally by its rows, the diagonal's
-kept on its own cell, which is (17)'s optimal dual point when x_R is optimal, so that one sweep confirms it
-(and further sweeps finish the solve when it is not).
+x_R + s (x - x_R) for a small s > 0 would be a point of the restricted problem better than x_R. The same
+holds for any split of the runs into shorter runs. Where such a constraint binds (within 100 tolerances)
+in Dykstra's answer, it is checked on the unmerged problem, started from the merged multipliers: a run's
+column multiplier plus diagonal multiplier shared equally by its rows, the diagonal's kept on its own
+cell, which is (17)'s optimal dual point when x_R is optimal, so that one sweep confirms it (and the
+partition finishes the unmerged problem where the sweeps do not). Where one binds in the partition's
+exact answer, rows at that run's end are split off, in doubling steps (`_peel`), and the smaller merged
+problem is solved again (sweeps from the multipliers, then the partition) until none binds. On the
+recorded instances a run's end binds in 21 of 24 solves, and the runs it splits have many distinct rows
+in the optimum (24 of 44 rows, 32 of 43).
 
-Convergence is fast where DBW's samples put it (whole rows sampled, the prior elsewhere: a few to a few
-tens of sweeps) and slow where a light pair (the 1e-3 prior) sits between heavy ones in both its row and
-its column or on the diagonal, which scattered samples produce: a flow of multiplier through such a pair
-grows by little per sweep. On the instances recorded from DBW runs (benchmarks/bench_dbw_solver.py: the
-first 60 updates, where k_t varies and scattered rows are sampled) a merged run's end binds in 21 of 24,
-and the solves take 256 sweeps on average at n = 128 and 621 at n = 512, where 8 of 24 reach the cap.
-`Eq17Result.converged` is False when the sweep cap is reached.
-
-Cost (benchmarks/bench_dbw_solver.py, warm re-solves on a 2-core machine loaded about 2.5 by other work):
-0.4 ms at n = 16, 2.5 ms at n = 128, 5.7 at 256, 21 at 512 and 14 to 15 ms at n = 1024 (0.3, 3.8, 11,
-94 to 107 and 198 to 227 ms without merging rows, measured back to back). At n = 1024 DBW's samples leave
+Cost (benchmarks/bench_dbw_solver.py, warm re-solves, before and after the exact finish measured back to
+back on a 2-core machine loaded 6 to 10 by other work, so about twice the quiet machine's figures). On
+the synthetic DBW samples Dykstra meets its tolerance in 2 to 14 sweeps at n = 128 and the partition
+does not run: the same sweeps as before, 0.4, 1.8 to 2.7, 4.1 to 5.8, 7.9 to 8.9, 32 to 40 and 25 to 28
+ms at n = 16, 64, 128, 256, 512 and 1024 (the spread is the load's). At n = 1024 DBW's samples leave
 about 45 distinct rows, so a sweep of the merged problem touches about 45 n numbers instead of n^2; the
-n^2 work left is the inputs' checks, finding the runs and writing out x. Re-solves where a run's end
-binds pay a sweep or a few of the unmerged problem (about 33 ms each at n = 1024): 11, 5, 8 and 0 of the
-20 timed re-solves at n = 128, 256, 512 and 1024. A warm start can mislead where newly sampled rows
-split a run (hundreds of sweeps seen at n = 256, where a start from zero takes about 10): after 50 sweeps
-the solve starts again from zero.
+n^2 work left is the inputs' checks, finding the runs and writing out x. On the recorded instances: at
+n = 128, 86 ms a solve (at most 186) against 183 (at most 464), 172 sweeps and 13 rounds a solve
+against 256 sweeps; at n = 512, 1.8 s a solve against 12 s, all 24 exact against 7 at the sweep cap.
+In CPU time, steadier under the load: 57 to 69 ms against 110 to 122 at n = 128, 1.6 s against 4.3 s
+at n = 512 (the synthetic re-solves: 2.6 ms at n = 128 either way).
+There the time is the partition's: a round is a loop over the rows of about 15 array operations each
+(3 to 8 ms at 128 rows under this load), a solve takes several, and the merged problems grow as runs
+are split (to 70 to 120 rows at n = 128: the runs that bind have many distinct rows in the optimum).
+The goal of 5 ms a solve at n = 128 is missed by about an order of magnitude on these instances.
 """
 
 from __future__ import annotations
@@ -60,10 +85,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
+# A diagonal constraint at a merged run's end counts as binding in Dykstra's answer within this many
+# tolerances of equality.
+_SLACK = 100.0
 # Default stopping tolerance, relative to max |t|: the estimated distance of the iterate to the optimum.
 # The estimator's consumer (rule 19) treats ratios within 1e-4 as ties, so 1e-7 leaves three orders.
 DEFAULT_TOL = 1e-7
 DEFAULT_MAX_SWEEPS = 500
+# Sweeps before the exact finish: they order the cells for it. On DBW's recorded instances at n = 128
+# (bench_dbw_solver.py) 10 sweeps left the partition about 2.7 times the rounds that 40 did, and 40 was
+# the fastest of 10, 20, 40 and 60 in back-to-back replays.
+DEFAULT_SWEEPS = 40
 DEFAULT_MEMORY = 3
 
 
@@ -138,40 +170,48 @@ def _isotonic_some_rows(y: np.ndarray, w: np.ndarray, unsorted: np.ndarray,
 
 @dataclass
 class Eq17Result:
-    """One solve of (17): the solution, whether the sweeps met the tolerance, and how many were run."""
+    """One solve of (17): the solution, whether it is certified optimal (`_partition` settled), the
+    Dykstra sweeps run before (and, where the partition did not settle, after) and the partition's rounds."""
 
     x: np.ndarray
     converged: bool
     sweeps: int
+    rounds: int = 0
 
 
 class Eq17Solver:
-    """Dykstra's alternating projections (PAV per family) for problem (17), warm-started across solves.
+    """Problem (17) solved exactly: a few of Dykstra's sweeps (PAV per family, warm-started across solves)
+    guess the solution's order, and the partitioning algorithm (`_partition`) finishes it exactly.
 
     Runs of adjacent rows with the same weights and targets are solved as one row (`_Problem`); where a
-    diagonal constraint at a run's end holds with equality, that answer is checked (and finished if need
-    be) by sweeps of the unmerged problem started from its multipliers (module docstring).
+    diagonal constraint at a run's end binds, the run's end row is split off and the smaller merged
+    problem solved again (`_peel`, module docstring).
 
     Args:
-        tol: stop when the estimated distance of the iterate to the optimum, max over entries, is at most
-            tol * max |t|. The distance is estimated from s, the largest change of a column or diagonal
-            increment in one sweep (the row increments follow from them), and the observed contraction r
-            of s from the previous sweep: s * r / (1 - r), never below s itself.
-        max_sweeps: sweeps before giving up, for the merged and for the unmerged problem
-            (`Eq17Result.converged` is then False).
+        tol: Dykstra stops before `sweeps` sweeps when the estimated distance of the iterate to the
+            optimum, max over entries, is at most tol * max |t|. The distance is estimated from s, the
+            largest change of a column or diagonal increment in one sweep (the row increments follow from
+            them), and the observed contraction r of s from the previous sweep: s * r / (1 - r), never
+            below s itself. The answer is exact either way.
+        max_sweeps: sweeps run before a second try where the partition does not settle in its rounds
+            (`Eq17Result.converged` is False if the second try does not settle either).
         memory: residuals Anderson acceleration extrapolates from (0: plain Dykstra).
+        sweeps: Dykstra's sweeps before the partition (the guess of its order).
     """
 
     def __init__(self, tol: float = DEFAULT_TOL, max_sweeps: int = DEFAULT_MAX_SWEEPS,
-                 memory: int = DEFAULT_MEMORY):
+                 memory: int = DEFAULT_MEMORY, sweeps: int = DEFAULT_SWEEPS):
         if not tol > 0:
             raise ValueError(f"tol must be > 0, but got tol={tol}")
         if max_sweeps < 1:
             raise ValueError(f"max_sweeps must be >= 1, but got max_sweeps={max_sweeps}")
+        if sweeps < 1:
+            raise ValueError(f"sweeps must be >= 1, but got sweeps={sweeps}")
         if memory < 0:
             raise ValueError(f"memory must be >= 0, but got memory={memory}")
         self.tol = tol
         self.max_sweeps = max_sweeps
+        self.sweeps = sweeps
         self.memory = memory
         # The last solve's row groups (first row of each) and its multipliers on the merged rows.
         self._starts: np.ndarray | None = None
@@ -197,8 +237,8 @@ class Eq17Solver:
     def solve(self, weights: np.ndarray, targets: np.ndarray) -> Eq17Result:
         """Solve (17) for (weights, targets), both n x n, starting from the last solve's multipliers.
 
-        The returned x satisfies the three families exactly (it is finished by the least isotone majorant
-        of the last iterate, which moves it by no more than the iterate's tiny constraint violations).
+        The returned x satisfies the three families exactly and is (17)'s optimum up to rounding where
+        `converged` (it has the KKT conditions checked by `_partition`).
         """
         w = np.asarray(weights, dtype=float)
         t = np.asarray(targets, dtype=float)
@@ -213,20 +253,49 @@ class Eq17Solver:
         n = t.shape[0]
         if self._merged is not None and self._merged[2].size != n:
             self.reset()
-        problem = _Problem(w, t, _row_runs(w, t))
-        x, converged, sweeps = self._dykstra(problem)
-        margin = _SLACK * self.tol * max(float(np.abs(t).max()), np.finfo(float).tiny)
-        if problem.sizes.size < n and _run_end_binds(x, problem, margin):
+        starts = _row_runs(w, t)
+        problem = _Problem(w, t, starts)
+        x, converged, sweeps = self._dykstra(problem, self.sweeps)
+        scale = max(float(np.abs(t).max()), np.finfo(float).tiny)
+        if converged and problem.sizes.size < n and _peel(x, problem, _SLACK * self.tol * scale) is not None:
+            # A run's end binds (within _SLACK tolerances) in Dykstra's answer: check it on the unmerged
+            # problem, from the merged multipliers (module docstring; one sweep where it is the optimum).
             problem = _Problem(w, t, np.arange(n))
-            x, converged, more = self._dykstra(problem)
+            x, converged, more = self._dykstra(problem, self.sweeps)
             sweeps += more
-        return Eq17Result(x=np.repeat(x, problem.sizes, axis=0), converged=converged, sweeps=sweeps)
+        if converged:
+            # Dykstra met the tolerance and no run's end binds: its answer.
+            return Eq17Result(x=np.repeat(x, problem.sizes, axis=0), converged=True, sweeps=sweeps)
+        rounds = 0
+        while True:
+            exact, more = _partition(problem, x)
+            rounds += more
+            if exact is None:
+                # The partition did not settle (a few times on the recorded instances at n = 512): sweep
+                # on, and try once more from the better guess.
+                x, _, extra = self._dykstra(problem, self.max_sweeps)
+                sweeps += extra
+                exact, more = _partition(problem, x)
+                rounds += more
+                if exact is None:
+                    return Eq17Result(x=np.repeat(x, problem.sizes, axis=0), converged=False, sweeps=sweeps,
+                                      rounds=rounds)
+            peeled = _peel(exact, problem, _ROUNDING * scale)
+            if peeled is None:
+                return Eq17Result(x=np.repeat(exact, problem.sizes, axis=0), converged=True, sweeps=sweeps,
+                                  rounds=rounds)
+            # A diagonal constraint at a merged run's end binds: solve again with rows at that end on their
+            # own, guessing from sweeps warm-started from the last multipliers.
+            problem = _Problem(w, t, peeled)
+            x, _, extra = self._dykstra(problem, self.sweeps)
+            sweeps += extra
 
-    def _dykstra(self, problem: _Problem) -> tuple[np.ndarray, bool, int]:
-        """Dykstra's sweeps on one (merged) problem from the stored multipliers, Anderson-accelerated.
+    def _dykstra(self, problem: _Problem, max_sweeps: int) -> tuple[np.ndarray, bool, int]:
+        """At most max_sweeps of Dykstra's sweeps on one (merged) problem from the stored multipliers,
+        Anderson-accelerated.
 
-        Returns the problem's solution (m x n, finished by `isotone_majorant`), whether the tolerance was
-        met and the sweeps run; stores the problem's multipliers as the next warm start.
+        Returns the iterate (m x n, made feasible by `isotone_majorant`), whether the tolerance was met and
+        the sweeps run; stores the problem's multipliers as the next warm start.
         """
         m, n = problem.t.shape
         mn = m * n
@@ -248,7 +317,7 @@ class Eq17Solver:
         sweep = 0
         # (plain step, its point's residual and largest change) behind an extrapolated point
         fallback: tuple[np.ndarray, float, float] | None = None
-        for sweep in range(1, self.max_sweeps + 1):
+        for sweep in range(1, max_sweeps + 1):
             g, state = _sweep(z, problem)
             f = g - z
             fw = accel.weighted(f)
@@ -287,16 +356,18 @@ class Eq17Solver:
 
 
 # Sweeps from the warm start before starting from zero instead; DBW's re-solves take 2 to 40 (up to about
-# 20 from zero), a few hundreds where the warm start misleads.
-_WARM_SWEEPS = 50
+# 20 from zero), a few hundreds where the warm start misleads (seen at n = 256, where a start from zero
+# takes about 10). Below DEFAULT_SWEEPS, so that such a solve still ends in Dykstra's answer: at 50 the
+# synthetic re-solves at n = 256 went to the partition and took about 8 times as long, and on the
+# recorded instances at n = 128 the partition took 20 rounds a solve instead of 13 (a start from zero
+# orders the cells better there than a misleading warm start).
+_WARM_SWEEPS = 20
 # Anderson's safeguard rejects an extrapolated point whose sweep residual or largest change exceeds this
 # many times the plain step's. On DBW's recorded instances (bench_dbw_solver.py) a strict test (1) rejected
 # about one extrapolation in three and restarted the acceleration each time; 2 cut the sweeps per solve at
 # n = 128 from 315 to 256 (max 885 to 595) and the solves at the 500-sweep cap from 2 of 24 to 0, and left
 # the synthetic re-solves' sweeps as they were.
 _SAFEGUARD = 2.0
-# A diagonal constraint at a merged run's end counts as binding within this many tolerances of equality.
-_SLACK = 100.0
 
 
 def _row_runs(w: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -336,16 +407,6 @@ def _regroup_columns(lam_col: np.ndarray, lam_diag: np.ndarray, old: np.ndarray,
     lam = _regroup(combined, old, new)
     lam[_group_of_rows(new, n), cols] -= lam_diag
     return lam
-
-
-def _run_end_binds(x: np.ndarray, problem: _Problem, margin: float) -> bool:
-    """Whether a diagonal constraint between a merged run (two rows or more) and the next merged row holds
-    within `margin` of equality in x, the merged problem's solution (when none does, x is (17)'s optimum)."""
-    group = problem.diag_rows
-    d = x[group, problem.diag_cols]
-    size = problem.sizes[group]
-    boundary = (group[1:] != group[:-1]) & ((size[1:] > 1) | (size[:-1] > 1))
-    return bool((d[1:] - d[:-1] <= margin)[boundary].any())
 
 
 class _Problem:
@@ -526,3 +587,224 @@ def _feasible(x: np.ndarray, diagonal: tuple[np.ndarray, np.ndarray]) -> bool:
     """violation(x) == 0, by comparisons alone, for the diagonal chain `diagonal` (`isotone_majorant`)."""
     d = x[diagonal]
     return not ((x[:, 1:] < x[:, :-1]).any() or (x[1:, :] > x[:-1, :]).any() or (d[1:] < d[:-1]).any())
+
+
+# The partition's rounds before it gives up. On DBW's recorded instances (bench_dbw_solver.py) a solve's
+# partitions took 13 rounds in all on average at n = 128 (at most 21); at n = 512 a few of them reached
+# this cap (the solve then sweeps on and tries again, which settled every one).
+_ROUNDS = 50
+# A block's violating upper set must gain more than this, relative to the block's sum of |w (t - mean)|
+# and w max |t| (the rounding of the sums and of the mean), to be split off: a few thousand roundings.
+_ROUNDING = 1e-13
+
+
+def _partition(problem: _Problem, guess: np.ndarray, rounds: int = _ROUNDS) -> tuple[np.ndarray | None, int]:
+    """(17) on a merged problem solved exactly from a feasible guess: the partitioning algorithm for
+    isotonic regression on a partial order (Maxwell and Muckstadt 1985; Spouge, Wan and Wilbur 2003).
+
+    The cells are sorted by the guess into a linear extension of (17)'s order (ties broken by k - h,
+    then k + h, which every edge increases), and scipy's PAV on that sequence pools them into blocks,
+    each set to its weighted mean of t: the isotonic regression under the stronger total order, which is
+    feasible for (17). It is (17)'s optimum iff every block passes the KKT test for isotonic regression on
+    a partial order: no upper subset of the block (closed under the block's own edges) has w (t - mean)
+    summing above 0 (equivalently, nonnegative multipliers on the block's edges balance w (x - t) at each
+    cell). `_violations` finds the worst such subset of every block exactly; a block that has one is
+    split in the sequence, the rest of the block first (the subset is upper within the block, so the
+    sequence stays a linear extension), and PAV pools again. Returns the solution (m x n) and the rounds
+    run; None for the solution if the rounds did not settle it.
+    """
+    from scipy.optimize import isotonic_regression
+
+    m, n = problem.t.shape
+    t, w = problem.t.ravel(), problem.w.ravel()
+    h, k = np.divmod(np.arange(m * n), n)
+    extension = np.lexsort((k + h, k - h))
+    order = extension[np.argsort(guess.ravel()[extension], kind="stable")]
+    floor = float(np.abs(t).max()) * problem.w
+    ends = problem.starts[1:] - 1  # merged row j's last diagonal cell is (j, ends[j]), followed by (j + 1, ends[j] + 1)
+    x = np.empty(m * n)
+    label = np.empty(m * n, dtype=np.intp)
+    # Blocks that passed the test (as start * (m n + 1) + end in the sequence), in the round they did, and
+    # the round in which each place of the sequence last changed its cell.
+    passed, passed_in = np.empty(0, dtype=np.int64), np.empty(0, dtype=np.intp)
+    changed = np.zeros(m * n, dtype=np.intp)
+    for r in range(1, rounds + 1):
+        fit = isotonic_regression(t[order], weights=w[order])
+        block = np.repeat(np.arange(fit.blocks.size - 1), np.diff(fit.blocks))
+        x[order] = fit.x
+        label[order] = block
+        # A block of the same places as one that passed, none of them changed since, passes again: the
+        # test runs on the rows of the others.
+        code = fit.blocks[:-1] * (m * n + 1) + fit.blocks[1:]
+        at = np.searchsorted(passed, code).clip(max=max(passed.size - 1, 0))
+        known = (passed[at] == code) if passed.size else np.zeros(code.size, dtype=bool)
+        fresh = ~known | (np.maximum.reduceat(changed, fit.blocks[:-1]) >= passed_in[at] if passed.size else True)
+        gain = w * (t - x)
+        gain[~fresh[label]] = 0.0
+        rows = np.flatnonzero(fresh[label].reshape(m, n).any(axis=1))
+        if rows.size == 0:  # not seen: a failed block always changes the sequence (its subset is no suffix)
+            return x.reshape(m, n), r
+        lo, hi = int(rows[0]), int(rows[-1]) + 1
+        upper = _violations(label.reshape(m, n)[lo:hi], gain.reshape(m, n)[lo:hi], floor[lo:hi], ends[lo:hi - 1])
+        if upper is None:
+            return x.reshape(m, n), r
+        failed = np.zeros(m * n, dtype=bool)
+        failed.reshape(m, n)[lo:hi] = upper
+        new = fresh & ~(np.bincount(label, weights=failed, minlength=code.size) > 0)
+        passed, first = np.unique(np.concatenate([code[new], passed]), return_index=True)
+        passed_in = np.concatenate([np.full(int(new.sum()), r), passed_in])[first]
+        reordered = order[np.argsort(2 * block + failed[order], kind="stable")]
+        changed[reordered != order] = r
+        order = reordered
+    return None, rounds
+
+
+def _violations(label: np.ndarray, gain: np.ndarray, floor: np.ndarray, ends: np.ndarray) -> np.ndarray | None:
+    """The cells of each block's upper subset of largest total gain, for the blocks where it exceeds the
+    rounding (a mask, m x n), or None where no block has one.
+
+    Args:
+        label: (m, n) block of each cell of a merged problem; each block convex in (17)'s order.
+        gain: (m, n) gains, w (t - mean of the block).
+        floor: (m, n) w max |t|, the scale of the rounding of the means.
+        ends: merged row j's last diagonal cell is (j, ends[j]), followed by (j + 1, ends[j] + 1).
+
+    A convex block meets each row in one run of columns, so an upper subset of it takes a suffix c_j..
+    of each of its rows; the block's own edges between rows j - 1 and j only ask c_{j-1} <= max(c_j, lo)
+    where c_j <= hi ([lo, hi] the columns both rows of the block share) and, for a diagonal edge
+    (j - 1, e) -> (j, e + 1) inside the block, c_{j-1} > e where c_j > e + 1. The best subset is then a
+    dynamic programme over the rows, run for all blocks at once: a block's runs in consecutive rows form
+    chains (no edge of the block joins two chains), and the states of row j are each run's columns
+    ("from here on") and one state "none" after them, laid end to end.
+    """
+    m, n = gain.shape
+    change = np.ones((m, n), dtype=bool)
+    change[:, 1:] = label[:, 1:] != label[:, :-1]
+    run_row, run_first = np.nonzero(change)  # the runs of equal labels along the rows, row-major
+    runs = run_row.size
+    run_last = np.append(run_first[1:], n) - 1
+    run_last[np.append(run_row[1:] != run_row[:-1], True)] = n - 1
+    row_runs = np.searchsorted(run_row, np.arange(m + 1))
+    rank = np.arange(runs) - row_runs[run_row]  # a run's place in its row
+    run_label = label[run_row, run_first]
+    by_label = np.lexsort((run_row, run_label))
+    linked = ((run_label[by_label[1:]] == run_label[by_label[:-1]])
+              & (run_row[by_label[1:]] == run_row[by_label[:-1]] + 1))
+    pred = np.full(runs, -1)  # the run of the same block in the row before
+    pred[by_label[1:][linked]] = by_label[:-1][linked]
+    chain = np.empty(runs, dtype=np.intp)
+    chain[by_label] = np.cumsum(np.concatenate([[True], ~linked])) - 1
+    last = np.ones(runs, dtype=bool)  # the last run of its chain
+    last[pred[pred >= 0]] = False
+    # States: row j's n + (its runs) states start at offset[j]; state `states` is "nothing before".
+    offset = np.concatenate([[0], np.cumsum(n + np.diff(row_runs))])
+    states = int(offset[-1])
+    cell_run = np.repeat(np.arange(runs), run_last - run_first + 1)
+    cols = np.tile(np.arange(n), m)
+    cell_state = offset[np.repeat(np.arange(m), n)] + cols + rank[cell_run]
+    none_state = offset[run_row] + run_last + 1 + rank
+    state_run = np.empty(states, dtype=np.intp)
+    state_run[cell_state] = cell_run
+    state_run[none_state] = np.arange(runs)
+    state_col = np.empty(states, dtype=np.intp)
+    state_col[cell_state] = cols
+    state_col[none_state] = run_last + 1
+    # A row's gain from column k to its run's end.
+    suffix = np.append(np.cumsum(gain[:, ::-1], axis=1)[:, ::-1].ravel(), 0.0)
+    value = np.zeros(states)
+    value[cell_state] = suffix[:-1] - suffix[np.where(run_last + 1 < n, run_row * n + run_last + 1, m * n)][cell_run]
+    # The states of the row before that a state may follow: its run's states up to `limit`.
+    r, p = state_run, pred[state_run]
+    lo = np.maximum(run_first[r], run_first[p])
+    hi = np.minimum(run_last[r], run_last[p])
+    limit = np.where((lo <= hi) & (state_col <= hi), np.maximum(state_col, lo), run_last[p] + 1)
+    at = np.where(p >= 0, offset[run_row[p]] + limit + rank[p], states)
+    diagonal = {}
+    for j in range(1, m):
+        e = int(ends[j - 1])
+        if e + 1 < n:
+            r = cell_run[j * n + e + 1]
+            p = pred[r]
+            if p >= 0 and run_first[p] <= e <= run_last[p]:
+                # c_{j-1} > e where c_j > e + 1: a prefix maximum of row j - 1's run from column e + 1 on
+                start = offset[j - 1] + e + 1 + rank[p]
+                targets = np.arange(cell_state[j * n + e + 1] + 1, none_state[r] + 1)
+                diagonal[j] = (start, none_state[p] + 1, targets, at[targets] - start)
+    best = np.zeros(states + 1)  # prefix maxima within runs, and the states that reach them
+    best_at = np.full(states + 1, -1, dtype=np.intp)
+    f = np.empty(states)
+    followed = {}  # the diagonal's targets: the state of the row before each follows
+    place = np.empty(states, dtype=np.intp)
+    run_key = rank[state_run] * (n + runs + 1)
+    count = np.arange(n + runs + 1)
+    bounds = offset.tolist()
+    for j in range(m):
+        a, b = bounds[j], bounds[j + 1]
+        np.add(value[a:b], best.take(at[a:b]), out=f[a:b])
+        if j in diagonal:
+            start, stop, targets, k = diagonal[j]
+            sub = f[start:stop]
+            top = np.maximum.accumulate(sub)
+            reach = np.maximum.accumulate(np.where(sub == top, np.arange(sub.size), 0))
+            f[targets] = value[targets] + top[k]
+            followed[j] = start + reach[k]
+        # prefix maxima within each run by ranks (exact; ties go to the later state, the smaller subset)
+        order = np.argsort(f[a:b], kind="stable")
+        key = place[a:b]
+        key[order] = count[:b - a]
+        key += run_key[a:b]
+        np.maximum.accumulate(key, out=key)
+        key -= run_key[a:b]
+        arg = order.take(key)
+        arg += a
+        f.take(arg, out=best[a:b])
+        best_at[a:b] = arg
+    ends_of = np.flatnonzero(last)
+    chain_index = np.empty(ends_of.size, dtype=np.intp)
+    chain_index[chain[ends_of]] = np.arange(ends_of.size)
+    cell_chain = chain_index[chain[cell_run]]
+    scale = np.bincount(cell_chain, weights=(np.abs(gain) + floor).ravel(), minlength=ends_of.size)
+    bad = best[none_state[ends_of]] > _ROUNDING * scale
+    if not bad.any():
+        return None
+    back = best_at[at]  # the state of the row before that each state follows
+    for j, states_before in followed.items():
+        back[diagonal[j][2]] = states_before
+    choice = np.full(runs, -1, dtype=np.intp)  # each run's chosen state
+    choice[ends_of] = best_at[none_state[ends_of]]
+    for j in range(m - 1, 0, -1):
+        here = np.arange(row_runs[j], row_runs[j + 1])
+        here = here[pred[here] >= 0]
+        choice[pred[here]] = back[choice[here]]
+    upper = (cols >= state_col[choice][cell_run]) & bad[cell_chain]
+    return upper.reshape(m, n)
+
+
+def _peel(x: np.ndarray, problem: _Problem, margin: float) -> np.ndarray | None:
+    """Where a diagonal constraint between a merged run (two rows or more) and the next merged row binds
+    (within margin) in x, the merged problem's solution, the first rows of the merged rows with rows at
+    that run's end split off; None where none binds (x is then (17)'s optimum, module docstring).
+
+    As many rows are split off as the single rows already split off beside the run's end (at least one),
+    so a run that keeps binding is split up in doubling steps.
+    """
+    ends = problem.starts[1:] - 1  # the diagonal's step from merged row j to j + 1: ends[j] -> ends[j] + 1
+    d = x[problem.diag_rows, problem.diag_cols]
+    binds = d[ends + 1] - d[ends] <= margin
+    size = problem.sizes
+    # merged rows j + 1, j + 2, ... that are single rows (for the run j), and j, j - 1, ... (for run j + 1)
+    runs = np.flatnonzero(size > 1)
+    next_run = runs[np.searchsorted(runs, np.arange(size.size), side="right").clip(max=runs.size - 1)] \
+        if runs.size else np.zeros(size.size, dtype=np.intp)
+    new = []
+    for j in np.flatnonzero(binds).tolist():
+        if size[j] > 1:
+            beside = (next_run[j] if next_run[j] > j else size.size) - (j + 1)
+            new.append(problem.starts[j + 1] - np.arange(1, min(max(beside, 1), size[j] - 1) + 1))
+        if size[j + 1] > 1:
+            prev = runs[runs < j + 1]
+            beside = j - (prev[-1] if prev.size else -1)
+            new.append(problem.starts[j + 1] + np.arange(1, min(max(beside, 1), size[j + 1] - 1) + 1))
+    if not new:
+        return None
+    return np.union1d(problem.starts, np.concatenate(new))
