@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Produces everything in results/sync_switch_server/ (run from the repository root; about 12 minutes on
+# Produces everything in results/sync_switch_server/ (run from the repository root; about 7-12 minutes on
 # 2 cores): the leaderboard of the job (5 seeds), the same three-way comparison with exponential round
 # trips (alpha1/), BSP and Sync-Switch against the paper's time-to-accuracy threshold (tta/), ASP/BSP
 # throughput against n and the link (throughput.md), and README.md from them.
