@@ -346,6 +346,10 @@ def test_a_tune_over_another_space_reuses_what_a_sibling_study_of_the_job_traine
     for t in copied:
         twin = policy_trials[json.dumps(t.user_attrs["canonical_policy"], sort_keys=True)]
         assert t.values == twin.values and t.user_attrs["same_as_trial"] == f"{first.study.study_name}#{twin.number}"
+    winner = first.study.user_attrs["cache"]["best_policy"]
+    assert winner["policy"] == "backup"  # not BSP or ASP, which the composed tune queues anyway
+    third_trial = second.study.trials[2]  # queued after compose(bsp) and compose(asp): the policy tune's winner
+    assert third_trial.user_attrs["canonical_policy"] == winner and "#" in str(third_trial.user_attrs["same_as_trial"])
     longer = job.model_copy(update={"budget": job.budget.model_copy(update={"max_updates": 40})})
     fourth = tune(TuneRequest(job=longer, space=load_space(SPACE_DIR / "static_k.yaml", 4), n_trials=1, storage=url))
     assert fourth.study.user_attrs["bsp_reference"]["budget"]["max_updates"] == 40  # a budget of its own: trained

@@ -90,7 +90,7 @@ class SearchSpace:
             if not _holds(dim, params):
                 continue
             value = params.get(name)
-            if value is None:
+            if value is None or not _admits(dim, value):
                 return None
             if dim.type == "simplex":
                 out.update({f"{family}.{name}.{i}": math.exp(-v) for i, v in enumerate(value)})
@@ -109,6 +109,15 @@ class SearchSpace:
         if not self.is_discrete():
             return None
         return sum(_points(list(dims.items()), dict(self.constants[family])) for family, dims in self.dimensions.items())
+
+
+def _admits(dim: Dimension, value: Any) -> bool:
+    """Whether `value` is one of a categorical's choices, or inside a number's [low, high]."""
+    if dim.type == "categorical":
+        return value in dim.choices
+    if dim.type in ("int", "float"):
+        return isinstance(value, (int, float)) and dim.low <= value <= dim.high
+    return True
 
 
 def _holds(dim: Dimension, params: dict[str, Any]) -> bool:

@@ -151,7 +151,7 @@ def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = Non
         budget = before + request.n_trials if request.refresh else request.n_trials
         if request.sampler == "grid":
             budget = min(budget, request.space.size())
-        top_up(study, request.storage, budget, *_queued_first(study, request))
+        top_up(study, request.storage, budget, *_queued_first(study, request, siblings))
         helpers = _start_helpers(request, study.study_name, budget, deadline)
         try:
             run_trials(study, request, reference, budget, deadline, on_trial, siblings)
@@ -189,21 +189,38 @@ def _verified(outcome: TuneOutcome, request: TuneRequest,
     return outcome
 
 
-def _queued_first(study: "optuna.Study", request: TuneRequest) -> tuple[list[dict[str, Any]], bool]:
+def _queued_first(study: "optuna.Study", request: TuneRequest,
+                  siblings: "list[optuna.Study]") -> tuple[list[dict[str, Any]], bool]:
     """What a search queues ahead of the sampler's choices, and whether only on a fresh study: the
-    cached best on --refresh (a warm start), else BSP and ASP or their equivalents in the space."""
+    cached best on --refresh (a warm start), else BSP and ASP or their equivalents in the space, then the
+    best policy each sibling study of the job found, where this space holds it (a tune over `composed`
+    after one over `policy` starts from the policy tune's winner, scored from it without training)."""
     old = study.user_attrs.get("cache")
     if request.refresh and isinstance(old, dict) and isinstance(old.get("best_policy"), dict):
         params = request.space.trial_params(old["best_policy"])
         return ([params] if params is not None else []), False
     n, seen, first = request.job.cluster.n_workers, set(), []
-    for policy in baseline_policies(request.job):  # one of each class that runs alike (k = n is BSP)
-        params = request.space.trial_params(policy)
+    found = [s.user_attrs["cache"]["best_policy"] for s in siblings
+             if isinstance(s.user_attrs.get("cache"), dict) and isinstance(s.user_attrs["cache"].get("best_policy"), dict)]
+    for policy in baseline_policies(request.job) + found:  # one of each class that runs alike (k = n is BSP)
+        params = _in_space(request.space, policy)
         key = json.dumps(canonical_policy(policy, n, request.job.workload.batch_size), sort_keys=True)
         if params is not None and key not in seen:
             seen.add(key)
             first.append(params)
     return first, True
+
+
+def _in_space(space: SearchSpace, policy: dict[str, Any]) -> dict[str, Any] | None:
+    """The trial parameters of `policy` in `space`, as itself or as the composition it is a preset of."""
+    from autosync.catalog import policy_from_dict
+    from autosync.policies import composition_of
+
+    params = space.trial_params(policy)
+    if params is None and policy["policy"] != "compose":
+        slots = composition_of(policy_from_dict(policy))
+        params = space.trial_params({"policy": "compose", "params": slots}) if slots is not None else None
+    return params
 
 
 def bsp_reference(study: "optuna.Study", request: TuneRequest,
