@@ -106,3 +106,23 @@ def test_auto_mode_is_the_mode_the_compute_model_calls_for(compute, mode):
     assert make_policy("lbbsp").mode == "auto"
     same = [r[:2] + r[3:] for r in auto.trace.updates] == [r[:2] + r[3:] for r in explicit.trace.updates]  # r[2]: wall
     assert torch.equal(auto.final_params, explicit.final_params) and same
+
+
+def test_a_round_counts_only_tasks_started_on_the_sizes_of_the_last_re_balance():
+    """Under ASP a task still in flight at a re-balance ran on the old sizes: its time is not counted."""
+    from types import SimpleNamespace
+
+    from autosync.policies import Arrival, Task
+    from autosync.policies._lbbsp import WorkerRounds
+
+    rounds = WorkerRounds(2)
+    arrive = lambda worker, version, start, end, size: rounds.observe(Arrival(Task(worker, 0, version, size, start), end))
+    arrive(0, 0, 0.0, 1.0, 8)
+    assert rounds.take(SimpleNamespace(version=1)) is None  # worker 1 has not finished a task yet
+    arrive(1, 0, 0.0, 4.0, 8)
+    assert rounds.take(SimpleNamespace(version=5)) == ([1.0, 4.0], [8, 8])
+    arrive(1, 4, 4.0, 9.0, 8)  # started at version 4, before the re-balance at 5: not counted
+    arrive(0, 5, 5.0, 6.0, 12)
+    assert rounds.take(SimpleNamespace(version=6)) is None
+    arrive(1, 5, 9.0, 11.0, 4)
+    assert rounds.take(SimpleNamespace(version=7)) == ([1.0, 2.0], [12, 4])

@@ -339,7 +339,9 @@ def test_a_tune_over_another_space_reuses_what_a_sibling_study_of_the_job_traine
     first = tune(TuneRequest(job=job, space=load_space(SPACE_DIR / "policy.yaml", 4), n_trials=3, storage=url))
     second = tune(TuneRequest(job=job, space=load_space(SPACE_DIR / "composed.yaml", 4), n_trials=3, storage=url))
     policy_trials = {json.dumps(t.user_attrs["canonical_policy"], sort_keys=True): t for t in first.study.trials}
-    assert second.study.user_attrs["bsp_reference"] == first.study.user_attrs["bsp_reference"]
+    assert second.study.user_attrs["bsp_reference"] == {**first.study.user_attrs["bsp_reference"],
+                                                        "reference_from": first.study.study_name}
+    assert second.cache["search_cost_virtual_seconds"] < first.cache["search_cost_virtual_seconds"]  # charged once
     copied = [t for t in second.study.trials if str(t.user_attrs.get("same_as_trial", "")).startswith(
         first.study.study_name + "#")]
     assert copied and all(t.user_attrs["virtual_seconds"] == 0.0 for t in copied)

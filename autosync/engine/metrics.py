@@ -48,11 +48,15 @@ def mean_staleness(trace: Trace) -> float | None:
 
 
 def batch_spread(trace: Trace) -> float | None:
-    """Largest over smallest of the workers' newest batch sizes at the end of the run (1 for equal batches;
-    where LB-BSP settled); None for a run of one-gradient updates on equal batches, which has no split."""
+    """Largest over smallest of the workers' newest batch sizes up to the run's last update (1 for equal
+    batches; where LB-BSP settled); None for a run of one-gradient updates on equal batches, which has no
+    split."""
+    last = trace.column("updates", "time")[-1] if trace.updates else float("-inf")
     newest: dict[int, int] = {}
-    for worker, size in zip(trace.column("arrivals", "worker"), trace.column("arrivals", "batch_size")):
-        newest[worker] = size
+    for time, worker, size in zip(trace.column("arrivals", "time"), trace.column("arrivals", "worker"),
+                                  trace.column("arrivals", "batch_size")):
+        if time <= last:
+            newest[worker] = size
     if not newest:
         return None
     spread = max(newest.values()) / min(newest.values())

@@ -9,7 +9,9 @@ Slots and their choices:
 - barrier: bsp, backup (k, lr_rule), dbw (window, lr_rule), bdbw (lr_rule), ssp (staleness), asp;
 - batch: equal, lbbsp (mode: gpu | cpu | auto), with LB-BSP's batch-weighted aggregation (eq. 7), under any
   barrier: LB-BSP's sizing against persistent slowness with DBW's or backup's k against transient stragglers,
-  or SSP's bound kept from stalling on a slow worker;
+  or SSP's bound kept from stalling on a slow worker (under asp and ssp an update has one gradient, whose
+  weight is 1 whatever its batch); under a Sync-Switch schedule it keeps re-balancing after the switch to
+  ASP (before LB-BSP ran under every barrier, it froze its split there);
 - update: sgd (the job's optimizer: momentum or Nesterov), nag_asgd, multi_asgd, lwp (horizon), dc_asgd
   (dc_lambda), dana_zero, dana_slim, dana_dc (dc_lambda);
 - schedule: none, sync_switch (switch_at, config), greedy and elastic (Sync-Switch's online policies for

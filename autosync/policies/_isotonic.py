@@ -170,8 +170,9 @@ def _isotonic_some_rows(y: np.ndarray, w: np.ndarray, unsorted: np.ndarray,
 
 @dataclass
 class Eq17Result:
-    """One solve of (17): the solution, whether it is certified optimal (`_partition` settled), the
-    Dykstra sweeps run before (and, where the partition did not settle, after) and the partition's rounds."""
+    """One solve of (17): the solution, whether it is optimal (within Dykstra's tolerance where its sweeps
+    converged with no run's end binding; up to rounding where `_partition` settled), the Dykstra sweeps
+    run before (and, where the partition did not settle, after) and the partition's rounds."""
 
     x: np.ndarray
     converged: bool
@@ -180,8 +181,9 @@ class Eq17Result:
 
 
 class Eq17Solver:
-    """Problem (17) solved exactly: a few of Dykstra's sweeps (PAV per family, warm-started across solves)
-    guess the solution's order, and the partitioning algorithm (`_partition`) finishes it exactly.
+    """Problem (17): Dykstra's sweeps (PAV per family, warm-started across solves), whose answer stands where
+    they meet the tolerance within `sweeps` and no run's end binds; elsewhere they guess the solution's
+    order and the partitioning algorithm (`_partition`) finishes it exactly.
 
     Runs of adjacent rows with the same weights and targets are solved as one row (`_Problem`); where a
     diagonal constraint at a run's end binds, the run's end row is split off and the smaller merged
@@ -192,7 +194,8 @@ class Eq17Solver:
             optimum, max over entries, is at most tol * max |t|. The distance is estimated from s, the
             largest change of a column or diagonal increment in one sweep (the row increments follow from
             them), and the observed contraction r of s from the previous sweep: s * r / (1 - r), never
-            below s itself. The answer is exact either way.
+            below s itself. Where Dykstra's answer stands it is within that tolerance; where the partition
+            finishes, exact up to rounding.
         max_sweeps: sweeps run before a second try where the partition does not settle in its rounds
             (`Eq17Result.converged` is False if the second try does not settle either).
         memory: residuals Anderson acceleration extrapolates from (0: plain Dykstra).
@@ -237,8 +240,8 @@ class Eq17Solver:
     def solve(self, weights: np.ndarray, targets: np.ndarray) -> Eq17Result:
         """Solve (17) for (weights, targets), both n x n, starting from the last solve's multipliers.
 
-        The returned x satisfies the three families exactly and is (17)'s optimum up to rounding where
-        `converged` (it has the KKT conditions checked by `_partition`).
+        The returned x satisfies the three families exactly; where `converged` it is (17)'s optimum within
+        Dykstra's tolerance (its answer stood) or up to rounding (the KKT conditions checked by `_partition`).
         """
         w = np.asarray(weights, dtype=float)
         t = np.asarray(targets, dtype=float)

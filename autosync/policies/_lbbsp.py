@@ -42,28 +42,33 @@ class BatchWeighted(Aggregation):
 class WorkerRounds:
     """Each worker's latest task time and batch size, taken a round at a time.
 
-    A round is complete once every worker has finished a task since the last round was taken. Under BSP
-    that is one iteration (every worker's gradient joins each update), so Algorithms 1-2 re-balance at
-    every barrier as the paper has it. Under a barrier that discards gradients (backup, DBW: the
-    stragglers' pushes still arrive, and are timed) or applies them one at a time (SSP, ASP) a round spans
-    the updates it takes the slowest worker to finish, and each worker's newest time counts.
+    A round is complete once every worker has finished a task started since the last round was taken
+    (a task started before it ran on the batch sizes of before, and is not counted). Under BSP that is one
+    iteration (every worker's gradient joins each update), so Algorithms 1-2 re-balance at every barrier
+    as the paper has it. Under a barrier that discards gradients (backup, DBW: the stragglers' pushes still
+    arrive, and are timed) or applies them one at a time (SSP, ASP) a round spans the updates it takes the
+    slowest worker to finish, and each worker's newest time counts.
     """
 
     def __init__(self, n_workers: int):
         self.n = n_workers
         self.times: list[float | None] = [None] * n_workers
         self.sizes = [0] * n_workers
+        self.since = 0  # the server version of the last round taken: older tasks ran on older sizes
 
     def observe(self, arrival: Arrival) -> None:
+        if arrival.version < self.since:
+            return
         self.times[arrival.worker] = arrival.time - arrival.task.start
         self.sizes[arrival.worker] = arrival.task.batch_size
 
-    def take(self) -> tuple[list[float], list[int]] | None:
+    def take(self, server: ServerView) -> tuple[list[float], list[int]] | None:
         """(time, batch size) of every worker's newest task when the round is complete, else None."""
         if any(t is None for t in self.times):
             return None
         times, sizes = self.times, list(self.sizes)
         self.times = [None] * self.n
+        self.since = server.version  # the tasks that start now run on the sizes decided now
         return times, sizes  # type: ignore[return-value]
 
 
@@ -119,7 +124,7 @@ class IterativeBalancer(Batching):
         self.rounds.observe(arrival)
 
     def after_update(self, server: ServerView, stats: UpdateStats) -> None:
-        round_ = self.rounds.take()
+        round_ = self.rounds.take(server)
         if round_ is None:
             return
         times = round_[0]
@@ -204,7 +209,7 @@ class ProportionalBalancer(Batching):
         self.rounds.observe(arrival)
 
     def after_update(self, server: ServerView, stats: UpdateStats) -> None:
-        round_ = self.rounds.take()
+        round_ = self.rounds.take(server)
         if round_ is None:
             return
         times, sizes = round_

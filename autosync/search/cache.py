@@ -14,6 +14,7 @@ from autosync import __version__
 from autosync.errors import RuntimeFailure, UserError
 from autosync.job import JobSpec
 from autosync.search.cost import COST_UNIT, in_bsp_trainings
+from autosync.search.siblings import REFERENCE_FROM
 from autosync.search.space import SearchSpace
 from autosync.search.storage import open_storage, redact_url
 from autosync.search.trials import counted_trials, feasible_trials
@@ -48,9 +49,11 @@ def execution_of(backend: "BackendChoice | None") -> dict[str, Any]:
 
 
 def search_cost(study: "optuna.Study") -> float:
-    """Virtual seconds trained by every trial of the study plus the BSP reference runs."""
+    """Virtual seconds trained by every trial of the study plus the BSP reference runs (none when a sibling
+    study trained them: `autosync.search.siblings`)."""
     reference = study.user_attrs.get("bsp_reference", {})
-    return reference.get("virtual_seconds", 0.0) + sum(
+    trained = 0.0 if REFERENCE_FROM in reference else reference.get("virtual_seconds", 0.0)
+    return trained + sum(
         t.user_attrs.get("virtual_seconds", 0.0) for t in study.get_trials(deepcopy=False))
 
 

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     import optuna
 
 EXECUTION = "execution"  # study user attribute: where its trials trained (the study name's backend tag)
+REFERENCE_FROM = "reference_from"  # in a BSP reference taken from a sibling: the study that trained it
 
 
 def sibling_studies(study: "optuna.Study", storage: Any) -> list["optuna.Study"]:
@@ -48,9 +49,10 @@ def finished_trials(studies: list["optuna.Study"]) -> Iterator[tuple[str, "optun
 
 
 def sibling_reference(studies: list["optuna.Study"], scoring: dict[str, Any]) -> dict[str, Any] | None:
-    """A sibling's BSP reference trained as `scoring` says (seeds, miss penalty, budget), if any."""
+    """A sibling's BSP reference trained as `scoring` says (seeds, miss penalty, budget), if any, with
+    `reference_from` naming the study that trained it."""
     for study in studies:
         ref = study.user_attrs.get("bsp_reference")
         if isinstance(ref, dict) and all(ref.get(key) == value for key, value in scoring.items()):
-            return ref
+            return {**ref, REFERENCE_FROM: ref.get(REFERENCE_FROM, study.study_name)}
     return None

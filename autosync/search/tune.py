@@ -194,33 +194,66 @@ def _queued_first(study: "optuna.Study", request: TuneRequest,
     """What a search queues ahead of the sampler's choices, and whether only on a fresh study: the
     cached best on --refresh (a warm start), else BSP and ASP or their equivalents in the space, then the
     best policy each sibling study of the job found, where this space holds it (a tune over `composed`
-    after one over `policy` starts from the policy tune's winner, scored from it without training)."""
+    after one over `policy` starts from the policy tune's winner, scored from it without training), then
+    the other baselines."""
     old = study.user_attrs.get("cache")
     if request.refresh and isinstance(old, dict) and isinstance(old.get("best_policy"), dict):
         params = request.space.trial_params(old["best_policy"])
         return ([params] if params is not None else []), False
-    n, seen, first = request.job.cluster.n_workers, set(), []
-    found = [s.user_attrs["cache"]["best_policy"] for s in siblings
-             if isinstance(s.user_attrs.get("cache"), dict) and isinstance(s.user_attrs["cache"].get("best_policy"), dict)]
-    for policy in baseline_policies(request.job) + found:  # one of each class that runs alike (k = n is BSP)
-        params = _in_space(request.space, policy)
-        key = json.dumps(canonical_policy(policy, n, request.job.workload.batch_size), sort_keys=True)
+    job = request.job
+    n, seen, first = job.cluster.n_workers, set(), []
+    baselines = [(policy, params) for policy in baseline_policies(job)
+                 if (params := request.space.trial_params(policy)) is not None]  # BSP's and ASP's forms first
+    found = [(policy, _in_space(request.space, policy, job)) for policy in _sibling_bests(siblings)]
+    for policy, params in baselines[:2] + found + baselines[2:]:  # one of each class that runs alike
+        key = json.dumps(canonical_policy(policy, n, job.workload.batch_size), sort_keys=True)
         if params is not None and key not in seen:
             seen.add(key)
             first.append(params)
     return first, True
 
 
-def _in_space(space: SearchSpace, policy: dict[str, Any]) -> dict[str, Any] | None:
-    """The trial parameters of `policy` in `space`, as itself or as the composition it is a preset of."""
+def _sibling_bests(siblings: "list[optuna.Study]") -> list[dict[str, Any]]:
+    """The best policy of each sibling study with a usable cache record (a corrupt or stale one is skipped:
+    it is that study's to report)."""
+    from autosync.search.cache import read_cache
+
+    bests = []
+    for sibling in siblings:
+        try:
+            record = read_cache(sibling)
+        except UserError:
+            continue
+        if record is not None:
+            bests.append(record["best_policy"])
+    return bests
+
+
+def _in_space(space: SearchSpace, policy: dict[str, Any], job: JobSpec) -> dict[str, Any] | None:
+    """The trial parameters of `policy` in `space`, as itself or as the composition it is a preset of,
+    provided the space samples from them a policy that runs exactly like it; else None."""
+    import optuna
+
     from autosync.catalog import policy_from_dict
     from autosync.policies import composition_of
 
-    params = space.trial_params(policy)
-    if params is None and policy["policy"] != "compose":
+    n, batch = job.cluster.n_workers, job.workload.batch_size
+    target = canonical_policy(policy, n, batch)
+    forms = [policy]
+    if policy["policy"] != "compose":
         slots = composition_of(policy_from_dict(policy))
-        params = space.trial_params({"policy": "compose", "params": slots}) if slots is not None else None
-    return params
+        forms += [{"policy": "compose", "params": slots}] if slots is not None else []
+    for form in forms:
+        params = space.trial_params(form)
+        if params is None:
+            continue
+        try:
+            sampled = space.suggest(optuna.trial.FixedTrial(params))
+        except ValueError:
+            continue
+        if target is not None and canonical_policy(sampled, n, batch) == target:
+            return params
+    return None
 
 
 def bsp_reference(study: "optuna.Study", request: TuneRequest,
@@ -235,7 +268,7 @@ def bsp_reference(study: "optuna.Study", request: TuneRequest,
     seeds = trial_seeds(request.job, request.settings.repeats)
     if ref is None:
         ref = sibling_reference(siblings or [], trial_scoring(request.job, seeds, request.settings.penalty))
-        if ref is not None:
+        if ref is not None:  # `reference_from` keeps the sibling's training out of this study's search cost
             study.set_user_attr("bsp_reference", ref)
     if ref is None:
         try:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from autosync.leaderboard import label_of, spec_of
 from autosync.search.cache import cached_studies
+from autosync.search.objective import canonical_policy
 
 
 def main() -> None:
@@ -35,8 +36,11 @@ def main() -> None:
             rows.append(f"| {job.name} | (not run) | | | | | |")
             continue
         single, composed = found["policy"], found["composed"]
-        if args.specs:
-            print(f"{path}\t{job.name}\t{spec_of(single['best_policy'])}\t{spec_of(composed['best_policy'])}")
+        if args.specs:  # a composition that runs as the single winner (its preset) is trained once
+            same = canonical_policy(composed["best_policy"], job.cluster.n_workers, job.workload.batch_size) == \
+                canonical_policy(single["best_policy"], job.cluster.n_workers, job.workload.batch_size)
+            winner = spec_of(single["best_policy"])
+            print(f"{path}\t{job.name}\t{winner}\t{winner if same else spec_of(composed['best_policy'])}")
             continue
         done += 1
         ratio = single["best_value"] / composed["best_value"]
