@@ -30,7 +30,13 @@ def study_name(job: JobSpec, space: SearchSpace, backend: "BackendChoice | None"
     backend other than the simulator, where the trials trained: a simulated result never answers for a
     real-backend tune, nor the reverse (unless `--study` names the other's study)."""
     name = f"{job.fingerprint()}-{space.name}"
-    return name if backend is None or backend.backend == "simulator" else f"{name}-{execution_tag(backend)}"
+    where = execution_name(backend)
+    return name if where == "simulator" else f"{name}-{where}"
+
+
+def execution_name(backend: "BackendChoice | None") -> str:
+    """'simulator', or the backend's execution tag: what a study records of where its trials trained."""
+    return "simulator" if backend is None or backend.backend == "simulator" else execution_tag(backend)
 
 
 def execution_tag(backend: "BackendChoice") -> str:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from autosync.errors import RuntimeFailure, UserError
 from autosync.job import JobSpec
-from autosync.search.cache import best_policies, execution_of, execution_tag, read_cache, study_name, write_cache
+from autosync.search.cache import best_policies, execution_name, execution_of, read_cache, study_name, write_cache
 from autosync.search.objective import (
     Objective, ObjectiveSettings, RunFailed, canonical_policy, evaluate, trial_scoring, trial_seeds,
 )
@@ -120,10 +120,9 @@ def _describe_study(study: "optuna.Study", request: TuneRequest) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # set_metric_names is marked experimental
             study.set_metric_names(names)
-    backend = request.settings.backend
     about = {"job_name": job.name, "fingerprint": job.fingerprint(), "space": request.space.name,
              "target": f"{job.target.metric} {job.target.threshold}", "n_workers": job.cluster.n_workers,
-             EXECUTION: "simulator" if backend is None or backend.backend == "simulator" else execution_tag(backend)}
+             EXECUTION: execution_name(request.settings.backend)}
     for key, value in about.items():
         if study.user_attrs.get(key) != value:
             study.set_user_attr(key, value)
