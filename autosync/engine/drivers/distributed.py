@@ -86,11 +86,13 @@ def leave_without_job() -> None:
 
 def serve_rank(job_json: dict[str, Any], device: str = "cpu", threads: int = 1) -> None:
     """A worker rank: compute every task rank 0 sends until it says stop, then leave the group."""
+    from autosync.engine.allocator import keep_freed_memory
     from autosync.engine.drivers.perworker import slot_gradient
     from autosync.job import JobSpec
     from autosync.workloads.workload import Workload
 
     torch.set_num_threads(threads)
+    keep_freed_memory()
     job = JobSpec.model_validate(job_json)
     if device.startswith("cuda") and torch.cuda.device_count() > 1:
         device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0)) % torch.cuda.device_count()}"

@@ -36,6 +36,7 @@ import torch
 import torch.multiprocessing as mp
 from multiprocessing.connection import Connection, wait
 
+from autosync.engine.allocator import keep_freed_memory
 from autosync.engine.drivers.perworker import pack_slot, unpack_answer
 from autosync.engine.drivers.remote import Answer, RemoteDriver, WorkerProcessError
 from autosync.errors import UserError
@@ -63,6 +64,7 @@ def _serve(job_json: dict[str, Any], data: Dataset | None, params: torch.Tensor,
 def _compute_until_told(job_json: dict[str, Any], data: Dataset | None, params: torch.Tensor, grads: torch.Tensor,
                         inbox: Connection, outbox: Connection, threads: int, device: str) -> None:
     torch.set_num_threads(threads)
+    keep_freed_memory()
     from autosync.engine.drivers.perworker import slot_gradient, worker_gradient
     job = JobSpec.model_validate(job_json)
     seed = job.seed

@@ -1,0 +1,29 @@
+"""The engine's allocator setting: a large tensor freed and made again reuses mapped pages."""
+
+import resource
+
+import pytest
+import torch
+
+from autosync.engine.allocator import keep_freed_memory
+
+
+def _page_faults_of_a_new_tensor(numel: int) -> int:
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    torch.empty(numel).fill_(1.0)
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+
+def test_a_freed_large_tensor_is_made_again_without_faulting_its_pages_in():
+    if not keep_freed_memory():
+        pytest.skip("not glibc: the setting does not exist here")
+    numel = 64 * 2**20 // 4  # 64 MiB: above glibc's largest mmap threshold (32 MiB)
+    for _ in range(3):  # the heap grows to hold it (small objects may take the start of a freed chunk)
+        _page_faults_of_a_new_tensor(numel)
+    pages = numel * 4 // 4096
+    faults = sum(_page_faults_of_a_new_tensor(numel) for _ in range(5))
+    assert faults < 5 * pages // 10  # without the setting every page faults every time: 5 x 16,384
+
+
+def test_the_setting_is_made_once_per_process():
+    assert keep_freed_memory() is keep_freed_memory()
