@@ -29,13 +29,13 @@ def copy_bandwidth() -> float:
 def _echo(inbox: Connection, outbox: Connection) -> None:
     """A spawned process that answers each notification at once, in the processes backend's message shapes."""
     while (message := inbox.recv()) is not None:
-        worker, index, _ = message
+        worker, index, _, _ = message
         outbox.send((worker, index, 0.0, 0.0, time.monotonic()))
 
 
 def pipe_round_trip(rounds: int = 2000) -> float:
     """Seconds for one empty task round trip to a spawned process and back: a notification `(worker, index,
-    batch size)` down one pipe, an answer `(worker, index, loss, seconds, time)` up another, which is what
+    batch size, row)` down one pipe, an answer `(worker, index, loss, seconds, time)` up another, which is what
     the processes backend exchanges per task with no gradient to compute (median of 5 blocks)."""
     ctx = mp.get_context("spawn")
     task_out, task_in = ctx.Pipe(duplex=False)
@@ -47,7 +47,7 @@ def pipe_round_trip(rounds: int = 2000) -> float:
         for block in range(6):
             start = time.perf_counter()
             for i in range(rounds // 5):
-                task_in.send((0, i, 32))
+                task_in.send((0, i, 32, 0))
                 answer_out.recv()
             if block:  # the first block warms up
                 blocks.append((time.perf_counter() - start) / (rounds // 5))

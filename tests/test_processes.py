@@ -15,8 +15,10 @@ import torch
 
 from autosync.catalog import make_policy
 from autosync.engine.drivers import PerWorkerDriver, ProcessDriver
+from autosync.engine.drivers.processes import SHARED_ROWS
 from autosync.engine.drivers.remote import WorkerProcessError
 from autosync.engine.simulator import Simulator
+from autosync.policies import Task
 from autosync.workloads.workload import Workload
 from tests.conftest import autosync, no_traceback, small_job
 
@@ -60,6 +62,40 @@ def _same_run(a, b) -> None:
 def test_processes_backend_is_bit_identical_to_the_in_process_engine(name, params, workload, reference, driver):
     result = Simulator(JOB, make_policy(name, params), workload=workload, driver=driver).run()
     _same_run(result, reference[name])
+
+
+def _tasks(workers, params, index=0):
+    return [Task(w, index, 0, 8, 0.0, params=params) for w in workers]
+
+
+def test_tasks_on_one_version_share_one_parameter_copy_until_no_one_reads_it():
+    job = small_job(cluster__n_workers=6)
+    workload = Workload(job)
+    reference = PerWorkerDriver(workload, job.seed)
+    theta = workload.init_params()
+    d = ProcessDriver(workload, processes=1, timeout=30.0)
+    try:
+        first, second = _tasks([0, 1], theta), _tasks([2, 3], theta + 0.01)
+        d.submit(first)  # one shared row, read until both answer
+        d.submit(second)  # so the other one
+        later = _tasks([4, 5], theta + 0.02)
+        d.submit(later)  # none left free: the workers' own rows
+        assert d.parameter_copies == SHARED_ROWS + 2
+        while d.pending:
+            d.collect()
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # the worker process's setting: the same bits
+        try:
+            for t in first + second + later:  # every task read the version it was given
+                expected = _tasks([t.worker], t.params)
+                reference.worker_gradients(expected)
+                assert torch.equal(t.gradient, expected[0].gradient)
+        finally:
+            torch.set_num_threads(threads)
+        d.worker_gradients(_tasks(range(6), theta, index=1))  # a shared row is free again
+        assert d.parameter_copies == SHARED_ROWS + 3
+    finally:
+        d.close()
 
 
 def test_a_killed_and_a_hung_worker_process_are_replaced_without_changing_the_run(workload, reference):

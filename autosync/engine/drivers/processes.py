@@ -3,11 +3,14 @@
 One machine, `torch.multiprocessing` with the `spawn` start method. Before the workers start, the server
 allocates two slot tables, parameters and gradients (each row followed by the model's buffers and their
 change, for a model that has buffers), with one row per simulated worker (a worker has at
-most one task in flight): in shared memory on the CPU, or on the GPU with `device="cuda"`, where the
-spawned processes map the same rows through CUDA IPC. Dispatching a task copies its parameters into the
-worker's row and sends a small notification `(worker, task index, batch size)` down the owning process's
-pipe; the process writes the gradient into the gradient row in place and answers `(worker, index, loss,
-compute seconds, time sent)`. No tensor is created per message: the engine gets the gradient as a view of
+most one task in flight), and `SHARED_ROWS` more parameter rows: in shared memory on the CPU, or on the
+GPU with `device="cuda"`, where the spawned processes map the same rows through CUDA IPC. Dispatching a
+task copies its parameters into the worker's row and sends a small notification `(worker, task index,
+batch size, row)` down the owning process's pipe; tasks dispatched together with one parameter version
+(BSP's n workers, the first tasks of any barrier) share one copy in a shared row, which is rewritten
+only once no unanswered task reads it, so an update costs one copy of the parameters instead of n. The
+process reads its row, writes the gradient into the worker's gradient row in place and answers
+`(worker, index, loss, compute seconds, time sent)`. No tensor is created per message: the engine gets the gradient as a view of
 the row, copied only if it still holds it when the worker's next task is sent (`ProcessDriver._reclaim`).
 On the GPU each side synchronises its stream before it notifies the other, so a row is never read while a
 copy into it is still queued.
@@ -46,6 +49,7 @@ from autosync.workloads.tensors import Dataset
 from autosync.workloads.workload import Workload
 
 _STOP = None  # the notification that ends a worker process
+SHARED_ROWS = 2  # parameter rows beyond the workers' own, for versions that several tasks read
 
 
 def _serve(job_json: dict[str, Any], data: Dataset | None, params: torch.Tensor, grads: torch.Tensor,
@@ -77,8 +81,8 @@ def _compute_until_told(job_json: dict[str, Any], data: Dataset | None, params: 
         message = inbox.recv()
         if message is _STOP:
             return
-        worker, index, batch_size = message
-        loss, seconds = slot_gradient(workload, seed, params[worker], worker, index, batch_size, grads[worker])
+        worker, index, batch_size, row = message
+        loss, seconds = slot_gradient(workload, seed, params[row], worker, index, batch_size, grads[worker])
         settle()  # the gradient row is written before the server hears of it
         outbox.send((worker, index, loss, seconds, time.monotonic()))
 
@@ -101,7 +105,7 @@ class ProcessDriver(RemoteDriver):
         data = workload.data.shared() if self.device.type == "cpu" else None
         self.n_workers = job.cluster.n_workers
         self.timeout = timeout
-        self.params = torch.zeros(self.n_workers, dim, device=self.device)
+        self.params = torch.zeros(self.n_workers + SHARED_ROWS, dim, device=self.device)
         self.grads = torch.zeros(self.n_workers, dim, device=self.device)
         if self.device.type == "cpu":  # CUDA tensors are shared through CUDA IPC when passed to a process
             self.params.share_memory_()
@@ -114,6 +118,8 @@ class ProcessDriver(RemoteDriver):
         self.alive: list[int] = []
         self.assignment: dict[int, int] = {}  # simulated worker -> process computing its gradients
         self.pending: dict[int, Task] = {}  # worker -> its task sent to a process and not yet answered
+        self.row_read: dict[int, int] = {}  # worker -> the parameter row its pending task reads
+        self.parameter_copies = 0  # parameter slots written so far (the transport's largest cost)
         self._lent: dict[int, Task] = {}  # worker -> its last answered task, whose gradient is a view of its row
         self._deadline: dict[int, float] = {}  # process -> when it counts as hung if still silent
         self.faults: list[str] = []  # one line per process lost, for the run's log
@@ -165,17 +171,38 @@ class ProcessDriver(RemoteDriver):
 
     # ------------------------------------------------------------------ computing
     def submit(self, tasks: Sequence[Task]) -> None:
-        """Copy each task's parameters into its worker's slot and notify the worker's process."""
+        """Copy each task's parameters into a slot (one shared slot per version that several of them hold,
+        while a shared row is free) and notify the worker's process."""
         idle = set(self.alive) - self._busy_ranks()
         for t in tasks:
             self._reclaim(t.worker)
-            pack_slot(t, self.params[t.worker])
-            self.pending[t.worker] = t
+        for group in self._by_version(tasks):
+            free = [r for r in range(self.n_workers, len(self.params)) if r not in self.row_read.values()]
+            if len(group) > 1 and free:
+                self._pack(group[0], free[0])
+                self.row_read.update({t.worker: free[0] for t in group})
+            else:
+                for t in group:
+                    self._pack(t, t.worker)
+                    self.row_read[t.worker] = t.worker
+            self.pending.update({t.worker: t for t in group})
         self._start_deadlines(idle)
         if self.device.type == "cuda":
             torch.cuda.current_stream(self.device).synchronize()  # the rows are written before anyone reads
         for t in tasks:
             self._send(t)
+
+    @staticmethod
+    def _by_version(tasks: Sequence[Task]) -> list[list[Task]]:
+        """The tasks grouped by the parameters (and buffers) they hold: the same tensors, not equal ones."""
+        groups: dict[tuple[int, int], list[Task]] = {}
+        for t in tasks:
+            groups.setdefault((id(t.params), id(t.buffers)), []).append(t)
+        return list(groups.values())
+
+    def _pack(self, task: Task, row: int) -> None:
+        pack_slot(task, self.params[row])
+        self.parameter_copies += 1
 
     def collect(self, timeout: float | None = None) -> list[Answer]:
         """Answers that arrive within `timeout` seconds (None: wait for at least one), in arrival order.
@@ -220,6 +247,7 @@ class ProcessDriver(RemoteDriver):
         if task is None or task.index != index:  # a stale answer to a task sent again elsewhere
             return []
         del self.pending[worker]
+        del self.row_read[worker]
         unpack_answer(task, self.grads[worker], loss)
         self._lent[worker] = task
         return [Answer(task, compute, sent)]
@@ -248,7 +276,7 @@ class ProcessDriver(RemoteDriver):
         and the tasks it had (t among them) go to the survivors."""
         rank = self.assignment[t.worker]
         try:
-            self.inboxes[rank].send((t.worker, t.index, t.batch_size))
+            self.inboxes[rank].send((t.worker, t.index, t.batch_size, self.row_read[t.worker]))
         except OSError:
             self.procs[rank].join(timeout=5.0)
             self._lose({rank}, f"died (exit code {self.procs[rank].exitcode})")
