@@ -165,3 +165,18 @@ def test_a_run_reports_its_staleness_and_batch_spread_for_the_leaderboard():
     assert ssp_dana["mean_staleness"] > 0.5 and ssp_dana["batch_spread"] is None  # one gradient per update
     job = JOB.model_copy(update={"cluster": JOB.cluster.model_copy(update={"speed_factors": [1.0, 1.0, 1.0, 0.3]})})
     assert simulate(job, make_policy("lbbsp")).metrics["batch_spread"] > 1.5
+
+
+def test_cross_paper_neighbours_add_one_strategy_of_another_paper_where_the_rules_allow_it():
+    from autosync.policies import cross_paper_neighbours
+
+    assert cross_paper_neighbours({"barrier": "dbw", "window": 5}) == [
+        {"barrier": "dbw", "window": 5, "batch": "lbbsp"}]  # no asynchronous rule under DBW's barrier
+    assert cross_paper_neighbours({"barrier": "asp"}) == [
+        {"barrier": "asp", "batch": "lbbsp"}, {"barrier": "asp", "update": "dana_slim"}]
+    assert cross_paper_neighbours({"schedule": "sync_switch", "switch_at": 0.25, "batch": "lbbsp"}) == [
+        {"schedule": "sync_switch", "switch_at": 0.25, "batch": "lbbsp", "update": "dana_slim"}]
+    assert cross_paper_neighbours({"barrier": "ssp", "batch": "lbbsp", "update": "dana_dc"}) == []
+    for slots in ({"barrier": "dbw"}, {"barrier": "asp"}, {"schedule": "sync_switch"}, {"barrier": "bsp"}):
+        for neighbour in cross_paper_neighbours(slots):
+            check_composition(Composed(**neighbour))  # every neighbour is allowed

@@ -362,6 +362,22 @@ def test_a_tune_over_another_space_reuses_what_a_sibling_study_of_the_job_traine
                    for t in third.study.trials)
 
 
+def test_a_composed_tune_tries_the_policy_tunes_winner_with_another_papers_strategy_added(tmp_path):
+    """After the policy tune's winner (backup k here), the composed tune queues it with LB-BSP's batches:
+    the cross-paper neighbour, trained since no sibling ran it."""
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    job = small_job(budget={"max_updates": 30})
+    first = tune(TuneRequest(job=job, space=load_space(SPACE_DIR / "policy.yaml", 4), n_trials=3, storage=url))
+    winner = first.study.user_attrs["cache"]["best_policy"]
+    assert winner["policy"] == "backup"
+    second = tune(TuneRequest(job=job, space=load_space(SPACE_DIR / "composed.yaml", 4), n_trials=4, storage=url))
+    neighbour = second.study.trials[3].user_attrs["policy"]
+    assert neighbour["policy"] == "compose"
+    assert {k: neighbour["params"][k] for k in ("barrier", "k", "lr_rule", "batch")} == {
+        "barrier": "backup", **winner["params"], "batch": "lbbsp"}
+    assert second.study.trials[3].user_attrs["virtual_seconds"] > 0  # trained: no sibling ran it
+
+
 def test_killed_tune_resumes_without_losing_finished_trials(tmp_path):
     job = _tiny(tmp_path)
     env = {**os.environ, "AUTOSYNC_HEARTBEAT_SECONDS": "1"}

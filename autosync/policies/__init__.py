@@ -9,7 +9,7 @@ from autosync.policies._base import (
     Task, UpdateRule, UpdateStats,
 )
 from autosync.policies._classic import ASP, BSP, SSP, BackupWorkers
-from autosync.policies._composed import Composed, check_composition, composition_of
+from autosync.policies._composed import Composed, check_composition, composition_of, cross_paper_neighbours
 from autosync.policies._dana import DANADC, DCASGD, LWP, NAGASGD, DANASlim, DANAZero, MultiASGD
 from autosync.policies._dbw import DBW, BlindDBW, DynamicK
 from autosync.policies._lbbsp import LBBSP, StaticSplit
@@ -17,7 +17,7 @@ from autosync.policies._sync_switch import SyncSwitch
 
 __all__ = [
     "ASP", "Aggregation", "Arrival", "BSP", "BackupWorkers", "Barrier", "Batching", "BlindDBW",
-    "BoundedStaleness", "Composed", "check_composition", "composition_of", "DANADC", "DANASlim", "DANAZero", "DBW", "DCASGD", "DynamicK", "FastestK", "LBBSP",
+    "BoundedStaleness", "Composed", "check_composition", "composition_of", "cross_paper_neighbours", "DANADC", "DANASlim", "DANAZero", "DBW", "DCASGD", "DynamicK", "FastestK", "LBBSP",
     "LWP", "MultiASGD", "NAGASGD", "OnArrival", "Policy", "Progress", "SSP", "Schedule", "ServerView",
     "StaticSplit", "Strategies", "Strategy", "SyncSwitch", "Task", "UpdateRule", "UpdateStats",
 ]

@@ -222,6 +222,22 @@ def composition_of(policy: Policy) -> dict[str, Any] | None:
     return None
 
 
+def cross_paper_neighbours(slots: dict[str, Any]) -> list[dict[str, Any]]:
+    """The compositions one slot away from `slots` that add another paper's strategy to it, as the ones the
+    papers combine least: LB-BSP's batch sizing where batches are equal (against persistent slowness, under
+    any barrier), and DANA-Slim's look-ahead (the DANA paper's recommended rule) where the update rule is
+    the job's SGD and an asynchronous rule may run (one gradient per update, or a Sync-Switch ASP phase).
+    A tune over the composed space tries them right after the best single policy a sibling tune found."""
+    asynchronous = slots.get("barrier", "bsp") in ONE_GRADIENT_BARRIERS \
+        or slots.get("schedule", "none") in ("sync_switch", "elastic")
+    out = []
+    if slots.get("batch", "equal") == "equal":
+        out.append({**slots, "batch": "lbbsp"})
+    if slots.get("update", "sgd") == "sgd" and asynchronous:
+        out.append({**slots, "update": "dana_slim"})
+    return out
+
+
 def _dbw_defaults() -> dict[str, Any]:
     return {k: v for k, v in DBW().params().items() if k not in ("lr_rule", "window")}
 

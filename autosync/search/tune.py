@@ -194,7 +194,8 @@ def _queued_first(study: "optuna.Study", request: TuneRequest,
     cached best on --refresh (a warm start), else BSP and ASP or their equivalents in the space, then the
     best policy each sibling study of the job found, where this space holds it (a tune over `composed`
     after one over `policy` starts from the policy tune's winner, scored from it without training), then
-    the other baselines."""
+    those winners with another paper's strategy added (`cross_paper_neighbours`), then the other
+    baselines."""
     old = study.user_attrs.get("cache")
     if request.refresh and isinstance(old, dict) and isinstance(old.get("best_policy"), dict):
         params = request.space.trial_params(old["best_policy"])
@@ -203,7 +204,9 @@ def _queued_first(study: "optuna.Study", request: TuneRequest,
     n, seen, first = job.cluster.n_workers, set(), []
     baselines = [(policy, params) for policy in baseline_policies(job)
                  if (params := request.space.trial_params(policy)) is not None]  # BSP's and ASP's forms first
-    found = [(policy, _in_space(request.space, policy, job)) for policy in _sibling_bests(siblings)]
+    bests = _sibling_bests(siblings)
+    neighbours = [{"policy": "compose", "params": slots} for best in bests for slots in _neighbours(best)]
+    found = [(policy, _in_space(request.space, policy, job)) for policy in bests + neighbours]
     for policy, params in baselines[:2] + found + baselines[2:]:  # one of each class that runs alike
         key = json.dumps(canonical_policy(policy, n, job.workload.batch_size), sort_keys=True)
         if params is not None and key not in seen:
@@ -226,6 +229,15 @@ def _sibling_bests(siblings: "list[optuna.Study]") -> list[dict[str, Any]]:
         if record is not None:
             bests.append(record["best_policy"])
     return bests
+
+
+def _neighbours(policy: dict[str, Any]) -> list[dict[str, Any]]:
+    """The cross-paper neighbours of `policy` (a composition, or a seed policy that is a preset of one)."""
+    from autosync.catalog import policy_from_dict
+    from autosync.policies import composition_of, cross_paper_neighbours
+
+    slots = dict(policy["params"]) if policy["policy"] == "compose" else composition_of(policy_from_dict(policy))
+    return cross_paper_neighbours(slots) if slots is not None else []
 
 
 def _in_space(space: SearchSpace, policy: dict[str, Any], job: JobSpec) -> dict[str, Any] | None:

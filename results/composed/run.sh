@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Composed against single seed policies: for each job, a tune over the `policy` space and one over the
-# `composed` space with the same trial budget and sampler seed, in one study storage; then, per job, a
-# leaderboard of BSP and the two winners (3 seeds) to show why one wins; then the table.
+# `composed` space with the same trial budget and sampler seed, in one study storage; then, per job where
+# the two winners differ, a leaderboard of BSP and both (3 seeds) to show why one wins; then the table.
 #   bash results/composed/run.sh [TRIALS] [JOB.yaml ...]
 # Default: 12 trials; every baselines/ job, then the 24 jobs of baselines/family_stragglers.yaml (written
 # to results/composed/family_jobs/). Run from the repository root. Resumable: a finished tune answers
@@ -26,9 +26,8 @@ for job in "${jobs[@]}"; do
 done
 python "$out/make_table.py" --storage "$storage" --trials "$trials" --specs "${jobs[@]}" |
   while IFS=$'\t' read -r job name single composed; do
-    winners=(--policies "$single")
-    [ "$composed" = "$single" ] || winners+=(--policies "$composed")
-    [ -f "$out/why/$name/leaderboard.md" ] || autosync leaderboard "$job" --policies bsp "${winners[@]}" \
-      --seeds 3 --out "$out/why/$name" < /dev/null > /dev/null
+    [ "$composed" != "$single" ] || continue  # nothing to explain where both tunes found one policy
+    [ -f "$out/why/$name/leaderboard.md" ] || autosync leaderboard "$job" --policies bsp --policies "$single" \
+      --policies "$composed" --seeds 3 --out "$out/why/$name" < /dev/null > /dev/null
   done
 python "$out/make_table.py" --storage "$storage" --trials "$trials" "${jobs[@]}" > "$out/README.md"
