@@ -12,7 +12,8 @@ CIFAR-shaped images (4 workers, batch 4, 11.2 M parameters), with BSP (n gradien
   around the kernel here), so that the kernel's run-to-run noise, large for ResNet-18 against a
   transport of a few ms, cancels; the difference per update, medians of --repeats runs, alternated.
   What is left is the transport: slot copies, notifications, the worker's answer, the server taking
-  the gradient back, the process waking up;
+  the gradient back, the process waking up (a slight underestimate where the server's own work overlaps
+  the worker's kernel: handling one answer while the next task computes);
 - latency floor: tasks per update times the round trip of an empty notification to a spawned process
   and back through a pipe pair (`_floors.pipe_round_trip`);
 - bandwidth floor: tasks per update times 12 bytes per parameter at the copy bandwidth measured here.

@@ -26,4 +26,12 @@ def test_a_freed_large_tensor_is_made_again_without_faulting_its_pages_in():
 
 
 def test_the_setting_is_made_once_per_process():
-    assert keep_freed_memory() is keep_freed_memory()
+    keep_freed_memory()
+    keep_freed_memory()
+    info = keep_freed_memory.cache_info()
+    assert info.misses == 1 and info.hits >= 1
+
+
+def test_it_can_be_left_off(monkeypatch):
+    monkeypatch.setenv("AUTOSYNC_KEEP_FREED_MEMORY", "0")
+    assert keep_freed_memory.__wrapped__() is False

@@ -71,28 +71,33 @@ def _tasks(workers, params, index=0):
 def test_tasks_on_one_version_share_one_parameter_copy_until_no_one_reads_it():
     job = small_job(cluster__n_workers=6)
     workload = Workload(job)
-    reference = PerWorkerDriver(workload, job.seed)
     theta = workload.init_params()
-    d = ProcessDriver(workload, processes=1, timeout=30.0)
+    d = ProcessDriver(workload, processes=2, timeout=60.0)  # worker w on process w % 2
     try:
+        os.kill(d.pids[1], signal.SIGSTOP)  # workers 1, 3 and 5 wait: their rows stay read
         first, second = _tasks([0, 1], theta), _tasks([2, 3], theta + 0.01)
-        d.submit(first)  # one shared row, read until both answer
-        d.submit(second)  # so the other one
-        later = _tasks([4, 5], theta + 0.02)
-        d.submit(later)  # none left free: the workers' own rows
-        assert d.parameter_copies == SHARED_ROWS + 2
+        d.submit(first)  # one shared row
+        d.submit(second)  # the other
+        assert d.parameter_copies == SHARED_ROWS
+        answered = set()
+        while answered != {0, 2}:
+            answered |= {a.task.worker for a in d.collect()}
+        third = _tasks([0, 2], theta + 0.02, index=1)
+        d.submit(third)  # workers 1 and 3 still read both shared rows: the workers' own rows
+        assert d.parameter_copies == SHARED_ROWS + 2 and d.row_read[0] == 0 and d.row_read[2] == 2
+        os.kill(d.pids[1], signal.SIGCONT)
         while d.pending:
             d.collect()
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # the worker process's setting: the same bits
         try:
-            for t in first + second + later:  # every task read the version it was given
-                expected = _tasks([t.worker], t.params)
-                reference.worker_gradients(expected)
+            for t in first + second + third:  # every task read the version it was given
+                expected = _tasks([t.worker], t.params, index=t.index)
+                PerWorkerDriver(workload, job.seed).worker_gradients(expected)
                 assert torch.equal(t.gradient, expected[0].gradient)
         finally:
             torch.set_num_threads(threads)
-        d.worker_gradients(_tasks(range(6), theta, index=1))  # a shared row is free again
+        d.worker_gradients(_tasks(range(6), theta, index=2))  # no task reads a shared row: one copy
         assert d.parameter_copies == SHARED_ROWS + 3
     finally:
         d.close()

@@ -11,8 +11,11 @@ size from its heap (M_MMAP_MAX = 0) and keep up to 1 GiB freed at the heap's top
 the next update reuses pages already mapped. The peak resident memory of those runs did not grow (BSP)
 or by 6% (ASP). It changes no arithmetic, only where tensors live.
 
-It is process-wide, so the engine sets it where it runs (the simulator's run, a worker process, a
-torch.distributed rank), once per process; elsewhere than glibc (macOS, musl) it does nothing.
+It is process-wide and stays for the life of the process, so the engine sets it where it runs (the
+simulator's run, a worker process, a torch.distributed rank), once per process. Its cost: memory freed
+below the heap's top is reused but not returned, and each malloc arena keeps up to 1 GiB freed; a process
+that trains many models of different sizes may hold more memory than it would otherwise. Set
+AUTOSYNC_KEEP_FREED_MEMORY=0 to leave malloc as it is. Elsewhere than glibc (macOS, musl) it does nothing.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import os
 
 _M_TRIM_THRESHOLD = -1  # glibc's malloc.h
 _M_MMAP_MAX = -4
@@ -28,7 +32,10 @@ _KEPT_BYTES = 2**30
 
 @functools.cache
 def keep_freed_memory() -> bool:
-    """Set glibc's malloc to serve large tensors from its heap and keep freed memory; True where it took."""
+    """Set glibc's malloc to serve large tensors from its heap and keep freed memory; True where it took
+    (False with AUTOSYNC_KEEP_FREED_MEMORY=0, or off glibc)."""
+    if os.environ.get("AUTOSYNC_KEEP_FREED_MEMORY", "1") == "0":
+        return False
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         mallopt = libc.mallopt

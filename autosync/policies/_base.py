@@ -80,6 +80,8 @@ class UpdateStats:
 
     arrivals: list[Arrival]
     weights: list[float]
+    # Both valid during the update's hooks only: the engine reuses their memory (a driver's gradient row,
+    # the stacked rows' buffer) for the next update, so a strategy copies what it keeps.
     aggregate: Any  # flat aggregate gradient (torch tensor)
     worker_gradients: Any | None  # [k, d] per-worker gradients when a strategy asked for them
     losses: list[float]  # local losses of the aggregated gradients

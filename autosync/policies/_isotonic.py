@@ -57,8 +57,8 @@ in Dykstra's answer, it is checked on the unmerged problem, started from the mer
 column multiplier plus diagonal multiplier shared equally by its rows, the diagonal's kept on its own
 cell, which is (17)'s optimal dual point when x_R is optimal, so that one sweep confirms it (and the
 partition finishes the unmerged problem where the sweeps do not). Where one binds in the partition's
-exact answer, that run is split into single rows (`_peel`), and the smaller merged problem is solved
-again (sweeps from the multipliers, then the partition) until none binds. On the
+exact answer, the runs on both sides of it are split into single rows (`_peel`), and the smaller merged
+problem is solved again (sweeps from the multipliers, then the partition) until none binds. On the
 recorded instances a run's end binds in 21 of 24 solves, and the runs it splits have many distinct rows
 in the optimum (24 of 44 rows, 32 of 43).
 

@@ -119,6 +119,7 @@ class ProcessDriver(RemoteDriver):
         self.assignment: dict[int, int] = {}  # simulated worker -> process computing its gradients
         self.pending: dict[int, Task] = {}  # worker -> its task sent to a process and not yet answered
         self.row_read: dict[int, int] = {}  # worker -> the parameter row its pending task reads
+        self.sent_to: dict[int, int] = {}  # worker -> the process its pending task was last sent to
         self.parameter_copies = 0  # parameter slots written so far (the transport's largest cost)
         self._lent: dict[int, Task] = {}  # worker -> its last answered task, whose gradient is a view of its row
         self._deadline: dict[int, float] = {}  # process -> when it counts as hung if still silent
@@ -176,6 +177,7 @@ class ProcessDriver(RemoteDriver):
         idle = set(self.alive) - self._busy_ranks()
         for t in tasks:
             self._reclaim(t.worker)
+            self.sent_to.pop(t.worker, None)  # a task it replaces (abandoned unanswered) was sent, not this one
         for group in self._by_version(tasks):
             free = [r for r in range(self.n_workers, len(self.params)) if r not in self.row_read.values()]
             if len(group) > 1 and free:
@@ -190,7 +192,8 @@ class ProcessDriver(RemoteDriver):
         if self.device.type == "cuda":
             torch.cuda.current_stream(self.device).synchronize()  # the rows are written before anyone reads
         for t in tasks:
-            self._send(t)
+            if t.worker not in self.sent_to:  # not already sent by `_lose` while an earlier send failed
+                self._send(t)
 
     @staticmethod
     def _by_version(tasks: Sequence[Task]) -> list[list[Task]]:
@@ -248,6 +251,7 @@ class ProcessDriver(RemoteDriver):
             return []
         del self.pending[worker]
         del self.row_read[worker]
+        del self.sent_to[worker]
         unpack_answer(task, self.grads[worker], loss)
         self._lent[worker] = task
         return [Answer(task, compute, sent)]
@@ -273,24 +277,34 @@ class ProcessDriver(RemoteDriver):
 
     def _send(self, t: Task) -> None:
         """Notify the process of t's worker. A process whose pipe is already broken has died: it is dropped,
-        and the tasks it had (t among them) go to the survivors."""
-        rank = self.assignment[t.worker]
-        try:
-            self.inboxes[rank].send((t.worker, t.index, t.batch_size, self.row_read[t.worker]))
-        except OSError:
-            self.procs[rank].join(timeout=5.0)
-            self._lose({rank}, f"died (exit code {self.procs[rank].exitcode})")
+        the tasks it had been sent go to the survivors, and so does t."""
+        while True:
+            rank = self.assignment[t.worker]
+            try:
+                self.inboxes[rank].send((t.worker, t.index, t.batch_size, self.row_read[t.worker]))
+            except OSError:
+                self.procs[rank].join(timeout=5.0)
+                self._lose({rank}, f"died (exit code {self.procs[rank].exitcode})")
+                if self.sent_to.get(t.worker) in self.alive:  # the loss sent t on already (it had been sent)
+                    return
+                continue
+            self.sent_to[t.worker] = rank
+            return
 
     def _lose(self, ranks: set[int], reason: str) -> None:
         """Drop dead or hung processes and send their unanswered tasks to the survivors.
 
         Only the lost processes' workers move: a healthy process keeps its workers and its queue, so no
-        task is computed twice and no two processes ever write one worker's gradient row.
+        task is computed twice and no two processes ever write one worker's gradient row. A task is sent
+        again only if it went to a lost process: one not sent yet (`submit` is still sending its batch) is
+        sent once, by `submit`, and one a nested loss already sent on is not sent twice. (A second
+        computation would write the worker's gradient row from a shared parameter row that may hold
+        another version by then.)
         """
         moved = [w for rank in sorted(ranks & set(self.alive)) for w in self._drop(rank, reason)]
         self._start_deadlines(set(self.alive) - self._busy_ranks(exclude=moved))
         for w in moved:
-            if w in self.pending:
+            if w in self.sent_to and self.sent_to[w] not in self.alive:
                 self._send(self.pending[w])
 
     def _drop(self, rank: int, reason: str) -> list[int]:
