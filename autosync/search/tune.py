@@ -218,8 +218,6 @@ def _queued_first(study: "optuna.Study", request: TuneRequest,
 def _sibling_bests(siblings: "list[optuna.Study]") -> list[dict[str, Any]]:
     """The best policy of each sibling study with a usable cache record (a corrupt or stale one is skipped:
     it is that study's to report)."""
-    from autosync.search.cache import read_cache
-
     bests = []
     for sibling in siblings:
         try:
@@ -231,12 +229,20 @@ def _sibling_bests(siblings: "list[optuna.Study]") -> list[dict[str, Any]]:
     return bests
 
 
+def _slots(policy: dict[str, Any]) -> dict[str, Any] | None:
+    """`policy`'s composition slots: its own parameters for a composition, those of the composition a seed
+    policy is a preset of, or None for one that is not."""
+    from autosync.catalog import policy_from_dict
+    from autosync.policies import composition_of
+
+    return dict(policy["params"]) if policy["policy"] == "compose" else composition_of(policy_from_dict(policy))
+
+
 def _neighbours(policy: dict[str, Any]) -> list[dict[str, Any]]:
     """The cross-paper neighbours of `policy` (a composition, or a seed policy that is a preset of one)."""
-    from autosync.catalog import policy_from_dict
-    from autosync.policies import composition_of, cross_paper_neighbours
+    from autosync.policies import cross_paper_neighbours
 
-    slots = dict(policy["params"]) if policy["policy"] == "compose" else composition_of(policy_from_dict(policy))
+    slots = _slots(policy)
     return cross_paper_neighbours(slots) if slots is not None else []
 
 
@@ -245,14 +251,11 @@ def _in_space(space: SearchSpace, policy: dict[str, Any], job: JobSpec) -> dict[
     provided the space samples from them a policy that runs exactly like it; else None."""
     import optuna
 
-    from autosync.catalog import policy_from_dict
-    from autosync.policies import composition_of
-
     n, batch = job.cluster.n_workers, job.workload.batch_size
     target = canonical_policy(policy, n, batch)
     forms = [policy]
     if policy["policy"] != "compose":
-        slots = composition_of(policy_from_dict(policy))
+        slots = _slots(policy)
         forms += [{"policy": "compose", "params": slots}] if slots is not None else []
     for form in forms:
         params = space.trial_params(form)

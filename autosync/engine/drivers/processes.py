@@ -10,8 +10,9 @@ batch size, row)` down the owning process's pipe; tasks dispatched together with
 (BSP's n workers, the first tasks of any barrier) share one copy in a shared row, which is rewritten
 only once no unanswered task reads it, so an update costs one copy of the parameters instead of n. The
 process reads its row, writes the gradient into the worker's gradient row in place and answers
-`(worker, index, loss, compute seconds, time sent)`. No tensor is created per message: the engine gets the gradient as a view of
-the row, copied only if it still holds it when the worker's next task is sent (`ProcessDriver._reclaim`).
+`(worker, index, loss, compute seconds, time sent)`. No tensor is created per message: the engine gets the
+gradient as a view of the row, copied only if it still holds it when the worker's next task is sent
+(`ProcessDriver._reclaim`).
 On the GPU each side synchronises its stream before it notifies the other, so a row is never read while a
 copy into it is still queued.
 Every process runs `worker_gradient`, the same kernel as the in-process `PerWorkerDriver`, with one
@@ -179,10 +180,10 @@ class ProcessDriver(RemoteDriver):
             self._reclaim(t.worker)
             self.sent_to.pop(t.worker, None)  # a task it replaces (abandoned unanswered) was sent, not this one
         for group in self._by_version(tasks):
-            free = [r for r in range(self.n_workers, len(self.params)) if r not in self.row_read.values()]
-            if len(group) > 1 and free:
-                self._pack(group[0], free[0])
-                self.row_read.update({t.worker: free[0] for t in group})
+            row = self._free_shared_row() if len(group) > 1 else None
+            if row is not None:
+                self._pack(group[0], row)
+                self.row_read.update({t.worker: row for t in group})
             else:
                 for t in group:
                     self._pack(t, t.worker)
@@ -202,6 +203,11 @@ class ProcessDriver(RemoteDriver):
         for t in tasks:
             groups.setdefault((id(t.params), id(t.buffers)), []).append(t)
         return list(groups.values())
+
+    def _free_shared_row(self) -> int | None:
+        """A shared parameter row no unanswered task reads, or None."""
+        read = set(self.row_read.values())
+        return next((r for r in range(self.n_workers, len(self.params)) if r not in read), None)
 
     def _pack(self, task: Task, row: int) -> None:
         pack_slot(task, self.params[row])
