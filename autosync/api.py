@@ -118,8 +118,9 @@ def run(job: JobSpec, policy: "str | Policy | dict[str, Any]" = "bsp", params: d
 def tune(job: JobSpec, space: str | Path = "static_k", *, n_trials: int = 20, timeout: float | None = None,
          storage: str | None = None, study: str | None = None, sampler: str = "tpe", n_jobs: int = 1,
          seed: int = 0, repeats: int = 1, tolerance: float = 0.01, objective: str = "time", refresh: bool = False,
-         verify_top: int = 0, on: "BackendChoice | None" = None,
+         verify_top: int = 0, confirm_top: int = 0, confirm_seeds: int = 2, on: "BackendChoice | None" = None,
          on_trial: Callable[[int, int], None] | None = None,
+         on_confirm: Callable[[int, int], None] | None = None,
          on_start: Callable[[str], None] | None = None) -> "TuneOutcome":
     """Search `job`'s best policy in `space` with Optuna, or return the cached one of a recurring job.
 
@@ -128,7 +129,11 @@ def tune(job: JobSpec, space: str | Path = "static_k", *, n_trials: int = 20, ti
         storage: the study storage's SQLAlchemy URL (default: sqlite:///results/autosync-studies.db).
         on: where each trial trains (`backend(...)`; default: the simulator). With `verify_top` K > 0 the
             search is simulated and its K best candidates and BSP are re-run on `on` to verify it.
+        confirm_top: K > 0 re-runs the search's K best candidates, the winners of the job's other studies
+            that this space holds, and BSP on `confirm_seeds` more seeds, and answers with the best mean
+            over all the seeds (`autosync.search.confirm`): the cure for a one-seed search's lucky winner.
         on_trial: called with (trials done, trials in all) as the search goes.
+        on_confirm: called with (runs done, runs in all) as the confirmation goes.
         on_start: called with the storage URL once every option is checked, before the search starts.
 
     Returns the TuneOutcome the command prints: the study, whether the cache answered, the cache record
@@ -159,6 +164,11 @@ def tune(job: JobSpec, space: str | Path = "static_k", *, n_trials: int = 20, ti
                         "it needs --backend processes (with --clock virtual or real)")
     if verify_top and objective != "time":
         raise UserError("--verify-top compares one objective's rankings: it needs --objective time")
+    if confirm_top and objective != "time":
+        raise UserError("--confirm-top ranks candidates by one objective: it needs --objective time")
+    if confirm_top < 0 or confirm_seeds < 1:
+        raise UserError(f"--confirm-top must be >= 0 and --confirm-seeds >= 1, but got {confirm_top} and "
+                        f"{confirm_seeds}")
     if job.uses_user_code:  # the user's code fails here, in one line, rather than as every trial failing
         check_workload(job)  # (a built-in workload cannot; a cache hit then never imports torch)
     real = None if choice.backend == "simulator" else choice
@@ -168,11 +178,12 @@ def tune(job: JobSpec, space: str | Path = "static_k", *, n_trials: int = 20, ti
         study=study, sampler=sampler, seed=seed, n_jobs=n_jobs, refresh=refresh,
         settings=ObjectiveSettings(repeats=repeats, tolerance=tolerance, multi_objective=objective != "time",
                                    backend=None if verify_top else real),  # verify_top: search simulated
-        verify_top=verify_top, verify_backend=real if verify_top else None)
+        verify_top=verify_top, verify_backend=real if verify_top else None, confirm_top=confirm_top,
+        confirm_seeds=confirm_seeds)
     quiet_optuna()
     if on_start is not None:
         on_start(request.storage)
-    return run_tune(request, on_trial=on_trial)
+    return run_tune(request, on_trial=on_trial, on_confirm=on_confirm)
 
 
 @dataclass

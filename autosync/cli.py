@@ -518,6 +518,10 @@ def tune(
     out: Optional[Path] = typer.Option(None, help="Plot directory (default: results/tune/<job>-<space>)."),
     verify_top: int = typer.Option(0, "--verify-top", min=0, help="After a simulated search, re-run the K best "
                                    "feasible candidates and BSP --repeats times on --backend and compare (0: off)."),
+    confirm_top: int = typer.Option(0, "--confirm-top", min=0, help="After the search, re-run its K best candidates "
+                                    "(and the job's other studies' winners) and BSP on --confirm-seeds more seeds; "
+                                    "answer with the best mean over all seeds (0: off)."),
+    confirm_seeds: int = typer.Option(2, "--confirm-seeds", min=1, help="Seeds added by --confirm-top."),
     backend: str = BACKEND_OPT,
     device: str = DEVICE_OPT,
     workers_per_device: int = WORKERS_PER_DEVICE_OPT,
@@ -545,10 +549,14 @@ def tune(
         def on_trial(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total, description="trials")
 
+        def on_confirm(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total, description="confirmation runs")
+
         outcome = api.tune(spec, space or "static_k", n_trials=n_trials, timeout=timeout, storage=storage,
                            study=study, sampler=sampler, n_jobs=n_jobs, seed=seed, repeats=repeats,
                            tolerance=tolerance, objective=objective, refresh=refresh, verify_top=verify_top,
-                           on=choice, on_trial=on_trial,
+                           confirm_top=confirm_top, confirm_seeds=confirm_seeds, on=choice, on_trial=on_trial,
+                           on_confirm=on_confirm,
                            on_start=lambda url: status.print(f"study storage: {redact_url(url)}"))
     search_space_name = outcome.cache.get("space") or Path(str(space or "static_k")).stem
     plot_dir = out or Path("results") / "tune" / f"{spec.name}-{search_space_name}"
@@ -648,6 +656,8 @@ def _print_tune(outcome: Any, spec: Any) -> None:
         table.add_row(str(row["trial"]), _policy_label(row["policy"]), f"{row['time_to_target']:.2f}",
                       _fmt(row["final_metric"]), f"{row['reached']}/{row['runs']}")
     console.print(table)
+    if isinstance(c.get("confirmed"), dict):
+        _print_confirmation(c["confirmed"])
     amortize = c["recurrences_to_amortize"]
     speedup = f"{c['speedup_vs_bsp']:.2f}x" if c.get("speedup_vs_bsp") is not None else "BSP never reached it"
     cost = c.get("search_cost_bsp_trainings")
@@ -657,6 +667,22 @@ def _print_tune(outcome: Any, spec: Any) -> None:
         + (f"pays for itself after {amortize} recurrences." if amortize else "it does not beat BSP, so it never pays off."))
     status.print(f"train with it: autosync run {'JOB.yaml ' if spec.name != 'digits_default' else ''}--policy tuned",
                   style="dim")
+
+
+def _print_confirmation(confirmed: dict[str, Any]) -> None:
+    """The --confirm-top table: each candidate's search score and its mean over all the seeds."""
+    table = Table(title=f"confirmed on seeds {confirmed['seeds']} (the {confirmed['top']} best, the job's other "
+                        "studies' winners, BSP)")
+    for column in ("policy", "from", "search s", "mean s", "final", "reached", "feasible"):
+        table.add_column(column, justify="left" if column in ("policy", "from") else "right", no_wrap=column == "policy")
+    for r in confirmed["rows"]:
+        table.add_row(_policy_label(r["policy"]), r["source"], _fmt(r["search_time"], 1), _fmt(r["time_to_target"], 1),
+                      _fmt(r["final_metric"]), f"{r['reached']}/{r['runs']}",
+                      "yes" if r.get("feasible") else "no" + (f" ({r['reason']})" if r.get("reason") else ""))
+    console.print(table)
+    if confirmed.get("winner") is None:
+        console.print("no candidate stays within the tolerance of BSP's final metric over all the seeds: the "
+                      "search's best is kept")
 
 
 def _print_verification(v: Any) -> None:

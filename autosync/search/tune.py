@@ -50,6 +50,7 @@ class TuneOutcome:
     top: list[dict[str, Any]] = field(default_factory=list)  # best feasible trials, one per policy, best first
     study: Any = None  # the optuna.Study itself, for plots
     verification: Any = None  # autosync.search.verify.Verification, with --verify-top
+    confirmation: Any = None  # autosync.search.confirm.Confirmation, with --confirm-top
 
 
 @dataclass
@@ -70,6 +71,8 @@ class TuneRequest:
     binary_runs_per_candidate: int = 3  # Sync-Switch binary search: R (recorded as R seeds per trial)
     verify_top: int = 0  # re-run the K best feasible candidates and BSP on verify_backend after the search
     verify_backend: "BackendChoice | None" = None  # where the verification runs (processes, virtual or real clock)
+    confirm_top: int = 0  # re-run the K best candidates (and the siblings' winners) on confirm_seeds more seeds
+    confirm_seeds: int = 2
 
 
 def baseline_policies(job: JobSpec) -> list[dict[str, Any]]:
@@ -128,14 +131,16 @@ def _describe_study(study: "optuna.Study", request: TuneRequest) -> None:
             study.set_user_attr(key, value)
 
 
-def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = None) -> TuneOutcome:
-    """Search (or re-use the cache) for the best policy of `request.job` in `request.space`."""
+def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = None,
+         on_confirm: Callable[[int, int], None] | None = None) -> TuneOutcome:
+    """Search (or re-use the cache) for the best policy of `request.job` in `request.space`; with
+    --confirm-top, confirm it on more seeds (`on_confirm(runs done, runs in all)` follows that)."""
     storage = open_storage(request.storage)
     study = load_study(request, storage)
     cache = read_cache(study) if not request.refresh else None
     if cache is not None:
         outcome = TuneOutcome(study.study_name, request.storage, True, 0, cache, best_policies(study), study)
-        return _verified(outcome, request)
+        return _verified(_confirmed(outcome, request, sibling_studies(study, storage), on_confirm), request)
     siblings = sibling_studies(study, storage)
     reference = bsp_reference(study, request, siblings)
     before = counted_trials(study)
@@ -161,7 +166,47 @@ def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = Non
                         execution=execution_of(request.settings.backend))
     outcome = TuneOutcome(study.study_name, request.storage, False, cache["trials"] - before, cache,
                           best_policies(study), study)
-    return _verified(outcome, request)
+    return _verified(_confirmed(outcome, request, siblings, on_confirm), request)
+
+
+def _confirmed(outcome: TuneOutcome, request: TuneRequest, siblings: "list[optuna.Study]",
+               on_run: Callable[[int, int], None] | None = None) -> TuneOutcome:
+    """With --confirm-top: the K best candidates, the sibling studies' winners where this space holds them,
+    and BSP re-run on --confirm-seeds more seeds (unless this study's record already holds that
+    confirmation), and the cache answering with the best over all the seeds (`autosync.search.confirm`)."""
+    if not request.confirm_top:
+        return outcome
+    from autosync.search.confirm import RunStore, candidates, confirm, with_confirmation
+
+    job, settings = request.job, request.settings
+    seeds = trial_seeds(job, settings.repeats + request.confirm_seeds)
+    done = outcome.cache.get("confirmed")
+    if isinstance(done, dict) and done.get("top") == request.confirm_top and done.get("seeds") == seeds:
+        return outcome
+    study = outcome.study
+    scoring = trial_scoring(job, trial_seeds(job, settings.repeats), settings.penalty)
+    plan = candidates(study, request.confirm_top, job, scoring, _sibling_winners(request, siblings))
+    confirmation = confirm(job, request.confirm_top, plan, study.user_attrs["bsp_reference"],
+                           RunStore(study, siblings), settings.repeats, request.confirm_seeds, settings.penalty,
+                           settings.tolerance, backend=settings.backend, on_run=on_run)
+    record = with_confirmation(outcome.cache, confirmation)
+    study.set_user_attr("cache", record)
+    outcome.cache = record
+    outcome.confirmation = confirmation
+    return outcome
+
+
+def _sibling_winners(request: TuneRequest, siblings: "list[optuna.Study]") -> list[tuple[dict[str, Any], str]]:
+    """(policy, "sibling STUDY") for each sibling study's cached winner that `request.space` holds, in the
+    form this space samples it (a seed policy as the composition it is a preset of, in `composed`)."""
+    import optuna
+
+    out = []
+    for sibling, best in _sibling_bests(siblings):
+        params = _in_space(request.space, best, request.job)
+        if params is not None:
+            out.append((request.space.suggest(optuna.trial.FixedTrial(params)), f"sibling {sibling}"))
+    return out
 
 
 def _verified(outcome: TuneOutcome, request: TuneRequest,
@@ -204,7 +249,7 @@ def _queued_first(study: "optuna.Study", request: TuneRequest,
     n, seen, first = job.cluster.n_workers, set(), []
     baselines = [(policy, params) for policy in baseline_policies(job)
                  if (params := request.space.trial_params(policy)) is not None]  # BSP's and ASP's forms first
-    bests = _sibling_bests(siblings)
+    bests = [best for _, best in _sibling_bests(siblings)]
     neighbours = [{"policy": "compose", "params": slots} for best in bests for slots in _neighbours(best)]
     found = [(policy, _in_space(request.space, policy, job)) for policy in bests + neighbours]
     for policy, params in baselines[:2] + found + baselines[2:]:  # one of each class that runs alike
@@ -215,9 +260,9 @@ def _queued_first(study: "optuna.Study", request: TuneRequest,
     return first, True
 
 
-def _sibling_bests(siblings: "list[optuna.Study]") -> list[dict[str, Any]]:
-    """The best policy of each sibling study with a usable cache record (a corrupt or stale one is skipped:
-    it is that study's to report)."""
+def _sibling_bests(siblings: "list[optuna.Study]") -> list[tuple[str, dict[str, Any]]]:
+    """(study name, best policy) of each sibling study with a usable cache record (a corrupt or stale one is
+    skipped: it is that study's to report)."""
     bests = []
     for sibling in siblings:
         try:
@@ -225,7 +270,7 @@ def _sibling_bests(siblings: "list[optuna.Study]") -> list[dict[str, Any]]:
         except UserError:
             continue
         if record is not None:
-            bests.append(record["best_policy"])
+            bests.append((sibling.study_name, record["best_policy"]))
     return bests
 
 

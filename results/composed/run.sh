@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Composed against single seed policies: for each job, a tune over the `policy` space and one over the
-# `composed` space with the same trial budget and sampler seed, in one study storage; then, per job where
-# the two winners differ, a leaderboard of BSP and both (3 seeds) to show why one wins; then the table.
+# `composed` space with the same trial budget and sampler seed, in one study storage, each confirming its
+# 3 best candidates on 2 more seeds (--confirm-top); then, per job where the two winners differ, a
+# leaderboard of BSP and both (3 seeds) to show why one wins; then the table.
 #   bash results/composed/run.sh [TRIALS] [JOB.yaml ...]
 # Default: 12 trials; every baselines/ job, then the 24 jobs of baselines/family_stragglers.yaml (written
 # to results/composed/family_jobs/). Run from the repository root. Resumable: a finished tune answers
@@ -20,14 +21,20 @@ storage=${AUTOSYNC_COMPOSED_STORAGE:-"sqlite:///$out/studies.db"}
 for job in "${jobs[@]}"; do
   name=$(basename "$job" .yaml)
   for space in policy composed; do
-    autosync tune "$job" --space "$space" --n-trials "$trials" --seed 0 --storage "$storage" \
+    autosync tune "$job" --space "$space" --n-trials "$trials" --seed 0 --storage "$storage" --confirm-top 3 \
       --out "$out/plots/$name-$space" > /dev/null
   done
 done
 python "$out/make_table.py" --storage "$storage" --trials "$trials" --specs "${jobs[@]}" |
   while IFS=$'\t' read -r job name single composed; do
-    [ "$composed" != "$single" ] || continue  # nothing to explain where both tunes found one policy
-    [ -f "$out/why/$name/leaderboard.md" ] || autosync leaderboard "$job" --policies bsp --policies "$single" \
-      --policies "$composed" --seeds 3 --out "$out/why/$name" < /dev/null > /dev/null
+    why="$out/why/$name"
+    if [ "$composed" = "$single" ]; then  # nothing to explain where both tunes found one policy
+      rm -rf "$why"
+      continue
+    fi
+    [ "$(cat "$why/specs" 2> /dev/null)" = "$single $composed" ] && continue  # made for these winners
+    autosync leaderboard "$job" --policies bsp --policies "$single" --policies "$composed" --seeds 3 \
+      --out "$why" < /dev/null > /dev/null
+    echo "$single $composed" > "$why/specs"
   done
 python "$out/make_table.py" --storage "$storage" --trials "$trials" "${jobs[@]}" > "$out/README.md"

@@ -1,0 +1,100 @@
+"""--confirm-top: a search's best candidates re-run on more seeds, the cache answering with the best mean."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from autosync.search.confirm import RUNS
+from autosync.search.objective import evaluate
+from autosync.search.space import SPACE_DIR, load_space
+from autosync.search.tune import TuneRequest, tune
+from tests.conftest import autosync, no_traceback, small_job
+
+JOB = small_job(budget={"max_updates": 30})
+
+
+def _tune(url: str, space: str = "policy", trials: int = 5, top: int = 2, **request):
+    return tune(TuneRequest(job=JOB, space=load_space(SPACE_DIR / f"{space}.yaml", 4), n_trials=trials, storage=url,
+                            confirm_top=top, **request))
+
+
+def test_the_winner_is_the_best_mean_over_the_search_seed_and_the_new_ones(tmp_path):
+    outcome = _tune(f"sqlite:///{tmp_path / 's.db'}")
+    confirmed = outcome.cache["confirmed"]
+    assert confirmed["seeds"] == [JOB.seed, JOB.seed + 1, JOB.seed + 2]
+    candidates = [r for r in confirmed["rows"] if r["source"] != "reference"]
+    assert len(candidates) == 2 and [r["source"] for r in candidates] == [
+        f"trial {row['trial']}" for row in outcome.top[:2]]  # the search's two best, best first
+    for row in candidates:  # each mean is the search's score and two new runs, recomputed here
+        fresh = evaluate(JOB, row["policy"], [JOB.seed + 1, JOB.seed + 2])
+        assert row["time_to_target"] == pytest.approx((row["search_time"] + 2 * fresh["time_to_target"]) / 3)
+        assert row["runs"] == 3
+    bsp = confirmed["rows"][-1] if confirmed["rows"][-1]["source"] == "reference" else None
+    feasible = [r for r in candidates if r["feasible"]]
+    winner = min(feasible, key=lambda r: r["time_to_target"])
+    assert outcome.cache["best_policy"] == winner["policy"] == confirmed["winner"]
+    assert outcome.cache["best_value"] == winner["time_to_target"]
+    assert outcome.cache["search_best_policy"] == outcome.top[0]["policy"]
+    if bsp is not None:
+        assert outcome.cache["bsp_time_to_target"] == bsp["time_to_target"]
+        assert outcome.cache["speedup_vs_bsp"] == pytest.approx(bsp["time_to_target"] / winner["time_to_target"])
+
+
+def test_a_confirmed_study_answers_from_the_cache_and_an_interrupted_one_trains_only_what_is_missing(tmp_path):
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    first = _tune(url)
+    assert first.confirmation.trained_virtual_seconds > 0
+    again = _tune(url)
+    assert again.cached and again.confirmation is None and again.cache == first.cache
+    study = first.study
+    runs = dict(study.user_attrs[RUNS])
+    lost = sorted(runs)[0]
+    del runs[lost]  # as if the process had died before that run was stored
+    study.set_user_attr(RUNS, runs)
+    record = dict(study.user_attrs["cache"])
+    del record["confirmed"]
+    study.set_user_attr("cache", record)
+    resumed = _tune(url)
+    assert resumed.confirmation.trained_virtual_seconds == pytest.approx(first.study.user_attrs[RUNS][lost]
+                                                                        ["virtual_seconds"])
+    assert resumed.cache["confirmed"]["rows"] == first.cache["confirmed"]["rows"]
+    wider = _tune(url, top=3)  # another K is another confirmation: the runs it shares are copied
+    assert wider.cache["confirmed"]["top"] == 3 and wider.cache["confirmed"]["rows"][:2] == first.cache["confirmed"]["rows"][:2]
+
+
+def test_a_composed_tune_confirms_the_policy_tunes_winner_too_and_is_never_slower_on_the_same_seeds(tmp_path):
+    """The composed space holds every seed policy, so its confirmation includes the policy tune's confirmed
+    winner (its runs copied, not trained): the composed answer's mean is at most the single one's."""
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    single = _tune(url, "policy")
+    composed = _tune(url, "composed", top=1)
+    rows = composed.cache["confirmed"]["rows"]
+    assert composed.cache["confirmed"]["seeds"] == single.cache["confirmed"]["seeds"]
+    from autosync.search.objective import canonical_policy
+
+    winner = canonical_policy(single.cache["best_policy"], 4, JOB.workload.batch_size)
+    twin = [r for r in rows if canonical_policy(r["policy"], 4, JOB.workload.batch_size) == winner]
+    assert len(twin) == 1 and twin[0]["time_to_target"] == pytest.approx(single.cache["best_value"])
+    assert composed.cache["best_value"] <= single.cache["best_value"] + 1e-12
+    assert composed.cache["best_policy"]["policy"] == "compose"  # in the form the composed space samples
+
+
+def test_cli_prints_the_confirmation_and_refuses_bad_options_in_one_line(tmp_path):
+    job = tmp_path / "tiny.yaml"
+    job.write_text("name: tiny\nworkload: {dataset: {name: synthetic_classification, n_samples: 600}, "
+                   "model: {name: logreg}, batch_size: 16, optimizer: {lr: 0.2}, evaluation: {every_seconds: 2}}\n"
+                   "cluster: {n_workers: 4}\ntarget: {metric: test_accuracy, threshold: 0.7}\n"
+                   "budget: {max_virtual_seconds: 30}\n")
+    proc = autosync("tune", str(job), "--n-trials", "3", "--tolerance", "0.05", "--confirm-top", "1",
+                    "--confirm-seeds", "1", "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    cache = json.loads(proc.stdout)["cache"]
+    assert cache["confirmed"]["seeds"] == [0, 1] and cache["best_policy"] == cache["confirmed"]["winner"]
+    proc = autosync("tune", str(job), "--n-trials", "3", "--tolerance", "0.05", "--confirm-top", "1", "--confirm-seeds", "1",
+                    cwd=tmp_path)
+    assert proc.returncode == 0 and "confirmed on seeds [0, 1]" in proc.stdout
+    bad = autosync("tune", str(job), "--confirm-top", "1", "--objective", "time,metric", cwd=tmp_path)
+    assert bad.returncode == 2 and "--confirm-top ranks candidates by one objective" in bad.stderr
+    no_traceback(bad)
