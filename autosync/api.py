@@ -140,7 +140,7 @@ def tune(job: JobSpec, space: str | Path = "static_k", *, n_trials: int = 20, ti
     (best policy and value, BSP's, provenance) and the best trials.
     """
     from autosync.search.objective import ObjectiveSettings
-    from autosync.search.samplers import SAMPLERS
+    from autosync.search.samplers import SAMPLERS, SWITCH_POINT_SAMPLERS
     from autosync.search.space import load_space, resolve_space_path
     from autosync.search.storage import DEFAULT_STORAGE
     from autosync.search.tune import TuneRequest, tune as run_tune
@@ -166,6 +166,9 @@ def tune(job: JobSpec, space: str | Path = "static_k", *, n_trials: int = 20, ti
         raise UserError("--verify-top compares one objective's rankings: it needs --objective time")
     if confirm_top and objective != "time":
         raise UserError("--confirm-top ranks candidates by one objective: it needs --objective time")
+    if confirm_top and sampler in SWITCH_POINT_SAMPLERS:
+        raise UserError(f"--confirm-top re-runs a search's candidates on more seeds, but --sampler {sampler} already "
+                        "trains each candidate on 3 seeds (Sync-Switch's R)")
     if confirm_top < 0 or confirm_seeds < 1:
         raise UserError(f"--confirm-top must be >= 0 and --confirm-seeds >= 1, but got {confirm_top} and "
                         f"{confirm_seeds}")

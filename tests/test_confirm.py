@@ -98,3 +98,5 @@ def test_cli_prints_the_confirmation_and_refuses_bad_options_in_one_line(tmp_pat
     bad = autosync("tune", str(job), "--confirm-top", "1", "--objective", "time,metric", cwd=tmp_path)
     assert bad.returncode == 2 and "--confirm-top ranks candidates by one objective" in bad.stderr
     no_traceback(bad)
+    bad = autosync("tune", str(job), "--confirm-top", "1", "--sampler", "binary", "--space", "switch_point", cwd=tmp_path)
+    assert bad.returncode == 2 and "--sampler binary already trains each candidate on 3 seeds" in bad.stderr
