@@ -140,7 +140,7 @@ def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = Non
     cache = read_cache(study) if not request.refresh else None
     if cache is not None:
         outcome = TuneOutcome(study.study_name, request.storage, True, 0, cache, best_policies(study), study)
-        return _verified(_confirmed(outcome, request, sibling_studies(study, storage), on_confirm), request)
+        return _verified(_confirmed(outcome, request, storage, None, on_confirm), request)
     siblings = sibling_studies(study, storage)
     reference = bsp_reference(study, request, siblings)
     before = counted_trials(study)
@@ -166,14 +166,15 @@ def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = Non
                         execution=execution_of(request.settings.backend))
     outcome = TuneOutcome(study.study_name, request.storage, False, cache["trials"] - before, cache,
                           best_policies(study), study)
-    return _verified(_confirmed(outcome, request, siblings, on_confirm), request)
+    return _verified(_confirmed(outcome, request, storage, siblings, on_confirm), request)
 
 
-def _confirmed(outcome: TuneOutcome, request: TuneRequest, siblings: "list[optuna.Study]",
+def _confirmed(outcome: TuneOutcome, request: TuneRequest, storage: Any, siblings: "list[optuna.Study] | None",
                on_run: Callable[[int, int], None] | None = None) -> TuneOutcome:
-    """With --confirm-top: the K best candidates, the sibling studies' winners where this space holds them,
-    and BSP re-run on --confirm-seeds more seeds (unless this study's record already holds that
-    confirmation), and the cache answering with the best over all the seeds (`autosync.search.confirm`)."""
+    """With --confirm-top: the K best candidates, the sibling studies' winners where this space holds them
+    (`siblings`, looked up in `storage` if None), and BSP re-run on --confirm-seeds more seeds (unless this
+    study's record already holds that confirmation), and the cache answering with the best over all the
+    seeds (`autosync.search.confirm`)."""
     if not request.confirm_top:
         return outcome
     from autosync.search.confirm import RunStore, candidates, confirm, with_confirmation
@@ -184,6 +185,7 @@ def _confirmed(outcome: TuneOutcome, request: TuneRequest, siblings: "list[optun
     if isinstance(done, dict) and done.get("top") == request.confirm_top and done.get("seeds") == seeds:
         return outcome
     study = outcome.study
+    siblings = sibling_studies(study, storage) if siblings is None else siblings
     scoring = trial_scoring(job, trial_seeds(job, settings.repeats), settings.penalty)
     plan = candidates(study, request.confirm_top, job, scoring, _sibling_winners(request, siblings))
     confirmation = confirm(job, request.confirm_top, plan, study.user_attrs["bsp_reference"],
