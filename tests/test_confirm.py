@@ -81,6 +81,35 @@ def test_a_composed_tune_confirms_the_policy_tunes_winner_too_and_is_never_slowe
     assert composed.cache["best_policy"]["policy"] == "compose"  # in the form the composed space samples
 
 
+def test_trials_recorded_without_the_budget_are_candidates_and_a_changed_sibling_winner_is_confirmed_again(tmp_path):
+    """Studies of an autosync that did not record the budget in a trial's scoring still confirm their best
+    (they confirmed BSP alone before); a composed confirmation is redone once the policy tune answers with
+    another winner."""
+    import sqlite3
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    plain = tune(TuneRequest(job=JOB, space=load_space(SPACE_DIR / "policy.yaml", 4), n_trials=4, storage=url))
+    with sqlite3.connect(tmp_path / "s.db") as con:  # as an older autosync wrote it
+        for (attr_id, value) in con.execute("select trial_user_attribute_id, value_json from trial_user_attributes "
+                                            "where key = 'scoring'").fetchall():
+            scoring = json.loads(value)
+            del scoring["budget"]
+            con.execute("update trial_user_attributes set value_json = ? where trial_user_attribute_id = ?",
+                        (json.dumps(scoring), attr_id))
+    single = _tune(url, "policy", trials=4, top=1)
+    rows = single.cache["confirmed"]["rows"]
+    assert rows[0]["source"] == f"trial {plain.top[0]['trial']}" and single.cache["confirmed"]["winner"] is not None
+    composed = _tune(url, "composed", trials=4, top=1)
+    first = [r["policy"] for r in composed.cache["confirmed"]["rows"]]
+    record = dict(single.study.user_attrs["cache"])
+    record["best_policy"] = {"policy": "asp", "params": {}}  # the policy tune now answers with ASP
+    single.study.set_user_attr("cache", record)
+    again = _tune(url, "composed", trials=4, top=1)
+    assert again.confirmation is not None
+    assert {"policy": "compose", "params": {"barrier": "asp", "batch": "equal", "update": "sgd"}} in [
+        r["policy"] for r in again.cache["confirmed"]["rows"]] != first
+
+
 def test_cli_prints_the_confirmation_and_refuses_bad_options_in_one_line(tmp_path):
     job = tmp_path / "tiny.yaml"
     job.write_text("name: tiny\nworkload: {dataset: {name: synthetic_classification, n_samples: 600}, "

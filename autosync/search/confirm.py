@@ -99,13 +99,13 @@ def candidates(study: "optuna.Study", top: int, job: JobSpec, scoring: dict[str,
 
     n, batch = job.cluster.n_workers, job.workload.batch_size
     completed = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-                 if t.user_attrs.get(SCORING) == scoring and t.user_attrs.get(CANONICAL) is not None]
+                 if _scored_as(t, scoring) and t.user_attrs.get(CANONICAL) is not None]
     by_canonical: dict[str, Any] = {}
     for t in completed:  # the first trial of each canonical policy: the others ran alike or were copied
         by_canonical.setdefault(_key(t.user_attrs[CANONICAL]), t)
     out, seen = [], set()
     for t in feasible_trials(study):
-        if t.user_attrs.get(SCORING) != scoring:
+        if not _scored_as(t, scoring):
             continue
         key = _key(t.user_attrs.get(CANONICAL) or canonical_policy(t.user_attrs["policy"], n, batch))
         if key not in seen:
@@ -124,6 +124,14 @@ def candidates(study: "optuna.Study", top: int, job: JobSpec, scoring: dict[str,
         out.append(Candidate(policy, source, twin.values[0] if twin else None,
                              twin.user_attrs.get("final_metric") if twin else None))
     return out
+
+
+def _scored_as(trial: "optuna.trial.FrozenTrial", scoring: dict[str, Any]) -> bool:
+    """Whether the trial was scored as `scoring` says, on what it recorded: a trial of an autosync that did
+    not record the budget yet (its study's name holds no budget either) is taken on its seeds and penalty."""
+    recorded = trial.user_attrs.get(SCORING)
+    return isinstance(recorded, dict) and all(recorded.get(key) == value for key, value in scoring.items()
+                                              if key in recorded or key != "budget")
 
 
 def _key(canonical: dict[str, Any] | None) -> str:

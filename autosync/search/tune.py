@@ -172,22 +172,24 @@ def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = Non
 def _confirmed(outcome: TuneOutcome, request: TuneRequest, storage: Any, siblings: "list[optuna.Study] | None",
                on_run: Callable[[int, int], None] | None = None) -> TuneOutcome:
     """With --confirm-top: the K best candidates, the sibling studies' winners where this space holds them
-    (`siblings`, looked up in `storage` if None), and BSP re-run on --confirm-seeds more seeds (unless this
-    study's record already holds that confirmation), and the cache answering with the best over all the
-    seeds (`autosync.search.confirm`)."""
+    (`siblings`, looked up in `storage` if None), and BSP re-run on --confirm-seeds more seeds, and the
+    cache answering with the best over all the seeds (`autosync.search.confirm`). The record's
+    confirmation stands if it had the same K, seeds and candidates (a sibling's winner may have changed
+    since) and found a winner."""
     if not request.confirm_top:
         return outcome
-    from autosync.search.confirm import RunStore, candidates, confirm, with_confirmation
+    from autosync.search.confirm import REFERENCE, RunStore, candidates, confirm, with_confirmation
 
     job, settings = request.job, request.settings
-    seeds = trial_seeds(job, settings.repeats + request.confirm_seeds)
-    done = outcome.cache.get("confirmed")
-    if isinstance(done, dict) and done.get("top") == request.confirm_top and done.get("seeds") == seeds:
-        return outcome
     study = outcome.study
     siblings = sibling_studies(study, storage) if siblings is None else siblings
     scoring = trial_scoring(job, trial_seeds(job, settings.repeats), settings.penalty)
     plan = candidates(study, request.confirm_top, job, scoring, _sibling_winners(request, siblings))
+    done = outcome.cache.get("confirmed")
+    if isinstance(done, dict) and done.get("winner") is not None and done.get("top") == request.confirm_top \
+            and done.get("seeds") == trial_seeds(job, settings.repeats + request.confirm_seeds) \
+            and [r["policy"] for r in done["rows"] if r["source"] != REFERENCE] == [c.policy for c in plan]:
+        return outcome
     confirmation = confirm(job, request.confirm_top, plan, study.user_attrs["bsp_reference"],
                            RunStore(study, siblings), settings.repeats, request.confirm_seeds, settings.penalty,
                            settings.tolerance, backend=settings.backend, on_run=on_run)

@@ -51,8 +51,10 @@ def main() -> None:
         job = autosync.load_job(path)
         found = {s["cache"]["space"]: s["cache"] for s in cached_studies(args.storage, job.fingerprint())
                  if isinstance(s.get("cache"), dict)}
-        if "policy" not in found or "composed" not in found:
-            rows.append(f"| {job.name} | (not run) | | | | | | | |")
+        confirmed = [s for s in ("policy", "composed") if s in found and (found[s].get("confirmed") or {}).get(
+            "top") == args.confirm_top and found[s]["confirmed"].get("winner") is not None]
+        if len(confirmed) < 2:  # a one-seed pick beside a confirmed one would compare unlike scores
+            rows.append(f"| {job.name} | (not {'confirmed' if len(found) >= 2 else 'run'}) | | | | | | | |")
             continue
         single, composed = found["policy"], found["composed"]
         if args.specs:  # a composition that runs as the single winner (its preset) is trained once
