@@ -21,8 +21,10 @@ def test_a_freed_large_tensor_is_made_again_without_faulting_its_pages_in():
     for _ in range(3):  # the heap grows to hold it (small objects may take the start of a freed chunk)
         _page_faults_of_a_new_tensor(numel)
     pages = numel * 4 // 4096
-    faults = sum(_page_faults_of_a_new_tensor(numel) for _ in range(5))
-    assert faults < 5 * pages // 10  # without the setting every page faults every time: 5 x 16,384
+    faults = sum(_page_faults_of_a_new_tensor(numel) for _ in range(10))
+    # Without the setting every page faults every time: 10 x 16,384. With it, the heap may still grow once
+    # or twice more, when a small object took the start of the freed chunk (1 in 3 runs here: 16,384).
+    assert faults < 3 * pages
 
 
 def test_the_setting_is_made_once_per_process():
