@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -46,6 +47,13 @@ def test_a_confirmed_study_answers_from_the_cache_and_an_interrupted_one_trains_
     url = f"sqlite:///{tmp_path / 's.db'}"
     first = _tune(url)
     assert first.confirmation.trained_virtual_seconds > 0
+    trials = sum(t.user_attrs.get("virtual_seconds", 0.0) for t in first.study.trials)
+    reference = first.study.user_attrs["bsp_reference"]["virtual_seconds"]
+    assert first.cache["search_cost_virtual_seconds"] == pytest.approx(  # the confirmation's runs are paid for
+        trials + reference + first.confirmation.trained_virtual_seconds)
+    saving = first.cache["bsp_time_to_target"] - first.cache["best_value"]
+    assert first.cache["recurrences_to_amortize"] == (
+        math.ceil(first.cache["search_cost_virtual_seconds"] / saving) if saving > 0 else None)
     again = _tune(url)
     assert again.cached and again.confirmation is None and again.cache == first.cache
     study = first.study

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from autosync import __version__
 from autosync.errors import RuntimeFailure, UserError
 from autosync.job import JobSpec
+from autosync.search.confirm import RUNS as CONFIRMATION_RUNS
 from autosync.search.cost import COST_UNIT, in_bsp_trainings
 from autosync.search.siblings import REFERENCE_FROM
 from autosync.search.space import SearchSpace
@@ -55,12 +56,28 @@ def execution_of(backend: "BackendChoice | None") -> dict[str, Any]:
 
 
 def search_cost(study: "optuna.Study") -> float:
-    """Virtual seconds trained by every trial of the study plus the BSP reference runs (none when a sibling
-    study trained them: `autosync.search.siblings`)."""
+    """Virtual seconds trained by every trial of the study, the BSP reference runs (none when a sibling
+    study trained them: `autosync.search.siblings`) and the confirmation runs it trained (`--confirm-top`;
+    runs copied from a sibling are the sibling's cost)."""
     reference = study.user_attrs.get("bsp_reference", {})
     trained = 0.0 if REFERENCE_FROM in reference else reference.get("virtual_seconds", 0.0)
+    confirmation = study.user_attrs.get(CONFIRMATION_RUNS)
+    trained += sum(run.get("virtual_seconds", 0.0) for run in confirmation.values()) \
+        if isinstance(confirmation, dict) else 0.0
     return trained + sum(
         t.user_attrs.get("virtual_seconds", 0.0) for t in study.get_trials(deepcopy=False))
+
+
+def cost_fields(study: "optuna.Study", reference: dict[str, Any], best_time: float) -> dict[str, Any]:
+    """The record's search cost (virtual seconds and BSP trainings) and the recurrences of the job that
+    the winner's saving over BSP (`reference`'s time to target) needs to pay for it (None: no saving)."""
+    bsp_training = reference["virtual_seconds"] / max(1, reference["runs"])  # one full BSP run
+    cost = search_cost(study)
+    saving = reference["time_to_target"] - best_time
+    return {"search_cost_virtual_seconds": cost,
+            "search_cost_bsp_trainings": in_bsp_trainings(cost, bsp_training),
+            "search_cost_unit": f"{COST_UNIT} (one = {bsp_training:.1f} virtual s)",
+            "recurrences_to_amortize": math.ceil(cost / saving) if saving > 0 else None}
 
 
 def read_cache(study: "optuna.Study") -> dict[str, Any] | None:
@@ -96,9 +113,6 @@ def write_cache(study: "optuna.Study", job: JobSpec, space: SearchSpace, sampler
                         "finished trials are kept: raise --n-trials, --tolerance or the job's budget and run again")
     top = best[0]
     bsp_time = reference["time_to_target"]
-    bsp_training = reference["virtual_seconds"] / max(1, reference["runs"])  # one full BSP run
-    cost = search_cost(study)
-    saving = bsp_time - top.values[0]
     record = {
         "best_policy": top.user_attrs["policy"],
         "best_value": top.values[0],
@@ -114,11 +128,8 @@ def write_cache(study: "optuna.Study", job: JobSpec, space: SearchSpace, sampler
         "sampler": sampler,
         "bsp_time_to_target": bsp_time,
         "bsp_final_metric": reference["final_metric"],
-        "search_cost_virtual_seconds": cost,
-        "search_cost_bsp_trainings": in_bsp_trainings(cost, bsp_training),
-        "search_cost_unit": f"{COST_UNIT} (one = {bsp_training:.1f} virtual s)",
+        **cost_fields(study, reference, top.values[0]),
         "speedup_vs_bsp": bsp_time / top.values[0] if top.values[0] > 0 else None,
-        "recurrences_to_amortize": math.ceil(cost / saving) if saving > 0 else None,
     }
     study.set_user_attr("cache", record)
     return record

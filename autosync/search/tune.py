@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from autosync.errors import RuntimeFailure, UserError
 from autosync.job import JobSpec
-from autosync.search.cache import best_policies, execution_name, execution_of, read_cache, study_name, write_cache
+from autosync.search.cache import (
+    best_policies, cost_fields, execution_name, execution_of, read_cache, study_name, write_cache,
+)
 from autosync.search.objective import (
     Objective, ObjectiveSettings, RunFailed, canonical_policy, evaluate, trial_scoring, trial_seeds,
 )
@@ -194,6 +196,9 @@ def _confirmed(outcome: TuneOutcome, request: TuneRequest, storage: Any, sibling
                            RunStore(study, siblings), settings.repeats, request.confirm_seeds, settings.penalty,
                            settings.tolerance, backend=settings.backend, on_run=on_run)
     record = with_confirmation(outcome.cache, confirmation)
+    # The cost now holds the confirmation's runs; the saving is the answer's, over its seeds.
+    reference = {**study.user_attrs["bsp_reference"], "time_to_target": record["bsp_time_to_target"]}
+    record.update(cost_fields(study, reference, record["best_value"]))
     study.set_user_attr("cache", record)
     outcome.cache = record
     outcome.confirmation = confirmation
