@@ -110,8 +110,12 @@ def run(job: JobSpec, policy: "str | Policy | dict[str, Any]" = "bsp", params: d
     if workload is None:
         workload = check_workload(job, choice.device)
     driver, clock = backends.build(choice, job, workload)
-    if on_ready is not None and driver is not None:
-        on_ready()
+    try:
+        if on_ready is not None and driver is not None:
+            on_ready()
+    except BaseException:  # Ctrl-C in the callback: the worker processes stop all the same
+        driver.close()
+        raise
     return simulate(job, chosen, workload=workload, progress=progress, driver=driver, clock=clock)
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -36,6 +38,43 @@ def small_job(**changes: Any) -> JobSpec:
             node = node.setdefault(key, {})
         node[last] = value
     return job_from_dict(data, "test")
+
+
+def spawned_children(pid: int) -> list[int]:
+    """Spawned worker processes whose parent is `pid` (not multiprocessing's resource tracker)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            spawned = b"spawn_main" in (stat.parent / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and spawned:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def with_fault_handler() -> dict[str, str]:
+    """The environment of a command that `signal_and_wait` may have to abort: Python's fault handler on."""
+    return {**os.environ, "PYTHONFAULTHANDLER": "1"}
+
+
+def signal_and_wait(proc: subprocess.Popen, sig: int, within: float = 60.0) -> str:
+    """Send `sig` to a command started with `with_fault_handler()` and return its stderr once it exits. One
+    still running `within` seconds later is aborted with its worker processes (SIGABRT: the fault handler
+    writes every thread's stack to stderr) and the test fails showing where they were."""
+    children = spawned_children(proc.pid)
+    proc.send_signal(sig)
+    try:
+        return proc.communicate(timeout=within)[1]
+    except subprocess.TimeoutExpired:
+        for pid in [*spawned_children(proc.pid), *children, proc.pid]:
+            try:
+                os.kill(pid, signal.SIGABRT)
+            except ProcessLookupError:
+                pass
+        _, stderr = proc.communicate(timeout=30)
+        pytest.fail(f"still running {within:g} s after signal {sig}; stacks:\n{stderr[-12000:]}")
 
 
 @pytest.fixture

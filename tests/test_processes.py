@@ -20,7 +20,9 @@ from autosync.engine.drivers.remote import WorkerProcessError
 from autosync.engine.simulator import Simulator
 from autosync.policies import Task
 from autosync.workloads.workload import Workload
-from tests.conftest import autosync, no_traceback, small_job
+from tests.conftest import (
+    autosync, no_traceback, signal_and_wait, small_job, spawned_children, with_fault_handler,
+)
 
 JOB = small_job(budget={"max_updates": 30})
 POLICIES = [("bsp", {}), ("backup", {"k": 3}), ("dbw", {}), ("asp", {}), ("ssp", {"staleness": 2})]
@@ -125,20 +127,6 @@ def test_with_no_process_left_the_run_stops_naming_the_workers(workload):
     assert not any(p.is_alive() for p in d.procs)
 
 
-def _worker_children(pid: int) -> list[int]:
-    """Spawned worker processes whose parent is `pid` (not multiprocessing's resource tracker)."""
-    out = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            spawned = b"spawn_main" in (stat.parent / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if int(fields[1]) == pid and spawned:
-            out.append(int(stat.parent.name))
-    return out
-
-
 @pytest.mark.xfail(reason="known bug: after Ctrl-C a processes-backend command can hang past 60 s "
                    "(seen in full-suite runs since the shared parameter rows; passes alone)", strict=False)
 def test_cli_runs_on_processes_and_ctrl_c_leaves_no_process(tiny_job, tmp_path):
@@ -155,14 +143,14 @@ def test_cli_runs_on_processes_and_ctrl_c_leaves_no_process(tiny_job, tmp_path):
     assert "100000" in long_job.read_text()
     run = subprocess.Popen([sys.executable, "-m", "autosync.cli", "run", str(long_job), "--backend", "processes",
                             "--workers-per-device", "2", "--out", str(tmp_path / "long")],
-                           cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                           cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env=with_fault_handler())
     deadline, children = time.monotonic() + 60, []
     while time.monotonic() < deadline and len(children) < 2:
         time.sleep(0.5)
-        children = _worker_children(run.pid)
+        children = spawned_children(run.pid)
     time.sleep(3.0)  # the workers are up and computing
-    run.send_signal(signal.SIGINT)
-    _, stderr = run.communicate(timeout=60)
+    stderr = signal_and_wait(run, signal.SIGINT)
     assert run.returncode == 130 and "Traceback" not in stderr, stderr[-3000:]  # typer's exit code for Ctrl-C
     assert len(children) == 2
     deadline = time.monotonic() + 10

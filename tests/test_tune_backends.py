@@ -17,7 +17,9 @@ import pytest
 from autosync.engine.backends import BackendChoice
 from autosync.search.cache import study_name
 from autosync.search.objective import RunFailed, evaluate
-from tests.conftest import autosync, no_traceback, small_job
+from tests.conftest import (
+    autosync, no_traceback, signal_and_wait, small_job, spawned_children, with_fault_handler,
+)
 
 
 def _trials(db) -> list[tuple[dict, list[float]]]:
@@ -144,22 +146,20 @@ def test_kendall_tau_and_the_cache_answering_with_the_real_winner():
                    "(seen in full-suite runs since the shared parameter rows; passes alone)", strict=False)
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "killed"])
 def test_an_interrupted_or_killed_real_backend_tune_leaves_no_process_and_no_shared_memory(tiny_job, tmp_path, stop):
-    from tests.test_processes import _worker_children
-
     long_job = tmp_path / "long.yaml"
     long_job.write_text(re.sub(r"max_virtual_seconds: \d+", "max_virtual_seconds: 100000", tiny_job.read_text()))
     shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
     tune = subprocess.Popen([sys.executable, "-m", "autosync.cli", "tune", str(long_job), "--backend", "processes",
                              "--n-trials", "4", "--storage", f"sqlite:///{tmp_path}/s.db"],
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=with_fault_handler())
     deadline, children = time.monotonic() + 90, []
     while time.monotonic() < deadline and len(children) < 2:
         time.sleep(0.5)
-        children = _worker_children(tune.pid)
+        children = spawned_children(tune.pid)
     assert len(children) == 2, "the trial's worker processes did not start"
     time.sleep(2.0)  # they are computing the BSP reference run's gradients
-    tune.send_signal(stop)
-    _, stderr = tune.communicate(timeout=60)
+    stderr = signal_and_wait(tune, stop)
     assert "Traceback" not in stderr, stderr[-3000:]
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline and any(Path(f"/proc/{c}").exists() for c in children):
