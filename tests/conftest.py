@@ -54,13 +54,20 @@ def spawned_children(pid: int) -> list[int]:
     return out
 
 
-def with_fault_handler() -> dict[str, str]:
-    """The environment of a command that `signal_and_wait` may have to abort: Python's fault handler on."""
-    return {**os.environ, "PYTHONFAULTHANDLER": "1"}
+def start_autosync(*args: str, cwd: Path) -> subprocess.Popen:
+    """Start the command line in the background for a test that signals it (`signal_and_wait`).
+
+    SIGINT is reset to its default in the child: a shell runs a background job (`cmd &`, a CI script)
+    with SIGINT ignored, every process it starts inherits that, and a Python started with SIGINT ignored
+    never raises KeyboardInterrupt. Python's fault handler is on, so `signal_and_wait` can show stacks.
+    """
+    return subprocess.Popen([sys.executable, "-m", "autosync.cli", *args], cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONFAULTHANDLER": "1"},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def signal_and_wait(proc: subprocess.Popen, sig: int, within: float = 60.0) -> str:
-    """Send `sig` to a command started with `with_fault_handler()` and return its stderr once it exits. One
+    """Send `sig` to a command started by `start_autosync` and return its stderr once it exits. One
     still running `within` seconds later is aborted with its worker processes (SIGABRT: the fault handler
     writes every thread's stack to stderr) and the test fails showing where they were."""
     children = spawned_children(proc.pid)

@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -21,7 +19,7 @@ from autosync.engine.simulator import Simulator
 from autosync.policies import Task
 from autosync.workloads.workload import Workload
 from tests.conftest import (
-    autosync, no_traceback, signal_and_wait, small_job, spawned_children, with_fault_handler,
+    autosync, no_traceback, signal_and_wait, small_job, spawned_children, start_autosync,
 )
 
 JOB = small_job(budget={"max_updates": 30})
@@ -127,8 +125,6 @@ def test_with_no_process_left_the_run_stops_naming_the_workers(workload):
     assert not any(p.is_alive() for p in d.procs)
 
 
-@pytest.mark.xfail(reason="known bug: after Ctrl-C a processes-backend command can hang past 60 s "
-                   "(seen in full-suite runs since the shared parameter rows; passes alone)", strict=False)
 def test_cli_runs_on_processes_and_ctrl_c_leaves_no_process(tiny_job, tmp_path):
     proc = autosync("run", str(tiny_job), "--backend", "processes", "--workers-per-device", "2",
                     "--out", str(tmp_path / "run"), cwd=tmp_path)
@@ -141,10 +137,8 @@ def test_cli_runs_on_processes_and_ctrl_c_leaves_no_process(tiny_job, tmp_path):
     long_job = tmp_path / "long.yaml"
     long_job.write_text(re.sub(r"max_virtual_seconds: \d+", "max_virtual_seconds: 100000", tiny_job.read_text()))
     assert "100000" in long_job.read_text()
-    run = subprocess.Popen([sys.executable, "-m", "autosync.cli", "run", str(long_job), "--backend", "processes",
-                            "--workers-per-device", "2", "--out", str(tmp_path / "long")],
-                           cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           env=with_fault_handler())
+    run = start_autosync("run", str(long_job), "--backend", "processes", "--workers-per-device", "2",
+                         "--out", str(tmp_path / "long"), cwd=tmp_path)
     deadline, children = time.monotonic() + 60, []
     while time.monotonic() < deadline and len(children) < 2:
         time.sleep(0.5)

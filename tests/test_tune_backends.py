@@ -7,8 +7,6 @@ import multiprocessing
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,7 +16,7 @@ from autosync.engine.backends import BackendChoice
 from autosync.search.cache import study_name
 from autosync.search.objective import RunFailed, evaluate
 from tests.conftest import (
-    autosync, no_traceback, signal_and_wait, small_job, spawned_children, with_fault_handler,
+    autosync, no_traceback, signal_and_wait, small_job, spawned_children, start_autosync,
 )
 
 
@@ -142,17 +140,13 @@ def test_kendall_tau_and_the_cache_answering_with_the_real_winner():
     assert record["verified"]["real_winner"] == slow and "rows" not in record["verified"]
 
 
-@pytest.mark.xfail(reason="known bug: after Ctrl-C a processes-backend command can hang past 60 s "
-                   "(seen in full-suite runs since the shared parameter rows; passes alone)", strict=False)
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "killed"])
 def test_an_interrupted_or_killed_real_backend_tune_leaves_no_process_and_no_shared_memory(tiny_job, tmp_path, stop):
     long_job = tmp_path / "long.yaml"
     long_job.write_text(re.sub(r"max_virtual_seconds: \d+", "max_virtual_seconds: 100000", tiny_job.read_text()))
     shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
-    tune = subprocess.Popen([sys.executable, "-m", "autosync.cli", "tune", str(long_job), "--backend", "processes",
-                             "--n-trials", "4", "--storage", f"sqlite:///{tmp_path}/s.db"],
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=with_fault_handler())
+    tune = start_autosync("tune", str(long_job), "--backend", "processes", "--n-trials", "4",
+                          "--storage", f"sqlite:///{tmp_path}/s.db", cwd=tmp_path)
     deadline, children = time.monotonic() + 90, []
     while time.monotonic() < deadline and len(children) < 2:
         time.sleep(0.5)
