@@ -21,20 +21,24 @@ EXECUTION = "execution"  # study user attribute: where its trials trained (the s
 REFERENCE_FROM = "reference_from"  # in a BSP reference taken from a sibling: the study that trained it
 
 
-def sibling_studies(study: "optuna.Study", storage: Any) -> list["optuna.Study"]:
-    """The other studies in `storage` with `study`'s job fingerprint and execution, oldest first."""
+def sibling_studies(study: "optuna.Study", storage: "optuna.storages.BaseStorage") -> list["optuna.Study"]:
+    """The other studies in `storage` with `study`'s job fingerprint and execution, oldest first.
+
+    Read from the studies' attributes alone (`get_all_studies`): a study summary would load every
+    trial of every study in the storage to count them, seconds in a storage of many jobs, on each
+    cache hit of a confirmed tune."""
     import optuna
 
     mine = study.user_attrs
     if "fingerprint" not in mine or EXECUTION not in mine:
         return []
     siblings = []
-    for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
-        attrs = summary.user_attrs
-        if summary.study_name == study.study_name or attrs.get("fingerprint") != mine["fingerprint"] \
+    for frozen in storage.get_all_studies():
+        attrs = frozen.user_attrs
+        if frozen.study_name == study.study_name or attrs.get("fingerprint") != mine["fingerprint"] \
                 or attrs.get(EXECUTION) != mine[EXECUTION]:
             continue
-        siblings.append(optuna.load_study(study_name=summary.study_name, storage=storage))
+        siblings.append(optuna.load_study(study_name=frozen.study_name, storage=storage))
     return siblings
 
 
