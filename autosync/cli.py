@@ -680,9 +680,12 @@ def _print_confirmation(confirmed: dict[str, Any]) -> None:
                       _fmt(r["final_metric"]), f"{r['reached']}/{r['runs']}",
                       "yes" if r.get("feasible") else "no" + (f" ({r['reason']})" if r.get("reason") else ""))
     console.print(table)
-    if confirmed.get("winner") is None:
-        console.print("no candidate stays within the tolerance of BSP's final metric over all the seeds: the "
-                      "search's best is kept")
+    if confirmed.get("fell_back_to_bsp"):
+        console.print("no candidate finished every seed within the tolerance of BSP's final metric: the cache "
+                      "answers with BSP")
+    elif confirmed.get("winner") is None:
+        console.print("BSP failed on a confirmation seed, so no candidate can be held to it: the search's best "
+                      "is kept")
 
 
 def _print_verification(v: Any) -> None:

@@ -137,3 +137,27 @@ def test_cli_prints_the_confirmation_and_refuses_bad_options_in_one_line(tmp_pat
     no_traceback(bad)
     bad = autosync("tune", str(job), "--confirm-top", "1", "--sampler", "binary", "--space", "switch_point", cwd=tmp_path)
     assert bad.returncode == 2 and "--sampler binary already trains each candidate on 3 seeds" in bad.stderr
+
+
+def test_where_every_candidate_fails_a_new_seed_the_cache_answers_with_bsp(tmp_path):
+    """A candidate that diverges on a confirmation seed is not handed out: with none left, BSP answers."""
+    from autosync.search.objective import BSP, canonical_policy
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    first = _tune(url, top=1)
+    study = first.study
+    bsp = json.dumps(canonical_policy(BSP, 4, JOB.workload.batch_size), sort_keys=True)
+    runs = dict(study.user_attrs[RUNS])
+    failed = [key for key in runs if json.dumps(json.loads(key)["policy"], sort_keys=True) != bsp]
+    assert failed and len(failed) < len(runs)  # the candidate's new seeds, and BSP's
+    for key in failed:  # the candidate diverged there (what `evaluate` raises is stored as its reason)
+        runs[key] = {"reason": "diverged: the loss is nan"}
+    study.set_user_attr(RUNS, runs)
+    record = dict(study.user_attrs["cache"])
+    del record["confirmed"]
+    study.set_user_attr("cache", record)
+    again = _tune(url, top=1)
+    confirmed = again.cache["confirmed"]
+    assert confirmed["fell_back_to_bsp"] and again.cache["best_policy"] == BSP == confirmed["winner"]
+    assert again.cache["best_value"] == confirmed["bsp_time"] and again.cache["speedup_vs_bsp"] == 1.0
+    assert again.cache["search_best_policy"] == first.cache["search_best_policy"] != BSP

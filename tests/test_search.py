@@ -201,8 +201,11 @@ def test_cli_tune_then_cache_hit_then_run_tuned_then_clear(tmp_path):
     proc = autosync("tune", str(job), "--n-trials", "3", "--tolerance", "0.05", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "storage: sqlite:///results/autosync-studies.db" in proc.stderr  # status on stderr, results on stdout
-    again = autosync("tune", str(job), "--n-trials", "3", cwd=tmp_path)
+    again = subprocess.run([sys.executable, "-X", "importtime", "-m", "autosync.cli", "tune", str(job),
+                            "--n-trials", "3"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and "cache hit" in again.stdout and "no new trial" in again.stdout
+    imported = {line.rsplit("|", 1)[1].strip() for line in again.stderr.splitlines() if line.startswith("import time:")}
+    assert "optuna" in imported and "torch" not in imported  # a cache hit answers without loading torch
     listed = autosync("cache", "list", cwd=tmp_path)
     assert "tiny" in listed.stdout
     run = autosync("run", str(job), "--policy", "tuned", cwd=tmp_path)

@@ -6,8 +6,6 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from autosync.errors import UserError
 
 if TYPE_CHECKING:
@@ -66,6 +64,8 @@ def check_device(device: str) -> None:
         return
     if not device.startswith("cuda"):
         raise UserError(f"--device must be cpu or cuda (cuda:N for one GPU of several), but got {device!r}")
+    import torch
+
     if not torch.cuda.is_available():
         raise UserError(f"--device {device}: no CUDA GPU is visible on this machine "
                         "(torch.cuda.is_available() is False)")

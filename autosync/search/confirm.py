@@ -7,7 +7,10 @@ Leyton-Brown 2011), trusts an incumbent only once it has been run on more seeds:
 K best feasible candidates (one per canonical policy) and the winners its sibling studies answer with,
 where this space holds them, train on S more seeds, and BSP with them. The search then answers with the
 candidate of the best mean time to target over all its seeds (the search's own R and the S new ones)
-whose mean final metric keeps the accuracy constraint against BSP's over the same seeds.
+whose mean final metric keeps the accuracy constraint against BSP's over the same seeds. Where none does
+(each diverged or fell short on a new seed), it answers with BSP, the reference every candidate is held
+to, rather than hand out a policy that failed the confirmation; only where BSP failed too does the
+search's own pick stay.
 
 Every run is stored in the study as it finishes (the `confirmation_runs` user attribute), so an
 interrupted confirmation resumes; a run that this or a sibling study already made (same canonical policy,
@@ -58,6 +61,7 @@ class Confirmation:
     bsp_time: float | None = None  # BSP's mean over the same seeds (None: it failed on one)
     bsp_final: float | None = None
     trained_virtual_seconds: float = 0.0  # what the runs trained here cost (copied runs cost nothing)
+    fell_back_to_bsp: bool = False  # no candidate kept the constraint (or finished) on all seeds: BSP answers
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -178,6 +182,8 @@ def confirm(job: JobSpec, top: int, plan: list[Candidate], reference: dict[str, 
         row["feasible"] = row["time_to_target"] is not None and result.bsp_final is not None and \
             constraint(job, row["final_metric"], result.bsp_final, tolerance) <= 0
     contenders = [r for r in result.rows if r["feasible"] and r["source"] != REFERENCE]
+    if not contenders and result.bsp_time is not None:  # every candidate failed on the new seeds: BSP holds
+        contenders, result.fell_back_to_bsp = [r for r in result.rows if r["source"] == REFERENCE], True
     if contenders:
         best = min(contenders, key=lambda r: r["time_to_target"])  # the first of equals: search order
         result.winner, result.winner_time, result.winner_final = best["policy"], best["time_to_target"], best["final_metric"]
