@@ -37,6 +37,12 @@ def seeds_ratio(board: Path, single: dict, composed: dict, n: int, batch: int) -
     return single_t / composed_t if composed_t < math.inf else 0.0
 
 
+def _label(record: dict) -> str:
+    """The tune's answer, marked where it is BSP because every candidate failed a confirmation seed."""
+    fell_back = record["confirmed"].get("fell_back_to_bsp")
+    return label_of(record["best_policy"]) + (" (every candidate failed a new seed)" if fell_back else "")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("jobs", nargs="+")
@@ -46,7 +52,7 @@ def main() -> None:
     parser.add_argument("--specs", action="store_true", help="print job, single spec, composed spec per line")
     parser.add_argument("--why", default="results/composed/why", help="directory of the side-by-side leaderboards")
     args = parser.parse_args()
-    rows, wins, not_slower, done, board_wins, boards, one_seed_wins = [], 0, 0, 0, 0, 0, 0
+    rows, wins, not_slower, done, board_wins, boards, one_seed_wins, fallbacks = [], 0, 0, 0, 0, 0, 0, 0
     for path in args.jobs:
         job = autosync.load_job(path)
         found = {s["cache"]["space"]: s["cache"] for s in cached_studies(args.storage, job.fingerprint())
@@ -76,8 +82,9 @@ def main() -> None:
         seeds = seeds_ratio(board, single, composed, job.cluster.n_workers, job.workload.batch_size)
         boards += seeds is not None
         board_wins += seeds is not None and seeds >= 1.1
-        rows.append(f"| {job.name} | {label_of(single['best_policy'])} | {single['best_value']:.1f} | "
-                    f"{label_of(composed['best_policy'])} | {composed['best_value']:.1f} | {ratio:.2f}x | "
+        fallbacks += bool(single["confirmed"].get("fell_back_to_bsp"))
+        rows.append(f"| {job.name} | {_label(single)} | {single['best_value']:.1f} | "
+                    f"{_label(composed)} | {composed['best_value']:.1f} | {ratio:.2f}x | "
                     f"{one_seed:.2f}x | {'' if seeds is None else f'{seeds:.2f}x'} | {why} |")
     if args.specs:
         return
@@ -98,7 +105,9 @@ def main() -> None:
           f"1.1x or more). Where the composition is at least 1.1x faster, the job's leaderboard runs BSP and both on "
           f"seeds 0 to 2 side by side (the 'leaderboard' ratio, MLPerf's trimmed mean; 0 where the composition missed the target on two "
           f"seeds or more): the composition is at least 1.1x faster on {board_wins} of those {boards}. k per update, "
-          "mean staleness and batch max/min there show what the composition changes.")
+          "mean staleness and batch max/min there show what the composition changes." +
+          (f" On {fallbacks} job(s) every candidate of the policy tune diverged or fell short on a new seed, so it "
+           "answers with BSP: the composition's ratio there is over BSP." if fallbacks else ""))
 
 
 if __name__ == "__main__":

@@ -33,8 +33,10 @@ python "$out/make_table.py" --storage "$storage" --trials "$trials" --specs "${j
       continue
     fi
     [ "$(cat "$why/specs" 2> /dev/null)" = "$single $composed" ] && continue  # made for these winners
-    autosync leaderboard "$job" --policies bsp --policies "$single" --policies "$composed" --seeds 3 \
-      --out "$why" < /dev/null > /dev/null
+    policies=(--policies bsp)
+    [ "$single" != bsp ] && policies+=(--policies "$single")  # the policy tune answers with BSP (a fallback)
+    policies+=(--policies "$composed")
+    autosync leaderboard "$job" "${policies[@]}" --seeds 3 --out "$why" < /dev/null > /dev/null
     echo "$single $composed" > "$why/specs"
   done
 python "$out/make_table.py" --storage "$storage" --trials "$trials" --confirm-top 2 "${jobs[@]}" > "$out/README.md"
