@@ -37,6 +37,13 @@ def seeds_ratio(board: Path, single: dict, composed: dict, n: int, batch: int) -
     return single_t / composed_t if composed_t < math.inf else 0.0
 
 
+def _board_ratio(seeds: float | None) -> str:
+    """The leaderboard's ratio ('' without a leaderboard; the single policy may miss the target there)."""
+    if seeds is None:
+        return ""
+    return "single missed" if math.isinf(seeds) else f"{seeds:.2f}x"
+
+
 def _label(record: dict) -> str:
     """The tune's answer, marked where it is BSP because every candidate failed a confirmation seed."""
     fell_back = record["confirmed"].get("fell_back_to_bsp")
@@ -85,7 +92,7 @@ def main() -> None:
         fallbacks += bool(single["confirmed"].get("fell_back_to_bsp"))
         rows.append(f"| {job.name} | {_label(single)} | {single['best_value']:.1f} | "
                     f"{_label(composed)} | {composed['best_value']:.1f} | {ratio:.2f}x | "
-                    f"{one_seed:.2f}x | {'' if seeds is None else f'{seeds:.2f}x'} | {why} |")
+                    f"{one_seed:.2f}x | {_board_ratio(seeds)} | {why} |")
     if args.specs:
         return
     print("# Composed policies against the best single seed policy\n")
