@@ -156,16 +156,19 @@ def cached_studies(storage_url: str, fingerprint: str | None = None) -> list[dic
     return _summaries(open_storage(storage_url), fingerprint)
 
 
-def _summaries(storage: Any, fingerprint: str | None) -> list[dict[str, Any]]:
-    import optuna
-
+def _summaries(storage: "optuna.storages.BaseStorage", fingerprint: str | None) -> list[dict[str, Any]]:
+    """Each study's name, trial count, cache record and first trial's start. The studies are read from their
+    attributes and only the listed ones' trials are loaded (a study summary loads every study's trials:
+    seconds in a storage of many jobs, for `run --policy tuned` or `cache show` of one)."""
     out = []
-    for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
-        name = summary.study_name
+    for frozen in storage.get_all_studies():
+        name = frozen.study_name
         if fingerprint is not None and not name.startswith(f"{fingerprint}-"):
             continue
-        out.append({"study": name, "trials": summary.n_trials, "cache": summary.user_attrs.get("cache"),
-                    "created": summary.datetime_start.isoformat(timespec="seconds") if summary.datetime_start else None})
+        trials = storage.get_all_trials(storage.get_study_id_from_name(name), deepcopy=False)
+        started = [t.datetime_start for t in trials if t.datetime_start is not None]
+        out.append({"study": name, "trials": len(trials), "cache": frozen.user_attrs.get("cache"),
+                    "created": min(started).isoformat(timespec="seconds") if started else None})
     return out
 
 
