@@ -6,11 +6,11 @@ the previous iteration waited for h gradients. Samples of every (h, i) are kept 
 The three monotonicity families of (17) let pairs with few or no samples borrow strength from their
 neighbours; T_k = x*[k, k] is the estimate DBW's rule (19) uses.
 
-(17) is solved by the structured solver of `_isotonic` (pool-adjacent-violators per row, column and
-diagonal, combined by Dykstra's alternating projections, warm-started from the previous solve, finished
-exactly by the partitioning algorithm where the sweeps are slow, with the runs of rows that carry only the
-prior solved as one row) by default, or by cvxpy with a named conic solver ("CLARABEL", "OSQP", ...), the
-reference.
+(17) is solved by a structured solver by default: the compiled exact recursive partitioning of
+`_eq17_exact` where it is built (by `pip install`), else the pure-Python solver of `_isotonic`
+(pool-adjacent-violators per row, column and diagonal, combined by Dykstra's alternating projections,
+warm-started from the previous solve, finished exactly by the partitioning algorithm where the sweeps are
+slow); or by cvxpy with a named conic solver ("CLARABEL", "OSQP", ...), the reference.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from autosync.policies._eq17_exact import COMPILED, PartitionSolver
 from autosync.policies._isotonic import Eq17Solver
 
 # Weight of the prior that makes (17) strictly convex where a pair has no sample: a thousandth of one
@@ -34,12 +35,18 @@ FALLBACK_SOLVER = "CLARABEL"
 FALLBACK_OPTIONS = {"tol_gap_abs": 1e-10, "tol_gap_rel": 1e-10, "tol_feas": 1e-10}
 
 
+def structured_solver() -> PartitionSolver | Eq17Solver:
+    """The structured solver of (17): the compiled exact partition where it is built, else the pure-Python one."""
+    return PartitionSolver() if COMPILED else Eq17Solver()
+
+
 class IterationTimeEstimator:
     """Collects (h, i, time) samples and solves problem (17) for the n x n matrix of expected times.
 
-    With solver="structured" (the default) each estimator keeps its own `Eq17Solver`, warm-started from
-    its previous solve (so a run's estimates depend only on that run's samples); a solve that does not
-    converge is redone with cvxpy (counted in `fallbacks`). With a cvxpy solver name the cvxpy problem is
+    With solver="structured" (the default) each estimator keeps its own structured solver
+    (`structured_solver`): the compiled `PartitionSolver`, exact and stateless, or where it is not built an
+    `Eq17Solver` warm-started from its previous solve (so a run's estimates depend only on that run's
+    samples); a solve that does not converge is redone with cvxpy (counted in `fallbacks`). With a cvxpy solver name the cvxpy problem is
     built and compiled once per process and n (DPP parameters for the weights and targets) and re-solved
     with new data, never warm-started. If a solve fails the previous solution is kept, and before any
     solution exists the row-wise running maximum of the targets is used (counted in `failures`).
@@ -57,7 +64,7 @@ class IterationTimeEstimator:
         self.solution: np.ndarray | None = None
         self.failures = 0
         self.fallbacks = 0
-        self._structured = Eq17Solver() if solver == STRUCTURED else None
+        self._structured = structured_solver() if solver == STRUCTURED else None
 
     def add(self, h: int, i: int, seconds: float) -> None:
         """A sample of T_{h,i}: h gradients were awaited last iteration, this is the i-th arrival (1-based)."""

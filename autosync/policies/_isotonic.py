@@ -182,6 +182,21 @@ class Eq17Result:
     rounds: int = 0
 
 
+def checked_instance(weights: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(weights, targets) of (17) as float arrays, checked: both n x n, weights finite and > 0, targets finite."""
+    w = np.asarray(weights, dtype=float)
+    t = np.asarray(targets, dtype=float)
+    if w.ndim != 2 or w.shape[0] != w.shape[1] or w.shape != t.shape:
+        raise ValueError(f"weights and targets must be n x n arrays of one shape, but got weights {w.shape} "
+                         f"and targets {t.shape}")
+    if not np.all(w > 0) or not np.all(np.isfinite(w)):
+        raise ValueError(f"weights must be finite and > 0, but got min {w.min()} (prior weights keep empty "
+                         f"pairs positive)")
+    if not np.all(np.isfinite(t)):
+        raise ValueError("targets must be finite, but got a NaN or an infinity")
+    return w, t
+
+
 class Eq17Solver:
     """Problem (17): Dykstra's sweeps (PAV per family, warm-started across solves), whose answer stands where
     they meet the tolerance within `sweeps` and no run's end binds; elsewhere they guess the solution's
@@ -245,16 +260,7 @@ class Eq17Solver:
         The returned x satisfies the three families exactly; where `converged` it is (17)'s optimum within
         Dykstra's tolerance (its answer stood) or up to rounding (the KKT conditions checked by `_partition`).
         """
-        w = np.asarray(weights, dtype=float)
-        t = np.asarray(targets, dtype=float)
-        if w.ndim != 2 or w.shape[0] != w.shape[1] or w.shape != t.shape:
-            raise ValueError(f"weights and targets must be n x n arrays of one shape, but got weights {w.shape} "
-                             f"and targets {t.shape}")
-        if not np.all(w > 0) or not np.all(np.isfinite(w)):
-            raise ValueError(f"weights must be finite and > 0, but got min {w.min()} (prior weights keep empty "
-                             f"pairs positive)")
-        if not np.all(np.isfinite(t)):
-            raise ValueError("targets must be finite, but got a NaN or an infinity")
+        w, t = checked_instance(weights, targets)
         n = t.shape[0]
         if self._merged is not None and self._merged[2].size != n:
             self.reset()
@@ -785,11 +791,11 @@ def _violations(label: np.ndarray, gain: np.ndarray, floor: np.ndarray, ends: np
     return upper.reshape(m, n)
 
 
-def _peel(x: np.ndarray, problem: _Problem, margin: float) -> np.ndarray | None:
+def _peel(x: np.ndarray, problem: _Problem, margin: float, depth: int | None = None) -> np.ndarray | None:
     """Where a diagonal constraint between a merged run (two rows or more) and the next merged row binds
     (within margin) in x, the merged problem's solution, the first rows of the merged rows with the runs
-    on both sides of it split into single rows; None where none binds (x is then (17)'s optimum, module
-    docstring).
+    on both sides of it split into single rows (with `depth`, only the `depth` rows of each run nearest
+    the step); None where none binds (x is then (17)'s optimum, module docstring).
 
     A binding run is split whole: the runs that bind have many distinct rows in the optimum, and split
     in doubling steps instead (one row, then two, four, ...) they cost more re-solves than they save
@@ -803,5 +809,12 @@ def _peel(x: np.ndarray, problem: _Problem, margin: float) -> np.ndarray | None:
     split = split[problem.sizes[split] > 1]
     if split.size == 0:
         return None
-    rows = [np.arange(problem.starts[j], problem.starts[j] + problem.sizes[j]) for j in split.tolist()]
+    if depth is None:
+        rows = [np.arange(problem.starts[j], problem.starts[j] + problem.sizes[j]) for j in split.tolist()]
+    else:
+        before = np.intersect1d(split, binds)  # runs whose last rows meet a binding step
+        after = np.intersect1d(split, binds + 1)  # runs whose first rows do
+        rows = [problem.starts[j] + np.arange(max(problem.sizes[j] - depth, 1), problem.sizes[j])
+                for j in before.tolist()]
+        rows += [problem.starts[j] + np.arange(1, min(depth, problem.sizes[j] - 1) + 1) for j in after.tolist()]
     return np.union1d(problem.starts, np.concatenate(rows))

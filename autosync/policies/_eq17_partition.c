@@ -1,0 +1,373 @@
+/* DBW's problem (17), solved exactly by isotonic recursive partitioning.
+
+   minimize  sum_{h,k} w[h,k] (x[h,k] - t[h,k])^2
+   subject to  x[h,k] <= x[h,k+1]      (rows nondecreasing)
+               x[h+1,k] <= x[h,k]      (columns nonincreasing)
+               x[k,k] <= x[k+1,k+1]    (diagonal nondecreasing)
+
+   (17) is weighted L2 isotonic regression on a partial order of the n x n grid. Its optimum is reached by
+   recursive partitioning (Luss and Rosset 2014; Spouge, Wan and Wilbur 2003; the split is Hochbaum and
+   Queyranne's 2003 minimum cut): a region R (convex in the order) has the weighted mean m of t over its
+   cells; the upper subset U of R (closed under R's edges) that maximizes sum_U w (t - m) is found; if that
+   sum is not positive, x = m on all of R is optimal there (the KKT conditions hold); else R splits into U and
+   R \ U, both convex, and each is solved on its own: (17)'s optimum is the union of their optima.
+
+   A convex region meets each row in one run of columns [lo_h, hi_h): upper sets of the order take a suffix
+   of every row, lower sets a prefix. An upper subset of R therefore takes a suffix [c_h, hi_h) of each row,
+   and its best one is a dynamic programme over the rows (`best_upper_subset`): the column edges ask
+   c_h <= max(c_{h+1}, lo_h) wherever rows h and h+1 of R overlap past c_{h+1}, and the diagonal edge
+   (h, h) -> (h+1, h+1) asks c_{h+1} <= h + 1 wherever (h, h) is taken and (h+1, h+1) is in R. Each region
+   costs O(its cells + its rows); the regions form a binary tree whose leaves are the optimum's blocks.
+
+   Runs of equal rows may be merged into one row beforehand (`_eq17_exact`): the problem is then m rows of n
+   columns, and the diagonal's edge from row j to row j + 1 goes from column dto[j] - 1 to column dto[j].
+
+   The module exports one function, solve(m, n, weights, targets, diagonal, out, tol), on C-contiguous
+   buffers (any object with the buffer protocol, numpy arrays among them), so it needs no numpy headers. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    int r0, r1;     /* rows r0..r1 (inclusive) */
+    size_t off;     /* lo/hi of row r0 + j at pool[off + 2 j], pool[off + 2 j + 1] */
+} Region;
+
+typedef struct {
+    int *data;
+    size_t size, cap;
+} IntPool;
+
+typedef struct {
+    Region *data;
+    size_t size, cap;
+} RegionStack;
+
+static int pool_reserve(IntPool *p, size_t extra) {
+    if (p->size + extra <= p->cap) return 0;
+    size_t cap = p->cap ? p->cap : 1024;
+    while (cap < p->size + extra) cap *= 2;
+    int *data = realloc(p->data, cap * sizeof(int));
+    if (!data) return -1;
+    p->data = data;
+    p->cap = cap;
+    return 0;
+}
+
+static int stack_push(RegionStack *s, Region r) {
+    if (s->size == s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 256;
+        Region *data = realloc(s->data, cap * sizeof(Region));
+        if (!data) return -1;
+        s->data = data;
+        s->cap = cap;
+    }
+    s->data[s->size++] = r;
+    return 0;
+}
+
+/* Scratch for the dynamic programme: f (value per choice c of the current row), the previous row's f, its
+   prefix maxima, and one back-pointer per (row, choice). */
+typedef struct {
+    double *f, *prev, *pmax, *qmax;
+    int *parg, *qarg, *back;
+    size_t back_cap;
+    double *row_gain;
+} Scratch;
+
+/* The upper subset of region `reg` with the largest sum of gain[v] = w (t - mean): its start c_h per row
+   (c_h = hi_h: nothing of row h) written to `cut`, and its sum returned. */
+static double best_upper_subset(int n, const double *gain, const int *dto, const int *lohi, int r0, int r1,
+                                Scratch *sc, int *cut) {
+    int rows = r1 - r0 + 1;
+    /* the back-pointers of row j follow those of row j - 1; row j has hi - lo + 1 choices */
+    int *back = sc->back;
+    double *f = sc->f, *prev = sc->prev, *pmax = sc->pmax, *qmax = sc->qmax;
+    int *parg = sc->parg, *qarg = sc->qarg;
+    size_t boff = 0;
+    /* row r0: f(c) = suffix sum of its gains from c */
+    int lo = lohi[0], hi = lohi[1];
+    const double *g = gain + (size_t)r0 * n;
+    double acc = 0.0;
+    prev[hi - lo] = 0.0;
+    for (int k = hi - 1; k >= lo; k--) {
+        acc += g[k];
+        prev[k - lo] = acc;
+    }
+    boff += (size_t)(hi - lo + 1);
+    int plo = lo, phi = hi;
+    for (int j = 1; j < rows; j++) {
+        int h = r0 + j;  /* row h, previous row h - 1 */
+        int clo = lohi[2 * j], chi = lohi[2 * j + 1];
+        int width = phi - plo + 1;
+        /* prefix maxima of prev over choices c in [plo, c] */
+        for (int i = 0; i < width; i++) {
+            if (i == 0 || prev[i] > pmax[i - 1]) {
+                pmax[i] = prev[i];
+                parg[i] = i;
+            } else {
+                pmax[i] = pmax[i - 1];
+                parg[i] = parg[i - 1];
+            }
+        }
+        /* the diagonal edge (h-1, d-1) -> (h, d), d = dto[h-1] (d = h unmerged), inside R when both cells
+           are: then a choice of row h that leaves (h, d) out (c > d) needs row h-1 to leave (h-1, d-1) out
+           (c_{h-1} >= d). */
+        int d = dto[h - 1];
+        int diag = (plo <= d - 1 && d - 1 < phi && clo <= d && d < chi);
+        if (diag) {
+            int first = d - plo;  /* index of choice c = d in prev */
+            for (int i = first; i < width; i++) {
+                if (i == first || prev[i] > qmax[i - 1]) {
+                    qmax[i] = prev[i];
+                    qarg[i] = i;
+                } else {
+                    qmax[i] = qmax[i - 1];
+                    qarg[i] = qarg[i - 1];
+                }
+            }
+        }
+        g = gain + (size_t)h * n;
+        acc = 0.0;
+        int *brow = back + boff;
+        for (int c = chi; c >= clo; c--) {
+            if (c < chi) acc += g[c];
+            /* column edges (h, k) -> (h-1, k) for k in [max(c, plo), min(chi, phi)): each needs c_{h-1} <= k,
+               the smallest such k bounds it; none where that range is empty */
+            int s = c > plo ? c : plo;
+            int e = chi < phi ? chi : phi;
+            int upper = (s < e) ? s : phi;  /* largest allowed c_{h-1} */
+            double best;
+            int arg;
+            if (diag && c > d) {
+                if (upper < d) {  /* cannot happen for a convex region; kept safe */
+                    best = -INFINITY;
+                    arg = upper - plo;
+                } else {
+                    best = qmax[upper - plo];
+                    arg = qarg[upper - plo];
+                }
+            } else {
+                best = pmax[upper - plo];
+                arg = parg[upper - plo];
+            }
+            f[c - clo] = acc + best;
+            brow[c - clo] = arg;
+        }
+        boff += (size_t)(chi - clo + 1);
+        double *swap = prev;
+        prev = f;
+        f = swap;
+        plo = clo;
+        phi = chi;
+    }
+    /* best final choice, then back through the rows */
+    int width = phi - plo + 1;
+    int arg = 0;
+    for (int i = 1; i < width; i++)
+        if (prev[i] > prev[arg]) arg = i;
+    double value = prev[arg];
+    for (int j = rows - 1; j >= 0; j--) {
+        int clo = lohi[2 * j], chi = lohi[2 * j + 1];
+        boff -= (size_t)(chi - clo + 1);
+        cut[j] = clo + arg;
+        if (j > 0) arg = back[boff + (size_t)arg];
+    }
+    return value;
+}
+
+/* Exact optimum of (17) on m rows of n columns by recursive partitioning; returns 0, or -1 when memory ran
+   out. `blocks` gets the number of blocks of the optimum. */
+static int partition_solve(int m, int n, const double *w, const double *t, const int *dto, double *x, double tol,
+                           long *blocks) {
+    size_t cells = (size_t)m * n;
+    IntPool pool = {0};
+    RegionStack stack = {0};
+    Scratch sc = {0};
+    double *gain = malloc(cells * sizeof(double));
+    int *cut = malloc((size_t)m * sizeof(int));
+    sc.f = malloc((size_t)(n + 1) * sizeof(double));
+    sc.prev = malloc((size_t)(n + 1) * sizeof(double));
+    sc.pmax = malloc((size_t)(n + 1) * sizeof(double));
+    sc.qmax = malloc((size_t)(n + 1) * sizeof(double));
+    sc.parg = malloc((size_t)(n + 1) * sizeof(int));
+    sc.qarg = malloc((size_t)(n + 1) * sizeof(int));
+    sc.back = malloc((cells + (size_t)m) * sizeof(int));
+    int status = -1;
+    *blocks = 0;
+    if (!gain || !cut || !sc.f || !sc.prev || !sc.pmax || !sc.qmax || !sc.parg || !sc.qarg || !sc.back) goto done;
+    if (pool_reserve(&pool, 2 * (size_t)m)) goto done;
+    for (int h = 0; h < m; h++) {
+        pool.data[2 * h] = 0;
+        pool.data[2 * h + 1] = n;
+    }
+    pool.size = 2 * (size_t)m;
+    if (stack_push(&stack, (Region){0, m - 1, 0})) goto done;
+    while (stack.size) {
+        Region reg = stack.data[--stack.size];
+        int rows = reg.r1 - reg.r0 + 1;
+        const int *lohi = pool.data + reg.off;
+        /* weighted mean of t over the region, and the scale of its gains */
+        double sw = 0.0, swt = 0.0;
+        for (int j = 0; j < rows; j++) {
+            const double *wr = w + (size_t)(reg.r0 + j) * n, *tr = t + (size_t)(reg.r0 + j) * n;
+            for (int k = lohi[2 * j]; k < lohi[2 * j + 1]; k++) {
+                sw += wr[k];
+                swt += wr[k] * tr[k];
+            }
+        }
+        double mean = swt / sw;
+        double spread = 0.0;
+        for (int j = 0; j < rows; j++) {
+            size_t base = (size_t)(reg.r0 + j) * n;
+            for (int k = lohi[2 * j]; k < lohi[2 * j + 1]; k++) {
+                double g = w[base + k] * (t[base + k] - mean);
+                gain[base + k] = g;
+                spread += fabs(g);
+            }
+        }
+        double value = best_upper_subset(n, gain, dto, lohi, reg.r0, reg.r1, &sc, cut);
+        if (!(value > tol * spread)) {
+            /* no upper subset gains: the region is one block at its mean */
+            for (int j = 0; j < rows; j++) {
+                double *xr = x + (size_t)(reg.r0 + j) * n;
+                for (int k = lohi[2 * j]; k < lohi[2 * j + 1]; k++) xr[k] = mean;
+            }
+            (*blocks)++;
+            pool.size = reg.off;  /* the region was the pool's top */
+            continue;
+        }
+        /* an upper subset that is all or none of the region can only come from rounding: a block */
+        size_t upper_cells = 0, lower_cells = 0;
+        for (int j = 0; j < rows; j++) {
+            upper_cells += (size_t)(lohi[2 * j + 1] - cut[j]);
+            lower_cells += (size_t)(cut[j] - lohi[2 * j]);
+        }
+        if (upper_cells == 0 || lower_cells == 0) {
+            for (int j = 0; j < rows; j++) {
+                double *xr = x + (size_t)(reg.r0 + j) * n;
+                for (int k = lohi[2 * j]; k < lohi[2 * j + 1]; k++) xr[k] = mean;
+            }
+            (*blocks)++;
+            pool.size = reg.off;
+            continue;
+        }
+        /* split: the lower part [lo, c) and the upper part [c, hi) of each row, empty end rows trimmed;
+           both are written over the region's own place at the pool's top */
+        int *tmp = malloc(4 * (size_t)rows * sizeof(int));
+        if (!tmp) goto done;
+        for (int j = 0; j < rows; j++) {
+            tmp[2 * j] = lohi[2 * j];
+            tmp[2 * j + 1] = cut[j];
+            tmp[2 * rows + 2 * j] = cut[j];
+            tmp[2 * rows + 2 * j + 1] = lohi[2 * j + 1];
+        }
+        pool.size = reg.off;
+        for (int part = 0; part < 2; part++) {
+            const int *p = tmp + 2 * (size_t)rows * part;
+            int a = 0, b = rows - 1;
+            while (a <= b && p[2 * a] == p[2 * a + 1]) a++;
+            while (b >= a && p[2 * b] == p[2 * b + 1]) b--;
+            size_t len = 2 * (size_t)(b - a + 1);
+            if (pool_reserve(&pool, len)) {
+                free(tmp);
+                goto done;
+            }
+            memcpy(pool.data + pool.size, p + 2 * a, len * sizeof(int));
+            if (stack_push(&stack, (Region){reg.r0 + a, reg.r0 + b, pool.size})) {
+                free(tmp);
+                goto done;
+            }
+            pool.size += len;
+        }
+        free(tmp);
+    }
+    status = 0;
+done:
+    free(gain);
+    free(cut);
+    free(sc.f);
+    free(sc.prev);
+    free(sc.pmax);
+    free(sc.qmax);
+    free(sc.parg);
+    free(sc.qarg);
+    free(sc.back);
+    free(pool.data);
+    free(stack.data);
+    return status;
+}
+
+static int get_buffer(PyObject *obj, Py_buffer *view, Py_ssize_t count, const char *format, Py_ssize_t itemsize,
+                      int writable, const char *name) {
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, view, flags) != 0) return -1;
+    if (strcmp(view->format, format) != 0 || view->itemsize != itemsize || view->len != count * itemsize) {
+        PyErr_Format(PyExc_ValueError, "%s must be a C-contiguous buffer of %zd values of format '%s', but got %zd "
+                     "bytes of format '%s'", name, count, format, view->len, view->format);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *solve(PyObject *self, PyObject *args) {
+    (void)self;
+    int m, n;
+    PyObject *wo, *to, *do_, *xo;
+    double tol;
+    if (!PyArg_ParseTuple(args, "iiOOOOd", &m, &n, &wo, &to, &do_, &xo, &tol)) return NULL;
+    if (m < 1 || n < 1) {
+        PyErr_Format(PyExc_ValueError, "m and n must be >= 1, but got m=%d, n=%d", m, n);
+        return NULL;
+    }
+    Py_ssize_t cells = (Py_ssize_t)m * n;
+    Py_buffer views[4];
+    PyObject *objs[4] = {wo, to, do_, xo};
+    const char *names[4] = {"weights", "targets", "diagonal", "out"};
+    Py_ssize_t counts[4] = {cells, cells, m - 1, cells};
+    int got = 0;
+    for (; got < 4; got++) {
+        int ints = got == 2;
+        if (get_buffer(objs[got], &views[got], counts[got], ints ? "i" : "d", ints ? sizeof(int) : sizeof(double),
+                       got == 3, names[got]))
+            break;
+    }
+    if (got < 4) {
+        for (int i = 0; i < got; i++) PyBuffer_Release(&views[i]);
+        return NULL;
+    }
+    const int *dto = views[2].buf;
+    for (int j = 0; j + 1 < m; j++) {
+        if (dto[j] < 1 || dto[j] >= n) {
+            for (int i = 0; i < 4; i++) PyBuffer_Release(&views[i]);
+            PyErr_Format(PyExc_ValueError, "diagonal[%d] must be in [1, n), but got %d", j, dto[j]);
+            return NULL;
+        }
+    }
+    long blocks = 0;
+    int status;
+    Py_BEGIN_ALLOW_THREADS
+    status = partition_solve(m, n, views[0].buf, views[1].buf, dto, views[3].buf, tol, &blocks);
+    Py_END_ALLOW_THREADS
+    for (int i = 0; i < 4; i++) PyBuffer_Release(&views[i]);
+    if (status) return PyErr_NoMemory();
+    return PyLong_FromLong(blocks);
+}
+
+static PyMethodDef methods[] = {
+    {"solve", solve, METH_VARARGS,
+     "solve(m, n, weights, targets, diagonal, out, tol) -> blocks: (17)'s exact optimum on m rows of n columns "
+     "written to out (float64, C order; weights and targets likewise); the diagonal edge from row j goes from "
+     "column diagonal[j] - 1 to column diagonal[j] of row j + 1 (int32, m - 1 values; j + 1 for (17) itself); a "
+     "region splits where an upper subset gains more than tol times the sum of |w (t - mean)| over it."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_eq17_partition", NULL, -1, methods, NULL, NULL, NULL,
+                                    NULL};
+
+PyMODINIT_FUNC PyInit__eq17_partition(void) { return PyModule_Create(&module); }
