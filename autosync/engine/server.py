@@ -89,9 +89,15 @@ class Server:
             self.version += 1
         # After an update the engine first applies it (strategies' hooks may re-balance batch sizes or
         # change the barrier), then asks `start()` who starts next, on the new version.
-        return Decision(accepted, update, self._starts() if update is None else [])
+        if update is not None:
+            return Decision(accepted, update, [])
+        # Every idle worker was refused at the last decision; where the barrier's answer changes only with
+        # an update or with a worker's own arrival, only the arriving worker can start now.
+        only = (arrival.worker,) if barrier.starts_change_only_at_updates else None
+        return Decision(accepted, None, self._starts(only))
 
-    def _starts(self) -> list[Start]:
+    def _starts(self, workers: tuple[int, ...] | None = None) -> list[Start]:
+        """Start the idle workers among `workers` (all when None) that the barrier lets start now."""
         barrier, batching = self.strategies.barrier, self.strategies.batching
-        return [Start(w, batching.batch_size(self, w)) for w in range(self.n_workers)
+        return [Start(w, batching.batch_size(self, w)) for w in (range(self.n_workers) if workers is None else workers)
                 if not self.busy[w] and barrier.may_start(self, w)]

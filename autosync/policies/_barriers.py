@@ -16,6 +16,10 @@ class FastestK(Barrier):
     (Sync-Switch's configuration policy trains BSP with n * eta, sec. IV-C).
     """
 
+    # may_start reads the version and the worker's own last version (ElasticBSP's excluded set changes in
+    # the schedule's update hook)
+    starts_change_only_at_updates = True
+
     def __init__(self, k: int | None = None, lr_rule: str = "fixed", lr_multiplier: float = 1.0):
         self.k = k
         self.lr_rule = lr_rule
