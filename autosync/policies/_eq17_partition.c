@@ -74,14 +74,13 @@ static int stack_push(RegionStack *s, Region r) {
 typedef struct {
     double *f, *prev, *pmax, *qmax;
     int *parg, *qarg, *back;
-    size_t back_cap;
-    double *row_gain;
 } Scratch;
 
-/* The upper subset of region `reg` with the largest sum of gain[v] = w (t - mean): its start c_h per row
-   (c_h = hi_h: nothing of row h) written to `cut`, and its sum returned. */
-static double best_upper_subset(int n, const double *gain, const int *dto, const int *lohi, int r0, int r1,
-                                Scratch *sc, int *cut) {
+/* The upper subset of the region (rows r0..r1, columns lohi) with the largest sum of the gains
+   w (t - mean): its start c_h per row (c_h = hi_h: nothing of row h) written to `cut`, and its sum returned;
+   the sum of |gain| over the region is written to `spread`. */
+static double best_upper_subset(int n, const double *w, const double *t, double mean, const int *dto,
+                                const int *lohi, int r0, int r1, Scratch *sc, int *cut, double *spread) {
     int rows = r1 - r0 + 1;
     /* the back-pointers of row j follow those of row j - 1; row j has hi - lo + 1 choices */
     int *back = sc->back;
@@ -90,11 +89,13 @@ static double best_upper_subset(int n, const double *gain, const int *dto, const
     size_t boff = 0;
     /* row r0: f(c) = suffix sum of its gains from c */
     int lo = lohi[0], hi = lohi[1];
-    const double *g = gain + (size_t)r0 * n;
-    double acc = 0.0;
+    const double *wr = w + (size_t)r0 * n, *tr = t + (size_t)r0 * n;
+    double acc = 0.0, total = 0.0;
     prev[hi - lo] = 0.0;
     for (int k = hi - 1; k >= lo; k--) {
-        acc += g[k];
+        double g = wr[k] * (tr[k] - mean);
+        acc += g;
+        total += fabs(g);
         prev[k - lo] = acc;
     }
     boff += (size_t)(hi - lo + 1);
@@ -130,11 +131,16 @@ static double best_upper_subset(int n, const double *gain, const int *dto, const
                 }
             }
         }
-        g = gain + (size_t)h * n;
+        wr = w + (size_t)h * n;
+        tr = t + (size_t)h * n;
         acc = 0.0;
         int *brow = back + boff;
         for (int c = chi; c >= clo; c--) {
-            if (c < chi) acc += g[c];
+            if (c < chi) {
+                double g = wr[c] * (tr[c] - mean);
+                acc += g;
+                total += fabs(g);
+            }
             /* column edges (h, k) -> (h-1, k) for k in [max(c, plo), min(chi, phi)): each needs c_{h-1} <= k,
                the smallest such k bounds it; none where that range is empty */
             int s = c > plo ? c : plo;
@@ -170,6 +176,7 @@ static double best_upper_subset(int n, const double *gain, const int *dto, const
     for (int i = 1; i < width; i++)
         if (prev[i] > prev[arg]) arg = i;
     double value = prev[arg];
+    *spread = total;
     for (int j = rows - 1; j >= 0; j--) {
         int clo = lohi[2 * j], chi = lohi[2 * j + 1];
         boff -= (size_t)(chi - clo + 1);
@@ -187,7 +194,6 @@ static int partition_solve(int m, int n, const double *w, const double *t, const
     IntPool pool = {0};
     RegionStack stack = {0};
     Scratch sc = {0};
-    double *gain = malloc(cells * sizeof(double));
     int *cut = malloc((size_t)m * sizeof(int));
     sc.f = malloc((size_t)(n + 1) * sizeof(double));
     sc.prev = malloc((size_t)(n + 1) * sizeof(double));
@@ -198,7 +204,7 @@ static int partition_solve(int m, int n, const double *w, const double *t, const
     sc.back = malloc((cells + (size_t)m) * sizeof(int));
     int status = -1;
     *blocks = 0;
-    if (!gain || !cut || !sc.f || !sc.prev || !sc.pmax || !sc.qmax || !sc.parg || !sc.qarg || !sc.back) goto done;
+    if (!cut || !sc.f || !sc.prev || !sc.pmax || !sc.qmax || !sc.parg || !sc.qarg || !sc.back) goto done;
     if (pool_reserve(&pool, 2 * (size_t)m)) goto done;
     for (int h = 0; h < m; h++) {
         pool.data[2 * h] = 0;
@@ -220,16 +226,8 @@ static int partition_solve(int m, int n, const double *w, const double *t, const
             }
         }
         double mean = swt / sw;
-        double spread = 0.0;
-        for (int j = 0; j < rows; j++) {
-            size_t base = (size_t)(reg.r0 + j) * n;
-            for (int k = lohi[2 * j]; k < lohi[2 * j + 1]; k++) {
-                double g = w[base + k] * (t[base + k] - mean);
-                gain[base + k] = g;
-                spread += fabs(g);
-            }
-        }
-        double value = best_upper_subset(n, gain, dto, lohi, reg.r0, reg.r1, &sc, cut);
+        double spread;
+        double value = best_upper_subset(n, w, t, mean, dto, lohi, reg.r0, reg.r1, &sc, cut, &spread);
         if (!(value > tol * spread)) {
             /* no upper subset gains: the region is one block at its mean */
             for (int j = 0; j < rows; j++) {
@@ -287,7 +285,6 @@ static int partition_solve(int m, int n, const double *w, const double *t, const
     }
     status = 0;
 done:
-    free(gain);
     free(cut);
     free(sc.f);
     free(sc.prev);
