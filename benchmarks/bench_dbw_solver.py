@@ -1,54 +1,39 @@
-"""Milliseconds per re-solve of DBW's problem (17): the structured solver against cvxpy.
+"""Milliseconds per re-solve of DBW's problem (17): the structured solver DBW uses against the pure-Python
+one and cvxpy.
 
     python benchmarks/bench_dbw_solver.py [--workers 16 64 128 256 512 1024] [--resolves 20]
                                           [--warmup 40] [--cvxpy-max-workers 128] [--solver CLARABEL]
+                                          [--recorded-workers 128 [512]]
 
 Runs from any working directory (it puts the repository on the import path).
 
-The data are what DBW feeds `IterationTimeEstimator` (sec. 3.2): after each iteration every arrival of
-the n gradients of the version it published, late ones included, is a sample of T_{h,i} with h the k of
-the iteration before and i the arrival's rank; round trips are the DBW paper's shifted exponential
+The structured solver DBW uses is the compiled exact recursive partitioning (`_eq17_exact`) where
+`pip install` built it, else the pure-Python structured solver (`_isotonic.Eq17Solver`: PAV + Dykstra,
+warm-started, finished by the partitioning algorithm). Both are timed in the same run, on the same
+samples, with cvxpy (Clarabel, the reference) up to --cvxpy-max-workers; the last column is the largest
+difference between the first's solutions and the others', relative to max |x| (cvxpy's default
+tolerances leave it around 1e-5 to 1e-3 on pairs that carry only the prior).
+
+Synthetic samples: what DBW feeds `IterationTimeEstimator` (sec. 3.2): after each iteration every arrival
+of the n gradients of the version it published, late ones included, is a sample of T_{h,i} with h the k
+of the iteration before and i the arrival's rank; round trips are the DBW paper's shifted exponential
 0.3 + 0.7 Exp(1), and k walks near 0.6 n, so samples fill a few rows near the current k and every other
 pair keeps its 1e-3 prior weight. After --warmup iterations, each of --resolves iterations adds one
-iteration's samples and re-solves (solve_every = 1): the structured solver starts from the previous
-solve's multipliers (warm), cvxpy from its compiled problem (its first solve, the compile, is not timed).
-Both time `IterationTimeEstimator.solve()` end to end (targets from the samples, then the solve), on
-the same samples; the last column is the largest difference between their solutions relative to
-max |x| (cvxpy's default tolerances leave it around 1e-5 to 1e-3 on pairs that carry only the prior).
+iteration's samples and re-solves (solve_every = 1; cvxpy's first solve, the compile, is not timed).
 
-Goals (issue 15): at most 5 ms per re-solve at n = 128 and 100 ms at n = 1024, so that DBW could
-re-solve every iteration. cvxpy (Clarabel) was 4.6 ms at n = 16, 114 ms at n = 64 and 1251 ms at
-n = 128, about n^3, and compiles for about 8 s at n = 128: it is run only up to --cvxpy-max-workers.
-The structured solver (two runs each, back to back, on a 2-core machine loaded 2.4 to 2.7 by other work):
-0.4, 2.5 to 2.6, 5.7 to 5.8, 20 to 21 and 14 to 15 ms at n = 16, 128, 256, 512 and 1024, against 0.3,
-3.8, 11 to 12, 94 to 107 and 198 to 227 ms before runs of prior-only rows were merged into one row (the
-`_isotonic` module docstring); 0.5, 9.4, 18, 151 and 239 ms before scipy's PAV, Anderson's ring buffers
-and one transposition a sweep. Both goals are met on these samples.
+Recorded instances: every (weights, targets) DBW hands its solver in bench_scale's job
+(`recorded_instances`; nothing is stored), replayed in order by both structured solvers. Early in a run
+k_t varies and scattered rows h get their first ranks sampled; Dykstra crawls there (a light pair passing
+multiplier between heavy ones, the `_isotonic` module docstring), which the synthetic samples do not show.
 
-They are not on the instances DBW really solves early in a run, where k_t varies and scattered rows h
-get their first ranks sampled: the script also records every (weights, targets) DBW hands its solver in
-bench_scale's job (`recorded_instances`, --recorded-workers (default 128; 512 takes several minutes),
---recorded-updates; nothing is stored) and
-replays them warm in order (24 solves in 60 updates at either n). With a strict Anderson safeguard: at
-n = 128, 166 to 235 ms per solve (max 650 to 668), 315 sweeps per solve (max 885), 2 at the 500-sweep cap
-(DBW's fallbacks to cvxpy); at n = 512, 710 sweeps per solve (max 1,000: both phases capped), 15 capped,
-about 16 s per solve on a machine loaded about 6. With the safeguard at twice the plain step's residual
-(`_isotonic._SAFEGUARD`): 256 sweeps per solve at n = 128 (max 595), none capped; 621 at n = 512, 8
-capped. The 5 ms goal at n = 128 is missed by about two orders of magnitude: Dykstra crawls where a
-light pair passes multiplier between heavy ones (the `_isotonic` module docstring).
-
-With the exact finish (`_isotonic._partition`: at most 40 sweeps, then the partitioning algorithm; the
-recorded replay also prints its rounds), measured back to back with the solver before it on a machine
-loaded 6 to 10 by other work: at n = 128, 86 ms per solve (max 186) against 183 (max 464), 172 sweeps
-and 13 rounds per solve, every solve exact; at n = 512 (the instances recorded with the earlier
-solver, replayed), 1.8 s per solve against 12 s, none capped against 7 (in CPU time, steadier under
-the load: 57 to 69 ms against 110 to 122 at n = 128, 1.6 s against 4.3 s at n = 512). The synthetic
-re-solves take the same sweeps as before and never reach the partition. The 5 ms goal at n = 128 is still missed, by
-about an order of magnitude.
-
-Splitting a binding run of merged rows whole rather than in doubling steps (`_isotonic._peel`), on a
-quiet machine: at n = 128, 72 sweeps and 5.4 rounds a solve against 172 and 13, 36.5 ms a solve (the
-table's run) against 54.5 ms; still about 7x the goal.
+Goals (issue 15): at most 5 ms per re-solve at n = 128 and 100 ms at n = 1024, so that DBW can re-solve
+every iteration. History on this 2-core machine: cvxpy was 4.6 ms at n = 16, 114 ms at n = 64 and
+1251 ms at n = 128 (about n^3, compiling for about 8 s at n = 128); the pure-Python structured solver
+met both goals on the synthetic samples but took 36.5 ms a solve on the recorded n = 128 instances (72
+Dykstra sweeps and 5.4 partition rounds a solve) and 1.8 s at n = 512. The compiled partition, measured
+back to back with it (2026-11-25, quiet machine): 2.2 ms against 38.9 on the recorded n = 128 instances,
+40 ms against 723 at n = 512; on the synthetic samples 0.28, 1.9, 2.5, 7.8 and 13.5 ms at n = 16, 128,
+256, 512 and 1024, against 0.51, 3.0, 5.8, 29.5 and 13.9 (at n = 1024 the merged rows leave both little to do).
 """
 
 from __future__ import annotations
@@ -63,7 +48,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-from autosync.policies._dbw_time import STRUCTURED, IterationTimeEstimator  # noqa: E402
+from autosync.policies._dbw_time import STRUCTURED, IterationTimeEstimator, structured_solver  # noqa: E402
+from autosync.policies._eq17_exact import COMPILED  # noqa: E402
 from autosync.policies._isotonic import Eq17Solver  # noqa: E402
 
 from _report import Figures
@@ -95,32 +81,37 @@ def _feed(estimators: list[IterationTimeEstimator], samples: list[tuple[int, int
 
 
 def measure(n: int, resolves: int, warmup: int, cvxpy_solver: str | None) -> dict[str, float]:
-    """Mean and max ms per re-solve of each solver at n, and the largest relative difference."""
+    """Mean and max ms per re-solve at n of the structured solver DBW uses (the compiled partition where it
+    is built), of the pure-Python structured solver (warm-started) and of cvxpy, on the same samples, and
+    the largest relative difference of the first's solutions from each other's."""
     source = Samples(n)
     structured = IterationTimeEstimator(n, solver=STRUCTURED)
+    python = IterationTimeEstimator(n, solver=STRUCTURED)
+    python._structured = Eq17Solver()  # the fallback where the extension is not built
     reference = IterationTimeEstimator(n, solver=cvxpy_solver) if cvxpy_solver else None
-    estimators = [e for e in (structured, reference) if e is not None]
+    timed = {"structured": structured, "python": python}
+    if reference is not None:
+        timed["cvxpy"] = reference
     for _ in range(warmup):
-        _feed(estimators, source.iteration())
-        structured.solve()  # the warm start follows every iteration, as with solve_every = 1
+        _feed(list(timed.values()), source.iteration())
+        python.solve()  # the warm start follows every iteration, as with solve_every = 1
     if reference is not None:
         reference.solve()  # compile
-    times: dict[str, list[float]] = {"structured": [], "cvxpy": []}
-    difference = 0.0
+    times: dict[str, list[float]] = {name: [] for name in timed}
+    difference = {name: 0.0 for name in timed}
     for _ in range(resolves):
-        _feed(estimators, source.iteration())
-        start = time.perf_counter()
-        x = structured.solve()
-        times["structured"].append(time.perf_counter() - start)
-        if reference is not None:
+        _feed(list(timed.values()), source.iteration())
+        answers = {}
+        for name, est in timed.items():
             start = time.perf_counter()
-            x_ref = reference.solve()
-            times["cvxpy"].append(time.perf_counter() - start)
-            difference = max(difference, float(np.abs(x - x_ref).max() / np.abs(x_ref).max()))
-    out = {"structured": 1e3 * statistics.fmean(times["structured"]),
-           "structured_max": 1e3 * max(times["structured"]), "fallbacks": structured.fallbacks}
-    if reference is not None:
-        out.update(cvxpy=1e3 * statistics.fmean(times["cvxpy"]), difference=difference)
+            answers[name] = est.solve()
+            times[name].append(time.perf_counter() - start)
+        for name, x in answers.items():
+            difference[name] = max(difference[name], float(np.abs(answers["structured"] - x).max() / np.abs(x).max()))
+    out = {f"{name}{suffix}": 1e3 * f(times[name]) for name in timed
+           for suffix, f in (("", statistics.fmean), ("_max", max))}
+    out.update({f"{name}_difference": difference[name] for name in timed if name != "structured"})
+    out["fallbacks"] = structured.fallbacks + python.fallbacks
     return out
 
 
@@ -146,11 +137,11 @@ def recorded_instances(n: int, updates: int) -> list[tuple[np.ndarray, np.ndarra
     return captured
 
 
-def replay(instances: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, float]:
-    """Solve the recorded instances in order with one `Eq17Solver`, warm-started as in the run: ms per
-    solve (mean, max), sweeps and rounds of the exact partition per solve (mean, max) and the solves
-    that did not converge (DBW's fallbacks to cvxpy)."""
-    solver = Eq17Solver()
+def replay(instances: list[tuple[np.ndarray, np.ndarray]], solver) -> dict[str, float]:
+    """Solve the recorded instances in order with one solver (the pure-Python one warm-started, as in the
+    run): ms per solve (mean, max), its sweeps and rounds per solve (mean, max: the Python solver's Dykstra
+    sweeps and partition rounds; the compiled solver's merged problems) and the solves that did not
+    converge (DBW's fallbacks to cvxpy)."""
     seconds, sweeps, rounds, capped = [], [], [], 0
     for weights, targets in instances:
         start = time.perf_counter()
@@ -180,41 +171,49 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="also write the figures here (benchmarks/make_table.py)")
     args = parser.parse_args()
     figures = Figures("bench_dbw_solver")
-    print(f"ms per re-solve of (17), warm, {args.resolves} re-solves after {args.warmup} iterations of samples")
-    print(f"{'n':>5} {'structured':>11} {'(max)':>8} {'cvxpy':>10} {'cvxpy/struct':>13} {'max rel diff':>13} "
-          f"{'fallbacks':>9}")
+    name = "compiled partition" if COMPILED else "python (extension not built)"
+    print(f"ms per re-solve of (17), {args.resolves} re-solves after {args.warmup} iterations of samples; "
+          f"the structured solver DBW uses: {name}")
+    print(f"{'n':>5} {'structured':>11} {'(max)':>8} {'python':>9} {'py/struct':>10} {'cvxpy':>10} "
+          f"{'cvxpy/struct':>13} {'max rel diff':>13} {'fallbacks':>9}")
     for n in args.workers:
         solver = args.solver if n <= args.cvxpy_max_workers else None
         r = measure(n, args.resolves, args.warmup, solver)
         cvxpy = f"{r['cvxpy']:10.1f}" if solver else f"{'skipped':>10}"
         ratio = f"{r['cvxpy'] / r['structured']:12.1f}x" if solver else f"{'-':>13}"
-        diff = f"{r['difference']:13.1e}" if solver else f"{'-':>13}"
-        print(f"{n:5d} {r['structured']:11.2f} {r['structured_max']:8.1f} {cvxpy} {ratio} {diff} "
-              f"{r['fallbacks']:9d}", flush=True)
+        diff = max(r["python_difference"], r.get("cvxpy_difference", 0.0))
+        print(f"{n:5d} {r['structured']:11.2f} {r['structured_max']:8.1f} {r['python']:9.2f} "
+              f"{r['python'] / r['structured']:9.1f}x {cvxpy} {ratio} {diff:13.1e} {r['fallbacks']:9d}", flush=True)
         goal = GOALS_MS.get(n)
-        figures.add(f"DBW's (17) at n = {n}: one warm re-solve", r["structured"], "ms",
-                    f"cvxpy ({args.solver})" if solver else None, r["structured"] / r["cvxpy"] if solver else None,
+        figures.add(f"DBW's (17) at n = {n}: one re-solve", r["structured"], "ms",
+                    "the pure-Python structured solver (warm)", r["structured"] / r["python"],
                     None if goal is None else f"<= {goal:g} ms", None if goal is None else r["structured"] <= goal)
+        if solver:
+            figures.add(f"DBW's (17) at n = {n}: one re-solve", r["structured"], "ms", f"cvxpy ({args.solver})",
+                        r["structured"] / r["cvxpy"])
     report_recorded(args.recorded_workers, args.recorded_updates, figures)
     figures.write(args.json)
 
 
 def report_recorded(sizes: list[int], updates: int, figures: Figures) -> None:
-    """Print and record the replay of instances recorded from a DBW run at each n (`recorded_instances`)."""
+    """Print and record the replay of instances recorded from a DBW run at each n (`recorded_instances`)
+    by the structured solver DBW uses and by the pure-Python one."""
     if not sizes:
         return
-    print(f"instances recorded from a DBW run (bench_scale's job, {updates} updates), replayed warm")
-    print(f"{'n':>5} {'solves':>6} {'ms':>8} {'(max)':>8} {'sweeps':>7} {'(max)':>6} {'rounds':>7} {'(max)':>6} "
-          f"{'fallbacks':>9}")
+    print(f"instances recorded from a DBW run (bench_scale's job, {updates} updates), replayed in order")
+    print(f"{'n':>5} {'solver':>10} {'solves':>6} {'ms':>8} {'(max)':>8} {'sweeps':>7} {'(max)':>6} {'rounds':>7} "
+          f"{'(max)':>6} {'fallbacks':>9}")
     for n in sizes:
         instances = recorded_instances(n, updates)
-        r = replay(instances)
-        print(f"{n:5d} {len(instances):6d} {r['ms']:8.2f} {r['ms_max']:8.1f} {r['sweeps']:7.1f} "
-              f"{r['sweeps_max']:6d} {r['rounds']:7.1f} {r['rounds_max']:6d} {r['fallbacks']:9d}", flush=True)
+        results = {"structured": replay(instances, structured_solver()), "python": replay(instances, Eq17Solver())}
+        for name, r in results.items():
+            print(f"{n:5d} {name:>10} {len(instances):6d} {r['ms']:8.2f} {r['ms_max']:8.1f} {r['sweeps']:7.1f} "
+                  f"{r['sweeps_max']:6d} {r['rounds']:7.1f} {r['rounds_max']:6d} {r['fallbacks']:9d}", flush=True)
         goal = GOALS_MS.get(n)
-        figures.add(f"DBW's (17) at n = {n}, recorded from a DBW run: one warm re-solve", r["ms"], "ms",
-                    None, None, None if goal is None else f"<= {goal:g} ms",
-                    None if goal is None else r["ms"] <= goal)
+        ms = results["structured"]["ms"]
+        figures.add(f"DBW's (17) at n = {n}, recorded from a DBW run: one re-solve", ms, "ms",
+                    "the pure-Python structured solver (warm)", ms / results["python"]["ms"],
+                    None if goal is None else f"<= {goal:g} ms", None if goal is None else ms <= goal)
 
 
 if __name__ == "__main__":
