@@ -51,8 +51,9 @@ def backend(name: str = "simulator", *, clock: str = "virtual", stragglers: str 
 
 
 def make_policy(policy: "str | Policy | dict[str, Any]", params: dict[str, Any] | None = None) -> "Policy":
-    """A policy from its name (any spelling `autosync policies` accepts) and parameters, a dict
-    {"policy": name, "params": {...}} as results store it, or a Policy itself."""
+    """A policy from its name (any spelling `autosync policies` accepts) or spec ('compose(barrier=ssp,
+    update=dana_slim)', 'backup:k=8') and parameters, a dict {"policy": name, "params": {...}} as results
+    store it, or a Policy itself."""
     from autosync.catalog import make_policy as from_name, policy_from_dict
     from autosync.policies import Policy
 

@@ -45,23 +45,76 @@ def policy_parameters(cls: type[Policy]) -> dict[str, Any]:
     return {n: p.default for n, p in sig.parameters.items() if n != "self"}
 
 
+_PYTHON_LITERALS = {"True": True, "False": False, "None": None}  # as labels print them
+
+
 def parse_param(text: str) -> tuple[str, Any]:
-    """'k=12' -> ('k', 12): values are read as JSON when they parse, else kept as strings."""
+    """'k=12' -> ('k', 12): values are read as JSON when they parse (True, False and None as labels print
+    them too), else kept as strings."""
     if "=" not in text:
         raise UserError(f"--param must look like key=value, but got {text!r}")
     key, raw = text.split("=", 1)
+    raw = raw.strip()
     try:
         value = json.loads(raw)
     except json.JSONDecodeError:
-        value = raw
+        value = _PYTHON_LITERALS.get(raw, raw)
     return key.strip(), value
 
 
+def split_policy_spec(text: str, option: str = "--policy") -> tuple[str, dict[str, Any]]:
+    """One policy spec -> (name, parameters), in either form the tool prints:
+
+        backup:k=8,lr_rule=proportional                   # the --policies form (`leaderboard.spec_of`)
+        compose(barrier=dbw, batch=lbbsp, window=5)        # the form leaderboard rows are labelled with
+
+    A bare name has no parameters. Values are read as `parse_param` reads them; commas inside brackets
+    (a list value) do not separate parameters.
+    """
+    text = text.strip()
+    if "(" in text or text.endswith(")"):
+        if not (text.endswith(")") and text.count("(") == 1):
+            raise UserError(f"{option} {text!r} must look like name(key=value, ...) or name:key=value,...")
+        name, _, body = text[:-1].partition("(")
+    else:
+        name, _, body = text.partition(":")
+    params: dict[str, Any] = {}
+    for item in _top_level_items(body):
+        if "=" not in item:
+            raise UserError(f"{option} {text!r}: each parameter must look like key=value, but got {item!r}")
+        key, value = parse_param(item)
+        params[key] = value
+    return name.strip(), params
+
+
+def _top_level_items(body: str) -> list[str]:
+    """'a=1, b=[1, 2]' -> ['a=1', 'b=[1, 2]']: split at the commas outside brackets and quotes."""
+    items, depth, quote, current = [], 0, "", []
+    for ch in body:
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            items.append("".join(current).strip())
+            current = []
+            continue
+        current.append(ch)
+    items.append("".join(current).strip())
+    return [item for item in items if item]
+
+
 def make_policy(name: str, params: dict[str, Any] | None = None) -> Policy:
-    """Instantiate policy `name` with `params`, naming the policy and key in any error."""
-    name = policy_name(name)
+    """Instantiate policy `name` (a name, or a spec with its parameters: `split_policy_spec`) with `params`
+    (which take precedence over the spec's), naming the policy and key in any error."""
+    spec_name, spec_params = split_policy_spec(name)
+    name = policy_name(spec_name)
     cls = POLICIES[name]
-    params = dict(params or {})
+    params = {**spec_params, **(params or {})}
     known = policy_parameters(cls)
     for key in params:
         if key not in known:

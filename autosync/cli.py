@@ -148,7 +148,9 @@ def _share_with_ranks(choice: Any, spec: Any) -> None:
 def run(
     job: Optional[Path] = JOB_ARG,
     policy: str = typer.Option("bsp", "--policy", "-p",
-                               help="Policy name (see `autosync policies`), or `tuned` for the job's cached best."),
+                               help="Policy name (see `autosync policies`), a spec with its parameters "
+                                    "('compose(barrier=ssp, update=dana_slim)' or 'backup:k=8'), or `tuned` for "
+                                    "the job's cached best."),
     param: list[str] = typer.Option([], "--param", help="Policy parameter key=value (repeatable)."),
     seed: Optional[int] = typer.Option(None, help="Override the job's seed."),
     storage: str = typer.Option(None, "--storage", help="Study storage URL for --policy tuned "

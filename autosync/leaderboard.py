@@ -31,17 +31,17 @@ class Entry:
 
 
 def parse_policy_spec(text: str, n_workers: int) -> dict[str, Any]:
-    """'backup:k=8,lr_rule=proportional' -> {"policy": "backup", "params": {...}}, validated.
+    """'backup:k=8,lr_rule=proportional' or 'backup(k=8, lr_rule=proportional)' -> {"policy": "backup",
+    "params": {...}}, validated (`catalog.split_policy_spec`).
 
     A bare 'backup' uses k = 3n/4, the static setting the DBW paper finds good under moderate noise.
     """
-    from autosync.catalog import make_policy, parse_param
+    from autosync.catalog import make_policy, policy_name, split_policy_spec
 
-    name, _, rest = text.partition(":")
-    params = dict(parse_param(p) for p in rest.split(",") if p) if rest else {}
-    if name == "backup" and "k" not in params:
+    name, params = split_policy_spec(text, "--policies")
+    if policy_name(name, "--policies") == "backup" and "k" not in params:
         params["k"] = max(1, (3 * n_workers) // 4)
-    policy = make_policy(name.strip(), params)
+    policy = make_policy(name, params)
     try:
         policy.bind(n_workers, 1)
     except ValueError as exc:

@@ -3,6 +3,8 @@ refused with their rule; the `composed` search space samples only allowed combin
 
 from __future__ import annotations
 
+import json
+
 import optuna
 import pytest
 import torch
@@ -118,6 +120,58 @@ def test_labels_read_as_the_composition_and_specs_parse():
     spec = parse_policy_spec("compose:barrier=ssp,staleness=2,update=dana_slim", 4)
     assert label_of(spec) == "compose(barrier=ssp,update=dana_slim,staleness=2)"
     assert label_of({"policy": "compose", "params": Composed().params()}) == "compose(barrier=bsp)"
+    assert parse_policy_spec(label_of(spec), 4) == spec  # a leaderboard's label is a spec too
+    assert parse_policy_spec("compose(barrier=ssp, staleness=2, update=dana_slim)", 4) == spec
+    dbw = parse_policy_spec("dbw(window=5,robust=False)", 4)
+    assert dbw["params"]["robust"] is False and parse_policy_spec(label_of(dbw), 4) == dbw
+
+
+def test_one_spec_names_a_composition_for_run_as_for_leaderboard(tmp_path):
+    """`run --policy` takes the spec in either form, and gives the run `--param` gives."""
+    path = tmp_path / "job.yaml"
+    path.write_text(JOB.model_dump_json())
+    finals = []
+    for args in (["--policy", "compose(barrier=ssp, staleness=1, update=dana_slim)"],
+                 ["--policy", "compose:barrier=ssp,staleness=1,update=dana_slim"],
+                 ["--policy", "compose", "--param", "barrier=ssp", "--param", "staleness=1", "--param",
+                  "update=dana_slim"]):
+        out = autosync("run", str(path), *args, "--json", cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        summary = json.loads(out.stdout)
+        assert summary["policy"]["params"]["update"] == "dana_slim"
+        finals.append({k: v for k, v in summary.items() if k not in ("wall_seconds", "files")})
+    assert finals[0] == finals[1] == finals[2]
+    for bad, rule in (("compose(barrier=dbw, update=dana_slim)", "error: policy compose: update dana_slim"),
+                      ("compose(barrier=dbw", "error: --policy 'compose(barrier=dbw' must look like"),
+                      ("compose(barrier)", "error: --policy 'compose(barrier)': each parameter must look like "
+                                           "key=value, but got 'barrier'")):
+        out = autosync("run", str(path), "--policy", bad, cwd=tmp_path)
+        no_traceback(out)
+        assert out.returncode == 2 and out.stderr.strip().startswith(rule), out.stderr
+    out = autosync("leaderboard", str(path), "--policies", "compose:barrier=asp,schedule=elastic", cwd=tmp_path)
+    no_traceback(out)
+    assert out.returncode == 2 and "schedule elastic starts with BSP" in out.stderr, out.stderr
+
+
+def test_a_search_space_that_can_sample_a_refused_composition_is_refused_with_the_rule(tmp_path):
+    """In YAML too: a constant, or a choice, or a number outside its slot's choice."""
+    cases = {"update: dana_slim": "compose(update=dana_slim,barrier=bsp), which is refused: update dana_slim "
+                                  "applies one gradient per update",
+             "update: {type: categorical, choices: [sgd, dana_zero]}": "compose(barrier=bsp,update=dana_zero)",
+             "window: {type: int, low: 2, high: 10}": "which is refused: window is a parameter of barrier dbw"}
+    for line, problem in cases.items():
+        path = tmp_path / "space.yaml"
+        path.write_text("name: mine\npolicies:\n  compose:\n    barrier: {type: categorical, choices: [bsp, asp]}\n"
+                        f"    {line}\n")
+        out = autosync("tune", "--space", str(path), "--n-trials", "1", cwd=tmp_path)
+        no_traceback(out)
+        assert out.returncode == 2 and f"{path}: policies.compose can sample " in out.stderr, out.stderr
+        assert problem in out.stderr, out.stderr
+        assert not (tmp_path / "results").exists()  # refused before any study or run
+    allowed = tmp_path / "allowed.yaml"  # the same slots, each parameter where its choice is made
+    allowed.write_text("name: ok\npolicies:\n  compose:\n    barrier: {type: categorical, choices: [bsp, asp]}\n"
+                       "    update: {type: categorical, choices: [sgd, dana_zero], when: {barrier: [asp]}}\n")
+    assert load_space(allowed, 4).families == ["compose"]
 
 
 def test_the_composed_space_samples_only_allowed_compositions_and_counts_its_points():
@@ -141,13 +195,24 @@ def test_a_conditional_discrete_space_counts_only_the_points_its_conditions_allo
     path.write_text("policies:\n  compose:\n    barrier: {type: categorical, choices: [bsp, backup, ssp]}\n"
                     "    k: {type: int, low: 1, high: n_workers, when: {barrier: [backup]}}\n"
                     "    staleness: {type: int, low: 0, high: 2, when: {barrier: [ssp]}}\n"
-                    "    update: {type: categorical, choices: [sgd, dana_slim], when: [{barrier: [ssp]}, {k: [1]}]}\n")
+                    "    batch: {type: categorical, choices: [equal, lbbsp], when: [{barrier: [ssp]}, {k: [1]}]}\n")
     space = load_space(path, 4)
-    # bsp 1; backup: k = 1 with 2 updates, k = 2..4 with none (3); ssp: 3 staleness x 2 updates
+    # bsp 1; backup: k = 1 with 2 batch sizings, k = 2..4 with none (3); ssp: 3 staleness x 2 sizings
     assert space.size() == 1 + (2 + 3) + 6
     space = load_space(resolve_space_path("composed", "static_k"), 8)
     assert space.trial_params({"policy": "compose", "params": {"barrier": "bsp"}}) == {
         "compose.barrier": "bsp", "compose.schedule": "none", "compose.batch": "equal"}
+
+
+def test_a_refused_composition_behind_a_number_s_condition_is_found(tmp_path):
+    """backup with k = 2 (inside the range, named by the condition) samples DANA-Slim: refused."""
+    path = tmp_path / "small.yaml"
+    path.write_text("policies:\n  compose:\n    barrier: {type: categorical, choices: [bsp, backup, ssp]}\n"
+                    "    k: {type: int, low: 1, high: n_workers, when: {barrier: [backup]}}\n"
+                    "    update: {type: categorical, choices: [sgd, dana_slim], when: [{barrier: [ssp]}, {k: [2]}]}\n")
+    with pytest.raises(Exception, match=r"can sample compose\(barrier=backup,k=2,update=dana_slim\), which is "
+                                        r"refused: update dana_slim applies one gradient"):
+        load_space(path, 4)
 
 
 def test_a_when_clause_must_name_an_earlier_parameter(tmp_path):

@@ -76,6 +76,16 @@ def test_torchrun_ranks_give_the_in_process_run_bit_for_bit_and_real_time_runs_r
     assert alone.returncode == 2 and "--backend distributed runs under torchrun" in alone.stderr
 
 
+def test_a_composition_on_torchrun_ranks_is_the_in_process_run_bit_for_bit(tiny_job, tmp_path):
+    """SSP's bound with DANA-Slim's look-ahead and LB-BSP's batches, named in one spec."""
+    spec = "compose(barrier=ssp, staleness=1, update=dana_slim, batch=lbbsp, mode=cpu)"
+    ranks = _torchrun(str(tiny_job), "--backend", "distributed", "--policy", spec, "--out", "c", cwd=tmp_path)
+    assert ranks.returncode == 0, ranks.stderr[-2000:]
+    job = load_job(tiny_job)
+    reference = per_worker_run(job, make_policy(spec), Workload(job))
+    assert torch.equal(torch.load(tmp_path / "c" / "final_params.pt"), reference.final_params)
+
+
 class _Launch:
     """A torchrun launch of a long real-time run whose rank processes can be found and signalled."""
 

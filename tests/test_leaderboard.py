@@ -67,7 +67,7 @@ def test_leaderboard_command_writes_tables_and_plots(tmp_path):
     for name in ("leaderboard.csv", "curves.png", "k_over_time.png"):
         assert (out / name).stat().st_size > 0
     proc = autosync("leaderboard", str(job), "--policies", "nope", cwd=tmp_path)
-    assert proc.returncode == 2 and "--policy must be one of" in proc.stderr
+    assert proc.returncode == 2 and "--policies must be one of" in proc.stderr
 
 
 def test_early_and_late_mean_k_average_the_gradients_per_update_of_each_half():

@@ -16,7 +16,11 @@ CONTRACT_PARAMS = {"backup": {"k": 3}, "ssp": {"staleness": 1},
                    "compose": {"barrier": "ssp", "update": "dana_slim"}}
 # Compositions that no seed policy is, run through the same contract.
 COMPOSITIONS = {"compose-switch": {"schedule": "elastic", "switch_at": 0.3, "batch": "lbbsp", "update": "dana_zero"},
-                "compose-dbw-lbbsp": {"barrier": "dbw", "batch": "lbbsp"}}
+                "compose-dbw-lbbsp": {"barrier": "dbw", "batch": "lbbsp"},
+                "compose-backup-lbbsp": {"barrier": "backup", "k": 3, "batch": "lbbsp", "mode": "gpu"},
+                "compose-ssp-dana_dc": {"barrier": "ssp", "staleness": 1, "update": "dana_dc", "dc_lambda": 0.5},
+                "compose-sync_switch-lwp": {"schedule": "sync_switch", "switch_at": 0.3, "update": "lwp"},
+                "compose-greedy-lbbsp": {"schedule": "greedy", "switch_at": 0.5, "batch": "lbbsp", "mode": "cpu"}}
 
 
 @pytest.fixture(params=sorted(POLICIES) + sorted(COMPOSITIONS))

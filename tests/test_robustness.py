@@ -107,7 +107,7 @@ def test_bad_options_exit_2(tmp_path):
     family = tmp_path / "tiny.yaml"
     family.write_text(TINY)
     for extra, message in ((["--n-jobs", "0"], "--n-jobs must be >= 1 or -1"),
-                           (["--policies", "nope"], "--policy must be one of")):
+                           (["--policies", "nope"], "--policies must be one of")):
         proc = autosync("robustness", str(family), "--jobs", "1", *extra, cwd=tmp_path)
         assert proc.returncode == 2, proc.stderr
         no_traceback(proc)

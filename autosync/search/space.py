@@ -184,4 +184,55 @@ def load_space(path: str | Path, n_workers: int) -> SearchSpace:
                   for family, params in spec.policies.items()}
     constants = {family: {name: p.value for name, p in params.items() if isinstance(p, Constant)}
                  for family, params in spec.policies.items()}
+    problems = refused_compositions(dimensions, constants)
+    if problems:
+        raise SpaceFileError(str(path), problems)
     return SearchSpace(spec.name or path.stem, spec.description, str(path), dimensions, constants)
+
+
+def refused_compositions(dimensions: dict[str, dict[str, Dimension]],
+                         constants: dict[str, dict[str, Any]]) -> list[str]:
+    """For a `compose` family, the first composition the space can sample that `check_composition` refuses,
+    with the rule (as one problem line); none where every sample is allowed.
+
+    Every choice of each categorical dimension is tried where its `when` holds; a number takes one value
+    away from the policy's default (a number set where its slot choice is not made is refused, whatever
+    it is), or, where a later condition reads it, both ends of its range and each value a condition names.
+    """
+    from autosync.leaderboard import label_of
+    from autosync.policies import Composed
+    from autosync.policies._composed import check_composition
+
+    if Composed.name not in dimensions:
+        return []
+    defaults = Composed().params()
+    dims = list(dimensions[Composed.name].items())
+    for params in _samples(dims, dict(constants[Composed.name]), defaults):
+        try:
+            check_composition(Composed(**params))
+        except (ValueError, TypeError) as exc:
+            label = label_of({"policy": Composed.name, "params": params})
+            return [f"policies.{Composed.name} can sample {label}, which is refused: {exc}"]
+    return []
+
+
+def _samples(dims: list[tuple[str, Dimension]], chosen: dict[str, Any], defaults: dict[str, Any]):
+    """Every sample of a family's dimensions that matters to `refused_compositions` (`_points`' walk)."""
+    if not dims:
+        yield dict(chosen)
+        return
+    (name, dim), rest = dims[0], dims[1:]
+    if not _holds(dim, chosen):
+        yield from _samples(rest, chosen, defaults)
+        return
+    if dim.type == "categorical":
+        values = list(dim.choices)
+    elif dim.type in ("int", "float"):
+        named = [v for _, later in rest for clause in (later.when or []) for v in clause.get(name, [])]
+        ends = [dim.low, dim.high]
+        values = ends + [v for v in named if _admits(dim, v) and v not in ends] if named else \
+            [next((v for v in ends if v != defaults.get(name)), dim.low)]
+    else:
+        values = [None]  # a simplex is no slot and owns no slot
+    for value in values:
+        yield from _samples(rest, {**chosen, name: value} if value is not None else chosen, defaults)
