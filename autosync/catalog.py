@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 from typing import Any
 
 from autosync import policies as _policies
@@ -45,20 +46,22 @@ def policy_parameters(cls: type[Policy]) -> dict[str, Any]:
     return {n: p.default for n, p in sig.parameters.items() if n != "self"}
 
 
-_PYTHON_LITERALS = {"True": True, "False": False, "None": None}  # as labels print them
+# Values as labels print them (Python's str), read back as what they stand for.
+_PYTHON_LITERALS = {"True": True, "False": False, "None": None, "inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 
 
 def parse_param(text: str) -> tuple[str, Any]:
-    """'k=12' -> ('k', 12): values are read as JSON when they parse (True, False and None as labels print
-    them too), else kept as strings."""
-    if "=" not in text:
+    """'k=12' -> ('k', 12): values are read as JSON when they parse (True, False, None, inf and nan as
+    labels print them too; a string in single quotes without them), else kept as strings."""
+    key, _, raw = text.partition("=")
+    if not _ or not key.strip():
         raise UserError(f"--param must look like key=value, but got {text!r}")
-    key, raw = text.split("=", 1)
     raw = raw.strip()
     try:
         value = json.loads(raw)
     except json.JSONDecodeError:
-        value = _PYTHON_LITERALS.get(raw, raw)
+        quoted = len(raw) >= 2 and raw[0] == raw[-1] == "'"
+        value = raw[1:-1] if quoted else _PYTHON_LITERALS.get(raw, raw)
     return key.strip(), value
 
 
@@ -72,17 +75,20 @@ def split_policy_spec(text: str, option: str = "--policy") -> tuple[str, dict[st
     (a list value) do not separate parameters.
     """
     text = text.strip()
-    if "(" in text or text.endswith(")"):
-        if not (text.endswith(")") and text.count("(") == 1):
+    colon, paren = text.find(":"), text.find("(")
+    if paren != -1 and (colon == -1 or paren < colon):  # name(...): the label form
+        if not text.endswith(")") or text[paren + 1:-1].count(")") > text[paren + 1:-1].count("("):
             raise UserError(f"{option} {text!r} must look like name(key=value, ...) or name:key=value,...")
-        name, _, body = text[:-1].partition("(")
+        name, body = text[:paren], text[paren + 1:-1]
     else:
         name, _, body = text.partition(":")
     params: dict[str, Any] = {}
     for item in _top_level_items(body):
-        if "=" not in item:
+        if "=" not in item or not item.partition("=")[0].strip():
             raise UserError(f"{option} {text!r}: each parameter must look like key=value, but got {item!r}")
         key, value = parse_param(item)
+        if key in params:
+            raise UserError(f"{option} {text!r}: each parameter may be given once, but got {key!r} twice")
         params[key] = value
     return name.strip(), params
 
@@ -95,9 +101,9 @@ def _top_level_items(body: str) -> list[str]:
             quote = "" if ch == quote else quote
         elif ch in "\"'":
             quote = ch
-        elif ch in "[{":
+        elif ch in "[{(":
             depth += 1
-        elif ch in "]}":
+        elif ch in "]})":
             depth -= 1
         elif ch == "," and depth == 0:
             items.append("".join(current).strip())

@@ -4,13 +4,15 @@ refused with their rule; the `composed` search space samples only allowed combin
 from __future__ import annotations
 
 import json
+import re
 
 import optuna
 import pytest
 import torch
 
-from autosync.catalog import POLICIES, make_policy
+from autosync.catalog import POLICIES, make_policy, split_policy_spec
 from autosync.engine import simulate
+from autosync.errors import UserError
 from autosync.engine.drivers import ProcessDriver
 from autosync.leaderboard import label_of, parse_policy_spec
 from autosync.policies import Composed, check_composition, composition_of
@@ -124,6 +126,13 @@ def test_labels_read_as_the_composition_and_specs_parse():
     assert parse_policy_spec("compose(barrier=ssp, staleness=2, update=dana_slim)", 4) == spec
     dbw = parse_policy_spec("dbw(window=5,robust=False)", 4)
     assert dbw["params"]["robust"] is False and parse_policy_spec(label_of(dbw), 4) == dbw
+    assert split_policy_spec("backup:lr_rule=f(x)") == ("backup", {"lr_rule": "f(x)"})  # the colon form
+    assert split_policy_spec("compose(barrier='ssp', staleness=2)") == ("compose", {"barrier": "ssp", "staleness": 2})
+    assert split_policy_spec("split(fractions=[0.5, 0.5])") == ("split", {"fractions": [0.5, 0.5]})
+    for bad, rule in (("backup(k=8))", "must look like name"), ("backup(k=1, k=2)", "given once"),
+                      ("bsp(=1)", "must look like key=value")):
+        with pytest.raises(UserError, match=re.escape(rule)):
+            split_policy_spec(bad)
 
 
 def test_one_spec_names_a_composition_for_run_as_for_leaderboard(tmp_path):
@@ -155,7 +164,7 @@ def test_one_spec_names_a_composition_for_run_as_for_leaderboard(tmp_path):
 
 def test_a_search_space_that_can_sample_a_refused_composition_is_refused_with_the_rule(tmp_path):
     """In YAML too: a constant, or a choice, or a number outside its slot's choice."""
-    cases = {"update: dana_slim": "compose(update=dana_slim,barrier=bsp), which is refused: update dana_slim "
+    cases = {"update: dana_slim": "compose(barrier=bsp,update=dana_slim), which is refused: update dana_slim "
                                   "applies one gradient per update",
              "update: {type: categorical, choices: [sgd, dana_zero]}": "compose(barrier=bsp,update=dana_zero)",
              "window: {type: int, low: 2, high: 10}": "which is refused: window is a parameter of barrier dbw"}
@@ -210,8 +219,21 @@ def test_a_refused_composition_behind_a_number_s_condition_is_found(tmp_path):
     path.write_text("policies:\n  compose:\n    barrier: {type: categorical, choices: [bsp, backup, ssp]}\n"
                     "    k: {type: int, low: 1, high: n_workers, when: {barrier: [backup]}}\n"
                     "    update: {type: categorical, choices: [sgd, dana_slim], when: [{barrier: [ssp]}, {k: [2]}]}\n")
-    with pytest.raises(Exception, match=r"can sample compose\(barrier=backup,k=2,update=dana_slim\), which is "
+    with pytest.raises(Exception, match=r"can sample compose\(barrier=backup,update=dana_slim,k=2\), which is "
                                         r"refused: update dana_slim applies one gradient"):
+        load_space(path, 4)
+
+
+def test_numbers_are_tried_at_the_values_they_can_sample(tmp_path):
+    """A step that cannot reach `high` does not make the default dc_lambda = 2.0 look set; a value between
+    the ones a condition names is tried too (staleness 2 leaves barrier at bsp, where staleness is refused)."""
+    path = tmp_path / "step.yaml"
+    path.write_text("policies:\n  compose:\n    barrier: {type: categorical, choices: [bsp, asp]}\n"
+                    "    dc_lambda: {type: float, low: 2.0, high: 2.5, step: 1.0}\n")
+    assert load_space(path, 4).families == ["compose"]
+    path.write_text("policies:\n  compose:\n    staleness: {type: int, low: 1, high: 5}\n"
+                    "    barrier: {type: categorical, choices: [ssp], when: {staleness: [1, 5]}}\n")
+    with pytest.raises(Exception, match=r"can sample compose\(barrier=bsp,staleness=2\), which is refused"):
         load_space(path, 4)
 
 

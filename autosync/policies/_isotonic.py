@@ -801,10 +801,12 @@ def _peel(x: np.ndarray, problem: _Problem, margin: float, depth: int | None = N
     on both sides of it split into single rows (with `depth`, only the `depth` rows of each run nearest
     the step); None where none binds (x is then (17)'s optimum, module docstring).
 
-    A binding run is split whole: the runs that bind have many distinct rows in the optimum, and split
-    in doubling steps instead (one row, then two, four, ...) they cost more re-solves than they save
-    rows (on the instances recorded from a DBW run at n = 128, 72 sweeps and 5 rounds a solve against
-    172 and 13, 39 ms against 54 to 66; bench_scale's DBW at n = 256, 44 ms an update against 83).
+    Without `depth` (this module's solver) a binding run is split whole: the runs that bind have many
+    distinct rows in the optimum, and split in doubling steps instead (one row, then two, four, ...)
+    they cost this solver more re-solves than they save rows (on the instances recorded from a DBW run
+    at n = 128, 72 sweeps and 5 rounds a solve against 172 and 13, 39 ms against 54 to 66; bench_scale's
+    DBW at n = 256, 44 ms an update against 83). The compiled solver (`_eq17_exact`), whose re-solves
+    are cheap, splits 1, 4, 16, ... rows (`depth`) instead.
     """
     ends = problem.starts[1:] - 1  # the diagonal's step from merged row j to j + 1: ends[j] -> ends[j] + 1
     d = x[problem.diag_rows, problem.diag_cols]

@@ -195,9 +195,10 @@ def refused_compositions(dimensions: dict[str, dict[str, Dimension]],
     """For a `compose` family, the first composition the space can sample that `check_composition` refuses,
     with the rule (as one problem line); none where every sample is allowed.
 
-    Every choice of each categorical dimension is tried where its `when` holds; a number takes one value
-    away from the policy's default (a number set where its slot choice is not made is refused, whatever
-    it is), or, where a later condition reads it, both ends of its range and each value a condition names.
+    Every choice of each categorical dimension is tried where its `when` holds. A number takes each value a
+    later condition names that it can sample, and one it can sample that none names, away from the
+    policy's default where it can (a number set where its slot choice is not made is refused, whatever
+    it is; the rules read a number only as default or not).
     """
     from autosync.leaderboard import label_of
     from autosync.policies import Composed
@@ -211,9 +212,32 @@ def refused_compositions(dimensions: dict[str, dict[str, Dimension]],
         try:
             check_composition(Composed(**params))
         except (ValueError, TypeError) as exc:
-            label = label_of({"policy": Composed.name, "params": params})
+            label = label_of({"policy": Composed.name, "params": {**defaults, **params}})
             return [f"policies.{Composed.name} can sample {label}, which is refused: {exc}"]
     return []
+
+
+def _reachable(dim: Dimension, value: Any) -> bool:
+    """Whether a number dimension can sample `value` (inside its range, on its step)."""
+    if not _admits(dim, value) or isinstance(value, bool):
+        return False
+    return not dim.step or abs((value - dim.low) / dim.step - round((value - dim.low) / dim.step)) < 1e-9
+
+
+def _unnamed_value(dim: Dimension, named: list[Any], default: Any) -> Any:
+    """A value a number dimension can sample that no condition names, away from the policy's default where
+    there is one (`refused_compositions`: every such value acts alike); one it can sample otherwise."""
+    step = dim.step or (1 if dim.type == "int" else None)
+    if step:
+        count = int(math.floor((dim.high - dim.low) / step + 1e-9)) + 1
+        picks = [dim.low + i * step for i in range(min(count, len(named) + 2))]
+        picks += [dim.low + i * step for i in range(max(count - len(named) - 2, len(picks)), count)]
+    else:
+        picks = [dim.low, dim.high] + [dim.low + (dim.high - dim.low) * (i + 1) / (len(named) + 2)
+                                        for i in range(len(named) + 1)]
+    picks = [int(round(v)) if dim.type == "int" else v for v in picks]
+    free = [v for v in picks if v not in named]
+    return next((v for v in free if v != default), free[0] if free else picks[0])
 
 
 def _samples(dims: list[tuple[str, Dimension]], chosen: dict[str, Any], defaults: dict[str, Any]):
@@ -228,10 +252,9 @@ def _samples(dims: list[tuple[str, Dimension]], chosen: dict[str, Any], defaults
     if dim.type == "categorical":
         values = list(dim.choices)
     elif dim.type in ("int", "float"):
-        named = [v for _, later in rest for clause in (later.when or []) for v in clause.get(name, [])]
-        ends = [dim.low, dim.high]
-        values = ends + [v for v in named if _admits(dim, v) and v not in ends] if named else \
-            [next((v for v in ends if v != defaults.get(name)), dim.low)]
+        named = [v for _, later in rest for clause in (later.when or []) for v in clause.get(name, [])
+                 if _reachable(dim, v)]
+        values = list(dict.fromkeys(named + [_unnamed_value(dim, named, defaults.get(name))]))
     else:
         values = [None]  # a simplex is no slot and owns no slot
     for value in values:
