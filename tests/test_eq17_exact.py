@@ -122,6 +122,10 @@ def test_bad_instances_are_refused_with_the_rule():
     with pytest.raises(ValueError, match="targets must be a C-contiguous buffer of 4 values of format 'd'"):
         exact._compiled.solve(2, 2, np.ones((2, 2)), np.ones((2, 2), dtype=np.float32), np.array([1], np.intc), out,
                               1e-12)
+    with pytest.raises(ValueError, match=r"weights must be finite and > 0 and targets finite, but got weight 0.0 "
+                                         r"and target 1.0 at index 3"):
+        exact._compiled.solve(2, 2, np.array([[1.0, 1.0], [1.0, 0.0]]), np.ones((2, 2)), np.array([1], np.intc), out,
+                              1e-12)
     with pytest.raises(ValueError, match=r"diagonal\[0\] must be in \[1, n\)"):
         exact._compiled.solve(2, 2, np.ones((2, 2)), np.ones((2, 2)), np.array([2], np.intc), out, 1e-12)
 

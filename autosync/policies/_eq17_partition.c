@@ -302,7 +302,8 @@ static int get_buffer(PyObject *obj, Py_buffer *view, Py_ssize_t count, const ch
                       int writable, const char *name) {
     int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(obj, view, flags) != 0) return -1;
-    if (strcmp(view->format, format) != 0 || view->itemsize != itemsize || view->len != count * itemsize) {
+    if (strcmp(view->format, format) != 0 || view->itemsize != itemsize || view->len / itemsize != count ||
+        view->len % itemsize != 0) {
         PyErr_Format(PyExc_ValueError, "%s must be a C-contiguous buffer of %zd values of format '%s', but got %zd "
                      "bytes of format '%s'", name, count, format, view->len, view->format);
         PyBuffer_Release(view);
@@ -342,6 +343,19 @@ static PyObject *solve(PyObject *self, PyObject *args) {
         if (dto[j] < 1 || dto[j] >= n) {
             for (int i = 0; i < 4; i++) PyBuffer_Release(&views[i]);
             PyErr_Format(PyExc_ValueError, "diagonal[%d] must be in [1, n), but got %d", j, dto[j]);
+            return NULL;
+        }
+    }
+    const double *weights = views[0].buf, *targets = views[1].buf;
+    for (Py_ssize_t i = 0; i < cells; i++) {
+        if (!(weights[i] > 0.0) || !isfinite(weights[i]) || !isfinite(targets[i])) {
+            PyObject *w = PyFloat_FromDouble(weights[i]), *t = PyFloat_FromDouble(targets[i]);
+            for (int j = 0; j < 4; j++) PyBuffer_Release(&views[j]);
+            if (w && t)
+                PyErr_Format(PyExc_ValueError, "weights must be finite and > 0 and targets finite, but got weight %R "
+                             "and target %R at index %zd", w, t, i);
+            Py_XDECREF(w);
+            Py_XDECREF(t);
             return NULL;
         }
     }
