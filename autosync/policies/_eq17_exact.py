@@ -10,25 +10,24 @@ answer depends only on its (weights, targets).
 Runs of adjacent rows with equal weights and targets (DBW's rows not sampled yet) are solved as one row
 first, as the pure-Python solver does (`_isotonic._Problem`; its module docstring proves the merged
 optimum is (17)'s where no diagonal constraint at a run's end binds, for any split of the runs); where one
-binds, the rows of the runs on both sides nearest the step are split off as single rows, 1, then 4, 16,
-... in later rounds (`_isotonic._peel` with a depth), and the merged problem is solved again. On DBW's
-samples the long run of unsampled rows has one distinct row in the optimum even where its end binds, so
-split whole (as the Python solver does) it costs a solve of nearly all n rows for nothing: on the
-synthetic re-solves of benchmarks/bench_dbw_solver.py at n = 512, 18.7 ms a solve split whole against
-6.8 split this way; on the instances recorded from a DBW run at n = 128, whose binding runs do have many
-distinct rows, 2.10 ms against 2.16 (depths 1, 2, 4, ...: 6.8 and 2.86 ms; 1, 8, 64, ...: 7.1 and 2.24).
-
-The extension is built by `pip install` (setup.py) where a C compiler and Python's headers are present;
-where it is not, `COMPILED` is False and DBW's estimator uses the pure-Python structured solver
-(`_isotonic.Eq17Solver`), which reaches the same optimum within its tolerance, more slowly
-(benchmarks/bench_dbw_solver.py compares the two).
+binds, the 4 rows of the runs on both sides nearest the step are split off as single rows, and where a
+run still binds after that it is split whole (`_isotonic._peel`, with a depth, then without), and the
+merged problem is solved again. On DBW's synthetic samples (benchmarks/bench_dbw_solver.py) the long run
+of unsampled rows has one distinct row in the optimum even where its end binds, and a few rows split off
+settle it: split whole at once (as the Python solver does) it costs a solve of nearly all n rows for
+nothing. On the instances recorded from DBW runs the runs that bind have many distinct rows, and
+splitting them whole at the second try saves rounds. Measured back to back, ms a solve on the recorded
+instances at n = 128, 256, 512 and on the synthetic re-solves at n = 256, 512, 1024: 4 rows then whole
+1.83, 6.5, 24.6 and 2.45, 5.4, 10.2; whole at once 1.60, 5.8, 23.3 and 3.3, 16.5, 10.5; 1, 4, 16, ...
+rows 1.92, 7.8, 33.7 and 2.6, 6.6, 10.5.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from autosync.policies._isotonic import _ROUNDING, Eq17Result, _peel, _Problem, _row_runs, checked_instance, isotone_majorant
+from autosync.policies._isotonic import (_ROUNDING, Eq17Result, _peel, _Problem, _row_runs, checked_instance,
+                                        isotone_majorant)
 
 try:
     from autosync.policies import _eq17_partition as _compiled
@@ -40,6 +39,8 @@ COMPILED = _compiled is not None
 # A region is split only where its best upper subset gains more than this times the sum of |w (t - m)|
 # over the region: below it the gain is rounding (its sum over the whole region is 0 exactly).
 SPLIT_TOLERANCE = 1e-12
+# Rows split off each side of a binding step at the first try; the runs that still bind are split whole.
+FIRST_PEEL = 4
 
 
 class PartitionSolver:
@@ -62,7 +63,7 @@ class PartitionSolver:
         while True:
             x = solve_merged(problem)
             rounds += 1
-            peeled = _peel(x, problem, margin, depth=4 ** (rounds - 1))
+            peeled = _peel(x, problem, margin, depth=FIRST_PEEL if rounds == 1 else None)
             if peeled is None:
                 break
             problem = _Problem(w, t, peeled)
