@@ -70,10 +70,10 @@ static int stack_push(RegionStack *s, Region r) {
 }
 
 /* Scratch for the dynamic programme: f (value per choice c of the current row), the previous row's f, its
-   prefix maxima, and one back-pointer per (row, choice). */
+   prefix maxima, and one back-pointer per (row, choice); and a split's two parts before they are pooled. */
 typedef struct {
     double *f, *prev, *pmax, *qmax;
-    int *parg, *qarg, *back;
+    int *parg, *qarg, *back, *parts;
 } Scratch;
 
 /* The upper subset of the region (rows r0..r1, columns lohi) with the largest sum of the gains
@@ -146,22 +146,11 @@ static double best_upper_subset(int n, const double *w, const double *t, double 
             int s = c > plo ? c : plo;
             int e = chi < phi ? chi : phi;
             int upper = (s < e) ? s : phi;  /* largest allowed c_{h-1} */
-            double best;
-            int arg;
-            if (diag && c > d) {
-                if (upper < d) {  /* cannot happen for a convex region; kept safe */
-                    best = -INFINITY;
-                    arg = upper - plo;
-                } else {
-                    best = qmax[upper - plo];
-                    arg = qarg[upper - plo];
-                }
-            } else {
-                best = pmax[upper - plo];
-                arg = parg[upper - plo];
-            }
-            f[c - clo] = acc + best;
-            brow[c - clo] = arg;
+            /* with the diagonal's bound too (c > d), c_{h-1} is in [d, upper]: upper >= d, since c > d gives
+               s > d where the column bound holds, and phi > d - 1 where it does not */
+            int both = diag && c > d;
+            f[c - clo] = acc + (both ? qmax : pmax)[upper - plo];
+            brow[c - clo] = (both ? qarg : parg)[upper - plo];
         }
         boff += (size_t)(chi - clo + 1);
         double *swap = prev;
@@ -202,9 +191,10 @@ static int partition_solve(int m, int n, const double *w, const double *t, const
     sc.parg = malloc((size_t)(n + 1) * sizeof(int));
     sc.qarg = malloc((size_t)(n + 1) * sizeof(int));
     sc.back = malloc((cells + (size_t)m) * sizeof(int));
+    sc.parts = malloc(4 * (size_t)m * sizeof(int));
     int status = -1;
     *blocks = 0;
-    if (!cut || !sc.f || !sc.prev || !sc.pmax || !sc.qmax || !sc.parg || !sc.qarg || !sc.back) goto done;
+    if (!cut || !sc.f || !sc.prev || !sc.pmax || !sc.qmax || !sc.parg || !sc.qarg || !sc.back || !sc.parts) goto done;
     if (pool_reserve(&pool, 2 * (size_t)m)) goto done;
     for (int h = 0; h < m; h++) {
         pool.data[2 * h] = 0;
@@ -228,7 +218,13 @@ static int partition_solve(int m, int n, const double *w, const double *t, const
         double mean = swt / sw;
         double spread;
         double value = best_upper_subset(n, w, t, mean, dto, lohi, reg.r0, reg.r1, &sc, cut, &spread);
-        if (!(value > tol * spread)) {
+        /* an upper subset that is all or none of the region can only come from rounding */
+        size_t upper_cells = 0, lower_cells = 0;
+        for (int j = 0; j < rows; j++) {
+            upper_cells += (size_t)(lohi[2 * j + 1] - cut[j]);
+            lower_cells += (size_t)(cut[j] - lohi[2 * j]);
+        }
+        if (!(value > tol * spread) || upper_cells == 0 || lower_cells == 0) {
             /* no upper subset gains: the region is one block at its mean */
             for (int j = 0; j < rows; j++) {
                 double *xr = x + (size_t)(reg.r0 + j) * n;
@@ -238,25 +234,9 @@ static int partition_solve(int m, int n, const double *w, const double *t, const
             pool.size = reg.off;  /* the region was the pool's top */
             continue;
         }
-        /* an upper subset that is all or none of the region can only come from rounding: a block */
-        size_t upper_cells = 0, lower_cells = 0;
-        for (int j = 0; j < rows; j++) {
-            upper_cells += (size_t)(lohi[2 * j + 1] - cut[j]);
-            lower_cells += (size_t)(cut[j] - lohi[2 * j]);
-        }
-        if (upper_cells == 0 || lower_cells == 0) {
-            for (int j = 0; j < rows; j++) {
-                double *xr = x + (size_t)(reg.r0 + j) * n;
-                for (int k = lohi[2 * j]; k < lohi[2 * j + 1]; k++) xr[k] = mean;
-            }
-            (*blocks)++;
-            pool.size = reg.off;
-            continue;
-        }
         /* split: the lower part [lo, c) and the upper part [c, hi) of each row, empty end rows trimmed;
            both are written over the region's own place at the pool's top */
-        int *tmp = malloc(4 * (size_t)rows * sizeof(int));
-        if (!tmp) goto done;
+        int *tmp = sc.parts;
         for (int j = 0; j < rows; j++) {
             tmp[2 * j] = lohi[2 * j];
             tmp[2 * j + 1] = cut[j];
@@ -270,18 +250,11 @@ static int partition_solve(int m, int n, const double *w, const double *t, const
             while (a <= b && p[2 * a] == p[2 * a + 1]) a++;
             while (b >= a && p[2 * b] == p[2 * b + 1]) b--;
             size_t len = 2 * (size_t)(b - a + 1);
-            if (pool_reserve(&pool, len)) {
-                free(tmp);
-                goto done;
-            }
+            if (pool_reserve(&pool, len)) goto done;
             memcpy(pool.data + pool.size, p + 2 * a, len * sizeof(int));
-            if (stack_push(&stack, (Region){reg.r0 + a, reg.r0 + b, pool.size})) {
-                free(tmp);
-                goto done;
-            }
+            if (stack_push(&stack, (Region){reg.r0 + a, reg.r0 + b, pool.size})) goto done;
             pool.size += len;
         }
-        free(tmp);
     }
     status = 0;
 done:
@@ -293,6 +266,7 @@ done:
     free(sc.parg);
     free(sc.qarg);
     free(sc.back);
+    free(sc.parts);
     free(pool.data);
     free(stack.data);
     return status;
