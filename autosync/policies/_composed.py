@@ -37,6 +37,7 @@ BARRIERS = ("bsp", "backup", "dbw", "bdbw", "ssp", "asp")
 BATCHES = ("equal", "lbbsp")
 UPDATES = ("sgd", "nag_asgd", "multi_asgd", "lwp", "dc_asgd", "dana_zero", "dana_slim", "dana_dc")
 SCHEDULES = ("none", "sync_switch", "greedy", "elastic")
+SLOTS = {"barrier": BARRIERS, "batch": BATCHES, "update": UPDATES, "schedule": SCHEDULES}
 
 # Which slot choice each parameter belongs to: set away from its default, it needs that choice.
 PARAMETER_OWNERS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -164,7 +165,7 @@ def check_composition(policy: Composed) -> None:
       timed too, under asp and ssp a round spans the updates the slowest worker takes).
     - Sync-Switch's schedules start with BSP (sec. IV-A): they need barrier bsp.
     """
-    for slot, choices in (("barrier", BARRIERS), ("batch", BATCHES), ("update", UPDATES), ("schedule", SCHEDULES)):
+    for slot, choices in SLOTS.items():
         value = getattr(policy, slot)
         if value not in choices:
             raise ValueError(f"{slot} must be one of {list(choices)}, but got {slot}={value!r}")

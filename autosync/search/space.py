@@ -25,7 +25,7 @@ import inspect
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterable
 
 import yaml
 
@@ -195,20 +195,20 @@ def refused_compositions(dimensions: dict[str, dict[str, Dimension]],
     """For a `compose` family, the first composition the space can sample that `check_composition` refuses,
     with the rule (as one problem line); none where every sample is allowed.
 
-    Every choice of each categorical dimension is tried where its `when` holds. A number takes each value a
-    later condition names that it can sample, and one it can sample that none names, away from the
-    policy's default where it can (a number set where its slot choice is not made is refused, whatever
-    it is; the rules read a number only as default or not).
+    `check_composition` reads the four slots' choices, and every other parameter only as its default or
+    not. So each slot's every choice is tried where its `when` holds, and any other dimension takes each
+    value a later condition names that it can sample, and one it can sample that none names, away from the
+    default where it can.
     """
     from autosync.leaderboard import label_of
     from autosync.policies import Composed
-    from autosync.policies._composed import check_composition
+    from autosync.policies._composed import SLOTS, check_composition
 
     if Composed.name not in dimensions:
         return []
     defaults = Composed().params()
     dims = list(dimensions[Composed.name].items())
-    for params in _samples(dims, dict(constants[Composed.name]), defaults):
+    for params in _samples(dims, dict(constants[Composed.name]), defaults, SLOTS):
         try:
             check_composition(Composed(**params))
         except (ValueError, TypeError) as exc:
@@ -217,45 +217,44 @@ def refused_compositions(dimensions: dict[str, dict[str, Dimension]],
     return []
 
 
-def _reachable(dim: Dimension, value: Any) -> bool:
-    """Whether a number dimension can sample `value` (inside its range, on its step)."""
-    if not _admits(dim, value) or isinstance(value, bool):
-        return False
-    return not dim.step or abs((value - dim.low) / dim.step - round((value - dim.low) / dim.step)) < 1e-9
-
-
-def _unnamed_value(dim: Dimension, named: list[Any], default: Any) -> Any:
-    """A value a number dimension can sample that no condition names, away from the policy's default where
-    there is one (`refused_compositions`: every such value acts alike); one it can sample otherwise."""
-    step = dim.step or (1 if dim.type == "int" else None)
-    if step:
-        count = int(math.floor((dim.high - dim.low) / step + 1e-9)) + 1
-        picks = [dim.low + i * step for i in range(min(count, len(named) + 2))]
-        picks += [dim.low + i * step for i in range(max(count - len(named) - 2, len(picks)), count)]
-    else:
-        picks = [dim.low, dim.high] + [dim.low + (dim.high - dim.low) * (i + 1) / (len(named) + 2)
-                                        for i in range(len(named) + 1)]
-    picks = [int(round(v)) if dim.type == "int" else v for v in picks]
-    free = [v for v in picks if v not in named]
-    return next((v for v in free if v != default), free[0] if free else picks[0])
-
-
-def _samples(dims: list[tuple[str, Dimension]], chosen: dict[str, Any], defaults: dict[str, Any]):
+def _samples(dims: list[tuple[str, Dimension]], chosen: dict[str, Any], defaults: dict[str, Any],
+             slots: Iterable[str]):
     """Every sample of a family's dimensions that matters to `refused_compositions` (`_points`' walk)."""
     if not dims:
         yield dict(chosen)
         return
     (name, dim), rest = dims[0], dims[1:]
-    if not _holds(dim, chosen):
-        yield from _samples(rest, chosen, defaults)
+    if not _holds(dim, chosen) or dim.type == "simplex":  # a simplex is no slot and owns none
+        yield from _samples(rest, chosen, defaults, slots)
         return
-    if dim.type == "categorical":
+    if dim.type == "categorical" and name in slots:
         values = list(dim.choices)
-    elif dim.type in ("int", "float"):
-        named = [v for _, later in rest for clause in (later.when or []) for v in clause.get(name, [])
-                 if _reachable(dim, v)]
-        values = list(dict.fromkeys(named + [_unnamed_value(dim, named, defaults.get(name))]))
     else:
-        values = [None]  # a simplex is no slot and owns no slot
+        named = [v for _, later in rest for clause in (later.when or []) for v in clause.get(name, [])]
+        named = list(dict.fromkeys(v for v in named if _can_sample(dim, v)))
+        free = [v for v in _candidates(dim, len(named) + 2) if v not in named]
+        values = (named + [next((v for v in free if v != defaults.get(name)), free[0])]) if free else named
     for value in values:
-        yield from _samples(rest, {**chosen, name: value} if value is not None else chosen, defaults)
+        yield from _samples(rest, {**chosen, name: value}, defaults, slots)
+
+
+def _candidates(dim: Dimension, count: int) -> list[Any]:
+    """Up to `count` distinct values a dimension can sample (every choice of a categorical): with
+    `count` = (values named elsewhere) + 2, at least two of them are named nowhere."""
+    if dim.type == "categorical":
+        return list(dim.choices)
+    step = dim.step or (1 if dim.type == "int" else None)
+    if step is None:  # a continuous float: points inside its range
+        return [dim.low + (dim.high - dim.low) * i / max(count - 1, 1) for i in range(count)]
+    points = int(math.floor((dim.high - dim.low) / step + 1e-9)) + 1
+    values = [dim.low + i * step for i in range(min(points, count))]
+    return [int(round(v)) for v in values] if dim.type == "int" else values
+
+
+def _can_sample(dim: Dimension, value: Any) -> bool:
+    """Whether a categorical or number dimension can sample `value` (a number: inside its range, on its step)."""
+    if dim.type == "categorical":
+        return value in dim.choices
+    if isinstance(value, bool) or not _admits(dim, value):
+        return False
+    return not dim.step or abs((value - dim.low) / dim.step - round((value - dim.low) / dim.step)) < 1e-9
