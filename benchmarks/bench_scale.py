@@ -4,9 +4,10 @@
 
 (1) For BSP, backup k = 3n/4, ASP and DBW (solve_every = 10, its default, and 1: `dbw1`), the wall
     time per simulated update at each n, on a cheap workload (logistic regression on 64-feature
-    synthetic data, batch 8) so that the engine's own bookkeeping, not the model, is what grows; printed with the ratio to the smallest n and that ratio
-    divided by n / n_min (<= 1: the per-update cost grows no faster than linearly in n). BSP and backup
-    aggregate about n gradients per update, ASP one, so their per-update work is O(n) and O(1).
+    synthetic data, batch 8) so that the engine's own bookkeeping, not the model, is what grows; printed
+    with the ratio to the smallest n and that ratio divided by n / n_min (<= 1: the per-update cost grows
+    no faster than linearly in n). BSP and backup aggregate about n gradients per update, ASP one, so
+    their per-update work is O(n) and O(1).
     DBW is run up to --dbw-max-workers (default 512); it solves (17) with the structured solver, the
     compiled partition where it is built (benchmarks/bench_dbw_solver.py times it alone; with cvxpy the
     solve grew as about n^3; with the pure-Python structured solver DBW's per-update cost grew 1.32x and

@@ -22,10 +22,11 @@ from tests.conftest import autosync, no_traceback, per_worker_run, small_job
 
 JOB = small_job(budget={"max_updates": 40})
 SEEDS = [("bsp", {}), ("asp", {}), ("ssp", {"staleness": 1}), ("backup", {"k": 3}),
-         ("backup", {"k": 2, "lr_rule": "proportional"}), ("dbw", {}), ("dbw", {"window": 5}), ("bdbw", {}), ("lbbsp", {}),
-         ("lbbsp", {"mode": "cpu"}), ("lbbsp", {"mode": "gpu"}), ("sync_switch", {"switch_at": 0.3}), ("sync_switch", {"stragglers": "elastic"}),
-         ("sync_switch", {"stragglers": "greedy", "config": "none"}), ("nag_asgd", {}), ("multi_asgd", {}),
-         ("lwp", {}), ("dc_asgd", {"dc_lambda": 1.0}), ("dana_zero", {}), ("dana_slim", {}), ("dana_dc", {})]
+         ("backup", {"k": 2, "lr_rule": "proportional"}), ("dbw", {}), ("dbw", {"window": 5}), ("bdbw", {}),
+         ("lbbsp", {}), ("lbbsp", {"mode": "cpu"}), ("lbbsp", {"mode": "gpu"}), ("sync_switch", {"switch_at": 0.3}),
+         ("sync_switch", {"stragglers": "elastic"}), ("sync_switch", {"stragglers": "greedy", "config": "none"}),
+         ("nag_asgd", {}), ("multi_asgd", {}), ("lwp", {}), ("dc_asgd", {"dc_lambda": 1.0}), ("dana_zero", {}),
+         ("dana_slim", {}), ("dana_dc", {})]
 
 
 @pytest.mark.parametrize("name, params", SEEDS, ids=[f"{n}{p or ''}" for n, p in SEEDS])

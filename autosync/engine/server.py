@@ -99,5 +99,6 @@ class Server:
     def _starts(self, workers: tuple[int, ...] | None = None) -> list[Start]:
         """Start the idle workers among `workers` (all when None) that the barrier lets start now."""
         barrier, batching = self.strategies.barrier, self.strategies.batching
-        return [Start(w, batching.batch_size(self, w)) for w in (range(self.n_workers) if workers is None else workers)
+        asked = range(self.n_workers) if workers is None else workers
+        return [Start(w, batching.batch_size(self, w)) for w in asked
                 if not self.busy[w] and barrier.may_start(self, w)]

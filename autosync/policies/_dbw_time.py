@@ -46,10 +46,11 @@ class IterationTimeEstimator:
     With solver="structured" (the default) each estimator keeps its own structured solver
     (`structured_solver`): the compiled `PartitionSolver`, exact and stateless, or where it is not built an
     `Eq17Solver` warm-started from its previous solve (so a run's estimates depend only on that run's
-    samples); a solve that does not converge is redone with cvxpy (counted in `fallbacks`). With a cvxpy solver name the cvxpy problem is
-    built and compiled once per process and n (DPP parameters for the weights and targets) and re-solved
-    with new data, never warm-started. If a solve fails the previous solution is kept, and before any
-    solution exists the row-wise running maximum of the targets is used (counted in `failures`).
+    samples); a solve that does not converge is redone with cvxpy (counted in `fallbacks`). With a cvxpy
+    solver name the cvxpy problem is built and compiled once per process and n (DPP parameters for the
+    weights and targets) and re-solved with new data, never warm-started. If a solve fails the previous
+    solution is kept, and before any solution exists the row-wise running maximum of the targets is used
+    (counted in `failures`).
 
     Args:
         n_workers: n, the size of the matrix.
