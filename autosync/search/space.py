@@ -22,10 +22,11 @@ or parameters, and impossible ranges are errors naming the file and the key.
 from __future__ import annotations
 
 import inspect
+import itertools
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import yaml
 
@@ -134,11 +135,21 @@ def _points(dims: list[tuple[str, Dimension]], chosen: dict[str, Any]) -> int:
     (name, dim), rest = dims[0], dims[1:]
     if not _holds(dim, chosen):
         return _points(rest, chosen)
-    values = dim.choices if dim.type == "categorical" else [
-        dim.low + i * (dim.step or 1) for i in range(int(round((dim.high - dim.low) / (dim.step or 1))) + 1)]
+    values = list(_grid(dim))
     if any(name in clause for _, later in rest for clause in (later.when or [])):
         return sum(_points(rest, {**chosen, name: v}) for v in values)
     return len(values) * _points(rest, chosen)
+
+
+def _grid(dim: Dimension) -> Iterator[Any]:
+    """Every value a discrete dimension can sample, in order: a categorical's choices, or low, low + step, ...
+    up to high (an int's step is 1 by default; a step that does not divide the range stops short of high)."""
+    if dim.type == "categorical":
+        yield from dim.choices
+        return
+    step = dim.step or 1
+    for i in range(int(math.floor((dim.high - dim.low) / step + 1e-9)) + 1):
+        yield int(round(dim.low + i * step)) if dim.type == "int" else dim.low + i * step
 
 
 def resolve_space_path(text: str | Path | None, default: str) -> Path:
@@ -243,12 +254,9 @@ def _candidates(dim: Dimension, count: int) -> list[Any]:
     `count` = (values named elsewhere) + 2, at least two of them are named nowhere."""
     if dim.type == "categorical":
         return list(dim.choices)
-    step = dim.step or (1 if dim.type == "int" else None)
-    if step is None:  # a continuous float: points inside its range
+    if dim.type == "float" and not dim.step:  # a continuous float: points inside its range
         return [dim.low + (dim.high - dim.low) * i / max(count - 1, 1) for i in range(count)]
-    points = int(math.floor((dim.high - dim.low) / step + 1e-9)) + 1
-    values = [dim.low + i * step for i in range(min(points, count))]
-    return [int(round(v)) for v in values] if dim.type == "int" else values
+    return list(itertools.islice(_grid(dim), count))
 
 
 def _can_sample(dim: Dimension, value: Any) -> bool:
