@@ -31,10 +31,10 @@ every iteration. History on this 2-core machine: cvxpy was 4.6 ms at n = 16, 114
 1251 ms at n = 128 (about n^3, compiling for about 8 s at n = 128); the pure-Python structured solver
 met both goals on the synthetic samples but took 36.5 ms a solve on the recorded n = 128 instances (72
 Dykstra sweeps and 5.4 partition rounds a solve) and 1.8 s at n = 512. The compiled partition, measured
-back to back with it (2026-11-25, quiet machine): on the recorded instances 1.9 ms against 37.2 at
-n = 128, 6.8 against 126 at n = 256 and 24.7 against 707 at n = 512; on the synthetic samples 0.21,
-0.64, 1.35, 2.0, 5.5 and 12.3 ms at n = 16, 64, 128, 256, 512 and 1024, 0.5x to 0.23x the Python
-solver's, 0.94x at n = 1024 (the merged rows leave both little to do there).
+back to back with it (2026-11-26, quiet machine): on the recorded instances 1.9 ms against 37.8 at
+n = 128, 6.8 against 126 at n = 256 and 24.2 against 706 at n = 512; on the synthetic samples 0.22,
+0.64, 1.36, 2.0, 5.5 and 12.2 ms at n = 16, 64, 128, 256, 512 and 1024, 0.48x to 0.21x the Python
+solver's, 0.91x at n = 1024 (the merged rows leave both little to do there).
 """
 
 from __future__ import annotations
