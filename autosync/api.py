@@ -126,7 +126,8 @@ def tune(job: JobSpec, space: str | Path = "static_k", *, n_trials: int = 20, ti
          verify_top: int = 0, confirm_top: int = 0, confirm_seeds: int = 2, on: "BackendChoice | None" = None,
          on_trial: Callable[[int, int], None] | None = None,
          on_confirm: Callable[[int, int], None] | None = None,
-         on_start: Callable[[str], None] | None = None) -> "TuneOutcome":
+         on_start: Callable[[str], None] | None = None,
+         on_resume: Callable[[int, list[int]], None] | None = None) -> "TuneOutcome":
     """Search `job`'s best policy in `space` with Optuna, or return the cached one of a recurring job.
 
     Args:
@@ -140,6 +141,8 @@ def tune(job: JobSpec, space: str | Path = "static_k", *, n_trials: int = 20, ti
         on_trial: called with (trials done, trials in all) as the search goes.
         on_confirm: called with (runs done, runs in all) as the confirmation goes.
         on_start: called with the storage URL once every option is checked, before the search starts.
+        on_resume: called with (finished trials, numbers of dead trials re-queued) when the study already
+            has trials (an interrupted or killed search is resumed), before any new trial.
 
     Returns the TuneOutcome the command prints: the study, whether the cache answered, the cache record
     (best policy and value, BSP's, provenance) and the best trials.
@@ -191,7 +194,7 @@ def tune(job: JobSpec, space: str | Path = "static_k", *, n_trials: int = 20, ti
     quiet_optuna()
     if on_start is not None:
         on_start(request.storage)
-    return run_tune(request, on_trial=on_trial, on_confirm=on_confirm)
+    return run_tune(request, on_trial=on_trial, on_confirm=on_confirm, on_resume=on_resume)
 
 
 @dataclass

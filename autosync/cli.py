@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from autosync.errors import RuntimeFailure, UserError
+from autosync.errors import Interrupted, RuntimeFailure, UserError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Search and benchmark synchronization policies for parameter-server training.")
@@ -177,10 +177,10 @@ def run(
         spec, pol = _run_setup(job, seed, policy, param, storage)
         with status.status(f"loading {spec.workload.dataset.label} and building {spec.workload.model.label}"):
             workload = api.check_workload(spec, device)
-    _share_with_ranks(choice, spec)
-    out_dir = out or Path("results") / "runs" / spec.name / f"{pol.name}-seed{spec.seed}"
+        from autosync.report import plot_run, ready_output_dir, write_run
 
-    from autosync.report import plot_run, write_run
+        out_dir = ready_output_dir(out or Path("results") / "runs" / spec.name / f"{pol.name}-seed{spec.seed}")
+    _share_with_ranks(choice, spec)
 
     def ready() -> None:  # one line when the workers are up: scripts (and the fault tests) wait for it
         status.print(f"{choice.backend} backend ready: {choice.clock} clock, training {spec.name} with {pol.name}")
@@ -232,8 +232,10 @@ def profile(
         sizes = parse_batch_sizes(batch_sizes, spec)
         with status.status(f"loading {spec.workload.dataset.label} and building {spec.workload.model.label}"):
             workload = api.check_workload(spec, device)
+        from autosync.report import ready_output_dir
+
+        out_dir = ready_output_dir(out or Path("results") / "profiles" / spec.name)
     _share_with_ranks(choice, spec)
-    out_dir = out or Path("results") / "profiles" / spec.name
 
     from autosync.engine.backends import build
 
@@ -337,9 +339,10 @@ def leaderboard(
     """Every policy x seeds on one job: an MLPerf-style scored table, written as Markdown/CSV/JSON + plots."""
     from autosync import api
     from autosync.leaderboard import DEFAULT_POLICIES
-    from autosync.report import LEADERBOARD_LEGEND, format_cell, leaderboard_columns
+    from autosync.report import LEADERBOARD_LEGEND, format_cell, leaderboard_columns, ready_output_dir
 
     spec = api.load_job(job)
+    out_dir = ready_output_dir(out or Path("results") / spec.name)
     if include_tuned:
         _quiet_optuna()
     total = (len(policies or DEFAULT_POLICIES) + include_tuned) * seeds
@@ -352,7 +355,7 @@ def leaderboard(
         board = api.leaderboard(spec, policies, seeds=seeds, n_jobs=n_jobs, include_tuned=include_tuned,
                                 storage=storage, on_done=done)
     rows = board.rows
-    paths = board.write(out or Path("results") / spec.name, _command_line("leaderboard"))
+    paths = board.write(out_dir, _command_line("leaderboard"))
     status.print(f"wrote {', '.join(str(p) for p in paths)}")
     if as_json:
         _print_json({"job": spec.name, "seeds": seeds, "rows": rows, "files": [str(p) for p in paths]})
@@ -374,9 +377,11 @@ def scaling(
     out: Path = typer.Option(..., "--out", help="Output directory for scaling.md, .json and .png."),
 ) -> None:
     """A metric against the number of workers per policy, from existing leaderboards (DANA's Fig. 4, Table 2)."""
+    from autosync.report import ready_output_dir
     from autosync.scaling import collect, table_rows, write
 
     result = collect(leaderboards, metric)
+    ready_output_dir(out)
     table = Table(title=f"{metric}: mean ± std over seeds")
     table.add_column("policy", no_wrap=True)
     for n in result.worker_counts:
@@ -403,9 +408,10 @@ def family(
 ) -> None:
     """Draw jobs from a family and write each as an ordinary job file (validated and fingerprinted)."""
     from autosync.family import load_family, write_jobs
+    from autosync.report import ready_output_dir
 
     spec = load_family(family_file)
-    directory = out or Path("results") / "robustness" / spec.name / "jobs"
+    directory = ready_output_dir(out or Path("results") / "robustness" / spec.name / "jobs")
     written = write_jobs(spec, spec.jobs(jobs), directory, str(family_file), _command_line("family"))
     status.print(f"wrote {len(written)} job files to {directory}")
     if as_json:
@@ -440,7 +446,7 @@ def robustness(
     from autosync.family import load_family, write_jobs
     from autosync.leaderboard import parse_policy_spec
     from autosync.robustness import ONLINE_POLICIES, Grid, online_policies, read_cells, report, run_grid
-    from autosync.report import format_cell
+    from autosync.report import format_cell, ready_output_dir
     from autosync.robustness_report import SUMMARY_COLUMNS, SUMMARY_LEGEND, write_robustness
 
     if n_jobs == 0 or n_jobs < -1:
@@ -449,7 +455,7 @@ def robustness(
     drawn = spec.jobs(jobs)
     online = (online_policies(ONLINE_POLICIES) if not policies else
               [parse_policy_spec(p, min(j.cluster.n_workers for j in drawn)) for p in policies])
-    directory = out or Path("results") / "robustness" / spec.name
+    directory = ready_output_dir(out or Path("results") / "robustness" / spec.name)
     command = _command_line("robustness")
     write_jobs(spec, drawn, directory / "jobs", str(family_file), command)
     grid = Grid(drawn, list(range(seeds)), online)
@@ -466,8 +472,8 @@ def robustness(
             cells = run_grid(grid, directory, n_jobs=n_jobs, on_done=done)
         except KeyboardInterrupt:
             kept = len(read_cells(directory))
-            raise RuntimeFailure(f"interrupted: {kept} finished runs are kept in {directory / 'cells.jsonl'}; "
-                                 "the same command resumes from them") from None
+            raise Interrupted(f"interrupted: {kept} finished runs are kept in {directory / 'cells.jsonl'}; "
+                              "the same command resumes from them") from None
     result = report(drawn, cells, online, grid.seeds)
     paths = write_robustness(result, directory, command, spec.name)
     status.print(f"wrote {', '.join(str(p) for p in paths)}")
@@ -544,6 +550,10 @@ def tune(
     with _releasing_ranks_on_failure(choice):
         spec = api.load_job(job)
         workload = api.check_workload(spec, device) if choice.backend == "distributed" else None
+        if out is not None:
+            from autosync.report import ready_output_dir
+
+            ready_output_dir(out)
     _share_with_ranks(choice, spec)
     with _ranks_serving_every_trial(choice, spec, workload), _counting_bar("tuning") as bar:
         task = bar.add_task("BSP reference runs", total=n_trials)
@@ -554,12 +564,14 @@ def tune(
         def on_confirm(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total, description="confirmation runs")
 
-        outcome = api.tune(spec, space or "static_k", n_trials=n_trials, timeout=timeout, storage=storage,
+        outcome = _resumable(lambda: api.tune(spec, space or "static_k", n_trials=n_trials, timeout=timeout, storage=storage,
                            study=study, sampler=sampler, n_jobs=n_jobs, seed=seed, repeats=repeats,
                            tolerance=tolerance, objective=objective, refresh=refresh, verify_top=verify_top,
                            confirm_top=confirm_top, confirm_seeds=confirm_seeds, on=choice, on_trial=on_trial,
                            on_confirm=on_confirm,
-                           on_start=lambda url: status.print(f"study storage: {redact_url(url)}"))
+                           on_start=lambda url: status.print(f"study storage: {redact_url(url)}", soft_wrap=True),
+                           on_resume=lambda found, requeued: status.print(_resume_line(found, requeued),
+                                                                          soft_wrap=True)))
     search_space_name = outcome.cache.get("space") or Path(str(space or "static_k")).stem
     plot_dir = out or Path("results") / "tune" / f"{spec.name}-{search_space_name}"
     verification = outcome.verification
@@ -605,7 +617,10 @@ def replay(
     from autosync.search.replay_report import write_replay_table
     from autosync.search.space import resolve_space_path
 
+    from autosync.report import ready_output_dir
+
     switch_logs = load_switch_logs(logs)
+    ready_output_dir(out)
     _quiet_optuna()
     space_path = resolve_space_path(space, "switch_point")
     strategies = {"binary": binary_strategy(max_settings, threshold),
@@ -642,6 +657,27 @@ def _command_line(command: str) -> str:
     return "autosync " + " ".join(sys.argv[1:]) if sys.argv[1:2] == [command] else f"autosync {command}"
 
 
+def _resumable(call: Any) -> Any:
+    """`call()`, with the command that resumes it added to an `Interrupted` error's message."""
+    import shlex
+
+    try:
+        return call()
+    except Interrupted as exc:
+        raise Interrupted(f"{exc}: {shlex.join(['autosync', *sys.argv[1:]])}") from None
+
+
+def _resume_line(found: int, requeued: list[int]) -> str:
+    """What a tune found of an earlier, interrupted search of the same study."""
+    dead = (f"; {_count(len(requeued), 'trial')} whose process died "
+            f"({', '.join(f'#{n}' for n in requeued)}) re-queued") if requeued else ""
+    return f"resuming the study: {_count(found, 'finished trial')} found{dead}"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def _print_tune(outcome: Any, spec: Any) -> None:
     c = outcome.cache
     label = _policy_label(c["best_policy"])
@@ -650,7 +686,8 @@ def _print_tune(outcome: Any, spec: Any) -> None:
                       f"{c['trials']} trials (autosync {c['autosync_version']}, sampler {c['sampler']}); "
                       "no new trial. Use --refresh to search again.")
     else:
-        console.print(f"study {outcome.study_name}: {outcome.new_trials} new trials, {c['trials']} in all")
+        console.print(f"study {outcome.study_name}: {_count(outcome.new_trials, 'trial')} run by this command, "
+                      f"{c['trials']} in all")
     table = Table(title=f"{spec.name}: best policies (time to {spec.target.metric} {spec.target.threshold})")
     for col in ("trial", "policy", "time (s)", "final", "reached"):
         table.add_column(col, justify="left" if col == "policy" else "right", overflow="fold")
@@ -728,13 +765,17 @@ def cache_list(storage: Optional[str] = STORAGE_OPT, as_json: bool = JSON_OPT) -
 
     url = storage or DEFAULT_STORAGE
     _quiet_optuna()
+    studies = cached_studies(url)
     if as_json:
-        _print_json(cached_studies(url))
+        _print_json(studies)
+        return
+    if not studies:
+        console.print(f"no cached study in {redact_url(url)}")
         return
     table = Table(title=f"cache: {redact_url(url)}")
     for col in ("study", "job", "trials", "best policy", "time to target (s)", "finished"):
         table.add_column(col)
-    for s in cached_studies(url):
+    for s in studies:
         c = s["cache"] if isinstance(s["cache"], dict) else {}
         best = _policy_label(c["best_policy"]) if isinstance(c.get("best_policy"), dict) else "(unfinished)"
         value = f"{c['best_value']:.2f}" if isinstance(c.get("best_value"), (int, float)) else "-"
@@ -849,18 +890,61 @@ class _progress:
 
 
 def main() -> None:
-    """Console entry point: errors become one line on stderr, no traceback: exit code 2 for input and usage
-    errors (`UserError`; typer's own for unknown options and bad types), 1 for runtime failures
-    (`RuntimeFailure`: worker processes or ranks lost, BSP failing, no trial meeting the target).
+    """Console entry point: every error is one line `error: ...` on stderr, no traceback: exit code 2 for
+    input and usage errors (`UserError`, and the command-line parser's own: an unknown command or option,
+    a value of the wrong type or out of range, each followed by a one-line hint), 1 for runtime failures
+    (`RuntimeFailure`: worker processes or ranks lost, BSP failing, no trial meeting the target), 130 when
+    interrupted (Ctrl-C; `Interrupted` says what was kept).
     """
     try:
-        app()
+        code = app(standalone_mode=False, prog_name="autosync")
     except UserError as exc:
         _print_error(exc)
         sys.exit(2)
     except RuntimeFailure as exc:
         _print_error(exc)
+        sys.exit(exc.exit_code)
+    except typer.TyperException as exc:  # the parser's errors (typer's click)
+        _print_usage_error(exc)
+        sys.exit(2)
+    except typer.Abort:
+        print("error: aborted (end of input)", file=sys.stderr)
         sys.exit(1)
+    if code == 130:  # Ctrl-C outside a command that says what it kept
+        print("error: interrupted", file=sys.stderr)
+    if isinstance(code, int) and code:
+        sys.exit(code)
+
+
+def _print_usage_error(exc: Exception) -> None:
+    """A parser error as 'error: <command>: <message> (got <value>)' and a hint naming the help to read;
+    with no command at all, the help itself."""
+    ctx = getattr(exc, "ctx", None)
+    if type(exc).__name__ == "NoArgsIsHelpError" and ctx is not None:
+        print(ctx.get_help(), file=sys.stderr)
+        return
+    message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+    message = message[:1].lower() + message[1:]
+    value = _given_value(getattr(exc, "param", None))
+    if value is not None and repr(value) not in message:
+        message = f"{message.rstrip('.')}, but got {value!r}"
+    command = ctx.command_path if ctx is not None else "autosync"
+    print(f"error: {command}: {' '.join(message.split())}", file=sys.stderr)
+    print(f"hint: see '{command} --help'", file=sys.stderr)
+
+
+def _given_value(param: Any) -> Optional[str]:
+    """The value the command line gave an option (`--seed abc` or `--seed=abc`), for the error message."""
+    args = sys.argv[1:]
+    for opt in getattr(param, "opts", None) or []:
+        if not opt.startswith("-"):
+            continue
+        for i, arg in enumerate(args):
+            if arg == opt and i + 1 < len(args):
+                return args[i + 1]
+            if arg.startswith(opt + "="):
+                return arg[len(opt) + 1:]
+    return None
 
 
 def _print_error(exc: Exception) -> None:

@@ -22,8 +22,19 @@ class FileProblems(UserError):
 class RuntimeFailure(Exception):
     """A run or search that was set up right but failed while it ran (workers died, nothing met the target).
 
-    The CLI prints ``str(error)`` as one line and exits with code 1 (input and usage errors: 2).
+    The CLI prints ``str(error)`` as one line and exits with `exit_code` (input and usage errors: 2).
     """
+
+    exit_code = 1
+
+
+class Interrupted(RuntimeFailure):
+    """The user stopped a command (Ctrl-C); the message says what was kept and how to resume.
+
+    The CLI prints it as one line and exits with code 130 (the shell's code for SIGINT).
+    """
+
+    exit_code = 130
 
 
 class JobFileError(FileProblems):

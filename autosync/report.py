@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autosync import strict_json
+from autosync.errors import UserError
 
 if TYPE_CHECKING:
     from autosync.engine import RunResult
@@ -13,6 +14,23 @@ if TYPE_CHECKING:
 
 PARAMS_FILE = "final_params.pt"  # a run's final parameters, for `autosync rerun` to compare with
 BUFFERS_FILE = "final_buffers.pt"  # the model's final buffers (BatchNorm statistics), for models that have them
+
+
+def ready_output_dir(directory: Path, option: str = "--out") -> Path:
+    """Create `directory` (with its parents) and prove a file can be written in it, before any training:
+    a bad output location is a one-line UserError naming `option` now, not an OSError after the run."""
+    import tempfile
+
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise UserError(f"{option}: {directory} is a file, but an output directory is needed")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as exc:
+        raise UserError(f"{option}: cannot write in {directory}: {exc.strerror or exc}") from None
+    return directory
 
 
 def write_run(result: "RunResult", directory: Path, job_dump: dict[str, Any],

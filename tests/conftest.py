@@ -54,7 +54,7 @@ def spawned_children(pid: int) -> list[int]:
     return out
 
 
-def start_autosync(*args: str, cwd: Path) -> subprocess.Popen:
+def start_autosync(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
     """Start the command line in the background for a test that signals it (`signal_and_wait`).
 
     SIGINT is reset to its default in the child: a shell runs a background job (`cmd &`, a CI script)
@@ -62,7 +62,7 @@ def start_autosync(*args: str, cwd: Path) -> subprocess.Popen:
     never raises KeyboardInterrupt. Python's fault handler is on, so `signal_and_wait` can show stacks.
     """
     return subprocess.Popen([sys.executable, "-m", "autosync.cli", *args], cwd=cwd, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONFAULTHANDLER": "1"},
+                            stderr=subprocess.PIPE, text=True, env={**(env or os.environ), "PYTHONFAULTHANDLER": "1"},
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 

@@ -60,3 +60,46 @@ def test_missing_job_file_exit_2(tmp_path):
     proc = autosync("run", "nope.yaml", cwd=tmp_path)
     assert proc.returncode == 2 and "nope.yaml: file not found" in proc.stderr
     _no_traceback(proc)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["tune", "--n-trials", "0"], "error: autosync tune: invalid value for '--n-trials'"),
+    (["tune", "--seed", "abc"], "but got 'abc'"),
+    (["tune", "--seed=abc"], "but got 'abc'"),
+    (["frob"], "error: autosync: no such command 'frob'"),
+    (["tune", "--frob"], "error: autosync tune: no such option: --frob"),
+])
+def test_parser_errors_are_one_error_line_and_a_hint(tmp_path, args, message):
+    proc = autosync(*args, cwd=tmp_path)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 2, proc.stderr
+    assert lines[0].startswith(message) or message in lines[0], lines[0]
+    assert lines[1].startswith("hint: see 'autosync") and lines[1].endswith("--help'")
+    assert "╭" not in proc.stderr  # no boxed panel
+    _no_traceback(proc)
+
+
+@pytest.mark.parametrize("inside, message", [
+    ("", "is a file, but an output directory is needed"),
+    ("sub", "--out: cannot write in"),  # a folder inside a file cannot be made
+])
+def test_a_bad_output_location_is_refused_before_training(tiny_job, tmp_path, inside, message):
+    (tmp_path / "afile").write_text("")
+    out = tmp_path / "afile" / inside if inside else tmp_path / "afile"
+    for command in (["run", str(tiny_job)], ["leaderboard", str(tiny_job), "--seeds", "1"]):
+        proc = autosync(*command, "--out", str(out), cwd=tmp_path)
+        assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1 and "training" not in proc.stderr
+        _no_traceback(proc)
+
+
+def test_reading_the_cache_never_creates_the_storage(tiny_job, tmp_path):
+    url = f"sqlite:///{tmp_path / 'new.db'}"
+    shown = autosync("cache", "show", str(tiny_job), "--storage", url, cwd=tmp_path)
+    listed = autosync("cache", "list", "--storage", url, cwd=tmp_path)
+    cleared = autosync("cache", "clear", str(tiny_job), "--storage", url, cwd=tmp_path)
+    tuned = autosync("run", str(tiny_job), "--policy", "tuned", "--storage", url, cwd=tmp_path)
+    assert (shown.returncode, listed.returncode, cleared.returncode, tuned.returncode) == (0, 0, 0, 2)
+    assert "no cached study" in shown.stdout and "no cached study" in listed.stdout
+    assert tuned.stderr.startswith("error: no cached policy for job tiny")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.yaml"]

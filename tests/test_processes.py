@@ -119,8 +119,10 @@ def test_a_killed_and_a_hung_worker_process_are_replaced_without_changing_the_ru
 def test_with_no_process_left_the_run_stops_naming_the_workers(workload):
     d = ProcessDriver(workload, processes=1, timeout=2.0)
     os.kill(d.pids[0], signal.SIGKILL)
-    with pytest.raises(WorkerProcessError, match=r"every worker process is gone .* simulated workers \[0, 1, 2, 3\]"):
+    with pytest.raises(WorkerProcessError, match=r"every worker process is gone .* simulated workers \[0, 1, 2, 3\]") \
+            as lost:
         Simulator(JOB, make_policy("bsp", {}), workload=workload, driver=d).run()
+    assert "moved to the others" not in str(lost.value)  # there were no others
     d.close()
     assert not any(p.is_alive() for p in d.procs)
 

@@ -34,6 +34,11 @@ def trial_id(trial: "optuna.Trial | optuna.trial.FrozenTrial") -> int:
     return trial._trial_id
 
 
+def fixed_params(trial: "optuna.Trial") -> dict[str, Any]:
+    """The parameters a trial was enqueued with (`Study.enqueue_trial`; empty for a free proposal)."""
+    return dict(trial._fixed_params or {})
+
+
 def _backend(study: "optuna.Study") -> Any:
     return getattr(study._storage, "_backend", study._storage)
 

@@ -17,7 +17,7 @@ from autosync.search.confirm import RUNS as CONFIRMATION_RUNS
 from autosync.search.cost import COST_UNIT, in_bsp_trainings
 from autosync.search.siblings import REFERENCE_FROM
 from autosync.search.space import SearchSpace
-from autosync.search.storage import open_storage, redact_url
+from autosync.search.storage import open_storage, redact_url, storage_exists
 from autosync.search.trials import counted_trials, feasible_trials
 
 if TYPE_CHECKING:
@@ -90,14 +90,25 @@ def validated(name: str, record: Any) -> dict[str, Any]:
     """A cache record whose policy, score and trial count are usable, else a one-line error naming the study."""
     from autosync.catalog import policy_from_dict
 
+    field = "best_policy"
     try:
-        policy_from_dict(record["best_policy"])
-        float(record["best_value"])
-        int(record["trials"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise UserError(f"study {name}: corrupt cache entry ({type(exc).__name__}: {exc}); "
-                        "run `autosync cache clear` for this job or tune with --refresh") from None
-    return record
+        if not isinstance(record, dict):
+            raise TypeError(f"the record must be a mapping, but got {type(record).__name__}")
+        policy_from_dict(record[field])
+        field = "best_value"
+        float(record[field])
+        field = "trials"
+        int(record[field])
+    except KeyError:
+        problem = f"field {field} is missing"
+    except UserError as exc:  # the policy's own check speaks of the option it usually guards: name the field
+        problem = f"{field}: {str(exc).removeprefix('--policy ')}"
+    except (TypeError, ValueError) as exc:
+        problem = f"{field}: {exc}"
+    else:
+        return record
+    raise UserError(f"study {name}: corrupt cache entry ({problem}); run `autosync cache clear` for this job or "
+                    "tune with --refresh")
 
 
 def write_cache(study: "optuna.Study", job: JobSpec, space: SearchSpace, sampler: str, tolerance: float,
@@ -152,7 +163,10 @@ def best_policies(study: "optuna.Study", count: int = 5) -> list[dict[str, Any]]
 
 
 def cached_studies(storage_url: str, fingerprint: str | None = None) -> list[dict[str, Any]]:
-    """Every autosync study in the storage (optionally of one job), with its cache record if finished."""
+    """Every autosync study in the storage (optionally of one job), with its cache record if finished;
+    none (and no file created) for an SQLite storage whose file does not exist yet."""
+    if not storage_exists(storage_url):
+        return []
     return _summaries(open_storage(storage_url), fingerprint)
 
 
@@ -176,7 +190,7 @@ def tuned_policy(storage_url: str, job: JobSpec) -> dict[str, Any]:
     """The most recently cached best policy of `job` (any space), or a clear error when there is none."""
     studies = [s for s in cached_studies(storage_url, job.fingerprint()) if s["cache"] is not None]
     if not studies:
-        raise UserError(f"--policy tuned: no cached policy for job {job.name} (fingerprint {job.fingerprint()}) "
+        raise UserError(f"no cached policy for job {job.name} (fingerprint {job.fingerprint()}) "
                         f"in {redact_url(storage_url)}; run `autosync tune` on this job first")
     records = [validated(s["study"], s["cache"]) for s in studies]
     return max(records, key=lambda r: str(r.get("finished_at", "")))["best_policy"]
@@ -186,6 +200,8 @@ def clear_cache(storage_url: str, job: JobSpec) -> list[str]:
     """Delete every study of `job`; returns their names."""
     import optuna
 
+    if not storage_exists(storage_url):
+        return []
     storage = open_storage(storage_url)
     names = [s["study"] for s in _summaries(storage, job.fingerprint())]
     for name in names:

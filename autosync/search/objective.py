@@ -31,10 +31,27 @@ RETRY_OF = "retry_of"  # user attribute of a re-queued trial: the number of the 
 PROCESS = "process"  # user attribute: host:pid of the process that ran the trial
 CANONICAL = "canonical_policy"  # user attribute: the simplest policy that runs exactly like the trial's
 SCORING = "scoring"  # user attribute: the seeds, miss penalty and budget a trial was scored with
+RESAMPLED = "resampled_from"  # user attribute: the running trial whose point this trial proposed again
 
 
 class RunFailed(Exception):
     """A trial's run diverged or its policy cannot run on this job; the message says why."""
+
+
+def process_tag(pid: int | None = None) -> str:
+    """host:pid of a process on this machine (this one by default): a trial's PROCESS attribute."""
+    import os
+    import socket
+
+    return f"{socket.gethostname()}:{os.getpid() if pid is None else pid}"
+
+
+def has_own_failure(trial: "optuna.trial.FrozenTrial") -> bool:
+    """Whether `trial` failed for a reason of its own (its policy diverged or cannot run): such a failure
+    counts against the budget and answers a twin; a trial whose process died (KILLED) or that proposed
+    a point another process was training (RESAMPLED) has no result and does not count."""
+    return trial.state.name == "FAIL" and "fail_reason" in trial.user_attrs \
+        and not trial.user_attrs.get(KILLED) and RESAMPLED not in trial.user_attrs
 
 
 @dataclass(frozen=True)
@@ -156,13 +173,16 @@ class Objective:
     """Optuna objective for one job and one search space."""
 
     def __init__(self, job: JobSpec, space: "SearchSpace", settings: ObjectiveSettings, reference: float,
-                 bsp_score: dict[str, Any] | None = None, siblings: "list[optuna.Study] | None" = None):
+                 bsp_score: dict[str, Any] | None = None, siblings: "list[optuna.Study] | None" = None,
+                 storage_url: str | None = None):
         self.job = job
         self.space = space
         self.settings = settings
         self.reference = reference  # BSP's final metric: the accuracy constraint's reference
         self.bsp_score = bsp_score  # BSP's whole score on the same seeds: answers a trial equivalent to BSP
         self.siblings = siblings or []  # other studies of this job and backend (`autosync.search.siblings`)
+        self.storage_url = storage_url  # a storage other processes may share: look for their running twins
+        self.resamples_in_a_row = 0  # proposals in a row that were running elsewhere (`running_twins`)
 
     def seeds(self) -> list[int]:
         return trial_seeds(self.job, self.settings.repeats)
@@ -170,17 +190,16 @@ class Objective:
     def __call__(self, trial: "optuna.Trial") -> float | tuple[float, float]:
         import optuna
 
+        trial.set_user_attr(PROCESS, process_tag())
         policy = self.space.suggest(trial)
         trial.set_user_attr("policy", policy)
         canonical = canonical_policy(policy, self.job.cluster.n_workers, self.job.workload.batch_size)
-        if canonical is not None:
-            trial.set_user_attr(CANONICAL, canonical)
         scoring = trial_scoring(self.job, self.seeds(), self.settings.penalty)  # what a reused result must share
-        trial.set_user_attr(SCORING, scoring)
         reference = self.bsp_score or {}
-        if canonical == BSP and {k: reference.get(k) for k in scoring} == scoring:
+        twin = self._other_process_twin(trial, canonical, scoring)
+        if twin is None and canonical == BSP and {k: reference.get(k) for k in scoring} == scoring:
             return self._from_bsp_reference(trial)
-        twin = self._finished_twin(trial, canonical, scoring)
+        twin = twin or self._finished_twin(trial, canonical, scoring)
         if twin is not None:
             return self._copy(*twin, trial)
         spent = {"virtual_seconds": 0.0}
@@ -212,6 +231,56 @@ class Objective:
             return score["time_to_target"], score["final_metric"]
         return score["time_to_target"]
 
+    def _claim(self, trial: "optuna.Trial", canonical: dict[str, Any] | None, scoring: dict[str, Any],
+               check: bool = True) -> "optuna.trial.FrozenTrial | None":
+        """Store the trial's canonical policy and scoring, where other processes look for twins; with
+        `check` and a shared storage, first (under its lock) find a trial of another process that runs like
+        this one (running, or finished with a result), and then store nothing and return it
+        (`autosync.search.running_twins`)."""
+        attrs = {SCORING: scoring, **({CANONICAL: canonical} if canonical is not None else {})}
+        if not check or self.storage_url is None:
+            for key, value in attrs.items():
+                trial.set_user_attr(key, value)
+            return None
+        from autosync.search.running_twins import claim_point
+
+        me = process_tag()
+
+        def same(t: "optuna.trial.FrozenTrial") -> bool:
+            return t.user_attrs.get(PROCESS) != me and t.user_attrs.get(SCORING) == scoring \
+                and (t.state.name in ("RUNNING", "COMPLETE") or has_own_failure(t)) \
+                and (t.params == trial.params or (canonical is not None and t.user_attrs.get(CANONICAL) == canonical))
+
+        return claim_point(trial, self.storage_url, attrs, same)
+
+    def _other_process_twin(self, trial: "optuna.Trial", canonical: dict[str, Any] | None,
+                            scoring: dict[str, Any]) -> "tuple[None, optuna.trial.FrozenTrial] | None":
+        """A trial proposing what another process trains or trained (processes sharing a study, seeded
+        alike, draw alike): a free proposal ends as `Resampled` (proposed again in a new trial, not
+        counted) up to MAX_RESAMPLES times in a row; a queued one, or one past that, is answered from the
+        twin, once finished (None, and this trial trains, when the twin's process died). Twins this
+        process trained itself answer as before (`_finished_twin`): a lone search is unchanged."""
+        import optuna
+
+        from autosync.search import _optuna_internals as internals
+        from autosync.search.running_twins import MAX_RESAMPLES, Resampled, wait_for
+
+        twin = self._claim(trial, canonical, scoring)
+        if twin is None:
+            self.resamples_in_a_row = 0
+            return None
+        if not internals.fixed_params(trial) and self.resamples_in_a_row < MAX_RESAMPLES:
+            self.resamples_in_a_row += 1
+            trial.set_user_attr(RESAMPLED, twin.number)
+            raise Resampled(f"trial {twin.number} of another process has the same policy: proposed again")
+        self.resamples_in_a_row = 0
+        if twin.state == optuna.trial.TrialState.RUNNING:
+            twin = wait_for(trial.study, twin.number)
+        self._claim(trial, canonical, scoring, check=False)
+        if twin.state == optuna.trial.TrialState.COMPLETE or has_own_failure(twin):
+            return None, twin
+        return None
+
     def _finished_twin(self, trial: "optuna.Trial", canonical: dict[str, Any] | None,
                        scoring: dict[str, Any]) -> "tuple[str | None, optuna.trial.FrozenTrial] | None":
         """An earlier completed (or failed with a reason of its own) trial that runs exactly like this one (the
@@ -223,8 +292,8 @@ class Objective:
         from autosync.search.siblings import finished_trials
 
         def alike(t: "optuna.trial.FrozenTrial") -> bool:
-            return t.user_attrs.get(SCORING) == scoring and (t.state == optuna.trial.TrialState.COMPLETE or (
-                "fail_reason" in t.user_attrs and not t.user_attrs.get(KILLED)))
+            return t.user_attrs.get(SCORING) == scoring and (t.state == optuna.trial.TrialState.COMPLETE
+                                                             or has_own_failure(t))
 
         states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
         for t in trial.study.get_trials(deepcopy=False, states=states):
@@ -259,7 +328,7 @@ class Objective:
 
         failed = twin.state == optuna.trial.TrialState.FAIL
         for key, value in twin.user_attrs.items():
-            if key not in (RETRY_OF, KILLED, PROCESS, "policy", "same_as_trial") and (failed or key != "fail_reason"):
+            if key not in (RETRY_OF, KILLED, RESAMPLED, PROCESS, "policy", "same_as_trial") and (failed or key != "fail_reason"):
                 trial.set_user_attr(key, value)
         trial.set_user_attr("virtual_seconds", 0.0)
         trial.set_user_attr("same_as_trial", twin.number if study_name is None else f"{study_name}#{twin.number}")

@@ -15,6 +15,7 @@ import warnings
 from typing import TYPE_CHECKING
 
 from autosync.errors import UserError
+from autosync.search.interrupts import guarded
 from autosync.search.locking import sqlite_path, storage_lock
 
 if TYPE_CHECKING:
@@ -48,6 +49,13 @@ def redact(text: str, url: str) -> str:
     return text
 
 
+def storage_exists(url: str) -> bool:
+    """False for an SQLite URL whose database file does not exist (a read-only command must not create
+    it); True for every other URL (a server's database is there or fails to open with its reason)."""
+    path = sqlite_path(url)
+    return path is None or path.exists()
+
+
 def open_storage(url: str) -> "optuna.storages.RDBStorage":
     """An RDB storage with heartbeats whose schema is created once; errors name the (redacted) URL."""
     import optuna
@@ -68,7 +76,7 @@ def open_storage(url: str) -> "optuna.storages.RDBStorage":
         try:
             with storage_lock(url), warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # heartbeats are marked experimental; we rely on them knowingly
-                return optuna.storages.RDBStorage(
+                return guarded(optuna.storages.RDBStorage)(
                     url, engine_kwargs=kwargs, heartbeat_interval=HEARTBEAT_SECONDS,
                     grace_period=OPTUNA_GRACE_INTERVALS * HEARTBEAT_SECONDS,
                     heartbeat_stale_trial_callback=RetryKilledTrial(max_retry=3))

@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import socket
 import warnings
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from autosync.search import _optuna_internals as internals
-from autosync.search.objective import KILLED, PROCESS, RETRY_OF, constraint_of
+from autosync.search.objective import KILLED, PROCESS, RETRY_OF, constraint_of, has_own_failure
 from autosync.search.locking import storage_lock
 
 if TYPE_CHECKING:
@@ -49,10 +47,15 @@ def budget_used(study: "optuna.Study") -> tuple[int, int]:
     for t in internals.fresh_trials(study):
         if t.state.name in ("WAITING", "RUNNING"):
             pending += 1
-        elif t.state.name in ("COMPLETE", "PRUNED") or (
-                "fail_reason" in t.user_attrs and not t.user_attrs.get(KILLED)):
+        elif t.state.name in ("COMPLETE", "PRUNED") or has_own_failure(t):
             counted += 1
     return counted, pending
+
+
+def trials_run_by(study: "optuna.Study", processes: set[str]) -> list["optuna.trial.FrozenTrial"]:
+    """The counted trials (see `budget_used`) that the processes tagged `processes` ran."""
+    return [t for t in internals.fresh_trials(study) if t.user_attrs.get(PROCESS) in processes
+            and (t.state.name in ("COMPLETE", "PRUNED") or has_own_failure(t))]
 
 
 def feasible_trials(study: "optuna.Study") -> list["optuna.trial.FrozenTrial"]:
@@ -103,7 +106,6 @@ def run_queued_trial(study: "optuna.Study", url: str, objective: Callable[["optu
         def claimed(trial: "optuna.Trial") -> Any:
             held.close()  # the queued trial is ours now: let other processes claim theirs
             ours.append(trial.number)
-            trial.set_user_attr(PROCESS, f"{socket.gethostname()}:{os.getpid()}")
             return objective(trial)
 
         try:

@@ -16,21 +16,22 @@ import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from autosync.errors import RuntimeFailure, UserError
+from autosync.errors import Interrupted, RuntimeFailure, UserError
 from autosync.job import JobSpec
 from autosync.search.cache import (
     best_policies, cost_fields, execution_name, execution_of, read_cache, study_name, write_cache,
 )
 from autosync.search.objective import (
-    Objective, ObjectiveSettings, RunFailed, canonical_policy, evaluate, trial_scoring, trial_seeds,
+    Objective, ObjectiveSettings, RunFailed, canonical_policy, evaluate, process_tag, trial_scoring, trial_seeds,
 )
 from autosync.search.samplers import SWITCH_POINT_SAMPLERS, make_sampler
 from autosync.search.siblings import EXECUTION, sibling_reference, sibling_studies
 from autosync.search.space import SearchSpace
+from autosync.search.interrupts import storage_calls_finish_first
 from autosync.search.locking import storage_lock
-from autosync.search.storage import DEFAULT_STORAGE, open_storage
+from autosync.search.storage import DEFAULT_STORAGE, open_storage, redact_url
 from autosync.search.trials import (
-    budget_used, counted_trials, fail_dead_trials, pending_trials, run_queued_trial, top_up,
+    budget_used, counted_trials, fail_dead_trials, pending_trials, run_queued_trial, top_up, trials_run_by,
 )
 
 if TYPE_CHECKING:
@@ -134,41 +135,65 @@ def _describe_study(study: "optuna.Study", request: TuneRequest) -> None:
 
 
 def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = None,
-         on_confirm: Callable[[int, int], None] | None = None) -> TuneOutcome:
+         on_confirm: Callable[[int, int], None] | None = None,
+         on_resume: Callable[[int, list[int]], None] | None = None) -> TuneOutcome:
     """Search (or re-use the cache) for the best policy of `request.job` in `request.space`; with
-    --confirm-top, confirm it on more seeds (`on_confirm(runs done, runs in all)` follows that)."""
+    --confirm-top, confirm it on more seeds (`on_confirm(runs done, runs in all)` follows that).
+
+    A study with trials already (an interrupted or killed search) is resumed: `on_resume(finished trials,
+    numbers of the dead trials re-queued)` says so first. Ctrl-C raises `Interrupted` saying what is kept.
+    `TuneOutcome.new_trials` counts the trials this command's processes ran, not other processes'."""
     storage = open_storage(request.storage)
     study = load_study(request, storage)
     cache = read_cache(study) if not request.refresh else None
     if cache is not None:
         outcome = TuneOutcome(study.study_name, request.storage, True, 0, cache, best_policies(study), study)
         return _verified(_confirmed(outcome, request, storage, None, on_confirm), request)
-    siblings = sibling_studies(study, storage)
-    reference = bsp_reference(study, request, siblings)
+    with storage_lock(request.storage, study.study_name):
+        requeued = fail_dead_trials(study)
     before = counted_trials(study)
+    if on_resume is not None and (before or requeued):
+        on_resume(before, requeued)
+    mine = {process_tag()}  # the processes of this command: the trials they ran are its new trials
+    try:
+        with storage_calls_finish_first():
+            siblings = sibling_studies(study, storage)
+            reference = bsp_reference(study, request, siblings)
+            _search(study, request, reference, siblings, before, on_trial, mine)
+    except KeyboardInterrupt:
+        kept = counted_trials(study)
+        raise Interrupted(f"interrupted: {kept} finished trial{'' if kept == 1 else 's'} of study {study.study_name} "
+                          f"kept in {redact_url(request.storage)}; a trial cut short is run again when the search "
+                          "resumes with the same command") from None
+    cache = write_cache(study, request.job, request.space, request.sampler, request.settings.tolerance, reference,
+                        execution=execution_of(request.settings.backend))
+    outcome = TuneOutcome(study.study_name, request.storage, False, len(trials_run_by(study, mine)), cache,
+                          best_policies(study), study)
+    return _verified(_confirmed(outcome, request, storage, siblings, on_confirm), request)
+
+
+def _search(study: "optuna.Study", request: TuneRequest, reference: dict[str, Any],
+            siblings: "list[optuna.Study]", before: int, on_trial: Callable[[int, int], None] | None,
+            mine: set[str]) -> None:
+    """Run the request's trials: the switch-point strategies' own candidates, or the budget's queued and
+    sampled trials in this process and its `--n-jobs` helpers (whose process tags join `mine`)."""
     deadline = time.monotonic() + request.timeout if request.timeout else None
     if request.sampler in SWITCH_POINT_SAMPLERS:
         from autosync.search.switch_point import run_switch_point_search
 
-        with storage_lock(request.storage, study.study_name):
-            fail_dead_trials(study)
         run_switch_point_search(study, request, reference, deadline, on_trial)
-    else:
-        budget = before + request.n_trials if request.refresh else request.n_trials
-        if request.sampler == "grid":
-            budget = min(budget, request.space.size())
-        top_up(study, request.storage, budget, *_queued_first(study, request, siblings))
-        helpers = _start_helpers(request, study.study_name, budget, deadline)
-        try:
-            run_trials(study, request, reference, budget, deadline, on_trial, siblings)
-        finally:
-            for p in helpers:
-                p.join()
-    cache = write_cache(study, request.job, request.space, request.sampler, request.settings.tolerance, reference,
-                        execution=execution_of(request.settings.backend))
-    outcome = TuneOutcome(study.study_name, request.storage, False, cache["trials"] - before, cache,
-                          best_policies(study), study)
-    return _verified(_confirmed(outcome, request, storage, siblings, on_confirm), request)
+        return
+    budget = before + request.n_trials if request.refresh else request.n_trials
+    if request.sampler == "grid":
+        budget = min(budget, request.space.size())
+    top_up(study, request.storage, budget, *_queued_first(study, request, siblings))
+    helpers = _start_helpers(request, study.study_name, budget, deadline)
+    mine.update(process_tag(p.pid) for p in helpers)
+    try:
+        run_trials(study, request, reference, budget, deadline, on_trial, siblings)
+    finally:
+        for p in helpers:
+            p.join()
 
 
 def _confirmed(outcome: TuneOutcome, request: TuneRequest, storage: Any, siblings: "list[optuna.Study] | None",
@@ -361,7 +386,7 @@ def run_trials(study: "optuna.Study", request: TuneRequest, reference: dict[str,
     dies there has its trial re-queued (`fail_dead_trials`), and this one runs it.
     """
     objective = Objective(request.job, request.space, request.settings, reference["final_metric"], reference,
-                          siblings)
+                          siblings, storage_url=request.storage)
     while True:
         done, pending = budget_used(study)
         if on_trial is not None:

@@ -323,10 +323,11 @@ class ProcessDriver(RemoteDriver):
         p.join(timeout=5.0)
         self.alive.remove(rank)
         self._answers.unregister(self.outboxes[rank].fileno())
-        self.faults.append(f"worker process {rank} (pid {p.pid}) {reason}; its workers moved to the others")
         if not self.alive:
-            raise WorkerProcessError(f"every worker process is gone ({'; '.join(self.faults)}); simulated "
-                                     f"workers {sorted(self.pending)} have no process to compute their gradients")
+            lost = "; ".join([*self.faults, f"worker process {rank} (pid {p.pid}) {reason}"])
+            raise WorkerProcessError(f"every worker process is gone ({lost}); simulated workers "
+                                     f"{sorted(self.pending)} have no process left to compute their gradients")
+        self.faults.append(f"worker process {rank} (pid {p.pid}) {reason}; its workers moved to the others")
         orphaned = [w for w, r in self.assignment.items() if r == rank]
         for i, w in enumerate(orphaned):
             self.assignment[w] = self.alive[i % len(self.alive)]

@@ -1,0 +1,70 @@
+"""Ctrl-C never lands inside a write to the study storage.
+
+A KeyboardInterrupt raised in the middle of one of Optuna's storage calls leaves its SQLAlchemy session
+holding an open write transaction (Optuna rolls back only on SQLAlchemy's own errors): on SQLite the
+next write, the trial marked failed on the way out, then waits on that lock for the whole busy timeout
+and the command hangs. While `storage_calls_finish_first` is active, Ctrl-C during a storage call (see
+`guarded`) is held until the call returns and raised there; anywhere else it is raised at once, as usual.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import signal
+import threading
+from typing import Any, Callable, Iterator
+
+_state = {"depth": 0, "pending": False, "active": False}  # main thread only: signals are delivered there
+
+
+def _on_sigint(signum: int, frame: Any) -> None:
+    if _state["depth"] > 0:
+        _state["pending"] = True  # raised when the storage call returns
+        return
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def storage_calls_finish_first() -> Iterator[None]:
+    """Within: Ctrl-C waits for the storage call in progress (if any) to return. Does nothing outside the
+    main thread or where the program has its own SIGINT handler."""
+    if threading.current_thread() is not threading.main_thread() \
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+    signal.signal(signal.SIGINT, _on_sigint)
+    _state.update(active=True, pending=False)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        _state.update(active=False)
+
+
+def _guard(method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if not _state["active"] or threading.current_thread() is not threading.main_thread():
+            return method(*args, **kwargs)
+        _state["depth"] += 1
+        try:
+            return method(*args, **kwargs)
+        finally:
+            _state["depth"] -= 1
+            if _state["depth"] == 0 and _state["pending"]:
+                _state["pending"] = False
+                raise KeyboardInterrupt
+    return call
+
+
+def guarded(cls: type) -> type:
+    """A subclass of storage class `cls` whose public methods are storage calls Ctrl-C waits for (made once,
+    and a name of this module, so its instances pickle)."""
+    name = f"Guarded{cls.__name__}"
+    if name not in globals():
+        methods = {attr: _guard(getattr(cls, attr)) for attr in dir(cls)
+                   if not attr.startswith("_") and inspect.isfunction(inspect.getattr_static(cls, attr))}
+        globals()[name] = type(name, (cls,), {**methods, "__module__": __name__, "__qualname__": name})
+    return globals()[name]

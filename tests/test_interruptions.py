@@ -1,0 +1,98 @@
+"""What a tune says when it is interrupted or killed and resumed, and processes started together on one study
+never training the same policy twice."""
+
+from __future__ import annotations
+
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.conftest import autosync, signal_and_wait, start_autosync
+
+
+def _trials(db: Path, state: str) -> int:
+    try:
+        with sqlite3.connect(db, timeout=30) as con:
+            return con.execute("select count(*) from trials where state = ?", (state,)).fetchone()[0]
+    except sqlite3.OperationalError:  # no tables yet
+        return 0
+
+
+def _mid_trial(db: Path) -> bool:
+    """Two trials finished and one running (its process is busy training)."""
+    return _trials(db, "COMPLETE") >= 2 and _trials(db, "RUNNING") == 1
+
+
+def _start_and_stop_after_a_trial(job: Path, tmp_path: Path, sig: int,
+                                  env: dict | None = None) -> tuple[subprocess.Popen, str]:
+    """Start a tune, send it `sig` in its third trial; the process and its stderr once it has exited."""
+    db = tmp_path / "s.db"
+    tune = start_autosync("tune", str(job), "--n-trials", "6", "--storage", f"sqlite:///{db}", cwd=tmp_path,
+                          env=env)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not _mid_trial(db):
+        time.sleep(0.05)
+    assert _mid_trial(db), "the tune never got into its third trial"
+    return tune, signal_and_wait(tune, sig)
+
+
+def _long(tiny_job: Path) -> Path:
+    path = tiny_job.with_name("long.yaml")
+    path.write_text(re.sub(r"max_virtual_seconds: \d+", "max_virtual_seconds: 60", tiny_job.read_text()))
+    return path
+
+
+def test_ctrl_c_says_what_was_kept_and_the_command_that_resumes(tiny_job, tmp_path):
+    job = _long(tiny_job)
+    tune, stderr = _start_and_stop_after_a_trial(job, tmp_path, signal.SIGINT)
+    assert tune.returncode == 130 and "Traceback" not in stderr, stderr[-3000:]
+    line = [x for x in stderr.splitlines() if x.startswith("error: interrupted")]
+    assert len(line) == 1, stderr
+    kept = int(re.search(r"interrupted: (\d+) finished trials? of study \S+ kept in sqlite:///", line[0]).group(1))
+    assert kept >= 2 and line[0].endswith(f"autosync tune {job} --n-trials 6 --storage sqlite:///{tmp_path}/s.db")
+    resumed = autosync("tune", str(job), "--n-trials", "6", "--storage", f"sqlite:///{tmp_path}/s.db", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert f"resuming the study: {kept} finished trials found" in resumed.stderr
+    assert f": {6 - kept} trial{'' if kept == 5 else 's'} run by this command, 6 in all" in resumed.stdout
+
+
+def test_a_killed_tune_resumed_says_which_dead_trial_it_runs_again(tiny_job, tmp_path):
+    import os
+
+    env = {**os.environ, "AUTOSYNC_HEARTBEAT_SECONDS": "1", "PYTHONFAULTHANDLER": "1"}
+    job = _long(tiny_job)
+    tune, _ = _start_and_stop_after_a_trial(job, tmp_path, signal.SIGKILL, env)
+    assert tune.returncode == -signal.SIGKILL
+    time.sleep(3)  # two heartbeat intervals: the killed trial's process is known dead
+    resumed = subprocess.run([sys.executable, "-m", "autosync.cli", "tune", str(job), "--n-trials", "6",
+                              "--storage", f"sqlite:///{tmp_path}/s.db"], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert re.search(r"resuming the study: \d+ finished trials? found; 1 trial whose process died \(#\d+\) re-queued",
+                     resumed.stderr), resumed.stderr
+
+
+def test_six_processes_started_together_train_six_distinct_policies(tiny_job, tmp_path):
+    """Seeded alike, they draw the same start-up points: each proposal another process trains or trained
+    is proposed again, so the 6 trials of the budget are 6 policies (the tiny job's static_k space has 7
+    that run differently), and each process reports the trials it ran itself."""
+    import json
+
+    db = tmp_path / "s.db"
+    cmd = [sys.executable, "-m", "autosync.cli", "tune", str(tiny_job), "--n-trials", "6", "--storage", f"sqlite:///{db}"]
+    procs = [subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(6)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 6, [err[-1500:] for _, err in outs]
+    with sqlite3.connect(db) as con:
+        rows = con.execute("select t.number, a.value_json from trials t join trial_user_attributes a on "
+                           "a.trial_id = t.trial_id where t.state = 'COMPLETE' and a.key = 'canonical_policy'"
+                           ).fetchall()
+    policies = [json.loads(value) for _, value in rows]
+    assert len(policies) == 6 and len({json.dumps(p, sort_keys=True) for p in policies}) == 6, policies
+    ran = [int(re.search(r": (\d+) trials? run by this command, 6 in all", out).group(1)) for out, _ in outs]
+    assert sum(ran) == 6, ran
