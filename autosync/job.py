@@ -31,6 +31,12 @@ class _Spec(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False, allow_inf_nan=False)
 
 
+#: The largest size a spec takes for what a run allocates (samples, features, classes, layer widths, a batch):
+#: numpy and torch refuse far larger sizes with a traceback, so a number like 10**30 is refused here in one line.
+MAX_SIZE = 2 ** 31 - 1
+#: Seeds are 32 bits: random streams key on the seed's low 32 bits (autosync.rng), and scikit-learn takes no more.
+MAX_SEED = 2 ** 32 - 1
+
 # --------------------------------------------------------------------------- workload
 
 DatasetName = Literal[
@@ -83,15 +89,16 @@ class DatasetSpec(_UserCode):
     builtin_fields: ClassVar[tuple[str, ...]] = (
         "name", "root", "download", "n_samples", "n_features", "n_classes", "noise", "image_shape")
     name: DatasetName = "digits"  # which data; digits ships inside scikit-learn, so it never downloads
-    seed: int = Field(0, ge=0)  # synthetic data and the train/test split: fixed, so recurring runs match
+    seed: int = Field(0, ge=0, le=MAX_SEED)  # synthetic data and the train/test split: fixed, so recurring runs match
     root: str | None = None  # local directory holding torchvision datasets (required for them)
     download: bool = False  # torchvision datasets are fetched only when the job asks for it
     test_fraction: float = Field(0.2, gt=0.0, lt=1.0)  # held-out share for datasets without a split
-    n_samples: int = Field(2000, ge=10)  # synthetic datasets: how many samples to generate
-    n_features: int = Field(20, ge=1)  # synthetic datasets: input dimension
-    n_classes: int = Field(10, ge=2)  # synthetic classification: number of classes
+    n_samples: int = Field(2000, ge=10, le=MAX_SIZE)  # synthetic datasets: how many samples to generate
+    n_features: int = Field(20, ge=1, le=MAX_SIZE)  # synthetic datasets: input dimension
+    n_classes: int = Field(10, ge=2, le=MAX_SIZE)  # synthetic classification: number of classes
     noise: float = Field(0.1, ge=0.0)  # synthetic regression: label noise std
-    image_shape: list[Annotated[int, Field(ge=1)]] = [3, 32, 32]  # synthetic images: channels, height, width
+    # synthetic images: channels, height, width
+    image_shape: list[Annotated[int, Field(ge=1, le=MAX_SIZE)]] = [3, 32, 32]
     max_train_samples: int | None = Field(None, ge=1)  # subsample large training sets for speed
 
     @model_validator(mode="after")
@@ -117,8 +124,8 @@ class DatasetSpec(_UserCode):
 class ModelSpec(_UserCode):
     builtin_fields: ClassVar[tuple[str, ...]] = ("name", "hidden", "channels")
     name: Literal["logreg", "mlp", "cnn", "resnet20", "resnet32", "resnet18"] = "cnn"  # architecture
-    hidden: list[Annotated[int, Field(ge=1)]] = [64]  # mlp: hidden layer widths
-    channels: list[Annotated[int, Field(ge=1)]] = [8, 16]  # cnn: widths of its two 5x5 convolutions
+    hidden: list[Annotated[int, Field(ge=1, le=MAX_SIZE)]] = [64]  # mlp: hidden layer widths
+    channels: list[Annotated[int, Field(ge=1, le=MAX_SIZE)]] = [8, 16]  # cnn: widths of its two 5x5 convolutions
 
     @property
     def label(self) -> str:
@@ -173,7 +180,7 @@ class EvaluationSpec(_Spec):
 class WorkloadSpec(_Spec):
     dataset: DatasetSpec = DatasetSpec()  # what to learn
     model: ModelSpec = ModelSpec()  # with which network
-    batch_size: int = Field(32, ge=1)  # per-worker mini-batch B
+    batch_size: int = Field(32, ge=1, le=MAX_SIZE)  # per-worker mini-batch B
     optimizer: OptimizerSpec = OptimizerSpec()  # server-side update hyper-parameters
     lr_schedule: LRScheduleSpec = LRScheduleSpec()  # how eta changes over epochs
     evaluation: EvaluationSpec = EvaluationSpec()  # how often and on how much we measure
@@ -342,7 +349,7 @@ class JobSpec(_Spec):
     cluster: ClusterSpec = ClusterSpec()  # workers and their timing
     target: TargetSpec = TargetSpec()  # what time-to-target measures
     budget: BudgetSpec = BudgetSpec(max_virtual_seconds=100.0)  # when a run stops
-    seed: int = Field(0, ge=0)  # drives every random draw of a run
+    seed: int = Field(0, ge=0, le=MAX_SEED)  # drives every random draw of a run
     _source: str = PrivateAttr("<job>")  # the file (or caller) it came from, for errors found later
 
     @property
