@@ -422,9 +422,20 @@ class JobSpec(_Spec):
 
 # --------------------------------------------------------------------------- loading
 
+#: Pydantic's type errors as rules a reader of the file acts on ("unable to parse input string" names no string
+#: the user wrote where the value is a float).
+TYPE_RULES = {
+    "int_type": "must be an integer", "int_parsing": "must be an integer", "int_from_float": "must be a whole number",
+    "int_parsing_size": "must be an integer, not a float this large", "float_type": "must be a number",
+    "float_parsing": "must be a number", "bool_type": "must be true or false", "bool_parsing": "must be true or false",
+    "string_type": "must be a string", "list_type": "must be a list", "dict_type": "must be a mapping",
+    "model_type": "must be a mapping", "model_attributes_type": "must be a mapping",
+}
+
+
 def describe_error(err: dict[str, Any]) -> str:
     """One problem of a pydantic error as 'field path rule, but got value'."""
-    loc = ".".join(_plain_key(p) for p in err["loc"] if not _is_union_tag(p)) or "(top level)"
+    loc = ".".join(plain_key(p) for p in err["loc"] if not _is_union_tag(p)) or "(top level)"
     typ, ctx, value = err["type"], err.get("ctx", {}), err.get("input")
     rules = {
         "greater_than_equal": lambda: f"must be >= {ctx.get('ge')}",
@@ -445,7 +456,7 @@ def describe_error(err: dict[str, Any]) -> str:
     if typ == "value_error":
         msg = str(ctx.get("error", err["msg"]))
         return msg if loc == "(top level)" else f"{loc}: {msg}"
-    rule = rules.get(typ, lambda: err["msg"][0].lower() + err["msg"][1:])()
+    rule = TYPE_RULES.get(typ) or rules.get(typ, lambda: err["msg"][0].lower() + err["msg"][1:])()
     if typ == "missing":
         return f"{loc} {rule}"
     if typ == "extra_forbidden":
@@ -462,9 +473,9 @@ def short_repr(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def _plain_key(part: Any) -> str:
-    """A field path's part as written: a key that is not plain printable text is quoted, so the path stays
-    on one line."""
+def plain_key(part: Any) -> str:
+    """A field path's part (a key or an index) as written; one that is not printable text (a line break in
+    it) is quoted, so the path stays on one line."""
     text = str(part)
     return text if text.isprintable() else short_repr(part, 40)
 

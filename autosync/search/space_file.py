@@ -23,7 +23,7 @@ from pydantic import (
     BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, ValidationInfo, field_validator, model_validator,
 )
 
-from autosync.job import short_repr
+from autosync.job import TYPE_RULES, plain_key, short_repr
 
 
 @dataclass
@@ -218,14 +218,15 @@ def problems_with_policies(policies: Any) -> list[str]:
         return problems  # the structure's own error says so
     for family, params in policies.items():
         if family not in POLICIES:
-            problems.append(f"policies.{family}: unknown policy {family!r} (known: {', '.join(sorted(POLICIES))})")
+            problems.append(f"policies.{plain_key(family)}: unknown policy {short_repr(family)} "
+                            f"(known: {', '.join(sorted(POLICIES))})")
             continue
         known = policy_parameters(POLICIES[family])
         earlier: list[str] = []
         for name, spec in (params.items() if isinstance(params, dict) else ()):
             if name not in known:
-                problems.append(f"policies.{family}.{name}: policy {family} has no parameter {name!r} "
-                                f"(it takes: {', '.join(known) or 'none'})")
+                problems.append(f"policies.{family}.{plain_key(name)}: policy {family} has no parameter "
+                                f"{short_repr(name)} (it takes: {', '.join(known) or 'none'})")
             when = spec.get("when") if isinstance(spec, dict) else None
             clauses = [when] if isinstance(when, dict) else when if isinstance(when, list) else []
             for key in (k for clause in clauses if isinstance(clause, dict) for k in clause):
@@ -242,14 +243,17 @@ def describe(err: dict[str, Any]) -> str:
     parts = list(err["loc"])
     if parts[-2:] == ["constant", "value"]:  # a constant's own value: the parameter names it
         parts = parts[:-1]
-    loc = [str(p) if str(p).isprintable() else short_repr(p, 40) for p in parts
-           if not (isinstance(p, str) and p in tags)]
+
+    def path(ps: list[Any]) -> list[str]:
+        return [plain_key(p) for p in ps if not (isinstance(p, str) and p in tags)]
+
+    loc = path(parts)
     where, typ, ctx, value = ".".join(loc) or "(top level)", err["type"], err.get("ctx", {}), err.get("input")
     if typ == "value_error":
         return f"{where} {ctx.get('error', err['msg'])}"
     if typ == "extra_forbidden":
-        parent = ".".join(loc[:-1]) or "(top level)"
-        return f"{parent}: unknown key {loc[-1]!r} (unknown keys are errors)"
+        parent = ".".join(path(parts[:-1])) or "(top level)"
+        return f"{parent}: unknown key {short_repr(parts[-1], 40)} (unknown keys are errors)"
     if typ == "union_tag_invalid":
         return f"{where}.type must be one of [{ctx.get('expected_tags')}], but got {ctx.get('tag')!r}"
     if typ == "union_tag_not_found":
@@ -261,7 +265,7 @@ def describe(err: dict[str, Any]) -> str:
             "too_short": lambda: "must not be empty",
             "finite_number": lambda: "must be a finite number (not NaN or infinity)",
             "string_pattern_mismatch": lambda: "may hold only letters, digits, '_', '-' or '.'",
-            }.get(typ, lambda: err["msg"][0].lower() + err["msg"][1:])()
+            }.get(typ, lambda: TYPE_RULES.get(typ) or err["msg"][0].lower() + err["msg"][1:])()
     return f"{where} {rule}, but got {short_repr(value)}"
 
 
