@@ -136,9 +136,15 @@ def policy_from_dict(data: dict[str, Any]) -> Policy:
     return make_policy(data["policy"], data.get("params", {}))
 
 
+def takes_type(value: Any, typ: type) -> bool:
+    """Whether a parameter whose default is of type `typ` takes `value` (an int where a float is meant, too;
+    a bool never counts as an int)."""
+    if isinstance(value, bool) and typ in (int, float):
+        return False
+    return isinstance(value, typ) or (typ is float and isinstance(value, int))
+
+
 def _coerce(policy: str, key: str, value: Any, typ: type) -> Any:
-    if isinstance(value, typ) and not (typ is int and isinstance(value, bool)):
-        return value
-    if typ is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
+    if takes_type(value, typ):
+        return float(value) if typ is float else value
     raise UserError(f"policy {policy} parameter {key} must be {typ.__name__}, but got {value!r}")

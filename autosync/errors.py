@@ -15,8 +15,13 @@ class FileProblems(UserError):
 
     def __init__(self, path: str, problems: list[str]):
         self.path = path
-        self.problems = problems
-        super().__init__("\n".join(f"{path}: {p}" for p in problems))
+        self.problems = [_one_line(p) for p in problems]
+        super().__init__("\n".join(f"{_one_line(path)}: {p}" for p in self.problems))
+
+
+def _one_line(text: str) -> str:
+    """`text` on one line: a line break inside a problem (a key or value the user wrote) would read as two."""
+    return " ".join(text.splitlines())
 
 
 class RuntimeFailure(Exception):

@@ -25,21 +25,22 @@ a job file, validated by the job schema and fingerprinted, and nothing downstrea
 
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Annotated, Any, Optional, Union
 
 import numpy as np
 import yaml
 from pydantic import (
-    BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, TypeAdapter, ValidationError,
-    model_validator,
+    BaseModel, ConfigDict, Discriminator, Field, StrictBool, StrictFloat, StrictInt, StrictStr, Tag, TypeAdapter,
+    ValidationError, model_validator,
 )
 
 from autosync.errors import FileProblems, JobFileError
 from autosync.job import (
     BudgetSpec, ComputeSpec, JobSpec, LinearCompute, RoundTripSpec, TargetSpec, WorkloadSpec, describe_error,
-    job_from_dict, load_job, read_yaml_file,
+    job_from_dict, load_job, read_yaml_file, short_repr,
 )
 
 
@@ -68,8 +69,35 @@ class Range(_Strict):
         return self
 
 
-Scalar = Union[StrictBool, StrictInt, StrictFloat, StrictStr]
-Drawn = Union[Range, list[Scalar], Scalar]  # a value, a list of choices (drawn uniformly) or a range
+def _scalar_form(value: Any) -> str | None:
+    """Which type a plain value has; None (an error naming the field once) for anything else."""
+    for kind, types in (("<bool>", bool), ("<int>", int), ("<float>", float), ("<str>", str)):
+        if isinstance(value, types):
+            return kind
+    return None
+
+
+def _drawn_form(value: Any) -> str:
+    """Which form a drawn field takes: a {low, high} range, a list of choices, or one value. Validating only
+    that form makes a bad field one error naming it, not one per form it failed as."""
+    return "<range>" if isinstance(value, (dict, Range)) else "<choices>" if isinstance(value, list) else "<value>"
+
+
+#: The tags of the unions below, which pydantic puts in an error's location: no part of a field's path.
+_TAGS = frozenset({"<bool>", "<int>", "<float>", "<str>", "<range>", "<choices>", "<value>"})
+
+Scalar = Annotated[
+    Union[Annotated[StrictBool, Tag("<bool>")], Annotated[StrictInt, Tag("<int>")],
+          Annotated[StrictFloat, Tag("<float>")], Annotated[StrictStr, Tag("<str>")]],
+    Discriminator(_scalar_form, custom_error_type="scalar_type",
+                  custom_error_message="must be a number, a string or a boolean"),
+]
+# a value, a list of choices (drawn uniformly) or a range
+Drawn = Annotated[
+    Union[Annotated[Range, Tag("<range>")], Annotated[list[Scalar], Field(min_length=1), Tag("<choices>")],
+          Annotated[Scalar, Tag("<value>")]],
+    Discriminator(_drawn_form),
+]
 
 
 def draw(value: Any, rng: np.random.Generator) -> Any:
@@ -111,16 +139,10 @@ class RoundTripDraw(BaseModel):
     """One round-trip distribution of the family: `kind` and the job schema's fields, each drawn."""
 
     model_config = ConfigDict(extra="allow", allow_inf_nan=False)
+    __pydantic_extra__: dict[str, Drawn] = Field(init=False)  # the job schema's fields: each drawn
 
     kind: StrictStr  # a cluster.round_trip kind of the job schema
     slowdowns: Optional[SlowdownDraw] = None  # transient slowdowns added to jobs drawing this entry
-
-    @model_validator(mode="after")
-    def _fields_are_draws(self) -> "RoundTripDraw":
-        adapter = TypeAdapter(Drawn)
-        for key, value in list((self.model_extra or {}).items()):
-            self.model_extra[key] = adapter.validate_python(value)
-        return self
 
     def fields(self) -> dict[str, Any]:
         return dict(self.model_extra or {})
@@ -174,16 +196,9 @@ class FamilySpec(_Strict):
             round_trip["scale"] = round((shape - 1) / shape, 6)  # mean multiplier scale * shape / (shape - 1) = 1
         budget = chosen.budget.max_virtual_seconds
         slowdowns = _draw_slowdowns(entry.slowdowns, n, budget, rng) if entry.slowdowns else []
-        workload = chosen.workload.model_dump(mode="json")
-        optimizer = workload["optimizer"]
-        if self.keep_effective_lr:
-            optimizer["lr"] = round(optimizer["lr"] * (1 - momentum) / (1 - optimizer["momentum"]), 8)
-        optimizer["momentum"] = momentum
-        if momentum == 0.0:
-            optimizer["nesterov"] = False
         data = {
             "name": f"{self.name}-{index:03d}",
-            "workload": workload,
+            "workload": self.workload_at(chosen, momentum),
             "cluster": {"n_workers": n, "round_trip": round_trip, "compute": self.compute.model_dump(mode="json"),
                         "speed_factors": _draw_speeds(self.speed_factors, n, rng), "slowdowns": slowdowns},
             "target": chosen.target.model_dump(mode="json"),
@@ -191,6 +206,17 @@ class FamilySpec(_Strict):
             "seed": 0,
         }
         return job_from_dict(data, f"{self.name} job {index}")
+
+    def workload_at(self, chosen: "WorkloadDraw", momentum: float) -> dict[str, Any]:
+        """A workload of the family as a drawn job takes it: at the drawn momentum, its lr kept effective."""
+        workload = chosen.workload.model_dump(mode="json")
+        optimizer = workload["optimizer"]
+        if self.keep_effective_lr:
+            optimizer["lr"] = round(optimizer["lr"] * (1 - momentum) / (1 - optimizer["momentum"]), 8)
+        optimizer["momentum"] = momentum
+        if momentum == 0.0:
+            optimizer["nesterov"] = False
+        return workload
 
     def jobs(self, count: int) -> list[JobSpec]:
         return [self.job(i) for i in range(count)]
@@ -253,7 +279,7 @@ def load_family(path: str | Path) -> FamilySpec:
     try:
         family = FamilySpec.model_validate(data)
     except ValidationError as exc:
-        raise FamilyFileError(str(file), [describe_error(e) for e in exc.errors()]) from None
+        raise FamilyFileError(str(file), [_describe(e) for e in exc.errors()]) from None
     problems = _corner_problems(family)
     if problems:
         raise FamilyFileError(str(file), problems)
@@ -262,31 +288,72 @@ def load_family(path: str | Path) -> FamilySpec:
 
 def _corner_problems(family: FamilySpec) -> list[str]:
     """Validate every extreme of every drawn field against the job schema."""
-    problems = []
-    for value in corners(family.n_workers):
-        if not isinstance(value, (int, float)) or int(value) != value or not 1 <= value <= 4096:
-            problems.append(f"n_workers must be whole numbers between 1 and 4096, but got {value!r}")
-    for value in corners(family.momentum):
-        if not isinstance(value, (int, float)) or not 0 <= value < 1:
-            problems.append(f"momentum must be in [0, 1), but got {value!r}")
+    problems = _number_problems("n_workers", family.n_workers, "whole numbers between 1 and 4096",
+                                lambda v: v == int(v) and 1 <= v <= 4096)
+    problems += _number_problems("momentum", family.momentum, "in [0, 1)", lambda v: 0 <= v < 1)
     round_trip = TypeAdapter(RoundTripSpec)
     for i, entry in enumerate(family.round_trips):
-        base = {"kind": entry.kind, **{k: corners(v)[0] for k, v in entry.fields().items()}}
-        variants = [base] + [{**base, key: c} for key, v in entry.fields().items() for c in corners(v)[1:]]
-        for variant in variants:
+        fields = entry.fields()
+        for variant in _variants(fields):
             try:
-                round_trip.validate_python(variant)
+                round_trip.validate_python({"kind": entry.kind, **variant})
             except ValidationError as exc:
                 problems += [_round_trip_problem(i, e) for e in exc.errors()]
                 break
+        if entry.slowdowns is not None:
+            where, spec = f"round_trips.{i}.slowdowns", entry.slowdowns
+            problems += _number_problems(f"{where}.episodes", spec.episodes, "whole numbers between 0 and 1000",
+                                         lambda v: v == int(v) and 0 <= v <= 1000)
+            problems += _number_problems(f"{where}.share", spec.share, "in [0, 1]", lambda v: 0 <= v <= 1)
+            problems += _number_problems(f"{where}.factor", spec.factor, "> 0", lambda v: v > 0)
+            problems += _number_problems(f"{where}.duration", spec.duration, "> 0", lambda v: v > 0)
     share = family.speed_factors
-    for value in corners(share.slow_share):
-        if not isinstance(value, (int, float)) or not 0 <= value <= 1:
-            problems.append(f"speed_factors.slow_share must be in [0, 1], but got {value!r}")
-    for value in corners(share.slowdown):
-        if not isinstance(value, (int, float)) or value < 1:
-            problems.append(f"speed_factors.slowdown must be >= 1 (a slower worker), but got {value!r}")
+    problems += _number_problems("speed_factors.slow_share", share.slow_share, "in [0, 1]", lambda v: 0 <= v <= 1)
+    # a slow worker's speed is 1 / slowdown rounded to 4 digits, which must stay > 0
+    problems += _number_problems("speed_factors.slowdown", share.slowdown,
+                                 "between 1 and 10000 (a slower worker, its speed 1 / slowdown)",
+                                 lambda v: 1 <= v <= 10000)
+    if not problems:  # each workload as a drawn job takes it, at each extreme momentum
+        problems = _workload_problems(family)
     return problems
+
+
+def _number_problems(field: str, value: Any, rule: str, ok: Any) -> list[str]:
+    """A problem for every extreme of a drawn field that is not a number or breaks `rule` (`ok` says)."""
+    return [f"{field} must be {rule}, but got {short_repr(v)}" for v in corners(value)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not ok(v)]
+
+
+def _variants(fields: dict[str, Any], limit: int = 256) -> list[dict[str, Any]]:
+    """The round-trip fields at every combination of their extremes (so low > high of a uniform one is
+    found too); past `limit` combinations, each field's extremes with the others at their first."""
+    choices = [corners(v) for v in fields.values()]
+    if math.prod(len(c) for c in choices) <= limit:
+        return [dict(zip(fields, combo)) for combo in itertools.product(*choices)]
+    base = {k: c[0] for k, c in zip(fields, choices)}
+    return [base] + [{**base, k: value} for k, c in zip(fields, choices) for value in c[1:]]
+
+
+def _workload_problems(family: FamilySpec) -> list[str]:
+    """Job-schema problems of each workload as a drawn job takes it (its target and budget beside it, its lr
+    kept effective at each extreme momentum), named by its place in the family file."""
+    problems: list[str] = []
+    for i, chosen in enumerate(family.workloads):
+        for j, momentum in enumerate(corners(family.momentum)):
+            data = {"workload": family.workload_at(chosen, float(momentum)),
+                    "target": chosen.target.model_dump(mode="json"), "budget": chosen.budget.model_dump(mode="json")}
+            try:
+                job_from_dict(data, f"workloads.{i}")
+            except JobFileError as exc:
+                at = f" (at momentum {momentum})" if j else ""  # the first extreme: a problem of the workload itself
+                problems += [f"workloads.{i}: {p}{at}" for p in exc.problems]
+                break
+    return problems
+
+
+def _describe(err: dict[str, Any]) -> str:
+    """One pydantic error of a family file, its path without the tags of the drawn forms."""
+    return describe_error({**err, "loc": tuple(p for p in err["loc"] if not (isinstance(p, str) and p in _TAGS))})
 
 
 def _round_trip_problem(index: int, err: dict[str, Any]) -> str:

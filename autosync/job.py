@@ -25,10 +25,17 @@ DEFAULT_JOB_PATH = Path(__file__).with_name("default_job.yaml")
 
 
 class _Spec(BaseModel):
-    """Base of every spec: unknown keys are errors, values are checked on assignment too."""
+    """Base of every spec: unknown keys are errors, values are checked on assignment too, and a float is
+    finite (NaN and infinity are refused) unless its field says that infinity means something."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False, allow_inf_nan=False)
 
+
+#: The largest size a spec takes for what a run allocates (samples, features, classes, layer widths, a batch):
+#: numpy and torch refuse far larger sizes with a traceback, so a number like 10**30 is refused here in one line.
+MAX_SIZE = 2 ** 31 - 1
+#: Seeds are 32 bits: random streams key on the seed's low 32 bits (autosync.rng), and scikit-learn takes no more.
+MAX_SEED = 2 ** 32 - 1
 
 # --------------------------------------------------------------------------- workload
 
@@ -82,15 +89,16 @@ class DatasetSpec(_UserCode):
     builtin_fields: ClassVar[tuple[str, ...]] = (
         "name", "root", "download", "n_samples", "n_features", "n_classes", "noise", "image_shape")
     name: DatasetName = "digits"  # which data; digits ships inside scikit-learn, so it never downloads
-    seed: int = Field(0, ge=0)  # synthetic data and the train/test split: fixed, so recurring runs match
+    seed: int = Field(0, ge=0, le=MAX_SEED)  # synthetic data and the train/test split: fixed, so recurring runs match
     root: str | None = None  # local directory holding torchvision datasets (required for them)
     download: bool = False  # torchvision datasets are fetched only when the job asks for it
     test_fraction: float = Field(0.2, gt=0.0, lt=1.0)  # held-out share for datasets without a split
-    n_samples: int = Field(2000, ge=10)  # synthetic datasets: how many samples to generate
-    n_features: int = Field(20, ge=1)  # synthetic datasets: input dimension
-    n_classes: int = Field(10, ge=2)  # synthetic classification: number of classes
+    n_samples: int = Field(2000, ge=10, le=MAX_SIZE)  # synthetic datasets: how many samples to generate
+    n_features: int = Field(20, ge=1, le=MAX_SIZE)  # synthetic datasets: input dimension
+    n_classes: int = Field(10, ge=2, le=MAX_SIZE)  # synthetic classification: number of classes
     noise: float = Field(0.1, ge=0.0)  # synthetic regression: label noise std
-    image_shape: list[Annotated[int, Field(ge=1)]] = [3, 32, 32]  # synthetic images: channels, height, width
+    # synthetic images: channels, height, width
+    image_shape: list[Annotated[int, Field(ge=1, le=MAX_SIZE)]] = [3, 32, 32]
     max_train_samples: int | None = Field(None, ge=1)  # subsample large training sets for speed
 
     @model_validator(mode="after")
@@ -116,8 +124,8 @@ class DatasetSpec(_UserCode):
 class ModelSpec(_UserCode):
     builtin_fields: ClassVar[tuple[str, ...]] = ("name", "hidden", "channels")
     name: Literal["logreg", "mlp", "cnn", "resnet20", "resnet32", "resnet18"] = "cnn"  # architecture
-    hidden: list[Annotated[int, Field(ge=1)]] = [64]  # mlp: hidden layer widths
-    channels: list[Annotated[int, Field(ge=1)]] = [8, 16]  # cnn: widths of its two 5x5 convolutions
+    hidden: list[Annotated[int, Field(ge=1, le=MAX_SIZE)]] = [64]  # mlp: hidden layer widths
+    channels: list[Annotated[int, Field(ge=1, le=MAX_SIZE)]] = [8, 16]  # cnn: widths of its two 5x5 convolutions
 
     @property
     def label(self) -> str:
@@ -172,7 +180,7 @@ class EvaluationSpec(_Spec):
 class WorkloadSpec(_Spec):
     dataset: DatasetSpec = DatasetSpec()  # what to learn
     model: ModelSpec = ModelSpec()  # with which network
-    batch_size: int = Field(32, ge=1)  # per-worker mini-batch B
+    batch_size: int = Field(32, ge=1, le=MAX_SIZE)  # per-worker mini-batch B
     optimizer: OptimizerSpec = OptimizerSpec()  # server-side update hyper-parameters
     lr_schedule: LRScheduleSpec = LRScheduleSpec()  # how eta changes over epochs
     evaluation: EvaluationSpec = EvaluationSpec()  # how often and on how much we measure
@@ -249,7 +257,9 @@ ComputeSpec = Annotated[Union[LinearCompute, GPUCompute], Field(discriminator="m
 
 class SlowdownSpec(_Spec):
     at: float = Field(ge=0.0)  # virtual time the slowdown starts
-    duration: float = Field(float("inf"), gt=0.0)  # how long it lasts (inf: for the rest of the run)
+    # how long it lasts; .inf (the default) means for the rest of the run, the one float where infinity is
+    # allowed (NaN still fails gt)
+    duration: float = Field(float("inf"), gt=0.0, allow_inf_nan=True)
     factor: float = Field(gt=0.0)  # compute time multiplier while it lasts
     workers: list[Annotated[int, Field(ge=0)]]  # which workers slow down
 
@@ -339,7 +349,7 @@ class JobSpec(_Spec):
     cluster: ClusterSpec = ClusterSpec()  # workers and their timing
     target: TargetSpec = TargetSpec()  # what time-to-target measures
     budget: BudgetSpec = BudgetSpec(max_virtual_seconds=100.0)  # when a run stops
-    seed: int = Field(0, ge=0)  # drives every random draw of a run
+    seed: int = Field(0, ge=0, le=MAX_SEED)  # drives every random draw of a run
     _source: str = PrivateAttr("<job>")  # the file (or caller) it came from, for errors found later
 
     @property
@@ -412,15 +422,28 @@ class JobSpec(_Spec):
 
 # --------------------------------------------------------------------------- loading
 
+#: Pydantic's type errors as rules a reader of the file acts on ("unable to parse input string" names no string
+#: the user wrote where the value is a float).
+TYPE_RULES = {
+    "int_type": "must be an integer", "int_parsing": "must be an integer", "int_from_float": "must be a whole number",
+    "int_parsing_size": "must be an integer, not a float this large", "float_type": "must be a number",
+    "float_parsing": "must be a number", "bool_type": "must be true or false", "bool_parsing": "must be true or false",
+    "string_type": "must be a string", "list_type": "must be a list", "dict_type": "must be a mapping",
+    "model_type": "must be a mapping", "model_attributes_type": "must be a mapping",
+}
+
+
 def describe_error(err: dict[str, Any]) -> str:
     """One problem of a pydantic error as 'field path rule, but got value'."""
-    loc = ".".join(str(p) for p in err["loc"] if not _is_union_tag(p)) or "(top level)"
+    loc = ".".join(plain_key(p) for p in err["loc"] if not _is_union_tag(p)) or "(top level)"
     typ, ctx, value = err["type"], err.get("ctx", {}), err.get("input")
     rules = {
         "greater_than_equal": lambda: f"must be >= {ctx.get('ge')}",
         "greater_than": lambda: f"must be > {ctx.get('gt')}",
         "less_than_equal": lambda: f"must be <= {ctx.get('le')}",
         "less_than": lambda: f"must be < {ctx.get('lt')}",
+        "finite_number": lambda: "must be a finite number (not NaN or infinity)",
+        "too_short": lambda: "must not be empty",
         "missing": lambda: "is required",
         "extra_forbidden": lambda: "is not a known field",
         "literal_error": lambda: f"must be one of {ctx.get('expected')}",
@@ -433,17 +456,37 @@ def describe_error(err: dict[str, Any]) -> str:
     if typ == "value_error":
         msg = str(ctx.get("error", err["msg"]))
         return msg if loc == "(top level)" else f"{loc}: {msg}"
-    rule = rules.get(typ, lambda: err["msg"][0].lower() + err["msg"][1:])()
+    rule = TYPE_RULES.get(typ) or rules.get(typ, lambda: err["msg"][0].lower() + err["msg"][1:])()
     if typ == "missing":
         return f"{loc} {rule}"
     if typ == "extra_forbidden":
-        return f"{loc} {rule} (unknown keys are errors), but got {value!r}"
-    return f"{loc} {rule}, but got {value!r}"
+        return f"{loc} {rule} (unknown keys are errors), but got {short_repr(value)}"
+    return f"{loc} {rule}, but got {short_repr(value)}"
+
+
+def short_repr(value: Any, limit: int = 80) -> str:
+    """`repr(value)` cut to `limit` characters: an error line names the value without echoing a whole file."""
+    try:
+        text = repr(value)
+    except ValueError:  # an integer past Python's digit limit for str()
+        text = f"an integer of {value.bit_length()} bits" if isinstance(value, int) else type(value).__name__
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def plain_key(part: Any) -> str:
+    """A field path's part (a key or an index) as written; one that is not printable text (a line break in
+    it) is quoted, so the path stays on one line."""
+    text = str(part)
+    return text if text.isprintable() else short_repr(part, 40)
 
 
 def _is_union_tag(part: Any) -> bool:
-    return isinstance(part, str) and part in {
-        "deterministic", "shifted_exponential", "uniform", "pareto", "gamma", "trace", "linear", "gpu", "user", "builtin"}
+    return isinstance(part, str) and part in UNION_TAGS
+
+
+#: The tags pydantic puts in an error's location for a union branch; no part of the field path a user wrote.
+UNION_TAGS = frozenset({"deterministic", "shifted_exponential", "uniform", "pareto", "gamma", "trace", "linear", "gpu",
+                        "user", "builtin"})
 
 
 def job_from_dict(data: Any, source: str = "<job>") -> JobSpec:
@@ -458,16 +501,58 @@ def job_from_dict(data: Any, source: str = "<job>") -> JobSpec:
         raise JobFileError(source, [describe_error(e) for e in exc.errors()]) from None
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """The safe YAML loader, refusing a key written twice in one mapping (PyYAML would keep the last one
+    silently, so a value the user wrote would be ignored)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, Any] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor`: the keys written beside it override
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"key {short_repr(key, 40)} appears twice in one mapping, first on line "
+                                    f"{seen[key].start_mark.line + 1}", key_node.start_mark)
+                seen[key] = key_node
+            except TypeError:  # an unhashable key (a list): the base loader says so
+                break
+        return super().construct_mapping(node, deep=deep)
+
+
+
 def read_yaml_file(file: Path, error: type[FileProblems]) -> Any:
-    """A YAML file's content; a missing file or invalid YAML raises `error` in one line naming the file."""
+    """A YAML file's content; a missing, unreadable, binary or invalid file raises `error` in one line naming
+    the file."""
+    if file.is_dir():
+        raise error(str(file), ["is a directory, not a YAML file"])
     if not file.is_file():
         raise error(str(file), ["file not found"])
     try:
-        return yaml.safe_load(file.read_text())
+        raw = file.read_bytes()
+    except OSError as exc:
+        raise error(str(file), [f"cannot be read ({exc.strerror or exc})"]) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(str(file), [f"not a text YAML file (byte 0x{raw[exc.start]:02x} at offset {exc.start} "
+                                "is not UTF-8 text)"]) from None
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}: " if mark is not None else ""
-        raise error(str(file), [f"{where}not valid YAML ({getattr(exc, 'problem', exc)})"]) from None
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        if isinstance(exc, yaml.reader.ReaderError):  # a control character: text, but not YAML's
+            code = exc.character if isinstance(exc.character, int) else ord(exc.character)
+            where, problem = f"offset {exc.position}: ", f"the control character U+{code:04X} is not allowed"
+        raise error(str(file), [f"{where}not valid YAML ({problem})"]) from None
+    except ValueError as exc:  # an integer past Python's limit of digits
+        raise error(str(file), [f"not valid YAML ({str(exc).split(':')[0]})"]) from None
+    except RecursionError:
+        raise error(str(file), ["not valid YAML (nested too deeply)"]) from None
 
 
 def load_job(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> JobSpec:
@@ -482,7 +567,7 @@ def load_job(path: str | Path | None = None, overrides: dict[str, Any] | None = 
     if data is None:  # empty or only comments: most likely saved by mistake, never "the default job"
         raise JobFileError(str(file), ["the file is empty (or only comments); a job sets at least its name, "
                                        "e.g. `name: my_job` to train the default workload"])
-    if overrides:
+    if overrides and isinstance(data, dict):  # anything else is refused by job_from_dict
         data = dict(data)
         data.update(overrides)
     spec = job_from_dict(data, str(file))

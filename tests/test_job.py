@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from autosync.errors import JobFileError
-from autosync.job import DEFAULT_JOB_PATH, job_from_dict, load_job
+from autosync.job import DEFAULT_JOB_PATH, job_from_dict, load_job, read_yaml_file
 
 
 def _problems(data, tmp_path: Path) -> list[str]:
@@ -71,6 +71,17 @@ def test_invalid_yaml_and_non_mapping(tmp_path):
         load_job(bad)
     with pytest.raises(JobFileError, match="file not found"):
         load_job(tmp_path / "nope.yaml")
+
+
+def test_a_key_written_twice_is_refused_but_a_merge_key_may_be_overridden(tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text("name: a\nseed: 1\nname: b\n")
+    with pytest.raises(JobFileError, match=r"line 3: not valid YAML \(key 'name' appears twice in one mapping, "
+                                           r"first on line 1\)"):
+        load_job(path)
+    path.write_text("shared: &opt {lr: 0.1, momentum: 0.5}\nworkload: {optimizer: {<<: *opt, lr: 0.2}}\n")
+    data = read_yaml_file(path, JobFileError)
+    assert data["workload"]["optimizer"] == {"lr": 0.2, "momentum": 0.5}
 
 
 def test_fingerprint_is_stable_and_ignores_seed_budget_and_name():

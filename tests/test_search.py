@@ -61,7 +61,7 @@ def test_shipped_spaces_load_and_sample_valid_policies(name):
     ("polices: {bsp: {}}", "unknown key 'polices'"),
     ("policies: [bsp]", "policies must be a non-empty mapping"),
     ("policies: {backup: {k: {type: int, low: 1, high: n_workers * x}}}", "must be a number or n_workers"),
-    ("policies: {backup: {k: {type: int, low: 1, high: .inf}}}", "policies.backup.k.high input should be a finite"),
+    ("policies: {backup: {k: {type: int, low: 1, high: .inf}}}", "policies.backup.k.high must be a finite number"),
     ("policies: {backup: {k: {type: int, low: 1, high: 4, step: 0.5}}}", "step must be an integer for type int"),
     ("policies: {ssp: {staleness: {type: categorical, choices: [[1, 2]]}}}", "choices must hold numbers, strings"),
 ])

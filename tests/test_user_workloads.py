@@ -100,6 +100,26 @@ def not_a_dataset(seed=0):
 
 def ragged(seed=0):
     return np.zeros((10, 3), np.float32), np.zeros(9, np.int64)
+
+
+def four_arrays(seed=0):
+    x, y = blobs(seed=seed)
+    return x[:180], y[:180], x[180:], y[180:]
+
+
+def keras_pairs(seed=0):  # the shape of keras.datasets.*.load_data()
+    x, y = blobs(seed=seed)
+    return (x[:180], y[:180]), (x[180:], y[180:])
+
+
+def keras_pairs_of_lists(seed=0):
+    x, y = blobs(seed=seed)
+    return (x[:180].tolist(), y[:180].tolist()), (x[180:].tolist(), y[180:].tolist())
+
+
+def keras_pairs_ragged(seed=0):
+    x, y = blobs(seed=seed)
+    return (x[:180], y[:179]), (x[180:], y[180:])
 '''
 
 
@@ -250,6 +270,20 @@ def test_user_code_that_cannot_train_is_one_line_naming_the_file_and_field(user_
     with pytest.raises(JobFileError, match=message) as caught:
         Workload(job)
     assert str(caught.value).startswith(str(user_dir / "bad.yaml") + ": ") and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("factory", ["keras_pairs", "keras_pairs_of_lists"])
+def test_a_dataset_factory_may_return_keras_train_and_test_pairs(user_dir, factory):
+    from autosync.workloads.datasets import load_dataset
+
+    expected = load_dataset(_job(user_dir, "four", dataset={"factory": "userpkg:four_arrays"}).workload.dataset)
+    got = load_dataset(_job(user_dir, "keras", dataset={"factory": f"userpkg:{factory}"}).workload.dataset)
+    for part in ("x_train", "y_train", "x_test", "y_test"):
+        assert torch.equal(getattr(got, part), getattr(expected, part)), part
+    assert got.n_classes == expected.n_classes == 3 and got.y_train.dtype == torch.int64
+    with pytest.raises(JobFileError, match="returned train inputs and targets of different lengths: 180 and 179"):
+        load_dataset(_job(user_dir, "keras_bad", dataset={"factory": "userpkg:keras_pairs_ragged"}).workload.dataset,
+                     "keras_bad.yaml")
 
 
 def test_validate_and_run_report_bad_user_code_in_one_line_with_exit_2(user_dir):

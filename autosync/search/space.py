@@ -28,9 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
-import yaml
-
 from autosync.errors import SpaceFileError, UserError
+from autosync.job import read_yaml_file, short_repr
 from autosync.search.space_file import Constant, Dimension, SpaceFile, describe, problems_with_policies
 
 if TYPE_CHECKING:
@@ -170,17 +169,11 @@ def load_space(path: str | Path, n_workers: int) -> SearchSpace:
     """
     from pydantic import ValidationError
 
-
     path = Path(path)
     if not path.exists():
         shipped = ", ".join(sorted(p.stem for p in SPACE_DIR.glob("*.yaml")))
         raise UserError(f"--space: file {path} does not exist (shipped spaces: {shipped})")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise SpaceFileError(str(path), [f"not valid YAML ({str(exc).splitlines()[0]})"]) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpaceFileError(str(path), [f"cannot be read ({type(exc).__name__}: {exc})"]) from None
+    data = read_yaml_file(path, SpaceFileError)  # a directory, a binary file, invalid YAML: one line
     if not isinstance(data, dict):
         raise SpaceFileError(str(path), [f"must be a mapping with keys name, description, policies, but got "
                                          f"{type(data).__name__}"])
@@ -195,10 +188,36 @@ def load_space(path: str | Path, n_workers: int) -> SearchSpace:
                   for family, params in spec.policies.items()}
     constants = {family: {name: p.value for name, p in params.items() if isinstance(p, Constant)}
                  for family, params in spec.policies.items()}
-    problems = refused_compositions(dimensions, constants)
+    problems = type_problems(dimensions, constants) or refused_compositions(dimensions, constants)
     if problems:
         raise SpaceFileError(str(path), problems)
     return SearchSpace(spec.name or path.stem, spec.description, str(path), dimensions, constants)
+
+
+def type_problems(dimensions: dict[str, dict[str, Dimension]], constants: dict[str, dict[str, Any]]) -> list[str]:
+    """Constants, choices and ranges of a type the policy's parameter does not take (the type of its default,
+    as `make_policy` checks it): every trial would fail on them, so the file is refused instead."""
+    from autosync.catalog import POLICIES, policy_parameters, takes_type
+
+    problems = []
+    for family, params in constants.items():
+        known = policy_parameters(POLICIES[family])
+        values = [(name, value, short_repr(value)) for name, value in params.items()]
+        for name, dim in dimensions[family].items():
+            if dim.type == "categorical":
+                values += [(name, choice, f"the choice {short_repr(choice)}") for choice in dim.choices]
+            elif dim.type in ("int", "float"):  # a trial samples an int, or a float
+                values.append((name, int(dim.low) if dim.type == "int" else float(dim.low), f"type {dim.type}"))
+        reported = set()
+        for name, value, described in values:
+            default = known.get(name)
+            if default is None or default is inspect.Parameter.empty or name in reported:
+                continue  # no default to take a type from, or said already
+            if not takes_type(value, type(default)):
+                reported.add(name)
+                problems.append(f"policies.{family}.{name} must be {type(default).__name__} (policy {family}'s "
+                                f"default is {default!r}), but got {described}")
+    return problems
 
 
 def refused_compositions(dimensions: dict[str, dict[str, Dimension]],

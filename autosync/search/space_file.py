@@ -14,13 +14,16 @@ workers; it is resolved through the validation context `{"n_workers": n}`.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import (
-    BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationInfo, field_validator, model_validator,
+    BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, ValidationInfo, field_validator, model_validator,
 )
+
+from autosync.job import TYPE_RULES, plain_key, short_repr
 
 
 @dataclass
@@ -130,7 +133,8 @@ class Categorical(_Conditional):
             return choices
         for choice in choices:  # Optuna's categorical choices: None, bool, int, float or str
             if not (choice is None or isinstance(choice, (bool, int, float, str))):
-                raise ValueError(f"must hold numbers, strings, booleans or null, but got {choice!r}")
+                raise ValueError(f"must hold numbers, strings, booleans or null, but got {short_repr(choice)}")
+            _check_finite(choice)
         return [resolve_workers(c, info) for c in choices]
 
     def dimension(self) -> Dimension:
@@ -155,16 +159,32 @@ class Constant(BaseModel):
 
     value: Any
 
+    @field_validator("value")
+    @classmethod
+    def _finite(cls, value: Any) -> Any:
+        _check_finite(value)
+        return value
+
+
+def _check_finite(value: Any) -> None:
+    """Refuse NaN and infinity anywhere in a value (a constant may be a list or a mapping)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"must be a finite number (not NaN or infinity), but got {value!r}")
+    for item in value.values() if isinstance(value, dict) else value if isinstance(value, list) else ():
+        _check_finite(item)
+
 
 def _param_kind(value: Any) -> str:
     return "dimension" if isinstance(value, (dict, BaseModel)) and not isinstance(value, Constant) else "constant"
 
 
 def _as_constant(value: Any, info: ValidationInfo) -> Any:
-    return value if isinstance(value, Constant) else Constant(value=resolve_workers(value, info))
+    """A constant's value as Constant's fields, validated there (so an error names the parameter)."""
+    return value if isinstance(value, Constant) else {"value": resolve_workers(value, info)}
 
 
-Parameter = Annotated[Union[Annotated[DimensionSpec, Tag("dimension")], Annotated[Constant, Tag("constant")]],
+Parameter = Annotated[Union[Annotated[DimensionSpec, Tag("dimension")],
+                            Annotated[Constant, BeforeValidator(_as_constant), Tag("constant")]],
                       Discriminator(_param_kind)]
 
 
@@ -177,12 +197,11 @@ class SpaceFile(_Strict):
 
     @field_validator("policies", mode="before")
     @classmethod
-    def _constants(cls, policies: Any, info: ValidationInfo) -> Any:
+    def _a_mapping(cls, policies: Any) -> Any:
         if not isinstance(policies, dict) or not policies:
-            raise ValueError(f"must be a non-empty mapping of policy name to parameters, but got {policies!r}")
-        return {family: ({k: v if isinstance(v, dict) else _as_constant(v, info) for k, v in params.items()}
-                         if isinstance(params, dict) else params)
-                for family, params in policies.items()}
+            raise ValueError(f"must be a non-empty mapping of policy name to parameters, but got "
+                             f"{short_repr(policies)}")
+        return policies
 
     @field_validator("policies")
     @classmethod
@@ -199,14 +218,15 @@ def problems_with_policies(policies: Any) -> list[str]:
         return problems  # the structure's own error says so
     for family, params in policies.items():
         if family not in POLICIES:
-            problems.append(f"policies.{family}: unknown policy {family!r} (known: {', '.join(sorted(POLICIES))})")
+            problems.append(f"policies.{plain_key(family)}: unknown policy {short_repr(family)} "
+                            f"(known: {', '.join(sorted(POLICIES))})")
             continue
         known = policy_parameters(POLICIES[family])
         earlier: list[str] = []
         for name, spec in (params.items() if isinstance(params, dict) else ()):
             if name not in known:
-                problems.append(f"policies.{family}.{name}: policy {family} has no parameter {name!r} "
-                                f"(it takes: {', '.join(known) or 'none'})")
+                problems.append(f"policies.{family}.{plain_key(name)}: policy {family} has no parameter "
+                                f"{short_repr(name)} (it takes: {', '.join(known) or 'none'})")
             when = spec.get("when") if isinstance(spec, dict) else None
             clauses = [when] if isinstance(when, dict) else when if isinstance(when, list) else []
             for key in (k for clause in clauses if isinstance(clause, dict) for k in clause):
@@ -220,13 +240,20 @@ def problems_with_policies(policies: Any) -> list[str]:
 def describe(err: dict[str, Any]) -> str:
     """One pydantic error as 'field rule, but got value' (the field path without union tags)."""
     tags = {"dimension", "constant", "int", "float", "categorical", "simplex"}
-    loc = [str(p) for p in err["loc"] if not (isinstance(p, str) and p in tags)]
+    parts = list(err["loc"])
+    if parts[-2:] == ["constant", "value"]:  # a constant's own value: the parameter names it
+        parts = parts[:-1]
+
+    def path(ps: list[Any]) -> list[str]:
+        return [plain_key(p) for p in ps if not (isinstance(p, str) and p in tags)]
+
+    loc = path(parts)
     where, typ, ctx, value = ".".join(loc) or "(top level)", err["type"], err.get("ctx", {}), err.get("input")
     if typ == "value_error":
         return f"{where} {ctx.get('error', err['msg'])}"
     if typ == "extra_forbidden":
-        parent = ".".join(loc[:-1]) or "(top level)"
-        return f"{parent}: unknown key {loc[-1]!r} (unknown keys are errors)"
+        parent = ".".join(path(parts[:-1])) or "(top level)"
+        return f"{parent}: unknown key {short_repr(parts[-1], 40)} (unknown keys are errors)"
     if typ == "union_tag_invalid":
         return f"{where}.type must be one of [{ctx.get('expected_tags')}], but got {ctx.get('tag')!r}"
     if typ == "union_tag_not_found":
@@ -236,9 +263,10 @@ def describe(err: dict[str, Any]) -> str:
     rule = {"greater_than": lambda: f"must be > {ctx.get('gt')}",
             "greater_than_equal": lambda: f"must be >= {ctx.get('ge')}",
             "too_short": lambda: "must not be empty",
+            "finite_number": lambda: "must be a finite number (not NaN or infinity)",
             "string_pattern_mismatch": lambda: "may hold only letters, digits, '_', '-' or '.'",
-            }.get(typ, lambda: err["msg"][0].lower() + err["msg"][1:])()
-    return f"{where} {rule}, but got {value!r}"
+            }.get(typ, lambda: TYPE_RULES.get(typ) or err["msg"][0].lower() + err["msg"][1:])()
+    return f"{where} {rule}, but got {short_repr(value)}"
 
 
 def _plain(x: float) -> Any:

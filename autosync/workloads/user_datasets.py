@@ -2,6 +2,7 @@
 
 The factory (``workload.dataset.factory``) may return any of:
 - ``(x_train, y_train, x_test, y_test)``: arrays or tensors;
+- ``((x_train, y_train), (x_test, y_test))``: the same as two pairs, the shape of Keras's ``load_data()``;
 - ``(x, y)``: one set of samples, split by the job's ``dataset.seed`` and ``dataset.test_fraction``;
 - ``(train, test)``: two ``torch.utils.data.Dataset``s of ``(x, y)`` items, or one such dataset to split;
 - a mapping with the four keys of the first form and, optionally, ``n_classes``.
@@ -22,8 +23,8 @@ from autosync.workloads.tensors import Dataset, split_indices
 from autosync.workloads.user_code import call_factory
 
 FIELD = "workload.dataset.factory"
-FORMS = ("(x_train, y_train, x_test, y_test), (x, y), (train, test) torch Datasets, one torch Dataset, or a "
-         "mapping with keys x_train, y_train, x_test, y_test")
+FORMS = ("(x_train, y_train, x_test, y_test), ((x_train, y_train), (x_test, y_test)), (x, y), (train, test) torch "
+         "Datasets, one torch Dataset, or a mapping with keys x_train, y_train, x_test, y_test")
 
 
 def user_dataset(spec: DatasetSpec, source: str) -> Dataset:
@@ -39,6 +40,8 @@ def user_dataset(spec: DatasetSpec, source: str) -> Dataset:
         result = (result["x_train"], result["y_train"], result["x_test"], result["y_test"])
     if _is_torch_dataset(result):
         result = (result,)
+    if isinstance(result, (tuple, list)) and len(result) == 2 and all(_is_pair(part) for part in result):
+        result = (*result[0], *result[1])  # Keras's ((x_train, y_train), (x_test, y_test))
     if not isinstance(result, (tuple, list)) or len(result) not in (1, 2, 4):
         raise fail(f"must return {FORMS}, but returned {_kind(result)}")
     if all(_is_torch_dataset(part) for part in result):
@@ -73,6 +76,13 @@ def user_dataset(spec: DatasetSpec, source: str) -> Dataset:
                    f"{tuple(x_test.shape[1:])}")
     return Dataset(x_train.to(x_dtype), y_train.to(y_dtype), x_test.to(x_dtype), y_test.to(y_dtype),
                    n_classes if classification else None)
+
+
+def _is_pair(value: Any) -> bool:
+    """An (inputs, targets) pair of arrays: a tuple or list of two array-likes (an array, a tensor or a list),
+    not one sample of (x, y) (whose entries would be numbers)."""
+    return (isinstance(value, (tuple, list)) and len(value) == 2 and not _is_torch_dataset(value[0])
+            and all(isinstance(a, (tuple, list)) or getattr(a, "ndim", 0) >= 1 for a in value))
 
 
 def _is_torch_dataset(value: Any) -> bool:
