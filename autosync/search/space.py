@@ -30,13 +30,13 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import yaml
 
+from autosync.data import SPACE_DIR
 from autosync.errors import SpaceFileError, UserError
 from autosync.search.space_file import Constant, Dimension, SpaceFile, describe, problems_with_policies
 
 if TYPE_CHECKING:
     import optuna
 
-SPACE_DIR = Path(__file__).resolve().parents[2] / "search_spaces"
 FAMILY_PARAM = "policy"  # name of the categorical over families
 
 
