@@ -16,12 +16,11 @@ import yaml
 from pydantic import (BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, Tag, ValidationError,
                       model_validator)
 
+from autosync.data import DEFAULT_JOB_PATH
 from autosync.errors import FileProblems, JobFileError
 
 # Bump when the meaning of a fingerprinted field changes, so old cache entries stop matching.
 FINGERPRINT_VERSION = 1
-
-DEFAULT_JOB_PATH = Path(__file__).with_name("default_job.yaml")
 
 
 class _Spec(BaseModel):

@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "autosync"
 
 # Lowest first; a module may import its own layer and those below. Keyed by the first name under autosync.
 LAYERS = [
-    {"errors", "rng", "strict_json", "__init__"},
+    {"errors", "rng", "strict_json", "data", "__init__"},
     {"job"},
     {"policies", "cluster", "workloads", "family"},
     {"engine"},

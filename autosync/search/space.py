@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
+from autosync.data import SPACE_DIR
 from autosync.errors import SpaceFileError, UserError
 from autosync.job import read_yaml_file, short_repr
 from autosync.search.space_file import Constant, Dimension, SpaceFile, describe, problems_with_policies
@@ -35,7 +36,6 @@ from autosync.search.space_file import Constant, Dimension, SpaceFile, describe,
 if TYPE_CHECKING:
     import optuna
 
-SPACE_DIR = Path(__file__).resolve().parents[2] / "search_spaces"
 FAMILY_PARAM = "policy"  # name of the categorical over families
 
 
