@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from autosync.search import _optuna_internals as internals
 from autosync.search.locking import storage_lock
-from autosync.search.objective import RunFailed
 
 if TYPE_CHECKING:
     import optuna
@@ -25,9 +24,10 @@ MAX_RESAMPLES = 8  # proposals in a row equal to running trials before a process
 WAIT_POLL_SECONDS = 0.5  # how often a waiting trial reads its running twin's state
 
 
-class Resampled(RunFailed):
+class Resampled(Exception):
     """The trial proposed a point another process is training: it fails with no reason of its own (so it
-    does not count against the budget, `autosync.search.trials`) and the next trial is proposed afresh."""
+    does not count against the budget, `autosync.search.trials`) and the next trial is proposed afresh.
+    A study's `optimize` must catch it (as `autosync.search.tune.run_trials` does)."""
 
 
 def claim_point(trial: "optuna.Trial", url: str, attrs: dict[str, Any],

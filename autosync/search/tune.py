@@ -24,6 +24,7 @@ from autosync.search.cache import (
 from autosync.search.objective import (
     Objective, ObjectiveSettings, RunFailed, canonical_policy, evaluate, process_tag, trial_scoring, trial_seeds,
 )
+from autosync.search.running_twins import Resampled
 from autosync.search.samplers import SWITCH_POINT_SAMPLERS, make_sampler
 from autosync.search.siblings import EXECUTION, sibling_reference, sibling_studies
 from autosync.search.space import SearchSpace
@@ -393,7 +394,7 @@ def run_trials(study: "optuna.Study", request: TuneRequest, reference: dict[str,
             on_trial(done, max(budget, done + pending))
         if deadline is not None and time.monotonic() >= deadline:
             return
-        if run_queued_trial(study, request.storage, objective, catch=(RunFailed,)):
+        if run_queued_trial(study, request.storage, objective, catch=(RunFailed, Resampled)):
             continue
         if top_up(study, request.storage, budget):
             continue
