@@ -657,6 +657,13 @@ def _command_line(command: str) -> str:
     return "autosync " + " ".join(sys.argv[1:]) if sys.argv[1:2] == [command] else f"autosync {command}"
 
 
+def _breakdown_line(b: dict[str, int]) -> str:
+    """Where a search's cost went: the record's `search_breakdown` in words."""
+    return (f"Of its trials, {b['stopped_at_target']} stopped at the target, {b['answered_by_equivalent']} were "
+            f"answered by an equivalent policy's result without training, {b['pruned']} were pruned; "
+            f"{_count(b['full_budget_checks'], 'full-budget check')} of the candidates that could win.")
+
+
 def _resumable(call: Any) -> Any:
     """`call()`, with the command that resumes it added to an `Interrupted` error's message."""
     import shlex
@@ -704,6 +711,8 @@ def _print_tune(outcome: Any, spec: Any) -> None:
         f"best: [bold]{label}[/bold], {c['best_value']:.2f} s to target vs BSP {c['bsp_time_to_target']:.2f} s "
         f"({speedup}). Search cost: {_fmt(cost, 2)} {c.get('search_cost_unit', 'BSP trainings')}; "
         + (f"pays for itself after {amortize} recurrences." if amortize else "it does not beat BSP, so it never pays off."))
+    if isinstance(c.get("search_breakdown"), dict):
+        console.print(_breakdown_line(c["search_breakdown"]), style="dim")
     status.print(f"train with it: autosync run {'JOB.yaml ' if spec.name != 'digits_default' else ''}--policy tuned",
                   style="dim")
 

@@ -158,11 +158,13 @@ def test_a_diverging_policy_is_a_failed_trial_with_its_reason(tmp_path):
                                         "choices: [none, sync_switch]}}, bsp: {}}"), 8)
     job = small_job(workload__optimizer={"lr": 5.0, "momentum": 0.9}, workload__model={"name": "mlp"},
                     cluster__n_workers=8, target={"metric": "train_loss", "threshold": 1e9})
-    outcome = tune(_request(tmp_path, job=job, space=space, n_trials=3, sampler="grid",
-                            settings=ObjectiveSettings(tolerance=1e9)))
-    study = optuna.load_study(study_name=outcome.study_name, storage=open_storage(_request(tmp_path).storage))
-    failed = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
-    assert failed and "diverged" in failed[0].user_attrs["fail_reason"]
+    for stop in (False, True):  # trained whole, or stopped at the (instant) target and then checked
+        outcome = tune(_request(tmp_path, job=job, space=space, n_trials=3, sampler="grid", study=f"stop-{stop}",
+                                settings=ObjectiveSettings(tolerance=1e9, stop_at_target=stop)))
+        study = optuna.load_study(study_name=outcome.study_name, storage=open_storage(_request(tmp_path).storage))
+        failed = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
+        assert failed and "diverged" in failed[0].user_attrs["fail_reason"]
+        assert outcome.cache["best_policy"] != failed[0].user_attrs["policy"]
 
 
 def _switch_point_search(tmp_path: Path, sampler: str, n_trials: int, tolerance: float):
@@ -430,7 +432,8 @@ def test_policies_that_run_alike_are_trained_once_per_study(tmp_path):
     study = optuna.load_study(study_name=outcome.study_name, storage=open_storage(_request(tmp_path).storage))
     bsp = {"policy": "bsp", "params": {}}
     assert len({json.dumps(t.user_attrs["policy"], sort_keys=True) for t in study.trials}) == 4
-    trained = [t.user_attrs["policy"] for t in study.trials if t.user_attrs["virtual_seconds"] > 0]
+    trained = [t.user_attrs["policy"] for t in study.trials if t.user_attrs["virtual_seconds"] > 0
+               and "full_budget_check_of" not in t.user_attrs]  # the winner's check at full budget aside
     assert trained == [{"policy": "backup", "params": {"k": 3}}]  # BSP's three forms: scored from the reference
     for t in study.trials:
         if t.user_attrs["canonical_policy"] == bsp:

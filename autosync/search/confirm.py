@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from autosync.job import JobSpec
 from autosync.search.objective import (
-    BSP, CANONICAL, SCORING, RunFailed, canonical_policy, constraint, evaluate, trial_seeds,
+    BSP, CANONICAL, SCORING, RunFailed, canonical_policy, constraint, evaluate, final_pending, trial_seeds,
 )
 from autosync.search.trials import feasible_trials
 
@@ -103,7 +103,7 @@ def candidates(study: "optuna.Study", top: int, job: JobSpec, scoring: dict[str,
 
     n, batch = job.cluster.n_workers, job.workload.batch_size
     completed = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-                 if _scored_as(t, scoring) and t.user_attrs.get(CANONICAL) is not None]
+                 if _scored_as(t, scoring) and t.user_attrs.get(CANONICAL) is not None and not final_pending(t)]
     by_canonical: dict[str, Any] = {}
     for t in completed:  # the first trial of each canonical policy: the others ran alike or were copied
         by_canonical.setdefault(_key(t.user_attrs[CANONICAL]), t)

@@ -32,6 +32,11 @@ PROCESS = "process"  # user attribute: host:pid of the process that ran the tria
 CANONICAL = "canonical_policy"  # user attribute: the simplest policy that runs exactly like the trial's
 SCORING = "scoring"  # user attribute: the seeds, miss penalty and budget a trial was scored with
 RESAMPLED = "resampled_from"  # user attribute: the running trial whose point this trial proposed again
+# user attribute: the trial's runs stopped at the target, so its final metric (and its constraint) is not known
+# yet; `autosync.search.full_budget` checks it at full budget if the trial can still win
+FINAL_PENDING = "final_metric_pending"
+FULL_BUDGET_OF = "full_budget_check_of"  # user attribute: the trial re-runs trial N at full budget (its check)
+FULL_BUDGET = "full_budget"  # user attribute: the trial's runs train the whole budget (none stops at the target)
 
 
 class RunFailed(Exception):
@@ -63,18 +68,26 @@ class ObjectiveSettings:
     penalty: float = 2.0  # a seed that misses the target counts as penalty x its virtual time
     multi_objective: bool = False  # (time, final metric) with a Pareto front instead of one value
     prune: bool = True  # stop hopeless trials on intermediate training loss (single objective only)
+    # a trial's runs end once they reach the target (its time-to-target is then known exactly, the rest of
+    # the budget is waste); only the candidates that can still win are re-run at full budget for the
+    # final-metric constraint (`autosync.search.full_budget`); single objective only
+    stop_at_target: bool = True
     backend: "BackendChoice | None" = None  # where each run trains, as `autosync run` builds it (None: simulator)
 
 
 def evaluate(job: JobSpec, policy: dict[str, Any], seeds: list[int], penalty: float = 2.0,
              report: Callable[[dict[str, Any], int], None] | None = None,
-             backend: "BackendChoice | None" = None) -> dict[str, Any]:
+             backend: "BackendChoice | None" = None, stop_at_target: bool = False) -> dict[str, Any]:
     """Train `policy` once per seed; returns the mean score, final metric and the virtual seconds spent.
 
     `report(info, step)` is called with the simulator's evaluation record at every evaluation step of the
     first seed (for pruning); it may raise. `backend` says where each run trains (default: the simulator);
-    a backend that fails (worker processes lost or hung) fails the run with its reason.
+    a backend that fails (worker processes lost or hung) fails the run with its reason. With
+    `stop_at_target` a run ends once it reaches the target: the time-to-target is the same as a full run's
+    (the same seed gives the same run up to there), the "final" metric is the one at the target.
     """
+    if stop_at_target:
+        job = job.model_copy(update={"budget": job.budget.model_copy(update={"stop_at_target": True})})
     from autosync.catalog import policy_from_dict
 
     try:
@@ -195,11 +208,12 @@ class Objective:
         trial.set_user_attr("policy", policy)
         canonical = canonical_policy(policy, self.job.cluster.n_workers, self.job.workload.batch_size)
         scoring = trial_scoring(self.job, self.seeds(), self.settings.penalty)  # what a reused result must share
+        full = self._needs_full_budget(trial)
         reference = self.bsp_score or {}
-        twin = self._other_process_twin(trial, canonical, scoring)
+        twin = self._other_process_twin(trial, canonical, scoring, full)
         if twin is None and canonical == BSP and {k: reference.get(k) for k in scoring} == scoring:
             return self._from_bsp_reference(trial)
-        twin = twin or self._finished_twin(trial, canonical, scoring)
+        twin = twin or self._finished_twin(trial, canonical, scoring, full)
         if twin is not None:
             return self._copy(*twin, trial)
         spent = {"virtual_seconds": 0.0}
@@ -208,8 +222,8 @@ class Objective:
         def report(info: dict[str, Any], step: int) -> None:
             spent["virtual_seconds"] = info["time"]
             value = bound.update(info)
-            if not self.settings.prune or self.settings.multi_objective:
-                return
+            if not self.settings.prune or self.settings.multi_objective or FULL_BUDGET_OF in trial.user_attrs:
+                return  # a full-budget check runs to the end: the candidate it checks is in the lead
             trial.report(value, step)
             if trial.should_prune():
                 trial.set_user_attr("virtual_seconds", spent["virtual_seconds"])
@@ -218,26 +232,35 @@ class Objective:
 
         try:
             score = evaluate(self.job, policy, self.seeds(), self.settings.penalty, report=report,
-                             backend=self.settings.backend)
+                             backend=self.settings.backend, stop_at_target=not full)
         except RunFailed as exc:
             trial.set_user_attr("fail_reason", str(exc))
             trial.set_user_attr("virtual_seconds", spent["virtual_seconds"])
             raise
-        c = constraint(self.job, score["final_metric"], self.reference, self.settings.tolerance)
         for key, value in score.items():
             trial.set_user_attr(key, value)
-        trial.set_constraint(CONSTRAINT, c)
+        if not full and score["reached"]:  # a run stopped at the target: its final metric is not known yet
+            trial.set_user_attr(FINAL_PENDING, True)
+        else:
+            trial.set_constraint(CONSTRAINT, constraint(self.job, score["final_metric"], self.reference,
+                                                        self.settings.tolerance))
         if self.settings.multi_objective:
             return score["time_to_target"], score["final_metric"]
         return score["time_to_target"]
 
+    def _needs_full_budget(self, trial: "optuna.Trial") -> bool:
+        """Whether the trial's runs train the whole budget: a full-budget check, or a search that does not
+        stop at the target (a Pareto front needs every final metric)."""
+        return FULL_BUDGET_OF in trial.user_attrs or not self.settings.stop_at_target \
+            or self.settings.multi_objective
+
     def _claim(self, trial: "optuna.Trial", canonical: dict[str, Any] | None, scoring: dict[str, Any],
-               check: bool = True) -> "optuna.trial.FrozenTrial | None":
+               check: bool = True, full: bool = False) -> "optuna.trial.FrozenTrial | None":
         """Store the trial's canonical policy and scoring, where other processes look for twins; with
         `check` and a shared storage, first (under its lock) find a trial of another process that runs like
         this one (running, or finished with a result), and then store nothing and return it
         (`autosync.search.running_twins`)."""
-        attrs = {SCORING: scoring, **({CANONICAL: canonical} if canonical is not None else {})}
+        attrs = {SCORING: scoring, FULL_BUDGET: full, **({CANONICAL: canonical} if canonical is not None else {})}
         if not check or self.storage_url is None:
             for key, value in attrs.items():
                 trial.set_user_attr(key, value)
@@ -249,12 +272,13 @@ class Objective:
         def same(t: "optuna.trial.FrozenTrial") -> bool:
             return t.user_attrs.get(PROCESS) != me and t.user_attrs.get(SCORING) == scoring \
                 and (t.state.name in ("RUNNING", "COMPLETE") or has_own_failure(t)) \
+                and (not full or _has_full_result(t)) \
                 and (t.params == trial.params or (canonical is not None and t.user_attrs.get(CANONICAL) == canonical))
 
         return claim_point(trial, self.storage_url, attrs, same)
 
     def _other_process_twin(self, trial: "optuna.Trial", canonical: dict[str, Any] | None,
-                            scoring: dict[str, Any]) -> "tuple[None, optuna.trial.FrozenTrial] | None":
+                            scoring: dict[str, Any], full: bool) -> "tuple[None, optuna.trial.FrozenTrial] | None":
         """A trial proposing what another process trains or trained (processes sharing a study, seeded
         alike, draw alike): a free proposal ends as `Resampled` (proposed again in a new trial, not
         counted) up to MAX_RESAMPLES times in a row; a queued one, or one past that, is answered from the
@@ -265,7 +289,7 @@ class Objective:
         from autosync.search import _optuna_internals as internals
         from autosync.search.running_twins import MAX_RESAMPLES, Resampled, wait_for
 
-        twin = self._claim(trial, canonical, scoring)
+        twin = self._claim(trial, canonical, scoring, full=full)
         if twin is None:
             self.resamples_in_a_row = 0
             return None
@@ -276,13 +300,14 @@ class Objective:
         self.resamples_in_a_row = 0
         if twin.state == optuna.trial.TrialState.RUNNING:
             twin = wait_for(trial.study, twin.number)
-        self._claim(trial, canonical, scoring, check=False)
-        if twin.state == optuna.trial.TrialState.COMPLETE or has_own_failure(twin):
+        self._claim(trial, canonical, scoring, check=False, full=full)
+        if (twin.state == optuna.trial.TrialState.COMPLETE and not (full and twin.user_attrs.get(FINAL_PENDING))) \
+                or has_own_failure(twin):
             return None, twin
         return None
 
-    def _finished_twin(self, trial: "optuna.Trial", canonical: dict[str, Any] | None,
-                       scoring: dict[str, Any]) -> "tuple[str | None, optuna.trial.FrozenTrial] | None":
+    def _finished_twin(self, trial: "optuna.Trial", canonical: dict[str, Any] | None, scoring: dict[str, Any],
+                       full: bool = False) -> "tuple[str | None, optuna.trial.FrozenTrial] | None":
         """An earlier completed (or failed with a reason of its own) trial that runs exactly like this one (the
         same parameters, or the same canonical policy: backup k = n and BSP) and was scored alike, if any:
         (None, trial) from this study, else (study name, trial) from a sibling study (canonical policy only:
@@ -291,17 +316,18 @@ class Objective:
 
         from autosync.search.siblings import finished_trials
 
-        def alike(t: "optuna.trial.FrozenTrial") -> bool:
-            return t.user_attrs.get(SCORING) == scoring and (t.state == optuna.trial.TrialState.COMPLETE
-                                                             or has_own_failure(t))
+        def alike(t: "optuna.trial.FrozenTrial") -> bool:  # a trial stopped at the target cannot answer a check
+            return t.user_attrs.get(SCORING) == scoring and not (full and t.user_attrs.get(FINAL_PENDING)) and (
+                t.state == optuna.trial.TrialState.COMPLETE or has_own_failure(t))
 
         states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
-        for t in trial.study.get_trials(deepcopy=False, states=states):
+        # a twin with its full-budget result first (it also answers the constraint), then one stopped at the target
+        for t in sorted(trial.study.get_trials(deepcopy=False, states=states), key=final_pending):
             same = t.params == trial.params or (canonical is not None and t.user_attrs.get(CANONICAL) == canonical)
             if same and alike(t):
                 return None, t
         if canonical is not None:
-            for name, t in finished_trials(self.siblings):
+            for name, t in sorted(finished_trials(self.siblings), key=lambda pair: final_pending(pair[1])):
                 if t.user_attrs.get(CANONICAL) == canonical and alike(t):
                     return name, t
         return None
@@ -328,15 +354,16 @@ class Objective:
 
         failed = twin.state == optuna.trial.TrialState.FAIL
         for key, value in twin.user_attrs.items():
-            if key not in (RETRY_OF, KILLED, RESAMPLED, PROCESS, "policy", "same_as_trial") and (failed or key != "fail_reason"):
+            if key not in (RETRY_OF, KILLED, RESAMPLED, PROCESS, FULL_BUDGET_OF, "policy", "same_as_trial") and (failed or key != "fail_reason"):
                 trial.set_user_attr(key, value)
         trial.set_user_attr("virtual_seconds", 0.0)
         trial.set_user_attr("same_as_trial", twin.number if study_name is None else f"{study_name}#{twin.number}")
         if failed:
             raise RunFailed(twin.user_attrs["fail_reason"])
         attrs = twin.user_attrs
-        trial.set_constraint(CONSTRAINT, constraint(self.job, attrs["final_metric"], self.reference,
-                                                    self.settings.tolerance))
+        if not attrs.get(FINAL_PENDING):  # a copy of a run stopped at the target is pending too
+            trial.set_constraint(CONSTRAINT, constraint(self.job, attrs["final_metric"], self.reference,
+                                                        self.settings.tolerance))
         if self.settings.multi_objective:
             return attrs["time_to_target"], attrs["final_metric"]
         return attrs["time_to_target"]
@@ -361,3 +388,20 @@ def canonical_policy(policy: dict[str, Any], n_workers: int, batch_size: int) ->
 def constraint_of(trial: "optuna.trial.FrozenTrial") -> float:
     """The trial's accuracy constraint (<= 0: feasible); a trial without one is infeasible."""
     return float(trial.constraints.get(CONSTRAINT, 1.0))
+
+
+def final_pending(trial: "optuna.trial.FrozenTrial") -> bool:
+    """Whether `trial` stopped at the target, its final metric and constraint not known yet."""
+    return bool(trial.user_attrs.get(FINAL_PENDING))
+
+
+def may_be_feasible(trial: "optuna.trial.FrozenTrial") -> bool:
+    """A completed trial that meets the constraint, or may (it stopped at the target, unchecked)."""
+    return constraint_of(trial) <= 0 or final_pending(trial)
+
+
+def _has_full_result(trial: "optuna.trial.FrozenTrial") -> bool:
+    """Whether `trial` has (or, running, will have) its final metric at full budget."""
+    if trial.state.name == "RUNNING":
+        return bool(trial.user_attrs.get(FULL_BUDGET))
+    return not final_pending(trial)

@@ -15,11 +15,11 @@ import statistics
 
 import optuna
 
-from autosync.search.objective import constraint_of
+from autosync.search.objective import may_be_feasible
 
 
 class TargetRacePruner(optuna.pruners.BasePruner):
-    """Prune when the reported time-to-target bound exceeds the median of finished feasible trials."""
+    """Prune when the reported time-to-target bound exceeds the median of finished, possibly feasible trials."""
 
     def __init__(self, n_startup_trials: int = 5):
         self.n_startup_trials = n_startup_trials  # finished feasible trials needed before any pruning
@@ -29,7 +29,7 @@ class TargetRacePruner(optuna.pruners.BasePruner):
         if step is None:
             return False
         finished = [t.values[0] for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-                    if constraint_of(t) <= 0]
+                    if may_be_feasible(t)]  # a trial stopped at the target is in the race until checked
         if len(finished) < self.n_startup_trials:
             return False
         return trial.intermediate_values[step] > statistics.median(finished)

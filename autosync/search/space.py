@@ -98,6 +98,15 @@ class SearchSpace:
                 out[f"{family}.{name}"] = value
         return out
 
+    def points(self) -> Iterator[dict[str, Any]]:
+        """Every policy of a discrete space, as `suggest` samples them (conditions honoured): what an
+        exhaustive search trains."""
+        if not self.is_discrete():
+            raise ValueError(f"{self.path} has a continuous dimension: its points cannot be listed")
+        for family, dims in self.dimensions.items():
+            for params in _combinations(list(dims.items()), dict(self.constants[family])):
+                yield {"policy": family, "params": params}
+
     def is_discrete(self) -> bool:
         """True when every dimension is int, categorical or stepped float (a brute-force sampler can cover it)."""
         return all(d.type in ("int", "categorical") or (d.type == "float" and d.step)
@@ -138,6 +147,19 @@ def _points(dims: list[tuple[str, Dimension]], chosen: dict[str, Any]) -> int:
     if any(name in clause for _, later in rest for clause in (later.when or [])):
         return sum(_points(rest, {**chosen, name: v}) for v in values)
     return len(values) * _points(rest, chosen)
+
+
+def _combinations(dims: list[tuple[str, Dimension]], chosen: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every assignment of a family's discrete dimensions (in file order) extending `chosen`."""
+    if not dims:
+        yield chosen
+        return
+    (name, dim), rest = dims[0], dims[1:]
+    if not _holds(dim, chosen):
+        yield from _combinations(rest, chosen)
+        return
+    for value in _grid(dim):
+        yield from _combinations(rest, {**chosen, name: value})
 
 
 def _grid(dim: Dimension) -> Iterator[Any]:

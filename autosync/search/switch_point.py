@@ -49,7 +49,9 @@ def run_switch_point_search(study: "optuna.Study", request: "TuneRequest", refer
             raise UserError(f"--sampler {request.sampler}: {space.path}: sync_switch.{name} must be a categorical "
                             "(its first choice is used), or a constant")
         others[f"sync_switch.{name}"] = dim.choices[0]
-    settings = dataclasses.replace(request.settings, repeats=request.binary_runs_per_candidate, prune=False)
+    # every candidate's final metric decides the search (Sync-Switch's binary search compares them)
+    settings = dataclasses.replace(request.settings, repeats=request.binary_runs_per_candidate, prune=False,
+                                   stop_at_target=False)
     objective = Objective(request.job, space, settings, reference["final_metric"])
     if request.sampler == "ladder":  # one trial at a time while a rung is free and none has held
         rungs = study.sampler.rungs  # the LadderSampler of load_study: the first --n-trials rungs

@@ -16,7 +16,7 @@ import warnings
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from autosync.search import _optuna_internals as internals
-from autosync.search.objective import KILLED, PROCESS, RETRY_OF, constraint_of, has_own_failure
+from autosync.search.objective import FULL_BUDGET_OF, KILLED, PROCESS, RETRY_OF, constraint_of, has_own_failure
 from autosync.search.locking import storage_lock
 
 if TYPE_CHECKING:
@@ -45,6 +45,8 @@ def budget_used(study: "optuna.Study") -> tuple[int, int]:
     them (running at the first, no longer pending at the second) and so queue one beyond the budget."""
     counted = pending = 0
     for t in internals.fresh_trials(study):
+        if FULL_BUDGET_OF in t.user_attrs:  # a winner's check at full budget: the search's, not the budget's
+            continue
         if t.state.name in ("WAITING", "RUNNING"):
             pending += 1
         elif t.state.name in ("COMPLETE", "PRUNED") or has_own_failure(t):
@@ -53,8 +55,10 @@ def budget_used(study: "optuna.Study") -> tuple[int, int]:
 
 
 def trials_run_by(study: "optuna.Study", processes: set[str]) -> list["optuna.trial.FrozenTrial"]:
-    """The counted trials (see `budget_used`) that the processes tagged `processes` ran."""
+    """The counted trials (see `budget_used`: full-budget checks are not) that the processes tagged
+    `processes` ran."""
     return [t for t in internals.fresh_trials(study) if t.user_attrs.get(PROCESS) in processes
+            and FULL_BUDGET_OF not in t.user_attrs
             and (t.state.name in ("COMPLETE", "PRUNED") or has_own_failure(t))]
 
 

@@ -191,10 +191,26 @@ def _search(study: "optuna.Study", request: TuneRequest, reference: dict[str, An
     helpers = _start_helpers(request, study.study_name, budget, deadline)
     mine.update(process_tag(p.pid) for p in helpers)
     try:
-        run_trials(study, request, reference, budget, deadline, on_trial, siblings)
+        objective = run_trials(study, request, reference, budget, deadline, on_trial, siblings)
     finally:
         for p in helpers:
             p.join()
+    if request.settings.stop_at_target and not request.settings.multi_objective:
+        _check_at_full_budget(study, request, objective)
+
+
+def _check_at_full_budget(study: "optuna.Study", request: TuneRequest, objective: Objective) -> None:
+    """Re-run at full budget the fastest candidates whose runs stopped at the target, until the fastest
+    is known to keep the final-metric constraint (`autosync.search.full_budget`)."""
+    from autosync.search.full_budget import check_candidates, check_finished, queue_check
+
+    def run_check(number: int) -> None:
+        queue_check(study, number)
+        while not check_finished(study, number):  # trials queued before it (other processes') run first
+            if not run_queued_trial(study, request.storage, objective, catch=(RunFailed, Resampled)):
+                time.sleep(POLL_SECONDS)  # another process took it: wait for its result
+
+    check_candidates(study, run_check)
 
 
 def _confirmed(outcome: TuneOutcome, request: TuneRequest, storage: Any, siblings: "list[optuna.Study] | None",
@@ -378,11 +394,11 @@ def bsp_reference(study: "optuna.Study", request: TuneRequest,
 
 def run_trials(study: "optuna.Study", request: TuneRequest, reference: dict[str, Any], budget: int,
                deadline: float | None, on_trial: Callable[[int, int], None] | None = None,
-               siblings: "list[optuna.Study] | None" = None) -> None:
+               siblings: "list[optuna.Study] | None" = None) -> Objective:
     """Run queued trials until `budget` trials count and none is queued or running in any process (or the
     deadline passes).
 
-    With nothing queued, top the queue up again (a trial that failed without a reason of its own, or whose
+    Returns the objective it ran (the full-budget checks run with it). With nothing queued, top the queue up again (a trial that failed without a reason of its own, or whose
     re-runs ran out, left the budget short); with trials still running elsewhere, wait: a process that
     dies there has its trial re-queued (`fail_dead_trials`), and this one runs it.
     """
@@ -393,13 +409,13 @@ def run_trials(study: "optuna.Study", request: TuneRequest, reference: dict[str,
         if on_trial is not None:
             on_trial(done, max(budget, done + pending))
         if deadline is not None and time.monotonic() >= deadline:
-            return
+            return objective
         if run_queued_trial(study, request.storage, objective, catch=(RunFailed, Resampled)):
             continue
         if top_up(study, request.storage, budget):
             continue
         if not pending_trials(study):
-            return
+            return objective
         time.sleep(POLL_SECONDS)  # run_queued_trial re-queues a trial whose process died meanwhile
 
 

@@ -1,0 +1,74 @@
+"""The final-metric constraint, checked at full budget only for the candidates that can still win.
+
+A search's trials stop once their runs reach the target (`ObjectiveSettings.stop_at_target`): the time to
+target, the objective, is then known exactly, and the rest of the budget would only tell the final
+metric that the accuracy constraint holds against BSP's. That final metric matters for one trial alone,
+the one the cache answers with. So after the search, the fastest candidate whose final metric is not known
+is re-run at full budget (a check: a trial of its own, queued with the same parameters and marked
+`FULL_BUDGET_OF`, which the budget does not count); if it keeps the constraint it is the answer, else the
+next fastest is checked, and so on. Sync-Switch's premise, that a policy fast to the target may end less
+accurate, is kept: no policy is answered with before its full-budget run keeps the constraint.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any, Callable
+
+from autosync.search import _optuna_internals as internals
+from autosync.search.objective import (
+    CANONICAL, FULL_BUDGET_OF, constraint_of, final_pending,
+)
+
+if TYPE_CHECKING:
+    import optuna
+
+
+def next_to_check(study: "optuna.Study") -> "optuna.trial.FrozenTrial | None":
+    """The fastest completed trial whose final metric is not known and that could still be the answer: no
+    trial as fast and known feasible, and no full-budget result of its policy yet; None when the fastest
+    candidate is known feasible (or none is left)."""
+    import optuna
+
+    trials = internals.fresh_trials(study)
+    checked = {t.user_attrs[FULL_BUDGET_OF] for t in trials if FULL_BUDGET_OF in t.user_attrs and t.state.is_finished()}
+    done = sorted((t for t in trials if t.state == optuna.trial.TrialState.COMPLETE),
+                  key=lambda t: (t.values[0], t.number))
+    known = {_key(t) for t in done if not final_pending(t)}  # policies whose full-budget result is in
+    for t in done:
+        if not final_pending(t):
+            if constraint_of(t) <= 0:
+                return None
+            continue
+        if _key(t) not in known and t.number not in checked:  # a check that failed leaves it unanswerable
+            return t
+    return None
+
+
+def check_candidates(study: "optuna.Study", run_check: Callable[[int], None],
+                     on_check: Callable[[int, dict[str, Any]], None] | None = None) -> int:
+    """Check the candidates that can still win, fastest first, until the fastest is known feasible;
+    `run_check(number)` queues and runs the check of trial `number`. Returns how many checks ran."""
+    checks = 0
+    while (candidate := next_to_check(study)) is not None:
+        if on_check is not None:
+            on_check(candidate.number, candidate.user_attrs["policy"])
+        run_check(candidate.number)
+        checks += 1
+    return checks
+
+
+def queue_check(study: "optuna.Study", number: int) -> None:
+    """Queue the full-budget check of trial `number` (its parameters; `FULL_BUDGET_OF` marks it)."""
+    trial = next(t for t in internals.fresh_trials(study) if t.number == number)
+    study.enqueue_trial(trial.params, user_attrs={FULL_BUDGET_OF: number}, skip_if_exists=False)
+
+
+def check_finished(study: "optuna.Study", number: int) -> bool:
+    """Whether a full-budget check of trial `number` has finished (with a result or a failure)."""
+    return any(t.user_attrs.get(FULL_BUDGET_OF) == number and t.state.is_finished()
+               for t in internals.fresh_trials(study))
+
+
+def _key(trial: "optuna.trial.FrozenTrial") -> str:
+    return json.dumps(trial.user_attrs.get(CANONICAL) or trial.user_attrs.get("policy"), sort_keys=True)

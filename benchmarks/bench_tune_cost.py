@@ -1,0 +1,148 @@
+"""What a tune costs, and what its answer is worth: trials stopped at the target against full-budget trials.
+
+    python benchmarks/bench_tune_cost.py [--jobs default quick:0 quick:1 ...] [--spaces static_k policy]
+                                         [--trials 20] [--reference-trials 60] [--json FILE]
+
+For each job (`default`: the embedded default job; `quick:I`: job I of baselines/family_quick.yaml) and
+each search space, `autosync tune` runs twice in fresh SQLite studies with the same sampler seed:
+- full: every trial trains the job's whole budget (`stop_at_target=False`, how tune searched before);
+- stop: trials end at the target and only the candidates that can still win are re-run at full budget
+  for the final-metric constraint (`autosync.search.full_budget`, the shipped default).
+Printed per run: the search cost in BSP trainings (virtual seconds trained, BSP's reference included,
+over one full BSP training), wall seconds, the recurrences that amortize it, and the winner's
+time-to-target on 3 seeds over the reference's best on the same 3 seeds (the regret). The reference is
+exhaustive for `static_k` and `switch_point` (every point, full budget, the search's seed, best feasible)
+and a `--reference-trials` full-budget TPE search for `policy`; its result is kept in a JSON file beside
+the output (`--cache`) so a re-run measures only the tunes. Every ratio's baseline (the full search, the
+reference) is measured in the same run or read from that cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from autosync.api import quiet_optuna
+from autosync.family import load_family
+from autosync.job import JobSpec, load_job
+from autosync.search.objective import ObjectiveSettings, RunFailed, constraint, evaluate, trial_seeds
+from autosync.search.space import SPACE_DIR, load_space
+from autosync.search.tune import TuneRequest, tune
+
+from _report import Figures
+
+HERE = Path(__file__).resolve().parent
+CONFIRM_SEEDS = 3  # the winner and the reference's best are compared on this many seeds (the job's, then +1, +2)
+
+
+def job_named(name: str) -> JobSpec:
+    """`default` or `quick:I` (job I of the quick family)."""
+    if name == "default":
+        return load_job(None)
+    family, index = name.split(":")
+    drawn = load_family(HERE.parent / "baselines" / f"family_{family}.yaml").jobs(int(index) + 1)
+    return drawn[int(index)]
+
+
+def run_tune(job: JobSpec, space_name: str, trials: int, stop_at_target: bool, seed: int = 0) -> dict:
+    """One tune in a fresh study; its cache record and wall time."""
+    space = load_space(SPACE_DIR / f"{space_name}.yaml", job.cluster.n_workers)
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.perf_counter()
+        outcome = tune(TuneRequest(job=job, space=space, n_trials=trials, seed=seed,
+                                   settings=ObjectiveSettings(stop_at_target=stop_at_target),
+                                   storage=f"sqlite:///{Path(tmp) / 'bench.db'}"))
+        wall = time.perf_counter() - start
+    return {**outcome.cache, "wall_seconds": wall}
+
+
+def reference(job: JobSpec, space_name: str, trials: int) -> dict:
+    """The best the reference search finds: every point of a discrete space at full budget, or a
+    `trials`-trial full-budget TPE search of `policy`."""
+    space = load_space(SPACE_DIR / f"{space_name}.yaml", job.cluster.n_workers)
+    if space_name == "policy":
+        found = run_tune(job, space_name, trials, stop_at_target=False)
+        return {"policy": found["best_policy"], "how": f"{trials} full-budget TPE trials"}
+    seeds = trial_seeds(job, 1)
+    bsp = evaluate(job, {"policy": "bsp", "params": {}}, seeds)
+    best, points = None, list(space.points())
+    for policy in points:
+        try:
+            score = evaluate(job, policy, seeds)
+        except RunFailed:  # a diverging point is simply not the best
+            continue
+        if constraint(job, score["final_metric"], bsp["final_metric"], ObjectiveSettings().tolerance) <= 0 and (
+                best is None or score["time_to_target"] < best[1]):
+            best = (policy, score["time_to_target"])
+    return {"policy": best[0], "how": f"exhaustive over {len(points)} points"}
+
+
+def confirmed_time(job: JobSpec, policy: dict) -> float:
+    """Mean time-to-target of `policy` over CONFIRM_SEEDS seeds (a miss counts twice the budget)."""
+    return evaluate(job, policy, trial_seeds(job, CONFIRM_SEEDS))["time_to_target"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", nargs="+", default=["default"] + [f"quick:{i}" for i in range(6)])
+    parser.add_argument("--spaces", nargs="+", default=["static_k", "policy", "switch_point"])
+    parser.add_argument("--trials", type=int, default=20)
+    parser.add_argument("--reference-trials", type=int, default=60)
+    parser.add_argument("--cache", default=str(HERE / "tune_cost_references.json"),
+                        help="where the references' best policies are kept between runs")
+    parser.add_argument("--json", default=None, help="also write the figures here (benchmarks/make_table.py)")
+    args = parser.parse_args()
+    quiet_optuna()
+    cache_path = Path(args.cache)
+    refs = json.loads(cache_path.read_text()) if cache_path.exists() else {}
+    rows = []
+    for name in args.jobs:
+        job = job_named(name)
+        for space in args.spaces:
+            key = f"{name}/{job.fingerprint()}/{space}"
+            if key not in refs:
+                start = time.perf_counter()
+                refs[key] = reference(job, space, args.reference_trials)
+                refs[key]["confirmed_time"] = confirmed_time(job, refs[key]["policy"])
+                cache_path.write_text(json.dumps(refs, indent=1, sort_keys=True))
+                print(f"{name} {space}: reference ({refs[key]['how']}) {refs[key]['policy']} "
+                      f"({time.perf_counter() - start:.0f} s wall)", flush=True)
+            best = refs[key]["confirmed_time"]
+            for mode, stop in (("full", False), ("stop", True)):
+                found = run_tune(job, space, args.trials, stop)
+                regret = confirmed_time(job, found["best_policy"]) / best
+                rows.append({"job": name, "space": space, "mode": mode, "cost": found["search_cost_bsp_trainings"],
+                             "wall": found["wall_seconds"], "amortize": found["recurrences_to_amortize"],
+                             "regret": regret, "winner": found["best_policy"]})
+                print(f"{name} {space} {mode}: cost {found['search_cost_bsp_trainings']:.2f} BSP trainings, "
+                      f"{found['wall_seconds']:.0f} s wall, amortized after {found['recurrences_to_amortize']} "
+                      f"recurrences, winner {found['best_policy']} at {regret:.3f}x the reference's best "
+                      f"({CONFIRM_SEEDS} seeds)", flush=True)
+    figures = Figures("bench_tune_cost")
+    for space in args.spaces:
+        pairs = [(f, s) for f in rows for s in rows if f["space"] == s["space"] == space and f["job"] == s["job"]
+                 and f["mode"] == "full" and s["mode"] == "stop"]
+        if not pairs:
+            continue
+        cost = statistics.median(s["cost"] for _, s in pairs)
+        cost_full = statistics.median(f["cost"] for f, _ in pairs)
+        regret = statistics.median(s["regret"] for _, s in pairs)
+        wall = statistics.median(s["wall"] / f["wall"] for f, s in pairs)
+        print(f"{space} over {len(pairs)} jobs (medians): cost {cost:.2f} BSP trainings stopping at the target "
+              f"against {cost_full:.2f} training every trial's budget ({cost / cost_full:.2f}x); wall "
+              f"{wall:.2f}x; winner regret {regret:.3f}")
+        figures.add(f"tune {space} ({args.trials} trials, {len(pairs)} jobs): search cost, median", cost,
+                    "BSP trainings", "every trial training its whole budget", cost / cost_full,
+                    "<= 2 (default job, static_k); <= 3 (policy)", None)
+        figures.add(f"tune {space} ({args.trials} trials, {len(pairs)} jobs): winner's time-to-target, median",
+                    regret, "x the reference's best", "the reference search's best (3 seeds)", regret, "<= 1.05",
+                    regret <= 1.05)
+    figures.write(args.json)
+
+
+if __name__ == "__main__":
+    main()
