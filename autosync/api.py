@@ -39,8 +39,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "JobSpec", "load_job", "job_from_dict", "backend", "make_policy", "tuned_policy", "check_workload", "run",
-    "tune", "leaderboard", "Leaderboard", "profile", "Profile", "RunOptions", "TuneOptions", "LeaderboardOptions",
-    "ProfileOptions", "ExecutionOptions",
+    "run_setup", "write_run", "tune", "tune_dir", "write_tune", "TuneFiles", "leaderboard", "Leaderboard", "profile",
+    "Profile", "cached_studies", "clear_cache", "load_run", "rerun", "ranks", "output_dir", "RunOptions",
+    "TuneOptions", "LeaderboardOptions", "ProfileOptions", "ExecutionOptions",
 ]
 
 
