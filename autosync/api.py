@@ -20,34 +20,66 @@ message the command line prints.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Sequence
 
 from autosync.errors import UserError
 from autosync.job import JobSpec, job_from_dict, load_job
+from autosync.options import (ExecutionOptions, LeaderboardOptions, ProfileOptions, RunOptions, TuneOptions,
+                              build)
 
 if TYPE_CHECKING:
     from autosync.engine import RunResult
-    from autosync.engine.backends import BackendChoice
+    from autosync.engine.backends import BackendChoice, Ranks
     from autosync.leaderboard import Entry
     from autosync.policies import Policy
     from autosync.search.tune import TuneOutcome
 
 __all__ = [
     "JobSpec", "load_job", "job_from_dict", "backend", "make_policy", "tuned_policy", "check_workload", "run",
-    "tune", "leaderboard", "Leaderboard",
+    "run_setup", "write_run", "tune", "tune_dir", "write_tune", "TuneFiles", "leaderboard", "Leaderboard", "profile",
+    "Profile", "cached_studies", "clear_cache", "load_run", "rerun", "ranks", "output_dir", "RunOptions",
+    "TuneOptions", "LeaderboardOptions", "ProfileOptions", "ExecutionOptions",
 ]
 
-def backend(name: str = "simulator", *, clock: str = "virtual", stragglers: str = "machine",
-            time_scale: float = 0.01, device: str = "cpu", workers_per_device: int = 2,
-            worker_timeout: float = 60.0) -> "BackendChoice":
-    """Where runs train (the options `--backend`, `--clock`, ... of `autosync run` and `tune`), checked."""
-    from autosync.engine.backends import BackendChoice
 
-    choice = BackendChoice(name, clock, stragglers, time_scale, device, workers_per_device, worker_timeout)
-    choice.check()
-    return choice
+def backend(name: str = "simulator", **fields: Any) -> "BackendChoice":
+    """Where runs train (the options `--backend`, `--clock`, ... of `autosync run` and `tune`: the fields of
+    `ExecutionOptions`, e.g. clock="real", workers_per_device=4), checked."""
+    return build(ExecutionOptions, backend=name, **fields).choice()
+
+
+def _options(cls: type, options: Any, on: "BackendChoice | None", fields: dict[str, Any],
+             **given: Any) -> Any:
+    """The options a function runs with: `options` (or the defaults) with `fields`, the positional arguments
+    `given` that are not None, and `on`'s execution fields set."""
+    if on is not None:
+        fields = {**ExecutionOptions.of_choice(on), **fields}
+    return build(cls, options, **{k: v for k, v in given.items() if v is not None}, **fields)
+
+
+def ranks(options: "ExecutionOptions | ProfileOptions") -> "ContextManager[Ranks]":
+    """--backend distributed under torchrun: the group around a command (`engine.backends.torchrun_ranks`).
+
+        with api.ranks(options) as group:
+            if not group.leader:  # a rank other than 0 served rank 0's runs already
+                return
+            job = api.load_job(path)
+            group.share(job)  # every rank now trains it
+            ...
+    """
+    from autosync.engine.backends import torchrun_ranks
+
+    return torchrun_ranks(options.choice())
+
+
+def output_dir(directory: str | Path) -> Path:
+    """`directory`, created and proven writable before any training (a one-line UserError naming --out)."""
+    from autosync.report import ready_output_dir
+
+    return ready_output_dir(Path(directory))
 
 
 def make_policy(policy: "str | Policy | dict[str, Any]", params: dict[str, Any] | None = None) -> "Policy":
@@ -69,6 +101,7 @@ def tuned_policy(job: JobSpec, storage: str | None = None, params: dict[str, Any
     from autosync.search.cache import tuned_policy as cached
     from autosync.search.storage import DEFAULT_STORAGE
 
+    quiet_optuna()
     found = cached(storage or DEFAULT_STORAGE, job)
     found["params"].update(params or {})
     return make_policy(found)
@@ -82,32 +115,47 @@ def check_workload(job: JobSpec, device: str = "cpu") -> Any:
     return Workload(job, device=device)
 
 
-def run(job: JobSpec, policy: "str | Policy | dict[str, Any]" = "bsp", params: dict[str, Any] | None = None, *,
-        seed: int | None = None, on: "BackendChoice | None" = None, storage: str | None = None,
+def run_setup(job: "JobSpec | str | Path | None", options: RunOptions) -> "tuple[JobSpec, Policy]":
+    """The job (a spec, or a job file to load; None: the embedded digits job) with the options' seed, and
+    the options' policy ("tuned": the job's cached best) with its parameters, checked against the job."""
+    if isinstance(job, JobSpec):
+        spec = job.model_copy(update={"seed": options.seed}) if options.seed is not None else job
+    else:
+        spec = load_job(job, overrides={"seed": options.seed} if options.seed is not None else None)
+    params = options.parameters()
+    if options.policy == "tuned":
+        chosen = tuned_policy(spec, options.storage, params)
+    else:
+        chosen = make_policy(options.policy, params)
+    try:
+        chosen.bind(spec.cluster.n_workers, spec.workload.batch_size)
+    except ValueError as exc:
+        raise UserError(f"policy {chosen.name}: {exc}") from None
+    return spec, chosen
+
+
+def run(job: JobSpec, policy: "str | Policy | dict[str, Any] | None" = None, params: dict[str, Any] | None = None,
+        *, options: RunOptions | None = None, on: "BackendChoice | None" = None,
         progress: Callable[[dict[str, Any]], None] | None = None, workload: Any = None,
-        on_ready: Callable[[], None] | None = None) -> "RunResult":
+        on_ready: Callable[[], None] | None = None, **fields: Any) -> "RunResult":
     """Train `job` once under `policy` and return the run's result (trace, metrics, final parameters).
 
     Args:
         policy: a name (`autosync policies`), "tuned" for the job's cached best (from `storage`), a dict
-            {"policy", "params"} or a Policy.
+            {"policy", "params"} or a Policy (default: the options' policy, bsp).
         params: policy parameters to set (or, with "tuned", to change).
-        seed: the run's seed instead of the job's.
-        on: where to train (`backend(...)`; default: the in-process simulator).
+        options: the options of `autosync run` (`RunOptions`); `fields` (seed=, storage=, backend=,
+            clock=, ...) change some of them.
+        on: where to train (`backend(...)`), instead of the options' backend fields.
         progress: called with each evaluation record (time, updates, epoch, losses, accuracy).
         workload: a workload built for this job already (`check_workload`), to skip building it again.
         on_ready: called once the backend's worker processes are up, before training starts.
     """
     from autosync.engine import backends, simulate
 
-    if seed is not None:
-        job = job.model_copy(update={"seed": seed})
-    chosen = tuned_policy(job, storage, params) if policy == "tuned" else make_policy(policy, params)
-    try:
-        chosen.bind(job.cluster.n_workers, job.workload.batch_size)
-    except ValueError as exc:
-        raise UserError(f"policy {chosen.name}: {exc}") from None
-    choice = on if on is not None else backend()
+    opts = _options(RunOptions, options, on, fields, policy=policy, params=params)
+    job, chosen = run_setup(job, opts)
+    choice = opts.choice()
     if workload is None:
         workload = check_workload(job, choice.device)
     driver, clock = backends.build(choice, job, workload)
@@ -120,24 +168,34 @@ def run(job: JobSpec, policy: "str | Policy | dict[str, Any]" = "bsp", params: d
     return simulate(job, chosen, workload=workload, progress=progress, driver=driver, clock=clock)
 
 
-def tune(job: JobSpec, space: str | Path = "static_k", *, n_trials: int = 20, timeout: float | None = None,
-         storage: str | None = None, study: str | None = None, sampler: str = "tpe", n_jobs: int = 1,
-         seed: int = 0, repeats: int = 1, tolerance: float = 0.01, objective: str = "time", refresh: bool = False,
-         verify_top: int = 0, confirm_top: int = 0, confirm_seeds: int = 2, on: "BackendChoice | None" = None,
-         on_trial: Callable[[int, int], None] | None = None,
-         on_confirm: Callable[[int, int], None] | None = None,
-         on_start: Callable[[str], None] | None = None,
-         on_resume: Callable[[int, list[int]], None] | None = None) -> "TuneOutcome":
+def write_run(result: "RunResult", job: JobSpec, directory: str | Path, options: RunOptions | None = None,
+              plot: bool = False) -> list[Path]:
+    """Write a run's summary.json (job, policy, metrics, how it ran), trace tables, final parameters and,
+    with `plot`, plot.png into `directory`; returns the paths."""
+    from autosync.report import plot_run, write_run as write
+
+    execution = (options or RunOptions()).choice().describe()
+    paths = write(result, Path(directory), job.model_dump(mode="json"), execution=execution)
+    if plot:
+        paths.append(plot_run(result, Path(directory) / "plot.png"))
+    return paths
+
+
+def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions | None = None,
+         on: "BackendChoice | None" = None, on_trial: Callable[[int, int], None] | None = None,
+         on_confirm: Callable[[int, int], None] | None = None, on_start: Callable[[str], None] | None = None,
+         on_resume: Callable[[int, list[int]], None] | None = None, **fields: Any) -> "TuneOutcome":
     """Search `job`'s best policy in `space` with Optuna, or return the cached one of a recurring job.
 
     Args:
         space: a search-space YAML file or a shipped name (static_k, switch_point, batch_split, policy).
-        storage: the study storage's SQLAlchemy URL (default: sqlite:///results/autosync-studies.db).
-        on: where each trial trains (`backend(...)`; default: the simulator). With `verify_top` K > 0 the
-            search is simulated and its K best candidates and BSP are re-run on `on` to verify it.
-        confirm_top: K > 0 re-runs the search's K best candidates, the winners of the job's other studies
-            that this space holds, and BSP on `confirm_seeds` more seeds, and answers with the best mean
-            over all the seeds (`autosync.search.confirm`): the cure for a one-seed search's lucky winner.
+        options: the options of `autosync tune` (`TuneOptions`: n_trials, storage, sampler, repeats,
+            verify_top, confirm_top, backend, ...); `fields` change some of them (n_trials=10). With
+            verify_top K > 0 the search is simulated and its K best candidates and BSP are re-run on the
+            options' backend to verify it; confirm_top K > 0 re-runs the search's K best candidates, the
+            winners of the job's other studies that this space holds, and BSP on confirm_seeds more seeds,
+            and answers with the best mean over all the seeds (`autosync.search.confirm`).
+        on: where each trial trains (`backend(...)`), instead of the options' backend fields.
         on_trial: called with (trials done, trials in all) as the search goes.
         on_confirm: called with (runs done, runs in all) as the confirmation goes.
         on_start: called with the storage URL once every option is checked, before the search starts.
@@ -148,53 +206,69 @@ def tune(job: JobSpec, space: str | Path = "static_k", *, n_trials: int = 20, ti
     (best policy and value, BSP's, provenance) and the best trials.
     """
     from autosync.search.objective import ObjectiveSettings
-    from autosync.search.samplers import SAMPLERS, SWITCH_POINT_SAMPLERS
     from autosync.search.space import load_space, resolve_space_path
     from autosync.search.storage import DEFAULT_STORAGE
     from autosync.search.tune import TuneRequest, tune as run_tune
 
-    if sampler not in SAMPLERS:
-        raise UserError(f"--sampler must be one of {list(SAMPLERS)}, but got {sampler!r}")
-    if objective not in ("time", "time,metric"):
-        raise UserError(f"--objective must be time or time,metric, but got {objective!r}")
-    choice = on if on is not None else backend()
+    opts = _options(TuneOptions, options, on, fields, space=str(space) if space is not None else None)
+    choice = opts.choice()
     if choice.backend == "distributed":
         from autosync.engine.drivers.distributed import in_session
 
         if not in_session():
             raise UserError("--backend distributed tunes under torchrun, every rank running the same command, e.g. "
                             "torchrun --nproc-per-node 3 -m autosync.cli tune JOB.yaml --backend distributed")
-        if n_jobs > 1:
-            raise UserError(f"--n-jobs must be 1 with --backend distributed (the group's ranks serve one trial at "
-                            f"a time), but got {n_jobs}")
-    if verify_top and choice.backend == "simulator":
-        raise UserError("--verify-top re-runs the simulated search's best candidates on a real backend: "
-                        "it needs --backend processes (with --clock virtual or real)")
-    if verify_top and objective != "time":
-        raise UserError("--verify-top compares one objective's rankings: it needs --objective time")
-    if confirm_top and objective != "time":
-        raise UserError("--confirm-top ranks candidates by one objective: it needs --objective time")
-    if confirm_top and sampler in SWITCH_POINT_SAMPLERS:
-        raise UserError(f"--confirm-top re-runs a search's candidates on more seeds, but --sampler {sampler} already "
-                        "trains each candidate on 3 seeds (Sync-Switch's R)")
-    if confirm_top < 0 or confirm_seeds < 1:
-        raise UserError(f"--confirm-top must be >= 0 and --confirm-seeds >= 1, but got {confirm_top} and "
-                        f"{confirm_seeds}")
     if job.uses_user_code:  # the user's code fails here, in one line, rather than as every trial failing
         check_workload(job)  # (a built-in workload cannot; a cache hit then never imports torch)
     real = None if choice.backend == "simulator" else choice
-    search_space = load_space(resolve_space_path(str(space), "static_k"), job.cluster.n_workers)
+    search_space = load_space(resolve_space_path(opts.space, "static_k"), job.cluster.n_workers)
     request = TuneRequest(
-        job=job, space=search_space, n_trials=n_trials, timeout=timeout, storage=storage or DEFAULT_STORAGE,
-        study=study, sampler=sampler, seed=seed, n_jobs=n_jobs, refresh=refresh,
-        settings=ObjectiveSettings(repeats=repeats, tolerance=tolerance, multi_objective=objective != "time",
-                                   backend=None if verify_top else real),  # verify_top: search simulated
-        verify_top=verify_top, verify_backend=real if verify_top else None, confirm_top=confirm_top,
-        confirm_seeds=confirm_seeds)
+        job=job, space=search_space, n_trials=opts.n_trials, timeout=opts.timeout,
+        storage=opts.storage or DEFAULT_STORAGE, study=opts.study, sampler=opts.sampler, seed=opts.seed,
+        n_jobs=opts.n_jobs, refresh=opts.refresh,
+        settings=ObjectiveSettings(repeats=opts.repeats, tolerance=opts.tolerance,
+                                   multi_objective=opts.objective != "time",
+                                   backend=None if opts.verify_top else real),  # verify_top: search simulated
+        verify_top=opts.verify_top, verify_backend=real if opts.verify_top else None, confirm_top=opts.confirm_top,
+        confirm_seeds=opts.confirm_seeds)
     quiet_optuna()
     if on_start is not None:
         on_start(request.storage)
     return run_tune(request, on_trial=on_trial, on_confirm=on_confirm, on_resume=on_resume)
+
+
+@dataclass
+class TuneFiles:
+    """What `write_tune` wrote: the verification's files, the study's plots, and the plots it skipped (why)."""
+
+    verification: list[Path] | None
+    plots: list[Path]
+    skipped: list[str]
+
+
+def tune_dir(outcome: "TuneOutcome", job: JobSpec, options: TuneOptions | None = None) -> Path:
+    """Where `autosync tune` writes a study's plots and verification: results/tune/<job>-<space>."""
+    space = outcome.cache.get("space") or Path(str((options or TuneOptions()).space)).stem
+    return Path("results") / "tune" / f"{job.name}-{space}"
+
+
+def write_tune(outcome: "TuneOutcome", directory: str | Path, command: str = "autosync.api.tune") -> TuneFiles:
+    """Write a search's verification (with verify_top) and, unless the cache answered, its study's plots."""
+    from autosync.leaderboard import label_of
+
+    directory = Path(directory)
+    verification = None
+    if outcome.verification is not None:
+        from autosync.search.verify import write_verification
+
+        verification = write_verification(outcome.verification, directory, command, label_of)
+    plots: list[Path] = []
+    skipped: list[str] = []
+    if not outcome.cached:
+        from autosync.search.plots import write_study_plots
+
+        plots, skipped = write_study_plots(outcome.study, directory)
+    return TuneFiles(verification, plots, skipped)
 
 
 @dataclass
@@ -213,33 +287,137 @@ class Leaderboard:
         return write_leaderboard(self.rows, self.entries, self.job.model_dump(mode="json"), Path(directory), command)
 
 
-def leaderboard(job: JobSpec, policies: Sequence[str | dict[str, Any]] = (), *, seeds: int = 5, n_jobs: int = 1,
-                include_tuned: bool = False, storage: str | None = None,
-                on_done: Callable[[dict[str, Any]], None] | None = None) -> Leaderboard:
+def leaderboard(job: JobSpec, policies: Sequence[str | dict[str, Any]] | None = None, *,
+                options: LeaderboardOptions | None = None, on_done: Callable[[dict[str, Any]], None] | None = None,
+                **fields: Any) -> Leaderboard:
     """Every policy with seeds 0..seeds-1 on `job`, scored MLPerf-style (trimmed mean time-to-target).
 
     Args:
         policies: specs "NAME" or "NAME:key=value,..." (or dicts {"policy", "params"}); default: bsp, asp,
             ssp, backup (k = 3n/4), dbw, bdbw.
-        n_jobs: runs in parallel (joblib processes; -1: all cores).
-        include_tuned: add the job's cached tuned policy (from `storage`).
+        options: the options of `autosync leaderboard` (`LeaderboardOptions`: seeds, n_jobs (joblib
+            processes; -1: all cores), include_tuned (add the job's cached tuned policy, from storage));
+            `fields` change some of them (seeds=3).
         on_done: called with each finished run's summary.
     """
     from autosync.leaderboard import DEFAULT_POLICIES, parse_policy_spec, run_grid, score
 
-    if n_jobs == 0 or n_jobs < -1:
-        raise UserError(f"--n-jobs must be >= 1 or -1 (all cores), but got {n_jobs}")
+    opts = _options(LeaderboardOptions, options, None, fields,
+                    policies=list(policies) if policies is not None else None)
     n = job.cluster.n_workers
-    specs = [p if isinstance(p, dict) else parse_policy_spec(p, n) for p in (policies or DEFAULT_POLICIES)]
-    if include_tuned:
-        tuned = tuned_policy(job, storage).to_dict()
+    specs = [p if isinstance(p, dict) else parse_policy_spec(p, n) for p in (opts.policies or DEFAULT_POLICIES)]
+    if opts.include_tuned:
+        tuned = tuned_policy(job, opts.storage).to_dict()
         if tuned not in specs:
             specs.append(tuned)
     if job.uses_user_code:  # one line here rather than a failure in every worker process
         check_workload(job)
-    seed_list = list(range(seeds))
-    entries = run_grid(job, specs, seed_list, n_jobs=n_jobs, on_done=on_done)
+    seed_list = list(range(opts.seeds))
+    entries = run_grid(job, specs, seed_list, n_jobs=opts.n_jobs, on_done=on_done)
     return Leaderboard(job, seed_list, score(entries), entries)
+
+
+@dataclass
+class Profile:
+    """A job's workers timed on this machine, and the cluster model fitted to them."""
+
+    job: JobSpec
+    samples: list[Any]  # one autosync.profiling.Sample per (batch size, round, worker)
+    server: Any  # autosync.profiling.ServerCosts: the server's update and parameter copy
+    cluster: dict[str, Any]  # the fitted cluster section of a job file
+    workers: str  # what computed: "2 worker processes", "3 ranks"
+
+    def write(self, directory: str | Path) -> list[Path]:
+        """Write the samples, the fit and a job file with the fitted cluster (the last path) into `directory`."""
+        from autosync.profiling import write_profile
+
+        return write_profile(self.job, self.samples, self.cluster, Path(directory))
+
+    def rows(self) -> list[tuple[int, float, float, float]]:
+        """Per batch size: mean compute, mean and p90 round trip (seconds)."""
+        from autosync.profiling import batch_summary
+
+        return batch_summary(self.samples)
+
+
+def _no_phase(text: str, total: int) -> ContextManager[Callable[[], None]]:
+    return contextlib.nullcontext(lambda: None)
+
+
+def profile(job: JobSpec, options: ProfileOptions | None = None, *, workload: Any = None,
+            phase: Callable[[str, int], ContextManager[Callable[[], None]]] = _no_phase, **fields: Any) -> Profile:
+    """Time each worker's real round trips (compute and communication) and fit the job's cluster model.
+
+    Args:
+        options: the options of `autosync profile` (`ProfileOptions`); `fields` change some of them.
+        workload: a workload built for this job already (`check_workload`).
+        phase: called with (what, steps) around each phase (starting the workers, the timed rounds: one
+            step each, timing the server: 0 steps); the context it returns gives a function to call after
+            each step.
+    """
+    import os
+
+    from autosync.engine.backends import build as build_backend
+    from autosync.profiling import fit_cluster, measure, measure_server, transfer_from_rounds
+
+    opts = _options(ProfileOptions, options, None, fields)
+    sizes = opts.sizes(job)
+    workload = workload if workload is not None else check_workload(job, opts.device)
+    with phase(f"starting the {opts.backend} backend's workers on {opts.device}", 0):
+        driver, _ = build_backend(opts.choice(), job, workload)
+    try:
+        n = job.cluster.n_workers
+        with phase(f"rounds of {n} tasks", len(sizes) * opts.rounds) as advance:
+            samples = measure(driver, n, sizes, opts.rounds, workload.init_params(), on_round=advance,
+                              buffers=workload.init_buffers())
+    finally:
+        driver.close()
+    with phase("timing the server's update and parameter copy", 0):
+        server = measure_server(job, workload.init_params())
+    if opts.backend == "distributed":  # the transport is gloo's, timed by each rank's first task of every round
+        ranks = int(os.environ["WORLD_SIZE"]) - 1
+        server = transfer_from_rounds(server, samples, ranks)
+        workers = f"{ranks} ranks"
+    else:
+        workers = f"{opts.workers_per_device} worker processes"
+    return Profile(job, samples, server, fit_cluster(job, samples, server), workers)
+
+
+def cached_studies(storage: str | None = None, job: JobSpec | None = None) -> list[dict[str, Any]]:
+    """Every study in the storage (default: sqlite:///results/autosync-studies.db), or those of one job, with
+    its cache record (None while unfinished); reading never creates the storage."""
+    from autosync.search.cache import cached_studies as studies
+    from autosync.search.storage import DEFAULT_STORAGE
+
+    quiet_optuna()
+    return studies(storage or DEFAULT_STORAGE, job.fingerprint() if job is not None else None)
+
+
+def clear_cache(job: JobSpec, storage: str | None = None) -> list[str]:
+    """Delete every study (and so the cached policy) of `job`; returns their names."""
+    from autosync.search.cache import clear_cache as clear
+    from autosync.search.storage import DEFAULT_STORAGE
+
+    quiet_optuna()
+    return clear(storage or DEFAULT_STORAGE, job)
+
+
+def load_run(run_dir: str | Path, device: str = "cpu") -> Any:
+    """A run written by `autosync run` (summary.json, trace.json, final_params.pt), to `rerun` on `device`
+    (checked first)."""
+    from autosync.engine.backends import check_device
+    from autosync.rerun import LoggedRun
+
+    check_device(device)
+    return LoggedRun.load(Path(run_dir))
+
+
+def rerun(logged: Any, device: str = "cpu", progress: Callable[[dict[str, Any]], None] | None = None) -> Any:
+    """Replay a logged run (`load_run`) exactly from its arrival log, in this process on `device`; the
+    outcome says whether the final parameters are bit-identical to the logged run's."""
+    from autosync.rerun import rerun as replay
+
+    return replay(logged, device, progress=progress)
 
 
 def quiet_optuna() -> None:

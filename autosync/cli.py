@@ -7,17 +7,19 @@ Heavy libraries (torch, optuna, cvxpy) are imported inside the commands that nee
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
-import os
 import sys
+import typing
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from autosync.errors import Interrupted, RuntimeFailure, UserError
+from autosync.options import LeaderboardOptions, ProfileOptions, RunOptions, TuneOptions
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Search and benchmark synchronization policies for parameter-server training.")
@@ -90,179 +92,106 @@ def policies() -> None:
     console.print(table)
 
 
-# Where runs train: one option set shared by `run` and `tune` (the same BackendChoice either way).
-BACKEND_OPT = typer.Option("simulator", "--backend", help="simulator (gradients in this process) | processes "
-                           "(worker processes compute them; same arrival order and results) | distributed (the ranks "
-                           "of a torchrun launch, rank 0 serving and running every trial of `tune`).")
-DEVICE_OPT = typer.Option("cpu", "--device", help="cpu | cuda (cuda:N): where the model, data, slots and worker "
-                                                   "processes compute.")
-WORKERS_PER_DEVICE_OPT = typer.Option(2, "--workers-per-device", min=1,
-                                      help="--backend processes: worker processes on the device.")
-WORKER_TIMEOUT_OPT = typer.Option(60.0, "--worker-timeout", min=0.1, help="--backend processes or distributed: "
-                                  "seconds without a gradient before a worker process or rank counts as dead or hung.")
-CLOCK_OPT = typer.Option("virtual", "--clock", help="--backend processes or distributed: virtual (the cluster model "
-                         "orders arrivals: same results as the simulator) | real (the order the workers answer in; "
-                         "logged for `autosync rerun`).")
-STRAGGLERS_OPT = typer.Option("machine", "--stragglers", help="--clock real: machine (only this machine's own) | "
-                              "model (also the job's cluster model, as real delays).")
-TIME_SCALE_OPT = typer.Option(0.01, "--time-scale", help="--clock real --stragglers model: real seconds per virtual "
-                              "second of the cluster model.")
+def _command(options_type: type, **settings: Any) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Register `body(..., options=...)` as a command whose options are `options_type`'s fields, each declared
+    once there (flag, default, help, range: `ge` becomes typer's `min`, so a value out of range is a parser
+    error); the body's own parameters (the job argument, --out, --json) are the command line's only."""
+    from autosync.options import flag_of
+
+    def register(body: Callable[..., None]) -> Callable[..., None]:
+        hints, own = typing.get_type_hints(options_type), typing.get_type_hints(body)
+        mine = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=own[p.name])
+                for p in inspect.signature(body).parameters.values() if p.name != "options"]
+        fields = dataclasses.fields(options_type)
+        generated = []
+        for f in fields:
+            m = f.metadata
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+            flags = [flag_of(f), *([m["short"]] if m["short"] else [])]
+            generated.append(inspect.Parameter(
+                f.name, inspect.Parameter.KEYWORD_ONLY, annotation=m["cli_type"] or hints[f.name],
+                default=typer.Option(default, *flags, help=m["help"], min=m["ge"], max=m["le"])))
+        arguments = [p for p in mine if isinstance(p.default, typer.models.ArgumentInfo)]
+        params = arguments + generated + [p for p in mine if p not in arguments]
+
+        def command(**values: Any) -> None:
+            body(options=options_type(**{f.name: values.pop(f.name) for f in fields}), **values)
+
+        command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        command.__annotations__ = {p.name: p.annotation for p in params}
+        command.__name__, command.__doc__ = body.__name__, body.__doc__
+        app.command(**settings)(command)
+        return body
+
+    return register
 
 
-def _served_as_worker_rank(choice: Any, worker_timeout: float) -> bool:
-    """--backend distributed, where torchrun runs the command on every rank: join the group. A rank other than
-    0 serves rank 0's runs here until told to stop, and returns True: its command is done."""
-    if choice.backend != "distributed":
-        return False
-    from autosync.engine.drivers import distributed
-
-    if distributed.init_from_torchrun(worker_timeout) == 0:
-        return False
-    distributed.serve_when_told(choice.device)
-    return True
-
-
-@contextlib.contextmanager
-def _releasing_ranks_on_failure(choice: Any) -> Iterator[None]:
-    """Rank 0 loads the job inside: if that fails, the waiting ranks are released before the error shows."""
-    try:
-        yield
-    except BaseException:
-        if choice.backend == "distributed":
-            from autosync.engine.drivers import distributed
-
-            distributed.leave_without_job()
-        raise
-
-
-def _share_with_ranks(choice: Any, spec: Any) -> None:
-    """Rank 0 sends the job (and the folder its own code imports from) to every other rank."""
-    if choice.backend == "distributed":
-        from autosync.engine.drivers import distributed
-
-        roots = [str(Path(spec.source).resolve().parent)] if spec.uses_user_code else []
-        distributed.share_job(spec.model_dump(mode="json"), roots)
-
-
-@app.command()
+@_command(RunOptions)
 def run(
     job: Optional[Path] = JOB_ARG,
-    policy: str = typer.Option("bsp", "--policy", "-p",
-                               help="Policy name (see `autosync policies`), a spec with its parameters "
-                                    "('compose(barrier=ssp, update=dana_slim)' or 'backup:k=8'), or `tuned` for "
-                                    "the job's cached best."),
-    param: list[str] = typer.Option([], "--param", help="Policy parameter key=value (repeatable)."),
-    seed: Optional[int] = typer.Option(None, help="Override the job's seed."),
-    storage: str = typer.Option(None, "--storage", help="Study storage URL for --policy tuned "
-                                                        "(default: sqlite:///results/autosync-studies.db)."),
     out: Optional[Path] = typer.Option(None, help="Output directory (default: results/runs/<job>/<policy>-seed<N>)."),
     plot: bool = typer.Option(False, "--plot", help="Also write plot.png: loss against virtual time with k_t."),
-    backend: str = BACKEND_OPT,
-    device: str = DEVICE_OPT,
-    workers_per_device: int = WORKERS_PER_DEVICE_OPT,
-    worker_timeout: float = WORKER_TIMEOUT_OPT,
-    clock: str = CLOCK_OPT,
-    stragglers: str = STRAGGLERS_OPT,
-    time_scale: float = TIME_SCALE_OPT,
     as_json: bool = JSON_OPT,
+    *, options: RunOptions,
 ) -> None:
     """Train once under one policy (virtual clock by default) and write trace, metrics and plot."""
     from autosync import api
 
-    choice = api.backend(backend, clock=clock, stragglers=stragglers, time_scale=time_scale, device=device,
-                         workers_per_device=workers_per_device, worker_timeout=worker_timeout)
-    if _served_as_worker_rank(choice, worker_timeout):
-        return
-    with _releasing_ranks_on_failure(choice):
-        spec, pol = _run_setup(job, seed, policy, param, storage)
+    with api.ranks(options) as ranks:
+        if not ranks.leader:  # a torchrun rank other than 0: it served rank 0's run
+            return
+        spec, pol = api.run_setup(job, options)
+        if options.policy == "tuned":
+            status.print(f"tuned policy from the cache: {pol!r}")
         with status.status(f"loading {spec.workload.dataset.label} and building {spec.workload.model.label}"):
-            workload = api.check_workload(spec, device)
-        from autosync.report import plot_run, ready_output_dir, write_run
+            workload = api.check_workload(spec, options.device)
+        out_dir = api.output_dir(out or Path("results") / "runs" / spec.name / f"{pol.name}-seed{spec.seed}")
+        ranks.share(spec)
 
-        out_dir = ready_output_dir(out or Path("results") / "runs" / spec.name / f"{pol.name}-seed{spec.seed}")
-    _share_with_ranks(choice, spec)
+        def ready() -> None:  # one line when the workers are up: scripts (and the fault tests) wait for it
+            status.print(f"{options.backend} backend ready: {options.clock} clock, training {spec.name} with {pol.name}")
 
-    def ready() -> None:  # one line when the workers are up: scripts (and the fault tests) wait for it
-        status.print(f"{choice.backend} backend ready: {choice.clock} clock, training {spec.name} with {pol.name}")
-
-    if choice.backend == "processes":
-        status.print(f"starting {workers_per_device} worker processes", style="dim")
-    with _progress(spec) as update:
-        result = api.run(spec, pol, on=choice, progress=update, workload=workload, on_ready=ready)
+        if options.backend == "processes":
+            status.print(f"starting {options.workers_per_device} worker processes", style="dim")
+        with _progress(spec) as update:
+            result = api.run(spec, pol, options=options, progress=update, workload=workload, on_ready=ready)
     for line in result.faults:
         status.print(f"warning: {line}", style="yellow")
-    paths = write_run(result, out_dir, spec.model_dump(mode="json"), execution=choice.describe())
-    if plot:
-        paths.append(plot_run(result, out_dir / "plot.png"))
+    paths = api.write_run(result, spec, out_dir, options, plot=plot)
     if as_json:
         _print_json({**result.summary(), "files": [str(p) for p in paths]})
     else:
         _print_summary(result)
     status.print(f"wrote {', '.join(str(p) for p in paths)}")
-    if choice.clock == "real":
+    if options.clock == "real":
         status.print(f"replay it exactly: autosync rerun {out_dir}")
 
 
-@app.command()
+@_command(ProfileOptions)
 def profile(
     job: Optional[Path] = JOB_ARG,
-    backend: str = typer.Option("processes", "--backend", help="processes (worker processes on this machine) | "
-                                "distributed (the ranks of a torchrun launch; rank 0 times them)."),
-    device: str = typer.Option("cpu", "--device", help="cpu | cuda (cuda:N): where the workers compute."),
-    workers_per_device: int = typer.Option(2, "--workers-per-device", min=1, help="Worker processes on the device."),
-    batch_sizes: Optional[str] = typer.Option(None, "--batch-sizes", help="Comma-separated batch sizes to time "
-                                              "(default: half, once and twice the job's)."),
-    rounds: int = typer.Option(10, "--rounds", min=1, help="Rounds per batch size (each: one task per worker)."),
-    worker_timeout: float = typer.Option(120.0, "--worker-timeout", min=0.1,
-                                         help="Seconds without a gradient before a worker process counts as hung."),
     out: Optional[Path] = typer.Option(None, help="Output directory (default: results/profiles/<job>)."),
+    *, options: ProfileOptions,
 ) -> None:
     """Measure each worker's real round trips (compute and communication) and fit the job's cluster model."""
     from autosync import api
-    from autosync.profiling import (batch_summary, fit_cluster, measure, measure_server, parse_batch_sizes,
-                                    transfer_from_rounds, write_profile)
 
-    if backend not in ("processes", "distributed"):
-        raise UserError(f"--backend must be processes or distributed for profile, but got {backend!r}")
-    choice = api.backend(backend, device=device, workers_per_device=workers_per_device, worker_timeout=worker_timeout)
-    if _served_as_worker_rank(choice, worker_timeout):
-        return
-    with _releasing_ranks_on_failure(choice):
+    with api.ranks(options) as ranks:
+        if not ranks.leader:  # a torchrun rank other than 0: it served rank 0's rounds
+            return
         spec = api.load_job(job)
-        sizes = parse_batch_sizes(batch_sizes, spec)
+        options.sizes(spec)  # a bad --batch-sizes fails before anything starts
         with status.status(f"loading {spec.workload.dataset.label} and building {spec.workload.model.label}"):
-            workload = api.check_workload(spec, device)
-        from autosync.report import ready_output_dir
-
-        out_dir = ready_output_dir(out or Path("results") / "profiles" / spec.name)
-    _share_with_ranks(choice, spec)
-
-    from autosync.engine.backends import build
-
-    with status.status(f"starting the {backend} backend's workers on {device}"):
-        driver, _ = build(choice, spec, workload)
-    try:
-        with _counting_bar("profiling") as bar:
-            task = bar.add_task(f"rounds of {spec.cluster.n_workers} tasks", total=len(sizes) * rounds)
-            samples = measure(driver, spec.cluster.n_workers, sizes, rounds, workload.init_params(),
-                              on_round=lambda: bar.advance(task),
-                              buffers=workload.init_buffers())
-    finally:
-        driver.close()
-    with status.status("timing the server's update and parameter copy"):
-        server = measure_server(spec, workload.init_params())
-    if backend == "distributed":  # the transport is gloo's, timed by each rank's first task of every round
-        ranks = int(os.environ["WORLD_SIZE"]) - 1
-        server = transfer_from_rounds(server, samples, ranks)
-        workers = f"{ranks} ranks"
-    else:
-        workers = f"{workers_per_device} worker processes"
-    cluster = fit_cluster(spec, samples, server)
-    paths = write_profile(spec, samples, cluster, out_dir)
-    table = Table(title=f"{spec.name}: measured on {device} with {workers}")
+            workload = api.check_workload(spec, options.device)
+        out_dir = api.output_dir(out or Path("results") / "profiles" / spec.name)
+        ranks.share(spec)
+        found = api.profile(spec, options, workload=workload, phase=_phase("profiling"))
+    paths = found.write(out_dir)
+    cluster, server = found.cluster, found.server
+    table = Table(title=f"{spec.name}: measured on {options.device} with {found.workers}")
     for column in ("batch size", "compute (mean)", "round trip (mean)", "round trip (p90)"):
         table.add_column(column, justify="right")
-    for b, compute, trip, trip_p90 in batch_summary(samples):
+    for b, compute, trip, trip_p90 in found.rows():
         table.add_row(str(b), *(f"{1e3 * seconds:.2f} ms" for seconds in (compute, trip, trip_p90)))
     console.print(table)
     console.print(f"fitted: compute {cluster['compute']}, communication {1e3 * cluster['communication_seconds']:.2f} ms, "
@@ -272,25 +201,20 @@ def profile(
     status.print(f"tune on this machine's model: autosync tune {paths[-1]}")
 
 
-def _run_setup(job: Optional[Path], seed: Optional[int], policy: str, param: list[str],
-               storage: Optional[str]) -> tuple[Any, Any]:
-    """The job and the checked policy for `autosync run` (`tuned`: the cached best)."""
-    from autosync import api
-    from autosync.catalog import parse_param
+def _phase(label: str) -> Callable[[str, int], Any]:
+    """The API's phases as a spinner (no steps) or a counting bar (`label [bar] done/total what`)."""
 
-    spec = api.load_job(job, overrides={"seed": seed} if seed is not None else None)
-    params = dict(parse_param(p) for p in param)
-    if policy == "tuned":
-        _quiet_optuna()
-        pol = api.tuned_policy(spec, storage, params)
-        status.print(f"tuned policy from the cache: {pol!r}")
-    else:
-        pol = api.make_policy(policy, params)
-    try:
-        pol.bind(spec.cluster.n_workers, spec.workload.batch_size)
-    except ValueError as exc:
-        raise UserError(f"policy {pol.name}: {exc}") from None
-    return spec, pol
+    @contextlib.contextmanager
+    def phase(what: str, steps: int) -> Iterator[Callable[[], None]]:
+        if not steps:
+            with status.status(what):
+                yield lambda: None
+            return
+        with _counting_bar(label) as bar:
+            task = bar.add_task(what, total=steps)
+            yield lambda: bar.advance(task)
+
+    return phase
 
 
 @app.command()
@@ -300,14 +224,11 @@ def rerun(
     device: str = typer.Option("cpu", "--device", help="cpu | cuda: where to replay."),
 ) -> None:
     """Replay a logged run exactly from its arrival log, in this process, and compare the final parameters."""
-    from autosync.engine.backends import check_device
-    from autosync.rerun import LoggedRun
-    from autosync.rerun import rerun as replay_run
+    from autosync import api
 
-    check_device(device)
-    logged = LoggedRun.load(run_dir)
+    logged = api.load_run(run_dir, device)
     with _progress(logged.job) as update:
-        outcome = replay_run(logged, device, progress=update)
+        outcome = api.rerun(logged, device, progress=update)
     trace = outcome.result.trace
     console.print(f"replayed {len(trace.arrivals)} arrivals and {len(trace.updates)} updates: every dispatch and "
                   "decision as logged")
@@ -323,37 +244,27 @@ def rerun(
     raise typer.Exit(1)
 
 
-@app.command()
+@_command(LeaderboardOptions)
 def leaderboard(
     job: Optional[Path] = JOB_ARG,
-    policies: list[str] = typer.Option(
-        [], "--policies", help="Policy specs NAME or NAME:key=value,... (repeatable; default: "
-                               "bsp, asp, ssp, backup (k = 3n/4), dbw, bdbw)."),
-    seeds: int = typer.Option(5, "--seeds", min=1, help="Seeds 0..N-1 per policy (same straggler draws)."),
-    n_jobs: int = typer.Option(1, "--n-jobs", help="Runs in parallel (joblib processes; -1: all cores)."),
     out: Optional[Path] = typer.Option(None, help="Output directory (default: results/<job>)."),
-    include_tuned: bool = typer.Option(False, "--include-tuned", help="Add the job's cached tuned policy."),
-    storage: str = typer.Option(None, "--storage", help="Study storage URL for --include-tuned."),
     as_json: bool = JSON_OPT,
+    *, options: LeaderboardOptions,
 ) -> None:
     """Every policy x seeds on one job: an MLPerf-style scored table, written as Markdown/CSV/JSON + plots."""
     from autosync import api
-    from autosync.leaderboard import DEFAULT_POLICIES
-    from autosync.report import LEADERBOARD_LEGEND, format_cell, leaderboard_columns, ready_output_dir
+    from autosync.report import LEADERBOARD_LEGEND, format_cell, leaderboard_columns
 
     spec = api.load_job(job)
-    out_dir = ready_output_dir(out or Path("results") / spec.name)
-    if include_tuned:
-        _quiet_optuna()
-    total = (len(policies or DEFAULT_POLICIES) + include_tuned) * seeds
+    out_dir = api.output_dir(out or Path("results") / spec.name)
+    seeds = options.seeds
     with _counting_bar("leaderboard", transient=False) as bar:
-        task = bar.add_task("", total=total)
+        task = bar.add_task("", total=options.runs())
 
         def done(run: dict) -> None:
             bar.update(task, advance=1, description=f"last: {run['policy']['policy']} seed {run['seed']}")
 
-        board = api.leaderboard(spec, policies, seeds=seeds, n_jobs=n_jobs, include_tuned=include_tuned,
-                                storage=storage, on_done=done)
+        board = api.leaderboard(spec, options=options, on_done=done)
     rows = board.rows
     paths = board.write(out_dir, _command_line("leaderboard"))
     status.print(f"wrote {', '.join(str(p) for p in paths)}")
@@ -489,91 +400,37 @@ def robustness(
     status.print(SUMMARY_LEGEND, style="dim")
 
 
-@contextlib.contextmanager
-def _ranks_serving_every_trial(choice: Any, spec: Any, workload: Any) -> Iterator[None]:
-    """--backend distributed: one driver on the group for every trial inside; the ranks stop after it."""
-    if choice.backend != "distributed":
-        yield
-        return
-    from autosync.engine.drivers import distributed
-
-    distributed.open_session(spec.cluster.n_workers, workload.slot_dim, choice.worker_timeout)
-    try:
-        yield
-    finally:
-        distributed.close_session()
-
-
-@app.command()
+@_command(TuneOptions)
 def tune(
     job: Optional[Path] = JOB_ARG,
-    space: Optional[str] = typer.Option(None, "--space", help="Search space: a YAML file or a shipped name "
-                                        "(static_k, switch_point, batch_split, policy; default static_k)."),
-    n_trials: int = typer.Option(20, "--n-trials", min=1, help="Trial budget, global across processes."),
-    timeout: Optional[float] = typer.Option(None, "--timeout", min=0.0, help="Stop starting trials after S seconds."),
-    storage: Optional[str] = typer.Option(None, "--storage", help="SQLAlchemy URL of the study storage "
-                                          "(default: sqlite:///results/autosync-studies.db)."),
-    study: Optional[str] = typer.Option(None, "--study", help="Study name (default: <fingerprint>-<space>)."),
-    sampler: str = typer.Option("tpe", "--sampler", help="tpe | gp | random | grid | binary (Sync-Switch) | "
-                                "ladder (cheapest switch point first)."),
-    n_jobs: int = typer.Option(1, "--n-jobs", min=1, help="Processes running trials on this machine."),
-    seed: int = typer.Option(0, "--seed", help="Sampler seed."),
-    repeats: int = typer.Option(1, "--repeats", min=1, help="Seeds per trial (the objective is noisy)."),
-    tolerance: float = typer.Option(0.01, "--tolerance", min=0.0,
-                                    help="Allowed final-metric shortfall against BSP (the constraint)."),
-    objective: str = typer.Option("time", "--objective", help="time | time,metric (Pareto front)."),
-    refresh: bool = typer.Option(False, "--refresh", help="Search again, warm-started from the cached best."),
     out: Optional[Path] = typer.Option(None, help="Plot directory (default: results/tune/<job>-<space>)."),
-    verify_top: int = typer.Option(0, "--verify-top", min=0, help="After a simulated search, re-run the K best "
-                                   "feasible candidates and BSP --repeats times on --backend and compare (0: off)."),
-    confirm_top: int = typer.Option(0, "--confirm-top", min=0, help="After the search, re-run its K best candidates "
-                                    "(and the job's other studies' winners) and BSP on --confirm-seeds more seeds; "
-                                    "answer with the best mean over all seeds (0: off)."),
-    confirm_seeds: int = typer.Option(2, "--confirm-seeds", min=1, help="Seeds added by --confirm-top."),
-    backend: str = BACKEND_OPT,
-    device: str = DEVICE_OPT,
-    workers_per_device: int = WORKERS_PER_DEVICE_OPT,
-    worker_timeout: float = WORKER_TIMEOUT_OPT,
-    clock: str = CLOCK_OPT,
-    stragglers: str = STRAGGLERS_OPT,
-    time_scale: float = TIME_SCALE_OPT,
     as_json: bool = JSON_OPT,
+    *, options: TuneOptions,
 ) -> None:
     """Find the best policy for a job with Optuna, or return the cached one of a recurring job instantly."""
     from autosync import api
     from autosync.search.storage import redact_url
 
-    choice = api.backend(backend, clock=clock, stragglers=stragglers, time_scale=time_scale, device=device,
-                         workers_per_device=workers_per_device, worker_timeout=worker_timeout)
-    if _served_as_worker_rank(choice, worker_timeout):
-        return
-    with _releasing_ranks_on_failure(choice):
+    with api.ranks(options) as ranks:
+        if not ranks.leader:  # a torchrun rank other than 0: it served every trial of rank 0
+            return
         spec = api.load_job(job)
-        workload = api.check_workload(spec, device) if choice.backend == "distributed" else None
         if out is not None:
-            from autosync.report import ready_output_dir
+            api.output_dir(out)
+        ranks.share(spec, every_run=True)
+        with _counting_bar("tuning") as bar:
+            task = bar.add_task("BSP reference runs", total=options.n_trials)
 
-            ready_output_dir(out)
-    _share_with_ranks(choice, spec)
-    with _ranks_serving_every_trial(choice, spec, workload), _counting_bar("tuning") as bar:
-        task = bar.add_task("BSP reference runs", total=n_trials)
+            def on_trial(done: int, total: int) -> None:
+                bar.update(task, completed=done, total=total, description="trials")
 
-        def on_trial(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total, description="trials")
+            def on_confirm(done: int, total: int) -> None:
+                bar.update(task, completed=done, total=total, description="confirmation runs")
 
-        def on_confirm(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total, description="confirmation runs")
-
-        outcome = _resumable(lambda: api.tune(spec, space or "static_k", n_trials=n_trials, timeout=timeout, storage=storage,
-                           study=study, sampler=sampler, n_jobs=n_jobs, seed=seed, repeats=repeats,
-                           tolerance=tolerance, objective=objective, refresh=refresh, verify_top=verify_top,
-                           confirm_top=confirm_top, confirm_seeds=confirm_seeds, on=choice, on_trial=on_trial,
-                           on_confirm=on_confirm,
-                           on_start=lambda url: status.print(f"study storage: {redact_url(url)}", soft_wrap=True),
-                           on_resume=lambda found, requeued: status.print(_resume_line(found, requeued),
-                                                                          soft_wrap=True)))
-    search_space_name = outcome.cache.get("space") or Path(str(space or "static_k")).stem
-    plot_dir = out or Path("results") / "tune" / f"{spec.name}-{search_space_name}"
+            outcome = _resumable(lambda: api.tune(
+                spec, options=options, on_trial=on_trial, on_confirm=on_confirm,
+                on_start=lambda url: status.print(f"study storage: {redact_url(url)}", soft_wrap=True),
+                on_resume=lambda found, requeued: status.print(_resume_line(found, requeued), soft_wrap=True)))
     verification = outcome.verification
     if as_json:
         _print_json({"study": outcome.study_name, "cached": outcome.cached, "new_trials": outcome.new_trials,
@@ -583,19 +440,13 @@ def tune(
         _print_tune(outcome, spec)
         if verification is not None:
             _print_verification(verification)
-    if verification is not None:
-        from autosync.search.verify import write_verification
-
-        paths = write_verification(verification, plot_dir, _command_line("tune"), _policy_label)
-        status.print(f"wrote {', '.join(str(p) for p in paths)}")
-    if not outcome.cached:
-        from autosync.search.plots import write_study_plots
-
-        paths, skipped = write_study_plots(outcome.study, plot_dir)
-        if paths:
-            status.print(f"wrote {', '.join(str(p) for p in paths)}")
-        for line in skipped:
-            status.print(f"skipped {line}", style="dim")
+    files = api.write_tune(outcome, out or api.tune_dir(outcome, spec, options), _command_line("tune"))
+    if files.verification is not None:
+        status.print(f"wrote {', '.join(str(p) for p in files.verification)}")
+    if files.plots:
+        status.print(f"wrote {', '.join(str(p) for p in files.plots)}")
+    for line in files.skipped:
+        status.print(f"skipped {line}", style="dim")
 
 
 @app.command()
@@ -769,12 +620,11 @@ STORAGE_OPT = typer.Option(None, "--storage", help="Study storage URL (default: 
 @cache_app.command("list")
 def cache_list(storage: Optional[str] = STORAGE_OPT, as_json: bool = JSON_OPT) -> None:
     """Every cached study: job, space, trials, best policy and score."""
-    from autosync.search.cache import cached_studies
+    from autosync import api
     from autosync.search.storage import DEFAULT_STORAGE, redact_url
 
     url = storage or DEFAULT_STORAGE
-    _quiet_optuna()
-    studies = cached_studies(url)
+    studies = api.cached_studies(url)
     if as_json:
         _print_json(studies)
         return
@@ -797,15 +647,12 @@ def cache_list(storage: Optional[str] = STORAGE_OPT, as_json: bool = JSON_OPT) -
 def cache_show(job: Optional[Path] = JOB_ARG, storage: Optional[str] = STORAGE_OPT,
                as_json: bool = JSON_OPT) -> None:
     """The cached studies of one job with their provenance and amortization report."""
-    from autosync import strict_json
-    from autosync.job import load_job
-    from autosync.search.cache import cached_studies
+    from autosync import api, strict_json
     from autosync.search.storage import DEFAULT_STORAGE, redact_url
 
-    spec = load_job(job)
+    spec = api.load_job(job)
     url = storage or DEFAULT_STORAGE
-    _quiet_optuna()
-    studies = cached_studies(url, spec.fingerprint())
+    studies = api.cached_studies(url, spec)
     if as_json:
         _print_json(studies)
         return
@@ -820,13 +667,10 @@ def cache_show(job: Optional[Path] = JOB_ARG, storage: Optional[str] = STORAGE_O
 @cache_app.command("clear")
 def cache_clear(job: Optional[Path] = JOB_ARG, storage: Optional[str] = STORAGE_OPT) -> None:
     """Delete every study (and so the cached policy) of one job."""
-    from autosync.job import load_job
-    from autosync.search.cache import clear_cache
-    from autosync.search.storage import DEFAULT_STORAGE
+    from autosync import api
 
-    spec = load_job(job)
-    _quiet_optuna()
-    names = clear_cache(storage or DEFAULT_STORAGE, spec)
+    spec = api.load_job(job)
+    names = api.clear_cache(spec, storage)
     console.print(f"deleted {len(names)} studies of job {spec.name}: {', '.join(names) or '-'}")
 
 

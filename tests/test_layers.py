@@ -20,6 +20,7 @@ LAYERS = [
     {"catalog", "report"},
     {"rerun", "leaderboard", "profiling", "scaling", "search", "robustness"},
     {"robustness_report"},
+    {"options"},
     {"api"},
     {"cli", "__main__"},
 ]

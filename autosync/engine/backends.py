@@ -1,10 +1,11 @@
-"""Choosing where gradients are computed and which clock orders them: the options of `autosync run`."""
+"""Choosing where gradients are computed and which clock orders them, and the torchrun ranks around a command."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 from autosync.errors import UserError
 
@@ -93,3 +94,65 @@ def build(choice: BackendChoice, job: Any, workload: Any) -> tuple["Driver | Non
 
     return driver, RealTimeClock(driver, inject_stragglers=choice.stragglers == "model",
                                  seconds_per_virtual_second=choice.time_scale)
+
+
+class Ranks:
+    """What `torchrun_ranks` gives the command inside it: whether this process leads, and the job's sharing."""
+
+    def __init__(self, choice: BackendChoice, leader: bool):
+        self.choice = choice
+        self.leader = leader  # False on a rank other than 0: it served rank 0's runs already, nothing is left to do
+        self.shared = choice.backend != "distributed"  # nothing to send off the distributed backend
+        self.session = False
+
+    def share(self, job: Any, every_run: bool = False) -> None:
+        """Rank 0 sends the job (and the folder its own code imports from) to every other rank; with
+        `every_run`, one driver on the group then serves every run until the `with` ends (`autosync tune`:
+        every trial and repeat), instead of one driver per run."""
+        if self.shared:
+            return
+        from pathlib import Path
+
+        from autosync.engine.drivers import distributed
+
+        slot_dim = None
+        if every_run:  # built before the job is sent: a workload that fails still releases the ranks
+            from autosync.workloads.workload import Workload
+
+            slot_dim = Workload(job, device=self.choice.device).slot_dim
+        roots = [str(Path(job.source).resolve().parent)] if job.uses_user_code else []
+        self.shared = True
+        distributed.share_job(job.model_dump(mode="json"), roots)
+        if slot_dim is not None:
+            distributed.open_session(job.cluster.n_workers, slot_dim, self.choice.worker_timeout)
+            self.session = True
+
+
+@contextlib.contextmanager
+def torchrun_ranks(choice: BackendChoice) -> Iterator[Ranks]:
+    """--backend distributed, where torchrun runs the same command on every rank: the group, around a command.
+
+    On entry every rank joins the group. A rank other than 0 serves rank 0's runs until told to stop and
+    then yields a `Ranks` whose `leader` is False: the command has nothing left to do. Rank 0 (and every
+    process of another backend) yields a leader: the command loads its job and calls `ranks.share(job)`
+    before training. If rank 0 leaves before sharing (an error loading the job or its options), the
+    waiting ranks are released first, so they exit instead of hanging; a session opened by `share` ends
+    (the ranks stop and the group is left) when the `with` does.
+    """
+    if choice.backend != "distributed":
+        yield Ranks(choice, leader=True)
+        return
+    from autosync.engine.drivers import distributed
+
+    if distributed.init_from_torchrun(choice.worker_timeout) != 0:
+        distributed.serve_when_told(choice.device)
+        yield Ranks(choice, leader=False)
+        return
+    ranks = Ranks(choice, leader=True)
+    try:
+        yield ranks
+    finally:
+        if not ranks.shared:
+            distributed.leave_without_job()
+        elif ranks.session:
+            distributed.close_session()
