@@ -40,9 +40,12 @@ def _start_and_stop_after_a_trial(job: Path, tmp_path: Path, sig: int,
     return tune, signal_and_wait(tune, sig)
 
 
-def _long(tiny_job: Path) -> Path:
+def _long(tiny_job: Path, threshold: float = 0.8) -> Path:
+    """The tiny job with a 60 s budget (and a target at `threshold`: 0.99 is never met, so every trial
+    trains the whole budget and is still running when the test stops the tune)."""
     path = tiny_job.with_name("long.yaml")
-    path.write_text(re.sub(r"max_virtual_seconds: \d+", "max_virtual_seconds: 60", tiny_job.read_text()))
+    text = re.sub(r"max_virtual_seconds: \d+", "max_virtual_seconds: 60", tiny_job.read_text())
+    path.write_text(text.replace("threshold: 0.8", f"threshold: {threshold}"))
     return path
 
 
@@ -64,7 +67,7 @@ def test_a_killed_tune_resumed_says_which_dead_trial_it_runs_again(tiny_job, tmp
     import os
 
     env = {**os.environ, "AUTOSYNC_HEARTBEAT_SECONDS": "1", "PYTHONFAULTHANDLER": "1"}
-    job = _long(tiny_job)
+    job = _long(tiny_job, threshold=0.99)
     tune, _ = _start_and_stop_after_a_trial(job, tmp_path, signal.SIGKILL, env)
     assert tune.returncode == -signal.SIGKILL
     time.sleep(3)  # two heartbeat intervals: the killed trial's process is known dead
