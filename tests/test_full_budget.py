@@ -50,3 +50,19 @@ def test_a_run_stopped_at_the_target_has_the_full_runs_time_to_target():
     stopped = evaluate(job, policy, trial_seeds(job, 2), stop_at_target=True)
     assert stopped["time_to_target"] == full["time_to_target"] and stopped["reached"] == full["reached"] == 2
     assert stopped["virtual_seconds"] < full["virtual_seconds"]
+
+
+def test_verify_top_k_checks_the_k_fastest_candidates_at_full_budget(tmp_path):
+    """--verify-top / --confirm-top K re-run K candidates: the K fastest distinct policies are checked, so
+    K feasible ones (full-budget results, none pending) are there to re-run."""
+    from autosync.search.cache import best_policies
+
+    job = small_job(budget={"max_virtual_seconds": 30}, target={"metric": "test_accuracy", "threshold": 0.8})
+    space = load_space(SPACE_DIR / "static_k.yaml", job.cluster.n_workers)
+    url = f"sqlite:///{tmp_path / 'top.db'}"
+    outcome = tune(TuneRequest(job=job, space=space, n_trials=space.size(), sampler="grid", storage=url, verify_top=3))
+    study = optuna.load_study(study_name=outcome.study_name, storage=open_storage(url))
+    top = best_policies(study, count=3)
+    assert len(top) == 3
+    assert all(not study.trials[row["trial"]].user_attrs.get(FINAL_PENDING) for row in top)
+    assert len({str(study.trials[row["trial"]].user_attrs["canonical_policy"]) for row in top}) == 3

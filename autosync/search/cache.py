@@ -164,12 +164,13 @@ def search_breakdown(study: "optuna.Study") -> dict[str, int]:
 
 
 def best_policies(study: "optuna.Study", count: int = 5) -> list[dict[str, Any]]:
-    """The best feasible trials, one per distinct policy (its first trial at that score), best first."""
+    """The best feasible trials, one per distinct policy (its first trial at that score; policies that run
+    alike, such as BSP and backup k = n, are one), best first."""
     import json
 
     rows: dict[str, dict[str, Any]] = {}
     for t in feasible_trials(study):
-        key = json.dumps(t.user_attrs["policy"], sort_keys=True)
+        key = json.dumps(t.user_attrs.get("canonical_policy") or t.user_attrs["policy"], sort_keys=True)
         if key not in rows:
             rows[key] = {"trial": t.number, "policy": t.user_attrs["policy"], "time_to_target": t.values[0],
                          "final_metric": t.user_attrs.get("final_metric"), "reached": t.user_attrs.get("reached"),

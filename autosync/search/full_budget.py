@@ -24,10 +24,11 @@ if TYPE_CHECKING:
     import optuna
 
 
-def next_to_check(study: "optuna.Study") -> "optuna.trial.FrozenTrial | None":
-    """The fastest completed trial whose final metric is not known and that could still be the answer: no
-    trial as fast and known feasible, and no full-budget result of its policy yet; None when the fastest
-    candidate is known feasible (or none is left)."""
+def next_to_check(study: "optuna.Study", wanted: int = 1) -> "optuna.trial.FrozenTrial | None":
+    """The fastest completed trial whose final metric is not known and that could still be among the
+    `wanted` fastest feasible policies (the answer, or the K candidates that --verify-top and --confirm-top
+    re-run): fewer than `wanted` policies as fast are known feasible, and its policy has no full-budget
+    result yet. None once the `wanted` fastest candidates are known feasible (or none is left)."""
     import optuna
 
     trials = internals.fresh_trials(study)
@@ -35,22 +36,28 @@ def next_to_check(study: "optuna.Study") -> "optuna.trial.FrozenTrial | None":
     done = sorted((t for t in trials if t.state == optuna.trial.TrialState.COMPLETE),
                   key=lambda t: (t.values[0], t.number))
     known = {_key(t) for t in done if not final_pending(t)}  # policies whose full-budget result is in
+    feasible: set[str] = set()
     for t in done:
+        if _key(t) in feasible:
+            continue
         if not final_pending(t):
             if constraint_of(t) <= 0:
-                return None
+                feasible.add(_key(t))
+                if len(feasible) >= wanted:
+                    return None
             continue
         if _key(t) not in known and t.number not in checked:  # a check that failed leaves it unanswerable
             return t
     return None
 
 
-def check_candidates(study: "optuna.Study", run_check: Callable[[int], None],
+def check_candidates(study: "optuna.Study", run_check: Callable[[int], None], wanted: int = 1,
                      on_check: Callable[[int, dict[str, Any]], None] | None = None) -> int:
-    """Check the candidates that can still win, fastest first, until the fastest is known feasible;
-    `run_check(number)` queues and runs the check of trial `number`. Returns how many checks ran."""
+    """Check the candidates that can still be among the `wanted` fastest feasible ones, fastest first,
+    until those are known feasible; `run_check(number)` queues and runs the check of trial `number`.
+    Returns how many checks ran."""
     checks = 0
-    while (candidate := next_to_check(study)) is not None:
+    while (candidate := next_to_check(study, wanted)) is not None:
         if on_check is not None:
             on_check(candidate.number, candidate.user_attrs["policy"])
         run_check(candidate.number)

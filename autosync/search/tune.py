@@ -201,7 +201,8 @@ def _search(study: "optuna.Study", request: TuneRequest, reference: dict[str, An
 
 def _check_at_full_budget(study: "optuna.Study", request: TuneRequest, objective: Objective) -> None:
     """Re-run at full budget the fastest candidates whose runs stopped at the target, until the fastest
-    is known to keep the final-metric constraint (`autosync.search.full_budget`)."""
+    (the K fastest with --verify-top or --confirm-top K) are known to keep the final-metric constraint
+    (`autosync.search.full_budget`)."""
     from autosync.search.full_budget import check_candidates, check_finished, queue_check
 
     def run_check(number: int) -> None:
@@ -210,7 +211,7 @@ def _check_at_full_budget(study: "optuna.Study", request: TuneRequest, objective
             if not run_queued_trial(study, request.storage, objective, catch=(RunFailed, Resampled)):
                 time.sleep(POLL_SECONDS)  # another process took it: wait for its result
 
-    check_candidates(study, run_check)
+    check_candidates(study, run_check, wanted=max(1, request.verify_top, request.confirm_top))
 
 
 def _confirmed(outcome: TuneOutcome, request: TuneRequest, storage: Any, siblings: "list[optuna.Study] | None",
