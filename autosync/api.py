@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any, Callable, ContextManager, Sequence
 
 from autosync.errors import UserError
 from autosync.job import JobSpec, job_from_dict, load_job
-from autosync.options import (ExecutionOptions, LeaderboardOptions, ProfileOptions, RunOptions, TuneOptions,
-                              build)
+from autosync.options import (CalibrateOptions, ExecutionOptions, LeaderboardOptions, ProfileOptions, RunOptions,
+                              TuneOptions, build)
 
 if TYPE_CHECKING:
     from autosync.engine import RunResult
@@ -41,7 +41,8 @@ __all__ = [
     "JobSpec", "load_job", "job_from_dict", "backend", "make_policy", "tuned_policy", "check_workload", "run",
     "run_setup", "write_run", "tune", "tune_dir", "write_tune", "TuneFiles", "leaderboard", "Leaderboard", "profile",
     "Profile", "cached_studies", "clear_cache", "load_run", "rerun", "ranks", "output_dir", "RunOptions",
-    "TuneOptions", "LeaderboardOptions", "ProfileOptions", "ExecutionOptions",
+    "TuneOptions", "LeaderboardOptions", "ProfileOptions", "ExecutionOptions", "calibrate", "write_calibration",
+    "CalibrateOptions",
 ]
 
 
@@ -381,6 +382,37 @@ def profile(job: JobSpec, options: ProfileOptions | None = None, *, workload: An
     else:
         workers = f"{opts.workers_per_device} worker processes"
     return Profile(job, samples, server, fit_cluster(job, samples, server), workers)
+
+
+def calibrate(job: JobSpec, options: CalibrateOptions | None = None, *, workload: Any = None,
+              phase: Callable[[str, int], ContextManager[Callable[[], None]]] = _no_phase,
+              **fields: Any) -> tuple[Any, JobSpec]:
+    """Run `job` for real twice (BSP and backup k = 1, a few updates each), compare with its simulation and,
+    with `fit`, fit the server's costs per update and per gradient to the real runs
+    (`autosync.calibration`). Returns the Calibration and the job to tune (with the fitted server).
+
+    Args:
+        options: the options of `autosync calibrate` (`CalibrateOptions`); `fields` change some of them.
+        workload: a workload built for this job already (`check_workload`).
+        phase: as for `profile` (the real runs: one step each).
+    """
+    from autosync.calibration import backend_runner, calibrate as check, measure_real, simulated_runner
+
+    opts = _options(CalibrateOptions, options, None, fields)
+    workload = workload if workload is not None else check_workload(job, opts.device)
+    choice = opts.choice()
+    with phase(f"real runs of {opts.updates} updates (BSP, backup k = 1)", 2) as advance:
+        real = measure_real(job, backend_runner(choice, workload), opts.updates, on_run=lambda _: advance())
+    with phase("simulating them" + (" and fitting the server's costs" if opts.fit else ""), 0):
+        return check(job, real, opts.updates, choice.describe(), simulated_runner(workload), opts.fit)
+
+
+def write_calibration(calibration: Any, job: JobSpec, job_file: str | Path) -> list[Path]:
+    """Write `job` (the calibrated one) as `job_file`, its calibration as a comment on top, and
+    calibration.json beside it; returns the two paths (the job file last)."""
+    from autosync.calibration import write_calibration as write
+
+    return write(calibration, job, Path(job_file))
 
 
 def cached_studies(storage: str | None = None, job: JobSpec | None = None) -> list[dict[str, Any]]:

@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from autosync.errors import Interrupted, RuntimeFailure, UserError
-from autosync.options import LeaderboardOptions, ProfileOptions, RunOptions, TuneOptions
+from autosync.options import CalibrateOptions, LeaderboardOptions, ProfileOptions, RunOptions, TuneOptions
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Search and benchmark synchronization policies for parameter-server training.")
@@ -198,7 +198,57 @@ def profile(
                   f"speed factors {min(cluster['speed_factors']):.3f}..{max(cluster['speed_factors']):.3f}; server: "
                   f"update {1e3 * server.apply_seconds:.3f} ms, parameters moved at {server.bandwidth / 1e6:.1f} MB/s")
     status.print(f"wrote {', '.join(str(p) for p in paths)}")
+    if options.check:
+        check = CalibrateOptions(device=options.device, workers_per_device=options.workers_per_device,
+                                 worker_timeout=options.worker_timeout, updates=options.check_updates)
+        calibration, fitted = api.calibrate(api.load_job(paths[-1]), check, workload=workload,
+                                            phase=_phase("calibrating"))
+        _print_calibration(calibration)
+        written = api.write_calibration(calibration, fitted, paths[-1])
+        status.print(f"wrote {', '.join(str(p) for p in written)}")
     status.print(f"tune on this machine's model: autosync tune {paths[-1]}")
+
+
+@_command(CalibrateOptions)
+def calibrate(
+    job: Optional[Path] = JOB_ARG,
+    out: Optional[Path] = typer.Option(None, help="The calibrated job file to write (default: calibrated_job.yaml "
+                                       "beside the job file, or in the working directory for the embedded job)."),
+    *, options: CalibrateOptions,
+) -> None:
+    """Run the job for real twice (BSP and backup k = 1), compare with its simulation, and fit the server's
+    costs per update and per gradient so that the simulation predicts the real runs."""
+    from autosync import api
+
+    spec = api.load_job(job)
+    target = out or (job.parent if job is not None else Path(".")) / "calibrated_job.yaml"
+    api.output_dir(target.parent)
+    with status.status(f"loading {spec.workload.dataset.label} and building {spec.workload.model.label}"):
+        workload = api.check_workload(spec, options.device)
+    calibration, fitted = api.calibrate(spec, options, workload=workload, phase=_phase("calibrating"))
+    _print_calibration(calibration)
+    if options.fit:
+        written = api.write_calibration(calibration, fitted, target)
+        status.print(f"wrote {', '.join(str(p) for p in written)}")
+        status.print(f"tune the calibrated job: autosync tune {target}")
+
+
+def _print_calibration(calibration: Any) -> None:
+    """Each real run beside its simulation, before and (with a fit) after, the fitted costs and the verdict."""
+    table = Table(title=f"simulation against real runs of {calibration.updates} updates")
+    for column in ("run", "real s", "simulated s", "real / sim", *(("fitted sim s", "real / fitted") if
+                                                                    calibration.after else ())):
+        table.add_column(column, justify="right")
+    for i, run in enumerate(calibration.before):
+        after = calibration.after[i] if calibration.after else None
+        table.add_row(run.name, f"{run.real_seconds:.3f}", f"{run.simulated_seconds:.3f}", f"{run.ratio:.2f}",
+                      *((f"{after.simulated_seconds:.3f}", f"{after.ratio:.2f}") if after else ()))
+    console.print(table)
+    if calibration.server is not None:
+        console.print(f"server costs fitted from the two runs (the profile alone cannot separate them): "
+                      f"{1e3 * calibration.server['apply_seconds']:.3f} ms per update, "
+                      f"{1e3 * calibration.server['gradient_seconds']:.3f} ms per gradient (job seconds)")
+    console.print(calibration.verdict())
 
 
 def _phase(label: str) -> Callable[[str, int], Any]:

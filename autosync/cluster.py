@@ -182,9 +182,11 @@ class ServerModel:
 
     A pull (the parameters to a worker) leaves on the server's outbound link, a push (a gradient) comes in
     on its inbound link, each taking model_bytes / shards / bandwidth once the link is free; an update
-    takes apply_seconds / shards of the server's update loop. The shards hold equal parts of the model and
-    see the same sequence of transfers, so one queue per direction stands for all of them. With an
-    instant server (the default) every method returns its argument: no queueing, no cost.
+    takes apply_seconds / shards of the server's update loop, and each gradient received takes
+    gradient_seconds of the same loop (one arrival or update at a time, first come first served). The
+    shards hold equal parts of the model and see the same sequence of transfers, so one queue per
+    direction stands for all of them. With an instant server (the default) every method returns its
+    argument: no queueing, no cost.
 
     Pulls are asked for in dispatch order and pushes in the order their gradients are ready, both
     non-decreasing in time (the clock's job), which is what makes first come, first served exact.
@@ -196,6 +198,7 @@ class ServerModel:
         size = spec.model_bytes if spec.model_bytes is not None else model_bytes
         self.transfer_seconds = 0.0 if spec.bandwidth is None else size / spec.shards / spec.bandwidth
         self.apply_seconds = spec.apply_seconds / spec.shards
+        self.gradient_seconds = spec.gradient_seconds / spec.shards
         self._out_free = self._in_free = self._update_free = 0.0
 
     def pull(self, start: float) -> float:
@@ -208,6 +211,14 @@ class ServerModel:
         """When a gradient ready at the worker at `ready` has reached the server."""
         done = max(ready, self._in_free) + self.transfer_seconds
         self._in_free = done
+        return done
+
+    def receive(self, arrived: float) -> float:
+        """When the server's loop has handled a gradient that reached it at `arrived` (the arrival's time)."""
+        if self.gradient_seconds == 0.0:
+            return arrived
+        done = max(arrived, self._update_free) + self.gradient_seconds
+        self._update_free = done
         return done
 
     def update(self, start: float) -> float:

@@ -275,18 +275,22 @@ class ServerSpec(_Spec):
 
     Each shard holds 1/shards of the model behind its own link; every pull (the parameters to a worker)
     and every push (a gradient to the server) crosses each shard's link first come, first served, and
-    each update costs every shard apply_seconds / shards of its single update loop.
+    each update costs every shard apply_seconds / shards of its single update loop. That loop also handles
+    each gradient as it comes in (gradient_seconds: receiving it, adding it to the aggregate, the policy's
+    decision on the arrival), one arrival or update at a time, so a policy that updates often or hears
+    from many workers pays for it on the virtual clock as it does on a real server.
     """
 
     shards: int = Field(1, ge=1)  # parameter-server shards (Sync-Switch's setups use 1 PS)
     bandwidth: float | None = Field(None, gt=0.0)  # bytes per virtual second of a shard's link, each direction
     model_bytes: int | None = Field(None, ge=1)  # bytes of the parameters and of a gradient (None: 4 x the model's)
     apply_seconds: float = Field(0.0, ge=0.0)  # virtual seconds the server takes to apply one update
+    gradient_seconds: float = Field(0.0, ge=0.0)  # virtual seconds the server's loop takes per gradient received
 
     @property
     def instant(self) -> bool:
         """No queueing and no update cost: the cluster model of every job written before this section."""
-        return self.bandwidth is None and self.apply_seconds == 0.0
+        return self.bandwidth is None and self.apply_seconds == 0.0 and self.gradient_seconds == 0.0
 
 
 class ClusterSpec(_Spec):
@@ -409,6 +413,8 @@ class JobSpec(_Spec):
         cluster = self.cluster.model_dump(mode="json")
         if self.cluster.server == ServerSpec():  # an instant server: fingerprints from before the section hold
             del cluster["server"]
+        elif self.cluster.server.gradient_seconds == 0.0:  # likewise from before the per-gradient cost
+            del cluster["server"]["gradient_seconds"]
         canonical = {
             "v": FINGERPRINT_VERSION,
             "workload": workload,

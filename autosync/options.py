@@ -23,8 +23,8 @@ from autosync.errors import UserError
 if TYPE_CHECKING:
     from autosync.engine.backends import BackendChoice
 
-__all__ = ["ExecutionOptions", "RunOptions", "TuneOptions", "LeaderboardOptions", "ProfileOptions", "flag_of",
-           "build"]
+__all__ = ["ExecutionOptions", "RunOptions", "TuneOptions", "LeaderboardOptions", "ProfileOptions",
+           "CalibrateOptions", "flag_of", "build"]
 
 
 def option(default: Any, help: str, *, flag: str | None = None, short: str | None = None, ge: float | None = None,
@@ -221,11 +221,18 @@ class ProfileOptions:
     rounds: int = option(10, "Rounds per batch size (each: one task per worker).", ge=1)
     worker_timeout: float = option(120.0, "Seconds without a gradient before a worker process counts as hung.",
                                    ge=0.1)
+    check: bool = option(False, "Then run the fitted job for real twice (BSP and backup k = 1, --check-updates "
+                         "updates each), fit the server's cost per update and per gradient from the two, and print "
+                         "how close the simulation comes (`autosync calibrate`).")
+    check_updates: int = option(100, "--check: updates per real run.", ge=2)
 
     def __post_init__(self) -> None:
         _check_ranges(self)
         if self.backend not in ("processes", "distributed"):
             raise UserError(f"--backend must be processes or distributed for profile, but got {self.backend!r}")
+        if self.check and self.backend != "processes":
+            raise UserError("--check runs the fitted job on worker processes: it needs --backend processes, "
+                            f"but got {self.backend!r}")
         self.choice()
 
     def sizes(self, job: Any) -> list[int]:
@@ -238,3 +245,20 @@ class ProfileOptions:
         """The engine's execution record of these options, checked."""
         return ExecutionOptions(backend=self.backend, device=self.device, workers_per_device=self.workers_per_device,
                                 worker_timeout=self.worker_timeout).choice()
+
+
+@dataclass(frozen=True, kw_only=True)
+class CalibrateOptions(ExecutionOptions):
+    """`autosync calibrate`: a job's simulation against two short real runs, and the server's costs fitted."""
+
+    backend: str = option("processes", "processes (worker processes on this machine): where the real runs train.")
+    clock: str = option("real", "real: the order the workers answer in (the real runs are the point).")
+    updates: int = option(100, "Updates per real run (BSP, then backup k = 1).", ge=2)
+    fit: bool = option(True, "Fit the server's cost per update and per gradient to the real runs (--no-fit: only "
+                       "check the job as it is).")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.backend != "processes" or self.clock != "real":
+            raise UserError(f"calibrate runs on --backend processes --clock real, but got --backend {self.backend} "
+                            f"--clock {self.clock}")

@@ -18,7 +18,7 @@ LAYERS = [
     {"policies", "cluster", "workloads", "family"},
     {"engine"},
     {"catalog", "report"},
-    {"rerun", "leaderboard", "profiling", "scaling", "search", "robustness"},
+    {"rerun", "leaderboard", "profiling", "calibration", "scaling", "search", "robustness"},
     {"robustness_report"},
     {"options"},
     {"api"},

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 
 import pytest
 import yaml
@@ -70,14 +71,20 @@ def test_a_fixed_cost_per_task_is_fitted_as_the_flat_then_linear_model():
 
 
 def test_cli_profiles_real_processes_and_writes_a_job_that_tunes(tiny_job, tmp_path):
-    proc = autosync("profile", str(tiny_job), "--rounds", "2", "--batch-sizes", "8,16", "--out", "prof", cwd=tmp_path)
+    proc = autosync("profile", str(tiny_job), "--rounds", "2", "--batch-sizes", "8,16", "--out", "prof", "--check",
+                    "--check-updates", "10", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
+    assert "simulation against real runs of 10 updates" in proc.stdout  # --check: the calibration, recorded
+    assert (tmp_path / "prof" / "calibration.json").is_file()
+    assert (tmp_path / "prof" / "profiled_job.yaml").read_text().startswith("# Calibrated against real runs")
     rows = list(csv.DictReader((tmp_path / "prof" / "profile.csv").open()))
     assert len(rows) == 4 * 2 * 2 and {r["worker"] for r in rows} == {"0", "1", "2", "3"}
     assert all(float(r["round_trip_seconds"]) >= float(r["compute_seconds"]) > 0 for r in rows)
     job = load_job(tmp_path / "prof" / "profiled_job.yaml")
     assert job.cluster.round_trip.kind == "trace" and len(job.cluster.speed_factors) == 4
-    assert job.cluster.server.bandwidth > 0 and job.cluster.server.apply_seconds > 0
+    fitted = json.loads((tmp_path / "prof" / "calibration.json").read_text())["server"]  # what --check fitted
+    assert job.cluster.server.bandwidth > 0
+    assert fitted is None or job.cluster.server.apply_seconds == fitted["apply_seconds"]
     assert yaml.safe_load((tmp_path / "prof" / "cluster.yaml").read_text())["cluster"]["n_workers"] == 4
     run = autosync("run", str(tmp_path / "prof" / "profiled_job.yaml"), "--policy", "asp", "--out", "r", cwd=tmp_path)
     assert run.returncode == 0, run.stderr

@@ -86,10 +86,12 @@ class VirtualClock:
             heapq.heappush(self._heap, (self.server.push(ready), worker, index))
 
     def pop(self) -> tuple[float, int, int]:
-        """The next arrival: (time, worker, task index)."""
-        if self.server is not None:
-            self._push_ready()
-        return heapq.heappop(self._heap)
+        """The next arrival: (time, worker, task index); with a server model, the time its loop has handled it."""
+        if self.server is None:
+            return heapq.heappop(self._heap)
+        self._push_ready()
+        arrived, worker, index = heapq.heappop(self._heap)
+        return self.server.receive(arrived), worker, index
 
     def peek_time(self) -> float:
         if self.server is not None:

@@ -1,0 +1,252 @@
+"""Calibration: a job's simulation held against short real runs of two update rates, and the server's
+costs fitted from them.
+
+A real parameter server pays for every update (the rule's apply, the parameters copied out, the policy's
+decision) and for every gradient (received, added to the aggregate, the policy's decision on the arrival).
+`autosync profile` times the update and the copy on an idle machine; under the workers' load, with the
+server sharing the machine's cores, both cost more, and the two cannot be told apart from one kind of
+run. So the job is run for real twice, for the same number of updates, at two update rates:
+- BSP: n gradients per update, the fewest updates per second;
+- backup k = 1: one gradient per update, the most.
+Each real run's time is compared with the simulated time of the same run (`RateRun.error`): the check.
+To fit, the simulated time is linear in the server model's two costs up to queueing,
+T(a, g) ~ T(a0, g0) + U (a - a0) + A (g - g0) with U updates and A arrivals in the run, so the two runs
+give two equations in (a, g) = (`ServerSpec.apply_seconds`, `ServerSpec.gradient_seconds`), solved by
+non-negative least squares for a first guess. Queueing makes T far from linear (a cost hidden behind the
+stragglers in BSP's rounds is the bottleneck of the one-gradient updates), so the guess is refined by
+Gauss-Newton steps on log(real / simulated), re-simulating both runs, until both are within
+`CLOSE_ENOUGH` or `MAX_ROUNDS` steps have passed. The fitted costs are what the server really
+pays per update and per gradient on this machine under this load, in the job's seconds: with
+`--stragglers model` and a time scale, real seconds over the scale.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from autosync.job import JobSpec
+
+#: The two runs: the slowest update rate (BSP) and the fastest (one gradient per update).
+RATE_POLICIES: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("bsp", {"policy": "bsp", "params": {}}),
+    ("backup k=1", {"policy": "backup", "params": {"k": 1, "lr_rule": "fixed"}}),
+)
+TOLERANCE = 0.15  # a run fits when real / simulated is within 1 +- this (the sim-to-real goal's 0.85-1.15)
+CLOSE_ENOUGH = 0.02  # the fit stops refining once both runs are this close
+MAX_ROUNDS = 6  # Gauss-Newton steps of the fit at most
+
+
+@dataclass(frozen=True)
+class RateRun:
+    """One of the two runs: its real and simulated time for the same number of updates."""
+
+    name: str
+    updates: int
+    arrivals: int  # gradients the simulated run's server received (discarded ones too)
+    real_seconds: float  # the job's seconds the real run took (the time of its last update)
+    simulated_seconds: float
+
+    @property
+    def ratio(self) -> float:
+        """Real over simulated time."""
+        return self.real_seconds / self.simulated_seconds
+
+    @property
+    def fits(self) -> bool:
+        return abs(self.ratio - 1.0) <= TOLERANCE
+
+
+@dataclass
+class Calibration:
+    """The check of a job against real runs, and with a fit, the server costs that make it hold."""
+
+    execution: dict[str, Any]  # where the real runs ran (backend, device, clock, stragglers, time scale)
+    updates: int
+    before: list[RateRun]  # the job as given
+    server: dict[str, float] | None = None  # fitted apply_seconds and gradient_seconds (None: only checked)
+    after: list[RateRun] = field(default_factory=list)  # the job with the fitted server
+
+    @property
+    def final(self) -> list[RateRun]:
+        return self.after or self.before
+
+    @property
+    def fits(self) -> bool:
+        """Whether every run's real / simulated time is within 1 +- TOLERANCE (after the fit, if any)."""
+        return all(run.fits for run in self.final)
+
+    def verdict(self) -> str:
+        """One line: whether the simulation predicts the real runs, and by how much it misses."""
+        worst = max(self.final, key=lambda run: abs(run.ratio - 1.0))
+        ratios = ", ".join(f"{run.name} {run.ratio:.2f}" for run in self.final)
+        if self.fits:
+            return f"the simulation fits the real runs (real / simulated: {ratios}; within 1 +- {TOLERANCE})"
+        return (f"the simulation does not fit the real runs: {worst.name}'s real time is {worst.ratio:.2f}x the "
+                f"simulated one (real / simulated: {ratios}; wanted within 1 +- {TOLERANCE})")
+
+    def to_dict(self) -> dict[str, Any]:
+        runs = lambda rows: [{**asdict(r), "ratio": r.ratio, "fits": r.fits} for r in rows]  # noqa: E731
+        return {"execution": self.execution, "updates": self.updates, "tolerance": TOLERANCE,
+                "before": runs(self.before), "server": self.server, "after": runs(self.after), "fits": self.fits,
+                "verdict": self.verdict()}
+
+
+def short_job(job: JobSpec, updates: int) -> JobSpec:
+    """`job` trained for exactly `updates` updates, evaluated only at the end (off the clock anyway)."""
+    budget = job.budget.model_copy(update={"max_updates": updates, "max_epochs": None, "max_virtual_seconds": None,
+                                           "stop_at_target": False})
+    evaluation = job.workload.evaluation.model_copy(update={"every_seconds": 1e12})
+    workload = job.workload.model_copy(update={"evaluation": evaluation})
+    return job.model_copy(update={"budget": budget, "workload": workload})
+
+
+def with_server(job: JobSpec, apply_seconds: float, gradient_seconds: float) -> JobSpec:
+    """`job` whose server charges `apply_seconds` per update and `gradient_seconds` per gradient."""
+    server = job.cluster.server.model_copy(update={"apply_seconds": apply_seconds,
+                                                   "gradient_seconds": gradient_seconds})
+    return job.model_copy(update={"cluster": job.cluster.model_copy(update={"server": server})})
+
+
+#: Runs `policy` on a job and returns (the time of its last update, gradients its server received).
+Runner = Callable[[JobSpec, dict[str, Any]], "tuple[float, int]"]
+
+
+def simulated_runner(workload: Any = None) -> Runner:
+    """The job's simulation (virtual clock, in-process gradients; `workload` reused if given)."""
+    def run(job: JobSpec, policy: dict[str, Any]) -> tuple[float, int]:
+        from autosync.catalog import policy_from_dict
+        from autosync.engine import simulate
+
+        result = simulate(job, policy_from_dict(policy), workload=workload)
+        return _last_update(result), len(result.trace.arrivals)
+
+    return run
+
+
+def backend_runner(choice: Any, workload: Any) -> Runner:
+    """Real runs on `choice` (`BackendChoice`: worker processes, the real clock), started and ended per run."""
+    def run(job: JobSpec, policy: dict[str, Any]) -> tuple[float, int]:
+        from autosync.catalog import policy_from_dict
+        from autosync.engine import backends, simulate
+
+        driver, clock = backends.build(choice, job, workload)
+        result = simulate(job, policy_from_dict(policy), workload=workload, driver=driver, clock=clock)
+        return _last_update(result), len(result.trace.arrivals)
+
+    return run
+
+
+def measure_real(job: JobSpec, real: Runner, updates: int,
+                 on_run: Callable[[str], None] | None = None) -> dict[str, float]:
+    """The real time of each of the two runs (`RATE_POLICIES`) of `updates` updates, by name."""
+    short = short_job(job, updates)
+    times = {}
+    for name, policy in RATE_POLICIES:
+        times[name] = real(short, policy)[0]
+        if on_run is not None:
+            on_run(name)
+    return times
+
+
+def compare(job: JobSpec, real_seconds: dict[str, float], updates: int, simulated: Runner) -> list[RateRun]:
+    """Each run's real time beside the simulated time of the same run of `job`."""
+    short = short_job(job, updates)
+    rows = []
+    for name, policy in RATE_POLICIES:
+        seconds, arrivals = simulated(short, policy)
+        rows.append(RateRun(name, updates, arrivals, real_seconds[name], seconds))
+    return rows
+
+
+def calibrate(job: JobSpec, real_seconds: dict[str, float], updates: int, execution: dict[str, Any],
+              simulated: Runner | None = None, fit: bool = True) -> tuple[Calibration, JobSpec]:
+    """The check of `job` against the real times of its two runs and, with `fit` and a run that does not
+    fit, the job with the server costs fitted to them (see the module docstring); returns the calibration
+    and the job to use (`job` itself when nothing was fitted)."""
+    simulated = simulated or simulated_runner()
+    before = compare(job, real_seconds, updates, simulated)
+    result = Calibration(execution, updates, before)
+    if not fit or all(abs(run.ratio - 1.0) <= CLOSE_ENOUGH for run in before):
+        return result, job
+    server = job.cluster.server
+    start = np.array([server.apply_seconds, server.gradient_seconds])
+    measured = np.array([real_seconds[name] for name, _ in RATE_POLICIES])
+
+    def runs_at(costs: np.ndarray) -> list[RateRun]:
+        return compare(with_server(job, float(costs[0]), float(costs[1])), real_seconds, updates, simulated)
+
+    def miss(rows: list[RateRun]) -> float:
+        return max(abs(np.log(run.ratio)) for run in rows)
+
+    # first guess: the linear model around the job as it is
+    design = np.array([[run.updates, run.arrivals] for run in before], dtype=float)
+    base = np.array([run.simulated_seconds for run in before]) - design @ start
+    costs = _nonnegative_least_squares(design, measured - base)
+    rows = runs_at(costs)
+    best = (miss(rows), costs, rows)
+    for _ in range(MAX_ROUNDS):  # Gauss-Newton on log(real / simulated), the Jacobian by finite differences
+        if best[0] <= CLOSE_ENOUGH:
+            break
+        costs, rows = best[1], best[2]
+        steps = np.maximum(0.1 * costs, 1e-3 * measured.min() / np.array([updates, max(r.arrivals for r in rows)]))
+        residual = np.log([run.ratio for run in rows])
+        jacobian = np.empty((len(rows), 2))
+        for j in range(2):
+            moved = costs.copy()
+            moved[j] += steps[j]
+            jacobian[:, j] = (np.log([run.ratio for run in runs_at(moved)]) - residual) / steps[j]
+        delta = np.linalg.lstsq(jacobian, -residual, rcond=None)[0]
+        for damping in (1.0, 0.5, 0.25):  # the first step along it that misses less, kept non-negative
+            trial = np.maximum(costs + damping * delta, 0.0)
+            trial_rows = runs_at(trial)
+            if miss(trial_rows) < best[0]:
+                best = (miss(trial_rows), trial, trial_rows)
+                break
+        else:
+            break
+    _, costs, rows = best
+    fitted = with_server(job, float(costs[0]), float(costs[1]))
+    result.server = {"apply_seconds": float(costs[0]), "gradient_seconds": float(costs[1])}
+    result.after = rows
+    return result, fitted
+
+
+def write_calibration(calibration: Calibration, job: JobSpec, job_file: Path) -> list[Path]:
+    """`job` as `job_file` (a round-trip trace beside it named relatively, elsewhere absolutely), with the
+    calibration as a comment on top, and calibration.json beside it; returns [calibration.json, job_file]."""
+    import yaml
+
+    from autosync import strict_json
+    from autosync.job import job_from_dict
+
+    job_file.parent.mkdir(parents=True, exist_ok=True)
+    data = job.model_dump(mode="json")
+    trace = data["cluster"]["round_trip"].get("path")
+    if trace is not None and Path(trace).parent.resolve() == job_file.parent.resolve():
+        data["cluster"]["round_trip"]["path"] = Path(trace).name
+    record = job_file.parent / "calibration.json"
+    record.write_text(strict_json.dumps(calibration.to_dict(), indent=2))
+    lines = [f"# Calibrated against real runs ({calibration.execution}): {calibration.verdict()}."]
+    if calibration.server is not None:
+        lines.append(f"# Server costs fitted to them: {calibration.server['apply_seconds']:.6g} s per update, "
+                     f"{calibration.server['gradient_seconds']:.6g} s per gradient (cluster.server; {record.name}).")
+    job_file.write_text("\n".join(lines) + "\n" + yaml.safe_dump(data, sort_keys=False))
+    job_from_dict(yaml.safe_load(job_file.read_text()), str(job_file))  # what was written must load
+    return [record, job_file]
+
+
+def _nonnegative_least_squares(design: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """argmin ||design x - target|| over x >= 0 (scipy's NNLS)."""
+    from scipy.optimize import nnls
+
+    solution, _ = nnls(design, target)
+    return solution
+
+
+def _last_update(result: Any) -> float:
+    """The time of a run's last update (the run ends there when its budget is a number of updates)."""
+    return float(result.trace.updates[-1][1]) if result.trace.updates else 0.0

@@ -1,0 +1,74 @@
+"""The server's costs per update and per gradient, fitted from two real runs, and the calibration check."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from autosync.calibration import RATE_POLICIES, calibrate, measure_real, simulated_runner, with_server
+from autosync.catalog import make_policy
+from autosync.engine import simulate
+from autosync.job import load_job
+from tests.conftest import autosync, no_traceback, small_job
+
+UPDATES = 40
+JOB = small_job(budget={"max_updates": 40})
+
+
+@pytest.fixture(scope="module")
+def real_with_server_costs() -> dict[str, float]:
+    """Two synthetic "real" runs: the job's own simulation on a server that pays 0.2 s per update and
+    0.05 s per gradient (a round trip is about 1 s)."""
+    return measure_real(with_server(JOB, 0.2, 0.05), simulated_runner(), UPDATES)
+
+
+def test_the_servers_loop_handles_one_gradient_at_a_time():
+    """With a per-gradient cost g, ASP's arrivals are handled one after another: n gradients can never be
+    handled in less than n g, whatever the workers' round trips."""
+    slow = simulate(with_server(JOB, 0.0, 0.5), make_policy("asp"))
+    instant = simulate(JOB, make_policy("asp"))
+    handled = [row[0] for row in slow.trace.arrivals]
+    assert all(b - a >= 0.5 - 1e-9 for a, b in zip(handled, handled[1:]))
+    assert slow.trace.updates[-1][1] > instant.trace.updates[-1][1]
+
+
+def test_a_server_without_a_per_gradient_cost_keeps_its_fingerprint():
+    job = small_job(cluster__server={"bandwidth": 1e6, "apply_seconds": 0.01})
+    assert job.fingerprint() == with_server(job, 0.01, 0.0).fingerprint()
+    assert job.fingerprint() != with_server(job, 0.01, 0.001).fingerprint()
+
+
+def test_the_fit_makes_the_simulation_match_both_real_runs(real_with_server_costs):
+    result, fitted = calibrate(JOB, real_with_server_costs, UPDATES, {"backend": "synthetic"})
+    assert [run.name for run in result.before] == [name for name, _ in RATE_POLICIES]
+    assert not result.before[1].fits  # the one-gradient updates pay the server's costs most
+    assert all(abs(run.ratio - 1.0) <= 0.05 for run in result.after), result.to_dict()
+    assert result.fits and "fits the real runs" in result.verdict()
+    assert result.server["apply_seconds"] > 0 or result.server["gradient_seconds"] > 0
+    assert fitted.cluster.server.apply_seconds == result.server["apply_seconds"]
+    again, _ = calibrate(fitted, real_with_server_costs, UPDATES, {}, fit=False)  # the fitted job checks out
+    assert again.fits and again.server is None
+
+
+def test_the_check_says_whether_a_job_fits_and_which_run_misses(real_with_server_costs):
+    fits, _ = calibrate(with_server(JOB, 0.2, 0.05), real_with_server_costs, UPDATES, {}, fit=False)
+    assert fits.fits and all(run.ratio == pytest.approx(1.0) for run in fits.before)
+    misses, job = calibrate(JOB, real_with_server_costs, UPDATES, {}, fit=False)
+    assert not misses.fits and job is JOB
+    assert misses.verdict().startswith("the simulation does not fit the real runs: backup k=1's real time is")
+
+
+def test_cli_calibrates_a_job_on_real_processes_and_writes_a_job_that_loads(tiny_job, tmp_path):
+    proc = autosync("calibrate", str(tiny_job), "--updates", "20", "--out", "cal/job.yaml", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "simulation against real runs of 20 updates" in proc.stdout
+    assert "the simulation fits the real runs" in proc.stdout or "does not fit the real runs" in proc.stdout
+    record = json.loads((tmp_path / "cal" / "calibration.json").read_text())
+    assert record["execution"]["clock"] == "real" and len(record["before"]) == 2
+    job = load_job(tmp_path / "cal" / "job.yaml")
+    assert job.cluster.server.apply_seconds == record["server"]["apply_seconds"]
+    assert (tmp_path / "cal" / "job.yaml").read_text().startswith("# Calibrated against real runs")
+    wrong = autosync("calibrate", str(tiny_job), "--clock", "virtual", cwd=tmp_path)
+    no_traceback(wrong)
+    assert wrong.returncode == 2 and "calibrate runs on --backend processes --clock real" in wrong.stderr
