@@ -651,8 +651,17 @@ def _print_verification(v: Any) -> None:
     tau = "-" if v.kendall_tau is None else f"{v.kendall_tau:.2f}"
     winner = _policy_label(v.real_winner) if v.real_winner else "none feasible"
     console.print(f"Kendall's tau {tau}; real winner {winner} "
-                  f"({'the simulated winner too' if v.same_winner else 'not the simulated winner'}); "
-                  f"the cache now answers with the real winner")
+                  f"({'the simulated winner too' if v.same_winner else 'not the simulated winner'})")
+    answer = v.answer()
+    if answer is None:
+        console.print("no candidate kept the final-metric constraint for real: the cache keeps the search's best")
+        return
+    speedup = lambda x: "-" if x is None else f"{x:.2f}x"  # noqa: E731
+    console.print(f"the cache answers with [bold]{_policy_label(answer['policy'])}[/bold]: real "
+                  f"{_fmt(answer['real_time'], 2)} s vs BSP {_fmt(answer['bsp_real_time'], 2)} s "
+                  f"({speedup(answer['real_speedup'])} on the real clock); simulated "
+                  f"{_fmt(answer['simulated_time'], 2)} s vs BSP {_fmt(answer['bsp_simulated_time'], 2)} s "
+                  f"({speedup(answer['simulated_speedup'])})")
 
 
 def _policy_label(policy: dict[str, Any]) -> str:

@@ -135,9 +135,33 @@ def test_kendall_tau_and_the_cache_answering_with_the_real_winner():
         {"policy": fast, "simulated_time": 5.0, "real_time": 9.0},
         {"policy": slow, "simulated_time": 8.0, "real_time": 7.0}],
         kendall_tau=-1.0, simulated_winner=fast, real_winner=slow, same_winner=False, winner_gap=9 / 7)
-    record = with_verification({"best_policy": fast, "best_value": 5.0, "trials": 3}, v)
+    record = with_verification({"best_policy": fast, "best_value": 5.0, "trials": 3, "bsp_time_to_target": 8.0,
+                                "speedup_vs_bsp": 1.6}, v)
     assert record["best_policy"] == slow and record["simulated_best_policy"] == fast and record["best_value"] == 8.0
+    assert record["speedup_vs_bsp"] == 1.0  # the answered policy's, not the search winner's
     assert record["verified"]["real_winner"] == slow and "rows" not in record["verified"]
+
+
+def test_after_a_verification_one_winner_line_gives_the_answer_on_both_clocks():
+    from autosync import cli
+    from autosync.search.verify import Verification
+
+    winner, bsp = {"policy": "backup", "params": {"k": 5}}, {"policy": "bsp", "params": {}}
+    v = Verification({"backend": "processes", "clock": "real"}, [0], rows=[
+        {"policy": {"policy": "backup", "params": {"k": 2}}, "simulated_time": 46.0, "real_time": 80.0},
+        {"policy": winner, "simulated_time": 62.0, "real_time": 64.0},
+        {"policy": bsp, "simulated_time": 171.0, "real_time": 176.0}],
+        kendall_tau=1 / 3, simulated_winner={"policy": "backup", "params": {"k": 2}}, real_winner=winner,
+        same_winner=False)
+    assert v.answer()["real_speedup"] == pytest.approx(176 / 64)
+    for row in v.rows:
+        row.update(real_over_simulated=row["real_time"] / row["simulated_time"], real_final_metric=0.97,
+                   real_feasible=True)
+    with cli.console.capture() as captured:
+        cli._print_verification(v)
+    line = " ".join(captured.get().split())
+    assert "the cache answers with backup(k=5): real 64.00 s vs BSP 176.00 s (2.75x on the real clock); " \
+           "simulated 62.00 s vs BSP 171.00 s (2.76x)" in line, line
 
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "killed"])

@@ -35,7 +35,20 @@ class Verification:
     winner_gap: float | None = None  # the simulated winner's real time over the real winner's
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "answer": self.answer()}
+
+    def answer(self) -> dict[str, Any] | None:
+        """The policy the cache answers with after the verification (the real winner) and BSP, each on
+        both clocks, with the speedup over BSP on each; None when no candidate was feasible for real."""
+        if self.real_winner is None:
+            return None
+        winner = next(r for r in self.rows if r["policy"] == self.real_winner)
+        bsp = next(r for r in self.rows if r["policy"] == BSP)
+        ratio = lambda a, b: a / b if a is not None and b else None  # noqa: E731
+        return {"policy": self.real_winner, "real_time": winner["real_time"], "simulated_time": winner["simulated_time"],
+                "bsp_real_time": bsp["real_time"], "bsp_simulated_time": bsp["simulated_time"],
+                "real_speedup": ratio(bsp["real_time"], winner["real_time"]),
+                "simulated_speedup": ratio(bsp["simulated_time"], winner["simulated_time"])}
 
 
 def verify(job: JobSpec, top: list[dict[str, Any]], bsp_simulated: dict[str, Any], backend: "BackendChoice",
@@ -110,6 +123,8 @@ def with_verification(record: dict[str, Any], verification: Verification) -> dic
         updated["best_policy"] = verification.real_winner
         row = next(r for r in verification.rows if r["policy"] == verification.real_winner)
         updated["best_value"] = row["simulated_time"]
+        if updated.get("bsp_time_to_target") is not None and row["simulated_time"]:  # of the policy answered
+            updated["speedup_vs_bsp"] = updated["bsp_time_to_target"] / row["simulated_time"]
     return updated
 
 
