@@ -200,7 +200,8 @@ def profile(
     status.print(f"wrote {', '.join(str(p) for p in paths)}")
     if options.check:
         check = CalibrateOptions(device=options.device, workers_per_device=options.workers_per_device,
-                                 worker_timeout=options.worker_timeout, updates=options.check_updates)
+                                 worker_timeout=options.worker_timeout, worker_cpus=options.worker_cpus,
+                                 updates=options.check_updates)
         calibration, fitted = api.calibrate(api.load_job(paths[-1]), check, workload=workload,
                                             phase=_phase("calibrating"))
         _print_calibration(calibration)

@@ -92,6 +92,9 @@ class ExecutionOptions:
                              "cluster model, as real delays).")
     time_scale: float = option(0.01, "--clock real --stragglers model: real seconds per virtual second of the "
                                "cluster model.")
+    worker_cpus: Optional[str] = option(None, "--backend processes: comma-separated cores, worker process p on "
+                                        "the p-th (cycling); a core shared with other work makes its workers real "
+                                        "stragglers.")
 
     def __post_init__(self) -> None:
         _check_ranges(self)
@@ -102,7 +105,7 @@ class ExecutionOptions:
         from autosync.engine.backends import BackendChoice
 
         choice = BackendChoice(self.backend, self.clock, self.stragglers, self.time_scale, self.device,
-                               self.workers_per_device, self.worker_timeout)
+                               self.workers_per_device, self.worker_timeout, parse_cpus(self.worker_cpus))
         choice.check()
         return choice
 
@@ -111,7 +114,21 @@ class ExecutionOptions:
         """The fields of an execution record (`api.backend(...)`), to build options that train there."""
         return dict(backend=choice.backend, clock=choice.clock, stragglers=choice.stragglers,
                     time_scale=choice.time_scale, device=choice.device, workers_per_device=choice.processes,
-                    worker_timeout=choice.worker_timeout)
+                    worker_timeout=choice.worker_timeout,
+                    worker_cpus=None if choice.worker_cpus is None else ",".join(map(str, choice.worker_cpus)))
+
+
+def parse_cpus(text: str | None) -> tuple[int, ...] | None:
+    """`--worker-cpus 0,1` as (0, 1); a one-line UserError for anything but non-negative integers."""
+    if text is None:
+        return None
+    try:
+        cpus = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise UserError(f"--worker-cpus must be comma-separated core numbers, but got {text!r}") from None
+    if not cpus or min(cpus) < 0:
+        raise UserError(f"--worker-cpus must be comma-separated core numbers >= 0, but got {text!r}")
+    return cpus
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -221,6 +238,7 @@ class ProfileOptions:
     rounds: int = option(10, "Rounds per batch size (each: one task per worker).", ge=1)
     worker_timeout: float = option(120.0, "Seconds without a gradient before a worker process counts as hung.",
                                    ge=0.1)
+    worker_cpus: Optional[str] = option(None, "Comma-separated cores, worker process p on the p-th (cycling).")
     check: bool = option(False, "Then run the fitted job for real twice (BSP and backup k = 1, --check-updates "
                          "updates each), fit the server's cost per update and per gradient from the two, and print "
                          "how close the simulation comes (`autosync calibrate`).")
@@ -244,7 +262,7 @@ class ProfileOptions:
     def choice(self) -> "BackendChoice":
         """The engine's execution record of these options, checked."""
         return ExecutionOptions(backend=self.backend, device=self.device, workers_per_device=self.workers_per_device,
-                                worker_timeout=self.worker_timeout).choice()
+                                worker_timeout=self.worker_timeout, worker_cpus=self.worker_cpus).choice()
 
 
 @dataclass(frozen=True, kw_only=True)

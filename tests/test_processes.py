@@ -153,3 +153,33 @@ def test_cli_runs_on_processes_and_ctrl_c_leaves_no_process(tiny_job, tmp_path):
     while time.monotonic() < deadline and any(Path(f"/proc/{c}").exists() for c in children):
         time.sleep(0.2)
     assert not [c for c in children if Path(f"/proc/{c}").exists()]
+
+
+def test_worker_processes_pinned_to_cores_run_there_and_compute_the_same_run(workload, reference):
+    """--worker-cpus: process p on core cpus[p % len] alone (its workers become real stragglers when that
+    core is shared); the run itself is unchanged on the virtual clock."""
+    cpu = min(os.sched_getaffinity(0))
+    driver = ProcessDriver(workload, processes=2, cpus=(cpu,))
+    try:
+        assert [os.sched_getaffinity(p.pid) for p in driver.procs] == [{cpu}, {cpu}]
+        result = Simulator(JOB, make_policy("backup", {"k": 3}), workload=workload, driver=driver).run()
+    finally:
+        driver.close()
+    _same_run(result, reference["backup"])
+
+
+def test_worker_cpus_are_checked_in_one_line():
+    from autosync.engine.backends import BackendChoice
+    from autosync.errors import UserError
+    from autosync.options import ExecutionOptions
+    from autosync.search.cache import execution_tag
+
+    with pytest.raises(UserError, match="--worker-cpus pins worker processes: it needs --backend processes"):
+        ExecutionOptions(worker_cpus="0")
+    with pytest.raises(UserError, match="--worker-cpus must be comma-separated core numbers, but got '0;1'"):
+        ExecutionOptions(backend="processes", worker_cpus="0;1")
+    with pytest.raises(UserError, match="--worker-cpus must name cores this process may use"):
+        ExecutionOptions(backend="processes", worker_cpus="100000")
+    pinned = BackendChoice(backend="processes", clock="real", worker_cpus=(0,))
+    assert pinned.describe()["worker_cpus"] == [0] and execution_tag(pinned) == "processes-real-machine-cpus0-cpu"
+    assert ExecutionOptions(**ExecutionOptions.of_choice(pinned)).choice() == pinned

@@ -29,6 +29,7 @@ class BackendChoice:
     device: str = "cpu"  # cpu | cuda: where the workload's tensors live (server and workers)
     processes: int = 2  # worker processes on the device
     worker_timeout: float = 60.0  # seconds of silence before a worker process counts as hung
+    worker_cpus: tuple[int, ...] | None = None  # processes: worker process p runs on core worker_cpus[p % len]
 
     def check(self) -> None:
         """A clear error for options that do not fit together or this machine."""
@@ -44,6 +45,16 @@ class BackendChoice:
         if not self.time_scale > 0:
             raise UserError(f"--time-scale must be > 0 (real seconds per virtual second), but got {self.time_scale}")
         check_device(self.device)
+        if self.worker_cpus is not None:
+            if self.backend != "processes":
+                raise UserError(f"--worker-cpus pins worker processes: it needs --backend processes, but got "
+                                f"--backend {self.backend}")
+            usable = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+            if usable is None:
+                raise UserError("--worker-cpus: this system cannot pin processes to cores")
+            missing = [c for c in self.worker_cpus if c not in usable]
+            if missing:
+                raise UserError(f"--worker-cpus must name cores this process may use ({usable}), but got {missing[0]}")
 
     def describe(self) -> dict[str, Any]:
         """What the run's summary records about its execution."""
@@ -52,6 +63,8 @@ class BackendChoice:
             info.update(clock=self.clock)
         if self.backend == "processes":
             info.update(processes=self.processes)
+            if self.worker_cpus is not None:
+                info.update(worker_cpus=list(self.worker_cpus))
         if self.backend == "distributed":
             info.update(ranks=int(os.environ.get("WORLD_SIZE", 0)))  # torchrun's, still known after the group ends
         if self.clock == "real":
@@ -87,7 +100,7 @@ def build(choice: BackendChoice, job: Any, workload: Any) -> tuple["Driver | Non
     else:
         from autosync.engine.drivers import ProcessDriver
 
-        driver = ProcessDriver(workload, choice.processes, timeout=choice.worker_timeout)
+        driver = ProcessDriver(workload, choice.processes, timeout=choice.worker_timeout, cpus=choice.worker_cpus)
     if choice.clock == "virtual":
         return driver, None
     from autosync.engine.realtime import RealTimeClock

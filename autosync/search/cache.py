@@ -48,6 +48,8 @@ def execution_tag(backend: "BackendChoice") -> str:
         parts.append(backend.stragglers)
         if backend.stragglers == "model":
             parts.append(f"{backend.time_scale:g}")
+    if backend.clock == "real" and backend.worker_cpus is not None:  # pinned processes are other stragglers
+        parts.append("cpus" + "_".join(map(str, backend.worker_cpus)))
     return "-".join(parts + [backend.device.replace(":", "")])
 
 

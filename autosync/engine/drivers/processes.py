@@ -54,12 +54,15 @@ SHARED_ROWS = 2  # parameter rows beyond the workers' own, for versions that sev
 
 
 def _serve(job_json: dict[str, Any], data: Dataset | None, params: torch.Tensor, grads: torch.Tensor,
-           inbox: Connection, outbox: Connection, threads: int, device: str) -> None:
+           inbox: Connection, outbox: Connection, threads: int, device: str, cpu: int | None = None) -> None:
     """A worker process: compute the gradient of every task notified on `inbox` into `grads` (on `data`,
-    the server's dataset in shared memory, or the job's dataset loaded here when None).
+    the server's dataset in shared memory, or the job's dataset loaded here when None), on core `cpu`
+    alone when given.
 
     It ends quietly when the server is gone (killed, or stopped by Ctrl-C): its pipes end, and it leaves.
     """
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
     try:
         _compute_until_told(job_json, data, params, grads, inbox, outbox, threads, device)
     except (BrokenPipeError, ConnectionResetError, EOFError, KeyboardInterrupt):
@@ -96,9 +99,11 @@ class ProcessDriver(RemoteDriver):
     seen at once as the end of its answer pipe.
     """
 
-    def __init__(self, workload: Workload, processes: int, timeout: float = 60.0, threads: int = 1):
+    def __init__(self, workload: Workload, processes: int, timeout: float = 60.0, threads: int = 1,
+                 cpus: tuple[int, ...] | None = None):
         """Processes for the server's `workload`, on its device. On the CPU they get its data in shared
-        memory rather than loading the dataset again (one copy however many processes)."""
+        memory rather than loading the dataset again (one copy however many processes). With `cpus`,
+        process p runs on core cpus[p % len(cpus)] alone (a slower core makes its workers real stragglers)."""
         if processes < 1:
             raise UserError(f"--workers-per-device must be >= 1, but got {processes}")
         job, dim = workload.job, workload.slot_dim  # a slot: the parameters, then the buffers
@@ -132,7 +137,8 @@ class ProcessDriver(RemoteDriver):
                 answer_out, answer_in = ctx.Pipe(duplex=False)
                 proc = ctx.Process(target=_serve, daemon=True, name=f"autosync-worker-{rank}",
                                    args=(job.model_dump(mode="json"), data, self.params, self.grads, task_out,
-                                         answer_in, threads, str(self.device)))
+                                         answer_in, threads, str(self.device),
+                                         cpus[rank % len(cpus)] if cpus else None))
                 proc.start()
                 task_out.close()
                 answer_in.close()  # only the child holds it now: its death ends the pipe
