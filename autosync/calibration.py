@@ -182,17 +182,20 @@ def calibrate(job: JobSpec, real_seconds: dict[str, float], updates: int, execut
     def miss(rows: list[RateRun]) -> float:
         return max(abs(np.log(run.ratio)) for run in rows)
 
-    # first guess: the linear model around the job as it is
+    # first guesses: the linear model around the job as it is, and each cost alone explaining the slower run
     design = np.array([[run.updates, run.arrivals] for run in before], dtype=float)
     base = np.array([run.simulated_seconds for run in before]) - design @ start
-    costs = _nonnegative_least_squares(design, measured - base)
-    rows = runs_at(costs)
-    best = (miss(rows), costs, rows)
+    excess = max(0.0, float(np.max(measured - base)))
+    guesses = [_nonnegative_least_squares(design, measured - base),
+               np.array([excess / updates, 0.0]), np.array([0.0, excess / design[:, 1].max()])]
+    best = min(((miss(rows), costs, rows) for costs in guesses for rows in [runs_at(costs)]), key=lambda t: t[0])
+    # a finite-difference step that moves a run's time by about 5% were the costs simply added up
+    scale = 0.05 * measured.min() / np.array([updates, design[:, 1].max()])
     for _ in range(MAX_ROUNDS):  # Gauss-Newton on log(real / simulated), the Jacobian by finite differences
         if best[0] <= CLOSE_ENOUGH:
             break
         costs, rows = best[1], best[2]
-        steps = np.maximum(0.1 * costs, 1e-3 * measured.min() / np.array([updates, max(r.arrivals for r in rows)]))
+        steps = np.maximum(0.1 * costs, scale)
         residual = np.log([run.ratio for run in rows])
         jacobian = np.empty((len(rows), 2))
         for j in range(2):
