@@ -42,7 +42,7 @@ __all__ = [
     "run_setup", "write_run", "tune", "tune_dir", "write_tune", "TuneFiles", "leaderboard", "Leaderboard", "profile",
     "Profile", "cached_studies", "clear_cache", "load_run", "rerun", "ranks", "output_dir", "RunOptions",
     "TuneOptions", "LeaderboardOptions", "ProfileOptions", "ExecutionOptions", "calibrate", "write_calibration",
-    "CalibrateOptions",
+    "CalibrateOptions", "recommend",
 ]
 
 
@@ -231,7 +231,7 @@ def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions 
                                    multi_objective=opts.objective != "time",
                                    backend=None if opts.verify_top else real),  # verify_top: search simulated
         verify_top=opts.verify_top, verify_backend=real if opts.verify_top else None, confirm_top=opts.confirm_top,
-        confirm_seeds=opts.confirm_seeds)
+        confirm_seeds=opts.confirm_seeds, transfer=opts.transfer)
     quiet_optuna()
     if on_start is not None:
         on_start(request.storage)
@@ -423,6 +423,22 @@ def cached_studies(storage: str | None = None, job: JobSpec | None = None) -> li
 
     quiet_optuna()
     return studies(storage or DEFAULT_STORAGE, job.fingerprint() if job is not None else None)
+
+
+def recommend(job: JobSpec, storage: str | None = None) -> Any:
+    """A policy for `job` without training, from the nearest tuned jobs in the storage (default:
+    sqlite:///results/autosync-studies.db): `autosync.search.recommend.Recommendation` (the policy, its
+    predicted time and speedup over BSP, the neighbours that voted and how far they are). A storage with
+    no tuned job is a one-line UserError; reading never creates the storage."""
+    from autosync.search.recommend import recommend as answer
+    from autosync.search.storage import DEFAULT_STORAGE, open_storage, redact_url, storage_exists
+
+    quiet_optuna()
+    url = storage or DEFAULT_STORAGE
+    if not storage_exists(url):
+        raise UserError(f"{job.source}: no tuned job in {redact_url(url)} to recommend from (the storage does not "
+                        "exist): tune this job (autosync tune) or point --storage at a storage of tuned jobs")
+    return answer(open_storage(url), job, redact_url(url))
 
 
 def clear_cache(job: JobSpec, storage: str | None = None) -> list[str]:

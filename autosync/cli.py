@@ -566,6 +566,13 @@ def _breakdown_line(b: dict[str, int]) -> str:
             f"{_count(b['full_budget_checks'], 'full-budget check')} of the candidates that could win.")
 
 
+def _neighbours_line(near: list[dict[str, Any]], cost_to_answer: float | None) -> str:
+    """The tuned jobs a search started from (a transfer), and what finding the answer cost."""
+    jobs = "; ".join(f"{nb['job']} (distance {nb['distance']:.2f}): {_policy_label(nb['policy'])}" for nb in near)
+    cost = f"; the answer was found after {cost_to_answer:.2f} BSP trainings" if cost_to_answer is not None else ""
+    return f"Started from the winners of {_count(len(near), 'tuned neighbour job')}: {jobs}{cost}."
+
+
 def _resumable(call: Any) -> Any:
     """`call()`, with the command that resumes it added to an `Interrupted` error's message."""
     import shlex
@@ -615,6 +622,8 @@ def _print_tune(outcome: Any, spec: Any) -> None:
         + (f"pays for itself after {amortize} recurrences." if amortize else "it does not beat BSP, so it never pays off."))
     if isinstance(c.get("search_breakdown"), dict):
         console.print(_breakdown_line(c["search_breakdown"]), style="dim")
+    if c.get("neighbour_jobs"):
+        console.print(_neighbours_line(c["neighbour_jobs"], c.get("cost_to_answer_bsp_trainings")), style="dim")
     status.print(f"train with it: autosync run {'JOB.yaml ' if spec.name != 'digits_default' else ''}--policy tuned",
                   style="dim")
 
@@ -701,6 +710,35 @@ def cache_list(storage: Optional[str] = STORAGE_OPT, as_json: bool = JSON_OPT) -
         table.add_row(s["study"], str(c.get("job_name", "-")), str(s["trials"]), best, value,
                       str(c.get("finished_at", "-")))
     console.print(table)
+
+
+@app.command()
+def recommend(job: Optional[Path] = JOB_ARG, storage: Optional[str] = STORAGE_OPT, as_json: bool = JSON_OPT) -> None:
+    """A policy for the job without training, from the nearest tuned jobs in the storage."""
+    from autosync import api
+
+    spec = api.load_job(job)
+    answer = api.recommend(spec, storage)
+    if as_json:
+        _print_json(answer.to_dict())
+        return
+    table = Table(title=f"{spec.name}: the nearest tuned jobs")
+    for column in ("job", "distance", "same workload", "its winner here", "weight"):
+        table.add_column(column, justify="left" if column in ("job", "its winner here") else "right")
+    for nb in answer.neighbours:
+        table.add_row(nb["job"], f"{nb['distance']:.2f}", "yes" if nb["same_workload"] else "no",
+                      _policy_label(nb["policy"]) if nb["policy"] else "does not fit", f"{nb['weight']:.2f}")
+    console.print(table)
+    target = f"{spec.target.metric} {spec.target.threshold}"
+    if answer.predicted_time is not None:
+        prediction = (f"predicted {answer.predicted_time:.1f} s to {target} vs BSP {answer.predicted_bsp_time:.1f} s "
+                      f"({answer.predicted_speedup:.2f}x)")
+    elif answer.predicted_speedup is not None:
+        prediction = f"predicted {answer.predicted_speedup:.2f}x BSP's time to target (from another workload)"
+    else:
+        prediction = "no prediction of its time (its neighbours never beat BSP)"
+    console.print(f"recommended: [bold]{_policy_label(answer.policy)}[/bold], {prediction}. Nothing was trained: "
+                  "`autosync tune` checks it (and starts from these jobs' winners).")
 
 
 @cache_app.command("show")

@@ -178,6 +178,8 @@ class TuneOptions(ExecutionOptions):
                               "winners) and BSP on --confirm-seeds more seeds; answer with the best mean over all "
                               "seeds (0: off).", ge=0)
     confirm_seeds: int = option(2, "Seeds added by --confirm-top.", ge=1)
+    transfer: bool = option(True, "A new study starts from the winners of the nearest tuned jobs in the storage "
+                            "with this job's workload and target (--no-transfer: from nothing).")
 
     def __post_init__(self) -> None:
         super().__post_init__()

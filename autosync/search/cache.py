@@ -58,17 +58,18 @@ def execution_of(backend: "BackendChoice | None") -> dict[str, Any]:
     return {"backend": "simulator", "device": "cpu"} if backend is None else backend.describe()
 
 
-def search_cost(study: "optuna.Study") -> float:
-    """Virtual seconds trained by every trial of the study, the BSP reference runs (none when a sibling
-    study trained them: `autosync.search.siblings`) and the confirmation runs it trained (`--confirm-top`;
-    runs copied from a sibling are the sibling's cost)."""
+def search_cost(study: "optuna.Study", up_to: int | None = None) -> float:
+    """Virtual seconds trained by every trial of the study (with `up_to`, by trials up to that number: what
+    finding the answer cost), the BSP reference runs (none when a sibling study trained them:
+    `autosync.search.siblings`) and the confirmation runs it trained (`--confirm-top`; runs copied from a
+    sibling are the sibling's cost)."""
     reference = study.user_attrs.get("bsp_reference", {})
     trained = 0.0 if REFERENCE_FROM in reference else reference.get("virtual_seconds", 0.0)
     confirmation = study.user_attrs.get(CONFIRMATION_RUNS)
     trained += sum(run.get("virtual_seconds", 0.0) for run in confirmation.values()) \
         if isinstance(confirmation, dict) else 0.0
-    return trained + sum(
-        t.user_attrs.get("virtual_seconds", 0.0) for t in study.get_trials(deepcopy=False))
+    return trained + sum(t.user_attrs.get("virtual_seconds", 0.0) for t in study.get_trials(deepcopy=False)
+                         if up_to is None or t.number <= up_to)
 
 
 def cost_fields(study: "optuna.Study", reference: dict[str, Any], best_time: float) -> dict[str, Any]:
@@ -115,8 +116,10 @@ def validated(name: str, record: Any) -> dict[str, Any]:
 
 
 def write_cache(study: "optuna.Study", job: JobSpec, space: SearchSpace, sampler: str, tolerance: float,
-                reference: dict[str, Any], execution: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Write the cache record: best feasible policy, its score, provenance and the amortization report.
+                reference: dict[str, Any], execution: dict[str, Any] | None = None,
+                neighbours: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Write the cache record: best feasible policy, its score, provenance, the amortization report and
+    the tuned jobs the search started from (`neighbours`, `autosync.search.neighbours`).
 
     Every number is finite (strict JSON): a figure that has no value (no saving to amortize) is None.
     """
@@ -145,6 +148,9 @@ def write_cache(study: "optuna.Study", job: JobSpec, space: SearchSpace, sampler
         **cost_fields(study, reference, top.values[0]),
         "speedup_vs_bsp": bsp_time / top.values[0] if top.values[0] > 0 else None,
         "search_breakdown": search_breakdown(study),
+        "cost_to_answer_bsp_trainings": in_bsp_trainings(search_cost(study, up_to=top.number),
+                                                         reference["virtual_seconds"] / max(1, reference["runs"])),
+        "neighbour_jobs": neighbours or [],
     }
     study.set_user_attr("cache", record)
     return record

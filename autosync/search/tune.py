@@ -30,6 +30,7 @@ from autosync.search.siblings import EXECUTION, sibling_reference, sibling_studi
 from autosync.search.space import SearchSpace
 from autosync.search.interrupts import storage_calls_finish_first
 from autosync.search.locking import storage_lock
+from autosync.search.neighbours import NEIGHBOUR_JOBS, describe as describe_job, neighbours as nearest
 from autosync.search.storage import DEFAULT_STORAGE, open_storage, redact_url
 from autosync.search.trials import (
     budget_used, counted_trials, fail_dead_trials, pending_trials, run_queued_trial, top_up, trials_run_by,
@@ -77,6 +78,7 @@ class TuneRequest:
     verify_backend: "BackendChoice | None" = None  # where the verification runs (processes, virtual or real clock)
     confirm_top: int = 0  # re-run the K best candidates (and the siblings' winners) on confirm_seeds more seeds
     confirm_seeds: int = 2
+    transfer: bool = True  # a new study starts from the winners of the nearest tuned jobs like this one
 
 
 def baseline_policies(job: JobSpec) -> list[dict[str, Any]]:
@@ -133,6 +135,7 @@ def _describe_study(study: "optuna.Study", request: TuneRequest) -> None:
     for key, value in about.items():
         if study.user_attrs.get(key) != value:
             study.set_user_attr(key, value)
+    describe_job(study, job)
 
 
 def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = None,
@@ -159,23 +162,36 @@ def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = Non
     try:
         with storage_calls_finish_first():
             siblings = sibling_studies(study, storage)
+            near = _neighbour_jobs(study, request, storage, fresh=not before and not requeued)
             reference = bsp_reference(study, request, siblings)
-            _search(study, request, reference, siblings, before, on_trial, mine)
+            _search(study, request, reference, siblings, before, on_trial, mine, near)
     except KeyboardInterrupt:
         kept = counted_trials(study)
         raise Interrupted(f"interrupted: {kept} finished trial{'' if kept == 1 else 's'} of study {study.study_name} "
                           f"kept in {redact_url(request.storage)}; a trial cut short is run again when the search "
                           "resumes with the same command") from None
     cache = write_cache(study, request.job, request.space, request.sampler, request.settings.tolerance, reference,
-                        execution=execution_of(request.settings.backend))
+                        execution=execution_of(request.settings.backend), neighbours=near)
     outcome = TuneOutcome(study.study_name, request.storage, False, len(trials_run_by(study, mine)), cache,
                           best_policies(study), study)
     return _verified(_confirmed(outcome, request, storage, siblings, on_confirm), request)
 
 
+def _neighbour_jobs(study: "optuna.Study", request: TuneRequest, storage: Any, fresh: bool) -> list[dict[str, Any]]:
+    """The nearest tuned jobs like this one (`autosync.search.neighbours`) whose winners a new study starts
+    from, as {study, job, distance, policy}; chosen once, when the study starts, and kept on it."""
+    if NEIGHBOUR_JOBS in study.user_attrs or not fresh or not request.transfer or request.refresh:
+        return study.user_attrs.get(NEIGHBOUR_JOBS, [])
+    found = nearest(storage, request.job, execution=execution_name(request.settings.backend))
+    near = [{"study": nb.study_name, "job": nb.job_name, "distance": round(nb.distance, 4),
+             "policy": nb.record["best_policy"]} for nb in found]
+    study.set_user_attr(NEIGHBOUR_JOBS, near)
+    return near
+
+
 def _search(study: "optuna.Study", request: TuneRequest, reference: dict[str, Any],
             siblings: "list[optuna.Study]", before: int, on_trial: Callable[[int, int], None] | None,
-            mine: set[str]) -> None:
+            mine: set[str], near: list[dict[str, Any]] | None = None) -> None:
     """Run the request's trials: the switch-point strategies' own candidates, or the budget's queued and
     sampled trials in this process and its `--n-jobs` helpers (whose process tags join `mine`)."""
     deadline = time.monotonic() + request.timeout if request.timeout else None
@@ -187,7 +203,7 @@ def _search(study: "optuna.Study", request: TuneRequest, reference: dict[str, An
     budget = before + request.n_trials if request.refresh else request.n_trials
     if request.sampler == "grid":
         budget = min(budget, request.space.size())
-    top_up(study, request.storage, budget, *_queued_first(study, request, siblings))
+    top_up(study, request.storage, budget, *_queued_first(study, request, siblings, near or []))
     helpers = _start_helpers(request, study.study_name, budget, deadline)
     mine.update(process_tag(p.pid) for p in helpers)
     try:
@@ -285,14 +301,14 @@ def _verified(outcome: TuneOutcome, request: TuneRequest,
     return outcome
 
 
-def _queued_first(study: "optuna.Study", request: TuneRequest,
-                  siblings: "list[optuna.Study]") -> tuple[list[dict[str, Any]], bool]:
+def _queued_first(study: "optuna.Study", request: TuneRequest, siblings: "list[optuna.Study]",
+                  near: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], bool]:
     """What a search queues ahead of the sampler's choices, and whether only on a fresh study: the
     cached best on --refresh (a warm start), else BSP and ASP or their equivalents in the space, then the
     best policy each sibling study of the job found, where this space holds it (a tune over `composed`
     after one over `policy` starts from the policy tune's winner, scored from it without training), then
-    those winners with another paper's strategy added (`cross_paper_neighbours`), then the other
-    baselines."""
+    the winners of the nearest tuned jobs like this one (`near`, a transfer), then those winners with
+    another paper's strategy added (`cross_paper_neighbours`), then the other baselines."""
     old = study.user_attrs.get("cache")
     if request.refresh and isinstance(old, dict) and isinstance(old.get("best_policy"), dict):
         params = request.space.trial_params(old["best_policy"])
@@ -301,7 +317,7 @@ def _queued_first(study: "optuna.Study", request: TuneRequest,
     n, seen, first = job.cluster.n_workers, set(), []
     baselines = [(policy, params) for policy in baseline_policies(job)
                  if (params := request.space.trial_params(policy)) is not None]  # BSP's and ASP's forms first
-    bests = [best for _, best in _sibling_bests(siblings)]
+    bests = [best for _, best in _sibling_bests(siblings)] + [nb["policy"] for nb in near]
     neighbours = [{"policy": "compose", "params": slots} for best in bests for slots in _neighbours(best)]
     found = [(policy, _in_space(request.space, policy, job)) for policy in bests + neighbours]
     for policy, params in baselines[:2] + found + baselines[2:]:  # one of each class that runs alike

@@ -1,0 +1,89 @@
+"""`autosync recommend`: a policy for a job without training, from the nearest tuned jobs in the storage.
+
+The neighbours (`autosync.search.neighbours`) vote: each proposes its winner, adapted to this job's n (a
+backup worker count k scales with n; anything that does not fit this job is dropped), weighted by
+1 / (distance + 0.1); the policy with the most weight is the answer. Its predicted time comes from the
+nearest neighbour that proposed it and trains the same workload: that neighbour's BSP time to target
+scaled by how much longer this cluster's BSP rounds are (the mean slowest round trip, both clusters'
+features), divided by the neighbour's speedup over BSP. A neighbour that trains something else predicts
+the speedup alone.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from autosync.errors import UserError
+from autosync.job import JobSpec
+from autosync.search.neighbours import FEATURE_NAMES, Neighbour, cluster_features, neighbours
+
+COUNT = 5  # neighbours that vote
+
+
+@dataclass
+class Recommendation:
+    policy: dict[str, Any]
+    predicted_speedup: float | None  # over BSP
+    predicted_time: float | None  # time to target (virtual s), None without a neighbour of the same workload
+    predicted_bsp_time: float | None
+    neighbours: list[dict[str, Any]] = field(default_factory=list)  # job, study, distance, policy, weight, same_workload
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"policy": self.policy, "predicted_speedup": self.predicted_speedup,
+                "predicted_time": self.predicted_time, "predicted_bsp_time": self.predicted_bsp_time,
+                "neighbours": self.neighbours}
+
+
+def adapt(policy: dict[str, Any], n_from: int, job: JobSpec) -> dict[str, Any] | None:
+    """`policy` (a winner on n_from workers) for `job`: a backup count k scaled to this n; None when it does
+    not fit this job."""
+    from autosync.search.objective import canonical_policy
+
+    n = job.cluster.n_workers
+    params = dict(policy.get("params", {}))
+    if "k" in params and isinstance(params["k"], int) and n_from != n:
+        params["k"] = min(n, max(1, round(params["k"] * n / n_from)))
+    adapted = {"policy": policy["policy"], "params": params}
+    return adapted if canonical_policy(adapted, n, job.workload.batch_size) is not None else None
+
+
+def recommend(storage: Any, job: JobSpec, where: str) -> Recommendation:
+    """The recommendation for `job` from the tuned jobs in `storage` (named `where` in errors)."""
+    near = neighbours(storage, job, count=COUNT, other_workloads=True)
+    if not near:
+        raise UserError(f"{job.source}: no tuned job in {where} to recommend from: tune this job (autosync tune) "
+                        "or point --storage at a storage of tuned jobs")
+    mine = cluster_features(job)
+    votes: dict[str, float] = {}
+    proposals: list[tuple[Neighbour, dict[str, Any] | None, float]] = []
+    for nb in near:
+        n_from = round(math.exp(nb.features[0]))
+        policy = adapt(nb.record["best_policy"], n_from, job)
+        weight = 1.0 / (nb.distance + 0.1)
+        proposals.append((nb, policy, weight))
+        if policy is not None:
+            key = json.dumps(policy, sort_keys=True)
+            votes[key] = votes.get(key, 0.0) + weight
+    if not votes:
+        raise UserError(f"{job.source}: none of the {len(near)} nearest tuned jobs' winners fits this job "
+                        f"({job.cluster.n_workers} workers)")
+    chosen = max(votes, key=lambda key: (votes[key], key))
+    policy = json.loads(chosen)
+    backers = [nb for nb, p, _ in proposals if p is not None and json.dumps(p, sort_keys=True) == chosen]
+    speedup = backers[0].record.get("speedup_vs_bsp")
+    predicted_bsp = predicted = None
+    same = [nb for nb in backers if nb.same_workload and nb.record.get("bsp_time_to_target") is not None]
+    if same:
+        nb = same[0]
+        tail = FEATURE_NAMES.index("log tail (slowest / mean)")
+        unit = FEATURE_NAMES.index("log mean round trip")
+        scale = math.exp((mine[tail] + mine[unit]) - (nb.features[tail] + nb.features[unit]))
+        predicted_bsp = nb.record["bsp_time_to_target"] * scale
+        speedup = nb.record.get("speedup_vs_bsp")
+        predicted = predicted_bsp / speedup if speedup else None
+    rows = [{"job": nb.job_name, "study": nb.study_name, "distance": round(nb.distance, 4),
+             "policy": p, "weight": round(w, 4), "same_workload": nb.same_workload} for nb, p, w in proposals]
+    return Recommendation(policy, speedup, predicted, predicted_bsp, rows)

@@ -1,0 +1,87 @@
+"""Tuned jobs near a new one: the transfer that starts a search from their winners, and `recommend`."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+
+from autosync.errors import UserError
+from autosync.search.neighbours import cluster_features, distance, neighbours, workload_key
+from autosync.search.objective import ObjectiveSettings
+from autosync.search.recommend import adapt, recommend
+from autosync.search.space import SPACE_DIR, load_space
+from autosync.search.storage import open_storage
+from autosync.search.tune import TuneRequest, tune
+from tests.conftest import autosync, no_traceback, small_job
+
+
+def _job(alpha: float, n: int = 4, lr: float = 0.1, name: str = "small"):
+    return small_job(name=name, cluster__n_workers=n, cluster__round_trip={"kind": "shifted_exponential", "alpha": alpha},
+                     budget={"max_virtual_seconds": 30}, workload__optimizer={"lr": lr, "momentum": 0.5})
+
+
+def _tune(job, url: str, transfer: bool = True):
+    space = load_space(SPACE_DIR / "static_k.yaml", job.cluster.n_workers)
+    return tune(TuneRequest(job=job, space=space, n_trials=4, sampler="random", storage=url, transfer=transfer,
+                            settings=ObjectiveSettings(tolerance=0.05)))
+
+
+def test_cluster_features_measure_what_decides_the_policy():
+    base = cluster_features(_job(0.7))
+    assert cluster_features(_job(0.7)) == base  # the same every time
+    assert cluster_features(_job(0.7, lr=0.3)) == base and workload_key(_job(0.7, lr=0.3)) != workload_key(_job(0.7))
+    near, far = distance(base, cluster_features(_job(0.6))), distance(base, cluster_features(_job(0.7, n=16)))
+    assert 0 < near < far
+    assert cluster_features(_job(0.0))[1] == pytest.approx(0.0)  # equal round trips: no tail
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    """One storage with two tuned jobs: the same workload on a nearby cluster, and another workload."""
+    url = f"sqlite:///{tmp_path_factory.mktemp('near') / 'near.db'}"
+    same = _tune(_job(0.7, name="same_workload"), url)
+    other = _tune(_job(0.6, lr=0.3, name="other_workload"), url)
+    return url, same, other
+
+
+def test_a_new_job_starts_from_its_nearest_tuned_neighbour_and_ignores_another_workload(tuned):
+    url, same, other = tuned
+    assert same.cache["neighbour_jobs"] == []  # the first job of the storage starts from nothing
+    job = _job(0.6, name="new")
+    outcome = _tune(job, url)
+    near = outcome.cache["neighbour_jobs"]
+    assert [nb["job"] for nb in near] == ["same_workload"] and near[0]["policy"] == same.cache["best_policy"]
+    study = optuna.load_study(study_name=outcome.study_name, storage=open_storage(url))
+    space = load_space(SPACE_DIR / "static_k.yaml", 4)
+    first = [t.params for t in sorted(study.trials, key=lambda t: t.number)[:4]]
+    assert space.trial_params(same.cache["best_policy"]) in first  # queued ahead of the sampler's choices
+    assert outcome.cache["cost_to_answer_bsp_trainings"] <= outcome.cache["search_cost_bsp_trainings"]
+    alone = _tune(_job(0.6, name="alone"), url.replace("near.db", "alone.db"), transfer=False)
+    assert alone.cache["neighbour_jobs"] == []
+
+
+def test_recommend_answers_from_the_neighbours_without_training(tuned):
+    url, same, other = tuned
+    job = _job(0.65, name="asked")
+    answer = recommend(open_storage(url), job, url)
+    assert [nb["job"] for nb in answer.neighbours][0] == "same_workload"
+    assert answer.neighbours[0]["same_workload"] and not answer.neighbours[-1]["same_workload"]
+    assert answer.policy in (same.cache["best_policy"], other.cache["best_policy"])
+    if answer.policy == same.cache["best_policy"] and same.cache["speedup_vs_bsp"]:
+        assert answer.predicted_time == pytest.approx(answer.predicted_bsp_time / same.cache["speedup_vs_bsp"])
+    assert neighbours(open_storage(url), job, count=1)[0].job_name == "same_workload"
+
+
+def test_a_winner_is_adapted_to_the_new_jobs_n():
+    job = _job(0.7, n=8)
+    assert adapt({"policy": "backup", "params": {"k": 3, "lr_rule": "fixed"}}, 4, job)["params"]["k"] == 6
+    assert adapt({"policy": "backup", "params": {"k": 16}}, 16, job)["params"]["k"] == 8
+
+
+def test_recommend_with_no_tuned_job_is_one_line_and_exit_2(tiny_job, tmp_path):
+    proc = autosync("recommend", str(tiny_job), "--storage", f"sqlite:///{tmp_path}/none.db", cwd=tmp_path)
+    no_traceback(proc)
+    assert proc.returncode == 2 and "no tuned job in sqlite:///" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "none.db").exists()
+    with pytest.raises(UserError, match="no tuned job"):
+        recommend(open_storage(f"sqlite:///{tmp_path}/empty.db"), _job(0.7), "empty")
