@@ -13,13 +13,12 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.conftest import small_job
+from tests.conftest import small_job, wait_for
 from tests.postgres import postgres_server
 
 BUDGET = 12
@@ -68,15 +67,6 @@ def _storage(kind: str, tmp_path: Path):
             yield url
 
 
-def _wait_for(condition, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.2)
-    return False
-
-
 @pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
 def test_six_processes_killed_and_restarted_keep_the_budget_exact(tmp_path, kind):
     with _storage(kind, tmp_path) as url:
@@ -100,7 +90,7 @@ def _six_processes_killed_and_restarted(tmp_path: Path, db: str) -> None:
         return groups
 
     victims = {procs["a"].pid, procs["c"].pid}  # a whole tune (its helper too) and a single one
-    assert _wait_for(lambda: victims <= busy_groups(), 120), "the tunes to kill never ran a trial"
+    wait_for(lambda: victims <= busy_groups(), 120, "the tunes to kill to run a trial", every=0.2)
     for name in ("a", "c"):  # each mid-trial
         os.killpg(procs[name].pid, signal.SIGKILL)
         procs[name].wait()
