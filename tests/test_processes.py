@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ from autosync.engine.simulator import Simulator
 from autosync.policies import Task
 from autosync.workloads.workload import Workload
 from tests.conftest import (
-    autosync, no_traceback, signal_and_wait, small_job, spawned_children, start_autosync,
+    autosync, computing_workers, no_traceback, signal_and_wait, small_job, start_autosync, wait_for,
 )
 
 JOB = small_job(budget={"max_updates": 30})
@@ -141,15 +140,9 @@ def test_cli_runs_on_processes_and_ctrl_c_leaves_no_process(tiny_job, tmp_path):
     assert "100000" in long_job.read_text()
     run = start_autosync("run", str(long_job), "--backend", "processes", "--workers-per-device", "2",
                          "--out", str(tmp_path / "long"), cwd=tmp_path)
-    deadline, children = time.monotonic() + 60, []
-    while time.monotonic() < deadline and len(children) < 2:
-        time.sleep(0.5)
-        children = spawned_children(run.pid)
-    time.sleep(3.0)  # the workers are up and computing
+    children = computing_workers(run.pid, 2, 120)  # Ctrl-C while the workers are computing
     stderr = signal_and_wait(run, signal.SIGINT)
     assert run.returncode == 130 and "Traceback" not in stderr, stderr[-3000:]  # typer's exit code for Ctrl-C
     assert len(children) == 2
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(Path(f"/proc/{c}").exists() for c in children):
-        time.sleep(0.2)
-    assert not [c for c in children if Path(f"/proc/{c}").exists()]
+    left = lambda: [c for c in children if Path(f"/proc/{c}").exists()]  # noqa: E731
+    wait_for(lambda: not left(), 10, lambda: f"the worker processes to end after Ctrl-C ({left()} still there)")

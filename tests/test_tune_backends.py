@@ -7,7 +7,6 @@ import multiprocessing
 import os
 import re
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ from autosync.engine.backends import BackendChoice
 from autosync.search.cache import study_name
 from autosync.search.objective import RunFailed, evaluate
 from tests.conftest import (
-    autosync, no_traceback, signal_and_wait, small_job, spawned_children, start_autosync,
+    autosync, computing_workers, no_traceback, signal_and_wait, small_job, start_autosync, wait_for,
 )
 
 
@@ -147,18 +146,12 @@ def test_an_interrupted_or_killed_real_backend_tune_leaves_no_process_and_no_sha
     shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
     tune = start_autosync("tune", str(long_job), "--backend", "processes", "--n-trials", "4",
                           "--storage", f"sqlite:///{tmp_path}/s.db", cwd=tmp_path)
-    deadline, children = time.monotonic() + 90, []
-    while time.monotonic() < deadline and len(children) < 2:
-        time.sleep(0.5)
-        children = spawned_children(tune.pid)
+    children = computing_workers(tune.pid, 2, 120)  # computing the BSP reference run's gradients
     assert len(children) == 2, "the trial's worker processes did not start"
-    time.sleep(2.0)  # they are computing the BSP reference run's gradients
     stderr = signal_and_wait(tune, stop)
     assert "Traceback" not in stderr, stderr[-3000:]
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and any(Path(f"/proc/{c}").exists() for c in children):
-        time.sleep(0.2)
-    assert not [c for c in children if Path(f"/proc/{c}").exists()]
+    left = lambda: [c for c in children if Path(f"/proc/{c}").exists()]  # noqa: E731
+    wait_for(lambda: not left(), 15, lambda: f"the worker processes to end ({left()} still there)")
     left = {f for f in set(os.listdir("/dev/shm")) - shm_before if f.startswith(("torch_", "psm_"))} \
         if os.path.isdir("/dev/shm") else set()
     assert not left, left
