@@ -29,6 +29,7 @@ def _get(url: str) -> object:
         return json.loads(response.read())
 
 
+@pytest.mark.slow
 def test_optuna_dashboard_shows_the_tuned_study_with_its_metric_and_job(tmp_path):
     pytest.importorskip("optuna_dashboard", reason="optuna-dashboard is not installed (pip install 'autosync[dashboard]')")
     command = shutil.which("optuna-dashboard", path=str(Path(sys.executable).parent)) or shutil.which("optuna-dashboard")

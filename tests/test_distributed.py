@@ -21,6 +21,8 @@ from autosync.workloads.workload import Workload
 from tests.conftest import autosync, no_traceback, per_worker_run, wait_for
 from tests.test_tune_backends import _trials
 
+pytestmark = [pytest.mark.slow, pytest.mark.processes, pytest.mark.distributed]
+
 
 def _torchrun(*args: str, cwd, command: str = "run") -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3",

@@ -21,6 +21,8 @@ from tests.conftest import (
     autosync, computing_workers, no_traceback, signal_and_wait, small_job, start_autosync, wait_for,
 )
 
+pytestmark = pytest.mark.processes
+
 JOB = small_job(budget={"max_updates": 30})
 POLICIES = [("bsp", {}), ("backup", {"k": 3}), ("dbw", {}), ("asp", {}), ("ssp", {"staleness": 2})]
 
@@ -57,6 +59,7 @@ def _same_run(a, b) -> None:
     assert without_wall(a.trace.updates) == without_wall(b.trace.updates)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,params", POLICIES)
 def test_processes_backend_is_bit_identical_to_the_in_process_engine(name, params, workload, reference, driver):
     result = Simulator(JOB, make_policy(name, params), workload=workload, driver=driver).run()
@@ -67,6 +70,7 @@ def _tasks(workers, params, index=0):
     return [Task(w, index, 0, 8, 0.0, params=params) for w in workers]
 
 
+@pytest.mark.slow
 def test_tasks_on_one_version_share_one_parameter_copy_until_no_one_reads_it():
     job = small_job(cluster__n_workers=6)
     workload = Workload(job)
@@ -102,6 +106,7 @@ def test_tasks_on_one_version_share_one_parameter_copy_until_no_one_reads_it():
         d.close()
 
 
+@pytest.mark.slow
 def test_a_killed_and_a_hung_worker_process_are_replaced_without_changing_the_run(workload, reference):
     d = ProcessDriver(workload, processes=3, timeout=2.0)
     try:
@@ -126,6 +131,7 @@ def test_with_no_process_left_the_run_stops_naming_the_workers(workload):
     assert not any(p.is_alive() for p in d.procs)
 
 
+@pytest.mark.slow
 def test_cli_runs_on_processes_and_ctrl_c_leaves_no_process(tiny_job, tmp_path):
     proc = autosync("run", str(tiny_job), "--backend", "processes", "--workers-per-device", "2",
                     "--out", str(tmp_path / "run"), cwd=tmp_path)

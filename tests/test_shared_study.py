@@ -21,6 +21,8 @@ import yaml
 from tests.conftest import small_job, wait_for
 from tests.postgres import postgres_server
 
+pytestmark = [pytest.mark.slow, pytest.mark.processes]
+
 BUDGET = 12
 
 
@@ -67,7 +69,7 @@ def _storage(kind: str, tmp_path: Path):
             yield url
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def test_six_processes_killed_and_restarted_keep_the_budget_exact(tmp_path, kind):
     with _storage(kind, tmp_path) as url:
         _six_processes_killed_and_restarted(tmp_path, url)
@@ -143,6 +145,7 @@ def test_processes_opening_a_new_storage_together_create_its_schema_once(tmp_pat
     assert [p.exitcode for p in procs] == [0] * 6
 
 
+@pytest.mark.postgres
 def test_readme_recipe_two_tunes_share_one_postgresql_study_and_no_output_shows_the_password(tmp_path):
     from tests.postgres import PASSWORD
 

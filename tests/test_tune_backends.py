@@ -28,6 +28,8 @@ def _trials(db) -> list[tuple[dict, list[float]]]:
     return [(t.params, t.values) for t in study.trials], study
 
 
+@pytest.mark.slow
+@pytest.mark.processes
 def test_a_processes_tune_on_the_virtual_clock_gives_the_simulators_trial_values(tiny_job, tmp_path):
     args = ("tune", str(tiny_job), "--n-trials", "3", "--sampler", "random", "--json")
     sim = autosync(*args, "--storage", "sqlite:///sim.db", cwd=tmp_path)
@@ -42,6 +44,8 @@ def test_a_processes_tune_on_the_virtual_clock_gives_the_simulators_trial_values
     assert json.loads(sim.stdout)["cache"]["execution"] == {"backend": "simulator", "device": "cpu"}
 
 
+@pytest.mark.slow
+@pytest.mark.processes
 def test_a_real_clock_tune_finishes_and_caches_its_backend(tiny_job, tmp_path):
     args = ("tune", str(tiny_job), "--n-trials", "2", "--storage", "sqlite:///real.db", "--backend", "processes",
             "--clock", "real", "--stragglers", "model", "--time-scale", "0.02", "--json")
@@ -70,6 +74,7 @@ def test_the_cache_key_separates_backends():
     assert study_name(job, Space()) == f"{job.fingerprint()}-static_k"  # existing caches still match
 
 
+@pytest.mark.processes
 def test_a_trial_whose_worker_processes_die_fails_with_its_reason():
     job = small_job(budget={"max_virtual_seconds": 60})
     backend = BackendChoice(backend="processes", processes=1, worker_timeout=20)
@@ -100,6 +105,8 @@ def test_bad_backend_options_for_tune_exit_2(tiny_job, tmp_path, args, message):
 # ---------------------------------------------------------------- --verify-top: simulation verified
 
 
+@pytest.mark.slow
+@pytest.mark.processes
 def test_verify_top_reruns_the_best_candidates_and_bsp_on_the_backend(tiny_job, tmp_path):
     args = ("tune", str(tiny_job), "--n-trials", "4", "--sampler", "random", "--storage", "sqlite:///v.db",
             "--backend", "processes", "--verify-top", "2", "--out", "plots", "--json")
@@ -139,6 +146,8 @@ def test_kendall_tau_and_the_cache_answering_with_the_real_winner():
     assert record["verified"]["real_winner"] == slow and "rows" not in record["verified"]
 
 
+@pytest.mark.slow
+@pytest.mark.processes
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "killed"])
 def test_an_interrupted_or_killed_real_backend_tune_leaves_no_process_and_no_shared_memory(tiny_job, tmp_path, stop):
     long_job = tmp_path / "long.yaml"
