@@ -8,7 +8,9 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Callable, TypeVar
 
 import pytest
 
@@ -40,6 +42,38 @@ def small_job(**changes: Any) -> JobSpec:
     return job_from_dict(data, "test")
 
 
+T = TypeVar("T")
+
+
+def wait_for(condition: Callable[[], T], seconds: float, what: str | Callable[[], str], every: float = 0.1) -> T:
+    """Poll `condition` until it returns something true, and return that; fail the test after `seconds`.
+
+    `what` says what was waited for (or is called, once, to say it with what was seen: a log's tail).
+    A test waits for the state it needs, never for a fixed time that is too short on a busy machine.
+    """
+    deadline = time.monotonic() + seconds
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            pytest.fail(f"waited {seconds:g} s for: {what() if callable(what) else what}")
+        time.sleep(every)
+
+
+def write_calls(pid: int) -> int:
+    """How many write system calls process `pid` has made (0 once it is gone). A worker process makes one
+    per gradient it answers; starting up (receiving its shared tensors, its ready message) one made 27 when
+    measured."""
+    try:
+        for line in Path(f"/proc/{pid}/io").read_text().splitlines():
+            if line.startswith("syscw:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
 def spawned_children(pid: int) -> list[int]:
     """Spawned worker processes whose parent is `pid` (not multiprocessing's resource tracker)."""
     out = []
@@ -52,6 +86,20 @@ def spawned_children(pid: int) -> list[int]:
         if int(fields[1]) == pid and spawned:
             out.append(int(stat.parent.name))
     return out
+
+
+def computing_workers(pid: int, n: int, seconds: float) -> list[int]:
+    """Wait until the command `pid` has `n` spawned worker processes and each has answered gradients (100
+    write calls, far past starting up); return their pids."""
+    found: list[int] = []
+
+    def computing() -> bool:
+        found[:] = spawned_children(pid)
+        return len(found) >= n and all(write_calls(c) >= 100 for c in found)
+
+    wait_for(computing, seconds, lambda: f"{n} worker processes answering gradients (found {len(found)}, write "
+                                         f"calls {[write_calls(c) for c in found]})", every=0.2)
+    return found
 
 
 def start_autosync(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen:

@@ -49,6 +49,7 @@ def test_every_bad_job_file_is_one_error_line_naming_file_field_and_value(tmp_pa
         assert line == f"error: {path}: {_expected(path)}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", sorted(CORPUS.glob("family_*.yaml")), ids=lambda p: p.stem)
 def test_every_bad_family_file_is_one_error_line(tmp_path, path):
     proc = autosync("family", str(path), "--jobs", "1", "--out", str(tmp_path / "jobs"), cwd=tmp_path)
@@ -56,6 +57,7 @@ def test_every_bad_family_file_is_one_error_line(tmp_path, path):
     assert not (tmp_path / "jobs").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", sorted(CORPUS.glob("space_*.yaml")), ids=lambda p: p.stem)
 def test_every_bad_space_file_is_refused_by_tune_before_any_training(tmp_path, path):
     job = tmp_path / "tiny.yaml"

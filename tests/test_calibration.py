@@ -59,6 +59,8 @@ def test_the_check_says_whether_a_job_fits_and_which_run_misses(real_with_server
     assert misses.verdict().startswith("the simulation does not fit the real runs: backup k=1's real time is")
 
 
+@pytest.mark.slow
+@pytest.mark.processes
 def test_cli_calibrates_a_job_on_real_processes_and_writes_a_job_that_loads(tiny_job, tmp_path):
     proc = autosync("calibrate", str(tiny_job), "--updates", "20", "--out", "cal/job.yaml", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -9,6 +9,7 @@ import pytest
 from tests.conftest import autosync, no_traceback as _no_traceback
 
 
+@pytest.mark.slow
 def test_run_writes_trace_summary_and_plot(tiny_job, tmp_path):
     out = tmp_path / "out"
     proc = autosync("run", str(tiny_job), "--policy", "backup", "--param", "k=3", "--param", "lr_rule=proportional",
@@ -29,6 +30,7 @@ def test_run_writes_trace_summary_and_plot(tiny_job, tmp_path):
     (["--policy", "backup", "--param", "k"], "--param must look like key=value"),
     (["--policy", "backup", "--param", "k=abc"], "parameter k must be int, but got 'abc'"),
 ])
+@pytest.mark.slow
 def test_bad_cli_options_exit_2_with_one_line(tiny_job, tmp_path, args, message):
     proc = autosync("run", str(tiny_job), *args, cwd=tmp_path)
     assert proc.returncode == 2
@@ -83,6 +85,7 @@ def test_parser_errors_are_one_error_line_and_a_hint(tmp_path, args, message):
     ("", "is a file, but an output directory is needed"),
     ("sub", "--out: cannot write in"),  # a folder inside a file cannot be made
 ])
+@pytest.mark.slow
 def test_a_bad_output_location_is_refused_before_training(tiny_job, tmp_path, inside, message):
     (tmp_path / "afile").write_text("")
     out = tmp_path / "afile" / inside if inside else tmp_path / "afile"
@@ -93,6 +96,7 @@ def test_a_bad_output_location_is_refused_before_training(tiny_job, tmp_path, in
         _no_traceback(proc)
 
 
+@pytest.mark.slow
 def test_reading_the_cache_never_creates_the_storage(tiny_job, tmp_path):
     url = f"sqlite:///{tmp_path / 'new.db'}"
     shown = autosync("cache", "show", str(tiny_job), "--storage", url, cwd=tmp_path)

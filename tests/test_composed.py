@@ -29,6 +29,7 @@ SEEDS = [("bsp", {}), ("asp", {}), ("ssp", {"staleness": 1}), ("backup", {"k": 3
          ("dana_slim", {}), ("dana_dc", {})]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, params", SEEDS, ids=[f"{n}{p or ''}" for n, p in SEEDS])
 def test_every_seed_policy_is_a_composition_that_runs_identically(name, params):
     seed = make_policy(name, params)
@@ -68,6 +69,7 @@ def test_a_refused_composition_is_one_line_with_exit_2(tmp_path):
     assert out.returncode == 2 and out.stderr.strip().startswith("error: policy compose: update dana_slim")
 
 
+@pytest.mark.slow
 def test_new_compositions_run_and_use_each_slot():
     """SSP with DANA-Slim's look-ahead; Sync-Switch whose ASP phase is DANA-Zero, with LB-BSP batches before."""
     ssp_dana = simulate(JOB, make_policy("compose", {"barrier": "ssp", "staleness": 1, "update": "dana_slim"}))
@@ -86,6 +88,7 @@ def test_new_compositions_run_and_use_each_slot():
 @pytest.mark.parametrize("slots", [{"barrier": "ssp", "staleness": 1}, {"barrier": "asp", "update": "dana_slim"},
                                    {"barrier": "backup", "k": 3}, {"barrier": "dbw"}],
                          ids=["ssp", "asp-dana_slim", "backup", "dbw"])
+@pytest.mark.slow
 def test_lbbsp_batches_move_to_the_fast_workers_under_every_barrier(slots):
     """Worker 3 runs at 0.3x: LB-BSP gives it fewer samples whether its gradients are applied alone (ssp,
     asp) or discarded as a straggler's (backup 3 of 4, dbw)."""
@@ -110,6 +113,8 @@ def test_lbbsp_under_bsp_re_balances_at_every_barrier():
 @pytest.mark.parametrize("slots", [{"schedule": "elastic", "switch_at": 0.3, "update": "dana_slim"},
                                    {"barrier": "ssp", "staleness": 1, "batch": "lbbsp", "mode": "cpu"}],
                          ids=["elastic-dana_slim", "ssp-lbbsp"])
+@pytest.mark.slow
+@pytest.mark.processes
 def test_a_composition_on_worker_processes_is_the_in_process_run_bit_for_bit(slots):
     job = JOB.model_copy(update={"cluster": JOB.cluster.model_copy(update={"speed_factors": [1.0, 1.0, 1.0, 0.3]})})
     policy = make_policy("compose", slots)
@@ -136,6 +141,7 @@ def test_labels_read_as_the_composition_and_specs_parse():
             split_policy_spec(bad)
 
 
+@pytest.mark.slow
 def test_one_spec_names_a_composition_for_run_as_for_leaderboard(tmp_path):
     """`run --policy` takes the spec in either form, and gives the run `--param` gives."""
     path = tmp_path / "job.yaml"

@@ -21,6 +21,7 @@ def _tune(url: str, space: str = "policy", trials: int = 5, top: int = 2, **requ
                             confirm_top=top, **request))
 
 
+@pytest.mark.slow
 def test_the_winner_is_the_best_mean_over_the_search_seed_and_the_new_ones(tmp_path):
     outcome = _tune(f"sqlite:///{tmp_path / 's.db'}")
     confirmed = outcome.cache["confirmed"]
@@ -43,6 +44,7 @@ def test_the_winner_is_the_best_mean_over_the_search_seed_and_the_new_ones(tmp_p
         assert outcome.cache["speedup_vs_bsp"] == pytest.approx(bsp["time_to_target"] / winner["time_to_target"])
 
 
+@pytest.mark.slow
 def test_a_confirmed_study_answers_from_the_cache_and_an_interrupted_one_trains_only_what_is_missing(tmp_path):
     url = f"sqlite:///{tmp_path / 's.db'}"
     first = _tune(url)
@@ -72,6 +74,7 @@ def test_a_confirmed_study_answers_from_the_cache_and_an_interrupted_one_trains_
     assert wider.cache["confirmed"]["top"] == 3 and wider.cache["confirmed"]["rows"][:2] == first.cache["confirmed"]["rows"][:2]
 
 
+@pytest.mark.slow
 def test_a_composed_tune_confirms_the_policy_tunes_winner_too_and_is_never_slower_on_the_same_seeds(tmp_path):
     """The composed space holds every seed policy, so its confirmation includes the policy tune's confirmed
     winner (its runs copied, not trained): the composed answer's mean is at most the single one's."""
@@ -89,6 +92,7 @@ def test_a_composed_tune_confirms_the_policy_tunes_winner_too_and_is_never_slowe
     assert composed.cache["best_policy"]["policy"] == "compose"  # in the form the composed space samples
 
 
+@pytest.mark.slow
 def test_trials_recorded_without_the_budget_are_candidates_and_a_changed_sibling_winner_is_confirmed_again(tmp_path):
     """Studies of an autosync that did not record the budget in a trial's scoring still confirm their best
     (they confirmed BSP alone before); a composed confirmation is redone once the policy tune answers with
@@ -118,6 +122,7 @@ def test_trials_recorded_without_the_budget_are_candidates_and_a_changed_sibling
         r["policy"] for r in again.cache["confirmed"]["rows"]] != first
 
 
+@pytest.mark.slow
 def test_cli_prints_the_confirmation_and_refuses_bad_options_in_one_line(tmp_path):
     job = tmp_path / "tiny.yaml"
     job.write_text("name: tiny\nworkload: {dataset: {name: synthetic_classification, n_samples: 600}, "
@@ -139,6 +144,7 @@ def test_cli_prints_the_confirmation_and_refuses_bad_options_in_one_line(tmp_pat
     assert bad.returncode == 2 and "--sampler binary already trains each candidate on 3 seeds" in bad.stderr
 
 
+@pytest.mark.slow
 def test_where_every_candidate_fails_a_new_seed_the_cache_answers_with_bsp(tmp_path):
     """A candidate that diverges on a confirmation seed is not handed out: with none left, BSP answers."""
     from autosync.search.objective import BSP, canonical_policy

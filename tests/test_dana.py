@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from autosync.engine.simulator import Simulator
@@ -47,6 +48,7 @@ def test_dana_zero_running_sum_equals_the_full_sum():
     assert torch.allclose(state["v0"], sum(state["v"].values()), atol=1e-6)
 
 
+@pytest.mark.slow
 def test_momentum_widens_the_gap_and_dana_narrows_it():
     """Fig. 2(b): NAG-ASGD's gap is several times DANA-Zero's under the same lag (gamma times, app. A.4)."""
     job = small_job(cluster__n_workers=8, workload__optimizer={"lr": 0.05, "momentum": 0.9},
@@ -62,6 +64,7 @@ def test_momentum_widens_the_gap_and_dana_narrows_it():
     assert mean_gap["lwp"] < mean_gap["nag_asgd"]
 
 
+@pytest.mark.slow
 def test_delay_compensation_is_zero_without_staleness():
     """Eq. (17): with one worker theta_master = theta_worker, so DC-ASGD is Multi-ASGD."""
     job = small_job(cluster__n_workers=1)

@@ -7,7 +7,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import pytest
 from autosync.search.objective import ObjectiveSettings
 from autosync.search.space import SPACE_DIR, load_space
 from autosync.search.tune import TuneRequest, tune
-from tests.conftest import small_job
+from tests.conftest import small_job, wait_for
 
 
 def _free_port() -> int:
@@ -30,6 +29,7 @@ def _get(url: str) -> object:
         return json.loads(response.read())
 
 
+@pytest.mark.slow
 def test_optuna_dashboard_shows_the_tuned_study_with_its_metric_and_job(tmp_path):
     pytest.importorskip("optuna_dashboard", reason="optuna-dashboard is not installed (pip install 'autosync[dashboard]')")
     command = shutil.which("optuna-dashboard", path=str(Path(sys.executable).parent)) or shutil.which("optuna-dashboard")
@@ -43,14 +43,13 @@ def test_optuna_dashboard_shows_the_tuned_study_with_its_metric_and_job(tmp_path
     server = subprocess.Popen([command, url, "--host", "127.0.0.1", "--port", str(port), "--quiet"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        studies = None
-        deadline = time.monotonic() + 60
-        while studies is None and time.monotonic() < deadline:
+        def summaries() -> list | None:
             try:
-                studies = _get(f"http://127.0.0.1:{port}/api/studies")["study_summaries"]
+                return [_get(f"http://127.0.0.1:{port}/api/studies")["study_summaries"]]
             except OSError:
-                time.sleep(0.3)
-        assert studies is not None, "optuna-dashboard did not answer"
+                return None
+
+        (studies,) = wait_for(summaries, 60, "optuna-dashboard to answer", every=0.3)
         (summary,) = [s for s in studies if s["study_name"] == outcome.study_name]
         attrs = {a["key"]: a["value"] for a in summary["user_attrs"]}
         assert attrs["job_name"] == "small" and attrs["fingerprint"] == job.fingerprint() and attrs["space"] == "static_k"

@@ -18,8 +18,10 @@ import torch
 from autosync.catalog import make_policy
 from autosync.job import load_job
 from autosync.workloads.workload import Workload
-from tests.conftest import autosync, no_traceback, per_worker_run
+from tests.conftest import autosync, no_traceback, per_worker_run, wait_for
 from tests.test_tune_backends import _trials
+
+pytestmark = [pytest.mark.slow, pytest.mark.processes, pytest.mark.distributed]
 
 
 def _torchrun(*args: str, cwd, command: str = "run") -> subprocess.CompletedProcess:
@@ -128,10 +130,12 @@ class _Launch:
 
     def wait_for_stderr(self, text: str, seconds: float) -> float:
         started = time.monotonic()
-        while not any(text in line for line in self.stderr):
-            assert time.monotonic() - started < seconds, "".join(self.stderr)[-3000:]
-            time.sleep(0.1)
+        wait_for(lambda: any(text in line for line in self.stderr), seconds,
+                 lambda: f"{text!r} on the launch's stderr:\n" + "".join(self.stderr)[-3000:])
         return time.monotonic() - started
+
+    def wait_for_no_process(self) -> None:
+        wait_for(lambda: not self.processes(), 10, lambda: f"the launch's processes to end: {self.processes()}")
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the rank processes through /proc")
@@ -146,8 +150,7 @@ def test_a_hung_rank_stops_the_run_with_an_error_naming_it_and_no_process_stays(
             os.kill(victim, signal.SIGCONT)
     assert waited < 20
     assert launch.proc.wait(timeout=60) != 0
-    time.sleep(0.5)
-    assert launch.processes() == {}
+    launch.wait_for_no_process()
     assert "Traceback" not in "".join(line for line in launch.stderr if line.startswith("error:"))
 
 
@@ -156,7 +159,6 @@ def test_a_killed_rank_ends_the_whole_launch_naming_it_and_no_process_stays(tiny
     launch = _Launch(tiny_job, tmp_path)
     os.kill(launch.rank_pid(2), signal.SIGKILL)
     assert launch.proc.wait(timeout=60) != 0  # torchrun stops the group: it cannot go on without a member
-    time.sleep(0.5)
-    assert launch.processes() == {}
+    launch.wait_for_no_process()
     report = "".join(launch.stderr)
     assert "rank      : 2 (local_rank: 2)" in report and "exitcode  : -9" in report

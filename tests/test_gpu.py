@@ -13,7 +13,7 @@ from autosync.engine.simulator import Simulator, simulate
 from autosync.workloads.workload import Workload
 from tests.conftest import small_job
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine")
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine")]
 
 JOB = small_job(budget={"max_updates": 20})
 PARAMS = {"backup": {"k": 3}}  # the defaults of the others fit 4 workers
@@ -28,6 +28,7 @@ def test_every_policy_trains_on_the_gpu_as_on_the_cpu(name):
     assert torch.allclose(gpu.final_params.cpu(), cpu.final_params, atol=1e-4)
 
 
+@pytest.mark.processes
 def test_worker_processes_share_the_gpu_slots_and_match_the_in_process_kernel():
     workload = Workload(JOB, device="cuda")
     reference = Simulator(JOB, make_policy("backup", {"k": 3}), workload=workload,
@@ -46,6 +47,7 @@ def test_worker_processes_share_the_gpu_slots_and_match_the_in_process_kernel():
     assert torch.allclose(replayed.final_params, logged.final_params, atol=1e-6)
 
 
+@pytest.mark.processes
 def test_a_tune_on_worker_processes_sharing_the_gpu_trains_every_trial_there_and_caches_it(tiny_job, tmp_path):
     import json
 

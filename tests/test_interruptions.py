@@ -11,7 +11,11 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import autosync, signal_and_wait, start_autosync
+
+pytestmark = [pytest.mark.slow, pytest.mark.processes]
 
 
 def _trials(db: Path, state: str) -> int:

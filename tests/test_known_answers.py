@@ -34,6 +34,7 @@ def test_backup_k_equals_n_is_bsp_under_equal_round_trips():
     assert a.trace.arrivals == b.trace.arrivals
 
 
+@pytest.mark.slow
 def test_backup_k_equals_n_gives_bsp_parameters_under_random_round_trips():
     job = small_job()
     a, b = simulate(job, BSP()), simulate(job, BackupWorkers(k=job.cluster.n_workers))
@@ -48,6 +49,7 @@ def test_asp_with_one_worker_is_sequential_sgd():
     assert set(result.trace.column("updates", "staleness")[0]) == {0}
 
 
+@pytest.mark.slow
 def test_mean_bsp_iteration_time_matches_harmonic_number():
     # Round trips a + Exp(mean mu): the max of n exponentials has mean mu * H_n.
     n, alpha, updates = 8, 0.6, 3000

@@ -47,6 +47,7 @@ def test_proportional_split_keeps_the_total_and_gives_everyone_a_sample(weights,
         assert sizes == sorted(sizes, reverse=True)
 
 
+@pytest.mark.slow
 def test_gpu_balancer_reaches_an_equilibrium_much_faster_than_bsp():
     """Fig. 6 / Table 3: speeds 8:4:2:1 (V100 : M60 : K80 : K520), total batch n * B unchanged."""
     job = small_job(budget={"max_updates": 300}, **GPU_CLUSTER)
@@ -58,6 +59,7 @@ def test_gpu_balancer_reaches_an_equilibrium_much_faster_than_bsp():
     assert lb.trace.extras["lb_fine_tune"][-1][1] == 1  # the oscillation switched it to fine-tuning
 
 
+@pytest.mark.slow
 def test_gpu_balancer_finds_a_new_equilibrium_after_a_slowdown():
     job = small_job(budget={"max_updates": 500},
                     cluster__slowdowns=[{"at": 15.0, "duration": 1000.0, "factor": 4.0, "workers": [0]}],
@@ -71,6 +73,7 @@ def test_gpu_balancer_finds_a_new_equilibrium_after_a_slowdown():
     assert share[False] < share[True] - 20  # worker 0 lost a good part of its batch
 
 
+@pytest.mark.slow
 def test_cpu_balancer_with_narx_predicts_best_and_beats_bsp():
     """Fig. 10 and sec. 5.4: with time-varying CPU/memory, NARX's RMSE beats last value and EMA."""
     job = small_job(workload__batch_size=64, cluster__n_workers=8, budget={"max_updates": 500},
@@ -95,6 +98,7 @@ def test_invalid_parameters_are_named():
 @pytest.mark.parametrize("compute,mode", [({"model": "linear", "seconds_per_sample": 0.01}, "cpu"),
                                           ({"model": "gpu", "launch_overhead": 0.01, "saturation_batch": 8,
                                             "seconds_per_sample": 0.002}, "gpu")])
+@pytest.mark.slow
 def test_auto_mode_is_the_mode_the_compute_model_calls_for(compute, mode):
     from autosync.catalog import make_policy
     from autosync.engine import simulate

@@ -42,6 +42,8 @@ def test_policy_specs_are_parsed_and_validated():
         parse_policy_spec("backup:k=9", 4)
 
 
+@pytest.mark.slow
+@pytest.mark.processes
 def test_parallel_grid_equals_serial_grid():
     job = small_job(budget={"max_updates": 15})
     policies = [parse_policy_spec(p, 4) for p in ("bsp", "asp")]
@@ -51,6 +53,7 @@ def test_parallel_grid_equals_serial_grid():
     assert strip(serial) == strip(parallel)
 
 
+@pytest.mark.slow
 def test_leaderboard_command_writes_tables_and_plots(tmp_path):
     job = tmp_path / "job.yaml"
     job.write_text("name: lb\nworkload: {dataset: {name: digits}, model: {name: logreg}, batch_size: 16,"

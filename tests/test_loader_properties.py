@@ -163,6 +163,7 @@ def folder():
         yield Path(name)
 
 
+@pytest.mark.slow
 @PROPERTY
 @given(doc=_mutated(JOB))
 def test_a_job_file_is_accepted_and_round_trips_or_refused_in_one_line_per_problem(folder, doc):

@@ -30,6 +30,7 @@ def policy(request):
     return make_policy(request.param, CONTRACT_PARAMS.get(request.param, {}))
 
 
+@pytest.mark.slow
 def test_seeded_runs_reproduce_bit_for_bit(policy):
     job = small_job()
     a, b = simulate(job, policy), simulate(job, policy)
@@ -38,6 +39,7 @@ def test_seeded_runs_reproduce_bit_for_bit(policy):
     assert a.trace.arrivals == b.trace.arrivals
 
 
+@pytest.mark.slow
 def test_other_seed_gives_other_trace(policy):
     a, b = simulate(small_job(seed=1), policy), simulate(small_job(seed=2), policy)
     assert a.trace.arrivals != b.trace.arrivals
@@ -63,12 +65,14 @@ def test_parameters_round_trip_through_json(policy):
     assert again == policy and again.to_json() == text
 
 
+@pytest.mark.slow
 def test_binding_does_not_mutate_policy(policy):
     before = policy.to_json()
     simulate(small_job(), policy)
     assert policy.to_json() == before
 
 
+@pytest.mark.slow
 def test_every_arrival_is_logged_and_time_is_monotone(policy):
     result = simulate(small_job(), policy)
     times = [a[0] for a in result.trace.arrivals]
@@ -158,6 +162,7 @@ def test_the_papers_spellings_name_the_policy(spelling, name):
     ("sync_switch", {"switch_at": 1.0, "config": "none"}, "bsp"),
     ("split", {"fractions": [0.25] * 4}, "bsp"), ("split", {}, "bsp"),
 ])
+@pytest.mark.slow
 def test_a_canonical_form_runs_exactly_like_the_policy(name, params, canonical):
     policy = make_policy(name, params)
     simple = policy.canonical(4)

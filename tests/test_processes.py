@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -19,8 +18,10 @@ from autosync.engine.simulator import Simulator
 from autosync.policies import Task
 from autosync.workloads.workload import Workload
 from tests.conftest import (
-    autosync, no_traceback, signal_and_wait, small_job, spawned_children, start_autosync,
+    autosync, computing_workers, no_traceback, signal_and_wait, small_job, start_autosync, wait_for,
 )
+
+pytestmark = pytest.mark.processes
 
 JOB = small_job(budget={"max_updates": 30})
 POLICIES = [("bsp", {}), ("backup", {"k": 3}), ("dbw", {}), ("asp", {}), ("ssp", {"staleness": 2})]
@@ -58,6 +59,7 @@ def _same_run(a, b) -> None:
     assert without_wall(a.trace.updates) == without_wall(b.trace.updates)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,params", POLICIES)
 def test_processes_backend_is_bit_identical_to_the_in_process_engine(name, params, workload, reference, driver):
     result = Simulator(JOB, make_policy(name, params), workload=workload, driver=driver).run()
@@ -68,6 +70,7 @@ def _tasks(workers, params, index=0):
     return [Task(w, index, 0, 8, 0.0, params=params) for w in workers]
 
 
+@pytest.mark.slow
 def test_tasks_on_one_version_share_one_parameter_copy_until_no_one_reads_it():
     job = small_job(cluster__n_workers=6)
     workload = Workload(job)
@@ -103,6 +106,7 @@ def test_tasks_on_one_version_share_one_parameter_copy_until_no_one_reads_it():
         d.close()
 
 
+@pytest.mark.slow
 def test_a_killed_and_a_hung_worker_process_are_replaced_without_changing_the_run(workload, reference):
     d = ProcessDriver(workload, processes=3, timeout=2.0)
     try:
@@ -127,6 +131,7 @@ def test_with_no_process_left_the_run_stops_naming_the_workers(workload):
     assert not any(p.is_alive() for p in d.procs)
 
 
+@pytest.mark.slow
 def test_cli_runs_on_processes_and_ctrl_c_leaves_no_process(tiny_job, tmp_path):
     proc = autosync("run", str(tiny_job), "--backend", "processes", "--workers-per-device", "2",
                     "--out", str(tmp_path / "run"), cwd=tmp_path)
@@ -141,20 +146,15 @@ def test_cli_runs_on_processes_and_ctrl_c_leaves_no_process(tiny_job, tmp_path):
     assert "100000" in long_job.read_text()
     run = start_autosync("run", str(long_job), "--backend", "processes", "--workers-per-device", "2",
                          "--out", str(tmp_path / "long"), cwd=tmp_path)
-    deadline, children = time.monotonic() + 60, []
-    while time.monotonic() < deadline and len(children) < 2:
-        time.sleep(0.5)
-        children = spawned_children(run.pid)
-    time.sleep(3.0)  # the workers are up and computing
+    children = computing_workers(run.pid, 2, 120)  # Ctrl-C while the workers are computing
     stderr = signal_and_wait(run, signal.SIGINT)
     assert run.returncode == 130 and "Traceback" not in stderr, stderr[-3000:]  # typer's exit code for Ctrl-C
     assert len(children) == 2
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(Path(f"/proc/{c}").exists() for c in children):
-        time.sleep(0.2)
-    assert not [c for c in children if Path(f"/proc/{c}").exists()]
+    left = lambda: [c for c in children if Path(f"/proc/{c}").exists()]  # noqa: E731
+    wait_for(lambda: not left(), 10, lambda: f"the worker processes to end after Ctrl-C ({left()} still there)")
 
 
+@pytest.mark.slow
 def test_worker_processes_pinned_to_cores_run_there_and_compute_the_same_run(workload, reference):
     """--worker-cpus: process p on core cpus[p % len] alone (its workers become real stragglers when that
     core is shared); the run itself is unchanged on the virtual clock."""

@@ -70,6 +70,8 @@ def test_a_fixed_cost_per_task_is_fitted_as_the_flat_then_linear_model():
     assert time_scale(JOB, cluster) < 0.1  # ms against the model's 0.5 s
 
 
+@pytest.mark.slow
+@pytest.mark.processes
 def test_cli_profiles_real_processes_and_writes_a_job_that_tunes(tiny_job, tmp_path):
     proc = autosync("profile", str(tiny_job), "--rounds", "2", "--batch-sizes", "8,16", "--out", "prof", "--check",
                     "--check-updates", "10", cwd=tmp_path)

@@ -15,6 +15,8 @@ from autosync.engine.simulator import Simulator, simulate
 from autosync.workloads.workload import Workload
 from tests.conftest import autosync, no_traceback, per_worker_run, small_job
 
+pytestmark = pytest.mark.processes
+
 SCALE = 0.01  # real seconds per virtual second: a 0.5 s round trip of the model lasts 5 ms
 JOB = small_job(budget={"max_updates": 30})
 SLOW_WORKER = small_job(budget={"max_updates": 40}, cluster__round_trip={"kind": "deterministic"},
@@ -44,6 +46,7 @@ def _replay(job, name, params, workload, arrivals):
 
 @pytest.mark.parametrize("name,params,inject", [("backup", {"k": 3}, True), ("asp", {}, False),
                                                 ("sync_switch", {"switch_at": 0.5}, True)])
+@pytest.mark.slow
 def test_a_real_time_run_replays_bit_identically_from_its_arrival_log(name, params, inject, workload, driver):
     logged = _real_time_run(JOB, name, params, workload, driver, inject)
     replayed = _replay(JOB, name, params, workload, logged.trace.arrivals)
@@ -54,6 +57,7 @@ def test_a_real_time_run_replays_bit_identically_from_its_arrival_log(name, para
     assert times == sorted(times) and len(logged.trace.updates) == 30
 
 
+@pytest.mark.slow
 def test_the_replay_stops_at_the_first_arrival_that_differs(workload, driver):
     logged = _real_time_run(JOB, "backup", {"k": 3}, workload, driver).trace.arrivals
     discarded = next(i for i, a in enumerate(logged) if not a[5])
@@ -70,6 +74,7 @@ def test_the_replay_stops_at_the_first_arrival_that_differs(workload, driver):
         _replay(JOB, "backup", {"k": 3}, workload, logged[:10])
 
 
+@pytest.mark.slow
 def test_injected_stragglers_hold_each_answer_for_its_model_round_trip(workload):
     d = ProcessDriver(workload, processes=2, timeout=10.0)
     try:
@@ -85,6 +90,7 @@ def test_injected_stragglers_hold_each_answer_for_its_model_round_trip(workload)
         assert time >= (task + 1) * (5.0 if worker == 0 else 0.5) - 1e-9
 
 
+@pytest.mark.slow
 def test_cli_real_time_run_then_rerun_is_bit_identical(tiny_job, tmp_path):
     run = autosync("run", str(tiny_job), "--policy", "backup", "--param", "k=3", "--backend", "processes",
                    "--clock", "real", "--stragglers", "model", "--time-scale", "0.01", "--out", "r", cwd=tmp_path)

@@ -9,7 +9,7 @@ import pytest
 
 from autosync.family import FamilySpec
 from autosync.robustness import (
-    BSP_LABEL, CELLS_FILE, cell_key, online_policies, penalised_time, score_job, static_k_policies, summarize,
+    CELLS_FILE, cell_key, online_policies, penalised_time, score_job, static_k_policies, summarize,
 )
 from tests.conftest import autosync, no_traceback
 
@@ -66,6 +66,7 @@ def test_regret_is_the_mean_time_over_the_best_static_k_with_misses_at_twice_the
     assert penalised_time({"time_to_target": None, "error": "boom"}, job) == 40.0
 
 
+@pytest.mark.slow
 def test_robustness_command_writes_the_table_and_resumes(tmp_path):
     family = tmp_path / "tiny.yaml"
     family.write_text(TINY)

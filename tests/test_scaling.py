@@ -27,6 +27,7 @@ def boards(tmp_path_factory):
     return root
 
 
+@pytest.mark.slow
 def test_scaling_gathers_every_seed_per_policy_and_worker_count(boards):
     result = collect([boards / "lb4", boards / "lb2"])
     assert result.worker_counts == [2, 4]
@@ -38,6 +39,7 @@ def test_scaling_gathers_every_seed_per_policy_and_worker_count(boards):
             assert point.values == expected and point.mean == pytest.approx(statistics.fmean(expected))
 
 
+@pytest.mark.slow
 def test_scaling_command_writes_table_json_and_plot(boards):
     proc = autosync("scaling", "lb2", "lb4", "--metric", "final_train_loss", "--out", "sc", cwd=boards)
     assert proc.returncode == 0, proc.stderr
@@ -55,6 +57,7 @@ def test_scaling_command_writes_table_json_and_plot(boards):
     (["lb2", "lb2"], "two leaderboards have the same worker count ([2, 2])"),
     (["broken"], "broken/leaderboard.json: not a leaderboard written by autosync"),
 ])
+@pytest.mark.slow
 def test_scaling_bad_input_is_one_line_and_exit_2(boards, args, message):
     (boards / "broken").mkdir(exist_ok=True)
     (boards / "broken" / "leaderboard.json").write_text("{\"runs\": [")

@@ -132,6 +132,7 @@ def _request(tmp_path: Path, **changes) -> TuneRequest:
     return TuneRequest(**base)
 
 
+@pytest.mark.slow
 def test_tune_caches_the_best_policy_for_the_recurring_job(tmp_path):
     first = tune(_request(tmp_path))
     assert not first.cached and first.new_trials == 4
@@ -146,12 +147,14 @@ def test_tune_caches_the_best_policy_for_the_recurring_job(tmp_path):
     assert study.trials[4].params == study.trials[record["best_trial"]].params  # warm start: cached best first
 
 
+@pytest.mark.slow
 def test_baselines_are_enqueued_first(tmp_path):
     outcome = tune(_request(tmp_path, n_trials=2))
     study = optuna.load_study(study_name=outcome.study_name, storage=open_storage(_request(tmp_path).storage))
     assert study.trials[0].user_attrs["policy"] == {"policy": "backup", "params": {"k": 4, "lr_rule": "fixed"}}
 
 
+@pytest.mark.slow
 def test_a_diverging_policy_is_a_failed_trial_with_its_reason(tmp_path):
     # Sync-Switch's configuration policy trains BSP with 8 x eta: too much for this MLP, which then diverges
     space = load_space(_space(tmp_path, "policies: {sync_switch: {config: {type: categorical, "
@@ -176,6 +179,7 @@ def _switch_point_search(tmp_path: Path, sampler: str, n_trials: int, tolerance:
     return outcome, optuna.load_study(study_name=outcome.study_name, storage=open_storage(_request(tmp_path).storage))
 
 
+@pytest.mark.slow
 def test_binary_sampler_records_every_candidate_in_the_study(tmp_path):
     _, study = _switch_point_search(tmp_path, "binary", 3, 0.2)
     switch_points = [t.params["sync_switch.switch_at"] for t in study.trials]
@@ -198,6 +202,7 @@ def _tiny(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_cli_tune_then_cache_hit_then_run_tuned_then_clear(tmp_path):
     job = _tiny(tmp_path)
     proc = autosync("tune", str(job), "--n-trials", "3", "--tolerance", "0.05", cwd=tmp_path)
@@ -219,6 +224,7 @@ def test_cli_tune_then_cache_hit_then_run_tuned_then_clear(tmp_path):
     no_traceback(missing)
 
 
+@pytest.mark.slow
 def test_cli_json_output_is_one_strict_document_on_stdout(tmp_path):
     job = _tiny(tmp_path)
 
@@ -238,6 +244,7 @@ def test_cli_json_output_is_one_strict_document_on_stdout(tmp_path):
     assert [r["policy"] for r in board["rows"]] and "speedup_vs_bsp" in board["rows"][0]
 
 
+@pytest.mark.slow
 def test_cli_version_and_exit_code_1_for_a_runtime_failure(tmp_path):
     from autosync import __version__
 
@@ -285,6 +292,7 @@ def test_read_only_storage_is_a_clear_error(tmp_path):
     no_traceback(proc)
 
 
+@pytest.mark.slow
 def test_a_corrupt_cache_entry_is_a_clear_error_and_refresh_repairs_it(tmp_path):
     outcome = tune(_request(tmp_path, n_trials=2))
     study = optuna.load_study(study_name=outcome.study_name, storage=open_storage(_request(tmp_path).storage))
@@ -295,6 +303,8 @@ def test_a_corrupt_cache_entry_is_a_clear_error_and_refresh_repairs_it(tmp_path)
     assert repaired.cache["trials"] == 3
 
 
+@pytest.mark.slow
+@pytest.mark.processes
 def test_two_processes_on_one_sqlite_file_lose_no_trial(tmp_path):
     outcome = tune(_request(tmp_path, n_trials=6, n_jobs=2))
     study = optuna.load_study(study_name=outcome.study_name, storage=open_storage(_request(tmp_path).storage))
@@ -336,6 +346,7 @@ def test_a_proposal_seen_before_is_scored_from_its_twin_without_training(tmp_pat
     assert second.constraints == first.constraints
 
 
+@pytest.mark.slow
 def test_a_tune_over_another_space_reuses_what_a_sibling_study_of_the_job_trained(tmp_path):
     """policy, then composed, in one storage: composed's BSP reference and its compose(asp) trial (ASP's
     canonical form) come from the policy study, untrained; a study of another job shares nothing."""
@@ -367,6 +378,7 @@ def test_a_tune_over_another_space_reuses_what_a_sibling_study_of_the_job_traine
                    for t in third.study.trials)
 
 
+@pytest.mark.slow
 def test_a_composed_tune_tries_the_policy_tunes_winner_with_another_papers_strategy_added(tmp_path):
     """After the policy tune's winner (backup k here), the composed tune queues it with LB-BSP's batches:
     the cross-paper neighbour, trained since no sibling ran it."""
@@ -383,6 +395,8 @@ def test_a_composed_tune_tries_the_policy_tunes_winner_with_another_papers_strat
     assert second.study.trials[3].user_attrs["virtual_seconds"] > 0  # trained: no sibling ran it
 
 
+@pytest.mark.slow
+@pytest.mark.processes
 def test_killed_tune_resumes_without_losing_finished_trials(tmp_path):
     job = _tiny(tmp_path)
     env = {**os.environ, "AUTOSYNC_HEARTBEAT_SECONDS": "1"}
@@ -425,6 +439,7 @@ def test_a_trial_killed_before_its_first_heartbeat_is_failed_and_retried(tmp_pat
     assert states == [optuna.trial.TrialState.FAIL, optuna.trial.TrialState.WAITING]  # failed, then re-queued
 
 
+@pytest.mark.slow
 def test_policies_that_run_alike_are_trained_once_per_study(tmp_path):
     space = load_space(_space(tmp_path, "policies: {bsp: {}, backup: {k: {type: int, low: 3, high: 4}},"
                                         " sync_switch: {switch_at: 1.0, config: none}}"), 4)

@@ -68,6 +68,7 @@ def test_asp_is_bounded_by_the_link_and_by_the_update_loop():
     assert (200 - 100) / (slow_apply[199] - slow_apply[99]) == pytest.approx(1 / 0.5, rel=0.02)
 
 
+@pytest.mark.slow
 def test_every_policy_runs_on_a_queueing_server():
     from autosync.catalog import POLICIES, make_policy
 

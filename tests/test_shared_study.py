@@ -13,14 +13,15 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.conftest import small_job
+from tests.conftest import small_job, wait_for
 from tests.postgres import postgres_server
+
+pytestmark = [pytest.mark.slow, pytest.mark.processes]
 
 BUDGET = 12
 
@@ -68,16 +69,7 @@ def _storage(kind: str, tmp_path: Path):
             yield url
 
 
-def _wait_for(condition, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.2)
-    return False
-
-
-@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def test_six_processes_killed_and_restarted_keep_the_budget_exact(tmp_path, kind):
     with _storage(kind, tmp_path) as url:
         _six_processes_killed_and_restarted(tmp_path, url)
@@ -100,7 +92,7 @@ def _six_processes_killed_and_restarted(tmp_path: Path, db: str) -> None:
         return groups
 
     victims = {procs["a"].pid, procs["c"].pid}  # a whole tune (its helper too) and a single one
-    assert _wait_for(lambda: victims <= busy_groups(), 120), "the tunes to kill never ran a trial"
+    wait_for(lambda: victims <= busy_groups(), 120, "the tunes to kill to run a trial", every=0.2)
     for name in ("a", "c"):  # each mid-trial
         os.killpg(procs[name].pid, signal.SIGKILL)
         procs[name].wait()
@@ -154,6 +146,7 @@ def test_processes_opening_a_new_storage_together_create_its_schema_once(tmp_pat
     assert [p.exitcode for p in procs] == [0] * 6
 
 
+@pytest.mark.postgres
 def test_readme_recipe_two_tunes_share_one_postgresql_study_and_no_output_shows_the_password(tmp_path):
     from tests.postgres import PASSWORD
 

@@ -68,6 +68,7 @@ def test_momentum_after_the_switch_follows_fig8(variant, expected):
     assert sim.update_state["momentum_coefficient"] == expected
 
 
+@pytest.mark.slow
 def test_ramped_momentum_grows_and_is_capped():
     sim = Simulator(small_job(budget={"max_epochs": 40.0}),
                     SyncSwitch(switch_at=0.1, config="none", asp_momentum="ramp_n"))
@@ -115,6 +116,7 @@ def test_greedy_runs_asp_while_the_straggler_lasts_and_returns_to_bsp():
     assert any(p == 1 for t, p in zip(times, phases) if 30.0 < t < 50.0)
 
 
+@pytest.mark.slow
 def test_elastic_beats_agnostic_under_a_transient_straggler():
     job = _straggling_job()
     agnostic = simulate(job, SyncSwitch(switch_at=0.5, config="none"))

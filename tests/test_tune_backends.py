@@ -7,7 +7,6 @@ import multiprocessing
 import os
 import re
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ from autosync.engine.backends import BackendChoice
 from autosync.search.cache import study_name
 from autosync.search.objective import RunFailed, evaluate
 from tests.conftest import (
-    autosync, no_traceback, signal_and_wait, small_job, spawned_children, start_autosync,
+    autosync, computing_workers, no_traceback, signal_and_wait, small_job, start_autosync, wait_for,
 )
 
 
@@ -29,6 +28,8 @@ def _trials(db) -> list[tuple[dict, list[float]]]:
     return [(t.params, t.values) for t in study.trials], study
 
 
+@pytest.mark.slow
+@pytest.mark.processes
 def test_a_processes_tune_on_the_virtual_clock_gives_the_simulators_trial_values(tiny_job, tmp_path):
     args = ("tune", str(tiny_job), "--n-trials", "3", "--sampler", "random", "--json")
     sim = autosync(*args, "--storage", "sqlite:///sim.db", cwd=tmp_path)
@@ -43,6 +44,8 @@ def test_a_processes_tune_on_the_virtual_clock_gives_the_simulators_trial_values
     assert json.loads(sim.stdout)["cache"]["execution"] == {"backend": "simulator", "device": "cpu"}
 
 
+@pytest.mark.slow
+@pytest.mark.processes
 def test_a_real_clock_tune_finishes_and_caches_its_backend(tiny_job, tmp_path):
     args = ("tune", str(tiny_job), "--n-trials", "2", "--storage", "sqlite:///real.db", "--backend", "processes",
             "--clock", "real", "--stragglers", "model", "--time-scale", "0.02", "--json")
@@ -71,6 +74,7 @@ def test_the_cache_key_separates_backends():
     assert study_name(job, Space()) == f"{job.fingerprint()}-static_k"  # existing caches still match
 
 
+@pytest.mark.processes
 def test_a_trial_whose_worker_processes_die_fails_with_its_reason():
     job = small_job(budget={"max_virtual_seconds": 60})
     backend = BackendChoice(backend="processes", processes=1, worker_timeout=20)
@@ -101,6 +105,8 @@ def test_bad_backend_options_for_tune_exit_2(tiny_job, tmp_path, args, message):
 # ---------------------------------------------------------------- --verify-top: simulation verified
 
 
+@pytest.mark.slow
+@pytest.mark.processes
 def test_verify_top_reruns_the_best_candidates_and_bsp_on_the_backend(tiny_job, tmp_path):
     args = ("tune", str(tiny_job), "--n-trials", "4", "--sampler", "random", "--storage", "sqlite:///v.db",
             "--backend", "processes", "--verify-top", "2", "--out", "plots", "--json")
@@ -164,6 +170,8 @@ def test_after_a_verification_one_winner_line_gives_the_answer_on_both_clocks():
            "simulated 62.00 s vs BSP 171.00 s (2.76x)" in line, line
 
 
+@pytest.mark.slow
+@pytest.mark.processes
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "killed"])
 def test_an_interrupted_or_killed_real_backend_tune_leaves_no_process_and_no_shared_memory(tiny_job, tmp_path, stop):
     long_job = tmp_path / "long.yaml"
@@ -171,18 +179,12 @@ def test_an_interrupted_or_killed_real_backend_tune_leaves_no_process_and_no_sha
     shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
     tune = start_autosync("tune", str(long_job), "--backend", "processes", "--n-trials", "4",
                           "--storage", f"sqlite:///{tmp_path}/s.db", cwd=tmp_path)
-    deadline, children = time.monotonic() + 90, []
-    while time.monotonic() < deadline and len(children) < 2:
-        time.sleep(0.5)
-        children = spawned_children(tune.pid)
+    children = computing_workers(tune.pid, 2, 120)  # computing the BSP reference run's gradients
     assert len(children) == 2, "the trial's worker processes did not start"
-    time.sleep(2.0)  # they are computing the BSP reference run's gradients
     stderr = signal_and_wait(tune, stop)
     assert "Traceback" not in stderr, stderr[-3000:]
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and any(Path(f"/proc/{c}").exists() for c in children):
-        time.sleep(0.2)
-    assert not [c for c in children if Path(f"/proc/{c}").exists()]
+    left = lambda: [c for c in children if Path(f"/proc/{c}").exists()]  # noqa: E731
+    wait_for(lambda: not left(), 15, lambda: f"the worker processes to end ({left()} still there)")
     left = {f for f in set(os.listdir("/dev/shm")) - shm_before if f.startswith(("torch_", "psm_"))} \
         if os.path.isdir("/dev/shm") else set()
     assert not left, left

@@ -206,6 +206,8 @@ def test_same_seed_same_run_with_buffers_and_dropout_and_seeds_differ(user_dir):
     assert torch.equal(first, again) and not torch.equal(first, other)
 
 
+@pytest.mark.slow
+@pytest.mark.processes
 @pytest.mark.parametrize("policy", ["bsp", "asp"])
 def test_worker_processes_give_the_in_process_run_bit_for_bit_with_buffers_and_dropout(user_dir, policy):
     job = _job(user_dir, "procs")
@@ -286,6 +288,7 @@ def test_a_dataset_factory_may_return_keras_train_and_test_pairs(user_dir, facto
                      "keras_bad.yaml")
 
 
+@pytest.mark.slow
 def test_validate_and_run_report_bad_user_code_in_one_line_with_exit_2(user_dir):
     _job(user_dir, "cli_bad", model={"factory": "userpkg:wrong_width"})
     for command in (["validate", "cli_bad.yaml"], ["run", "cli_bad.yaml"], ["tune", "cli_bad.yaml", "--storage",
@@ -296,6 +299,7 @@ def test_validate_and_run_report_bad_user_code_in_one_line_with_exit_2(user_dir)
         assert out.returncode == 2 and len(lines) == 1 and "do not match the dataset's 3 classes" in lines[0], out.stderr
 
 
+@pytest.mark.slow
 def test_the_sequence_example_is_tuned_end_to_end_from_any_directory(tmp_path):
     """The console script imports the example's own package from the job file's folder (not the cwd)."""
     job = EXAMPLES / "sequences" / "job.yaml"
@@ -311,6 +315,7 @@ def test_the_sequence_example_is_tuned_end_to_end_from_any_directory(tmp_path):
     assert found["cache"]["best_value"] is not None
 
 
+@pytest.mark.slow
 def test_the_batchnorm_example_is_tuned_end_to_end_through_the_python_api(tmp_path):
     job = api.load_job(EXAMPLES / "vision_bn" / "job.yaml")
     workload = api.check_workload(job)
@@ -322,6 +327,7 @@ def test_the_batchnorm_example_is_tuned_end_to_end_through_the_python_api(tmp_pa
     assert tuned.policy == outcome.cache["best_policy"] and tuned.final_buffers is not None
 
 
+@pytest.mark.slow
 def test_the_readme_python_api_example_runs_as_written(tmp_path, monkeypatch, capsys):
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     start = readme.index("```python\nimport autosync.api as autosync")
@@ -334,6 +340,9 @@ def test_the_readme_python_api_example_runs_as_written(tmp_path, monkeypatch, ca
     assert sorted(api.__all__) == sorted(name for name in api.__all__ if hasattr(api, name))
 
 
+@pytest.mark.slow
+@pytest.mark.processes
+@pytest.mark.distributed
 def test_torchrun_ranks_import_the_user_code_and_give_the_in_process_run_bit_for_bit(user_dir, tmp_path):
     import subprocess
     import sys
@@ -350,6 +359,8 @@ def test_torchrun_ranks_import_the_user_code_and_give_the_in_process_run_bit_for
     assert torch.equal(torch.load(tmp_path / "v" / "final_buffers.pt"), reference.final_buffers)
 
 
+@pytest.mark.slow
+@pytest.mark.processes
 def test_a_real_clock_run_with_buffers_and_dropout_reruns_bit_for_bit(user_dir):
     _job(user_dir, "realclock")
     run = autosync("run", "realclock.yaml", "--backend", "processes", "--clock", "real", "--policy", "asp",

@@ -98,6 +98,7 @@ def test_vmap_over_versions_equals_one_by_one(driver):
         assert torch.allclose(batched[w].gradient, g, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_digits_are_read_without_importing_sklearn_and_equal_its_loader():
     import subprocess
     import sys
