@@ -24,7 +24,7 @@ HERE = Path(__file__).resolve().parent
 FIGURES = HERE / "figures.json"
 TABLE = HERE / "README.md"
 BENCHMARKS = ("bench_startup", "bench_engine", "bench_scale", "bench_dbw_solver", "bench_policies",
-              "bench_tune", "bench_tune_cost", "bench_processes", "bench_transport", "bench_gpu")
+              "bench_tune", "bench_tune_cost", "bench_transfer", "bench_processes", "bench_transport", "bench_gpu")
 
 
 def machine() -> str:

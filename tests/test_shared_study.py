@@ -23,7 +23,7 @@ from tests.postgres import postgres_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.processes]
 
-BUDGET = 12
+BUDGET = 9
 
 
 def _job(tmp_path: Path) -> Path:
@@ -69,10 +69,10 @@ def _storage(kind: str, tmp_path: Path):
             yield url
 
 
-@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def test_six_processes_killed_and_restarted_keep_the_budget_exact(tmp_path, kind):
-    with _storage(kind, tmp_path) as url:
-        _six_processes_killed_and_restarted(tmp_path, url)
+def test_six_processes_killed_and_restarted_keep_the_budget_exact(tmp_path):
+    """On SQLite, whose file locks are the storage's most delicate part; PostgreSQL's sharing is the README
+    recipe's test below (the heartbeats that find killed trials are the same on both)."""
+    _six_processes_killed_and_restarted(tmp_path, f"sqlite:///{tmp_path / 'shared.db'}")
 
 
 def _six_processes_killed_and_restarted(tmp_path: Path, db: str) -> None:
@@ -113,7 +113,7 @@ def _six_processes_killed_and_restarted(tmp_path: Path, db: str) -> None:
     counted = [n for tid, n, s in trials if n not in checks and (s in ("COMPLETE", "PRUNED")
                or (s == "FAIL" and "fail_reason" in attrs.get(tid, {}) and not attrs[tid].get("process_lost")))]
     resampled = [n for tid, n, s in trials if s == "FAIL" and "resampled_from" in attrs.get(tid, {})]
-    killed = [(tid, n) for tid, n, s in trials if s == "FAIL" and n not in counted + resampled + checks]
+    killed = [(tid, n) for tid, n, s in trials if s == "FAIL" and n not in counted + resampled]  # a check too
     assert len(counted) == BUDGET, (len(counted), trials)
     assert killed, "killing two tunes mid-trial left no trial to re-run"
     reruns = {attrs.get(tid, {}).get("retry_of"): s for tid, _, s in trials}
@@ -122,7 +122,7 @@ def _six_processes_killed_and_restarted(tmp_path: Path, db: str) -> None:
         assert reruns.get(number) in ("COMPLETE", "PRUNED", "FAIL"), f"killed trial {number} was not re-run"
     # nothing else: no surplus trial beyond the budget (a proposal of what another process trained is
     # proposed again, and that trial does not count)
-    assert len(trials) == BUDGET + len(killed) + len(resampled) + len(checks)
+    assert len(trials) == BUDGET + len([n for _, n in killed if n not in checks]) + len(resampled) + len(checks)
 
 
 def _open(url: str, barrier) -> None:

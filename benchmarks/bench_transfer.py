@@ -1,0 +1,103 @@
+"""Answers from jobs already tuned: a warm-started tune and `recommend`, against a cold tune of each job.
+
+    python benchmarks/bench_transfer.py [--family baselines/family_stragglers.yaml] [--train 18] [--test 6]
+                                        [--space static_k] [--trials 12] [--json FILE]
+
+Jobs 0 .. train-1 of the family are tuned into one SQLite storage (the "tuned jobs"). For each of the next
+`test` jobs, measured in the same run:
+- cold: `tune --no-transfer` in a storage of its own: the baseline, its winner and what finding it cost
+  (`cost_to_answer_bsp_trainings`: the trials up to the winner, BSP's reference included);
+- warm: `tune` in the storage of tuned jobs (started from the nearest neighbours' winners): the cost to its
+  answer over the cold one's, and its winner's time over the cold winner's (both the study's own
+  scores on the job's seed: the same runs);
+- recommend: `autosync recommend` from the tuned jobs, nothing trained: the recommended policy is then
+  trained on the job's seed and its time to target is held against the cold winner's (the regret).
+Printed per job, then the medians. Goals (issue: search cost): warm-start cost to the answer at most a
+third of the cold one's; recommendation median regret <= 1.15.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from autosync.api import quiet_optuna
+from autosync.family import load_family
+from autosync.search.objective import ObjectiveSettings, RunFailed, evaluate, trial_seeds
+from autosync.search.recommend import recommend
+from autosync.search.space import SPACE_DIR, load_space
+from autosync.search.storage import open_storage
+from autosync.search.tune import TuneRequest, tune
+
+from _report import Figures
+
+HERE = Path(__file__).resolve().parent
+
+
+def _tune(job, url: str, space_name: str, trials: int, transfer: bool = True):
+    space = load_space(SPACE_DIR / f"{space_name}.yaml", job.cluster.n_workers)
+    return tune(TuneRequest(job=job, space=space, n_trials=trials, storage=url, transfer=transfer,
+                            settings=ObjectiveSettings()))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--family", default=str(HERE.parent / "baselines" / "family_stragglers.yaml"))
+    parser.add_argument("--train", type=int, default=18)
+    parser.add_argument("--test", type=int, default=6)
+    parser.add_argument("--space", default="static_k")
+    parser.add_argument("--trials", type=int, default=12)
+    parser.add_argument("--json", default=None, help="also write the figures here (benchmarks/make_table.py)")
+    args = parser.parse_args()
+    quiet_optuna()
+    family = load_family(args.family)
+    with tempfile.TemporaryDirectory() as tmp:
+        shared = f"sqlite:///{tmp}/tuned.db"
+        started = time.perf_counter()
+        for i in range(args.train):
+            _tune(family.job(i), shared, args.space, args.trials)
+        print(f"tuned {args.train} jobs of {Path(args.family).name} in {time.perf_counter() - started:.0f} s")
+        rows = []
+        for i in range(args.train, args.train + args.test):
+            job = family.job(i)
+            cold = _tune(job, f"sqlite:///{tmp}/cold{i}.db", args.space, args.trials, transfer=False).cache
+            answer = recommend(open_storage(shared), job, "tuned jobs")
+            warm = _tune(job, shared, args.space, args.trials).cache
+            try:
+                recommended = evaluate(job, answer.policy, trial_seeds(job, 1))["time_to_target"]
+            except RunFailed:
+                recommended = None
+            row = {"job": i, "n": job.cluster.n_workers, "cold_winner": cold["best_policy"],
+                   "cold_cost": cold["cost_to_answer_bsp_trainings"], "warm_cost": warm["cost_to_answer_bsp_trainings"],
+                   "warm_over_cold_time": warm["best_value"] / cold["best_value"],
+                   "neighbours": [nb["job"] for nb in warm["neighbour_jobs"]],
+                   "recommended": answer.policy,
+                   "recommend_regret": recommended / cold["best_value"] if recommended is not None else None}
+            row["warm_over_cold_cost"] = row["warm_cost"] / row["cold_cost"] if row["cold_cost"] else None
+            rows.append(row)
+            print(f"job {i} (n={row['n']}): cold {row['cold_cost']:.2f} BSP trainings to its answer, warm "
+                  f"{row['warm_cost']:.2f} ({row['warm_over_cold_cost']:.2f}x), warm answer's time "
+                  f"{row['warm_over_cold_time']:.2f}x the cold one's; recommend regret "
+                  f"{row['recommend_regret'] if row['recommend_regret'] is None else round(row['recommend_regret'], 2)}"
+                  f" (neighbours {row['neighbours']})")
+    costs = [r["warm_over_cold_cost"] for r in rows if r["warm_over_cold_cost"] is not None]
+    regrets = [r["recommend_regret"] if r["recommend_regret"] is not None else float("inf") for r in rows]
+    cost, regret = statistics.median(costs), statistics.median(regrets)
+    time_ratio = statistics.median(r["warm_over_cold_time"] for r in rows)
+    print(f"medians over {len(rows)} jobs: warm / cold cost to the answer {cost:.2f}, warm / cold answer time "
+          f"{time_ratio:.2f}, recommend regret {regret:.2f}")
+    figures = Figures("bench_transfer")
+    figures.add("warm-started tune: cost to its answer (median)", cost, "x the cold tune's", against="cold tune",
+                ratio=cost, goal="<= 1/3", met=cost <= 1 / 3)
+    figures.add("warm-started tune: its answer's time to target (median)", time_ratio, "x the cold winner's",
+                against="cold tune", ratio=time_ratio)
+    figures.add("recommend (nothing trained): regret (median)", regret, "x the cold winner's time",
+                against="cold tune", ratio=regret, goal="<= 1.15", met=regret <= 1.15)
+    figures.write(args.json)
+
+
+if __name__ == "__main__":
+    main()
