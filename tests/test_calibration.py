@@ -62,9 +62,9 @@ def test_the_check_says_whether_a_job_fits_and_which_run_misses(real_with_server
 @pytest.mark.slow
 @pytest.mark.processes
 def test_cli_calibrates_a_job_on_real_processes_and_writes_a_job_that_loads(tiny_job, tmp_path):
-    proc = autosync("calibrate", str(tiny_job), "--updates", "20", "--out", "cal/job.yaml", cwd=tmp_path)
+    proc = autosync("calibrate", str(tiny_job), "--updates", "10", "--out", "cal/job.yaml", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "simulation against real runs of 20 updates" in proc.stdout
+    assert "simulation against real runs of 10 updates" in proc.stdout
     assert "the simulation fits the real runs" in proc.stdout or "does not fit the real runs" in proc.stdout
     record = json.loads((tmp_path / "cal" / "calibration.json").read_text())
     assert record["execution"]["clock"] == "real" and len(record["before"]) == 2

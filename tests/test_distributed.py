@@ -30,7 +30,7 @@ def _torchrun(*args: str, cwd, command: str = "run") -> subprocess.CompletedProc
 
 
 def test_a_torchrun_tune_runs_every_trial_on_the_ranks_and_gives_the_simulators_trial_values(tiny_job, tmp_path):
-    args = ("--n-trials", "3", "--sampler", "random", "--json")
+    args = ("--n-trials", "2", "--sampler", "random", "--json")
     ranks = _torchrun(str(tiny_job), *args, "--storage", "sqlite:///ranks.db", "--backend", "distributed",
                       cwd=tmp_path, command="tune")
     assert ranks.returncode == 0, ranks.stderr[-2000:]

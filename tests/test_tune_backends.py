@@ -31,7 +31,7 @@ def _trials(db) -> list[tuple[dict, list[float]]]:
 @pytest.mark.slow
 @pytest.mark.processes
 def test_a_processes_tune_on_the_virtual_clock_gives_the_simulators_trial_values(tiny_job, tmp_path):
-    args = ("tune", str(tiny_job), "--n-trials", "3", "--sampler", "random", "--json")
+    args = ("tune", str(tiny_job), "--n-trials", "2", "--sampler", "random", "--json")
     sim = autosync(*args, "--storage", "sqlite:///sim.db", cwd=tmp_path)
     proc = autosync(*args, "--storage", "sqlite:///proc.db", "--backend", "processes", cwd=tmp_path)
     assert sim.returncode == 0 and proc.returncode == 0, proc.stderr
