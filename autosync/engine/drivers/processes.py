@@ -116,7 +116,9 @@ class ProcessDriver(RemoteDriver):
         if self.device.type == "cpu":  # CUDA tensors are shared through CUDA IPC when passed to a process
             self.params.share_memory_()
             self.grads.share_memory_()
-        ctx = mp.get_context("spawn")
+        ctx = mp.get_context(os.environ.get("AUTOSYNC_START_METHOD", "spawn"))
+        if ctx.get_start_method() == "forkserver":
+            ctx.set_forkserver_preload(["torch", "autosync.engine.drivers.processes"])
         self.procs, self.inboxes, self.outboxes = [], [], []
         self.rank_of: dict[Connection, int] = {}  # answer pipe -> process
         self._answers = select.poll()  # every live process's answer pipe, polled with one system call
