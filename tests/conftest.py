@@ -75,17 +75,18 @@ def write_calls(pid: int) -> int:
 
 
 def spawned_children(pid: int) -> list[int]:
-    """Spawned worker processes whose parent is `pid` (not multiprocessing's resource tracker)."""
-    out = []
+    """The worker processes of command `pid`: spawned children of it (on a GPU), or children of its
+    forkserver (on the CPU); not multiprocessing's resource tracker nor the forkserver itself."""
+    parents, lines = {}, {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            spawned = b"spawn_main" in (stat.parent / "cmdline").read_bytes()
+            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            lines[int(stat.parent.name)] = (stat.parent / "cmdline").read_bytes()
         except OSError:
             continue
-        if int(fields[1]) == pid and spawned:
-            out.append(int(stat.parent.name))
-    return out
+    servers = {p for p, parent in parents.items() if parent == pid and b"forkserver" in lines[p]}
+    return [p for p, parent in parents.items()
+            if (parent == pid and b"spawn_main" in lines[p]) or parent in servers]
 
 
 def computing_workers(pid: int, n: int, seconds: float) -> list[int]:
