@@ -13,7 +13,7 @@ accurate, is kept: no policy is answered with before its full-budget run keeps t
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from autosync.search import _optuna_internals as internals
 from autosync.search.objective import (
@@ -51,15 +51,12 @@ def next_to_check(study: "optuna.Study", wanted: int = 1) -> "optuna.trial.Froze
     return None
 
 
-def check_candidates(study: "optuna.Study", run_check: Callable[[int], None], wanted: int = 1,
-                     on_check: Callable[[int, dict[str, Any]], None] | None = None) -> int:
+def check_candidates(study: "optuna.Study", run_check: Callable[[int], None], wanted: int = 1) -> int:
     """Check the candidates that can still be among the `wanted` fastest feasible ones, fastest first,
     until those are known feasible; `run_check(number)` queues and runs the check of trial `number`.
     Returns how many checks ran."""
     checks = 0
     while (candidate := next_to_check(study, wanted)) is not None:
-        if on_check is not None:
-            on_check(candidate.number, candidate.user_attrs["policy"])
         run_check(candidate.number)
         checks += 1
     return checks

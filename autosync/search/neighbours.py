@@ -101,7 +101,7 @@ def neighbours(storage: "optuna.storages.BaseStorage", job: JobSpec, execution: 
     attributes alone. With `other_workloads`, jobs that train something else count too, WORKLOAD_PENALTY
     further away (`Neighbour.same_workload` says which)."""
     key, fingerprint = workload_key(job), job.fingerprint()
-    mine = cluster_features(job)
+    mine: list[float] | None = None  # computed once a study qualifies: most storages hold no neighbour
     best: dict[str, Neighbour] = {}
     for frozen in storage.get_all_studies():
         attrs = frozen.user_attrs
@@ -110,6 +110,7 @@ def neighbours(storage: "optuna.storages.BaseStorage", job: JobSpec, execution: 
         if not (same or other_workloads) or attrs.get("fingerprint") == fingerprint or not isinstance(record, dict) \
                 or FEATURES not in attrs or (execution is not None and attrs.get("execution") != execution):
             continue
+        mine = mine if mine is not None else cluster_features(job)
         far = distance(mine, attrs[FEATURES]) + (0.0 if same else WORKLOAD_PENALTY)
         found = Neighbour(frozen.study_name, attrs.get("job_name", "?"), far, record, attrs[FEATURES], same)
         kept = best.get(attrs.get("fingerprint", frozen.study_name))
