@@ -563,7 +563,9 @@ def _breakdown_line(b: dict[str, int]) -> str:
     """Where a search's cost went: the record's `search_breakdown` in words."""
     return (f"Of its trials, {b['stopped_at_target']} stopped at the target, {b['answered_by_equivalent']} were "
             f"answered by an equivalent policy's result without training, {b['pruned']} were pruned; "
-            f"{_count(b['full_budget_checks'], 'full-budget check')} of the candidates that could win.")
+            f"{_count(b['full_budget_checks'], 'full-budget check')} of the candidates that could win"
+            + (f", {b['forked_checks']} of them continued from the run stopped at the target (forked)"
+               if b.get("forked_checks") else "") + ".")
 
 
 def _neighbours_line(near: list[dict[str, Any]], cost_to_answer: float | None) -> str:

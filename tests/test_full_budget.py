@@ -5,7 +5,12 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from autosync.search.objective import FINAL_PENDING, FULL_BUDGET_OF, ObjectiveSettings, evaluate, trial_seeds
+from autosync.engine.forks import FORKS
+from autosync.search.full_budget import next_to_check
+from autosync.search.pruning import RaceLimit
+from autosync.search.objective import (
+    CONSTRAINT, FINAL_PENDING, FORKED, FULL_BUDGET_OF, Objective, ObjectiveSettings, evaluate, trial_scoring, trial_seeds,
+)
 from autosync.search.space import SPACE_DIR, load_space
 from autosync.search.storage import open_storage
 from autosync.search.trials import counted_trials
@@ -67,3 +72,63 @@ def test_verify_top_k_checks_the_k_fastest_candidates_at_full_budget(tmp_path):
     assert len(top) == 3
     assert all(not study.trials[row["trial"]].user_attrs.get(FINAL_PENDING) for row in top)
     assert len({str(study.trials[row["trial"]].user_attrs["canonical_policy"]) for row in top}) == 3
+
+
+def test_a_full_budget_run_forks_from_the_same_run_stopped_at_the_target():
+    """The check of a candidate continues its stopped run (`autosync.engine.forks`): the same score as a run
+    from the start, trained only past the target."""
+    job = small_job(budget={"max_virtual_seconds": 30}, target={"metric": "test_accuracy", "threshold": 0.8})
+    policy = {"policy": "backup", "params": {"k": 3, "lr_rule": "fixed"}}
+    seeds = trial_seeds(job, 2)
+    FORKS.clear()
+    whole = evaluate(job, policy, seeds)
+    stopped = evaluate(job, policy, seeds, stop_at_target=True)
+    forked = evaluate(job, policy, seeds)
+    assert {k: forked[k] for k in whole if k != "virtual_seconds"} == {k: v for k, v in whole.items()
+                                                                     if k != "virtual_seconds"}
+    assert forked[FORKED] == stopped["virtual_seconds"] > 0
+    assert forked["virtual_seconds"] == pytest.approx(whole["virtual_seconds"] - stopped["virtual_seconds"])
+
+
+def test_a_proposal_like_a_pruned_trial_is_pruned_again_without_training(tmp_path):
+    job = small_job(budget={"max_virtual_seconds": 30}, target={"metric": "test_accuracy", "threshold": 0.8})
+    space = load_space(SPACE_DIR / "static_k.yaml", job.cluster.n_workers)
+    seeds = trial_seeds(job, 1)
+    reference = {**evaluate(job, {"policy": "bsp", "params": {}}, seeds), **trial_scoring(job, seeds, 2.0)}
+    objective = Objective(job, space, ObjectiveSettings(), reference["final_metric"], reference, race=RaceLimit)
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'p.db'}")
+    for k in (2, 3, 3):  # k = 2 reaches the target first; k = 3 later, so it is pruned, twice
+        study.enqueue_trial({"backup.k": k, "backup.lr_rule": "proportional"})
+    study.optimize(objective, n_trials=3)
+    fast, pruned, again = study.trials
+    assert fast.state.name == "COMPLETE" and pruned.state.name == again.state.name == "PRUNED"
+    assert pruned.user_attrs["virtual_seconds"] > 0 and "same_as_trial" not in pruned.user_attrs
+    assert again.user_attrs["virtual_seconds"] == 0.0 and again.user_attrs["same_as_trial"] == pruned.number
+    assert pruned.intermediate_values[pruned.last_step] > fast.values[0]
+
+
+def _trial(policy: str, value: float | None = None, pruned_at: float | None = None, feasible: bool | None = None,
+           check_of: int | None = None) -> optuna.trial.FrozenTrial:
+    attrs = {"policy": {"policy": policy}, **({FINAL_PENDING: True} if feasible is None and value is not None else {}),
+             **({FULL_BUDGET_OF: check_of} if check_of is not None else {})}
+    constraints = {CONSTRAINT: -1.0 if feasible else 1.0} if feasible is not None else None
+    if pruned_at is not None:
+        return optuna.trial.create_trial(state=optuna.trial.TrialState.PRUNED, intermediate_values={3: pruned_at},
+                                         user_attrs=attrs)
+    return optuna.trial.create_trial(value=value, user_attrs=attrs, constraints=constraints)
+
+
+def test_trials_pruned_against_a_candidate_that_fails_its_check_are_checked_in_turn():
+    """A trial pruned against the leader could have won if the leader fails its full-budget check: it is
+    checked next (at its bound), and the search ends once a feasible candidate is faster than every
+    unchecked bound."""
+    study = optuna.create_study()
+    study.add_trial(_trial("leader", value=10.0))  # stopped at the target: unchecked
+    study.add_trial(_trial("pruned", pruned_at=12.0))  # pruned against the leader
+    study.add_trial(_trial("slow", value=20.0, feasible=True))
+    study.add_trial(_trial("late", pruned_at=25.0))  # pruned against the slow one: never a rival
+    assert next_to_check(study).number == 0
+    study.add_trial(_trial("leader", value=10.0, feasible=False, check_of=0))  # the leader ends too inaccurate
+    assert next_to_check(study).number == 1
+    study.add_trial(_trial("pruned", value=15.0, feasible=True, check_of=1))
+    assert next_to_check(study) is None

@@ -179,3 +179,22 @@ def test_a_policy_that_is_not_an_equivalent_keeps_its_form():
                    make_policy("sync_switch", {"switch_at": 1.0, "config": "none", "switch_seconds": 30.0}),
                    make_policy("split", {"fractions": [0.4, 0.2, 0.2, 0.2]}), make_policy("ssp", {"staleness": 0})):
         assert policy.canonical(4) is policy
+
+
+@pytest.mark.slow
+def test_a_run_forked_from_its_snapshot_at_the_target_equals_the_run_from_the_start(policy):
+    """Forking (`autosync.engine.forks`): a run stopped at the target, snapshotted and continued to the full
+    budget, is the uninterrupted run bit for bit (parameters, arrivals, updates, evaluations, metrics)."""
+    from autosync.engine.simulator import Simulator
+
+    job = small_job(target__threshold=0.75, budget__max_updates=240)
+    whole = Simulator(job, policy).run()
+    stopping = Simulator(job.model_copy(update={"budget": job.budget.model_copy(update={"stop_at_target": True})}),
+                         policy)
+    stopped = stopping.run()
+    assert stopped.status == "target_reached" and len(stopped.trace.updates) < len(whole.trace.updates)
+    forked = Simulator.resume(stopping.snapshot(), job).run_on()
+    assert torch.equal(forked.final_params, whole.final_params)
+    assert forked.trace.arrivals == whole.trace.arrivals and forked.trace.evals == whole.trace.evals
+    assert [r[:2] + r[3:] for r in forked.trace.updates] == [r[:2] + r[3:] for r in whole.trace.updates]
+    assert forked.metrics == whole.metrics and forked.status == whole.status

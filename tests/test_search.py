@@ -18,7 +18,7 @@ from autosync.errors import UserError
 from autosync.search.binary import binary_search
 from autosync.search.ladder import DEFAULT_RUNGS, SWITCH_PARAM, LadderSampler, ladder_finished
 from autosync.search.objective import CONSTRAINT, Objective, ObjectiveSettings
-from autosync.search.pruning import TargetRacePruner
+from autosync.search.pruning import TargetRacePruner, race_limit
 from autosync.search.space import SPACE_DIR, load_space
 from autosync.search.storage import open_storage
 from autosync.search.trials import counted_trials
@@ -317,18 +317,19 @@ def _finished(value: float, feasible: bool = True) -> optuna.trial.FrozenTrial:
     return optuna.trial.create_trial(value=value, constraints={CONSTRAINT: -1.0 if feasible else 1.0})
 
 
-def test_the_pruner_stops_a_trial_once_it_is_slower_than_the_median_finished_trial():
-    study = optuna.create_study(pruner=TargetRacePruner(n_startup_trials=3))
+def test_the_pruner_stops_a_trial_once_it_is_slower_than_the_fastest_finished_candidates():
+    study = optuna.create_study(pruner=TargetRacePruner(places=2))
     for value in (10.0, 20.0, 30.0):
         study.add_trial(_finished(value))
     study.add_trial(_finished(1.0, feasible=False))  # fast but too inaccurate: not a rival
     slow, early = study.ask(), study.ask()
-    slow.report(15.0, 15)  # not at the target after 15 s: could still beat the median
+    slow.report(15.0, 15)  # not at the target after 15 s: could still be among the two fastest
     early.report(12.0, 15)  # met the target at 12 s
     assert not slow.should_prune() and not early.should_prune()
-    slow.report(21.0, 21)  # still not there after 21 s: slower than the median, 20 s
+    slow.report(21.0, 21)  # still not there after 21 s: slower than the second fastest, 20 s
     early.report(12.0, 21)
     assert slow.should_prune() and not early.should_prune()
+    assert race_limit(study.get_trials(), 1) == 10.0 and race_limit(study.get_trials(), 4) is None
 
 
 def test_a_proposal_seen_before_is_scored_from_its_twin_without_training(tmp_path):

@@ -10,6 +10,7 @@ dispatched and the order they answer in is the arrival order; the replay clock r
 from __future__ import annotations
 
 import math
+import pickle
 import time as wallclock
 from dataclasses import dataclass, field
 from typing import Any, Callable, cast
@@ -29,6 +30,7 @@ from autosync.policies._base import momentum_of
 from autosync.workloads.workload import Workload
 
 ProgressFn = Callable[[dict[str, Any]], None]
+_REBUILT_ON_RESUME = ("job", "workload", "driver", "progress")  # not in a snapshot: `Simulator.resume` passes them
 
 
 @dataclass
@@ -92,11 +94,49 @@ class Simulator:
         """Simulate until the budget is spent (or the target is met, or the loss diverges)."""
         keep_freed_memory()  # a large model's tensors, new at every update, reuse mapped pages
         self._start_wall = wallclock.perf_counter()
-        budget = self.job.budget
-        status = "completed"
         self._launch(self.server.start())
-        if self._evaluate_due() and budget.stop_at_target:
-            status = "target_reached"
+        status = "target_reached" if self._evaluate_due() and self.job.budget.stop_at_target else "completed"
+        return self._run_on(status)
+
+    def snapshot(self) -> bytes:
+        """The run's whole state where it stands (parameters, optimizer and strategy state, the server's and
+        the clock's queues, the trace, the clock's time), for `Simulator.resume`: a run continued from it is
+        bit-identical to one that never stopped, since every random draw is a function of (seed, stream,
+        worker, task) (`autosync.rng`) and no state lives outside this object. Only the virtual clock with
+        the in-process driver can be snapshotted: worker processes and the real clock keep state elsewhere."""
+        if not isinstance(self.clock, VirtualClock) or not isinstance(self.driver, InProcessDriver):
+            raise ValueError("only a virtual-clock run on the in-process driver can be snapshotted")
+        state = {k: v for k, v in self.__dict__.items() if k not in _REBUILT_ON_RESUME}
+        state["_stacked"] = None  # scratch memory, rewritten before every read
+        return pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+
+    @classmethod
+    def resume(cls, snapshot: bytes, job: JobSpec, workload: Workload | None = None,
+               progress: ProgressFn | None = None) -> "Simulator":
+        """A run continued from `snapshot` (`Simulator.snapshot`) of a run of the same policy on `job`; `job`
+        may differ in its budget only (a run stopped at the target continues to the full budget).
+        `resume(...).run_on()` finishes it."""
+        sim = cls.__new__(cls)
+        sim.__dict__.update(pickle.loads(snapshot))
+        sim.job, sim.progress = job, progress
+        sim.workload = workload if workload is not None else Workload(job)
+        sim.driver = InProcessDriver(sim.workload, job.seed)
+        return sim
+
+    def run_on(self) -> RunResult:
+        """Continue a resumed run until its budget is spent (or the target is met, or the loss diverges).
+        The progress callback hears the snapshot's last evaluation first: what it tracks (the time the
+        target was met) then reads as in a run that never stopped."""
+        keep_freed_memory()
+        self._start_wall = wallclock.perf_counter() - (self.trace.updates[-1][2] if self.trace.updates else 0.0)
+        if self.progress is not None and self.trace.evals:
+            updates, now, epoch, train_loss, test_loss, accuracy = self.trace.evals[-1]
+            self.progress({"time": now, "updates": updates, "epoch": epoch, "train_loss": train_loss,
+                           "test_loss": test_loss, **({} if accuracy is None else {"test_accuracy": accuracy})})
+        return self._run_on("completed")
+
+    def _run_on(self, status: str) -> RunResult:
+        budget = self.job.budget
         while status == "completed" and self.clock:
             if budget.max_virtual_seconds is not None and self.clock.peek_time() > budget.max_virtual_seconds:
                 self.now = budget.max_virtual_seconds

@@ -15,7 +15,7 @@ from autosync.errors import RuntimeFailure, UserError
 from autosync.job import JobSpec
 from autosync.search.confirm import RUNS as CONFIRMATION_RUNS
 from autosync.search.cost import COST_UNIT, in_bsp_trainings
-from autosync.search.objective import FULL_BUDGET_OF, final_pending
+from autosync.search.objective import FORKED, FULL_BUDGET_OF, final_pending
 from autosync.search.siblings import REFERENCE_FROM
 from autosync.search.space import SearchSpace
 from autosync.search.storage import open_storage, redact_url, storage_exists
@@ -159,15 +159,18 @@ def write_cache(study: "optuna.Study", job: JobSpec, space: SearchSpace, sampler
 def search_breakdown(study: "optuna.Study") -> dict[str, int]:
     """Where the search's cost went and what it saved: trials whose runs stopped at the target, trials
     answered by an equivalent without training (a twin's result, or BSP's reference), trials pruned, and
-    the full-budget checks of the candidates that could win (`autosync.search.full_budget`)."""
+    the full-budget checks of the candidates that could win (`autosync.search.full_budget`), and how many
+    of those continued from their candidate's run stopped at the target (`autosync.engine.forks`)."""
     trials = study.get_trials(deepcopy=False)
     copied = [t for t in trials if "same_as_trial" in t.user_attrs]
+    checks = [t for t in trials if FULL_BUDGET_OF in t.user_attrs and t.state.is_finished()
+              and "same_as_trial" not in t.user_attrs]
     return {
         "stopped_at_target": sum(1 for t in trials if final_pending(t) and "same_as_trial" not in t.user_attrs),
         "answered_by_equivalent": len(copied),
-        "pruned": sum(1 for t in trials if t.state.name == "PRUNED"),
-        "full_budget_checks": sum(1 for t in trials if FULL_BUDGET_OF in t.user_attrs and t.state.is_finished()
-                                  and "same_as_trial" not in t.user_attrs),
+        "pruned": sum(1 for t in trials if t.state.name == "PRUNED" and "same_as_trial" not in t.user_attrs),
+        "full_budget_checks": len(checks),
+        "forked_checks": sum(1 for t in checks if t.user_attrs.get(FORKED)),
     }
 
 

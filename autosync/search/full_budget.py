@@ -25,22 +25,21 @@ if TYPE_CHECKING:
 
 
 def next_to_check(study: "optuna.Study", wanted: int = 1) -> "optuna.trial.FrozenTrial | None":
-    """The fastest completed trial whose final metric is not known and that could still be among the
-    `wanted` fastest feasible policies (the answer, or the K candidates that --verify-top and --confirm-top
-    re-run): fewer than `wanted` policies as fast are known feasible, and its policy has no full-budget
-    result yet. None once the `wanted` fastest candidates are known feasible (or none is left)."""
-    import optuna
-
+    """The fastest trial whose final metric is not known and that could still be among the `wanted`
+    fastest feasible policies (the answer, or the K candidates that --verify-top and --confirm-top re-run):
+    fewer than `wanted` policies as fast are known feasible, and its policy has no full-budget result yet.
+    Such a trial stopped at the target, or was pruned (`autosync.search.pruning`) against a candidate that
+    may since have failed its check: it counts at the bound it was pruned at, a lower bound on its time.
+    None once the `wanted` fastest candidates are known feasible (or none is left)."""
     trials = internals.fresh_trials(study)
     checked = {t.user_attrs[FULL_BUDGET_OF] for t in trials if FULL_BUDGET_OF in t.user_attrs and t.state.is_finished()}
-    done = sorted((t for t in trials if t.state == optuna.trial.TrialState.COMPLETE),
-                  key=lambda t: (t.values[0], t.number))
-    known = {_key(t) for t in done if not final_pending(t)}  # policies whose full-budget result is in
+    done = sorted((t for t in trials if _time(t) is not None), key=lambda t: (_time(t), t.number))
+    known = {_key(t) for t in done if not _pending(t)}  # policies whose full-budget result is in
     feasible: set[str] = set()
     for t in done:
         if _key(t) in feasible:
             continue
-        if not final_pending(t):
+        if not _pending(t):
             if constraint_of(t) <= 0:
                 feasible.add(_key(t))
                 if len(feasible) >= wanted:
@@ -49,6 +48,24 @@ def next_to_check(study: "optuna.Study", wanted: int = 1) -> "optuna.trial.Froze
         if _key(t) not in known and t.number not in checked:  # a check that failed leaves it unanswerable
             return t
     return None
+
+
+def _time(trial: "optuna.trial.FrozenTrial") -> float | None:
+    """A completed trial's time-to-target; a pruned one's bound when it was pruned; else None."""
+    import optuna
+
+    if trial.state == optuna.trial.TrialState.COMPLETE:
+        return trial.values[0]
+    if trial.state == optuna.trial.TrialState.PRUNED and trial.last_step is not None:
+        return trial.intermediate_values[trial.last_step]
+    return None
+
+
+def _pending(trial: "optuna.trial.FrozenTrial") -> bool:
+    """Whether the trial's final metric is unknown: stopped at the target, or pruned."""
+    import optuna
+
+    return final_pending(trial) or trial.state == optuna.trial.TrialState.PRUNED
 
 
 def check_candidates(study: "optuna.Study", run_check: Callable[[int], None], wanted: int = 1) -> int:

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     import optuna
 
     from autosync.engine.backends import BackendChoice
+    from autosync.search.pruning import RaceLimit
     from autosync.search.space import SearchSpace
 
 
@@ -36,6 +37,7 @@ RESAMPLED = "resampled_from"  # user attribute: the running trial whose point th
 # yet; `autosync.search.full_budget` checks it at full budget if the trial can still win
 FINAL_PENDING = "final_metric_pending"
 FULL_BUDGET_OF = "full_budget_check_of"  # user attribute: the trial re-runs trial N at full budget (its check)
+FORKED = "forked_seconds"  # score and user attribute: virtual seconds a run continued from a stopped run's state
 FULL_BUDGET = "full_budget"  # user attribute: the trial's runs train the whole budget (none stops at the target)
 
 
@@ -67,7 +69,7 @@ class ObjectiveSettings:
     tolerance: float = 0.01  # allowed final-metric shortfall against BSP
     penalty: float = 2.0  # a seed that misses the target counts as penalty x its virtual time
     multi_objective: bool = False  # (time, final metric) with a Pareto front instead of one value
-    prune: bool = True  # stop hopeless trials on intermediate training loss (single objective only)
+    prune: bool = True  # stop a trial once it cannot be among the kept candidates (`autosync.search.pruning`)
     # a trial's runs end once they reach the target (its time-to-target is then known exactly, the rest of
     # the budget is waste); only the candidates that can still win are re-run at full budget for the
     # final-metric constraint (`autosync.search.full_budget`); single objective only
@@ -95,13 +97,14 @@ def evaluate(job: JobSpec, policy: dict[str, Any], seeds: list[int], penalty: fl
         pol.bind(job.cluster.n_workers, job.workload.batch_size)
     except ValueError as exc:  # includes UserError: the sampled parameters do not fit this job
         raise RunFailed(f"invalid policy {policy}: {exc}") from None
-    scores, finals, spent, reached = [], [], 0.0, 0
+    scores, finals, spent, forked, reached = [], [], 0.0, 0.0, 0
     first_seed_progress = _step_reporter(report, job.workload.evaluation.every_seconds) if report else None
     for i, seed in enumerate(seeds):
         progress = first_seed_progress if i == 0 else None
-        result = _train(job.model_copy(update={"seed": seed}), pol, progress, backend)
+        result, forked_at = _train(job.model_copy(update={"seed": seed}), pol, progress, backend)
         m = result.metrics
-        spent += m["virtual_time"]
+        spent += m["virtual_time"] - forked_at
+        forked += forked_at
         if result.status == "diverged":
             raise RunFailed(f"diverged at update {m['updates']} (seed {seed}, virtual time {m['virtual_time']:.1f} s)")
         final = m[f"final_{job.target.metric}"]
@@ -114,25 +117,44 @@ def evaluate(job: JobSpec, policy: dict[str, Any], seeds: list[int], penalty: fl
         else:
             scores.append(m["virtual_time"] * penalty)
     return {"time_to_target": sum(scores) / len(scores), "final_metric": sum(finals) / len(finals),
-            "reached": reached, "runs": len(seeds), "virtual_seconds": spent}
+            "reached": reached, "runs": len(seeds), "virtual_seconds": spent,
+            **({FORKED: forked} if forked else {})}
 
 
 def _train(job: JobSpec, policy: Any, progress: Callable[[dict[str, Any]], None] | None,
-           backend: "BackendChoice | None") -> Any:
-    """One run on the chosen backend; its worker processes start with it and end with it, also on errors."""
-    from autosync.engine import simulate
-
+           backend: "BackendChoice | None") -> tuple[Any, float]:
+    """One run on the chosen backend, and the virtual seconds of it that were not trained again (forked from
+    a run stopped at the target); its worker processes start with it and end with it, also on errors."""
     if backend is None or backend.backend == "simulator":
-        return simulate(job, policy, progress=progress)
-    from autosync.engine import backends
+        return _simulate_forking(job, policy, progress)
+    from autosync.engine import backends, simulate
     from autosync.workloads.workload import Workload
 
     try:
         workload = Workload(job, device=backend.device)
         driver, clock = backends.build(backend, job, workload)
-        return simulate(job, policy, workload=workload, progress=progress, driver=driver, clock=clock)
+        return simulate(job, policy, workload=workload, progress=progress, driver=driver, clock=clock), 0.0
     except RuntimeFailure as exc:  # workers died or hung: this trial fails, the study goes on
         raise RunFailed(f"the {backend.backend} backend failed (seed {job.seed}): {exc}") from None
+
+
+def _simulate_forking(job: JobSpec, policy: Any, progress: Callable[[dict[str, Any]], None] | None,
+                      ) -> tuple[Any, float]:
+    """A simulator run that keeps its state when it stops at the target, and a full-budget run of the same
+    policy that continues from such a state instead of training its prefix again (`autosync.engine.forks`;
+    bit-identical to a run from the start). Returns the run and the virtual seconds forked."""
+    from autosync.engine.forks import FORKS, fork_key
+    from autosync.engine.simulator import Simulator
+
+    key = fork_key(job, policy.to_dict())
+    kept = None if job.budget.stop_at_target else FORKS.get(key)
+    if kept is not None:
+        return Simulator.resume(kept.snapshot, job, progress=progress).run_on(), kept.at_seconds
+    sim = Simulator(job, policy, progress=progress)
+    result = sim.run()
+    if result.status == "target_reached":
+        FORKS.put(key, sim.snapshot(), result.metrics["virtual_time"])
+    return result, 0.0
 
 
 def _step_reporter(report: Callable[[dict[str, Any], int], None],
@@ -187,7 +209,7 @@ class Objective:
 
     def __init__(self, job: JobSpec, space: "SearchSpace", settings: ObjectiveSettings, reference: float,
                  bsp_score: dict[str, Any] | None = None, siblings: "list[optuna.Study] | None" = None,
-                 storage_url: str | None = None):
+                 storage_url: str | None = None, race: "Callable[[optuna.Study], RaceLimit] | None" = None):
         self.job = job
         self.space = space
         self.settings = settings
@@ -196,6 +218,8 @@ class Objective:
         self.siblings = siblings or []  # other studies of this job and backend (`autosync.search.siblings`)
         self.storage_url = storage_url  # a storage other processes may share: look for their running twins
         self.resamples_in_a_row = 0  # proposals in a row that were running elsewhere (`running_twins`)
+        # the bar a trial races against, built per trial from its study (`autosync.search.pruning`); None: no pruning
+        self.race = race
 
     def seeds(self) -> list[int]:
         return trial_seeds(self.job, self.settings.repeats)
@@ -216,19 +240,20 @@ class Objective:
         twin = twin or self._finished_twin(trial, canonical, scoring, full)
         if twin is not None:
             return self._copy(*twin, trial)
+        race = self._race(trial)
+        if race is not None:
+            self._prune_as_twin(trial, canonical, scoring, race)
         spent = {"virtual_seconds": 0.0}
         bound = TimeToTargetBound(self.job)
 
         def report(info: dict[str, Any], step: int) -> None:
             spent["virtual_seconds"] = info["time"]
             value = bound.update(info)
-            if not self.settings.prune or self.settings.multi_objective or FULL_BUDGET_OF in trial.user_attrs:
-                return  # a full-budget check runs to the end: the candidate it checks is in the lead
-            trial.report(value, step)
-            if trial.should_prune():
+            if race is not None and race.exceeded_by(value):
+                trial.report(value, step)  # the bound it was pruned at: TPE and the checks read it
                 trial.set_user_attr("virtual_seconds", spent["virtual_seconds"])
-                raise optuna.TrialPruned(f"time-to-target already over {value:.0f} virtual s: later than the "
-                                         "median finished trial's")
+                raise optuna.TrialPruned(f"time-to-target already over {value:.0f} virtual s: slower than the "
+                                         f"{race.places} fastest finished candidate(s)")
 
         try:
             score = evaluate(self.job, policy, self.seeds(), self.settings.penalty, report=report,
@@ -247,6 +272,32 @@ class Objective:
         if self.settings.multi_objective:
             return score["time_to_target"], score["final_metric"]
         return score["time_to_target"]
+
+    def _race(self, trial: "optuna.Trial") -> "RaceLimit | None":
+        """The bar this trial races against (`autosync.search.pruning`); None when it runs to the end: a
+        full-budget check (its candidate is in the lead), a Pareto search, or pruning off."""
+        if self.race is None or not self.settings.prune or self.settings.multi_objective \
+                or FULL_BUDGET_OF in trial.user_attrs:
+            return None
+        return self.race(trial.study)
+
+    def _prune_as_twin(self, trial: "optuna.Trial", canonical: dict[str, Any] | None, scoring: dict[str, Any],
+                       race: "RaceLimit") -> None:
+        """Prune the trial untrained when a trial of this study that runs exactly like it (same parameters
+        or canonical policy, scored alike) was pruned short of the target at a bound the race's bar is now
+        under: the same run would be pruned again, no later. It is pruned at the twin's bound."""
+        import optuna
+
+        for t in trial.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.PRUNED,)):
+            same = t.params == trial.params or (canonical is not None and t.user_attrs.get(CANONICAL) == canonical)
+            if not same or t.user_attrs.get(SCORING) != scoring or t.last_step is None:
+                continue
+            pruned_at = t.intermediate_values[t.last_step]
+            if race.exceeded_by(pruned_at):
+                trial.report(pruned_at, t.last_step)
+                trial.set_user_attr("virtual_seconds", 0.0)
+                trial.set_user_attr("same_as_trial", t.number)
+                raise optuna.TrialPruned(f"runs like trial {t.number}, pruned at {pruned_at:.0f} virtual s")
 
     def _needs_full_budget(self, trial: "optuna.Trial") -> bool:
         """Whether the trial's runs train the whole budget: a full-budget check, or a search that does not
@@ -354,7 +405,7 @@ class Objective:
 
         failed = twin.state == optuna.trial.TrialState.FAIL
         for key, value in twin.user_attrs.items():
-            if key not in (RETRY_OF, KILLED, RESAMPLED, PROCESS, FULL_BUDGET_OF, "policy", "same_as_trial") and (failed or key != "fail_reason"):
+            if key not in (RETRY_OF, KILLED, RESAMPLED, PROCESS, FULL_BUDGET_OF, FORKED, "policy", "same_as_trial") and (failed or key != "fail_reason"):
                 trial.set_user_attr(key, value)
         trial.set_user_attr("virtual_seconds", 0.0)
         trial.set_user_attr("same_as_trial", twin.number if study_name is None else f"{study_name}#{twin.number}")

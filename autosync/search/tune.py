@@ -9,6 +9,7 @@ interrupted search resumes with the same command.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import multiprocessing as mp
 import time
@@ -109,7 +110,7 @@ def load_study(request: TuneRequest, storage: Any) -> "optuna.Study":
     try:
         with storage_lock(request.storage, name):
             study = optuna.create_study(storage=storage, study_name=name, directions=directions, sampler=sampler,
-                                        pruner=TargetRacePruner(n_startup_trials=5), load_if_exists=True)
+                                        pruner=TargetRacePruner(places(request)), load_if_exists=True)
     except ValueError as exc:
         raise UserError(f"--study {name}: {exc}") from None
     if [d.name.lower() for d in study.directions] != directions:
@@ -227,7 +228,13 @@ def _check_at_full_budget(study: "optuna.Study", request: TuneRequest, objective
             if not run_queued_trial(study, request.storage, objective, catch=(RunFailed, Resampled)):
                 time.sleep(POLL_SECONDS)  # another process took it: wait for its result
 
-    check_candidates(study, run_check, wanted=max(1, request.verify_top, request.confirm_top))
+    check_candidates(study, run_check, wanted=places(request))
+
+
+def places(request: TuneRequest) -> int:
+    """How many of the fastest candidates the search keeps: the answer, or the K that --verify-top and
+    --confirm-top re-run. Trials race against the slowest of them (`autosync.search.pruning`)."""
+    return max(1, request.verify_top, request.confirm_top)
 
 
 def _confirmed(outcome: TuneOutcome, request: TuneRequest, storage: Any, siblings: "list[optuna.Study] | None",
@@ -419,8 +426,11 @@ def run_trials(study: "optuna.Study", request: TuneRequest, reference: dict[str,
     re-runs ran out, left the budget short); with trials still running elsewhere, wait: a process that
     dies there has its trial re-queued (`fail_dead_trials`), and this one runs it.
     """
+    from autosync.search.pruning import RaceLimit
+
     objective = Objective(request.job, request.space, request.settings, reference["final_metric"], reference,
-                          siblings, storage_url=request.storage)
+                          siblings, storage_url=request.storage,
+                          race=functools.partial(RaceLimit, places=places(request)))
     while True:
         done, pending = budget_used(study)
         if on_trial is not None:
