@@ -15,6 +15,7 @@ import datetime
 import json
 import os
 import platform
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -34,17 +35,20 @@ def machine() -> str:
     return f"{os.cpu_count()} CPU cores ({platform.machine()}), {device}, torch {torch.__version__}"
 
 
-def run(name: str) -> dict | None:
-    """Run one benchmark; its figures, or None when it could not run here (its output says why)."""
+def run(name: str, extra: list[str] = ()) -> dict | None:
+    """Run one benchmark (with `extra` arguments); its figures, or None when it could not run here (its output
+    says why)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "figures.json"
         print(f"== {name}", flush=True)
-        proc = subprocess.run([sys.executable, str(HERE / f"{name}.py"), "--json", str(out)], cwd=HERE.parent)
+        proc = subprocess.run([sys.executable, str(HERE / f"{name}.py"), *extra, "--json", str(out)],
+                              cwd=HERE.parent)
         if proc.returncode != 0 or not out.exists():
             print(f"== {name} did not run here (exit code {proc.returncode}); its last figures are kept", flush=True)
             return None
         record = json.loads(out.read_text())
-    record.update(date=datetime.date.today().isoformat(), machine=machine())
+    record.update(date=datetime.date.today().isoformat(), machine=machine(),
+                  command=" ".join([f"python benchmarks/{name}.py", *map(shlex.quote, extra)]))
     return record
 
 
@@ -64,7 +68,7 @@ def table(records: dict[str, dict]) -> str:
         if record is None:
             lines += [f"## {name}", "", "Not measured yet.", ""]
             continue
-        lines += [f"## {name}", "", f"`python benchmarks/{name}.py`, measured {record['date']} on "
+        lines += [f"## {name}", "", f"`{record.get('command', f'python benchmarks/{name}.py')}`, measured {record['date']} on "
                                     f"{record['machine']}.", "",
                   "| figure | value | against (same run) | ratio | goal | met |", "|---|---|---|---|---|---|"]
         for f in record["figures"]:
@@ -79,10 +83,15 @@ def table(records: dict[str, dict]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="+", choices=BENCHMARKS, default=list(BENCHMARKS))
+    parser.add_argument("--extra", default="", help="arguments for the one benchmark --only names (a reduced "
+                                                    "run); the table shows the command with them")
     args = parser.parse_args()
+    extra = shlex.split(args.extra)
+    if extra and len(args.only) != 1:
+        parser.error("--extra needs exactly one benchmark in --only")
     records = json.loads(FIGURES.read_text()) if FIGURES.exists() else {}
     for name in args.only:
-        record = run(name)
+        record = run(name, extra)
         if record is not None:
             records[name] = record
             FIGURES.write_text(json.dumps(records, indent=1) + "\n")  # kept as each one finishes

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import optuna
 import pytest
+import torch
 
 from autosync.engine.forks import FORKS
 from autosync.search.full_budget import next_to_check
@@ -132,3 +133,18 @@ def test_trials_pruned_against_a_candidate_that_fails_its_check_are_checked_in_t
     assert next_to_check(study).number == 1
     study.add_trial(_trial("pruned", value=15.0, feasible=True, check_of=1))
     assert next_to_check(study) is None
+
+
+def test_a_search_run_skips_the_training_loss_pass_and_scores_the_same():
+    from autosync.catalog import make_policy
+    from autosync.engine.simulator import Simulator
+
+    job = small_job(budget={"max_virtual_seconds": 30}, target={"metric": "test_accuracy", "threshold": 0.8})
+    whole = Simulator(job, make_policy("backup", {"k": 3})).run()
+    lean = Simulator(job, make_policy("backup", {"k": 3}), target_metric_only=True).run()
+    assert torch.equal(lean.final_params, whole.final_params)
+    assert [e[:3] + e[4:] for e in lean.trace.evals] == [e[:3] + e[4:] for e in whole.trace.evals]
+    assert all(e[3] is None for e in lean.trace.evals) and all(e[3] is not None for e in whole.trace.evals)
+    assert lean.metrics["time_to_target"] == whole.metrics["time_to_target"]
+    on_loss = small_job(target={"metric": "train_loss", "threshold": 0.5})
+    assert Simulator(on_loss, make_policy("bsp", {}), target_metric_only=True).train_loss_evaluated

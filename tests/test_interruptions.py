@@ -86,8 +86,8 @@ def test_a_killed_tune_resumed_says_which_dead_trial_it_runs_again(tiny_job, tmp
 def test_processes_started_together_never_train_one_policy_twice(tiny_job, tmp_path):
     """Four processes seeded alike draw the same start-up points: each proposal another process trains or
     trained is proposed again (up to MAX_RESAMPLES times in a row, then answered from the twin without
-    training), so the 6 trials of the budget train distinct policies (the tiny job's static_k space has 7
-    that run differently), and each process reports the trials it ran itself."""
+    training), so the 6 trials of the budget (completed or pruned) train distinct policies (the tiny job's
+    static_k space has 7 that run differently), and each process reports the trials it ran itself."""
     db = tmp_path / "s.db"
     cmd = [sys.executable, "-m", "autosync.cli", "tune", str(tiny_job), "--n-trials", "6", "--storage", f"sqlite:///{db}"]
     procs = [subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -98,12 +98,13 @@ def test_processes_started_together_never_train_one_policy_twice(tiny_job, tmp_p
         rows = con.execute("select t.number, a.value_json, exists(select 1 from trial_user_attributes c where "
                            "c.trial_id = t.trial_id and c.key = 'same_as_trial') from trials t "
                            "join trial_user_attributes a on a.trial_id = t.trial_id "
-                           "where t.state = 'COMPLETE' and a.key = 'canonical_policy' "
+                           "where t.state in ('COMPLETE', 'PRUNED') and a.key = 'canonical_policy' "
                            "and t.trial_id not in (select trial_id from trial_user_attributes "
                            "where key = 'full_budget_check_of')"  # the winner's checks, outside the budget
                            ).fetchall()
     assert len(rows) == 6, rows
-    trained = [value for _, value, copied in rows if not copied]  # a copy is answered from its twin, untrained
-    assert len(set(trained)) == len(trained) >= 4, rows
+    # a copy is answered from its twin, untrained (a proposal like a pruned trial is pruned again, untrained)
+    trained = [value for _, value, copied in rows if not copied]
+    assert len(set(trained)) == len(trained) >= 3, rows
     ran = [int(re.search(r": (\d+) trials? run by this command, 6 in all", out).group(1)) for out, _ in outs]
     assert sum(ran) == 6, ran

@@ -59,7 +59,8 @@ class Simulator:
     """Runs one policy on one job: the virtual clock and the in-process driver unless given others."""
 
     def __init__(self, job: JobSpec, policy: Policy, workload: Workload | None = None,
-                 progress: ProgressFn | None = None, driver: Driver | None = None, clock: Clock | None = None):
+                 progress: ProgressFn | None = None, driver: Driver | None = None, clock: Clock | None = None,
+                 target_metric_only: bool = False):
         self.job = job
         self.policy = policy
         self.workload = workload if workload is not None else Workload(job)
@@ -83,6 +84,9 @@ class Simulator:
         self.now = 0.0
         self._next_eval = 0.0
         self._start_wall = 0.0
+        # evaluations compute what the target needs (a search's runs): the training-loss pass is skipped
+        # unless the target is the training loss; the test loss and accuracy share one pass anyway
+        self.train_loss_evaluated = not target_metric_only or job.target.metric == "train_loss"
 
     @property
     def epoch(self) -> float:
@@ -131,8 +135,9 @@ class Simulator:
         self._start_wall = wallclock.perf_counter() - (self.trace.updates[-1][2] if self.trace.updates else 0.0)
         if self.progress is not None and self.trace.evals:
             updates, now, epoch, train_loss, test_loss, accuracy = self.trace.evals[-1]
-            self.progress({"time": now, "updates": updates, "epoch": epoch, "train_loss": train_loss,
-                           "test_loss": test_loss, **({} if accuracy is None else {"test_accuracy": accuracy})})
+            named = {"train_loss": train_loss, "test_loss": test_loss, "test_accuracy": accuracy}
+            self.progress({"time": now, "updates": updates, "epoch": epoch,
+                           **{k: v for k, v in named.items() if v is not None}})
         return self._run_on("completed")
 
     def _run_on(self, status: str) -> RunResult:
@@ -297,9 +302,9 @@ class Simulator:
 
     def _evaluate(self) -> bool:
         with self.clock.off_the_clock():
-            result = self.workload.evaluate(self.params, self.buffers)
+            result = self.workload.evaluate(self.params, self.buffers, train_loss=self.train_loss_evaluated)
         epoch = self.epoch
-        self.trace.evals.append((len(self.trace.updates), self.now, epoch, result["train_loss"],
+        self.trace.evals.append((len(self.trace.updates), self.now, epoch, result.get("train_loss"),
                                  result["test_loss"], result.get("test_accuracy")))
         if self.progress is not None:
             self.progress({"time": self.now, "updates": len(self.trace.updates), "epoch": epoch, **result})

@@ -142,7 +142,8 @@ def _simulate_forking(job: JobSpec, policy: Any, progress: Callable[[dict[str, A
                       ) -> tuple[Any, float]:
     """A simulator run that keeps its state when it stops at the target, and a full-budget run of the same
     policy that continues from such a state instead of training its prefix again (`autosync.engine.forks`;
-    bit-identical to a run from the start). Returns the run and the virtual seconds forked."""
+    bit-identical to a run from the start). Its evaluations skip what the score does not read (the
+    training loss, unless that is the target). Returns the run and the virtual seconds forked."""
     from autosync.engine.forks import FORKS, fork_key
     from autosync.engine.simulator import Simulator
 
@@ -150,7 +151,7 @@ def _simulate_forking(job: JobSpec, policy: Any, progress: Callable[[dict[str, A
     kept = None if job.budget.stop_at_target else FORKS.get(key)
     if kept is not None:
         return Simulator.resume(kept.snapshot, job, progress=progress).run_on(), kept.at_seconds
-    sim = Simulator(job, policy, progress=progress)
+    sim = Simulator(job, policy, progress=progress, target_metric_only=True)
     result = sim.run()
     if result.status == "target_reached":
         FORKS.put(key, sim.snapshot(), result.metrics["virtual_time"])

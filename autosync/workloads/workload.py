@@ -206,20 +206,27 @@ class Workload:
         return x[keep], y[keep]
 
     @torch.no_grad()
-    def evaluate(self, theta: torch.Tensor, buffers: torch.Tensor | None = None) -> dict[str, float]:
-        """Training loss, test loss and (for classification) test accuracy of theta, in evaluation mode on
-        the server's `buffers` (the initial ones when None)."""
+    def evaluate(self, theta: torch.Tensor, buffers: torch.Tensor | None = None,
+                 train_loss: bool = True) -> dict[str, float]:
+        """Training loss (unless `train_loss` is False: a search that only reads its target's metric skips
+        that pass), test loss and (for classification) test accuracy of theta, in evaluation mode on the
+        server's `buffers` (the initial ones when None). The test loss and accuracy come from one forward
+        pass over the test set."""
         params = self.unflatten(theta)
         if self.n_buffer_values:
             params.update(self.unflatten_buffers(buffers if buffers is not None else self._init_buffers))
         self.model.eval()
         try:
-            result = {"train_loss": self._mean_loss(params, self._eval_x_train, self._eval_y_train)}
-            result["test_loss"] = self._mean_loss(params, self._eval_x_test, self._eval_y_test)
+            result = {"train_loss": self._mean_loss(params, self._eval_x_train, self._eval_y_train)} \
+                if train_loss else {}
+            total, correct = 0.0, 0
+            for xs, ys in _chunks(self._eval_x_test, self._eval_y_test):
+                out = functional_call(self.model, params, (xs,))
+                total += self.loss.total(out, ys)
+                if not self.regression:
+                    correct += int((out.argmax(1) == ys).sum())
+            result["test_loss"] = total / len(self._eval_y_test)
             if not self.regression:
-                correct = 0
-                for xs, ys in _chunks(self._eval_x_test, self._eval_y_test):
-                    correct += int((functional_call(self.model, params, (xs,)).argmax(1) == ys).sum())
                 result["test_accuracy"] = correct / len(self._eval_y_test)
         finally:
             self.model.train()
