@@ -65,3 +65,15 @@ def test_wheel_ships_spaces_default_job_and_baselines(tmp_path):
     assert {"autosync/data/search_spaces/static_k.yaml", "autosync/data/baselines/family_quick.yaml",
             "autosync/data/baselines/family_stragglers.yaml"} <= names
     assert not any(n.startswith(("search_spaces/", "baselines/", "tests/")) for n in names), sorted(names)
+
+
+@pytest.mark.slow
+def test_the_docs_site_builds_strict(tmp_path):
+    """`mkdocs build --strict` as .ci/run runs it: a page missing from the nav, a broken link or anchor, or a
+    docstring mkdocstrings cannot render fails it (mkdocs.yml, docs/)."""
+    pytest.importorskip("mkdocs")
+    pytest.importorskip("mkdocstrings")
+    built = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
+                           cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stdout + built.stderr
+    assert (tmp_path / "site" / "reference" / "api" / "index.html").is_file()
