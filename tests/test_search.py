@@ -496,3 +496,17 @@ def test_storage_passwords_are_masked_in_urls_and_messages():
     assert redact_url("postgresql://h:5432/db") == "postgresql://h:5432/db"  # a port is no password
     assert redact("login pa/ss refused", "postgresql://u:pa/ss@h/db") == "login *** refused"
 
+
+
+def test_the_pace_rule_predicts_from_the_time_the_bar_took_to_the_same_metric():
+    from autosync.search.pruning import pace_ratio, thinned
+
+    bar = [[0.0, 0.1], [10.0, 0.5], [20.0, 0.8], [30.0, 0.95]]  # reached the target (0.95) at 30 s
+    assert pace_ratio(bar, 40.0, 0.5, lower_is_better=False) == 4.0  # took 40 s to where the bar was at 10 s
+    assert pace_ratio(bar, 15.0, 0.8, lower_is_better=False) == 0.75  # ahead of the bar
+    assert pace_ratio(bar, 12.0, 0.05, lower_is_better=False) == 1.2  # below the bar's start: its first evaluation
+    assert pace_ratio(bar, 20.0, 0.99, lower_is_better=False) is None  # past the bar's whole curve
+    assert pace_ratio([[5.0, 2.0], [9.0, 1.0]], 18.0, 1.0, lower_is_better=True) == 2.0  # a loss
+    curve = [(float(i), i / 100) for i in range(101)]
+    kept = thinned(curve, 10)
+    assert kept[0] == [0.0, 0.0] and kept[-1] == [100.0, 1.0] and len(kept) <= 12

@@ -37,6 +37,7 @@ RESAMPLED = "resampled_from"  # user attribute: the running trial whose point th
 # yet; `autosync.search.full_budget` checks it at full budget if the trial can still win
 FINAL_PENDING = "final_metric_pending"
 FULL_BUDGET_OF = "full_budget_check_of"  # user attribute: the trial re-runs trial N at full budget (its check)
+PRUNED_ON_PACE = "pruned_on_pace"  # user attribute: pruned by the pace rule, its value a prediction (`pruning`)
 FORKED = "forked_seconds"  # score and user attribute: virtual seconds a run continued from a stopped run's state
 FULL_BUDGET = "full_budget"  # user attribute: the trial's runs train the whole budget (none stops at the target)
 
@@ -246,13 +247,26 @@ class Objective:
             self._prune_as_twin(trial, canonical, scoring, race)
         spent = {"virtual_seconds": 0.0}
         bound = TimeToTargetBound(self.job)
+        target = self.job.target
+        curve: list[tuple[float, float]] = []  # the first seed's target metric up to the target (`pruning.CURVE`)
 
         def report(info: dict[str, Any], step: int) -> None:
             spent["virtual_seconds"] = info["time"]
             value = bound.update(info)
-            if race is not None and race.exceeded_by(value):
-                trial.report(value, step)  # the bound it was pruned at: TPE and the checks read it
+            if bound.reached_at is None or not curve or curve[-1][0] < bound.reached_at:
+                if info.get(target.metric) is not None:
+                    curve.append((info["time"], info[target.metric]))
+            if race is None:
+                return
+            late = race.predicted_late(value, info.get(target.metric), target.lower_is_better) \
+                if bound.reached_at is None else None
+            if race.exceeded_by(value) or late is not None:
+                trial.report(late or value, step)  # the bound, or the pace's prediction: TPE and the checks read it
                 trial.set_user_attr("virtual_seconds", spent["virtual_seconds"])
+                if late is not None:
+                    trial.set_user_attr(PRUNED_ON_PACE, True)
+                    raise optuna.TrialPruned(f"at {value:.0f} virtual s, slower than the bar by a pace that "
+                                             f"predicts the target at {late:.0f} virtual s")
                 raise optuna.TrialPruned(f"time-to-target already over {value:.0f} virtual s: slower than the "
                                          f"{race.places} fastest finished candidate(s)")
 
@@ -265,6 +279,8 @@ class Objective:
             raise
         for key, value in score.items():
             trial.set_user_attr(key, value)
+        if race is not None and bound.reached_at is not None and not score.get(FORKED):
+            race.keep_curve(trial, curve)  # a later trial racing against this one reads its pace
         if not full and score["reached"]:  # a run stopped at the target: its final metric is not known yet
             trial.set_user_attr(FINAL_PENDING, True)
         else:

@@ -24,37 +24,102 @@ import optuna
 from autosync.search.objective import CANONICAL, may_be_feasible
 
 REFRESH_SECONDS = 2.0  # how often (wall) a running trial re-reads the bar: other processes may lower it
+CURVE = "curve"  # user attribute: [virtual time, target metric] at the first seed's evaluations, up to the target
+CURVE_POINTS = 64  # a stored curve is thinned to about this many points
+PACE_MARGIN = 2.0  # the pace rule prunes a trial this many times slower than the bar to the same metric
+PACE_FROM = 0.3  # ... once it has trained this fraction of the bar's time-to-target (early metrics are noise)
 
 
 def race_limit(trials: "list[optuna.trial.FrozenTrial]", places: int = 1) -> float | None:
     """The `places`-th fastest time-to-target among the completed trials that may be feasible, one per
     policy (equivalent trials count once); None while fewer policies have finished."""
-    best: dict[str, float] = {}
+    bar = race_bar(trials, places)
+    return None if bar is None else bar.values[0]
+
+
+def race_bar(trials: "list[optuna.trial.FrozenTrial]", places: int = 1) -> "optuna.trial.FrozenTrial | None":
+    """The trial that sets the bar: the `places`-th fastest policy's fastest trial (one with a stored curve,
+    where its policy has one), or None."""
+    best: dict[str, optuna.trial.FrozenTrial] = {}
     for t in trials:
         if t.state == optuna.trial.TrialState.COMPLETE and may_be_feasible(t):
             key = json.dumps(t.user_attrs.get(CANONICAL) or t.user_attrs.get("policy") or t.params or t.number,
                              sort_keys=True)
-            best[key] = min(best.get(key, float("inf")), t.values[0])
-    times = sorted(best.values())
-    return times[places - 1] if len(times) >= places else None
+            if key not in best or (t.values[0], CURVE not in t.user_attrs) < (
+                    best[key].values[0], CURVE not in best[key].user_attrs):
+                best[key] = t
+    ranked = sorted(best.values(), key=lambda t: t.values[0])
+    return ranked[places - 1] if len(ranked) >= places else None
+
+
+def thinned(curve: list[tuple[float, float]], points: int = CURVE_POINTS) -> list[list[float]]:
+    """`curve` with about `points` of its points, the first and the last kept (a storage attribute stays small)."""
+    step = max(1, -(-len(curve) // points))
+    kept = curve[::step] + ([curve[-1]] if (len(curve) - 1) % step else [])
+    return [[float(t), float(m)] for t, m in kept]
+
+
+def pace_ratio(bar_curve: list[list[float]], elapsed: float, metric: float, lower_is_better: bool) -> float | None:
+    """How many times longer a run took to reach `metric` (it stands there after `elapsed` virtual seconds)
+    than the bar's run, which first reached it at the time its curve says (at its first evaluation after the
+    start, for a metric the bar started at); None when the bar's curve never reached it (the run is ahead of
+    the bar's whole curve)."""
+    started = [(t, m) for t, m in bar_curve if t > 0]
+    for t, m in started:
+        if (m <= metric) if lower_is_better else (m >= metric):
+            return elapsed / t
+    return None
 
 
 class RaceLimit:
     """The bar one running trial must stay under, read from its study when the trial starts and again
-    every REFRESH_SECONDS of wall time (processes sharing the study lower it meanwhile)."""
+    every REFRESH_SECONDS of wall time (processes sharing the study lower it meanwhile).
 
-    def __init__(self, study: optuna.Study, places: int = 1, refresh_seconds: float = REFRESH_SECONDS):
-        self.study, self.places, self.refresh_seconds = study, places, refresh_seconds
+    Two rules prune against it. The bound: a trial still short of the target later than the bar reached it
+    cannot beat it (exact). The pace, a learning-curve rule on the predicted time-to-target, not on the raw
+    metric (an asynchronous policy leads early and may end lower, Sync-Switch's premise): once a trial has
+    trained PACE_FROM of the bar's time, if it took PACE_MARGIN times as long as the bar's run to reach the
+    metric it stands at, it is predicted to reach the target that many times later than the bar, and stops.
+    That prediction can be wrong for a policy that speeds up late; the margin is the slack for it, and a
+    trial pruned on pace records its predicted time, so the full-budget checks come back to it only if
+    every faster candidate fails.
+    """
+
+    def __init__(self, study: optuna.Study, places: int = 1, refresh_seconds: float = REFRESH_SECONDS,
+                 pace_margin: float | None = PACE_MARGIN):
+        self.study, self.places, self.refresh_seconds, self.pace_margin = study, places, refresh_seconds, pace_margin
         self._read_at = -float("inf")
         self._limit: float | None = None
+        self._curve: list[list[float]] | None = None
+
+    def _refresh(self) -> None:
+        now = time.monotonic()
+        if now - self._read_at >= self.refresh_seconds:
+            bar = race_bar(self.study.get_trials(deepcopy=False), self.places)
+            self._limit = None if bar is None else bar.values[0]
+            self._curve = None if bar is None else bar.user_attrs.get(CURVE)
+            self._read_at = now
 
     def exceeded_by(self, bound: float) -> bool:
         """Whether a trial whose time-to-target is at least `bound` cannot be among the kept places."""
-        now = time.monotonic()
-        if now - self._read_at >= self.refresh_seconds:
-            self._limit = race_limit(self.study.get_trials(deepcopy=False), self.places)
-            self._read_at = now
+        self._refresh()
         return self._limit is not None and bound > self._limit
+
+    @staticmethod
+    def keep_curve(trial: optuna.Trial, curve: list[tuple[float, float]]) -> None:
+        """Store a finished trial's curve up to the target (thinned), for the trials that race against it."""
+        if curve:
+            trial.set_user_attr(CURVE, thinned(curve))
+
+    def predicted_late(self, elapsed: float, metric: float | None, lower_is_better: bool) -> float | None:
+        """The pace rule: a predicted time-to-target, PACE_MARGIN or more times the bar's, for a trial that
+        stands at `metric` after `elapsed` virtual seconds (short of the target); None when it may still win."""
+        self._refresh()
+        if self.pace_margin is None or self._limit is None or not self._curve or metric is None \
+                or elapsed < PACE_FROM * self._limit:
+            return None
+        ratio = pace_ratio(self._curve, elapsed, metric, lower_is_better)
+        return ratio * self._limit if ratio is not None and ratio >= self.pace_margin else None
 
 
 class TargetRacePruner(optuna.pruners.BasePruner):
