@@ -148,3 +148,15 @@ def test_a_search_run_skips_the_training_loss_pass_and_scores_the_same():
     assert lean.metrics["time_to_target"] == whole.metrics["time_to_target"]
     on_loss = small_job(target={"metric": "train_loss", "threshold": 0.5})
     assert Simulator(on_loss, make_policy("bsp", {}), target_metric_only=True).train_loss_evaluated
+
+
+def test_candidates_tied_with_a_feasible_checked_one_are_not_checked():
+    """Policies that run alike up to the target tie to the last digit; once one of them is checked feasible,
+    the answer is known: the others, no faster, need no check."""
+    study = optuna.create_study()
+    study.add_trial(_trial("a", value=10.0))
+    study.add_trial(_trial("b", value=10.0))
+    study.add_trial(_trial("c", value=10.0))
+    assert next_to_check(study).number == 0
+    study.add_trial(_trial("a", value=10.0, feasible=True, check_of=0))
+    assert next_to_check(study) is None

@@ -33,7 +33,9 @@ def next_to_check(study: "optuna.Study", wanted: int = 1) -> "optuna.trial.Froze
     None once the `wanted` fastest candidates are known feasible (or none is left)."""
     trials = internals.fresh_trials(study)
     checked = {t.user_attrs[FULL_BUDGET_OF] for t in trials if FULL_BUDGET_OF in t.user_attrs and t.state.is_finished()}
-    done = sorted((t for t in trials if _time(t) is not None), key=lambda t: (_time(t), t.number))
+    # at equal times a full-budget result comes first: a check ties with the trial it checks, and policies
+    # that run alike to the target (tied to the last digit) need one feasible check between them, not one each
+    done = sorted((t for t in trials if _time(t) is not None), key=lambda t: (_time(t), _pending(t), t.number))
     known = {_key(t) for t in done if not _pending(t)}  # policies whose full-budget result is in
     feasible: set[str] = set()
     for t in done:
