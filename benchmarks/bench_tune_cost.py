@@ -24,6 +24,8 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -60,6 +62,15 @@ def run_tune(job: JobSpec, space_name: str, trials: int, stop_at_target: bool, s
                                    storage=f"sqlite:///{Path(tmp) / 'bench.db'}"))
         wall = time.perf_counter() - start
     return {**outcome.cache, "wall_seconds": wall}
+
+
+def command_wall(trials: int) -> float:
+    """Wall seconds of `autosync tune` on the default job in a new process with a new storage, as a user runs it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "autosync.cli", "tune", "--n-trials", str(trials), "--storage",
+                        f"sqlite:///{Path(tmp) / 'cli.db'}"], cwd=tmp, check=True, capture_output=True)
+        return time.perf_counter() - start
 
 
 def reference(job: JobSpec, space_name: str, trials: int) -> dict:
@@ -149,9 +160,12 @@ def main() -> None:
             figures.add(f"tune static_k, default job ({args.trials} trials): search cost", row["cost"],
                         "BSP trainings", "every trial training its whole budget", row["cost"] / full["cost"], "<= 2",
                         row["cost"] <= 2)
-            figures.add(f"tune static_k, default job ({args.trials} trials): wall time", row["wall"], "s",
-                        "every trial training its whole budget", row["wall"] / full["wall"], "< 20 s",
-                        row["wall"] < 20)
+            figures.add(f"tune static_k, default job ({args.trials} trials): wall time of tune() in this process",
+                        row["wall"], "s", "every trial training its whole budget", row["wall"] / full["wall"])
+            command = command_wall(args.trials)
+            figures.add(f"`autosync tune` (default job, {args.trials} trials, a new storage): wall time, a new "
+                        "process (import torch, the plots)", command, "s", "tune() in this process",
+                        command / row["wall"], "< 20 s", command < 20)
     figures.write(args.json)
 
 

@@ -8,9 +8,9 @@ import torch
 
 from autosync.engine.forks import FORKS
 from autosync.search.full_budget import next_to_check
-from autosync.search.pruning import RaceLimit
+from autosync.search.pruning import PACE_MARGIN, RaceLimit
 from autosync.search.objective import (
-    CONSTRAINT, FINAL_PENDING, FORKED, FULL_BUDGET_OF, Objective, ObjectiveSettings, evaluate, trial_scoring, trial_seeds,
+    CONSTRAINT, FINAL_PENDING, FORKED, FULL_BUDGET_OF, PRUNED_ON_PACE, Objective, ObjectiveSettings, evaluate, trial_scoring, trial_seeds,
 )
 from autosync.search.space import SPACE_DIR, load_space
 from autosync.search.storage import open_storage
@@ -47,6 +47,10 @@ def test_stopping_at_the_target_keeps_the_full_budget_answer_and_costs_less(tmp_
     faster_pending = [t for t in study.trials if t.user_attrs.get(FINAL_PENDING) and t.state.name == "COMPLETE"
                       and t.values[0] < winner.values[0]]
     assert all(t.number in check_of or t.user_attrs.get("same_as_trial") is not None for t in faster_pending)
+    paced = [t for t in study.trials if t.user_attrs.get(PRUNED_ON_PACE) and "same_as_trial" not in t.user_attrs]
+    assert breakdown["pruned_on_pace"] == len(paced)  # each recorded its predicted time, at least 2x the bar's
+    fastest = min(t.values[0] for t in study.trials if t.state.name == "COMPLETE")  # no bar was ever lower
+    assert all(t.intermediate_values[t.last_step] >= PACE_MARGIN * fastest for t in paced)
 
 
 def test_a_run_stopped_at_the_target_has_the_full_runs_time_to_target():

@@ -187,7 +187,7 @@ def test_a_run_forked_from_its_snapshot_at_the_target_equals_the_run_from_the_st
     budget, is the uninterrupted run bit for bit (parameters, arrivals, updates, evaluations, metrics)."""
     from autosync.engine.simulator import Simulator
 
-    job = small_job(target__threshold=0.75, budget__max_updates=240)
+    job = small_job(target__threshold=0.75, budget__max_updates=90)
     whole = Simulator(job, policy).run()
     stopping = Simulator(job.model_copy(update={"budget": job.budget.model_copy(update={"stop_at_target": True})}),
                          policy)

@@ -15,7 +15,7 @@ from autosync.errors import RuntimeFailure, UserError
 from autosync.job import JobSpec
 from autosync.search.confirm import RUNS as CONFIRMATION_RUNS
 from autosync.search.cost import COST_UNIT, in_bsp_trainings
-from autosync.search.objective import FORKED, FULL_BUDGET_OF, final_pending
+from autosync.search.objective import FORKED, FULL_BUDGET_OF, PRUNED_ON_PACE, final_pending
 from autosync.search.siblings import REFERENCE_FROM
 from autosync.search.space import SearchSpace
 from autosync.search.storage import open_storage, redact_url, storage_exists
@@ -158,7 +158,8 @@ def write_cache(study: "optuna.Study", job: JobSpec, space: SearchSpace, sampler
 
 def search_breakdown(study: "optuna.Study") -> dict[str, int]:
     """Where the search's cost went and what it saved: trials whose runs stopped at the target, trials
-    answered by an equivalent without training (a twin's result, or BSP's reference), trials pruned, and
+    answered by an equivalent without training (a twin's result, or BSP's reference), trials pruned (and of
+    those, how many on their pace, `autosync.search.pruning`), and
     the full-budget checks of the candidates that could win (`autosync.search.full_budget`), and how many
     of those continued from their candidate's run stopped at the target (`autosync.engine.forks`)."""
     trials = study.get_trials(deepcopy=False)
@@ -169,6 +170,8 @@ def search_breakdown(study: "optuna.Study") -> dict[str, int]:
         "stopped_at_target": sum(1 for t in trials if final_pending(t) and "same_as_trial" not in t.user_attrs),
         "answered_by_equivalent": len(copied),
         "pruned": sum(1 for t in trials if t.state.name == "PRUNED" and "same_as_trial" not in t.user_attrs),
+        "pruned_on_pace": sum(1 for t in trials if t.state.name == "PRUNED" and "same_as_trial" not in t.user_attrs
+                              and t.user_attrs.get(PRUNED_ON_PACE)),
         "full_budget_checks": len(checks),
         "forked_checks": sum(1 for t in checks if t.user_attrs.get(FORKED)),
     }
