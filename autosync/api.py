@@ -378,10 +378,13 @@ def profile(job: JobSpec, options: ProfileOptions | None = None, *, workload: An
     if opts.backend == "distributed":  # the transport is gloo's, timed by each rank's first task of every round
         ranks = int(os.environ["WORLD_SIZE"]) - 1
         server = transfer_from_rounds(server, samples, ranks)
-        workers = f"{ranks} ranks"
-    else:
-        workers = f"{opts.workers_per_device} worker processes"
-    return Profile(job, samples, server, fit_cluster(job, samples, server), workers)
+        workers, units = f"{ranks} ranks", None
+    else:  # each process computes its workers' tasks one after another: the cluster's compute units
+        workers, units = f"{opts.workers_per_device} worker processes", opts.workers_per_device
+    return Profile(job, samples, server, fit_cluster(job, samples, server, units), workers)
+
+
+UNIT_ROUNDS = 3  # rounds of one task per worker that time the worker processes as compute units (calibrate)
 
 
 def calibrate(job: JobSpec, options: CalibrateOptions | None = None, *, workload: Any = None,
@@ -396,15 +399,19 @@ def calibrate(job: JobSpec, options: CalibrateOptions | None = None, *, workload
         workload: a workload built for this job already (`check_workload`).
         phase: as for `profile` (the real runs: one step each).
     """
-    from autosync.calibration import backend_runner, calibrate as check, measure_real, simulated_runner
+    from autosync.calibration import backend_runner, calibrate as check, measure_real, measure_units, simulated_runner
 
     opts = _options(CalibrateOptions, options, None, fields)
     workload = workload if workload is not None else check_workload(job, opts.device)
     choice = opts.choice()
+    units = None
+    if opts.fit and job.cluster.compute_units is None:  # the processes' queues, which the fit starts from
+        with phase(f"timing the {choice.processes} worker processes as compute units", UNIT_ROUNDS) as advance:
+            units = measure_units(job, choice, workload, UNIT_ROUNDS, on_round=advance)
     with phase(f"real runs of {opts.updates} updates (BSP, backup k = 1)", 2) as advance:
         real = measure_real(job, backend_runner(choice, workload), opts.updates, on_run=lambda _: advance())
     with phase("simulating them" + (" and fitting the server's costs" if opts.fit else ""), 0):
-        return check(job, real, opts.updates, choice.describe(), simulated_runner(workload), opts.fit)
+        return check(job, real, opts.updates, choice.describe(), simulated_runner(workload), opts.fit, units)
 
 
 def write_calibration(calibration: Any, job: JobSpec, job_file: str | Path) -> list[Path]:

@@ -18,6 +18,11 @@ Gauss-Newton steps on log(real / simulated), re-simulating both runs, until both
 `CLOSE_ENOUGH` or `MAX_ROUNDS` steps have passed. The fitted costs are what the server really
 pays per update and per gradient on this machine under this load, in the job's seconds: with
 `--stragglers model` and a time scale, real seconds over the scale.
+
+Before the fit, a job whose cluster has no compute units gets the worker processes as compute units
+(`measure_units`): the real runs compute several workers' gradients in one process, one after another,
+and a queue per process is what no server cost can stand in for (one server queue against two process
+queues overcharges the one-gradient updates and, with a slow process, undercharges BSP).
 """
 
 from __future__ import annotations
@@ -68,7 +73,8 @@ class Calibration:
     updates: int
     before: list[RateRun]  # the job as given
     server: dict[str, float] | None = None  # fitted apply_seconds and gradient_seconds (None: only checked)
-    after: list[RateRun] = field(default_factory=list)  # the job with the fitted server
+    after: list[RateRun] = field(default_factory=list)  # the job with the fitted server (and compute units)
+    units: dict[str, Any] | None = None  # the compute units timed and given to the job (`measure_units`)
 
     @property
     def final(self) -> list[RateRun]:
@@ -91,8 +97,8 @@ class Calibration:
     def to_dict(self) -> dict[str, Any]:
         runs = lambda rows: [{**asdict(r), "ratio": r.ratio, "fits": r.fits} for r in rows]  # noqa: E731
         return {"execution": self.execution, "updates": self.updates, "tolerance": TOLERANCE,
-                "before": runs(self.before), "server": self.server, "after": runs(self.after), "fits": self.fits,
-                "verdict": self.verdict()}
+                "before": runs(self.before), "server": self.server, "units": self.units, "after": runs(self.after),
+                "fits": self.fits, "verdict": self.verdict()}
 
 
 def short_job(job: JobSpec, updates: int) -> JobSpec:
@@ -102,6 +108,34 @@ def short_job(job: JobSpec, updates: int) -> JobSpec:
     evaluation = job.workload.evaluation.model_copy(update={"every_seconds": 1e12})
     workload = job.workload.model_copy(update={"evaluation": evaluation})
     return job.model_copy(update={"budget": budget, "workload": workload})
+
+
+def with_units(job: JobSpec, units: dict[str, Any] | None) -> JobSpec:
+    """`job` whose workers share the compute units `units` (a `ComputeUnitsSpec` mapping; None: unchanged)."""
+    if units is None:
+        return job
+    from autosync.job import ComputeUnitsSpec
+
+    cluster = job.cluster.model_copy(update={"compute_units": ComputeUnitsSpec.model_validate(units)})
+    return job.model_copy(update={"cluster": cluster})
+
+
+def measure_units(job: JobSpec, choice: Any, workload: Any, rounds: int = 3,
+                  on_round: Callable[[], None] | None = None) -> dict[str, Any]:
+    """The worker processes of `choice` (`BackendChoice`) as compute units in the job's seconds: `rounds`
+    rounds of one task per worker at the job's batch size, fitted by `autosync.profiling.fit_units`."""
+    from autosync.engine.backends import build
+    from autosync.profiling import fit_units, measure, measure_server
+
+    driver, _ = build(choice, job, workload)
+    try:
+        samples = measure(driver, job.cluster.n_workers, [job.workload.batch_size], rounds, workload.init_params(),
+                          on_round=on_round, buffers=workload.init_buffers())
+    finally:
+        driver.close()
+    transfer = measure_server(job, workload.init_params()).transfer_seconds
+    scale = choice.time_scale if choice.clock == "real" and choice.stragglers == "model" else 1.0
+    return fit_units(samples, choice.processes, transfer, scale)
 
 
 def with_server(job: JobSpec, apply_seconds: float, gradient_seconds: float) -> JobSpec:
@@ -163,15 +197,18 @@ def compare(job: JobSpec, real_seconds: dict[str, float], updates: int, simulate
 
 
 def calibrate(job: JobSpec, real_seconds: dict[str, float], updates: int, execution: dict[str, Any],
-              simulated: Runner | None = None, fit: bool = True) -> tuple[Calibration, JobSpec]:
+              simulated: Runner | None = None, fit: bool = True,
+              units: dict[str, Any] | None = None) -> tuple[Calibration, JobSpec]:
     """The check of `job` against the real times of its two runs and, with `fit` and a run that does not
-    fit, the job with the server costs fitted to them (see the module docstring); returns the calibration
-    and the job to use (`job` itself when nothing was fitted)."""
+    fit, the job with the server costs fitted to them (see the module docstring), its workers on the
+    compute units `units` when given (`measure_units`); returns the calibration and the job to use (`job`
+    itself when nothing was fitted)."""
     simulated = simulated or simulated_runner()
     before = compare(job, real_seconds, updates, simulated)
     result = Calibration(execution, updates, before)
     if not fit or all(abs(run.ratio - 1.0) <= CLOSE_ENOUGH for run in before):
         return result, job
+    job, result.units = with_units(job, units), units
     server = job.cluster.server
     start = np.array([server.apply_seconds, server.gradient_seconds])
     measured = np.array([real_seconds[name] for name, _ in RATE_POLICIES])
@@ -182,13 +219,16 @@ def calibrate(job: JobSpec, real_seconds: dict[str, float], updates: int, execut
     def miss(rows: list[RateRun]) -> float:
         return max(abs(np.log(run.ratio)) for run in rows)
 
-    # first guesses: the linear model around the job as it is, and each cost alone explaining the slower run
-    design = np.array([[run.updates, run.arrivals] for run in before], dtype=float)
-    base = np.array([run.simulated_seconds for run in before]) - design @ start
+    # first guesses: the job as it is (with its compute units), the linear model around it, and each cost
+    # alone explaining the slower run
+    start_rows = before if units is None else runs_at(start)
+    design = np.array([[run.updates, run.arrivals] for run in start_rows], dtype=float)
+    base = np.array([run.simulated_seconds for run in start_rows]) - design @ start
     excess = max(0.0, float(np.max(measured - base)))
     guesses = [_nonnegative_least_squares(design, measured - base),
                np.array([excess / updates, 0.0]), np.array([0.0, excess / design[:, 1].max()])]
-    best = min(((miss(rows), costs, rows) for costs in guesses for rows in [runs_at(costs)]), key=lambda t: t[0])
+    best = min([(miss(start_rows), start, start_rows)]
+               + [(miss(rows), costs, rows) for costs in guesses for rows in [runs_at(costs)]], key=lambda t: t[0])
     # a finite-difference step that moves a run's time by about 5% were the costs simply added up
     scale = 0.05 * measured.min() / np.array([updates, design[:, 1].max()])
     for _ in range(MAX_ROUNDS):  # Gauss-Newton on log(real / simulated), the Jacobian by finite differences
@@ -234,6 +274,9 @@ def write_calibration(calibration: Calibration, job: JobSpec, job_file: Path) ->
     record = job_file.parent / "calibration.json"
     record.write_text(strict_json.dumps(calibration.to_dict(), indent=2))
     lines = [f"# Calibrated against real runs ({calibration.execution}): {calibration.verdict()}."]
+    if calibration.units is not None:
+        lines.append(f"# The workers share {calibration.units['count']} compute units, the worker processes of the real "
+                     "runs, timed before the fit (cluster.compute_units).")
     if calibration.server is not None:
         lines.append(f"# Server costs fitted to them: {calibration.server['apply_seconds']:.6g} s per update, "
                      f"{calibration.server['gradient_seconds']:.6g} s per gradient (cluster.server; {record.name}).")

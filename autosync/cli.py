@@ -194,9 +194,8 @@ def profile(
     for b, compute, trip, trip_p90 in found.rows():
         table.add_row(str(b), *(f"{1e3 * seconds:.2f} ms" for seconds in (compute, trip, trip_p90)))
     console.print(table)
-    console.print(f"fitted: compute {cluster['compute']}, communication {1e3 * cluster['communication_seconds']:.2f} ms, "
-                  f"speed factors {min(cluster['speed_factors']):.3f}..{max(cluster['speed_factors']):.3f}; server: "
-                  f"update {1e3 * server.apply_seconds:.3f} ms, parameters moved at {server.bandwidth / 1e6:.1f} MB/s")
+    console.print(f"fitted: {_fitted_compute(cluster)}; server: update {1e3 * server.apply_seconds:.3f} ms, "
+                  f"parameters moved at {server.bandwidth / 1e6:.1f} MB/s")
     status.print(f"wrote {', '.join(str(p) for p in paths)}")
     if options.check:
         check = CalibrateOptions(device=options.device, workers_per_device=options.workers_per_device,
@@ -208,6 +207,18 @@ def profile(
         written = api.write_calibration(calibration, fitted, paths[-1])
         status.print(f"wrote {', '.join(str(p) for p in written)}")
     status.print(f"tune on this machine's model: autosync tune {paths[-1]}")
+
+
+def _fitted_compute(cluster: dict) -> str:
+    """The fitted compute of a profile, in one phrase: per worker, or per compute unit that workers share."""
+    units = cluster.get("compute_units")
+    if units is not None:
+        speeds = units["speed_factors"]
+        return (f"{units['count']} compute units shared by the workers (worker w on unit w % {units['count']}), "
+                f"each {units['compute']}, speed factors {min(speeds):.3f}..{max(speeds):.3f}")
+    speeds = cluster["speed_factors"]
+    return (f"compute {cluster['compute']}, communication {1e3 * cluster['communication_seconds']:.2f} ms, "
+            f"speed factors {min(speeds):.3f}..{max(speeds):.3f}")
 
 
 @_command(CalibrateOptions)

@@ -16,7 +16,8 @@ import numpy as np
 
 from autosync.errors import UserError
 from autosync.job import (
-    ClusterSpec, DeterministicRTT, GammaRTT, GPUCompute, LinearCompute, ParetoRTT, ServerSpec,
+    ClusterSpec, ComputeSpec, ComputeUnitsSpec, DeterministicRTT, GammaRTT, GPUCompute, LinearCompute, ParetoRTT,
+    ServerSpec,
     ShiftedExponentialRTT, TraceRTT, UniformRTT,
 )
 from autosync.rng import STREAM_JOB_CONSTANT, STREAM_RESOURCES, STREAM_ROUND_TRIP, STREAM_WORKER_CONSTANT, rng_for
@@ -46,12 +47,8 @@ class RoundTripModel:
         return base / speed * self.slowdown(worker, start)
 
     def base_compute_seconds(self, batch_size: int) -> float:
-        """Compute time of a batch at unit speed: linear (CPU) or GPU-like (LB-BSP sec. 3.3.1)."""
-        c = self.spec.compute
-        if isinstance(c, LinearCompute):
-            return batch_size * c.seconds_per_sample
-        assert isinstance(c, GPUCompute)
-        return c.launch_overhead + max(0, batch_size - c.saturation_batch) * c.seconds_per_sample
+        """Compute time of a batch at unit speed (`batch_seconds`)."""
+        return batch_seconds(self.spec.compute, batch_size)
 
     def memory_cap(self, worker: int) -> int | None:
         """Largest batch `worker` can hold in memory (GPU compute model only)."""
@@ -138,6 +135,14 @@ class RoundTripModel:
         return values
 
 
+def batch_seconds(compute: ComputeSpec, batch_size: int) -> float:
+    """Compute time of a batch at speed 1: linear (CPU, LB-BSP sec. 3.2) or flat then linear (GPU, sec. 3.3.1)."""
+    if isinstance(compute, LinearCompute):
+        return batch_size * compute.seconds_per_sample
+    assert isinstance(compute, GPUCompute)
+    return compute.launch_overhead + max(0, batch_size - compute.saturation_batch) * compute.seconds_per_sample
+
+
 @lru_cache(maxsize=16)
 def _read_trace_file(path: str, column: str | None) -> tuple[float, ...]:
     values: list[float] = []
@@ -175,6 +180,40 @@ def _read_trace_file(path: str, column: str | None) -> tuple[float, ...]:
 def _load_trace(rt: TraceRTT) -> np.ndarray:
     values = np.asarray(_read_trace_file(str(Path(rt.path)), rt.column))
     return values / values.mean() if rt.normalize else values
+
+
+class ComputeUnits:
+    """Compute that several workers share (`ComputeUnitsSpec`), as first-come-first-served queues (virtual
+    seconds): worker w's gradient is computed on unit w % count once the unit has finished the gradients
+    dispatched to it before, and takes the unit's time for its batch (`batch_seconds` / the unit's speed).
+
+    Tasks are asked for in dispatch order, non-decreasing in time (the clock's job), which makes first
+    come, first served exact: a worker process of the processes backend takes its notifications in that
+    order too.
+    """
+
+    def __init__(self, spec: ComputeUnitsSpec):
+        self.spec = spec
+        self._speed = list(spec.speed_factors or [1.0] * spec.count)
+        self._free = [0.0] * spec.count
+
+    def unit_of(self, worker: int) -> int:
+        return worker % self.spec.count
+
+    def seconds(self, worker: int, batch_size: int) -> float:
+        """How long `worker`'s gradient of `batch_size` samples occupies its unit."""
+        return batch_seconds(self.spec.compute, batch_size) / self._speed[self.unit_of(worker)]
+
+    def compute(self, worker: int, start: float, batch_size: int) -> float:
+        """When the gradient of a task of `worker` that can start at `start` has been computed."""
+        unit = self.unit_of(worker)
+        done = max(start, self._free[unit]) + self.seconds(worker, batch_size)
+        self._free[unit] = done
+        return done
+
+    def delay_all(self, seconds: float) -> None:
+        """A pause of the whole cluster postpones what every unit was doing."""
+        self._free = [free + seconds for free in self._free]
 
 
 class ServerModel:

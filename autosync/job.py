@@ -240,7 +240,8 @@ RoundTripSpec = Annotated[
 
 class LinearCompute(_Spec):
     model: Literal["linear"]  # CPU: time = batch / speed (LB-BSP paper sec. 3.2)
-    seconds_per_sample: float = Field(1.0 / 32, gt=0.0)  # at speed factor 1
+    # at speed factor 1; 0 when the computation is all on shared compute units (ClusterSpec.compute_units)
+    seconds_per_sample: float = Field(1.0 / 32, ge=0.0)
 
 
 class GPUCompute(_Spec):
@@ -268,6 +269,26 @@ class ResourceSpec(_Spec):
     cpu_min: float = Field(0.3, gt=0.0, le=1.0)  # lowest CPU share a worker may get
     memory_min: float = Field(0.5, gt=0.0, le=1.0)  # lowest memory share a worker may get
     smoothness: float = Field(0.7, ge=0.0, lt=1.0)  # AR(1) coefficient: how much availability persists
+
+
+class ComputeUnitsSpec(_Spec):
+    """Compute that several workers share: worker processes on one machine, or a GPU that hosts several
+    workers. Worker w's gradients are computed on unit w % count, one at a time, in the order they were
+    dispatched (first come, first served). A gradient is ready once its round trip has passed (what the
+    worker's own machine adds: an injected straggler's delay, the network) and its unit has computed it,
+    so the workers of one unit wait for each other as a real worker process's queue makes them.
+    """
+
+    count: int = Field(ge=1)  # units; worker w computes on unit w % count
+    compute: ComputeSpec = LinearCompute(model="linear")  # one gradient's time on a unit of speed 1
+    speed_factors: list[Annotated[float, Field(gt=0.0)]] | None = None  # per-unit relative speed
+
+    @model_validator(mode="after")
+    def _per_unit_speeds(self) -> "ComputeUnitsSpec":
+        if self.speed_factors is not None and len(self.speed_factors) != self.count:
+            raise ValueError(f"speed_factors must have count={self.count} entries, "
+                             f"but got {len(self.speed_factors)}")
+        return self
 
 
 class ServerSpec(_Spec):
@@ -302,6 +323,7 @@ class ClusterSpec(_Spec):
     slowdowns: list[SlowdownSpec] = []  # transient or persistent stragglers
     resources: ResourceSpec | None = None  # time-varying CPU/memory availability that drives speed
     server: ServerSpec = ServerSpec()  # the parameter server's links and update cost (default: instant)
+    compute_units: ComputeUnitsSpec | None = None  # compute several workers share (default: a machine each)
 
     @model_validator(mode="after")
     def _per_worker_lists(self) -> "ClusterSpec":
@@ -415,6 +437,8 @@ class JobSpec(_Spec):
             del cluster["server"]
         elif self.cluster.server.gradient_seconds == 0.0:  # likewise from before the per-gradient cost
             del cluster["server"]["gradient_seconds"]
+        if self.cluster.compute_units is None:  # a machine per worker: fingerprints from before the field hold
+            del cluster["compute_units"]
         canonical = {
             "v": FINGERPRINT_VERSION,
             "workload": workload,

@@ -16,6 +16,10 @@ gradient back). From these the job's `cluster` section is fitted:
 - speed_factors: each worker's mean compute time against all workers' at the same batch size;
 - round_trip: the measured compute times divided by their batch size's mean, as a trace the model
   samples from (`kind: trace`), so the simulator reproduces this machine's own variability.
+On the processes backend the computation is fitted as compute units instead (`fit_units`): each worker
+process computes its workers' tasks one after another, so the workers of one process queue behind each
+other (`cluster.compute_units`: the compute fit above plus the per-task overhead the kernel timer does not
+see, per-process speed factors), and the workers' own round trip is what the server's links charge.
 The profile is written as profile.csv, the fitted cluster.yaml, and profiled_job.yaml: the job with
 that cluster, ready for `autosync tune`. Its time budget and evaluation interval are rescaled by the
 ratio of the measured to the modelled mean round trip, so it trains about as many updates as before,
@@ -134,10 +138,10 @@ def transfer_from_rounds(server: ServerCosts, samples: Sequence[Sample], ranks: 
     return ServerCosts(server.apply_seconds, statistics.median(first), server.model_bytes)
 
 
-def fit_cluster(job: JobSpec, samples: Sequence[Sample], server: ServerCosts | None = None) -> dict:
-    """The job's cluster section fitted to `samples` (see the module docstring), as a plain mapping."""
+def fit_compute(samples: Sequence[Sample]) -> dict:
+    """Compute time against batch size (a `ComputeSpec` mapping) by least squares: whichever fits better
+    (by BIC) of a line through the origin and a fixed cost plus a slope above the smallest batch timed."""
     sizes = sorted({s.batch_size for s in samples})
-    mean_at = {b: statistics.fmean(s.compute_seconds for s in samples if s.batch_size == b) for b in sizes}
     b = np.array([s.batch_size for s in samples], dtype=float)
     t = np.array([s.compute_seconds for s in samples])
     per_sample = max(float((b @ t) / (b @ b)), 1e-9)
@@ -146,11 +150,72 @@ def fit_cluster(job: JobSpec, samples: Sequence[Sample], server: ServerCosts | N
     (flat, slope), *_ = np.linalg.lstsq(design, t, rcond=None)
     flat, slope = max(float(flat), 1e-6), max(float(slope), 1e-9)
     affine = {"model": "gpu", "launch_overhead": flat, "saturation_batch": sizes[0], "seconds_per_sample": slope}
-    compute = affine if _bic(t - flat - slope * (b - sizes[0]), 2) < _bic(t - per_sample * b, 1) else linear
+    return affine if _bic(t - flat - slope * (b - sizes[0]), 2) < _bic(t - per_sample * b, 1) else linear
+
+
+def relative_speeds(samples: Sequence[Sample], groups: int, group_of: Callable[[int], int]) -> list[float]:
+    """Each group's (worker's, or unit's) speed: the inverse of its mean compute time against all workers'
+    at the same batch size."""
+    sizes = {s.batch_size for s in samples}
+    mean_at = {b: statistics.fmean(s.compute_seconds for s in samples if s.batch_size == b) for b in sizes}
     speed = []
-    for w in range(job.cluster.n_workers):
-        ratios = [s.compute_seconds / mean_at[s.batch_size] for s in samples if s.worker == w]
+    for g in range(groups):
+        ratios = [s.compute_seconds / mean_at[s.batch_size] for s in samples if group_of(s.worker) == g]
         speed.append(round(1.0 / statistics.fmean(ratios), 4) if ratios else 1.0)
+    return speed
+
+
+def fit_units(samples: Sequence[Sample], count: int, transfer_seconds: float = 0.0, scale: float = 1.0) -> dict:
+    """Compute units (a `ComputeUnitsSpec` mapping) fitted to rounds of tasks computed by `count` worker
+    processes, worker w by process w % count, one task after another in worker order.
+
+    A unit's time per task is the kernel time (`fit_compute`, speeds per process) plus an overhead `o` the
+    kernel timer does not see (the notification, the answer, the copies in and out): in a round, the
+    p-th task of a unit is answered after its own and its predecessors' kernels and p overheads, its
+    parameters having left the server after w + 1 transfers and its gradient taking one more, so
+    o = median((round trip - (w + 2) transfers - kernels so far) / p). `scale`: real seconds per second of
+    the job (`--time-scale` with injected stragglers); the fitted times are divided by it.
+    """
+    compute = fit_compute(samples)
+    rounds: dict[tuple[int, int], list[Sample]] = {}
+    for s in samples:
+        rounds.setdefault((s.batch_size, s.round), []).append(s)
+    overheads = []
+    for tasks in rounds.values():
+        done: dict[int, tuple[float, int]] = {}  # unit -> (kernel seconds so far, tasks so far)
+        for s in sorted(tasks, key=lambda s: s.worker):
+            kernels, position = done.get(s.worker % count, (0.0, 0))
+            kernels, position = kernels + s.compute_seconds, position + 1
+            done[s.worker % count] = (kernels, position)
+            overheads.append((s.round_trip_seconds - (s.worker + 2) * transfer_seconds - kernels) / position)
+    overhead = max(0.0, statistics.median(overheads)) if overheads else 0.0
+    if compute["model"] == "linear":  # the same line, as a fixed cost plus a slope above the smallest batch
+        smallest = min(s.batch_size for s in samples)
+        compute = {"model": "gpu", "launch_overhead": compute["seconds_per_sample"] * smallest,
+                   "saturation_batch": smallest, "seconds_per_sample": compute["seconds_per_sample"]}
+    compute["launch_overhead"] = (compute["launch_overhead"] + overhead) / scale
+    compute["seconds_per_sample"] /= scale
+    return {"count": count, "compute": compute,
+            "speed_factors": relative_speeds(samples, count, lambda w: w % count)}
+
+
+def fit_cluster(job: JobSpec, samples: Sequence[Sample], server: ServerCosts | None = None,
+                units: int | None = None) -> dict:
+    """The job's cluster section fitted to `samples` (see the module docstring), as a plain mapping.
+
+    With `units` (the worker processes that computed the samples, worker w on process w % units), the
+    computation moves to compute units (`fit_units`): the workers' own round trip is only what the
+    server's links charge, and the workers of one process queue behind each other as they really do."""
+    if units is not None:
+        tau = server.transfer_seconds if server is not None else 0.0
+        cluster = {"n_workers": job.cluster.n_workers, "compute": {"model": "linear", "seconds_per_sample": 0.0},
+                   "communication_seconds": 0.0, "round_trip": {"kind": "deterministic"},
+                   "compute_units": fit_units(samples, units, tau)}
+        if server is not None:
+            cluster["server"] = _server_section(server)
+        return cluster
+    compute = fit_compute(samples)
+    speed = relative_speeds(samples, job.cluster.n_workers, lambda w: w)
     communication = statistics.median(s.communication_seconds for s in samples)
     cluster = {"n_workers": job.cluster.n_workers, "compute": compute, "communication_seconds": float(communication),
                "speed_factors": speed,
@@ -162,9 +227,13 @@ def fit_cluster(job: JobSpec, samples: Sequence[Sample], server: ServerCosts | N
         tau = server.transfer_seconds
         left = [max(0.0, s.communication_seconds - (s.worker + 2) * tau) for s in samples]
         cluster["communication_seconds"] = float(statistics.median(left))
-        cluster["server"] = {"bandwidth": server.bandwidth, "model_bytes": server.model_bytes,
-                             "apply_seconds": server.apply_seconds}
+        cluster["server"] = _server_section(server)
     return cluster
+
+
+def _server_section(server: ServerCosts) -> dict:
+    """The cluster's server section from the server's measured costs."""
+    return {"bandwidth": server.bandwidth, "model_bytes": server.model_bytes, "apply_seconds": server.apply_seconds}
 
 
 def _bic(residuals: np.ndarray, n_parameters: int) -> float:
@@ -180,12 +249,18 @@ def time_scale(job: JobSpec, cluster: dict) -> float:
 
 
 def mean_round_trip(cluster: ClusterSpec, batch_size: int) -> float:
-    """A round trip at `batch_size` averaged over the workers, at time 0 (the random multiplier's mean is 1)."""
-    from autosync.cluster import RoundTripModel
+    """A round trip at `batch_size` averaged over the workers, at time 0 (the random multiplier's mean is 1).
+    With compute units, a worker's is at least its place in its unit's queue when all workers start at
+    once: (p + 1) / 2 of the unit's time for a unit of p workers, on average."""
+    from autosync.cluster import ComputeUnits, RoundTripModel
 
     model = RoundTripModel(cluster, seed=0)
-    return statistics.fmean(model.compute_seconds(w, batch_size, 0.0)
-                            for w in range(cluster.n_workers)) + cluster.communication_seconds
+    trips = [model.compute_seconds(w, batch_size, 0.0) + cluster.communication_seconds
+             for w in range(cluster.n_workers)]
+    if cluster.compute_units is not None:
+        units = ComputeUnits(cluster.compute_units)
+        trips = [max(trip, units.compute(w, 0.0, batch_size)) for w, trip in enumerate(trips)]
+    return statistics.fmean(trips)
 
 
 def multipliers(samples: Sequence[Sample]) -> list[float]:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from autosync.calibration import RATE_POLICIES, calibrate, measure_real, simulated_runner, with_server
+from autosync.calibration import RATE_POLICIES, calibrate, measure_real, simulated_runner, with_server, with_units
 from autosync.catalog import make_policy
 from autosync.engine import simulate
 from autosync.job import load_job
@@ -49,6 +49,19 @@ def test_the_fit_makes_the_simulation_match_both_real_runs(real_with_server_cost
     assert fitted.cluster.server.apply_seconds == result.server["apply_seconds"]
     again, _ = calibrate(fitted, real_with_server_costs, UPDATES, {}, fit=False)  # the fitted job checks out
     assert again.fits and again.server is None
+
+
+def test_the_fit_starts_from_the_worker_processes_as_compute_units():
+    """"Real" runs on 2 processes that queue the 4 workers' gradients (0.3 s each, one process half as fast)
+    besides a server cost: given the units, the fit makes both runs match and the job keeps the units."""
+    units = {"count": 2, "compute": {"model": "linear", "seconds_per_sample": 0.3 / 16}, "speed_factors": [1.0, 0.5]}
+    real = measure_real(with_server(with_units(JOB, units), 0.1, 0.0), simulated_runner(), UPDATES)
+    result, fitted = calibrate(JOB, real, UPDATES, {}, units=units)
+    assert not all(run.fits for run in result.before)
+    assert all(abs(run.ratio - 1.0) <= 0.05 for run in result.after), result.to_dict()
+    assert fitted.cluster.compute_units.speed_factors == [1.0, 0.5] and result.to_dict()["units"] == units
+    checked, job = calibrate(JOB, real, UPDATES, {}, fit=False, units=units)  # only checked: nothing given
+    assert job is JOB and checked.units is None
 
 
 def test_the_check_says_whether_a_job_fits_and_which_run_misses(real_with_server_costs):

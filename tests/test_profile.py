@@ -10,7 +10,9 @@ import yaml
 
 from autosync.job import load_job
 from autosync.job import job_from_dict
-from autosync.profiling import Sample, ServerCosts, fit_cluster, measure_server, time_scale, transfer_from_rounds
+from autosync.profiling import (
+    Sample, ServerCosts, fit_cluster, fit_units, measure_server, time_scale, transfer_from_rounds,
+)
 from tests.conftest import autosync, no_traceback, small_job
 
 JOB = small_job()
@@ -70,6 +72,53 @@ def test_a_fixed_cost_per_task_is_fitted_as_the_flat_then_linear_model():
     assert time_scale(JOB, cluster) < 0.1  # ms against the model's 0.5 s
 
 
+def _queued_samples(kernel, overhead: float, tau: float, slow_process: int = 1) -> list[Sample]:
+    """Eight workers on two processes (worker w on w % 2), process `slow_process` half as fast: each round's
+    tasks are computed one after another per process, each paying `overhead` besides its kernel, after
+    its parameters' pull (w + 1 transfers) and before its push (one more)."""
+    out = []
+    for b in (8, 16):
+        for r in range(3):
+            done = [0.0, 0.0]
+            for w in range(8):
+                t = kernel(b) * (2.0 if w % 2 == slow_process else 1.0)
+                done[w % 2] = max(done[w % 2], (w + 1) * tau) + t + overhead * (2.0 if w % 2 == slow_process else 1.0)
+                out.append(Sample(w, b, r, t, done[w % 2] + tau))
+    return out
+
+
+def test_worker_processes_are_fitted_as_compute_units_with_their_overhead_and_speeds():
+    tau, overhead = 1e-5, 4e-4
+    samples = _queued_samples(lambda b: 1e-4 * b, overhead, tau)
+    units = fit_units(samples, 2, tau)
+    assert units["count"] == 2 and units["compute"]["model"] == "gpu"
+    assert units["speed_factors"] == pytest.approx([1.5, 0.75], rel=0.01)  # kernels 1x and 2x against their mean
+    c = units["compute"]  # at speed 1 (the mean): 1.5e-4 per sample; the overhead, averaged, besides
+    assert c["seconds_per_sample"] == pytest.approx(1.5e-4, rel=0.02)
+    assert c["launch_overhead"] == pytest.approx(1.5e-4 * 8 + overhead, rel=0.35)
+    scaled = fit_units(samples, 2, tau, scale=0.02)  # injected stragglers: in the job's seconds
+    assert scaled["compute"]["seconds_per_sample"] == pytest.approx(c["seconds_per_sample"] / 0.02)
+
+
+def test_a_job_fitted_with_compute_units_reproduces_the_queued_rounds():
+    """The fitted cluster, simulated, takes a BSP round as long as the synthetic processes took: the
+    slowest task of a round (the slow process's last) within 10%."""
+    from autosync.engine import simulate
+    from autosync.policies import BSP
+
+    tau, overhead = 1e-5, 4e-4
+    samples = _queued_samples(lambda b: 1e-4 * b, overhead, tau)
+    server = ServerCosts(apply_seconds=0.0, transfer_seconds=tau, model_bytes=4000)
+    job = small_job(cluster__n_workers=8, workload__batch_size=16)
+    cluster = fit_cluster(job, samples, server, units=2)
+    assert cluster["compute"] == {"model": "linear", "seconds_per_sample": 0.0}
+    assert cluster["compute_units"]["count"] == 2 and cluster["round_trip"] == {"kind": "deterministic"}
+    fitted = job_from_dict({**job.model_dump(mode="json"), "cluster": cluster, "budget": {"max_updates": 1}})
+    round_time = simulate(fitted, BSP()).trace.column("updates", "time")[0]
+    real = max(s.round_trip_seconds for s in samples if s.batch_size == 16)
+    assert round_time == pytest.approx(real, rel=0.1)
+
+
 @pytest.mark.slow
 @pytest.mark.processes
 def test_cli_profiles_real_processes_and_writes_a_job_that_tunes(tiny_job, tmp_path):
@@ -83,7 +132,8 @@ def test_cli_profiles_real_processes_and_writes_a_job_that_tunes(tiny_job, tmp_p
     assert len(rows) == 4 * 2 * 2 and {r["worker"] for r in rows} == {"0", "1", "2", "3"}
     assert all(float(r["round_trip_seconds"]) >= float(r["compute_seconds"]) > 0 for r in rows)
     job = load_job(tmp_path / "prof" / "profiled_job.yaml")
-    assert job.cluster.round_trip.kind == "trace" and len(job.cluster.speed_factors) == 4
+    units = job.cluster.compute_units  # 2 worker processes (the default): two compute units
+    assert units.count == 2 and len(units.speed_factors) == 2 and job.cluster.round_trip.kind == "deterministic"
     fitted = json.loads((tmp_path / "prof" / "calibration.json").read_text())["server"]  # what --check fitted
     assert job.cluster.server.bandwidth > 0
     assert fitted is None or job.cluster.server.apply_seconds == fitted["apply_seconds"]

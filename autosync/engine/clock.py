@@ -16,7 +16,7 @@ import math
 from contextlib import nullcontext
 from typing import ContextManager, Protocol, Sequence
 
-from autosync.cluster import ServerModel
+from autosync.cluster import ComputeUnits, ServerModel
 from autosync.errors import UserError
 from autosync.policies import Task
 
@@ -60,22 +60,27 @@ class VirtualClock:
     the server's outbound link; the gradient is then ready after the drawn round trip and queues on the
     inbound link in the order gradients become ready: a heap entry is a gradient still to be pushed
     until the push is charged, which happens, in time order, before any later arrival is answered.
+    With compute units (`autosync.cluster.ComputeUnits`), a gradient is ready once its round trip has
+    passed and its unit has computed it, whichever is later.
     """
 
-    def __init__(self, server: ServerModel | None = None) -> None:
+    def __init__(self, server: ServerModel | None = None, units: ComputeUnits | None = None) -> None:
         self._heap: list[tuple[float, int, int]] = []
         self.server = server if server is not None and not server.instant else None
+        self.units = units
         self._to_push: set[tuple[int, int]] = set()  # (worker, task index) whose gradient is not yet pushed
 
     def dispatch(self, tasks: Sequence[tuple[Task, float]]) -> None:
         """Each task starts now (at `task.start`) and arrives its round trip's virtual seconds later (plus
-        the server's queueing and transfers when there is a server model)."""
+        the server's queueing and transfers when there is a server model, and its unit's queue when there
+        are compute units)."""
         for task, round_trip in tasks:
-            if self.server is None:
-                heapq.heappush(self._heap, (task.start + round_trip, task.worker, task.index))
-            else:
-                ready = self.server.pull(task.start) + round_trip
-                heapq.heappush(self._heap, (ready, task.worker, task.index))
+            begin = task.start if self.server is None else self.server.pull(task.start)
+            ready = begin + round_trip
+            if self.units is not None:
+                ready = max(ready, self.units.compute(task.worker, begin, task.batch_size))
+            heapq.heappush(self._heap, (ready, task.worker, task.index))
+            if self.server is not None:
                 self._to_push.add((task.worker, task.index))
 
     def _push_ready(self) -> None:
@@ -103,6 +108,8 @@ class VirtualClock:
         self._heap = [(t + seconds, w, k) for t, w, k in self._heap]  # order is unchanged: still a heap
         if self.server is not None:
             self.server.delay_all(seconds)
+        if self.units is not None:
+            self.units.delay_all(seconds)
 
     def serve_update(self, start: float) -> float:
         """The server model's update loop: `start` plus the apply cost once the loop is free."""

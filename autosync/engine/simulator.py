@@ -17,7 +17,7 @@ from typing import Any, Callable, cast
 
 import torch
 
-from autosync.cluster import RoundTripModel, ServerModel
+from autosync.cluster import ComputeUnits, RoundTripModel, ServerModel
 from autosync.engine.allocator import keep_freed_memory
 from autosync.engine.clock import Clock, VirtualClock
 from autosync.engine.drivers import Driver, FusingDriver, InProcessDriver
@@ -72,7 +72,8 @@ class Simulator:
                              resources=self.cluster.resources, compute_model=job.cluster.compute.model)
         self.driver: Driver = driver if driver is not None else InProcessDriver(self.workload, job.seed)
         self.clock: Clock = clock if clock is not None else VirtualClock(
-            ServerModel(job.cluster.server, model_bytes=4 * self.workload.dim))
+            ServerModel(job.cluster.server, model_bytes=4 * self.workload.dim),
+            ComputeUnits(job.cluster.compute_units) if job.cluster.compute_units is not None else None)
         self.trace = Trace()
         self.inflight: dict[int, Task] = {}
         self.task_counter = [0] * n
