@@ -15,7 +15,7 @@ from autosync.errors import RuntimeFailure, UserError
 from autosync.job import JobSpec
 from autosync.search.confirm import RUNS as CONFIRMATION_RUNS
 from autosync.search.cost import COST_UNIT, in_bsp_trainings
-from autosync.search.objective import FORKED, FULL_BUDGET_OF, PRUNED_ON_PACE, final_pending
+from autosync.search.objective import FORKED, FULL_BUDGET_OF, PRUNED_ON_PACE, final_pending, policy_key
 from autosync.search.siblings import REFERENCE_FROM
 from autosync.search.space import SearchSpace
 from autosync.search.storage import open_storage, redact_url, storage_exists
@@ -180,11 +180,9 @@ def search_breakdown(study: "optuna.Study") -> dict[str, int]:
 def best_policies(study: "optuna.Study", count: int = 5) -> list[dict[str, Any]]:
     """The best feasible trials, one per distinct policy (its first trial at that score; policies that run
     alike, such as BSP and backup k = n, are one), best first."""
-    import json
-
     rows: dict[str, dict[str, Any]] = {}
     for t in feasible_trials(study):
-        key = json.dumps(t.user_attrs.get("canonical_policy") or t.user_attrs["policy"], sort_keys=True)
+        key = policy_key(t)
         if key not in rows:
             rows[key] = {"trial": t.number, "policy": t.user_attrs["policy"], "time_to_target": t.values[0],
                          "final_metric": t.user_attrs.get("final_metric"), "reached": t.user_attrs.get("reached"),

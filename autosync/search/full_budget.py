@@ -12,13 +12,10 @@ accurate, is kept: no policy is answered with before its full-budget run keeps t
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Callable
 
 from autosync.search import _optuna_internals as internals
-from autosync.search.objective import (
-    CANONICAL, FULL_BUDGET_OF, constraint_of, final_pending,
-)
+from autosync.search.objective import FULL_BUDGET_OF, constraint_of, final_pending, policy_key
 
 if TYPE_CHECKING:
     import optuna
@@ -36,18 +33,18 @@ def next_to_check(study: "optuna.Study", wanted: int = 1) -> "optuna.trial.Froze
     # at equal times a full-budget result comes first: a check ties with the trial it checks, and policies
     # that run alike to the target (tied to the last digit) need one feasible check between them, not one each
     done = sorted((t for t in trials if _time(t) is not None), key=lambda t: (_time(t), _pending(t), t.number))
-    known = {_key(t) for t in done if not _pending(t)}  # policies whose full-budget result is in
+    known = {policy_key(t) for t in done if not _pending(t)}  # policies whose full-budget result is in
     feasible: set[str] = set()
     for t in done:
-        if _key(t) in feasible:
+        if policy_key(t) in feasible:
             continue
         if not _pending(t):
             if constraint_of(t) <= 0:
-                feasible.add(_key(t))
+                feasible.add(policy_key(t))
                 if len(feasible) >= wanted:
                     return None
             continue
-        if _key(t) not in known and t.number not in checked:  # a check that failed leaves it unanswerable
+        if policy_key(t) not in known and t.number not in checked:  # a check that failed leaves it unanswerable
             return t
     return None
 
@@ -91,7 +88,3 @@ def check_finished(study: "optuna.Study", number: int) -> bool:
     """Whether a full-budget check of trial `number` has finished (with a result or a failure)."""
     return any(t.user_attrs.get(FULL_BUDGET_OF) == number and t.state.is_finished()
                for t in internals.fresh_trials(study))
-
-
-def _key(trial: "optuna.trial.FrozenTrial") -> str:
-    return json.dumps(trial.user_attrs.get(CANONICAL) or trial.user_attrs.get("policy"), sort_keys=True)

@@ -11,6 +11,8 @@ cost can be stated in units of one BSP training.
 
 from __future__ import annotations
 
+import json
+
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
@@ -30,6 +32,7 @@ CONSTRAINT = "final_metric_vs_bsp"  # name of the Optuna constraint (<= 0: feasi
 KILLED = "process_lost"  # user attribute of a trial failed because its process died: no result of its own
 RETRY_OF = "retry_of"  # user attribute of a re-queued trial: the number of the killed trial it re-runs
 PROCESS = "process"  # user attribute: host:pid of the process that ran the trial
+CURVE = "curve"  # user attribute: [virtual time, target metric] at the first seed's evaluations, up to the target
 CANONICAL = "canonical_policy"  # user attribute: the simplest policy that runs exactly like the trial's
 SCORING = "scoring"  # user attribute: the seeds, miss penalty and budget a trial was scored with
 RESAMPLED = "resampled_from"  # user attribute: the running trial whose point this trial proposed again
@@ -175,16 +178,23 @@ def _step_reporter(report: Callable[[dict[str, Any], int], None],
 
 
 class TimeToTargetBound:
-    """A lower bound on a run's time-to-target, updated at each of its evaluations."""
+    """A lower bound on a run's time-to-target, updated at each of its evaluations, and the run's curve up
+    to the target: (virtual time, target metric) at each evaluation until the one that met it, which the
+    pace rule holds other runs against (`autosync.search.pruning.CURVE`)."""
 
     def __init__(self, job: JobSpec):
         self.target = job.target
         self.reached_at: float | None = None
+        self.curve: list[tuple[float, float]] = []
 
     def update(self, info: dict[str, Any]) -> float:
         """Read one evaluation record (virtual `time` and the metrics); returns the bound."""
-        if self.reached_at is None and self.target.reached(info.get(self.target.metric)):
-            self.reached_at = float(info["time"])
+        if self.reached_at is None:
+            metric = info.get(self.target.metric)
+            if metric is not None:
+                self.curve.append((float(info["time"]), float(metric)))
+            if self.target.reached(metric):
+                self.reached_at = float(info["time"])
         return self.reached_at if self.reached_at is not None else float(info["time"])
 
 
@@ -246,16 +256,12 @@ class Objective:
         if race is not None:
             self._prune_as_twin(trial, canonical, scoring, race)
         spent = {"virtual_seconds": 0.0}
-        bound = TimeToTargetBound(self.job)
+        bound = TimeToTargetBound(self.job)  # of the first seed's run
         target = self.job.target
-        curve: list[tuple[float, float]] = []  # the first seed's target metric up to the target (`pruning.CURVE`)
 
         def report(info: dict[str, Any], step: int) -> None:
             spent["virtual_seconds"] = info["time"]
             value = bound.update(info)
-            if bound.reached_at is None or not curve or curve[-1][0] < bound.reached_at:
-                if info.get(target.metric) is not None:
-                    curve.append((info["time"], info[target.metric]))
             if race is None:
                 return
             late = race.predicted_late(value, info.get(target.metric), target.lower_is_better) \
@@ -280,7 +286,7 @@ class Objective:
         for key, value in score.items():
             trial.set_user_attr(key, value)
         if race is not None and bound.reached_at is not None and not score.get(FORKED):
-            race.keep_curve(trial, curve)  # a later trial racing against this one reads its pace
+            race.keep_curve(trial, bound.curve)  # a later trial racing against this one reads its pace
         if not full and score["reached"]:  # a run stopped at the target: its final metric is not known yet
             trial.set_user_attr(FINAL_PENDING, True)
         else:
@@ -405,6 +411,8 @@ class Objective:
         score = self.bsp_score or {}
         for key in ("time_to_target", "final_metric", "reached", "runs"):
             trial.set_user_attr(key, score[key])
+        if score.get(CURVE):  # the trials racing against BSP read its pace (`pruning.CURVE`)
+            trial.set_user_attr(CURVE, score[CURVE])
         trial.set_user_attr("virtual_seconds", 0.0)
         trial.set_user_attr("same_as_trial", "bsp_reference")
         trial.set_constraint(CONSTRAINT, constraint(self.job, score["final_metric"], self.reference,
@@ -451,6 +459,13 @@ def canonical_policy(policy: dict[str, Any], n_workers: int, batch_size: int) ->
         return pol.canonical(n_workers).to_dict()
     except ValueError:
         return None
+
+
+def policy_key(trial: "optuna.trial.FrozenTrial") -> str:
+    """What makes two trials the same candidate: the canonical policy it ran (`canonical_policy`), else
+    the policy it proposed, else its parameters; trials with one key run alike and rank as one."""
+    policy = trial.user_attrs.get(CANONICAL) or trial.user_attrs.get("policy") or trial.params or trial.number
+    return json.dumps(policy, sort_keys=True)
 
 
 def constraint_of(trial: "optuna.trial.FrozenTrial") -> float:

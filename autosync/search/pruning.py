@@ -16,15 +16,13 @@ a run does not write every evaluation to the storage; it reports its bound once,
 
 from __future__ import annotations
 
-import json
 import time
 
 import optuna
 
-from autosync.search.objective import CANONICAL, may_be_feasible
+from autosync.search.objective import CURVE, may_be_feasible, policy_key
 
 REFRESH_SECONDS = 2.0  # how often (wall) a running trial re-reads the bar: other processes may lower it
-CURVE = "curve"  # user attribute: [virtual time, target metric] at the first seed's evaluations, up to the target
 CURVE_POINTS = 64  # a stored curve is thinned to about this many points
 PACE_MARGIN = 2.0  # the pace rule prunes a trial this many times slower than the bar to the same metric
 PACE_FROM = 0.3  # ... once it has trained this fraction of the bar's time-to-target (early metrics are noise)
@@ -43,8 +41,7 @@ def race_bar(trials: "list[optuna.trial.FrozenTrial]", places: int = 1) -> "optu
     best: dict[str, optuna.trial.FrozenTrial] = {}
     for t in trials:
         if t.state == optuna.trial.TrialState.COMPLETE and may_be_feasible(t):
-            key = json.dumps(t.user_attrs.get(CANONICAL) or t.user_attrs.get("policy") or t.params or t.number,
-                             sort_keys=True)
+            key = policy_key(t)
             if key not in best or (t.values[0], CURVE not in t.user_attrs) < (
                     best[key].values[0], CURVE not in best[key].user_attrs):
                 best[key] = t

@@ -23,8 +23,10 @@ from autosync.search.cache import (
     best_policies, cost_fields, execution_name, execution_of, read_cache, study_name, write_cache,
 )
 from autosync.search.objective import (
-    Objective, ObjectiveSettings, RunFailed, canonical_policy, evaluate, process_tag, trial_scoring, trial_seeds,
+    CURVE, Objective, ObjectiveSettings, RunFailed, TimeToTargetBound, canonical_policy, evaluate, process_tag,
+    trial_scoring, trial_seeds,
 )
+from autosync.search.pruning import RaceLimit, TargetRacePruner, thinned
 from autosync.search.running_twins import Resampled
 from autosync.search.samplers import SWITCH_POINT_SAMPLERS, make_sampler
 from autosync.search.siblings import EXECUTION, sibling_reference, sibling_studies
@@ -100,7 +102,6 @@ def load_study(request: TuneRequest, storage: Any) -> "optuna.Study":
     """Create the request's study in `storage`, or load it; its objective directions must match."""
     import optuna
 
-    from autosync.search.pruning import TargetRacePruner
 
     directions = ["minimize", "maximize" if request.job.target.metric == "test_accuracy" else "minimize"] \
         if request.settings.multi_objective else ["minimize"]
@@ -405,13 +406,16 @@ def bsp_reference(study: "optuna.Study", request: TuneRequest,
         if ref is not None:  # `reference_from` keeps the sibling's training out of this study's search cost
             study.set_user_attr("bsp_reference", ref)
     if ref is None:
+        bound = TimeToTargetBound(request.job)  # BSP's curve: the pace rule's bar until a trial beats BSP
         try:
             ref = evaluate(request.job, {"policy": "bsp", "params": {}}, seeds, request.settings.penalty,
-                           backend=request.settings.backend)
+                           report=lambda info, step: bound.update(info), backend=request.settings.backend)
         except RunFailed as exc:
             raise RuntimeFailure(f"BSP itself fails on this job, so there is no reference to tune against: "
                                  f"{exc}") from None
         ref = {**ref, **trial_scoring(request.job, seeds, request.settings.penalty)}
+        if bound.reached_at is not None:
+            ref[CURVE] = thinned(bound.curve)
         study.set_user_attr("bsp_reference", ref)
     return ref
 
@@ -426,7 +430,6 @@ def run_trials(study: "optuna.Study", request: TuneRequest, reference: dict[str,
     re-runs ran out, left the budget short); with trials still running elsewhere, wait: a process that
     dies there has its trial re-queued (`fail_dead_trials`), and this one runs it.
     """
-    from autosync.search.pruning import RaceLimit
 
     objective = Objective(request.job, request.space, request.settings, reference["final_metric"], reference,
                           siblings, storage_url=request.storage,
