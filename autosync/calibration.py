@@ -209,12 +209,17 @@ def calibrate(job: JobSpec, real_seconds: dict[str, float], updates: int, execut
     if not fit or all(abs(run.ratio - 1.0) <= CLOSE_ENOUGH for run in before):
         return result, job
     job, result.units = with_units(job, units), units
-    server = job.cluster.server
-    start = np.array([server.apply_seconds, server.gradient_seconds])
+    server, shared = job.cluster.server, job.cluster.compute_units is not None
+    # the fitted parameters: the server's two costs, and with compute units a factor on the units' times
+    start = np.array([server.apply_seconds, server.gradient_seconds] + ([1.0] if shared else []))
     measured = np.array([real_seconds[name] for name, _ in RATE_POLICIES])
 
+    def job_at(costs: np.ndarray) -> JobSpec:
+        fitted = with_server(job, float(costs[0]), float(costs[1]))
+        return scale_units(fitted, float(costs[2])) if shared else fitted
+
     def runs_at(costs: np.ndarray) -> list[RateRun]:
-        return compare(with_server(job, float(costs[0]), float(costs[1])), real_seconds, updates, simulated)
+        return compare(job_at(costs), real_seconds, updates, simulated)
 
     def miss(rows: list[RateRun]) -> float:
         return max(abs(np.log(run.ratio)) for run in rows)
@@ -223,28 +228,30 @@ def calibrate(job: JobSpec, real_seconds: dict[str, float], updates: int, execut
     # alone explaining the slower run
     start_rows = before if units is None else runs_at(start)
     design = np.array([[run.updates, run.arrivals] for run in start_rows], dtype=float)
-    base = np.array([run.simulated_seconds for run in start_rows]) - design @ start
+    base = np.array([run.simulated_seconds for run in start_rows]) - design @ start[:2]
     excess = max(0.0, float(np.max(measured - base)))
-    guesses = [_nonnegative_least_squares(design, measured - base),
-               np.array([excess / updates, 0.0]), np.array([0.0, excess / design[:, 1].max()])]
+    guesses = [np.concatenate([costs, start[2:]]) for costs in (
+        _nonnegative_least_squares(design, measured - base), np.array([excess / updates, 0.0]),
+        np.array([0.0, excess / design[:, 1].max()]))]
     best = min([(miss(start_rows), start, start_rows)]
                + [(miss(rows), costs, rows) for costs in guesses for rows in [runs_at(costs)]], key=lambda t: t[0])
-    # a finite-difference step that moves a run's time by about 5% were the costs simply added up
-    scale = 0.05 * measured.min() / np.array([updates, design[:, 1].max()])
+    # a finite-difference step that moves a run's time by about 5% were the costs simply added up (the
+    # units' factor: 5% of it)
+    scale = np.concatenate([0.05 * measured.min() / np.array([updates, design[:, 1].max()]), [0.05] if shared else []])
     for _ in range(MAX_ROUNDS):  # Gauss-Newton on log(real / simulated), the Jacobian by finite differences
         if best[0] <= CLOSE_ENOUGH:
             break
         costs, rows = best[1], best[2]
         steps = np.maximum(0.1 * costs, scale)
         residual = np.log([run.ratio for run in rows])
-        jacobian = np.empty((len(rows), 2))
-        for j in range(2):
+        jacobian = np.empty((len(rows), len(costs)))
+        for j in range(len(costs)):
             moved = costs.copy()
             moved[j] += steps[j]
             jacobian[:, j] = (np.log([run.ratio for run in runs_at(moved)]) - residual) / steps[j]
-        delta = np.linalg.lstsq(jacobian, -residual, rcond=None)[0]
+        delta = np.linalg.lstsq(jacobian, -residual, rcond=None)[0]  # the smallest step, with the units' factor
         for damping in (1.0, 0.5, 0.25):  # the first step along it that misses less, kept non-negative
-            trial = np.maximum(costs + damping * delta, 0.0)
+            trial = np.maximum(costs + damping * delta, np.concatenate([[0.0, 0.0], [0.05] if shared else []]))
             trial_rows = runs_at(trial)
             if miss(trial_rows) < best[0]:
                 best = (miss(trial_rows), trial, trial_rows)
@@ -252,10 +259,21 @@ def calibrate(job: JobSpec, real_seconds: dict[str, float], updates: int, execut
         else:
             break
     _, costs, rows = best
-    fitted = with_server(job, float(costs[0]), float(costs[1]))
     result.server = {"apply_seconds": float(costs[0]), "gradient_seconds": float(costs[1])}
+    if shared:
+        result.server["units_factor"] = float(costs[2])
     result.after = rows
-    return result, fitted
+    return result, job_at(costs)
+
+
+def scale_units(job: JobSpec, factor: float) -> JobSpec:
+    """`job` whose compute units take `factor` times as long per task (the calibration fits it)."""
+    units = job.cluster.compute_units
+    compute = units.compute.model_copy(update={
+        key: getattr(units.compute, key) * factor for key in ("seconds_per_sample", "launch_overhead")
+        if hasattr(units.compute, key)})
+    cluster = job.cluster.model_copy(update={"compute_units": units.model_copy(update={"compute": compute})})
+    return job.model_copy(update={"cluster": cluster})
 
 
 def write_calibration(calibration: Calibration, job: JobSpec, job_file: Path) -> list[Path]:
@@ -278,8 +296,10 @@ def write_calibration(calibration: Calibration, job: JobSpec, job_file: Path) ->
         lines.append(f"# The workers share {calibration.units['count']} compute units, the worker processes of the real "
                      "runs, timed before the fit (cluster.compute_units).")
     if calibration.server is not None:
+        units = calibration.server.get("units_factor")
         lines.append(f"# Server costs fitted to them: {calibration.server['apply_seconds']:.6g} s per update, "
-                     f"{calibration.server['gradient_seconds']:.6g} s per gradient (cluster.server; {record.name}).")
+                     f"{calibration.server['gradient_seconds']:.6g} s per gradient (cluster.server; {record.name})"
+                     + (f"; the compute units' times x {units:.3g}." if units is not None else "."))
     job_file.write_text("\n".join(lines) + "\n" + yaml.safe_dump(data, sort_keys=False))
     job_from_dict(yaml.safe_load(job_file.read_text()), str(job_file))  # what was written must load
     return [record, job_file]

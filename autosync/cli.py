@@ -259,7 +259,13 @@ def _print_calibration(calibration: Any) -> None:
     if calibration.server is not None:
         console.print(f"server costs fitted from the two runs (the profile alone cannot separate them): "
                       f"{1e3 * calibration.server['apply_seconds']:.3f} ms per update, "
-                      f"{1e3 * calibration.server['gradient_seconds']:.3f} ms per gradient (job seconds)")
+                      f"{1e3 * calibration.server['gradient_seconds']:.3f} ms per gradient (job seconds)"
+                      + (f"; the compute units' times x {calibration.server['units_factor']:.3g}"
+                         if "units_factor" in calibration.server else ""))
+    if calibration.units is not None:
+        units = calibration.units
+        console.print(f"the workers share {units['count']} compute units (the worker processes), timed at "
+                      f"{units['compute']} job seconds per task, speed factors {units['speed_factors']}")
     console.print(calibration.verdict())
 
 

@@ -6,7 +6,9 @@ import json
 
 import pytest
 
-from autosync.calibration import RATE_POLICIES, calibrate, measure_real, simulated_runner, with_server, with_units
+from autosync.calibration import (
+    RATE_POLICIES, calibrate, measure_real, scale_units, simulated_runner, with_server, with_units,
+)
 from autosync.catalog import make_policy
 from autosync.engine import simulate
 from autosync.job import load_job
@@ -53,13 +55,15 @@ def test_the_fit_makes_the_simulation_match_both_real_runs(real_with_server_cost
 
 def test_the_fit_starts_from_the_worker_processes_as_compute_units():
     """"Real" runs on 2 processes that queue the 4 workers' gradients (0.3 s each, one process half as fast)
-    besides a server cost: given the units, the fit makes both runs match and the job keeps the units."""
-    units = {"count": 2, "compute": {"model": "linear", "seconds_per_sample": 0.3 / 16}, "speed_factors": [1.0, 0.5]}
-    real = measure_real(with_server(with_units(JOB, units), 0.1, 0.0), simulated_runner(), UPDATES)
+    besides a server cost; the units were timed 25% slow (the rounds that time them are busier than the
+    runs): given the units, the fit makes both runs match, scaling the units' times, and the job keeps them."""
+    units = {"count": 2, "compute": {"model": "linear", "seconds_per_sample": 0.4 / 16}, "speed_factors": [1.0, 0.5]}
+    real = measure_real(with_server(scale_units(with_units(JOB, units), 0.75), 0.1, 0.0), simulated_runner(), UPDATES)
     result, fitted = calibrate(JOB, real, UPDATES, {}, units=units)
     assert not all(run.fits for run in result.before)
     assert all(abs(run.ratio - 1.0) <= 0.05 for run in result.after), result.to_dict()
     assert fitted.cluster.compute_units.speed_factors == [1.0, 0.5] and result.to_dict()["units"] == units
+    assert result.server["units_factor"] == pytest.approx(0.75, abs=0.1)
     checked, job = calibrate(JOB, real, UPDATES, {}, fit=False, units=units)  # only checked: nothing given
     assert job is JOB and checked.units is None
 
