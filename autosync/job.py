@@ -327,6 +327,10 @@ class ClusterSpec(_Spec):
 
     @model_validator(mode="after")
     def _per_worker_lists(self) -> "ClusterSpec":
+        free = isinstance(self.compute, LinearCompute) and self.compute.seconds_per_sample == 0.0
+        if free and self.compute_units is None and self.communication_seconds == 0.0:
+            raise ValueError("compute.seconds_per_sample may be 0 only where the time is elsewhere (compute_units "
+                             "or communication_seconds), but every round trip would take no time")
         n = self.n_workers
         if self.speed_factors is not None and len(self.speed_factors) != n:
             raise ValueError(f"speed_factors must have n_workers={n} entries, "

@@ -87,7 +87,7 @@ def test_every_arrival_is_logged_and_time_is_monotone(policy):
 # A new policy's parameters go here (the test below fails until they do).
 PARAMETER_CASES: dict[str, dict[str, tuple]] = {
     "asp": {}, "bsp": {}, "dana_slim": {}, "dana_zero": {}, "multi_asgd": {}, "nag_asgd": {},
-    "backup": {"k": (2, 0), "lr_rule": ("proportional", "sometimes")},
+    "backup": {"k": (2, 0), "lr_rule": ("sqrt", "sometimes")},
     "bdbw": {"lr_rule": ("proportional", "sometimes"), "solve_every": (3, 0)},
     "dbw": {"window": (3, 0), "beta": (1.5, 0.5), "lr_rule": ("proportional", "sometimes"), "solve_every": (2, 0),
             "robust": (False, "yes")},
@@ -98,7 +98,7 @@ PARAMETER_CASES: dict[str, dict[str, tuple]] = {
     "split": {"fractions": ([0.4, 0.3, 0.2, 0.1], [0.5, 0.5, 0.5, -0.5])},
     "lbbsp": {"mode": ("gpu", "tpu"), "delta": (3, 0), "window": (3, 0), "fine_delta": (2, 0), "fine_window": (10, 0),
               "memory_threshold": (0.9, 1.5), "predictor": ("ema", "oracle"), "warmup": (10, 1),
-              "ema_alpha": (0.5, 0.0), "hidden": (4, 0)},
+              "ema_alpha": (0.5, 0.0), "hidden": (4, 0), "lr_rule": ("sqrt", "sometimes")},
     "sync_switch": {"switch_at": (0.5, 1.5), "order": ("asp_bsp", "random"), "config": ("none", "all"),
                     "asp_momentum": ("zero", "more"), "switch_seconds": (1.0, -1.0),
                     "stragglers": ("greedy", "ignore"), "window_seconds": (2.0, 0.0), "consecutive": (3, 0)},

@@ -2,18 +2,44 @@
 
 from __future__ import annotations
 
+import math
+
 from autosync.policies._base import Arrival, Barrier, ServerView
 
-LR_RULES = ("fixed", "proportional")
+#: Learning-rate rules of the synchronous barriers: the factor on the job's eta for an update that
+#: aggregates k of n workers' gradients. "fixed" (eta whatever k) and "proportional" (eta k / n: eta is the
+#: full batch's rate) are the DBW paper's (sec. 4). "sqrt" and "linear" read eta as the rate of one worker's
+#: batch and scale it with the batch aggregated: by its square root (Krizhevsky 2014; Hoffer et al. 2017,
+#: sec. 4), or linearly (Goyal et al. 2017; Sync-Switch's n eta for BSP, sec. IV-C). They depart from the
+#: papers' online policies, which train with the job's eta whatever k they choose: on a job tuned at one
+#: worker's batch, BSP's n-fold batch at the same eta can be many times slower to the target.
+LR_RULES = {
+    "fixed": lambda k, n: 1.0,
+    "proportional": lambda k, n: k / n,
+    "sqrt": lambda k, n: math.sqrt(k),
+    "linear": lambda k, n: float(k),
+}
+
+
+def lr_factor(rule: str, k: int, n: int) -> float:
+    """The factor `rule` (`LR_RULES`) puts on eta for an update of k gradients out of n."""
+    return LR_RULES[rule](k, n)
+
+
+def check_lr_rule(rule: str) -> None:
+    """A clear error for an unknown learning-rate rule."""
+    if rule not in LR_RULES:
+        raise ValueError(f"lr_rule must be one of {list(LR_RULES)}, but got lr_rule={rule!r}")
 
 
 class FastestK(Barrier):
     """Wait for the fastest k gradients of the current version; later ones are discarded.
 
     Push & wait (DBW paper sec. 2): a worker still computing on an old version finishes, its gradient
-    is discarded on arrival, then it starts on the newest parameters. With ``lr_rule="proportional"``
-    the learning rate is eta * k / n (Chen et al. 2016; DBW sec. 4). `lr_multiplier` scales it further
-    (Sync-Switch's configuration policy trains BSP with n * eta, sec. IV-C).
+    is discarded on arrival, then it starts on the newest parameters. The learning rate is eta times the
+    factor `lr_rule` gives for the gradients aggregated (`LR_RULES`; "proportional": eta * k / n, Chen et
+    al. 2016, DBW sec. 4). `lr_multiplier` scales it further (Sync-Switch's configuration policy trains
+    BSP with n * eta, sec. IV-C).
     """
 
     # may_start reads the version and the worker's own last version (ElasticBSP's excluded set changes in
@@ -28,8 +54,7 @@ class FastestK(Barrier):
     def reset(self, n_workers: int, batch_size: int) -> None:
         if self.k is not None and not 1 <= self.k <= n_workers:
             raise ValueError(f"k must be between 1 and n_workers={n_workers}, but got k={self.k}")
-        if self.lr_rule not in LR_RULES:
-            raise ValueError(f"lr_rule must be one of {list(LR_RULES)}, but got lr_rule={self.lr_rule!r}")
+        check_lr_rule(self.lr_rule)
         self._k = n_workers if self.k is None else self.k
 
     def target_count(self, server: ServerView) -> int:
@@ -46,8 +71,7 @@ class FastestK(Barrier):
         return server.last_version[worker] < server.version
 
     def lr_scale(self, server: ServerView, n_aggregated: int) -> float:
-        rule = n_aggregated / server.n_workers if self.lr_rule == "proportional" else 1.0
-        return rule * self.lr_multiplier
+        return lr_factor(self.lr_rule, n_aggregated, server.n_workers) * self.lr_multiplier
 
 
 class OnArrival(Barrier):

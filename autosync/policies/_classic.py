@@ -44,7 +44,8 @@ class BackupWorkers(Policy):
 
     Args:
         k: gradients aggregated per iteration, 1 <= k <= n.
-        lr_rule: "fixed" keeps eta; "proportional" uses eta * k / n (DBW sec. 4).
+        lr_rule: "fixed" keeps eta; "proportional" uses eta * k / n (DBW sec. 4); "sqrt" and "linear" scale
+            eta, one worker's rate, by sqrt(k) and k (`LR_RULES`).
     """
 
     name = "backup"
@@ -59,5 +60,5 @@ class BackupWorkers(Policy):
         return Strategies(barrier=FastestK(k=self.k, lr_rule=self.lr_rule))
 
     def canonical(self, n_workers: int) -> Policy:
-        """k = n waits for everyone: BSP, under either rule (eta * n / n = eta)."""
-        return BSP() if self.k == n_workers else self
+        """k = n waits for everyone: BSP, under the rules that keep eta there (eta * n / n = eta)."""
+        return BSP() if self.k == n_workers and self.lr_rule in ("fixed", "proportional") else self

@@ -135,7 +135,9 @@ class DBW(Policy):
         beta: loss-increase threshold of rule (19).
         lr_rule: "fixed" (the job's eta whatever k_t is: the paper runs DBW and B-DBW with the largest
             rate of the static settings, sec. 4.1, "they dynamically increase k_t up to n when they
-            detect that the loss is increasing") or "proportional" (eta * k_t / n).
+            detect that the loss is increasing"), "proportional" (eta * k_t / n), or, departing from the
+            paper, "sqrt" and "linear" (eta * sqrt(k_t), eta * k_t: eta is one worker's rate; `LR_RULES`).
+            The gain estimate G_k of (9)-(16) uses the step the rule gives at each k.
         solve_every: re-solve problem (17) every this many iterations (always during the first D).
         robust: True (default): the departures listed in the module docstring; False: estimators (13)-(16)
             and rule (19) exactly as printed.

@@ -252,6 +252,9 @@ class LBBSP(Policy):
         warmup: iterations before NARX predicts (EMA until then).
         ema_alpha: weight of the newest speed in the EMA.
         hidden: NARX hidden-layer width.
+        lr_rule: the learning rate for the n workers' batches aggregated (`LR_RULES`): "fixed" (the
+            paper's: the job's eta) or, departing from it, "sqrt" and "linear" (eta * sqrt(n), eta * n:
+            eta is one worker's rate); "proportional" is eta too, all n workers being aggregated.
     """
 
     name = "lbbsp"
@@ -259,7 +262,7 @@ class LBBSP(Policy):
 
     def __init__(self, mode: str = "auto", delta: int = 5, window: int = 5, fine_delta: int = 1,
                  fine_window: int = 20, memory_threshold: float = 0.95, predictor: str = "narx",
-                 warmup: int = 50, ema_alpha: float = 0.2, hidden: int = 8) -> None:
+                 warmup: int = 50, ema_alpha: float = 0.2, hidden: int = 8, lr_rule: str = "fixed") -> None:
         self.mode = mode
         self.delta = delta
         self.window = window
@@ -270,6 +273,7 @@ class LBBSP(Policy):
         self.warmup = warmup
         self.ema_alpha = ema_alpha
         self.hidden = hidden
+        self.lr_rule = lr_rule
 
     def strategies(self, n_workers: int, batch_size: int) -> Strategies:
         if self.mode not in MODES:
@@ -281,7 +285,8 @@ class LBBSP(Policy):
             balancer.validate()
         batching: Batching = {"gpu": iterative, "cpu": proportional}.get(self.mode) \
             or ModeByCompute(iterative, proportional)
-        return Strategies(barrier=FastestK(k=None), aggregation=BatchWeighted(), batching=batching)
+        return Strategies(barrier=FastestK(k=None, lr_rule=self.lr_rule), aggregation=BatchWeighted(),
+                          batching=batching)
 
 
 class ModeByCompute(Batching):

@@ -1,0 +1,68 @@
+"""The learning-rate rules of the synchronous policies: the step for k of n gradients aggregated."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from autosync.catalog import make_policy
+from autosync.engine import simulate
+from autosync.policies import BSP, BackupWorkers
+from autosync.policies._barriers import LR_RULES, lr_factor
+from tests.conftest import small_job
+
+ETA = 0.1  # small_job's learning rate
+JOB = small_job(budget={"max_updates": 30})
+
+
+def test_each_rule_on_a_known_k_sequence():
+    n = 16
+    ks = [1, 4, 9, 16]
+    assert [lr_factor("fixed", k, n) for k in ks] == [1.0] * 4
+    assert [lr_factor("proportional", k, n) for k in ks] == [1 / 16, 4 / 16, 9 / 16, 1.0]
+    assert [lr_factor("sqrt", k, n) for k in ks] == [1.0, 2.0, 3.0, 4.0]
+    assert [lr_factor("linear", k, n) for k in ks] == [1.0, 4.0, 9.0, 16.0]
+    assert set(LR_RULES) == {"fixed", "proportional", "sqrt", "linear"}
+
+
+@pytest.mark.parametrize("rule", list(LR_RULES))
+def test_backup_trains_with_the_rules_step(rule):
+    k, n = 2, JOB.cluster.n_workers
+    lrs = simulate(JOB, BackupWorkers(k=k, lr_rule=rule)).trace.column("updates", "lr")
+    assert lrs == pytest.approx([ETA * lr_factor(rule, k, n)] * len(lrs))
+
+
+def test_bsp_is_backup_k_n_only_under_the_rules_that_keep_eta_there():
+    n = JOB.cluster.n_workers
+    assert BackupWorkers(k=n, lr_rule="fixed").canonical(n) == BSP()
+    assert BackupWorkers(k=n, lr_rule="proportional").canonical(n) == BSP()
+    assert BackupWorkers(k=n, lr_rule="sqrt").canonical(n) == BackupWorkers(k=n, lr_rule="sqrt")
+    lrs = simulate(JOB, BackupWorkers(k=n, lr_rule="linear")).trace.column("updates", "lr")
+    assert lrs[0] == pytest.approx(ETA * n)
+
+
+def test_lbbsp_aggregates_every_worker_so_its_rule_is_one_factor():
+    n = JOB.cluster.n_workers
+    for rule, factor in (("fixed", 1.0), ("proportional", 1.0), ("sqrt", math.sqrt(n)), ("linear", float(n))):
+        lrs = simulate(JOB, make_policy("lbbsp", {"lr_rule": rule})).trace.column("updates", "lr")
+        assert lrs == pytest.approx([ETA * factor] * len(lrs)), rule
+
+
+@pytest.mark.parametrize("rule", ["fixed", "sqrt"])
+def test_dbw_steps_with_the_rule_at_the_k_it_chose(rule):
+    """Each update's step is eta times the rule's factor at the k aggregated; under the fixed rule every
+    k has the job's eta, as the paper's estimators (eqs. 9-16) assume."""
+    job = small_job(budget={"max_updates": 40})
+    trace = simulate(job, make_policy("dbw", {"lr_rule": rule, "window": 3})).trace
+    n = job.cluster.n_workers
+    ks = trace.column("updates", "n_aggregated")
+    lrs = trace.column("updates", "lr")
+    assert lrs == pytest.approx([ETA * lr_factor(rule, k, n) for k in ks])
+    if rule == "sqrt":
+        assert len(set(ks)) > 1 or ks[0] > 1  # the rule moved the step at least once (k changes, or k > 1)
+
+
+def test_an_unknown_rule_is_refused_with_the_choices():
+    with pytest.raises(ValueError, match=r"lr_rule must be one of \['fixed', 'proportional', 'sqrt', 'linear'\]"):
+        BackupWorkers(k=2, lr_rule="cubic").bind(4, 16)
