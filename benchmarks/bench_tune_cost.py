@@ -22,6 +22,7 @@ reference) is measured in the same run or read from that cache.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import statistics
 import subprocess
@@ -73,6 +74,11 @@ def command_wall(trials: int) -> float:
         return time.perf_counter() - start
 
 
+def space_digest(space_name: str) -> str:
+    """A short hash of the shipped space file: its reference is measured again when the space changes."""
+    return hashlib.sha256((SPACE_DIR / f"{space_name}.yaml").read_bytes()).hexdigest()[:8]
+
+
 def reference(job: JobSpec, space_name: str, trials: int) -> dict:
     """The best the reference search finds: every point of a discrete space at full budget, or a
     `trials`-trial full-budget TPE search of `policy`."""
@@ -116,7 +122,7 @@ def main() -> None:
     for name in args.jobs:
         job = job_named(name)
         for space in args.spaces:
-            key = f"{name}/{job.fingerprint()}/{space}"
+            key = f"{name}/{job.fingerprint()}/{space}/{space_digest(space)}"  # a changed space: a new reference
             if key not in refs:
                 start = time.perf_counter()
                 refs[key] = reference(job, space, args.reference_trials)
