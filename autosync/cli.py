@@ -418,18 +418,22 @@ def robustness(
         [], "--policies", help="Online policies NAME or NAME:key=value,... (repeatable; default: dbw, bdbw, "
                                "lbbsp, ssp, sync_switch, dana_slim)."),
     n_jobs: int = typer.Option(1, "--n-jobs", help="Runs in parallel (joblib processes; -1: all cores)."),
+    lr_rules: str = typer.Option("fixed,proportional", "--lr-rules",
+                                 help="The static-k grid's learning-rate rules, comma-separated (of fixed, "
+                                      "proportional, sqrt, linear)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Output directory (default: results/robustness/<family>)."),
     as_json: bool = JSON_OPT,
 ) -> None:
     """Online policies against each drawn job's exhaustive best static k: regret table and figure (resumable)."""
     from autosync.family import load_family, write_jobs
     from autosync.leaderboard import parse_policy_spec
-    from autosync.robustness import ONLINE_POLICIES, Grid, online_policies, read_cells, report, run_grid
+    from autosync.robustness import ONLINE_POLICIES, Grid, check_rules, online_policies, read_cells, report, run_grid
     from autosync.report import format_cell, ready_output_dir
-    from autosync.robustness_report import SUMMARY_COLUMNS, SUMMARY_LEGEND, write_robustness
+    from autosync.robustness_report import SUMMARY_COLUMNS, summary_legend, write_robustness
 
     if n_jobs == 0 or n_jobs < -1:
         raise UserError(f"--n-jobs must be >= 1 or -1 (all cores), but got {n_jobs}")
+    rules = check_rules(r.strip() for r in lr_rules.split(","))
     spec = load_family(family_file)
     drawn = spec.jobs(jobs)
     online = (online_policies(ONLINE_POLICIES) if not policies else
@@ -437,7 +441,7 @@ def robustness(
     directory = ready_output_dir(out or Path("results") / "robustness" / spec.name)
     command = _command_line("robustness")
     write_jobs(spec, drawn, directory / "jobs", str(family_file), command)
-    grid = Grid(drawn, list(range(seeds)), online)
+    grid = Grid(drawn, list(range(seeds)), online, rules)
     reused = grid.finished(read_cells(directory))
     if reused:
         status.print(f"reusing {reused} of {len(grid.tasks)} finished runs from {directory / 'cells.jsonl'}")
@@ -453,7 +457,7 @@ def robustness(
             kept = len(read_cells(directory))
             raise Interrupted(f"interrupted: {kept} finished runs are kept in {directory / 'cells.jsonl'}; "
                               "the same command resumes from them") from None
-    result = report(drawn, cells, online, grid.seeds)
+    result = report(drawn, cells, online, grid.seeds, rules)
     paths = write_robustness(result, directory, command, spec.name)
     status.print(f"wrote {', '.join(str(p) for p in paths)}")
     if as_json:
@@ -465,7 +469,7 @@ def robustness(
     for row in result["summary"]:
         table.add_row(*(format_cell(row.get(k), f) for k, _, f in SUMMARY_COLUMNS))
     console.print(table)
-    status.print(SUMMARY_LEGEND, style="dim")
+    status.print(summary_legend(rules), style="dim")
 
 
 @_command(TuneOptions)

@@ -1,9 +1,11 @@
 """Robustness: online policies scored against each drawn job's exhaustive best static k.
 
-For every job of a family, every static k (backup workers k = 1..n-1 with both learning-rate rules, and
-BSP for k = n) and every online policy with its defaults runs with every seed. A policy's time on a job is
-its mean time-to-target over the seeds, a missed target counting as twice the job's time budget; its
-regret is that time over the best static k's (the best over k and both rules, chosen in hindsight).
+For every job of a family, every static k (backup workers k = 1..n-1 under each learning-rate rule of the
+grid, fixed and proportional unless told otherwise, and BSP for k = n) and every online policy with its
+defaults runs with every seed. A policy's time on a job is its mean time-to-target over the seeds, a
+missed target counting as twice the job's time budget; its regret is that time over the best static k's
+(the best over k and the rules, chosen in hindsight), and its overall regret that time over the best of
+every policy run on the job (static or online), so a reader sees when the answer is an asynchronous policy.
 
 Cells (job, policy, seed) are appended to ``cells.jsonl`` as they finish, keyed by the job's fingerprint,
 so an interrupted or extended grid reruns only what is missing.
@@ -21,19 +23,22 @@ from autosync import strict_json
 from autosync.job import JobSpec
 
 ONLINE_POLICIES = ("dbw", "bdbw", "lbbsp", "ssp", "sync_switch", "dana_slim")
-LR_RULES = ("fixed", "proportional")
+STATIC_K_RULES = ("fixed", "proportional")  # the static-k grid's learning-rate rules unless told otherwise
 CELLS_FILE = "cells.jsonl"
 WITHIN = 1.1  # a policy "holds up" on a job when its regret is at most this
 SPREAD_FOR_BALANCE = 2.0  # jobs whose worker speeds spread at least this much are where LB-BSP should help
 
 
-def static_k_policies(n_workers: int) -> list[dict[str, Any]]:
-    """Every static k: backup k = 1..n-1 under both lr rules, and BSP (k = n, the same under both)."""
+def static_k_policies(n_workers: int, rules: Iterable[str] = STATIC_K_RULES) -> list[dict[str, Any]]:
+    """Every static k: backup k = 1..n-1 under each lr rule (`autosync.policies.LR_RULES`), and BSP; k = n
+    under the rules that change the step there (sqrt, linear) too."""
     from autosync.catalog import make_policy
 
     grid = [make_policy("backup", {"k": k, "lr_rule": rule}).to_dict()
-            for k in range(1, n_workers) for rule in LR_RULES]
-    return grid + [make_policy("bsp").to_dict()]
+            for k in range(1, n_workers) for rule in rules]
+    scaled_bsp = [make_policy("backup", {"k": n_workers, "lr_rule": rule}).to_dict()
+                  for rule in rules if rule not in ("fixed", "proportional")]
+    return grid + scaled_bsp + [make_policy("bsp").to_dict()]
 
 
 def online_policies(names: Iterable[str] = ONLINE_POLICIES) -> list[dict[str, Any]]:
@@ -51,6 +56,18 @@ def static_label(policy: dict[str, Any]) -> str:
     if policy["policy"] == "bsp":
         return BSP_LABEL
     return f"k={policy['params']['k']} {policy['params']['lr_rule']}"
+
+
+def check_rules(rules: Iterable[str]) -> tuple[str, ...]:
+    """The static-k grid's rules, each one of `LR_RULES` (a clear error otherwise)."""
+    from autosync.errors import UserError
+    from autosync.policies._barriers import LR_RULES
+
+    rules = tuple(rules)
+    bad = [r for r in rules if r not in LR_RULES]
+    if bad or not rules:
+        raise UserError(f"--lr-rules must be comma-separated rules of {list(LR_RULES)}, but got {','.join(rules)!r}")
+    return rules
 
 
 def cell_key(fingerprint: str, policy: dict[str, Any], seed: int) -> str:
@@ -100,12 +117,13 @@ class Grid:
     jobs: list[JobSpec]
     seeds: list[int]
     online: list[dict[str, Any]]
+    rules: tuple[str, ...] = STATIC_K_RULES  # the static-k grid's learning-rate rules
     tasks: dict[str, tuple[JobSpec, dict[str, Any], int]] = field(default_factory=dict)  # by cell key
 
     def __post_init__(self) -> None:
         for job in self.jobs:
             fingerprint = job.fingerprint()
-            for policy in static_k_policies(job.cluster.n_workers) + self.online:
+            for policy in static_k_policies(job.cluster.n_workers, self.rules) + self.online:
                 for seed in self.seeds:  # an online policy that is also a static k (bsp) runs once
                     self.tasks.setdefault(cell_key(fingerprint, policy, seed), (job, policy, seed))
 
@@ -145,8 +163,9 @@ def penalised_time(record: dict[str, Any], job: JobSpec) -> float:
 
 
 def score_job(job: JobSpec, cells: dict[str, dict[str, Any]], online: list[dict[str, Any]],
-              seeds: list[int]) -> dict[str, Any]:
-    """One job's times (mean over seeds), its best static k, and each online policy's regret."""
+              seeds: list[int], rules: Iterable[str] = STATIC_K_RULES) -> dict[str, Any]:
+    """One job's times (mean over seeds), its best static k, and each online policy's regret against it
+    and against the best policy run on the job (static or online)."""
     from autosync.family import describe
     from autosync.leaderboard import finite_mean, label_of
 
@@ -156,7 +175,7 @@ def score_job(job: JobSpec, cells: dict[str, dict[str, Any]], online: list[dict[
         records = [cells[cell_key(fp, policy, s)] for s in seeds]
         return statistics.fmean(penalised_time(r, job) for r in records), records
 
-    static = [(static_label(p), *mean_time(p)) for p in static_k_policies(job.cluster.n_workers)]
+    static = [(static_label(p), *mean_time(p)) for p in static_k_policies(job.cluster.n_workers, rules)]
     best_label, best_time, _ = min(static, key=lambda s: s[1])
     bsp_time, bsp_records = next((t, records) for label, t, records in static if label == BSP_LABEL)
     policies = {}
@@ -171,9 +190,14 @@ def score_job(job: JobSpec, cells: dict[str, dict[str, Any]], online: list[dict[
     policies["bsp"] = {"time": bsp_time, "regret": bsp_time / best_time, "vs_bsp": 1.0,
                        "missed": sum(r.get("time_to_target") is None for r in bsp_records),
                        "errors": [], "time_weighted_k": float(job.cluster.n_workers)}
+    best_overall = min([best_time] + [p["time"] for p in policies.values()])
+    for row in policies.values():
+        row["overall_regret"] = row["time"] / best_overall
+    best_label_overall = best_label if best_overall == best_time else next(
+        label for label, row in policies.items() if row["time"] == best_overall)
     return {**describe(job), "budget": job.budget.max_virtual_seconds, "best_static": best_label,
-            "best_static_time": best_time, "bsp_time": bsp_time, "static": {label: t for label, t, _ in static},
-            "policies": policies}
+            "best_static_time": best_time, "best_overall": best_label_overall, "best_overall_time": best_overall,
+            "bsp_time": bsp_time, "static": {label: t for label, t, _ in static}, "policies": policies}
 
 
 def summarize(per_job: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -191,6 +215,7 @@ def summarize(per_job: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "policy": label,
             "jobs": len(regrets),
             "median_regret": float(np.median(regrets)),
+            "median_overall_regret": float(np.median([j["policies"][label]["overall_regret"] for j in per_job])),
             "p90_regret": float(np.quantile(regrets, 0.9)),
             "worst_regret": max(regrets),
             "within": sum(r <= WITHIN for r in regrets) / len(regrets),
@@ -206,7 +231,7 @@ def summarize(per_job: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def report(jobs: list[JobSpec], cells: dict[str, dict[str, Any]], online: list[dict[str, Any]],
-           seeds: list[int]) -> dict[str, Any]:
-    per_job = [score_job(job, cells, online, seeds) for job in jobs]
-    return {"seeds": seeds, "summary": summarize(per_job), "jobs": per_job}
+           seeds: list[int], rules: Iterable[str] = STATIC_K_RULES) -> dict[str, Any]:
+    per_job = [score_job(job, cells, online, seeds, rules) for job in jobs]
+    return {"seeds": seeds, "lr_rules": list(rules), "summary": summarize(per_job), "jobs": per_job}
 

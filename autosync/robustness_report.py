@@ -20,17 +20,21 @@ SUMMARY_COLUMNS = (
     ("slower_than_bsp", "> BSP", "{}"),
     ("median_vs_bsp", "vs BSP", "{:.2f}x"),
     ("min_vs_bsp_spread", "vs BSP, spread", "{:.2f}x"),
+    ("median_overall_regret", "vs best overall", "{:.2f}"),
     ("missed_runs", "missed", "{}"),
     ("errors", "failed", "{}"),
 )
 
-SUMMARY_LEGEND = (
-    "Regret = the policy's mean time-to-target over the seeds / the best static k's (the best of backup k = "
-    "1..n-1 under both lr rules and BSP, chosen per job in hindsight); a missed target counts as twice the "
-    "job's time budget. median, p90, worst: of the regret over the jobs; <= 1.1x: share of jobs within 1.1x; "
-    "> BSP: jobs where it is slower than BSP; vs BSP: median speedup (BSP's time / the policy's); vs BSP, "
-    f"spread: the smallest speedup on jobs whose worker speeds spread {SPREAD_FOR_BALANCE:g}x or more; "
-    "missed: runs that missed the target; failed: runs that raised.")
+def summary_legend(rules: list[str] | tuple[str, ...] = ("fixed", "proportional")) -> str:
+    """What the summary table's columns mean, naming the static-k grid's learning-rate rules."""
+    return (
+        "Regret = the policy's mean time-to-target over the seeds / the best static k's (the best of backup k = "
+        f"1..n-1 under the lr rules {', '.join(rules)} and BSP, chosen per job in hindsight); a missed target "
+        "counts as twice the job's time budget. median, p90, worst: of the regret over the jobs; <= 1.1x: share "
+        "of jobs within 1.1x; > BSP: jobs where it is slower than BSP; vs BSP: median speedup (BSP's time / the "
+        f"policy's); vs BSP, spread: the smallest speedup on jobs whose worker speeds spread {SPREAD_FOR_BALANCE:g}x "
+        "or more; vs best overall: median of the time over the best of every policy run on the job, static or "
+        "online; missed: runs that missed the target; failed: runs that raised.")
 
 
 def write_robustness(result: dict[str, Any], directory: Path, command: str, family: str) -> list[Path]:
@@ -39,7 +43,8 @@ def write_robustness(result: dict[str, Any], directory: Path, command: str, fami
     jobs, summary = result["jobs"], result["summary"]
     labels = [row["policy"] for row in summary]
     md = [f"# Robustness: family {family}", "", f"Produced by `{command}`", "",
-          f"{len(jobs)} jobs, seeds {result['seeds']}; times are virtual seconds. {SUMMARY_LEGEND}", "",
+          f"{len(jobs)} jobs, seeds {result['seeds']}; times are virtual seconds. "
+          f"{summary_legend(result.get('lr_rules', ('fixed', 'proportional')))}", "",
           "| " + " | ".join(h for _, h, _ in SUMMARY_COLUMNS) + " |", "|" + "---|" * len(SUMMARY_COLUMNS)]
     md += ["| " + " | ".join(format_cell(row.get(k), f) for k, _, f in SUMMARY_COLUMNS) + " |" for row in summary]
     md += ["", "![regret per policy](regret.png)", "", "## Jobs (regret per policy)", "",

@@ -36,6 +36,13 @@ def test_static_k_grid_is_every_k_under_both_rules_and_bsp():
         (k, r) for k in (1, 2, 3) for r in ("fixed", "proportional")}
 
 
+def test_the_grid_can_take_every_lr_rule_and_then_scales_bsp_too():
+    grid = static_k_policies(3, ("fixed", "sqrt", "linear"))
+    assert {(p["params"].get("k"), p["params"].get("lr_rule")) for p in grid} == {
+        (k, r) for k in (1, 2, 3) for r in ("fixed", "sqrt", "linear") if (k, r) != (3, "fixed")} | {(None, None)}
+    assert grid[-1] == {"policy": "bsp", "params": {}}  # k = n fixed is BSP
+
+
 def _job():
     import yaml
 
@@ -59,6 +66,10 @@ def test_regret_is_the_mean_time_over_the_best_static_k_with_misses_at_twice_the
     assert dbw["time"] == 27.0 and dbw["regret"] == 2.7 and dbw["missed"] == 1
     assert dbw["vs_bsp"] == pytest.approx(29.0 / 27.0)
     assert row["policies"]["bsp"]["regret"] == 2.9
+    assert row["best_overall"] == "k=2 fixed" and dbw["overall_regret"] == 2.7  # no online policy beat it
+    fast = {**cells, **{cell_key(fp, online[0], s): {"time_to_target": 5.0} for s in seeds}}
+    beaten = score_job(job, fast, online, seeds)
+    assert beaten["best_overall"] == "dbw" and beaten["policies"]["bsp"]["overall_regret"] == 29.0 / 5.0
     summary = {r["policy"]: r for r in summarize([row, {**row, "speed_spread": 1.0}])}
     assert summary["dbw"]["median_regret"] == 2.7 and summary["dbw"]["within"] == 0.0
     assert summary["dbw"]["slower_than_bsp"] == 0 and summary["dbw"]["missed_runs"] == 2
@@ -108,7 +119,8 @@ def test_bad_options_exit_2(tmp_path):
     family = tmp_path / "tiny.yaml"
     family.write_text(TINY)
     for extra, message in ((["--n-jobs", "0"], "--n-jobs must be >= 1 or -1"),
-                           (["--policies", "nope"], "--policies must be one of")):
+                           (["--policies", "nope"], "--policies must be one of"),
+                           (["--lr-rules", "fixed,cubic"], "--lr-rules must be comma-separated rules of")):
         proc = autosync("robustness", str(family), "--jobs", "1", *extra, cwd=tmp_path)
         assert proc.returncode == 2, proc.stderr
         no_traceback(proc)
