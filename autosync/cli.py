@@ -421,6 +421,10 @@ def robustness(
     lr_rules: str = typer.Option("fixed,proportional", "--lr-rules",
                                  help="The static-k grid's learning-rate rules, comma-separated (of fixed, "
                                       "proportional, sqrt, linear)."),
+    tuned_trials: int = typer.Option(0, "--tuned-trials", min=0,
+                                     help="Also tune each job (this many trials in the --tuned-space space, in "
+                                          "studies.db beside the report) and score its answer as 'tuned'."),
+    tuned_space: str = typer.Option("policy", "--tuned-space", help="The space --tuned-trials searches."),
     out: Optional[Path] = typer.Option(None, "--out", help="Output directory (default: results/robustness/<family>)."),
     as_json: bool = JSON_OPT,
 ) -> None:
@@ -441,7 +445,8 @@ def robustness(
     directory = ready_output_dir(out or Path("results") / "robustness" / spec.name)
     command = _command_line("robustness")
     write_jobs(spec, drawn, directory / "jobs", str(family_file), command)
-    grid = Grid(drawn, list(range(seeds)), online, rules)
+    tuned = _tune_each(drawn, tuned_space, tuned_trials, directory) if tuned_trials else {}
+    grid = Grid(drawn, list(range(seeds)), online, rules, tuned)
     reused = grid.finished(read_cells(directory))
     if reused:
         status.print(f"reusing {reused} of {len(grid.tasks)} finished runs from {directory / 'cells.jsonl'}")
@@ -457,7 +462,7 @@ def robustness(
             kept = len(read_cells(directory))
             raise Interrupted(f"interrupted: {kept} finished runs are kept in {directory / 'cells.jsonl'}; "
                               "the same command resumes from them") from None
-    result = report(drawn, cells, online, grid.seeds, rules)
+    result = report(drawn, cells, online, grid.seeds, rules, tuned)
     paths = write_robustness(result, directory, command, spec.name)
     status.print(f"wrote {', '.join(str(p) for p in paths)}")
     if as_json:
@@ -470,6 +475,22 @@ def robustness(
         table.add_row(*(format_cell(row.get(k), f) for k, _, f in SUMMARY_COLUMNS))
     console.print(table)
     status.print(summary_legend(rules), style="dim")
+
+
+def _tune_each(jobs: list, space: str, trials: int, directory: Path) -> dict[str, dict]:
+    """Each job's tuned policy (`trials` trials in `space`, cached in directory/studies.db: a rerun reuses
+    it), by the job's fingerprint."""
+    from autosync import api
+
+    storage = f"sqlite:///{directory / 'studies.db'}"
+    found = {}
+    with _counting_bar("tuning each job", transient=False) as bar:
+        task = bar.add_task("", total=len(jobs))
+        for job in jobs:
+            outcome = api.tune(job, space, n_trials=trials, storage=storage)
+            found[job.fingerprint()] = outcome.cache["best_policy"]
+            bar.update(task, advance=1, description=f"last: {job.name} {outcome.cache['best_policy']['policy']}")
+    return found
 
 
 @_command(TuneOptions)

@@ -25,6 +25,7 @@ from autosync.job import JobSpec
 ONLINE_POLICIES = ("dbw", "bdbw", "lbbsp", "ssp", "sync_switch", "dana_slim")
 STATIC_K_RULES = ("fixed", "proportional")  # the static-k grid's learning-rate rules unless told otherwise
 CELLS_FILE = "cells.jsonl"
+TUNED_LABEL = "tuned"  # the row of each job's own tuned policy (`Grid.tuned`)
 WITHIN = 1.1  # a policy "holds up" on a job when its regret is at most this
 SPREAD_FOR_BALANCE = 2.0  # jobs whose worker speeds spread at least this much are where LB-BSP should help
 
@@ -118,12 +119,14 @@ class Grid:
     seeds: list[int]
     online: list[dict[str, Any]]
     rules: tuple[str, ...] = STATIC_K_RULES  # the static-k grid's learning-rate rules
+    tuned: dict[str, dict[str, Any]] = field(default_factory=dict)  # job fingerprint -> its tuned policy
     tasks: dict[str, tuple[JobSpec, dict[str, Any], int]] = field(default_factory=dict)  # by cell key
 
     def __post_init__(self) -> None:
         for job in self.jobs:
             fingerprint = job.fingerprint()
-            for policy in static_k_policies(job.cluster.n_workers, self.rules) + self.online:
+            own = [self.tuned[fingerprint]] if fingerprint in self.tuned else []
+            for policy in static_k_policies(job.cluster.n_workers, self.rules) + self.online + own:
                 for seed in self.seeds:  # an online policy that is also a static k (bsp) runs once
                     self.tasks.setdefault(cell_key(fingerprint, policy, seed), (job, policy, seed))
 
@@ -163,9 +166,11 @@ def penalised_time(record: dict[str, Any], job: JobSpec) -> float:
 
 
 def score_job(job: JobSpec, cells: dict[str, dict[str, Any]], online: list[dict[str, Any]],
-              seeds: list[int], rules: Iterable[str] = STATIC_K_RULES) -> dict[str, Any]:
+              seeds: list[int], rules: Iterable[str] = STATIC_K_RULES,
+              tuned: dict[str, Any] | None = None) -> dict[str, Any]:
     """One job's times (mean over seeds), its best static k, and each online policy's regret against it
-    and against the best policy run on the job (static or online)."""
+    and against the best policy run on the job (static or online); `tuned`: the job's own tuned policy,
+    scored as the row TUNED_LABEL."""
     from autosync.family import describe
     from autosync.leaderboard import finite_mean, label_of
 
@@ -178,10 +183,11 @@ def score_job(job: JobSpec, cells: dict[str, dict[str, Any]], online: list[dict[
     static = [(static_label(p), *mean_time(p)) for p in static_k_policies(job.cluster.n_workers, rules)]
     best_label, best_time, _ = min(static, key=lambda s: s[1])
     bsp_time, bsp_records = next((t, records) for label, t, records in static if label == BSP_LABEL)
+    rows = [(label_of(p), p) for p in online] + ([(TUNED_LABEL, tuned)] if tuned is not None else [])
     policies = {}
-    for p in online:
-        t, records = mean_time(p)
-        policies[label_of(p)] = {
+    for label, policy in rows:
+        t, records = mean_time(policy)
+        policies[label] = {
             "time": t, "regret": t / best_time, "vs_bsp": bsp_time / t,
             "missed": sum(r.get("time_to_target") is None for r in records),
             "errors": [r["error"] for r in records if r.get("error")],
@@ -196,6 +202,7 @@ def score_job(job: JobSpec, cells: dict[str, dict[str, Any]], online: list[dict[
     best_label_overall = best_label if best_overall == best_time else next(
         label for label, row in policies.items() if row["time"] == best_overall)
     return {**describe(job), "budget": job.budget.max_virtual_seconds, "best_static": best_label,
+            "tuned_policy": tuned,
             "best_static_time": best_time, "best_overall": best_label_overall, "best_overall_time": best_overall,
             "bsp_time": bsp_time, "static": {label: t for label, t, _ in static}, "policies": policies}
 
@@ -231,7 +238,9 @@ def summarize(per_job: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def report(jobs: list[JobSpec], cells: dict[str, dict[str, Any]], online: list[dict[str, Any]],
-           seeds: list[int], rules: Iterable[str] = STATIC_K_RULES) -> dict[str, Any]:
-    per_job = [score_job(job, cells, online, seeds, rules) for job in jobs]
+           seeds: list[int], rules: Iterable[str] = STATIC_K_RULES,
+           tuned: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Every job scored (`score_job`; `tuned`: each job's tuned policy by fingerprint) and the summary."""
+    per_job = [score_job(job, cells, online, seeds, rules, (tuned or {}).get(job.fingerprint())) for job in jobs]
     return {"seeds": seeds, "lr_rules": list(rules), "summary": summarize(per_job), "jobs": per_job}
 

@@ -67,6 +67,9 @@ def test_regret_is_the_mean_time_over_the_best_static_k_with_misses_at_twice_the
     assert dbw["vs_bsp"] == pytest.approx(29.0 / 27.0)
     assert row["policies"]["bsp"]["regret"] == 2.9
     assert row["best_overall"] == "k=2 fixed" and dbw["overall_regret"] == 2.7  # no online policy beat it
+    tuned = {"policy": "backup", "params": {"k": 1, "lr_rule": "fixed"}}  # a job's own tune's answer
+    with_tuned = score_job(job, cells, online, seeds, tuned=tuned)
+    assert with_tuned["policies"]["tuned"]["regret"] == 15.5 / 10.0 and with_tuned["tuned_policy"] == tuned
     fast = {**cells, **{cell_key(fp, online[0], s): {"time_to_target": 5.0} for s in seeds}}
     beaten = score_job(job, fast, online, seeds)
     assert beaten["best_overall"] == "dbw" and beaten["policies"]["bsp"]["overall_regret"] == 29.0 / 5.0
@@ -83,15 +86,19 @@ def test_robustness_command_writes_the_table_and_resumes(tmp_path):
     family.write_text(TINY)
     out = tmp_path / "out"
     args = ("robustness", str(family), "--jobs", "2", "--seeds", "1", "--policies", "dbw", "--policies", "ssp",
-            "--out", str(out), "--json")
+            "--tuned-trials", "2", "--tuned-space", "static_k", "--out", str(out), "--json")
     first = autosync(*args, cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     result = json.loads(first.stdout)
     for name in ("robustness.md", "robustness.csv", "robustness.json", "regret.png", "jobs/tiny-000.yaml"):
         assert (out / name).stat().st_size > 0
     lines = (out / CELLS_FILE).read_text().splitlines()
-    assert len(lines) == 2 * (5 + 2)  # 2 jobs x (static k = 1, 2 under two rules, BSP; dbw; ssp) x 1 seed
-    assert {r["policy"] for r in result["summary"]} == {"dbw", "ssp", "bsp"}
+    # 2 jobs x (static k = 1, 2 under two rules, BSP; dbw; ssp) x 1 seed, and each job's tuned policy (static_k
+    # space) where it is not one of those already run
+    known = static_k_policies(3) + online_policies(["dbw", "ssp"])
+    assert len(lines) == 2 * (5 + 2) + sum(job["tuned_policy"] not in known for job in result["jobs"])
+    assert {r["policy"] for r in result["summary"]} == {"dbw", "ssp", "bsp", "tuned"}
+    assert (out / "studies.db").is_file()
     cells = [json.loads(line) for line in lines]
     for job in result["jobs"]:  # every regret follows from the recorded cells
         mine = [c for c in cells if c["job"] == job["job"]]
@@ -105,6 +112,9 @@ def test_robustness_command_writes_the_table_and_resumes(tmp_path):
             if c["policy"]["policy"] == "dbw":
                 t = c["time_to_target"] if c["time_to_target"] is not None else 2 * budget
                 assert job["policies"]["dbw"]["regret"] == pytest.approx(t / min(static.values()))
+            if c["policy"] == job["tuned_policy"]:  # the job's own tune's answer, scored from its cell
+                t = c["time_to_target"] if c["time_to_target"] is not None else 2 * budget
+                assert job["policies"]["tuned"]["regret"] == pytest.approx(t / min(static.values()))
     assert "# Robustness: family tiny" in (out / "robustness.md").read_text()
 
     # a rerun reuses every finished cell; a cell lost to an interruption (a cut line) is run again
