@@ -216,6 +216,15 @@ class ComputeUnits:
         self._free = [free + seconds for free in self._free]
 
 
+def started_at_once(spec: ComputeUnitsSpec | None, trips: list[float], batch_size: int) -> list[float]:
+    """Each worker's time to its gradient when all of them start a task at time 0 with round trips
+    `trips`: with compute units, the later of its round trip and its place in its unit's queue."""
+    if spec is None:
+        return list(trips)
+    units = ComputeUnits(spec)
+    return [max(trip, units.compute(w, 0.0, batch_size)) for w, trip in enumerate(trips)]
+
+
 class ServerModel:
     """The parameter server's links and update loop as first-come-first-served queues (virtual seconds).
 

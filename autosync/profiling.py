@@ -252,15 +252,12 @@ def mean_round_trip(cluster: ClusterSpec, batch_size: int) -> float:
     """A round trip at `batch_size` averaged over the workers, at time 0 (the random multiplier's mean is 1).
     With compute units, a worker's is at least its place in its unit's queue when all workers start at
     once: (p + 1) / 2 of the unit's time for a unit of p workers, on average."""
-    from autosync.cluster import ComputeUnits, RoundTripModel
+    from autosync.cluster import RoundTripModel, started_at_once
 
     model = RoundTripModel(cluster, seed=0)
     trips = [model.compute_seconds(w, batch_size, 0.0) + cluster.communication_seconds
              for w in range(cluster.n_workers)]
-    if cluster.compute_units is not None:
-        units = ComputeUnits(cluster.compute_units)
-        trips = [max(trip, units.compute(w, 0.0, batch_size)) for w, trip in enumerate(trips)]
-    return statistics.fmean(trips)
+    return statistics.fmean(started_at_once(cluster.compute_units, trips, batch_size))
 
 
 def multipliers(samples: Sequence[Sample]) -> list[float]:

@@ -50,17 +50,13 @@ def workload_key(job: JobSpec) -> str:
 
 def cluster_features(job: JobSpec) -> list[float]:
     """The job's cluster as `FEATURE_NAMES` (see the module docstring)."""
-    from autosync.cluster import ComputeUnits, RoundTripModel
+    from autosync.cluster import RoundTripModel, started_at_once
 
     cluster, b = job.cluster, job.workload.batch_size
     model = RoundTripModel(cluster, seed=0)
     n = cluster.n_workers
-
-    def one_round(task: int) -> list[float]:  # every worker starting at once; with compute units, queued
-        units = ComputeUnits(cluster.compute_units) if cluster.compute_units is not None else None
-        return [max(model.round_trip(w, task, b, 0.0), units.compute(w, 0.0, b) if units else 0.0) for w in range(n)]
-
-    trips = np.array([one_round(task) for task in range(ROUNDS)])
+    trips = np.array([started_at_once(cluster.compute_units, [model.round_trip(w, task, b, 0.0) for w in range(n)], b)
+                      for task in range(ROUNDS)])
     mean = float(trips.mean())
     ordered = np.sort(trips, axis=1)
     tail = float(ordered[:, -1].mean()) / mean
