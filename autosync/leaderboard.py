@@ -34,13 +34,13 @@ def parse_policy_spec(text: str, n_workers: int) -> dict[str, Any]:
     """'backup:k=8,lr_rule=proportional' or 'backup(k=8, lr_rule=proportional)' -> {"policy": "backup",
     "params": {...}}, validated (`catalog.split_policy_spec`).
 
-    A bare 'backup' uses k = 3n/4, the static setting the DBW paper finds good under moderate noise.
+    A parameter left out whose default depends on the job's size takes the policy's own (`sized_defaults`):
+    a bare 'backup' uses k = 3n/4, the static setting the DBW paper finds good under moderate noise.
     """
-    from autosync.catalog import make_policy, policy_name, split_policy_spec
+    from autosync.catalog import POLICIES, make_policy, policy_name, split_policy_spec
 
     name, params = split_policy_spec(text, "--policies")
-    if policy_name(name, "--policies") == "backup" and "k" not in params:
-        params["k"] = max(1, (3 * n_workers) // 4)
+    params = {**POLICIES[policy_name(name, "--policies")].sized_defaults(n_workers), **params}
     policy = make_policy(name, params)
     try:
         policy.bind(n_workers, 1)

@@ -54,7 +54,7 @@ BSP_LABEL = "k=n (BSP)"
 
 def static_label(policy: dict[str, Any]) -> str:
     """'k=5 fixed', 'k=3 proportional' or 'k=n (BSP)': which static k and which lr rule."""
-    if policy["policy"] == "bsp":
+    if "k" not in policy["params"]:  # BSP itself, the grid's one policy without a k
         return BSP_LABEL
     return f"k={policy['params']['k']} {policy['params']['lr_rule']}"
 

@@ -5,11 +5,13 @@
 
 from autosync.policies._barriers import BoundedStaleness, FastestK, OnArrival
 from autosync.policies._base import (
-    Aggregation, Arrival, Barrier, Batching, Policy, Progress, Schedule, ServerView, Strategies, Strategy,
+    Aggregation, Arrival, Barrier, Batching, Policy, Preset, Progress, Schedule, ServerView, Strategies, Strategy,
     Task, UpdateRule, UpdateStats,
 )
 from autosync.policies._classic import ASP, BSP, SSP, BackupWorkers
-from autosync.policies._composed import Composed, check_composition, composition_of, cross_paper_neighbours
+from autosync.policies._composed import (
+    SEED_POLICIES, Composed, check_composition, composition_of, cross_paper_neighbours,
+)
 from autosync.policies._dana import DANADC, DCASGD, LWP, NAGASGD, DANASlim, DANAZero, MultiASGD
 from autosync.policies._dbw import DBW, BlindDBW, DynamicK
 from autosync.policies._lbbsp import LBBSP, StaticSplit
@@ -18,6 +20,6 @@ from autosync.policies._sync_switch import SyncSwitch
 __all__ = [
     "ASP", "Aggregation", "Arrival", "BSP", "BackupWorkers", "Barrier", "Batching", "BlindDBW",
     "BoundedStaleness", "Composed", "check_composition", "composition_of", "cross_paper_neighbours", "DANADC", "DANASlim", "DANAZero", "DBW", "DCASGD", "DynamicK", "FastestK", "LBBSP",
-    "LWP", "MultiASGD", "NAGASGD", "OnArrival", "Policy", "Progress", "SSP", "Schedule", "ServerView",
+    "LWP", "MultiASGD", "NAGASGD", "OnArrival", "Policy", "Preset", "Progress", "SEED_POLICIES", "SSP", "Schedule", "ServerView",
     "StaticSplit", "Strategies", "Strategy", "SyncSwitch", "Task", "UpdateRule", "UpdateStats",
 ]

@@ -247,8 +247,36 @@ class Strategies:
         return any(s.needs_worker_gradients for s in self.all())
 
 
+@dataclass(frozen=True)
+class Preset:
+    """How a named policy is one composition of slots (`Composed`), as the policy declares it.
+
+    The policy's own strategy fills `slot` with the choice named `choice` there; `params` are the
+    constructor parameters that go with that choice (the ones a composition carries and the shipped search
+    spaces search; any other parameter must keep its default for the policy to be this composition);
+    `implies` are the other slots' choices the policy comes with (DANA's rules run under barrier asp);
+    `fixed` are the constructor values this preset stands for (Sync-Switch with stragglers='greedy' is
+    schedule greedy). A policy with several presets (Sync-Switch) is whichever its values select.
+    """
+
+    slot: str
+    choice: str
+    params: tuple[str, ...] = ()
+    implies: dict[str, str] = field(default_factory=dict)
+    fixed: dict[str, Any] = field(default_factory=dict)
+
+    def slots(self) -> dict[str, str]:
+        """Every slot this preset fills, with its choice."""
+        return {**self.implies, self.slot: self.choice}
+
+
 class Policy(ABC):
-    """A named synchronization policy whose constructor keywords are its parameters (plain data)."""
+    """A named synchronization policy whose constructor keywords are its parameters (plain data).
+
+    A policy describes itself: its `presets` (which composition slots it fills, with which parameters),
+    `search_baselines` (what a search queues first where its space holds it) and `sized_defaults` (defaults
+    that depend on the job's size). The composed policy, its checks, the canonical forms and the search's
+    first trials are derived from these declarations (`autosync.policies._composed`)."""
 
     #: Name used on the command line and in results.
     name: ClassVar[str]
@@ -256,6 +284,19 @@ class Policy(ABC):
     paper_name: ClassVar[str]
     #: Parameters every label shows, even at their default (labels otherwise show only the changed ones).
     label_params: ClassVar[tuple[str, ...]] = ()
+    #: The compositions this policy is (`Preset`); empty for a policy that is not one (a static split).
+    presets: ClassVar[tuple[Preset, ...]] = ()
+
+    @classmethod
+    def search_baselines(cls, n_workers: int) -> list[dict[str, Any]]:
+        """Parameter sets (as `to_dict()["params"]`) a search queues first where its space holds them: this
+        policy's forms of BSP and ASP, and the static settings the papers start from."""
+        return []
+
+    @classmethod
+    def sized_defaults(cls, n_workers: int) -> dict[str, Any]:
+        """Defaults that depend on the job's size, for a policy named bare (`--policies backup`)."""
+        return {}
 
     def __init__(self) -> None:
         """A policy without parameters; subclasses list theirs as explicit keyword arguments."""

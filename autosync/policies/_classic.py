@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from autosync.policies._barriers import BoundedStaleness, FastestK, OnArrival
-from autosync.policies._base import Policy, Strategies
+from typing import Any
+
+from autosync.policies._base import Policy, Preset, Strategies
 
 
 class BSP(Policy):
@@ -11,6 +13,11 @@ class BSP(Policy):
 
     name = "bsp"
     paper_name = "BSP"
+    presets = (Preset("barrier", "bsp"),)
+
+    @classmethod
+    def search_baselines(cls, n_workers: int) -> list[dict[str, Any]]:
+        return [{}]
 
     def strategies(self, n_workers: int, batch_size: int) -> Strategies:
         return Strategies(barrier=FastestK(k=None))
@@ -21,6 +28,11 @@ class ASP(Policy):
 
     name = "asp"
     paper_name = "ASP"
+    presets = (Preset("barrier", "asp"),)
+
+    @classmethod
+    def search_baselines(cls, n_workers: int) -> list[dict[str, Any]]:
+        return [{}]
 
     def strategies(self, n_workers: int, batch_size: int) -> Strategies:
         return Strategies(barrier=OnArrival())
@@ -31,6 +43,7 @@ class SSP(Policy):
 
     name = "ssp"
     paper_name = "SSP"
+    presets = (Preset("barrier", "ssp", ("staleness",)),)
 
     def __init__(self, staleness: int = 3) -> None:
         self.staleness = staleness
@@ -51,6 +64,18 @@ class BackupWorkers(Policy):
     name = "backup"
     paper_name = "Backup-Workers"
     label_params = ("k",)  # 'backup(lr_rule=proportional)' would hide which k it is
+    presets = (Preset("barrier", "backup", ("k", "lr_rule")),)
+
+    @classmethod
+    def search_baselines(cls, n_workers: int) -> list[dict[str, Any]]:
+        """BSP's form (k = n), then the static k = 3n/4 with eta * k / n that the DBW paper starts from."""
+        return [{"k": n_workers, "lr_rule": "fixed"},
+                {"k": cls.sized_defaults(n_workers)["k"], "lr_rule": "proportional"}]
+
+    @classmethod
+    def sized_defaults(cls, n_workers: int) -> dict[str, Any]:
+        """k = 3n/4, the static setting the DBW paper finds good under moderate noise."""
+        return {"k": max(1, 3 * n_workers // 4)}
 
     def __init__(self, k: int = 12, lr_rule: str = "fixed") -> None:
         self.k = k

@@ -18,40 +18,66 @@ Slots and their choices:
   transient stragglers, sec. IV-B2, with the same switch point).
 
 Every slot is built by the seed policy that owns the strategy, so each named seed policy is one
-composition and runs identically to it (same seed, same run; tested for every seed policy). The rules
-that forbid a combination live in `check_composition`, each with the reason the papers give.
+composition and runs identically to it (same seed, same run; tested for every seed policy). Which policy
+owns which choice, and which parameters go with it, each seed policy declares itself (`Policy.presets`):
+the slots' choices, the parameters' owners, `as_seed` and `composition_of` are derived from those
+declarations. The rules that forbid a combination live in `check_composition`, each with the reason the
+papers give.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from autosync.policies._base import Policy, Strategies, UpdateRule
+from autosync.policies._base import Policy, Preset, Strategies, UpdateRule
 from autosync.policies._classic import ASP, BSP, SSP, BackupWorkers
 from autosync.policies._dana import DANADC, DCASGD, LWP, NAGASGD, DANASlim, DANAZero, MultiASGD
 from autosync.policies._dbw import DBW, BlindDBW
-from autosync.policies._lbbsp import LBBSP
+from autosync.policies._lbbsp import LBBSP, StaticSplit
 from autosync.policies._sync_switch import SyncSwitch
 
-BARRIERS = ("bsp", "backup", "dbw", "bdbw", "ssp", "asp")
-BATCHES = ("equal", "lbbsp")
-UPDATES = ("sgd", "nag_asgd", "multi_asgd", "lwp", "dc_asgd", "dana_zero", "dana_slim", "dana_dc")
-SCHEDULES = ("none", "sync_switch", "greedy", "elastic")
-SLOTS = {"barrier": BARRIERS, "batch": BATCHES, "update": UPDATES, "schedule": SCHEDULES}
+# The named policies of the four papers and the classic ones, in the order a search queues their baselines
+# (BSP's and ASP's forms first) and the slots list their choices.
+SEED_POLICIES: tuple[type[Policy], ...] = (
+    BSP, ASP, SSP, BackupWorkers, DBW, BlindDBW, SyncSwitch, StaticSplit, LBBSP,
+    NAGASGD, MultiASGD, LWP, DCASGD, DANAZero, DANASlim, DANADC,
+)
+# Each slot's choice that adds no strategy of its own: the job's plain BSP, equal batches, its optimizer,
+# no schedule. (BSP's barrier is owned by BSP; the others by no policy.)
+PLAIN = {"barrier": "bsp", "batch": "equal", "update": "sgd", "schedule": "none"}
+PRESETS: tuple[tuple[type[Policy], Preset], ...] = tuple((cls, preset) for cls in SEED_POLICIES for preset in cls.presets)
+
+
+def _slot_choices(slot: str) -> tuple[str, ...]:
+    owned = [preset.choice for _, preset in PRESETS if preset.slot == slot and preset.choice != PLAIN[slot]]
+    return (PLAIN[slot], *dict.fromkeys(owned))
+
+
+SLOTS = {slot: _slot_choices(slot) for slot in PLAIN}
+BARRIERS, BATCHES, UPDATES, SCHEDULES = (SLOTS[slot] for slot in ("barrier", "batch", "update", "schedule"))
+
+
+def _parameter_owners() -> dict[str, tuple[str, tuple[str, ...]]]:
+    owners: dict[str, tuple[str, tuple[str, ...]]] = {}
+    for _, preset in PRESETS:
+        for name in preset.params:
+            slot, choices = owners.get(name, (preset.slot, ()))
+            owners[name] = (slot, tuple(dict.fromkeys((*choices, preset.choice))))
+    return owners
+
 
 # Which slot choice each parameter belongs to: set away from its default, it needs that choice.
-PARAMETER_OWNERS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "k": ("barrier", ("backup",)),
-    "staleness": ("barrier", ("ssp",)),
-    "lr_rule": ("barrier", ("backup", "dbw", "bdbw")),
-    "window": ("barrier", ("dbw",)),
-    "mode": ("batch", ("lbbsp",)),
-    "horizon": ("update", ("lwp",)),
-    "dc_lambda": ("update", ("dc_asgd", "dana_dc")),
-    "switch_at": ("schedule", ("sync_switch", "greedy", "elastic")),
-    "config": ("schedule", ("sync_switch", "greedy", "elastic")),
-}
+PARAMETER_OWNERS: dict[str, tuple[str, tuple[str, ...]]] = _parameter_owners()
 ONE_GRADIENT_BARRIERS = ("asp", "ssp")  # barriers that apply each gradient on its own
+
+
+def owner(slot: str, choice: str) -> tuple[type[Policy], Preset]:
+    """The seed policy (and its preset) whose strategy fills `slot` with `choice`."""
+    return next((cls, preset) for cls, preset in PRESETS if preset.slot == slot and preset.choice == choice)
+
+
+def _non_plain(slots: dict[str, str]) -> dict[str, str]:
+    return {slot: choice for slot, choice in slots.items() if choice != PLAIN[slot]}
 
 
 class Composed(Policy):
@@ -76,6 +102,10 @@ class Composed(Policy):
     paper_name = "Composed"
     label_params = ("barrier",)  # 'compose(update=dana_slim)' would hide that the barrier is bsp
 
+    @classmethod
+    def search_baselines(cls, n_workers: int) -> list[dict[str, Any]]:
+        return [{"barrier": "bsp"}, {"barrier": "asp"}]
+
     def __init__(self, barrier: str = "bsp", batch: str = "equal", update: str = "sgd", schedule: str = "none",
                  k: int = 12, lr_rule: str = "fixed", window: int = 20, staleness: int = 3, mode: str = "auto",
                  horizon: float | None = None, dc_lambda: float = 2.0, switch_at: float = 0.25,
@@ -96,53 +126,37 @@ class Composed(Policy):
 
     def strategies(self, n_workers: int, batch_size: int) -> Strategies:
         check_composition(self)
-        if self.schedule != "none":
-            stragglers = "agnostic" if self.schedule == "sync_switch" else self.schedule
-            built = SyncSwitch(switch_at=self.switch_at, config=self.config,
-                               stragglers=stragglers).strategies(n_workers, batch_size)
+        if self.schedule != PLAIN["schedule"]:  # the schedule's policy runs the barrier (Sync-Switch's BSP)
+            built = self._part("schedule").strategies(n_workers, batch_size)
         else:
-            built = self._barrier_policy().strategies(n_workers, batch_size)
-        if self.batch == "lbbsp":
-            lb = LBBSP(mode=self.mode).strategies(n_workers, batch_size)
-            built.aggregation, built.batching = lb.aggregation, lb.batching
-        if self.update != "sgd":
+            built = self._part("barrier").strategies(n_workers, batch_size)
+        if self.batch != PLAIN["batch"]:
+            sized = self._part("batch").strategies(n_workers, batch_size)
+            built.aggregation, built.batching = sized.aggregation, sized.batching
+        if self.update != PLAIN["update"]:
             rule = self._update_rule()
-            if self.schedule != "none":
+            if self.schedule != PLAIN["schedule"]:
                 built.schedule.asp_update = rule  # type: ignore[attr-defined]  # the rule of the ASP phase
             else:
                 built.update = rule
         return built
 
-    def _barrier_policy(self) -> Policy:
-        """The seed policy that owns the barrier slot's strategy."""
-        makers = {"bsp": BSP, "asp": ASP, "backup": lambda: BackupWorkers(k=self.k, lr_rule=self.lr_rule),
-                  "dbw": lambda: DBW(window=self.window, lr_rule=self.lr_rule),
-                  "bdbw": lambda: BlindDBW(lr_rule=self.lr_rule),
-                  "ssp": lambda: SSP(staleness=self.staleness)}
-        return makers[self.barrier]()
-
-    def _update_policy(self) -> Policy:
-        """The seed policy (ASP with that rule) that owns the update slot's asynchronous rule."""
-        makers = {"nag_asgd": NAGASGD, "multi_asgd": MultiASGD, "dana_zero": DANAZero, "dana_slim": DANASlim,
-                  "lwp": lambda: LWP(horizon=self.horizon), "dc_asgd": lambda: DCASGD(dc_lambda=self.dc_lambda),
-                  "dana_dc": lambda: DANADC(dc_lambda=self.dc_lambda)}
-        return makers[self.update]()
+    def _part(self, slot: str) -> Policy:
+        """The seed policy that owns this composition's choice in `slot`, with this composition's values of
+        its parameters (`Policy.presets`)."""
+        cls, preset = owner(slot, getattr(self, slot))
+        return cls(**{name: getattr(self, name) for name in preset.params}, **preset.fixed)
 
     def _update_rule(self) -> UpdateRule:
-        return self._update_policy().rule()  # type: ignore[attr-defined]
+        return self._part("update").rule()  # type: ignore[attr-defined]
 
     def as_seed(self) -> Policy | None:
-        """The named seed policy this composition is, or None when it is a new combination."""
-        plain_batch, plain_update, no_schedule = self.batch == "equal", self.update == "sgd", self.schedule == "none"
-        if plain_batch and plain_update and no_schedule:
-            return self._barrier_policy()
-        if self.barrier == "bsp" and plain_update and no_schedule:
-            return LBBSP(mode=self.mode)
-        if self.barrier == "asp" and plain_batch and no_schedule:
-            return self._update_policy()
-        if self.barrier == "bsp" and plain_batch and plain_update:
-            stragglers = "agnostic" if self.schedule == "sync_switch" else self.schedule
-            return SyncSwitch(switch_at=self.switch_at, config=self.config, stragglers=stragglers)
+        """The named seed policy this composition is (the one whose preset fills exactly the slots this
+        composition sets away from plain), or None when it is a new combination."""
+        chosen = _non_plain({slot: getattr(self, slot) for slot in SLOTS})
+        for cls, preset in PRESETS:
+            if _non_plain(preset.slots()) == chosen:
+                return cls(**{name: getattr(self, name) for name in preset.params}, **preset.fixed)
         return None
 
     def canonical(self, n_workers: int) -> Policy:
@@ -188,38 +202,17 @@ def check_composition(policy: Composed) -> None:
 
 
 def composition_of(policy: Policy) -> dict[str, Any] | None:
-    """The slots (as Composed's parameters) of a named seed policy, or None for one that is not a preset."""
-    params = policy.params()
-    simple = {"bsp": {}, "asp": {"barrier": "asp"}, "bdbw": {"barrier": "bdbw"},
-              "nag_asgd": {"barrier": "asp", "update": "nag_asgd"}, "multi_asgd": {"barrier": "asp", "update": "multi_asgd"},
-              "dana_zero": {"barrier": "asp", "update": "dana_zero"}, "dana_slim": {"barrier": "asp", "update": "dana_slim"}}
-    if policy.name in simple:
-        if policy.name == "bdbw" and params.get("solve_every", 10) != 10:
+    """The slots (as Composed's parameters) of a named seed policy, or None for one that is not a preset:
+    the preset its values select (`Preset.fixed`), provided every parameter the preset does not carry keeps
+    its default (a DBW with another beta is no composition)."""
+    params, defaults = policy.params(), type(policy)().params()
+    for preset in type(policy).presets:
+        if any(params[name] != value for name, value in preset.fixed.items()):
+            continue
+        carried = set(preset.params) | set(preset.fixed)
+        if any(params[name] != defaults[name] for name in params if name not in carried):
             return None
-        extra = {"lr_rule": params["lr_rule"]} if policy.name == "bdbw" else {}
-        return {**simple[policy.name], **extra}
-    if policy.name == "backup":
-        return {"barrier": "backup", "k": params["k"], "lr_rule": params["lr_rule"]}
-    if policy.name == "ssp":
-        return {"barrier": "ssp", "staleness": params["staleness"]}
-    if policy.name == "dbw":
-        rest = {k: v for k, v in params.items() if k not in ("lr_rule", "window")}
-        slots = {"barrier": "dbw", "lr_rule": params["lr_rule"], "window": params["window"]}
-        return slots if rest == _dbw_defaults() else None
-    if policy.name == "lwp":
-        return {"barrier": "asp", "update": "lwp", "horizon": params["horizon"]}
-    if policy.name in ("dc_asgd", "dana_dc"):
-        return {"barrier": "asp", "update": policy.name, "dc_lambda": params["dc_lambda"]}
-    if policy.name == "lbbsp":
-        rest = {k: v for k, v in params.items() if k != "mode"}
-        return {"batch": "lbbsp", "mode": params["mode"]} if rest == _lbbsp_defaults() else None
-    if policy.name == "sync_switch":
-        default = SyncSwitch().params()
-        free = {k: v for k, v in params.items() if k not in ("switch_at", "config", "stragglers")}
-        if free != {k: default[k] for k in free}:
-            return None
-        schedule = "sync_switch" if params["stragglers"] == "agnostic" else params["stragglers"]
-        return {"schedule": schedule, "switch_at": params["switch_at"], "config": params["config"]}
+        return {**_non_plain(preset.slots()), **{name: params[name] for name in preset.params}}
     return None
 
 
@@ -237,11 +230,3 @@ def cross_paper_neighbours(slots: dict[str, Any]) -> list[dict[str, Any]]:
     if slots.get("update", "sgd") == "sgd" and asynchronous:
         out.append({**slots, "update": "dana_slim"})
     return out
-
-
-def _dbw_defaults() -> dict[str, Any]:
-    return {k: v for k, v in DBW().params().items() if k not in ("lr_rule", "window")}
-
-
-def _lbbsp_defaults() -> dict[str, Any]:
-    return {k: v for k, v in LBBSP().params().items() if k != "mode"}

@@ -25,7 +25,7 @@ from abc import abstractmethod
 from typing import TYPE_CHECKING, Any, Sequence
 
 from autosync.policies._barriers import OnArrival
-from autosync.policies._base import Arrival, Policy, Strategies, UpdateRule
+from autosync.policies._base import Arrival, Policy, Preset, Strategies, UpdateRule
 
 if TYPE_CHECKING:
     import torch
@@ -188,6 +188,7 @@ class NAGASGD(_AsyncPolicy):
 
     name = "nag_asgd"
     paper_name = "NAG-ASGD"
+    presets = (Preset("update", "nag_asgd", implies={"barrier": "asp"}),)
 
     def rule(self) -> UpdateRule:
         return NesterovShared()
@@ -198,6 +199,7 @@ class MultiASGD(_AsyncPolicy):
 
     name = "multi_asgd"
     paper_name = "Multi-ASGD"
+    presets = (Preset("update", "multi_asgd", implies={"barrier": "asp"}),)
 
     def rule(self) -> UpdateRule:
         return PerWorkerMomentum()
@@ -208,6 +210,7 @@ class LWP(_AsyncPolicy):
 
     name = "lwp"
     paper_name = "LWP"
+    presets = (Preset("update", "lwp", ("horizon",), implies={"barrier": "asp"}),)
 
     def __init__(self, horizon: float | None = None) -> None:
         self.horizon = horizon
@@ -221,6 +224,7 @@ class DCASGD(_AsyncPolicy):
 
     name = "dc_asgd"
     paper_name = "DC-ASGD"
+    presets = (Preset("update", "dc_asgd", ("dc_lambda",), implies={"barrier": "asp"}),)
 
     def __init__(self, dc_lambda: float = 2.0) -> None:
         self.dc_lambda = dc_lambda
@@ -234,6 +238,7 @@ class DANAZero(_AsyncPolicy):
 
     name = "dana_zero"
     paper_name = "DANA-Zero"
+    presets = (Preset("update", "dana_zero", implies={"barrier": "asp"}),)
 
     def rule(self) -> UpdateRule:
         return PerWorkerMomentum(look_ahead=True)
@@ -244,6 +249,7 @@ class DANASlim(_AsyncPolicy):
 
     name = "dana_slim"
     paper_name = "DANA-Slim"
+    presets = (Preset("update", "dana_slim", implies={"barrier": "asp"}),)
 
     def rule(self) -> UpdateRule:
         return WorkerSideMomentum()
@@ -254,6 +260,7 @@ class DANADC(DCASGD):
 
     name = "dana_dc"
     paper_name = "DANA-DC"
+    presets = (Preset("update", "dana_dc", ("dc_lambda",), implies={"barrier": "asp"}),)
 
     def rule(self) -> UpdateRule:
         return PerWorkerMomentum(look_ahead=True, dc_lambda=self.dc_lambda)

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from autosync.policies._barriers import FastestK
-from autosync.policies._base import Arrival, Policy, ServerView, Strategies, UpdateStats
+from autosync.policies._base import Arrival, Policy, Preset, ServerView, Strategies, UpdateStats
 from autosync.policies._dbw_gain import GainEstimator
 from autosync.policies._dbw_time import STRUCTURED, IterationTimeEstimator
 
@@ -145,6 +145,7 @@ class DBW(Policy):
 
     name = "dbw"
     paper_name = "DBW"
+    presets = (Preset("barrier", "dbw", ("lr_rule", "window")),)
 
     def __init__(self, window: int = 20, beta: float = 1.01, lr_rule: str = "fixed",
                  solve_every: int = 10, robust: bool = True) -> None:
@@ -165,6 +166,7 @@ class BlindDBW(Policy):
 
     name = "bdbw"
     paper_name = "B-DBW"
+    presets = (Preset("barrier", "bdbw", ("lr_rule",)),)
 
     def __init__(self, lr_rule: str = "fixed", solve_every: int = 10) -> None:
         self.lr_rule = lr_rule

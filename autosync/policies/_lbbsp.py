@@ -23,7 +23,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from autosync.policies._barriers import FastestK
-from autosync.policies._base import Aggregation, Arrival, Batching, Policy, ServerView, Strategies, UpdateStats
+from autosync.policies._base import (
+    Aggregation, Arrival, Batching, Policy, Preset, ServerView, Strategies, UpdateStats,
+)
 from autosync.policies._classic import BSP
 from autosync.policies._speed_predictors import EMA, NARX, LastValue
 
@@ -259,6 +261,7 @@ class LBBSP(Policy):
 
     name = "lbbsp"
     paper_name = "LB-BSP"
+    presets = (Preset("batch", "lbbsp", ("mode",)),)
 
     def __init__(self, mode: str = "auto", delta: int = 5, window: int = 5, fine_delta: int = 1,
                  fine_window: int = 20, memory_threshold: float = 0.95, predictor: str = "narx",
@@ -349,6 +352,10 @@ class StaticSplit(Policy):
 
     name = "split"
     paper_name = "Static-Split"
+
+    @classmethod
+    def search_baselines(cls, n_workers: int) -> list[dict[str, Any]]:
+        return [{"fractions": [1.0 / n_workers] * n_workers}]  # BSP's form
 
     def __init__(self, fractions: list[float] | None = None) -> None:
         self.fractions = fractions

@@ -23,7 +23,7 @@ from typing import Any
 
 from autosync.policies._barriers import FastestK, OnArrival
 from autosync.policies._base import (
-    Arrival, Policy, Progress, Schedule, ServerView, Strategies, UpdateRule, UpdateStats,
+    Arrival, Policy, Preset, Progress, Schedule, ServerView, Strategies, UpdateRule, UpdateStats,
 )
 from autosync.policies._classic import BSP
 
@@ -199,6 +199,14 @@ class SyncSwitch(Policy):
 
     name = "sync_switch"
     paper_name = "Sync-Switch"
+    presets = tuple(Preset("schedule", schedule, ("switch_at", "config"), fixed={"stragglers": stragglers})
+                    for schedule, stragglers in (("sync_switch", "agnostic"), ("greedy", "greedy"),
+                                                 ("elastic", "elastic")))
+
+    @classmethod
+    def search_baselines(cls, n_workers: int) -> list[dict[str, Any]]:
+        """BSP's form (BSP for the whole workload) and ASP's nearest (the switch at the first update)."""
+        return [{"switch_at": 1.0, "config": "none"}, {"switch_at": 0.0, "config": "none"}]
 
     def __init__(self, switch_at: float = 0.25, order: str = "bsp_asp", config: str = "sync_switch",
                  asp_momentum: str = "same", switch_seconds: float = 0.0, stragglers: str = "agnostic",

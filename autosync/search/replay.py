@@ -34,6 +34,7 @@ from autosync.search.space import load_space
 
 _SWITCH_NAME = re.compile(r"^b(\d+(?:\.\d+)?)[-_]a(\d+(?:\.\d+)?)")  # BSP first, then ASP
 _BASELINE_NAME = re.compile(r"^(bsp|asp)")
+_BSP_SHARE = {"bsp": 1.0, "asp": 0.0}  # a baseline run's share of the workload trained under BSP
 SHARE_RESOLUTION = 400  # shares are rounded to 0.25% (the paper's 6.25% is logged as "b6")
 SETUP_1_WORKERS = 8  # the logs' cluster (Sync-Switch setup 1): resolves n_workers in a search space
 
@@ -92,7 +93,7 @@ def load_switch_logs(folder: str | Path) -> SwitchLogs:
     baselines: dict[float, list[LoggedRun]] = {0.0: [], 1.0: []}
     for run_dir in sorted((root / "baseline").iterdir()):
         match = _BASELINE_NAME.match(run_dir.name)
-        run = _read_run(run_dir, 1.0 if match and match.group(1) == "bsp" else 0.0, skipped) if match else None
+        run = _read_run(run_dir, _BSP_SHARE[match.group(1)], skipped) if match else None
         if run is not None:
             baselines[run.share].append(run)
     for share, runs in baselines.items():

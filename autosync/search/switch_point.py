@@ -33,12 +33,13 @@ def run_switch_point_search(study: "optuna.Study", request: "TuneRequest", refer
     """
     import optuna
 
+    from autosync.policies import SyncSwitch
     from autosync.search.binary import binary_search
     from autosync.search.ladder import ladder_finished, next_rung
 
     space = request.space
-    dims = space.dimensions.get("sync_switch", {})
-    if space.families != ["sync_switch"] or "switch_at" not in dims:
+    dims = space.dimensions.get(SyncSwitch.name, {})
+    if space.families != [SyncSwitch.name] or "switch_at" not in dims:
         raise UserError(f"--sampler {request.sampler} searches the switch point: the space must have one family "
                         f"sync_switch with a switch_at dimension, but {space.path} has {space.families}")
     others: dict[str, Any] = {}

@@ -85,17 +85,14 @@ class TuneRequest:
 
 
 def baseline_policies(job: JobSpec) -> list[dict[str, Any]]:
-    """Policies enqueued first when they lie in the space: BSP and ASP, or their equivalents in a family."""
+    """Policies enqueued first when they lie in the space: BSP and ASP, or their equivalents in a family,
+    as each policy declares them (`Policy.search_baselines`), in `SEED_POLICIES` order, then the composed
+    policy's."""
+    from autosync.policies import SEED_POLICIES, Composed
+
     n = job.cluster.n_workers
-    return [
-        {"policy": "bsp", "params": {}}, {"policy": "asp", "params": {}},
-        {"policy": "backup", "params": {"k": n, "lr_rule": "fixed"}},
-        {"policy": "backup", "params": {"k": max(1, 3 * n // 4), "lr_rule": "proportional"}},
-        {"policy": "sync_switch", "params": {"switch_at": 1.0, "config": "none"}},
-        {"policy": "sync_switch", "params": {"switch_at": 0.0, "config": "none"}},
-        {"policy": "split", "params": {"fractions": [1.0 / n] * n}},
-        {"policy": "compose", "params": {"barrier": "bsp"}}, {"policy": "compose", "params": {"barrier": "asp"}},
-    ]
+    return [{"policy": cls.name, "params": params}
+            for cls in (*SEED_POLICIES, Composed) for params in cls.search_baselines(n)]
 
 
 def load_study(request: TuneRequest, storage: Any) -> "optuna.Study":
@@ -321,12 +318,14 @@ def _queued_first(study: "optuna.Study", request: TuneRequest, siblings: "list[o
     if request.refresh and isinstance(old, dict) and isinstance(old.get("best_policy"), dict):
         params = request.space.trial_params(old["best_policy"])
         return ([params] if params is not None else []), False
+    from autosync.policies import Composed
+
     job = request.job
     n, seen, first = job.cluster.n_workers, set(), []
     baselines = [(policy, params) for policy in baseline_policies(job)
                  if (params := request.space.trial_params(policy)) is not None]  # BSP's and ASP's forms first
     bests = [best for _, best in _sibling_bests(siblings)] + [nb["policy"] for nb in near]
-    neighbours = [{"policy": "compose", "params": slots} for best in bests for slots in _neighbours(best)]
+    neighbours = [{"policy": Composed.name, "params": slots} for best in bests for slots in _neighbours(best)]
     found = [(policy, _in_space(request.space, policy, job)) for policy in bests + neighbours]
     for policy, params in baselines[:2] + found + baselines[2:]:  # one of each class that runs alike
         key = json.dumps(canonical_policy(policy, n, job.workload.batch_size), sort_keys=True)
@@ -354,9 +353,10 @@ def _slots(policy: dict[str, Any]) -> dict[str, Any] | None:
     """`policy`'s composition slots: its own parameters for a composition, those of the composition a seed
     policy is a preset of, or None for one that is not."""
     from autosync.catalog import policy_from_dict
-    from autosync.policies import composition_of
+    from autosync.policies import Composed, composition_of
 
-    return dict(policy["params"]) if policy["policy"] == "compose" else composition_of(policy_from_dict(policy))
+    made = policy_from_dict(policy)
+    return dict(policy["params"]) if isinstance(made, Composed) else composition_of(made)
 
 
 def _neighbours(policy: dict[str, Any]) -> list[dict[str, Any]]:
@@ -374,10 +374,11 @@ def _in_space(space: SearchSpace, policy: dict[str, Any], job: JobSpec) -> dict[
 
     n, batch = job.cluster.n_workers, job.workload.batch_size
     target = canonical_policy(policy, n, batch)
-    forms = [policy]
-    if policy["policy"] != "compose":
-        slots = _slots(policy)
-        forms += [{"policy": "compose", "params": slots}] if slots is not None else []
+    from autosync.policies import Composed
+
+    slots = _slots(policy)
+    composed = {"policy": Composed.name, "params": slots}
+    forms = [policy] + ([composed] if slots is not None and composed != policy else [])
     for form in forms:
         params = space.trial_params(form)
         if params is None:
