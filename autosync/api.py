@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any, Callable, ContextManager, Sequence
 
 from autosync.errors import UserError
 from autosync.job import JobSpec, job_from_dict, load_job
-from autosync.options import (CalibrateOptions, ExecutionOptions, LeaderboardOptions, ProfileOptions, RunOptions,
-                              TuneOptions, build)
+from autosync.options import (CalibrateOptions, ExecutionOptions, FamilyOptions, LeaderboardOptions, ProfileOptions,
+                              ReplayOptions, RobustnessOptions, RunOptions, ScalingOptions, TuneOptions, build)
 
 if TYPE_CHECKING:
     from autosync.engine import RunResult
@@ -42,7 +42,8 @@ __all__ = [
     "run_setup", "write_run", "tune", "tune_dir", "write_tune", "TuneFiles", "leaderboard", "Leaderboard", "profile",
     "Profile", "cached_studies", "clear_cache", "load_run", "rerun", "ranks", "output_dir", "RunOptions",
     "TuneOptions", "LeaderboardOptions", "ProfileOptions", "ExecutionOptions", "calibrate", "write_calibration",
-    "CalibrateOptions", "recommend",
+    "CalibrateOptions", "recommend", "family", "DrawnJobs", "FamilyOptions", "robustness", "Robustness", "RobustnessOptions",
+    "replay", "Replay", "ReplayOptions", "scaling", "ScalingOptions",
 ]
 
 
@@ -420,6 +421,167 @@ def write_calibration(calibration: Any, job: JobSpec, job_file: str | Path) -> l
     from autosync.calibration import write_calibration as write
 
     return write(calibration, job, Path(job_file))
+
+
+@dataclass
+class DrawnJobs:
+    """Jobs drawn from a family and written as job files: each file with the facts `autosync family`
+    tabulates (n, round trips, slow workers, workload, momentum, fingerprint)."""
+
+    family: str
+    directory: Path
+    written: list[tuple[Path, dict[str, Any]]]
+
+
+def family(family_file: str | Path, directory: str | Path | None = None, options: FamilyOptions | None = None, *,
+           command: str = "autosync.api.family", **fields: Any) -> DrawnJobs:
+    """Draw jobs 0..jobs-1 from a job family (a YAML file, `autosync.family`) and write each as an ordinary
+    job file (validated and fingerprinted) into `directory` (default: results/robustness/<family>/jobs).
+
+    Args:
+        options: the options of `autosync family` (`FamilyOptions`); `fields` change some of them (jobs=8).
+        command: the command line recorded in each job file.
+    """
+    from autosync.family import load_family, write_jobs
+
+    opts = _options(FamilyOptions, options, None, fields)
+    spec = load_family(family_file)
+    out = output_dir(directory or Path("results") / "robustness" / spec.name / "jobs")
+    return DrawnJobs(spec.name, out, write_jobs(spec, spec.jobs(opts.jobs), out, str(family_file), command))
+
+
+@dataclass
+class Robustness:
+    """Online policies against each drawn job's exhaustive best static k (`autosync.robustness.report`)."""
+
+    family: str
+    jobs: list[JobSpec]
+    seeds: list[int]
+    rules: tuple[str, ...]
+    result: dict[str, Any]  # per job and summary rows, as robustness.json holds them
+    directory: Path
+    reused: int  # finished runs read back from cells.jsonl rather than trained
+
+    def write(self, command: str = "autosync.api.robustness") -> list[Path]:
+        """Write robustness.md, .json and the regret figure into the report's directory; returns the paths."""
+        from autosync.robustness_report import write_robustness
+
+        return write_robustness(self.result, self.directory, command, self.family)
+
+
+def robustness(family_file: str | Path, directory: str | Path | None = None,
+               options: RobustnessOptions | None = None, *, command: str = "autosync.api.robustness",
+               phase: Callable[[str, int], ContextManager[Callable[[], None]]] = _no_phase,
+               on_resume: Callable[[int, int, Path], None] | None = None, **fields: Any) -> Robustness:
+    """Each online policy against each drawn job's best static k, over seeds (resumable: every finished run
+    is appended to `directory`/cells.jsonl, default results/robustness/<family>, and read back).
+
+    Args:
+        options: the options of `autosync robustness` (`RobustnessOptions`); `fields` change some of them.
+        command: the command line recorded in the job files and the report.
+        phase: as for `profile` (tuning each job with tuned_trials: one step per job; the runs still to
+            train: one step each).
+        on_resume: called with (runs read back, runs in all, the file) when finished runs are reused.
+
+    Raises `Interrupted` on Ctrl-C, saying how many finished runs are kept for the same call to resume from.
+    """
+    from autosync.errors import Interrupted
+    from autosync.family import load_family, write_jobs
+    from autosync.leaderboard import parse_policy_spec
+    from autosync.robustness import CELLS_FILE, ONLINE_POLICIES, Grid, online_policies, read_cells, report, run_grid
+
+    opts = _options(RobustnessOptions, options, None, fields)
+    rules = opts.rules()
+    spec = load_family(family_file)
+    drawn = spec.jobs(opts.jobs)
+    smallest = min(j.cluster.n_workers for j in drawn)
+    online = (online_policies(ONLINE_POLICIES) if not opts.policies else
+              [p if isinstance(p, dict) else parse_policy_spec(p, smallest) for p in opts.policies])
+    out = output_dir(directory or Path("results") / "robustness" / spec.name)
+    write_jobs(spec, drawn, output_dir(out / "jobs"), str(family_file), command)
+    tuned = _tune_each(drawn, opts.tuned_space, opts.tuned_trials, out, phase) if opts.tuned_trials else {}
+    grid = Grid(drawn, list(range(opts.seeds)), online, rules, tuned)
+    reused = grid.finished(read_cells(out))
+    if reused and on_resume is not None:
+        on_resume(reused, len(grid.tasks), out / CELLS_FILE)
+    with phase("runs", len(grid.tasks) - reused) as advance:
+        try:
+            cells = run_grid(grid, out, n_jobs=opts.n_jobs, on_done=lambda _: advance())
+        except KeyboardInterrupt:
+            kept = len(read_cells(out))
+            raise Interrupted(f"interrupted: {kept} finished runs are kept in {out / CELLS_FILE}; "
+                              "the same command resumes from them") from None
+    result = report(drawn, cells, online, grid.seeds, rules, tuned)
+    return Robustness(spec.name, drawn, grid.seeds, rules, result, out, reused)
+
+
+def _tune_each(jobs: list[JobSpec], space: str, trials: int, directory: Path,
+               phase: Callable[[str, int], ContextManager[Callable[[], None]]]) -> dict[str, dict[str, Any]]:
+    """Each job's tuned policy (`trials` trials in `space`, cached in directory/studies.db: a second call
+    reuses it), by the job's fingerprint."""
+    storage = f"sqlite:///{directory / 'studies.db'}"
+    found = {}
+    with phase(f"tuning each job ({trials} trials in {space})", len(jobs)) as advance:
+        for job in jobs:
+            found[job.fingerprint()] = tune(job, space, n_trials=trials, storage=storage).cache["best_policy"]
+            advance()
+    return found
+
+
+@dataclass
+class Replay:
+    """Sync-Switch's Table II on recorded runs: each search strategy's cost and success per setting."""
+
+    logs: Any  # autosync.search.replay.SwitchLogs
+    optimum: float  # the switch point binary search picks with full information
+    rows: list[Any]  # autosync.search.replay.SimulationSummary, one per (strategy, setting)
+    threshold: float
+
+    def write(self, directory: str | Path, command: str = "autosync.api.replay") -> list[Path]:
+        """Write table.md and table.json into `directory`; returns the paths."""
+        from autosync.search.replay_report import write_replay_table
+
+        return write_replay_table(self.logs, self.optimum, self.rows, output_dir(directory), command,
+                                  self.threshold)
+
+
+def replay(logs: str | Path, options: ReplayOptions | None = None, *,
+           phase: Callable[[str, int], ContextManager[Callable[[], None]]] = _no_phase, **fields: Any) -> Replay:
+    """Replay switch-point searches on a Sync-Switch log folder (the paper's published runs, e.g.
+    ../shared/data/sync_switch_logs/cifar10_res32): binary search, the cost-ordered ladder and TPE with
+    each of `tpe_trials` trials, `simulations` searches per strategy and setting (`autosync.search.replay`).
+
+    Args:
+        options: the options of `autosync replay` (`ReplayOptions`); `fields` change some of them.
+        phase: as for `profile` (one step per simulated search).
+    """
+    from autosync.search.replay import (TABLE_II_SETTINGS, binary_strategy, ladder_strategy, load_switch_logs,
+                                        replay_table, tpe_strategy)
+    from autosync.search.space import resolve_space_path
+
+    opts = _options(ReplayOptions, options, None, fields)
+    switch_logs = load_switch_logs(logs)
+    quiet_optuna()
+    space_path = resolve_space_path(opts.space, "switch_point")
+    strategies = {"binary": binary_strategy(opts.max_settings, opts.threshold),
+                  "ladder": ladder_strategy(space_path, threshold=opts.threshold)}
+    for n in opts.tpe_trials:
+        strategies[f"tpe ({n} trials)"] = tpe_strategy(space_path, n, opts.threshold)
+    total = opts.simulations * len(strategies) * len(TABLE_II_SETTINGS)
+    with phase("searches", total) as advance:
+        optimum, rows = replay_table(switch_logs, strategies, opts.simulations, opts.seed, threshold=opts.threshold,
+                                     max_settings=opts.max_settings, progress=advance)
+    return Replay(switch_logs, optimum, rows, opts.threshold)
+
+
+def scaling(leaderboards: Sequence[str | Path], options: ScalingOptions | None = None, **fields: Any) -> Any:
+    """A per-run metric against the number of workers per policy, from leaderboard folders of one job at
+    several worker counts (DANA's Fig. 4, Table 2): `autosync.scaling.Scaling`, written by
+    `autosync.scaling.write`."""
+    from autosync.scaling import collect
+
+    opts = _options(ScalingOptions, options, None, fields)
+    return collect([Path(p) for p in leaderboards], opts.metric)
 
 
 def cached_studies(storage: str | None = None, job: JobSpec | None = None) -> list[dict[str, Any]]:

@@ -19,7 +19,10 @@ from rich.console import Console
 from rich.table import Table
 
 from autosync.errors import Interrupted, RuntimeFailure, UserError
-from autosync.options import CalibrateOptions, LeaderboardOptions, ProfileOptions, RunOptions, TuneOptions
+from autosync.options import (
+    CalibrateOptions, FamilyOptions, LeaderboardOptions, ProfileOptions, ReplayOptions, RobustnessOptions, RunOptions,
+    ScalingOptions, TuneOptions,
+)
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Search and benchmark synchronization policies for parameter-server training.")
@@ -349,19 +352,19 @@ def leaderboard(
     status.print(LEADERBOARD_LEGEND, style="dim")
 
 
-@app.command()
+@_command(ScalingOptions)
 def scaling(
     leaderboards: list[Path] = typer.Argument(..., help="Leaderboard folders of one job at several worker counts."),
-    metric: str = typer.Option("final_test_accuracy", "--metric", help="Per-run metric to compare."),
     out: Path = typer.Option(..., "--out", help="Output directory for scaling.md, .json and .png."),
+    *, options: ScalingOptions,
 ) -> None:
     """A metric against the number of workers per policy, from existing leaderboards (DANA's Fig. 4, Table 2)."""
-    from autosync.report import ready_output_dir
-    from autosync.scaling import collect, table_rows, write
+    from autosync import api
+    from autosync.scaling import table_rows, write
 
-    result = collect(leaderboards, metric)
-    ready_output_dir(out)
-    table = Table(title=f"{metric}: mean ± std over seeds")
+    api.output_dir(out)
+    result = api.scaling(leaderboards, options)
+    table = Table(title=f"{options.metric}: mean ± std over seeds")
     table.add_column("policy", no_wrap=True)
     for n in result.worker_counts:
         table.add_column(f"n = {n}", justify="right")
@@ -373,30 +376,25 @@ def scaling(
 
 
 FAMILY_ARG = typer.Argument(..., help="Job-family YAML file (see baselines/family_stragglers.yaml).")
-JOBS_OPT = typer.Option(24, "--jobs", min=1, help="Jobs 0..N-1 of the family (job i depends only on the "
-                                                   "family's seed and i).")
 
 
-@app.command()
+@_command(FamilyOptions)
 def family(
     family_file: Path = FAMILY_ARG,
-    jobs: int = JOBS_OPT,
     out: Optional[Path] = typer.Option(None, "--out", help="Directory for the job files "
                                                           "(default: results/robustness/<family>/jobs)."),
     as_json: bool = JSON_OPT,
+    *, options: FamilyOptions,
 ) -> None:
     """Draw jobs from a family and write each as an ordinary job file (validated and fingerprinted)."""
-    from autosync.family import load_family, write_jobs
-    from autosync.report import ready_output_dir
+    from autosync import api
 
-    spec = load_family(family_file)
-    directory = ready_output_dir(out or Path("results") / "robustness" / spec.name / "jobs")
-    written = write_jobs(spec, spec.jobs(jobs), directory, str(family_file), _command_line("family"))
-    status.print(f"wrote {len(written)} job files to {directory}")
+    drawn = api.family(family_file, out, options, command=_command_line("family"))
+    status.print(f"wrote {len(drawn.written)} job files to {drawn.directory}")
     if as_json:
-        _print_json({"family": spec.name, "jobs": [{**facts, "file": str(path)} for path, facts in written]})
+        _print_json({"family": drawn.family, "jobs": [{**facts, "file": str(path)} for path, facts in drawn.written]})
         return
-    _print_jobs_table(f"family {spec.name}: {jobs} jobs", [facts for _, facts in written])
+    _print_jobs_table(f"family {drawn.family}: {options.jobs} jobs", [facts for _, facts in drawn.written])
 
 
 def _print_jobs_table(title: str, facts: list[dict[str, Any]]) -> None:
@@ -409,88 +407,34 @@ def _print_jobs_table(title: str, facts: list[dict[str, Any]]) -> None:
     console.print(table)
 
 
-@app.command()
+@_command(RobustnessOptions)
 def robustness(
     family_file: Path = FAMILY_ARG,
-    jobs: int = JOBS_OPT,
-    seeds: int = typer.Option(3, "--seeds", min=1, help="Seeds 0..S-1 per (job, policy)."),
-    policies: list[str] = typer.Option(
-        [], "--policies", help="Online policies NAME or NAME:key=value,... (repeatable; default: dbw, bdbw, "
-                               "lbbsp, ssp, sync_switch, dana_slim)."),
-    n_jobs: int = typer.Option(1, "--n-jobs", help="Runs in parallel (joblib processes; -1: all cores)."),
-    lr_rules: str = typer.Option("fixed,proportional", "--lr-rules",
-                                 help="The static-k grid's learning-rate rules, comma-separated (of fixed, "
-                                      "proportional, sqrt, linear)."),
-    tuned_trials: int = typer.Option(0, "--tuned-trials", min=0,
-                                     help="Also tune each job (this many trials in the --tuned-space space, in "
-                                          "studies.db beside the report) and score its answer as 'tuned'."),
-    tuned_space: str = typer.Option("policy", "--tuned-space", help="The space --tuned-trials searches."),
     out: Optional[Path] = typer.Option(None, "--out", help="Output directory (default: results/robustness/<family>)."),
     as_json: bool = JSON_OPT,
+    *, options: RobustnessOptions,
 ) -> None:
     """Online policies against each drawn job's exhaustive best static k: regret table and figure (resumable)."""
-    from autosync.family import load_family, write_jobs
-    from autosync.leaderboard import parse_policy_spec
-    from autosync.robustness import ONLINE_POLICIES, Grid, check_rules, online_policies, read_cells, report, run_grid
-    from autosync.report import format_cell, ready_output_dir
-    from autosync.robustness_report import SUMMARY_COLUMNS, summary_legend, write_robustness
+    from autosync import api
+    from autosync.report import format_cell
+    from autosync.robustness_report import SUMMARY_COLUMNS, summary_legend
 
-    if n_jobs == 0 or n_jobs < -1:
-        raise UserError(f"--n-jobs must be >= 1 or -1 (all cores), but got {n_jobs}")
-    rules = check_rules(r.strip() for r in lr_rules.split(","))
-    spec = load_family(family_file)
-    drawn = spec.jobs(jobs)
-    online = (online_policies(ONLINE_POLICIES) if not policies else
-              [parse_policy_spec(p, min(j.cluster.n_workers for j in drawn)) for p in policies])
-    directory = ready_output_dir(out or Path("results") / "robustness" / spec.name)
-    command = _command_line("robustness")
-    write_jobs(spec, drawn, directory / "jobs", str(family_file), command)
-    tuned = _tune_each(drawn, tuned_space, tuned_trials, directory) if tuned_trials else {}
-    grid = Grid(drawn, list(range(seeds)), online, rules, tuned)
-    reused = grid.finished(read_cells(directory))
-    if reused:
-        status.print(f"reusing {reused} of {len(grid.tasks)} finished runs from {directory / 'cells.jsonl'}")
-    with _counting_bar("robustness", transient=False) as bar:
-        task = bar.add_task("", total=len(grid.tasks), completed=reused)
-
-        def done(cell: dict) -> None:
-            bar.update(task, advance=1, description=f"last: {cell['job']} {cell['policy']['policy']} seed {cell['seed']}")
-
-        try:
-            cells = run_grid(grid, directory, n_jobs=n_jobs, on_done=done)
-        except KeyboardInterrupt:
-            kept = len(read_cells(directory))
-            raise Interrupted(f"interrupted: {kept} finished runs are kept in {directory / 'cells.jsonl'}; "
-                              "the same command resumes from them") from None
-    result = report(drawn, cells, online, grid.seeds, rules, tuned)
-    paths = write_robustness(result, directory, command, spec.name)
+    found = api.robustness(family_file, out, options, command=_command_line("robustness"),
+                           phase=_phase("robustness"), on_resume=lambda reused, total, cells: status.print(
+                               f"reusing {reused} of {total} finished runs from {cells}"))
+    paths = found.write(_command_line("robustness"))
     status.print(f"wrote {', '.join(str(p) for p in paths)}")
     if as_json:
-        _print_json({"family": spec.name, **result, "files": [str(p) for p in paths]})
+        _print_json({"family": found.family, **found.result, "files": [str(p) for p in paths]})
         return
-    table = Table(title=f"family {spec.name}: {jobs} jobs x {seeds} seeds, regret against the best static k")
+    table = Table(title=f"family {found.family}: {options.jobs} jobs x {options.seeds} seeds, regret against the "
+                        "best static k")
     for _, header, _ in SUMMARY_COLUMNS:
         table.add_column(header, justify="left" if header == "policy" else "right", no_wrap=header == "policy")
-    for row in result["summary"]:
+    for row in found.result["summary"]:
         table.add_row(*(format_cell(row.get(k), f) for k, _, f in SUMMARY_COLUMNS))
     console.print(table)
-    status.print(summary_legend(rules), style="dim")
-
-
-def _tune_each(jobs: list, space: str, trials: int, directory: Path) -> dict[str, dict]:
-    """Each job's tuned policy (`trials` trials in `space`, cached in directory/studies.db: a rerun reuses
-    it), by the job's fingerprint."""
-    from autosync import api
-
-    storage = f"sqlite:///{directory / 'studies.db'}"
-    found = {}
-    with _counting_bar("tuning each job", transient=False) as bar:
-        task = bar.add_task("", total=len(jobs))
-        for job in jobs:
-            outcome = api.tune(job, space, n_trials=trials, storage=storage)
-            found[job.fingerprint()] = outcome.cache["best_policy"]
-            bar.update(task, advance=1, description=f"last: {job.name} {outcome.cache['best_policy']['policy']}")
-    return found
+    status.print(summary_legend(found.rules), style="dim")
 
 
 @_command(TuneOptions)
@@ -542,49 +486,27 @@ def tune(
         status.print(f"skipped {line}", style="dim")
 
 
-@app.command()
+@_command(ReplayOptions)
 def replay(
     logs: Path = typer.Argument(..., help="A Sync-Switch log folder (baseline/, switch_exp/), e.g. the paper's "
                                 "published logs in ../shared/data/sync_switch_logs/cifar10_res32."),
-    simulations: int = typer.Option(1000, "--simulations", min=1, help="Simulated searches per strategy and setting."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the run draws and of the TPE samplers."),
-    threshold: float = typer.Option(0.01, "--threshold", min=0.0, help="Accuracy margin beta."),
-    max_settings: int = typer.Option(4, "--max-settings", min=1, help="Binary search: candidates M."),
-    tpe_trials: list[int] = typer.Option([4, 8], "--tpe-trials", min=1, help="TPE: trials per search (repeatable)."),
-    space: str = typer.Option("switch_point", "--space", help="Search space of the Optuna strategies (ladder, TPE)."),
     out: Path = typer.Option(Path("results/replay_sync_switch"), help="Where table.md and table.json go."),
+    *, options: ReplayOptions,
 ) -> None:
     """Sync-Switch's Table II on recorded runs: binary search, the cost-ordered ladder and TPE, cost and success."""
-    from autosync.search.replay import (TABLE_II_SETTINGS, binary_strategy, ladder_strategy, load_switch_logs,
-                                        replay_table, tpe_strategy)
+    from autosync import api
     from autosync.search.cost import COST_UNIT
-    from autosync.search.replay_report import write_replay_table
-    from autosync.search.space import resolve_space_path
 
-    from autosync.report import ready_output_dir
-
-    switch_logs = load_switch_logs(logs)
-    ready_output_dir(out)
-    _quiet_optuna()
-    space_path = resolve_space_path(space, "switch_point")
-    strategies = {"binary": binary_strategy(max_settings, threshold),
-                  "ladder": ladder_strategy(space_path, threshold=threshold)}
-    for n in tpe_trials:
-        strategies[f"tpe ({n} trials)"] = tpe_strategy(space_path, n, threshold)
-    total = simulations * len(strategies) * len(TABLE_II_SETTINGS)
-    with _counting_bar("replaying") as bar:
-        task = bar.add_task("searches", total=total)
-        optimum, rows = replay_table(switch_logs, strategies, simulations, seed, threshold=threshold,
-                                     max_settings=max_settings, progress=lambda: bar.advance(task))
-    table = Table(title=f"switch-point search on {logs} ({simulations} simulated searches each)")
+    api.output_dir(out)
+    found = api.replay(logs, options, phase=_phase("replaying"))
+    table = Table(title=f"switch-point search on {logs} ({options.simulations} simulated searches each)")
     for column in ("strategy", "setting", f"cost ({COST_UNIT})", "success", "same as full info", "valid"):
         table.add_column(column, justify="left" if column in ("strategy", "setting") else "right")
-    for r in rows:
+    for r in found.rows:
         table.add_row(r.strategy, r.setting, f"{r.mean_cost:.2f}", f"{r.success:.1%}",
                       f"{r.same_as_full_information:.1%}", f"{r.valid:.1%}")
     console.print(table)
-    command = _command_line("replay")
-    paths = write_replay_table(switch_logs, optimum, rows, out, command, threshold)
+    paths = found.write(out, _command_line("replay"))
     status.print(f"wrote {', '.join(str(p) for p in paths)}")
 
 

@@ -1,6 +1,7 @@
 """The options of each command, declared once: typer builds the command line from them, the API takes them.
 
-One frozen dataclass per command (`RunOptions`, `TuneOptions`, `LeaderboardOptions`, `ProfileOptions`);
+One frozen dataclass per command (`RunOptions`, `TuneOptions`, `LeaderboardOptions`, `ProfileOptions`,
+`CalibrateOptions`, `FamilyOptions`, `RobustnessOptions`, `ReplayOptions`, `ScalingOptions`);
 `ExecutionOptions` (where runs train) is the part `run` and `tune` share. Each field is declared once, with
 its default, its help (the `--help` text, which also says why the option exists) and its rule (`ge`, `le`,
 or a check in `__post_init__`). The command line gets the same rules from typer (`ge` becomes the option's
@@ -24,7 +25,8 @@ if TYPE_CHECKING:
     from autosync.engine.backends import BackendChoice
 
 __all__ = ["ExecutionOptions", "RunOptions", "TuneOptions", "LeaderboardOptions", "ProfileOptions",
-           "CalibrateOptions", "flag_of", "build"]
+           "CalibrateOptions", "FamilyOptions", "RobustnessOptions", "ReplayOptions", "ScalingOptions", "flag_of",
+           "build"]
 
 
 def option(default: Any, help: str, *, flag: str | None = None, short: str | None = None, ge: float | None = None,
@@ -217,8 +219,7 @@ class LeaderboardOptions:
 
     def __post_init__(self) -> None:
         _check_ranges(self)
-        if self.n_jobs == 0 or self.n_jobs < -1:
-            raise UserError(f"--n-jobs must be >= 1 or -1 (all cores), but got {self.n_jobs}")
+        _check_n_jobs(self.n_jobs)
 
     def runs(self) -> int:
         """How many runs the leaderboard trains (policies x seeds)."""
@@ -282,3 +283,69 @@ class CalibrateOptions(ExecutionOptions):
         if self.backend != "processes" or self.clock != "real":
             raise UserError(f"calibrate runs on --backend processes --clock real, but got --backend {self.backend} "
                             f"--clock {self.clock}")
+
+
+def _check_n_jobs(n_jobs: int) -> None:
+    if n_jobs == 0 or n_jobs < -1:
+        raise UserError(f"--n-jobs must be >= 1 or -1 (all cores), but got {n_jobs}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class FamilyOptions:
+    """`autosync family`: jobs drawn from a job family, written as ordinary job files."""
+
+    jobs: int = option(24, "Jobs 0..N-1 of the family (job i depends only on the family's seed and i).", ge=1)
+
+    def __post_init__(self) -> None:
+        _check_ranges(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RobustnessOptions(FamilyOptions):
+    """`autosync robustness`: online policies against each drawn job's exhaustive best static k."""
+
+    seeds: int = option(3, "Seeds 0..S-1 per (job, policy).", ge=1)
+    policies: list[str] = option([], "Online policies NAME or NAME:key=value,... (repeatable; default: dbw, bdbw, "
+                                 "lbbsp, ssp, sync_switch, dana_slim).")  # the API also takes dicts
+    n_jobs: int = option(1, "Runs in parallel (joblib processes; -1: all cores).")
+    lr_rules: str = option("fixed,proportional", "The static-k grid's learning-rate rules, comma-separated (of "
+                           "fixed, proportional, sqrt, linear).")
+    tuned_trials: int = option(0, "Also tune each job (this many trials in the --tuned-space space, in studies.db "
+                               "beside the report) and score its answer as 'tuned'.", ge=0)
+    tuned_space: str = option("policy", "The space --tuned-trials searches.")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_n_jobs(self.n_jobs)
+        self.rules()
+
+    def rules(self) -> tuple[str, ...]:
+        """The static-k grid's learning-rate rules, checked."""
+        from autosync.robustness import check_rules
+
+        return check_rules(r.strip() for r in self.lr_rules.split(","))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplayOptions:
+    """`autosync replay`: Sync-Switch's Table II (search cost and success) on recorded runs."""
+
+    simulations: int = option(1000, "Simulated searches per strategy and setting.", ge=1)
+    seed: int = option(0, "Seed of the run draws and of the TPE samplers.")
+    threshold: float = option(0.01, "Accuracy margin beta.", ge=0.0)
+    max_settings: int = option(4, "Binary search: candidates M.", ge=1)
+    tpe_trials: list[int] = option([4, 8], "TPE: trials per search (repeatable).", ge=1)
+    space: str = option("switch_point", "Search space of the Optuna strategies (ladder, TPE).")
+
+    def __post_init__(self) -> None:
+        _check_ranges(self)
+        bad = [n for n in self.tpe_trials if n < 1]
+        if bad:
+            raise UserError(f"--tpe-trials must be >= 1, but got {bad[0]}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScalingOptions:
+    """`autosync scaling`: a metric against the number of workers, from existing leaderboards."""
+
+    metric: str = option("final_test_accuracy", "Per-run metric to compare.")

@@ -207,6 +207,29 @@ def test_same_seed_same_run_with_buffers_and_dropout_and_seeds_differ(user_dir):
 
 
 @pytest.mark.slow
+def test_the_docs_family_robustness_and_replay_example_runs_as_written(tmp_path, monkeypatch, capsys):
+    """The second example on the Python API page: a family's jobs, a robustness report and the replay."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "reference" / "api.md").read_text()
+    start = page.index("```python\nimport autosync.api as autosync\n\ndrawn")
+    code = page[start + len("```python\n"): page.index("```", start + 3)]
+    repo = Path(__file__).resolve().parents[1]
+    shared = repo.parent / "shared"
+    if not (shared / "data" / "sync_switch_logs").is_dir():
+        pytest.skip("../shared/data/sync_switch_logs is not beside the checkout")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "baselines").symlink_to(repo / "baselines")
+    (tmp_path / "shared").symlink_to(shared)
+    monkeypatch.chdir(work)
+    exec(compile(code, "docs/reference/api.md", "exec"), {})
+    printed = capsys.readouterr().out.splitlines()
+    assert len(printed) == 7  # six online policies and BSP
+    assert len(list((work / "jobs").glob("*.yaml"))) == 2
+    assert (work / "results" / "my_family" / "robustness.md").is_file()
+    assert (work / "results" / "my_replay" / "table.md").is_file()
+
+
+@pytest.mark.slow
 @pytest.mark.processes
 @pytest.mark.parametrize("policy", ["bsp", "asp"])
 def test_worker_processes_give_the_in_process_run_bit_for_bit_with_buffers_and_dropout(user_dir, policy):
