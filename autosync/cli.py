@@ -360,7 +360,6 @@ def scaling(
 ) -> None:
     """A metric against the number of workers per policy, from existing leaderboards (DANA's Fig. 4, Table 2)."""
     from autosync import api
-    from autosync.scaling import table_rows, write
 
     api.output_dir(out)
     result = api.scaling(leaderboards, options)
@@ -368,10 +367,10 @@ def scaling(
     table.add_column("policy", no_wrap=True)
     for n in result.worker_counts:
         table.add_column(f"n = {n}", justify="right")
-    for policy, cells in table_rows(result):
+    for policy, cells in result.rows():
         table.add_row(policy, *cells)
     console.print(table)
-    paths = write(result, out, _command_line("scaling"))
+    paths = result.write(out, _command_line("scaling"))
     status.print(f"wrote {', '.join(str(p) for p in paths)}")
 
 

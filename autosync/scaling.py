@@ -48,6 +48,14 @@ class Scaling:
     def worker_counts(self) -> list[int]:
         return sorted({n for n, _, _ in self.sources})
 
+    def rows(self) -> list[tuple[str, list[str]]]:
+        """(policy, 'mean ± std' per worker count) per policy, as `autosync scaling` prints them."""
+        return table_rows(self)
+
+    def write(self, directory: str | Path, command: str = "autosync.api.scaling") -> list[Path]:
+        """scaling.md, scaling.json and scaling.png in `directory`; returns the paths."""
+        return write(self, Path(directory), command)
+
 
 def load_leaderboard(folder: Path) -> dict[str, Any]:
     """A leaderboard folder's JSON; a missing or damaged file is a UserError naming it."""
