@@ -81,6 +81,9 @@ def test_a_killed_tune_resumed_says_which_dead_trial_it_runs_again(tiny_job, tmp
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert re.search(r"resuming the study: \d+ finished trials? found; 1 trial whose process died \(#\d+\) re-queued",
                      resumed.stderr), resumed.stderr
+    # nothing finished was lost and the budget is whole: the dead trial failed, the rest completed or pruned
+    db = tmp_path / "s.db"
+    assert _trials(db, "COMPLETE") + _trials(db, "PRUNED") >= 6 and _trials(db, "RUNNING") == 0
 
 
 def test_processes_started_together_never_train_one_policy_twice(tiny_job, tmp_path):
