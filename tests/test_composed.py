@@ -143,20 +143,23 @@ def test_labels_read_as_the_composition_and_specs_parse():
 
 @pytest.mark.slow
 def test_one_spec_names_a_composition_for_run_as_for_leaderboard(tmp_path):
-    """`run --policy` takes the spec in either form, and gives the run `--param` gives."""
+    """`run --policy` takes the spec in either form, and gives the run `--param` gives: the three option sets
+    make one policy (what `autosync run` trains, `api.run_setup`), and the command trains it."""
+    from autosync import api
+    from autosync.options import RunOptions
+
     path = tmp_path / "job.yaml"
     path.write_text(JOB.model_dump_json())
-    finals = []
-    for args in (["--policy", "compose(barrier=ssp, staleness=1, update=dana_slim)"],
-                 ["--policy", "compose:barrier=ssp,staleness=1,update=dana_slim"],
-                 ["--policy", "compose", "--param", "barrier=ssp", "--param", "staleness=1", "--param",
-                  "update=dana_slim"]):
-        out = autosync("run", str(path), *args, "--json", cwd=tmp_path)
-        assert out.returncode == 0, out.stderr
-        summary = json.loads(out.stdout)
-        assert summary["policy"]["params"]["update"] == "dana_slim"
-        finals.append({k: v for k, v in summary.items() if k not in ("wall_seconds", "files")})
-    assert finals[0] == finals[1] == finals[2]
+    forms = [RunOptions(policy="compose(barrier=ssp, staleness=1, update=dana_slim)"),
+             RunOptions(policy="compose:barrier=ssp,staleness=1,update=dana_slim"),
+             RunOptions(policy="compose", params=["barrier=ssp", "staleness=1", "update=dana_slim"])]
+    made = [api.run_setup(path, options)[1] for options in forms]
+    assert made[0] == made[1] == made[2] == make_policy("compose", {"barrier": "ssp", "staleness": 1,
+                                                                    "update": "dana_slim"})
+    out = autosync("run", str(path), "--policy", "compose", "--param", "barrier=ssp", "--param", "staleness=1",
+                   "--param", "update=dana_slim", "--json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["policy"] == made[0].to_dict()
     for bad, rule in (("compose(barrier=dbw, update=dana_slim)", "error: policy compose: update dana_slim"),
                       ("compose(barrier=dbw", "error: --policy 'compose(barrier=dbw' must look like"),
                       ("compose(barrier)", "error: --policy 'compose(barrier)': each parameter must look like "

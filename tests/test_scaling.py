@@ -14,16 +14,18 @@ from tests.conftest import autosync, no_traceback
 
 @pytest.fixture(scope="module")
 def boards(tmp_path_factory):
-    """Leaderboards of one small job at 2 and 4 workers, made by the leaderboard command."""
+    """Leaderboards of one small job at 2 and 4 workers, made and written as `autosync leaderboard` does
+    (`api.leaderboard`; the command itself is tested in test_leaderboard)."""
+    from autosync import api
+
     root = tmp_path_factory.mktemp("scaling")
     for n in (2, 4):
         job = root / f"job{n}.yaml"
         job.write_text(f"name: job{n}\nworkload: {{dataset: {{name: digits}}, model: {{name: logreg}}, batch_size: 16,"
                        " optimizer: {lr: 0.2}, evaluation: {every_seconds: 2}}\n"
                        f"cluster: {{n_workers: {n}}}\ntarget: {{threshold: 0.8}}\nbudget: {{max_virtual_seconds: 8}}\n")
-        proc = autosync("leaderboard", str(job), "--policies", "asp", "--policies", "nag_asgd", "--seeds", "2",
-                        "--out", f"lb{n}", cwd=root)
-        assert proc.returncode == 0, proc.stderr
+        board = api.leaderboard(api.load_job(job), ["asp", "nag_asgd"], seeds=2)
+        board.write(root / f"lb{n}", f"autosync leaderboard {job.name} --policies asp --policies nag_asgd --seeds 2")
     return root
 
 
