@@ -8,7 +8,7 @@ one and cvxpy.
 Runs from any working directory (it puts the repository on the import path).
 
 The structured solver DBW uses is the compiled exact recursive partitioning (`_eq17_exact`) where
-`pip install` built it, else the pure-Python structured solver (`_isotonic.Eq17Solver`: PAV + Dykstra,
+`pip install` built it, else the pure-Python structured solver (`_isotonic.PythonEq17Solver`: PAV + Dykstra,
 warm-started, finished by the partitioning algorithm). Both are timed in the same run, on the same
 samples, with cvxpy (Clarabel, the reference) up to --cvxpy-max-workers; the last column is the largest
 difference between the first's solutions and the others', relative to max |x| (cvxpy's default
@@ -51,7 +51,7 @@ import numpy as np  # noqa: E402
 
 from autosync.policies._dbw_time import STRUCTURED, IterationTimeEstimator, structured_solver  # noqa: E402
 from autosync.policies._eq17_exact import COMPILED  # noqa: E402
-from autosync.policies._isotonic import Eq17Solver  # noqa: E402
+from autosync.policies._isotonic import PythonEq17Solver  # noqa: E402
 
 from _report import Figures
 
@@ -88,7 +88,7 @@ def measure(n: int, resolves: int, warmup: int, cvxpy_solver: str | None) -> dic
     source = Samples(n)
     structured = IterationTimeEstimator(n, solver=STRUCTURED)
     python = IterationTimeEstimator(n, solver=STRUCTURED)
-    python._structured = Eq17Solver()  # the fallback where the extension is not built
+    python._structured = PythonEq17Solver()  # the fallback where the extension is not built
     reference = IterationTimeEstimator(n, solver=cvxpy_solver) if cvxpy_solver else None
     timed = {"structured": structured, "python": python}
     if reference is not None:
@@ -206,7 +206,7 @@ def report_recorded(sizes: list[int], updates: int, figures: Figures) -> None:
           f"{'(max)':>6} {'fallbacks':>9}")
     for n in sizes:
         instances = recorded_instances(n, updates)
-        results = {"structured": replay(instances, structured_solver()), "python": replay(instances, Eq17Solver())}
+        results = {"structured": replay(instances, structured_solver()), "python": replay(instances, PythonEq17Solver())}
         for name, r in results.items():
             print(f"{n:5d} {name:>10} {len(instances):6d} {r['ms']:8.2f} {r['ms_max']:8.1f} {r['sweeps']:7.1f} "
                   f"{r['sweeps_max']:6d} {r['rounds']:7.1f} {r['rounds_max']:6d} {r['fallbacks']:9d}", flush=True)

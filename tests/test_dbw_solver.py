@@ -24,7 +24,7 @@ import pytest
 
 from autosync.policies import _isotonic as isotonic
 from autosync.policies._dbw_time import EMPTY_PAIR_WEIGHT, IterationTimeEstimator, _compiled_problem
-from autosync.policies._isotonic import (DEFAULT_SWEEPS, Eq17Solver, _partition, _peel, _Problem, _row_runs,
+from autosync.policies._isotonic import (DEFAULT_SWEEPS, PythonEq17Solver, _partition, _peel, _Problem, _row_runs,
                                         _transposed, _violations, isotone_majorant, isotonic_rows, violation)
 
 INSTANCES = Path(__file__).parent / "data" / "dbw_eq17_instances.npz"
@@ -125,7 +125,7 @@ def test_structured_solution_is_cvxpy_solution_on_random_instances(n):
     rng = np.random.default_rng(n)
     instances = [dense_instance(rng, n)] + [dbw_instance(rng, n) for _ in range(3)]
     for weights, targets in instances:
-        result = Eq17Solver().solve(weights, targets)
+        result = PythonEq17Solver().solve(weights, targets)
         assert result.converged
         assert relative_difference(result.x, reference(weights, targets)) <= AGREE
         assert violation(result.x) <= 1e-9
@@ -134,7 +134,7 @@ def test_structured_solution_is_cvxpy_solution_on_random_instances(n):
 def test_a_size_that_transposes_tile_by_tile():
     """n = 64 takes the tiled transposition of the column step; one DBW instance against the reference."""
     weights, targets = dbw_instance(np.random.default_rng(64), 64)
-    result = Eq17Solver().solve(weights, targets)
+    result = PythonEq17Solver().solve(weights, targets)
     assert result.converged
     assert relative_difference(result.x, reference(weights, targets)) <= AGREE
     for n in (1, 5, 64, 96):
@@ -153,7 +153,7 @@ def test_merged_runs_give_the_optimum_whether_or_not_a_run_end_binds():
         assert problem.sizes.max() > 1
         x, rounds = _partition(problem, isotone_majorant(problem.t, (problem.diag_rows, problem.diag_cols)))
         binds.append(_peel(x, problem, 1e-12) is not None)
-        result = Eq17Solver().solve(weights, targets)
+        result = PythonEq17Solver().solve(weights, targets)
         assert result.converged and violation(result.x) <= 1e-9
         assert relative_difference(result.x, reference(weights, targets)) <= AGREE
     assert binds == [False, True]
@@ -174,7 +174,7 @@ def test_estimator_answer_is_cvxpy_answer_on_scattered_instances(n):
 
 def test_structured_solution_is_cvxpy_solution_on_instances_dbw_solved():
     data = np.load(INSTANCES)
-    solver = Eq17Solver()  # warm-started from one instance to the next, as in a run
+    solver = PythonEq17Solver()  # warm-started from one instance to the next, as in a run
     for weights, targets in zip(data["weights"], data["targets"]):
         result = solver.solve(weights, targets)
         assert result.converged
@@ -189,7 +189,7 @@ def scattered_instances() -> list[tuple[np.ndarray, np.ndarray]]:
 
 def test_structured_solution_is_cvxpy_solution_on_scattered_rows_recorded_from_dbw_runs():
     for weights, targets in scattered_instances():
-        result = Eq17Solver(max_sweeps=2000).solve(weights, targets)
+        result = PythonEq17Solver(max_sweeps=2000).solve(weights, targets)
         assert result.converged
         assert relative_difference(result.x, reference(weights, targets)) <= AGREE
         assert violation(result.x) <= 1e-9
@@ -198,7 +198,7 @@ def test_structured_solution_is_cvxpy_solution_on_scattered_rows_recorded_from_d
 def test_scattered_rows_recorded_from_dbw_runs_are_finished_exactly():
     """Dykstra crawls on these (73 to 755 sweeps to its tolerance); the partition finishes them after at
     most `DEFAULT_SWEEPS` sweeps, with no sweep cap reached and no fallback needed."""
-    solver = Eq17Solver()
+    solver = PythonEq17Solver()
     for weights, targets in scattered_instances():
         result = solver.solve(weights, targets)
         assert result.converged and result.rounds >= 1
@@ -210,7 +210,7 @@ def test_constraints_hold_exactly():
     rng = np.random.default_rng(7)
     for n in (2, 5, 16):
         weights, targets = scattered_instance(rng, n)
-        x = Eq17Solver().solve(weights, targets).x
+        x = PythonEq17Solver().solve(weights, targets).x
         assert (x[:, 1:] >= x[:, :-1]).all() and (x[:-1, :] >= x[1:, :]).all()
         assert (np.diff(np.diagonal(x)) >= 0).all()
 
@@ -225,7 +225,7 @@ def test_warm_start_gives_the_cold_answer():
         for i, t in enumerate(np.sort(0.3 + 0.7 * rng.exponential(size=n))):
             est.add(h, i + 1, float(t))
         warm = est.solve()
-        cold = Eq17Solver().solve(*est.targets())
+        cold = PythonEq17Solver().solve(*est.targets())
         assert cold.converged
         assert relative_difference(warm, cold.x) <= 1e-6
     assert est.fallbacks == 0 and est.failures == 0
@@ -251,7 +251,7 @@ def test_an_unsettled_partition_falls_back_to_cvxpy_and_is_counted(monkeypatch):
     weights, targets = data["weights"][-1], data["targets"][-1]
     monkeypatch.setattr(isotonic, "_partition", lambda problem, guess: (None, 1))
     est = IterationTimeEstimator(16)
-    est._structured = Eq17Solver(max_sweeps=1, sweeps=1)
+    est._structured = PythonEq17Solver(max_sweeps=1, sweeps=1)
     est.targets = lambda: (weights, targets)  # type: ignore[method-assign]
     est.add(1, 1, 1.0)
     x = est.solve()
@@ -275,13 +275,13 @@ def test_isotone_majorant_is_the_least_feasible_point_above():
 ])
 def test_bad_inputs_are_refused_with_the_rule(weights, targets, message):
     with pytest.raises(ValueError, match=message):
-        Eq17Solver().solve(weights, targets)
+        PythonEq17Solver().solve(weights, targets)
 
 
 @pytest.mark.parametrize("kwargs,message", [({"tol": 0.0}, "tol must be > 0"), ({"max_sweeps": 0}, "max_sweeps")])
 def test_bad_settings_are_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
-        Eq17Solver(**kwargs)
+        PythonEq17Solver(**kwargs)
 
 
 def brute_force_best_upper_sets(label, gain, ends):
@@ -340,24 +340,24 @@ def test_violations_finds_each_blocks_best_upper_subset():
 
 
 def test_edge_cases_one_worker_ties_and_rows_all_alike():
-    solver = Eq17Solver()
+    solver = PythonEq17Solver()
     result = solver.solve(np.array([[2.0]]), np.array([[3.5]]))
     assert result.converged and result.x.tolist() == [[3.5]]
     n = 6
     # every row alike (one merged row): the answer is the row's PAV, for every row
     w = np.tile(np.arange(1.0, n + 1), (n, 1))
     t = np.tile(np.array([3.0, 1.0, 2.0, 2.0, 5.0, 4.0]), (n, 1))
-    result = Eq17Solver().solve(w, t)
+    result = PythonEq17Solver().solve(w, t)
     assert result.converged
     assert np.allclose(result.x, isotonic_rows(t[:1], w[:1]), rtol=0, atol=1e-12)
     # constant targets, ties everywhere: x = t
-    result = Eq17Solver().solve(np.ones((n, n)), np.full((n, n), 2.0))
+    result = PythonEq17Solver().solve(np.ones((n, n)), np.full((n, n), 2.0))
     assert result.converged and np.array_equal(result.x, np.full((n, n), 2.0))
     # targets on a coarse grid (many ties) with light pairs, against the reference
     rng = np.random.default_rng(4)
     t = rng.integers(0, 3, size=(n, n)).astype(float)
     w = np.where(rng.uniform(size=(n, n)) < 0.5, EMPTY_PAIR_WEIGHT, 1.0)
-    result = Eq17Solver().solve(w, t)
+    result = PythonEq17Solver().solve(w, t)
     assert result.converged and violation(result.x) == 0.0
     assert relative_difference(result.x, reference(w, t)) <= AGREE
 

@@ -1,5 +1,5 @@
 """The compiled exact solver of DBW's problem (17) (`_eq17_exact`, recursive partitioning in C) against cvxpy,
-the reference, and against the pure-Python structured solver (`_isotonic.Eq17Solver`) it stands in for.
+the reference, and against the pure-Python structured solver (`_isotonic.PythonEq17Solver`) it stands in for.
 
 Skipped with the reason where the extension is not built; it is built by `pip install -e .` wherever a C
 compiler is present, which `test_the_extension_is_built_where_a_compiler_is` checks.
@@ -16,7 +16,7 @@ import pytest
 
 from autosync.policies import _eq17_exact as exact
 from autosync.policies._dbw_time import EMPTY_PAIR_WEIGHT, IterationTimeEstimator, structured_solver
-from autosync.policies._isotonic import Eq17Solver, _peel, _Problem, _row_runs, violation
+from autosync.policies._isotonic import PythonEq17Solver, _peel, _Problem, _row_runs, violation
 from tests.test_dbw_solver import (AGREE, INSTANCES, dbw_instance, dense_instance, reference, relative_difference,
                                    scattered_instance, scattered_instances)
 
@@ -32,7 +32,7 @@ def test_the_extension_is_built_where_a_compiler_is():
     if shutil.which("cc") is None and shutil.which("gcc") is None or not headers.exists():
         pytest.skip("no C compiler or no Python headers here: the pure-Python solver is used")
     assert exact.COMPILED, "a C compiler is present, but autosync/policies/_eq17_partition.c was not built"
-    assert isinstance(structured_solver(), exact.PartitionSolver)
+    assert isinstance(structured_solver(), exact.CompiledEq17Solver)
 
 
 @compiled
@@ -43,7 +43,7 @@ def test_the_optimum_of_random_instances_is_cvxpy_s(n):
     rng = np.random.default_rng(n)
     instances = [dense_instance(rng, n)] + [dbw_instance(rng, n) for _ in range(4)]
     for weights, targets in instances:
-        result = exact.PartitionSolver().solve(weights, targets)
+        result = exact.CompiledEq17Solver().solve(weights, targets)
         ref = reference(weights, targets)
         assert result.converged
         assert violation(result.x) == 0.0
@@ -57,8 +57,8 @@ def test_scattered_instances_give_the_python_solver_s_optimum(n):
     """Half the pairs light at random places (where tight Clarabel may fail): the Python solver's answer,
     finished exactly by its partition, and an objective no worse."""
     weights, targets = scattered_instance(np.random.default_rng(200 + n), n)
-    x = exact.PartitionSolver().solve(weights, targets).x
-    python = Eq17Solver(max_sweeps=2000).solve(weights, targets)
+    x = exact.CompiledEq17Solver().solve(weights, targets).x
+    python = PythonEq17Solver(max_sweeps=2000).solve(weights, targets)
     assert python.converged and violation(x) == 0.0
     assert relative_difference(x, python.x) <= 1e-6
     assert objective(weights, targets, x) <= objective(weights, targets, python.x) * (1 + 1e-9)
@@ -69,10 +69,10 @@ def test_recorded_instances_give_the_reference_s_and_the_python_solver_s_answer(
     data = np.load(INSTANCES)
     recorded = list(zip(data["weights"], data["targets"])) + scattered_instances()
     for weights, targets in recorded:
-        x = exact.PartitionSolver().solve(weights, targets).x
+        x = exact.CompiledEq17Solver().solve(weights, targets).x
         assert violation(x) == 0.0
         assert relative_difference(x, reference(weights, targets)) <= AGREE
-        python = Eq17Solver(max_sweeps=2000).solve(weights, targets)
+        python = PythonEq17Solver(max_sweeps=2000).solve(weights, targets)
         assert python.converged
         assert relative_difference(x, python.x) <= 1e-6
 
@@ -85,7 +85,7 @@ def test_merged_rows_are_split_where_a_run_end_binds_and_the_answer_is_the_unmer
         merged = _Problem(weights, targets, _row_runs(weights, targets))
         assert merged.sizes.max() > 1
         assert (_peel(exact.solve_merged(merged), merged, 1e-12) is not None) == binds
-        result = exact.PartitionSolver().solve(weights, targets)
+        result = exact.CompiledEq17Solver().solve(weights, targets)
         assert result.rounds == (2 if binds else 1)
         unmerged = exact.solve_merged(_Problem(weights, targets, np.arange(8)))
         assert relative_difference(result.x, unmerged) <= 1e-12
@@ -94,9 +94,9 @@ def test_merged_rows_are_split_where_a_run_end_binds_and_the_answer_is_the_unmer
 @compiled
 def test_ties_and_equal_targets_are_one_block():
     n = 6
-    x = exact.PartitionSolver().solve(np.ones((n, n)), np.full((n, n), 2.5)).x
+    x = exact.CompiledEq17Solver().solve(np.ones((n, n)), np.full((n, n), 2.5)).x
     assert np.array_equal(x, np.full((n, n), 2.5))
-    one = exact.PartitionSolver().solve(np.array([[2.0]]), np.array([[3.5]]))
+    one = exact.CompiledEq17Solver().solve(np.array([[2.0]]), np.array([[3.5]]))
     assert one.x.tolist() == [[3.5]]
 
 
@@ -105,19 +105,19 @@ def test_an_answer_depends_only_on_its_instance():
     """Stateless: a solve after others gives what a fresh solver gives, bit for bit."""
     rng = np.random.default_rng(11)
     instances = [dbw_instance(rng, 16) for _ in range(4)]
-    solver = exact.PartitionSolver()
+    solver = exact.CompiledEq17Solver()
     for weights, targets in instances:
         solver.solve(weights, targets)
     weights, targets = instances[0]
-    assert np.array_equal(solver.solve(weights, targets).x, exact.PartitionSolver().solve(weights, targets).x)
+    assert np.array_equal(solver.solve(weights, targets).x, exact.CompiledEq17Solver().solve(weights, targets).x)
 
 
 @compiled
 def test_bad_instances_are_refused_with_the_rule():
     with pytest.raises(ValueError, match="weights must be finite and > 0"):
-        exact.PartitionSolver().solve(np.zeros((2, 2)), np.ones((2, 2)))
+        exact.CompiledEq17Solver().solve(np.zeros((2, 2)), np.ones((2, 2)))
     with pytest.raises(ValueError, match="n x n arrays"):
-        exact.PartitionSolver().solve(np.ones((2, 3)), np.ones((2, 3)))
+        exact.CompiledEq17Solver().solve(np.ones((2, 3)), np.ones((2, 3)))
     out = np.empty((2, 2))
     with pytest.raises(ValueError, match="targets must be a C-contiguous buffer of 4 values of format 'd'"):
         exact._compiled.solve(2, 2, np.ones((2, 2)), np.ones((2, 2), dtype=np.float32), np.array([1], np.intc), out,
@@ -136,8 +136,8 @@ def test_the_estimator_solves_with_it_and_agrees_with_the_python_solver_over_a_r
     rng = np.random.default_rng(3)
     n = 24
     est = IterationTimeEstimator(n)
-    assert isinstance(est._structured, exact.PartitionSolver)
-    python = Eq17Solver()
+    assert isinstance(est._structured, exact.CompiledEq17Solver)
+    python = PythonEq17Solver()
     for _ in range(30):
         h = int(rng.integers(n // 2 - 3, n // 2 + 4))
         for i, t in enumerate(np.sort(0.3 + 0.7 * rng.exponential(size=n))):

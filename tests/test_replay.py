@@ -10,7 +10,7 @@ import pytest
 
 from autosync.errors import UserError
 from autosync.search.replay import (TABLE_II_SETTINGS, ReplayBackend, SearchSetting, binary_strategy,
-                                    ladder_strategy, load_switch_logs, replay_table, simulate, tpe_strategy)
+                                    ladder_strategy, load_switch_logs, replay_table, simulate_searches, tpe_strategy)
 from autosync.search.space import SPACE_DIR
 from tests.conftest import autosync, no_traceback
 
@@ -55,10 +55,11 @@ def test_binary_and_ladder_find_the_switch_point_of_the_logs(tmp_path):
     logs = load_switch_logs(_logs(tmp_path))
     recurring = SearchSetting(True, 0, 1)
     # Algorithm 1: 50% holds, 25% holds, 12.5% (-> 12%) does not, 18.75% (-> 25%) holds
-    binary = simulate(logs, "binary", binary_strategy(4), recurring, 5, 0, optimum=0.1875)
+    binary = simulate_searches(logs, "binary", binary_strategy(4), recurring, 5, 0, optimum=0.1875)
     assert binary.choices == {"0.1875": 5} and binary.success == 1.0 and binary.same_as_full_information == 1.0
     assert binary.mean_cost == pytest.approx((60 + 40 + 29.6 + 40) / 100)
-    ladder = simulate(logs, "ladder", ladder_strategy(SPACE_DIR / "switch_point.yaml"), recurring, 5, 0, optimum=0.1875)
+    ladder = simulate_searches(logs, "ladder", ladder_strategy(SPACE_DIR / "switch_point.yaml"), recurring, 5, 0,
+                               optimum=0.1875)
     assert ladder.choices == {"0.25": 5} and ladder.valid == 1.0 and ladder.success == 0.0  # valid, but later
 
 

@@ -45,7 +45,8 @@ SEED_POLICIES: tuple[type[Policy], ...] = (
 # Each slot's choice that adds no strategy of its own: the job's plain BSP, equal batches, its optimizer,
 # no schedule. (BSP's barrier is owned by BSP; the others by no policy.)
 PLAIN = {"barrier": "bsp", "batch": "equal", "update": "sgd", "schedule": "none"}
-PRESETS: tuple[tuple[type[Policy], Preset], ...] = tuple((cls, preset) for cls in SEED_POLICIES for preset in cls.presets)
+PRESETS: tuple[tuple[type[Policy], Preset], ...] = tuple(
+    (cls, preset) for cls in SEED_POLICIES for preset in cls.presets)
 
 
 def _slot_choices(slot: str) -> tuple[str, ...]:

@@ -19,8 +19,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from autosync.policies._eq17_exact import COMPILED, PartitionSolver
-from autosync.policies._isotonic import Eq17Solver
+from autosync.policies._eq17_exact import COMPILED, CompiledEq17Solver
+from autosync.policies._isotonic import PythonEq17Solver
 
 # Weight of the prior that makes (17) strictly convex where a pair has no sample: a thousandth of one
 # sample, so every sampled pair is still fitted by its samples as the paper's problem does.
@@ -35,17 +35,17 @@ FALLBACK_SOLVER = "CLARABEL"
 FALLBACK_OPTIONS = {"tol_gap_abs": 1e-10, "tol_gap_rel": 1e-10, "tol_feas": 1e-10}
 
 
-def structured_solver() -> PartitionSolver | Eq17Solver:
+def structured_solver() -> CompiledEq17Solver | PythonEq17Solver:
     """The structured solver of (17): the compiled exact partition where it is built, else the pure-Python one."""
-    return PartitionSolver() if COMPILED else Eq17Solver()
+    return CompiledEq17Solver() if COMPILED else PythonEq17Solver()
 
 
 class IterationTimeEstimator:
     """Collects (h, i, time) samples and solves problem (17) for the n x n matrix of expected times.
 
     With solver="structured" (the default) each estimator keeps its own structured solver
-    (`structured_solver`): the compiled `PartitionSolver`, exact and stateless, or where it is not built an
-    `Eq17Solver` warm-started from its previous solve (so a run's estimates depend only on that run's
+    (`structured_solver`): the compiled `CompiledEq17Solver`, exact and stateless, or where it is not built an
+    `PythonEq17Solver` warm-started from its previous solve (so a run's estimates depend only on that run's
     samples); a solve that does not converge is redone with cvxpy (counted in `fallbacks`). With a cvxpy
     solver name the cvxpy problem is built and compiled once per process and n (DPP parameters for the
     weights and targets) and re-solved with new data, never warm-started. If a solve fails the previous

@@ -43,17 +43,17 @@ SPLIT_TOLERANCE = 1e-12
 FIRST_PEEL = 4
 
 
-class PartitionSolver:
+class CompiledEq17Solver:
     """Problem (17) by the compiled recursive partitioning: every answer is (17)'s optimum up to rounding.
 
-    `solve` has the signature of `_isotonic.Eq17Solver.solve`; its result's `rounds` counts the merged
+    `solve` has the signature of `_isotonic.PythonEq17Solver.solve`; its result's `rounds` counts the merged
     problems solved (1 where no run's end binds).
     """
 
     def __init__(self):
         if _compiled is None:
             raise RuntimeError("autosync's compiled (17) solver is not built (reinstall autosync where a C compiler "
-                               "and Python's headers are present); the pure-Python one is _isotonic.Eq17Solver")
+                               "and Python's headers are present); the pure-Python one is _isotonic.PythonEq17Solver")
 
     def solve(self, weights: np.ndarray, targets: np.ndarray) -> Eq17Result:
         w, t = checked_instance(weights, targets)

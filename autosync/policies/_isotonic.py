@@ -22,7 +22,7 @@ several variables, Dykstra and Robertson 1982), which converges to the exact pro
 Dykstra's method is block-coordinate ascent on the dual problem: its increments p_i are scaled dual
 variables. They are kept as multipliers lam_i = w * p_i, which do not depend on the weights (the normal
 cone of a family is weight-free), so a re-solve after new samples starts from the previous dual point,
-still dual feasible (`Eq17Solver`). The sweep z -> G(z) on the increments is a fixed-point iteration;
+still dual feasible (`PythonEq17Solver`). The sweep z -> G(z) on the increments is a fixed-point iteration;
 Anderson acceleration extrapolates it from the last few residuals, and a safeguard falls back to the plain
 sweep whenever an extrapolated point does much worse (twice the residual) than the point it came from.
 
@@ -66,23 +66,7 @@ problem is solved again (sweeps from the multipliers, then the partition) until 
 recorded instances a run's end binds in 21 of 24 solves, and the runs it splits have many distinct rows
 in the optimum (24 of 44 rows, 32 of 43).
 
-Cost (benchmarks/bench_dbw_solver.py, warm re-solves, before and after the exact finish measured back to
-back on a 2-core machine loaded 6 to 10 by other work, so about twice the quiet machine's figures). On
-the synthetic DBW samples Dykstra meets its tolerance in 2 to 14 sweeps at n = 128 and the partition
-does not run: the same sweeps as before, 0.4, 1.8 to 2.7, 4.1 to 5.8, 7.9 to 8.9, 32 to 40 and 25 to 28
-ms at n = 16, 64, 128, 256, 512 and 1024 (the spread is the load's). At n = 1024 DBW's samples leave
-about 45 distinct rows, so a sweep of the merged problem touches about 45 n numbers instead of n^2; the
-n^2 work left is the inputs' checks, finding the runs and writing out x. On the recorded instances: at
-n = 128, 86 ms a solve (at most 186) against 183 (at most 464), 172 sweeps and 13 rounds a solve
-against 256 sweeps; at n = 512, 1.8 s a solve against 12 s, all 24 exact against 7 at the sweep cap.
-In CPU time, steadier under the load: 57 to 69 ms against 110 to 122 at n = 128, 1.6 s against 4.3 s
-at n = 512 (the synthetic re-solves: 2.6 ms at n = 128 either way).
-There the time is the partition's: a round is a loop over the rows of about 15 array operations each
-(3 to 8 ms at 128 rows under this load), a solve takes several, and the merged problems grow as runs
-are split (to 70 to 120 rows at n = 128: the runs that bind have many distinct rows in the optimum).
-The goal of 5 ms a solve at n = 128 is missed by about an order of magnitude on these instances.
-Splitting a binding run whole (`_peel`; it was split in doubling steps, each a re-solve) took the
-recorded n = 128 solves to 72 sweeps and 5.4 rounds, 36.5 ms a solve on a quiet machine (from 54.5).
+What it costs, measured, is on the docs site (reference/benchmarks.md, "The pure-Python solver").
 """
 
 from __future__ import annotations
@@ -202,7 +186,7 @@ def checked_instance(weights: np.ndarray, targets: np.ndarray) -> tuple[np.ndarr
     return w, t
 
 
-class Eq17Solver:
+class PythonEq17Solver:
     """Problem (17): Dykstra's sweeps (PAV per family, warm-started across solves), whose answer stands where
     they meet the tolerance within `sweeps` and no run's end binds; elsewhere they guess the solution's
     order and the partitioning algorithm (`_partition`) finishes it exactly.

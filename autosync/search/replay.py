@@ -40,7 +40,7 @@ SETUP_1_WORKERS = 8  # the logs' cluster (Sync-Switch setup 1): resolves n_worke
 
 
 @dataclass(frozen=True)
-class LoggedRun:
+class LoggedSwitchRun:
     """One recorded training: its BSP share, converged (final) test accuracy and training seconds."""
 
     share: float
@@ -54,9 +54,9 @@ class LoggedRun:
 class SwitchLogs:
     """Recorded runs grouped by BSP share (0 = ASP, 1 = BSP)."""
 
-    runs: dict[float, list[LoggedRun]]  # read once; the summaries below are computed once
+    runs: dict[float, list[LoggedSwitchRun]]  # read once; the summaries below are computed once
     skipped: list[str] = field(default_factory=list)  # "path: reason" of every run left out
-    _pools: dict[float, list[LoggedRun]] = field(default_factory=dict, repr=False)
+    _pools: dict[float, list[LoggedSwitchRun]] = field(default_factory=dict, repr=False)
 
     @cached_property
     def shares(self) -> list[float]:
@@ -72,7 +72,7 @@ class SwitchLogs:
         """BSP's converged accuracy over every logged BSP run: the A a search with full information uses."""
         return statistics.fmean(r.accuracy for r in self.runs[1.0])
 
-    def pool(self, s: float) -> list[LoggedRun]:
+    def pool(self, s: float) -> list[LoggedSwitchRun]:
         """The runs at the logged share nearest to s; two equally near shares are pooled (memoised per s)."""
         if s not in self._pools:
             distance = min(abs(x - s) for x in self.runs)
@@ -90,7 +90,7 @@ def load_switch_logs(folder: str | Path) -> SwitchLogs:
         raise UserError(f"{root}: not a Sync-Switch log folder (no baseline/ with bsp* and asp* runs); "
                         "expected e.g. ../shared/data/sync_switch_logs/cifar10_res32")
     skipped: list[str] = []
-    baselines: dict[float, list[LoggedRun]] = {0.0: [], 1.0: []}
+    baselines: dict[float, list[LoggedSwitchRun]] = {0.0: [], 1.0: []}
     for run_dir in sorted((root / "baseline").iterdir()):
         match = _BASELINE_NAME.match(run_dir.name)
         run = _read_run(run_dir, _BSP_SHARE[match.group(1)], skipped) if match else None
@@ -105,7 +105,7 @@ def load_switch_logs(folder: str | Path) -> SwitchLogs:
             raise UserError(f"{root}/baseline: no complete {'BSP' if share else 'ASP'} run with an acc_proc.csv")
     bsp_steps = statistics.median(r.steps for r in baselines[1.0])
     asp_steps = statistics.median(r.steps for r in baselines[0.0])
-    runs_by_share: dict[float, list[LoggedRun]] = {s: list(rs) for s, rs in baselines.items()}
+    runs_by_share: dict[float, list[LoggedSwitchRun]] = {s: list(rs) for s, rs in baselines.items()}
     switch_dir = root / "switch_exp"
     for run_dir in sorted(switch_dir.iterdir()) if switch_dir.is_dir() else []:
         match = _SWITCH_NAME.match(run_dir.name)
@@ -119,11 +119,12 @@ def load_switch_logs(folder: str | Path) -> SwitchLogs:
         if abs(share - named) > 0.01 or not 0.0 < share < 1.0:
             skipped.append(f"{run.path}: named {named:.0%} BSP but its {run.steps} steps mean {share:.2%}")
             continue
-        runs_by_share.setdefault(share, []).append(LoggedRun(share, run.accuracy, run.seconds, run.steps, run.path))
+        runs_by_share.setdefault(share, []).append(
+            LoggedSwitchRun(share, run.accuracy, run.seconds, run.steps, run.path))
     return SwitchLogs(runs_by_share, skipped)
 
 
-def _read_run(run_dir: Path, share: float, skipped: list[str]) -> LoggedRun | None:
+def _read_run(run_dir: Path, share: float, skipped: list[str]) -> LoggedSwitchRun | None:
     """The final accuracy, training time (switching overhead removed) and step count of one run folder."""
     path = run_dir / "acc_proc.csv"
     if not path.is_file():
@@ -134,7 +135,7 @@ def _read_run(run_dir: Path, share: float, skipped: list[str]) -> LoggedRun | No
             rows = list(csv.DictReader(handle))
         first, last = rows[0], rows[-1]
         seconds = float(last["Time"]) if last.get("Time") else float(last["Wall time"]) - float(first["Wall time"])
-        return LoggedRun(share, float(last["Value"]), seconds, int(float(last["Step"])), str(run_dir))
+        return LoggedSwitchRun(share, float(last["Value"]), seconds, int(float(last["Step"])), str(run_dir))
     except (IndexError, KeyError, ValueError) as exc:
         raise UserError(f"{path}: unreadable training log ({type(exc).__name__}: {exc}); expected columns "
                         "'Wall time', 'Step', 'Value' and optionally 'Time'") from None
@@ -168,10 +169,10 @@ class SearchSetting:
 
 
 TABLE_II_SETTINGS = (SearchSetting(False, 5, 5), SearchSetting(False, 3, 3), SearchSetting(True, 0, 3))
-Strategy = Callable[[Callable[[float], float], SearchSetting, float | None, int], float]
+SearchStrategy = Callable[[Callable[[float], float], SearchSetting, float | None, int], float]
 
 
-def binary_strategy(max_settings: int = 4, threshold: float = 0.01) -> Strategy:
+def binary_strategy(max_settings: int = 4, threshold: float = 0.01) -> SearchStrategy:
     """Sync-Switch's Algorithm 1 with M candidate switch points."""
     def search(run: Callable[[float], float], setting: SearchSetting, target: float | None, seed: int) -> float:
         return binary_search(run, threshold, setting.runs_per_candidate, max_settings, setting.bsp_runs,
@@ -180,7 +181,7 @@ def binary_strategy(max_settings: int = 4, threshold: float = 0.01) -> Strategy:
 
 
 def ladder_strategy(space_path: str | Path, rungs: tuple[float, ...] = DEFAULT_RUNGS, threshold: float = 0.01,
-                    n_workers: int = SETUP_1_WORKERS) -> Strategy:
+                    n_workers: int = SETUP_1_WORKERS) -> SearchStrategy:
     """The cost-ordered ladder as `autosync tune --sampler ladder` runs it: an Optuna study whose sampler
     is `LadderSampler`, stopped at the first rung that holds."""
     from autosync.search.ladder import LadderSampler, ladder_finished
@@ -190,7 +191,7 @@ def ladder_strategy(space_path: str | Path, rungs: tuple[float, ...] = DEFAULT_R
 
 
 def tpe_strategy(space_path: str | Path, n_trials: int, threshold: float = 0.01,
-                 n_workers: int = SETUP_1_WORKERS) -> Strategy:
+                 n_workers: int = SETUP_1_WORKERS) -> SearchStrategy:
     """`autosync tune`'s default: a TPE study over the switch-point space with the accuracy constraint."""
     from autosync.search.samplers import make_sampler
 
@@ -199,7 +200,7 @@ def tpe_strategy(space_path: str | Path, n_trials: int, threshold: float = 0.01,
 
 
 def _study_strategy(space: Any, make: Callable[[int], Any], n_trials: int, threshold: float,
-                    finished: Callable[[Any], bool] | None = None) -> Strategy:
+                    finished: Callable[[Any], bool] | None = None) -> SearchStrategy:
     """A search that is an Optuna study (sampler `make(seed)`) over the switch-point space, asked and told.
 
     Each trial averages R runs; its constraint is A - beta - mean accuracy (<= 0: within beta of BSP), its
@@ -249,15 +250,16 @@ class SimulationSummary:
         return dict(self.__dict__)
 
 
-def full_information_choice(logs: SwitchLogs, strategy: Strategy) -> float:
+def full_information_choice(logs: SwitchLogs, strategy: SearchStrategy) -> float:
     """The strategy's answer when every candidate's accuracy is its mean over all logs and A is known."""
     setting = SearchSetting(True, 0, 1)
     return strategy(logs.mean_accuracy, setting, logs.target_accuracy, 0)
 
 
-def simulate(logs: SwitchLogs, name: str, strategy: Strategy, setting: SearchSetting, simulations: int,
-             seed: int, optimum: float, threshold: float = 0.01,
-             progress: Callable[[], None] | None = None, own_optimum: float | None = None) -> SimulationSummary:
+def simulate_searches(logs: SwitchLogs, name: str, strategy: SearchStrategy, setting: SearchSetting,
+                      simulations: int, seed: int, optimum: float, threshold: float = 0.01,
+                      progress: Callable[[], None] | None = None,
+                      own_optimum: float | None = None) -> SimulationSummary:
     """Run `strategy` `simulations` times on replayed runs.
 
     `optimum` is the reference switch point of the success column; `own_optimum` the strategy's own
@@ -288,7 +290,7 @@ def binary_search_optimum(logs: SwitchLogs, max_settings: int = 4, threshold: fl
     return full_information_choice(logs, binary_strategy(max_settings, threshold))
 
 
-def replay_table(logs: SwitchLogs, strategies: dict[str, Strategy], simulations: int, seed: int,
+def replay_table(logs: SwitchLogs, strategies: dict[str, SearchStrategy], simulations: int, seed: int,
                  settings: tuple[SearchSetting, ...] = TABLE_II_SETTINGS, threshold: float = 0.01,
                  max_settings: int = 4, progress: Callable[[], None] | None = None,
                  ) -> tuple[float, list[SimulationSummary]]:
@@ -297,7 +299,8 @@ def replay_table(logs: SwitchLogs, strategies: dict[str, Strategy], simulations:
     rows = []
     for name, strategy in strategies.items():
         own_optimum = full_information_choice(logs, strategy)  # one per strategy, whatever the setting
-        rows += [simulate(logs, name, strategy, setting, simulations, seed, optimum, threshold, progress, own_optimum)
+        rows += [simulate_searches(logs, name, strategy, setting, simulations, seed, optimum, threshold, progress,
+                                   own_optimum)
                  for setting in settings]
     return optimum, rows
 

@@ -15,7 +15,7 @@ from autosync.search.trials import counted_trials
 if TYPE_CHECKING:
     import optuna
 
-    from autosync.search.tune import TuneRequest
+    from autosync.search.request import TuneRequest
 
 
 class _OutOfTime(Exception):

@@ -23,7 +23,7 @@ from autosync.search.cache import (
     best_policies, cost_fields, execution_name, execution_of, read_cache, study_name, write_cache,
 )
 from autosync.search.objective import (
-    CURVE, Objective, ObjectiveSettings, RunFailed, TimeToTargetBound, canonical_policy, evaluate, process_tag,
+    CURVE, Objective, RunFailed, TimeToTargetBound, canonical_policy, evaluate, process_tag,
     trial_scoring, trial_seeds,
 )
 from autosync.search.pruning import RaceLimit, TargetRacePruner, thinned
@@ -34,13 +34,13 @@ from autosync.search.space import SearchSpace
 from autosync.search.interrupts import storage_calls_finish_first
 from autosync.search.locking import storage_lock
 from autosync.search.neighbours import NEIGHBOUR_JOBS, describe as describe_job, neighbours as nearest
-from autosync.search.storage import DEFAULT_STORAGE, open_storage, redact_url
+from autosync.search.storage import open_storage, redact_url
+from autosync.search.request import TuneRequest
 from autosync.search.trials import (
     budget_used, counted_trials, fail_dead_trials, pending_trials, run_queued_trial, top_up, trials_run_by,
 )
 
 if TYPE_CHECKING:
-    from autosync.engine.backends import BackendChoice
     import optuna
 
 POLL_SECONDS = 1.0  # how often a process with nothing queued checks whether others' trials died
@@ -59,29 +59,6 @@ class TuneOutcome:
     study: Any = None  # the optuna.Study itself, for plots
     verification: Any = None  # autosync.search.verify.Verification, with --verify-top
     confirmation: Any = None  # autosync.search.confirm.Confirmation, with --confirm-top
-
-
-@dataclass
-class TuneRequest:
-    """Everything one `autosync tune` invocation asks for."""
-
-    job: JobSpec
-    space: SearchSpace
-    n_trials: int = 20
-    timeout: float | None = None
-    storage: str = DEFAULT_STORAGE
-    study: str | None = None
-    sampler: str = "tpe"
-    seed: int = 0
-    n_jobs: int = 1
-    refresh: bool = False
-    settings: ObjectiveSettings = ObjectiveSettings()
-    binary_runs_per_candidate: int = 3  # Sync-Switch binary search: R (recorded as R seeds per trial)
-    verify_top: int = 0  # re-run the K best feasible candidates and BSP on verify_backend after the search
-    verify_backend: "BackendChoice | None" = None  # where the verification runs (processes, virtual or real clock)
-    confirm_top: int = 0  # re-run the K best candidates (and the siblings' winners) on confirm_seeds more seeds
-    confirm_seeds: int = 2
-    transfer: bool = True  # a new study starts from the winners of the nearest tuned jobs like this one
 
 
 def baseline_policies(job: JobSpec) -> list[dict[str, Any]]:

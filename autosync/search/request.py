@@ -1,0 +1,39 @@
+"""What one `autosync tune` invocation asks for (`TuneRequest`): the job, the space, the budget and how the
+search runs. Its own module so that the search's strategies (`switch_point`) name it without importing the
+driver (`tune`) that imports them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from autosync.job import JobSpec
+from autosync.search.objective import ObjectiveSettings
+from autosync.search.space import SearchSpace
+from autosync.search.storage import DEFAULT_STORAGE
+
+if TYPE_CHECKING:
+    from autosync.engine.backends import BackendChoice
+
+
+@dataclass
+class TuneRequest:
+    """Everything one `autosync tune` invocation asks for."""
+
+    job: JobSpec
+    space: SearchSpace
+    n_trials: int = 20
+    timeout: float | None = None
+    storage: str = DEFAULT_STORAGE
+    study: str | None = None
+    sampler: str = "tpe"
+    seed: int = 0
+    n_jobs: int = 1
+    refresh: bool = False
+    settings: ObjectiveSettings = ObjectiveSettings()
+    binary_runs_per_candidate: int = 3  # Sync-Switch binary search: R (recorded as R seeds per trial)
+    verify_top: int = 0  # re-run the K best feasible candidates and BSP on verify_backend after the search
+    verify_backend: "BackendChoice | None" = None  # where the verification runs (processes, virtual or real clock)
+    confirm_top: int = 0  # re-run the K best candidates (and the siblings' winners) on confirm_seeds more seeds
+    confirm_seeds: int = 2
+    transfer: bool = True  # a new study starts from the winners of the nearest tuned jobs like this one
