@@ -43,7 +43,7 @@ __all__ = [
     "Profile", "cached_studies", "clear_cache", "load_run", "rerun", "ranks", "output_dir", "RunOptions",
     "TuneOptions", "LeaderboardOptions", "ProfileOptions", "ExecutionOptions", "calibrate", "write_calibration",
     "CalibrateOptions", "recommend", "family", "DrawnJobs", "FamilyOptions", "robustness", "Robustness", "RobustnessOptions",
-    "replay", "Replay", "ReplayOptions", "scaling", "ScalingOptions",
+    "replay", "Replay", "ReplayOptions", "scaling", "ScalingTable", "ScalingOptions",
 ]
 
 
@@ -79,7 +79,7 @@ def ranks(options: "ExecutionOptions | ProfileOptions") -> "ContextManager[Ranks
 
 def output_dir(directory: str | Path) -> Path:
     """`directory`, created and proven writable before any training (a one-line UserError naming --out)."""
-    from autosync.report import ready_output_dir
+    from autosync.reporting.output import ready_output_dir
 
     return ready_output_dir(Path(directory))
 
@@ -174,7 +174,7 @@ def write_run(result: "RunResult", job: JobSpec, directory: str | Path, options:
               plot: bool = False) -> list[Path]:
     """Write a run's summary.json (job, policy, metrics, how it ran), trace tables, final parameters and,
     with `plot`, plot.png into `directory`; returns the paths."""
-    from autosync.report import plot_run, write_run as write
+    from autosync.reporting.runs import plot_run, write_run as write
 
     execution = (options or RunOptions()).choice().describe()
     paths = write(result, Path(directory), job.model_dump(mode="json"), execution=execution)
@@ -261,13 +261,13 @@ def write_tune(outcome: "TuneOutcome", directory: str | Path, command: str = "au
     directory = Path(directory)
     verification = None
     if outcome.verification is not None:
-        from autosync.search.verify import write_verification
+        from autosync.reporting.verification import write_verification
 
         verification = write_verification(outcome.verification, directory, command, label_of)
     plots: list[Path] = []
     skipped: list[str] = []
     if not outcome.cached:
-        from autosync.search.plots import write_study_plots
+        from autosync.reporting.study_plots import write_study_plots
 
         plots, skipped = write_study_plots(outcome.study, directory)
     return TuneFiles(verification, plots, skipped)
@@ -284,7 +284,7 @@ class Leaderboard:
 
     def write(self, directory: str | Path, command: str = "autosync.api.leaderboard") -> list[Path]:
         """Write leaderboard.md, .csv, .json and the plots into `directory`; returns the paths."""
-        from autosync.report import write_leaderboard
+        from autosync.reporting.leaderboard import write_leaderboard
 
         return write_leaderboard(self.rows, self.entries, self.job.model_dump(mode="json"), Path(directory), command)
 
@@ -331,7 +331,7 @@ class Profile:
 
     def write(self, directory: str | Path) -> list[Path]:
         """Write the samples, the fit and a job file with the fitted cluster (the last path) into `directory`."""
-        from autosync.profiling import write_profile
+        from autosync.reporting.profile import write_profile
 
         return write_profile(self.job, self.samples, self.cluster, Path(directory))
 
@@ -418,7 +418,7 @@ def calibrate(job: JobSpec, options: CalibrateOptions | None = None, *, workload
 def write_calibration(calibration: Any, job: JobSpec, job_file: str | Path) -> list[Path]:
     """Write `job` (the calibrated one) as `job_file`, its calibration as a comment on top, and
     calibration.json beside it; returns the two paths (the job file last)."""
-    from autosync.calibration import write_calibration as write
+    from autosync.reporting.calibration import write_calibration as write
 
     return write(calibration, job, Path(job_file))
 
@@ -464,7 +464,7 @@ class Robustness:
 
     def write(self, command: str = "autosync.api.robustness") -> list[Path]:
         """Write robustness.md, .json and the regret figure into the report's directory; returns the paths."""
-        from autosync.robustness_report import write_robustness
+        from autosync.reporting.robustness import write_robustness
 
         return write_robustness(self.result, self.directory, command, self.family)
 
@@ -539,7 +539,7 @@ class Replay:
 
     def write(self, directory: str | Path, command: str = "autosync.api.replay") -> list[Path]:
         """Write table.md and table.json into `directory`; returns the paths."""
-        from autosync.search.replay_report import write_replay_table
+        from autosync.reporting.replay import write_replay_table
 
         return write_replay_table(self.logs, self.optimum, self.rows, output_dir(directory), command,
                                   self.threshold)
@@ -574,14 +574,42 @@ def replay(logs: str | Path, options: ReplayOptions | None = None, *,
     return Replay(switch_logs, optimum, rows, opts.threshold)
 
 
-def scaling(leaderboards: Sequence[str | Path], options: ScalingOptions | None = None, **fields: Any) -> Any:
+@dataclass
+class ScalingTable:
+    """A metric against the number of workers per policy (`autosync.scaling.Scaling`: points per policy,
+    the leaderboards it came from)."""
+
+    scaling: Any
+
+    @property
+    def worker_counts(self) -> list[int]:
+        return self.scaling.worker_counts
+
+    def rows(self) -> list[tuple[str, list[str]]]:
+        """(policy, 'mean ± std' per worker count, '-' where it was not run), as `autosync scaling` prints."""
+        from autosync.reporting.scaling import table_rows
+
+        return table_rows(self.scaling)
+
+    def write(self, directory: str | Path, command: str = "autosync.api.scaling") -> list[Path]:
+        """Write scaling.md, scaling.json and scaling.png into `directory`; returns the paths."""
+        from autosync.reporting.scaling import write
+
+        return write(self.scaling, output_dir(directory), command)
+
+
+def scaling(leaderboards: Sequence[str | Path], options: ScalingOptions | None = None,
+            **fields: Any) -> ScalingTable:
     """A per-run metric against the number of workers per policy, from leaderboard folders of one job at
-    several worker counts (DANA's Fig. 4, Table 2): `autosync.scaling.Scaling`, written by
-    `autosync.scaling.write`."""
+    several worker counts, each written by `autosync leaderboard` (DANA's Fig. 4, Table 2).
+
+    Args:
+        options: the options of `autosync scaling` (`ScalingOptions`: metric); `fields` change them.
+    """
     from autosync.scaling import collect
 
     opts = _options(ScalingOptions, options, None, fields)
-    return collect([Path(p) for p in leaderboards], opts.metric)
+    return ScalingTable(collect([Path(p) for p in leaderboards], opts.metric))
 
 
 def cached_studies(storage: str | None = None, job: JobSpec | None = None) -> list[dict[str, Any]]:

@@ -28,7 +28,6 @@ queues overcharges the one-gradient updates and, with a slow process, undercharg
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -274,35 +273,6 @@ def scale_units(job: JobSpec, factor: float) -> JobSpec:
         if hasattr(units.compute, key)})
     cluster = job.cluster.model_copy(update={"compute_units": units.model_copy(update={"compute": compute})})
     return job.model_copy(update={"cluster": cluster})
-
-
-def write_calibration(calibration: Calibration, job: JobSpec, job_file: Path) -> list[Path]:
-    """`job` as `job_file` (a round-trip trace beside it named relatively, elsewhere absolutely), with the
-    calibration as a comment on top, and calibration.json beside it; returns [calibration.json, job_file]."""
-    import yaml
-
-    from autosync import strict_json
-    from autosync.job import job_from_dict
-
-    job_file.parent.mkdir(parents=True, exist_ok=True)
-    data = job.model_dump(mode="json")
-    trace = data["cluster"]["round_trip"].get("path")
-    if trace is not None and Path(trace).parent.resolve() == job_file.parent.resolve():
-        data["cluster"]["round_trip"]["path"] = Path(trace).name
-    record = job_file.parent / "calibration.json"
-    record.write_text(strict_json.dumps(calibration.to_dict(), indent=2))
-    lines = [f"# Calibrated against real runs ({calibration.execution}): {calibration.verdict()}."]
-    if calibration.units is not None:
-        lines.append(f"# The workers share {calibration.units['count']} compute units, the worker processes of the real "
-                     "runs, timed before the fit (cluster.compute_units).")
-    if calibration.server is not None:
-        units = calibration.server.get("units_factor")
-        lines.append(f"# Server costs fitted to them: {calibration.server['apply_seconds']:.6g} s per update, "
-                     f"{calibration.server['gradient_seconds']:.6g} s per gradient (cluster.server; {record.name})"
-                     + (f"; the compute units' times x {units:.3g}." if units is not None else "."))
-    job_file.write_text("\n".join(lines) + "\n" + yaml.safe_dump(data, sort_keys=False))
-    job_from_dict(yaml.safe_load(job_file.read_text()), str(job_file))  # what was written must load
-    return [record, job_file]
 
 
 def _nonnegative_least_squares(design: np.ndarray, target: np.ndarray) -> np.ndarray:

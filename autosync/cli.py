@@ -324,7 +324,8 @@ def leaderboard(
 ) -> None:
     """Every policy x seeds on one job: an MLPerf-style scored table, written as Markdown/CSV/JSON + plots."""
     from autosync import api
-    from autosync.report import LEADERBOARD_LEGEND, format_cell, leaderboard_columns
+    from autosync.reporting.leaderboard import LEADERBOARD_LEGEND, leaderboard_columns
+    from autosync.reporting.output import format_cell
 
     spec = api.load_job(job)
     out_dir = api.output_dir(out or Path("results") / spec.name)
@@ -415,8 +416,8 @@ def robustness(
 ) -> None:
     """Online policies against each drawn job's exhaustive best static k: regret table and figure (resumable)."""
     from autosync import api
-    from autosync.report import format_cell
-    from autosync.robustness_report import SUMMARY_COLUMNS, summary_legend
+    from autosync.reporting.output import format_cell
+    from autosync.reporting.robustness import SUMMARY_COLUMNS, summary_legend
 
     found = api.robustness(family_file, out, options, command=_command_line("robustness"),
                            phase=_phase("robustness"), on_resume=lambda reused, total, cells: status.print(

@@ -28,18 +28,15 @@ and its slowdowns and resource model (times of the old model) are dropped.
 
 from __future__ import annotations
 
-import csv
 import statistics
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
-import yaml
 
 from autosync.errors import UserError
-from autosync.job import ClusterSpec, JobSpec, job_from_dict
+from autosync.job import ClusterSpec, JobSpec
 from autosync.policies import Task
 
 TRACE_FILE = "round_trips.csv"
@@ -268,37 +265,6 @@ def multipliers(samples: Sequence[Sample]) -> list[float]:
         groups.setdefault((s.worker, s.batch_size), []).append(s.compute_seconds)
     means = {key: statistics.fmean(values) for key, values in groups.items()}
     return [s.compute_seconds / means[(s.worker, s.batch_size)] for s in samples]
-
-
-def write_profile(job: JobSpec, samples: Sequence[Sample], cluster: dict, out: Path) -> list[Path]:
-    """profile.csv, round_trips.csv, cluster.yaml and profiled_job.yaml in `out`; returns their paths."""
-    out.mkdir(parents=True, exist_ok=True)
-    profile, trace = out / "profile.csv", out / TRACE_FILE
-    with profile.open("w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["worker", "batch_size", "round", "compute_seconds", "round_trip_seconds",
-                         "communication_seconds"])
-        for s in samples:
-            writer.writerow([s.worker, s.batch_size, s.round, f"{s.compute_seconds:.6g}", f"{s.round_trip_seconds:.6g}",
-                             f"{s.communication_seconds:.6g}"])
-    with trace.open("w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["multiplier"])
-        for m in multipliers(samples):
-            writer.writerow([f"{m:.6g}"])
-    cluster_file = out / "cluster.yaml"
-    cluster_file.write_text(yaml.safe_dump({"cluster": cluster}, sort_keys=False))
-    data = job.model_dump(mode="json")
-    data["cluster"] = cluster
-    data["name"] = f"{job.name}-profiled"
-    scale = time_scale(job, cluster)
-    data["workload"]["evaluation"]["every_seconds"] *= scale
-    if data["budget"]["max_virtual_seconds"] is not None:
-        data["budget"]["max_virtual_seconds"] *= scale
-    job_from_dict(data, str(out / "profiled_job.yaml"))  # the fitted cluster must be a valid job
-    job_file = out / "profiled_job.yaml"
-    job_file.write_text(yaml.safe_dump(data, sort_keys=False))
-    return [profile, trace, cluster_file, job_file]
 
 
 def batch_summary(samples: Sequence[Sample]) -> list[tuple[int, float, float, float]]:

@@ -21,7 +21,9 @@ from autosync.engine.simulator import ProgressFn, RunResult, Simulator
 from autosync.engine.trace import ARRIVAL_COLUMNS
 from autosync.errors import UserError
 from autosync.job import JobSpec, job_from_dict
-from autosync.report import BUFFERS_FILE, PARAMS_FILE
+
+PARAMS_FILE = "final_params.pt"  # a run's final parameters, which a rerun compares with its own
+BUFFERS_FILE = "final_buffers.pt"  # the model's final buffers (BatchNorm statistics), for models that have them
 
 
 @dataclass

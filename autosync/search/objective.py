@@ -15,7 +15,7 @@ import json
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from autosync.errors import RuntimeFailure
 from autosync.job import JobSpec
@@ -24,8 +24,24 @@ if TYPE_CHECKING:
     import optuna
 
     from autosync.engine.backends import BackendChoice
-    from autosync.search.pruning import RaceLimit
     from autosync.search.space import SearchSpace
+
+
+class Race(Protocol):
+    """The bar a trial races (`autosync.search.pruning.RaceLimit`), as the objective uses it: named here so
+    that the objective does not import the pruning that imports it."""
+
+    places: int  # how many of the fastest finished candidates the bar keeps
+
+    def exceeded_by(self, bound: float) -> bool:
+        """Whether a trial still running at `bound` virtual seconds is behind the bar."""
+
+    def predicted_late(self, elapsed: float, metric: float | None, lower_is_better: bool) -> float | None:
+        """When the trial's pace predicts it reaches the target too late, that predicted time (else None)."""
+
+    @staticmethod
+    def keep_curve(trial: "optuna.Trial", curve: list[tuple[float, float]]) -> None:
+        """Store the finished trial's curve for later trials' pace."""
 
 
 CONSTRAINT = "final_metric_vs_bsp"  # name of the Optuna constraint (<= 0: feasible)
@@ -221,7 +237,7 @@ class Objective:
 
     def __init__(self, job: JobSpec, space: "SearchSpace", settings: ObjectiveSettings, reference: float,
                  bsp_score: dict[str, Any] | None = None, siblings: "list[optuna.Study] | None" = None,
-                 storage_url: str | None = None, race: "Callable[[optuna.Study], RaceLimit] | None" = None):
+                 storage_url: str | None = None, race: "Callable[[optuna.Study], Race] | None" = None):
         self.job = job
         self.space = space
         self.settings = settings
@@ -296,7 +312,7 @@ class Objective:
             return score["time_to_target"], score["final_metric"]
         return score["time_to_target"]
 
-    def _race(self, trial: "optuna.Trial") -> "RaceLimit | None":
+    def _race(self, trial: "optuna.Trial") -> "Race | None":
         """The bar this trial races against (`autosync.search.pruning`); None when it runs to the end: a
         full-budget check (its candidate is in the lead), a Pareto search, or pruning off."""
         if self.race is None or not self.settings.prune or self.settings.multi_objective \
@@ -305,7 +321,7 @@ class Objective:
         return self.race(trial.study)
 
     def _prune_as_twin(self, trial: "optuna.Trial", canonical: dict[str, Any] | None, scoring: dict[str, Any],
-                       race: "RaceLimit") -> None:
+                       race: "Race") -> None:
         """Prune the trial untrained when a trial of this study that runs exactly like it (same parameters
         or canonical policy, scored alike) was pruned short of the target at a bound the race's bar is now
         under: the same run would be pruned again, no later. It is pruned at the twin's bound."""

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from autosync import strict_json
-from autosync.report import format_cell
+from autosync.reporting.output import format_cell
 from autosync.robustness import SPREAD_FOR_BALANCE, WITHIN
 
 # (key, header, format) of the summary table, shared by the Markdown file and the CLI's table.

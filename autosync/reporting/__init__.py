@@ -1,0 +1,15 @@
+"""Every table, JSON file and figure autosync writes, one module per report.
+
+- `output`: the output directory (created and proven writable before any training) and cell formats.
+- `runs`: one run's summary, trace tables, final parameters and plot (`autosync run`).
+- `leaderboard`: the scored leaderboard as Markdown, CSV, JSON and plots (`autosync leaderboard`).
+- `robustness`: a family's regret tables and figure (`autosync robustness`).
+- `scaling`: a metric against the worker count (`autosync scaling`).
+- `replay`: Sync-Switch's Table II from recorded runs (`autosync replay`).
+- `study_plots`: a study's optimization history, parameter importances or Pareto front (`autosync tune`).
+- `verification`: a tune's candidates re-run on a real backend, as table and figure (`tune --verify-top`).
+- `profile`: the timed rounds and the fitted job (`autosync profile`).
+- `calibration`: the calibrated job and calibration.json (`autosync calibrate`).
+
+The modules that compute these results return plain data; the writers here only render it.
+"""

@@ -1,0 +1,72 @@
+"""One run's files: summary.json, the trace tables, the final parameters (and buffers) and its plot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autosync import strict_json
+from autosync.rerun import BUFFERS_FILE, PARAMS_FILE
+
+if TYPE_CHECKING:
+    from autosync.engine import RunResult
+
+
+def write_run(result: "RunResult", directory: Path, job_dump: dict[str, Any],
+              execution: dict[str, Any] | None = None) -> list[Path]:
+    """Write summary.json (job, policy, metrics, how it ran), the trace tables and the final parameters.
+
+    With these `autosync rerun` can repeat the run: the trace's arrival table is its complete log.
+    """
+    import torch
+
+    paths = result.trace.write(directory)
+    summary = directory / "summary.json"
+    summary.write_text(strict_json.dumps({**result.summary(), "execution": execution or {"backend": "simulator"},
+                                   "job_spec": job_dump}, indent=2, default=float))
+    params = directory / PARAMS_FILE
+    torch.save(result.final_params.detach().cpu(), params)
+    written = [summary, *paths, params]
+    if result.final_buffers is not None:
+        buffers = directory / BUFFERS_FILE
+        torch.save(result.final_buffers.detach().cpu(), buffers)
+        written.append(buffers)
+    return written
+
+
+def plot_run(result: "RunResult", path: Path) -> Path:
+    """Loss (training estimate and evaluations) against virtual time, with k_t on a second axis."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    trace = result.trace
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    times, losses = trace.column("updates", "time"), trace.column("updates", "loss")
+    ax.plot(times, losses, color="tab:blue", alpha=0.35, lw=0.8, label="mini-batch loss (server estimate)")
+    ax.plot(trace.column("evals", "time"), trace.column("evals", "train_loss"), color="tab:blue", lw=2,
+            label="training loss (evaluated)")
+    ax.set_xlabel("virtual time (s)")
+    ax.set_ylabel("loss")
+    ax.set_yscale("log")
+    ks = trace.column("updates", "n_aggregated")
+    if ks:
+        ax2 = ax.twinx()
+        ax2.step(times, ks, where="post", color="tab:orange", lw=1, label="gradients per update (k_t)")
+        ax2.set_ylabel("k_t")
+        ax2.set_ylim(0, max(ks) + 1)
+        ax2.legend(loc="upper right", fontsize=8)
+    m = result.metrics
+    ttt = m["time_to_target"]
+    if ttt is not None:
+        ax.axvline(ttt, color="tab:green", ls="--", lw=1)
+    title = (f"{result.job_name}: {result.policy['policy']} {result.policy['params'] or ''} seed {result.seed}"
+             f" - time to {m['target_metric']} target: {'%.1f s' % ttt if ttt is not None else 'not reached'}")
+    ax.set_title(title, fontsize=9)
+    ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
