@@ -100,8 +100,8 @@ def make_policy(policy: "str | Policy | dict[str, Any]", params: dict[str, Any] 
 
 def tuned_policy(job: JobSpec, storage: str | None = None, params: dict[str, Any] | None = None) -> "Policy":
     """The cached best policy of a job tuned before (UserError when it has none), with `params` changed."""
-    from autosync.search.cache import tuned_policy as cached
-    from autosync.search.storage import DEFAULT_STORAGE
+    from autosync.search.study.cache import tuned_policy as cached
+    from autosync.search.study.storage import DEFAULT_STORAGE
 
     quiet_optuna()
     found = cached(storage or DEFAULT_STORAGE, job)
@@ -196,7 +196,7 @@ def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions 
             verify_top K > 0 the search is simulated and its K best candidates and BSP are re-run on the
             options' backend to verify it; confirm_top K > 0 re-runs the search's K best candidates, the
             winners of the job's other studies that this space holds, and BSP on confirm_seeds more seeds,
-            and answers with the best mean over all the seeds (`autosync.search.confirm`).
+            and answers with the best mean over all the seeds (`autosync.search.strategies.confirm`).
         on: where each trial trains (`backend(...)`), instead of the options' backend fields.
         on_trial: called with (trials done, trials in all) as the search goes.
         on_confirm: called with (runs done, runs in all) as the confirmation goes.
@@ -209,7 +209,7 @@ def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions 
     """
     from autosync.search.objective import ObjectiveSettings
     from autosync.search.space import load_space, resolve_space_path
-    from autosync.search.storage import DEFAULT_STORAGE
+    from autosync.search.study.storage import DEFAULT_STORAGE
     from autosync.search.tune import TuneRequest, tune as run_tune
 
     opts = _options(TuneOptions, options, on, fields, space=str(space) if space is not None else None)
@@ -615,8 +615,8 @@ def scaling(leaderboards: Sequence[str | Path], options: ScalingOptions | None =
 def cached_studies(storage: str | None = None, job: JobSpec | None = None) -> list[dict[str, Any]]:
     """Every study in the storage (default: sqlite:///results/autosync-studies.db), or those of one job, with
     its cache record (None while unfinished); reading never creates the storage."""
-    from autosync.search.cache import cached_studies as studies
-    from autosync.search.storage import DEFAULT_STORAGE
+    from autosync.search.study.cache import cached_studies as studies
+    from autosync.search.study.storage import DEFAULT_STORAGE
 
     quiet_optuna()
     return studies(storage or DEFAULT_STORAGE, job.fingerprint() if job is not None else None)
@@ -624,11 +624,11 @@ def cached_studies(storage: str | None = None, job: JobSpec | None = None) -> li
 
 def recommend(job: JobSpec, storage: str | None = None) -> Any:
     """A policy for `job` without training, from the nearest tuned jobs in the storage (default:
-    sqlite:///results/autosync-studies.db): `autosync.search.recommend.Recommendation` (the policy, its
+    sqlite:///results/autosync-studies.db): `autosync.search.strategies.recommend.Recommendation` (the policy, its
     predicted time and speedup over BSP, the neighbours that voted and how far they are). A storage with
     no tuned job is a one-line UserError; reading never creates the storage."""
-    from autosync.search.recommend import recommend as answer
-    from autosync.search.storage import DEFAULT_STORAGE, open_storage, redact_url, storage_exists
+    from autosync.search.strategies.recommend import recommend as answer
+    from autosync.search.study.storage import DEFAULT_STORAGE, open_storage, redact_url, storage_exists
 
     quiet_optuna()
     url = storage or DEFAULT_STORAGE
@@ -640,8 +640,8 @@ def recommend(job: JobSpec, storage: str | None = None) -> Any:
 
 def clear_cache(job: JobSpec, storage: str | None = None) -> list[str]:
     """Delete every study (and so the cached policy) of `job`; returns their names."""
-    from autosync.search.cache import clear_cache as clear
-    from autosync.search.storage import DEFAULT_STORAGE
+    from autosync.search.study.cache import clear_cache as clear
+    from autosync.search.study.storage import DEFAULT_STORAGE
 
     quiet_optuna()
     return clear(storage or DEFAULT_STORAGE, job)

@@ -446,7 +446,7 @@ def tune(
 ) -> None:
     """Find the best policy for a job with Optuna, or return the cached one of a recurring job instantly."""
     from autosync import api
-    from autosync.search.storage import redact_url
+    from autosync.search.study.storage import redact_url
 
     with api.ranks(options) as ranks:
         if not ranks.leader:  # a torchrun rank other than 0: it served every trial of rank 0
@@ -657,7 +657,7 @@ STORAGE_OPT = typer.Option(None, "--storage", help="Study storage URL (default: 
 def cache_list(storage: Optional[str] = STORAGE_OPT, as_json: bool = JSON_OPT) -> None:
     """Every cached study: job, space, trials, best policy and score."""
     from autosync import api
-    from autosync.search.storage import DEFAULT_STORAGE, redact_url
+    from autosync.search.study.storage import DEFAULT_STORAGE, redact_url
 
     url = storage or DEFAULT_STORAGE
     studies = api.cached_studies(url)
@@ -713,7 +713,7 @@ def cache_show(job: Optional[Path] = JOB_ARG, storage: Optional[str] = STORAGE_O
                as_json: bool = JSON_OPT) -> None:
     """The cached studies of one job with their provenance and amortization report."""
     from autosync import api, strict_json
-    from autosync.search.storage import DEFAULT_STORAGE, redact_url
+    from autosync.search.study.storage import DEFAULT_STORAGE, redact_url
 
     spec = api.load_job(job)
     url = storage or DEFAULT_STORAGE
@@ -868,7 +868,7 @@ def _given_value(param: Any) -> Optional[str]:
 def _print_error(exc: Exception) -> None:
     """Each line of a user error as 'error: ...' on stderr, never wrapped (one problem, one line), with the
     password of any storage URL in it masked."""
-    from autosync.search.storage import redact_url
+    from autosync.search.study.storage import redact_url
 
     for line in str(exc).splitlines():
         print(f"error: {redact_url(line)}", file=sys.stderr)

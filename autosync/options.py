@@ -185,7 +185,7 @@ class TuneOptions(ExecutionOptions):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        from autosync.search.samplers import SAMPLERS, SWITCH_POINT_SAMPLERS
+        from autosync.search.strategies.samplers import SAMPLERS, SWITCH_POINT_SAMPLERS
 
         if self.sampler not in SAMPLERS:
             raise UserError(f"--sampler must be one of {list(SAMPLERS)}, but got {self.sampler!r}")

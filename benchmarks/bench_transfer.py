@@ -27,9 +27,9 @@ from pathlib import Path
 from autosync.api import quiet_optuna
 from autosync.family import load_family
 from autosync.search.objective import ObjectiveSettings, RunFailed, evaluate, trial_seeds
-from autosync.search.recommend import recommend
+from autosync.search.strategies.recommend import recommend
 from autosync.search.space import SPACE_DIR, load_space
-from autosync.search.storage import open_storage
+from autosync.search.study.storage import open_storage
 from autosync.search.tune import TuneRequest, tune
 
 from _report import Figures

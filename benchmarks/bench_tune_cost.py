@@ -8,7 +8,7 @@ each search space, `autosync tune` runs twice in fresh SQLite studies with the s
 - full: every trial trains the job's whole budget unless it is pruned (`stop_at_target=False`, how tune
   searched before);
 - stop: trials end at the target and only the candidates that can still win are re-run at full budget
-  for the final-metric constraint, continuing from their stopped runs (`autosync.search.full_budget`,
+  for the final-metric constraint, continuing from their stopped runs (`autosync.search.strategies.full_budget`,
   `autosync.engine.forks`: the shipped default).
 Printed per run: the search cost in BSP trainings (virtual seconds trained, BSP's reference included,
 over one full BSP training), wall seconds, the recurrences that amortize it, and the winner's

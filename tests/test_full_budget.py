@@ -7,14 +7,14 @@ import pytest
 import torch
 
 from autosync.engine.forks import FORKS
-from autosync.search.full_budget import next_to_check
-from autosync.search.pruning import PACE_MARGIN, RaceLimit
+from autosync.search.strategies.full_budget import next_to_check
+from autosync.search.strategies.pruning import PACE_MARGIN, RaceLimit
 from autosync.search.objective import (
     CONSTRAINT, FINAL_PENDING, FORKED, FULL_BUDGET_OF, PRUNED_ON_PACE, Objective, ObjectiveSettings, evaluate, trial_scoring, trial_seeds,
 )
 from autosync.search.space import SPACE_DIR, load_space
-from autosync.search.storage import open_storage
-from autosync.search.trials import counted_trials
+from autosync.search.study.storage import open_storage
+from autosync.search.study.trials import counted_trials
 from autosync.search.tune import TuneRequest, tune
 from tests.conftest import small_job
 
@@ -66,7 +66,7 @@ def test_a_run_stopped_at_the_target_has_the_full_runs_time_to_target():
 def test_verify_top_k_checks_the_k_fastest_candidates_at_full_budget(tmp_path):
     """--verify-top / --confirm-top K re-run K candidates: the K fastest distinct policies are checked, so
     K feasible ones (full-budget results, none pending) are there to re-run."""
-    from autosync.search.cache import best_policies
+    from autosync.search.study.cache import best_policies
 
     job = small_job(budget={"max_virtual_seconds": 30}, target={"metric": "test_accuracy", "threshold": 0.8})
     space = load_space(SPACE_DIR / "static_k.yaml", job.cluster.n_workers)

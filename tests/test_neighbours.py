@@ -6,11 +6,11 @@ import optuna
 import pytest
 
 from autosync.errors import UserError
-from autosync.search.neighbours import cluster_features, distance, neighbours, workload_key
+from autosync.search.strategies.neighbours import cluster_features, distance, neighbours, workload_key
 from autosync.search.objective import ObjectiveSettings
-from autosync.search.recommend import adapt, recommend
+from autosync.search.strategies.recommend import adapt, recommend
 from autosync.search.space import SPACE_DIR, load_space
-from autosync.search.storage import open_storage
+from autosync.search.study.storage import open_storage
 from autosync.search.tune import TuneRequest, tune
 from tests.conftest import autosync, no_traceback, small_job
 

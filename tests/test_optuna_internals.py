@@ -1,6 +1,6 @@
 """The private Optuna API autosync relies on, in one place: this fails loudly when an Optuna release moves it.
 
-If a test here fails after upgrading Optuna, mend autosync/search/_optuna_internals.py (and only it).
+If a test here fails after upgrading Optuna, mend autosync/search/study/_optuna_internals.py (and only it).
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import time
 import optuna
 import pytest
 
-from autosync.search import _optuna_internals as internals
-from autosync.search.storage import open_storage
+from autosync.search.study import _optuna_internals as internals
+from autosync.search.study.storage import open_storage
 
-MOVED = "Optuna changed private API that autosync/search/_optuna_internals.py uses: "
+MOVED = "Optuna changed private API that autosync/search/study/_optuna_internals.py uses: "
 
 
 @pytest.fixture

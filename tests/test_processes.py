@@ -172,7 +172,7 @@ def test_worker_cpus_are_checked_in_one_line():
     from autosync.engine.backends import BackendChoice
     from autosync.errors import UserError
     from autosync.options import ExecutionOptions
-    from autosync.search.cache import execution_tag
+    from autosync.search.study.cache import execution_tag
 
     with pytest.raises(UserError, match="--worker-cpus pins worker processes: it needs --backend processes"):
         ExecutionOptions(worker_cpus="0")

@@ -14,13 +14,13 @@ import optuna
 import pytest
 
 from autosync.errors import UserError
-from autosync.search.binary import binary_search
-from autosync.search.ladder import DEFAULT_RUNGS, SWITCH_PARAM, LadderSampler, ladder_finished
+from autosync.search.strategies.binary import binary_search
+from autosync.search.strategies.ladder import DEFAULT_RUNGS, SWITCH_PARAM, LadderSampler, ladder_finished
 from autosync.search.objective import CONSTRAINT, Objective, ObjectiveSettings
-from autosync.search.pruning import TargetRacePruner, race_limit
+from autosync.search.strategies.pruning import TargetRacePruner, race_limit
 from autosync.search.space import SPACE_DIR, load_space
-from autosync.search.storage import open_storage
-from autosync.search.trials import counted_trials
+from autosync.search.study.storage import open_storage
+from autosync.search.study.trials import counted_trials
 from autosync.search.tune import TuneRequest, tune
 from tests.conftest import autosync, no_traceback, small_job
 
@@ -389,7 +389,7 @@ def test_a_composed_tune_tries_the_policy_tunes_winner_with_another_papers_strat
 
 
 def test_a_trial_killed_before_its_first_heartbeat_is_failed_and_retried(tmp_path):
-    from autosync.search.trials import fail_dead_trials
+    from autosync.search.study.trials import fail_dead_trials
 
     storage = open_storage(f"sqlite:///{tmp_path / 'orphans.db'}")
     storage.heartbeat_interval, storage.grace_period = 1, 1
@@ -422,8 +422,8 @@ def test_policies_that_run_alike_are_trained_once_per_study(tmp_path):
 
 
 def test_a_live_trial_failed_as_dead_does_not_crash_its_process(tmp_path):
-    from autosync.search import _optuna_internals as internals
-    from autosync.search.trials import run_queued_trial, top_up
+    from autosync.search.study import _optuna_internals as internals
+    from autosync.search.study.trials import run_queued_trial, top_up
 
     url = f"sqlite:///{tmp_path / 'live.db'}"
     study = optuna.create_study(storage=open_storage(url), study_name="live")
@@ -452,7 +452,7 @@ def test_an_invalid_policy_has_no_canonical_form():
 
 
 def test_storage_passwords_are_masked_in_urls_and_messages():
-    from autosync.search.storage import redact, redact_url
+    from autosync.search.study.storage import redact, redact_url
 
     assert redact_url("postgresql://u:pa/ss@h/db") == "postgresql://u:***@h/db"  # '/' may be in a password
     assert redact_url("postgresql://u@h/db?password=xyz&sslmode=require") == \
@@ -463,7 +463,7 @@ def test_storage_passwords_are_masked_in_urls_and_messages():
 
 
 def test_the_pace_rule_predicts_from_the_time_the_bar_took_to_the_same_metric():
-    from autosync.search.pruning import pace_ratio, thinned
+    from autosync.search.strategies.pruning import pace_ratio, thinned
 
     bar = [[0.0, 0.1], [10.0, 0.5], [20.0, 0.8], [30.0, 0.95]]  # reached the target (0.95) at 30 s
     assert pace_ratio(bar, 40.0, 0.5, lower_is_better=False) == 4.0  # took 40 s to where the bar was at 10 s

@@ -132,7 +132,7 @@ def _six_processes_killed_and_restarted(tmp_path: Path, db: str) -> None:
 
 
 def _open(url: str, barrier) -> None:
-    from autosync.search.storage import open_storage
+    from autosync.search.study.storage import open_storage
 
     barrier.wait()
     open_storage(url)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from autosync.engine.backends import BackendChoice
-from autosync.search.cache import study_name
+from autosync.search.study.cache import study_name
 from autosync.search.objective import RunFailed, evaluate
 from tests.conftest import (
     autosync, computing_workers, no_traceback, signal_and_wait, small_job, start_autosync, wait_for,
@@ -130,7 +130,7 @@ def test_verify_top_reruns_the_best_candidates_and_bsp_on_the_backend(tiny_job, 
 
 
 def test_kendall_tau_and_the_cache_answering_with_the_real_winner():
-    from autosync.search.verify import Verification, _kendall_tau, with_verification
+    from autosync.search.strategies.verify import Verification, _kendall_tau, with_verification
 
     assert _kendall_tau([(1, 10), (2, 20), (3, 30)]) == 1.0
     assert _kendall_tau([(1, 30), (2, 20), (3, 10)]) == -1.0
@@ -150,7 +150,7 @@ def test_kendall_tau_and_the_cache_answering_with_the_real_winner():
 
 def test_after_a_verification_one_winner_line_gives_the_answer_on_both_clocks():
     from autosync import cli
-    from autosync.search.verify import Verification
+    from autosync.search.strategies.verify import Verification
 
     winner, bsp = {"policy": "backup", "params": {"k": 5}}, {"policy": "bsp", "params": {}}
     v = Verification({"backend": "processes", "clock": "real"}, [0], rows=[

@@ -1,7 +1,7 @@
 """Runs kept where they stopped at the target, so a full-budget run of the same policy forks from them.
 
 A search's trials stop at the target (`autosync.search.objective`); the candidates that can still win are
-then checked at full budget (`autosync.search.full_budget`). Such a check would repeat, bit for bit, the
+then checked at full budget (`autosync.search.strategies.full_budget`). Such a check would repeat, bit for bit, the
 run up to the target: it continues instead from the stopped run's snapshot (`Simulator.snapshot`), and
 trains only the rest of the budget. The store is this process's memory, bounded in bytes (the oldest
 snapshots go first); a check whose snapshot is not here (another process ran the trial, or it was

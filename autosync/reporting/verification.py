@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Callable
 from autosync import strict_json
 
 if TYPE_CHECKING:
-    from autosync.search.verify import Verification
+    from autosync.search.strategies.verify import Verification
 
 
 def write_verification(verification: "Verification", directory: Path, command: str, label: Callable[[dict], str]

@@ -1,1 +1,10 @@
-"""Offline search over synchronization policies: spaces, objectives, studies (the cache), strategies, replay."""
+"""Offline search over synchronization policies.
+
+- `tune` runs one `autosync tune` (`request.TuneRequest`): the BSP reference, the queued first trials,
+  the trials, the checks and the cache record.
+- What a trial is: `space` and `space_file` (the search-space YAML files), `objective` (a policy trained
+  and scored against BSP's reference), `cost` (what a search costs, in BSP trainings).
+- `study/`: the storage and how processes share a study; `strategies/`: samplers, pruning, Sync-Switch's
+  binary search, confirmation, verification and neighbours.
+- `replay`: Sync-Switch's Table II replayed on the paper's recorded runs.
+"""

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 
 class Race(Protocol):
-    """The bar a trial races (`autosync.search.pruning.RaceLimit`), as the objective uses it: named here so
+    """The bar a trial races (`autosync.search.strategies.pruning.RaceLimit`), as the objective uses it: named here so
     that the objective does not import the pruning that imports it."""
 
     places: int  # how many of the fastest finished candidates the bar keeps
@@ -53,7 +53,7 @@ CANONICAL = "canonical_policy"  # user attribute: the simplest policy that runs 
 SCORING = "scoring"  # user attribute: the seeds, miss penalty and budget a trial was scored with
 RESAMPLED = "resampled_from"  # user attribute: the running trial whose point this trial proposed again
 # user attribute: the trial's runs stopped at the target, so its final metric (and its constraint) is not known
-# yet; `autosync.search.full_budget` checks it at full budget if the trial can still win
+# yet; `autosync.search.strategies.full_budget` checks it at full budget if the trial can still win
 FINAL_PENDING = "final_metric_pending"
 FULL_BUDGET_OF = "full_budget_check_of"  # user attribute: the trial re-runs trial N at full budget (its check)
 PRUNED_ON_PACE = "pruned_on_pace"  # user attribute: pruned by the pace rule, its value a prediction (`pruning`)
@@ -89,10 +89,10 @@ class ObjectiveSettings:
     tolerance: float = 0.01  # allowed final-metric shortfall against BSP
     penalty: float = 2.0  # a seed that misses the target counts as penalty x its virtual time
     multi_objective: bool = False  # (time, final metric) with a Pareto front instead of one value
-    prune: bool = True  # stop a trial once it cannot be among the kept candidates (`autosync.search.pruning`)
+    prune: bool = True  # stop a trial once it cannot be among the kept candidates (`autosync.search.strategies.pruning`)
     # a trial's runs end once they reach the target (its time-to-target is then known exactly, the rest of
     # the budget is waste); only the candidates that can still win are re-run at full budget for the
-    # final-metric constraint (`autosync.search.full_budget`); single objective only
+    # final-metric constraint (`autosync.search.strategies.full_budget`); single objective only
     stop_at_target: bool = True
     backend: "BackendChoice | None" = None  # where each run trains, as `autosync run` builds it (None: simulator)
 
@@ -196,7 +196,7 @@ def _step_reporter(report: Callable[[dict[str, Any], int], None],
 class TimeToTargetBound:
     """A lower bound on a run's time-to-target, updated at each of its evaluations, and the run's curve up
     to the target: (virtual time, target metric) at each evaluation until the one that met it, which the
-    pace rule holds other runs against (`autosync.search.pruning.CURVE`)."""
+    pace rule holds other runs against (`autosync.search.strategies.pruning.CURVE`)."""
 
     def __init__(self, job: JobSpec):
         self.target = job.target
@@ -243,10 +243,10 @@ class Objective:
         self.settings = settings
         self.reference = reference  # BSP's final metric: the accuracy constraint's reference
         self.bsp_score = bsp_score  # BSP's whole score on the same seeds: answers a trial equivalent to BSP
-        self.siblings = siblings or []  # other studies of this job and backend (`autosync.search.siblings`)
+        self.siblings = siblings or []  # other studies of this job and backend (`autosync.search.study.siblings`)
         self.storage_url = storage_url  # a storage other processes may share: look for their running twins
         self.resamples_in_a_row = 0  # proposals in a row that were running elsewhere (`running_twins`)
-        # the bar a trial races against, built per trial from its study (`autosync.search.pruning`); None: no pruning
+        # the bar a trial races against, built per trial from its study (`autosync.search.strategies.pruning`); None: no pruning
         self.race = race
 
     def seeds(self) -> list[int]:
@@ -313,7 +313,7 @@ class Objective:
         return score["time_to_target"]
 
     def _race(self, trial: "optuna.Trial") -> "Race | None":
-        """The bar this trial races against (`autosync.search.pruning`); None when it runs to the end: a
+        """The bar this trial races against (`autosync.search.strategies.pruning`); None when it runs to the end: a
         full-budget check (its candidate is in the lead), a Pareto search, or pruning off."""
         if self.race is None or not self.settings.prune or self.settings.multi_objective \
                 or FULL_BUDGET_OF in trial.user_attrs:
@@ -349,13 +349,13 @@ class Objective:
         """Store the trial's canonical policy and scoring, where other processes look for twins; with
         `check` and a shared storage, first (under its lock) find a trial of another process that runs like
         this one (running, or finished with a result), and then store nothing and return it
-        (`autosync.search.running_twins`)."""
+        (`autosync.search.study.running_twins`)."""
         attrs = {SCORING: scoring, FULL_BUDGET: full, **({CANONICAL: canonical} if canonical is not None else {})}
         if not check or self.storage_url is None:
             for key, value in attrs.items():
                 trial.set_user_attr(key, value)
             return None
-        from autosync.search.running_twins import claim_point
+        from autosync.search.study.running_twins import claim_point
 
         me = process_tag()
 
@@ -376,8 +376,8 @@ class Objective:
         process trained itself answer as before (`_finished_twin`): a lone search is unchanged."""
         import optuna
 
-        from autosync.search import _optuna_internals as internals
-        from autosync.search.running_twins import MAX_RESAMPLES, Resampled, wait_for
+        from autosync.search.study import _optuna_internals as internals
+        from autosync.search.study.running_twins import MAX_RESAMPLES, Resampled, wait_for
 
         twin = self._claim(trial, canonical, scoring, full=full)
         if twin is None:
@@ -404,7 +404,7 @@ class Objective:
         parameter names differ between spaces)."""
         import optuna
 
-        from autosync.search.siblings import finished_trials
+        from autosync.search.study.siblings import finished_trials
 
         def alike(t: "optuna.trial.FrozenTrial") -> bool:  # a trial stopped at the target cannot answer a check
             return t.user_attrs.get(SCORING) == scoring and not (full and t.user_attrs.get(FINAL_PENDING)) and (

@@ -27,8 +27,8 @@ from typing import Any, Callable
 import numpy as np
 
 from autosync.errors import UserError
-from autosync.search.binary import binary_search, target_from_bsp
-from autosync.search.ladder import DEFAULT_RUNGS
+from autosync.search.strategies.binary import binary_search, target_from_bsp
+from autosync.search.strategies.ladder import DEFAULT_RUNGS
 from autosync.search.cost import in_bsp_trainings
 from autosync.search.space import load_space
 
@@ -184,7 +184,7 @@ def ladder_strategy(space_path: str | Path, rungs: tuple[float, ...] = DEFAULT_R
                     n_workers: int = SETUP_1_WORKERS) -> SearchStrategy:
     """The cost-ordered ladder as `autosync tune --sampler ladder` runs it: an Optuna study whose sampler
     is `LadderSampler`, stopped at the first rung that holds."""
-    from autosync.search.ladder import LadderSampler, ladder_finished
+    from autosync.search.strategies.ladder import LadderSampler, ladder_finished
 
     return _study_strategy(load_space(space_path, n_workers), lambda seed: LadderSampler(rungs=rungs), len(rungs),
                            threshold, finished=lambda study: ladder_finished(study, rungs))
@@ -193,7 +193,7 @@ def ladder_strategy(space_path: str | Path, rungs: tuple[float, ...] = DEFAULT_R
 def tpe_strategy(space_path: str | Path, n_trials: int, threshold: float = 0.01,
                  n_workers: int = SETUP_1_WORKERS) -> SearchStrategy:
     """`autosync tune`'s default: a TPE study over the switch-point space with the accuracy constraint."""
-    from autosync.search.samplers import make_sampler
+    from autosync.search.strategies.samplers import make_sampler
 
     space = load_space(space_path, n_workers)
     return _study_strategy(space, lambda seed: make_sampler("tpe", seed, space, False), n_trials, threshold)
@@ -210,7 +210,7 @@ def _study_strategy(space: Any, make: Callable[[int], Any], n_trials: int, thres
     import optuna
 
     from autosync.search.objective import CONSTRAINT
-    from autosync.search.trials import feasible_trials
+    from autosync.search.study.trials import feasible_trials
 
 
     def search(run: Callable[[float], float], setting: SearchSetting, target: float | None, seed: int) -> float:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from autosync.job import JobSpec
 from autosync.search.objective import ObjectiveSettings
 from autosync.search.space import SearchSpace
-from autosync.search.storage import DEFAULT_STORAGE
+from autosync.search.study.storage import DEFAULT_STORAGE
 
 if TYPE_CHECKING:
     from autosync.engine.backends import BackendChoice

@@ -1,8 +1,8 @@
 """`autosync tune`: search a job's best policy in an Optuna study, or return the cached one of a recurring job.
 
-The study is named by the job's fingerprint and the search space (`autosync.search.cache`), and lives in
-a storage (`autosync.search.storage`) that several processes or machines may share: its trial budget is
-global and exact (`autosync.search.trials`), a killed process's trial is failed and re-run, and an
+The study is named by the job's fingerprint and the search space (`autosync.search.study.cache`), and lives in
+a storage (`autosync.search.study.storage`) that several processes or machines may share: its trial budget is
+global and exact (`autosync.search.study.trials`), a killed process's trial is failed and re-run, and an
 interrupted search resumes with the same command.
 """
 
@@ -19,24 +19,24 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from autosync.errors import Interrupted, RuntimeFailure, UserError
 from autosync.job import JobSpec
-from autosync.search.cache import (
+from autosync.search.study.cache import (
     best_policies, cost_fields, execution_name, execution_of, read_cache, study_name, write_cache,
 )
 from autosync.search.objective import (
     CURVE, Objective, RunFailed, TimeToTargetBound, canonical_policy, evaluate, process_tag,
     trial_scoring, trial_seeds,
 )
-from autosync.search.pruning import RaceLimit, TargetRacePruner, thinned
-from autosync.search.running_twins import Resampled
-from autosync.search.samplers import SWITCH_POINT_SAMPLERS, make_sampler
-from autosync.search.siblings import EXECUTION, sibling_reference, sibling_studies
+from autosync.search.strategies.pruning import RaceLimit, TargetRacePruner, thinned
+from autosync.search.study.running_twins import Resampled
+from autosync.search.strategies.samplers import SWITCH_POINT_SAMPLERS, make_sampler
+from autosync.search.study.siblings import EXECUTION, sibling_reference, sibling_studies
 from autosync.search.space import SearchSpace
-from autosync.search.interrupts import storage_calls_finish_first
-from autosync.search.locking import storage_lock
-from autosync.search.neighbours import NEIGHBOUR_JOBS, describe as describe_job, neighbours as nearest
-from autosync.search.storage import open_storage, redact_url
+from autosync.search.study.interrupts import storage_calls_finish_first
+from autosync.search.study.locking import storage_lock
+from autosync.search.strategies.neighbours import NEIGHBOUR_JOBS, describe as describe_job, neighbours as nearest
+from autosync.search.study.storage import open_storage, redact_url
 from autosync.search.request import TuneRequest
-from autosync.search.trials import (
+from autosync.search.study.trials import (
     budget_used, counted_trials, fail_dead_trials, pending_trials, run_queued_trial, top_up, trials_run_by,
 )
 
@@ -57,8 +57,8 @@ class TuneOutcome:
     cache: dict[str, Any]  # the study's cache record (best policy, provenance, amortization)
     top: list[dict[str, Any]] = field(default_factory=list)  # best feasible trials, one per policy, best first
     study: Any = None  # the optuna.Study itself, for plots
-    verification: Any = None  # autosync.search.verify.Verification, with --verify-top
-    confirmation: Any = None  # autosync.search.confirm.Confirmation, with --confirm-top
+    verification: Any = None  # autosync.search.strategies.verify.Verification, with --verify-top
+    confirmation: Any = None  # autosync.search.strategies.confirm.Confirmation, with --confirm-top
 
 
 def baseline_policies(job: JobSpec) -> list[dict[str, Any]]:
@@ -154,7 +154,7 @@ def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = Non
 
 
 def _neighbour_jobs(study: "optuna.Study", request: TuneRequest, storage: Any, fresh: bool) -> list[dict[str, Any]]:
-    """The nearest tuned jobs like this one (`autosync.search.neighbours`) whose winners a new study starts
+    """The nearest tuned jobs like this one (`autosync.search.strategies.neighbours`) whose winners a new study starts
     from, as {study, job, distance, policy}; chosen once, when the study starts, and kept on it."""
     if NEIGHBOUR_JOBS in study.user_attrs or not fresh or not request.transfer or request.refresh:
         return study.user_attrs.get(NEIGHBOUR_JOBS, [])
@@ -172,7 +172,7 @@ def _search(study: "optuna.Study", request: TuneRequest, reference: dict[str, An
     sampled trials in this process and its `--n-jobs` helpers (whose process tags join `mine`)."""
     deadline = time.monotonic() + request.timeout if request.timeout else None
     if request.sampler in SWITCH_POINT_SAMPLERS:
-        from autosync.search.switch_point import run_switch_point_search
+        from autosync.search.strategies.switch_point import run_switch_point_search
 
         run_switch_point_search(study, request, reference, deadline, on_trial)
         return
@@ -194,8 +194,8 @@ def _search(study: "optuna.Study", request: TuneRequest, reference: dict[str, An
 def _check_at_full_budget(study: "optuna.Study", request: TuneRequest, objective: Objective) -> None:
     """Re-run at full budget the fastest candidates whose runs stopped at the target, until the fastest
     (the K fastest with --verify-top or --confirm-top K) are known to keep the final-metric constraint
-    (`autosync.search.full_budget`)."""
-    from autosync.search.full_budget import check_candidates, check_finished, queue_check
+    (`autosync.search.strategies.full_budget`)."""
+    from autosync.search.strategies.full_budget import check_candidates, check_finished, queue_check
 
     def run_check(number: int) -> None:
         queue_check(study, number)
@@ -208,7 +208,7 @@ def _check_at_full_budget(study: "optuna.Study", request: TuneRequest, objective
 
 def places(request: TuneRequest) -> int:
     """How many of the fastest candidates the search keeps: the answer, or the K that --verify-top and
-    --confirm-top re-run. Trials race against the slowest of them (`autosync.search.pruning`)."""
+    --confirm-top re-run. Trials race against the slowest of them (`autosync.search.strategies.pruning`)."""
     return max(1, request.verify_top, request.confirm_top)
 
 
@@ -216,12 +216,12 @@ def _confirmed(outcome: TuneOutcome, request: TuneRequest, storage: Any, sibling
                on_run: Callable[[int, int], None] | None = None) -> TuneOutcome:
     """With --confirm-top: the K best candidates, the sibling studies' winners where this space holds them
     (`siblings`, looked up in `storage` if None), and BSP re-run on --confirm-seeds more seeds, and the
-    cache answering with the best over all the seeds (`autosync.search.confirm`). The record's
+    cache answering with the best over all the seeds (`autosync.search.strategies.confirm`). The record's
     confirmation stands if it had the same K, seeds and candidates (a sibling's winner may have changed
     since) and found a winner."""
     if not request.confirm_top:
         return outcome
-    from autosync.search.confirm import REFERENCE, RunStore, candidates, confirm, with_confirmation
+    from autosync.search.strategies.confirm import REFERENCE, RunStore, candidates, confirm, with_confirmation
 
     job, settings = request.job, request.settings
     study = outcome.study
@@ -266,7 +266,7 @@ def _verified(outcome: TuneOutcome, request: TuneRequest,
     winner."""
     if not request.verify_top or request.verify_backend is None:
         return outcome
-    from autosync.search.verify import verify, with_verification
+    from autosync.search.strategies.verify import verify, with_verification
 
     done = outcome.cache.get("verified")
     if done is not None and done.get("execution") == request.verify_backend.describe():

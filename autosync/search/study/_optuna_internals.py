@@ -1,7 +1,7 @@
 """Every use of Optuna's private API, in one place (tests/test_optuna_internals.py fails loudly when it moves).
 
 autosync fails the trials of dead processes itself, each with its reason, before Optuna's own check in
-`study.optimize` would fail them without one (`autosync.search.trials.fail_dead_trials`). That needs the
+`study.optimize` would fail them without one (`autosync.search.study.trials.fail_dead_trials`). That needs the
 ids of stale trials, the heartbeat table (a trial killed before its first heartbeat is never stale to
 Optuna), a study's storage and a trial's storage id. The trial budget is counted from the database
 itself, past Optuna's per-process cache (`fresh_trials`). Nothing else of Optuna's internals is used.
@@ -24,7 +24,7 @@ def storage_of(study: "optuna.Study") -> Any:
 def grace_seconds(study: "optuna.Study") -> float | None:
     """After how many seconds without a heartbeat autosync judges a RUNNING trial dead: two intervals
     (None: no heartbeats). Optuna's own check, inside `study.optimize`, is given a longer grace period
-    (`autosync.search.storage`), so autosync always fails a dead trial first, with its reason."""
+    (`autosync.search.study.storage`), so autosync always fails a dead trial first, with its reason."""
     interval = _backend(study).get_heartbeat_interval()
     return None if interval is None else 2 * interval
 

@@ -1,6 +1,6 @@
 """`autosync recommend`: a policy for a job without training, from the nearest tuned jobs in the storage.
 
-The neighbours (`autosync.search.neighbours`) vote: each proposes its winner, adapted to this job's n (a
+The neighbours (`autosync.search.strategies.neighbours`) vote: each proposes its winner, adapted to this job's n (a
 backup worker count k scales with n; anything that does not fit this job is dropped), weighted by
 1 / (distance + 0.1); the policy with the most weight is the answer. Its predicted time comes from the
 nearest neighbour that proposed it and trains the same workload: that neighbour's BSP time to target
@@ -18,7 +18,7 @@ from typing import Any
 
 from autosync.errors import UserError
 from autosync.job import JobSpec
-from autosync.search.neighbours import FEATURE_NAMES, Neighbour, cluster_features, neighbours
+from autosync.search.strategies.neighbours import FEATURE_NAMES, Neighbour, cluster_features, neighbours
 
 COUNT = 5  # neighbours that vote
 

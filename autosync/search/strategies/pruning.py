@@ -6,7 +6,7 @@ keeps the fastest `places` policies (the answer; the K that --verify-top and --c
 trial whose bound passes the `places`-th fastest time-to-target among the completed trials that may be
 feasible (one per policy) cannot be among them and stops there (successive halving's rule with one rung
 per evaluation, the incumbent as the bar). The bar is a candidate whose final metric may not be known yet
-(`autosync.search.full_budget`): should it fail its full-budget check, a trial pruned against it could
+(`autosync.search.strategies.full_budget`): should it fail its full-budget check, a trial pruned against it could
 have won, so the checks also re-run, unpruned, the pruned trials whose bound lies below the answer found.
 
 Optuna's percentile pruners do not fit this signal: they compare the best value a trial reported at any

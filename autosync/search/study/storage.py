@@ -2,7 +2,7 @@
 URLs printed without their password.
 
 Storage is an SQLite file by default, or any SQLAlchemy URL (PostgreSQL) that several processes or
-machines share. Opening it holds the storage lock (`autosync.search.locking`) while Optuna creates the
+machines share. Opening it holds the storage lock (`autosync.search.study.locking`) while Optuna creates the
 schema; where no lock reaches the other processes, a lost race is retried.
 """
 
@@ -15,8 +15,8 @@ import warnings
 from typing import TYPE_CHECKING
 
 from autosync.errors import UserError
-from autosync.search.interrupts import guarded
-from autosync.search.locking import sqlite_path, storage_lock
+from autosync.search.study.interrupts import guarded
+from autosync.search.study.locking import sqlite_path, storage_lock
 
 if TYPE_CHECKING:
     import optuna
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 DEFAULT_STORAGE = "sqlite:///results/autosync-studies.db"
 HEARTBEAT_SECONDS = int(os.environ.get("AUTOSYNC_HEARTBEAT_SECONDS", "30"))  # a killed trial is retried after 2x
 # Optuna's own stale check (inside study.optimize) waits longer than autosync's (two intervals), so a dead
-# trial is always failed by autosync first, with its reason (autosync.search.trials.fail_dead_trials).
+# trial is always failed by autosync first, with its reason (autosync.search.study.trials.fail_dead_trials).
 OPTUNA_GRACE_INTERVALS = 10
 # user:password@ in a URL; the password may hold '/' (only '@' must be escaped), so it runs to the last '@'
 _PASSWORD = re.compile(r"(?P<head>[a-zA-Z][a-zA-Z0-9+.\-]*://[^/@:\s]*:)(?P<password>[^@\s]*)@")
@@ -60,7 +60,7 @@ def open_storage(url: str) -> "optuna.storages.RDBStorage":
     """An RDB storage with heartbeats whose schema is created once; errors name the (redacted) URL."""
     import optuna
 
-    from autosync.search.trials import RetryKilledTrial
+    from autosync.search.study.trials import RetryKilledTrial
 
     path = sqlite_path(url)
     if path is not None:

@@ -14,8 +14,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
-from autosync.search import _optuna_internals as internals
-from autosync.search.locking import storage_lock
+from autosync.search.study import _optuna_internals as internals
+from autosync.search.study.locking import storage_lock
 
 if TYPE_CHECKING:
     import optuna
@@ -26,7 +26,7 @@ WAIT_POLL_SECONDS = 0.5  # how often a waiting trial reads its running twin's st
 
 class Resampled(Exception):
     """The trial proposed a point another process is training: it fails with no reason of its own (so it
-    does not count against the budget, `autosync.search.trials`) and the next trial is proposed afresh.
+    does not count against the budget, `autosync.search.study.trials`) and the next trial is proposed afresh.
     A study's `optimize` must catch it (as `autosync.search.tune.run_trials` does)."""
 
 

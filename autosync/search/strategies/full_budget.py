@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-from autosync.search import _optuna_internals as internals
+from autosync.search.study import _optuna_internals as internals
 from autosync.search.objective import FULL_BUDGET_OF, constraint_of, final_pending, policy_key
 
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ def next_to_check(study: "optuna.Study", wanted: int = 1) -> "optuna.trial.Froze
     """The fastest trial whose final metric is not known and that could still be among the `wanted`
     fastest feasible policies (the answer, or the K candidates that --verify-top and --confirm-top re-run):
     fewer than `wanted` policies as fast are known feasible, and its policy has no full-budget result yet.
-    Such a trial stopped at the target, or was pruned (`autosync.search.pruning`) against a candidate that
+    Such a trial stopped at the target, or was pruned (`autosync.search.strategies.pruning`) against a candidate that
     may since have failed its check: it counts at the bound it was pruned at, a lower bound on its time.
     None once the `wanted` fastest candidates are known feasible (or none is left)."""
     trials = internals.fresh_trials(study)

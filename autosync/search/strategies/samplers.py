@@ -22,7 +22,7 @@ def make_sampler(name: str, seed: int, space: SearchSpace, multi_objective: bool
     if name not in SAMPLERS:
         raise UserError(f"--sampler must be one of {list(SAMPLERS)}, but got {name!r}")
     if name == "ladder":
-        from autosync.search.ladder import DEFAULT_RUNGS, LadderSampler
+        from autosync.search.strategies.ladder import DEFAULT_RUNGS, LadderSampler
 
         return LadderSampler(rungs=DEFAULT_RUNGS[:n_trials])
     if name in ("tpe", "binary"):  # binary enqueues every candidate itself: its sampler is never asked

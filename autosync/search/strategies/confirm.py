@@ -27,7 +27,7 @@ from autosync.job import JobSpec
 from autosync.search.objective import (
     BSP, CANONICAL, SCORING, RunFailed, canonical_policy, constraint, evaluate, final_pending, trial_seeds,
 )
-from autosync.search.trials import feasible_trials
+from autosync.search.study.trials import feasible_trials
 
 if TYPE_CHECKING:
     import optuna

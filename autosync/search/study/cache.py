@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any
 from autosync import __version__
 from autosync.errors import RuntimeFailure, UserError
 from autosync.job import JobSpec
-from autosync.search.confirm import RUNS as CONFIRMATION_RUNS
+from autosync.search.strategies.confirm import RUNS as CONFIRMATION_RUNS
 from autosync.search.cost import COST_UNIT, in_bsp_trainings
 from autosync.search.objective import FORKED, FULL_BUDGET_OF, PRUNED_ON_PACE, final_pending, policy_key
-from autosync.search.siblings import REFERENCE_FROM
+from autosync.search.study.siblings import REFERENCE_FROM
 from autosync.search.space import SearchSpace
-from autosync.search.storage import open_storage, redact_url, storage_exists
-from autosync.search.trials import counted_trials, feasible_trials
+from autosync.search.study.storage import open_storage, redact_url, storage_exists
+from autosync.search.study.trials import counted_trials, feasible_trials
 
 if TYPE_CHECKING:
     import optuna
@@ -61,7 +61,7 @@ def execution_of(backend: "BackendChoice | None") -> dict[str, Any]:
 def search_cost(study: "optuna.Study", up_to: int | None = None) -> float:
     """Virtual seconds trained by every trial of the study (with `up_to`, by trials up to that number: what
     finding the answer cost), the BSP reference runs (none when a sibling study trained them:
-    `autosync.search.siblings`) and the confirmation runs it trained (`--confirm-top`; runs copied from a
+    `autosync.search.study.siblings`) and the confirmation runs it trained (`--confirm-top`; runs copied from a
     sibling are the sibling's cost)."""
     reference = study.user_attrs.get("bsp_reference", {})
     trained = 0.0 if REFERENCE_FROM in reference else reference.get("virtual_seconds", 0.0)
@@ -119,7 +119,7 @@ def write_cache(study: "optuna.Study", job: JobSpec, space: SearchSpace, sampler
                 reference: dict[str, Any], execution: dict[str, Any] | None = None,
                 neighbours: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Write the cache record: best feasible policy, its score, provenance, the amortization report and
-    the tuned jobs the search started from (`neighbours`, `autosync.search.neighbours`).
+    the tuned jobs the search started from (`neighbours`, `autosync.search.strategies.neighbours`).
 
     Every number is finite (strict JSON): a figure that has no value (no saving to amortize) is None.
     """
@@ -159,8 +159,8 @@ def write_cache(study: "optuna.Study", job: JobSpec, space: SearchSpace, sampler
 def search_breakdown(study: "optuna.Study") -> dict[str, int]:
     """Where the search's cost went and what it saved: trials whose runs stopped at the target, trials
     answered by an equivalent without training (a twin's result, or BSP's reference), trials pruned (and of
-    those, how many on their pace, `autosync.search.pruning`), and
-    the full-budget checks of the candidates that could win (`autosync.search.full_budget`), and how many
+    those, how many on their pace, `autosync.search.strategies.pruning`), and
+    the full-budget checks of the candidates that could win (`autosync.search.strategies.full_budget`), and how many
     of those continued from their candidate's run stopped at the target (`autosync.engine.forks`)."""
     trials = study.get_trials(deepcopy=False)
     copied = [t for t in trials if "same_as_trial" in t.user_attrs]

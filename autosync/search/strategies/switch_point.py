@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from autosync.errors import RuntimeFailure, UserError
 from autosync.search.objective import Objective, RunFailed
-from autosync.search import _optuna_internals as internals
-from autosync.search.trials import counted_trials
+from autosync.search.study import _optuna_internals as internals
+from autosync.search.study.trials import counted_trials
 
 if TYPE_CHECKING:
     import optuna
@@ -34,8 +34,8 @@ def run_switch_point_search(study: "optuna.Study", request: "TuneRequest", refer
     import optuna
 
     from autosync.policies import SyncSwitch
-    from autosync.search.binary import binary_search
-    from autosync.search.ladder import ladder_finished, next_rung
+    from autosync.search.strategies.binary import binary_search
+    from autosync.search.strategies.ladder import ladder_finished, next_rung
 
     space = request.space
     dims = space.dimensions.get(SyncSwitch.name, {})

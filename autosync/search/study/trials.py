@@ -15,9 +15,9 @@ import json
 import warnings
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from autosync.search import _optuna_internals as internals
+from autosync.search.study import _optuna_internals as internals
 from autosync.search.objective import FULL_BUDGET_OF, KILLED, PROCESS, RETRY_OF, constraint_of, has_own_failure
-from autosync.search.locking import storage_lock
+from autosync.search.study.locking import storage_lock
 
 if TYPE_CHECKING:
     import optuna
