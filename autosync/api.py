@@ -14,8 +14,8 @@ command line parses options, calls these and prints. Heavy libraries load when a
     for row in board.rows:
         print(row["policy"], row["time_to_target"])
 
-Errors a user can cause (a bad job, policy or option) raise `autosync.errors.UserError` with the
-message the command line prints.
+Errors a user can cause (a bad job, policy or option) raise `UserError` (`autosync.api.UserError`,
+defined in `autosync.core.errors`) with the message the command line prints.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Sequence
 
-from autosync.errors import UserError
-from autosync.job import JobSpec, job_from_dict, load_job
+from autosync.core.errors import UserError
+from autosync.core.job import JobSpec, job_from_dict, load_job
 from autosync.options import (CalibrateOptions, ExecutionOptions, FamilyOptions, LeaderboardOptions, ProfileOptions,
                               ReplayOptions, RobustnessOptions, RunOptions, ScalingOptions, TuneOptions, build)
 
@@ -43,7 +43,7 @@ __all__ = [
     "Profile", "cached_studies", "clear_cache", "load_run", "rerun", "ranks", "output_dir", "RunOptions",
     "TuneOptions", "LeaderboardOptions", "ProfileOptions", "ExecutionOptions", "calibrate", "write_calibration",
     "CalibrateOptions", "recommend", "family", "DrawnJobs", "FamilyOptions", "robustness", "Robustness", "RobustnessOptions",
-    "replay", "Replay", "ReplayOptions", "scaling", "ScalingTable", "ScalingOptions",
+    "replay", "Replay", "ReplayOptions", "scaling", "ScalingTable", "ScalingOptions", "UserError",
 ]
 
 
@@ -485,7 +485,7 @@ def robustness(family_file: str | Path, directory: str | Path | None = None,
 
     Raises `Interrupted` on Ctrl-C, saying how many finished runs are kept for the same call to resume from.
     """
-    from autosync.errors import Interrupted
+    from autosync.core.errors import Interrupted
     from autosync.family import load_family, write_jobs
     from autosync.leaderboard import parse_policy_spec
     from autosync.robustness import CELLS_FILE, ONLINE_POLICIES, Grid, online_policies, read_cells, report, run_grid

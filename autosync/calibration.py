@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from autosync.job import JobSpec
+from autosync.core.job import JobSpec
 
 #: The two runs: the slowest update rate (BSP) and the fastest (one gradient per update).
 RATE_POLICIES: tuple[tuple[str, dict[str, Any]], ...] = (
@@ -113,7 +113,7 @@ def with_units(job: JobSpec, units: dict[str, Any] | None) -> JobSpec:
     """`job` whose workers share the compute units `units` (a `ComputeUnitsSpec` mapping; None: unchanged)."""
     if units is None:
         return job
-    from autosync.job import ComputeUnitsSpec
+    from autosync.core.job import ComputeUnitsSpec
 
     cluster = job.cluster.model_copy(update={"compute_units": ComputeUnitsSpec.model_validate(units)})
     return job.model_copy(update={"cluster": cluster})

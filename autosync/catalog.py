@@ -8,7 +8,7 @@ import math
 from typing import Any
 
 from autosync import policies as _policies
-from autosync.errors import UserError
+from autosync.core.errors import UserError
 from autosync.policies import Policy
 
 

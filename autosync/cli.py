@@ -18,7 +18,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from autosync.errors import Interrupted, RuntimeFailure, UserError
+from autosync.core.errors import Interrupted, RuntimeFailure, UserError
 from autosync.options import (
     CalibrateOptions, FamilyOptions, LeaderboardOptions, ProfileOptions, ReplayOptions, RobustnessOptions, RunOptions,
     ScalingOptions, TuneOptions,
@@ -47,7 +47,7 @@ def _main(version: bool = typer.Option(False, "--version", callback=_version, is
 
 def _print_json(value: Any) -> None:
     """A result as strict JSON on stdout (no NaN/Infinity), nothing else there."""
-    from autosync import strict_json
+    from autosync.core import strict_json
 
     print(strict_json.dumps(value, indent=2))
 
@@ -58,8 +58,8 @@ JOB_ARG = typer.Argument(None, help="Job YAML file (default: the embedded digits
 def validate(jobs: list[Path] = typer.Argument(..., help="Job YAML files to check.")) -> None:
     """Check job files and report every problem at once (exit code 2 if any); a job naming the user's own
     model, dataset or loss also has them imported, built and checked on a batch."""
-    from autosync.errors import JobFileError
-    from autosync.job import load_job
+    from autosync.core.errors import JobFileError
+    from autosync.core.job import load_job
 
     problems = 0
     for path in jobs:
@@ -712,7 +712,8 @@ def recommend(job: Optional[Path] = JOB_ARG, storage: Optional[str] = STORAGE_OP
 def cache_show(job: Optional[Path] = JOB_ARG, storage: Optional[str] = STORAGE_OPT,
                as_json: bool = JSON_OPT) -> None:
     """The cached studies of one job with their provenance and amortization report."""
-    from autosync import api, strict_json
+    from autosync import api
+    from autosync.core import strict_json
     from autosync.search.study.storage import DEFAULT_STORAGE, redact_url
 
     spec = api.load_job(job)

@@ -37,8 +37,8 @@ from pydantic import (
     ValidationError, model_validator,
 )
 
-from autosync.errors import FileProblems, JobFileError
-from autosync.job import (
+from autosync.core.errors import FileProblems, JobFileError
+from autosync.core.job import (
     BudgetSpec, ComputeSpec, JobSpec, LinearCompute, RoundTripSpec, TargetSpec, WorkloadSpec, describe_error,
     job_from_dict, load_job, read_yaml_file, short_repr,
 )

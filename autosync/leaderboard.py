@@ -15,8 +15,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
-from autosync.errors import UserError
-from autosync.job import JobSpec
+from autosync.core.errors import UserError
+from autosync.core.job import JobSpec
 
 DEFAULT_POLICIES = ("bsp", "asp", "ssp", "backup", "dbw", "bdbw")
 

@@ -19,7 +19,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
-from autosync.errors import UserError
+from autosync.core.errors import UserError
 
 if TYPE_CHECKING:
     from autosync.engine.backends import BackendChoice

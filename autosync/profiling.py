@@ -35,8 +35,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from autosync.errors import UserError
-from autosync.job import ClusterSpec, JobSpec
+from autosync.core.errors import UserError
+from autosync.core.job import ClusterSpec, JobSpec
 from autosync.policies import Task
 
 TRACE_FILE = "round_trips.csv"
@@ -249,7 +249,7 @@ def mean_round_trip(cluster: ClusterSpec, batch_size: int) -> float:
     """A round trip at `batch_size` averaged over the workers, at time 0 (the random multiplier's mean is 1).
     With compute units, a worker's is at least its place in its unit's queue when all workers start at
     once: (p + 1) / 2 of the unit's time for a unit of p workers, on average."""
-    from autosync.cluster import RoundTripModel, started_at_once
+    from autosync.core.cluster import RoundTripModel, started_at_once
 
     model = RoundTripModel(cluster, seed=0)
     trips = [model.compute_seconds(w, batch_size, 0.0) + cluster.communication_seconds

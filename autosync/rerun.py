@@ -19,8 +19,8 @@ import torch
 from autosync.engine.clock import ReplayClock
 from autosync.engine.simulator import ProgressFn, RunResult, Simulator
 from autosync.engine.trace import ARRIVAL_COLUMNS
-from autosync.errors import UserError
-from autosync.job import JobSpec, job_from_dict
+from autosync.core.errors import UserError
+from autosync.core.job import JobSpec, job_from_dict
 
 PARAMS_FILE = "final_params.pt"  # a run's final parameters, which a rerun compares with its own
 BUFFERS_FILE = "final_buffers.pt"  # the model's final buffers (BatchNorm statistics), for models that have them

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from autosync import strict_json
-from autosync.job import JobSpec
+from autosync.core import strict_json
+from autosync.core.job import JobSpec
 
 ONLINE_POLICIES = ("dbw", "bdbw", "lbbsp", "ssp", "sync_switch", "dana_slim")
 STATIC_K_RULES = ("fixed", "proportional")  # the static-k grid's learning-rate rules unless told otherwise
@@ -61,7 +61,7 @@ def static_label(policy: dict[str, Any]) -> str:
 
 def check_rules(rules: Iterable[str]) -> tuple[str, ...]:
     """The static-k grid's rules, each one of `LR_RULES` (a clear error otherwise)."""
-    from autosync.errors import UserError
+    from autosync.core.errors import UserError
     from autosync.policies._barriers import LR_RULES
 
     rules = tuple(rules)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autosync.errors import UserError
+from autosync.core.errors import UserError
 
 LEADERBOARD_JSON = "leaderboard.json"
 

@@ -13,7 +13,7 @@ from multiprocessing.connection import Connection
 import torch
 import torch.multiprocessing as mp
 
-from autosync.job import JobSpec, job_from_dict
+from autosync.core.job import JobSpec, job_from_dict
 
 
 def copy_bandwidth() -> float:

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from autosync.engine import Simulator
-from autosync.job import load_job
+from autosync.core.job import load_job
 from autosync.policies import ASP, BSP, BackupWorkers
 from autosync.workloads.workload import Workload
 

@@ -21,7 +21,7 @@ from typing import Any, Callable
 import numpy as np
 
 from autosync.engine import Simulator
-from autosync.job import load_job
+from autosync.core.job import load_job
 from autosync.policies import DBW, LBBSP
 from autosync.policies._dbw_time import STRUCTURED, IterationTimeEstimator
 

@@ -21,7 +21,7 @@ from autosync.catalog import make_policy
 from autosync.engine.drivers import PerWorkerDriver, ProcessDriver
 from autosync.engine.realtime import RealTimeClock
 from autosync.engine.simulator import Simulator
-from autosync.job import load_job
+from autosync.core.job import load_job
 from autosync.workloads.workload import Workload
 
 from _report import Figures

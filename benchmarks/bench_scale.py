@@ -27,7 +27,7 @@ import time
 
 from autosync.catalog import make_policy
 from autosync.engine import Simulator
-from autosync.job import job_from_dict
+from autosync.core.job import job_from_dict
 
 from _report import Figures
 

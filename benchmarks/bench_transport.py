@@ -36,7 +36,7 @@ from autosync.engine.drivers import ProcessDriver
 from autosync.engine.drivers.remote import Answer
 from autosync.engine.drivers.perworker import worker_gradient
 from autosync.engine.simulator import Simulator
-from autosync.job import JobSpec, load_job
+from autosync.core.job import JobSpec, load_job
 from autosync.policies import Task
 from autosync.workloads.workload import Workload
 

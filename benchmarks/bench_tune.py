@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from autosync.api import quiet_optuna
-from autosync.job import load_job
+from autosync.core.job import load_job
 from autosync.search.objective import ObjectiveSettings, evaluate, trial_seeds
 from autosync.search.space import SPACE_DIR, load_space
 from autosync.search.tune import TuneRequest, tune

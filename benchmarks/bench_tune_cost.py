@@ -33,7 +33,7 @@ from pathlib import Path
 
 from autosync.api import quiet_optuna
 from autosync.family import load_family
-from autosync.job import JobSpec, load_job
+from autosync.core.job import JobSpec, load_job
 from autosync.search.objective import ObjectiveSettings, RunFailed, constraint, evaluate, trial_seeds
 from autosync.search.space import SPACE_DIR, load_space
 from autosync.search.tune import TuneRequest, tune

@@ -14,7 +14,7 @@ from typing import Callable, TypeVar
 
 import pytest
 
-from autosync.job import JobSpec, job_from_dict
+from autosync.core.job import JobSpec, job_from_dict
 
 
 def small_job(**changes: Any) -> JobSpec:

@@ -11,7 +11,7 @@ from autosync.calibration import (
 )
 from autosync.catalog import make_policy
 from autosync.engine import simulate
-from autosync.job import load_job
+from autosync.core.job import load_job
 from tests.conftest import autosync, no_traceback, small_job
 
 UPDATES = 40

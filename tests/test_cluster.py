@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from autosync.cluster import RoundTripModel
-from autosync.job import ClusterSpec
+from autosync.core.cluster import RoundTripModel
+from autosync.core.job import ClusterSpec
 
 
 def model(**spec) -> RoundTripModel:
@@ -99,7 +99,7 @@ def test_trace_replay_and_sample(tmp_path):
 
 
 def test_bad_trace_file_is_a_user_error(tmp_path):
-    from autosync.errors import UserError
+    from autosync.core.errors import UserError
 
     path = tmp_path / "rtt.csv"
     path.write_text("1\nfast\n")

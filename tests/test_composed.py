@@ -12,7 +12,7 @@ import torch
 
 from autosync.catalog import POLICIES, make_policy, split_policy_spec
 from autosync.engine import simulate
-from autosync.errors import UserError
+from autosync.core.errors import UserError
 from autosync.engine.drivers import ProcessDriver
 from autosync.leaderboard import label_of, parse_policy_spec
 from autosync.policies import Composed, check_composition, composition_of

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from autosync.cluster import ComputeUnits
+from autosync.core.cluster import ComputeUnits
 from autosync.engine import Simulator, simulate
-from autosync.errors import UserError
-from autosync.job import ComputeUnitsSpec, job_from_dict
+from autosync.core.errors import UserError
+from autosync.core.job import ComputeUnitsSpec, job_from_dict
 from autosync.policies import ASP, BSP, BackupWorkers
 from tests.conftest import small_job
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from autosync.catalog import make_policy
-from autosync.job import load_job
+from autosync.core.job import load_job
 from autosync.workloads.workload import Workload
 from tests.conftest import autosync, no_traceback, per_worker_run, wait_for
 from tests.test_tune_backends import _trials

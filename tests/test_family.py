@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autosync.errors import UserError
+from autosync.core.errors import UserError
 from autosync.family import FamilyFileError, load_family
-from autosync.job import load_job
+from autosync.core.job import load_job
 from tests.conftest import autosync, no_traceback
 
 REPO = Path(__file__).resolve().parents[1]

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from autosync.errors import JobFileError
-from autosync.job import DEFAULT_JOB_PATH, job_from_dict, load_job, read_yaml_file
+from autosync.core.errors import JobFileError
+from autosync.core.job import DEFAULT_JOB_PATH, job_from_dict, load_job, read_yaml_file
 
 
 def _problems(data, tmp_path: Path) -> list[str]:
@@ -96,7 +96,7 @@ def test_job_loading_does_not_import_torch():
     import subprocess
     import sys
 
-    code = ("import sys; from autosync.job import load_job; load_job(); import autosync.catalog; "
+    code = ("import sys; from autosync.core.job import load_job; load_job(); import autosync.catalog; "
             "bad = [m for m in ('torch', 'optuna', 'cvxpy') if m in sys.modules]; print(bad); sys.exit(bool(bad))")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).returncode == 0
 

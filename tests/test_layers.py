@@ -13,9 +13,9 @@ PACKAGE = Path(__file__).resolve().parents[1] / "autosync"
 
 # Lowest first; a module may import its own layer and those below. Keyed by the first name under autosync.
 LAYERS = [
-    {"errors", "rng", "strict_json", "data", "__init__"},
-    {"job"},
-    {"policies", "cluster", "workloads", "family"},
+    {"data", "__init__"},
+    {"core"},
+    {"policies", "workloads", "family"},
     {"engine"},
     {"catalog"},
     {"rerun", "leaderboard", "profiling", "calibration", "scaling", "search", "robustness"},

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from autosync.errors import UserError
+from autosync.core.errors import UserError
 from autosync.leaderboard import Entry, parse_policy_spec, run_grid, score, trimmed_mean
 from tests.conftest import small_job
 from tests.test_cli import autosync
@@ -99,7 +99,7 @@ def test_json_is_strict_everywhere_autosync_writes_it():
     import math
     from pathlib import Path
 
-    from autosync import strict_json
+    from autosync.core import strict_json
 
     def refuse(constant: str) -> None:
         raise ValueError(f"non-standard JSON constant {constant}")

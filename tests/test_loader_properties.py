@@ -19,9 +19,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autosync.errors import FileProblems, UserError
+from autosync.core.errors import FileProblems, UserError
 from autosync.family import load_family, write_jobs
-from autosync.job import JobSpec, job_from_dict, load_job
+from autosync.core.job import JobSpec, job_from_dict, load_job
 from autosync.search.space import load_space
 
 JOB = {

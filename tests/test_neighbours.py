@@ -5,7 +5,7 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from autosync.errors import UserError
+from autosync.core.errors import UserError
 from autosync.search.strategies.neighbours import cluster_features, distance, neighbours, workload_key
 from autosync.search.objective import ObjectiveSettings
 from autosync.search.strategies.recommend import adapt, recommend

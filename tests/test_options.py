@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from autosync import api
-from autosync.errors import UserError
+from autosync.core.errors import UserError
 from autosync.options import (ExecutionOptions, LeaderboardOptions, ProfileOptions, RunOptions, TuneOptions,
                               flag_of)
 

@@ -170,7 +170,7 @@ def test_worker_processes_pinned_to_cores_run_there_and_compute_the_same_run(wor
 
 def test_worker_cpus_are_checked_in_one_line():
     from autosync.engine.backends import BackendChoice
-    from autosync.errors import UserError
+    from autosync.core.errors import UserError
     from autosync.options import ExecutionOptions
     from autosync.search.study.cache import execution_tag
 

@@ -8,8 +8,8 @@ import json
 import pytest
 import yaml
 
-from autosync.job import load_job
-from autosync.job import job_from_dict
+from autosync.core.job import load_job
+from autosync.core.job import job_from_dict
 from autosync.profiling import (
     Sample, ServerCosts, fit_cluster, fit_units, measure_server, time_scale, transfer_from_rounds,
 )

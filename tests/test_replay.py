@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autosync.errors import UserError
+from autosync.core.errors import UserError
 from autosync.search.replay import (TABLE_II_SETTINGS, ReplayBackend, SearchSetting, binary_strategy,
                                     ladder_strategy, load_switch_logs, replay_table, simulate_searches, tpe_strategy)
 from autosync.search.space import SPACE_DIR

@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from autosync.errors import UserError
+from autosync.core.errors import UserError
 from autosync.scaling import collect
 from tests.conftest import autosync, no_traceback
 

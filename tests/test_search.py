@@ -13,7 +13,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autosync.errors import UserError
+from autosync.core.errors import UserError
 from autosync.search.strategies.binary import binary_search
 from autosync.search.strategies.ladder import DEFAULT_RUNGS, SWITCH_PARAM, LadderSampler, ladder_finished
 from autosync.search.objective import CONSTRAINT, Objective, ObjectiveSettings

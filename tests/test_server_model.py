@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from autosync.cluster import ServerModel
+from autosync.core.cluster import ServerModel
 from autosync.engine import simulate
-from autosync.job import ServerSpec, job_from_dict
+from autosync.core.job import ServerSpec, job_from_dict
 from autosync.policies import ASP, BSP
 from tests.conftest import small_job
 

@@ -13,8 +13,8 @@ from autosync import api
 from autosync.catalog import make_policy
 from autosync.engine import simulate
 from autosync.engine.drivers import ProcessDriver
-from autosync.errors import JobFileError
-from autosync.job import job_from_dict, load_job
+from autosync.core.errors import JobFileError
+from autosync.core.job import job_from_dict, load_job
 from autosync.workloads.workload import Workload
 from tests.conftest import autosync, no_traceback, per_worker_run
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from autosync.engine.drivers import InProcessDriver
-from autosync.errors import UserError
-from autosync.job import DatasetSpec, LRScheduleSpec, ModelSpec
+from autosync.core.errors import UserError
+from autosync.core.job import DatasetSpec, LRScheduleSpec, ModelSpec
 from autosync.policies import Task
 from autosync.workloads.datasets import load_dataset
 from autosync.workloads.models import build_model

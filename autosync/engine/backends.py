@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator
 
-from autosync.errors import UserError
+from autosync.core.errors import UserError
 
 if TYPE_CHECKING:
     from autosync.engine.clock import Clock

@@ -16,8 +16,8 @@ import math
 from contextlib import nullcontext
 from typing import ContextManager, Protocol, Sequence
 
-from autosync.cluster import ComputeUnits, ServerModel
-from autosync.errors import UserError
+from autosync.core.cluster import ComputeUnits, ServerModel
+from autosync.core.errors import UserError
 from autosync.policies import Task
 
 
@@ -56,11 +56,11 @@ class Clock(Protocol):
 class VirtualClock:
     """Pending gradient arrivals ordered by (time, worker, task index).
 
-    With a server model (`autosync.cluster.ServerModel`, not instant) a task's parameters first queue on
+    With a server model (`autosync.core.cluster.ServerModel`, not instant) a task's parameters first queue on
     the server's outbound link; the gradient is then ready after the drawn round trip and queues on the
     inbound link in the order gradients become ready: a heap entry is a gradient still to be pushed
     until the push is charged, which happens, in time order, before any later arrival is answered.
-    With compute units (`autosync.cluster.ComputeUnits`), a gradient is ready once its round trip has
+    With compute units (`autosync.core.cluster.ComputeUnits`), a gradient is ready once its round trip has
     passed and its unit has computed it, whichever is later.
     """
 

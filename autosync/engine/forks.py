@@ -15,7 +15,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from autosync.job import JobSpec
+from autosync.core.job import JobSpec
 
 MAX_BYTES = 512 * 2 ** 20  # what the kept snapshots may take, in all
 

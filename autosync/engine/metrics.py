@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from autosync.engine.trace import Trace
-from autosync.job import TargetSpec
+from autosync.core.job import TargetSpec
 
 
 def run_metrics(trace: Trace, target: TargetSpec, virtual_time: float) -> dict[str, Any]:

@@ -17,13 +17,13 @@ from typing import Any, Callable, cast
 
 import torch
 
-from autosync.cluster import ComputeUnits, RoundTripModel, ServerModel
+from autosync.core.cluster import ComputeUnits, RoundTripModel, ServerModel
 from autosync.engine.allocator import keep_freed_memory
 from autosync.engine.clock import Clock, VirtualClock
 from autosync.engine.drivers import Driver, FusingDriver, InProcessDriver
 from autosync.engine.server import Server, Start, Update
 from autosync.engine.trace import Trace
-from autosync.job import JobSpec
+from autosync.core.job import JobSpec
 from autosync.engine.metrics import run_metrics
 from autosync.policies import Arrival, Policy, Progress, Strategies, Task, UpdateStats
 from autosync.policies._base import momentum_of
@@ -107,7 +107,7 @@ class Simulator:
         """The run's whole state where it stands (parameters, optimizer and strategy state, the server's and
         the clock's queues, the trace, the clock's time), for `Simulator.resume`: a run continued from it is
         bit-identical to one that never stopped, since every random draw is a function of (seed, stream,
-        worker, task) (`autosync.rng`) and no state lives outside this object. Only the virtual clock with
+        worker, task) (`autosync.core.rng`) and no state lives outside this object. Only the virtual clock with
         the in-process driver can be snapshotted: worker processes and the real clock keep state elsewhere."""
         if not isinstance(self.clock, VirtualClock) or not isinstance(self.driver, InProcessDriver):
             raise ValueError("only a virtual-clock run on the in-process driver can be snapshotted")

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autosync import strict_json
+from autosync.core import strict_json
 
 UPDATE_COLUMNS = ("update", "time", "wall", "version", "k", "n_aggregated", "workers", "staleness",
                   "batch_sizes", "loss", "lr", "epoch")

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Sequence
 if TYPE_CHECKING:
     import torch
 
-    from autosync.job import OptimizerSpec
+    from autosync.core.job import OptimizerSpec
 
 
 @dataclass

@@ -30,7 +30,7 @@ from autosync.policies._base import Arrival, Policy, Preset, Strategies, UpdateR
 if TYPE_CHECKING:
     import torch
 
-    from autosync.job import OptimizerSpec
+    from autosync.core.job import OptimizerSpec
 
 
 class AsyncMomentumRule(UpdateRule):

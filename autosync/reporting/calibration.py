@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from autosync import strict_json
-from autosync.job import JobSpec, job_from_dict
+from autosync.core import strict_json
+from autosync.core.job import JobSpec, job_from_dict
 
 if TYPE_CHECKING:
     from autosync.calibration import Calibration

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from autosync import strict_json
+from autosync.core import strict_json
 from autosync.reporting.output import format_cell
 
 

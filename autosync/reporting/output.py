@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from autosync.errors import UserError
+from autosync.core.errors import UserError
 
 
 def ready_output_dir(directory: Path, option: str = "--out") -> Path:

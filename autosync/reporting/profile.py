@@ -9,7 +9,7 @@ from typing import Sequence
 
 import yaml
 
-from autosync.job import JobSpec, job_from_dict
+from autosync.core.job import JobSpec, job_from_dict
 from autosync.profiling import TRACE_FILE, Sample, multipliers, time_scale
 
 

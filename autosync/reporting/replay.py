@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from autosync import strict_json
+from autosync.core import strict_json
 from autosync.search.cost import COST_UNIT
 from autosync.search.replay import SimulationSummary, SwitchLogs
 

@@ -6,7 +6,7 @@ import csv
 from pathlib import Path
 from typing import Any
 
-from autosync import strict_json
+from autosync.core import strict_json
 from autosync.reporting.output import format_cell
 from autosync.robustness import SPREAD_FOR_BALANCE, WITHIN
 

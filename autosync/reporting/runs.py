@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autosync import strict_json
+from autosync.core import strict_json
 from autosync.rerun import BUFFERS_FILE, PARAMS_FILE
 
 if TYPE_CHECKING:

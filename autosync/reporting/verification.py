@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from autosync import strict_json
+from autosync.core import strict_json
 
 if TYPE_CHECKING:
     from autosync.search.strategies.verify import Verification

@@ -17,8 +17,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
-from autosync.errors import RuntimeFailure
-from autosync.job import JobSpec
+from autosync.core.errors import RuntimeFailure
+from autosync.core.job import JobSpec
 
 if TYPE_CHECKING:
     import optuna

@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from autosync.errors import UserError
+from autosync.core.errors import UserError
 from autosync.search.strategies.binary import binary_search, target_from_bsp
 from autosync.search.strategies.ladder import DEFAULT_RUNGS
 from autosync.search.cost import in_bsp_trainings

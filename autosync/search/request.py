@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from autosync.job import JobSpec
+from autosync.core.job import JobSpec
 from autosync.search.objective import ObjectiveSettings
 from autosync.search.space import SearchSpace
 from autosync.search.study.storage import DEFAULT_STORAGE

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from autosync.data import SPACE_DIR
-from autosync.errors import SpaceFileError, UserError
-from autosync.job import read_yaml_file, short_repr
+from autosync.core.errors import SpaceFileError, UserError
+from autosync.core.job import read_yaml_file, short_repr
 from autosync.search.space_file import Constant, Dimension, SpaceFile, describe, problems_with_policies
 
 if TYPE_CHECKING:

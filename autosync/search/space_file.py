@@ -23,7 +23,7 @@ from pydantic import (
     BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, ValidationInfo, field_validator, model_validator,
 )
 
-from autosync.job import TYPE_RULES, plain_key, short_repr
+from autosync.core.job import TYPE_RULES, plain_key, short_repr
 
 
 @dataclass

@@ -17,8 +17,8 @@ import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from autosync.errors import Interrupted, RuntimeFailure, UserError
-from autosync.job import JobSpec
+from autosync.core.errors import Interrupted, RuntimeFailure, UserError
+from autosync.core.job import JobSpec
 from autosync.search.study.cache import (
     best_policies, cost_fields, execution_name, execution_of, read_cache, study_name, write_cache,
 )

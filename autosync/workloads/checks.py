@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch.func import grad, vmap
 
-from autosync.errors import JobFileError
+from autosync.core.errors import JobFileError
 from autosync.workloads.user_code import _one_line
 
 if TYPE_CHECKING:

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from autosync.errors import UserError
-from autosync.job import DatasetSpec
+from autosync.core.errors import UserError
+from autosync.core.job import DatasetSpec
 from autosync.workloads.tensors import Dataset, split_indices
 
 # Files torchvision needs under `root` for each dataset (checked before torchvision is asked).

@@ -11,7 +11,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from autosync.job import LossSpec
+from autosync.core.job import LossSpec
 from autosync.workloads.user_code import call_factory
 
 
@@ -68,7 +68,7 @@ def build_loss(spec: str | LossSpec | None, classification: bool, source: str = 
         return Loss("mse", squared_error)
     user: Any = call_factory(str(spec.factory), spec.kwargs, {}, "workload.loss.factory", source)
     if not callable(user):
-        from autosync.errors import JobFileError
+        from autosync.core.errors import JobFileError
 
         raise JobFileError(source, [f"workload.loss.factory: {spec.factory!r} must return a callable "
                                     f"(outputs, targets) -> scalar loss, but returned a {type(user).__name__}"])

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from autosync.job import DatasetSpec
+from autosync.core.job import DatasetSpec
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import importlib
 import inspect
 from typing import Any, Callable
 
-from autosync.errors import JobFileError
+from autosync.core.errors import JobFileError
 
 
 def import_factory(path: str, field: str, source: str) -> Callable[..., Any]:

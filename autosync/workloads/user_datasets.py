@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from autosync.errors import JobFileError
-from autosync.job import DatasetSpec
+from autosync.core.errors import JobFileError
+from autosync.core.job import DatasetSpec
 from autosync.workloads.tensors import Dataset, split_indices
 from autosync.workloads.user_code import call_factory
 

@@ -23,9 +23,9 @@ import numpy as np
 import torch
 from torch.func import functional_call
 
-from autosync.errors import JobFileError
-from autosync.rng import STREAM_BATCH, STREAM_DROPOUT, rng_for
-from autosync.job import JobSpec, LRScheduleSpec
+from autosync.core.errors import JobFileError
+from autosync.core.rng import STREAM_BATCH, STREAM_DROPOUT, rng_for
+from autosync.core.job import JobSpec, LRScheduleSpec
 from autosync.workloads.datasets import Dataset, load_dataset
 from autosync.workloads.losses import build_loss
 from autosync.workloads.models import build_model

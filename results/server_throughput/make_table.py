@@ -19,7 +19,7 @@ import torch
 
 from autosync.catalog import make_policy
 from autosync.engine import simulate
-from autosync.job import job_from_dict, load_job
+from autosync.core.job import job_from_dict, load_job
 
 HERE = Path(__file__).parent
 WORKERS = (4, 8, 16, 32)

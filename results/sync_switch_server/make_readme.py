@@ -12,7 +12,7 @@ import json
 import statistics
 from pathlib import Path
 
-from autosync.job import load_job
+from autosync.core.job import load_job
 
 HERE = Path(__file__).parent
 LOGS = Path("../shared/data/sync_switch_logs/cifar10_res32/baseline")

@@ -27,7 +27,7 @@ POLICIES = {"bsp": ("sync_switch", {"switch_at": 1.0}), "asp": ("asp", {})}
 def samples_per_second(n: int, gbps: float | None, alpha: float, which: str) -> float:
     from autosync.catalog import make_policy
     from autosync.engine import simulate
-    from autosync.job import job_from_dict, load_job
+    from autosync.core.job import job_from_dict, load_job
 
     torch.set_num_threads(1)
     base = load_job(JOB).model_dump(mode="json")
@@ -41,7 +41,7 @@ def samples_per_second(n: int, gbps: float | None, alpha: float, which: str) -> 
 
 
 def main() -> None:
-    from autosync.job import load_job
+    from autosync.core.job import load_job
 
     job = load_job(JOB)
     compute = job.cluster.compute.seconds_per_sample * job.workload.batch_size

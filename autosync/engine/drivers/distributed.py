@@ -30,7 +30,7 @@ import torch.distributed as dist
 
 from autosync.engine.drivers.perworker import pack_slot, unpack_answer
 from autosync.engine.drivers.remote import Answer, RemoteDriver, WorkerProcessError
-from autosync.errors import UserError
+from autosync.core.errors import UserError
 from autosync.policies import Task
 
 TAG_TASK, TAG_PARAMS, TAG_ANSWER, TAG_GRADIENT = 1, 2, 3, 4
@@ -66,7 +66,7 @@ def serve_when_told(device: str = "cpu") -> None:
     The job's user code is imported from rank 0's job-file folder where this machine has that folder too,
     else from the installed packages.
     """
-    from autosync.job import add_import_root
+    from autosync.core.job import add_import_root
 
     job_json, roots = share_job(None)
     if job_json is None:
@@ -88,7 +88,7 @@ def serve_rank(job_json: dict[str, Any], device: str = "cpu", threads: int = 1) 
     """A worker rank: compute every task rank 0 sends until it says stop, then leave the group."""
     from autosync.engine.allocator import keep_freed_memory
     from autosync.engine.drivers.perworker import slot_gradient
-    from autosync.job import JobSpec
+    from autosync.core.job import JobSpec
     from autosync.workloads.workload import Workload
 
     torch.set_num_threads(threads)

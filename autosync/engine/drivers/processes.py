@@ -43,8 +43,8 @@ from multiprocessing.connection import Connection, wait
 from autosync.engine.allocator import keep_freed_memory
 from autosync.engine.drivers.perworker import pack_slot, unpack_answer
 from autosync.engine.drivers.remote import Answer, RemoteDriver, WorkerProcessError
-from autosync.errors import UserError
-from autosync.job import JobSpec
+from autosync.core.errors import UserError
+from autosync.core.job import JobSpec
 from autosync.policies import Task
 from autosync.workloads.tensors import Dataset
 from autosync.workloads.workload import Workload

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from autosync.errors import RuntimeFailure
+from autosync.core.errors import RuntimeFailure
 from autosync.policies import Task
 
 

@@ -23,7 +23,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from autosync.job import JobSpec
+from autosync.core.job import JobSpec
 from autosync.search.objective import (
     BSP, CANONICAL, SCORING, RunFailed, canonical_policy, constraint, evaluate, final_pending, trial_seeds,
 )

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from autosync.job import JobSpec
+from autosync.core.job import JobSpec
 
 if TYPE_CHECKING:
     import optuna
@@ -50,7 +50,7 @@ def workload_key(job: JobSpec) -> str:
 
 def cluster_features(job: JobSpec) -> list[float]:
     """The job's cluster as `FEATURE_NAMES` (see the module docstring)."""
-    from autosync.cluster import RoundTripModel, started_at_once
+    from autosync.core.cluster import RoundTripModel, started_at_once
 
     cluster, b = job.cluster, job.workload.batch_size
     model = RoundTripModel(cluster, seed=0)

@@ -16,8 +16,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from autosync.errors import UserError
-from autosync.job import JobSpec
+from autosync.core.errors import UserError
+from autosync.core.job import JobSpec
 from autosync.search.strategies.neighbours import FEATURE_NAMES, Neighbour, cluster_features, neighbours
 
 COUNT = 5  # neighbours that vote

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from autosync.errors import UserError
+from autosync.core.errors import UserError
 from autosync.search.space import SearchSpace
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ import math
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
-from autosync.errors import RuntimeFailure, UserError
+from autosync.core.errors import RuntimeFailure, UserError
 from autosync.search.objective import Objective, RunFailed
 from autosync.search.study import _optuna_internals as internals
 from autosync.search.study.trials import counted_trials

@@ -13,7 +13,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from autosync.job import JobSpec
+from autosync.core.job import JobSpec
 from autosync.search.objective import BSP, RunFailed, constraint, evaluate, trial_seeds
 
 if TYPE_CHECKING:

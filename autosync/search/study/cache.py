@@ -11,8 +11,8 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from autosync import __version__
-from autosync.errors import RuntimeFailure, UserError
-from autosync.job import JobSpec
+from autosync.core.errors import RuntimeFailure, UserError
+from autosync.core.job import JobSpec
 from autosync.search.strategies.confirm import RUNS as CONFIRMATION_RUNS
 from autosync.search.cost import COST_UNIT, in_bsp_trainings
 from autosync.search.objective import FORKED, FULL_BUDGET_OF, PRUNED_ON_PACE, final_pending, policy_key

@@ -14,7 +14,7 @@ import time
 import warnings
 from typing import TYPE_CHECKING
 
-from autosync.errors import UserError
+from autosync.core.errors import UserError
 from autosync.search.study.interrupts import guarded
 from autosync.search.study.locking import sqlite_path, storage_lock
 

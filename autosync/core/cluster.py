@@ -14,13 +14,13 @@ from pathlib import Path
 
 import numpy as np
 
-from autosync.errors import UserError
-from autosync.job import (
+from autosync.core.errors import UserError
+from autosync.core.job import (
     ClusterSpec, ComputeSpec, ComputeUnitsSpec, DeterministicRTT, GammaRTT, GPUCompute, LinearCompute, ParetoRTT,
     ServerSpec,
     ShiftedExponentialRTT, TraceRTT, UniformRTT,
 )
-from autosync.rng import STREAM_JOB_CONSTANT, STREAM_RESOURCES, STREAM_ROUND_TRIP, STREAM_WORKER_CONSTANT, rng_for
+from autosync.core.rng import STREAM_JOB_CONSTANT, STREAM_RESOURCES, STREAM_ROUND_TRIP, STREAM_WORKER_CONSTANT, rng_for
 
 class RoundTripModel:
     """Round-trip times of every worker for one cluster spec and seed."""

@@ -17,7 +17,7 @@ from pydantic import (BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, 
                       model_validator)
 
 from autosync.data import DEFAULT_JOB_PATH
-from autosync.errors import FileProblems, JobFileError
+from autosync.core.errors import FileProblems, JobFileError
 
 # Bump when the meaning of a fingerprinted field changes, so old cache entries stop matching.
 FINGERPRINT_VERSION = 1
@@ -33,7 +33,7 @@ class _Spec(BaseModel):
 #: The largest size a spec takes for what a run allocates (samples, features, classes, layer widths, a batch):
 #: numpy and torch refuse far larger sizes with a traceback, so a number like 10**30 is refused here in one line.
 MAX_SIZE = 2 ** 31 - 1
-#: Seeds are 32 bits: random streams key on the seed's low 32 bits (autosync.rng), and scikit-learn takes no more.
+#: Seeds are 32 bits: random streams key on the seed's low 32 bits (autosync.core.rng), and scikit-learn takes no more.
 MAX_SEED = 2 ** 32 - 1
 
 # --------------------------------------------------------------------------- workload

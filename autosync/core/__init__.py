@@ -1,0 +1,8 @@
+"""The foundation every other part stands on: what a job is and the errors and streams it needs.
+
+- `errors`: the one-line errors a user can cause (`UserError`, exit code 2) and runtime failures (1).
+- `rng`: seeded random streams, one per purpose, so that the same seed gives the same run.
+- `strict_json`: JSON without NaN or Infinity (null where a number is missing).
+- `job`: the job file (workload, cluster, target, budget), validated, with its fingerprint.
+- `cluster`: the cluster model the job describes: round trips, stragglers, compute units.
+"""
