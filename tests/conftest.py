@@ -162,9 +162,36 @@ def torch_sgd_reference(job: JobSpec):
 
 
 def autosync(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    """Run the command line as a user would, in `cwd`."""
-    return subprocess.run([sys.executable, "-m", "autosync.cli", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=600)
+    """Run the command line as a user would, in `cwd`: the console entry point `autosync.cli.main` with
+    `autosync ARGS` as its command line, its own working directory, stdout and stderr, and its exit code
+    (0, 1, 2 or 130, as `sys.exit` gives it) as the return code.
+
+    It runs in this process, which has imported torch and the rest once (a new process pays about 3 s of
+    imports per command); what only a new process shows (what it imports, signals, a kill) is tested with
+    one (`start_autosync`, or subprocess with `python -m autosync.cli`). The process-wide settings a command
+    may change (torch's thread count) are restored after it."""
+    import contextlib
+    import io
+
+    import torch
+
+    from autosync import cli
+
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    saved = (os.getcwd(), sys.argv, torch.get_num_threads())
+    try:
+        os.chdir(cwd)
+        sys.argv = ["autosync", *args]
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                cli.main()
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+    finally:
+        os.chdir(saved[0])
+        sys.argv = saved[1]
+        torch.set_num_threads(saved[2])
+    return subprocess.CompletedProcess(["autosync", *args], code, out.getvalue(), err.getvalue())
 
 
 def no_traceback(proc: subprocess.CompletedProcess) -> None:
