@@ -20,8 +20,8 @@ from rich.table import Table
 
 from autosync.core.errors import Interrupted, RuntimeFailure, UserError
 from autosync.options import (
-    CalibrateOptions, FamilyOptions, LeaderboardOptions, ProfileOptions, ReplayOptions, RobustnessOptions, RunOptions,
-    ScalingOptions, TuneOptions,
+    CacheOptions, CalibrateOptions, FamilyOptions, LeaderboardOptions, ProfileOptions, ReplayOptions, RerunOptions,
+    RobustnessOptions, RunOptions, ScalingOptions, TuneOptions,
 )
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -95,10 +95,12 @@ def policies() -> None:
     console.print(table)
 
 
-def _command(options_type: type, **settings: Any) -> Callable[[Callable[..., None]], Callable[..., None]]:
+def _command(options_type: type, group: Any = None,
+             **settings: Any) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """Register `body(..., options=...)` as a command whose options are `options_type`'s fields, each declared
     once there (flag, default, help, range: `ge` becomes typer's `min`, so a value out of range is a parser
-    error); the body's own parameters (the job argument, --out, --json) are the command line's only."""
+    error); the body's own parameters (the job argument, --out, --json) are the command line's only.
+    `group`: the typer app the command belongs to (default: the top level; `cache_app` for `cache ...`)."""
     from autosync.options import flag_of
 
     def register(body: Callable[..., None]) -> Callable[..., None]:
@@ -123,7 +125,7 @@ def _command(options_type: type, **settings: Any) -> Callable[[Callable[..., Non
         command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
         command.__annotations__ = {p.name: p.annotation for p in params}
         command.__name__, command.__doc__ = body.__name__, body.__doc__
-        app.command(**settings)(command)
+        (group or app).command(**settings)(command)
         return body
 
     return register
@@ -288,18 +290,18 @@ def _phase(label: str) -> Callable[[str, int], Any]:
     return phase
 
 
-@app.command()
+@_command(RerunOptions)
 def rerun(
     run_dir: Path = typer.Argument(..., help="A directory written by `autosync run` (summary.json, trace.json, "
                                              "final_params.pt)."),
-    device: str = typer.Option("cpu", "--device", help="cpu | cuda: where to replay."),
+    *, options: RerunOptions,
 ) -> None:
     """Replay a logged run exactly from its arrival log, in this process, and compare the final parameters."""
     from autosync import api
 
-    logged = api.load_run(run_dir, device)
+    logged = api.load_run(run_dir, options.device)
     with _progress(logged.job) as update:
-        outcome = api.rerun(logged, device, progress=update)
+        outcome = api.rerun(logged, options.device, progress=update)
     trace = outcome.result.trace
     console.print(f"replayed {len(trace.arrivals)} arrivals and {len(trace.updates)} updates: every dispatch and "
                   "decision as logged")
@@ -650,16 +652,13 @@ def _policy_label(policy: dict[str, Any]) -> str:
 cache_app = typer.Typer(help="The cache of recurring jobs: tuned policies stored in the study storage.",
                         no_args_is_help=True)
 app.add_typer(cache_app, name="cache")
-STORAGE_OPT = typer.Option(None, "--storage", help="Study storage URL (default: sqlite:///results/autosync-studies.db).")
-
-
-@cache_app.command("list")
-def cache_list(storage: Optional[str] = STORAGE_OPT, as_json: bool = JSON_OPT) -> None:
+@_command(CacheOptions, cache_app, name="list")
+def cache_list(as_json: bool = JSON_OPT, *, options: CacheOptions) -> None:
     """Every cached study: job, space, trials, best policy and score."""
     from autosync import api
     from autosync.search.study.storage import DEFAULT_STORAGE, redact_url
 
-    url = storage or DEFAULT_STORAGE
+    url = options.storage or DEFAULT_STORAGE
     studies = api.cached_studies(url)
     if as_json:
         _print_json(studies)
@@ -679,13 +678,13 @@ def cache_list(storage: Optional[str] = STORAGE_OPT, as_json: bool = JSON_OPT) -
     console.print(table)
 
 
-@app.command()
-def recommend(job: Optional[Path] = JOB_ARG, storage: Optional[str] = STORAGE_OPT, as_json: bool = JSON_OPT) -> None:
+@_command(CacheOptions)
+def recommend(job: Optional[Path] = JOB_ARG, as_json: bool = JSON_OPT, *, options: CacheOptions) -> None:
     """A policy for the job without training, from the nearest tuned jobs in the storage."""
     from autosync import api
 
     spec = api.load_job(job)
-    answer = api.recommend(spec, storage)
+    answer = api.recommend(spec, options.storage)
     if as_json:
         _print_json(answer.to_dict())
         return
@@ -708,16 +707,15 @@ def recommend(job: Optional[Path] = JOB_ARG, storage: Optional[str] = STORAGE_OP
                   "`autosync tune` checks it (and starts from these jobs' winners).")
 
 
-@cache_app.command("show")
-def cache_show(job: Optional[Path] = JOB_ARG, storage: Optional[str] = STORAGE_OPT,
-               as_json: bool = JSON_OPT) -> None:
+@_command(CacheOptions, cache_app, name="show")
+def cache_show(job: Optional[Path] = JOB_ARG, as_json: bool = JSON_OPT, *, options: CacheOptions) -> None:
     """The cached studies of one job with their provenance and amortization report."""
     from autosync import api
     from autosync.core import strict_json
     from autosync.search.study.storage import DEFAULT_STORAGE, redact_url
 
     spec = api.load_job(job)
-    url = storage or DEFAULT_STORAGE
+    url = options.storage or DEFAULT_STORAGE
     studies = api.cached_studies(url, spec)
     if as_json:
         _print_json(studies)
@@ -730,13 +728,13 @@ def cache_show(job: Optional[Path] = JOB_ARG, storage: Optional[str] = STORAGE_O
         console.print(strict_json.dumps(s["cache"], indent=2) if s["cache"] is not None else "  not finished yet")
 
 
-@cache_app.command("clear")
-def cache_clear(job: Optional[Path] = JOB_ARG, storage: Optional[str] = STORAGE_OPT) -> None:
+@_command(CacheOptions, cache_app, name="clear")
+def cache_clear(job: Optional[Path] = JOB_ARG, *, options: CacheOptions) -> None:
     """Delete every study (and so the cached policy) of one job."""
     from autosync import api
 
     spec = api.load_job(job)
-    names = api.clear_cache(spec, storage)
+    names = api.clear_cache(spec, options.storage)
     console.print(f"deleted {len(names)} studies of job {spec.name}: {', '.join(names) or '-'}")
 
 
