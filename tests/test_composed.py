@@ -190,7 +190,7 @@ def test_a_search_space_that_can_sample_a_refused_composition_is_refused_with_th
     allowed = tmp_path / "allowed.yaml"  # the same slots, each parameter where its choice is made
     allowed.write_text("name: ok\npolicies:\n  compose:\n    barrier: {type: categorical, choices: [bsp, asp]}\n"
                        "    update: {type: categorical, choices: [sgd, dana_zero], when: {barrier: [asp]}}\n")
-    assert load_space(allowed, 4).families == ["compose"]
+    assert load_space(allowed, 4).policies == ["compose"]
 
 
 def test_the_composed_space_samples_only_allowed_compositions_and_counts_its_points():
@@ -240,7 +240,7 @@ def test_numbers_are_tried_at_the_values_they_can_sample(tmp_path):
     path = tmp_path / "step.yaml"
     path.write_text("policies:\n  compose:\n    barrier: {type: categorical, choices: [bsp, asp]}\n"
                     "    dc_lambda: {type: float, low: 2.0, high: 2.5, step: 1.0}\n")
-    assert load_space(path, 4).families == ["compose"]
+    assert load_space(path, 4).policies == ["compose"]
     path.write_text("policies:\n  compose:\n    staleness: {type: int, low: 1, high: 5}\n"
                     "    barrier: {type: categorical, choices: [ssp], when: {staleness: [1, 5]}}\n")
     with pytest.raises(Exception, match=r"can sample compose\(barrier=bsp,staleness=2\), which is refused"):

@@ -206,5 +206,5 @@ def test_a_space_file_is_accepted_or_refused_in_one_line_per_problem(folder, doc
     except UserError as exc:
         _refused_cleanly(exc, path)
         return
-    assert space.families and not _non_finite([space.constants, [
+    assert space.policies and not _non_finite([space.constants, [
         [vars(d) for d in dims.values()] for dims in space.dimensions.values()]])

@@ -2,20 +2,20 @@
 
     name: static_k
     description: static backup workers, k in 1..n
-    policies:                       # one policy family, or several: then the family is a categorical
+    policies:                       # one policy, or several: then which policy is a categorical
       backup:
         k: {type: int, low: 1, high: n_workers}
         lr_rule: {type: categorical, choices: [fixed, proportional]}
       split:
         fractions: {type: simplex, size: n_workers}   # per-worker fractions of a fixed total batch
-      bsp: {}                       # a family without parameters
+      bsp: {}                       # a policy without parameters
       sync_switch:
         switch_at: {type: float, low: 0.0, high: 1.0, step: 0.0625}
         config: sync_switch         # a constant: not searched
 
 Types: int and float (low, high, optional step, optional log), categorical (choices) and simplex (size).
-`n_workers` (optionally `n_workers - 1` and so on) stands for the job's number of workers. Each family's
-parameters form a conditional sub-space: Optuna names them `family.param`. Unknown keys, unknown policies
+`n_workers` (optionally `n_workers - 1` and so on) stands for the job's number of workers. Each policy's
+parameters form a conditional sub-space: Optuna names them `policy.param`. Unknown keys, unknown policies
 or parameters, and impossible ranges are errors naming the file and the key.
 """
 
@@ -36,30 +36,31 @@ from autosync.search.space_file import Constant, Dimension, SpaceFile, describe,
 if TYPE_CHECKING:
     import optuna
 
-FAMILY_PARAM = "policy"  # name of the categorical over families
+POLICY_PARAM = "policy"  # name of the categorical over the space's policies
 
 
 @dataclass
 class SearchSpace:
-    """Policy families, each with its searched dimensions and its constant parameters."""
+    """The policies a search samples from, each with its searched dimensions and its constant parameters."""
 
     name: str
     description: str
     path: str
-    dimensions: dict[str, dict[str, Dimension]]  # family -> param -> dimension
-    constants: dict[str, dict[str, Any]]  # family -> param -> fixed value
+    dimensions: dict[str, dict[str, Dimension]]  # policy -> param -> dimension
+    constants: dict[str, dict[str, Any]]  # policy -> param -> fixed value
 
     @property
-    def families(self) -> list[str]:
+    def policies(self) -> list[str]:
+        """The policies the space samples from (each with its own sub-space)."""
         return list(self.dimensions)
 
     def suggest(self, trial: "optuna.Trial") -> dict[str, Any]:
         """Sample one policy, as `Policy.to_dict()`, from `trial`."""
-        families = self.families
-        family = families[0] if len(families) == 1 else trial.suggest_categorical(FAMILY_PARAM, families)
-        params = dict(self.constants[family])
-        for name, dim in self.dimensions[family].items():
-            key = f"{family}.{name}"
+        policies = self.policies
+        policy_name = policies[0] if len(policies) == 1 else trial.suggest_categorical(POLICY_PARAM, policies)
+        params = dict(self.constants[policy_name])
+        for name, dim in self.dimensions[policy_name].items():
+            key = f"{policy_name}.{name}"
             if not _holds(dim, params):
                 continue
             if dim.type == "int":
@@ -72,7 +73,7 @@ class SearchSpace:
                 raw = [trial.suggest_float(f"{key}.{i}", 1e-6, 1.0) for i in range(dim.size)]
                 weights = [-math.log(u) for u in raw]
                 params[name] = [w / sum(weights) for w in weights]
-        return {"policy": family, "params": params}
+        return {"policy": policy_name, "params": params}
 
     def trial_params(self, policy: dict[str, Any]) -> dict[str, Any] | None:
         """The Optuna parameters that reproduce `policy` (for enqueue_trial), or None if it is outside.
@@ -80,22 +81,22 @@ class SearchSpace:
         A parameter the policy leaves out takes its default (`compose(barrier=bsp)` has schedule none)."""
         from autosync.catalog import POLICIES, policy_parameters
 
-        family = policy["policy"]
-        if family not in self.dimensions:
+        policy_name = policy["policy"]
+        if policy_name not in self.dimensions:
             return None
-        defaults = {k: v for k, v in policy_parameters(POLICIES[family]).items() if v is not inspect.Parameter.empty}
+        defaults = {k: v for k, v in policy_parameters(POLICIES[policy_name]).items() if v is not inspect.Parameter.empty}
         params = {**defaults, **policy["params"]}
-        out: dict[str, Any] = {} if len(self.families) == 1 else {FAMILY_PARAM: family}
-        for name, dim in self.dimensions[family].items():
+        out: dict[str, Any] = {} if len(self.policies) == 1 else {POLICY_PARAM: policy_name}
+        for name, dim in self.dimensions[policy_name].items():
             if not _holds(dim, params):
                 continue
             value = params.get(name)
             if value is None or not _admits(dim, value):
                 return None
             if dim.type == "simplex":
-                out.update({f"{family}.{name}.{i}": math.exp(-v) for i, v in enumerate(value)})
+                out.update({f"{policy_name}.{name}.{i}": math.exp(-v) for i, v in enumerate(value)})
             else:
-                out[f"{family}.{name}"] = value
+                out[f"{policy_name}.{name}"] = value
         return out
 
     def points(self) -> Iterator[dict[str, Any]]:
@@ -103,9 +104,9 @@ class SearchSpace:
         exhaustive search trains."""
         if not self.is_discrete():
             raise ValueError(f"{self.path} has a continuous dimension: its points cannot be listed")
-        for family, dims in self.dimensions.items():
-            for params in _combinations(list(dims.items()), dict(self.constants[family])):
-                yield {"policy": family, "params": params}
+        for policy_name, dims in self.dimensions.items():
+            for params in _combinations(list(dims.items()), dict(self.constants[policy_name])):
+                yield {"policy": policy_name, "params": params}
 
     def is_discrete(self) -> bool:
         """True when every dimension is int, categorical or stepped float (a brute-force sampler can cover it)."""
@@ -117,7 +118,8 @@ class SearchSpace:
         where their condition holds."""
         if not self.is_discrete():
             return None
-        return sum(_points(list(dims.items()), dict(self.constants[family])) for family, dims in self.dimensions.items())
+        return sum(_points(list(dims.items()), dict(self.constants[policy_name]))
+                   for policy_name, dims in self.dimensions.items())
 
 
 def _admits(dim: Dimension, value: Any) -> bool:
@@ -136,7 +138,7 @@ def _holds(dim: Dimension, params: dict[str, Any]) -> bool:
 
 
 def _points(dims: list[tuple[str, Dimension]], chosen: dict[str, Any]) -> int:
-    """Points of a family's discrete dimensions (in file order), given the values `chosen` so far: a
+    """Points of a policy's discrete dimensions (in file order), given the values `chosen` so far: a
     dimension a later condition reads is counted value by value, any other by its number of values."""
     if not dims:
         return 1
@@ -150,7 +152,7 @@ def _points(dims: list[tuple[str, Dimension]], chosen: dict[str, Any]) -> int:
 
 
 def _combinations(dims: list[tuple[str, Dimension]], chosen: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    """Every assignment of a family's discrete dimensions (in file order) extending `chosen`."""
+    """Every assignment of a policy's discrete dimensions (in file order) extending `chosen`."""
     if not dims:
         yield chosen
         return
@@ -206,10 +208,10 @@ def load_space(path: str | Path, n_workers: int) -> SearchSpace:
         problems = [describe(e) for e in exc.errors()] + problems
     if problems:
         raise SpaceFileError(str(path), problems)
-    dimensions = {family: {name: p.dimension() for name, p in params.items() if not isinstance(p, Constant)}
-                  for family, params in spec.policies.items()}
-    constants = {family: {name: p.value for name, p in params.items() if isinstance(p, Constant)}
-                 for family, params in spec.policies.items()}
+    dimensions = {policy_name: {name: p.dimension() for name, p in params.items() if not isinstance(p, Constant)}
+                  for policy_name, params in spec.policies.items()}
+    constants = {policy_name: {name: p.value for name, p in params.items() if isinstance(p, Constant)}
+                 for policy_name, params in spec.policies.items()}
     problems = type_problems(dimensions, constants) or refused_compositions(dimensions, constants)
     if problems:
         raise SpaceFileError(str(path), problems)
@@ -222,10 +224,10 @@ def type_problems(dimensions: dict[str, dict[str, Dimension]], constants: dict[s
     from autosync.catalog import POLICIES, policy_parameters, takes_type
 
     problems = []
-    for family, params in constants.items():
-        known = policy_parameters(POLICIES[family])
+    for policy_name, params in constants.items():
+        known = policy_parameters(POLICIES[policy_name])
         values = [(name, value, short_repr(value)) for name, value in params.items()]
-        for name, dim in dimensions[family].items():
+        for name, dim in dimensions[policy_name].items():
             if dim.type == "categorical":
                 values += [(name, choice, f"the choice {short_repr(choice)}") for choice in dim.choices]
             elif dim.type in ("int", "float"):  # a trial samples an int, or a float
@@ -237,14 +239,14 @@ def type_problems(dimensions: dict[str, dict[str, Dimension]], constants: dict[s
                 continue  # no default to take a type from, or said already
             if not takes_type(value, type(default)):
                 reported.add(name)
-                problems.append(f"policies.{family}.{name} must be {type(default).__name__} (policy {family}'s "
+                problems.append(f"policies.{policy_name}.{name} must be {type(default).__name__} (policy {policy_name}'s "
                                 f"default is {default!r}), but got {described}")
     return problems
 
 
 def refused_compositions(dimensions: dict[str, dict[str, Dimension]],
                          constants: dict[str, dict[str, Any]]) -> list[str]:
-    """For a `compose` family, the first composition the space can sample that `check_composition` refuses,
+    """For a `compose` policy, the first composition the space can sample that `check_composition` refuses,
     with the rule (as one problem line); none where every sample is allowed.
 
     `check_composition` reads the four slots' choices, and every other parameter only as its default or
@@ -271,7 +273,7 @@ def refused_compositions(dimensions: dict[str, dict[str, Dimension]],
 
 def _samples(dims: list[tuple[str, Dimension]], chosen: dict[str, Any], defaults: dict[str, Any],
              slots: Iterable[str]):
-    """Every sample of a family's dimensions that matters to `refused_compositions` (`_points`' walk)."""
+    """Every sample of a policy's dimensions that matters to `refused_compositions` (`_points`' walk)."""
     if not dims:
         yield dict(chosen)
         return

@@ -63,7 +63,7 @@ class _Strict(BaseModel):
 
 
 class _Conditional(_Strict):
-    """A dimension that may be conditional: `when: {barrier: [backup]}` samples it only where the family's
+    """A dimension that may be conditional: `when: {barrier: [backup]}` samples it only where the policy's
     earlier parameter `barrier` took one of those values (a conditional sub-space, as Optuna's define-by-run
     spaces are); a list of such mappings holds where any one of them does. Where it does not hold, the
     parameter keeps the policy's default."""
@@ -205,8 +205,8 @@ class SpaceFile(_Strict):
 
     @field_validator("policies")
     @classmethod
-    def _empty_families(cls, policies: dict[str, Any]) -> dict[str, Any]:
-        return {family: params or {} for family, params in policies.items()}
+    def _empty_policies(cls, policies: dict[str, Any]) -> dict[str, Any]:
+        return {policy_name: params or {} for policy_name, params in policies.items()}
 
 
 def problems_with_policies(policies: Any) -> list[str]:
@@ -216,22 +216,22 @@ def problems_with_policies(policies: Any) -> list[str]:
     problems: list[str] = []
     if not isinstance(policies, dict):
         return problems  # the structure's own error says so
-    for family, params in policies.items():
-        if family not in POLICIES:
-            problems.append(f"policies.{plain_key(family)}: unknown policy {short_repr(family)} "
+    for policy_name, params in policies.items():
+        if policy_name not in POLICIES:
+            problems.append(f"policies.{plain_key(policy_name)}: unknown policy {short_repr(policy_name)} "
                             f"(known: {', '.join(sorted(POLICIES))})")
             continue
-        known = policy_parameters(POLICIES[family])
+        known = policy_parameters(POLICIES[policy_name])
         earlier: list[str] = []
         for name, spec in (params.items() if isinstance(params, dict) else ()):
             if name not in known:
-                problems.append(f"policies.{family}.{plain_key(name)}: policy {family} has no parameter "
+                problems.append(f"policies.{policy_name}.{plain_key(name)}: policy {policy_name} has no parameter "
                                 f"{short_repr(name)} (it takes: {', '.join(known) or 'none'})")
             when = spec.get("when") if isinstance(spec, dict) else None
             clauses = [when] if isinstance(when, dict) else when if isinstance(when, list) else []
             for key in (k for clause in clauses if isinstance(clause, dict) for k in clause):
                 if key not in earlier:
-                    problems.append(f"policies.{family}.{name}.when: must name parameters listed before {name} "
+                    problems.append(f"policies.{policy_name}.{name}.when: must name parameters listed before {name} "
                                     f"(the condition is decided first), but got {key!r}")
             earlier.append(name)
     return problems

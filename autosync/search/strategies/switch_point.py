@@ -39,9 +39,9 @@ def run_switch_point_search(study: "optuna.Study", request: "TuneRequest", refer
 
     space = request.space
     dims = space.dimensions.get(SyncSwitch.name, {})
-    if space.families != [SyncSwitch.name] or "switch_at" not in dims:
-        raise UserError(f"--sampler {request.sampler} searches the switch point: the space must have one family "
-                        f"sync_switch with a switch_at dimension, but {space.path} has {space.families}")
+    if space.policies != [SyncSwitch.name] or "switch_at" not in dims:
+        raise UserError(f"--sampler {request.sampler} searches the switch point: the space must have one policy "
+                        f"sync_switch with a switch_at dimension, but {space.path} has {space.policies}")
     others: dict[str, Any] = {}
     for name, dim in dims.items():
         if name == "switch_at":
