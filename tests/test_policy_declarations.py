@@ -57,6 +57,7 @@ def test_each_slot_choice_belongs_to_the_policy_that_declares_it():
     assert PARAMETER_OWNERS["dc_lambda"] == ("update", ("dc_asgd", "dana_dc"))
     for slot, choices in SLOTS.items():  # every choice but the plain one is some policy's strategy
         assert [c for c in choices if c != PLAIN[slot]] == [c for c in choices[1:]]
+        assert all(owner(slot, c)[1].slots()[slot] == c for c in choices[1:])
 
 
 @pytest.mark.parametrize("cls", [c for c in SEED_POLICIES if c.presets], ids=lambda c: c.name)

@@ -55,7 +55,6 @@ def _slot_choices(slot: str) -> tuple[str, ...]:
 
 
 SLOTS = {slot: _slot_choices(slot) for slot in PLAIN}
-BARRIERS, BATCHES, UPDATES, SCHEDULES = (SLOTS[slot] for slot in ("barrier", "batch", "update", "schedule"))
 
 
 def _parameter_owners() -> dict[str, tuple[str, tuple[str, ...]]]:
@@ -145,7 +144,10 @@ class Composed(Policy):
     def _part(self, slot: str) -> Policy:
         """The seed policy that owns this composition's choice in `slot`, with this composition's values of
         its parameters (`Policy.presets`)."""
-        cls, preset = owner(slot, getattr(self, slot))
+        return self._as_preset(*owner(slot, getattr(self, slot)))
+
+    def _as_preset(self, cls: type[Policy], preset: Preset) -> Policy:
+        """`cls` with this composition's values of the preset's parameters and the values it stands for."""
         return cls(**{name: getattr(self, name) for name in preset.params}, **preset.fixed)
 
     def _update_rule(self) -> UpdateRule:
@@ -157,7 +159,7 @@ class Composed(Policy):
         chosen = _non_plain({slot: getattr(self, slot) for slot in SLOTS})
         for cls, preset in PRESETS:
             if _non_plain(preset.slots()) == chosen:
-                return cls(**{name: getattr(self, name) for name in preset.params}, **preset.fixed)
+                return self._as_preset(cls, preset)
         return None
 
     def canonical(self, n_workers: int) -> Policy:
