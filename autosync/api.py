@@ -30,6 +30,10 @@ from autosync.core.job import JobSpec, job_from_dict, load_job
 from autosync.options import (CalibrateOptions, ExecutionOptions, FamilyOptions, LeaderboardOptions, ProfileOptions,
                               ReplayOptions, RobustnessOptions, RunOptions, ScalingOptions, TuneOptions, build)
 
+# Called with (what, steps) around each long phase of a function; the context it returns gives a function
+# to call after each step (the command line draws a spinner or a counting bar).
+Phase = Callable[[str, int], ContextManager[Callable[[], None]]]
+
 if TYPE_CHECKING:
     from autosync.engine import RunResult
     from autosync.engine.backends import BackendChoice, Ranks
@@ -347,7 +351,7 @@ def _no_phase(text: str, total: int) -> ContextManager[Callable[[], None]]:
 
 
 def profile(job: JobSpec, options: ProfileOptions | None = None, *, workload: Any = None,
-            phase: Callable[[str, int], ContextManager[Callable[[], None]]] = _no_phase, **fields: Any) -> Profile:
+            phase: Phase = _no_phase, **fields: Any) -> Profile:
     """Time each worker's real round trips (compute and communication) and fit the job's cluster model.
 
     Args:
@@ -389,7 +393,7 @@ UNIT_ROUNDS = 3  # rounds of one task per worker that time the worker processes 
 
 
 def calibrate(job: JobSpec, options: CalibrateOptions | None = None, *, workload: Any = None,
-              phase: Callable[[str, int], ContextManager[Callable[[], None]]] = _no_phase,
+              phase: Phase = _no_phase,
               **fields: Any) -> tuple[Any, JobSpec]:
     """Run `job` for real twice (BSP and backup k = 1, a few updates each), compare with its simulation and,
     with `fit`, fit the server's costs per update and per gradient to the real runs
@@ -471,7 +475,7 @@ class Robustness:
 
 def robustness(family_file: str | Path, directory: str | Path | None = None,
                options: RobustnessOptions | None = None, *, command: str = "autosync.api.robustness",
-               phase: Callable[[str, int], ContextManager[Callable[[], None]]] = _no_phase,
+               phase: Phase = _no_phase,
                on_resume: Callable[[int, int, Path], None] | None = None, **fields: Any) -> Robustness:
     """Each online policy against each drawn job's best static k, over seeds (resumable: every finished run
     is appended to `directory`/cells.jsonl, default results/robustness/<family>, and read back).
@@ -516,7 +520,7 @@ def robustness(family_file: str | Path, directory: str | Path | None = None,
 
 
 def _tune_each(jobs: list[JobSpec], space: str, trials: int, directory: Path,
-               phase: Callable[[str, int], ContextManager[Callable[[], None]]]) -> dict[str, dict[str, Any]]:
+               phase: Phase) -> dict[str, dict[str, Any]]:
     """Each job's tuned policy (`trials` trials in `space`, cached in directory/studies.db: a second call
     reuses it), by the job's fingerprint."""
     storage = f"sqlite:///{directory / 'studies.db'}"
@@ -546,7 +550,7 @@ class Replay:
 
 
 def replay(logs: str | Path, options: ReplayOptions | None = None, *,
-           phase: Callable[[str, int], ContextManager[Callable[[], None]]] = _no_phase, **fields: Any) -> Replay:
+           phase: Phase = _no_phase, **fields: Any) -> Replay:
     """Replay switch-point searches on a Sync-Switch log folder (the paper's published runs, e.g.
     ../shared/data/sync_switch_logs/cifar10_res32): binary search, the cost-ordered ladder and TPE with
     each of `tpe_trials` trials, `simulations` searches per strategy and setting (`autosync.search.replay`).

@@ -274,8 +274,9 @@ def _print_calibration(calibration: Any) -> None:
     console.print(calibration.verdict())
 
 
-def _phase(label: str) -> Callable[[str, int], Any]:
-    """The API's phases as a spinner (no steps) or a counting bar (`label [bar] done/total what`)."""
+def _phase(label: str, transient: bool = True) -> Callable[[str, int], Any]:
+    """The API's phases as a spinner (no steps) or a counting bar (`label [bar] done/total what`; with
+    `transient` False the bar stays on screen, its elapsed time with it, once the phase is done)."""
 
     @contextlib.contextmanager
     def phase(what: str, steps: int) -> Iterator[Callable[[], None]]:
@@ -283,7 +284,7 @@ def _phase(label: str) -> Callable[[str, int], Any]:
             with status.status(what):
                 yield lambda: None
             return
-        with _counting_bar(label) as bar:
+        with _counting_bar(label, transient) as bar:
             task = bar.add_task(what, total=steps)
             yield lambda: bar.advance(task)
 
@@ -421,10 +422,11 @@ def robustness(
     from autosync.reporting.output import format_cell
     from autosync.reporting.robustness import SUMMARY_COLUMNS, summary_legend
 
-    found = api.robustness(family_file, out, options, command=_command_line("robustness"),
-                           phase=_phase("robustness"), on_resume=lambda reused, total, cells: status.print(
+    command = _command_line("robustness")
+    found = api.robustness(family_file, out, options, command=command, phase=_phase("robustness", transient=False),
+                           on_resume=lambda reused, total, cells: status.print(
                                f"reusing {reused} of {total} finished runs from {cells}"))
-    paths = found.write(_command_line("robustness"))
+    paths = found.write(command)
     status.print(f"wrote {', '.join(str(p) for p in paths)}")
     if as_json:
         _print_json({"family": found.family, **found.result, "files": [str(p) for p in paths]})
