@@ -35,13 +35,14 @@ def _is_type_checking(node: ast.If) -> bool:
     return isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
 
 
-def _imports(path: Path, modules: set[str]) -> set[str]:
-    """The autosync modules `path` imports (a package's import also runs its parents' __init__)."""
+def _imports(path: Path, modules: set[str], annotations: bool = False) -> set[str]:
+    """The autosync modules `path` imports (a package's import also runs its parents' __init__); with
+    `annotations`, also those it names only under `if TYPE_CHECKING:`."""
     tree = ast.parse(path.read_text())
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node):
+        if isinstance(node, ast.If) and _is_type_checking(node) and not annotations:
             return
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
@@ -118,22 +119,11 @@ def test_no_import_cycles():
     assert not cycles, cycles
 
 
-def _all_imports(path: Path, modules: set[str]) -> set[str]:
-    """The autosync modules `path` names in any import, those under `if TYPE_CHECKING:` too."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.update({f"{node.module}.{a.name}" for a in node.names} | {node.module})
-        elif isinstance(node, ast.Import):
-            found.update(a.name for a in node.names)
-    return {name for name in found if name in modules}
-
-
 def test_no_two_modules_name_each_other_even_for_annotations():
     """A pair that imports each other only for type hints still reads as one module split in two. The one
     pair left: a user's workload is checked while it is built (`Workload.__init__` runs
     `check_user_workload`), and the checks read the workload they are given."""
     paths = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
-    names = {m: _all_imports(p, set(paths)) - {m} for m, p in paths.items()}
+    names = {m: _imports(p, set(paths), annotations=True) for m, p in paths.items()}
     pairs = sorted({tuple(sorted((a, b))) for a in names for b in names[a] if a in names.get(b, set())})
     assert pairs == [("autosync.workloads.checks", "autosync.workloads.workload")], pairs
