@@ -28,8 +28,8 @@ if TYPE_CHECKING:
 
 
 class Race(Protocol):
-    """The bar a trial races (`autosync.search.strategies.pruning.RaceLimit`), as the objective uses it: named here so
-    that the objective does not import the pruning that imports it."""
+    """The bar a trial races (`autosync.search.strategies.pruning.RaceLimit`), as the objective uses it:
+    named here so that the objective does not import the pruning that imports it."""
 
     places: int  # how many of the fastest finished candidates the bar keeps
 
@@ -246,7 +246,8 @@ class Objective:
         self.siblings = siblings or []  # other studies of this job and backend (`autosync.search.study.siblings`)
         self.storage_url = storage_url  # a storage other processes may share: look for their running twins
         self.resamples_in_a_row = 0  # proposals in a row that were running elsewhere (`running_twins`)
-        # the bar a trial races against, built per trial from its study (`autosync.search.strategies.pruning`); None: no pruning
+        # the bar a trial races against, built per trial from its study (`autosync.search.strategies.pruning`);
+        # None: no pruning
         self.race = race
 
     def seeds(self) -> list[int]:
