@@ -393,3 +393,23 @@ def test_a_real_clock_run_with_buffers_and_dropout_reruns_bit_for_bit(user_dir):
     assert (user_dir / "real_run" / "final_buffers.pt").is_file()
     again = autosync("rerun", "real_run", cwd=user_dir)
     assert again.returncode == 0 and "bit-identical to the logged run" in again.stdout, again.stdout + again.stderr
+
+
+def test_a_process_that_did_not_load_the_job_imports_its_code_and_its_errors_come_back_whole(tmp_path):
+    """A joblib worker started before a user-code job was loaded (its search path lacks the job's folder)
+    still imports the job's factories; a job-file error raised in a worker reaches the parent as itself."""
+    import pickle
+    import subprocess
+    import sys
+
+    (tmp_path / "mine_for_a_worker.py").write_text("def build():\n    return 41 + 1\n")
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text("name: x\n")
+    code = ("from autosync.workloads.user_code import import_factory; "
+            f"print(import_factory('mine_for_a_worker:build', 'workload.model.factory', {str(job_file)!r})())")
+    fresh = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                           cwd=Path(__file__).resolve().parents[1])
+    assert fresh.returncode == 0 and fresh.stdout.strip() == "42", fresh.stderr
+    error = JobFileError("job.yaml", ["workload.model.factory: 'm:f' does not import"])
+    again = pickle.loads(pickle.dumps(error))
+    assert type(again) is JobFileError and str(again) == str(error) and again.problems == error.problems

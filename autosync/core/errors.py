@@ -18,6 +18,11 @@ class FileProblems(UserError):
         self.problems = [_one_line(p) for p in problems]
         super().__init__("\n".join(f"{_one_line(path)}: {p}" for p in self.problems))
 
+    def __reduce__(self) -> tuple:
+        """Rebuilt from (path, problems): an error raised in a worker process (joblib, a spawned worker)
+        reaches the parent as itself, not as a failure to unpickle it."""
+        return type(self), (self.path, self.problems)
+
 
 def _one_line(text: str) -> str:
     """`text` on one line: a line break inside a problem (a key or value the user wrote) would read as two."""

@@ -11,13 +11,21 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from pathlib import Path
 from typing import Any, Callable
 
 from autosync.core.errors import JobFileError
+from autosync.core.job import add_import_root
 
 
 def import_factory(path: str, field: str, source: str) -> Callable[..., Any]:
-    """The callable `path` ("package.module:function", attributes dotted) names; errors name `field`."""
+    """The callable `path` ("package.module:function", attributes dotted) names; errors name `field`.
+
+    The job file's folder (`source`) is on the search path first, as `load_job` puts it: a process that
+    builds the workload from a job it did not load itself (a joblib worker started before the job was
+    loaded) imports the same code."""
+    if Path(source).is_file():
+        add_import_root(Path(source).parent)
     module_name, _, attribute = path.partition(":")
     try:
         target: Any = importlib.import_module(module_name)
