@@ -1,4 +1,4 @@
-"""Runs kept where they stopped at the target, so a full-budget run of the same policy forks from them.
+"""Runs kept where they stopped, so a later run that repeats their start forks from them instead.
 
 A search's trials stop at the target (`autosync.search.objective`); the candidates that can still win are
 then checked at full budget (`autosync.search.strategies.full_budget`). Such a check would repeat, bit for bit, the
@@ -6,24 +6,39 @@ run up to the target: it continues instead from the stopped run's snapshot (`Sim
 trains only the rest of the budget. The store is this process's memory, bounded in bytes (the oldest
 snapshots go first); a check whose snapshot is not here (another process ran the trial, or it was
 evicted) trains from the start and gets the same result.
+
+Runs of a schedule with a switch point (Sync-Switch) also keep prefixes: while the switch is undecided,
+the run is every switch point's above the quota used so far (`Schedule.undecided_above`), so a snapshot is
+kept each time the quota passes another 1/`PREFIX_GRID` of the workload, and a run of another switch point
+continues from the latest prefix below it (`Simulator.continue_as`). A search's switch-point candidates
+then train BSP's phase once, not once each.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autosync.core.job import JobSpec
 
+if TYPE_CHECKING:
+    from autosync.engine.simulator import ProgressFn, RunResult, Simulator
+    from autosync.policies import Policy
+
 MAX_BYTES = 512 * 2 ** 20  # what the kept snapshots may take, in all
+
+
+PREFIX_GRID = 64  # a switch-point run keeps a prefix each time its quota used passes another 1/64
 
 
 @dataclass(frozen=True)
 class Kept:
     snapshot: bytes  # `Simulator.snapshot()` of the stopped run
     at_seconds: float  # the virtual time it had trained: what a run forked from it does not train again
+    undecided_above: float | None = None  # a prefix: the run of every switch point above this (None: a stop)
 
 
 def fork_key(job: JobSpec, policy: dict[str, Any]) -> str:
@@ -33,23 +48,39 @@ def fork_key(job: JobSpec, policy: dict[str, Any]) -> str:
     return json.dumps([whole.fingerprint(), job.seed, policy], sort_keys=True)
 
 
+def prefix_key(job: JobSpec, policy: dict[str, Any], switch_param: str) -> str:
+    """What a switch-point run is before its switch: `fork_key` without the switch point."""
+    params = {k: v for k, v in policy["params"].items() if k != switch_param}
+    return fork_key(job, {**policy, "params": params}) + f" prefix of {switch_param}"
+
+
 class ForkStore:
-    """Snapshots of stopped runs by `fork_key`, the newest kept while they fit in `max_bytes`."""
+    """Snapshots of stopped runs by `fork_key` and prefixes by `prefix_key`, the newest kept while they fit
+    in `max_bytes`."""
 
     def __init__(self, max_bytes: int = MAX_BYTES):
         self.max_bytes = max_bytes
-        self._kept: OrderedDict[str, Kept] = OrderedDict()
+        self._kept: OrderedDict[tuple[str, float | None], Kept] = OrderedDict()
 
-    def put(self, key: str, snapshot: bytes, at_seconds: float) -> None:
-        self._kept.pop(key, None)
+    def put(self, key: str, snapshot: bytes, at_seconds: float, undecided_above: float | None = None) -> None:
+        """Keep a stopped run (`undecided_above` None) or a prefix of switch-point runs."""
+        entry = (key, undecided_above)
+        self._kept.pop(entry, None)
         if len(snapshot) > self.max_bytes:
             return
-        self._kept[key] = Kept(snapshot, at_seconds)
+        self._kept[entry] = Kept(snapshot, at_seconds, undecided_above)
         while sum(len(k.snapshot) for k in self._kept.values()) > self.max_bytes:
             self._kept.popitem(last=False)
 
     def get(self, key: str) -> Kept | None:
-        return self._kept.get(key)
+        """The stopped run kept under `key`."""
+        return self._kept.get((key, None))
+
+    def prefix(self, key: str, switch_point: float) -> Kept | None:
+        """The longest prefix kept under `key` that is the run of `switch_point`."""
+        fitting = [kept for (k, above), kept in self._kept.items()
+                   if k == key and above is not None and switch_point > above]
+        return max(fitting, key=lambda kept: kept.at_seconds, default=None)
 
     def clear(self) -> None:
         self._kept.clear()
@@ -59,3 +90,45 @@ class ForkStore:
 
 
 FORKS = ForkStore()  # this process's store: the search's trials and checks run in the same process
+
+
+def run_sharing_prefixes(job: JobSpec, policy: "Policy", progress: "ProgressFn | None" = None,
+                         store: ForkStore = FORKS) -> tuple["Simulator", "RunResult", float]:
+    """Run `policy` on `job` in the simulator (evaluating only what the target reads); a policy whose
+    schedule has a switch point continues from the longest kept prefix of its run, and keeps prefixes of
+    its own while its switch is undecided and its target unmet. Returns the simulator (where it stopped),
+    the run and the virtual seconds taken from a prefix instead of trained."""
+    from autosync.engine.simulator import Simulator
+
+    switch_param = type(policy.bind(job.cluster.n_workers, job.workload.batch_size).schedule).switch_param
+    if switch_param is None:
+        sim = Simulator(job, policy, progress=progress, target_metric_only=True)
+        return sim, sim.run(), 0.0
+    key = prefix_key(job, policy.to_dict(), switch_param)
+    kept = store.prefix(key, policy.to_dict()["params"][switch_param])
+    if kept is None:
+        sim = Simulator(job, policy, target_metric_only=True)
+    else:
+        sim = Simulator.resume(kept.snapshot, job)
+        sim.continue_as(policy)
+    last_cell = 0 if kept is None else math.floor(kept.undecided_above * PREFIX_GRID)
+    target_met = due = False
+
+    def hear(info: dict[str, Any]) -> None:  # an evaluation: a prefix is due once the quota passed a new cell
+        nonlocal target_met, due
+        target_met = target_met or job.target.reached(info.get(job.target.metric))
+        above = sim.strategies.schedule.undecided_above()
+        due = not target_met and above is not None and math.floor(above * PREFIX_GRID) > last_cell
+        if progress is not None:
+            progress(info)
+
+    def keep_prefix() -> None:  # after the event that evaluated: its workers are launched again
+        nonlocal last_cell, due
+        if due:
+            above = sim.strategies.schedule.undecided_above()
+            last_cell, due = math.floor(above * PREFIX_GRID), False
+            store.put(key, sim.snapshot(), sim.now, undecided_above=above)
+
+    sim.progress, sim.after_step = hear, keep_prefix
+    result = sim.run() if kept is None else sim.run_on()
+    return sim, result, 0.0 if kept is None else kept.at_seconds

@@ -30,7 +30,7 @@ from autosync.policies._base import momentum_of
 from autosync.workloads.workload import Workload
 
 ProgressFn = Callable[[dict[str, Any]], None]
-_REBUILT_ON_RESUME = ("job", "workload", "driver", "progress")  # not in a snapshot: `Simulator.resume` passes them
+_REBUILT_ON_RESUME = ("job", "workload", "driver", "progress", "after_step")  # not in a snapshot: `resume` passes them
 
 
 @dataclass
@@ -65,6 +65,7 @@ class Simulator:
         self.policy = policy
         self.workload = workload if workload is not None else Workload(job)
         self.progress = progress
+        self.after_step: Callable[[], None] | None = None  # called between events, where `snapshot` may be taken
         n = job.cluster.n_workers
         self.strategies: Strategies = policy.bind(n, job.workload.batch_size)
         self.cluster = RoundTripModel(job.cluster, job.seed)
@@ -105,7 +106,9 @@ class Simulator:
 
     def snapshot(self) -> bytes:
         """The run's whole state where it stands (parameters, optimizer and strategy state, the server's and
-        the clock's queues, the trace, the clock's time), for `Simulator.resume`: a run continued from it is
+        the clock's queues, the trace, the clock's time), for `Simulator.resume`, taken between events (after
+        `run` returned, or from `after_step`; not from the progress callback, which an event calls before its
+        workers are launched again): a run continued from it is
         bit-identical to one that never stopped, since every random draw is a function of (seed, stream,
         worker, task) (`autosync.core.rng`) and no state lives outside this object. Only the virtual clock with
         the in-process driver can be snapshotted: worker processes and the real clock keep state elsewhere."""
@@ -123,33 +126,44 @@ class Simulator:
         `resume(...).run_on()` finishes it."""
         sim = cls.__new__(cls)
         sim.__dict__.update(pickle.loads(snapshot))
-        sim.job, sim.progress = job, progress
+        sim.job, sim.progress, sim.after_step = job, progress, None
         sim.workload = workload if workload is not None else Workload(job)
         sim.driver = InProcessDriver(sim.workload, job.seed)
         return sim
 
+    def continue_as(self, policy: Policy) -> None:
+        """Go on as `policy`, which differs from this run's policy only in its schedule's switch point, one
+        the run has not yet decided on (`Schedule.continue_as`: Sync-Switch above the quota used so far).
+        The run from here on is `policy`'s, bit for bit, as if it had started with it: until the switch is
+        decided no strategy reads the switch point. Raises ValueError where it is not."""
+        fresh = policy.bind(self.job.cluster.n_workers, self.job.workload.batch_size)
+        self.strategies.schedule.continue_as(fresh.schedule)
+        self.policy = policy
+
     def run_on(self) -> RunResult:
         """Continue a resumed run until its budget is spent (or the target is met, or the loss diverges).
-        The progress callback hears the snapshot's last evaluation first: what it tracks (the time the
-        target was met) then reads as in a run that never stopped."""
+        The progress callback hears the snapshot's evaluations first, in order: what it tracks (the time the
+        target was met, a search's pruning bound and curve) then reads as in a run that never stopped."""
         keep_freed_memory()
         self._start_wall = wallclock.perf_counter() - (self.trace.updates[-1][2] if self.trace.updates else 0.0)
-        if self.progress is not None and self.trace.evals:
-            updates, now, epoch, train_loss, test_loss, accuracy = self.trace.evals[-1]
-            named = {"train_loss": train_loss, "test_loss": test_loss, "test_accuracy": accuracy}
-            self.progress({"time": now, "updates": updates, "epoch": epoch,
-                           **{k: v for k, v in named.items() if v is not None}})
+        if self.progress is not None:
+            for updates, now, epoch, train_loss, test_loss, accuracy in self.trace.evals:
+                named = {"train_loss": train_loss, "test_loss": test_loss, "test_accuracy": accuracy}
+                self.progress({"time": now, "updates": updates, "epoch": epoch,
+                               **{k: v for k, v in named.items() if v is not None}})
         return self._run_on("completed")
 
     def _run_on(self, status: str) -> RunResult:
         budget = self.job.budget
-        while status == "completed" and self.clock:
+        # the budget is checked before each step, so a run resumed from a snapshot taken after a step
+        # (`after_step`) checks it as the run that never stopped did
+        while status == "completed" and self.clock and not self._budget_spent():
             if budget.max_virtual_seconds is not None and self.clock.peek_time() > budget.max_virtual_seconds:
                 self.now = budget.max_virtual_seconds
                 break
             status = self._step()
-            if status == "completed" and self._budget_spent():
-                break
+            if self.after_step is not None:
+                self.after_step()
         if not self.trace.evals or self.trace.evals[-1][0] != len(self.trace.updates):
             self._evaluate()
         wall = wallclock.perf_counter() - self._start_wall

@@ -217,7 +217,25 @@ class Batching(Strategy):
 
 
 class Schedule(Strategy):
-    """Phase changes during training; by default there is one phase."""
+    """Phase changes during training; by default there is one phase.
+
+    A schedule with a switch point (Sync-Switch's `switch_at`) names that parameter in `switch_param`: until
+    the switch is decided, a run is the same for every switch point above `undecided_above()`, so a run
+    of another switch point may fork from it (`continue_as`, `Simulator.continue_as`).
+    """
+
+    #: The policy parameter that is this schedule's switch point (None: it has none).
+    switch_param: ClassVar[str | None] = None
+
+    def undecided_above(self) -> float | None:
+        """The switch point s0 such that this run, up to now, is the run of every switch point above s0;
+        None once the switch is decided (or for a schedule without one)."""
+        return None
+
+    def continue_as(self, other: "Schedule") -> None:
+        """Go on as `other` (the schedule of the same policy with another switch point, above
+        `undecided_above()`), keeping this run's state. Raises ValueError where this run is not `other`'s."""
+        raise ValueError(f"{type(self).__name__} has no switch point to fork at")
 
     def after_update(self, server: ServerView, strategies: "Strategies", stats: UpdateStats,
                      progress: Progress, update_state: dict[str, Any]) -> float | None:

@@ -93,7 +93,30 @@ def _bsp_barrier(config: str, n_workers: int) -> ElasticBSP:
 
 
 class SwitchSchedule(Schedule):
-    """The phase logic of Sync-Switch; it reads its parameters from the (validated) `SyncSwitch` policy."""
+    """The phase logic of Sync-Switch; it reads its parameters from the (validated) `SyncSwitch` policy.
+
+    The switch point s is read only to compare it with the quota used, which never decreases: until the
+    final switch, the run is the same for every s above the quota used so far (`undecided_above`), and a
+    run of another switch point above it continues from here (`continue_as`). Greedy's interim switches
+    and elastic's exclusions do not read s.
+    """
+
+    switch_param = "switch_at"
+
+    def undecided_above(self) -> float | None:
+        return None if self.done else self.quota_used
+
+    def continue_as(self, other: Schedule) -> None:
+        def rest(policy: SyncSwitch) -> dict[str, Any]:
+            return {k: v for k, v in policy.params().items() if k != self.switch_param}
+
+        if not isinstance(other, SwitchSchedule) or rest(other.policy) != rest(self.policy):
+            raise ValueError(f"a Sync-Switch run forks only into one that differs in its switch point, "
+                             f"not into {other}")
+        if self.done or not other.policy.switch_at > self.quota_used:
+            raise ValueError(f"this Sync-Switch run has used {self.quota_used:.4f} of its quota (switched: "
+                             f"{self.done}): it is not the prefix of switch_at={other.policy.switch_at}")
+        self.policy = other.policy
 
     def __init__(self, policy: "SyncSwitch"):
         self.policy = policy

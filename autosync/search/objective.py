@@ -161,21 +161,22 @@ def _train(job: JobSpec, policy: Any, progress: Callable[[dict[str, Any]], None]
 def _simulate_forking(job: JobSpec, policy: Any, progress: Callable[[dict[str, Any]], None] | None,
                       ) -> tuple[Any, float]:
     """A simulator run that keeps its state when it stops at the target, and a full-budget run of the same
-    policy that continues from such a state instead of training its prefix again (`autosync.engine.forks`;
-    bit-identical to a run from the start). Its evaluations skip what the score does not read (the
-    training loss, unless that is the target). Returns the run and the virtual seconds forked."""
-    from autosync.engine.forks import FORKS, fork_key
+    policy that continues from such a state instead of training its prefix again; a switch-point run
+    (Sync-Switch) also continues from the longest prefix another switch point's run kept
+    (`autosync.engine.forks`; both bit-identical to a run from the start). Its evaluations skip what the
+    score does not read (the training loss, unless that is the target). Returns the run and the virtual
+    seconds forked."""
+    from autosync.engine.forks import FORKS, fork_key, run_sharing_prefixes
     from autosync.engine.simulator import Simulator
 
     key = fork_key(job, policy.to_dict())
     kept = None if job.budget.stop_at_target else FORKS.get(key)
     if kept is not None:
         return Simulator.resume(kept.snapshot, job, progress=progress).run_on(), kept.at_seconds
-    sim = Simulator(job, policy, progress=progress, target_metric_only=True)
-    result = sim.run()
+    sim, result, forked = run_sharing_prefixes(job, policy, progress)
     if result.status == "target_reached":
         FORKS.put(key, sim.snapshot(), result.metrics["virtual_time"])
-    return result, 0.0
+    return result, forked
 
 
 def _step_reporter(report: Callable[[dict[str, Any], int], None],

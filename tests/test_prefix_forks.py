@@ -1,0 +1,98 @@
+"""Switch-point runs share their prefix (`autosync.engine.forks.run_sharing_prefixes`): a Sync-Switch run of
+one switch point continues from a prefix another switch point's run kept, bit for bit the run from the start."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from autosync.catalog import make_policy
+from autosync.engine.forks import ForkStore, run_sharing_prefixes
+from autosync.engine.simulator import Simulator
+from tests.conftest import small_job
+
+FORMS = {  # every schedule with a switch point, alone and composed
+    "sync_switch": ("sync_switch", {}),
+    "sync_switch-none": ("sync_switch", {"config": "none", "asp_momentum": "zero"}),
+    "asp_bsp": ("sync_switch", {"order": "asp_bsp"}),
+    "greedy": ("sync_switch", {"stragglers": "greedy", "window_seconds": 2.0, "consecutive": 1}),
+    "elastic": ("sync_switch", {"stragglers": "elastic", "window_seconds": 2.0, "consecutive": 1}),
+    "compose-elastic-lbbsp-dana": ("compose", {"schedule": "elastic", "batch": "lbbsp", "update": "dana_zero"}),
+    "compose-sync_switch-lwp": ("compose", {"schedule": "sync_switch", "update": "lwp"}),
+}
+
+
+def job(stop_at_target: bool = False):
+    return small_job(target__threshold=0.99, budget__max_updates=80, budget__stop_at_target=stop_at_target,
+                     workload__evaluation__every_seconds=1.0,
+                     cluster__round_trip={"kind": "gamma", "v_task": 0.5, "heterogeneous": True})
+
+
+def policy(form: str, switch_at: float):
+    name, params = FORMS[form]
+    return make_policy(name, {**params, "switch_at": switch_at})
+
+
+def same_run(a, b) -> None:
+    assert torch.equal(a.final_params, b.final_params)
+    assert a.trace.arrivals == b.trace.arrivals and a.trace.evals == b.trace.evals
+    assert [r[:2] + r[3:] for r in a.trace.updates] == [r[:2] + r[3:] for r in b.trace.updates]
+    assert a.trace.extras == b.trace.extras
+    assert a.metrics == b.metrics and a.status == b.status and a.policy == b.policy
+
+
+@pytest.mark.parametrize("form", sorted(FORMS))
+@pytest.mark.parametrize("first,then", [(0.7, 0.35), (0.35, 0.7)])
+def test_a_switch_point_forked_from_another_s_prefix_equals_its_run_from_the_start(form, first, then):
+    store = ForkStore()
+    run_sharing_prefixes(job(), policy(form, first), store=store)
+    heard: list[float] = []
+    _, forked, forked_seconds = run_sharing_prefixes(job(), policy(form, then), lambda info: heard.append(info["time"]),
+                                                     store=store)
+    whole = Simulator(job(), policy(form, then), target_metric_only=True).run()
+    assert forked_seconds > 0
+    same_run(forked, whole)
+    assert heard == [e[1] for e in whole.trace.evals]  # the progress callback hears every evaluation, in order
+
+
+def test_a_run_that_stops_at_the_target_forks_from_a_full_budget_run_s_prefix():
+    store = ForkStore()
+    reachable = {"target__threshold": 0.95}
+    full = small_job(**reachable, budget__max_updates=80, workload__evaluation__every_seconds=1.0)
+    stopping = full.model_copy(update={"budget": full.budget.model_copy(update={"stop_at_target": True})})
+    run_sharing_prefixes(full, policy("sync_switch", 0.9), store=store)
+    _, forked, forked_seconds = run_sharing_prefixes(stopping, policy("sync_switch", 0.8), store=store)
+    whole = Simulator(stopping, policy("sync_switch", 0.8), target_metric_only=True).run()
+    assert forked.status == "target_reached" and forked_seconds > 0
+    same_run(forked, whole)
+
+
+def test_the_longest_prefix_below_the_switch_point_is_taken_and_none_above_it():
+    store = ForkStore()
+    run_sharing_prefixes(job(), policy("sync_switch", 0.7), store=store)
+    key = next(iter(store._kept))[0]
+    below_half = store.prefix(key, 0.5)
+    assert below_half is not None and below_half.undecided_above < 0.5
+    assert all(k.at_seconds <= below_half.at_seconds for (_, above), k in store._kept.items() if above < 0.5)
+    assert store.prefix(key, 0.01) is None  # nothing kept before the first 1/64 of the workload
+    assert max(above for _, above in store._kept) < 0.7  # no prefix after the switch
+
+
+def test_policies_without_a_switch_point_keep_no_prefix_and_other_parameters_do_not_share():
+    store = ForkStore()
+    _, _, forked = run_sharing_prefixes(job(), make_policy("backup", {"k": 3}), store=store)
+    assert forked == 0.0 and len(store) == 0
+    run_sharing_prefixes(job(), policy("sync_switch", 0.7), store=store)
+    _, _, forked = run_sharing_prefixes(job(), make_policy("sync_switch", {"switch_at": 0.3, "config": "none"}),
+                                        store=store)
+    assert forked == 0.0
+
+
+def test_a_switched_run_refuses_to_continue_as_another_switch_point():
+    sim = Simulator(job(), policy("sync_switch", 0.2))
+    sim.run()
+    with pytest.raises(ValueError, match="not the prefix of switch_at=0.5"):
+        sim.continue_as(policy("sync_switch", 0.5))
+    with pytest.raises(ValueError, match="differs in its switch point"):
+        Simulator(job(), policy("sync_switch", 0.2)).continue_as(make_policy("sync_switch", {"switch_at": 0.5,
+                                                                                              "config": "none"}))
