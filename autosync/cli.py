@@ -531,7 +531,9 @@ def _breakdown_line(b: dict[str, int]) -> str:
     """Where a search's cost went: the record's `search_breakdown` in words."""
     return (f"Of its trials, {b['stopped_at_target']} stopped at the target, {b['answered_by_equivalent']} were "
             f"answered by an equivalent policy's result without training, {b['pruned']} were pruned"
-            + (f" ({b['pruned_on_pace']} on their pace)" if b.get("pruned_on_pace") else "") + "; "
+            + (f" ({b['pruned_on_pace']} on their pace)" if b.get("pruned_on_pace") else "")
+            + (f", {b['forked_trials']} continued from another switch point's run (its prefix, forked)"
+               if b.get("forked_trials") else "") + "; "
             f"{_count(b['full_budget_checks'], 'full-budget check')} of the candidates that could win"
             + (f", {b['forked_checks']} of them continued from the run stopped at the target (forked)"
                if b.get("forked_checks") else "") + ".")

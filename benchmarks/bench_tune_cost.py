@@ -1,7 +1,7 @@
 """What a tune costs, and what its answer is worth: trials stopped at the target against full-budget trials.
 
     python benchmarks/bench_tune_cost.py [--jobs default quick:0 quick:1 ...] [--spaces static_k policy]
-                                         [--trials 20] [--reference-trials 60] [--json FILE]
+                                         [--trials 20] [--reference-trials 60] [--json FILE] [--forks-off]
 
 For each job (`default`: the embedded default job; `quick:I`: job I of baselines/family_quick.yaml) and
 each search space, `autosync tune` runs twice in fresh SQLite studies with the same sampler seed:
@@ -9,7 +9,9 @@ each search space, `autosync tune` runs twice in fresh SQLite studies with the s
   searched before);
 - stop: trials end at the target and only the candidates that can still win are re-run at full budget
   for the final-metric constraint, continuing from their stopped runs (`autosync.search.strategies.full_budget`,
-  `autosync.engine.forks`: the shipped default).
+  `autosync.engine.forks`: the shipped default);
+- no forks (`--forks-off`): as stop, with no snapshot kept, so no check continues a stopped run and no
+  switch point continues another's prefix.
 Printed per run: the search cost in BSP trainings (virtual seconds trained, BSP's reference included,
 over one full BSP training), wall seconds, the recurrences that amortize it, and the winner's
 time-to-target on 3 seeds over the reference's best on the same 3 seeds (the regret). The reference is
@@ -32,6 +34,7 @@ import time
 from pathlib import Path
 
 from autosync.api import quiet_optuna
+from autosync.engine.forks import FORKS, MAX_BYTES
 from autosync.family import load_family
 from autosync.core.job import JobSpec, load_job
 from autosync.search.objective import ObjectiveSettings, RunFailed, constraint, evaluate, trial_seeds
@@ -53,9 +56,13 @@ def job_named(name: str) -> JobSpec:
     return drawn[int(index)]
 
 
-def run_tune(job: JobSpec, space_name: str, trials: int, stop_at_target: bool, seed: int = 0) -> dict:
-    """One tune in a fresh study; its cache record and wall time."""
+def run_tune(job: JobSpec, space_name: str, trials: int, stop_at_target: bool, seed: int = 0,
+             forks: bool = True) -> dict:
+    """One tune in a fresh study (and a fresh fork store: nothing kept from an earlier tune; none at all
+    without `forks`); its cache record and wall time."""
     space = load_space(SPACE_DIR / f"{space_name}.yaml", job.cluster.n_workers)
+    FORKS.clear()
+    FORKS.max_bytes = MAX_BYTES if forks else 0
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
         outcome = tune(TuneRequest(job=job, space=space, n_trials=trials, seed=seed,
@@ -114,6 +121,8 @@ def main() -> None:
     parser.add_argument("--cache", default=str(HERE / "tune_cost_references.json"),
                         help="where the references' best policies are kept between runs")
     parser.add_argument("--json", default=None, help="also write the figures here (benchmarks/make_table.py)")
+    parser.add_argument("--forks-off", action="store_true",
+                        help="also run the stopping tune with no run forked (no snapshot kept): what forking saves")
     args = parser.parse_args()
     quiet_optuna()
     cache_path = Path(args.cache)
@@ -131,8 +140,10 @@ def main() -> None:
                 print(f"{name} {space}: reference ({refs[key]['how']}) {refs[key]['policy']} "
                       f"({time.perf_counter() - start:.0f} s wall)", flush=True)
             best = refs[key]["confirmed_time"]
-            for mode, stop in (("full", False), ("stop", True)):
-                found = run_tune(job, space, args.trials, stop)
+            for mode, stop, forks in (("full", False, True), ("stop", True, True), ("no forks", True, False)):
+                if mode == "no forks" and not args.forks_off:
+                    continue
+                found = run_tune(job, space, args.trials, stop, forks=forks)
                 regret = confirmed_time(job, found["best_policy"]) / best
                 rows.append({"job": name, "space": space, "mode": mode, "cost": found["search_cost_bsp_trainings"],
                              "wall": found["wall_seconds"], "amortize": found["recurrences_to_amortize"],
@@ -157,6 +168,14 @@ def main() -> None:
         figures.add(f"tune {space} ({args.trials} trials, {len(pairs)} jobs): search cost, median", cost,
                     "BSP trainings", "every trial training its whole budget", cost / cost_full,
                     "<= 3" if space == "policy" else None, cost <= 3 if space == "policy" else None)
+        unforked = [(s, o) for s in rows for o in rows if s["space"] == o["space"] == space
+                    and s["job"] == o["job"] and s["mode"] == "stop" and o["mode"] == "no forks"]
+        if unforked:
+            off = statistics.median(o["cost"] for _, o in unforked)
+            print(f"{space}: forking runs from kept snapshots (checks at full budget, switch points' prefixes): "
+                  f"{cost:.2f} BSP trainings against {off:.2f} with none forked")
+            figures.add(f"tune {space} ({args.trials} trials, {len(unforked)} jobs): search cost with forking, "
+                        "median", cost, "BSP trainings", "no run forked", cost / off)
         figures.add(f"tune {space} ({args.trials} trials, {len(pairs)} jobs): winner's time-to-target, median",
                     regret, "x the reference's best", "the reference search's best (3 seeds)", regret, "<= 1.05",
                     regret <= 1.05)

@@ -46,13 +46,14 @@ def same_run(a, b) -> None:
 def test_a_switch_point_forked_from_another_s_prefix_equals_its_run_from_the_start(form, first, then):
     store = ForkStore()
     run_sharing_prefixes(job(), policy(form, first), store=store)
-    heard: list[float] = []
-    _, forked, forked_seconds = run_sharing_prefixes(job(), policy(form, then), lambda info: heard.append(info["time"]),
-                                                     store=store)
+    heard: list[tuple[float, bool]] = []
+    _, forked, forked_seconds = run_sharing_prefixes(
+        job(), policy(form, then), lambda info: heard.append((info["time"], info.get("forked", False))), store=store)
     whole = Simulator(job(), policy(form, then), target_metric_only=True).run()
     assert forked_seconds > 0
     same_run(forked, whole)
-    assert heard == [e[1] for e in whole.trace.evals]  # the progress callback hears every evaluation, in order
+    assert [t for t, _ in heard] == [e[1] for e in whole.trace.evals]  # every evaluation is heard, in order
+    assert max(t for t, replayed in heard if replayed) == forked_seconds  # those kept are marked as such
 
 
 def test_a_run_that_stops_at_the_target_forks_from_a_full_budget_run_s_prefix():
@@ -96,3 +97,40 @@ def test_a_switched_run_refuses_to_continue_as_another_switch_point():
     with pytest.raises(ValueError, match="differs in its switch point"):
         Simulator(job(), policy("sync_switch", 0.2)).continue_as(make_policy("sync_switch", {"switch_at": 0.5,
                                                                                               "config": "none"}))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stop_at_target", [True, False])
+def test_a_switch_point_search_that_forks_finds_what_one_without_forks_finds_and_trains_less(tmp_path,
+                                                                                               stop_at_target):
+    """A tune over the switch_point space, forking and not (no snapshot kept): the same trials, the same
+    values and the same answer; the forking one trains fewer virtual seconds and says so."""
+    import optuna
+
+    from autosync.engine.forks import FORKS, MAX_BYTES
+    from autosync.search.objective import ObjectiveSettings
+    from autosync.search.space import SPACE_DIR, load_space
+    from autosync.search.study.storage import open_storage
+    from autosync.search.tune import TuneRequest, tune
+
+    job_ = small_job(budget={"max_updates": 80}, target={"metric": "test_accuracy", "threshold": 0.95},
+                     workload__evaluation__every_seconds=1.0)
+    space = load_space(SPACE_DIR / "switch_point.yaml", job_.cluster.n_workers)
+    outcomes, studies = [], []
+    for max_bytes in (0, MAX_BYTES):
+        FORKS.clear()
+        FORKS.max_bytes = max_bytes
+        url = f"sqlite:///{tmp_path / f'{max_bytes}.db'}"
+        try:
+            outcomes.append(tune(TuneRequest(job=job_, space=space, n_trials=8, storage=url,
+                                             settings=ObjectiveSettings(stop_at_target=stop_at_target))))
+        finally:
+            FORKS.max_bytes = MAX_BYTES
+            FORKS.clear()
+        studies.append(optuna.load_study(study_name=outcomes[-1].study_name, storage=open_storage(url)))
+    unforked, forked = outcomes
+    assert forked.cache["best_policy"] == unforked.cache["best_policy"]
+    assert [(t.params, t.state, t.value) for t in studies[1].trials] == \
+        [(t.params, t.state, t.value) for t in studies[0].trials]
+    assert forked.cache["search_cost_virtual_seconds"] < unforked.cache["search_cost_virtual_seconds"]
+    assert forked.cache["search_breakdown"]["forked_trials"] > 0 == unforked.cache["search_breakdown"]["forked_trials"]

@@ -143,13 +143,14 @@ class Simulator:
     def run_on(self) -> RunResult:
         """Continue a resumed run until its budget is spent (or the target is met, or the loss diverges).
         The progress callback hears the snapshot's evaluations first, in order: what it tracks (the time the
-        target was met, a search's pruning bound and curve) then reads as in a run that never stopped."""
+        target was met, a search's pruning bound and curve) then reads as in a run that never stopped. Those
+        evaluations are marked `forked` (the virtual time up to the last of them was not trained again)."""
         keep_freed_memory()
         self._start_wall = wallclock.perf_counter() - (self.trace.updates[-1][2] if self.trace.updates else 0.0)
         if self.progress is not None:
             for updates, now, epoch, train_loss, test_loss, accuracy in self.trace.evals:
                 named = {"train_loss": train_loss, "test_loss": test_loss, "test_accuracy": accuracy}
-                self.progress({"time": now, "updates": updates, "epoch": epoch,
+                self.progress({"time": now, "updates": updates, "epoch": epoch, "forked": True,
                                **{k: v for k, v in named.items() if v is not None}})
         return self._run_on("completed")
 

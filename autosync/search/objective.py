@@ -273,12 +273,19 @@ class Objective:
         race = self._race(trial)
         if race is not None:
             self._prune_as_twin(trial, canonical, scoring, race)
-        spent = {"virtual_seconds": 0.0}
+        spent = {"virtual_seconds": 0.0, "forked": 0.0}  # trained, and continued from a kept run (not trained)
         bound = TimeToTargetBound(self.job)  # of the first seed's run
         target = self.job.target
 
+        def record_spent() -> None:  # for a run that ends without a score
+            trial.set_user_attr("virtual_seconds", spent["virtual_seconds"])
+            if spent["forked"]:
+                trial.set_user_attr(FORKED, spent["forked"])
+
         def report(info: dict[str, Any], step: int) -> None:
-            spent["virtual_seconds"] = info["time"]
+            if info.get("forked"):
+                spent["forked"] = info["time"]
+            spent["virtual_seconds"] = info["time"] - spent["forked"]
             value = bound.update(info)
             if race is None:
                 return
@@ -286,7 +293,7 @@ class Objective:
                 if bound.reached_at is None else None
             if race.exceeded_by(value) or late is not None:
                 trial.report(late or value, step)  # the bound, or the pace's prediction: TPE and the checks read it
-                trial.set_user_attr("virtual_seconds", spent["virtual_seconds"])
+                record_spent()
                 if late is not None:
                     trial.set_user_attr(PRUNED_ON_PACE, True)
                     raise optuna.TrialPruned(f"at {value:.0f} virtual s, slower than the bar by a pace that "
@@ -299,11 +306,11 @@ class Objective:
                              backend=self.settings.backend, stop_at_target=not full)
         except RunFailed as exc:
             trial.set_user_attr("fail_reason", str(exc))
-            trial.set_user_attr("virtual_seconds", spent["virtual_seconds"])
+            record_spent()
             raise
         for key, value in score.items():
             trial.set_user_attr(key, value)
-        if race is not None and bound.reached_at is not None and not score.get(FORKED):
+        if race is not None and bound.reached_at is not None:  # a forked run heard its kept evaluations too
             race.keep_curve(trial, bound.curve)  # a later trial racing against this one reads its pace
         if not full and score["reached"]:  # a run stopped at the target: its final metric is not known yet
             trial.set_user_attr(FINAL_PENDING, True)

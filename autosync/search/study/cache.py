@@ -161,7 +161,8 @@ def search_breakdown(study: "optuna.Study") -> dict[str, int]:
     answered by an equivalent without training (a twin's result, or BSP's reference), trials pruned (and of
     those, how many on their pace, `autosync.search.strategies.pruning`), and
     the full-budget checks of the candidates that could win (`autosync.search.strategies.full_budget`), and how many
-    of those continued from their candidate's run stopped at the target (`autosync.engine.forks`)."""
+    of those continued from their candidate's run stopped at the target (`autosync.engine.forks`), and the
+    trials that continued from another switch point's prefix (Sync-Switch's BSP phase trained once)."""
     trials = study.get_trials(deepcopy=False)
     copied = [t for t in trials if "same_as_trial" in t.user_attrs]
     checks = [t for t in trials if FULL_BUDGET_OF in t.user_attrs and t.state.is_finished()
@@ -174,6 +175,7 @@ def search_breakdown(study: "optuna.Study") -> dict[str, int]:
                               and t.user_attrs.get(PRUNED_ON_PACE)),
         "full_budget_checks": len(checks),
         "forked_checks": sum(1 for t in checks if t.user_attrs.get(FORKED)),
+        "forked_trials": sum(1 for t in trials if t.user_attrs.get(FORKED) and FULL_BUDGET_OF not in t.user_attrs),
     }
 
 
