@@ -211,3 +211,41 @@ def test_loss_rising_compares_window_means_when_robust_and_single_losses_as_prin
             fired[True] += robust.loss_rising(1.01)
             fired[False] += printed.loss_rising(1.01)
     assert fired == {True: 0, False: 4}
+
+
+# ---------------------------------------------------------------- step_growth (departs from rule 19)
+
+
+def _growth_barrier(lr_rule: str, step_growth: float, n: int = 8):
+    barrier = DBW(lr_rule=lr_rule, step_growth=step_growth).strategies(n, 16).barrier
+    barrier.reset(n, 16)
+    return barrier
+
+
+def test_step_growth_bounds_how_fast_the_linear_step_grows_and_lets_it_shrink():
+    from autosync.policies._barriers import lr_factor
+
+    lrs = [0.1 * lr_factor("linear", k, 8) for k in range(1, 9)]
+    barrier = _growth_barrier("linear", 2.0)
+    assert barrier._grown(8, 1, lrs) == 2  # 1 -> 8 would be an 8-fold step: at most 2-fold
+    assert barrier._grown(8, 3, lrs) == 6
+    assert barrier._grown(5, 3, lrs) == 5
+    assert barrier._grown(1, 7, lrs) == 1  # shrinking is never limited
+    sqrt_lrs = [0.1 * lr_factor("sqrt", k, 8) for k in range(1, 9)]
+    assert _growth_barrier("sqrt", 2.0)._grown(8, 1, sqrt_lrs) == 4  # sqrt(4) = 2
+
+
+def test_step_growth_off_by_default_and_never_binding_under_the_fixed_rule():
+    lrs = [0.1] * 8
+    assert _growth_barrier("fixed", 2.0)._grown(8, 1, lrs) == 8
+    assert DBW().step_growth == 0.0
+    linear = [0.1 * k for k in range(1, 9)]
+    assert _growth_barrier("linear", 0.0)._grown(8, 1, linear) == 8
+    with pytest.raises(ValueError, match="step_growth"):
+        _growth_barrier("linear", 0.5)
+
+
+def test_step_growth_limits_the_runs_k_increases():
+    job = small_job(cluster__n_workers=8, budget={"max_updates": 60})
+    ks = simulate(job, DBW(lr_rule="linear", step_growth=1.5)).trace.column("updates", "n_aggregated")
+    assert all(b <= max(a, int(1.5 * a)) for a, b in zip(ks, ks[1:]))

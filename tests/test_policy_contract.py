@@ -90,7 +90,7 @@ PARAMETER_CASES: dict[str, dict[str, tuple]] = {
     "backup": {"k": (2, 0), "lr_rule": ("sqrt", "sometimes")},
     "bdbw": {"lr_rule": ("proportional", "sometimes"), "solve_every": (3, 0)},
     "dbw": {"window": (3, 0), "beta": (1.5, 0.5), "lr_rule": ("proportional", "sometimes"), "solve_every": (2, 0),
-            "robust": (False, "yes")},
+            "robust": (False, "yes"), "step_growth": (2.0, 0.5)},
     "dana_dc": {"dc_lambda": (1.0, -1.0)},
     "dc_asgd": {"dc_lambda": (1.0, -1.0)},
     "lwp": {"horizon": (2.0, -1.0)},

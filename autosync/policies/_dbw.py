@@ -14,6 +14,9 @@ momentum-aware gain (9)/(12), L pooled over the window and held positive instead
 windowed loss-rising test in (19) (all in `_dbw_gain`); B-DBW's k / T_k instead of k = n while no gain
 estimate exists; k_t = k_{t-1} instead of n when every gain is negative; and a window of D = 20 iterations
 instead of 5. `dbw:robust=false,window=5` is the paper as printed.
+
+`step_growth` (off by default: the paper) bounds how fast the step may grow from one iteration to the next
+under a learning-rate rule that scales eta with k (`DynamicK._grown`); under lr_rule=fixed it changes nothing.
 """
 
 from __future__ import annotations
@@ -32,8 +35,10 @@ class DynamicK(FastestK):
     """FastestK whose k is re-chosen after every update by rule (19) (or k / T_k when blind)."""
 
     def __init__(self, window: int = 5, beta: float = 1.01, lr_rule: str = "fixed",
-                 blind: bool = False, solve_every: int = 10, solver: str = STRUCTURED, robust: bool = True):
+                 blind: bool = False, solve_every: int = 10, solver: str = STRUCTURED, robust: bool = True,
+                 step_growth: float = 0.0):
         super().__init__(k=None, lr_rule=lr_rule)
+        self.step_growth = step_growth
         self.robust = robust
         self.window = window
         self.beta = beta
@@ -51,6 +56,8 @@ class DynamicK(FastestK):
             raise ValueError(f"beta must be >= 1, but got beta={self.beta}")
         if self.solve_every < 1:
             raise ValueError(f"solve_every must be >= 1, but got solve_every={self.solve_every}")
+        if not (self.step_growth == 0 or self.step_growth >= 1):
+            raise ValueError(f"step_growth must be 0 (no limit) or >= 1, but got step_growth={self.step_growth}")
         self.n = n_workers
         self.gain = GainEstimator(self.window, robust=self.robust)
         self.times = IterationTimeEstimator(n_workers, solver=self.solver)
@@ -80,7 +87,7 @@ class DynamicK(FastestK):
         base_lr = stats.lr / self.lr_scale(server, len(stats.arrivals))
         lrs = [base_lr * self.lr_scale(server, k) for k in range(1, self.n + 1)]
         gains = list(range(1, self.n + 1)) if self.blind else self.gain.gains(lrs)
-        k = self._choose(gains, k_prev)
+        k = self._grown(self._choose(gains, k_prev), k_prev, lrs)
         self._k = k
         version = server.version
         self._k_of_version[version] = k_prev
@@ -121,6 +128,26 @@ class DynamicK(FastestK):
             return max(best, k_prev + 1)
         return best
 
+    def _grown(self, k: int, k_prev: int, lrs: list[float]) -> int:
+        """k, or the largest k' in [k_{t-1}, k] whose learning rate is at most step_growth times k_{t-1}'s
+        (step_growth = 0: k, the paper's rule (19)).
+
+        Departs from rule (19), which lets k jump from one iteration to the next, and with it the step under
+        a rule that scales eta with k: under `linear` on the stragglers family (job 3, 32 workers, momentum
+        0.9) DBW went from k = 1 to k = 26, a 26-fold step applied to a momentum buffer built at the small
+        one; the loss went from 0.4 to 64 and the model never trained again (and the loss-rising clause of
+        (19) then raises k, so the step, further). The gain (9) rests on the curvature L estimated (12) at
+        the steps actually taken, and a step many times larger lies outside where that bound was checked;
+        as a trust region grows only by a bounded factor once its model held, the step may grow by at most
+        `step_growth` per iteration (Goyal et al. 2017 reach the linearly scaled rate by a gradual warm-up
+        for the same reason). The step may shrink at once, and k may still reach n in log_growth(n)
+        iterations. Under lr_rule=fixed every k has the same rate and the limit never binds.
+        """
+        if self.step_growth <= 0 or k <= k_prev:
+            return k
+        limit = self.step_growth * lrs[k_prev - 1] * (1 + 1e-9)
+        return max(j for j in range(k_prev, k + 1) if lrs[j - 1] <= limit)
+
     def trace_values(self) -> dict[str, Any]:
         return self.last
 
@@ -141,6 +168,9 @@ class DBW(Policy):
         solve_every: re-solve problem (17) every this many iterations (always during the first D).
         robust: True (default): the departures listed in the module docstring; False: estimators (13)-(16)
             and rule (19) exactly as printed.
+        step_growth: 0 (default, the paper): k_t as rule (19) gives it; g >= 1: the learning rate of k_t is
+            at most g times that of k_{t-1} (`DynamicK._grown`; departs from the paper; binds only under a
+            rule that scales eta with k: proportional, sqrt, linear).
     """
 
     name = "dbw"
@@ -148,16 +178,17 @@ class DBW(Policy):
     presets = (Preset("barrier", "dbw", ("lr_rule", "window")),)
 
     def __init__(self, window: int = 20, beta: float = 1.01, lr_rule: str = "fixed",
-                 solve_every: int = 10, robust: bool = True) -> None:
+                 solve_every: int = 10, robust: bool = True, step_growth: float = 0.0) -> None:
         self.window = window
         self.beta = beta
         self.lr_rule = lr_rule
         self.solve_every = solve_every
         self.robust = robust
+        self.step_growth = step_growth
 
     def strategies(self, n_workers: int, batch_size: int) -> Strategies:
         barrier = DynamicK(self.window, self.beta, self.lr_rule, blind=False, solve_every=self.solve_every,
-                           robust=self.robust)
+                           robust=self.robust, step_growth=self.step_growth)
         return Strategies(barrier=barrier)
 
 
