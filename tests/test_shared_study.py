@@ -184,3 +184,17 @@ def test_readme_recipe_two_tunes_share_one_postgresql_study_and_no_output_shows_
     texts = [o for pair in outputs for o in pair] + [failing.stdout, failing.stderr] + [str(cached)]
     assert all(PASSWORD not in t for t in texts), "a storage password was printed"
     assert all(PASSWORD.encode() not in b for b in written), "a storage password was written to a file"
+
+
+def test_an_sqlite_storage_commits_to_a_write_ahead_log_without_waiting_for_the_disk(tmp_path):
+    """A tune commits some 40 times per trial: SQLite storages use the write-ahead log with synchronous=NORMAL
+    (a commit survives the process being killed, which the test above checks, without an fsync each)."""
+    from sqlalchemy import text
+
+    from autosync.search.study.storage import open_storage
+
+    storage = open_storage(f"sqlite:///{tmp_path / 'studies.db'}")
+    with storage.engine.connect() as connection:
+        assert connection.execute(text("PRAGMA journal_mode")).scalar() == "wal"
+        assert connection.execute(text("PRAGMA synchronous")).scalar() == 1  # NORMAL
+    assert sqlite3.connect(tmp_path / "studies.db").execute("PRAGMA journal_mode").fetchone()[0] == "wal"
