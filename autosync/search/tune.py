@@ -33,7 +33,9 @@ from autosync.search.study.siblings import EXECUTION, sibling_reference, sibling
 from autosync.search.space import SearchSpace
 from autosync.search.study.interrupts import storage_calls_finish_first
 from autosync.search.study.locking import storage_lock
-from autosync.search.strategies.neighbours import NEIGHBOUR_JOBS, describe as describe_job, neighbours as nearest
+from autosync.search.strategies.neighbours import (
+    FEATURES, NEIGHBOUR_JOBS, describe as describe_job, neighbours as nearest,
+)
 from autosync.search.study.storage import open_storage, redact_url
 from autosync.search.request import TuneRequest
 from autosync.search.study.trials import (
@@ -158,7 +160,8 @@ def _neighbour_jobs(study: "optuna.Study", request: TuneRequest, storage: Any, f
     from, as {study, job, distance, policy}; chosen once, when the study starts, and kept on it."""
     if NEIGHBOUR_JOBS in study.user_attrs or not fresh or not request.transfer or request.refresh:
         return study.user_attrs.get(NEIGHBOUR_JOBS, [])
-    found = nearest(storage, request.job, execution=execution_name(request.settings.backend))
+    found = nearest(storage, request.job, execution=execution_name(request.settings.backend),
+                    features=study.user_attrs.get(FEATURES))  # `describe_job` stored them
     near = [{"study": nb.study_name, "job": nb.job_name, "distance": round(nb.distance, 4),
              "policy": nb.record["best_policy"]} for nb in found]
     study.set_user_attr(NEIGHBOUR_JOBS, near)

@@ -96,13 +96,15 @@ def describe(study: "optuna.Study", job: JobSpec) -> None:
 
 
 def neighbours(storage: "optuna.storages.BaseStorage", job: JobSpec, execution: str | None = None,
-               count: int = 3, other_workloads: bool = False) -> list[Neighbour]:
+               count: int = 3, other_workloads: bool = False, features: list[float] | None = None,
+               ) -> list[Neighbour]:
     """The `count` nearest finished studies of other jobs with this job's workload and target (and, when
     given, the same execution), nearest first, one per job (its fastest study); read from the studies'
     attributes alone. With `other_workloads`, jobs that train something else count too, WORKLOAD_PENALTY
-    further away (`Neighbour.same_workload` says which)."""
+    further away (`Neighbour.same_workload` says which). `features`: the job's `cluster_features`, where its
+    study already holds them (`describe`); else computed once a study qualifies (most storages hold none)."""
     key, fingerprint = workload_key(job), job.fingerprint()
-    mine: list[float] | None = None  # computed once a study qualifies: most storages hold no neighbour
+    mine = features
     best: dict[str, Neighbour] = {}
     for frozen in storage.get_all_studies():
         attrs = frozen.user_attrs

@@ -52,11 +52,11 @@ def adapt(policy: dict[str, Any], n_from: int, job: JobSpec) -> dict[str, Any] |
 
 def recommend(storage: Any, job: JobSpec, where: str) -> Recommendation:
     """The recommendation for `job` from the tuned jobs in `storage` (named `where` in errors)."""
-    near = neighbours(storage, job, count=COUNT, other_workloads=True)
+    mine = cluster_features(job)
+    near = neighbours(storage, job, count=COUNT, other_workloads=True, features=mine)
     if not near:
         raise UserError(f"{job.source}: no tuned job in {where} to recommend from: tune this job (autosync tune) "
                         "or point --storage at a storage of tuned jobs")
-    mine = cluster_features(job)
     votes: dict[str, float] = {}
     proposals: list[tuple[Neighbour, dict[str, Any] | None, float]] = []
     for nb in near:
@@ -73,16 +73,16 @@ def recommend(storage: Any, job: JobSpec, where: str) -> Recommendation:
     chosen = max(votes, key=lambda key: (votes[key], key))
     policy = json.loads(chosen)
     backers = [nb for nb, p, _ in proposals if p is not None and json.dumps(p, sort_keys=True) == chosen]
-    speedup = backers[0].record.get("speedup_vs_bsp")
-    predicted_bsp = predicted = None
     same = [nb for nb in backers if nb.same_workload and nb.record.get("bsp_time_to_target") is not None]
+    # the speedup of the nearest backer that trains this workload (its BSP time is scaled to this cluster)
+    speedup = (same or backers)[0].record.get("speedup_vs_bsp")
+    predicted_bsp = predicted = None
     if same:
         nb = same[0]
         tail = FEATURE_NAMES.index("log tail (slowest / mean)")
         unit = FEATURE_NAMES.index("log mean round trip")
         scale = math.exp((mine[tail] + mine[unit]) - (nb.features[tail] + nb.features[unit]))
         predicted_bsp = nb.record["bsp_time_to_target"] * scale
-        speedup = nb.record.get("speedup_vs_bsp")
         predicted = predicted_bsp / speedup if speedup else None
     rows = [{"job": nb.job_name, "study": nb.study_name, "distance": round(nb.distance, 4),
              "policy": p, "weight": round(w, 4), "same_workload": nb.same_workload} for nb, p, w in proposals]
