@@ -68,6 +68,22 @@ def test_a_run_that_stops_at_the_target_forks_from_a_full_budget_run_s_prefix():
     same_run(forked, whole)
 
 
+def test_prefixes_kept_after_the_target_serve_full_budget_runs_only():
+    """A run that stops at the target would have stopped before a prefix kept past it: it forks from one
+    kept before; a full-budget run (a candidate's check) forks from the longest, past the target."""
+    store = ForkStore()
+    full = small_job(target__threshold=0.95, budget__max_updates=80, workload__evaluation__every_seconds=1.0)
+    stopping = full.model_copy(update={"budget": full.budget.model_copy(update={"stop_at_target": True})})
+    run_sharing_prefixes(full, policy("sync_switch", 0.95), store=store)
+    assert {k.past_target for k in store._kept.values()} == {False, True}
+    _, stopped, forked = run_sharing_prefixes(stopping, policy("sync_switch", 0.9), store=store)
+    assert 0 < forked < stopped.metrics["time_to_target"]
+    same_run(stopped, Simulator(stopping, policy("sync_switch", 0.9), target_metric_only=True).run())
+    _, whole, forked = run_sharing_prefixes(full, policy("sync_switch", 0.9), store=store)
+    assert forked > whole.metrics["time_to_target"]
+    same_run(whole, Simulator(full, policy("sync_switch", 0.9), target_metric_only=True).run())
+
+
 def test_the_longest_prefix_below_the_switch_point_is_taken_and_none_above_it():
     store = ForkStore()
     run_sharing_prefixes(job(), policy("sync_switch", 0.7), store=store)
@@ -75,7 +91,7 @@ def test_the_longest_prefix_below_the_switch_point_is_taken_and_none_above_it():
     below_half = store.prefix(key, 0.5)
     assert below_half is not None and below_half.undecided_above < 0.5
     assert all(k.at_seconds <= below_half.at_seconds for (_, above), k in store._kept.items() if above < 0.5)
-    assert store.prefix(key, 0.01) is None  # nothing kept before the first 1/64 of the workload
+    assert store.prefix(key, 0.01) is None  # nothing kept before the first 1/32 of the workload
     assert max(above for _, above in store._kept) < 0.7  # no prefix after the switch
 
 
@@ -113,7 +129,7 @@ def test_a_switch_point_search_that_forks_finds_what_one_without_forks_finds_and
     from autosync.search.study.storage import open_storage
     from autosync.search.tune import TuneRequest, tune
 
-    job_ = small_job(budget={"max_updates": 80}, target={"metric": "test_accuracy", "threshold": 0.95},
+    job_ = small_job(budget={"max_updates": 40}, target={"metric": "test_accuracy", "threshold": 0.95},
                      workload__evaluation__every_seconds=1.0)
     space = load_space(SPACE_DIR / "switch_point.yaml", job_.cluster.n_workers)
     outcomes, studies = [], []

@@ -11,7 +11,8 @@ Runs of a schedule with a switch point (Sync-Switch) also keep prefixes: while t
 the run is every switch point's above the quota used so far (`Schedule.undecided_above`), so a snapshot is
 kept each time the quota passes another 1/`PREFIX_GRID` of the workload, and a run of another switch point
 continues from the latest prefix below it (`Simulator.continue_as`). A search's switch-point candidates
-then train BSP's phase once, not once each.
+then train BSP's phase once, not once each; so do their full-budget checks, which may also continue from
+a prefix kept after the target was met (a run that stops at the target may not: it would have stopped).
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ if TYPE_CHECKING:
 MAX_BYTES = 512 * 2 ** 20  # what the kept snapshots may take, in all
 
 
-PREFIX_GRID = 64  # a switch-point run keeps a prefix each time its quota used passes another 1/64
+PREFIX_GRID = 32  # a switch-point run keeps a prefix each time its quota used passes another 1/32 (the
+# shipped switch_point space's step)
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,7 @@ class Kept:
     snapshot: bytes  # `Simulator.snapshot()` of the stopped run
     at_seconds: float  # the virtual time it had trained: what a run forked from it does not train again
     undecided_above: float | None = None  # a prefix: the run of every switch point above this (None: a stop)
+    past_target: bool = False  # a prefix kept after the target was met: only for runs that do not stop there
 
 
 def fork_key(job: JobSpec, policy: dict[str, Any]) -> str:
@@ -62,13 +65,14 @@ class ForkStore:
         self.max_bytes = max_bytes
         self._kept: OrderedDict[tuple[str, float | None], Kept] = OrderedDict()
 
-    def put(self, key: str, snapshot: bytes, at_seconds: float, undecided_above: float | None = None) -> None:
+    def put(self, key: str, snapshot: bytes, at_seconds: float, undecided_above: float | None = None,
+            past_target: bool = False) -> None:
         """Keep a stopped run (`undecided_above` None) or a prefix of switch-point runs."""
         entry = (key, undecided_above)
         self._kept.pop(entry, None)
         if len(snapshot) > self.max_bytes:
             return
-        self._kept[entry] = Kept(snapshot, at_seconds, undecided_above)
+        self._kept[entry] = Kept(snapshot, at_seconds, undecided_above, past_target)
         while sum(len(k.snapshot) for k in self._kept.values()) > self.max_bytes:
             self._kept.popitem(last=False)
 
@@ -76,10 +80,12 @@ class ForkStore:
         """The stopped run kept under `key`."""
         return self._kept.get((key, None))
 
-    def prefix(self, key: str, switch_point: float) -> Kept | None:
-        """The longest prefix kept under `key` that is the run of `switch_point`."""
+    def prefix(self, key: str, switch_point: float, stops_at_target: bool = False) -> Kept | None:
+        """The longest prefix kept under `key` that is the run of `switch_point` (one that `stops_at_target`:
+        before the target was met)."""
         fitting = [kept for (k, above), kept in self._kept.items()
-                   if k == key and above is not None and switch_point > above]
+                   if k == key and above is not None and switch_point > above
+                   and not (stops_at_target and kept.past_target)]
         return max(fitting, key=lambda kept: kept.at_seconds, default=None)
 
     def clear(self) -> None:
@@ -93,32 +99,44 @@ FORKS = ForkStore()  # this process's store: the search's trials and checks run 
 
 
 def run_sharing_prefixes(job: JobSpec, policy: "Policy", progress: "ProgressFn | None" = None,
-                         store: ForkStore = FORKS) -> tuple["Simulator", "RunResult", float]:
-    """Run `policy` on `job` in the simulator (evaluating only what the target reads); a policy whose
-    schedule has a switch point continues from the longest kept prefix of its run, and keeps prefixes of
-    its own while its switch is undecided and its target unmet. Returns the simulator (where it stopped),
-    the run and the virtual seconds taken from a prefix instead of trained."""
+                         store: ForkStore = FORKS, own: Kept | None = None) -> tuple["Simulator", "RunResult", float]:
+    """Run `policy` on `job` in the simulator (evaluating only what the target reads), continuing from `own`
+    (this run kept where it stopped at the target) when given; a policy whose schedule has a switch point
+    continues instead from a longer prefix another switch point's run kept, if there is one, and keeps
+    prefixes of its own while its switch is undecided. Returns the simulator (where it stopped), the run
+    and the virtual seconds taken from a kept state instead of trained."""
     from autosync.engine.simulator import Simulator
 
     switch_param = type(policy.bind(job.cluster.n_workers, job.workload.batch_size).schedule).switch_param
-    if switch_param is None:
+    key = prefix_key(job, policy.to_dict(), switch_param) if switch_param is not None else None
+    prefix = store.prefix(key, policy.to_dict()["params"][switch_param], job.budget.stop_at_target) \
+        if key is not None else None
+    start = prefix if prefix is not None and (own is None or prefix.at_seconds > own.at_seconds) else own
+    if start is None:
         sim = Simulator(job, policy, progress=progress, target_metric_only=True)
-        return sim, sim.run(), 0.0
-    key = prefix_key(job, policy.to_dict(), switch_param)
-    kept = store.prefix(key, policy.to_dict()["params"][switch_param])
-    if kept is None:
-        sim = Simulator(job, policy, target_metric_only=True)
     else:
-        sim = Simulator.resume(kept.snapshot, job)
-        sim.continue_as(policy)
-    last_cell = 0 if kept is None else math.floor(kept.undecided_above * PREFIX_GRID)
+        sim = Simulator.resume(start.snapshot, job, progress=progress)
+        if start is prefix:
+            sim.continue_as(policy)
+    if key is not None:
+        _keep_prefixes(sim, job, store, key)
+    result = sim.run() if start is None else sim.run_on()
+    return sim, result, 0.0 if start is None else start.at_seconds
+
+
+def _keep_prefixes(sim: "Simulator", job: JobSpec, store: ForkStore, key: str) -> None:
+    """Have `sim` keep a prefix under `key` after each evaluation at which its switch is still undecided and
+    its quota used has passed another 1/PREFIX_GRID since the last one (and since the state it resumed)."""
+    progress = sim.progress
+    above = sim.strategies.schedule.undecided_above()
+    last_cell = math.floor(above * PREFIX_GRID) if above is not None else PREFIX_GRID
     target_met = due = False
 
     def hear(info: dict[str, Any]) -> None:  # an evaluation: a prefix is due once the quota passed a new cell
         nonlocal target_met, due
         target_met = target_met or job.target.reached(info.get(job.target.metric))
         above = sim.strategies.schedule.undecided_above()
-        due = not target_met and above is not None and math.floor(above * PREFIX_GRID) > last_cell
+        due = above is not None and math.floor(above * PREFIX_GRID) > last_cell
         if progress is not None:
             progress(info)
 
@@ -127,8 +145,6 @@ def run_sharing_prefixes(job: JobSpec, policy: "Policy", progress: "ProgressFn |
         if due:
             above = sim.strategies.schedule.undecided_above()
             last_cell, due = math.floor(above * PREFIX_GRID), False
-            store.put(key, sim.snapshot(), sim.now, undecided_above=above)
+            store.put(key, sim.snapshot(), sim.now, undecided_above=above, past_target=target_met)
 
     sim.progress, sim.after_step = hear, keep_prefix
-    result = sim.run() if kept is None else sim.run_on()
-    return sim, result, 0.0 if kept is None else kept.at_seconds

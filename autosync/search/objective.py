@@ -167,13 +167,10 @@ def _simulate_forking(job: JobSpec, policy: Any, progress: Callable[[dict[str, A
     score does not read (the training loss, unless that is the target). Returns the run and the virtual
     seconds forked."""
     from autosync.engine.forks import FORKS, fork_key, run_sharing_prefixes
-    from autosync.engine.simulator import Simulator
 
     key = fork_key(job, policy.to_dict())
-    kept = None if job.budget.stop_at_target else FORKS.get(key)
-    if kept is not None:
-        return Simulator.resume(kept.snapshot, job, progress=progress).run_on(), kept.at_seconds
-    sim, result, forked = run_sharing_prefixes(job, policy, progress)
+    own = None if job.budget.stop_at_target else FORKS.get(key)
+    sim, result, forked = run_sharing_prefixes(job, policy, progress, own=own)
     if result.status == "target_reached":
         FORKS.put(key, sim.snapshot(), result.metrics["virtual_time"])
     return result, forked
