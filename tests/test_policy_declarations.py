@@ -98,6 +98,7 @@ def test_the_search_queues_bsp_and_asp_first_then_each_policy_s_own_baselines():
     assert queued[:2] == [{"policy": "bsp", "params": {}}, {"policy": "asp", "params": {}}]
     assert {"policy": "backup", "params": {"k": n, "lr_rule": "fixed"}} in queued
     assert {"policy": "split", "params": {"fractions": [1.0 / n] * n}} in queued
+    assert {"policy": "sync_switch", "params": {"switch_at": 1.0, "config": "sync_switch"}} in queued  # n eta
     assert queued[-2:] == [{"policy": "compose", "params": {"barrier": "bsp"}},
                            {"policy": "compose", "params": {"barrier": "asp"}}]
 

@@ -228,8 +228,12 @@ class SyncSwitch(Policy):
 
     @classmethod
     def search_baselines(cls, n_workers: int) -> list[dict[str, Any]]:
-        """BSP's form (BSP for the whole workload) and ASP's nearest (the switch at the first update)."""
-        return [{"switch_at": 1.0, "config": "none"}, {"switch_at": 0.0, "config": "none"}]
+        """BSP's form (BSP for the whole workload), BSP under the configuration policy (learning rate n eta:
+        the BSP runs Algorithm 1 starts from, lines 1-4) and ASP's nearest (the switch at the first update).
+        Without the second, a search may never try the switch point 1 with n eta, and every earlier switch
+        point can lose the final metric it keeps (quick:0 of baselines/family_quick.yaml)."""
+        return [{"switch_at": 1.0, "config": "none"}, {"switch_at": 1.0, "config": "sync_switch"},
+                {"switch_at": 0.0, "config": "none"}]
 
     def __init__(self, switch_at: float = 0.25, order: str = "bsp_asp", config: str = "sync_switch",
                  asp_momentum: str = "same", switch_seconds: float = 0.0, stragglers: str = "agnostic",
