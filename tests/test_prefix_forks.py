@@ -150,3 +150,13 @@ def test_a_switch_point_search_that_forks_finds_what_one_without_forks_finds_and
         [(t.params, t.state, t.value) for t in studies[0].trials]
     assert forked.cache["search_cost_virtual_seconds"] < unforked.cache["search_cost_virtual_seconds"]
     assert forked.cache["search_breakdown"]["forked_trials"] > 0 == unforked.cache["search_breakdown"]["forked_trials"]
+
+
+def test_a_prefix_serves_only_runs_of_the_same_budget():
+    """Sync-Switch measures its quota in the budget: a run of another budget is another run from the start."""
+    store = ForkStore()
+    run_sharing_prefixes(job(), policy("sync_switch", 0.7), store=store)
+    longer = small_job(target__threshold=0.99, budget__max_updates=120, workload__evaluation__every_seconds=1.0,
+                       cluster__round_trip={"kind": "gamma", "v_task": 0.5, "heterogeneous": True})
+    _, _, forked = run_sharing_prefixes(longer, policy("sync_switch", 0.35), store=store)
+    assert forked == 0.0

@@ -48,7 +48,8 @@ def fork_key(job: JobSpec, policy: dict[str, Any]) -> str:
     """What a run is, whatever its budget says of stopping at the target: the job (its seed included) and
     the policy. Runs with equal keys are the same run up to the target."""
     whole = job.model_copy(update={"budget": job.budget.model_copy(update={"stop_at_target": False})})
-    return json.dumps([whole.fingerprint(), job.seed, policy], sort_keys=True)
+    # the budget counts (the fingerprint leaves it out): Sync-Switch measures its quota in it
+    return json.dumps([whole.fingerprint(), whole.budget.model_dump(mode="json"), job.seed, policy], sort_keys=True)
 
 
 def prefix_key(job: JobSpec, policy: dict[str, Any], switch_param: str) -> str:
