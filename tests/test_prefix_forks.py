@@ -160,3 +160,15 @@ def test_a_prefix_serves_only_runs_of_the_same_budget():
                        cluster__round_trip={"kind": "gamma", "v_task": 0.5, "heterogeneous": True})
     _, _, forked = run_sharing_prefixes(longer, policy("sync_switch", 0.35), store=store)
     assert forked == 0.0
+
+
+def test_the_store_evicts_the_oldest_snapshots_beyond_its_bytes():
+    store = ForkStore(max_bytes=10)
+    store.put("a", b"1234", 1.0)
+    store.put("b", b"1234", 1.0, undecided_above=0.1)
+    store.put("a", b"12345", 2.0)  # replaces a's snapshot: 9 bytes kept
+    assert len(store) == 2 and store.get("a").at_seconds == 2.0
+    store.put("c", b"123", 1.0)  # 12 bytes: the oldest, b's prefix, goes
+    assert store.prefix("b", 0.5) is None and store.get("a") is not None and store.get("c") is not None
+    store.put("d", b"12345678901", 1.0)  # larger than the whole store: not kept
+    assert store.get("d") is None and len(store) == 2

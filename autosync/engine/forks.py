@@ -65,17 +65,22 @@ class ForkStore:
     def __init__(self, max_bytes: int = MAX_BYTES):
         self.max_bytes = max_bytes
         self._kept: OrderedDict[tuple[str, float | None], Kept] = OrderedDict()
+        self._bytes = 0  # what the kept snapshots take, in all
 
     def put(self, key: str, snapshot: bytes, at_seconds: float, undecided_above: float | None = None,
             past_target: bool = False) -> None:
         """Keep a stopped run (`undecided_above` None) or a prefix of switch-point runs."""
         entry = (key, undecided_above)
-        self._kept.pop(entry, None)
+        replaced = self._kept.pop(entry, None)
+        if replaced is not None:
+            self._bytes -= len(replaced.snapshot)
         if len(snapshot) > self.max_bytes:
             return
         self._kept[entry] = Kept(snapshot, at_seconds, undecided_above, past_target)
-        while sum(len(k.snapshot) for k in self._kept.values()) > self.max_bytes:
-            self._kept.popitem(last=False)
+        self._bytes += len(snapshot)
+        while self._bytes > self.max_bytes:
+            _, evicted = self._kept.popitem(last=False)
+            self._bytes -= len(evicted.snapshot)
 
     def get(self, key: str) -> Kept | None:
         """The stopped run kept under `key`."""
@@ -91,6 +96,7 @@ class ForkStore:
 
     def clear(self) -> None:
         self._kept.clear()
+        self._bytes = 0
 
     def __len__(self) -> int:
         return len(self._kept)

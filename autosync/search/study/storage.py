@@ -102,6 +102,8 @@ def _commit_without_waiting_for_the_disk(engine: Any) -> None:
     the process being killed, which is what an interrupted search needs; only a power cut may lose the
     last commits, never the database's consistency. The log also lets processes that share the file read
     while one writes. Set on every connection the engine opens from here on."""
+    import sqlite3
+
     from sqlalchemy import event
 
     def on_connect(connection: Any, _record: Any) -> None:
@@ -109,7 +111,7 @@ def _commit_without_waiting_for_the_disk(engine: Any) -> None:
         try:
             cursor.execute("PRAGMA journal_mode=WAL")  # kept in the file: a no-op once set
             cursor.execute("PRAGMA synchronous=NORMAL")
-        except Exception:  # a read-only file keeps its journal: it still reads
+        except sqlite3.DatabaseError:  # a read-only or busy file keeps its journal: it still reads and writes
             pass
         finally:
             cursor.close()
