@@ -66,3 +66,37 @@ def test_dbw_steps_with_the_rule_at_the_k_it_chose(rule):
 def test_an_unknown_rule_is_refused_with_the_choices():
     with pytest.raises(ValueError, match=r"lr_rule must be one of \['fixed', 'proportional', 'sqrt', 'linear'\]"):
         BackupWorkers(k=2, lr_rule="cubic").bind(4, 16)
+
+
+@pytest.mark.parametrize("rule,factor", [("fixed", lambda tau: 1.0), ("sqrt_staleness", lambda tau: tau ** -0.5),
+                                         ("staleness", lambda tau: 1.0 / tau)])
+def test_asp_steps_each_gradient_by_the_rule_at_its_staleness(rule, factor):
+    """Under ASP each update applies one gradient; its step is eta times the rule's factor at the updates
+    made since that gradient's parameters were sent (at least 1)."""
+    trace = simulate(JOB, make_policy("asp", {"lr_rule": rule})).trace
+    stale = [max(1, s[0]) for s in trace.column("updates", "staleness")]
+    assert max(stale) > 1  # the rule had something to act on
+    assert trace.column("updates", "lr") == pytest.approx([ETA * factor(tau) for tau in stale])
+
+
+def test_sync_switch_takes_a_rule_for_each_phase_and_the_paper_s_is_the_default():
+    """BSP before the switch at the rule's factor for n gradients, ASP after it at the asynchronous rule's;
+    by default BSP at n eta and ASP at eta (the configuration policy, sec. IV-C)."""
+    n = JOB.cluster.n_workers
+
+    def steps(params):
+        trace = simulate(JOB, make_policy("sync_switch", {"switch_at": 0.5, **params})).trace
+        phases = [value for _, value in trace.extras["phase_bsp"]]  # (update, value) per update
+        stale = [max(1, s[0]) for s in trace.column("updates", "staleness")]
+        return list(zip(phases, trace.column("updates", "lr"), stale))
+
+    paper = steps({})
+    assert {(bsp, round(lr / ETA, 9)) for bsp, lr, _ in paper} == {(1, float(n)), (0, 1.0)}
+    for bsp, lr, tau in steps({"lr_rule": "sqrt", "asp_lr_rule": "sqrt_staleness"}):
+        assert lr == pytest.approx(ETA * (math.sqrt(n) if bsp else tau ** -0.5))
+    assert steps({"lr_rule": "linear"}) == paper  # the rule named is the configuration's own
+
+
+def test_an_unknown_asynchronous_rule_is_refused_with_the_choices():
+    with pytest.raises(ValueError, match=r"asp_lr_rule must be one of \['fixed', 'sqrt_staleness', 'staleness'\]"):
+        make_policy("sync_switch", {"asp_lr_rule": "sqrt"}).bind(4, 16)

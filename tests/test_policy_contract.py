@@ -86,7 +86,7 @@ def test_every_arrival_is_logged_and_time_is_monotone(policy):
 # where the contract parameters do not admit the valid value, the parameters it is tried with).
 # A new policy's parameters go here (the test below fails until they do).
 PARAMETER_CASES: dict[str, dict[str, tuple]] = {
-    "asp": {}, "bsp": {}, "dana_slim": {}, "dana_zero": {}, "multi_asgd": {}, "nag_asgd": {},
+    "asp": {"lr_rule": ("staleness", "sometimes")}, "bsp": {}, "dana_slim": {}, "dana_zero": {}, "multi_asgd": {}, "nag_asgd": {},
     "backup": {"k": (2, 0), "lr_rule": ("sqrt", "sometimes")},
     "bdbw": {"lr_rule": ("proportional", "sometimes"), "solve_every": (3, 0)},
     "dbw": {"window": (3, 0), "beta": (1.5, 0.5), "lr_rule": ("proportional", "sometimes"), "solve_every": (2, 0),
@@ -101,7 +101,8 @@ PARAMETER_CASES: dict[str, dict[str, tuple]] = {
               "ema_alpha": (0.5, 0.0), "hidden": (4, 0), "lr_rule": ("sqrt", "sometimes")},
     "sync_switch": {"switch_at": (0.5, 1.5), "order": ("asp_bsp", "random"), "config": ("none", "all"),
                     "asp_momentum": ("zero", "more"), "switch_seconds": (1.0, -1.0),
-                    "stragglers": ("greedy", "ignore"), "window_seconds": (2.0, 0.0), "consecutive": (3, 0)},
+                    "stragglers": ("greedy", "ignore"), "window_seconds": (2.0, 0.0), "consecutive": (3, 0),
+                    "lr_rule": ("sqrt", "sometimes"), "asp_lr_rule": ("sqrt_staleness", "sometimes")},
     "compose": {"barrier": ("asp", "nope"), "batch": ("lbbsp", "tiny", {"barrier": "bsp"}),
                 "update": ("dana_zero", "adam"), "schedule": ("elastic", "sometimes", {}),
                 "k": (2, 0, {"barrier": "backup"}), "lr_rule": ("proportional", "sometimes", {"barrier": "dbw"}), "window": (3, 0, {"barrier": "dbw"}),

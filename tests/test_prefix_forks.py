@@ -14,6 +14,7 @@ from tests.conftest import small_job
 FORMS = {  # every schedule with a switch point, alone and composed
     "sync_switch": ("sync_switch", {}),
     "sync_switch-none": ("sync_switch", {"config": "none", "asp_momentum": "zero"}),
+    "sync_switch-sqrt": ("sync_switch", {"lr_rule": "sqrt", "asp_lr_rule": "sqrt_staleness"}),
     "asp_bsp": ("sync_switch", {"order": "asp_bsp"}),
     "greedy": ("sync_switch", {"stragglers": "greedy", "window_seconds": 2.0, "consecutive": 1}),
     "elastic": ("sync_switch", {"stragglers": "elastic", "window_seconds": 2.0, "consecutive": 1}),

@@ -80,7 +80,7 @@ class Server:
         update = None
         group = barrier.ready(self)
         if group:
-            update = Update(group, barrier.lr_scale(self, len(group)), barrier.target_count(self),
+            update = Update(group, barrier.group_lr_scale(self, group), barrier.target_count(self),
                             [self.version - a.version for a in group])
             used = {id(a) for a in group}
             self.buffer = [a for a in self.buffer if id(a) not in used]

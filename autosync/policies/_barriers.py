@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 from autosync.policies._base import Arrival, Barrier, ServerView
 
@@ -28,7 +29,7 @@ def lr_factor(rule: str, k: int, n: int) -> float:
 
 def check_lr_rule(rule: str) -> None:
     """A clear error for an unknown learning-rate rule."""
-    if rule not in LR_RULES:
+    if not isinstance(rule, str) or rule not in LR_RULES:
         raise ValueError(f"lr_rule must be one of {list(LR_RULES)}, but got lr_rule={rule!r}")
 
 
@@ -74,10 +75,45 @@ class FastestK(Barrier):
         return lr_factor(self.lr_rule, n_aggregated, server.n_workers) * self.lr_multiplier
 
 
+#: Learning-rate rules of the asynchronous barriers, which apply one gradient at a time: the factor on eta
+#: for a gradient tau updates stale (tau >= 1). "fixed" (eta, the papers'); "staleness" (eta / tau: Zhang,
+#: Gupta, Lian and Liu, IJCAI 2016, "Staleness-aware Async-SGD"); "sqrt_staleness" (eta / sqrt(tau)). With
+#: n workers a gradient is about n - 1 updates stale, so a round of n gradients moves the model about as far
+#: as one BSP update under the synchronous rule of the same name: "fixed" as BSP at n eta ("linear"),
+#: "sqrt_staleness" as BSP at sqrt(n) eta ("sqrt"), "staleness" as BSP at eta ("fixed").
+ASYNC_LR_RULES = {
+    "fixed": lambda tau: 1.0,
+    "sqrt_staleness": lambda tau: 1.0 / math.sqrt(max(1, tau)),
+    "staleness": lambda tau: 1.0 / max(1, tau),
+}
+
+
+def check_async_lr_rule(rule: str, key: str = "lr_rule") -> None:
+    """A clear error for an unknown learning-rate rule of an asynchronous barrier (`key`: the parameter)."""
+    if not isinstance(rule, str) or rule not in ASYNC_LR_RULES:
+        raise ValueError(f"{key} must be one of {list(ASYNC_LR_RULES)}, but got {key}={rule!r}")
+
+
 class OnArrival(Barrier):
-    """Apply every gradient as soon as it arrives (ASP); the worker restarts on the newest parameters."""
+    """Apply every gradient as soon as it arrives (ASP); the worker restarts on the newest parameters.
+
+    `lr_rule` (`ASYNC_LR_RULES`): "fixed" applies each gradient at eta, "sqrt_staleness" at eta / sqrt(tau),
+    "staleness" at eta / tau (tau: the updates made since the gradient's parameters were sent).
+    """
 
     always_applies = True
+
+    def __init__(self, lr_rule: str = "fixed"):
+        self.lr_rule = lr_rule
+
+    def reset(self, n_workers: int, batch_size: int) -> None:
+        check_async_lr_rule(self.lr_rule)
+
+    def group_lr_scale(self, server: ServerView, group: Sequence[Arrival]) -> float:
+        if self.lr_rule == "fixed":
+            return self.lr_scale(server, len(group))
+        staleness = max(server.version - a.version for a in group)
+        return ASYNC_LR_RULES[self.lr_rule](staleness) * self.lr_scale(server, len(group))
 
     def accept(self, server: ServerView, arrival: Arrival) -> bool:
         return True
@@ -97,9 +133,11 @@ class BoundedStaleness(OnArrival):
     `staleness` tasks ahead of the slowest worker; a faster one waits at the barrier."""
 
     def __init__(self, staleness: int = 3):
+        super().__init__()
         self.staleness = staleness
 
     def reset(self, n_workers: int, batch_size: int) -> None:
+        super().reset(n_workers, batch_size)
         if not isinstance(self.staleness, int) or self.staleness < 0:
             raise ValueError(f"staleness must be an integer >= 0, but got staleness={self.staleness!r}")
 

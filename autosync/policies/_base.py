@@ -135,6 +135,11 @@ class Barrier(Strategy, ABC):
         """Multiplier of the learning rate for an update of `n_aggregated` gradients."""
         return 1.0
 
+    def group_lr_scale(self, server: ServerView, group: Sequence[Arrival]) -> float:
+        """Multiplier of the learning rate for the update that aggregates `group` now (server.version is
+        the version it makes new); `lr_scale` unless the barrier reads more than the group's size."""
+        return self.lr_scale(server, len(group))
+
     def target_count(self, server: ServerView) -> int | None:
         """How many gradients the current iteration waits for (k_t), for the trace."""
         return None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from autosync.policies._barriers import BoundedStaleness, FastestK, OnArrival
+from autosync.policies._barriers import BoundedStaleness, FastestK, OnArrival, check_async_lr_rule
 from typing import Any
 
 from autosync.policies._base import Policy, Preset, Strategies
@@ -24,7 +24,12 @@ class BSP(Policy):
 
 
 class ASP(Policy):
-    """Asynchronous parallel: every gradient is applied on arrival, whatever its staleness."""
+    """Asynchronous parallel: every gradient is applied on arrival, whatever its staleness.
+
+    Args:
+        lr_rule: "fixed" (eta for every gradient, the default), "sqrt_staleness" (eta / sqrt(tau) for a
+            gradient tau updates stale) or "staleness" (eta / tau: Zhang et al., IJCAI 2016), `ASYNC_LR_RULES`.
+    """
 
     name = "asp"
     paper_name = "ASP"
@@ -34,8 +39,12 @@ class ASP(Policy):
     def search_baselines(cls, n_workers: int) -> list[dict[str, Any]]:
         return [{}]
 
+    def __init__(self, lr_rule: str = "fixed") -> None:
+        self.lr_rule = lr_rule
+
     def strategies(self, n_workers: int, batch_size: int) -> Strategies:
-        return Strategies(barrier=OnArrival())
+        check_async_lr_rule(self.lr_rule)
+        return Strategies(barrier=OnArrival(lr_rule=self.lr_rule))
 
 
 class SSP(Policy):

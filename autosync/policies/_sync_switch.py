@@ -21,7 +21,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from autosync.policies._barriers import FastestK, OnArrival
+from autosync.policies._barriers import FastestK, OnArrival, check_async_lr_rule, check_lr_rule
 from autosync.policies._base import (
     Arrival, Policy, Preset, Progress, Schedule, ServerView, Strategies, UpdateRule, UpdateStats,
 )
@@ -87,8 +87,11 @@ class ElasticBSP(FastestK):
         return worker not in self.excluded and super().may_start(server, worker)
 
 
-def _bsp_barrier(config: str, n_workers: int) -> ElasticBSP:
-    """BSP as Sync-Switch's configuration policy sets it up: learning rate n * eta (sec. IV-C), or eta."""
+def _bsp_barrier(config: str, n_workers: int, lr_rule: str | None = None) -> ElasticBSP:
+    """BSP as Sync-Switch's configuration policy sets it up: learning rate n * eta (sec. IV-C), or eta;
+    or, given `lr_rule` (`LR_RULES`), the rule's step for the gradients aggregated."""
+    if lr_rule is not None:
+        return ElasticBSP(lr_rule=lr_rule)
     return ElasticBSP(lr_multiplier=float(n_workers) if config == "sync_switch" else 1.0)
 
 
@@ -167,12 +170,12 @@ class SwitchSchedule(Schedule):
                 update_state: dict[str, Any]) -> float:
         self.phase = phase
         if phase == "bsp":
-            barrier = _bsp_barrier(self.policy.config, self.n)
+            barrier = _bsp_barrier(self.policy.config, self.n, self.policy.lr_rule)
             barrier.reset(self.n, 0)
             strategies.barrier = barrier
             update_state["momentum_coefficient"] = None
         else:
-            strategies.barrier = OnArrival()
+            strategies.barrier = OnArrival(lr_rule=self.policy.asp_lr_rule)
             self.switched_at_epoch = progress.epoch
             if self.asp_update is not None:
                 self._use_asp_update(strategies, update_state)
@@ -212,6 +215,16 @@ class SyncSwitch(Policy):
         switch_at: fraction s of the workload trained with the first protocol (the switch point).
         order: "bsp_asp" (the paper's) or "asp_bsp" (the order it rejects, sec. IV-A).
         config: "sync_switch": BSP with learning rate n * eta, ASP with eta (sec. IV-C); "none": eta throughout.
+        lr_rule: the BSP phase's learning-rate rule (`LR_RULES`, as backup k takes), in place of the
+            configuration's; None (the default): the configuration's. "sqrt" (eta sqrt(n) for BSP, eta for
+            ASP) departs from the paper, whose n eta (Goyal et al.'s linear rule) is made for ImageNet-scale
+            batches: on a job whose eta already suits one worker's batch, n eta stalls BSP and leaves ASP a
+            model it cannot finish (results/robustness/README.md).
+        asp_lr_rule: the ASP phase's (`ASYNC_LR_RULES`): "fixed" (eta, the paper's), "sqrt_staleness"
+            (eta / sqrt(tau) for a gradient tau updates stale) or "staleness" (eta / tau, Zhang et al.
+            IJCAI 2016). Departs from the paper: with n workers, ASP at eta moves the model about as far per
+            round as BSP at n eta does, on directions up to n updates old, and on jobs unlike the paper's
+            the ASP phase never reached the target; "sqrt_staleness" goes with `lr_rule` "sqrt".
         asp_momentum: momentum under ASP after the switch: "same" (the paper's choice), "zero",
             "one_over_n", "ramp_2n", "ramp_n" (Fig. 8).
         switch_seconds: virtual seconds one switch costs (checkpoint and restart).
@@ -237,8 +250,11 @@ class SyncSwitch(Policy):
 
     def __init__(self, switch_at: float = 0.25, order: str = "bsp_asp", config: str = "sync_switch",
                  asp_momentum: str = "same", switch_seconds: float = 0.0, stragglers: str = "agnostic",
-                 window_seconds: float = 5.0, consecutive: int = 2) -> None:
+                 window_seconds: float = 5.0, consecutive: int = 2, lr_rule: str | None = None,
+                 asp_lr_rule: str = "fixed") -> None:
         self.switch_at = switch_at
+        self.lr_rule = lr_rule
+        self.asp_lr_rule = asp_lr_rule
         self.order = order
         self.config = config
         self.asp_momentum = asp_momentum
@@ -254,17 +270,22 @@ class SyncSwitch(Policy):
         for key, value, allowed in checks:
             if value not in allowed:
                 raise ValueError(f"{key} must be one of {list(allowed)}, but got {key}={value!r}")
+        if self.lr_rule is not None:
+            check_lr_rule(self.lr_rule)
+        check_async_lr_rule(self.asp_lr_rule, "asp_lr_rule")
         if not 0.0 <= self.switch_at <= 1.0:
             raise ValueError(f"switch_at must be between 0 and 1, but got switch_at={self.switch_at}")
         if self.switch_seconds < 0 or self.window_seconds <= 0 or self.consecutive < 1:
             raise ValueError("switch_seconds must be >= 0, window_seconds > 0 and consecutive >= 1, but got "
                              f"{self.switch_seconds}, {self.window_seconds}, {self.consecutive}")
-        barrier = _bsp_barrier(self.config, n_workers) if self.order == "bsp_asp" else OnArrival()
+        barrier = _bsp_barrier(self.config, n_workers, self.lr_rule) if self.order == "bsp_asp" \
+            else OnArrival(lr_rule=self.asp_lr_rule)
         return Strategies(barrier=barrier, schedule=SwitchSchedule(self))
 
     def canonical(self, n_workers: int) -> Policy:
         """Without the configuration policy and the straggler policies, BSP for the whole workload is BSP.
         (switch_at = 0 is not ASP: the switch happens at the first update, after one BSP barrier.)"""
-        plain = self.config == "none" and self.stragglers == "agnostic" and self.order == "bsp_asp"
+        eta = self.lr_rule in ("fixed", "proportional") or (self.lr_rule is None and self.config == "none")
+        plain = eta and self.stragglers == "agnostic" and self.order == "bsp_asp"
         free = self.switch_seconds == 0.0  # a switch at the very end still charges its pause
         return BSP() if plain and free and self.switch_at == 1.0 else self
