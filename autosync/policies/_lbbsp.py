@@ -27,10 +27,10 @@ from autosync.policies._base import (
     Aggregation, Arrival, Batching, Policy, Preset, ServerView, Strategies, UpdateStats,
 )
 from autosync.policies._classic import BSP
-from autosync.policies._speed_predictors import EMA, NARX, LastValue, MedianTime
+from autosync.policies._speed_predictors import EMA, NARX, LastValue
 
 MODES = ("auto", "gpu", "cpu")
-PREDICTORS = ("last", "ema", "median", "narx")
+PREDICTORS = ("last", "ema", "narx")
 
 
 class BatchWeighted(Aggregation):
@@ -195,8 +195,6 @@ class ProportionalBalancer(Batching):
         self.total = n_workers * batch_size
         self.sizes = [batch_size] * n_workers
         self.models = {"last": LastValue(n_workers), "ema": EMA(n_workers, self.ema_alpha)}
-        if self.predictor == "median":
-            self.models["median"] = MedianTime(n_workers)
         if self.predictor == "narx":
             self.models["narx"] = NARX(n_workers, warmup=self.warmup, hidden=self.hidden, ema_alpha=self.ema_alpha)
         self.predictions: dict[str, np.ndarray | None] = {name: None for name in self.models}

@@ -6,10 +6,6 @@ v_k for all n workers at once:
 
 - `LastValue`: v_k = v_{k-1}.
 - `EMA`: exponential moving average with weight alpha on the newest speed (alpha = 0.2).
-- `MedianTime` (not in the paper): the inverse of the median seconds per sample of the last `window`
-  iterations. Under heavy-tailed round trips (Pareto, shape < 2) one lucky iteration makes a worker look
-  several times faster than it is, and the last value or the EMA then hands it a batch it takes an outlier's
-  time to finish; the median ignores a minority of outliers whichever way they go.
 - `NARX`: eq. (4) with look-back windows d_v = d_c = d_m = 2: a feed-forward network with one hidden
   layer on (v_{k-1}, v_{k-2}, c_k, c_{k-1}, c_{k-2}, m_k, m_{k-1}, m_{k-2}), one network per worker,
   trained online; during the first `warmup` iterations it answers with the EMA (sec. 4, "Online NARX
@@ -52,23 +48,6 @@ class EMA:
 
     def predict(self, cpu: np.ndarray, memory: np.ndarray) -> np.ndarray | None:
         return None if self.average is None else self.average.copy()
-
-
-class MedianTime:
-    """v_k = 1 / median(seconds per sample of the last `window` iterations), per worker."""
-
-    def __init__(self, n_workers: int, window: int = 5):
-        self.window = window
-        self.seconds_per_sample: list[np.ndarray] = []
-
-    def observe(self, speeds: np.ndarray, cpu: np.ndarray, memory: np.ndarray) -> None:
-        self.seconds_per_sample.append(1.0 / np.maximum(speeds, 1e-12))
-        del self.seconds_per_sample[:-self.window]
-
-    def predict(self, cpu: np.ndarray, memory: np.ndarray) -> np.ndarray | None:
-        if not self.seconds_per_sample:
-            return None
-        return 1.0 / np.median(np.array(self.seconds_per_sample), axis=0)
 
 
 class NARX:
