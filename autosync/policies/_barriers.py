@@ -110,8 +110,6 @@ class OnArrival(Barrier):
         check_async_lr_rule(self.lr_rule)
 
     def group_lr_scale(self, server: ServerView, group: Sequence[Arrival]) -> float:
-        if self.lr_rule == "fixed":
-            return self.lr_scale(server, len(group))
         staleness = max(server.version - a.version for a in group)
         return ASYNC_LR_RULES[self.lr_rule](staleness) * self.lr_scale(server, len(group))
 

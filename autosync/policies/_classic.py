@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from autosync.policies._barriers import BoundedStaleness, FastestK, OnArrival, check_async_lr_rule
+from autosync.policies._barriers import BoundedStaleness, FastestK, OnArrival
 from typing import Any
 
 from autosync.policies._base import Policy, Preset, Strategies
@@ -43,8 +43,7 @@ class ASP(Policy):
         self.lr_rule = lr_rule
 
     def strategies(self, n_workers: int, batch_size: int) -> Strategies:
-        check_async_lr_rule(self.lr_rule)
-        return Strategies(barrier=OnArrival(lr_rule=self.lr_rule))
+        return Strategies(barrier=OnArrival(lr_rule=self.lr_rule))  # its reset refuses an unknown rule
 
 
 class SSP(Policy):
