@@ -100,3 +100,67 @@ def test_sync_switch_takes_a_rule_for_each_phase_and_the_paper_s_is_the_default(
 def test_an_unknown_asynchronous_rule_is_refused_with_the_choices():
     with pytest.raises(ValueError, match=r"asp_lr_rule must be one of \['fixed', 'sqrt_staleness', 'staleness'\]"):
         make_policy("sync_switch", {"asp_lr_rule": "sqrt"}).bind(4, 16)
+
+
+def _same_run(a, b) -> bool:
+    ra, rb = simulate(JOB, a), simulate(JOB, b)
+    return ra.trace.arrivals == rb.trace.arrivals and bool((ra.final_params == rb.final_params).all())
+
+
+@pytest.mark.parametrize("params,form", [
+    ({"config": "none", "lr_rule": "linear"}, {"config": "sync_switch", "lr_rule": None}),
+    ({"config": "sync_switch", "lr_rule": "fixed"}, {"config": "none", "lr_rule": None}),
+    ({"config": "sync_switch", "lr_rule": "proportional"}, {"config": "none", "lr_rule": None}),
+    ({"config": "none", "lr_rule": "sqrt"}, {"config": "sync_switch", "lr_rule": "sqrt"}),
+])
+def test_sync_switch_s_explicit_rules_have_one_form_that_runs_alike(params, form):
+    """`config` sets only the BSP phase's step: with a rule named it changes nothing, and the rules that give
+    the configuration's step (eta, n eta over all n workers) are that configuration; the canonical form runs
+    bit-identically, so a search trains each class once."""
+    n = JOB.cluster.n_workers
+    policy = make_policy("sync_switch", {"switch_at": 0.5, **params})
+    canonical = policy.canonical(n)
+    assert canonical == make_policy("sync_switch", {"switch_at": 0.5, **form})
+    assert _same_run(policy, canonical)
+
+
+def test_under_elastic_the_explicit_rules_stay_what_they_are():
+    """Elastic BSP aggregates the group left, so "linear" and "proportional" differ from n eta and eta there."""
+    n = JOB.cluster.n_workers
+    for rule in ("linear", "proportional", "fixed"):
+        policy = make_policy("sync_switch", {"stragglers": "elastic", "config": "none", "lr_rule": rule})
+        assert policy.canonical(n).params()["lr_rule"] == rule
+
+
+def test_lbbsp_s_proportional_rule_is_its_fixed_rule_and_a_composition_reaches_its_other_rules():
+    """LB-BSP aggregates every worker, so proportional is fixed (one form, one run). Its rule is no preset
+    parameter; the composed space reaches LB-BSP with a rule as backup k = n with that rule and LB-BSP's
+    batches, which runs bit-identically."""
+    from autosync.policies import Composed
+    from autosync.policies._composed import composition_of
+
+    n = JOB.cluster.n_workers
+    proportional = make_policy("lbbsp", {"lr_rule": "proportional"})
+    assert proportional.canonical(n) == make_policy("lbbsp", {"lr_rule": "fixed"})
+    assert _same_run(proportional, make_policy("lbbsp", {}))
+    sqrt = make_policy("lbbsp", {"lr_rule": "sqrt"})
+    assert composition_of(sqrt) is None  # a standalone parameter: no composition carries it
+    assert _same_run(sqrt, Composed(barrier="backup", k=n, lr_rule="sqrt", batch="lbbsp"))
+
+
+def test_the_policy_space_searches_each_policy_s_rules_and_still_queues_the_paper_s_settings():
+    """`policy` searches the rules of backup, DBW, B-DBW, LB-BSP, ASP and both Sync-Switch phases; a
+    baseline at the paper's Sync-Switch (lr_rule None: the configuration's) is a point of it, not dropped."""
+    import optuna
+
+    from autosync.search.space import load_space, resolve_space_path
+
+    space = load_space(resolve_space_path("policy", "policy"), 4)
+    searched = {(policy, name) for policy, dims in space.dimensions.items() for name in dims if "lr_rule" in name}
+    assert searched == {("backup", "lr_rule"), ("dbw", "lr_rule"), ("bdbw", "lr_rule"), ("lbbsp", "lr_rule"),
+                        ("asp", "lr_rule"), ("sync_switch", "lr_rule"), ("sync_switch", "asp_lr_rule")}
+    paper = {"policy": "sync_switch", "params": {"switch_at": 1.0, "config": "sync_switch"}}
+    params = space.trial_params(paper)
+    assert params is not None and params["sync_switch.lr_rule"] is None
+    sampled = space.suggest(optuna.trial.FixedTrial(params))
+    assert make_policy(sampled["policy"], sampled["params"]) == make_policy("sync_switch", paper["params"])

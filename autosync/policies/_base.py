@@ -309,6 +309,10 @@ class Policy(ABC):
     label_params: ClassVar[tuple[str, ...]] = ()
     #: The compositions this policy is (`Preset`); empty for a policy that is not one (a static split).
     presets: ClassVar[tuple[Preset, ...]] = ()
+    #: Parameters the shipped `policy` space searches that no composition carries: the learning-rate rules
+    #: of ASP, LB-BSP and Sync-Switch's phases. Set away from their defaults, the policy is no composition
+    #: (`composition_of` returns None), so the `composed` space does not hold those points.
+    standalone_params: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def search_baselines(cls, n_workers: int) -> list[dict[str, Any]]:

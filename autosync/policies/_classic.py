@@ -34,6 +34,7 @@ class ASP(Policy):
     name = "asp"
     paper_name = "ASP"
     presets = (Preset("barrier", "asp"),)
+    standalone_params = ("lr_rule",)
 
     @classmethod
     def search_baselines(cls, n_workers: int) -> list[dict[str, Any]]:

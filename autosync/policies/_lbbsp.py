@@ -262,6 +262,7 @@ class LBBSP(Policy):
     name = "lbbsp"
     paper_name = "LB-BSP"
     presets = (Preset("batch", "lbbsp", ("mode",)),)
+    standalone_params = ("lr_rule",)
 
     def __init__(self, mode: str = "auto", delta: int = 5, window: int = 5, fine_delta: int = 1,
                  fine_window: int = 20, memory_threshold: float = 0.95, predictor: str = "narx",
@@ -290,6 +291,10 @@ class LBBSP(Policy):
             or ModeByCompute(iterative, proportional)
         return Strategies(barrier=FastestK(k=None, lr_rule=self.lr_rule), aggregation=BatchWeighted(),
                           batching=batching)
+
+    def canonical(self, n_workers: int) -> Policy:
+        """Every update aggregates all n workers, so "proportional" (eta * n / n) is "fixed"."""
+        return type(self)(**{**self.params(), "lr_rule": "fixed"}) if self.lr_rule == "proportional" else self
 
 
 class ModeByCompute(Batching):

@@ -239,6 +239,7 @@ class SyncSwitch(Policy):
     presets = tuple(Preset("schedule", schedule, ("switch_at", "config"), fixed={"stragglers": stragglers})
                     for schedule, stragglers in (("sync_switch", "agnostic"), ("greedy", "greedy"),
                                                  ("elastic", "elastic")))
+    standalone_params = ("lr_rule", "asp_lr_rule")
 
     @classmethod
     def search_baselines(cls, n_workers: int) -> list[dict[str, Any]]:
@@ -285,8 +286,20 @@ class SyncSwitch(Policy):
 
     def canonical(self, n_workers: int) -> Policy:
         """Without the configuration policy and the straggler policies, BSP for the whole workload is BSP.
-        (switch_at = 0 is not ASP: the switch happens at the first update, after one BSP barrier.)"""
+        (switch_at = 0 is not ASP: the switch happens at the first update, after one BSP barrier.)
+
+        Otherwise one form per run: `config` sets only the BSP phase's step, so with an explicit `lr_rule`
+        it changes nothing and takes its default; where the BSP group is always all n workers (every
+        straggler policy but elastic), "fixed" and "proportional" are `config=none`'s eta and "linear" is
+        the configuration's n eta, so those rules become the configuration that gives the same step."""
         eta = self.lr_rule in ("fixed", "proportional") or (self.lr_rule is None and self.config == "none")
         plain = eta and self.stragglers == "agnostic" and self.order == "bsp_asp"
         free = self.switch_seconds == 0.0  # a switch at the very end still charges its pause
-        return BSP() if plain and free and self.switch_at == 1.0 else self
+        if plain and free and self.switch_at == 1.0:
+            return BSP()
+        if self.lr_rule is None:
+            return self
+        as_config = {"fixed": "none", "proportional": "none", "linear": "sync_switch"}.get(self.lr_rule)
+        if self.stragglers != "elastic" and as_config is not None:
+            return type(self)(**{**self.params(), "lr_rule": None, "config": as_config})
+        return type(self)(**{**self.params(), "config": "sync_switch"})

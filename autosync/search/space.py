@@ -91,8 +91,8 @@ class SearchSpace:
             if not _holds(dim, params):
                 continue
             value = params.get(name)
-            if value is None or not _admits(dim, value):
-                return None
+            if (value is None and dim.type != "categorical") or not _admits(dim, value):
+                return None  # None passes only as a categorical's choice (Sync-Switch's lr_rule: the config's)
             if dim.type == "simplex":
                 out.update({f"{policy_name}.{name}.{i}": math.exp(-v) for i, v in enumerate(value)})
             else:
