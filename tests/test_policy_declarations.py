@@ -53,8 +53,9 @@ def test_each_slot_choice_belongs_to_the_policy_that_declares_it():
     assert SLOTS["schedule"] == ("none", "sync_switch", "greedy", "elastic")
     assert owner("update", "dana_slim")[0].name == "dana_slim"
     assert owner("schedule", "greedy")[1].fixed == {"stragglers": "greedy"}
-    assert PARAMETER_OWNERS["lr_rule"] == ("barrier", ("backup", "dbw", "bdbw"))
-    assert PARAMETER_OWNERS["dc_lambda"] == ("update", ("dc_asgd", "dana_dc"))
+    assert PARAMETER_OWNERS["lr_rule"] == {"barrier": ("backup", "dbw", "bdbw")}
+    assert PARAMETER_OWNERS["dc_lambda"] == {"update": ("dc_asgd", "dana_dc")}
+    assert PARAMETER_OWNERS["asp_lr_rule"] == {"barrier": ("asp",), "schedule": ("sync_switch", "greedy", "elastic")}
     for slot, choices in SLOTS.items():  # every choice but the plain one is some policy's strategy
         assert [c for c in choices if c != PLAIN[slot]] == [c for c in choices[1:]]
         assert all(owner(slot, c)[1].slots()[slot] == c for c in choices[1:])
@@ -72,23 +73,33 @@ def test_a_new_combination_is_no_seed_and_a_changed_free_parameter_no_compositio
     assert Composed(barrier="ssp", update="dana_slim").as_seed() is None
     assert composition_of(make_policy("bdbw", {"solve_every": 5})) is None
     assert composition_of(make_policy("sync_switch", {"stragglers": "elastic", "switch_at": 0.5})) == {
-        "schedule": "elastic", "switch_at": 0.5, "config": "sync_switch"}
+        "schedule": "elastic", "switch_at": 0.5, "config": "sync_switch", "asp_lr_rule": "fixed"}
+
+
+def test_a_parameter_the_matching_preset_does_not_carry_makes_a_new_combination():
+    """The asynchronous rule is ASP's own (named lr_rule there) and the ASP phase's, but no DANA preset's:
+    DANA-Slim under another rule is a new combination, not DANA-Slim (whose slots it shares)."""
+    assert Composed(barrier="asp", asp_lr_rule="staleness").as_seed() == make_policy("asp", {"lr_rule": "staleness"})
+    assert composition_of(make_policy("asp", {"lr_rule": "sqrt_staleness"})) == {
+        "barrier": "asp", "asp_lr_rule": "sqrt_staleness"}
+    assert Composed(barrier="asp", update="dana_slim").as_seed() == make_policy("dana_slim", {})
+    assert Composed(barrier="asp", update="dana_slim", asp_lr_rule="staleness").as_seed() is None
 
 
 def test_the_shipped_spaces_search_only_the_parameters_the_policies_declare():
     for name in ("policy", "static_k", "switch_point"):
         space = load_space(resolve_space_path(name, name), 4)
         for family, dims in space.dimensions.items():
-            declared = {p for preset in POLICIES[family].presets for p in preset.params}
+            declared = {preset.own_name(p) for preset in POLICIES[family].presets for p in preset.params}
             assert set(dims) <= declared | set(POLICIES[family].standalone_params), (name, family)
     composed = load_space(resolve_space_path("composed", "composed"), 4).dimensions["compose"]
     for param, dim in composed.items():
         if param in SLOTS:
             assert set(dim.choices) <= set(SLOTS[param]), param
             continue
-        slot, owners = PARAMETER_OWNERS[param]
+        owners = PARAMETER_OWNERS[param]
         for clause in dim.when or []:
-            assert set(clause[slot]) <= set(owners), (param, clause)
+            assert all(set(clause[slot]) <= set(owners.get(slot, ())) for slot in clause), (param, clause)
 
 
 def test_the_search_queues_bsp_and_asp_first_then_each_policy_s_own_baselines():

@@ -279,7 +279,9 @@ class Preset:
     spaces search; any other parameter must keep its default for the policy to be this composition);
     `implies` are the other slots' choices the policy comes with (DANA's rules run under barrier asp);
     `fixed` are the constructor values this preset stands for (Sync-Switch with stragglers='greedy' is
-    schedule greedy). A policy with several presets (Sync-Switch) is whichever its values select.
+    schedule greedy); `renamed` maps a composition's name of a parameter to the policy's own where they
+    differ (the composition's `asp_lr_rule` is ASP's `lr_rule`). A policy with several presets
+    (Sync-Switch) is whichever its values select.
     """
 
     slot: str
@@ -287,6 +289,11 @@ class Preset:
     params: tuple[str, ...] = ()
     implies: dict[str, str] = field(default_factory=dict)
     fixed: dict[str, Any] = field(default_factory=dict)
+    renamed: dict[str, str] = field(default_factory=dict)
+
+    def own_name(self, param: str) -> str:
+        """The policy's constructor name of the composition's parameter `param`."""
+        return self.renamed.get(param, param)
 
     def slots(self) -> dict[str, str]:
         """Every slot this preset fills, with its choice."""
@@ -310,7 +317,7 @@ class Policy(ABC):
     #: The compositions this policy is (`Preset`); empty for a policy that is not one (a static split).
     presets: ClassVar[tuple[Preset, ...]] = ()
     #: Parameters the shipped `policy` space searches that no composition carries: the learning-rate rules
-    #: of ASP, LB-BSP and Sync-Switch's phases. Set away from their defaults, the policy is no composition
+    #: of LB-BSP and of Sync-Switch's BSP phase. Set away from their defaults, the policy is no composition
     #: (`composition_of` returns None), so the `composed` space does not hold those points.
     standalone_params: ClassVar[tuple[str, ...]] = ()
 

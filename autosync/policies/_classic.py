@@ -33,8 +33,7 @@ class ASP(Policy):
 
     name = "asp"
     paper_name = "ASP"
-    presets = (Preset("barrier", "asp"),)
-    standalone_params = ("lr_rule",)
+    presets = (Preset("barrier", "asp", ("asp_lr_rule",), renamed={"asp_lr_rule": "lr_rule"}),)
 
     @classmethod
     def search_baselines(cls, n_workers: int) -> list[dict[str, Any]]:

@@ -6,7 +6,7 @@
     compose(barrier=bsp, batch=lbbsp, schedule=elastic)        # LB-BSP batches under Sync-Switch's elastic BSP
 
 Slots and their choices:
-- barrier: bsp, backup (k, lr_rule), dbw (window, lr_rule), bdbw (lr_rule), ssp (staleness), asp;
+- barrier: bsp, backup (k, lr_rule), dbw (window, lr_rule), bdbw (lr_rule), ssp (staleness), asp (asp_lr_rule);
 - batch: equal, lbbsp (mode: gpu | cpu | auto), with LB-BSP's batch-weighted aggregation (eq. 7), under any
   barrier: LB-BSP's sizing against persistent slowness with DBW's or backup's k against transient stragglers,
   or SSP's bound kept from stalling on a slow worker (under asp and ssp an update has one gradient, whose
@@ -14,8 +14,11 @@ Slots and their choices:
   ASP (before LB-BSP ran under every barrier, it froze its split there);
 - update: sgd (the job's optimizer: momentum or Nesterov), nag_asgd, multi_asgd, lwp (horizon), dc_asgd
   (dc_lambda), dana_zero, dana_slim, dana_dc (dc_lambda);
-- schedule: none, sync_switch (switch_at, config), greedy and elastic (Sync-Switch's online policies for
-  transient stragglers, sec. IV-B2, with the same switch point).
+- schedule: none, sync_switch (switch_at, config, asp_lr_rule), greedy and elastic (Sync-Switch's online
+  policies for transient stragglers, sec. IV-B2, with the same switch point).
+
+`asp_lr_rule` is the asynchronous learning-rate rule (`ASYNC_LR_RULES`): ASP's under barrier asp, the ASP
+phase's under a Sync-Switch schedule, whichever update rule applies the gradient.
 
 Every slot is built by the seed policy that owns the strategy, so each named seed policy is one
 composition and runs identically to it (same seed, same run; tested for every seed policy). Which policy
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from autosync.policies._barriers import check_async_lr_rule
 from autosync.policies._base import Policy, Preset, Strategies, UpdateRule
 from autosync.policies._classic import ASP, BSP, SSP, BackupWorkers
 from autosync.policies._dana import DANADC, DCASGD, LWP, NAGASGD, DANASlim, DANAZero, MultiASGD
@@ -57,17 +61,17 @@ def _slot_choices(slot: str) -> tuple[str, ...]:
 SLOTS = {slot: _slot_choices(slot) for slot in PLAIN}
 
 
-def _parameter_owners() -> dict[str, tuple[str, tuple[str, ...]]]:
-    owners: dict[str, tuple[str, tuple[str, ...]]] = {}
+def _parameter_owners() -> dict[str, dict[str, tuple[str, ...]]]:
+    owners: dict[str, dict[str, tuple[str, ...]]] = {}
     for _, preset in PRESETS:
         for name in preset.params:
-            slot, choices = owners.get(name, (preset.slot, ()))
-            owners[name] = (slot, tuple(dict.fromkeys((*choices, preset.choice))))
+            slots = owners.setdefault(name, {})
+            slots[preset.slot] = tuple(dict.fromkeys((*slots.get(preset.slot, ()), preset.choice)))
     return owners
 
 
-# Which slot choice each parameter belongs to: set away from its default, it needs that choice.
-PARAMETER_OWNERS: dict[str, tuple[str, tuple[str, ...]]] = _parameter_owners()
+# Which slot choices each parameter belongs to, slot by slot: set away from its default, it needs one of them.
+PARAMETER_OWNERS: dict[str, dict[str, tuple[str, ...]]] = _parameter_owners()
 ONE_GRADIENT_BARRIERS = ("asp", "ssp")  # barriers that apply each gradient on its own
 
 
@@ -96,6 +100,8 @@ class Composed(Policy):
         mode: lbbsp's algorithm (gpu, cpu, auto).
         horizon, dc_lambda: lwp's look-ahead horizon; dc_asgd's and dana_dc's delay compensation.
         switch_at, config: the schedule's switch point and configuration policy (Sync-Switch sec. IV-C).
+        asp_lr_rule: the asynchronous learning-rate rule of barrier asp or of the schedule's ASP phase:
+            fixed (eta, the papers'), sqrt_staleness or staleness (`ASYNC_LR_RULES`).
     """
 
     name = "compose"
@@ -109,7 +115,7 @@ class Composed(Policy):
     def __init__(self, barrier: str = "bsp", batch: str = "equal", update: str = "sgd", schedule: str = "none",
                  k: int = 12, lr_rule: str = "fixed", window: int = 20, staleness: int = 3, mode: str = "auto",
                  horizon: float | None = None, dc_lambda: float = 2.0, switch_at: float = 0.25,
-                 config: str = "sync_switch") -> None:
+                 config: str = "sync_switch", asp_lr_rule: str = "fixed") -> None:
         self.barrier = barrier
         self.batch = batch
         self.update = update
@@ -123,6 +129,7 @@ class Composed(Policy):
         self.dc_lambda = dc_lambda
         self.switch_at = switch_at
         self.config = config
+        self.asp_lr_rule = asp_lr_rule
 
     def strategies(self, n_workers: int, batch_size: int) -> Strategies:
         check_composition(self)
@@ -148,17 +155,20 @@ class Composed(Policy):
 
     def _as_preset(self, cls: type[Policy], preset: Preset) -> Policy:
         """`cls` with this composition's values of the preset's parameters and the values it stands for."""
-        return cls(**{name: getattr(self, name) for name in preset.params}, **preset.fixed)
+        return cls(**{preset.own_name(name): getattr(self, name) for name in preset.params}, **preset.fixed)
 
     def _update_rule(self) -> UpdateRule:
         return self._part("update").rule()  # type: ignore[attr-defined]
 
     def as_seed(self) -> Policy | None:
         """The named seed policy this composition is (the one whose preset fills exactly the slots this
-        composition sets away from plain), or None when it is a new combination."""
+        composition sets away from plain and carries every parameter it sets away from its default), or
+        None when it is a new combination (DANA-Slim under an asynchronous rule other than fixed)."""
         chosen = _non_plain({slot: getattr(self, slot) for slot in SLOTS})
+        defaults = Composed().params()
+        changed = {name for name, value in self.params().items() if name not in SLOTS and value != defaults[name]}
         for cls, preset in PRESETS:
-            if _non_plain(preset.slots()) == chosen:
+            if _non_plain(preset.slots()) == chosen and changed <= set(preset.params):
                 return self._as_preset(cls, preset)
         return None
 
@@ -186,11 +196,14 @@ def check_composition(policy: Composed) -> None:
         value = getattr(policy, slot)
         if value not in choices:
             raise ValueError(f"{slot} must be one of {list(choices)}, but got {slot}={value!r}")
+    check_async_lr_rule(policy.asp_lr_rule, "asp_lr_rule")  # its owners would name it lr_rule
     defaults = Composed()
-    for name, (slot, owners) in PARAMETER_OWNERS.items():
-        if getattr(policy, name) != getattr(defaults, name) and getattr(policy, slot) not in owners:
-            raise ValueError(f"{name} is a parameter of {slot} {' or '.join(owners)}, but got {name}="
-                             f"{getattr(policy, name)!r} with {slot}={getattr(policy, slot)}")
+    for name, owners in PARAMETER_OWNERS.items():
+        if getattr(policy, name) != getattr(defaults, name) \
+                and not any(getattr(policy, slot) in choices for slot, choices in owners.items()):
+            belongs = " or ".join(f"{slot} {' or '.join(choices)}" for slot, choices in owners.items())
+            got = ", ".join(f"{slot}={getattr(policy, slot)}" for slot in owners)
+            raise ValueError(f"{name} is a parameter of {belongs}, but got {name}={getattr(policy, name)!r} with {got}")
     if policy.update != "sgd":
         if policy.schedule == "greedy":
             raise ValueError(f"update {policy.update} applies one gradient per update and keeps per-worker state; "
@@ -212,10 +225,10 @@ def composition_of(policy: Policy) -> dict[str, Any] | None:
     for preset in type(policy).presets:
         if any(params[name] != value for name, value in preset.fixed.items()):
             continue
-        carried = set(preset.params) | set(preset.fixed)
+        carried = {preset.own_name(name) for name in preset.params} | set(preset.fixed)
         if any(params[name] != defaults[name] for name in params if name not in carried):
             return None
-        return {**_non_plain(preset.slots()), **{name: params[name] for name in preset.params}}
+        return {**_non_plain(preset.slots()), **{name: params[preset.own_name(name)] for name in preset.params}}
     return None
 
 

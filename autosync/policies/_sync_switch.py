@@ -236,10 +236,11 @@ class SyncSwitch(Policy):
 
     name = "sync_switch"
     paper_name = "Sync-Switch"
-    presets = tuple(Preset("schedule", schedule, ("switch_at", "config"), fixed={"stragglers": stragglers})
+    presets = tuple(Preset("schedule", schedule, ("switch_at", "config", "asp_lr_rule"),
+                           fixed={"stragglers": stragglers})
                     for schedule, stragglers in (("sync_switch", "agnostic"), ("greedy", "greedy"),
                                                  ("elastic", "elastic")))
-    standalone_params = ("lr_rule", "asp_lr_rule")
+    standalone_params = ("lr_rule",)
 
     @classmethod
     def search_baselines(cls, n_workers: int) -> list[dict[str, Any]]:
