@@ -166,14 +166,19 @@ def test_the_policy_space_searches_each_policy_s_rules_and_still_queues_the_pape
     assert make_policy(sampled["policy"], sampled["params"]) == make_policy("sync_switch", paper["params"])
 
 
-def test_a_composition_takes_the_asynchronous_rule_under_asp_and_in_sync_switch_s_asp_phase():
+def test_a_composition_takes_the_rules_of_asp_and_of_both_sync_switch_phases():
     """`asp_lr_rule` composes: ASP under a rule is `asp:lr_rule=...` and Sync-Switch's schedule with one is
-    `sync_switch:asp_lr_rule=...`, bit for bit; DANA-Slim's look-ahead under ASP steps by the rule too."""
+    `sync_switch:asp_lr_rule=...`, bit for bit, and with `bsp_lr_rule` too Sync-Switch paired at sqrt;
+    DANA-Slim's look-ahead under ASP steps by the rule too."""
     from autosync.policies import Composed
 
     assert _same_run(Composed(barrier="asp", asp_lr_rule="staleness"), make_policy("asp", {"lr_rule": "staleness"}))
     assert _same_run(Composed(schedule="sync_switch", switch_at=0.5, asp_lr_rule="sqrt_staleness"),
                      make_policy("sync_switch", {"switch_at": 0.5, "asp_lr_rule": "sqrt_staleness"}))
+    paired = Composed(schedule="sync_switch", switch_at=0.5, bsp_lr_rule="sqrt", asp_lr_rule="sqrt_staleness")
+    assert paired.as_seed() == make_policy("sync_switch", {"switch_at": 0.5, "lr_rule": "sqrt",
+                                                           "asp_lr_rule": "sqrt_staleness"})
+    assert _same_run(paired, paired.as_seed())
     trace = simulate(JOB, Composed(barrier="asp", update="dana_slim", asp_lr_rule="staleness")).trace
     stale = [max(1, s[0]) for s in trace.column("updates", "staleness")]
     assert max(stale) > 1

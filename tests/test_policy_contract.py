@@ -110,7 +110,8 @@ PARAMETER_CASES: dict[str, dict[str, tuple]] = {
                 "horizon": (2.0, -1.0, {"barrier": "asp", "update": "lwp"}),
                 "dc_lambda": (1.0, -1.0, {"barrier": "asp", "update": "dc_asgd"}),
                 "switch_at": (0.5, 1.5, {"schedule": "sync_switch"}), "config": ("none", "all", {"schedule": "sync_switch"}),
-                "asp_lr_rule": ("staleness", "sometimes", {"barrier": "asp", "update": "dana_slim"})},
+                "asp_lr_rule": ("staleness", "sometimes", {"barrier": "asp", "update": "dana_slim"}),
+                "bsp_lr_rule": ("sqrt", "sometimes", {"schedule": "elastic", "update": "dana_slim"})},
 }
 # Policies no shipped search space offers, and why.
 NOT_SEARCHED = {name: "a baseline the DANA paper compares against; DANA-Slim and DANA-DC dominate it there"

@@ -73,7 +73,7 @@ def test_a_new_combination_is_no_seed_and_a_changed_free_parameter_no_compositio
     assert Composed(barrier="ssp", update="dana_slim").as_seed() is None
     assert composition_of(make_policy("bdbw", {"solve_every": 5})) is None
     assert composition_of(make_policy("sync_switch", {"stragglers": "elastic", "switch_at": 0.5})) == {
-        "schedule": "elastic", "switch_at": 0.5, "config": "sync_switch", "asp_lr_rule": "fixed"}
+        "schedule": "elastic", "switch_at": 0.5, "config": "sync_switch", "bsp_lr_rule": None, "asp_lr_rule": "fixed"}
 
 
 def test_a_parameter_the_matching_preset_does_not_carry_makes_a_new_combination():

@@ -27,10 +27,10 @@ def lr_factor(rule: str, k: int, n: int) -> float:
     return LR_RULES[rule](k, n)
 
 
-def check_lr_rule(rule: str) -> None:
-    """A clear error for an unknown learning-rate rule."""
+def check_lr_rule(rule: str, key: str = "lr_rule") -> None:
+    """A clear error for an unknown learning-rate rule (`key`: the parameter's name where it is set)."""
     if not isinstance(rule, str) or rule not in LR_RULES:
-        raise ValueError(f"lr_rule must be one of {list(LR_RULES)}, but got lr_rule={rule!r}")
+        raise ValueError(f"{key} must be one of {list(LR_RULES)}, but got {key}={rule!r}")
 
 
 class FastestK(Barrier):

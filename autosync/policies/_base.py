@@ -316,9 +316,9 @@ class Policy(ABC):
     label_params: ClassVar[tuple[str, ...]] = ()
     #: The compositions this policy is (`Preset`); empty for a policy that is not one (a static split).
     presets: ClassVar[tuple[Preset, ...]] = ()
-    #: Parameters the shipped `policy` space searches that no composition carries: the learning-rate rules
-    #: of LB-BSP and of Sync-Switch's BSP phase. Set away from their defaults, the policy is no composition
-    #: (`composition_of` returns None), so the `composed` space does not hold those points.
+    #: Parameters the shipped `policy` space searches that no composition carries (LB-BSP's learning-rate
+    #: rule, whose barrier is BSP's own in a composition). Set away from their defaults, the policy is no
+    #: composition (`composition_of` returns None), so the `composed` space does not hold those points.
     standalone_params: ClassVar[tuple[str, ...]] = ()
 
     @classmethod

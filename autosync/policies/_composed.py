@@ -14,11 +14,12 @@ Slots and their choices:
   ASP (before LB-BSP ran under every barrier, it froze its split there);
 - update: sgd (the job's optimizer: momentum or Nesterov), nag_asgd, multi_asgd, lwp (horizon), dc_asgd
   (dc_lambda), dana_zero, dana_slim, dana_dc (dc_lambda);
-- schedule: none, sync_switch (switch_at, config, asp_lr_rule), greedy and elastic (Sync-Switch's online
-  policies for transient stragglers, sec. IV-B2, with the same switch point).
+- schedule: none, sync_switch (switch_at, config, bsp_lr_rule, asp_lr_rule), greedy and elastic
+  (Sync-Switch's online policies for transient stragglers, sec. IV-B2, with the same switch point).
 
 `asp_lr_rule` is the asynchronous learning-rate rule (`ASYNC_LR_RULES`): ASP's under barrier asp, the ASP
-phase's under a Sync-Switch schedule, whichever update rule applies the gradient.
+phase's under a Sync-Switch schedule, whichever update rule applies the gradient. `bsp_lr_rule` is the
+BSP phase's (Sync-Switch's `lr_rule`; None, the default, is the configuration's).
 
 Every slot is built by the seed policy that owns the strategy, so each named seed policy is one
 composition and runs identically to it (same seed, same run; tested for every seed policy). Which policy
@@ -32,7 +33,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from autosync.policies._barriers import check_async_lr_rule
+from autosync.policies._barriers import check_async_lr_rule, check_lr_rule
 from autosync.policies._base import Policy, Preset, Strategies, UpdateRule
 from autosync.policies._classic import ASP, BSP, SSP, BackupWorkers
 from autosync.policies._dana import DANADC, DCASGD, LWP, NAGASGD, DANASlim, DANAZero, MultiASGD
@@ -102,6 +103,7 @@ class Composed(Policy):
         switch_at, config: the schedule's switch point and configuration policy (Sync-Switch sec. IV-C).
         asp_lr_rule: the asynchronous learning-rate rule of barrier asp or of the schedule's ASP phase:
             fixed (eta, the papers'), sqrt_staleness or staleness (`ASYNC_LR_RULES`).
+        bsp_lr_rule: the schedule's BSP-phase rule (`LR_RULES`), or None (the configuration's).
     """
 
     name = "compose"
@@ -115,7 +117,8 @@ class Composed(Policy):
     def __init__(self, barrier: str = "bsp", batch: str = "equal", update: str = "sgd", schedule: str = "none",
                  k: int = 12, lr_rule: str = "fixed", window: int = 20, staleness: int = 3, mode: str = "auto",
                  horizon: float | None = None, dc_lambda: float = 2.0, switch_at: float = 0.25,
-                 config: str = "sync_switch", asp_lr_rule: str = "fixed") -> None:
+                 config: str = "sync_switch", asp_lr_rule: str = "fixed",
+                 bsp_lr_rule: str | None = None) -> None:
         self.barrier = barrier
         self.batch = batch
         self.update = update
@@ -130,6 +133,7 @@ class Composed(Policy):
         self.switch_at = switch_at
         self.config = config
         self.asp_lr_rule = asp_lr_rule
+        self.bsp_lr_rule = bsp_lr_rule
 
     def strategies(self, n_workers: int, batch_size: int) -> Strategies:
         check_composition(self)
@@ -196,7 +200,9 @@ def check_composition(policy: Composed) -> None:
         value = getattr(policy, slot)
         if value not in choices:
             raise ValueError(f"{slot} must be one of {list(choices)}, but got {slot}={value!r}")
-    check_async_lr_rule(policy.asp_lr_rule, "asp_lr_rule")  # its owners would name it lr_rule
+    check_async_lr_rule(policy.asp_lr_rule, "asp_lr_rule")  # their owners would name them lr_rule
+    if policy.bsp_lr_rule is not None:
+        check_lr_rule(policy.bsp_lr_rule, "bsp_lr_rule")
     defaults = Composed()
     for name, owners in PARAMETER_OWNERS.items():
         if getattr(policy, name) != getattr(defaults, name) \

@@ -236,11 +236,10 @@ class SyncSwitch(Policy):
 
     name = "sync_switch"
     paper_name = "Sync-Switch"
-    presets = tuple(Preset("schedule", schedule, ("switch_at", "config", "asp_lr_rule"),
-                           fixed={"stragglers": stragglers})
+    presets = tuple(Preset("schedule", schedule, ("switch_at", "config", "bsp_lr_rule", "asp_lr_rule"),
+                           fixed={"stragglers": stragglers}, renamed={"bsp_lr_rule": "lr_rule"})
                     for schedule, stragglers in (("sync_switch", "agnostic"), ("greedy", "greedy"),
                                                  ("elastic", "elastic")))
-    standalone_params = ("lr_rule",)
 
     @classmethod
     def search_baselines(cls, n_workers: int) -> list[dict[str, Any]]:
