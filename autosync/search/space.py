@@ -13,7 +13,8 @@
         switch_at: {type: float, low: 0.0, high: 1.0, step: 0.0625}
         config: sync_switch         # a constant: not searched
 
-Types: int and float (low, high, optional step, optional log), categorical (choices) and simplex (size).
+Types: int and float (low, high, optional step, optional log), categorical (choices; `null` among them is
+None, for a parameter that takes it) and simplex (size).
 `n_workers` (optionally `n_workers - 1` and so on) stands for the job's number of workers. Each policy's
 parameters form a conditional sub-space: Optuna names them `policy.param`. Unknown keys, unknown policies
 or parameters, and impossible ranges are errors naming the file and the key.
