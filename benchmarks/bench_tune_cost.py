@@ -134,6 +134,8 @@ def main() -> None:
             key = f"{name}/{job.fingerprint()}/{space}/{space_digest(space)}"  # a changed space: a new reference
             if key not in refs:
                 start = time.perf_counter()
+                stale = key.rsplit("/", 1)[0] + "/"  # this job's and space's references of an older space file
+                refs = {k: v for k, v in refs.items() if not k.startswith(stale)}
                 refs[key] = reference(job, space, args.reference_trials)
                 refs[key]["confirmed_time"] = confirmed_time(job, refs[key]["policy"])
                 cache_path.write_text(json.dumps(refs, indent=1, sort_keys=True))
