@@ -216,11 +216,12 @@ class SyncSwitch(Policy):
         order: "bsp_asp" (the paper's) or "asp_bsp" (the order it rejects, sec. IV-A).
         config: "sync_switch": BSP with learning rate n * eta, ASP with eta (sec. IV-C); "none": eta throughout.
         lr_rule: the BSP phase's learning-rate rule (`LR_RULES`, as backup k takes), in place of the
-            configuration's; None (the default): the configuration's. "linear" is the configuration's n eta
-            except under `stragglers=elastic`, where it scales with the workers left in the BSP group. "sqrt" (eta sqrt(n) for BSP, eta for
-            ASP) departs from the paper, whose n eta (Goyal et al.'s linear rule) is made for ImageNet-scale
-            batches: on a job whose eta already suits one worker's batch, n eta stalls BSP and leaves ASP a
-            model it cannot finish (results/robustness/README.md).
+            configuration's (`config` then changes nothing); None (the default): the configuration's.
+            "linear" is the configuration's n eta except under `stragglers=elastic`, where it scales with
+            the workers left in the BSP group. "sqrt" (eta sqrt(n) for BSP, eta for ASP) departs from the
+            paper, whose n eta (Goyal et al.'s linear rule) is made for ImageNet-scale batches: on a job
+            whose eta already suits one worker's batch, n eta stalls BSP and leaves ASP a model it cannot
+            finish (results/robustness/README.md).
         asp_lr_rule: the ASP phase's (`ASYNC_LR_RULES`): "fixed" (eta, the paper's), "sqrt_staleness"
             (eta / sqrt(tau) for a gradient tau updates stale) or "staleness" (eta / tau, Zhang et al.
             IJCAI 2016). Departs from the paper: with n workers, ASP at eta moves the model about as far per
