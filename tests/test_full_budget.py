@@ -53,6 +53,28 @@ def test_stopping_at_the_target_keeps_the_full_budget_answer_and_costs_less(tmp_
     assert all(t.intermediate_values[t.last_step] >= PACE_MARGIN * fastest for t in paced)
 
 
+def test_the_cost_to_the_answer_ends_at_the_candidate_the_check_confirmed(tmp_path):
+    """The answer is found by the trial its full-budget check confirms, not by the check (which runs after
+    the search): the cost to it is the reference, the trials up to that candidate and the checks."""
+    from autosync.search.study.cache import answer_trial, search_cost
+
+    job = small_job(budget={"max_virtual_seconds": 30}, target={"metric": "test_accuracy", "threshold": 0.8})
+    stop, study = _tune(tmp_path, job, True, 0.01, "answer")
+    winner = study.trials[stop.cache["best_trial"]]
+    found = answer_trial(study, winner)
+    assert found == winner.user_attrs.get(FULL_BUDGET_OF, winner.number)
+    assert FULL_BUDGET_OF not in study.trials[found].user_attrs
+    bsp = study.user_attrs["bsp_reference"]["virtual_seconds"]
+    expected = bsp + sum(t.user_attrs.get("virtual_seconds", 0.0) for t in study.trials
+                         if t.number <= found or FULL_BUDGET_OF in t.user_attrs)
+    assert search_cost(study, up_to=found) == pytest.approx(expected)
+    assert stop.cache["cost_to_answer_bsp_trainings"] == pytest.approx(expected / bsp)
+    later = [t for t in study.trials if t.number > found and FULL_BUDGET_OF not in t.user_attrs
+             and t.user_attrs.get("virtual_seconds", 0.0) > 0]
+    if later:  # trials after the answer's cost nothing towards it
+        assert stop.cache["cost_to_answer_bsp_trainings"] < stop.cache["search_cost_bsp_trainings"]
+
+
 def test_a_run_stopped_at_the_target_has_the_full_runs_time_to_target():
     job = small_job(budget={"max_virtual_seconds": 30}, target={"metric": "test_accuracy", "threshold": 0.8})
     policy = {"policy": "backup", "params": {"k": 2, "lr_rule": "fixed"}}

@@ -59,17 +59,29 @@ def execution_of(backend: "BackendChoice | None") -> dict[str, Any]:
 
 
 def search_cost(study: "optuna.Study", up_to: int | None = None) -> float:
-    """Virtual seconds trained by every trial of the study (with `up_to`, by trials up to that number: what
-    finding the answer cost), the BSP reference runs (none when a sibling study trained them:
-    `autosync.search.study.siblings`) and the confirmation runs it trained (`--confirm-top`; runs copied from a
-    sibling are the sibling's cost)."""
+    """Virtual seconds trained by every trial of the study (with `up_to`, by the trials of the search up to
+    that number and the full-budget checks: what finding the answer cost), the BSP reference runs (none when
+    a sibling study trained them: `autosync.search.study.siblings`) and the confirmation runs it trained
+    (`--confirm-top`; runs copied from a sibling are the sibling's cost)."""
     reference = study.user_attrs.get("bsp_reference", {})
     trained = 0.0 if REFERENCE_FROM in reference else reference.get("virtual_seconds", 0.0)
     confirmation = study.user_attrs.get(CONFIRMATION_RUNS)
     trained += sum(run.get("virtual_seconds", 0.0) for run in confirmation.values()) \
         if isinstance(confirmation, dict) else 0.0
     return trained + sum(t.user_attrs.get("virtual_seconds", 0.0) for t in study.get_trials(deepcopy=False)
-                         if up_to is None or t.number <= up_to)
+                         if up_to is None or t.number <= up_to or FULL_BUDGET_OF in t.user_attrs)
+
+
+def answer_trial(study: "optuna.Study", top: "optuna.trial.FrozenTrial") -> int:
+    """The number of the search's trial that found the answer `top`: the candidate a full-budget check
+    confirmed (`autosync.search.strategies.full_budget`), not the check itself, which runs after the search
+    whenever its candidate was found; and for a trial answered by an equivalent, that equivalent's."""
+    number = top.user_attrs.get(FULL_BUDGET_OF, top.number)
+    while True:
+        original = study.trials[number].user_attrs.get("same_as_trial") if number < len(study.trials) else None
+        if not isinstance(original, int) or original >= number:
+            return number
+        number = original
 
 
 def cost_fields(study: "optuna.Study", reference: dict[str, Any], best_time: float) -> dict[str, Any]:
@@ -148,7 +160,7 @@ def write_cache(study: "optuna.Study", job: JobSpec, space: SearchSpace, sampler
         **cost_fields(study, reference, top.values[0]),
         "speedup_vs_bsp": bsp_time / top.values[0] if top.values[0] > 0 else None,
         "search_breakdown": search_breakdown(study),
-        "cost_to_answer_bsp_trainings": in_bsp_trainings(search_cost(study, up_to=top.number),
+        "cost_to_answer_bsp_trainings": in_bsp_trainings(search_cost(study, up_to=answer_trial(study, top)),
                                                          reference["virtual_seconds"] / max(1, reference["runs"])),
         "neighbour_jobs": neighbours or [],
     }
