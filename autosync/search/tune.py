@@ -26,6 +26,7 @@ from autosync.search.objective import (
     CURVE, Objective, RunFailed, TimeToTargetBound, canonical_policy, evaluate, process_tag,
     trial_scoring, trial_seeds,
 )
+from autosync.search.strategies.patience import give_up_queued, resolved_patience, trials_without_improvement
 from autosync.search.strategies.pruning import RaceLimit, TargetRacePruner, thinned
 from autosync.search.study.running_twins import Resampled
 from autosync.search.strategies.samplers import SWITCH_POINT_SAMPLERS, make_sampler
@@ -172,8 +173,11 @@ def _search(study: "optuna.Study", request: TuneRequest, reference: dict[str, An
             siblings: "list[optuna.Study]", before: int, on_trial: Callable[[int, int], None] | None,
             mine: set[str], near: list[dict[str, Any]] | None = None) -> None:
     """Run the request's trials: the switch-point strategies' own candidates, or the budget's queued and
-    sampled trials in this process and its `--n-jobs` helpers (whose process tags join `mine`)."""
+    sampled trials in this process and its `--n-jobs` helpers (whose process tags join `mine`), until the
+    budget is spent or the search stops improving (`--patience`; by default only a study started from
+    tuned neighbours' winners `near` stops so, `autosync.search.strategies.patience`)."""
     deadline = time.monotonic() + request.timeout if request.timeout else None
+    request = dataclasses.replace(request, patience=resolved_patience(request.patience, bool(near)))
     if request.sampler in SWITCH_POINT_SAMPLERS:
         from autosync.search.strategies.switch_point import run_switch_point_search
 
@@ -405,7 +409,7 @@ def run_trials(study: "optuna.Study", request: TuneRequest, reference: dict[str,
                deadline: float | None, on_trial: Callable[[int, int], None] | None = None,
                siblings: "list[optuna.Study] | None" = None) -> Objective:
     """Run queued trials until `budget` trials count and none is queued or running in any process (or the
-    deadline passes).
+    deadline passes, or the last `request.patience` trials found nothing faster).
 
     Returns the objective it ran (the full-budget checks run with it). With nothing queued, top the queue up again (a trial that failed without a reason of its own, or whose
     re-runs ran out, left the budget short); with trials still running elsewhere, wait: a process that
@@ -421,6 +425,8 @@ def run_trials(study: "optuna.Study", request: TuneRequest, reference: dict[str,
             on_trial(done, max(budget, done + pending))
         if deadline is not None and time.monotonic() >= deadline:
             return objective
+        if _stopped_improving(study, request):
+            return objective
         if run_queued_trial(study, request.storage, objective, catch=(RunFailed, Resampled)):
             continue
         if top_up(study, request.storage, budget):
@@ -428,6 +434,16 @@ def run_trials(study: "optuna.Study", request: TuneRequest, reference: dict[str,
         if not pending_trials(study):
             return objective
         time.sleep(POLL_SECONDS)  # run_queued_trial re-queues a trial whose process died meanwhile
+
+
+def _stopped_improving(study: "optuna.Study", request: TuneRequest) -> bool:
+    """Whether the last `request.patience` trials found nothing faster; if so, the queued trials are given up
+    (failed with that reason, under the storage lock: no process takes one meanwhile)."""
+    if not request.patience or trials_without_improvement(study) < request.patience:
+        return False
+    with storage_lock(request.storage, study.study_name):
+        give_up_queued(study, request.patience)
+    return True
 
 
 def _helper(request: TuneRequest, name: str, budget: int, deadline_in: float | None, verbosity: int,

@@ -4,7 +4,8 @@
   Sync-Switch's binary search over the switch point and the cost-ordered ladder (`switch_point` runs them
   on a study).
 - `pruning` and `full_budget`: trials race the fastest finished candidates and stop at the target; the
-  candidates that can still win are checked at the full budget.
+  candidates that can still win are checked at the full budget; `patience`: a search that stops improving
+  stops.
 - `confirm`: the best candidates re-run on more seeds; `verify`: on a real backend.
 - `neighbours` and `recommend`: a new job starts from, or is answered by, the tuned jobs nearest to it.
 """

@@ -16,6 +16,7 @@ from autosync.core.job import JobSpec
 from autosync.search.strategies.confirm import RUNS as CONFIRMATION_RUNS
 from autosync.search.cost import COST_UNIT, in_bsp_trainings
 from autosync.search.objective import FORKED, FULL_BUDGET_OF, PRUNED_ON_PACE, final_pending, policy_key
+from autosync.search.strategies.patience import GIVEN_UP
 from autosync.search.study.siblings import REFERENCE_FROM
 from autosync.search.space import SearchSpace
 from autosync.search.study.storage import open_storage, redact_url, storage_exists
@@ -142,12 +143,13 @@ def write_cache(study: "optuna.Study", job: JobSpec, space: SearchSpace, sampler
                         "finished trials are kept: raise --n-trials, --tolerance or the job's budget and run again")
     top = best[0]
     bsp_time = reference["time_to_target"]
+    breakdown = search_breakdown(study)
     record = {
         "best_policy": top.user_attrs["policy"],
         "best_value": top.values[0],
         "best_final_metric": top.user_attrs.get("final_metric"),
         "best_trial": top.number,
-        "trials": counted_trials(study),
+        "trials": counted_trials(study) - breakdown["given_up"],  # the budget's trials the search ran
         "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "autosync_version": __version__,
         "job_name": job.name,
@@ -159,7 +161,7 @@ def write_cache(study: "optuna.Study", job: JobSpec, space: SearchSpace, sampler
         "bsp_final_metric": reference["final_metric"],
         **cost_fields(study, reference, top.values[0]),
         "speedup_vs_bsp": bsp_time / top.values[0] if top.values[0] > 0 else None,
-        "search_breakdown": search_breakdown(study),
+        "search_breakdown": breakdown,
         "cost_to_answer_bsp_trainings": in_bsp_trainings(search_cost(study, up_to=answer_trial(study, top)),
                                                          reference["virtual_seconds"] / max(1, reference["runs"])),
         "neighbour_jobs": neighbours or [],
@@ -174,7 +176,8 @@ def search_breakdown(study: "optuna.Study") -> dict[str, int]:
     those, how many on their pace, `autosync.search.strategies.pruning`), and
     the full-budget checks of the candidates that could win (`autosync.search.strategies.full_budget`), and how many
     of those continued from their candidate's run stopped at the target (`autosync.engine.forks`), and the
-    trials that continued from another switch point's prefix (Sync-Switch's BSP phase trained once)."""
+    trials that continued from another switch point's prefix (Sync-Switch's BSP phase trained once), and the
+    queued trials not run because the search stopped improving (`--patience`)."""
     trials = study.get_trials(deepcopy=False)
     copied = [t for t in trials if "same_as_trial" in t.user_attrs]
     checks = [t for t in trials if FULL_BUDGET_OF in t.user_attrs and t.state.is_finished()
@@ -188,6 +191,7 @@ def search_breakdown(study: "optuna.Study") -> dict[str, int]:
         "full_budget_checks": len(checks),
         "forked_checks": sum(1 for t in checks if t.user_attrs.get(FORKED)),
         "forked_trials": sum(1 for t in trials if t.user_attrs.get(FORKED) and FULL_BUDGET_OF not in t.user_attrs),
+        "given_up": sum(1 for t in trials if t.user_attrs.get(GIVEN_UP)),
     }
 
 

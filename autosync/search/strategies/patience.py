@@ -1,0 +1,73 @@
+"""Stopping a search that has stopped improving (`autosync tune --patience N`).
+
+A search whose last N counted trials, in the order they were numbered, found nothing faster than the
+best before them stops: the queued trials it would still have run are failed, each with that reason
+(`GIVEN_UP`), so they count against the budget and a resumed command does not run them. Early stopping
+on a lack of progress is the oldest rule of its kind (Prechelt, "Early stopping - but when?", 1998, for
+training; auto-sklearn and most AutoML tools stop a search on a budget or on stagnation alike).
+
+It pays most where the first trials are already good: a study started from the winners of tuned
+neighbour jobs (`autosync.search.strategies.neighbours`) queues those first, so a new job like them is
+answered after its neighbours' winners and a few trials that confirm nothing beats them. That is the
+default (`WARM_PATIENCE`); a study started from nothing runs its whole budget unless asked.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from autosync.search.objective import FULL_BUDGET_OF, has_own_failure
+
+if TYPE_CHECKING:
+    import optuna
+
+GIVEN_UP = "given_up"  # user attribute: a queued trial the search did not run, having stopped improving
+WARM_PATIENCE = 5  # --patience of a study started from tuned neighbours' winners, unless given
+
+
+def resolved_patience(patience: int | None, warm: bool) -> int:
+    """The patience a search runs with: the one asked for, else `WARM_PATIENCE` for a study started from
+    tuned neighbours' winners and 0 (the whole budget) for one started from nothing."""
+    if patience is not None:
+        return patience
+    return WARM_PATIENCE if warm else 0
+
+
+def trials_without_improvement(study: "optuna.Study") -> int:
+    """How many counted trials in a row, by number, have found nothing faster than every trial before them
+    (a pruned or failed trial never does; full-budget checks and trials given up are not the search's)."""
+    best, since = float("inf"), 0
+    for trial in study.get_trials(deepcopy=False):
+        if FULL_BUDGET_OF in trial.user_attrs or trial.user_attrs.get(GIVEN_UP):
+            continue
+        if trial.state.name == "COMPLETE" and trial.values and trial.values[0] < best:
+            best, since = trial.values[0], 0
+        elif trial.state.name in ("COMPLETE", "PRUNED") or has_own_failure(trial):
+            since += 1
+    return since
+
+
+def reason(patience: int) -> str:
+    return (f"not run: the search stopped after {patience} trial{'' if patience == 1 else 's'} in a row found "
+            "nothing faster (--patience)")
+
+
+def give_up_queued(study: "optuna.Study", patience: int) -> int:
+    """Fail every queued trial with `reason(patience)`; how many. Call it under the study's storage lock
+    (`autosync.search.study.locking`), so no process takes one of them meanwhile."""
+    import optuna
+
+    from autosync.search.study import _optuna_internals as internals
+
+    storage = internals.storage_of(study)
+    given_up = 0
+    for trial in internals.fresh_trials(study, (optuna.trial.TrialState.WAITING,)):
+        tid = internals.trial_id(trial)
+        try:
+            storage.set_trial_user_attr(tid, GIVEN_UP, True)
+            storage.set_trial_user_attr(tid, "fail_reason", reason(patience))
+            if storage.set_trial_state_values(tid, state=optuna.trial.TrialState.FAIL):
+                given_up += 1
+        except optuna.exceptions.UpdateFinishedTrialError:
+            continue  # another process took it after all
+    return given_up

@@ -1,0 +1,90 @@
+"""A search that stops improving stops (`autosync tune --patience`): its queue is given up, with the reason."""
+
+from __future__ import annotations
+
+import json
+
+import optuna
+import pytest
+
+from autosync.search.objective import FULL_BUDGET_OF, ObjectiveSettings
+from autosync.search.space import SPACE_DIR, load_space
+from autosync.search.strategies.patience import (
+    GIVEN_UP, WARM_PATIENCE, resolved_patience, trials_without_improvement,
+)
+from autosync.search.study.storage import open_storage
+from autosync.search.study.trials import counted_trials
+from autosync.search.tune import TuneRequest, tune
+from tests.conftest import autosync, no_traceback, small_job
+
+
+def _trial(state: str, value: float | None = None, **attrs) -> optuna.trial.FrozenTrial:
+    return optuna.trial.create_trial(state=getattr(optuna.trial.TrialState, state),
+                                     value=value, user_attrs=attrs)
+
+
+def test_trials_without_improvement_count_from_the_last_faster_trial():
+    study = optuna.create_study()
+    assert trials_without_improvement(study) == 0
+    for trial in (_trial("COMPLETE", 10.0), _trial("COMPLETE", 12.0), _trial("PRUNED"),
+                  _trial("COMPLETE", 9.0)):
+        study.add_trial(trial)
+    assert trials_without_improvement(study) == 0  # 9 is the fastest so far
+    for trial in (_trial("COMPLETE", 9.0),  # a tie is no improvement
+                  _trial("COMPLETE", 8.0, **{FULL_BUDGET_OF: 3}),  # a full-budget check is not the search's
+                  _trial("FAIL", fail_reason="diverged"),  # a failure of its own counts
+                  _trial("FAIL", **{GIVEN_UP: True, "fail_reason": "not run"}),  # given up: not a trial run
+                  _trial("PRUNED")):
+        study.add_trial(trial)
+    assert trials_without_improvement(study) == 3
+
+
+def test_the_default_patience_is_off_for_a_new_job_and_set_for_one_started_from_neighbours():
+    assert resolved_patience(None, warm=False) == 0
+    assert resolved_patience(None, warm=True) == WARM_PATIENCE
+    assert resolved_patience(2, warm=False) == 2 and resolved_patience(0, warm=True) == 0
+
+
+def _request(tmp_path, **changes) -> TuneRequest:
+    job = small_job(budget={"max_virtual_seconds": 30})
+    base = dict(job=job, space=load_space(SPACE_DIR / "static_k.yaml", 4), n_trials=8, sampler="random",
+                storage=f"sqlite:///{tmp_path / 'studies.db'}", settings=ObjectiveSettings(tolerance=0.05))
+    base.update(changes)
+    return TuneRequest(**base)
+
+
+def test_a_search_that_stops_improving_gives_up_its_queue_and_its_rerun_is_a_cache_hit(tmp_path):
+    request = _request(tmp_path, patience=1)
+    outcome = tune(request)
+    record = outcome.cache
+    given_up = record["search_breakdown"]["given_up"]
+    assert given_up > 0 and record["trials"] + given_up == 8 and outcome.new_trials == record["trials"]
+    study = optuna.load_study(study_name=outcome.study_name, storage=open_storage(request.storage))
+    assert counted_trials(study) == 8  # the budget is spent: a resumed command runs none of the queue
+    dropped = [t for t in study.trials if t.user_attrs.get(GIVEN_UP)]
+    assert len(dropped) == given_up
+    assert all(t.state.name == "FAIL" and "--patience" in t.user_attrs["fail_reason"] for t in dropped)
+    assert trials_without_improvement(study) >= 1
+    again = tune(request)
+    assert again.cached and again.new_trials == 0 and again.cache == record
+    whole = tune(_request(tmp_path, storage=f"sqlite:///{tmp_path / 'whole.db'}"))
+    assert whole.cache["trials"] == 8 and whole.cache["search_breakdown"]["given_up"] == 0  # off by default
+
+
+@pytest.mark.slow
+def test_the_command_says_the_search_stopped_improving_and_refuses_a_negative_patience(tmp_path):
+    job = tmp_path / "tiny.yaml"
+    job.write_text("name: tiny\nworkload: {dataset: {name: synthetic_classification, n_samples: 600}, "
+                   "model: {name: logreg}, batch_size: 16, optimizer: {lr: 0.2}, evaluation: {every_seconds: 2}}\n"
+                   "cluster: {n_workers: 4}\ntarget: {metric: test_accuracy, threshold: 0.7}\n"
+                   "budget: {max_virtual_seconds: 30}\n")
+    storage = f"sqlite:///{tmp_path / 's.db'}"
+    proc = autosync("tune", str(job), "--storage", storage, "--n-trials", "8", "--patience", "1", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "The search stopped improving" in " ".join(proc.stdout.split()) and "--patience" in proc.stdout
+    cached = autosync("tune", str(job), "--storage", storage, "--json", cwd=tmp_path)
+    record = json.loads(cached.stdout)["cache"]
+    assert record["search_breakdown"]["given_up"] > 0
+    bad = autosync("tune", str(job), "--patience", "-1", cwd=tmp_path)
+    assert bad.returncode == 2 and "--patience" in bad.stderr, bad.stderr
+    no_traceback(bad)
