@@ -2,6 +2,7 @@
 
     python benchmarks/bench_tune_cost.py [--jobs default quick:0 quick:1 ...] [--spaces static_k policy]
                                          [--trials 20] [--reference-trials 60] [--json FILE] [--forks-off]
+                                         [--patience P]
 
 For each job (`default`: the embedded default job; `quick:I`: job I of baselines/family_quick.yaml) and
 each search space, `autosync tune` runs twice in fresh SQLite studies with the same sampler seed:
@@ -11,7 +12,9 @@ each search space, `autosync tune` runs twice in fresh SQLite studies with the s
   for the final-metric constraint, continuing from their stopped runs (`autosync.search.strategies.full_budget`,
   `autosync.engine.forks`: the shipped default);
 - no forks (`--forks-off`): as stop, with no snapshot kept, so no check continues a stopped run and no
-  switch point continues another's prefix.
+  switch point continues another's prefix;
+- patience (`--patience P`): as stop, and the search stops once P trials in a row found nothing faster
+  (`autosync.search.strategies.patience`).
 Printed per run: the search cost in BSP trainings (virtual seconds trained, BSP's reference included,
 over one full BSP training), wall seconds, the recurrences that amortize it, and the winner's
 time-to-target on 3 seeds over the reference's best on the same 3 seeds (the regret). The reference is
@@ -57,7 +60,7 @@ def job_named(name: str) -> JobSpec:
 
 
 def run_tune(job: JobSpec, space_name: str, trials: int, stop_at_target: bool, seed: int = 0,
-             forks: bool = True) -> dict:
+             forks: bool = True, patience: int | None = None) -> dict:
     """One tune in a fresh study (and a fresh fork store: nothing kept from an earlier tune; none at all
     without `forks`); its cache record and wall time."""
     space = load_space(SPACE_DIR / f"{space_name}.yaml", job.cluster.n_workers)
@@ -65,7 +68,7 @@ def run_tune(job: JobSpec, space_name: str, trials: int, stop_at_target: bool, s
     FORKS.max_bytes = MAX_BYTES if forks else 0
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
-        outcome = tune(TuneRequest(job=job, space=space, n_trials=trials, seed=seed,
+        outcome = tune(TuneRequest(job=job, space=space, n_trials=trials, seed=seed, patience=patience,
                                    settings=ObjectiveSettings(stop_at_target=stop_at_target),
                                    storage=f"sqlite:///{Path(tmp) / 'bench.db'}"))
         wall = time.perf_counter() - start
@@ -123,6 +126,9 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="also write the figures here (benchmarks/make_table.py)")
     parser.add_argument("--forks-off", action="store_true",
                         help="also run the stopping tune with no run forked (no snapshot kept): what forking saves")
+    parser.add_argument("--patience", type=int, default=None,
+                        help="also run the stopping tune with --patience P: what stopping a search that stops "
+                             "improving saves, and what it costs the answer")
     args = parser.parse_args()
     quiet_optuna()
     cache_path = Path(args.cache)
@@ -142,10 +148,12 @@ def main() -> None:
                 print(f"{name} {space}: reference ({refs[key]['how']}) {refs[key]['policy']} "
                       f"({time.perf_counter() - start:.0f} s wall)", flush=True)
             best = refs[key]["confirmed_time"]
-            for mode, stop, forks in (("full", False, True), ("stop", True, True), ("no forks", True, False)):
-                if mode == "no forks" and not args.forks_off:
+            for mode, stop, forks in (("full", False, True), ("stop", True, True), ("no forks", True, False),
+                                      ("patience", True, True)):
+                if (mode == "no forks" and not args.forks_off) or (mode == "patience" and args.patience is None):
                     continue
-                found = run_tune(job, space, args.trials, stop, forks=forks)
+                found = run_tune(job, space, args.trials, stop, forks=forks,
+                                 patience=args.patience if mode == "patience" else None)
                 regret = confirmed_time(job, found["best_policy"]) / best
                 rows.append({"job": name, "space": space, "mode": mode, "cost": found["search_cost_bsp_trainings"],
                              "wall": found["wall_seconds"], "amortize": found["recurrences_to_amortize"],
@@ -181,6 +189,18 @@ def main() -> None:
         figures.add(f"tune {space} ({args.trials} trials, {len(pairs)} jobs): winner's time-to-target, median",
                     regret, "x the reference's best", "the reference search's best (3 seeds)", regret, "<= 1.05",
                     regret <= 1.05)
+        patient = [(s, p) for s in rows for p in rows if s["space"] == p["space"] == space
+                   and s["job"] == p["job"] and s["mode"] == "stop" and p["mode"] == "patience"]
+        if patient:
+            kept = statistics.median(p["cost"] for _, p in patient)
+            kept_regret = statistics.median(p["regret"] for _, p in patient)
+            print(f"{space} with --patience {args.patience}: {kept:.2f} BSP trainings against {cost:.2f} running the "
+                  f"whole budget; winner regret {kept_regret:.3f}")
+            label = f"tune {space} ({args.trials} trials, --patience {args.patience}, {len(patient)} jobs)"
+            figures.add(f"{label}: search cost, median", kept, "BSP trainings", "the whole budget (no patience)",
+                        kept / cost, "<= 3" if space == "policy" else None, kept <= 3 if space == "policy" else None)
+            figures.add(f"{label}: winner's time-to-target, median", kept_regret, "x the reference's best",
+                        "the reference search's best (3 seeds)", kept_regret, "<= 1.05", kept_regret <= 1.05)
     for row in rows:  # the default job's own goals: at most 2 BSP trainings, under 20 s of wall time
         if row["job"] == "default" and row["space"] == "static_k" and row["mode"] == "stop":
             full = next(f for f in rows if f["job"] == "default" and f["space"] == "static_k" and f["mode"] == "full")

@@ -85,3 +85,24 @@ def test_recommend_with_no_tuned_job_is_one_line_and_exit_2(tiny_job, tmp_path):
     assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "none.db").exists()
     with pytest.raises(UserError, match="no tuned job"):
         recommend(open_storage(f"sqlite:///{tmp_path}/empty.db"), _job(0.7), "empty")
+
+
+def test_transferred_winners_are_queued_after_bsp_scaled_to_this_n_and_before_a_papers_static_setting():
+    from autosync.search.tune import _queued_first
+
+    job = _job(0.7, n=8)
+    space = load_space(SPACE_DIR / "static_k.yaml", 8)
+    request = TuneRequest(job=job, space=space, storage="sqlite://")
+    won = {"policy": "backup", "params": {"k": 2, "lr_rule": "fixed"}}
+    near = [{"study": "s", "job": "four_workers", "distance": 0.1, "policy": won, "n_workers": 4}]
+    queued, fresh_only = _queued_first(optuna.create_study(), request, [], near)
+
+    def backup(k: int, rule: str) -> dict:
+        return space.trial_params({"policy": "backup", "params": {"k": k, "lr_rule": rule}})
+
+    assert fresh_only
+    assert queued == [backup(8, "fixed"),  # BSP's form: its reference answers it
+                      backup(4, "fixed"), backup(2, "fixed"),  # the neighbour's k scaled from n = 4, then as won
+                      backup(6, "proportional")]  # the DBW paper's static k = 3n/4, raced against the winners
+    alone, _ = _queued_first(optuna.create_study(), request, [], [])
+    assert alone == [backup(8, "fixed"), backup(6, "proportional")]

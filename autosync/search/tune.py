@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 import multiprocessing as mp
 import time
 import warnings
@@ -164,7 +165,7 @@ def _neighbour_jobs(study: "optuna.Study", request: TuneRequest, storage: Any, f
     found = nearest(storage, request.job, execution=execution_name(request.settings.backend),
                     features=study.user_attrs.get(FEATURES))  # `describe_job` stored them
     near = [{"study": nb.study_name, "job": nb.job_name, "distance": round(nb.distance, 4),
-             "policy": nb.record["best_policy"]} for nb in found]
+             "policy": nb.record["best_policy"], "n_workers": round(math.exp(nb.features[0]))} for nb in found]
     study.set_user_attr(NEIGHBOUR_JOBS, near)
     return near
 
@@ -293,11 +294,14 @@ def _verified(outcome: TuneOutcome, request: TuneRequest,
 def _queued_first(study: "optuna.Study", request: TuneRequest, siblings: "list[optuna.Study]",
                   near: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], bool]:
     """What a search queues ahead of the sampler's choices, and whether only on a fresh study: the
-    cached best on --refresh (a warm start), else BSP and ASP or their equivalents in the space, then the
-    best policy each sibling study of the job found, where this space holds it (a tune over `composed`
-    after one over `policy` starts from the policy tune's winner, scored from it without training), then
-    the winners of the nearest tuned jobs like this one (`near`, a transfer), then those winners with
-    another paper's strategy added (`cross_paper_neighbours`), then the other baselines."""
+    cached best on --refresh (a warm start), else BSP and ASP or their equivalents in the space (BSP's
+    costs nothing: its reference answers it), then the best policy each sibling study of the job found,
+    where this space holds it (a tune over `composed` after one over `policy` starts from the policy tune's
+    winner, scored from it without training), then the winners of the nearest tuned jobs like this one
+    (`near`, a transfer; a backup count k scaled to this job's n first, as `recommend` scales it, then as it
+    won), then those winners with another paper's strategy added (`cross_paper_neighbours`), then the
+    other baselines (a static setting a paper starts from, such as k = 3n/4: trained after the transferred
+    winners, it is raced against them rather than against BSP)."""
     old = study.user_attrs.get("cache")
     if request.refresh and isinstance(old, dict) and isinstance(old.get("best_policy"), dict):
         params = request.space.trial_params(old["best_policy"])
@@ -307,16 +311,35 @@ def _queued_first(study: "optuna.Study", request: TuneRequest, siblings: "list[o
     job = request.job
     n, seen, first = job.cluster.n_workers, set(), []
     baselines = [(policy, params) for policy in baseline_policies(job)
-                 if (params := request.space.trial_params(policy)) is not None]  # BSP's and ASP's forms first
-    bests = [best for _, best in _sibling_bests(siblings)] + [nb["policy"] for nb in near]
+                 if (params := request.space.trial_params(policy)) is not None]
+    anchors = {json.dumps(canonical_policy({"policy": name, "params": {}}, n, job.workload.batch_size), sort_keys=True)
+               for name in ("bsp", "asp")}
+    first_two = [b for b in baselines if _canonical_key(b[0], job) in anchors]  # BSP's and ASP's forms
+    bests = [best for _, best in _sibling_bests(siblings)] + [policy for nb in near for policy in _as_here(nb, job)]
     neighbours = [{"policy": Composed.name, "params": slots} for best in bests for slots in _neighbours(best)]
     found = [(policy, _in_space(request.space, policy, job)) for policy in bests + neighbours]
-    for policy, params in baselines[:2] + found + baselines[2:]:  # one of each class that runs alike
-        key = json.dumps(canonical_policy(policy, n, job.workload.batch_size), sort_keys=True)
+    rest = [b for b in baselines if b not in first_two]
+    for policy, params in first_two + found + rest:  # one of each class that runs alike
+        key = _canonical_key(policy, job)
         if params is not None and key not in seen:
             seen.add(key)
             first.append(params)
     return first, True
+
+
+def _canonical_key(policy: dict[str, Any], job: JobSpec) -> str:
+    """The class of policies that run alike on `job` (`canonical_policy`), as a hashable key."""
+    return json.dumps(canonical_policy(policy, job.cluster.n_workers, job.workload.batch_size), sort_keys=True)
+
+
+def _as_here(neighbour: dict[str, Any], job: JobSpec) -> list[dict[str, Any]]:
+    """A tuned neighbour's winner for `job`: with a backup count k scaled to this job's n (where the
+    neighbour's n is known and differs), then as it won there."""
+    from autosync.search.strategies.recommend import adapt
+
+    won = neighbour["policy"]
+    scaled = adapt(won, neighbour["n_workers"], job) if "n_workers" in neighbour else None
+    return [scaled, won] if scaled is not None and scaled != won else [won]
 
 
 def _sibling_bests(siblings: "list[optuna.Study]") -> list[tuple[str, dict[str, Any]]]:
