@@ -1,19 +1,19 @@
 """Answers from jobs already tuned: a warm-started tune and `recommend`, against a cold tune of each job.
 
     python benchmarks/bench_transfer.py [--family baselines/family_stragglers.yaml] [--train 18] [--test 6]
-                                        [--space static_k] [--trials 12] [--json FILE]
+                                        [--space static_k] [--trials 12] [--patience P] [--json FILE]
 
 Jobs 0 .. train-1 of the family are tuned into one SQLite storage (the "tuned jobs"). For each of the next
 `test` jobs, measured in the same run:
 - cold: `tune --no-transfer` in a storage of its own: the baseline, its winner and what finding it cost
   (`cost_to_answer_bsp_trainings`: the trials up to the winner, BSP's reference included);
-- warm: `tune` in the storage of tuned jobs (started from the nearest neighbours' winners, and stopping
-  once 5 trials in a row found nothing faster, `--patience`'s default there): the cost to its answer over
-  the cold one's, its whole search's cost over the cold one's (what the user pays), and its winner's
-  time over the cold winner's (both the study's own scores on the job's seed: the same runs);
+- warm: `tune` in the storage of tuned jobs (started from the nearest neighbours' winners): the cost to its
+  answer over the cold one's, its whole search's cost over the cold one's (what the user pays), and its
+  winner's time over the cold winner's (both the study's own scores on the job's seed: the same runs);
 - recommend: `autosync recommend` from the tuned jobs, nothing trained: the recommended policy is then
   trained on the job's seed and its time to target is held against the cold winner's (the regret).
-Printed per job, then the medians. Goals (issue: search cost): warm-start cost to the answer at most a
+With `--patience P` every tune (the tuned jobs', cold and warm) stops once P trials in a row found nothing
+faster. Printed per job, then the medians. Goals (issue: search cost): warm-start cost to the answer at most a
 third of the cold one's; recommendation median regret <= 1.15.
 """
 
@@ -38,10 +38,10 @@ from _report import Figures
 HERE = Path(__file__).resolve().parent
 
 
-def _tune(job, url: str, space_name: str, trials: int, transfer: bool = True):
+def _tune(job, url: str, space_name: str, trials: int, transfer: bool = True, patience: int = 0):
     space = load_space(SPACE_DIR / f"{space_name}.yaml", job.cluster.n_workers)
     return tune(TuneRequest(job=job, space=space, n_trials=trials, storage=url, transfer=transfer,
-                            settings=ObjectiveSettings()))
+                            patience=patience, settings=ObjectiveSettings()))
 
 
 def main() -> None:
@@ -51,6 +51,7 @@ def main() -> None:
     parser.add_argument("--test", type=int, default=6)
     parser.add_argument("--space", default="static_k")
     parser.add_argument("--trials", type=int, default=12)
+    parser.add_argument("--patience", type=int, default=0, help="every tune's --patience (0: the whole budget)")
     parser.add_argument("--json", default=None, help="also write the figures here (benchmarks/make_table.py)")
     args = parser.parse_args()
     quiet_optuna()
@@ -59,14 +60,15 @@ def main() -> None:
         shared = f"sqlite:///{tmp}/tuned.db"
         started = time.perf_counter()
         for i in range(args.train):
-            _tune(family.job(i), shared, args.space, args.trials)
+            _tune(family.job(i), shared, args.space, args.trials, patience=args.patience)
         print(f"tuned {args.train} jobs of {Path(args.family).name} in {time.perf_counter() - started:.0f} s")
         rows = []
         for i in range(args.train, args.train + args.test):
             job = family.job(i)
-            cold = _tune(job, f"sqlite:///{tmp}/cold{i}.db", args.space, args.trials, transfer=False).cache
+            cold = _tune(job, f"sqlite:///{tmp}/cold{i}.db", args.space, args.trials, transfer=False,
+                         patience=args.patience).cache
             answer = recommend(open_storage(shared), job, "tuned jobs")
-            warm = _tune(job, shared, args.space, args.trials).cache
+            warm = _tune(job, shared, args.space, args.trials, patience=args.patience).cache
             try:
                 recommended = evaluate(job, answer.policy, trial_seeds(job, 1))["time_to_target"]
             except RunFailed:

@@ -9,9 +9,7 @@ import pytest
 
 from autosync.search.objective import FULL_BUDGET_OF, ObjectiveSettings
 from autosync.search.space import SPACE_DIR, load_space
-from autosync.search.strategies.patience import (
-    GIVEN_UP, WARM_PATIENCE, resolved_patience, trials_without_improvement,
-)
+from autosync.search.strategies.patience import GIVEN_UP, trials_without_improvement
 from autosync.search.study.storage import open_storage
 from autosync.search.study.trials import counted_trials
 from autosync.search.tune import TuneRequest, tune
@@ -37,12 +35,6 @@ def test_trials_without_improvement_count_from_the_last_faster_trial():
                   _trial("PRUNED")):
         study.add_trial(trial)
     assert trials_without_improvement(study) == 3
-
-
-def test_the_default_patience_is_off_for_a_new_job_and_set_for_one_started_from_neighbours():
-    assert resolved_patience(None, warm=False) == 0
-    assert resolved_patience(None, warm=True) == WARM_PATIENCE
-    assert resolved_patience(2, warm=False) == 2 and resolved_patience(0, warm=True) == 0
 
 
 def _request(tmp_path, **changes) -> TuneRequest:

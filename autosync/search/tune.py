@@ -27,7 +27,7 @@ from autosync.search.objective import (
     CURVE, Objective, RunFailed, TimeToTargetBound, canonical_policy, evaluate, process_tag,
     trial_scoring, trial_seeds,
 )
-from autosync.search.strategies.patience import give_up_queued, resolved_patience, trials_without_improvement
+from autosync.search.strategies.patience import give_up_queued, trials_without_improvement
 from autosync.search.strategies.pruning import RaceLimit, TargetRacePruner, thinned
 from autosync.search.study.running_twins import Resampled
 from autosync.search.strategies.samplers import SWITCH_POINT_SAMPLERS, make_sampler
@@ -175,10 +175,8 @@ def _search(study: "optuna.Study", request: TuneRequest, reference: dict[str, An
             mine: set[str], near: list[dict[str, Any]] | None = None) -> None:
     """Run the request's trials: the switch-point strategies' own candidates, or the budget's queued and
     sampled trials in this process and its `--n-jobs` helpers (whose process tags join `mine`), until the
-    budget is spent or the search stops improving (`--patience`; by default only a study started from
-    tuned neighbours' winners `near` stops so, `autosync.search.strategies.patience`)."""
+    budget is spent or, with `--patience`, the search stops improving (`autosync.search.strategies.patience`)."""
     deadline = time.monotonic() + request.timeout if request.timeout else None
-    request = dataclasses.replace(request, patience=resolved_patience(request.patience, bool(near)))
     if request.sampler in SWITCH_POINT_SAMPLERS:
         from autosync.search.strategies.switch_point import run_switch_point_search
 
