@@ -307,17 +307,16 @@ def _queued_first(study: "optuna.Study", request: TuneRequest, siblings: "list[o
     from autosync.policies import Composed
 
     job = request.job
-    n, seen, first = job.cluster.n_workers, set(), []
+    seen, first = set(), []
     baselines = [(policy, params) for policy in baseline_policies(job)
                  if (params := request.space.trial_params(policy)) is not None]
-    anchors = {json.dumps(canonical_policy({"policy": name, "params": {}}, n, job.workload.batch_size), sort_keys=True)
-               for name in ("bsp", "asp")}
-    first_two = [b for b in baselines if _canonical_key(b[0], job) in anchors]  # BSP's and ASP's forms
+    anchors = {_canonical_key({"policy": name, "params": {}}, job) for name in ("bsp", "asp")}
+    bsp_asp = [b for b in baselines if _canonical_key(b[0], job) in anchors]  # BSP's and ASP's forms
     bests = [best for _, best in _sibling_bests(siblings)] + [policy for nb in near for policy in _as_here(nb, job)]
     neighbours = [{"policy": Composed.name, "params": slots} for best in bests for slots in _neighbours(best)]
     found = [(policy, _in_space(request.space, policy, job)) for policy in bests + neighbours]
-    rest = [b for b in baselines if b not in first_two]
-    for policy, params in first_two + found + rest:  # one of each class that runs alike
+    rest = [b for b in baselines if b not in bsp_asp]
+    for policy, params in bsp_asp + found + rest:  # one of each class that runs alike
         key = _canonical_key(policy, job)
         if params is not None and key not in seen:
             seen.add(key)
