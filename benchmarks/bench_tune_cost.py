@@ -6,8 +6,8 @@
 
 For each job (`default`: the embedded default job; `quick:I`: job I of baselines/family_quick.yaml) and
 each search space, `autosync tune` runs twice in fresh SQLite studies with the same sampler seed:
-- full: every trial trains the job's whole budget unless it is pruned (`stop_at_target=False`, how tune
-  searched before);
+- full: every trial trains the job's whole budget unless it is pruned (`stop_at_target=False`, and no
+  `--patience`: how tune searched before);
 - stop: trials end at the target and only the candidates that can still win are re-run at full budget
   for the final-metric constraint, continuing from their stopped runs (`autosync.search.strategies.full_budget`,
   `autosync.engine.forks`: the shipped default);
@@ -152,8 +152,8 @@ def main() -> None:
                                       ("patience", True, True)):
                 if (mode == "no forks" and not args.forks_off) or (mode == "patience" and args.patience is None):
                     continue
-                found = run_tune(job, space, args.trials, stop, forks=forks,
-                                 patience=args.patience if mode == "patience" else None)
+                found = run_tune(job, space, args.trials, stop, forks=forks,  # full: as tune searched before
+                                 patience={"full": 0, "patience": args.patience}.get(mode))
                 regret = confirmed_time(job, found["best_policy"]) / best
                 rows.append({"job": name, "space": space, "mode": mode, "cost": found["search_cost_bsp_trainings"],
                              "wall": found["wall_seconds"], "amortize": found["recurrences_to_amortize"],

@@ -7,6 +7,7 @@ import json
 import optuna
 import pytest
 
+from autosync.core.errors import SpaceFileError
 from autosync.search.objective import FULL_BUDGET_OF, ObjectiveSettings
 from autosync.search.space import SPACE_DIR, load_space
 from autosync.search.strategies.patience import GIVEN_UP, trials_without_improvement
@@ -59,8 +60,30 @@ def test_a_search_that_stops_improving_gives_up_its_queue_and_its_rerun_is_a_cac
     assert trials_without_improvement(study) >= 1
     again = tune(request)
     assert again.cached and again.new_trials == 0 and again.cache == record
-    whole = tune(_request(tmp_path, storage=f"sqlite:///{tmp_path / 'whole.db'}"))
-    assert whole.cache["trials"] == 8 and whole.cache["search_breakdown"]["given_up"] == 0  # off by default
+    whole = tune(_request(tmp_path, storage=f"sqlite:///{tmp_path / 'whole.db'}", patience=0))
+    assert whole.cache["trials"] == 8 and whole.cache["search_breakdown"]["given_up"] == 0  # 0: the whole budget
+
+
+def _space_file(tmp_path, patience: str) -> str:
+    path = tmp_path / f"patient{patience}.yaml"
+    path.write_text((SPACE_DIR / "static_k.yaml").read_text().replace("patience: 5", f"patience: {patience}"))
+    return str(path)
+
+
+def test_a_space_sets_the_default_patience_which_the_option_and_a_grid_override(tmp_path):
+    assert load_space(SPACE_DIR / "static_k.yaml", 4).patience == 5
+    assert load_space(SPACE_DIR / "policy.yaml", 4).patience == 0  # a policy search finds its answer late
+    impatient = load_space(_space_file(tmp_path, "1"), 4)
+    stopped = tune(_request(tmp_path, space=impatient))  # patience=None: the space's
+    assert stopped.cache["search_breakdown"]["given_up"] > 0
+    for name, changes in (("option", {"patience": 0}), ("grid", {"sampler": "grid"})):
+        run = tune(_request(tmp_path, space=impatient, storage=f"sqlite:///{tmp_path / (name + '.db')}", **changes))
+        assert run.cache["search_breakdown"]["given_up"] == 0 and run.cache["trials"] == 8, name
+
+
+def test_a_negative_patience_in_a_space_file_is_a_clear_error(tmp_path):
+    with pytest.raises(SpaceFileError, match=r"patience must be >= 0, but got -1"):
+        load_space(_space_file(tmp_path, "-1"), 4)
 
 
 @pytest.mark.slow

@@ -49,6 +49,7 @@ class SearchSpace:
     path: str
     dimensions: dict[str, dict[str, Dimension]]  # policy -> param -> dimension
     constants: dict[str, dict[str, Any]]  # policy -> param -> fixed value
+    patience: int = 0  # a search stops once this many trials in a row found nothing faster (0: the whole budget)
 
     @property
     def policies(self) -> list[str]:
@@ -216,7 +217,7 @@ def load_space(path: str | Path, n_workers: int) -> SearchSpace:
     problems = type_problems(dimensions, constants) or refused_compositions(dimensions, constants)
     if problems:
         raise SpaceFileError(str(path), problems)
-    return SearchSpace(spec.name or path.stem, spec.description, str(path), dimensions, constants)
+    return SearchSpace(spec.name or path.stem, spec.description, str(path), dimensions, constants, spec.patience)
 
 
 def type_problems(dimensions: dict[str, dict[str, Dimension]], constants: dict[str, dict[str, Any]]) -> list[str]:

@@ -457,12 +457,15 @@ def run_trials(study: "optuna.Study", request: TuneRequest, reference: dict[str,
 
 
 def _stopped_improving(study: "optuna.Study", request: TuneRequest) -> bool:
-    """Whether the last `request.patience` trials found nothing faster; if so, the queued trials are given up
-    (failed with that reason, under the storage lock: no process takes one meanwhile)."""
-    if not request.patience or trials_without_improvement(study) < request.patience:
+    """Whether the last `--patience` trials (by default the space's `patience`) found nothing faster; if so,
+    the queued trials are given up (failed with that reason, under the storage lock: no process takes one
+    meanwhile)."""
+    patience = request.patience if request.patience is not None else \
+        0 if request.sampler == "grid" else request.space.patience  # a grid asks for every point
+    if not patience or trials_without_improvement(study) < patience:
         return False
     with storage_lock(request.storage, study.study_name):
-        give_up_queued(study, request.patience)
+        give_up_queued(study, patience)
     return True
 
 
