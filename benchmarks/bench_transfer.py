@@ -12,8 +12,8 @@ Jobs 0 .. train-1 of the family are tuned into one SQLite storage (the "tuned jo
   winner's time over the cold winner's (both the study's own scores on the job's seed: the same runs);
 - recommend: `autosync recommend` from the tuned jobs, nothing trained: the recommended policy is then
   trained on the job's seed and its time to target is held against the cold winner's (the regret).
-With `--patience P` every tune (the tuned jobs', cold and warm) stops once P trials in a row found nothing
-faster. Printed per job, then the medians. Goals (issue: search cost): warm-start cost to the answer at most a
+Every tune (the tuned jobs', cold and warm) stops once `--patience P` trials in a row found nothing faster
+(by default the space's `patience`: 5 for `static_k`; 0 runs the whole budget). Printed per job, then the medians. Goals (issue: search cost): warm-start cost to the answer at most a
 third of the cold one's; recommendation median regret <= 1.15.
 """
 
@@ -38,7 +38,7 @@ from _report import Figures
 HERE = Path(__file__).resolve().parent
 
 
-def _tune(job, url: str, space_name: str, trials: int, transfer: bool = True, patience: int = 0):
+def _tune(job, url: str, space_name: str, trials: int, transfer: bool = True, patience: int | None = None):
     space = load_space(SPACE_DIR / f"{space_name}.yaml", job.cluster.n_workers)
     return tune(TuneRequest(job=job, space=space, n_trials=trials, storage=url, transfer=transfer,
                             patience=patience, settings=ObjectiveSettings()))
@@ -51,7 +51,8 @@ def main() -> None:
     parser.add_argument("--test", type=int, default=6)
     parser.add_argument("--space", default="static_k")
     parser.add_argument("--trials", type=int, default=12)
-    parser.add_argument("--patience", type=int, default=0, help="every tune's --patience (0: the whole budget)")
+    parser.add_argument("--patience", type=int, default=None,
+                        help="every tune's --patience (default: the space's, 5 for static_k; 0: the whole budget)")
     parser.add_argument("--json", default=None, help="also write the figures here (benchmarks/make_table.py)")
     args = parser.parse_args()
     quiet_optuna()
