@@ -537,8 +537,10 @@ def _breakdown_line(b: dict[str, int]) -> str:
             f"{_count(b['full_budget_checks'], 'full-budget check')} of the candidates that could win"
             + (f", {b['forked_checks']} of them continued from the run stopped at the target (forked)"
                if b.get("forked_checks") else "") + "."
-            + (f" The search stopped improving, so {_count(b['given_up'], 'queued trial')} of the budget "
-               f"{'was' if b['given_up'] == 1 else 'were'} not run (--patience)." if b.get("given_up") else ""))
+            + (f" The search stopped improving ({_count(b['patience'] or 0, 'trial')} in a row found nothing "
+               f"faster), so {_count(b['given_up'], 'queued trial')} of the budget "
+               f"{'was' if b['given_up'] == 1 else 'were'} not run (--patience {b['patience']}; --patience 0 "
+               "runs the whole budget)." if b.get("given_up") else ""))
 
 
 def _neighbours_line(near: list[dict[str, Any]], cost_to_answer: float | None) -> str:

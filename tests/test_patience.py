@@ -57,6 +57,7 @@ def test_a_search_that_stops_improving_gives_up_its_queue_and_its_rerun_is_a_cac
     dropped = [t for t in study.trials if t.user_attrs.get(GIVEN_UP)]
     assert len(dropped) == given_up
     assert all(t.state.name == "FAIL" and "--patience" in t.user_attrs["fail_reason"] for t in dropped)
+    assert record["search_breakdown"]["patience"] == 1 and all(t.user_attrs[GIVEN_UP] == 1 for t in dropped)
     assert trials_without_improvement(study) >= 1
     again = tune(request)
     assert again.cached and again.new_trials == 0 and again.cache == record
@@ -96,7 +97,9 @@ def test_the_command_says_the_search_stopped_improving_and_refuses_a_negative_pa
     storage = f"sqlite:///{tmp_path / 's.db'}"
     proc = autosync("tune", str(job), "--storage", storage, "--n-trials", "8", "--patience", "1", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert "The search stopped improving" in " ".join(proc.stdout.split()) and "--patience" in proc.stdout
+    said = " ".join(proc.stdout.split())
+    assert "The search stopped improving (1 trial in a row found nothing faster)" in said
+    assert "(--patience 1; --patience 0 runs the whole budget)" in said
     cached = autosync("tune", str(job), "--storage", storage, "--json", cwd=tmp_path)
     record = json.loads(cached.stdout)["cache"]
     assert record["search_breakdown"]["given_up"] > 0

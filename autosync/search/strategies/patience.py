@@ -22,7 +22,7 @@ from autosync.search.objective import FULL_BUDGET_OF, has_own_failure
 if TYPE_CHECKING:
     import optuna
 
-GIVEN_UP = "given_up"  # user attribute: a queued trial the search did not run, having stopped improving
+GIVEN_UP = "given_up"  # user attribute: a queued trial not run, the search having stopped improving (the patience)
 
 
 def trials_without_improvement(study: "optuna.Study") -> int:
@@ -56,7 +56,7 @@ def give_up_queued(study: "optuna.Study", patience: int) -> int:
     for trial in internals.fresh_trials(study, (optuna.trial.TrialState.WAITING,)):
         tid = internals.trial_id(trial)
         try:
-            storage.set_trial_user_attr(tid, GIVEN_UP, True)
+            storage.set_trial_user_attr(tid, GIVEN_UP, patience)
             storage.set_trial_user_attr(tid, "fail_reason", reason(patience))
             if storage.set_trial_state_values(tid, state=optuna.trial.TrialState.FAIL):
                 given_up += 1

@@ -182,6 +182,7 @@ def search_breakdown(study: "optuna.Study") -> dict[str, int]:
     copied = [t for t in trials if "same_as_trial" in t.user_attrs]
     checks = [t for t in trials if FULL_BUDGET_OF in t.user_attrs and t.state.is_finished()
               and "same_as_trial" not in t.user_attrs]
+    given_up = [t for t in trials if t.user_attrs.get(GIVEN_UP)]
     return {
         "stopped_at_target": sum(1 for t in trials if final_pending(t) and "same_as_trial" not in t.user_attrs),
         "answered_by_equivalent": len(copied),
@@ -191,7 +192,8 @@ def search_breakdown(study: "optuna.Study") -> dict[str, int]:
         "full_budget_checks": len(checks),
         "forked_checks": sum(1 for t in checks if t.user_attrs.get(FORKED)),
         "forked_trials": sum(1 for t in trials if t.user_attrs.get(FORKED) and FULL_BUDGET_OF not in t.user_attrs),
-        "given_up": sum(1 for t in trials if t.user_attrs.get(GIVEN_UP)),
+        "given_up": len(given_up),
+        "patience": max((t.user_attrs[GIVEN_UP] for t in given_up), default=None),  # what stopped it
     }
 
 
