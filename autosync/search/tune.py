@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import math
 import multiprocessing as mp
 import time
 import warnings
@@ -27,7 +26,7 @@ from autosync.search.objective import (
     CURVE, Objective, RunFailed, TimeToTargetBound, canonical_policy, evaluate, process_tag,
     trial_scoring, trial_seeds,
 )
-from autosync.search.strategies.patience import give_up_queued, trials_without_improvement
+from autosync.search.strategies.patience import give_up_queued, patience_of, trials_without_improvement
 from autosync.search.strategies.pruning import RaceLimit, TargetRacePruner, thinned
 from autosync.search.study.running_twins import Resampled
 from autosync.search.strategies.samplers import SWITCH_POINT_SAMPLERS, make_sampler
@@ -165,7 +164,7 @@ def _neighbour_jobs(study: "optuna.Study", request: TuneRequest, storage: Any, f
     found = nearest(storage, request.job, execution=execution_name(request.settings.backend),
                     features=study.user_attrs.get(FEATURES))  # `describe_job` stored them
     near = [{"study": nb.study_name, "job": nb.job_name, "distance": round(nb.distance, 4),
-             "policy": nb.record["best_policy"], "n_workers": round(math.exp(nb.features[0]))} for nb in found]
+             "policy": nb.record["best_policy"], "n_workers": nb.n_workers} for nb in found]
     study.set_user_attr(NEIGHBOUR_JOBS, near)
     return near
 
@@ -460,8 +459,7 @@ def _stopped_improving(study: "optuna.Study", request: TuneRequest) -> bool:
     """Whether the last `--patience` trials (by default the space's `patience`) found nothing faster; if so,
     the queued trials are given up (failed with that reason, under the storage lock: no process takes one
     meanwhile)."""
-    patience = request.patience if request.patience is not None else \
-        0 if request.sampler == "grid" else request.space.patience  # a grid asks for every point
+    patience = patience_of(request.patience, request.sampler, request.space)
     if not patience or trials_without_improvement(study) < patience:
         return False
     with storage_lock(request.storage, study.study_name):

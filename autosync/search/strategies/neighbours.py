@@ -86,6 +86,11 @@ class Neighbour:
     features: list[float]
     same_workload: bool = True  # whether it trains what this job trains (else WORKLOAD_PENALTY further away)
 
+    @property
+    def n_workers(self) -> int:
+        """Its number of workers (the first feature is log n)."""
+        return round(math.exp(self.features[0]))
+
 
 def describe(study: "optuna.Study", job: JobSpec) -> None:
     """Store the job's workload key and cluster features on its study (where other jobs look for neighbours)."""

@@ -18,11 +18,22 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from autosync.search.objective import FULL_BUDGET_OF, has_own_failure
+from autosync.search.study import _optuna_internals as internals
 
 if TYPE_CHECKING:
     import optuna
 
+    from autosync.search.space import SearchSpace
+
 GIVEN_UP = "given_up"  # user attribute: a queued trial not run, the search having stopped improving (the patience)
+
+
+def patience_of(asked: int | None, sampler: str, space: "SearchSpace") -> int:
+    """The patience a search runs with: `--patience` where given, else the space's, except that a grid
+    (`--sampler grid`) asks for every point."""
+    if asked is not None:
+        return asked
+    return 0 if sampler == "grid" else space.patience
 
 
 def trials_without_improvement(study: "optuna.Study") -> int:
@@ -48,8 +59,6 @@ def give_up_queued(study: "optuna.Study", patience: int) -> int:
     """Fail every queued trial with `reason(patience)`; how many. Call it under the study's storage lock
     (`autosync.search.study.locking`), so no process takes one of them meanwhile."""
     import optuna
-
-    from autosync.search.study import _optuna_internals as internals
 
     storage = internals.storage_of(study)
     given_up = 0

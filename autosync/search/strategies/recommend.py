@@ -60,8 +60,7 @@ def recommend(storage: Any, job: JobSpec, where: str) -> Recommendation:
     votes: dict[str, float] = {}
     proposals: list[tuple[Neighbour, dict[str, Any] | None, float]] = []
     for nb in near:
-        n_from = round(math.exp(nb.features[0]))
-        policy = adapt(nb.record["best_policy"], n_from, job)
+        policy = adapt(nb.record["best_policy"], nb.n_workers, job)
         weight = 1.0 / (nb.distance + 0.1)
         proposals.append((nb, policy, weight))
         if policy is not None:

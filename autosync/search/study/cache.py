@@ -77,9 +77,10 @@ def answer_trial(study: "optuna.Study", top: "optuna.trial.FrozenTrial") -> int:
     """The number of the search's trial that found the answer `top`: the candidate a full-budget check
     confirmed (`autosync.search.strategies.full_budget`), not the check itself, which runs after the search
     whenever its candidate was found; and for a trial answered by an equivalent, that equivalent's."""
+    trials = study.get_trials(deepcopy=False)  # by number: a study's trials are numbered 0, 1, ...
     number = top.user_attrs.get(FULL_BUDGET_OF, top.number)
     while True:
-        original = study.trials[number].user_attrs.get("same_as_trial") if number < len(study.trials) else None
+        original = trials[number].user_attrs.get("same_as_trial") if number < len(trials) else None
         if not isinstance(original, int) or original >= number:
             return number
         number = original
@@ -170,7 +171,7 @@ def write_cache(study: "optuna.Study", job: JobSpec, space: SearchSpace, sampler
     return record
 
 
-def search_breakdown(study: "optuna.Study") -> dict[str, int]:
+def search_breakdown(study: "optuna.Study") -> dict[str, int | None]:
     """Where the search's cost went and what it saved: trials whose runs stopped at the target, trials
     answered by an equivalent without training (a twin's result, or BSP's reference), trials pruned (and of
     those, how many on their pace, `autosync.search.strategies.pruning`), and
