@@ -531,7 +531,7 @@ def _breakdown_line(b: dict[str, int]) -> str:
     """Where a search's cost went: the record's `search_breakdown` in words."""
     return (f"Of its trials, {b['stopped_at_target']} stopped at the target, {b['answered_by_equivalent']} were "
             f"answered by an equivalent policy's result without training, {b['pruned']} were pruned"
-            + (f" ({b['pruned_on_pace']} on their pace)" if b.get("pruned_on_pace") else "")
+            + _pruned_how(b)
             + (f", {b['forked_trials']} continued from another switch point's run (its prefix, forked)"
                if b.get("forked_trials") else "") + "; "
             f"{_count(b['full_budget_checks'], 'full-budget check')} of the candidates that could win"
@@ -541,6 +541,14 @@ def _breakdown_line(b: dict[str, int]) -> str:
                f"faster), so {_count(b['given_up'], 'queued trial')} of the budget "
                f"{'was' if b['given_up'] == 1 else 'were'} not run (--patience {b['patience']}; --patience 0 "
                "runs the whole budget)." if b.get("given_up") else ""))
+
+
+def _pruned_how(b: dict[str, int]) -> str:
+    """' (P on their pace, Q untrained inside a plateau of their policy)': how the pruned trials were pruned."""
+    how = ([f"{b['pruned_on_pace']} on their pace"] if b.get("pruned_on_pace") else []) \
+        + ([f"{b['pruned_in_plateau']} untrained, between trials of their policy that tied"]
+           if b.get("pruned_in_plateau") else [])
+    return f" ({', '.join(how)})" if how else ""
 
 
 def _neighbours_line(near: list[dict[str, Any]], cost_to_answer: float | None) -> str:

@@ -43,6 +43,9 @@ class Race(Protocol):
     def keep_curve(trial: "optuna.Trial", curve: list[tuple[float, float]]) -> None:
         """Store the finished trial's curve for later trials' pace."""
 
+    def not_under(self, reached_at: float) -> bool:
+        """Whether a trial reaching the target at `reached_at` would at best tie the bar."""
+
 
 CONSTRAINT = "final_metric_vs_bsp"  # name of the Optuna constraint (<= 0: feasible)
 KILLED = "process_lost"  # user attribute of a trial failed because its process died: no result of its own
@@ -57,6 +60,7 @@ RESAMPLED = "resampled_from"  # user attribute: the running trial whose point th
 FINAL_PENDING = "final_metric_pending"
 FULL_BUDGET_OF = "full_budget_check_of"  # user attribute: the trial re-runs trial N at full budget (its check)
 PRUNED_ON_PACE = "pruned_on_pace"  # user attribute: pruned by the pace rule, its value a prediction (`pruning`)
+PLATEAU = "plateau_of"  # user attribute: pruned untrained inside these tied trials' plateau (`pruning.plateau`)
 FORKED = "forked_seconds"  # score and user attribute: virtual seconds a run continued from a stopped run's state
 FULL_BUDGET = "full_budget"  # user attribute: the trial's runs train the whole budget (none stops at the target)
 
@@ -270,6 +274,7 @@ class Objective:
         race = self._race(trial)
         if race is not None:
             self._prune_as_twin(trial, canonical, scoring, race)
+            self._prune_in_plateau(trial, policy, scoring, race)
         spent = {"virtual_seconds": 0.0, "forked": 0.0}  # trained, and continued from a kept run (not trained)
         bound = TimeToTargetBound(self.job)  # of the first seed's run
         target = self.job.target
@@ -343,6 +348,26 @@ class Objective:
                 trial.set_user_attr("virtual_seconds", 0.0)
                 trial.set_user_attr("same_as_trial", t.number)
                 raise optuna.TrialPruned(f"runs like trial {t.number}, pruned at {pruned_at:.0f} virtual s")
+
+    def _prune_in_plateau(self, trial: "optuna.Trial", policy: dict[str, Any], scoring: dict[str, Any],
+                          race: "Race") -> None:
+        """Prune the trial untrained when its numeric parameters lie between those of trials of its policy
+        that all reached the target at one time the bar is not over (`autosync.search.strategies.pruning.plateau`):
+        predicted to tie at best. It is pruned at that time, so the full-budget checks come back to it should
+        every faster candidate fail."""
+        import optuna
+
+        from autosync.search.strategies.pruning import plateau
+
+        found = plateau(trial.study.get_trials(deepcopy=False), policy, scoring)
+        if found is None or not race.not_under(found[0]):
+            return
+        reached_at, tied = found
+        trial.report(reached_at, int(reached_at / self.job.workload.evaluation.every_seconds + 1e-9))
+        trial.set_user_attr("virtual_seconds", 0.0)
+        trial.set_user_attr(PLATEAU, tied)
+        raise optuna.TrialPruned(f"between trials {', '.join(map(str, tied))} of its policy, which all reached the "
+                                 f"target at {reached_at:.0f} virtual s: predicted to tie the bar at best")
 
     def _needs_full_budget(self, trial: "optuna.Trial") -> bool:
         """Whether the trial's runs train the whole budget: a full-budget check, or a search that does not

@@ -15,7 +15,7 @@ from autosync.core.errors import RuntimeFailure, UserError
 from autosync.core.job import JobSpec
 from autosync.search.strategies.confirm import RUNS as CONFIRMATION_RUNS
 from autosync.search.cost import COST_UNIT, in_bsp_trainings
-from autosync.search.objective import FORKED, FULL_BUDGET_OF, PRUNED_ON_PACE, final_pending, policy_key
+from autosync.search.objective import FORKED, FULL_BUDGET_OF, PLATEAU, PRUNED_ON_PACE, final_pending, policy_key
 from autosync.search.strategies.patience import GIVEN_UP
 from autosync.search.study.siblings import REFERENCE_FROM
 from autosync.search.space import SearchSpace
@@ -174,7 +174,8 @@ def write_cache(study: "optuna.Study", job: JobSpec, space: SearchSpace, sampler
 def search_breakdown(study: "optuna.Study") -> dict[str, int | None]:
     """Where the search's cost went and what it saved: trials whose runs stopped at the target, trials
     answered by an equivalent without training (a twin's result, or BSP's reference), trials pruned (and of
-    those, how many on their pace, `autosync.search.strategies.pruning`), and
+    those, how many on their pace and how many untrained inside a plateau of tied trials of their policy,
+    `autosync.search.strategies.pruning`), and
     the full-budget checks of the candidates that could win (`autosync.search.strategies.full_budget`), and how many
     of those continued from their candidate's run stopped at the target (`autosync.engine.forks`), and the
     trials that continued from another switch point's prefix (Sync-Switch's BSP phase trained once), and the
@@ -190,6 +191,7 @@ def search_breakdown(study: "optuna.Study") -> dict[str, int | None]:
         "pruned": sum(1 for t in trials if t.state.name == "PRUNED" and "same_as_trial" not in t.user_attrs),
         "pruned_on_pace": sum(1 for t in trials if t.state.name == "PRUNED" and "same_as_trial" not in t.user_attrs
                               and t.user_attrs.get(PRUNED_ON_PACE)),
+        "pruned_in_plateau": sum(1 for t in trials if t.state.name == "PRUNED" and PLATEAU in t.user_attrs),
         "full_budget_checks": len(checks),
         "forked_checks": sum(1 for t in checks if t.user_attrs.get(FORKED)),
         "forked_trials": sum(1 for t in trials if t.user_attrs.get(FORKED) and FULL_BUDGET_OF not in t.user_attrs),

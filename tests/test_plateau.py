@@ -1,0 +1,71 @@
+"""A proposal between tied trials of its policy is predicted to tie, and pruned untrained (`pruning.plateau`)."""
+
+from __future__ import annotations
+
+import optuna
+
+from autosync.search.objective import PLATEAU, SCORING, Objective, ObjectiveSettings, evaluate, trial_scoring, trial_seeds
+from autosync.search.space import load_space
+from autosync.search.strategies.full_budget import next_to_check
+from autosync.search.strategies.pruning import RaceLimit, plateau
+from autosync.search.study.cache import search_breakdown
+from tests.conftest import small_job
+
+SCORED = {"seeds": [0], "penalty": 2.0, "budget": {}}
+
+
+def _done(number: int, value: float, policy: str = "dana_dc", scoring: dict | None = None,
+          **params: object) -> optuna.trial.FrozenTrial:
+    trial = optuna.trial.create_trial(value=value, user_attrs={
+        "policy": {"policy": policy, "params": params}, SCORING: scoring or SCORED})
+    trial.number = number
+    return trial
+
+
+def test_a_point_between_tied_trials_is_in_their_plateau():
+    trials = [_done(0, 18.0, dc_lambda=0.5), _done(1, 18.0, dc_lambda=3.0), _done(2, 25.0, dc_lambda=3.9)]
+    assert plateau(trials, {"policy": "dana_dc", "params": {"dc_lambda": 1.7}}, SCORED) == (18.0, [0, 1])
+    assert plateau(trials, {"policy": "dana_dc", "params": {"dc_lambda": 3.5}}, SCORED) is None  # outside the box
+    assert plateau(trials, {"policy": "dana_dc", "params": {"dc_lambda": 1.7}}, {**SCORED, "seeds": [1]}) is None
+
+
+def test_no_plateau_from_one_point_other_categories_or_a_policy_without_numbers():
+    one = [_done(0, 18.0, dc_lambda=0.5), _done(1, 18.0, dc_lambda=0.5)]  # the same point twice is one point
+    assert plateau(one, {"policy": "dana_dc", "params": {"dc_lambda": 0.5}}, SCORED) is None
+    rules = [_done(0, 30.0, "backup", k=2, lr_rule="fixed"), _done(1, 30.0, "backup", k=6, lr_rule="sqrt")]
+    assert plateau(rules, {"policy": "backup", "params": {"k": 4, "lr_rule": "fixed"}}, SCORED) is None
+    alike = [_done(0, 30.0, "backup", k=2, lr_rule="fixed"), _done(1, 30.0, "backup", k=6, lr_rule="fixed")]
+    assert plateau(alike, {"policy": "backup", "params": {"k": 4, "lr_rule": "fixed"}}, SCORED) == (30.0, [0, 1])
+    assert plateau(alike, {"policy": "dana_slim", "params": {}}, SCORED) is None
+
+
+def test_a_point_in_two_plateaus_of_different_times_gets_no_prediction():
+    trials = [_done(0, 18.0, dc_lambda=0.5), _done(1, 18.0, dc_lambda=3.0),
+              _done(2, 25.0, dc_lambda=1.0), _done(3, 25.0, dc_lambda=2.0)]
+    assert plateau(trials, {"policy": "dana_dc", "params": {"dc_lambda": 1.5}}, SCORED) is None
+
+
+def test_a_proposal_between_tied_runs_is_pruned_untrained_at_their_time_and_checked_if_they_fail(tmp_path):
+    """DANA-DC's lambda on a small job: two far-apart values reach the target at the same evaluation, so a
+    value between them is pruned untrained at that time; a value outside them trains."""
+    job = small_job(budget={"max_virtual_seconds": 60})
+    space_file = tmp_path / "dana_dc.yaml"
+    space_file.write_text("name: dana_dc\npolicies:\n  dana_dc:\n"
+                          "    dc_lambda: {type: float, low: 0.1, high: 4.0, log: true}\n")
+    space = load_space(space_file, job.cluster.n_workers)
+    seeds = trial_seeds(job, 1)
+    reference = {**evaluate(job, {"policy": "bsp", "params": {}}, seeds), **trial_scoring(job, seeds, 2.0)}
+    objective = Objective(job, space, ObjectiveSettings(), reference["final_metric"], reference, race=RaceLimit)
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'p.db'}")
+    for dc_lambda in (0.2, 3.5, 1.0, 3.9):
+        study.enqueue_trial({"dana_dc.dc_lambda": dc_lambda})
+    study.optimize(objective, n_trials=4)
+    low, high, between, outside = study.trials
+    assert low.state.name == high.state.name == "COMPLETE" and low.values == high.values  # tied: a plateau
+    assert between.state.name == "PRUNED" and between.user_attrs[PLATEAU] == [0, 1]
+    assert between.user_attrs["virtual_seconds"] == 0.0
+    assert between.intermediate_values[between.last_step] == low.values[0]
+    assert outside.state.name != "PRUNED" and outside.user_attrs["virtual_seconds"] > 0
+    assert search_breakdown(study)["pruned_in_plateau"] == 1
+    # the answer's check comes first; the plateau's pruned trial counts at its time, behind the tied trials
+    assert next_to_check(study).number == low.number
