@@ -11,6 +11,7 @@ from autosync.core.errors import SpaceFileError
 from autosync.search.objective import FULL_BUDGET_OF, ObjectiveSettings
 from autosync.search.space import SPACE_DIR, load_space
 from autosync.search.strategies.patience import GIVEN_UP, trials_without_improvement
+from autosync.search.study.cache import cached_studies
 from autosync.search.study.storage import open_storage
 from autosync.search.study.trials import counted_trials
 from autosync.search.tune import TuneRequest, tune
@@ -58,6 +59,8 @@ def test_a_search_that_stops_improving_gives_up_its_queue_and_its_rerun_is_a_cac
     assert len(dropped) == given_up
     assert all(t.state.name == "FAIL" and "--patience" in t.user_attrs["fail_reason"] for t in dropped)
     assert record["search_breakdown"]["patience"] == 1 and all(t.user_attrs[GIVEN_UP] == 1 for t in dropped)
+    listed = {row["study"]: row["trials"] for row in cached_studies(request.storage)}  # `autosync cache list`
+    assert listed[outcome.study_name] == record["trials"] < len(study.trials)  # not the checks nor the given up
     assert trials_without_improvement(study) >= 1
     again = tune(request)
     assert again.cached and again.new_trials == 0 and again.cache == record

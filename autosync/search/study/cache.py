@@ -224,7 +224,9 @@ def cached_studies(storage_url: str, fingerprint: str | None = None) -> list[dic
 
 
 def _summaries(storage: "optuna.storages.BaseStorage", fingerprint: str | None) -> list[dict[str, Any]]:
-    """Each study's name, trial count, cache record and first trial's start. The studies are read from their
+    """Each study's name, trial count (the budget's trials its search ran, as its cache record counts them:
+    not its full-budget checks nor the queued trials given up; every trial of a study with no record), cache
+    record and first trial's start. The studies are read from their
     attributes and only the listed ones' trials are loaded (a study summary loads every study's trials:
     seconds in a storage of many jobs, for `run --policy tuned` or `cache show` of one)."""
     out = []
@@ -234,7 +236,9 @@ def _summaries(storage: "optuna.storages.BaseStorage", fingerprint: str | None) 
             continue
         trials = storage.get_all_trials(storage.get_study_id_from_name(name), deepcopy=False)
         started = [t.datetime_start for t in trials if t.datetime_start is not None]
-        out.append({"study": name, "trials": len(trials), "cache": frozen.user_attrs.get("cache"),
+        record = frozen.user_attrs.get("cache")
+        ran = record.get("trials") if isinstance(record, dict) else None  # the budget's trials the search ran
+        out.append({"study": name, "trials": ran if isinstance(ran, int) else len(trials), "cache": record,
                     "created": min(started).isoformat(timespec="seconds") if started else None})
     return out
 
