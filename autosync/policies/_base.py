@@ -349,9 +349,11 @@ class Policy(ABC):
     def strategies(self, n_workers: int, batch_size: int) -> Strategies:
         """Fresh strategies for one run (raise ValueError for parameters the job cannot take)."""
 
-    def canonical(self, n_workers: int) -> "Policy":
+    def canonical(self, n_workers: int, optimizer: "OptimizerSpec | None" = None) -> "Policy":
         """The simplest policy that runs exactly like this one on `n_workers` (same seed, same run): a search
-        trains each such class once. Subclasses return e.g. BSP for backup workers with k = n."""
+        trains each such class once. Subclasses return e.g. BSP for backup workers with k = n; where an
+        equivalence holds only under some of the job's optimizer settings (the DANA family without
+        momentum), `optimizer` says which (None: not known, so none of those is made)."""
         return self
 
     def bind(self, n_workers: int, batch_size: int) -> Strategies:

@@ -92,6 +92,6 @@ class BackupWorkers(Policy):
     def strategies(self, n_workers: int, batch_size: int) -> Strategies:
         return Strategies(barrier=FastestK(k=self.k, lr_rule=self.lr_rule))
 
-    def canonical(self, n_workers: int) -> Policy:
+    def canonical(self, n_workers: int, optimizer: Any = None) -> Policy:
         """k = n waits for everyone: BSP, under the rules that keep eta there (eta * n / n = eta)."""
         return BSP() if self.k == n_workers and self.lr_rule in ("fixed", "proportional") else self

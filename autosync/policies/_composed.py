@@ -176,10 +176,10 @@ class Composed(Policy):
                 return self._as_preset(cls, preset)
         return None
 
-    def canonical(self, n_workers: int) -> Policy:
+    def canonical(self, n_workers: int, optimizer: Any = None) -> Policy:
         """A composition that is a seed policy runs as that policy does: its canonical form."""
         seed = self.as_seed()
-        return seed.canonical(n_workers) if seed is not None else self
+        return seed.canonical(n_workers, optimizer) if seed is not None else self
 
 
 def check_composition(policy: Composed) -> None:

@@ -179,6 +179,18 @@ class _AsyncPolicy(Policy):
     def rule(self) -> UpdateRule:
         """The master's update rule (and what it sends each worker)."""
 
+    def canonical(self, n_workers: int, optimizer: "OptimizerSpec | None" = None) -> Policy:
+        """Without momentum (gamma = 0, the job's optimizer) a momentum rule keeps only what its
+        `without_momentum` says, and that policy's own canonical form applies (tested bit-identical)."""
+        if optimizer is None or optimizer.momentum != 0.0:
+            return self
+        plain = self.without_momentum(optimizer)
+        return self if plain is self else plain.canonical(n_workers, optimizer)
+
+    def without_momentum(self, optimizer: "OptimizerSpec") -> Policy:
+        """The policy this one runs as at gamma = 0 (itself where the momentum is not all that sets it apart)."""
+        return self
+
     def strategies(self, n_workers: int, batch_size: int) -> Strategies:
         return Strategies(barrier=OnArrival(), update=self.rule())
 
@@ -193,6 +205,10 @@ class NAGASGD(_AsyncPolicy):
     def rule(self) -> UpdateRule:
         return NesterovShared()
 
+    def without_momentum(self, optimizer: "OptimizerSpec") -> Policy:
+        """v = g and theta - eta (g + gamma v) = theta - eta g: Multi-ASGD's step at gamma = 0."""
+        return MultiASGD()
+
 
 class MultiASGD(_AsyncPolicy):
     """Multi-ASGD: asynchronous SGD with one momentum vector per worker (DANA paper, Algorithm 9)."""
@@ -203,6 +219,13 @@ class MultiASGD(_AsyncPolicy):
 
     def rule(self) -> UpdateRule:
         return PerWorkerMomentum()
+
+    def without_momentum(self, optimizer: "OptimizerSpec") -> Policy:
+        """theta - eta g for each gradient: ASP, where no weight decay is added (this rule adds it at the
+        parameters the worker was sent, ASP's optimizer at the master's)."""
+        from autosync.policies._classic import ASP
+
+        return ASP() if optimizer.weight_decay == 0.0 else self
 
 
 class LWP(_AsyncPolicy):
@@ -243,6 +266,10 @@ class DANAZero(_AsyncPolicy):
     def rule(self) -> UpdateRule:
         return PerWorkerMomentum(look_ahead=True)
 
+    def without_momentum(self, optimizer: "OptimizerSpec") -> Policy:
+        """The look-ahead theta - eta gamma sum(v) is theta: Multi-ASGD."""
+        return MultiASGD()
+
 
 class DANASlim(_AsyncPolicy):
     """DANA-Slim: DANA-Zero's look-ahead with worker-side momentum, plain ASGD master (Algorithm 6)."""
@@ -254,6 +281,10 @@ class DANASlim(_AsyncPolicy):
     def rule(self) -> UpdateRule:
         return WorkerSideMomentum()
 
+    def without_momentum(self, optimizer: "OptimizerSpec") -> Policy:
+        """The worker sends gamma v + g = g and the master steps theta - eta g: Multi-ASGD."""
+        return MultiASGD()
+
 
 class DANADC(DCASGD):
     """DANA-DC: DANA-Zero's look-ahead plus DC-ASGD's delay compensation (DANA paper, Algorithm 7)."""
@@ -264,6 +295,10 @@ class DANADC(DCASGD):
 
     def rule(self) -> UpdateRule:
         return PerWorkerMomentum(look_ahead=True, dc_lambda=self.dc_lambda)
+
+    def without_momentum(self, optimizer: "OptimizerSpec") -> Policy:
+        """The look-ahead is theta: DC-ASGD with the same lambda."""
+        return DCASGD(dc_lambda=self.dc_lambda)
 
 
 def _non_negative_number(value: object) -> bool:

@@ -292,7 +292,7 @@ class LBBSP(Policy):
         return Strategies(barrier=FastestK(k=None, lr_rule=self.lr_rule), aggregation=BatchWeighted(),
                           batching=batching)
 
-    def canonical(self, n_workers: int) -> Policy:
+    def canonical(self, n_workers: int, optimizer: Any = None) -> Policy:
         """Every update aggregates all n workers, so "proportional" (eta * n / n) is "fixed"."""
         return type(self)(**{**self.params(), "lr_rule": "fixed"}) if self.lr_rule == "proportional" else self
 
@@ -368,7 +368,7 @@ class StaticSplit(Policy):
     def strategies(self, n_workers: int, batch_size: int) -> Strategies:
         return Strategies(barrier=FastestK(k=None), aggregation=BatchWeighted(), batching=FixedSplit(self.fractions))
 
-    def canonical(self, n_workers: int) -> Policy:
+    def canonical(self, n_workers: int, optimizer: Any = None) -> Policy:
         """Equal shares are BSP's batches, and weighting equal batches is BSP's mean."""
         equal = self.fractions is None or (len(self.fractions) == n_workers and len(set(self.fractions)) == 1)
         return BSP() if equal else self

@@ -285,7 +285,7 @@ class SyncSwitch(Policy):
             else OnArrival(lr_rule=self.asp_lr_rule)
         return Strategies(barrier=barrier, schedule=SwitchSchedule(self))
 
-    def canonical(self, n_workers: int) -> Policy:
+    def canonical(self, n_workers: int, optimizer: Any = None) -> Policy:
         """Without the configuration policy and the straggler policies, BSP for the whole workload is BSP.
         (switch_at = 0 is not ASP: the switch happens at the first update, after one BSP barrier.)
 

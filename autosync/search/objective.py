@@ -23,6 +23,7 @@ from autosync.core.job import JobSpec
 if TYPE_CHECKING:
     import optuna
 
+    from autosync.core.job import OptimizerSpec
     from autosync.engine.backends import BackendChoice
     from autosync.search.space import SearchSpace
 
@@ -261,7 +262,7 @@ class Objective:
         trial.set_user_attr(PROCESS, process_tag())
         policy = self.space.suggest(trial)
         trial.set_user_attr("policy", policy)
-        canonical = canonical_policy(policy, self.job.cluster.n_workers, self.job.workload.batch_size)
+        canonical = canonical_on(policy, self.job)
         scoring = trial_scoring(self.job, self.seeds(), self.settings.penalty)  # what a reused result must share
         full = self._needs_full_budget(trial)
         reference = self.bsp_score or {}
@@ -495,17 +496,24 @@ class Objective:
 BSP = {"policy": "bsp", "params": {}}
 
 
-def canonical_policy(policy: dict[str, Any], n_workers: int, batch_size: int) -> dict[str, Any] | None:
-    """The simplest policy that runs exactly like `policy` on `n_workers` (`Policy.canonical`), as a dict;
-    None when the parameters are invalid for the job (the trial then fails with the reason)."""
+def canonical_policy(policy: dict[str, Any], n_workers: int, batch_size: int,
+                     optimizer: "OptimizerSpec | None" = None) -> dict[str, Any] | None:
+    """The simplest policy that runs exactly like `policy` on `n_workers` with the job's `optimizer`
+    (`Policy.canonical`; without it, none of the equivalences that depend on it), as a dict; None when the
+    parameters are invalid for the job (the trial then fails with the reason)."""
     from autosync.catalog import policy_from_dict
 
     try:
         pol = policy_from_dict(policy)
         pol.bind(n_workers, batch_size)  # an invalid policy has no equivalent: it must fail, not copy BSP
-        return pol.canonical(n_workers).to_dict()
+        return pol.canonical(n_workers, optimizer).to_dict()
     except ValueError:
         return None
+
+
+def canonical_on(policy: dict[str, Any], job: JobSpec) -> dict[str, Any] | None:
+    """`canonical_policy` on `job`: its workers, batch and optimizer."""
+    return canonical_policy(policy, job.cluster.n_workers, job.workload.batch_size, job.workload.optimizer)
 
 
 def policy_key(trial: "optuna.trial.FrozenTrial") -> str:

@@ -23,7 +23,7 @@ from autosync.search.study.cache import (
     best_policies, cost_fields, execution_name, execution_of, read_cache, study_name, write_cache,
 )
 from autosync.search.objective import (
-    CURVE, Objective, RunFailed, TimeToTargetBound, canonical_policy, evaluate, process_tag,
+    CURVE, Objective, RunFailed, TimeToTargetBound, canonical_on, evaluate, process_tag,
     trial_scoring, trial_seeds,
 )
 from autosync.search.strategies.patience import give_up_queued, patience_of, trials_without_improvement
@@ -324,8 +324,8 @@ def _queued_first(study: "optuna.Study", request: TuneRequest, siblings: "list[o
 
 
 def _canonical_key(policy: dict[str, Any], job: JobSpec) -> str:
-    """The class of policies that run alike on `job` (`canonical_policy`), as a hashable key."""
-    return json.dumps(canonical_policy(policy, job.cluster.n_workers, job.workload.batch_size), sort_keys=True)
+    """The class of policies that run alike on `job` (`canonical_on`), as a hashable key."""
+    return json.dumps(canonical_on(policy, job), sort_keys=True)
 
 
 def _as_here(neighbour: dict[str, Any], job: JobSpec) -> list[dict[str, Any]]:
@@ -375,8 +375,7 @@ def _in_space(space: SearchSpace, policy: dict[str, Any], job: JobSpec) -> dict[
     provided the space samples from them a policy that runs exactly like it; else None."""
     import optuna
 
-    n, batch = job.cluster.n_workers, job.workload.batch_size
-    target = canonical_policy(policy, n, batch)
+    target = canonical_on(policy, job)
     from autosync.policies import Composed
 
     slots = _slots(policy)
@@ -390,7 +389,7 @@ def _in_space(space: SearchSpace, policy: dict[str, Any], job: JobSpec) -> dict[
             sampled = space.suggest(optuna.trial.FixedTrial(params))
         except ValueError:
             continue
-        if target is not None and canonical_policy(sampled, n, batch) == target:
+        if target is not None and canonical_on(sampled, job) == target:
             return params
     return None
 

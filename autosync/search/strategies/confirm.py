@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from autosync.core.job import JobSpec
 from autosync.search.objective import (
-    BSP, CANONICAL, SCORING, RunFailed, canonical_policy, constraint, evaluate, final_pending, trial_seeds,
+    BSP, CANONICAL, SCORING, RunFailed, canonical_on, constraint, evaluate, final_pending, trial_seeds,
 )
 from autosync.search.study.trials import feasible_trials
 
@@ -101,7 +101,6 @@ def candidates(study: "optuna.Study", top: int, job: JobSpec, scoring: dict[str,
     this study that runs like it, if any."""
     import optuna
 
-    n, batch = job.cluster.n_workers, job.workload.batch_size
     completed = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
                  if _scored_as(t, scoring) and t.user_attrs.get(CANONICAL) is not None and not final_pending(t)]
     by_canonical: dict[str, Any] = {}
@@ -111,7 +110,7 @@ def candidates(study: "optuna.Study", top: int, job: JobSpec, scoring: dict[str,
     for t in feasible_trials(study):
         if not _scored_as(t, scoring):
             continue
-        key = _key(t.user_attrs.get(CANONICAL) or canonical_policy(t.user_attrs["policy"], n, batch))
+        key = _key(t.user_attrs.get(CANONICAL) or canonical_on(t.user_attrs["policy"], job))
         if key not in seen:
             seen.add(key)
             out.append(Candidate(t.user_attrs["policy"], f"trial {t.number}", t.values[0],
@@ -119,7 +118,7 @@ def candidates(study: "optuna.Study", top: int, job: JobSpec, scoring: dict[str,
         if len(out) == top:
             break
     for policy, source in also:
-        canonical = canonical_policy(policy, n, batch)
+        canonical = canonical_on(policy, job)
         key = _key(canonical)
         if canonical is None or key in seen:
             continue
@@ -148,18 +147,17 @@ def confirm(job: JobSpec, top: int, plan: list[Candidate], reference: dict[str, 
             on_run: Callable[[int, int], None] | None = None) -> Confirmation:
     """Train every candidate (and BSP) on the `extra_seeds` seeds after the search's `repeats`; where a
     candidate has no score on the search's seeds, on those too. `on_run(done, total)` follows the runs."""
-    n, batch = job.cluster.n_workers, job.workload.batch_size
     search_seeds = trial_seeds(job, repeats)
     new_seeds = [job.seed + repeats + i for i in range(extra_seeds)]
-    bsp_key = _key(canonical_policy(BSP, n, batch))
-    if all(_key(canonical_policy(c.policy, n, batch)) != bsp_key for c in plan):  # BSP: the constraint's reference
+    bsp_key = _key(canonical_on(BSP, job))
+    if all(_key(canonical_on(c.policy, job)) != bsp_key for c in plan):  # BSP: the constraint's reference
         plan = [*plan, Candidate(BSP, REFERENCE, reference["time_to_target"], reference["final_metric"])]
     result = Confirmation(top, search_seeds + new_seeds)
     total = sum(len(new_seeds) + (len(search_seeds) if c.search_time is None else 0) for c in plan)
     done = 0
     for c in plan:
         seeds = new_seeds if c.search_time is not None else search_seeds + new_seeds
-        canonical = canonical_policy(c.policy, n, batch)
+        canonical = canonical_on(c.policy, job)
         scores = []
         for seed in seeds:
             key = RunStore.identity(canonical, seed, penalty, job)

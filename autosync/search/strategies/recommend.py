@@ -40,14 +40,14 @@ class Recommendation:
 def adapt(policy: dict[str, Any], n_from: int, job: JobSpec) -> dict[str, Any] | None:
     """`policy` (a winner on n_from workers) for `job`: a backup count k scaled to this n; None when it does
     not fit this job."""
-    from autosync.search.objective import canonical_policy
+    from autosync.search.objective import canonical_on
 
     n = job.cluster.n_workers
     params = dict(policy.get("params", {}))
     if "k" in params and isinstance(params["k"], int) and n_from != n:
         params["k"] = min(n, max(1, round(params["k"] * n / n_from)))
     adapted = {"policy": policy["policy"], "params": params}
-    return adapted if canonical_policy(adapted, n, job.workload.batch_size) is not None else None
+    return adapted if canonical_on(adapted, job) is not None else None
 
 
 def recommend(storage: Any, job: JobSpec, where: str) -> Recommendation:
