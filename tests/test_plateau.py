@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import optuna
 
-from autosync.search.objective import PLATEAU, SCORING, Objective, ObjectiveSettings, evaluate, trial_scoring, trial_seeds
+from autosync.search.objective import CONSTRAINT, PLATEAU, SCORING, Objective, ObjectiveSettings, evaluate, trial_scoring, trial_seeds
 from autosync.search.space import load_space
 from autosync.search.strategies.full_budget import next_to_check
 from autosync.search.strategies.pruning import RaceLimit, plateau
@@ -69,3 +69,23 @@ def test_a_proposal_between_tied_runs_is_pruned_untrained_at_their_time_and_chec
     assert search_breakdown(study)["pruned_in_plateau"] == 1
     # the answer's check comes first; the plateau's pruned trial counts at its time, behind the tied trials
     assert next_to_check(study).number == low.number
+
+
+def _bar_study(value: float, reached: int, curve: list[list[float]]) -> optuna.Study:
+    study = optuna.create_study()
+    study.add_trial(optuna.trial.create_trial(value=value, user_attrs={
+        "policy": {"policy": "bsp", "params": {}}, "reached": reached, "curve": curve, SCORING: SCORED},
+        constraints={CONSTRAINT: 0.0}))  # BSP: the constraint's reference
+    return study
+
+
+def test_a_bar_that_missed_the_target_is_raced_on_its_whole_run():
+    """BSP missed the target in its 200 s (its value is the miss penalty, 400): a trial that took twice as long
+    to reach the metric it stands at is predicted to miss too, from 30% of BSP's run (not of 400 s)."""
+    curve = [[float(t), 0.3 + 0.002 * t] for t in range(10, 201, 10)]  # 0.32 at 10 s ... 0.70 at 200 s
+    race = RaceLimit(_bar_study(400.0, 0, curve))
+    assert race.predicted_late(50.0, 0.32, lower_is_better=False) is None  # under 30% of the run
+    assert race.predicted_late(60.0, 0.32, lower_is_better=False) == 6 * 400.0  # 0.32 took BSP 10 s
+    assert race.predicted_late(60.0, 0.40, lower_is_better=False) is None  # on BSP's pace (0.40 at 50 s)
+    reached = RaceLimit(_bar_study(200.0, 1, curve))  # a bar that reached it counts from its time to target
+    assert reached.predicted_late(60.0, 0.32, lower_is_better=False) == 6 * 200.0

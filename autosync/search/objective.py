@@ -53,6 +53,7 @@ KILLED = "process_lost"  # user attribute of a trial failed because its process 
 RETRY_OF = "retry_of"  # user attribute of a re-queued trial: the number of the killed trial it re-runs
 PROCESS = "process"  # user attribute: host:pid of the process that ran the trial
 CURVE = "curve"  # user attribute: [virtual time, target metric] at the first seed's evaluations, up to the target
+# (the whole run's where it missed the target)
 CANONICAL = "canonical_policy"  # user attribute: the simplest policy that runs exactly like the trial's
 SCORING = "scoring"  # user attribute: the seeds, miss penalty and budget a trial was scored with
 RESAMPLED = "resampled_from"  # user attribute: the running trial whose point this trial proposed again
@@ -313,7 +314,7 @@ class Objective:
             raise
         for key, value in score.items():
             trial.set_user_attr(key, value)
-        if race is not None and bound.reached_at is not None:  # a forked run heard its kept evaluations too
+        if race is not None:  # a forked run heard its kept evaluations too
             race.keep_curve(trial, bound.curve)  # a later trial racing against this one reads its pace
         if not full and score["reached"]:  # a run stopped at the target: its final metric is not known yet
             trial.set_user_attr(FINAL_PENDING, True)

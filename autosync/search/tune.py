@@ -417,8 +417,8 @@ def bsp_reference(study: "optuna.Study", request: TuneRequest,
             raise RuntimeFailure(f"BSP itself fails on this job, so there is no reference to tune against: "
                                  f"{exc}") from None
         ref = {**ref, **trial_scoring(request.job, seeds, request.settings.penalty)}
-        if bound.reached_at is not None:
-            ref[CURVE] = thinned(bound.curve)
+        if bound.curve:
+            ref[CURVE] = thinned(bound.curve)  # up to the target, or the whole run where BSP missed it
         study.set_user_attr("bsp_reference", ref)
     return ref
 

@@ -122,7 +122,10 @@ class RaceLimit:
     metric it stands at, it is predicted to reach the target that many times later than the bar, and stops.
     That prediction can be wrong for a policy that speeds up late; the margin is the slack for it, and a
     trial pruned on pace records its predicted time, so the full-budget checks come back to it only if
-    every faster candidate fails.
+    every faster candidate fails. A bar that missed the target (BSP on a job no trial has reached it on
+    yet) races on its whole run's curve, from PACE_FROM of that run: a trial that took the margin times
+    as long to reach the metric it stands at is predicted to miss the target too, so it can at best tie
+    the bar's miss, and stops instead of training the whole budget.
     """
 
     def __init__(self, study: optuna.Study, places: int = 1, refresh_seconds: float = REFRESH_SECONDS,
@@ -131,6 +134,7 @@ class RaceLimit:
         self._read_at = -float("inf")
         self._limit: float | None = None
         self._curve: list[list[float]] | None = None
+        self._span: float | None = None
 
     def _refresh(self) -> None:
         now = time.monotonic()
@@ -138,6 +142,10 @@ class RaceLimit:
             bar = race_bar(self.study.get_trials(deepcopy=False), self.places)
             self._limit = None if bar is None else bar.values[0]
             self._curve = None if bar is None else bar.user_attrs.get(CURVE)
+            # the bar's time the pace rule counts from: its time-to-target, or where it missed the target
+            # (its value is then the miss penalty times that), the whole run its curve spans
+            missed = bar is not None and bar.user_attrs.get("reached") == 0 and bool(self._curve)
+            self._span = self._curve[-1][0] if missed else self._limit
             self._read_at = now
 
     def exceeded_by(self, bound: float) -> bool:
@@ -153,7 +161,8 @@ class RaceLimit:
 
     @staticmethod
     def keep_curve(trial: optuna.Trial, curve: list[tuple[float, float]]) -> None:
-        """Store a finished trial's curve up to the target (thinned), for the trials that race against it."""
+        """Store a finished trial's curve (thinned; up to the target, or the whole run where it missed the
+        target), for the trials that race against it."""
         if curve:
             trial.set_user_attr(CURVE, thinned(curve))
 
@@ -162,7 +171,7 @@ class RaceLimit:
         stands at `metric` after `elapsed` virtual seconds (short of the target); None when it may still win."""
         self._refresh()
         if self.pace_margin is None or self._limit is None or not self._curve or metric is None \
-                or elapsed < PACE_FROM * self._limit:
+                or elapsed < PACE_FROM * self._span:
             return None
         ratio = pace_ratio(self._curve, elapsed, metric, lower_is_better)
         return ratio * self._limit if ratio is not None and ratio >= self.pace_margin else None
