@@ -89,3 +89,13 @@ def test_a_bar_that_missed_the_target_is_raced_on_its_whole_run():
     assert race.predicted_late(60.0, 0.40, lower_is_better=False) is None  # on BSP's pace (0.40 at 50 s)
     reached = RaceLimit(_bar_study(200.0, 1, curve))  # a bar that reached it counts from its time to target
     assert reached.predicted_late(60.0, 0.32, lower_is_better=False) == 6 * 200.0
+
+
+def test_the_tune_line_says_how_many_were_pruned_untrained_in_a_plateau():
+    from autosync.cli import _breakdown_line
+
+    counts = {"stopped_at_target": 9, "answered_by_equivalent": 3, "pruned": 11, "pruned_on_pace": 7,
+              "pruned_in_plateau": 3, "full_budget_checks": 1, "forked_checks": 1, "forked_trials": 0, "given_up": 0}
+    line = _breakdown_line(counts)
+    assert "11 were pruned (7 on their pace, 3 untrained, between trials of their policy that tied)" in line
+    assert "11 were pruned;" in _breakdown_line({**counts, "pruned_on_pace": 0, "pruned_in_plateau": 0})
