@@ -44,8 +44,8 @@ class Race(Protocol):
     def keep_curve(trial: "optuna.Trial", curve: list[tuple[float, float]]) -> None:
         """Store the finished trial's curve for later trials' pace."""
 
-    def not_under(self, reached_at: float) -> bool:
-        """Whether a trial reaching the target at `reached_at` would at best tie the bar."""
+    def tied_plateau(self, policy: dict[str, Any], scoring: dict[str, Any]) -> "tuple[float, list[int]] | None":
+        """(time, trials) of a plateau of finished trials `policy` lies in whose time the bar is not over."""
 
 
 CONSTRAINT = "final_metric_vs_bsp"  # name of the Optuna constraint (<= 0: feasible)
@@ -359,10 +359,8 @@ class Objective:
         every faster candidate fail."""
         import optuna
 
-        from autosync.search.strategies.pruning import plateau
-
-        found = plateau(trial.study.get_trials(deepcopy=False), policy, scoring)
-        if found is None or not race.not_under(found[0]):
+        found = race.tied_plateau(policy, scoring)
+        if found is None:
             return
         reached_at, tied = found
         trial.report(reached_at, int(reached_at / self.job.workload.evaluation.every_seconds + 1e-9))

@@ -153,11 +153,14 @@ class RaceLimit:
         self._refresh()
         return self._limit is not None and bound > self._limit
 
-    def not_under(self, reached_at: float) -> bool:
-        """Whether a trial reaching the target at `reached_at` would at best tie the bar (a tie does not win)."""
+    def tied_plateau(self, policy: dict, scoring: dict) -> "tuple[float, list[int]] | None":
+        """(time, trial numbers) of the plateau `policy` lies in (`plateau`) when that time is not under the
+        bar, so that a trial of `policy` would at best tie it (a tie does not win); else None."""
+        found = plateau(self.study.get_trials(deepcopy=False), policy, scoring)
         self._refresh()
-        return self._limit is not None and (reached_at > self._limit
-                                            or math.isclose(reached_at, self._limit, rel_tol=1e-9))
+        if found is None or self._limit is None:
+            return None
+        return found if found[0] > self._limit or math.isclose(found[0], self._limit, rel_tol=1e-9) else None
 
     @staticmethod
     def keep_curve(trial: optuna.Trial, curve: list[tuple[float, float]]) -> None:
