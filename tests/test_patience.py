@@ -109,3 +109,18 @@ def test_the_command_says_the_search_stopped_improving_and_refuses_a_negative_pa
     bad = autosync("tune", str(job), "--patience", "-1", cwd=tmp_path)
     assert bad.returncode == 2 and "--patience" in bad.stderr, bad.stderr
     no_traceback(bad)
+
+
+def test_giving_up_spends_the_budget_exactly_also_its_places_not_queued_yet(tmp_path):
+    """Another process's proposal answered by a running twin is not counted, and its place may not be
+    queued again when the search stops: the give-up fails the queued trials and adds one for each such place."""
+    from autosync.search.strategies.patience import give_up_queued
+    from autosync.search.study.trials import budget_used
+
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'g.db'}")
+    for value in (3.0, 2.0, 1.0):
+        study.add_trial(optuna.trial.create_trial(value=value))
+    study.enqueue_trial({})
+    assert budget_used(study) == (3, 1)
+    assert give_up_queued(study, 5, budget=6) == 3 and budget_used(study) == (6, 0)
+    assert all(t.user_attrs[GIVEN_UP] == 5 and "--patience" in t.user_attrs["fail_reason"] for t in study.trials[3:])

@@ -27,12 +27,12 @@ BUDGET = 12  # trials: enough that the late starters among six processes on 2 co
 
 
 def _job(tmp_path: Path, killable: bool = True) -> Path:
-    """8 workers, static k over 16 points. `killable`: trials of about half a second, long enough to be
-    killed in; the target is out of reach, so every trial trains its 300 updates (one that meets it stops
-    there, in hundredths of a second, too short to be caught running). Else the target is met and trials
-    stop there."""
+    """8 workers, static k over 16 points. `killable`: trials of about a second, long enough to be killed
+    in; the target is out of reach, so a trial trains its 900 updates or, twice as slow as BSP to its
+    metric, is pruned on its pace after 30% of BSP's run (one that meets the target stops there, in
+    hundredths of a second, too short to be caught running). Else the target is met and trials stop there."""
     target = {"metric": "test_accuracy", "threshold": 0.97 if killable else 0.8}
-    job = small_job(cluster__n_workers=8, budget={"max_updates": 300}, target=target)
+    job = small_job(cluster__n_workers=8, budget={"max_updates": 900 if killable else 300}, target=target)
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(job.model_dump(mode="json")))
     return path

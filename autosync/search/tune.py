@@ -443,7 +443,7 @@ def run_trials(study: "optuna.Study", request: TuneRequest, reference: dict[str,
             on_trial(done, max(budget, done + pending))
         if deadline is not None and time.monotonic() >= deadline:
             return objective
-        if _stopped_improving(study, request):
+        if _stopped_improving(study, request, budget):
             return objective
         if run_queued_trial(study, request.storage, objective, catch=(RunFailed, Resampled)):
             continue
@@ -454,15 +454,15 @@ def run_trials(study: "optuna.Study", request: TuneRequest, reference: dict[str,
         time.sleep(POLL_SECONDS)  # run_queued_trial re-queues a trial whose process died meanwhile
 
 
-def _stopped_improving(study: "optuna.Study", request: TuneRequest) -> bool:
+def _stopped_improving(study: "optuna.Study", request: TuneRequest, budget: int) -> bool:
     """Whether the last `--patience` trials (by default the space's `patience`) found nothing faster; if so,
-    the queued trials are given up (failed with that reason, under the storage lock: no process takes one
-    meanwhile)."""
+    the rest of the `budget` is given up (its queued trials failed with that reason, and one such for each
+    place not queued yet, under the storage lock: no process takes or queues one meanwhile)."""
     patience = patience_of(request.patience, request.sampler, request.space)
     if not patience or trials_without_improvement(study) < patience:
         return False
     with storage_lock(request.storage, study.study_name):
-        give_up_queued(study, patience)
+        give_up_queued(study, patience, budget)
     return True
 
 

@@ -55,10 +55,15 @@ def reason(patience: int) -> str:
             "nothing faster (--patience)")
 
 
-def give_up_queued(study: "optuna.Study", patience: int) -> int:
-    """Fail every queued trial with `reason(patience)`; how many. Call it under the study's storage lock
-    (`autosync.search.study.locking`), so no process takes one of them meanwhile."""
+def give_up_queued(study: "optuna.Study", patience: int, budget: int | None = None) -> int:
+    """Fail every queued trial with `reason(patience)`, and with a `budget`, add such a failed trial for
+    each of its trials not queued yet (a proposal that another process's trial answered is not counted,
+    and its place may not have been queued again): the budget is then spent exactly, whichever process
+    stopped; how many. Call it under the study's storage lock (`autosync.search.study.locking`), so no
+    process takes or queues one meanwhile."""
     import optuna
+
+    from autosync.search.study.trials import budget_used
 
     storage = internals.storage_of(study)
     given_up = 0
@@ -71,4 +76,9 @@ def give_up_queued(study: "optuna.Study", patience: int) -> int:
                 given_up += 1
         except optuna.exceptions.UpdateFinishedTrialError:
             continue  # another process took it after all
+    missing = 0 if budget is None else budget - sum(budget_used(study))
+    for _ in range(max(0, missing)):
+        study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL, user_attrs={
+            GIVEN_UP: patience, "fail_reason": reason(patience)}))
+        given_up += 1
     return given_up
