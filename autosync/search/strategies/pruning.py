@@ -156,6 +156,8 @@ class RaceLimit:
     def tied_plateau(self, policy: dict, scoring: dict) -> "tuple[float, list[int]] | None":
         """(time, trial numbers) of the plateau `policy` lies in (`plateau`) when that time is not under the
         bar, so that a trial of `policy` would at best tie it (a tie does not win); else None."""
+        if not any(_numeric(value) for value in (policy.get("params") or {}).values()):
+            return None  # no numeric parameter, no plateau: no read of the study's trials
         found = plateau(self.study.get_trials(deepcopy=False), policy, scoring)
         self._refresh()
         if found is None or self._limit is None:
