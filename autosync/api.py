@@ -234,7 +234,7 @@ def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions 
         storage=opts.storage or DEFAULT_STORAGE, study=opts.study, sampler=opts.sampler, seed=opts.seed,
         n_jobs=opts.n_jobs, refresh=opts.refresh,
         settings=ObjectiveSettings(repeats=opts.repeats, tolerance=opts.tolerance,
-                                   multi_objective=opts.objective != "time",
+                                   multi_objective=opts.objective != "time", constraint_at=opts.constraint_at,
                                    backend=None if opts.verify_top else real),  # verify_top: search simulated
         verify_top=opts.verify_top, verify_backend=real if opts.verify_top else None, confirm_top=opts.confirm_top,
         confirm_seeds=opts.confirm_seeds, transfer=opts.transfer, patience=opts.patience)

@@ -534,7 +534,9 @@ def _breakdown_line(b: dict[str, int]) -> str:
             + _pruned_how(b)
             + (f", {b['forked_trials']} continued from another switch point's run (its prefix, forked)"
                if b.get("forked_trials") else "") + "; "
-            f"{_count(b['full_budget_checks'], 'full-budget check')} of the candidates that could win"
+            + (f"{_count(b['full_budget_checks'], 'check')} to BSP's time to target ({b['checked_at']:.1f} virtual s, "
+               "--constraint-at bsp-target)" if b.get("checked_at") is not None
+               else _count(b['full_budget_checks'], 'full-budget check')) + " of the candidates that could win"
             + (f", {b['forked_checks']} of them continued from the run stopped at the target (forked)"
                if b.get("forked_checks") else "") + "."
             + (f" The search stopped improving ({_count(b['patience'] or 0, 'trial')} in a row found nothing "

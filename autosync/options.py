@@ -187,9 +187,21 @@ class TuneOptions(ExecutionOptions):
                                      "the budget is not run (0: run the whole budget; default: the space's "
                                      "`patience`, 5 for static_k, else 0; 0 with --sampler grid).", ge=0)
 
+    constraint_at: str = option("budget", "Where a candidate's final metric must stay within --tolerance of BSP's: "
+                                "budget (at the end of the budget, Sync-Switch's rule) | bsp-target (at the time "
+                                "BSP reaches the target: neither BSP nor the winner's check trains past it; for "
+                                "jobs trained to the target).")
+
     def __post_init__(self) -> None:
         super().__post_init__()
         from autosync.search.strategies.samplers import SAMPLERS, SWITCH_POINT_SAMPLERS
+
+        if self.constraint_at not in ("budget", "bsp-target"):
+            raise UserError(f"--constraint-at must be budget or bsp-target, but got {self.constraint_at!r}")
+        if self.constraint_at != "budget" and (self.objective != "time" or self.sampler in SWITCH_POINT_SAMPLERS):
+            raise UserError(f"--constraint-at {self.constraint_at} stops runs at the target, but --objective "
+                            f"{self.objective} --sampler {self.sampler} compares final metrics at full budget: "
+                            "it needs --objective time and a sampler other than binary or ladder")
 
         if self.sampler not in SAMPLERS:
             raise UserError(f"--sampler must be one of {list(SAMPLERS)}, but got {self.sampler!r}")

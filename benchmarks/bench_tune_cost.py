@@ -2,7 +2,7 @@
 
     python benchmarks/bench_tune_cost.py [--jobs default quick:0 quick:1 ...] [--spaces static_k policy]
                                          [--trials 20] [--reference-trials 60] [--json FILE] [--forks-off]
-                                         [--patience P]
+                                         [--patience P] [--bsp-target]
 
 For each job (`default`: the embedded default job; `quick:I`: job I of baselines/family_quick.yaml) and
 each search space, `autosync tune` runs twice in fresh SQLite studies with the same sampler seed:
@@ -15,7 +15,9 @@ each search space, `autosync tune` runs twice in fresh SQLite studies with the s
   switch point continues another's prefix;
 - patience (`--patience P`): as stop, the search stopping once P trials in a row found nothing faster in
   place of the space's own patience (`autosync.search.strategies.patience`; `static_k` says 5, so its
-  stop and patience tunes are the same at P = 5).
+  stop and patience tunes are the same at P = 5);
+- bsp-target (`--bsp-target`): as stop, the constraint held at BSP's time to target
+  (`tune --constraint-at bsp-target`: BSP's reference and the checks train no further than that).
 Printed per run: the search cost in BSP trainings (virtual seconds trained, BSP's reference included,
 over one full BSP training), wall seconds, the recurrences that amortize it, and the winner's
 time-to-target on 3 seeds over the reference's best on the same 3 seeds (the regret). The reference is
@@ -61,7 +63,7 @@ def job_named(name: str) -> JobSpec:
 
 
 def run_tune(job: JobSpec, space_name: str, trials: int, stop_at_target: bool, seed: int = 0,
-             forks: bool = True, patience: int | None = None) -> dict:
+             forks: bool = True, patience: int | None = None, constraint_at: str = "budget") -> dict:
     """One tune in a fresh study (and a fresh fork store: nothing kept from an earlier tune; none at all
     without `forks`); its cache record and wall time."""
     space = load_space(SPACE_DIR / f"{space_name}.yaml", job.cluster.n_workers)
@@ -70,7 +72,8 @@ def run_tune(job: JobSpec, space_name: str, trials: int, stop_at_target: bool, s
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
         outcome = tune(TuneRequest(job=job, space=space, n_trials=trials, seed=seed, patience=patience,
-                                   settings=ObjectiveSettings(stop_at_target=stop_at_target),
+                                   settings=ObjectiveSettings(stop_at_target=stop_at_target,
+                                                              constraint_at=constraint_at),
                                    storage=f"sqlite:///{Path(tmp) / 'bench.db'}"))
         wall = time.perf_counter() - start
     return {**outcome.cache, "wall_seconds": wall}
@@ -130,6 +133,8 @@ def main() -> None:
     parser.add_argument("--patience", type=int, default=None,
                         help="also run the stopping tune with --patience P: what stopping a search that stops "
                              "improving saves, and what it costs the answer")
+    parser.add_argument("--bsp-target", action="store_true",
+                        help="also run the stopping tune with --constraint-at bsp-target")
     args = parser.parse_args()
     quiet_optuna()
     cache_path = Path(args.cache)
@@ -150,11 +155,13 @@ def main() -> None:
                       f"({time.perf_counter() - start:.0f} s wall)", flush=True)
             best = refs[key]["confirmed_time"]
             for mode, stop, forks in (("full", False, True), ("stop", True, True), ("no forks", True, False),
-                                      ("patience", True, True)):
-                if (mode == "no forks" and not args.forks_off) or (mode == "patience" and args.patience is None):
+                                      ("patience", True, True), ("bsp-target", True, True)):
+                if (mode == "no forks" and not args.forks_off) or (mode == "patience" and args.patience is None) \
+                        or (mode == "bsp-target" and not args.bsp_target):
                     continue
                 found = run_tune(job, space, args.trials, stop, forks=forks,  # full: as tune searched before
-                                 patience={"full": 0, "patience": args.patience}.get(mode))
+                                 patience={"full": 0, "patience": args.patience}.get(mode),
+                                 constraint_at="bsp-target" if mode == "bsp-target" else "budget")
                 regret = confirmed_time(job, found["best_policy"]) / best
                 rows.append({"job": name, "space": space, "mode": mode, "cost": found["search_cost_bsp_trainings"],
                              "wall": found["wall_seconds"], "amortize": found["recurrences_to_amortize"],
@@ -203,12 +210,32 @@ def main() -> None:
                         kept / cost, "<= 3" if space == "policy" else None, kept <= 3 if space == "policy" else None)
             figures.add(f"{label}: winner's time-to-target, median", kept_regret, "x the reference's best",
                         "the reference search's best (3 seeds)", kept_regret, "<= 1.05", kept_regret <= 1.05)
+        held = [(s, b) for s in rows for b in rows if s["space"] == b["space"] == space
+                and s["job"] == b["job"] and s["mode"] == "stop" and b["mode"] == "bsp-target"]
+        if held:
+            at_cost = statistics.median(b["cost"] for _, b in held)
+            at_regret = statistics.median(b["regret"] for _, b in held)
+            same = sum(b["winner"] == s["winner"] for s, b in held)
+            print(f"{space} with --constraint-at bsp-target: {at_cost:.2f} BSP trainings against {cost:.2f} at the "
+                  f"budget's end; winner regret {at_regret:.3f}; the same winner on {same} of {len(held)} jobs")
+            label = f"tune {space} ({args.trials} trials, --constraint-at bsp-target, {len(held)} jobs)"
+            figures.add(f"{label}: search cost, median", at_cost, "BSP trainings",
+                        "the constraint at the budget's end (the default)", at_cost / cost,
+                        "<= 3" if space == "policy" else None, at_cost <= 3 if space == "policy" else None)
+            figures.add(f"{label}: winner's time-to-target, median", at_regret, "x the reference's best",
+                        "the reference search's best (3 seeds)", at_regret, "<= 1.05", at_regret <= 1.05)
     for row in rows:  # the default job's own goals: at most 2 BSP trainings, under 20 s of wall time
         if row["job"] == "default" and row["space"] == "static_k" and row["mode"] == "stop":
             full = next(f for f in rows if f["job"] == "default" and f["space"] == "static_k" and f["mode"] == "full")
             figures.add(f"tune static_k, default job ({args.trials} trials): search cost", row["cost"],
                         "BSP trainings", "every trial training its whole budget", row["cost"] / full["cost"], "<= 2",
                         row["cost"] <= 2)
+            held = next((b for b in rows if b["job"] == "default" and b["space"] == "static_k"
+                         and b["mode"] == "bsp-target"), None)
+            if held is not None:
+                figures.add(f"tune static_k, default job ({args.trials} trials, --constraint-at bsp-target): search "
+                            "cost", held["cost"], "BSP trainings", "the constraint at the budget's end (the default)",
+                            held["cost"] / row["cost"], "<= 2", held["cost"] <= 2)
             figures.add(f"tune static_k, default job ({args.trials} trials): wall time of tune() in this process",
                         row["wall"], "s", "every trial training its whole budget", row["wall"] / full["wall"])
             command = command_wall(args.trials)

@@ -41,6 +41,8 @@ def test_run_and_tune_share_the_execution_options():
     (lambda job: api.tune(job, sampler="nope"), "--sampler must be one of"),
     (lambda job: api.tune(job, verify_top=2), "--verify-top re-runs the simulated search's best candidates"),
     (lambda job: api.tune(job, n_trails=3), "TuneOptions has no option 'n_trails'"),
+    (lambda job: api.tune(job, constraint_at="end"), "--constraint-at must be budget or bsp-target, but got 'end'"),
+    (lambda job: api.tune(job, constraint_at="bsp-target", sampler="binary"), "it needs --objective time and a sampler"),
     (lambda job: api.run(job, workers_per_device=0), "--workers-per-device must be >= 1, but got 0"),
     (lambda job: api.run(job, backend="nope"), "--backend must be simulator, processes or distributed"),
     (lambda job: api.leaderboard(job, n_jobs=0), "--n-jobs must be >= 1 or -1 (all cores), but got 0"),

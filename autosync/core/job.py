@@ -364,6 +364,9 @@ class BudgetSpec(_Spec):
     max_epochs: float | None = Field(None, gt=0.0)  # applied samples / training-set size
     max_virtual_seconds: float | None = Field(None, gt=0.0)  # virtual clock limit
     stop_at_target: bool = False  # end the run as soon as the target is met (searches turn this on)
+    # end the run at this virtual time, the budget's fractions (Sync-Switch's switch point) unchanged: a
+    # tune's constraint checked at BSP's time to target (`tune --constraint-at bsp-target`) sets it
+    stop_at_seconds: float | None = Field(None, gt=0.0)
 
     @model_validator(mode="after")
     def _some_limit(self) -> "BudgetSpec":

@@ -47,7 +47,8 @@ class Kept:
 def fork_key(job: JobSpec, policy: dict[str, Any]) -> str:
     """What a run is, whatever its budget says of stopping at the target: the job (its seed included) and
     the policy. Runs with equal keys are the same run up to the target."""
-    whole = job.model_copy(update={"budget": job.budget.model_copy(update={"stop_at_target": False})})
+    whole = job.model_copy(update={"budget": job.budget.model_copy(update={"stop_at_target": False,
+                                                                          "stop_at_seconds": None})})
     # the budget counts (the fingerprint leaves it out): Sync-Switch measures its quota in it
     return json.dumps([whole.fingerprint(), whole.budget.model_dump(mode="json"), job.seed, policy], sort_keys=True)
 
@@ -86,12 +87,14 @@ class ForkStore:
         """The stopped run kept under `key`."""
         return self._kept.get((key, None))
 
-    def prefix(self, key: str, switch_point: float, stops_at_target: bool = False) -> Kept | None:
+    def prefix(self, key: str, switch_point: float, stops_at_target: bool = False,
+               until: float | None = None) -> Kept | None:
         """The longest prefix kept under `key` that is the run of `switch_point` (one that `stops_at_target`:
-        before the target was met)."""
+        before the target was met; one that stops at virtual time `until`: no later than that)."""
         fitting = [kept for (k, above), kept in self._kept.items()
                    if k == key and above is not None and switch_point > above
-                   and not (stops_at_target and kept.past_target)]
+                   and not (stops_at_target and kept.past_target)
+                   and (until is None or kept.at_seconds <= until)]
         return max(fitting, key=lambda kept: kept.at_seconds, default=None)
 
     def clear(self) -> None:
@@ -116,8 +119,10 @@ def run_sharing_prefixes(job: JobSpec, policy: "Policy", progress: "ProgressFn |
 
     switch_param = type(policy.bind(job.cluster.n_workers, job.workload.batch_size).schedule).switch_param
     key = prefix_key(job, policy.to_dict(), switch_param) if switch_param is not None else None
-    prefix = store.prefix(key, policy.to_dict()["params"][switch_param], job.budget.stop_at_target) \
-        if key is not None else None
+    prefix = store.prefix(key, policy.to_dict()["params"][switch_param], job.budget.stop_at_target,
+                          job.budget.stop_at_seconds) if key is not None else None
+    if own is not None and job.budget.stop_at_seconds is not None and own.at_seconds > job.budget.stop_at_seconds:
+        own = None  # kept past where this run stops
     start = prefix if prefix is not None and (own is None or prefix.at_seconds > own.at_seconds) else own
     if start is None:
         sim = Simulator(job, policy, progress=progress, target_metric_only=True)

@@ -162,6 +162,9 @@ class Simulator:
             if budget.max_virtual_seconds is not None and self.clock.peek_time() > budget.max_virtual_seconds:
                 self.now = budget.max_virtual_seconds
                 break
+            if budget.stop_at_seconds is not None and self.clock.peek_time() > budget.stop_at_seconds:
+                self.now = max(self.now, budget.stop_at_seconds)
+                break
             status = self._step()
             if self.after_step is not None:
                 self.after_step()

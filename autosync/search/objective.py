@@ -48,6 +48,7 @@ class Race(Protocol):
         """(time, trials) of a plateau of finished trials `policy` lies in whose time the bar is not over."""
 
 
+BUDGET, BSP_TARGET = "budget", "bsp-target"  # where the constraint is held (`ObjectiveSettings.constraint_at`)
 CONSTRAINT = "final_metric_vs_bsp"  # name of the Optuna constraint (<= 0: feasible)
 KILLED = "process_lost"  # user attribute of a trial failed because its process died: no result of its own
 RETRY_OF = "retry_of"  # user attribute of a re-queued trial: the number of the killed trial it re-runs
@@ -65,6 +66,7 @@ PRUNED_ON_PACE = "pruned_on_pace"  # user attribute: pruned by the pace rule, it
 PLATEAU = "plateau_of"  # user attribute: pruned untrained inside these tied trials' plateau (`pruning.plateau`)
 FORKED = "forked_seconds"  # score and user attribute: virtual seconds a run continued from a stopped run's state
 FULL_BUDGET = "full_budget"  # user attribute: the trial's runs train the whole budget (none stops at the target)
+HORIZON = "horizon"  # BSP reference's key: its time to target, where the checks stop under BSP_TARGET
 
 
 class RunFailed(Exception):
@@ -101,21 +103,31 @@ class ObjectiveSettings:
     # final-metric constraint (`autosync.search.strategies.full_budget`); single objective only
     stop_at_target: bool = True
     backend: "BackendChoice | None" = None  # where each run trains, as `autosync run` builds it (None: simulator)
+    # where the final-metric constraint is held: at the end of the budget (BUDGET, Sync-Switch's rule), or at
+    # the time BSP reaches the target (BSP_TARGET: neither BSP's reference nor a candidate's check trains
+    # past it; `autosync.search.strategies.full_budget`)
+    constraint_at: str = BUDGET
 
 
 def evaluate(job: JobSpec, policy: dict[str, Any], seeds: list[int], penalty: float = 2.0,
              report: Callable[[dict[str, Any], int], None] | None = None,
-             backend: "BackendChoice | None" = None, stop_at_target: bool = False) -> dict[str, Any]:
+             backend: "BackendChoice | None" = None, stop_at_target: bool = False,
+             horizon: float | None = None) -> dict[str, Any]:
     """Train `policy` once per seed; returns the mean score, final metric and the virtual seconds spent.
 
     `report(info, step)` is called with the simulator's evaluation record at every evaluation step of the
     first seed (for pruning); it may raise. `backend` says where each run trains (default: the simulator);
     a backend that fails (worker processes lost or hung) fails the run with its reason. With
     `stop_at_target` a run ends once it reaches the target: the time-to-target is the same as a full run's
-    (the same seed gives the same run up to there), the "final" metric is the one at the target.
+    (the same seed gives the same run up to there), the "final" metric is the one at the target;
+    `stopped_early` counts the runs that ended there before `horizon` (all that reached it, without one):
+    their metric at the horizon is not known. With `horizon` (virtual seconds) a run ends there, its final
+    metric the one at that time. `seed_times` are the runs' scores in seed order; `updates` and `epochs` the
+    runs' means where they ended.
     """
-    if stop_at_target:
-        job = job.model_copy(update={"budget": job.budget.model_copy(update={"stop_at_target": True})})
+    if stop_at_target or horizon is not None:
+        job = job.model_copy(update={"budget": job.budget.model_copy(
+            update={"stop_at_target": stop_at_target or job.budget.stop_at_target, "stop_at_seconds": horizon})})
     from autosync.catalog import policy_from_dict
 
     try:
@@ -123,7 +135,7 @@ def evaluate(job: JobSpec, policy: dict[str, Any], seeds: list[int], penalty: fl
         pol.bind(job.cluster.n_workers, job.workload.batch_size)
     except ValueError as exc:  # includes UserError: the sampled parameters do not fit this job
         raise RunFailed(f"invalid policy {policy}: {exc}") from None
-    scores, finals, spent, forked, reached = [], [], 0.0, 0.0, 0
+    scores, finals, spent, forked, reached, early, updates, epochs = [], [], 0.0, 0.0, 0, 0, 0, 0.0
     first_seed_progress = _step_reporter(report, job.workload.evaluation.every_seconds) if report else None
     for i, seed in enumerate(seeds):
         progress = first_seed_progress if i == 0 else None
@@ -137,14 +149,18 @@ def evaluate(job: JobSpec, policy: dict[str, Any], seeds: list[int], penalty: fl
         if final is None or not math.isfinite(final):
             raise RunFailed(f"diverged: final {job.target.metric} is {final} (seed {seed})")
         finals.append(final)
+        updates, epochs = updates + m["updates"], epochs + m["epochs"]
+        if result.status == "target_reached" and (horizon is None or m["virtual_time"] < horizon):
+            early += 1
         if m["time_to_target"] is not None:
             reached += 1
             scores.append(m["time_to_target"])
         else:
             scores.append(m["virtual_time"] * penalty)
     return {"time_to_target": sum(scores) / len(scores), "final_metric": sum(finals) / len(finals),
-            "reached": reached, "runs": len(seeds), "virtual_seconds": spent,
-            **({FORKED: forked} if forked else {})}
+            "reached": reached, "runs": len(seeds), "virtual_seconds": spent, "seed_times": scores,
+            "updates": updates / len(seeds), "epochs": epochs / len(seeds),
+            **({"stopped_early": early} if job.budget.stop_at_target else {}), **({FORKED: forked} if forked else {})}
 
 
 def _train(job: JobSpec, policy: Any, progress: Callable[[dict[str, Any]], None] | None,
@@ -230,10 +246,19 @@ def trial_seeds(job: JobSpec, repeats: int) -> list[int]:
     return [job.seed + i for i in range(repeats)]
 
 
-def trial_scoring(job: JobSpec, seeds: list[int], penalty: float) -> dict[str, Any]:
+def trial_scoring(job: JobSpec, seeds: list[int], penalty: float, constraint_at: str = "budget") -> dict[str, Any]:
     """What two results must share to stand for each other: the seeds, the miss penalty and the budget
-    (the job's fingerprint leaves the budget out, and a run's time-to-target and final metric depend on it)."""
-    return {"seeds": seeds, "penalty": penalty, "budget": job.budget.model_dump(mode="json")}
+    (the job's fingerprint leaves the budget out, and a run's time-to-target and final metric depend on it),
+    and where the final metric is read (`ObjectiveSettings.constraint_at`, named when not the budget's end)."""
+    return {"seeds": seeds, "penalty": penalty, "budget": job.budget.model_dump(mode="json"),
+            **({"constraint_at": constraint_at} if constraint_at != BUDGET else {})}
+
+
+def scored_as(result: dict[str, Any], scoring: dict[str, Any]) -> bool:
+    """Whether a result holding its scoring among its keys (a BSP reference) was scored as `scoring` says,
+    its constraint read at the same place too."""
+    return all(result.get(key) == value for key, value in scoring.items()) \
+        and result.get("constraint_at") == scoring.get("constraint_at")
 
 
 class Objective:
@@ -247,6 +272,8 @@ class Objective:
         self.settings = settings
         self.reference = reference  # BSP's final metric: the accuracy constraint's reference
         self.bsp_score = bsp_score  # BSP's whole score on the same seeds: answers a trial equivalent to BSP
+        # where the checks stop: BSP's time to target (`ObjectiveSettings.constraint_at`), None: the budget's end
+        self.horizon = (bsp_score or {}).get(HORIZON) if settings.constraint_at == BSP_TARGET else None
         self.siblings = siblings or []  # other studies of this job and backend (`autosync.search.study.siblings`)
         self.storage_url = storage_url  # a storage other processes may share: look for their running twins
         self.resamples_in_a_row = 0  # proposals in a row that were running elsewhere (`running_twins`)
@@ -257,6 +284,9 @@ class Objective:
     def seeds(self) -> list[int]:
         return trial_seeds(self.job, self.settings.repeats)
 
+    def scoring(self) -> dict[str, Any]:
+        return trial_scoring(self.job, self.seeds(), self.settings.penalty, self.settings.constraint_at)
+
     def __call__(self, trial: "optuna.Trial") -> float | tuple[float, float]:
         import optuna
 
@@ -264,11 +294,11 @@ class Objective:
         policy = self.space.suggest(trial)
         trial.set_user_attr("policy", policy)
         canonical = canonical_on(policy, self.job)
-        scoring = trial_scoring(self.job, self.seeds(), self.settings.penalty)  # what a reused result must share
+        scoring = self.scoring()  # what a reused result must share
         full = self._needs_full_budget(trial)
         reference = self.bsp_score or {}
         twin = self._other_process_twin(trial, canonical, scoring, full)
-        if twin is None and canonical == BSP and {k: reference.get(k) for k in scoring} == scoring:
+        if twin is None and canonical == BSP and scored_as(reference, scoring):
             return self._from_bsp_reference(trial)
         twin = twin or self._finished_twin(trial, canonical, scoring, full)
         if twin is not None:
@@ -307,7 +337,8 @@ class Objective:
 
         try:
             score = evaluate(self.job, policy, self.seeds(), self.settings.penalty, report=report,
-                             backend=self.settings.backend, stop_at_target=not full)
+                             backend=self.settings.backend, stop_at_target=not full,
+                             horizon=self.horizon if full else None)
         except RunFailed as exc:
             trial.set_user_attr("fail_reason", str(exc))
             record_spent()
@@ -316,7 +347,7 @@ class Objective:
             trial.set_user_attr(key, value)
         if race is not None:  # a forked run heard its kept evaluations too
             race.keep_curve(trial, bound.curve)  # a later trial racing against this one reads its pace
-        if not full and score["reached"]:  # a run stopped at the target: its final metric is not known yet
+        if not full and score["stopped_early"]:  # a run stopped at the target: its final metric is not known yet
             trial.set_user_attr(FINAL_PENDING, True)
         else:
             trial.set_constraint(CONSTRAINT, constraint(self.job, score["final_metric"], self.reference,

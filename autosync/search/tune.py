@@ -23,7 +23,7 @@ from autosync.search.study.cache import (
     best_policies, cost_fields, execution_name, execution_of, read_cache, study_name, write_cache,
 )
 from autosync.search.objective import (
-    CURVE, Objective, RunFailed, TimeToTargetBound, canonical_on, evaluate, process_tag,
+    BSP_TARGET, CURVE, HORIZON, Objective, RunFailed, TimeToTargetBound, canonical_on, evaluate, process_tag,
     trial_scoring, trial_seeds,
 )
 from autosync.search.strategies.patience import give_up_queued, patience_of, trials_without_improvement
@@ -82,7 +82,8 @@ def load_study(request: TuneRequest, storage: Any) -> "optuna.Study":
 
     directions = ["minimize", "maximize" if request.job.target.metric == "test_accuracy" else "minimize"] \
         if request.settings.multi_objective else ["minimize"]
-    name = request.study or study_name(request.job, request.space, request.settings.backend)
+    name = request.study or study_name(request.job, request.space, request.settings.backend,
+                                       request.settings.constraint_at)
     sampler = make_sampler(request.sampler, request.seed, request.space, request.settings.multi_objective,
                            request.n_trials)
     try:
@@ -403,24 +404,59 @@ def bsp_reference(study: "optuna.Study", request: TuneRequest,
     that start together on a new study may each train it, and they get the same runs.
     """
     ref = study.user_attrs.get("bsp_reference")
-    seeds = trial_seeds(request.job, request.settings.repeats)
+    settings = request.settings
+    seeds = trial_seeds(request.job, settings.repeats)
+    scoring = trial_scoring(request.job, seeds, settings.penalty, settings.constraint_at)
     if ref is None:
-        ref = sibling_reference(siblings or [], trial_scoring(request.job, seeds, request.settings.penalty))
+        ref = sibling_reference(siblings or [], scoring)
         if ref is not None:  # `reference_from` keeps the sibling's training out of this study's search cost
             study.set_user_attr("bsp_reference", ref)
     if ref is None:
         bound = TimeToTargetBound(request.job)  # BSP's curve: the pace rule's bar until a trial beats BSP
         try:
-            ref = evaluate(request.job, {"policy": "bsp", "params": {}}, seeds, request.settings.penalty,
-                           report=lambda info, step: bound.update(info), backend=request.settings.backend)
+            ref = _bsp_runs(request, seeds, report=lambda info, step: bound.update(info))
         except RunFailed as exc:
             raise RuntimeFailure(f"BSP itself fails on this job, so there is no reference to tune against: "
                                  f"{exc}") from None
-        ref = {**ref, **trial_scoring(request.job, seeds, request.settings.penalty)}
+        ref = {**ref, **scoring}
         if bound.curve:
             ref[CURVE] = thinned(bound.curve)  # up to the target, or the whole run where BSP missed it
         study.set_user_attr("bsp_reference", ref)
     return ref
+
+
+def _bsp_runs(request: TuneRequest, seeds: list[int], report: Callable[[dict[str, Any], int], None]) -> dict[str, Any]:
+    """BSP's reference runs: at full budget, or under `--constraint-at bsp-target` to its time to target
+    (the latest of its seeds': the horizon, `HORIZON`) with its metric there, plus what one full BSP
+    training takes (`bsp_training_seconds`, the search cost's unit: the budget's virtual seconds, or its
+    updates or epochs at BSP's rate to the target). Where a seed misses the target, the runs train the
+    whole budget as under `budget` (the horizon is then the budget's end)."""
+    job, settings, bsp = request.job, request.settings, {"policy": "bsp", "params": {}}
+    if settings.constraint_at != BSP_TARGET:
+        return evaluate(job, bsp, seeds, settings.penalty, report=report, backend=settings.backend)
+    to_target = evaluate(job, bsp, seeds, settings.penalty, report=report, backend=settings.backend,
+                         stop_at_target=True)
+    reached = to_target["reached"] == to_target["runs"]
+    horizon = max(to_target["seed_times"]) if reached else None
+    at_horizon = evaluate(job, bsp, seeds, settings.penalty, backend=settings.backend, horizon=horizon)
+    trained = to_target["virtual_seconds"] + at_horizon["virtual_seconds"]
+    ref = {**at_horizon, "time_to_target": to_target["time_to_target"], "virtual_seconds": trained}
+    if reached:
+        ref[HORIZON] = horizon
+        ref["bsp_training_seconds"] = _full_run_seconds(job, horizon, at_horizon)
+    return ref
+
+
+def _full_run_seconds(job: JobSpec, horizon: float, at_horizon: dict[str, Any]) -> float:
+    """The virtual seconds of one full BSP run of `job`, from its runs to `horizon`: the budget's virtual
+    seconds, or the time its updates or epochs take at the rate BSP kept to the horizon, whichever is first."""
+    b = job.budget
+    ends = [b.max_virtual_seconds] if b.max_virtual_seconds is not None else []
+    if b.max_updates is not None and at_horizon.get("updates"):
+        ends.append(horizon * b.max_updates / at_horizon["updates"])
+    if b.max_epochs is not None and at_horizon.get("epochs"):
+        ends.append(horizon * b.max_epochs / at_horizon["epochs"])
+    return min(ends) if ends else horizon
 
 
 def run_trials(study: "optuna.Study", request: TuneRequest, reference: dict[str, Any], budget: int,

@@ -15,7 +15,9 @@ from autosync.core.errors import RuntimeFailure, UserError
 from autosync.core.job import JobSpec
 from autosync.search.strategies.confirm import RUNS as CONFIRMATION_RUNS
 from autosync.search.cost import COST_UNIT, in_bsp_trainings
-from autosync.search.objective import FORKED, FULL_BUDGET_OF, PLATEAU, PRUNED_ON_PACE, final_pending, policy_key
+from autosync.search.objective import (
+    FORKED, FULL_BUDGET_OF, HORIZON, PLATEAU, PRUNED_ON_PACE, final_pending, policy_key,
+)
 from autosync.search.strategies.patience import GIVEN_UP
 from autosync.search.study.siblings import REFERENCE_FROM
 from autosync.search.space import SearchSpace
@@ -28,13 +30,16 @@ if TYPE_CHECKING:
     from autosync.engine.backends import BackendChoice
 
 
-def study_name(job: JobSpec, space: SearchSpace, backend: "BackendChoice | None" = None) -> str:
-    """The cache key: the job's fingerprint (workload, cluster, target), the search space's name and, for a
-    backend other than the simulator, where the trials trained: a simulated result never answers for a
-    real-backend tune, nor the reverse (unless `--study` names the other's study)."""
+def study_name(job: JobSpec, space: SearchSpace, backend: "BackendChoice | None" = None,
+               constraint_at: str = "budget") -> str:
+    """The cache key: the job's fingerprint (workload, cluster, target), the search space's name, for a
+    backend other than the simulator where the trials trained (a simulated result never answers for a
+    real-backend tune, nor the reverse, unless `--study` names the other's study), and where the constraint
+    is held when not at the budget's end (`tune --constraint-at bsp-target`: another answer)."""
     name = f"{job.fingerprint()}-{space.name}"
     where = execution_name(backend)
-    return name if where == "simulator" else f"{name}-{where}"
+    name = name if where == "simulator" else f"{name}-{where}"
+    return name if constraint_at == "budget" else f"{name}-at-{constraint_at}"
 
 
 def execution_name(backend: "BackendChoice | None") -> str:
@@ -86,10 +91,18 @@ def answer_trial(study: "optuna.Study", top: "optuna.trial.FrozenTrial") -> int:
         number = original
 
 
+def bsp_training_seconds(reference: dict[str, Any]) -> float:
+    """The virtual seconds of one full BSP run of the job, the search cost's unit: its reference run's, or
+    where that stopped at BSP's time to target (`tune --constraint-at bsp-target`) what it measured of one."""
+    if "bsp_training_seconds" in reference:
+        return float(reference["bsp_training_seconds"])
+    return reference["virtual_seconds"] / max(1, reference["runs"])
+
+
 def cost_fields(study: "optuna.Study", reference: dict[str, Any], best_time: float) -> dict[str, Any]:
     """The record's search cost (virtual seconds and BSP trainings) and the recurrences of the job that
     the winner's saving over BSP (`reference`'s time to target) needs to pay for it (None: no saving)."""
-    bsp_training = reference["virtual_seconds"] / max(1, reference["runs"])  # one full BSP run
+    bsp_training = bsp_training_seconds(reference)
     cost = search_cost(study)
     saving = reference["time_to_target"] - best_time
     return {"search_cost_virtual_seconds": cost,
@@ -160,11 +173,12 @@ def write_cache(study: "optuna.Study", job: JobSpec, space: SearchSpace, sampler
         "sampler": sampler,
         "bsp_time_to_target": bsp_time,
         "bsp_final_metric": reference["final_metric"],
+        "constraint_at": reference.get("constraint_at", "budget"),  # where the final metrics were read
         **cost_fields(study, reference, top.values[0]),
         "speedup_vs_bsp": bsp_time / top.values[0] if top.values[0] > 0 else None,
         "search_breakdown": breakdown,
         "cost_to_answer_bsp_trainings": in_bsp_trainings(search_cost(study, up_to=answer_trial(study, top)),
-                                                         reference["virtual_seconds"] / max(1, reference["runs"])),
+                                                         bsp_training_seconds(reference)),
         "neighbour_jobs": neighbours or [],
     }
     study.set_user_attr("cache", record)
@@ -197,6 +211,8 @@ def search_breakdown(study: "optuna.Study") -> dict[str, int | None]:
         "forked_trials": sum(1 for t in trials if t.user_attrs.get(FORKED) and FULL_BUDGET_OF not in t.user_attrs),
         "given_up": len(given_up),
         "patience": max((t.user_attrs[GIVEN_UP] for t in given_up), default=None),  # what stopped it
+        # where the checks stopped: BSP's time to target (`--constraint-at bsp-target`), None: the budget's end
+        "checked_at": study.user_attrs.get("bsp_reference", {}).get(HORIZON),
     }
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterator
 
+from autosync.search.objective import scored_as
+
 if TYPE_CHECKING:
     import optuna
 
@@ -57,6 +59,6 @@ def sibling_reference(studies: list["optuna.Study"], scoring: dict[str, Any]) ->
     `reference_from` naming the study that trained it."""
     for study in studies:
         ref = study.user_attrs.get("bsp_reference")
-        if isinstance(ref, dict) and all(ref.get(key) == value for key, value in scoring.items()):
+        if isinstance(ref, dict) and scored_as(ref, scoring):
             return {**ref, REFERENCE_FROM: ref.get(REFERENCE_FROM, study.study_name)}
     return None
