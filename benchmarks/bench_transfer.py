@@ -2,6 +2,7 @@
 
     python benchmarks/bench_transfer.py [--family baselines/family_stragglers.yaml] [--train 18] [--test 6]
                                         [--space static_k] [--trials 12] [--patience P] [--json FILE]
+                                        [--constraint-at budget|bsp-target ...]
 
 Jobs 0 .. train-1 of the family are tuned into one SQLite storage (the "tuned jobs"). For each of the next
 `test` jobs, measured in the same run:
@@ -38,10 +39,11 @@ from _report import Figures
 HERE = Path(__file__).resolve().parent
 
 
-def _tune(job, url: str, space_name: str, trials: int, transfer: bool = True, patience: int | None = None):
+def _tune(job, url: str, space_name: str, trials: int, transfer: bool = True, patience: int | None = None,
+          constraint_at: str = "budget"):
     space = load_space(SPACE_DIR / f"{space_name}.yaml", job.cluster.n_workers)
     return tune(TuneRequest(job=job, space=space, n_trials=trials, storage=url, transfer=transfer,
-                            patience=patience, settings=ObjectiveSettings()))
+                            patience=patience, settings=ObjectiveSettings(constraint_at=constraint_at)))
 
 
 def main() -> None:
@@ -53,23 +55,37 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=12)
     parser.add_argument("--patience", type=int, default=None,
                         help="every tune's --patience (default: the space's, 5 for static_k; 0: the whole budget)")
+    parser.add_argument("--constraint-at", nargs="+", default=["budget"], choices=["budget", "bsp-target"],
+                        help="every tune's --constraint-at; several: the whole measurement once per value")
     parser.add_argument("--json", default=None, help="also write the figures here (benchmarks/make_table.py)")
     args = parser.parse_args()
     quiet_optuna()
+    figures = Figures("bench_transfer")
+    for constraint_at in args.constraint_at:
+        measure(args, constraint_at, figures)
+    figures.write(args.json)
+
+
+def measure(args: argparse.Namespace, constraint_at: str, figures: Figures) -> None:
+    """Tune the family's first jobs, then each held-out job cold, warm and by `recommend`, every tune holding
+    its constraint at `constraint_at`; print each job and add the medians to `figures`."""
     family = load_family(args.family)
+    held = "" if constraint_at == "budget" else f", --constraint-at {constraint_at}"
+    print(f"== every tune with --constraint-at {constraint_at}")
     with tempfile.TemporaryDirectory() as tmp:
         shared = f"sqlite:///{tmp}/tuned.db"
         started = time.perf_counter()
         for i in range(args.train):
-            _tune(family.job(i), shared, args.space, args.trials, patience=args.patience)
+            _tune(family.job(i), shared, args.space, args.trials, patience=args.patience, constraint_at=constraint_at)
         print(f"tuned {args.train} jobs of {Path(args.family).name} in {time.perf_counter() - started:.0f} s")
         rows = []
         for i in range(args.train, args.train + args.test):
             job = family.job(i)
             cold = _tune(job, f"sqlite:///{tmp}/cold{i}.db", args.space, args.trials, transfer=False,
-                         patience=args.patience).cache
+                         patience=args.patience, constraint_at=constraint_at).cache
             answer = recommend(open_storage(shared), job, "tuned jobs")
-            warm = _tune(job, shared, args.space, args.trials, patience=args.patience).cache
+            warm = _tune(job, shared, args.space, args.trials, patience=args.patience,
+                         constraint_at=constraint_at).cache
             try:
                 recommended = evaluate(job, answer.policy, trial_seeds(job, 1))["time_to_target"]
             except RunFailed:
@@ -98,16 +114,14 @@ def main() -> None:
     print(f"medians over {len(rows)} jobs: warm / cold cost to the answer {cost:.2f}, warm / cold whole search "
           f"{total:.2f}, warm / cold answer time "
           f"{time_ratio:.2f}, recommend regret {regret:.2f}")
-    figures = Figures("bench_transfer")
-    figures.add("warm-started tune: cost to its answer (median)", cost, "x the cold tune's", against="cold tune",
+    figures.add(f"warm-started tune{held}: cost to its answer (median)", cost, "x the cold tune's", against="cold tune",
                 ratio=cost, goal="<= 1/3", met=cost <= 1 / 3)
-    figures.add("warm-started tune: its whole search's cost (median)", total, "x the cold tune's", against="cold tune",
+    figures.add(f"warm-started tune{held}: its whole search's cost (median)", total, "x the cold tune's", against="cold tune",
                 ratio=total)
-    figures.add("warm-started tune: its answer's time to target (median)", time_ratio, "x the cold winner's",
+    figures.add(f"warm-started tune{held}: its answer's time to target (median)", time_ratio, "x the cold winner's",
                 against="cold tune", ratio=time_ratio)
-    figures.add("recommend (nothing trained): regret (median)", regret, "x the cold winner's time",
+    figures.add(f"recommend (nothing trained{held}): regret (median)", regret, "x the cold winner's time",
                 against="cold tune", ratio=regret, goal="<= 1.15", met=regret <= 1.15)
-    figures.write(args.json)
 
 
 if __name__ == "__main__":
