@@ -114,3 +114,19 @@ def test_one_full_bsp_run_is_measured_from_the_runs_to_the_target():
     assert _full_run_seconds(in_updates, 10.0, {"updates": 8, "epochs": 0.2}) == pytest.approx(50.0)
     both = small_job(budget={"max_updates": 40, "max_virtual_seconds": 30})
     assert _full_run_seconds(both, 10.0, {"updates": 8, "epochs": 0.2}) == 30.0
+
+
+def test_where_bsp_misses_the_target_its_reference_trains_the_budget_once(tmp_path):
+    """No time to target, no horizon: the constraint falls back to the budget's end, BSP's runs (which
+    trained the whole budget to miss) are its reference as they are, and the cost unit is one of them."""
+    job = small_job(budget={"max_virtual_seconds": 20}, target={"metric": "test_accuracy", "threshold": 0.999})
+    space = load_space(SPACE_DIR / "static_k.yaml", job.cluster.n_workers)
+    FORKS.clear()
+    outcome = tune(TuneRequest(job=job, space=space, n_trials=2, sampler="grid", storage=f"sqlite:///{tmp_path / 's.db'}",
+                               settings=ObjectiveSettings(constraint_at=BSP_TARGET)))
+    study = optuna.load_study(study_name=outcome.study_name, storage=open_storage(f"sqlite:///{tmp_path / 's.db'}"))
+    reference = study.user_attrs["bsp_reference"]
+    assert reference["reached"] == 0 and HORIZON not in reference
+    assert reference["virtual_seconds"] == pytest.approx(20.0)
+    assert outcome.cache["search_cost_unit"].endswith("(one = 20.0 virtual s)")
+    assert outcome.cache["search_breakdown"]["checked_at"] is None

@@ -23,7 +23,7 @@ from autosync.search.study.cache import (
     best_policies, cost_fields, execution_name, execution_of, read_cache, study_name, write_cache,
 )
 from autosync.search.objective import (
-    BSP_TARGET, CURVE, HORIZON, Objective, RunFailed, TimeToTargetBound, canonical_on, evaluate, process_tag,
+    BSP_TARGET, CURVE, FORKED, HORIZON, Objective, RunFailed, TimeToTargetBound, canonical_on, evaluate, process_tag,
     trial_scoring, trial_seeds,
 )
 from autosync.search.strategies.patience import give_up_queued, patience_of, trials_without_improvement
@@ -436,14 +436,19 @@ def _bsp_runs(request: TuneRequest, seeds: list[int], report: Callable[[dict[str
         return evaluate(job, bsp, seeds, settings.penalty, report=report, backend=settings.backend)
     to_target = evaluate(job, bsp, seeds, settings.penalty, report=report, backend=settings.backend,
                          stop_at_target=True)
+    if not to_target["reached"]:  # every run missed the target, so each trained the whole budget already
+        return to_target
     reached = to_target["reached"] == to_target["runs"]
     horizon = max(to_target["seed_times"]) if reached else None
+    # to the horizon (a run that stopped at the target continues from where it stopped), or the whole budget
     at_horizon = evaluate(job, bsp, seeds, settings.penalty, backend=settings.backend, horizon=horizon)
     trained = to_target["virtual_seconds"] + at_horizon["virtual_seconds"]
     ref = {**at_horizon, "time_to_target": to_target["time_to_target"], "virtual_seconds": trained}
     if reached:
         ref[HORIZON] = horizon
         ref["bsp_training_seconds"] = _full_run_seconds(job, horizon, at_horizon)
+    else:  # some seeds missed: every run now trained its whole budget (those that reached it forked)
+        ref["bsp_training_seconds"] = (at_horizon["virtual_seconds"] + at_horizon.get(FORKED, 0.0)) / len(seeds)
     return ref
 
 
