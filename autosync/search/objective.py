@@ -254,13 +254,6 @@ def trial_scoring(job: JobSpec, seeds: list[int], penalty: float, constraint_at:
             **({"constraint_at": constraint_at} if constraint_at != BUDGET else {})}
 
 
-def scored_as(result: dict[str, Any], scoring: dict[str, Any]) -> bool:
-    """Whether a result holding its scoring among its keys (a BSP reference) was scored as `scoring` says,
-    its constraint read at the same place too."""
-    return all(result.get(key) == value for key, value in scoring.items()) \
-        and result.get("constraint_at") == scoring.get("constraint_at")
-
-
 class Objective:
     """Optuna objective for one job and one search space."""
 
@@ -298,6 +291,8 @@ class Objective:
         full = self._needs_full_budget(trial)
         reference = self.bsp_score or {}
         twin = self._other_process_twin(trial, canonical, scoring, full)
+        from autosync.search.study.siblings import scored_as
+
         if twin is None and canonical == BSP and scored_as(reference, scoring):
             return self._from_bsp_reference(trial)
         twin = twin or self._finished_twin(trial, canonical, scoring, full)

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterator
 
-from autosync.search.objective import scored_as
-
 if TYPE_CHECKING:
     import optuna
 
@@ -52,6 +50,13 @@ def finished_trials(studies: list["optuna.Study"]) -> Iterator[tuple[str, "optun
     for study in studies:
         for trial in study.get_trials(deepcopy=False, states=states):
             yield study.study_name, trial
+
+
+def scored_as(result: dict[str, Any], scoring: dict[str, Any]) -> bool:
+    """Whether a result holding its scoring among its keys (a BSP reference) was scored as `scoring`
+    (`autosync.search.objective.trial_scoring`) says, its constraint read at the same place too."""
+    return all(result.get(key) == value for key, value in scoring.items()) \
+        and result.get("constraint_at") == scoring.get("constraint_at")
 
 
 def sibling_reference(studies: list["optuna.Study"], scoring: dict[str, Any]) -> dict[str, Any] | None:
