@@ -198,10 +198,12 @@ class TuneOptions(ExecutionOptions):
 
         if self.constraint_at not in ("budget", "bsp-target"):
             raise UserError(f"--constraint-at must be budget or bsp-target, but got {self.constraint_at!r}")
-        if self.constraint_at != "budget" and (self.objective != "time" or self.sampler in SWITCH_POINT_SAMPLERS):
-            raise UserError(f"--constraint-at {self.constraint_at} stops runs at the target, but --objective "
-                            f"{self.objective} --sampler {self.sampler} compares final metrics at full budget: "
-                            "it needs --objective time and a sampler other than binary or ladder")
+        if self.constraint_at != "budget" and self.objective != "time":
+            raise UserError(f"--constraint-at {self.constraint_at} needs --objective time (a Pareto front compares "
+                            f"final metrics at the budget's end), but got --objective {self.objective}")
+        if self.constraint_at != "budget" and self.sampler in SWITCH_POINT_SAMPLERS:
+            raise UserError(f"--constraint-at {self.constraint_at} needs a sampler whose trials stop at the target, "
+                            f"but --sampler {self.sampler} trains each candidate whole to compare final metrics")
 
         if self.sampler not in SAMPLERS:
             raise UserError(f"--sampler must be one of {list(SAMPLERS)}, but got {self.sampler!r}")
