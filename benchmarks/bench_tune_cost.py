@@ -230,12 +230,12 @@ def main() -> None:
             figures.add(f"tune static_k, default job ({args.trials} trials): search cost", row["cost"],
                         "BSP trainings", "every trial training its whole budget", row["cost"] / full["cost"], "<= 2",
                         row["cost"] <= 2)
-            held = next((b for b in rows if b["job"] == "default" and b["space"] == "static_k"
-                         and b["mode"] == "bsp-target"), None)
-            if held is not None:
+            at_bsp = next((b for b in rows if b["job"] == "default" and b["space"] == "static_k"
+                           and b["mode"] == "bsp-target"), None)
+            if at_bsp is not None:
                 figures.add(f"tune static_k, default job ({args.trials} trials, --constraint-at bsp-target): search "
-                            "cost", held["cost"], "BSP trainings", "the constraint at the budget's end (the default)",
-                            held["cost"] / row["cost"], "<= 2", held["cost"] <= 2)
+                            "cost", at_bsp["cost"], "BSP trainings", "the constraint at the budget's end (the default)",
+                            at_bsp["cost"] / row["cost"], "<= 2", at_bsp["cost"] <= 2)
             figures.add(f"tune static_k, default job ({args.trials} trials): wall time of tune() in this process",
                         row["wall"], "s", "every trial training its whole budget", row["wall"] / full["wall"])
             command = command_wall(args.trials)

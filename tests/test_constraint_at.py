@@ -25,7 +25,7 @@ def test_a_run_stopped_at_a_horizon_forks_from_its_run_stopped_at_the_target():
     policy = {"policy": "backup", "params": {"k": 2, "lr_rule": "fixed"}}
     seeds = trial_seeds(job, 2)
     FORKS.clear()
-    stopped = evaluate(job, policy, seeds, stop_at_target=True)
+    stopped = evaluate(job, policy, seeds, stop_at_target=True, details=True)
     horizon = max(stopped["seed_times"]) + 7.0
     forked = evaluate(job, policy, seeds, horizon=horizon)
     FORKS.clear()

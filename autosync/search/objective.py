@@ -67,6 +67,8 @@ PLATEAU = "plateau_of"  # user attribute: pruned untrained inside these tied tri
 FORKED = "forked_seconds"  # score and user attribute: virtual seconds a run continued from a stopped run's state
 FULL_BUDGET = "full_budget"  # user attribute: the trial's runs train the whole budget (none stops at the target)
 HORIZON = "horizon"  # BSP reference's key: its time to target, where the checks stop under BSP_TARGET
+STOPPED_EARLY = "stopped_early"  # `evaluate`'s count of runs stopped at the target before the horizon
+DETAILS = ("seed_times", "updates", "epochs")  # what `evaluate(details=True)` adds
 
 
 class RunFailed(Exception):
@@ -112,7 +114,7 @@ class ObjectiveSettings:
 def evaluate(job: JobSpec, policy: dict[str, Any], seeds: list[int], penalty: float = 2.0,
              report: Callable[[dict[str, Any], int], None] | None = None,
              backend: "BackendChoice | None" = None, stop_at_target: bool = False,
-             horizon: float | None = None) -> dict[str, Any]:
+             horizon: float | None = None, details: bool = False) -> dict[str, Any]:
     """Train `policy` once per seed; returns the mean score, final metric and the virtual seconds spent.
 
     `report(info, step)` is called with the simulator's evaluation record at every evaluation step of the
@@ -122,8 +124,8 @@ def evaluate(job: JobSpec, policy: dict[str, Any], seeds: list[int], penalty: fl
     (the same seed gives the same run up to there), the "final" metric is the one at the target;
     `stopped_early` counts the runs that ended there before `horizon` (all that reached it, without one):
     their metric at the horizon is not known. With `horizon` (virtual seconds) a run ends there, its final
-    metric the one at that time. `seed_times` are the runs' scores in seed order; `updates` and `epochs` the
-    runs' means where they ended.
+    metric the one at that time. With `details`, also `DETAILS`: the runs' scores in seed order
+    (`seed_times`) and their mean `updates` and `epochs` where they ended (not kept on trials or stored runs).
     """
     if stop_at_target or horizon is not None:
         job = job.model_copy(update={"budget": job.budget.model_copy(
@@ -158,9 +160,9 @@ def evaluate(job: JobSpec, policy: dict[str, Any], seeds: list[int], penalty: fl
         else:
             scores.append(m["virtual_time"] * penalty)
     return {"time_to_target": sum(scores) / len(scores), "final_metric": sum(finals) / len(finals),
-            "reached": reached, "runs": len(seeds), "virtual_seconds": spent, "seed_times": scores,
-            "updates": updates / len(seeds), "epochs": epochs / len(seeds),
-            **({"stopped_early": early} if job.budget.stop_at_target else {}), **({FORKED: forked} if forked else {})}
+            "reached": reached, "runs": len(seeds), "virtual_seconds": spent,
+            **(dict(zip(DETAILS, (scores, updates / len(seeds), epochs / len(seeds)))) if details else {}),
+            **({STOPPED_EARLY: early} if job.budget.stop_at_target else {}), **({FORKED: forked} if forked else {})}
 
 
 def _train(job: JobSpec, policy: Any, progress: Callable[[dict[str, Any]], None] | None,
@@ -246,7 +248,7 @@ def trial_seeds(job: JobSpec, repeats: int) -> list[int]:
     return [job.seed + i for i in range(repeats)]
 
 
-def trial_scoring(job: JobSpec, seeds: list[int], penalty: float, constraint_at: str = "budget") -> dict[str, Any]:
+def trial_scoring(job: JobSpec, seeds: list[int], penalty: float, constraint_at: str = BUDGET) -> dict[str, Any]:
     """What two results must share to stand for each other: the seeds, the miss penalty and the budget
     (the job's fingerprint leaves the budget out, and a run's time-to-target and final metric depend on it),
     and where the final metric is read (`ObjectiveSettings.constraint_at`, named when not the budget's end)."""
@@ -266,7 +268,8 @@ class Objective:
         self.reference = reference  # BSP's final metric: the accuracy constraint's reference
         self.bsp_score = bsp_score  # BSP's whole score on the same seeds: answers a trial equivalent to BSP
         # where the checks stop: BSP's time to target (`ObjectiveSettings.constraint_at`), None: the budget's end
-        self.horizon = (bsp_score or {}).get(HORIZON) if settings.constraint_at == BSP_TARGET else None
+        # (only a reference made under BSP_TARGET has one, and no other study's reference answers this one's)
+        self.horizon = (bsp_score or {}).get(HORIZON)
         self.siblings = siblings or []  # other studies of this job and backend (`autosync.search.study.siblings`)
         self.storage_url = storage_url  # a storage other processes may share: look for their running twins
         self.resamples_in_a_row = 0  # proposals in a row that were running elsewhere (`running_twins`)
@@ -338,11 +341,12 @@ class Objective:
             trial.set_user_attr("fail_reason", str(exc))
             record_spent()
             raise
+        stopped_early = score.pop(STOPPED_EARLY, 0)
         for key, value in score.items():
             trial.set_user_attr(key, value)
         if race is not None:  # a forked run heard its kept evaluations too
             race.keep_curve(trial, bound.curve)  # a later trial racing against this one reads its pace
-        if not full and score["stopped_early"]:  # a run stopped at the target: its final metric is not known yet
+        if not full and stopped_early:  # a run stopped at the target: its final metric is not known yet
             trial.set_user_attr(FINAL_PENDING, True)
         else:
             trial.set_constraint(CONSTRAINT, constraint(self.job, score["final_metric"], self.reference,

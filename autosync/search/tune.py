@@ -23,7 +23,7 @@ from autosync.search.study.cache import (
     best_policies, cost_fields, execution_name, execution_of, read_cache, study_name, write_cache,
 )
 from autosync.search.objective import (
-    BSP_TARGET, CURVE, FORKED, HORIZON, Objective, RunFailed, TimeToTargetBound, canonical_on, evaluate, process_tag,
+    BSP_TARGET, CURVE, DETAILS, FORKED, HORIZON, STOPPED_EARLY, Objective, RunFailed, TimeToTargetBound, canonical_on, evaluate, process_tag,
     trial_scoring, trial_seeds,
 )
 from autosync.search.strategies.patience import give_up_queued, patience_of, trials_without_improvement
@@ -435,21 +435,29 @@ def _bsp_runs(request: TuneRequest, seeds: list[int], report: Callable[[dict[str
     if settings.constraint_at != BSP_TARGET:
         return evaluate(job, bsp, seeds, settings.penalty, report=report, backend=settings.backend)
     to_target = evaluate(job, bsp, seeds, settings.penalty, report=report, backend=settings.backend,
-                         stop_at_target=True)
+                         stop_at_target=True, details=True)
     if not to_target["reached"]:  # every run missed the target, so each trained the whole budget already
-        return to_target
+        return _without_details(to_target)
     reached = to_target["reached"] == to_target["runs"]
     horizon = max(to_target["seed_times"]) if reached else None
-    # to the horizon (a run that stopped at the target continues from where it stopped), or the whole budget
-    at_horizon = evaluate(job, bsp, seeds, settings.penalty, backend=settings.backend, horizon=horizon)
+    if reached and min(to_target["seed_times"]) == horizon:  # every run stopped at the horizon (one seed)
+        at_horizon = {**to_target, "virtual_seconds": 0.0}
+    else:  # to the horizon (a run stopped at the target continues from there), or the whole budget
+        at_horizon = evaluate(job, bsp, seeds, settings.penalty, backend=settings.backend, horizon=horizon,
+                              details=True)
     trained = to_target["virtual_seconds"] + at_horizon["virtual_seconds"]
-    ref = {**at_horizon, "time_to_target": to_target["time_to_target"], "virtual_seconds": trained}
+    ref = {**_without_details(at_horizon), "time_to_target": to_target["time_to_target"], "virtual_seconds": trained}
     if reached:
         ref[HORIZON] = horizon
         ref["bsp_training_seconds"] = _full_run_seconds(job, horizon, at_horizon)
     else:  # some seeds missed: every run now trained its whole budget (those that reached it forked)
         ref["bsp_training_seconds"] = (at_horizon["virtual_seconds"] + at_horizon.get(FORKED, 0.0)) / len(seeds)
     return ref
+
+
+def _without_details(score: dict[str, Any]) -> dict[str, Any]:
+    """An `evaluate` score without what `details` and stopping at the target added: what a reference keeps."""
+    return {k: v for k, v in score.items() if k not in (*DETAILS, STOPPED_EARLY)}
 
 
 def _full_run_seconds(job: JobSpec, horizon: float, at_horizon: dict[str, Any]) -> float:

@@ -16,7 +16,7 @@ from autosync.core.job import JobSpec
 from autosync.search.strategies.confirm import RUNS as CONFIRMATION_RUNS
 from autosync.search.cost import COST_UNIT, in_bsp_trainings
 from autosync.search.objective import (
-    FORKED, FULL_BUDGET_OF, HORIZON, PLATEAU, PRUNED_ON_PACE, final_pending, policy_key,
+    BUDGET, FORKED, FULL_BUDGET_OF, HORIZON, PLATEAU, PRUNED_ON_PACE, final_pending, policy_key,
 )
 from autosync.search.strategies.patience import GIVEN_UP
 from autosync.search.study.siblings import REFERENCE_FROM
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 
 def study_name(job: JobSpec, space: SearchSpace, backend: "BackendChoice | None" = None,
-               constraint_at: str = "budget") -> str:
+               constraint_at: str = BUDGET) -> str:
     """The cache key: the job's fingerprint (workload, cluster, target), the search space's name, for a
     backend other than the simulator where the trials trained (a simulated result never answers for a
     real-backend tune, nor the reverse, unless `--study` names the other's study), and where the constraint
@@ -39,7 +39,7 @@ def study_name(job: JobSpec, space: SearchSpace, backend: "BackendChoice | None"
     name = f"{job.fingerprint()}-{space.name}"
     where = execution_name(backend)
     name = name if where == "simulator" else f"{name}-{where}"
-    return name if constraint_at == "budget" else f"{name}-at-{constraint_at}"
+    return name if constraint_at == BUDGET else f"{name}-at-{constraint_at}"
 
 
 def execution_name(backend: "BackendChoice | None") -> str:
@@ -173,7 +173,7 @@ def write_cache(study: "optuna.Study", job: JobSpec, space: SearchSpace, sampler
         "sampler": sampler,
         "bsp_time_to_target": bsp_time,
         "bsp_final_metric": reference["final_metric"],
-        "constraint_at": reference.get("constraint_at", "budget"),  # where the final metrics were read
+        "constraint_at": reference.get("constraint_at", BUDGET),  # where the final metrics were read
         **cost_fields(study, reference, top.values[0]),
         "speedup_vs_bsp": bsp_time / top.values[0] if top.values[0] > 0 else None,
         "search_breakdown": breakdown,
