@@ -8,6 +8,7 @@ import pytest
 
 from autosync.catalog import make_policy
 from autosync.engine import simulate
+from autosync.engine.simulator import Simulator
 from autosync.policies import BSP, BackupWorkers
 from autosync.policies._barriers import LR_RULES, lr_factor
 from tests.conftest import small_job
@@ -183,3 +184,24 @@ def test_a_composition_takes_the_rules_of_asp_and_of_both_sync_switch_phases():
     stale = [max(1, s[0]) for s in trace.column("updates", "staleness")]
     assert max(stale) > 1
     assert trace.column("updates", "lr") == pytest.approx([ETA / tau for tau in stale])
+
+
+@pytest.mark.parametrize("rule", list(LR_RULES))
+def test_dbw_gain_is_eq_16_at_the_rules_step_for_each_k_and_eq_16_itself_under_fixed(rule):
+    """G_k of eq. (16) with eta_k = eta * factor(k): DBW's gains after its last update, recomputed from its
+    own estimates (V, ||grad F||^2, L: eqs. 13-15) and the step the rule gives each k; under `fixed` every
+    eta_k is the job's eta, which is eq. (16) as printed (one eta for every k)."""
+    job = small_job(budget={"max_updates": 30}, workload__optimizer__momentum=0.0)
+    sim = Simulator(job, make_policy("dbw", {"lr_rule": rule, "window": 3}))
+    trace = sim.run().trace
+    barrier = sim.strategies.barrier
+    n = job.cluster.n_workers
+    variance, grad_norm_sq, L = barrier.gain.averages()
+    eta = trace.column("updates", "lr")[-1] / lr_factor(rule, trace.column("updates", "n_aggregated")[-1], n)
+    assert eta == pytest.approx(ETA)
+    steps = [ETA * lr_factor(rule, k, n) for k in range(1, n + 1)]
+    eq16 = [s * grad_norm_sq - (L * s * s / 2) * (grad_norm_sq + variance / k) for k, s in enumerate(steps, 1)]
+    assert trace.extras["gains"][-1][1] == pytest.approx(eq16)
+    if rule == "fixed":
+        assert eq16 == pytest.approx([(ETA - L * ETA ** 2 / 2) * grad_norm_sq - L * ETA ** 2 / 2 * variance / k
+                                      for k in range(1, n + 1)])
