@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING, Any, Callable, ContextManager, Sequence
 
 from autosync.core.errors import UserError
 from autosync.core.job import JobSpec, job_from_dict, load_job
-from autosync.options import (CalibrateOptions, ExecutionOptions, FamilyOptions, LeaderboardOptions, ProfileOptions,
-                              ReplayOptions, RobustnessOptions, RunOptions, ScalingOptions, TuneOptions, build)
+from autosync.options import (CalibrateOptions, CompareOptions, ExecutionOptions, FamilyOptions, LeaderboardOptions,
+                              ProfileOptions, ReplayOptions, RobustnessOptions, RunOptions, ScalingOptions, TuneOptions,
+                              build)
 
 # Called with (what, steps) around each long phase of a function; the context it returns gives a function
 # to call after each step (the command line draws a spinner or a counting bar).
@@ -47,7 +48,7 @@ __all__ = [
     "Profile", "cached_studies", "clear_cache", "load_run", "rerun", "ranks", "output_dir", "RunOptions",
     "TuneOptions", "LeaderboardOptions", "ProfileOptions", "ExecutionOptions", "calibrate", "write_calibration",
     "CalibrateOptions", "recommend", "family", "DrawnJobs", "FamilyOptions", "robustness", "Robustness",
-    "RobustnessOptions",
+    "RobustnessOptions", "robustness_compare", "CompareOptions",
     "replay", "Replay", "ReplayOptions", "scaling", "ScalingTable", "ScalingOptions", "UserError",
 ]
 
@@ -615,6 +616,21 @@ def scaling(leaderboards: Sequence[str | Path], options: ScalingOptions | None =
 
     opts = _options(ScalingOptions, options, None, fields)
     return ScalingTable(collect([Path(p) for p in leaderboards], opts.metric))
+
+
+def robustness_compare(reports: Sequence[str | Path], options: CompareOptions | None = None,
+                       **fields: Any) -> Any:
+    """Robustness reports of several families side by side (`autosync.robustness_compare.Comparison`: a row
+    per policy run on every family), each report a folder or robustness.json written by `robustness`.
+
+    Args:
+        options: the options of `autosync robustness-compare` (`CompareOptions`: developed_on, the family
+            the policies' changes were developed on); `fields` change them.
+    """
+    from autosync.robustness_compare import compare
+
+    opts = _options(CompareOptions, options, None, fields)
+    return compare([Path(p) for p in reports], opts.developed_on)
 
 
 def cached_studies(storage: str | None = None, job: JobSpec | None = None) -> list[dict[str, Any]]:

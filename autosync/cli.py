@@ -20,8 +20,8 @@ from rich.table import Table
 
 from autosync.core.errors import Interrupted, RuntimeFailure, UserError
 from autosync.options import (
-    CacheOptions, CalibrateOptions, FamilyOptions, LeaderboardOptions, ProfileOptions, ReplayOptions, RerunOptions,
-    RobustnessOptions, RunOptions, ScalingOptions, TuneOptions,
+    CacheOptions, CalibrateOptions, CompareOptions, FamilyOptions, LeaderboardOptions, ProfileOptions, ReplayOptions,
+    RerunOptions, RobustnessOptions, RunOptions, ScalingOptions, TuneOptions,
 )
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -439,6 +439,44 @@ def robustness(
         table.add_row(*(format_cell(row.get(k), f) for k, _, f in SUMMARY_COLUMNS))
     console.print(table)
     status.print(summary_legend(found.rules), style="dim")
+
+
+@_command(CompareOptions, name="robustness-compare")
+def robustness_compare(
+    reports: list[Path] = typer.Argument(..., help="Robustness reports of two or more families (folders written by "
+                                                   "`autosync robustness`, or their robustness.json)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Also write the table as Markdown to this file."),
+    as_json: bool = JSON_OPT,
+    *, options: CompareOptions,
+) -> None:
+    """Online policies on several job families side by side, from their robustness reports (no training)."""
+    from autosync import api
+    from autosync.reporting.robustness import comparison_cells, comparison_header, write_comparison
+
+    comparison = api.robustness_compare(reports, options)
+    header = comparison_header(comparison)
+    if as_json:
+        _print_json({"developed_on": comparison.developed_on,
+                     "reports": [{"family": r.family, "path": str(r.path)} for r in comparison.reports],
+                     "grids_differ": comparison.grids_differ(), "columns": header, "rows": [[label, *values] for label, values in comparison.rows()],
+                     "not_compared": comparison.partial})
+    else:
+        held_out = [r.family for r in comparison.reports if r.family != comparison.developed_on]
+        title = "regret against the best static k, per family" + (
+            f" (developed on {comparison.developed_on}; held out: {', '.join(held_out)})"
+            if comparison.developed_on else "")
+        table = Table(title=title)
+        for h in comparison_header(comparison, roles=False, between="\n"):
+            table.add_column(h, justify="left" if h == "policy" else "right", no_wrap=h == "policy")
+        for label, values in comparison.rows():
+            table.add_row(label, *comparison_cells(values))
+        console.print(table)
+        if comparison.grids_differ():
+            status.print(comparison.grids_differ(), style="dim")
+        if comparison.partial:
+            status.print(f"not compared (run on some families only): {', '.join(comparison.partial)}", style="dim")
+    if out is not None:
+        status.print(f"wrote {write_comparison(comparison, out, _command_line('robustness-compare'))}")
 
 
 @_command(TuneOptions)

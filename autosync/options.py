@@ -1,8 +1,8 @@
 """The options of each command, declared once: typer builds the command line from them, the API takes them.
 
 One frozen dataclass per command (`RunOptions`, `TuneOptions`, `LeaderboardOptions`, `ProfileOptions`,
-`CalibrateOptions`, `FamilyOptions`, `RobustnessOptions`, `ReplayOptions`, `ScalingOptions`, `CacheOptions`,
-`RerunOptions`);
+`CalibrateOptions`, `FamilyOptions`, `RobustnessOptions`, `CompareOptions`, `ReplayOptions`, `ScalingOptions`,
+`CacheOptions`, `RerunOptions`);
 `ExecutionOptions` (where runs train) is the part `run` and `tune` share. Each field is declared once, with
 its default, its help (the `--help` text, which also says why the option exists) and its rule (`ge`, `le`,
 or a check in `__post_init__`). The command line gets the same rules from typer (`ge` becomes the option's
@@ -26,8 +26,8 @@ if TYPE_CHECKING:
     from autosync.engine.backends import BackendChoice
 
 __all__ = ["ExecutionOptions", "RunOptions", "TuneOptions", "LeaderboardOptions", "ProfileOptions",
-           "CalibrateOptions", "FamilyOptions", "RobustnessOptions", "ReplayOptions", "ScalingOptions", "CacheOptions",
-           "RerunOptions", "flag_of", "build"]
+           "CalibrateOptions", "FamilyOptions", "RobustnessOptions", "CompareOptions", "ReplayOptions",
+           "ScalingOptions", "CacheOptions", "RerunOptions", "flag_of", "build"]
 
 
 def option(default: Any, help: str, *, flag: str | None = None, short: str | None = None, ge: float | None = None,
@@ -367,6 +367,14 @@ class ScalingOptions:
     """`autosync scaling`: a metric against the number of workers, from existing leaderboards."""
 
     metric: str = option("final_test_accuracy", "Per-run metric to compare.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompareOptions:
+    """`autosync robustness-compare`: robustness reports of several families side by side."""
+
+    developed_on: Optional[str] = option(None, "The family the online policies' changes were developed on "
+                                               "(marked dev; the others held out).")
 
 
 @dataclass(frozen=True, kw_only=True)

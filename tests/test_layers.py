@@ -18,7 +18,7 @@ LAYERS = [
     {"policies", "workloads", "family"},
     {"engine"},
     {"catalog"},
-    {"rerun", "leaderboard", "profiling", "calibration", "scaling", "search", "robustness"},
+    {"rerun", "leaderboard", "profiling", "calibration", "scaling", "search", "robustness", "robustness_compare"},
     {"reporting"},
     {"options"},
     {"api"},

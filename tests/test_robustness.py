@@ -135,3 +135,43 @@ def test_bad_options_exit_2(tmp_path):
         assert proc.returncode == 2, proc.stderr
         no_traceback(proc)
         assert message in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_tiny_two_family_report_puts_each_policy_s_regret_on_both_families_side_by_side(tmp_path):
+    """Two tiny families, each reported by `autosync robustness`; `robustness-compare` reads the two reports
+    (nothing trained again) into one table of the policies run on both, the developers' family marked."""
+    reports = []
+    for name, policies in (("dev", ("dbw", "ssp")), ("heldout", ("dbw", "bdbw"))):
+        family = tmp_path / f"{name}.yaml"
+        family.write_text(TINY.replace("name: tiny", f"name: {name}"))
+        args = ["robustness", str(family), "--jobs", "1", "--seeds", "1", "--out", str(tmp_path / name)]
+        for policy in policies:
+            args += ["--policies", policy]
+        done = autosync(*args, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        reports.append(json.loads((tmp_path / name / "robustness.json").read_text()))
+    out = tmp_path / "families.md"
+    done = autosync("robustness-compare", str(tmp_path / "dev"), str(tmp_path / "heldout" / "robustness.json"),
+                    "--developed-on", "dev", "--out", str(out), "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    compared = json.loads(done.stdout)
+    assert compared["columns"][:3] == ["policy", "dev (dev): median", "dev (dev): worst"]
+    assert "heldout (held out): median" in compared["columns"]
+    rows = {row[0]: row[1:] for row in compared["rows"]}
+    assert set(rows) == {"dbw", "bsp"} and set(compared["not_compared"]) == {"ssp", "bdbw"}
+    for label, values in rows.items():  # each family's columns are its own report's summary, as written
+        for i, report in enumerate(reports):
+            summary = next(r for r in report["summary"] if r["policy"] == label)
+            assert values[4 * i:4 * i + 4] == [summary["median_regret"], summary["worst_regret"],
+                                               summary["slower_than_bsp"], summary["missed_runs"]]
+    text = out.read_text()
+    assert "| policy | dev (dev): median |" in text and "family heldout, 1 jobs" in text
+
+    for bad, says in ((["robustness-compare", str(tmp_path / "dev")], "at least two reports"),
+                      (["robustness-compare", str(tmp_path / "dev"), str(tmp_path / "none")], "no robustness report"),
+                      (["robustness-compare", str(tmp_path / "dev"), str(tmp_path / "heldout"),
+                        "--developed-on", "other"], "--developed-on must name one of")):
+        refused = autosync(*bad, cwd=tmp_path)
+        assert refused.returncode == 2 and says in refused.stderr
+        no_traceback(refused)

@@ -97,3 +97,47 @@ def _plot_regret(summary: list[dict[str, Any]], jobs: list[dict[str, Any]], path
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def comparison_header(comparison: Any, roles: bool = True, between: str = ": ") -> list[str]:
+    """The comparison's column headers: 'policy', then each family's columns named after the family (with
+    `roles`, the family changes were developed on marked 'dev', the others 'held out', when one is named)."""
+    from autosync.robustness_compare import FAMILY_COLUMNS
+
+    def role(family: str) -> str:
+        if not roles or comparison.developed_on is None:
+            return ""
+        return " (dev)" if family == comparison.developed_on else " (held out)"
+
+    return ["policy"] + [f"{r.family}{role(r.family)}{between}{header}" for r in comparison.reports
+                         for _, header in FAMILY_COLUMNS]
+
+
+def comparison_cells(values: list[Any]) -> list[str]:
+    """One row's values formatted: regrets to two decimals, counts as integers ('-' where missing)."""
+    from autosync.robustness_compare import FAMILY_COLUMNS
+
+    formats = ["{:.2f}" if key.endswith("regret") else "{}" for key, _ in FAMILY_COLUMNS] * (
+        len(values) // len(FAMILY_COLUMNS))
+    return [format_cell(v, f) for v, f in zip(values, formats)]
+
+
+def write_comparison(comparison: Any, path: Path, command: str) -> Path:
+    """The comparison as Markdown at `path`: the command, each report it read, the table and the policies
+    left out (run on some families only)."""
+    header = comparison_header(comparison)
+    lines = ["# Robustness on several families", "", f"Produced by `{command}` from:", ""]
+    lines += [f"- `{r.path}`: family {r.family}, {r.jobs} jobs, seeds {r.seeds} (`{r.command}`)"
+              for r in comparison.reports]
+    lines += ["", "Regret against each job's best static k, as in each family's robustness.md: median and worst "
+              "over the family's jobs, jobs where the policy is slower than BSP, runs that missed the target.", "",
+              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join([label, *comparison_cells(values)]) + " |" for label, values in comparison.rows()]
+    if comparison.grids_differ():
+        lines += ["", comparison.grids_differ()]
+    if comparison.partial:
+        lines += ["", "Run on some of the families only (not compared): " +
+                  ", ".join(f"`{label}`" for label in comparison.partial) + "."]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    return path
