@@ -643,20 +643,23 @@ def cached_studies(storage: str | None = None, job: JobSpec | None = None) -> li
     return studies(storage or DEFAULT_STORAGE, job.fingerprint() if job is not None else None)
 
 
-def recommend(job: JobSpec, storage: str | None = None) -> Any:
+def recommend(job: JobSpec, storage: str | None = None, grids: Sequence[str | Path] = ()) -> Any:
     """A policy for `job` without training, from the nearest tuned jobs in the storage (default:
-    sqlite:///results/autosync-studies.db): `autosync.search.strategies.recommend.Recommendation` (the policy, its
-    predicted time and speedup over BSP, the neighbours that voted and how far they are). A storage with
-    no tuned job is a one-line UserError; reading never creates the storage."""
+    sqlite:///results/autosync-studies.db) and the drawn jobs of the robustness reports `grids` (folders
+    written by `autosync robustness`): `autosync.search.strategies.recommend.Recommendation` (the policy, its
+    predicted time and speedup over BSP, the neighbours that voted and how far they are). No tuned job in
+    either is a one-line UserError; reading never creates the storage."""
     from autosync.search.strategies.recommend import recommend as answer
     from autosync.search.study.storage import DEFAULT_STORAGE, open_storage, redact_url, storage_exists
 
     quiet_optuna()
     url = storage or DEFAULT_STORAGE
-    if not storage_exists(url):
+    if not storage_exists(url) and not grids:
         raise UserError(f"{job.source}: no tuned job in {redact_url(url)} to recommend from (the storage does not "
-                        "exist): tune this job (autosync tune) or point --storage at a storage of tuned jobs")
-    return answer(open_storage(url), job, redact_url(url))
+                        "exist): tune this job (autosync tune) or point --storage at a storage of tuned jobs "
+                        "(or --grid at a robustness report)")
+    return answer(open_storage(url) if storage_exists(url) else None, job, redact_url(url),
+                  [Path(g) for g in grids])
 
 
 def clear_cache(job: JobSpec, storage: str | None = None) -> list[str]:

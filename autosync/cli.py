@@ -20,7 +20,7 @@ from rich.table import Table
 
 from autosync.core.errors import Interrupted, RuntimeFailure, UserError
 from autosync.options import (
-    CacheOptions, CalibrateOptions, CompareOptions, FamilyOptions, LeaderboardOptions, ProfileOptions, ReplayOptions,
+    CacheOptions, CalibrateOptions, CompareOptions, RecommendOptions, FamilyOptions, LeaderboardOptions, ProfileOptions, ReplayOptions,
     RerunOptions, RobustnessOptions, RunOptions, ScalingOptions, TuneOptions,
 )
 
@@ -734,13 +734,13 @@ def cache_list(as_json: bool = JSON_OPT, *, options: CacheOptions) -> None:
     console.print(table)
 
 
-@_command(CacheOptions)
-def recommend(job: Optional[Path] = JOB_ARG, as_json: bool = JSON_OPT, *, options: CacheOptions) -> None:
-    """A policy for the job without training, from the nearest tuned jobs in the storage."""
+@_command(RecommendOptions)
+def recommend(job: Optional[Path] = JOB_ARG, as_json: bool = JSON_OPT, *, options: RecommendOptions) -> None:
+    """A policy for the job without training, from the nearest tuned jobs in the storage (and --grid reports)."""
     from autosync import api
 
     spec = api.load_job(job)
-    answer = api.recommend(spec, options.storage)
+    answer = api.recommend(spec, options.storage, grids=options.grid)
     if as_json:
         _print_json(answer.to_dict())
         return
@@ -758,7 +758,7 @@ def recommend(job: Optional[Path] = JOB_ARG, as_json: bool = JSON_OPT, *, option
     elif answer.predicted_speedup is not None:
         prediction = f"predicted {answer.predicted_speedup:.2f}x BSP's time to target (from another workload)"
     else:
-        prediction = "no prediction of its time (its neighbours never beat BSP)"
+        prediction = "no prediction of its time (none of its neighbours has BSP's time to target to scale from)"
     console.print(f"recommended: [bold]{_policy_label(answer.policy)}[/bold], {prediction}. Nothing was trained: "
                   "`autosync tune` checks it (and starts from these jobs' winners).")
 

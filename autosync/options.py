@@ -2,7 +2,7 @@
 
 One frozen dataclass per command (`RunOptions`, `TuneOptions`, `LeaderboardOptions`, `ProfileOptions`,
 `CalibrateOptions`, `FamilyOptions`, `RobustnessOptions`, `CompareOptions`, `ReplayOptions`, `ScalingOptions`,
-`CacheOptions`, `RerunOptions`);
+`CacheOptions`, `RecommendOptions`, `RerunOptions`);
 `ExecutionOptions` (where runs train) is the part `run` and `tune` share. Each field is declared once, with
 its default, its help (the `--help` text, which also says why the option exists) and its rule (`ge`, `le`,
 or a check in `__post_init__`). The command line gets the same rules from typer (`ge` becomes the option's
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ExecutionOptions", "RunOptions", "TuneOptions", "LeaderboardOptions", "ProfileOptions",
            "CalibrateOptions", "FamilyOptions", "RobustnessOptions", "CompareOptions", "ReplayOptions",
-           "ScalingOptions", "CacheOptions", "RerunOptions", "flag_of", "build"]
+           "ScalingOptions", "CacheOptions", "RecommendOptions", "RerunOptions", "flag_of", "build"]
 
 
 def option(default: Any, help: str, *, flag: str | None = None, short: str | None = None, ge: float | None = None,
@@ -382,6 +382,14 @@ class CacheOptions:
     """`autosync cache list / show / clear` and `autosync recommend`: the study storage they read."""
 
     storage: Optional[str] = option(None, "Study storage URL (default: sqlite:///results/autosync-studies.db).")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecommendOptions(CacheOptions):
+    """`autosync recommend`: the storage of tuned jobs and the robustness reports it also reads."""
+
+    grid: list[str] = option([], "A robustness report (its folder, written by `autosync robustness`) whose drawn "
+                                 "jobs count as tuned neighbours too (repeatable).")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -106,3 +106,42 @@ def test_transferred_winners_are_queued_after_bsp_scaled_to_this_n_and_before_a_
                       backup(6, "proportional")]  # the DBW paper's static k = 3n/4, raced against the winners
     alone, _ = _queued_first(optuna.create_study(), request, [], [])
     assert alone == [backup(8, "fixed"), backup(6, "proportional")]
+
+
+def test_recommend_from_a_robustness_report_votes_with_its_other_jobs_fastest_policies(tmp_path):
+    """`--grid`: the drawn jobs of a report are neighbours (each with the fastest policy run on it, its
+    online policies' specs read back from the report's command); a job of the report is not its own
+    neighbour; no study storage is needed."""
+    import json
+
+    from autosync.search.strategies.robustness_grid import fastest, online_specs
+    from tests.test_robustness import TINY
+
+    family = tmp_path / "tiny.yaml"
+    family.write_text(TINY)
+    report = tmp_path / "report"
+    done = autosync("robustness", str(family), "--jobs", "3", "--seeds", "1", "--policies", "dbw",
+                    "--policies", "backup:k=2,lr_rule=proportional", "--out", str(report), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    data = json.loads((report / "robustness.json").read_text())
+    assert online_specs(data["command"]) == ["dbw", "backup:k=2,lr_rule=proportional"]
+    asked = report / "jobs" / "tiny-001.yaml"
+    proc = autosync("recommend", str(asked), "--grid", str(report), "--storage", f"sqlite:///{tmp_path}/none.db",
+                    "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    answer = json.loads(proc.stdout)
+    assert {nb["job"] for nb in answer["neighbours"]} <= {"tiny-000", "tiny-002"}  # never itself
+    assert answer["neighbours"] and not (tmp_path / "none.db").exists()
+    winners = {row["job"]: fastest(data, row) for row in data["jobs"]}
+    for nb in answer["neighbours"]:  # each votes with the fastest policy that reached the target on its job
+        policy, time = winners[nb["job"]]
+        row = next(r for r in data["jobs"] if r["job"] == nb["job"])
+        assert time == min([t for t in row["static"].values() if t < 2 * row["budget"]] +
+                           [p["time"] for p in row["policies"].values() if not p["missed"]])
+        assert nb["policy"] == policy or nb["policy"] is None
+
+    for bad, says in (([str(tmp_path / "nothing")], "no robustness report here"),
+                      ([str(family)], "not a robustness report")):
+        refused = autosync("recommend", str(asked), "--grid", *bad, cwd=tmp_path)
+        no_traceback(refused)
+        assert refused.returncode == 2 and says in refused.stderr and len(refused.stderr.strip().splitlines()) == 1

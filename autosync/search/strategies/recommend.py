@@ -1,4 +1,5 @@
-"""`autosync recommend`: a policy for a job without training, from the nearest tuned jobs in the storage.
+"""`autosync recommend`: a policy for a job without training, from the nearest tuned jobs in the storage
+(and the drawn jobs of robustness reports, `--grid`: `autosync.search.strategies.robustness_grid`).
 
 The neighbours (`autosync.search.strategies.neighbours`) vote: each proposes its winner, adapted to this job's n (a
 backup worker count k scales with n; anything that does not fit this job is dropped), weighted by
@@ -14,7 +15,8 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Sequence
 
 from autosync.core.errors import UserError
 from autosync.core.job import JobSpec
@@ -50,13 +52,20 @@ def adapt(policy: dict[str, Any], n_from: int, job: JobSpec) -> dict[str, Any] |
     return adapted if canonical_on(adapted, job) is not None else None
 
 
-def recommend(storage: Any, job: JobSpec, where: str) -> Recommendation:
-    """The recommendation for `job` from the tuned jobs in `storage` (named `where` in errors)."""
+def recommend(storage: Any, job: JobSpec, where: str, grids: Sequence[Path] = ()) -> Recommendation:
+    """The recommendation for `job` from the tuned jobs in `storage` (None: none; named `where` in errors)
+    and the drawn jobs of the robustness reports in `grids` (`robustness_grid`), the nearest COUNT of all."""
+    from autosync.search.strategies.robustness_grid import grid_neighbours
+
     mine = cluster_features(job)
-    near = neighbours(storage, job, count=COUNT, other_workloads=True, features=mine)
+    near = neighbours(storage, job, count=COUNT, other_workloads=True, features=mine) if storage is not None else []
+    for grid in grids:
+        near += grid_neighbours(grid, job, mine)
+    near = sorted(near, key=lambda nb: (nb.distance, nb.study_name, nb.job_name))[:COUNT]
     if not near:
-        raise UserError(f"{job.source}: no tuned job in {where} to recommend from: tune this job (autosync tune) "
-                        "or point --storage at a storage of tuned jobs")
+        place = where + "".join(f" or the report {g}" for g in grids)
+        raise UserError(f"{job.source}: no tuned job in {place} to recommend from: tune this job (autosync tune) "
+                        "or point --storage at a storage of tuned jobs (or --grid at a robustness report)")
     votes: dict[str, float] = {}
     proposals: list[tuple[Neighbour, dict[str, Any] | None, float]] = []
     for nb in near:
