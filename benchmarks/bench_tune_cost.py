@@ -119,6 +119,23 @@ def confirmed_time(job: JobSpec, policy: dict) -> float:
     return evaluate(job, policy, trial_seeds(job, CONFIRM_SEEDS))["time_to_target"]
 
 
+def write_runs(rows: list[dict], path: Path, argv: list[str]) -> None:
+    """Every tune of the run, one row each (job, space, mode: cost, wall, recurrences, winner, regret), as
+    Markdown headed by the command: the per-job figures behind the medians of the benchmarks table."""
+    shown = [a for i, a in enumerate(argv) if a != "--json" and (i == 0 or argv[i - 1] != "--json")]
+    command = " ".join(["python benchmarks/bench_tune_cost.py", *shown])
+    lines = ["# bench_tune_cost: every tune", "", f"Written by `{command}` (the medians are in README.md).",
+             "Cost: virtual seconds trained over one full BSP training, BSP's reference included; regret: the "
+             f"winner's mean time-to-target over {CONFIRM_SEEDS} seeds over the reference search's best on the "
+             "same seeds.", "",
+             "| job | space | mode | cost (BSP trainings) | wall (s) | recurrences to amortize | regret | winner |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['job']} | {r['space']} | {r['mode']} | {r['cost']:.2f} | {r['wall']:.0f} | "
+                     f"{r['amortize']} | {r['regret']:.3f} | `{json.dumps(r['winner'], sort_keys=True)}` |")
+    path.write_text("\n".join(lines) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", nargs="+", default=["default"] + [f"quick:{i}" for i in range(6)])
@@ -128,6 +145,8 @@ def main() -> None:
     parser.add_argument("--cache", default=str(HERE / "tune_cost_references.json"),
                         help="where the references' best policies are kept between runs")
     parser.add_argument("--json", default=None, help="also write the figures here (benchmarks/make_table.py)")
+    parser.add_argument("--runs", default=str(HERE / "tune_cost_runs.md"),
+                        help="write every tune's figures here, a row each (default: benchmarks/tune_cost_runs.md)")
     parser.add_argument("--forks-off", action="store_true",
                         help="also run the stopping tune with no run forked (no snapshot kept): what forking saves")
     parser.add_argument("--patience", type=int, default=None,
@@ -143,10 +162,12 @@ def main() -> None:
     for name in args.jobs:
         job = job_named(name)
         for space in args.spaces:
-            key = f"{name}/{job.fingerprint()}/{space}/{space_digest(space)}"  # a changed space: a new reference
+            # a changed space, or another trial count of the policy reference's TPE search: a new reference
+            key = f"{name}/{job.fingerprint()}/{space}/{space_digest(space)}" + (
+                f"/{args.reference_trials}" if space == "policy" else "")
             if key not in refs:
                 start = time.perf_counter()
-                stale = key.rsplit("/", 1)[0] + "/"  # this job's and space's references of an older space file
+                stale = f"{name}/{job.fingerprint()}/{space}/"  # this job's and space's older references
                 refs = {k: v for k, v in refs.items() if not k.startswith(stale)}
                 refs[key] = reference(job, space, args.reference_trials)
                 refs[key]["confirmed_time"] = confirmed_time(job, refs[key]["policy"])
@@ -170,6 +191,7 @@ def main() -> None:
                       f"{found['wall_seconds']:.0f} s wall, amortized after {found['recurrences_to_amortize']} "
                       f"recurrences, winner {found['best_policy']} at {regret:.3f}x the reference's best "
                       f"({CONFIRM_SEEDS} seeds)", flush=True)
+    write_runs(rows, Path(args.runs), sys.argv[1:])
     figures = Figures("bench_tune_cost")
     for space in args.spaces:
         pairs = [(f, s) for f in rows for s in rows if f["space"] == s["space"] == space and f["job"] == s["job"]
