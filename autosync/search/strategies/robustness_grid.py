@@ -5,7 +5,7 @@ A report holds, per drawn job, the mean time to target of every static k (under 
 rules), of every online policy the report ran and, with `--tuned-trials`, of the job's own tuned policy.
 Each job of the report is a neighbour like a tuned job (`autosync.search.strategies.neighbours`): its
 cluster features are computed from its drawn job file (`jobs/<job>.yaml` beside the report), and its
-"winner" is the fastest of those policies that reached the target. The report names its online policies
+"winner" is the fastest of those policies by the report's mean time (`fastest`). The report names its online policies
 by label only; the specs behind the labels are read back from the report's own command (`--policies`, or
 the command's defaults), the static k's from the grid's rules.
 """
@@ -70,8 +70,9 @@ def policies_by_label(data: dict[str, Any], job: dict[str, Any]) -> dict[str, di
 
 
 def fastest(data: dict[str, Any], job: dict[str, Any]) -> tuple[dict[str, Any], float] | None:
-    """The fastest policy run on `job` that reached the target on every seed, and its mean time; None if
-    none did."""
+    """The fastest policy run on `job` by the report's mean time over the seeds (a missed seed counts twice
+    the budget there), and that time; an online policy that missed on any seed, and any policy whose mean
+    is the penalty itself, are left out. None if none is left."""
     named = policies_by_label(data, job)
     budget = float(job["budget"])
     times = dict(job.get("static", {}))
