@@ -758,7 +758,8 @@ def recommend(job: Optional[Path] = JOB_ARG, as_json: bool = JSON_OPT, *, option
     elif answer.predicted_speedup is not None:
         prediction = f"predicted {answer.predicted_speedup:.2f}x BSP's time to target (from another workload)"
     else:
-        prediction = "no prediction of its time (none of its neighbours has BSP's time to target to scale from)"
+        prediction = ("no prediction of its time (no neighbour that voted for it has a speedup over BSP: BSP missed "
+                      "the target there)")
     console.print(f"recommended: [bold]{_policy_label(answer.policy)}[/bold], {prediction}. Nothing was trained: "
                   "`autosync tune` checks it (and starts from these jobs' winners).")
 

@@ -25,6 +25,9 @@ from autosync.core.job import JobSpec
 ONLINE_POLICIES = ("dbw", "bdbw", "lbbsp", "ssp", "sync_switch", "dana_slim")
 STATIC_K_RULES = ("fixed", "proportional")  # the static-k grid's learning-rate rules unless told otherwise
 CELLS_FILE = "cells.jsonl"
+REPORT_FILE = "robustness.json"  # the report as data (`autosync.reporting.robustness.write_robustness`)
+REPORT_JOB_KEYS = ("job", "n_workers", "fingerprint", "budget", "best_static", "best_static_time", "bsp_time",
+                   "static", "policies")  # what the readers of a report's jobs need
 TUNED_LABEL = "tuned"  # the row of each job's own tuned policy (`Grid.tuned`)
 WITHIN = 1.1  # a policy "holds up" on a job when its regret is at most this
 SPREAD_FOR_BALANCE = 2.0  # jobs whose worker speeds spread at least this much are where LB-BSP should help
@@ -207,6 +210,37 @@ def score_job(job: JobSpec, cells: dict[str, dict[str, Any]], online: list[dict[
             "bsp_time": bsp_time, "static": {label: t for label, t, _ in static}, "policies": policies}
 
 
+def load_report(path: Path, flag: str = "") -> tuple[Path, dict[str, Any]]:
+    """(the report's folder, its data) of a robustness report: its folder, or its robustness.json; a missing
+    or damaged one is a UserError naming it (`flag`: the option it was given with, for the message)."""
+    from autosync.core.errors import UserError
+
+    where = f"{flag} {path}".strip()
+    file = path / REPORT_FILE if path.is_dir() else path
+    if not file.is_file():
+        raise UserError(f"{where}: no robustness report here (make one with `autosync robustness FAMILY.yaml`)")
+    try:
+        data = json.loads(file.read_text())
+        _require(data, ("family", "command", "seeds", "summary", "jobs"))
+        for row in data["jobs"]:
+            _require(row, REPORT_JOB_KEYS)
+        for row in data["summary"]:
+            _require(row, ("policy",))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UserError(f"{file}: not a robustness report written by `autosync robustness` "
+                        f"({type(exc).__name__}: {exc})") from None
+    return file.parent, data
+
+
+def _require(mapping: Any, keys: Iterable[str]) -> None:
+    """KeyError naming the first of `keys` that `mapping` (a dict) lacks; TypeError when it is no dict."""
+    if not isinstance(mapping, dict):
+        raise TypeError(f"expected an object, got {type(mapping).__name__}")
+    missing = [key for key in keys if key not in mapping]
+    if missing:
+        raise KeyError(missing[0])
+
+
 def summarize(per_job: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per policy: median, p90 and worst regret; share of jobs within 1.1x; jobs slower than BSP; the
     speed-up over BSP on jobs whose worker speeds spread 2x or more (where batch balancing should pay)."""
@@ -241,6 +275,9 @@ def report(jobs: list[JobSpec], cells: dict[str, dict[str, Any]], online: list[d
            seeds: list[int], rules: Iterable[str] = STATIC_K_RULES,
            tuned: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """Every job scored (`score_job`; `tuned`: each job's tuned policy by fingerprint) and the summary."""
+    from autosync.leaderboard import label_of
+
     per_job = [score_job(job, cells, online, seeds, rules, (tuned or {}).get(job.fingerprint())) for job in jobs]
-    return {"seeds": seeds, "lr_rules": list(rules), "summary": summarize(per_job), "jobs": per_job}
+    return {"seeds": seeds, "lr_rules": list(rules), "online_policies": {label_of(p): p for p in online},
+            "summary": summarize(per_job), "jobs": per_job}
 

@@ -8,14 +8,13 @@ change was developed on holds on one it was not. Nothing is trained again.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from autosync.core.errors import UserError
-
-ROBUSTNESS_JSON = "robustness.json"
+from autosync.robustness import STATIC_K_RULES
+from autosync.robustness import load_report as read_report
 # (key of a report's summary row, header) of each family's columns in the comparison
 FAMILY_COLUMNS = (("median_regret", "median"), ("worst_regret", "worst"), ("slower_than_bsp", "> BSP"),
                   ("missed_runs", "missed"))
@@ -61,17 +60,11 @@ class Comparison:
 
 def load_report(path: Path) -> FamilyReport:
     """A robustness report (its folder or its robustness.json); a missing or damaged one is a UserError."""
-    file = path / ROBUSTNESS_JSON if path.is_dir() else path
-    if not file.is_file():
-        raise UserError(f"{file}: no robustness report here (make one with `autosync robustness FAMILY.yaml`)")
-    try:
-        data = json.loads(file.read_text())
-        summary = {str(row["policy"]): row for row in data["summary"]}
-        return FamilyReport(str(data["family"]), file, str(data.get("command", "")), len(data["jobs"]),
-                            list(data["seeds"]), summary, list(data.get("lr_rules", ["fixed", "proportional"])))
-    except (ValueError, KeyError, TypeError) as exc:
-        raise UserError(f"{file}: not a robustness report written by `autosync robustness` "
-                        f"({type(exc).__name__}: {exc})") from None
+    folder, data = read_report(path)
+    return FamilyReport(str(data["family"]), path if path.is_file() else folder / "robustness.json",
+                        str(data["command"]), len(data["jobs"]), list(data["seeds"]),
+                        {str(row["policy"]): row for row in data["summary"]},
+                        list(data.get("lr_rules", STATIC_K_RULES)))
 
 
 def compare(paths: list[Path], developed_on: str | None = None) -> Comparison:

@@ -85,6 +85,7 @@ class Neighbour:
     record: dict[str, Any]  # its cache record (best_policy, best_value, speedup_vs_bsp, ...)
     features: list[float]
     same_workload: bool = True  # whether it trains what this job trains (else WORKLOAD_PENALTY further away)
+    fingerprint: str | None = None  # its job's fingerprint (one vote per job, wherever it was found)
 
     @property
     def n_workers(self) -> int:
@@ -120,7 +121,8 @@ def neighbours(storage: "optuna.storages.BaseStorage", job: JobSpec, execution: 
             continue
         mine = mine if mine is not None else cluster_features(job)
         far = distance(mine, attrs[FEATURES]) + (0.0 if same else WORKLOAD_PENALTY)
-        found = Neighbour(frozen.study_name, attrs.get("job_name", "?"), far, record, attrs[FEATURES], same)
+        found = Neighbour(frozen.study_name, attrs.get("job_name", "?"), far, record, attrs[FEATURES], same,
+                          attrs.get("fingerprint"))
         kept = best.get(attrs.get("fingerprint", frozen.study_name))
         if kept is None or record.get("best_value", math.inf) < kept.record.get("best_value", math.inf):
             best[attrs.get("fingerprint", frozen.study_name)] = found

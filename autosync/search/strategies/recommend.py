@@ -60,8 +60,11 @@ def recommend(storage: Any, job: JobSpec, where: str, grids: Sequence[Path] = ()
     mine = cluster_features(job)
     near = neighbours(storage, job, count=COUNT, other_workloads=True, features=mine) if storage is not None else []
     for grid in grids:
-        near += grid_neighbours(grid, job, mine)
-    near = sorted(near, key=lambda nb: (nb.distance, nb.study_name, nb.job_name))[:COUNT]
+        near += grid_neighbours(grid, job, mine, lambda policy, n: adapt(policy, n, job) is not None)
+    one_each: dict[str, Neighbour] = {}  # a job tuned in the storage and drawn in a report (or a report given
+    for nb in sorted(near, key=lambda nb: (nb.distance, nb.study_name, nb.job_name)):  # twice) votes once
+        one_each.setdefault(nb.fingerprint or f"{nb.study_name}/{nb.job_name}", nb)
+    near = list(one_each.values())[:COUNT]
     if not near:
         place = where + "".join(f" or the report {g}" for g in grids)
         raise UserError(f"{job.source}: no tuned job in {place} to recommend from: tune this job (autosync tune) "
