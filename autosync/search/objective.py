@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from autosync.core.errors import RuntimeFailure
 from autosync.core.job import JobSpec
+from autosync.search.study.siblings import finished_trials, scored_as
 
 if TYPE_CHECKING:
     import optuna
@@ -294,8 +295,6 @@ class Objective:
         full = self._needs_full_budget(trial)
         reference = self.bsp_score or {}
         twin = self._other_process_twin(trial, canonical, scoring, full)
-        from autosync.search.study.siblings import scored_as
-
         if twin is None and canonical == BSP and scored_as(reference, scoring):
             return self._from_bsp_reference(trial)
         twin = twin or self._finished_twin(trial, canonical, scoring, full)
@@ -464,8 +463,6 @@ class Objective:
         (None, trial) from this study, else (study name, trial) from a sibling study (canonical policy only:
         parameter names differ between spaces)."""
         import optuna
-
-        from autosync.search.study.siblings import finished_trials
 
         def alike(t: "optuna.trial.FrozenTrial") -> bool:  # a trial stopped at the target cannot answer a check
             return t.user_attrs.get(SCORING) == scoring and not (full and t.user_attrs.get(FINAL_PENDING)) and (

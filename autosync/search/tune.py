@@ -23,8 +23,8 @@ from autosync.search.study.cache import (
     best_policies, cost_fields, execution_name, execution_of, read_cache, study_name, write_cache,
 )
 from autosync.search.objective import (
-    BSP_TARGET, CURVE, DETAILS, FORKED, HORIZON, STOPPED_EARLY, Objective, RunFailed, TimeToTargetBound, canonical_on, evaluate, process_tag,
-    trial_scoring, trial_seeds,
+    BSP_TARGET, CURVE, DETAILS, FORKED, HORIZON, STOPPED_EARLY, Objective, RunFailed, TimeToTargetBound,
+    canonical_on, evaluate, process_tag, trial_scoring, trial_seeds,
 )
 from autosync.search.strategies.patience import give_up_queued, patience_of, trials_without_improvement
 from autosync.search.strategies.pruning import RaceLimit, TargetRacePruner, thinned
