@@ -654,12 +654,12 @@ def recommend(job: JobSpec, storage: str | None = None, grids: Sequence[str | Pa
 
     quiet_optuna()
     url = storage or DEFAULT_STORAGE
-    if not storage_exists(url) and not grids:
+    exists = storage_exists(url)
+    if not exists and not grids:
         raise UserError(f"{job.source}: no tuned job in {redact_url(url)} to recommend from (the storage does not "
                         "exist): tune this job (autosync tune) or point --storage at a storage of tuned jobs "
                         "(or --grid at a robustness report)")
-    return answer(open_storage(url) if storage_exists(url) else None, job, redact_url(url),
-                  [Path(g) for g in grids])
+    return answer(open_storage(url) if exists else None, job, redact_url(url), [Path(g) for g in grids])
 
 
 def clear_cache(job: JobSpec, storage: str | None = None) -> list[str]:

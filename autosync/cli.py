@@ -20,8 +20,8 @@ from rich.table import Table
 
 from autosync.core.errors import Interrupted, RuntimeFailure, UserError
 from autosync.options import (
-    CacheOptions, CalibrateOptions, CompareOptions, RecommendOptions, FamilyOptions, LeaderboardOptions, ProfileOptions, ReplayOptions,
-    RerunOptions, RobustnessOptions, RunOptions, ScalingOptions, TuneOptions,
+    CacheOptions, CalibrateOptions, CompareOptions, FamilyOptions, LeaderboardOptions, ProfileOptions,
+    RecommendOptions, ReplayOptions, RerunOptions, RobustnessOptions, RunOptions, ScalingOptions, TuneOptions,
 )
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -454,11 +454,12 @@ def robustness_compare(
     from autosync.reporting.robustness import comparison_cells, comparison_header, write_comparison
 
     comparison = api.robustness_compare(reports, options)
-    header = comparison_header(comparison)
+    grids_differ = comparison.grids_differ()
     if as_json:
         _print_json({"developed_on": comparison.developed_on,
                      "reports": [{"family": r.family, "path": str(r.path)} for r in comparison.reports],
-                     "grids_differ": comparison.grids_differ(), "columns": header, "rows": [[label, *values] for label, values in comparison.rows()],
+                     "grids_differ": grids_differ, "columns": comparison_header(comparison),
+                     "rows": [[label, *values] for label, values in comparison.rows()],
                      "not_compared": comparison.partial})
     else:
         held_out = [r.family for r in comparison.reports if r.family != comparison.developed_on]
@@ -471,8 +472,8 @@ def robustness_compare(
         for label, values in comparison.rows():
             table.add_row(label, *comparison_cells(values))
         console.print(table)
-        if comparison.grids_differ():
-            status.print(comparison.grids_differ(), style="dim")
+        if grids_differ:
+            status.print(grids_differ, style="dim")
         if comparison.partial:
             status.print(f"not compared (run on some families only): {', '.join(comparison.partial)}", style="dim")
     if out is not None:

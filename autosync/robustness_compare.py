@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from autosync.core.errors import UserError
-from autosync.robustness import STATIC_K_RULES
-from autosync.robustness import load_report as read_report
+from autosync.robustness import REPORT_FILE, STATIC_K_RULES, load_report
+
 # (key of a report's summary row, header) of each family's columns in the comparison
 FAMILY_COLUMNS = (("median_regret", "median"), ("worst_regret", "worst"), ("slower_than_bsp", "> BSP"),
                   ("missed_runs", "missed"))
@@ -58,10 +58,10 @@ class Comparison:
                 for label in self.common]
 
 
-def load_report(path: Path) -> FamilyReport:
+def family_report(path: Path) -> FamilyReport:
     """A robustness report (its folder or its robustness.json); a missing or damaged one is a UserError."""
-    folder, data = read_report(path)
-    return FamilyReport(str(data["family"]), path if path.is_file() else folder / "robustness.json",
+    folder, data = load_report(path)
+    return FamilyReport(str(data["family"]), folder / REPORT_FILE,
                         str(data["command"]), len(data["jobs"]), list(data["seeds"]),
                         {str(row["policy"]): row for row in data["summary"]},
                         list(data.get("lr_rules", STATIC_K_RULES)))
@@ -71,7 +71,7 @@ def compare(paths: list[Path], developed_on: str | None = None) -> Comparison:
     """The reports at `paths` side by side; `developed_on` must name one of their families."""
     if len(paths) < 2:
         raise UserError(f"robustness-compare needs at least two reports, but got {len(paths)}")
-    reports = [load_report(p) for p in paths]
+    reports = [family_report(p) for p in paths]
     families = [r.family for r in reports]
     if len(set(families)) < len(families):
         raise UserError(f"robustness-compare: the reports must be of different families, but got {families}")

@@ -35,16 +35,10 @@ def time_to_target(job_file: str, spec: "str | dict", seed: int) -> float:
     return reached if reached is not None else 2 * job.budget.max_virtual_seconds
 
 
-def best_static(data: dict, row: dict) -> dict:
-    """The policy behind a job's best static k label ('k=8 linear', 'k=n (BSP)')."""
-    from autosync.robustness import STATIC_K_RULES, static_k_policies, static_label
-
-    grid = static_k_policies(int(row["n_workers"]), data.get("lr_rules", STATIC_K_RULES))
-    return next(p for p in grid if static_label(p) == row["best_static"])
-
-
 def main() -> None:
     from joblib import Parallel, delayed
+
+    from autosync.search.strategies.robustness_grid import policies_by_label
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("report", help="a robustness report's folder")
@@ -56,7 +50,7 @@ def main() -> None:
     data = json.loads((folder / "robustness.json").read_text())
     rows = data["jobs"]
     fresh = [max(data["seeds"]) + 1 + i for i in range(FRESH)]
-    statics = {r["job"]: best_static(data, r) for r in rows}
+    statics = {r["job"]: policies_by_label(data, r)[r["best_static"]] for r in rows}
     specs = {r["job"]: [statics[r["job"]], *args.policies] for r in rows}
     tasks = [(r["job"], spec, seed) for r in rows for spec in specs[r["job"]] for seed in fresh]
     times = Parallel(n_jobs=args.n_jobs)(delayed(time_to_target)(str(folder / "jobs" / f"{job}.yaml"), spec, seed)

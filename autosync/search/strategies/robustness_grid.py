@@ -35,37 +35,46 @@ def online_specs(command: str) -> list[str]:
     return specs or list(ONLINE_POLICIES)
 
 
-def policies_by_label(data: dict[str, Any], job: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Every label of `job`'s row in the report that names a policy: the static k's, the online policies
-    (kept by the report, or parsed from its command at the family's smallest n, as the report parsed them),
-    BSP and the job's tuned policy."""
+def online_by_label(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The report's online policies by label: kept by the report, or parsed from its command at the
+    family's smallest n, as the report parsed them (a spec that names no policy is left out)."""
     from autosync.leaderboard import label_of, parse_policy_spec
+
+    online = data.get("online_policies")
+    if isinstance(online, dict):
+        return online
+    smallest = min(int(row["n_workers"]) for row in data["jobs"])
+    found = {}
+    for spec in online_specs(data["command"]):
+        try:
+            policy = parse_policy_spec(spec, smallest)
+        except (ValueError, UserError):
+            continue  # its row is not read
+        found[label_of(policy)] = policy
+    return found
+
+
+def policies_by_label(data: dict[str, Any], job: dict[str, Any],
+                      online: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
+    """Every label of `job`'s row in the report that names a policy: the static k's, BSP, the online
+    policies (`online_by_label`, unless given) and the job's tuned policy."""
     from autosync.robustness import BSP_LABEL, STATIC_K_RULES, TUNED_LABEL, static_k_policies, static_label
 
     found = {static_label(p): p for p in static_k_policies(int(job["n_workers"]),
                                                            data.get("lr_rules", STATIC_K_RULES))}
     found["bsp"] = found[BSP_LABEL]
-    online = data.get("online_policies")
-    if isinstance(online, dict):
-        found.update(online)
-    else:
-        smallest = min(int(row["n_workers"]) for row in data["jobs"])
-        for spec in online_specs(data["command"]):
-            try:
-                policy = parse_policy_spec(spec, smallest)
-            except (ValueError, UserError):
-                continue  # a spec that names no policy here: its row is not read
-            found[label_of(policy)] = policy
+    found.update(online if online is not None else online_by_label(data))
     if isinstance(job.get("tuned_policy"), dict):
         found[TUNED_LABEL] = job["tuned_policy"]
     return found
 
 
 def fastest(data: dict[str, Any], job: dict[str, Any],
-            fits: Callable[[dict[str, Any]], bool] = lambda policy: True) -> tuple[dict[str, Any], float] | None:
+            fits: Callable[[dict[str, Any]], bool] = lambda policy: True,
+            online: dict[str, dict[str, Any]] | None = None) -> tuple[dict[str, Any], float] | None:
     """The fastest policy run on `job` by the report's mean time over the seeds, among those `fits` keeps,
     and that time; a mean at the penalty itself (every seed missed) never counts. None if none is left."""
-    named = policies_by_label(data, job)
+    named = policies_by_label(data, job, online)
     budget = float(job["budget"])
     times = dict(job["static"])
     times.update({label: row["time"] for label, row in job["policies"].items()})
@@ -81,6 +90,7 @@ def grid_neighbours(path: Path, job: JobSpec, features: list[float],
 
     folder, data = load_report(path, "--grid")
     key, fingerprint = workload_key(job), job.fingerprint()
+    online = online_by_label(data)
     found = []
     for row in data["jobs"]:
         if row["fingerprint"] == fingerprint:
@@ -89,7 +99,7 @@ def grid_neighbours(path: Path, job: JobSpec, features: list[float],
         if not file.is_file():
             raise UserError(f"--grid {folder}: the drawn job file {file} is missing (the report writes it)")
         n = int(row["n_workers"])
-        best = fastest(data, row, lambda policy: fits(policy, n))
+        best = fastest(data, row, lambda policy: fits(policy, n), online)
         if best is None:
             continue
         policy, time = best
