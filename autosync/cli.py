@@ -569,7 +569,10 @@ def _command_line(command: str) -> str:
 def _breakdown_line(b: dict[str, int]) -> str:
     """Where a search's cost went: the record's `search_breakdown` in words."""
     return (f"Of its trials, {b['stopped_at_target']} stopped at the target, {b['answered_by_equivalent']} were "
-            f"answered by an equivalent policy's result without training, {b['pruned']} were pruned"
+            f"answered by an equivalent policy's result without training"
+            + (f" ({b['found_equivalent']} found equivalent by running on the job's proxy)"
+               if b.get("found_equivalent") else "")
+            + f", {b['pruned']} were pruned"
             + _pruned_how(b)
             + (f", {b['forked_trials']} continued from another switch point's run (its prefix, forked)"
                if b.get("forked_trials") else "") + "; "
@@ -592,11 +595,13 @@ def _pruned_how(b: dict[str, int]) -> str:
     return f" ({', '.join(how)})" if how else ""
 
 
-def _neighbours_line(near: list[dict[str, Any]], cost_to_answer: float | None) -> str:
-    """The tuned jobs a search started from (a transfer), and what finding the answer cost."""
+def _neighbours_line(near: list[dict[str, Any]], cost_to_answer: float | None, prior: int = 0) -> str:
+    """The tuned jobs a search started from (a transfer), their trials TPE read as a prior, and what finding
+    the answer cost."""
     jobs = "; ".join(f"{nb['job']} (distance {nb['distance']:.2f}): {_policy_label(nb['policy'])}" for nb in near)
+    read = f"; TPE read {prior} of their trial{'' if prior == 1 else 's'} as its prior" if prior else ""
     cost = f"; the answer was found after {cost_to_answer:.2f} BSP trainings" if cost_to_answer is not None else ""
-    return f"Started from the winners of {_count(len(near), 'tuned neighbour job')}: {jobs}{cost}."
+    return f"Started from the winners of {_count(len(near), 'tuned neighbour job')}: {jobs}{read}{cost}."
 
 
 def _resumable(call: Any) -> Any:
@@ -649,7 +654,8 @@ def _print_tune(outcome: Any, spec: Any) -> None:
     if isinstance(c.get("search_breakdown"), dict):
         console.print(_breakdown_line(c["search_breakdown"]), style="dim")
     if c.get("neighbour_jobs"):
-        console.print(_neighbours_line(c["neighbour_jobs"], c.get("cost_to_answer_bsp_trainings")), style="dim")
+        console.print(_neighbours_line(c["neighbour_jobs"], c.get("cost_to_answer_bsp_trainings"),
+                                       c.get("prior_trials", 0)), style="dim")
     status.print(f"train with it: autosync run {'JOB.yaml ' if spec.name != 'digits_default' else ''}--policy tuned",
                   style="dim")
 

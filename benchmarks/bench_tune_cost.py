@@ -63,7 +63,8 @@ def job_named(name: str) -> JobSpec:
 
 
 def run_tune(job: JobSpec, space_name: str, trials: int, stop_at_target: bool, seed: int = 0,
-             forks: bool = True, patience: int | None = None, constraint_at: str = "budget") -> dict:
+             forks: bool = True, patience: int | None = None, constraint_at: str = "budget",
+             equivalents: bool = True) -> dict:
     """One tune in a fresh study (and a fresh fork store: nothing kept from an earlier tune; none at all
     without `forks`); its cache record and wall time."""
     space = load_space(SPACE_DIR / f"{space_name}.yaml", job.cluster.n_workers)
@@ -73,7 +74,8 @@ def run_tune(job: JobSpec, space_name: str, trials: int, stop_at_target: bool, s
         start = time.perf_counter()
         outcome = tune(TuneRequest(job=job, space=space, n_trials=trials, seed=seed, patience=patience,
                                    settings=ObjectiveSettings(stop_at_target=stop_at_target,
-                                                              constraint_at=constraint_at),
+                                                              constraint_at=constraint_at,
+                                                              find_equivalents=equivalents),
                                    storage=f"sqlite:///{Path(tmp) / 'bench.db'}"))
         wall = time.perf_counter() - start
     return {**outcome.cache, "wall_seconds": wall}

@@ -147,3 +147,36 @@ def test_recommend_from_a_robustness_report_votes_with_its_other_jobs_fastest_po
         refused = autosync("recommend", str(asked), "--grid", *bad, cwd=tmp_path)
         no_traceback(refused)
         assert refused.returncode == 2 and says in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
+
+
+def test_the_neighbours_trials_are_tpes_prior_on_this_jobs_scale_and_never_stored(tuned):
+    """Transfer's prior (`autosync.search.strategies.prior`): a neighbour's trained trials, k scaled to this n
+    and times by the two BSP times; TPE proposes from them at once, and the study keeps its own trials only."""
+    from autosync.search.objective import FULL_BUDGET_OF
+    from autosync.search.strategies.prior import PRIOR_OF, prior_trials
+    from autosync.search.study.siblings import EXECUTION
+
+    url, same, _ = tuned
+    storage = open_storage(url)
+    theirs = optuna.load_study(study_name=same.study_name, storage=storage)
+    execution = theirs.user_attrs[EXECUTION]
+    their_bsp = theirs.user_attrs["bsp_reference"]["time_to_target"]
+    trained = [t for t in theirs.get_trials(states=(optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED))
+               if "same_as_trial" not in t.user_attrs and FULL_BUDGET_OF not in t.user_attrs]
+    near = [{"study": same.study_name, "n_workers": 4}]
+    prior = prior_trials(storage, near, "static_k", execution, _job(0.7, n=8), 2 * their_bsp)
+    assert len(prior) == len(trained) > 0 and all(t.number < 0 for t in prior)
+    for mine, t in zip(prior, trained):
+        assert mine.user_attrs[PRIOR_OF] == f"{same.study_name}#{t.number}"
+        assert mine.params["backup.k"] == min(max(round(t.params["backup.k"] * 2), 1), 8)
+        if t.state == optuna.trial.TrialState.COMPLETE:
+            assert mine.value == pytest.approx(2 * t.value)
+    assert prior_trials(storage, near, "policy", execution, _job(0.7, n=8), their_bsp) == []  # another space
+
+    job = _job(0.65, name="with_prior")
+    space = load_space(SPACE_DIR / "static_k.yaml", 4)
+    outcome = tune(TuneRequest(job=job, space=space, n_trials=3, storage=url, settings=ObjectiveSettings(tolerance=0.05)))
+    assert outcome.cache["prior_trials"] >= len(trained)  # this module's other tests tune more neighbours
+    study = optuna.load_study(study_name=outcome.study_name, storage=storage)
+    assert study.trials and not any(PRIOR_OF in t.user_attrs for t in study.trials)
+    assert outcome.cache["best_value"] == min(t.value for t in study.trials if t.value is not None)

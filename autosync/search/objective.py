@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
     from autosync.core.job import OptimizerSpec
     from autosync.engine.backends import BackendChoice
+    from autosync.search.equivalence import EquivalenceCheck
     from autosync.search.space import SearchSpace
 
 
@@ -57,6 +58,9 @@ PROCESS = "process"  # user attribute: host:pid of the process that ran the tria
 CURVE = "curve"  # user attribute: [virtual time, target metric] at the first seed's evaluations, up to the target
 # (the whole run's where it missed the target)
 CANONICAL = "canonical_policy"  # user attribute: the simplest policy that runs exactly like the trial's
+# user attribute: the canonical policy the trial's was found to run like by the check (`autosync.search.equivalence`)
+FOUND_EQUIVALENT = "found_equivalent_of"
+EQUIVALENCE_CHECK_FAILED = "equivalence_check_failed"  # user attribute: why the check could not run (the trial trained)
 SCORING = "scoring"  # user attribute: the seeds, miss penalty and budget a trial was scored with
 RESAMPLED = "resampled_from"  # user attribute: the running trial whose point this trial proposed again
 # user attribute: the trial's runs stopped at the target, so its final metric (and its constraint) is not known
@@ -110,6 +114,9 @@ class ObjectiveSettings:
     # the time BSP reaches the target (BSP_TARGET: neither BSP's reference nor a candidate's check trains
     # past it; `autosync.search.strategies.full_budget`)
     constraint_at: str = BUDGET
+    # look for an already trained policy that runs like a trial's by running both on the job's proxy
+    # (`autosync.search.equivalence`); the listed equivalences (`Policy.canonical`) apply either way
+    find_equivalents: bool = True
 
 
 def evaluate(job: JobSpec, policy: dict[str, Any], seeds: list[int], penalty: float = 2.0,
@@ -277,6 +284,8 @@ class Objective:
         # the bar a trial races against, built per trial from its study (`autosync.search.strategies.pruning`);
         # None: no pruning
         self.race = race
+        # built on the first check (`_found_equivalent`); False once it failed on this job
+        self.equivalents: "EquivalenceCheck | None | bool" = None
 
     def seeds(self) -> list[int]:
         return trial_seeds(self.job, self.settings.repeats)
@@ -292,6 +301,8 @@ class Objective:
         trial.set_user_attr("policy", policy)
         canonical = canonical_on(policy, self.job)
         scoring = self.scoring()  # what a reused result must share
+        if canonical is not None and self.settings.find_equivalents:
+            canonical = self._found_equivalent(trial, canonical, scoring)
         full = self._needs_full_budget(trial)
         reference = self.bsp_score or {}
         twin = self._other_process_twin(trial, canonical, scoring, full)
@@ -353,6 +364,37 @@ class Objective:
         if self.settings.multi_objective:
             return score["time_to_target"], score["final_metric"]
         return score["time_to_target"]
+
+    def _found_equivalent(self, trial: "optuna.Trial", canonical: dict[str, Any],
+                          scoring: dict[str, Any]) -> dict[str, Any]:
+        """The canonical policy of a policy already tried on this job (in this study or a sibling, scored
+        alike; BSP's reference too) whose run the trial's would repeat, found by the check on the job's proxy
+        (`autosync.search.equivalence`); the trial's own `canonical` when none is, or when a trial of the
+        same canonical policy exists already (the listed twin answers it)."""
+        import optuna
+
+        from autosync.search.equivalence import EquivalenceCheck
+
+        states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.FAIL)
+        tried = [t for t in trial.study.get_trials(deepcopy=False, states=states)]
+        tried += [t for _, t in finished_trials(self.siblings)]
+        known = [t.user_attrs[CANONICAL] for t in tried if CANONICAL in t.user_attrs
+                 and t.user_attrs.get(SCORING) == scoring and (t.state.name != "FAIL" or has_own_failure(t))]
+        if scored_as(self.bsp_score or {}, scoring):
+            known.append(BSP)
+        if canonical in known or not known or self.equivalents is False:
+            return canonical
+        try:
+            self.equivalents = self.equivalents or EquivalenceCheck(self.job)
+            found = self.equivalents.find(canonical, known)
+        except Exception as exc:  # noqa: BLE001 - the check only saves training: without it the trial trains
+            trial.set_user_attr(EQUIVALENCE_CHECK_FAILED, f"{type(exc).__name__}: {exc}")
+            self.equivalents = False  # and so do the next ones, without trying again
+            return canonical
+        if found is None:
+            return canonical
+        trial.set_user_attr(FOUND_EQUIVALENT, found)
+        return found
 
     def _race(self, trial: "optuna.Trial") -> "Race | None":
         """The bar this trial races against (`autosync.search.strategies.pruning`); None when it runs to the end: a

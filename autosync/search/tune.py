@@ -26,6 +26,7 @@ from autosync.search.objective import (
     BSP_TARGET, CURVE, DETAILS, FORKED, HORIZON, STOPPED_EARLY, Objective, RunFailed, TimeToTargetBound,
     canonical_on, evaluate, process_tag, trial_scoring, trial_seeds,
 )
+from autosync.search.strategies.prior import give_prior
 from autosync.search.strategies.patience import give_up_queued, patience_of, trials_without_improvement
 from autosync.search.strategies.pruning import RaceLimit, TargetRacePruner, thinned
 from autosync.search.study.running_twins import Resampled
@@ -486,6 +487,8 @@ def run_trials(study: "optuna.Study", request: TuneRequest, reference: dict[str,
     objective = Objective(request.job, request.space, request.settings, reference["final_metric"], reference,
                           siblings, storage_url=request.storage,
                           race=functools.partial(RaceLimit, places=places(request)))
+    give_prior(study, study.user_attrs.get(NEIGHBOUR_JOBS, []) if request.prior else [], request.space.name,
+               execution_name(request.settings.backend), request.job, reference.get("time_to_target"))
     while True:
         done, pending = budget_used(study)
         if on_trial is not None:

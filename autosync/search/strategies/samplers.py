@@ -26,7 +26,10 @@ def make_sampler(name: str, seed: int, space: SearchSpace, multi_objective: bool
 
         return LadderSampler(rungs=DEFAULT_RUNGS[:n_trials])
     if name in ("tpe", "binary"):  # binary enqueues every candidate itself: its sampler is never asked
-        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=5, multivariate=True, group=True)
+        from autosync.search.strategies.prior import tpe_with_prior
+
+        # a new job's study reads its tuned neighbours' trials as a prior (`autosync.search.strategies.prior`)
+        return tpe_with_prior(seed=seed, n_startup_trials=5, multivariate=True, group=True)
     if name == "gp":
         if multi_objective:
             raise UserError("--sampler gp handles one objective only; use tpe for --objective time,metric")

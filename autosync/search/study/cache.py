@@ -16,9 +16,10 @@ from autosync.core.job import JobSpec
 from autosync.search.strategies.confirm import RUNS as CONFIRMATION_RUNS
 from autosync.search.cost import COST_UNIT, in_bsp_trainings
 from autosync.search.objective import (
-    BUDGET, FORKED, FULL_BUDGET_OF, HORIZON, PLATEAU, PRUNED_ON_PACE, final_pending, policy_key,
+    BUDGET, FORKED, FOUND_EQUIVALENT, FULL_BUDGET_OF, HORIZON, PLATEAU, PRUNED_ON_PACE, final_pending, policy_key,
 )
 from autosync.search.strategies.patience import GIVEN_UP
+from autosync.search.strategies.prior import PRIOR_TRIALS
 from autosync.search.study.siblings import REFERENCE_FROM
 from autosync.search.space import SearchSpace
 from autosync.search.study.storage import open_storage, redact_url, storage_exists
@@ -180,6 +181,7 @@ def write_cache(study: "optuna.Study", job: JobSpec, space: SearchSpace, sampler
         "cost_to_answer_bsp_trainings": in_bsp_trainings(search_cost(study, up_to=answer_trial(study, top)),
                                                          bsp_training_seconds(reference)),
         "neighbour_jobs": neighbours or [],
+        PRIOR_TRIALS: study.user_attrs.get(PRIOR_TRIALS, 0),  # their trials TPE read as a prior
     }
     study.set_user_attr("cache", record)
     return record
@@ -187,7 +189,8 @@ def write_cache(study: "optuna.Study", job: JobSpec, space: SearchSpace, sampler
 
 def search_breakdown(study: "optuna.Study") -> dict[str, int | None]:
     """Where the search's cost went and what it saved: trials whose runs stopped at the target, trials
-    answered by an equivalent without training (a twin's result, or BSP's reference), trials pruned (and of
+    answered by an equivalent without training (a twin's result, or BSP's reference; of those, how many
+    the equivalence check found, `autosync.search.equivalence`), trials pruned (and of
     those, how many on their pace and how many untrained inside a plateau of tied trials of their policy,
     `autosync.search.strategies.pruning`), and
     the full-budget checks of the candidates that could win (`autosync.search.strategies.full_budget`), and how many
@@ -202,6 +205,9 @@ def search_breakdown(study: "optuna.Study") -> dict[str, int | None]:
     return {
         "stopped_at_target": sum(1 for t in trials if final_pending(t) and "same_as_trial" not in t.user_attrs),
         "answered_by_equivalent": len(copied),
+        # of those and of the pruned, the ones whose equivalent the check found (`autosync.search.equivalence`)
+        "found_equivalent": sum(1 for t in trials if FOUND_EQUIVALENT in t.user_attrs and (
+            "same_as_trial" in t.user_attrs)),
         "pruned": sum(1 for t in trials if t.state.name == "PRUNED" and "same_as_trial" not in t.user_attrs),
         "pruned_on_pace": sum(1 for t in trials if t.state.name == "PRUNED" and "same_as_trial" not in t.user_attrs
                               and t.user_attrs.get(PRUNED_ON_PACE)),
