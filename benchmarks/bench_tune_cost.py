@@ -2,7 +2,7 @@
 
     python benchmarks/bench_tune_cost.py [--jobs default quick:0 quick:1 ...] [--spaces static_k policy]
                                          [--trials 20] [--reference-trials 60] [--json FILE] [--forks-off]
-                                         [--patience P] [--bsp-target]
+                                         [--patience P] [--bsp-target] [--equivalence-off]
 
 For each job (`default`: the embedded default job; `quick:I`: job I of baselines/family_quick.yaml) and
 each search space, `autosync tune` runs twice in fresh SQLite studies with the same sampler seed:
@@ -17,7 +17,10 @@ each search space, `autosync tune` runs twice in fresh SQLite studies with the s
   place of the space's own patience (`autosync.search.strategies.patience`; `static_k` says 5, so its
   stop and patience tunes are the same at P = 5);
 - bsp-target (`--bsp-target`): as stop, the constraint held at BSP's time to target
-  (`tune --constraint-at bsp-target`: BSP's reference and the checks train no further than that).
+  (`tune --constraint-at bsp-target`: BSP's reference and the checks train no further than that);
+- no check (`--equivalence-off`): as stop, with no equivalence found by running on the job's proxy
+  (`autosync.search.equivalence`; the listed canonical forms still apply): what the check saves, and
+  what its proxy runs cost in wall time.
 Printed per run: the search cost in BSP trainings (virtual seconds trained, BSP's reference included,
 over one full BSP training), wall seconds, the recurrences that amortize it, and the winner's
 time-to-target on 3 seeds over the reference's best on the same 3 seeds (the regret). The reference is
@@ -130,11 +133,13 @@ def write_runs(rows: list[dict], path: Path, argv: list[str]) -> None:
              "Cost: virtual seconds trained over one full BSP training, BSP's reference included; regret: the "
              f"winner's mean time-to-target over {CONFIRM_SEEDS} seeds over the reference search's best on the "
              "same seeds.", "",
-             "| job | space | mode | cost (BSP trainings) | wall (s) | recurrences to amortize | regret | winner |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| job | space | mode | cost (BSP trainings) | wall (s) | recurrences to amortize | regret | "
+             "equivalents found | winner |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['job']} | {r['space']} | {r['mode']} | {r['cost']:.2f} | {r['wall']:.0f} | "
-                     f"{r['amortize']} | {r['regret']:.3f} | `{json.dumps(r['winner'], sort_keys=True)}` |")
+                     f"{r['amortize']} | {r['regret']:.3f} | {r['found']} | "
+                     f"`{json.dumps(r['winner'], sort_keys=True)}` |")
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -156,6 +161,8 @@ def main() -> None:
                              "improving saves, and what it costs the answer")
     parser.add_argument("--bsp-target", action="store_true",
                         help="also run the stopping tune with --constraint-at bsp-target")
+    parser.add_argument("--equivalence-off", action="store_true",
+                        help="also run the stopping tune without the equivalence check: what it saves")
     args = parser.parse_args()
     quiet_optuna()
     cache_path = Path(args.cache)
@@ -178,15 +185,18 @@ def main() -> None:
                       f"({time.perf_counter() - start:.0f} s wall)", flush=True)
             best = refs[key]["confirmed_time"]
             for mode, stop, forks in (("full", False, True), ("stop", True, True), ("no forks", True, False),
-                                      ("patience", True, True), ("bsp-target", True, True)):
+                                      ("patience", True, True), ("bsp-target", True, True), ("no check", True, True)):
                 if (mode == "no forks" and not args.forks_off) or (mode == "patience" and args.patience is None) \
-                        or (mode == "bsp-target" and not args.bsp_target):
+                        or (mode == "bsp-target" and not args.bsp_target) \
+                        or (mode == "no check" and not args.equivalence_off):
                     continue
                 found = run_tune(job, space, args.trials, stop, forks=forks,  # full: as tune searched before
                                  patience={"full": 0, "patience": args.patience}.get(mode),
-                                 constraint_at="bsp-target" if mode == "bsp-target" else "budget")
+                                 constraint_at="bsp-target" if mode == "bsp-target" else "budget",
+                                 equivalents=mode != "no check")
                 regret = confirmed_time(job, found["best_policy"]) / best
                 rows.append({"job": name, "space": space, "mode": mode, "cost": found["search_cost_bsp_trainings"],
+                             "found": found["search_breakdown"].get("found_equivalent", 0),
                              "wall": found["wall_seconds"], "amortize": found["recurrences_to_amortize"],
                              "regret": regret, "winner": found["best_policy"]})
                 print(f"{name} {space} {mode}: cost {found['search_cost_bsp_trainings']:.2f} BSP trainings, "
@@ -218,6 +228,21 @@ def main() -> None:
                   f"{cost:.2f} BSP trainings against {off:.2f} with none forked")
             figures.add(f"tune {space} ({args.trials} trials, {len(unforked)} jobs): search cost with forking, "
                         "median", cost, "BSP trainings", "no run forked", cost / off)
+        unchecked = [(s, o) for s in rows for o in rows if s["space"] == o["space"] == space
+                     and s["job"] == o["job"] and s["mode"] == "stop" and o["mode"] == "no check"]
+        if unchecked:
+            off = statistics.median(o["cost"] for _, o in unchecked)
+            wall_ratio = statistics.median(s["wall"] / o["wall"] for s, o in unchecked)
+            found = sum(s["found"] for s, _ in unchecked)
+            same = sum(s["winner"] == o["winner"] for s, o in unchecked)
+            print(f"{space}: the equivalence check found {found} trial(s)' equivalents on {len(unchecked)} jobs; cost "
+                  f"{cost:.2f} BSP trainings against {off:.2f} without it, wall {wall_ratio:.2f}x; the same winner on "
+                  f"{same} of {len(unchecked)} jobs")
+            label = f"tune {space} ({args.trials} trials, {len(unchecked)} jobs)"
+            figures.add(f"{label}: search cost with the equivalence check, median", cost, "BSP trainings",
+                        "no equivalence found by running (listed forms only)", cost / off)
+            figures.add(f"{label}: wall time with the equivalence check over without, median", wall_ratio, "x",
+                        "no equivalence found by running", wall_ratio)
         figures.add(f"tune {space} ({args.trials} trials, {len(pairs)} jobs): winner's time-to-target, median",
                     regret, "x the reference's best", "the reference search's best (3 seeds)", regret, "<= 1.05",
                     regret <= 1.05)
