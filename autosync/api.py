@@ -238,7 +238,7 @@ def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions 
                                    multi_objective=opts.objective != "time", constraint_at=opts.constraint_at,
                                    backend=None if opts.verify_top else real),  # verify_top: search simulated
         verify_top=opts.verify_top, verify_backend=real if opts.verify_top else None, confirm_top=opts.confirm_top,
-        confirm_seeds=opts.confirm_seeds, transfer=opts.transfer, patience=opts.patience)
+        confirm_seeds=opts.confirm_seeds, transfer=opts.transfer, prior=opts.neighbour_prior, patience=opts.patience)
     quiet_optuna()
     if on_start is not None:
         on_start(request.storage)

@@ -183,6 +183,9 @@ class TuneOptions(ExecutionOptions):
     confirm_seeds: int = option(2, "Seeds added by --confirm-top.", ge=1)
     transfer: bool = option(True, "A new study starts from the winners of the nearest tuned jobs in the storage "
                             "with this job's workload and target (--no-transfer: from nothing).")
+    neighbour_prior: bool = option(False, "With the transfer, TPE also reads the tuned neighbours' trials as its prior, "
+                                   "each time on this job's scale (off by default: measured no cheaper than their "
+                                   "winners alone on the stragglers family).")
     patience: Optional[int] = option(None, "Stop the search once N trials in a row found nothing faster; the rest of "
                                      "the budget is not run (0: run the whole budget; default: the space's "
                                      "`patience`, 5 for static_k, else 0; 0 with --sampler grid).", ge=0)

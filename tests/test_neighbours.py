@@ -175,7 +175,8 @@ def test_the_neighbours_trials_are_tpes_prior_on_this_jobs_scale_and_never_store
 
     job = _job(0.65, name="with_prior")
     space = load_space(SPACE_DIR / "static_k.yaml", 4)
-    outcome = tune(TuneRequest(job=job, space=space, n_trials=3, storage=url, settings=ObjectiveSettings(tolerance=0.05)))
+    outcome = tune(TuneRequest(job=job, space=space, n_trials=3, storage=url, prior=True,
+                               settings=ObjectiveSettings(tolerance=0.05)))
     assert outcome.cache["prior_trials"] >= len(trained)  # this module's other tests tune more neighbours
     study = optuna.load_study(study_name=outcome.study_name, storage=storage)
     assert study.trials and not any(PRIOR_OF in t.user_attrs for t in study.trials)

@@ -37,5 +37,5 @@ class TuneRequest:
     confirm_top: int = 0  # re-run the K best candidates (and the siblings' winners) on confirm_seeds more seeds
     confirm_seeds: int = 2
     transfer: bool = True  # a new study starts from the winners of the nearest tuned jobs like this one
-    prior: bool = True  # and, with transfer, TPE reads their trials as a prior (`autosync.search.strategies.prior`)
+    prior: bool = False  # with transfer, TPE also reads their trials as a prior (`autosync.search.strategies.prior`)
     patience: int | None = None  # stop once N trials in a row found nothing faster (0: the whole budget; None: the space's)
