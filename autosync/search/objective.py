@@ -301,7 +301,7 @@ class Objective:
         trial.set_user_attr("policy", policy)
         canonical = canonical_on(policy, self.job)
         scoring = self.scoring()  # what a reused result must share
-        if canonical is not None and self.settings.find_equivalents:
+        if canonical is not None and self.settings.find_equivalents and self.space.equivalence_check:
             canonical = self._found_equivalent(trial, canonical, scoring)
         full = self._needs_full_budget(trial)
         reference = self.bsp_score or {}

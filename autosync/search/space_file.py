@@ -4,6 +4,7 @@ problem is reported at once naming the field, the rule and the value.
     name: static_k                  # letters, digits, '_', '-', '.' (default: the file's stem)
     description: ...
     patience: 5                     # stop once 5 trials in a row found nothing faster (default 0: the whole budget)
+    equivalence_check: true         # look for equivalent policies by running them on the job's proxy (default)
     policies:                       # policy name -> parameter -> dimension (a mapping) or constant
       backup:
         k: {type: int, low: 1, high: n_workers}
@@ -195,6 +196,7 @@ class SpaceFile(_Strict):
     name: Optional[str] = Field(None, pattern=r"^[A-Za-z0-9_.-]+$")  # the study name's suffix (default: file stem)
     description: str = ""  # what the space searches, for people
     patience: int = Field(0, ge=0)  # a search stops once this many trials in a row found nothing faster (0: off)
+    equivalence_check: bool = True  # a trial first looks for an equivalent on the job's proxy (`search.equivalence`)
     policies: dict[str, Optional[dict[str, Parameter]]] = Field(min_length=1)  # policy -> parameter -> spec
 
     @field_validator("policies", mode="before")
