@@ -9,7 +9,8 @@ import torch
 
 from autosync.catalog import make_policy
 from autosync.engine import simulate
-from autosync.search.equivalence import FIRST_CHUNK, EquivalenceCheck
+from autosync.engine.simulator import Simulator
+from autosync.search.equivalence import FIRST_CHUNK, EquivalenceCheck, _ProxyRun, proxy_of
 from autosync.search.objective import (
     FOUND_EQUIVALENT, Objective, ObjectiveSettings, canonical_on, evaluate, trial_scoring, trial_seeds,
 )
@@ -90,3 +91,31 @@ def test_a_search_trains_a_found_class_once(tmp_path):
             assert multi.user_attrs[FOUND_EQUIVALENT] == dc0.user_attrs["canonical_policy"]
         else:
             assert "same_as_trial" not in multi.user_attrs and multi.user_attrs["virtual_seconds"] > 0
+
+
+def test_a_proxy_run_advanced_in_pauses_is_the_run_without_them():
+    """The check pauses proxy runs between events and resumes them: every digest and the end must be those
+    of a run that never paused (else both sides of a pair would be wrong alike, and agree)."""
+    job = _job(0.9)
+    proxy, workload = proxy_of(job)
+    policy = make_policy("dana_slim")
+    paused, whole = (_ProxyRun(policy.to_dict(), Simulator(proxy, policy, workload=workload)) for _ in range(2))
+    for upto in (1, 2, 5, 13, 40, 10 ** 9):
+        paused.advance(upto)
+    whole.advance(10 ** 9)
+    assert paused.end == whole.end is not None and paused.digests == whole.digests and len(whole.digests) > 40
+
+
+def test_a_search_space_can_turn_the_check_off(tmp_path):
+    space_file = tmp_path / "unchecked.yaml"
+    space_file.write_text("name: unchecked\nequivalence_check: false\npolicies:\n  multi_asgd: {}\n")
+    assert load_space(space_file, 4).equivalence_check is False
+    job = _job(0.9)
+    space = load_space(space_file, job.cluster.n_workers)
+    seeds = trial_seeds(job, 1)
+    reference = {**evaluate(job, BSP, seeds), **trial_scoring(job, seeds, 2.0)}
+    objective = Objective(job, space, ObjectiveSettings(), reference["final_metric"], reference, race=RaceLimit)
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'u.db'}")
+    study.enqueue_trial({"policy": "multi_asgd"})
+    study.optimize(objective, n_trials=1)
+    assert objective.equivalents is None  # never built: no proxy ran

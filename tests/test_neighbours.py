@@ -164,14 +164,17 @@ def test_the_neighbours_trials_are_tpes_prior_on_this_jobs_scale_and_never_store
     trained = [t for t in theirs.get_trials(states=(optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED))
                if "same_as_trial" not in t.user_attrs and FULL_BUDGET_OF not in t.user_attrs]
     near = [{"study": same.study_name, "n_workers": 4}]
-    prior = prior_trials(storage, near, "static_k", execution, _job(0.7, n=8), 2 * their_bsp)
+    eight = load_space(SPACE_DIR / "static_k.yaml", 8)
+    prior = prior_trials(storage, near, eight, execution, "budget", _job(0.7, n=8), 2 * their_bsp)
     assert len(prior) == len(trained) > 0 and all(t.number < 0 for t in prior)
     for mine, t in zip(prior, trained):
         assert mine.user_attrs[PRIOR_OF] == f"{same.study_name}#{t.number}"
         assert mine.params["backup.k"] == min(max(round(t.params["backup.k"] * 2), 1), 8)
         if t.state == optuna.trial.TrialState.COMPLETE:
             assert mine.value == pytest.approx(2 * t.value)
-    assert prior_trials(storage, near, "policy", execution, _job(0.7, n=8), their_bsp) == []  # another space
+    assert prior_trials(storage, near, load_space(SPACE_DIR / "policy.yaml", 8), execution, "budget",
+                        _job(0.7, n=8), their_bsp) == []  # another space
+    assert prior_trials(storage, near, eight, execution, "bsp-target", _job(0.7, n=8), their_bsp) == []
 
     job = _job(0.65, name="with_prior")
     space = load_space(SPACE_DIR / "static_k.yaml", 4)
@@ -181,3 +184,27 @@ def test_the_neighbours_trials_are_tpes_prior_on_this_jobs_scale_and_never_store
     study = optuna.load_study(study_name=outcome.study_name, storage=storage)
     assert study.trials and not any(PRIOR_OF in t.user_attrs for t in study.trials)
     assert outcome.cache["best_value"] == min(t.value for t in study.trials if t.value is not None)
+
+
+def test_tpe_proposes_from_the_prior_at_once():
+    """With prior trials (more than TPE's startup count) the first free proposal is TPE's, drawn toward the
+    prior's fast region, where without them it is a random draw."""
+    from optuna.distributions import IntDistribution
+
+    from autosync.search.strategies.prior import PRIOR_OF, tpe_with_prior
+
+    dist = {"backup.k": IntDistribution(1, 64)}
+    prior = [optuna.trial.create_trial(value=1.0 if k <= 3 else 100.0 + k, params={"backup.k": k},
+                                       distributions=dist, user_attrs={PRIOR_OF: "n#0"})
+             for k in (1, 2, 3) * 4 + tuple(range(12, 65, 3))]
+    for i, t in enumerate(prior):
+        t.number = i - len(prior)
+    proposals = {}
+    for with_prior in (True, False):
+        sampler = tpe_with_prior(seed=1, n_startup_trials=5, multivariate=True, group=True)
+        sampler.prior = prior if with_prior else []
+        study = optuna.create_study(sampler=sampler)
+        proposals[with_prior] = [study.ask(dist).params["backup.k"] for _ in range(3)]
+        assert study.trials and not any(PRIOR_OF in t.user_attrs for t in study.trials)
+    assert all(k <= 10 for k in proposals[True]), proposals  # the fast region of 1..64
+    assert any(k > 10 for k in proposals[False]), proposals

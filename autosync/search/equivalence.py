@@ -8,7 +8,8 @@ samples, the link's model size) and replaces the model and data by a logistic re
 features, a few hundred parameters. Two policies are equivalent on the job when their proxy runs agree
 bit for bit after every update (the virtual time, the parameters, the samples applied) and end alike.
 
-The proxy runs of a pair advance together and stop at the first update where they differ, so a pair that
+A trial scored on several seeds is checked on each (a proxy per seed). The proxy runs of a pair advance
+together and stop at the first update where they differ, so a pair that
 differs costs a few updates of a small model; a pair that agrees costs its two proxy runs (about a fifth
 of one run of the default job's CNN each) and saves a training. A run that agrees for a while (a switch
 point's BSP phase against BSP) costs as far as they agree.
@@ -114,6 +115,10 @@ class _ProxyRun:
         except _Pause:
             self.started = True
             return
+        except Exception as exc:  # noqa: BLE001 - a run that fails ends there, as its twin's must to match it
+            self.end = (f"failed: {type(exc).__name__}: {exc}", sim.now)
+            sim.after_step = None
+            return
         self.end = (result.status, sim.now)
         sim.after_step = None
 
@@ -129,42 +134,54 @@ def _digest(sim: "Simulator") -> bytes:
 
 
 class EquivalenceCheck:
-    """Finds, among policies already trained on a job, one whose run a new policy's would repeat."""
+    """Finds, among policies already trained on a job, one whose runs a new policy's would repeat."""
 
     def __init__(self, job: JobSpec):
         self.job = job
-        self._proxy: "tuple[JobSpec, Workload] | None" = None  # built on the first check
-        self._runs: OrderedDict[str, _ProxyRun] = OrderedDict()
+        self._proxies: "dict[int, tuple[JobSpec, Workload]]" = {}  # by seed, built on the first check
+        self._runs: OrderedDict[tuple[int, str], _ProxyRun] = OrderedDict()
         self.proxy_updates = 0  # updates the proxies have run, in all (what the checks cost)
 
-    def find(self, policy: dict[str, Any], candidates: list[dict[str, Any]]) -> dict[str, Any] | None:
-        """The first of `candidates` whose proxy run is `policy`'s bit for bit, to the end; None if none is."""
-        mine = self._run(policy)
-        alive = [self._run(c) for c in _distinct(candidates) if c != policy]
+    def find(self, policy: dict[str, Any], candidates: list[dict[str, Any]],
+             seeds: list[int] | None = None) -> dict[str, Any] | None:
+        """The first of `candidates` whose proxy runs are `policy`'s bit for bit to the end, on every one of
+        `seeds` (default: the job's seed), the seeds a trial is scored on; None if none is."""
+        alive = [c for c in _distinct(candidates) if c != policy]
+        for seed in seeds if seeds is not None else [self.job.seed]:
+            alive = self._agreeing(policy, alive, seed)
+        return alive[0] if alive else None
+
+    def _agreeing(self, policy: dict[str, Any], candidates: list[dict[str, Any]], seed: int) -> list[dict[str, Any]]:
+        """The `candidates` whose proxy run on `seed` is `policy`'s to the end, in their order."""
+        mine = self._run(policy, seed)
+        alive = [self._run(c, seed) for c in candidates]
         checked, chunk = 0, FIRST_CHUNK
         while alive:
             upto = checked + chunk
-            for run in (mine, *alive):
-                before = len(run.digests)
-                run.advance(upto)
-                self.proxy_updates += len(run.digests) - before
+            self._advance([mine, *alive], upto)
             alive = [r for r in alive if r.digests[checked:upto] == mine.digests[checked:upto]]
             if mine.end is not None and len(mine.digests) <= upto:
-                same = [r for r in alive if r.end == mine.end and len(r.digests) == len(mine.digests)]
-                return same[0].policy if same else None
+                self._advance(alive, len(mine.digests) + 1)  # a run paused right at mine's length may go on
+                return [r.policy for r in alive if r.end == mine.end and len(r.digests) == len(mine.digests)]
             checked, chunk = upto, min(2 * chunk, MAX_CHUNK)
-        return None
+        return []
 
-    def _run(self, policy: dict[str, Any]) -> _ProxyRun:
+    def _advance(self, runs: list[_ProxyRun], updates: int) -> None:
+        for run in runs:
+            before = len(run.digests)
+            run.advance(updates)
+            self.proxy_updates += len(run.digests) - before
+
+    def _run(self, policy: dict[str, Any], seed: int) -> _ProxyRun:
         from autosync.catalog import policy_from_dict
         from autosync.engine.simulator import Simulator
 
-        key = json.dumps(policy, sort_keys=True)
+        key = (seed, json.dumps(policy, sort_keys=True))
         run = self._runs.get(key)
         if run is None:
-            if self._proxy is None:
-                self._proxy = proxy_of(self.job)
-            job, workload = self._proxy
+            if seed not in self._proxies:
+                self._proxies[seed] = proxy_of(self.job.model_copy(update={"seed": seed}))
+            job, workload = self._proxies[seed]
             run = self._runs[key] = _ProxyRun(policy, Simulator(job, policy_from_dict(policy), workload=workload))
             while len(self._runs) > MAX_KEPT_RUNS:
                 self._runs.popitem(last=False)

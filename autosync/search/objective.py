@@ -284,8 +284,7 @@ class Objective:
         # the bar a trial races against, built per trial from its study (`autosync.search.strategies.pruning`);
         # None: no pruning
         self.race = race
-        # built on the first check (`_found_equivalent`); False once it failed on this job
-        self.equivalents: "EquivalenceCheck | None | bool" = None
+        self.equivalents: "EquivalenceCheck | None" = None  # built on the first check (`_found_equivalent`)
 
     def seeds(self) -> list[int]:
         return trial_seeds(self.job, self.settings.repeats)
@@ -376,20 +375,21 @@ class Objective:
         from autosync.search.equivalence import EquivalenceCheck
 
         states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.FAIL)
-        tried = [t for t in trial.study.get_trials(deepcopy=False, states=states)]
+        tried = list(trial.study.get_trials(deepcopy=False, states=states))
         tried += [t for _, t in finished_trials(self.siblings)]
         known = [t.user_attrs[CANONICAL] for t in tried if CANONICAL in t.user_attrs
                  and t.user_attrs.get(SCORING) == scoring and (t.state.name != "FAIL" or has_own_failure(t))]
         if scored_as(self.bsp_score or {}, scoring):
             known.append(BSP)
-        if canonical in known or not known or self.equivalents is False:
+        backend = self.settings.backend
+        if canonical in known or not known \
+                or (backend is not None and backend.clock != "virtual"):  # real clocks: no run repeats another
             return canonical
         try:
             self.equivalents = self.equivalents or EquivalenceCheck(self.job)
-            found = self.equivalents.find(canonical, known)
+            found = self.equivalents.find(canonical, known, self.seeds())
         except Exception as exc:  # noqa: BLE001 - the check only saves training: without it the trial trains
             trial.set_user_attr(EQUIVALENCE_CHECK_FAILED, f"{type(exc).__name__}: {exc}")
-            self.equivalents = False  # and so do the next ones, without trying again
             return canonical
         if found is None:
             return canonical
@@ -546,7 +546,8 @@ class Objective:
 
         failed = twin.state == optuna.trial.TrialState.FAIL
         for key, value in twin.user_attrs.items():
-            if key not in (RETRY_OF, KILLED, RESAMPLED, PROCESS, FULL_BUDGET_OF, FORKED, "policy", "same_as_trial") and (failed or key != "fail_reason"):
+            if key not in (RETRY_OF, KILLED, RESAMPLED, PROCESS, FULL_BUDGET_OF, FORKED, FOUND_EQUIVALENT,
+                           EQUIVALENCE_CHECK_FAILED, "policy", "same_as_trial") and (failed or key != "fail_reason"):
                 trial.set_user_attr(key, value)
         trial.set_user_attr("virtual_seconds", 0.0)
         trial.set_user_attr("same_as_trial", twin.number if study_name is None else f"{study_name}#{twin.number}")

@@ -104,6 +104,31 @@ class SearchSpace:
                 out[f"{policy_name}.{name}"] = value
         return out
 
+    def distributions(self, params: dict[str, Any]) -> "dict[str, optuna.distributions.BaseDistribution] | None":
+        """The Optuna distribution of each of `params` (as `trial_params` gives them) in this space, as
+        `suggest` samples them; None when one is not a parameter of this space."""
+        from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+        out: dict[str, Any] = {}
+        for key in params:
+            if key == POLICY_PARAM:
+                out[key] = CategoricalDistribution(self.policies)
+                continue
+            policy_name, _, rest = key.partition(".")
+            name, _, index = rest.partition(".")
+            dim = self.dimensions.get(policy_name, {}).get(name)
+            if dim is None or (dim.type == "simplex") != bool(index) or (index and int(index) >= dim.size):
+                return None
+            if dim.type == "int":
+                out[key] = IntDistribution(int(dim.low), int(dim.high), step=int(dim.step or 1), log=dim.log)
+            elif dim.type == "float":
+                out[key] = FloatDistribution(dim.low, dim.high, step=dim.step, log=dim.log)
+            elif dim.type == "categorical":
+                out[key] = CategoricalDistribution(dim.choices)
+            else:
+                out[key] = FloatDistribution(1e-6, 1.0)
+        return out
+
     def points(self) -> Iterator[dict[str, Any]]:
         """Every policy of a discrete space, as `suggest` samples them (conditions honoured): what an
         exhaustive search trains."""

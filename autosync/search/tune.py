@@ -487,8 +487,9 @@ def run_trials(study: "optuna.Study", request: TuneRequest, reference: dict[str,
     objective = Objective(request.job, request.space, request.settings, reference["final_metric"], reference,
                           siblings, storage_url=request.storage,
                           race=functools.partial(RaceLimit, places=places(request)))
-    give_prior(study, study.user_attrs.get(NEIGHBOUR_JOBS, []) if request.prior else [], request.space.name,
-               execution_name(request.settings.backend), request.job, reference.get("time_to_target"))
+    give_prior(study, study.user_attrs.get(NEIGHBOUR_JOBS, []) if request.prior else [], request.space,
+               execution_name(request.settings.backend), request.settings.constraint_at, request.job,
+               reference.get("time_to_target"))
     while True:
         done, pending = budget_used(study)
         if on_trial is not None:

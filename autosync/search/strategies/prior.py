@@ -5,7 +5,8 @@ other trials say more: which parts of the space were slow there. TPE reads them 
 this study, each on this job's scale: a neighbour's time to target over that job's BSP time (its speedup
 over BSP), times this job's BSP time; pruned trials by their last bound, scaled alike; their constraints
 as they were. Where a parameter's range is the number of workers (backup workers' k from 1 to n), its
-value is scaled by the ratio of the two n, as the neighbours' winners are (`autosync.search.tune`).
+value is scaled by the ratio of the two n, as the neighbours' winners are (`autosync.search.tune`), and a
+trial whose policy then lies outside this job's space (its ranges, its choices) is left out.
 
 The prior trials are never stored in the study: everything that reads it (the best trial, `--patience`,
 the search's cost and breakdown, the cache record) sees this job's trials only. TPE counts them among
@@ -23,38 +24,42 @@ if TYPE_CHECKING:
     import optuna
 
     from autosync.core.job import JobSpec
+    from autosync.search.space import SearchSpace
 
 PRIOR_OF = "prior_of"  # user attribute of a prior trial: "study#number" it was read from
 PRIOR_TRIALS = "prior_trials"  # study attribute and cache field: how many neighbour trials TPE read as a prior
 MAX_PRIOR_TRIALS = 200  # at most this many prior trials, from the nearest neighbours first
 
 
-def prior_trials(storage: Any, neighbours: list[dict[str, Any]], space: str, execution: str | None,
-                 job: "JobSpec", bsp_time: float) -> "list[optuna.trial.FrozenTrial]":
-    """The finished, trained trials of each neighbour job's study of `space` (and `execution`), nearest job
-    first, on this job's scale (see the module docstring). `neighbours` as `tune` keeps them on the study
-    ({study, n_workers, ...}); a neighbour without a study of this space gives none."""
+def prior_trials(storage: Any, neighbours: list[dict[str, Any]], space: "SearchSpace", execution: str | None,
+                 constraint_at: str, job: "JobSpec", bsp_time: float) -> "list[optuna.trial.FrozenTrial]":
+    """The finished, trained trials of each neighbour job's study of `space` (by name; the same execution and
+    `constraint_at`, one study per job), nearest job first, on this job's scale (see the module docstring).
+    `neighbours` as `tune` keeps them on the study ({study, n_workers, ...}); a neighbour without such a
+    study gives none, and a trial whose policy (adapted to this n) lies outside this job's `space` is left out."""
     import optuna
 
     from autosync.search.objective import FULL_BUDGET_OF
 
     studies = {s.study_name: s for s in storage.get_all_studies()}
     prior: list[optuna.trial.FrozenTrial] = []
+    read: set[str] = set()
     for near in neighbours:
         found = studies.get(near["study"])
         fingerprint = found.user_attrs.get("fingerprint") if found is not None else None
-        for name, s in studies.items():
+        for name, s in sorted(studies.items()):
             attrs = s.user_attrs
             bsp = (attrs.get("bsp_reference") or {}).get("time_to_target")
-            if fingerprint is None or attrs.get("fingerprint") != fingerprint or attrs.get("space") != space \
-                    or attrs.get("execution") != execution or not bsp:
+            if fingerprint is None or fingerprint in read or attrs.get("fingerprint") != fingerprint \
+                    or attrs.get("space") != space.name or attrs.get("execution") != execution or not bsp \
+                    or (attrs.get("cache") or {}).get("constraint_at") != constraint_at:
                 continue
-            scale = bsp_time / bsp
+            read.add(fingerprint)
             states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
             for t in optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False, states=states):
-                if "same_as_trial" in t.user_attrs or FULL_BUDGET_OF in t.user_attrs or not t.params:
+                if "same_as_trial" in t.user_attrs or FULL_BUDGET_OF in t.user_attrs or "policy" not in t.user_attrs:
                     continue  # a copy or a re-run of another trial: it would count twice
-                mapped = _on_this_job(t, near.get("n_workers"), job.cluster.n_workers, scale, f"{name}#{t.number}")
+                mapped = _on_this_job(t, near.get("n_workers"), job, space, bsp_time / bsp, f"{name}#{t.number}")
                 if mapped is not None:
                     prior.append(mapped)
     prior = prior[:MAX_PRIOR_TRIALS]
@@ -63,47 +68,47 @@ def prior_trials(storage: Any, neighbours: list[dict[str, Any]], space: str, exe
     return prior
 
 
-def _on_this_job(trial: "optuna.trial.FrozenTrial", their_n: int | None, n: int, scale: float,
-                 source: str) -> "optuna.trial.FrozenTrial | None":
-    """`trial` of a neighbour as a trial of this job: n-ranged parameters scaled by n / their n, values by
-    `scale`; None when a parameter then lies outside this job's range, or the trial has no value."""
+def _on_this_job(trial: "optuna.trial.FrozenTrial", their_n: int | None, job: "JobSpec", space: "SearchSpace",
+                 scale: float, source: str) -> "optuna.trial.FrozenTrial | None":
+    """`trial` of a neighbour as a trial of this job: its policy adapted to this n as the winners are
+    (`autosync.search.strategies.recommend.adapt`: a backup count k scaled), as this space's parameters and
+    distributions, its values times `scale`; None when the policy lies outside this job's space, or the
+    trial has no value."""
     import optuna
-    from optuna.distributions import FloatDistribution, IntDistribution
 
-    params: dict[str, Any] = {}
-    distributions: dict[str, Any] = {}
-    for name, value in trial.params.items():
-        dist = trial.distributions[name]
-        if isinstance(dist, IntDistribution) and their_n and dist.high == their_n and their_n != n:
-            value = min(max(round(value * n / their_n), dist.low), n)
-            dist = IntDistribution(dist.low, n, log=dist.log, step=dist.step)
-        if isinstance(dist, (IntDistribution, FloatDistribution)) and not dist.low <= value <= dist.high:
-            return None
-        params[name], distributions[name] = value, dist
-    constraints = dict(trial.constraints)
+    from autosync.search.strategies.recommend import adapt
+
+    policy = trial.user_attrs["policy"]
+    if their_n and their_n != job.cluster.n_workers:
+        policy = adapt(policy, their_n, job)
+    params = space.trial_params(policy) if policy is not None else None
+    distributions = space.distributions(params) if params else None
+    if not distributions:
+        return None
+    made = {"params": params, "distributions": distributions, "user_attrs": {PRIOR_OF: source},
+            "constraints": dict(trial.constraints)}
     if trial.state == optuna.trial.TrialState.COMPLETE:
         if trial.values is None or len(trial.values) != 1:
             return None
-        return optuna.trial.create_trial(value=trial.values[0] * scale, params=params, distributions=distributions,
-                                         user_attrs={PRIOR_OF: source}, constraints=constraints)
+        return optuna.trial.create_trial(value=trial.values[0] * scale, **made)
     if not trial.intermediate_values:
         return None
-    return optuna.trial.create_trial(state=optuna.trial.TrialState.PRUNED, params=params, distributions=distributions,
-                                     user_attrs={PRIOR_OF: source}, constraints=constraints,
+    return optuna.trial.create_trial(state=optuna.trial.TrialState.PRUNED, **made,
                                      intermediate_values={s: v * scale for s, v in trial.intermediate_values.items()})
 
 
-def give_prior(study: "optuna.Study", neighbours: list[dict[str, Any]], space: str, execution: str | None,
-               job: "JobSpec", bsp_time: float | None) -> int:
+def give_prior(study: "optuna.Study", neighbours: list[dict[str, Any]], space: "SearchSpace", execution: str | None,
+               constraint_at: str, job: "JobSpec", bsp_time: float | None) -> int:
     """Hand the study's sampler its neighbours' trials (`prior_trials`), where it reads a prior (TPE) and
-    the study started from neighbours; how many it got (also kept on the study, `PRIOR_TRIALS`)."""
+    the study started from neighbours; how many it got (also kept on the study, `PRIOR_TRIALS`: 0 when
+    it got none, a resumed study included)."""
     from autosync.search.study._optuna_internals import storage_of
 
-    if not neighbours or not bsp_time or not hasattr(study.sampler, "prior") or len(study.directions) != 1:
-        return 0
-    prior = prior_trials(storage_of(study), neighbours, space, execution, job, bsp_time)
-    study.sampler.prior = prior
-    if study.user_attrs.get(PRIOR_TRIALS) != len(prior):
+    prior = prior_trials(storage_of(study), neighbours, space, execution, constraint_at, job, bsp_time) \
+        if neighbours and bsp_time and hasattr(study.sampler, "prior") and len(study.directions) == 1 else []
+    if hasattr(study.sampler, "prior"):
+        study.sampler.prior = prior
+    if study.user_attrs.get(PRIOR_TRIALS, 0) != len(prior):
         study.set_user_attr(PRIOR_TRIALS, len(prior))
     return len(prior)
 
@@ -137,6 +142,9 @@ def tpe_with_prior(**kwargs: Any) -> "optuna.samplers.TPESampler":
         def __init__(self, **options: Any):
             super().__init__(**options)
             self.prior: "list[optuna.trial.FrozenTrial]" = []
+
+        def infer_relative_search_space(self, study, trial):  # type: ignore[no-untyped-def]
+            return super().infer_relative_search_space(self._view(study), trial)  # groups the prior's too
 
         def sample_relative(self, study, trial, search_space):  # type: ignore[no-untyped-def]
             return super().sample_relative(self._view(study), trial, search_space)

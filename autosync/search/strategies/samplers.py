@@ -28,7 +28,7 @@ def make_sampler(name: str, seed: int, space: SearchSpace, multi_objective: bool
     if name in ("tpe", "binary"):  # binary enqueues every candidate itself: its sampler is never asked
         from autosync.search.strategies.prior import tpe_with_prior
 
-        # a new job's study reads its tuned neighbours' trials as a prior (`autosync.search.strategies.prior`)
+        # with --neighbour-prior a new job's study reads its tuned neighbours' trials too (`strategies.prior`)
         return tpe_with_prior(seed=seed, n_startup_trials=5, multivariate=True, group=True)
     if name == "gp":
         if multi_objective:
