@@ -143,6 +143,12 @@ def write_runs(rows: list[dict], path: Path, argv: list[str]) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
+def paired(rows: list[dict], space: str, first: str, second: str) -> list[tuple[dict, dict]]:
+    """(row of mode `first`, row of mode `second`) of each job tuned over `space` in both modes."""
+    return [(a, b) for a in rows for b in rows if a["space"] == b["space"] == space and a["job"] == b["job"]
+            and a["mode"] == first and b["mode"] == second]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", nargs="+", default=["default"] + [f"quick:{i}" for i in range(6)])
@@ -206,8 +212,7 @@ def main() -> None:
     write_runs(rows, Path(args.runs), sys.argv[1:])
     figures = Figures("bench_tune_cost")
     for space in args.spaces:
-        pairs = [(f, s) for f in rows for s in rows if f["space"] == s["space"] == space and f["job"] == s["job"]
-                 and f["mode"] == "full" and s["mode"] == "stop"]
+        pairs = paired(rows, space, "full", "stop")
         if not pairs:
             continue
         cost = statistics.median(s["cost"] for _, s in pairs)
@@ -220,16 +225,14 @@ def main() -> None:
         figures.add(f"tune {space} ({args.trials} trials, {len(pairs)} jobs): search cost, median", cost,
                     "BSP trainings", "every trial training its whole budget", cost / cost_full,
                     "<= 3" if space == "policy" else None, cost <= 3 if space == "policy" else None)
-        unforked = [(s, o) for s in rows for o in rows if s["space"] == o["space"] == space
-                    and s["job"] == o["job"] and s["mode"] == "stop" and o["mode"] == "no forks"]
+        unforked = paired(rows, space, "stop", "no forks")
         if unforked:
             off = statistics.median(o["cost"] for _, o in unforked)
             print(f"{space}: forking runs from kept snapshots (checks at full budget, switch points' prefixes): "
                   f"{cost:.2f} BSP trainings against {off:.2f} with none forked")
             figures.add(f"tune {space} ({args.trials} trials, {len(unforked)} jobs): search cost with forking, "
                         "median", cost, "BSP trainings", "no run forked", cost / off)
-        unchecked = [(s, o) for s in rows for o in rows if s["space"] == o["space"] == space
-                     and s["job"] == o["job"] and s["mode"] == "stop" and o["mode"] == "no check"]
+        unchecked = paired(rows, space, "stop", "no check")
         if unchecked:
             off = statistics.median(o["cost"] for _, o in unchecked)
             wall_ratio = statistics.median(s["wall"] / o["wall"] for s, o in unchecked)
@@ -246,8 +249,7 @@ def main() -> None:
         figures.add(f"tune {space} ({args.trials} trials, {len(pairs)} jobs): winner's time-to-target, median",
                     regret, "x the reference's best", "the reference search's best (3 seeds)", regret, "<= 1.05",
                     regret <= 1.05)
-        patient = [(s, p) for s in rows for p in rows if s["space"] == p["space"] == space
-                   and s["job"] == p["job"] and s["mode"] == "stop" and p["mode"] == "patience"]
+        patient = paired(rows, space, "stop", "patience")
         if patient:
             kept = statistics.median(p["cost"] for _, p in patient)
             kept_regret = statistics.median(p["regret"] for _, p in patient)
@@ -259,8 +261,7 @@ def main() -> None:
                         kept / cost, "<= 3" if space == "policy" else None, kept <= 3 if space == "policy" else None)
             figures.add(f"{label}: winner's time-to-target, median", kept_regret, "x the reference's best",
                         "the reference search's best (3 seeds)", kept_regret, "<= 1.05", kept_regret <= 1.05)
-        held = [(s, b) for s in rows for b in rows if s["space"] == b["space"] == space
-                and s["job"] == b["job"] and s["mode"] == "stop" and b["mode"] == "bsp-target"]
+        held = paired(rows, space, "stop", "bsp-target")
         if held:
             at_cost = statistics.median(b["cost"] for _, b in held)
             at_regret = statistics.median(b["regret"] for _, b in held)

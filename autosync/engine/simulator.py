@@ -30,7 +30,8 @@ from autosync.policies._base import momentum_of
 from autosync.workloads.workload import Workload
 
 ProgressFn = Callable[[dict[str, Any]], None]
-_REBUILT_ON_RESUME = ("job", "workload", "driver", "progress", "after_step")  # not in a snapshot: `resume` passes them
+# not in a snapshot: `resume` passes them (`_pause` is only set inside `run_until`)
+_REBUILT_ON_RESUME = ("job", "workload", "driver", "progress", "after_step", "_pause")
 
 
 @dataclass
@@ -66,6 +67,8 @@ class Simulator:
         self.workload = workload if workload is not None else Workload(job)
         self.progress = progress
         self.after_step: Callable[[], None] | None = None  # called between events, where `snapshot` may be taken
+        self._pause: Callable[[], bool] | None = None  # `run_until`'s condition, asked between events
+        self._started = False  # `run` has launched the first tasks (a paused run goes on with `run_on`)
         n = job.cluster.n_workers
         self.strategies: Strategies = policy.bind(n, job.workload.batch_size)
         self.cluster = RoundTripModel(job.cluster, job.seed)
@@ -100,6 +103,7 @@ class Simulator:
         """Simulate until the budget is spent (or the target is met, or the loss diverges)."""
         keep_freed_memory()  # a large model's tensors, new at every update, reuse mapped pages
         self._start_wall = wallclock.perf_counter()
+        self._started = True
         self._launch(self.server.start())
         status = "target_reached" if self._evaluate_due() and self.job.budget.stop_at_target else "completed"
         return self._run_on(status)
@@ -126,7 +130,7 @@ class Simulator:
         `resume(...).run_on()` finishes it."""
         sim = cls.__new__(cls)
         sim.__dict__.update(pickle.loads(snapshot))
-        sim.job, sim.progress, sim.after_step = job, progress, None
+        sim.job, sim.progress, sim.after_step, sim._pause = job, progress, None, None
         sim.workload = workload if workload is not None else Workload(job)
         sim.driver = InProcessDriver(sim.workload, job.seed)
         return sim
@@ -139,6 +143,19 @@ class Simulator:
         fresh = policy.bind(self.job.cluster.n_workers, self.job.workload.batch_size)
         self.strategies.schedule.continue_as(fresh.schedule)
         self.policy = policy
+
+    def run_until(self, pause: Callable[[], bool]) -> RunResult | None:
+        """Run, or go on with a run this call paused before, until `pause()`, asked after every event, is
+        true: then None, and the run stands between events, where another call continues it bit for bit;
+        the run's result if it ends first (budget spent, target met, diverged: a step that ends the run
+        is never paused over). `pause` sees each event, the last one's included."""
+        self._pause = pause
+        try:
+            return self.run_on() if self._started else self.run()
+        except _Paused:
+            return None
+        finally:
+            self._pause = None
 
     def run_on(self) -> RunResult:
         """Continue a resumed run until its budget is spent (or the target is met, or the loss diverges).
@@ -168,6 +185,8 @@ class Simulator:
             status = self._step()
             if self.after_step is not None:
                 self.after_step()
+            if self._pause is not None and self._pause() and status == "completed":
+                raise _Paused
         if not self.trace.evals or self.trace.evals[-1][0] != len(self.trace.updates):
             self._evaluate()
         wall = wallclock.perf_counter() - self._start_wall
@@ -334,6 +353,10 @@ class Simulator:
         if b.max_updates is not None and len(self.trace.updates) >= b.max_updates:
             return True
         return b.max_epochs is not None and self.epoch >= b.max_epochs
+
+
+class _Paused(Exception):
+    """`run_until`'s condition held between two events: the run stops there, resumable."""
 
 
 def simulate(job: JobSpec, policy: Policy, workload: Workload | None = None,

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import struct
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
@@ -39,10 +38,6 @@ PROXY_TEST_SAMPLES = 64  # its test set: evaluations cost next to nothing
 MAX_KEPT_RUNS = 64  # proxy runs kept in memory for later checks (the oldest go first)
 FIRST_CHUNK = 8  # updates compared before the runs advance further (doubling up to MAX_CHUNK)
 MAX_CHUNK = 512
-
-
-class _Pause(Exception):
-    """Raised between two events to hand control back to the check (the run stays resumable)."""
 
 
 def proxy_of(job: JobSpec) -> "tuple[JobSpec, Workload]":
@@ -89,38 +84,26 @@ class _ProxyRun:
         self.policy = policy
         self.sim = sim
         self.digests: list[bytes] = []
-        self.started = False
         self.end: tuple[str, float] | None = None  # (status, virtual time) once the budget is spent
 
     def advance(self, updates: int) -> None:
-        """Run on until `updates` digests are known, or the run has ended."""
+        """Run on until `updates` digests are known, or the run has ended (`Simulator.run_until`)."""
         if self.end is not None or len(self.digests) >= updates:
             return
-        from autosync.engine.simulator import _all_finite
-
         sim = self.sim
 
-        def after_step() -> None:
-            done = len(sim.trace.updates)
-            if done == len(self.digests):
-                return
-            self.digests.append(_digest(sim))
-            # a diverged step ends the run: let the loop see its status instead of pausing over it
-            if len(self.digests) >= updates and math.isfinite(sim.trace.updates[-1][9]) and _all_finite(sim.params):
-                raise _Pause
+        def enough() -> bool:  # asked after every event: an update's digest is taken right after it
+            if len(sim.trace.updates) > len(self.digests):
+                self.digests.append(_digest(sim))
+            return len(self.digests) >= updates
 
-        sim.after_step = after_step
         try:
-            result = sim.run_on() if self.started else sim.run()
-        except _Pause:
-            self.started = True
-            return
+            result = sim.run_until(enough)
         except Exception as exc:  # noqa: BLE001 - a run that fails ends there, as its twin's must to match it
             self.end = (f"failed: {type(exc).__name__}: {exc}", sim.now)
-            sim.after_step = None
             return
-        self.end = (result.status, sim.now)
-        sim.after_step = None
+        if result is not None:
+            self.end = (result.status, sim.now)
 
 
 def _digest(sim: "Simulator") -> bytes:

@@ -68,14 +68,15 @@ class SearchSpace:
             key = f"{policy_name}.{name}"
             if not _holds(dim, params):
                 continue
+            d = _distribution(dim)
             if dim.type == "int":
-                params[name] = trial.suggest_int(key, int(dim.low), int(dim.high), step=int(dim.step or 1), log=dim.log)
+                params[name] = trial.suggest_int(key, d.low, d.high, step=d.step, log=d.log)
             elif dim.type == "float":
-                params[name] = trial.suggest_float(key, dim.low, dim.high, step=dim.step, log=dim.log)
+                params[name] = trial.suggest_float(key, d.low, d.high, step=d.step, log=d.log)
             elif dim.type == "categorical":
-                params[name] = trial.suggest_categorical(key, dim.choices)
+                params[name] = trial.suggest_categorical(key, d.choices)
             else:  # simplex: independent uniforms mapped to a Dirichlet(1) sample by -log (exponential spacing)
-                raw = [trial.suggest_float(f"{key}.{i}", 1e-6, 1.0) for i in range(dim.size)]
+                raw = [trial.suggest_float(f"{key}.{i}", d.low, d.high) for i in range(dim.size)]
                 weights = [-math.log(u) for u in raw]
                 params[name] = [w / sum(weights) for w in weights]
         return {"policy": policy_name, "params": params}
@@ -107,7 +108,7 @@ class SearchSpace:
     def distributions(self, params: dict[str, Any]) -> "dict[str, optuna.distributions.BaseDistribution] | None":
         """The Optuna distribution of each of `params` (as `trial_params` gives them) in this space, as
         `suggest` samples them; None when one is not a parameter of this space."""
-        from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+        from optuna.distributions import CategoricalDistribution
 
         out: dict[str, Any] = {}
         for key in params:
@@ -119,14 +120,7 @@ class SearchSpace:
             dim = self.dimensions.get(policy_name, {}).get(name)
             if dim is None or (dim.type == "simplex") != bool(index) or (index and int(index) >= dim.size):
                 return None
-            if dim.type == "int":
-                out[key] = IntDistribution(int(dim.low), int(dim.high), step=int(dim.step or 1), log=dim.log)
-            elif dim.type == "float":
-                out[key] = FloatDistribution(dim.low, dim.high, step=dim.step, log=dim.log)
-            elif dim.type == "categorical":
-                out[key] = CategoricalDistribution(dim.choices)
-            else:
-                out[key] = FloatDistribution(1e-6, 1.0)
+            out[key] = _distribution(dim)
         return out
 
     def points(self) -> Iterator[dict[str, Any]]:
@@ -150,6 +144,19 @@ class SearchSpace:
             return None
         return sum(_points(list(dims.items()), dict(self.constants[policy_name]))
                    for policy_name, dims in self.dimensions.items())
+
+
+def _distribution(dim: Dimension) -> "optuna.distributions.BaseDistribution":
+    """The Optuna distribution `SearchSpace.suggest` samples `dim` from (a simplex: each of its uniforms)."""
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    if dim.type == "int":
+        return IntDistribution(int(dim.low), int(dim.high), step=int(dim.step or 1), log=dim.log)
+    if dim.type == "float":
+        return FloatDistribution(dim.low, dim.high, step=dim.step, log=dim.log)
+    if dim.type == "categorical":
+        return CategoricalDistribution(dim.choices)
+    return FloatDistribution(1e-6, 1.0)
 
 
 def _admits(dim: Dimension, value: Any) -> bool:
