@@ -230,6 +230,9 @@ def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions 
         check_workload(job)  # (a built-in workload cannot; a cache hit then never imports torch)
     real = None if choice.backend == "simulator" else choice
     search_space = load_space(resolve_space_path(opts.space, "static_k"), job.cluster.n_workers)
+    from autosync.search.strategies.confirm import confirm_top_for
+    from autosync.search.strategies.samplers import sampler_for
+
     request = TuneRequest(
         job=job, space=search_space, n_trials=opts.n_trials, timeout=opts.timeout,
         storage=opts.storage or DEFAULT_STORAGE, study=opts.study, sampler=opts.sampler, seed=opts.seed,
@@ -237,7 +240,8 @@ def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions 
         settings=ObjectiveSettings(repeats=opts.repeats, tolerance=opts.tolerance,
                                    multi_objective=opts.objective != "time", constraint_at=opts.constraint_at,
                                    backend=None if opts.verify_top else real),  # verify_top: search simulated
-        verify_top=opts.verify_top, verify_backend=real if opts.verify_top else None, confirm_top=opts.confirm_top,
+        verify_top=opts.verify_top, verify_backend=real if opts.verify_top else None,
+        confirm_top=confirm_top_for(opts.confirm_top, sampler_for(opts.sampler, search_space), opts.objective),
         confirm_seeds=opts.confirm_seeds, transfer=opts.transfer, prior=opts.neighbour_prior, patience=opts.patience)
     quiet_optuna()
     if on_start is not None:

@@ -514,7 +514,7 @@ def tune(
     verification = outcome.verification
     if as_json:
         _print_json({"study": outcome.study_name, "cached": outcome.cached, "new_trials": outcome.new_trials,
-                     "cache": outcome.cache, "top": outcome.top,
+                     "cache": outcome.cache, "top": outcome.top, "faster_elsewhere": outcome.faster_elsewhere,
                      "verification": verification.to_dict() if verification is not None else None})
     else:
         _print_tune(outcome, spec)
@@ -656,27 +656,31 @@ def _print_tune(outcome: Any, spec: Any) -> None:
     if c.get("neighbour_jobs"):
         console.print(_neighbours_line(c["neighbour_jobs"], c.get("cost_to_answer_bsp_trainings"),
                                        c.get("prior_trials", 0)), style="dim")
+    for other in outcome.faster_elsewhere:
+        console.print(f"on this job the {other['space']} space answered {_policy_label(other['policy'])} at "
+                      f"{other['time']:.2f} s, {other['times_faster']:.2f}x faster than this space's answer: "
+                      f"autosync tune {'JOB.yaml ' if spec.name != 'digits_default' else ''}--space {other['space']}")
     status.print(f"train with it: autosync run {'JOB.yaml ' if spec.name != 'digits_default' else ''}--policy tuned",
                   style="dim")
 
 
 def _print_confirmation(confirmed: dict[str, Any]) -> None:
-    """The --confirm-top table: each candidate's search score and its mean over all the seeds."""
+    """The confirmation table: each candidate's search score, its time on each seed and its mean, and how the
+    search's answer held (`autosync.search.strategies.confirm`)."""
+    from autosync.search.strategies.confirm import how_it_held
+
     table = Table(title=f"confirmed on seeds {confirmed['seeds']} (the {confirmed['top']} best, the job's other "
-                        "studies' winners, BSP)")
-    for column in ("policy", "from", "search s", "mean s", "final", "reached", "feasible"):
+                        "studies' winners, BSP; each run to the target)")
+    for column in ("policy", "from", "search s", "per seed s", "mean s", "reached"):
         table.add_column(column, justify="left" if column in ("policy", "from") else "right", no_wrap=column == "policy")
     for r in confirmed["rows"]:
-        table.add_row(_policy_label(r["policy"]), r["source"], _fmt(r["search_time"], 1), _fmt(r["time_to_target"], 1),
-                      _fmt(r["final_metric"]), f"{r['reached']}/{r['runs']}",
-                      "yes" if r.get("feasible") else "no" + (f" ({r['reason']})" if r.get("reason") else ""))
+        per_seed = ", ".join(f"{t:.1f}" for t in r.get("seed_times") or [])
+        table.add_row(_policy_label(r["policy"]), r["source"], _fmt(r["search_time"], 1), per_seed or "-",
+                      _fmt(r["time_to_target"], 1),
+                      f"{r['reached']}/{r['runs']}" + (f" ({r['reason']})" if r.get("reason") else "")
+                      + (f" (behind the leader at {r['behind_at']:.0f} s)" if r.get("behind_at") is not None else ""))
     console.print(table)
-    if confirmed.get("fell_back_to_bsp"):
-        console.print("no candidate finished every seed within the tolerance of BSP's final metric: the cache "
-                      "answers with BSP")
-    elif confirmed.get("winner") is None:
-        console.print("BSP failed on a confirmation seed, so no candidate can be held to it: the search's best "
-                      "is kept")
+    console.print(how_it_held(confirmed, _policy_label))
 
 
 def _print_verification(v: Any) -> None:

@@ -167,8 +167,9 @@ class TuneOptions(ExecutionOptions):
     storage: Optional[str] = option(None, "SQLAlchemy URL of the study storage "
                                     "(default: sqlite:///results/autosync-studies.db).")
     study: Optional[str] = option(None, "Study name (default: <fingerprint>-<space>).")
-    sampler: str = option("tpe", "tpe | gp | random | grid | binary (Sync-Switch) | ladder (cheapest switch "
-                          "point first).")
+    sampler: str = option("auto", "auto (portfolio where the space lists one, else tpe) | portfolio (race each "
+                          "family's portfolio settings, then TPE inside the families that can still win) | tpe | gp "
+                          "| random | grid | binary (Sync-Switch) | ladder (cheapest switch point first).")
     n_jobs: int = option(1, "Processes running trials on this machine.", ge=1)
     seed: int = option(0, "Sampler seed.")
     repeats: int = option(1, "Seeds per trial (the objective is noisy).", ge=1)
@@ -177,10 +178,13 @@ class TuneOptions(ExecutionOptions):
     refresh: bool = option(False, "Search again, warm-started from the cached best.")
     verify_top: int = option(0, "After a simulated search, re-run the K best feasible candidates and BSP "
                              "--repeats times on --backend and compare (0: off).", ge=0)
-    confirm_top: int = option(0, "After the search, re-run its K best candidates (and the job's other studies' "
-                              "winners) and BSP on --confirm-seeds more seeds; answer with the best mean over all "
-                              "seeds (0: off).", ge=0)
-    confirm_seeds: int = option(2, "Seeds added by --confirm-top.", ge=1)
+    confirm_top: Optional[int] = option(None, "After the search, run its K best candidates (and the job's other "
+                                        "studies' winners) and BSP to the target on --confirm-seeds seeds it did not "
+                                        "search on; a candidate that misses there loses, and the answer is the best "
+                                        "mean over all the seeds (default: 2, 0 with --sampler binary or ladder or "
+                                        "--objective time,metric; 0: off).", ge=0)
+    confirm_seeds: int = option(1, "Seeds added by --confirm-top (more, up to 3, where the leaders are closer than "
+                                "the spread between seeds).", ge=1)
     transfer: bool = option(True, "A new study starts from the winners of the nearest tuned jobs in the storage "
                             "with this job's workload and target (--no-transfer: from nothing).")
     neighbour_prior: bool = option(False, "With the transfer, TPE also reads the tuned neighbours' trials as its prior, "
@@ -197,7 +201,7 @@ class TuneOptions(ExecutionOptions):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        from autosync.search.strategies.samplers import SAMPLERS, SWITCH_POINT_SAMPLERS
+        from autosync.search.strategies.samplers import AUTO, SAMPLERS, SWITCH_POINT_SAMPLERS
 
         if self.constraint_at not in ("budget", "bsp-target"):
             raise UserError(f"--constraint-at must be budget or bsp-target, but got {self.constraint_at!r}")
@@ -208,8 +212,8 @@ class TuneOptions(ExecutionOptions):
             raise UserError(f"--constraint-at {self.constraint_at} needs a sampler whose trials stop at the target, "
                             f"but --sampler {self.sampler} trains each candidate whole to compare final metrics")
 
-        if self.sampler not in SAMPLERS:
-            raise UserError(f"--sampler must be one of {list(SAMPLERS)}, but got {self.sampler!r}")
+        if self.sampler not in (AUTO, *SAMPLERS):
+            raise UserError(f"--sampler must be one of {[AUTO, *SAMPLERS]}, but got {self.sampler!r}")
         if self.objective not in ("time", "time,metric"):
             raise UserError(f"--objective must be time or time,metric, but got {self.objective!r}")
         if self.backend == "distributed" and self.n_jobs > 1:

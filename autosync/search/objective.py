@@ -68,6 +68,10 @@ RESAMPLED = "resampled_from"  # user attribute: the running trial whose point th
 FINAL_PENDING = "final_metric_pending"
 FULL_BUDGET_OF = "full_budget_check_of"  # user attribute: the trial re-runs trial N at full budget (its check)
 PRUNED_ON_PACE = "pruned_on_pace"  # user attribute: pruned by the pace rule, its value a prediction (`pruning`)
+# user attribute: the trial proposed a point already answered (a twin's result, BSP's reference) and was
+# answered without training: it takes no slot of the budget (`autosync.search.study.trials.budget_used`)
+ANSWERED = "answered_untrained"
+MAX_UNCOUNTED = 20  # past this many such answers in a study they count, so a search of a tried-out space ends
 PLATEAU = "plateau_of"  # user attribute: pruned untrained inside these tied trials' plateau (`pruning.plateau`)
 FORKED = "forked_seconds"  # score and user attribute: virtual seconds a run continued from a stopped run's state
 FULL_BUDGET = "full_budget"  # user attribute: the trial's runs train the whole budget (none stops at the target)
@@ -420,6 +424,7 @@ class Objective:
                 trial.report(pruned_at, t.last_step)
                 trial.set_user_attr("virtual_seconds", 0.0)
                 trial.set_user_attr("same_as_trial", t.number)
+                _answered(trial)
                 raise optuna.TrialPruned(f"runs like trial {t.number}, pruned at {pruned_at:.0f} virtual s")
 
     def _prune_in_plateau(self, trial: "optuna.Trial", policy: dict[str, Any], scoring: dict[str, Any],
@@ -531,6 +536,7 @@ class Objective:
             trial.set_user_attr(CURVE, score[CURVE])
         trial.set_user_attr("virtual_seconds", 0.0)
         trial.set_user_attr("same_as_trial", "bsp_reference")
+        _answered(trial)
         trial.set_constraint(CONSTRAINT, constraint(self.job, score["final_metric"], self.reference,
                                                     self.settings.tolerance))
         if self.settings.multi_objective:
@@ -551,6 +557,7 @@ class Objective:
                 trial.set_user_attr(key, value)
         trial.set_user_attr("virtual_seconds", 0.0)
         trial.set_user_attr("same_as_trial", twin.number if study_name is None else f"{study_name}#{twin.number}")
+        _answered(trial)
         if failed:
             raise RunFailed(twin.user_attrs["fail_reason"])
         attrs = twin.user_attrs
@@ -563,6 +570,14 @@ class Objective:
 
 
 BSP = {"policy": "bsp", "params": {}}
+
+
+def _answered(trial: "optuna.Trial") -> None:
+    """Mark `trial`, answered without training, as taking no slot of the budget (`ANSWERED`), while the study
+    has fewer than `MAX_UNCOUNTED` such trials: a sampler that proposes only tried points must still end."""
+    uncounted = sum(1 for t in trial.study.get_trials(deepcopy=False) if t.user_attrs.get(ANSWERED))
+    if uncounted < MAX_UNCOUNTED:
+        trial.set_user_attr(ANSWERED, True)
 
 
 def canonical_policy(policy: dict[str, Any], n_workers: int, batch_size: int,

@@ -26,7 +26,7 @@ class TuneRequest:
     timeout: float | None = None
     storage: str = DEFAULT_STORAGE
     study: str | None = None
-    sampler: str = "tpe"
+    sampler: str = "auto"  # resolved on the space (`samplers.sampler_for`): the portfolio search where it lists one
     seed: int = 0
     n_jobs: int = 1
     refresh: bool = False
@@ -39,3 +39,8 @@ class TuneRequest:
     transfer: bool = True  # a new study starts from the winners of the nearest tuned jobs like this one
     prior: bool = False  # with transfer, TPE also reads their trials as a prior (`autosync.search.strategies.prior`)
     patience: int | None = None  # stop once N trials in a row found nothing faster (0: the whole budget; None: the space's)
+
+    def __post_init__(self) -> None:
+        from autosync.search.strategies.samplers import sampler_for
+
+        self.sampler = sampler_for(self.sampler, self.space)  # "auto": the search this space is shipped for

@@ -25,6 +25,7 @@ from pydantic import (
     BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, ValidationInfo, field_validator, model_validator,
 )
 
+from autosync.core.errors import UserError
 from autosync.core.job import TYPE_RULES, plain_key, short_repr
 
 
@@ -43,6 +44,22 @@ class Dimension:
 
 
 _SYMBOL = re.compile(r"n_workers(?:([-+*/])(\d+))?")
+
+
+_SHARE = re.compile(r"n_workers(?:\*(\d+))?(?:/(\d+))?(?:([-+])(\d+))?")
+
+
+def resolve_share(value: Any, n_workers: int) -> Any:
+    """'n_workers*3/4' on 16 workers -> 12 (at least 1, at most n); 'n_workers - 1' -> 15; anything else as is."""
+    if not isinstance(value, str) or not value.replace(" ", "").startswith("n_workers"):
+        return value
+    match = _SHARE.fullmatch(value.replace(" ", ""))
+    if match is None:
+        raise ValueError(f"must be a number or n_workers[*a][/b][-c], but got {value!r}")
+    times, over, sign, offset = match.groups()
+    k = n_workers * int(times or 1) / int(over or 1)
+    k = round(k) + (int(offset) if sign == "+" else -int(offset) if sign == "-" else 0)
+    return max(1, min(n_workers, k))
 
 
 def resolve_workers(value: Any, info: ValidationInfo) -> Any:
@@ -197,6 +214,8 @@ class SpaceFile(_Strict):
     description: str = ""  # what the space searches, for people
     patience: int = Field(0, ge=0)  # a search stops once this many trials in a row found nothing faster (0: off)
     equivalence_check: bool = True  # a trial first looks for an equivalent on the job's proxy (`search.equivalence`)
+    # settings raced first by the portfolio search, as policy specs (`search.strategies.portfolio`)
+    portfolio: list[str] = []
     policies: dict[str, Optional[dict[str, Parameter]]] = Field(min_length=1)  # policy -> parameter -> spec
 
     @field_validator("policies", mode="before")
@@ -211,6 +230,25 @@ class SpaceFile(_Strict):
     @classmethod
     def _empty_policies(cls, policies: dict[str, Any]) -> dict[str, Any]:
         return {policy_name: params or {} for policy_name, params in policies.items()}
+
+
+def check_portfolio(specs: list[str], policies: list[str]) -> list[str]:
+    """Problems with a space file's portfolio: each entry a policy spec of one of the space's `policies`."""
+    from autosync.catalog import split_policy_spec
+
+    problems = []
+    for i, spec in enumerate(specs):
+        try:
+            name, params = split_policy_spec(spec, option="portfolio")
+            for value in params.values():
+                resolve_share(value, 1)
+        except (UserError, ValueError) as exc:
+            problems.append(f"portfolio.{i}: {exc}")
+            continue
+        if name not in policies:
+            problems.append(f"portfolio.{i}: policy {name!r} is not one of the space's policies {policies}, "
+                            f"but got {spec!r}")
+    return problems
 
 
 def problems_with_policies(policies: Any) -> list[str]:

@@ -24,8 +24,9 @@ from autosync.search.study.cache import (
 )
 from autosync.search.objective import (
     BSP_TARGET, CURVE, DETAILS, FORKED, HORIZON, STOPPED_EARLY, Objective, RunFailed, TimeToTargetBound,
-    canonical_on, evaluate, process_tag, trial_scoring, trial_seeds,
+    canonical_on, constraint, evaluate, process_tag, trial_scoring, trial_seeds,
 )
+from autosync.search.strategies.portfolio import portfolio_policies
 from autosync.search.strategies.prior import give_prior
 from autosync.search.strategies.patience import give_up_queued, patience_of, trials_without_improvement
 from autosync.search.strategies.pruning import RaceLimit, TargetRacePruner, thinned
@@ -63,6 +64,8 @@ class TuneOutcome:
     study: Any = None  # the optuna.Study itself, for plots
     verification: Any = None  # autosync.search.strategies.verify.Verification, with --verify-top
     confirmation: Any = None  # autosync.search.strategies.confirm.Confirmation, with --confirm-top
+    # other spaces' cached answers on this job that are faster than this one's (`faster_elsewhere`)
+    faster_elsewhere: list[dict[str, Any]] = field(default_factory=list)
 
 
 def baseline_policies(job: JobSpec) -> list[dict[str, Any]]:
@@ -133,7 +136,7 @@ def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = Non
     cache = read_cache(study) if not request.refresh else None
     if cache is not None:
         outcome = TuneOutcome(study.study_name, request.storage, True, 0, cache, best_policies(study), study)
-        return _verified(_confirmed(outcome, request, storage, None, on_confirm), request)
+        return _elsewhere(_verified(_confirmed(outcome, request, storage, None, on_confirm), request), storage)
     with storage_lock(request.storage, study.study_name):
         requeued = fail_dead_trials(study)
     before = counted_trials(study)
@@ -155,7 +158,53 @@ def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = Non
                         execution=execution_of(request.settings.backend), neighbours=near)
     outcome = TuneOutcome(study.study_name, request.storage, False, len(trials_run_by(study, mine)), cache,
                           best_policies(study), study)
-    return _verified(_confirmed(outcome, request, storage, siblings, on_confirm), request)
+    return _elsewhere(_verified(_confirmed(outcome, request, storage, siblings, on_confirm), request), storage)
+
+
+FASTER_BY = 1.05  # another space's answer is reported when it is at least this many times faster
+
+
+def _elsewhere(outcome: TuneOutcome, storage: Any) -> TuneOutcome:
+    """The outcome with the cached answers of this job's other spaces (its sibling studies, the same backend)
+    that are at least `FASTER_BY` times faster than its own, fastest first (`TuneOutcome.faster_elsewhere`):
+    the search answers within its space, and the user should know where another space did better."""
+    job = outcome.study.user_attrs
+    mine = outcome.cache
+    found = []
+    for sibling in sibling_studies(outcome.study, storage) if mine.get("best_value") else []:
+        try:
+            record = read_cache(sibling)
+        except UserError:  # a damaged record is that study's to report
+            continue
+        if not record or not record.get("best_value") or _same_policy(record, mine, job.get("n_workers")):
+            continue
+        theirs, ours = _comparable(record, mine)
+        if theirs and ours and theirs * FASTER_BY <= ours:
+            found.append({"space": sibling.user_attrs.get("space"), "study": sibling.study_name,
+                          "policy": record["best_policy"], "time": theirs, "times_faster": ours / theirs})
+    outcome.faster_elsewhere = sorted(found, key=lambda f: f["time"])
+    return outcome
+
+
+def _comparable(theirs: dict[str, Any], ours: dict[str, Any]) -> tuple[float | None, float | None]:
+    """Two cache records' answers on the same seeds: their means over the confirmation's seeds where both were
+    confirmed on the same ones, else their times on the search's seeds."""
+    a, b = theirs.get("confirmed"), ours.get("confirmed")
+    if isinstance(a, dict) and isinstance(b, dict) and a.get("winner") and b.get("winner") \
+            and a.get("seeds") == b.get("seeds"):
+        return theirs["best_value"], ours["best_value"]
+    return theirs.get("search_best_value", theirs["best_value"]), ours.get("search_best_value", ours["best_value"])
+
+
+def _same_policy(a: dict[str, Any], b: dict[str, Any], n_workers: int | None) -> bool:
+    """Whether two records answer with policies that run alike (on `n_workers`, where known)."""
+    from autosync.search.objective import canonical_policy
+
+    same = a["best_policy"] == b["best_policy"]
+    if n_workers is None or same:
+        return same
+    ca, cb = (canonical_policy(r["best_policy"], n_workers, 1) for r in (a, b))
+    return ca is not None and ca == cb
 
 
 def _neighbour_jobs(study: "optuna.Study", request: TuneRequest, storage: Any, fresh: bool) -> list[dict[str, Any]]:
@@ -214,16 +263,17 @@ def _check_at_full_budget(study: "optuna.Study", request: TuneRequest, objective
 
 
 def places(request: TuneRequest) -> int:
-    """How many of the fastest candidates the search keeps: the answer, or the K that --verify-top and
-    --confirm-top re-run. Trials race against the slowest of them (`autosync.search.strategies.pruning`)."""
-    return max(1, request.verify_top, request.confirm_top)
+    """How many of the fastest candidates the search keeps: the answer, or the K that --verify-top re-runs.
+    Trials race against the slowest of them (`autosync.search.strategies.pruning`). The confirmation does not
+    widen the race: it takes the fastest candidates that finished it (`autosync.search.strategies.confirm`)."""
+    return max(1, request.verify_top)
 
 
 def _confirmed(outcome: TuneOutcome, request: TuneRequest, storage: Any, siblings: "list[optuna.Study] | None",
                on_run: Callable[[int, int], None] | None = None) -> TuneOutcome:
-    """With --confirm-top: the K best candidates, the sibling studies' winners where this space holds them
-    (`siblings`, looked up in `storage` if None), and BSP re-run on --confirm-seeds more seeds, and the
-    cache answering with the best over all the seeds (`autosync.search.strategies.confirm`). The record's
+    """With --confirm-top (on by default): the K best candidates, the sibling studies' winners where this space
+    holds them (`siblings`, looked up in `storage` if None), and BSP run to the target on --confirm-seeds more
+    seeds, and the cache answering with the best over all the seeds (`autosync.search.strategies.confirm`). The record's
     confirmation stands if it had the same K, seeds and candidates (a sibling's winner may have changed
     since) and found a winner."""
     if not request.confirm_top:
@@ -237,12 +287,21 @@ def _confirmed(outcome: TuneOutcome, request: TuneRequest, storage: Any, sibling
     plan = candidates(study, request.confirm_top, job, scoring, _sibling_winners(request, siblings))
     done = outcome.cache.get("confirmed")
     if isinstance(done, dict) and done.get("winner") is not None and done.get("top") == request.confirm_top \
-            and done.get("seeds") == trial_seeds(job, settings.repeats + request.confirm_seeds) \
+            and isinstance(done.get("seeds"), list) \
+            and done["seeds"][:settings.repeats + request.confirm_seeds] \
+            == trial_seeds(job, settings.repeats + request.confirm_seeds) \
             and [r["policy"] for r in done["rows"] if r["source"] != REFERENCE] == [c.policy for c in plan]:
         return outcome
-    confirmation = confirm(job, request.confirm_top, plan, study.user_attrs["bsp_reference"],
-                           RunStore(study, siblings), settings.repeats, request.confirm_seeds, settings.penalty,
-                           settings.tolerance, backend=settings.backend, on_run=on_run)
+    reference = study.user_attrs["bsp_reference"]
+
+    def keeps_constraint(policy: dict[str, Any]) -> bool:  # a winner stopped at the target: its full-budget check
+        score = evaluate(job, policy, trial_seeds(job, settings.repeats), settings.penalty, backend=settings.backend,
+                         horizon=reference.get(HORIZON))
+        return constraint(job, score["final_metric"], reference["final_metric"], settings.tolerance) <= 0
+
+    confirmation = confirm(job, request.confirm_top, plan, reference, RunStore(study, siblings), settings.repeats,
+                           request.confirm_seeds, settings.penalty, settings.tolerance, backend=settings.backend,
+                           on_run=on_run, keeps_constraint=keeps_constraint)
     record = with_confirmation(outcome.cache, confirmation)
     # The cost now holds the confirmation's runs; the saving is the answer's, over its seeds.
     reference = {**study.user_attrs["bsp_reference"], "time_to_target": record["bsp_time_to_target"]}
@@ -299,6 +358,7 @@ def _queued_first(study: "optuna.Study", request: TuneRequest, siblings: "list[o
     winner, scored from it without training), then the winners of the nearest tuned jobs like this one
     (`near`, a transfer; a backup count k scaled to this job's n first, as `recommend` scales it, then as it
     won), then those winners with another paper's strategy added (`cross_paper_neighbours`), then the
+    portfolio of each family under the portfolio search (`autosync.search.strategies.portfolio`), then the
     other baselines (a static setting a paper starts from, such as k = 3n/4: trained after the transferred
     winners, it is raced against them rather than against BSP)."""
     old = study.user_attrs.get("cache")
@@ -316,8 +376,10 @@ def _queued_first(study: "optuna.Study", request: TuneRequest, siblings: "list[o
     bests = [best for _, best in _sibling_bests(siblings)] + [policy for nb in near for policy in _as_here(nb, job)]
     neighbours = [{"policy": Composed.name, "params": slots} for best in bests for slots in _neighbours(best)]
     found = [(policy, _in_space(request.space, policy, job)) for policy in bests + neighbours]
+    portfolio = [(policy, _in_space(request.space, policy, job)) for policy in portfolio_policies(request.space, job)] \
+        if request.sampler == "portfolio" else []
     rest = [b for b in baselines if b not in bsp_asp]
-    for policy, params in bsp_asp + found + rest:  # one of each class that runs alike
+    for policy, params in bsp_asp + found + portfolio + rest:  # one of each class that runs alike
         key = _canonical_key(policy, job)
         if params is not None and key not in seen:
             seen.add(key)

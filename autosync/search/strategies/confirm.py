@@ -1,16 +1,20 @@
-"""A search's winner confirmed on more seeds (`autosync tune --confirm-top K --confirm-seeds S`).
+"""A search's answer held on seeds it did not search on (`autosync tune`, on by default: `--confirm-top K`).
 
 A search that scores each trial on one seed (`--repeats 1`, the default) answers with the luckiest of its
 candidates: the least of several noisy scores is biased low (the winner's curse), and the more candidates
 a space holds, the likelier a lucky one wins. Intensification, as SMAC runs it (Hutter, Hoos and
 Leyton-Brown 2011), trusts an incumbent only once it has been run on more seeds: after the search, its
-K best feasible candidates (one per canonical policy) and the winners its sibling studies answer with,
-where this space holds them, train on S more seeds, and BSP with them. The search then answers with the
-candidate of the best mean time to target over all its seeds (the search's own R and the S new ones)
-whose mean final metric keeps the accuracy constraint against BSP's over the same seeds. Where none does
-(each diverged or fell short on a new seed), it answers with BSP, the reference every candidate is held
-to, rather than hand out a policy that failed the confirmation; only where BSP failed too does the
-search's own pick stay.
+K best feasible candidates (one per canonical policy; their final metric already checked at full budget on
+the search's seeds) and the winners its sibling studies answer with, where this space holds them, train on
+`--confirm-seeds` more seeds, and BSP with them, each run stopping at the target (the time to target is
+what is compared; the rest of the budget would only repeat the final-metric check).
+
+- A candidate that misses the target on a new seed loses, however fast it was on the search's seed.
+- Candidates whose mean times are closer than the spread between seeds (the larger standard deviation of
+  the two leaders' per-seed times) are told apart on one more seed each, up to `MAX_EXTRA_SEEDS` new seeds;
+  those still closer than that are reported as tied (the faster mean answers).
+- The answer is the candidate of the best mean over all its seeds, and the speedup over BSP is over the
+  same seeds. Where no candidate reached the target on every seed, BSP answers (`fell_back_to_bsp`).
 
 Every run is stored in the study as it finishes (the `confirmation_runs` user attribute), so an
 interrupted confirmation resumes; a run that this or a sibling study already made (same canonical policy,
@@ -25,9 +29,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from autosync.core.job import JobSpec
 from autosync.search.objective import (
-    BSP, CANONICAL, SCORING, RunFailed, canonical_on, constraint, evaluate, final_pending, trial_seeds,
+    BSP, CANONICAL, SCORING, RunFailed, canonical_on, constraint_of, evaluate, final_pending, may_be_feasible,
+    trial_seeds,
 )
-from autosync.search.study.trials import feasible_trials
 
 if TYPE_CHECKING:
     import optuna
@@ -35,6 +39,19 @@ if TYPE_CHECKING:
     from autosync.engine.backends import BackendChoice
 
 RUNS = "confirmation_runs"  # study user attribute: {run identity: result} of every confirmation run
+MAX_EXTRA_SEEDS = 3  # new seeds at most, where the leaders stay closer than the spread between seeds
+DEFAULT_TOP = 2  # candidates `autosync tune` confirms unless told (`confirm_top_for`)
+
+
+def confirm_top_for(asked: int | None, sampler: str, objective: str = "time") -> int:
+    """How many candidates a tune confirms: `asked`, or by default `DEFAULT_TOP` where the search ranks one
+    objective with trials of one seed each, and none for the switch-point strategies (which train every
+    candidate on Sync-Switch's R seeds) or a Pareto front."""
+    from autosync.search.strategies.samplers import SWITCH_POINT_SAMPLERS
+
+    if asked is not None:
+        return asked
+    return 0 if sampler in SWITCH_POINT_SAMPLERS or objective != "time" else DEFAULT_TOP
 REFERENCE = "reference"  # the source of BSP's row where BSP is not a candidate: the constraint's reference only
 
 
@@ -46,6 +63,7 @@ class Candidate:
     source: str  # "trial N" of this study, "sibling STUDY", or REFERENCE for BSP
     search_time: float | None = None
     search_final: float | None = None
+    checked: bool = True  # its final metric is known to keep the constraint (else checked before it answers)
 
 
 @dataclass
@@ -61,7 +79,11 @@ class Confirmation:
     bsp_time: float | None = None  # BSP's mean over the same seeds (None: it failed on one)
     bsp_final: float | None = None
     trained_virtual_seconds: float = 0.0  # what the runs trained here cost (copied runs cost nothing)
-    fell_back_to_bsp: bool = False  # no candidate kept the constraint (or finished) on all seeds: BSP answers
+    fell_back_to_bsp: bool = False  # no candidate reached the target on every seed: BSP answers
+    search_best: dict[str, Any] | None = None  # the search's own answer (its best on the search's seeds)
+    tied: list[dict[str, Any]] = field(default_factory=list)  # policies closer to the winner than the spread
+    spread: float | None = None  # the spread the leaders were told apart against (s)
+
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -80,7 +102,9 @@ class RunStore:
 
     @staticmethod
     def identity(canonical: dict[str, Any], seed: int, penalty: float, job: JobSpec) -> str:
-        return json.dumps({"policy": canonical, "seed": seed, "penalty": penalty,
+        """A run to the target of `canonical` on `seed` (runs of older versions trained the whole budget and
+        are keyed without `to_target`)."""
+        return json.dumps({"policy": canonical, "seed": seed, "penalty": penalty, "to_target": True,
                            "budget": job.budget.model_dump(mode="json")}, sort_keys=True)
 
     def get(self, key: str) -> dict[str, Any] | None:
@@ -95,7 +119,8 @@ class RunStore:
 
 def candidates(study: "optuna.Study", top: int, job: JobSpec, scoring: dict[str, Any],
                also: list[tuple[dict[str, Any], str]] = ()) -> list[Candidate]:
-    """The study's `top` best feasible trials scored as `scoring` says (`trial_scoring`), one per canonical
+    """The study's `top` fastest completed trials scored as `scoring` says (`trial_scoring`) that keep the
+    final-metric constraint or may (stopped at the target, unchecked: `checked` False), one per canonical
     policy (the first at its score), best first, then the policies of `also` ((policy, source) pairs: the
     sibling studies' winners) that none of those runs like, each with the score of a completed trial of
     this study that runs like it, if any."""
@@ -106,15 +131,17 @@ def candidates(study: "optuna.Study", top: int, job: JobSpec, scoring: dict[str,
     by_canonical: dict[str, Any] = {}
     for t in completed:  # the first trial of each canonical policy: the others ran alike or were copied
         by_canonical.setdefault(_key(t.user_attrs[CANONICAL]), t)
+    ranked = sorted((t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+                     if may_be_feasible(t) and _scored_as(t, scoring)),
+                    key=lambda t: (t.values[0], final_pending(t), t.number))  # a checked twin before a pending one
     out, seen = [], set()
-    for t in feasible_trials(study):
-        if not _scored_as(t, scoring):
-            continue
+    for t in ranked:
         key = _key(t.user_attrs.get(CANONICAL) or canonical_on(t.user_attrs["policy"], job))
         if key not in seen:
             seen.add(key)
+            checked = not final_pending(t) or (key in by_canonical and constraint_of(by_canonical[key]) <= 0)
             out.append(Candidate(t.user_attrs["policy"], f"trial {t.number}", t.values[0],
-                                 t.user_attrs.get("final_metric")))
+                                 t.user_attrs.get("final_metric"), checked))
         if len(out) == top:
             break
     for policy, source in also:
@@ -144,67 +171,179 @@ def _key(canonical: dict[str, Any] | None) -> str:
 def confirm(job: JobSpec, top: int, plan: list[Candidate], reference: dict[str, Any], runs: RunStore,
             repeats: int, extra_seeds: int, penalty: float, tolerance: float,
             backend: "BackendChoice | None" = None,
-            on_run: Callable[[int, int], None] | None = None) -> Confirmation:
-    """Train every candidate (and BSP) on the `extra_seeds` seeds after the search's `repeats`; where a
-    candidate has no score on the search's seeds, on those too. `on_run(done, total)` follows the runs."""
+            on_run: Callable[[int, int], None] | None = None,
+            keeps_constraint: Callable[[dict[str, Any]], bool] | None = None) -> Confirmation:
+    """Train every candidate (and BSP) to the target on the `extra_seeds` seeds after the search's `repeats`
+    (where a candidate has no score on the search's seeds, on those too), and more seeds while the leaders
+    are closer than their spread (`MAX_EXTRA_SEEDS` at most). `on_run(done, total)` follows the runs.
+    A winner whose final metric was not checked yet (it stopped at the target in the search) answers only
+    once `keeps_constraint(policy)` says it keeps the final-metric constraint; else the next one is taken.
+    `tolerance` is kept for the callers: the final metric is checked on the search's seeds."""
     search_seeds = trial_seeds(job, repeats)
-    new_seeds = [job.seed + repeats + i for i in range(extra_seeds)]
     bsp_key = _key(canonical_on(BSP, job))
-    if all(_key(canonical_on(c.policy, job)) != bsp_key for c in plan):  # BSP: the constraint's reference
+    if all(_key(canonical_on(c.policy, job)) != bsp_key for c in plan):  # BSP: the speedup's reference
         plan = [*plan, Candidate(BSP, REFERENCE, reference["time_to_target"], reference["final_metric"])]
-    result = Confirmation(top, search_seeds + new_seeds)
-    total = sum(len(new_seeds) + (len(search_seeds) if c.search_time is None else 0) for c in plan)
-    done = 0
-    for c in plan:
-        seeds = new_seeds if c.search_time is not None else search_seeds + new_seeds
-        canonical = canonical_on(c.policy, job)
-        scores = []
-        for seed in seeds:
-            key = RunStore.identity(canonical, seed, penalty, job)
-            run = runs.get(key)
-            if run is None:
-                try:
-                    run = evaluate(job, c.policy, [seed], penalty, backend=backend)
-                except RunFailed as exc:
-                    run = {"reason": str(exc)}
-                runs.put(key, run)
-                result.trained_virtual_seconds += run.get("virtual_seconds", 0.0)
-            scores.append(run)
-            done += 1
-            if on_run is not None:
-                on_run(done, total)
-        result.rows.append(_row(c, scores, len(search_seeds)))
-        if _key(canonical) == bsp_key:
-            result.bsp_time, result.bsp_final = result.rows[-1]["time_to_target"], result.rows[-1]["final_metric"]
-    for row in result.rows:
-        row["feasible"] = row["time_to_target"] is not None and result.bsp_final is not None and \
-            constraint(job, row["final_metric"], result.bsp_final, tolerance) <= 0
-    contenders = [r for r in result.rows if r["feasible"] and r["source"] != REFERENCE]
-    if not contenders and result.bsp_time is not None:  # every candidate failed on the new seeds: BSP holds
-        contenders, result.fell_back_to_bsp = [r for r in result.rows if r["source"] == REFERENCE], True
+    result = Confirmation(top, list(search_seeds), search_best=plan[0].policy if plan else None)
+    times: dict[int, list[dict[str, Any]]] = {i: [] for i in range(len(plan))}  # each candidate's new runs
+    progress = {"done": 0, "total": 0}
+
+    def run_on(indices: list[int], seeds: list[int], race: bool = False) -> None:
+        progress["total"] += sum(len(seeds) + (len(search_seeds) if plan[i].search_time is None and not times[i]
+                                               else 0) for i in indices)
+        for i in indices:
+            c = plan[i]
+            todo = (search_seeds if c.search_time is None and not times[i] else []) + seeds
+            for seed in todo:
+                raced = race and c.source != REFERENCE and _key(canonical_on(c.policy, job)) != bsp_key  # BSP: the speedup's
+                bound = _bound(c, times[i], len(search_seeds), times, plan) if raced else None
+                times[i].append(_run(job, c.policy, seed, penalty, runs, backend, result, bound))
+                progress["done"] += 1
+                if on_run is not None:
+                    on_run(progress["done"], progress["total"])
+                if times[i][-1].get("behind"):  # it cannot beat the leader's mean any more
+                    progress["total"] -= len(todo) - len(times[i])
+                    break
+
+    new_seeds = [job.seed + repeats + i for i in range(extra_seeds)]
+    run_on(list(range(len(plan))), new_seeds, race=True)  # the search's best first: the others race its mean
+    result.seeds += new_seeds
+    while True:
+        rows = [_row(c, times[i], len(search_seeds)) for i, c in enumerate(plan)]
+        close = _closer_than_spread(rows)
+        if not close or len(result.seeds) - len(search_seeds) >= max(extra_seeds, MAX_EXTRA_SEEDS):
+            break
+        seed = job.seed + repeats + len(result.seeds) - len(search_seeds)
+        run_on(close, [seed])  # BSP's row is not re-run: the speedup is read over the seeds it has
+        result.seeds.append(seed)
+    result.rows = rows
+    for i, row in enumerate(rows):
+        if _key(canonical_on(plan[i].policy, job)) == bsp_key:
+            result.bsp_time, result.bsp_final = row["time_to_target"], row["final_metric"]
+    contenders = [r for r in rows if r["feasible"] and r["source"] != REFERENCE]
+    if not contenders and result.bsp_time is not None:  # every candidate missed on a new seed: BSP holds
+        contenders, result.fell_back_to_bsp = [r for r in rows if r["source"] == REFERENCE], True
+    unchecked = {json.dumps(c.policy, sort_keys=True) for c in plan if not c.checked}
+    contenders = sorted(contenders, key=lambda r: r["time_to_target"])  # stable: the first of equals, search order
+    while contenders and json.dumps(contenders[0]["policy"], sort_keys=True) in unchecked \
+            and keeps_constraint is not None and not keeps_constraint(contenders[0]["policy"]):
+        contenders[0]["feasible"] = False  # ends below the tolerance of BSP's final metric at full budget
+        contenders.pop(0)
+        if not contenders and result.bsp_time is not None:
+            contenders, result.fell_back_to_bsp = [r for r in rows if r["source"] == REFERENCE], True
     if contenders:
-        best = min(contenders, key=lambda r: r["time_to_target"])  # the first of equals: search order
+        best = contenders[0]
         result.winner, result.winner_time, result.winner_final = best["policy"], best["time_to_target"], best["final_metric"]
+        result.spread = _spread(best)
+        result.tied = [r["policy"] for r in contenders if r is not best and result.spread is not None
+                       and r["time_to_target"] - best["time_to_target"] < result.spread]
     return result
 
 
+def _run(job: JobSpec, policy: dict[str, Any], seed: int, penalty: float, runs: RunStore,
+         backend: "BackendChoice | None", result: Confirmation, bound: float | None = None) -> dict[str, Any]:
+    """`policy`'s run to the target on `seed`: stored, or trained now (and stored). With `bound`, a run that has
+    not reached the target by then stops there, `behind`: it cannot beat the leader (not stored)."""
+    key = RunStore.identity(canonical_on(policy, job), seed, penalty, job)
+    run = runs.get(key)
+    if run is None and bound is not None and bound <= 0:
+        return {"behind": True, "stopped_at": 0.0, "seed": seed}
+    if run is None:
+        try:
+            run = evaluate(job, policy, [seed], penalty, backend=backend, stop_at_target=True, horizon=bound)
+        except RunFailed as exc:
+            run = {"reason": str(exc)}
+        result.trained_virtual_seconds += run.get("virtual_seconds", 0.0)
+        if bound is not None and "reason" not in run and not run.get("reached"):
+            return {"behind": True, "stopped_at": bound, "seed": seed}
+        runs.put(key, run)
+    return {**run, "seed": seed}
+
+
+def _bound(c: Candidate, own: list[dict[str, Any]], search_runs: int, times: dict[int, list[dict[str, Any]]],
+           plan: list[Candidate]) -> float | None:
+    """The time to target on its next seed past which `c` cannot beat the fastest mean of the candidates
+    confirmed so far that reached the target on every seed (None while there is none): successive halving's
+    rule with the leader as the bar."""
+    leaders = [r["time_to_target"] for i, p in enumerate(plan) if times[i] and p is not c and p.source != REFERENCE
+               and (r := _row(p, times[i], search_runs))["feasible"]]
+    if not leaders:
+        return None
+    known = ([c.search_time] * search_runs if c.search_time is not None else []) \
+        + [r["time_to_target"] for r in own if "time_to_target" in r]
+    return min(leaders) * (len(known) + 1) - sum(known)
+
+
+def _spread(row: dict[str, Any]) -> float | None:
+    """The standard deviation of a row's per-seed times (None with fewer than two)."""
+    import statistics
+
+    times = row.get("seed_times") or []
+    return statistics.stdev(times) if len(times) >= 2 else None
+
+
+def _closer_than_spread(rows: list[dict[str, Any]]) -> list[int]:
+    """The indices of the feasible candidates whose mean is within the spread of the fastest one's (the
+    fastest included), where there are two or more; else none."""
+    feasible = [(i, r) for i, r in enumerate(rows) if r["feasible"] and r["source"] != REFERENCE]
+    if len(feasible) < 2:
+        return []
+    i_best, best = min(feasible, key=lambda p: p[1]["time_to_target"])
+    close = [i for i, r in feasible if i != i_best
+             and r["time_to_target"] - best["time_to_target"] < max(_spread(best) or 0.0, _spread(r) or 0.0)]
+    return [i_best, *close] if close else []
+
+
 def _row(c: Candidate, runs: list[dict[str, Any]], search_runs: int) -> dict[str, Any]:
-    """A candidate's means over all its seeds (the search's score weighted by its seeds); a failed run
-    (divergence) leaves it without a time."""
+    """A candidate's mean over all its seeds (the search's score counted once per search seed); a failed run
+    (divergence) or one stopped behind the leader leaves it without a time; `feasible`: it reached the target
+    on every seed."""
     row = {"policy": c.policy, "source": c.source, "search_time": c.search_time, "time_to_target": None,
            "final_metric": None, "reached": sum(1 for r in runs if r.get("reached")), "runs": len(runs),
-           "reason": next((r["reason"] for r in runs if "reason" in r), None)}
-    if row["reason"] is not None:
+           "reason": next((r["reason"] for r in runs if "reason" in r), None), "seed_times": [],
+           "missed_seeds": [r["seed"] for r in runs if "reason" not in r and not r.get("behind")
+                            and not r.get("reached")],
+           "behind_at": next((r["stopped_at"] for r in runs if r.get("behind")), None), "feasible": False}
+    if row["reason"] is not None or row["behind_at"] is not None:
         return row
     times = [r["time_to_target"] for r in runs]
     finals = [r["final_metric"] for r in runs]
     if c.search_time is not None:
-        times += [c.search_time] * search_runs
-        finals += [c.search_final] * search_runs
+        times = [c.search_time] * search_runs + times
+        finals = [c.search_final] * search_runs + finals
         row["runs"] += search_runs
+        row["reached"] += search_runs
+    row["seed_times"] = times
     row["time_to_target"] = sum(times) / len(times)
-    row["final_metric"] = sum(finals) / len(finals)
+    row["final_metric"] = sum(finals) / len(finals) if None not in finals else None
+    row["feasible"] = not row["missed_seeds"]
     return row
+
+
+def how_it_held(confirmed: dict[str, Any], label: Callable[[dict[str, Any]], str] = json.dumps) -> str:
+    """One line on how the search's answer held on the seeds it did not search on (a stored confirmation,
+    `Confirmation.to_dict()`); `label` names a policy."""
+    rows = confirmed.get("rows") or []
+    best = confirmed.get("search_best")
+    row = next((r for r in rows if r["policy"] == best), None)
+    winner = confirmed.get("winner")
+    seeds = f"seed{'s' if len(confirmed.get('seeds', [])) > 1 else ''} {', '.join(map(str, confirmed.get('seeds', [])))}"
+    if winner is None:
+        return "BSP failed on a new seed, so no candidate can be held to it: the search's best is kept"
+    if confirmed.get("fell_back_to_bsp"):
+        return f"no candidate reached the target on every one of {seeds}: the answer is BSP"
+    tied = confirmed.get("tied") or []
+    tie = (f"; tied with {', '.join(label(p) for p in tied)} (closer than the spread between seeds, "
+           f"{confirmed.get('spread') or 0:.1f} s)") if tied else ""
+    mean = f"{confirmed['winner_time']:.1f} s mean over {seeds}"
+    if winner == best:
+        return f"the answer held: {label(winner)} {mean}{tie}"
+    if row is None or row.get("time_to_target") is None and not row.get("missed_seeds"):
+        why = f"failed on a new seed ({row['reason']})" if row and row.get("reason") else "was not confirmed"
+    elif row.get("missed_seeds"):
+        why = f"missed the target on seed {', '.join(map(str, row['missed_seeds']))}"
+    else:
+        why = f"was slower over the seeds ({row['time_to_target']:.1f} s mean)"
+    return f"the answer was replaced: the search's best {label(best)} {why}; {label(winner)} {mean}{tie}"
 
 
 def with_confirmation(record: dict[str, Any], confirmation: Confirmation) -> dict[str, Any]:
@@ -219,5 +358,5 @@ def with_confirmation(record: dict[str, Any], confirmation: Confirmation) -> dic
     c = confirmation
     updated.update(best_policy=c.winner, best_value=c.winner_time, best_final_metric=c.winner_final,
                    bsp_time_to_target=c.bsp_time, bsp_final_metric=c.bsp_final,
-                   speedup_vs_bsp=c.bsp_time / c.winner_time if c.winner_time > 0 else None)
+                   speedup_vs_bsp=c.bsp_time / c.winner_time if c.winner_time > 0 and c.bsp_time is not None else None)
     return updated

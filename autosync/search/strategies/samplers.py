@@ -10,8 +10,19 @@ from autosync.search.space import SearchSpace
 if TYPE_CHECKING:
     import optuna
 
-SAMPLERS = ("tpe", "gp", "random", "grid", "binary", "ladder")
+SAMPLERS = ("portfolio", "tpe", "gp", "random", "grid", "binary", "ladder")
+AUTO = "auto"  # the portfolio search where the space lists a portfolio, else TPE (`sampler_for`)
 SWITCH_POINT_SAMPLERS = ("binary", "ladder")  # strategies that run candidates of their own choosing
+
+
+def sampler_for(name: str, space: SearchSpace) -> str:
+    """The sampler `--sampler name` runs on `space`: `auto` is the portfolio search where the space lists a
+    portfolio (`autosync.search.strategies.portfolio`), else TPE."""
+    if name == AUTO:
+        return "portfolio" if space.portfolio else "tpe"
+    if name not in SAMPLERS:
+        raise UserError(f"--sampler must be one of {[AUTO, *SAMPLERS]}, but got {name!r}")
+    return name
 
 
 def make_sampler(name: str, seed: int, space: SearchSpace, multi_objective: bool,
@@ -19,8 +30,13 @@ def make_sampler(name: str, seed: int, space: SearchSpace, multi_objective: bool
     """The Optuna sampler `--sampler name` stands for (`n_trials`: the ladder's number of rungs)."""
     import optuna
 
-    if name not in SAMPLERS:
-        raise UserError(f"--sampler must be one of {list(SAMPLERS)}, but got {name!r}")
+    name = sampler_for(name, space)
+    if name == "portfolio":
+        from autosync.search.strategies.portfolio import portfolio_sampler
+
+        if multi_objective:
+            raise UserError("--sampler portfolio races one objective; use tpe for --objective time,metric")
+        return portfolio_sampler(seed, space)
     if name == "ladder":
         from autosync.search.strategies.ladder import DEFAULT_RUNGS, LadderSampler
 

@@ -16,7 +16,9 @@ import warnings
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from autosync.search.study import _optuna_internals as internals
-from autosync.search.objective import FULL_BUDGET_OF, KILLED, PROCESS, RETRY_OF, constraint_of, has_own_failure
+from autosync.search.objective import (
+    ANSWERED, FULL_BUDGET_OF, KILLED, PROCESS, RETRY_OF, constraint_of, has_own_failure,
+)
 from autosync.search.study.locking import storage_lock
 
 if TYPE_CHECKING:
@@ -31,7 +33,8 @@ def _states(*names: str) -> tuple[Any, ...]:
 
 
 def counted_trials(study: "optuna.Study") -> int:
-    """Trials that used the budget: completed, pruned, or failed with a reason of their own (not killed)."""
+    """Trials that used the budget: completed, pruned, or failed with a reason of their own (not killed), and
+    not answered untrained from a point already tried (`ANSWERED`)."""
     return budget_used(study)[0]
 
 
@@ -47,6 +50,8 @@ def budget_used(study: "optuna.Study") -> tuple[int, int]:
     for t in internals.fresh_trials(study):
         if FULL_BUDGET_OF in t.user_attrs:  # a winner's check at full budget: the search's, not the budget's
             continue
+        if t.user_attrs.get(ANSWERED) and t.state.is_finished():  # a point already answered takes no slot
+            continue
         if t.state.name in ("WAITING", "RUNNING"):
             pending += 1
         elif t.state.name in ("COMPLETE", "PRUNED") or has_own_failure(t):
@@ -58,7 +63,7 @@ def trials_run_by(study: "optuna.Study", processes: set[str]) -> list["optuna.tr
     """The counted trials (see `budget_used`: full-budget checks are not) that the processes tagged
     `processes` ran."""
     return [t for t in internals.fresh_trials(study) if t.user_attrs.get(PROCESS) in processes
-            and FULL_BUDGET_OF not in t.user_attrs
+            and FULL_BUDGET_OF not in t.user_attrs and not t.user_attrs.get(ANSWERED)
             and (t.state.name in ("COMPLETE", "PRUNED") or has_own_failure(t))]
 
 

@@ -1,0 +1,127 @@
+"""The portfolio of the `policy` space: per policy family, the settings fastest most often on the committed families.
+
+A portfolio search (`autosync tune --space policy`, `autosync.search.strategies.portfolio`) races one or two
+settings of every policy family before its sampler works inside the families that can still win. Which
+settings, is read here from the committed robustness reports (`results/robustness/shared` and
+`results/robustness/stragglers`, the families the search is developed on), not chosen by hand:
+
+    python results/portfolio/choose.py            # prints the `portfolio:` block of search_spaces/policy.yaml
+    python results/portfolio/choose.py --check    # exit 1 when policy.yaml's portfolio is not what it prints
+
+For each family (static k, ASP, DBW, B-DBW, LB-BSP, Sync-Switch, SSP, DANA-Slim) it counts, over the jobs of
+both reports, how often each of the family's settings run there was the family's fastest on the job, and keeps
+the `PER_FAMILY` settings with the most wins among those the space samples (ties: the lower mean time over the jobs, normalised by the job's
+best). A static k is read as a share of the job's workers (the nearest of `K_SHARES`), so that it carries over
+to any n. A family with no setting in the reports keeps its defaults.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from autosync.search.space import SearchSpace
+
+ROOT = Path(__file__).resolve().parents[2]
+REPORTS = (ROOT / "results/robustness/shared/robustness.json", ROOT / "results/robustness/stragglers/robustness.json")
+PER_FAMILY = 2
+K_SHARES = ((1, 8), (1, 4), (1, 2), (3, 4))  # k as n * a / b: the shares a static k is read as
+SPACE = ROOT / "search_spaces/policy.yaml"
+
+
+def spec_of_label(label: str) -> str:
+    """'dbw(lr_rule=sqrt)' -> 'dbw:lr_rule=sqrt' (the form `autosync run --policy` and space files read)."""
+    name, _, body = label.partition("(")
+    return f"{name}:{body[:-1]}" if body else name
+
+
+def static_setting(label: str, n: int) -> str | None:
+    """'k=6 linear' on n = 8 -> 'backup:k=n_workers*3/4,lr_rule=linear' (the nearest share); BSP -> None."""
+    head, _, rule = label.partition(" ")
+    if not head.startswith("k=") or not head[2:].isdigit():
+        return None
+    k = int(head[2:])
+    a, b = min(K_SHARES, key=lambda s: abs(k / n - s[0] / s[1]))
+    return f"backup:k=n_workers*{a}/{b},lr_rule={rule}"
+
+
+def settings_by_family(job: dict) -> dict[str, dict[str, float]]:
+    """{family: {setting: time / the job's best overall time}} of one report job (a missed target counts as
+    the report counted it: twice the budget)."""
+    best = job["best_overall_time"] if job.get("best_overall_time") else job["best_static_time"]
+    out: dict[str, dict[str, float]] = defaultdict(dict)
+    for label, time in job["static"].items():
+        setting = static_setting(label, job["n_workers"])
+        if setting is not None and time is not None:
+            out["backup"][setting] = min(out["backup"].get(setting, float("inf")), time / best)
+    for label, row in job["policies"].items():
+        if label in ("tuned", "bsp") or row.get("time") is None:
+            continue
+        spec = spec_of_label(label)
+        out[spec.partition(":")[0]][spec] = row["time"] / best
+    return out
+
+
+def in_space(spec: str, space: "SearchSpace") -> bool:
+    """Whether the space samples `spec` (on 16 workers: a share of n resolves to a k inside 1..n)."""
+    import dataclasses
+
+    return spec.partition(":")[0] in space.policies \
+        and not dataclasses.replace(space, portfolio=(spec,)).portfolio_problems(16)
+
+
+def choose(reports: tuple[Path, ...] = REPORTS, per_family: int = PER_FAMILY,
+           space_path: Path = SPACE) -> dict[str, list[str]]:
+    """{family: its `per_family` settings fastest most often over the reports' jobs, among those the space
+    at `space_path` samples}."""
+    from autosync.search.space import load_space
+
+    space = load_space(space_path, 16)
+    wins: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    ratios: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for path in reports:
+        for job in json.loads(path.read_text())["jobs"]:
+            for family, settings in settings_by_family(job).items():
+                fastest = min(settings.values())
+                for setting, ratio in settings.items():
+                    ratios[family][setting].append(ratio)
+                    wins[family][setting] += ratio == fastest
+    chosen = {}
+    for family, counts in wins.items():
+        ranked = sorted((s for s in counts if in_space(s, space)),
+                        key=lambda s: (-counts[s], statistics.mean(ratios[family][s]), s))
+        if ranked:
+            chosen[family] = ranked[:per_family]
+    for family in space.policies:  # a family the reports did not run: its defaults
+        chosen.setdefault(family, [family])
+    return {family: chosen[family] for family in space.policies}
+
+
+def portfolio() -> list[str]:
+    """The chosen settings in the space's family order."""
+    return [spec for specs in choose().values() for spec in specs]
+
+
+def main() -> int:
+    chosen = portfolio()
+    if "--check" in sys.argv[1:]:
+        from autosync.search.space import load_space
+
+        shipped = list(load_space(SPACE, 16).portfolio)
+        if shipped != chosen:
+            print(f"{SPACE}: portfolio {shipped} is not the one chosen from the reports: {chosen}")
+            return 1
+        return 0
+    print("portfolio:  # chosen by results/portfolio/choose.py from the committed robustness reports")
+    for spec in chosen:
+        print(f"  - {spec}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
