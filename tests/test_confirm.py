@@ -17,6 +17,8 @@ JOB = small_job(budget={"max_updates": 30})
 
 
 def _tune(url: str, space: str = "policy", trials: int = 5, top: int = 2, **request):
+    """A tune confirmed on two new seeds; TPE (the confirmation is under test, not the portfolio search)."""
+    request.setdefault("sampler", "tpe")
     return tune(TuneRequest(job=JOB, space=load_space(SPACE_DIR / f"{space}.yaml", 4), n_trials=trials, storage=url,
                             confirm_top=top, **request))
 
@@ -25,14 +27,17 @@ def _tune(url: str, space: str = "policy", trials: int = 5, top: int = 2, **requ
 def test_the_winner_is_the_best_mean_over_the_search_seed_and_the_new_ones(tmp_path):
     outcome = _tune(f"sqlite:///{tmp_path / 's.db'}")
     confirmed = outcome.cache["confirmed"]
-    assert confirmed["seeds"] == [JOB.seed, JOB.seed + 1, JOB.seed + 2]
+    seeds = confirmed["seeds"]
+    assert seeds[:3] == [JOB.seed, JOB.seed + 1, JOB.seed + 2] and len(seeds) <= 4  # a third new seed for a tie
     candidates = [r for r in confirmed["rows"] if r["source"] != "reference"]
-    assert len(candidates) == 2 and [r["source"] for r in candidates] == [
-        f"trial {row['trial']}" for row in outcome.top[:2]]  # the search's two best, best first
-    for row in candidates:  # each mean is the search's score and two new runs, recomputed here
-        fresh = evaluate(JOB, row["policy"], [JOB.seed + 1, JOB.seed + 2])
-        assert row["time_to_target"] == pytest.approx((row["search_time"] + 2 * fresh["time_to_target"]) / 3)
-        assert row["runs"] == 3
+    assert 1 <= len(candidates) <= 2 and candidates[0]["source"] == f"trial {outcome.top[0]['trial']}"  # best first
+    for row in candidates:  # each mean is the search's score and the new runs, recomputed here
+        if row["behind_at"] is not None:  # it stopped once it could not bring its mean under the leader's
+            continue
+        new = seeds[1:len(row["seed_times"])]
+        fresh = [evaluate(JOB, row["policy"], [seed])["time_to_target"] for seed in new]
+        assert row["seed_times"] == pytest.approx([row["search_time"], *fresh])
+        assert row["time_to_target"] == pytest.approx(sum(row["seed_times"]) / len(row["seed_times"]))
     bsp = confirmed["rows"][-1] if confirmed["rows"][-1]["source"] == "reference" else None
     feasible = [r for r in candidates if r["feasible"]]
     winner = min(feasible, key=lambda r: r["time_to_target"])
@@ -71,7 +76,8 @@ def test_a_confirmed_study_answers_from_the_cache_and_an_interrupted_one_trains_
                                                                         ["virtual_seconds"])
     assert resumed.cache["confirmed"]["rows"] == first.cache["confirmed"]["rows"]
     wider = _tune(url, top=3)  # another K is another confirmation: the runs it shares are copied
-    assert wider.cache["confirmed"]["top"] == 3 and wider.cache["confirmed"]["rows"][:2] == first.cache["confirmed"]["rows"][:2]
+    assert wider.cache["confirmed"]["top"] == 3 and [r["source"] for r in wider.cache["confirmed"]["rows"][:2]] == [
+        r["source"] for r in first.cache["confirmed"]["rows"][:2]]
 
 
 @pytest.mark.slow
@@ -82,13 +88,17 @@ def test_a_composed_tune_confirms_the_policy_tunes_winner_too_and_is_never_slowe
     single = _tune(url, "policy")
     composed = _tune(url, "composed", top=1)
     rows = composed.cache["confirmed"]["rows"]
-    assert composed.cache["confirmed"]["seeds"] == single.cache["confirmed"]["seeds"]
+    seeds, its_seeds = composed.cache["confirmed"]["seeds"], single.cache["confirmed"]["seeds"]
+    assert seeds[:3] == its_seeds[:3]  # a third new seed where leaders tie
     from autosync.search.objective import canonical_policy
 
     winner = canonical_policy(single.cache["best_policy"], 4, JOB.workload.batch_size)
     twin = [r for r in rows if canonical_policy(r["policy"], 4, JOB.workload.batch_size) == winner]
-    assert len(twin) == 1 and twin[0]["time_to_target"] == pytest.approx(single.cache["best_value"])
-    assert composed.cache["best_value"] <= single.cache["best_value"] + 1e-12
+    won = next(r for r in single.cache["confirmed"]["rows"] if r["policy"] == single.cache["best_policy"])
+    common = min(len(twin[0]["seed_times"]), len(won["seed_times"]))
+    assert len(twin) == 1 and twin[0]["seed_times"][:common] == pytest.approx(won["seed_times"][:common])
+    if seeds == its_seeds:
+        assert composed.cache["best_value"] <= single.cache["best_value"] + 1e-12
     assert composed.cache["best_policy"]["policy"] == "compose"  # in the form the composed space samples
 
 

@@ -137,6 +137,8 @@ def candidates(study: "optuna.Study", top: int, job: JobSpec, scoring: dict[str,
     out, seen = [], set()
     for t in ranked:
         key = _key(t.user_attrs.get(CANONICAL) or canonical_on(t.user_attrs["policy"], job))
+        if final_pending(t) and key in by_canonical and constraint_of(by_canonical[key]) > 0:
+            continue  # stopped at the target in the search, and its full-budget check failed the constraint
         if key not in seen:
             seen.add(key)
             checked = not final_pending(t) or (key in by_canonical and constraint_of(by_canonical[key]) <= 0)
@@ -219,17 +221,19 @@ def confirm(job: JobSpec, top: int, plan: list[Candidate], reference: dict[str, 
     for i, row in enumerate(rows):
         if _key(canonical_on(plan[i].policy, job)) == bsp_key:
             result.bsp_time, result.bsp_final = row["time_to_target"], row["final_metric"]
+    is_bsp = [_key(canonical_on(c.policy, job)) == bsp_key for c in plan]
+    bsp_rows = [r for r, bsp in zip(rows, is_bsp) if bsp and r["time_to_target"] is not None]
     contenders = [r for r in rows if r["feasible"] and r["source"] != REFERENCE]
-    if not contenders and result.bsp_time is not None:  # every candidate missed on a new seed: BSP holds
-        contenders, result.fell_back_to_bsp = [r for r in rows if r["source"] == REFERENCE], True
+    if not contenders and bsp_rows:  # every candidate missed on a new seed: BSP, the reference, answers
+        contenders, result.fell_back_to_bsp = bsp_rows, True
     unchecked = {json.dumps(c.policy, sort_keys=True) for c in plan if not c.checked}
     contenders = sorted(contenders, key=lambda r: r["time_to_target"])  # stable: the first of equals, search order
     while contenders and json.dumps(contenders[0]["policy"], sort_keys=True) in unchecked \
             and keeps_constraint is not None and not keeps_constraint(contenders[0]["policy"]):
         contenders[0]["feasible"] = False  # ends below the tolerance of BSP's final metric at full budget
         contenders.pop(0)
-        if not contenders and result.bsp_time is not None:
-            contenders, result.fell_back_to_bsp = [r for r in rows if r["source"] == REFERENCE], True
+        if not contenders and bsp_rows:
+            contenders, result.fell_back_to_bsp = bsp_rows, True
     if contenders:
         best = contenders[0]
         result.winner, result.winner_time, result.winner_final = best["policy"], best["time_to_target"], best["final_metric"]
@@ -242,9 +246,11 @@ def confirm(job: JobSpec, top: int, plan: list[Candidate], reference: dict[str, 
 def _run(job: JobSpec, policy: dict[str, Any], seed: int, penalty: float, runs: RunStore,
          backend: "BackendChoice | None", result: Confirmation, bound: float | None = None) -> dict[str, Any]:
     """`policy`'s run to the target on `seed`: stored, or trained now (and stored). With `bound`, a run that has
-    not reached the target by then stops there, `behind`: it cannot beat the leader (not stored)."""
+    not reached the target by then stops there, `behind`: it cannot beat the leader (stored under its bound,
+    so that a resumed confirmation, which computes the same bound, copies it)."""
     key = RunStore.identity(canonical_on(policy, job), seed, penalty, job)
-    run = runs.get(key)
+    behind_key = f"{key}|behind at {bound!r}"
+    run = runs.get(key) or (runs.get(behind_key) if bound is not None else None)
     if run is None and bound is not None and bound <= 0:
         return {"behind": True, "stopped_at": 0.0, "seed": seed}
     if run is None:
@@ -254,8 +260,10 @@ def _run(job: JobSpec, policy: dict[str, Any], seed: int, penalty: float, runs: 
             run = {"reason": str(exc)}
         result.trained_virtual_seconds += run.get("virtual_seconds", 0.0)
         if bound is not None and "reason" not in run and not run.get("reached"):
-            return {"behind": True, "stopped_at": bound, "seed": seed}
-        runs.put(key, run)
+            run = {"behind": True, "stopped_at": bound, "virtual_seconds": run.get("virtual_seconds", 0.0)}
+            runs.put(behind_key, run)
+        else:
+            runs.put(key, run)
     return {**run, "seed": seed}
 
 
