@@ -8,7 +8,7 @@ import json
 import optuna
 import pytest
 
-from autosync.search.objective import ANSWERED, CANONICAL, evaluate
+from autosync.search.objective import ANSWERED, CANONICAL, PREDICTED, evaluate
 from autosync.search.space import POLICY_PARAM, SPACE_DIR, load_space
 from autosync.search.strategies.confirm import REFERENCE, Candidate, RunStore, confirm, how_it_held
 from autosync.search.strategies.portfolio import contenders, family_standing, next_family, portfolio_policies
@@ -59,11 +59,12 @@ def test_tpe_alone_loses_the_asp_branch_on_some_seeds_and_the_portfolio_never_do
     assert all(portfolio)
 
 
-def _trial(policy: dict, value: float | None, state: str = "COMPLETE", pruned_at: float | None = None):
+def _trial(policy: dict, value: float | None, state: str = "COMPLETE", pruned_at: float | None = None,
+           attrs: dict | None = None):
     params = POLICY_SPACE.trial_params(policy)
     distributions = POLICY_SPACE.distributions(params)
     kwargs = {"state": getattr(optuna.trial.TrialState, state), "params": params, "distributions": distributions,
-              "user_attrs": {"policy": policy}}
+              "user_attrs": {"policy": policy, **(attrs or {})}}
     if state == "COMPLETE":
         kwargs["value"] = value
     if pruned_at is not None:
@@ -73,8 +74,9 @@ def _trial(policy: dict, value: float | None, state: str = "COMPLETE", pruned_at
 
 def test_the_race_drops_a_family_that_cannot_win_and_keeps_each_that_can():
     """Known answers: backup's best is 50 s, ASP's best child 60 s (its first child missed the target, 500 s),
-    DBW's only trial was stopped on its pace at a predicted 200 s, BSP has one point, tried; families within
-    1.5x of the best take the free trials, the leader every other one."""
+    DBW's only trial was stopped on its pace at a predicted 200 s, B-DBW's at its bound with a predicted
+    130 s, BSP has one point, tried; families within 1.5x of the best take the free trials, the leader every
+    other one."""
     study = optuna.create_study()
     for policy, value, state, pruned in [
             ({"policy": "bsp", "params": {}}, 120.0, "COMPLETE", None),
@@ -82,11 +84,12 @@ def test_the_race_drops_a_family_that_cannot_win_and_keeps_each_that_can():
             ({"policy": "asp", "params": {"lr_rule": "staleness"}}, 60.0, "COMPLETE", None),
             ({"policy": "backup", "params": {"k": 2, "lr_rule": "fixed"}}, 50.0, "COMPLETE", None),
             ({"policy": "backup", "params": {"k": 6, "lr_rule": "fixed"}}, None, "PRUNED", 52.0),
-            ({"policy": "dbw", "params": {"window": 20, "lr_rule": "fixed"}}, None, "PRUNED", 200.0)]:
-        study.add_trial(_trial(policy, value, state, pruned))
+            ({"policy": "dbw", "params": {"window": 20, "lr_rule": "fixed"}}, None, "PRUNED", 200.0),
+            ({"policy": "bdbw", "params": {"lr_rule": "fixed"}}, None, "PRUNED", 51.0)]:  # predicted: 130 s
+        study.add_trial(_trial(policy, value, state, pruned, {PREDICTED: 130.0} if policy["policy"] == "bdbw" else {}))
     families = POLICY_SPACE.policies
     standing = family_standing(study.trials, families)
-    assert standing == {"bsp": 120.0, "asp": 60.0, "backup": 50.0, "dbw": 200.0}
+    assert standing == {"bsp": 120.0, "asp": 60.0, "backup": 50.0, "dbw": 200.0, "bdbw": 130.0}
     assert contenders(standing) == ["backup", "asp"]
     assert next_family(study, POLICY_SPACE, len(study.trials)) == "ssp"  # a family not tried yet comes first
     for family in families:

@@ -42,6 +42,9 @@ class Race(Protocol):
     def predicted_late(self, elapsed: float, metric: float | None, lower_is_better: bool) -> float | None:
         """When the trial's pace predicts it reaches the target too late, that predicted time (else None)."""
 
+    def predicted(self, elapsed: float, metric: float | None, lower_is_better: bool) -> float | None:
+        """The pace's predicted time-to-target of the trial, however late (None where it cannot tell)."""
+
     @staticmethod
     def keep_curve(trial: "optuna.Trial", curve: list[tuple[float, float]]) -> None:
         """Store the finished trial's curve for later trials' pace."""
@@ -68,6 +71,7 @@ RESAMPLED = "resampled_from"  # user attribute: the running trial whose point th
 FINAL_PENDING = "final_metric_pending"
 FULL_BUDGET_OF = "full_budget_check_of"  # user attribute: the trial re-runs trial N at full budget (its check)
 PRUNED_ON_PACE = "pruned_on_pace"  # user attribute: pruned by the pace rule, its value a prediction (`pruning`)
+PREDICTED = "predicted_time_to_target"  # user attribute of a trial pruned at its bound: the pace's prediction
 # user attribute: the trial proposed a point already answered (a twin's result, BSP's reference) and was
 # answered without training: it takes no slot of the budget (`autosync.search.study.trials.budget_used`)
 ANSWERED = "answered_untrained"
@@ -339,6 +343,10 @@ class Objective:
             if race.exceeded_by(value) or late is not None:
                 trial.report(late or value, step)  # the bound, or the pace's prediction: TPE and the checks read it
                 record_spent()
+                guess = race.predicted(value, info.get(target.metric), target.lower_is_better) \
+                    if late is None and bound.reached_at is None else None
+                if guess is not None and guess > value:  # the family's standing (`strategies.portfolio`) reads it
+                    trial.set_user_attr(PREDICTED, guess)
                 if late is not None:
                     trial.set_user_attr(PRUNED_ON_PACE, True)
                     raise optuna.TrialPruned(f"at {value:.0f} virtual s, slower than the bar by a pace that "

@@ -15,8 +15,8 @@ TPE only inside the families:
    samples the family's own parameters from that family's trials only (the parameters of a family are
    `family.param` in Optuna, a group of their own). A family stays in while its best trial, the time it
    reached the target or the bound it was stopped at, is within `FAMILY_MARGIN` of the best family's (a
-   family is judged by its best child, not its worst); a trial stopped on its pace counts at its predicted
-   time. The leading family gets every other trial, the others take turns, fewest trials first; a family
+   family is judged by its best child, not its worst); a stopped trial counts at the time its pace predicts,
+   where the pace can tell (`RaceLimit.predicted`), else at its bound. The leading family gets every other trial, the others take turns, fewest trials first; a family
    whose every point is tried (BSP, DANA-Slim) drops out.
 
 Trials that propose an already answered point are answered without training and take no trial slot
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import optuna
 
-from autosync.search.objective import has_own_failure
+from autosync.search.objective import PREDICTED, has_own_failure
 from autosync.search.space import POLICY_PARAM, SearchSpace
 from autosync.search.space_file import resolve_share
 
@@ -38,6 +38,8 @@ if TYPE_CHECKING:
     from autosync.core.job import JobSpec
 
 FAMILY_MARGIN = 1.5  # a family stays in the search while its best is within this factor of the best family's
+
+
 def portfolio_policies(space: SearchSpace, job: "JobSpec") -> list[dict[str, Any]]:
     """The space's portfolio as policies on `job` (shares of n resolved), in the file's order, each once."""
     from autosync.catalog import split_policy_spec
@@ -52,8 +54,8 @@ def portfolio_policies(space: SearchSpace, job: "JobSpec") -> list[dict[str, Any
 
 
 def family_standing(trials: "list[optuna.trial.FrozenTrial]", families: list[str]) -> dict[str, float]:
-    """Each family's best time so far: a completed trial's time to target, a pruned trial's bound (or, pruned on
-    its pace, its predicted time); infinity for a family whose trials all failed; families not tried are left
+    """Each family's best time so far: a completed trial's time to target, a pruned trial's predicted time (the
+    pace's, where it could tell) or else its bound; infinity for a family whose trials all failed; families not tried are left
     out."""
     standing: dict[str, float] = {}
     for t in trials:
@@ -74,11 +76,11 @@ def _family(trial: "optuna.trial.FrozenTrial", families: list[str]) -> str | Non
 
 
 def _value(trial: "optuna.trial.FrozenTrial") -> float | None:
-    """A completed trial's value, or a pruned one's last report (its bound, or the pace's prediction)."""
+    """A completed trial's value, or a pruned one's: its bound, or the pace's prediction where there is one."""
     if trial.state == optuna.trial.TrialState.COMPLETE:
         return trial.values[0]
     if trial.state == optuna.trial.TrialState.PRUNED and trial.last_step is not None:
-        return trial.intermediate_values[trial.last_step]
+        return max(trial.intermediate_values[trial.last_step], trial.user_attrs.get(PREDICTED, 0.0))
     return None
 
 

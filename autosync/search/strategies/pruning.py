@@ -174,12 +174,20 @@ class RaceLimit:
     def predicted_late(self, elapsed: float, metric: float | None, lower_is_better: bool) -> float | None:
         """The pace rule: a predicted time-to-target, PACE_MARGIN or more times the bar's, for a trial that
         stands at `metric` after `elapsed` virtual seconds (short of the target); None when it may still win."""
+        if self.pace_margin is None:
+            return None
+        predicted = self.predicted(elapsed, metric, lower_is_better)
+        return predicted if predicted is not None and predicted >= self.pace_margin * self._limit else None
+
+    def predicted(self, elapsed: float, metric: float | None, lower_is_better: bool) -> float | None:
+        """The pace's prediction of the time-to-target of a trial that stands at `metric` after `elapsed`
+        virtual seconds: the bar's time, times how many times longer the trial took to reach that metric;
+        None before PACE_FROM of the bar's time, or where the bar's curve never reached the metric."""
         self._refresh()
-        if self.pace_margin is None or self._limit is None or not self._curve or metric is None \
-                or elapsed < PACE_FROM * self._span:
+        if self._limit is None or not self._curve or metric is None or elapsed < PACE_FROM * self._span:
             return None
         ratio = pace_ratio(self._curve, elapsed, metric, lower_is_better)
-        return ratio * self._limit if ratio is not None and ratio >= self.pace_margin else None
+        return ratio * self._limit if ratio is not None else None
 
 
 class TargetRacePruner(optuna.pruners.BasePruner):
