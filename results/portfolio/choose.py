@@ -7,6 +7,7 @@ settings, is read here from the committed robustness reports (`results/robustnes
 
     python results/portfolio/choose.py            # prints the `portfolio:` block of search_spaces/policy.yaml
     python results/portfolio/choose.py --check    # exit 1 when policy.yaml's portfolio is not what it prints
+    python results/portfolio/choose.py --wins     # each family's settings and their wins (results/portfolio/README.md)
 
 For each family (static k, ASP, DBW, B-DBW, LB-BSP, Sync-Switch, SSP, DANA-Slim) it counts, over the jobs of
 both reports, how often each of the family's settings run there was the family's fastest on the job, and keeps
@@ -75,13 +76,9 @@ def in_space(spec: str, space: "SearchSpace") -> bool:
         and not dataclasses.replace(space, portfolio=(spec,)).portfolio_problems(16)
 
 
-def choose(reports: tuple[Path, ...] = REPORTS, per_family: int = PER_FAMILY,
-           space_path: Path = SPACE) -> dict[str, list[str]]:
-    """{family: its `per_family` settings fastest most often over the reports' jobs, among those the space
-    at `space_path` samples}."""
-    from autosync.search.space import load_space
-
-    space = load_space(space_path, 16)
+def wins_and_ratios(reports: tuple[Path, ...] = REPORTS) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, list[float]]]]:
+    """{family: {setting: jobs where it was the family's fastest}} and {family: {setting: its times over the
+    jobs' best}} over the reports' jobs."""
     wins: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     ratios: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for path in reports:
@@ -91,6 +88,17 @@ def choose(reports: tuple[Path, ...] = REPORTS, per_family: int = PER_FAMILY,
                 for setting, ratio in settings.items():
                     ratios[family][setting].append(ratio)
                     wins[family][setting] += ratio == fastest
+    return wins, ratios
+
+
+def choose(reports: tuple[Path, ...] = REPORTS, per_family: int = PER_FAMILY,
+           space_path: Path = SPACE) -> dict[str, list[str]]:
+    """{family: its `per_family` settings fastest most often over the reports' jobs, among those the space
+    at `space_path` samples}."""
+    from autosync.search.space import load_space
+
+    space = load_space(space_path, 16)
+    wins, ratios = wins_and_ratios(reports)
     chosen = {}
     for family, counts in wins.items():
         ranked = sorted((s for s in counts if in_space(s, space)),
@@ -116,6 +124,12 @@ def main() -> int:
         if shipped != chosen:
             print(f"{SPACE}: portfolio {shipped} is not the one chosen from the reports: {chosen}")
             return 1
+        return 0
+    if "--wins" in sys.argv[1:]:
+        wins, _ = wins_and_ratios()
+        for family, counts in wins.items():
+            ranked = sorted(counts.items(), key=lambda kv: -kv[1])
+            print(f"{family}: " + ", ".join(f"{setting} {n}" for setting, n in ranked))
         return 0
     print("portfolio:  # chosen by results/portfolio/choose.py from the committed robustness reports")
     for spec in chosen:
