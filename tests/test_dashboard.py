@@ -56,7 +56,9 @@ def test_optuna_dashboard_shows_the_tuned_study_with_its_metric_and_job(tmp_path
         detail = _get(f"http://127.0.0.1:{port}/api/studies/{summary['study_id']}")
         assert detail["objective_names"] == ["time to target (virtual s)"]
         checks = [t for t in detail["trials"] if any(a["key"] == "full_budget_check_of" for a in t["user_attrs"])]
-        assert len(detail["trials"]) - len(checks) == 2  # the budget; the winner's full-budget check beside it
+        answered = [t for t in detail["trials"] if any(a["key"] == "answered_untrained" for a in t["user_attrs"])]
+        # the budget; beside it the winner's full-budget check and the points answered untrained (BSP's)
+        assert len(detail["trials"]) - len(checks) - len(answered) == 2
     finally:
         server.terminate()
         server.wait(timeout=30)
