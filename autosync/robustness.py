@@ -138,9 +138,10 @@ class Grid:
         return len(self.tasks.keys() & cells.keys())
 
 
-def run_grid(grid: Grid, directory: Path, n_jobs: int = 1,
+def run_grid(grid: Any, directory: Path, n_jobs: int = 1,
              on_done: Callable[[dict[str, Any]], None] | None = None) -> dict[str, dict[str, Any]]:
-    """Run the cells not in `directory`'s cells.jsonl (joblib processes), appending each as it finishes."""
+    """Run the cells of `grid` (a `Grid`, or anything with its `tasks`: `autosync.reference_grid.ReferenceGrid`)
+    not in `directory`'s cells.jsonl (joblib processes), appending each as it finishes."""
     from joblib import Parallel, delayed
 
     directory.mkdir(parents=True, exist_ok=True)
