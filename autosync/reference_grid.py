@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from autosync.core.job import JobSpec
 
@@ -147,6 +147,7 @@ class ReferenceGrid:
     jobs: list[JobSpec]
     seeds: list[int]
     extra: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # job fingerprint -> more policies
+    policies: Callable[[int], list[dict[str, Any]]] = reference_policies  # the grid for n workers
     tasks: dict[str, tuple[JobSpec, dict[str, Any], int]] = field(default_factory=dict)  # by cell key
 
     def __post_init__(self) -> None:
@@ -154,7 +155,7 @@ class ReferenceGrid:
 
         for job in self.jobs:
             fingerprint = job.fingerprint()
-            for policy in reference_policies(job.cluster.n_workers) + self.extra.get(fingerprint, []):
+            for policy in self.policies(job.cluster.n_workers) + self.extra.get(fingerprint, []):
                 for seed in self.seeds:
                     self.tasks.setdefault(cell_key(fingerprint, policy, seed), (job, policy, seed))
 
@@ -184,11 +185,11 @@ def score(job: JobSpec, policy: dict[str, Any], cells: dict[str, dict[str, Any]]
     return Scored(policy, statistics.fmean(times), missed, times)
 
 
-def grid_scores(job: JobSpec, cells: dict[str, dict[str, Any]], seeds: Iterable[int]) -> list[Scored]:
-    """Every grid policy of `job` scored over `seeds`, fastest first."""
+def grid_scores(job: JobSpec, cells: dict[str, dict[str, Any]], seeds: Iterable[int],
+                policies: Callable[[int], list[dict[str, Any]]] = reference_policies) -> list[Scored]:
+    """Every grid policy of `job` (`policies` for its n) scored over `seeds`, fastest first."""
     seeds = list(seeds)
-    return sorted((score(job, p, cells, seeds) for p in reference_policies(job.cluster.n_workers)),
-                  key=lambda s: s.time)
+    return sorted((score(job, p, cells, seeds) for p in policies(job.cluster.n_workers)), key=lambda s: s.time)
 
 
 def best_per_family(scores: list[Scored]) -> dict[str, Scored]:
@@ -201,7 +202,8 @@ def best_per_family(scores: list[Scored]) -> dict[str, Scored]:
     return best
 
 
-def grid_twin(job: JobSpec, policy: dict[str, Any]) -> dict[str, Any] | None:
+def grid_twin(job: JobSpec, policy: dict[str, Any],
+              policies: Callable[[int], list[dict[str, Any]]] = reference_policies) -> dict[str, Any] | None:
     """The grid policy that runs exactly like `policy` on `job` (the same canonical form), or None."""
     from autosync.catalog import policy_from_dict
 
@@ -211,4 +213,39 @@ def grid_twin(job: JobSpec, policy: dict[str, Any]) -> dict[str, Any] | None:
         return policy_from_dict(p).canonical(n, optimizer).to_json()
 
     wanted = canonical(policy)
-    return next((p for p in reference_policies(n) if canonical(p) == wanted), None)
+    return next((p for p in policies(n) if canonical(p) == wanted), None)
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A tuned answer against the reference grid on one job, both over the same held-out seeds."""
+
+    job: str
+    answer: Scored  # the answer's own policy, with its held-out time and missed seeds
+    ran_as: dict[str, Any]  # the policy whose cells scored it: its grid twin, or the answer itself
+    best: Scored  # the grid's fastest policy
+    families: dict[str, Scored]  # the fastest of each family
+
+    @property
+    def ratio(self) -> float:
+        """The answer's held-out time over the grid best's (1.0: as fast as the best of every family)."""
+        return self.answer.time / self.best.time
+
+
+def answer_cells(job: JobSpec, answer: dict[str, Any],
+                 policies: Callable[[int], list[dict[str, Any]]] = reference_policies) -> dict[str, Any]:
+    """The policy whose cells score `answer` on `job`: the grid policy that runs like it, else itself (then
+    its cells are trained beside the grid's: `ReferenceGrid.extra`)."""
+    return grid_twin(job, answer, policies) or answer
+
+
+def judge(job: JobSpec, answer: dict[str, Any], cells: dict[str, dict[str, Any]], seeds: Iterable[int],
+          policies: Callable[[int], list[dict[str, Any]]] = reference_policies) -> Judged:
+    """`answer` (a tuned policy) against the best of the grid on `job`, both scored on `seeds` from `cells`
+    (run first: `ReferenceGrid` with the answer in `extra` when it has no grid twin)."""
+    seeds = list(seeds)
+    ran_as = answer_cells(job, answer, policies)
+    scored = score(job, ran_as, cells, seeds)
+    scores = grid_scores(job, cells, seeds, policies)
+    return Judged(job.name, Scored(answer, scored.time, scored.missed, scored.times), ran_as, scores[0],
+                  best_per_family(scores))
