@@ -334,11 +334,15 @@ class RobustnessOptions(FamilyOptions):
     tuned_trials: int = option(0, "Also tune each job (this many trials in the --tuned-space space, in studies.db "
                                "beside the report) and score its answer as 'tuned'.", ge=0)
     tuned_space: str = option("policy", "The space --tuned-trials searches.")
+    reference: str = option("static", "What 'vs best overall' divides by: static (the static-k grid and the policies "
+                            "run) or broad (also every policy family's grid, autosync.reference_grid: more runs).")
 
     def __post_init__(self) -> None:
         super().__post_init__()
         _check_n_jobs(self.n_jobs)
         self.rules()
+        if self.reference not in ("static", "broad"):
+            raise UserError(f"--reference must be one of ['static', 'broad'], but got {self.reference!r}")
 
     def rules(self) -> tuple[str, ...]:
         """The static-k grid's learning-rate rules, checked."""

@@ -9,7 +9,7 @@ from autosync.core.job import load_job
 from autosync.family import FamilySpec
 from autosync.reference_grid import (
     ALL_LR_RULES, DBW_WINDOWS, FAMILIES, ReferenceGrid, family_of, grid_twin, held_out_seeds, judge,
-    reference_policies, tune_seeds,
+    reference_policies, score, tune_seeds,
 )
 from autosync.robustness import CELLS_FILE, read_cells, run_grid
 from autosync.search.objective import trial_seeds
@@ -84,3 +84,21 @@ def test_an_answer_is_scored_on_held_out_seeds_against_the_grid_and_cached(tmp_p
     run_grid(grid, tmp_path)
     assert (tmp_path / CELLS_FILE).read_text().splitlines() == lines  # nothing trained again
     assert judge(job, slim, cells, seeds, two).answer.time > 0
+
+
+def test_robustness_with_the_broad_reference_divides_by_the_best_of_every_family(tmp_path):
+    from autosync import api
+
+    family = tmp_path / "tiny.yaml"
+    family.write_text(TINY)
+    common = dict(jobs=1, seeds=1, policies=["dbw"])
+    static = api.robustness(family, tmp_path / "report", **common).result
+    broad = api.robustness(family, tmp_path / "report", reference="broad", **common)
+    job, before = broad.result["jobs"][0], static["jobs"][0]
+    assert broad.result["reference"] == "broad" and static["reference"] == "static"
+    assert broad.reused > 0  # the static report's runs are read back, not trained again
+    cells = read_cells(tmp_path / "report")
+    fastest = min(score(broad.jobs[0], p, cells, [0]).time for p in reference_policies(3))
+    assert job["best_overall_time"] == pytest.approx(min(fastest, before["best_overall_time"]))
+    assert job["policies"]["dbw"]["overall_regret"] >= before["policies"]["dbw"]["overall_regret"]
+    assert "Reference: broad" in "".join(p.read_text() for p in broad.write() if p.suffix == ".md")
