@@ -176,8 +176,8 @@ def main() -> None:
         r = rows[-1]
         print(f"{r['job']} (n={r['n']}): answer {r['answer']} {r['answer_time']:.1f} s held out"
               f"{' (missed seeds ' + str(r['missed']) + ')' if r['missed'] else ''}; grid best {r['best']} "
-              f"{r['best_time']:.1f} s; ratio {r['ratio']:.2f}; cost {r['cost']:.2f} BSP trainings; "
-              f"tune wall {r['wall']:.0f} s", flush=True)
+              f"{r['best_time']:.1f} s; ratio {r['ratio']:.2f}; cost {_num(r['cost'])} BSP trainings; "
+              f"tune wall {_num(r['wall'], '{:.0f}')} s", flush=True)
     ratios = [r["ratio"] for r in rows]
     misses = sum(len(r["missed"]) for r in rows)
     costs = [r["cost"] for r in rows if r["cost"] is not None]
@@ -187,7 +187,7 @@ def main() -> None:
                                  max(r["fixed"][label] for r in rows)) for label in rows[0]["fixed"]}}
     print(f"{args.space} tune over {len(rows)} jobs: ratio to the grid's best median {summary['median_ratio']:.2f}, "
           f"worst {summary['worst_ratio']:.2f}; {misses} missed held-out seeds; median cost "
-          f"{summary['median_cost']:.2f} BSP trainings")
+          f"{_num(summary['median_cost'])} BSP trainings")
     for label, (median, worst) in summary["fixed"].items():
         print(f"fixed {label}: ratio median {median:.2f}, worst {worst:.2f}")
     command = " ".join(["python benchmarks/bench_answer_quality.py", *map(shlex.quote, sys.argv[1:])])
@@ -207,6 +207,10 @@ def main() -> None:
     figures.write(args.json)
 
 
+def _num(value: float | None, fmt: str = "{:.2f}") -> str:
+    return "-" if value is None else fmt.format(value)
+
+
 def write_markdown(path: Path, command: str, rows: list[dict[str, Any]], summary: dict[str, Any],
                    args: argparse.Namespace, out: Path) -> None:
     """The per-job table and the summary, headed by the command that wrote them."""
@@ -223,10 +227,10 @@ def write_markdown(path: Path, command: str, rows: list[dict[str, Any]], summary
     for r in rows:
         lines.append(f"| {r['job']} | {r['n']} | {r['grid_size']} | `{r['answer']}` | {r['answer_time']:.1f} | "
                      f"{len(r['missed'])} | `{r['best']}` | {r['best_time']:.1f} | {r['ratio']:.2f} | "
-                     f"{r['cost']:.2f} | {r['wall']:.0f} | " + " | ".join(f"{r['fixed'][f]:.2f}" for f in fixed) + " |")
+                     f"{_num(r['cost'])} | {_num(r['wall'], '{:.0f}')} | " + " | ".join(f"{r['fixed'][f]:.2f}" for f in fixed) + " |")
     lines += ["", f"Median ratio {summary['median_ratio']:.2f} (goal <= 1.05), worst {summary['worst_ratio']:.2f} "
               f"(goal <= 1.3), {summary['missed_seeds']} missed held-out seeds (goal 0), median cost "
-              f"{summary['median_cost']:.2f} BSP trainings (goal <= 4).", "",
+              f"{_num(summary['median_cost'])} BSP trainings (goal <= 4).", "",
               "| fixed policy (no tune) | median ratio | worst ratio |", "|---|---|---|"]
     lines += [f"| `{label}` | {m:.2f} | {w:.2f} |" for label, (m, w) in summary["fixed"].items()]
     path.write_text("\n".join(lines) + "\n")
