@@ -509,7 +509,7 @@ def robustness(family_file: str | Path, directory: str | Path | None = None,
     broad = None
     if opts.reference == "broad":
         from autosync.reference_grid import reference_policies as broad
-    grid = Grid(drawn, list(range(opts.seeds)), online, rules, tuned, broad)
+    grid = Grid(drawn, list(range(opts.seed_offset, opts.seed_offset + opts.seeds)), online, rules, tuned, broad)
     reused = grid.finished(read_cells(out))
     if reused and on_resume is not None:
         on_resume(reused, len(grid.tasks), out / CELLS_FILE)

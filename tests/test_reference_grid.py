@@ -102,3 +102,13 @@ def test_robustness_with_the_broad_reference_divides_by_the_best_of_every_family
     assert job["best_overall_time"] == pytest.approx(min(fastest, before["best_overall_time"]))
     assert job["policies"]["dbw"]["overall_regret"] >= before["policies"]["dbw"]["overall_regret"]
     assert "Reference: broad" in "".join(p.read_text() for p in broad.write() if p.suffix == ".md")
+
+
+def test_robustness_scores_on_seeds_from_the_offset(tmp_path):
+    from autosync import api
+
+    family = tmp_path / "tiny.yaml"
+    family.write_text(TINY)
+    found = api.robustness(family, tmp_path / "report", jobs=1, seeds=2, seed_offset=100, policies=["asp"])
+    assert found.result["seeds"] == [100, 101]
+    assert {c["seed"] for c in read_cells(tmp_path / "report").values()} == {100, 101}
