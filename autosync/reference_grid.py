@@ -124,17 +124,16 @@ def reference_policies(n_workers: int) -> list[dict[str, Any]]:
 
 
 def family_of(policy: dict[str, Any]) -> str:
-    """Which family of the grid (`FAMILIES`) a policy belongs to."""
-    name = policy["policy"]
-    if name in ("bsp", "backup"):
-        return "static k"
-    if name in DANA_VARIANTS or name == "dana_dc":
-        return "dana"
-    if name in DANA_APPENDIX:
-        return "dana appendix"
-    if name == "compose":
-        return "composed"
-    return name
+    """Which family of the grid (`FAMILIES`) a policy belongs to (by its class: a DANA-DC is a DC-ASGD too)."""
+    from autosync import policies as p
+    from autosync.catalog import policy_from_dict
+
+    instance = policy_from_dict(policy)
+    for family, classes in (("static k", (p.BSP, p.BackupWorkers)), ("dana", (p.DANAZero, p.DANASlim, p.DANADC)),
+                            ("dana appendix", (p.NAGASGD, p.MultiASGD, p.DCASGD, p.LWP)), ("composed", (p.Composed,))):
+        if isinstance(instance, classes):
+            return family
+    return instance.name
 
 
 # --------------------------------------------------------------------------- running and scoring
