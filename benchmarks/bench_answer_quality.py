@@ -44,8 +44,8 @@ from autosync.core.job import JobSpec, load_job
 from autosync.family import load_family
 from autosync.leaderboard import label_of
 from autosync.options import TuneOptions
-from autosync.reference_grid import (ReferenceGrid, answer_cells, held_out_seeds, judge, reference_policies,
-                                     score, tune_seeds)
+from autosync.reference_grid import (ReferenceGrid, answer_cells, grid_scores, held_out_seeds, judge,
+                                     reference_policies, score, tune_seeds)
 from autosync.robustness import read_cells, run_grid
 
 from _report import Figures
@@ -132,7 +132,15 @@ def main() -> None:
         run_grid(grid, out, n_jobs=args.n_jobs)
     grid_wall = time.perf_counter() - start
     print(f"reference grid done in {grid_wall:.0f} s", flush=True)
-    if args.grid_only:
+    if args.grid_only:  # what a tune must beat: each job's grid best, and the fixed policies against it
+        cells = read_cells(out)
+        for job in jobs:
+            seeds = seeds_of[job.fingerprint()]
+            best = grid_scores(job, cells, seeds)[0]
+            fixed = {label: score(job, p, cells, seeds).time / best.time
+                     for label, p in fixed_policies(job.cluster.n_workers).items()}
+            print(f"{job.name} (n={job.cluster.n_workers}): grid best {label_of(best.policy)} {best.time:.1f} s; "
+                  + ", ".join(f"{label} {ratio:.2f}x" for label, ratio in fixed.items()), flush=True)
         return
 
     # 2. the tunes, as a user runs them (cached: their records in tunes.json, their studies beside it)
