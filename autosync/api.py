@@ -510,7 +510,10 @@ def robustness(family_file: str | Path, directory: str | Path | None = None,
     out = output_dir(directory or Path("results") / "robustness" / spec.name)
     write_jobs(spec, drawn, output_dir(out / "jobs"), str(family_file), command)
     tuned = _tune_each(drawn, opts.tuned_space, opts.tuned_trials, out, phase) if opts.tuned_trials else {}
-    grid = Grid(drawn, list(range(opts.seeds)), online, rules, tuned)
+    broad = None
+    if opts.reference == "broad":
+        from autosync.reference_grid import reference_policies as broad
+    grid = Grid(drawn, list(range(opts.seed_offset, opts.seed_offset + opts.seeds)), online, rules, tuned, broad)
     reused = grid.finished(read_cells(out))
     if reused and on_resume is not None:
         on_resume(reused, len(grid.tasks), out / CELLS_FILE)
@@ -521,7 +524,7 @@ def robustness(family_file: str | Path, directory: str | Path | None = None,
             kept = len(read_cells(out))
             raise Interrupted(f"interrupted: {kept} finished runs are kept in {out / CELLS_FILE}; "
                               "the same command resumes from them") from None
-    result = report(drawn, cells, online, grid.seeds, rules, tuned)
+    result = report(drawn, cells, online, grid.seeds, rules, tuned, broad)
     return Robustness(spec.name, drawn, grid.seeds, rules, result, out, reused)
 
 

@@ -329,7 +329,9 @@ class FamilyOptions:
 class RobustnessOptions(FamilyOptions):
     """`autosync robustness`: online policies against each drawn job's exhaustive best static k."""
 
-    seeds: int = option(3, "Seeds 0..S-1 per (job, policy).", ge=1)
+    seeds: int = option(3, "Seeds 0..S-1 per (job, policy), from --seed-offset.", ge=1)
+    seed_offset: int = option(0, "The first seed (100: seeds no tune searched or confirmed on, so --tuned-trials' "
+                              "answers are scored on held-out runs).", ge=0)
     policies: list[str] = option([], "Online policies NAME or NAME:key=value,... (repeatable; default: dbw, bdbw, "
                                  "lbbsp, ssp, sync_switch, dana_slim).")  # the API also takes dicts
     n_jobs: int = option(1, "Runs in parallel (joblib processes; -1: all cores).")
@@ -338,11 +340,15 @@ class RobustnessOptions(FamilyOptions):
     tuned_trials: int = option(0, "Also tune each job (this many trials in the --tuned-space space, in studies.db "
                                "beside the report) and score its answer as 'tuned'.", ge=0)
     tuned_space: str = option("policy", "The space --tuned-trials searches.")
+    reference: str = option("static", "What 'vs best overall' divides by: static (the static-k grid and the policies "
+                            "run) or broad (also every policy family's grid, autosync.reference_grid: more runs).")
 
     def __post_init__(self) -> None:
         super().__post_init__()
         _check_n_jobs(self.n_jobs)
         self.rules()
+        if self.reference not in ("static", "broad"):
+            raise UserError(f"--reference must be one of ['static', 'broad'], but got {self.reference!r}")
 
     def rules(self) -> tuple[str, ...]:
         """The static-k grid's learning-rate rules, checked."""

@@ -123,13 +123,16 @@ class Grid:
     online: list[dict[str, Any]]
     rules: tuple[str, ...] = STATIC_K_RULES  # the static-k grid's learning-rate rules
     tuned: dict[str, dict[str, Any]] = field(default_factory=dict)  # job fingerprint -> its tuned policy
+    # the broad reference for n workers (`autosync.reference_grid.reference_policies`), or None: static k only
+    reference: Callable[[int], list[dict[str, Any]]] | None = None
     tasks: dict[str, tuple[JobSpec, dict[str, Any], int]] = field(default_factory=dict)  # by cell key
 
     def __post_init__(self) -> None:
         for job in self.jobs:
             fingerprint = job.fingerprint()
             own = [self.tuned[fingerprint]] if fingerprint in self.tuned else []
-            for policy in static_k_policies(job.cluster.n_workers, self.rules) + self.online + own:
+            broad = self.reference(job.cluster.n_workers) if self.reference is not None else []
+            for policy in static_k_policies(job.cluster.n_workers, self.rules) + self.online + own + broad:
                 for seed in self.seeds:  # an online policy that is also a static k (bsp) runs once
                     self.tasks.setdefault(cell_key(fingerprint, policy, seed), (job, policy, seed))
 
@@ -138,9 +141,10 @@ class Grid:
         return len(self.tasks.keys() & cells.keys())
 
 
-def run_grid(grid: Grid, directory: Path, n_jobs: int = 1,
+def run_grid(grid: Any, directory: Path, n_jobs: int = 1,
              on_done: Callable[[dict[str, Any]], None] | None = None) -> dict[str, dict[str, Any]]:
-    """Run the cells not in `directory`'s cells.jsonl (joblib processes), appending each as it finishes."""
+    """Run the cells of `grid` (a `Grid`, or anything with its `tasks`: `autosync.reference_grid.ReferenceGrid`)
+    not in `directory`'s cells.jsonl (joblib processes), appending each as it finishes."""
     from joblib import Parallel, delayed
 
     directory.mkdir(parents=True, exist_ok=True)
@@ -170,10 +174,11 @@ def penalised_time(record: dict[str, Any], job: JobSpec) -> float:
 
 def score_job(job: JobSpec, cells: dict[str, dict[str, Any]], online: list[dict[str, Any]],
               seeds: list[int], rules: Iterable[str] = STATIC_K_RULES,
-              tuned: dict[str, Any] | None = None) -> dict[str, Any]:
+              tuned: dict[str, Any] | None = None, reference: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """One job's times (mean over seeds), its best static k, and each online policy's regret against it
-    and against the best policy run on the job (static or online); `tuned`: the job's own tuned policy,
-    scored as the row TUNED_LABEL."""
+    and against the best policy run on the job (static, online or, given `reference`, any policy of the broad
+    reference grid: `autosync.reference_grid`); `tuned`: the job's own tuned policy, scored as the row
+    TUNED_LABEL."""
     from autosync.family import describe
     from autosync.leaderboard import finite_mean, label_of
 
@@ -200,10 +205,14 @@ def score_job(job: JobSpec, cells: dict[str, dict[str, Any]], online: list[dict[
                        "missed": sum(r.get("time_to_target") is None for r in bsp_records),
                        "errors": [], "time_weighted_k": float(job.cluster.n_workers)}
     best_overall = min([best_time] + [p["time"] for p in policies.values()])
-    for row in policies.values():
-        row["overall_regret"] = row["time"] / best_overall
     best_label_overall = best_label if best_overall == best_time else next(
         label for label, row in policies.items() if row["time"] == best_overall)
+    for policy in reference or []:
+        t, _ = mean_time(policy)
+        if t < best_overall:
+            best_overall, best_label_overall = t, label_of(policy)
+    for row in policies.values():
+        row["overall_regret"] = row["time"] / best_overall
     return {**describe(job), "budget": job.budget.max_virtual_seconds, "best_static": best_label,
             "tuned_policy": tuned,
             "best_static_time": best_time, "best_overall": best_label_overall, "best_overall_time": best_overall,
@@ -273,11 +282,15 @@ def summarize(per_job: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def report(jobs: list[JobSpec], cells: dict[str, dict[str, Any]], online: list[dict[str, Any]],
            seeds: list[int], rules: Iterable[str] = STATIC_K_RULES,
-           tuned: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
-    """Every job scored (`score_job`; `tuned`: each job's tuned policy by fingerprint) and the summary."""
+           tuned: dict[str, dict[str, Any]] | None = None,
+           reference: Callable[[int], list[dict[str, Any]]] | None = None) -> dict[str, Any]:
+    """Every job scored (`score_job`; `tuned`: each job's tuned policy by fingerprint; `reference`: the broad
+    grid for n workers, which "vs best overall" then divides by too) and the summary."""
     from autosync.leaderboard import label_of
 
-    per_job = [score_job(job, cells, online, seeds, rules, (tuned or {}).get(job.fingerprint())) for job in jobs]
+    per_job = [score_job(job, cells, online, seeds, rules, (tuned or {}).get(job.fingerprint()),
+                         reference(job.cluster.n_workers) if reference is not None else None) for job in jobs]
     return {"seeds": seeds, "lr_rules": list(rules), "online_policies": {label_of(p): p for p in online},
+            "reference": "broad" if reference is not None else "static",
             "summary": summarize(per_job), "jobs": per_job}
 

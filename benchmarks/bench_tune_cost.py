@@ -1,7 +1,8 @@
 """What a tune costs, and what its answer is worth: trials stopped at the target against full-budget trials.
 
     python benchmarks/bench_tune_cost.py [--jobs default quick:0 quick:1 ...] [--spaces static_k policy]
-                                         [--trials 20] [--reference-trials 60] [--json FILE] [--forks-off]
+                                         [--trials 20] [--seeds 2] [--seed-offset 100] [--grid-dir DIR]
+                                         [--json FILE] [--forks-off]
                                          [--patience P] [--bsp-target] [--equivalence-off]
 
 For each job (`default`: the embedded default job; `quick:I`: job I of baselines/family_quick.yaml) and
@@ -22,18 +23,21 @@ each search space, `autosync tune` runs twice in fresh SQLite studies with the s
   (`autosync.search.equivalence`; the listed canonical forms still apply): what the check saves, and
   what its proxy runs cost in wall time.
 Printed per run: the search cost in BSP trainings (virtual seconds trained, BSP's reference included,
-over one full BSP training), wall seconds, the recurrences that amortize it, and the winner's
-time-to-target on 3 seeds over the reference's best on the same 3 seeds (the regret). The reference is
-exhaustive for `static_k` and `switch_point` (every point, full budget, the search's seed, best feasible)
-and a `--reference-trials` full-budget TPE search for `policy`; its result is kept in a JSON file beside
-the output (`--cache`) so a re-run measures only the tunes. Every ratio's baseline (the full search, the
-reference) is measured in the same run or read from that cache.
+over one full BSP training), wall seconds, the recurrences that amortize it, and the winner's mean
+time-to-target on held-out seeds (job.seed + 100, + 101: `--seed-offset`, `--seeds`; no tune searches
+or confirms on them) over the best of the broad reference grid on the same seeds (the regret; a miss
+counts twice the budget, and the missed seeds are printed). The grid is every policy family, not the
+searched space alone (`autosync.reference_grid.reference_policies`: static k = 1..n under four lr
+rules, ASP, SSP, the DANA family, DBW, B-DBW, LB-BSP, Sync-Switch, compositions): a reference search
+with the tune's own sampler shares its blind spots. Its runs (and a winner's that runs like no grid
+policy) are cached in `--grid-dir`/cells.jsonl, shared with benchmarks/bench_answer_quality.py, so a
+re-run trains only the tunes. Every ratio's baseline (the full search, the grid) is measured in the same
+run or read from that cache.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import statistics
 import subprocess
@@ -45,15 +49,17 @@ from pathlib import Path
 from autosync.api import quiet_optuna
 from autosync.engine.forks import FORKS, MAX_BYTES
 from autosync.family import load_family
+from autosync.leaderboard import label_of
 from autosync.core.job import JobSpec, load_job
-from autosync.search.objective import ObjectiveSettings, RunFailed, constraint, evaluate, trial_seeds
+from autosync.reference_grid import Judged, ReferenceGrid, answer_cells, held_out_seeds, judge
+from autosync.robustness import read_cells, run_grid
+from autosync.search.objective import ObjectiveSettings
 from autosync.search.space import SPACE_DIR, load_space
 from autosync.search.tune import TuneRequest, tune
 
 from _report import Figures
 
 HERE = Path(__file__).resolve().parent
-CONFIRM_SEEDS = 3  # the winner and the reference's best are compared on this many seeds (the job's, then +1, +2)
 
 
 def job_named(name: str) -> JobSpec:
@@ -93,35 +99,12 @@ def command_wall(trials: int) -> float:
         return time.perf_counter() - start
 
 
-def space_digest(space_name: str) -> str:
-    """A short hash of the shipped space file: its reference is measured again when the space changes."""
-    return hashlib.sha256((SPACE_DIR / f"{space_name}.yaml").read_bytes()).hexdigest()[:8]
-
-
-def reference(job: JobSpec, space_name: str, trials: int) -> dict:
-    """The best the reference search finds: every point of a discrete space at full budget, or a
-    `trials`-trial full-budget TPE search of `policy`."""
-    space = load_space(SPACE_DIR / f"{space_name}.yaml", job.cluster.n_workers)
-    if space_name == "policy":
-        found = run_tune(job, space_name, trials, stop_at_target=False)
-        return {"policy": found["best_policy"], "how": f"{trials} full-budget TPE trials"}
-    seeds = trial_seeds(job, 1)
-    bsp = evaluate(job, {"policy": "bsp", "params": {}}, seeds)
-    best, points = None, list(space.points())
-    for policy in points:
-        try:
-            score = evaluate(job, policy, seeds)
-        except RunFailed:  # a diverging point is simply not the best
-            continue
-        if constraint(job, score["final_metric"], bsp["final_metric"], ObjectiveSettings().tolerance) <= 0 and (
-                best is None or score["time_to_target"] < best[1]):
-            best = (policy, score["time_to_target"])
-    return {"policy": best[0], "how": f"exhaustive over {len(points)} points"}
-
-
-def confirmed_time(job: JobSpec, policy: dict) -> float:
-    """Mean time-to-target of `policy` over CONFIRM_SEEDS seeds (a miss counts twice the budget)."""
-    return evaluate(job, policy, trial_seeds(job, CONFIRM_SEEDS))["time_to_target"]
+def held_out(job: JobSpec, policy: dict, seeds: list[int], grid_dir: Path) -> Judged:
+    """`policy` against the broad grid's best on `seeds`: the grid read from `grid_dir` (trained where
+    missing), the policy from its grid twin's runs or its own (trained once, cached beside them)."""
+    extra = {} if answer_cells(job, policy) is not policy else {job.fingerprint(): [policy]}
+    run_grid(ReferenceGrid([job], seeds, extra=extra), grid_dir)
+    return judge(job, policy, read_cells(grid_dir), seeds)
 
 
 def write_runs(rows: list[dict], path: Path, argv: list[str]) -> None:
@@ -131,14 +114,15 @@ def write_runs(rows: list[dict], path: Path, argv: list[str]) -> None:
     command = " ".join(["python benchmarks/bench_tune_cost.py", *shown])
     lines = ["# bench_tune_cost: every tune", "", f"Written by `{command}` (the medians are in README.md).",
              "Cost: virtual seconds trained over one full BSP training, BSP's reference included; regret: the "
-             f"winner's mean time-to-target over {CONFIRM_SEEDS} seeds over the reference search's best on the "
-             "same seeds.", "",
-             "| job | space | mode | cost (BSP trainings) | wall (s) | recurrences to amortize | regret | "
-             "equivalents found | winner |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "winner's mean time-to-target on held-out seeds (job.seed + 100, ...) over the best of the broad "
+             "reference grid (every policy family) on the same seeds; missed: held-out seeds where the winner "
+             "missed the target.", "",
+             "| job | space | mode | cost (BSP trainings) | wall (s) | recurrences to amortize | regret | missed | "
+             "grid best | equivalents found | winner |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['job']} | {r['space']} | {r['mode']} | {r['cost']:.2f} | {r['wall']:.0f} | "
-                     f"{r['amortize']} | {r['regret']:.3f} | {r['found']} | "
+                     f"{r['amortize']} | {r['regret']:.3f} | {r['missed']} | `{r['grid_best']}` | {r['found']} | "
                      f"`{json.dumps(r['winner'], sort_keys=True)}` |")
     path.write_text("\n".join(lines) + "\n")
 
@@ -154,9 +138,10 @@ def main() -> None:
     parser.add_argument("--jobs", nargs="+", default=["default"] + [f"quick:{i}" for i in range(6)])
     parser.add_argument("--spaces", nargs="+", default=["static_k", "policy", "switch_point"])
     parser.add_argument("--trials", type=int, default=20)
-    parser.add_argument("--reference-trials", type=int, default=60)
-    parser.add_argument("--cache", default=str(HERE / "tune_cost_references.json"),
-                        help="where the references' best policies are kept between runs")
+    parser.add_argument("--seeds", type=int, default=2, help="held-out seeds the winner and the grid are scored on")
+    parser.add_argument("--seed-offset", type=int, default=100, help="held-out seeds start at job.seed + this")
+    parser.add_argument("--grid-dir", default=str(HERE.parent / "results" / "answer_quality" / "jobs"),
+                        help="where the broad reference grid's runs are cached (cells.jsonl)")
     parser.add_argument("--json", default=None, help="also write the figures here (benchmarks/make_table.py)")
     parser.add_argument("--runs", default=str(HERE / "tune_cost_runs.md"),
                         help="write every tune's figures here, a row each (default: benchmarks/tune_cost_runs.md)")
@@ -171,25 +156,19 @@ def main() -> None:
                         help="also run the stopping tune without the equivalence check: what it saves")
     args = parser.parse_args()
     quiet_optuna()
-    cache_path = Path(args.cache)
-    refs = json.loads(cache_path.read_text()) if cache_path.exists() else {}
+    grid_dir = Path(args.grid_dir)
     rows = []
     for name in args.jobs:
         job = job_named(name)
+        seeds = held_out_seeds(job, args.seeds, args.seed_offset)
+        start = time.perf_counter()
+        grid = ReferenceGrid([job], seeds)
+        cached = grid.finished(read_cells(grid_dir))
+        best = held_out(job, {"policy": "bsp", "params": {}}, seeds, grid_dir).best
+        print(f"{name}: broad reference grid ({len(grid.tasks)} runs on seeds {seeds}, {cached} cached in "
+              f"{grid_dir}): best {label_of(best.policy)} at {best.time:.1f} s "
+              f"({time.perf_counter() - start:.0f} s wall)", flush=True)
         for space in args.spaces:
-            # a changed space, or another trial count of the policy reference's TPE search: a new reference
-            key = f"{name}/{job.fingerprint()}/{space}/{space_digest(space)}" + (
-                f"/{args.reference_trials}" if space == "policy" else "")
-            if key not in refs:
-                start = time.perf_counter()
-                stale = f"{name}/{job.fingerprint()}/{space}/"  # this job's and space's older references
-                refs = {k: v for k, v in refs.items() if not k.startswith(stale)}
-                refs[key] = reference(job, space, args.reference_trials)
-                refs[key]["confirmed_time"] = confirmed_time(job, refs[key]["policy"])
-                cache_path.write_text(json.dumps(refs, indent=1, sort_keys=True))
-                print(f"{name} {space}: reference ({refs[key]['how']}) {refs[key]['policy']} "
-                      f"({time.perf_counter() - start:.0f} s wall)", flush=True)
-            best = refs[key]["confirmed_time"]
             for mode, stop, forks in (("full", False, True), ("stop", True, True), ("no forks", True, False),
                                       ("patience", True, True), ("bsp-target", True, True), ("no check", True, True)):
                 if (mode == "no forks" and not args.forks_off) or (mode == "patience" and args.patience is None) \
@@ -200,15 +179,18 @@ def main() -> None:
                                  patience={"full": 0, "patience": args.patience}.get(mode),
                                  constraint_at="bsp-target" if mode == "bsp-target" else "budget",
                                  equivalents=mode != "no check")
-                regret = confirmed_time(job, found["best_policy"]) / best
+                judged = held_out(job, found["best_policy"], seeds, grid_dir)
+                regret = judged.ratio
                 rows.append({"job": name, "space": space, "mode": mode, "cost": found["search_cost_bsp_trainings"],
                              "found": found["search_breakdown"].get("found_equivalent", 0),
                              "wall": found["wall_seconds"], "amortize": found["recurrences_to_amortize"],
-                             "regret": regret, "winner": found["best_policy"]})
+                             "regret": regret, "missed": len(judged.answer.missed),
+                             "grid_best": label_of(judged.best.policy), "winner": found["best_policy"]})
                 print(f"{name} {space} {mode}: cost {found['search_cost_bsp_trainings']:.2f} BSP trainings, "
                       f"{found['wall_seconds']:.0f} s wall, amortized after {found['recurrences_to_amortize']} "
-                      f"recurrences, winner {found['best_policy']} at {regret:.3f}x the reference's best "
-                      f"({CONFIRM_SEEDS} seeds)", flush=True)
+                      f"recurrences, winner {found['best_policy']} at {regret:.3f}x the broad grid's best "
+                      f"({label_of(judged.best.policy)}; held-out seeds {seeds}"
+                      f"{', missed ' + str(judged.answer.missed) if judged.answer.missed else ''})", flush=True)
     write_runs(rows, Path(args.runs), sys.argv[1:])
     figures = Figures("bench_tune_cost")
     for space in args.spaces:
@@ -246,9 +228,16 @@ def main() -> None:
                         "no equivalence found by running (listed forms only)", cost / off)
             figures.add(f"{label}: wall time with the equivalence check over without, median", wall_ratio, "x",
                         "no equivalence found by running", wall_ratio)
+        grid_best = "the broad reference grid's best (held-out seeds)"
         figures.add(f"tune {space} ({args.trials} trials, {len(pairs)} jobs): winner's time-to-target, median",
-                    regret, "x the reference's best", "the reference search's best (3 seeds)", regret, "<= 1.05",
-                    regret <= 1.05)
+                    regret, "x the broad grid's best", grid_best, regret, "<= 1.05", regret <= 1.05)
+        worst = max(s["regret"] for _, s in pairs)
+        missed = sum(s["missed"] for _, s in pairs)
+        print(f"{space}: winner regret worst {worst:.3f}; {missed} missed held-out seeds")
+        figures.add(f"tune {space} ({args.trials} trials, {len(pairs)} jobs): winner's time-to-target, worst",
+                    worst, "x the broad grid's best", grid_best, worst, "<= 1.3", worst <= 1.3)
+        figures.add(f"tune {space} ({args.trials} trials, {len(pairs)} jobs): winner's missed held-out seeds",
+                    missed, "runs", None, None, "0", missed == 0)
         patient = paired(rows, space, "stop", "patience")
         if patient:
             kept = statistics.median(p["cost"] for _, p in patient)
@@ -259,8 +248,8 @@ def main() -> None:
             figures.add(f"{label}: search cost, median", kept, "BSP trainings",
                         "the shipped default (the space's patience: 5 in static_k, none elsewhere)",
                         kept / cost, "<= 3" if space == "policy" else None, kept <= 3 if space == "policy" else None)
-            figures.add(f"{label}: winner's time-to-target, median", kept_regret, "x the reference's best",
-                        "the reference search's best (3 seeds)", kept_regret, "<= 1.05", kept_regret <= 1.05)
+            figures.add(f"{label}: winner's time-to-target, median", kept_regret, "x the broad grid's best",
+                        grid_best, kept_regret, "<= 1.05", kept_regret <= 1.05)
         held = paired(rows, space, "stop", "bsp-target")
         if held:
             at_cost = statistics.median(b["cost"] for _, b in held)
@@ -272,8 +261,8 @@ def main() -> None:
             figures.add(f"{label}: search cost, median", at_cost, "BSP trainings",
                         "the constraint at the budget's end (the default)", at_cost / cost,
                         "<= 3" if space == "policy" else None, at_cost <= 3 if space == "policy" else None)
-            figures.add(f"{label}: winner's time-to-target, median", at_regret, "x the reference's best",
-                        "the reference search's best (3 seeds)", at_regret, "<= 1.05", at_regret <= 1.05)
+            figures.add(f"{label}: winner's time-to-target, median", at_regret, "x the broad grid's best",
+                        grid_best, at_regret, "<= 1.05", at_regret <= 1.05)
     for row in rows:  # the default job's own goals: at most 2 BSP trainings, under 20 s of wall time
         if row["job"] == "default" and row["space"] == "static_k" and row["mode"] == "stop":
             full = next(f for f in rows if f["job"] == "default" and f["space"] == "static_k" and f["mode"] == "full")

@@ -45,16 +45,21 @@ def write_robustness(result: dict[str, Any], directory: Path, command: str, fami
     md = [f"# Robustness: family {family}", "", f"Produced by `{command}`", "",
           f"{len(jobs)} jobs, seeds {result['seeds']}; times are virtual seconds. "
           f"{summary_legend(result.get('lr_rules', ('fixed', 'proportional')))}", "",
+          *([f"Reference: broad. vs best overall divides by the best of every policy family's grid on the job "
+             "(autosync.reference_grid: static k = 1..n under four lr rules, ASP, SSP, the DANA family, DBW, "
+             "B-DBW, LB-BSP, Sync-Switch, compositions) as well as the policies above; each job's fastest "
+             "is in the jobs table.", ""] if result.get("reference") == "broad" else []),
           "| " + " | ".join(h for _, h, _ in SUMMARY_COLUMNS) + " |", "|" + "---|" * len(SUMMARY_COLUMNS)]
     md += ["| " + " | ".join(format_cell(row.get(k), f) for k, _, f in SUMMARY_COLUMNS) + " |" for row in summary]
     md += ["", "![regret per policy](regret.png)", "", "## Jobs (regret per policy)", "",
            "| job | n | round trips | slow workers (spread) | slowdowns | workload | momentum | best static k "
-           "| its time | " + " | ".join(labels) + " |",
-           "|" + "---|" * (9 + len(labels))]
+           "| its time | best overall | its time | " + " | ".join(labels) + " |",
+           "|" + "---|" * (11 + len(labels))]
     for j in jobs:
         cells = [j["job"], str(j["n_workers"]), j["round_trip"], f"{j['slow_workers']} ({j['speed_spread']:.1f}x)",
                  str(j["slowdowns"]), j["workload"], f"{j['momentum']:g}", j["best_static"],
-                 f"{j['best_static_time']:.1f}"]
+                 f"{j['best_static_time']:.1f}", f"`{j.get('best_overall', j['best_static'])}`",
+                 f"{j.get('best_overall_time', j['best_static_time']):.1f}"]
         cells += [f"{j['policies'][label]['regret']:.2f}" for label in labels]
         md.append("| " + " | ".join(cells) + " |")
     paths = [directory / "robustness.md", directory / "robustness.csv", directory / "robustness.json"]
