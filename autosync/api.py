@@ -232,7 +232,7 @@ def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions 
     search_space = load_space(resolve_space_path(opts.space, "static_k"), job.cluster.n_workers)
     request = TuneRequest(
         job=job, space=search_space, n_trials=opts.n_trials, timeout=opts.timeout,
-        storage=opts.storage or DEFAULT_STORAGE, study=opts.study, sampler=opts.sampler, seed=opts.seed,
+        storage=opts.storage or DEFAULT_STORAGE, study=opts.study, adopt_study=opts.adopt_study, sampler=opts.sampler, seed=opts.seed,
         n_jobs=opts.n_jobs, refresh=opts.refresh,
         settings=ObjectiveSettings(repeats=opts.repeats, tolerance=opts.tolerance,
                                    multi_objective=opts.objective != "time", constraint_at=opts.constraint_at,
@@ -650,16 +650,16 @@ def recommend(job: JobSpec, storage: str | None = None, grids: Sequence[str | Pa
     predicted time and speedup over BSP, the neighbours that voted and how far they are). No tuned job in
     either is a one-line UserError; reading never creates the storage."""
     from autosync.search.strategies.recommend import recommend as answer
-    from autosync.search.study.storage import DEFAULT_STORAGE, open_storage, redact_url, storage_exists
+    from autosync.search.study.storage import DEFAULT_STORAGE, open_existing_storage, redact_url
 
     quiet_optuna()
     url = storage or DEFAULT_STORAGE
-    exists = storage_exists(url)
-    if not exists and not grids:
+    opened = open_existing_storage(url)  # reading creates and changes nothing
+    if opened is None and not grids:
         raise UserError(f"{job.source}: no tuned job in {redact_url(url)} to recommend from (the storage does not "
                         "exist): tune this job (autosync tune) or point --storage at a storage of tuned jobs "
                         "(or --grid at a robustness report)")
-    return answer(open_storage(url) if exists else None, job, redact_url(url), [Path(g) for g in grids])
+    return answer(opened, job, redact_url(url), [Path(g) for g in grids])
 
 
 def clear_cache(job: JobSpec, storage: str | None = None) -> list[str]:

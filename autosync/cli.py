@@ -734,11 +734,16 @@ def cache_list(as_json: bool = JSON_OPT, *, options: CacheOptions) -> None:
         table.add_column(col)
     for s in studies:
         c = s["cache"] if isinstance(s["cache"], dict) else {}
-        best = _policy_label(c["best_policy"]) if isinstance(c.get("best_policy"), dict) else "(unfinished)"
+        best = _policy_label(c["best_policy"]) if isinstance(c.get("best_policy"), dict) else \
+            "(damaged record)" if "damaged" in s else "(unfinished)"
         value = f"{c['best_value']:.2f}" if isinstance(c.get("best_value"), (int, float)) else "-"
         table.add_row(s["study"], str(c.get("job_name", "-")), str(s["trials"]), best, value,
                       str(c.get("finished_at", "-")))
     console.print(table)
+    for s in studies:
+        if "damaged" in s:
+            status.print(f"warning: study {s['study']}: corrupt cache entry ({s['damaged']}); `autosync cache clear` "
+                         "of its job deletes it", style="yellow", soft_wrap=True)
 
 
 @_command(RecommendOptions)
@@ -781,6 +786,11 @@ def cache_show(job: Optional[Path] = JOB_ARG, as_json: bool = JSON_OPT, *, optio
     spec = api.load_job(job)
     url = options.storage or DEFAULT_STORAGE
     studies = api.cached_studies(url, spec)
+    for s in studies:
+        if "damaged" in s:
+            from autosync.search.study.cache import damaged
+
+            raise damaged(s["study"], s["damaged"])
     if as_json:
         _print_json(studies)
         return
