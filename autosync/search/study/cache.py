@@ -25,7 +25,7 @@ from autosync.search.strategies.prior import PRIOR_TRIALS
 from autosync.search.study.siblings import REFERENCE_FROM
 from autosync.search.space import SearchSpace
 from autosync.search.study.storage import open_existing_storage, redact_url
-from autosync.search.study.trials import counted_trials, feasible_trials
+from autosync.search.study.trials import GIVEN_UP_PLACES, counted_trials, feasible_trials
 
 if TYPE_CHECKING:
     import optuna
@@ -199,7 +199,7 @@ def write_cache(study: "optuna.Study", job: JobSpec, space: SearchSpace, sampler
         "best_value": top.values[0],
         "best_final_metric": top.user_attrs.get("final_metric"),
         "best_trial": top.number,
-        "trials": counted_trials(study) - breakdown["given_up"],  # the budget's trials the search ran
+        "trials": counted_trials(study) - _given_up_rows(study),  # the budget's trials the search ran
         "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "autosync_version": __version__,
         "job_name": job.name,
@@ -237,6 +237,8 @@ def search_breakdown(study: "optuna.Study") -> dict[str, int | None]:
     checks = [t for t in trials if FULL_BUDGET_OF in t.user_attrs and t.state.is_finished()
               and "same_as_trial" not in t.user_attrs]
     given_up = [t for t in trials if t.user_attrs.get(GIVEN_UP)]
+    places = study.user_attrs.get(GIVEN_UP_PLACES)  # the budget's trials never queued (one attribute)
+    places = places if isinstance(places, dict) else {}
     return {
         "stopped_at_target": sum(1 for t in trials if final_pending(t) and "same_as_trial" not in t.user_attrs),
         "answered_by_equivalent": len(copied),
@@ -250,11 +252,17 @@ def search_breakdown(study: "optuna.Study") -> dict[str, int | None]:
         "full_budget_checks": len(checks),
         "forked_checks": sum(1 for t in checks if t.user_attrs.get(FORKED)),
         "forked_trials": sum(1 for t in trials if t.user_attrs.get(FORKED) and FULL_BUDGET_OF not in t.user_attrs),
-        "given_up": len(given_up),
-        "patience": max((t.user_attrs[GIVEN_UP] for t in given_up), default=None),  # what stopped it
+        "given_up": len(given_up) + int(places.get("places", 0)),
+        "patience": max([t.user_attrs[GIVEN_UP] for t in given_up] + ([places["patience"]] if places else []),
+                        default=None),  # what stopped it
         # where the checks stopped: BSP's time to target (`--constraint-at bsp-target`), None: the budget's end
         "checked_at": study.user_attrs.get("bsp_reference", {}).get(HORIZON),
     }
+
+
+def _given_up_rows(study: "optuna.Study") -> int:
+    """Queued trials failed as given up (`--patience`): counted by the budget, never run."""
+    return sum(1 for t in study.get_trials(deepcopy=False) if t.user_attrs.get(GIVEN_UP))
 
 
 def best_policies(study: "optuna.Study", count: int = 5) -> list[dict[str, Any]]:

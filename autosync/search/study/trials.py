@@ -1,7 +1,9 @@
 """Trial accounting for a study shared by many processes: an exact global budget, and dead trials re-run.
 
-The budget is a queue: `top_up` enqueues WAITING trials until finished + queued + running trials equal
-the budget, and a process only ever runs a trial it takes from that queue (`run_queued_trial`, under
+The budget is a queue: `top_up` enqueues WAITING trials, never past finished + queued + running trials
+equal to the budget and never more than `LOOKAHEAD` free ones at a time (the queue is topped up again as
+processes take them, so the storage never holds a row per trial not yet run, whatever the budget), and
+a process only ever runs a trial it takes from that queue (`run_queued_trial`, under
 the storage lock, so two processes never race one queued trial into a fresh one). However many processes
 work on a study, and however often they are killed, it ends with exactly the budget of counted trials. A trial whose
 process died (no heartbeat for the grace period, or none ever) is failed with that reason and re-queued
@@ -22,6 +24,11 @@ from autosync.search.study.locking import storage_lock
 if TYPE_CHECKING:
     import optuna
 
+#: Free (unfixed) trials queued ahead at most: enough for the processes that share a study to each take
+#: one without waiting for the next top-up, which every process does (under the lock) once none is queued.
+LOOKAHEAD = 8
+#: Study attribute: the budget whose places not queued yet were given up (`--patience`) and how many.
+GIVEN_UP_PLACES = "given_up_places"
 
 
 def _states(*names: str) -> tuple[Any, ...]:
@@ -71,18 +78,25 @@ def feasible_trials(study: "optuna.Study") -> list["optuna.trial.FrozenTrial"]:
 
 def top_up(study: "optuna.Study", url: str, budget: int, first: Sequence[dict[str, Any]] = (),
            fresh_only: bool = True) -> int:
-    """Queue trials until counted + queued + running trials reach `budget`; returns how many were queued.
+    """Queue trials towards counted + queued + running trials reaching `budget`; returns how many were queued.
 
     `first` are fixed parameter sets (BSP and ASP, or the cached best) queued ahead of free ones: only
-    when the study has no trial yet if `fresh_only`, else always. Runs under the storage lock, so
-    processes starting together queue the budget once.
+    when the study has no trial yet if `fresh_only`, else always. Free trials are queued up to `LOOKAHEAD`
+    waiting at a time; a caller whose queue ran dry calls it again. Nothing is queued once the search gave
+    up the rest of this budget (`--patience`). Runs under the storage lock, so processes starting together
+    never queue past the budget.
     """
     with storage_lock(url, study.study_name):
         fail_dead_trials(study)  # a dead trial is pending until failed and re-queued: settle it first
+        given_up = study.user_attrs.get(GIVEN_UP_PLACES)
+        if isinstance(given_up, dict) and given_up.get("budget") == budget:
+            return 0
         ahead = list({json.dumps(p, sort_keys=True): p for p in first}.values())  # equal sets queued once
         ahead = ahead if not fresh_only or not internals.fresh_trials(study) else []
         missing = budget - sum(budget_used(study))
-        queue = (ahead + [{}] * max(0, missing))[:max(0, missing)]
+        waiting = len(internals.fresh_trials(study, _states("WAITING")))
+        free = max(0, min(missing - len(ahead), LOOKAHEAD - waiting))
+        queue = (ahead + [{}] * free)[:max(0, missing)]
         for params in queue:
             study.enqueue_trial(params, skip_if_exists=False)
         return len(queue)
