@@ -216,6 +216,7 @@ def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions 
     from autosync.search.objective import ObjectiveSettings
     from autosync.search.space import load_space, resolve_space_path
     from autosync.search.study.storage import DEFAULT_STORAGE
+    from autosync.search.study.cache import NoFeasibleTrial
     from autosync.search.tune import TuneRequest, tune as run_tune
 
     opts = _options(TuneOptions, options, on, fields, space=str(space) if space is not None else None)
@@ -242,7 +243,13 @@ def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions 
     quiet_optuna()
     if on_start is not None:
         on_start(request.storage)
-    return run_tune(request, on_trial=on_trial, on_confirm=on_confirm, on_resume=on_resume)
+    try:
+        return run_tune(request, on_trial=on_trial, on_confirm=on_confirm, on_resume=on_resume)
+    except NoFeasibleTrial as exc:
+        if request.timeout is None:
+            raise
+        raise NoFeasibleTrial(f"{exc} (--timeout {request.timeout:g} s ended the search: its trials start only once "
+                              "the BSP reference runs are done, and none met the target before the limit)") from None
 
 
 @dataclass

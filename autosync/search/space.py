@@ -249,11 +249,20 @@ def load_space(path: str | Path, n_workers: int) -> SearchSpace:
                   for policy_name, params in spec.policies.items()}
     constants = {policy_name: {name: p.value for name, p in params.items() if isinstance(p, Constant)}
                  for policy_name, params in spec.policies.items()}
-    problems = type_problems(dimensions, constants) or refused_compositions(dimensions, constants)
+    problems = type_problems(dimensions, constants) or refused_compositions(dimensions, constants) \
+        or bound_problems(dimensions, constants, n_workers)
     if problems:
         raise SpaceFileError(str(path), problems)
     return SearchSpace(spec.name or path.stem, spec.description, str(path), dimensions, constants, spec.patience,
                        spec.equivalence_check)
+
+
+def bound_problems(dimensions: dict[str, dict[str, Dimension]], constants: dict[str, dict[str, Any]],
+                   n_workers: int) -> list[str]:
+    """Range ends and choices that their policy refuses on `n_workers` (`autosync.search.space_bounds`)."""
+    from autosync.search.space_bounds import bound_problems as problems
+
+    return problems(dimensions, constants, n_workers)
 
 
 def type_problems(dimensions: dict[str, dict[str, Dimension]], constants: dict[str, dict[str, Any]]) -> list[str]:

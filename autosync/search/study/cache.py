@@ -33,6 +33,10 @@ if TYPE_CHECKING:
     from autosync.engine.backends import BackendChoice
 
 
+class NoFeasibleTrial(RuntimeFailure):
+    """A search ended with no trial meeting the target within the tolerance: nothing to cache."""
+
+
 def study_name(job: JobSpec, space: SearchSpace, backend: "BackendChoice | None" = None,
                constraint_at: str = BUDGET) -> str:
     """The cache key: the job's fingerprint (workload, cluster, target), the search space's name, for a
@@ -188,7 +192,7 @@ def write_cache(study: "optuna.Study", job: JobSpec, space: SearchSpace, sampler
     """
     best = feasible_trials(study)
     if not best:
-        raise RuntimeFailure(f"study {study.study_name}: no trial met the target within tolerance "
+        raise NoFeasibleTrial(f"study {study.study_name}: no trial met the target within tolerance "
                         f"{tolerance} of BSP's final {job.target.metric}; "
                         "finished trials are kept: raise --n-trials, --tolerance or the job's budget and run again")
     top = best[0]
