@@ -909,10 +909,9 @@ def main() -> None:
 
 def _print_usage_error(exc: Exception) -> None:
     """A parser error as 'error: <command>: <message> (got <value>)' and a hint naming the help to read;
-    with no command at all, the help itself."""
+    with no command at all nothing more (the parser has printed the help)."""
     ctx = getattr(exc, "ctx", None)
-    if type(exc).__name__ == "NoArgsIsHelpError" and ctx is not None:
-        print(ctx.get_help(), file=sys.stderr)
+    if type(exc).__name__ == "NoArgsIsHelpError":  # the parser has printed the help already: once is enough
         return
     message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
     message = message[:1].lower() + message[1:]

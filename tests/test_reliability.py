@@ -262,3 +262,10 @@ def test_a_randomly_damaged_cache_record_is_read_or_refused_in_one_line(tmp_path
     assert _rows(folder) == rows
     cleared = autosync("cache", "clear", str(job), "--storage", url, cwd=folder)
     assert cleared.returncode == 0 and "deleted 1 studies" in cleared.stdout, cleared.stderr
+
+
+@pytest.mark.parametrize("args", [[], ["cache"]])
+def test_no_command_prints_the_help_once(tmp_path, args):
+    proc = autosync(*args, cwd=tmp_path)
+    no_traceback(proc)
+    assert proc.returncode == 2 and (proc.stdout + proc.stderr).count("Usage: autosync") == 1
