@@ -269,3 +269,14 @@ def test_no_command_prints_the_help_once(tmp_path, args):
     proc = autosync(*args, cwd=tmp_path)
     no_traceback(proc)
     assert proc.returncode == 2 and (proc.stdout + proc.stderr).count("Usage: autosync") == 1
+
+
+def test_an_integer_family_range_draws_inside_its_ends_or_is_refused():
+    import numpy as np
+
+    from autosync.family import Range, draw
+
+    rng = np.random.default_rng(0)
+    assert {draw(Range(low=3.6, high=5.4, integer=True), rng) for _ in range(200)} <= {4, 5}
+    with pytest.raises(ValueError, match="an integer range must hold an integer, but got low=4.2, high=4.8"):
+        Range(low=4.2, high=4.8, integer=True)
