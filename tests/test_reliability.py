@@ -280,3 +280,12 @@ def test_an_integer_family_range_draws_inside_its_ends_or_is_refused():
     assert {draw(Range(low=3.6, high=5.4, integer=True), rng) for _ in range(200)} <= {4, 5}
     with pytest.raises(ValueError, match="an integer range must hold an integer, but got low=4.2, high=4.8"):
         Range(low=4.2, high=4.8, integer=True)
+
+
+def test_an_out_name_too_long_for_the_file_system_is_one_line(tmp_path):
+    job = _job(tmp_path)
+    before = _snapshot(tmp_path)
+    for command in (["tune", str(job), "--storage", f"sqlite:///{tmp_path}/s.db"], ["leaderboard", str(job)]):
+        line = _one_line(autosync(*command, "--out", "x" * 300, cwd=tmp_path), "error: --out: cannot write in")
+        assert line.endswith("File name too long"), line
+    assert _snapshot(tmp_path) == before

@@ -15,9 +15,9 @@ def ready_output_dir(directory: Path, option: str = "--out") -> Path:
     import tempfile
 
     directory = Path(directory)
-    if directory.exists() and not directory.is_dir():
-        raise UserError(f"{option}: {directory} is a file, but an output directory is needed")
-    try:
+    try:  # a name too long for the file system fails already here (ENAMETOOLONG)
+        if directory.exists() and not directory.is_dir():
+            raise UserError(f"{option}: {directory} is a file, but an output directory is needed")
         directory.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=directory):
             pass
