@@ -518,7 +518,7 @@ def describe_error(err: dict[str, Any]) -> str:
     """One problem of a pydantic error as 'field path rule, but got value'."""
     parts = err["loc"]
     loc = ".".join(plain_key(p) for i, p in enumerate(parts)
-                   if not (i and _is_union_tag(p) and parts[i - 1] in UNION_FIELDS)) or "(top level)"
+                   if not (i and _is_union_tag(p) and _holds_a_union(parts[i - 1]))) or "(top level)"
     typ, ctx, value = err["type"], err.get("ctx", {}), err.get("input")
     rules = {
         "greater_than_equal": lambda: f"must be >= {ctx.get('ge')}",
@@ -566,13 +566,18 @@ def plain_key(part: Any) -> str:
     return text if text.isprintable() else short_repr(part, 40)
 
 
+def _holds_a_union(part: Any) -> bool:
+    """Whether a location's part is a union field (or an entry of a list of unions: a family's round_trips)."""
+    return isinstance(part, int) or part in UNION_FIELDS
+
+
 def _is_union_tag(part: Any) -> bool:
     return isinstance(part, str) and part in UNION_TAGS
 
 
 #: The tags pydantic puts in an error's location for a union branch; no part of the field path a user wrote.
-#: The fields whose value is one of several specs (a union): a tag follows them in an error's location, and
-#: only there ("gamma" is also a field of the learning-rate schedule).
+#: The fields whose value is one of several specs (a union): a tag follows them (or a list index) in an
+#: error's location, and only there ("gamma" is also a field of the learning-rate schedule).
 UNION_FIELDS = frozenset({"round_trip", "compute", "dataset", "model", "loss"})
 UNION_TAGS = frozenset({"deterministic", "shifted_exponential", "uniform", "pareto", "gamma", "trace", "linear", "gpu",
                         "user", "builtin"})
