@@ -5,15 +5,12 @@ fail every trial that samples it, found only once the search trains; the file is
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterator
-
-if TYPE_CHECKING:
-    from autosync.search.space import Dimension
+from typing import Any, Iterator
 
 NOMINAL_BATCH = 32  # the batch size policies are bound with when the job's is not known here
 
 
-def bound_problems(dimensions: dict[str, dict[str, "Dimension"]], constants: dict[str, dict[str, Any]],
+def bound_problems(dimensions: dict[str, dict[str, Any]], constants: dict[str, dict[str, Any]],
                    n_workers: int, batch_size: int = NOMINAL_BATCH) -> list[str]:
     """One line per dimension end (or choice) that its policy refuses on `n_workers` workers, with the rule.
 
@@ -50,8 +47,9 @@ def bound_problems(dimensions: dict[str, dict[str, "Dimension"]], constants: dic
     return problems
 
 
-def _ends(dim: "Dimension") -> Iterator[Any]:
-    """The values of a dimension that bound what it samples: a range's low and high, each choice."""
+def _ends(dim: Any) -> Iterator[Any]:
+    """The values of a search space's dimension that bound what it samples: a range's low and high, each
+    choice."""
     if dim.type == "categorical":
         yield from dim.choices
     elif dim.type in ("int", "float"):
