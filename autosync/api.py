@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 __all__ = [
     "JobSpec", "load_job", "job_from_dict", "backend", "make_policy", "tuned_policy", "check_workload", "run",
     "run_setup", "write_run", "tune", "tune_dir", "write_tune", "TuneFiles", "leaderboard", "Leaderboard", "profile",
-    "Profile", "cached_studies", "clear_cache", "load_run", "rerun", "ranks", "output_dir", "RunOptions",
+    "Profile", "cached_studies", "clear_cache", "load_run", "rerun", "ranks", "output_dir", "output_file", "RunOptions",
     "TuneOptions", "LeaderboardOptions", "ProfileOptions", "ExecutionOptions", "calibrate", "write_calibration",
     "CalibrateOptions", "recommend", "family", "DrawnJobs", "FamilyOptions", "robustness", "Robustness",
     "RobustnessOptions", "robustness_compare", "CompareOptions",
@@ -88,6 +88,14 @@ def output_dir(directory: str | Path) -> Path:
     from autosync.reporting.output import ready_output_dir
 
     return ready_output_dir(Path(directory))
+
+
+def output_file(path: str | Path) -> Path:
+    """`path`, a file to write: not a directory, its folder created and proven writable before anything is
+    computed (a one-line UserError naming --out)."""
+    from autosync.reporting.output import ready_output_file
+
+    return ready_output_file(Path(path))
 
 
 def make_policy(policy: "str | Policy | dict[str, Any]", params: dict[str, Any] | None = None) -> "Policy":

@@ -238,8 +238,7 @@ def calibrate(
     from autosync import api
 
     spec = api.load_job(job)
-    target = out or (job.parent if job is not None else Path(".")) / "calibrated_job.yaml"
-    api.output_dir(target.parent)
+    target = api.output_file(out or (job.parent if job is not None else Path(".")) / "calibrated_job.yaml")
     with status.status(f"loading {spec.workload.dataset.label} and building {spec.workload.model.label}"):
         workload = api.check_workload(spec, options.device)
     calibration, fitted = api.calibrate(spec, options, workload=workload, phase=_phase("calibrating"))
@@ -453,6 +452,8 @@ def robustness_compare(
     from autosync import api
     from autosync.reporting.robustness import comparison_cells, comparison_header, write_comparison
 
+    if out is not None:
+        api.output_file(out)
     comparison = api.robustness_compare(reports, options)
     grids_differ = comparison.grids_differ()
     if as_json:
@@ -887,8 +888,11 @@ def main() -> None:
     (`RuntimeFailure`: worker processes or ranks lost, BSP failing, no trial meeting the target), 130 when
     interrupted (Ctrl-C; `Interrupted` says what was kept).
     """
+    from autosync.reporting.output import remove_empty_outputs
+
+    code: Any = 1  # until the command returns: a failure leaves no empty output folder it created
     try:
-        code = app(standalone_mode=False, prog_name="autosync")
+        code = app(standalone_mode=False, prog_name="autosync") or 0
     except UserError as exc:
         _print_error(exc)
         sys.exit(2)
@@ -901,6 +905,8 @@ def main() -> None:
     except typer.Abort:
         print("error: aborted (end of input)", file=sys.stderr)
         sys.exit(1)
+    finally:
+        remove_empty_outputs(failed=bool(code))
     if code == 130:  # Ctrl-C outside a command that says what it kept
         print("error: interrupted", file=sys.stderr)
     if isinstance(code, int) and code:

@@ -289,3 +289,103 @@ def test_an_out_name_too_long_for_the_file_system_is_one_line(tmp_path):
         line = _one_line(autosync(*command, "--out", "x" * 300, cwd=tmp_path), "error: --out: cannot write in")
         assert line.endswith("File name too long"), line
     assert _snapshot(tmp_path) == before
+
+
+# ---------------------------------------------------------------- reports, logs and output files
+
+ROBUSTNESS = Path(__file__).resolve().parents[1] / "results" / "robustness"
+SWITCH_LOGS = Path(__file__).resolve().parents[2] / "shared" / "data" / "sync_switch_logs" / "cifar10_res32"
+
+
+def _damaged_report(folder: Path, where: str) -> Path:
+    """A copy of the committed stragglers report with one number turned into a string."""
+    import shutil
+
+    copy = folder / "stragglers"
+    shutil.copytree(ROBUSTNESS / "stragglers", copy)
+    data = json.loads((copy / "robustness.json").read_text())
+    if where == "summary":
+        data["summary"][0]["median_regret"] = "oops"
+    else:
+        data["jobs"][1]["static"]["k=2 fixed"] = "oops"
+    (copy / "robustness.json").write_text(json.dumps(data))
+    return copy
+
+
+@pytest.mark.parametrize("where, field", [("summary", "summary.0.median_regret"), ("jobs", "jobs.1.static.k=2 fixed")])
+def test_a_robustness_report_holding_a_string_for_a_number_is_one_line(tmp_path, where, field):
+    report = _damaged_report(tmp_path, where)
+    before = _snapshot(tmp_path)
+    for command in (["robustness-compare", str(ROBUSTNESS / "shared"), str(report), "--out", "t.md"],
+                    ["recommend", "--grid", str(report), "--storage", f"sqlite:///{tmp_path}/none.db"]):
+        line = _one_line(autosync(*command, cwd=tmp_path))
+        assert line == (f"error: {report}/robustness.json: not a robustness report written by `autosync robustness` "
+                        f"(TypeError: {field} must be a number, but got 'oops')"), line
+    assert _snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("out, message", [("/proc/x/table.md", "error: --out: cannot write in /proc/x: "),
+                                          (".", "error: --out: . is a directory, but a file to write is needed")])
+def test_robustness_compare_out_that_cannot_be_written_is_one_line(tmp_path, out, message):
+    before = _snapshot(tmp_path)
+    line = _one_line(autosync("robustness-compare", str(ROBUSTNESS / "shared"), str(ROBUSTNESS / "stragglers"),
+                              "--out", out, cwd=tmp_path))
+    assert line.startswith(message), line
+    assert _snapshot(tmp_path) == before
+
+
+def test_calibrate_out_an_existing_directory_is_refused_before_any_run(tmp_path):
+    job = _job(tmp_path)
+    (tmp_path / "cal").mkdir()
+    before = _snapshot(tmp_path)
+    line = _one_line(autosync("calibrate", str(job), "--out", "cal", cwd=tmp_path))
+    assert line == "error: --out: cal is a directory, but a file to write is needed", line
+    assert _snapshot(tmp_path) == before  # no calibration.json in it
+
+
+def _damaged_logs(folder: Path, damage: str) -> Path:
+    """Sync-Switch logs of one BSP and one ASP run and one switch run, damaged: a NaN final accuracy, or the
+    ASP run as long as the BSP run."""
+    import shutil
+
+    logs = folder / "logs"
+    shutil.copytree(SWITCH_LOGS / "baseline" / "bsp", logs / "baseline" / "bsp")
+    if damage == "equal":
+        shutil.copytree(SWITCH_LOGS / "baseline" / "bsp", logs / "baseline" / "asp")
+    else:
+        shutil.copytree(SWITCH_LOGS / "baseline" / "asp", logs / "baseline" / "asp")
+        csv = logs / "baseline" / "bsp" / "acc_proc.csv"
+        lines = csv.read_text().splitlines()
+        lines[-1] = lines[-1].rsplit(",", 1)[0] + ",nan"
+        csv.write_text("\n".join(lines) + "\n")
+    switch = next(p for p in sorted((SWITCH_LOGS / "switch_exp").iterdir()) if p.name.startswith("b"))
+    shutil.copytree(switch, logs / "switch_exp" / switch.name)
+    return logs
+
+
+@pytest.mark.skipif(not SWITCH_LOGS.is_dir(), reason="../shared/data/sync_switch_logs is not beside the repository")
+@pytest.mark.parametrize("damage, message", [
+    ("nan", "baseline/bsp/acc_proc.csv: the last row's Value must be a finite number >= 0, but got nan"),
+    ("equal", "baseline: the ASP runs must take more steps than the BSP runs (an ASP step consumes one worker "
+              "batch, a BSP step n), but got a median of 5000 ASP and 5000 BSP steps")])
+def test_replay_of_damaged_logs_is_one_line_and_leaves_no_output_folder(tmp_path, damage, message):
+    logs = _damaged_logs(tmp_path, damage)
+    before = _snapshot(tmp_path)
+    line = _one_line(autosync("replay", str(logs), "--out", "out/table", cwd=tmp_path))
+    assert line == f"error: {logs}/{message}", line
+    assert _snapshot(tmp_path) == before  # no out/ nor out/table
+
+
+def test_failed_commands_leave_no_empty_output_folder(tmp_path):
+    job = _job(tmp_path)
+    (tmp_path / "family.yaml").write_text("name: f\n")
+    (tmp_path / "kept").mkdir()  # a folder that was there before stays
+    before = _snapshot(tmp_path)
+    for command, start in ((["scaling", "nowhere", "--out", "sc/a"], "error: nowhere: no leaderboard here"),
+                           (["leaderboard", str(job), "--policies", "bogus", "--out", "lb"], "error: --policies"),
+                           (["robustness", "family.yaml", "--out", "rb"], "error: family.yaml: "),
+                           (["scaling", "nowhere", "--out", "kept"], "error: nowhere: ")):
+        proc = autosync(*command, cwd=tmp_path)
+        no_traceback(proc)
+        assert proc.returncode == 2 and proc.stderr.splitlines()[-1].startswith(start), proc.stderr
+    assert _snapshot(tmp_path) == before
