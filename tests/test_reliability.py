@@ -389,3 +389,21 @@ def test_failed_commands_leave_no_empty_output_folder(tmp_path):
         no_traceback(proc)
         assert proc.returncode == 2 and proc.stderr.splitlines()[-1].startswith(start), proc.stderr
     assert _snapshot(tmp_path) == before
+
+
+# ---------------------------------------------------------------- the user's code
+
+@pytest.mark.parametrize("module, code, message", [
+    ("exits_on_import", "import sys\nsys.exit(3)\n",
+     "'exits_on_import:data' does not import: module 'exits_on_import' called sys.exit(3) while it was imported"),
+    ("exits_when_called", "import sys\ndef data(seed=0):\n    sys.exit('no data')\n",
+     "'exits_when_called:data' called sys.exit('no data')")])
+def test_a_user_dataset_that_calls_sys_exit_is_one_line_naming_its_module(tmp_path, module, code, message):
+    (tmp_path / f"{module}.py").write_text(code)
+    path = tmp_path / "job.yaml"
+    path.write_text(f"name: j\nbudget: {{max_updates: 5}}\nworkload: {{dataset: {{factory: '{module}:data'}}}}\n")
+    before = _snapshot(tmp_path)
+    for command in ("validate", "run"):
+        line = _one_line(autosync(command, str(path), cwd=tmp_path))
+        assert line == f"error: {path}: workload.dataset.factory: {message}", line
+    assert {k: v for k, v in _snapshot(tmp_path).items() if "__pycache__" not in k} == before
