@@ -518,6 +518,10 @@ def robustness(family_file: str | Path, directory: str | Path | None = None,
     smallest = min(j.cluster.n_workers for j in drawn)
     online = (online_policies(ONLINE_POLICIES) if not opts.policies else
               [p if isinstance(p, dict) else parse_policy_spec(p, smallest) for p in opts.policies])
+    from autosync.search.space import load_space, resolve_space_path
+
+    for n in sorted({j.cluster.n_workers for j in drawn}):  # a bad space fails before any job file is written
+        load_space(resolve_space_path(opts.tuned_space, "policy"), n, "--tuned-space")
     out = output_dir(directory or Path("results") / "robustness" / spec.name)
     write_jobs(spec, drawn, output_dir(out / "jobs"), str(family_file), command)
     tuned = _tune_each(drawn, opts.tuned_space, opts.tuned_trials, out, phase) if opts.tuned_trials else {}

@@ -919,14 +919,42 @@ def _print_usage_error(exc: Exception) -> None:
     ctx = getattr(exc, "ctx", None)
     if type(exc).__name__ == "NoArgsIsHelpError":  # the parser has printed the help already: once is enough
         return
-    message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+    if hasattr(exc, "possibilities") and getattr(exc, "option_name", None):  # an unknown option
+        message = exc.message + _close_options(exc.option_name, ctx)
+    else:
+        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
     message = message[:1].lower() + message[1:]
     value = _given_value(getattr(exc, "param", None))
     if value is not None and repr(value) not in message:
         message = f"{message.rstrip('.')}, but got {value!r}"
-    command = ctx.command_path if ctx is not None else "autosync"
+    command = ctx.command_path if ctx is not None else _command_path(sys.argv[1:])
     print(f"error: {command}: {' '.join(message.split())}", file=sys.stderr)
     print(f"hint: see '{command} --help'", file=sys.stderr)
+
+
+def _close_options(given: str, ctx: Any) -> str:
+    """' (did you mean --seed?)': the command's own options whose names are close to `given` (a mistyped
+    letter or two), or nothing; the parser's own guess offers options that share only their dashes."""
+    import difflib
+
+    params = ctx.command.params if ctx is not None else []
+    names = {opt.lstrip("-"): opt for p in params for opt in [*p.opts, *p.secondary_opts] if opt.startswith("--")}
+    close = difflib.get_close_matches(given.lstrip("-"), list(names), n=3, cutoff=0.75)
+    return f" (did you mean {' or '.join(names[c] for c in close)}?)" if close else ""
+
+
+def _command_path(args: list[str]) -> str:
+    """'autosync tune', 'autosync cache show': the command the command line names (for an error the
+    parser raised without its context, such as an option missing its value)."""
+    import typer.main
+
+    group, path = typer.main.get_command(app), ["autosync"]
+    for arg in args:
+        sub = getattr(group, "commands", {}).get(arg)
+        if sub is None:
+            break
+        group, path = sub, [*path, arg]
+    return " ".join(path)
 
 
 def _given_value(param: Any) -> Optional[str]:

@@ -407,3 +407,29 @@ def test_a_user_dataset_that_calls_sys_exit_is_one_line_naming_its_module(tmp_pa
         line = _one_line(autosync(command, str(path), cwd=tmp_path))
         assert line == f"error: {path}: workload.dataset.factory: {message}", line
     assert {k: v for k, v in _snapshot(tmp_path).items() if "__pycache__" not in k} == before
+
+
+# ---------------------------------------------------------------- parser messages
+
+@pytest.mark.parametrize("args, first", [
+    (["tune", "--bogus"], "error: autosync tune: no such option: --bogus"),  # no guess that shares only dashes
+    (["tune", "--sed", "3"], "error: autosync tune: no such option: --sed (did you mean --seed?)"),
+    (["tune", "--seed"], "error: autosync tune: option '--seed' requires an argument."),
+    (["cache", "show", "--storage"], "error: autosync cache show: option '--storage' requires an argument."),
+])
+def test_parser_errors_name_the_command_and_suggest_only_close_options(tmp_path, args, first):
+    proc = autosync(*args, cwd=tmp_path)
+    no_traceback(proc)
+    command = first.split(": ")[1]
+    assert proc.returncode == 2 and proc.stderr.splitlines() == [first, f"hint: see '{command} --help'"], proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_robustness_tuned_space_that_does_not_exist_names_its_own_flag(tmp_path):
+    import shutil
+
+    family = Path(shutil.copy(Path(__file__).resolve().parents[1] / "baselines" / "family_quick.yaml", tmp_path))
+    before = _snapshot(tmp_path)
+    line = _one_line(autosync("robustness", str(family), "--tuned-space", "nosuch", cwd=tmp_path))
+    assert line.startswith("error: --tuned-space: file ") and "nosuch.yaml does not exist (shipped spaces: " in line
+    assert _snapshot(tmp_path) == before  # no job file written

@@ -222,18 +222,18 @@ def resolve_space_path(text: str | Path | None, default: str) -> Path:
     return SPACE_DIR / f"{text}.yaml"
 
 
-def load_space(path: str | Path, n_workers: int) -> SearchSpace:
+def load_space(path: str | Path, n_workers: int, flag: str = "--space") -> SearchSpace:
     """Read and validate a search-space YAML file against the policy catalog and the job's n_workers.
 
     Every problem is reported at once (`SpaceFileError`, one line each), naming the file, the field,
-    the rule and the value, as job files are.
+    the rule and the value, as job files are; a missing file names `flag`, the option that gave it.
     """
     from pydantic import ValidationError
 
     path = Path(path)
     if not path.exists():
         shipped = ", ".join(sorted(p.stem for p in SPACE_DIR.glob("*.yaml")))
-        raise UserError(f"--space: file {path} does not exist (shipped spaces: {shipped})")
+        raise UserError(f"{flag}: file {path} does not exist (shipped spaces: {shipped})")
     data = read_yaml_file(path, SpaceFileError)  # a directory, a binary file, invalid YAML: one line
     if not isinstance(data, dict):
         raise SpaceFileError(str(path), [f"must be a mapping with keys name, description, policies, but got "
