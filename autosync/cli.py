@@ -619,7 +619,9 @@ def _resume_line(found: int, requeued: list[int]) -> str:
     """What a tune found of an earlier, interrupted search of the same study."""
     dead = (f"; {_count(len(requeued), 'trial')} whose process died "
             f"({', '.join(f'#{n}' for n in requeued)}) re-queued") if requeued else ""
-    return f"resuming the study: {_count(found, 'finished trial')} found{dead}"
+    waiting = "".join(f"; waiting {line}, which stopped sending heartbeats"
+                      for line in getattr(requeued, "waiting", []))
+    return f"resuming the study: {_count(found, 'finished trial')} found{dead}{waiting}"
 
 
 def _count(n: int, noun: str) -> str:

@@ -433,3 +433,67 @@ def test_robustness_tuned_space_that_does_not_exist_names_its_own_flag(tmp_path)
     line = _one_line(autosync("robustness", str(family), "--tuned-space", "nosuch", cwd=tmp_path))
     assert line.startswith("error: --tuned-space: file ") and "nosuch.yaml does not exist (shipped spaces: " in line
     assert _snapshot(tmp_path) == before  # no job file written
+
+
+# ---------------------------------------------------------------- a killed tune
+
+@pytest.mark.slow
+@pytest.mark.processes
+def test_a_killed_tune_on_this_machine_is_resumed_at_once(tiny_job, tmp_path):
+    """With the default 30 s heartbeat, the trial a SIGKILL left RUNNING is failed and re-queued when the
+    same command starts again, without waiting out the 60 s grace: its process (host:pid) is gone."""
+    import re
+    import signal
+    import socket
+    import time
+
+    from tests.conftest import signal_and_wait, start_autosync
+    from tests.test_interruptions import _long, _mid_trial
+
+    job = _long(tiny_job, threshold=0.99)
+    db = tmp_path / "s.db"
+    args = ("tune", str(job), "--n-trials", "4", "--storage", f"sqlite:///{db}")
+    tune = start_autosync(*args, cwd=tmp_path)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not _mid_trial(db):
+        time.sleep(0.05)
+    assert _mid_trial(db), "the tune never got into its third trial"
+    signal_and_wait(tune, signal.SIGKILL)
+    with sqlite3.connect(db) as conn:
+        (number,) = conn.execute("SELECT number FROM trials WHERE state = 'RUNNING'").fetchone()
+    resumed = start_autosync(*args, cwd=tmp_path)
+    started = time.monotonic()
+    line = resumed.stderr.readline()
+    while line.startswith("study storage: "):
+        line = resumed.stderr.readline()
+    assert time.monotonic() - started < 30, line  # not the 60 s grace of a trial of another machine
+    assert re.fullmatch(rf"resuming the study: \d+ finished trials? found; 1 trial whose process died "
+                        rf"\(#{number}\) re-queued\n", line), line
+    _, rest = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, rest[-2000:]
+    with sqlite3.connect(db) as conn:
+        reason = conn.execute("SELECT value_json FROM trial_user_attributes JOIN trials USING (trial_id) WHERE "
+                              "number = ? AND key = 'fail_reason'", (number,)).fetchone()[0]
+    assert re.search(rf"its process {socket.gethostname()}:\d+ is gone \(killed\); the trial is re-run", reason)
+    assert _trials_in(db, "RUNNING") == 0 and _trials_in(db, "COMPLETE") + _trials_in(db, "PRUNED") >= 4
+
+
+def _trials_in(db: Path, state: str) -> int:
+    with sqlite3.connect(db) as conn:
+        return conn.execute("SELECT count(*) FROM trials WHERE state = ?", (state,)).fetchone()[0]
+
+
+def test_a_trial_of_a_gone_process_of_this_machine_is_dead_and_one_elsewhere_is_not_known():
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from autosync.search.study.trials import process_gone
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    host = socket.gethostname()
+    assert process_gone(f"{host}:{child.pid}")
+    assert not process_gone(f"{host}:{os.getpid()}") and not process_gone(f"elsewhere-{host}:{child.pid}")
+    assert not process_gone(None) and not process_gone(f"{host}:abc")

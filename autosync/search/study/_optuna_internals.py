@@ -90,6 +90,20 @@ def dead_trial_ids(study: "optuna.Study") -> list[int]:
     return stale + orphans
 
 
+def heartbeat_ages(study: "optuna.Study", ids: list[int]) -> dict[int, float | None]:
+    """Seconds since each trial's last heartbeat (None: it never beat), by storage id."""
+    from optuna.storages._rdb import models
+
+    backend = _backend(study)
+    session = backend.scoped_session()
+    now = dt.datetime.now()
+    try:
+        beats = {i: models.TrialHeartbeatModel.where_trial_id(i, session) for i in ids}
+        return {i: None if b is None else (now - b.heartbeat).total_seconds() for i, b in beats.items()}
+    finally:
+        backend.scoped_session.remove()
+
+
 @dataclass
 class StoredStudy:
     """A study as its rows hold it: name, id, the user attributes that decode, and those that do not
