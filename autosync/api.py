@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 __all__ = [
     "JobSpec", "load_job", "job_from_dict", "backend", "make_policy", "tuned_policy", "check_workload", "run",
     "run_setup", "write_run", "tune", "tune_dir", "write_tune", "TuneFiles", "leaderboard", "Leaderboard", "profile",
-    "Profile", "cached_studies", "clear_cache", "load_run", "rerun", "ranks", "output_dir", "RunOptions",
+    "Profile", "cached_studies", "clear_cache", "load_run", "rerun", "ranks", "output_dir", "output_file", "RunOptions",
     "TuneOptions", "LeaderboardOptions", "ProfileOptions", "ExecutionOptions", "calibrate", "write_calibration",
     "CalibrateOptions", "recommend", "family", "DrawnJobs", "FamilyOptions", "robustness", "Robustness",
     "RobustnessOptions", "robustness_compare", "CompareOptions",
@@ -88,6 +88,14 @@ def output_dir(directory: str | Path) -> Path:
     from autosync.reporting.output import ready_output_dir
 
     return ready_output_dir(Path(directory))
+
+
+def output_file(path: str | Path) -> Path:
+    """`path`, a file to write: not a directory, its folder created and proven writable before anything is
+    computed (a one-line UserError naming --out)."""
+    from autosync.reporting.output import ready_output_file
+
+    return ready_output_file(Path(path))
 
 
 def make_policy(policy: "str | Policy | dict[str, Any]", params: dict[str, Any] | None = None) -> "Policy":
@@ -216,6 +224,7 @@ def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions 
     from autosync.search.objective import ObjectiveSettings
     from autosync.search.space import load_space, resolve_space_path
     from autosync.search.study.storage import DEFAULT_STORAGE
+    from autosync.search.study.cache import NoFeasibleTrial
     from autosync.search.tune import TuneRequest, tune as run_tune
 
     opts = _options(TuneOptions, options, on, fields, space=str(space) if space is not None else None)
@@ -235,7 +244,7 @@ def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions 
 
     request = TuneRequest(
         job=job, space=search_space, n_trials=opts.n_trials, timeout=opts.timeout,
-        storage=opts.storage or DEFAULT_STORAGE, study=opts.study, sampler=opts.sampler, seed=opts.seed,
+        storage=opts.storage or DEFAULT_STORAGE, study=opts.study, adopt_study=opts.adopt_study, sampler=opts.sampler, seed=opts.seed,
         n_jobs=opts.n_jobs, refresh=opts.refresh,
         settings=ObjectiveSettings(repeats=opts.repeats, tolerance=opts.tolerance,
                                    multi_objective=opts.objective != "time", constraint_at=opts.constraint_at,
@@ -246,7 +255,13 @@ def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions 
     quiet_optuna()
     if on_start is not None:
         on_start(request.storage)
-    return run_tune(request, on_trial=on_trial, on_confirm=on_confirm, on_resume=on_resume)
+    try:
+        return run_tune(request, on_trial=on_trial, on_confirm=on_confirm, on_resume=on_resume)
+    except NoFeasibleTrial as exc:
+        if request.timeout is None:
+            raise
+        raise NoFeasibleTrial(f"{exc} (--timeout {request.timeout:g} s ended the search: its trials start only once "
+                              "the BSP reference runs are done, and none met the target before the limit)") from None
 
 
 @dataclass
@@ -507,6 +522,10 @@ def robustness(family_file: str | Path, directory: str | Path | None = None,
     smallest = min(j.cluster.n_workers for j in drawn)
     online = (online_policies(ONLINE_POLICIES) if not opts.policies else
               [p if isinstance(p, dict) else parse_policy_spec(p, smallest) for p in opts.policies])
+    from autosync.search.space import load_space, resolve_space_path
+
+    for n in sorted({j.cluster.n_workers for j in drawn}):  # a bad space fails before any job file is written
+        load_space(resolve_space_path(opts.tuned_space, "policy"), n, "--tuned-space")
     out = output_dir(directory or Path("results") / "robustness" / spec.name)
     write_jobs(spec, drawn, output_dir(out / "jobs"), str(family_file), command)
     tuned = _tune_each(drawn, opts.tuned_space, opts.tuned_trials, out, phase) if opts.tuned_trials else {}
@@ -657,16 +676,16 @@ def recommend(job: JobSpec, storage: str | None = None, grids: Sequence[str | Pa
     predicted time and speedup over BSP, the neighbours that voted and how far they are). No tuned job in
     either is a one-line UserError; reading never creates the storage."""
     from autosync.search.strategies.recommend import recommend as answer
-    from autosync.search.study.storage import DEFAULT_STORAGE, open_storage, redact_url, storage_exists
+    from autosync.search.study.storage import DEFAULT_STORAGE, open_existing_storage, redact_url
 
     quiet_optuna()
     url = storage or DEFAULT_STORAGE
-    exists = storage_exists(url)
-    if not exists and not grids:
+    opened = open_existing_storage(url)  # reading creates and changes nothing
+    if opened is None and not grids:
         raise UserError(f"{job.source}: no tuned job in {redact_url(url)} to recommend from (the storage does not "
                         "exist): tune this job (autosync tune) or point --storage at a storage of tuned jobs "
                         "(or --grid at a robustness report)")
-    return answer(open_storage(url) if exists else None, job, redact_url(url), [Path(g) for g in grids])
+    return answer(opened, job, redact_url(url), [Path(g) for g in grids])
 
 
 def clear_cache(job: JobSpec, storage: str | None = None) -> list[str]:

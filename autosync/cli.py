@@ -238,8 +238,7 @@ def calibrate(
     from autosync import api
 
     spec = api.load_job(job)
-    target = out or (job.parent if job is not None else Path(".")) / "calibrated_job.yaml"
-    api.output_dir(target.parent)
+    target = api.output_file(out or (job.parent if job is not None else Path(".")) / "calibrated_job.yaml")
     with status.status(f"loading {spec.workload.dataset.label} and building {spec.workload.model.label}"):
         workload = api.check_workload(spec, options.device)
     calibration, fitted = api.calibrate(spec, options, workload=workload, phase=_phase("calibrating"))
@@ -453,6 +452,8 @@ def robustness_compare(
     from autosync import api
     from autosync.reporting.robustness import comparison_cells, comparison_header, write_comparison
 
+    if out is not None:
+        api.output_file(out)
     comparison = api.robustness_compare(reports, options)
     grids_differ = comparison.grids_differ()
     if as_json:
@@ -618,7 +619,9 @@ def _resume_line(found: int, requeued: list[int]) -> str:
     """What a tune found of an earlier, interrupted search of the same study."""
     dead = (f"; {_count(len(requeued), 'trial')} whose process died "
             f"({', '.join(f'#{n}' for n in requeued)}) re-queued") if requeued else ""
-    return f"resuming the study: {_count(found, 'finished trial')} found{dead}"
+    waiting = "".join(f"; waiting {line}, which stopped sending heartbeats"
+                      for line in getattr(requeued, "waiting", []))
+    return f"resuming the study: {_count(found, 'finished trial')} found{dead}{waiting}"
 
 
 def _count(n: int, noun: str) -> str:
@@ -738,11 +741,16 @@ def cache_list(as_json: bool = JSON_OPT, *, options: CacheOptions) -> None:
         table.add_column(col)
     for s in studies:
         c = s["cache"] if isinstance(s["cache"], dict) else {}
-        best = _policy_label(c["best_policy"]) if isinstance(c.get("best_policy"), dict) else "(unfinished)"
+        best = _policy_label(c["best_policy"]) if isinstance(c.get("best_policy"), dict) else \
+            "(damaged record)" if "damaged" in s else "(unfinished)"
         value = f"{c['best_value']:.2f}" if isinstance(c.get("best_value"), (int, float)) else "-"
         table.add_row(s["study"], str(c.get("job_name", "-")), str(s["trials"]), best, value,
                       str(c.get("finished_at", "-")))
     console.print(table)
+    for s in studies:
+        if "damaged" in s:
+            status.print(f"warning: study {s['study']}: corrupt cache entry ({s['damaged']}); `autosync cache clear` "
+                         "of its job deletes it", style="yellow", soft_wrap=True)
 
 
 @_command(RecommendOptions)
@@ -785,6 +793,11 @@ def cache_show(job: Optional[Path] = JOB_ARG, as_json: bool = JSON_OPT, *, optio
     spec = api.load_job(job)
     url = options.storage or DEFAULT_STORAGE
     studies = api.cached_studies(url, spec)
+    for s in studies:
+        if "damaged" in s:
+            from autosync.search.study.cache import damaged
+
+            raise damaged(s["study"], s["damaged"])
     if as_json:
         _print_json(studies)
         return
@@ -881,8 +894,11 @@ def main() -> None:
     (`RuntimeFailure`: worker processes or ranks lost, BSP failing, no trial meeting the target), 130 when
     interrupted (Ctrl-C; `Interrupted` says what was kept).
     """
+    from autosync.reporting.output import remove_empty_outputs
+
+    code: Any = 1  # until the command returns: a failure leaves no empty output folder it created
     try:
-        code = app(standalone_mode=False, prog_name="autosync")
+        code = app(standalone_mode=False, prog_name="autosync") or 0
     except UserError as exc:
         _print_error(exc)
         sys.exit(2)
@@ -895,6 +911,8 @@ def main() -> None:
     except typer.Abort:
         print("error: aborted (end of input)", file=sys.stderr)
         sys.exit(1)
+    finally:
+        remove_empty_outputs(failed=bool(code))
     if code == 130:  # Ctrl-C outside a command that says what it kept
         print("error: interrupted", file=sys.stderr)
     if isinstance(code, int) and code:
@@ -903,19 +921,46 @@ def main() -> None:
 
 def _print_usage_error(exc: Exception) -> None:
     """A parser error as 'error: <command>: <message> (got <value>)' and a hint naming the help to read;
-    with no command at all, the help itself."""
+    with no command at all nothing more (the parser has printed the help)."""
     ctx = getattr(exc, "ctx", None)
-    if type(exc).__name__ == "NoArgsIsHelpError" and ctx is not None:
-        print(ctx.get_help(), file=sys.stderr)
+    if type(exc).__name__ == "NoArgsIsHelpError":  # the parser has printed the help already: once is enough
         return
-    message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+    if hasattr(exc, "possibilities") and getattr(exc, "option_name", None):  # an unknown option
+        message = exc.message + _close_options(exc.option_name, ctx)
+    else:
+        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
     message = message[:1].lower() + message[1:]
     value = _given_value(getattr(exc, "param", None))
     if value is not None and repr(value) not in message:
         message = f"{message.rstrip('.')}, but got {value!r}"
-    command = ctx.command_path if ctx is not None else "autosync"
+    command = ctx.command_path if ctx is not None else _command_path(sys.argv[1:])
     print(f"error: {command}: {' '.join(message.split())}", file=sys.stderr)
     print(f"hint: see '{command} --help'", file=sys.stderr)
+
+
+def _close_options(given: str, ctx: Any) -> str:
+    """' (did you mean --seed?)': the command's own options whose names are close to `given` (a mistyped
+    letter or two), or nothing; the parser's own guess offers options that share only their dashes."""
+    import difflib
+
+    params = ctx.command.params if ctx is not None else []
+    names = {opt.lstrip("-"): opt for p in params for opt in [*p.opts, *p.secondary_opts] if opt.startswith("--")}
+    close = difflib.get_close_matches(given.lstrip("-"), list(names), n=3, cutoff=0.75)
+    return f" (did you mean {' or '.join(names[c] for c in close)}?)" if close else ""
+
+
+def _command_path(args: list[str]) -> str:
+    """'autosync tune', 'autosync cache show': the command the command line names (for an error the
+    parser raised without its context, such as an option missing its value)."""
+    import typer.main
+
+    group, path = typer.main.get_command(app), ["autosync"]
+    for arg in args:
+        sub = getattr(group, "commands", {}).get(arg)
+        if sub is None:
+            break
+        group, path = sub, [*path, arg]
+    return " ".join(path)
 
 
 def _given_value(param: Any) -> Optional[str]:

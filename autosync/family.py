@@ -66,6 +66,8 @@ class Range(_Strict):
             raise ValueError(f"high must be >= low={self.low}, but got high={self.high}")
         if self.log and self.low <= 0:
             raise ValueError(f"log ranges need low > 0, but got low={self.low}")
+        if self.integer and math.ceil(self.low) > math.floor(self.high):
+            raise ValueError(f"an integer range must hold an integer, but got low={self.low}, high={self.high}")
         return self
 
 
@@ -107,7 +109,9 @@ def draw(value: Any, rng: np.random.Generator) -> Any:
             x = math.exp(rng.uniform(math.log(value.low), math.log(value.high)))
         else:
             x = float(rng.uniform(value.low, value.high))
-        return int(round(x)) if value.integer else round(x, 4)
+        if value.integer:  # rounded, but never past the range's ends (4.2..4.8 holds no 5)
+            return min(max(int(round(x)), math.ceil(value.low)), math.floor(value.high))
+        return round(x, 4)
     if isinstance(value, list):
         if not value:
             raise ValueError("a list of choices must not be empty")

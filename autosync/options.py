@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
 from autosync.core.errors import UserError
+from autosync.core.job import MAX_SEED
 
 if TYPE_CHECKING:
     from autosync.engine.backends import BackendChoice
@@ -143,7 +144,7 @@ class RunOptions(ExecutionOptions):
                          "cached best.", short="-p", cli_type=str)  # the API also takes a Policy or a dict
     params: Any = option([], "Policy parameter key=value (repeatable).", flag="--param",
                          cli_type=list[str])  # the API also takes a dict {name: value}
-    seed: Optional[int] = option(None, "Override the job's seed.")
+    seed: Optional[int] = option(None, "Override the job's seed.", ge=0, le=MAX_SEED)
     storage: Optional[str] = option(None, "Study storage URL for --policy tuned "
                                     "(default: sqlite:///results/autosync-studies.db).")
 
@@ -167,11 +168,13 @@ class TuneOptions(ExecutionOptions):
     storage: Optional[str] = option(None, "SQLAlchemy URL of the study storage "
                                     "(default: sqlite:///results/autosync-studies.db).")
     study: Optional[str] = option(None, "Study name (default: <fingerprint>-<space>).")
+    adopt_study: bool = option(False, "Let --study name a study made for another job (another fingerprint): its "
+                               "trials and cached answer then stand for this job.")
     sampler: str = option("auto", "auto (portfolio where the space lists one, else tpe) | portfolio (race each "
                           "family's portfolio settings, then TPE inside the families that can still win) | tpe | gp "
                           "| random | grid | binary (Sync-Switch) | ladder (cheapest switch point first).")
     n_jobs: int = option(1, "Processes running trials on this machine.", ge=1)
-    seed: int = option(0, "Sampler seed.")
+    seed: int = option(0, "Sampler seed.", ge=0, le=MAX_SEED)
     repeats: int = option(1, "Seeds per trial (the objective is noisy).", ge=1)
     tolerance: float = option(0.01, "Allowed final-metric shortfall against BSP (the constraint).", ge=0.0)
     objective: str = option("time", "time | time,metric (Pareto front).")
@@ -362,7 +365,7 @@ class ReplayOptions:
     """`autosync replay`: Sync-Switch's Table II (search cost and success) on recorded runs."""
 
     simulations: int = option(1000, "Simulated searches per strategy and setting.", ge=1)
-    seed: int = option(0, "Seed of the run draws and of the TPE samplers.")
+    seed: int = option(0, "Seed of the run draws and of the TPE samplers.", ge=0, le=MAX_SEED)
     threshold: float = option(0.01, "Accuracy margin beta.", ge=0.0)
     max_settings: int = option(4, "Binary search: candidates M.", ge=1)
     tpe_trials: list[int] = option([4, 8], "TPE: trials per search (repeatable).", ge=1)

@@ -231,14 +231,35 @@ def load_report(path: Path, flag: str = "") -> tuple[Path, dict[str, Any]]:
     try:
         data = json.loads(file.read_text())
         _require(data, ("family", "command", "seeds", "summary", "jobs"))
-        for row in data["jobs"]:
+        for i, row in enumerate(data["jobs"]):
             _require(row, REPORT_JOB_KEYS)
-        for row in data["summary"]:
+            _numbers(f"jobs.{i}", {key: row[key] for key in ("n_workers", "budget", "best_static_time", "bsp_time")})
+            _numbers(f"jobs.{i}.static", row["static"])
+            for label, cell in _object(row["policies"]).items():
+                _numbers(f"jobs.{i}.policies.{label}", {k: v for k, v in _object(cell).items()
+                                                         if k in ("time", "regret", "vs_bsp")})
+        for i, row in enumerate(data["summary"]):
             _require(row, ("policy",))
+            _numbers(f"summary.{i}", {k: v for k, v in row.items() if k != "policy"})
     except (ValueError, KeyError, TypeError) as exc:
         raise UserError(f"{file}: not a robustness report written by `autosync robustness` "
                         f"({type(exc).__name__}: {exc})") from None
     return file.parent, data
+
+
+def _object(value: Any) -> dict[str, Any]:
+    """`value`, a dict; TypeError when it is not one."""
+    if not isinstance(value, dict):
+        raise TypeError(f"expected an object, got {type(value).__name__}")
+    return value
+
+
+def _numbers(where: str, values: Any) -> None:
+    """TypeError naming the first value of `values` (a dict) that is not a number or null: the readers of a
+    report compare and format them as numbers."""
+    for key, value in _object(values).items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise TypeError(f"{where}.{key} must be a number, but got {value!r}")
 
 
 def _require(mapping: Any, keys: Iterable[str]) -> None:

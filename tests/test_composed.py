@@ -235,11 +235,12 @@ def test_a_refused_composition_behind_a_number_s_condition_is_found(tmp_path):
 
 
 def test_numbers_are_tried_at_the_values_they_can_sample(tmp_path):
-    """A step that cannot reach `high` does not make the default dc_lambda = 2.0 look set; a value between
+    """A range whose only value is the default dc_lambda = 2.0 does not make it look set (a step longer than
+    the range is refused: test_reliability); a value between
     the ones a condition names is tried too (staleness 2 leaves barrier at bsp, where staleness is refused)."""
     path = tmp_path / "step.yaml"
     path.write_text("policies:\n  compose:\n    barrier: {type: categorical, choices: [bsp, asp]}\n"
-                    "    dc_lambda: {type: float, low: 2.0, high: 2.5, step: 1.0}\n")
+                    "    dc_lambda: {type: float, low: 2.0, high: 2.0, step: 1.0}\n")
     assert load_space(path, 4).policies == ["compose"]
     path.write_text("policies:\n  compose:\n    staleness: {type: int, low: 1, high: 5}\n"
                     "    barrier: {type: categorical, choices: [ssp], when: {staleness: [1, 5]}}\n")

@@ -111,16 +111,20 @@ def test_the_command_says_the_search_stopped_improving_and_refuses_a_negative_pa
     no_traceback(bad)
 
 
-def test_giving_up_spends_the_budget_exactly_also_its_places_not_queued_yet(tmp_path):
+def test_giving_up_spends_the_budget_exactly_with_one_attribute_for_its_places_not_queued_yet(tmp_path):
     """Another process's proposal answered by a running twin is not counted, and its place may not be
-    queued again when the search stops: the give-up fails the queued trials and adds one for each such place."""
+    queued again when the search stops: the give-up fails the queued trials and records the places not
+    queued in one study attribute (no row per place, whatever the budget), after which nothing is queued."""
     from autosync.search.strategies.patience import give_up_queued
-    from autosync.search.study.trials import budget_used
+    from autosync.search.study.trials import GIVEN_UP_PLACES, budget_used, top_up
 
-    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'g.db'}")
+    url = f"sqlite:///{tmp_path / 'g.db'}"
+    study = optuna.create_study(storage=url)
     for value in (3.0, 2.0, 1.0):
         study.add_trial(optuna.trial.create_trial(value=value))
     study.enqueue_trial({})
     assert budget_used(study) == (3, 1)
-    assert give_up_queued(study, 5, budget=6) == 3 and budget_used(study) == (6, 0)
+    assert give_up_queued(study, 5, budget=6) == 3 and budget_used(study) == (4, 0)
+    assert study.user_attrs[GIVEN_UP_PLACES] == {"budget": 6, "places": 2, "patience": 5}
     assert all(t.user_attrs[GIVEN_UP] == 5 and "--patience" in t.user_attrs["fail_reason"] for t in study.trials[3:])
+    assert top_up(study, url, 6) == 0 and len(study.get_trials()) == 4

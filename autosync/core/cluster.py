@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import csv
 import math
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
 from autosync.core.errors import UserError
+from autosync.core.traces import TraceProblem, read_trace
 from autosync.core.job import (
     ClusterSpec, ComputeSpec, ComputeUnitsSpec, DeterministicRTT, GammaRTT, GPUCompute, LinearCompute, ParetoRTT,
     ServerSpec,
@@ -143,38 +143,11 @@ def batch_seconds(compute: ComputeSpec, batch_size: int) -> float:
     return compute.launch_overhead + max(0, batch_size - compute.saturation_batch) * compute.seconds_per_sample
 
 
-@lru_cache(maxsize=16)
 def _read_trace_file(path: str, column: str | None) -> tuple[float, ...]:
-    values: list[float] = []
-    with open(path, newline="") as fh:
-        rows = list(csv.reader(fh))
-    if not rows:
-        raise UserError(f"{path}: the round-trip trace is empty")
-    start, index = 0, 0
-    header = rows[0]
-    if column is not None:
-        if column not in header:
-            raise UserError(f"{path}: cluster.round_trip.column must name a header of the trace, "
-                            f"but got {column!r} (headers: {header})")
-        index, start = header.index(column), 1
-    else:
-        try:
-            float(header[0])
-        except ValueError:
-            start = 1
-    for line_no, row in enumerate(rows[start:], start=start + 1):
-        if not row or not row[index].strip():
-            continue
-        try:
-            v = float(row[index])
-        except ValueError:
-            raise UserError(f"{path}: line {line_no} must hold a number, but got {row[index]!r}") from None
-        if not math.isfinite(v) or v <= 0:
-            raise UserError(f"{path}: line {line_no} must be a positive time, but got {v}")
-        values.append(v)
-    if not values:
-        raise UserError(f"{path}: the round-trip trace holds no values")
-    return tuple(values)
+    try:
+        return read_trace(path, column)
+    except TraceProblem as exc:
+        raise UserError(f"{path}: {exc}") from None
 
 
 def _load_trace(rt: TraceRTT) -> np.ndarray:

@@ -13,8 +13,11 @@ from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Union
 
 import yaml
+import typing
+
 from pydantic import (BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, Tag, ValidationError,
-                      model_validator)
+                      ValidationInfo, field_validator, model_validator)
+from pydantic_core import PydanticCustomError
 
 from autosync.data import DEFAULT_JOB_PATH
 from autosync.core.errors import FileProblems, JobFileError
@@ -29,10 +32,32 @@ class _Spec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False, allow_inf_nan=False)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _a_boolean_is_not_a_number(cls, data: Any) -> Any:
+        """`n_workers: true` is refused: pydantic would read it as 1, a value the user never wrote."""
+        if isinstance(data, dict):
+            for key, value in data.items():
+                field = cls.model_fields.get(key) if isinstance(key, str) else None
+                if isinstance(value, bool) and field is not None and _wants_number(field.annotation):
+                    raise PydanticCustomError("bool_not_number", "must be a number, not true or false",
+                                              {"field": key, "value": value})
+        return data
+
+
+def _wants_number(annotation: Any) -> bool:
+    """Whether a field's type takes numbers and not booleans (int, float, or either in an Optional)."""
+    if annotation in (int, float):
+        return True
+    args = typing.get_args(annotation)
+    return bool(args) and bool not in args and any(_wants_number(a) for a in args)
+
 
 #: The largest size a spec takes for what a run allocates (samples, features, classes, layer widths, a batch):
 #: numpy and torch refuse far larger sizes with a traceback, so a number like 10**30 is refused here in one line.
 MAX_SIZE = 2 ** 31 - 1
+#: The longest job name: results/<name>-<space> and the like stay well under file systems' 255 bytes per name.
+MAX_NAME = 100
 #: Seeds are 32 bits: random streams key on the seed's low 32 bits (autosync.core.rng), and scikit-learn takes no more.
 MAX_SEED = 2 ** 32 - 1
 
@@ -348,6 +373,18 @@ class TargetSpec(_Spec):
     metric: Literal["train_loss", "test_loss", "test_accuracy"] = "test_accuracy"  # what defines "done"
     threshold: float = 0.9  # loss below it, or accuracy at or above it
 
+    @field_validator("threshold")
+    @classmethod
+    def _within_the_metric(cls, value: float, info: ValidationInfo) -> float:
+        """A threshold the metric can meet only after training: an accuracy in (0, 1] (0 or less is met before
+        the first update, above 1 never), a loss above 0 (a loss is never negative)."""
+        metric = info.data.get("metric", "test_accuracy")
+        if metric == "test_accuracy" and not 0.0 < value <= 1.0:
+            raise PydanticCustomError("threshold_range", "must be > 0 and <= 1 for metric test_accuracy")
+        if metric != "test_accuracy" and value <= 0.0:
+            raise PydanticCustomError("threshold_range", f"must be > 0 for metric {metric} (a loss is never below 0)")
+        return value
+
     @property
     def lower_is_better(self) -> bool:
         return self.metric != "test_accuracy"
@@ -376,13 +413,21 @@ class BudgetSpec(_Spec):
 
 
 class JobSpec(_Spec):
-    name: str = Field("job", min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")  # used in result paths
+    # used in result paths (results/runs/<name>/...): a folder name, so not '.' or '..' and not too long
+    name: str = Field("job", min_length=1, max_length=MAX_NAME, pattern=r"^[A-Za-z0-9_.-]+$")
     workload: WorkloadSpec = WorkloadSpec()  # dataset, model, optimizer
     cluster: ClusterSpec = ClusterSpec()  # workers and their timing
     target: TargetSpec = TargetSpec()  # what time-to-target measures
     budget: BudgetSpec = BudgetSpec(max_virtual_seconds=100.0)  # when a run stops
     seed: int = Field(0, ge=0, le=MAX_SEED)  # drives every random draw of a run
     _source: str = PrivateAttr("<job>")  # the file (or caller) it came from, for errors found later
+
+    @field_validator("name")
+    @classmethod
+    def _a_folder_name(cls, value: str) -> str:
+        if set(value) == {"."}:
+            raise PydanticCustomError("dots_only", "must not be only dots (it names a folder of results)")
+        return value
 
     @property
     def source(self) -> str:
@@ -471,7 +516,9 @@ TYPE_RULES = {
 
 def describe_error(err: dict[str, Any]) -> str:
     """One problem of a pydantic error as 'field path rule, but got value'."""
-    loc = ".".join(plain_key(p) for p in err["loc"] if not _is_union_tag(p)) or "(top level)"
+    parts = err["loc"]
+    loc = ".".join(plain_key(p) for i, p in enumerate(parts)
+                   if not (i and _is_union_tag(p) and _holds_a_union(parts[i - 1]))) or "(top level)"
     typ, ctx, value = err["type"], err.get("ctx", {}), err.get("input")
     rules = {
         "greater_than_equal": lambda: f"must be >= {ctx.get('ge')}",
@@ -480,6 +527,7 @@ def describe_error(err: dict[str, Any]) -> str:
         "less_than": lambda: f"must be < {ctx.get('lt')}",
         "finite_number": lambda: "must be a finite number (not NaN or infinity)",
         "too_short": lambda: "must not be empty",
+        "string_too_long": lambda: f"must be at most {ctx.get('max_length')} characters",
         "missing": lambda: "is required",
         "extra_forbidden": lambda: "is not a known field",
         "literal_error": lambda: f"must be one of {ctx.get('expected')}",
@@ -492,6 +540,8 @@ def describe_error(err: dict[str, Any]) -> str:
     if typ == "value_error":
         msg = str(ctx.get("error", err["msg"]))
         return msg if loc == "(top level)" else f"{loc}: {msg}"
+    if typ == "bool_not_number":  # raised by the model for one of its fields: name that field
+        loc, value = (f"{loc}." if loc != "(top level)" else "") + ctx["field"], ctx["value"]
     rule = TYPE_RULES.get(typ) or rules.get(typ, lambda: err["msg"][0].lower() + err["msg"][1:])()
     if typ == "missing":
         return f"{loc} {rule}"
@@ -516,11 +566,19 @@ def plain_key(part: Any) -> str:
     return text if text.isprintable() else short_repr(part, 40)
 
 
+def _holds_a_union(part: Any) -> bool:
+    """Whether a location's part is a union field (or an entry of a list of unions: a family's round_trips)."""
+    return isinstance(part, int) or part in UNION_FIELDS
+
+
 def _is_union_tag(part: Any) -> bool:
     return isinstance(part, str) and part in UNION_TAGS
 
 
 #: The tags pydantic puts in an error's location for a union branch; no part of the field path a user wrote.
+#: The fields whose value is one of several specs (a union): a tag follows them (or a list index) in an
+#: error's location, and only there ("gamma" is also a field of the learning-rate schedule).
+UNION_FIELDS = frozenset({"round_trip", "compute", "dataset", "model", "loss"})
 UNION_TAGS = frozenset({"deterministic", "shifted_exponential", "uniform", "pareto", "gamma", "trace", "linear", "gpu",
                         "user", "builtin"})
 
@@ -564,8 +622,10 @@ def read_yaml_file(file: Path, error: type[FileProblems]) -> Any:
     the file."""
     if file.is_dir():
         raise error(str(file), ["is a directory, not a YAML file"])
-    if not file.is_file():
+    if not file.exists():
         raise error(str(file), ["file not found"])
+    if not file.is_file():  # /dev/null, a named pipe: reading one blocks or reads nothing the user wrote
+        raise error(str(file), ["is not a regular file (a device, pipe or socket), not a YAML file"])
     try:
         raw = file.read_bytes()
     except OSError as exc:
@@ -626,6 +686,10 @@ def add_import_root(directory: Path) -> None:
 
 
 def _check_files_exist(spec: JobSpec, file: Path) -> None:
+    """The files a job names, read now rather than once training has started: a round-trip trace (read
+    whole, each value checked) and a torchvision dataset's root when nothing may be downloaded there."""
+    from autosync.core.traces import TraceProblem, read_trace
+
     rt = spec.cluster.round_trip
     if isinstance(rt, TraceRTT):
         trace = Path(rt.path)
@@ -635,3 +699,11 @@ def _check_files_exist(spec: JobSpec, file: Path) -> None:
         if not trace.is_file():
             raise JobFileError(str(file), [f"cluster.round_trip.path must name an existing CSV file, "
                                            f"but got {rt.path!r}"])
+        try:
+            read_trace(str(trace), rt.column)
+        except TraceProblem as exc:
+            raise JobFileError(str(file), [f"cluster.round_trip.path {rt.path}: {exc}"]) from None
+    ds = spec.workload.dataset
+    if ds.factory is None and ds.name in TORCHVISION_DATASETS and not ds.download and not Path(ds.root or "").is_dir():
+        raise JobFileError(str(file), [f"workload.dataset.root must be an existing directory (download is false), "
+                                       f"but got {ds.root!r}"])

@@ -1,5 +1,5 @@
-"""Where reports go: the output directory, created and proven writable before any training, and how a
-table cell is formatted."""
+"""Where reports go: the output directory, created and proven writable before any training (and removed
+again, while still empty, when the command fails), and how a table cell is formatted."""
 
 from __future__ import annotations
 
@@ -8,22 +8,50 @@ from typing import Any
 
 from autosync.core.errors import UserError
 
+_CREATED: list[Path] = []  # the folders `ready_output_dir` created in this command, outermost first
+
 
 def ready_output_dir(directory: Path, option: str = "--out") -> Path:
     """Create `directory` (with its parents) and prove a file can be written in it, before any training:
-    a bad output location is a one-line UserError naming `option` now, not an OSError after the run."""
+    a bad output location is a one-line UserError naming `option` now, not an OSError after the run. The
+    folders it creates are remembered, so that a command that fails leaves none of them behind empty
+    (`remove_empty_outputs`)."""
     import tempfile
 
     directory = Path(directory)
-    if directory.exists() and not directory.is_dir():
-        raise UserError(f"{option}: {directory} is a file, but an output directory is needed")
-    try:
+    try:  # a name too long for the file system fails already here (ENAMETOOLONG)
+        if directory.exists() and not directory.is_dir():
+            raise UserError(f"{option}: {directory} is a file, but an output directory is needed")
+        missing = [p for p in (directory, *directory.parents) if not p.exists()]
         directory.mkdir(parents=True, exist_ok=True)
+        _CREATED.extend(reversed(missing))
         with tempfile.TemporaryFile(dir=directory):
             pass
     except OSError as exc:
         raise UserError(f"{option}: cannot write in {directory}: {exc.strerror or exc}") from None
     return directory
+
+
+def ready_output_file(path: Path, option: str = "--out") -> Path:
+    """`path`, a file to write later: not a directory, and its folder made ready (`ready_output_dir`), so
+    that a bad location is a one-line UserError naming `option` before anything is computed or written."""
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{option}: {path} is a directory, but a file to write is needed")
+    ready_output_dir(path.parent, option)
+    return path
+
+
+def remove_empty_outputs(failed: bool = True) -> None:
+    """With `failed`, remove the folders `ready_output_dir` created in this command that are still empty,
+    innermost first (a failed command leaves no empty output folder behind; one holding anything is kept);
+    either way, forget them."""
+    for folder in reversed(_CREATED if failed else []):
+        try:
+            folder.rmdir()  # only an empty folder goes
+        except OSError:
+            pass
+    _CREATED.clear()
 
 
 def format_cell(value: Any, fmt: str) -> str:

@@ -501,7 +501,8 @@ class Objective:
         if not internals.fixed_params(trial) and self.resamples_in_a_row < MAX_RESAMPLES:
             self.resamples_in_a_row += 1
             trial.set_user_attr(RESAMPLED, twin.number)
-            raise Resampled(f"trial {twin.number} of another process has the same policy: proposed again")
+            raise Resampled(f"not a failure (not counted against the budget): trial {twin.number} of another "
+                            "process has the same policy, so this one is proposed again in a new trial")
         self.resamples_in_a_row = 0
         if twin.state == optuna.trial.TrialState.RUNNING:
             twin = wait_for(trial.study, twin.number)

@@ -105,6 +105,10 @@ def load_switch_logs(folder: str | Path) -> SwitchLogs:
             raise UserError(f"{root}/baseline: no complete {'BSP' if share else 'ASP'} run with an acc_proc.csv")
     bsp_steps = statistics.median(r.steps for r in baselines[1.0])
     asp_steps = statistics.median(r.steps for r in baselines[0.0])
+    if asp_steps <= bsp_steps:  # a switch run's BSP share is read from where its steps fall between the two
+        raise UserError(f"{root}/baseline: the ASP runs must take more steps than the BSP runs (an ASP step "
+                        f"consumes one worker batch, a BSP step n), but got a median of {asp_steps:g} ASP and "
+                        f"{bsp_steps:g} BSP steps")
     runs_by_share: dict[float, list[LoggedSwitchRun]] = {s: list(rs) for s, rs in baselines.items()}
     switch_dir = root / "switch_exp"
     for run_dir in sorted(switch_dir.iterdir()) if switch_dir.is_dir() else []:
@@ -135,10 +139,14 @@ def _read_run(run_dir: Path, share: float, skipped: list[str]) -> LoggedSwitchRu
             rows = list(csv.DictReader(handle))
         first, last = rows[0], rows[-1]
         seconds = float(last["Time"]) if last.get("Time") else float(last["Wall time"]) - float(first["Wall time"])
-        return LoggedSwitchRun(share, float(last["Value"]), seconds, int(float(last["Step"])), str(run_dir))
+        accuracy, steps = float(last["Value"]), float(last["Step"])
     except (IndexError, KeyError, ValueError) as exc:
         raise UserError(f"{path}: unreadable training log ({type(exc).__name__}: {exc}); expected columns "
                         "'Wall time', 'Step', 'Value' and optionally 'Time'") from None
+    for column, value in (("Value", accuracy), ("Step", steps), ("Time" if last.get("Time") else "Wall time", seconds)):
+        if not math.isfinite(value) or value < 0:
+            raise UserError(f"{path}: the last row's {column} must be a finite number >= 0, but got {value}")
+    return LoggedSwitchRun(share, accuracy, seconds, int(steps), str(run_dir))
 
 
 class ReplayBackend:

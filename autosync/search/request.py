@@ -26,6 +26,7 @@ class TuneRequest:
     timeout: float | None = None
     storage: str = DEFAULT_STORAGE
     study: str | None = None
+    adopt_study: bool = False  # --study may name a study made for another job (another fingerprint)
     sampler: str = "auto"  # resolved on the space (`samplers.sampler_for`): the portfolio search where it lists one
     seed: int = 0
     n_jobs: int = 1

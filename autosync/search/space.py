@@ -252,18 +252,18 @@ def resolve_space_path(text: str | Path | None, default: str) -> Path:
     return SPACE_DIR / f"{text}.yaml"
 
 
-def load_space(path: str | Path, n_workers: int) -> SearchSpace:
+def load_space(path: str | Path, n_workers: int, flag: str = "--space") -> SearchSpace:
     """Read and validate a search-space YAML file against the policy catalog and the job's n_workers.
 
     Every problem is reported at once (`SpaceFileError`, one line each), naming the file, the field,
-    the rule and the value, as job files are.
+    the rule and the value, as job files are; a missing file names `flag`, the option that gave it.
     """
     from pydantic import ValidationError
 
     path = Path(path)
     if not path.exists():
         shipped = ", ".join(sorted(p.stem for p in SPACE_DIR.glob("*.yaml")))
-        raise UserError(f"--space: file {path} does not exist (shipped spaces: {shipped})")
+        raise UserError(f"{flag}: file {path} does not exist (shipped spaces: {shipped})")
     data = read_yaml_file(path, SpaceFileError)  # a directory, a binary file, invalid YAML: one line
     if not isinstance(data, dict):
         raise SpaceFileError(str(path), [f"must be a mapping with keys name, description, policies, but got "
@@ -280,7 +280,7 @@ def load_space(path: str | Path, n_workers: int) -> SearchSpace:
     constants = {policy_name: {name: p.value for name, p in params.items() if isinstance(p, Constant)}
                  for policy_name, params in spec.policies.items()}
     problems = type_problems(dimensions, constants) or refused_compositions(dimensions, constants) \
-        or check_portfolio(spec.portfolio, list(dimensions))
+        or bound_problems(dimensions, constants, n_workers) or check_portfolio(spec.portfolio, list(dimensions))
     if problems:
         raise SpaceFileError(str(path), problems)
     space = SearchSpace(spec.name or path.stem, spec.description, str(path), dimensions, constants, spec.patience,
@@ -289,6 +289,14 @@ def load_space(path: str | Path, n_workers: int) -> SearchSpace:
     if problems:
         raise SpaceFileError(str(path), problems)
     return space
+
+
+def bound_problems(dimensions: dict[str, dict[str, Dimension]], constants: dict[str, dict[str, Any]],
+                   n_workers: int) -> list[str]:
+    """Range ends and choices that their policy refuses on `n_workers` (`autosync.search.space_bounds`)."""
+    from autosync.search.space_bounds import bound_problems as problems
+
+    return problems(dimensions, constants, n_workers)
 
 
 def type_problems(dimensions: dict[str, dict[str, Dimension]], constants: dict[str, dict[str, Any]]) -> list[str]:

@@ -119,6 +119,15 @@ class _Range(_Conditional):
             raise ValueError(f"log needs low > 0 and no step, but got low={_plain(self.low)}, step={self.step}")
         return self
 
+    @model_validator(mode="after")
+    def _step_within_range(self) -> "_Range":
+        """A step longer than the range leaves only its low end: most likely a typo, and a trial would
+        never sample the high end the file names."""
+        if self.step is not None and self.high > self.low and self.step > self.high - self.low:
+            raise ValueError(f"step must be at most high - low = {_plain(self.high - self.low)}, "
+                             f"but got step={_plain(self.step)}")
+        return self
+
 
 class IntRange(_Range):
     type: Literal["int"]

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from autosync.core.errors import Interrupted, RuntimeFailure, UserError
 from autosync.core.job import JobSpec
 from autosync.search.study.cache import (
-    best_policies, cost_fields, execution_name, execution_of, read_cache, study_name, write_cache,
+    best_policies, check_owner, cost_fields, execution_name, execution_of, read_cache, study_name, write_cache,
 )
 from autosync.search.objective import (
     BSP_TARGET, CURVE, DETAILS, FORKED, HORIZON, STOPPED_EARLY, Objective, RunFailed, TimeToTargetBound,
@@ -100,6 +100,7 @@ def load_study(request: TuneRequest, storage: Any) -> "optuna.Study":
         raise UserError(f"study {name} was created with objective directions "
                         f"{[d.name.lower() for d in study.directions]}, but this run asks for {directions}; "
                         "use another --study name or the same --objective")
+    check_owner(study, request.job, adopt=request.adopt_study)  # before its identity is (over)written
     _describe_study(study, request)
     return study
 

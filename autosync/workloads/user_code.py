@@ -31,6 +31,9 @@ def import_factory(path: str, field: str, source: str) -> Callable[..., Any]:
         target: Any = importlib.import_module(module_name)
     except Exception as exc:  # ImportError, or whatever the module raises while it is imported
         raise JobFileError(source, [f"{field}: {path!r} does not import: {_one_line(exc)}"]) from None
+    except SystemExit as exc:  # a script's sys.exit() at import: the job's error, not autosync's exit
+        raise JobFileError(source, [f"{field}: {path!r} does not import: module {module_name!r} called "
+                                    f"sys.exit({exc.code!r}) while it was imported"]) from None
     for part in attribute.split("."):
         try:
             target = getattr(target, part)
@@ -67,6 +70,8 @@ def call_factory(path: str, kwargs: dict[str, Any], offered: dict[str, Any], fie
         return factory(**arguments)
     except Exception as exc:
         raise JobFileError(source, [f"{field}: {path!r} raised {type(exc).__name__}: {_one_line(exc)}"]) from None
+    except SystemExit as exc:
+        raise JobFileError(source, [f"{field}: {path!r} called sys.exit({exc.code!r})"]) from None
 
 
 def _one_line(exc: BaseException) -> str:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from autosync.search.study import _optuna_internals as internals
 from autosync.core.job import JobSpec
 
 if TYPE_CHECKING:
@@ -112,7 +113,7 @@ def neighbours(storage: "optuna.storages.BaseStorage", job: JobSpec, execution: 
     key, fingerprint = workload_key(job), job.fingerprint()
     mine = features
     best: dict[str, Neighbour] = {}
-    for frozen in storage.get_all_studies():
+    for frozen in internals.all_studies(storage):
         attrs = frozen.user_attrs
         record = attrs.get("cache")
         same = attrs.get(WORKLOAD_KEY) == key

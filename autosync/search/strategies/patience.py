@@ -56,14 +56,13 @@ def reason(patience: int) -> str:
 
 
 def give_up_queued(study: "optuna.Study", patience: int, budget: int | None = None) -> int:
-    """Fail every queued trial with `reason(patience)`, and with a `budget`, add such a failed trial for
-    each of its trials not queued yet (a proposal that another process's trial answered is not counted,
-    and its place may not have been queued again): the budget is then spent exactly, whichever process
-    stopped; how many. Call it under the study's storage lock (`autosync.search.study.locking`), so no
+    """Fail every queued trial with `reason(patience)`, and with a `budget`, record on the study how many of
+    its trials were not queued yet (`GIVEN_UP_PLACES`: one attribute, not a row per trial, whatever the
+    budget), so that no process queues them afterwards; how many trials were given up in all. Call it under the study's storage lock (`autosync.search.study.locking`), so no
     process takes or queues one meanwhile."""
     import optuna
 
-    from autosync.search.study.trials import budget_used
+    from autosync.search.study.trials import GIVEN_UP_PLACES, budget_used
 
     storage = internals.storage_of(study)
     given_up = 0
@@ -76,9 +75,7 @@ def give_up_queued(study: "optuna.Study", patience: int, budget: int | None = No
                 given_up += 1
         except optuna.exceptions.UpdateFinishedTrialError:
             continue  # another process took it after all
-    missing = 0 if budget is None else budget - sum(budget_used(study))
-    for _ in range(max(0, missing)):
-        study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL, user_attrs={
-            GIVEN_UP: patience, "fail_reason": reason(patience)}))
-        given_up += 1
-    return given_up
+    missing = 0 if budget is None else max(0, budget - sum(budget_used(study)))
+    if budget is not None:
+        study.set_user_attr(GIVEN_UP_PLACES, {"budget": budget, "places": missing, "patience": patience})
+    return given_up + missing

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from autosync.search.study import _optuna_internals as internals
+
 if TYPE_CHECKING:
     import optuna
 
@@ -41,7 +43,7 @@ def prior_trials(storage: Any, neighbours: list[dict[str, Any]], space: "SearchS
 
     from autosync.search.objective import FULL_BUDGET_OF
 
-    studies = {s.study_name: s for s in storage.get_all_studies()}
+    studies = {s.study_name: s for s in internals.all_studies(storage)}
     prior: list[optuna.trial.FrozenTrial] = []
     read: set[str] = set()
     for near in neighbours:

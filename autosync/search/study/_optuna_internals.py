@@ -4,12 +4,16 @@ autosync fails the trials of dead processes itself, each with its reason, before
 `study.optimize` would fail them without one (`autosync.search.study.trials.fail_dead_trials`). That needs the
 ids of stale trials, the heartbeat table (a trial killed before its first heartbeat is never stale to
 Optuna), a study's storage and a trial's storage id. The trial budget is counted from the database
-itself, past Optuna's per-process cache (`fresh_trials`). Nothing else of Optuna's internals is used.
+itself, past Optuna's per-process cache (`fresh_trials`). Studies are listed from their attribute rows
+(`all_studies`), so that one damaged attribute does not hide every study. Nothing else of Optuna's
+internals is used.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -84,3 +88,52 @@ def dead_trial_ids(study: "optuna.Study") -> list[int]:
     finally:
         backend.scoped_session.remove()
     return stale + orphans
+
+
+def heartbeat_ages(study: "optuna.Study", ids: list[int]) -> dict[int, float | None]:
+    """Seconds since each trial's last heartbeat (None: it never beat), by storage id."""
+    from optuna.storages._rdb import models
+
+    backend = _backend(study)
+    session = backend.scoped_session()
+    now = dt.datetime.now()
+    try:
+        beats = {i: models.TrialHeartbeatModel.where_trial_id(i, session) for i in ids}
+        return {i: None if b is None else (now - b.heartbeat).total_seconds() for i, b in beats.items()}
+    finally:
+        backend.scoped_session.remove()
+
+
+@dataclass
+class StoredStudy:
+    """A study as its rows hold it: name, id, the user attributes that decode, and those that do not
+    (`damaged`: key -> why), which Optuna's own listing would fail on, for every study at once."""
+
+    study_name: str
+    study_id: int
+    user_attrs: dict[str, Any]
+    damaged: dict[str, str] = field(default_factory=dict)
+
+
+def all_studies(storage: Any) -> list[StoredStudy]:
+    """Every study of an RDB storage (or of a study's storage wrapper) with its user attributes decoded one
+    by one: a damaged attribute (not JSON) is reported in `damaged` instead of failing the listing."""
+    from optuna.storages._rdb import models
+
+    backend = getattr(storage, "_storage", storage)  # a study's storage is wrapped in a cache
+    backend = getattr(backend, "_backend", backend)
+    session = backend.scoped_session()
+    try:
+        studies = {row.study_id: StoredStudy(row.study_name, row.study_id, {})
+                   for row in session.query(models.StudyModel).all()}
+        for row in session.query(models.StudyUserAttributeModel).all():
+            found = studies.get(row.study_id)
+            if found is None:
+                continue
+            try:
+                found.user_attrs[row.key] = json.loads(row.value_json)
+            except (TypeError, ValueError) as exc:
+                found.damaged[row.key] = f"not JSON: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+    finally:
+        backend.scoped_session.remove()
+    return sorted(studies.values(), key=lambda s: s.study_id)

@@ -10,6 +10,8 @@ import datetime as dt
 import math
 from typing import TYPE_CHECKING, Any
 
+from autosync.search.study import _optuna_internals as internals
+
 from autosync import __version__
 from autosync.core.errors import RuntimeFailure, UserError
 from autosync.core.job import JobSpec
@@ -22,13 +24,17 @@ from autosync.search.strategies.patience import GIVEN_UP
 from autosync.search.strategies.prior import PRIOR_TRIALS
 from autosync.search.study.siblings import REFERENCE_FROM
 from autosync.search.space import SearchSpace
-from autosync.search.study.storage import open_storage, redact_url, storage_exists
-from autosync.search.study.trials import counted_trials, feasible_trials
+from autosync.search.study.storage import open_existing_storage, redact_url
+from autosync.search.study.trials import GIVEN_UP_PLACES, counted_trials, feasible_trials
 
 if TYPE_CHECKING:
     import optuna
 
     from autosync.engine.backends import BackendChoice
+
+
+class NoFeasibleTrial(RuntimeFailure):
+    """A search ended with no trial meeting the target within the tolerance: nothing to cache."""
 
 
 def study_name(job: JobSpec, space: SearchSpace, backend: "BackendChoice | None" = None,
@@ -114,8 +120,42 @@ def cost_fields(study: "optuna.Study", reference: dict[str, Any], best_time: flo
 
 def read_cache(study: "optuna.Study") -> dict[str, Any] | None:
     """The study's cache record, validated; a corrupt one is a clear error."""
-    record = study.user_attrs.get("cache")
-    return None if record is None else validated(study.study_name, record)
+    return study_record(study)[1]
+
+
+def study_record(study: "optuna.Study") -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The study's user attributes and its validated cache record (None before a search finished); an
+    attribute stored damaged (not JSON, which Optuna fails on with a traceback) is a one-line error naming the
+    study, and `autosync cache clear` removes the study."""
+    import json
+
+    try:
+        attrs = study.user_attrs
+    except (TypeError, ValueError) as exc:  # json.JSONDecodeError is a ValueError
+        problem = f"not JSON: {str(exc).splitlines()[0]}" if isinstance(exc, json.JSONDecodeError) else str(exc)
+        raise damaged(study.study_name, problem) from None
+    record = attrs.get("cache")
+    return attrs, None if record is None else validated(study.study_name, record)
+
+
+def check_owner(study: "optuna.Study", job: JobSpec, adopt: bool = False) -> None:
+    """A study named by `--study` that was made for another job (another fingerprint) is refused unless
+    `adopt`: its cached answer (a policy for other workers) would answer this job, and the tune would
+    overwrite that job's identity on it. A damaged attribute is refused as `study_record` says."""
+    attrs, _ = study_record(study)
+    theirs = attrs.get("fingerprint")
+    if adopt or theirs is None or theirs == job.fingerprint():
+        return
+    raise UserError(f"--study {study.study_name}: a study of job {attrs.get('job_name', '?')} (fingerprint {theirs}, "
+                    f"n_workers {attrs.get('n_workers', '?')}), not of job {job.name} (fingerprint "
+                    f"{job.fingerprint()}); name another study, or pass --adopt-study to tune that one for this job")
+
+
+def damaged(name: str, problem: str, refresh: bool = False) -> UserError:
+    """The error for a study whose stored record cannot be used, and the way out (`refresh`: a new search
+    can also replace it, which a record that is not JSON at all does not allow)."""
+    return UserError(f"study {name}: corrupt cache entry ({problem}); run `autosync cache clear` for this job "
+                     f"(it deletes the study){' or tune with --refresh' if refresh else ''}")
 
 
 def validated(name: str, record: Any) -> dict[str, Any]:
@@ -139,8 +179,7 @@ def validated(name: str, record: Any) -> dict[str, Any]:
         problem = f"{field}: {exc}"
     else:
         return record
-    raise UserError(f"study {name}: corrupt cache entry ({problem}); run `autosync cache clear` for this job or "
-                    "tune with --refresh")
+    raise damaged(name, problem, refresh=True)
 
 
 def write_cache(study: "optuna.Study", job: JobSpec, space: SearchSpace, sampler: str, tolerance: float,
@@ -153,7 +192,7 @@ def write_cache(study: "optuna.Study", job: JobSpec, space: SearchSpace, sampler
     """
     best = feasible_trials(study)
     if not best:
-        raise RuntimeFailure(f"study {study.study_name}: no trial met the target within tolerance "
+        raise NoFeasibleTrial(f"study {study.study_name}: no trial met the target within tolerance "
                         f"{tolerance} of BSP's final {job.target.metric}; "
                         "finished trials are kept: raise --n-trials, --tolerance or the job's budget and run again")
     top = best[0]
@@ -164,7 +203,7 @@ def write_cache(study: "optuna.Study", job: JobSpec, space: SearchSpace, sampler
         "best_value": top.values[0],
         "best_final_metric": top.user_attrs.get("final_metric"),
         "best_trial": top.number,
-        "trials": counted_trials(study) - breakdown["given_up"],  # the budget's trials the search ran
+        "trials": counted_trials(study) - _given_up_rows(study),  # the budget's trials the search ran
         "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "autosync_version": __version__,
         "job_name": job.name,
@@ -202,6 +241,8 @@ def search_breakdown(study: "optuna.Study") -> dict[str, int | None]:
     checks = [t for t in trials if FULL_BUDGET_OF in t.user_attrs and t.state.is_finished()
               and "same_as_trial" not in t.user_attrs]
     given_up = [t for t in trials if t.user_attrs.get(GIVEN_UP)]
+    places = study.user_attrs.get(GIVEN_UP_PLACES)  # the budget's trials never queued (one attribute)
+    places = places if isinstance(places, dict) else {}
     return {
         "stopped_at_target": sum(1 for t in trials if final_pending(t) and "same_as_trial" not in t.user_attrs),
         "answered_by_equivalent": len(copied),
@@ -215,11 +256,17 @@ def search_breakdown(study: "optuna.Study") -> dict[str, int | None]:
         "full_budget_checks": len(checks),
         "forked_checks": sum(1 for t in checks if t.user_attrs.get(FORKED)),
         "forked_trials": sum(1 for t in trials if t.user_attrs.get(FORKED) and FULL_BUDGET_OF not in t.user_attrs),
-        "given_up": len(given_up),
-        "patience": max((t.user_attrs[GIVEN_UP] for t in given_up), default=None),  # what stopped it
+        "given_up": len(given_up) + int(places.get("places", 0)),
+        "patience": max([t.user_attrs[GIVEN_UP] for t in given_up] + ([places["patience"]] if places else []),
+                        default=None),  # what stopped it
         # where the checks stopped: BSP's time to target (`--constraint-at bsp-target`), None: the budget's end
         "checked_at": study.user_attrs.get("bsp_reference", {}).get(HORIZON),
     }
+
+
+def _given_up_rows(study: "optuna.Study") -> int:
+    """Queued trials failed as given up (`--patience`): counted by the budget, never run."""
+    return sum(1 for t in study.get_trials(deepcopy=False) if t.user_attrs.get(GIVEN_UP))
 
 
 def best_policies(study: "optuna.Study", count: int = 5) -> list[dict[str, Any]]:
@@ -238,11 +285,11 @@ def best_policies(study: "optuna.Study", count: int = 5) -> list[dict[str, Any]]
 
 
 def cached_studies(storage_url: str, fingerprint: str | None = None) -> list[dict[str, Any]]:
-    """Every autosync study in the storage (optionally of one job), with its cache record if finished;
-    none (and no file created) for an SQLite storage whose file does not exist yet."""
-    if not storage_exists(storage_url):
-        return []
-    return _summaries(open_storage(storage_url), fingerprint)
+    """Every autosync study in the storage (optionally of one job), with its cache record if finished (a
+    damaged one: None, and `damaged` says why); none for a storage that does not exist yet. Reading creates
+    and changes nothing, and a file that is not a study storage is refused (`open_existing_storage`)."""
+    storage = open_existing_storage(storage_url)
+    return [] if storage is None else _summaries(storage, fingerprint)
 
 
 def _summaries(storage: "optuna.storages.BaseStorage", fingerprint: str | None) -> list[dict[str, Any]]:
@@ -252,7 +299,7 @@ def _summaries(storage: "optuna.storages.BaseStorage", fingerprint: str | None) 
     attributes and only the listed ones' trials are loaded (a study summary loads every study's trials:
     seconds in a storage of many jobs, for `run --policy tuned` or `cache show` of one)."""
     out = []
-    for frozen in storage.get_all_studies():
+    for frozen in internals.all_studies(storage):
         name = frozen.study_name
         if fingerprint is not None and not name.startswith(f"{fingerprint}-"):
             continue
@@ -261,13 +308,18 @@ def _summaries(storage: "optuna.storages.BaseStorage", fingerprint: str | None) 
         record = frozen.user_attrs.get("cache")
         ran = record.get("trials") if isinstance(record, dict) else None  # the budget's trials the search ran
         out.append({"study": name, "trials": ran if isinstance(ran, int) else len(trials), "cache": record,
-                    "created": min(started).isoformat(timespec="seconds") if started else None})
+                    "created": min(started).isoformat(timespec="seconds") if started else None,
+                    **({"damaged": frozen.damaged["cache"]} if "cache" in frozen.damaged else {})})
     return out
 
 
 def tuned_policy(storage_url: str, job: JobSpec) -> dict[str, Any]:
     """The most recently cached best policy of `job` (any space), or a clear error when there is none."""
-    studies = [s for s in cached_studies(storage_url, job.fingerprint()) if s["cache"] is not None]
+    found = cached_studies(storage_url, job.fingerprint())
+    for s in found:
+        if "damaged" in s:
+            raise damaged(s["study"], s["damaged"])
+    studies = [s for s in found if s["cache"] is not None]
     if not studies:
         raise UserError(f"no cached policy for job {job.name} (fingerprint {job.fingerprint()}) "
                         f"in {redact_url(storage_url)}; run `autosync tune` on this job first")
@@ -279,9 +331,9 @@ def clear_cache(storage_url: str, job: JobSpec) -> list[str]:
     """Delete every study of `job`; returns their names."""
     import optuna
 
-    if not storage_exists(storage_url):
+    storage = open_existing_storage(storage_url)
+    if storage is None:
         return []
-    storage = open_storage(storage_url)
     names = [s["study"] for s in _summaries(storage, job.fingerprint())]
     for name in names:
         optuna.delete_study(study_name=name, storage=storage)

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterator
 
+from autosync.search.study import _optuna_internals as internals
+
 if TYPE_CHECKING:
     import optuna
 
@@ -33,7 +35,7 @@ def sibling_studies(study: "optuna.Study", storage: "optuna.storages.BaseStorage
     if "fingerprint" not in mine or EXECUTION not in mine:
         return []
     siblings = []
-    for frozen in storage.get_all_studies():
+    for frozen in internals.all_studies(storage):
         attrs = frozen.user_attrs
         if frozen.study_name == study.study_name or attrs.get("fingerprint") != mine["fingerprint"] \
                 or attrs.get(EXECUTION) != mine[EXECUTION]:

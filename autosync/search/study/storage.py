@@ -12,6 +12,7 @@ import os
 import re
 import time
 import warnings
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autosync.core.errors import UserError
@@ -49,21 +50,106 @@ def redact(text: str, url: str) -> str:
     return text
 
 
-def storage_exists(url: str) -> bool:
-    """False for an SQLite URL whose database file does not exist (a read-only command must not create
-    it); True for every other URL (a server's database is there or fails to open with its reason)."""
+SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
+STUDY_TABLES = ("studies", "trials", "version_info")  # what Optuna's schema holds, whatever its version
+
+
+def _check_sqlite_file(url: str, path: Path) -> None:
+    """Refuse, before anything is created beside it, an SQLite storage path that is a folder or a file that
+    is not an SQLite database (an empty file is one that SQLite would fill)."""
+    if path.is_dir():
+        raise UserError(f"--storage {redact_url(url)}: {path} is a directory, not an SQLite database file")
+    if path.exists() and path.stat().st_size:
+        try:
+            with open(path, "rb") as fh:
+                head = fh.read(len(SQLITE_HEADER))
+        except OSError as exc:
+            raise UserError(f"--storage {redact_url(url)}: cannot read {path} ({exc.strerror})") from None
+        if head != SQLITE_HEADER:
+            raise UserError(f"--storage {redact_url(url)}: {path} is not an SQLite database file")
+
+
+def open_existing_storage(url: str) -> "optuna.storages.RDBStorage | None":
+    """The storage of a command that only reads the cache (or deletes a job's studies from it), opened without
+    creating or changing anything: no schema, no lock file, no journal setting. None when it holds no study
+    storage yet (an SQLite file that does not exist; a server database without Optuna's tables). A file that
+    is not an autosync study storage (a folder, an empty file, another program's database) is a UserError."""
     path = sqlite_path(url)
-    return path is None or path.exists()
+    if path is not None:
+        if not path.exists():
+            return None
+        _check_sqlite_file(url, path)
+        if not path.stat().st_size:
+            raise UserError(f"--storage {redact_url(url)}: {path} is an empty file, not an autosync study storage")
+        tables = _sqlite_tables(url, path)
+        if not all(t in tables for t in STUDY_TABLES):
+            raise UserError(f"--storage {redact_url(url)}: {path} is an SQLite database without autosync's study "
+                            f"tables ({', '.join(STUDY_TABLES)}), not an autosync study storage")
+    elif not _server_has_tables(url):
+        return None
+    try:
+        return _rdb_storage(url, {"connect_args": {"timeout": 60}} if path is not None else {})
+    except Exception as exc:  # a schema of another Optuna version, a file locked or unreadable
+        raise _cannot_open(url, exc) from None
 
 
-def open_storage(url: str) -> "optuna.storages.RDBStorage":
-    """An RDB storage with heartbeats whose schema is created once; errors name the (redacted) URL."""
+def _cannot_open(url: str, exc: Exception) -> UserError:
+    """The one-line error for a storage that failed to open: its (redacted) URL and the first line of why."""
+    text = str(exc).strip()
+    reason = text.splitlines()[0] if text else type(exc).__name__
+    if isinstance(exc, (ImportError, ModuleNotFoundError)) or "DB access module" in reason:
+        reason += _driver_hint(url)
+    return UserError(f"--storage {redact_url(url)}: cannot open the study storage ({redact(reason, url)})")
+
+
+def _sqlite_tables(url: str, path: Path) -> set[str]:
+    """The tables of an SQLite file, read in read-only mode (nothing written, no journal created)."""
+    import sqlite3
+    import urllib.parse
+
+    try:
+        conn = sqlite3.connect(f"file:{urllib.parse.quote(str(path.resolve()))}?mode=ro", uri=True)
+        try:
+            return {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        raise UserError(f"--storage {redact_url(url)}: {path} cannot be read as an SQLite database ({exc})") from None
+
+
+def _server_has_tables(url: str) -> bool:
+    """Whether a server's database holds Optuna's tables (checked without creating them)."""
+    try:
+        import sqlalchemy
+
+        engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
+        try:
+            return sqlalchemy.inspect(engine).has_table("studies")
+        finally:
+            engine.dispose()
+    except Exception as exc:  # sqlalchemy raises many kinds: bad scheme, unreachable server
+        raise _cannot_open(url, exc) from None
+
+
+def _rdb_storage(url: str, kwargs: dict[str, Any]) -> "optuna.storages.RDBStorage":
+    """Optuna's RDB storage at `url` with autosync's heartbeats and its retry of killed trials."""
     import optuna
 
     from autosync.search.study.trials import RetryKilledTrial
 
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # heartbeats are marked experimental; we rely on them knowingly
+        return guarded(optuna.storages.RDBStorage)(
+            url, engine_kwargs=kwargs, heartbeat_interval=HEARTBEAT_SECONDS,
+            grace_period=OPTUNA_GRACE_INTERVALS * HEARTBEAT_SECONDS,
+            heartbeat_stale_trial_callback=RetryKilledTrial(max_retry=3))
+
+
+def open_storage(url: str) -> "optuna.storages.RDBStorage":
+    """An RDB storage with heartbeats whose schema is created once; errors name the (redacted) URL."""
     path = sqlite_path(url)
     if path is not None:
+        _check_sqlite_file(url, path)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -74,12 +160,8 @@ def open_storage(url: str) -> "optuna.storages.RDBStorage":
     while True:
         attempt += 1
         try:
-            with storage_lock(url), warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # heartbeats are marked experimental; we rely on them knowingly
-                storage = guarded(optuna.storages.RDBStorage)(
-                    url, engine_kwargs=kwargs, heartbeat_interval=HEARTBEAT_SECONDS,
-                    grace_period=OPTUNA_GRACE_INTERVALS * HEARTBEAT_SECONDS,
-                    heartbeat_stale_trial_callback=RetryKilledTrial(max_retry=3))
+            with storage_lock(url):
+                storage = _rdb_storage(url, kwargs)
                 if path is not None:
                     _commit_without_waiting_for_the_disk(storage.engine)
                 return storage
@@ -88,11 +170,7 @@ def open_storage(url: str) -> "optuna.storages.RDBStorage":
             if "already exists" in text and attempt < _SCHEMA_RETRIES:
                 time.sleep(0.2 * attempt)  # another process created the schema first: open it again
                 continue
-            reason = text.splitlines()[0] if text else type(exc).__name__
-            if isinstance(exc, (ImportError, ModuleNotFoundError)) or "DB access module" in reason:
-                reason += _driver_hint(url)
-            raise UserError(f"--storage {redact_url(url)}: cannot open the study storage "
-                            f"({redact(reason, url)})") from None
+            raise _cannot_open(url, exc) from None
 
 
 def _commit_without_waiting_for_the_disk(engine: Any) -> None:

@@ -1,7 +1,9 @@
 """Trial accounting for a study shared by many processes: an exact global budget, and dead trials re-run.
 
-The budget is a queue: `top_up` enqueues WAITING trials until finished + queued + running trials equal
-the budget, and a process only ever runs a trial it takes from that queue (`run_queued_trial`, under
+The budget is a queue: `top_up` enqueues WAITING trials, never past finished + queued + running trials
+equal to the budget and never more than `LOOKAHEAD` free ones at a time (the queue is topped up again as
+processes take them, so the storage never holds a row per trial not yet run, whatever the budget), and
+a process only ever runs a trial it takes from that queue (`run_queued_trial`, under
 the storage lock, so two processes never race one queued trial into a fresh one). However many processes
 work on a study, and however often they are killed, it ends with exactly the budget of counted trials. A trial whose
 process died (no heartbeat for the grace period, or none ever) is failed with that reason and re-queued
@@ -24,6 +26,11 @@ from autosync.search.study.locking import storage_lock
 if TYPE_CHECKING:
     import optuna
 
+#: Free (unfixed) trials queued ahead at most: enough for the processes that share a study to each take
+#: one without waiting for the next top-up, which every process does (under the lock) once none is queued.
+LOOKAHEAD = 8
+#: Study attribute: the budget whose places not queued yet were given up (`--patience`) and how many.
+GIVEN_UP_PLACES = "given_up_places"
 
 
 def _states(*names: str) -> tuple[Any, ...]:
@@ -76,18 +83,25 @@ def feasible_trials(study: "optuna.Study") -> list["optuna.trial.FrozenTrial"]:
 
 def top_up(study: "optuna.Study", url: str, budget: int, first: Sequence[dict[str, Any]] = (),
            fresh_only: bool = True) -> int:
-    """Queue trials until counted + queued + running trials reach `budget`; returns how many were queued.
+    """Queue trials towards counted + queued + running trials reaching `budget`; returns how many were queued.
 
     `first` are fixed parameter sets (BSP and ASP, or the cached best) queued ahead of free ones: only
-    when the study has no trial yet if `fresh_only`, else always. Runs under the storage lock, so
-    processes starting together queue the budget once.
+    when the study has no trial yet if `fresh_only`, else always. Free trials are queued up to `LOOKAHEAD`
+    waiting at a time; a caller whose queue ran dry calls it again. Nothing is queued once the search gave
+    up the rest of this budget (`--patience`). Runs under the storage lock, so processes starting together
+    never queue past the budget.
     """
     with storage_lock(url, study.study_name):
         fail_dead_trials(study)  # a dead trial is pending until failed and re-queued: settle it first
+        given_up = study.user_attrs.get(GIVEN_UP_PLACES)
+        if isinstance(given_up, dict) and given_up.get("budget") == budget:
+            return 0
         ahead = list({json.dumps(p, sort_keys=True): p for p in first}.values())  # equal sets queued once
         ahead = ahead if not fresh_only or not internals.fresh_trials(study) else []
         missing = budget - sum(budget_used(study))
-        queue = (ahead + [{}] * max(0, missing))[:max(0, missing)]
+        waiting = len(internals.fresh_trials(study, _states("WAITING")))
+        free = max(0, min(missing - len(ahead), LOOKAHEAD - waiting))
+        queue = (ahead + [{}] * free)[:max(0, missing)]
         for params in queue:
             study.enqueue_trial(params, skip_if_exists=False)
         return len(queue)
@@ -133,36 +147,79 @@ def _failed_as_dead(study: "optuna.Study", number: int) -> bool:
     return trial.state == _states("FAIL")[0] and bool(trial.user_attrs.get(KILLED))
 
 
-def fail_dead_trials(study: "optuna.Study") -> list[int]:
+class DeadTrials(list):
+    """The numbers of the trials `fail_dead_trials` failed and re-queued, and (`waiting`) one line per
+    RUNNING trial of another machine that has stopped sending heartbeats but is not yet past the grace:
+    'up to N s for trial K of host:pid'."""
+
+    waiting: list[str]
+
+
+def process_gone(tag: Any) -> bool:
+    """Whether `tag` (a trial's PROCESS attribute, host:pid) names a process of this machine that no longer
+    exists: such a trial is dead at once, without waiting out the heartbeat grace. A process of another
+    machine, or one that exists (whoever owns it), is not known to be gone."""
+    import os
+    import socket
+
+    host, _, pid = str(tag).rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # it exists, as another user's process
+        return False
+    return False
+
+
+def fail_dead_trials(study: "optuna.Study") -> DeadTrials:
     """Fail the RUNNING trials whose process died, each with its reason, and re-queue them; their numbers.
 
-    Call it under the study's storage lock: between the failure and the re-queue the trial is neither
-    pending nor counted, and a `top_up` in that gap would queue a trial beyond the budget.
+    A trial's process is dead when it sent no heartbeat for the grace period (or none ever), or at once
+    when it ran on this machine and is gone (`process_gone`). Call it under the study's storage lock:
+    between the failure and the re-queue the trial is neither pending nor counted, and a `top_up` in that
+    gap would queue a trial beyond the budget.
     """
     import optuna
 
     storage = internals.storage_of(study)
     grace = internals.grace_seconds(study)
+    running = internals.fresh_trials(study, _states("RUNNING")) if grace is not None else []
+    gone = {internals.trial_id(t): t.user_attrs[PROCESS] for t in running if process_gone(t.user_attrs.get(PROCESS))}
     failed = []
-    for tid in internals.dead_trial_ids(study):
+    for tid in dict.fromkeys([*gone, *internals.dead_trial_ids(study)]):
+        reason = (f"its process {gone[tid]} is gone (killed)" if tid in gone else
+                  f"its process stopped: no heartbeat for over {grace} s (killed or hung)")
         try:
             # KILLED first: should the trial finish between the two writes, a reason without KILLED would
             # make it count as a failure of its own (and twins copy it)
             storage.set_trial_user_attr(tid, KILLED, True)
-            storage.set_trial_user_attr(tid, "fail_reason", f"its process stopped: no heartbeat for over {grace} s "
-                                        "(killed or hung); the trial is re-run")
+            storage.set_trial_user_attr(tid, "fail_reason", f"{reason}; the trial is re-run")
             if storage.set_trial_state_values(tid, state=optuna.trial.TrialState.FAIL):
                 failed.append(tid)
         except optuna.exceptions.UpdateFinishedTrialError:
             continue  # another process got there first, or the trial just finished after all
     retry = storage.get_heartbeat_stale_trial_callback()
-    numbers = []
+    numbers = DeadTrials()
     for tid in failed:
         frozen = storage.get_trial(tid)
         numbers.append(frozen.number)
         if retry is not None:
             retry(study, frozen)
+    numbers.waiting = _silent(study, [t for t in running if internals.trial_id(t) not in gone], grace)
     return numbers
+
+
+def _silent(study: "optuna.Study", running: list["optuna.trial.FrozenTrial"], grace: float | None) -> list[str]:
+    """'up to N s for trial K of host:pid' for each of `running` (not known dead) whose last heartbeat is
+    older than the heartbeat interval (half the grace): a live process would have beaten since."""
+    if grace is None or not running:
+        return []
+    ages = internals.heartbeat_ages(study, [internals.trial_id(t) for t in running])
+    return [f"up to {max(0.0, grace - age):.0f} s for trial {t.number} of {t.user_attrs.get(PROCESS, 'a process')}"
+            for t in running if (age := ages[internals.trial_id(t)]) is not None and grace / 2 < age < grace]
 
 
 class RetryKilledTrial:

@@ -1,0 +1,57 @@
+"""A search space's ends checked against the policies: a range whose low or high end, or a choice, that the
+policy refuses for the job's workers (k from 0, k up to 99 on 4 workers, an lr_rule it does not know) would
+fail every trial that samples it, found only once the search trains; the file is refused instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+NOMINAL_BATCH = 32  # the batch size policies are bound with when the job's is not known here
+
+
+def bound_problems(dimensions: dict[str, dict[str, Any]], constants: dict[str, dict[str, Any]],
+                   n_workers: int, batch_size: int = NOMINAL_BATCH) -> list[str]:
+    """One line per dimension end (or choice) that its policy refuses on `n_workers` workers, with the rule.
+
+    Each value is tried with the policy's constants and every other dimension at a value the policy takes
+    (its first such end or choice), so a refusal is the value's own. A policy that takes no combination
+    at all, and composed policies (`refused_compositions` checks those), are left to the other checks."""
+    from autosync.catalog import make_policy
+    from autosync.core.errors import UserError
+    from autosync.policies import Composed
+
+    def refusal(policy: str, params: dict[str, Any]) -> str | None:
+        try:
+            make_policy(policy, params).bind(n_workers, batch_size)
+        except (UserError, ValueError, TypeError) as exc:
+            return str(exc)
+        return None
+
+    problems = []
+    for policy, dims in dimensions.items():
+        if policy == Composed.name or not dims:
+            continue
+        base = dict(constants.get(policy, {}))
+        for name, dim in dims.items():  # a value of each dimension the policy takes, where one exists
+            base[name] = next((v for v in _ends(dim) if refusal(policy, {**base, name: v}) is None), None)
+            if base[name] is None:
+                base.pop(name)
+        for name, dim in dims.items():
+            for value in _ends(dim):
+                why = refusal(policy, {**base, name: value})
+                if why is not None and refusal(policy, base) is None:
+                    problems.append(f"policies.{policy}.{name} can sample {value!r}, which policy {policy} refuses on "
+                                    f"n_workers={n_workers}: {why}")
+                    break
+    return problems
+
+
+def _ends(dim: Any) -> Iterator[Any]:
+    """The values of a search space's dimension that bound what it samples: a range's low and high, each
+    choice."""
+    if dim.type == "categorical":
+        yield from dim.choices
+    elif dim.type in ("int", "float"):
+        yield int(dim.low) if dim.type == "int" else float(dim.low)
+        yield int(dim.high) if dim.type == "int" else float(dim.high)
