@@ -13,7 +13,7 @@ from autosync.search.space import SPACE_DIR, load_space
 from autosync.search.strategies.patience import GIVEN_UP, trials_without_improvement
 from autosync.search.study.cache import cached_studies
 from autosync.search.study.storage import open_storage
-from autosync.search.study.trials import counted_trials
+from autosync.search.study.trials import GIVEN_UP_PLACES, counted_trials
 from autosync.search.tune import TuneRequest, tune
 from tests.conftest import autosync, no_traceback, small_job
 
@@ -54,9 +54,10 @@ def test_a_search_that_stops_improving_gives_up_its_queue_and_its_rerun_is_a_cac
     given_up = record["search_breakdown"]["given_up"]
     assert given_up > 0 and record["trials"] + given_up == 8 and outcome.new_trials == record["trials"]
     study = optuna.load_study(study_name=outcome.study_name, storage=open_storage(request.storage))
-    assert counted_trials(study) == 8  # the budget is spent: a resumed command runs none of the queue
+    places = study.user_attrs[GIVEN_UP_PLACES]["places"]  # places of the budget not queued when it gave up
+    assert counted_trials(study) + places == 8  # the budget is spent: a resumed command runs none of the queue
     dropped = [t for t in study.trials if t.user_attrs.get(GIVEN_UP)]
-    assert len(dropped) == given_up
+    assert len(dropped) + places == given_up
     assert all(t.state.name == "FAIL" and "--patience" in t.user_attrs["fail_reason"] for t in dropped)
     assert record["search_breakdown"]["patience"] == 1 and all(t.user_attrs[GIVEN_UP] == 1 for t in dropped)
     listed = {row["study"]: row["trials"] for row in cached_studies(request.storage)}  # `autosync cache list`
