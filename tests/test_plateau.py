@@ -91,6 +91,19 @@ def test_a_bar_that_missed_the_target_is_raced_on_its_whole_run():
     assert reached.predicted_late(60.0, 0.32, lower_is_better=False) == 6 * 200.0
 
 
+def test_a_queued_setting_races_on_its_bound_alone_while_the_bar_reached_the_target():
+    """The portfolio's settings (queued trials) are never stopped on a pace prediction against a bar that
+    reached the target (a policy that starts slowly is misjudged by it); against a bar that missed the
+    target the pace still stops them, or each would train the whole budget."""
+    curve = [[float(t), 0.3 + 0.002 * t] for t in range(10, 201, 10)]
+    reached = RaceLimit(_bar_study(200.0, 1, curve), exact_only=True)
+    assert reached.predicted_late(60.0, 0.32, lower_is_better=False) is None
+    assert reached.predicted(60.0, 0.32, lower_is_better=False) == 6 * 200.0  # the prediction stays readable
+    assert reached.exceeded_by(201.0) and not reached.exceeded_by(199.0)  # the exact bound still holds
+    missed = RaceLimit(_bar_study(400.0, 0, curve), exact_only=True)
+    assert missed.predicted_late(60.0, 0.32, lower_is_better=False) == 6 * 400.0
+
+
 def test_the_tune_line_says_how_many_were_pruned_untrained_in_a_plateau():
     from autosync.cli import _breakdown_line
 

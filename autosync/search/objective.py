@@ -277,7 +277,7 @@ class Objective:
 
     def __init__(self, job: JobSpec, space: "SearchSpace", settings: ObjectiveSettings, reference: float,
                  bsp_score: dict[str, Any] | None = None, siblings: "list[optuna.Study] | None" = None,
-                 storage_url: str | None = None, race: "Callable[[optuna.Study], Race] | None" = None):
+                 storage_url: str | None = None, race: "Callable[..., Race] | None" = None):
         self.job = job
         self.space = space
         self.settings = settings
@@ -414,7 +414,10 @@ class Objective:
         if self.race is None or not self.settings.prune or self.settings.multi_objective \
                 or FULL_BUDGET_OF in trial.user_attrs:
             return None
-        return self.race(trial.study)
+        from autosync.search.study import _optuna_internals as internals
+
+        # a queued setting (the portfolio, a baseline, a neighbour's winner) races on the exact bound alone
+        return self.race(trial.study, exact_only=bool(internals.fixed_params(trial)))
 
     def _prune_as_twin(self, trial: "optuna.Trial", canonical: dict[str, Any] | None, scoring: dict[str, Any],
                        race: "Race") -> None:

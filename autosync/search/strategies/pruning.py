@@ -129,8 +129,12 @@ class RaceLimit:
     """
 
     def __init__(self, study: optuna.Study, places: int = 1, refresh_seconds: float = REFRESH_SECONDS,
-                 pace_margin: float | None = PACE_MARGIN):
+                 pace_margin: float | None = PACE_MARGIN, exact_only: bool = False):
         self.study, self.places, self.refresh_seconds, self.pace_margin = study, places, refresh_seconds, pace_margin
+        # a setting queued on purpose (the portfolio, a baseline, a neighbour's winner) is stopped by the exact
+        # bound alone while the bar reached the target: the pace misjudges policies that start slowly
+        self.exact_only = exact_only
+        self._missed = False
         self._read_at = -float("inf")
         self._limit: float | None = None
         self._curve: list[list[float]] | None = None
@@ -145,6 +149,7 @@ class RaceLimit:
             # the bar's time the pace rule counts from: its time-to-target, or where it missed the target
             # (its value is then the miss penalty times that), the whole run its curve spans
             missed = bar is not None and bar.user_attrs.get("reached") == 0 and bool(self._curve)
+            self._missed = missed
             self._span = self._curve[-1][0] if missed else self._limit
             self._read_at = now
 
@@ -176,7 +181,9 @@ class RaceLimit:
         stands at `metric` after `elapsed` virtual seconds (short of the target); None when it may still win."""
         if self.pace_margin is None:
             return None
-        predicted = self.predicted(elapsed, metric, lower_is_better)
+        predicted = self.predicted(elapsed, metric, lower_is_better)  # (refreshes the bar)
+        if self.exact_only and not self._missed:
+            return None
         return predicted if predicted is not None and predicted >= self.pace_margin * self._limit else None
 
     def predicted(self, elapsed: float, metric: float | None, lower_is_better: bool) -> float | None:
