@@ -241,6 +241,16 @@ class TimeToTargetBound:
         self.reached_at: float | None = None
         self.curve: list[tuple[float, float]] = []
 
+    @property
+    def best(self) -> float | None:
+        """The best target metric the run has reached so far (the highest accuracy, the lowest loss): what the
+        pace rule reads, since an evaluation's metric is noisy and a dip is not a slower pace (an asynchronous
+        run's test accuracy falls and recovers between evaluations)."""
+        metrics = [m for _, m in self.curve]
+        if not metrics:
+            return None
+        return min(metrics) if self.target.lower_is_better else max(metrics)
+
     def update(self, info: dict[str, Any]) -> float:
         """Read one evaluation record (virtual `time` and the metrics); returns the bound."""
         if self.reached_at is None:
@@ -277,7 +287,7 @@ class Objective:
 
     def __init__(self, job: JobSpec, space: "SearchSpace", settings: ObjectiveSettings, reference: float,
                  bsp_score: dict[str, Any] | None = None, siblings: "list[optuna.Study] | None" = None,
-                 storage_url: str | None = None, race: "Callable[..., Race] | None" = None):
+                 storage_url: str | None = None, race: "Callable[[optuna.Study], Race] | None" = None):
         self.job = job
         self.space = space
         self.settings = settings
@@ -338,12 +348,11 @@ class Objective:
             value = bound.update(info)
             if race is None:
                 return
-            late = race.predicted_late(value, info.get(target.metric), target.lower_is_better) \
-                if bound.reached_at is None else None
+            late = race.predicted_late(value, bound.best, target.lower_is_better) if bound.reached_at is None else None
             if race.exceeded_by(value) or late is not None:
                 trial.report(late or value, step)  # the bound, or the pace's prediction: TPE and the checks read it
                 record_spent()
-                guess = race.predicted(value, info.get(target.metric), target.lower_is_better) \
+                guess = race.predicted(value, bound.best, target.lower_is_better) \
                     if late is None and bound.reached_at is None else None
                 if guess is not None and guess > value:  # the family's standing (`strategies.portfolio`) reads it
                     trial.set_user_attr(PREDICTED, guess)
@@ -414,10 +423,7 @@ class Objective:
         if self.race is None or not self.settings.prune or self.settings.multi_objective \
                 or FULL_BUDGET_OF in trial.user_attrs:
             return None
-        from autosync.search.study import _optuna_internals as internals
-
-        # a queued setting (the portfolio, a baseline, a neighbour's winner) races on the exact bound alone
-        return self.race(trial.study, exact_only=bool(internals.fixed_params(trial)))
+        return self.race(trial.study)
 
     def _prune_as_twin(self, trial: "optuna.Trial", canonical: dict[str, Any] | None, scoring: dict[str, Any],
                        race: "Race") -> None:

@@ -23,7 +23,7 @@ from autosync.search.study.cache import (
     best_policies, check_owner, cost_fields, execution_name, execution_of, read_cache, study_name, write_cache,
 )
 from autosync.search.objective import (
-    BSP_TARGET, CURVE, DETAILS, FORKED, HORIZON, STOPPED_EARLY, Objective, RunFailed, TimeToTargetBound,
+    BSP, BSP_TARGET, CURVE, DETAILS, FORKED, HORIZON, STOPPED_EARLY, Objective, RunFailed, TimeToTargetBound,
     canonical_on, constraint, evaluate, process_tag, trial_scoring, trial_seeds,
 )
 from autosync.search.strategies.portfolio import portfolio_policies
@@ -359,9 +359,10 @@ def _queued_first(study: "optuna.Study", request: TuneRequest, siblings: "list[o
     winner, scored from it without training), then the winners of the nearest tuned jobs like this one
     (`near`, a transfer; a backup count k scaled to this job's n first, as `recommend` scales it, then as it
     won), then those winners with another paper's strategy added (`cross_paper_neighbours`), then the
-    portfolio of each family under the portfolio search (`autosync.search.strategies.portfolio`), then the
     other baselines (a static setting a paper starts from, such as k = 3n/4: trained after the transferred
-    winners, it is raced against them rather than against BSP)."""
+    winners, it is raced against them rather than against BSP). Under the portfolio search, BSP, the
+    transferred winners, then the portfolio in its order (likely winners first, so that the bar is low
+    early), then ASP and the other baselines."""
     old = study.user_attrs.get("cache")
     if request.refresh and isinstance(old, dict) and isinstance(old.get("best_policy"), dict):
         params = request.space.trial_params(old["best_policy"])
@@ -377,10 +378,14 @@ def _queued_first(study: "optuna.Study", request: TuneRequest, siblings: "list[o
     bests = [best for _, best in _sibling_bests(siblings)] + [policy for nb in near for policy in _as_here(nb, job)]
     neighbours = [{"policy": Composed.name, "params": slots} for best in bests for slots in _neighbours(best)]
     found = [(policy, _in_space(request.space, policy, job)) for policy in bests + neighbours]
-    portfolio = [(policy, _in_space(request.space, policy, job)) for policy in portfolio_policies(request.space, job)] \
-        if request.sampler == "portfolio" else []
     rest = [b for b in baselines if b not in bsp_asp]
-    for policy, params in bsp_asp + found + portfolio + rest:  # one of each class that runs alike
+    if request.sampler == "portfolio":  # BSP (free: its reference answers it), then the portfolio in its order
+        portfolio = [(policy, _in_space(request.space, policy, job)) for policy in portfolio_policies(request.space, job)]
+        bsp = [b for b in bsp_asp if _canonical_key(b[0], job) == _canonical_key(BSP, job)]
+        first_queued = bsp + found + portfolio + [b for b in bsp_asp if b not in bsp] + rest
+    else:
+        first_queued = bsp_asp + found + rest
+    for policy, params in first_queued:  # one of each class that runs alike
         key = _canonical_key(policy, job)
         if params is not None and key not in seen:
             seen.add(key)

@@ -11,7 +11,8 @@ settings, is read here from the committed robustness reports (`results/robustnes
 
 For each family (static k, ASP, DBW, B-DBW, LB-BSP, Sync-Switch, SSP, DANA-Slim) it counts, over the jobs of
 both reports, how often each of the family's settings run there was the family's fastest on the job, and keeps
-the `PER_FAMILY` settings with the most wins among those the space samples (ties: the lower mean time over the jobs, normalised by the job's
+the `PER_FAMILY` settings with the most wins among those the space samples; the portfolio lists them
+with the settings fastest overall on the most jobs first, the order the search races them in (ties: the lower mean time over the jobs, normalised by the job's
 best). A static k is read as a share of the job's workers (the nearest of `K_SHARES`), so that it carries over
 to any n. A family with no setting in the reports keeps its defaults.
 """
@@ -19,6 +20,7 @@ to any n. A family with no setting in the reports keeps its defaults.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import sys
 from collections import defaultdict
@@ -111,8 +113,20 @@ def choose(reports: tuple[Path, ...] = REPORTS, per_family: int = PER_FAMILY,
 
 
 def portfolio() -> list[str]:
-    """The chosen settings in the space's family order."""
-    return [spec for specs in choose().values() for spec in specs]
+    """The chosen settings, those fastest overall on the most jobs first (then by their mean time over the
+    jobs' best): raced in this order, a likely winner sets a low bar early and the rest stop sooner."""
+    _, ratios = wins_and_ratios()
+    overall: dict[str, int] = defaultdict(int)
+    for path in REPORTS:
+        for job in json.loads(path.read_text())["jobs"]:
+            settings = {s: r for family in settings_by_family(job).values() for s, r in family.items()}
+            fastest = min(settings.values())
+            for setting, ratio in settings.items():
+                overall[setting] += ratio == fastest
+    chosen = [spec for specs in choose().values() for spec in specs]
+    mean = {spec: statistics.mean(next((r[spec] for r in ratios.values() if spec in r), [math.inf]))
+            for spec in chosen}
+    return sorted(chosen, key=lambda spec: (-overall[spec], mean[spec]))
 
 
 def main() -> int:

@@ -119,7 +119,7 @@ class RaceLimit:
     cannot beat it (exact). The pace, a learning-curve rule on the predicted time-to-target, not on the raw
     metric (an asynchronous policy leads early and may end lower, Sync-Switch's premise): once a trial has
     trained PACE_FROM of the bar's time, if it took PACE_MARGIN times as long as the bar's run to reach the
-    metric it stands at, it is predicted to reach the target that many times later than the bar, and stops.
+    best metric it has reached so far (not the last evaluation's: a noisy metric dips and recovers), it is predicted to reach the target that many times later than the bar, and stops.
     That prediction can be wrong for a policy that speeds up late; the margin is the slack for it, and a
     trial pruned on pace records its predicted time, so the full-budget checks come back to it only if
     every faster candidate fails. A bar that missed the target (BSP on a job no trial has reached it on
@@ -129,12 +129,8 @@ class RaceLimit:
     """
 
     def __init__(self, study: optuna.Study, places: int = 1, refresh_seconds: float = REFRESH_SECONDS,
-                 pace_margin: float | None = PACE_MARGIN, exact_only: bool = False):
+                 pace_margin: float | None = PACE_MARGIN):
         self.study, self.places, self.refresh_seconds, self.pace_margin = study, places, refresh_seconds, pace_margin
-        # a setting queued on purpose (the portfolio, a baseline, a neighbour's winner) is stopped by the exact
-        # bound alone while the bar reached the target: the pace misjudges policies that start slowly
-        self.exact_only = exact_only
-        self._missed = False
         self._read_at = -float("inf")
         self._limit: float | None = None
         self._curve: list[list[float]] | None = None
@@ -149,7 +145,6 @@ class RaceLimit:
             # the bar's time the pace rule counts from: its time-to-target, or where it missed the target
             # (its value is then the miss penalty times that), the whole run its curve spans
             missed = bar is not None and bar.user_attrs.get("reached") == 0 and bool(self._curve)
-            self._missed = missed
             self._span = self._curve[-1][0] if missed else self._limit
             self._read_at = now
 
@@ -181,9 +176,7 @@ class RaceLimit:
         stands at `metric` after `elapsed` virtual seconds (short of the target); None when it may still win."""
         if self.pace_margin is None:
             return None
-        predicted = self.predicted(elapsed, metric, lower_is_better)  # (refreshes the bar)
-        if self.exact_only and not self._missed:
-            return None
+        predicted = self.predicted(elapsed, metric, lower_is_better)
         return predicted if predicted is not None and predicted >= self.pace_margin * self._limit else None
 
     def predicted(self, elapsed: float, metric: float | None, lower_is_better: bool) -> float | None:
