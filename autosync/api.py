@@ -238,7 +238,7 @@ def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions 
     if job.uses_user_code:  # the user's code fails here, in one line, rather than as every trial failing
         check_workload(job)  # (a built-in workload cannot; a cache hit then never imports torch)
     real = None if choice.backend == "simulator" else choice
-    search_space = load_space(resolve_space_path(opts.space, "policy"), job.cluster.n_workers)
+    search_space = load_space(resolve_space_path(opts.space, "static_k"), job.cluster.n_workers)
     from autosync.search.strategies.confirm import confirm_top_for
     from autosync.search.strategies.samplers import sampler_for
 

@@ -161,8 +161,8 @@ class RunOptions(ExecutionOptions):
 class TuneOptions(ExecutionOptions):
     """`autosync tune`: an Optuna search of a job's policy, or the cached answer of a recurring job."""
 
-    space: str = option("policy", "Search space: a YAML file or a shipped name (policy: which policy, raced "
-                        "family by family; static_k, switch_point, batch_split, composed).")
+    space: str = option("static_k", "Search space: a YAML file or a shipped name (static_k; policy: which "
+                        "policy, raced family by family; switch_point, batch_split, composed).")
     n_trials: int = option(20, "Trial budget, global across processes.", ge=1)
     timeout: Optional[float] = option(None, "Stop starting trials after S seconds.", ge=0.0)
     storage: Optional[str] = option(None, "SQLAlchemy URL of the study storage "

@@ -104,6 +104,8 @@ def test_processes_started_together_never_train_one_policy_twice(tiny_job, tmp_p
                            "where t.state in ('COMPLETE', 'PRUNED') and a.key = 'canonical_policy' "
                            "and t.trial_id not in (select trial_id from trial_user_attributes "
                            "where key = 'full_budget_check_of')"  # the winner's checks, outside the budget
+                           " and t.trial_id not in (select trial_id from trial_user_attributes "
+                           "where key = 'answered_untrained')"  # points answered untrained take no slot
                            ).fetchall()
     assert len(rows) == 6, rows
     # a copy is answered from its twin, untrained (a proposal like a pruned trial is pruned again, untrained)

@@ -115,7 +115,7 @@ PARAMETER_CASES: dict[str, dict[str, tuple]] = {
 }
 # Policies no shipped search space offers, and why.
 NOT_SEARCHED = {name: "a baseline the DANA paper compares against; DANA-Slim and DANA-DC dominate it there"
-                for name in ("dana_zero", "nag_asgd", "multi_asgd", "dc_asgd", "lwp")}
+                for name in ("nag_asgd", "multi_asgd", "dc_asgd")}
 
 
 def test_the_parameter_table_covers_every_parameter_of_every_policy():

@@ -343,7 +343,8 @@ def test_a_tune_over_another_space_reuses_what_a_sibling_study_of_the_job_traine
     canonical form) come from the policy study, untrained; a study of another job shares nothing."""
     url = f"sqlite:///{tmp_path / 's.db'}"
     job = small_job(budget={"max_updates": 30})
-    first = tune(TuneRequest(job=job, space=load_space(SPACE_DIR / "policy.yaml", 4), n_trials=3, storage=url))
+    first = tune(TuneRequest(job=job, space=load_space(SPACE_DIR / "policy.yaml", 4), n_trials=3, storage=url,
+                             sampler="tpe"))  # TPE's first proposals, not the portfolio's
     second = tune(TuneRequest(job=job, space=load_space(SPACE_DIR / "composed.yaml", 4), n_trials=3, storage=url))
     policy_trials = {json.dumps(t.user_attrs["canonical_policy"], sort_keys=True): t for t in first.study.trials}
     assert second.study.user_attrs["bsp_reference"] == {**first.study.user_attrs["bsp_reference"],
@@ -375,7 +376,8 @@ def test_a_composed_tune_tries_the_policy_tunes_winner_with_another_papers_strat
     the cross-paper neighbour, trained since no sibling ran it."""
     url = f"sqlite:///{tmp_path / 's.db'}"
     job = small_job(budget={"max_updates": 30})
-    first = tune(TuneRequest(job=job, space=load_space(SPACE_DIR / "policy.yaml", 4), n_trials=3, storage=url))
+    first = tune(TuneRequest(job=job, space=load_space(SPACE_DIR / "policy.yaml", 4), n_trials=3, storage=url,
+                             sampler="tpe"))  # TPE's first proposals, not the portfolio's
     winner = first.study.user_attrs["cache"]["best_policy"]
     assert winner["policy"] == "backup"
     second = tune(TuneRequest(job=job, space=load_space(SPACE_DIR / "composed.yaml", 4), n_trials=4, storage=url))

@@ -118,10 +118,11 @@ def _six_processes_killed_and_restarted(tmp_path: Path, db: str) -> None:
     numbers = [number for _, number, _ in trials]
     assert len(numbers) == len(set(numbers))
     checks = [n for tid, n, s in trials if "full_budget_check_of" in attrs.get(tid, {})]  # the winner's, uncounted
-    counted = [n for tid, n, s in trials if n not in checks and (s in ("COMPLETE", "PRUNED")
+    answered = [n for tid, n, s in trials if attrs.get(tid, {}).get("answered_untrained")]  # take no slot
+    counted = [n for tid, n, s in trials if n not in checks + answered and (s in ("COMPLETE", "PRUNED")
                or (s == "FAIL" and "fail_reason" in attrs.get(tid, {}) and not attrs[tid].get("process_lost")))]
     resampled = [n for tid, n, s in trials if s == "FAIL" and "resampled_from" in attrs.get(tid, {})]
-    killed = [(tid, n) for tid, n, s in trials if s == "FAIL" and n not in counted + resampled]  # a check too
+    killed = [(tid, n) for tid, n, s in trials if s == "FAIL" and n not in counted + resampled + answered]  # a check too
     assert len(counted) == BUDGET, (len(counted), trials)
     assert killed, "killing two tunes mid-trial left no trial to re-run"
     reruns = {attrs.get(tid, {}).get("retry_of"): s for tid, _, s in trials}
@@ -131,7 +132,8 @@ def _six_processes_killed_and_restarted(tmp_path: Path, db: str) -> None:
         assert reruns.get(number) in ("COMPLETE", "PRUNED", "FAIL"), f"killed trial {number} was not re-run"
     # nothing else: no surplus trial beyond the budget (a proposal of what another process trained is
     # proposed again, and that trial does not count)
-    assert len(trials) == BUDGET + len([n for _, n in killed if n not in checks]) + len(resampled) + len(checks)
+    assert len(trials) == BUDGET + len([n for _, n in killed if n not in checks]) + len(resampled) + len(checks) \
+        + len(answered)
 
 
 def _open(url: str, barrier) -> None:
@@ -172,6 +174,8 @@ def test_readme_recipe_two_tunes_share_one_postgresql_study_and_no_output_shows_
                                                   "where key = 'resampled_from'")}
         resampled |= {tid for (tid,) in _rows(url, "select trial_id from trial_user_attributes "
                                               "where key = 'full_budget_check_of'")}  # and the winner's check
+        resampled |= {tid for (tid,) in _rows(url, "select trial_id from trial_user_attributes "
+                                              "where key = 'answered_untrained'")}  # and points answered untrained
         states = [s for tid, s in _rows(url, "select trial_id, state from trials") if tid not in resampled]
         assert sorted(states) == ["COMPLETE"] * states.count("COMPLETE") + ["PRUNED"] * states.count("PRUNED")
         assert len(states) == 6  # a global budget: 6 trials between the two processes, not 6 each (a trial

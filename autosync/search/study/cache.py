@@ -127,13 +127,7 @@ def study_record(study: "optuna.Study") -> tuple[dict[str, Any], dict[str, Any] 
     """The study's user attributes and its validated cache record (None before a search finished); an
     attribute stored damaged (not JSON, which Optuna fails on with a traceback) is a one-line error naming the
     study, and `autosync cache clear` removes the study."""
-    import json
-
-    try:
-        attrs = study.user_attrs
-    except (TypeError, ValueError) as exc:  # json.JSONDecodeError is a ValueError
-        problem = f"not JSON: {str(exc).splitlines()[0]}" if isinstance(exc, json.JSONDecodeError) else str(exc)
-        raise damaged(study.study_name, problem) from None
+    attrs = _attrs_if_json(study)
     record = attrs.get("cache")
     return attrs, None if record is None else validated(study.study_name, record)
 
@@ -141,14 +135,26 @@ def study_record(study: "optuna.Study") -> tuple[dict[str, Any], dict[str, Any] 
 def check_owner(study: "optuna.Study", job: JobSpec, adopt: bool = False) -> None:
     """A study named by `--study` that was made for another job (another fingerprint) is refused unless
     `adopt`: its cached answer (a policy for other workers) would answer this job, and the tune would
-    overwrite that job's identity on it. A damaged attribute is refused as `study_record` says."""
-    attrs, _ = study_record(study)
+    overwrite that job's identity on it. An attribute stored damaged (not JSON) is refused as `study_record`
+    says; a record that is JSON but unusable is not this check's (`--refresh` replaces it)."""
+    attrs = _attrs_if_json(study)  # the record itself need not be usable: `--refresh` replaces it
     theirs = attrs.get("fingerprint")
     if adopt or theirs is None or theirs == job.fingerprint():
         return
     raise UserError(f"--study {study.study_name}: a study of job {attrs.get('job_name', '?')} (fingerprint {theirs}, "
                     f"n_workers {attrs.get('n_workers', '?')}), not of job {job.name} (fingerprint "
                     f"{job.fingerprint()}); name another study, or pass --adopt-study to tune that one for this job")
+
+
+def _attrs_if_json(study: "optuna.Study") -> dict[str, Any]:
+    """The study's user attributes where they are JSON (a damaged one raises as `study_record` does)."""
+    import json
+
+    try:
+        return study.user_attrs
+    except (TypeError, ValueError) as exc:
+        problem = f"not JSON: {str(exc).splitlines()[0]}" if isinstance(exc, json.JSONDecodeError) else str(exc)
+        raise damaged(study.study_name, problem) from None
 
 
 def damaged(name: str, problem: str, refresh: bool = False) -> UserError:
