@@ -164,7 +164,9 @@ class TuneOptions(ExecutionOptions):
     space: str = option("static_k", "Search space: a YAML file or a shipped name (static_k; policy: which "
                         "policy, raced family by family; switch_point, batch_split, composed).")
     n_trials: int = option(20, "Trial budget, global across processes.", ge=1)
-    timeout: Optional[float] = option(None, "Stop starting trials after S seconds.", ge=0.0)
+    timeout: Optional[float] = option(None, "Stop the search after S seconds: no trial starts after it, and a "
+                                      "trial still training stops at its next evaluation (not counted; the same "
+                                      "command resumes it).", ge=0.0)
     storage: Optional[str] = option(None, "SQLAlchemy URL of the study storage "
                                     "(default: sqlite:///results/autosync-studies.db).")
     study: Optional[str] = option(None, "Study name (default: <fingerprint>-<space>).")

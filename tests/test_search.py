@@ -476,3 +476,29 @@ def test_the_pace_rule_predicts_from_the_time_the_bar_took_to_the_same_metric():
     curve = [(float(i), i / 100) for i in range(101)]
     kept = thinned(curve, 10)
     assert kept[0] == [0.0, 0.0] and kept[-1] == [100.0, 1.0] and len(kept) <= 12
+
+
+def test_a_trial_still_training_when_the_timeout_passes_stops_and_takes_no_slot():
+    """--timeout stops a running trial at its next evaluation (a long trial cannot overrun it), failed with
+    the reason and not counted; a candidate's full-budget check is not stopped (the answer needs it)."""
+    import time
+
+    from autosync.search.objective import FULL_BUDGET_OF, TIMED_OUT, Objective, ObjectiveSettings, RunFailed, evaluate
+    from autosync.search.study.trials import budget_used
+
+    job = small_job(budget={"max_updates": 400})
+    space = load_space(SPACE_DIR / "static_k.yaml", 4)
+    reference = evaluate(job, {"policy": "bsp", "params": {}}, [job.seed])
+    objective = Objective(job, space, ObjectiveSettings(), reference["final_metric"], reference)
+    objective.deadline = time.monotonic()  # already passed
+    study = optuna.create_study()
+    study.enqueue_trial({"backup.k": 3, "backup.lr_rule": "fixed"})
+    study.optimize(objective, n_trials=1, catch=(RunFailed,))
+    (stopped,) = study.trials
+    assert stopped.state.name == "FAIL" and stopped.user_attrs[TIMED_OUT]
+    assert "--timeout passed" in stopped.user_attrs["fail_reason"]
+    assert stopped.user_attrs["virtual_seconds"] <= job.workload.evaluation.every_seconds + 1e-9  # at the first
+    assert budget_used(study) == (0, 0)
+    study.enqueue_trial({"backup.k": 3, "backup.lr_rule": "fixed"}, user_attrs={FULL_BUDGET_OF: 0})
+    study.optimize(objective, n_trials=1, catch=(RunFailed,))
+    assert study.trials[-1].state.name == "COMPLETE"

@@ -12,8 +12,8 @@ cost can be stated in units of one BSP training.
 from __future__ import annotations
 
 import json
-
 import math
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
@@ -65,6 +65,7 @@ CANONICAL = "canonical_policy"  # user attribute: the simplest policy that runs 
 FOUND_EQUIVALENT = "found_equivalent_of"
 EQUIVALENCE_CHECK_FAILED = "equivalence_check_failed"  # user attribute: why the check could not run (the trial trained)
 SCORING = "scoring"  # user attribute: the seeds, miss penalty and budget a trial was scored with
+TIMED_OUT = "stopped_by_timeout"  # user attribute: the trial was stopped by the tune's --timeout (`TimedOut`)
 RESAMPLED = "resampled_from"  # user attribute: the running trial whose point this trial proposed again
 # user attribute: the trial's runs stopped at the target, so its final metric (and its constraint) is not known
 # yet; `autosync.search.strategies.full_budget` checks it at full budget if the trial can still win
@@ -88,6 +89,11 @@ class RunFailed(Exception):
     """A trial's run diverged or its policy cannot run on this job; the message says why."""
 
 
+class TimedOut(RunFailed):
+    """The tune's --timeout passed while the trial trained: it stops at its next evaluation, marked
+    `TIMED_OUT`, and does not count against the budget (a resumed search runs its place again)."""
+
+
 def process_tag(pid: int | None = None) -> str:
     """host:pid of a process on this machine (this one by default): a trial's PROCESS attribute."""
     import os
@@ -101,7 +107,8 @@ def has_own_failure(trial: "optuna.trial.FrozenTrial") -> bool:
     counts against the budget and answers a twin; a trial whose process died (KILLED) or that proposed
     a point another process was training (RESAMPLED) has no result and does not count."""
     return trial.state.name == "FAIL" and "fail_reason" in trial.user_attrs \
-        and not trial.user_attrs.get(KILLED) and RESAMPLED not in trial.user_attrs
+        and not trial.user_attrs.get(KILLED) and RESAMPLED not in trial.user_attrs \
+        and not trial.user_attrs.get(TIMED_OUT)
 
 
 @dataclass(frozen=True)
@@ -303,6 +310,9 @@ class Objective:
         # None: no pruning
         self.race = race
         self.equivalents: "EquivalenceCheck | None" = None  # built on the first check (`_found_equivalent`)
+        # time.monotonic() past which a search trial stops at its next evaluation (the tune's --timeout;
+        # a full-budget check of a candidate is not stopped: the answer needs it)
+        self.deadline: float | None = None
 
     def seeds(self) -> list[int]:
         return trial_seeds(self.job, self.settings.repeats)
@@ -346,6 +356,12 @@ class Objective:
                 spent["forked"] = info["time"]
             spent["virtual_seconds"] = info["time"] - spent["forked"]
             value = bound.update(info)
+            if self.deadline is not None and FULL_BUDGET_OF not in trial.user_attrs \
+                    and time.monotonic() >= self.deadline:
+                record_spent()
+                trial.set_user_attr(TIMED_OUT, True)
+                raise TimedOut(f"stopped at {info['time']:.0f} virtual s: the tune's --timeout passed (not counted "
+                               "against the budget; a resumed search runs it again)")
             if race is None:
                 return
             late = race.predicted_late(value, bound.best, target.lower_is_better) if bound.reached_at is None else None
