@@ -42,7 +42,7 @@ def _start(job: Path, url: str, n_jobs: int, tmp_path: Path, name: str) -> subpr
     log = open(tmp_path / f"{name}.log", "a")
     env = {**os.environ, "AUTOSYNC_HEARTBEAT_SECONDS": "1"}
     cmd = [sys.executable, "-m", "autosync.cli", "tune", str(job), "--n-trials", str(BUDGET), "--tolerance", "0.5",
-           "--storage", url, "--n-jobs", str(n_jobs)]
+           "--storage", url, "--n-jobs", str(n_jobs), "--patience", "0"]  # the whole budget (give-ups: test_patience)
     return subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
@@ -123,7 +123,10 @@ def _six_processes_killed_and_restarted(tmp_path: Path, db: str) -> None:
                or (s == "FAIL" and "fail_reason" in attrs.get(tid, {}) and not attrs[tid].get("process_lost")))]
     resampled = [n for tid, n, s in trials if s == "FAIL" and "resampled_from" in attrs.get(tid, {})]
     killed = [(tid, n) for tid, n, s in trials if s == "FAIL" and n not in counted + resampled + answered]  # a check too
-    assert len(counted) == BUDGET, (len(counted), trials)
+    given_up = [json.loads(v)["places"] for (v,) in _rows(db, "select value_json from study_user_attributes "
+                                                           "where key = 'given_up_places'")]  # --patience
+    places = given_up[0] if given_up else 0  # places of the budget a search that stopped improving gave up
+    assert len(counted) + places == BUDGET, (len(counted), places, trials)
     assert killed, "killing two tunes mid-trial left no trial to re-run"
     reruns = {attrs.get(tid, {}).get("retry_of"): s for tid, _, s in trials}
     for tid, number in killed:
@@ -132,8 +135,8 @@ def _six_processes_killed_and_restarted(tmp_path: Path, db: str) -> None:
         assert reruns.get(number) in ("COMPLETE", "PRUNED", "FAIL"), f"killed trial {number} was not re-run"
     # nothing else: no surplus trial beyond the budget (a proposal of what another process trained is
     # proposed again, and that trial does not count)
-    assert len(trials) == BUDGET + len([n for _, n in killed if n not in checks]) + len(resampled) + len(checks) \
-        + len(answered)
+    assert len(trials) == BUDGET - places + len([n for _, n in killed if n not in checks]) + len(resampled) \
+        + len(checks) + len(answered)
 
 
 def _open(url: str, barrier) -> None:

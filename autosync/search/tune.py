@@ -34,7 +34,7 @@ from autosync.search.study.running_twins import Resampled
 from autosync.search.strategies.samplers import SWITCH_POINT_SAMPLERS, make_sampler
 from autosync.search.study.siblings import EXECUTION, sibling_reference, sibling_studies
 from autosync.search.space import SearchSpace
-from autosync.search.study.interrupts import storage_calls_finish_first
+from autosync.search.study.interrupts import interrupted, storage_calls_finish_first
 from autosync.search.study.locking import storage_lock
 from autosync.search.strategies.neighbours import (
     FEATURES, NEIGHBOUR_JOBS, describe as describe_job, neighbours as nearest,
@@ -150,7 +150,9 @@ def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = Non
             near = _neighbour_jobs(study, request, storage, fresh=not before and not requeued)
             reference = bsp_reference(study, request, siblings)
             _search(study, request, reference, siblings, before, on_trial, mine, near)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Exception) as exc:  # Ctrl-C, or Ctrl-C as Optuna passed it on (`interrupted`)
+        if not isinstance(exc, KeyboardInterrupt) and not interrupted():
+            raise
         kept = counted_trials(study)
         raise Interrupted(f"interrupted: {kept} finished trial{'' if kept == 1 else 's'} of study {study.study_name} "
                           f"kept in {redact_url(request.storage)}; a trial cut short is run again when the search "

@@ -16,14 +16,22 @@ import signal
 import threading
 from typing import Any, Callable, Iterator
 
-_state = {"depth": 0, "pending": False, "active": False}  # main thread only: signals are delivered there
+_state = {"depth": 0, "pending": False, "active": False, "raised": False}  # main thread only: signals go there
 
 
 def _on_sigint(signum: int, frame: Any) -> None:
     if _state["depth"] > 0:
         _state["pending"] = True  # raised when the storage call returns
         return
+    _state["raised"] = True
     raise KeyboardInterrupt
+
+
+def interrupted() -> bool:
+    """Whether Ctrl-C was raised while `storage_calls_finish_first` was active: Optuna's trial bookkeeping
+    can turn the KeyboardInterrupt raised after its storage call into another exception (an unbound local
+    in `_run_trial`), which the caller then reports as the interruption it is."""
+    return bool(_state["raised"])
 
 
 @contextlib.contextmanager
@@ -35,7 +43,7 @@ def storage_calls_finish_first() -> Iterator[None]:
         yield
         return
     signal.signal(signal.SIGINT, _on_sigint)
-    _state.update(active=True, pending=False)
+    _state.update(active=True, pending=False, raised=False)
     try:
         yield
     finally:
@@ -54,7 +62,7 @@ def _guard(method: Callable[..., Any]) -> Callable[..., Any]:
         finally:
             _state["depth"] -= 1
             if _state["depth"] == 0 and _state["pending"]:
-                _state["pending"] = False
+                _state.update(pending=False, raised=True)
                 raise KeyboardInterrupt
     return call
 
