@@ -153,8 +153,7 @@ class SearchSpace:
             name, params = split_policy_spec(spec, option="portfolio")
             params = {k: resolve_share(v, n_workers) for k, v in params.items()}
             dims, constants = self.dimensions[name], self.constants[name]
-            loose = [k for k, v in params.items() if k not in dims and constants.get(k, v) != v
-                     or k not in dims and k not in constants]
+            loose = [k for k, v in params.items() if k not in dims and (k not in constants or constants[k] != v)]
             if loose or self.trial_params({"policy": name, "params": params}) is None:
                 problems.append(f"portfolio.{i}: {spec!r} is not a point of the space's {name} "
                                 f"(parameters searched: {', '.join(dims) or 'none'}; on {n_workers} workers)")

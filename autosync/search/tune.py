@@ -137,7 +137,9 @@ def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = Non
     cache = read_cache(study) if not request.refresh else None
     if cache is not None:
         outcome = TuneOutcome(study.study_name, request.storage, True, 0, cache, best_policies(study), study)
-        return _elsewhere(_verified(_confirmed(outcome, request, storage, None, on_confirm), request), storage)
+        siblings = sibling_studies(study, storage)  # read once: the confirmation and `_elsewhere` both use them
+        return _elsewhere(_verified(_confirmed(outcome, request, storage, siblings, on_confirm), request),
+                          request.job, siblings)
     with storage_lock(request.storage, study.study_name):
         requeued = fail_dead_trials(study)
     before = counted_trials(study)
@@ -161,25 +163,27 @@ def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = Non
                         execution=execution_of(request.settings.backend), neighbours=near)
     outcome = TuneOutcome(study.study_name, request.storage, False, len(trials_run_by(study, mine)), cache,
                           best_policies(study), study)
-    return _elsewhere(_verified(_confirmed(outcome, request, storage, siblings, on_confirm), request), storage)
+    return _elsewhere(_verified(_confirmed(outcome, request, storage, siblings, on_confirm), request), request.job,
+                      siblings)
 
 
 FASTER_BY = 1.05  # another space's answer is reported when it is at least this many times faster
 
 
-def _elsewhere(outcome: TuneOutcome, storage: Any) -> TuneOutcome:
-    """The outcome with the cached answers of this job's other spaces (its sibling studies, the same backend)
-    that are at least `FASTER_BY` times faster than its own, fastest first (`TuneOutcome.faster_elsewhere`):
-    the search answers within its space, and the user should know where another space did better."""
-    job = outcome.study.user_attrs
+def _elsewhere(outcome: TuneOutcome, job: JobSpec, siblings: "list[optuna.Study]") -> TuneOutcome:
+    """The outcome with the cached answers of this job's other spaces (its `siblings`, the same backend) that
+    are at least `FASTER_BY` times faster than its own, with another policy, fastest first
+    (`TuneOutcome.faster_elsewhere`): the search answers within its space, and the user should know where
+    another space did better."""
     mine = outcome.cache
     found = []
-    for sibling in sibling_studies(outcome.study, storage) if mine.get("best_value") else []:
+    for sibling in siblings if mine.get("best_value") else []:
         try:
             record = read_cache(sibling)
         except UserError:  # a damaged record is that study's to report
             continue
-        if not record or not record.get("best_value") or _same_policy(record, mine, job.get("n_workers")):
+        if not record or not record.get("best_value") \
+                or canonical_on(record["best_policy"], job) == canonical_on(mine["best_policy"], job):
             continue
         theirs, ours = _comparable(record, mine)
         if theirs and ours and theirs * FASTER_BY <= ours:
@@ -197,17 +201,6 @@ def _comparable(theirs: dict[str, Any], ours: dict[str, Any]) -> tuple[float | N
             and a.get("seeds") == b.get("seeds"):
         return theirs["best_value"], ours["best_value"]
     return theirs.get("search_best_value", theirs["best_value"]), ours.get("search_best_value", ours["best_value"])
-
-
-def _same_policy(a: dict[str, Any], b: dict[str, Any], n_workers: int | None) -> bool:
-    """Whether two records answer with policies that run alike (on `n_workers`, where known)."""
-    from autosync.search.objective import canonical_policy
-
-    same = a["best_policy"] == b["best_policy"]
-    if n_workers is None or same:
-        return same
-    ca, cb = (canonical_policy(r["best_policy"], n_workers, 1) for r in (a, b))
-    return ca is not None and ca == cb
 
 
 def _neighbour_jobs(study: "optuna.Study", request: TuneRequest, storage: Any, fresh: bool) -> list[dict[str, Any]]:
