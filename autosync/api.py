@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any, Callable, ContextManager, Sequence
 
 from autosync.core.errors import UserError
 from autosync.core.job import JobSpec, job_from_dict, load_job
-from autosync.options import (CalibrateOptions, CompareOptions, ExecutionOptions, FamilyOptions, LeaderboardOptions,
-                              ProfileOptions, ReplayOptions, RobustnessOptions, RunOptions, ScalingOptions, TuneOptions,
-                              build)
+from autosync.options import (DEFAULT_TUNE_SPACE, CalibrateOptions, CompareOptions, ExecutionOptions, FamilyOptions,
+                              LeaderboardOptions, ProfileOptions, ReplayOptions, RobustnessOptions, RunOptions,
+                              ScalingOptions, TuneOptions, build)
 
 # Called with (what, steps) around each long phase of a function; the context it returns gives a function
 # to call after each step (the command line draws a spinner or a counting bar).
@@ -204,7 +204,8 @@ def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions 
     """Search `job`'s best policy in `space` with Optuna, or return the cached one of a recurring job.
 
     Args:
-        space: a search-space YAML file or a shipped name (static_k, switch_point, batch_split, policy).
+        space: a search-space YAML file or a shipped name (policy, the default; static_k, switch_point,
+            batch_split, composed).
         options: the options of `autosync tune` (`TuneOptions`: n_trials, storage, sampler, repeats,
             verify_top, confirm_top, backend, ...); `fields` change some of them (n_trials=10). With
             verify_top K > 0 the search is simulated and its K best candidates and BSP are re-run on the
@@ -238,7 +239,7 @@ def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions 
     if job.uses_user_code:  # the user's code fails here, in one line, rather than as every trial failing
         check_workload(job)  # (a built-in workload cannot; a cache hit then never imports torch)
     real = None if choice.backend == "simulator" else choice
-    search_space = load_space(resolve_space_path(opts.space, "static_k"), job.cluster.n_workers)
+    search_space = load_space(resolve_space_path(opts.space, DEFAULT_TUNE_SPACE), job.cluster.n_workers)
     from autosync.search.strategies.confirm import confirm_top_for
     from autosync.search.strategies.samplers import sampler_for
 

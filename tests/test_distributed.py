@@ -39,7 +39,7 @@ def test_a_torchrun_tune_runs_every_trial_on_the_ranks_and_gives_the_simulators_
     assert sim.returncode == 0, sim.stderr
     ranks_trials, study = _trials(tmp_path / "ranks.db")
     assert ranks_trials == _trials(tmp_path / "sim.db")[0]  # bit for bit: the same policies, the same values
-    assert study.study_name.endswith("-static_k-distributed-virtual-cpu")
+    assert study.study_name.endswith("-policy-distributed-virtual-cpu")
     cache = json.loads(ranks.stdout[ranks.stdout.index("{"):])["cache"]
     assert cache["execution"] == {"backend": "distributed", "device": "cpu", "clock": "virtual", "ranks": 3}
     again = _torchrun(str(tiny_job), *args, "--storage", "sqlite:///ranks.db", "--backend", "distributed",

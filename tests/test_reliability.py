@@ -71,7 +71,8 @@ def test_a_damaged_cache_record_is_one_line_naming_the_study_and_cache_clear_rem
     job = _job(tmp_path)
     url = _storage_with_studies(tmp_path, damage="{not json")
     rows = _rows(tmp_path)
-    for command in (["cache", "show", str(job)], ["run", str(job), "--policy", "tuned"], ["tune", str(job)]):
+    for command in (["cache", "show", str(job)], ["run", str(job), "--policy", "tuned"],
+                    ["tune", str(job), "--space", "static_k"]):  # the damaged study's space
         line = _one_line(autosync(*command, "--storage", url, cwd=tmp_path))
         assert "-static_k: corrupt cache entry (not JSON" in line and "cache clear" in line, line
     listed = autosync("cache", "list", "--storage", url, cwd=tmp_path)

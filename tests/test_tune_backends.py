@@ -38,7 +38,7 @@ def test_a_processes_tune_on_the_virtual_clock_gives_the_simulators_trial_values
     sim_trials, _ = _trials(tmp_path / "sim.db")
     proc_trials, study = _trials(tmp_path / "proc.db")
     assert proc_trials == sim_trials  # bit for bit: the same policies, the same values
-    assert study.study_name.endswith("-static_k-processes-virtual-cpu")
+    assert study.study_name.endswith("-policy-processes-virtual-cpu")
     cache = json.loads(proc.stdout)["cache"]
     assert cache["execution"] == {"backend": "processes", "device": "cpu", "clock": "virtual", "processes": 2}
     assert json.loads(sim.stdout)["cache"]["execution"] == {"backend": "simulator", "device": "cpu"}

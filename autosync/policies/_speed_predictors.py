@@ -70,17 +70,23 @@ class NARX:
         self.speeds: list[np.ndarray] = []
         self.cpu: list[np.ndarray] = []
         self.mem: list[np.ndarray] = []
-        import torch
-
-        generator = torch.Generator().manual_seed(seed)
-        inputs = 3 * (self.LAGS + 1) - 1
-        self.w1 = (torch.randn(n_workers, inputs, hidden, generator=generator) / inputs ** 0.5).requires_grad_()
-        self.b1 = torch.zeros(n_workers, 1, hidden, requires_grad=True)
-        self.w2 = (torch.randn(n_workers, hidden, 1, generator=generator) / hidden ** 0.5).requires_grad_()
-        self.b2 = torch.zeros(n_workers, 1, 1, requires_grad=True)
-        self.optimizer = torch.optim.Adam([self.w1, self.b1, self.w2, self.b2], lr=lr)
+        self.hidden, self.lr, self.seed = hidden, lr, seed
+        self.optimizer: "torch.optim.Adam | None" = None  # the network is built at its first fit (_build)
         self.scale: np.ndarray | None = None
         self.trained = False
+
+    def _build(self) -> None:
+        """The per-worker networks and their optimizer, built when first trained: a policy only bound (as a
+        search space's bounds check binds every policy) then never imports torch."""
+        import torch
+
+        generator = torch.Generator().manual_seed(self.seed)
+        inputs = 3 * (self.LAGS + 1) - 1
+        self.w1 = (torch.randn(self.n, inputs, self.hidden, generator=generator) / inputs ** 0.5).requires_grad_()
+        self.b1 = torch.zeros(self.n, 1, self.hidden, requires_grad=True)
+        self.w2 = (torch.randn(self.n, self.hidden, 1, generator=generator) / self.hidden ** 0.5).requires_grad_()
+        self.b2 = torch.zeros(self.n, 1, 1, requires_grad=True)
+        self.optimizer = torch.optim.Adam([self.w1, self.b1, self.w2, self.b2], lr=self.lr)
 
     def observe(self, speeds: np.ndarray, cpu: np.ndarray, memory: np.ndarray) -> None:
         """Add the iteration that just ended: its speeds and the resources it ran with."""
@@ -126,6 +132,8 @@ class NARX:
         return torch.from_numpy(x.astype(np.float32)), torch.from_numpy(y.astype(np.float32))
 
     def _train(self, steps: int) -> None:
+        if self.optimizer is None:
+            self._build()
         x, y = self._dataset()
         for _ in range(steps):
             self.optimizer.zero_grad()
