@@ -533,7 +533,7 @@ def tune(
 @_command(ReplayOptions)
 def replay(
     logs: Path = typer.Argument(..., help="A Sync-Switch log folder (baseline/, switch_exp/), e.g. the paper's "
-                                "published logs in ../shared/data/sync_switch_logs/cifar10_res32."),
+                                "published logs shipped in autosync/data/sync_switch_logs/cifar10_res32."),
     out: Path = typer.Option(Path("results/replay_sync_switch"), help="Where table.md and table.json go."),
     *, options: ReplayOptions,
 ) -> None:
