@@ -1,0 +1,127 @@
+"""The docs site's promises: the generated reference pages are up to date and list every command-line option
+and every job-file field; no page is longer than a reader reads in one go; the pages speak of the project as
+it is (no first person, no history)."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import typing
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = REPO / "docs"
+GENERATED = {"reference/commands.md", "reference/job-fields.md", "reference/policies.md"}
+MAX_WORDS = 1500
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, DOCS / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _pages() -> dict[str, str]:
+    return {p.relative_to(DOCS).as_posix(): p.read_text() for p in sorted(DOCS.rglob("*.md"))}
+
+
+def test_the_generated_reference_pages_are_up_to_date():
+    make = _load("make_reference")
+    for name, page in make.PAGES.items():
+        assert (DOCS / "reference" / name).read_text() == page(), \
+            f"docs/reference/{name} is stale: run python docs/scripts/make_reference.py"
+
+
+def test_the_commands_page_lists_every_command_argument_and_option():
+    """Walks the command tree itself (click introspection of the typer app), not the generator's output."""
+    import typer
+
+    from autosync.cli import app
+
+    page = (DOCS / "reference" / "commands.md").read_text()
+    sections = dict(re.findall(r"^#{2,3} (autosync [a-z -]+)\n(.*?)(?=^#{2,3} autosync |\Z)", page, re.M | re.S))
+    root = typer.main.get_command(app)
+    ctx = root.make_context("autosync", [], resilient_parsing=True)
+    seen = 0
+
+    def walk(command, name):
+        nonlocal seen
+        if hasattr(command, "list_commands"):
+            for sub in command.list_commands(ctx):
+                walk(command.get_command(ctx, sub), f"{name} {sub}")
+            return
+        assert name in sections, f"{name} has no section in docs/reference/commands.md"
+        for param in command.params:
+            for flag in (param.opts + param.secondary_opts if param.param_type_name == "option"
+                         else [param.name]):
+                assert re.search(rf"`[^`]*(?<![\w-]){re.escape(flag)}(?![\w-])", sections[name]), \
+                    f"{name}: {flag} is not in docs/reference/commands.md"
+                seen += 1
+
+    walk(root, "autosync")
+    assert seen > 100  # the walk reached the commands' options
+
+
+def _field_paths(model: type[BaseModel], prefix: str = "") -> set[str]:
+    """Every field of a pydantic model and of the models nested in it, dotted (lists and union variants
+    add no marker)."""
+    paths = set()
+    for name, field in model.model_fields.items():
+        paths.add(prefix + name)
+        stack = [field.annotation]
+        while stack:
+            hint = stack.pop()
+            if isinstance(hint, type) and issubclass(hint, BaseModel):
+                paths |= _field_paths(hint, f"{prefix}{name}.")
+            else:
+                stack.extend(typing.get_args(hint))
+    return paths
+
+
+def test_the_job_fields_page_lists_every_field():
+    from autosync.core.job import JobSpec
+
+    page = (DOCS / "reference" / "job-fields.md").read_text()
+    listed = {re.sub(r"\([a-z_]+=[a-z_]+\)|\[\]", "", f) for f in re.findall(r"^\| `([^`]+)` \|", page, re.M)}
+    missing = _field_paths(JobSpec) - listed
+    assert not missing, f"job-file fields missing from docs/reference/job-fields.md: {sorted(missing)}"
+
+
+def test_the_policies_page_lists_every_policy_and_parameter():
+    from autosync.catalog import POLICIES, policy_parameters
+
+    page = (DOCS / "reference" / "policies.md").read_text()
+    for name, cls in POLICIES.items():
+        assert f"\n## {name}\n" in page, name
+        row = next(line for line in page.splitlines() if line.startswith(f"| [`{name}`]"))
+        for parameter in policy_parameters(cls):
+            assert f"`{parameter}=" in row, (name, parameter)
+
+
+# The first person and words that tell the project's history rather than what it is.
+FIRST_PERSON = re.compile(r"(?<![\w'-])(?:I|I'm|I've|I'd)(?![\w'-])")  # case matters: `i` is an index
+FORBIDDEN = re.compile(r"(?<![\w'-])(?:we|we're|we've|our|ours|us|my|earlier|previously|formerly|"
+                       r"originally|used to|no longer|anymore|any more|was added|were added|now|at first|"
+                       r"nowadays|until recently|in the past|these days)(?![\w'-])", re.I)
+ROMAN = re.compile(r"(?:Table|Fig\.|Figure|Algorithm|Section|sec\.|Type) I\b")
+
+
+@pytest.mark.parametrize("name", sorted(_pages()))
+def test_pages_have_no_first_person_or_history_phrases(name):
+    text = _pages()[name]
+    text = re.sub(r"```.*?```", "", text, flags=re.S)  # code and command output
+    text = re.sub(r"`[^`\n]*`", "", text)  # inline code (flags, file names)
+    text = ROMAN.sub("", text)
+    found = [m.group(0) for pattern in (FIRST_PERSON, FORBIDDEN) for m in pattern.finditer(text)]
+    assert not found, f"docs/{name}: {found}"
+
+
+@pytest.mark.parametrize("name", sorted(set(_pages()) - GENERATED))
+def test_pages_are_at_most_1500_words(name):
+    text = re.sub(r"```.*?```", "", _pages()[name], flags=re.S)  # shown output is not read as prose
+    words = len(text.split())
+    assert words <= MAX_WORDS, f"docs/{name}: {words} words (at most {MAX_WORDS} outside the generated reference)"
