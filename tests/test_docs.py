@@ -125,3 +125,102 @@ def test_pages_are_at_most_1500_words(name):
     text = re.sub(r"```.*?```", "", _pages()[name], flags=re.S)  # shown output is not read as prose
     words = len(text.split())
     assert words <= MAX_WORDS, f"docs/{name}: {words} words (at most {MAX_WORDS} outside the generated reference)"
+
+
+# ------------------------------------------------------------------------------------------ commands shown
+
+def _shown_commands() -> list[tuple[str, str]]:
+    """(page, command line) of every `autosync ...` command in a code block of docs/ (fenced or indented;
+    continuation lines joined, comments dropped), outside the generated command reference."""
+    found = []
+    for name, text in _pages().items():
+        if name in GENERATED:
+            continue
+        blocks = re.findall(r"```[a-z]*\n(.*?)```", text, re.S)
+        blocks += ["\n".join(line[4:] for line in block.splitlines())
+                   for block in re.findall(r"(?:^(?: {4}|\t).*\n?)+", re.sub(r"```.*?```", "", text, flags=re.S), re.M)]
+        for block in blocks:
+            joined = re.sub(r"\\\n\s*", " ", block)
+            for line in joined.splitlines():
+                line = line.strip().removeprefix("$ ")
+                line = re.sub(r"^torchrun .*?-m autosync\.cli ", "autosync ", line)  # the ranks' command
+                match = re.search(r"(?:^|&& )(autosync(?: .*)?)$", line)
+                if match:
+                    found.append((name, re.sub(r"\s+#.*$", "", match.group(1))))
+    return found
+
+
+def test_docs_show_commands():
+    assert len(_shown_commands()) > 25
+
+
+@pytest.mark.parametrize("page, command", _shown_commands())
+def test_every_command_shown_in_docs_parses(page, command):
+    """Each command a page shows names a real command and real options with values of the right type (the
+    command line's own parser, nothing run): a renamed option or command fails here."""
+    import shlex
+
+    import typer
+
+    from autosync.cli import app
+
+    args = shlex.split(command)[1:]
+    args = [a for a in args if "$" not in a]  # shell variables stand for values
+    group = typer.main.get_command(app)
+    ctx = group.make_context("autosync", list(args), resilient_parsing=False) if args[:1] == ["--version"] else None
+    if ctx is not None:
+        return
+    parent = group.make_context("autosync", [], resilient_parsing=True)
+    command_obj, rest = group, args
+    while hasattr(command_obj, "list_commands") and rest:
+        sub = command_obj.get_command(parent, rest[0])
+        assert sub is not None, f"docs/{page}: `{command}`: no command {rest[0]!r}"
+        command_obj, rest = sub, rest[1:]
+    try:
+        command_obj.make_context(command_obj.name, list(rest), parent=parent)
+    except Exception as exc:  # click's UsageError, BadParameter, ...
+        pytest.fail(f"docs/{page}: `{command}` does not parse: {exc}")
+
+
+# ------------------------------------------------------------------------------------------ the tutorial
+
+def _words(transcript: str) -> list[str]:
+    """The words of a command's output: numbers, times, dates and table rules left out, since they vary
+    with the machine; what is left is the output's structure and its verdicts."""
+    return re.findall(r"[A-Za-z][A-Za-z_'-]*", re.sub(r"\d+(?:[.:]\d+)*", " ", transcript))
+
+
+def test_each_tutorial_page_shows_the_output_of_each_of_its_steps():
+    make = _load("make_tutorial")
+    for part, steps in make.PARTS.items():
+        page = (DOCS / "tutorial" / f"{part}.md").read_text()
+        included = re.findall(rf'--8<-- "docs/tutorial/output/{part}/([a-z-]+)\.txt"', page)
+        shown = [s.name for s in steps if not s.command.startswith("export ")]
+        assert included == shown, (part, included, shown)
+        for step in steps:
+            transcript = (DOCS / "tutorial" / "output" / part / f"{step.name}.txt").read_text()
+            assert transcript.startswith(f"$ {step.command}\n"), (part, step.name)
+            if step.command.startswith("export "):
+                assert step.command in page, (part, step.command)
+    for name in make.FIGURES:
+        assert (DOCS / "tutorial" / "img" / name).is_file(), name
+
+
+@pytest.mark.slow
+@pytest.mark.processes
+@pytest.mark.distributed
+def test_the_tutorial_runs_and_prints_what_its_pages_show(tmp_path):
+    """docs/scripts/make_tutorial.py runs every step in a fresh folder (each must exit 0); what the simulator
+    steps print must read as the committed pages show it, numbers aside. The real-clock steps of part 3
+    measure this machine, so only their commands and exit codes are held."""
+    make = _load("make_tutorial")
+    assert make.main(["--out", str(tmp_path)]) == 0
+    for part, steps in make.PARTS.items():
+        for step in steps:
+            fresh = (tmp_path / part / f"{step.name}.txt").read_text()
+            committed = (DOCS / "tutorial" / "output" / part / f"{step.name}.txt").read_text()
+            assert fresh.splitlines()[0] == committed.splitlines()[0]
+            if not step.real_clock:
+                assert _words(fresh) == _words(committed), \
+                    (f"docs/tutorial/output/{part}/{step.name}.txt differs from what the command prints now: "
+                     "run python docs/scripts/make_tutorial.py")

@@ -46,7 +46,7 @@ PARTS: dict[str, list[Step]] = {
     "first-tune": [
         Step("tune", "autosync tune --space static_k --n-trials 8"),
         Step("tune-again", "autosync tune --space static_k --n-trials 8"),
-        Step("cache-show", "autosync cache show"),
+        Step("cache-list", "autosync cache list"),
         Step("run-tuned", "autosync run --policy tuned --plot"),
     ],
     "own-model": [
@@ -71,7 +71,7 @@ PARTS: dict[str, list[Step]] = {
 # Figures the pages show: (part, file the commands wrote, relative to the work folder) -> docs/tutorial/img/NAME
 FIGURES = {
     "first-tune-history.png": ("first-tune", "results/tune/digits_default-static_k/optimization_history.png"),
-    "first-tune-run.png": ("first-tune", "results/runs/digits_default/tuned-seed0/plot.png"),
+    "first-tune-run.png": ("first-tune", "results/runs/digits_default/backup-seed0/plot.png"),
     "own-cluster-sim-vs-real.png": ("own-cluster", "results/tune/majority_lstm-profiled-static_k/sim_vs_real.png"),
 }
 
