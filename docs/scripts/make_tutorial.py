@@ -19,7 +19,6 @@ third part are compared by their commands and exit codes only, since what they m
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import subprocess
@@ -97,7 +96,6 @@ def run_part(part: str, work: Path, out: Path) -> dict[str, int]:
         codes[step.name] = code
         body = "\n".join(line.rstrip() for line in text.replace(str(work) + "/", "").splitlines())
         (out / part / f"{step.name}.txt").write_text(f"$ {step.command}\n{body}\n".rstrip() + "\n")
-    (out / part / "exit_codes.json").write_text(json.dumps(codes, indent=1) + "\n")
     return codes
 
 
