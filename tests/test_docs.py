@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import sys
 import typing
 from pathlib import Path
 
@@ -21,6 +22,7 @@ MAX_WORDS = 1500
 def _load(name: str):
     spec = importlib.util.spec_from_file_location(name, DOCS / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
