@@ -60,7 +60,7 @@ def test_the_commands_page_lists_every_command_argument_and_option():
         for param in command.params:
             for flag in (param.opts + param.secondary_opts if param.param_type_name == "option"
                          else [param.name]):
-                assert re.search(rf"`[^`]*(?<![\w-]){re.escape(flag)}(?![\w-])", sections[name]), \
+                assert re.search(rf"^\| `[^`]*(?<![\w-]){re.escape(flag)}(?![\w-])[^`]*` \|", sections[name], re.M), \
                     f"{name}: {flag} is not in docs/reference/commands.md"
                 seen += 1
 
@@ -226,3 +226,24 @@ def test_the_tutorial_runs_and_prints_what_its_pages_show(tmp_path):
                 assert _words(fresh) == _words(committed), \
                     (f"docs/tutorial/output/{part}/{step.name}.txt differs from what the command prints now: "
                      "run python docs/scripts/make_tutorial.py")
+
+
+def test_every_switch_that_is_on_by_default_can_be_turned_off():
+    """A boolean option whose default is on is listed, and accepted, with its off switch (--no-fit)."""
+    import typer
+
+    from autosync.cli import app
+
+    root = typer.main.get_command(app)
+    ctx = root.make_context("autosync", [], resilient_parsing=True)
+    stack, seen = [root], 0
+    while stack:
+        command = stack.pop()
+        if hasattr(command, "list_commands"):
+            stack += [command.get_command(ctx, name) for name in command.list_commands(ctx)]
+            continue
+        for param in command.params:
+            if param.param_type_name == "option" and param.default is True:
+                assert param.secondary_opts, f"{command.name} {param.opts[0]}: on by default, no way to turn it off"
+                seen += 1
+    assert seen >= 2  # calibrate --fit, tune --transfer

@@ -64,6 +64,9 @@ def _records(command: Any, name: str) -> tuple[list[tuple[str, str]], list[tuple
         if record is None:
             continue
         flags, help_text = record
+        missing = [o for o in getattr(param, "secondary_opts", []) if o not in flags]
+        if missing:  # a boolean flag's off switch (--no-fit), which typer's help record leaves out
+            flags = f"{flags} / {', '.join(missing)}"
         (arguments if param.param_type_name == "argument" else options).append((flags, help_text or ""))
     if not any("--help" in flags for flags, _ in options):
         options.append(("--help", "Show the command's help and exit."))
