@@ -50,15 +50,15 @@ PARTS: dict[str, list[Step]] = {
     ],
     "own-model": [
         Step("validate", "autosync validate examples/sequences/job.yaml"),
-        Step("tune", "autosync tune examples/sequences/job.yaml --space static_k --n-trials 6"),
+        Step("tune", "autosync tune examples/sequences/job.yaml --space static_k --n-trials 4"),
         Step("run-tuned", "autosync run examples/sequences/job.yaml --policy tuned"),
     ],
     "own-cluster": [
         Step("path", "export PYTHONPATH=$PWD/examples/sequences"),
-        Step("profile", "autosync profile examples/sequences/job.yaml --rounds 3 --check --check-updates 20",
+        Step("profile", "autosync profile examples/sequences/job.yaml --rounds 2 --check --check-updates 10",
              real_clock=True),
         Step("tune", "autosync tune results/profiles/majority_lstm/profiled_job.yaml --space static_k "
-                     "--n-trials 6 --backend processes --clock real --verify-top 2", real_clock=True),
+                     "--n-trials 4 --backend processes --clock real --verify-top 2", real_clock=True),
         Step("run-tuned", "autosync run results/profiles/majority_lstm/profiled_job.yaml --policy tuned "
                           "--backend processes --clock real", real_clock=True),
         Step("torchrun", "torchrun --standalone --nproc-per-node 3 -m autosync.cli run "
