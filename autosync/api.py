@@ -580,8 +580,8 @@ class Replay:
 
 def replay(logs: str | Path, options: ReplayOptions | None = None, *,
            phase: Phase = _no_phase, **fields: Any) -> Replay:
-    """Replay switch-point searches on a Sync-Switch log folder (the paper's published runs, e.g.
-    ../shared/data/sync_switch_logs/cifar10_res32): binary search, the cost-ordered ladder and TPE with
+    """Replay switch-point searches on a Sync-Switch log folder (the paper's published runs, shipped as
+    `autosync.data.SYNC_SWITCH_LOGS`, autosync/data/sync_switch_logs/cifar10_res32): binary search, the cost-ordered ladder and TPE with
     each of `tpe_trials` trials, `simulations` searches per strategy and setting (`autosync.search.replay`).
 
     Args:

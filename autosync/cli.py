@@ -113,6 +113,8 @@ def _command(options_type: type, group: Any = None,
             m = f.metadata
             default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
             flags = [flag_of(f), *([m["short"]] if m["short"] else [])]
+            if default is True:  # a switch that is on by default needs its off switch: --fit/--no-fit
+                flags[0] = f"{flags[0]}/--no-{flags[0].removeprefix('--')}"
             generated.append(inspect.Parameter(
                 f.name, inspect.Parameter.KEYWORD_ONLY, annotation=m["cli_type"] or hints[f.name],
                 default=typer.Option(default, *flags, help=m["help"], min=m["ge"], max=m["le"])))
@@ -533,7 +535,7 @@ def tune(
 @_command(ReplayOptions)
 def replay(
     logs: Path = typer.Argument(..., help="A Sync-Switch log folder (baseline/, switch_exp/), e.g. the paper's "
-                                "published logs in ../shared/data/sync_switch_logs/cifar10_res32."),
+                                "published logs shipped in autosync/data/sync_switch_logs/cifar10_res32."),
     out: Path = typer.Option(Path("results/replay_sync_switch"), help="Where table.md and table.json go."),
     *, options: ReplayOptions,
 ) -> None:

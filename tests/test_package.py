@@ -57,6 +57,8 @@ def test_wheel_ships_spaces_default_job_and_baselines(tmp_path):
         names = set(archive.namelist())
         expected = {f"autosync/data/{p.relative_to(DATA_DIR).as_posix()}"
                     for folder in (SPACE_DIR, BASELINE_DIR) for p in folder.glob("*.yaml")}
+        expected |= {f"autosync/data/{p.relative_to(DATA_DIR).as_posix()}"  # the Sync-Switch logs replay reads
+                     for p in (DATA_DIR / "sync_switch_logs").rglob("*") if p.is_file()}
         assert expected <= names, sorted(expected - names)
         for name in expected:  # the files themselves, not links or stale copies
             assert archive.read(name) == (DATA_DIR / name.removeprefix("autosync/data/")).read_bytes(), name

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from autosync.data import SYNC_SWITCH_LOGS
 from tests.conftest import autosync, no_traceback
 
 TINY = ("name: tiny\nworkload: {dataset: {name: digits}, model: {name: logreg}}\ncluster: {n_workers: 4}\n"
@@ -295,7 +296,7 @@ def test_an_out_name_too_long_for_the_file_system_is_one_line(tmp_path):
 # ---------------------------------------------------------------- reports, logs and output files
 
 ROBUSTNESS = Path(__file__).resolve().parents[1] / "results" / "robustness"
-SWITCH_LOGS = Path(__file__).resolve().parents[2] / "shared" / "data" / "sync_switch_logs" / "cifar10_res32"
+SWITCH_LOGS = SYNC_SWITCH_LOGS  # the paper's published logs, shipped in autosync/data/sync_switch_logs
 
 
 def _damaged_report(folder: Path, where: str) -> Path:
@@ -364,7 +365,6 @@ def _damaged_logs(folder: Path, damage: str) -> Path:
     return logs
 
 
-@pytest.mark.skipif(not SWITCH_LOGS.is_dir(), reason="../shared/data/sync_switch_logs is not beside the repository")
 @pytest.mark.parametrize("damage, message", [
     ("nan", "baseline/bsp/acc_proc.csv: the last row's Value must be a finite number >= 0, but got nan"),
     ("equal", "baseline: the ASP runs must take more steps than the BSP runs (an ASP step consumes one worker "

@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 
 from autosync.core.errors import UserError
+from autosync.data import SYNC_SWITCH_LOGS
 from autosync.search.replay import (TABLE_II_SETTINGS, ReplayBackend, SearchSetting, binary_strategy,
                                     ladder_strategy, load_switch_logs, replay_table, simulate_searches, tpe_strategy)
 from autosync.search.space import SPACE_DIR
 from tests.conftest import autosync, no_traceback
 
-REAL_LOGS = Path(__file__).resolve().parents[2] / "shared" / "data" / "sync_switch_logs" / "cifar10_res32"
+REAL_LOGS = SYNC_SWITCH_LOGS  # the paper's published logs, shipped in autosync/data/sync_switch_logs
 BSP_STEPS, ASP_STEPS = 800, 6400  # a BSP step consumes 8 worker batches
 
 
@@ -73,7 +74,6 @@ def test_replay_is_reproducible_and_tpe_records_a_constrained_study(tmp_path):
     assert first[1][0].mean_cost >= 2.0  # two BSP runs set A
 
 
-@pytest.mark.skipif(not REAL_LOGS.is_dir(), reason="../shared/data/sync_switch_logs is not beside the repository")
 def test_binary_search_cost_on_the_published_logs_is_near_table_ii():
     logs = load_switch_logs(REAL_LOGS)
     _, rows = replay_table(logs, {"binary": binary_strategy(4)}, 200, 0, TABLE_II_SETTINGS)

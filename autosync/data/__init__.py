@@ -24,3 +24,6 @@ DATA_DIR = _root()
 SPACE_DIR = DATA_DIR / "search_spaces"  # the shipped search spaces: `--space NAME` is SPACE_DIR/NAME.yaml
 BASELINE_DIR = DATA_DIR / "baselines"  # reference jobs and job families
 DEFAULT_JOB_PATH = BASELINE_DIR / "digits_default.yaml"  # the job `autosync run` uses without a job file
+# The Sync-Switch paper's published ResNet-32 training logs (Apache-2.0; sync_switch_logs/README.md), which
+# `autosync replay` reads: `autosync replay SYNC_SWITCH_LOGS` replays the paper's Table II.
+SYNC_SWITCH_LOGS = DATA_DIR / "sync_switch_logs" / "cifar10_res32"

@@ -88,7 +88,7 @@ def load_switch_logs(folder: str | Path) -> SwitchLogs:
     root = Path(folder)
     if not (root / "baseline").is_dir():
         raise UserError(f"{root}: not a Sync-Switch log folder (no baseline/ with bsp* and asp* runs); "
-                        "expected e.g. ../shared/data/sync_switch_logs/cifar10_res32")
+                        "expected e.g. autosync/data/sync_switch_logs/cifar10_res32 (the shipped logs)")
     skipped: list[str] = []
     baselines: dict[float, list[LoggedSwitchRun]] = {0.0: [], 1.0: []}
     for run_dir in sorted((root / "baseline").iterdir()):

@@ -1,5 +1,5 @@
 """Writes results/sync_switch_server/README.md from the leaderboards and the throughput table that run.sh
-produced, the job file, and the paper's published ResNet-32 logs (../shared/data/sync_switch_logs); every
+produced, the job file, and the paper's published ResNet-32 logs (autosync/data/sync_switch_logs); every
 figure in the README is computed here from those files.
 
 Run from the repository root after the other steps of run.sh: `python results/sync_switch_server/make_readme.py`.
@@ -15,7 +15,7 @@ from pathlib import Path
 from autosync.core.job import load_job
 
 HERE = Path(__file__).parent
-LOGS = Path("../shared/data/sync_switch_logs/cifar10_res32/baseline")
+LOGS = Path("autosync/data/sync_switch_logs/cifar10_res32/baseline")
 BSP = "sync_switch(switch_at=1.0)"
 SWITCH = 0.0625  # the paper's setup-1 policy (Table I, P1)
 CHOSEN = f"compose(barrier=bsp,update=dana_slim,schedule=sync_switch,switch_at={SWITCH})"
@@ -165,7 +165,7 @@ every policy); the virtual clock charges the paper's job, ResNet-32 on K80s:
   `autosync.workloads.models.CifarResNet(32)`), so one pull or push takes **tau = {tau * 1e3:.1f} ms**; applying
   an update costs {server.apply_seconds:g} s (an SGD step of {params / 1e6:.2f} M parameters is far below a millisecond).
 - **Compute: {compute:.3f} s per batch** ({cl.compute.seconds_per_sample * 1e3:.3f} ms x B = {B}), read off the
-  paper's own logs: its {logs['asp_runs']} whole-ASP ResNet-32 runs (`../shared/data/sync_switch_logs/cifar10_res32/
+  paper's own logs: its {logs['asp_runs']} whole-ASP ResNet-32 runs (`autosync/data/sync_switch_logs/cifar10_res32/
   baseline/asp_*`) took {logs['asp_step'] * 1e3:.1f} ms per global step, {logs['asp_steps_per_s']:.1f} steps/s, i.e.
   {logs['asp_worker_step']:.3f} s per step of each of the 8 workers; less one pull and one push (2 tau) that leaves
   {logs['asp_worker_step'] - 2 * tau:.4f} s of compute (the job's {compute:.4f} s). tau / compute =
