@@ -243,9 +243,6 @@ def check_composition(policy: Composed) -> None:
             raise ValueError(f"update {policy.update} applies one gradient per update (DANA paper, Algorithms "
                              f"3-10): it needs barrier asp or ssp, or a sync_switch/elastic schedule that uses it "
                              f"after the switch to ASP, but got barrier={policy.barrier}")
-    if policy.update in OUTER_UPDATES and policy.schedule != PLAIN["schedule"]:
-        raise ValueError(f"update {policy.update} is a local-update outer step; schedule {policy.schedule} swaps "
-                         f"the update rule at its switch, but got both")
     if policy.schedule != "none" and policy.barrier != "bsp":
         raise ValueError(f"schedule {policy.schedule} starts with BSP and switches to ASP (Sync-Switch sec. IV-A): "
                          f"it needs barrier bsp, but got barrier={policy.barrier}")

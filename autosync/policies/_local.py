@@ -177,12 +177,14 @@ class DelayedNesterov(UpdateRule):
 
     def init_state(self, params: "torch.Tensor", n_workers: int, opt: "OptimizerSpec") -> dict[str, Any]:
         self.opt = opt
-        return {"outer_momentum": params.new_zeros(params.shape), "changes": params.new_zeros(params.shape),
-                "count": 0, "delay": n_workers}
+        # the vectors start with the first change: a Sync-Switch schedule starts this rule at its switch
+        return {"outer_momentum": None, "changes": None, "count": 0, "delay": n_workers}
 
     def apply(self, params: "torch.Tensor", state: dict[str, Any], grad: "torch.Tensor", lr: float,
               arrivals: Sequence[Arrival]) -> "torch.Tensor":
         delta = lr * (grad + self.opt.weight_decay * params if self.opt.weight_decay else grad)
+        if state["changes"] is None:
+            state["outer_momentum"], state["changes"] = params.new_zeros(params.shape), params.new_zeros(params.shape)
         state["changes"].add_(delta)
         state["count"] += 1
         n = state["delay"]
@@ -211,7 +213,7 @@ class ElasticAveraging(UpdateRule):
 
     def init_state(self, params: "torch.Tensor", n_workers: int, opt: "OptimizerSpec") -> dict[str, Any]:
         self.opt = opt
-        return {"copies": [params] * n_workers}
+        return {"copies": [None] * n_workers}  # None: the worker starts from the center (its first task)
 
     def apply(self, params: "torch.Tensor", state: dict[str, Any], grad: "torch.Tensor", lr: float,
               arrivals: Sequence[Arrival]) -> "torch.Tensor":
@@ -226,7 +228,8 @@ class ElasticAveraging(UpdateRule):
         return center
 
     def params_for(self, worker: int, params: "torch.Tensor", state: dict[str, Any]) -> "torch.Tensor":
-        return state["copies"][worker]
+        copy = state["copies"][worker]
+        return params if copy is None else copy
 
 
 def check_outer(outer_lr: Any, outer_momentum: Any) -> None:
