@@ -207,3 +207,17 @@ def test_a_local_update_run_on_worker_processes_is_the_in_process_run_bit_for_bi
     reference = per_worker_run(job, policy, workload)
     real = simulate(job, policy, workload=workload, driver=ProcessDriver(workload, processes=2))
     _same_run(real, reference)
+
+
+def test_the_bandwidth_bound_family_draws_slow_links_and_the_other_families_none():
+    from pathlib import Path
+
+    from autosync.core.cluster import ServerModel
+    from autosync.family import load_family
+
+    baselines = Path(__file__).resolve().parents[1] / "baselines"
+    for job in load_family(baselines / "family_bandwidth.yaml").jobs(6):
+        transfer = ServerModel(job.cluster.server, model_bytes=4).transfer_seconds
+        assert 0.25 <= transfer <= 1.0
+    for job in load_family(baselines / "family_stragglers.yaml").jobs(6):
+        assert job.cluster.server.instant
