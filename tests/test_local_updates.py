@@ -50,7 +50,7 @@ def test_a_local_sgd_of_period_one_is_bsp_as_its_canonical_form():
 
 
 def test_local_sgd_without_momentum_averages_the_workers_local_models():
-    """Stich 2019, eq. 3: after H local steps the server's model is the mean of the workers' models; the run's
+    """Stich 2019, Algorithm 1: after H local steps the server's model is the mean of the workers' models; the run's
     parameters after one BSP round of H = 3 equal the mean of the n local SGD runs, each on its own batches."""
     job = NO_MOMENTUM.model_copy(update={"budget": NO_MOMENTUM.budget.model_copy(update={"max_updates": 1})})
     workload = Workload(job)

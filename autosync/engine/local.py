@@ -1,6 +1,6 @@
 """Local steps: a task of H steps runs H SGD steps on the worker's own copy and sends its change.
 
-Local SGD (Stich 2019, Algorithm 1; Lin et al. 2020, eq. 2), DiLoCo's inner loop (Douillard et al. 2023,
+Local SGD (Stich 2019, Algorithm 1; Lin et al. 2020), DiLoCo's inner loop (Douillard et al. 2023,
 Algorithm 1, lines 4-7), EASGD's tau local steps (Zhang et al. 2015, Algorithm 1) and asynchronous local
 SGD (Liu et al. 2024) all let a worker take H steps x_{j+1} = x_j - eta (g_j + lambda x_j) from the
 parameters x_0 it received before it communicates. The change is sent in units of a gradient,
@@ -9,7 +9,7 @@ parameters x_0 it received before it communicates. The change is sent in units o
 
 which the server's update rule applies as it applies a gradient (it adds lambda x itself): with one step u
 is the gradient g_0 itself, so H = 1 is today's policies bit for bit, and the job's plain SGD applied to the
-mean u of k workers is the average of their local models (Stich 2019, eq. 3) for a job without momentum.
+mean u of k workers is the average of their local models (Stich 2019, Algorithm 1) for a job without momentum.
 
 The driver computes each step's gradient (step j of a task starting at index i is the worker's step
 i + j: its own mini-batch), so every backend that computes the same gradients gives the same changes;

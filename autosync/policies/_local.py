@@ -4,15 +4,15 @@ The engine runs a task of H steps and sends its change u in units of a gradient 
 x_0 - eta (u + lambda x_0) is the worker's copy after its H steps), so the strategies here choose only how
 many steps each task takes (the `local` slot) and how the server applies the changes (the `update` slot):
 
-- Local SGD (Stich 2019, Algorithm 1; Lin et al. 2020, eq. 2): H local steps, then the server averages the
+- Local SGD (Stich 2019, Algorithm 1; Lin et al. 2020): H local steps, then the server averages the
   workers' models, which the job's SGD applied to the mean change is (under any barrier: BSP averages all
   n, backup workers the fastest k).
-- Local steps from each worker's speed (Liu et al. 2024, sec. 3: a worker does as many steps as its speed
+- Local steps from each worker's speed (Liu et al. 2024: a worker does as many steps as its speed
   allows in the time the fastest takes for H).
 - AdaComm (Wang & Joshi 2019): the period tau_l = ceil(sqrt(F(x_l) / F(x_0)) tau_0), recomputed every
   interval from the training loss.
 - DiLoCo (Douillard et al. 2023, Algorithm 1): the outer step is Nesterov momentum on the averaged change.
-- Asynchronous local SGD (Liu et al. 2024, Algorithm 1, "delayed Nesterov"): each change is applied on
+- Asynchronous local SGD (Liu et al. 2024, the "delayed Nesterov" update): each change is applied on
   arrival; the momentum is updated only once every N changes (N = n workers), with their mean, and in
   between each change moves the model by c = 1/N of its own outer step.
 - EASGD (Zhang, Choromanska and LeCun 2015, Algorithm 1 (asynchronous) and eqs. 5-6 (synchronous)): every
@@ -73,7 +73,7 @@ class FixedPeriod(LocalSteps):
 
 
 class SpeedPeriod(LocalSteps):
-    """Local steps from each worker's speed (Liu et al. 2024, sec. 3): the fastest worker takes `period`
+    """Local steps from each worker's speed (Liu et al. 2024): the fastest worker takes `period`
     steps, worker i takes max(1, round(period * s_i / s_max)) with s the steps per second of its last task
     (arrival time minus start, over its steps: compute and communication). `period` before a worker's
     first task is back."""
@@ -163,7 +163,7 @@ class OuterNesterov(UpdateRule):
 
 
 class DelayedNesterov(UpdateRule):
-    """Asynchronous local SGD's outer step (Liu et al. 2024, Algorithm 1, delayed Nesterov): each change
+    """Asynchronous local SGD's outer step (Liu et al. 2024, the delayed Nesterov update): each change
     Delta_t = eta (u + lambda x) is added to a buffer; at every N-th (N = n workers) the momentum becomes
     m <- mu m + buffer / N and x <- x - outer_lr (Delta_t + mu m), and the buffer empties; in between,
     x <- x - outer_lr c Delta_t with c = 1/N. Under a barrier that aggregates, Delta_t is the mean change."""
