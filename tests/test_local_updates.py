@@ -221,3 +221,30 @@ def test_the_bandwidth_bound_family_draws_slow_links_and_the_other_families_none
         assert 0.25 <= transfer <= 1.0
     for job in load_family(baselines / "family_stragglers.yaml").jobs(6):
         assert job.cluster.server.instant
+
+
+def test_the_period_and_the_outer_step_are_searched_in_the_policy_and_composed_spaces():
+    import optuna
+
+    from autosync.policies import check_composition
+    from autosync.search.space import load_space, resolve_space_path
+
+    policy = load_space(resolve_space_path("policy", "policy"), 8)
+    for name in ("diloco", "async_local_sgd"):
+        assert {"period", "outer_lr", "outer_momentum"} <= set(policy.dimensions[name])
+    assert "period" in policy.dimensions["local_sgd"] and "period" in policy.dimensions["adacomm"]
+    assert set(LOCAL) <= {spec.partition(":")[0] for spec in policy.portfolio}
+    composed = load_space(resolve_space_path("composed", "composed"), 8)
+    assert {"local", "period", "outer_lr", "outer_momentum", "elastic_alpha"} <= set(composed.dimensions["compose"])
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    seen = set()
+    for _ in range(300):
+        trial = study.ask()
+        sampled = make_policy("compose", composed.suggest(trial)["params"])
+        check_composition(sampled)
+        seen.add((sampled.barrier, sampled.local, sampled.update))
+        study.tell(trial, 1.0)
+    assert {local for _, local, _ in seen} == {"none", "period", "speed", "adacomm"}
+    assert {("asp", "speed", "delayed_nesterov"), ("asp", "period", "easgd")} & seen
+    assert any(local != "none" and barrier == "backup" for barrier, local, _ in seen)  # k of n changes averaged
