@@ -20,7 +20,10 @@ COMPOSITIONS = {"compose-switch": {"schedule": "elastic", "switch_at": 0.3, "bat
                 "compose-backup-lbbsp": {"barrier": "backup", "k": 3, "batch": "lbbsp", "mode": "gpu"},
                 "compose-ssp-dana_dc": {"barrier": "ssp", "staleness": 1, "update": "dana_dc", "dc_lambda": 0.5},
                 "compose-sync_switch-lwp": {"schedule": "sync_switch", "switch_at": 0.3, "update": "lwp"},
-                "compose-greedy-lbbsp": {"schedule": "greedy", "switch_at": 0.5, "batch": "lbbsp", "mode": "cpu"}}
+                "compose-greedy-lbbsp": {"schedule": "greedy", "switch_at": 0.5, "batch": "lbbsp", "mode": "cpu"},
+                "compose-backup-local": {"barrier": "backup", "k": 3, "local": "period", "period": 3},
+                "compose-ssp-speed-delayed_nesterov": {"barrier": "ssp", "staleness": 1, "local": "speed", "period": 3,
+                                                       "update": "delayed_nesterov"}}
 
 
 @pytest.fixture(params=sorted(POLICIES) + sorted(COMPOSITIONS))
