@@ -43,6 +43,16 @@ def test_one_local_step_with_the_identity_outer_step_is_the_existing_policy_bit_
         assert a.metrics == b.metrics
 
 
+def test_diloco_with_one_step_and_the_identity_outer_step_is_bsp_bit_for_bit():
+    """outer_lr 1 and outer_momentum 0 make DiLoCo's outer step x - (eta u + 0 m): BSP's x - eta u, to the bit,
+    on a job whose own optimizer has no momentum (the job's momentum is BSP's, not DiLoCo's)."""
+    for job in (NO_MOMENTUM, small_job(budget={"max_updates": 30}, workload__optimizer={"lr": 0.1, "weight_decay": 0.01})):
+        a = simulate(job, make_policy("diloco", {"period": 1, "outer_lr": 1.0, "outer_momentum": 0.0}))
+        _same_run(a, simulate(job, make_policy("bsp")))
+    moved = simulate(NO_MOMENTUM, make_policy("diloco", {"period": 1}))  # the paper's 0.7 and 0.9 are not BSP
+    assert not torch.equal(moved.final_params, simulate(NO_MOMENTUM, make_policy("bsp")).final_params)
+
+
 def test_a_local_sgd_of_period_one_is_bsp_as_its_canonical_form():
     assert make_policy("local_sgd", {"period": 1}).canonical(4).name == "bsp"
     assert make_policy("local_sgd", {"period": 1, "steps": "speed"}).canonical(4).name == "bsp"
