@@ -41,12 +41,11 @@ def run_local_steps(driver: Driver, tasks: Sequence[Task], weight_decay: float) 
         driver.worker_gradients(steps)
         for i, step in zip(active, steps):
             task, g = tasks[i], step.gradient  # g may be the driver's memory, rewritten at its next call
-            if j == 0:
+            decayed = g + weight_decay * x[i] if weight_decay else g
+            if j == 0:  # the server adds lambda x_0 itself, as to a gradient
                 change[i] = g.clone()
                 task.loss = step.loss
-                decayed = g + weight_decay * x[i] if weight_decay else g
             else:
-                decayed = g + weight_decay * x[i] if weight_decay else g
                 change[i].add_(decayed)
             if j + 1 < task.steps:
                 x[i] = x[i] - task.local_lr * decayed
