@@ -159,6 +159,15 @@ class SpeedDraw(_Strict):
     slowdown: Drawn = Range(low=1.0, high=4.0)  # a slow worker's factor: its speed is 1 / factor
 
 
+class ServerDraw(_Strict):
+    """The parameter server's link of a drawn job (`ServerSpec`): a large model on a slow link makes every
+    pull and push cost model_bytes / bandwidth seconds, queued first come first served (bandwidth-bound)."""
+
+    bandwidth: Drawn  # bytes per virtual second of the server's link, each direction
+    model_bytes: Drawn  # bytes of the parameters and of a change, whatever the workload's own model
+    shards: Drawn = 1  # parameter-server shards, each with its own link
+
+
 class WorkloadDraw(_Strict):
     """One workload of the family, with the target and budget that make sense for it."""
 
@@ -186,6 +195,7 @@ class FamilySpec(_Strict):
     round_trips: list[RoundTripDraw] = Field(min_length=1)  # one drawn per job
     speed_factors: SpeedDraw = SpeedDraw()  # static heterogeneity
     workloads: list[WorkloadDraw] = Field(min_length=1)  # one drawn per job
+    server: ServerDraw | None = None  # the server's link (None: instant, the families before bandwidth-bound ones)
 
     def job(self, index: int) -> JobSpec:
         """Job `index` of the family: a pure function of (seed, index)."""
@@ -200,11 +210,16 @@ class FamilySpec(_Strict):
             round_trip["scale"] = round((shape - 1) / shape, 6)  # mean multiplier scale * shape / (shape - 1) = 1
         budget = chosen.budget.max_virtual_seconds
         slowdowns = _draw_slowdowns(entry.slowdowns, n, budget, rng) if entry.slowdowns else []
+        # drawn last: the jobs of a family without a server are what they were before servers were drawn
+        server = None if self.server is None else {
+            "bandwidth": float(draw(self.server.bandwidth, rng)), "model_bytes": int(draw(self.server.model_bytes, rng)),
+            "shards": int(draw(self.server.shards, rng))}
         data = {
             "name": f"{self.name}-{index:03d}",
             "workload": self.workload_at(chosen, momentum),
             "cluster": {"n_workers": n, "round_trip": round_trip, "compute": self.compute.model_dump(mode="json"),
-                        "speed_factors": _draw_speeds(self.speed_factors, n, rng), "slowdowns": slowdowns},
+                        "speed_factors": _draw_speeds(self.speed_factors, n, rng), "slowdowns": slowdowns,
+                        **({"server": server} if server is not None else {})},
             "target": chosen.target.model_dump(mode="json"),
             "budget": chosen.budget.model_dump(mode="json"),
             "seed": 0,

@@ -13,6 +13,8 @@ of n workers:
 - LB-BSP over its modes (auto, gpu, cpu) and rules (fixed, sqrt, linear);
 - Sync-Switch at the switch points 1/16, 1/8, 1/4, 1/2, each with six (configuration, BSP-phase rule,
   ASP-phase rule) settings;
+- local updates: local SGD with periods 2, 4, 8, 16, AdaComm from 8, DiLoCo with periods 8 and 16,
+  asynchronous local SGD and EASGD with period 8, each with its paper's outer step;
 - compositions: strong single settings of each family with the strategy of another paper that the
   `composed` space adds to them (`autosync.policies.cross_paper_neighbours`: LB-BSP's batches, DANA-Slim's
   look-ahead), and Sync-Switch's elastic straggler schedule.
@@ -51,7 +53,9 @@ SYNC_SWITCH_SETTINGS = (("sync_switch", None, "fixed"), ("sync_switch", None, "s
                         ("none", None, "fixed"), ("none", None, "sqrt_staleness"))
 DANA_VARIANTS = ("dana_zero", "dana_slim")  # plus dana_dc over DC_LAMBDAS
 DANA_APPENDIX = ("nag_asgd", "multi_asgd", "dc_asgd", "lwp")  # the DANA paper's baselines (app. A)
-FAMILIES = ("static k", "asp", "ssp", "dana", "dana appendix", "dbw", "bdbw", "lbbsp", "sync_switch", "composed")
+LOCAL_PERIODS = (2, 4, 8, 16)  # local SGD's H
+FAMILIES = ("static k", "asp", "ssp", "dana", "dana appendix", "dbw", "bdbw", "lbbsp", "sync_switch", "local update",
+            "composed")
 
 
 def held_out_seeds(job: JobSpec, count: int = HELD_OUT_SEEDS, offset: int = HELD_OUT_OFFSET) -> list[int]:
@@ -113,6 +117,8 @@ def reference_policies(n_workers: int) -> list[dict[str, Any]]:
     grid += [p("lbbsp", mode=m, lr_rule=r) for m in LBBSP_MODES for r in LBBSP_RULES]
     grid += [p("sync_switch", switch_at=s, config=c, lr_rule=bsp, asp_lr_rule=asp)
              for s in SWITCH_POINTS for c, bsp, asp in SYNC_SWITCH_SETTINGS]
+    grid += [p("local_sgd", period=h) for h in LOCAL_PERIODS] + [p("adacomm", period=8)]
+    grid += [p("diloco", period=h) for h in (8, 16)] + [p("async_local_sgd", period=8), p("easgd", period=8)]
     grid += compositions(n_workers)
     seen, out = set(), []
     for policy in grid:
@@ -130,7 +136,9 @@ def family_of(policy: dict[str, Any]) -> str:
 
     instance = policy_from_dict(policy)
     for family, classes in (("static k", (p.BSP, p.BackupWorkers)), ("dana", (p.DANAZero, p.DANASlim, p.DANADC)),
-                            ("dana appendix", (p.NAGASGD, p.MultiASGD, p.DCASGD, p.LWP)), ("composed", (p.Composed,))):
+                            ("dana appendix", (p.NAGASGD, p.MultiASGD, p.DCASGD, p.LWP)),
+                            ("local update", (p.LocalSGD, p.AdaComm, p.DiLoCo, p.AsyncLocalSGD, p.EASGD)),
+                            ("composed", (p.Composed,))):
         if isinstance(instance, classes):
             return family
     return instance.name

@@ -44,5 +44,7 @@ autosync robustness baselines/family_stragglers.yaml --jobs 24 --seeds 2 --n-job
 python results/server_throughput/make_table.py
 # Sync-Switch with the server in the cluster model: leaderboards, throughput against n and the link, README (about 7-12 minutes).
 bash results/sync_switch_server/run.sh
+# Local SGD / DiLoCo, AdaComm, asynchronous local SGD: the papers' headline shapes (about 20-30 minutes).
+python results/local_updates/reproduce.py communications adacomm stragglers
 # Sync-Switch's Table II on its published logs (about 20 s): binary search, the ladder and TPE, 1000 searches each.
 autosync replay autosync/data/sync_switch_logs/cifar10_res32 --simulations 1000 --seed 0

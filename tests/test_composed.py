@@ -220,7 +220,7 @@ def test_a_conditional_discrete_space_counts_only_the_points_its_conditions_allo
     assert space.size() == 1 + (2 + 3) + 6
     space = load_space(resolve_space_path("composed", "static_k"), 8)
     assert space.trial_params({"policy": "compose", "params": {"barrier": "bsp"}}) == {
-        "compose.barrier": "bsp", "compose.schedule": "none", "compose.batch": "equal"}
+        "compose.barrier": "bsp", "compose.schedule": "none", "compose.local": "none", "compose.batch": "equal"}
 
 
 def test_a_refused_composition_behind_a_number_s_condition_is_found(tmp_path):

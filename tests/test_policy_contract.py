@@ -20,7 +20,10 @@ COMPOSITIONS = {"compose-switch": {"schedule": "elastic", "switch_at": 0.3, "bat
                 "compose-backup-lbbsp": {"barrier": "backup", "k": 3, "batch": "lbbsp", "mode": "gpu"},
                 "compose-ssp-dana_dc": {"barrier": "ssp", "staleness": 1, "update": "dana_dc", "dc_lambda": 0.5},
                 "compose-sync_switch-lwp": {"schedule": "sync_switch", "switch_at": 0.3, "update": "lwp"},
-                "compose-greedy-lbbsp": {"schedule": "greedy", "switch_at": 0.5, "batch": "lbbsp", "mode": "cpu"}}
+                "compose-greedy-lbbsp": {"schedule": "greedy", "switch_at": 0.5, "batch": "lbbsp", "mode": "cpu"},
+                "compose-backup-local": {"barrier": "backup", "k": 3, "local": "period", "period": 3},
+                "compose-ssp-speed-delayed_nesterov": {"barrier": "ssp", "staleness": 1, "local": "speed", "period": 3,
+                                                       "update": "delayed_nesterov"}}
 
 
 @pytest.fixture(params=sorted(POLICIES) + sorted(COMPOSITIONS))
@@ -95,6 +98,11 @@ PARAMETER_CASES: dict[str, dict[str, tuple]] = {
     "dc_asgd": {"dc_lambda": (1.0, -1.0)},
     "lwp": {"horizon": (2.0, -1.0)},
     "ssp": {"staleness": (1, -1)},
+    "local_sgd": {"period": (4, 0), "steps": ("speed", "random")},
+    "adacomm": {"period": (4, 0), "interval_seconds": (5.0, -1.0)},
+    "diloco": {"period": (4, 0), "outer_lr": (1.0, -1.0), "outer_momentum": (0.5, 1.0)},
+    "async_local_sgd": {"period": (4, 0), "outer_lr": (1.0, -1.0), "outer_momentum": (0.5, 1.0)},
+    "easgd": {"period": (4, 0), "elastic_alpha": (0.5, 0.0)},
     "split": {"fractions": ([0.4, 0.3, 0.2, 0.1], [0.5, 0.5, 0.5, -0.5])},
     "lbbsp": {"mode": ("gpu", "tpu"), "delta": (3, 0), "window": (3, 0), "fine_delta": (2, 0), "fine_window": (10, 0),
               "memory_threshold": (0.9, 1.5), "predictor": ("ema", "oracle"), "warmup": (10, 1),
@@ -111,7 +119,11 @@ PARAMETER_CASES: dict[str, dict[str, tuple]] = {
                 "dc_lambda": (1.0, -1.0, {"barrier": "asp", "update": "dc_asgd"}),
                 "switch_at": (0.5, 1.5, {"schedule": "sync_switch"}), "config": ("none", "all", {"schedule": "sync_switch"}),
                 "asp_lr_rule": ("staleness", "sometimes", {"barrier": "asp", "update": "dana_slim"}),
-                "bsp_lr_rule": ("sqrt", "sometimes", {"schedule": "elastic", "update": "dana_slim"})},
+                "bsp_lr_rule": ("sqrt", "sometimes", {"schedule": "elastic", "update": "dana_slim"}),
+                "local": ("period", "sometimes"), "period": (4, 0, {"local": "period"}),
+                "outer_lr": (1.0, -1.0, {"local": "period", "update": "outer_nesterov"}),
+                "outer_momentum": (0.5, 1.0, {"local": "period", "update": "outer_nesterov"}),
+                "elastic_alpha": (0.5, 0.0, {"barrier": "asp", "local": "period", "update": "easgd"})},
 }
 # Policies no shipped search space offers, and why.
 NOT_SEARCHED = {name: "a baseline the DANA paper compares against; DANA-Slim and DANA-DC dominate it there"

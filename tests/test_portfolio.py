@@ -32,7 +32,8 @@ def _time(policy: dict) -> float:
         return 52.0 + 3 * abs(params["k"] - 4) + (0 if params["lr_rule"] == "fixed" else 4)
     return {"bsp": 120.0, "ssp": 70.0 + params.get("staleness", 0), "dbw": 80.0, "bdbw": 90.0,
             "sync_switch": 100.0, "dana_slim": 75.0, "dana_zero": 74.0, "lwp": 76.0, "dana_dc": 78.0,
-            "lbbsp": 110.0}[name]
+            "lbbsp": 110.0, "local_sgd": 85.0, "adacomm": 88.0, "diloco": 82.0, "async_local_sgd": 72.0,
+            "easgd": 95.0}[name]
 
 
 def _search(sampler: str, seed: int, trials: int = 20) -> optuna.Study:

@@ -39,6 +39,9 @@ def test_the_grid_holds_every_family_and_every_static_k_under_the_four_rules():
     assert {p["switch_at"] for p in _named(grid, "sync_switch")} == {1 / 16, 1 / 8, 1 / 4, 1 / 2}
     composed = _named(grid, "compose")
     assert {"lbbsp"} <= {c["batch"] for c in composed} and "dana_slim" in {c["update"] for c in composed}
+    assert {p["period"] for p in _named(grid, "local_sgd")} == {2, 4, 8, 16}
+    for name in ("adacomm", "async_local_sgd", "easgd"):
+        assert len(_named(grid, name)) == 1, name
     assert {family_of(p) for p in grid} == set(FAMILIES)
     assert len({make_policy(p["policy"], p["params"]).canonical(n).to_json() for p in grid}) == len(grid)
 

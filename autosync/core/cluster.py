@@ -40,6 +40,18 @@ class RoundTripModel:
         compute = self.compute_seconds(worker, batch_size, start)
         return float(compute * self.noise(worker, task) + self.spec.communication_seconds)
 
+    def local_round_trip(self, worker: int, first_step: int, steps: int, batch_size: int, start: float) -> float:
+        """Seconds from the moment `worker` starts `steps` local steps (its steps first_step .. first_step +
+        steps - 1) at virtual time `start` to the arrival of its change: each step's compute time with its own
+        random multiplier, plus one communication time (one exchange per task, whatever its steps). With one
+        step it is `round_trip`, to the bit. The compute time of every step is read at `start` (slowdowns
+        that begin or end during the task do not split it)."""
+        if steps == 1:
+            return self.round_trip(worker, first_step, batch_size, start)
+        compute = self.compute_seconds(worker, batch_size, start)
+        total = sum(compute * self.noise(worker, first_step + j) for j in range(steps))
+        return float(total + self.spec.communication_seconds)
+
     def compute_seconds(self, worker: int, batch_size: int, start: float) -> float:
         """Mean compute time of a batch on `worker` at time `start` (before the random multiplier)."""
         base = self.base_compute_seconds(batch_size)
@@ -177,10 +189,12 @@ class ComputeUnits:
         """How long `worker`'s gradient of `batch_size` samples occupies its unit."""
         return batch_seconds(self.spec.compute, batch_size) / self._speed[self.unit_of(worker)]
 
-    def compute(self, worker: int, start: float, batch_size: int) -> float:
-        """When the gradient of a task of `worker` that can start at `start` has been computed."""
+    def compute(self, worker: int, start: float, batch_size: int, steps: int = 1) -> float:
+        """When the gradient (or the `steps` local steps) of a task of `worker` that can start at `start` has
+        been computed."""
         unit = self.unit_of(worker)
-        done = max(start, self._free[unit]) + self.seconds(worker, batch_size)
+        seconds = self.seconds(worker, batch_size)
+        done = max(start, self._free[unit]) + (seconds if steps == 1 else steps * seconds)
         self._free[unit] = done
         return done
 

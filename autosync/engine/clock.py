@@ -78,7 +78,7 @@ class VirtualClock:
             begin = task.start if self.server is None else self.server.pull(task.start)
             ready = begin + round_trip
             if self.units is not None:
-                ready = max(ready, self.units.compute(task.worker, begin, task.batch_size))
+                ready = max(ready, self.units.compute(task.worker, begin, task.batch_size, task.steps))
             heapq.heappush(self._heap, (ready, task.worker, task.index))
             if self.server is not None:
                 self._to_push.add((task.worker, task.index))

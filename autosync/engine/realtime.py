@@ -20,6 +20,7 @@ import time
 from contextlib import contextmanager
 from typing import Iterator, Sequence
 
+from autosync.core.errors import UserError
 from autosync.engine.drivers.remote import Answer, RemoteDriver
 from autosync.policies import Task
 
@@ -47,6 +48,9 @@ class RealTimeClock:
         if self._origin is None:
             self._origin = now
         for task, round_trip in tasks:
+            if task.steps != 1:  # worker processes compute one gradient per task; the engine runs local steps
+                raise UserError(f"local steps run on the virtual clock only (the engine takes them between "
+                                f"gradients), but worker {task.worker} got a task of steps={task.steps} on --clock real")
             self._due[task.worker] = now + (round_trip * self.scale if self.inject else 0.0)
         self.driver.submit([task for task, _ in tasks])
 

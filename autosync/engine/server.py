@@ -14,10 +14,12 @@ from autosync.policies import Arrival, Strategies, Task
 
 @dataclass
 class Start:
-    """Worker `worker` starts a task on the newest parameters with batch size `batch_size`."""
+    """Worker `worker` starts a task on the newest parameters with batch size `batch_size`, of `steps` local
+    steps (1: one gradient)."""
 
     worker: int
     batch_size: int
+    steps: int = 1
 
 
 @dataclass
@@ -73,6 +75,7 @@ class Server:
         self.time = arrival.time
         self.busy[arrival.worker] = False
         self.strategies.batching.on_arrival(self, arrival)
+        self.strategies.local.on_arrival(self, arrival)
         barrier = self.strategies.barrier
         accepted = barrier.accept(self, arrival)
         if accepted:
@@ -98,7 +101,7 @@ class Server:
 
     def _starts(self, workers: tuple[int, ...] | None = None) -> list[Start]:
         """Start the idle workers among `workers` (all when None) that the barrier lets start now."""
-        barrier, batching = self.strategies.barrier, self.strategies.batching
+        barrier, batching, local = self.strategies.barrier, self.strategies.batching, self.strategies.local
         asked = range(self.n_workers) if workers is None else workers
-        return [Start(w, batching.batch_size(self, w)) for w in asked
+        return [Start(w, batching.batch_size(self, w), local.steps(self, w)) for w in asked
                 if not self.busy[w] and barrier.may_start(self, w)]

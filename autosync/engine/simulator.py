@@ -21,6 +21,7 @@ from autosync.core.cluster import ComputeUnits, RoundTripModel, ServerModel
 from autosync.engine.allocator import keep_freed_memory
 from autosync.engine.clock import Clock, VirtualClock
 from autosync.engine.drivers import Driver, FusingDriver, InProcessDriver
+from autosync.engine.local import run_local_steps
 from autosync.engine.server import Server, Start, Update
 from autosync.engine.trace import Trace
 from autosync.core.job import JobSpec
@@ -224,12 +225,13 @@ class Simulator:
         self.params = strategies.update.apply(self.params, self.update_state, aggregate, lr, arrivals)
         if self.buffers is not None:
             self.buffers = self._moved_buffers(arrivals, weights)
-        self.samples_applied += sum(a.task.batch_size for a in arrivals)
+        self.samples_applied += sum(a.task.batch_size * a.task.steps for a in arrivals)
         loss = sum(w * l for w, l in zip(weights, losses))
         stats = UpdateStats(arrivals, weights, aggregate, worker_grads, losses, lr, self.now,
                             momentum_of(self.update_state, self.job.workload.optimizer))
         strategies.barrier.after_update(self.server, stats)
         strategies.batching.after_update(self.server, stats)
+        strategies.local.after_update(self.server, stats)
         pause = strategies.schedule.after_update(self.server, strategies, stats, self._progress(),
                                                  self.update_state)
         if pause:  # a phase change stops the whole cluster: everything in flight arrives later too
@@ -270,6 +272,11 @@ class Simulator:
         """Aggregate gradient, per-worker gradients (when asked for) and local losses of one update."""
         strategies = self.strategies
         tasks = [a.task for a in arrivals]
+        local = [t for t in tasks if t.steps > 1 and t.gradient is None]
+        if local:  # their changes first: the tasks of one step then go the usual way (a fused pass if it can)
+            if strategies.barrier.always_applies:  # every in-flight change will be used: run them all now
+                local += [t for t in self.inflight.values() if t.steps > 1 and t.gradient is None]
+            run_local_steps(self.driver, local, self.job.workload.optimizer.weight_decay)
         pending = [t for t in tasks if t.gradient is None]
         same_params = all(t.params is tasks[0].params for t in tasks)
         if self.driver.fuses_workers and not strategies.needs_worker_gradients and len(pending) == len(tasks) \
@@ -278,7 +285,7 @@ class Simulator:
             return aggregate, None, losses
         if pending:
             if strategies.barrier.always_applies:  # every in-flight gradient will be used: batch them now
-                pending += [t for t in self.inflight.values() if t.gradient is None]
+                pending += [t for t in self.inflight.values() if t.gradient is None and t.steps == 1]
             self.driver.worker_gradients(pending)
         losses = [t.loss for t in tasks]
         if len(tasks) == 1 and weights[0] == 1.0:  # ASP: the aggregate is the gradient itself (1.0 * g == g)
@@ -319,13 +326,19 @@ class Simulator:
             if cap is not None and s.batch_size > cap:
                 raise ValueError(f"batch size of worker {s.worker} must be <= its memory cap {cap}, "
                                  f"but the policy chose {s.batch_size}")
-            index = self.task_counter[s.worker]
-            self.task_counter[s.worker] += 1
+            if not isinstance(s.steps, int) or s.steps < 1:
+                raise ValueError(f"local steps of worker {s.worker} must be an integer >= 1, but the policy "
+                                 f"chose steps={s.steps!r}")
+            index = self.task_counter[s.worker]  # the worker's steps so far: a task of H steps takes H indices
+            self.task_counter[s.worker] += s.steps
             task = Task(s.worker, index, self.server.version, s.batch_size, self.now,
-                        params=update_rule.params_for(s.worker, self.params, state), buffers=self.buffers)
+                        params=update_rule.params_for(s.worker, self.params, state), buffers=self.buffers,
+                        steps=s.steps,
+                        local_lr=self.workload.learning_rate(self.epoch) if s.steps > 1 else 0.0)
             self.inflight[s.worker] = task
             self.server.on_task_started(task)
-            dispatched.append((task, self.cluster.round_trip(s.worker, index, s.batch_size, self.now)))
+            dispatched.append((task, self.cluster.local_round_trip(s.worker, index, s.steps, s.batch_size,
+                                                                   self.now)))
         if dispatched:
             self.clock.dispatch(dispatched)  # all at once: one submission to the worker processes
 

@@ -5,7 +5,7 @@
 
 from autosync.policies._barriers import BoundedStaleness, FastestK, OnArrival
 from autosync.policies._base import (
-    Aggregation, Arrival, Barrier, Batching, Policy, Preset, Progress, Schedule, ServerView, Strategies, Strategy,
+    Aggregation, Arrival, Barrier, Batching, LocalSteps, Policy, Preset, Progress, Schedule, ServerView, Strategies, Strategy,
     Task, UpdateRule, UpdateStats,
 )
 from autosync.policies._classic import ASP, BSP, SSP, BackupWorkers
@@ -15,10 +15,11 @@ from autosync.policies._composed import (
 from autosync.policies._dana import DANADC, DCASGD, LWP, NAGASGD, DANASlim, DANAZero, MultiASGD
 from autosync.policies._dbw import DBW, BlindDBW, DynamicK
 from autosync.policies._lbbsp import LBBSP, StaticSplit
+from autosync.policies._local import EASGD, AdaComm, AsyncLocalSGD, DiLoCo, LocalSGD
 from autosync.policies._sync_switch import SyncSwitch
 
 __all__ = [
-    "ASP", "Aggregation", "Arrival", "BSP", "BackupWorkers", "Barrier", "Batching", "BlindDBW",
+    "ASP", "AdaComm", "AsyncLocalSGD", "DiLoCo", "EASGD", "LocalSGD", "LocalSteps", "Aggregation", "Arrival", "BSP", "BackupWorkers", "Barrier", "Batching", "BlindDBW",
     "BoundedStaleness", "Composed", "check_composition", "composition_of", "cross_paper_neighbours", "DANADC", "DANASlim", "DANAZero", "DBW", "DCASGD", "DynamicK", "FastestK", "LBBSP",
     "LWP", "MultiASGD", "NAGASGD", "OnArrival", "Policy", "Preset", "Progress", "SEED_POLICIES", "SSP", "Schedule", "ServerView",
     "StaticSplit", "Strategies", "Strategy", "SyncSwitch", "Task", "UpdateRule", "UpdateStats",

@@ -1,6 +1,7 @@
 """The policy interface: a policy is a composition of small strategies, each with one job.
 
 - Barrier: which arriving gradients are used and when the server updates (BSP, backup k, ASP, SSP...).
+- LocalSteps: how many local SGD steps a worker's next task takes on its own copy (1: one gradient).
 - Aggregation: how the gradients of one update combine (mean, or weighted by batch size).
 - UpdateRule: how the server applies the aggregate and which parameters it sends each worker.
 - Batching: the batch size of each worker's next task.
@@ -27,7 +28,13 @@ if TYPE_CHECKING:
 
 @dataclass
 class Task:
-    """One gradient computation: `worker`'s `index`-th task, on parameters of `version`."""
+    """One gradient computation (or `steps` local steps): `worker`'s task starting at its `index`-th step,
+    on parameters of `version`.
+
+    A worker's indices count its steps: a task of H local steps takes indices index .. index + H - 1 (each
+    step's mini-batch and compute-time draw), so with one step per task `index` counts the worker's tasks.
+    A task of several steps sends its change (`autosync.engine.local`) where one step sends its gradient.
+    """
 
     worker: int
     index: int
@@ -39,6 +46,8 @@ class Task:
     loss: float | None = None  # the worker's local mini-batch loss, filled with the gradient
     buffers: Any = field(default=None, repr=False)  # the server's model buffers it received (None: the model has none)
     buffer_delta: Any = field(default=None, repr=False)  # how its forward pass changed them, filled with the gradient
+    steps: int = 1  # local SGD steps on the worker's own copy before it sends (1: it sends its gradient)
+    local_lr: float = 0.0  # the learning rate of its local steps (the job's at dispatch; unused for one step)
 
 
 @dataclass
@@ -221,6 +230,20 @@ class Batching(Strategy):
         """Hook after each update (LB-BSP re-balances the batch sizes here, at the BSP barrier)."""
 
 
+class LocalSteps(Strategy):
+    """How many local steps a worker's next task takes before it sends its change: 1 by default (it sends
+    one gradient, as every policy without local updates does)."""
+
+    def steps(self, server: ServerView, worker: int) -> int:
+        return 1
+
+    def on_arrival(self, server: ServerView, arrival: Arrival) -> None:
+        """Hook on every task that reaches the server, used or discarded (each worker's step time)."""
+
+    def after_update(self, server: ServerView, stats: UpdateStats) -> None:
+        """Hook after each update (an adaptive period changes here)."""
+
+
 class Schedule(Strategy):
     """Phase changes during training; by default there is one phase.
 
@@ -261,9 +284,10 @@ class Strategies:
     update: UpdateRule = field(default_factory=UpdateRule)
     batching: Batching = field(default_factory=Batching)
     schedule: Schedule = field(default_factory=Schedule)
+    local: LocalSteps = field(default_factory=LocalSteps)
 
     def all(self) -> list[Strategy]:
-        return [self.barrier, self.aggregation, self.update, self.batching, self.schedule]
+        return [self.barrier, self.aggregation, self.update, self.batching, self.schedule, self.local]
 
     @property
     def needs_worker_gradients(self) -> bool:

@@ -15,7 +15,11 @@ Slots and their choices:
 - update: sgd (the job's optimizer: momentum or Nesterov), nag_asgd, multi_asgd, lwp (horizon), dc_asgd
   (dc_lambda), dana_zero, dana_slim, dana_dc (dc_lambda);
 - schedule: none, sync_switch (switch_at, config, bsp_lr_rule, asp_lr_rule), greedy and elastic
-  (Sync-Switch's online policies for transient stragglers, sec. IV-B2, with the same switch point).
+  (Sync-Switch's online policies for transient stragglers, sec. IV-B2, with the same switch point);
+- local: none (a task is one gradient), period (period: H local steps), speed (the fastest worker H, the
+  others by their speed) or adacomm (AdaComm's shrinking period from tau_0 = period); with update
+  outer_nesterov (DiLoCo: outer_lr, outer_momentum), delayed_nesterov (asynchronous local SGD) or easgd
+  (elastic_alpha) as the outer step, or the job's sgd (the average of the workers' models).
 
 `asp_lr_rule` is the asynchronous learning-rate rule (`ASYNC_LR_RULES`): ASP's under barrier asp, the ASP
 phase's under a Sync-Switch schedule, whichever update rule applies the gradient. `bsp_lr_rule` is the
@@ -39,6 +43,7 @@ from autosync.policies._classic import ASP, BSP, SSP, BackupWorkers
 from autosync.policies._dana import DANADC, DCASGD, LWP, NAGASGD, DANASlim, DANAZero, MultiASGD
 from autosync.policies._dbw import DBW, BlindDBW
 from autosync.policies._lbbsp import LBBSP, StaticSplit
+from autosync.policies._local import EASGD, AdaComm, AsyncLocalSGD, DiLoCo, LocalSGD
 from autosync.policies._sync_switch import SyncSwitch
 
 # The named policies of the four papers and the classic ones, in the order a search queues their baselines
@@ -46,10 +51,11 @@ from autosync.policies._sync_switch import SyncSwitch
 SEED_POLICIES: tuple[type[Policy], ...] = (
     BSP, ASP, SSP, BackupWorkers, DBW, BlindDBW, SyncSwitch, StaticSplit, LBBSP,
     NAGASGD, MultiASGD, LWP, DCASGD, DANAZero, DANASlim, DANADC,
+    LocalSGD, AdaComm, DiLoCo, AsyncLocalSGD, EASGD,
 )
 # Each slot's choice that adds no strategy of its own: the job's plain BSP, equal batches, its optimizer,
 # no schedule. (BSP's barrier is owned by BSP; the others by no policy.)
-PLAIN = {"barrier": "bsp", "batch": "equal", "update": "sgd", "schedule": "none"}
+PLAIN = {"barrier": "bsp", "batch": "equal", "update": "sgd", "schedule": "none", "local": "none"}
 PRESETS: tuple[tuple[type[Policy], Preset], ...] = tuple(
     (cls, preset) for cls in SEED_POLICIES for preset in cls.presets)
 
@@ -74,6 +80,7 @@ def _parameter_owners() -> dict[str, dict[str, tuple[str, ...]]]:
 # Which slot choices each parameter belongs to, slot by slot: set away from its default, it needs one of them.
 PARAMETER_OWNERS: dict[str, dict[str, tuple[str, ...]]] = _parameter_owners()
 ONE_GRADIENT_BARRIERS = ("asp", "ssp")  # barriers that apply each gradient on its own
+OUTER_UPDATES = ("outer_nesterov", "delayed_nesterov", "easgd")  # the local-update papers' outer steps: any barrier
 
 
 def owner(slot: str, choice: str) -> tuple[type[Policy], Preset]:
@@ -104,6 +111,10 @@ class Composed(Policy):
         asp_lr_rule: the asynchronous learning-rate rule of barrier asp or of the schedule's ASP phase:
             fixed (eta, the papers'), sqrt_staleness or staleness (`ASYNC_LR_RULES`).
         bsp_lr_rule: the schedule's BSP-phase rule (`LR_RULES`), or None (the configuration's).
+        local: none, period, speed or adacomm: the local steps of a task (`autosync.policies._local`).
+        period: H, the local steps per exchange (the fastest worker's under speed; tau_0 under adacomm).
+        outer_lr, outer_momentum: the outer step of outer_nesterov and delayed_nesterov.
+        elastic_alpha: easgd's elastic force.
     """
 
     name = "compose"
@@ -118,7 +129,8 @@ class Composed(Policy):
                  k: int = 12, lr_rule: str = "fixed", window: int = 20, staleness: int = 3, mode: str = "auto",
                  horizon: float | None = None, dc_lambda: float = 2.0, switch_at: float = 0.25,
                  config: str = "sync_switch", asp_lr_rule: str = "fixed",
-                 bsp_lr_rule: str | None = None) -> None:
+                 bsp_lr_rule: str | None = None, local: str = "none", period: int = 8, outer_lr: float = 0.7,
+                 outer_momentum: float = 0.9, elastic_alpha: float = 0.1) -> None:
         self.barrier = barrier
         self.batch = batch
         self.update = update
@@ -134,6 +146,11 @@ class Composed(Policy):
         self.config = config
         self.asp_lr_rule = asp_lr_rule
         self.bsp_lr_rule = bsp_lr_rule
+        self.local = local
+        self.period = period
+        self.outer_lr = outer_lr
+        self.outer_momentum = outer_momentum
+        self.elastic_alpha = elastic_alpha
 
     def strategies(self, n_workers: int, batch_size: int) -> Strategies:
         check_composition(self)
@@ -150,6 +167,8 @@ class Composed(Policy):
                 built.schedule.asp_update = rule  # type: ignore[attr-defined]  # the rule of the ASP phase
             else:
                 built.update = rule
+        if self.local != PLAIN["local"]:
+            built.local = self._part("local").strategies(n_workers, batch_size).local
         return built
 
     def _part(self, slot: str) -> Policy:
@@ -210,7 +229,13 @@ def check_composition(policy: Composed) -> None:
             belongs = " or ".join(f"{slot} {' or '.join(choices)}" for slot, choices in owners.items())
             got = ", ".join(f"{slot}={getattr(policy, slot)}" for slot in owners)
             raise ValueError(f"{name} is a parameter of {belongs}, but got {name}={getattr(policy, name)!r} with {got}")
-    if policy.update != "sgd":
+    if policy.local == PLAIN["local"] and policy.period != defaults.period:
+        raise ValueError(f"period is a parameter of local period or speed or adacomm, but got "
+                         f"period={policy.period!r} with local={policy.local}")
+    if policy.local != PLAIN["local"] and policy.schedule != PLAIN["schedule"]:
+        raise ValueError(f"local {policy.local} takes local steps under one barrier and update rule; schedule "
+                         f"{policy.schedule} swaps them mid-run (Sync-Switch sec. IV-A), but got both")
+    if policy.update != "sgd" and policy.update not in OUTER_UPDATES:
         if policy.schedule == "greedy":
             raise ValueError(f"update {policy.update} applies one gradient per update and keeps per-worker state; "
                              "schedule greedy switches back to BSP whenever stragglers go, but got both")
