@@ -128,7 +128,8 @@ def test_trials_recorded_without_the_budget_are_candidates_and_a_changed_sibling
     single.study.set_user_attr("cache", record)
     again = _tune(url, "composed", trials=4, top=1)
     assert again.confirmation is not None
-    assert {"policy": "compose", "params": {"barrier": "asp", "asp_lr_rule": "fixed", "batch": "equal", "update": "sgd"}} in [
+    assert {"policy": "compose", "params": {"barrier": "asp", "asp_lr_rule": "fixed", "local": "none", "batch": "equal",
+                                            "update": "sgd"}} in [
         r["policy"] for r in again.cache["confirmed"]["rows"]] != first
 
 
