@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from autosync.search.strategies.confirm import RUNS
+from autosync.search.study.records import CONFIRMATION_RUNS as RUNS
 from autosync.search.objective import evaluate
 from autosync.search.space import SPACE_DIR, load_space
 from autosync.search.tune import TuneRequest, tune
