@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, ContextManager, Sequence
 
 from autosync.core.errors import UserError
 from autosync.core.job import JobSpec, job_from_dict, load_job
-from autosync.options import (DEFAULT_TUNE_SPACE, CalibrateOptions, CompareOptions, ExecutionOptions, FamilyOptions,
+from autosync.options import (CalibrateOptions, CompareOptions, ExecutionOptions, FamilyOptions,
                               LeaderboardOptions, ProfileOptions, ReplayOptions, RobustnessOptions, RunOptions,
                               ScalingOptions, TuneOptions, build)
 
@@ -222,9 +222,6 @@ def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions 
     Returns the TuneOutcome the command prints: the study, whether the cache answered, the cache record
     (best policy and value, BSP's, provenance) and the best trials.
     """
-    from autosync.search.objective import ObjectiveSettings
-    from autosync.search.space import load_space, resolve_space_path
-    from autosync.search.study.storage import DEFAULT_STORAGE
     from autosync.search.study.cache import NoFeasibleTrial
     from autosync.search.tune import TuneRequest, tune as run_tune
 
@@ -238,21 +235,7 @@ def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions 
                             "torchrun --nproc-per-node 3 -m autosync.cli tune JOB.yaml --backend distributed")
     if job.uses_user_code:  # the user's code fails here, in one line, rather than as every trial failing
         check_workload(job)  # (a built-in workload cannot; a cache hit then never imports torch)
-    real = None if choice.backend == "simulator" else choice
-    search_space = load_space(resolve_space_path(opts.space, DEFAULT_TUNE_SPACE), job.cluster.n_workers)
-    from autosync.search.strategies.confirm import confirm_top_for
-    from autosync.search.strategies.samplers import sampler_for
-
-    request = TuneRequest(
-        job=job, space=search_space, n_trials=opts.n_trials, timeout=opts.timeout,
-        storage=opts.storage or DEFAULT_STORAGE, study=opts.study, adopt_study=opts.adopt_study, sampler=opts.sampler, seed=opts.seed,
-        n_jobs=opts.n_jobs, refresh=opts.refresh,
-        settings=ObjectiveSettings(repeats=opts.repeats, tolerance=opts.tolerance,
-                                   multi_objective=opts.objective != "time", constraint_at=opts.constraint_at,
-                                   backend=None if opts.verify_top else real),  # verify_top: search simulated
-        verify_top=opts.verify_top, verify_backend=real if opts.verify_top else None,
-        confirm_top=confirm_top_for(opts.confirm_top, sampler_for(opts.sampler, search_space), opts.objective),
-        confirm_seeds=opts.confirm_seeds, transfer=opts.transfer, prior=opts.neighbour_prior, patience=opts.patience)
+    request = TuneRequest.from_options(job, opts)
     quiet_optuna()
     if on_start is not None:
         on_start(request.storage)

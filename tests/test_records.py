@@ -22,7 +22,8 @@ KEYS = {value for name, value in vars(records).items() if name.isupper() and isi
 
 #: Constants elsewhere whose value happens to equal a key and that name something else: the Optuna
 #: parameter of the policy choice, and the name of the default search space.
-OTHER_MEANINGS = {("autosync/search/space.py", "POLICY_PARAM"), ("autosync/options.py", "DEFAULT_TUNE_SPACE")}
+OTHER_MEANINGS = {("autosync/search/space.py", "POLICY_PARAM"),
+                  ("autosync/search/tune_options.py", "DEFAULT_TUNE_SPACE")}
 
 
 def _is_attrs(node: ast.AST) -> bool:

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
+from autosync.core.declare import default_of
 from autosync.core.errors import RuntimeFailure
 from autosync.core.job import JobSpec
 from autosync.search.study.records import (
@@ -25,6 +26,7 @@ from autosync.search.study.records import (
     TIMED_OUT, VIRTUAL_SECONDS, final_pending, has_full_result, has_own_failure, scored_as,
 )
 from autosync.search.study.siblings import finished_trials
+from autosync.search.tune_options import TuneOptions
 
 if TYPE_CHECKING:
     import optuna
@@ -82,10 +84,10 @@ def process_tag(pid: int | None = None) -> str:
 
 @dataclass(frozen=True)
 class ObjectiveSettings:
-    """How one trial is scored."""
+    """How one trial is scored (the defaults of the options among these are `TuneOptions`')."""
 
-    repeats: int = 1  # seeds per trial (the objective is noisy)
-    tolerance: float = 0.01  # allowed final-metric shortfall against BSP
+    repeats: int = default_of(TuneOptions, "repeats")  # seeds per trial (the objective is noisy)
+    tolerance: float = default_of(TuneOptions, "tolerance")  # allowed final-metric shortfall against BSP
     penalty: float = 2.0  # a seed that misses the target counts as penalty x its virtual time
     multi_objective: bool = False  # (time, final metric) with a Pareto front instead of one value
     prune: bool = True  # stop a trial once it cannot be among the kept candidates (`autosync.search.strategies.pruning`)
@@ -97,7 +99,7 @@ class ObjectiveSettings:
     # where the final-metric constraint is held: at the end of the budget (BUDGET, Sync-Switch's rule), or at
     # the time BSP reaches the target (BSP_TARGET: neither BSP's reference nor a candidate's check trains
     # past it; `autosync.search.strategies.full_budget`)
-    constraint_at: str = BUDGET
+    constraint_at: str = default_of(TuneOptions, "constraint_at")
     # look for an already trained policy that runs like a trial's by running both on the job's proxy
     # (`autosync.search.equivalence`); the listed equivalences (`Policy.canonical`) apply either way
     find_equivalents: bool = True

@@ -116,8 +116,9 @@ def _describe_study(study: "optuna.Study", request: TuneRequest) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # set_metric_names is marked experimental
             study.set_metric_names(names)
-    describe_study(study, job.name, job.fingerprint(), request.space.name, f"{job.target.metric} {job.target.threshold}",
-                   job.cluster.n_workers, execution_name(request.settings.backend))
+    describe_study(study, job.name, job.fingerprint(), request.space.name,
+                   f"{job.target.metric} {job.target.threshold}", job.cluster.n_workers,
+                   execution_name(request.settings.backend))
     describe_job(study, job)
 
 

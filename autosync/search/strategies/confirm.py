@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Any, Callable
 from autosync.core.job import JobSpec
 from autosync.search.objective import BSP, RunFailed, canonical_on, evaluate, trial_seeds
 from autosync.search.study.records import (
-    CANONICAL, CONFIRMATION_RUNS as RUNS, SCORING, VIRTUAL_SECONDS, TrialRecord, constraint_of, final_pending, may_be_feasible,
+    CANONICAL, CONFIRMATION_RUNS as RUNS, SCORING, VIRTUAL_SECONDS, TrialRecord, constraint_of, final_pending,
+    may_be_feasible,
 )
 
 if TYPE_CHECKING:
