@@ -36,11 +36,16 @@ from autosync.options import (CalibrateOptions, CompareOptions, ExecutionOptions
 Phase = Callable[[str, int], ContextManager[Callable[[], None]]]
 
 if TYPE_CHECKING:
+    from autosync.calibration import Calibration
     from autosync.engine import RunResult
     from autosync.engine.backends import BackendChoice, Ranks
     from autosync.leaderboard import Entry
     from autosync.policies import Policy
+    from autosync.rerun import LoggedRun, Rerun
+    from autosync.robustness_compare import Comparison
+    from autosync.search.strategies.recommend import Recommendation
     from autosync.search.tune import TuneOutcome
+    from autosync.workloads.workload import Workload
 
 __all__ = [
     "JobSpec", "load_job", "job_from_dict", "backend", "make_policy", "tuned_policy", "check_workload", "run",
@@ -123,7 +128,7 @@ def tuned_policy(job: JobSpec, storage: str | None = None, params: dict[str, Any
     return make_policy(found)
 
 
-def check_workload(job: JobSpec, device: str = "cpu") -> Any:
+def check_workload(job: JobSpec, device: str = "cpu") -> "Workload":
     """Build the job's workload once (datasets, model, loss; the user's factories imported, called and
     checked) and return it; a problem raises a one-line JobFileError naming the job file and field."""
     from autosync.workloads.workload import Workload
@@ -399,7 +404,7 @@ UNIT_ROUNDS = 3  # rounds of one task per worker that time the worker processes 
 
 def calibrate(job: JobSpec, options: CalibrateOptions | None = None, *, workload: Any = None,
               phase: Phase = _no_phase,
-              **fields: Any) -> tuple[Any, JobSpec]:
+              **fields: Any) -> "tuple[Calibration, JobSpec]":
     """Run `job` for real twice (BSP and backup k = 1, a few updates each), compare with its simulation and,
     with `fit`, fit the server's costs per update and per gradient to the real runs
     (`autosync.calibration`). Returns the Calibration and the job to tune (with the fitted server).
@@ -629,7 +634,7 @@ def scaling(leaderboards: Sequence[str | Path], options: ScalingOptions | None =
 
 
 def robustness_compare(reports: Sequence[str | Path], options: CompareOptions | None = None,
-                       **fields: Any) -> Any:
+                       **fields: Any) -> "Comparison":
     """Robustness reports of several families side by side (`autosync.robustness_compare.Comparison`: a row
     per policy run on every family), each report a folder or robustness.json written by `robustness`.
 
@@ -653,7 +658,7 @@ def cached_studies(storage: str | None = None, job: JobSpec | None = None) -> li
     return studies(storage or DEFAULT_STORAGE, job.fingerprint() if job is not None else None)
 
 
-def recommend(job: JobSpec, storage: str | None = None, grids: Sequence[str | Path] = ()) -> Any:
+def recommend(job: JobSpec, storage: str | None = None, grids: Sequence[str | Path] = ()) -> "Recommendation":
     """A policy for `job` without training, from the nearest tuned jobs in the storage (default:
     sqlite:///results/autosync-studies.db) and the drawn jobs of the robustness reports `grids` (folders
     written by `autosync robustness`): `autosync.search.strategies.recommend.Recommendation` (the policy, its
@@ -681,7 +686,7 @@ def clear_cache(job: JobSpec, storage: str | None = None) -> list[str]:
     return clear(storage or DEFAULT_STORAGE, job)
 
 
-def load_run(run_dir: str | Path, device: str = "cpu") -> Any:
+def load_run(run_dir: str | Path, device: str = "cpu") -> "LoggedRun":
     """A run written by `autosync run` (summary.json, trace.json, final_params.pt), to `rerun` on `device`
     (checked first)."""
     from autosync.engine.backends import check_device
@@ -691,7 +696,8 @@ def load_run(run_dir: str | Path, device: str = "cpu") -> Any:
     return LoggedRun.load(Path(run_dir))
 
 
-def rerun(logged: Any, device: str = "cpu", progress: Callable[[dict[str, Any]], None] | None = None) -> Any:
+def rerun(logged: "LoggedRun", device: str = "cpu", progress: Callable[[dict[str, Any]], None] | None = None,
+          ) -> "Rerun":
     """Replay a logged run (`load_run`) exactly from its arrival log, in this process on `device`; the
     outcome says whether the final parameters are bit-identical to the logged run's."""
     from autosync.rerun import rerun as replay

@@ -115,7 +115,7 @@ def test_the_pace_reads_the_best_metric_so_far_so_a_dip_does_not_stop_the_fastes
 
 
 def test_the_tune_line_says_how_many_were_pruned_untrained_in_a_plateau():
-    from autosync.cli import _breakdown_line
+    from autosync.reporting.console import breakdown_line as _breakdown_line
 
     counts = {"stopped_at_target": 9, "answered_by_equivalent": 3, "pruned": 11, "pruned_on_pace": 7,
               "pruned_in_plateau": 3, "full_budget_checks": 1, "forked_checks": 1, "forked_trials": 0, "given_up": 0}
