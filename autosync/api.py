@@ -270,7 +270,7 @@ def tune_dir(outcome: "TuneOutcome", job: JobSpec, options: TuneOptions | None =
 
 def write_tune(outcome: "TuneOutcome", directory: str | Path, command: str = "autosync.api.tune") -> TuneFiles:
     """Write a search's verification (with verify_top) and, unless the cache answered, its study's plots."""
-    from autosync.leaderboard import label_of
+    from autosync.catalog import label_of
 
     directory = Path(directory)
     verification = None
@@ -316,7 +316,8 @@ def leaderboard(job: JobSpec, policies: Sequence[str | dict[str, Any]] | None = 
             `fields` change some of them (seeds=3).
         on_done: called with each finished run's summary.
     """
-    from autosync.leaderboard import DEFAULT_POLICIES, parse_policy_spec, run_grid, score
+    from autosync.catalog import parse_policy_spec
+    from autosync.leaderboard import DEFAULT_POLICIES, run_grid, score
 
     opts = _options(LeaderboardOptions, options, None, fields,
                     policies=list(policies) if policies is not None else None)
@@ -501,7 +502,7 @@ def robustness(family_file: str | Path, directory: str | Path | None = None,
     """
     from autosync.core.errors import Interrupted
     from autosync.family import load_family, write_jobs
-    from autosync.leaderboard import parse_policy_spec
+    from autosync.catalog import parse_policy_spec
     from autosync.robustness import CELLS_FILE, ONLINE_POLICIES, Grid, online_policies, read_cells, report, run_grid
 
     opts = _options(RobustnessOptions, options, None, fields)

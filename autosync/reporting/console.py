@@ -34,7 +34,7 @@ def fmt(x: Any, digits: int = 4) -> str:
 
 def policy_label(policy: dict[str, Any]) -> str:
     """backup(k=3): a policy as the tables name it."""
-    from autosync.leaderboard import label_of
+    from autosync.catalog import label_of
 
     return label_of(policy)
 
