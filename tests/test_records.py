@@ -137,3 +137,23 @@ def test_a_damaged_cache_record_is_refused_in_one_line(damage, field):
     message = str(caught.value)
     assert "\n" not in message and message.startswith("study abc123-policy: corrupt cache entry (") \
         and field in message and "autosync cache clear" in message
+
+
+def test_the_study_package_imports_nothing_of_the_search_above_it():
+    """With the records' keys in `records`, `search.study` no longer reads the objective's or the strategies'
+    constants: it imports only itself and `search.cost` (a leaf: the unit of search cost), type hints aside."""
+    above = []
+
+    def visit(node: ast.AST, where: str) -> None:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            return
+        names = [node.module] if isinstance(node, ast.ImportFrom) and node.module else \
+            [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        above.extend(f"{where}: {name}" for name in names if name.startswith("autosync.search.")
+                     and not name.startswith("autosync.search.study") and name != "autosync.search.cost")
+        for child in ast.iter_child_nodes(node):
+            visit(child, where)
+
+    for path in sorted((PACKAGE / "search" / "study").glob("*.py")):
+        visit(ast.parse(path.read_text()), path.name)
+    assert not above, above

@@ -153,22 +153,9 @@ class TrialRecord:
         return self.attrs.get(POLICY)
 
     @property
-    def canonical(self) -> dict[str, Any] | None:
-        return self.attrs.get(CANONICAL)
-
-    @property
-    def scoring(self) -> dict[str, Any] | None:
-        return self.attrs.get(SCORING)
-
-    @property
     def same_as(self) -> int | str | None:
         """The trial that answered this one untrained (None: it trained, or failed, itself)."""
         return self.attrs.get(SAME_AS)
-
-    @property
-    def full_budget_of(self) -> int | None:
-        """The trial this one checks at full budget (None: a trial of the search)."""
-        return self.attrs.get(FULL_BUDGET_OF)
 
     @property
     def virtual_seconds(self) -> float:
@@ -177,23 +164,6 @@ class TrialRecord:
     @property
     def final_metric(self) -> float | None:
         return self.attrs.get(FINAL_METRIC)
-
-    @property
-    def fail_reason(self) -> str | None:
-        return self.attrs.get(FAIL_REASON)
-
-    @property
-    def process(self) -> str | None:
-        return self.attrs.get(PROCESS)
-
-    @property
-    def curve(self) -> list[list[float]] | None:
-        return self.attrs.get(CURVE)
-
-    @property
-    def given_up(self) -> int | None:
-        """The patience that gave this queued trial up (None: not given up)."""
-        return self.attrs.get(GIVEN_UP)
 
     def summary(self) -> dict[str, Any]:
         """The row `best_policies` lists: trial, policy and score."""
