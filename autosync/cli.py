@@ -16,7 +16,6 @@ from typing import Any, Callable, Iterator, Optional
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from autosync.core.errors import AutosyncError, Interrupted
 from autosync.options import (
@@ -24,8 +23,9 @@ from autosync.options import (
     RecommendOptions, ReplayOptions, RerunOptions, RobustnessOptions, RunOptions, ScalingOptions, TuneOptions,
 )
 from autosync.reporting.console import (
-    Line, cache_report, calibration_report, jobs_table, leaderboard_report, profile_report, recommendation_report,
-    replay_report, resume_line, robustness_report, run_summary, scaling_report, tune_report, verification_report,
+    Line, cache_report, calibration_report, comparison_report, jobs_table, leaderboard_report, policies_report,
+    profile_report, recommendation_report, replay_report, resume_line, robustness_report, run_summary,
+    scaling_report, tune_report, verification_report,
 )
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -91,18 +91,7 @@ def validate(jobs: list[Path] = typer.Argument(..., help="Job YAML files to chec
 @app.command()
 def policies() -> None:
     """List every policy with its parameters and defaults."""
-    from autosync.catalog import POLICIES, policy_parameters
-
-    table = Table(title="policies (either name is accepted, in any case, with hyphens or underscores)")
-    table.add_column("name")
-    table.add_column("papers' name")
-    table.add_column("parameters (default)")
-    table.add_column("what it does")
-    for name, cls in POLICIES.items():
-        params = ", ".join(f"{k}={'(required)' if v is inspect.Parameter.empty else v!r}"
-                           for k, v in policy_parameters(cls).items()) or "-"
-        table.add_row(name, cls.paper_name, params, (cls.__doc__ or "").strip().splitlines()[0])
-    console.print(table)
+    _show(policies_report())
 
 
 def _command(options_type: type, group: Any = None,
@@ -386,7 +375,7 @@ def robustness_compare(
 ) -> None:
     """Online policies on several job families side by side, from their robustness reports (no training)."""
     from autosync import api
-    from autosync.reporting.robustness import comparison_cells, comparison_header, write_comparison
+    from autosync.reporting.robustness import comparison_header, write_comparison
 
     if out is not None:
         api.output_file(out)
@@ -399,16 +388,7 @@ def robustness_compare(
                      "rows": [[label, *values] for label, values in comparison.rows()],
                      "not_compared": comparison.partial})
     else:
-        held_out = [r.family for r in comparison.reports if r.family != comparison.developed_on]
-        title = "regret against the best static k, per family" + (
-            f" (developed on {comparison.developed_on}; held out: {', '.join(held_out)})"
-            if comparison.developed_on else "")
-        table = Table(title=title)
-        for h in comparison_header(comparison, roles=False, between="\n"):
-            table.add_column(h, justify="left" if h == "policy" else "right", no_wrap=h == "policy")
-        for label, values in comparison.rows():
-            table.add_row(label, *comparison_cells(values))
-        console.print(table)
+        _show(comparison_report(comparison))
         if grids_differ:
             status.print(grids_differ, style="dim")
         if comparison.partial:

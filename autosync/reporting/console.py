@@ -354,3 +354,37 @@ def cache_report(studies: list[dict[str, Any]], where: str) -> list[Printed]:
         table.add_row(s["study"], str(c.get("job_name", "-")), str(s["trials"]), best, value,
                       str(c.get("finished_at", "-")))
     return [Line(table)]
+
+
+def policies_report() -> list[Printed]:
+    """Every policy with its paper's name, parameters and defaults (`autosync policies`)."""
+    import inspect
+
+    from autosync.catalog import POLICIES, policy_parameters
+
+    table = Table(title="policies (either name is accepted, in any case, with hyphens or underscores)")
+    table.add_column("name")
+    table.add_column("papers' name")
+    table.add_column("parameters (default)")
+    table.add_column("what it does")
+    for name, cls in POLICIES.items():
+        params = ", ".join(f"{k}={'(required)' if v is inspect.Parameter.empty else v!r}"
+                           for k, v in policy_parameters(cls).items()) or "-"
+        table.add_row(name, cls.paper_name, params, (cls.__doc__ or "").strip().splitlines()[0])
+    return [Line(table)]
+
+
+def comparison_report(comparison: Any) -> list[Printed]:
+    """Online policies' regret on several job families side by side (`autosync robustness-compare`)."""
+    from autosync.reporting.robustness import comparison_cells, comparison_header
+
+    held_out = [r.family for r in comparison.reports if r.family != comparison.developed_on]
+    title = "regret against the best static k, per family" + (
+        f" (developed on {comparison.developed_on}; held out: {', '.join(held_out)})"
+        if comparison.developed_on else "")
+    table = Table(title=title)
+    for h in comparison_header(comparison, roles=False, between="\n"):
+        table.add_column(h, justify="left" if h == "policy" else "right", no_wrap=h == "policy")
+    for label, values in comparison.rows():
+        table.add_row(label, *comparison_cells(values))
+    return [Line(table)]
