@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, ContextManager, Sequence
 
 from autosync.core.errors import UserError
 from autosync.core.job import JobSpec, job_from_dict, load_job
-from autosync.options import (DEFAULT_TUNE_SPACE, CalibrateOptions, CompareOptions, ExecutionOptions, FamilyOptions,
+from autosync.options import (CalibrateOptions, CompareOptions, ExecutionOptions, FamilyOptions,
                               LeaderboardOptions, ProfileOptions, ReplayOptions, RobustnessOptions, RunOptions,
                               ScalingOptions, TuneOptions, build)
 
@@ -36,11 +36,16 @@ from autosync.options import (DEFAULT_TUNE_SPACE, CalibrateOptions, CompareOptio
 Phase = Callable[[str, int], ContextManager[Callable[[], None]]]
 
 if TYPE_CHECKING:
+    from autosync.calibration import Calibration
     from autosync.engine import RunResult
     from autosync.engine.backends import BackendChoice, Ranks
     from autosync.leaderboard import Entry
     from autosync.policies import Policy
+    from autosync.rerun import LoggedRun, Rerun
+    from autosync.robustness_compare import Comparison
+    from autosync.search.strategies.recommend import Recommendation
     from autosync.search.tune import TuneOutcome
+    from autosync.workloads.workload import Workload
 
 __all__ = [
     "JobSpec", "load_job", "job_from_dict", "backend", "make_policy", "tuned_policy", "check_workload", "run",
@@ -123,7 +128,7 @@ def tuned_policy(job: JobSpec, storage: str | None = None, params: dict[str, Any
     return make_policy(found)
 
 
-def check_workload(job: JobSpec, device: str = "cpu") -> Any:
+def check_workload(job: JobSpec, device: str = "cpu") -> "Workload":
     """Build the job's workload once (datasets, model, loss; the user's factories imported, called and
     checked) and return it; a problem raises a one-line JobFileError naming the job file and field."""
     from autosync.workloads.workload import Workload
@@ -222,9 +227,6 @@ def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions 
     Returns the TuneOutcome the command prints: the study, whether the cache answered, the cache record
     (best policy and value, BSP's, provenance) and the best trials.
     """
-    from autosync.search.objective import ObjectiveSettings
-    from autosync.search.space import load_space, resolve_space_path
-    from autosync.search.study.storage import DEFAULT_STORAGE
     from autosync.search.study.cache import NoFeasibleTrial
     from autosync.search.tune import TuneRequest, tune as run_tune
 
@@ -238,21 +240,7 @@ def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions 
                             "torchrun --nproc-per-node 3 -m autosync.cli tune JOB.yaml --backend distributed")
     if job.uses_user_code:  # the user's code fails here, in one line, rather than as every trial failing
         check_workload(job)  # (a built-in workload cannot; a cache hit then never imports torch)
-    real = None if choice.backend == "simulator" else choice
-    search_space = load_space(resolve_space_path(opts.space, DEFAULT_TUNE_SPACE), job.cluster.n_workers)
-    from autosync.search.strategies.confirm import confirm_top_for
-    from autosync.search.strategies.samplers import sampler_for
-
-    request = TuneRequest(
-        job=job, space=search_space, n_trials=opts.n_trials, timeout=opts.timeout,
-        storage=opts.storage or DEFAULT_STORAGE, study=opts.study, adopt_study=opts.adopt_study, sampler=opts.sampler, seed=opts.seed,
-        n_jobs=opts.n_jobs, refresh=opts.refresh,
-        settings=ObjectiveSettings(repeats=opts.repeats, tolerance=opts.tolerance,
-                                   multi_objective=opts.objective != "time", constraint_at=opts.constraint_at,
-                                   backend=None if opts.verify_top else real),  # verify_top: search simulated
-        verify_top=opts.verify_top, verify_backend=real if opts.verify_top else None,
-        confirm_top=confirm_top_for(opts.confirm_top, sampler_for(opts.sampler, search_space), opts.objective),
-        confirm_seeds=opts.confirm_seeds, transfer=opts.transfer, prior=opts.neighbour_prior, patience=opts.patience)
+    request = TuneRequest.from_options(job, opts)
     quiet_optuna()
     if on_start is not None:
         on_start(request.storage)
@@ -282,7 +270,7 @@ def tune_dir(outcome: "TuneOutcome", job: JobSpec, options: TuneOptions | None =
 
 def write_tune(outcome: "TuneOutcome", directory: str | Path, command: str = "autosync.api.tune") -> TuneFiles:
     """Write a search's verification (with verify_top) and, unless the cache answered, its study's plots."""
-    from autosync.leaderboard import label_of
+    from autosync.catalog import label_of
 
     directory = Path(directory)
     verification = None
@@ -328,7 +316,8 @@ def leaderboard(job: JobSpec, policies: Sequence[str | dict[str, Any]] | None = 
             `fields` change some of them (seeds=3).
         on_done: called with each finished run's summary.
     """
-    from autosync.leaderboard import DEFAULT_POLICIES, parse_policy_spec, run_grid, score
+    from autosync.catalog import parse_policy_spec
+    from autosync.leaderboard import DEFAULT_POLICIES, run_grid, score
 
     opts = _options(LeaderboardOptions, options, None, fields,
                     policies=list(policies) if policies is not None else None)
@@ -416,7 +405,7 @@ UNIT_ROUNDS = 3  # rounds of one task per worker that time the worker processes 
 
 def calibrate(job: JobSpec, options: CalibrateOptions | None = None, *, workload: Any = None,
               phase: Phase = _no_phase,
-              **fields: Any) -> tuple[Any, JobSpec]:
+              **fields: Any) -> "tuple[Calibration, JobSpec]":
     """Run `job` for real twice (BSP and backup k = 1, a few updates each), compare with its simulation and,
     with `fit`, fit the server's costs per update and per gradient to the real runs
     (`autosync.calibration`). Returns the Calibration and the job to tune (with the fitted server).
@@ -513,7 +502,7 @@ def robustness(family_file: str | Path, directory: str | Path | None = None,
     """
     from autosync.core.errors import Interrupted
     from autosync.family import load_family, write_jobs
-    from autosync.leaderboard import parse_policy_spec
+    from autosync.catalog import parse_policy_spec
     from autosync.robustness import CELLS_FILE, ONLINE_POLICIES, Grid, online_policies, read_cells, report, run_grid
 
     opts = _options(RobustnessOptions, options, None, fields)
@@ -646,7 +635,7 @@ def scaling(leaderboards: Sequence[str | Path], options: ScalingOptions | None =
 
 
 def robustness_compare(reports: Sequence[str | Path], options: CompareOptions | None = None,
-                       **fields: Any) -> Any:
+                       **fields: Any) -> "Comparison":
     """Robustness reports of several families side by side (`autosync.robustness_compare.Comparison`: a row
     per policy run on every family), each report a folder or robustness.json written by `robustness`.
 
@@ -670,7 +659,7 @@ def cached_studies(storage: str | None = None, job: JobSpec | None = None) -> li
     return studies(storage or DEFAULT_STORAGE, job.fingerprint() if job is not None else None)
 
 
-def recommend(job: JobSpec, storage: str | None = None, grids: Sequence[str | Path] = ()) -> Any:
+def recommend(job: JobSpec, storage: str | None = None, grids: Sequence[str | Path] = ()) -> "Recommendation":
     """A policy for `job` without training, from the nearest tuned jobs in the storage (default:
     sqlite:///results/autosync-studies.db) and the drawn jobs of the robustness reports `grids` (folders
     written by `autosync robustness`): `autosync.search.strategies.recommend.Recommendation` (the policy, its
@@ -698,7 +687,7 @@ def clear_cache(job: JobSpec, storage: str | None = None) -> list[str]:
     return clear(storage or DEFAULT_STORAGE, job)
 
 
-def load_run(run_dir: str | Path, device: str = "cpu") -> Any:
+def load_run(run_dir: str | Path, device: str = "cpu") -> "LoggedRun":
     """A run written by `autosync run` (summary.json, trace.json, final_params.pt), to `rerun` on `device`
     (checked first)."""
     from autosync.engine.backends import check_device
@@ -708,7 +697,8 @@ def load_run(run_dir: str | Path, device: str = "cpu") -> Any:
     return LoggedRun.load(Path(run_dir))
 
 
-def rerun(logged: Any, device: str = "cpu", progress: Callable[[dict[str, Any]], None] | None = None) -> Any:
+def rerun(logged: "LoggedRun", device: str = "cpu", progress: Callable[[dict[str, Any]], None] | None = None,
+          ) -> "Rerun":
     """Replay a logged run (`load_run`) exactly from its arrival log, in this process on `device`; the
     outcome says whether the final parameters are bit-identical to the logged run's."""
     from autosync.rerun import rerun as replay

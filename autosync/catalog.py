@@ -1,11 +1,16 @@
-"""Policy names -> classes, and parsing of `--param key=value` options: used only at the edges."""
+"""Policy names -> classes, and how a policy is spelled: `--param key=value`, `--policy` and `--policies`
+specs (`split_policy_spec`, `parse_policy_spec`, `spec_of`) and the label tables show (`label_of`).
+
+The one place where a name becomes a class and a class a name (the table is derived from
+`autosync.policies.__all__`); every layer above the engine that reads or shows a policy goes through it.
+"""
 
 from __future__ import annotations
 
 import inspect
 import json
 import math
-from typing import Any
+from typing import Any, Callable
 
 from autosync import policies as _policies
 from autosync.core.errors import UserError
@@ -68,7 +73,7 @@ def parse_param(text: str) -> tuple[str, Any]:
 def split_policy_spec(text: str, option: str = "--policy") -> tuple[str, dict[str, Any]]:
     """One policy spec -> (name, parameters), in either form the tool prints:
 
-        backup:k=8,lr_rule=proportional                   # the --policies form (`leaderboard.spec_of`)
+        backup:k=8,lr_rule=proportional                   # the --policies form (`spec_of`)
         compose(barrier=dbw, batch=lbbsp, window=5)        # the form leaderboard rows are labelled with
 
     A bare name has no parameters. Values are read as `parse_param` reads them; commas inside brackets
@@ -148,3 +153,49 @@ def _coerce(policy: str, key: str, value: Any, typ: type) -> Any:
     if takes_type(value, typ):
         return float(value) if typ is float else value
     raise UserError(f"policy {policy} parameter {key} must be {typ.__name__}, but got {value!r}")
+
+
+# --------------------------------------------------------------------------- spelling policies
+
+def parse_policy_spec(text: str, n_workers: int) -> dict[str, Any]:
+    """'backup:k=8,lr_rule=proportional' or 'backup(k=8, lr_rule=proportional)' -> {"policy": "backup",
+    "params": {...}}, validated (`catalog.split_policy_spec`).
+
+    A parameter left out whose default depends on the job's size takes the policy's own (`sized_defaults`):
+    a bare 'backup' uses k = 3n/4, the static setting the DBW paper finds good under moderate noise.
+    """
+    name, params = split_policy_spec(text, "--policies")
+    params = {**POLICIES[policy_name(name, "--policies")].sized_defaults(n_workers), **params}
+    policy = make_policy(name, params)
+    try:
+        policy.bind(n_workers, 1)
+    except ValueError as exc:
+        raise UserError(f"--policies {text}: {exc}") from None
+    return policy.to_dict()
+
+
+def label_of(policy: dict[str, Any]) -> str:
+    """'backup(k=8)': the policy name with the parameters that differ from their defaults (and those the
+    policy always labels)."""
+    params = _shown_params(policy)
+    return f"{policy['policy']}({params})" if params else policy["policy"]
+
+
+def spec_of(policy: dict[str, Any]) -> str:
+    """'backup:k=8': the `--policies` spec that `parse_policy_spec` reads back as `policy` (values as JSON,
+    strings bare); ValueError for a list-valued parameter (split's fractions), which a spec cannot hold."""
+    def value(v: Any) -> str:
+        if isinstance(v, (list, dict)):
+            raise ValueError(f"{policy['policy']}'s parameter value {v!r} has no --policies spec")
+        return v if isinstance(v, str) else json.dumps(v)
+
+    params = _shown_params(policy, value)
+    return f"{policy['policy']}:{params}" if params else policy["policy"]
+
+
+def _shown_params(policy: dict[str, Any], show: Callable[[Any], str] = str) -> str:
+    cls = POLICIES.get(policy["policy"])
+    defaults = policy_parameters(cls) if cls is not None else {}
+    shown = getattr(cls, "label_params", ())
+    return ",".join(f"{k}={show(v)}" for k, v in policy["params"].items()
+                    if k in shown or k not in defaults or defaults[k] != v)

@@ -16,12 +16,16 @@ from typing import Any, Callable, Iterator, Optional
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
-from autosync.core.errors import Interrupted, RuntimeFailure, UserError
+from autosync.core.errors import AutosyncError, Interrupted
 from autosync.options import (
     CacheOptions, CalibrateOptions, CompareOptions, FamilyOptions, LeaderboardOptions, ProfileOptions,
     RecommendOptions, ReplayOptions, RerunOptions, RobustnessOptions, RunOptions, ScalingOptions, TuneOptions,
+)
+from autosync.reporting.console import (
+    Line, cache_report, calibration_report, comparison_report, jobs_table, leaderboard_report, policies_report,
+    profile_report, recommendation_report, replay_report, resume_line, robustness_report, run_summary,
+    scaling_report, tune_report, verification_report,
 )
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -43,6 +47,12 @@ def _version(value: bool) -> None:
 def _main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                        help="Print the version and exit.")) -> None:
     """Search and benchmark synchronization policies for parameter-server training."""
+
+
+def _show(lines: list[Line]) -> None:
+    """Print a report (`autosync.reporting.console`) on stdout, line by line."""
+    for line in lines:
+        console.print(line.what, style=line.style)
 
 
 def _print_json(value: Any) -> None:
@@ -81,18 +91,7 @@ def validate(jobs: list[Path] = typer.Argument(..., help="Job YAML files to chec
 @app.command()
 def policies() -> None:
     """List every policy with its parameters and defaults."""
-    from autosync.catalog import POLICIES, policy_parameters
-
-    table = Table(title="policies (either name is accepted, in any case, with hyphens or underscores)")
-    table.add_column("name")
-    table.add_column("papers' name")
-    table.add_column("parameters (default)")
-    table.add_column("what it does")
-    for name, cls in POLICIES.items():
-        params = ", ".join(f"{k}={'(required)' if v is inspect.Parameter.empty else v!r}"
-                           for k, v in policy_parameters(cls).items()) or "-"
-        table.add_row(name, cls.paper_name, params, (cls.__doc__ or "").strip().splitlines()[0])
-    console.print(table)
+    _show(policies_report())
 
 
 def _command(options_type: type, group: Any = None,
@@ -168,7 +167,7 @@ def run(
     if as_json:
         _print_json({**result.summary(), "files": [str(p) for p in paths]})
     else:
-        _print_summary(result)
+        _show(run_summary(result))
     status.print(f"wrote {', '.join(str(p) for p in paths)}")
     if options.clock == "real":
         status.print(f"replay it exactly: autosync rerun {out_dir}")
@@ -194,15 +193,7 @@ def profile(
         ranks.share(spec)
         found = api.profile(spec, options, workload=workload, phase=_phase("profiling"))
     paths = found.write(out_dir)
-    cluster, server = found.cluster, found.server
-    table = Table(title=f"{spec.name}: measured on {options.device} with {found.workers}")
-    for column in ("batch size", "compute (mean)", "round trip (mean)", "round trip (p90)"):
-        table.add_column(column, justify="right")
-    for b, compute, trip, trip_p90 in found.rows():
-        table.add_row(str(b), *(f"{1e3 * seconds:.2f} ms" for seconds in (compute, trip, trip_p90)))
-    console.print(table)
-    console.print(f"fitted: {_fitted_compute(cluster)}; server: update {1e3 * server.apply_seconds:.3f} ms, "
-                  f"parameters moved at {server.bandwidth / 1e6:.1f} MB/s")
+    _show(profile_report(found, spec.name, options.device))
     status.print(f"wrote {', '.join(str(p) for p in paths)}")
     if options.check:
         check = CalibrateOptions(device=options.device, workers_per_device=options.workers_per_device,
@@ -210,22 +201,10 @@ def profile(
                                  updates=options.check_updates)
         calibration, fitted = api.calibrate(api.load_job(paths[-1]), check, workload=workload,
                                             phase=_phase("calibrating"))
-        _print_calibration(calibration)
+        _show(calibration_report(calibration))
         written = api.write_calibration(calibration, fitted, paths[-1])
         status.print(f"wrote {', '.join(str(p) for p in written)}")
     status.print(f"tune on this machine's model: autosync tune {paths[-1]}")
-
-
-def _fitted_compute(cluster: dict) -> str:
-    """The fitted compute of a profile, in one phrase: per worker, or per compute unit that workers share."""
-    units = cluster.get("compute_units")
-    if units is not None:
-        speeds = units["speed_factors"]
-        return (f"{units['count']} compute units shared by the workers (worker w on unit w % {units['count']}), "
-                f"each {units['compute']}, speed factors {min(speeds):.3f}..{max(speeds):.3f}")
-    speeds = cluster["speed_factors"]
-    return (f"compute {cluster['compute']}, communication {1e3 * cluster['communication_seconds']:.2f} ms, "
-            f"speed factors {min(speeds):.3f}..{max(speeds):.3f}")
 
 
 @_command(CalibrateOptions)
@@ -244,35 +223,11 @@ def calibrate(
     with status.status(f"loading {spec.workload.dataset.label} and building {spec.workload.model.label}"):
         workload = api.check_workload(spec, options.device)
     calibration, fitted = api.calibrate(spec, options, workload=workload, phase=_phase("calibrating"))
-    _print_calibration(calibration)
+    _show(calibration_report(calibration))
     if options.fit:
         written = api.write_calibration(calibration, fitted, target)
         status.print(f"wrote {', '.join(str(p) for p in written)}")
         status.print(f"tune the calibrated job: autosync tune {target}")
-
-
-def _print_calibration(calibration: Any) -> None:
-    """Each real run beside its simulation, before and (with a fit) after, the fitted costs and the verdict."""
-    table = Table(title=f"simulation against real runs of {calibration.updates} updates")
-    for column in ("run", "real s", "simulated s", "real / sim", *(("fitted sim s", "real / fitted") if
-                                                                    calibration.after else ())):
-        table.add_column(column, justify="right")
-    for i, run in enumerate(calibration.before):
-        after = calibration.after[i] if calibration.after else None
-        table.add_row(run.name, f"{run.real_seconds:.3f}", f"{run.simulated_seconds:.3f}", f"{run.ratio:.2f}",
-                      *((f"{after.simulated_seconds:.3f}", f"{after.ratio:.2f}") if after else ()))
-    console.print(table)
-    if calibration.server is not None:
-        console.print(f"server costs fitted from the two runs (the profile alone cannot separate them): "
-                      f"{1e3 * calibration.server['apply_seconds']:.3f} ms per update, "
-                      f"{1e3 * calibration.server['gradient_seconds']:.3f} ms per gradient (job seconds)"
-                      + (f"; the compute units' times x {calibration.server['units_factor']:.3g}"
-                         if "units_factor" in calibration.server else ""))
-    if calibration.units is not None:
-        units = calibration.units
-        console.print(f"the workers share {units['count']} compute units (the worker processes), timed at "
-                      f"{units['compute']} job seconds per task, speed factors {units['speed_factors']}")
-    console.print(calibration.verdict())
 
 
 def _phase(label: str, transient: bool = True) -> Callable[[str, int], Any]:
@@ -328,8 +283,7 @@ def leaderboard(
 ) -> None:
     """Every policy x seeds on one job: an MLPerf-style scored table, written as Markdown/CSV/JSON + plots."""
     from autosync import api
-    from autosync.reporting.leaderboard import LEADERBOARD_LEGEND, leaderboard_columns
-    from autosync.reporting.output import format_cell
+    from autosync.reporting.leaderboard import LEADERBOARD_LEGEND
 
     spec = api.load_job(job)
     out_dir = api.output_dir(out or Path("results") / spec.name)
@@ -347,13 +301,7 @@ def leaderboard(
     if as_json:
         _print_json({"job": spec.name, "seeds": seeds, "rows": rows, "files": [str(p) for p in paths]})
         return
-    table = Table(title=f"{spec.name}: {seeds} seeds, target {spec.target.metric} {spec.target.threshold}")
-    columns = leaderboard_columns()  # score() compares with BSP
-    for _, header, _ in columns:
-        table.add_column(header, justify="left" if header == "policy" else "right", no_wrap=header == "policy")
-    for r in rows:
-        table.add_row(*(format_cell(r.get(k), f) for k, _, f in columns))
-    console.print(table)
+    _show(leaderboard_report(spec, seeds, rows))
     status.print(LEADERBOARD_LEGEND, style="dim")
 
 
@@ -368,13 +316,7 @@ def scaling(
 
     api.output_dir(out)
     result = api.scaling(leaderboards, options)
-    table = Table(title=f"{options.metric}: mean ± std over seeds")
-    table.add_column("policy", no_wrap=True)
-    for n in result.worker_counts:
-        table.add_column(f"n = {n}", justify="right")
-    for policy, cells in result.rows():
-        table.add_row(policy, *cells)
-    console.print(table)
+    _show(scaling_report(result, options.metric))
     paths = result.write(out, _command_line("scaling"))
     status.print(f"wrote {', '.join(str(p) for p in paths)}")
 
@@ -398,17 +340,7 @@ def family(
     if as_json:
         _print_json({"family": drawn.family, "jobs": [{**facts, "file": str(path)} for path, facts in drawn.written]})
         return
-    _print_jobs_table(f"family {drawn.family}: {options.jobs} jobs", [facts for _, facts in drawn.written])
-
-
-def _print_jobs_table(title: str, facts: list[dict[str, Any]]) -> None:
-    table = Table(title=title)
-    for header in ("job", "n", "round trips", "slow (spread)", "slowdowns", "workload", "momentum", "fingerprint"):
-        table.add_column(header, no_wrap=header == "job")
-    for f in facts:
-        table.add_row(f["job"], str(f["n_workers"]), f["round_trip"], f"{f['slow_workers']} ({f['speed_spread']:.1f}x)",
-                      str(f["slowdowns"]), f["workload"], f"{f['momentum']:g}", f["fingerprint"])
-    console.print(table)
+    _show(jobs_table(f"family {drawn.family}: {options.jobs} jobs", [facts for _, facts in drawn.written]))
 
 
 @_command(RobustnessOptions)
@@ -420,8 +352,7 @@ def robustness(
 ) -> None:
     """Online policies against each drawn job's exhaustive best static k: regret table and figure (resumable)."""
     from autosync import api
-    from autosync.reporting.output import format_cell
-    from autosync.reporting.robustness import SUMMARY_COLUMNS, summary_legend
+    from autosync.reporting.robustness import summary_legend
 
     command = _command_line("robustness")
     found = api.robustness(family_file, out, options, command=command, phase=_phase("robustness", transient=False),
@@ -432,13 +363,7 @@ def robustness(
     if as_json:
         _print_json({"family": found.family, **found.result, "files": [str(p) for p in paths]})
         return
-    table = Table(title=f"family {found.family}: {options.jobs} jobs x {options.seeds} seeds, regret against the "
-                        "best static k")
-    for _, header, _ in SUMMARY_COLUMNS:
-        table.add_column(header, justify="left" if header == "policy" else "right", no_wrap=header == "policy")
-    for row in found.result["summary"]:
-        table.add_row(*(format_cell(row.get(k), f) for k, _, f in SUMMARY_COLUMNS))
-    console.print(table)
+    _show(robustness_report(found, options.jobs, options.seeds))
     status.print(summary_legend(found.rules), style="dim")
 
 
@@ -452,7 +377,7 @@ def robustness_compare(
 ) -> None:
     """Online policies on several job families side by side, from their robustness reports (no training)."""
     from autosync import api
-    from autosync.reporting.robustness import comparison_cells, comparison_header, write_comparison
+    from autosync.reporting.robustness import comparison_header, write_comparison
 
     if out is not None:
         api.output_file(out)
@@ -465,16 +390,7 @@ def robustness_compare(
                      "rows": [[label, *values] for label, values in comparison.rows()],
                      "not_compared": comparison.partial})
     else:
-        held_out = [r.family for r in comparison.reports if r.family != comparison.developed_on]
-        title = "regret against the best static k, per family" + (
-            f" (developed on {comparison.developed_on}; held out: {', '.join(held_out)})"
-            if comparison.developed_on else "")
-        table = Table(title=title)
-        for h in comparison_header(comparison, roles=False, between="\n"):
-            table.add_column(h, justify="left" if h == "policy" else "right", no_wrap=h == "policy")
-        for label, values in comparison.rows():
-            table.add_row(label, *comparison_cells(values))
-        console.print(table)
+        _show(comparison_report(comparison))
         if grids_differ:
             status.print(grids_differ, style="dim")
         if comparison.partial:
@@ -513,16 +429,18 @@ def tune(
             outcome = _resumable(lambda: api.tune(
                 spec, options=options, on_trial=on_trial, on_confirm=on_confirm,
                 on_start=lambda url: status.print(f"study storage: {redact_url(url)}", soft_wrap=True),
-                on_resume=lambda found, requeued: status.print(_resume_line(found, requeued), soft_wrap=True)))
+                on_resume=lambda found, requeued: status.print(resume_line(found, requeued), soft_wrap=True)))
     verification = outcome.verification
     if as_json:
         _print_json({"study": outcome.study_name, "cached": outcome.cached, "new_trials": outcome.new_trials,
                      "cache": outcome.cache, "top": outcome.top, "faster_elsewhere": outcome.faster_elsewhere,
                      "verification": verification.to_dict() if verification is not None else None})
     else:
-        _print_tune(outcome, spec)
+        _show(tune_report(outcome, spec))
+        job_file = "JOB.yaml " if spec.name != "digits_default" else ""
+        status.print(f"train with it: autosync run {job_file}--policy tuned", style="dim")
         if verification is not None:
-            _print_verification(verification)
+            _show(verification_report(verification))
     files = api.write_tune(outcome, out or api.tune_dir(outcome, spec, options), _command_line("tune"))
     if files.verification is not None:
         status.print(f"wrote {', '.join(str(p) for p in files.verification)}")
@@ -541,17 +459,10 @@ def replay(
 ) -> None:
     """Sync-Switch's Table II on recorded runs: binary search, the cost-ordered ladder and TPE, cost and success."""
     from autosync import api
-    from autosync.search.cost import COST_UNIT
 
     api.output_dir(out)
     found = api.replay(logs, options, phase=_phase("replaying"))
-    table = Table(title=f"switch-point search on {logs} ({options.simulations} simulated searches each)")
-    for column in ("strategy", "setting", f"cost ({COST_UNIT})", "success", "same as full info", "valid"):
-        table.add_column(column, justify="left" if column in ("strategy", "setting") else "right")
-    for r in found.rows:
-        table.add_row(r.strategy, r.setting, f"{r.mean_cost:.2f}", f"{r.success:.1%}",
-                      f"{r.same_as_full_information:.1%}", f"{r.valid:.1%}")
-    console.print(table)
+    _show(replay_report(found, logs, options.simulations))
     paths = found.write(out, _command_line("replay"))
     status.print(f"wrote {', '.join(str(p) for p in paths)}")
 
@@ -569,44 +480,6 @@ def _command_line(command: str) -> str:
     return "autosync " + " ".join(sys.argv[1:]) if sys.argv[1:2] == [command] else f"autosync {command}"
 
 
-def _breakdown_line(b: dict[str, int]) -> str:
-    """Where a search's cost went: the record's `search_breakdown` in words."""
-    return (f"Of its trials, {b['stopped_at_target']} stopped at the target, {b['answered_by_equivalent']} were "
-            f"answered by an equivalent policy's result without training"
-            + (f" ({b['found_equivalent']} found equivalent by running on the job's proxy)"
-               if b.get("found_equivalent") else "")
-            + f", {b['pruned']} were pruned"
-            + _pruned_how(b)
-            + (f", {b['forked_trials']} continued from another switch point's run (its prefix, forked)"
-               if b.get("forked_trials") else "") + "; "
-            + (f"{_count(b['full_budget_checks'], 'check')} to BSP's time to target ({b['checked_at']:.1f} virtual s, "
-               "--constraint-at bsp-target)" if b.get("checked_at") is not None
-               else _count(b['full_budget_checks'], 'full-budget check')) + " of the candidates that could win"
-            + (f", {b['forked_checks']} of them continued from the run stopped at the target (forked)"
-               if b.get("forked_checks") else "") + "."
-            + (f" The search stopped improving ({_count(b['patience'] or 0, 'trial')} in a row found nothing "
-               f"faster), so {_count(b['given_up'], 'queued trial')} of the budget "
-               f"{'was' if b['given_up'] == 1 else 'were'} not run (--patience {b['patience']}; --patience 0 "
-               "runs the whole budget)." if b.get("given_up") else ""))
-
-
-def _pruned_how(b: dict[str, int]) -> str:
-    """' (P on their pace, Q untrained inside a plateau of their policy)': how the pruned trials were pruned."""
-    how = ([f"{b['pruned_on_pace']} on their pace"] if b.get("pruned_on_pace") else []) \
-        + ([f"{b['pruned_in_plateau']} untrained, between trials of their policy that tied"]
-           if b.get("pruned_in_plateau") else [])
-    return f" ({', '.join(how)})" if how else ""
-
-
-def _neighbours_line(near: list[dict[str, Any]], cost_to_answer: float | None, prior: int = 0) -> str:
-    """The tuned jobs a search started from (a transfer), their trials TPE read as a prior, and what finding
-    the answer cost."""
-    jobs = "; ".join(f"{nb['job']} (distance {nb['distance']:.2f}): {_policy_label(nb['policy'])}" for nb in near)
-    read = f"; TPE read {prior} of their trial{'' if prior == 1 else 's'} as its prior" if prior else ""
-    cost = f"; the answer was found after {cost_to_answer:.2f} BSP trainings" if cost_to_answer is not None else ""
-    return f"Started from the winners of {_count(len(near), 'tuned neighbour job')}: {jobs}{read}{cost}."
-
-
 def _resumable(call: Any) -> Any:
     """`call()`, with the command that resumes it added to an `Interrupted` error's message."""
     import shlex
@@ -615,110 +488,6 @@ def _resumable(call: Any) -> Any:
         return call()
     except Interrupted as exc:
         raise Interrupted(f"{exc}: {shlex.join(['autosync', *sys.argv[1:]])}") from None
-
-
-def _resume_line(found: int, requeued: list[int]) -> str:
-    """What a tune found of an earlier, interrupted search of the same study."""
-    dead = (f"; {_count(len(requeued), 'trial')} whose process died "
-            f"({', '.join(f'#{n}' for n in requeued)}) re-queued") if requeued else ""
-    waiting = "".join(f"; waiting {line}, which stopped sending heartbeats"
-                      for line in getattr(requeued, "waiting", []))
-    return f"resuming the study: {_count(found, 'finished trial')} found{dead}{waiting}"
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}{'' if n == 1 else 's'}"
-
-
-def _print_tune(outcome: Any, spec: Any) -> None:
-    c = outcome.cache
-    label = _policy_label(c["best_policy"])
-    if outcome.cached:
-        console.print(f"[bold]cache hit[/bold]: study {outcome.study_name} finished {c['finished_at']} after "
-                      f"{c['trials']} trials (autosync {c['autosync_version']}, sampler {c['sampler']}); "
-                      "no new trial. Use --refresh to search again.")
-    else:
-        console.print(f"study {outcome.study_name}: {_count(outcome.new_trials, 'trial')} run by this command, "
-                      f"{c['trials']} in all")
-    table = Table(title=f"{spec.name}: best policies (time to {spec.target.metric} {spec.target.threshold})")
-    for col in ("trial", "policy", "time (s)", "final", "reached"):
-        table.add_column(col, justify="left" if col == "policy" else "right", overflow="fold")
-    for row in outcome.top:
-        table.add_row(str(row["trial"]), _policy_label(row["policy"]), f"{row['time_to_target']:.2f}",
-                      _fmt(row["final_metric"]), f"{row['reached']}/{row['runs']}")
-    console.print(table)
-    if isinstance(c.get("confirmed"), dict):
-        _print_confirmation(c["confirmed"])
-    amortize = c["recurrences_to_amortize"]
-    speedup = f"{c['speedup_vs_bsp']:.2f}x" if c.get("speedup_vs_bsp") is not None else "BSP never reached it"
-    cost = c.get("search_cost_bsp_trainings")
-    console.print(
-        f"best: [bold]{label}[/bold], {c['best_value']:.2f} s to target vs BSP {c['bsp_time_to_target']:.2f} s "
-        f"({speedup}). Search cost: {_fmt(cost, 2)} {c.get('search_cost_unit', 'BSP trainings')}; "
-        + (f"pays for itself after {amortize} recurrences." if amortize else "it does not beat BSP, so it never pays off."))
-    if isinstance(c.get("search_breakdown"), dict):
-        console.print(_breakdown_line(c["search_breakdown"]), style="dim")
-    if c.get("neighbour_jobs"):
-        console.print(_neighbours_line(c["neighbour_jobs"], c.get("cost_to_answer_bsp_trainings"),
-                                       c.get("prior_trials", 0)), style="dim")
-    for other in outcome.faster_elsewhere:
-        console.print(f"on this job the {other['space']} space answered {_policy_label(other['policy'])} at "
-                      f"{other['time']:.2f} s, {other['times_faster']:.2f}x faster than this space's answer: "
-                      f"autosync tune {'JOB.yaml ' if spec.name != 'digits_default' else ''}--space {other['space']}")
-    status.print(f"train with it: autosync run {'JOB.yaml ' if spec.name != 'digits_default' else ''}--policy tuned",
-                  style="dim")
-
-
-def _print_confirmation(confirmed: dict[str, Any]) -> None:
-    """The confirmation table: each candidate's search score, its time on each seed and its mean, and how the
-    search's answer held (`autosync.search.strategies.confirm`)."""
-    from autosync.search.strategies.confirm import how_it_held
-
-    table = Table(title=f"confirmed on seeds {confirmed['seeds']} (the {confirmed['top']} best, the job's other "
-                        "studies' winners, BSP; each run to the target)")
-    for column in ("policy", "from", "search s", "per seed s", "mean s", "reached"):
-        table.add_column(column, justify="left" if column in ("policy", "from") else "right", no_wrap=column == "policy")
-    for r in confirmed["rows"]:
-        per_seed = ", ".join(f"{t:.1f}" for t in r.get("seed_times") or [])
-        table.add_row(_policy_label(r["policy"]), r["source"], _fmt(r["search_time"], 1), per_seed or "-",
-                      _fmt(r["time_to_target"], 1),
-                      f"{r['reached']}/{r['runs']}" + (f" ({r['reason']})" if r.get("reason") else "")
-                      + (f" (behind the leader at {r['behind_at']:.0f} s)" if r.get("behind_at") is not None else ""))
-    console.print(table)
-    console.print(how_it_held(confirmed, _policy_label))
-
-
-def _print_verification(v: Any) -> None:
-    table = Table(title=f"simulation verified on {v.execution['backend']} ({v.execution.get('clock', 'virtual')} "
-                        f"clock), seeds {v.seeds}")
-    for column in ("policy", "simulated s", "real s", "real / sim", "real final", "feasible"):
-        table.add_column(column, justify="left" if column == "policy" else "right", no_wrap=column == "policy")
-    fmt = lambda x, f: "-" if x is None else f.format(x)
-    for r in v.rows:
-        table.add_row(_policy_label(r["policy"]), fmt(r["simulated_time"], "{:.1f}"), fmt(r["real_time"], "{:.1f}"),
-                      fmt(r["real_over_simulated"], "{:.2f}"), fmt(r["real_final_metric"], "{:.3f}"),
-                      "yes" if r["real_feasible"] else "no")
-    console.print(table)
-    tau = "-" if v.kendall_tau is None else f"{v.kendall_tau:.2f}"
-    winner = _policy_label(v.real_winner) if v.real_winner else "none feasible"
-    console.print(f"Kendall's tau {tau}; real winner {winner} "
-                  f"({'the simulated winner too' if v.same_winner else 'not the simulated winner'})")
-    answer = v.answer()
-    if answer is None:
-        console.print("no candidate kept the final-metric constraint for real: the cache keeps the search's best")
-        return
-    speedup = lambda x: "-" if x is None else f"{x:.2f}x"  # noqa: E731
-    console.print(f"the cache answers with [bold]{_policy_label(answer['policy'])}[/bold]: real "
-                  f"{_fmt(answer['real_time'], 2)} s vs BSP {_fmt(answer['bsp_real_time'], 2)} s "
-                  f"({speedup(answer['real_speedup'])} on the real clock); simulated "
-                  f"{_fmt(answer['simulated_time'], 2)} s vs BSP {_fmt(answer['bsp_simulated_time'], 2)} s "
-                  f"({speedup(answer['simulated_speedup'])})")
-
-
-def _policy_label(policy: dict[str, Any]) -> str:
-    from autosync.leaderboard import label_of
-
-    return label_of(policy)
 
 
 cache_app = typer.Typer(help="The cache of recurring jobs: tuned policies stored in the study storage.",
@@ -738,17 +507,7 @@ def cache_list(as_json: bool = JSON_OPT, *, options: CacheOptions) -> None:
     if not studies:
         console.print(f"no cached study in {redact_url(url)}")
         return
-    table = Table(title=f"cache: {redact_url(url)}")
-    for col in ("study", "job", "trials", "best policy", "time to target (s)", "finished"):
-        table.add_column(col)
-    for s in studies:
-        c = s["cache"] if isinstance(s["cache"], dict) else {}
-        best = _policy_label(c["best_policy"]) if isinstance(c.get("best_policy"), dict) else \
-            "(damaged record)" if "damaged" in s else "(unfinished)"
-        value = f"{c['best_value']:.2f}" if isinstance(c.get("best_value"), (int, float)) else "-"
-        table.add_row(s["study"], str(c.get("job_name", "-")), str(s["trials"]), best, value,
-                      str(c.get("finished_at", "-")))
-    console.print(table)
+    _show(cache_report(studies, redact_url(url)))
     for s in studies:
         if "damaged" in s:
             status.print(f"warning: study {s['study']}: corrupt cache entry ({s['damaged']}); `autosync cache clear` "
@@ -765,24 +524,7 @@ def recommend(job: Optional[Path] = JOB_ARG, as_json: bool = JSON_OPT, *, option
     if as_json:
         _print_json(answer.to_dict())
         return
-    table = Table(title=f"{spec.name}: the nearest tuned jobs")
-    for column in ("job", "distance", "same workload", "its winner here", "weight"):
-        table.add_column(column, justify="left" if column in ("job", "its winner here") else "right")
-    for nb in answer.neighbours:
-        table.add_row(nb["job"], f"{nb['distance']:.2f}", "yes" if nb["same_workload"] else "no",
-                      _policy_label(nb["policy"]) if nb["policy"] else "does not fit", f"{nb['weight']:.2f}")
-    console.print(table)
-    target = f"{spec.target.metric} {spec.target.threshold}"
-    if answer.predicted_time is not None:
-        prediction = (f"predicted {answer.predicted_time:.1f} s to {target} vs BSP {answer.predicted_bsp_time:.1f} s "
-                      f"({answer.predicted_speedup:.2f}x)")
-    elif answer.predicted_speedup is not None:
-        prediction = f"predicted {answer.predicted_speedup:.2f}x BSP's time to target (from another workload)"
-    else:
-        prediction = ("no prediction of its time (no neighbour that voted for it has a speedup over BSP: BSP missed "
-                      "the target there)")
-    console.print(f"recommended: [bold]{_policy_label(answer.policy)}[/bold], {prediction}. Nothing was trained: "
-                  "`autosync tune` checks it (and starts from these jobs' winners).")
+    _show(recommendation_report(answer, spec))
 
 
 @_command(CacheOptions, cache_app, name="show")
@@ -819,42 +561,6 @@ def cache_clear(job: Optional[Path] = JOB_ARG, *, options: CacheOptions) -> None
     spec = api.load_job(job)
     names = api.clear_cache(spec, options.storage)
     console.print(f"deleted {len(names)} studies of job {spec.name}: {', '.join(names) or '-'}")
-
-
-def _print_summary(result: Any) -> None:
-    m = result.metrics
-    table = Table(title=f"{result.job_name} - {result.policy['policy']} {result.policy['params'] or ''} "
-                        f"seed {result.seed} ({result.status})")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    ttt = m["time_to_target"]
-    rows = [
-        (f"time to {m['target_metric']} {'<=' if m['target_metric'] != 'test_accuracy' else '>='} "
-         f"{m['target_threshold']}", f"{ttt:.2f} s" if ttt is not None else "not reached"),
-        ("updates to target", str(m["updates_to_target"]) if m["updates_to_target"] is not None else "-"),
-        ("final training loss", _fmt(m["final_train_loss"])),
-        ("final test loss", _fmt(m["final_test_loss"])),
-        ("final test accuracy", _fmt(m["final_test_accuracy"])),
-        ("updates", str(m["updates"])),
-        ("virtual time", f"{m['virtual_time']:.2f} s"),
-        ("updates per virtual second", f"{m['updates_per_virtual_second']:.3f}"),
-        ("gradients discarded", f"{m['gradients_discarded']} of {m['gradients_arrived']}"),
-        ("wall time", f"{result.wall_seconds:.2f} s"),
-    ]
-    for row in rows:
-        table.add_row(*row)
-    console.print(table)
-
-
-def _fmt(x: Any, digits: int = 4) -> str:
-    return "-" if x is None else f"{x:.{digits}f}"
-
-
-def _quiet_optuna() -> None:
-    """Optuna logs only errors (the API's setting: autosync reports trials itself)."""
-    from autosync.api import quiet_optuna
-
-    quiet_optuna()
 
 
 class _progress:
@@ -901,10 +607,7 @@ def main() -> None:
     code: Any = 1  # until the command returns: a failure leaves no empty output folder it created
     try:
         code = app(standalone_mode=False, prog_name="autosync") or 0
-    except UserError as exc:
-        _print_error(exc)
-        sys.exit(2)
-    except RuntimeFailure as exc:
+    except AutosyncError as exc:  # UserError: 2, RuntimeFailure: 1, Interrupted: 130
         _print_error(exc)
         sys.exit(exc.exit_code)
     except typer.TyperException as exc:  # the parser's errors (typer's click)

@@ -9,13 +9,12 @@ reached it alongside.
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
-from autosync.core.errors import UserError
+from autosync.catalog import label_of
 from autosync.core.job import JobSpec
 
 DEFAULT_POLICIES = ("bsp", "asp", "ssp", "backup", "dbw", "bdbw")
@@ -28,54 +27,6 @@ class Entry:
     label: str
     policy: dict[str, Any]
     runs: list[dict[str, Any]] = field(default_factory=list)  # RunResult.summary() plus curves
-
-
-def parse_policy_spec(text: str, n_workers: int) -> dict[str, Any]:
-    """'backup:k=8,lr_rule=proportional' or 'backup(k=8, lr_rule=proportional)' -> {"policy": "backup",
-    "params": {...}}, validated (`catalog.split_policy_spec`).
-
-    A parameter left out whose default depends on the job's size takes the policy's own (`sized_defaults`):
-    a bare 'backup' uses k = 3n/4, the static setting the DBW paper finds good under moderate noise.
-    """
-    from autosync.catalog import POLICIES, make_policy, policy_name, split_policy_spec
-
-    name, params = split_policy_spec(text, "--policies")
-    params = {**POLICIES[policy_name(name, "--policies")].sized_defaults(n_workers), **params}
-    policy = make_policy(name, params)
-    try:
-        policy.bind(n_workers, 1)
-    except ValueError as exc:
-        raise UserError(f"--policies {text}: {exc}") from None
-    return policy.to_dict()
-
-
-def label_of(policy: dict[str, Any]) -> str:
-    """'backup(k=8)': the policy name with the parameters that differ from their defaults (and those the
-    policy always labels)."""
-    params = _shown_params(policy)
-    return f"{policy['policy']}({params})" if params else policy["policy"]
-
-
-def spec_of(policy: dict[str, Any]) -> str:
-    """'backup:k=8': the `--policies` spec that `parse_policy_spec` reads back as `policy` (values as JSON,
-    strings bare); ValueError for a list-valued parameter (split's fractions), which a spec cannot hold."""
-    def value(v: Any) -> str:
-        if isinstance(v, (list, dict)):
-            raise ValueError(f"{policy['policy']}'s parameter value {v!r} has no --policies spec")
-        return v if isinstance(v, str) else json.dumps(v)
-
-    params = _shown_params(policy, value)
-    return f"{policy['policy']}:{params}" if params else policy["policy"]
-
-
-def _shown_params(policy: dict[str, Any], show: Callable[[Any], str] = str) -> str:
-    from autosync.catalog import POLICIES, policy_parameters
-
-    cls = POLICIES.get(policy["policy"])
-    defaults = policy_parameters(cls) if cls is not None else {}
-    shown = getattr(cls, "label_params", ())
-    return ",".join(f"{k}={show(v)}" for k, v in policy["params"].items()
-                    if k in shown or k not in defaults or defaults[k] != v)
 
 
 def run_one(job: JobSpec, policy: dict[str, Any], seed: int, threads: int | None) -> dict[str, Any]:

@@ -3,7 +3,10 @@
 One frozen dataclass per command (`RunOptions`, `TuneOptions`, `LeaderboardOptions`, `ProfileOptions`,
 `CalibrateOptions`, `FamilyOptions`, `RobustnessOptions`, `CompareOptions`, `ReplayOptions`, `ScalingOptions`,
 `CacheOptions`, `RecommendOptions`, `RerunOptions`);
-`ExecutionOptions` (where runs train) is the part `run` and `tune` share. Each field is declared once, with
+`ExecutionOptions` (where runs train) is the part `run` and `tune` share. The two are declared where the
+layers below read their defaults (`autosync.engine.backends.ExecutionOptions`, whose record is the engine's
+`BackendChoice`; `autosync.search.tune_options.TuneOptions`, whose defaults are the search's `TuneRequest`'s)
+and listed here with the others; the field helpers are `autosync.core.declare`'s. Each field is declared once, with
 its default, its help (the `--help` text, which also says why the option exists) and its rule (`ge`, `le`,
 or a check in `__post_init__`). The command line gets the same rules from typer (`ge` becomes the option's
 `min`), so a value out of range is a parser error there and a one-line `UserError` from the API, naming the
@@ -16,12 +19,14 @@ range rules that are simpler written out; typer's own parser already converts th
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
+from autosync.core.declare import build, check_ranges, flag_of, option
 from autosync.core.errors import UserError
 from autosync.core.job import MAX_SEED
+from autosync.engine.backends import ExecutionOptions, parse_cpus
+from autosync.search.tune_options import DEFAULT_TUNE_SPACE, TuneOptions
 
 if TYPE_CHECKING:
     from autosync.engine.backends import BackendChoice
@@ -29,110 +34,6 @@ if TYPE_CHECKING:
 __all__ = ["ExecutionOptions", "RunOptions", "TuneOptions", "LeaderboardOptions", "ProfileOptions",
            "CalibrateOptions", "FamilyOptions", "RobustnessOptions", "CompareOptions", "ReplayOptions",
            "ScalingOptions", "CacheOptions", "RecommendOptions", "RerunOptions", "flag_of", "build"]
-
-
-def option(default: Any, help: str, *, flag: str | None = None, short: str | None = None, ge: float | None = None,
-           le: float | None = None, cli_type: Any = None) -> Any:
-    """A field of an options class: its default, its `--help` text and its range (`ge`/`le`, inclusive).
-
-    Args:
-        flag: the command-line name (default: `--` and the field's name with hyphens).
-        short: a one-letter alias ("-p").
-        cli_type: the type typer parses when the field's own type also admits Python values it cannot
-            (a Policy instance, a dict of parameters).
-    """
-    metadata = {"help": help, "flag": flag, "short": short, "ge": ge, "le": le, "cli_type": cli_type}
-    if isinstance(default, list):
-        return dataclasses.field(default_factory=lambda: list(default), metadata=metadata)
-    return dataclasses.field(default=default, metadata=metadata)
-
-
-def flag_of(field: dataclasses.Field) -> str:
-    """`--n-trials` for the field n_trials (or the flag the field names)."""
-    return field.metadata.get("flag") or "--" + field.name.replace("_", "-")
-
-
-def _check_ranges(options: Any) -> None:
-    """Every field's `ge`/`le` rule, as a one-line UserError naming the option, the rule and the value."""
-    for f in dataclasses.fields(options):
-        value, ge, le = getattr(options, f.name), f.metadata.get("ge"), f.metadata.get("le")
-        if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
-            continue
-        if ge is not None and not value >= ge:
-            raise UserError(f"{flag_of(f)} must be >= {ge}, but got {value}")
-        if le is not None and not value <= le:
-            raise UserError(f"{flag_of(f)} must be <= {le}, but got {value}")
-
-
-def build(cls: type, options: Any = None, **fields: Any) -> Any:
-    """`cls(**fields)`, or `options` (an instance of `cls`) with `fields` changed; a field `cls` does not
-    have is a one-line UserError rather than a TypeError."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(fields) - names)
-    if unknown:
-        raise UserError(f"{cls.__name__} has no option {unknown[0]!r} (it has {', '.join(sorted(names))})")
-    if options is None:
-        return cls(**fields)
-    if not isinstance(options, cls):
-        raise UserError(f"options must be a {cls.__name__}, but got {type(options).__name__}")
-    return dataclasses.replace(options, **fields) if fields else options
-
-
-@dataclass(frozen=True, kw_only=True)
-class ExecutionOptions:
-    """Where runs train: the options `autosync run` and `autosync tune` share (one BackendChoice either way)."""
-
-    backend: str = option("simulator", "simulator (gradients in this process) | processes (worker processes "
-                          "compute them; same arrival order and results) | distributed (the ranks of a torchrun "
-                          "launch, rank 0 serving and running every trial of `tune`).")
-    device: str = option("cpu", "cpu | cuda (cuda:N): where the model, data, slots and worker processes compute.")
-    workers_per_device: int = option(2, "--backend processes: worker processes on the device.", ge=1)
-    worker_timeout: float = option(60.0, "--backend processes or distributed: seconds without a gradient before a "
-                                   "worker process or rank counts as dead or hung.", ge=0.1)
-    clock: str = option("virtual", "--backend processes or distributed: virtual (the cluster model orders "
-                        "arrivals: same results as the simulator) | real (the order the workers answer in; logged "
-                        "for `autosync rerun`).")
-    stragglers: str = option("machine", "--clock real: machine (only this machine's own) | model (also the job's "
-                             "cluster model, as real delays).")
-    time_scale: float = option(0.01, "--clock real --stragglers model: real seconds per virtual second of the "
-                               "cluster model.")
-    worker_cpus: Optional[str] = option(None, "--backend processes: comma-separated cores, worker process p on "
-                                        "the p-th (cycling); a core shared with other work makes its workers real "
-                                        "stragglers.")
-
-    def __post_init__(self) -> None:
-        _check_ranges(self)
-        self.choice()  # the engine's own rules: names, combinations, the device
-
-    def choice(self) -> "BackendChoice":
-        """The engine's execution record of these options, checked."""
-        from autosync.engine.backends import BackendChoice
-
-        choice = BackendChoice(self.backend, self.clock, self.stragglers, self.time_scale, self.device,
-                               self.workers_per_device, self.worker_timeout, parse_cpus(self.worker_cpus))
-        choice.check()
-        return choice
-
-    @classmethod
-    def of_choice(cls, choice: "BackendChoice") -> dict[str, Any]:
-        """The fields of an execution record (`api.backend(...)`), to build options that train there."""
-        return dict(backend=choice.backend, clock=choice.clock, stragglers=choice.stragglers,
-                    time_scale=choice.time_scale, device=choice.device, workers_per_device=choice.processes,
-                    worker_timeout=choice.worker_timeout,
-                    worker_cpus=None if choice.worker_cpus is None else ",".join(map(str, choice.worker_cpus)))
-
-
-def parse_cpus(text: str | None) -> tuple[int, ...] | None:
-    """`--worker-cpus 0,1` as (0, 1); a one-line UserError for anything but non-negative integers."""
-    if text is None:
-        return None
-    try:
-        cpus = tuple(int(v) for v in text.split(","))
-    except ValueError:
-        raise UserError(f"--worker-cpus must be comma-separated core numbers, but got {text!r}") from None
-    if not cpus or min(cpus) < 0:
-        raise UserError(f"--worker-cpus must be comma-separated core numbers >= 0, but got {text!r}")
-    return cpus
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -157,90 +58,6 @@ class RunOptions(ExecutionOptions):
         return dict(parse_param(p) for p in self.params)
 
 
-# `autosync tune` answers "which policy" unless told otherwise: the policy space's race ran the default job in
-# about 15 s on 2 idle cores, inside the 20 s the issue set for a default (benchmarks/README.md).
-DEFAULT_TUNE_SPACE = "policy"
-
-
-@dataclass(frozen=True, kw_only=True)
-class TuneOptions(ExecutionOptions):
-    """`autosync tune`: an Optuna search of a job's policy, or the cached answer of a recurring job."""
-
-    space: str = option(DEFAULT_TUNE_SPACE, "Search space: a YAML file or a shipped name (policy: which policy, "
-                        "raced family by family; static_k; switch_point, batch_split, composed).")
-    n_trials: int = option(20, "Trial budget, global across processes.", ge=1)
-    timeout: Optional[float] = option(None, "Stop the search after S seconds: no trial starts after it, and a "
-                                      "trial still training stops at its next evaluation (not counted; the same "
-                                      "command resumes it).", ge=0.0)
-    storage: Optional[str] = option(None, "SQLAlchemy URL of the study storage "
-                                    "(default: sqlite:///results/autosync-studies.db).")
-    study: Optional[str] = option(None, "Study name (default: <fingerprint>-<space>).")
-    adopt_study: bool = option(False, "Let --study name a study made for another job (another fingerprint): its "
-                               "trials and cached answer then stand for this job.")
-    sampler: str = option("auto", "auto (portfolio where the space lists one, else tpe) | portfolio (race each "
-                          "family's portfolio settings, then TPE inside the families that can still win) | tpe | gp "
-                          "| random | grid | binary (Sync-Switch) | ladder (cheapest switch point first).")
-    n_jobs: int = option(1, "Processes running trials on this machine.", ge=1)
-    seed: int = option(0, "Sampler seed.", ge=0, le=MAX_SEED)
-    repeats: int = option(1, "Seeds per trial (the objective is noisy).", ge=1)
-    tolerance: float = option(0.01, "Allowed final-metric shortfall against BSP (the constraint).", ge=0.0)
-    objective: str = option("time", "time | time,metric (Pareto front).")
-    refresh: bool = option(False, "Search again, warm-started from the cached best.")
-    verify_top: int = option(0, "After a simulated search, re-run the K best feasible candidates and BSP "
-                             "--repeats times on --backend and compare (0: off).", ge=0)
-    confirm_top: Optional[int] = option(None, "After the search, run its K best candidates (and the job's other "
-                                        "studies' winners) and BSP to the target on --confirm-seeds seeds it did not "
-                                        "search on; a candidate that misses there loses, and the answer is the best "
-                                        "mean over all the seeds (default: 2, 0 with --sampler binary or ladder or "
-                                        "--objective time,metric; 0: off).", ge=0)
-    confirm_seeds: int = option(1, "Seeds added by --confirm-top (more, up to 3, where the leaders are closer than "
-                                "the spread between seeds).", ge=1)
-    transfer: bool = option(True, "A new study starts from the winners of the nearest tuned jobs in the storage "
-                            "with this job's workload and target (--no-transfer: from nothing).")
-    neighbour_prior: bool = option(False, "With the transfer, TPE also reads the tuned neighbours' trials as its prior, "
-                                   "each on this job's scale (off by default: on the stragglers family it saved "
-                                   "little over their winners alone and answered up to 1.08x slower).")
-    patience: Optional[int] = option(None, "Stop the search once N trials in a row found nothing faster; the rest of "
-                                     "the budget is not run (0: run the whole budget; default: the space's "
-                                     "`patience`, 5 for static_k, else 0; 0 with --sampler grid).", ge=0)
-
-    constraint_at: str = option("budget", "Where a candidate's final metric must stay within --tolerance of BSP's: "
-                                "budget (at the end of the budget, Sync-Switch's rule) | bsp-target (at the time "
-                                "BSP reaches the target: neither BSP nor the winner's check trains past it; for "
-                                "jobs trained to the target).")
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        from autosync.search.strategies.samplers import AUTO, SAMPLERS, SWITCH_POINT_SAMPLERS
-
-        if self.constraint_at not in ("budget", "bsp-target"):
-            raise UserError(f"--constraint-at must be budget or bsp-target, but got {self.constraint_at!r}")
-        if self.constraint_at != "budget" and self.objective != "time":
-            raise UserError(f"--constraint-at {self.constraint_at} needs --objective time (a Pareto front compares "
-                            f"final metrics at the budget's end), but got --objective {self.objective}")
-        if self.constraint_at != "budget" and self.sampler in SWITCH_POINT_SAMPLERS:
-            raise UserError(f"--constraint-at {self.constraint_at} needs a sampler whose trials stop at the target, "
-                            f"but --sampler {self.sampler} trains each candidate whole to compare final metrics")
-
-        if self.sampler not in (AUTO, *SAMPLERS):
-            raise UserError(f"--sampler must be one of {[AUTO, *SAMPLERS]}, but got {self.sampler!r}")
-        if self.objective not in ("time", "time,metric"):
-            raise UserError(f"--objective must be time or time,metric, but got {self.objective!r}")
-        if self.backend == "distributed" and self.n_jobs > 1:
-            raise UserError(f"--n-jobs must be 1 with --backend distributed (the group's ranks serve one trial at "
-                            f"a time), but got {self.n_jobs}")
-        if self.verify_top and self.backend == "simulator":
-            raise UserError("--verify-top re-runs the simulated search's best candidates on a real backend: "
-                            "it needs --backend processes (with --clock virtual or real)")
-        if self.verify_top and self.objective != "time":
-            raise UserError("--verify-top compares one objective's rankings: it needs --objective time")
-        if self.confirm_top and self.objective != "time":
-            raise UserError("--confirm-top ranks candidates by one objective: it needs --objective time")
-        if self.confirm_top and self.sampler in SWITCH_POINT_SAMPLERS:
-            raise UserError(f"--confirm-top re-runs a search's candidates on more seeds, but --sampler {self.sampler} "
-                            "already trains each candidate on 3 seeds (Sync-Switch's R)")
-
-
 @dataclass(frozen=True, kw_only=True)
 class LeaderboardOptions:
     """`autosync leaderboard`: every policy x seeds on one job, scored MLPerf-style."""
@@ -253,7 +70,7 @@ class LeaderboardOptions:
     storage: Optional[str] = option(None, "Study storage URL for --include-tuned.")
 
     def __post_init__(self) -> None:
-        _check_ranges(self)
+        check_ranges(self)
         _check_n_jobs(self.n_jobs)
 
     def runs(self) -> int:
@@ -283,7 +100,7 @@ class ProfileOptions:
     check_updates: int = option(100, "--check: updates per real run.", ge=2)
 
     def __post_init__(self) -> None:
-        _check_ranges(self)
+        check_ranges(self)
         if self.backend not in ("processes", "distributed"):
             raise UserError(f"--backend must be processes or distributed for profile, but got {self.backend!r}")
         if self.check and self.backend != "processes":
@@ -332,7 +149,7 @@ class FamilyOptions:
     jobs: int = option(24, "Jobs 0..N-1 of the family (job i depends only on the family's seed and i).", ge=1)
 
     def __post_init__(self) -> None:
-        _check_ranges(self)
+        check_ranges(self)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -379,7 +196,7 @@ class ReplayOptions:
     space: str = option("switch_point", "Search space of the Optuna strategies (ladder, TPE).")
 
     def __post_init__(self) -> None:
-        _check_ranges(self)
+        check_ranges(self)
         bad = [n for n in self.tpe_trials if n < 1]
         if bad:
             raise UserError(f"--tpe-trials must be >= 1, but got {bad[0]}")

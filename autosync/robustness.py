@@ -180,7 +180,8 @@ def score_job(job: JobSpec, cells: dict[str, dict[str, Any]], online: list[dict[
     reference grid: `autosync.reference_grid`); `tuned`: the job's own tuned policy, scored as the row
     TUNED_LABEL."""
     from autosync.family import describe
-    from autosync.leaderboard import finite_mean, label_of
+    from autosync.catalog import label_of
+    from autosync.leaderboard import finite_mean
 
     fp = job.fingerprint()
 
@@ -307,7 +308,7 @@ def report(jobs: list[JobSpec], cells: dict[str, dict[str, Any]], online: list[d
            reference: Callable[[int], list[dict[str, Any]]] | None = None) -> dict[str, Any]:
     """Every job scored (`score_job`; `tuned`: each job's tuned policy by fingerprint; `reference`: the broad
     grid for n workers, which "vs best overall" then divides by too) and the summary."""
-    from autosync.leaderboard import label_of
+    from autosync.catalog import label_of
 
     per_job = [score_job(job, cells, online, seeds, rules, (tuned or {}).get(job.fingerprint()),
                          reference(job.cluster.n_workers) if reference is not None else None) for job in jobs]

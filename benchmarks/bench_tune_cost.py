@@ -49,7 +49,7 @@ from pathlib import Path
 from autosync.api import quiet_optuna
 from autosync.engine.forks import FORKS, MAX_BYTES
 from autosync.family import load_family
-from autosync.leaderboard import label_of
+from autosync.catalog import label_of
 from autosync.core.job import JobSpec, load_job
 from autosync.reference_grid import Judged, ReferenceGrid, answer_cells, held_out_seeds, judge
 from autosync.robustness import read_cells, run_grid

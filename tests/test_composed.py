@@ -14,7 +14,7 @@ from autosync.catalog import POLICIES, make_policy, split_policy_spec
 from autosync.engine import simulate
 from autosync.core.errors import UserError
 from autosync.engine.drivers import ProcessDriver
-from autosync.leaderboard import label_of, parse_policy_spec
+from autosync.catalog import label_of, parse_policy_spec
 from autosync.policies import Composed, check_composition, composition_of
 from autosync.search.space import load_space, resolve_space_path
 from autosync.workloads.workload import Workload

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from autosync.search.strategies.confirm import RUNS
+from autosync.search.study.records import CONFIRMATION_RUNS as RUNS
 from autosync.search.objective import evaluate
 from autosync.search.space import SPACE_DIR, load_space
 from autosync.search.tune import TuneRequest, tune
@@ -19,6 +19,7 @@ JOB = small_job(budget={"max_updates": 30})
 def _tune(url: str, space: str = "policy", trials: int = 5, top: int = 2, **request):
     """A tune confirmed on two new seeds; TPE (the confirmation is under test, not the portfolio search)."""
     request.setdefault("sampler", "tpe")
+    request.setdefault("confirm_seeds", 2)
     return tune(TuneRequest(job=JOB, space=load_space(SPACE_DIR / f"{space}.yaml", 4), n_trials=trials, storage=url,
                             confirm_top=top, **request))
 

@@ -11,9 +11,8 @@ from autosync.catalog import make_policy
 from autosync.engine import simulate
 from autosync.engine.simulator import Simulator
 from autosync.search.equivalence import FIRST_CHUNK, EquivalenceCheck, _ProxyRun, proxy_of
-from autosync.search.objective import (
-    FOUND_EQUIVALENT, Objective, ObjectiveSettings, canonical_on, evaluate, trial_scoring, trial_seeds,
-)
+from autosync.search.objective import Objective, ObjectiveSettings, canonical_on, evaluate, trial_scoring, trial_seeds
+from autosync.search.study.records import FOUND_EQUIVALENT
 from autosync.search.space import load_space
 from autosync.search.strategies.pruning import RaceLimit
 from tests.conftest import small_job

@@ -8,7 +8,8 @@ import math
 import pytest
 
 from autosync.core.errors import UserError
-from autosync.leaderboard import Entry, parse_policy_spec, run_grid, score, trimmed_mean
+from autosync.catalog import parse_policy_spec
+from autosync.leaderboard import Entry, run_grid, score, trimmed_mean
 from tests.conftest import small_job
 from tests.test_cli import autosync
 
@@ -87,7 +88,7 @@ def test_early_and_late_mean_k_average_the_gradients_per_update_of_each_half():
 
 
 def test_labels_show_changed_parameters_and_always_backups_k():
-    from autosync.leaderboard import label_of
+    from autosync.catalog import label_of
 
     assert label_of(parse_policy_spec("backup:lr_rule=proportional", 16)) == "backup(k=12,lr_rule=proportional)"
     assert label_of(parse_policy_spec("dbw", 16)) == "dbw"
@@ -129,7 +130,7 @@ def test_k_weighted_by_virtual_time_shows_where_a_policy_spends_its_time():
                                   "compose:barrier=dbw,batch=lbbsp,window=7", "dana_dc:dc_lambda=1.8552011619816655",
                                   "sync_switch:switch_at=0.25,config=none", "bsp"])
 def test_a_policy_spec_reads_back_as_the_same_policy(spec):
-    from autosync.leaderboard import spec_of
+    from autosync.catalog import spec_of
 
     policy = parse_policy_spec(spec, 16)
     assert parse_policy_spec(spec_of(policy), 16) == policy

@@ -152,9 +152,8 @@ def test_recommend_from_a_robustness_report_votes_with_its_other_jobs_fastest_po
 def test_the_neighbours_trials_are_tpes_prior_on_this_jobs_scale_and_never_stored(tuned):
     """Transfer's prior (`autosync.search.strategies.prior`): a neighbour's trained trials, k scaled to this n
     and times by the two BSP times; TPE proposes from them at once, and the study keeps its own trials only."""
-    from autosync.search.objective import FULL_BUDGET_OF
-    from autosync.search.strategies.prior import PRIOR_OF, prior_trials
-    from autosync.search.study.siblings import EXECUTION
+    from autosync.search.strategies.prior import prior_trials
+    from autosync.search.study.records import EXECUTION, FULL_BUDGET_OF, PRIOR_OF
 
     url, same, _ = tuned
     storage = open_storage(url)
@@ -191,7 +190,8 @@ def test_tpe_proposes_from_the_prior_at_once():
     prior's fast region, where without them it is a random draw."""
     from optuna.distributions import IntDistribution
 
-    from autosync.search.strategies.prior import PRIOR_OF, tpe_with_prior
+    from autosync.search.strategies.prior import tpe_with_prior
+    from autosync.search.study.records import PRIOR_OF
 
     dist = {"backup.k": IntDistribution(1, 64)}
     prior = [optuna.trial.create_trial(value=1.0 if k <= 3 else 100.0 + k, params={"backup.k": k},

@@ -8,7 +8,7 @@ import pytest
 
 from autosync import api
 from autosync.core.errors import UserError
-from autosync.options import (ExecutionOptions, LeaderboardOptions, ProfileOptions, RunOptions, TuneOptions,
+from autosync.options import (ExecutionOptions, LeaderboardOptions, ProfileOptions, RunOptions, TuneOptions, build,
                               flag_of)
 
 
@@ -70,3 +70,64 @@ def test_off_torchrun_the_ranks_context_leads_and_shares_nothing():
     with torchrun_ranks(RunOptions().choice()) as ranks:
         assert ranks.leader
         ranks.share(api.load_job(None))  # no group: nothing to send
+
+
+_OWN = {"job", "out", "as_json"}  # the command line's own parameters (the job file, --out, --json)
+
+
+@pytest.mark.parametrize("name, functions, cls", [("tune", (api.tune, api.write_tune), TuneOptions),
+                                                   ("run", (api.run, api.write_run), RunOptions)])
+def test_every_command_line_flag_is_an_api_keyword_with_the_same_default(name, functions, cls):
+    """`autosync tune --n-trials 5` and `api.tune(job, n_trials=5)` name one option, and left out both
+    mean the same value (a flag of what is written, such as `run --plot`, is the writer's keyword)."""
+    import inspect
+
+    import typer.main
+
+    from autosync.cli import app
+    from autosync.core.declare import default_of
+
+    command = typer.main.get_command(app).commands[name]
+    function, writer = functions
+    assert any(p.kind is inspect.Parameter.VAR_KEYWORD for p in inspect.signature(function).parameters.values())
+    keywords = {**inspect.signature(writer).parameters, **inspect.signature(function).parameters}
+    fields = {f.name for f in dataclasses.fields(cls)}
+    for param in command.params:
+        if param.name in _OWN:
+            continue
+        assert param.name in fields or param.name in keywords, f"--{param.name} is no keyword of api.{name}"
+        default = default_of(cls, param.name) if param.name in fields else keywords[param.name].default
+        assert param.default == default or (param.default in (None, ()) and default == []), param.name
+        if param.name in fields:
+            build(cls, **{param.name: default})  # the API takes the keyword
+
+
+def test_the_search_and_the_engine_take_their_defaults_from_the_options():
+    """One set of defaults: the search's request and scoring, and the engine's execution record, default
+    to what `autosync tune` and `autosync run` default to."""
+    from autosync.engine.backends import BackendChoice
+    from autosync.search.objective import ObjectiveSettings
+    from autosync.search.request import TuneRequest
+
+    assert BackendChoice() == ExecutionOptions().choice() == api.backend()
+    options, request = TuneOptions(), {f.name: f.default for f in dataclasses.fields(TuneRequest)}
+    renamed = {"prior": "neighbour_prior"}
+    for name in ("n_trials", "timeout", "study", "adopt_study", "sampler", "seed", "n_jobs", "refresh", "verify_top",
+                 "confirm_seeds", "transfer", "prior", "patience"):
+        assert request[name] == getattr(options, renamed.get(name, name)), name
+    settings = ObjectiveSettings()
+    assert (settings.repeats, settings.tolerance, settings.constraint_at, settings.multi_objective) == (
+        options.repeats, options.tolerance, options.constraint_at, options.objective != "time")
+
+
+def test_a_request_made_from_options_is_the_one_the_api_tunes(monkeypatch):
+    from autosync.search import tune as tune_module
+    from autosync.search.request import TuneRequest
+
+    made = []
+    monkeypatch.setattr(tune_module, "tune", lambda request, **_: made.append(request) or "done")
+    job = api.load_job(None)
+    assert api.tune(job, n_trials=3, repeats=2, storage="sqlite://") == "done"
+    expected = TuneRequest.from_options(job, TuneOptions(n_trials=3, repeats=2, storage="sqlite://"))
+    assert made[0].space.name == expected.space.name and dataclasses.replace(made[0], space=None) == \
+        dataclasses.replace(expected, space=None)

@@ -8,12 +8,13 @@ import optuna
 import pytest
 
 from autosync.core.errors import SpaceFileError
-from autosync.search.objective import FULL_BUDGET_OF, ObjectiveSettings
+from autosync.search.objective import ObjectiveSettings
 from autosync.search.space import SPACE_DIR, load_space
-from autosync.search.strategies.patience import GIVEN_UP, trials_without_improvement
+from autosync.search.strategies.patience import trials_without_improvement
 from autosync.search.study.cache import cached_studies
 from autosync.search.study.storage import open_storage
-from autosync.search.study.trials import GIVEN_UP_PLACES, counted_trials
+from autosync.search.study.records import FULL_BUDGET_OF, GIVEN_UP, GIVEN_UP_PLACES
+from autosync.search.study.trials import counted_trials
 from autosync.search.tune import TuneRequest, tune
 from tests.conftest import autosync, no_traceback, small_job
 
@@ -117,7 +118,7 @@ def test_giving_up_spends_the_budget_exactly_with_one_attribute_for_its_places_n
     queued again when the search stops: the give-up fails the queued trials and records the places not
     queued in one study attribute (no row per place, whatever the budget), after which nothing is queued."""
     from autosync.search.strategies.patience import give_up_queued
-    from autosync.search.study.trials import GIVEN_UP_PLACES, budget_used, top_up
+    from autosync.search.study.trials import budget_used, top_up
 
     url = f"sqlite:///{tmp_path / 'g.db'}"
     study = optuna.create_study(storage=url)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import optuna
 
-from autosync.search.objective import CONSTRAINT, PLATEAU, SCORING, Objective, ObjectiveSettings, evaluate, trial_scoring, trial_seeds
+from autosync.search.objective import Objective, ObjectiveSettings, evaluate, trial_scoring, trial_seeds
+from autosync.search.study.records import CONSTRAINT, PLATEAU, SCORING
 from autosync.search.space import load_space
 from autosync.search.strategies.full_budget import next_to_check
 from autosync.search.strategies.pruning import RaceLimit, plateau
@@ -114,7 +115,7 @@ def test_the_pace_reads_the_best_metric_so_far_so_a_dip_does_not_stop_the_fastes
 
 
 def test_the_tune_line_says_how_many_were_pruned_untrained_in_a_plateau():
-    from autosync.cli import _breakdown_line
+    from autosync.reporting.console import breakdown_line as _breakdown_line
 
     counts = {"stopped_at_target": 9, "answered_by_equivalent": 3, "pruned": 11, "pruned_on_pace": 7,
               "pruned_in_plateau": 3, "full_budget_checks": 1, "forked_checks": 1, "forked_trials": 0, "given_up": 0}

@@ -12,7 +12,7 @@ import pytest
 
 import autosync
 from autosync.catalog import POLICIES, make_policy
-from autosync.leaderboard import parse_policy_spec
+from autosync.catalog import parse_policy_spec
 from autosync.policies import SEED_POLICIES, Composed, composition_of
 from autosync.policies._composed import PARAMETER_OWNERS, PLAIN, SLOTS, owner
 from autosync.search.space import load_space, resolve_space_path

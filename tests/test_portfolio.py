@@ -8,7 +8,8 @@ import json
 import optuna
 import pytest
 
-from autosync.search.objective import ANSWERED, CANONICAL, PREDICTED, evaluate
+from autosync.search.objective import evaluate
+from autosync.search.study.records import ANSWERED, CANONICAL, PREDICTED
 from autosync.search.space import POLICY_PARAM, SPACE_DIR, load_space
 from autosync.search.strategies.confirm import REFERENCE, Candidate, RunStore, confirm, how_it_held
 from autosync.search.strategies.portfolio import contenders, family_standing, next_family, portfolio_policies

@@ -16,7 +16,8 @@ import pytest
 from autosync.core.errors import UserError
 from autosync.search.strategies.binary import binary_search
 from autosync.search.strategies.ladder import DEFAULT_RUNGS, SWITCH_PARAM, LadderSampler, ladder_finished
-from autosync.search.objective import CONSTRAINT, Objective, ObjectiveSettings
+from autosync.search.objective import Objective, ObjectiveSettings
+from autosync.search.study.records import CONSTRAINT
 from autosync.search.strategies.pruning import TargetRacePruner, race_limit
 from autosync.search.space import SPACE_DIR, load_space
 from autosync.search.study.storage import open_storage
@@ -483,7 +484,8 @@ def test_a_trial_still_training_when_the_timeout_passes_stops_and_takes_no_slot(
     the reason and not counted; a candidate's full-budget check is not stopped (the answer needs it)."""
     import time
 
-    from autosync.search.objective import FULL_BUDGET_OF, TIMED_OUT, Objective, ObjectiveSettings, RunFailed, evaluate
+    from autosync.search.objective import Objective, ObjectiveSettings, RunFailed, evaluate
+    from autosync.search.study.records import FULL_BUDGET_OF, TIMED_OUT
     from autosync.search.study.trials import budget_used
 
     job = small_job(budget={"max_updates": 400})

@@ -163,8 +163,10 @@ def test_after_a_verification_one_winner_line_gives_the_answer_on_both_clocks():
     for row in v.rows:
         row.update(real_over_simulated=row["real_time"] / row["simulated_time"], real_final_metric=0.97,
                    real_feasible=True)
+    from autosync.reporting.console import verification_report
+
     with cli.console.capture() as captured:
-        cli._print_verification(v)
+        cli._show(verification_report(v))
     line = " ".join(captured.get().split())
     assert "the cache answers with backup(k=5): real 64.00 s vs BSP 176.00 s (2.75x on the real clock); " \
            "simulated 62.00 s vs BSP 171.00 s (2.76x)" in line, line

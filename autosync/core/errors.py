@@ -1,13 +1,24 @@
-"""User-facing errors: anything a user can cause ends as one line and exit code 2."""
+"""autosync's own errors: anything a user can cause ends as one line and exit code 2, a failure while
+running as one line and exit code 1 (130 when interrupted)."""
 
 from __future__ import annotations
 
 
-class UserError(ValueError):
+class AutosyncError(Exception):
+    """The base of autosync's own errors: `except AutosyncError` catches what autosync raises on purpose,
+    each a one-line message the command line prints without a traceback, exiting with `exit_code`."""
+
+    exit_code = 1
+
+
+class UserError(AutosyncError, ValueError):
     """An error caused by user input (job file, CLI option, search space, storage URL, cache).
 
-    The CLI prints ``str(error)`` as a single line and exits with code 2; no traceback.
+    The CLI prints ``str(error)`` as a single line and exits with code 2; no traceback. A ValueError too:
+    callers that validate values catch it as one.
     """
+
+    exit_code = 2
 
 
 class FileProblems(UserError):
@@ -29,7 +40,7 @@ def _one_line(text: str) -> str:
     return " ".join(text.splitlines())
 
 
-class RuntimeFailure(Exception):
+class RuntimeFailure(AutosyncError):
     """A run or search that was set up right but failed while it ran (workers died, nothing met the target).
 
     The CLI prints ``str(error)`` as one line and exits with `exit_code` (input and usage errors: 2).

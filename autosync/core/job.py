@@ -6,7 +6,6 @@ Loading and validating a job imports neither torch, optuna nor cvxpy, so ``autos
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from pathlib import Path
@@ -21,9 +20,6 @@ from pydantic_core import PydanticCustomError
 
 from autosync.data import DEFAULT_JOB_PATH
 from autosync.core.errors import FileProblems, JobFileError
-
-# Bump when the meaning of a fingerprinted field changes, so old cache entries stop matching.
-FINGERPRINT_VERSION = 1
 
 
 class _Spec(BaseModel):
@@ -466,39 +462,12 @@ class JobSpec(_Spec):
         return self
 
     def fingerprint(self) -> str:
-        """A stable hash of what makes two runs the same job: workload, cluster and target.
+        """A stable hash of what makes two runs the same job: workload, cluster and target
+        (`autosync.core.fingerprint`). Seed, budget and name are left out: recurring runs of one job share
+        one cache entry."""
+        from autosync.core.fingerprint import fingerprint
 
-        Seed, budget and name are left out: recurring runs of one job share one cache entry.
-        """
-        workload = self.workload.model_dump(mode="json")
-        for part in ("dataset", "model"):  # the user's code by its identity, a built-in by its fields
-            spec = getattr(self.workload, part)
-            if spec.factory is not None:
-                workload[part] = {**spec.user_code_identity(),
-                                  **{k: v for k, v in workload[part].items()
-                                     if k not in spec.builtin_fields and k not in ("factory", "kwargs", "version")}}
-            else:  # fields that did not exist before user code: fingerprints from before them still hold
-                for key in ("factory", "kwargs", "version"):
-                    del workload[part][key]
-        if self.workload.dataset.factory is None and workload["dataset"]["name"] != "synthetic_images":
-            del workload["dataset"]["image_shape"]  # meaningless there: old fingerprints still hold
-        if self.workload.loss is None:  # the data's own loss, as before the field existed
-            del workload["loss"]
-        cluster = self.cluster.model_dump(mode="json")
-        if self.cluster.server == ServerSpec():  # an instant server: fingerprints from before the section hold
-            del cluster["server"]
-        elif self.cluster.server.gradient_seconds == 0.0:  # likewise from before the per-gradient cost
-            del cluster["server"]["gradient_seconds"]
-        if self.cluster.compute_units is None:  # a machine per worker: fingerprints from before the field hold
-            del cluster["compute_units"]
-        canonical = {
-            "v": FINGERPRINT_VERSION,
-            "workload": workload,
-            "cluster": cluster,
-            "target": self.target.model_dump(mode="json"),
-        }
-        blob = json.dumps(canonical, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+        return fingerprint(self)
 
 
 # --------------------------------------------------------------------------- loading

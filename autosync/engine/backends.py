@@ -1,12 +1,16 @@
-"""Choosing where gradients are computed and which clock orders them, and the torchrun ranks around a command."""
+"""Choosing where gradients are computed and which clock orders them, and the torchrun ranks around a command.
+
+`ExecutionOptions` declares the options once (the `--backend`, `--clock`, ... of `autosync run` and `tune`);
+`BackendChoice` is the engine's checked record of them, with the same defaults."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, Optional
 
+from autosync.core.declare import check_ranges, default_of, option
 from autosync.core.errors import UserError
 
 if TYPE_CHECKING:
@@ -18,18 +22,78 @@ CLOCKS = ("virtual", "real")
 STRAGGLER_SOURCES = ("machine", "model")
 
 
+@dataclass(frozen=True, kw_only=True)
+class ExecutionOptions:
+    """Where runs train: the options `autosync run` and `autosync tune` share (one BackendChoice either way)."""
+
+    backend: str = option("simulator", "simulator (gradients in this process) | processes (worker processes "
+                          "compute them; same arrival order and results) | distributed (the ranks of a torchrun "
+                          "launch, rank 0 serving and running every trial of `tune`).")
+    device: str = option("cpu", "cpu | cuda (cuda:N): where the model, data, slots and worker processes compute.")
+    workers_per_device: int = option(2, "--backend processes: worker processes on the device.", ge=1)
+    worker_timeout: float = option(60.0, "--backend processes or distributed: seconds without a gradient before a "
+                                   "worker process or rank counts as dead or hung.", ge=0.1)
+    clock: str = option("virtual", "--backend processes or distributed: virtual (the cluster model orders "
+                        "arrivals: same results as the simulator) | real (the order the workers answer in; logged "
+                        "for `autosync rerun`).")
+    stragglers: str = option("machine", "--clock real: machine (only this machine's own) | model (also the job's "
+                             "cluster model, as real delays).")
+    time_scale: float = option(0.01, "--clock real --stragglers model: real seconds per virtual second of the "
+                               "cluster model.")
+    worker_cpus: Optional[str] = option(None, "--backend processes: comma-separated cores, worker process p on "
+                                        "the p-th (cycling); a core shared with other work makes its workers real "
+                                        "stragglers.")
+
+    def __post_init__(self) -> None:
+        check_ranges(self)
+        self.choice()  # the engine's own rules: names, combinations, the device
+
+    def choice(self) -> BackendChoice:
+        """The engine's execution record of these options, checked."""
+        choice = BackendChoice(self.backend, self.clock, self.stragglers, self.time_scale, self.device,
+                               self.workers_per_device, self.worker_timeout, parse_cpus(self.worker_cpus))
+        choice.check()
+        return choice
+
+    @classmethod
+    def of_choice(cls, choice: BackendChoice) -> dict[str, Any]:
+        """The fields of an execution record (`api.backend(...)`), to build options that train there."""
+        return dict(backend=choice.backend, clock=choice.clock, stragglers=choice.stragglers,
+                    time_scale=choice.time_scale, device=choice.device, workers_per_device=choice.processes,
+                    worker_timeout=choice.worker_timeout,
+                    worker_cpus=None if choice.worker_cpus is None else ",".join(map(str, choice.worker_cpus)))
+
+
+def parse_cpus(text: str | None) -> tuple[int, ...] | None:
+    """`--worker-cpus 0,1` as (0, 1); a one-line UserError for anything but non-negative integers."""
+    if text is None:
+        return None
+    try:
+        cpus = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise UserError(f"--worker-cpus must be comma-separated core numbers, but got {text!r}") from None
+    if not cpus or min(cpus) < 0:
+        raise UserError(f"--worker-cpus must be comma-separated core numbers >= 0, but got {text!r}")
+    return cpus
+
+
+def _default(name: str) -> Any:
+    return default_of(ExecutionOptions, name)
+
+
 @dataclass(frozen=True)
 class BackendChoice:
-    """How one run is executed."""
+    """How one run is executed: the engine's record of `ExecutionOptions` (its defaults are theirs)."""
 
-    backend: str = "simulator"  # simulator: in this process; processes: worker processes; distributed: ranks
-    clock: str = "virtual"  # virtual: the cluster model orders arrivals; real: the processes' answers do
-    stragglers: str = "machine"  # real clock: the machine's own, or the job's cluster model as real delays
-    time_scale: float = 1.0  # real clock with model stragglers: real seconds per virtual second
-    device: str = "cpu"  # cpu | cuda: where the workload's tensors live (server and workers)
-    processes: int = 2  # worker processes on the device
-    worker_timeout: float = 60.0  # seconds of silence before a worker process counts as hung
+    backend: str = _default("backend")  # simulator: in this process; processes: worker processes; distributed: ranks
+    clock: str = _default("clock")  # virtual: the cluster model orders arrivals; real: the processes' answers do
+    stragglers: str = _default("stragglers")  # real clock: the machine's own, or the cluster model as real delays
+    time_scale: float = _default("time_scale")  # real clock with model stragglers: real seconds per virtual second
+    device: str = _default("device")  # cpu | cuda: where the workload's tensors live (server and workers)
+    processes: int = _default("workers_per_device")  # worker processes on the device (`--workers-per-device`)
+    worker_timeout: float = _default("worker_timeout")  # seconds of silence before a worker process counts as hung
     worker_cpus: tuple[int, ...] | None = None  # processes: worker process p runs on core worker_cpus[p % len]
+    # (`--worker-cpus` parsed by `parse_cpus`)
 
     def check(self) -> None:
         """A clear error for options that do not fit together or this machine."""

@@ -1,6 +1,8 @@
 """Every table, JSON file and figure autosync writes, one module per report.
 
 - `output`: the output directory (created and proven writable before any training) and cell formats.
+- `console`: what the command line prints (the tune, confirmation, verification, calibration and run
+  reports), as rich lines and tables.
 - `runs`: one run's summary, trace tables, final parameters and plot (`autosync run`).
 - `leaderboard`: the scored leaderboard as Markdown, CSV, JSON and plots (`autosync leaderboard`).
 - `robustness`: a family's regret tables and figure (`autosync robustness`).

@@ -11,15 +11,22 @@ cost can be stated in units of one BSP training.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
+from autosync.core.declare import default_of
 from autosync.core.errors import RuntimeFailure
 from autosync.core.job import JobSpec
-from autosync.search.study.siblings import finished_trials, scored_as
+from autosync.search.study.records import (
+    ANSWERED, BSP_REFERENCE, BUDGET, CANONICAL, CONSTRAINT, CURVE, EQUIVALENCE_CHECK_FAILED, FAIL_REASON,
+    FINAL_METRIC, FINAL_PENDING, FORKED, FOUND_EQUIVALENT, FULL_BUDGET, FULL_BUDGET_OF, HORIZON, KILLED, PLATEAU,
+    POLICY, PREDICTED, PROCESS, PRUNED_ON_PACE, REACHED, RESAMPLED, RETRY_OF, RUNS, SAME_AS, SCORING, TIME_TO_TARGET,
+    TIMED_OUT, VIRTUAL_SECONDS, final_pending, has_full_result, has_own_failure, scored_as,
+)
+from autosync.search.study.siblings import finished_trials
+from autosync.search.tune_options import TuneOptions
 
 if TYPE_CHECKING:
     import optuna
@@ -53,34 +60,7 @@ class Race(Protocol):
         """(time, trials) of a plateau of finished trials `policy` lies in whose time the bar is not over."""
 
 
-BUDGET, BSP_TARGET = "budget", "bsp-target"  # where the constraint is held (`ObjectiveSettings.constraint_at`)
-CONSTRAINT = "final_metric_vs_bsp"  # name of the Optuna constraint (<= 0: feasible)
-KILLED = "process_lost"  # user attribute of a trial failed because its process died: no result of its own
-RETRY_OF = "retry_of"  # user attribute of a re-queued trial: the number of the killed trial it re-runs
-PROCESS = "process"  # user attribute: host:pid of the process that ran the trial
-CURVE = "curve"  # user attribute: [virtual time, target metric] at the first seed's evaluations, up to the target
-# (the whole run's where it missed the target)
-CANONICAL = "canonical_policy"  # user attribute: the simplest policy that runs exactly like the trial's
-# user attribute: the canonical policy the trial's was found to run like by the check (`autosync.search.equivalence`)
-FOUND_EQUIVALENT = "found_equivalent_of"
-EQUIVALENCE_CHECK_FAILED = "equivalence_check_failed"  # user attribute: why the check could not run (the trial trained)
-SCORING = "scoring"  # user attribute: the seeds, miss penalty and budget a trial was scored with
-TIMED_OUT = "stopped_by_timeout"  # user attribute: the trial was stopped by the tune's --timeout (`TimedOut`)
-RESAMPLED = "resampled_from"  # user attribute: the running trial whose point this trial proposed again
-# user attribute: the trial's runs stopped at the target, so its final metric (and its constraint) is not known
-# yet; `autosync.search.strategies.full_budget` checks it at full budget if the trial can still win
-FINAL_PENDING = "final_metric_pending"
-FULL_BUDGET_OF = "full_budget_check_of"  # user attribute: the trial re-runs trial N at full budget (its check)
-PRUNED_ON_PACE = "pruned_on_pace"  # user attribute: pruned by the pace rule, its value a prediction (`pruning`)
-PREDICTED = "predicted_time_to_target"  # user attribute of a trial pruned at its bound: the pace's prediction
-# user attribute: the trial proposed a point already answered (a twin's result, BSP's reference) and was
-# answered without training: it takes no slot of the budget (`autosync.search.study.trials.budget_used`)
-ANSWERED = "answered_untrained"
 MAX_UNCOUNTED = 20  # past this many such answers in a study they count, so a search of a tried-out space ends
-PLATEAU = "plateau_of"  # user attribute: pruned untrained inside these tied trials' plateau (`pruning.plateau`)
-FORKED = "forked_seconds"  # score and user attribute: virtual seconds a run continued from a stopped run's state
-FULL_BUDGET = "full_budget"  # user attribute: the trial's runs train the whole budget (none stops at the target)
-HORIZON = "horizon"  # BSP reference's key: its time to target, where the checks stop under BSP_TARGET
 STOPPED_EARLY = "stopped_early"  # `evaluate`'s count of runs stopped at the target before the horizon
 DETAILS = ("seed_times", "updates", "epochs")  # what `evaluate(details=True)` adds
 
@@ -102,21 +82,12 @@ def process_tag(pid: int | None = None) -> str:
     return f"{socket.gethostname()}:{os.getpid() if pid is None else pid}"
 
 
-def has_own_failure(trial: "optuna.trial.FrozenTrial") -> bool:
-    """Whether `trial` failed for a reason of its own (its policy diverged or cannot run): such a failure
-    counts against the budget and answers a twin; a trial whose process died (KILLED) or that proposed
-    a point another process was training (RESAMPLED) has no result and does not count."""
-    return trial.state.name == "FAIL" and "fail_reason" in trial.user_attrs \
-        and not trial.user_attrs.get(KILLED) and RESAMPLED not in trial.user_attrs \
-        and not trial.user_attrs.get(TIMED_OUT)
-
-
 @dataclass(frozen=True)
 class ObjectiveSettings:
-    """How one trial is scored."""
+    """How one trial is scored (the defaults of the options among these are `TuneOptions`')."""
 
-    repeats: int = 1  # seeds per trial (the objective is noisy)
-    tolerance: float = 0.01  # allowed final-metric shortfall against BSP
+    repeats: int = default_of(TuneOptions, "repeats")  # seeds per trial (the objective is noisy)
+    tolerance: float = default_of(TuneOptions, "tolerance")  # allowed final-metric shortfall against BSP
     penalty: float = 2.0  # a seed that misses the target counts as penalty x its virtual time
     multi_objective: bool = False  # (time, final metric) with a Pareto front instead of one value
     prune: bool = True  # stop a trial once it cannot be among the kept candidates (`autosync.search.strategies.pruning`)
@@ -128,7 +99,7 @@ class ObjectiveSettings:
     # where the final-metric constraint is held: at the end of the budget (BUDGET, Sync-Switch's rule), or at
     # the time BSP reaches the target (BSP_TARGET: neither BSP's reference nor a candidate's check trains
     # past it; `autosync.search.strategies.full_budget`)
-    constraint_at: str = BUDGET
+    constraint_at: str = default_of(TuneOptions, "constraint_at")
     # look for an already trained policy that runs like a trial's by running both on the job's proxy
     # (`autosync.search.equivalence`); the listed equivalences (`Policy.canonical`) apply either way
     find_equivalents: bool = True
@@ -182,8 +153,8 @@ def evaluate(job: JobSpec, policy: dict[str, Any], seeds: list[int], penalty: fl
             scores.append(m["time_to_target"])
         else:
             scores.append(m["virtual_time"] * penalty)
-    return {"time_to_target": sum(scores) / len(scores), "final_metric": sum(finals) / len(finals),
-            "reached": reached, "runs": len(seeds), "virtual_seconds": spent,
+    return {TIME_TO_TARGET: sum(scores) / len(scores), FINAL_METRIC: sum(finals) / len(finals),
+            REACHED: reached, RUNS: len(seeds), VIRTUAL_SECONDS: spent,
             **(dict(zip(DETAILS, (scores, updates / len(seeds), epochs / len(seeds)))) if details else {}),
             **({STOPPED_EARLY: early} if job.budget.stop_at_target else {}), **({FORKED: forked} if forked else {})}
 
@@ -325,7 +296,7 @@ class Objective:
 
         trial.set_user_attr(PROCESS, process_tag())
         policy = self.space.suggest(trial)
-        trial.set_user_attr("policy", policy)
+        trial.set_user_attr(POLICY, policy)
         canonical = canonical_on(policy, self.job)
         scoring = self.scoring()  # what a reused result must share
         if canonical is not None and self.settings.find_equivalents and self.space.equivalence_check:
@@ -347,7 +318,7 @@ class Objective:
         target = self.job.target
 
         def record_spent() -> None:  # for a run that ends without a score
-            trial.set_user_attr("virtual_seconds", spent["virtual_seconds"])
+            trial.set_user_attr(VIRTUAL_SECONDS, spent["virtual_seconds"])
             if spent["forked"]:
                 trial.set_user_attr(FORKED, spent["forked"])
 
@@ -384,7 +355,7 @@ class Objective:
                              backend=self.settings.backend, stop_at_target=not full,
                              horizon=self.horizon if full else None)
         except RunFailed as exc:
-            trial.set_user_attr("fail_reason", str(exc))
+            trial.set_user_attr(FAIL_REASON, str(exc))
             record_spent()
             raise
         stopped_early = score.pop(STOPPED_EARLY, 0)
@@ -455,8 +426,8 @@ class Objective:
             pruned_at = t.intermediate_values[t.last_step]
             if race.exceeded_by(pruned_at):
                 trial.report(pruned_at, t.last_step)
-                trial.set_user_attr("virtual_seconds", 0.0)
-                trial.set_user_attr("same_as_trial", t.number)
+                trial.set_user_attr(VIRTUAL_SECONDS, 0.0)
+                trial.set_user_attr(SAME_AS, t.number)
                 _answered(trial)
                 raise optuna.TrialPruned(f"runs like trial {t.number}, pruned at {pruned_at:.0f} virtual s")
 
@@ -473,7 +444,7 @@ class Objective:
             return
         reached_at, tied = found
         trial.report(reached_at, int(reached_at / self.job.workload.evaluation.every_seconds + 1e-9))
-        trial.set_user_attr("virtual_seconds", 0.0)
+        trial.set_user_attr(VIRTUAL_SECONDS, 0.0)
         trial.set_user_attr(PLATEAU, tied)
         raise optuna.TrialPruned(f"between trials {', '.join(map(str, tied))} of its policy, which all reached the "
                                  f"target at {reached_at:.0f} virtual s: predicted to tie the bar at best")
@@ -502,7 +473,7 @@ class Objective:
         def same(t: "optuna.trial.FrozenTrial") -> bool:
             return t.user_attrs.get(PROCESS) != me and t.user_attrs.get(SCORING) == scoring \
                 and (t.state.name in ("RUNNING", "COMPLETE") or has_own_failure(t)) \
-                and (not full or _has_full_result(t)) \
+                and (not full or has_full_result(t)) \
                 and (t.params == trial.params or (canonical is not None and t.user_attrs.get(CANONICAL) == canonical))
 
         return claim_point(trial, self.storage_url, attrs, same)
@@ -564,12 +535,12 @@ class Objective:
     def _from_bsp_reference(self, trial: "optuna.Trial") -> float | tuple[float, float]:
         """A trial equivalent to BSP is scored from the study's BSP reference runs (same seeds), untrained."""
         score = self.bsp_score or {}
-        for key in ("time_to_target", "final_metric", "reached", "runs"):
+        for key in (TIME_TO_TARGET, FINAL_METRIC, REACHED, RUNS):
             trial.set_user_attr(key, score[key])
         if score.get(CURVE):  # the trials racing against BSP read its pace (`pruning.CURVE`)
             trial.set_user_attr(CURVE, score[CURVE])
-        trial.set_user_attr("virtual_seconds", 0.0)
-        trial.set_user_attr("same_as_trial", "bsp_reference")
+        trial.set_user_attr(VIRTUAL_SECONDS, 0.0)
+        trial.set_user_attr(SAME_AS, BSP_REFERENCE)
         _answered(trial)
         trial.set_constraint(CONSTRAINT, constraint(self.job, score["final_metric"], self.reference,
                                                     self.settings.tolerance))
@@ -587,20 +558,20 @@ class Objective:
         failed = twin.state == optuna.trial.TrialState.FAIL
         for key, value in twin.user_attrs.items():
             if key not in (RETRY_OF, KILLED, RESAMPLED, PROCESS, FULL_BUDGET_OF, FORKED, FOUND_EQUIVALENT,
-                           EQUIVALENCE_CHECK_FAILED, "policy", "same_as_trial") and (failed or key != "fail_reason"):
+                           EQUIVALENCE_CHECK_FAILED, POLICY, SAME_AS) and (failed or key != FAIL_REASON):
                 trial.set_user_attr(key, value)
-        trial.set_user_attr("virtual_seconds", 0.0)
-        trial.set_user_attr("same_as_trial", twin.number if study_name is None else f"{study_name}#{twin.number}")
+        trial.set_user_attr(VIRTUAL_SECONDS, 0.0)
+        trial.set_user_attr(SAME_AS, twin.number if study_name is None else f"{study_name}#{twin.number}")
         _answered(trial)
         if failed:
-            raise RunFailed(twin.user_attrs["fail_reason"])
+            raise RunFailed(twin.user_attrs[FAIL_REASON])
         attrs = twin.user_attrs
         if not attrs.get(FINAL_PENDING):  # a copy of a run stopped at the target is pending too
-            trial.set_constraint(CONSTRAINT, constraint(self.job, attrs["final_metric"], self.reference,
+            trial.set_constraint(CONSTRAINT, constraint(self.job, attrs[FINAL_METRIC], self.reference,
                                                         self.settings.tolerance))
         if self.settings.multi_objective:
-            return attrs["time_to_target"], attrs["final_metric"]
-        return attrs["time_to_target"]
+            return attrs[TIME_TO_TARGET], attrs[FINAL_METRIC]
+        return attrs[TIME_TO_TARGET]
 
 
 BSP = {"policy": "bsp", "params": {}}
@@ -632,32 +603,3 @@ def canonical_policy(policy: dict[str, Any], n_workers: int, batch_size: int,
 def canonical_on(policy: dict[str, Any], job: JobSpec) -> dict[str, Any] | None:
     """`canonical_policy` on `job`: its workers, batch and optimizer."""
     return canonical_policy(policy, job.cluster.n_workers, job.workload.batch_size, job.workload.optimizer)
-
-
-def policy_key(trial: "optuna.trial.FrozenTrial") -> str:
-    """What makes two trials the same candidate: the canonical policy it ran (`canonical_policy`), else
-    the policy it proposed, else its parameters; trials with one key run alike and rank as one."""
-    policy = trial.user_attrs.get(CANONICAL) or trial.user_attrs.get("policy") or trial.params or trial.number
-    return json.dumps(policy, sort_keys=True)
-
-
-def constraint_of(trial: "optuna.trial.FrozenTrial") -> float:
-    """The trial's accuracy constraint (<= 0: feasible); a trial without one is infeasible."""
-    return float(trial.constraints.get(CONSTRAINT, 1.0))
-
-
-def final_pending(trial: "optuna.trial.FrozenTrial") -> bool:
-    """Whether `trial` stopped at the target, its final metric and constraint not known yet."""
-    return bool(trial.user_attrs.get(FINAL_PENDING))
-
-
-def may_be_feasible(trial: "optuna.trial.FrozenTrial") -> bool:
-    """A completed trial that meets the constraint, or may (it stopped at the target, unchecked)."""
-    return constraint_of(trial) <= 0 or final_pending(trial)
-
-
-def _has_full_result(trial: "optuna.trial.FrozenTrial") -> bool:
-    """Whether `trial` has (or, running, will have) its final metric at full budget."""
-    if trial.state.name == "RUNNING":
-        return bool(trial.user_attrs.get(FULL_BUDGET))
-    return not final_pending(trial)

@@ -217,7 +217,7 @@ def _study_strategy(space: Any, make: Callable[[int], Any], n_trials: int, thres
     """
     import optuna
 
-    from autosync.search.objective import CONSTRAINT
+    from autosync.search.study.records import CONSTRAINT, SWITCH_AT
     from autosync.search.study.trials import feasible_trials
 
 
@@ -231,12 +231,12 @@ def _study_strategy(space: Any, make: Callable[[int], Any], n_trials: int, thres
             s = float(space.suggest(trial)["params"]["switch_at"])
             accuracies = [run(s) for _ in range(setting.runs_per_candidate)]
             trial.set_constraint(CONSTRAINT, target - threshold - statistics.fmean(accuracies))
-            trial.set_user_attr("switch_at", s)
+            trial.set_user_attr(SWITCH_AT, s)
             study.tell(trial, s)
             if finished is not None and finished(study):
                 break
         best = feasible_trials(study)
-        return best[0].user_attrs["switch_at"] if best else 1.0
+        return best[0].user_attrs[SWITCH_AT] if best else 1.0
     return search
 
 

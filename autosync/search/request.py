@@ -7,41 +7,74 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from autosync.core.declare import default_of
 from autosync.core.job import JobSpec
 from autosync.search.objective import ObjectiveSettings
 from autosync.search.space import SearchSpace
 from autosync.search.study.storage import DEFAULT_STORAGE
+from autosync.search.tune_options import TuneOptions
 
 if TYPE_CHECKING:
     from autosync.engine.backends import BackendChoice
 
 
+def _default(name: str):
+    return default_of(TuneOptions, name)
+
+
 @dataclass
 class TuneRequest:
-    """Everything one `autosync tune` invocation asks for."""
+    """Everything one `autosync tune` invocation asks for: `TuneOptions` resolved on a job and a space
+    (`from_options`, as the API builds it). Its defaults are the options' (`autosync.search.tune_options`)."""
 
     job: JobSpec
     space: SearchSpace
-    n_trials: int = 20
-    timeout: float | None = None
-    storage: str = DEFAULT_STORAGE
-    study: str | None = None
-    adopt_study: bool = False  # --study may name a study made for another job (another fingerprint)
-    sampler: str = "auto"  # resolved on the space (`samplers.sampler_for`): the portfolio search where it lists one
-    seed: int = 0
-    n_jobs: int = 1
-    refresh: bool = False
+    n_trials: int = _default("n_trials")
+    timeout: float | None = _default("timeout")
+    storage: str = DEFAULT_STORAGE  # --storage, resolved
+    study: str | None = _default("study")
+    adopt_study: bool = _default("adopt_study")  # --study may name a study made for another job
+    sampler: str = _default("sampler")  # resolved on the space (`samplers.sampler_for`)
+    seed: int = _default("seed")
+    n_jobs: int = _default("n_jobs")
+    refresh: bool = _default("refresh")
     settings: ObjectiveSettings = ObjectiveSettings()
     binary_runs_per_candidate: int = 3  # Sync-Switch binary search: R (recorded as R seeds per trial)
-    verify_top: int = 0  # re-run the K best feasible candidates and BSP on verify_backend after the search
+    verify_top: int = _default("verify_top")  # re-run the K best feasible candidates and BSP on verify_backend
     verify_backend: "BackendChoice | None" = None  # where the verification runs (processes, virtual or real clock)
-    confirm_top: int = 0  # re-run the K best candidates (and the siblings' winners) on confirm_seeds more seeds
-    confirm_seeds: int = 2
-    transfer: bool = True  # a new study starts from the winners of the nearest tuned jobs like this one
-    prior: bool = False  # with transfer, TPE also reads their trials as a prior (`autosync.search.strategies.prior`)
-    patience: int | None = None  # stop once N trials in a row found nothing faster (0: the whole budget; None: the space's)
+    confirm_top: int = 0  # --confirm-top resolved (`confirm_top_for`): re-run the K best candidates on more seeds
+    confirm_seeds: int = _default("confirm_seeds")
+    transfer: bool = _default("transfer")  # a new study starts from the winners of the nearest tuned jobs
+    prior: bool = _default("neighbour_prior")  # with transfer, TPE also reads their trials as a prior
+    patience: int | None = _default("patience")  # stop once N trials in a row found nothing faster
 
     def __post_init__(self) -> None:
         from autosync.search.strategies.samplers import sampler_for
 
         self.sampler = sampler_for(self.sampler, self.space)  # "auto": the search this space is shipped for
+
+    @classmethod
+    def from_options(cls, job: JobSpec, options: TuneOptions, space: SearchSpace | None = None) -> "TuneRequest":
+        """The request `options` make on `job` (their space loaded for its workers unless `space` is given):
+        with verify_top the search is simulated and its candidates verified on the options' backend."""
+        from autosync.search.space import load_space, resolve_space_path
+        from autosync.search.strategies.confirm import confirm_top_for
+        from autosync.search.strategies.samplers import sampler_for
+        from autosync.search.tune_options import DEFAULT_TUNE_SPACE
+
+        opts = options
+        choice = opts.choice()
+        real = None if choice.backend == "simulator" else choice
+        if space is None:
+            space = load_space(resolve_space_path(opts.space, DEFAULT_TUNE_SPACE), job.cluster.n_workers)
+        return cls(
+            job=job, space=space, n_trials=opts.n_trials, timeout=opts.timeout,
+            storage=opts.storage or DEFAULT_STORAGE, study=opts.study, adopt_study=opts.adopt_study,
+            sampler=opts.sampler, seed=opts.seed, n_jobs=opts.n_jobs, refresh=opts.refresh,
+            settings=ObjectiveSettings(repeats=opts.repeats, tolerance=opts.tolerance,
+                                       multi_objective=opts.objective != "time", constraint_at=opts.constraint_at,
+                                       backend=None if opts.verify_top else real),  # verify_top: search simulated
+            verify_top=opts.verify_top, verify_backend=real if opts.verify_top else None,
+            confirm_top=confirm_top_for(opts.confirm_top, sampler_for(opts.sampler, space), opts.objective),
+            confirm_seeds=opts.confirm_seeds, transfer=opts.transfer, prior=opts.neighbour_prior,
+            patience=opts.patience)

@@ -334,7 +334,7 @@ def refused_compositions(dimensions: dict[str, dict[str, Dimension]],
     value a later condition names that it can sample, and one it can sample that none names, away from the
     default where it can.
     """
-    from autosync.leaderboard import label_of
+    from autosync.catalog import label_of
     from autosync.policies import Composed
     from autosync.policies._composed import SLOTS, check_composition
 

@@ -23,8 +23,8 @@ from autosync.search.study.cache import (
     best_policies, check_owner, cost_fields, execution_name, execution_of, read_cache, study_name, write_cache,
 )
 from autosync.search.objective import (
-    BSP, BSP_TARGET, CURVE, DETAILS, FORKED, HORIZON, STOPPED_EARLY, Objective, RunFailed, TimeToTargetBound,
-    canonical_on, constraint, evaluate, process_tag, trial_scoring, trial_seeds,
+    BSP, DETAILS, STOPPED_EARLY, Objective, RunFailed, TimeToTargetBound, canonical_on, constraint, evaluate,
+    process_tag, trial_scoring, trial_seeds,
 )
 from autosync.search.strategies.portfolio import portfolio_policies
 from autosync.search.strategies.prior import give_prior
@@ -32,13 +32,15 @@ from autosync.search.strategies.patience import give_up_queued, patience_of, tri
 from autosync.search.strategies.pruning import RaceLimit, TargetRacePruner, thinned
 from autosync.search.study.running_twins import Resampled
 from autosync.search.strategies.samplers import SWITCH_POINT_SAMPLERS, make_sampler
-from autosync.search.study.siblings import EXECUTION, sibling_reference, sibling_studies
+from autosync.search.study.records import (
+    BSP_REFERENCE, BSP_TARGET, BSP_TRAINING_SECONDS, CURVE, FORKED, HORIZON, NEIGHBOUR_JOBS, TIME_TO_TARGET,
+    VIRTUAL_SECONDS, StudyRecord, describe_study, write_cache_record,
+)
+from autosync.search.study.siblings import sibling_reference, sibling_studies
 from autosync.search.space import SearchSpace
 from autosync.search.study.interrupts import interrupted, storage_calls_finish_first
 from autosync.search.study.locking import storage_lock
-from autosync.search.strategies.neighbours import (
-    FEATURES, NEIGHBOUR_JOBS, describe as describe_job, neighbours as nearest,
-)
+from autosync.search.strategies.neighbours import describe as describe_job, neighbours as nearest
 from autosync.search.study.storage import open_storage, redact_url
 from autosync.search.request import TuneRequest
 from autosync.search.study.trials import (
@@ -114,12 +116,9 @@ def _describe_study(study: "optuna.Study", request: TuneRequest) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # set_metric_names is marked experimental
             study.set_metric_names(names)
-    about = {"job_name": job.name, "fingerprint": job.fingerprint(), "space": request.space.name,
-             "target": f"{job.target.metric} {job.target.threshold}", "n_workers": job.cluster.n_workers,
-             EXECUTION: execution_name(request.settings.backend)}
-    for key, value in about.items():
-        if study.user_attrs.get(key) != value:
-            study.set_user_attr(key, value)
+    describe_study(study, job.name, job.fingerprint(), request.space.name,
+                   f"{job.target.metric} {job.target.threshold}", job.cluster.n_workers,
+                   execution_name(request.settings.backend))
     describe_job(study, job)
 
 
@@ -187,7 +186,7 @@ def _elsewhere(outcome: TuneOutcome, job: JobSpec, siblings: "list[optuna.Study]
             continue
         theirs, ours = _comparable(record, mine)
         if theirs and ours and theirs * FASTER_BY <= ours:
-            found.append({"space": sibling.user_attrs.get("space"), "study": sibling.study_name,
+            found.append({"space": StudyRecord(sibling.user_attrs).space, "study": sibling.study_name,
                           "policy": record["best_policy"], "time": theirs, "times_faster": ours / theirs})
     outcome.faster_elsewhere = sorted(found, key=lambda f: f["time"])
     return outcome
@@ -206,10 +205,11 @@ def _comparable(theirs: dict[str, Any], ours: dict[str, Any]) -> tuple[float | N
 def _neighbour_jobs(study: "optuna.Study", request: TuneRequest, storage: Any, fresh: bool) -> list[dict[str, Any]]:
     """The nearest tuned jobs like this one (`autosync.search.strategies.neighbours`) whose winners a new study starts
     from, as {study, job, distance, policy}; chosen once, when the study starts, and kept on it."""
-    if NEIGHBOUR_JOBS in study.user_attrs or not fresh or not request.transfer or request.refresh:
-        return study.user_attrs.get(NEIGHBOUR_JOBS, [])
+    attrs = study.user_attrs
+    if NEIGHBOUR_JOBS in attrs or not fresh or not request.transfer or request.refresh:
+        return attrs.get(NEIGHBOUR_JOBS, [])
     found = nearest(storage, request.job, execution=execution_name(request.settings.backend),
-                    features=study.user_attrs.get(FEATURES))  # `describe_job` stored them
+                    features=StudyRecord(attrs).features)  # `describe_job` stored them
     near = [{"study": nb.study_name, "job": nb.job_name, "distance": round(nb.distance, 4),
              "policy": nb.record["best_policy"], "n_workers": nb.n_workers} for nb in found]
     study.set_user_attr(NEIGHBOUR_JOBS, near)
@@ -288,7 +288,7 @@ def _confirmed(outcome: TuneOutcome, request: TuneRequest, storage: Any, sibling
             == trial_seeds(job, settings.repeats + request.confirm_seeds) \
             and [r["policy"] for r in done["rows"] if r["source"] != REFERENCE] == [c.policy for c in plan]:
         return outcome
-    reference = study.user_attrs["bsp_reference"]
+    reference = study.user_attrs[BSP_REFERENCE]
 
     def keeps_constraint(policy: dict[str, Any]) -> bool:  # a winner stopped at the target: its full-budget check
         score = evaluate(job, policy, trial_seeds(job, settings.repeats), settings.penalty, backend=settings.backend,
@@ -300,9 +300,9 @@ def _confirmed(outcome: TuneOutcome, request: TuneRequest, storage: Any, sibling
                            on_run=on_run, keeps_constraint=keeps_constraint)
     record = with_confirmation(outcome.cache, confirmation)
     # The cost now holds the confirmation's runs; the saving is the answer's, over its seeds.
-    reference = {**study.user_attrs["bsp_reference"], "time_to_target": record["bsp_time_to_target"]}
+    reference = {**study.user_attrs[BSP_REFERENCE], "time_to_target": record["bsp_time_to_target"]}
     record.update(cost_fields(study, reference, record["best_value"]))
-    study.set_user_attr("cache", record)
+    write_cache_record(study, record)
     outcome.cache = record
     outcome.confirmation = confirmation
     return outcome
@@ -334,12 +334,12 @@ def _verified(outcome: TuneOutcome, request: TuneRequest,
     if done is not None and done.get("execution") == request.verify_backend.describe():
         return outcome
     study = outcome.study
-    reference = study.user_attrs["bsp_reference"]
+    reference = study.user_attrs[BSP_REFERENCE]
     verification = verify(request.job, best_policies(study, count=request.verify_top), reference,
                           request.verify_backend, request.settings.repeats, request.settings.penalty,
                           request.settings.tolerance, on_run=on_run)
     record = with_verification(outcome.cache, verification)
-    study.set_user_attr("cache", record)
+    write_cache_record(study, record)
     outcome.cache = record
     outcome.verification = verification
     return outcome
@@ -358,7 +358,7 @@ def _queued_first(study: "optuna.Study", request: TuneRequest, siblings: "list[o
     winners, it is raced against them rather than against BSP). Under the portfolio search, BSP, the
     transferred winners, then the portfolio in its order (likely winners first, so that the bar is low
     early), then ASP and the other baselines."""
-    old = study.user_attrs.get("cache")
+    old = StudyRecord(study.user_attrs).cache
     if request.refresh and isinstance(old, dict) and isinstance(old.get("best_policy"), dict):
         params = request.space.trial_params(old["best_policy"])
         return ([params] if params is not None else []), False
@@ -467,14 +467,14 @@ def bsp_reference(study: "optuna.Study", request: TuneRequest,
     No lock is held while BSP trains (on SQLite the storage lock is the whole database's): processes
     that start together on a new study may each train it, and they get the same runs.
     """
-    ref = study.user_attrs.get("bsp_reference")
+    ref = study.user_attrs.get(BSP_REFERENCE)
     settings = request.settings
     seeds = trial_seeds(request.job, settings.repeats)
     scoring = trial_scoring(request.job, seeds, settings.penalty, settings.constraint_at)
     if ref is None:
         ref = sibling_reference(siblings or [], scoring)
         if ref is not None:  # `reference_from` keeps the sibling's training out of this study's search cost
-            study.set_user_attr("bsp_reference", ref)
+            study.set_user_attr(BSP_REFERENCE, ref)
     if ref is None:
         bound = TimeToTargetBound(request.job)  # BSP's curve: the pace rule's bar until a trial beats BSP
         try:
@@ -485,7 +485,7 @@ def bsp_reference(study: "optuna.Study", request: TuneRequest,
         ref = {**ref, **scoring}
         if bound.curve:
             ref[CURVE] = thinned(bound.curve)  # up to the target, or the whole run where BSP missed it
-        study.set_user_attr("bsp_reference", ref)
+        study.set_user_attr(BSP_REFERENCE, ref)
     return ref
 
 
@@ -505,17 +505,17 @@ def _bsp_runs(request: TuneRequest, seeds: list[int], report: Callable[[dict[str
     reached = to_target["reached"] == to_target["runs"]
     horizon = max(to_target["seed_times"]) if reached else None
     if reached and min(to_target["seed_times"]) == horizon:  # every run stopped at the horizon (one seed)
-        at_horizon = {**to_target, "virtual_seconds": 0.0}
+        at_horizon = {**to_target, VIRTUAL_SECONDS: 0.0}
     else:  # to the horizon (a run stopped at the target continues from there), or the whole budget
         at_horizon = evaluate(job, bsp, seeds, settings.penalty, backend=settings.backend, horizon=horizon,
                               details=True)
-    trained = to_target["virtual_seconds"] + at_horizon["virtual_seconds"]
-    ref = {**_without_details(at_horizon), "time_to_target": to_target["time_to_target"], "virtual_seconds": trained}
+    trained = to_target[VIRTUAL_SECONDS] + at_horizon[VIRTUAL_SECONDS]
+    ref = {**_without_details(at_horizon), TIME_TO_TARGET: to_target[TIME_TO_TARGET], VIRTUAL_SECONDS: trained}
     if reached:
         ref[HORIZON] = horizon
-        ref["bsp_training_seconds"] = _full_run_seconds(job, horizon, at_horizon)
+        ref[BSP_TRAINING_SECONDS] = _full_run_seconds(job, horizon, at_horizon)
     else:  # some seeds missed: every run now trained its whole budget (those that reached it forked)
-        ref["bsp_training_seconds"] = (at_horizon["virtual_seconds"] + at_horizon.get(FORKED, 0.0)) / len(seeds)
+        ref[BSP_TRAINING_SECONDS] = (at_horizon[VIRTUAL_SECONDS] + at_horizon.get(FORKED, 0.0)) / len(seeds)
     return ref
 
 
@@ -597,7 +597,7 @@ def _helper(request: TuneRequest, name: str, budget: int, deadline_in: float | N
     sub = dataclasses.replace(request, study=name)
     storage = open_storage(sub.storage)
     study = load_study(sub, storage)
-    run_trials(study, sub, study.user_attrs["bsp_reference"], budget, deadline, siblings=sibling_studies(study, storage))
+    run_trials(study, sub, study.user_attrs[BSP_REFERENCE], budget, deadline, siblings=sibling_studies(study, storage))
 
 
 def _start_helpers(request: TuneRequest, name: str, budget: int, deadline: float | None) -> list[Any]:

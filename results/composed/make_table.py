@@ -16,7 +16,7 @@ import math
 import autosync.api as autosync
 from pathlib import Path
 
-from autosync.leaderboard import label_of, spec_of
+from autosync.catalog import label_of, spec_of
 from autosync.search.study.cache import cached_studies
 from autosync.search.objective import canonical_policy
 

@@ -19,7 +19,7 @@ def recommend_and_run(folder: str, job_file: str, seeds: list[int]) -> tuple[dic
     import torch
 
     from autosync import api
-    from autosync.leaderboard import label_of
+    from autosync.catalog import label_of
     from autosync.search.strategies.recommend import recommend
 
     torch.set_num_threads(1)

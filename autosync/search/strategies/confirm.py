@@ -28,9 +28,10 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from autosync.core.job import JobSpec
-from autosync.search.objective import (
-    BSP, CANONICAL, SCORING, RunFailed, canonical_on, constraint_of, evaluate, final_pending, may_be_feasible,
-    trial_seeds,
+from autosync.search.objective import BSP, RunFailed, canonical_on, evaluate, trial_seeds
+from autosync.search.study.records import (
+    CANONICAL, CONFIRMATION_RUNS as RUNS, SCORING, VIRTUAL_SECONDS, TrialRecord, constraint_of, final_pending,
+    may_be_feasible,
 )
 
 if TYPE_CHECKING:
@@ -38,7 +39,6 @@ if TYPE_CHECKING:
 
     from autosync.engine.backends import BackendChoice
 
-RUNS = "confirmation_runs"  # study user attribute: {run identity: result} of every confirmation run
 MAX_EXTRA_SEEDS = 3  # new seeds at most, where the leaders stay closer than the spread between seeds
 DEFAULT_TOP = 2  # candidates `autosync tune` confirms unless told (`confirm_top_for`)
 
@@ -136,14 +136,14 @@ def candidates(study: "optuna.Study", top: int, job: JobSpec, scoring: dict[str,
                     key=lambda t: (t.values[0], final_pending(t), t.number))  # a checked twin before a pending one
     out, seen = [], set()
     for t in ranked:
-        key = _key(t.user_attrs.get(CANONICAL) or canonical_on(t.user_attrs["policy"], job))
+        key = _key(t.user_attrs.get(CANONICAL) or canonical_on(TrialRecord(t).policy, job))
         if final_pending(t) and key in by_canonical and constraint_of(by_canonical[key]) > 0:
             continue  # stopped at the target in the search, and its full-budget check failed the constraint
         if key not in seen:
             seen.add(key)
             checked = not final_pending(t) or (key in by_canonical and constraint_of(by_canonical[key]) <= 0)
-            out.append(Candidate(t.user_attrs["policy"], f"trial {t.number}", t.values[0],
-                                 t.user_attrs.get("final_metric"), checked))
+            out.append(Candidate(TrialRecord(t).policy, f"trial {t.number}", t.values[0],
+                                 TrialRecord(t).final_metric, checked))
         if len(out) == top:
             break
     for policy, source in also:
@@ -154,7 +154,7 @@ def candidates(study: "optuna.Study", top: int, job: JobSpec, scoring: dict[str,
         seen.add(key)
         twin = by_canonical.get(key)
         out.append(Candidate(policy, source, twin.values[0] if twin else None,
-                             twin.user_attrs.get("final_metric") if twin else None))
+                             TrialRecord(twin).final_metric if twin else None))
     return out
 
 
@@ -258,9 +258,9 @@ def _run(job: JobSpec, policy: dict[str, Any], seed: int, penalty: float, runs: 
             run = evaluate(job, policy, [seed], penalty, backend=backend, stop_at_target=True, horizon=bound)
         except RunFailed as exc:
             run = {"reason": str(exc)}
-        result.trained_virtual_seconds += run.get("virtual_seconds", 0.0)
+        result.trained_virtual_seconds += run.get(VIRTUAL_SECONDS, 0.0)
         if bound is not None and "reason" not in run and not run.get("reached"):
-            run = {"behind": True, "stopped_at": bound, "virtual_seconds": run.get("virtual_seconds", 0.0)}
+            run = {"behind": True, "stopped_at": bound, VIRTUAL_SECONDS: run.get(VIRTUAL_SECONDS, 0.0)}
             runs.put(behind_key, run)
         else:
             runs.put(key, run)

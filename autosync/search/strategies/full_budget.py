@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable
 
 from autosync.search.study import _optuna_internals as internals
-from autosync.search.objective import FULL_BUDGET_OF, constraint_of, final_pending, policy_key
+from autosync.search.study.records import FULL_BUDGET_OF, constraint_of, final_pending, policy_key
 
 if TYPE_CHECKING:
     import optuna

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution
 
-from autosync.search.objective import constraint_of
+from autosync.search.study.records import constraint_of
 
 DEFAULT_RUNGS = (1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2)
 SWITCH_PARAM = "sync_switch.switch_at"  # the Optuna parameter of the shipped switch_point space

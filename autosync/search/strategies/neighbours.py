@@ -28,13 +28,11 @@ import numpy as np
 
 from autosync.search.study import _optuna_internals as internals
 from autosync.core.job import JobSpec
+from autosync.search.study.records import FEATURES, WORKLOAD_KEY, StudyRecord
 
 if TYPE_CHECKING:
     import optuna
 
-WORKLOAD_KEY = "workload_key"  # study attribute: what the job trains (neighbours share it)
-FEATURES = "cluster_features"  # study attribute: the job's cluster features
-NEIGHBOUR_JOBS = "neighbour_jobs"  # study attribute and cache field: the tuned jobs a search started from
 FEATURE_NAMES = ("log n", "log tail (slowest / mean)", "log median (median / mean)", "log mean round trip",
                  "log speed spread", "slowdowns (mean log factor)")
 ROUNDS = 200  # Monte Carlo rounds of the features
@@ -114,17 +112,17 @@ def neighbours(storage: "optuna.storages.BaseStorage", job: JobSpec, execution: 
     mine = features
     best: dict[str, Neighbour] = {}
     for frozen in internals.all_studies(storage):
-        attrs = frozen.user_attrs
-        record = attrs.get("cache")
-        same = attrs.get(WORKLOAD_KEY) == key
-        if not (same or other_workloads) or attrs.get("fingerprint") == fingerprint or not isinstance(record, dict) \
-                or FEATURES not in attrs or (execution is not None and attrs.get("execution") != execution):
+        study = StudyRecord(frozen.user_attrs)
+        record = study.cache
+        same = study.workload_key == key
+        if not (same or other_workloads) or study.fingerprint == fingerprint or not isinstance(record, dict) \
+                or study.features is None or (execution is not None and study.execution != execution):
             continue
         mine = mine if mine is not None else cluster_features(job)
-        far = distance(mine, attrs[FEATURES]) + (0.0 if same else WORKLOAD_PENALTY)
-        found = Neighbour(frozen.study_name, attrs.get("job_name", "?"), far, record, attrs[FEATURES], same,
-                          attrs.get("fingerprint"))
-        kept = best.get(attrs.get("fingerprint", frozen.study_name))
+        far = distance(mine, study.features) + (0.0 if same else WORKLOAD_PENALTY)
+        found = Neighbour(frozen.study_name, study.job_name, far, record, study.features, same, study.fingerprint)
+        owner = study.fingerprint or frozen.study_name
+        kept = best.get(owner)
         if kept is None or record.get("best_value", math.inf) < kept.record.get("best_value", math.inf):
-            best[attrs.get("fingerprint", frozen.study_name)] = found
+            best[owner] = found
     return sorted(best.values(), key=lambda nb: (nb.distance, nb.study_name))[:count]

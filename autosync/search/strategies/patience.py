@@ -17,15 +17,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from autosync.search.objective import FULL_BUDGET_OF, has_own_failure
+from autosync.search.study.records import FAIL_REASON, FULL_BUDGET_OF, GIVEN_UP, GIVEN_UP_PLACES, has_own_failure
 from autosync.search.study import _optuna_internals as internals
 
 if TYPE_CHECKING:
     import optuna
 
     from autosync.search.space import SearchSpace
-
-GIVEN_UP = "given_up"  # user attribute: a queued trial not run, the search having stopped improving (the patience)
 
 
 def patience_of(asked: int | None, sampler: str, space: "SearchSpace") -> int:
@@ -62,7 +60,7 @@ def give_up_queued(study: "optuna.Study", patience: int, budget: int | None = No
     process takes or queues one meanwhile."""
     import optuna
 
-    from autosync.search.study.trials import GIVEN_UP_PLACES, budget_used
+    from autosync.search.study.trials import budget_used
 
     storage = internals.storage_of(study)
     given_up = 0
@@ -70,7 +68,7 @@ def give_up_queued(study: "optuna.Study", patience: int, budget: int | None = No
         tid = internals.trial_id(trial)
         try:
             storage.set_trial_user_attr(tid, GIVEN_UP, patience)
-            storage.set_trial_user_attr(tid, "fail_reason", reason(patience))
+            storage.set_trial_user_attr(tid, FAIL_REASON, reason(patience))
             if storage.set_trial_state_values(tid, state=optuna.trial.TrialState.FAIL):
                 given_up += 1
         except optuna.exceptions.UpdateFinishedTrialError:

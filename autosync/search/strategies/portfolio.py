@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import optuna
 
-from autosync.search.objective import PREDICTED, has_own_failure
+from autosync.search.study.records import PREDICTED, TrialRecord, has_own_failure
 from autosync.search.space import POLICY_PARAM, SearchSpace
 from autosync.search.space_file import resolve_share
 
@@ -71,7 +71,7 @@ def family_standing(trials: "list[optuna.trial.FrozenTrial]", families: list[str
 
 
 def _family(trial: "optuna.trial.FrozenTrial", families: list[str]) -> str | None:
-    name = trial.params.get(POLICY_PARAM) or (trial.user_attrs.get("policy") or {}).get("policy")
+    name = trial.params.get(POLICY_PARAM) or (TrialRecord(trial).policy or {}).get("policy")
     return name if name in families else None
 
 

@@ -21,6 +21,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from autosync.search.study import _optuna_internals as internals
+from autosync.search.study.records import (
+    CONSTRAINT_AT, FULL_BUDGET_OF, POLICY, PRIOR_OF, PRIOR_TRIALS, SAME_AS, StudyRecord, TrialRecord,
+)
 
 if TYPE_CHECKING:
     import optuna
@@ -28,8 +31,6 @@ if TYPE_CHECKING:
     from autosync.core.job import JobSpec
     from autosync.search.space import SearchSpace
 
-PRIOR_OF = "prior_of"  # user attribute of a prior trial: "study#number" it was read from
-PRIOR_TRIALS = "prior_trials"  # study attribute and cache field: how many neighbour trials TPE read as a prior
 MAX_PRIOR_TRIALS = 200  # at most this many prior trials, from the nearest neighbours first
 
 
@@ -41,25 +42,23 @@ def prior_trials(storage: Any, neighbours: list[dict[str, Any]], space: "SearchS
     study gives none, and a trial whose policy (adapted to this n) lies outside this job's `space` is left out."""
     import optuna
 
-    from autosync.search.objective import FULL_BUDGET_OF
-
     studies = {s.study_name: s for s in internals.all_studies(storage)}
     prior: list[optuna.trial.FrozenTrial] = []
     read: set[str] = set()
     for near in neighbours:
         found = studies.get(near["study"])
-        fingerprint = found.user_attrs.get("fingerprint") if found is not None else None
+        fingerprint = StudyRecord(found.user_attrs).fingerprint if found is not None else None
         for name, s in sorted(studies.items()):
-            attrs = s.user_attrs
-            bsp = (attrs.get("bsp_reference") or {}).get("time_to_target")
-            if fingerprint is None or fingerprint in read or attrs.get("fingerprint") != fingerprint \
-                    or attrs.get("space") != space.name or attrs.get("execution") != execution or not bsp \
-                    or (attrs.get("cache") or {}).get("constraint_at") != constraint_at:
+            theirs = StudyRecord(s.user_attrs)
+            bsp = (theirs.bsp_reference or {}).get("time_to_target")
+            if fingerprint is None or fingerprint in read or theirs.fingerprint != fingerprint \
+                    or theirs.space != space.name or theirs.execution != execution or not bsp \
+                    or (theirs.cache or {}).get(CONSTRAINT_AT) != constraint_at:
                 continue
             read.add(fingerprint)
             states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
             for t in optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False, states=states):
-                if "same_as_trial" in t.user_attrs or FULL_BUDGET_OF in t.user_attrs or "policy" not in t.user_attrs:
+                if SAME_AS in t.user_attrs or FULL_BUDGET_OF in t.user_attrs or POLICY not in t.user_attrs:
                     continue  # a copy or a re-run of another trial: it would count twice
                 mapped = _on_this_job(t, near.get("n_workers"), job, space, bsp_time / bsp, f"{name}#{t.number}")
                 if mapped is not None:
@@ -80,7 +79,7 @@ def _on_this_job(trial: "optuna.trial.FrozenTrial", their_n: int | None, job: "J
 
     from autosync.search.strategies.recommend import adapt
 
-    policy = trial.user_attrs["policy"]
+    policy = TrialRecord(trial).policy
     if their_n and their_n != job.cluster.n_workers:
         policy = adapt(policy, their_n, job)
     params = space.trial_params(policy) if policy is not None else None

@@ -29,7 +29,7 @@ import time
 
 import optuna
 
-from autosync.search.objective import CURVE, SCORING, may_be_feasible, policy_key
+from autosync.search.study.records import CURVE, REACHED, SCORING, TrialRecord, may_be_feasible, policy_key
 
 REFRESH_SECONDS = 2.0  # how often (wall) a running trial re-reads the bar: other processes may lower it
 CURVE_POINTS = 64  # a stored curve is thinned to about this many points
@@ -93,7 +93,7 @@ def plateau(trials: "list[optuna.trial.FrozenTrial]", policy: dict, scoring: dic
     fixed = {name: value for name, value in params.items() if name not in numeric}
     by_time: dict[float, list[optuna.trial.FrozenTrial]] = {}
     for t in trials:
-        other = t.user_attrs.get("policy") or {}
+        other = TrialRecord(t).policy or {}
         other_params = other.get("params") or {}
         if t.state != optuna.trial.TrialState.COMPLETE or t.user_attrs.get(SCORING) != scoring \
                 or other.get("policy") != policy.get("policy") or set(other_params) != set(params) \
@@ -104,7 +104,7 @@ def plateau(trials: "list[optuna.trial.FrozenTrial]", policy: dict, scoring: dic
         by_time.setdefault(at, []).append(t)
     found = []
     for at, tied in by_time.items():
-        points = {tuple(t.user_attrs["policy"]["params"][name] for name in numeric): t.number for t in tied}
+        points = {tuple(TrialRecord(t).policy["params"][name] for name in numeric): t.number for t in tied}
         if len(points) >= 2 and all(min(p[i] for p in points) <= params[name] <= max(p[i] for p in points)
                                     for i, name in enumerate(numeric)):
             found.append((at, sorted(points.values())))
@@ -144,7 +144,7 @@ class RaceLimit:
             self._curve = None if bar is None else bar.user_attrs.get(CURVE)
             # the bar's time the pace rule counts from: its time-to-target, or where it missed the target
             # (its value is then the miss penalty times that), the whole run its curve spans
-            missed = bar is not None and bar.user_attrs.get("reached") == 0 and bool(self._curve)
+            missed = bar is not None and bar.user_attrs.get(REACHED) == 0 and bool(self._curve)
             self._span = self._curve[-1][0] if missed else self._limit
             self._read_at = now
 

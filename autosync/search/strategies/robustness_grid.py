@@ -38,7 +38,7 @@ def online_specs(command: str) -> list[str]:
 def online_by_label(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The report's online policies by label: kept by the report, or parsed from its command at the
     family's smallest n, as the report parsed them (a spec that names no policy is left out)."""
-    from autosync.leaderboard import label_of, parse_policy_spec
+    from autosync.catalog import label_of, parse_policy_spec
 
     online = data.get("online_policies")
     if isinstance(online, dict):

@@ -6,13 +6,12 @@ from typing import TYPE_CHECKING
 
 from autosync.core.errors import UserError
 from autosync.search.space import SearchSpace
+from autosync.search.tune_options import AUTO, SAMPLERS, SWITCH_POINT_SAMPLERS
 
 if TYPE_CHECKING:
     import optuna
 
-SAMPLERS = ("portfolio", "tpe", "gp", "random", "grid", "binary", "ladder")
-AUTO = "auto"  # the portfolio search where the space lists a portfolio, else TPE (`sampler_for`)
-SWITCH_POINT_SAMPLERS = ("binary", "ladder")  # strategies that run candidates of their own choosing
+__all__ = ["AUTO", "SAMPLERS", "SWITCH_POINT_SAMPLERS", "make_sampler", "sampler_for"]
 
 
 def sampler_for(name: str, space: SearchSpace) -> str:

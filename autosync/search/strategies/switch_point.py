@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from autosync.core.errors import RuntimeFailure, UserError
 from autosync.search.objective import Objective, RunFailed
 from autosync.search.study import _optuna_internals as internals
+from autosync.search.study.records import TrialRecord
 from autosync.search.study.trials import counted_trials
 
 if TYPE_CHECKING:
@@ -83,7 +84,8 @@ def run_switch_point_search(study: "optuna.Study", request: "TuneRequest", refer
         done[0] += 1
         if on_trial is not None:
             on_trial(done[0], request.n_trials)
-        return metric_sign * finished[-1].user_attrs.get("final_metric", -math.inf * metric_sign)
+        final = TrialRecord(finished[-1]).final_metric
+        return metric_sign * (-math.inf * metric_sign if final is None else final)
 
     target = metric_sign * reference["final_metric"]
     try:

@@ -8,4 +8,6 @@
 - `siblings`: the other studies of the same job (another space or backend) and what they measured;
   `running_twins`: a proposal another process is training is proposed again.
 - `cache`: the record a finished study answers a recurring job with.
+- `records`: the keys of what a trial, a study and the cache answer store, and their typed views; the
+  modules above read and write trial and study attributes only through it.
 """

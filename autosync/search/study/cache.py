@@ -15,29 +15,28 @@ from autosync.search.study import _optuna_internals as internals
 from autosync import __version__
 from autosync.core.errors import RuntimeFailure, UserError
 from autosync.core.job import JobSpec
-from autosync.search.strategies.confirm import RUNS as CONFIRMATION_RUNS
 from autosync.search.cost import COST_UNIT, in_bsp_trainings
-from autosync.search.objective import (
-    BUDGET, FORKED, FOUND_EQUIVALENT, FULL_BUDGET_OF, HORIZON, PLATEAU, PRUNED_ON_PACE, final_pending, policy_key,
+from autosync.search.study.records import (
+    BSP_REFERENCE, BSP_TRAINING_SECONDS, BUDGET, CACHE, CONFIRMATION_RUNS, CONSTRAINT_AT, FINGERPRINT, FORKED,
+    FOUND_EQUIVALENT, FULL_BUDGET_OF, GIVEN_UP, GIVEN_UP_PLACES, HORIZON, PLATEAU, PRIOR_TRIALS, PRUNED_ON_PACE,
+    REFERENCE_FROM, RUNS, SAME_AS, VIRTUAL_SECONDS, CacheRecord, StudyRecord, TrialRecord, damaged, final_pending,
+    policy_key, validated, write_cache_record,
 )
-from autosync.search.strategies.patience import GIVEN_UP
-from autosync.search.strategies.prior import PRIOR_TRIALS
-from autosync.search.study.siblings import REFERENCE_FROM
-from autosync.search.space import SearchSpace
 from autosync.search.study.storage import open_existing_storage, redact_url
-from autosync.search.study.trials import GIVEN_UP_PLACES, counted_trials, feasible_trials
+from autosync.search.study.trials import counted_trials, feasible_trials
 
 if TYPE_CHECKING:
     import optuna
 
     from autosync.engine.backends import BackendChoice
+    from autosync.search.space import SearchSpace
 
 
 class NoFeasibleTrial(RuntimeFailure):
     """A search ended with no trial meeting the target within the tolerance: nothing to cache."""
 
 
-def study_name(job: JobSpec, space: SearchSpace, backend: "BackendChoice | None" = None,
+def study_name(job: JobSpec, space: "SearchSpace", backend: "BackendChoice | None" = None,
                constraint_at: str = BUDGET) -> str:
     """The cache key: the job's fingerprint (workload, cluster, target), the search space's name, for a
     backend other than the simulator where the trials trained (a simulated result never answers for a
@@ -76,12 +75,13 @@ def search_cost(study: "optuna.Study", up_to: int | None = None) -> float:
     that number and the full-budget checks: what finding the answer cost), the BSP reference runs (none when
     a sibling study trained them: `autosync.search.study.siblings`) and the confirmation runs it trained
     (`--confirm-top`; runs copied from a sibling are the sibling's cost)."""
-    reference = study.user_attrs.get("bsp_reference", {})
-    trained = 0.0 if REFERENCE_FROM in reference else reference.get("virtual_seconds", 0.0)
-    confirmation = study.user_attrs.get(CONFIRMATION_RUNS)
-    trained += sum(run.get("virtual_seconds", 0.0) for run in confirmation.values()) \
+    attrs = study.user_attrs
+    reference = attrs.get(BSP_REFERENCE, {})
+    trained = 0.0 if REFERENCE_FROM in reference else reference.get(VIRTUAL_SECONDS, 0.0)
+    confirmation = attrs.get(CONFIRMATION_RUNS)
+    trained += sum(run.get(VIRTUAL_SECONDS, 0.0) for run in confirmation.values()) \
         if isinstance(confirmation, dict) else 0.0
-    return trained + sum(t.user_attrs.get("virtual_seconds", 0.0) for t in study.get_trials(deepcopy=False)
+    return trained + sum(TrialRecord(t).virtual_seconds for t in study.get_trials(deepcopy=False)
                          if up_to is None or t.number <= up_to or FULL_BUDGET_OF in t.user_attrs)
 
 
@@ -92,7 +92,7 @@ def answer_trial(study: "optuna.Study", top: "optuna.trial.FrozenTrial") -> int:
     trials = study.get_trials(deepcopy=False)  # by number: a study's trials are numbered 0, 1, ...
     number = top.user_attrs.get(FULL_BUDGET_OF, top.number)
     while True:
-        original = trials[number].user_attrs.get("same_as_trial") if number < len(trials) else None
+        original = TrialRecord(trials[number]).same_as if number < len(trials) else None
         if not isinstance(original, int) or original >= number:
             return number
         number = original
@@ -101,9 +101,9 @@ def answer_trial(study: "optuna.Study", top: "optuna.trial.FrozenTrial") -> int:
 def bsp_training_seconds(reference: dict[str, Any]) -> float:
     """The virtual seconds of one full BSP run of the job, the search cost's unit: its reference run's, or
     where that stopped at BSP's time to target (`tune --constraint-at bsp-target`) what it measured of one."""
-    if "bsp_training_seconds" in reference:
-        return float(reference["bsp_training_seconds"])
-    return reference["virtual_seconds"] / max(1, reference["runs"])
+    if BSP_TRAINING_SECONDS in reference:
+        return float(reference[BSP_TRAINING_SECONDS])
+    return reference[VIRTUAL_SECONDS] / max(1, reference[RUNS])
 
 
 def cost_fields(study: "optuna.Study", reference: dict[str, Any], best_time: float) -> dict[str, Any]:
@@ -118,17 +118,17 @@ def cost_fields(study: "optuna.Study", reference: dict[str, Any], best_time: flo
             "recurrences_to_amortize": math.ceil(cost / saving) if saving > 0 else None}
 
 
-def read_cache(study: "optuna.Study") -> dict[str, Any] | None:
+def read_cache(study: "optuna.Study") -> CacheRecord | None:
     """The study's cache record, validated; a corrupt one is a clear error."""
     return study_record(study)[1]
 
 
-def study_record(study: "optuna.Study") -> tuple[dict[str, Any], dict[str, Any] | None]:
+def study_record(study: "optuna.Study") -> tuple[dict[str, Any], CacheRecord | None]:
     """The study's user attributes and its validated cache record (None before a search finished); an
     attribute stored damaged (not JSON, which Optuna fails on with a traceback) is a one-line error naming the
     study, and `autosync cache clear` removes the study."""
     attrs = _attrs_if_json(study)
-    record = attrs.get("cache")
+    record = StudyRecord(attrs).cache
     return attrs, None if record is None else validated(study.study_name, record)
 
 
@@ -137,12 +137,12 @@ def check_owner(study: "optuna.Study", job: JobSpec, adopt: bool = False) -> Non
     `adopt`: its cached answer (a policy for other workers) would answer this job, and the tune would
     overwrite that job's identity on it. An attribute stored damaged (not JSON) is refused as `study_record`
     says; a record that is JSON but unusable is not this check's (`--refresh` replaces it)."""
-    attrs = _attrs_if_json(study)  # the record itself need not be usable: `--refresh` replaces it
-    theirs = attrs.get("fingerprint")
+    owner = StudyRecord(_attrs_if_json(study))  # the record itself need not be usable: `--refresh` replaces it
+    theirs = owner.fingerprint
     if adopt or theirs is None or theirs == job.fingerprint():
         return
-    raise UserError(f"--study {study.study_name}: a study of job {attrs.get('job_name', '?')} (fingerprint {theirs}, "
-                    f"n_workers {attrs.get('n_workers', '?')}), not of job {job.name} (fingerprint "
+    raise UserError(f"--study {study.study_name}: a study of job {owner.job_name} (fingerprint {theirs}, "
+                    f"n_workers {owner.n_workers}), not of job {job.name} (fingerprint "
                     f"{job.fingerprint()}); name another study, or pass --adopt-study to tune that one for this job")
 
 
@@ -157,40 +157,9 @@ def _attrs_if_json(study: "optuna.Study") -> dict[str, Any]:
         raise damaged(study.study_name, problem) from None
 
 
-def damaged(name: str, problem: str, refresh: bool = False) -> UserError:
-    """The error for a study whose stored record cannot be used, and the way out (`refresh`: a new search
-    can also replace it, which a record that is not JSON at all does not allow)."""
-    return UserError(f"study {name}: corrupt cache entry ({problem}); run `autosync cache clear` for this job "
-                     f"(it deletes the study){' or tune with --refresh' if refresh else ''}")
-
-
-def validated(name: str, record: Any) -> dict[str, Any]:
-    """A cache record whose policy, score and trial count are usable, else a one-line error naming the study."""
-    from autosync.catalog import policy_from_dict
-
-    field = "best_policy"
-    try:
-        if not isinstance(record, dict):
-            raise TypeError(f"the record must be a mapping, but got {type(record).__name__}")
-        policy_from_dict(record[field])
-        field = "best_value"
-        float(record[field])
-        field = "trials"
-        int(record[field])
-    except KeyError:
-        problem = f"field {field} is missing"
-    except UserError as exc:  # the policy's own check speaks of the option it usually guards: name the field
-        problem = f"{field}: {str(exc).removeprefix('--policy ')}"
-    except (TypeError, ValueError) as exc:
-        problem = f"{field}: {exc}"
-    else:
-        return record
-    raise damaged(name, problem, refresh=True)
-
-
-def write_cache(study: "optuna.Study", job: JobSpec, space: SearchSpace, sampler: str, tolerance: float,
+def write_cache(study: "optuna.Study", job: JobSpec, space: "SearchSpace", sampler: str, tolerance: float,
                 reference: dict[str, Any], execution: dict[str, Any] | None = None,
-                neighbours: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                neighbours: list[dict[str, Any]] | None = None) -> CacheRecord:
     """Write the cache record: best feasible policy, its score, provenance, the amortization report and
     the tuned jobs the search started from (`neighbours`, `autosync.search.strategies.neighbours`).
 
@@ -204,22 +173,22 @@ def write_cache(study: "optuna.Study", job: JobSpec, space: SearchSpace, sampler
     top = best[0]
     bsp_time = reference["time_to_target"]
     breakdown = search_breakdown(study)
-    record = {
-        "best_policy": top.user_attrs["policy"],
+    record: CacheRecord = {
+        "best_policy": TrialRecord(top).policy,
         "best_value": top.values[0],
-        "best_final_metric": top.user_attrs.get("final_metric"),
+        "best_final_metric": TrialRecord(top).final_metric,
         "best_trial": top.number,
         "trials": counted_trials(study) - _given_up_rows(study),  # the budget's trials the search ran
         "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "autosync_version": __version__,
         "job_name": job.name,
-        "fingerprint": job.fingerprint(),
+        FINGERPRINT: job.fingerprint(),
         "execution": execution or execution_of(None),  # which backend, clock and device produced it
         "space": space.name,
         "sampler": sampler,
         "bsp_time_to_target": bsp_time,
         "bsp_final_metric": reference["final_metric"],
-        "constraint_at": reference.get("constraint_at", BUDGET),  # where the final metrics were read
+        CONSTRAINT_AT: reference.get(CONSTRAINT_AT, BUDGET),  # where the final metrics were read
         **cost_fields(study, reference, top.values[0]),
         "speedup_vs_bsp": bsp_time / top.values[0] if top.values[0] > 0 else None,
         "search_breakdown": breakdown,
@@ -228,7 +197,7 @@ def write_cache(study: "optuna.Study", job: JobSpec, space: SearchSpace, sampler
         "neighbour_jobs": neighbours or [],
         PRIOR_TRIALS: study.user_attrs.get(PRIOR_TRIALS, 0),  # their trials TPE read as a prior
     }
-    study.set_user_attr("cache", record)
+    write_cache_record(study, record)
     return record
 
 
@@ -243,20 +212,21 @@ def search_breakdown(study: "optuna.Study") -> dict[str, int | None]:
     trials that continued from another switch point's prefix (Sync-Switch's BSP phase trained once), and the
     queued trials not run because the search stopped improving (`--patience`)."""
     trials = study.get_trials(deepcopy=False)
-    copied = [t for t in trials if "same_as_trial" in t.user_attrs]
+    copied = [t for t in trials if SAME_AS in t.user_attrs]
     checks = [t for t in trials if FULL_BUDGET_OF in t.user_attrs and t.state.is_finished()
-              and "same_as_trial" not in t.user_attrs]
+              and SAME_AS not in t.user_attrs]
     given_up = [t for t in trials if t.user_attrs.get(GIVEN_UP)]
-    places = study.user_attrs.get(GIVEN_UP_PLACES)  # the budget's trials never queued (one attribute)
+    attrs = study.user_attrs
+    places = attrs.get(GIVEN_UP_PLACES)  # the budget's trials never queued (one attribute)
     places = places if isinstance(places, dict) else {}
     return {
-        "stopped_at_target": sum(1 for t in trials if final_pending(t) and "same_as_trial" not in t.user_attrs),
+        "stopped_at_target": sum(1 for t in trials if final_pending(t) and SAME_AS not in t.user_attrs),
         "answered_by_equivalent": len(copied),
         # of those and of the pruned, the ones whose equivalent the check found (`autosync.search.equivalence`)
         "found_equivalent": sum(1 for t in trials if FOUND_EQUIVALENT in t.user_attrs and (
-            "same_as_trial" in t.user_attrs)),
-        "pruned": sum(1 for t in trials if t.state.name == "PRUNED" and "same_as_trial" not in t.user_attrs),
-        "pruned_on_pace": sum(1 for t in trials if t.state.name == "PRUNED" and "same_as_trial" not in t.user_attrs
+            SAME_AS in t.user_attrs)),
+        "pruned": sum(1 for t in trials if t.state.name == "PRUNED" and SAME_AS not in t.user_attrs),
+        "pruned_on_pace": sum(1 for t in trials if t.state.name == "PRUNED" and SAME_AS not in t.user_attrs
                               and t.user_attrs.get(PRUNED_ON_PACE)),
         "pruned_in_plateau": sum(1 for t in trials if t.state.name == "PRUNED" and PLATEAU in t.user_attrs),
         "full_budget_checks": len(checks),
@@ -266,7 +236,7 @@ def search_breakdown(study: "optuna.Study") -> dict[str, int | None]:
         "patience": max([t.user_attrs[GIVEN_UP] for t in given_up] + ([places["patience"]] if places else []),
                         default=None),  # what stopped it
         # where the checks stopped: BSP's time to target (`--constraint-at bsp-target`), None: the budget's end
-        "checked_at": study.user_attrs.get("bsp_reference", {}).get(HORIZON),
+        "checked_at": attrs.get(BSP_REFERENCE, {}).get(HORIZON),
     }
 
 
@@ -282,9 +252,7 @@ def best_policies(study: "optuna.Study", count: int = 5) -> list[dict[str, Any]]
     for t in feasible_trials(study):
         key = policy_key(t)
         if key not in rows:
-            rows[key] = {"trial": t.number, "policy": t.user_attrs["policy"], "time_to_target": t.values[0],
-                         "final_metric": t.user_attrs.get("final_metric"), "reached": t.user_attrs.get("reached"),
-                         "runs": t.user_attrs.get("runs")}
+            rows[key] = TrialRecord(t).summary()
         if len(rows) == count:
             break
     return list(rows.values())
@@ -311,11 +279,11 @@ def _summaries(storage: "optuna.storages.BaseStorage", fingerprint: str | None) 
             continue
         trials = storage.get_all_trials(storage.get_study_id_from_name(name), deepcopy=False)
         started = [t.datetime_start for t in trials if t.datetime_start is not None]
-        record = frozen.user_attrs.get("cache")
+        record = StudyRecord(frozen.user_attrs).cache
         ran = record.get("trials") if isinstance(record, dict) else None  # the budget's trials the search ran
         out.append({"study": name, "trials": ran if isinstance(ran, int) else len(trials), "cache": record,
                     "created": min(started).isoformat(timespec="seconds") if started else None,
-                    **({"damaged": frozen.damaged["cache"]} if "cache" in frozen.damaged else {})})
+                    **({"damaged": frozen.damaged[CACHE]} if CACHE in frozen.damaged else {})})
     return out
 
 

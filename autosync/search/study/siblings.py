@@ -15,13 +15,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Iterator
 
 from autosync.search.study import _optuna_internals as internals
+from autosync.search.study.records import REFERENCE_FROM, StudyRecord, scored_as
 
 if TYPE_CHECKING:
     import optuna
-
-EXECUTION = "execution"  # study user attribute: where its trials trained (the study name's backend tag)
-REFERENCE_FROM = "reference_from"  # in a BSP reference taken from a sibling: the study that trained it
-
 
 def sibling_studies(study: "optuna.Study", storage: "optuna.storages.BaseStorage") -> list["optuna.Study"]:
     """The other studies in `storage` with `study`'s job fingerprint and execution, oldest first.
@@ -31,14 +28,14 @@ def sibling_studies(study: "optuna.Study", storage: "optuna.storages.BaseStorage
     cache hit of a confirmed tune."""
     import optuna
 
-    mine = study.user_attrs
-    if "fingerprint" not in mine or EXECUTION not in mine:
+    mine = StudyRecord(study.user_attrs)
+    if mine.fingerprint is None or mine.execution is None:
         return []
     siblings = []
     for frozen in internals.all_studies(storage):
-        attrs = frozen.user_attrs
-        if frozen.study_name == study.study_name or attrs.get("fingerprint") != mine["fingerprint"] \
-                or attrs.get(EXECUTION) != mine[EXECUTION]:
+        theirs = StudyRecord(frozen.user_attrs)
+        if frozen.study_name == study.study_name or theirs.fingerprint != mine.fingerprint \
+                or theirs.execution != mine.execution:
             continue
         siblings.append(optuna.load_study(study_name=frozen.study_name, storage=storage))
     return siblings
@@ -54,18 +51,11 @@ def finished_trials(studies: list["optuna.Study"]) -> Iterator[tuple[str, "optun
             yield study.study_name, trial
 
 
-def scored_as(result: dict[str, Any], scoring: dict[str, Any]) -> bool:
-    """Whether a result holding its scoring among its keys (a BSP reference) was scored as `scoring`
-    (`autosync.search.objective.trial_scoring`) says, its constraint read at the same place too."""
-    return all(result.get(key) == value for key, value in scoring.items()) \
-        and result.get("constraint_at") == scoring.get("constraint_at")
-
-
 def sibling_reference(studies: list["optuna.Study"], scoring: dict[str, Any]) -> dict[str, Any] | None:
     """A sibling's BSP reference trained as `scoring` says (seeds, miss penalty, budget), if any, with
     `reference_from` naming the study that trained it."""
     for study in studies:
-        ref = study.user_attrs.get("bsp_reference")
-        if isinstance(ref, dict) and scored_as(ref, scoring):
+        ref = StudyRecord(study.user_attrs).bsp_reference
+        if ref is not None and scored_as(ref, scoring):
             return {**ref, REFERENCE_FROM: ref.get(REFERENCE_FROM, study.study_name)}
     return None

@@ -18,8 +18,8 @@ import warnings
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from autosync.search.study import _optuna_internals as internals
-from autosync.search.objective import (
-    ANSWERED, FULL_BUDGET_OF, KILLED, PROCESS, RETRY_OF, constraint_of, has_own_failure,
+from autosync.search.study.records import (
+    ANSWERED, FAIL_REASON, FULL_BUDGET_OF, GIVEN_UP_PLACES, KILLED, PROCESS, RETRY_OF, constraint_of, has_own_failure,
 )
 from autosync.search.study.locking import storage_lock
 
@@ -29,8 +29,6 @@ if TYPE_CHECKING:
 #: Free (unfixed) trials queued ahead at most: enough for the processes that share a study to each take
 #: one without waiting for the next top-up, which every process does (under the lock) once none is queued.
 LOOKAHEAD = 8
-#: Study attribute: the budget whose places not queued yet were given up (`--patience`) and how many.
-GIVEN_UP_PLACES = "given_up_places"
 
 
 def _states(*names: str) -> tuple[Any, ...]:
@@ -196,7 +194,7 @@ def fail_dead_trials(study: "optuna.Study") -> DeadTrials:
             # KILLED first: should the trial finish between the two writes, a reason without KILLED would
             # make it count as a failure of its own (and twins copy it)
             storage.set_trial_user_attr(tid, KILLED, True)
-            storage.set_trial_user_attr(tid, "fail_reason", f"{reason}; the trial is re-run")
+            storage.set_trial_user_attr(tid, FAIL_REASON, f"{reason}; the trial is re-run")
             if storage.set_trial_state_values(tid, state=optuna.trial.TrialState.FAIL):
                 failed.append(tid)
         except optuna.exceptions.UpdateFinishedTrialError:
@@ -241,7 +239,7 @@ class RetryKilledTrial:
         import copy
 
         frozen = copy.deepcopy(trial)
-        for key in ("fail_reason", KILLED):
+        for key in (FAIL_REASON, KILLED):
             frozen.user_attrs.pop(key, None)
         frozen.set_user_attr(RETRY_OF, trial.number)
         self._retry(study, frozen)

@@ -1,0 +1,390 @@
+"""What the command line prints, as rich renderables: each report is a list of `Line`s that `autosync.cli`
+prints in order on stdout, so the command line holds no rendering of its own and a report can be tested
+without running a command.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rich.table import Table
+
+
+@dataclass(frozen=True)
+class Line:
+    """One thing to print: a string (rich markup) or a table, with a rich style."""
+
+    what: Any
+    style: str | None = None
+
+
+Printed = Line
+
+
+def count(n: int, noun: str) -> str:
+    """"3 trials", "1 trial"."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def fmt(x: Any, digits: int = 4) -> str:
+    """A number with `digits` decimals, "-" for none."""
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def policy_label(policy: dict[str, Any]) -> str:
+    """backup(k=3): a policy as the tables name it."""
+    from autosync.catalog import label_of
+
+    return label_of(policy)
+
+
+def run_summary(result: Any) -> list[Printed]:
+    """One run's metrics table (`autosync run`)."""
+    out: list[Printed] = []
+    m = result.metrics
+    table = Table(title=f"{result.job_name} - {result.policy['policy']} {result.policy['params'] or ''} "
+                        f"seed {result.seed} ({result.status})")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    ttt = m["time_to_target"]
+    rows = [
+        (f"time to {m['target_metric']} {'<=' if m['target_metric'] != 'test_accuracy' else '>='} "
+         f"{m['target_threshold']}", f"{ttt:.2f} s" if ttt is not None else "not reached"),
+        ("updates to target", str(m["updates_to_target"]) if m["updates_to_target"] is not None else "-"),
+        ("final training loss", fmt(m["final_train_loss"])),
+        ("final test loss", fmt(m["final_test_loss"])),
+        ("final test accuracy", fmt(m["final_test_accuracy"])),
+        ("updates", str(m["updates"])),
+        ("virtual time", f"{m['virtual_time']:.2f} s"),
+        ("updates per virtual second", f"{m['updates_per_virtual_second']:.3f}"),
+        ("gradients discarded", f"{m['gradients_discarded']} of {m['gradients_arrived']}"),
+        ("wall time", f"{result.wall_seconds:.2f} s"),
+    ]
+    for row in rows:
+        table.add_row(*row)
+    out.append(Line(table))
+    return out
+
+
+def fitted_compute(cluster: dict) -> str:
+    """The fitted compute of a profile, in one phrase: per worker, or per compute unit that workers share."""
+    units = cluster.get("compute_units")
+    if units is not None:
+        speeds = units["speed_factors"]
+        return (f"{units['count']} compute units shared by the workers (worker w on unit w % {units['count']}), "
+                f"each {units['compute']}, speed factors {min(speeds):.3f}..{max(speeds):.3f}")
+    speeds = cluster["speed_factors"]
+    return (f"compute {cluster['compute']}, communication {1e3 * cluster['communication_seconds']:.2f} ms, "
+            f"speed factors {min(speeds):.3f}..{max(speeds):.3f}")
+
+
+def calibration_report(calibration: Any) -> list[Printed]:
+    """Each real run beside its simulation, before and (with a fit) after, the fitted costs and the verdict."""
+    out: list[Printed] = []
+    table = Table(title=f"simulation against real runs of {calibration.updates} updates")
+    for column in ("run", "real s", "simulated s", "real / sim", *(("fitted sim s", "real / fitted") if
+                                                                    calibration.after else ())):
+        table.add_column(column, justify="right")
+    for i, run in enumerate(calibration.before):
+        after = calibration.after[i] if calibration.after else None
+        table.add_row(run.name, f"{run.real_seconds:.3f}", f"{run.simulated_seconds:.3f}", f"{run.ratio:.2f}",
+                      *((f"{after.simulated_seconds:.3f}", f"{after.ratio:.2f}") if after else ()))
+    out.append(Line(table))
+    if calibration.server is not None:
+        out.append(Line(f"server costs fitted from the two runs (the profile alone cannot separate them): "
+                        f"{1e3 * calibration.server['apply_seconds']:.3f} ms per update, "
+                        f"{1e3 * calibration.server['gradient_seconds']:.3f} ms per gradient (job seconds)"
+                        + (f"; the compute units' times x {calibration.server['units_factor']:.3g}"
+                           if "units_factor" in calibration.server else "")))
+    if calibration.units is not None:
+        units = calibration.units
+        out.append(Line(f"the workers share {units['count']} compute units (the worker processes), timed at "
+                        f"{units['compute']} job seconds per task, speed factors {units['speed_factors']}"))
+    out.append(Line(calibration.verdict()))
+    return out
+
+
+def jobs_table(title: str, facts: list[dict[str, Any]]) -> list[Printed]:
+    """A family's drawn jobs, one row each (`autosync family`)."""
+    out: list[Printed] = []
+    table = Table(title=title)
+    for header in ("job", "n", "round trips", "slow (spread)", "slowdowns", "workload", "momentum", "fingerprint"):
+        table.add_column(header, no_wrap=header == "job")
+    for f in facts:
+        table.add_row(f["job"], str(f["n_workers"]), f["round_trip"], f"{f['slow_workers']} ({f['speed_spread']:.1f}x)",
+                      str(f["slowdowns"]), f["workload"], f"{f['momentum']:g}", f["fingerprint"])
+    out.append(Line(table))
+    return out
+
+
+def resume_line(found: int, requeued: list[int]) -> str:
+    """What a tune found of an earlier, interrupted search of the same study."""
+    dead = (f"; {count(len(requeued), 'trial')} whose process died "
+            f"({', '.join(f'#{n}' for n in requeued)}) re-queued") if requeued else ""
+    waiting = "".join(f"; waiting {line}, which stopped sending heartbeats"
+                      for line in getattr(requeued, "waiting", []))
+    return f"resuming the study: {count(found, 'finished trial')} found{dead}{waiting}"
+
+
+def breakdown_line(b: dict[str, int]) -> str:
+    """Where a search's cost went: the record's `search_breakdown` in words."""
+    return (f"Of its trials, {b['stopped_at_target']} stopped at the target, {b['answered_by_equivalent']} were "
+            f"answered by an equivalent policy's result without training"
+            + (f" ({b['found_equivalent']} found equivalent by running on the job's proxy)"
+               if b.get("found_equivalent") else "")
+            + f", {b['pruned']} were pruned"
+            + pruned_how(b)
+            + (f", {b['forked_trials']} continued from another switch point's run (its prefix, forked)"
+               if b.get("forked_trials") else "") + "; "
+            + (f"{count(b['full_budget_checks'], 'check')} to BSP's time to target ({b['checked_at']:.1f} virtual s, "
+               "--constraint-at bsp-target)" if b.get("checked_at") is not None
+               else count(b['full_budget_checks'], 'full-budget check')) + " of the candidates that could win"
+            + (f", {b['forked_checks']} of them continued from the run stopped at the target (forked)"
+               if b.get("forked_checks") else "") + "."
+            + (f" The search stopped improving ({count(b['patience'] or 0, 'trial')} in a row found nothing "
+               f"faster), so {count(b['given_up'], 'queued trial')} of the budget "
+               f"{'was' if b['given_up'] == 1 else 'were'} not run (--patience {b['patience']}; --patience 0 "
+               "runs the whole budget)." if b.get("given_up") else ""))
+
+
+def pruned_how(b: dict[str, int]) -> str:
+    """' (P on their pace, Q untrained inside a plateau of their policy)': how the pruned trials were pruned."""
+    how = ([f"{b['pruned_on_pace']} on their pace"] if b.get("pruned_on_pace") else []) \
+        + ([f"{b['pruned_in_plateau']} untrained, between trials of their policy that tied"]
+           if b.get("pruned_in_plateau") else [])
+    return f" ({', '.join(how)})" if how else ""
+
+
+def neighbours_line(near: list[dict[str, Any]], cost_to_answer: float | None, prior: int = 0) -> str:
+    """The tuned jobs a search started from (a transfer), their trials TPE read as a prior, and what finding
+    the answer cost."""
+    jobs = "; ".join(f"{nb['job']} (distance {nb['distance']:.2f}): {policy_label(nb['policy'])}" for nb in near)
+    read = f"; TPE read {prior} of their trial{'' if prior == 1 else 's'} as its prior" if prior else ""
+    cost = f"; the answer was found after {cost_to_answer:.2f} BSP trainings" if cost_to_answer is not None else ""
+    return f"Started from the winners of {count(len(near), 'tuned neighbour job')}: {jobs}{read}{cost}."
+
+
+def tune_report(outcome: Any, spec: Any) -> list[Printed]:
+    """What `autosync tune` found or re-used: the study, the best policies, the confirmation, the answer
+    against BSP with its cost, where the cost went, the neighbours it started from, faster spaces."""
+    out: list[Printed] = []
+    c = outcome.cache
+    label = policy_label(c["best_policy"])
+    if outcome.cached:
+        out.append(Line(f"[bold]cache hit[/bold]: study {outcome.study_name} finished {c['finished_at']} after "
+                        f"{c['trials']} trials (autosync {c['autosync_version']}, sampler {c['sampler']}); "
+                        "no new trial. Use --refresh to search again."))
+    else:
+        out.append(Line(f"study {outcome.study_name}: {count(outcome.new_trials, 'trial')} run by this command, "
+                        f"{c['trials']} in all"))
+    table = Table(title=f"{spec.name}: best policies (time to {spec.target.metric} {spec.target.threshold})")
+    for col in ("trial", "policy", "time (s)", "final", "reached"):
+        table.add_column(col, justify="left" if col == "policy" else "right", overflow="fold")
+    for row in outcome.top:
+        table.add_row(str(row["trial"]), policy_label(row["policy"]), f"{row['time_to_target']:.2f}",
+                      fmt(row["final_metric"]), f"{row['reached']}/{row['runs']}")
+    out.append(Line(table))
+    if isinstance(c.get("confirmed"), dict):
+        out += confirmation_report(c["confirmed"])
+    amortize = c["recurrences_to_amortize"]
+    speedup = f"{c['speedup_vs_bsp']:.2f}x" if c.get("speedup_vs_bsp") is not None else "BSP never reached it"
+    cost = c.get("search_cost_bsp_trainings")
+    out.append(Line(
+        f"best: [bold]{label}[/bold], {c['best_value']:.2f} s to target vs BSP {c['bsp_time_to_target']:.2f} s "
+        f"({speedup}). Search cost: {fmt(cost, 2)} {c.get('search_cost_unit', 'BSP trainings')}; "
+        + (f"pays for itself after {amortize} recurrences." if amortize else "it does not beat BSP, so it never pays off.")))
+    if isinstance(c.get("search_breakdown"), dict):
+        out.append(Line(breakdown_line(c["search_breakdown"]), style="dim"))
+    if c.get("neighbour_jobs"):
+        out.append(Line(neighbours_line(c["neighbour_jobs"], c.get("cost_to_answer_bsp_trainings"),
+                                         c.get("prior_trials", 0)), style="dim"))
+    for other in outcome.faster_elsewhere:
+        out.append(Line(f"on this job the {other['space']} space answered {policy_label(other['policy'])} at "
+                        f"{other['time']:.2f} s, {other['times_faster']:.2f}x faster than this space's answer: "
+                        f"autosync tune {'JOB.yaml ' if spec.name != 'digits_default' else ''}--space {other['space']}"))
+    return out
+
+
+def confirmation_report(confirmed: dict[str, Any]) -> list[Printed]:
+    """The confirmation table: each candidate's search score, its time on each seed and its mean, and how the
+    search's answer held (`autosync.search.strategies.confirm`)."""
+    from autosync.search.strategies.confirm import how_it_held
+
+    out: list[Printed] = []
+    table = Table(title=f"confirmed on seeds {confirmed['seeds']} (the {confirmed['top']} best, the job's other "
+                        "studies' winners, BSP; each run to the target)")
+    for column in ("policy", "from", "search s", "per seed s", "mean s", "reached"):
+        table.add_column(column, justify="left" if column in ("policy", "from") else "right", no_wrap=column == "policy")
+    for r in confirmed["rows"]:
+        per_seed = ", ".join(f"{t:.1f}" for t in r.get("seed_times") or [])
+        table.add_row(policy_label(r["policy"]), r["source"], fmt(r["search_time"], 1), per_seed or "-",
+                      fmt(r["time_to_target"], 1),
+                      f"{r['reached']}/{r['runs']}" + (f" ({r['reason']})" if r.get("reason") else "")
+                      + (f" (behind the leader at {r['behind_at']:.0f} s)" if r.get("behind_at") is not None else ""))
+    out.append(Line(table))
+    out.append(Line(how_it_held(confirmed, policy_label)))
+    return out
+
+
+def verification_report(v: Any) -> list[Printed]:
+    """The candidates re-run on a real backend beside their simulation, and what the cache answers with."""
+    out: list[Printed] = []
+    table = Table(title=f"simulation verified on {v.execution['backend']} ({v.execution.get('clock', 'virtual')} "
+                        f"clock), seeds {v.seeds}")
+    for column in ("policy", "simulated s", "real s", "real / sim", "real final", "feasible"):
+        table.add_column(column, justify="left" if column == "policy" else "right", no_wrap=column == "policy")
+    cell = lambda x, f: "-" if x is None else f.format(x)  # noqa: E731
+    for r in v.rows:
+        table.add_row(policy_label(r["policy"]), cell(r["simulated_time"], "{:.1f}"), cell(r["real_time"], "{:.1f}"),
+                      cell(r["real_over_simulated"], "{:.2f}"), cell(r["real_final_metric"], "{:.3f}"),
+                      "yes" if r["real_feasible"] else "no")
+    out.append(Line(table))
+    tau = "-" if v.kendall_tau is None else f"{v.kendall_tau:.2f}"
+    winner = policy_label(v.real_winner) if v.real_winner else "none feasible"
+    out.append(Line(f"Kendall's tau {tau}; real winner {winner} "
+                    f"({'the simulated winner too' if v.same_winner else 'not the simulated winner'})"))
+    answer = v.answer()
+    if answer is None:
+        out.append(Line("no candidate kept the final-metric constraint for real: the cache keeps the search's best"))
+        return out
+    speedup = lambda x: "-" if x is None else f"{x:.2f}x"  # noqa: E731
+    out.append(Line(f"the cache answers with [bold]{policy_label(answer['policy'])}[/bold]: real "
+                    f"{fmt(answer['real_time'], 2)} s vs BSP {fmt(answer['bsp_real_time'], 2)} s "
+                    f"({speedup(answer['real_speedup'])} on the real clock); simulated "
+                    f"{fmt(answer['simulated_time'], 2)} s vs BSP {fmt(answer['bsp_simulated_time'], 2)} s "
+                    f"({speedup(answer['simulated_speedup'])})"))
+    return out
+
+
+def profile_report(found: Any, job_name: str, device: str) -> list[Printed]:
+    """The timed rounds per batch size and the fitted cluster model (`autosync profile`)."""
+    cluster, server = found.cluster, found.server
+    table = Table(title=f"{job_name}: measured on {device} with {found.workers}")
+    for column in ("batch size", "compute (mean)", "round trip (mean)", "round trip (p90)"):
+        table.add_column(column, justify="right")
+    for b, compute, trip, trip_p90 in found.rows():
+        table.add_row(str(b), *(f"{1e3 * seconds:.2f} ms" for seconds in (compute, trip, trip_p90)))
+    return [Line(table), Line(f"fitted: {fitted_compute(cluster)}; server: update {1e3 * server.apply_seconds:.3f} ms, "
+                              f"parameters moved at {server.bandwidth / 1e6:.1f} MB/s")]
+
+
+def leaderboard_report(spec: Any, seeds: int, rows: list[dict[str, Any]]) -> list[Printed]:
+    """The scored leaderboard as one table (`autosync leaderboard`)."""
+    from autosync.reporting.leaderboard import leaderboard_columns
+    from autosync.reporting.output import format_cell
+
+    table = Table(title=f"{spec.name}: {seeds} seeds, target {spec.target.metric} {spec.target.threshold}")
+    columns = leaderboard_columns()  # score() compares with BSP
+    for _, header, _ in columns:
+        table.add_column(header, justify="left" if header == "policy" else "right", no_wrap=header == "policy")
+    for r in rows:
+        table.add_row(*(format_cell(r.get(k), f) for k, _, f in columns))
+    return [Line(table)]
+
+
+def scaling_report(result: Any, metric: str) -> list[Printed]:
+    """A metric per policy against the number of workers (`autosync scaling`)."""
+    table = Table(title=f"{metric}: mean ± std over seeds")
+    table.add_column("policy", no_wrap=True)
+    for n in result.worker_counts:
+        table.add_column(f"n = {n}", justify="right")
+    for policy, cells in result.rows():
+        table.add_row(policy, *cells)
+    return [Line(table)]
+
+
+def robustness_report(found: Any, jobs: int, seeds: int) -> list[Printed]:
+    """A family's regret summary against the best static k (`autosync robustness`)."""
+    from autosync.reporting.output import format_cell
+    from autosync.reporting.robustness import SUMMARY_COLUMNS
+
+    table = Table(title=f"family {found.family}: {jobs} jobs x {seeds} seeds, regret against the best static k")
+    for _, header, _ in SUMMARY_COLUMNS:
+        table.add_column(header, justify="left" if header == "policy" else "right", no_wrap=header == "policy")
+    for row in found.result["summary"]:
+        table.add_row(*(format_cell(row.get(k), f) for k, _, f in SUMMARY_COLUMNS))
+    return [Line(table)]
+
+
+def replay_report(found: Any, logs: Any, simulations: int) -> list[Printed]:
+    """Each switch-point search strategy's cost and success on recorded runs (`autosync replay`)."""
+    from autosync.search.cost import COST_UNIT
+
+    table = Table(title=f"switch-point search on {logs} ({simulations} simulated searches each)")
+    for column in ("strategy", "setting", f"cost ({COST_UNIT})", "success", "same as full info", "valid"):
+        table.add_column(column, justify="left" if column in ("strategy", "setting") else "right")
+    for r in found.rows:
+        table.add_row(r.strategy, r.setting, f"{r.mean_cost:.2f}", f"{r.success:.1%}",
+                      f"{r.same_as_full_information:.1%}", f"{r.valid:.1%}")
+    return [Line(table)]
+
+
+def recommendation_report(answer: Any, spec: Any) -> list[Printed]:
+    """The nearest tuned jobs, their votes, and the policy recommended without training (`autosync recommend`)."""
+    table = Table(title=f"{spec.name}: the nearest tuned jobs")
+    for column in ("job", "distance", "same workload", "its winner here", "weight"):
+        table.add_column(column, justify="left" if column in ("job", "its winner here") else "right")
+    for nb in answer.neighbours:
+        table.add_row(nb["job"], f"{nb['distance']:.2f}", "yes" if nb["same_workload"] else "no",
+                      policy_label(nb["policy"]) if nb["policy"] else "does not fit", f"{nb['weight']:.2f}")
+    target = f"{spec.target.metric} {spec.target.threshold}"
+    if answer.predicted_time is not None:
+        prediction = (f"predicted {answer.predicted_time:.1f} s to {target} vs BSP {answer.predicted_bsp_time:.1f} s "
+                      f"({answer.predicted_speedup:.2f}x)")
+    elif answer.predicted_speedup is not None:
+        prediction = f"predicted {answer.predicted_speedup:.2f}x BSP's time to target (from another workload)"
+    else:
+        prediction = ("no prediction of its time (no neighbour that voted for it has a speedup over BSP: BSP missed "
+                      "the target there)")
+    return [Line(table), Line(f"recommended: [bold]{policy_label(answer.policy)}[/bold], {prediction}. Nothing was "
+                              "trained: `autosync tune` checks it (and starts from these jobs' winners).")]
+
+
+def cache_report(studies: list[dict[str, Any]], where: str) -> list[Printed]:
+    """Every cached study: job, trials, best policy and score (`autosync cache list`)."""
+    table = Table(title=f"cache: {where}")
+    for col in ("study", "job", "trials", "best policy", "time to target (s)", "finished"):
+        table.add_column(col)
+    for s in studies:
+        c = s["cache"] if isinstance(s["cache"], dict) else {}
+        best = policy_label(c["best_policy"]) if isinstance(c.get("best_policy"), dict) else \
+            "(damaged record)" if "damaged" in s else "(unfinished)"
+        value = f"{c['best_value']:.2f}" if isinstance(c.get("best_value"), (int, float)) else "-"
+        table.add_row(s["study"], str(c.get("job_name", "-")), str(s["trials"]), best, value,
+                      str(c.get("finished_at", "-")))
+    return [Line(table)]
+
+
+def policies_report() -> list[Printed]:
+    """Every policy with its paper's name, parameters and defaults (`autosync policies`)."""
+    import inspect
+
+    from autosync.catalog import POLICIES, policy_parameters
+
+    table = Table(title="policies (either name is accepted, in any case, with hyphens or underscores)")
+    table.add_column("name")
+    table.add_column("papers' name")
+    table.add_column("parameters (default)")
+    table.add_column("what it does")
+    for name, cls in POLICIES.items():
+        params = ", ".join(f"{k}={'(required)' if v is inspect.Parameter.empty else v!r}"
+                           for k, v in policy_parameters(cls).items()) or "-"
+        table.add_row(name, cls.paper_name, params, (cls.__doc__ or "").strip().splitlines()[0])
+    return [Line(table)]
+
+
+def comparison_report(comparison: Any) -> list[Printed]:
+    """Online policies' regret on several job families side by side (`autosync robustness-compare`)."""
+    from autosync.reporting.robustness import comparison_cells, comparison_header
+
+    held_out = [r.family for r in comparison.reports if r.family != comparison.developed_on]
+    title = "regret against the best static k, per family" + (
+        f" (developed on {comparison.developed_on}; held out: {', '.join(held_out)})"
+        if comparison.developed_on else "")
+    table = Table(title=title)
+    for h in comparison_header(comparison, roles=False, between="\n"):
+        table.add_column(h, justify="left" if h == "policy" else "right", no_wrap=h == "policy")
+    for label, values in comparison.rows():
+        table.add_row(label, *comparison_cells(values))
+    return [Line(table)]

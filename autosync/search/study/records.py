@@ -1,0 +1,308 @@
+"""What a trial, a study and the cache answer store: the one module that names their keys.
+
+A trial's result lives in Optuna's user attributes of its `FrozenTrial`; a study's identity, its BSP
+reference and its cache answer in the study's user attributes. Every key of those attributes is declared
+here, once, with why it exists; everything else reads and writes them through these names and the typed
+views below (`TrialRecord`, `StudyRecord`, `CacheRecord`), never through a string of its own
+(`tests/test_records.py` checks that on the source). A new attribute is then one line in one place.
+
+This module imports nothing of autosync but the errors and the catalog (lazily, to validate a cached
+policy), so `autosync.search.study` reads records without importing the search above it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypedDict
+
+from autosync.core.errors import UserError
+
+if TYPE_CHECKING:
+    import optuna
+
+# --- a trial's user attributes -------------------------------------------------------------------------
+POLICY = "policy"  # the policy the trial proposed, as a dict (`SearchSpace.suggest`)
+PROCESS = "process"  # host:pid of the process that ran the trial
+CANONICAL = "canonical_policy"  # the simplest policy that runs exactly like the trial's
+FOUND_EQUIVALENT = "found_equivalent_of"  # the canonical policy the check found the trial's runs like
+# (`autosync.search.equivalence`)
+EQUIVALENCE_CHECK_FAILED = "equivalence_check_failed"  # why the check could not run (the trial trained)
+SCORING = "scoring"  # the seeds, miss penalty and budget the trial was scored with (`trial_scoring`)
+FULL_BUDGET = "full_budget"  # the trial's runs train the whole budget (none stops at the target)
+TIMED_OUT = "stopped_by_timeout"  # stopped by the tune's --timeout (`autosync.search.objective.TimedOut`)
+RESAMPLED = "resampled_from"  # the running trial whose point this trial proposed again
+# the trial's runs stopped at the target, so its final metric (and its constraint) is not known yet;
+# `autosync.search.strategies.full_budget` checks it at full budget if the trial can still win
+FINAL_PENDING = "final_metric_pending"
+FULL_BUDGET_OF = "full_budget_check_of"  # the trial re-runs trial N at full budget (its check)
+PRUNED_ON_PACE = "pruned_on_pace"  # pruned by the pace rule, its value a prediction (`pruning`)
+PREDICTED = "predicted_time_to_target"  # of a trial pruned at its bound: the pace's prediction
+# the trial proposed a point already answered (a twin's result, BSP's reference) and was answered without
+# training: it takes no slot of the budget (`autosync.search.study.trials.budget_used`)
+ANSWERED = "answered_untrained"
+PLATEAU = "plateau_of"  # pruned untrained inside these tied trials' plateau (`pruning.plateau`)
+FORKED = "forked_seconds"  # virtual seconds a run continued from a stopped run's state (also a score key)
+CURVE = "curve"  # [virtual time, target metric] at the first seed's evaluations, up to the target
+# (the whole run's where it missed the target)
+KILLED = "process_lost"  # failed because its process died: no result of its own
+RETRY_OF = "retry_of"  # of a re-queued trial: the number of the killed trial it re-runs
+SAME_AS = "same_as_trial"  # answered untrained by this trial (a number, "study#number" or BSP_REFERENCE)
+VIRTUAL_SECONDS = "virtual_seconds"  # virtual seconds the trial trained (the search's cost)
+FAIL_REASON = "fail_reason"  # why a failed trial failed, one line
+TIME_TO_TARGET = "time_to_target"  # the score: mean time to target over the seeds (misses penalized)
+FINAL_METRIC = "final_metric"  # mean final target metric over the seeds (the constraint reads it)
+REACHED = "reached"  # how many of the seeds' runs reached the target
+RUNS = "runs"  # how many runs (seeds) the trial trained
+GIVEN_UP = "given_up"  # a queued trial not run, the search having stopped improving (its patience)
+PRIOR_OF = "prior_of"  # of a prior trial (never stored): "study#number" it was read from
+SWITCH_AT = "switch_at"  # Sync-Switch Table II replay: the switch point the trial stands for
+
+CONSTRAINT = "final_metric_vs_bsp"  # name of the trial's Optuna constraint (<= 0: feasible)
+
+# --- a study's user attributes --------------------------------------------------------------------------
+JOB_NAME = "job_name"  # the job the study tunes (what a reader of the storage sees)
+FINGERPRINT = "fingerprint"  # the job's fingerprint: whose study it is (`check_owner`, siblings)
+SPACE = "space"  # the search space's name
+TARGET = "target"  # "metric threshold" of the job, for a reader of the storage
+N_WORKERS = "n_workers"  # the job's workers, for a reader of the storage and the ownership error
+EXECUTION = "execution"  # where its trials trained (the study name's backend tag)
+WORKLOAD_KEY = "workload_key"  # what the job trains (neighbours share it)
+FEATURES = "cluster_features"  # the job's cluster features (neighbours are near in them)
+NEIGHBOUR_JOBS = "neighbour_jobs"  # also a cache field: the tuned jobs a search started from
+PRIOR_TRIALS = "prior_trials"  # also a cache field: how many neighbour trials TPE read as a prior
+GIVEN_UP_PLACES = "given_up_places"  # the budget whose places not queued yet were given up, and how many
+CONFIRMATION_RUNS = "confirmation_runs"  # {run identity: result} of every confirmation run
+BSP_REFERENCE = "bsp_reference"  # BSP's runs on the trials' seeds (`BspReference`); also SAME_AS's value
+CACHE = "cache"  # the cached answer (`CacheRecord`), written once a search finished
+
+# --- inside a BSP reference ------------------------------------------------------------------------------
+HORIZON = "horizon"  # BSP's time to target, where the checks stop under BSP_TARGET
+REFERENCE_FROM = "reference_from"  # in a reference taken from a sibling: the study that trained it
+BSP_TRAINING_SECONDS = "bsp_training_seconds"  # one full BSP run's virtual seconds, where it did not train one
+CONSTRAINT_AT = "constraint_at"  # where the final metrics were read (also in a scoring and the cache record)
+
+BUDGET, BSP_TARGET = "budget", "bsp-target"  # where the constraint is held (`ObjectiveSettings.constraint_at`)
+
+
+class BspReference(TypedDict, total=False):
+    """A study's BSP reference (`BSP_REFERENCE`): BSP's score on the trials' seeds and how it was scored."""
+
+    time_to_target: float  # the mean time to target (a candidate's speedup is against it)
+    final_metric: float  # the constraint's reference
+    reached: int  # runs that reached the target
+    runs: int  # runs trained
+    virtual_seconds: float  # trained for it (0 when a sibling trained it)
+    seeds: list[int]  # its scoring (`trial_scoring`): what a trial must share to be answered by it
+    penalty: float
+    budget: dict[str, Any]
+    constraint_at: str
+    horizon: float  # HORIZON
+    reference_from: str  # REFERENCE_FROM
+    bsp_training_seconds: float  # BSP_TRAINING_SECONDS
+    curve: list[list[float]]  # CURVE of its first run, which the trials racing against BSP read
+
+
+class CacheRecord(TypedDict, total=False):
+    """The cached answer of a finished search (`CACHE`), as `autosync tune` and `autosync cache` show it."""
+
+    best_policy: dict[str, Any]  # the answer
+    best_value: float  # its time to target (virtual s)
+    best_final_metric: float | None
+    best_trial: int
+    trials: int  # the budget's trials the search ran
+    finished_at: str  # ISO time, UTC: the newest answer of a job wins (`tuned_policy`)
+    autosync_version: str
+    job_name: str
+    fingerprint: str
+    execution: dict[str, Any]  # which backend, clock and device produced it
+    space: str
+    sampler: str
+    bsp_time_to_target: float
+    bsp_final_metric: float
+    constraint_at: str  # where the final metrics were read
+    search_cost_virtual_seconds: float
+    search_cost_bsp_trainings: float | None
+    search_cost_unit: str
+    recurrences_to_amortize: int | None  # None: no saving over BSP
+    speedup_vs_bsp: float | None
+    search_breakdown: dict[str, int | None]  # where the search's cost went (`search_breakdown`)
+    cost_to_answer_bsp_trainings: float | None
+    neighbour_jobs: list[dict[str, Any]]
+    prior_trials: int
+    # written by a confirmation (`--confirm-top`) or a verification on the real backend
+    search_best_policy: dict[str, Any]
+    search_best_value: float
+    simulated_best_policy: dict[str, Any]
+    confirmation: dict[str, Any]
+    verification: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """A trial's result as typed fields, read from its user attributes (a view: nothing is copied)."""
+
+    trial: "optuna.trial.FrozenTrial"
+
+    @property
+    def attrs(self) -> dict[str, Any]:
+        return self.trial.user_attrs
+
+    @property
+    def policy(self) -> dict[str, Any] | None:
+        return self.attrs.get(POLICY)
+
+    @property
+    def same_as(self) -> int | str | None:
+        """The trial that answered this one untrained (None: it trained, or failed, itself)."""
+        return self.attrs.get(SAME_AS)
+
+    @property
+    def virtual_seconds(self) -> float:
+        return float(self.attrs.get(VIRTUAL_SECONDS, 0.0))
+
+    @property
+    def final_metric(self) -> float | None:
+        return self.attrs.get(FINAL_METRIC)
+
+    def summary(self) -> dict[str, Any]:
+        """The row `best_policies` lists: trial, policy and score."""
+        return {"trial": self.trial.number, "policy": self.attrs[POLICY], "time_to_target": self.trial.values[0],
+                "final_metric": self.final_metric, "reached": self.attrs.get(REACHED), "runs": self.attrs.get(RUNS)}
+
+
+@dataclass(frozen=True)
+class StudyRecord:
+    """A study's attributes as typed fields (a view over `study.user_attrs`, read once)."""
+
+    attrs: dict[str, Any]
+
+    @property
+    def fingerprint(self) -> str | None:
+        return self.attrs.get(FINGERPRINT)
+
+    @property
+    def execution(self) -> str | None:
+        return self.attrs.get(EXECUTION)
+
+    @property
+    def space(self) -> str | None:
+        return self.attrs.get(SPACE)
+
+    @property
+    def job_name(self) -> str:
+        return self.attrs.get(JOB_NAME, "?")
+
+    @property
+    def n_workers(self) -> int | str:
+        return self.attrs.get(N_WORKERS, "?")
+
+    @property
+    def bsp_reference(self) -> BspReference | None:
+        ref = self.attrs.get(BSP_REFERENCE)
+        return ref if isinstance(ref, dict) else None
+
+    @property
+    def cache(self) -> Any:
+        """The cache record as stored (not validated: `validated` checks it)."""
+        return self.attrs.get(CACHE)
+
+    @property
+    def features(self) -> list[float] | None:
+        return self.attrs.get(FEATURES)
+
+    @property
+    def workload_key(self) -> str | None:
+        return self.attrs.get(WORKLOAD_KEY)
+
+
+def describe_study(study: "optuna.Study", job_name: str, fingerprint: str, space: str, target: str,
+                   n_workers: int, execution: str) -> None:
+    """Store what the study is about (for optuna-dashboard, anyone reading the storage, and the siblings
+    and ownership checks), writing only the attributes that changed."""
+    about = {JOB_NAME: job_name, FINGERPRINT: fingerprint, SPACE: space, TARGET: target, N_WORKERS: n_workers,
+             EXECUTION: execution}
+    for key, value in about.items():
+        if study.user_attrs.get(key) != value:
+            study.set_user_attr(key, value)
+
+
+def has_own_failure(trial: "optuna.trial.FrozenTrial") -> bool:
+    """Whether `trial` failed for a reason of its own (its policy diverged or cannot run): such a failure
+    counts against the budget and answers a twin; a trial whose process died (KILLED) or that proposed
+    a point another process was training (RESAMPLED) has no result and does not count."""
+    return trial.state.name == "FAIL" and FAIL_REASON in trial.user_attrs \
+        and not trial.user_attrs.get(KILLED) and RESAMPLED not in trial.user_attrs \
+        and not trial.user_attrs.get(TIMED_OUT)
+
+
+def policy_key(trial: "optuna.trial.FrozenTrial") -> str:
+    """What makes two trials the same candidate: the canonical policy it ran (`canonical_policy`), else
+    the policy it proposed, else its parameters; trials with one key run alike and rank as one."""
+    policy = trial.user_attrs.get(CANONICAL) or trial.user_attrs.get(POLICY) or trial.params or trial.number
+    return json.dumps(policy, sort_keys=True)
+
+
+def constraint_of(trial: "optuna.trial.FrozenTrial") -> float:
+    """The trial's accuracy constraint (<= 0: feasible); a trial without one is infeasible."""
+    return float(trial.constraints.get(CONSTRAINT, 1.0))
+
+
+def final_pending(trial: "optuna.trial.FrozenTrial") -> bool:
+    """Whether `trial` stopped at the target, its final metric and constraint not known yet."""
+    return bool(trial.user_attrs.get(FINAL_PENDING))
+
+
+def may_be_feasible(trial: "optuna.trial.FrozenTrial") -> bool:
+    """A completed trial that meets the constraint, or may (it stopped at the target, unchecked)."""
+    return constraint_of(trial) <= 0 or final_pending(trial)
+
+
+def has_full_result(trial: "optuna.trial.FrozenTrial") -> bool:
+    """Whether `trial` has (or, running, will have) its final metric at full budget."""
+    if trial.state.name == "RUNNING":
+        return bool(trial.user_attrs.get(FULL_BUDGET))
+    return not final_pending(trial)
+
+
+def scored_as(result: dict[str, Any], scoring: dict[str, Any]) -> bool:
+    """Whether a result holding its scoring among its keys (a BSP reference) was scored as `scoring`
+    (`autosync.search.objective.trial_scoring`) says, its constraint read at the same place too."""
+    return all(result.get(key) == value for key, value in scoring.items()) \
+        and result.get(CONSTRAINT_AT) == scoring.get(CONSTRAINT_AT)
+
+
+def damaged(name: str, problem: str, refresh: bool = False) -> UserError:
+    """The error for a study whose stored record cannot be used, and the way out (`refresh`: a new search
+    can also replace it, which a record that is not JSON at all does not allow)."""
+    return UserError(f"study {name}: corrupt cache entry ({problem}); run `autosync cache clear` for this job "
+                     f"(it deletes the study){' or tune with --refresh' if refresh else ''}")
+
+
+def validated(name: str, record: Any) -> CacheRecord:
+    """A cache record whose policy, score and trial count are usable, else a one-line error naming the study."""
+    from autosync.catalog import policy_from_dict
+
+    field = "best_policy"
+    try:
+        if not isinstance(record, dict):
+            raise TypeError(f"the record must be a mapping, but got {type(record).__name__}")
+        policy_from_dict(record[field])
+        field = "best_value"
+        float(record[field])
+        field = "trials"
+        int(record[field])
+    except KeyError:
+        problem = f"field {field} is missing"
+    except UserError as exc:  # the policy's own check speaks of the option it usually guards: name the field
+        problem = f"{field}: {str(exc).removeprefix('--policy ')}"
+    except (TypeError, ValueError) as exc:
+        problem = f"{field}: {exc}"
+    else:
+        return record
+    raise damaged(name, problem, refresh=True)
+
+
+def write_cache_record(study: "optuna.Study", record: CacheRecord) -> None:
+    """Store `record` as the study's cached answer."""
+    study.set_user_attr(CACHE, record)

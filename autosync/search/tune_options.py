@@ -1,0 +1,103 @@
+"""`autosync tune`'s options, declared once: the command line's flags, the API's keywords and the search's
+defaults (`autosync.search.request.TuneRequest`, `ObjectiveSettings`) all come from `TuneOptions`, and so do
+the rules between its fields, checked in one place (`__post_init__`) however the options are built.
+
+Declared in the search layer, below the command line, so that the search reads its defaults from here
+rather than keeping copies; `autosync.options` lists it with the other commands' options.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from autosync.core.declare import option
+from autosync.core.errors import UserError
+from autosync.core.job import MAX_SEED
+from autosync.engine.backends import ExecutionOptions
+from autosync.search.study.records import BSP_TARGET, BUDGET
+
+SAMPLERS = ("portfolio", "tpe", "gp", "random", "grid", "binary", "ladder")  # --sampler's choices besides AUTO
+AUTO = "auto"  # the portfolio search where the space lists a portfolio, else TPE (`samplers.sampler_for`)
+SWITCH_POINT_SAMPLERS = ("binary", "ladder")  # strategies that run candidates of their own choosing
+
+# `autosync tune` answers "which policy" unless told otherwise: the policy space's race ran the default job in
+# about 15 s on 2 idle cores, inside the 20 s the issue set for a default (benchmarks/README.md).
+DEFAULT_TUNE_SPACE = "policy"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TuneOptions(ExecutionOptions):
+    """`autosync tune`: an Optuna search of a job's policy, or the cached answer of a recurring job."""
+
+    space: str = option(DEFAULT_TUNE_SPACE, "Search space: a YAML file or a shipped name (policy: which policy, "
+                        "raced family by family; static_k; switch_point, batch_split, composed).")
+    n_trials: int = option(20, "Trial budget, global across processes.", ge=1)
+    timeout: Optional[float] = option(None, "Stop the search after S seconds: no trial starts after it, and a "
+                                      "trial still training stops at its next evaluation (not counted; the same "
+                                      "command resumes it).", ge=0.0)
+    storage: Optional[str] = option(None, "SQLAlchemy URL of the study storage "
+                                    "(default: sqlite:///results/autosync-studies.db).")
+    study: Optional[str] = option(None, "Study name (default: <fingerprint>-<space>).")
+    adopt_study: bool = option(False, "Let --study name a study made for another job (another fingerprint): its "
+                               "trials and cached answer then stand for this job.")
+    sampler: str = option("auto", "auto (portfolio where the space lists one, else tpe) | portfolio (race each "
+                          "family's portfolio settings, then TPE inside the families that can still win) | tpe | gp "
+                          "| random | grid | binary (Sync-Switch) | ladder (cheapest switch point first).")
+    n_jobs: int = option(1, "Processes running trials on this machine.", ge=1)
+    seed: int = option(0, "Sampler seed.", ge=0, le=MAX_SEED)
+    repeats: int = option(1, "Seeds per trial (the objective is noisy).", ge=1)
+    tolerance: float = option(0.01, "Allowed final-metric shortfall against BSP (the constraint).", ge=0.0)
+    objective: str = option("time", "time | time,metric (Pareto front).")
+    refresh: bool = option(False, "Search again, warm-started from the cached best.")
+    verify_top: int = option(0, "After a simulated search, re-run the K best feasible candidates and BSP "
+                             "--repeats times on --backend and compare (0: off).", ge=0)
+    confirm_top: Optional[int] = option(None, "After the search, run its K best candidates (and the job's other "
+                                        "studies' winners) and BSP to the target on --confirm-seeds seeds it did not "
+                                        "search on; a candidate that misses there loses, and the answer is the best "
+                                        "mean over all the seeds (default: 2, 0 with --sampler binary or ladder or "
+                                        "--objective time,metric; 0: off).", ge=0)
+    confirm_seeds: int = option(1, "Seeds added by --confirm-top (more, up to 3, where the leaders are closer than "
+                                "the spread between seeds).", ge=1)
+    transfer: bool = option(True, "A new study starts from the winners of the nearest tuned jobs in the storage "
+                            "with this job's workload and target (--no-transfer: from nothing).")
+    neighbour_prior: bool = option(False, "With the transfer, TPE also reads the tuned neighbours' trials as its prior, "
+                                   "each on this job's scale (off by default: on the stragglers family it saved "
+                                   "little over their winners alone and answered up to 1.08x slower).")
+    patience: Optional[int] = option(None, "Stop the search once N trials in a row found nothing faster; the rest of "
+                                     "the budget is not run (0: run the whole budget; default: the space's "
+                                     "`patience`, 5 for static_k, else 0; 0 with --sampler grid).", ge=0)
+
+    constraint_at: str = option(BUDGET, "Where a candidate's final metric must stay within --tolerance of BSP's: "
+                                "budget (at the end of the budget, Sync-Switch's rule) | bsp-target (at the time "
+                                "BSP reaches the target: neither BSP nor the winner's check trains past it; for "
+                                "jobs trained to the target).")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.constraint_at not in (BUDGET, BSP_TARGET):
+            raise UserError(f"--constraint-at must be {BUDGET} or {BSP_TARGET}, but got {self.constraint_at!r}")
+        if self.constraint_at != BUDGET and self.objective != "time":
+            raise UserError(f"--constraint-at {self.constraint_at} needs --objective time (a Pareto front compares "
+                            f"final metrics at the budget's end), but got --objective {self.objective}")
+        if self.constraint_at != BUDGET and self.sampler in SWITCH_POINT_SAMPLERS:
+            raise UserError(f"--constraint-at {self.constraint_at} needs a sampler whose trials stop at the target, "
+                            f"but --sampler {self.sampler} trains each candidate whole to compare final metrics")
+
+        if self.sampler not in (AUTO, *SAMPLERS):
+            raise UserError(f"--sampler must be one of {[AUTO, *SAMPLERS]}, but got {self.sampler!r}")
+        if self.objective not in ("time", "time,metric"):
+            raise UserError(f"--objective must be time or time,metric, but got {self.objective!r}")
+        if self.backend == "distributed" and self.n_jobs > 1:
+            raise UserError(f"--n-jobs must be 1 with --backend distributed (the group's ranks serve one trial at "
+                            f"a time), but got {self.n_jobs}")
+        if self.verify_top and self.backend == "simulator":
+            raise UserError("--verify-top re-runs the simulated search's best candidates on a real backend: "
+                            "it needs --backend processes (with --clock virtual or real)")
+        if self.verify_top and self.objective != "time":
+            raise UserError("--verify-top compares one objective's rankings: it needs --objective time")
+        if self.confirm_top and self.objective != "time":
+            raise UserError("--confirm-top ranks candidates by one objective: it needs --objective time")
+        if self.confirm_top and self.sampler in SWITCH_POINT_SAMPLERS:
+            raise UserError(f"--confirm-top re-runs a search's candidates on more seeds, but --sampler {self.sampler} "
+                            "already trains each candidate on 3 seeds (Sync-Switch's R)")
