@@ -137,10 +137,9 @@ class AdaCommPeriod(LocalSteps):
 
 
 # ---------------------------------------------------------------------- the update slot: outer steps
-class OuterNesterov(UpdateRule):
-    """DiLoCo's outer step (Douillard et al. 2023, Algorithm 1, lines 9-10): Delta = eta (u + lambda x), the
-    mean change in parameter units; m <- mu m + Delta; x <- x - outer_lr (Delta + mu m) (Nesterov, as
-    torch.optim.SGD with dampening 0). outer_lr = 1, mu = 0 is plain averaging."""
+class _OuterStep(UpdateRule):
+    """An outer optimizer over the workers' changes, with its learning rate and momentum (checked as the
+    policy is bound)."""
 
     def __init__(self, outer_lr: float = 0.7, outer_momentum: float = 0.9):
         self.outer_lr = outer_lr
@@ -148,6 +147,17 @@ class OuterNesterov(UpdateRule):
 
     def reset(self, n_workers: int, batch_size: int) -> None:
         check_outer(self.outer_lr, self.outer_momentum)
+
+    def _change(self, params: "torch.Tensor", grad: "torch.Tensor", lr: float) -> "torch.Tensor":
+        """Delta = eta (u + lambda x): a change sent in units of a gradient, in parameter units
+        (`init_state` keeps the job's optimizer as self.opt)."""
+        return lr * (grad + self.opt.weight_decay * params if self.opt.weight_decay else grad)
+
+
+class OuterNesterov(_OuterStep):
+    """DiLoCo's outer step (Douillard et al. 2023, Algorithm 1, lines 9-10): Delta = eta (u + lambda x), the
+    mean change in parameter units; m <- mu m + Delta; x <- x - outer_lr (Delta + mu m) (Nesterov, as
+    torch.optim.SGD with dampening 0). outer_lr = 1, mu = 0 is plain averaging."""
 
     def init_state(self, params: "torch.Tensor", n_workers: int, opt: "OptimizerSpec") -> dict[str, Any]:
         self.opt = opt
@@ -155,25 +165,18 @@ class OuterNesterov(UpdateRule):
 
     def apply(self, params: "torch.Tensor", state: dict[str, Any], grad: "torch.Tensor", lr: float,
               arrivals: Sequence[Arrival]) -> "torch.Tensor":
-        delta = lr * (grad + self.opt.weight_decay * params if self.opt.weight_decay else grad)
+        delta = self._change(params, grad, lr)
         mu = self.outer_momentum
         m = state["outer_momentum"]
         m = state["outer_momentum"] = delta.clone() if m is None else m.mul_(mu).add_(delta)
         return params - self.outer_lr * (delta + mu * m)
 
 
-class DelayedNesterov(UpdateRule):
+class DelayedNesterov(_OuterStep):
     """Asynchronous local SGD's outer step (Liu et al. 2024, the delayed Nesterov update): each change
     Delta_t = eta (u + lambda x) is added to a buffer; at every N-th (N = n workers) the momentum becomes
     m <- mu m + buffer / N and x <- x - outer_lr (Delta_t + mu m), and the buffer empties; in between,
     x <- x - outer_lr c Delta_t with c = 1/N. Under a barrier that aggregates, Delta_t is the mean change."""
-
-    def __init__(self, outer_lr: float = 0.7, outer_momentum: float = 0.9):
-        self.outer_lr = outer_lr
-        self.outer_momentum = outer_momentum
-
-    def reset(self, n_workers: int, batch_size: int) -> None:
-        check_outer(self.outer_lr, self.outer_momentum)
 
     def init_state(self, params: "torch.Tensor", n_workers: int, opt: "OptimizerSpec") -> dict[str, Any]:
         self.opt = opt
@@ -182,7 +185,7 @@ class DelayedNesterov(UpdateRule):
 
     def apply(self, params: "torch.Tensor", state: dict[str, Any], grad: "torch.Tensor", lr: float,
               arrivals: Sequence[Arrival]) -> "torch.Tensor":
-        delta = lr * (grad + self.opt.weight_decay * params if self.opt.weight_decay else grad)
+        delta = self._change(params, grad, lr)
         if state["changes"] is None:
             state["outer_momentum"], state["changes"] = params.new_zeros(params.shape), params.new_zeros(params.shape)
         state["changes"].add_(delta)
