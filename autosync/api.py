@@ -649,9 +649,10 @@ def robustness_compare(reports: Sequence[str | Path], options: CompareOptions | 
     return compare([Path(p) for p in reports], opts.developed_on)
 
 
-def cached_studies(storage: str | None = None, job: JobSpec | None = None) -> list[dict[str, Any]]:
-    """Every study in the storage (default: sqlite:///results/autosync-studies.db), or those of one job, with
-    its cache record (None while unfinished); reading never creates the storage."""
+def cached_studies(job: JobSpec | None = None, storage: str | None = None) -> list[dict[str, Any]]:
+    """The studies of `job` (None: every study) in the storage (default: sqlite:///results/autosync-studies.db),
+    with their cache records (None while unfinished); reading never creates the storage. The job comes first,
+    as in `clear_cache` and the API's other functions."""
     from autosync.search.study.cache import cached_studies as studies
     from autosync.search.study.storage import DEFAULT_STORAGE
 

@@ -500,7 +500,7 @@ def cache_list(as_json: bool = JSON_OPT, *, options: CacheOptions) -> None:
     from autosync.search.study.storage import DEFAULT_STORAGE, redact_url
 
     url = options.storage or DEFAULT_STORAGE
-    studies = api.cached_studies(url)
+    studies = api.cached_studies(storage=url)
     if as_json:
         _print_json(studies)
         return
@@ -536,7 +536,7 @@ def cache_show(job: Optional[Path] = JOB_ARG, as_json: bool = JSON_OPT, *, optio
 
     spec = api.load_job(job)
     url = options.storage or DEFAULT_STORAGE
-    studies = api.cached_studies(url, spec)
+    studies = api.cached_studies(spec, url)
     for s in studies:
         if "damaged" in s:
             from autosync.search.study.cache import damaged

@@ -131,3 +131,18 @@ def test_a_request_made_from_options_is_the_one_the_api_tunes(monkeypatch):
     expected = TuneRequest.from_options(job, TuneOptions(n_trials=3, repeats=2, storage="sqlite://"))
     assert made[0].space.name == expected.space.name and dataclasses.replace(made[0], space=None) == \
         dataclasses.replace(expected, space=None)
+
+
+def test_the_api_functions_of_a_job_take_the_job_first_and_the_storage_after_it(tmp_path):
+    """`cached_studies(job, storage)` and `clear_cache(job, storage)`: one order, as `tune`, `recommend` and
+    `tuned_policy` take theirs (a storage passed where the job goes would be an obscure error)."""
+    import inspect
+
+    for function in (api.cached_studies, api.clear_cache, api.recommend, api.tuned_policy, api.tune, api.run):
+        assert next(iter(inspect.signature(function).parameters)) == "job", function.__name__
+    for function in (api.cached_studies, api.clear_cache, api.recommend, api.tuned_policy):
+        assert list(inspect.signature(function).parameters)[1] == "storage", function.__name__
+    url = f"sqlite:///{tmp_path / 'none.db'}"
+    job = api.load_job(None)
+    assert api.cached_studies(job, url) == [] == api.cached_studies(storage=url) == api.clear_cache(job, url)
+    assert not (tmp_path / "none.db").exists()  # reading creates nothing
