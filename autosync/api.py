@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from autosync.engine.backends import BackendChoice, Ranks
     from autosync.leaderboard import Entry
     from autosync.policies import Policy
+    from autosync.reporting.tune import TuneFiles, Tuned
     from autosync.rerun import LoggedRun, Rerun
     from autosync.robustness_compare import Comparison
     from autosync.search.strategies.recommend import Recommendation
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "JobSpec", "load_job", "job_from_dict", "backend", "make_policy", "tuned_policy", "check_workload", "run",
-    "run_setup", "write_run", "tune", "tune_dir", "write_tune", "TuneFiles", "leaderboard", "Leaderboard", "profile",
+    "run_setup", "write_run", "tune", "tune_dir", "write_tune", "Tuned", "TuneFiles", "leaderboard", "Leaderboard", "profile",
     "Profile", "cached_studies", "clear_cache", "load_run", "rerun", "ranks", "output_dir", "output_file", "RunOptions",
     "TuneOptions", "LeaderboardOptions", "ProfileOptions", "ExecutionOptions", "calibrate", "write_calibration",
     "CalibrateOptions", "recommend", "family", "DrawnJobs", "FamilyOptions", "robustness", "Robustness",
@@ -205,7 +206,7 @@ def write_run(result: "RunResult", job: JobSpec, directory: str | Path, options:
 def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions | None = None,
          on: "BackendChoice | None" = None, on_trial: Callable[[int, int], None] | None = None,
          on_confirm: Callable[[int, int], None] | None = None, on_start: Callable[[str], None] | None = None,
-         on_resume: Callable[[int, list[int]], None] | None = None, **fields: Any) -> "TuneOutcome":
+         on_resume: Callable[[int, list[int]], None] | None = None, **fields: Any) -> "Tuned":
     """Search `job`'s best policy in `space` with Optuna, or return the cached one of a recurring job.
 
     Args:
@@ -224,9 +225,11 @@ def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions 
         on_resume: called with (finished trials, numbers of dead trials re-queued) when the study already
             has trials (an interrupted or killed search is resumed), before any new trial.
 
-    Returns the TuneOutcome the command prints: the study, whether the cache answered, the cache record
-    (best policy and value, BSP's, provenance) and the best trials.
+    Returns the outcome the command prints (`Tuned`, a TuneOutcome with `.write(dir)`: the verification and
+    the study's plots): the study, whether the cache answered, the cache record (best policy and value, BSP's,
+    provenance) and the best trials.
     """
+    from autosync.reporting.tune import Tuned
     from autosync.search.study.cache import NoFeasibleTrial
     from autosync.search.tune import TuneRequest, tune as run_tune
 
@@ -245,21 +248,12 @@ def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions 
     if on_start is not None:
         on_start(request.storage)
     try:
-        return run_tune(request, on_trial=on_trial, on_confirm=on_confirm, on_resume=on_resume)
+        return Tuned.of(run_tune(request, on_trial=on_trial, on_confirm=on_confirm, on_resume=on_resume))
     except NoFeasibleTrial as exc:
         if request.timeout is None:
             raise
         raise NoFeasibleTrial(f"{exc} (--timeout {request.timeout:g} s ended the search: its trials start only once "
                               "the BSP reference runs are done, and none met the target before the limit)") from None
-
-
-@dataclass
-class TuneFiles:
-    """What `write_tune` wrote: the verification's files, the study's plots, and the plots it skipped (why)."""
-
-    verification: list[Path] | None
-    plots: list[Path]
-    skipped: list[str]
 
 
 def tune_dir(outcome: "TuneOutcome", job: JobSpec, options: TuneOptions | None = None) -> Path:
@@ -268,23 +262,22 @@ def tune_dir(outcome: "TuneOutcome", job: JobSpec, options: TuneOptions | None =
     return Path("results") / "tune" / f"{job.name}-{space}"
 
 
-def write_tune(outcome: "TuneOutcome", directory: str | Path, command: str = "autosync.api.tune") -> TuneFiles:
-    """Write a search's verification (with verify_top) and, unless the cache answered, its study's plots."""
-    from autosync.catalog import label_of
+def write_tune(outcome: "TuneOutcome", directory: str | Path, command: str = "autosync.api.tune") -> "TuneFiles":
+    """Write a search's verification (with verify_top) and, unless the cache answered, its study's plots:
+    `Tuned.write` (what `tune` returns has it), for an outcome the search returned."""
+    from autosync.reporting.tune import Tuned
 
-    directory = Path(directory)
-    verification = None
-    if outcome.verification is not None:
-        from autosync.reporting.verification import write_verification
+    return Tuned.of(outcome).write(directory, command)
 
-        verification = write_verification(outcome.verification, directory, command, label_of)
-    plots: list[Path] = []
-    skipped: list[str] = []
-    if not outcome.cached:
-        from autosync.reporting.study_plots import write_study_plots
 
-        plots, skipped = write_study_plots(outcome.study, directory)
-    return TuneFiles(verification, plots, skipped)
+def __getattr__(name: str) -> Any:
+    """`Tuned` and `TuneFiles` (`autosync.reporting.tune`) load with the search they extend, on first use:
+    importing the API loads no optuna."""
+    if name in ("Tuned", "TuneFiles"):
+        from autosync.reporting import tune as written
+
+        return getattr(written, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass

@@ -408,7 +408,7 @@ def tune(
         status.print(f"train with it: autosync run {job_file}--policy tuned", style="dim")
         if verification is not None:
             _show(verification_report(verification))
-    files = api.write_tune(outcome, out or api.tune_dir(outcome, spec, options), _command_line("tune"))
+    files = outcome.write(out or api.tune_dir(outcome, spec, options), _command_line("tune"))
     if files.verification is not None:
         status.print(f"wrote {', '.join(str(p) for p in files.verification)}")
     if files.plots:

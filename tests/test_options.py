@@ -125,9 +125,10 @@ def test_a_request_made_from_options_is_the_one_the_api_tunes(monkeypatch):
     from autosync.search.request import TuneRequest
 
     made = []
-    monkeypatch.setattr(tune_module, "tune", lambda request, **_: made.append(request) or "done")
+    done = tune_module.TuneOutcome("done", "sqlite://", cached=True, new_trials=0, cache={})
+    monkeypatch.setattr(tune_module, "tune", lambda request, **_: made.append(request) or done)
     job = api.load_job(None)
-    assert api.tune(job, n_trials=3, repeats=2, storage="sqlite://") == "done"
+    assert api.tune(job, n_trials=3, repeats=2, storage="sqlite://").study_name == "done"
     expected = TuneRequest.from_options(job, TuneOptions(n_trials=3, repeats=2, storage="sqlite://"))
     assert made[0].space.name == expected.space.name and dataclasses.replace(made[0], space=None) == \
         dataclasses.replace(expected, space=None)
@@ -146,3 +147,21 @@ def test_the_api_functions_of_a_job_take_the_job_first_and_the_storage_after_it(
     job = api.load_job(None)
     assert api.cached_studies(job, url) == [] == api.cached_studies(storage=url) == api.clear_cache(job, url)
     assert not (tmp_path / "none.db").exists()  # reading creates nothing
+
+
+@pytest.mark.slow
+def test_the_outcome_api_tune_returns_writes_the_files_write_tune_writes(tmp_path):
+    """`api.tune(...).write(dir)`: the study's plots (and, with verify_top, the verification) that
+    `api.write_tune(outcome, dir)` writes, the same files; a cached answer writes none."""
+    from autosync.search.tune import TuneOutcome
+    from tests.conftest import small_job
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    outcome = api.tune(small_job(), "static_k", n_trials=2, storage=url, confirm_top=0)
+    assert isinstance(outcome, TuneOutcome) and not outcome.cached
+    files, old = outcome.write(tmp_path / "new"), api.write_tune(outcome, tmp_path / "old")
+    assert files.plots and [p.name for p in files.plots] == [p.name for p in old.plots]
+    assert (files.skipped, files.verification) == (old.skipped, old.verification)
+    assert sorted(p.name for p in (tmp_path / "new").iterdir()) == sorted(p.name for p in (tmp_path / "old").iterdir())
+    cached = api.tune(small_job(), "static_k", n_trials=2, storage=url, confirm_top=0)
+    assert cached.cached and cached.write(tmp_path / "cached").plots == []
