@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from autosync.engine.backends import BackendChoice, Ranks
     from autosync.leaderboard import Entry
     from autosync.policies import Policy
+    from autosync.reporting.runs import Run
     from autosync.reporting.tune import TuneFiles, Tuned
     from autosync.rerun import LoggedRun, Rerun
     from autosync.robustness_compare import Comparison
@@ -159,8 +160,9 @@ def run_setup(job: "JobSpec | str | Path | None", options: RunOptions) -> "tuple
 def run(job: JobSpec, policy: "str | Policy | dict[str, Any] | None" = None, params: dict[str, Any] | None = None,
         *, options: RunOptions | None = None, on: "BackendChoice | None" = None,
         progress: Callable[[dict[str, Any]], None] | None = None, workload: Any = None,
-        on_ready: Callable[[], None] | None = None, **fields: Any) -> "RunResult":
-    """Train `job` once under `policy` and return the run's result (trace, metrics, final parameters).
+        on_ready: Callable[[], None] | None = None, **fields: Any) -> "Run":
+    """Train `job` once under `policy` and return the run's result (trace, metrics, final parameters), with
+    `.write(dir)` (`autosync.reporting.runs.Run`).
 
     Args:
         policy: a name (`autosync policies`), "tuned" for the job's cached best (from `storage`), a dict
@@ -174,6 +176,7 @@ def run(job: JobSpec, policy: "str | Policy | dict[str, Any] | None" = None, par
         on_ready: called once the backend's worker processes are up, before training starts.
     """
     from autosync.engine import backends, simulate
+    from autosync.reporting.runs import Run
 
     opts = _options(RunOptions, options, on, fields, policy=policy, params=params)
     job, chosen = run_setup(job, opts)
@@ -187,20 +190,19 @@ def run(job: JobSpec, policy: "str | Policy | dict[str, Any] | None" = None, par
     except BaseException:  # Ctrl-C in the callback: the worker processes stop all the same
         driver.close()
         raise
-    return simulate(job, chosen, workload=workload, progress=progress, driver=driver, clock=clock)
+    result = simulate(job, chosen, workload=workload, progress=progress, driver=driver, clock=clock)
+    return Run.of(result, job.model_dump(mode="json"), choice.describe())
 
 
 def write_run(result: "RunResult", job: JobSpec, directory: str | Path, options: RunOptions | None = None,
               plot: bool = False) -> list[Path]:
     """Write a run's summary.json (job, policy, metrics, how it ran), trace tables, final parameters and,
-    with `plot`, plot.png into `directory`; returns the paths."""
-    from autosync.reporting.runs import plot_run, write_run as write
+    with `plot`, plot.png into `directory`; returns the paths: `Run.write` (what `run` returns has it), for a
+    result the engine returned."""
+    from autosync.reporting.runs import Run
 
     execution = (options or RunOptions()).choice().describe()
-    paths = write(result, Path(directory), job.model_dump(mode="json"), execution=execution)
-    if plot:
-        paths.append(plot_run(result, Path(directory) / "plot.png"))
-    return paths
+    return Run.of(result, job.model_dump(mode="json"), execution).write(directory, plot)
 
 
 def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions | None = None,

@@ -163,7 +163,7 @@ def run(
             result = api.run(spec, pol, options=options, progress=update, workload=workload, on_ready=ready)
     for line in result.faults:
         status.print(f"warning: {line}", style="yellow")
-    paths = api.write_run(result, spec, out_dir, options, plot=plot)
+    paths = result.write(out_dir, plot=plot)
     if as_json:
         _print_json({**result.summary(), "files": [str(p) for p in paths]})
     else:

@@ -165,3 +165,15 @@ def test_the_outcome_api_tune_returns_writes_the_files_write_tune_writes(tmp_pat
     assert sorted(p.name for p in (tmp_path / "new").iterdir()) == sorted(p.name for p in (tmp_path / "old").iterdir())
     cached = api.tune(small_job(), "static_k", n_trials=2, storage=url, confirm_top=0)
     assert cached.cached and cached.write(tmp_path / "cached").plots == []
+
+
+def test_the_run_api_run_returns_writes_the_files_write_run_writes(tmp_path):
+    """`api.run(...).write(dir, plot=True)`: the files `api.write_run(result, job, dir, plot=True)` writes,
+    summary.json (job, execution) the same."""
+    from tests.conftest import small_job
+
+    job = small_job()
+    result = api.run(job, "bsp")
+    new, old = result.write(tmp_path / "new", plot=True), api.write_run(result, job, tmp_path / "old", plot=True)
+    assert [p.name for p in new] == [p.name for p in old] and "plot.png" in [p.name for p in new]
+    assert (tmp_path / "new" / "summary.json").read_text() == (tmp_path / "old" / "summary.json").read_text()
