@@ -36,12 +36,12 @@ from autosync.options import (CalibrateOptions, CompareOptions, ExecutionOptions
 Phase = Callable[[str, int], ContextManager[Callable[[], None]]]
 
 if TYPE_CHECKING:
-    from autosync.calibration import Calibration
     from autosync.engine import RunResult
     from autosync.engine.backends import BackendChoice, Ranks
     from autosync.leaderboard import Entry
     from autosync.policies import Policy
     from autosync.reporting.runs import Run
+    from autosync.reporting.calibration import Calibrated
     from autosync.reporting.tune import TuneFiles, Tuned
     from autosync.rerun import LoggedRun, Rerun
     from autosync.robustness_compare import Comparison
@@ -400,10 +400,11 @@ UNIT_ROUNDS = 3  # rounds of one task per worker that time the worker processes 
 
 def calibrate(job: JobSpec, options: CalibrateOptions | None = None, *, workload: Any = None,
               phase: Phase = _no_phase,
-              **fields: Any) -> "tuple[Calibration, JobSpec]":
+              **fields: Any) -> "Calibrated":
     """Run `job` for real twice (BSP and backup k = 1, a few updates each), compare with its simulation and,
     with `fit`, fit the server's costs per update and per gradient to the real runs
-    (`autosync.calibration`). Returns the Calibration and the job to tune (with the fitted server).
+    (`autosync.calibration`). Returns the Calibration and the job to tune (with the fitted server), as
+    `Calibrated`: a pair with `.write(job_file)`.
 
     Args:
         options: the options of `autosync calibrate` (`CalibrateOptions`); `fields` change some of them.
@@ -411,6 +412,7 @@ def calibrate(job: JobSpec, options: CalibrateOptions | None = None, *, workload
         phase: as for `profile` (the real runs: one step each).
     """
     from autosync.calibration import backend_runner, calibrate as check, measure_real, measure_units, simulated_runner
+    from autosync.reporting.calibration import Calibrated
 
     opts = _options(CalibrateOptions, options, None, fields)
     workload = workload if workload is not None else check_workload(job, opts.device)
@@ -422,15 +424,17 @@ def calibrate(job: JobSpec, options: CalibrateOptions | None = None, *, workload
     with phase(f"real runs of {opts.updates} updates (BSP, backup k = 1)", 2) as advance:
         real = measure_real(job, backend_runner(choice, workload), opts.updates, on_run=lambda _: advance())
     with phase("simulating them" + (" and fitting the server's costs" if opts.fit else ""), 0):
-        return check(job, real, opts.updates, choice.describe(), simulated_runner(workload), opts.fit, units)
+        return Calibrated(*check(job, real, opts.updates, choice.describe(), simulated_runner(workload), opts.fit,
+                                 units))
 
 
 def write_calibration(calibration: Any, job: JobSpec, job_file: str | Path) -> list[Path]:
     """Write `job` (the calibrated one) as `job_file`, its calibration as a comment on top, and
-    calibration.json beside it; returns the two paths (the job file last)."""
-    from autosync.reporting.calibration import write_calibration as write
+    calibration.json beside it; returns the two paths (the job file last): `Calibrated.write` (what
+    `calibrate` returns has it)."""
+    from autosync.reporting.calibration import Calibrated
 
-    return write(calibration, job, Path(job_file))
+    return Calibrated(calibration, job).write(job_file)
 
 
 @dataclass

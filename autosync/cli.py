@@ -199,10 +199,10 @@ def profile(
         check = CalibrateOptions(device=options.device, workers_per_device=options.workers_per_device,
                                  worker_timeout=options.worker_timeout, worker_cpus=options.worker_cpus,
                                  updates=options.check_updates)
-        calibration, fitted = api.calibrate(api.load_job(paths[-1]), check, workload=workload,
-                                            phase=phases("calibrating", status))
-        _show(calibration_report(calibration))
-        written = api.write_calibration(calibration, fitted, paths[-1])
+        calibrated = api.calibrate(api.load_job(paths[-1]), check, workload=workload,
+                                   phase=phases("calibrating", status))
+        _show(calibration_report(calibrated.calibration))
+        written = calibrated.write(paths[-1])
         status.print(f"wrote {', '.join(str(p) for p in written)}")
     status.print(f"tune on this machine's model: autosync tune {paths[-1]}")
 
@@ -222,10 +222,10 @@ def calibrate(
     target = api.output_file(out or (job.parent if job is not None else Path(".")) / "calibrated_job.yaml")
     with status.status(f"loading {spec.workload.dataset.label} and building {spec.workload.model.label}"):
         workload = api.check_workload(spec, options.device)
-    calibration, fitted = api.calibrate(spec, options, workload=workload, phase=phases("calibrating", status))
-    _show(calibration_report(calibration))
+    calibrated = api.calibrate(spec, options, workload=workload, phase=phases("calibrating", status))
+    _show(calibration_report(calibrated.calibration))
     if options.fit:
-        written = api.write_calibration(calibration, fitted, target)
+        written = calibrated.write(target)
         status.print(f"wrote {', '.join(str(p) for p in written)}")
         status.print(f"tune the calibrated job: autosync tune {target}")
 
