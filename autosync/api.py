@@ -367,10 +367,8 @@ def profile(job: JobSpec, options: ProfileOptions | None = None, *, workload: An
             step each, timing the server: 0 steps); the context it returns gives a function to call after
             each step.
     """
-    import os
-
     from autosync.engine.backends import build as build_backend
-    from autosync.profiling import fit_cluster, measure, measure_server, transfer_from_rounds
+    from autosync.profiling import fit_measured, measure, measure_server
 
     opts = _options(ProfileOptions, options, None, fields)
     sizes = opts.sizes(job)
@@ -386,13 +384,8 @@ def profile(job: JobSpec, options: ProfileOptions | None = None, *, workload: An
         driver.close()
     with phase("timing the server's update and parameter copy", 0):
         server = measure_server(job, workload.init_params())
-    if opts.backend == "distributed":  # the transport is gloo's, timed by each rank's first task of every round
-        ranks = int(os.environ["WORLD_SIZE"]) - 1
-        server = transfer_from_rounds(server, samples, ranks)
-        workers, units = f"{ranks} ranks", None
-    else:  # each process computes its workers' tasks one after another: the cluster's compute units
-        workers, units = f"{opts.workers_per_device} worker processes", opts.workers_per_device
-    return Profile(job, samples, server, fit_cluster(job, samples, server, units), workers)
+    server, cluster, workers = fit_measured(job, samples, server, opts.backend, opts.workers_per_device)
+    return Profile(job, samples, server, cluster, workers)
 
 
 UNIT_ROUNDS = 3  # rounds of one task per worker that time the worker processes as compute units (calibrate)
@@ -501,16 +494,13 @@ def robustness(family_file: str | Path, directory: str | Path | None = None,
     """
     from autosync.core.errors import Interrupted
     from autosync.family import load_family, write_jobs
-    from autosync.catalog import parse_policy_spec
-    from autosync.robustness import CELLS_FILE, ONLINE_POLICIES, Grid, online_policies, read_cells, report, run_grid
+    from autosync.robustness import CELLS_FILE, Grid, online_specs, read_cells, report, run_grid
 
     opts = _options(RobustnessOptions, options, None, fields)
     rules = opts.rules()
     spec = load_family(family_file)
     drawn = spec.jobs(opts.jobs)
-    smallest = min(j.cluster.n_workers for j in drawn)
-    online = (online_policies(ONLINE_POLICIES) if not opts.policies else
-              [p if isinstance(p, dict) else parse_policy_spec(p, smallest) for p in opts.policies])
+    online = online_specs(opts.policies or (), drawn)
     from autosync.search.space import load_space, resolve_space_path
 
     for n in sorted({j.cluster.n_workers for j in drawn}):  # a bad space fails before any job file is written
