@@ -36,11 +36,13 @@ from autosync.options import (CalibrateOptions, CompareOptions, ExecutionOptions
 Phase = Callable[[str, int], ContextManager[Callable[[], None]]]
 
 if TYPE_CHECKING:
-    from autosync.calibration import Calibration
     from autosync.engine import RunResult
     from autosync.engine.backends import BackendChoice, Ranks
     from autosync.leaderboard import Entry
     from autosync.policies import Policy
+    from autosync.reporting.runs import Run
+    from autosync.reporting.calibration import Calibrated
+    from autosync.reporting.tune import TuneFiles, Tuned
     from autosync.rerun import LoggedRun, Rerun
     from autosync.robustness_compare import Comparison
     from autosync.search.strategies.recommend import Recommendation
@@ -49,7 +51,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "JobSpec", "load_job", "job_from_dict", "backend", "make_policy", "tuned_policy", "check_workload", "run",
-    "run_setup", "write_run", "tune", "tune_dir", "write_tune", "TuneFiles", "leaderboard", "Leaderboard", "profile",
+    "run_setup", "write_run", "tune", "tune_dir", "write_tune", "Tuned", "TuneFiles", "leaderboard", "Leaderboard", "profile",
     "Profile", "cached_studies", "clear_cache", "load_run", "rerun", "ranks", "output_dir", "output_file", "RunOptions",
     "TuneOptions", "LeaderboardOptions", "ProfileOptions", "ExecutionOptions", "calibrate", "write_calibration",
     "CalibrateOptions", "recommend", "family", "DrawnJobs", "FamilyOptions", "robustness", "Robustness",
@@ -158,8 +160,9 @@ def run_setup(job: "JobSpec | str | Path | None", options: RunOptions) -> "tuple
 def run(job: JobSpec, policy: "str | Policy | dict[str, Any] | None" = None, params: dict[str, Any] | None = None,
         *, options: RunOptions | None = None, on: "BackendChoice | None" = None,
         progress: Callable[[dict[str, Any]], None] | None = None, workload: Any = None,
-        on_ready: Callable[[], None] | None = None, **fields: Any) -> "RunResult":
-    """Train `job` once under `policy` and return the run's result (trace, metrics, final parameters).
+        on_ready: Callable[[], None] | None = None, **fields: Any) -> "Run":
+    """Train `job` once under `policy` and return the run's result (trace, metrics, final parameters), with
+    `.write(dir)` (`autosync.reporting.runs.Run`).
 
     Args:
         policy: a name (`autosync policies`), "tuned" for the job's cached best (from `storage`), a dict
@@ -173,6 +176,7 @@ def run(job: JobSpec, policy: "str | Policy | dict[str, Any] | None" = None, par
         on_ready: called once the backend's worker processes are up, before training starts.
     """
     from autosync.engine import backends, simulate
+    from autosync.reporting.runs import Run
 
     opts = _options(RunOptions, options, on, fields, policy=policy, params=params)
     job, chosen = run_setup(job, opts)
@@ -186,26 +190,25 @@ def run(job: JobSpec, policy: "str | Policy | dict[str, Any] | None" = None, par
     except BaseException:  # Ctrl-C in the callback: the worker processes stop all the same
         driver.close()
         raise
-    return simulate(job, chosen, workload=workload, progress=progress, driver=driver, clock=clock)
+    result = simulate(job, chosen, workload=workload, progress=progress, driver=driver, clock=clock)
+    return Run.of(result, job.model_dump(mode="json"), choice.describe())
 
 
 def write_run(result: "RunResult", job: JobSpec, directory: str | Path, options: RunOptions | None = None,
               plot: bool = False) -> list[Path]:
     """Write a run's summary.json (job, policy, metrics, how it ran), trace tables, final parameters and,
-    with `plot`, plot.png into `directory`; returns the paths."""
-    from autosync.reporting.runs import plot_run, write_run as write
+    with `plot`, plot.png into `directory`; returns the paths: `Run.write` (what `run` returns has it), for a
+    result the engine returned."""
+    from autosync.reporting.runs import Run
 
     execution = (options or RunOptions()).choice().describe()
-    paths = write(result, Path(directory), job.model_dump(mode="json"), execution=execution)
-    if plot:
-        paths.append(plot_run(result, Path(directory) / "plot.png"))
-    return paths
+    return Run.of(result, job.model_dump(mode="json"), execution).write(directory, plot)
 
 
 def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions | None = None,
          on: "BackendChoice | None" = None, on_trial: Callable[[int, int], None] | None = None,
          on_confirm: Callable[[int, int], None] | None = None, on_start: Callable[[str], None] | None = None,
-         on_resume: Callable[[int, list[int]], None] | None = None, **fields: Any) -> "TuneOutcome":
+         on_resume: Callable[[int, list[int]], None] | None = None, **fields: Any) -> "Tuned":
     """Search `job`'s best policy in `space` with Optuna, or return the cached one of a recurring job.
 
     Args:
@@ -224,9 +227,11 @@ def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions 
         on_resume: called with (finished trials, numbers of dead trials re-queued) when the study already
             has trials (an interrupted or killed search is resumed), before any new trial.
 
-    Returns the TuneOutcome the command prints: the study, whether the cache answered, the cache record
-    (best policy and value, BSP's, provenance) and the best trials.
+    Returns the outcome the command prints (`Tuned`, a TuneOutcome with `.write(dir)`: the verification and
+    the study's plots): the study, whether the cache answered, the cache record (best policy and value, BSP's,
+    provenance) and the best trials.
     """
+    from autosync.reporting.tune import Tuned
     from autosync.search.study.cache import NoFeasibleTrial
     from autosync.search.tune import TuneRequest, tune as run_tune
 
@@ -245,21 +250,12 @@ def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions 
     if on_start is not None:
         on_start(request.storage)
     try:
-        return run_tune(request, on_trial=on_trial, on_confirm=on_confirm, on_resume=on_resume)
+        return Tuned.of(run_tune(request, on_trial=on_trial, on_confirm=on_confirm, on_resume=on_resume))
     except NoFeasibleTrial as exc:
         if request.timeout is None:
             raise
         raise NoFeasibleTrial(f"{exc} (--timeout {request.timeout:g} s ended the search: its trials start only once "
                               "the BSP reference runs are done, and none met the target before the limit)") from None
-
-
-@dataclass
-class TuneFiles:
-    """What `write_tune` wrote: the verification's files, the study's plots, and the plots it skipped (why)."""
-
-    verification: list[Path] | None
-    plots: list[Path]
-    skipped: list[str]
 
 
 def tune_dir(outcome: "TuneOutcome", job: JobSpec, options: TuneOptions | None = None) -> Path:
@@ -268,23 +264,22 @@ def tune_dir(outcome: "TuneOutcome", job: JobSpec, options: TuneOptions | None =
     return Path("results") / "tune" / f"{job.name}-{space}"
 
 
-def write_tune(outcome: "TuneOutcome", directory: str | Path, command: str = "autosync.api.tune") -> TuneFiles:
-    """Write a search's verification (with verify_top) and, unless the cache answered, its study's plots."""
-    from autosync.catalog import label_of
+def write_tune(outcome: "TuneOutcome", directory: str | Path, command: str = "autosync.api.tune") -> "TuneFiles":
+    """Write a search's verification (with verify_top) and, unless the cache answered, its study's plots:
+    `Tuned.write` (what `tune` returns has it), for an outcome the search returned."""
+    from autosync.reporting.tune import Tuned
 
-    directory = Path(directory)
-    verification = None
-    if outcome.verification is not None:
-        from autosync.reporting.verification import write_verification
+    return Tuned.of(outcome).write(directory, command)
 
-        verification = write_verification(outcome.verification, directory, command, label_of)
-    plots: list[Path] = []
-    skipped: list[str] = []
-    if not outcome.cached:
-        from autosync.reporting.study_plots import write_study_plots
 
-        plots, skipped = write_study_plots(outcome.study, directory)
-    return TuneFiles(verification, plots, skipped)
+def __getattr__(name: str) -> Any:
+    """`Tuned` and `TuneFiles` (`autosync.reporting.tune`) load with the search they extend, on first use:
+    importing the API loads no optuna."""
+    if name in ("Tuned", "TuneFiles"):
+        from autosync.reporting import tune as written
+
+        return getattr(written, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass
@@ -372,10 +367,8 @@ def profile(job: JobSpec, options: ProfileOptions | None = None, *, workload: An
             step each, timing the server: 0 steps); the context it returns gives a function to call after
             each step.
     """
-    import os
-
     from autosync.engine.backends import build as build_backend
-    from autosync.profiling import fit_cluster, measure, measure_server, transfer_from_rounds
+    from autosync.profiling import fit_measured, measure, measure_server
 
     opts = _options(ProfileOptions, options, None, fields)
     sizes = opts.sizes(job)
@@ -391,13 +384,8 @@ def profile(job: JobSpec, options: ProfileOptions | None = None, *, workload: An
         driver.close()
     with phase("timing the server's update and parameter copy", 0):
         server = measure_server(job, workload.init_params())
-    if opts.backend == "distributed":  # the transport is gloo's, timed by each rank's first task of every round
-        ranks = int(os.environ["WORLD_SIZE"]) - 1
-        server = transfer_from_rounds(server, samples, ranks)
-        workers, units = f"{ranks} ranks", None
-    else:  # each process computes its workers' tasks one after another: the cluster's compute units
-        workers, units = f"{opts.workers_per_device} worker processes", opts.workers_per_device
-    return Profile(job, samples, server, fit_cluster(job, samples, server, units), workers)
+    server, cluster, workers = fit_measured(job, samples, server, opts.backend, opts.workers_per_device)
+    return Profile(job, samples, server, cluster, workers)
 
 
 UNIT_ROUNDS = 3  # rounds of one task per worker that time the worker processes as compute units (calibrate)
@@ -405,10 +393,11 @@ UNIT_ROUNDS = 3  # rounds of one task per worker that time the worker processes 
 
 def calibrate(job: JobSpec, options: CalibrateOptions | None = None, *, workload: Any = None,
               phase: Phase = _no_phase,
-              **fields: Any) -> "tuple[Calibration, JobSpec]":
+              **fields: Any) -> "Calibrated":
     """Run `job` for real twice (BSP and backup k = 1, a few updates each), compare with its simulation and,
     with `fit`, fit the server's costs per update and per gradient to the real runs
-    (`autosync.calibration`). Returns the Calibration and the job to tune (with the fitted server).
+    (`autosync.calibration`). Returns the Calibration and the job to tune (with the fitted server), as
+    `Calibrated`: a pair with `.write(job_file)`.
 
     Args:
         options: the options of `autosync calibrate` (`CalibrateOptions`); `fields` change some of them.
@@ -416,6 +405,7 @@ def calibrate(job: JobSpec, options: CalibrateOptions | None = None, *, workload
         phase: as for `profile` (the real runs: one step each).
     """
     from autosync.calibration import backend_runner, calibrate as check, measure_real, measure_units, simulated_runner
+    from autosync.reporting.calibration import Calibrated
 
     opts = _options(CalibrateOptions, options, None, fields)
     workload = workload if workload is not None else check_workload(job, opts.device)
@@ -427,15 +417,17 @@ def calibrate(job: JobSpec, options: CalibrateOptions | None = None, *, workload
     with phase(f"real runs of {opts.updates} updates (BSP, backup k = 1)", 2) as advance:
         real = measure_real(job, backend_runner(choice, workload), opts.updates, on_run=lambda _: advance())
     with phase("simulating them" + (" and fitting the server's costs" if opts.fit else ""), 0):
-        return check(job, real, opts.updates, choice.describe(), simulated_runner(workload), opts.fit, units)
+        return Calibrated(*check(job, real, opts.updates, choice.describe(), simulated_runner(workload), opts.fit,
+                                 units))
 
 
 def write_calibration(calibration: Any, job: JobSpec, job_file: str | Path) -> list[Path]:
     """Write `job` (the calibrated one) as `job_file`, its calibration as a comment on top, and
-    calibration.json beside it; returns the two paths (the job file last)."""
-    from autosync.reporting.calibration import write_calibration as write
+    calibration.json beside it; returns the two paths (the job file last): `Calibrated.write` (what
+    `calibrate` returns has it)."""
+    from autosync.reporting.calibration import Calibrated
 
-    return write(calibration, job, Path(job_file))
+    return Calibrated(calibration, job).write(job_file)
 
 
 @dataclass
@@ -502,16 +494,13 @@ def robustness(family_file: str | Path, directory: str | Path | None = None,
     """
     from autosync.core.errors import Interrupted
     from autosync.family import load_family, write_jobs
-    from autosync.catalog import parse_policy_spec
-    from autosync.robustness import CELLS_FILE, ONLINE_POLICIES, Grid, online_policies, read_cells, report, run_grid
+    from autosync.robustness import CELLS_FILE, Grid, online_specs, read_cells, report, run_grid
 
     opts = _options(RobustnessOptions, options, None, fields)
     rules = opts.rules()
     spec = load_family(family_file)
     drawn = spec.jobs(opts.jobs)
-    smallest = min(j.cluster.n_workers for j in drawn)
-    online = (online_policies(ONLINE_POLICIES) if not opts.policies else
-              [p if isinstance(p, dict) else parse_policy_spec(p, smallest) for p in opts.policies])
+    online = online_specs(opts.policies or (), drawn)
     from autosync.search.space import load_space, resolve_space_path
 
     for n in sorted({j.cluster.n_workers for j in drawn}):  # a bad space fails before any job file is written
@@ -649,9 +638,10 @@ def robustness_compare(reports: Sequence[str | Path], options: CompareOptions | 
     return compare([Path(p) for p in reports], opts.developed_on)
 
 
-def cached_studies(storage: str | None = None, job: JobSpec | None = None) -> list[dict[str, Any]]:
-    """Every study in the storage (default: sqlite:///results/autosync-studies.db), or those of one job, with
-    its cache record (None while unfinished); reading never creates the storage."""
+def cached_studies(job: JobSpec | None = None, storage: str | None = None) -> list[dict[str, Any]]:
+    """The studies of `job` (None: every study) in the storage (default: sqlite:///results/autosync-studies.db),
+    with their cache records (None while unfinished); reading never creates the storage. The job comes first,
+    as in `clear_cache` and the API's other functions."""
     from autosync.search.study.cache import cached_studies as studies
     from autosync.search.study.storage import DEFAULT_STORAGE
 

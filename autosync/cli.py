@@ -6,13 +6,12 @@ Heavy libraries (torch, optuna, cvxpy) are imported inside the commands that nee
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import inspect
 import sys
 import typing
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Optional
 
 import typer
 from rich.console import Console
@@ -23,10 +22,11 @@ from autosync.options import (
     RecommendOptions, ReplayOptions, RerunOptions, RobustnessOptions, RunOptions, ScalingOptions, TuneOptions,
 )
 from autosync.reporting.console import (
-    Line, cache_report, calibration_report, comparison_report, jobs_table, leaderboard_report, policies_report,
-    profile_report, recommendation_report, replay_report, resume_line, robustness_report, run_summary,
-    scaling_report, tune_report, verification_report,
+    Line, cache_report, cache_show_report, cache_warnings, calibration_report, comparison_report, jobs_table,
+    leaderboard_report, policies_report, profile_report, recommendation_report, replay_report, rerun_report,
+    resume_line, robustness_report, run_summary, scaling_report, tune_report, verification_report,
 )
+from autosync.reporting.progress import BudgetBar, counting_bar, phases
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Search and benchmark synchronization policies for parameter-server training.")
@@ -49,10 +49,10 @@ def _main(version: bool = typer.Option(False, "--version", callback=_version, is
     """Search and benchmark synchronization policies for parameter-server training."""
 
 
-def _show(lines: list[Line]) -> None:
-    """Print a report (`autosync.reporting.console`) on stdout, line by line."""
+def _show(lines: list[Line], on: Console = console, **how: Any) -> None:
+    """Print a report (`autosync.reporting.console`) line by line, on stdout unless told (`status`: stderr)."""
     for line in lines:
-        console.print(line.what, style=line.style)
+        on.print(line.what, style=line.style, **how)
 
 
 def _print_json(value: Any) -> None:
@@ -159,11 +159,11 @@ def run(
 
         if options.backend == "processes":
             status.print(f"starting {options.workers_per_device} worker processes", style="dim")
-        with _progress(spec) as update:
+        with BudgetBar(spec, status) as update:
             result = api.run(spec, pol, options=options, progress=update, workload=workload, on_ready=ready)
     for line in result.faults:
         status.print(f"warning: {line}", style="yellow")
-    paths = api.write_run(result, spec, out_dir, options, plot=plot)
+    paths = result.write(out_dir, plot=plot)
     if as_json:
         _print_json({**result.summary(), "files": [str(p) for p in paths]})
     else:
@@ -191,7 +191,7 @@ def profile(
             workload = api.check_workload(spec, options.device)
         out_dir = api.output_dir(out or Path("results") / "profiles" / spec.name)
         ranks.share(spec)
-        found = api.profile(spec, options, workload=workload, phase=_phase("profiling"))
+        found = api.profile(spec, options, workload=workload, phase=phases("profiling", status))
     paths = found.write(out_dir)
     _show(profile_report(found, spec.name, options.device))
     status.print(f"wrote {', '.join(str(p) for p in paths)}")
@@ -199,10 +199,10 @@ def profile(
         check = CalibrateOptions(device=options.device, workers_per_device=options.workers_per_device,
                                  worker_timeout=options.worker_timeout, worker_cpus=options.worker_cpus,
                                  updates=options.check_updates)
-        calibration, fitted = api.calibrate(api.load_job(paths[-1]), check, workload=workload,
-                                            phase=_phase("calibrating"))
-        _show(calibration_report(calibration))
-        written = api.write_calibration(calibration, fitted, paths[-1])
+        calibrated = api.calibrate(api.load_job(paths[-1]), check, workload=workload,
+                                   phase=phases("calibrating", status))
+        _show(calibration_report(calibrated.calibration))
+        written = calibrated.write(paths[-1])
         status.print(f"wrote {', '.join(str(p) for p in written)}")
     status.print(f"tune on this machine's model: autosync tune {paths[-1]}")
 
@@ -222,29 +222,12 @@ def calibrate(
     target = api.output_file(out or (job.parent if job is not None else Path(".")) / "calibrated_job.yaml")
     with status.status(f"loading {spec.workload.dataset.label} and building {spec.workload.model.label}"):
         workload = api.check_workload(spec, options.device)
-    calibration, fitted = api.calibrate(spec, options, workload=workload, phase=_phase("calibrating"))
-    _show(calibration_report(calibration))
+    calibrated = api.calibrate(spec, options, workload=workload, phase=phases("calibrating", status))
+    _show(calibration_report(calibrated.calibration))
     if options.fit:
-        written = api.write_calibration(calibration, fitted, target)
+        written = calibrated.write(target)
         status.print(f"wrote {', '.join(str(p) for p in written)}")
         status.print(f"tune the calibrated job: autosync tune {target}")
-
-
-def _phase(label: str, transient: bool = True) -> Callable[[str, int], Any]:
-    """The API's phases as a spinner (no steps) or a counting bar (`label [bar] done/total what`; with
-    `transient` False the bar stays on screen, its elapsed time with it, once the phase is done)."""
-
-    @contextlib.contextmanager
-    def phase(what: str, steps: int) -> Iterator[Callable[[], None]]:
-        if not steps:
-            with status.status(what):
-                yield lambda: None
-            return
-        with _counting_bar(label, transient) as bar:
-            task = bar.add_task(what, total=steps)
-            yield lambda: bar.advance(task)
-
-    return phase
 
 
 @_command(RerunOptions)
@@ -257,21 +240,11 @@ def rerun(
     from autosync import api
 
     logged = api.load_run(run_dir, options.device)
-    with _progress(logged.job) as update:
+    with BudgetBar(logged.job, status) as update:
         outcome = api.rerun(logged, options.device, progress=update)
-    trace = outcome.result.trace
-    console.print(f"replayed {len(trace.arrivals)} arrivals and {len(trace.updates)} updates: every dispatch and "
-                  "decision as logged")
-    if outcome.identical:
-        console.print("final parameters: bit-identical to the logged run")
-        return
-    console.print(f"final parameters differ from the logged run: max |difference| {outcome.max_abs_difference:.3g}",
-                  style="yellow")
-    if not outcome.bit_reproducible:
-        console.print("(expected with a GPU on either side: some CUDA kernels sum in a run-dependent order; every "
-                      "decision matched)")
-        return
-    raise typer.Exit(1)
+    _show(rerun_report(outcome))
+    if not outcome.identical and outcome.bit_reproducible:  # both on the CPU: a difference is a bug
+        raise typer.Exit(1)
 
 
 @_command(LeaderboardOptions)
@@ -288,7 +261,7 @@ def leaderboard(
     spec = api.load_job(job)
     out_dir = api.output_dir(out or Path("results") / spec.name)
     seeds = options.seeds
-    with _counting_bar("leaderboard", transient=False) as bar:
+    with counting_bar("leaderboard", status, transient=False) as bar:
         task = bar.add_task("", total=options.runs())
 
         def done(run: dict) -> None:
@@ -355,7 +328,8 @@ def robustness(
     from autosync.reporting.robustness import summary_legend
 
     command = _command_line("robustness")
-    found = api.robustness(family_file, out, options, command=command, phase=_phase("robustness", transient=False),
+    found = api.robustness(family_file, out, options, command=command,
+                           phase=phases("robustness", status, transient=False),
                            on_resume=lambda reused, total, cells: status.print(
                                f"reusing {reused} of {total} finished runs from {cells}"))
     paths = found.write(command)
@@ -377,22 +351,17 @@ def robustness_compare(
 ) -> None:
     """Online policies on several job families side by side, from their robustness reports (no training)."""
     from autosync import api
-    from autosync.reporting.robustness import comparison_header, write_comparison
+    from autosync.reporting.robustness import comparison_document, write_comparison
 
     if out is not None:
         api.output_file(out)
     comparison = api.robustness_compare(reports, options)
-    grids_differ = comparison.grids_differ()
     if as_json:
-        _print_json({"developed_on": comparison.developed_on,
-                     "reports": [{"family": r.family, "path": str(r.path)} for r in comparison.reports],
-                     "grids_differ": grids_differ, "columns": comparison_header(comparison),
-                     "rows": [[label, *values] for label, values in comparison.rows()],
-                     "not_compared": comparison.partial})
+        _print_json(comparison_document(comparison))
     else:
         _show(comparison_report(comparison))
-        if grids_differ:
-            status.print(grids_differ, style="dim")
+        if comparison.grids_differ():
+            status.print(comparison.grids_differ(), style="dim")
         if comparison.partial:
             status.print(f"not compared (run on some families only): {', '.join(comparison.partial)}", style="dim")
     if out is not None:
@@ -417,7 +386,7 @@ def tune(
         if out is not None:
             api.output_dir(out)
         ranks.share(spec, every_run=True)
-        with _counting_bar("tuning") as bar:
+        with counting_bar("tuning", status) as bar:
             task = bar.add_task("BSP reference runs", total=options.n_trials)
 
             def on_trial(done: int, total: int) -> None:
@@ -432,16 +401,14 @@ def tune(
                 on_resume=lambda found, requeued: status.print(resume_line(found, requeued), soft_wrap=True)))
     verification = outcome.verification
     if as_json:
-        _print_json({"study": outcome.study_name, "cached": outcome.cached, "new_trials": outcome.new_trials,
-                     "cache": outcome.cache, "top": outcome.top, "faster_elsewhere": outcome.faster_elsewhere,
-                     "verification": verification.to_dict() if verification is not None else None})
+        _print_json(outcome.to_dict())
     else:
         _show(tune_report(outcome, spec))
         job_file = "JOB.yaml " if spec.name != "digits_default" else ""
         status.print(f"train with it: autosync run {job_file}--policy tuned", style="dim")
         if verification is not None:
             _show(verification_report(verification))
-    files = api.write_tune(outcome, out or api.tune_dir(outcome, spec, options), _command_line("tune"))
+    files = outcome.write(out or api.tune_dir(outcome, spec, options), _command_line("tune"))
     if files.verification is not None:
         status.print(f"wrote {', '.join(str(p) for p in files.verification)}")
     if files.plots:
@@ -461,18 +428,10 @@ def replay(
     from autosync import api
 
     api.output_dir(out)
-    found = api.replay(logs, options, phase=_phase("replaying"))
+    found = api.replay(logs, options, phase=phases("replaying", status))
     _show(replay_report(found, logs, options.simulations))
     paths = found.write(out, _command_line("replay"))
     status.print(f"wrote {', '.join(str(p) for p in paths)}")
-
-
-def _counting_bar(label: str, transient: bool = True) -> Any:
-    """A rich progress bar 'label [bar] done/total description elapsed' on the console."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    return Progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
-                    TimeElapsedColumn(), console=status, transient=transient)
 
 
 def _command_line(command: str) -> str:
@@ -500,7 +459,7 @@ def cache_list(as_json: bool = JSON_OPT, *, options: CacheOptions) -> None:
     from autosync.search.study.storage import DEFAULT_STORAGE, redact_url
 
     url = options.storage or DEFAULT_STORAGE
-    studies = api.cached_studies(url)
+    studies = api.cached_studies(storage=url)
     if as_json:
         _print_json(studies)
         return
@@ -508,10 +467,7 @@ def cache_list(as_json: bool = JSON_OPT, *, options: CacheOptions) -> None:
         console.print(f"no cached study in {redact_url(url)}")
         return
     _show(cache_report(studies, redact_url(url)))
-    for s in studies:
-        if "damaged" in s:
-            status.print(f"warning: study {s['study']}: corrupt cache entry ({s['damaged']}); `autosync cache clear` "
-                         "of its job deletes it", style="yellow", soft_wrap=True)
+    _show(cache_warnings(studies), status, soft_wrap=True)
 
 
 @_command(RecommendOptions)
@@ -531,12 +487,11 @@ def recommend(job: Optional[Path] = JOB_ARG, as_json: bool = JSON_OPT, *, option
 def cache_show(job: Optional[Path] = JOB_ARG, as_json: bool = JSON_OPT, *, options: CacheOptions) -> None:
     """The cached studies of one job with their provenance and amortization report."""
     from autosync import api
-    from autosync.core import strict_json
     from autosync.search.study.storage import DEFAULT_STORAGE, redact_url
 
     spec = api.load_job(job)
     url = options.storage or DEFAULT_STORAGE
-    studies = api.cached_studies(url, spec)
+    studies = api.cached_studies(spec, url)
     for s in studies:
         if "damaged" in s:
             from autosync.search.study.cache import damaged
@@ -545,12 +500,7 @@ def cache_show(job: Optional[Path] = JOB_ARG, as_json: bool = JSON_OPT, *, optio
     if as_json:
         _print_json(studies)
         return
-    if not studies:
-        console.print(f"no cached study for job {spec.name} (fingerprint {spec.fingerprint()}) in {redact_url(url)}")
-        return
-    for s in studies:
-        console.print(f"[bold]{s['study']}[/bold] ({s['trials']} trials)")
-        console.print(strict_json.dumps(s["cache"], indent=2) if s["cache"] is not None else "  not finished yet")
+    _show(cache_show_report(studies, spec, redact_url(url)))
 
 
 @_command(CacheOptions, cache_app, name="clear")
@@ -561,38 +511,6 @@ def cache_clear(job: Optional[Path] = JOB_ARG, *, options: CacheOptions) -> None
     spec = api.load_job(job)
     names = api.clear_cache(spec, options.storage)
     console.print(f"deleted {len(names)} studies of job {spec.name}: {', '.join(names) or '-'}")
-
-
-class _progress:
-    """A rich progress bar over the job's budget (virtual seconds, else updates, else epochs)."""
-
-    def __init__(self, spec: Any):
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-        b = spec.budget
-        if b.max_virtual_seconds is not None:
-            self.key, self.total = "time", b.max_virtual_seconds
-        elif b.max_updates is not None:
-            self.key, self.total = "updates", b.max_updates
-        else:
-            self.key, self.total = "epoch", b.max_epochs
-        self.bar = Progress(TextColumn("[bold]training"), BarColumn(), TextColumn("{task.description}"),
-                            TimeElapsedColumn(), console=status, transient=False)
-
-    def __enter__(self):
-        self.bar.start()
-        self.task = self.bar.add_task("", total=self.total)
-
-        def update(info: dict[str, Any]) -> None:
-            acc = info.get("test_accuracy")
-            desc = (f"virtual {info['time']:.1f} s | updates {info['updates']} | loss {info['train_loss']:.4f}"
-                    + (f" | acc {acc:.3f}" if acc is not None else ""))
-            self.bar.update(self.task, completed=min(info[self.key], self.total), description=desc)
-
-        return update
-
-    def __exit__(self, *exc: Any) -> None:
-        self.bar.stop()
 
 
 def main() -> None:
@@ -625,70 +543,21 @@ def main() -> None:
 
 
 def _print_usage_error(exc: Exception) -> None:
-    """A parser error as 'error: <command>: <message> (got <value>)' and a hint naming the help to read;
-    with no command at all nothing more (the parser has printed the help)."""
-    ctx = getattr(exc, "ctx", None)
-    if type(exc).__name__ == "NoArgsIsHelpError":  # the parser has printed the help already: once is enough
-        return
-    if hasattr(exc, "possibilities") and getattr(exc, "option_name", None):  # an unknown option
-        message = exc.message + _close_options(exc.option_name, ctx)
-    else:
-        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
-    message = message[:1].lower() + message[1:]
-    value = _given_value(getattr(exc, "param", None))
-    if value is not None and repr(value) not in message:
-        message = f"{message.rstrip('.')}, but got {value!r}"
-    command = ctx.command_path if ctx is not None else _command_path(sys.argv[1:])
-    print(f"error: {command}: {' '.join(message.split())}", file=sys.stderr)
-    print(f"hint: see '{command} --help'", file=sys.stderr)
-
-
-def _close_options(given: str, ctx: Any) -> str:
-    """' (did you mean --seed?)': the command's own options whose names are close to `given` (a mistyped
-    letter or two), or nothing; the parser's own guess offers options that share only their dashes."""
-    import difflib
-
-    params = ctx.command.params if ctx is not None else []
-    names = {opt.lstrip("-"): opt for p in params for opt in [*p.opts, *p.secondary_opts] if opt.startswith("--")}
-    close = difflib.get_close_matches(given.lstrip("-"), list(names), n=3, cutoff=0.75)
-    return f" (did you mean {' or '.join(names[c] for c in close)}?)" if close else ""
-
-
-def _command_path(args: list[str]) -> str:
-    """'autosync tune', 'autosync cache show': the command the command line names (for an error the
-    parser raised without its context, such as an option missing its value)."""
+    """A parser error as 'error: <command>: <message>' and a hint (`autosync.reporting.errors`), on stderr."""
     import typer.main
 
-    group, path = typer.main.get_command(app), ["autosync"]
-    for arg in args:
-        sub = getattr(group, "commands", {}).get(arg)
-        if sub is None:
-            break
-        group, path = sub, [*path, arg]
-    return " ".join(path)
+    from autosync.reporting.errors import usage_error_lines
 
-
-def _given_value(param: Any) -> Optional[str]:
-    """The value the command line gave an option (`--seed abc` or `--seed=abc`), for the error message."""
-    args = sys.argv[1:]
-    for opt in getattr(param, "opts", None) or []:
-        if not opt.startswith("-"):
-            continue
-        for i, arg in enumerate(args):
-            if arg == opt and i + 1 < len(args):
-                return args[i + 1]
-            if arg.startswith(opt + "="):
-                return arg[len(opt) + 1:]
-    return None
+    for line in usage_error_lines(exc, sys.argv[1:], lambda: typer.main.get_command(app)):
+        print(line, file=sys.stderr)
 
 
 def _print_error(exc: Exception) -> None:
-    """Each line of a user error as 'error: ...' on stderr, never wrapped (one problem, one line), with the
-    password of any storage URL in it masked."""
-    from autosync.search.study.storage import redact_url
+    """Each line of an error as 'error: ...' on stderr (`autosync.reporting.errors`)."""
+    from autosync.reporting.errors import error_lines
 
-    for line in str(exc).splitlines():
-        print(f"error: {redact_url(line)}", file=sys.stderr)
+    for line in error_lines(exc):
+        print(line, file=sys.stderr)
 
 
 if __name__ == "__main__":

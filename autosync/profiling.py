@@ -228,6 +228,21 @@ def fit_cluster(job: JobSpec, samples: Sequence[Sample], server: ServerCosts | N
     return cluster
 
 
+def fit_measured(job: JobSpec, samples: Sequence[Sample], server: ServerCosts, backend: str,
+                 processes: int) -> tuple[ServerCosts, dict, str]:
+    """The server's costs, the cluster section fitted to the timed rounds and what computed them ("3 ranks",
+    "2 worker processes"). Under torchrun (`backend` distributed) the transport is gloo's, timed by each
+    rank's first task of every round, and the ranks are the group's but rank 0; else each process computes
+    its workers' tasks one after another: the cluster's compute units."""
+    import os
+
+    if backend == "distributed":
+        ranks = int(os.environ["WORLD_SIZE"]) - 1
+        server = transfer_from_rounds(server, samples, ranks)
+        return server, fit_cluster(job, samples, server, None), f"{ranks} ranks"
+    return server, fit_cluster(job, samples, server, processes), f"{processes} worker processes"
+
+
 def _server_section(server: ServerCosts) -> dict:
     """The cluster's server section from the server's measured costs."""
     return {"bandwidth": server.bandwidth, "model_bytes": server.model_bytes, "apply_seconds": server.apply_seconds}

@@ -17,7 +17,7 @@ import json
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 from autosync.core import strict_json
 from autosync.core.job import JobSpec
@@ -50,6 +50,17 @@ def online_policies(names: Iterable[str] = ONLINE_POLICIES) -> list[dict[str, An
     from autosync.catalog import make_policy
 
     return [make_policy(name).to_dict() for name in names]
+
+
+def online_specs(policies: Sequence[str | dict[str, Any]], jobs: Sequence[JobSpec]) -> list[dict[str, Any]]:
+    """The online policies a robustness report runs: `policies` ("NAME" or "NAME:key=value,..." specs, or
+    dicts), each checked on the smallest drawn cluster, or by default `ONLINE_POLICIES` with their defaults."""
+    from autosync.catalog import parse_policy_spec
+
+    if not policies:
+        return online_policies(ONLINE_POLICIES)
+    smallest = min(j.cluster.n_workers for j in jobs)
+    return [p if isinstance(p, dict) else parse_policy_spec(p, smallest) for p in policies]
 
 
 BSP_LABEL = "k=n (BSP)"

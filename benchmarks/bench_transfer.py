@@ -31,11 +31,12 @@ from pathlib import Path
 
 from autosync.api import quiet_optuna
 from autosync.family import load_family
-from autosync.search.objective import ObjectiveSettings, RunFailed, evaluate, trial_seeds
+from autosync.search.objective import RunFailed, evaluate, trial_seeds
 from autosync.search.strategies.recommend import recommend
 from autosync.search.space import SPACE_DIR, load_space
 from autosync.search.study.storage import open_storage
 from autosync.search.tune import TuneRequest, tune
+from autosync.search.tune_options import TuneOptions
 
 from _report import Figures
 
@@ -45,8 +46,9 @@ HERE = Path(__file__).resolve().parent
 def _tune(job, url: str, space_name: str, trials: int, transfer: bool = True, patience: int | None = None,
           constraint_at: str = "budget", prior: bool = False):
     space = load_space(SPACE_DIR / f"{space_name}.yaml", job.cluster.n_workers)
-    return tune(TuneRequest(job=job, space=space, n_trials=trials, storage=url, transfer=transfer, prior=prior,
-                            patience=patience, settings=ObjectiveSettings(constraint_at=constraint_at)))
+    return tune(TuneRequest.from_options(job, TuneOptions(
+        n_trials=trials, storage=url, transfer=transfer, neighbour_prior=prior, patience=patience,
+        constraint_at=constraint_at, confirm_top=0), space=space))
 
 
 def main() -> None:

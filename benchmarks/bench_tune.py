@@ -24,6 +24,7 @@ from autosync.core.job import load_job
 from autosync.search.objective import ObjectiveSettings, evaluate, trial_seeds
 from autosync.search.space import SPACE_DIR, load_space
 from autosync.search.tune import TuneRequest, tune
+from autosync.search.tune_options import TuneOptions
 
 from _report import Figures
 
@@ -60,9 +61,9 @@ def main() -> None:
     for seed in args.seeds:
         with tempfile.TemporaryDirectory() as tmp:
             start = time.perf_counter()
-            outcome = tune(TuneRequest(job=job, space=space, n_trials=args.trials, seed=seed, settings=settings,
-                                       sampler=args.sampler,
-                                       storage=f"sqlite:///{Path(tmp) / 'bench.db'}"))
+            outcome = tune(TuneRequest.from_options(job, TuneOptions(
+                n_trials=args.trials, seed=seed, sampler=args.sampler, confirm_top=0,
+                storage=f"sqlite:///{Path(tmp) / 'bench.db'}"), space=space))
             wall = time.perf_counter() - start
         chosen = outcome.cache["best_policy"]["params"]
         found = scores[(chosen["k"], chosen["lr_rule"])]["time_to_target"]

@@ -44,6 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from autosync.api import quiet_optuna
@@ -53,9 +54,9 @@ from autosync.catalog import label_of
 from autosync.core.job import JobSpec, load_job
 from autosync.reference_grid import Judged, ReferenceGrid, answer_cells, held_out_seeds, judge
 from autosync.robustness import read_cells, run_grid
-from autosync.search.objective import ObjectiveSettings
 from autosync.search.space import SPACE_DIR, load_space
 from autosync.search.tune import TuneRequest, tune
+from autosync.search.tune_options import TuneOptions
 
 from _report import Figures
 
@@ -81,11 +82,14 @@ def run_tune(job: JobSpec, space_name: str, trials: int, stop_at_target: bool, s
     FORKS.max_bytes = MAX_BYTES if forks else 0
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
-        outcome = tune(TuneRequest(job=job, space=space, n_trials=trials, seed=seed, patience=patience,
-                                   settings=ObjectiveSettings(stop_at_target=stop_at_target,
-                                                              constraint_at=constraint_at,
-                                                              find_equivalents=equivalents),
-                                   storage=f"sqlite:///{Path(tmp) / 'bench.db'}"))
+        request = TuneRequest.from_options(job, TuneOptions(
+            n_trials=trials, seed=seed, patience=patience, constraint_at=constraint_at, confirm_top=0,
+            storage=f"sqlite:///{Path(tmp) / 'bench.db'}"), space=space)
+        # stop_at_target and find_equivalents are no options (the command always stops at the target and looks
+        # for equivalents): this benchmark measures what each saves, so it turns them off on the request
+        request = replace(request, settings=replace(request.settings, stop_at_target=stop_at_target,
+                                                    find_equivalents=equivalents))
+        outcome = tune(request)
         wall = time.perf_counter() - start
     return {**outcome.cache, "wall_seconds": wall}
 

@@ -53,6 +53,20 @@ def test_the_fit_makes_the_simulation_match_both_real_runs(real_with_server_cost
     assert again.fits and again.server is None
 
 
+def test_a_calibration_writes_itself_as_write_calibration_writes_it(real_with_server_costs, tmp_path):
+    """What `api.calibrate` returns (`Calibrated`) unpacks as the pair it was, and `.write(job_file)` writes
+    the files `api.write_calibration(calibration, job, job_file)` writes, byte for byte."""
+    from autosync import api
+    from autosync.reporting.calibration import Calibrated
+
+    calibrated = Calibrated(*calibrate(JOB, real_with_server_costs, UPDATES, {"backend": "synthetic"}))
+    result, fitted = calibrated
+    new = calibrated.write(tmp_path / "new" / "job.yaml")
+    old = api.write_calibration(result, fitted, tmp_path / "old" / "job.yaml")
+    assert [p.name for p in new] == [p.name for p in old] == ["calibration.json", "job.yaml"]
+    assert [p.read_text() for p in new] == [p.read_text() for p in old]
+
+
 def test_the_fit_starts_from_the_worker_processes_as_compute_units():
     """"Real" runs on 2 processes that queue the 4 workers' gradients (0.3 s each, one process half as fast)
     besides a server cost; the units were timed 25% slow (the rounds that time them are busier than the

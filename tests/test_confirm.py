@@ -10,8 +10,8 @@ import pytest
 from autosync.search.study.records import CONFIRMATION_RUNS as RUNS
 from autosync.search.objective import evaluate
 from autosync.search.space import SPACE_DIR, load_space
-from autosync.search.tune import TuneRequest, tune
-from tests.conftest import autosync, no_traceback, small_job
+from autosync.search.tune import tune
+from tests.conftest import autosync, no_traceback, small_job, tune_request
 
 JOB = small_job(budget={"max_updates": 30})
 
@@ -20,8 +20,8 @@ def _tune(url: str, space: str = "policy", trials: int = 5, top: int = 2, **requ
     """A tune confirmed on two new seeds; TPE (the confirmation is under test, not the portfolio search)."""
     request.setdefault("sampler", "tpe")
     request.setdefault("confirm_seeds", 2)
-    return tune(TuneRequest(job=JOB, space=load_space(SPACE_DIR / f"{space}.yaml", 4), n_trials=trials, storage=url,
-                            confirm_top=top, **request))
+    return tune(tune_request(JOB, load_space(SPACE_DIR / f"{space}.yaml", 4), n_trials=trials, storage=url,
+                             confirm_top=top, **request))
 
 
 @pytest.mark.slow
@@ -111,7 +111,7 @@ def test_trials_recorded_without_the_budget_are_candidates_and_a_changed_sibling
     import sqlite3
 
     url = f"sqlite:///{tmp_path / 's.db'}"
-    plain = tune(TuneRequest(job=JOB, space=load_space(SPACE_DIR / "policy.yaml", 4), n_trials=4, storage=url))
+    plain = tune(tune_request(JOB, load_space(SPACE_DIR / "policy.yaml", 4), n_trials=4, storage=url))
     with sqlite3.connect(tmp_path / "s.db") as con:  # as an older autosync wrote it
         for (attr_id, value) in con.execute("select trial_user_attribute_id, value_json from trial_user_attributes "
                                             "where key = 'scoring'").fetchall():

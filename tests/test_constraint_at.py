@@ -7,12 +7,12 @@ import optuna
 import pytest
 
 from autosync.engine.forks import FORKS, ForkStore
-from autosync.search.objective import ObjectiveSettings, evaluate, trial_seeds
+from autosync.search.objective import evaluate, trial_seeds
 from autosync.search.study.records import BSP_TARGET, FINAL_PENDING, FORKED, FULL_BUDGET_OF, HORIZON
 from autosync.search.space import SPACE_DIR, load_space
 from autosync.search.study.storage import open_storage
-from autosync.search.tune import TuneRequest, _full_run_seconds, tune
-from tests.conftest import small_job
+from autosync.search.tune import _full_run_seconds, tune
+from tests.conftest import small_job, tune_request
 
 JOB = dict(budget={"max_virtual_seconds": 30}, target={"metric": "test_accuracy", "threshold": 0.8})
 
@@ -61,8 +61,8 @@ def _tune(tmp_path, at: str, trials: int | None = None):
     space = load_space(SPACE_DIR / "static_k.yaml", job.cluster.n_workers)
     url = f"sqlite:///{tmp_path / 'studies.db'}"
     FORKS.clear()
-    outcome = tune(TuneRequest(job=job, space=space, n_trials=trials or space.size(), sampler="grid", storage=url,
-                               settings=ObjectiveSettings(constraint_at=at)))
+    outcome = tune(tune_request(job, space, n_trials=trials or space.size(), sampler="grid", storage=url,
+                                constraint_at=at))
     return outcome, optuna.load_study(study_name=outcome.study_name, storage=open_storage(url))
 
 
@@ -121,8 +121,8 @@ def test_where_bsp_misses_the_target_its_reference_trains_the_budget_once(tmp_pa
     job = small_job(budget={"max_virtual_seconds": 20}, target={"metric": "test_accuracy", "threshold": 0.999})
     space = load_space(SPACE_DIR / "static_k.yaml", job.cluster.n_workers)
     FORKS.clear()
-    outcome = tune(TuneRequest(job=job, space=space, n_trials=2, sampler="grid", storage=f"sqlite:///{tmp_path / 's.db'}",
-                               settings=ObjectiveSettings(constraint_at=BSP_TARGET)))
+    outcome = tune(tune_request(job, space, n_trials=2, sampler="grid", storage=f"sqlite:///{tmp_path / 's.db'}",
+                                constraint_at=BSP_TARGET))
     study = optuna.load_study(study_name=outcome.study_name, storage=open_storage(f"sqlite:///{tmp_path / 's.db'}"))
     reference = study.user_attrs["bsp_reference"]
     assert reference["reached"] == 0 and HORIZON not in reference

@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from autosync.search.objective import ObjectiveSettings
 from autosync.search.space import SPACE_DIR, load_space
-from autosync.search.tune import TuneRequest, tune
-from tests.conftest import small_job, wait_for
+from autosync.search.tune import tune
+from tests.conftest import small_job, tune_request, wait_for
 
 
 def _free_port() -> int:
@@ -37,8 +36,8 @@ def test_optuna_dashboard_shows_the_tuned_study_with_its_metric_and_job(tmp_path
         pytest.skip("the optuna-dashboard command is not on the PATH")
     url = f"sqlite:///{tmp_path / 'studies.db'}"
     job = small_job()
-    outcome = tune(TuneRequest(job=job, space=load_space(SPACE_DIR / "static_k.yaml", 4), n_trials=2, storage=url,
-                               settings=ObjectiveSettings(tolerance=0.05)))
+    outcome = tune(tune_request(job, load_space(SPACE_DIR / "static_k.yaml", 4), n_trials=2, storage=url,
+                                tolerance=0.05))
     port = _free_port()
     server = subprocess.Popen([command, url, "--host", "127.0.0.1", "--port", str(port), "--quiet"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import optuna
 import pytest
 import torch
@@ -14,15 +16,15 @@ from autosync.search.study.records import CONSTRAINT, FINAL_PENDING, FORKED, FUL
 from autosync.search.space import SPACE_DIR, load_space
 from autosync.search.study.storage import open_storage
 from autosync.search.study.trials import counted_trials
-from autosync.search.tune import TuneRequest, tune
-from tests.conftest import small_job
+from autosync.search.tune import tune
+from tests.conftest import small_job, tune_request
 
 
 def _tune(tmp_path, job, stop: bool, tolerance: float, name: str):
     space = load_space(SPACE_DIR / "static_k.yaml", job.cluster.n_workers)
     url = f"sqlite:///{tmp_path / (name + '.db')}"
-    outcome = tune(TuneRequest(job=job, space=space, n_trials=space.size(), sampler="grid", storage=url,
-                               settings=ObjectiveSettings(stop_at_target=stop, tolerance=tolerance)))
+    outcome = tune(tune_request(job, space, n_trials=space.size(), sampler="grid", storage=url, tolerance=tolerance,
+                                settings={"stop_at_target": stop}))
     return outcome, optuna.load_study(study_name=outcome.study_name, storage=open_storage(url))
 
 
@@ -92,7 +94,11 @@ def test_verify_top_k_checks_the_k_fastest_candidates_at_full_budget(tmp_path):
     job = small_job(budget={"max_virtual_seconds": 30}, target={"metric": "test_accuracy", "threshold": 0.8})
     space = load_space(SPACE_DIR / "static_k.yaml", job.cluster.n_workers)
     url = f"sqlite:///{tmp_path / 'top.db'}"
-    outcome = tune(TuneRequest(job=job, space=space, n_trials=space.size(), sampler="grid", storage=url, verify_top=3))
+    # The options refuse --verify-top on the simulator (it verifies on a real backend); this test asks only for
+    # the K places the simulated search keeps, without the verification's worker processes, so the resolved
+    # request is given verify_top after the options (its verify_backend stays None: nothing is verified).
+    request = replace(tune_request(job, space, n_trials=space.size(), sampler="grid", storage=url), verify_top=3)
+    outcome = tune(request)
     study = optuna.load_study(study_name=outcome.study_name, storage=open_storage(url))
     top = best_policies(study, count=3)
     assert len(top) == 3

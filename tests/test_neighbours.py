@@ -7,12 +7,11 @@ import pytest
 
 from autosync.core.errors import UserError
 from autosync.search.strategies.neighbours import cluster_features, distance, neighbours, workload_key
-from autosync.search.objective import ObjectiveSettings
 from autosync.search.strategies.recommend import adapt, recommend
 from autosync.search.space import SPACE_DIR, load_space
 from autosync.search.study.storage import open_storage
-from autosync.search.tune import TuneRequest, tune
-from tests.conftest import autosync, no_traceback, small_job
+from autosync.search.tune import tune
+from tests.conftest import autosync, no_traceback, small_job, tune_request
 
 
 def _job(alpha: float, n: int = 4, lr: float = 0.1, name: str = "small"):
@@ -22,8 +21,8 @@ def _job(alpha: float, n: int = 4, lr: float = 0.1, name: str = "small"):
 
 def _tune(job, url: str, transfer: bool = True):
     space = load_space(SPACE_DIR / "static_k.yaml", job.cluster.n_workers)
-    return tune(TuneRequest(job=job, space=space, n_trials=4, sampler="random", storage=url, transfer=transfer,
-                            settings=ObjectiveSettings(tolerance=0.05)))
+    return tune(tune_request(job, space, n_trials=4, sampler="random", storage=url, transfer=transfer,
+                             tolerance=0.05))
 
 
 def test_cluster_features_measure_what_decides_the_policy():
@@ -92,7 +91,7 @@ def test_transferred_winners_are_queued_after_bsp_scaled_to_this_n_and_before_a_
 
     job = _job(0.7, n=8)
     space = load_space(SPACE_DIR / "static_k.yaml", 8)
-    request = TuneRequest(job=job, space=space, storage="sqlite://")
+    request = tune_request(job, space, storage="sqlite://")
     won = {"policy": "backup", "params": {"k": 2, "lr_rule": "fixed"}}
     near = [{"study": "s", "job": "four_workers", "distance": 0.1, "policy": won, "n_workers": 4}]
     queued, fresh_only = _queued_first(optuna.create_study(), request, [], near)
@@ -177,8 +176,7 @@ def test_the_neighbours_trials_are_tpes_prior_on_this_jobs_scale_and_never_store
 
     job = _job(0.65, name="with_prior")
     space = load_space(SPACE_DIR / "static_k.yaml", 4)
-    outcome = tune(TuneRequest(job=job, space=space, n_trials=3, storage=url, prior=True,
-                               settings=ObjectiveSettings(tolerance=0.05)))
+    outcome = tune(tune_request(job, space, n_trials=3, storage=url, neighbour_prior=True, tolerance=0.05))
     assert outcome.cache["prior_trials"] >= len(trained)  # this module's other tests tune more neighbours
     study = optuna.load_study(study_name=outcome.study_name, storage=storage)
     assert study.trials and not any(PRIOR_OF in t.user_attrs for t in study.trials)

@@ -125,9 +125,55 @@ def test_a_request_made_from_options_is_the_one_the_api_tunes(monkeypatch):
     from autosync.search.request import TuneRequest
 
     made = []
-    monkeypatch.setattr(tune_module, "tune", lambda request, **_: made.append(request) or "done")
+    done = tune_module.TuneOutcome("done", "sqlite://", cached=True, new_trials=0, cache={})
+    monkeypatch.setattr(tune_module, "tune", lambda request, **_: made.append(request) or done)
     job = api.load_job(None)
-    assert api.tune(job, n_trials=3, repeats=2, storage="sqlite://") == "done"
+    assert api.tune(job, n_trials=3, repeats=2, storage="sqlite://").study_name == "done"
     expected = TuneRequest.from_options(job, TuneOptions(n_trials=3, repeats=2, storage="sqlite://"))
     assert made[0].space.name == expected.space.name and dataclasses.replace(made[0], space=None) == \
         dataclasses.replace(expected, space=None)
+
+
+def test_the_api_functions_of_a_job_take_the_job_first_and_the_storage_after_it(tmp_path):
+    """`cached_studies(job, storage)` and `clear_cache(job, storage)`: one order, as `tune`, `recommend` and
+    `tuned_policy` take theirs (a storage passed where the job goes would be an obscure error)."""
+    import inspect
+
+    for function in (api.cached_studies, api.clear_cache, api.recommend, api.tuned_policy, api.tune, api.run):
+        assert next(iter(inspect.signature(function).parameters)) == "job", function.__name__
+    for function in (api.cached_studies, api.clear_cache, api.recommend, api.tuned_policy):
+        assert list(inspect.signature(function).parameters)[1] == "storage", function.__name__
+    url = f"sqlite:///{tmp_path / 'none.db'}"
+    job = api.load_job(None)
+    assert api.cached_studies(job, url) == [] == api.cached_studies(storage=url) == api.clear_cache(job, url)
+    assert not (tmp_path / "none.db").exists()  # reading creates nothing
+
+
+@pytest.mark.slow
+def test_the_outcome_api_tune_returns_writes_the_files_write_tune_writes(tmp_path):
+    """`api.tune(...).write(dir)`: the study's plots (and, with verify_top, the verification) that
+    `api.write_tune(outcome, dir)` writes, the same files; a cached answer writes none."""
+    from autosync.search.tune import TuneOutcome
+    from tests.conftest import small_job
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    outcome = api.tune(small_job(), "static_k", n_trials=2, storage=url, confirm_top=0)
+    assert isinstance(outcome, TuneOutcome) and not outcome.cached
+    files, old = outcome.write(tmp_path / "new"), api.write_tune(outcome, tmp_path / "old")
+    assert files.plots and [p.name for p in files.plots] == [p.name for p in old.plots]
+    assert (files.skipped, files.verification) == (old.skipped, old.verification)
+    assert sorted(p.name for p in (tmp_path / "new").iterdir()) == sorted(p.name for p in (tmp_path / "old").iterdir())
+    cached = api.tune(small_job(), "static_k", n_trials=2, storage=url, confirm_top=0)
+    assert cached.cached and cached.write(tmp_path / "cached").plots == []
+
+
+def test_the_run_api_run_returns_writes_the_files_write_run_writes(tmp_path):
+    """`api.run(...).write(dir, plot=True)`: the files `api.write_run(result, job, dir, plot=True)` writes,
+    summary.json (job, execution) the same."""
+    from tests.conftest import small_job
+
+    job = small_job()
+    result = api.run(job, "bsp")
+    new, old = result.write(tmp_path / "new", plot=True), api.write_run(result, job, tmp_path / "old", plot=True)
+    assert [p.name for p in new] == [p.name for p in old] and "plot.png" in [p.name for p in new]
+    assert (tmp_path / "new" / "summary.json").read_text() == (tmp_path / "old" / "summary.json").read_text()

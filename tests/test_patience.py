@@ -8,7 +8,6 @@ import optuna
 import pytest
 
 from autosync.core.errors import SpaceFileError
-from autosync.search.objective import ObjectiveSettings
 from autosync.search.space import SPACE_DIR, load_space
 from autosync.search.strategies.patience import trials_without_improvement
 from autosync.search.study.cache import cached_studies
@@ -16,7 +15,7 @@ from autosync.search.study.storage import open_storage
 from autosync.search.study.records import FULL_BUDGET_OF, GIVEN_UP, GIVEN_UP_PLACES
 from autosync.search.study.trials import counted_trials
 from autosync.search.tune import TuneRequest, tune
-from tests.conftest import autosync, no_traceback, small_job
+from tests.conftest import autosync, no_traceback, small_job, tune_request
 
 
 def _trial(state: str, value: float | None = None, **attrs) -> optuna.trial.FrozenTrial:
@@ -40,12 +39,11 @@ def test_trials_without_improvement_count_from_the_last_faster_trial():
     assert trials_without_improvement(study) == 3
 
 
-def _request(tmp_path, **changes) -> TuneRequest:
-    job = small_job(budget={"max_virtual_seconds": 30})
-    base = dict(job=job, space=load_space(SPACE_DIR / "static_k.yaml", 4), n_trials=8, sampler="random",
-                storage=f"sqlite:///{tmp_path / 'studies.db'}", settings=ObjectiveSettings(tolerance=0.05))
+def _request(tmp_path, job=None, space=None, **changes) -> TuneRequest:
+    base = dict(n_trials=8, sampler="random", storage=f"sqlite:///{tmp_path / 'studies.db'}", tolerance=0.05)
     base.update(changes)
-    return TuneRequest(**base)
+    return tune_request(job or small_job(budget={"max_virtual_seconds": 30}),
+                        space or load_space(SPACE_DIR / "static_k.yaml", 4), **base)
 
 
 def test_a_search_that_stops_improving_gives_up_its_queue_and_its_rerun_is_a_cache_hit(tmp_path):

@@ -15,8 +15,8 @@ from autosync.search.strategies.confirm import REFERENCE, Candidate, RunStore, c
 from autosync.search.strategies.portfolio import contenders, family_standing, next_family, portfolio_policies
 from autosync.search.strategies.samplers import make_sampler, sampler_for
 from autosync.search.study.trials import budget_used
-from autosync.search.tune import TuneRequest, tune
-from tests.conftest import small_job
+from autosync.search.tune import tune
+from tests.conftest import small_job, tune_request
 
 N = 8
 JOB = small_job(cluster__n_workers=N)
@@ -144,8 +144,8 @@ def test_no_trial_slot_goes_to_an_answered_point(tmp_path):
     and every proposal of a point already answered (BSP's reference, a twin) takes no slot."""
     job = small_job(cluster__n_workers=3)
     space = load_space(SPACE_DIR / "static_k.yaml", 3)
-    outcome = tune(TuneRequest(job=job, space=space, n_trials=4, storage=f"sqlite:///{tmp_path / 's.db'}",
-                               patience=0, seed=1))
+    outcome = tune(tune_request(job, space, n_trials=4, storage=f"sqlite:///{tmp_path / 's.db'}",
+                                patience=0, seed=1))
     trials = [t for t in outcome.study.trials if t.state.is_finished() and "full_budget_check_of" not in t.user_attrs]
     counted = [t for t in trials if not t.user_attrs.get(ANSWERED)]
     answered = [t for t in trials if t.user_attrs.get(ANSWERED)]

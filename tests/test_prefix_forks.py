@@ -9,7 +9,7 @@ import torch
 from autosync.catalog import make_policy
 from autosync.engine.forks import ForkStore, run_sharing_prefixes
 from autosync.engine.simulator import Simulator
-from tests.conftest import small_job
+from tests.conftest import small_job, tune_request
 
 FORMS = {  # every schedule with a switch point, alone and composed
     "sync_switch": ("sync_switch", {}),
@@ -125,10 +125,9 @@ def test_a_switch_point_search_that_forks_finds_what_one_without_forks_finds_and
     import optuna
 
     from autosync.engine.forks import FORKS, MAX_BYTES
-    from autosync.search.objective import ObjectiveSettings
     from autosync.search.space import SPACE_DIR, load_space
     from autosync.search.study.storage import open_storage
-    from autosync.search.tune import TuneRequest, tune
+    from autosync.search.tune import tune
 
     job_ = small_job(budget={"max_updates": 40}, target={"metric": "test_accuracy", "threshold": 0.95},
                      workload__evaluation__every_seconds=1.0)
@@ -139,8 +138,8 @@ def test_a_switch_point_search_that_forks_finds_what_one_without_forks_finds_and
         FORKS.max_bytes = max_bytes
         url = f"sqlite:///{tmp_path / f'{max_bytes}.db'}"
         try:
-            outcomes.append(tune(TuneRequest(job=job_, space=space, n_trials=8, storage=url,
-                                             settings=ObjectiveSettings(stop_at_target=stop_at_target))))
+            outcomes.append(tune(tune_request(job_, space, n_trials=8, storage=url,
+                                              settings={"stop_at_target": stop_at_target})))
         finally:
             FORKS.max_bytes = MAX_BYTES
             FORKS.clear()

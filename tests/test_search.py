@@ -23,7 +23,7 @@ from autosync.search.space import SPACE_DIR, load_space
 from autosync.search.study.storage import open_storage
 from autosync.search.study.trials import counted_trials
 from autosync.search.tune import TuneRequest, tune
-from tests.conftest import autosync, no_traceback, small_job
+from tests.conftest import autosync, no_traceback, small_job, tune_request
 
 
 def _space(tmp_path: Path, text: str) -> Path:
@@ -124,12 +124,10 @@ def test_ladder_sampler_gives_each_process_its_own_rung():
         study.ask().suggest_int("sync_switch.other", 0, 3)
 
 
-def _request(tmp_path: Path, **changes) -> TuneRequest:
-    job = small_job()
-    base = dict(job=job, space=load_space(SPACE_DIR / "static_k.yaml", 4), n_trials=4,
-                storage=f"sqlite:///{tmp_path / 'studies.db'}", settings=ObjectiveSettings(tolerance=0.05))
+def _request(tmp_path: Path, job=None, space=None, **changes) -> TuneRequest:
+    base = dict(n_trials=4, storage=f"sqlite:///{tmp_path / 'studies.db'}", tolerance=0.05)
     base.update(changes)
-    return TuneRequest(**base)
+    return tune_request(job or small_job(), space or load_space(SPACE_DIR / "static_k.yaml", 4), **base)
 
 
 @pytest.mark.slow
@@ -163,7 +161,7 @@ def test_a_diverging_policy_is_a_failed_trial_with_its_reason(tmp_path):
                     cluster__n_workers=8, target={"metric": "train_loss", "threshold": 1e9})
     for stop in (False, True):  # trained whole, or stopped at the (instant) target and then checked
         outcome = tune(_request(tmp_path, job=job, space=space, n_trials=3, sampler="grid", study=f"stop-{stop}",
-                                settings=ObjectiveSettings(tolerance=1e9, stop_at_target=stop)))
+                                tolerance=1e9, settings={"stop_at_target": stop}))
         study = optuna.load_study(study_name=outcome.study_name, storage=open_storage(_request(tmp_path).storage))
         failed = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
         assert failed and "diverged" in failed[0].user_attrs["fail_reason"]
@@ -175,7 +173,7 @@ def _switch_point_search(tmp_path: Path, sampler: str, n_trials: int, tolerance:
     space = load_space(SPACE_DIR / "switch_point.yaml", 4)
     job = small_job(budget={"max_epochs": 2.0})
     outcome = tune(_request(tmp_path, job=job, space=space, n_trials=n_trials, sampler=sampler,
-                            settings=ObjectiveSettings(tolerance=tolerance)))
+                            tolerance=tolerance))
     return outcome, optuna.load_study(study_name=outcome.study_name, storage=open_storage(_request(tmp_path).storage))
 
 
@@ -344,9 +342,9 @@ def test_a_tune_over_another_space_reuses_what_a_sibling_study_of_the_job_traine
     canonical form) come from the policy study, untrained; a study of another job shares nothing."""
     url = f"sqlite:///{tmp_path / 's.db'}"
     job = small_job(budget={"max_updates": 30})
-    first = tune(TuneRequest(job=job, space=load_space(SPACE_DIR / "policy.yaml", 4), n_trials=3, storage=url,
+    first = tune(tune_request(job, load_space(SPACE_DIR / "policy.yaml", 4), n_trials=3, storage=url,
                              sampler="tpe"))  # TPE's first proposals, not the portfolio's
-    second = tune(TuneRequest(job=job, space=load_space(SPACE_DIR / "composed.yaml", 4), n_trials=3, storage=url))
+    second = tune(tune_request(job, load_space(SPACE_DIR / "composed.yaml", 4), n_trials=3, storage=url))
     policy_trials = {json.dumps(t.user_attrs["canonical_policy"], sort_keys=True): t for t in first.study.trials}
     assert second.study.user_attrs["bsp_reference"] == {**first.study.user_attrs["bsp_reference"],
                                                         "reference_from": first.study.study_name}
@@ -362,11 +360,11 @@ def test_a_tune_over_another_space_reuses_what_a_sibling_study_of_the_job_traine
     third_trial = second.study.trials[2]  # queued after compose(bsp) and compose(asp): the policy tune's winner
     assert third_trial.user_attrs["canonical_policy"] == winner and "#" in str(third_trial.user_attrs["same_as_trial"])
     longer = job.model_copy(update={"budget": job.budget.model_copy(update={"max_updates": 40})})
-    fourth = tune(TuneRequest(job=longer, space=load_space(SPACE_DIR / "static_k.yaml", 4), n_trials=1, storage=url))
+    fourth = tune(tune_request(longer, load_space(SPACE_DIR / "static_k.yaml", 4), n_trials=1, storage=url))
     assert fourth.study.user_attrs["bsp_reference"]["budget"]["max_updates"] == 40  # a budget of its own: trained
     other = job.model_copy(update={"target": job.target.model_copy(update={"threshold": 0.75})})
     assert other.fingerprint() != job.fingerprint()
-    third = tune(TuneRequest(job=other, space=load_space(SPACE_DIR / "composed.yaml", 4), n_trials=1, storage=url))
+    third = tune(tune_request(other, load_space(SPACE_DIR / "composed.yaml", 4), n_trials=1, storage=url))
     assert not any("same_as_trial" in t.user_attrs and "#" in str(t.user_attrs["same_as_trial"])
                    for t in third.study.trials)
 
@@ -377,11 +375,11 @@ def test_a_composed_tune_tries_the_policy_tunes_winner_with_another_papers_strat
     the cross-paper neighbour, trained since no sibling ran it."""
     url = f"sqlite:///{tmp_path / 's.db'}"
     job = small_job(budget={"max_updates": 30})
-    first = tune(TuneRequest(job=job, space=load_space(SPACE_DIR / "policy.yaml", 4), n_trials=3, storage=url,
+    first = tune(tune_request(job, load_space(SPACE_DIR / "policy.yaml", 4), n_trials=3, storage=url,
                              sampler="tpe"))  # TPE's first proposals, not the portfolio's
     winner = first.study.user_attrs["cache"]["best_policy"]
     assert winner["policy"] == "backup"
-    second = tune(TuneRequest(job=job, space=load_space(SPACE_DIR / "composed.yaml", 4), n_trials=4, storage=url))
+    second = tune(tune_request(job, load_space(SPACE_DIR / "composed.yaml", 4), n_trials=4, storage=url))
     neighbour = second.study.trials[3].user_attrs["policy"]
     assert neighbour["policy"] == "compose"
     assert {k: neighbour["params"][k] for k in ("barrier", "k", "lr_rule", "batch")} == {

@@ -1,10 +1,11 @@
 """`autosync calibrate`'s files: the calibrated job, its calibration as a comment on top, and
-calibration.json beside it."""
+calibration.json beside it. `Calibrated` is what `autosync.api.calibrate` returns: the calibration and the
+job to tune, which writes itself (`.write(job_file)`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import yaml
 
@@ -37,3 +38,15 @@ def write_calibration(calibration: "Calibration", job: JobSpec, job_file: Path) 
     job_file.write_text("\n".join(lines) + "\n" + yaml.safe_dump(data, sort_keys=False))
     job_from_dict(yaml.safe_load(job_file.read_text()), str(job_file))  # what was written must load
     return [record, job_file]
+
+
+class Calibrated(NamedTuple):
+    """A calibration and the job it fitted (unpacked as the pair `calibration, job` the API returned)."""
+
+    calibration: "Calibration"
+    job: JobSpec  # the job to tune: with the fitted server costs when the calibration fitted them
+
+    def write(self, job_file: str | Path) -> list[Path]:
+        """Write the job as `job_file`, its calibration as a comment on top, and calibration.json beside it;
+        returns the two paths (the job file last)."""
+        return write_calibration(self.calibration, self.job, Path(job_file))

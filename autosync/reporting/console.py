@@ -356,6 +356,41 @@ def cache_report(studies: list[dict[str, Any]], where: str) -> list[Printed]:
     return [Line(table)]
 
 
+def cache_show_report(studies: list[dict[str, Any]], spec: Any, where: str) -> list[Printed]:
+    """The cached studies of one job, each with its cache record as JSON (`autosync cache show`)."""
+    from autosync.core import strict_json
+
+    if not studies:
+        return [Line(f"no cached study for job {spec.name} (fingerprint {spec.fingerprint()}) in {where}")]
+    out: list[Printed] = []
+    for s in studies:
+        out.append(Line(f"[bold]{s['study']}[/bold] ({s['trials']} trials)"))
+        out.append(Line(strict_json.dumps(s["cache"], indent=2) if s["cache"] is not None else "  not finished yet"))
+    return out
+
+
+def cache_warnings(studies: list[dict[str, Any]]) -> list[Printed]:
+    """A warning for each study whose cache record is damaged (`autosync cache list`, on stderr)."""
+    return [Line(f"warning: study {s['study']}: corrupt cache entry ({s['damaged']}); `autosync cache clear` of its "
+                 "job deletes it", style="yellow") for s in studies if "damaged" in s]
+
+
+def rerun_report(outcome: Any) -> list[Printed]:
+    """A replayed run against the logged one (`autosync rerun`): every decision matched, and whether the
+    final parameters did (with a GPU on either side some CUDA kernels sum in a run-dependent order)."""
+    trace = outcome.result.trace
+    out = [Line(f"replayed {len(trace.arrivals)} arrivals and {len(trace.updates)} updates: every dispatch and "
+                "decision as logged")]
+    if outcome.identical:
+        return [*out, Line("final parameters: bit-identical to the logged run")]
+    out.append(Line(f"final parameters differ from the logged run: max |difference| "
+                    f"{outcome.max_abs_difference:.3g}", style="yellow"))
+    if not outcome.bit_reproducible:
+        out.append(Line("(expected with a GPU on either side: some CUDA kernels sum in a run-dependent order; every "
+                        "decision matched)"))
+    return out
+
+
 def policies_report() -> list[Printed]:
     """Every policy with its paper's name, parameters and defaults (`autosync policies`)."""
     import inspect

@@ -104,6 +104,15 @@ def _plot_regret(summary: list[dict[str, Any]], jobs: list[dict[str, Any]], path
     return path
 
 
+def comparison_document(comparison: Any) -> dict[str, Any]:
+    """The comparison as `autosync robustness-compare --json` prints it: the reports, whether their grids
+    differ, the table's columns and rows, and the policies run on some families only."""
+    return {"developed_on": comparison.developed_on,
+            "reports": [{"family": r.family, "path": str(r.path)} for r in comparison.reports],
+            "grids_differ": comparison.grids_differ(), "columns": comparison_header(comparison),
+            "rows": [[label, *values] for label, values in comparison.rows()], "not_compared": comparison.partial}
+
+
 def comparison_header(comparison: Any, roles: bool = True, between: str = ": ") -> list[str]:
     """The comparison's column headers: 'policy', then each family's columns named after the family (with
     `roles`, the family changes were developed on marked 'dev', the others 'held out', when one is named)."""

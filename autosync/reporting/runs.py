@@ -1,15 +1,38 @@
-"""One run's files: summary.json, the trace tables, the final parameters (and buffers) and its plot."""
+"""One run's files: summary.json, the trace tables, the final parameters (and buffers) and its plot.
+`Run` is the run `autosync.api.run` returns, a `RunResult` that writes itself (`.write(dir)`), declared
+here since the engine below the reporting layer writes no files."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from autosync.core import strict_json
+from autosync.engine import RunResult
 from autosync.rerun import BUFFERS_FILE, PARAMS_FILE
 
-if TYPE_CHECKING:
-    from autosync.engine import RunResult
+
+@dataclass
+class Run(RunResult):
+    """One run with what its files record beside its result: the job and how it ran."""
+
+    job_dump: dict[str, Any] = field(default_factory=dict, repr=False)  # the job's fields, for summary.json
+    execution: dict[str, Any] | None = None  # how it ran (`BackendChoice.describe`; None: the simulator)
+
+    @classmethod
+    def of(cls, result: RunResult, job_dump: dict[str, Any], execution: dict[str, Any] | None) -> "Run":
+        """`result`, field for field, with the job and the execution its files record."""
+        return cls(**{f.name: getattr(result, f.name) for f in fields(RunResult)}, job_dump=job_dump,
+                   execution=execution)
+
+    def write(self, directory: str | Path, plot: bool = False) -> list[Path]:
+        """Write summary.json, the trace tables, the final parameters and, with `plot`, plot.png into
+        `directory`; returns the paths."""
+        paths = write_run(self, Path(directory), self.job_dump, self.execution)
+        if plot:
+            paths.append(plot_run(self, Path(directory) / "plot.png"))
+        return paths
 
 
 def write_run(result: "RunResult", directory: Path, job_dump: dict[str, Any],

@@ -69,6 +69,12 @@ class TuneOutcome:
     # other spaces' cached answers on this job that are faster than this one's (`faster_elsewhere`)
     faster_elsewhere: list[dict[str, Any]] = field(default_factory=list)
 
+    def to_dict(self) -> dict[str, Any]:
+        """The outcome as `autosync tune --json` prints it (plain data: the study itself left out)."""
+        return {"study": self.study_name, "cached": self.cached, "new_trials": self.new_trials, "cache": self.cache,
+                "top": self.top, "faster_elsewhere": self.faster_elsewhere,
+                "verification": self.verification.to_dict() if self.verification is not None else None}
+
 
 def baseline_policies(job: JobSpec) -> list[dict[str, Any]]:
     """Policies enqueued first when they lie in the space: BSP and ASP, or their equivalents in a family,

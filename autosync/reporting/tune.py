@@ -1,0 +1,48 @@
+"""What one tune writes: its verification (with --verify-top) and, unless the cache answered, its study's
+plots (`autosync tune`). `Tuned` is the outcome `autosync.api.tune` returns, a `TuneOutcome` that writes
+itself (`.write(dir)`), declared here since the search below the reporting layer does not write files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from autosync.search.tune import TuneOutcome
+
+
+@dataclass
+class TuneFiles:
+    """What `Tuned.write` wrote: the verification's files, the study's plots, and the plots it skipped (why)."""
+
+    verification: list[Path] | None
+    plots: list[Path]
+    skipped: list[str]
+
+
+class Tuned(TuneOutcome):
+    """A search's outcome, or the cached one of a recurring job (`TuneOutcome`), with `.write(dir)`."""
+
+    @classmethod
+    def of(cls, outcome: TuneOutcome) -> "Tuned":
+        """The same outcome, field for field, as one that writes itself."""
+        return cls(**{f.name: getattr(outcome, f.name) for f in fields(TuneOutcome)})
+
+    def write(self, directory: str | Path, command: str = "autosync.api.tune") -> TuneFiles:
+        """Write the verification (with verify_top) and, unless the cache answered, the study's plots into
+        `directory`; `command`: the command line the verification's report records."""
+        from autosync.catalog import label_of
+
+        directory = Path(directory)
+        verification = None
+        if self.verification is not None:
+            from autosync.reporting.verification import write_verification
+
+            verification = write_verification(self.verification, directory, command, label_of)
+        plots: list[Path] = []
+        skipped: list[str] = []
+        if not self.cached:
+            from autosync.reporting.study_plots import write_study_plots
+
+            plots, skipped = write_study_plots(self.study, directory)
+        return TuneFiles(verification, plots, skipped)
