@@ -272,6 +272,159 @@ done:
     return status;
 }
 
+/* Is x (n x n, feasible for (17)) its optimum? The KKT conditions of isotonic regression on a partial
+   order, level set by level set: every level set L = {x = c} has its weighted mean of t at c, and no
+   upper subset of L (closed under L's own edges: a path of the order between two cells of L stays in L)
+   gains, as in `partition_solve`'s split test. A level set meets each row in one run of columns (rows are
+   nondecreasing), so `best_upper_subset` finds its best upper subset, rows it skips left empty. Costs
+   O(n^2 + n levels). Returns 1 (optimal), 0 (not), -1 (out of memory). */
+static int check_optimal(int n, const double *w, const double *t, const double *x, double tol, double mean_tol) {
+    size_t cells = (size_t)n * n;
+    /* the runs of equal values of each row, and their level (distinct value) by an open-addressing table */
+    size_t cap = 1024;
+    size_t nruns = 0, runs_cap = 4 * (size_t)n;
+    int *run_row = malloc(runs_cap * sizeof(int)), *run_lo = malloc(runs_cap * sizeof(int)),
+        *run_hi = malloc(runs_cap * sizeof(int)), *run_level = malloc(runs_cap * sizeof(int));
+    size_t table_size = 1;
+    while (table_size < 2 * cap) table_size *= 2;
+    long *table = NULL;
+    double *level_value = NULL;
+    int *level_count = NULL, *level_start = NULL, *order = NULL, *lohi = NULL, *cut = NULL;
+    Scratch sc = {0};
+    int *dto = malloc((size_t)(n + 1) * sizeof(int));
+    size_t nlevels = 0, level_cap = cap;
+    level_value = malloc(level_cap * sizeof(double));
+    table = malloc(table_size * sizeof(long));
+    int status = -1;
+    if (!run_row || !run_lo || !run_hi || !run_level || !level_value || !table || !dto) goto done;
+    for (size_t i = 0; i < table_size; i++) table[i] = -1;
+    for (int j = 0; j < n; j++) dto[j] = j + 1;
+    for (int h = 0; h < n; h++) {
+        const double *xr = x + (size_t)h * n;
+        int lo = 0;
+        while (lo < n) {
+            int hi = lo + 1;
+            while (hi < n && xr[hi] == xr[lo]) hi++;
+            double v = xr[lo];
+            if (v == 0.0) v = 0.0;  /* -0.0 and 0.0 are one level */
+            unsigned long long bits;
+            memcpy(&bits, &v, sizeof bits);
+            size_t slot = (size_t)((bits * 0x9E3779B97F4A7C15ULL) >> 20) & (table_size - 1);
+            while (table[slot] >= 0 && level_value[table[slot]] != v) slot = (slot + 1) & (table_size - 1);
+            if (table[slot] < 0) {
+                if (nlevels == level_cap) {
+                    level_cap *= 2;
+                    double *lv = realloc(level_value, level_cap * sizeof(double));
+                    if (!lv) goto done;
+                    level_value = lv;
+                }
+                level_value[nlevels] = v;
+                table[slot] = (long)nlevels++;
+                if (2 * nlevels > table_size) {  /* grow and rehash */
+                    size_t size2 = table_size * 4;
+                    long *t2 = malloc(size2 * sizeof(long));
+                    if (!t2) goto done;
+                    for (size_t i = 0; i < size2; i++) t2[i] = -1;
+                    for (size_t l = 0; l < nlevels; l++) {
+                        unsigned long long b2;
+                        memcpy(&b2, &level_value[l], sizeof b2);
+                        size_t s2 = (size_t)((b2 * 0x9E3779B97F4A7C15ULL) >> 20) & (size2 - 1);
+                        while (t2[s2] >= 0) s2 = (s2 + 1) & (size2 - 1);
+                        t2[s2] = (long)l;
+                    }
+                    free(table);
+                    table = t2;
+                    table_size = size2;
+                    slot = (size_t)-1;
+                }
+            }
+            long level = -1;
+            if (slot == (size_t)-1) {
+                size_t s3 = (size_t)((bits * 0x9E3779B97F4A7C15ULL) >> 20) & (table_size - 1);
+                while (level_value[table[s3]] != v) s3 = (s3 + 1) & (table_size - 1);
+                level = table[s3];
+            } else {
+                level = table[slot];
+            }
+            if (nruns == runs_cap) {
+                runs_cap *= 2;
+                int *a = realloc(run_row, runs_cap * sizeof(int)); if (!a) goto done; run_row = a;
+                a = realloc(run_lo, runs_cap * sizeof(int)); if (!a) goto done; run_lo = a;
+                a = realloc(run_hi, runs_cap * sizeof(int)); if (!a) goto done; run_hi = a;
+                a = realloc(run_level, runs_cap * sizeof(int)); if (!a) goto done; run_level = a;
+            }
+            run_row[nruns] = h;
+            run_lo[nruns] = lo;
+            run_hi[nruns] = hi;
+            run_level[nruns] = (int)level;
+            nruns++;
+            lo = hi;
+        }
+    }
+    /* the runs of each level, in row order (a counting sort keeps the rows' order) */
+    level_count = calloc(nlevels + 1, sizeof(int));
+    level_start = malloc((nlevels + 1) * sizeof(int));
+    order = malloc((nruns + 1) * sizeof(int));
+    lohi = malloc(2 * (size_t)n * sizeof(int));
+    cut = malloc((size_t)n * sizeof(int));
+    sc.f = malloc((size_t)(n + 1) * sizeof(double));
+    sc.prev = malloc((size_t)(n + 1) * sizeof(double));
+    sc.pmax = malloc((size_t)(n + 1) * sizeof(double));
+    sc.qmax = malloc((size_t)(n + 1) * sizeof(double));
+    sc.parg = malloc((size_t)(n + 1) * sizeof(int));
+    sc.qarg = malloc((size_t)(n + 1) * sizeof(int));
+    sc.back = malloc((cells + (size_t)n) * sizeof(int));
+    if (!level_count || !level_start || !order || !lohi || !cut || !sc.f || !sc.prev || !sc.pmax || !sc.qmax ||
+        !sc.parg || !sc.qarg || !sc.back) goto done;
+    for (size_t r = 0; r < nruns; r++) level_count[run_level[r]]++;
+    level_start[0] = 0;
+    for (size_t l = 0; l < nlevels; l++) level_start[l + 1] = level_start[l] + level_count[l];
+    for (size_t l = 0; l < nlevels; l++) level_count[l] = level_start[l];
+    for (size_t r = 0; r < nruns; r++) order[level_count[run_level[r]]++] = (int)r;
+    status = 1;
+    for (size_t l = 0; l < nlevels && status == 1; l++) {
+        int first = order[level_start[l]], last = order[level_start[l + 1] - 1];
+        int r0 = run_row[first], r1 = run_row[last];
+        /* rows the level skips are empty runs */
+        int idx = level_start[l];
+        double sw = 0.0, swt = 0.0;
+        for (int h = r0; h <= r1; h++) {
+            int j = h - r0;
+            if (idx < level_start[l + 1] && run_row[order[idx]] == h) {
+                int r = order[idx++];
+                lohi[2 * j] = run_lo[r];
+                lohi[2 * j + 1] = run_hi[r];
+                const double *wr = w + (size_t)h * n, *tr = t + (size_t)h * n;
+                for (int k = run_lo[r]; k < run_hi[r]; k++) {
+                    sw += wr[k];
+                    swt += wr[k] * tr[k];
+                }
+            } else {
+                int at = j > 0 ? lohi[2 * j - 1] : 0;
+                lohi[2 * j] = lohi[2 * j + 1] = at;
+            }
+        }
+        double mean = swt / sw;
+        if (!(fabs(mean - level_value[l]) <= mean_tol)) {
+            status = 0;
+            break;
+        }
+        double spread;
+        double value = best_upper_subset(n, w, t, mean, dto, lohi, r0, r1, &sc, cut, &spread);
+        size_t upper_cells = 0, lower_cells = 0;
+        for (int j = 0; j <= r1 - r0; j++) {
+            upper_cells += (size_t)(lohi[2 * j + 1] - cut[j]);
+            lower_cells += (size_t)(cut[j] - lohi[2 * j]);
+        }
+        if (value > tol * spread && upper_cells > 0 && lower_cells > 0) status = 0;
+    }
+done:
+    free(run_row); free(run_lo); free(run_hi); free(run_level); free(table); free(level_value);
+    free(level_count); free(level_start); free(order); free(lohi); free(cut); free(dto);
+    free(sc.f); free(sc.prev); free(sc.pmax); free(sc.qmax); free(sc.parg); free(sc.qarg); free(sc.back);
+    return status;
+}
+
 static int get_buffer(PyObject *obj, Py_buffer *view, Py_ssize_t count, const char *format, Py_ssize_t itemsize,
                       int writable, const char *name) {
     int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
@@ -343,12 +496,46 @@ static PyObject *solve(PyObject *self, PyObject *args) {
     return PyLong_FromLong(blocks);
 }
 
+static PyObject *check(PyObject *self, PyObject *args) {
+    (void)self;
+    int n;
+    PyObject *wo, *to, *xo;
+    double tol, mean_tol;
+    if (!PyArg_ParseTuple(args, "iOOOdd", &n, &wo, &to, &xo, &tol, &mean_tol)) return NULL;
+    if (n < 1) {
+        PyErr_Format(PyExc_ValueError, "n must be >= 1, but got n=%d", n);
+        return NULL;
+    }
+    Py_ssize_t cells = (Py_ssize_t)n * n;
+    Py_buffer views[3];
+    PyObject *objs[3] = {wo, to, xo};
+    const char *names[3] = {"weights", "targets", "x"};
+    int got = 0;
+    for (; got < 3; got++)
+        if (get_buffer(objs[got], &views[got], cells, "d", sizeof(double), 0, names[got])) break;
+    if (got < 3) {
+        for (int i = 0; i < got; i++) PyBuffer_Release(&views[i]);
+        return NULL;
+    }
+    int status;
+    Py_BEGIN_ALLOW_THREADS
+    status = check_optimal(n, views[0].buf, views[1].buf, views[2].buf, tol, mean_tol);
+    Py_END_ALLOW_THREADS
+    for (int i = 0; i < 3; i++) PyBuffer_Release(&views[i]);
+    if (status < 0) return PyErr_NoMemory();
+    return PyBool_FromLong(status);
+}
+
 static PyMethodDef methods[] = {
     {"solve", solve, METH_VARARGS,
      "solve(m, n, weights, targets, diagonal, out, tol) -> blocks: (17)'s exact optimum on m rows of n columns "
      "written to out (float64, C order; weights and targets likewise); the diagonal edge from row j goes from "
      "column diagonal[j] - 1 to column diagonal[j] of row j + 1 (int32, m - 1 values; j + 1 for (17) itself); a "
      "region splits where an upper subset gains more than tol times the sum of |w (t - mean)| over it."},
+    {"check", check, METH_VARARGS,
+     "check(n, weights, targets, x, tol, mean_tol) -> bool: whether x (n x n, float64, C order, feasible for (17)) "
+     "is (17)'s optimum: every level set of x has its weighted mean of the targets within mean_tol of its value "
+     "and no upper subset of it gains more than tol times the sum of |w (t - mean)| over it."},
     {NULL, NULL, 0, NULL},
 };
 
