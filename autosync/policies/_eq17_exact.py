@@ -62,6 +62,7 @@ class CompiledEq17Solver:
 
     def solve(self, weights: np.ndarray, targets: np.ndarray) -> Eq17Result:
         w, t = checked_instance(weights, targets)
+        w, t = np.ascontiguousarray(w), np.ascontiguousarray(t)
         margin = _ROUNDING * max(float(np.abs(t).max()), np.finfo(float).tiny)
         problem = _Problem(w, t, _row_runs(w, t))
         rounds = 0
@@ -76,8 +77,10 @@ class CompiledEq17Solver:
                 break
             if self.check and rounds > 1:
                 full = isotone_majorant(np.repeat(x, problem.sizes, axis=0))
-                if _compiled.check(t.shape[0], np.ascontiguousarray(w), np.ascontiguousarray(t), full,
-                                   SPLIT_TOLERANCE, _MEAN_TOLERANCE * margin / _ROUNDING):
+                merged = np.repeat((problem.sizes > 1).astype(np.uint8), problem.sizes)
+                split = np.empty(t.shape[0], dtype=np.uint8)
+                if _compiled.check(t.shape[0], w, t, full, split, merged, SPLIT_TOLERANCE,
+                                   _MEAN_TOLERANCE * margin / _ROUNDING) == 1:
                     self.checked += 1
                     return Eq17Result(x=full, converged=True, sweeps=0, rounds=rounds)
             problem = _Problem(w, t, peeled)

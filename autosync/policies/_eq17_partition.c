@@ -278,7 +278,8 @@ done:
    gains, as in `partition_solve`'s split test. A level set meets each row in one run of columns (rows are
    nondecreasing), so `best_upper_subset` finds its best upper subset, rows it skips left empty. Costs
    O(n^2 + n levels). Returns 1 (optimal), 0 (not), -1 (out of memory). */
-static int check_optimal(int n, const double *w, const double *t, const double *x, double tol, double mean_tol) {
+static int check_optimal(int n, const double *w, const double *t, const double *x, double tol, double mean_tol,
+                         unsigned char *split, const unsigned char *merged) {
     size_t cells = (size_t)n * n;
     /* the runs of equal values of each row, and their level (distinct value) by an open-addressing table */
     size_t cap = 1024;
@@ -379,10 +380,32 @@ static int check_optimal(int n, const double *w, const double *t, const double *
     for (size_t r = 0; r < nruns; r++) level_count[run_level[r]]++;
     level_start[0] = 0;
     for (size_t l = 0; l < nlevels; l++) level_start[l + 1] = level_start[l] + level_count[l];
+    /* only level sets that hold the diagonal cell of a row merged with others need the test: in any other,
+       the rows of a merged run are equal and have no diagonal edge among them, so a best upper subset takes
+       one cut on all of them (the cuts of a chain of equal rows between two bounds), an answer of the
+       merged problem, which is optimal */
+    memset(level_count, 0, nlevels * sizeof(int));
+    for (int h = 0; h < n; h++) {
+        if (!merged[h]) continue;
+        const double *xr = x + (size_t)h * n;
+        /* the level of (h, h): the run of row h that holds column h */
+        double v = xr[h];
+        if (v == 0.0) v = 0.0;
+        unsigned long long bits;
+        memcpy(&bits, &v, sizeof bits);
+        size_t s3 = (size_t)((bits * 0x9E3779B97F4A7C15ULL) >> 20) & (table_size - 1);
+        while (level_value[table[s3]] != v) s3 = (s3 + 1) & (table_size - 1);
+        level_count[table[s3]] = 1;
+    }
+    unsigned char *need = malloc(nlevels + 1);
+    if (!need) { status = -1; goto done; }
+    for (size_t l = 0; l < nlevels; l++) need[l] = (unsigned char)level_count[l];
     for (size_t l = 0; l < nlevels; l++) level_count[l] = level_start[l];
     for (size_t r = 0; r < nruns; r++) order[level_count[run_level[r]]++] = (int)r;
     status = 1;
-    for (size_t l = 0; l < nlevels && status == 1; l++) {
+    memset(split, 0, (size_t)n);
+    for (size_t l = 0; l < nlevels && status != 2; l++) {
+        if (!need[l]) continue;
         int first = order[level_start[l]], last = order[level_start[l + 1] - 1];
         int r0 = run_row[first], r1 = run_row[last];
         /* rows the level skips are empty runs */
@@ -406,7 +429,7 @@ static int check_optimal(int n, const double *w, const double *t, const double *
         }
         double mean = swt / sw;
         if (!(fabs(mean - level_value[l]) <= mean_tol)) {
-            status = 0;
+            status = 2;  /* not at its mean: no row to split names the fault */
             break;
         }
         double spread;
@@ -416,8 +439,14 @@ static int check_optimal(int n, const double *w, const double *t, const double *
             upper_cells += (size_t)(lohi[2 * j + 1] - cut[j]);
             lower_cells += (size_t)(cut[j] - lohi[2 * j]);
         }
-        if (value > tol * spread && upper_cells > 0 && lower_cells > 0) status = 0;
+        if (value > tol * spread && upper_cells > 0 && lower_cells > 0) {
+            status = 0;
+            /* the rows where the gaining subset's cut moves: a merged run must split there */
+            for (int j = 1; j <= r1 - r0; j++)
+                if (cut[j] - lohi[2 * j] != cut[j - 1] - lohi[2 * j - 2] || cut[j] != cut[j - 1]) split[r0 + j] = 1;
+        }
     }
+    free(need);
 done:
     free(run_row); free(run_lo); free(run_hi); free(run_level); free(table); free(level_value);
     free(level_count); free(level_start); free(order); free(lohi); free(cut); free(dto);
@@ -499,31 +528,32 @@ static PyObject *solve(PyObject *self, PyObject *args) {
 static PyObject *check(PyObject *self, PyObject *args) {
     (void)self;
     int n;
-    PyObject *wo, *to, *xo;
+    PyObject *wo, *to, *xo, *so, *mo;
     double tol, mean_tol;
-    if (!PyArg_ParseTuple(args, "iOOOdd", &n, &wo, &to, &xo, &tol, &mean_tol)) return NULL;
+    if (!PyArg_ParseTuple(args, "iOOOOOdd", &n, &wo, &to, &xo, &so, &mo, &tol, &mean_tol)) return NULL;
     if (n < 1) {
         PyErr_Format(PyExc_ValueError, "n must be >= 1, but got n=%d", n);
         return NULL;
     }
     Py_ssize_t cells = (Py_ssize_t)n * n;
-    Py_buffer views[3];
-    PyObject *objs[3] = {wo, to, xo};
-    const char *names[3] = {"weights", "targets", "x"};
+    Py_buffer views[5];
+    PyObject *objs[5] = {wo, to, xo, so, mo};
+    const char *names[5] = {"weights", "targets", "x", "split", "merged"};
     int got = 0;
-    for (; got < 3; got++)
-        if (get_buffer(objs[got], &views[got], cells, "d", sizeof(double), 0, names[got])) break;
-    if (got < 3) {
+    for (; got < 5; got++)
+        if (get_buffer(objs[got], &views[got], got >= 3 ? n : cells, got >= 3 ? "B" : "d",
+                       got >= 3 ? 1 : sizeof(double), got == 3, names[got])) break;
+    if (got < 5) {
         for (int i = 0; i < got; i++) PyBuffer_Release(&views[i]);
         return NULL;
     }
     int status;
     Py_BEGIN_ALLOW_THREADS
-    status = check_optimal(n, views[0].buf, views[1].buf, views[2].buf, tol, mean_tol);
+    status = check_optimal(n, views[0].buf, views[1].buf, views[2].buf, tol, mean_tol, views[3].buf, views[4].buf);
     Py_END_ALLOW_THREADS
-    for (int i = 0; i < 3; i++) PyBuffer_Release(&views[i]);
+    for (int i = 0; i < 5; i++) PyBuffer_Release(&views[i]);
     if (status < 0) return PyErr_NoMemory();
-    return PyBool_FromLong(status);
+    return PyLong_FromLong(status);
 }
 
 static PyMethodDef methods[] = {
@@ -533,9 +563,12 @@ static PyMethodDef methods[] = {
      "column diagonal[j] - 1 to column diagonal[j] of row j + 1 (int32, m - 1 values; j + 1 for (17) itself); a "
      "region splits where an upper subset gains more than tol times the sum of |w (t - mean)| over it."},
     {"check", check, METH_VARARGS,
-     "check(n, weights, targets, x, tol, mean_tol) -> bool: whether x (n x n, float64, C order, feasible for (17)) "
-     "is (17)'s optimum: every level set of x has its weighted mean of the targets within mean_tol of its value "
-     "and no upper subset of it gains more than tol times the sum of |w (t - mean)| over it."},
+     "check(n, weights, targets, x, split, merged, tol, mean_tol) -> 1, 0 or 2: 1 where x (n x n, float64, C "
+     "order, feasible for (17), the rows of each merged run equal; merged: uint8, n values, 1 on a row of a run of "
+     "two rows or more) is (17)'s optimum: every level set of x has its weighted mean of the targets within "
+     "mean_tol of its value and no upper subset of it gains more than tol times the sum of |w (t - mean)| over it; "
+     "0 where a level set has such a subset (split, uint8, n values, marks the rows where the subset's cut moves "
+     "from the row above); 2 where a level set is not at its mean."},
     {NULL, NULL, 0, NULL},
 };
 
