@@ -41,8 +41,6 @@ COMPILED = _compiled is not None
 SPLIT_TOLERANCE = 1e-12
 # Rows split off each side of a binding step at the first try; the runs that still bind are split whole.
 FIRST_PEEL = 4
-# A level set of a candidate answer is at its weighted mean of the targets within this times max |t|.
-_MEAN_TOLERANCE = 1e-10
 
 
 class CompiledEq17Solver:
@@ -52,37 +50,22 @@ class CompiledEq17Solver:
     problems solved (1 where no run's end binds).
     """
 
-    def __init__(self, check: bool = True, growth: int | None = 4):
-        self.check = check
-        self.growth = growth
-        self.checked = 0
+    def __init__(self):
         if _compiled is None:
             raise RuntimeError("autosync's compiled (17) solver is not built (reinstall autosync where a C compiler "
                                "and Python's headers are present); the pure-Python one is _isotonic.PythonEq17Solver")
 
     def solve(self, weights: np.ndarray, targets: np.ndarray) -> Eq17Result:
         w, t = checked_instance(weights, targets)
-        w, t = np.ascontiguousarray(w), np.ascontiguousarray(t)
         margin = _ROUNDING * max(float(np.abs(t).max()), np.finfo(float).tiny)
         problem = _Problem(w, t, _row_runs(w, t))
         rounds = 0
         while True:
             x = solve_merged(problem)
             rounds += 1
-            depth = None if self.growth is None else FIRST_PEEL * self.growth ** (rounds - 1)
-            if self.growth is None and rounds == 1:
-                depth = FIRST_PEEL
-            peeled = _peel(x, problem, margin, depth=depth)
+            peeled = _peel(x, problem, margin, depth=FIRST_PEEL if rounds == 1 else None)
             if peeled is None:
                 break
-            if self.check and rounds > 1:
-                full = isotone_majorant(np.repeat(x, problem.sizes, axis=0))
-                merged = np.repeat((problem.sizes > 1).astype(np.uint8), problem.sizes)
-                split = np.empty(t.shape[0], dtype=np.uint8)
-                if _compiled.check(t.shape[0], w, t, full, split, merged, SPLIT_TOLERANCE,
-                                   _MEAN_TOLERANCE * margin / _ROUNDING) == 1:
-                    self.checked += 1
-                    return Eq17Result(x=full, converged=True, sweeps=0, rounds=rounds)
             problem = _Problem(w, t, peeled)
         # Blocks are ordered up to rounding; the majorant makes the constraints hold exactly.
         return Eq17Result(x=isotone_majorant(np.repeat(x, problem.sizes, axis=0)), converged=True, sweeps=0,
@@ -97,4 +80,3 @@ def solve_merged(problem: _Problem) -> np.ndarray:
     _compiled.solve(m, n, np.ascontiguousarray(problem.w), np.ascontiguousarray(problem.t), diagonal, x,
                     SPLIT_TOLERANCE)
     return x
-
