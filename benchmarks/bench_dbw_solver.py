@@ -81,7 +81,7 @@ def _feed(estimators: list[IterationTimeEstimator], samples: list[tuple[int, int
             est.add(h, i, t)
 
 
-def measure(n: int, resolves: int, warmup: int, cvxpy_solver: str | None, python: bool = True) -> dict[str, float]:
+def measure(n: int, resolves: int, warmup: int, cvxpy_solver: str | None, with_python: bool = True) -> dict[str, float]:
     """Mean and max ms per re-solve at n of the structured solver DBW uses (the compiled partition where it
     is built), of the pure-Python structured solver (warm-started) and of cvxpy, on the same samples, and
     the largest relative difference of the first's solutions from each other's."""
@@ -90,7 +90,7 @@ def measure(n: int, resolves: int, warmup: int, cvxpy_solver: str | None, python
     python = IterationTimeEstimator(n, solver=STRUCTURED)
     python._structured = PythonEq17Solver()  # the fallback where the extension is not built
     reference = IterationTimeEstimator(n, solver=cvxpy_solver) if cvxpy_solver else None
-    timed = {"structured": structured, "python": python} if python else {"structured": structured}
+    timed = {"structured": structured, "python": python} if with_python else {"structured": structured}
     if reference is not None:
         timed["cvxpy"] = reference
     for _ in range(warmup):
@@ -182,7 +182,7 @@ def main() -> None:
           f"{'cvxpy/struct':>13} {'max rel diff':>13} {'fallbacks':>9}")
     for n in args.workers:
         solver = args.solver if n <= args.cvxpy_max_workers else None
-        r = measure(n, args.resolves, args.warmup, solver, python=n <= args.python_max_workers)
+        r = measure(n, args.resolves, args.warmup, solver, with_python=n <= args.python_max_workers)
         cvxpy = f"{r['cvxpy']:10.1f}" if solver else f"{'skipped':>10}"
         ratio = f"{r['cvxpy'] / r['structured']:12.1f}x" if solver else f"{'-':>13}"
         diff = max(r.get("python_difference", 0.0), r.get("cvxpy_difference", 0.0))
