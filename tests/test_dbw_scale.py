@@ -62,3 +62,25 @@ def test_the_solver_at_4096_workers_equals_the_unmerged_reference():
         x = exact.CompiledEq17Solver().solve(weights, targets).x
         reference = isotone_majorant(exact.solve_merged(_Problem(weights, targets, np.arange(n))))
         assert np.abs(x - reference).max() <= 1e-12 * np.abs(reference).max(), (n, seed)
+
+
+def test_targets_from_the_sampled_rows_are_bit_for_bit_the_dense_ones():
+    import numpy as np
+
+    from autosync.policies._dbw_time import IterationTimeEstimator
+
+    rng = np.random.default_rng(0)
+    for _ in range(40):
+        n = int(rng.integers(1, 60))
+        est = IterationTimeEstimator(n)
+        est.add(1, 1, 0.5)
+        for _ in range(int(rng.integers(0, 3 * n + 2))):  # scattered pairs: some columns never sampled
+            est.add(int(rng.integers(1, n + 1)), int(rng.integers(1, n + 1)), float(rng.exponential()))
+        for fast, dense in zip(est.targets(), est._dense_targets()):
+            assert fast.dtype == dense.dtype and np.array_equal(fast, dense)
+    weights, targets = dbw_problem(512, 20, 3)  # whole rows sampled, as DBW samples them
+    est = IterationTimeEstimator(512)
+    est.count = np.where(weights >= 1, weights, 0.0)
+    est.total = est.count * targets
+    for fast, dense in zip(est.targets(), est._dense_targets()):
+        assert np.array_equal(fast, dense)
