@@ -1,0 +1,86 @@
+"""Issue #52: DBW's decisions are unchanged by the work on its per-update cost at scale.
+
+tests/data/dbw_trace_n1024.json is the golden trace, recorded before those changes (`tests/dbw_trace.py
+--workers 1024 --updates 60 --write`): k_t after each of 60 updates of bench_scale's job (seed 0) at
+n = 1,024 for DBW and B-DBW. The run takes about half a minute on two loaded cores.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import dbw_trace  # noqa: E402
+
+GOLDEN = Path(__file__).parent / "data" / "dbw_trace_n1024.json"
+
+
+def test_dbw_and_bdbw_decisions_at_1024_workers_match_the_recorded_trace():
+    golden = json.loads(GOLDEN.read_text())
+    assert golden["workers"] == 1024
+    for policy in ("dbw", "bdbw"):
+        assert dbw_trace.decisions(policy, golden["workers"], golden["updates"]) == golden[policy]["k"], policy
+
+
+def dbw_problem(n: int, iterations: int, seed: int):
+    """(weights, targets) as DBW's estimator builds them after `iterations` iterations at n workers: each
+    iteration's n sorted shifted-exponential arrivals are samples of T_{k,i}, k drifting from n towards 0.6 n
+    with jitter (benchmarks/bench_dbw_solver.py's `Samples`), so a few scattered rows are sampled and long runs
+    of rows carry only the prior."""
+    import numpy as np
+
+    from autosync.policies._dbw_time import IterationTimeEstimator
+
+    rng = np.random.default_rng(seed)
+    est = IterationTimeEstimator(n)
+    k, center = n, max(1, round(0.6 * n))
+    for _ in range(iterations):
+        times = np.sort(0.3 + 0.7 * rng.exponential(size=n))
+        est.count[k - 1] += 1
+        est.total[k - 1] += times
+        drift = int(np.sign(center - k)) if abs(center - k) > 3 else 0
+        k = int(np.clip(k + drift * max(1, n // 64) + rng.integers(-2, 3), 1, n))
+    return est.targets()
+
+
+def test_the_solver_at_4096_workers_equals_the_unmerged_reference():
+    """The compiled solver (runs of equal rows merged, binding runs peeled) against the same partition on the
+    unmerged grid, the slow reference, at n = 1,024 and 4,096."""
+    import numpy as np
+    import pytest
+
+    from autosync.policies import _eq17_exact as exact
+    from autosync.policies._isotonic import _Problem, isotone_majorant
+
+    if not exact.COMPILED:
+        pytest.skip("the compiled solver is not built")
+    for n, iterations, seed in ((1024, 30, 0), (1024, 12, 1), (4096, 20, 2)):
+        weights, targets = dbw_problem(n, iterations, seed)
+        x = exact.CompiledEq17Solver().solve(weights, targets).x
+        reference = isotone_majorant(exact.solve_merged(_Problem(weights, targets, np.arange(n))))
+        assert np.abs(x - reference).max() <= 1e-12 * np.abs(reference).max(), (n, seed)
+
+
+def test_targets_from_the_sampled_rows_are_bit_for_bit_the_dense_ones():
+    import numpy as np
+
+    from autosync.policies._dbw_time import IterationTimeEstimator
+
+    rng = np.random.default_rng(0)
+    for _ in range(40):
+        n = int(rng.integers(1, 60))
+        est = IterationTimeEstimator(n)
+        est.add(1, 1, 0.5)
+        for _ in range(int(rng.integers(0, 3 * n + 2))):  # scattered pairs: some columns never sampled
+            est.add(int(rng.integers(1, n + 1)), int(rng.integers(1, n + 1)), float(rng.exponential()))
+        for fast, dense in zip(est.targets(), est._dense_targets()):
+            assert fast.dtype == dense.dtype and np.array_equal(fast, dense)
+    weights, targets = dbw_problem(512, 20, 3)  # whole rows sampled, as DBW samples them
+    est = IterationTimeEstimator(512)
+    est.count = np.where(weights >= 1, weights, 0.0)
+    est.total = est.count * targets
+    for fast, dense in zip(est.targets(), est._dense_targets()):
+        assert np.array_equal(fast, dense)
