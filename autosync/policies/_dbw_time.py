@@ -106,17 +106,6 @@ class IterationTimeEstimator:
         weights[rows] = np.where(sampled, count, EMPTY_PAIR_WEIGHT)
         return weights, targets
 
-    def _dense_targets(self) -> tuple[np.ndarray, np.ndarray]:
-        """`targets` computed pair by pair over the whole matrix (the reference of its tests)."""
-        sampled = self.count > 0
-        means = np.divide(self.total, self.count, out=np.zeros_like(self.total), where=sampled)
-        per_column = sampled.sum(axis=0)
-        overall = self.total.sum() / max(self.count.sum(), 1)
-        prior = np.divide(means.sum(axis=0), per_column, out=np.full(self.n, overall), where=per_column > 0)
-        targets = np.where(sampled, means, prior[None, :])
-        weights = np.where(sampled, self.count, EMPTY_PAIR_WEIGHT)
-        return weights, targets
-
     def solve(self) -> np.ndarray:
         """Solve (17) on the samples so far; returns x (n x n), x[h-1, k-1] ~ E[T_{h,k}]."""
         if self.count.sum() == 0:
