@@ -35,8 +35,8 @@ def _start_and_stop_after_a_trial(job: Path, tmp_path: Path, sig: int,
                                   env: dict | None = None) -> tuple[subprocess.Popen, str]:
     """Start a tune, send it `sig` in its third trial; the process and its stderr once it has exited."""
     db = tmp_path / "s.db"
-    tune = start_autosync("tune", str(job), "--space", "static_k", "--n-trials", "6", "--storage", f"sqlite:///{db}",
-                          cwd=tmp_path, env=env)
+    tune = start_autosync("tune", str(job), "--space", "static_k", "--patience", "0", "--n-trials", "6",
+                          "--storage", f"sqlite:///{db}", cwd=tmp_path, env=env)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not _mid_trial(db):
         time.sleep(0.05)
@@ -60,10 +60,10 @@ def test_ctrl_c_says_what_was_kept_and_the_command_that_resumes(tiny_job, tmp_pa
     line = [x for x in stderr.splitlines() if x.startswith("error: interrupted")]
     assert len(line) == 1, stderr
     kept = int(re.search(r"interrupted: (\d+) finished trials? of study \S+ kept in sqlite:///", line[0]).group(1))
-    assert kept >= 2 and line[0].endswith(f"autosync tune {job} --space static_k --n-trials 6 "
+    assert kept >= 2 and line[0].endswith(f"autosync tune {job} --space static_k --patience 0 --n-trials 6 "
                                           f"--storage sqlite:///{tmp_path}/s.db")
-    resumed = autosync("tune", str(job), "--space", "static_k", "--n-trials", "6", "--storage",
-                       f"sqlite:///{tmp_path}/s.db", cwd=tmp_path)
+    resumed = autosync("tune", str(job), "--space", "static_k", "--patience", "0", "--n-trials", "6", "--storage",
+                       f"sqlite:///{tmp_path}/s.db", cwd=tmp_path)  # the whole budget: static_k's patience gives up
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert f"resuming the study: {kept} finished trials found" in resumed.stderr
     assert f": {6 - kept} trial{'' if kept == 5 else 's'} run by this command, 6 in all" in resumed.stdout
@@ -77,7 +77,7 @@ def test_a_killed_tune_resumed_says_which_dead_trial_it_runs_again(tiny_job, tmp
     tune, _ = _start_and_stop_after_a_trial(job, tmp_path, signal.SIGKILL, env)
     assert tune.returncode == -signal.SIGKILL
     time.sleep(3)  # two heartbeat intervals: the killed trial's process is known dead
-    resumed = subprocess.run([sys.executable, "-m", "autosync.cli", "tune", str(job), "--space", "static_k", "--n-trials", "6",
+    resumed = subprocess.run([sys.executable, "-m", "autosync.cli", "tune", str(job), "--space", "static_k", "--patience", "0", "--n-trials", "6",
                               "--storage", f"sqlite:///{tmp_path}/s.db"], cwd=tmp_path, env=env,
                              capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
