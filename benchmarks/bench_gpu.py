@@ -10,12 +10,20 @@ computes exactly the same gradients:
 - processes: N worker processes on the same GPU (CUDA IPC slots), computing the gradients in parallel;
 - real time: the same processes on the real-time clock (arrivals as they come, no injected stragglers).
 Printed per configuration: updates per second, the ratio to the baseline, and the GPU utilisation
-nvidia-smi reports while it runs (mean of 100 ms samples). Needs a CUDA GPU.
+nvidia-smi reports while it runs (mean of 100 ms samples).
+
+Two more figures, each against a floor measured in the same run:
+- the simulated BSP update (the default in-process driver, virtual clock) against the fused
+  forward/backward floor: a plain PyTorch training step (forward, backward, SGD step) on the union of the
+  8 workers' batches, the least a BSP update can cost (goal: at least 0.8x the floor's rate);
+- the start of N worker processes on the GPU, forkserver against spawn (the processes' start method).
+Needs a CUDA GPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import statistics
 import subprocess
@@ -73,6 +81,36 @@ def timed(job, policy: str, workload, driver, clock=None) -> dict:
             "seconds": seconds, "updates": len(result.trace.updates)}
 
 
+def fused_floor(workload: Workload, job, updates: int) -> dict:
+    """Updates per second of a plain training loop: one forward/backward of the 8 workers' batches joined
+    into one, and an SGD step, on the workload's own model and data (the floor of a BSP update)."""
+    model = copy.deepcopy(workload.model).train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=job.workload.optimizer.lr)
+    x, y = workload.data.x_train, workload.data.y_train
+    batch = job.workload.batch_size * job.cluster.n_workers
+    generator = torch.Generator(device="cpu").manual_seed(0)
+    indices = [torch.randint(len(x), (batch,), generator=generator).to(x.device) for _ in range(updates + 10)]
+    for step, index in enumerate(indices):
+        if step == 10:  # the first 10 warm up
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(model(x[index]), y[index]).backward()
+        optimizer.step()
+    torch.cuda.synchronize()
+    return {"updates_per_second": updates / (time.perf_counter() - start), "updates": updates}
+
+
+def start_seconds(workload: Workload, processes: int, start_method: str, repeats: int = 3) -> float:
+    """Median wall seconds from asking for `processes` worker processes on the GPU to all of them ready."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        ProcessDriver(workload, processes, timeout=120.0, start_method=start_method).close()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--processes", type=int, nargs="+", default=[4, 8])
@@ -116,6 +154,26 @@ def main() -> None:
                                 "one process computing the same gradients in a loop", ratio)
             finally:
                 driver.close()
+    floor = fused_floor(workload, job, args.updates)
+    timed(warm_up, "bsp", workload, None)
+    simulated = timed(job, "bsp", workload, None)
+    ratio = simulated["updates_per_second"] / floor["updates_per_second"]
+    rows.append({"policy": "bsp", "configuration": "fused forward/backward floor (plain training step)", **floor})
+    rows.append({"policy": "bsp", "configuration": "simulated, in-process driver, virtual clock",
+                 "ratio_to_floor": ratio, **simulated})
+    print(f"bsp: fused forward/backward floor {floor['updates_per_second']:.1f} updates/s; simulated "
+          f"{simulated['updates_per_second']:.1f} updates/s = {ratio:.2f}x the floor (goal >= 0.8)")
+    figures.add(f"bsp, ResNet-18 on {torch.cuda.get_device_name()}, simulated in process: updates per second",
+                simulated["updates_per_second"], "1/s", "a plain training step on the 8 workers' batches joined",
+                ratio)
+    for n in args.processes:
+        spawn, forkserver = (start_seconds(workload, n, method) for method in ("spawn", "forkserver"))
+        rows.append({"configuration": f"{n} processes started", "spawn_seconds": spawn,
+                     "forkserver_seconds": forkserver})
+        print(f"{n} processes on the GPU start in {spawn:.2f} s spawned, {forkserver:.2f} s from a forkserver "
+              f"({spawn / forkserver:.2f}x)")
+        figures.add(f"start of {n} worker processes on {torch.cuda.get_device_name()}, forkserver: seconds",
+                    forkserver, "s", "the same processes spawned", spawn / forkserver)
     figures.write(args.json)
     if args.out:
         with open(args.out, "w") as fh:

@@ -29,11 +29,12 @@ def test_every_policy_trains_on_the_gpu_as_on_the_cpu(name):
 
 
 @pytest.mark.processes
-def test_worker_processes_share_the_gpu_slots_and_match_the_in_process_kernel():
+@pytest.mark.parametrize("start_method", ["spawn", "forkserver"])
+def test_worker_processes_share_the_gpu_slots_and_match_the_in_process_kernel(start_method):
     workload = Workload(JOB, device="cuda")
     reference = Simulator(JOB, make_policy("backup", {"k": 3}), workload=workload,
                           driver=PerWorkerDriver(workload, JOB.seed)).run()
-    driver = ProcessDriver(workload, processes=2, timeout=30.0)
+    driver = ProcessDriver(workload, processes=2, timeout=30.0, start_method=start_method)
     try:
         result = Simulator(JOB, make_policy("backup", {"k": 3}), workload=workload, driver=driver).run()
         assert result.trace.arrivals == reference.trace.arrivals

@@ -183,3 +183,10 @@ def test_worker_cpus_are_checked_in_one_line():
     pinned = BackendChoice(backend="processes", clock="real", worker_cpus=(0,))
     assert pinned.describe()["worker_cpus"] == [0] and execution_tag(pinned) == "processes-real-machine-cpus0-cpu"
     assert ExecutionOptions(**ExecutionOptions.of_choice(pinned)).choice() == pinned
+
+
+def test_an_unknown_start_method_is_refused_before_any_process_starts():
+    from autosync.core.errors import UserError
+
+    with pytest.raises(UserError, match="start_method must be one of forkserver, spawn, but got 'fork'"):
+        ProcessDriver(Workload(JOB), processes=1, start_method="fork")

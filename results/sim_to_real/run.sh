@@ -8,8 +8,10 @@
 #   machine/        this machine's own workers, profiled (`autosync profile --check`)
 #   heterogeneous/  worker process 1 pinned to core 1 beside a CPU-bound co-runner: its workers are real
 #                   stragglers (about 2x slower), which the profile must find on its own
+# CPUS (default 0,1) names the two cores of the heterogeneous case; its co-runner sits on the second.
 set -euo pipefail
 OUT=${OUT:-results/sim_to_real}
+CPUS=${CPUS:-0,1}
 rm -rf "$OUT/injected" "$OUT/machine" "$OUT/heterogeneous" "$OUT/studies.db" "$OUT/studies.db.lock"
 mkdir -p "$OUT"
 TUNE=(--space static_k --n-trials 12 --storage "sqlite:///$OUT/studies.db" --backend processes --clock real
@@ -22,11 +24,11 @@ autosync tune "$OUT/injected/calibrated_job.yaml" "${TUNE[@]}" --stragglers mode
 autosync profile --rounds 5 --check --out "$OUT/machine/profile"
 autosync tune "$OUT/machine/profile/profiled_job.yaml" "${TUNE[@]}" --out "$OUT/machine"
 
-taskset -c 1 python -c "while True: pass" &
+taskset -c "${CPUS#*,}" python -c "while True: pass" &
 CORUNNER=$!
 trap 'kill $CORUNNER' EXIT
-autosync profile --rounds 5 --check --worker-cpus 0,1 --out "$OUT/heterogeneous/profile"
-autosync tune "$OUT/heterogeneous/profile/profiled_job.yaml" "${TUNE[@]}" --worker-cpus 0,1 --out "$OUT/heterogeneous"
+autosync profile --rounds 5 --check --worker-cpus "$CPUS" --out "$OUT/heterogeneous/profile"
+autosync tune "$OUT/heterogeneous/profile/profiled_job.yaml" "${TUNE[@]}" --worker-cpus "$CPUS" --out "$OUT/heterogeneous"
 kill $CORUNNER
 trap - EXIT
 

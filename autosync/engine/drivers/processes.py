@@ -1,10 +1,10 @@
 """Worker processes compute the gradients; the server process keeps the engine (issue: processes backend).
 
-One machine, `torch.multiprocessing` with the `spawn` start method. Before the workers start, the server
-allocates two slot tables, parameters and gradients (each row followed by the model's buffers and their
-change, for a model that has buffers), with one row per simulated worker (a worker has at
-most one task in flight), and `SHARED_ROWS` more parameter rows: in shared memory on the CPU, or on the
-GPU with `device="cuda"`, where the spawned processes map the same rows through CUDA IPC. Dispatching a
+One machine, `torch.multiprocessing`, processes started from a forkserver (`_context`). Before the
+workers start, the server allocates two slot tables, parameters and gradients (each row followed by the
+model's buffers and their change, for a model that has buffers), with one row per simulated worker (a
+worker has at most one task in flight), and `SHARED_ROWS` more parameter rows: in shared memory on the CPU, or on the
+GPU with `device="cuda"`, where the worker processes map the same rows through CUDA IPC. Dispatching a
 task copies its parameters into the worker's row and sends a small notification `(worker, task index,
 batch size, row)` down the owning process's pipe; tasks dispatched together with one parameter version
 (BSP's n workers, the first tasks of any barrier) share one copy in a shared row, which is rewritten
@@ -91,12 +91,19 @@ def _compute_until_told(job_json: dict[str, Any], data: Dataset | None, params: 
         outbox.send((worker, index, loss, seconds, time.monotonic()))
 
 
-def _context(device: torch.device) -> Any:
-    """How worker processes start. On the CPU: forked from a server process that has imported torch and
-    this module once (a 4-trial tune on worker processes took 13.8 s instead of 30.1 s, the trials' values
-    identical), since a spawned process imports torch afresh (3 s on 2 cores) for every run. On a GPU:
-    spawned, as CUDA needs and as tested there."""
-    if device.type != "cpu" or "forkserver" not in mp.get_all_start_methods():
+START_METHODS = ("forkserver", "spawn")
+
+
+def _context(device: torch.device, start_method: str | None = None) -> Any:
+    """How worker processes start: by default forked from a server process that has imported torch and this
+    module once, since a spawned process imports torch afresh for every run. On the CPU a 4-trial tune on
+    worker processes took 13.8 s instead of 30.1 s (3 s per import on 2 cores), the trials' values identical;
+    on an H200, 4 and 8 processes sharing the GPU started in 7.8 and 9.6 s instead of 12.7 and 14.5 s. The
+    forkserver imports torch but never initialises CUDA, so its children may (tests/test_gpu.py runs both
+    starts on a GPU). `start_method` "spawn" asks for a fresh interpreter per process instead."""
+    if start_method not in (None, *START_METHODS):
+        raise UserError(f"start_method must be one of {', '.join(START_METHODS)}, but got {start_method!r}")
+    if start_method == "spawn" or "forkserver" not in mp.get_all_start_methods():
         return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(["torch", "autosync.engine.drivers.processes"])
@@ -104,7 +111,7 @@ def _context(device: torch.device) -> Any:
 
 
 class ProcessDriver(RemoteDriver):
-    """Computes task gradients in `processes` spawned worker processes on this machine's CPU or GPU.
+    """Computes task gradients in `processes` worker processes on this machine's CPU or GPU.
 
     Each process has its own pair of pipes (tasks in, answers out): nothing is shared between processes
     but the slot tables, so a process killed at any instant cannot block the others, and its death is
@@ -112,10 +119,11 @@ class ProcessDriver(RemoteDriver):
     """
 
     def __init__(self, workload: Workload, processes: int, timeout: float = 60.0, threads: int = 1,
-                 cpus: tuple[int, ...] | None = None):
+                 cpus: tuple[int, ...] | None = None, start_method: str | None = None):
         """Processes for the server's `workload`, on its device. On the CPU they get its data in shared
         memory rather than loading the dataset again (one copy however many processes). With `cpus`,
-        process p runs on core cpus[p % len(cpus)] alone (a slower core makes its workers real stragglers)."""
+        process p runs on core cpus[p % len(cpus)] alone (a slower core makes its workers real stragglers).
+        `start_method` ("forkserver" or "spawn") overrides the device's default start (`_context`)."""
         if processes < 1:
             raise UserError(f"--workers-per-device must be >= 1, but got {processes}")
         job, dim = workload.job, workload.slot_dim  # a slot: the parameters, then the buffers
@@ -128,7 +136,7 @@ class ProcessDriver(RemoteDriver):
         if self.device.type == "cpu":  # CUDA tensors are shared through CUDA IPC when passed to a process
             self.params.share_memory_()
             self.grads.share_memory_()
-        ctx = _context(self.device)
+        ctx = _context(self.device, start_method)
         self.procs, self.inboxes, self.outboxes = [], [], []
         self.rank_of: dict[Connection, int] = {}  # answer pipe -> process
         self._answers = select.poll()  # every live process's answer pipe, polled with one system call
