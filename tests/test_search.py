@@ -502,3 +502,19 @@ def test_a_trial_still_training_when_the_timeout_passes_stops_and_takes_no_slot(
     study.enqueue_trial({"backup.k": 3, "backup.lr_rule": "fixed"}, user_attrs={FULL_BUDGET_OF: 0})
     study.optimize(objective, n_trials=1, catch=(RunFailed,))
     assert study.trials[-1].state.name == "COMPLETE"
+
+
+@pytest.mark.parametrize("text, n, workers, share", [
+    ("n_workers", 16, 16, 16), ("n_workers - 1", 16, 15, 15), ("n_workers / 2", 15, 7, 8),
+    ("n_workers*3/4", 16, 12, 12), ("n_workers * 2", 16, 32, 16), ("n_workers+3", 4, 7, 4), (5, 16, 5, 5),
+])
+def test_worker_expressions_share_one_grammar_and_finish_by_their_own_rule(text, n, workers, share):
+    from types import SimpleNamespace
+
+    from autosync.search.space_file import resolve_share, resolve_workers
+
+    assert resolve_workers(text, SimpleNamespace(context={"n_workers": n})) == workers  # floored, unclamped
+    assert resolve_share(text, n) == share  # rounded, between 1 and n
+    for bad in ("n_workers ** 2", "n_workers/x"):
+        with pytest.raises(ValueError, match=r"must be a number or n_workers\[\*a\]\[/b\]\[\+-c\]"):
+            resolve_share(bad, n)

@@ -10,8 +10,9 @@ problem is reported at once naming the field, the rule and the value.
         k: {type: int, low: 1, high: n_workers}
         lr_rule: {type: categorical, choices: [fixed, proportional]}
 
-`n_workers` (optionally `n_workers - 1`, `n_workers * 2`, `n_workers / 2`) stands for the job's number of
-workers; it is resolved through the validation context `{"n_workers": n}`.
+`n_workers` (optionally `n_workers - 1`, `n_workers * 2`, `n_workers / 2`, `n_workers*3/4 - 1`: the grammar
+n_workers[*a][/b][+-c]) stands for the job's number of workers; it is resolved through the validation
+context `{"n_workers": n}`, floored.
 """
 
 from __future__ import annotations
@@ -43,38 +44,38 @@ class Dimension:
     when: list[dict[str, list[Any]]] | None = None  # sampled only where one clause holds (earlier params' values)
 
 
-_SYMBOL = re.compile(r"n_workers(?:([-+*/])(\d+))?")
+_WORKERS_EXPRESSION = re.compile(r"n_workers(?:\*(\d+))?(?:/(\d+))?(?:([-+])(\d+))?")
 
 
-_SHARE = re.compile(r"n_workers(?:\*(\d+))?(?:/(\d+))?(?:([-+])(\d+))?")
+def _worker_expression(value: Any) -> tuple[int, int, int] | None:
+    """'n_workers[*a][/b][+-c]' (spaces allowed) as (a, b, +-c); None for anything that does not start with
+    n_workers. The one grammar of the worker expressions that `resolve_workers` and `resolve_share` finish."""
+    if not isinstance(value, str) or not value.replace(" ", "").startswith("n_workers"):
+        return None
+    match = _WORKERS_EXPRESSION.fullmatch(value.replace(" ", ""))
+    if match is None:
+        raise ValueError(f"must be a number or n_workers[*a][/b][+-c], but got {value!r}")
+    times, over, sign, offset = match.groups()
+    return int(times or 1), max(int(over or 1), 1), (-1 if sign == "-" else 1) * int(offset or 0)
 
 
 def resolve_share(value: Any, n_workers: int) -> Any:
-    """'n_workers*3/4' on 16 workers -> 12 (at least 1, at most n); 'n_workers - 1' -> 15; anything else as is."""
-    if not isinstance(value, str) or not value.replace(" ", "").startswith("n_workers"):
+    """'n_workers*3/4' on 16 workers -> 12, rounded, at least 1 and at most n ('n_workers - 1' -> 15);
+    anything else as is."""
+    parsed = _worker_expression(value)
+    if parsed is None:
         return value
-    match = _SHARE.fullmatch(value.replace(" ", ""))
-    if match is None:
-        raise ValueError(f"must be a number or n_workers[*a][/b][-c], but got {value!r}")
-    times, over, sign, offset = match.groups()
-    k = n_workers * int(times or 1) / int(over or 1)
-    k = round(k) + (int(offset) if sign == "+" else -int(offset) if sign == "-" else 0)
-    return max(1, min(n_workers, k))
+    times, over, offset = parsed
+    return max(1, min(n_workers, round(n_workers * times / over) + offset))
 
 
 def resolve_workers(value: Any, info: ValidationInfo) -> Any:
-    """Replace the symbol n_workers (also 'n_workers - 1', 'n_workers / 2') by the job's value."""
-    if not (isinstance(value, str) and value.replace(" ", "").startswith("n_workers")):
+    """Replace the symbol n_workers (also 'n_workers - 1', 'n_workers / 2', floored) by the job's value."""
+    parsed = _worker_expression(value)
+    if parsed is None:
         return value
-    match = _SYMBOL.fullmatch(value.replace(" ", ""))
-    if not match:
-        raise ValueError(f"must be a number or n_workers [+-*/ integer], but got {value!r}")
-    n = (info.context or {}).get("n_workers", 1)
-    op, operand = match.groups()
-    if op is None:
-        return n
-    k = int(operand)
-    return {"+": n + k, "-": n - k, "*": n * k, "/": n // max(k, 1)}[op]
+    times, over, offset = parsed
+    return (info.context or {}).get("n_workers", 1) * times // over + offset
 
 
 class _Strict(BaseModel):
