@@ -12,7 +12,7 @@ import yaml
 from autosync import api
 from autosync.catalog import make_policy
 from autosync.engine import simulate
-from autosync.engine.drivers import ProcessDriver
+from autosync.engine.drivers import InProcessDriver, ProcessDriver
 from autosync.core.errors import JobFileError
 from autosync.core.job import job_from_dict, load_job
 from autosync.workloads.workload import Workload
@@ -68,6 +68,13 @@ def counting(input_shape, n_outputs):
             Counting.calls += 1
             return super().forward(x) * Counting.calls
     return Counting(input_shape[0], n_outputs)
+
+
+def batch_centred(input_shape, n_outputs):
+    class Centred(nn.Linear):
+        def forward(self, x):
+            return super().forward(x - x.mean(0))  # each sample's output depends on the whole batch
+    return Centred(input_shape[0], n_outputs)
 
 
 def wrong_width(input_shape, n_outputs):
@@ -254,9 +261,15 @@ def test_randomness_outside_dropout_modules_is_found_and_seeded(user_dir):
 def test_a_pure_user_model_keeps_the_fused_and_batched_paths(user_dir):
     job = _job(user_dir, "pure", model={"factory": "userpkg:linear"})
     workload = Workload(job)
-    assert workload.fast_path and workload.init_buffers() is None
+    assert workload.fast_path and workload.init_buffers() is None and workload.independent_samples
     result = simulate(job, make_policy("bsp"), workload=workload)
     assert result.final_buffers is None and result.metrics["updates"] == 12
+
+
+def test_a_user_model_whose_samples_depend_on_each_other_is_never_fused(user_dir):
+    workload = Workload(_job(user_dir, "centred", model={"factory": "userpkg:batch_centred"}))
+    assert workload.fast_path and not workload.independent_samples
+    assert not InProcessDriver(workload, 0).fuses_workers
 
 
 def test_regression_targets_take_the_squared_error(user_dir):

@@ -114,3 +114,25 @@ def test_digits_are_read_without_importing_sklearn_and_equal_its_loader():
     probe = ("import sys; from autosync.workloads.datasets import digits_arrays; digits_arrays(); "
              "print('sklearn' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True).stdout.strip() == "False"
+
+
+def test_batch_norm_workers_are_never_fused_into_one_pass():
+    """Batch norm normalises over the batch it is given: a BSP step over the union of the workers' batches
+    is not the mean of their own gradients (122% of the step apart here), so such a model's BSP step takes
+    each worker's pass."""
+    from autosync.catalog import make_policy
+    from autosync.engine.drivers import PerWorkerDriver
+    from autosync.engine.simulator import simulate
+
+    job = small_job(workload={"dataset": {"name": "synthetic_images", "n_samples": 64, "image_shape": [3, 8, 8]},
+                              "model": {"name": "resnet20"}, "batch_size": 4,
+                              "evaluation": {"every_seconds": 1e9, "max_samples": 8}},
+                    budget={"max_updates": 2})
+    workload = Workload(job)
+    assert workload.fast_path and not workload.independent_samples
+    assert not InProcessDriver(workload, job.seed).fuses_workers
+    assert InProcessDriver(Workload(small_job()), 0).fuses_workers  # a model without batch norm still fuses
+    run = simulate(job, make_policy("bsp", {}), workload=workload)
+    alone = simulate(job, make_policy("bsp", {}), workload=workload, driver=PerWorkerDriver(workload, job.seed))
+    step = (alone.final_params - workload.init_params()).norm()
+    assert (run.final_params - alone.final_params).norm() < 1e-4 * step

@@ -4,7 +4,8 @@ Each finding is one `JobFileError` line naming the job file, the field and the p
 on the dataset's inputs, outputs that do not match the classes, a loss that is not a scalar or does not
 reach the parameters, a model that is not a pure function of its parameters, buffers and the seeded
 generator. What is allowed but slower is detected here too: randomness drawn outside a dropout module
-(seeded per task from then on) and a model that `torch.func.vmap` cannot batch (computed per worker).
+(seeded per task from then on), a model that `torch.func.vmap` cannot batch (computed per worker) and one
+whose samples' losses depend on each other (batch statistics: workers never fused into one pass).
 """
 
 from __future__ import annotations
@@ -76,6 +77,8 @@ def check_user_workload(workload: "Workload", source: str) -> None:
         raise fail(loss_field, "the loss or its gradient is not finite at the initial parameters")
     if workload.fast_path:
         workload.batchable = _vmaps(workload, x, y)
+    if workload.fast_path and workload.independent_samples:
+        workload.independent_samples = _independent(workload, theta, x, y)
 
 
 def _check_outputs(workload: "Workload", out: torch.Tensor, y: torch.Tensor, field: str, fail) -> None:
@@ -95,6 +98,17 @@ def _check_outputs(workload: "Workload", out: torch.Tensor, y: torch.Tensor, fie
         per_sample = max(1, y[0].numel())
         if out[0].numel() != per_sample:
             raise fail(field, f"outputs of shape {tuple(out.shape)} do not match targets of shape {tuple(y.shape)}")
+
+
+def _independent(workload: "Workload", theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> bool:
+    """Whether each sample's loss is its own: the same in a pass over the first half of the batch as in a
+    pass over all of it (batch statistics, as batch norm computes them, make it depend on the others)."""
+    half = max(1, len(x) // 2)
+    with torch.no_grad(), workload.task_randomness(0, 0, 0):
+        whole = workload.per_sample_loss(theta, x, y)[:half]
+    with torch.no_grad(), workload.task_randomness(0, 0, 0):
+        part = workload.per_sample_loss(theta, x[:half], y[:half])
+    return bool(torch.allclose(whole, part, rtol=1e-4, atol=1e-6))  # another batch size: another summation order
 
 
 def _vmaps(workload: "Workload", x: torch.Tensor, y: torch.Tensor) -> bool:

@@ -75,6 +75,11 @@ class Workload:
             else torch.zeros(0, device=self.device)
         self.random = any(isinstance(m, torch.nn.modules.dropout._DropoutNd) for m in self.model.modules())
         self.batchable = True  # torch.func.vmap can batch it (checked for a user's model)
+        # Batch norm computes its statistics over the whole batch it is given, so one pass over several workers'
+        # batches differs from each worker's own pass: such a model's workers are never fused (checked for a
+        # user's model too).
+        self.independent_samples = not any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm)
+                                           for m in self.model.modules())
         self._eval_x_train, self._eval_y_train = self._eval_subset(self.data.x_train, self.data.y_train)
         self._eval_x_test, self._eval_y_test = self._eval_subset(self.data.x_test, self.data.y_test)
         if job.uses_user_code:

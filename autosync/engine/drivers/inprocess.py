@@ -3,7 +3,8 @@
 Two kernels:
 - `aggregate`: workers that share one parameter version and whose individual gradients nobody needs
   (BSP, backup workers) get one fused forward/backward over the union of their batches, each sample
-  weighted by w_i / b_i, which is exactly the weighted mean of their mini-batch gradients.
+  weighted by w_i / b_i, which is exactly the weighted mean of their mini-batch gradients where samples
+  are independent (not under batch norm, whose statistics span the pass: `Workload.independent_samples`).
 - `worker_gradients`: per-worker gradients (different versions for ASP/SSP, or when a strategy needs
   them) through ``torch.func.vmap`` over workers, grouped by batch size.
 A workload off the fast path (a model with buffers or random layers, a user's loss, a model vmap cannot
@@ -29,7 +30,9 @@ class InProcessDriver:
     def __init__(self, workload: Workload, seed: int):
         self.workload = workload
         self.seed = seed
-        self.fuses_workers = workload.fast_path  # `aggregate` may fuse workers that share one parameter version
+        # `aggregate` may fuse workers that share one parameter version, where a sample's loss does not depend
+        # on the other samples of its pass (batch norm's does: one pass over the union is not the workers' own)
+        self.fuses_workers = workload.fast_path and workload.independent_samples
         self._grad_fn = grad(self._mean_loss, has_aux=True)
 
     def _mean_loss(self, params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor):
