@@ -95,12 +95,11 @@ START_METHODS = ("forkserver", "spawn")
 
 
 def _context(device: torch.device, start_method: str | None = None) -> Any:
-    """How worker processes start: by default forked from a server process that has imported torch and this
-    module once, since a spawned process imports torch afresh for every run. On the CPU a 4-trial tune on
-    worker processes took 13.8 s instead of 30.1 s (3 s per import on 2 cores), the trials' values identical;
-    on an H200, 4 and 8 processes sharing the GPU started in 7.8 and 9.6 s instead of 12.7 and 14.5 s. The
-    forkserver imports torch but never initialises CUDA, so its children may (tests/test_gpu.py runs both
-    starts on a GPU). `start_method` "spawn" asks for a fresh interpreter per process instead."""
+    """How worker processes start: by default forked from a forkserver that has imported torch and this
+    module once, since a spawned process imports torch afresh for every run (seconds on a small machine;
+    results/processes_gpu/README.md has the GPU's figures). The forkserver imports torch but never
+    initialises CUDA, so its children may (tests/test_gpu.py runs both starts on a GPU). `start_method`
+    "spawn" asks for a fresh interpreter per process instead."""
     if start_method not in (None, *START_METHODS):
         raise UserError(f"start_method must be one of {', '.join(START_METHODS)}, but got {start_method!r}")
     if start_method == "spawn" or "forkserver" not in mp.get_all_start_methods():
