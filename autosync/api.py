@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from autosync.workloads.workload import Workload
 
 __all__ = [
-    "JobSpec", "load_job", "job_from_dict", "backend", "make_policy", "tuned_policy", "check_workload", "run",
+    "JobSpec", "load_job", "job_from_dict", "validate_job", "backend", "make_policy", "tuned_policy", "check_workload", "run",
     "run_setup", "write_run", "tune", "tune_dir", "write_tune", "Tuned", "TuneFiles", "leaderboard", "Leaderboard", "profile",
     "Profile", "cached_studies", "clear_cache", "load_run", "rerun", "ranks", "output_dir", "output_file", "RunOptions",
     "TuneOptions", "LeaderboardOptions", "ProfileOptions", "ExecutionOptions", "calibrate", "write_calibration",
@@ -136,6 +136,16 @@ def check_workload(job: JobSpec, device: str = "cpu") -> "Workload":
     from autosync.workloads.workload import Workload
 
     return Workload(job, device=device)
+
+
+def validate_job(path: str | Path) -> JobSpec:
+    """The job file `path`, loaded and checked (`autosync validate`): a job naming the user's own model,
+    dataset or loss also has them imported, built and checked on a batch; every problem raises at once, as
+    one JobFileError."""
+    spec = load_job(path)
+    if spec.uses_user_code:
+        check_workload(spec)
+    return spec
 
 
 def run_setup(job: "JobSpec | str | Path | None", options: RunOptions) -> "tuple[JobSpec, Policy]":
@@ -638,15 +648,21 @@ def robustness_compare(reports: Sequence[str | Path], options: CompareOptions | 
     return compare([Path(p) for p in reports], opts.developed_on)
 
 
-def cached_studies(job: JobSpec | None = None, storage: str | None = None) -> list[dict[str, Any]]:
+def cached_studies(job: JobSpec | None = None, storage: str | None = None, *,
+                   check: bool = False) -> list[dict[str, Any]]:
     """The studies of `job` (None: every study) in the storage (default: sqlite:///results/autosync-studies.db),
     with their cache records (None while unfinished); reading never creates the storage. The job comes first,
-    as in `clear_cache` and the API's other functions."""
-    from autosync.search.study.cache import cached_studies as studies
+    as in `clear_cache` and the API's other functions. With `check`, a damaged cache record raises its one-line
+    error (without: the study carries it under "damaged")."""
+    from autosync.search.study.cache import cached_studies as studies, damaged
     from autosync.search.study.storage import DEFAULT_STORAGE
 
     quiet_optuna()
-    return studies(storage or DEFAULT_STORAGE, job.fingerprint() if job is not None else None)
+    found = studies(storage or DEFAULT_STORAGE, job.fingerprint() if job is not None else None)
+    for s in found if check else []:
+        if "damaged" in s:
+            raise damaged(s["study"], s["damaged"])
+    return found
 
 
 def recommend(job: JobSpec, storage: str | None = None, grids: Sequence[str | Path] = ()) -> "Recommendation":
