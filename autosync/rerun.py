@@ -81,6 +81,14 @@ class Rerun:
         return torch.equal(self.result.final_params, self.logged_params) and same_buffers
 
 
+def load_run(run_dir: Path, device: str = "cpu") -> LoggedRun:
+    """The run `autosync run` wrote in `run_dir`, to replay on `device` (checked first: `rerun`)."""
+    from autosync.engine.backends import check_device
+
+    check_device(device)
+    return LoggedRun.load(run_dir)
+
+
 def rerun(logged: LoggedRun, device: str = "cpu", progress: ProgressFn | None = None) -> Rerun:
     """Replay `logged` in this process on `device`; `progress` as for the simulator."""
     from autosync.engine.drivers import PerWorkerDriver

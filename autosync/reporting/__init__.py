@@ -15,6 +15,8 @@
 - `verification`: a tune's candidates re-run on a real backend, as table and figure (`tune --verify-top`).
 - `profile`: the timed rounds and the fitted job (`autosync profile`).
 - `calibration`: the calibrated job and calibration.json (`autosync calibrate`).
+- `results`: what the API's `leaderboard`, `profile`, `family`, `robustness`, `replay` and `scaling` return,
+  each writing itself through the modules above (`.write`).
 
 The modules that compute these results return plain data; the writers here only render it.
 """

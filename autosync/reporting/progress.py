@@ -1,5 +1,5 @@
 """The progress the command line draws while a command runs: a bar over a run's budget, counting bars
-(the leaderboard's runs, tune's trials), and the API's phases (`autosync.api.Phase`) as spinners or
+(the leaderboard's runs, tune's trials), and the API's phases (`autosync.core.phases.Phase`) as spinners or
 counting bars. Each is drawn on the console the command line gives it (its stderr console: stdout keeps the
 results alone).
 """

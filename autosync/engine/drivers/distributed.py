@@ -280,6 +280,13 @@ def in_session() -> bool:
     return _session is not None
 
 
+def require_session() -> None:
+    """A one-line UserError unless this process is a rank of a torchrun session (`autosync tune` under it)."""
+    if not in_session():
+        raise UserError("--backend distributed tunes under torchrun, every rank running the same command, e.g. "
+                        "torchrun --nproc-per-node 3 -m autosync.cli tune JOB.yaml --backend distributed")
+
+
 def driver_for(n_workers: int, dim: int, timeout: float) -> DistributedDriver:
     """The session's driver when one is open (its `close` ends only the run), else a driver for one run."""
     return _session if _session is not None else DistributedDriver(n_workers, dim, timeout)
