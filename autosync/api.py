@@ -106,9 +106,9 @@ def tuned_policy(job: JobSpec, storage: str | None = None, params: dict[str, Any
 def check_workload(job: JobSpec, device: str = "cpu") -> "Workload":
     """Build the job's workload once (datasets, model, loss; the user's factories imported, called and
     checked) and return it; a problem raises a one-line JobFileError naming the job file and field."""
-    from autosync.workloads.workload import Workload
+    from autosync.workloads.build import build_workload
 
-    return Workload(job, device=device)
+    return build_workload(job, device=device)
 
 
 def validate_job(path: str | Path) -> JobSpec:

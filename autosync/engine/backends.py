@@ -210,9 +210,9 @@ class Ranks:
 
         slot_dim = None
         if every_run:  # built before the job is sent: a workload that fails still releases the ranks
-            from autosync.workloads.workload import Workload
+            from autosync.workloads.build import build_workload
 
-            slot_dim = Workload(job, device=self.choice.device).slot_dim
+            slot_dim = build_workload(job, device=self.choice.device).slot_dim
         roots = [str(Path(job.source).resolve().parent)] if job.uses_user_code else []
         self.shared = True
         distributed.share_job(job.model_dump(mode="json"), roots)

@@ -171,10 +171,10 @@ def _train(job: JobSpec, policy: Any, progress: Callable[[dict[str, Any]], None]
     if backend is None or backend.backend == "simulator":
         return _simulate_forking(job, policy, progress)
     from autosync.engine import backends, simulate
-    from autosync.workloads.workload import Workload
+    from autosync.workloads.build import build_workload
 
     try:
-        workload = Workload(job, device=backend.device)
+        workload = build_workload(job, device=backend.device)
         driver, clock = backends.build(backend, job, workload)
         return simulate(job, policy, workload=workload, progress=progress, driver=driver, clock=clock), 0.0
     except RuntimeFailure as exc:  # workers died or hung: this trial fails, the study goes on

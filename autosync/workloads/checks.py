@@ -9,6 +9,7 @@ generator. What is allowed but slower is detected here too: randomness drawn out
 
 from __future__ import annotations
 
+import copy
 from typing import TYPE_CHECKING
 
 import torch
@@ -23,8 +24,11 @@ if TYPE_CHECKING:
 PROBE_SAMPLES = 4  # a batch of a few training samples (two at least: batch norm needs two)
 
 
-def check_user_workload(workload: "Workload", source: str) -> None:
-    """Raise a one-line JobFileError for what cannot train; adjust `workload`'s paths for what is slow."""
+def check_user_workload(workload: "Workload", source: str) -> tuple[bool, bool]:
+    """Raise a one-line JobFileError for what cannot train; return the paths the workload takes, (random,
+    batchable): whether its forward pass draws random numbers (then seeded per task) and whether vmap can
+    batch its gradients. `workload` is left as it is: the checks switch the paths of a copy."""
+    workload = copy.copy(workload)
     spec = workload.spec
     model_label = f"workload.model ({spec.model.label})"
     n = min(PROBE_SAMPLES, workload.data.n_train)
@@ -76,6 +80,7 @@ def check_user_workload(workload: "Workload", source: str) -> None:
         raise fail(loss_field, "the loss or its gradient is not finite at the initial parameters")
     if workload.fast_path:
         workload.batchable = _vmaps(workload, x, y)
+    return workload.random, workload.batchable
 
 
 def _check_outputs(workload: "Workload", out: torch.Tensor, y: torch.Tensor, field: str, fail) -> None:

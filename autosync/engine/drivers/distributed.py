@@ -89,14 +89,14 @@ def serve_rank(job_json: dict[str, Any], device: str = "cpu", threads: int = 1) 
     from autosync.engine.allocator import keep_freed_memory
     from autosync.engine.drivers.perworker import slot_gradient
     from autosync.core.job import JobSpec
-    from autosync.workloads.workload import Workload
+    from autosync.workloads.build import build_workload
 
     torch.set_num_threads(threads)
     keep_freed_memory()
     job = JobSpec.model_validate(job_json)
     if device.startswith("cuda") and torch.cuda.device_count() > 1:
         device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0)) % torch.cuda.device_count()}"
-    workload = Workload(job, device=device)
+    workload = build_workload(job, device=device)
     header = torch.zeros(3, dtype=torch.int64)
     params = torch.zeros(workload.slot_dim)
     gradient = torch.zeros(workload.slot_dim, device=workload.device)  # each answer is written here
