@@ -33,6 +33,7 @@ from typing import Any, Callable
 import numpy as np
 
 from autosync.core.job import JobSpec
+from autosync.core.phases import Phase, no_phase
 
 #: The two runs: the slowest update rate (BSP) and the fastest (one gradient per update).
 RATE_POLICIES: tuple[tuple[str, dict[str, Any]], ...] = (
@@ -42,6 +43,7 @@ RATE_POLICIES: tuple[tuple[str, dict[str, Any]], ...] = (
 TOLERANCE = 0.15  # a run fits when real / simulated is within 1 +- this (the sim-to-real goal's 0.85-1.15)
 CLOSE_ENOUGH = 0.02  # the fit stops refining once both runs are this close
 MAX_ROUNDS = 6  # Gauss-Newton steps of the fit at most
+UNIT_ROUNDS = 3  # rounds of one task per worker that time the worker processes as compute units
 
 
 @dataclass(frozen=True)
@@ -263,6 +265,22 @@ def calibrate(job: JobSpec, real_seconds: dict[str, float], updates: int, execut
         result.server["units_factor"] = float(costs[2])
     result.after = rows
     return result, job_at(costs)
+
+
+def calibrate_real(job: JobSpec, choice: Any, workload: Any, updates: int, fit: bool = True,
+                   phase: Phase = no_phase) -> tuple[Calibration, JobSpec]:
+    """`calibrate` on real runs of `job` on `choice`'s worker processes (`BackendChoice`, the real clock):
+    with `fit` and no compute units in the job, the processes timed as compute units first (the fit starts
+    from their queues), then the two real runs of `updates` updates, then their simulation and the fit.
+    `phase`: called around each of the three (the real runs: one step each)."""
+    units = None
+    if fit and job.cluster.compute_units is None:  # the processes' queues, which the fit starts from
+        with phase(f"timing the {choice.processes} worker processes as compute units", UNIT_ROUNDS) as advance:
+            units = measure_units(job, choice, workload, UNIT_ROUNDS, on_round=advance)
+    with phase(f"real runs of {updates} updates (BSP, backup k = 1)", 2) as advance:
+        real = measure_real(job, backend_runner(choice, workload), updates, on_run=lambda _: advance())
+    with phase("simulating them" + (" and fitting the server's costs" if fit else ""), 0):
+        return calibrate(job, real, updates, choice.describe(), simulated_runner(workload), fit, units)
 
 
 def scale_units(job: JobSpec, factor: float) -> JobSpec:

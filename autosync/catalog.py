@@ -136,6 +136,16 @@ def make_policy(name: str, params: dict[str, Any] | None = None) -> Policy:
     return cls(**params)
 
 
+def policy_of(policy: "str | Policy | dict[str, Any]", params: dict[str, Any] | None = None) -> Policy:
+    """A Policy itself, or one made from a name or spec and `params` (`make_policy`) or from a dict
+    {"policy": name, "params": {...}} as results store it, with `params` changed."""
+    if isinstance(policy, Policy):
+        return policy
+    if isinstance(policy, dict):
+        return policy_from_dict({"policy": policy["policy"], "params": {**policy.get("params", {}), **(params or {})}})
+    return make_policy(policy, params or {})
+
+
 def policy_from_dict(data: dict[str, Any]) -> Policy:
     """Inverse of Policy.to_dict()."""
     return make_policy(data["policy"], data.get("params", {}))

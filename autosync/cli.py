@@ -6,39 +6,45 @@ Heavy libraries (torch, optuna, cvxpy) are imported inside the commands that nee
 
 from __future__ import annotations
 
-import dataclasses
-import inspect
 import sys
-import typing
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 import typer
 from rich.console import Console
 
-from autosync.core.errors import AutosyncError, Interrupted
+from autosync import __version__, api
+from autosync.core import strict_json
+from autosync.core.errors import AutosyncError, JobFileError
 from autosync.options import (
     CacheOptions, CalibrateOptions, CompareOptions, FamilyOptions, LeaderboardOptions, ProfileOptions,
     RecommendOptions, ReplayOptions, RerunOptions, RobustnessOptions, RunOptions, ScalingOptions, TuneOptions,
+    command_of,
 )
 from autosync.reporting.console import (
-    Line, cache_report, cache_show_report, cache_warnings, calibration_report, comparison_report, jobs_table,
-    leaderboard_report, policies_report, profile_report, recommendation_report, replay_report, rerun_report,
-    resume_line, robustness_report, run_summary, scaling_report, tune_report, verification_report,
+    Line, cache_report, cache_show_report, cache_warnings, calibration_report, comparison_notes, comparison_report,
+    fault_warnings, jobs_table, leaderboard_report, policies_report, profile_report, recommendation_report,
+    replay_report, rerun_report, resume_line, reuse_line, robustness_report, run_summary, scaling_report,
+    tune_files_report, tune_hint, tune_report, verification_report,
 )
-from autosync.reporting.progress import BudgetBar, counting_bar, phases
+from autosync.reporting.errors import error_lines, resumable, usage_error_lines
+from autosync.reporting.leaderboard import LEADERBOARD_LEGEND
+from autosync.reporting.output import command_line, remove_empty_outputs
+from autosync.reporting.progress import BudgetBar, leaderboard_progress, phases, tune_progress
+from autosync.reporting.robustness import comparison_document, summary_legend, write_comparison
+from autosync.search.study.storage import DEFAULT_STORAGE, redact_url
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Search and benchmark synchronization policies for parameter-server training.")
 console = Console()  # results: tables, the best policy, --json documents (stdout)
 status = Console(stderr=True)  # progress bars, what was written where, hints and warnings (stderr)
 JSON_OPT = typer.Option(False, "--json", help="Print the result as one JSON document on stdout instead of tables.")
+JOB_ARG = typer.Argument(None, help="Job YAML file (default: the embedded digits job).", show_default=False)
+FAMILY_ARG = typer.Argument(..., help="Job-family YAML file (see baselines/family_stragglers.yaml).")
 
 
 def _version(value: bool) -> None:
     if value:
-        from autosync import __version__
-
         console.print(f"autosync {__version__}")
         raise typer.Exit()
 
@@ -57,28 +63,17 @@ def _show(lines: list[Line], on: Console = console, **how: Any) -> None:
 
 def _print_json(value: Any) -> None:
     """A result as strict JSON on stdout (no NaN/Infinity), nothing else there."""
-    from autosync.core import strict_json
-
     print(strict_json.dumps(value, indent=2))
-
-JOB_ARG = typer.Argument(None, help="Job YAML file (default: the embedded digits job).", show_default=False)
 
 
 @app.command()
 def validate(jobs: list[Path] = typer.Argument(..., help="Job YAML files to check.")) -> None:
     """Check job files and report every problem at once (exit code 2 if any); a job naming the user's own
     model, dataset or loss also has them imported, built and checked on a batch."""
-    from autosync.core.errors import JobFileError
-    from autosync.core.job import load_job
-
     problems = 0
     for path in jobs:
         try:
-            spec = load_job(path)
-            if spec.uses_user_code:
-                from autosync.api import check_workload
-
-                check_workload(spec)
+            spec = api.validate_job(path)
         except JobFileError as exc:
             _print_error(exc)
             problems += len(exc.problems)
@@ -96,53 +91,22 @@ def policies() -> None:
 
 def _command(options_type: type, group: Any = None,
              **settings: Any) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """Register `body(..., options=...)` as a command whose options are `options_type`'s fields, each declared
-    once there (flag, default, help, range: `ge` becomes typer's `min`, so a value out of range is a parser
-    error); the body's own parameters (the job argument, --out, --json) are the command line's only.
-    `group`: the typer app the command belongs to (default: the top level; `cache_app` for `cache ...`)."""
-    from autosync.options import flag_of
-
+    """Register `body(..., options=...)` as a command with `options_type`'s fields as its options
+    (`options.command_of`) in `group` (default: the top level; `cache_app` for `cache ...`)."""
     def register(body: Callable[..., None]) -> Callable[..., None]:
-        hints, own = typing.get_type_hints(options_type), typing.get_type_hints(body)
-        mine = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=own[p.name])
-                for p in inspect.signature(body).parameters.values() if p.name != "options"]
-        fields = dataclasses.fields(options_type)
-        generated = []
-        for f in fields:
-            m = f.metadata
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
-            flags = [flag_of(f), *([m["short"]] if m["short"] else [])]
-            if default is True:  # a switch that is on by default needs its off switch: --fit/--no-fit
-                flags[0] = f"{flags[0]}/--no-{flags[0].removeprefix('--')}"
-            generated.append(inspect.Parameter(
-                f.name, inspect.Parameter.KEYWORD_ONLY, annotation=m["cli_type"] or hints[f.name],
-                default=typer.Option(default, *flags, help=m["help"], min=m["ge"], max=m["le"])))
-        arguments = [p for p in mine if isinstance(p.default, typer.models.ArgumentInfo)]
-        params = arguments + generated + [p for p in mine if p not in arguments]
-
-        def command(**values: Any) -> None:
-            body(options=options_type(**{f.name: values.pop(f.name) for f in fields}), **values)
-
-        command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
-        command.__annotations__ = {p.name: p.annotation for p in params}
-        command.__name__, command.__doc__ = body.__name__, body.__doc__
-        (group or app).command(**settings)(command)
+        (group or app).command(**settings)(command_of(options_type, body))
         return body
 
     return register
 
 
 @_command(RunOptions)
-def run(
-    job: Optional[Path] = JOB_ARG,
-    out: Optional[Path] = typer.Option(None, help="Output directory (default: results/runs/<job>/<policy>-seed<N>)."),
-    plot: bool = typer.Option(False, "--plot", help="Also write plot.png: loss against virtual time with k_t."),
-    as_json: bool = JSON_OPT,
-    *, options: RunOptions,
-) -> None:
+def run(job: Optional[Path] = JOB_ARG,
+        out: Optional[Path] = typer.Option(None, help="Output directory (default: "
+                                           "results/runs/<job>/<policy>-seed<N>)."),
+        plot: bool = typer.Option(False, "--plot", help="Also write plot.png: loss against virtual time with k_t."),
+        as_json: bool = JSON_OPT, *, options: RunOptions) -> None:
     """Train once under one policy (virtual clock by default) and write trace, metrics and plot."""
-    from autosync import api
-
     with api.ranks(options) as ranks:
         if not ranks.leader:  # a torchrun rank other than 0: it served rank 0's run
             return
@@ -153,16 +117,13 @@ def run(
             workload = api.check_workload(spec, options.device)
         out_dir = api.output_dir(out or Path("results") / "runs" / spec.name / f"{pol.name}-seed{spec.seed}")
         ranks.share(spec)
-
-        def ready() -> None:  # one line when the workers are up: scripts (and the fault tests) wait for it
-            status.print(f"{options.backend} backend ready: {options.clock} clock, training {spec.name} with {pol.name}")
-
+        ready = f"{options.backend} backend ready: {options.clock} clock, training {spec.name} with {pol.name}"
         if options.backend == "processes":
             status.print(f"starting {options.workers_per_device} worker processes", style="dim")
         with BudgetBar(spec, status) as update:
-            result = api.run(spec, pol, options=options, progress=update, workload=workload, on_ready=ready)
-    for line in result.faults:
-        status.print(f"warning: {line}", style="yellow")
+            result = api.run(spec, pol, options=options, progress=update, workload=workload,
+                             on_ready=lambda: status.print(ready))  # scripts (and the fault tests) wait for it
+    _show(fault_warnings(result), status)
     paths = result.write(out_dir, plot=plot)
     if as_json:
         _print_json({**result.summary(), "files": [str(p) for p in paths]})
@@ -174,14 +135,10 @@ def run(
 
 
 @_command(ProfileOptions)
-def profile(
-    job: Optional[Path] = JOB_ARG,
-    out: Optional[Path] = typer.Option(None, help="Output directory (default: results/profiles/<job>)."),
-    *, options: ProfileOptions,
-) -> None:
+def profile(job: Optional[Path] = JOB_ARG,
+            out: Optional[Path] = typer.Option(None, help="Output directory (default: results/profiles/<job>)."),
+            *, options: ProfileOptions) -> None:
     """Measure each worker's real round trips (compute and communication) and fit the job's cluster model."""
-    from autosync import api
-
     with api.ranks(options) as ranks:
         if not ranks.leader:  # a torchrun rank other than 0: it served rank 0's rounds
             return
@@ -196,28 +153,21 @@ def profile(
     _show(profile_report(found, spec.name, options.device))
     status.print(f"wrote {', '.join(str(p) for p in paths)}")
     if options.check:
-        check = CalibrateOptions(device=options.device, workers_per_device=options.workers_per_device,
-                                 worker_timeout=options.worker_timeout, worker_cpus=options.worker_cpus,
-                                 updates=options.check_updates)
-        calibrated = api.calibrate(api.load_job(paths[-1]), check, workload=workload,
+        calibrated = api.calibrate(api.load_job(paths[-1]), options.check_options(), workload=workload,
                                    phase=phases("calibrating", status))
         _show(calibration_report(calibrated.calibration))
-        written = calibrated.write(paths[-1])
-        status.print(f"wrote {', '.join(str(p) for p in written)}")
+        status.print(f"wrote {', '.join(str(p) for p in calibrated.write(paths[-1]))}")
     status.print(f"tune on this machine's model: autosync tune {paths[-1]}")
 
 
 @_command(CalibrateOptions)
-def calibrate(
-    job: Optional[Path] = JOB_ARG,
-    out: Optional[Path] = typer.Option(None, help="The calibrated job file to write (default: calibrated_job.yaml "
-                                       "beside the job file, or in the working directory for the embedded job)."),
-    *, options: CalibrateOptions,
-) -> None:
+def calibrate(job: Optional[Path] = JOB_ARG,
+              out: Optional[Path] = typer.Option(None, help="The calibrated job file to write (default: "
+                                                 "calibrated_job.yaml beside the job file, or in the working "
+                                                 "directory for the embedded job)."),
+              *, options: CalibrateOptions) -> None:
     """Run the job for real twice (BSP and backup k = 1), compare with its simulation, and fit the server's
     costs per update and per gradient so that the simulation predicts the real runs."""
-    from autosync import api
-
     spec = api.load_job(job)
     target = api.output_file(out or (job.parent if job is not None else Path(".")) / "calibrated_job.yaml")
     with status.status(f"loading {spec.workload.dataset.label} and building {spec.workload.model.label}"):
@@ -225,20 +175,15 @@ def calibrate(
     calibrated = api.calibrate(spec, options, workload=workload, phase=phases("calibrating", status))
     _show(calibration_report(calibrated.calibration))
     if options.fit:
-        written = calibrated.write(target)
-        status.print(f"wrote {', '.join(str(p) for p in written)}")
+        status.print(f"wrote {', '.join(str(p) for p in calibrated.write(target))}")
         status.print(f"tune the calibrated job: autosync tune {target}")
 
 
 @_command(RerunOptions)
-def rerun(
-    run_dir: Path = typer.Argument(..., help="A directory written by `autosync run` (summary.json, trace.json, "
-                                             "final_params.pt)."),
-    *, options: RerunOptions,
-) -> None:
+def rerun(run_dir: Path = typer.Argument(..., help="A directory written by `autosync run` (summary.json, trace.json, "
+                                                   "final_params.pt)."),
+          *, options: RerunOptions) -> None:
     """Replay a logged run exactly from its arrival log, in this process, and compare the final parameters."""
-    from autosync import api
-
     logged = api.load_run(run_dir, options.device)
     with BudgetBar(logged.job, status) as update:
         outcome = api.rerun(logged, options.device, progress=update)
@@ -248,111 +193,76 @@ def rerun(
 
 
 @_command(LeaderboardOptions)
-def leaderboard(
-    job: Optional[Path] = JOB_ARG,
-    out: Optional[Path] = typer.Option(None, help="Output directory (default: results/<job>)."),
-    as_json: bool = JSON_OPT,
-    *, options: LeaderboardOptions,
-) -> None:
+def leaderboard(job: Optional[Path] = JOB_ARG,
+                out: Optional[Path] = typer.Option(None, help="Output directory (default: results/<job>)."),
+                as_json: bool = JSON_OPT, *, options: LeaderboardOptions) -> None:
     """Every policy x seeds on one job: an MLPerf-style scored table, written as Markdown/CSV/JSON + plots."""
-    from autosync import api
-    from autosync.reporting.leaderboard import LEADERBOARD_LEGEND
-
     spec = api.load_job(job)
     out_dir = api.output_dir(out or Path("results") / spec.name)
-    seeds = options.seeds
-    with counting_bar("leaderboard", status, transient=False) as bar:
-        task = bar.add_task("", total=options.runs())
-
-        def done(run: dict) -> None:
-            bar.update(task, advance=1, description=f"last: {run['policy']['policy']} seed {run['seed']}")
-
+    with leaderboard_progress(status, options.runs()) as done:
         board = api.leaderboard(spec, options=options, on_done=done)
-    rows = board.rows
-    paths = board.write(out_dir, _command_line("leaderboard"))
+    paths = board.write(out_dir, command_line("leaderboard"))
     status.print(f"wrote {', '.join(str(p) for p in paths)}")
     if as_json:
-        _print_json({"job": spec.name, "seeds": seeds, "rows": rows, "files": [str(p) for p in paths]})
-        return
-    _show(leaderboard_report(spec, seeds, rows))
+        return _print_json({"job": spec.name, "seeds": options.seeds, "rows": board.rows,
+                            "files": [str(p) for p in paths]})
+    _show(leaderboard_report(spec, options.seeds, board.rows))
     status.print(LEADERBOARD_LEGEND, style="dim")
 
 
 @_command(ScalingOptions)
-def scaling(
-    leaderboards: list[Path] = typer.Argument(..., help="Leaderboard folders of one job at several worker counts."),
-    out: Path = typer.Option(..., "--out", help="Output directory for scaling.md, .json and .png."),
-    *, options: ScalingOptions,
-) -> None:
+def scaling(leaderboards: list[Path] = typer.Argument(..., help="Leaderboard folders of one job at several "
+                                                                "worker counts."),
+            out: Path = typer.Option(..., "--out", help="Output directory for scaling.md, .json and .png."),
+            *, options: ScalingOptions) -> None:
     """A metric against the number of workers per policy, from existing leaderboards (DANA's Fig. 4, Table 2)."""
-    from autosync import api
-
     api.output_dir(out)
     result = api.scaling(leaderboards, options)
     _show(scaling_report(result, options.metric))
-    paths = result.write(out, _command_line("scaling"))
+    paths = result.write(out, command_line("scaling"))
     status.print(f"wrote {', '.join(str(p) for p in paths)}")
 
 
-FAMILY_ARG = typer.Argument(..., help="Job-family YAML file (see baselines/family_stragglers.yaml).")
-
-
 @_command(FamilyOptions)
-def family(
-    family_file: Path = FAMILY_ARG,
-    out: Optional[Path] = typer.Option(None, "--out", help="Directory for the job files "
-                                                          "(default: results/robustness/<family>/jobs)."),
-    as_json: bool = JSON_OPT,
-    *, options: FamilyOptions,
-) -> None:
+def family(family_file: Path = FAMILY_ARG,
+           out: Optional[Path] = typer.Option(None, "--out", help="Directory for the job files "
+                                                                 "(default: results/robustness/<family>/jobs)."),
+           as_json: bool = JSON_OPT, *, options: FamilyOptions) -> None:
     """Draw jobs from a family and write each as an ordinary job file (validated and fingerprinted)."""
-    from autosync import api
-
-    drawn = api.family(family_file, out, options, command=_command_line("family"))
+    drawn = api.family(family_file, out, options, command=command_line("family"))
     status.print(f"wrote {len(drawn.written)} job files to {drawn.directory}")
     if as_json:
-        _print_json({"family": drawn.family, "jobs": [{**facts, "file": str(path)} for path, facts in drawn.written]})
-        return
+        return _print_json({"family": drawn.family,
+                            "jobs": [{**facts, "file": str(path)} for path, facts in drawn.written]})
     _show(jobs_table(f"family {drawn.family}: {options.jobs} jobs", [facts for _, facts in drawn.written]))
 
 
 @_command(RobustnessOptions)
-def robustness(
-    family_file: Path = FAMILY_ARG,
-    out: Optional[Path] = typer.Option(None, "--out", help="Output directory (default: results/robustness/<family>)."),
-    as_json: bool = JSON_OPT,
-    *, options: RobustnessOptions,
-) -> None:
+def robustness(family_file: Path = FAMILY_ARG,
+               out: Optional[Path] = typer.Option(None, "--out", help="Output directory (default: "
+                                                  "results/robustness/<family>)."),
+               as_json: bool = JSON_OPT, *, options: RobustnessOptions) -> None:
     """Online policies against each drawn job's exhaustive best static k: regret table and figure (resumable)."""
-    from autosync import api
-    from autosync.reporting.robustness import summary_legend
-
-    command = _command_line("robustness")
+    command = command_line("robustness")
     found = api.robustness(family_file, out, options, command=command,
                            phase=phases("robustness", status, transient=False),
-                           on_resume=lambda reused, total, cells: status.print(
-                               f"reusing {reused} of {total} finished runs from {cells}"))
+                           on_resume=lambda *reused: status.print(reuse_line(*reused)))
     paths = found.write(command)
     status.print(f"wrote {', '.join(str(p) for p in paths)}")
     if as_json:
-        _print_json({"family": found.family, **found.result, "files": [str(p) for p in paths]})
-        return
+        return _print_json({"family": found.family, **found.result, "files": [str(p) for p in paths]})
     _show(robustness_report(found, options.jobs, options.seeds))
     status.print(summary_legend(found.rules), style="dim")
 
 
 @_command(CompareOptions, name="robustness-compare")
-def robustness_compare(
-    reports: list[Path] = typer.Argument(..., help="Robustness reports of two or more families (folders written by "
-                                                   "`autosync robustness`, or their robustness.json)."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Also write the table as Markdown to this file."),
-    as_json: bool = JSON_OPT,
-    *, options: CompareOptions,
-) -> None:
+def robustness_compare(reports: list[Path] = typer.Argument(..., help="Robustness reports of two or more families "
+                                                            "(folders written by `autosync robustness`, or their "
+                                                            "robustness.json)."),
+                       out: Optional[Path] = typer.Option(None, "--out", help="Also write the table as Markdown to "
+                                                          "this file."),
+                       as_json: bool = JSON_OPT, *, options: CompareOptions) -> None:
     """Online policies on several job families side by side, from their robustness reports (no training)."""
-    from autosync import api
-    from autosync.reporting.robustness import comparison_document, write_comparison
-
     if out is not None:
         api.output_file(out)
     comparison = api.robustness_compare(reports, options)
@@ -360,25 +270,16 @@ def robustness_compare(
         _print_json(comparison_document(comparison))
     else:
         _show(comparison_report(comparison))
-        if comparison.grids_differ():
-            status.print(comparison.grids_differ(), style="dim")
-        if comparison.partial:
-            status.print(f"not compared (run on some families only): {', '.join(comparison.partial)}", style="dim")
+        _show(comparison_notes(comparison), status)
     if out is not None:
-        status.print(f"wrote {write_comparison(comparison, out, _command_line('robustness-compare'))}")
+        status.print(f"wrote {write_comparison(comparison, out, command_line('robustness-compare'))}")
 
 
 @_command(TuneOptions)
-def tune(
-    job: Optional[Path] = JOB_ARG,
-    out: Optional[Path] = typer.Option(None, help="Plot directory (default: results/tune/<job>-<space>)."),
-    as_json: bool = JSON_OPT,
-    *, options: TuneOptions,
-) -> None:
+def tune(job: Optional[Path] = JOB_ARG,
+         out: Optional[Path] = typer.Option(None, help="Plot directory (default: results/tune/<job>-<space>)."),
+         as_json: bool = JSON_OPT, *, options: TuneOptions) -> None:
     """Find the best policy for a job with Optuna, or return the cached one of a recurring job instantly."""
-    from autosync import api
-    from autosync.search.study.storage import redact_url
-
     with api.ranks(options) as ranks:
         if not ranks.leader:  # a torchrun rank other than 0: it served every trial of rank 0
             return
@@ -386,67 +287,33 @@ def tune(
         if out is not None:
             api.output_dir(out)
         ranks.share(spec, every_run=True)
-        with counting_bar("tuning", status) as bar:
-            task = bar.add_task("BSP reference runs", total=options.n_trials)
-
-            def on_trial(done: int, total: int) -> None:
-                bar.update(task, completed=done, total=total, description="trials")
-
-            def on_confirm(done: int, total: int) -> None:
-                bar.update(task, completed=done, total=total, description="confirmation runs")
-
-            outcome = _resumable(lambda: api.tune(
+        with tune_progress(status, options.n_trials) as (on_trial, on_confirm):
+            outcome = resumable(lambda: api.tune(
                 spec, options=options, on_trial=on_trial, on_confirm=on_confirm,
                 on_start=lambda url: status.print(f"study storage: {redact_url(url)}", soft_wrap=True),
                 on_resume=lambda found, requeued: status.print(resume_line(found, requeued), soft_wrap=True)))
-    verification = outcome.verification
     if as_json:
         _print_json(outcome.to_dict())
     else:
         _show(tune_report(outcome, spec))
-        job_file = "JOB.yaml " if spec.name != "digits_default" else ""
-        status.print(f"train with it: autosync run {job_file}--policy tuned", style="dim")
-        if verification is not None:
-            _show(verification_report(verification))
-    files = outcome.write(out or api.tune_dir(outcome, spec, options), _command_line("tune"))
-    if files.verification is not None:
-        status.print(f"wrote {', '.join(str(p) for p in files.verification)}")
-    if files.plots:
-        status.print(f"wrote {', '.join(str(p) for p in files.plots)}")
-    for line in files.skipped:
-        status.print(f"skipped {line}", style="dim")
+        _show(tune_hint(spec), status)
+        if outcome.verification is not None:
+            _show(verification_report(outcome.verification))
+    files = outcome.write(out or api.tune_dir(outcome, spec, options), command_line("tune"))
+    _show(tune_files_report(files), status)
 
 
 @_command(ReplayOptions)
-def replay(
-    logs: Path = typer.Argument(..., help="A Sync-Switch log folder (baseline/, switch_exp/), e.g. the paper's "
-                                "published logs shipped in autosync/data/sync_switch_logs/cifar10_res32."),
-    out: Path = typer.Option(Path("results/replay_sync_switch"), help="Where table.md and table.json go."),
-    *, options: ReplayOptions,
-) -> None:
+def replay(logs: Path = typer.Argument(..., help="A Sync-Switch log folder (baseline/, switch_exp/), e.g. the paper's "
+                                       "published logs shipped in autosync/data/sync_switch_logs/cifar10_res32."),
+           out: Path = typer.Option(Path("results/replay_sync_switch"), help="Where table.md and table.json go."),
+           *, options: ReplayOptions) -> None:
     """Sync-Switch's Table II on recorded runs: binary search, the cost-ordered ladder and TPE, cost and success."""
-    from autosync import api
-
     api.output_dir(out)
     found = api.replay(logs, options, phase=phases("replaying", status))
     _show(replay_report(found, logs, options.simulations))
-    paths = found.write(out, _command_line("replay"))
+    paths = found.write(out, command_line("replay"))
     status.print(f"wrote {', '.join(str(p) for p in paths)}")
-
-
-def _command_line(command: str) -> str:
-    """The command line that is running, for results files ('autosync <command>' when not run from a shell)."""
-    return "autosync " + " ".join(sys.argv[1:]) if sys.argv[1:2] == [command] else f"autosync {command}"
-
-
-def _resumable(call: Any) -> Any:
-    """`call()`, with the command that resumes it added to an `Interrupted` error's message."""
-    import shlex
-
-    try:
-        return call()
-    except Interrupted as exc:
-        raise Interrupted(f"{exc}: {shlex.join(['autosync', *sys.argv[1:]])}") from None
 
 
 cache_app = typer.Typer(help="The cache of recurring jobs: tuned policies stored in the study storage.",
@@ -455,17 +322,10 @@ app.add_typer(cache_app, name="cache")
 @_command(CacheOptions, cache_app, name="list")
 def cache_list(as_json: bool = JSON_OPT, *, options: CacheOptions) -> None:
     """Every cached study: job, space, trials, best policy and score."""
-    from autosync import api
-    from autosync.search.study.storage import DEFAULT_STORAGE, redact_url
-
     url = options.storage or DEFAULT_STORAGE
     studies = api.cached_studies(storage=url)
     if as_json:
-        _print_json(studies)
-        return
-    if not studies:
-        console.print(f"no cached study in {redact_url(url)}")
-        return
+        return _print_json(studies)
     _show(cache_report(studies, redact_url(url)))
     _show(cache_warnings(studies), status, soft_wrap=True)
 
@@ -473,41 +333,27 @@ def cache_list(as_json: bool = JSON_OPT, *, options: CacheOptions) -> None:
 @_command(RecommendOptions)
 def recommend(job: Optional[Path] = JOB_ARG, as_json: bool = JSON_OPT, *, options: RecommendOptions) -> None:
     """A policy for the job without training, from the nearest tuned jobs in the storage (and --grid reports)."""
-    from autosync import api
-
     spec = api.load_job(job)
     answer = api.recommend(spec, options.storage, grids=options.grid)
     if as_json:
-        _print_json(answer.to_dict())
-        return
+        return _print_json(answer.to_dict())
     _show(recommendation_report(answer, spec))
 
 
 @_command(CacheOptions, cache_app, name="show")
 def cache_show(job: Optional[Path] = JOB_ARG, as_json: bool = JSON_OPT, *, options: CacheOptions) -> None:
     """The cached studies of one job with their provenance and amortization report."""
-    from autosync import api
-    from autosync.search.study.storage import DEFAULT_STORAGE, redact_url
-
     spec = api.load_job(job)
     url = options.storage or DEFAULT_STORAGE
-    studies = api.cached_studies(spec, url)
-    for s in studies:
-        if "damaged" in s:
-            from autosync.search.study.cache import damaged
-
-            raise damaged(s["study"], s["damaged"])
+    studies = api.cached_studies(spec, url, check=True)
     if as_json:
-        _print_json(studies)
-        return
+        return _print_json(studies)
     _show(cache_show_report(studies, spec, redact_url(url)))
 
 
 @_command(CacheOptions, cache_app, name="clear")
 def cache_clear(job: Optional[Path] = JOB_ARG, *, options: CacheOptions) -> None:
     """Delete every study (and so the cached policy) of one job."""
-    from autosync import api
-
     spec = api.load_job(job)
     names = api.clear_cache(spec, options.storage)
     console.print(f"deleted {len(names)} studies of job {spec.name}: {', '.join(names) or '-'}")
@@ -520,8 +366,6 @@ def main() -> None:
     (`RuntimeFailure`: worker processes or ranks lost, BSP failing, no trial meeting the target), 130 when
     interrupted (Ctrl-C; `Interrupted` says what was kept).
     """
-    from autosync.reporting.output import remove_empty_outputs
-
     code: Any = 1  # until the command returns: a failure leaves no empty output folder it created
     try:
         code = app(standalone_mode=False, prog_name="autosync") or 0
@@ -529,7 +373,7 @@ def main() -> None:
         _print_error(exc)
         sys.exit(exc.exit_code)
     except typer.TyperException as exc:  # the parser's errors (typer's click)
-        _print_usage_error(exc)
+        _print_error(exc)
         sys.exit(2)
     except typer.Abort:
         print("error: aborted (end of input)", file=sys.stderr)
@@ -542,21 +386,11 @@ def main() -> None:
         sys.exit(code)
 
 
-def _print_usage_error(exc: Exception) -> None:
-    """A parser error as 'error: <command>: <message>' and a hint (`autosync.reporting.errors`), on stderr."""
-    import typer.main
-
-    from autosync.reporting.errors import usage_error_lines
-
-    for line in usage_error_lines(exc, sys.argv[1:], lambda: typer.main.get_command(app)):
-        print(line, file=sys.stderr)
-
-
 def _print_error(exc: Exception) -> None:
-    """Each line of an error as 'error: ...' on stderr (`autosync.reporting.errors`)."""
-    from autosync.reporting.errors import error_lines
-
-    for line in error_lines(exc):
+    """An error as its 'error: ...' lines on stderr; a parser error also with its hint (`reporting.errors`)."""
+    lines = (usage_error_lines(exc, sys.argv[1:], lambda: typer.main.get_command(app))
+             if isinstance(exc, typer.TyperException) else error_lines(exc))
+    for line in lines:
         print(line, file=sys.stderr)
 
 

@@ -39,9 +39,9 @@ from pydantic import (
 
 from autosync.core.errors import FileProblems, JobFileError
 from autosync.core.job import (
-    BudgetSpec, ComputeSpec, JobSpec, LinearCompute, RoundTripSpec, TargetSpec, WorkloadSpec, describe_error,
-    job_from_dict, load_job, read_yaml_file, short_repr,
+    BudgetSpec, ComputeSpec, JobSpec, LinearCompute, RoundTripSpec, TargetSpec, WorkloadSpec, job_from_dict, load_job,
 )
+from autosync.core.loader import describe_error, read_yaml_file, short_repr
 
 
 class FamilyFileError(FileProblems):

@@ -29,6 +29,14 @@ class Entry:
     runs: list[dict[str, Any]] = field(default_factory=list)  # RunResult.summary() plus curves
 
 
+def policy_specs(policies: Iterable[str | dict[str, Any]], n_workers: int) -> list[dict[str, Any]]:
+    """Each policy spec "NAME" or "NAME:key=value,..." as a dict {"policy", "params"} for `n_workers` (a dict
+    is kept as it is); none given: `DEFAULT_POLICIES`."""
+    from autosync.catalog import parse_policy_spec
+
+    return [p if isinstance(p, dict) else parse_policy_spec(p, n_workers) for p in (policies or DEFAULT_POLICIES)]
+
+
 def run_one(job: JobSpec, policy: dict[str, Any], seed: int, threads: int | None) -> dict[str, Any]:
     """One run in a worker process; returns its summary and the curves the plots need."""
     import torch

@@ -20,7 +20,7 @@ range rules that are simpler written out; typer's own parser already converts th
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from autosync.core.declare import build, check_ranges, flag_of, option
 from autosync.core.errors import UserError
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ExecutionOptions", "RunOptions", "TuneOptions", "LeaderboardOptions", "ProfileOptions",
            "CalibrateOptions", "FamilyOptions", "RobustnessOptions", "CompareOptions", "ReplayOptions",
-           "ScalingOptions", "CacheOptions", "RecommendOptions", "RerunOptions", "flag_of", "build"]
+           "ScalingOptions", "CacheOptions", "RecommendOptions", "RerunOptions", "flag_of", "build", "command_of"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,6 +118,12 @@ class ProfileOptions:
         """The engine's execution record of these options, checked."""
         return ExecutionOptions(backend=self.backend, device=self.device, workers_per_device=self.workers_per_device,
                                 worker_timeout=self.worker_timeout, worker_cpus=self.worker_cpus).choice()
+
+    def check_options(self) -> "CalibrateOptions":
+        """--check's calibration of the fitted job: on these workers, --check-updates updates per real run."""
+        return CalibrateOptions(device=self.device, workers_per_device=self.workers_per_device,
+                                worker_timeout=self.worker_timeout, worker_cpus=self.worker_cpus,
+                                updates=self.check_updates)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -237,3 +243,40 @@ class RerunOptions:
     """`autosync rerun`: where a logged run is replayed."""
 
     device: str = option("cpu", "cpu | cuda: where to replay.")
+
+
+def command_of(options_type: type, body: Callable[..., None]) -> Callable[..., None]:
+    """`body(..., options=...)` as a typer command function whose options are `options_type`'s fields, each
+    declared once there (flag, default, help, range: `ge` becomes typer's `min`, so a value out of range is a
+    parser error); the body's own parameters (the job argument, --out, --json) are the command line's only.
+    The command line registers it (`autosync.cli`); typer is imported only then."""
+    import dataclasses
+    import inspect
+    import typing
+
+    import typer
+
+    hints, own = typing.get_type_hints(options_type), typing.get_type_hints(body)
+    mine = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=own[p.name])
+            for p in inspect.signature(body).parameters.values() if p.name != "options"]
+    fields = dataclasses.fields(options_type)
+    generated = []
+    for f in fields:
+        m = f.metadata
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        flags = [flag_of(f), *([m["short"]] if m["short"] else [])]
+        if default is True:  # a switch that is on by default needs its off switch: --fit/--no-fit
+            flags[0] = f"{flags[0]}/--no-{flags[0].removeprefix('--')}"
+        generated.append(inspect.Parameter(
+            f.name, inspect.Parameter.KEYWORD_ONLY, annotation=m["cli_type"] or hints[f.name],
+            default=typer.Option(default, *flags, help=m["help"], min=m["ge"], max=m["le"])))
+    arguments = [p for p in mine if isinstance(p.default, typer.models.ArgumentInfo)]
+    params = arguments + generated + [p for p in mine if p not in arguments]
+
+    def command(**values: Any) -> None:
+        body(options=options_type(**{f.name: values.pop(f.name) for f in fields}), **values)
+
+    command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    command.__annotations__ = {p.name: p.annotation for p in params}
+    command.__name__, command.__doc__ = body.__name__, body.__doc__
+    return command

@@ -31,12 +31,13 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from autosync.core.errors import UserError
 from autosync.core.job import ClusterSpec, JobSpec
+from autosync.core.phases import Phase, no_phase
 from autosync.policies import Task
 
 TRACE_FILE = "round_trips.csv"
@@ -291,6 +292,28 @@ def batch_summary(samples: Sequence[Sample]) -> list[tuple[int, float, float, fl
         rows.append((b, statistics.fmean(s.compute_seconds for s in mine), statistics.fmean(trips),
                      trips[int(0.9 * (len(trips) - 1))]))
     return rows
+
+
+def profile_workers(job: JobSpec, choice: Any, workload: Any, sizes: Sequence[int], rounds: int,
+                    phase: Phase = no_phase) -> tuple[list[Sample], ServerCosts, dict, str]:
+    """Time each worker's round trips on `choice`'s backend (`engine.backends.BackendChoice`: processes or
+    torchrun ranks), `rounds` rounds per batch size, then the server's update, and fit the job's cluster
+    model: the samples, the server's costs, the fitted cluster section and what computed (`fit_measured`).
+    `phase`: called around starting the workers, the timed rounds (one step each) and timing the server."""
+    from autosync.engine.backends import build
+
+    with phase(f"starting the {choice.backend} backend's workers on {choice.device}", 0):
+        driver, _ = build(choice, job, workload)
+    try:
+        n = job.cluster.n_workers
+        with phase(f"rounds of {n} tasks", len(sizes) * rounds) as advance:
+            samples = measure(driver, n, sizes, rounds, workload.init_params(), on_round=advance,
+                              buffers=workload.init_buffers())
+    finally:
+        driver.close()
+    with phase("timing the server's update and parameter copy", 0):
+        server = measure_server(job, workload.init_params())
+    return (samples, *fit_measured(job, samples, server, choice.backend, choice.processes))
 
 
 def parse_batch_sizes(text: str | None, job: JobSpec) -> list[int]:

@@ -81,13 +81,21 @@ class Rerun:
         return torch.equal(self.result.final_params, self.logged_params) and same_buffers
 
 
+def load_run(run_dir: Path, device: str = "cpu") -> LoggedRun:
+    """The run `autosync run` wrote in `run_dir`, to replay on `device` (checked first: `rerun`)."""
+    from autosync.engine.backends import check_device
+
+    check_device(device)
+    return LoggedRun.load(run_dir)
+
+
 def rerun(logged: LoggedRun, device: str = "cpu", progress: ProgressFn | None = None) -> Rerun:
     """Replay `logged` in this process on `device`; `progress` as for the simulator."""
     from autosync.engine.drivers import PerWorkerDriver
-    from autosync.workloads.workload import Workload
+    from autosync.workloads.build import build_workload
 
     job = logged.job
-    workload = Workload(job, device=device)
+    workload = build_workload(job, device=device)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the worker processes' setting: the same kernel gives the same bits
     try:

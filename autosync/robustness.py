@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from autosync.core import strict_json
+from autosync.core.errors import Interrupted
 from autosync.core.job import JobSpec
+from autosync.core.phases import Phase, no_phase
 
 ONLINE_POLICIES = ("dbw", "bdbw", "lbbsp", "ssp", "sync_switch", "dana_slim")
 STATIC_K_RULES = ("fixed", "proportional")  # the static-k grid's learning-rate rules unless told otherwise
@@ -173,6 +175,41 @@ def run_grid(grid: Any, directory: Path, n_jobs: int = 1,
                 if on_done is not None:
                     on_done(record)
     return cells
+
+
+def tune_each(jobs: list[JobSpec], storage: str, what: str, tune: Callable[[JobSpec, str], Any],
+              phase: Phase = no_phase) -> dict[str, dict[str, Any]]:
+    """Each job's tuned policy by its fingerprint: `tune(job, storage)` (a tune's outcome, cached in
+    `storage`: a second call reuses it) for each job; `what`: the trials, for the phase (one step per job)."""
+    found = {}
+    with phase(f"tuning each job ({what})", len(jobs)) as advance:
+        for job in jobs:
+            found[job.fingerprint()] = tune(job, storage).cache["best_policy"]
+            advance()
+    return found
+
+
+def run_report(grid: Grid, directory: Path, n_jobs: int = 1, phase: Phase = no_phase,
+               on_resume: Callable[[int, int, Path], None] | None = None) -> tuple[dict[str, Any], int]:
+    """Train the cells of `grid` that `directory`'s cells.jsonl does not hold yet (each appended as it
+    finishes, so an interrupted report resumes) and score the report (`report`); returns it with how many
+    runs were read back rather than trained.
+
+    `phase`: called around the runs (one step each); `on_resume`: called with (runs read back, runs in all,
+    the file) when finished runs are reused. Raises `Interrupted` on Ctrl-C, saying how many finished runs
+    are kept for the same call to resume from.
+    """
+    reused = grid.finished(read_cells(directory))
+    if reused and on_resume is not None:
+        on_resume(reused, len(grid.tasks), directory / CELLS_FILE)
+    with phase("runs", len(grid.tasks) - reused) as advance:
+        try:
+            cells = run_grid(grid, directory, n_jobs=n_jobs, on_done=lambda _: advance())
+        except KeyboardInterrupt:
+            kept = len(read_cells(directory))
+            raise Interrupted(f"interrupted: {kept} finished runs are kept in {directory / CELLS_FILE}; "
+                              "the same command resumes from them") from None
+    return report(grid.jobs, cells, grid.online, grid.seeds, grid.rules, grid.tuned, grid.reference), reused
 
 
 # --------------------------------------------------------------------------- scoring

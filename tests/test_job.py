@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from autosync.core.errors import JobFileError
-from autosync.core.job import DEFAULT_JOB_PATH, job_from_dict, load_job, read_yaml_file
+from autosync.core.job import DEFAULT_JOB_PATH, job_from_dict, load_job
+from autosync.core.loader import read_yaml_file
 
 
 def _problems(data, tmp_path: Path) -> list[str]:

@@ -15,7 +15,7 @@ from autosync.engine import simulate
 from autosync.engine.drivers import InProcessDriver, ProcessDriver
 from autosync.core.errors import JobFileError
 from autosync.core.job import job_from_dict, load_job
-from autosync.workloads.workload import Workload
+from autosync.workloads.build import build_workload
 from tests.conftest import autosync, no_traceback, per_worker_run
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -182,7 +182,7 @@ def test_buffers_move_by_the_mean_of_the_workers_changes_at_a_bsp_barrier(user_d
     """BSP, one update: the server's buffers = initial + mean over workers of (after - before) of each pass."""
     job = _job(user_dir, "bn", model={"factory": "userpkg:bn_mlp"}).model_copy(update={"budget": job_from_dict(
         {"budget": {"max_updates": 1}}).budget})
-    workload = Workload(job)
+    workload = build_workload(job)
     assert workload.n_buffer_values == 16 + 16 + 1 and not workload.fast_path
     result = simulate(job, make_policy("bsp"), workload=workload)
     start = workload.init_buffers()
@@ -201,7 +201,7 @@ def test_same_seed_same_run_with_buffers_and_dropout_and_seeds_differ(user_dir):
     assert torch.equal(a.final_params, b.final_params) and torch.equal(a.final_buffers, b.final_buffers)
     c = simulate(job.model_copy(update={"seed": 1}), make_policy("asp"))
     assert not torch.equal(a.final_params, c.final_params)
-    dropout = Workload(job)
+    dropout = build_workload(job)
     assert dropout.random
     theta, x = dropout.init_params(), dropout.data.x_train[:8]
     with dropout.task_randomness(0, 1, 2):
@@ -237,7 +237,7 @@ def test_the_docs_family_robustness_and_replay_example_runs_as_written(tmp_path,
 @pytest.mark.parametrize("policy", ["bsp", "asp"])
 def test_worker_processes_give_the_in_process_run_bit_for_bit_with_buffers_and_dropout(user_dir, policy):
     job = _job(user_dir, "procs")
-    workload = Workload(job)
+    workload = build_workload(job)
     reference = per_worker_run(job, make_policy(policy), workload)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -254,20 +254,20 @@ def test_worker_processes_give_the_in_process_run_bit_for_bit_with_buffers_and_d
 
 
 def test_randomness_outside_dropout_modules_is_found_and_seeded(user_dir):
-    workload = Workload(_job(user_dir, "noisy", model={"factory": "userpkg:noisy_linear"}))
+    workload = build_workload(_job(user_dir, "noisy", model={"factory": "userpkg:noisy_linear"}))
     assert workload.random and not workload.fast_path
 
 
 def test_a_pure_user_model_keeps_the_fused_and_batched_paths(user_dir):
     job = _job(user_dir, "pure", model={"factory": "userpkg:linear"})
-    workload = Workload(job)
+    workload = build_workload(job)
     assert workload.fast_path and workload.init_buffers() is None and workload.independent_samples
     result = simulate(job, make_policy("bsp"), workload=workload)
     assert result.final_buffers is None and result.metrics["updates"] == 12
 
 
 def test_a_user_model_whose_samples_depend_on_each_other_is_never_fused(user_dir):
-    workload = Workload(_job(user_dir, "centred", model={"factory": "userpkg:batch_centred"}))
+    workload = build_workload(_job(user_dir, "centred", model={"factory": "userpkg:batch_centred"}))
     assert workload.fast_path and not workload.independent_samples
     assert not InProcessDriver(workload, 0).fuses_workers
 
@@ -275,7 +275,7 @@ def test_a_user_model_whose_samples_depend_on_each_other_is_never_fused(user_dir
 def test_regression_targets_take_the_squared_error(user_dir):
     job = _job(user_dir, "reg", dataset={"factory": "userpkg:regression"}, model={"factory": "userpkg:linear"})
     job = job.model_copy(update={"target": job_from_dict({"target": {"metric": "test_loss", "threshold": 0.1}}).target})
-    workload = Workload(job)
+    workload = build_workload(job)
     assert workload.regression and workload.loss.name == "mse"
     assert simulate(job, make_policy("bsp"), workload=workload).metrics["final_test_loss"] is not None
 
@@ -302,7 +302,7 @@ def test_regression_targets_take_the_squared_error(user_dir):
 def test_user_code_that_cannot_train_is_one_line_naming_the_file_and_field(user_dir, change, message):
     job = _job(user_dir, "bad", **change)
     with pytest.raises(JobFileError, match=message) as caught:
-        Workload(job)
+        build_workload(job)
     assert str(caught.value).startswith(str(user_dir / "bad.yaml") + ": ") and "\n" not in str(caught.value)
 
 
@@ -387,7 +387,7 @@ def test_torchrun_ranks_import_the_user_code_and_give_the_in_process_run_bit_for
                                "backup", "--param", "k=2", "--out", "v"],
                               cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert launched.returncode == 0, launched.stderr[-2000:]
-    reference = per_worker_run(job, make_policy("backup", {"k": 2}), Workload(job))
+    reference = per_worker_run(job, make_policy("backup", {"k": 2}), build_workload(job))
     assert torch.equal(torch.load(tmp_path / "v" / "final_params.pt"), reference.final_params)
     assert torch.equal(torch.load(tmp_path / "v" / "final_buffers.pt"), reference.final_buffers)
 

@@ -173,6 +173,22 @@ def build(choice: BackendChoice, job: Any, workload: Any) -> tuple["Driver | Non
                                  seconds_per_virtual_second=choice.time_scale)
 
 
+def train(choice: BackendChoice, job: Any, policy: Any, workload: Any, progress: Any = None,
+          on_ready: Any = None) -> Any:
+    """Train `job` once under `policy` on `choice`'s backend (`build`) and return the `RunResult`;
+    `on_ready()` is called once the backend's worker processes are up, before training starts."""
+    from autosync.engine import simulate
+
+    driver, clock = build(choice, job, workload)
+    try:
+        if on_ready is not None and driver is not None:
+            on_ready()
+    except BaseException:  # Ctrl-C in the callback: the worker processes stop all the same
+        driver.close()
+        raise
+    return simulate(job, policy, workload=workload, progress=progress, driver=driver, clock=clock)
+
+
 class Ranks:
     """What `torchrun_ranks` gives the command inside it: whether this process leads, and the job's sharing."""
 
@@ -194,9 +210,9 @@ class Ranks:
 
         slot_dim = None
         if every_run:  # built before the job is sent: a workload that fails still releases the ranks
-            from autosync.workloads.workload import Workload
+            from autosync.workloads.build import build_workload
 
-            slot_dim = Workload(job, device=self.choice.device).slot_dim
+            slot_dim = build_workload(job, device=self.choice.device).slot_dim
         roots = [str(Path(job.source).resolve().parent)] if job.uses_user_code else []
         self.shared = True
         distributed.share_job(job.model_dump(mode="json"), roots)

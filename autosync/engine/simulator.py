@@ -28,6 +28,7 @@ from autosync.core.job import JobSpec
 from autosync.engine.metrics import run_metrics
 from autosync.policies import Arrival, Policy, Progress, Strategies, Task, UpdateStats
 from autosync.policies._base import momentum_of
+from autosync.workloads.build import build_workload
 from autosync.workloads.workload import Workload
 
 ProgressFn = Callable[[dict[str, Any]], None]
@@ -65,7 +66,7 @@ class Simulator:
                  target_metric_only: bool = False):
         self.job = job
         self.policy = policy
-        self.workload = workload if workload is not None else Workload(job)
+        self.workload = workload if workload is not None else build_workload(job)
         self.progress = progress
         self.after_step: Callable[[], None] | None = None  # called between events, where `snapshot` may be taken
         self._pause: Callable[[], bool] | None = None  # `run_until`'s condition, asked between events
@@ -132,7 +133,7 @@ class Simulator:
         sim = cls.__new__(cls)
         sim.__dict__.update(pickle.loads(snapshot))
         sim.job, sim.progress, sim.after_step, sim._pause = job, progress, None, None
-        sim.workload = workload if workload is not None else Workload(job)
+        sim.workload = workload if workload is not None else build_workload(job)
         sim.driver = InProcessDriver(sim.workload, job.seed)
         return sim
 

@@ -1,9 +1,11 @@
 """Every table, JSON file and figure autosync writes, one module per report.
 
-- `output`: the output directory (created and proven writable before any training) and cell formats.
+- `output`: the output directory (created and proven writable before any training), the command line a
+  result records, and cell formats.
 - `console`: what the command line prints (the tune, confirmation, verification, calibration, run, rerun
   and cache reports), as rich lines and tables.
-- `errors`: an error as its `error: ...` lines, a parser error with its hint.
+- `errors`: an error as its `error: ...` lines, a parser error with its hint, an interruption with the
+  command that resumes it.
 - `progress`: the bars and spinners the command line draws while a command runs.
 - `tune`: a tune's verification and study plots (`Tuned.write`, the outcome `autosync.api.tune` returns).
 - `runs`: one run's summary, trace tables, final parameters and plot (`Run.write`, the run `autosync.api.run` returns).
@@ -15,6 +17,8 @@
 - `verification`: a tune's candidates re-run on a real backend, as table and figure (`tune --verify-top`).
 - `profile`: the timed rounds and the fitted job (`autosync profile`).
 - `calibration`: the calibrated job and calibration.json (`autosync calibrate`).
+- `results`: what the API's `leaderboard`, `profile`, `family`, `robustness`, `replay` and `scaling` return,
+  each writing itself through the modules above (`.write`).
 
 The modules that compute these results return plain data; the writers here only render it.
 """

@@ -118,6 +118,11 @@ def jobs_table(title: str, facts: list[dict[str, Any]]) -> list[Printed]:
     return out
 
 
+def reuse_line(reused: int, total: int, cells: Any) -> str:
+    """`autosync robustness` resuming: how many of its runs it reads back, and from where."""
+    return f"reusing {reused} of {total} finished runs from {cells}"
+
+
 def resume_line(found: int, requeued: list[int]) -> str:
     """What a tune found of an earlier, interrupted search of the same study."""
     dead = (f"; {count(len(requeued), 'trial')} whose process died "
@@ -342,7 +347,10 @@ def recommendation_report(answer: Any, spec: Any) -> list[Printed]:
 
 
 def cache_report(studies: list[dict[str, Any]], where: str) -> list[Printed]:
-    """Every cached study: job, trials, best policy and score (`autosync cache list`)."""
+    """Every cached study: job, trials, best policy and score (`autosync cache list`); a line saying there is
+    none in an empty storage."""
+    if not studies:
+        return [Line(f"no cached study in {where}")]
     table = Table(title=f"cache: {where}")
     for col in ("study", "job", "trials", "best policy", "time to target (s)", "finished"):
         table.add_column(col)
@@ -423,3 +431,32 @@ def comparison_report(comparison: Any) -> list[Printed]:
     for label, values in comparison.rows():
         table.add_row(label, *comparison_cells(values))
     return [Line(table)]
+
+
+def comparison_notes(comparison: Any) -> list[Printed]:
+    """The notes under `autosync robustness-compare`'s table (on stderr): the families' static-k grids that
+    differ, and the policies run on some families only."""
+    notes = [comparison.grids_differ()] if comparison.grids_differ() else []
+    if comparison.partial:
+        notes.append(f"not compared (run on some families only): {', '.join(comparison.partial)}")
+    return [Line(note, "dim") for note in notes]
+
+
+def tune_files_report(files: Any) -> list[Printed]:
+    """What `autosync tune` wrote (`reporting.tune.TuneFiles`, on stderr): the verification's files, the
+    study's plots, and each plot skipped with why."""
+    out = [Line(f"wrote {', '.join(str(p) for p in files.verification)}")] if files.verification is not None else []
+    if files.plots:
+        out.append(Line(f"wrote {', '.join(str(p) for p in files.plots)}"))
+    return out + [Line(f"skipped {line}", "dim") for line in files.skipped]
+
+
+def fault_warnings(result: Any) -> list[Printed]:
+    """A warning for each fault a run survived (`autosync run`, on stderr: a worker process lost and replaced)."""
+    return [Line(f"warning: {line}", "yellow") for line in result.faults]
+
+
+def tune_hint(spec: Any) -> list[Printed]:
+    """How to train with the tuned policy (`autosync tune`, on stderr)."""
+    job_file = "JOB.yaml " if spec.name != "digits_default" else ""
+    return [Line(f"train with it: autosync run {job_file}--policy tuned", "dim")]

@@ -6,7 +6,12 @@ command line as given, and returns the lines for the command line to print on st
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+import sys
+from typing import Any, Callable, Optional, TypeVar
+
+from autosync.core.errors import Interrupted
+
+T = TypeVar("T")
 
 
 def error_lines(exc: Exception) -> list[str]:
@@ -15,6 +20,17 @@ def error_lines(exc: Exception) -> list[str]:
     from autosync.search.study.storage import redact_url
 
     return [f"error: {redact_url(line)}" for line in str(exc).splitlines()]
+
+
+def resumable(call: Callable[[], T]) -> T:
+    """`call()`, with the command that resumes it (the command line running) added to an `Interrupted`
+    error's message."""
+    import shlex
+
+    try:
+        return call()
+    except Interrupted as exc:
+        raise Interrupted(f"{exc}: {shlex.join(['autosync', *sys.argv[1:]])}") from None
 
 
 def usage_error_lines(exc: Exception, args: list[str], root: Callable[[], Any]) -> list[str]:

@@ -1,8 +1,10 @@
 """Where reports go: the output directory, created and proven writable before any training (and removed
-again, while still empty, when the command fails), and how a table cell is formatted."""
+again, while still empty, when the command fails), the command line the results record, and how a table
+cell is formatted."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +54,11 @@ def remove_empty_outputs(failed: bool = True) -> None:
         except OSError:
             pass
     _CREATED.clear()
+
+
+def command_line(command: str) -> str:
+    """The command line that is running, for results files ('autosync <command>' when not run from a shell)."""
+    return "autosync " + " ".join(sys.argv[1:]) if sys.argv[1:2] == [command] else f"autosync {command}"
 
 
 def format_cell(value: Any, fmt: str) -> str:

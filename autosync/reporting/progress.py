@@ -1,12 +1,15 @@
-"""The progress the command line draws while a command runs: a bar over a run's budget, a counting bar
-(runs, trials), and the API's phases (`autosync.api.Phase`) as spinners or counting bars. Each is drawn on
-the console the command line gives it (its stderr console: stdout keeps the results alone).
+"""The progress the command line draws while a command runs: a bar over a run's budget, counting bars
+(the leaderboard's runs, tune's trials), and the API's phases (`autosync.core.phases.Phase`) as spinners or
+counting bars. Each is drawn on the console the command line gives it (its stderr console: stdout keeps the
+results alone).
 """
 
 from __future__ import annotations
 
 import contextlib
 from typing import Any, Callable, Iterator
+
+Count = Callable[[int, int], None]  # called with (done, in all)
 
 
 def counting_bar(label: str, console: Any, transient: bool = True) -> Any:
@@ -15,6 +18,28 @@ def counting_bar(label: str, console: Any, transient: bool = True) -> Any:
 
     return Progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
                     TimeElapsedColumn(), console=console, transient=transient)
+
+
+@contextlib.contextmanager
+def leaderboard_progress(console: Any, total: int) -> Iterator[Callable[[dict[str, Any]], None]]:
+    """`autosync leaderboard`'s bar (it stays on screen): gives the function to call with each finished run's
+    summary, which advances it and names the run."""
+    with counting_bar("leaderboard", console, transient=False) as bar:
+        task = bar.add_task("", total=total)
+        yield lambda run: bar.update(task, advance=1, description=f"last: {run['policy']['policy']} seed {run['seed']}")
+
+
+@contextlib.contextmanager
+def tune_progress(console: Any, n_trials: int) -> Iterator[tuple[Count, Count]]:
+    """`autosync tune`'s bar over the BSP reference runs, then the trials, then the confirmation runs: gives
+    (on_trial, on_confirm), each called with (done, in all)."""
+    with counting_bar("tuning", console) as bar:
+        task = bar.add_task("BSP reference runs", total=n_trials)
+
+        def step(what: str) -> Count:
+            return lambda done, total: bar.update(task, completed=done, total=total, description=what)
+
+        yield step("trials"), step("confirmation runs")
 
 
 def phases(label: str, console: Any, transient: bool = True) -> Callable[[str, int], Any]:

@@ -50,7 +50,7 @@ def proxy_of(job: JobSpec) -> "tuple[JobSpec, Workload]":
     from autosync.workloads.datasets import load_dataset
     from autosync.workloads.models import build_model
     from autosync.workloads.tensors import Dataset
-    from autosync.workloads.workload import Workload
+    from autosync.workloads.build import build_workload
 
     real = load_dataset(job.workload.dataset, job.source)
     classes = real.n_classes or 2
@@ -74,7 +74,7 @@ def proxy_of(job: JobSpec) -> "tuple[JobSpec, Workload]":
         "workload": workload, "target": target,
         "cluster": job.cluster.model_copy(update={"server": server}),
         "budget": job.budget.model_copy(update={"stop_at_target": False, "stop_at_seconds": None})})
-    return proxy, Workload(proxy, dataset=data)
+    return proxy, build_workload(proxy, dataset=data)
 
 
 class _ProxyRun:

@@ -22,15 +22,17 @@ import statistics
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from autosync.core.errors import UserError
+from autosync.core.phases import Phase, no_phase
 from autosync.search.strategies.binary import binary_search, target_from_bsp
 from autosync.search.strategies.ladder import DEFAULT_RUNGS
 from autosync.search.cost import in_bsp_trainings
-from autosync.search.space import load_space
+from autosync.search.space import load_space, resolve_space_path
+from autosync.search.study.storage import quiet_optuna
 
 _SWITCH_NAME = re.compile(r"^b(\d+(?:\.\d+)?)[-_]a(\d+(?:\.\d+)?)")  # BSP first, then ASP
 _BASELINE_NAME = re.compile(r"^(bsp|asp)")
@@ -312,3 +314,22 @@ def replay_table(logs: SwitchLogs, strategies: dict[str, SearchStrategy], simula
                  for setting in settings]
     return optimum, rows
 
+
+def table_ii(logs: SwitchLogs, space: str, simulations: int, seed: int, threshold: float = 0.01,
+             max_settings: int = 4, tpe_trials: Sequence[int] = (4, 8),
+             phase: Phase = no_phase) -> tuple[float, list[Any]]:
+    """Sync-Switch's Table II on `logs`: binary search (at most `max_settings` candidates), the cost-ordered
+    ladder and TPE with each of `tpe_trials` trials over the switch-point space `space` (a shipped name or a
+    YAML file), `simulations` searches per strategy and setting (`replay_table`: the optimum binary search
+    picks with full information, and a `SimulationSummary` per strategy and setting). `phase`: called
+    around the searches (one step each)."""
+    quiet_optuna()
+    space_path = resolve_space_path(space, "switch_point")
+    strategies = {"binary": binary_strategy(max_settings, threshold),
+                  "ladder": ladder_strategy(space_path, threshold=threshold)}
+    for n in tpe_trials:
+        strategies[f"tpe ({n} trials)"] = tpe_strategy(space_path, n, threshold)
+    total = simulations * len(strategies) * len(TABLE_II_SETTINGS)
+    with phase("searches", total) as advance:
+        return replay_table(logs, strategies, simulations, seed, threshold=threshold, max_settings=max_settings,
+                            progress=advance)

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from autosync.data import SPACE_DIR
 from autosync.core.errors import SpaceFileError, UserError
-from autosync.core.job import read_yaml_file, short_repr
+from autosync.core.loader import read_yaml_file, short_repr
 from autosync.search.space_file import (
     Constant, Dimension, SpaceFile, check_portfolio, describe, problems_with_policies,
 )

@@ -27,7 +27,7 @@ from pydantic import (
 )
 
 from autosync.core.errors import UserError
-from autosync.core.job import TYPE_RULES, plain_key, short_repr
+from autosync.core.loader import TYPE_RULES, plain_key, short_repr
 
 
 @dataclass

@@ -4,6 +4,12 @@ The study is named by the job's fingerprint and the search space (`autosync.sear
 a storage (`autosync.search.study.storage`) that several processes or machines may share: its trial budget is
 global and exact (`autosync.search.study.trials`), a killed process's trial is failed and re-run, and an
 interrupted search resumes with the same command.
+
+Why this module is over 500 lines: it is the one place that orders a search's steps (the study, BSP's
+reference, the queued first trials, the trials in this and the helper processes, the full-budget checks,
+the confirmation, the verification) and passes them the state they share (the request, the study, its
+sibling studies). What each step does lives in `study/` and `strategies/`; what stays here are their order
+and the glue between them, read top to bottom as one command.
 """
 
 from __future__ import annotations

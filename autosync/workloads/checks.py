@@ -10,7 +10,8 @@ whose samples' losses depend on each other (batch statistics: workers never fuse
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import copy
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 from torch.func import grad, vmap
@@ -24,8 +25,18 @@ if TYPE_CHECKING:
 PROBE_SAMPLES = 4  # a batch of a few training samples (two at least: batch norm needs two)
 
 
-def check_user_workload(workload: "Workload", source: str) -> None:
-    """Raise a one-line JobFileError for what cannot train; adjust `workload`'s paths for what is slow."""
+class Paths(NamedTuple):
+    """The paths a user's workload takes, as the checks found them."""
+
+    random: bool  # its forward pass draws random numbers (then seeded per task)
+    batchable: bool  # torch.func.vmap can batch its gradients (else one pass per worker)
+    independent_samples: bool  # each sample's loss is its own (else workers are never fused into one pass)
+
+
+def check_user_workload(workload: "Workload", source: str) -> Paths:
+    """Raise a one-line JobFileError for what cannot train; return the paths the workload takes (`Paths`).
+    `workload` is left as it is: the checks switch the paths of a copy."""
+    workload = copy.copy(workload)
     spec = workload.spec
     model_label = f"workload.model ({spec.model.label})"
     n = min(PROBE_SAMPLES, workload.data.n_train)
@@ -79,6 +90,7 @@ def check_user_workload(workload: "Workload", source: str) -> None:
         workload.batchable = _vmaps(workload, x, y)
     if workload.fast_path and workload.independent_samples:
         workload.independent_samples = _independent(workload, theta, x, y)
+    return Paths(workload.random, workload.batchable, workload.independent_samples)
 
 
 def _check_outputs(workload: "Workload", out: torch.Tensor, y: torch.Tensor, field: str, fail) -> None:

@@ -34,7 +34,10 @@ Params = Union[torch.Tensor, dict[str, torch.Tensor]]  # flat parameters, or by 
 
 
 class Workload:
-    """Everything needed to compute a loss and its gradient from a flat parameter vector."""
+    """Everything needed to compute a loss and its gradient from a flat parameter vector.
+
+    The constructor builds; it checks nothing of the user's code. `autosync.workloads.build.build_workload`
+    builds a job's workload and checks a user's (the one way the engine, the search and the API get one)."""
 
     def __init__(self, job: JobSpec, dataset: Dataset | None = None, device: str | torch.device = "cpu"):
         spec = job.workload
@@ -82,10 +85,6 @@ class Workload:
                                            for m in self.model.modules())
         self._eval_x_train, self._eval_y_train = self._eval_subset(self.data.x_train, self.data.y_train)
         self._eval_x_test, self._eval_y_test = self._eval_subset(self.data.x_test, self.data.y_test)
-        if job.uses_user_code:
-            from autosync.workloads.checks import check_user_workload
-
-            check_user_workload(self, source)
 
     @property
     def fast_path(self) -> bool:

@@ -205,7 +205,7 @@ def job_fields() -> list[tuple[str, str, str, str]]:
 
 
 def job_fields_page() -> str:
-    lines = ["# Job-file fields", "", NOTE.format(source="the JobSpec schema (autosync/core/job.py)").rstrip(), "",
+    lines = ["# Job-file fields", "", NOTE.format(source="the JobSpec schema (autosync/core/job_schema.py)").rstrip(), "",
              "Every field of a job file, with its type, its default and the values it accepts. A job names only "
              "what differs from the defaults; an unknown key is an error. `a.b` is field `b` of mapping `a`; "
              "`a[].b` is field `b` of each item of list `a`; `a(kind=x).b` is field `b` when `a` has "

@@ -89,14 +89,14 @@ def serve_rank(job_json: dict[str, Any], device: str = "cpu", threads: int = 1) 
     from autosync.engine.allocator import keep_freed_memory
     from autosync.engine.drivers.perworker import slot_gradient
     from autosync.core.job import JobSpec
-    from autosync.workloads.workload import Workload
+    from autosync.workloads.build import build_workload
 
     torch.set_num_threads(threads)
     keep_freed_memory()
     job = JobSpec.model_validate(job_json)
     if device.startswith("cuda") and torch.cuda.device_count() > 1:
         device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0)) % torch.cuda.device_count()}"
-    workload = Workload(job, device=device)
+    workload = build_workload(job, device=device)
     header = torch.zeros(3, dtype=torch.int64)
     params = torch.zeros(workload.slot_dim)
     gradient = torch.zeros(workload.slot_dim, device=workload.device)  # each answer is written here
@@ -278,6 +278,13 @@ def close_session() -> None:
 
 def in_session() -> bool:
     return _session is not None
+
+
+def require_session() -> None:
+    """A one-line UserError unless this process is a rank of a torchrun session (`autosync tune` under it)."""
+    if not in_session():
+        raise UserError("--backend distributed tunes under torchrun, every rank running the same command, e.g. "
+                        "torchrun --nproc-per-node 3 -m autosync.cli tune JOB.yaml --backend distributed")
 
 
 def driver_for(n_workers: int, dim: int, timeout: float) -> DistributedDriver:

@@ -47,6 +47,7 @@ from autosync.core.errors import UserError
 from autosync.core.job import JobSpec
 from autosync.policies import Task
 from autosync.workloads.tensors import Dataset
+from autosync.workloads.build import build_workload
 from autosync.workloads.workload import Workload
 
 _STOP = None  # the notification that ends a worker process
@@ -76,7 +77,7 @@ def _compute_until_told(job_json: dict[str, Any], data: Dataset | None, params: 
     from autosync.engine.drivers.perworker import slot_gradient, worker_gradient
     job = JobSpec.model_validate(job_json)
     seed = job.seed
-    workload = Workload(job, dataset=data, device=device)
+    workload = build_workload(job, dataset=data, device=device)
     settle = torch.cuda.current_stream().synchronize if workload.device.type == "cuda" else (lambda: None)
     worker_gradient(workload, seed, workload.init_params(), 0, 0, 2)  # warm up (2: batch norm needs two samples)
     settle()

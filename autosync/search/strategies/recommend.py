@@ -52,6 +52,20 @@ def adapt(policy: dict[str, Any], n_from: int, job: JobSpec) -> dict[str, Any] |
     return adapted if canonical_on(adapted, job) is not None else None
 
 
+def recommend_from(url: str, job: JobSpec, grids: Sequence[Path] = ()) -> Recommendation:
+    """`recommend` from the storage at `url` (opened only if it exists: reading creates and changes nothing)
+    and the robustness reports `grids`; a storage that does not exist with no report is a one-line UserError."""
+    from autosync.search.study.storage import open_existing_storage, quiet_optuna, redact_url
+
+    quiet_optuna()
+    opened = open_existing_storage(url)
+    if opened is None and not grids:
+        raise UserError(f"{job.source}: no tuned job in {redact_url(url)} to recommend from (the storage does not "
+                        "exist): tune this job (autosync tune) or point --storage at a storage of tuned jobs "
+                        "(or --grid at a robustness report)")
+    return recommend(opened, job, redact_url(url), grids)
+
+
 def recommend(storage: Any, job: JobSpec, where: str, grids: Sequence[Path] = ()) -> Recommendation:
     """The recommendation for `job` from the tuned jobs in `storage` (None: none; named `where` in errors)
     and the drawn jobs of the robustness reports in `grids` (`robustness_grid`), the nearest COUNT of all."""

@@ -258,12 +258,17 @@ def best_policies(study: "optuna.Study", count: int = 5) -> list[dict[str, Any]]
     return list(rows.values())
 
 
-def cached_studies(storage_url: str, fingerprint: str | None = None) -> list[dict[str, Any]]:
+def cached_studies(storage_url: str, fingerprint: str | None = None, check: bool = False) -> list[dict[str, Any]]:
     """Every autosync study in the storage (optionally of one job), with its cache record if finished (a
-    damaged one: None, and `damaged` says why); none for a storage that does not exist yet. Reading creates
-    and changes nothing, and a file that is not a study storage is refused (`open_existing_storage`)."""
+    damaged one: None, and `damaged` says why; with `check`, it raises its one-line error instead); none for
+    a storage that does not exist yet. Reading creates and changes nothing, and a file that is not a study
+    storage is refused (`open_existing_storage`)."""
     storage = open_existing_storage(storage_url)
-    return [] if storage is None else _summaries(storage, fingerprint)
+    found = [] if storage is None else _summaries(storage, fingerprint)
+    for s in found if check else []:
+        if "damaged" in s:
+            raise damaged(s["study"], s["damaged"])
+    return found
 
 
 def _summaries(storage: "optuna.storages.BaseStorage", fingerprint: str | None) -> list[dict[str, Any]]:

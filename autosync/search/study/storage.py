@@ -33,6 +33,14 @@ _QUERY_PASSWORD = re.compile(r"(?P<head>[?&]password=)(?P<password>[^&\s]*)", re
 _SCHEMA_RETRIES = 5  # for storages without a cross-process lock: a lost schema-creation race is retried
 
 
+def quiet_optuna() -> None:
+    """Optuna logs only errors and no experimental-feature warnings: autosync reports trials itself."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+
+
 def redact_url(url: str) -> str:
     """`url` (or any text holding URLs) with passwords replaced by *** (postgresql://user:***@host/db, also
     ?password=...): safe to print or store."""

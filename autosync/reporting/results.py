@@ -1,0 +1,172 @@
+"""What the API's experiment and measurement functions return (`autosync.api`: `leaderboard`, `profile`,
+`family`, `robustness`, `replay`, `scaling`): each result holds the data the command line prints and writes
+its own files (`.write`). The results of `run`, `tune` and `calibrate` extend the engine's and the search's
+own records and live beside their files (`reporting.runs.Run`, `reporting.tune.Tuned`,
+`reporting.calibration.Calibrated`); `write_run`, `write_tune` and `write_calibration` write a record the
+engine or the search returned directly, and `tune_dir` is where `autosync tune` writes.
+
+Importing this module loads no heavy library: each result imports its renderer when it writes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autosync.core.job import JobSpec
+from autosync.reporting.output import ready_output_dir
+
+if TYPE_CHECKING:
+    from autosync.calibration import Calibration
+    from autosync.engine import RunResult
+    from autosync.leaderboard import Entry
+    from autosync.reporting.tune import TuneFiles
+    from autosync.search.tune import TuneOutcome
+
+
+@dataclass
+class Leaderboard:
+    """Policies x seeds on one job: scored rows (best time-to-target first) and every run behind them."""
+
+    job: JobSpec
+    seeds: list[int]
+    rows: list[dict[str, Any]]
+    entries: list["Entry"]
+
+    def write(self, directory: str | Path, command: str = "autosync.api.leaderboard") -> list[Path]:
+        """Write leaderboard.md, .csv, .json and the plots into `directory`; returns the paths."""
+        from autosync.reporting.leaderboard import write_leaderboard
+
+        return write_leaderboard(self.rows, self.entries, self.job.model_dump(mode="json"), Path(directory), command)
+
+
+@dataclass
+class Profile:
+    """A job's workers timed on this machine, and the cluster model fitted to them."""
+
+    job: JobSpec
+    samples: list[Any]  # one autosync.profiling.Sample per (batch size, round, worker)
+    server: Any  # autosync.profiling.ServerCosts: the server's update and parameter copy
+    cluster: dict[str, Any]  # the fitted cluster section of a job file
+    workers: str  # what computed: "2 worker processes", "3 ranks"
+
+    def write(self, directory: str | Path) -> list[Path]:
+        """Write the samples, the fit and a job file with the fitted cluster (the last path) into `directory`."""
+        from autosync.reporting.profile import write_profile
+
+        return write_profile(self.job, self.samples, self.cluster, Path(directory))
+
+    def rows(self) -> list[tuple[int, float, float, float]]:
+        """Per batch size: mean compute, mean and p90 round trip (seconds)."""
+        from autosync.profiling import batch_summary
+
+        return batch_summary(self.samples)
+
+
+@dataclass
+class DrawnJobs:
+    """Jobs drawn from a family and written as job files: each file with the facts `autosync family`
+    tabulates (n, round trips, slow workers, workload, momentum, fingerprint)."""
+
+    family: str
+    directory: Path
+    written: list[tuple[Path, dict[str, Any]]]
+
+
+@dataclass
+class Robustness:
+    """Online policies against each drawn job's exhaustive best static k (`autosync.robustness.report`)."""
+
+    family: str
+    jobs: list[JobSpec]
+    seeds: list[int]
+    rules: tuple[str, ...]
+    result: dict[str, Any]  # per job and summary rows, as robustness.json holds them
+    directory: Path
+    reused: int  # finished runs read back from cells.jsonl rather than trained
+
+    def write(self, command: str = "autosync.api.robustness") -> list[Path]:
+        """Write robustness.md, .json and the regret figure into the report's directory; returns the paths."""
+        from autosync.reporting.robustness import write_robustness
+
+        return write_robustness(self.result, self.directory, command, self.family)
+
+
+@dataclass
+class Replay:
+    """Sync-Switch's Table II on recorded runs: each search strategy's cost and success per setting."""
+
+    logs: Any  # autosync.search.replay.SwitchLogs
+    optimum: float  # the switch point binary search picks with full information
+    rows: list[Any]  # autosync.search.replay.SimulationSummary, one per (strategy, setting)
+    threshold: float
+
+    def write(self, directory: str | Path, command: str = "autosync.api.replay") -> list[Path]:
+        """Write table.md and table.json into `directory`; returns the paths."""
+        from autosync.reporting.replay import write_replay_table
+
+        return write_replay_table(self.logs, self.optimum, self.rows, ready_output_dir(Path(directory)), command,
+                                  self.threshold)
+
+
+@dataclass
+class ScalingTable:
+    """A metric against the number of workers per policy (`autosync.scaling.Scaling`: points per policy,
+    the leaderboards it came from)."""
+
+    scaling: Any
+
+    @property
+    def worker_counts(self) -> list[int]:
+        return self.scaling.worker_counts
+
+    def rows(self) -> list[tuple[str, list[str]]]:
+        """(policy, 'mean ± std' per worker count, '-' where it was not run), as `autosync scaling` prints."""
+        from autosync.reporting.scaling import table_rows
+
+        return table_rows(self.scaling)
+
+    def write(self, directory: str | Path, command: str = "autosync.api.scaling") -> list[Path]:
+        """Write scaling.md, scaling.json and scaling.png into `directory`; returns the paths."""
+        from autosync.reporting.scaling import write
+
+        return write(self.scaling, ready_output_dir(Path(directory)), command)
+
+
+def write_run(result: "RunResult", job: JobSpec, directory: str | Path, options: Any = None,
+              plot: bool = False) -> list[Path]:
+    """Write a run's summary.json (job, policy, metrics, how it ran: `options`, the `RunOptions` it ran with,
+    default the simulator), trace tables, final parameters and, with `plot`, plot.png into `directory`;
+    returns the paths: `Run.write` (what `autosync.api.run` returns has it), for a result the engine returned."""
+    from autosync.engine.backends import BackendChoice
+    from autosync.reporting.runs import Run
+
+    execution = (options.choice() if options is not None else BackendChoice()).describe()
+    return Run.of(result, job.model_dump(mode="json"), execution).write(directory, plot)
+
+
+def tune_dir(outcome: "TuneOutcome", job: JobSpec, options: Any = None) -> Path:
+    """Where `autosync tune` writes a study's plots and verification: results/tune/<job>-<space> (the space
+    the cache record names, else that of `options`, the `TuneOptions`, else the default space)."""
+    from autosync.search.tune_options import DEFAULT_TUNE_SPACE
+
+    space = outcome.cache.get("space") or Path(str(options.space if options is not None else DEFAULT_TUNE_SPACE)).stem
+    return Path("results") / "tune" / f"{job.name}-{space}"
+
+
+def write_tune(outcome: "TuneOutcome", directory: str | Path, command: str = "autosync.api.tune") -> "TuneFiles":
+    """Write a search's verification (with verify_top) and, unless the cache answered, its study's plots:
+    `Tuned.write` (what `autosync.api.tune` returns has it), for an outcome the search returned."""
+    from autosync.reporting.tune import Tuned
+
+    return Tuned.of(outcome).write(directory, command)
+
+
+def write_calibration(calibration: "Calibration", job: JobSpec, job_file: str | Path) -> list[Path]:
+    """Write `job` (the calibrated one) as `job_file`, its calibration as a comment on top, and
+    calibration.json beside it; returns the two paths (the job file last): `Calibrated.write` (what
+    `autosync.api.calibrate` returns has it)."""
+    from autosync.reporting.calibration import Calibrated
+
+    return Calibrated(calibration, job).write(job_file)
