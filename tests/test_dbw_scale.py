@@ -99,3 +99,34 @@ def test_targets_from_the_sampled_rows_are_bit_for_bit_the_dense_ones():
     est.total = est.count * targets
     for fast, dense in zip(est.targets(), _dense_targets(est)):
         assert np.array_equal(fast, dense)
+
+
+def test_the_diagonal_from_the_distinct_rows_is_bit_for_bit_the_dense_solve_s():
+    """`IterationTimeEstimator.times` (the solve on the distinct rows, the diagonal read from the merged rows)
+    against the diagonal of `solve()` (the dense data and answer), over a DBW-like run with scattered ranks, and
+    `RowTable.runs` against `_row_runs` of the dense data."""
+    import numpy as np
+    import pytest
+
+    from autosync.policies import _eq17_exact as exact
+    from autosync.policies._dbw_time import IterationTimeEstimator
+    from autosync.policies._isotonic import _row_runs
+
+    if not exact.COMPILED:
+        pytest.skip("the compiled solver is not built")
+    rng = np.random.default_rng(5)
+    n = 96
+    est = IterationTimeEstimator(n)
+    k = n
+    for iteration in range(40):
+        ranks = n if iteration % 3 else int(rng.integers(1, n + 1))  # some iterations see only the first ranks
+        for i, t in enumerate(np.sort(0.3 + 0.7 * rng.exponential(size=ranks))):
+            est.add(k, i + 1, float(t))
+        k = int(np.clip(k - 3 + rng.integers(-4, 3), 1, n))
+        times = est.times()
+        table = est.table()
+        weights, targets = est.targets()
+        dense = [np.array_equal(a, b) for a, b in zip(table.dense(), (weights, targets))]
+        assert all(dense) and np.array_equal(table.runs(), _row_runs(weights, targets))
+        assert np.array_equal(times, np.diag(est.solve())), iteration
+    assert est.failures == 0

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from autosync.policies._isotonic import (_ROUNDING, Eq17Result, _peel, _Problem, _row_runs, checked_instance,
-                                        isotone_majorant)
+from autosync.policies._isotonic import (_ROUNDING, Eq17Result, _feasible, _peel, _Problem, _row_runs,
+                                        checked_instance, isotone_majorant)
 
 try:
     from autosync.policies import _eq17_partition as _compiled
@@ -47,7 +47,9 @@ class CompiledEq17Solver:
     """Problem (17) by the compiled recursive partitioning: every answer is (17)'s optimum up to rounding.
 
     `solve` has the signature of `_isotonic.PythonEq17Solver.solve`; its result's `rounds` counts the merged
-    problems solved (1 where no run's end binds).
+    problems solved (1 where no run's end binds). `solve_rows` takes (17)'s data as a `RowTable` and
+    answers with the merged rows (`MergedSolution`), so that neither the data nor the answer is ever laid
+    out on the n x n grid.
     """
 
     def __init__(self):
@@ -58,18 +60,94 @@ class CompiledEq17Solver:
     def solve(self, weights: np.ndarray, targets: np.ndarray) -> Eq17Result:
         w, t = checked_instance(weights, targets)
         margin = _ROUNDING * max(float(np.abs(t).max()), np.finfo(float).tiny)
-        problem = _Problem(w, t, _row_runs(w, t))
-        rounds = 0
-        while True:
-            x = solve_merged(problem)
-            rounds += 1
-            peeled = _peel(x, problem, margin, depth=FIRST_PEEL if rounds == 1 else None)
-            if peeled is None:
-                break
-            problem = _Problem(w, t, peeled)
+        x, problem, rounds = _settle(_Problem(w, t, _row_runs(w, t)), lambda starts: _Problem(w, t, starts), margin)
         # Blocks are ordered up to rounding; the majorant makes the constraints hold exactly.
         return Eq17Result(x=isotone_majorant(np.repeat(x, problem.sizes, axis=0)), converged=True, sweeps=0,
                           rounds=rounds)
+
+    def solve_rows(self, table: RowTable) -> MergedSolution:
+        """(17)'s optimum for the data `table` stands for: the same answer as `solve` on its dense
+        (weights, targets), the same runs merged and the same merged problems solved, in time that grows
+        with the table's rows and the merged rows, not with n^2."""
+        w, t, source = table.weights, table.targets, table.source
+        used = np.zeros(t.shape[0], dtype=bool)
+        used[source] = True
+        w, t = w[used], t[used]  # the values of the dense data: what `checked_instance` and the margin read
+        if not np.all(w > 0) or not np.all(np.isfinite(w)):
+            raise ValueError(f"weights must be finite and > 0, but got min {w.min()}")
+        if not np.all(np.isfinite(t)):
+            raise ValueError("targets must be finite, but got a NaN or an infinity")
+        margin = _ROUNDING * max(float(np.abs(t).max()), np.finfo(float).tiny)
+        w, t = table.weights, table.targets
+        x, problem, rounds = _settle(_Problem(w, t, table.runs(), source),
+                                     lambda starts: _Problem(w, t, starts, source), margin)
+        return MergedSolution(x, problem.starts, problem.sizes, problem.diag_rows, rounds)
+
+
+class RowTable:
+    """(17)'s data as distinct rows: row h of the n x n weights and targets is row source[h] of `weights`
+    and `targets` (r x n each). DBW's estimator samples the rows of the few k it used; every other row is
+    one prior row, so its data is r = (sampled rows) + 1 rows however large n is."""
+
+    def __init__(self, weights: np.ndarray, targets: np.ndarray, source: np.ndarray):
+        self.weights = np.asarray(weights, dtype=float)
+        self.targets = np.asarray(targets, dtype=float)
+        self.source = np.asarray(source, dtype=np.intp)
+        n = self.source.size
+        if (self.weights.ndim != 2 or self.weights.shape != self.targets.shape or self.weights.shape[1] != n
+                or n == 0 or self.source.min() < 0 or self.source.max() >= self.weights.shape[0]):
+            raise ValueError(f"weights and targets must be r x n arrays of one shape and source n indices of "
+                             f"their rows, but got weights {self.weights.shape}, targets {self.targets.shape} and "
+                             f"{n} sources")
+
+    def dense(self) -> tuple[np.ndarray, np.ndarray]:
+        """The n x n (weights, targets) the table stands for."""
+        return self.weights[self.source], self.targets[self.source]
+
+    def runs(self) -> np.ndarray:
+        """`_isotonic._row_runs` of the dense data: rows h - 1 and h of one source are equal, and rows of two
+        sources are compared where the source changes."""
+        change = np.flatnonzero(self.source[1:] != self.source[:-1]) + 1
+        before, after = self.source[change - 1], self.source[change]
+        differ = ((self.weights[before] != self.weights[after]).any(axis=1)
+                  | (self.targets[before] != self.targets[after]).any(axis=1))
+        return np.concatenate([[0], change[differ]])
+
+
+class MergedSolution:
+    """(17)'s optimum on merged rows: row h of the n x n answer is x[j] for the merged row j holding h (rows
+    starts[j] to starts[j] + sizes[j] - 1); `rounds` merged problems were solved."""
+
+    def __init__(self, x: np.ndarray, starts: np.ndarray, sizes: np.ndarray, diag_rows: np.ndarray, rounds: int):
+        self.x, self.starts, self.sizes, self.diag_rows, self.rounds = x, starts, sizes, diag_rows, rounds
+
+    def dense(self) -> np.ndarray:
+        """The n x n answer, exactly `CompiledEq17Solver.solve`'s: the blocks are ordered up to rounding, and
+        `isotone_majorant` makes the constraints hold exactly."""
+        return isotone_majorant(np.repeat(self.x, self.sizes, axis=0))
+
+    def diagonal(self) -> np.ndarray:
+        """x[k, k] for k = 1..n of `dense()`, from the merged rows. The dense answer is feasible iff the merged
+        one is for the merged diagonal chain (rows of one run are copies, so a column can only step down where
+        a run ends, and the diagonal cells are the same); where it is, the majorant leaves it as it is."""
+        cells = (self.diag_rows, np.arange(self.diag_rows.size))
+        if _feasible(self.x, cells):
+            return self.x[cells]
+        return np.diagonal(self.dense()).copy()
+
+
+def _settle(problem: _Problem, problem_of, margin: float) -> tuple[np.ndarray, _Problem, int]:
+    """Solve merged problems until no diagonal constraint at a merged run's end binds: the first solve's binding
+    runs lose the FIRST_PEEL rows nearest the step, later ones are split whole (`_peel`); `problem_of(starts)`
+    makes the merged problem of other runs. Returns the last solution, its problem and the solves run."""
+    rounds = 0
+    while True:
+        x = solve_merged(problem)
+        rounds += 1
+        peeled = _peel(x, problem, margin, depth=FIRST_PEEL if rounds == 1 else None)
+        if peeled is None:
+            return x, problem, rounds
+        problem = problem_of(peeled)
 
 
 def solve_merged(problem: _Problem) -> np.ndarray:
