@@ -130,3 +130,39 @@ def test_the_diagonal_from_the_distinct_rows_is_bit_for_bit_the_dense_solve_s():
         assert all(dense) and np.array_equal(table.runs(), _row_runs(weights, targets))
         assert np.array_equal(times, np.diag(est.solve())), iteration
     assert est.failures == 0
+
+
+def test_runs_split_where_the_kkt_test_names_rows_give_the_unmerged_reference_s_answer(monkeypatch):
+    """On the problems a DBW run at n = 128 hands its solver (scattered rows, some with only their first ranks
+    sampled), the compiled solver's KKT test (`_eq17_exact.check`) names rows at which merged runs must split,
+    and the answers equal the unmerged reference's."""
+    import numpy as np
+    import pytest
+
+    from autosync.policies import _eq17_exact as exact
+    from autosync.policies._isotonic import _Problem, isotone_majorant
+
+    if not exact.COMPILED:
+        pytest.skip("the compiled solver is not built")
+    tables, named = [], []
+    solve_rows, check = exact.CompiledEq17Solver.solve_rows, exact.check
+
+    def recording_solve_rows(self, table):
+        tables.append(table)
+        return solve_rows(self, table)
+
+    def recording_check(*args):
+        optimal, rows = check(*args)
+        named.append(rows.size)
+        return optimal, rows
+
+    monkeypatch.setattr(exact.CompiledEq17Solver, "solve_rows", recording_solve_rows)
+    monkeypatch.setattr(exact, "check", recording_check)
+    dbw_trace.decisions("dbw", 128, 30)
+    monkeypatch.undo()
+    assert sum(size > 0 for size in named) >= 5
+    for table in tables:
+        weights, targets = table.dense()
+        x = exact.CompiledEq17Solver().solve_rows(table).dense()
+        reference = isotone_majorant(exact.solve_merged(_Problem(weights, targets, np.arange(weights.shape[0]))))
+        assert np.abs(x - reference).max() <= 1e-12 * np.abs(reference).max()

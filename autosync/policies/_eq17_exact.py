@@ -10,16 +10,15 @@ answer depends only on its (weights, targets).
 Runs of adjacent rows with equal weights and targets (DBW's rows not sampled yet) are solved as one row
 first, as the pure-Python solver does (`_isotonic._Problem`; its module docstring proves the merged
 optimum is (17)'s where no diagonal constraint at a run's end binds, for any split of the runs); where one
-binds, the 4 rows of the runs on both sides nearest the step are split off as single rows, and where a
-run still binds after that it is split whole (`_isotonic._peel`, with a depth, then without), and the
-merged problem is solved again. On DBW's synthetic samples (benchmarks/bench_dbw_solver.py) the long run
-of unsampled rows has one distinct row in the optimum even where its end binds, and a few rows split off
-settle it: split whole at once (as the Python solver does) it costs a solve of nearly all n rows for
-nothing. On the instances recorded from DBW runs the runs that bind have many distinct rows, and
-splitting them whole at the second try saves rounds. Measured back to back, ms a solve on the recorded
-instances at n = 128, 256, 512 and on the synthetic re-solves at n = 256, 512, 1024: 4 rows then whole
-1.83, 6.5, 24.6 and 2.45, 5.4, 10.2; whole at once 1.60, 5.8, 23.3 and 3.3, 16.5, 10.5; 1, 4, 16, ...
-rows 1.92, 7.8, 33.7 and 2.6, 6.6, 10.5.
+binds, the 4 rows of the runs on both sides nearest the step are split off as single rows and the merged
+problem is solved again. On DBW's synthetic samples (benchmarks/bench_dbw_solver.py) the long run of
+unsampled rows has one distinct row in the optimum even where its end binds, and a few rows split off
+settle it. Where a run still binds, its optimum is tested directly (`check`, the KKT conditions of (17)
+on the unmerged rows of the level sets where a diagonal edge touches a run of two rows or more; the others
+pass, `_eq17_partition.c`), and the runs are split only at the rows where a gaining upper subset's cut
+moves: on the problems a DBW run hands its solver the runs that bind have many distinct rows in the
+optimum, but far fewer than their rows (at n = 2,048 about 80 to 520 groups of rows where the runs hold
+about 2,000 rows), where splitting them whole leaves every row of them single.
 """
 
 from __future__ import annotations
@@ -39,8 +38,13 @@ COMPILED = _compiled is not None
 # A region is split only where its best upper subset gains more than this times the sum of |w (t - m)|
 # over the region: below it the gain is rounding (its sum over the whole region is 0 exactly).
 SPLIT_TOLERANCE = 1e-12
-# Rows split off each side of a binding step at the first try; the runs that still bind are split whole.
+# Rows split off each side of a binding step at the first try; later, the runs are split where the KKT test says.
 FIRST_PEEL = 4
+# KKT tests (`check`) before binding runs are split whole instead.
+MAX_CHECKS = 8
+# A level set's mean may differ from its value by this much, relative to max |t|, for the KKT test to go on
+# (rounding: the level set's cells are summed in another order than its blocks' were).
+MEAN_TOLERANCE = 1e-9
 
 
 class CompiledEq17Solver:
@@ -60,7 +64,8 @@ class CompiledEq17Solver:
     def solve(self, weights: np.ndarray, targets: np.ndarray) -> Eq17Result:
         w, t = checked_instance(weights, targets)
         margin = _ROUNDING * max(float(np.abs(t).max()), np.finfo(float).tiny)
-        x, problem, rounds = _settle(_Problem(w, t, _row_runs(w, t)), lambda starts: _Problem(w, t, starts), margin)
+        x, problem, rounds = _settle(_Problem(w, t, _row_runs(w, t)), lambda starts: _Problem(w, t, starts), margin,
+                                     w, t, None)
         # Blocks are ordered up to rounding; the majorant makes the constraints hold exactly.
         return Eq17Result(x=isotone_majorant(np.repeat(x, problem.sizes, axis=0)), converged=True, sweeps=0,
                           rounds=rounds)
@@ -80,7 +85,7 @@ class CompiledEq17Solver:
         margin = _ROUNDING * max(float(np.abs(t).max()), np.finfo(float).tiny)
         w, t = table.weights, table.targets
         x, problem, rounds = _settle(_Problem(w, t, table.runs(), source),
-                                     lambda starts: _Problem(w, t, starts, source), margin)
+                                     lambda starts: _Problem(w, t, starts, source), margin, w, t, source)
         return MergedSolution(x, problem.starts, problem.sizes, problem.diag_rows, rounds)
 
 
@@ -136,10 +141,14 @@ class MergedSolution:
         return np.diagonal(self.dense()).copy()
 
 
-def _settle(problem: _Problem, problem_of, margin: float) -> tuple[np.ndarray, _Problem, int]:
-    """Solve merged problems until no diagonal constraint at a merged run's end binds: the first solve's binding
-    runs lose the FIRST_PEEL rows nearest the step, later ones are split whole (`_peel`); `problem_of(starts)`
-    makes the merged problem of other runs. Returns the last solution, its problem and the solves run."""
+def _settle(problem: _Problem, problem_of, margin: float, w: np.ndarray, t: np.ndarray,
+            source: np.ndarray | None) -> tuple[np.ndarray, _Problem, int]:
+    """Solve merged problems until the answer is (17)'s optimum: where no diagonal constraint at a merged run's
+    end binds (`_peel`), or where the KKT test on the unmerged rows passes (`check`). The first solve's binding
+    runs lose the FIRST_PEEL rows nearest the step; after later solves the runs are split at the rows the test
+    names, or, where it names none (or after MAX_CHECKS tests), the binding runs are split whole.
+    `problem_of(starts)` makes the merged problem of other runs; row h of (17)'s data is row source[h] of w and
+    t (h where source is None). Returns the last solution, its problem and the merged problems solved."""
     rounds = 0
     while True:
         x = solve_merged(problem)
@@ -147,7 +156,30 @@ def _settle(problem: _Problem, problem_of, margin: float) -> tuple[np.ndarray, _
         peeled = _peel(x, problem, margin, depth=FIRST_PEEL if rounds == 1 else None)
         if peeled is None:
             return x, problem, rounds
+        if 1 < rounds <= 1 + MAX_CHECKS:
+            optimal, rows = check(x, problem, w, t, source, margin)
+            if optimal:
+                return x, problem, rounds
+            if rows.size:
+                peeled = np.union1d(problem.starts, rows)
         problem = problem_of(peeled)
+
+
+def check(x: np.ndarray, problem: _Problem, w: np.ndarray, t: np.ndarray, source: np.ndarray | None,
+          margin: float) -> tuple[bool, np.ndarray]:
+    """Whether x, the optimum of the merged problem, is (17)'s, by the KKT test on the unmerged rows of the level
+    sets that need it (`_eq17_partition.c`, check_merged); where it is not, the rows at which merged runs must
+    split for a gaining upper subset of a level set to be one of the merged problem (none where the test
+    names none). Row h of (17)'s data is row source[h] of w and t (h where source is None)."""
+    m, n = x.shape
+    rows = problem.starts if source is None else source[problem.starts]
+    split = np.zeros(n, dtype=np.uint8)
+    status = _compiled.check(m, n, w.shape[0], np.ascontiguousarray(w), np.ascontiguousarray(t),
+                             np.ascontiguousarray(rows, dtype=np.intc),
+                             np.ascontiguousarray(problem.starts, dtype=np.intc), np.ascontiguousarray(problem.w),
+                             np.ascontiguousarray(problem.t), x, SPLIT_TOLERANCE, MEAN_TOLERANCE / _ROUNDING * margin,
+                             split)
+    return status == 1, np.flatnonzero(split)
 
 
 def solve_merged(problem: _Problem) -> np.ndarray:

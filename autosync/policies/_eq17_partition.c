@@ -22,8 +22,14 @@
    Runs of equal rows may be merged into one row beforehand (`_eq17_exact`): the problem is then m rows of n
    columns, and the diagonal's edge from row j to row j + 1 goes from column dto[j] - 1 to column dto[j].
 
-   The module exports one function, solve(m, n, weights, targets, diagonal, out, tol), on C-contiguous
-   buffers (any object with the buffer protocol, numpy arrays among them), so it needs no numpy headers. */
+   A merged problem's optimum is tested as an answer of (17) itself by `check_merged`: the KKT conditions of
+   isotonic regression (every level set at its mean, and no upper subset of it gaining), tested with the same
+   dynamic programme on the unmerged rows of the level sets that can fail, and naming the rows at which the
+   merged runs must split where one does.
+
+   The module exports two functions, solve(m, n, weights, targets, diagonal, out, tol) and check(...), on
+   C-contiguous buffers (any object with the buffer protocol, numpy arrays among them), so it needs no numpy
+   headers. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -77,10 +83,12 @@ typedef struct {
 } Scratch;
 
 /* The upper subset of the region (rows r0..r1, columns lohi) with the largest sum of the gains
-   w (t - mean): its start c_h per row (c_h = hi_h: nothing of row h) written to `cut`, and its sum returned;
+   w (t - mean), row h's weights and targets being row src[h] of w and t (row h where src is NULL): its start
+   c_h per row (c_h = hi_h: nothing of row h) written to `cut`, and its sum returned;
    the sum of |gain| over the region is written to `spread`. */
-static double best_upper_subset(int n, const double *w, const double *t, double mean, const int *dto,
-                                const int *lohi, int r0, int r1, Scratch *sc, int *cut, double *spread) {
+static double best_upper_subset(int n, const double *w, const double *t, const int *src, double mean,
+                                const int *dto, const int *lohi, int r0, int r1, Scratch *sc, int *cut,
+                                double *spread) {
     int rows = r1 - r0 + 1;
     /* the back-pointers of row j follow those of row j - 1; row j has hi - lo + 1 choices */
     int *back = sc->back;
@@ -89,7 +97,7 @@ static double best_upper_subset(int n, const double *w, const double *t, double 
     size_t boff = 0;
     /* row r0: f(c) = suffix sum of its gains from c */
     int lo = lohi[0], hi = lohi[1];
-    const double *wr = w + (size_t)r0 * n, *tr = t + (size_t)r0 * n;
+    const double *wr = w + (size_t)(src ? src[r0] : r0) * n, *tr = t + (size_t)(src ? src[r0] : r0) * n;
     double acc = 0.0, total = 0.0;
     prev[hi - lo] = 0.0;
     for (int k = hi - 1; k >= lo; k--) {
@@ -131,8 +139,8 @@ static double best_upper_subset(int n, const double *w, const double *t, double 
                 }
             }
         }
-        wr = w + (size_t)h * n;
-        tr = t + (size_t)h * n;
+        wr = w + (size_t)(src ? src[h] : h) * n;
+        tr = t + (size_t)(src ? src[h] : h) * n;
         acc = 0.0;
         int *brow = back + boff;
         for (int c = chi; c >= clo; c--) {
@@ -217,7 +225,7 @@ static int partition_solve(int m, int n, const double *w, const double *t, const
         }
         double mean = swt / sw;
         double spread;
-        double value = best_upper_subset(n, w, t, mean, dto, lohi, reg.r0, reg.r1, &sc, cut, &spread);
+        double value = best_upper_subset(n, w, t, NULL, mean, dto, lohi, reg.r0, reg.r1, &sc, cut, &spread);
         /* an upper subset that is all or none of the region can only come from rounding */
         size_t upper_cells = 0, lower_cells = 0;
         for (int j = 0; j < rows; j++) {
@@ -269,6 +277,145 @@ done:
     free(sc.parts);
     free(pool.data);
     free(stack.data);
+    return status;
+}
+
+/* First index in row[lo, hi) whose value is >= v (is_upper 0) or > v (is_upper 1): rows are nondecreasing. */
+static int bound_in_row(const double *row, int n, double v, int is_upper) {
+    int lo = 0, hi = n;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (is_upper ? row[mid] <= v : row[mid] < v) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+static int compare_doubles(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The KKT test of the unmerged problem (17) at a merged problem's optimum x (m rows of n columns; merged row j
+   holds rows starts[j] to starts[j + 1] - 1, each with the weights and targets of row src[j] of w and t).
+   x is (17)'s optimum iff every level set (the cells of one value, convex in the order, one run of columns
+   per row) is at its weighted mean and has no upper subset (closed under the level set's own edges) whose
+   w (t - mean) sums above 0. A level set with no diagonal edge inside it that touches a merged run of two
+   rows or more passes: there the rows of a run are equal and nothing among them asks for different cuts,
+   so its best upper subset takes one cut on each run (given the cuts of the rows around it, a run's rows
+   can all take the best of their cuts), a subset of the merged problem, where none gains at its optimum.
+   The others are tested on their unmerged rows by `best_upper_subset`; where one fails, the rows of a
+   merged run at which its gaining subset's cut moves are marked in `split` (n bytes).
+   Returns 1 where x passes, 0 where rows were marked, 2 where a level set failed without naming a row,
+   -1 where memory ran out. */
+static int check_merged(int m, int n, const double *w, const double *t, const int *src, const int *starts,
+                        const double *wm, const double *tm, const double *x, double tol, double mean_tol,
+                        unsigned char *split) {
+    int *row_of = malloc((size_t)n * sizeof(int));      /* merged row of each row */
+    int *full_src = malloc((size_t)n * sizeof(int));    /* table row of each row */
+    int *dto = malloc((size_t)n * sizeof(int));         /* the diagonal edge into row h + 1 ends at column h + 1 */
+    double *need = malloc((size_t)(n + 1) * sizeof(double));
+    int *lohi = malloc(2 * (size_t)n * sizeof(int)), *cut = malloc((size_t)n * sizeof(int));
+    int *mlo = malloc((size_t)m * sizeof(int)), *mhi = malloc((size_t)m * sizeof(int));
+    Scratch sc = {0};
+    size_t back_cap = 0;
+    int status = -1;
+    sc.f = malloc((size_t)(n + 1) * sizeof(double));
+    sc.prev = malloc((size_t)(n + 1) * sizeof(double));
+    sc.pmax = malloc((size_t)(n + 1) * sizeof(double));
+    sc.qmax = malloc((size_t)(n + 1) * sizeof(double));
+    sc.parg = malloc((size_t)(n + 1) * sizeof(int));
+    sc.qarg = malloc((size_t)(n + 1) * sizeof(int));
+    if (!row_of || !full_src || !dto || !need || !lohi || !cut || !mlo || !mhi || !sc.f || !sc.prev || !sc.pmax ||
+        !sc.qmax || !sc.parg || !sc.qarg) goto done;
+    for (int j = 0; j < m; j++) {
+        int end = j + 1 < m ? starts[j + 1] : n;
+        for (int h = starts[j]; h < end; h++) {
+            row_of[h] = j;
+            full_src[h] = src[j];
+        }
+    }
+    for (int h = 0; h < n; h++) dto[h] = h + 1;
+    /* the values of the diagonal edges (h, h) -> (h + 1, h + 1) inside a level set, one end in a merged run */
+    int needed = 0;
+    for (int h = 0; h + 1 < n; h++) {
+        int a = row_of[h], b = row_of[h + 1];
+        int in_run = (a + 1 < m ? starts[a + 1] : n) - starts[a] > 1 || (b + 1 < m ? starts[b + 1] : n) - starts[b] > 1;
+        if (!in_run) continue;
+        double v = x[(size_t)a * n + h];
+        if (v == x[(size_t)b * n + h + 1]) need[needed++] = v;
+    }
+    qsort(need, (size_t)needed, sizeof(double), compare_doubles);
+    status = 1;
+    memset(split, 0, (size_t)n);
+    for (int i = 0; i < needed; i++) {
+        if (i > 0 && need[i] == need[i - 1]) continue;
+        double v = need[i];
+        /* the level set's columns in each merged row, its mean from the merged rows (weights summed) */
+        int j0 = -1, j1 = -1;
+        double sw = 0.0, swt = 0.0;
+        for (int j = 0; j < m; j++) {
+            const double *xr = x + (size_t)j * n;
+            mlo[j] = bound_in_row(xr, n, v, 0);
+            mhi[j] = bound_in_row(xr, n, v, 1);
+            if (mlo[j] < mhi[j]) {
+                if (j0 < 0) j0 = j;
+                j1 = j;
+                const double *wr = wm + (size_t)j * n, *tr = tm + (size_t)j * n;
+                for (int k = mlo[j]; k < mhi[j]; k++) {
+                    sw += wr[k];
+                    swt += wr[k] * tr[k];
+                }
+            }
+        }
+        double mean = swt / sw;
+        if (!(fabs(mean - v) <= mean_tol)) {
+            status = 2;
+            break;
+        }
+        int r0 = starts[j0], r1 = (j1 + 1 < m ? starts[j1 + 1] : n) - 1;
+        size_t choices = 0;
+        int at = mlo[j0];
+        for (int h = r0; h <= r1; h++) {
+            int j = row_of[h];
+            if (mlo[j] < mhi[j]) {
+                lohi[2 * (h - r0)] = mlo[j];
+                lohi[2 * (h - r0) + 1] = mhi[j];
+                at = mhi[j];
+            } else {
+                lohi[2 * (h - r0)] = lohi[2 * (h - r0) + 1] = at;
+            }
+            choices += (size_t)(lohi[2 * (h - r0) + 1] - lohi[2 * (h - r0)] + 1);
+        }
+        if (choices > back_cap) {
+            free(sc.back);
+            back_cap = choices;
+            sc.back = malloc(back_cap * sizeof(int));
+            if (!sc.back) {
+                status = -1;
+                goto done;
+            }
+        }
+        double spread;
+        double value = best_upper_subset(n, w, t, full_src, mean, dto, lohi, r0, r1, &sc, cut, &spread);
+        size_t upper_cells = 0, lower_cells = 0;
+        for (int j = 0; j <= r1 - r0; j++) {
+            upper_cells += (size_t)(lohi[2 * j + 1] - cut[j]);
+            lower_cells += (size_t)(cut[j] - lohi[2 * j]);
+        }
+        if (value > tol * spread && upper_cells > 0 && lower_cells > 0) {
+            if (status == 1) status = 2;
+            for (int h = r0 + 1; h <= r1; h++) {
+                if (row_of[h] == row_of[h - 1] && cut[h - r0] != cut[h - 1 - r0]) {
+                    split[h] = 1;
+                    status = 0;
+                }
+            }
+        }
+    }
+done:
+    free(row_of); free(full_src); free(dto); free(need); free(lohi); free(cut); free(mlo); free(mhi);
+    free(sc.f); free(sc.prev); free(sc.pmax); free(sc.qmax); free(sc.parg); free(sc.qarg); free(sc.back);
     return status;
 }
 
@@ -343,12 +490,63 @@ static PyObject *solve(PyObject *self, PyObject *args) {
     return PyLong_FromLong(blocks);
 }
 
+static PyObject *check(PyObject *self, PyObject *args) {
+    (void)self;
+    int m, n, r;
+    PyObject *objs[9];
+    double tol, mean_tol;
+    if (!PyArg_ParseTuple(args, "iiiOOOOOOOddO", &m, &n, &r, &objs[0], &objs[1], &objs[2], &objs[3], &objs[4],
+                          &objs[5], &objs[6], &tol, &mean_tol, &objs[7]))
+        return NULL;
+    if (m < 1 || n < 1 || r < 1 || m > n) {
+        PyErr_Format(PyExc_ValueError, "need 1 <= m <= n and r >= 1, but got m=%d, n=%d, r=%d", m, n, r);
+        return NULL;
+    }
+    Py_ssize_t cells = (Py_ssize_t)m * n;
+    Py_buffer views[8];
+    const char *names[8] = {"weights", "targets", "source", "starts", "merged weights", "merged targets", "x", "split"};
+    const char *formats[8] = {"d", "d", "i", "i", "d", "d", "d", "B"};
+    Py_ssize_t sizes[8] = {sizeof(double), sizeof(double), sizeof(int), sizeof(int), sizeof(double), sizeof(double),
+                           sizeof(double), 1};
+    Py_ssize_t counts[8] = {(Py_ssize_t)r * n, (Py_ssize_t)r * n, m, m, cells, cells, cells, n};
+    int got = 0;
+    for (; got < 8; got++)
+        if (get_buffer(objs[got], &views[got], counts[got], formats[got], sizes[got], got == 7, names[got])) break;
+    if (got < 8) {
+        for (int i = 0; i < got; i++) PyBuffer_Release(&views[i]);
+        return NULL;
+    }
+    const int *src = views[2].buf, *starts = views[3].buf;
+    int bad = starts[0] != 0;
+    for (int j = 0; j < m && !bad; j++)
+        bad = src[j] < 0 || src[j] >= r || (j > 0 && starts[j] <= starts[j - 1]) || starts[j] >= n;
+    if (bad) {
+        for (int i = 0; i < 8; i++) PyBuffer_Release(&views[i]);
+        PyErr_SetString(PyExc_ValueError, "starts must rise from 0 below n and source index rows of the table");
+        return NULL;
+    }
+    int status;
+    Py_BEGIN_ALLOW_THREADS
+    status = check_merged(m, n, views[0].buf, views[1].buf, src, starts, views[4].buf, views[5].buf, views[6].buf, tol,
+                          mean_tol, views[7].buf);
+    Py_END_ALLOW_THREADS
+    for (int i = 0; i < 8; i++) PyBuffer_Release(&views[i]);
+    if (status < 0) return PyErr_NoMemory();
+    return PyLong_FromLong(status);
+}
+
 static PyMethodDef methods[] = {
     {"solve", solve, METH_VARARGS,
      "solve(m, n, weights, targets, diagonal, out, tol) -> blocks: (17)'s exact optimum on m rows of n columns "
      "written to out (float64, C order; weights and targets likewise); the diagonal edge from row j goes from "
      "column diagonal[j] - 1 to column diagonal[j] of row j + 1 (int32, m - 1 values; j + 1 for (17) itself); a "
      "region splits where an upper subset gains more than tol times the sum of |w (t - mean)| over it."},
+    {"check", check, METH_VARARGS,
+     "check(m, n, r, weights, targets, source, starts, merged_weights, merged_targets, x, tol, mean_tol, split) -> "
+     "status: the KKT test of (17) at the optimum x of a merged problem (m rows of n columns, float64; merged row j "
+     "holds rows starts[j] to starts[j + 1] - 1, each with row source[j] of the r x n weights and targets; int32), "
+     "on the unmerged rows of the level sets that need it: 1 where x is (17)'s optimum, 0 where split (n bytes) "
+     "marks the rows at which a merged run must split, 2 where a level set fails without naming one."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -802,7 +802,8 @@ def _peel(x: np.ndarray, problem: _Problem, margin: float, depth: int | None = N
     they cost this solver more re-solves than they save rows (on the instances recorded from a DBW run
     at n = 128, 72 sweeps and 5 rounds a solve against 172 and 13, 39 ms against 54 to 66; bench_scale's
     DBW at n = 256, 44 ms an update against 83). The compiled solver (`_eq17_exact`), whose re-solves
-    are cheap, splits off 4 rows (`depth`) first, and whole runs only where they still bind.
+    are cheap, splits off 4 rows (`depth`) first, then where its KKT test names rows, and whole runs only
+    where the test names none.
     """
     ends = problem.starts[1:] - 1  # the diagonal's step from merged row j to j + 1: ends[j] -> ends[j] + 1
     d = x[problem.diag_rows, problem.diag_cols]
