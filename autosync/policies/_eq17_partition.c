@@ -280,6 +280,30 @@ done:
     return status;
 }
 
+/* A part of a level set being split (`check_merged`): rows r0..r1, its columns in a pool from off, `depth`
+   splits below the level set (0: the level set, whose mean and best upper subset are known). */
+typedef struct {
+    int r0, r1, depth;
+    size_t off;
+} Part;
+
+typedef struct {
+    Part *data;
+    size_t size, cap;
+} PartStack;
+
+static int part_push(PartStack *s, Part p) {
+    if (s->size == s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 64;
+        Part *data = realloc(s->data, cap * sizeof(Part));
+        if (!data) return -1;
+        s->data = data;
+        s->cap = cap;
+    }
+    s->data[s->size++] = p;
+    return 0;
+}
+
 /* First index in row[lo, hi) whose value is >= v (is_upper 0) or > v (is_upper 1): rows are nondecreasing. */
 static int bound_in_row(const double *row, int n, double v, int is_upper) {
     int lo = 0, hi = n;
@@ -304,8 +328,9 @@ static int compare_doubles(const void *a, const void *b) {
    rows or more passes: there the rows of a run are equal and nothing among them asks for different cuts,
    so its best upper subset takes one cut on each run (given the cuts of the rows around it, a run's rows
    can all take the best of their cuts), a subset of the merged problem, where none gains at its optimum.
-   The others are tested on their unmerged rows by `best_upper_subset`; where one fails, the rows of a
-   merged run at which its gaining subset's cut moves are marked in `split` (n bytes).
+   The others are tested on their unmerged rows by `best_upper_subset`; where one fails, it is split on
+   recursively as `partition_solve` would split it on its own, and the rows of a merged run at which a cut
+   moves are marked in `split` (n bytes).
    Returns 1 where x passes, 0 where rows were marked, 2 where a level set failed without naming a row,
    -1 where memory ran out. */
 static int check_merged(int m, int n, const double *w, const double *t, const int *src, const int *starts,
@@ -320,6 +345,9 @@ static int check_merged(int m, int n, const double *w, const double *t, const in
     Scratch sc = {0};
     size_t back_cap = 0;
     int status = -1;
+    IntPool pool = {0};
+    PartStack stack = {0};
+    int *parts = malloc(4 * (size_t)n * sizeof(int));
     sc.f = malloc((size_t)(n + 1) * sizeof(double));
     sc.prev = malloc((size_t)(n + 1) * sizeof(double));
     sc.pmax = malloc((size_t)(n + 1) * sizeof(double));
@@ -327,7 +355,7 @@ static int check_merged(int m, int n, const double *w, const double *t, const in
     sc.parg = malloc((size_t)(n + 1) * sizeof(int));
     sc.qarg = malloc((size_t)(n + 1) * sizeof(int));
     if (!row_of || !full_src || !dto || !need || !lohi || !cut || !mlo || !mhi || !sc.f || !sc.prev || !sc.pmax ||
-        !sc.qmax || !sc.parg || !sc.qarg) goto done;
+        !sc.qmax || !sc.parg || !sc.qarg || !parts) goto done;
     for (int j = 0; j < m; j++) {
         int end = j + 1 < m ? starts[j + 1] : n;
         for (int h = starts[j]; h < end; h++) {
@@ -405,15 +433,81 @@ static int check_merged(int m, int n, const double *w, const double *t, const in
         }
         if (value > tol * spread && upper_cells > 0 && lower_cells > 0) {
             if (status == 1) status = 2;
-            for (int h = r0 + 1; h <= r1; h++) {
-                if (row_of[h] == row_of[h - 1] && cut[h - r0] != cut[h - 1 - r0]) {
-                    split[h] = 1;
-                    status = 0;
+            /* the level set is split on as the partition would split it alone, and every cut that moves
+               inside a merged run names its row: most rows the next merged problem needs are then named at
+               once, not one re-solve at a time */
+            stack.size = 0;
+            pool.size = 0;
+            Part part = {r0, r1, 0, 0};
+            int rows = r1 - r0 + 1;
+            if (pool_reserve(&pool, 2 * (size_t)rows) || part_push(&stack, part)) {
+                status = -1;
+                goto done;
+            }
+            memcpy(pool.data, lohi, 2 * (size_t)rows * sizeof(int));
+            pool.size = 2 * (size_t)rows;
+            while (stack.size) {
+                part = stack.data[--stack.size];
+                int pr = part.r1 - part.r0 + 1;
+                const int *plohi = pool.data + part.off;
+                if (part.depth > 0) {  /* a part's own mean and best upper subset (the level set's are known) */
+                    double pw = 0.0, pwt = 0.0;
+                    for (int j = 0; j < pr; j++) {
+                        const double *wr = w + (size_t)full_src[part.r0 + j] * n;
+                        const double *tr = t + (size_t)full_src[part.r0 + j] * n;
+                        for (int k = plohi[2 * j]; k < plohi[2 * j + 1]; k++) {
+                            pw += wr[k];
+                            pwt += wr[k] * tr[k];
+                        }
+                    }
+                    value = best_upper_subset(n, w, t, full_src, pwt / pw, dto, plohi, part.r0, part.r1, &sc, cut,
+                                              &spread);
+                    upper_cells = lower_cells = 0;
+                    for (int j = 0; j < pr; j++) {
+                        upper_cells += (size_t)(plohi[2 * j + 1] - cut[j]);
+                        lower_cells += (size_t)(cut[j] - plohi[2 * j]);
+                    }
+                    if (!(value > tol * spread) || upper_cells == 0 || lower_cells == 0) {
+                        pool.size = part.off;
+                        continue;
+                    }
+                }
+                for (int h = part.r0 + 1; h <= part.r1; h++) {
+                    if (row_of[h] == row_of[h - 1] && cut[h - part.r0] != cut[h - 1 - part.r0]) {
+                        split[h] = 1;
+                        status = 0;
+                    }
+                }
+                int *tmp = parts;
+                for (int j = 0; j < pr; j++) {
+                    tmp[2 * j] = plohi[2 * j];
+                    tmp[2 * j + 1] = cut[j];
+                    tmp[2 * pr + 2 * j] = cut[j];
+                    tmp[2 * pr + 2 * j + 1] = plohi[2 * j + 1];
+                }
+                pool.size = part.off;
+                for (int side = 0; side < 2; side++) {
+                    const int *q = tmp + 2 * (size_t)pr * side;
+                    int a = 0, b = pr - 1;
+                    while (a <= b && q[2 * a] == q[2 * a + 1]) a++;
+                    while (b >= a && q[2 * b] == q[2 * b + 1]) b--;
+                    size_t len = 2 * (size_t)(b - a + 1);
+                    if (pool_reserve(&pool, len)) {
+                        status = -1;
+                        goto done;
+                    }
+                    memcpy(pool.data + pool.size, q + 2 * a, len * sizeof(int));
+                    if (part_push(&stack, (Part){part.r0 + a, part.r0 + b, part.depth + 1, pool.size})) {
+                        status = -1;
+                        goto done;
+                    }
+                    pool.size += len;
                 }
             }
         }
     }
 done:
+    free(pool.data); free(stack.data); free(parts);
     free(row_of); free(full_src); free(dto); free(need); free(lohi); free(cut); free(mlo); free(mhi);
     free(sc.f); free(sc.prev); free(sc.pmax); free(sc.qmax); free(sc.parg); free(sc.qarg); free(sc.back);
     return status;
