@@ -160,8 +160,9 @@ class IterationTimeEstimator:
         """T_k = x*[k, k] for k = 1..n (eq. 17's diagonal).
 
         With the compiled solver, (17) is solved on the distinct rows (`table`, `CompiledEq17Solver.solve_rows`)
-        and the diagonal read from the merged rows: the same answer as `solve()`'s diagonal, in time that
-        does not grow with n^2 (DBW needs only T_k; `solution` lays the answer out on the grid when asked).
+        and the diagonal read from the merged rows: bit for bit `solve()`'s diagonal, without building,
+        checking or scanning an n x n array (DBW needs only T_k; `solution` lays the answer out on the grid
+        when read).
         Where that solve fails, `solve()` is tried and its failures counted.
         """
         if isinstance(self._structured, CompiledEq17Solver) and self._sampled.any():

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from autosync.policies._isotonic import (_ROUNDING, Eq17Result, _feasible, _peel, _Problem, _row_runs,
-                                        checked_instance, isotone_majorant)
+from autosync.policies._isotonic import (_ROUNDING, Eq17Result, _feasible, _group_of_rows, _peel, _Problem,
+                                        _row_runs, checked_instance, isotone_majorant)
 
 try:
     from autosync.policies import _eq17_partition as _compiled
@@ -64,8 +64,7 @@ class CompiledEq17Solver:
     def solve(self, weights: np.ndarray, targets: np.ndarray) -> Eq17Result:
         w, t = checked_instance(weights, targets)
         margin = _ROUNDING * max(float(np.abs(t).max()), np.finfo(float).tiny)
-        x, problem, rounds = _settle(_Problem(w, t, _row_runs(w, t)), lambda starts: _Problem(w, t, starts), margin,
-                                     w, t, None)
+        x, problem, rounds = _settle(_Merged(w, t, _row_runs(w, t), None), margin)
         # Blocks are ordered up to rounding; the majorant makes the constraints hold exactly.
         return Eq17Result(x=isotone_majorant(np.repeat(x, problem.sizes, axis=0)), converged=True, sweeps=0,
                           rounds=rounds)
@@ -83,9 +82,7 @@ class CompiledEq17Solver:
         if not np.all(np.isfinite(t)):
             raise ValueError("targets must be finite, but got a NaN or an infinity")
         margin = _ROUNDING * max(float(np.abs(t).max()), np.finfo(float).tiny)
-        w, t = table.weights, table.targets
-        x, problem, rounds = _settle(_Problem(w, t, table.runs(), source),
-                                     lambda starts: _Problem(w, t, starts, source), margin, w, t, source)
+        x, problem, rounds = _settle(_Merged(table.weights, table.targets, table.runs(), source), margin)
         return MergedSolution(x, problem.starts, problem.sizes, problem.diag_rows, rounds)
 
 
@@ -141,44 +138,67 @@ class MergedSolution:
         return np.diagonal(self.dense()).copy()
 
 
-def _settle(problem: _Problem, problem_of, margin: float, w: np.ndarray, t: np.ndarray,
-            source: np.ndarray | None) -> tuple[np.ndarray, _Problem, int]:
+class _Merged:
+    """A merged problem of (17) whose data stay where they are: row h of (17)'s data is row source[h] of w and t
+    (row h where source is None), and merged row j holds rows starts[j] to starts[j] + sizes[j] - 1 with their
+    weights summed (`_isotonic._Problem`'s merged problem, without its m x n copies of the data; `_peel`
+    reads its starts, sizes and diagonal chain)."""
+
+    def __init__(self, w: np.ndarray, t: np.ndarray, starts: np.ndarray, source: np.ndarray | None):
+        n = t.shape[1]
+        self.w, self.t = np.ascontiguousarray(w, dtype=float), np.ascontiguousarray(t, dtype=float)
+        self.source, self.starts = source, starts
+        self.sizes = np.diff(starts, append=n)
+        self.src = np.ascontiguousarray(starts if source is None else source[starts], dtype=np.intc)
+        self.scale = self.sizes.astype(float)
+        self.diag_rows = _group_of_rows(starts, n)
+        self.diag_cols = np.arange(n)
+
+    def split(self, starts: np.ndarray) -> _Merged:
+        """The merged problem of the same data with other runs."""
+        return _Merged(self.w, self.t, starts, self.source)
+
+    def solve(self) -> np.ndarray:
+        """Its exact optimum, one row per merged row (`_eq17_partition.c`, solve_table)."""
+        m, n = self.starts.size, self.t.shape[1]
+        x = np.empty((m, n))
+        _compiled.solve_table(m, n, self.t.shape[0], self.w, self.t, self.src, self.scale,
+                              np.ascontiguousarray(self.starts[1:], dtype=np.intc), x, SPLIT_TOLERANCE)
+        return x
+
+
+def _settle(problem: _Merged, margin: float) -> tuple[np.ndarray, _Merged, int]:
     """Solve merged problems until the answer is (17)'s optimum: where no diagonal constraint at a merged run's
     end binds (`_peel`), or where the KKT test on the unmerged rows passes (`check`). The first solve's binding
     runs lose the FIRST_PEEL rows nearest the step; after later solves the runs are split at the rows the test
-    names, or, where it names none (or after MAX_CHECKS tests), the binding runs are split whole.
-    `problem_of(starts)` makes the merged problem of other runs; row h of (17)'s data is row source[h] of w and
-    t (h where source is None). Returns the last solution, its problem and the merged problems solved."""
+    names, or, where it names none (or after MAX_CHECKS tests), the binding runs are split whole. Returns the
+    last solution, its problem and the merged problems solved."""
     rounds = 0
     while True:
-        x = solve_merged(problem)
+        x = problem.solve()
         rounds += 1
         peeled = _peel(x, problem, margin, depth=FIRST_PEEL if rounds == 1 else None)
         if peeled is None:
             return x, problem, rounds
         if 1 < rounds <= 1 + MAX_CHECKS:
-            optimal, rows = check(x, problem, w, t, source, margin)
+            optimal, rows = check(x, problem, margin)
             if optimal:
                 return x, problem, rounds
             if rows.size:
                 peeled = np.union1d(problem.starts, rows)
-        problem = problem_of(peeled)
+        problem = problem.split(peeled)
 
 
-def check(x: np.ndarray, problem: _Problem, w: np.ndarray, t: np.ndarray, source: np.ndarray | None,
-          margin: float) -> tuple[bool, np.ndarray]:
+def check(x: np.ndarray, problem: _Merged, margin: float) -> tuple[bool, np.ndarray]:
     """Whether x, the optimum of the merged problem, is (17)'s, by the KKT test on the unmerged rows of the level
     sets that need it (`_eq17_partition.c`, check_merged); where it is not, the rows at which merged runs must
-    split for a gaining upper subset of a level set to be one of the merged problem (none where the test
-    names none). Row h of (17)'s data is row source[h] of w and t (h where source is None)."""
+    split, named by partitioning each failing level set on its own (none where the test names none). `margin`
+    is _ROUNDING * max |t|."""
     m, n = x.shape
-    rows = problem.starts if source is None else source[problem.starts]
     split = np.zeros(n, dtype=np.uint8)
-    status = _compiled.check(m, n, w.shape[0], np.ascontiguousarray(w), np.ascontiguousarray(t),
-                             np.ascontiguousarray(rows, dtype=np.intc),
-                             np.ascontiguousarray(problem.starts, dtype=np.intc), np.ascontiguousarray(problem.w),
-                             np.ascontiguousarray(problem.t), x, SPLIT_TOLERANCE, MEAN_TOLERANCE / _ROUNDING * margin,
-                             split)
+    status = _compiled.check(m, n, problem.t.shape[0], problem.w, problem.t, problem.src, problem.scale,
+                             np.ascontiguousarray(problem.starts, dtype=np.intc), x, SPLIT_TOLERANCE,
+                             MEAN_TOLERANCE / _ROUNDING * margin, split)
     return status == 1, np.flatnonzero(split)
 
 

@@ -83,11 +83,12 @@ typedef struct {
 } Scratch;
 
 /* The upper subset of the region (rows r0..r1, columns lohi) with the largest sum of the gains
-   w (t - mean), row h's weights and targets being row src[h] of w and t (row h where src is NULL): its start
+   w (t - mean), row h's weights and targets being row src[h] of w and t (row h where src is NULL), its
+   weights times scale[h] (1 where scale is NULL): its start
    c_h per row (c_h = hi_h: nothing of row h) written to `cut`, and its sum returned;
    the sum of |gain| over the region is written to `spread`. */
-static double best_upper_subset(int n, const double *w, const double *t, const int *src, double mean,
-                                const int *dto, const int *lohi, int r0, int r1, Scratch *sc, int *cut,
+static double best_upper_subset(int n, const double *w, const double *t, const int *src, const double *scale,
+                                double mean, const int *dto, const int *lohi, int r0, int r1, Scratch *sc, int *cut,
                                 double *spread) {
     int rows = r1 - r0 + 1;
     /* the back-pointers of row j follow those of row j - 1; row j has hi - lo + 1 choices */
@@ -98,10 +99,11 @@ static double best_upper_subset(int n, const double *w, const double *t, const i
     /* row r0: f(c) = suffix sum of its gains from c */
     int lo = lohi[0], hi = lohi[1];
     const double *wr = w + (size_t)(src ? src[r0] : r0) * n, *tr = t + (size_t)(src ? src[r0] : r0) * n;
+    double s = scale ? scale[r0] : 1.0;
     double acc = 0.0, total = 0.0;
     prev[hi - lo] = 0.0;
     for (int k = hi - 1; k >= lo; k--) {
-        double g = wr[k] * (tr[k] - mean);
+        double g = (wr[k] * s) * (tr[k] - mean);
         acc += g;
         total += fabs(g);
         prev[k - lo] = acc;
@@ -141,11 +143,12 @@ static double best_upper_subset(int n, const double *w, const double *t, const i
         }
         wr = w + (size_t)(src ? src[h] : h) * n;
         tr = t + (size_t)(src ? src[h] : h) * n;
+        s = scale ? scale[h] : 1.0;
         acc = 0.0;
         int *brow = back + boff;
         for (int c = chi; c >= clo; c--) {
             if (c < chi) {
-                double g = wr[c] * (tr[c] - mean);
+                double g = (wr[c] * s) * (tr[c] - mean);
                 acc += g;
                 total += fabs(g);
             }
@@ -184,9 +187,10 @@ static double best_upper_subset(int n, const double *w, const double *t, const i
 }
 
 /* Exact optimum of (17) on m rows of n columns by recursive partitioning; returns 0, or -1 when memory ran
-   out. `blocks` gets the number of blocks of the optimum. */
-static int partition_solve(int m, int n, const double *w, const double *t, const int *dto, double *x, double tol,
-                           long *blocks) {
+   out. `blocks` gets the number of blocks of the optimum. Row h's targets are row src[h] of t and its
+   weights row src[h] of w times scale[h] (row h, times 1, where src and scale are NULL). */
+static int partition_solve(int m, int n, const double *w, const double *t, const int *src, const double *scale,
+                           const int *dto, double *x, double tol, long *blocks) {
     size_t cells = (size_t)m * n;
     IntPool pool = {0};
     RegionStack stack = {0};
@@ -217,15 +221,18 @@ static int partition_solve(int m, int n, const double *w, const double *t, const
         /* weighted mean of t over the region, and the scale of its gains */
         double sw = 0.0, swt = 0.0;
         for (int j = 0; j < rows; j++) {
-            const double *wr = w + (size_t)(reg.r0 + j) * n, *tr = t + (size_t)(reg.r0 + j) * n;
+            int h = reg.r0 + j;
+            const double *wr = w + (size_t)(src ? src[h] : h) * n, *tr = t + (size_t)(src ? src[h] : h) * n;
+            double s = scale ? scale[h] : 1.0;
             for (int k = lohi[2 * j]; k < lohi[2 * j + 1]; k++) {
-                sw += wr[k];
-                swt += wr[k] * tr[k];
+                double wk = wr[k] * s;
+                sw += wk;
+                swt += wk * tr[k];
             }
         }
         double mean = swt / sw;
         double spread;
-        double value = best_upper_subset(n, w, t, NULL, mean, dto, lohi, reg.r0, reg.r1, &sc, cut, &spread);
+        double value = best_upper_subset(n, w, t, src, scale, mean, dto, lohi, reg.r0, reg.r1, &sc, cut, &spread);
         /* an upper subset that is all or none of the region can only come from rounding */
         size_t upper_cells = 0, lower_cells = 0;
         for (int j = 0; j < rows; j++) {
@@ -321,7 +328,8 @@ static int compare_doubles(const void *a, const void *b) {
 }
 
 /* The KKT test of the unmerged problem (17) at a merged problem's optimum x (m rows of n columns; merged row j
-   holds rows starts[j] to starts[j + 1] - 1, each with the weights and targets of row src[j] of w and t).
+   holds rows starts[j] to starts[j + 1] - 1, each with the weights and targets of row src[j] of w and t,
+   the merged row's weights being scale[j] times those).
    x is (17)'s optimum iff every level set (the cells of one value, convex in the order, one run of columns
    per row) is at its weighted mean and has no upper subset (closed under the level set's own edges) whose
    w (t - mean) sums above 0. A level set with no diagonal edge inside it that touches a merged run of two
@@ -333,9 +341,8 @@ static int compare_doubles(const void *a, const void *b) {
    moves are marked in `split` (n bytes).
    Returns 1 where x passes, 0 where rows were marked, 2 where a level set failed without naming a row,
    -1 where memory ran out. */
-static int check_merged(int m, int n, const double *w, const double *t, const int *src, const int *starts,
-                        const double *wm, const double *tm, const double *x, double tol, double mean_tol,
-                        unsigned char *split) {
+static int check_merged(int m, int n, const double *w, const double *t, const int *src, const double *scale,
+                        const int *starts, const double *x, double tol, double mean_tol, unsigned char *split) {
     int *row_of = malloc((size_t)n * sizeof(int));      /* merged row of each row */
     int *full_src = malloc((size_t)n * sizeof(int));    /* table row of each row */
     int *dto = malloc((size_t)n * sizeof(int));         /* the diagonal edge into row h + 1 ends at column h + 1 */
@@ -389,10 +396,11 @@ static int check_merged(int m, int n, const double *w, const double *t, const in
             if (mlo[j] < mhi[j]) {
                 if (j0 < 0) j0 = j;
                 j1 = j;
-                const double *wr = wm + (size_t)j * n, *tr = tm + (size_t)j * n;
+                const double *wr = w + (size_t)src[j] * n, *tr = t + (size_t)src[j] * n;
                 for (int k = mlo[j]; k < mhi[j]; k++) {
-                    sw += wr[k];
-                    swt += wr[k] * tr[k];
+                    double wk = wr[k] * scale[j];
+                    sw += wk;
+                    swt += wk * tr[k];
                 }
             }
         }
@@ -425,7 +433,7 @@ static int check_merged(int m, int n, const double *w, const double *t, const in
             }
         }
         double spread;
-        double value = best_upper_subset(n, w, t, full_src, mean, dto, lohi, r0, r1, &sc, cut, &spread);
+        double value = best_upper_subset(n, w, t, full_src, NULL, mean, dto, lohi, r0, r1, &sc, cut, &spread);
         size_t upper_cells = 0, lower_cells = 0;
         for (int j = 0; j <= r1 - r0; j++) {
             upper_cells += (size_t)(lohi[2 * j + 1] - cut[j]);
@@ -460,7 +468,7 @@ static int check_merged(int m, int n, const double *w, const double *t, const in
                             pwt += wr[k] * tr[k];
                         }
                     }
-                    value = best_upper_subset(n, w, t, full_src, pwt / pw, dto, plohi, part.r0, part.r1, &sc, cut,
+                    value = best_upper_subset(n, w, t, full_src, NULL, pwt / pw, dto, plohi, part.r0, part.r1, &sc, cut,
                                               &spread);
                     upper_cells = lower_cells = 0;
                     for (int j = 0; j < pr; j++) {
@@ -577,9 +585,81 @@ static PyObject *solve(PyObject *self, PyObject *args) {
     long blocks = 0;
     int status;
     Py_BEGIN_ALLOW_THREADS
-    status = partition_solve(m, n, views[0].buf, views[1].buf, dto, views[3].buf, tol, &blocks);
+    status = partition_solve(m, n, views[0].buf, views[1].buf, NULL, NULL, dto, views[3].buf, tol, &blocks);
     Py_END_ALLOW_THREADS
     for (int i = 0; i < 4; i++) PyBuffer_Release(&views[i]);
+    if (status) return PyErr_NoMemory();
+    return PyLong_FromLong(blocks);
+}
+
+/* The buffers of a call on a table of r distinct rows: weights and targets (r x n), source (m int32 in [0, r)),
+   scale (m positive finite float64), then `extra` more (counts, formats, item sizes, the last writable). */
+static int table_buffers(int m, int n, int r, PyObject **objs, Py_buffer *views, int extra, const Py_ssize_t *counts,
+                         const char *const *formats, const Py_ssize_t *sizes, const char *const *names) {
+    const char *base_names[4] = {"weights", "targets", "source", "scale"};
+    const char *base_formats[4] = {"d", "d", "i", "d"};
+    Py_ssize_t base_sizes[4] = {sizeof(double), sizeof(double), sizeof(int), sizeof(double)};
+    Py_ssize_t base_counts[4] = {(Py_ssize_t)r * n, (Py_ssize_t)r * n, m, m};
+    int total = 4 + extra, got = 0;
+    for (; got < total; got++) {
+        int b = got < 4;
+        if (get_buffer(objs[got], &views[got], b ? base_counts[got] : counts[got - 4],
+                       b ? base_formats[got] : formats[got - 4], b ? base_sizes[got] : sizes[got - 4],
+                       got == total - 1, b ? base_names[got] : names[got - 4]))
+            break;
+    }
+    if (got < total) {
+        for (int i = 0; i < got; i++) PyBuffer_Release(&views[i]);
+        return -1;
+    }
+    const double *w = views[0].buf, *t = views[1].buf, *scale = views[3].buf;
+    const int *src = views[2].buf;
+    const char *bad = NULL;
+    for (Py_ssize_t i = 0; i < (Py_ssize_t)r * n && !bad; i++)
+        if (!(w[i] > 0.0) || !isfinite(w[i]) || !isfinite(t[i])) bad = "weights must be finite and > 0 and targets finite";
+    for (int j = 0; j < m && !bad; j++) {
+        if (src[j] < 0 || src[j] >= r) bad = "source must index rows of the table";
+        else if (!(scale[j] > 0.0) || !isfinite(scale[j])) bad = "scale must be finite and > 0";
+    }
+    if (bad) {
+        for (int i = 0; i < total; i++) PyBuffer_Release(&views[i]);
+        PyErr_SetString(PyExc_ValueError, bad);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *solve_table(PyObject *self, PyObject *args) {
+    (void)self;
+    int m, n, r;
+    PyObject *objs[6];
+    double tol;
+    if (!PyArg_ParseTuple(args, "iiiOOOOOOd", &m, &n, &r, &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &objs[5],
+                          &tol))
+        return NULL;
+    if (m < 1 || n < 1 || r < 1) {
+        PyErr_Format(PyExc_ValueError, "m, n and r must be >= 1, but got m=%d, n=%d, r=%d", m, n, r);
+        return NULL;
+    }
+    Py_buffer views[6];
+    Py_ssize_t counts[2] = {m - 1, (Py_ssize_t)m * n}, sizes[2] = {sizeof(int), sizeof(double)};
+    const char *formats[2] = {"i", "d"}, *names[2] = {"diagonal", "out"};
+    if (table_buffers(m, n, r, objs, views, 2, counts, formats, sizes, names)) return NULL;
+    const int *dto = views[4].buf;
+    for (int j = 0; j + 1 < m; j++) {
+        if (dto[j] < 1 || dto[j] >= n) {
+            for (int i = 0; i < 6; i++) PyBuffer_Release(&views[i]);
+            PyErr_Format(PyExc_ValueError, "diagonal[%d] must be in [1, n), but got %d", j, dto[j]);
+            return NULL;
+        }
+    }
+    long blocks = 0;
+    int status;
+    Py_BEGIN_ALLOW_THREADS
+    status = partition_solve(m, n, views[0].buf, views[1].buf, views[2].buf, views[3].buf, dto, views[5].buf, tol,
+                             &blocks);
+    Py_END_ALLOW_THREADS
+    for (int i = 0; i < 6; i++) PyBuffer_Release(&views[i]);
     if (status) return PyErr_NoMemory();
     return PyLong_FromLong(blocks);
 }
@@ -587,44 +667,33 @@ static PyObject *solve(PyObject *self, PyObject *args) {
 static PyObject *check(PyObject *self, PyObject *args) {
     (void)self;
     int m, n, r;
-    PyObject *objs[9];
+    PyObject *objs[7];
     double tol, mean_tol;
-    if (!PyArg_ParseTuple(args, "iiiOOOOOOOddO", &m, &n, &r, &objs[0], &objs[1], &objs[2], &objs[3], &objs[4],
-                          &objs[5], &objs[6], &tol, &mean_tol, &objs[7]))
+    if (!PyArg_ParseTuple(args, "iiiOOOOOOddO", &m, &n, &r, &objs[0], &objs[1], &objs[2], &objs[3], &objs[4],
+                          &objs[5], &tol, &mean_tol, &objs[6]))
         return NULL;
     if (m < 1 || n < 1 || r < 1 || m > n) {
         PyErr_Format(PyExc_ValueError, "need 1 <= m <= n and r >= 1, but got m=%d, n=%d, r=%d", m, n, r);
         return NULL;
     }
-    Py_ssize_t cells = (Py_ssize_t)m * n;
-    Py_buffer views[8];
-    const char *names[8] = {"weights", "targets", "source", "starts", "merged weights", "merged targets", "x", "split"};
-    const char *formats[8] = {"d", "d", "i", "i", "d", "d", "d", "B"};
-    Py_ssize_t sizes[8] = {sizeof(double), sizeof(double), sizeof(int), sizeof(int), sizeof(double), sizeof(double),
-                           sizeof(double), 1};
-    Py_ssize_t counts[8] = {(Py_ssize_t)r * n, (Py_ssize_t)r * n, m, m, cells, cells, cells, n};
-    int got = 0;
-    for (; got < 8; got++)
-        if (get_buffer(objs[got], &views[got], counts[got], formats[got], sizes[got], got == 7, names[got])) break;
-    if (got < 8) {
-        for (int i = 0; i < got; i++) PyBuffer_Release(&views[i]);
-        return NULL;
-    }
-    const int *src = views[2].buf, *starts = views[3].buf;
+    Py_buffer views[7];
+    Py_ssize_t counts[3] = {m, (Py_ssize_t)m * n, n}, sizes[3] = {sizeof(int), sizeof(double), 1};
+    const char *formats[3] = {"i", "d", "B"}, *names[3] = {"starts", "x", "split"};
+    if (table_buffers(m, n, r, objs, views, 3, counts, formats, sizes, names)) return NULL;
+    const int *starts = views[4].buf;
     int bad = starts[0] != 0;
-    for (int j = 0; j < m && !bad; j++)
-        bad = src[j] < 0 || src[j] >= r || (j > 0 && starts[j] <= starts[j - 1]) || starts[j] >= n;
+    for (int j = 1; j < m && !bad; j++) bad = starts[j] <= starts[j - 1] || starts[j] >= n;
     if (bad) {
-        for (int i = 0; i < 8; i++) PyBuffer_Release(&views[i]);
-        PyErr_SetString(PyExc_ValueError, "starts must rise from 0 below n and source index rows of the table");
+        for (int i = 0; i < 7; i++) PyBuffer_Release(&views[i]);
+        PyErr_SetString(PyExc_ValueError, "starts must rise from 0 below n");
         return NULL;
     }
     int status;
     Py_BEGIN_ALLOW_THREADS
-    status = check_merged(m, n, views[0].buf, views[1].buf, src, starts, views[4].buf, views[5].buf, views[6].buf, tol,
-                          mean_tol, views[7].buf);
+    status = check_merged(m, n, views[0].buf, views[1].buf, views[2].buf, views[3].buf, starts, views[5].buf, tol,
+                          mean_tol, views[6].buf);
     Py_END_ALLOW_THREADS
-    for (int i = 0; i < 8; i++) PyBuffer_Release(&views[i]);
+    for (int i = 0; i < 7; i++) PyBuffer_Release(&views[i]);
     if (status < 0) return PyErr_NoMemory();
     return PyLong_FromLong(status);
 }
@@ -635,12 +704,16 @@ static PyMethodDef methods[] = {
      "written to out (float64, C order; weights and targets likewise); the diagonal edge from row j goes from "
      "column diagonal[j] - 1 to column diagonal[j] of row j + 1 (int32, m - 1 values; j + 1 for (17) itself); a "
      "region splits where an upper subset gains more than tol times the sum of |w (t - mean)| over it."},
+    {"solve_table", solve_table, METH_VARARGS,
+     "solve_table(m, n, r, weights, targets, source, scale, diagonal, out, tol) -> blocks: solve() on m rows whose "
+     "data are rows of a table: row j's targets are row source[j] of the r x n targets and its weights row source[j] "
+     "of the weights times scale[j] (int32 source, float64 scale)."},
     {"check", check, METH_VARARGS,
-     "check(m, n, r, weights, targets, source, starts, merged_weights, merged_targets, x, tol, mean_tol, split) -> "
-     "status: the KKT test of (17) at the optimum x of a merged problem (m rows of n columns, float64; merged row j "
-     "holds rows starts[j] to starts[j + 1] - 1, each with row source[j] of the r x n weights and targets; int32), "
-     "on the unmerged rows of the level sets that need it: 1 where x is (17)'s optimum, 0 where split (n bytes) "
-     "marks the rows at which a merged run must split, 2 where a level set fails without naming one."},
+     "check(m, n, r, weights, targets, source, scale, starts, x, tol, mean_tol, split) -> status: the KKT test of "
+     "(17) at the optimum x (m x n) of a merged problem whose data are given as in solve_table (merged row j holds "
+     "rows starts[j] to starts[j + 1] - 1, each with row source[j] of the table, scale[j] their number), on the "
+     "unmerged rows of the level sets that need it: 1 where x is (17)'s optimum, 0 where split (n bytes) marks the "
+     "rows at which a merged run must split, 2 where a level set fails without naming one."},
     {NULL, NULL, 0, NULL},
 };
 
