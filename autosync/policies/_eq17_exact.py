@@ -16,9 +16,9 @@ unsampled rows has one distinct row in the optimum even where its end binds, and
 settle it. Where a run still binds, its optimum is tested directly (`check`, the KKT conditions of (17)
 on the unmerged rows of the level sets where a diagonal edge touches a run of two rows or more; the others
 pass, `_eq17_partition.c`), and the runs are split only at the rows where a cut moves when a failing level
-set is partitioned on its own: on the problems a DBW run hands its solver the runs that bind have many distinct rows in the
-optimum, but far fewer than their rows (at n = 2,048 about 80 to 520 groups of rows where the runs hold
-about 2,000 rows), where splitting them whole leaves every row of them single.
+set is partitioned on its own: on the problems a DBW run hands its solver the runs that bind have many
+distinct rows in the optimum, but far fewer than their rows (at n = 2,048 about 80 to 520 groups of rows
+where the runs hold about 2,000 rows), where splitting them whole leaves every row of them single.
 """
 
 from __future__ import annotations

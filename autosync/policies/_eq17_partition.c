@@ -27,9 +27,10 @@
    dynamic programme on the unmerged rows of the level sets that can fail, and naming the rows at which the
    merged runs must split where one does.
 
-   The module exports two functions, solve(m, n, weights, targets, diagonal, out, tol) and check(...), on
-   C-contiguous buffers (any object with the buffer protocol, numpy arrays among them), so it needs no numpy
-   headers. */
+   The module exports solve(m, n, weights, targets, diagonal, out, tol), solve_table(...) (the same on rows
+   given as rows of a table of distinct rows, with their weights scaled: a merged problem without copies of
+   its data) and check(...), on C-contiguous buffers (any object with the buffer protocol, numpy arrays
+   among them), so it needs no numpy headers. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -616,7 +617,8 @@ static int table_buffers(int m, int n, int r, PyObject **objs, Py_buffer *views,
     const int *src = views[2].buf;
     const char *bad = NULL;
     for (Py_ssize_t i = 0; i < (Py_ssize_t)r * n && !bad; i++)
-        if (!(w[i] > 0.0) || !isfinite(w[i]) || !isfinite(t[i])) bad = "weights must be finite and > 0 and targets finite";
+        if (!(w[i] > 0.0) || !isfinite(w[i]) || !isfinite(t[i]))
+            bad = "weights must be finite and > 0 and targets finite";
     for (int j = 0; j < m && !bad; j++) {
         if (src[j] < 0 || src[j] >= r) bad = "source must index rows of the table";
         else if (!(scale[j] > 0.0) || !isfinite(scale[j])) bad = "scale must be finite and > 0";
