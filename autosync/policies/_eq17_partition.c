@@ -616,13 +616,26 @@ static int table_buffers(int m, int n, int r, PyObject **objs, Py_buffer *views,
     const double *w = views[0].buf, *t = views[1].buf, *scale = views[3].buf;
     const int *src = views[2].buf;
     const char *bad = NULL;
-    for (Py_ssize_t i = 0; i < (Py_ssize_t)r * n && !bad; i++)
-        if (!(w[i] > 0.0) || !isfinite(w[i]) || !isfinite(t[i]))
-            bad = "weights must be finite and > 0 and targets finite";
-    for (int j = 0; j < m && !bad; j++) {
-        if (src[j] < 0 || src[j] >= r) bad = "source must index rows of the table";
-        else if (!(scale[j] > 0.0) || !isfinite(scale[j])) bad = "scale must be finite and > 0";
+    unsigned char *seen = calloc((size_t)r, 1);  /* the table's rows in use, each checked once */
+    if (!seen) {
+        for (int i = 0; i < total; i++) PyBuffer_Release(&views[i]);
+        PyErr_NoMemory();
+        return -1;
     }
+    for (int j = 0; j < m && !bad; j++) {
+        if (src[j] < 0 || src[j] >= r) {
+            bad = "source must index rows of the table";
+        } else if (!(scale[j] > 0.0) || !isfinite(scale[j])) {
+            bad = "scale must be finite and > 0";
+        } else if (!seen[src[j]]) {
+            seen[src[j]] = 1;
+            const double *wr = w + (size_t)src[j] * n, *tr = t + (size_t)src[j] * n;
+            for (int k = 0; k < n && !bad; k++)
+                if (!(wr[k] > 0.0) || !isfinite(wr[k]) || !isfinite(tr[k]))
+                    bad = "weights must be finite and > 0 and targets finite";
+        }
+    }
+    free(seen);
     if (bad) {
         for (int i = 0; i < total; i++) PyBuffer_Release(&views[i]);
         PyErr_SetString(PyExc_ValueError, bad);
