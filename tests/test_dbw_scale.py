@@ -166,3 +166,25 @@ def test_runs_split_where_the_kkt_test_names_rows_give_the_unmerged_reference_s_
         x = exact.CompiledEq17Solver().solve_rows(table).dense()
         reference = isotone_majorant(exact.solve_merged(_Problem(weights, targets, np.arange(weights.shape[0]))))
         assert np.abs(x - reference).max() <= 1e-12 * np.abs(reference).max()
+
+
+def test_bad_row_tables_are_refused_with_the_rule():
+    import numpy as np
+    import pytest
+
+    from autosync.policies import _eq17_exact as exact
+
+    if not exact.COMPILED:
+        pytest.skip("the compiled solver is not built")
+    weights, targets, source = np.ones((2, 3)), np.array([[1.0, 2.0, 3.0], [1.0, np.nan, 3.0]]), np.array([0, 1, 0])
+    with pytest.raises(ValueError, match="targets must be finite"):
+        exact.CompiledEq17Solver().solve_rows(exact.RowTable(weights, targets, source))
+    exact.CompiledEq17Solver().solve_rows(exact.RowTable(weights, targets, np.array([0, 0, 0])))  # row 1 unused
+    with pytest.raises(ValueError, match="source n indices"):
+        exact.RowTable(weights, targets, np.array([0, 2, 0]))
+    with pytest.raises(ValueError, match="source must index rows"):
+        exact._compiled.solve_table(2, 3, 2, weights, targets, np.array([0, 5], np.intc), np.ones(2),
+                                    np.array([1], np.intc), np.empty((2, 3)), 1e-12)
+    with pytest.raises(ValueError, match="scale must be finite"):
+        exact._compiled.solve_table(2, 3, 2, weights, targets, np.array([0, 0], np.intc), np.array([1.0, 0.0]),
+                                    np.array([1], np.intc), np.empty((2, 3)), 1e-12)
