@@ -75,8 +75,8 @@ class CompiledEq17Solver:
 
     def solve_rows(self, table: RowTable) -> MergedSolution:
         """(17)'s optimum for the data `table` stands for: the same answer as `solve` on its dense
-        (weights, targets), the same runs merged and the same merged problems solved, in time that grows
-        with the table's rows and the merged rows, not with n^2."""
+        (weights, targets), the same runs merged and the same merged problems solved, reading the table's
+        rows and the merged problems' m x n cells but never the n x n grid."""
         w, t, source = table.weights, table.targets, table.source
         used = np.zeros(t.shape[0], dtype=bool)
         used[source] = True
