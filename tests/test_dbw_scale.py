@@ -99,3 +99,92 @@ def test_targets_from_the_sampled_rows_are_bit_for_bit_the_dense_ones():
     est.total = est.count * targets
     for fast, dense in zip(est.targets(), _dense_targets(est)):
         assert np.array_equal(fast, dense)
+
+
+def test_the_diagonal_from_the_distinct_rows_is_bit_for_bit_the_dense_solve_s():
+    """`IterationTimeEstimator.times` (the solve on the distinct rows, the diagonal read from the merged rows)
+    against the diagonal of `solve()` (the dense data and answer), over a DBW-like run with scattered ranks, and
+    `RowTable.runs` against `_row_runs` of the dense data."""
+    import numpy as np
+    import pytest
+
+    from autosync.policies import _eq17_exact as exact
+    from autosync.policies._dbw_time import IterationTimeEstimator
+    from autosync.policies._isotonic import _row_runs
+
+    if not exact.COMPILED:
+        pytest.skip("the compiled solver is not built")
+    rng = np.random.default_rng(5)
+    n = 96
+    est = IterationTimeEstimator(n)
+    k = n
+    for iteration in range(40):
+        ranks = n if iteration % 3 else int(rng.integers(1, n + 1))  # some iterations see only the first ranks
+        for i, t in enumerate(np.sort(0.3 + 0.7 * rng.exponential(size=ranks))):
+            est.add(k, i + 1, float(t))
+        k = int(np.clip(k - 3 + rng.integers(-4, 3), 1, n))
+        times = est.times()
+        table = est.table()
+        weights, targets = est.targets()
+        dense = [np.array_equal(a, b) for a, b in zip(table.dense(), (weights, targets))]
+        assert all(dense) and np.array_equal(table.runs(), _row_runs(weights, targets))
+        assert np.array_equal(times, np.diag(est.solve())), iteration
+    assert est.failures == 0
+
+
+def test_runs_split_where_the_kkt_test_names_rows_give_the_unmerged_reference_s_answer(monkeypatch):
+    """On the problems a DBW run at n = 128 hands its solver (scattered rows, some with only their first ranks
+    sampled), the compiled solver's KKT test (`_eq17_exact.check`) names rows at which merged runs must split,
+    and the answers equal the unmerged reference's."""
+    import numpy as np
+    import pytest
+
+    from autosync.policies import _eq17_exact as exact
+    from autosync.policies._isotonic import _Problem, isotone_majorant
+
+    if not exact.COMPILED:
+        pytest.skip("the compiled solver is not built")
+    tables, named = [], []
+    solve_rows, check = exact.CompiledEq17Solver.solve_rows, exact.check
+
+    def recording_solve_rows(self, table):
+        tables.append(table)
+        return solve_rows(self, table)
+
+    def recording_check(*args):
+        optimal, rows = check(*args)
+        named.append(rows.size)
+        return optimal, rows
+
+    monkeypatch.setattr(exact.CompiledEq17Solver, "solve_rows", recording_solve_rows)
+    monkeypatch.setattr(exact, "check", recording_check)
+    dbw_trace.decisions("dbw", 128, 30)
+    monkeypatch.undo()
+    assert sum(size > 0 for size in named) >= 5
+    for table in tables:
+        weights, targets = table.dense()
+        x = exact.CompiledEq17Solver().solve_rows(table).dense()
+        reference = isotone_majorant(exact.solve_merged(_Problem(weights, targets, np.arange(weights.shape[0]))))
+        assert np.abs(x - reference).max() <= 1e-12 * np.abs(reference).max()
+
+
+def test_bad_row_tables_are_refused_with_the_rule():
+    import numpy as np
+    import pytest
+
+    from autosync.policies import _eq17_exact as exact
+
+    if not exact.COMPILED:
+        pytest.skip("the compiled solver is not built")
+    weights, targets, source = np.ones((2, 3)), np.array([[1.0, 2.0, 3.0], [1.0, np.nan, 3.0]]), np.array([0, 1, 0])
+    with pytest.raises(ValueError, match="targets must be finite"):
+        exact.CompiledEq17Solver().solve_rows(exact.RowTable(weights, targets, source))
+    exact.CompiledEq17Solver().solve_rows(exact.RowTable(weights, targets, np.array([0, 0, 0])))  # row 1 unused
+    with pytest.raises(ValueError, match="source n indices"):
+        exact.RowTable(weights, targets, np.array([0, 2, 0]))
+    with pytest.raises(ValueError, match="source must index rows"):
+        exact._compiled.solve_table(2, 3, 2, weights, targets, np.array([0, 5], np.intc), np.ones(2),
+                                    np.array([1], np.intc), np.empty((2, 3)), 1e-12)
+    with pytest.raises(ValueError, match="scale must be finite"):
+        exact._compiled.solve_table(2, 3, 2, weights, targets, np.array([0, 0], np.intc), np.array([1.0, 0.0]),
+                                    np.array([1], np.intc), np.empty((2, 3)), 1e-12)

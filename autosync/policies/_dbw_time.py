@@ -19,7 +19,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from autosync.policies._eq17_exact import COMPILED, CompiledEq17Solver
+from autosync.policies._eq17_exact import COMPILED, CompiledEq17Solver, MergedSolution, RowTable
 from autosync.policies._isotonic import PythonEq17Solver
 
 # Weight of the prior that makes (17) strictly convex where a pair has no sample: a thousandth of one
@@ -62,15 +62,29 @@ class IterationTimeEstimator:
         self.solver = solver
         self.count = np.zeros((n_workers, n_workers))
         self.total = np.zeros((n_workers, n_workers))
-        self.solution: np.ndarray | None = None
         self.failures = 0
         self.fallbacks = 0
         self._structured = structured_solver() if solver == STRUCTURED else None
+        self._sampled = np.zeros(n_workers, dtype=bool)  # the rows h - 1 that add() gave a sample
+        self._solution: np.ndarray | None = None
+        self._merged: MergedSolution | None = None  # the last solve's answer where `times` kept it merged
+
+    @property
+    def solution(self) -> np.ndarray | None:
+        """The last solve's x (n x n), None before any."""
+        if self._solution is None and self._merged is not None:
+            self._solution = self._merged.dense()
+        return self._solution
+
+    @solution.setter
+    def solution(self, x: np.ndarray | None) -> None:
+        self._solution, self._merged = x, None
 
     def add(self, h: int, i: int, seconds: float) -> None:
         """A sample of T_{h,i}: h gradients were awaited last iteration, this is the i-th arrival (1-based)."""
         self.count[h - 1, i - 1] += 1
         self.total[h - 1, i - 1] += seconds
+        self._sampled[h - 1] = True
 
     @property
     def n_samples(self) -> int:
@@ -79,14 +93,37 @@ class IterationTimeEstimator:
     def targets(self) -> tuple[np.ndarray, np.ndarray]:
         """Per-pair weights (sample counts, with a small prior for empty pairs) and targets (means).
 
-        Only the rows with a sample are computed pair by pair (DBW samples the rows of the k it used, a few
-        of n): every other row is the prior, filled at once. The values are bit for bit those of the dense
-        computation: a column's sum over the sampled rows is the sum over all rows (numpy sums axis 0 row by
-        row, and the others add 0.0), and the overall mean (of all pairs, summed pairwise as before) is only
-        computed where a column has no sample.
+        Only the rows with a sample are computed pair by pair (`_rows`); every other row is the prior, filled
+        at once.
         """
         n = self.n
         rows = np.flatnonzero(self.count.any(axis=1))
+        weights_rows, targets_rows, prior = self._rows(rows)
+        targets = np.empty((n, n))
+        targets[...] = prior
+        targets[rows] = targets_rows
+        weights = np.full((n, n), EMPTY_PAIR_WEIGHT)
+        weights[rows] = weights_rows
+        return weights, targets
+
+    def table(self) -> RowTable:
+        """`targets()` as its distinct rows (`_eq17_exact.RowTable`): the rows that `add` gave a sample, then
+        the prior row, which every other row copies."""
+        rows = np.flatnonzero(self._sampled)
+        weights_rows, targets_rows, prior = self._rows(rows)
+        source = np.full(self.n, rows.size)
+        source[rows] = np.arange(rows.size)
+        return RowTable(np.vstack([weights_rows, np.full((1, self.n), EMPTY_PAIR_WEIGHT)]),
+                        np.vstack([targets_rows, prior[None, :]]), source)
+
+    def _rows(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The weights and targets of the given rows (those with a sample), and the prior row (targets) that
+        every other row has.
+
+        The values are bit for bit those of the dense computation over all n rows: a column's sum over the
+        sampled rows is the sum over all rows (numpy sums axis 0 row by row, and the others add 0.0), and the
+        overall mean (of all pairs, summed pairwise as before) is only computed where a column has no sample.
+        """
         count, total = self.count[rows], self.total[rows]
         sampled = count > 0
         means = np.divide(total, count, out=np.zeros_like(total), where=sampled)
@@ -96,15 +133,10 @@ class IterationTimeEstimator:
         if empty.any():
             # The mean over the sampled pairs of each column (same rank, any h), as np.nanmean computes it.
             overall = self.total.sum() / max(self.count.sum(), 1)
-            prior = np.divide(prior, per_column, out=np.full(n, overall), where=~empty)
+            prior = np.divide(prior, per_column, out=np.full(self.n, overall), where=~empty)
         else:
             prior = prior / per_column
-        targets = np.empty((n, n))
-        targets[...] = prior
-        targets[rows] = np.where(sampled, means, prior[None, :])
-        weights = np.full((n, n), EMPTY_PAIR_WEIGHT)
-        weights[rows] = np.where(sampled, count, EMPTY_PAIR_WEIGHT)
-        return weights, targets
+        return (np.where(sampled, count, EMPTY_PAIR_WEIGHT), np.where(sampled, means, prior[None, :]), prior)
 
     def solve(self) -> np.ndarray:
         """Solve (17) on the samples so far; returns x (n x n), x[h-1, k-1] ~ E[T_{h,k}]."""
@@ -125,7 +157,22 @@ class IterationTimeEstimator:
         return x
 
     def times(self) -> np.ndarray:
-        """T_k = x*[k, k] for k = 1..n (eq. 17's diagonal)."""
+        """T_k = x*[k, k] for k = 1..n (eq. 17's diagonal).
+
+        With the compiled solver, (17) is solved on the distinct rows (`table`, `CompiledEq17Solver.solve_rows`)
+        and the diagonal read from the merged rows: bit for bit `solve()`'s diagonal, without building,
+        checking or scanning an n x n array (DBW needs only T_k; `solution` lays the answer out on the grid
+        when read).
+        Where that solve fails, `solve()` is tried and its failures counted.
+        """
+        if isinstance(self._structured, CompiledEq17Solver) and self._sampled.any():
+            try:
+                merged = self._structured.solve_rows(self.table())
+            except Exception:  # counted by solve() below, which keeps the last estimate if it fails too
+                merged = None
+            if merged is not None:
+                self._solution, self._merged = None, merged
+                return merged.diagonal()
         return np.diag(self.solve()).copy()
 
     def _solve_structured(self, weights: np.ndarray, targets: np.ndarray) -> np.ndarray | None:

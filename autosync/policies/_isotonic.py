@@ -414,16 +414,19 @@ class _Problem:
 
     Rows starts[j] to starts[j + 1] - 1 become merged row j, with their weights summed and their (equal)
     targets; the diagonal family is the chain of cells (diag_rows[k], k), k's merged row and column k.
-    For the sweeps' column family the weights are also kept transposed, and the targets negated and
-    transposed, made when the sweeps first ask (the compiled solver's merged problems never do).
+    With `source`, w and t hold only distinct rows and row h of (17)'s data is their row source[h]
+    (`_eq17_exact.RowTable`: DBW's rows not sampled yet are all one prior row). For the sweeps' column
+    family the weights are also kept transposed, and the targets negated and transposed, made when the
+    sweeps first ask (the compiled solver's merged problems never do).
     """
 
-    def __init__(self, w: np.ndarray, t: np.ndarray, starts: np.ndarray):
-        n = t.shape[0]
+    def __init__(self, w: np.ndarray, t: np.ndarray, starts: np.ndarray, source: np.ndarray | None = None):
+        n = t.shape[0] if source is None else source.size
         self.starts = starts
         self.sizes = np.diff(starts, append=n)
-        self.t = t[starts]
-        self.w = w[starts] * self.sizes[:, None]
+        rows = starts if source is None else source[starts]
+        self.t = t[rows]
+        self.w = w[rows] * self.sizes[:, None]
         self.diag_rows = _group_of_rows(starts, n)
         self.diag_cols = np.arange(n)
         self.w_diag = self.w[self.diag_rows, self.diag_cols]
@@ -799,7 +802,8 @@ def _peel(x: np.ndarray, problem: _Problem, margin: float, depth: int | None = N
     they cost this solver more re-solves than they save rows (on the instances recorded from a DBW run
     at n = 128, 72 sweeps and 5 rounds a solve against 172 and 13, 39 ms against 54 to 66; bench_scale's
     DBW at n = 256, 44 ms an update against 83). The compiled solver (`_eq17_exact`), whose re-solves
-    are cheap, splits off 4 rows (`depth`) first, and whole runs only where they still bind.
+    are cheap, splits off 4 rows (`depth`) first, then where its KKT test names rows, and whole runs only
+    where the test names none.
     """
     ends = problem.starts[1:] - 1  # the diagonal's step from merged row j to j + 1: ends[j] -> ends[j] + 1
     d = x[problem.diag_rows, problem.diag_cols]
