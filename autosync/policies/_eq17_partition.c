@@ -64,14 +64,20 @@ static int pool_reserve(IntPool *p, size_t extra) {
     return 0;
 }
 
+/* Room for one more item of `item` bytes in a stack of `size` items (capacity doubled when full, `first` at
+   the start); -1 when memory runs out. */
+static int room_for_one(void **data, size_t size, size_t *cap, size_t item, size_t first) {
+    if (size < *cap) return 0;
+    size_t grown = *cap ? 2 * *cap : first;
+    void *more = realloc(*data, grown * item);
+    if (!more) return -1;
+    *data = more;
+    *cap = grown;
+    return 0;
+}
+
 static int stack_push(RegionStack *s, Region r) {
-    if (s->size == s->cap) {
-        size_t cap = s->cap ? 2 * s->cap : 256;
-        Region *data = realloc(s->data, cap * sizeof(Region));
-        if (!data) return -1;
-        s->data = data;
-        s->cap = cap;
-    }
+    if (room_for_one((void **)&s->data, s->size, &s->cap, sizeof(Region), 256)) return -1;
     s->data[s->size++] = r;
     return 0;
 }
@@ -82,6 +88,50 @@ typedef struct {
     double *f, *prev, *pmax, *qmax;
     int *parg, *qarg, *back, *parts;
 } Scratch;
+
+/* The dynamic programme's per-row arrays for rows of n columns (back and parts are the caller's); -1 when
+   memory runs out (what was allocated is freed by `scratch_free`). */
+static int scratch_alloc(Scratch *sc, int n) {
+    size_t k = (size_t)n + 1;
+    sc->f = malloc(k * sizeof(double));
+    sc->prev = malloc(k * sizeof(double));
+    sc->pmax = malloc(k * sizeof(double));
+    sc->qmax = malloc(k * sizeof(double));
+    sc->parg = malloc(k * sizeof(int));
+    sc->qarg = malloc(k * sizeof(int));
+    return sc->f && sc->prev && sc->pmax && sc->qmax && sc->parg && sc->qarg ? 0 : -1;
+}
+
+static void scratch_free(Scratch *sc) {
+    free(sc->f); free(sc->prev); free(sc->pmax); free(sc->qmax); free(sc->parg); free(sc->qarg); free(sc->back);
+    free(sc->parts);
+}
+
+/* A region's rows [lo, hi) split at `cut`: the lower parts [lo, cut) as the first `rows` pairs of `tmp`, the
+   upper parts [cut, hi) as the next `rows`. */
+static void split_at_cut(const int *lohi, const int *cut, int rows, int *tmp) {
+    for (int j = 0; j < rows; j++) {
+        tmp[2 * j] = lohi[2 * j];
+        tmp[2 * j + 1] = cut[j];
+        tmp[2 * rows + 2 * j] = cut[j];
+        tmp[2 * rows + 2 * j + 1] = lohi[2 * j + 1];
+    }
+}
+
+/* A part's `rows` (lo, hi) pairs with their empty end rows trimmed, appended to `pool`: the rows kept are
+   [*a, *b], their pairs at *off; -1 when memory runs out. */
+static int pool_trimmed(IntPool *pool, const int *p, int rows, int *a, int *b, size_t *off) {
+    *a = 0;
+    *b = rows - 1;
+    while (*a <= *b && p[2 * *a] == p[2 * *a + 1]) (*a)++;
+    while (*b >= *a && p[2 * *b] == p[2 * *b + 1]) (*b)--;
+    size_t len = 2 * (size_t)(*b - *a + 1);
+    if (pool_reserve(pool, len)) return -1;
+    memcpy(pool->data + pool->size, p + 2 * *a, len * sizeof(int));
+    *off = pool->size;
+    pool->size += len;
+    return 0;
+}
 
 /* The upper subset of the region (rows r0..r1, columns lohi) with the largest sum of the gains
    w (t - mean), row h's weights and targets being row src[h] of w and t (row h where src is NULL), its
@@ -197,17 +247,12 @@ static int partition_solve(int m, int n, const double *w, const double *t, const
     RegionStack stack = {0};
     Scratch sc = {0};
     int *cut = malloc((size_t)m * sizeof(int));
-    sc.f = malloc((size_t)(n + 1) * sizeof(double));
-    sc.prev = malloc((size_t)(n + 1) * sizeof(double));
-    sc.pmax = malloc((size_t)(n + 1) * sizeof(double));
-    sc.qmax = malloc((size_t)(n + 1) * sizeof(double));
-    sc.parg = malloc((size_t)(n + 1) * sizeof(int));
-    sc.qarg = malloc((size_t)(n + 1) * sizeof(int));
+    int scratch = scratch_alloc(&sc, n);
     sc.back = malloc((cells + (size_t)m) * sizeof(int));
     sc.parts = malloc(4 * (size_t)m * sizeof(int));
     int status = -1;
     *blocks = 0;
-    if (!cut || !sc.f || !sc.prev || !sc.pmax || !sc.qmax || !sc.parg || !sc.qarg || !sc.back || !sc.parts) goto done;
+    if (!cut || scratch || !sc.back || !sc.parts) goto done;
     if (pool_reserve(&pool, 2 * (size_t)m)) goto done;
     for (int h = 0; h < m; h++) {
         pool.data[2 * h] = 0;
@@ -253,36 +298,19 @@ static int partition_solve(int m, int n, const double *w, const double *t, const
         /* split: the lower part [lo, c) and the upper part [c, hi) of each row, empty end rows trimmed;
            both are written over the region's own place at the pool's top */
         int *tmp = sc.parts;
-        for (int j = 0; j < rows; j++) {
-            tmp[2 * j] = lohi[2 * j];
-            tmp[2 * j + 1] = cut[j];
-            tmp[2 * rows + 2 * j] = cut[j];
-            tmp[2 * rows + 2 * j + 1] = lohi[2 * j + 1];
-        }
+        split_at_cut(lohi, cut, rows, tmp);
         pool.size = reg.off;
         for (int part = 0; part < 2; part++) {
-            const int *p = tmp + 2 * (size_t)rows * part;
-            int a = 0, b = rows - 1;
-            while (a <= b && p[2 * a] == p[2 * a + 1]) a++;
-            while (b >= a && p[2 * b] == p[2 * b + 1]) b--;
-            size_t len = 2 * (size_t)(b - a + 1);
-            if (pool_reserve(&pool, len)) goto done;
-            memcpy(pool.data + pool.size, p + 2 * a, len * sizeof(int));
-            if (stack_push(&stack, (Region){reg.r0 + a, reg.r0 + b, pool.size})) goto done;
-            pool.size += len;
+            int a, b;
+            size_t off;
+            if (pool_trimmed(&pool, tmp + 2 * (size_t)rows * part, rows, &a, &b, &off)) goto done;
+            if (stack_push(&stack, (Region){reg.r0 + a, reg.r0 + b, off})) goto done;
         }
     }
     status = 0;
 done:
     free(cut);
-    free(sc.f);
-    free(sc.prev);
-    free(sc.pmax);
-    free(sc.qmax);
-    free(sc.parg);
-    free(sc.qarg);
-    free(sc.back);
-    free(sc.parts);
+    scratch_free(&sc);
     free(pool.data);
     free(stack.data);
     return status;
@@ -301,13 +329,7 @@ typedef struct {
 } PartStack;
 
 static int part_push(PartStack *s, Part p) {
-    if (s->size == s->cap) {
-        size_t cap = s->cap ? 2 * s->cap : 64;
-        Part *data = realloc(s->data, cap * sizeof(Part));
-        if (!data) return -1;
-        s->data = data;
-        s->cap = cap;
-    }
+    if (room_for_one((void **)&s->data, s->size, &s->cap, sizeof(Part), 64)) return -1;
     s->data[s->size++] = p;
     return 0;
 }
@@ -356,14 +378,8 @@ static int check_merged(int m, int n, const double *w, const double *t, const in
     IntPool pool = {0};
     PartStack stack = {0};
     int *parts = malloc(4 * (size_t)n * sizeof(int));
-    sc.f = malloc((size_t)(n + 1) * sizeof(double));
-    sc.prev = malloc((size_t)(n + 1) * sizeof(double));
-    sc.pmax = malloc((size_t)(n + 1) * sizeof(double));
-    sc.qmax = malloc((size_t)(n + 1) * sizeof(double));
-    sc.parg = malloc((size_t)(n + 1) * sizeof(int));
-    sc.qarg = malloc((size_t)(n + 1) * sizeof(int));
-    if (!row_of || !full_src || !dto || !need || !lohi || !cut || !mlo || !mhi || !sc.f || !sc.prev || !sc.pmax ||
-        !sc.qmax || !sc.parg || !sc.qarg || !parts) goto done;
+    int scratch = scratch_alloc(&sc, n);
+    if (!row_of || !full_src || !dto || !need || !lohi || !cut || !mlo || !mhi || scratch || !parts) goto done;
     for (int j = 0; j < m; j++) {
         int end = j + 1 < m ? starts[j + 1] : n;
         for (int h = starts[j]; h < end; h++) {
@@ -488,29 +504,16 @@ static int check_merged(int m, int n, const double *w, const double *t, const in
                     }
                 }
                 int *tmp = parts;
-                for (int j = 0; j < pr; j++) {
-                    tmp[2 * j] = plohi[2 * j];
-                    tmp[2 * j + 1] = cut[j];
-                    tmp[2 * pr + 2 * j] = cut[j];
-                    tmp[2 * pr + 2 * j + 1] = plohi[2 * j + 1];
-                }
+                split_at_cut(plohi, cut, pr, tmp);
                 pool.size = part.off;
                 for (int side = 0; side < 2; side++) {
-                    const int *q = tmp + 2 * (size_t)pr * side;
-                    int a = 0, b = pr - 1;
-                    while (a <= b && q[2 * a] == q[2 * a + 1]) a++;
-                    while (b >= a && q[2 * b] == q[2 * b + 1]) b--;
-                    size_t len = 2 * (size_t)(b - a + 1);
-                    if (pool_reserve(&pool, len)) {
+                    int a, b;
+                    size_t off;
+                    if (pool_trimmed(&pool, tmp + 2 * (size_t)pr * side, pr, &a, &b, &off)
+                        || part_push(&stack, (Part){part.r0 + a, part.r0 + b, part.depth + 1, off})) {
                         status = -1;
                         goto done;
                     }
-                    memcpy(pool.data + pool.size, q + 2 * a, len * sizeof(int));
-                    if (part_push(&stack, (Part){part.r0 + a, part.r0 + b, part.depth + 1, pool.size})) {
-                        status = -1;
-                        goto done;
-                    }
-                    pool.size += len;
                 }
             }
         }
@@ -518,7 +521,7 @@ static int check_merged(int m, int n, const double *w, const double *t, const in
 done:
     free(pool.data); free(stack.data); free(parts);
     free(row_of); free(full_src); free(dto); free(need); free(lohi); free(cut); free(mlo); free(mhi);
-    free(sc.f); free(sc.prev); free(sc.pmax); free(sc.qmax); free(sc.parg); free(sc.qarg); free(sc.back);
+    scratch_free(&sc);
     return status;
 }
 
