@@ -68,11 +68,14 @@ def _guard(method: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def guarded(cls: type) -> type:
-    """A subclass of storage class `cls` whose public methods are storage calls Ctrl-C waits for (made once,
-    and a name of this module, so its instances pickle)."""
+    """A subclass of storage class `cls` whose methods are storage calls Ctrl-C waits for (made once, and a
+    name of this module, so its instances pickle). Private methods are guarded too: Optuna's cached storage
+    reads and writes through them (`_get_trials`, `_create_new_trial`, ...), and a Ctrl-C inside one of those
+    reads once left SQLAlchemy printing a traceback as it closed the cursor on a closed database."""
     name = f"Guarded{cls.__name__}"
     if name not in globals():
         methods = {attr: _guard(getattr(cls, attr)) for attr in dir(cls)
-                   if not attr.startswith("_") and inspect.isfunction(inspect.getattr_static(cls, attr))}
+                   if not (attr.startswith("__") and attr.endswith("__"))
+                   and inspect.isfunction(inspect.getattr_static(cls, attr))}
         globals()[name] = type(name, (cls,), {**methods, "__module__": __name__, "__qualname__": name})
     return globals()[name]

@@ -1,0 +1,48 @@
+"""Ctrl-C during a storage call waits for the call to return, whether Optuna made it through a public
+method or a private one (its cached storage reads through `_get_trials`)."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from autosync.search.study.interrupts import guarded, interrupted, storage_calls_finish_first
+
+
+class _Store:
+    def __init__(self) -> None:
+        self.finished: list[str] = []
+
+    def _read(self) -> str:
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C in the middle of the call
+        self.finished.append("_read")
+        return "rows"
+
+    def write(self) -> None:
+        self.read_through_private()
+
+    def read_through_private(self) -> None:
+        self._read()
+        self.finished.append("read_through_private")
+
+
+@pytest.mark.parametrize("call", ["_read", "write"])
+def test_ctrl_c_in_a_storage_call_is_raised_when_the_call_returns(call):
+    store = guarded(_Store)()
+    with storage_calls_finish_first(), pytest.raises(KeyboardInterrupt):
+        getattr(store, call)()
+    assert "_read" in store.finished and (call == "_read" or "read_through_private" in store.finished)
+    assert interrupted()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_optunas_private_storage_calls_are_guarded():
+    from optuna.storages import RDBStorage
+
+    cls = guarded(RDBStorage)
+    for name in ("_get_trials", "_create_new_trial", "_set_trial_param", "_get_best_trial_id",
+                 "_get_stale_trial_ids", "get_all_trials"):
+        assert getattr(cls, name) is not getattr(RDBStorage, name), name
+    assert cls.__init__ is RDBStorage.__init__
