@@ -1,6 +1,6 @@
 """Worker processes sharing one GPU against one process computing the same gradients in a loop.
 
-    python benchmarks/bench_gpu.py [--processes 4 8] [--updates 200] [--batch-size 128] [--out FILE]
+    python benchmarks/bench_gpu.py [--processes 4 8] [--updates 200] [--batch-size 128] [--parts ...] [--out FILE]
 
 A ResNet-18 job on CIFAR-shaped synthetic data (3x32x32, 10 classes), 8 simulated workers. For ASP
 (one gradient per update) and BSP (8 per update), on the virtual clock so that every configuration
@@ -111,25 +111,9 @@ def start_seconds(workload: Workload, processes: int, start_method: str, repeats
     return statistics.median(times)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--processes", type=int, nargs="+", default=[4, 8])
-    parser.add_argument("--updates", type=int, default=200)
-    parser.add_argument("--batch-size", type=int, default=128)
-    parser.add_argument("--workers", type=int, default=8)
-    parser.add_argument("--out", default=None, help="also write the figures as JSON here")
-    parser.add_argument("--json", default=None, help="also write the figures here (benchmarks/make_table.py)")
-    args = parser.parse_args()
-    if not torch.cuda.is_available():
-        raise SystemExit("bench_gpu needs a CUDA GPU")
-    torch.set_num_threads(1)
-    job = resnet18_job(args.updates, args.batch_size, args.workers)
-    warm_up = resnet18_job(10, args.batch_size, args.workers)
-    workload = Workload(job, device="cuda")
-    print(f"{torch.cuda.get_device_name()}: ResNet-18, {workload.dim} parameters, {args.workers} workers, "
-          f"batch {args.batch_size}, {args.updates} updates per run")
-    rows = []
-    figures = Figures("bench_gpu")
+def processes_against_loop(job, warm_up, workload: Workload, processes: list[int], rows: list,
+                           figures: Figures) -> None:
+    """ASP and BSP: worker processes on the GPU (virtual and real clock) against one process in a loop."""
     for policy in ("asp", "bsp"):
         loop = PerWorkerDriver(workload, job.seed)
         timed(warm_up, policy, workload, loop)
@@ -137,7 +121,7 @@ def main() -> None:
         rows.append({"policy": policy, "configuration": "one process, gradients in a loop", **base})
         print(f"{policy}: one process in a loop: {base['updates_per_second']:.1f} updates/s, "
               f"GPU {base['gpu_utilisation']:.0f}%")
-        for n in args.processes:
+        for n in processes:
             driver = ProcessDriver(workload, n, timeout=120.0)
             try:
                 timed(warm_up, policy, workload, driver)
@@ -154,19 +138,28 @@ def main() -> None:
                                 "one process computing the same gradients in a loop", ratio)
             finally:
                 driver.close()
-    floor = fused_floor(workload, job, args.updates)
+
+
+def simulated_against_floor(job, warm_up, workload: Workload, updates: int, rows: list, figures: Figures) -> None:
+    """The simulated BSP update (in-process driver, virtual clock) against the fused forward/backward floor."""
+    floor = fused_floor(workload, job, updates)
     timed(warm_up, "bsp", workload, None)
     simulated = timed(job, "bsp", workload, None)
     ratio = simulated["updates_per_second"] / floor["updates_per_second"]
+    path = "fused" if workload.independent_samples else "per-worker (vmapped: batch norm sees each worker's batch)"
     rows.append({"policy": "bsp", "configuration": "fused forward/backward floor (plain training step)", **floor})
-    rows.append({"policy": "bsp", "configuration": "simulated, in-process driver, virtual clock",
+    rows.append({"policy": "bsp", "configuration": f"simulated, in-process driver ({path}), virtual clock",
                  "ratio_to_floor": ratio, **simulated})
-    print(f"bsp: fused forward/backward floor {floor['updates_per_second']:.1f} updates/s; simulated "
+    print(f"bsp: fused forward/backward floor {floor['updates_per_second']:.1f} updates/s; simulated ({path}) "
           f"{simulated['updates_per_second']:.1f} updates/s = {ratio:.2f}x the floor (goal >= 0.8)")
     figures.add(f"bsp, ResNet-18 on {torch.cuda.get_device_name()}, simulated in process: updates per second",
                 simulated["updates_per_second"], "1/s", "a plain training step on the 8 workers' batches joined",
                 ratio)
-    for n in args.processes:
+
+
+def process_starts(workload: Workload, processes: list[int], rows: list, figures: Figures) -> None:
+    """Seconds to start N worker processes on the GPU, forkserver against spawn."""
+    for n in processes:
         spawn, forkserver = (start_seconds(workload, n, method) for method in ("spawn", "forkserver"))
         rows.append({"configuration": f"{n} processes started", "spawn_seconds": spawn,
                      "forkserver_seconds": forkserver})
@@ -174,6 +167,38 @@ def main() -> None:
               f"({spawn / forkserver:.2f}x)")
         figures.add(f"start of {n} worker processes on {torch.cuda.get_device_name()}, forkserver: seconds",
                     forkserver, "s", "the same processes spawned", spawn / forkserver)
+
+
+PARTS = ("processes", "floor", "starts")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--processes", type=int, nargs="+", default=[4, 8])
+    parser.add_argument("--updates", type=int, default=200)
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS),
+                        help="which comparisons to run (default: all)")
+    parser.add_argument("--out", default=None, help="also write the figures as JSON here")
+    parser.add_argument("--json", default=None, help="also write the figures here (benchmarks/make_table.py)")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("bench_gpu needs a CUDA GPU")
+    torch.set_num_threads(1)
+    job = resnet18_job(args.updates, args.batch_size, args.workers)
+    warm_up = resnet18_job(10, args.batch_size, args.workers)
+    workload = Workload(job, device="cuda")
+    print(f"{torch.cuda.get_device_name()}: ResNet-18, {workload.dim} parameters, {args.workers} workers, "
+          f"batch {args.batch_size}, {args.updates} updates per run")
+    rows: list = []
+    figures = Figures("bench_gpu")
+    if "processes" in args.parts:
+        processes_against_loop(job, warm_up, workload, args.processes, rows, figures)
+    if "floor" in args.parts:
+        simulated_against_floor(job, warm_up, workload, args.updates, rows, figures)
+    if "starts" in args.parts:
+        process_starts(workload, args.processes, rows, figures)
     figures.write(args.json)
     if args.out:
         with open(args.out, "w") as fh:
