@@ -1,7 +1,7 @@
 """Milliseconds per re-solve of DBW's problem (17): the structured solver DBW uses against the pure-Python
 one and cvxpy.
 
-    python benchmarks/bench_dbw_solver.py [--workers 16 64 128 256 512 1024] [--resolves 20]
+    python benchmarks/bench_dbw_solver.py [--workers 16 64 128 256 512 1024 2048 4096] [--resolves 20]
                                           [--warmup 40] [--cvxpy-max-workers 128] [--solver CLARABEL]
                                           [--recorded-workers 128 [512]]
 
@@ -168,7 +168,7 @@ GOALS_MS = {128: 5.0, 1024: 100.0, 4096: 100.0}  # the scale issue: solve_every 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workers", type=int, nargs="+", default=[16, 64, 128, 256, 512, 1024])
+    parser.add_argument("--workers", type=int, nargs="+", default=[16, 64, 128, 256, 512, 1024, 2048, 4096])
     parser.add_argument("--resolves", type=int, default=20, help="timed re-solves per n")
     parser.add_argument("--warmup", type=int, default=40, help="iterations of samples before timing")
     parser.add_argument("--cvxpy-max-workers", type=int, default=128, help="largest n timed with cvxpy")

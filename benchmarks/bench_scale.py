@@ -1,6 +1,6 @@
 """Engine wall time per update against the number of workers, and over a long run.
 
-    python benchmarks/bench_scale.py [--workers 16 128 256 512] [--updates 200] [--long 2000] [--policies ...]
+    python benchmarks/bench_scale.py [--workers 16 512 1024 2048 4096] [--updates 200] [--long 2000] [--policies ...]
 
 (1) For BSP, backup k = 3n/4, ASP, DBW (solve_every = 10, its default, and 1: `dbw1`) and B-DBW, the wall
     time per simulated update at each n, on a cheap workload (logistic regression on 64-feature
@@ -8,7 +8,7 @@
     with the ratio to the smallest n and that ratio divided by n / n_min (<= 1: the per-update cost grows
     no faster than linearly in n). BSP and backup aggregate about n gradients per update, ASP one, so
     their per-update work is O(n) and O(1).
-    DBW and B-DBW are run up to --dbw-max-workers (default 512; issue #52 measures 2,048 and 4,096); they solve (17) with the structured solver, the
+    DBW and B-DBW are run up to --dbw-max-workers (default 4,096, the schema's largest n); they solve (17) with the structured solver, the
     compiled partition where it is built (benchmarks/bench_dbw_solver.py times it alone; with cvxpy the
     solve grew as about n^3; with the pure-Python structured solver DBW's per-update cost grew 1.32x and
     5.1x faster than linear at n = 256 and 512).
@@ -81,10 +81,10 @@ def quarters(n: int, policy: str, updates: int) -> list[float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workers", type=int, nargs="+", default=[16, 128, 256, 512])
+    parser.add_argument("--workers", type=int, nargs="+", default=[16, 512, 1024, 2048, 4096])
     parser.add_argument("--updates", type=int, default=200)
     parser.add_argument("--long", type=int, default=2000)
-    parser.add_argument("--dbw-max-workers", type=int, default=512)
+    parser.add_argument("--dbw-max-workers", type=int, default=4096)
     parser.add_argument("--policies", nargs="+", default=["bsp", "backup", "asp", "dbw", "dbw1", "bdbw"],
                         help="dbw1: DBW with solve_every = 1")
     parser.add_argument("--json", default=None, help="also write the figures here (benchmarks/make_table.py)")
