@@ -12,7 +12,7 @@ import yaml
 from autosync import api
 from autosync.catalog import make_policy
 from autosync.engine import simulate
-from autosync.engine.drivers import InProcessDriver, ProcessDriver
+from autosync.engine.drivers import InProcessDriver, PerWorkerDriver, ProcessDriver
 from autosync.core.errors import JobFileError
 from autosync.core.job import job_from_dict, load_job
 from autosync.workloads.build import build_workload
@@ -48,6 +48,14 @@ def bn_dropout_mlp(input_shape, n_outputs, hidden=16, dropout=0.2):
 def bn_mlp(input_shape, n_outputs, hidden=16):
     return nn.Sequential(nn.Linear(input_shape[0], hidden), nn.BatchNorm1d(hidden), nn.ReLU(),
                          nn.Linear(hidden, n_outputs))
+
+
+def bn_stateless_mlp(input_shape, n_outputs, hidden=16, centred=False):
+    class Centred(nn.Module):
+        def forward(self, x):
+            return x - x.mean(0) if centred else x
+    return nn.Sequential(nn.Linear(input_shape[0], hidden), nn.BatchNorm1d(hidden, track_running_stats=False),
+                         nn.ReLU(), Centred(), nn.Linear(hidden, n_outputs))
 
 
 def linear(input_shape, n_outputs):
@@ -268,8 +276,25 @@ def test_a_pure_user_model_keeps_the_fused_and_batched_paths(user_dir):
 
 def test_a_user_model_whose_samples_depend_on_each_other_is_never_fused(user_dir):
     workload = build_workload(_job(user_dir, "centred", model={"factory": "userpkg:batch_centred"}))
-    assert workload.fast_path and not workload.independent_samples
+    assert workload.fast_path and not workload.independent_samples and not workload.norm_groups
     assert not InProcessDriver(workload, 0).fuses_workers
+
+
+def test_a_user_model_coupled_only_by_batch_norm_is_fused_with_statistics_per_worker(user_dir):
+    """Batch norm without running statistics computed per worker's slice makes the fused pass exact; a model
+    with another coupling besides (a batch-centred layer) is found by the check and never fused."""
+    job = _job(user_dir, "bn", model={"factory": "userpkg:bn_stateless_mlp"})
+    workload = build_workload(job)
+    assert workload.fast_path and not workload.independent_samples and workload.norm_groups
+    assert InProcessDriver(workload, 0).fuses_workers
+    fused = simulate(job, make_policy("bsp"), workload=workload)
+    alone = simulate(job, make_policy("bsp"), workload=workload, driver=PerWorkerDriver(workload, job.seed))
+    step = (alone.final_params - workload.init_params()).norm()
+    assert (fused.final_params - alone.final_params).norm() < 1e-4 * step
+    centred = build_workload(_job(user_dir, "bnc", model={"factory": "userpkg:bn_stateless_mlp",
+                                                          "kwargs": {"centred": True}}))
+    assert not centred.independent_samples and not centred.norm_groups
+    assert not InProcessDriver(centred, 0).fuses_workers
 
 
 def test_regression_targets_take_the_squared_error(user_dir):

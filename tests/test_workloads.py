@@ -116,10 +116,11 @@ def test_digits_are_read_without_importing_sklearn_and_equal_its_loader():
     assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True).stdout.strip() == "False"
 
 
-def test_batch_norm_workers_are_never_fused_into_one_pass():
+@pytest.mark.parametrize("policy, params", [("bsp", {}), ("lbbsp", {})])
+def test_batch_norm_workers_are_fused_with_statistics_per_worker(policy, params):
     """Batch norm normalises over the batch it is given: a BSP step over the union of the workers' batches
-    is not the mean of their own gradients (122% of the step apart here), so such a model's BSP step takes
-    each worker's pass."""
+    is not the mean of their own gradients (122% of the step apart on this job), so the fused pass
+    normalises each worker's slice by its own statistics; unequal batches (LB-BSP) take each worker's pass."""
     from autosync.catalog import make_policy
     from autosync.engine.drivers import PerWorkerDriver
     from autosync.engine.simulator import simulate
@@ -127,12 +128,25 @@ def test_batch_norm_workers_are_never_fused_into_one_pass():
     job = small_job(workload={"dataset": {"name": "synthetic_images", "n_samples": 64, "image_shape": [3, 8, 8]},
                               "model": {"name": "resnet20"}, "batch_size": 4,
                               "evaluation": {"every_seconds": 1e9, "max_samples": 8}},
-                    budget={"max_updates": 2})
+                    budget={"max_updates": 3})
     workload = Workload(job)
-    assert workload.fast_path and not workload.independent_samples
-    assert not InProcessDriver(workload, job.seed).fuses_workers
-    assert InProcessDriver(Workload(small_job()), 0).fuses_workers  # a model without batch norm still fuses
-    run = simulate(job, make_policy("bsp", {}), workload=workload)
-    alone = simulate(job, make_policy("bsp", {}), workload=workload, driver=PerWorkerDriver(workload, job.seed))
+    assert workload.fast_path and not workload.independent_samples and workload.norm_groups
+    assert InProcessDriver(workload, job.seed).fuses_workers
+    run = simulate(job, make_policy(policy, params), workload=workload)
+    alone = simulate(job, make_policy(policy, params), workload=workload, driver=PerWorkerDriver(workload, job.seed))
     step = (alone.final_params - workload.init_params()).norm()
     assert (run.final_params - alone.final_params).norm() < 1e-4 * step
+
+
+def test_a_fused_pass_with_batch_norm_per_worker_is_the_mean_of_the_workers_gradients():
+    job = small_job(workload={"dataset": {"name": "synthetic_images", "n_samples": 64, "image_shape": [3, 8, 8]},
+                              "model": {"name": "resnet20"}, "batch_size": 4})
+    workload = Workload(job)
+    driver = InProcessDriver(workload, job.seed)
+    theta = workload.init_params()
+    tasks = [Task(worker=w, index=0, version=0, batch_size=4, start=0.0, params=theta) for w in range(3)]
+    fused, losses = driver.aggregate(tasks, [1 / 3] * 3)
+    driver.worker_gradients(tasks)
+    mean = torch.stack([t.gradient for t in tasks]).mean(0)
+    assert torch.allclose(fused, mean, rtol=1e-4, atol=1e-6 * float(mean.abs().max()))
+    assert losses == pytest.approx([t.loss for t in tasks], rel=1e-5)

@@ -25,5 +25,7 @@ def build_workload(job: JobSpec, dataset: "Dataset | None" = None, device: str |
     takes the paths the checks found (randomness seeded per task, vmap batching, fused workers)."""
     workload = Workload(job, dataset, device)
     if job.uses_user_code:
-        workload.random, workload.batchable, workload.independent_samples = check_user_workload(workload, job.source)
+        paths = check_user_workload(workload, job.source)
+        workload.random, workload.batchable = paths.random, paths.batchable
+        workload.independent_samples, workload.norm_groups = paths.independent_samples, paths.norm_groups
     return workload

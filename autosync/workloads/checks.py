@@ -5,7 +5,8 @@ on the dataset's inputs, outputs that do not match the classes, a loss that is n
 reach the parameters, a model that is not a pure function of its parameters, buffers and the seeded
 generator. What is allowed but slower is detected here too: randomness drawn outside a dropout module
 (seeded per task from then on), a model that `torch.func.vmap` cannot batch (computed per worker) and one
-whose samples' losses depend on each other (batch statistics: workers never fused into one pass).
+whose samples' losses depend on each other (batch statistics: workers fused into one pass only where batch
+norm is the only coupling and is computed per worker, `autosync.workloads.norm_groups`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import torch
 from torch.func import grad, vmap
 
 from autosync.core.errors import JobFileError
+from autosync.workloads.norm_groups import batch_norm_per_group, groupable
 from autosync.workloads.user_code import _one_line
 
 if TYPE_CHECKING:
@@ -30,7 +32,8 @@ class Paths(NamedTuple):
 
     random: bool  # its forward pass draws random numbers (then seeded per task)
     batchable: bool  # torch.func.vmap can batch its gradients (else one pass per worker)
-    independent_samples: bool  # each sample's loss is its own (else workers are never fused into one pass)
+    independent_samples: bool  # each sample's loss is its own (else workers are fused only with norm_groups)
+    norm_groups: bool  # batch norm per worker's slice makes the slices independent (a fused pass stays exact)
 
 
 def check_user_workload(workload: "Workload", source: str) -> Paths:
@@ -90,7 +93,10 @@ def check_user_workload(workload: "Workload", source: str) -> Paths:
         workload.batchable = _vmaps(workload, x, y)
     if workload.fast_path and workload.independent_samples:
         workload.independent_samples = _independent(workload, theta, x, y)
-    return Paths(workload.random, workload.batchable, workload.independent_samples)
+    if workload.fast_path and not workload.independent_samples:
+        workload.norm_groups = groupable(workload.model) and _independent_groups(workload, theta, x, y)
+    return Paths(workload.random, workload.batchable, workload.independent_samples,
+                 not workload.independent_samples and workload.norm_groups)
 
 
 def _check_outputs(workload: "Workload", out: torch.Tensor, y: torch.Tensor, field: str, fail) -> None:
@@ -121,6 +127,20 @@ def _independent(workload: "Workload", theta: torch.Tensor, x: torch.Tensor, y: 
     with torch.no_grad(), workload.task_randomness(0, 0, 0):
         part = workload.per_sample_loss(theta, x[:half], y[:half])
     return bool(torch.allclose(whole, part, rtol=1e-4, atol=1e-6))  # another batch size: another summation order
+
+
+def _independent_groups(workload: "Workload", theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> bool:
+    """Whether, with batch norm computed per slice (`batch_norm_per_group`), a pass over two slices gives each
+    slice the losses of its own pass: batch norm is the only coupling of the samples."""
+    half = len(x) // 2
+    if half < 2:  # batch norm needs two samples a slice
+        return False
+    with torch.no_grad(), workload.task_randomness(0, 0, 0), batch_norm_per_group(workload.model, 2):
+        joined = workload.per_sample_loss(theta, x[:2 * half], y[:2 * half])
+    with torch.no_grad(), workload.task_randomness(0, 0, 0):
+        apart = torch.cat([workload.per_sample_loss(theta, x[i * half:(i + 1) * half], y[i * half:(i + 1) * half])
+                           for i in range(2)])
+    return bool(torch.allclose(joined, apart, rtol=1e-4, atol=1e-6))
 
 
 def _vmaps(workload: "Workload", x: torch.Tensor, y: torch.Tensor) -> bool:

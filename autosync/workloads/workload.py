@@ -29,6 +29,7 @@ from autosync.core.job import JobSpec, LRScheduleSpec
 from autosync.workloads.datasets import Dataset, load_dataset
 from autosync.workloads.losses import build_loss
 from autosync.workloads.models import build_model
+from autosync.workloads.norm_groups import groupable
 
 Params = Union[torch.Tensor, dict[str, torch.Tensor]]  # flat parameters, or by name (`Workload.leaves`)
 
@@ -83,6 +84,10 @@ class Workload:
         # user's model too).
         self.independent_samples = not any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm)
                                            for m in self.model.modules())
+        # ... unless each worker's slice of the joined batch is normalised by its own statistics
+        # (`autosync.workloads.norm_groups`): exact where batch norm without running statistics is the only
+        # coupling, as in the built-in models (checked for a user's model)
+        self.norm_groups = not self.independent_samples and groupable(self.model)
         self._eval_x_train, self._eval_y_train = self._eval_subset(self.data.x_train, self.data.y_train)
         self._eval_x_test, self._eval_y_test = self._eval_subset(self.data.x_test, self.data.y_test)
 

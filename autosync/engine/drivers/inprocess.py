@@ -4,7 +4,9 @@ Two kernels:
 - `aggregate`: workers that share one parameter version and whose individual gradients nobody needs
   (BSP, backup workers) get one fused forward/backward over the union of their batches, each sample
   weighted by w_i / b_i, which is exactly the weighted mean of their mini-batch gradients where samples
-  are independent (not under batch norm, whose statistics span the pass: `Workload.independent_samples`).
+  are independent. Batch norm's statistics span the pass (`Workload.independent_samples`): there each
+  worker's slice is normalised by its own statistics (`autosync.workloads.norm_groups`, equal batch sizes;
+  unequal ones, LB-BSP's, take the per-worker kernel below).
 - `worker_gradients`: per-worker gradients (different versions for ASP/SSP, or when a strategy needs
   them) through ``torch.func.vmap`` over workers, grouped by batch size.
 A workload off the fast path (a model with buffers or random layers, a user's loss, a model vmap cannot
@@ -14,6 +16,7 @@ batch) takes neither: each task's gradient is computed alone by the reference ke
 
 from __future__ import annotations
 
+import contextlib
 from typing import Sequence
 
 import torch
@@ -21,6 +24,7 @@ from torch.func import grad, vmap
 
 from autosync.engine.drivers.perworker import worker_gradient
 from autosync.policies import Task
+from autosync.workloads.norm_groups import batch_norm_per_group
 from autosync.workloads.workload import Workload
 
 
@@ -31,8 +35,8 @@ class InProcessDriver:
         self.workload = workload
         self.seed = seed
         # `aggregate` may fuse workers that share one parameter version, where a sample's loss does not depend
-        # on the other samples of its pass (batch norm's does: one pass over the union is not the workers' own)
-        self.fuses_workers = workload.fast_path and workload.independent_samples
+        # on the other samples of its pass, or does only through batch norm computed per worker's slice
+        self.fuses_workers = workload.fast_path and (workload.independent_samples or workload.norm_groups)
         self._grad_fn = grad(self._mean_loss, has_aux=True)
 
     def _mean_loss(self, params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor):
@@ -48,13 +52,20 @@ class InProcessDriver:
         Returns the flat aggregate gradient and each task's mini-batch loss.
         """
         data = self.workload.data
-        index = torch.cat([self.batch_of(t) for t in tasks])
         sizes = [t.batch_size for t in tasks]
+        grouped = not self.workload.independent_samples
+        if grouped and len(set(sizes)) > 1:  # batch norm per slice needs equal slices: each worker's own pass
+            self.worker_gradients(tasks)
+            g = torch.tensordot(torch.tensor(weights, dtype=tasks[0].gradient.dtype, device=tasks[0].gradient.device),
+                                torch.stack([t.gradient for t in tasks]), dims=1)
+            return g, [t.loss for t in tasks]
+        index = torch.cat([self.batch_of(t) for t in tasks])
         sample_weight = torch.repeat_interleave(
             torch.tensor([w / b for w, b in zip(weights, sizes)], dtype=torch.float32),
             torch.tensor(sizes)).to(index.device)
         params = self.workload.leaves(tasks[0].params)
-        losses = self.workload.per_sample_loss(params, data.x_train[index], data.y_train[index])
+        with batch_norm_per_group(self.workload.model, len(tasks)) if grouped else contextlib.nullcontext():
+            losses = self.workload.per_sample_loss(params, data.x_train[index], data.y_train[index])
         g = self.workload.flat_gradient((losses * sample_weight).sum(), params)
         per_task = [float(seg.mean()) for seg in losses.detach().split(sizes)]
         return g, per_task
