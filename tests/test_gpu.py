@@ -28,6 +28,20 @@ def test_every_policy_trains_on_the_gpu_as_on_the_cpu(name):
     assert torch.allclose(gpu.final_params.cpu(), cpu.final_params, atol=1e-4)
 
 
+def test_batch_norm_workers_fused_on_the_gpu_match_each_workers_own_pass():
+    """ResNet-20's batch norm computed per worker's slice in one fused pass (`norm_groups`) on CUDA."""
+    job = small_job(workload={"dataset": {"name": "synthetic_images", "n_samples": 64, "image_shape": [3, 8, 8]},
+                              "model": {"name": "resnet20"}, "batch_size": 4,
+                              "evaluation": {"every_seconds": 1e9, "max_samples": 8}},
+                    budget={"max_updates": 3})
+    workload = Workload(job, device="cuda")
+    assert workload.norm_groups
+    fused = simulate(job, make_policy("bsp", {}), workload=workload)
+    alone = simulate(job, make_policy("bsp", {}), workload=workload, driver=PerWorkerDriver(workload, job.seed))
+    step = (alone.final_params - workload.init_params()).norm()
+    assert (fused.final_params - alone.final_params).norm() < 1e-4 * step
+
+
 @pytest.mark.processes
 @pytest.mark.parametrize("start_method", ["spawn", "forkserver"])
 def test_worker_processes_share_the_gpu_slots_and_match_the_in_process_kernel(start_method):
