@@ -146,7 +146,8 @@ def simulated_against_floor(job, warm_up, workload: Workload, updates: int, rows
     timed(warm_up, "bsp", workload, None)
     simulated = timed(job, "bsp", workload, None)
     ratio = simulated["updates_per_second"] / floor["updates_per_second"]
-    path = "fused" if workload.independent_samples else "per-worker (vmapped: batch norm sees each worker's batch)"
+    path = ("fused" if workload.independent_samples else
+            "fused, batch norm per worker" if workload.norm_groups else "per worker, vmapped")
     rows.append({"policy": "bsp", "configuration": "fused forward/backward floor (plain training step)", **floor})
     rows.append({"policy": "bsp", "configuration": f"simulated, in-process driver ({path}), virtual clock",
                  "ratio_to_floor": ratio, **simulated})

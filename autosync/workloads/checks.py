@@ -18,7 +18,7 @@ import torch
 from torch.func import grad, vmap
 
 from autosync.core.errors import JobFileError
-from autosync.workloads.norm_groups import batch_norm_per_group, groupable
+from autosync.workloads.norm_groups import batch_norm_per_group, groupable, interleave
 from autosync.workloads.user_code import _one_line
 
 if TYPE_CHECKING:
@@ -135,11 +135,11 @@ def _independent_groups(workload: "Workload", theta: torch.Tensor, x: torch.Tens
     half = len(x) // 2
     if half < 2:  # batch norm needs two samples a slice
         return False
+    parts = [slice(0, half), slice(half, 2 * half)]
     with torch.no_grad(), workload.task_randomness(0, 0, 0), batch_norm_per_group(workload.model, 2):
-        joined = workload.per_sample_loss(theta, x[:2 * half], y[:2 * half])
+        joined = workload.per_sample_loss(theta, interleave([x[p] for p in parts]), interleave([y[p] for p in parts]))
     with torch.no_grad(), workload.task_randomness(0, 0, 0):
-        apart = torch.cat([workload.per_sample_loss(theta, x[i * half:(i + 1) * half], y[i * half:(i + 1) * half])
-                           for i in range(2)])
+        apart = interleave([workload.per_sample_loss(theta, x[p], y[p]) for p in parts])
     return bool(torch.allclose(joined, apart, rtol=1e-4, atol=1e-6))
 
 

@@ -3,9 +3,11 @@ statistics.
 
 Batch norm (Ioffe and Szegedy, 2015, Algorithm 1) normalises a batch by its own mean and variance, so one
 forward/backward over the union of k workers' batches is not the mean of their own gradients. Computing
-the statistics per group of consecutive samples instead ("ghost" batch norm, Hoffer et al., 2017, sec. 4)
+the statistics per worker's group of samples instead ("ghost" batch norm, Hoffer et al., 2017, sec. 4)
 makes the joined pass exactly k passes side by side: with equal batch sizes b and sample weights 1 / (k b),
 its gradient is the mean of the workers' mini-batch gradients, as each worker computes it, in one pass.
+The workers' samples are interleaved in the joined batch, so that each batch-norm layer is one call of the
+native kernel on a view of its input (the groups side by side as channels).
 
 Only batch norm that normalises by the batch's statistics is grouped: modules without running statistics
 (`track_running_stats=False`, the built-in ResNets'); a model with running statistics has buffers and never
@@ -18,6 +20,7 @@ import contextlib
 from typing import Iterator
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -32,25 +35,28 @@ def groupable(model: nn.Module) -> bool:
     return bool(norms) and all(not m.track_running_stats for m in norms)
 
 
+def interleave(parts: list[torch.Tensor]) -> torch.Tensor:
+    """Equal-length `parts` joined sample by sample: row j * len(parts) + g holds parts[g][j] (the layout
+    `batch_norm_per_group` reads its groups from)."""
+    return torch.stack(parts, dim=1).reshape(-1, *parts[0].shape[1:])
+
+
 def _grouped_forward(module: nn.modules.batchnorm._BatchNorm, groups: int, x: torch.Tensor) -> torch.Tensor:
-    """Algorithm 1 of the batch-norm paper on each of `groups` equal, consecutive slices of the batch: mean
-    and biased variance over the slice's samples and spatial positions, per channel."""
+    """Algorithm 1 of the batch-norm paper on each group of an interleaved batch (`interleave`): the batch
+    [b0 g0, b0 g1, ..., b1 g0, ...] seen as b samples of groups x channels is one call of the native kernel,
+    which normalises each (group, channel) by its own mean and biased variance, no copy."""
     size = x.shape[0] // groups
-    xg = x.reshape(groups, size, *x.shape[1:])
-    dims = (1, *range(3, xg.ndim))  # the samples of a slice and every position; not the channel (dim 2)
-    var, mean = torch.var_mean(xg, dim=dims, correction=0, keepdim=True)
-    y = (xg - mean) * torch.rsqrt(var + module.eps)
-    if module.affine:
-        shape = (1, 1, -1, *([1] * (xg.ndim - 3)))
-        y = y * module.weight.reshape(shape) + module.bias.reshape(shape)
-    return y.reshape(x.shape)
+    wide = x.reshape(size, groups * x.shape[1], *x.shape[2:])
+    weight = module.weight.repeat(groups) if module.affine else None
+    bias = module.bias.repeat(groups) if module.affine else None
+    return F.batch_norm(wide, None, None, weight, bias, training=True, eps=module.eps).reshape(x.shape)
 
 
 @contextlib.contextmanager
 def batch_norm_per_group(model: nn.Module, groups: int) -> Iterator[None]:
-    """Within: every batch norm of `model` (see `groupable`) normalises each of `groups` equal consecutive
-    slices of its input by the slice's own statistics. Parameters given by `torch.func.functional_call`
-    are used, as by the module's own forward."""
+    """Within: every batch norm of `model` (see `groupable`) normalises each of `groups` interleaved groups of
+    its input (`interleave`: row j * groups + g is sample j of group g) by the group's own statistics.
+    Parameters given by `torch.func.functional_call` are used, as by the module's own forward."""
     norms = _batch_norms(model)
     for m in norms:
         m.forward = lambda x, m=m: _grouped_forward(m, groups, x)  # an instance attribute over the class's

@@ -16,7 +16,6 @@ batch) takes neither: each task's gradient is computed alone by the reference ke
 
 from __future__ import annotations
 
-import contextlib
 from typing import Sequence
 
 import torch
@@ -24,7 +23,7 @@ from torch.func import grad, vmap
 
 from autosync.engine.drivers.perworker import worker_gradient
 from autosync.policies import Task
-from autosync.workloads.norm_groups import batch_norm_per_group
+from autosync.workloads.norm_groups import batch_norm_per_group, interleave
 from autosync.workloads.workload import Workload
 
 
@@ -59,15 +58,22 @@ class InProcessDriver:
             g = torch.tensordot(torch.tensor(weights, dtype=tasks[0].gradient.dtype, device=tasks[0].gradient.device),
                                 torch.stack([t.gradient for t in tasks]), dims=1)
             return g, [t.loss for t in tasks]
-        index = torch.cat([self.batch_of(t) for t in tasks])
-        sample_weight = torch.repeat_interleave(
-            torch.tensor([w / b for w, b in zip(weights, sizes)], dtype=torch.float32),
-            torch.tensor(sizes)).to(index.device)
         params = self.workload.leaves(tasks[0].params)
-        with batch_norm_per_group(self.workload.model, len(tasks)) if grouped else contextlib.nullcontext():
+        if grouped:  # the workers' samples interleaved, each batch norm computed per worker
+            index = interleave([self.batch_of(t) for t in tasks])
+            sample_weight = torch.tensor([w / b for w, b in zip(weights, sizes)], dtype=torch.float32,
+                                         device=index.device).repeat(sizes[0])
+            with batch_norm_per_group(self.workload.model, len(tasks)):
+                losses = self.workload.per_sample_loss(params, data.x_train[index], data.y_train[index])
+            per_task = losses.detach().reshape(sizes[0], len(tasks)).mean(0).tolist()
+        else:
+            index = torch.cat([self.batch_of(t) for t in tasks])
+            sample_weight = torch.repeat_interleave(
+                torch.tensor([w / b for w, b in zip(weights, sizes)], dtype=torch.float32),
+                torch.tensor(sizes)).to(index.device)
             losses = self.workload.per_sample_loss(params, data.x_train[index], data.y_train[index])
+            per_task = [float(seg.mean()) for seg in losses.detach().split(sizes)]
         g = self.workload.flat_gradient((losses * sample_weight).sum(), params)
-        per_task = [float(seg.mean()) for seg in losses.detach().split(sizes)]
         return g, per_task
 
     def close(self) -> None:
