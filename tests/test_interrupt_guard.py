@@ -46,3 +46,15 @@ def test_optunas_private_storage_calls_are_guarded():
                  "_get_stale_trial_ids", "get_all_trials"):
         assert getattr(cls, name) is not getattr(RDBStorage, name), name
     assert cls.__init__ is RDBStorage.__init__
+
+
+def test_autosyncs_own_queries_are_storage_calls_too():
+    """The heartbeat and study listings query the database past Optuna's methods, inside `storage_call`."""
+    from autosync.search.study.interrupts import storage_call
+
+    done = []
+    with storage_calls_finish_first(), pytest.raises(KeyboardInterrupt):
+        with storage_call():
+            os.kill(os.getpid(), signal.SIGINT)
+            done.append("query")
+    assert done == ["query"] and interrupted()

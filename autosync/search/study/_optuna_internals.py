@@ -11,10 +11,13 @@ internals is used.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
+
+from autosync.search.study.interrupts import storage_call
 
 if TYPE_CHECKING:
     import optuna
@@ -45,6 +48,18 @@ def fixed_params(trial: "optuna.Trial") -> dict[str, Any]:
 
 def _backend(study: "optuna.Study") -> Any:
     return getattr(study._storage, "_backend", study._storage)
+
+
+@contextlib.contextmanager
+def _session(backend: Any) -> Iterator[Any]:
+    """A session of the RDB storage `backend` for a query of autosync's own, a storage call Ctrl-C waits for
+    (`autosync.search.study.interrupts`), removed after."""
+    with storage_call():
+        session = backend.scoped_session()
+        try:
+            yield session
+        finally:
+            backend.scoped_session.remove()
 
 
 def fresh_trials(study: "optuna.Study", states: tuple[Any, ...] | None = None) -> list["optuna.trial.FrozenTrial"]:
@@ -82,11 +97,8 @@ def dead_trial_ids(study: "optuna.Study") -> list[int]:
            if t.datetime_start is not None and t.datetime_start < cutoff and trial_id(t) not in stale]
     if not old:
         return stale
-    session = backend.scoped_session()
-    try:
+    with _session(backend) as session:
         orphans = [i for i in old if models.TrialHeartbeatModel.where_trial_id(i, session) is None]
-    finally:
-        backend.scoped_session.remove()
     return stale + orphans
 
 
@@ -94,14 +106,10 @@ def heartbeat_ages(study: "optuna.Study", ids: list[int]) -> dict[int, float | N
     """Seconds since each trial's last heartbeat (None: it never beat), by storage id."""
     from optuna.storages._rdb import models
 
-    backend = _backend(study)
-    session = backend.scoped_session()
     now = dt.datetime.now()
-    try:
+    with _session(_backend(study)) as session:
         beats = {i: models.TrialHeartbeatModel.where_trial_id(i, session) for i in ids}
         return {i: None if b is None else (now - b.heartbeat).total_seconds() for i, b in beats.items()}
-    finally:
-        backend.scoped_session.remove()
 
 
 @dataclass
@@ -122,8 +130,7 @@ def all_studies(storage: Any) -> list[StoredStudy]:
 
     backend = getattr(storage, "_storage", storage)  # a study's storage is wrapped in a cache
     backend = getattr(backend, "_backend", backend)
-    session = backend.scoped_session()
-    try:
+    with _session(backend) as session:
         studies = {row.study_id: StoredStudy(row.study_name, row.study_id, {})
                    for row in session.query(models.StudyModel).all()}
         for row in session.query(models.StudyUserAttributeModel).all():
@@ -134,6 +141,4 @@ def all_studies(storage: Any) -> list[StoredStudy]:
                 found.user_attrs[row.key] = json.loads(row.value_json)
             except (TypeError, ValueError) as exc:
                 found.damaged[row.key] = f"not JSON: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
-    finally:
-        backend.scoped_session.remove()
     return sorted(studies.values(), key=lambda s: s.study_id)

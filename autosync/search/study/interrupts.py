@@ -51,19 +51,28 @@ def storage_calls_finish_first() -> Iterator[None]:
         _state.update(active=False)
 
 
+@contextlib.contextmanager
+def storage_call() -> Iterator[None]:
+    """A storage call: Ctrl-C inside waits until it ends (while `storage_calls_finish_first` is active; the
+    storage's own methods are such calls through `guarded`, and autosync's direct queries say so with this)."""
+    if not _state["active"] or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _state["depth"] += 1
+    try:
+        yield
+    finally:
+        _state["depth"] -= 1
+        if _state["depth"] == 0 and _state["pending"]:
+            _state.update(pending=False, raised=True)
+            raise KeyboardInterrupt
+
+
 def _guard(method: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(method)
     def call(*args: Any, **kwargs: Any) -> Any:
-        if not _state["active"] or threading.current_thread() is not threading.main_thread():
+        with storage_call():
             return method(*args, **kwargs)
-        _state["depth"] += 1
-        try:
-            return method(*args, **kwargs)
-        finally:
-            _state["depth"] -= 1
-            if _state["depth"] == 0 and _state["pending"]:
-                _state.update(pending=False, raised=True)
-                raise KeyboardInterrupt
     return call
 
 
