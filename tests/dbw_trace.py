@@ -15,7 +15,7 @@ from pathlib import Path
 from autosync.catalog import make_policy
 from autosync.core.job import job_from_dict
 from autosync.engine import Simulator
-from autosync.policies._dbw import DynamicK
+from autosync.policies.dbw._policy import DynamicK
 
 DATA = Path(__file__).parent / "data"
 

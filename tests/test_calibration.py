@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from autosync.calibration import (
+from autosync.measure.calibration import (
     RATE_POLICIES, calibrate, measure_real, scale_units, simulated_runner, with_server, with_units,
 )
 from autosync.catalog import make_policy

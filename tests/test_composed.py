@@ -265,16 +265,16 @@ def test_a_run_reports_its_staleness_and_batch_spread_for_the_leaderboard():
     assert simulate(job, make_policy("lbbsp")).metrics["batch_spread"] > 1.5
 
 
-def test_cross_paper_neighbours_add_one_strategy_of_another_paper_where_the_rules_allow_it():
-    from autosync.policies import cross_paper_neighbours
+def test_cross_paper_variants_add_one_strategy_of_another_paper_where_the_rules_allow_it():
+    from autosync.policies import cross_paper_variants
 
-    assert cross_paper_neighbours({"barrier": "dbw", "window": 5}) == [
+    assert cross_paper_variants({"barrier": "dbw", "window": 5}) == [
         {"barrier": "dbw", "window": 5, "batch": "lbbsp"}]  # no asynchronous rule under DBW's barrier
-    assert cross_paper_neighbours({"barrier": "asp"}) == [
+    assert cross_paper_variants({"barrier": "asp"}) == [
         {"barrier": "asp", "batch": "lbbsp"}, {"barrier": "asp", "update": "dana_slim"}]
-    assert cross_paper_neighbours({"schedule": "sync_switch", "switch_at": 0.25, "batch": "lbbsp"}) == [
+    assert cross_paper_variants({"schedule": "sync_switch", "switch_at": 0.25, "batch": "lbbsp"}) == [
         {"schedule": "sync_switch", "switch_at": 0.25, "batch": "lbbsp", "update": "dana_slim"}]
-    assert cross_paper_neighbours({"barrier": "ssp", "batch": "lbbsp", "update": "dana_dc"}) == []
+    assert cross_paper_variants({"barrier": "ssp", "batch": "lbbsp", "update": "dana_dc"}) == []
     for slots in ({"barrier": "dbw"}, {"barrier": "asp"}, {"schedule": "sync_switch"}, {"barrier": "bsp"}):
-        for neighbour in cross_paper_neighbours(slots):
-            check_composition(Composed(**neighbour))  # every neighbour is allowed
+        for variant in cross_paper_variants(slots):
+            check_composition(Composed(**variant))  # every variant is allowed

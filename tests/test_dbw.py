@@ -8,8 +8,8 @@ import torch
 
 from autosync.engine import simulate
 from autosync.policies import DBW, BlindDBW
-from autosync.policies._dbw_gain import GainEstimator
-from autosync.policies._dbw_time import IterationTimeEstimator
+from autosync.policies.dbw._gain import GainEstimator
+from autosync.policies.dbw._time import IterationTimeEstimator
 from tests.conftest import small_job
 
 

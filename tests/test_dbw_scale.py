@@ -32,7 +32,7 @@ def dbw_problem(n: int, iterations: int, seed: int):
     of rows carry only the prior."""
     import numpy as np
 
-    from autosync.policies._dbw_time import IterationTimeEstimator
+    from autosync.policies.dbw._time import IterationTimeEstimator
 
     rng = np.random.default_rng(seed)
     est = IterationTimeEstimator(n)
@@ -52,15 +52,15 @@ def test_the_solver_at_4096_workers_equals_the_unmerged_reference():
     import numpy as np
     import pytest
 
-    from autosync.policies import _eq17_exact as exact
-    from autosync.policies._isotonic import _Problem, isotone_majorant
+    from autosync.policies.dbw import _eq17_exact as exact
+    from autosync.policies.dbw._eq17 import Problem, isotone_majorant
 
     if not exact.COMPILED:
         pytest.skip("the compiled solver is not built")
     for n, iterations, seed in ((1024, 30, 0), (1024, 12, 1), (4096, 20, 2)):
         weights, targets = dbw_problem(n, iterations, seed)
         x = exact.CompiledEq17Solver().solve(weights, targets).x
-        reference = isotone_majorant(exact.solve_merged(_Problem(weights, targets, np.arange(n))))
+        reference = isotone_majorant(exact.solve_merged(Problem(weights, targets, np.arange(n))))
         assert np.abs(x - reference).max() <= 1e-12 * np.abs(reference).max(), (n, seed)
 
 
@@ -69,7 +69,7 @@ def _dense_targets(est) -> tuple:
     computed only the sampled rows: the reference its values must equal bit for bit."""
     import numpy as np
 
-    from autosync.policies._dbw_time import EMPTY_PAIR_WEIGHT
+    from autosync.policies.dbw._time import EMPTY_PAIR_WEIGHT
 
     sampled = est.count > 0
     means = np.divide(est.total, est.count, out=np.zeros_like(est.total), where=sampled)
@@ -82,7 +82,7 @@ def _dense_targets(est) -> tuple:
 def test_targets_from_the_sampled_rows_are_bit_for_bit_the_dense_ones():
     import numpy as np
 
-    from autosync.policies._dbw_time import IterationTimeEstimator
+    from autosync.policies.dbw._time import IterationTimeEstimator
 
     rng = np.random.default_rng(0)
     for _ in range(40):
@@ -104,13 +104,13 @@ def test_targets_from_the_sampled_rows_are_bit_for_bit_the_dense_ones():
 def test_the_diagonal_from_the_distinct_rows_is_bit_for_bit_the_dense_solve_s():
     """`IterationTimeEstimator.times` (the solve on the distinct rows, the diagonal read from the merged rows)
     against the diagonal of `solve()` (the dense data and answer), over a DBW-like run with scattered ranks, and
-    `RowTable.runs` against `_row_runs` of the dense data."""
+    `RowTable.runs` against `row_runs` of the dense data."""
     import numpy as np
     import pytest
 
-    from autosync.policies import _eq17_exact as exact
-    from autosync.policies._dbw_time import IterationTimeEstimator
-    from autosync.policies._isotonic import _row_runs
+    from autosync.policies.dbw import _eq17_exact as exact
+    from autosync.policies.dbw._time import IterationTimeEstimator
+    from autosync.policies.dbw._eq17 import row_runs
 
     if not exact.COMPILED:
         pytest.skip("the compiled solver is not built")
@@ -127,7 +127,7 @@ def test_the_diagonal_from_the_distinct_rows_is_bit_for_bit_the_dense_solve_s():
         table = est.table()
         weights, targets = est.targets()
         dense = [np.array_equal(a, b) for a, b in zip(table.dense(), (weights, targets))]
-        assert all(dense) and np.array_equal(table.runs(), _row_runs(weights, targets))
+        assert all(dense) and np.array_equal(table.runs(), row_runs(weights, targets))
         assert np.array_equal(times, np.diag(est.solve())), iteration
     assert est.failures == 0
 
@@ -139,8 +139,8 @@ def test_runs_split_where_the_kkt_test_names_rows_give_the_unmerged_reference_s_
     import numpy as np
     import pytest
 
-    from autosync.policies import _eq17_exact as exact
-    from autosync.policies._isotonic import _Problem, isotone_majorant
+    from autosync.policies.dbw import _eq17_exact as exact
+    from autosync.policies.dbw._eq17 import Problem, isotone_majorant
 
     if not exact.COMPILED:
         pytest.skip("the compiled solver is not built")
@@ -164,7 +164,7 @@ def test_runs_split_where_the_kkt_test_names_rows_give_the_unmerged_reference_s_
     for table in tables:
         weights, targets = table.dense()
         x = exact.CompiledEq17Solver().solve_rows(table).dense()
-        reference = isotone_majorant(exact.solve_merged(_Problem(weights, targets, np.arange(weights.shape[0]))))
+        reference = isotone_majorant(exact.solve_merged(Problem(weights, targets, np.arange(weights.shape[0]))))
         assert np.abs(x - reference).max() <= 1e-12 * np.abs(reference).max()
 
 
@@ -172,7 +172,7 @@ def test_bad_row_tables_are_refused_with_the_rule():
     import numpy as np
     import pytest
 
-    from autosync.policies import _eq17_exact as exact
+    from autosync.policies.dbw import _eq17_exact as exact
 
     if not exact.COMPILED:
         pytest.skip("the compiled solver is not built")

@@ -22,10 +22,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autosync.policies import _isotonic as isotonic
-from autosync.policies._dbw_time import EMPTY_PAIR_WEIGHT, IterationTimeEstimator, _compiled_problem
-from autosync.policies._isotonic import (DEFAULT_SWEEPS, PythonEq17Solver, _partition, _peel, _Problem, _row_runs,
-                                        _transposed, _violations, isotone_majorant, isotonic_rows, violation)
+from autosync.policies.dbw import _isotonic as isotonic
+from autosync.policies.dbw._eq17 import Problem, isotone_majorant, peel, row_runs, transposed, violation
+from autosync.policies.dbw._isotonic import DEFAULT_SWEEPS, PythonEq17Solver, isotonic_rows
+from autosync.policies.dbw._isotonic_partition import _violations, partition
+from autosync.policies.dbw._time import EMPTY_PAIR_WEIGHT, IterationTimeEstimator, _compiled_problem
 
 INSTANCES = Path(__file__).parent / "data" / "dbw_eq17_instances.npz"
 SCATTERED = Path(__file__).parent / "data" / "dbw_eq17_scattered.npz"
@@ -139,7 +140,7 @@ def test_a_size_that_transposes_tile_by_tile():
     assert relative_difference(result.x, reference(weights, targets)) <= AGREE
     for n in (1, 5, 64, 96):
         a = np.arange(n * n, dtype=float).reshape(n, n)
-        copy = _transposed(a)
+        copy = transposed(a)
         assert np.array_equal(copy, a.T) and copy.flags.c_contiguous and not np.shares_memory(copy, a)
 
 
@@ -149,10 +150,10 @@ def test_merged_runs_give_the_optimum_whether_or_not_a_run_end_binds():
     binds = []
     for seed in (1, 5):
         weights, targets = dbw_instance(np.random.default_rng(seed), 8)
-        problem = _Problem(weights, targets, _row_runs(weights, targets))
+        problem = Problem(weights, targets, row_runs(weights, targets))
         assert problem.sizes.max() > 1
-        x, rounds = _partition(problem, isotone_majorant(problem.t, (problem.diag_rows, problem.diag_cols)))
-        binds.append(_peel(x, problem, 1e-12) is not None)
+        x, rounds = partition(problem, isotone_majorant(problem.t, (problem.diag_rows, problem.diag_cols)))
+        binds.append(peel(x, problem, 1e-12) is not None)
         result = PythonEq17Solver().solve(weights, targets)
         assert result.converged and violation(result.x) <= 1e-9
         assert relative_difference(result.x, reference(weights, targets)) <= AGREE
@@ -249,7 +250,7 @@ def test_estimator_uses_the_structured_solver_and_keeps_cvxpy_selectable():
 def test_an_unsettled_partition_falls_back_to_cvxpy_and_is_counted(monkeypatch):
     data = np.load(INSTANCES)
     weights, targets = data["weights"][-1], data["targets"][-1]
-    monkeypatch.setattr(isotonic, "_partition", lambda problem, guess: (None, 1))
+    monkeypatch.setattr(isotonic, "partition", lambda problem, guess: (None, 1))
     est = IterationTimeEstimator(16)
     est._structured = PythonEq17Solver(max_sweeps=1, sweeps=1)
     est.targets = lambda: (weights, targets)  # type: ignore[method-assign]
@@ -305,7 +306,7 @@ def brute_force_best_upper_sets(label, gain, ends):
 
 def test_violations_finds_each_blocks_best_upper_subset():
     """`_violations` (a dynamic programme over the rows) against enumeration on small merged grids, with
-    the blocks PAV makes on a linear extension of the order (convex, as `_partition` makes them)."""
+    the blocks PAV makes on a linear extension of the order (convex, as `partition` makes them)."""
     from scipy.optimize import isotonic_regression
 
     rng = np.random.default_rng(11)
@@ -366,7 +367,7 @@ def test_partition_is_exact_from_a_poor_guess():
     """The partition needs only a feasible guess: from the targets' least isotone majorant (no sweep) it
     still reaches the optimum on the recorded scattered instances, with the KKT test passed."""
     for weights, targets in scattered_instances()[:2]:
-        problem = _Problem(weights, targets, np.arange(weights.shape[0]))
-        x, rounds = _partition(problem, isotone_majorant(targets))
+        problem = Problem(weights, targets, np.arange(weights.shape[0]))
+        x, rounds = partition(problem, isotone_majorant(targets))
         assert x is not None and violation(x) == 0.0
         assert relative_difference(x, reference(weights, targets)) <= AGREE

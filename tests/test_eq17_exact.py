@@ -14,9 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autosync.policies import _eq17_exact as exact
-from autosync.policies._dbw_time import EMPTY_PAIR_WEIGHT, IterationTimeEstimator, structured_solver
-from autosync.policies._isotonic import PythonEq17Solver, _peel, _Problem, _row_runs, violation
+from autosync.policies.dbw import _eq17_exact as exact
+from autosync.policies.dbw._time import EMPTY_PAIR_WEIGHT, IterationTimeEstimator, structured_solver
+from autosync.policies.dbw._eq17 import Problem, peel, row_runs, violation
+from autosync.policies.dbw._isotonic import PythonEq17Solver
 from tests.test_dbw_solver import (AGREE, INSTANCES, dbw_instance, dense_instance, reference, relative_difference,
                                    scattered_instance, scattered_instances)
 
@@ -31,7 +32,7 @@ def test_the_extension_is_built_where_a_compiler_is():
     headers = Path(sysconfig.get_paths()["include"]) / "Python.h"
     if shutil.which("cc") is None and shutil.which("gcc") is None or not headers.exists():
         pytest.skip("no C compiler or no Python headers here: the pure-Python solver is used")
-    assert exact.COMPILED, "a C compiler is present, but autosync/policies/_eq17_partition.c was not built"
+    assert exact.COMPILED, "a C compiler is present, but autosync/policies/dbw/_eq17_partition.c was not built"
     assert isinstance(structured_solver(), exact.CompiledEq17Solver)
 
 
@@ -82,12 +83,12 @@ def test_merged_rows_are_split_where_a_run_end_binds_and_the_answer_is_the_unmer
     """dbw_instance(seed 5, n = 8) binds at a run's end (test_dbw_solver); seed 1 does not."""
     for seed, binds in ((1, False), (5, True)):
         weights, targets = dbw_instance(np.random.default_rng(seed), 8)
-        merged = _Problem(weights, targets, _row_runs(weights, targets))
+        merged = Problem(weights, targets, row_runs(weights, targets))
         assert merged.sizes.max() > 1
-        assert (_peel(exact.solve_merged(merged), merged, 1e-12) is not None) == binds
+        assert (peel(exact.solve_merged(merged), merged, 1e-12) is not None) == binds
         result = exact.CompiledEq17Solver().solve(weights, targets)
         assert result.rounds == (2 if binds else 1)
-        unmerged = exact.solve_merged(_Problem(weights, targets, np.arange(8)))
+        unmerged = exact.solve_merged(Problem(weights, targets, np.arange(8)))
         assert relative_difference(result.x, unmerged) <= 1e-12
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from autosync.core.errors import UserError
-from autosync.family import FamilyFileError, load_family
+from autosync.core.family import FamilyFileError, load_family
 from autosync.core.job import load_job
 from tests.conftest import autosync, no_traceback
 
@@ -118,7 +118,7 @@ def test_bad_family_file_on_the_command_line_exits_2_in_one_line(tmp_path):
 
 
 def test_ranges_draw_uniformly_inside_their_bounds():
-    from autosync.family import Range, draw
+    from autosync.core.family import Range, draw
 
     rng = np.random.default_rng(0)
     values = [draw(Range(low=2.0, high=5.0), rng) for _ in range(2000)]

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from autosync.catalog import POLICIES, make_policy
-from autosync.engine.clock import ReplayClock
+from autosync.engine.clock import LoggedClock
 from autosync.engine.drivers import PerWorkerDriver, ProcessDriver
 from autosync.engine.realtime import RealTimeClock
 from autosync.engine.simulator import Simulator, simulate
@@ -44,7 +44,7 @@ def test_worker_processes_share_the_gpu_slots_and_match_the_in_process_kernel(st
     finally:
         driver.close()
     replayed = Simulator(JOB, make_policy("asp", {}), workload=workload, driver=PerWorkerDriver(workload, JOB.seed),
-                         clock=ReplayClock(logged.trace.arrivals)).run()
+                         clock=LoggedClock(logged.trace.arrivals)).run()
     assert torch.allclose(replayed.final_params, logged.final_params, atol=1e-6)
 
 

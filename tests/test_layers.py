@@ -15,11 +15,10 @@ PACKAGE = Path(__file__).resolve().parents[1] / "autosync"
 LAYERS = [
     {"data", "__init__"},
     {"core"},
-    {"policies", "workloads", "family"},
+    {"policies", "workloads"},
     {"engine"},
     {"catalog"},
-    {"rerun", "leaderboard", "profiling", "calibration", "scaling", "search", "robustness", "robustness_compare",
-     "reference_grid"},
+    {"search", "experiments", "measure"},
     {"reporting"},
     {"options"},
     {"api"},

@@ -9,7 +9,7 @@ import pytest
 
 from autosync.core.errors import UserError
 from autosync.catalog import parse_policy_spec
-from autosync.leaderboard import Entry, run_grid, score, trimmed_mean
+from autosync.experiments.leaderboard import Entry, run_grid, score, trimmed_mean
 from tests.conftest import small_job
 from tests.test_cli import autosync
 

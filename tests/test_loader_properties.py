@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from autosync.core.errors import FileProblems, UserError
-from autosync.family import load_family, write_jobs
+from autosync.core.family import load_family, write_jobs
 from autosync.core.job import JobSpec, job_from_dict, load_job
 from autosync.search.space import load_space
 

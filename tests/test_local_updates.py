@@ -223,7 +223,7 @@ def test_the_bandwidth_bound_family_draws_slow_links_and_the_other_families_none
     from pathlib import Path
 
     from autosync.core.cluster import ServerModel
-    from autosync.family import load_family
+    from autosync.core.family import load_family
 
     baselines = Path(__file__).resolve().parents[1] / "baselines"
     for job in load_family(baselines / "family_bandwidth.yaml").jobs(6):

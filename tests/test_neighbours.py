@@ -6,8 +6,8 @@ import optuna
 import pytest
 
 from autosync.core.errors import UserError
-from autosync.search.strategies.neighbours import cluster_features, distance, neighbours, workload_key
-from autosync.search.strategies.recommend import adapt, recommend
+from autosync.search.recommend.neighbours import cluster_features, distance, neighbours, workload_key
+from autosync.search.recommend.vote import adapt, recommend
 from autosync.search.space import SPACE_DIR, load_space
 from autosync.search.study.storage import open_storage
 from autosync.search.tune import tune
@@ -114,7 +114,7 @@ def test_recommend_from_a_robustness_report_votes_with_its_other_jobs_fastest_po
     neighbour; no study storage is needed."""
     import json
 
-    from autosync.search.strategies.robustness_grid import fastest, online_specs
+    from autosync.search.recommend.grid import fastest, online_specs
     from tests.test_robustness import TINY
 
     family = tmp_path / "tiny.yaml"

@@ -10,7 +10,7 @@ import yaml
 
 from autosync.core.job import load_job
 from autosync.core.job import job_from_dict
-from autosync.profiling import (
+from autosync.measure.profile import (
     Sample, ServerCosts, fit_cluster, fit_units, measure_server, time_scale, transfer_from_rounds,
 )
 from tests.conftest import autosync, no_traceback, small_job

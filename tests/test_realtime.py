@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from autosync.catalog import make_policy
-from autosync.engine.clock import ReplayClock, ReplayMismatch
+from autosync.engine.clock import LoggedClock, RerunMismatch
 from autosync.engine.drivers import ProcessDriver
 from autosync.engine.realtime import RealTimeClock
 from autosync.engine.simulator import Simulator, simulate
@@ -41,7 +41,7 @@ def _real_time_run(job, name, params, workload, driver, inject=True):
 
 
 def _replay(job, name, params, workload, arrivals):
-    return per_worker_run(job, make_policy(name, params), workload, clock=ReplayClock(arrivals))
+    return per_worker_run(job, make_policy(name, params), workload, clock=LoggedClock(arrivals))
 
 
 @pytest.mark.parametrize("name,params,inject", [("backup", {"k": 3}, True), ("asp", {}, False),
@@ -63,14 +63,14 @@ def test_the_replay_stops_at_the_first_arrival_that_differs(workload, driver):
     discarded = next(i for i, a in enumerate(logged) if not a[5])
     flipped = [list(a) for a in logged]
     flipped[discarded][5] = True
-    with pytest.raises(ReplayMismatch, match=rf"arrival {discarded} was accepted in the logged run, but the replay "
+    with pytest.raises(RerunMismatch, match=rf"arrival {discarded} was accepted in the logged run, but the replay "
                                              "discards it"):
         _replay(JOB, "backup", {"k": 3}, workload, flipped)
     swapped = [list(a) for a in logged]
     swapped[0][2] = 7
-    with pytest.raises(ReplayMismatch, match=r"arrival 0 is worker \d's task 7 .* but the replayed run has task 0"):
+    with pytest.raises(RerunMismatch, match=r"arrival 0 is worker \d's task 7 .* but the replayed run has task 0"):
         _replay(JOB, "backup", {"k": 3}, workload, swapped)
-    with pytest.raises(ReplayMismatch, match="needs more than the 10 logged arrivals"):
+    with pytest.raises(RerunMismatch, match="needs more than the 10 logged arrivals"):
         _replay(JOB, "backup", {"k": 3}, workload, logged[:10])
 
 

@@ -6,12 +6,12 @@ import pytest
 
 from autosync.catalog import make_policy
 from autosync.core.job import load_job
-from autosync.family import FamilySpec
-from autosync.reference_grid import (
+from autosync.core.family import FamilySpec
+from autosync.experiments.reference_grid import (
     ALL_LR_RULES, DBW_WINDOWS, FAMILIES, ReferenceGrid, family_of, grid_twin, held_out_seeds, judge,
     reference_policies, score, tune_seeds,
 )
-from autosync.robustness import CELLS_FILE, read_cells, run_grid
+from autosync.experiments.robustness import CELLS_FILE, read_cells, run_grid
 from autosync.search.objective import trial_seeds
 from tests.test_robustness import TINY
 

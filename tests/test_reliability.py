@@ -276,7 +276,7 @@ def test_no_command_prints_the_help_once(tmp_path, args):
 def test_an_integer_family_range_draws_inside_its_ends_or_is_refused():
     import numpy as np
 
-    from autosync.family import Range, draw
+    from autosync.core.family import Range, draw
 
     rng = np.random.default_rng(0)
     assert {draw(Range(low=3.6, high=5.4, integer=True), rng) for _ in range(200)} <= {4, 5}

@@ -7,8 +7,8 @@ import statistics
 
 import pytest
 
-from autosync.family import FamilySpec
-from autosync.robustness import (
+from autosync.core.family import FamilySpec
+from autosync.experiments.robustness import (
     CELLS_FILE, cell_key, online_policies, penalised_time, score_job, static_k_policies, summarize,
 )
 from tests.conftest import autosync, no_traceback

@@ -8,7 +8,7 @@ import statistics
 import pytest
 
 from autosync.core.errors import UserError
-from autosync.scaling import collect
+from autosync.experiments.scaling import collect
 from tests.conftest import autosync, no_traceback
 
 

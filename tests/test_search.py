@@ -372,7 +372,7 @@ def test_a_tune_over_another_space_reuses_what_a_sibling_study_of_the_job_traine
 @pytest.mark.slow
 def test_a_composed_tune_tries_the_policy_tunes_winner_with_another_papers_strategy_added(tmp_path):
     """After the policy tune's winner (backup k here), the composed tune queues it with LB-BSP's batches:
-    the cross-paper neighbour, trained since no sibling ran it."""
+    the cross-paper variant, trained since no sibling ran it."""
     url = f"sqlite:///{tmp_path / 's.db'}"
     job = small_job(budget={"max_updates": 30})
     first = tune(tune_request(job, load_space(SPACE_DIR / "policy.yaml", 4), n_trials=3, storage=url,

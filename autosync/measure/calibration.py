@@ -124,9 +124,9 @@ def with_units(job: JobSpec, units: dict[str, Any] | None) -> JobSpec:
 def measure_units(job: JobSpec, choice: Any, workload: Any, rounds: int = 3,
                   on_round: Callable[[], None] | None = None) -> dict[str, Any]:
     """The worker processes of `choice` (`BackendChoice`) as compute units in the job's seconds: `rounds`
-    rounds of one task per worker at the job's batch size, fitted by `autosync.profiling.fit_units`."""
+    rounds of one task per worker at the job's batch size, fitted by `autosync.measure.profile.fit_units`."""
     from autosync.engine.backends import build
-    from autosync.profiling import fit_units, measure, measure_server
+    from autosync.measure.profile import fit_units, measure, measure_server
 
     driver, _ = build(choice, job, workload)
     try:

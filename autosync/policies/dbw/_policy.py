@@ -5,13 +5,13 @@ the estimated loss decrease per unit time, rule (19):
 
     k_t = max( argmax_k G_{k,t} / T_{k,t},  (k_{t-1} + 1) * 1{F_{t-1} > beta F_{t-2}, k_{t-1} < n} )
 
-with G from eqs. (9)-(16) (`_dbw_gain`) and T from problem (17) (`_dbw_time`); k_t = n while no
+with G from eqs. (9)-(16) (`_gain`) and T from problem (17) (`_time`); k_t = n while no
 estimate exists or when every gain is negative. B-DBW uses the gain G_k = k (sec. 4).
 
 DBW(robust=True), the default, departs from the printed algorithm where it breaks off the paper's jobs
 (heavy-tailed round trips, slow workers, momentum 0.9; measured with `autosync robustness`): a
 momentum-aware gain (9)/(12), L pooled over the window and held positive instead of (15) clipped at 0, a
-windowed loss-rising test in (19) (all in `_dbw_gain`); B-DBW's k / T_k instead of k = n while no gain
+windowed loss-rising test in (19) (all in `_gain`); B-DBW's k / T_k instead of k = n while no gain
 estimate exists; k_t = k_{t-1} instead of n when every gain is negative; and a window of D = 20 iterations
 instead of 5. `dbw:robust=false,window=5` is the paper as printed.
 
@@ -25,8 +25,8 @@ from typing import Any
 
 from autosync.policies._barriers import FastestK
 from autosync.policies._base import Arrival, Policy, Preset, ServerView, Strategies, UpdateStats
-from autosync.policies._dbw_gain import GainEstimator
-from autosync.policies._dbw_time import STRUCTURED, IterationTimeEstimator
+from autosync.policies.dbw._gain import GainEstimator
+from autosync.policies.dbw._time import STRUCTURED, IterationTimeEstimator
 
 RATIO_TIE = 1e-4  # relative: G_k / T_k within this of the best counts as the best (solver noise is ~1e-6)
 

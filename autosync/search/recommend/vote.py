@@ -1,7 +1,7 @@
 """`autosync recommend`: a policy for a job without training, from the nearest tuned jobs in the storage
-(and the drawn jobs of robustness reports, `--grid`: `autosync.search.strategies.robustness_grid`).
+(and the drawn jobs of robustness reports, `--grid`: `autosync.search.recommend.grid`).
 
-The neighbours (`autosync.search.strategies.neighbours`) vote: each proposes its winner, adapted to this job's n (a
+The neighbours (`autosync.search.recommend.neighbours`) vote: each proposes its winner, adapted to this job's n (a
 backup worker count k scales with n; anything that does not fit this job is dropped), weighted by
 1 / (distance + 0.1); the policy with the most weight is the answer. Its predicted time comes from the
 nearest neighbour that proposed it and trains the same workload: that neighbour's BSP time to target
@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 from autosync.core.errors import UserError
 from autosync.core.job import JobSpec
-from autosync.search.strategies.neighbours import FEATURE_NAMES, Neighbour, cluster_features, neighbours
+from autosync.search.recommend.neighbours import FEATURE_NAMES, Neighbour, cluster_features, neighbours
 
 COUNT = 5  # neighbours that vote
 
@@ -68,8 +68,8 @@ def recommend_from(url: str, job: JobSpec, grids: Sequence[Path] = ()) -> Recomm
 
 def recommend(storage: Any, job: JobSpec, where: str, grids: Sequence[Path] = ()) -> Recommendation:
     """The recommendation for `job` from the tuned jobs in `storage` (None: none; named `where` in errors)
-    and the drawn jobs of the robustness reports in `grids` (`robustness_grid`), the nearest COUNT of all."""
-    from autosync.search.strategies.robustness_grid import grid_neighbours
+    and the drawn jobs of the robustness reports in `grids` (`autosync.search.recommend.grid`), the nearest COUNT of all."""
+    from autosync.search.recommend.grid import grid_neighbours
 
     mine = cluster_features(job)
     near = neighbours(storage, job, count=COUNT, other_workloads=True, features=mine) if storage is not None else []

@@ -136,7 +136,7 @@ class Grid:
     online: list[dict[str, Any]]
     rules: tuple[str, ...] = STATIC_K_RULES  # the static-k grid's learning-rate rules
     tuned: dict[str, dict[str, Any]] = field(default_factory=dict)  # job fingerprint -> its tuned policy
-    # the broad reference for n workers (`autosync.reference_grid.reference_policies`), or None: static k only
+    # the broad reference for n workers (`autosync.experiments.reference_grid.reference_policies`), or None: static k only
     reference: Callable[[int], list[dict[str, Any]]] | None = None
     tasks: dict[str, tuple[JobSpec, dict[str, Any], int]] = field(default_factory=dict)  # by cell key
 
@@ -156,7 +156,7 @@ class Grid:
 
 def run_grid(grid: Any, directory: Path, n_jobs: int = 1,
              on_done: Callable[[dict[str, Any]], None] | None = None) -> dict[str, dict[str, Any]]:
-    """Run the cells of `grid` (a `Grid`, or anything with its `tasks`: `autosync.reference_grid.ReferenceGrid`)
+    """Run the cells of `grid` (a `Grid`, or anything with its `tasks`: `autosync.experiments.reference_grid.ReferenceGrid`)
     not in `directory`'s cells.jsonl (joblib processes), appending each as it finishes."""
     from joblib import Parallel, delayed
 
@@ -225,11 +225,11 @@ def score_job(job: JobSpec, cells: dict[str, dict[str, Any]], online: list[dict[
               tuned: dict[str, Any] | None = None, reference: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """One job's times (mean over seeds), its best static k, and each online policy's regret against it
     and against the best policy run on the job (static, online or, given `reference`, any policy of the broad
-    reference grid: `autosync.reference_grid`); `tuned`: the job's own tuned policy, scored as the row
+    reference grid: `autosync.experiments.reference_grid`); `tuned`: the job's own tuned policy, scored as the row
     TUNED_LABEL."""
-    from autosync.family import describe
+    from autosync.core.family import describe
     from autosync.catalog import label_of
-    from autosync.leaderboard import finite_mean
+    from autosync.experiments.leaderboard import finite_mean
 
     fp = job.fingerprint()
 

@@ -19,8 +19,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from autosync.policies._eq17_exact import COMPILED, CompiledEq17Solver, MergedSolution, RowTable
-from autosync.policies._isotonic import PythonEq17Solver
+from autosync.policies.dbw._eq17_exact import COMPILED, CompiledEq17Solver, MergedSolution, RowTable
+from autosync.policies.dbw._isotonic import PythonEq17Solver
 
 # Weight of the prior that makes (17) strictly convex where a pair has no sample: a thousandth of one
 # sample, so every sampled pair is still fitted by its samples as the paper's problem does.
@@ -179,7 +179,7 @@ class IterationTimeEstimator:
         result = self._structured.solve(weights, targets)
         if result.converged:
             return result.x
-        # Not seen on DBW's data: the exact partition did not settle (`_isotonic._partition`), twice. The
+        # Not seen on DBW's data: the exact partition did not settle (`_isotonic_partition.partition`), twice. The
         # reference gives this solve's answer, and the structured solver keeps its (dual feasible)
         # multipliers as the next warm start.
         self.fallbacks += 1

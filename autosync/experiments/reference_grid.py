@@ -91,7 +91,7 @@ def compositions(n_workers: int) -> list[dict[str, Any]]:
     """Each base (`composition_bases`) with the strategies the composed space adds from another paper
     (`cross_paper_neighbours`), and the elastic schedule on its own (a composition no named policy runs)."""
     from autosync.catalog import make_policy
-    from autosync.policies import cross_paper_neighbours
+    from autosync.policies import cross_paper_variants as cross_paper_neighbours  # the name before issue 49
 
     bases = composition_bases(n_workers)
     slots = [bases[3]] + [c for base in bases for c in cross_paper_neighbours(base)]
@@ -102,7 +102,7 @@ def reference_policies(n_workers: int) -> list[dict[str, Any]]:
     """Every policy of the broad reference grid for a job of `n_workers` workers (see the module's
     docstring), each once by its canonical form on `n_workers`, in family order."""
     from autosync.catalog import make_policy, policy_from_dict
-    from autosync.robustness import static_k_policies
+    from autosync.experiments.robustness import static_k_policies
 
     def p(name: str, **params: Any) -> dict[str, Any]:
         return make_policy(name, params).to_dict()
@@ -158,7 +158,7 @@ class ReferenceGrid:
     tasks: dict[str, tuple[JobSpec, dict[str, Any], int]] = field(default_factory=dict)  # by cell key
 
     def __post_init__(self) -> None:
-        from autosync.robustness import cell_key
+        from autosync.experiments.robustness import cell_key
 
         for job in self.jobs:
             fingerprint = job.fingerprint()
@@ -183,7 +183,7 @@ class Scored:
 
 def score(job: JobSpec, policy: dict[str, Any], cells: dict[str, dict[str, Any]], seeds: Iterable[int]) -> Scored:
     """`policy`'s mean penalised time over `seeds`, from its cells (a KeyError when one is not run yet)."""
-    from autosync.robustness import cell_key, penalised_time
+    from autosync.experiments.robustness import cell_key, penalised_time
 
     seeds = list(seeds)
     records = [cells[cell_key(job.fingerprint(), policy, s)] for s in seeds]

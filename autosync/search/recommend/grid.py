@@ -4,7 +4,7 @@ fastest policy run on it, as `autosync recommend --grid DIR` reads them beside t
 A report holds, per drawn job, the mean time to target (a missed seed counted at twice the budget) of
 every static k under the grid's learning-rate rules, of every online policy the report ran and, with
 `--tuned-trials`, of the job's own tuned policy. Each job of the report is a neighbour like a tuned job
-(`autosync.search.strategies.neighbours`): its cluster features are computed from its drawn job file
+(`autosync.search.recommend.neighbours`): its cluster features are computed from its drawn job file
 (`jobs/<job>.yaml` beside the report), and its vote is the fastest of those policies that fits the asked
 job (`fastest`). A report keeps its online policies' specs (`online_policies`); one written before it did
 has them read back from its own command (`--policies`, or the command's defaults).
@@ -18,13 +18,13 @@ from typing import Any, Callable
 
 from autosync.core.errors import UserError
 from autosync.core.job import JobSpec, load_job
-from autosync.search.strategies.neighbours import WORKLOAD_PENALTY, Neighbour, cluster_features, distance, workload_key
+from autosync.search.recommend.neighbours import WORKLOAD_PENALTY, Neighbour, cluster_features, distance, workload_key
 
 
 def online_specs(command: str) -> list[str]:
     """The `--policies` specs of a report's command (the command's default policies when it names none or
     cannot be split)."""
-    from autosync.robustness import ONLINE_POLICIES
+    from autosync.experiments.robustness import ONLINE_POLICIES
 
     try:
         words = shlex.split(command)
@@ -58,7 +58,7 @@ def policies_by_label(data: dict[str, Any], job: dict[str, Any],
                       online: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
     """Every label of `job`'s row in the report that names a policy: the static k's, BSP, the online
     policies (`online_by_label`, unless given) and the job's tuned policy."""
-    from autosync.robustness import BSP_LABEL, STATIC_K_RULES, TUNED_LABEL, static_k_policies, static_label
+    from autosync.experiments.robustness import BSP_LABEL, STATIC_K_RULES, TUNED_LABEL, static_k_policies, static_label
 
     found = {static_label(p): p for p in static_k_policies(int(job["n_workers"]),
                                                            data.get("lr_rules", STATIC_K_RULES))}
@@ -86,7 +86,7 @@ def grid_neighbours(path: Path, job: JobSpec, features: list[float],
                     fits: Callable[[dict[str, Any], int], bool] = lambda policy, n: True) -> list[Neighbour]:
     """Every job of the report at `path` but `job` itself, as a neighbour of `job` (nearest first), voting
     with its fastest policy that `fits(policy, its n)` keeps."""
-    from autosync.robustness import load_report
+    from autosync.experiments.robustness import load_report
 
     folder, data = load_report(path, "--grid")
     key, fingerprint = workload_key(job), job.fingerprint()

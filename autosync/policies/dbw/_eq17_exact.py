@@ -8,7 +8,7 @@ split is Hochbaum and Queyranne's 2003 minimum cut). Nothing is carried from one
 answer depends only on its (weights, targets).
 
 Runs of adjacent rows with equal weights and targets (DBW's rows not sampled yet) are solved as one row
-first, as the pure-Python solver does (`_isotonic._Problem`; its module docstring proves the merged
+first, as the pure-Python solver does (`_eq17.Problem`; that module's docstring proves the merged
 optimum is (17)'s where no diagonal constraint at a run's end binds, for any split of the runs); where one
 binds, the 4 rows of the runs on both sides nearest the step are split off as single rows and the merged
 problem is solved again. On DBW's synthetic samples (benchmarks/bench_dbw_solver.py) the long run of
@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from autosync.policies._isotonic import (_ROUNDING, Eq17Result, _feasible, _group_of_rows, _peel, _Problem,
-                                        _row_runs, checked_instance, isotone_majorant)
+from autosync.policies.dbw._eq17 import (ROUNDING, Eq17Result, Problem, checked_instance, feasible, group_of_rows,
+                                         isotone_majorant, peel, row_runs)
 
 try:
-    from autosync.policies import _eq17_partition as _compiled
+    from autosync.policies.dbw import _eq17_partition as _compiled
 except ImportError:  # not built: see the module docstring
     _compiled = None
 
@@ -67,8 +67,8 @@ class CompiledEq17Solver:
 
     def solve(self, weights: np.ndarray, targets: np.ndarray) -> Eq17Result:
         w, t = checked_instance(weights, targets)
-        margin = _ROUNDING * max(float(np.abs(t).max()), np.finfo(float).tiny)
-        x, problem, rounds = _settle(_Merged(w, t, _row_runs(w, t), None), margin)
+        margin = ROUNDING * max(float(np.abs(t).max()), np.finfo(float).tiny)
+        x, problem, rounds = _settle(_Merged(w, t, row_runs(w, t), None), margin)
         # Blocks are ordered up to rounding; the majorant makes the constraints hold exactly.
         return Eq17Result(x=isotone_majorant(np.repeat(x, problem.sizes, axis=0)), converged=True, sweeps=0,
                           rounds=rounds)
@@ -85,7 +85,7 @@ class CompiledEq17Solver:
             raise ValueError(f"weights must be finite and > 0, but got min {w.min()}")
         if not np.all(np.isfinite(t)):
             raise ValueError("targets must be finite, but got a NaN or an infinity")
-        margin = _ROUNDING * max(float(np.abs(t).max()), np.finfo(float).tiny)
+        margin = ROUNDING * max(float(np.abs(t).max()), np.finfo(float).tiny)
         x, problem, rounds = _settle(_Merged(table.weights, table.targets, table.runs(), source), margin)
         return MergedSolution(x, problem.starts, problem.sizes, problem.diag_rows, rounds)
 
@@ -111,7 +111,7 @@ class RowTable:
         return self.weights[self.source], self.targets[self.source]
 
     def runs(self) -> np.ndarray:
-        """`_isotonic._row_runs` of the dense data: rows h - 1 and h of one source are equal, and rows of two
+        """`_eq17.row_runs` of the dense data: rows h - 1 and h of one source are equal, and rows of two
         sources are compared where the source changes."""
         change = np.flatnonzero(self.source[1:] != self.source[:-1]) + 1
         before, after = self.source[change - 1], self.source[change]
@@ -137,7 +137,7 @@ class MergedSolution:
         one is for the merged diagonal chain (rows of one run are copies, so a column can only step down where
         a run ends, and the diagonal cells are the same); where it is, the majorant leaves it as it is."""
         cells = (self.diag_rows, np.arange(self.diag_rows.size))
-        if _feasible(self.x, cells):
+        if feasible(self.x, cells):
             return self.x[cells]
         return np.diagonal(self.dense()).copy()
 
@@ -145,7 +145,7 @@ class MergedSolution:
 class _Merged:
     """A merged problem of (17) whose data stay where they are: row h of (17)'s data is row source[h] of w and t
     (row h where source is None), and merged row j holds rows starts[j] to starts[j] + sizes[j] - 1 with their
-    weights summed (`_isotonic._Problem`'s merged problem, without its m x n copies of the data; `_peel`
+    weights summed (`_eq17.Problem`'s merged problem, without its m x n copies of the data; `peel`
     reads its starts, sizes and diagonal chain)."""
 
     def __init__(self, w: np.ndarray, t: np.ndarray, starts: np.ndarray, source: np.ndarray | None):
@@ -155,7 +155,7 @@ class _Merged:
         self.sizes = np.diff(starts, append=n)
         self.src = np.ascontiguousarray(starts if source is None else source[starts], dtype=np.intc)
         self.scale = self.sizes.astype(float)
-        self.diag_rows = _group_of_rows(starts, n)
+        self.diag_rows = group_of_rows(starts, n)
         self.diag_cols = np.arange(n)
 
     def split(self, starts: np.ndarray) -> _Merged:
@@ -173,7 +173,7 @@ class _Merged:
 
 def _settle(problem: _Merged, margin: float) -> tuple[np.ndarray, _Merged, int]:
     """Solve merged problems until the answer is (17)'s optimum: where no diagonal constraint at a merged run's
-    end binds (`_peel`), or where the KKT test on the unmerged rows passes (`check`). The first solve's binding
+    end binds (`peel`), or where the KKT test on the unmerged rows passes (`check`). The first solve's binding
     runs lose the FIRST_PEEL rows nearest the step; after later solves the runs are split at the rows the test
     names (widened, `_extended`), or, where it names none (or after MAX_CHECKS tests), the binding runs are split
     whole. Returns the last solution, its problem and the merged problems solved."""
@@ -181,7 +181,7 @@ def _settle(problem: _Merged, margin: float) -> tuple[np.ndarray, _Merged, int]:
     while True:
         x = problem.solve()
         rounds += 1
-        peeled = _peel(x, problem, margin, depth=FIRST_PEEL if rounds == 1 else None)
+        peeled = peel(x, problem, margin, depth=FIRST_PEEL if rounds == 1 else None)
         if peeled is None:
             return x, problem, rounds
         if 1 < rounds <= 1 + MAX_CHECKS:
@@ -213,16 +213,16 @@ def check(x: np.ndarray, problem: _Merged, margin: float) -> tuple[bool, np.ndar
     """Whether x, the optimum of the merged problem, is (17)'s, by the KKT test on the unmerged rows of the level
     sets that need it (`_eq17_partition.c`, check_merged); where it is not, the rows at which merged runs must
     split, named by partitioning each failing level set on its own (none where the test names none). `margin`
-    is _ROUNDING * max |t|."""
+    is ROUNDING * max |t|."""
     m, n = x.shape
     split = np.zeros(n, dtype=np.uint8)
     status = _compiled.check(m, n, problem.t.shape[0], problem.w, problem.t, problem.src, problem.scale,
                              np.ascontiguousarray(problem.starts, dtype=np.intc), x, SPLIT_TOLERANCE,
-                             MEAN_TOLERANCE / _ROUNDING * margin, split)
+                             MEAN_TOLERANCE / ROUNDING * margin, split)
     return status == 1, np.flatnonzero(split)
 
 
-def solve_merged(problem: _Problem) -> np.ndarray:
+def solve_merged(problem: Problem) -> np.ndarray:
     """(17) restricted to x equal on each merged run of rows: its exact optimum, one row per merged run."""
     m, n = problem.t.shape
     x = np.empty((m, n))

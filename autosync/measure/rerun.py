@@ -1,10 +1,10 @@
 """Repeat a logged run exactly: its job, policy and seed from summary.json, its arrivals from trace.json.
 
-The replay runs in this process on the per-worker kernel with one intra-op thread, the kernel and
-setting of the worker processes, under `ReplayClock`: the same arrivals at the same times give the
+The rerun runs in this process on the per-worker kernel with one intra-op thread, the kernel and
+setting of the worker processes, under `LoggedClock`: the same arrivals at the same times give the
 same decisions, the same gradients and so bit-identical parameters when both runs are on the CPU (a
 GPU on either side: equal up to the non-determinism of its kernels). Any difference in what the run
-dispatches or decides stops the replay at the first arrival that differs.
+dispatches or decides stops the rerun at the first arrival that differs.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from autosync.engine.clock import ReplayClock
+from autosync.engine.clock import LoggedClock
 from autosync.engine.simulator import ProgressFn, RunResult, Simulator
 from autosync.engine.trace import ARRIVAL_COLUMNS
 from autosync.core.errors import UserError
@@ -101,7 +101,7 @@ def rerun(logged: LoggedRun, device: str = "cpu", progress: ProgressFn | None = 
     try:
         result = Simulator(job, logged.policy, workload=workload, progress=progress,
                            driver=PerWorkerDriver(workload, job.seed),
-                           clock=ReplayClock(logged.arrivals, source=str(logged.directory / "trace.json"))).run()
+                           clock=LoggedClock(logged.arrivals, source=str(logged.directory / "trace.json"))).run()
     finally:
         torch.set_num_threads(threads)
     final = result.final_params.detach().cpu()
