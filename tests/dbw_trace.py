@@ -1,4 +1,4 @@
-"""A seeded DBW / B-DBW run of bench_scale's job, recorded as its decisions k_t (tests/test_dbw_scale.py).
+"""A seeded DBW / B-DBW run of bench_scale's job, recorded as its decisions k_t (tests/unit/policies/dbw/test_dbw_scale.py).
 
     python tests/dbw_trace.py [--workers 1024] [--updates 60] [--write]
 

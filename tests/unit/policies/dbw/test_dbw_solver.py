@@ -28,8 +28,8 @@ from autosync.policies.dbw._isotonic import DEFAULT_SWEEPS, PythonEq17Solver, is
 from autosync.policies.dbw._isotonic_partition import _violations, partition
 from autosync.policies.dbw._time import EMPTY_PAIR_WEIGHT, IterationTimeEstimator, _compiled_problem
 
-INSTANCES = Path(__file__).parent / "data" / "dbw_eq17_instances.npz"
-SCATTERED = Path(__file__).parent / "data" / "dbw_eq17_scattered.npz"
+INSTANCES = Path(__file__).resolve().parents[3] / "data" / "dbw_eq17_instances.npz"
+SCATTERED = Path(__file__).resolve().parents[3] / "data" / "dbw_eq17_scattered.npz"
 AGREE = 1e-4  # relative to max |x|
 
 

@@ -13,7 +13,7 @@ from autosync.experiments.reference_grid import (
 )
 from autosync.experiments.robustness import CELLS_FILE, read_cells, run_grid
 from autosync.search.objective import trial_seeds
-from tests.test_robustness import TINY
+from tests.unit.experiments.test_robustness import TINY
 
 
 def _named(grid, name):

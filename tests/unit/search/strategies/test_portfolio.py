@@ -133,7 +133,7 @@ def test_the_shipped_portfolio_is_the_one_chosen_from_the_committed_reports():
     import sys
     from pathlib import Path
 
-    script = Path(__file__).resolve().parents[1] / "results" / "portfolio" / "choose.py"
+    script = Path(__file__).resolve().parents[4] / "results" / "portfolio" / "choose.py"
     proc = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 

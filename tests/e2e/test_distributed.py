@@ -20,7 +20,7 @@ from autosync.catalog import make_policy
 from autosync.core.job import load_job
 from autosync.workloads.workload import Workload
 from tests.conftest import autosync, no_traceback, per_worker_run, wait_for
-from tests.test_tune_backends import _trials
+from tests.unit.search.test_tune_backends import _trials
 
 pytestmark = [pytest.mark.slow, pytest.mark.processes, pytest.mark.distributed]
 

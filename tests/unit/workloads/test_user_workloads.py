@@ -18,7 +18,7 @@ from autosync.core.job import job_from_dict, load_job
 from autosync.workloads.build import build_workload
 from tests.conftest import autosync, no_traceback, per_worker_run
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 USER_PACKAGE = '''
 import numpy as np
@@ -216,10 +216,10 @@ def test_same_seed_same_run_with_buffers_and_dropout_and_seeds_differ(user_dir):
 @pytest.mark.slow
 def test_the_docs_family_robustness_and_replay_example_runs_as_written(tmp_path, monkeypatch, capsys):
     """The second example on the Python API page: a family's jobs, a robustness report and the replay."""
-    page = (Path(__file__).resolve().parents[1] / "docs" / "reference" / "api.md").read_text()
+    page = (Path(__file__).resolve().parents[3] / "docs" / "reference" / "api.md").read_text()
     start = page.index("```python\nimport autosync.api as autosync\n\ndrawn")
     code = page[start + len("```python\n"): page.index("```", start + 3)]
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[3]
     work = tmp_path / "work"
     work.mkdir()
     (work / "baselines").symlink_to(repo / "baselines")
@@ -362,7 +362,7 @@ def test_the_batchnorm_example_is_tuned_end_to_end_through_the_python_api(tmp_pa
 @pytest.mark.slow
 def test_the_docs_python_api_example_runs_as_written(tmp_path, monkeypatch, capsys):
     """The example on the docs site's Python API page (docs/reference/api.md; it was the README's)."""
-    page = (Path(__file__).resolve().parents[1] / "docs" / "reference" / "api.md").read_text()
+    page = (Path(__file__).resolve().parents[3] / "docs" / "reference" / "api.md").read_text()
     start = page.index("```python\nimport autosync.api as autosync")
     code = page[start + len("```python\n"): page.index("```", start + 3)]
     (tmp_path / "examples").symlink_to(EXAMPLES)
@@ -417,7 +417,7 @@ def test_a_process_that_did_not_load_the_job_imports_its_code_and_its_errors_com
     code = ("from autosync.workloads.user_code import import_factory; "
             f"print(import_factory('mine_for_a_worker:build', 'workload.model.factory', {str(job_file)!r})())")
     fresh = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                           cwd=Path(__file__).resolve().parents[1])
+                           cwd=Path(__file__).resolve().parents[3])
     assert fresh.returncode == 0 and fresh.stdout.strip() == "42", fresh.stderr
     error = JobFileError("job.yaml", ["workload.model.factory: 'm:f' does not import"])
     again = pickle.loads(pickle.dumps(error))

@@ -11,7 +11,7 @@ from autosync.core.errors import UserError
 from autosync.catalog import parse_policy_spec
 from autosync.experiments.leaderboard import Entry, run_grid, score, trimmed_mean
 from tests.conftest import small_job
-from tests.test_cli import autosync
+from tests.e2e.test_cli import autosync
 
 
 def test_trimmed_mean_drops_fastest_and_slowest():
@@ -107,7 +107,7 @@ def test_json_is_strict_everywhere_autosync_writes_it():
 
     assert json.loads(strict_json.dumps({"a": [math.inf, -math.inf, math.nan, 1.5]}), parse_constant=refuse) == \
         {"a": [None, None, None, 1.5]}
-    for path in (Path(__file__).resolve().parents[1] / "results").rglob("*.json"):
+    for path in (Path(__file__).resolve().parents[3] / "results").rglob("*.json"):
         json.loads(path.read_text(), parse_constant=refuse)  # committed results too
 
 

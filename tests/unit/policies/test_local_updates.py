@@ -225,7 +225,7 @@ def test_the_bandwidth_bound_family_draws_slow_links_and_the_other_families_none
     from autosync.core.cluster import ServerModel
     from autosync.core.family import load_family
 
-    baselines = Path(__file__).resolve().parents[1] / "baselines"
+    baselines = Path(__file__).resolve().parents[3] / "baselines"
     for job in load_family(baselines / "family_bandwidth.yaml").jobs(6):
         transfer = ServerModel(job.cluster.server, model_bytes=4).transfer_seconds
         assert 0.25 <= transfer <= 1.0

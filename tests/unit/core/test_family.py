@@ -13,7 +13,7 @@ from autosync.core.family import FamilyFileError, load_family
 from autosync.core.job import load_job
 from tests.conftest import autosync, no_traceback
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 STRAGGLERS = REPO / "baselines" / "family_stragglers.yaml"
 
 

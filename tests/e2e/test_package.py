@@ -19,7 +19,7 @@ import pytest
 
 from autosync.data import BASELINE_DIR, DATA_DIR, DEFAULT_JOB_PATH, SPACE_DIR
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_top_level_folders_are_the_package_data():

@@ -115,7 +115,7 @@ def test_recommend_from_a_robustness_report_votes_with_its_other_jobs_fastest_po
     import json
 
     from autosync.search.recommend.grid import fastest, online_specs
-    from tests.test_robustness import TINY
+    from tests.unit.experiments.test_robustness import TINY
 
     family = tmp_path / "tiny.yaml"
     family.write_text(TINY)

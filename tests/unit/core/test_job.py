@@ -25,7 +25,7 @@ def _problems(data, tmp_path: Path) -> list[str]:
 def test_default_job_loads_and_lives_in_baselines():
     job = load_job()
     assert job.name == "digits_default" and job.cluster.n_workers == 16
-    assert DEFAULT_JOB_PATH.resolve() == (Path(__file__).parents[1] / "baselines/digits_default.yaml").resolve()
+    assert DEFAULT_JOB_PATH.resolve() == (Path(__file__).parents[3] / "baselines/digits_default.yaml").resolve()
 
 
 @pytest.mark.parametrize("data, expected", [

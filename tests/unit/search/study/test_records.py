@@ -14,7 +14,7 @@ import pytest
 from autosync.core.errors import UserError
 from autosync.search.study import records
 
-PACKAGE = Path(__file__).resolve().parents[1] / "autosync"
+PACKAGE = Path(__file__).resolve().parents[4] / "autosync"
 RECORDS = PACKAGE / "search" / "study" / "records.py"
 
 #: Every key the records module declares (the trial's and study's attributes, a reference's fields).

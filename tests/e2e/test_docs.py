@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
 GENERATED = {"reference/commands.md", "reference/job-fields.md", "reference/policies.md"}
 MAX_WORDS = 1500

@@ -8,14 +8,11 @@ n = 1,024 for DBW and B-DBW. The run takes about half a minute on two loaded cor
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
+from tests import dbw_trace
 
-import dbw_trace  # noqa: E402
-
-GOLDEN = Path(__file__).parent / "data" / "dbw_trace_n1024.json"
+GOLDEN = Path(__file__).resolve().parents[3] / "data" / "dbw_trace_n1024.json"
 
 
 def test_dbw_and_bdbw_decisions_at_1024_workers_match_the_recorded_trace():

@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from autosync.core.errors import UserError
 from autosync.core.job import ClusterSpec, JobSpec, ServerSpec, job_from_dict, load_job
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _version_1(job: JobSpec) -> str:

@@ -295,7 +295,7 @@ def test_an_out_name_too_long_for_the_file_system_is_one_line(tmp_path):
 
 # ---------------------------------------------------------------- reports, logs and output files
 
-ROBUSTNESS = Path(__file__).resolve().parents[1] / "results" / "robustness"
+ROBUSTNESS = Path(__file__).resolve().parents[2] / "results" / "robustness"
 SWITCH_LOGS = SYNC_SWITCH_LOGS  # the paper's published logs, shipped in autosync/data/sync_switch_logs
 
 
@@ -429,7 +429,7 @@ def test_parser_errors_name_the_command_and_suggest_only_close_options(tmp_path,
 def test_robustness_tuned_space_that_does_not_exist_names_its_own_flag(tmp_path):
     import shutil
 
-    family = Path(shutil.copy(Path(__file__).resolve().parents[1] / "baselines" / "family_quick.yaml", tmp_path))
+    family = Path(shutil.copy(Path(__file__).resolve().parents[2] / "baselines" / "family_quick.yaml", tmp_path))
     before = _snapshot(tmp_path)
     line = _one_line(autosync("robustness", str(family), "--tuned-space", "nosuch", cwd=tmp_path))
     assert line.startswith("error: --tuned-space: file ") and "nosuch.yaml does not exist (shipped spaces: " in line
@@ -449,7 +449,7 @@ def test_a_killed_tune_on_this_machine_is_resumed_at_once(tiny_job, tmp_path):
     import time
 
     from tests.conftest import signal_and_wait, start_autosync
-    from tests.test_interruptions import _long, _mid_trial
+    from tests.e2e.test_interruptions import _long, _mid_trial
 
     job = _long(tiny_job, threshold=0.99)
     db = tmp_path / "s.db"

@@ -18,7 +18,7 @@ from autosync.policies.dbw import _eq17_exact as exact
 from autosync.policies.dbw._time import EMPTY_PAIR_WEIGHT, IterationTimeEstimator, structured_solver
 from autosync.policies.dbw._eq17 import Problem, peel, row_runs, violation
 from autosync.policies.dbw._isotonic import PythonEq17Solver
-from tests.test_dbw_solver import (AGREE, INSTANCES, dbw_instance, dense_instance, reference, relative_difference,
+from tests.unit.policies.dbw.test_dbw_solver import (AGREE, INSTANCES, dbw_instance, dense_instance, reference, relative_difference,
                                    scattered_instance, scattered_instances)
 
 compiled = pytest.mark.skipif(not exact.COMPILED, reason="the compiled (17) solver is not built here")

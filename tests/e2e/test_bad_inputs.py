@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import autosync, no_traceback
 
-CORPUS = Path(__file__).resolve().parent / "data" / "bad_inputs"
+CORPUS = Path(__file__).resolve().parents[1] / "data" / "bad_inputs"
 TINY_JOB = ("name: tiny\nworkload: {dataset: {name: digits}, model: {name: logreg}}\ncluster: {n_workers: 4}\n"
             "budget: {max_virtual_seconds: 20}\n")
 BINARY = {"high_bytes.yaml": bytes(range(0x80, 0x100)),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "autosync"
+PACKAGE = Path(__file__).resolve().parents[2] / "autosync"
 
 # Lowest first; a module may import its own layer and those below. Keyed by the first name under autosync.
 LAYERS = [
