@@ -10,7 +10,7 @@ command line parses options, calls these and prints. Heavy libraries load when a
     print(result.metrics["time_to_target"])
     found = autosync.tune(job, space="policy", n_trials=10)         # an Optuna study; cached for next time
     print(found.cache["best_policy"], found.cache["best_value"])
-    board = autosync.experiments.leaderboard(job, ["bsp", "asp", "dbw"], seeds=3)
+    board = autosync.leaderboard(job, ["bsp", "asp", "dbw"], seeds=3)
     for row in board.rows:
         print(row["policy"], row["time_to_target"])
 
