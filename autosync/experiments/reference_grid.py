@@ -91,7 +91,7 @@ def compositions(n_workers: int) -> list[dict[str, Any]]:
     """Each base (`composition_bases`) with the strategies the composed space adds from another paper
     (`cross_paper_neighbours`), and the elastic schedule on its own (a composition no named policy runs)."""
     from autosync.catalog import make_policy
-    from autosync.policies import cross_paper_variants as cross_paper_neighbours  # the name before issue 49
+    from autosync.policies import cross_paper_variants as cross_paper_neighbours
 
     bases = composition_bases(n_workers)
     slots = [bases[3]] + [c for base in bases for c in cross_paper_neighbours(base)]
