@@ -40,9 +40,9 @@ if TYPE_CHECKING:
     from autosync.reporting.runs import Run
     from autosync.reporting.calibration import Calibrated
     from autosync.reporting.tune import TuneFiles, Tuned
-    from autosync.rerun import LoggedRun, Rerun
-    from autosync.robustness_compare import Comparison
-    from autosync.search.strategies.recommend import Recommendation
+    from autosync.measure.rerun import LoggedRun, Rerun
+    from autosync.experiments.compare import Comparison
+    from autosync.search.recommend.vote import Recommendation
     from autosync.workloads.workload import Workload
 
 __all__ = [
@@ -239,7 +239,7 @@ def leaderboard(job: JobSpec, policies: Sequence[str | dict[str, Any]] | None = 
             `fields` change some of them (seeds=3).
         on_done: called with each finished run's summary.
     """
-    from autosync.leaderboard import policy_specs, run_grid, score
+    from autosync.experiments.leaderboard import policy_specs, run_grid, score
 
     opts = _options(LeaderboardOptions, options, None, fields,
                     policies=list(policies) if policies is not None else None)
@@ -265,7 +265,7 @@ def profile(job: JobSpec, options: ProfileOptions | None = None, *, workload: An
         phase: an `autosync.core.phases.Phase`, called around starting the workers, the timed rounds (one
             step each) and timing the server.
     """
-    from autosync.profiling import profile_workers
+    from autosync.measure.profile import profile_workers
 
     opts = _options(ProfileOptions, options, None, fields)
     sizes = opts.sizes(job)
@@ -278,7 +278,7 @@ def calibrate(job: JobSpec, options: CalibrateOptions | None = None, *, workload
               **fields: Any) -> "Calibrated":
     """Run `job` for real twice (BSP and backup k = 1, a few updates each), compare with its simulation and,
     with `fit`, fit the server's costs per update and per gradient to the real runs
-    (`autosync.calibration`). Returns the Calibration and the job to tune (with the fitted server), as
+    (`autosync.measure.calibration`). Returns the Calibration and the job to tune (with the fitted server), as
     `Calibrated`: a pair with `.write(job_file)`.
 
     Args:
@@ -286,7 +286,7 @@ def calibrate(job: JobSpec, options: CalibrateOptions | None = None, *, workload
         workload: a workload built for this job already (`check_workload`).
         phase: as for `profile` (the real runs: one step each).
     """
-    from autosync.calibration import calibrate_real
+    from autosync.measure.calibration import calibrate_real
     from autosync.reporting.calibration import Calibrated
 
     opts = _options(CalibrateOptions, options, None, fields)
@@ -296,14 +296,14 @@ def calibrate(job: JobSpec, options: CalibrateOptions | None = None, *, workload
 
 def family(family_file: str | Path, directory: str | Path | None = None, options: FamilyOptions | None = None, *,
            command: str = "autosync.api.family", **fields: Any) -> DrawnJobs:
-    """Draw jobs 0..jobs-1 from a job family (a YAML file, `autosync.family`) and write each as an ordinary
+    """Draw jobs 0..jobs-1 from a job family (a YAML file, `autosync.core.family`) and write each as an ordinary
     job file (validated and fingerprinted) into `directory` (default: results/robustness/<family>/jobs).
 
     Args:
         options: the options of `autosync family` (`FamilyOptions`); `fields` change some of them (jobs=8).
         command: the command line recorded in each job file.
     """
-    from autosync.family import load_family, write_jobs
+    from autosync.core.family import load_family, write_jobs
 
     opts = _options(FamilyOptions, options, None, fields)
     spec = load_family(family_file)
@@ -327,8 +327,8 @@ def robustness(family_file: str | Path, directory: str | Path | None = None,
 
     Raises `Interrupted` on Ctrl-C, saying how many finished runs are kept for the same call to resume from.
     """
-    from autosync.family import load_family, write_jobs
-    from autosync.robustness import Grid, online_specs, run_report, tune_each
+    from autosync.core.family import load_family, write_jobs
+    from autosync.experiments.robustness import Grid, online_specs, run_report, tune_each
     from autosync.search.space import load_space, resolve_space_path
 
     opts = _options(RobustnessOptions, options, None, fields)
@@ -346,7 +346,7 @@ def robustness(family_file: str | Path, directory: str | Path | None = None,
                           lambda job, url: tune(job, opts.tuned_space, n_trials=opts.tuned_trials, storage=url), phase)
     broad = None
     if opts.reference == "broad":
-        from autosync.reference_grid import reference_policies as broad
+        from autosync.experiments.reference_grid import reference_policies as broad
     grid = Grid(drawn, list(range(opts.seed_offset, opts.seed_offset + opts.seeds)), online, rules, tuned, broad)
     result, reused = run_report(grid, out, opts.n_jobs, phase, on_resume)
     return Robustness(spec.name, drawn, grid.seeds, rules, result, out, reused)
@@ -380,7 +380,7 @@ def scaling(leaderboards: Sequence[str | Path], options: ScalingOptions | None =
     Args:
         options: the options of `autosync scaling` (`ScalingOptions`: metric); `fields` change them.
     """
-    from autosync.scaling import collect
+    from autosync.experiments.scaling import collect
 
     opts = _options(ScalingOptions, options, None, fields)
     return ScalingTable(collect([Path(p) for p in leaderboards], opts.metric))
@@ -388,14 +388,14 @@ def scaling(leaderboards: Sequence[str | Path], options: ScalingOptions | None =
 
 def robustness_compare(reports: Sequence[str | Path], options: CompareOptions | None = None,
                        **fields: Any) -> "Comparison":
-    """Robustness reports of several families side by side (`autosync.robustness_compare.Comparison`: a row
+    """Robustness reports of several families side by side (`autosync.experiments.compare.Comparison`: a row
     per policy run on every family), each report a folder or robustness.json written by `robustness`.
 
     Args:
         options: the options of `autosync robustness-compare` (`CompareOptions`: developed_on, the family
             the policies' changes were developed on); `fields` change them.
     """
-    from autosync.robustness_compare import compare
+    from autosync.experiments.compare import compare
 
     opts = _options(CompareOptions, options, None, fields)
     return compare([Path(p) for p in reports], opts.developed_on)
@@ -416,10 +416,10 @@ def cached_studies(job: JobSpec | None = None, storage: str | None = None, *,
 def recommend(job: JobSpec, storage: str | None = None, grids: Sequence[str | Path] = ()) -> "Recommendation":
     """A policy for `job` without training, from the nearest tuned jobs in the storage (default:
     sqlite:///results/autosync-studies.db) and the drawn jobs of the robustness reports `grids` (folders
-    written by `autosync robustness`): `autosync.search.strategies.recommend.Recommendation` (the policy, its
+    written by `autosync robustness`): `autosync.search.recommend.vote.Recommendation` (the policy, its
     predicted time and speedup over BSP, the neighbours that voted and how far they are). No tuned job in
     either is a one-line UserError; reading never creates the storage."""
-    from autosync.search.strategies.recommend import recommend_from
+    from autosync.search.recommend.vote import recommend_from
 
     return recommend_from(storage or DEFAULT_STORAGE, job, [Path(g) for g in grids])
 
@@ -435,7 +435,7 @@ def clear_cache(job: JobSpec, storage: str | None = None) -> list[str]:
 def load_run(run_dir: str | Path, device: str = "cpu") -> "LoggedRun":
     """A run written by `autosync run` (summary.json, trace.json, final_params.pt), to `rerun` on `device`
     (checked first)."""
-    from autosync.rerun import load_run as load
+    from autosync.measure.rerun import load_run as load
 
     return load(Path(run_dir), device)
 
@@ -444,7 +444,7 @@ def rerun(logged: "LoggedRun", device: str = "cpu", progress: Callable[[dict[str
           ) -> "Rerun":
     """Replay a logged run (`load_run`) exactly from its arrival log, in this process on `device`; the
     outcome says whether the final parameters are bit-identical to the logged run's."""
-    from autosync.rerun import rerun as replay
+    from autosync.measure.rerun import rerun as replay
 
     return replay(logged, device, progress=progress)
 

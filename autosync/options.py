@@ -75,7 +75,7 @@ class LeaderboardOptions:
 
     def runs(self) -> int:
         """How many runs the leaderboard trains (policies x seeds)."""
-        from autosync.leaderboard import DEFAULT_POLICIES
+        from autosync.experiments.leaderboard import DEFAULT_POLICIES
 
         return (len(self.policies or DEFAULT_POLICIES) + self.include_tuned) * self.seeds
 
@@ -110,7 +110,7 @@ class ProfileOptions:
 
     def sizes(self, job: Any) -> list[int]:
         """The batch sizes to time on `job` (default: half, once and twice the job's)."""
-        from autosync.profiling import parse_batch_sizes
+        from autosync.measure.profile import parse_batch_sizes
 
         return parse_batch_sizes(self.batch_sizes, job)
 
@@ -174,7 +174,7 @@ class RobustnessOptions(FamilyOptions):
                                "beside the report) and score its answer as 'tuned'.", ge=0)
     tuned_space: str = option("policy", "The space --tuned-trials searches.")
     reference: str = option("static", "What 'vs best overall' divides by: static (the static-k grid and the policies "
-                            "run) or broad (also every policy family's grid, autosync.reference_grid: more runs).")
+                            "run) or broad (also every policy family's grid, autosync.experiments.reference_grid: more runs).")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -185,7 +185,7 @@ class RobustnessOptions(FamilyOptions):
 
     def rules(self) -> tuple[str, ...]:
         """The static-k grid's learning-rate rules, checked."""
-        from autosync.robustness import check_rules
+        from autosync.experiments.robustness import check_rules
 
         return check_rules(r.strip() for r in self.lr_rules.split(","))
 

@@ -41,12 +41,12 @@ from typing import Any
 
 from autosync.api import quiet_optuna, tune
 from autosync.core.job import JobSpec, load_job
-from autosync.family import load_family
+from autosync.core.family import load_family
 from autosync.catalog import label_of
 from autosync.options import TuneOptions
-from autosync.reference_grid import (ReferenceGrid, answer_cells, grid_scores, held_out_seeds, judge,
+from autosync.experiments.reference_grid import (ReferenceGrid, answer_cells, grid_scores, held_out_seeds, judge,
                                      reference_policies, score, tune_seeds)
-from autosync.robustness import read_cells, run_grid
+from autosync.experiments.robustness import read_cells, run_grid
 
 from _report import Figures
 

@@ -30,9 +30,9 @@ import time
 from pathlib import Path
 
 from autosync.api import quiet_optuna
-from autosync.family import load_family
+from autosync.core.family import load_family
 from autosync.search.objective import RunFailed, evaluate, trial_seeds
-from autosync.search.strategies.recommend import recommend
+from autosync.search.recommend.vote import recommend
 from autosync.search.space import SPACE_DIR, load_space
 from autosync.search.study.storage import open_storage
 from autosync.search.tune import TuneRequest, tune

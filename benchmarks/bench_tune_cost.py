@@ -27,7 +27,7 @@ over one full BSP training), wall seconds, the recurrences that amortize it, and
 time-to-target on held-out seeds (job.seed + 100, + 101: `--seed-offset`, `--seeds`; no tune searches
 or confirms on them) over the best of the broad reference grid on the same seeds (the regret; a miss
 counts twice the budget, and the missed seeds are printed). The grid is every policy family, not the
-searched space alone (`autosync.reference_grid.reference_policies`: static k = 1..n under four lr
+searched space alone (`autosync.experiments.reference_grid.reference_policies`: static k = 1..n under four lr
 rules, ASP, SSP, the DANA family, DBW, B-DBW, LB-BSP, Sync-Switch, compositions): a reference search
 with the tune's own sampler shares its blind spots. Its runs (and a winner's that runs like no grid
 policy) are cached in `--grid-dir`/cells.jsonl, shared with benchmarks/bench_answer_quality.py, so a
@@ -49,11 +49,11 @@ from pathlib import Path
 
 from autosync.api import quiet_optuna
 from autosync.engine.forks import FORKS, MAX_BYTES
-from autosync.family import load_family
+from autosync.core.family import load_family
 from autosync.catalog import label_of
 from autosync.core.job import JobSpec, load_job
-from autosync.reference_grid import Judged, ReferenceGrid, answer_cells, held_out_seeds, judge
-from autosync.robustness import read_cells, run_grid
+from autosync.experiments.reference_grid import Judged, ReferenceGrid, answer_cells, held_out_seeds, judge
+from autosync.experiments.robustness import read_cells, run_grid
 from autosync.search.space import SPACE_DIR, load_space
 from autosync.search.tune import TuneRequest, tune
 from autosync.search.tune_options import TuneOptions

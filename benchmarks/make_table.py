@@ -65,7 +65,7 @@ def table(records: dict[str, dict]) -> str:
              "`--only NAME ...` re-runs some and keeps the others' last figures). Each ratio is the value over the",
              "baseline named beside it, measured in the same run; the goals are the ones the issues set.", "",
              "A tune's answer is judged by `bench_answer_quality.py` against the best of a broad grid of every",
-             "policy family (`autosync.reference_grid`), both scored on held-out seeds (job.seed + 100, + 101),",
+             "policy family (`autosync.experiments.reference_grid`), both scored on held-out seeds (job.seed + 100, + 101),",
              "on the held-out family `baselines/family_heldout.yaml`; the grid's runs are cached in",
              "`results/answer_quality/<family>/cells.jsonl`, so a re-run trains only the tunes:", "",
              "    python benchmarks/bench_answer_quality.py --grid-only     # the reference grid alone (cached)",

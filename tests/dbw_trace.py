@@ -1,4 +1,4 @@
-"""A seeded DBW / B-DBW run of bench_scale's job, recorded as its decisions k_t (tests/test_dbw_scale.py).
+"""A seeded DBW / B-DBW run of bench_scale's job, recorded as its decisions k_t (tests/unit/policies/dbw/test_dbw_scale.py).
 
     python tests/dbw_trace.py [--workers 1024] [--updates 60] [--write]
 
@@ -15,7 +15,7 @@ from pathlib import Path
 from autosync.catalog import make_policy
 from autosync.core.job import job_from_dict
 from autosync.engine import Simulator
-from autosync.policies._dbw import DynamicK
+from autosync.policies.dbw._policy import DynamicK
 
 DATA = Path(__file__).parent / "data"
 

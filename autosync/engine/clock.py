@@ -5,7 +5,7 @@ for the next arrival. Three clocks answer:
 - `VirtualClock`: the arrival comes exactly one drawn round trip later (a heap of events; ties broken
   by worker id). Searches and the in-process simulator use it.
 - `RealTimeClock` (`autosync.engine.realtime`): the order in which worker processes really answer.
-- `ReplayClock`: the arrivals a real-time run logged, in their order and at their times, so the run
+- `LoggedClock`: the arrivals a real-time run logged, in their order and at their times, so the run
   can be repeated exactly (bit-identical parameters) in one process.
 """
 
@@ -24,7 +24,7 @@ from autosync.policies import Task
 class Clock(Protocol):
     """Orders gradient arrivals: the engine dispatches tasks and pops arrivals, never knowing whose time it is.
 
-    Implemented by `VirtualClock` (simulated round trips), `ReplayClock` (a logged run's order) and
+    Implemented by `VirtualClock` (simulated round trips), `LoggedClock` (a logged run's order) and
     `autosync.engine.realtime.RealTimeClock` (the order answers really come in).
     """
 
@@ -126,16 +126,16 @@ class VirtualClock:
         return len(self._heap)
 
 
-class ReplayMismatch(UserError):
-    """A replayed run asked for something other than what the logged run did."""
+class RerunMismatch(UserError):
+    """A rerun (`autosync rerun`, under `LoggedClock`) asked for something other than what the logged run did."""
 
 
-class ReplayClock:
+class LoggedClock:
     """The arrivals of a logged run, served in their logged order and at their logged times.
 
     `arrivals` are the rows (time, worker, task, version, batch_size, accepted) of a trace's arrival
-    table. The replayed engine must dispatch exactly the logged tasks and decide exactly as logged; the
-    first difference stops the replay with a `ReplayMismatch` naming the arrival.
+    table. The rerun engine must dispatch exactly the logged tasks and decide exactly as logged; the
+    first difference stops the rerun with a `RerunMismatch` naming the arrival.
     """
 
     def __init__(self, arrivals: Sequence[Sequence], source: str = "the log"):
@@ -154,13 +154,13 @@ class ReplayClock:
 
     def pop(self) -> tuple[float, int, int]:
         if self.position >= len(self.arrivals):
-            raise ReplayMismatch(f"{self.source}: the replayed run needs more than the {len(self.arrivals)} "
+            raise RerunMismatch(f"{self.source}: the replayed run needs more than the {len(self.arrivals)} "
                                  "logged arrivals (was the logged run interrupted?)")
         time, worker, index, version, batch_size = self.arrivals[self.position][:5]
         task = self._inflight.pop(int(worker), None)
         if task is None or (task.index, task.version, task.batch_size) != (int(index), int(version), int(batch_size)):
             got = "nothing" if task is None else f"task {task.index} (version {task.version}, batch {task.batch_size})"
-            raise ReplayMismatch(f"{self.source}: arrival {self.position} is worker {worker}'s task {index} (version "
+            raise RerunMismatch(f"{self.source}: arrival {self.position} is worker {worker}'s task {index} (version "
                                  f"{version}, batch {batch_size}), but the replayed run has {got} in flight there")
         self.position += 1
         return float(time), int(worker), int(index)
@@ -169,7 +169,7 @@ class ReplayClock:
         """The replayed server's decision on the arrival just popped must be the logged one."""
         logged = bool(self.arrivals[self.position - 1][5])
         if accepted != logged:
-            raise ReplayMismatch(f"{self.source}: arrival {self.position - 1} was "
+            raise RerunMismatch(f"{self.source}: arrival {self.position - 1} was "
                                  f"{'accepted' if logged else 'discarded'} in the logged run, but the replay "
                                  f"{'accepts' if accepted else 'discards'} it")
 

@@ -10,7 +10,7 @@ Clock readings are in the job's units: real seconds divided by `seconds_per_virt
 stragglers are the machine's own). The server's evaluations are off the clock (they would run
 elsewhere in a real deployment); the pauses a policy asks for (Sync-Switch's phase change) are added
 to it. The trace's arrival table (time, worker, task, version, batch size, accepted) is the run's
-complete log: `ReplayClock` repeats the run from it exactly.
+complete log: `LoggedClock` repeats the run from it exactly.
 """
 
 from __future__ import annotations

@@ -10,17 +10,17 @@ from autosync.policies._base import (
 )
 from autosync.policies._classic import ASP, BSP, SSP, BackupWorkers
 from autosync.policies._composed import (
-    SEED_POLICIES, Composed, check_composition, composition_of, cross_paper_neighbours,
+    SEED_POLICIES, Composed, check_composition, composition_of, cross_paper_variants,
 )
 from autosync.policies._dana import DANADC, DCASGD, LWP, NAGASGD, DANASlim, DANAZero, MultiASGD
-from autosync.policies._dbw import DBW, BlindDBW, DynamicK
+from autosync.policies.dbw import DBW, BlindDBW, DynamicK
 from autosync.policies._lbbsp import LBBSP, StaticSplit
 from autosync.policies._local import EASGD, AdaComm, AsyncLocalSGD, DiLoCo, LocalSGD
 from autosync.policies._sync_switch import SyncSwitch
 
 __all__ = [
     "ASP", "AdaComm", "AsyncLocalSGD", "DiLoCo", "EASGD", "LocalSGD", "LocalSteps", "Aggregation", "Arrival", "BSP", "BackupWorkers", "Barrier", "Batching", "BlindDBW",
-    "BoundedStaleness", "Composed", "check_composition", "composition_of", "cross_paper_neighbours", "DANADC", "DANASlim", "DANAZero", "DBW", "DCASGD", "DynamicK", "FastestK", "LBBSP",
+    "BoundedStaleness", "Composed", "check_composition", "composition_of", "cross_paper_variants", "DANADC", "DANASlim", "DANAZero", "DBW", "DCASGD", "DynamicK", "FastestK", "LBBSP",
     "LWP", "MultiASGD", "NAGASGD", "OnArrival", "Policy", "Preset", "Progress", "SEED_POLICIES", "SSP", "Schedule", "ServerView",
     "StaticSplit", "Strategies", "Strategy", "SyncSwitch", "Task", "UpdateRule", "UpdateStats",
 ]

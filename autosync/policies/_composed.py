@@ -41,7 +41,7 @@ from autosync.policies._barriers import check_async_lr_rule, check_lr_rule
 from autosync.policies._base import Policy, Preset, Strategies, UpdateRule
 from autosync.policies._classic import ASP, BSP, SSP, BackupWorkers
 from autosync.policies._dana import DANADC, DCASGD, LWP, NAGASGD, DANASlim, DANAZero, MultiASGD
-from autosync.policies._dbw import DBW, BlindDBW
+from autosync.policies.dbw import DBW, BlindDBW
 from autosync.policies._lbbsp import LBBSP, StaticSplit
 from autosync.policies._local import EASGD, AdaComm, AsyncLocalSGD, DiLoCo, LocalSGD
 from autosync.policies._sync_switch import SyncSwitch
@@ -263,7 +263,7 @@ def composition_of(policy: Policy) -> dict[str, Any] | None:
     return None
 
 
-def cross_paper_neighbours(slots: dict[str, Any]) -> list[dict[str, Any]]:
+def cross_paper_variants(slots: dict[str, Any]) -> list[dict[str, Any]]:
     """The compositions one slot away from `slots` that add another paper's strategy to it, as the ones the
     papers combine least: LB-BSP's batch sizing where batches are equal (against persistent slowness, under
     any barrier), and DANA-Slim's look-ahead (the DANA paper's recommended rule) where the update rule is

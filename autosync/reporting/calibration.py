@@ -13,7 +13,7 @@ from autosync.core import strict_json
 from autosync.core.job import JobSpec, job_from_dict
 
 if TYPE_CHECKING:
-    from autosync.calibration import Calibration
+    from autosync.measure.calibration import Calibration
 
 
 def write_calibration(calibration: "Calibration", job: JobSpec, job_file: Path) -> list[Path]:

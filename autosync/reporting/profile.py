@@ -10,7 +10,7 @@ from typing import Sequence
 import yaml
 
 from autosync.core.job import JobSpec, job_from_dict
-from autosync.profiling import TRACE_FILE, Sample, multipliers, time_scale
+from autosync.measure.profile import TRACE_FILE, Sample, multipliers, time_scale
 
 
 def write_profile(job: JobSpec, samples: Sequence[Sample], cluster: dict, out: Path) -> list[Path]:

@@ -18,9 +18,9 @@ from autosync.core.job import JobSpec
 from autosync.reporting.output import ready_output_dir
 
 if TYPE_CHECKING:
-    from autosync.calibration import Calibration
+    from autosync.measure.calibration import Calibration
     from autosync.engine import RunResult
-    from autosync.leaderboard import Entry
+    from autosync.experiments.leaderboard import Entry
     from autosync.reporting.tune import TuneFiles
     from autosync.search.tune import TuneOutcome
 
@@ -46,8 +46,8 @@ class Profile:
     """A job's workers timed on this machine, and the cluster model fitted to them."""
 
     job: JobSpec
-    samples: list[Any]  # one autosync.profiling.Sample per (batch size, round, worker)
-    server: Any  # autosync.profiling.ServerCosts: the server's update and parameter copy
+    samples: list[Any]  # one autosync.measure.profile.Sample per (batch size, round, worker)
+    server: Any  # autosync.measure.profile.ServerCosts: the server's update and parameter copy
     cluster: dict[str, Any]  # the fitted cluster section of a job file
     workers: str  # what computed: "2 worker processes", "3 ranks"
 
@@ -59,7 +59,7 @@ class Profile:
 
     def rows(self) -> list[tuple[int, float, float, float]]:
         """Per batch size: mean compute, mean and p90 round trip (seconds)."""
-        from autosync.profiling import batch_summary
+        from autosync.measure.profile import batch_summary
 
         return batch_summary(self.samples)
 
@@ -76,7 +76,7 @@ class DrawnJobs:
 
 @dataclass
 class Robustness:
-    """Online policies against each drawn job's exhaustive best static k (`autosync.robustness.report`)."""
+    """Online policies against each drawn job's exhaustive best static k (`autosync.experiments.robustness.report`)."""
 
     family: str
     jobs: list[JobSpec]
@@ -112,7 +112,7 @@ class Replay:
 
 @dataclass
 class ScalingTable:
-    """A metric against the number of workers per policy (`autosync.scaling.Scaling`: points per policy,
+    """A metric against the number of workers per policy (`autosync.experiments.scaling.Scaling`: points per policy,
     the leaderboards it came from)."""
 
     scaling: Any

@@ -8,7 +8,7 @@ from typing import Any
 
 from autosync.core import strict_json
 from autosync.reporting.output import format_cell
-from autosync.robustness import SPREAD_FOR_BALANCE, WITHIN
+from autosync.experiments.robustness import SPREAD_FOR_BALANCE, WITHIN
 
 # (key, header, format) of the summary table, shared by the Markdown file and the CLI's table.
 SUMMARY_COLUMNS = (
@@ -46,7 +46,7 @@ def write_robustness(result: dict[str, Any], directory: Path, command: str, fami
           f"{len(jobs)} jobs, seeds {result['seeds']}; times are virtual seconds. "
           f"{summary_legend(result.get('lr_rules', ('fixed', 'proportional')))}", "",
           *([f"Reference: broad. vs best overall divides by the best of every policy family's grid on the job "
-             "(autosync.reference_grid: static k = 1..n under four lr rules, ASP, SSP, the DANA family, DBW, "
+             "(autosync.experiments.reference_grid: static k = 1..n under four lr rules, ASP, SSP, the DANA family, DBW, "
              "B-DBW, LB-BSP, Sync-Switch, compositions) as well as the policies above; each job's fastest "
              "is in the jobs table.", ""] if result.get("reference") == "broad" else []),
           "| " + " | ".join(h for _, h, _ in SUMMARY_COLUMNS) + " |", "|" + "---|" * len(SUMMARY_COLUMNS)]
@@ -116,7 +116,7 @@ def comparison_document(comparison: Any) -> dict[str, Any]:
 def comparison_header(comparison: Any, roles: bool = True, between: str = ": ") -> list[str]:
     """The comparison's column headers: 'policy', then each family's columns named after the family (with
     `roles`, the family changes were developed on marked 'dev', the others 'held out', when one is named)."""
-    from autosync.robustness_compare import FAMILY_COLUMNS
+    from autosync.experiments.compare import FAMILY_COLUMNS
 
     def role(family: str) -> str:
         if not roles or comparison.developed_on is None:
@@ -129,7 +129,7 @@ def comparison_header(comparison: Any, roles: bool = True, between: str = ": ") 
 
 def comparison_cells(values: list[Any]) -> list[str]:
     """One row's values formatted: regrets to two decimals, counts as integers ('-' where missing)."""
-    from autosync.robustness_compare import FAMILY_COLUMNS
+    from autosync.experiments.compare import FAMILY_COLUMNS
 
     formats = ["{:.2f}" if key.endswith("regret") else "{}" for key, _ in FAMILY_COLUMNS] * (
         len(values) // len(FAMILY_COLUMNS))

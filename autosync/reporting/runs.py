@@ -10,7 +10,7 @@ from typing import Any
 
 from autosync.core import strict_json
 from autosync.engine import RunResult
-from autosync.rerun import BUFFERS_FILE, PARAMS_FILE
+from autosync.measure.rerun import BUFFERS_FILE, PARAMS_FILE
 
 
 @dataclass

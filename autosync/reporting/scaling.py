@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from autosync.core import strict_json
 
 if TYPE_CHECKING:
-    from autosync.scaling import Scaling
+    from autosync.experiments.scaling import Scaling
 
 
 def table_rows(scaling: "Scaling") -> list[tuple[str, list[str]]]:

@@ -46,7 +46,7 @@ from autosync.search.study.siblings import sibling_reference, sibling_studies
 from autosync.search.space import SearchSpace
 from autosync.search.study.interrupts import interrupted, storage_calls_finish_first
 from autosync.search.study.locking import storage_lock
-from autosync.search.strategies.neighbours import describe as describe_job, neighbours as nearest
+from autosync.search.recommend.neighbours import describe as describe_job, neighbours as nearest
 from autosync.search.study.storage import open_storage, redact_url
 from autosync.search.request import TuneRequest
 from autosync.search.study.trials import (
@@ -215,7 +215,7 @@ def _comparable(theirs: dict[str, Any], ours: dict[str, Any]) -> tuple[float | N
 
 
 def _neighbour_jobs(study: "optuna.Study", request: TuneRequest, storage: Any, fresh: bool) -> list[dict[str, Any]]:
-    """The nearest tuned jobs like this one (`autosync.search.strategies.neighbours`) whose winners a new study starts
+    """The nearest tuned jobs like this one (`autosync.search.recommend.neighbours`) whose winners a new study starts
     from, as {study, job, distance, policy}; chosen once, when the study starts, and kept on it."""
     attrs = study.user_attrs
     if NEIGHBOUR_JOBS in attrs or not fresh or not request.transfer or request.refresh:
@@ -365,7 +365,7 @@ def _queued_first(study: "optuna.Study", request: TuneRequest, siblings: "list[o
     where this space holds it (a tune over `composed` after one over `policy` starts from the policy tune's
     winner, scored from it without training), then the winners of the nearest tuned jobs like this one
     (`near`, a transfer; a backup count k scaled to this job's n first, as `recommend` scales it, then as it
-    won), then those winners with another paper's strategy added (`cross_paper_neighbours`), then the
+    won), then those winners with another paper's strategy added (`cross_paper_variants`), then the
     other baselines (a static setting a paper starts from, such as k = 3n/4: trained after the transferred
     winners, it is raced against them rather than against BSP). Under the portfolio search, BSP, the
     transferred winners, then the portfolio in its order (likely winners first, so that the bar is low
@@ -383,8 +383,8 @@ def _queued_first(study: "optuna.Study", request: TuneRequest, siblings: "list[o
     anchors = {_canonical_key({"policy": name, "params": {}}, job) for name in ("bsp", "asp")}
     bsp_asp = [b for b in baselines if _canonical_key(b[0], job) in anchors]  # BSP's and ASP's forms
     bests = [best for _, best in _sibling_bests(siblings)] + [policy for nb in near for policy in _as_here(nb, job)]
-    neighbours = [{"policy": Composed.name, "params": slots} for best in bests for slots in _neighbours(best)]
-    found = [(policy, _in_space(request.space, policy, job)) for policy in bests + neighbours]
+    variants = [{"policy": Composed.name, "params": slots} for best in bests for slots in _variants(best)]
+    found = [(policy, _in_space(request.space, policy, job)) for policy in bests + variants]
     rest = [b for b in baselines if b not in bsp_asp]
     if request.sampler == "portfolio":  # BSP (free: its reference answers it), then the portfolio in its order
         portfolio = [(policy, _in_space(request.space, policy, job)) for policy in portfolio_policies(request.space, job)]
@@ -408,7 +408,7 @@ def _canonical_key(policy: dict[str, Any], job: JobSpec) -> str:
 def _as_here(neighbour: dict[str, Any], job: JobSpec) -> list[dict[str, Any]]:
     """A tuned neighbour's winner for `job`: with a backup count k scaled to this job's n (where the
     neighbour's n is known and differs), then as it won there."""
-    from autosync.search.strategies.recommend import adapt
+    from autosync.search.recommend.vote import adapt
 
     won = neighbour["policy"]
     scaled = adapt(won, neighbour["n_workers"], job) if "n_workers" in neighbour else None
@@ -439,12 +439,12 @@ def _slots(policy: dict[str, Any]) -> dict[str, Any] | None:
     return dict(policy["params"]) if isinstance(made, Composed) else composition_of(made)
 
 
-def _neighbours(policy: dict[str, Any]) -> list[dict[str, Any]]:
-    """The cross-paper neighbours of `policy` (a composition, or a seed policy that is a preset of one)."""
-    from autosync.policies import cross_paper_neighbours
+def _variants(policy: dict[str, Any]) -> list[dict[str, Any]]:
+    """The cross-paper variants of `policy` (a composition, or a seed policy that is a preset of one)."""
+    from autosync.policies import cross_paper_variants
 
     slots = _slots(policy)
-    return cross_paper_neighbours(slots) if slots is not None else []
+    return cross_paper_variants(slots) if slots is not None else []
 
 
 def _in_space(space: SearchSpace, policy: dict[str, Any], job: JobSpec) -> dict[str, Any] | None:

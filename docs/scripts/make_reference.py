@@ -8,7 +8,7 @@
 
 Run from the repository root: `python docs/scripts/make_reference.py` (rewrites the pages) or
 `python docs/scripts/make_reference.py --check` (exit code 1 naming each page that differs).
-tests/test_docs.py runs the check.
+tests/e2e/test_docs.py runs the check.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ The figures the pages show are copied out of what the commands wrote (docs/tutor
     python docs/scripts/make_tutorial.py --out DIR        # write the output files under DIR instead (no figures)
     python docs/scripts/make_tutorial.py --part first-tune
 
-tests/test_docs.py runs it into a temporary folder and compares what the simulator steps print with the
+tests/e2e/test_docs.py runs it into a temporary folder and compares what the simulator steps print with the
 committed files, digits masked (times and trial numbers vary with the machine); the real-clock steps of the
 third part are compared by their commands and exit codes only, since what they measure varies run to run.
 """

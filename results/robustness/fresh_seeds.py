@@ -38,7 +38,7 @@ def time_to_target(job_file: str, spec: "str | dict", seed: int) -> float:
 def main() -> None:
     from joblib import Parallel, delayed
 
-    from autosync.search.strategies.robustness_grid import policies_by_label
+    from autosync.search.recommend.grid import policies_by_label
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("report", help="a robustness report's folder")

@@ -20,7 +20,7 @@ def recommend_and_run(folder: str, job_file: str, seeds: list[int]) -> tuple[dic
 
     from autosync import api
     from autosync.catalog import label_of
-    from autosync.search.strategies.recommend import recommend
+    from autosync.search.recommend.vote import recommend
 
     torch.set_num_threads(1)
     job = api.load_job(job_file)

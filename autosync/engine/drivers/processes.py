@@ -99,7 +99,7 @@ def _context(device: torch.device, start_method: str | None = None) -> Any:
     """How worker processes start: by default forked from a forkserver that has imported torch and this
     module once, since a spawned process imports torch afresh for every run (seconds on a small machine;
     results/processes_gpu/README.md has the GPU's figures). The forkserver imports torch but never
-    initialises CUDA, so its children may (tests/test_gpu.py runs both starts on a GPU). `start_method`
+    initialises CUDA, so its children may (tests/unit/engine/test_gpu.py runs both starts on a GPU). `start_method`
     "spawn" asks for a fresh interpreter per process instead."""
     if start_method not in (None, *START_METHODS):
         raise UserError(f"start_method must be one of {', '.join(START_METHODS)}, but got {start_method!r}")

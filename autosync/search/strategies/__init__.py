@@ -7,5 +7,5 @@
   candidates that can still win are checked at the full budget; `patience`: a search that stops improving
   stops.
 - `confirm`: the best candidates re-run on more seeds; `verify`: on a real backend.
-- `neighbours` and `recommend`: a new job starts from, or is answered by, the tuned jobs nearest to it.
+- `prior`: TPE's prior from the tuned neighbours' trials (`autosync.search.recommend.neighbours`).
 """

@@ -72,12 +72,12 @@ def prior_trials(storage: Any, neighbours: list[dict[str, Any]], space: "SearchS
 def _on_this_job(trial: "optuna.trial.FrozenTrial", their_n: int | None, job: "JobSpec", space: "SearchSpace",
                  scale: float, source: str) -> "optuna.trial.FrozenTrial | None":
     """`trial` of a neighbour as a trial of this job: its policy adapted to this n as the winners are
-    (`autosync.search.strategies.recommend.adapt`: a backup count k scaled), as this space's parameters and
+    (`autosync.search.recommend.vote.adapt`: a backup count k scaled), as this space's parameters and
     distributions, its values times `scale`; None when the policy lies outside this job's space, or the
     trial has no value."""
     import optuna
 
-    from autosync.search.strategies.recommend import adapt
+    from autosync.search.recommend.vote import adapt
 
     policy = TrialRecord(trial).policy
     if their_n and their_n != job.cluster.n_workers:

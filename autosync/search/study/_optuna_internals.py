@@ -1,4 +1,4 @@
-"""Every use of Optuna's private API, in one place (tests/test_optuna_internals.py fails loudly when it moves).
+"""Every use of Optuna's private API, in one place (tests/unit/search/study/test_optuna_internals.py fails loudly when it moves).
 
 autosync fails the trials of dead processes itself, each with its reason, before Optuna's own check in
 `study.optimize` would fail them without one (`autosync.search.study.trials.fail_dead_trials`). That needs the

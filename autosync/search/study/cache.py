@@ -161,7 +161,7 @@ def write_cache(study: "optuna.Study", job: JobSpec, space: "SearchSpace", sampl
                 reference: dict[str, Any], execution: dict[str, Any] | None = None,
                 neighbours: list[dict[str, Any]] | None = None) -> CacheRecord:
     """Write the cache record: best feasible policy, its score, provenance, the amortization report and
-    the tuned jobs the search started from (`neighbours`, `autosync.search.strategies.neighbours`).
+    the tuned jobs the search started from (`neighbours`, `autosync.search.recommend.neighbours`).
 
     Every number is finite (strict JSON): a figure that has no value (no saving to amortize) is None.
     """

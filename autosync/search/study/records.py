@@ -4,7 +4,7 @@ A trial's result lives in Optuna's user attributes of its `FrozenTrial`; a study
 reference and its cache answer in the study's user attributes. Every key of those attributes is declared
 here, once, with why it exists; everything else reads and writes them through these names and the typed
 views below (`TrialRecord`, `StudyRecord`, `CacheRecord`), never through a string of its own
-(`tests/test_records.py` checks that on the source). A new attribute is then one line in one place.
+(`tests/unit/search/study/test_records.py` checks that on the source). A new attribute is then one line in one place.
 
 This module imports nothing of autosync but the errors and the catalog (lazily, to validate a cached
 policy), so `autosync.search.study` reads records without importing the search above it.

@@ -1,0 +1,8 @@
+"""Computations that compare policies (not the search): each returns data that `autosync.reporting` renders.
+
+- `leaderboard`: every policy x seeds on one job, scored as MLPerf does (`autosync leaderboard`).
+- `robustness`: online policies against each drawn job's best static k over a job family
+  (`autosync robustness`); `reference_grid`: the broad reference grid over every policy family it may add.
+- `compare`: several families' robustness reports side by side (`autosync robustness-compare`).
+- `scaling`: each policy's score against the number of workers, read from leaderboards (`autosync scaling`).
+"""

@@ -1,0 +1,7 @@
+"""Measurements of the real backend, held against the simulator.
+
+- `profile`: the workers' real round trips, and the cluster model fitted to them (`autosync profile`).
+- `calibration`: short real runs at two update rates against their simulations, and the server's costs
+  fitted from them (`autosync calibrate`).
+- `rerun`: a logged real-time run repeated exactly from its trace (`autosync rerun`).
+"""

@@ -1,0 +1,249 @@
+"""The docs site's promises: the generated reference pages are up to date and list every command-line option
+and every job-file field; no page is longer than a reader reads in one go; the pages speak of the project as
+it is (no first person, no history)."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+import typing
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+REPO = Path(__file__).resolve().parents[2]
+DOCS = REPO / "docs"
+GENERATED = {"reference/commands.md", "reference/job-fields.md", "reference/policies.md"}
+MAX_WORDS = 1500
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, DOCS / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def _pages() -> dict[str, str]:
+    return {p.relative_to(DOCS).as_posix(): p.read_text() for p in sorted(DOCS.rglob("*.md"))}
+
+
+def test_the_generated_reference_pages_are_up_to_date():
+    make = _load("make_reference")
+    for name, page in make.PAGES.items():
+        assert (DOCS / "reference" / name).read_text() == page(), \
+            f"docs/reference/{name} is stale: run python docs/scripts/make_reference.py"
+
+
+def test_the_commands_page_lists_every_command_argument_and_option():
+    """Walks the command tree itself (click introspection of the typer app), not the generator's output."""
+    import typer
+
+    from autosync.cli import app
+
+    page = (DOCS / "reference" / "commands.md").read_text()
+    sections = dict(re.findall(r"^#{2,3} (autosync [a-z -]+)\n(.*?)(?=^#{2,3} autosync |\Z)", page, re.M | re.S))
+    root = typer.main.get_command(app)
+    ctx = root.make_context("autosync", [], resilient_parsing=True)
+    seen = 0
+
+    def walk(command, name):
+        nonlocal seen
+        if hasattr(command, "list_commands"):
+            for sub in command.list_commands(ctx):
+                walk(command.get_command(ctx, sub), f"{name} {sub}")
+            return
+        assert name in sections, f"{name} has no section in docs/reference/commands.md"
+        for param in command.params:
+            for flag in (param.opts + param.secondary_opts if param.param_type_name == "option"
+                         else [param.name]):
+                assert re.search(rf"^\| `[^`]*(?<![\w-]){re.escape(flag)}(?![\w-])[^`]*` \|", sections[name], re.M), \
+                    f"{name}: {flag} is not in docs/reference/commands.md"
+                seen += 1
+
+    walk(root, "autosync")
+    assert seen > 100  # the walk reached the commands' options
+
+
+def _field_paths(model: type[BaseModel], prefix: str = "") -> set[str]:
+    """Every field of a pydantic model and of the models nested in it, dotted (lists and union variants
+    add no marker)."""
+    paths = set()
+    for name, field in model.model_fields.items():
+        paths.add(prefix + name)
+        stack = [field.annotation]
+        while stack:
+            hint = stack.pop()
+            if isinstance(hint, type) and issubclass(hint, BaseModel):
+                paths |= _field_paths(hint, f"{prefix}{name}.")
+            else:
+                stack.extend(typing.get_args(hint))
+    return paths
+
+
+def test_the_job_fields_page_lists_every_field():
+    from autosync.core.job import JobSpec
+
+    page = (DOCS / "reference" / "job-fields.md").read_text()
+    listed = {re.sub(r"\([a-z_]+=[a-z_]+\)|\[\]", "", f) for f in re.findall(r"^\| `([^`]+)` \|", page, re.M)}
+    missing = _field_paths(JobSpec) - listed
+    assert not missing, f"job-file fields missing from docs/reference/job-fields.md: {sorted(missing)}"
+
+
+def test_the_policies_page_lists_every_policy_and_parameter():
+    from autosync.catalog import POLICIES, policy_parameters
+
+    page = (DOCS / "reference" / "policies.md").read_text()
+    for name, cls in POLICIES.items():
+        assert f"\n## {name}\n" in page, name
+        row = next(line for line in page.splitlines() if line.startswith(f"| [`{name}`]"))
+        for parameter in policy_parameters(cls):
+            assert f"`{parameter}=" in row, (name, parameter)
+
+
+# The first person and words that tell the project's history rather than what it is.
+FIRST_PERSON = re.compile(r"(?<![\w'-])(?:I|I'm|I've|I'd)(?![\w'-])")  # case matters: `i` is an index
+FORBIDDEN = re.compile(r"(?<![\w'-])(?:we|we're|we've|our|ours|us|my|earlier|previously|formerly|"
+                       r"originally|used to|no longer|anymore|any more|was added|were added|now|at first|"
+                       r"nowadays|until recently|in the past|these days)(?![\w'-])", re.I)
+ROMAN = re.compile(r"(?:Table|Fig\.|Figure|Algorithm|Section|sec\.|Type) I\b")
+
+
+@pytest.mark.parametrize("name", sorted(_pages()))
+def test_pages_have_no_first_person_or_history_phrases(name):
+    text = _pages()[name]
+    text = re.sub(r"```.*?```", "", text, flags=re.S)  # code and command output
+    text = re.sub(r"`[^`\n]*`", "", text)  # inline code (flags, file names)
+    text = ROMAN.sub("", text)
+    found = [m.group(0) for pattern in (FIRST_PERSON, FORBIDDEN) for m in pattern.finditer(text)]
+    assert not found, f"docs/{name}: {found}"
+
+
+@pytest.mark.parametrize("name", sorted(set(_pages()) - GENERATED))
+def test_pages_are_at_most_1500_words(name):
+    text = re.sub(r"```.*?```", "", _pages()[name], flags=re.S)  # shown output is not read as prose
+    words = len(text.split())
+    assert words <= MAX_WORDS, f"docs/{name}: {words} words (at most {MAX_WORDS} outside the generated reference)"
+
+
+# ------------------------------------------------------------------------------------------ commands shown
+
+def _shown_commands() -> list[tuple[str, str]]:
+    """(page, command line) of every `autosync ...` command in a code block of docs/ (fenced or indented;
+    continuation lines joined, comments dropped), outside the generated command reference."""
+    found = []
+    for name, text in _pages().items():
+        if name in GENERATED:
+            continue
+        blocks = re.findall(r"```[a-z]*\n(.*?)```", text, re.S)
+        blocks += ["\n".join(line[4:] for line in block.splitlines())
+                   for block in re.findall(r"(?:^(?: {4}|\t).*\n?)+", re.sub(r"```.*?```", "", text, flags=re.S), re.M)]
+        for block in blocks:
+            joined = re.sub(r"\\\n\s*", " ", block)
+            for line in joined.splitlines():
+                line = line.strip().removeprefix("$ ")
+                line = re.sub(r"^torchrun .*?-m autosync\.cli ", "autosync ", line)  # the ranks' command
+                match = re.search(r"(?:^|&& )(autosync(?: .*)?)$", line)
+                if match:
+                    found.append((name, re.sub(r"\s+#.*$", "", match.group(1))))
+    return found
+
+
+def test_docs_show_commands():
+    assert len(_shown_commands()) > 25
+
+
+@pytest.mark.parametrize("page, command", _shown_commands())
+def test_every_command_shown_in_docs_parses(page, command):
+    """Each command a page shows names a real command and real options with values of the right type (the
+    command line's own parser, nothing run): a renamed option or command fails here."""
+    import shlex
+
+    import typer
+
+    from autosync.cli import app
+
+    args = shlex.split(command)[1:]
+    args = [a for a in args if "$" not in a]  # shell variables stand for values
+    group = typer.main.get_command(app)
+    ctx = group.make_context("autosync", list(args), resilient_parsing=False) if args[:1] == ["--version"] else None
+    if ctx is not None:
+        return
+    parent = group.make_context("autosync", [], resilient_parsing=True)
+    command_obj, rest = group, args
+    while hasattr(command_obj, "list_commands") and rest:
+        sub = command_obj.get_command(parent, rest[0])
+        assert sub is not None, f"docs/{page}: `{command}`: no command {rest[0]!r}"
+        command_obj, rest = sub, rest[1:]
+    try:
+        command_obj.make_context(command_obj.name, list(rest), parent=parent)
+    except Exception as exc:  # click's UsageError, BadParameter, ...
+        pytest.fail(f"docs/{page}: `{command}` does not parse: {exc}")
+
+
+# ------------------------------------------------------------------------------------------ the tutorial
+
+def _words(transcript: str) -> list[str]:
+    """The words of a command's output: numbers, times, dates and table rules left out, since they vary
+    with the machine; what is left is the output's structure and its verdicts."""
+    return re.findall(r"[A-Za-z][A-Za-z_'-]*", re.sub(r"\d+(?:[.:]\d+)*", " ", transcript))
+
+
+def test_each_tutorial_page_shows_the_output_of_each_of_its_steps():
+    make = _load("make_tutorial")
+    for part, steps in make.PARTS.items():
+        page = (DOCS / "tutorial" / f"{part}.md").read_text()
+        included = re.findall(rf'--8<-- "docs/tutorial/output/{part}/([a-z-]+)\.txt"', page)
+        shown = [s.name for s in steps if not s.command.startswith("export ")]
+        assert included == shown, (part, included, shown)
+        for step in steps:
+            transcript = (DOCS / "tutorial" / "output" / part / f"{step.name}.txt").read_text()
+            assert transcript.startswith(f"$ {step.command}\n"), (part, step.name)
+            if step.command.startswith("export "):
+                assert step.command in page, (part, step.command)
+    for name in make.FIGURES:
+        assert (DOCS / "tutorial" / "img" / name).is_file(), name
+
+
+@pytest.mark.slow
+@pytest.mark.processes
+@pytest.mark.distributed
+def test_the_tutorial_runs_and_prints_what_its_pages_show(tmp_path):
+    """docs/scripts/make_tutorial.py runs every step in a fresh folder (each must exit 0); what the simulator
+    steps print must read as the committed pages show it, numbers aside. The real-clock steps of part 3
+    measure this machine, so only their commands and exit codes are held."""
+    make = _load("make_tutorial")
+    assert make.main(["--out", str(tmp_path)]) == 0
+    for part, steps in make.PARTS.items():
+        for step in steps:
+            fresh = (tmp_path / part / f"{step.name}.txt").read_text()
+            committed = (DOCS / "tutorial" / "output" / part / f"{step.name}.txt").read_text()
+            assert fresh.splitlines()[0] == committed.splitlines()[0]
+            if not step.real_clock:
+                assert _words(fresh) == _words(committed), \
+                    (f"docs/tutorial/output/{part}/{step.name}.txt differs from what the command prints now: "
+                     "run python docs/scripts/make_tutorial.py")
+
+
+def test_every_switch_that_is_on_by_default_can_be_turned_off():
+    """A boolean option whose default is on is listed, and accepted, with its off switch (--no-fit)."""
+    import typer
+
+    from autosync.cli import app
+
+    root = typer.main.get_command(app)
+    ctx = root.make_context("autosync", [], resilient_parsing=True)
+    stack, seen = [root], 0
+    while stack:
+        command = stack.pop()
+        if hasattr(command, "list_commands"):
+            stack += [command.get_command(ctx, name) for name in command.list_commands(ctx)]
+            continue
+        for param in command.params:
+            if param.param_type_name == "option" and param.default is True:
+                assert param.secondary_opts, f"{command.name} {param.opts[0]}: on by default, no way to turn it off"
+                seen += 1
+    assert seen >= 2  # calibrate --fit, tune --transfer

@@ -1,0 +1,74 @@
+"""`autosync scaling`: a metric against the worker count, read back from real leaderboards."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+
+from autosync.core.errors import UserError
+from autosync.experiments.scaling import collect
+from tests.conftest import autosync, no_traceback
+
+
+@pytest.fixture(scope="module")
+def boards(tmp_path_factory):
+    """Leaderboards of one small job at 2 and 4 workers, made and written as `autosync leaderboard` does
+    (`api.leaderboard`; the command itself is tested in test_leaderboard)."""
+    from autosync import api
+
+    root = tmp_path_factory.mktemp("scaling")
+    for n in (2, 4):
+        job = root / f"job{n}.yaml"
+        job.write_text(f"name: job{n}\nworkload: {{dataset: {{name: digits}}, model: {{name: logreg}}, batch_size: 16,"
+                       " optimizer: {lr: 0.2}, evaluation: {every_seconds: 2}}\n"
+                       f"cluster: {{n_workers: {n}}}\ntarget: {{threshold: 0.8}}\nbudget: {{max_virtual_seconds: 8}}\n")
+        board = api.leaderboard(api.load_job(job), ["asp", "nag_asgd"], seeds=2)
+        board.write(root / f"lb{n}", f"autosync leaderboard {job.name} --policies asp --policies nag_asgd --seeds 2")
+    return root
+
+
+@pytest.mark.slow
+def test_scaling_gathers_every_seed_per_policy_and_worker_count(boards):
+    result = collect([boards / "lb4", boards / "lb2"])
+    assert result.worker_counts == [2, 4]
+    for n in (2, 4):
+        runs = json.loads((boards / f"lb{n}" / "leaderboard.json").read_text())["runs"]
+        for policy in ("asp", "nag_asgd"):
+            point = next(p for p in result.points[policy] if p.n_workers == n)
+            expected = [r["final_test_accuracy"] for r in runs[policy]]
+            assert point.values == expected and point.mean == pytest.approx(statistics.fmean(expected))
+
+
+@pytest.mark.slow
+def test_scaling_command_writes_table_json_and_plot(boards):
+    proc = autosync("scaling", "lb2", "lb4", "--metric", "final_train_loss", "--out", "sc", cwd=boards)
+    assert proc.returncode == 0, proc.stderr
+    md = (boards / "sc" / "scaling.md").read_text()
+    assert "autosync scaling lb2 lb4 --metric final_train_loss --out sc" in md
+    assert "| policy | n = 2 | n = 4 |" in md and "| nag_asgd |" in md
+    data = json.loads((boards / "sc" / "scaling.json").read_text())
+    assert [s["n_workers"] for s in data["policies"]["asp"]] == [2, 4]
+    assert (boards / "sc" / "scaling.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (["missing"], "missing: no leaderboard here"),
+    (["lb2", "--metric", "nope"], "metric 'nope' is missing or not a number for policy 'asp'"),
+    (["lb2", "lb2"], "two leaderboards have the same worker count ([2, 2])"),
+    (["broken"], "broken/leaderboard.json: not a leaderboard written by autosync"),
+])
+@pytest.mark.slow
+def test_scaling_bad_input_is_one_line_and_exit_2(boards, args, message):
+    (boards / "broken").mkdir(exist_ok=True)
+    (boards / "broken" / "leaderboard.json").write_text("{\"runs\": [")
+    proc = autosync("scaling", *args, "--out", "bad", cwd=boards)
+    assert proc.returncode == 2 and message in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    no_traceback(proc)
+
+
+def test_collect_needs_a_folder():
+    with pytest.raises(UserError, match="at least one leaderboard"):
+        collect([])

@@ -1,0 +1,107 @@
+"""The server's costs per update and per gradient, fitted from two real runs, and the calibration check."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from autosync.measure.calibration import (
+    RATE_POLICIES, calibrate, measure_real, scale_units, simulated_runner, with_server, with_units,
+)
+from autosync.catalog import make_policy
+from autosync.engine import simulate
+from autosync.core.job import load_job
+from tests.conftest import autosync, no_traceback, small_job
+
+UPDATES = 40
+JOB = small_job(budget={"max_updates": 40})
+
+
+@pytest.fixture(scope="module")
+def real_with_server_costs() -> dict[str, float]:
+    """Two synthetic "real" runs: the job's own simulation on a server that pays 0.2 s per update and
+    0.05 s per gradient (a round trip is about 1 s)."""
+    return measure_real(with_server(JOB, 0.2, 0.05), simulated_runner(), UPDATES)
+
+
+def test_the_servers_loop_handles_one_gradient_at_a_time():
+    """With a per-gradient cost g, ASP's arrivals are handled one after another: n gradients can never be
+    handled in less than n g, whatever the workers' round trips."""
+    slow = simulate(with_server(JOB, 0.0, 0.5), make_policy("asp"))
+    instant = simulate(JOB, make_policy("asp"))
+    handled = [row[0] for row in slow.trace.arrivals]
+    assert all(b - a >= 0.5 - 1e-9 for a, b in zip(handled, handled[1:]))
+    assert slow.trace.updates[-1][1] > instant.trace.updates[-1][1]
+
+
+def test_a_server_without_a_per_gradient_cost_keeps_its_fingerprint():
+    job = small_job(cluster__server={"bandwidth": 1e6, "apply_seconds": 0.01})
+    assert job.fingerprint() == with_server(job, 0.01, 0.0).fingerprint()
+    assert job.fingerprint() != with_server(job, 0.01, 0.001).fingerprint()
+
+
+def test_the_fit_makes_the_simulation_match_both_real_runs(real_with_server_costs):
+    result, fitted = calibrate(JOB, real_with_server_costs, UPDATES, {"backend": "synthetic"})
+    assert [run.name for run in result.before] == [name for name, _ in RATE_POLICIES]
+    assert not result.before[1].fits  # the one-gradient updates pay the server's costs most
+    assert all(abs(run.ratio - 1.0) <= 0.05 for run in result.after), result.to_dict()
+    assert result.fits and "fits the real runs" in result.verdict()
+    assert result.server["apply_seconds"] > 0 or result.server["gradient_seconds"] > 0
+    assert fitted.cluster.server.apply_seconds == result.server["apply_seconds"]
+    again, _ = calibrate(fitted, real_with_server_costs, UPDATES, {}, fit=False)  # the fitted job checks out
+    assert again.fits and again.server is None
+
+
+def test_a_calibration_writes_itself_as_write_calibration_writes_it(real_with_server_costs, tmp_path):
+    """What `api.calibrate` returns (`Calibrated`) unpacks as the pair it was, and `.write(job_file)` writes
+    the files `api.write_calibration(calibration, job, job_file)` writes, byte for byte."""
+    from autosync import api
+    from autosync.reporting.calibration import Calibrated
+
+    calibrated = Calibrated(*calibrate(JOB, real_with_server_costs, UPDATES, {"backend": "synthetic"}))
+    result, fitted = calibrated
+    new = calibrated.write(tmp_path / "new" / "job.yaml")
+    old = api.write_calibration(result, fitted, tmp_path / "old" / "job.yaml")
+    assert [p.name for p in new] == [p.name for p in old] == ["calibration.json", "job.yaml"]
+    assert [p.read_text() for p in new] == [p.read_text() for p in old]
+
+
+def test_the_fit_starts_from_the_worker_processes_as_compute_units():
+    """"Real" runs on 2 processes that queue the 4 workers' gradients (0.3 s each, one process half as fast)
+    besides a server cost; the units were timed 25% slow (the rounds that time them are busier than the
+    runs): given the units, the fit makes both runs match, scaling the units' times, and the job keeps them."""
+    units = {"count": 2, "compute": {"model": "linear", "seconds_per_sample": 0.4 / 16}, "speed_factors": [1.0, 0.5]}
+    real = measure_real(with_server(scale_units(with_units(JOB, units), 0.75), 0.1, 0.0), simulated_runner(), UPDATES)
+    result, fitted = calibrate(JOB, real, UPDATES, {}, units=units)
+    assert not all(run.fits for run in result.before)
+    assert all(abs(run.ratio - 1.0) <= 0.05 for run in result.after), result.to_dict()
+    assert fitted.cluster.compute_units.speed_factors == [1.0, 0.5] and result.to_dict()["units"] == units
+    assert result.server["units_factor"] == pytest.approx(0.75, abs=0.1)
+    checked, job = calibrate(JOB, real, UPDATES, {}, fit=False, units=units)  # only checked: nothing given
+    assert job is JOB and checked.units is None
+
+
+def test_the_check_says_whether_a_job_fits_and_which_run_misses(real_with_server_costs):
+    fits, _ = calibrate(with_server(JOB, 0.2, 0.05), real_with_server_costs, UPDATES, {}, fit=False)
+    assert fits.fits and all(run.ratio == pytest.approx(1.0) for run in fits.before)
+    misses, job = calibrate(JOB, real_with_server_costs, UPDATES, {}, fit=False)
+    assert not misses.fits and job is JOB
+    assert misses.verdict().startswith("the simulation does not fit the real runs: backup k=1's real time is")
+
+
+@pytest.mark.slow
+@pytest.mark.processes
+def test_cli_calibrates_a_job_on_real_processes_and_writes_a_job_that_loads(tiny_job, tmp_path):
+    proc = autosync("calibrate", str(tiny_job), "--updates", "10", "--out", "cal/job.yaml", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "simulation against real runs of 10 updates" in proc.stdout
+    assert "the simulation fits the real runs" in proc.stdout or "does not fit the real runs" in proc.stdout
+    record = json.loads((tmp_path / "cal" / "calibration.json").read_text())
+    assert record["execution"]["clock"] == "real" and len(record["before"]) == 2
+    job = load_job(tmp_path / "cal" / "job.yaml")
+    assert job.cluster.server.apply_seconds == record["server"]["apply_seconds"]
+    assert (tmp_path / "cal" / "job.yaml").read_text().startswith("# Calibrated against real runs")
+    wrong = autosync("calibrate", str(tiny_job), "--clock", "virtual", cwd=tmp_path)
+    no_traceback(wrong)
+    assert wrong.returncode == 2 and "calibrate runs on --backend processes --clock real" in wrong.stderr

@@ -1,0 +1,204 @@
+"""The portfolio search: a family is never lost for its first setting, a family that cannot win is dropped, no
+trial slot goes to an answered point, and an answer that misses on a seed it was not searched on is replaced."""
+
+from __future__ import annotations
+
+import json
+
+import optuna
+import pytest
+
+from autosync.search.objective import evaluate
+from autosync.search.study.records import ANSWERED, CANONICAL, PREDICTED
+from autosync.search.space import POLICY_PARAM, SPACE_DIR, load_space
+from autosync.search.strategies.confirm import REFERENCE, Candidate, RunStore, confirm, how_it_held
+from autosync.search.strategies.portfolio import contenders, family_standing, next_family, portfolio_policies
+from autosync.search.strategies.samplers import make_sampler, sampler_for
+from autosync.search.study.trials import budget_used
+from autosync.search.tune import tune
+from tests.conftest import small_job, tune_request
+
+N = 8
+JOB = small_job(cluster__n_workers=N)
+POLICY_SPACE = load_space(SPACE_DIR / "policy.yaml", N)
+
+
+def _time(policy: dict) -> float:
+    """A job where ASP with a staleness-scaled step is the fastest policy and ASP with a fixed step misses
+    the target (the stragglers family's shape): every other family ends between 1.3x and 3x slower."""
+    name, params = policy["policy"], policy["params"]
+    if name == "asp":
+        return 500.0 if params["lr_rule"] == "fixed" else 40.0 if params["lr_rule"] == "sqrt_staleness" else 45.0
+    if name == "backup":
+        return 52.0 + 3 * abs(params["k"] - 4) + (0 if params["lr_rule"] == "fixed" else 4)
+    return {"bsp": 120.0, "ssp": 70.0 + params.get("staleness", 0), "dbw": 80.0, "bdbw": 90.0,
+            "sync_switch": 100.0, "dana_slim": 75.0, "dana_zero": 74.0, "lwp": 76.0, "dana_dc": 78.0,
+            "lbbsp": 110.0, "local_sgd": 85.0, "adacomm": 88.0, "diloco": 82.0, "async_local_sgd": 72.0,
+            "easgd": 95.0}[name]
+
+
+def _search(sampler: str, seed: int, trials: int = 20) -> optuna.Study:
+    """The first trials as a tune queues them (BSP, ASP, then the portfolio under the portfolio search), then
+    the sampler's, on `_time`."""
+    study = optuna.create_study(sampler=make_sampler(sampler, seed, POLICY_SPACE, False))
+    first = [{"policy": "bsp", "params": {}}, {"policy": "asp", "params": {"lr_rule": "fixed"}}]
+    if sampler == "portfolio":
+        first += [p for p in portfolio_policies(POLICY_SPACE, JOB) if p not in first]
+    for policy in first:
+        study.enqueue_trial(POLICY_SPACE.trial_params(policy))
+    study.optimize(lambda trial: _time(POLICY_SPACE.suggest(trial)), n_trials=trials)
+    return study
+
+
+def _found_best_asp(study: optuna.Study) -> bool:
+    return study.best_value == 40.0
+
+
+def test_tpe_alone_loses_the_asp_branch_on_some_seeds_and_the_portfolio_never_does():
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    tpe = [_found_best_asp(_search("tpe", seed)) for seed in range(5)]
+    portfolio = [_found_best_asp(_search("portfolio", seed)) for seed in range(5)]
+    assert not all(tpe)  # ASP (fixed) misses first, and TPE draws the branch too rarely to find its best child
+    assert all(portfolio)
+
+
+def _trial(policy: dict, value: float | None, state: str = "COMPLETE", pruned_at: float | None = None,
+           attrs: dict | None = None):
+    params = POLICY_SPACE.trial_params(policy)
+    distributions = POLICY_SPACE.distributions(params)
+    kwargs = {"state": getattr(optuna.trial.TrialState, state), "params": params, "distributions": distributions,
+              "user_attrs": {"policy": policy, **(attrs or {})}}
+    if state == "COMPLETE":
+        kwargs["value"] = value
+    if pruned_at is not None:
+        kwargs["intermediate_values"] = {3: pruned_at}
+    return optuna.trial.create_trial(**kwargs)
+
+
+def test_the_race_drops_a_family_that_cannot_win_and_keeps_each_that_can():
+    """Known answers: backup's best is 50 s, ASP's best child 60 s (its first child missed the target, 500 s),
+    DBW's only trial was stopped on its pace at a predicted 200 s, B-DBW's at its bound with a predicted
+    130 s, BSP has one point, tried; families within 1.5x of the best take the free trials, the leader every
+    other one."""
+    study = optuna.create_study()
+    for policy, value, state, pruned in [
+            ({"policy": "bsp", "params": {}}, 120.0, "COMPLETE", None),
+            ({"policy": "asp", "params": {"lr_rule": "fixed"}}, 500.0, "COMPLETE", None),
+            ({"policy": "asp", "params": {"lr_rule": "staleness"}}, 60.0, "COMPLETE", None),
+            ({"policy": "backup", "params": {"k": 2, "lr_rule": "fixed"}}, 50.0, "COMPLETE", None),
+            ({"policy": "backup", "params": {"k": 6, "lr_rule": "fixed"}}, None, "PRUNED", 52.0),
+            ({"policy": "dbw", "params": {"window": 20, "lr_rule": "fixed"}}, None, "PRUNED", 200.0),
+            ({"policy": "bdbw", "params": {"lr_rule": "fixed"}}, None, "PRUNED", 51.0)]:  # predicted: 130 s
+        study.add_trial(_trial(policy, value, state, pruned, {PREDICTED: 130.0} if policy["policy"] == "bdbw" else {}))
+    families = POLICY_SPACE.policies
+    standing = family_standing(study.trials, families)
+    assert standing == {"bsp": 120.0, "asp": 60.0, "backup": 50.0, "dbw": 200.0, "bdbw": 130.0}
+    assert contenders(standing) == ["backup", "asp"]
+    assert next_family(study, POLICY_SPACE, len(study.trials)) == "ssp"  # a family not tried yet comes first
+    for family in families:
+        if family not in standing:
+            study.add_trial(_trial(_any_point(family), 300.0))
+    picks = []
+    for _ in range(6):
+        family = next_family(study, POLICY_SPACE, len(study.trials))
+        picks.append(family)
+        study.add_trial(_trial(_any_point(family, len(study.trials)), 58.0 if family == "asp" else 55.0))
+    assert set(picks) == {"backup", "asp"} and picks.count("backup") >= picks.count("asp")  # dbw cannot win
+
+
+def _any_point(family: str, salt: int = 0) -> dict:
+    """A point of `family`'s sub-space (the `salt`-th of a discrete one, the first of a continuous one)."""
+    dims = POLICY_SPACE.dimensions[family]
+    params = dict(POLICY_SPACE.constants[family])
+    for i, (name, dim) in enumerate(dims.items()):
+        if dim.type == "categorical":
+            params[name] = dim.choices[(salt + i) % len(dim.choices)]
+        elif dim.type == "int":
+            params[name] = int(dim.low) + salt % (int(dim.high) - int(dim.low) + 1)
+        else:
+            params[name] = dim.low
+    return {"policy": family, "params": params}
+
+
+def test_auto_is_the_portfolio_search_where_the_space_lists_a_portfolio():
+    assert sampler_for("auto", POLICY_SPACE) == "portfolio"
+    assert sampler_for("auto", load_space(SPACE_DIR / "static_k.yaml", N)) == "tpe"
+    assert {p["policy"] for p in portfolio_policies(POLICY_SPACE, JOB)} == set(POLICY_SPACE.policies)
+    shares = [p["params"]["k"] for p in portfolio_policies(POLICY_SPACE, JOB) if p["policy"] == "backup"]
+    assert shares and all(1 <= k <= N for k in shares)
+
+
+def test_the_shipped_portfolio_is_the_one_chosen_from_the_committed_reports():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[4] / "results" / "portfolio" / "choose.py"
+    proc = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
+def test_no_trial_slot_goes_to_an_answered_point(tmp_path):
+    """On 3 workers static_k has 5 distinct policies (k = 3 under either rule is BSP); 4 trials train 4 of them,
+    and every proposal of a point already answered (BSP's reference, a twin) takes no slot."""
+    job = small_job(cluster__n_workers=3)
+    space = load_space(SPACE_DIR / "static_k.yaml", 3)
+    outcome = tune(tune_request(job, space, n_trials=4, storage=f"sqlite:///{tmp_path / 's.db'}",
+                                patience=0, seed=1))
+    trials = [t for t in outcome.study.trials if t.state.is_finished() and "full_budget_check_of" not in t.user_attrs]
+    counted = [t for t in trials if not t.user_attrs.get(ANSWERED)]
+    answered = [t for t in trials if t.user_attrs.get(ANSWERED)]
+    assert len(counted) == budget_used(outcome.study)[0] == 4
+    keys = [json.dumps(t.user_attrs[CANONICAL], sort_keys=True) for t in counted]
+    assert len(set(keys)) == 4  # four distinct policies trained or pruned
+    assert answered and all("same_as_trial" in t.user_attrs for t in answered)
+
+
+def test_an_answer_that_misses_on_a_fresh_seed_is_replaced_and_the_output_says_so(tmp_path):
+    """The stored runs of an interrupted confirmation (the search's best missed the target on seed 4, the
+    runner-up reached it): the runner-up answers, nothing is trained, and the line says why."""
+    job = small_job()
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 's.db'}")
+    store = RunStore(study, [])
+    fast = {"policy": "asp", "params": {"lr_rule": "fixed"}}
+    steady = {"policy": "backup", "params": {"k": 3, "lr_rule": "fixed"}}
+    seed = job.seed + 1
+    from autosync.search.objective import canonical_on
+
+    def stored(policy: dict, time: float | None) -> None:
+        run = {"time_to_target": time if time is not None else 2 * 40.0, "final_metric": 0.8,
+               "reached": int(time is not None), "runs": 1, "virtual_seconds": 10.0}
+        store.put(RunStore.identity(canonical_on(policy, job), seed, 2.0, job), run)
+
+    stored(fast, None)
+    stored(steady, 30.0)
+    stored({"policy": "bsp", "params": {}}, 60.0)
+    plan = [Candidate(fast, "trial 3", 20.0, 0.8), Candidate(steady, "trial 5", 28.0, 0.8)]
+    result = confirm(job, 2, plan, {"time_to_target": 58.0, "final_metric": 0.81}, store, 1, 1, 2.0, 0.01)
+    assert result.trained_virtual_seconds == 0.0
+    assert result.winner == steady and result.winner_time == pytest.approx(29.0)
+    assert result.rows[0]["missed_seeds"] == [seed] and not result.rows[0]["feasible"]
+    assert result.bsp_time == pytest.approx(59.0)
+    line = how_it_held(result.to_dict(), lambda p: p["policy"])
+    assert line.startswith("the answer was replaced: the search's best asp missed the target on seed 4")
+    assert "backup 29.0 s mean over seeds 3, 4" in line
+    assert next(r for r in result.rows if r["source"] == REFERENCE)["time_to_target"] == pytest.approx(59.0)
+
+
+@pytest.mark.slow
+def test_leaders_closer_than_their_spread_get_more_seeds_and_a_loser_stops_behind_the_leader(tmp_path):
+    """Real runs: the two candidates are run on a new seed; one too slow to catch the leader's mean stops at
+    the bound, and leaders closer than the spread between seeds train on more seeds, up to three new ones."""
+    job = small_job(budget={"max_updates": 30})
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 's.db'}")
+    a, b = {"policy": "backup", "params": {"k": 3, "lr_rule": "fixed"}}, {"policy": "asp", "params": {"lr_rule": "fixed"}}
+    score = {p["policy"]: evaluate(job, p, [job.seed], stop_at_target=True) for p in (a, b)}
+    plan = [Candidate(p, f"trial {i}", score[p["policy"]]["time_to_target"], score[p["policy"]]["final_metric"])
+            for i, p in enumerate((a, b))]
+    bsp = evaluate(job, {"policy": "bsp", "params": {}}, [job.seed])
+    result = confirm(job, 2, plan, bsp, RunStore(study, []), 1, 1, 2.0, 0.01)
+    assert 2 <= len(result.seeds) <= 4 and result.seeds[:2] == [job.seed, job.seed + 1]
+    for row in result.rows:
+        assert row["behind_at"] is not None or len(row["seed_times"]) >= 2 or row["missed_seeds"] or row["reason"]
+    assert result.winner is not None

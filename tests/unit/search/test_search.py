@@ -1,0 +1,520 @@
+"""Search spaces, the tuning objective and studies: the cache of recurring jobs, resumption, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+
+from autosync.core.errors import UserError
+from autosync.search.strategies.binary import binary_search
+from autosync.search.strategies.ladder import DEFAULT_RUNGS, SWITCH_PARAM, LadderSampler, ladder_finished
+from autosync.search.objective import Objective, ObjectiveSettings
+from autosync.search.study.records import CONSTRAINT
+from autosync.search.strategies.pruning import TargetRacePruner, race_limit
+from autosync.search.space import SPACE_DIR, load_space
+from autosync.search.study.storage import open_storage
+from autosync.search.study.trials import counted_trials
+from autosync.search.tune import TuneRequest, tune
+from tests.conftest import autosync, no_traceback, small_job, tune_request
+
+
+def _space(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "space.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("name", ["static_k", "switch_point", "batch_split", "policy"])
+def test_shipped_spaces_load_and_sample_valid_policies(name):
+    from autosync.catalog import policy_from_dict
+
+    space = load_space(SPACE_DIR / f"{name}.yaml", 4)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    for _ in range(10):
+        trial = study.ask()
+        policy = space.suggest(trial)
+        policy_from_dict(policy).bind(4, 8)
+        study.tell(trial, 0.0)
+        again = optuna.create_study()
+        again.enqueue_trial(space.trial_params(policy))
+        replay = space.suggest(again.ask())  # enqueue_trial reproduces the policy
+        assert replay["policy"] == policy["policy"]
+        for key, value in policy["params"].items():
+            assert replay["params"][key] == (pytest.approx(value, rel=1e-6) if isinstance(value, list) else value)
+
+
+@pytest.mark.parametrize("text,message", [
+    ("policies: {backup: {k: {type: int, low: 5, high: 2}}}", "policies.backup.k.high must be >= low=5, but got 2"),
+    ("policies: {backup: {k: {type: integer, low: 1, high: 2}}}", "policies.backup.k.type must be one of"),
+    ("policies: {backup: {k: {type: int, low: 1, high: 2, stepp: 1}}}", "unknown key 'stepp'"),
+    ("policies: {bakup: {}}", "unknown policy 'bakup'"),
+    ("policies: {backup: {kk: 3}}", "policy backup has no parameter 'kk'"),
+    ("policies: {dana_dc: {dc_lambda: {type: float, low: 0, high: 1, log: true}}}", "log needs low > 0"),
+    ("polices: {bsp: {}}", "unknown key 'polices'"),
+    ("policies: [bsp]", "policies must be a non-empty mapping"),
+    ("policies: {backup: {k: {type: int, low: 1, high: n_workers * x}}}", "must be a number or n_workers"),
+    ("policies: {backup: {k: {type: int, low: 1, high: .inf}}}", "policies.backup.k.high must be a finite number"),
+    ("policies: {backup: {k: {type: int, low: 1, high: 4, step: 0.5}}}", "step must be an integer for type int"),
+    ("policies: {ssp: {staleness: {type: categorical, choices: [[1, 2]]}}}", "choices must hold numbers, strings"),
+])
+def test_bad_spaces_name_file_key_rule_and_value(tmp_path, text, message):
+    path = _space(tmp_path, text)
+    with pytest.raises(UserError, match="space.yaml") as info:
+        load_space(path, 4)
+    lines = str(info.value).splitlines()  # every problem at once, each one line naming the file
+    assert any(message in line for line in lines) and all(line.startswith(f"{path}: ") for line in lines)
+
+
+def test_every_problem_of_a_space_file_is_reported_at_once(tmp_path):
+    path = _space(tmp_path, "name: bad name\npolicies:\n  bakup: {}\n  backup: {k: {type: int, low: 5, high: 2},"
+                            " kk: 3, lr_rule: {type: categorical, choices: []}}\n")
+    with pytest.raises(UserError) as info:
+        load_space(path, 4)
+    lines = str(info.value).splitlines()
+    assert len(lines) == 5, lines
+    for part in ("name may hold only", "policies.backup.k.high must be >= low=5, but got 2",
+                 "policies.backup.lr_rule.choices must not be empty", "unknown policy 'bakup'",
+                 "policy backup has no parameter 'kk'"):
+        assert any(part in line for line in lines), (part, lines)
+
+
+def test_binary_search_follows_algorithm_1():
+    # accuracy rises with the BSP share; anything >= 0.3 is within beta of BSP
+    accuracy = lambda s: 0.9 if s >= 0.3 else 0.8  # noqa: E731
+    result = binary_search(accuracy, threshold=0.01, runs_per_candidate=2, max_settings=4, bsp_runs=3)
+    assert [c[0] for c in result.candidates] == [0.5, 0.25, 0.375, 0.3125]
+    assert result.switch_at == 0.3125 and result.target_accuracy == 0.9
+    assert len(result.runs) == 3 + 4 * 2
+    recurring = binary_search(accuracy, max_settings=2, target_accuracy=0.9)
+    assert 1.0 not in recurring.runs
+
+
+def _ladder_study(accuracy, rungs=DEFAULT_RUNGS, target=0.9, threshold=0.01):
+    """Ask and tell a study whose sampler is the ladder until it says it is finished."""
+    study = optuna.create_study(sampler=LadderSampler(rungs=rungs))
+    while not ladder_finished(study, rungs):
+        trial = study.ask()
+        s = trial.suggest_float(SWITCH_PARAM, 0.0, 1.0, step=1 / 32)
+        assert trial.suggest_categorical("sync_switch.config", ["sync_switch", "none"]) == "sync_switch"
+        trial.set_constraint(CONSTRAINT, target - threshold - accuracy(s))
+        study.tell(trial, s)
+    return [t.params[SWITCH_PARAM] for t in study.trials]
+
+
+def test_ladder_sampler_stops_at_the_cheapest_rung_that_holds():
+    assert _ladder_study(lambda s: 0.9 if s >= 0.1 else 0.8) == [1 / 32, 1 / 16, 1 / 8]
+    assert _ladder_study(lambda s: 0.0, rungs=(0.5, 0.25)) == [0.25, 0.5]  # none holds: every rung once
+    with pytest.raises(ValueError, match="rungs in"):
+        LadderSampler(rungs=(0.0, 0.5))
+
+
+def test_ladder_sampler_gives_each_process_its_own_rung():
+    study = optuna.create_study(sampler=LadderSampler())
+    running = [study.ask() for _ in range(3)]  # three trials in flight at once, as with --n-jobs 3
+    assert [t.suggest_float(SWITCH_PARAM, 0.0, 1.0, step=1 / 32) for t in running] == [1 / 32, 1 / 16, 1 / 8]
+    with pytest.raises(ValueError, match="must be categorical"):
+        study.ask().suggest_int("sync_switch.other", 0, 3)
+
+
+def _request(tmp_path: Path, job=None, space=None, **changes) -> TuneRequest:
+    base = dict(n_trials=4, storage=f"sqlite:///{tmp_path / 'studies.db'}", tolerance=0.05)
+    base.update(changes)
+    return tune_request(job or small_job(), space or load_space(SPACE_DIR / "static_k.yaml", 4), **base)
+
+
+@pytest.mark.slow
+def test_tune_caches_the_best_policy_for_the_recurring_job(tmp_path):
+    first = tune(_request(tmp_path))
+    assert not first.cached and first.new_trials == 4
+    record = first.cache
+    assert record["best_policy"]["policy"] == "backup" and record["trials"] == 4
+    assert record["search_cost_bsp_trainings"] > 0 and record["fingerprint"] == small_job().fingerprint()
+    second = tune(_request(tmp_path))
+    assert second.cached and second.new_trials == 0 and second.cache == record
+    refreshed = tune(_request(tmp_path, refresh=True, n_trials=2))
+    assert not refreshed.cached and refreshed.cache["trials"] == 6
+    study = optuna.load_study(study_name=first.study_name, storage=open_storage(_request(tmp_path).storage))
+    assert study.trials[4].params == study.trials[record["best_trial"]].params  # warm start: cached best first
+
+
+@pytest.mark.slow
+def test_baselines_are_enqueued_first(tmp_path):
+    outcome = tune(_request(tmp_path, n_trials=2))
+    study = optuna.load_study(study_name=outcome.study_name, storage=open_storage(_request(tmp_path).storage))
+    assert study.trials[0].user_attrs["policy"] == {"policy": "backup", "params": {"k": 4, "lr_rule": "fixed"}}
+
+
+@pytest.mark.slow
+def test_a_diverging_policy_is_a_failed_trial_with_its_reason(tmp_path):
+    # Sync-Switch's configuration policy trains BSP with 8 x eta: too much for this MLP, which then diverges
+    space = load_space(_space(tmp_path, "policies: {sync_switch: {config: {type: categorical, "
+                                        "choices: [none, sync_switch]}}, bsp: {}}"), 8)
+    job = small_job(workload__optimizer={"lr": 5.0, "momentum": 0.9}, workload__model={"name": "mlp"},
+                    cluster__n_workers=8, target={"metric": "train_loss", "threshold": 1e9})
+    for stop in (False, True):  # trained whole, or stopped at the (instant) target and then checked
+        outcome = tune(_request(tmp_path, job=job, space=space, n_trials=3, sampler="grid", study=f"stop-{stop}",
+                                tolerance=1e9, settings={"stop_at_target": stop}))
+        study = optuna.load_study(study_name=outcome.study_name, storage=open_storage(_request(tmp_path).storage))
+        failed = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
+        assert failed and "diverged" in failed[0].user_attrs["fail_reason"]
+        assert outcome.cache["best_policy"] != failed[0].user_attrs["policy"]
+
+
+def _switch_point_search(tmp_path: Path, sampler: str, n_trials: int, tolerance: float):
+    """Tune the switch point of a small job with `sampler`; returns the outcome and its study."""
+    space = load_space(SPACE_DIR / "switch_point.yaml", 4)
+    job = small_job(budget={"max_epochs": 2.0})
+    outcome = tune(_request(tmp_path, job=job, space=space, n_trials=n_trials, sampler=sampler,
+                            tolerance=tolerance))
+    return outcome, optuna.load_study(study_name=outcome.study_name, storage=open_storage(_request(tmp_path).storage))
+
+
+@pytest.mark.slow
+def test_binary_sampler_records_every_candidate_in_the_study(tmp_path):
+    _, study = _switch_point_search(tmp_path, "binary", 3, 0.2)
+    switch_points = [t.params["sync_switch.switch_at"] for t in study.trials]
+    assert switch_points[0] == 0.5 and len(switch_points) == 3
+    assert all(t.user_attrs["runs"] == 3 for t in study.trials)  # R = 3 runs per candidate
+
+
+def test_ladder_sampler_tries_the_cheapest_switch_point_first(tmp_path):
+    outcome, study = _switch_point_search(tmp_path, "ladder", 2, 1.0)
+    assert [t.params["sync_switch.switch_at"] for t in study.trials] == [1 / 32]  # it holds: the search stops
+    assert outcome.cache["best_policy"]["params"]["switch_at"] == 1 / 32
+
+
+def _tiny(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.yaml"
+    path.write_text("name: tiny\nworkload: {dataset: {name: synthetic_classification, n_samples: 600}, "
+                    "model: {name: logreg}, batch_size: 16, optimizer: {lr: 0.2}, evaluation: {every_seconds: 2}}\n"
+                    "cluster: {n_workers: 4}\ntarget: {metric: test_accuracy, threshold: 0.7}\n"
+                    "budget: {max_virtual_seconds: 30}\n")
+    return path
+
+
+@pytest.mark.slow
+def test_cli_tune_then_cache_hit_then_run_tuned_then_clear_each_json_one_strict_document(tmp_path):
+    job = _tiny(tmp_path)
+
+    def document(*args: str) -> tuple[object, str]:
+        proc = autosync(*args, "--json", cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout, parse_constant=lambda c: pytest.fail(f"non-standard JSON {c}")), proc.stderr
+
+    tuned, stderr = document("tune", str(job), "--n-trials", "3", "--tolerance", "0.05")
+    assert tuned["cached"] is False and tuned["cache"]["trials"] == 3 and tuned["top"]
+    assert "storage: sqlite:///results/autosync-studies.db" in stderr  # status on stderr, results on stdout
+    again = subprocess.run([sys.executable, "-X", "importtime", "-m", "autosync.cli", "tune", str(job),
+                            "--n-trials", "3"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and "cache hit" in again.stdout and "no new trial" in again.stdout
+    imported = {line.rsplit("|", 1)[1].strip() for line in again.stderr.splitlines() if line.startswith("import time:")}
+    assert "optuna" in imported and "torch" not in imported  # a cache hit answers without loading torch
+    assert document("cache", "list")[0][0]["cache"]["job_name"] == "tiny"
+    assert "tiny" in autosync("cache", "list", cwd=tmp_path).stdout
+    assert document("cache", "show", str(job))[0][0]["study"] == tuned["study"]
+    run, stderr = document("run", str(job), "--policy", "tuned", "--out", "r")
+    assert "tuned policy from the cache" in stderr and run["policy"] == tuned["cache"]["best_policy"] and run["files"]
+    board, _ = document("leaderboard", str(job), "--policies", "bsp", "--policies", "DANA-Slim", "--seeds", "1",
+                        "--out", "lb")
+    assert [r["policy"] for r in board["rows"]] and "speedup_vs_bsp" in board["rows"][0]
+    assert any("dana_slim" in r["policy"] for r in board["rows"]), board["rows"]
+    cleared = autosync("cache", "clear", str(job), cwd=tmp_path)
+    assert "deleted 1 studies" in cleared.stdout
+    missing = autosync("run", str(job), "--policy", "tuned", cwd=tmp_path)
+    assert missing.returncode == 2 and "no cached policy" in missing.stderr
+    no_traceback(missing)
+
+
+@pytest.mark.slow
+def test_cli_version_and_exit_code_1_for_a_runtime_failure(tmp_path):
+    from autosync import __version__
+
+    version = autosync("--version", cwd=tmp_path)
+    assert version.returncode == 0 and version.stdout.strip() == f"autosync {__version__}"
+    # every trial diverges (Sync-Switch's configuration policy trains BSP with 8 x eta): nothing to cache
+    space = _space(tmp_path, "policies: {sync_switch: {config: sync_switch}}")
+    job = tmp_path / "diverges.yaml"
+    job.write_text("name: diverges\nworkload: {dataset: {name: synthetic_classification, n_samples: 600, n_features: 10,"
+                   " n_classes: 3}, model: {name: mlp}, batch_size: 16, optimizer: {lr: 5.0, momentum: 0.9}}\n"
+                   "cluster: {n_workers: 8}\ntarget: {metric: train_loss, threshold: 1.0e+9}\nbudget: {max_updates: 40}\n")
+    failed = autosync("tune", str(job), "--space", str(space), "--n-trials", "1", "--tolerance", "1e9", cwd=tmp_path)
+    no_traceback(failed)
+    assert failed.returncode == 1 and "no trial met the target" in failed.stderr, failed.stderr
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--storage", "nosuchdb://x"], "--storage nosuchdb://x: cannot open the study storage"),
+    (["--sampler", "cmaes"], "--sampler must be one of"),
+    (["--space", "nope"], "--space: file"),
+    (["--objective", "accuracy"], "--objective must be"),
+])
+def test_cli_tune_bad_options_are_one_line_errors(tmp_path, args, message):
+    proc = autosync("tune", str(_tiny(tmp_path)), *args, cwd=tmp_path)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]  # beside status lines
+    assert len(errors) == 1 and message in errors[0]
+    no_traceback(proc)
+
+
+def test_read_only_storage_is_a_clear_error(tmp_path):
+    if os.geteuid() == 0:
+        pytest.skip("root can write read-only files")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    db = locked / "s.db"
+    sqlite3.connect(db).close()
+    os.chmod(db, 0o444)
+    os.chmod(locked, 0o555)
+    try:
+        proc = autosync("tune", str(_tiny(tmp_path)), "--storage", f"sqlite:///{db}", cwd=tmp_path)
+    finally:
+        os.chmod(locked, 0o755)
+    assert proc.returncode == 2 and "cannot open the study storage" in proc.stderr
+    no_traceback(proc)
+
+
+@pytest.mark.slow
+def test_a_corrupt_cache_entry_is_a_clear_error_and_refresh_repairs_it(tmp_path):
+    outcome = tune(_request(tmp_path, n_trials=2))
+    study = optuna.load_study(study_name=outcome.study_name, storage=open_storage(_request(tmp_path).storage))
+    study.set_user_attr("cache", {"best_policy": {"policy": "nope"}})
+    with pytest.raises(UserError, match="corrupt cache entry"):
+        tune(_request(tmp_path, n_trials=2))
+    repaired = tune(_request(tmp_path, n_trials=1, refresh=True))
+    assert repaired.cache["trials"] == 3
+
+
+@pytest.mark.slow
+@pytest.mark.processes
+def test_two_processes_on_one_sqlite_file_lose_no_trial(tmp_path):
+    outcome = tune(_request(tmp_path, n_trials=6, n_jobs=2))
+    study = optuna.load_study(study_name=outcome.study_name, storage=open_storage(_request(tmp_path).storage))
+    numbers = [t.number for t in study.trials]
+    assert len(numbers) == len(set(numbers)) and counted_trials(study) >= 6
+    finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    assert all(t.state in finished for t in study.trials)
+
+
+def _finished(value: float, feasible: bool = True) -> optuna.trial.FrozenTrial:
+    return optuna.trial.create_trial(value=value, constraints={CONSTRAINT: -1.0 if feasible else 1.0})
+
+
+def test_the_pruner_stops_a_trial_once_it_is_slower_than_the_fastest_finished_candidates():
+    study = optuna.create_study(pruner=TargetRacePruner(places=2))
+    for value in (10.0, 20.0, 30.0):
+        study.add_trial(_finished(value))
+    study.add_trial(_finished(1.0, feasible=False))  # fast but too inaccurate: not a rival
+    slow, early = study.ask(), study.ask()
+    slow.report(15.0, 15)  # not at the target after 15 s: could still be among the two fastest
+    early.report(12.0, 15)  # met the target at 12 s
+    assert not slow.should_prune() and not early.should_prune()
+    slow.report(21.0, 21)  # still not there after 21 s: slower than the second fastest, 20 s
+    early.report(12.0, 21)
+    assert slow.should_prune() and not early.should_prune()
+    assert race_limit(study.get_trials(), 1) == 10.0 and race_limit(study.get_trials(), 4) is None
+
+
+def test_a_proposal_seen_before_is_scored_from_its_twin_without_training(tmp_path):
+    job = small_job()
+    space = load_space(SPACE_DIR / "static_k.yaml", 4)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    objective = Objective(job, space, ObjectiveSettings(tolerance=0.05), reference=0.9)
+    study.enqueue_trial({"backup.k": 2, "backup.lr_rule": "fixed"})
+    study.enqueue_trial({"backup.k": 2, "backup.lr_rule": "fixed"})
+    study.optimize(objective, n_trials=2)
+    first, second = study.trials
+    assert first.user_attrs["virtual_seconds"] > 0 and second.user_attrs["virtual_seconds"] == 0.0
+    assert second.values == first.values and second.user_attrs["same_as_trial"] == 0
+    assert second.constraints == first.constraints
+
+
+@pytest.mark.slow
+def test_a_tune_over_another_space_reuses_what_a_sibling_study_of_the_job_trained(tmp_path):
+    """policy, then composed, in one storage: composed's BSP reference and its compose(asp) trial (ASP's
+    canonical form) come from the policy study, untrained; a study of another job shares nothing."""
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    job = small_job(budget={"max_updates": 30})
+    first = tune(tune_request(job, load_space(SPACE_DIR / "policy.yaml", 4), n_trials=3, storage=url,
+                             sampler="tpe"))  # TPE's first proposals, not the portfolio's
+    second = tune(tune_request(job, load_space(SPACE_DIR / "composed.yaml", 4), n_trials=3, storage=url))
+    policy_trials = {json.dumps(t.user_attrs["canonical_policy"], sort_keys=True): t for t in first.study.trials}
+    assert second.study.user_attrs["bsp_reference"] == {**first.study.user_attrs["bsp_reference"],
+                                                        "reference_from": first.study.study_name}
+    assert second.cache["search_cost_virtual_seconds"] < first.cache["search_cost_virtual_seconds"]  # charged once
+    copied = [t for t in second.study.trials if str(t.user_attrs.get("same_as_trial", "")).startswith(
+        first.study.study_name + "#")]
+    assert copied and all(t.user_attrs["virtual_seconds"] == 0.0 for t in copied)
+    for t in copied:
+        twin = policy_trials[json.dumps(t.user_attrs["canonical_policy"], sort_keys=True)]
+        assert t.values == twin.values and t.user_attrs["same_as_trial"] == f"{first.study.study_name}#{twin.number}"
+    winner = first.study.user_attrs["cache"]["best_policy"]
+    assert winner["policy"] == "backup"  # not BSP or ASP, which the composed tune queues anyway
+    third_trial = second.study.trials[2]  # queued after compose(bsp) and compose(asp): the policy tune's winner
+    assert third_trial.user_attrs["canonical_policy"] == winner and "#" in str(third_trial.user_attrs["same_as_trial"])
+    longer = job.model_copy(update={"budget": job.budget.model_copy(update={"max_updates": 40})})
+    fourth = tune(tune_request(longer, load_space(SPACE_DIR / "static_k.yaml", 4), n_trials=1, storage=url))
+    assert fourth.study.user_attrs["bsp_reference"]["budget"]["max_updates"] == 40  # a budget of its own: trained
+    other = job.model_copy(update={"target": job.target.model_copy(update={"threshold": 0.75})})
+    assert other.fingerprint() != job.fingerprint()
+    third = tune(tune_request(other, load_space(SPACE_DIR / "composed.yaml", 4), n_trials=1, storage=url))
+    assert not any("same_as_trial" in t.user_attrs and "#" in str(t.user_attrs["same_as_trial"])
+                   for t in third.study.trials)
+
+
+@pytest.mark.slow
+def test_a_composed_tune_tries_the_policy_tunes_winner_with_another_papers_strategy_added(tmp_path):
+    """After the policy tune's winner (backup k here), the composed tune queues it with LB-BSP's batches:
+    the cross-paper variant, trained since no sibling ran it."""
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    job = small_job(budget={"max_updates": 30})
+    first = tune(tune_request(job, load_space(SPACE_DIR / "policy.yaml", 4), n_trials=3, storage=url,
+                             sampler="tpe"))  # TPE's first proposals, not the portfolio's
+    winner = first.study.user_attrs["cache"]["best_policy"]
+    assert winner["policy"] == "backup"
+    second = tune(tune_request(job, load_space(SPACE_DIR / "composed.yaml", 4), n_trials=4, storage=url))
+    neighbour = second.study.trials[3].user_attrs["policy"]
+    assert neighbour["policy"] == "compose"
+    assert {k: neighbour["params"][k] for k in ("barrier", "k", "lr_rule", "batch")} == {
+        "barrier": "backup", **winner["params"], "batch": "lbbsp"}
+    assert second.study.trials[3].user_attrs["virtual_seconds"] > 0  # trained: no sibling ran it
+
+
+
+
+def test_a_trial_killed_before_its_first_heartbeat_is_failed_and_retried(tmp_path):
+    from autosync.search.study.trials import fail_dead_trials
+
+    storage = open_storage(f"sqlite:///{tmp_path / 'orphans.db'}")
+    storage.heartbeat_interval, storage.grace_period = 1, 1
+    study = optuna.create_study(storage=storage, study_name="orphans")
+    study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})  # RUNNING, and no heartbeat ever written
+    fail_dead_trials(study)
+    assert [t.state for t in study.trials] == [optuna.trial.TrialState.RUNNING]  # too young to judge
+    time.sleep(2.5)  # past autosync's grace of two heartbeat intervals
+    fail_dead_trials(study)
+    states = [t.state for t in study.trials]
+    assert states == [optuna.trial.TrialState.FAIL, optuna.trial.TrialState.WAITING]  # failed, then re-queued
+
+
+@pytest.mark.slow
+def test_policies_that_run_alike_are_trained_once_per_study(tmp_path):
+    space = load_space(_space(tmp_path, "policies: {bsp: {}, backup: {k: {type: int, low: 3, high: 4}},"
+                                        " sync_switch: {switch_at: 1.0, config: none}}"), 4)
+    outcome = tune(_request(tmp_path, space=space, n_trials=4, sampler="grid"))
+    study = optuna.load_study(study_name=outcome.study_name, storage=open_storage(_request(tmp_path).storage))
+    bsp = {"policy": "bsp", "params": {}}
+    assert len({json.dumps(t.user_attrs["policy"], sort_keys=True) for t in study.trials}) == 4
+    trained = [t.user_attrs["policy"] for t in study.trials if t.user_attrs["virtual_seconds"] > 0
+               and "full_budget_check_of" not in t.user_attrs]  # the winner's check at full budget aside
+    assert trained == [{"policy": "backup", "params": {"k": 3}}]  # BSP's three forms: scored from the reference
+    for t in study.trials:
+        if t.user_attrs["canonical_policy"] == bsp:
+            assert t.user_attrs["same_as_trial"] == "bsp_reference"
+    assert study.trials[0].user_attrs["policy"] == bsp  # queued first, once: backup k = 4 is the same run
+    assert study.trials[1].user_attrs["canonical_policy"] != bsp
+
+
+def test_a_live_trial_failed_as_dead_does_not_crash_its_process(tmp_path):
+    from autosync.search.study import _optuna_internals as internals
+    from autosync.search.study.trials import run_queued_trial, top_up
+
+    url = f"sqlite:///{tmp_path / 'live.db'}"
+    study = optuna.create_study(storage=open_storage(url), study_name="live")
+    top_up(study, url, 2)
+
+    other = optuna.load_study(study_name="live", storage=open_storage(url))  # another process's view
+
+    def judged_dead_while_running(trial: optuna.Trial) -> float:
+        storage = internals.storage_of(other)  # what another process's fail_dead_trials does to a slow trial
+        storage.set_trial_user_attr(internals.trial_id(trial), "process_lost", True)
+        storage.set_trial_state_values(internals.trial_id(trial), state=optuna.trial.TrialState.FAIL)
+        trial.set_user_attr("virtual_seconds", 1.0)  # the objective goes on writing to it
+        return 1.0
+
+    assert run_queued_trial(study, url, judged_dead_while_running, catch=())  # no exception
+    assert run_queued_trial(study, url, lambda trial: 2.0, catch=())
+    assert [t.state.name for t in study.trials] == ["FAIL", "COMPLETE"]
+
+
+def test_an_invalid_policy_has_no_canonical_form():
+    from autosync.search.objective import canonical_policy
+
+    assert canonical_policy({"policy": "backup", "params": {"k": 4}}, 4, 8) == {"policy": "bsp", "params": {}}
+    assert canonical_policy({"policy": "backup", "params": {"k": 4, "lr_rule": "bogus"}}, 4, 8) is None
+    assert canonical_policy({"policy": "split", "params": {"fractions": [-1, -1, -1, -1]}}, 4, 8) is None
+
+
+def test_storage_passwords_are_masked_in_urls_and_messages():
+    from autosync.search.study.storage import redact, redact_url
+
+    assert redact_url("postgresql://u:pa/ss@h/db") == "postgresql://u:***@h/db"  # '/' may be in a password
+    assert redact_url("postgresql://u@h/db?password=xyz&sslmode=require") == \
+        "postgresql://u@h/db?password=***&sslmode=require"
+    assert redact_url("postgresql://h:5432/db") == "postgresql://h:5432/db"  # a port is no password
+    assert redact("login pa/ss refused", "postgresql://u:pa/ss@h/db") == "login *** refused"
+
+
+
+def test_the_pace_rule_predicts_from_the_time_the_bar_took_to_the_same_metric():
+    from autosync.search.strategies.pruning import pace_ratio, thinned
+
+    bar = [[0.0, 0.1], [10.0, 0.5], [20.0, 0.8], [30.0, 0.95]]  # reached the target (0.95) at 30 s
+    assert pace_ratio(bar, 40.0, 0.5, lower_is_better=False) == 4.0  # took 40 s to where the bar was at 10 s
+    assert pace_ratio(bar, 15.0, 0.8, lower_is_better=False) == 0.75  # ahead of the bar
+    assert pace_ratio(bar, 12.0, 0.05, lower_is_better=False) == 1.2  # below the bar's start: its first evaluation
+    assert pace_ratio(bar, 20.0, 0.99, lower_is_better=False) is None  # past the bar's whole curve
+    assert pace_ratio([[5.0, 2.0], [9.0, 1.0]], 18.0, 1.0, lower_is_better=True) == 2.0  # a loss
+    curve = [(float(i), i / 100) for i in range(101)]
+    kept = thinned(curve, 10)
+    assert kept[0] == [0.0, 0.0] and kept[-1] == [100.0, 1.0] and len(kept) <= 12
+
+
+def test_a_trial_still_training_when_the_timeout_passes_stops_and_takes_no_slot():
+    """--timeout stops a running trial at its next evaluation (a long trial cannot overrun it), failed with
+    the reason and not counted; a candidate's full-budget check is not stopped (the answer needs it)."""
+    import time
+
+    from autosync.search.objective import Objective, ObjectiveSettings, RunFailed, evaluate
+    from autosync.search.study.records import FULL_BUDGET_OF, TIMED_OUT
+    from autosync.search.study.trials import budget_used
+
+    job = small_job(budget={"max_updates": 400})
+    space = load_space(SPACE_DIR / "static_k.yaml", 4)
+    reference = evaluate(job, {"policy": "bsp", "params": {}}, [job.seed])
+    objective = Objective(job, space, ObjectiveSettings(), reference["final_metric"], reference)
+    objective.deadline = time.monotonic()  # already passed
+    study = optuna.create_study()
+    study.enqueue_trial({"backup.k": 3, "backup.lr_rule": "fixed"})
+    study.optimize(objective, n_trials=1, catch=(RunFailed,))
+    (stopped,) = study.trials
+    assert stopped.state.name == "FAIL" and stopped.user_attrs[TIMED_OUT]
+    assert "--timeout passed" in stopped.user_attrs["fail_reason"]
+    assert stopped.user_attrs["virtual_seconds"] <= job.workload.evaluation.every_seconds + 1e-9  # at the first
+    assert budget_used(study) == (0, 0)
+    study.enqueue_trial({"backup.k": 3, "backup.lr_rule": "fixed"}, user_attrs={FULL_BUDGET_OF: 0})
+    study.optimize(objective, n_trials=1, catch=(RunFailed,))
+    assert study.trials[-1].state.name == "COMPLETE"
+
+
+@pytest.mark.parametrize("text, n, workers, share", [
+    ("n_workers", 16, 16, 16), ("n_workers - 1", 16, 15, 15), ("n_workers / 2", 15, 7, 8),
+    ("n_workers*3/4", 16, 12, 12), ("n_workers * 2", 16, 32, 16), ("n_workers+3", 4, 7, 4), (5, 16, 5, 5),
+])
+def test_worker_expressions_share_one_grammar_and_finish_by_their_own_rule(text, n, workers, share):
+    from types import SimpleNamespace
+
+    from autosync.search.space_file import resolve_share, resolve_workers
+
+    assert resolve_workers(text, SimpleNamespace(context={"n_workers": n})) == workers  # floored, unclamped
+    assert resolve_share(text, n) == share  # rounded, between 1 and n
+    for bad in ("n_workers ** 2", "n_workers/x"):
+        with pytest.raises(ValueError, match=r"must be a number or n_workers\[\*a\]\[/b\]\[\+-c\]"):
+            resolve_share(bad, n)

@@ -1,0 +1,129 @@
+"""The package's import structure: no cycles, and no lower layer importing a higher one.
+
+Every `import autosync...` counts, at module level or inside a function (a lazy import is still a
+dependency), except those under `if TYPE_CHECKING:` (annotations only).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "autosync"
+
+# Lowest first; a module may import its own layer and those below. Keyed by the first name under autosync.
+LAYERS = [
+    {"data", "__init__"},
+    {"core"},
+    {"policies", "workloads"},
+    {"engine"},
+    {"catalog"},
+    {"search", "experiments", "measure"},
+    {"reporting"},
+    {"options"},
+    {"api"},
+    {"cli", "__main__"},
+]
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    return isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+
+
+def _imports(path: Path, modules: set[str], annotations: bool = False) -> set[str]:
+    """The autosync modules `path` imports (a package's import also runs its parents' __init__); with
+    `annotations`, also those it names only under `if TYPE_CHECKING:`."""
+    tree = ast.parse(path.read_text())
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node) and not annotations:
+            return
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    me = _module_name(path)
+    out = set()
+    for name in found:
+        if not name.startswith("autosync"):
+            continue
+        parts = name.split(".")
+        for i in range(1, len(parts) + 1):  # the module and every package above it
+            target = ".".join(parts[:i])
+            if target in modules and target != me and not me.startswith(target + "."):
+                out.add(target)
+    return out
+
+
+def _graph() -> dict[str, set[str]]:
+    paths = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    modules = set(paths)
+    return {name: _imports(path, modules) for name, path in paths.items()}
+
+
+def _layer(module: str) -> int:
+    top = module.split(".")[1] if "." in module else "__init__"
+    return next(i for i, names in enumerate(LAYERS) if top in names)
+
+
+def test_every_module_has_a_layer():
+    for module in _graph():
+        _layer(module)
+
+
+def test_no_module_imports_a_higher_layer():
+    bad = [f"{a} -> {b}" for a, deps in _graph().items() for b in deps if _layer(b) > _layer(a)]
+    assert not bad, bad
+
+
+def test_no_import_cycles():
+    graph = _graph()
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def strongconnect(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                strongconnect(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            strongconnect(v)
+    assert not cycles, cycles
+
+
+def test_no_two_modules_name_each_other_even_for_annotations():
+    """A pair that imports each other only for type hints still reads as one module split in two. None is
+    left: a user's workload is built, then checked (`workloads.build.build_workload`), and the checks
+    read the workload they are given without the workload naming them."""
+    paths = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    names = {m: _imports(p, set(paths), annotations=True) for m, p in paths.items()}
+    pairs = sorted({tuple(sorted((a, b))) for a in names for b in names[a] if a in names.get(b, set())})
+    assert pairs == [], pairs
