@@ -19,12 +19,15 @@
     get dearer while rows are first sampled, then stay (measured: 2.26, 2.57, 2.55 and 2.61 ms an update
     by quarter at n = 16, 1.15x, where dbw's were 2.25, 2.06, 1.89 and 1.96).
 Goals (the scale issue): per-update cost no faster than linear in n; a flat cost over 2,000 updates.
+Timed on one thread (torch.set_num_threads(1)).
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+
+import torch
 
 from autosync.catalog import make_policy
 from autosync.engine import Simulator
@@ -95,6 +98,9 @@ def main() -> None:
                         help="dbw1: DBW with solve_every = 1")
     parser.add_argument("--json", default=None, help="also write the figures here (benchmarks/make_table.py)")
     args = parser.parse_args()
+    # one thread: the engine's growth in n is what is timed, and a parallel region of two threads stalls
+    # whenever another process holds one of the two cores (10x slower BSP updates at n = 16, measured)
+    torch.set_num_threads(1)
     figures = Figures("bench_scale")
     n_min = min(args.workers)
     print(f"wall time per update (ms); ratio to n = {n_min} (the least of its times so far, timed beside each n); "
