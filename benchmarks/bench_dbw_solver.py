@@ -125,23 +125,23 @@ def measure(n: int, resolves: int, warmup: int, cvxpy_solver: str | None, with_p
 
 def recorded_instances(n: int, updates: int) -> list[tuple[np.ndarray, np.ndarray]]:
     """The (weights, targets) of every solve of (17) in one DBW run: bench_scale's job (seed 0) at n
-    workers for `updates` updates, captured as `IterationTimeEstimator` hands them to its solver. The run
-    takes the structured solver's answer even where it hits the sweep cap (no cvxpy fallback, whose
-    compile takes minutes at n = 512); its answers are within the solver's tolerance of the optimum."""
+    workers for `updates` updates, captured as dense arrays (`IterationTimeEstimator.targets`) each time DBW
+    asks for T_k (`times`, which solves them on their distinct rows)."""
     import bench_scale
 
     captured: list[tuple[np.ndarray, np.ndarray]] = []
-    original = IterationTimeEstimator._solve_structured
+    original = IterationTimeEstimator.times
 
-    def capture(self, weights, targets):
-        captured.append((weights.copy(), targets.copy()))
-        return self._structured.solve(weights, targets).x
+    def capture(self):
+        if self.n_samples:
+            captured.append(self.targets())
+        return original(self)
 
-    IterationTimeEstimator._solve_structured = capture
+    IterationTimeEstimator.times = capture
     try:
         bench_scale.per_update(n, "dbw", updates)
     finally:
-        IterationTimeEstimator._solve_structured = original
+        IterationTimeEstimator.times = original
     return captured
 
 
