@@ -3,6 +3,7 @@ trial slot goes to an answered point, and an answer that misses on a seed it was
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import optuna
@@ -142,6 +143,18 @@ def test_the_race_drops_a_family_that_cannot_win_and_keeps_each_that_can():
         picks.append(family)
         study.add_trial(_trial(_any_point(family, len(study.trials)), 58.0 if family == "asp" else 55.0))
     assert set(picks) == {"backup", "asp"} and picks.count("backup") >= picks.count("asp")  # dbw cannot win
+
+
+def test_once_the_leading_family_is_fully_tried_the_trials_go_to_the_next_families():
+    """ASP's three rules all tried and fastest; SSP 3x slower: the next trial searches SSP, not ASP again."""
+    study = optuna.create_study()
+    for rule, value in (("sqrt_staleness", 20.0), ("staleness", 25.0), ("fixed", 28.0)):
+        study.add_trial(_trial({"policy": "asp", "params": {"lr_rule": rule}}, value))
+    study.add_trial(_trial({"policy": "ssp", "params": {"staleness": 3}}, 60.0))
+    two = dataclasses.replace(POLICY_SPACE, dimensions={f: POLICY_SPACE.dimensions[f] for f in ("asp", "ssp")},
+                              constants={f: POLICY_SPACE.constants[f] for f in ("asp", "ssp")})
+    assert contenders(family_standing(study.trials, ["asp", "ssp"])) == ["asp"]
+    assert next_family(study, two, len(study.trials)) == "ssp"
 
 
 def _any_point(family: str, salt: int = 0) -> dict:

@@ -126,8 +126,10 @@ def contenders(standing: dict[str, float], margin: float = FAMILY_MARGIN) -> lis
 def next_family(study: "optuna.Study", space: SearchSpace, number: int, budget: int | None = None) -> str | None:
     """The family trial `number` searches in: a family of the space not tried yet first (while a `budget`
     of trials still leaves `FAMILY_TRIALS` after it), else the leading family on every other trial and the
-    other contenders in turn (fewest trials first); families whose points are all tried are passed over.
-    None when no family is left (the caller's sampler decides)."""
+    other contenders in turn (fewest trials first). Families whose points are all tried are passed over, and
+    the contenders are judged among the others: once the best family is fully tried (ASP's three rules), the
+    trials go to the next families rather than to proposals of its tried points. None when no family is
+    left (the caller's sampler decides)."""
     families = space.policies
     done = _finished(study, number)
     open_ = [f for f in families if not _exhausted(space, f, done)]
@@ -135,7 +137,7 @@ def next_family(study: "optuna.Study", space: SearchSpace, number: int, budget: 
     untried = [f for f in open_ if f not in tried]
     if untried and (budget is None or _counted(done) < budget - FAMILY_TRIALS or not tried):
         return untried[0]
-    alive = [f for f in contenders(tried) if f in open_]
+    alive = contenders({f: v for f, v in tried.items() if f in open_})  # a family fully tried is no contender
     if not alive:
         return None
     counts = {f: sum(1 for t in done if _family(t, families) == f) for f in alive}
