@@ -5,7 +5,7 @@ reference search with the same sampler and seed shares the tune's blind spots. T
 of n workers:
 
 - static k: backup k = 1..n-1 under the four learning-rate rules, k = n under sqrt and linear, and BSP
-  (`autosync.robustness.static_k_policies`);
+  (`autosync.experiments.robustness.static_k_policies`);
 - ASP under each asynchronous rule (fixed, sqrt_staleness, staleness); SSP with staleness 0..8;
 - the DANA family: DANA-Zero, DANA-Slim, DANA-DC (dc_lambda 0.2, 1, 2) and the DANA paper's appendix
   baselines NAG-ASGD, Multi-ASGD, DC-ASGD and LWP, each with its defaults;
@@ -16,16 +16,22 @@ of n workers:
 - local updates: local SGD with periods 2, 4, 8, 16, AdaComm from 8, DiLoCo with periods 8 and 16,
   asynchronous local SGD and EASGD with period 8, each with its paper's outer step;
 - compositions: strong single settings of each family with the strategy of another paper that the
-  `composed` space adds to them (`autosync.policies.cross_paper_neighbours`: LB-BSP's batches, DANA-Slim's
+  `composed` space adds to them (`autosync.policies.cross_paper_variants`: LB-BSP's batches, DANA-Slim's
   look-ahead), and Sync-Switch's elastic straggler schedule.
 
 Continuous dimensions are thinned (switch points, windows, lambdas); static k is exhaustive. Policies that
 run alike on n workers (the same canonical form) are kept once. Each run stops at the target and is cached
-as a robustness cell (`autosync.robustness.run_cell`, cells.jsonl), so a grid computed once is read back.
+as a robustness cell (`autosync.experiments.robustness.run_cell`, cells.jsonl), so a grid computed once is read back.
 
 Scoring seeds are held out: a tune searches on the job's seed and the next ones (`trial_seeds`) and
 confirms on the few after them; the grid and the answer are scored on `job.seed + 100`, `+ 101`, ...
 (`held_out_seeds`), far from both.
+
+The reference is judged by the rule the tune answers by: the fastest policy to the target whose final
+metric at the end of the budget stays within the tolerance of BSP's (Sync-Switch's constraint, the tune's
+`--tolerance`, 0.01 by default), both over the held-out seeds (`feasible_best`). Only the grid's fastest
+policies are trained to the full budget for it, in order, until one keeps the constraint (`full_cell_key`:
+cached beside the runs to the target); the fastest policy on time alone is kept too (`Judged.fastest`).
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from autosync.core.job import JobSpec
 
 HELD_OUT_OFFSET = 100  # scoring seeds start this far past the job's seed: room for 100 search + confirm seeds
 HELD_OUT_SEEDS = 2  # scoring seeds per job unless told otherwise
+TOLERANCE = 0.01  # the final-metric constraint's tolerance against BSP's: the tune's default (`--tolerance`)
 ALL_LR_RULES = ("fixed", "proportional", "sqrt", "linear")  # backup's, DBW's and B-DBW's rules
 ASYNC_RULES = ("fixed", "sqrt_staleness", "staleness")  # ASP's and Sync-Switch's ASP phase's rules
 SSP_STALENESS = tuple(range(0, 9))
@@ -89,12 +96,12 @@ def composition_bases(n_workers: int) -> list[dict[str, Any]]:
 
 def compositions(n_workers: int) -> list[dict[str, Any]]:
     """Each base (`composition_bases`) with the strategies the composed space adds from another paper
-    (`cross_paper_neighbours`), and the elastic schedule on its own (a composition no named policy runs)."""
+    (`cross_paper_variants`), and the elastic schedule on its own (a composition no named policy runs)."""
     from autosync.catalog import make_policy
-    from autosync.policies import cross_paper_variants as cross_paper_neighbours
+    from autosync.policies import cross_paper_variants
 
     bases = composition_bases(n_workers)
-    slots = [bases[3]] + [c for base in bases for c in cross_paper_neighbours(base)]
+    slots = [bases[3]] + [c for base in bases for c in cross_paper_variants(base)]
     return [make_policy("compose", s).to_dict() for s in slots]
 
 
@@ -230,8 +237,10 @@ class Judged:
     job: str
     answer: Scored  # the answer's own policy, with its held-out time and missed seeds
     ran_as: dict[str, Any]  # the policy whose cells scored it: its grid twin, or the answer itself
-    best: Scored  # the grid's fastest policy
+    best: Scored  # the grid's fastest policy that keeps the final-metric constraint (the fastest, without one)
     families: dict[str, Scored]  # the fastest of each family
+    fastest: Scored | None = None  # the grid's fastest policy on time alone, whatever its final metric
+    answer_keeps: bool | None = None  # whether the answer keeps the constraint on the held-out seeds (None: not judged)
 
     @property
     def ratio(self) -> float:
@@ -247,12 +256,88 @@ def answer_cells(job: JobSpec, answer: dict[str, Any],
 
 
 def judge(job: JobSpec, answer: dict[str, Any], cells: dict[str, dict[str, Any]], seeds: Iterable[int],
-          policies: Callable[[int], list[dict[str, Any]]] = reference_policies) -> Judged:
+          policies: Callable[[int], list[dict[str, Any]]] = reference_policies,
+          final: "Callable[[dict[str, Any]], float | None] | None" = None, tolerance: float = TOLERANCE) -> Judged:
     """`answer` (a tuned policy) against the best of the grid on `job`, both scored on `seeds` from `cells`
-    (run first: `ReferenceGrid` with the answer in `extra` when it has no grid twin)."""
+    (run first: `ReferenceGrid` with the answer in `extra` when it has no grid twin). With `final` (a
+    policy's mean final metric at full budget over `seeds`, None where a run failed: `full_budget_final`),
+    the grid's best is the fastest that keeps the constraint (`feasible_best`), and the answer is judged
+    by it too."""
     seeds = list(seeds)
     ran_as = answer_cells(job, answer, policies)
     scored = score(job, ran_as, cells, seeds)
     scores = grid_scores(job, cells, seeds, policies)
-    return Judged(job.name, Scored(answer, scored.time, scored.missed, scored.times), ran_as, scores[0],
-                  best_per_family(scores))
+    best, keeps = scores[0], None
+    if final is not None:
+        best = feasible_best(job, scores, final, tolerance)
+        keeps = keeps_constraint(job, final(ran_as), final(BSP_POLICY), tolerance)
+    return Judged(job.name, Scored(answer, scored.time, scored.missed, scored.times), ran_as, best,
+                  best_per_family(scores), scores[0], keeps)
+
+
+BSP_POLICY = {"policy": "bsp", "params": {}}
+
+
+def keeps_constraint(job: JobSpec, final: float | None, bsp_final: float | None, tolerance: float = TOLERANCE) -> bool:
+    """Whether a final metric `final` stays within `tolerance` of BSP's (`autosync.search.objective.constraint`,
+    the tune's rule); a failed run (None) does not."""
+    from autosync.search.objective import constraint
+
+    return final is not None and bsp_final is not None and constraint(job, final, bsp_final, tolerance) <= 0
+
+
+def feasible_best(job: JobSpec, scores: list[Scored], final: "Callable[[dict[str, Any]], float | None]",
+                  tolerance: float = TOLERANCE) -> Scored:
+    """The fastest of `scores` (fastest first) whose final metric at full budget keeps the constraint against
+    BSP's (`final(policy)`: its mean over the scoring seeds, trained on demand: only the policies ahead of
+    the first that keeps it are asked); BSP keeps it by definition, so the walk ends there at the latest."""
+    bsp_final = final(BSP_POLICY)
+    for s in scores:
+        if s.missed:
+            continue  # a policy that missed a seed is scored at twice the budget: never ahead of BSP's feasible time
+        if keeps_constraint(job, final(s.policy), bsp_final, tolerance):
+            return s
+    return scores[0]
+
+
+def full_cell_key(fingerprint: str, policy: dict[str, Any], seed: int) -> str:
+    """The cache key of `policy`'s run to the full budget on `seed` (its final metric: the constraint's)."""
+    from autosync.experiments.robustness import cell_key
+
+    return cell_key(fingerprint, policy, seed) + "|full"
+
+
+def run_full_cell(job: JobSpec, policy: dict[str, Any], seed: int) -> dict[str, Any]:
+    """One run of `policy` to the end of the budget on `seed`, as a tune's full-budget check trains it
+    (`autosync.search.objective.evaluate`): its final target metric (None where the run failed or diverged)."""
+    import torch
+
+    from autosync.search.objective import RunFailed, evaluate
+
+    torch.set_num_threads(1)
+    record = {"key": full_cell_key(job.fingerprint(), policy, seed), "job": job.name, "policy": policy, "seed": seed}
+    try:
+        run = evaluate(job, policy, [seed])
+    except RunFailed as exc:
+        return {**record, "final_metric": None, "error": str(exc)}
+    return {**record, "final_metric": run["final_metric"], "time_to_target": run["time_to_target"]
+            if run.get("reached") else None}
+
+
+def full_budget_final(job: JobSpec, seeds: Iterable[int], cells: dict[str, dict[str, Any]],
+                      run: "Callable[[JobSpec, dict[str, Any], int], dict[str, Any]]" = run_full_cell,
+                      ) -> "Callable[[dict[str, Any]], float | None]":
+    """A policy's mean final metric at full budget over `seeds` (None if a run failed), read from `cells`
+    (`full_cell_key`) or trained with `run` and added to `cells` (the caller persists them)."""
+    seeds = list(seeds)
+
+    def final(policy: dict[str, Any]) -> float | None:
+        values = []
+        for seed in seeds:
+            key = full_cell_key(job.fingerprint(), policy, seed)
+            if key not in cells:
+                cells[key] = run(job, policy, seed)
+            values.append(cells[key].get("final_metric"))
+        return None if any(v is None for v in values) else statistics.fmean(values)
+
+    return final

@@ -146,11 +146,25 @@ def breakdown_line(b: dict[str, int]) -> str:
                "--constraint-at bsp-target)" if b.get("checked_at") is not None
                else count(b['full_budget_checks'], 'full-budget check')) + " of the candidates that could win"
             + (f", {b['forked_checks']} of them continued from the run stopped at the target (forked)"
-               if b.get("forked_checks") else "") + "."
+               if b.get("forked_checks") else "")
+            + (f", {count(len(b['unchecked']), 'faster candidate')} left unchecked" if b.get("unchecked") else "")
+            + "."
             + (f" The search stopped improving ({count(b['patience'] or 0, 'trial')} in a row found nothing "
                f"faster), so {count(b['given_up'], 'queued trial')} of the budget "
                f"{'was' if b['given_up'] == 1 else 'were'} not run (--patience {b['patience']}; --patience 0 "
                "runs the whole budget)." if b.get("given_up") else ""))
+
+
+def unchecked_line(unchecked: list[dict[str, Any]], checks: int, metric: str) -> str:
+    """The candidates faster than the answer that the bounded full-budget checks did not reach
+    (`autosync.search.strategies.full_budget.MAX_CHECKS`): the answer is not sure to be the fastest that keeps
+    BSP's final metric."""
+    first = unchecked[0]
+    policy = policy_label(first["policy"]) if isinstance(first.get("policy"), dict) else f"trial {first['trial']}"
+    at = f" ({first['time_to_target']:.2f} s)" if isinstance(first.get("time_to_target"), (int, float)) else ""
+    return (f"not sure: the full-budget checks stop after {checks}; {count(len(unchecked), 'faster candidate')}, "
+            f"fastest {policy}{at}, {'was' if len(unchecked) == 1 else 'were'} not checked, so the answer is the "
+            f"fastest known to keep BSP's final {metric}.")
 
 
 def pruned_how(b: dict[str, int]) -> str:
@@ -199,8 +213,10 @@ def tune_report(outcome: Any, spec: Any) -> list[Printed]:
         f"best: [bold]{label}[/bold], {c['best_value']:.2f} s to target vs BSP {c['bsp_time_to_target']:.2f} s "
         f"({speedup}). Search cost: {fmt(cost, 2)} {c.get('search_cost_unit', 'BSP trainings')}; "
         + (f"pays for itself after {amortize} recurrences." if amortize else "it does not beat BSP, so it never pays off.")))
-    if isinstance(c.get("search_breakdown"), dict):
-        out.append(Line(breakdown_line(c["search_breakdown"]), style="dim"))
+    if isinstance(b := c.get("search_breakdown"), dict):
+        out.append(Line(breakdown_line(b), style="dim"))
+        if b.get("unchecked"):
+            out.append(Line(unchecked_line(b["unchecked"], b["full_budget_checks"], spec.target.metric)))
     if c.get("neighbour_jobs"):
         out.append(Line(neighbours_line(c["neighbour_jobs"], c.get("cost_to_answer_bsp_trainings"),
                                          c.get("prior_trials", 0)), style="dim"))

@@ -32,7 +32,7 @@ from autosync.search.objective import (
     BSP, DETAILS, STOPPED_EARLY, Objective, RunFailed, TimeToTargetBound, canonical_on, constraint, evaluate,
     process_tag, trial_scoring, trial_seeds,
 )
-from autosync.search.strategies.portfolio import portfolio_policies
+from autosync.search.strategies.portfolio import fit_to_budget, portfolio_policies, portfolio_rounds
 from autosync.search.strategies.prior import give_prior
 from autosync.search.strategies.patience import give_up_queued, patience_of, trials_without_improvement
 from autosync.search.strategies.pruning import RaceLimit, TargetRacePruner, thinned
@@ -103,7 +103,7 @@ def load_study(request: TuneRequest, storage: Any) -> "optuna.Study":
     name = request.study or study_name(request.job, request.space, request.settings.backend,
                                        request.settings.constraint_at)
     sampler = make_sampler(request.sampler, request.seed, request.space, request.settings.multi_objective,
-                           request.n_trials)
+                           request.n_trials, request.job.cluster.n_workers)
     try:
         with storage_lock(request.storage, name):
             study = optuna.create_study(storage=storage, study_name=name, directions=directions, sampler=sampler,
@@ -368,8 +368,10 @@ def _queued_first(study: "optuna.Study", request: TuneRequest, siblings: "list[o
     won), then those winners with another paper's strategy added (`cross_paper_variants`), then the
     other baselines (a static setting a paper starts from, such as k = 3n/4: trained after the transferred
     winners, it is raced against them rather than against BSP). Under the portfolio search, BSP, the
-    transferred winners, then the portfolio in its order (likely winners first, so that the bar is low
-    early), then ASP and the other baselines."""
+    transferred winners, then the portfolio's first round (each family's first setting, likely winners
+    first, so that the bar is low early), as many as leave `FAMILY_TRIALS` of the budget to the search
+    inside the families (`autosync.search.strategies.portfolio`); the sampler runs its second round, and
+    the baselines are not queued (each family's portfolio setting stands for them)."""
     old = StudyRecord(study.user_attrs).cache
     if request.refresh and isinstance(old, dict) and isinstance(old.get("best_policy"), dict):
         params = request.space.trial_params(old["best_policy"])
@@ -386,10 +388,13 @@ def _queued_first(study: "optuna.Study", request: TuneRequest, siblings: "list[o
     variants = [{"policy": Composed.name, "params": slots} for best in bests for slots in _variants(best)]
     found = [(policy, _in_space(request.space, policy, job)) for policy in bests + variants]
     rest = [b for b in baselines if b not in bsp_asp]
-    if request.sampler == "portfolio":  # BSP (free: its reference answers it), then the portfolio in its order
-        portfolio = [(policy, _in_space(request.space, policy, job)) for policy in portfolio_policies(request.space, job)]
-        bsp = [b for b in bsp_asp if _canonical_key(b[0], job) == _canonical_key(BSP, job)]
-        first_queued = bsp + found + portfolio + [b for b in bsp_asp if b not in bsp] + rest
+    if request.sampler == "portfolio":  # BSP (free: its reference answers it), then the portfolio's first round
+        bsp_key = _canonical_key(BSP, job)
+        bsp = [b for b in bsp_asp if _canonical_key(b[0], job) == bsp_key]
+        first_round = portfolio_rounds(portfolio_policies(request.space, job.cluster.n_workers))[0]
+        first_queued = fit_to_budget(bsp + found + [(p, _in_space(request.space, p, job)) for p in first_round],
+                                     request.n_trials,
+                                     lambda b: b[1] is not None and _canonical_key(b[0], job) != bsp_key)
     else:
         first_queued = bsp_asp + found + rest
     for policy, params in first_queued:  # one of each class that runs alike

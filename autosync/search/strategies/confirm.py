@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any, Callable
 from autosync.core.job import JobSpec
 from autosync.search.objective import BSP, RunFailed, canonical_on, evaluate, trial_seeds
 from autosync.search.study.records import (
-    CANONICAL, CONFIRMATION_RUNS as RUNS, SCORING, VIRTUAL_SECONDS, TrialRecord, constraint_of, final_pending,
-    may_be_feasible,
+    CANONICAL, CONFIRMATION_RUNS as RUNS, SCORING, UNCHECKED, VIRTUAL_SECONDS, TrialRecord, constraint_of,
+    final_pending, may_be_feasible,
 )
 
 if TYPE_CHECKING:
@@ -135,10 +135,15 @@ def candidates(study: "optuna.Study", top: int, job: JobSpec, scoring: dict[str,
                      if may_be_feasible(t) and _scored_as(t, scoring)),
                     key=lambda t: (t.values[0], final_pending(t), t.number))  # a checked twin before a pending one
     out, seen = [], set()
+    left = {row["trial"] for row in study.user_attrs.get(UNCHECKED) or []}
+    left = {_key(t.user_attrs.get(CANONICAL) or canonical_on(TrialRecord(t).policy, job)) for t in ranked
+            if t.number in left}
     for t in ranked:
         key = _key(t.user_attrs.get(CANONICAL) or canonical_on(TrialRecord(t).policy, job))
         if final_pending(t) and key in by_canonical and constraint_of(by_canonical[key]) > 0:
             continue  # stopped at the target in the search, and its full-budget check failed the constraint
+        if final_pending(t) and key in left:
+            continue  # left unchecked by the bounded checks (`full_budget.MAX_CHECKS`): not answerable
         if key not in seen:
             seen.add(key)
             checked = not final_pending(t) or (key in by_canonical and constraint_of(by_canonical[key]) <= 0)

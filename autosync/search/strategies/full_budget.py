@@ -8,6 +8,15 @@ is re-run at full budget (a check: a trial of its own, queued with the same para
 `FULL_BUDGET_OF`, which the budget does not count); if it keeps the constraint it is the answer, else the
 next fastest is checked, and so on. Sync-Switch's premise, that a policy fast to the target may end less
 accurate, is kept: no policy is answered with before its full-budget run keeps the constraint.
+
+The checks are bounded: at most `MAX_CHECKS`, after which the answer is the fastest candidate known to keep
+the constraint (BSP at worst), and the faster candidates left unchecked are recorded (`UNCHECKED`) so that
+the output says so and the confirmation does not take them up. A check's cost is most of a training (the
+rest of the budget), and a job where the fastest policies end above BSP's loss has many of them (fresh-002:
+11 checks, 13.84 BSP trainings; bursty-005 and -006: 18 each). Failures there run in families: a policy
+that applies stale gradients to the end (ASP and its relatives) ends noisier however fast it reached the
+target, so after a failed check the candidates of a family that has not failed one are checked first
+(`next_to_check`), then the others in time order.
 """
 
 from __future__ import annotations
@@ -15,19 +24,33 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable
 
 from autosync.search.study import _optuna_internals as internals
-from autosync.search.study.records import FULL_BUDGET_OF, constraint_of, final_pending, policy_key
+from autosync.search.study.records import (
+    FULL_BUDGET_OF, POLICY, UNCHECKED, constraint_of, final_pending, policy_key,
+)
 
 if TYPE_CHECKING:
     import optuna
 
+MAX_CHECKS = 3  # full-budget checks a search runs at most (each costs most of a training)
+
 
 def next_to_check(study: "optuna.Study", wanted: int = 1) -> "optuna.trial.FrozenTrial | None":
-    """The fastest trial whose final metric is not known and that could still be among the `wanted`
-    fastest feasible policies (the answer, or the K candidates that --verify-top and --confirm-top re-run):
-    fewer than `wanted` policies as fast are known feasible, and its policy has no full-budget result yet.
-    Such a trial stopped at the target, or was pruned (`autosync.search.strategies.pruning`) against a candidate that
-    may since have failed its check: it counts at the bound it was pruned at, a lower bound on its time.
-    None once the `wanted` fastest candidates are known feasible (or none is left)."""
+    """The trial to check next among `waiting(study, wanted)`: the fastest of a family (policy) none of
+    whose checks has failed, else the fastest; None once the `wanted` fastest candidates are known feasible
+    (or none is left)."""
+    candidates = waiting(study, wanted)
+    failed = failed_families(study)
+    return min(candidates, key=lambda t: _family(t) in failed) if candidates else None
+
+
+def waiting(study: "optuna.Study", wanted: int = 1) -> "list[optuna.trial.FrozenTrial]":
+    """The trials whose final metric is not known and that could still be among the `wanted` fastest
+    feasible policies (the answer, or the K candidates that --verify-top and --confirm-top re-run),
+    fastest first: fewer than `wanted` policies as fast are known feasible, and its policy has no
+    full-budget result yet. Such a trial stopped at the target, or was pruned
+    (`autosync.search.strategies.pruning`) against a candidate that may since have failed its check: it
+    counts at the bound it was pruned at, a lower bound on its time. Empty once the `wanted` fastest
+    candidates are known feasible."""
     trials = internals.fresh_trials(study)
     checked = {t.user_attrs[FULL_BUDGET_OF] for t in trials if FULL_BUDGET_OF in t.user_attrs and t.state.is_finished()}
     # at equal times a full-budget result comes first: a check ties with the trial it checks, and policies
@@ -35,6 +58,7 @@ def next_to_check(study: "optuna.Study", wanted: int = 1) -> "optuna.trial.Froze
     done = sorted((t for t in trials if _time(t) is not None), key=lambda t: (_time(t), _pending(t), t.number))
     known = {policy_key(t) for t in done if not _pending(t)}  # policies whose full-budget result is in
     feasible: set[str] = set()
+    out, queued = [], set()
     for t in done:
         if policy_key(t) in feasible:
             continue
@@ -42,11 +66,25 @@ def next_to_check(study: "optuna.Study", wanted: int = 1) -> "optuna.trial.Froze
             if constraint_of(t) <= 0:
                 feasible.add(policy_key(t))
                 if len(feasible) >= wanted:
-                    return None
+                    break
             continue
-        if policy_key(t) not in known and t.number not in checked:  # a check that failed leaves it unanswerable
-            return t
-    return None
+        # a check that failed leaves it unanswerable; a policy's fastest trial stands for its twins
+        if policy_key(t) not in known and t.number not in checked and policy_key(t) not in queued:
+            queued.add(policy_key(t))
+            out.append(t)
+    return out
+
+
+def failed_families(study: "optuna.Study") -> set[str]:
+    """The policy names (families) with a full-budget check that broke the constraint."""
+    import optuna
+
+    return {_family(t) for t in internals.fresh_trials(study, (optuna.trial.TrialState.COMPLETE,))
+            if FULL_BUDGET_OF in t.user_attrs and constraint_of(t) > 0}
+
+
+def _family(trial: "optuna.trial.FrozenTrial") -> str | None:
+    return (trial.user_attrs.get(POLICY) or {}).get("policy")
 
 
 def _time(trial: "optuna.trial.FrozenTrial") -> float | None:
@@ -67,14 +105,18 @@ def _pending(trial: "optuna.trial.FrozenTrial") -> bool:
     return final_pending(trial) or trial.state == optuna.trial.TrialState.PRUNED
 
 
-def check_candidates(study: "optuna.Study", run_check: Callable[[int], None], wanted: int = 1) -> int:
-    """Check the candidates that can still be among the `wanted` fastest feasible ones, fastest first,
-    until those are known feasible; `run_check(number)` queues and runs the check of trial `number`.
-    Returns how many checks ran."""
+def check_candidates(study: "optuna.Study", run_check: Callable[[int], None], wanted: int = 1,
+                     limit: int = MAX_CHECKS) -> int:
+    """Check the candidates that can still be among the `wanted` fastest feasible ones (`next_to_check`'s
+    order), until those are known feasible or `limit` checks have run; `run_check(number)` queues and runs
+    the check of trial `number`. The candidates the limit left unchecked are recorded on the study
+    (`UNCHECKED`: their trial numbers and policies, fastest first; empty when none). Returns how many checks ran."""
     checks = 0
-    while (candidate := next_to_check(study, wanted)) is not None:
+    while checks < limit and (candidate := next_to_check(study, wanted)) is not None:
         run_check(candidate.number)
         checks += 1
+    study.set_user_attr(UNCHECKED, [{"trial": t.number, POLICY: t.user_attrs.get(POLICY), "time_to_target": _time(t)}
+                                    for t in waiting(study, wanted)])
     return checks
 
 

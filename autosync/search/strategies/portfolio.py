@@ -7,17 +7,24 @@ comes back. The portfolio search is built the way auto-sklearn 2.0 builds its an
 a portfolio of configurations that do well on earlier datasets, raced with successive halving) and keeps
 TPE only inside the families:
 
-1. **Portfolio.** One or two settings of every family of the space (the space file's `portfolio`, chosen on
-   the committed families by `results/portfolio/choose.py`) are queued first and raced: a trial stops once
-   it cannot be among the kept candidates, by its bound or by its pace (the predicted time to target,
-   `autosync.search.strategies.pruning`), never by its metric early in the run.
-2. **Families that can still win.** Each free trial then picks its family here (`next_family`), and TPE
-   samples the family's own parameters from that family's trials only (the parameters of a family are
-   `family.param` in Optuna, a group of their own). A family stays in while its best trial, the time it
-   reached the target or the bound it was stopped at, is within `FAMILY_MARGIN` of the best family's (a
-   family is judged by its best child, not its worst); a stopped trial counts at the time its pace predicts,
-   where the pace can tell (`RaceLimit.predicted`), else at its bound. The leading family gets every other trial, the others take turns, fewest trials first; a family
-   whose every point is tried (BSP, DANA-Slim) drops out.
+1. **Portfolio, first round.** Each family's first setting in the space file's `portfolio` (chosen on the
+   committed families by `results/portfolio/choose.py`) is queued first, in the file's order, and raced: a
+   trial stops once it cannot be among the kept candidates, by its bound or by its pace (the predicted time
+   to target, `autosync.search.strategies.pruning`), never by its metric early in the run. The round takes
+   at most the budget less `FAMILY_TRIALS` trials (`fit_to_budget`), so that a search of 20 trials always
+   searches inside the families; on a smaller budget the families listed last (those that win least
+   often) wait for the second round.
+2. **Families that can still win, the second round.** Each free trial then picks its family here
+   (`next_family`). A family stays in while its best trial, the time it reached the target or the bound it
+   was stopped at, is within `FAMILY_MARGIN` of the best family's (a family is judged by its best child, not
+   its worst; successive halving's rule with one rung per round); a stopped trial counts at the time its
+   pace predicts, where the pace can tell (`RaceLimit.predicted`), else at its bound. The leading family gets
+   every other trial, the others take turns, fewest trials first; a family whose every point is tried (BSP,
+   DANA-Slim) drops out. A family's turn runs its next portfolio setting while it has one left
+   (`next_preset`: the second round runs only for the families still in), then TPE samples the family's own
+   parameters from that family's trials only (the parameters of a family are `family.param` in Optuna, a
+   group of their own). A family the first round left out is tried while the budget still leaves
+   `FAMILY_TRIALS` trials after it.
 
 Trials that propose an already answered point are answered without training and take no trial slot
 (`autosync.search.study.trials.budget_used`).
@@ -26,30 +33,53 @@ Trials that propose an already answered point are answered without training and 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any, Callable
 
 import optuna
 
-from autosync.search.study.records import PREDICTED, TrialRecord, has_own_failure
+from autosync.search.study.records import ANSWERED, FULL_BUDGET_OF, PREDICTED, TrialRecord, has_own_failure
 from autosync.search.space import POLICY_PARAM, SearchSpace
 from autosync.search.space_file import resolve_share
 
-if TYPE_CHECKING:
-    from autosync.core.job import JobSpec
-
 FAMILY_MARGIN = 1.5  # a family stays in the search while its best is within this factor of the best family's
+FAMILY_TRIALS = 4  # trials of the budget the portfolio's first round always leaves to the search inside families
 
 
-def portfolio_policies(space: SearchSpace, job: "JobSpec") -> list[dict[str, Any]]:
-    """The space's portfolio as policies on `job` (shares of n resolved), in the file's order, each once."""
+def portfolio_policies(space: SearchSpace, n_workers: int) -> list[dict[str, Any]]:
+    """The space's portfolio as policies on `n_workers` workers (shares of n resolved), in the file's order,
+    each once."""
     from autosync.catalog import split_policy_spec
 
     out: list[dict[str, Any]] = []
     for spec in space.portfolio:
         name, params = split_policy_spec(spec, option=f"{space.path}: portfolio")
-        policy = {"policy": name, "params": {k: resolve_share(v, job.cluster.n_workers) for k, v in params.items()}}
+        policy = {"policy": name, "params": {k: resolve_share(v, n_workers) for k, v in params.items()}}
         if policy not in out:
             out.append(policy)
+    return out
+
+
+def portfolio_rounds(policies: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(first round, second round) of a portfolio: each family's first setting, in the list's order, then
+    the other settings in theirs."""
+    first: dict[str, dict[str, Any]] = {}
+    for policy in policies:
+        first.setdefault(policy["policy"], policy)
+    return list(first.values()), [p for p in policies if p not in first.values()]
+
+
+def fit_to_budget(first_round: list[Any], budget: int,
+                  trains: Callable[[Any], bool] = lambda _: True) -> list[Any]:
+    """The first round's settings a search of `budget` trials queues: in order, as many as leave
+    `FAMILY_TRIALS` trials to the search inside the families (`trains`: whether a setting takes a trial
+    slot; BSP, answered by its reference, does not)."""
+    room, out = budget - FAMILY_TRIALS, []
+    for setting in first_round:
+        if trains(setting):
+            if room <= 0:
+                break
+            room -= 1
+        out.append(setting)
     return out
 
 
@@ -93,19 +123,21 @@ def contenders(standing: dict[str, float], margin: float = FAMILY_MARGIN) -> lis
     return sorted((f for f, v in standing.items() if v <= best * margin), key=lambda f: (standing[f], f))
 
 
-def next_family(study: "optuna.Study", space: SearchSpace, number: int) -> str | None:
-    """The family trial `number` searches in: a family of the space not tried yet first, else the leading
-    family on every other trial and the other contenders in turn (fewest trials first); families whose
-    points are all tried are passed over. None when no family is left (the caller's sampler decides)."""
+def next_family(study: "optuna.Study", space: SearchSpace, number: int, budget: int | None = None) -> str | None:
+    """The family trial `number` searches in: a family of the space not tried yet first (while a `budget`
+    of trials still leaves `FAMILY_TRIALS` after it), else the leading family on every other trial and the
+    other contenders in turn (fewest trials first). Families whose points are all tried are passed over, and
+    the contenders are judged among the others: once the best family is fully tried (ASP's three rules), the
+    trials go to the next families rather than to proposals of its tried points. None when no family is
+    left (the caller's sampler decides)."""
     families = space.policies
-    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.FAIL)
-    done = [t for t in study.get_trials(deepcopy=False, states=states) if t.number != number]
+    done = _finished(study, number)
     open_ = [f for f in families if not _exhausted(space, f, done)]
     tried = family_standing(done, families)
     untried = [f for f in open_ if f not in tried]
-    if untried:
+    if untried and (budget is None or _counted(done) < budget - FAMILY_TRIALS or not tried):
         return untried[0]
-    alive = [f for f in contenders(tried) if f in open_]
+    alive = contenders({f: v for f, v in tried.items() if f in open_})  # a family fully tried is no contender
     if not alive:
         return None
     counts = {f: sum(1 for t in done if _family(t, families) == f) for f in alive}
@@ -114,6 +146,28 @@ def next_family(study: "optuna.Study", space: SearchSpace, number: int) -> str |
         return alive[0]
     others = alive[1:]
     return min(others, key=lambda f: (counts[f], others.index(f)))
+
+
+def next_preset(study: "optuna.Study", family: str, presets: list[dict[str, Any]],
+                number: int) -> dict[str, Any] | None:
+    """The trial parameters of `family`'s first setting among `presets` (the portfolio's, as trial
+    parameters) that no trial other than `number` has run or is running; None when none is left."""
+    states = (*_DONE, optuna.trial.TrialState.RUNNING)
+    ran = [t.params for t in study.get_trials(deepcopy=False, states=states) if t.number != number]
+    return next((p for p in presets if p.get(POLICY_PARAM) == family
+                 and not any(all(params.get(k) == v for k, v in p.items()) for params in ran)), None)
+
+
+_DONE = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.FAIL)
+
+
+def _finished(study: "optuna.Study", number: int) -> "list[optuna.trial.FrozenTrial]":
+    return [t for t in study.get_trials(deepcopy=False, states=_DONE) if t.number != number]
+
+
+def _counted(trials: "list[optuna.trial.FrozenTrial]") -> int:
+    """How many of `trials` took a slot of the budget (full-budget checks and answered points take none)."""
+    return sum(1 for t in trials if FULL_BUDGET_OF not in t.user_attrs and not t.user_attrs.get(ANSWERED))
 
 
 def _exhausted(space: SearchSpace, family: str, trials: "list[optuna.trial.FrozenTrial]") -> bool:
@@ -127,12 +181,18 @@ def _exhausted(space: SearchSpace, family: str, trials: "list[optuna.trial.Froze
 
 
 class PortfolioSampler(optuna.samplers.BaseSampler):
-    """An Optuna sampler: the family (`policy`) of a free trial from `next_family`, every other parameter from
-    the wrapped sampler (TPE, which models each family's parameters on that family's trials)."""
+    """An Optuna sampler: a free trial's family (`policy`) from `next_family`, and its parameters from the
+    family's next portfolio setting not run yet (`presets`, as trial parameters; `next_preset`) where one is
+    left, else from the wrapped sampler (TPE, which models each family's parameters on that family's
+    trials). `budget`: the search's trials, for `next_family`."""
 
-    def __init__(self, inner: "optuna.samplers.BaseSampler", space: SearchSpace):
+    def __init__(self, inner: "optuna.samplers.BaseSampler", space: SearchSpace,
+                 presets: list[dict[str, Any]] = (), budget: int | None = None):
         self.inner = inner
         self.space = space
+        self.presets = list(presets)
+        self.budget = budget
+        self._plans: dict[int, dict[str, Any]] = {}  # trial number -> its family (and preset), chosen once
 
     @property
     def prior(self) -> "list[optuna.trial.FrozenTrial]":  # the neighbours' trials TPE reads (`strategies.prior`)
@@ -142,22 +202,32 @@ class PortfolioSampler(optuna.samplers.BaseSampler):
     def prior(self, trials: "list[optuna.trial.FrozenTrial]") -> None:
         self.inner.prior = trials
 
+    def _plan(self, study: "optuna.Study", number: int) -> dict[str, Any]:
+        """Trial `number`'s family and, where the family has a second-round setting left, that setting's
+        parameters (chosen on the first call, so that every parameter of the trial agrees)."""
+        if number not in self._plans:
+            family = next_family(study, self.space, number, self.budget)
+            preset = next_preset(study, family, self.presets, number) if family is not None else None
+            self._plans[number] = preset or ({POLICY_PARAM: family} if family is not None else {})
+        return self._plans[number]
+
     def infer_relative_search_space(self, study: "optuna.Study", trial: "optuna.trial.FrozenTrial",
                                     ) -> "dict[str, optuna.distributions.BaseDistribution]":
         return self.inner.infer_relative_search_space(study, trial)
 
     def sample_relative(self, study: "optuna.Study", trial: "optuna.trial.FrozenTrial",
                         search_space: "dict[str, optuna.distributions.BaseDistribution]") -> dict[str, Any]:
-        params = dict(self.inner.sample_relative(study, trial, search_space))
+        plan = self._plan(study, trial.number)
+        params = dict(self.inner.sample_relative(study, trial, search_space)) if len(plan) <= 1 else {}
         params.pop(POLICY_PARAM, None)  # the family is chosen here, never by TPE's model of the branches
-        return params
+        return {**params, **{k: v for k, v in plan.items() if k != POLICY_PARAM and k in search_space}}
 
     def sample_independent(self, study: "optuna.Study", trial: "optuna.trial.FrozenTrial", param_name: str,
                            param_distribution: "optuna.distributions.BaseDistribution") -> Any:
-        if param_name == POLICY_PARAM:
-            family = next_family(study, self.space, trial.number)
-            if family is not None and family in getattr(param_distribution, "choices", ()):
-                return family
+        plan = self._plan(study, trial.number)
+        if param_name in plan and (param_name != POLICY_PARAM
+                                   or plan[param_name] in getattr(param_distribution, "choices", ())):
+            return plan[param_name]
         return self.inner.sample_independent(study, trial, param_name, param_distribution)
 
     def reseed_rng(self) -> None:
@@ -168,11 +238,18 @@ class PortfolioSampler(optuna.samplers.BaseSampler):
 
     def after_trial(self, study: "optuna.Study", trial: "optuna.trial.FrozenTrial",
                     state: "optuna.trial.TrialState", values: "list[float] | None") -> None:
+        self._plans.pop(trial.number, None)
         self.inner.after_trial(study, trial, state, values)
 
 
-def portfolio_sampler(seed: int, space: SearchSpace) -> PortfolioSampler:
-    """The portfolio search's sampler over `space`, TPE inside the families."""
+def portfolio_sampler(seed: int, space: SearchSpace, n_workers: int | None = None,
+                      budget: int | None = None) -> PortfolioSampler:
+    """The portfolio search's sampler over `space`, TPE inside the families; on `n_workers` workers a
+    family's turn runs its portfolio settings not run yet first (the second round: the tune queues the
+    first, and a family it left out for the budget starts from its first setting)."""
     from autosync.search.strategies.prior import tpe_with_prior
 
-    return PortfolioSampler(tpe_with_prior(seed=seed, n_startup_trials=5, multivariate=True, group=True), space)
+    settings = portfolio_policies(space, n_workers) if n_workers is not None else []
+    presets = [params for policy in settings if (params := space.trial_params(policy)) is not None]
+    return PortfolioSampler(tpe_with_prior(seed=seed, n_startup_trials=5, multivariate=True, group=True), space,
+                            presets, budget)

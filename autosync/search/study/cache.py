@@ -19,7 +19,7 @@ from autosync.search.cost import COST_UNIT, in_bsp_trainings
 from autosync.search.study.records import (
     BSP_REFERENCE, BSP_TRAINING_SECONDS, BUDGET, CACHE, CONFIRMATION_RUNS, CONSTRAINT_AT, FINGERPRINT, FORKED,
     FOUND_EQUIVALENT, FULL_BUDGET_OF, GIVEN_UP, GIVEN_UP_PLACES, HORIZON, PLATEAU, PRIOR_TRIALS, PRUNED_ON_PACE,
-    REFERENCE_FROM, RUNS, SAME_AS, VIRTUAL_SECONDS, CacheRecord, StudyRecord, TrialRecord, damaged, final_pending,
+    REFERENCE_FROM, RUNS, SAME_AS, UNCHECKED, VIRTUAL_SECONDS, CacheRecord, StudyRecord, TrialRecord, damaged, final_pending,
     policy_key, validated, write_cache_record,
 )
 from autosync.search.study.storage import open_existing_storage, redact_url
@@ -201,13 +201,14 @@ def write_cache(study: "optuna.Study", job: JobSpec, space: "SearchSpace", sampl
     return record
 
 
-def search_breakdown(study: "optuna.Study") -> dict[str, int | None]:
+def search_breakdown(study: "optuna.Study") -> dict[str, Any]:
     """Where the search's cost went and what it saved: trials whose runs stopped at the target, trials
     answered by an equivalent without training (a twin's result, or BSP's reference; of those, how many
     the equivalence check found, `autosync.search.equivalence`), trials pruned (and of
     those, how many on their pace and how many untrained inside a plateau of tied trials of their policy,
     `autosync.search.strategies.pruning`), and
-    the full-budget checks of the candidates that could win (`autosync.search.strategies.full_budget`), and how many
+    the full-budget checks of the candidates that could win (`autosync.search.strategies.full_budget`) and the
+    faster candidates they left unchecked (at most `MAX_CHECKS` run), and how many
     of those continued from their candidate's run stopped at the target (`autosync.engine.forks`), and the
     trials that continued from another switch point's prefix (Sync-Switch's BSP phase trained once), and the
     queued trials not run because the search stopped improving (`--patience`)."""
@@ -237,6 +238,8 @@ def search_breakdown(study: "optuna.Study") -> dict[str, int | None]:
                         default=None),  # what stopped it
         # where the checks stopped: BSP's time to target (`--constraint-at bsp-target`), None: the budget's end
         "checked_at": attrs.get(BSP_REFERENCE, {}).get(HORIZON),
+        # faster candidates the bounded checks left unchecked (`full_budget.MAX_CHECKS`), fastest first
+        "unchecked": [row for row in attrs.get(UNCHECKED) or [] if isinstance(row, dict)],
     }
 
 

@@ -36,6 +36,7 @@ RESAMPLED = "resampled_from"  # the running trial whose point this trial propose
 # `autosync.search.strategies.full_budget` checks it at full budget if the trial can still win
 FINAL_PENDING = "final_metric_pending"
 FULL_BUDGET_OF = "full_budget_check_of"  # the trial re-runs trial N at full budget (its check)
+UNCHECKED = "unchecked_candidates"  # study: the faster candidates the bounded full-budget checks left unchecked
 PRUNED_ON_PACE = "pruned_on_pace"  # pruned by the pace rule, its value a prediction (`pruning`)
 PREDICTED = "predicted_time_to_target"  # of a trial pruned at its bound: the pace's prediction
 # the trial proposed a point already answered (a twin's result, BSP's reference) and was answered without
@@ -126,7 +127,7 @@ class CacheRecord(TypedDict, total=False):
     search_cost_unit: str
     recurrences_to_amortize: int | None  # None: no saving over BSP
     speedup_vs_bsp: float | None
-    search_breakdown: dict[str, int | None]  # where the search's cost went (`search_breakdown`)
+    search_breakdown: dict[str, Any]  # where the search's cost went (`search_breakdown`): counts, and the unchecked candidates
     cost_to_answer_bsp_trainings: float | None
     neighbour_jobs: list[dict[str, Any]]
     prior_trials: int

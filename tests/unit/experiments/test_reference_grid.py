@@ -115,3 +115,47 @@ def test_robustness_scores_on_seeds_from_the_offset(tmp_path):
     found = api.robustness(family, tmp_path / "report", jobs=1, seeds=2, seed_offset=100, policies=["asp"])
     assert found.result["seeds"] == [100, 101]
     assert {c["seed"] for c in read_cells(tmp_path / "report").values()} == {100, 101}
+
+
+def test_the_grid_best_is_the_fastest_that_keeps_bsp_final_metric_and_only_the_ones_ahead_train_to_the_end():
+    """The rule the tune answers by: a policy fast to the target that ends short of BSP's final metric is not
+    the reference; the final metrics are asked for the fastest policies in turn, up to the first that keeps
+    it (BSP, at the latest)."""
+    from autosync.experiments.reference_grid import Scored, feasible_best, keeps_constraint
+
+    job = FamilySpec.model_validate(__import__("yaml").safe_load(TINY)).job(0)  # train_loss: lower is better
+    asp, ssp, backup, bsp = ({"policy": name, "params": {}} for name in ("asp", "ssp", "backup", "bsp"))
+    scores = [Scored(asp, 5.0, [], [5.0]), Scored(ssp, 6.0, [7], [6.0]), Scored(backup, 7.0, [], [7.0]),
+              Scored(bsp, 9.0, [], [9.0])]
+    finals = {"asp": 0.9, "ssp": 0.5, "backup": 0.505, "bsp": 0.5}
+    asked = []
+
+    def final(policy):
+        asked.append(policy["policy"])
+        return finals[policy["policy"]]
+
+    assert feasible_best(job, scores, final, tolerance=0.01).policy == backup  # SSP missed a seed: not judged
+    assert asked == ["bsp", "asp", "backup"]
+    assert feasible_best(job, scores, final, tolerance=0.5).policy == asp
+    finals["backup"] = None  # a run that failed at full budget keeps nothing
+    assert feasible_best(job, scores, final, tolerance=0.01).policy == bsp
+    assert keeps_constraint(job, 0.5, 0.5) and not keeps_constraint(job, None, 0.5)
+
+
+def test_full_budget_cells_train_the_whole_budget_once_and_are_read_back(tmp_path):
+    from autosync.experiments.reference_grid import full_budget_final, full_cell_key, run_full_cell
+
+    job = FamilySpec.model_validate(__import__("yaml").safe_load(TINY)).job(0)
+    seeds = held_out_seeds(job)
+    cells, runs = {}, []
+
+    def run(job, policy, seed):
+        runs.append(seed)
+        return run_full_cell(job, policy, seed)
+
+    final = full_budget_final(job, seeds, cells, run)
+    bsp = make_policy("bsp").to_dict()
+    value = final(bsp)
+    assert runs == seeds and value == pytest.approx(
+        sum(cells[full_cell_key(job.fingerprint(), bsp, s)]["final_metric"] for s in seeds) / len(seeds))
+    assert final(bsp) == value and runs == seeds  # read back, not trained again

@@ -191,3 +191,53 @@ def test_candidates_tied_with_a_feasible_checked_one_are_not_checked():
     assert next_to_check(study).number == 0
     study.add_trial(_trial("a", value=10.0, feasible=True, check_of=0))
     assert next_to_check(study) is None
+
+
+def test_the_checks_stop_after_max_checks_try_another_family_after_a_failure_and_say_what_they_left():
+    """Five candidates stopped at the target, every check fails: after ASP's check fails, the next checks go
+    to the fastest candidates of families that have not failed one (backup, then DBW) before ASP's faster
+    others; after MAX_CHECKS the checks stop, the candidates left are recorded fastest first, and the output
+    says the answer is not sure."""
+    from autosync.reporting.console import breakdown_line, unchecked_line
+    from autosync.search.strategies.full_budget import MAX_CHECKS, check_candidates
+    from autosync.search.study.cache import search_breakdown
+    from autosync.search.study.records import UNCHECKED
+
+    def trial(policy: str, setting: int, **kwargs) -> optuna.trial.FrozenTrial:
+        made = _trial(policy, **kwargs)
+        made.set_user_attr("policy", {"policy": policy, "params": {"setting": setting}})
+        return made
+
+    study = optuna.create_study()
+    for i, (policy, value) in enumerate([("asp", 10.0), ("asp", 11.0), ("backup", 12.0), ("asp", 13.0), ("dbw", 14.0)]):
+        study.add_trial(trial(policy, i, value=value))
+    study.add_trial(trial("bsp", 0, value=30.0, feasible=True))
+    checked = []
+
+    def run_check(number: int) -> None:
+        checked.append(number)
+        policy = study.trials[number].user_attrs["policy"]["policy"]
+        study.add_trial(trial(policy, number, value=study.trials[number].values[0], feasible=False, check_of=number))
+
+    assert check_candidates(study, run_check) == MAX_CHECKS == 3
+    assert checked == [0, 2, 4]  # asp fails; backup and dbw, families that have not failed, before asp's others
+    left = study.user_attrs[UNCHECKED]
+    assert [row["trial"] for row in left] == [1, 3] and left[0]["time_to_target"] == 11.0
+    breakdown = search_breakdown(study)
+    assert breakdown["unchecked"] == left
+    assert "2 faster candidates left unchecked" in breakdown_line(breakdown)
+    line = unchecked_line(left, MAX_CHECKS, "test_accuracy")
+    assert line.startswith("not sure: the full-budget checks stop after 3; 2 faster candidates")
+    assert "the answer is the fastest known to keep BSP's final test_accuracy" in line
+
+
+def test_checks_that_find_the_answer_leave_nothing_unchecked():
+    from autosync.search.strategies.full_budget import check_candidates
+    from autosync.search.study.records import UNCHECKED
+
+    study = optuna.create_study()
+    study.add_trial(_trial("asp", value=10.0))
+    study.add_trial(_trial("bsp", value=30.0, feasible=True))
+    assert check_candidates(study, lambda n: study.add_trial(_trial("asp", value=10.0, feasible=True,
+                                                                    check_of=n))) == 1
+    assert study.user_attrs[UNCHECKED] == []

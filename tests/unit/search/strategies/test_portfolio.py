@@ -3,6 +3,7 @@ trial slot goes to an answered point, and an answer that misses on a seed it was
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import optuna
@@ -12,7 +13,9 @@ from autosync.search.objective import evaluate
 from autosync.search.study.records import ANSWERED, CANONICAL, PREDICTED
 from autosync.search.space import POLICY_PARAM, SPACE_DIR, load_space
 from autosync.search.strategies.confirm import REFERENCE, Candidate, RunStore, confirm, how_it_held
-from autosync.search.strategies.portfolio import contenders, family_standing, next_family, portfolio_policies
+from autosync.search.strategies.portfolio import (
+    FAMILY_TRIALS, contenders, family_standing, fit_to_budget, next_family, portfolio_policies, portfolio_rounds,
+)
 from autosync.search.strategies.samplers import make_sampler, sampler_for
 from autosync.search.study.trials import budget_used
 from autosync.search.tune import tune
@@ -37,16 +40,20 @@ def _time(policy: dict) -> float:
             "easgd": 95.0}[name]
 
 
-def _search(sampler: str, seed: int, trials: int = 20) -> optuna.Study:
-    """The first trials as a tune queues them (BSP, ASP, then the portfolio under the portfolio search), then
-    the sampler's, on `_time`."""
-    study = optuna.create_study(sampler=make_sampler(sampler, seed, POLICY_SPACE, False))
-    first = [{"policy": "bsp", "params": {}}, {"policy": "asp", "params": {"lr_rule": "fixed"}}]
+def _search(sampler: str, seed: int, trials: int = 20, time=None) -> optuna.Study:
+    """The first trials as a tune queues them (BSP and ASP; under the portfolio search BSP, then the
+    portfolio's first round fitted to the budget), then the sampler's, on `time` (`_time`). BSP counts no
+    trial, as in a tune (its reference answers it)."""
+    time = time or _time
+    study = optuna.create_study(sampler=make_sampler(sampler, seed, POLICY_SPACE, False, trials, N))
+    bsp = {"policy": "bsp", "params": {}}
+    first = [bsp, {"policy": "asp", "params": {"lr_rule": "fixed"}}]
     if sampler == "portfolio":
-        first += [p for p in portfolio_policies(POLICY_SPACE, JOB) if p not in first]
+        first = [bsp] + fit_to_budget([p for p in portfolio_rounds(portfolio_policies(POLICY_SPACE, N))[0]
+                                       if p != bsp], trials)
     for policy in first:
         study.enqueue_trial(POLICY_SPACE.trial_params(policy))
-    study.optimize(lambda trial: _time(POLICY_SPACE.suggest(trial)), n_trials=trials)
+    study.optimize(lambda trial: time(POLICY_SPACE.suggest(trial)), n_trials=trials + 1)
     return study
 
 
@@ -60,6 +67,38 @@ def test_tpe_alone_loses_the_asp_branch_on_some_seeds_and_the_portfolio_never_do
     portfolio = [_found_best_asp(_search("portfolio", seed)) for seed in range(5)]
     assert not all(tpe)  # ASP (fixed) misses first, and TPE draws the branch too rarely to find its best child
     assert all(portfolio)
+
+
+def test_the_portfolio_first_round_is_one_setting_per_family_and_leaves_trials_to_the_families():
+    first, second = portfolio_rounds(portfolio_policies(POLICY_SPACE, N))
+    assert [p["policy"] for p in first] == list(dict.fromkeys(p["policy"] for p in first + second))
+    assert len(first) == len(POLICY_SPACE.policies) and {p["policy"] for p in second} < set(POLICY_SPACE.policies)
+    assert fit_to_budget(first, 20) == first[:20 - FAMILY_TRIALS]
+    bsp_free = fit_to_budget(first, 10, lambda p: p["policy"] != "bsp")
+    assert sum(p["policy"] != "bsp" for p in bsp_free) == 10 - FAMILY_TRIALS
+    assert fit_to_budget(first, 3) == []
+
+
+def _race_time(policy: dict) -> float:
+    """A job with a known answer: backup k = n/3 + 2 under `linear` (k = 5 on 8 workers), a second-round
+    setting, is the fastest (30 s); the first round's backup setting (k = 1, fixed) takes 45 s and ASP with a
+    staleness-scaled step 40 s, so backup can still win after the first round; DBW and Sync-Switch, whose
+    second-round settings would be as fast as their first (80 s, 100 s), cannot."""
+    name, params = policy["policy"], policy["params"]
+    if name == "backup":
+        return 30.0 if (params["k"], params["lr_rule"]) == (5, "linear") else 45.0 + abs(params["k"] - 1)
+    return _time(policy)
+
+
+def test_the_race_runs_a_second_setting_only_where_the_family_can_still_win_and_finds_the_answer():
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    for seed in range(3):
+        study = _search("portfolio", seed, time=_race_time)
+        assert study.best_value == 30.0, seed  # the family that can win gets its second-round settings
+        ran = [POLICY_SPACE.suggest(optuna.trial.FixedTrial(t.params)) for t in study.trials]
+        assert {"policy": "dbw", "params": {"window": 20, "lr_rule": "linear"}} not in ran  # cannot win
+        assert not any(p["policy"] == "sync_switch" and p["params"].get("lr_rule") == "sqrt" for p in ran)
+        assert {"policy": "backup", "params": {"k": 2, "lr_rule": "fixed"}} in ran  # backup's second round
 
 
 def _trial(policy: dict, value: float | None, state: str = "COMPLETE", pruned_at: float | None = None,
@@ -106,6 +145,18 @@ def test_the_race_drops_a_family_that_cannot_win_and_keeps_each_that_can():
     assert set(picks) == {"backup", "asp"} and picks.count("backup") >= picks.count("asp")  # dbw cannot win
 
 
+def test_once_the_leading_family_is_fully_tried_the_trials_go_to_the_next_families():
+    """ASP's three rules all tried and fastest; SSP 3x slower: the next trial searches SSP, not ASP again."""
+    study = optuna.create_study()
+    for rule, value in (("sqrt_staleness", 20.0), ("staleness", 25.0), ("fixed", 28.0)):
+        study.add_trial(_trial({"policy": "asp", "params": {"lr_rule": rule}}, value))
+    study.add_trial(_trial({"policy": "ssp", "params": {"staleness": 3}}, 60.0))
+    two = dataclasses.replace(POLICY_SPACE, dimensions={f: POLICY_SPACE.dimensions[f] for f in ("asp", "ssp")},
+                              constants={f: POLICY_SPACE.constants[f] for f in ("asp", "ssp")})
+    assert contenders(family_standing(study.trials, ["asp", "ssp"])) == ["asp"]
+    assert next_family(study, two, len(study.trials)) == "ssp"
+
+
 def _any_point(family: str, salt: int = 0) -> dict:
     """A point of `family`'s sub-space (the `salt`-th of a discrete one, the first of a continuous one)."""
     dims = POLICY_SPACE.dimensions[family]
@@ -123,8 +174,8 @@ def _any_point(family: str, salt: int = 0) -> dict:
 def test_auto_is_the_portfolio_search_where_the_space_lists_a_portfolio():
     assert sampler_for("auto", POLICY_SPACE) == "portfolio"
     assert sampler_for("auto", load_space(SPACE_DIR / "static_k.yaml", N)) == "tpe"
-    assert {p["policy"] for p in portfolio_policies(POLICY_SPACE, JOB)} == set(POLICY_SPACE.policies)
-    shares = [p["params"]["k"] for p in portfolio_policies(POLICY_SPACE, JOB) if p["policy"] == "backup"]
+    assert {p["policy"] for p in portfolio_policies(POLICY_SPACE, N)} == set(POLICY_SPACE.policies)
+    shares = [p["params"]["k"] for p in portfolio_policies(POLICY_SPACE, N) if p["policy"] == "backup"]
     assert shares and all(1 <= k <= N for k in shares)
 
 
