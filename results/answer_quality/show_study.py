@@ -11,8 +11,10 @@ its pace. Then the confirmation's rows (policy, per-seed times, missed seeds) an
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
+from pathlib import Path
 
 
 def main(path: str) -> int:
@@ -45,4 +47,9 @@ def main(path: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("study_db", type=Path, help="an SQLite study file the benchmark wrote")
+    args = parser.parse_args()
+    if not args.study_db.is_file():  # never create an empty database where a path was mistyped
+        parser.error(f"{args.study_db}: no such study file")
+    sys.exit(main(str(args.study_db)))
