@@ -245,3 +245,27 @@ def per_worker_run(job: JobSpec, policy: Any, workload: Any, clock: Any = None) 
         return Simulator(job, policy, workload=workload, driver=PerWorkerDriver(workload, job.seed), clock=clock).run()
     finally:
         torch.set_num_threads(threads)
+
+
+BN_JOB = {"dataset": {"name": "synthetic_images", "n_samples": 64, "image_shape": [3, 8, 8]}, "model": {"name": "resnet20"},
+          "batch_size": 4}  # ResNet-20: batch norm without running statistics (`autosync.workloads.norm_groups`)
+
+
+def fused_and_mean_gradient(device: str = "cpu", workers: int = 3) -> tuple[Any, Any, list[float], list[float]]:
+    """On the batch-norm job: the in-process driver's fused aggregate of `workers` equal tasks on theta_0,
+    the mean of their own gradients, and the fused pass's and their own losses."""
+    import torch
+
+    from autosync.engine.drivers import InProcessDriver
+    from autosync.policies import Task
+    from autosync.workloads.workload import Workload
+
+    job = small_job(workload=BN_JOB)
+    workload = Workload(job, device=device)
+    assert workload.norm_groups
+    driver = InProcessDriver(workload, job.seed)
+    theta = workload.init_params()
+    tasks = [Task(worker=w, index=0, version=0, batch_size=4, start=0.0, params=theta) for w in range(workers)]
+    fused, losses = driver.aggregate(tasks, [1 / workers] * workers)
+    driver.worker_gradients(tasks)
+    return fused, torch.stack([t.gradient for t in tasks]).mean(0), losses, [t.loss for t in tasks]

@@ -11,7 +11,7 @@ from autosync.engine.drivers import PerWorkerDriver, ProcessDriver
 from autosync.engine.realtime import RealTimeClock
 from autosync.engine.simulator import Simulator, simulate
 from autosync.workloads.workload import Workload
-from tests.conftest import small_job
+from tests.conftest import fused_and_mean_gradient, small_job
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine")]
 
@@ -42,19 +42,7 @@ def no_tf32():
 def test_batch_norm_workers_fused_on_the_gpu_are_the_mean_of_each_workers_own_pass(no_tf32):
     """ResNet-20's batch norm computed per worker in one fused pass (`norm_groups`) on CUDA: the aggregate
     gradient of 3 workers against the mean of their own gradients, on the same parameters."""
-    from autosync.engine.drivers import InProcessDriver
-    from autosync.policies import Task
-
-    job = small_job(workload={"dataset": {"name": "synthetic_images", "n_samples": 64, "image_shape": [3, 8, 8]},
-                              "model": {"name": "resnet20"}, "batch_size": 4})
-    workload = Workload(job, device="cuda")
-    assert workload.norm_groups
-    driver = InProcessDriver(workload, job.seed)
-    theta = workload.init_params()
-    tasks = [Task(worker=w, index=0, version=0, batch_size=4, start=0.0, params=theta) for w in range(3)]
-    fused, _ = driver.aggregate(tasks, [1 / 3] * 3)
-    driver.worker_gradients(tasks)
-    mean = torch.stack([t.gradient for t in tasks]).mean(0)
+    fused, mean, _, _ = fused_and_mean_gradient("cuda")
     assert torch.allclose(fused, mean, rtol=1e-3, atol=1e-5 * float(mean.abs().max()))
 
 

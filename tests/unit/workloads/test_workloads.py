@@ -12,7 +12,7 @@ from autosync.policies import Task
 from autosync.workloads.datasets import load_dataset
 from autosync.workloads.models import build_model
 from autosync.workloads.workload import Workload, lr_factor
-from tests.conftest import small_job
+from tests.conftest import fused_and_mean_gradient, small_job
 
 
 def test_digits_is_embedded_and_split_deterministically():
@@ -139,14 +139,6 @@ def test_batch_norm_workers_are_fused_with_statistics_per_worker(policy, params)
 
 
 def test_a_fused_pass_with_batch_norm_per_worker_is_the_mean_of_the_workers_gradients():
-    job = small_job(workload={"dataset": {"name": "synthetic_images", "n_samples": 64, "image_shape": [3, 8, 8]},
-                              "model": {"name": "resnet20"}, "batch_size": 4})
-    workload = Workload(job)
-    driver = InProcessDriver(workload, job.seed)
-    theta = workload.init_params()
-    tasks = [Task(worker=w, index=0, version=0, batch_size=4, start=0.0, params=theta) for w in range(3)]
-    fused, losses = driver.aggregate(tasks, [1 / 3] * 3)
-    driver.worker_gradients(tasks)
-    mean = torch.stack([t.gradient for t in tasks]).mean(0)
+    fused, mean, losses, own = fused_and_mean_gradient()
     assert torch.allclose(fused, mean, rtol=1e-4, atol=1e-6 * float(mean.abs().max()))
-    assert losses == pytest.approx([t.loss for t in tasks], rel=1e-5)
+    assert losses == pytest.approx(own, rel=1e-5)
