@@ -82,6 +82,18 @@ def jobs_named(names: list[str]) -> list[JobSpec]:
     return out
 
 
+def selected_jobs(names: list[str] | None, family_path: str, count: int,
+                  out: str | None) -> tuple[str, list[JobSpec], Path]:
+    """The jobs a run reads (`--jobs` NAMES, else the family's first COUNT), their set's name and the grid's
+    cache folder (`out`, default results/answer_quality/<name>)."""
+    if names:
+        name, jobs = "jobs", jobs_named(names)
+    else:
+        family = load_family(family_path)
+        name, jobs = family.name, family.jobs(count)
+    return name, jobs, Path(out) if out else REPO / "results" / "answer_quality" / name
+
+
 def run_tune(job: JobSpec, space: str, storage: Path, trials: int | None) -> dict[str, Any]:
     """`autosync tune` through the API with the command's defaults; its cache record and wall seconds."""
     storage.parent.mkdir(parents=True, exist_ok=True)
@@ -123,12 +135,7 @@ def main() -> None:
     args = parser.parse_args()
     quiet_optuna()
 
-    if args.jobs:
-        name, jobs = "jobs", jobs_named(args.jobs)
-    else:
-        family = load_family(args.family)
-        name, jobs = family.name, family.jobs(args.count)
-    out = Path(args.out) if args.out else REPO / "results" / "answer_quality" / name
+    name, jobs, out = selected_jobs(args.jobs, args.family, args.count, args.out)
     out.mkdir(parents=True, exist_ok=True)
     seeds_of = {job.fingerprint(): held_out_seeds(job, args.seeds, args.seed_offset) for job in jobs}
     defaults = TuneOptions()

@@ -95,8 +95,7 @@ def check_user_workload(workload: "Workload", source: str) -> Paths:
         workload.independent_samples = _independent(workload, theta, x, y)
     if workload.fast_path and not workload.independent_samples:
         workload.norm_groups = groupable(workload.model) and _independent_groups(workload, theta, x, y)
-    return Paths(workload.random, workload.batchable, workload.independent_samples,
-                 not workload.independent_samples and workload.norm_groups)
+    return Paths(workload.random, workload.batchable, workload.independent_samples, workload.norm_groups)
 
 
 def _check_outputs(workload: "Workload", out: torch.Tensor, y: torch.Tensor, field: str, fail) -> None:

@@ -29,10 +29,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
 def main() -> int:
-    from bench_answer_quality import jobs_named
+    from bench_answer_quality import selected_jobs
 
     from autosync.catalog import label_of
-    from autosync.core.family import load_family
     from autosync.experiments.reference_grid import ReferenceGrid, answer_cells, grid_scores, held_out_seeds, score
     from autosync.experiments.robustness import read_cells, run_grid
     from autosync.search.space import SPACE_DIR, load_space
@@ -44,12 +43,7 @@ def main() -> int:
     parser.add_argument("--jobs", nargs="+", default=None)
     parser.add_argument("--out", default=None, help="the grid's cache (default results/answer_quality/<name>)")
     args = parser.parse_args()
-    if args.jobs:
-        name, jobs = "jobs", jobs_named(args.jobs)
-    else:
-        family = load_family(args.family)
-        name, jobs = family.name, family.jobs(args.count)
-    out = Path(args.out) if args.out else ROOT / "results" / "answer_quality" / name
+    name, jobs, out = selected_jobs(args.jobs, args.family, args.count, args.out)
 
     rows = []
     for job in jobs:

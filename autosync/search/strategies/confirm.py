@@ -135,11 +135,11 @@ def candidates(study: "optuna.Study", top: int, job: JobSpec, scoring: dict[str,
                      if may_be_feasible(t) and _scored_as(t, scoring)),
                     key=lambda t: (t.values[0], final_pending(t), t.number))  # a checked twin before a pending one
     out, seen = [], set()
-    left = {row["trial"] for row in study.user_attrs.get(UNCHECKED) or []}
-    left = {_key(t.user_attrs.get(CANONICAL) or canonical_on(TrialRecord(t).policy, job)) for t in ranked
-            if t.number in left}
+    keys = {t.number: _key(t.user_attrs.get(CANONICAL) or canonical_on(TrialRecord(t).policy, job)) for t in ranked}
+    unchecked = {row["trial"] for row in study.user_attrs.get(UNCHECKED) or []}
+    left = {keys[number] for number in unchecked if number in keys}
     for t in ranked:
-        key = _key(t.user_attrs.get(CANONICAL) or canonical_on(TrialRecord(t).policy, job))
+        key = keys[t.number]
         if final_pending(t) and key in by_canonical and constraint_of(by_canonical[key]) > 0:
             continue  # stopped at the target in the search, and its full-budget check failed the constraint
         if final_pending(t) and key in left:

@@ -38,20 +38,22 @@ def next_to_check(study: "optuna.Study", wanted: int = 1) -> "optuna.trial.Froze
     """The trial to check next among `waiting(study, wanted)`: the fastest of a family (policy) none of
     whose checks has failed, else the fastest; None once the `wanted` fastest candidates are known feasible
     (or none is left)."""
-    candidates = waiting(study, wanted)
-    failed = failed_families(study)
+    trials = internals.fresh_trials(study)  # one read of the database for both
+    candidates = waiting(study, wanted, trials)
+    failed = failed_families(trials)
     return min(candidates, key=lambda t: _family(t) in failed) if candidates else None
 
 
-def waiting(study: "optuna.Study", wanted: int = 1) -> "list[optuna.trial.FrozenTrial]":
+def waiting(study: "optuna.Study", wanted: int = 1,
+            trials: "list[optuna.trial.FrozenTrial] | None" = None) -> "list[optuna.trial.FrozenTrial]":
     """The trials whose final metric is not known and that could still be among the `wanted` fastest
     feasible policies (the answer, or the K candidates that --verify-top and --confirm-top re-run),
     fastest first: fewer than `wanted` policies as fast are known feasible, and its policy has no
     full-budget result yet. Such a trial stopped at the target, or was pruned
     (`autosync.search.strategies.pruning`) against a candidate that may since have failed its check: it
     counts at the bound it was pruned at, a lower bound on its time. Empty once the `wanted` fastest
-    candidates are known feasible."""
-    trials = internals.fresh_trials(study)
+    candidates are known feasible. `trials`: the study's trials as just read (read here when None)."""
+    trials = internals.fresh_trials(study) if trials is None else trials
     checked = {t.user_attrs[FULL_BUDGET_OF] for t in trials if FULL_BUDGET_OF in t.user_attrs and t.state.is_finished()}
     # at equal times a full-budget result comes first: a check ties with the trial it checks, and policies
     # that run alike to the target (tied to the last digit) need one feasible check between them, not one each
@@ -75,12 +77,13 @@ def waiting(study: "optuna.Study", wanted: int = 1) -> "list[optuna.trial.Frozen
     return out
 
 
-def failed_families(study: "optuna.Study") -> set[str]:
-    """The policy names (families) with a full-budget check that broke the constraint."""
+def failed_families(trials: "list[optuna.trial.FrozenTrial]") -> set[str]:
+    """The policy names (families) with a completed full-budget check among `trials` that broke the
+    constraint."""
     import optuna
 
-    return {_family(t) for t in internals.fresh_trials(study, (optuna.trial.TrialState.COMPLETE,))
-            if FULL_BUDGET_OF in t.user_attrs and constraint_of(t) > 0}
+    return {_family(t) for t in trials if t.state == optuna.trial.TrialState.COMPLETE
+            and FULL_BUDGET_OF in t.user_attrs and constraint_of(t) > 0}
 
 
 def _family(trial: "optuna.trial.FrozenTrial") -> str | None:
