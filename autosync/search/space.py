@@ -137,6 +137,16 @@ class SearchSpace:
             for params in _combinations(list(dims.items()), dict(self.constants[policy_name])):
                 yield {"policy": policy_name, "params": params}
 
+    def policy_points(self, policy_name: str) -> Iterator[dict[str, Any]]:
+        """Every point of one policy's discrete sub-space, as trial parameters (`trial_params`); none for a
+        policy with a continuous dimension."""
+        if self.policy_size(policy_name) is None:
+            return
+        for params in _combinations(list(self.dimensions[policy_name].items()), dict(self.constants[policy_name])):
+            point = self.trial_params({"policy": policy_name, "params": params})
+            if point is not None:
+                yield point
+
     def is_discrete(self) -> bool:
         """True when every dimension is int, categorical or stepped float (a brute-force sampler can cover it)."""
         return all(d.type in ("int", "categorical") or (d.type == "float" and d.step)

@@ -580,12 +580,31 @@ def run_trials(study: "optuna.Study", request: TuneRequest, reference: dict[str,
         if _stopped_improving(study, request, budget):
             return objective
         if run_queued_trial(study, request.storage, objective, catch=(RunFailed, Resampled)):
+            _hold_leader(study, request)
             continue
         if top_up(study, request.storage, budget):
             continue
         if not pending_trials(study):
             return objective
         time.sleep(POLL_SECONDS)  # run_queued_trial re-queues a trial whose process died meanwhile
+
+
+def _hold_leader(study: "optuna.Study", request: TuneRequest) -> None:
+    """In the portfolio race, hold a new leader on the confirmation's first seed before it sets the bar for
+    the other families (`autosync.search.strategies.leader`; the confirmation then copies the run)."""
+    settings = request.settings
+    if request.sampler != "portfolio" or not request.confirm_top or settings.multi_objective \
+            or not settings.stop_at_target:
+        return
+    from autosync.search.strategies.confirm import RunStore, run_to_target
+    from autosync.search.strategies.leader import hold_leader
+
+    runs = RunStore(study, [])
+
+    def run(policy: dict[str, Any], seed: int, bound: float | None) -> dict[str, Any]:
+        return run_to_target(request.job, policy, seed, settings.penalty, runs, settings.backend, bound)[0]
+
+    hold_leader(study, request.space.policies, request.job.seed + settings.repeats, run)
 
 
 def _stopped_improving(study: "optuna.Study", request: TuneRequest, budget: int) -> bool:

@@ -21,6 +21,8 @@ the fixed and proportional rules only, so a static k under `linear` could win th
 best static k on 8 of the 10 `shared` jobs (the report that ran all four rules) and on 14 of the 15 jobs of the
 development reference grids (`results/answer_quality/README.md`: family_bursty's 8 jobs, bench_tune_cost's
 default and quick:0-5). Its k, n / 3 + 2, is the expression closest to the best linear k over those 25 jobs.
+It is the family's first setting, the one the search's first round runs: the grids ran every rule, the
+reports did not, so the grids' ranking comes before the reports' wins.
 """
 
 from __future__ import annotations
@@ -118,8 +120,8 @@ def choose(reports: tuple[Path, ...] = REPORTS, per_family: int = PER_FAMILY,
                         key=lambda s: (-counts[s], statistics.mean(ratios[family][s]), s))
         if ranked:
             chosen[family] = ranked[:per_family]
-    for family, extra in GRID_SETTINGS.items():
-        chosen[family] = [*chosen.get(family, []), *(s for s in extra if s not in chosen.get(family, []))]
+    for family, extra in GRID_SETTINGS.items():  # first: the grids ran every rule, the reports did not
+        chosen[family] = [*extra, *(s for s in chosen.get(family, []) if s not in extra)]
     for family in space.policies:  # a family the reports did not run: its defaults
         chosen.setdefault(family, [family])
     return {family: chosen[family] for family in space.policies}
@@ -127,7 +129,10 @@ def choose(reports: tuple[Path, ...] = REPORTS, per_family: int = PER_FAMILY,
 
 def portfolio() -> list[str]:
     """The chosen settings, those fastest overall on the most jobs first (then by their mean time over the
-    jobs' best): raced in this order, a likely winner sets a low bar early and the rest stop sooner."""
+    jobs' best): raced in this order, a likely winner sets a low bar early and the rest stop sooner. Inside a
+    family the settings keep `choose`'s order (the places its settings take in the list are filled in that
+    order): the search's first round runs each family's first setting (`portfolio_rounds`), and for the
+    static-k family that is the grids' setting, which the reports' wins cannot rank."""
     _, ratios = wins_and_ratios()
     overall: dict[str, int] = defaultdict(int)
     for path in REPORTS:
@@ -136,10 +141,13 @@ def portfolio() -> list[str]:
             fastest = min(settings.values())
             for setting, ratio in settings.items():
                 overall[setting] += ratio == fastest
-    chosen = [spec for specs in choose().values() for spec in specs]
+    families = choose()
+    chosen = [spec for specs in families.values() for spec in specs]
     mean = {spec: statistics.mean(next((r[spec] for r in ratios.values() if spec in r), [math.inf]))
             for spec in chosen}
-    return sorted(chosen, key=lambda spec: (-overall[spec], mean[spec]))
+    ranked = sorted(chosen, key=lambda spec: (-overall[spec], mean[spec]))
+    in_family_order = {family: iter(specs) for family, specs in families.items()}
+    return [next(in_family_order[spec.partition(":")[0]]) for spec in ranked]
 
 
 def main() -> int:

@@ -250,26 +250,36 @@ def confirm(job: JobSpec, top: int, plan: list[Candidate], reference: dict[str, 
 
 def _run(job: JobSpec, policy: dict[str, Any], seed: int, penalty: float, runs: RunStore,
          backend: "BackendChoice | None", result: Confirmation, bound: float | None = None) -> dict[str, Any]:
-    """`policy`'s run to the target on `seed`: stored, or trained now (and stored). With `bound`, a run that has
-    not reached the target by then stops there, `behind`: it cannot beat the leader (stored under its bound,
-    so that a resumed confirmation, which computes the same bound, copies it)."""
+    """`run_to_target`, its training counted in `result`."""
+    run, trained = run_to_target(job, policy, seed, penalty, runs, backend, bound)
+    result.trained_virtual_seconds += trained
+    return run
+
+
+def run_to_target(job: JobSpec, policy: dict[str, Any], seed: int, penalty: float, runs: RunStore,
+                  backend: "BackendChoice | None" = None, bound: float | None = None) -> tuple[dict[str, Any], float]:
+    """`policy`'s run to the target on `seed`: stored, or trained now (and stored), and the virtual seconds
+    trained now. With `bound`, a run that has not reached the target by then stops there, `behind`: it cannot
+    beat the leader (stored under its bound, so that a resumed confirmation, which computes the same bound,
+    copies it)."""
     key = RunStore.identity(canonical_on(policy, job), seed, penalty, job)
     behind_key = f"{key}|behind at {bound!r}"
     run = runs.get(key) or (runs.get(behind_key) if bound is not None else None)
     if run is None and bound is not None and bound <= 0:
-        return {"behind": True, "stopped_at": 0.0, "seed": seed}
+        return {"behind": True, "stopped_at": 0.0, "seed": seed}, 0.0
+    trained = 0.0
     if run is None:
         try:
             run = evaluate(job, policy, [seed], penalty, backend=backend, stop_at_target=True, horizon=bound)
         except RunFailed as exc:
             run = {"reason": str(exc)}
-        result.trained_virtual_seconds += run.get(VIRTUAL_SECONDS, 0.0)
+        trained = run.get(VIRTUAL_SECONDS, 0.0)
         if bound is not None and "reason" not in run and not run.get("reached"):
             run = {"behind": True, "stopped_at": bound, VIRTUAL_SECONDS: run.get(VIRTUAL_SECONDS, 0.0)}
             runs.put(behind_key, run)
         else:
             runs.put(key, run)
-    return {**run, "seed": seed}
+    return {**run, "seed": seed}, trained
 
 
 def _bound(c: Candidate, own: list[dict[str, Any]], search_runs: int, times: dict[int, list[dict[str, Any]]],

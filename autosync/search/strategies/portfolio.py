@@ -18,7 +18,9 @@ TPE only inside the families:
    (`next_family`). A family stays in while its best trial, the time it reached the target or the bound it
    was stopped at, is within `FAMILY_MARGIN` of the best family's (a family is judged by its best child, not
    its worst; successive halving's rule with one rung per round); a stopped trial counts at the time its
-   pace predicts, where the pace can tell (`RaceLimit.predicted`), else at its bound. The leading family gets
+   pace predicts, where the pace can tell (`RaceLimit.predicted`), else at its bound. The leader's time is
+   first held on a second seed (`autosync.search.strategies.leader`): a leader lucky on one seed would end
+   the race of families that win on most. The leading family gets
    every other trial, the others take turns, fewest trials first; a family whose every point is tried (BSP,
    DANA-Slim) drops out. A family's turn runs its next portfolio setting while it has one left
    (`next_preset`: the second round runs only for the families still in), then TPE samples the family's own
@@ -26,7 +28,10 @@ TPE only inside the families:
    group of their own). A family the first round left out is tried while the budget still leaves
    `FAMILY_TRIALS` trials after it.
 
-Trials that propose an already answered point are answered without training and take no trial slot
+A family's turn never goes to a point already run: where TPE proposes one in a discrete family (it does,
+often: its model of a family with few trials peaks on the family's best point), the turn takes the untried
+point of the family nearest the proposal (`untried_point`). Trials that propose an already answered point
+by other ways (other samplers, other processes) are answered without training and take no trial slot
 (`autosync.search.study.trials.budget_used`).
 """
 
@@ -35,8 +40,10 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
+import numpy as np
 import optuna
 
+from autosync.search.strategies.leader import held_runs, held_value
 from autosync.search.study.records import ANSWERED, FULL_BUDGET_OF, PREDICTED, TrialRecord, has_own_failure
 from autosync.search.space import POLICY_PARAM, SearchSpace
 from autosync.search.space_file import resolve_share
@@ -83,21 +90,30 @@ def fit_to_budget(first_round: list[Any], budget: int,
     return out
 
 
-def family_standing(trials: "list[optuna.trial.FrozenTrial]", families: list[str]) -> dict[str, float]:
-    """Each family's best time so far: a completed trial's time to target, a pruned trial's predicted time (the
-    pace's, where it could tell) or else its bound; infinity for a family whose trials all failed; families not tried are left
-    out."""
+def family_standing(trials: "list[optuna.trial.FrozenTrial]", families: list[str],
+                    held: dict[int, dict[str, Any]] | None = None) -> dict[str, float]:
+    """Each family's best time so far: a completed trial's time to target (a leader `held` on a second seed,
+    and its twins: its mean over both, `autosync.search.strategies.leader`), a pruned trial's predicted time (the pace's,
+    where it could tell) or else its bound; infinity for a family whose trials all failed; families not
+    tried are left out."""
     standing: dict[str, float] = {}
+    held_points = {_point(t): (held or {})[t.number] for t in trials if t.number in (held or {})}  # twins too
     for t in trials:
         family = _family(t, families)
         if family is None:
             continue
         value = _value(t)
+        if value is not None and t.state == optuna.trial.TrialState.COMPLETE:
+            value = held_value(value, held_points.get(_point(t)))
         if value is not None:
             standing[family] = min(standing.get(family, math.inf), value)
         elif has_own_failure(t):
             standing.setdefault(family, math.inf)
     return standing
+
+
+def _point(trial: "optuna.trial.FrozenTrial") -> tuple:
+    return tuple(sorted(trial.params.items()))
 
 
 def _family(trial: "optuna.trial.FrozenTrial", families: list[str]) -> str | None:
@@ -133,7 +149,7 @@ def next_family(study: "optuna.Study", space: SearchSpace, number: int, budget: 
     families = space.policies
     done = _finished(study, number)
     open_ = [f for f in families if not _exhausted(space, f, done)]
-    tried = family_standing(done, families)
+    tried = family_standing(done, families, held_runs(study))
     untried = [f for f in open_ if f not in tried]
     if untried and (budget is None or _counted(done) < budget - FAMILY_TRIALS or not tried):
         return untried[0]
@@ -159,6 +175,40 @@ def next_preset(study: "optuna.Study", family: str, presets: list[dict[str, Any]
 
 
 _DONE = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.FAIL)
+_TAKEN = (*_DONE, optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING)  # a point run, running or queued
+
+
+def untried_point(space: SearchSpace, family: str, proposal: dict[str, Any], tried: list[dict[str, Any]],
+                  rng: np.random.RandomState) -> dict[str, Any] | None:
+    """The point of `family`'s discrete sub-space (as trial parameters) not among `tried` (trial parameters
+    of trials run, running or queued) nearest to `proposal` (the sampler's values, some of the family's
+    parameters possibly missing): a number's distance is its difference over its range, a categorical's 0 or
+    1, a missing parameter's 0; ties drawn by `rng`. The proposal itself where it is complete and untried;
+    None for a continuous family or one whose every point is tried."""
+    def key(params: dict[str, Any]) -> tuple:
+        return tuple(sorted((k, v) for k, v in params.items() if k.startswith(f"{family}.")))
+
+    taken = {key(params) for params in tried}
+    free = [point for point in space.policy_points(family) if key(point) not in taken]
+    if not free:
+        return None
+    dims = space.dimensions[family]
+
+    def distance(point: dict[str, Any]) -> float:
+        total = 0.0
+        for name, value in point.items():
+            dim = dims.get(name.partition(".")[2])
+            if dim is None or name not in proposal:
+                continue
+            if dim.type == "categorical":
+                total += float(value != proposal[name])
+            else:
+                total += abs(value - proposal[name]) / ((dim.high - dim.low) or 1)
+        return total
+
+    distances = [distance(point) for point in free]
+    nearest = [point for point, d in zip(free, distances) if d == min(distances)]
+    return nearest[rng.randint(len(nearest))]
 
 
 def _finished(study: "optuna.Study", number: int) -> "list[optuna.trial.FrozenTrial]":
@@ -187,11 +237,12 @@ class PortfolioSampler(optuna.samplers.BaseSampler):
     trials). `budget`: the search's trials, for `next_family`."""
 
     def __init__(self, inner: "optuna.samplers.BaseSampler", space: SearchSpace,
-                 presets: list[dict[str, Any]] = (), budget: int | None = None):
+                 presets: list[dict[str, Any]] = (), budget: int | None = None, seed: int | None = None):
         self.inner = inner
         self.space = space
         self.presets = list(presets)
         self.budget = budget
+        self._rng = np.random.RandomState(seed)  # ties between untried points equally near TPE's proposal
         self._plans: dict[int, dict[str, Any]] = {}  # trial number -> its family (and preset), chosen once
 
     @property
@@ -220,6 +271,12 @@ class PortfolioSampler(optuna.samplers.BaseSampler):
         plan = self._plan(study, trial.number)
         params = dict(self.inner.sample_relative(study, trial, search_space)) if len(plan) <= 1 else {}
         params.pop(POLICY_PARAM, None)  # the family is chosen here, never by TPE's model of the branches
+        if len(plan) == 1:  # the family's own turn: TPE's proposal, or the untried point nearest it
+            family = plan[POLICY_PARAM]
+            tried = [t.params for t in study.get_trials(deepcopy=False, states=_TAKEN) if t.number != trial.number]
+            point = untried_point(self.space, family, params, tried, self._rng)
+            if point is not None:
+                plan.update(point)
         return {**params, **{k: v for k, v in plan.items() if k != POLICY_PARAM and k in search_space}}
 
     def sample_independent(self, study: "optuna.Study", trial: "optuna.trial.FrozenTrial", param_name: str,
@@ -232,6 +289,7 @@ class PortfolioSampler(optuna.samplers.BaseSampler):
 
     def reseed_rng(self) -> None:
         self.inner.reseed_rng()
+        self._rng.seed()
 
     def before_trial(self, study: "optuna.Study", trial: "optuna.trial.FrozenTrial") -> None:
         self.inner.before_trial(study, trial)
@@ -252,4 +310,4 @@ def portfolio_sampler(seed: int, space: SearchSpace, n_workers: int | None = Non
     settings = portfolio_policies(space, n_workers) if n_workers is not None else []
     presets = [params for policy in settings if (params := space.trial_params(policy)) is not None]
     return PortfolioSampler(tpe_with_prior(seed=seed, n_startup_trials=5, multivariate=True, group=True), space,
-                            presets, budget)
+                            presets, budget, seed)
