@@ -48,11 +48,10 @@ from autosync.core.job import JobSpec, load_job
 from autosync.core.family import load_family
 from autosync.catalog import label_of
 from autosync.options import TuneOptions
-from autosync.core import strict_json
-from autosync.experiments.reference_grid import (TOLERANCE, ReferenceGrid, answer_cells, feasible_best,
-                                                 full_budget_final, grid_scores, held_out_seeds, judge,
-                                                 reference_policies, run_full_cell, score, tune_seeds)
-from autosync.experiments.robustness import CELLS_FILE, read_cells, run_grid
+from autosync.experiments.reference_grid import (TOLERANCE, ReferenceGrid, answer_cells, cached_full_budget_final,
+                                                 feasible_best, grid_scores, held_out_seeds, judge,
+                                                 reference_policies, score, tune_seeds)
+from autosync.experiments.robustness import read_cells, run_grid
 
 from _report import Figures
 
@@ -101,17 +100,6 @@ def run_tune(job: JobSpec, space: str, storage: Path, trials: int | None) -> dic
     start = time.perf_counter()
     outcome = tune(job, space, storage=f"sqlite:///{storage}", **fields)
     return {**outcome.cache, "wall_seconds": time.perf_counter() - start, "answered_from_cache": outcome.cached}
-
-
-def finals_of(job: JobSpec, seeds: list[int], cells: dict[str, dict[str, Any]], out: Path) -> Any:
-    """`full_budget_final` for `job`, each run it trains appended to out/cells.jsonl as it finishes."""
-    def run(job: JobSpec, policy: dict[str, Any], seed: int) -> dict[str, Any]:
-        record = run_full_cell(job, policy, seed)
-        with (out / CELLS_FILE).open("a") as fh:
-            fh.write(strict_json.dumps(record) + "\n")
-        return record
-
-    return full_budget_final(job, seeds, cells, run)
 
 
 def main() -> None:
@@ -163,7 +151,7 @@ def main() -> None:
         for job in jobs:
             seeds = seeds_of[job.fingerprint()]
             scores = grid_scores(job, cells, seeds)
-            best = feasible_best(job, scores, finals_of(job, seeds, cells, out), args.tolerance)
+            best = feasible_best(job, scores, cached_full_budget_final(job, seeds, cells, out), args.tolerance)
             fixed = {label: score(job, p, cells, seeds).time / best.time
                      for label, p in fixed_policies(job.cluster.n_workers).items()}
             print(f"{job.name} (n={job.cluster.n_workers}): grid best {label_of(best.policy)} {best.time:.1f} s "
@@ -200,7 +188,7 @@ def main() -> None:
     for job in jobs:
         fp = job.fingerprint()
         record = tunes[f"{fp}/{args.space}/{args.trials}"]
-        judged = judge(job, answers[fp], cells, seeds_of[fp], final=finals_of(job, seeds_of[fp], cells, out),
+        judged = judge(job, answers[fp], cells, seeds_of[fp], final=cached_full_budget_final(job, seeds_of[fp], cells, out),
                        tolerance=args.tolerance)
         fixed = {label: score(job, p, cells, seeds_of[fp]).time / judged.best.time
                  for label, p in fixed_policies(job.cluster.n_workers).items()}

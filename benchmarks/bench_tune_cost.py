@@ -26,7 +26,8 @@ Printed per run: the search cost in BSP trainings (virtual seconds trained, BSP'
 over one full BSP training), wall seconds, the recurrences that amortize it, and the winner's mean
 time-to-target on held-out seeds (job.seed + 100, + 101: `--seed-offset`, `--seeds`; no tune searches
 or confirms on them) over the best of the broad reference grid on the same seeds (the regret; a miss
-counts twice the budget, and the missed seeds are printed). The grid is every policy family, not the
+counts twice the budget, and the missed seeds are printed), the grid judged by the tune's own rule: its
+best is the fastest grid policy whose final metric at full budget keeps BSP's within the tolerance. The grid is every policy family, not the
 searched space alone (`autosync.experiments.reference_grid.reference_policies`: static k = 1..n under four lr
 rules, ASP, SSP, the DANA family, DBW, B-DBW, LB-BSP, Sync-Switch, compositions): a reference search
 with the tune's own sampler shares its blind spots. Its runs (and a winner's that runs like no grid
@@ -52,7 +53,8 @@ from autosync.engine.forks import FORKS, MAX_BYTES
 from autosync.core.family import load_family
 from autosync.catalog import label_of
 from autosync.core.job import JobSpec, load_job
-from autosync.experiments.reference_grid import Judged, ReferenceGrid, answer_cells, held_out_seeds, judge
+from autosync.experiments.reference_grid import (Judged, ReferenceGrid, answer_cells, cached_full_budget_final,
+                                                 held_out_seeds, judge)
 from autosync.experiments.robustness import read_cells, run_grid
 from autosync.search.space import SPACE_DIR, load_space
 from autosync.search.tune import TuneRequest, tune
@@ -104,11 +106,14 @@ def command_wall(trials: int) -> float:
 
 
 def held_out(job: JobSpec, policy: dict, seeds: list[int], grid_dir: Path) -> Judged:
-    """`policy` against the broad grid's best on `seeds`: the grid read from `grid_dir` (trained where
-    missing), the policy from its grid twin's runs or its own (trained once, cached beside them)."""
+    """`policy` against the broad grid's best on `seeds`, judged by the tune's rule: the grid's best is its
+    fastest policy whose final metric at full budget keeps BSP's within the tune's tolerance (the fastest
+    policies trained to the end on demand, cached). The grid is read from `grid_dir` (trained where missing),
+    the policy from its grid twin's runs or its own (trained once, cached beside them)."""
     extra = {} if answer_cells(job, policy) is not policy else {job.fingerprint(): [policy]}
     run_grid(ReferenceGrid([job], seeds, extra=extra), grid_dir)
-    return judge(job, policy, read_cells(grid_dir), seeds)
+    cells = read_cells(grid_dir)
+    return judge(job, policy, cells, seeds, final=cached_full_budget_final(job, seeds, cells, grid_dir))
 
 
 def write_runs(rows: list[dict], path: Path, argv: list[str]) -> None:

@@ -39,9 +39,12 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from autosync.core.job import JobSpec
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 HELD_OUT_OFFSET = 100  # scoring seeds start this far past the job's seed: room for 100 search + confirm seeds
 HELD_OUT_SEEDS = 2  # scoring seeds per job unless told otherwise
@@ -322,6 +325,22 @@ def run_full_cell(job: JobSpec, policy: dict[str, Any], seed: int) -> dict[str, 
         return {**record, "final_metric": None, "error": str(exc)}
     return {**record, "final_metric": run["final_metric"], "time_to_target": run["time_to_target"]
             if run.get("reached") else None}
+
+
+def cached_full_budget_final(job: JobSpec, seeds: Iterable[int], cells: dict[str, dict[str, Any]],
+                             grid_dir: "Path") -> "Callable[[dict[str, Any]], float | None]":
+    """`full_budget_final` whose runs are appended to the grid's cache (`grid_dir`/cells.jsonl) as they finish:
+    a re-run, or the other benchmark on the same cache, trains none of them again."""
+    from autosync.core import strict_json
+    from autosync.experiments.robustness import CELLS_FILE
+
+    def run(job: JobSpec, policy: dict[str, Any], seed: int) -> dict[str, Any]:
+        record = run_full_cell(job, policy, seed)
+        with (grid_dir / CELLS_FILE).open("a") as fh:
+            fh.write(strict_json.dumps(record) + "\n")
+        return record
+
+    return full_budget_final(job, seeds, cells, run)
 
 
 def full_budget_final(job: JobSpec, seeds: Iterable[int], cells: dict[str, dict[str, Any]],

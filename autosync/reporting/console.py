@@ -149,6 +149,8 @@ def breakdown_line(b: dict[str, int]) -> str:
                if b.get("forked_checks") else "")
             + (f", {count(len(b['unchecked']), 'faster candidate')} left unchecked" if b.get("unchecked") else "")
             + "."
+            + (f" {count(b['held_leaders'], 'leader')} of the race ran on a second seed before setting the bar "
+               "for the other families." if b.get("held_leaders") else "")
             + (f" The search stopped improving ({count(b['patience'] or 0, 'trial')} in a row found nothing "
                f"faster), so {count(b['given_up'], 'queued trial')} of the budget "
                f"{'was' if b['given_up'] == 1 else 'were'} not run (--patience {b['patience']}; --patience 0 "

@@ -21,12 +21,11 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Callable
 
-from autosync.search.study.records import ANSWERED, FULL_BUDGET_OF, TrialRecord
+from autosync.search.study.records import ANSWERED, FULL_BUDGET_OF, HELD, TrialRecord
 
 if TYPE_CHECKING:
     import optuna
 
-HELD = "held_leaders"  # study attribute: {trial number: its run on the second seed}
 MAX_HELD = 4  # leaders held on a second seed at most in one search (each costs about its time to target)
 
 

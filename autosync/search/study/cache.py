@@ -19,7 +19,7 @@ from autosync.search.cost import COST_UNIT, in_bsp_trainings
 from autosync.search.study.records import (
     BSP_REFERENCE, BSP_TRAINING_SECONDS, BUDGET, CACHE, CONFIRMATION_RUNS, CONSTRAINT_AT, FINGERPRINT, FORKED,
     FOUND_EQUIVALENT, FULL_BUDGET_OF, GIVEN_UP, GIVEN_UP_PLACES, HORIZON, PLATEAU, PRIOR_TRIALS, PRUNED_ON_PACE,
-    REFERENCE_FROM, RUNS, SAME_AS, UNCHECKED, VIRTUAL_SECONDS, CacheRecord, StudyRecord, TrialRecord, damaged, final_pending,
+    HELD, REFERENCE_FROM, RUNS, SAME_AS, UNCHECKED, VIRTUAL_SECONDS, CacheRecord, StudyRecord, TrialRecord, damaged, final_pending,
     policy_key, validated, write_cache_record,
 )
 from autosync.search.study.storage import open_existing_storage, redact_url
@@ -240,6 +240,8 @@ def search_breakdown(study: "optuna.Study") -> dict[str, Any]:
         "checked_at": attrs.get(BSP_REFERENCE, {}).get(HORIZON),
         # faster candidates the bounded checks left unchecked (`full_budget.MAX_CHECKS`), fastest first
         "unchecked": [row for row in attrs.get(UNCHECKED) or [] if isinstance(row, dict)],
+        # the race's leaders run on a second seed before they set the bar (`autosync.search.strategies.leader`)
+        "held_leaders": len(attrs.get(HELD) or {}),
     }
 
 

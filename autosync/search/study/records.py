@@ -49,6 +49,7 @@ CURVE = "curve"  # [virtual time, target metric] at the first seed's evaluations
 KILLED = "process_lost"  # failed because its process died: no result of its own
 RETRY_OF = "retry_of"  # of a re-queued trial: the number of the killed trial it re-runs
 SAME_AS = "same_as_trial"  # answered untrained by this trial (a number, "study#number" or BSP_REFERENCE)
+HELD = "held_leaders"  # study: {trial number: its run on a second seed} (`autosync.search.strategies.leader`)
 VIRTUAL_SECONDS = "virtual_seconds"  # virtual seconds the trial trained (the search's cost)
 FAIL_REASON = "fail_reason"  # why a failed trial failed, one line
 TIME_TO_TARGET = "time_to_target"  # the score: mean time to target over the seeds (misses penalized)
