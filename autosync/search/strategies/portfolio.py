@@ -26,7 +26,8 @@ TPE only inside the families:
    (`next_preset`: the second round runs only for the families still in), then TPE samples the family's own
    parameters from that family's trials only (the parameters of a family are `family.param` in Optuna, a
    group of their own). A family the first round left out is tried while the budget still leaves
-   `FAMILY_TRIALS` trials after it.
+   `FAMILY_TRIALS` trials after it; a family whose every trial failed (its first setting diverged) runs
+   its next setting before the contenders' turns.
 
 A family's turn never goes to a point already run: where TPE proposes one in a discrete family (it does,
 often: its model of a family with few trials peaks on the family's best point), the turn takes the untried
@@ -139,13 +140,16 @@ def contenders(standing: dict[str, float], margin: float = FAMILY_MARGIN) -> lis
     return sorted((f for f, v in standing.items() if v <= best * margin), key=lambda f: (standing[f], f))
 
 
-def next_family(study: "optuna.Study", space: SearchSpace, number: int, budget: int | None = None) -> str | None:
+def next_family(study: "optuna.Study", space: SearchSpace, number: int, budget: int | None = None,
+                presets: list[dict[str, Any]] = ()) -> str | None:
     """The family trial `number` searches in: a family of the space not tried yet first (while a `budget`
     of trials still leaves `FAMILY_TRIALS` after it), else the leading family on every other trial and the
     other contenders in turn (fewest trials first). Families whose points are all tried are passed over, and
     the contenders are judged among the others: once the best family is fully tried (ASP's three rules), the
-    trials go to the next families rather than to proposals of its tried points. None when no family is
-    left (the caller's sampler decides)."""
+    trials go to the next families rather than to proposals of its tried points. A family whose every trial
+    failed (diverged) runs its next setting among `presets` (trial parameters) before the contenders' turns,
+    while it has one: a setting that diverged (a static k under `linear` with momentum 0.95) says nothing of
+    the family's speed. None when no family is left (the caller's sampler decides)."""
     families = space.policies
     done = _finished(study, number)
     open_ = [f for f in families if not _exhausted(space, f, done)]
@@ -153,6 +157,9 @@ def next_family(study: "optuna.Study", space: SearchSpace, number: int, budget: 
     untried = [f for f in open_ if f not in tried]
     if untried and (budget is None or _counted(done) < budget - FAMILY_TRIALS or not tried):
         return untried[0]
+    failed = [f for f in open_ if tried.get(f) == math.inf and next_preset(study, f, presets, number) is not None]
+    if failed:
+        return failed[0]
     alive = contenders({f: v for f, v in tried.items() if f in open_})  # a family fully tried is no contender
     if not alive:
         return None
@@ -257,7 +264,7 @@ class PortfolioSampler(optuna.samplers.BaseSampler):
         """Trial `number`'s family and, where the family has a second-round setting left, that setting's
         parameters (chosen on the first call, so that every parameter of the trial agrees)."""
         if number not in self._plans:
-            family = next_family(study, self.space, number, self.budget)
+            family = next_family(study, self.space, number, self.budget, self.presets)
             preset = next_preset(study, family, self.presets, number) if family is not None else None
             self._plans[number] = preset or ({POLICY_PARAM: family} if family is not None else {})
         return self._plans[number]

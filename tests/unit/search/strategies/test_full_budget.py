@@ -166,6 +166,22 @@ def test_trials_pruned_against_a_candidate_that_fails_its_check_are_checked_in_t
     assert next_to_check(study) is None
 
 
+def test_a_candidate_that_reached_the_target_is_checked_before_one_pruned_at_a_lower_bound():
+    """The fleet family's case: ASP (4.0 s) fails its check; two DANA trials pruned at 6.0 s against it (not at
+    the target then) and backup at 6.8 s wait: backup, whose time is known, is checked first."""
+    study = optuna.create_study()
+    study.add_trial(_trial("asp", value=4.0))
+    study.add_trial(_trial("dana_zero", pruned_at=6.0))
+    study.add_trial(_trial("dana_dc", pruned_at=6.0))
+    study.add_trial(_trial("backup", value=6.8))
+    study.add_trial(_trial("bsp", value=60.0, feasible=True))
+    assert next_to_check(study).number == 0
+    study.add_trial(_trial("asp", value=4.0, feasible=False, check_of=0))
+    assert next_to_check(study).number == 3
+    study.add_trial(_trial("backup", value=6.8, feasible=False, check_of=3))
+    assert next_to_check(study).number == 1  # then the pruned ones, by their bound
+
+
 def test_a_search_run_skips_the_training_loss_pass_and_scores_the_same():
     from autosync.catalog import make_policy
     from autosync.engine.simulator import Simulator

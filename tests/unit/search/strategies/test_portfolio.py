@@ -16,8 +16,8 @@ from autosync.search.study.records import ANSWERED, CANONICAL, PREDICTED
 from autosync.search.space import POLICY_PARAM, SPACE_DIR, load_space
 from autosync.search.strategies.confirm import REFERENCE, Candidate, RunStore, confirm, how_it_held
 from autosync.search.strategies.portfolio import (
-    FAMILY_TRIALS, contenders, family_standing, fit_to_budget, next_family, portfolio_policies, portfolio_rounds,
-    untried_point,
+    FAMILY_TRIALS, contenders, family_standing, fit_to_budget, next_family, next_preset, portfolio_policies,
+    portfolio_rounds, untried_point,
 )
 from autosync.search.strategies.samplers import make_sampler, sampler_for
 from autosync.search.study.trials import budget_used
@@ -83,13 +83,13 @@ def test_the_portfolio_first_round_is_one_setting_per_family_and_leaves_trials_t
 
 
 def _race_time(policy: dict) -> float:
-    """A job with a known answer: backup k = n/3 + 2 under `linear` (k = 5 on 8 workers), a second-round
-    setting, is the fastest (30 s); the first round's backup setting (k = 1, fixed) takes 45 s and ASP with a
-    staleness-scaled step 40 s, so backup can still win after the first round; DBW and Sync-Switch, whose
-    second-round settings would be as fast as their first (80 s, 100 s), cannot."""
+    """A job with a known answer: backup k = n/4 + 2 under `sqrt` (k = 4 on 8 workers), a second-round
+    setting, is the fastest (30 s); the first round's backup setting (k = n/3 + 2 = 5, linear) takes 45 s and
+    ASP with a staleness-scaled step 40 s, so backup can still win after the first round; DBW and
+    Sync-Switch, whose second-round settings would be as fast as their first (80 s, 100 s), cannot."""
     name, params = policy["policy"], policy["params"]
     if name == "backup":
-        return 30.0 if (params["k"], params["lr_rule"]) == (5, "linear") else 45.0 + abs(params["k"] - 1)
+        return 30.0 if (params["k"], params["lr_rule"]) == (4, "sqrt") else 45.0 + abs(params["k"] - 5)
     return _time(policy)
 
 
@@ -101,7 +101,7 @@ def test_the_race_runs_a_second_setting_only_where_the_family_can_still_win_and_
         ran = [POLICY_SPACE.suggest(optuna.trial.FixedTrial(t.params)) for t in study.trials]
         assert {"policy": "dbw", "params": {"window": 20, "lr_rule": "linear"}} not in ran  # cannot win
         assert not any(p["policy"] == "sync_switch" and p["params"].get("lr_rule") == "sqrt" for p in ran)
-        assert {"policy": "backup", "params": {"k": 2, "lr_rule": "fixed"}} in ran  # backup's second round
+        assert {"policy": "backup", "params": {"k": 4, "lr_rule": "sqrt"}} in ran  # backup's second round
 
 
 def _trial(policy: dict, value: float | None, state: str = "COMPLETE", pruned_at: float | None = None,
@@ -283,3 +283,25 @@ def test_the_untried_point_nearest_the_proposal():
              for r in ("fixed", "sqrt_staleness", "staleness")]
     assert untried_point(POLICY_SPACE, "asp", {}, every, rng) is None
     assert untried_point(POLICY_SPACE, "easgd", {}, [], rng) is None  # a continuous family: TPE's proposal stands
+
+
+DIVERGED = {"fail_reason": "diverged at update 40"}
+
+
+def test_a_family_whose_first_setting_diverged_runs_its_next_setting():
+    """The fleet family's case: backup's first setting (linear) diverged, so the family has no time; its next
+    portfolio setting runs before the leader's turns, and a family with no setting left is passed over."""
+    study = optuna.create_study()
+    for family in POLICY_SPACE.policies:
+        if family not in ("backup", "ssp"):
+            study.add_trial(_trial(_any_point(family), 30.0 if family == "asp" else 60.0))
+    settings = [p for p in portfolio_policies(POLICY_SPACE, N) if p["policy"] == "backup"]
+    study.add_trial(_trial(settings[0], None, "FAIL", attrs=DIVERGED))
+    study.add_trial(_trial({"policy": "ssp", "params": {"staleness": 3}}, None, "FAIL", attrs=DIVERGED))
+    presets = [POLICY_SPACE.trial_params(p) for p in portfolio_policies(POLICY_SPACE, N)]
+    assert next_family(study, POLICY_SPACE, len(study.trials), 20) == "asp"  # without presets: the leader
+    assert next_family(study, POLICY_SPACE, len(study.trials), 20, presets) == "backup"
+    assert next_preset(study, "backup", presets, len(study.trials)) == POLICY_SPACE.trial_params(settings[1])
+    for setting in settings[1:]:
+        study.add_trial(_trial(setting, None, "FAIL", attrs=DIVERGED))
+    assert next_family(study, POLICY_SPACE, len(study.trials), 20, presets) == "asp"  # none left to try
