@@ -20,7 +20,8 @@ TPE only inside the families:
    its worst; successive halving's rule with one rung per round); a stopped trial counts at the time its
    pace predicts, where the pace can tell (`RaceLimit.predicted`), else at its bound. The leader's time is
    first held on a second seed (`autosync.search.strategies.leader`): a leader lucky on one seed would end
-   the race of families that win on most. The leading family gets
+   the race of families that win on most, so the bar is the held leader's mean (`contenders`). The leading
+   family gets
    every other trial, the others take turns, fewest trials first; a family whose every point is tried (BSP,
    DANA-Slim) drops out. A family's turn runs its next portfolio setting while it has one left
    (`next_preset`: the second round runs only for the families still in), then TPE samples the family's own
@@ -131,13 +132,20 @@ def _value(trial: "optuna.trial.FrozenTrial") -> float | None:
     return None
 
 
-def contenders(standing: dict[str, float], margin: float = FAMILY_MARGIN) -> list[str]:
-    """The families that can still win, best first: within `margin` of the best family's time."""
-    finite = [v for v in standing.values() if math.isfinite(v)]
+def contenders(standing: dict[str, float], margin: float = FAMILY_MARGIN,
+               held: dict[str, float] | None = None) -> list[str]:
+    """The families that can still win, best first: within `margin` of the best family's time. With `held`
+    (the standing where the leaders held on a second seed count at their mean: `family_standing(...,
+    held)`), the bar is the best held standing and the families are ranked by it, while a family is judged
+    by the better of its two standings: holding a leader raises the bar a lucky seed set, and never puts
+    the held family behind families judged on one seed."""
+    held = held if held is not None else standing
+    finite = [v for v in held.values() if math.isfinite(v)]
     if not finite:
         return []
     best = min(finite)
-    return sorted((f for f, v in standing.items() if v <= best * margin), key=lambda f: (standing[f], f))
+    return sorted((f for f, v in standing.items() if min(v, held.get(f, v)) <= best * margin),
+                  key=lambda f: (held.get(f, standing[f]), f))
 
 
 def next_family(study: "optuna.Study", space: SearchSpace, number: int, budget: int | None = None,
@@ -153,14 +161,15 @@ def next_family(study: "optuna.Study", space: SearchSpace, number: int, budget: 
     families = space.policies
     done = _finished(study, number)
     open_ = [f for f in families if not _exhausted(space, f, done)]
-    tried = family_standing(done, families, held_runs(study))
+    tried = family_standing(done, families)
+    held = {f: v for f, v in family_standing(done, families, held_runs(study)).items() if f in open_}
     untried = [f for f in open_ if f not in tried]
     if untried and (budget is None or _counted(done) < budget - FAMILY_TRIALS or not tried):
         return untried[0]
     failed = [f for f in open_ if tried.get(f) == math.inf and next_preset(study, f, presets, number) is not None]
     if failed:
         return failed[0]
-    alive = contenders({f: v for f, v in tried.items() if f in open_})  # a family fully tried is no contender
+    alive = contenders({f: v for f, v in tried.items() if f in open_}, held=held)  # a family fully tried is none
     if not alive:
         return None
     counts = {f: sum(1 for t in done if _family(t, families) == f) for f in alive}
