@@ -16,7 +16,7 @@ rest of the budget), and a job where the fastest policies end above BSP's loss h
 11 checks, 13.84 BSP trainings; bursty-005 and -006: 18 each). Failures there run in families: a policy
 that applies stale gradients to the end (ASP and its relatives) ends noisier however fast it reached the
 target, so after a failed check the candidates of a family that has not failed one are checked first
-(`next_to_check`), then the others in time order. Within each, a candidate whose time is known (it reached
+(`next_to_check`; a family here is a policy and its step-size rule), then the others in time order. Within each, a candidate whose time is known (it reached
 the target) comes before one pruned at a lower bound: a pruned trial only had not reached the target when
 it stopped, and its check, a training's cost, often finds it slower than the known one (on a job of the
 fleet family, two DANA trials pruned at 6.0 s took two of the three checks and diverged, and backup k = 5,
@@ -85,8 +85,8 @@ def waiting(study: "optuna.Study", wanted: int = 1,
 
 
 def failed_families(trials: "list[optuna.trial.FrozenTrial]") -> set[str]:
-    """The policy names (families) with a completed full-budget check among `trials` that broke the
-    constraint."""
+    """The families (`_family`: a policy and its step-size rule) with a completed full-budget check among
+    `trials` that broke the constraint."""
     import optuna
 
     return {_family(t) for t in trials if t.state == optuna.trial.TrialState.COMPLETE
@@ -94,7 +94,12 @@ def failed_families(trials: "list[optuna.trial.FrozenTrial]") -> set[str]:
 
 
 def _family(trial: "optuna.trial.FrozenTrial") -> str | None:
-    return (trial.user_attrs.get(POLICY) or {}).get("policy")
+    """A check's family: the policy, with its step-size rule where it has one (how a run ends, noisier or
+    not, follows the rule: backup k = 5 under `linear` ending above BSP's loss says little of k = 4 under
+    `sqrt`)."""
+    policy = trial.user_attrs.get(POLICY) or {}
+    rule = (policy.get("params") or {}).get("lr_rule")
+    return policy.get("policy") if rule is None else f"{policy.get('policy')}:{rule}"
 
 
 def _time(trial: "optuna.trial.FrozenTrial") -> float | None:

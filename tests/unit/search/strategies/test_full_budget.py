@@ -182,6 +182,23 @@ def test_a_candidate_that_reached_the_target_is_checked_before_one_pruned_at_a_l
     assert next_to_check(study).number == 1  # then the pruned ones, by their bound
 
 
+def test_a_failed_check_puts_back_its_policy_under_that_step_size_rule_only():
+    """The fleet family's case: backup k = 5 under `linear` fails its check; backup k = 4 under `sqrt`, pruned
+    at 4.9 s, comes before DANA-Zero pruned at 6.0 s: the rule, not the policy, failed."""
+    def trial(policy: str, params: dict, **kwargs) -> optuna.trial.FrozenTrial:
+        made = _trial(policy, **kwargs)
+        made.set_user_attr("policy", {"policy": policy, "params": params})
+        return made
+
+    study = optuna.create_study()
+    study.add_trial(trial("backup", {"k": 5, "lr_rule": "linear"}, value=6.8))
+    study.add_trial(trial("backup", {"k": 4, "lr_rule": "sqrt"}, pruned_at=4.9))
+    study.add_trial(trial("dana_zero", {}, pruned_at=6.0))
+    study.add_trial(trial("bsp", {}, value=60.0, feasible=True))
+    study.add_trial(trial("backup", {"k": 5, "lr_rule": "linear"}, value=6.8, feasible=False, check_of=0))
+    assert next_to_check(study).number == 1
+
+
 def test_a_search_run_skips_the_training_loss_pass_and_scores_the_same():
     from autosync.catalog import make_policy
     from autosync.engine.simulator import Simulator
