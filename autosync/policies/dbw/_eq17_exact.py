@@ -50,6 +50,11 @@ MAX_CHECKS = 8
 # On the problems recorded from DBW runs, replayed back to back at n = 1,024, 2,048 and 4,096, 0.1 to 0.3 cut
 # the merged problems solved from about 4.1 to 4.9 a solve to 3.0 to 3.9, with about 5 to 25% more merged rows.
 EXTEND = 0.25
+# ... and by at least this many rows. On dbw1 (benchmarks/bench_scale.py, 200 updates) the tests after the first
+# named 1 to 11 rows a solve at n = 4,096, each a re-solve of the whole merged problem (600 to 2,200 merged rows):
+# at least 24 rows (2 until issue 52) cut the merged problems solved from 606 to 435 and their time by 30%
+# (2,048: 491 to 427, 8%); 12 and 64 rows saved less (merged problems solved one after the other, one thread).
+MIN_EXTEND = 24
 # A level set's mean may differ from its value by this much, relative to max |t|, for the KKT test to go on
 # (rounding: the level set's cells are summed in another order than its blocks' were).
 MEAN_TOLERANCE = 1e-9
@@ -199,13 +204,13 @@ def _settle(problem: _Merged, margin: float) -> tuple[np.ndarray, _Merged, int]:
 
 def _extended(rows: np.ndarray, problem: _Merged) -> np.ndarray:
     """The rows the KKT test named, each stretch of consecutive ones widened on both sides by EXTEND of its length
-    (at least 2 rows), inside its merged run. Where a test names a stretch, the optimum's staircase of distinct
+    (at least MIN_EXTEND rows), inside its merged run. Where a test names a stretch, the optimum's staircase of distinct
     rows in a run often goes on past it, and the next test names the rows that follow one by one (at n = 4,096,
     17 to 27 rows next to a stretch); splitting a run at more rows than needed keeps the answer exact, and the
     widened split saves those re-solves."""
     out = [rows]
     for stretch in np.split(rows, np.flatnonzero(np.diff(rows) != 1) + 1):
-        wide = max(2, int(np.ceil(EXTEND * stretch.size)))
+        wide = max(MIN_EXTEND, int(np.ceil(EXTEND * stretch.size)))
         run = problem.diag_rows[stretch[0]]
         first, last = problem.starts[run] + 1, problem.starts[run] + problem.sizes[run] - 1
         out.append(np.arange(max(stretch[0] - wide, first), stretch[0]))
