@@ -177,8 +177,8 @@ def peel(x: np.ndarray, problem: Problem, margin: float, depth: int | None = Non
     have many distinct rows in the optimum, and split in doubling steps instead (one row, then two, four,
     ...) they cost that solver more re-solves than they save rows (measured: docs/contributing/benchmarks.md,
     "The pure-Python solver, measured"). The compiled solver (`_eq17_exact`), whose re-solves are cheap,
-    splits off 4 rows (`depth`) first, then where its KKT test names rows, and whole runs only where the
-    test names none.
+    splits where its KKT test names rows, 4 rows (`depth`) where the test of its first solve names none, and
+    whole runs only where a later one names none.
     """
     ends = problem.starts[1:] - 1  # the diagonal's step from merged row j to j + 1: ends[j] -> ends[j] + 1
     d = x[problem.diag_rows, problem.diag_cols]

@@ -9,16 +9,21 @@ answer depends only on its (weights, targets).
 
 Runs of adjacent rows with equal weights and targets (DBW's rows not sampled yet) are solved as one row
 first, as the pure-Python solver does (`_eq17.Problem`; that module's docstring proves the merged
-optimum is (17)'s where no diagonal constraint at a run's end binds, for any split of the runs); where one
-binds, the 4 rows of the runs on both sides nearest the step are split off as single rows and the merged
-problem is solved again. On DBW's synthetic samples (benchmarks/bench_dbw_solver.py) the long run of
-unsampled rows has one distinct row in the optimum even where its end binds, and a few rows split off
-settle it. Where a run still binds, its optimum is tested directly (`check`, the KKT conditions of (17)
-on the unmerged rows of the level sets where a diagonal edge touches a run of two rows or more; the others
-pass, `_eq17_partition.c`), and the runs are split only at the rows where a cut moves when a failing level
-set is partitioned on its own: on the problems a DBW run hands its solver the runs that bind have many
-distinct rows in the optimum, but far fewer than their rows (at n = 2,048 about 80 to 520 groups of rows
-where the runs hold about 2,000 rows), where splitting them whole leaves every row of them single.
+optimum is (17)'s where no diagonal constraint at a run's end binds, for any split of the runs). Where one
+binds, the merged optimum is tested directly (`check`, the KKT conditions of (17) on the unmerged rows of the
+level sets where a diagonal edge touches a run of two rows or more; the others pass, `_eq17_partition.c`):
+it is often (17)'s optimum all the same. Where it is not, the runs are split only at the rows where a cut
+moves when a failing level set is partitioned on its own, and the merged problem is solved again: on the
+problems a DBW run hands its solver the runs that bind have many distinct rows in the optimum, but far fewer
+than their rows (at n = 2,048 about 80 to 520 groups of rows where the runs hold about 2,000 rows), where
+splitting them whole leaves every row of them single. Where the first test names no row, the 4 rows of the
+runs on both sides nearest the step are split off (on DBW's synthetic samples, benchmarks/bench_dbw_solver.py,
+the long run of unsampled rows has one distinct row in the optimum even where its end binds, and a few rows
+split off settle it). The test runs from the first solve on: until issue 52 it ran from the second, after the
+4 rows were split off first. On dbw1 (benchmarks/bench_scale.py, 200 updates) testing the first solve cut the
+merged problems solved from 664 to 491 at n = 2,048 (their time by 12 to 18%) and from 781 to 606 at 4,096
+(their time not at all: the tests after the first named a few rows at a time there, until MIN_EXTEND), with
+DBW's decisions unchanged.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ COMPILED = _compiled is not None
 # A region is split only where its best upper subset gains more than this times the sum of |w (t - m)|
 # over the region: below it the gain is rounding (its sum over the whole region is 0 exactly).
 SPLIT_TOLERANCE = 1e-12
-# Rows split off each side of a binding step at the first try; later, the runs are split where the KKT test says.
+# Rows split off each side of a binding step where the KKT test of the first solve names no row to split at.
 FIRST_PEEL = 4
 # KKT tests (`check`) before binding runs are split whole instead.
 MAX_CHECKS = 8
@@ -46,6 +51,11 @@ MAX_CHECKS = 8
 # On the problems recorded from DBW runs, replayed back to back at n = 1,024, 2,048 and 4,096, 0.1 to 0.3 cut
 # the merged problems solved from about 4.1 to 4.9 a solve to 3.0 to 3.9, with about 5 to 25% more merged rows.
 EXTEND = 0.25
+# ... and by at least this many rows. On dbw1 (benchmarks/bench_scale.py, 200 updates) the tests after the first
+# named 1 to 11 rows a solve at n = 4,096, each a re-solve of the whole merged problem (600 to 2,200 merged rows):
+# at least 24 rows (2 until issue 52) cut the merged problems solved from 606 to 435 and their time by 30%
+# (2,048: 491 to 427, 8%); 12 and 64 rows saved less (merged problems solved one after the other, one thread).
+MIN_EXTEND = 24
 # A level set's mean may differ from its value by this much, relative to max |t|, for the KKT test to go on
 # (rounding: the level set's cells are summed in another order than its blocks' were).
 MEAN_TOLERANCE = 1e-9
@@ -173,9 +183,9 @@ class _Merged:
 
 def _settle(problem: _Merged, margin: float) -> tuple[np.ndarray, _Merged, int]:
     """Solve merged problems until the answer is (17)'s optimum: where no diagonal constraint at a merged run's
-    end binds (`peel`), or where the KKT test on the unmerged rows passes (`check`). The first solve's binding
-    runs lose the FIRST_PEEL rows nearest the step; after later solves the runs are split at the rows the test
-    names (widened, `_extended`), or, where it names none (or after MAX_CHECKS tests), the binding runs are split
+    end binds (`peel`), or where the KKT test on the unmerged rows passes (`check`). Where the test fails, the
+    runs are split at the rows it names (widened, `_extended`); where it names none, the first solve's binding
+    runs lose the FIRST_PEEL rows nearest the step, and later ones (or any after MAX_CHECKS tests) are split
     whole. Returns the last solution, its problem and the merged problems solved."""
     rounds = 0
     while True:
@@ -184,7 +194,7 @@ def _settle(problem: _Merged, margin: float) -> tuple[np.ndarray, _Merged, int]:
         peeled = peel(x, problem, margin, depth=FIRST_PEEL if rounds == 1 else None)
         if peeled is None:
             return x, problem, rounds
-        if 1 < rounds <= 1 + MAX_CHECKS:
+        if rounds <= MAX_CHECKS:
             optimal, rows = check(x, problem, margin)
             if optimal:
                 return x, problem, rounds
@@ -195,13 +205,13 @@ def _settle(problem: _Merged, margin: float) -> tuple[np.ndarray, _Merged, int]:
 
 def _extended(rows: np.ndarray, problem: _Merged) -> np.ndarray:
     """The rows the KKT test named, each stretch of consecutive ones widened on both sides by EXTEND of its length
-    (at least 2 rows), inside its merged run. Where a test names a stretch, the optimum's staircase of distinct
+    (at least MIN_EXTEND rows), inside its merged run. Where a test names a stretch, the optimum's staircase of distinct
     rows in a run often goes on past it, and the next test names the rows that follow one by one (at n = 4,096,
     17 to 27 rows next to a stretch); splitting a run at more rows than needed keeps the answer exact, and the
     widened split saves those re-solves."""
     out = [rows]
     for stretch in np.split(rows, np.flatnonzero(np.diff(rows) != 1) + 1):
-        wide = max(2, int(np.ceil(EXTEND * stretch.size)))
+        wide = max(MIN_EXTEND, int(np.ceil(EXTEND * stretch.size)))
         run = problem.diag_rows[stretch[0]]
         first, last = problem.starts[run] + 1, problem.starts[run] + problem.sizes[run] - 1
         out.append(np.arange(max(stretch[0] - wide, first), stretch[0]))

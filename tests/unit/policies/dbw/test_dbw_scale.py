@@ -132,12 +132,16 @@ def test_the_diagonal_from_the_distinct_rows_is_bit_for_bit_the_dense_solve_s():
 def test_runs_split_where_the_kkt_test_names_rows_give_the_unmerged_reference_s_answer(monkeypatch):
     """On the problems a DBW run at n = 128 hands its solver (scattered rows, some with only their first ranks
     sampled), the compiled solver's KKT test (`_eq17_exact.check`) names rows at which merged runs must split,
-    and the answers equal the unmerged reference's."""
+    and the answers equal the unmerged reference's and the pure-Python solver's (its own partition, in numpy).
+    The runs split into staircases of single rows, whose parts have empty rows inside from the third problem on
+    (69 to 312 such parts a solve, counted with the C code instrumented): `_eq17_partition.c` solves those as
+    their independent regions (`push_components`)."""
     import numpy as np
     import pytest
 
     from autosync.policies.dbw import _eq17_exact as exact
     from autosync.policies.dbw._eq17 import Problem, isotone_majorant
+    from autosync.policies.dbw._isotonic import PythonEq17Solver
 
     if not exact.COMPILED:
         pytest.skip("the compiled solver is not built")
@@ -163,6 +167,8 @@ def test_runs_split_where_the_kkt_test_names_rows_give_the_unmerged_reference_s_
         x = exact.CompiledEq17Solver().solve_rows(table).dense()
         reference = isotone_majorant(exact.solve_merged(Problem(weights, targets, np.arange(weights.shape[0]))))
         assert np.abs(x - reference).max() <= 1e-12 * np.abs(reference).max()
+        python = PythonEq17Solver(max_sweeps=2000).solve(weights, targets)
+        assert python.converged and np.abs(x - python.x).max() <= 1e-9 * np.abs(python.x).max()
 
 
 def test_bad_row_tables_are_refused_with_the_rule():
