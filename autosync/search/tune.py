@@ -303,9 +303,7 @@ def _confirmed(outcome: TuneOutcome, request: TuneRequest, storage: Any, sibling
     reference = study.user_attrs[BSP_REFERENCE]
 
     def keeps_constraint(policy: dict[str, Any]) -> bool:  # a winner stopped at the target: its full-budget check
-        score = evaluate(job, policy, trial_seeds(job, settings.repeats), settings.penalty, backend=settings.backend,
-                         horizon=reference.get(HORIZON))
-        return constraint(job, score["final_metric"], reference["final_metric"], settings.tolerance) <= 0
+        return keeps_constraint_at_full_budget(job, policy, settings, reference)
 
     confirmation = confirm(job, request.confirm_top, plan, reference, RunStore(study, siblings), settings.repeats,
                            request.confirm_seeds, settings.penalty, settings.tolerance, backend=settings.backend,
@@ -318,6 +316,19 @@ def _confirmed(outcome: TuneOutcome, request: TuneRequest, storage: Any, sibling
     outcome.cache = record
     outcome.confirmation = confirmation
     return outcome
+
+
+def keeps_constraint_at_full_budget(job: JobSpec, policy: dict[str, Any], settings: Any,
+                                    reference: dict[str, Any]) -> bool:
+    """Whether `policy`, trained on the search's seeds to the end of the budget (or to BSP's time to target
+    with --constraint-at bsp-target), keeps BSP's final metric within the tolerance (`settings`: the
+    search's `ObjectiveSettings`; `reference`: BSP's reference score); False where it diverges first."""
+    try:
+        score = evaluate(job, policy, trial_seeds(job, settings.repeats), settings.penalty,
+                         backend=settings.backend, horizon=reference.get(HORIZON))
+    except RunFailed:
+        return False
+    return constraint(job, score["final_metric"], reference["final_metric"], settings.tolerance) <= 0
 
 
 def _sibling_winners(request: TuneRequest, siblings: "list[optuna.Study]") -> list[tuple[dict[str, Any], str]]:

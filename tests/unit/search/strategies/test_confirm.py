@@ -179,3 +179,15 @@ def test_where_every_candidate_fails_a_new_seed_the_cache_answers_with_bsp(tmp_p
     assert confirmed["fell_back_to_bsp"] and again.cache["best_policy"] == BSP == confirmed["winner"]
     assert again.cache["best_value"] == confirmed["bsp_time"] and again.cache["speedup_vs_bsp"] == 1.0
     assert again.cache["search_best_policy"] == first.cache["search_best_policy"] != BSP
+
+
+def test_a_confirmed_winner_that_diverges_at_full_budget_keeps_nothing_and_raises_nothing():
+    """The steady family's case: a winner stopped at the target in the search diverged in its full-budget
+    check after the confirmation; the tune took the next candidate instead of stopping with a traceback."""
+    from autosync.search.objective import ObjectiveSettings
+    from autosync.search.tune import keeps_constraint_at_full_budget
+
+    job = small_job(workload__model__name="mlp", workload__optimizer__lr=50.0, workload__optimizer__momentum=0.9)
+    reference = {"final_metric": 0.8, "time_to_target": 10.0}
+    asp = {"policy": "asp", "params": {"lr_rule": "fixed"}}
+    assert keeps_constraint_at_full_budget(job, asp, ObjectiveSettings(), reference) is False
