@@ -83,13 +83,13 @@ def test_the_portfolio_first_round_is_one_setting_per_family_and_leaves_trials_t
 
 
 def _race_time(policy: dict) -> float:
-    """A job with a known answer: backup k = n/4 + 2 under `sqrt` (k = 4 on 8 workers), a second-round
-    setting, is the fastest (30 s); the first round's backup setting (k = n/3 + 2 = 5, linear) takes 45 s and
+    """A job with a known answer: backup k = n/3 + 2 under `linear` (k = 5 on 8 workers), a second-round
+    setting, is the fastest (30 s); the first round's backup setting (k = n/4 + 2 = 4, sqrt) takes 45 s and
     ASP with a staleness-scaled step 40 s, so backup can still win after the first round; DBW and
     Sync-Switch, whose second-round settings would be as fast as their first (80 s, 100 s), cannot."""
     name, params = policy["policy"], policy["params"]
     if name == "backup":
-        return 30.0 if (params["k"], params["lr_rule"]) == (4, "sqrt") else 45.0 + abs(params["k"] - 5)
+        return 30.0 if (params["k"], params["lr_rule"]) == (5, "linear") else 45.0 + abs(params["k"] - 4)
     return _time(policy)
 
 
@@ -101,7 +101,7 @@ def test_the_race_runs_a_second_setting_only_where_the_family_can_still_win_and_
         ran = [POLICY_SPACE.suggest(optuna.trial.FixedTrial(t.params)) for t in study.trials]
         assert {"policy": "dbw", "params": {"window": 20, "lr_rule": "linear"}} not in ran  # cannot win
         assert not any(p["policy"] == "sync_switch" and p["params"].get("lr_rule") == "sqrt" for p in ran)
-        assert {"policy": "backup", "params": {"k": 4, "lr_rule": "sqrt"}} in ran  # backup's second round
+        assert {"policy": "backup", "params": {"k": 5, "lr_rule": "linear"}} in ran  # backup's second round
 
 
 def _trial(policy: dict, value: float | None, state: str = "COMPLETE", pruned_at: float | None = None,
@@ -289,7 +289,7 @@ DIVERGED = {"fail_reason": "diverged at update 40"}
 
 
 def test_a_family_whose_first_setting_diverged_runs_its_next_setting():
-    """The fleet family's case: backup's first setting (linear) diverged, so the family has no time; its next
+    """The fleet family's case: backup's first setting diverged, so the family has no time; its next
     portfolio setting runs before the leader's turns, and a family with no setting left is passed over."""
     study = optuna.create_study()
     for family in POLICY_SPACE.policies:
