@@ -67,8 +67,8 @@ def table(records: dict[str, dict]) -> str:
              "A tune's answer is judged by `bench_answer_quality.py` against the best of a broad grid of every",
              "policy family (`autosync.experiments.reference_grid`), both scored on held-out seeds (job.seed + 100,",
              "+ 101), the grid's best being the fastest that keeps the tune's final-metric rule, on a family the search",
-             "was not developed on (heldout, then fresh, now `baselines/family_decay.yaml`:",
-             "`benchmarks/answer_quality_decay_policy.md`, results/answer_quality/README.md); the grid's runs are cached in",
+             "was not developed on (heldout, fresh, decay, fleet, now `baselines/family_steady.yaml`:",
+             "`benchmarks/answer_quality_steady_policy.md`, results/answer_quality/README.md); the grid's runs are cached in",
              "`results/answer_quality/<family>/cells.jsonl`, so a re-run trains only the tunes:", "",
              "    python benchmarks/bench_answer_quality.py --grid-only     # the reference grid alone (cached)",
              "    python benchmarks/bench_answer_quality.py                 # 8 held-out jobs, `policy` tunes",
@@ -78,7 +78,7 @@ def table(records: dict[str, dict]) -> str:
              "",
              "Each writes its per-job table to `benchmarks/answer_quality_<family>_<space>.md` (the command on",
              "top); `--fresh` tunes again in new storages. `bench_tune_cost.py` takes its regret against the same",
-             "grid and seeds (`--grid-dir`, default `results/answer_quality/jobs`).", ""]
+             "grid, seeds and final-metric rule (`--grid-dir`, default `results/answer_quality/jobs`).", ""]
     for name in BENCHMARKS:
         record = records.get(name)
         if record is None:
