@@ -43,7 +43,9 @@ def storage_calls_finish_first() -> Iterator[None]:
         yield
         return
     signal.signal(signal.SIGINT, _on_sigint)
-    _state.update(active=True, pending=False, raised=False)
+    # a fresh start: no storage call is in progress here (a command's outermost scope), whatever an earlier
+    # search in this process left (a long-lived process, a notebook, calls api.tune again and again)
+    _state.update(active=True, pending=False, raised=False, depth=0)
     try:
         yield
     finally:

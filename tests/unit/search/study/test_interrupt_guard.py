@@ -11,6 +11,16 @@ import pytest
 from autosync.search.study.interrupts import guarded, interrupted, storage_calls_finish_first
 
 
+@pytest.fixture(autouse=True)
+def _default_sigint():
+    """Each test starts as a command does: Python's own SIGINT handler (the guard steps aside for a
+    program's own), whatever the tests before it in this process left."""
+    before = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
 class _Store:
     def __init__(self) -> None:
         self.finished: list[str] = []
@@ -58,3 +68,16 @@ def test_autosyncs_own_queries_are_storage_calls_too():
             os.kill(os.getpid(), signal.SIGINT)
             done.append("query")
     assert done == ["query"] and interrupted()
+
+
+def test_a_storage_call_left_open_by_an_earlier_search_in_the_process_does_not_swallow_ctrl_c():
+    """A long-lived process (a notebook calling api.tune again) may carry an unbalanced count of storage
+    calls from an earlier search: a new guard starts from none."""
+    from autosync.search.study import interrupts
+    from autosync.search.study.interrupts import storage_call
+
+    interrupts._state["depth"] = 2
+    with storage_calls_finish_first(), pytest.raises(KeyboardInterrupt):
+        with storage_call():
+            os.kill(os.getpid(), signal.SIGINT)
+    assert interrupts._state["depth"] == 0
