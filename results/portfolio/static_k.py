@@ -28,7 +28,10 @@ OFFSETS = (0, 2)
 
 
 def k_of(n: int, share: tuple[int, int], offset: int) -> int:
-    return max(1, min(n - 1, round(n * share[0] / share[1] + offset)))
+    """k = n * a / b + c as the portfolio resolves it (`resolve_share`), below n (k = n is BSP)."""
+    from autosync.search.space_file import resolve_share
+
+    return min(n - 1, resolve_share(f"n_workers*{share[0]}/{share[1]}" + (f"+{offset}" if offset else ""), n))
 
 
 def static_times(job, cells, seeds) -> dict[tuple[int, str], tuple[float, bool]]:

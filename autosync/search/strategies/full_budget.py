@@ -47,7 +47,7 @@ def next_to_check(study: "optuna.Study", wanted: int = 1) -> "optuna.trial.Froze
     trials = internals.fresh_trials(study)  # one read of the database for both
     candidates = waiting(study, wanted, trials)
     failed = failed_families(trials)
-    return min(candidates, key=lambda t: (_family(t) in failed, t.state == optuna.trial.TrialState.PRUNED)) \
+    return min(candidates, key=lambda t: (_check_family(t) in failed, t.state == optuna.trial.TrialState.PRUNED)) \
         if candidates else None
 
 
@@ -85,15 +85,15 @@ def waiting(study: "optuna.Study", wanted: int = 1,
 
 
 def failed_families(trials: "list[optuna.trial.FrozenTrial]") -> set[str]:
-    """The families (`_family`: a policy and its step-size rule) with a completed full-budget check among
+    """The families (`_check_family`: a policy and its step-size rule) with a completed full-budget check among
     `trials` that broke the constraint."""
     import optuna
 
-    return {_family(t) for t in trials if t.state == optuna.trial.TrialState.COMPLETE
+    return {_check_family(t) for t in trials if t.state == optuna.trial.TrialState.COMPLETE
             and FULL_BUDGET_OF in t.user_attrs and constraint_of(t) > 0}
 
 
-def _family(trial: "optuna.trial.FrozenTrial") -> str | None:
+def _check_family(trial: "optuna.trial.FrozenTrial") -> str | None:
     """A check's family: the policy, with its step-size rule where it has one (how a run ends, noisier or
     not, follows the rule: backup k = 5 under `linear` ending above BSP's loss says little of k = 4 under
     `sqrt`)."""

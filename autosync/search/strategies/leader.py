@@ -82,7 +82,7 @@ def hold_leader(study: "optuna.Study", families: list[str], seed: int,
         if found is None:
             return count
         leader, bound = found
-        result = run(TrialRecord(leader).policy, seed, bound if bound is None or bound > 0 else 0.0)
+        result = run(TrialRecord(leader).policy, seed, bound)
         if result.get("behind"):
             time = result["stopped_at"]
         elif "reason" in result:  # it failed (diverged) on the second seed: it cannot lead
