@@ -5,7 +5,12 @@ trained so far while the target is not met, the time it was met afterwards: it o
 keeps the fastest `places` policies (the answer; the K that --verify-top and --confirm-top re-run), so a
 trial whose bound passes the `places`-th fastest time-to-target among the completed trials that may be
 feasible (one per policy) cannot be among them and stops there (successive halving's rule with one rung
-per evaluation, the incumbent as the bar). The bar is a candidate whose final metric may not be known yet
+per evaluation, the incumbent as the bar). A leader the race held on a second seed
+(`autosync.search.strategies.leader`) stands at its mean over both seeds, as it does in the family race: a
+leader lucky on the search's seed would otherwise prune, at its one-seed time, the trials of families that
+win on most seeds (on a job of the steady family DANA-Slim reached the target at 8.1 s on the search's seed
+and 12.2 s on the next; backup k = 4 under `linear`, within 1.1x of the grid's best, was pruned at 8.1 s).
+The bar is a candidate whose final metric may not be known yet
 (`autosync.search.strategies.full_budget`): should it fail its full-budget check, a trial pruned against it could
 have won, so the checks also re-run, unpruned, the pruned trials whose bound lies below the answer found.
 
@@ -29,6 +34,7 @@ import time
 
 import optuna
 
+from autosync.search.strategies.leader import held_runs, held_value
 from autosync.search.study.records import CURVE, REACHED, SCORING, TrialRecord, may_be_feasible, policy_key
 
 REFRESH_SECONDS = 2.0  # how often (wall) a running trial re-reads the bar: other processes may lower it
@@ -37,16 +43,22 @@ PACE_MARGIN = 2.0  # the pace rule prunes a trial this many times slower than th
 PACE_FROM = 0.3  # ... once it has trained this fraction of the bar's time-to-target (early metrics are noise)
 
 
-def race_limit(trials: "list[optuna.trial.FrozenTrial]", places: int = 1) -> float | None:
+def race_limit(trials: "list[optuna.trial.FrozenTrial]", places: int = 1,
+               held: "dict[int, dict] | None" = None) -> float | None:
     """The `places`-th fastest time-to-target among the completed trials that may be feasible, one per
-    policy (equivalent trials count once); None while fewer policies have finished."""
-    bar = race_bar(trials, places)
-    return None if bar is None else bar.values[0]
+    policy (equivalent trials count once), a policy `held` on a second seed at its mean over both
+    (`autosync.search.strategies.leader.held_runs`); None while fewer policies have finished."""
+    found = race_bar(trials, places, held)
+    return None if found is None else found[1]
 
 
-def race_bar(trials: "list[optuna.trial.FrozenTrial]", places: int = 1) -> "optuna.trial.FrozenTrial | None":
-    """The trial that sets the bar: the `places`-th fastest policy's fastest trial (one with a stored curve,
-    where its policy has one), or None."""
+def race_bar(trials: "list[optuna.trial.FrozenTrial]", places: int = 1, held: "dict[int, dict] | None" = None,
+             ) -> "tuple[optuna.trial.FrozenTrial, float] | None":
+    """The trial that sets the bar and the bar: the `places`-th fastest policy's fastest trial (one with a
+    stored curve, where its policy has one) and its time, the mean over both seeds for a policy `held` on
+    a second seed (a trial held stands for its twins); None while fewer policies have finished."""
+    held = held or {}
+    held_of = {policy_key(t): held[t.number] for t in trials if t.number in held}
     best: dict[str, optuna.trial.FrozenTrial] = {}
     for t in trials:
         if t.state == optuna.trial.TrialState.COMPLETE and may_be_feasible(t):
@@ -54,7 +66,8 @@ def race_bar(trials: "list[optuna.trial.FrozenTrial]", places: int = 1) -> "optu
             if key not in best or (t.values[0], CURVE not in t.user_attrs) < (
                     best[key].values[0], CURVE not in best[key].user_attrs):
                 best[key] = t
-    ranked = sorted(best.values(), key=lambda t: t.values[0])
+    ranked = sorted(((t, held_value(t.values[0], held_of.get(key))) for key, t in best.items()),
+                    key=lambda pair: pair[1])
     return ranked[places - 1] if len(ranked) >= places else None
 
 
@@ -116,7 +129,7 @@ class RaceLimit:
     every REFRESH_SECONDS of wall time (processes sharing the study lower it meanwhile).
 
     Two rules prune against it. The bound: a trial still short of the target later than the bar reached it
-    cannot beat it (exact). The pace, a learning-curve rule on the predicted time-to-target, not on the raw
+    cannot beat it (exact against one seed's time; a held leader's bar is its mean over two). The pace, a learning-curve rule on the predicted time-to-target, not on the raw
     metric (an asynchronous policy leads early and may end lower, Sync-Switch's premise): once a trial has
     trained PACE_FROM of the bar's time, if it took PACE_MARGIN times as long as the bar's run to reach the
     best metric it has reached so far (not the last evaluation's: a noisy metric dips and recovers), it is predicted to reach the target that many times later than the bar, and stops.
@@ -139,13 +152,14 @@ class RaceLimit:
     def _refresh(self) -> None:
         now = time.monotonic()
         if now - self._read_at >= self.refresh_seconds:
-            bar = race_bar(self.study.get_trials(deepcopy=False), self.places)
-            self._limit = None if bar is None else bar.values[0]
+            found = race_bar(self.study.get_trials(deepcopy=False), self.places, held_runs(self.study))
+            bar, self._limit = found if found is not None else (None, None)
             self._curve = None if bar is None else bar.user_attrs.get(CURVE)
-            # the bar's time the pace rule counts from: its time-to-target, or where it missed the target
-            # (its value is then the miss penalty times that), the whole run its curve spans
+            # the bar's time the pace rule counts from: its time-to-target on the seed its curve is of, or
+            # where it missed the target (its value is then the miss penalty times that), the whole run its
+            # curve spans
             missed = bar is not None and bar.user_attrs.get(REACHED) == 0 and bool(self._curve)
-            self._span = self._curve[-1][0] if missed else self._limit
+            self._span = None if bar is None else self._curve[-1][0] if missed else bar.values[0]
             self._read_at = now
 
     def exceeded_by(self, bound: float) -> bool:
@@ -181,8 +195,9 @@ class RaceLimit:
 
     def predicted(self, elapsed: float, metric: float | None, lower_is_better: bool) -> float | None:
         """The pace's prediction of the time-to-target of a trial that stands at `metric` after `elapsed`
-        virtual seconds: the bar's time, times how many times longer the trial took to reach that metric;
-        None before PACE_FROM of the bar's time, or where the bar's curve never reached the metric."""
+        virtual seconds: the bar's time (its mean where held), times how many times longer the trial took to
+        reach that metric; None before PACE_FROM of the bar's time on its curve's seed, or where the bar's
+        curve never reached the metric."""
         self._refresh()
         if self._limit is None or not self._curve or metric is None or elapsed < PACE_FROM * self._span:
             return None
@@ -201,5 +216,5 @@ class TargetRacePruner(optuna.pruners.BasePruner):
         step = trial.last_step
         if step is None:
             return False
-        limit = race_limit(study.get_trials(deepcopy=False), self.places)
+        limit = race_limit(study.get_trials(deepcopy=False), self.places, held_runs(study))
         return limit is not None and trial.intermediate_values[step] > limit

@@ -17,7 +17,8 @@ from autosync.core.errors import UserError
 from autosync.search.strategies.binary import binary_search
 from autosync.search.strategies.ladder import DEFAULT_RUNGS, SWITCH_PARAM, LadderSampler, ladder_finished
 from autosync.search.objective import Objective, ObjectiveSettings
-from autosync.search.study.records import CONSTRAINT
+from autosync.search.strategies.leader import held_runs
+from autosync.search.study.records import CONSTRAINT, HELD
 from autosync.search.strategies.pruning import TargetRacePruner, race_limit
 from autosync.search.space import SPACE_DIR, load_space
 from autosync.search.study.storage import open_storage
@@ -320,6 +321,22 @@ def test_the_pruner_stops_a_trial_once_it_is_slower_than_the_fastest_finished_ca
     early.report(12.0, 21)
     assert slow.should_prune() and not early.should_prune()
     assert race_limit(study.get_trials(), 1) == 10.0 and race_limit(study.get_trials(), 4) is None
+
+
+def test_a_leader_held_on_a_second_seed_prunes_at_its_mean_over_both():
+    """The steady family's case: a leader lucky on the search's seed (8 s there, 12 s on the next) sets the bar
+    at its mean, 10 s, so a trial not at the target after 9.5 s runs on; unheld, the bar is 8 s."""
+    study = optuna.create_study(pruner=TargetRacePruner(places=1))
+    study.add_trial(_finished(8.0))
+    study.add_trial(_finished(11.0))
+    assert race_limit(study.get_trials(), 1) == 8.0
+    study.set_user_attr(HELD, {"0": {"seed": 1, "time": 12.0, "reached": True, "behind": False}})
+    assert race_limit(study.get_trials(), 1, held_runs(study)) == 10.0
+    running = study.ask()
+    running.report(9.5, 9)
+    assert not running.should_prune()
+    running.report(10.5, 10)
+    assert running.should_prune()
 
 
 def test_a_proposal_seen_before_is_scored_from_its_twin_without_training(tmp_path):
