@@ -27,7 +27,8 @@ from autosync.core.job import JobSpec
 from autosync.search.study.records import (
     ANSWERED, BSP_REFERENCE, BUDGET, CANONICAL, CONSTRAINT, CURVE, EQUIVALENCE_CHECK_FAILED, FAIL_REASON,
     FINAL_METRIC, FINAL_PENDING, FORKED, FOUND_EQUIVALENT, FULL_BUDGET, FULL_BUDGET_OF, HORIZON, KILLED, PLATEAU,
-    POLICY, PREDICTED, PROCESS, PRUNED_ON_PACE, REACHED, RESAMPLED, RETRY_OF, RUNS, SAME_AS, SCORING, TIME_TO_TARGET,
+    POLICY, PREDICTED, PROCESS, PRUNED_ON_PACE, REACHED, RESAMPLED, RETRY_OF, RUNS, SAME_AS, SCORING,
+    SECOND_SEED_CHECK, TIME_TO_TARGET,
     TIMED_OUT, VIRTUAL_SECONDS, final_pending, has_full_result, has_own_failure, scored_as,
 )
 from autosync.search.study.siblings import finished_trials
@@ -371,11 +372,30 @@ class Objective:
         if not full and stopped_early:  # a run stopped at the target: its final metric is not known yet
             trial.set_user_attr(FINAL_PENDING, True)
         else:
-            trial.set_constraint(CONSTRAINT, constraint(self.job, score["final_metric"], self.reference,
-                                                        self.settings.tolerance))
+            margin = constraint(self.job, score["final_metric"], self.reference, self.settings.tolerance)
+            if FULL_BUDGET_OF in trial.user_attrs:
+                margin = self._judged_near_the_edge(trial, policy, score["final_metric"], margin)
+            trial.set_constraint(CONSTRAINT, margin)
         if self.settings.multi_objective:
             return score["time_to_target"], score["final_metric"]
         return score["time_to_target"]
+
+    def _judged_near_the_edge(self, trial: "optuna.Trial", policy: dict[str, Any], final: float,
+                              margin: float) -> float:
+        """A full-budget check's constraint `margin` on the search's one seed, or, where it lies near the
+        rule's edge, over that seed and the next (`autosync.search.strategies.second_seed`; recorded on the
+        trial). Not where the search scores on several seeds or holds the rule at BSP's time to target."""
+        from autosync.search.strategies.confirm import RunStore
+        from autosync.search.strategies.second_seed import near_the_edge, two_seed_margin
+
+        seeds = self.seeds()
+        if len(seeds) != 1 or self.horizon is not None or not near_the_edge(margin, self.settings.tolerance):
+            return margin
+        margin, record = two_seed_margin(self.job, policy, final, self.reference, self.settings.tolerance,
+                                         seeds[0] + 1, self.settings.penalty, RunStore(trial.study, self.siblings),
+                                         self.settings.backend)
+        trial.set_user_attr(SECOND_SEED_CHECK, record)
+        return margin
 
     def _found_equivalent(self, trial: "optuna.Trial", canonical: dict[str, Any],
                           scoring: dict[str, Any]) -> dict[str, Any]:

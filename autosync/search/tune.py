@@ -56,6 +56,8 @@ from autosync.search.study.trials import (
 if TYPE_CHECKING:
     import optuna
 
+    from autosync.search.strategies.confirm import RunStore
+
 POLL_SECONDS = 1.0  # how often a process with nothing queued checks whether others' trials died
 
 
@@ -302,10 +304,12 @@ def _confirmed(outcome: TuneOutcome, request: TuneRequest, storage: Any, sibling
         return outcome
     reference = study.user_attrs[BSP_REFERENCE]
 
-    def keeps_constraint(policy: dict[str, Any]) -> bool:  # a winner stopped at the target: its full-budget check
-        return keeps_constraint_at_full_budget(job, policy, settings, reference)
+    runs = RunStore(study, siblings)
 
-    confirmation = confirm(job, request.confirm_top, plan, reference, RunStore(study, siblings), settings.repeats,
+    def keeps_constraint(policy: dict[str, Any]) -> bool:  # a winner stopped at the target: its full-budget check
+        return keeps_constraint_at_full_budget(job, policy, settings, reference, runs)
+
+    confirmation = confirm(job, request.confirm_top, plan, reference, runs, settings.repeats,
                            request.confirm_seeds, settings.penalty, settings.tolerance, backend=settings.backend,
                            on_run=on_run, keeps_constraint=keeps_constraint)
     record = with_confirmation(outcome.cache, confirmation)
@@ -319,16 +323,26 @@ def _confirmed(outcome: TuneOutcome, request: TuneRequest, storage: Any, sibling
 
 
 def keeps_constraint_at_full_budget(job: JobSpec, policy: dict[str, Any], settings: Any,
-                                    reference: dict[str, Any]) -> bool:
+                                    reference: dict[str, Any], runs: "RunStore | None" = None) -> bool:
     """Whether `policy`, trained on the search's seeds to the end of the budget (or to BSP's time to target
     with --constraint-at bsp-target), keeps BSP's final metric within the tolerance (`settings`: the
-    search's `ObjectiveSettings`; `reference`: BSP's reference score); False where it diverges first."""
+    search's `ObjectiveSettings`; `reference`: BSP's reference score); False where it diverges first. Near
+    the rule's edge, on one seed at the budget's end, it is judged over that seed and the next
+    (`autosync.search.strategies.second_seed`; its runs stored in `runs`)."""
+    from autosync.search.strategies.second_seed import near_the_edge, two_seed_margin
+
+    seeds = trial_seeds(job, settings.repeats)
     try:
-        score = evaluate(job, policy, trial_seeds(job, settings.repeats), settings.penalty,
-                         backend=settings.backend, horizon=reference.get(HORIZON))
+        score = evaluate(job, policy, seeds, settings.penalty, backend=settings.backend,
+                         horizon=reference.get(HORIZON))
     except RunFailed:
         return False
-    return constraint(job, score["final_metric"], reference["final_metric"], settings.tolerance) <= 0
+    margin = constraint(job, score["final_metric"], reference["final_metric"], settings.tolerance)
+    if runs is not None and len(seeds) == 1 and reference.get(HORIZON) is None \
+            and near_the_edge(margin, settings.tolerance):
+        margin, _ = two_seed_margin(job, policy, score["final_metric"], reference["final_metric"],
+                                    settings.tolerance, seeds[0] + 1, settings.penalty, runs, settings.backend)
+    return margin <= 0
 
 
 def _sibling_winners(request: TuneRequest, siblings: "list[optuna.Study]") -> list[tuple[dict[str, Any], str]]:

@@ -19,8 +19,8 @@ from autosync.search.cost import COST_UNIT, in_bsp_trainings
 from autosync.search.study.records import (
     BSP_REFERENCE, BSP_TRAINING_SECONDS, BUDGET, CACHE, CONFIRMATION_RUNS, CONSTRAINT_AT, FINGERPRINT, FORKED,
     FOUND_EQUIVALENT, FULL_BUDGET_OF, GIVEN_UP, GIVEN_UP_PLACES, HORIZON, PLATEAU, PRIOR_TRIALS, PRUNED_ON_PACE,
-    HELD, REFERENCE_FROM, RUNS, SAME_AS, UNCHECKED, VIRTUAL_SECONDS, CacheRecord, StudyRecord, TrialRecord, damaged, final_pending,
-    policy_key, validated, write_cache_record,
+    HELD, REFERENCE_FROM, RUNS, SAME_AS, SECOND_SEED_CHECK, UNCHECKED, VIRTUAL_SECONDS, CacheRecord, StudyRecord,
+    TrialRecord, damaged, final_pending, policy_key, validated, write_cache_record,
 )
 from autosync.search.study.storage import open_existing_storage, redact_url
 from autosync.search.study.trials import counted_trials, feasible_trials
@@ -232,6 +232,8 @@ def search_breakdown(study: "optuna.Study") -> dict[str, Any]:
         "pruned_in_plateau": sum(1 for t in trials if t.state.name == "PRUNED" and PLATEAU in t.user_attrs),
         "full_budget_checks": len(checks),
         "forked_checks": sum(1 for t in checks if t.user_attrs.get(FORKED)),
+        # checks near the rule's edge judged again on a second seed (`autosync.search.strategies.second_seed`)
+        "second_seed_checks": sum(1 for t in checks if SECOND_SEED_CHECK in t.user_attrs),
         "forked_trials": sum(1 for t in trials if t.user_attrs.get(FORKED) and FULL_BUDGET_OF not in t.user_attrs),
         "given_up": len(given_up) + int(places.get("places", 0)),
         "patience": max([t.user_attrs[GIVEN_UP] for t in given_up] + ([places["patience"]] if places else []),

@@ -50,6 +50,8 @@ KILLED = "process_lost"  # failed because its process died: no result of its own
 RETRY_OF = "retry_of"  # of a re-queued trial: the number of the killed trial it re-runs
 SAME_AS = "same_as_trial"  # answered untrained by this trial (a number, "study#number" or BSP_REFERENCE)
 HELD = "held_leaders"  # study: {trial number: its run on a second seed} (`autosync.search.strategies.leader`)
+SECOND_SEED_CHECK = "second_seed_check"  # a check trial: its runs on a second seed near the rule's edge, and
+# the verdict over both seeds (`autosync.search.strategies.second_seed`)
 VIRTUAL_SECONDS = "virtual_seconds"  # virtual seconds the trial trained (the search's cost)
 FAIL_REASON = "fail_reason"  # why a failed trial failed, one line
 TIME_TO_TARGET = "time_to_target"  # the score: mean time to target over the seeds (misses penalized)

@@ -1,0 +1,81 @@
+"""A full-budget check whose verdict lies near the rule's edge, judged on a second seed.
+
+The final-metric rule (Sync-Switch's: a policy must end within `--tolerance` of BSP's final metric) is
+checked on the search's seed (`autosync.search.strategies.full_budget`). One seed's final metric is noisy:
+over the 192 policies whose final metric the broad reference grid of five families measured on two seeds,
+the first seed's verdict disagreed with the two seeds' mean on 16 (`results/answer_quality/README.md`), and
+on three jobs of the fleet family the candidate the grid answers with failed its check by less than the
+tolerance itself (by 0.004, 0.006 and 0.0075 against 0.01), so that BSP answered, 1.8-22x slower.
+
+So a check whose margin lies within `NEAR_EDGE` tolerances of the edge, on either side, is judged again on a
+second seed (the confirmation's first, the seed the race's leaders are held on), the way the reference grid
+judges: the candidate's mean final metric over both seeds against BSP's mean over the same two. Both
+second-seed runs train the whole budget and are stored with the confirmation's runs
+(`autosync.search.strategies.confirm.RunStore`), so the search cost counts them once, a later check in the
+study reuses BSP's, and the confirmation copies their times to the target instead of training them again.
+A search that already scores each trial on several seeds (`--repeats`) keeps its verdict.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import TYPE_CHECKING, Any
+
+from autosync.core.job import JobSpec
+from autosync.search.objective import BSP, RunFailed, canonical_on, constraint, evaluate
+from autosync.search.study.records import VIRTUAL_SECONDS
+
+if TYPE_CHECKING:
+    from autosync.engine.backends import BackendChoice
+    from autosync.search.strategies.confirm import RunStore
+
+NEAR_EDGE = 1.0  # a check within this many tolerances of the rule's edge, either side, is judged on two seeds
+
+
+def near_the_edge(margin: float, tolerance: float) -> bool:
+    """Whether a one-seed constraint `margin` (<= 0: kept) lies closer to 0 than `NEAR_EDGE` tolerances (never
+    with a tolerance of 0: a final metric no worse than BSP's is asked for, and ties on a test set are exact)."""
+    return abs(margin) < NEAR_EDGE * tolerance
+
+
+def full_budget_run(job: JobSpec, policy: dict[str, Any], seed: int, penalty: float, runs: "RunStore",
+                    backend: "BackendChoice | None" = None) -> dict[str, Any]:
+    """`policy`'s run to the end of the budget on `seed`: stored in `runs`, or trained now and stored (with
+    the virtual seconds it trained, the search cost's), and where no run to the target on that seed is
+    stored yet, stored as that too (its time to target is the same run's; its cost counted once); a run
+    that failed (diverged) is `{"reason": ...}`."""
+    from autosync.search.strategies.confirm import RunStore
+
+    key = RunStore.identity(canonical_on(policy, job), seed, penalty, job)
+    stored = runs.get(f"{key}|full budget")
+    if stored is not None:
+        return stored
+    try:
+        run = evaluate(job, policy, [seed], penalty, backend=backend)
+    except RunFailed as exc:
+        run = {"reason": str(exc), VIRTUAL_SECONDS: 0.0}
+    runs.put(f"{key}|full budget", run)
+    if runs.get(key) is None and "reason" not in run:
+        runs.put(key, {**run, VIRTUAL_SECONDS: 0.0})
+    return run
+
+
+def two_seed_margin(job: JobSpec, policy: dict[str, Any], final: float, bsp_final: float, tolerance: float,
+                    seed: int, penalty: float, runs: "RunStore", backend: "BackendChoice | None" = None,
+                    ) -> tuple[float, dict[str, Any]]:
+    """The constraint's margin (<= 0: kept) of `policy`, whose final metric on the search's seed is `final`
+    against BSP's `bsp_final`, over that seed and `seed`: its mean final metric against BSP's mean; and what
+    to record of the second seed. A candidate that diverges there breaks the rule; where BSP does, the
+    first seed's margin stands."""
+    first = constraint(job, final, bsp_final, tolerance)
+    mine = full_budget_run(job, policy, seed, penalty, runs, backend)
+    bsp = full_budget_run(job, BSP, seed, penalty, runs, backend)
+    record = {"seed": seed, "one_seed_constraint": first, "final_metric": mine.get("final_metric"),
+              "bsp_final_metric": bsp.get("final_metric")}
+    if "reason" in mine:
+        return max(first, 1.0), {**record, "reason": mine["reason"]}
+    if "reason" in bsp:
+        return first, {**record, "reason": f"BSP: {bsp['reason']}"}
+    margin = constraint(job, statistics.fmean([final, mine["final_metric"]]),
+                        statistics.fmean([bsp_final, bsp["final_metric"]]), tolerance)
+    return margin, {**record, "constraint": margin}

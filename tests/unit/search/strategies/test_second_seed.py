@@ -1,0 +1,79 @@
+"""A full-budget check near the rule's edge, judged on a second seed as the reference grid judges."""
+
+from __future__ import annotations
+
+import statistics
+
+import optuna
+import pytest
+
+from autosync.search.objective import BSP, Objective, ObjectiveSettings, constraint, evaluate
+from autosync.search.space import SPACE_DIR, load_space
+from autosync.search.strategies.confirm import RunStore
+from autosync.search.strategies.second_seed import full_budget_run, near_the_edge, two_seed_margin
+from autosync.search.study.records import FULL_BUDGET_OF, SECOND_SEED_CHECK, VIRTUAL_SECONDS, constraint_of
+from tests.conftest import small_job
+
+CANDIDATE = {"policy": "backup", "params": {"k": 2, "lr_rule": "fixed"}}
+
+
+def _job():
+    return small_job(budget={"max_virtual_seconds": 30}, target={"metric": "test_accuracy", "threshold": 0.8})
+
+
+def test_the_edge_is_a_tolerance_either_side():
+    assert near_the_edge(0.004, 0.01) and near_the_edge(-0.0099, 0.01) and near_the_edge(0.0, 0.01)
+    assert not near_the_edge(0.01, 0.01) and not near_the_edge(-0.02, 0.01) and not near_the_edge(0.0, 0.0)
+
+
+def test_the_second_seed_verdict_is_the_mean_against_bsps_mean_and_its_runs_are_stored_once(tmp_path):
+    """The candidate's mean final metric over both seeds against BSP's over the same two; both runs train the
+    whole budget once (a second verdict reuses them), and the confirmation finds their times to target."""
+    job = _job()
+    runs = RunStore(optuna.create_study(storage=f"sqlite:///{tmp_path / 's.db'}"), [])
+    first, bsp_first = 0.81, 0.83  # as the search's seed might have ended: 0.01 short of BSP's less the tolerance
+    margin, record = two_seed_margin(job, CANDIDATE, first, bsp_first, 0.01, job.seed + 1, 2.0, runs)
+    mine = evaluate(job, CANDIDATE, [job.seed + 1])
+    bsp = evaluate(job, BSP, [job.seed + 1])
+    assert record["final_metric"] == mine["final_metric"] and record["bsp_final_metric"] == bsp["final_metric"]
+    assert margin == constraint(job, statistics.fmean([first, mine["final_metric"]]),
+                                statistics.fmean([bsp_first, bsp["final_metric"]]), 0.01)
+    assert record["one_seed_constraint"] == pytest.approx(0.01)
+    stored = runs.study.user_attrs["confirmation_runs"]
+    assert len(stored) == 4  # each policy's full run, and its run to the target (the same run, not counted again)
+    trained = sum(run[VIRTUAL_SECONDS] for run in stored.values())
+    assert trained == pytest.approx(mine[VIRTUAL_SECONDS] + bsp[VIRTUAL_SECONDS])
+    again = two_seed_margin(job, CANDIDATE, first, bsp_first, 0.01, job.seed + 1, 2.0, runs)
+    assert again == (margin, record)
+    assert sum(run[VIRTUAL_SECONDS] for run in runs.study.user_attrs["confirmation_runs"].values()) == trained
+
+
+def test_a_candidate_that_diverges_on_the_second_seed_breaks_the_rule(tmp_path):
+    job = small_job(budget={"max_virtual_seconds": 30}, workload__optimizer={"lr": 10.0, "momentum": 0.9},
+                    workload__dataset={"name": "synthetic_regression", "n_samples": 600, "n_features": 10},
+                    workload__model={"name": "mlp", "hidden": [16]}, workload__loss="mse",
+                    target={"metric": "test_loss", "threshold": 0.1})
+    runs = RunStore(optuna.create_study(storage=f"sqlite:///{tmp_path / 's.db'}"), [])
+    margin, record = two_seed_margin(job, CANDIDATE, 0.5, 0.5, 0.01, job.seed + 1, 2.0, runs)
+    assert margin > 0 and "reason" in record
+    assert "reason" in full_budget_run(job, CANDIDATE, job.seed + 1, 2.0, runs)  # stored as failed: not trained again
+
+
+@pytest.mark.parametrize("offset, judged", [(0.005, True), (0.05, False)])
+def test_a_check_near_the_edge_is_judged_again_on_a_second_seed(tmp_path, offset, judged):
+    """A full-budget check whose one-seed margin lies within the tolerance of the edge records its second
+    seed and takes the two seeds' verdict; one far from the edge keeps its own."""
+    job = _job()
+    final = evaluate(job, CANDIDATE, [job.seed])["final_metric"]
+    reference = final + 0.01 + offset  # the candidate ends `offset` short of BSP's final less the tolerance
+    space = load_space(SPACE_DIR / "static_k.yaml", job.cluster.n_workers)
+    objective = Objective(job, space, ObjectiveSettings(tolerance=0.01), reference)
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'c.db'}")
+    study.enqueue_trial({"backup.k": 2, "backup.lr_rule": "fixed"}, user_attrs={FULL_BUDGET_OF: 0})
+    study.optimize(objective, n_trials=1)
+    check = study.trials[0]
+    assert (SECOND_SEED_CHECK in check.user_attrs) is judged
+    if judged:
+        assert constraint_of(check) == check.user_attrs[SECOND_SEED_CHECK]["constraint"]
+    else:
+        assert constraint_of(check) == pytest.approx(offset)
