@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Callable
 
 from autosync.search.study import _optuna_internals as internals
 from autosync.search.study.records import (
-    FULL_BUDGET_OF, POLICY, UNCHECKED, constraint_of, final_pending, policy_key,
+    FULL_BUDGET_OF, POLICY, UNCHECKED, constraint_of, final_pending, has_own_failure, policy_key,
 )
 
 if TYPE_CHECKING:
@@ -87,12 +87,14 @@ def waiting(study: "optuna.Study", wanted: int = 1,
 
 
 def failed_families(trials: "list[optuna.trial.FrozenTrial]") -> set[str]:
-    """The families (`_check_family`: a policy and its step-size rule) with a completed full-budget check among
-    `trials` that broke the constraint."""
+    """The families (`_check_family`: a policy and its step-size rule) with a full-budget check among `trials`
+    that broke the constraint, or diverged before the budget's end (on a job of the tiers family, SSP and ASP
+    reached the target at the first evaluation and diverged later: the three checks went to SSP, ASP and
+    SSP again while a diverged check did not count as failed)."""
     import optuna
 
-    return {_check_family(t) for t in trials if t.state == optuna.trial.TrialState.COMPLETE
-            and FULL_BUDGET_OF in t.user_attrs and constraint_of(t) > 0}
+    return {_check_family(t) for t in trials if FULL_BUDGET_OF in t.user_attrs and (
+        (t.state == optuna.trial.TrialState.COMPLETE and constraint_of(t) > 0) or has_own_failure(t))}
 
 
 def _check_family(trial: "optuna.trial.FrozenTrial") -> str | None:

@@ -199,6 +199,27 @@ def test_a_failed_check_puts_back_its_policy_under_that_step_size_rule_only():
     assert next_to_check(study).number == 1
 
 
+def test_a_check_that_diverged_puts_back_its_family_too():
+    """The tiers family's case: SSP and ASP reached the target at the first evaluation and diverged by the
+    budget's end; once SSP's check diverged, backup (7.3 s) is checked before SSP's other setting (1.8 s)."""
+    def trial(policy: str, params: dict, **kwargs) -> optuna.trial.FrozenTrial:
+        made = _trial(policy, **kwargs)
+        made.set_user_attr("policy", {"policy": policy, "params": params})
+        return made
+
+    study = optuna.create_study()
+    study.add_trial(trial("ssp", {"staleness": 3}, value=1.8))
+    study.add_trial(trial("ssp", {"staleness": 2}, value=1.8))
+    study.add_trial(trial("backup", {"k": 8, "lr_rule": "sqrt"}, value=7.3))
+    study.add_trial(trial("bsp", {}, value=66.4, feasible=True))
+    assert next_to_check(study).number == 0
+    diverged = optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL, user_attrs={
+        "policy": {"policy": "ssp", "params": {"staleness": 3}}, FULL_BUDGET_OF: 0,
+        "fail_reason": "diverged at update 90"})
+    study.add_trial(diverged)
+    assert next_to_check(study).number == 2
+
+
 def test_a_search_run_skips_the_training_loss_pass_and_scores_the_same():
     from autosync.catalog import make_policy
     from autosync.engine.simulator import Simulator
