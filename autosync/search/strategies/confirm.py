@@ -12,7 +12,9 @@ what is compared; the rest of the budget would only repeat the final-metric chec
 - A candidate that misses the target on a new seed loses, however fast it was on the search's seed.
 - Candidates whose mean times are closer than the spread between seeds (the larger standard deviation of
   the two leaders' per-seed times) are told apart on one more seed each, up to `MAX_EXTRA_SEEDS` new seeds;
-  those still closer than that are reported as tied (the faster mean answers).
+  those still closer than that are reported as tied (the faster mean answers). Candidates within
+  `INDIFFERENT` of the faster mean are reported as tied at once: telling them apart would buy at most that
+  much (on a job of the tiers family two static k settings 1% apart over two seeds took two more each).
 - The answer is the candidate of the best mean over all its seeds, and the speedup over BSP is over the
   same seeds. Where no candidate reached the target on every seed, BSP answers (`fell_back_to_bsp`).
 
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
     from autosync.engine.backends import BackendChoice
 
 MAX_EXTRA_SEEDS = 3  # new seeds at most, where the leaders stay closer than the spread between seeds
+INDIFFERENT = 0.05  # candidates closer than this share of the faster mean are tied without more seeds
 DEFAULT_TOP = 2  # candidates `autosync tune` confirms unless told (`confirm_top_for`)
 
 
@@ -305,14 +308,16 @@ def _spread(row: dict[str, Any]) -> float | None:
 
 
 def _closer_than_spread(rows: list[dict[str, Any]]) -> list[int]:
-    """The indices of the feasible candidates whose mean is within the spread of the fastest one's (the
-    fastest included), where there are two or more; else none."""
+    """The indices of the feasible candidates whose mean is within the spread of the fastest one's but not
+    within `INDIFFERENT` of it (the fastest included), where there are two or more; else none: the ones
+    more seeds could tell apart."""
     feasible = [(i, r) for i, r in enumerate(rows) if r["feasible"] and r["source"] != REFERENCE]
     if len(feasible) < 2:
         return []
     i_best, best = min(feasible, key=lambda p: p[1]["time_to_target"])
     close = [i for i, r in feasible if i != i_best
-             and r["time_to_target"] - best["time_to_target"] < max(_spread(best) or 0.0, _spread(r) or 0.0)]
+             and INDIFFERENT * best["time_to_target"] <= r["time_to_target"] - best["time_to_target"]
+             < max(_spread(best) or 0.0, _spread(r) or 0.0)]
     return [i_best, *close] if close else []
 
 
