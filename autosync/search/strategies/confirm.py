@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Any, Callable
 from autosync.core.job import JobSpec
 from autosync.search.objective import BSP, RunFailed, canonical_on, evaluate, trial_seeds
 from autosync.search.study.records import (
-    CANONICAL, CONFIRMATION_RUNS as RUNS, SCORING, UNCHECKED, VIRTUAL_SECONDS, TrialRecord, constraint_of,
-    final_pending, may_be_feasible,
+    CANONICAL, CONFIRMATION_RUNS as RUNS, FULL_BUDGET_OF, SCORING, UNCHECKED, VIRTUAL_SECONDS, TrialRecord,
+    constraint_of, final_pending, has_own_failure, may_be_feasible,
 )
 
 if TYPE_CHECKING:
@@ -134,6 +134,8 @@ def candidates(study: "optuna.Study", top: int, job: JobSpec, scoring: dict[str,
     by_canonical: dict[str, Any] = {}
     for t in completed:  # the first trial of each canonical policy: the others ran alike or were copied
         by_canonical.setdefault(_key(t.user_attrs[CANONICAL]), t)
+    diverged = {_key(t.user_attrs[CANONICAL]) for t in study.get_trials(deepcopy=False)  # at full budget
+                if FULL_BUDGET_OF in t.user_attrs and CANONICAL in t.user_attrs and has_own_failure(t)}
     ranked = sorted((t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
                      if may_be_feasible(t) and _scored_as(t, scoring)),
                     key=lambda t: (t.values[0], final_pending(t), t.number))  # a checked twin before a pending one
@@ -143,7 +145,7 @@ def candidates(study: "optuna.Study", top: int, job: JobSpec, scoring: dict[str,
     left = {keys[number] for number in unchecked if number in keys}
     for t in ranked:
         key = keys[t.number]
-        if final_pending(t) and key in by_canonical and constraint_of(by_canonical[key]) > 0:
+        if final_pending(t) and (key in by_canonical and constraint_of(by_canonical[key]) > 0 or key in diverged):
             continue  # stopped at the target in the search, and its full-budget check failed the constraint
         if final_pending(t) and key in left:
             continue  # left unchecked by the bounded checks (`full_budget.MAX_CHECKS`): not answerable

@@ -18,7 +18,8 @@ rest of the budget), and a job where the fastest policies end above BSP's loss h
 11 checks, 13.84 BSP trainings; bursty-005 and -006: 18 each). Failures there run in families: a policy
 that applies stale gradients to the end (ASP and its relatives) ends noisier however fast it reached the
 target, so after a failed check the candidates of a family that has not failed one are checked first
-(`next_to_check`; a family here is a policy and its step-size rule), then the others in time order. Within each, a candidate whose time is known (it reached
+(`next_to_check`; a family here is a synchronous policy and its step-size rule, or the policies that
+apply stale gradients to the end, by how their step shrinks with staleness), then the others in time order. Within each, a candidate whose time is known (it reached
 the target) comes before one pruned at a lower bound: a pruned trial only had not reached the target when
 it stopped, and its check, a training's cost, often finds it slower than the known one (on a job of the
 fleet family, two DANA trials pruned at 6.0 s took two of the three checks and diverged, and backup k = 5,
@@ -97,13 +98,39 @@ def failed_families(trials: "list[optuna.trial.FrozenTrial]") -> set[str]:
         (t.state == optuna.trial.TrialState.COMPLETE and constraint_of(t) > 0) or has_own_failure(t))}
 
 
+STALE = "stale gradients"  # the check family of the policies that apply stale gradients at a full step to the end
+STALE_BARRIERS = ("asp", "ssp")  # barriers that apply each gradient on arrival, computed on older parameters
+SCALED_STEPS = ("staleness", "sqrt_staleness")  # ASP's rules that shrink a stale gradient's step
+
+
 def _check_family(trial: "optuna.trial.FrozenTrial") -> str | None:
     """A check's family: the policy, with its step-size rule where it has one (how a run ends, noisier or
     not, follows the rule: backup k = 5 under `linear` ending above BSP's loss says little of k = 4 under
-    `sqrt`)."""
+    `sqrt`); every policy that applies stale gradients to the end of its run (`stale_to_the_end`) at a full
+    step is one family, `STALE` (SSP, the DANA family, ASP with a fixed step: on steady-001 ASP, DANA-Zero
+    and DANA-DC took the three checks and all ended above BSP's loss, on tiers-002 SSP, ASP and SSP
+    diverged, while a static k under `sqrt` waited), and ASP under a staleness-scaled step is `STALE` and
+    its rule (on fleet-004 ASP `sqrt_staleness` diverged and ASP `staleness` kept the rule)."""
     policy = trial.user_attrs.get(POLICY) or {}
-    rule = (policy.get("params") or {}).get("lr_rule")
+    params = policy.get("params") or {}
+    if stale_to_the_end(policy):
+        rule = params.get("asp_lr_rule", params.get("lr_rule"))
+        return f"{STALE}:{rule}" if rule in SCALED_STEPS else STALE
+    rule = params.get("lr_rule")
     return policy.get("policy") if rule is None else f"{policy.get('policy')}:{rule}"
+
+
+def stale_to_the_end(policy: dict) -> bool:
+    """Whether `policy` (as a trial records it) applies stale gradients until its run ends: its barrier (a
+    composition's, or the one its preset fills) applies each gradient on arrival (ASP, SSP, the DANA
+    family, the other asynchronous rules), or a Sync-Switch schedule switches to ASP before the end."""
+    from autosync.catalog import POLICIES
+
+    name, params = policy.get("policy"), policy.get("params") or {}
+    cls = POLICIES.get(name)
+    slots = params if name == "compose" else (cls.presets[0].slots() if cls is not None and cls.presets else {})
+    switches = slots.get("schedule") == "sync_switch" and float(params.get("switch_at", 0.0)) < 1.0
+    return slots.get("barrier") in STALE_BARRIERS or switches
 
 
 def _time(trial: "optuna.trial.FrozenTrial") -> float | None:

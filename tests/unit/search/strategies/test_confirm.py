@@ -205,3 +205,29 @@ def test_leaders_within_the_indifference_margin_are_tied_without_more_seeds():
     assert _closer_than_spread([row([12.7, 20.0]), row([14.1, 18.1])]) == []
     assert _closer_than_spread([row([12.7, 20.0]), row([14.1, 21.1])]) == [0, 1]
     assert _closer_than_spread([row([12.7, 20.0]), row([14.1, 18.1]), row([14.1, 21.1])]) == [1, 2]
+
+
+def test_a_candidate_whose_full_budget_check_diverged_is_not_confirmed():
+    """The tiers family's case: SSP reached the target at the first evaluation and its check diverged; backup
+    k = 8, checked feasible, is the candidate the confirmation runs, not SSP."""
+    import optuna
+
+    from autosync.search.strategies.confirm import candidates
+    from autosync.search.study.records import CANONICAL, CONSTRAINT, FINAL_PENDING, FULL_BUDGET_OF, POLICY, SCORING
+
+    scoring = {"seeds": [JOB.seed], "penalty": 2.0}
+    ssp = {"policy": "ssp", "params": {"staleness": 3}}
+    backup = {"policy": "backup", "params": {"k": 3, "lr_rule": "sqrt"}}
+
+    def attrs(policy: dict, **more) -> dict:
+        return {POLICY: policy, CANONICAL: policy, SCORING: scoring, "final_metric": 0.5, **more}
+
+    study = optuna.create_study()
+    study.add_trial(optuna.trial.create_trial(value=1.8, user_attrs=attrs(ssp, **{FINAL_PENDING: True})))
+    study.add_trial(optuna.trial.create_trial(value=7.3, user_attrs=attrs(backup, **{FINAL_PENDING: True})))
+    study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL, user_attrs=attrs(
+        ssp, **{FULL_BUDGET_OF: 0, "fail_reason": "diverged at update 90"})))
+    study.add_trial(optuna.trial.create_trial(value=7.3, user_attrs=attrs(backup, **{FULL_BUDGET_OF: 1}),
+                                              constraints={CONSTRAINT: -0.04}))
+    plan = candidates(study, 2, JOB, scoring)
+    assert [c.policy for c in plan] == [backup] and plan[0].checked

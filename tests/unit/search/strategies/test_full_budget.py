@@ -220,6 +220,36 @@ def test_a_check_that_diverged_puts_back_its_family_too():
     assert next_to_check(study).number == 2
 
 
+def test_after_a_stale_policy_fails_its_check_the_others_at_a_full_step_wait():
+    """The steady and tiers families' case: after SSP's check fails, DANA-Zero and ASP with a fixed step (they
+    too apply stale gradients at a full step to the end) wait behind backup k = 4 under `sqrt`; ASP under a
+    staleness-scaled step is a family of its own (on fleet-004 ASP `staleness` kept the rule where ASP
+    `sqrt_staleness` diverged)."""
+    from autosync.search.strategies.full_budget import stale_to_the_end
+
+    def trial(policy: str, params: dict, **kwargs) -> optuna.trial.FrozenTrial:
+        made = _trial(policy, **kwargs)
+        made.set_user_attr("policy", {"policy": policy, "params": params})
+        return made
+
+    study = optuna.create_study()
+    study.add_trial(trial("ssp", {"staleness": 3}, value=1.8))
+    study.add_trial(trial("dana_zero", {}, value=1.8))
+    study.add_trial(trial("asp", {"lr_rule": "fixed"}, value=1.8))
+    study.add_trial(trial("backup", {"k": 4, "lr_rule": "sqrt"}, value=18.8))
+    study.add_trial(trial("asp", {"lr_rule": "staleness"}, value=20.0))
+    study.add_trial(trial("bsp", {}, value=29.8, feasible=True))
+    assert next_to_check(study).number == 0
+    study.add_trial(trial("ssp", {"staleness": 3}, value=1.8, feasible=False, check_of=0))
+    assert next_to_check(study).number == 3
+    study.add_trial(trial("backup", {"k": 4, "lr_rule": "sqrt"}, value=18.8, feasible=False, check_of=3))
+    assert next_to_check(study).number == 4
+    assert stale_to_the_end({"policy": "compose", "params": {"barrier": "ssp", "update": "dana_slim"}})
+    assert stale_to_the_end({"policy": "sync_switch", "params": {"switch_at": 0.25}})
+    assert not stale_to_the_end({"policy": "sync_switch", "params": {"switch_at": 1.0}})  # BSP to the end
+    assert not stale_to_the_end({"policy": "dbw", "params": {}}) and not stale_to_the_end({"policy": "local_sgd"})
+
+
 def test_a_search_run_skips_the_training_loss_pass_and_scores_the_same():
     from autosync.catalog import make_policy
     from autosync.engine.simulator import Simulator
