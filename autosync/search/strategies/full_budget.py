@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
+from autosync.search.strategies.leader import held_runs, held_value
 from autosync.search.study import _optuna_internals as internals
 from autosync.search.study.records import (
     FULL_BUDGET_OF, POLICY, UNCHECKED, constraint_of, final_pending, has_own_failure, policy_key,
@@ -62,12 +63,26 @@ def waiting(study: "optuna.Study", wanted: int = 1,
     full-budget result yet. Such a trial stopped at the target, or was pruned
     (`autosync.search.strategies.pruning`) against a candidate that may since have failed its check: it
     counts at the bound it was pruned at, a lower bound on its time. Empty once the `wanted` fastest
-    candidates are known feasible. `trials`: the study's trials as just read (read here when None)."""
+    candidates are known feasible. A policy the race held on a second seed
+    (`autosync.search.strategies.leader`) counts at its mean over both, as it stood in the race: a trial
+    pruned against that mean cannot beat it (on inverse-002 two trials pruned at 10.0 s against backup
+    k = 9's mean, 9.8 s, were checked, a training each, because its one-seed time was 10.7 s).
+    `trials`: the study's trials as just read (read here when None)."""
+    import optuna
+
     trials = internals.fresh_trials(study) if trials is None else trials
     checked = {t.user_attrs[FULL_BUDGET_OF] for t in trials if FULL_BUDGET_OF in t.user_attrs and t.state.is_finished()}
+    held = held_runs(study)
+    held_of = {policy_key(t): held[t.number] for t in trials if t.number in held}
+
+    def time_of(t: "optuna.trial.FrozenTrial") -> float | None:
+        value = _time(t)
+        return held_value(value, held_of.get(policy_key(t))) \
+            if value is not None and t.state == optuna.trial.TrialState.COMPLETE else value
+
     # at equal times a full-budget result comes first: a check ties with the trial it checks, and policies
     # that run alike to the target (tied to the last digit) need one feasible check between them, not one each
-    done = sorted((t for t in trials if _time(t) is not None), key=lambda t: (_time(t), _pending(t), t.number))
+    done = sorted((t for t in trials if time_of(t) is not None), key=lambda t: (time_of(t), _pending(t), t.number))
     known = {policy_key(t) for t in done if not _pending(t)}  # policies whose full-budget result is in
     feasible: set[str] = set()
     out, queued = [], set()
