@@ -139,9 +139,12 @@ def test_a_proposal_like_a_pruned_trial_is_pruned_again_without_training(tmp_pat
     assert pruned.intermediate_values[pruned.last_step] > fast.values[0]
 
 
-def _trial(policy: str, value: float | None = None, pruned_at: float | None = None, feasible: bool | None = None,
-           check_of: int | None = None) -> optuna.trial.FrozenTrial:
-    attrs = {"policy": {"policy": policy}, **({FINAL_PENDING: True} if feasible is None and value is not None else {}),
+def _trial(policy: str, params: dict | None = None, value: float | None = None, pruned_at: float | None = None,
+           feasible: bool | None = None, check_of: int | None = None) -> optuna.trial.FrozenTrial:
+    """A finished trial of `policy` (with `params`, where given): completed at `value` (stopped at the target
+    unless `feasible` is given: a full-budget result) or pruned at `pruned_at`; `check_of`: a check's."""
+    recorded = {"policy": policy, **({"params": params} if params is not None else {})}
+    attrs = {"policy": recorded, **({FINAL_PENDING: True} if feasible is None and value is not None else {}),
              **({FULL_BUDGET_OF: check_of} if check_of is not None else {})}
     constraints = {CONSTRAINT: -1.0 if feasible else 1.0} if feasible is not None else None
     if pruned_at is not None:
@@ -185,33 +188,23 @@ def test_a_candidate_that_reached_the_target_is_checked_before_one_pruned_at_a_l
 def test_a_failed_check_puts_back_its_policy_under_that_step_size_rule_only():
     """The fleet family's case: backup k = 5 under `linear` fails its check; backup k = 4 under `sqrt`, pruned
     at 4.9 s, comes before DANA-Zero pruned at 6.0 s: the rule, not the policy, failed."""
-    def trial(policy: str, params: dict, **kwargs) -> optuna.trial.FrozenTrial:
-        made = _trial(policy, **kwargs)
-        made.set_user_attr("policy", {"policy": policy, "params": params})
-        return made
-
     study = optuna.create_study()
-    study.add_trial(trial("backup", {"k": 5, "lr_rule": "linear"}, value=6.8))
-    study.add_trial(trial("backup", {"k": 4, "lr_rule": "sqrt"}, pruned_at=4.9))
-    study.add_trial(trial("dana_zero", {}, pruned_at=6.0))
-    study.add_trial(trial("bsp", {}, value=60.0, feasible=True))
-    study.add_trial(trial("backup", {"k": 5, "lr_rule": "linear"}, value=6.8, feasible=False, check_of=0))
+    study.add_trial(_trial("backup", {"k": 5, "lr_rule": "linear"}, value=6.8))
+    study.add_trial(_trial("backup", {"k": 4, "lr_rule": "sqrt"}, pruned_at=4.9))
+    study.add_trial(_trial("dana_zero", {}, pruned_at=6.0))
+    study.add_trial(_trial("bsp", {}, value=60.0, feasible=True))
+    study.add_trial(_trial("backup", {"k": 5, "lr_rule": "linear"}, value=6.8, feasible=False, check_of=0))
     assert next_to_check(study).number == 1
 
 
 def test_a_check_that_diverged_puts_back_its_family_too():
     """The tiers family's case: SSP and ASP reached the target at the first evaluation and diverged by the
     budget's end; once SSP's check diverged, backup (7.3 s) is checked before SSP's other setting (1.8 s)."""
-    def trial(policy: str, params: dict, **kwargs) -> optuna.trial.FrozenTrial:
-        made = _trial(policy, **kwargs)
-        made.set_user_attr("policy", {"policy": policy, "params": params})
-        return made
-
     study = optuna.create_study()
-    study.add_trial(trial("ssp", {"staleness": 3}, value=1.8))
-    study.add_trial(trial("ssp", {"staleness": 2}, value=1.8))
-    study.add_trial(trial("backup", {"k": 8, "lr_rule": "sqrt"}, value=7.3))
-    study.add_trial(trial("bsp", {}, value=66.4, feasible=True))
+    study.add_trial(_trial("ssp", {"staleness": 3}, value=1.8))
+    study.add_trial(_trial("ssp", {"staleness": 2}, value=1.8))
+    study.add_trial(_trial("backup", {"k": 8, "lr_rule": "sqrt"}, value=7.3))
+    study.add_trial(_trial("bsp", {}, value=66.4, feasible=True))
     assert next_to_check(study).number == 0
     diverged = optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL, user_attrs={
         "policy": {"policy": "ssp", "params": {"staleness": 3}}, FULL_BUDGET_OF: 0,
@@ -227,22 +220,17 @@ def test_after_a_stale_policy_fails_its_check_the_others_at_a_full_step_wait():
     `sqrt_staleness` diverged)."""
     from autosync.search.strategies.full_budget import stale_to_the_end
 
-    def trial(policy: str, params: dict, **kwargs) -> optuna.trial.FrozenTrial:
-        made = _trial(policy, **kwargs)
-        made.set_user_attr("policy", {"policy": policy, "params": params})
-        return made
-
     study = optuna.create_study()
-    study.add_trial(trial("ssp", {"staleness": 3}, value=1.8))
-    study.add_trial(trial("dana_zero", {}, value=1.8))
-    study.add_trial(trial("asp", {"lr_rule": "fixed"}, value=1.8))
-    study.add_trial(trial("backup", {"k": 4, "lr_rule": "sqrt"}, value=18.8))
-    study.add_trial(trial("asp", {"lr_rule": "staleness"}, value=20.0))
-    study.add_trial(trial("bsp", {}, value=29.8, feasible=True))
+    study.add_trial(_trial("ssp", {"staleness": 3}, value=1.8))
+    study.add_trial(_trial("dana_zero", {}, value=1.8))
+    study.add_trial(_trial("asp", {"lr_rule": "fixed"}, value=1.8))
+    study.add_trial(_trial("backup", {"k": 4, "lr_rule": "sqrt"}, value=18.8))
+    study.add_trial(_trial("asp", {"lr_rule": "staleness"}, value=20.0))
+    study.add_trial(_trial("bsp", {}, value=29.8, feasible=True))
     assert next_to_check(study).number == 0
-    study.add_trial(trial("ssp", {"staleness": 3}, value=1.8, feasible=False, check_of=0))
+    study.add_trial(_trial("ssp", {"staleness": 3}, value=1.8, feasible=False, check_of=0))
     assert next_to_check(study).number == 3
-    study.add_trial(trial("backup", {"k": 4, "lr_rule": "sqrt"}, value=18.8, feasible=False, check_of=3))
+    study.add_trial(_trial("backup", {"k": 4, "lr_rule": "sqrt"}, value=18.8, feasible=False, check_of=3))
     assert next_to_check(study).number == 4
     assert stale_to_the_end({"policy": "compose", "params": {"barrier": "ssp", "update": "dana_slim"}})
     assert stale_to_the_end({"policy": "sync_switch", "params": {"switch_at": 0.25}})
@@ -305,21 +293,17 @@ def test_the_checks_stop_after_max_checks_try_another_family_after_a_failure_and
     from autosync.search.study.cache import search_breakdown
     from autosync.search.study.records import UNCHECKED
 
-    def trial(policy: str, setting: int, **kwargs) -> optuna.trial.FrozenTrial:
-        made = _trial(policy, **kwargs)
-        made.set_user_attr("policy", {"policy": policy, "params": {"setting": setting}})
-        return made
-
     study = optuna.create_study()
     for i, (policy, value) in enumerate([("asp", 10.0), ("asp", 11.0), ("backup", 12.0), ("asp", 13.0), ("dbw", 14.0)]):
-        study.add_trial(trial(policy, i, value=value))
-    study.add_trial(trial("bsp", 0, value=30.0, feasible=True))
+        study.add_trial(_trial(policy, {"setting": i}, value=value))
+    study.add_trial(_trial("bsp", {"setting": 0}, value=30.0, feasible=True))
     checked = []
 
     def run_check(number: int) -> None:
         checked.append(number)
         policy = study.trials[number].user_attrs["policy"]["policy"]
-        study.add_trial(trial(policy, number, value=study.trials[number].values[0], feasible=False, check_of=number))
+        study.add_trial(_trial(policy, {"setting": number}, value=study.trials[number].values[0], feasible=False,
+                                check_of=number))
 
     assert check_candidates(study, run_check) == MAX_CHECKS == 3
     assert checked == [0, 2, 4]  # asp fails; backup and dbw, families that have not failed, before asp's others
