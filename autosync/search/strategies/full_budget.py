@@ -114,38 +114,33 @@ def failed_families(trials: "list[optuna.trial.FrozenTrial]") -> set[str]:
 
 
 STALE = "stale gradients"  # the check family of the policies that apply stale gradients at a full step to the end
-STALE_BARRIERS = ("asp", "ssp")  # barriers that apply each gradient on arrival, computed on older parameters
 SCALED_STEPS = ("staleness", "sqrt_staleness")  # ASP's rules that shrink a stale gradient's step
 
 
 def _check_family(trial: "optuna.trial.FrozenTrial") -> str | None:
     """A check's family: the policy, with its step-size rule where it has one (how a run ends, noisier or
     not, follows the rule: backup k = 5 under `linear` ending above BSP's loss says little of k = 4 under
-    `sqrt`); every policy that applies stale gradients to the end of its run (`stale_to_the_end`) at a full
-    step is one family, `STALE` (SSP, the DANA family, ASP with a fixed step: on steady-001 ASP, DANA-Zero
-    and DANA-DC took the three checks and all ended above BSP's loss, on tiers-002 SSP, ASP and SSP
-    diverged, while a static k under `sqrt` waited), and ASP under a staleness-scaled step is `STALE` and
-    its rule (on fleet-004 ASP `sqrt_staleness` diverged and ASP `staleness` kept the rule)."""
+    `sqrt`); every policy that applies stale gradients to the end of its run at a full step
+    (`autosync.policies.stale_step_rule`) is one family, `STALE` (SSP, the DANA family, ASP with a fixed
+    step: on steady-001 ASP, DANA-Zero and DANA-DC took the three checks and all ended above BSP's loss, on
+    tiers-002 SSP, ASP and SSP diverged, while a static k under `sqrt` waited), and ASP under a
+    staleness-scaled step is `STALE` and its rule (on fleet-004 ASP `sqrt_staleness` diverged and ASP
+    `staleness` kept the rule)."""
     policy = trial.user_attrs.get(POLICY) or {}
-    params = policy.get("params") or {}
-    if stale_to_the_end(policy):
-        rule = params.get("asp_lr_rule", params.get("lr_rule"))
-        return f"{STALE}:{rule}" if rule in SCALED_STEPS else STALE
-    rule = params.get("lr_rule")
+    stale = stale_rule(policy)
+    if stale is not None:
+        return f"{STALE}:{stale}" if stale in SCALED_STEPS else STALE
+    rule = (policy.get("params") or {}).get("lr_rule")
     return policy.get("policy") if rule is None else f"{policy.get('policy')}:{rule}"
 
 
-def stale_to_the_end(policy: dict) -> bool:
-    """Whether `policy` (as a trial records it) applies stale gradients until its run ends: its barrier (a
-    composition's, or the one its preset fills) applies each gradient on arrival (ASP, SSP, the DANA
-    family, the other asynchronous rules), or a Sync-Switch schedule switches to ASP before the end."""
-    from autosync.catalog import POLICIES
+def stale_rule(policy: dict) -> str | None:
+    """`autosync.policies.stale_step_rule` of a policy as a trial records it (None for a name the catalog
+    does not hold)."""
+    from autosync.catalog import POLICIES, policy_from_dict
+    from autosync.policies import stale_step_rule
 
-    name, params = policy.get("policy"), policy.get("params") or {}
-    cls = POLICIES.get(name)
-    slots = params if name == "compose" else (cls.presets[0].slots() if cls is not None and cls.presets else {})
-    switches = slots.get("schedule") == "sync_switch" and float(params.get("switch_at", 0.0)) < 1.0
-    return slots.get("barrier") in STALE_BARRIERS or switches
+    return stale_step_rule(policy_from_dict(policy)) if policy.get("policy") in POLICIES else None
 
 
 def _time(trial: "optuna.trial.FrozenTrial") -> float | None:

@@ -218,7 +218,7 @@ def test_after_a_stale_policy_fails_its_check_the_others_at_a_full_step_wait():
     too apply stale gradients at a full step to the end) wait behind backup k = 4 under `sqrt`; ASP under a
     staleness-scaled step is a family of its own (on fleet-004 ASP `staleness` kept the rule where ASP
     `sqrt_staleness` diverged)."""
-    from autosync.search.strategies.full_budget import stale_to_the_end
+    from autosync.search.strategies.full_budget import stale_rule
 
     study = optuna.create_study()
     study.add_trial(_trial("ssp", {"staleness": 3}, value=1.8))
@@ -232,10 +232,14 @@ def test_after_a_stale_policy_fails_its_check_the_others_at_a_full_step_wait():
     assert next_to_check(study).number == 3
     study.add_trial(_trial("backup", {"k": 4, "lr_rule": "sqrt"}, value=18.8, feasible=False, check_of=3))
     assert next_to_check(study).number == 4
-    assert stale_to_the_end({"policy": "compose", "params": {"barrier": "ssp", "update": "dana_slim"}})
-    assert stale_to_the_end({"policy": "sync_switch", "params": {"switch_at": 0.25}})
-    assert not stale_to_the_end({"policy": "sync_switch", "params": {"switch_at": 1.0}})  # BSP to the end
-    assert not stale_to_the_end({"policy": "dbw", "params": {}}) and not stale_to_the_end({"policy": "local_sgd"})
+    assert stale_rule({"policy": "compose", "params": {"barrier": "ssp", "update": "dana_slim"}}) == "fixed"
+    assert stale_rule({"policy": "asp", "params": {"lr_rule": "staleness"}}) == "staleness"
+    assert stale_rule({"policy": "dana_dc", "params": {"dc_lambda": 0.5}}) == "fixed"
+    assert stale_rule({"policy": "sync_switch", "params": {"switch_at": 0.25, "asp_lr_rule": "sqrt_staleness"}}) \
+        == "sqrt_staleness"
+    assert stale_rule({"policy": "sync_switch", "params": {"switch_at": 1.0}}) is None  # BSP to the end
+    assert stale_rule({"policy": "dbw", "params": {"beta": 0.5}}) is None
+    assert stale_rule({"policy": "local_sgd", "params": {}}) is None
 
 
 def test_a_trial_pruned_against_a_held_leaders_mean_is_not_checked_once_the_leader_keeps_the_rule():
@@ -285,8 +289,8 @@ def test_candidates_tied_with_a_feasible_checked_one_are_not_checked():
 
 def test_the_checks_stop_after_max_checks_try_another_family_after_a_failure_and_say_what_they_left():
     """Five candidates stopped at the target, every check fails: after ASP's check fails, the next checks go
-    to the fastest candidates of families that have not failed one (backup, then DBW) before ASP's faster
-    others; after MAX_CHECKS the checks stop, the candidates left are recorded fastest first, and the output
+    to the fastest candidates of families that have not failed one (backup, then DBW) before the faster
+    SSP settings (stale gradients at a full step, as ASP's); after MAX_CHECKS the checks stop, the candidates left are recorded fastest first, and the output
     says the answer is not sure."""
     from autosync.reporting.console import breakdown_line, unchecked_line
     from autosync.search.strategies.full_budget import MAX_CHECKS, check_candidates
@@ -294,19 +298,21 @@ def test_the_checks_stop_after_max_checks_try_another_family_after_a_failure_and
     from autosync.search.study.records import UNCHECKED
 
     study = optuna.create_study()
-    for i, (policy, value) in enumerate([("asp", 10.0), ("asp", 11.0), ("backup", 12.0), ("asp", 13.0), ("dbw", 14.0)]):
-        study.add_trial(_trial(policy, {"setting": i}, value=value))
-    study.add_trial(_trial("bsp", {"setting": 0}, value=30.0, feasible=True))
+    for policy, params, value in [("asp", {"lr_rule": "fixed"}, 10.0), ("ssp", {"staleness": 1}, 11.0),
+                                  ("backup", {"k": 2}, 12.0), ("ssp", {"staleness": 3}, 13.0),
+                                  ("dbw", {"window": 5}, 14.0)]:
+        study.add_trial(_trial(policy, params, value=value))
+    study.add_trial(_trial("bsp", {}, value=30.0, feasible=True))
     checked = []
 
     def run_check(number: int) -> None:
         checked.append(number)
-        policy = study.trials[number].user_attrs["policy"]["policy"]
-        study.add_trial(_trial(policy, {"setting": number}, value=study.trials[number].values[0], feasible=False,
-                                check_of=number))
+        policy = study.trials[number].user_attrs["policy"]
+        study.add_trial(_trial(policy["policy"], policy["params"], value=study.trials[number].values[0],
+                               feasible=False, check_of=number))
 
     assert check_candidates(study, run_check) == MAX_CHECKS == 3
-    assert checked == [0, 2, 4]  # asp fails; backup and dbw, families that have not failed, before asp's others
+    assert checked == [0, 2, 4]  # asp fails; backup and dbw, families that have not failed, before SSP
     left = study.user_attrs[UNCHECKED]
     assert [row["trial"] for row in left] == [1, 3] and left[0]["time_to_target"] == 11.0
     breakdown = search_breakdown(study)
