@@ -219,7 +219,8 @@ def main() -> None:
           f"{_num(summary['median_cost'])} BSP trainings")
     for label, (median, worst) in summary["fixed"].items():
         print(f"fixed {label}: ratio median {median:.2f}, worst {worst:.2f}")
-    shown = [a for i, a in enumerate(sys.argv[1:]) if a != "--json" and (i == 0 or sys.argv[i] != "--json")]
+    shown = [a for i, a in enumerate(sys.argv[1:]) if a != "--json" and not a.startswith("--json=")
+             and sys.argv[i] != "--json"]
     command = " ".join(["python benchmarks/bench_answer_quality.py", *map(shlex.quote, shown)])  # --json: a copy
     md = Path(args.md) if args.md else HERE / f"answer_quality_{name}_{args.space}.md"
     write_markdown(md, command, rows, summary, args, out)

@@ -260,11 +260,12 @@ def stale_step_rule(policy: Policy) -> str | None:
     own parameters, else its first preset's slots)."""
     if isinstance(policy, Composed):
         slots = policy.params()
-    else:
-        presets = type(policy).presets
-        slots = composition_of(policy) or (presets[0].slots() if presets else {})
+    else:  # a policy no composition holds (another parameter away from its default): its first preset's
+        presets = type(policy).presets  # slots, with its own values of the schedule's parameters
+        slots = composition_of(policy) or {**(presets[0].slots() if presets else {}), **policy.params()}
     barrier, schedule = slots.get("barrier", PLAIN["barrier"]), slots.get("schedule", PLAIN["schedule"])
-    switches = schedule != PLAIN["schedule"] and float(slots.get("switch_at", 0.0)) < 1.0
+    switches = schedule != PLAIN["schedule"] and float(slots.get("switch_at", 0.0)) < 1.0 \
+        and slots.get("order", "bsp_asp") == "bsp_asp"  # ASP to the end, not BSP after it
     if barrier not in STALE_BARRIERS and not switches:
         return None
     return (slots.get("asp_lr_rule") or "fixed") if barrier == "asp" or switches else "fixed"

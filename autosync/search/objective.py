@@ -583,7 +583,8 @@ class Objective:
         failed = twin.state == optuna.trial.TrialState.FAIL
         for key, value in twin.user_attrs.items():
             if key not in (RETRY_OF, KILLED, RESAMPLED, PROCESS, FULL_BUDGET_OF, FORKED, FOUND_EQUIVALENT,
-                           EQUIVALENCE_CHECK_FAILED, POLICY, SAME_AS) and (failed or key != FAIL_REASON):
+                           EQUIVALENCE_CHECK_FAILED, POLICY, SAME_AS, SECOND_SEED_CHECK) \
+                    and (failed or key != FAIL_REASON):
                 trial.set_user_attr(key, value)
         trial.set_user_attr(VIRTUAL_SECONDS, 0.0)
         trial.set_user_attr(SAME_AS, twin.number if study_name is None else f"{study_name}#{twin.number}")
@@ -592,8 +593,11 @@ class Objective:
             raise RunFailed(twin.user_attrs[FAIL_REASON])
         attrs = twin.user_attrs
         if not attrs.get(FINAL_PENDING):  # a copy of a run stopped at the target is pending too
-            trial.set_constraint(CONSTRAINT, constraint(self.job, attrs[FINAL_METRIC], self.reference,
-                                                        self.settings.tolerance))
+            margin = constraint(self.job, attrs[FINAL_METRIC], self.reference, self.settings.tolerance)
+            if FULL_BUDGET_OF in trial.user_attrs or SECOND_SEED_CHECK in attrs:  # judged as the check it copies
+                margin = self._judged_near_the_edge(trial, trial.user_attrs.get(POLICY) or attrs[POLICY],
+                                                    attrs[FINAL_METRIC], margin)
+            trial.set_constraint(CONSTRAINT, margin)
         if self.settings.multi_objective:
             return attrs[TIME_TO_TARGET], attrs[FINAL_METRIC]
         return attrs[TIME_TO_TARGET]

@@ -248,8 +248,7 @@ def confirm(job: JobSpec, top: int, plan: list[Candidate], reference: dict[str, 
         best = contenders[0]
         result.winner, result.winner_time, result.winner_final = best["policy"], best["time_to_target"], best["final_metric"]
         result.spread = _spread(best)
-        result.tied = [r["policy"] for r in contenders if r is not best and result.spread is not None
-                       and r["time_to_target"] - best["time_to_target"] < result.spread]
+        result.tied = _tied(contenders, best, result.spread)
     return result
 
 
@@ -309,6 +308,13 @@ def _spread(row: dict[str, Any]) -> float | None:
     return statistics.stdev(times) if len(times) >= 2 else None
 
 
+def _tied(contenders: list[dict[str, Any]], best: dict[str, Any], spread: float | None) -> list[dict[str, Any]]:
+    """The policies of `contenders` other than `best` closer to its mean than its `spread` between seeds, or
+    than `INDIFFERENT` of its mean."""
+    margin = max(spread or 0.0, INDIFFERENT * best["time_to_target"])
+    return [r["policy"] for r in contenders if r is not best and r["time_to_target"] - best["time_to_target"] < margin]
+
+
 def _closer_than_spread(rows: list[dict[str, Any]]) -> list[int]:
     """The indices of the feasible candidates whose mean is within the spread of the fastest one's but not
     within `INDIFFERENT` of it (the fastest included), where there are two or more; else none: the ones
@@ -363,7 +369,7 @@ def how_it_held(confirmed: dict[str, Any], label: Callable[[dict[str, Any]], str
         return f"no candidate reached the target on every one of {seeds}: the answer is BSP"
     tied = confirmed.get("tied") or []
     tie = (f"; tied with {', '.join(label(p) for p in tied)} (closer than the spread between seeds, "
-           f"{confirmed.get('spread') or 0:.1f} s)") if tied else ""
+           f"{confirmed.get('spread') or 0:.1f} s, or {INDIFFERENT:.0%} of the mean)") if tied else ""
     mean = f"{confirmed['winner_time']:.1f} s mean over {seeds}"
     if winner == best:
         return f"the answer held: {label(winner)} {mean}{tie}"

@@ -103,8 +103,8 @@ def waiting(study: "optuna.Study", wanted: int = 1,
 
 
 def failed_families(trials: "list[optuna.trial.FrozenTrial]") -> set[str]:
-    """The families (`_check_family`: a policy and its step-size rule) with a full-budget check among `trials`
-    that broke the constraint, or diverged before the budget's end (on a job of the tiers family, SSP and ASP
+    """The families (`_check_family`: a policy and its step-size rule, or the stale-gradient families) with a
+    full-budget check among `trials` that broke the constraint, or diverged before the budget's end (on a job of the tiers family, SSP and ASP
     reached the target at the first evaluation and diverged later: the three checks went to SSP, ASP and
     SSP again while a diverged check did not count as failed)."""
     import optuna

@@ -66,7 +66,8 @@ def race_bar(trials: "list[optuna.trial.FrozenTrial]", places: int = 1, held: "d
             if key not in best or (t.values[0], CURVE not in t.user_attrs) < (
                     best[key].values[0], CURVE not in best[key].user_attrs):
                 best[key] = t
-    ranked = sorted(((t, held_value(t.values[0], held_of.get(key))) for key, t in best.items()),
+    standing = ((t, held_value(t.values[0], held_of.get(key))) for key, t in best.items())
+    ranked = sorted((pair for pair in standing if math.isfinite(pair[1])),  # failed on its second seed: no bar
                     key=lambda pair: pair[1])
     return ranked[places - 1] if len(ranked) >= places else None
 

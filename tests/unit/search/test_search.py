@@ -339,6 +339,17 @@ def test_a_leader_held_on_a_second_seed_prunes_at_its_mean_over_both():
     assert running.should_prune()
 
 
+def test_a_held_leader_that_failed_on_its_second_seed_sets_no_bar():
+    """Its mean is infinite: the bar is the next policy's time, never an infinite one that the pace rule
+    would read as every trial being too slow."""
+    study = optuna.create_study()
+    study.add_trial(_finished(8.0))
+    study.add_trial(_finished(11.0))
+    study.set_user_attr(HELD, {"0": {"seed": 1, "time": None, "reached": False, "behind": False}})
+    assert race_limit(study.get_trials(), 1, held_runs(study)) == 11.0
+    assert race_limit(study.get_trials(), 2, held_runs(study)) is None
+
+
 def test_a_proposal_seen_before_is_scored_from_its_twin_without_training(tmp_path):
     job = small_job()
     space = load_space(SPACE_DIR / "static_k.yaml", 4)

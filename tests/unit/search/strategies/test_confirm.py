@@ -196,13 +196,16 @@ def test_a_confirmed_winner_that_diverges_at_full_budget_keeps_nothing_and_raise
 def test_leaders_within_the_indifference_margin_are_tied_without_more_seeds():
     """Two means 1% apart, each spread over seeds far wider: no seed would be worth it (the answer-quality goal
     allows 5%); 8% apart within the spread: told apart on more seeds."""
-    from autosync.search.strategies.confirm import INDIFFERENT, _closer_than_spread
+    from autosync.search.strategies.confirm import INDIFFERENT, _closer_than_spread, _tied
 
     def row(times: list[float]) -> dict:
         return {"feasible": True, "source": "trial", "time_to_target": sum(times) / len(times), "seed_times": times}
 
     assert INDIFFERENT == 0.05
     assert _closer_than_spread([row([12.7, 20.0]), row([14.1, 18.1])]) == []
+    best, near, far = {**row([16.0, 16.2]), "policy": "a"}, {**row([16.8, 16.8]), "policy": "b"}, \
+        {**row([18.0, 18.0]), "policy": "c"}
+    assert _tied([best, near, far], best, 0.14) == ["b"]  # 4.3% apart: tied, though not within the spread
     assert _closer_than_spread([row([12.7, 20.0]), row([14.1, 21.1])]) == [0, 1]
     assert _closer_than_spread([row([12.7, 20.0]), row([14.1, 18.1]), row([14.1, 21.1])]) == [1, 2]
 

@@ -77,3 +77,19 @@ def test_a_check_near_the_edge_is_judged_again_on_a_second_seed(tmp_path, offset
         assert constraint_of(check) == check.user_attrs[SECOND_SEED_CHECK]["constraint"]
     else:
         assert constraint_of(check) == pytest.approx(offset)
+
+
+def test_a_trial_answered_by_a_check_judged_on_two_seeds_keeps_its_verdict(tmp_path):
+    """A later proposal of the checked point is answered by the check's result without training: its
+    constraint is the two seeds' verdict too, from the stored runs."""
+    job = _job()
+    final = evaluate(job, CANDIDATE, [job.seed])["final_metric"]
+    space = load_space(SPACE_DIR / "static_k.yaml", job.cluster.n_workers)
+    objective = Objective(job, space, ObjectiveSettings(tolerance=0.01), final + 0.015)
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'c.db'}")
+    study.enqueue_trial({"backup.k": 2, "backup.lr_rule": "fixed"}, user_attrs={FULL_BUDGET_OF: 0})
+    study.enqueue_trial({"backup.k": 2, "backup.lr_rule": "fixed"})
+    study.optimize(objective, n_trials=2)
+    check, copy = study.trials
+    assert copy.user_attrs["same_as_trial"] == check.number and copy.user_attrs["virtual_seconds"] == 0.0
+    assert constraint_of(copy) == constraint_of(check) == check.user_attrs[SECOND_SEED_CHECK]["constraint"]
