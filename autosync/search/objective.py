@@ -43,6 +43,17 @@ if TYPE_CHECKING:
     from autosync.search.space import SearchSpace
 
 
+class EdgeJudge(Protocol):
+    """A full-budget check's verdict judged again near the rule's edge
+    (`autosync.search.strategies.second_seed.SecondSeedJudge`), as the objective uses it: named here so that
+    the objective does not import the strategy that imports it."""
+
+    def __call__(self, study: "optuna.Study", policy: dict[str, Any], final: float,
+                 margin: float) -> tuple[float, dict[str, Any] | None]:
+        """The constraint's margin for `policy`, whose final metric on the search's seeds is `final` and
+        margin `margin` there, and what to record of the judgement (None where it kept `margin`)."""
+
+
 class Race(Protocol):
     """The bar a trial races (`autosync.search.strategies.pruning.RaceLimit`), as the objective uses it:
     named here so that the objective does not import the pruning that imports it."""
@@ -271,7 +282,8 @@ class Objective:
 
     def __init__(self, job: JobSpec, space: "SearchSpace", settings: ObjectiveSettings, reference: float,
                  bsp_score: dict[str, Any] | None = None, siblings: "list[optuna.Study] | None" = None,
-                 storage_url: str | None = None, race: "Callable[[optuna.Study], Race] | None" = None):
+                 storage_url: str | None = None, race: "Callable[[optuna.Study], Race] | None" = None,
+                 edge: "EdgeJudge | None" = None):
         self.job = job
         self.space = space
         self.settings = settings
@@ -286,6 +298,9 @@ class Objective:
         # the bar a trial races against, built per trial from its study (`autosync.search.strategies.pruning`);
         # None: no pruning
         self.race = race
+        # a full-budget check's verdict near the rule's edge, judged again on a second seed
+        # (`autosync.search.strategies.second_seed`); None: one seed's verdict stands
+        self.edge = edge
         self.equivalents: "EquivalenceCheck | None" = None  # built on the first check (`_found_equivalent`)
         # time.monotonic() past which a search trial stops at its next evaluation (the tune's --timeout;
         # a full-budget check of a candidate is not stopped: the answer needs it)
@@ -382,19 +397,13 @@ class Objective:
 
     def _judged_near_the_edge(self, trial: "optuna.Trial", policy: dict[str, Any], final: float,
                               margin: float) -> float:
-        """A full-budget check's constraint `margin` on the search's one seed, or, where it lies near the
-        rule's edge, over that seed and the next (`autosync.search.strategies.second_seed`; recorded on the
-        trial). Not where the search scores on several seeds or holds the rule at BSP's time to target."""
-        from autosync.search.strategies.confirm import RunStore
-        from autosync.search.strategies.second_seed import near_the_edge, two_seed_margin
-
-        seeds = self.seeds()
-        if len(seeds) != 1 or self.horizon is not None or not near_the_edge(margin, self.settings.tolerance):
+        """A full-budget check's constraint `margin` on the search's seeds, or the `edge` judge's verdict where
+        there is one (recorded on the trial)."""
+        if self.edge is None:
             return margin
-        margin, record = two_seed_margin(self.job, policy, final, self.reference, self.settings.tolerance,
-                                         seeds[0] + 1, self.settings.penalty, RunStore(trial.study, self.siblings),
-                                         self.settings.backend)
-        trial.set_user_attr(SECOND_SEED_CHECK, record)
+        margin, record = self.edge(trial.study, policy, final, margin)
+        if record is not None:
+            trial.set_user_attr(SECOND_SEED_CHECK, record)
         return margin
 
     def _found_equivalent(self, trial: "optuna.Trial", canonical: dict[str, Any],

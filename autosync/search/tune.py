@@ -38,6 +38,7 @@ from autosync.search.strategies.patience import give_up_queued, patience_of, tri
 from autosync.search.strategies.pruning import RaceLimit, TargetRacePruner, thinned
 from autosync.search.study.running_twins import Resampled
 from autosync.search.strategies.samplers import SWITCH_POINT_SAMPLERS, make_sampler
+from autosync.search.strategies.second_seed import second_seed_judge
 from autosync.search.study.records import (
     BSP_REFERENCE, BSP_TARGET, BSP_TRAINING_SECONDS, CURVE, FORKED, HORIZON, NEIGHBOUR_JOBS, TIME_TO_TARGET,
     VIRTUAL_SECONDS, StudyRecord, describe_study, write_cache_record,
@@ -329,19 +330,15 @@ def keeps_constraint_at_full_budget(job: JobSpec, policy: dict[str, Any], settin
     search's `ObjectiveSettings`; `reference`: BSP's reference score); False where it diverges first. Near
     the rule's edge, on one seed at the budget's end, it is judged over that seed and the next
     (`autosync.search.strategies.second_seed`; its runs stored in `runs`)."""
-    from autosync.search.strategies.second_seed import near_the_edge, two_seed_margin
-
-    seeds = trial_seeds(job, settings.repeats)
     try:
-        score = evaluate(job, policy, seeds, settings.penalty, backend=settings.backend,
-                         horizon=reference.get(HORIZON))
+        score = evaluate(job, policy, trial_seeds(job, settings.repeats), settings.penalty,
+                         backend=settings.backend, horizon=reference.get(HORIZON))
     except RunFailed:
         return False
     margin = constraint(job, score["final_metric"], reference["final_metric"], settings.tolerance)
-    if runs is not None and len(seeds) == 1 and reference.get(HORIZON) is None \
-            and near_the_edge(margin, settings.tolerance):
-        margin, _ = two_seed_margin(job, policy, score["final_metric"], reference["final_metric"],
-                                    settings.tolerance, seeds[0] + 1, settings.penalty, runs, settings.backend)
+    if runs is not None:
+        margin, _ = second_seed_judge(job, settings, reference, runs=runs)(runs.study, policy,
+                                                                           score["final_metric"], margin)
     return margin <= 0
 
 
@@ -591,7 +588,8 @@ def run_trials(study: "optuna.Study", request: TuneRequest, reference: dict[str,
 
     objective = Objective(request.job, request.space, request.settings, reference["final_metric"], reference,
                           siblings, storage_url=request.storage,
-                          race=functools.partial(RaceLimit, places=places(request)))
+                          race=functools.partial(RaceLimit, places=places(request)),
+                          edge=second_seed_judge(request.job, request.settings, reference, siblings))
     objective.deadline = deadline  # a trial still training when the --timeout passes stops (`TimedOut`)
     give_prior(study, study.user_attrs.get(NEIGHBOUR_JOBS, []) if request.prior else [], request.space,
                execution_name(request.settings.backend), request.settings.constraint_at, request.job,

@@ -19,6 +19,7 @@ A search that already scores each trial on several seeds (`--repeats`) keeps its
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from autosync.core.job import JobSpec
@@ -26,6 +27,8 @@ from autosync.search.objective import BSP, RunFailed, canonical_on, constraint, 
 from autosync.search.study.records import VIRTUAL_SECONDS
 
 if TYPE_CHECKING:
+    import optuna
+
     from autosync.engine.backends import BackendChoice
     from autosync.search.strategies.confirm import RunStore
 
@@ -79,3 +82,42 @@ def two_seed_margin(job: JobSpec, policy: dict[str, Any], final: float, bsp_fina
     margin = constraint(job, statistics.fmean([final, mine["final_metric"]]),
                         statistics.fmean([bsp_final, bsp["final_metric"]]), tolerance)
     return margin, {**record, "constraint": margin}
+
+
+@dataclass
+class SecondSeedJudge:
+    """The objective's `EdgeJudge`: a check whose one-seed margin lies near the rule's edge is judged over the
+    search's seed and the next (`two_seed_margin`, its runs stored in the study's confirmation runs, the
+    `siblings`' read too); not where the search scores on several seeds (`seeds`) or holds the rule at BSP's
+    time to target (`horizon`)."""
+
+    job: JobSpec
+    reference: float  # BSP's final metric on the search's seed
+    tolerance: float
+    penalty: float
+    seeds: list[int]  # the search's seeds
+    horizon: float | None = None  # where the checks stop (--constraint-at bsp-target), None: the budget's end
+    siblings: "list[optuna.Study]" = field(default_factory=list)
+    backend: "BackendChoice | None" = None
+    runs: "RunStore | None" = None  # the store to use (the confirmation's), else one read from the study
+
+    def __call__(self, study: "optuna.Study", policy: dict[str, Any], final: float,
+                 margin: float) -> tuple[float, dict[str, Any] | None]:
+        from autosync.search.strategies.confirm import RunStore
+
+        if len(self.seeds) != 1 or self.horizon is not None or not near_the_edge(margin, self.tolerance):
+            return margin, None
+        return two_seed_margin(self.job, policy, final, self.reference, self.tolerance, self.seeds[0] + 1,
+                               self.penalty, self.runs or RunStore(study, self.siblings), self.backend)
+
+
+def second_seed_judge(job: JobSpec, settings: Any, reference: dict[str, Any],
+                      siblings: "list[optuna.Study] | None" = None, runs: "RunStore | None" = None) -> SecondSeedJudge:
+    """The judge of a tune's checks: `settings` its `ObjectiveSettings`, `reference` BSP's reference score,
+    `runs` a store to use (else each call reads the study's and the `siblings`')."""
+    from autosync.search.objective import trial_seeds
+    from autosync.search.study.records import HORIZON
+
+    return SecondSeedJudge(job, reference["final_metric"], settings.tolerance, settings.penalty,
+                           trial_seeds(job, settings.repeats), reference.get(HORIZON), list(siblings or []),
+                           settings.backend, runs)

@@ -10,7 +10,9 @@ import pytest
 from autosync.search.objective import BSP, Objective, ObjectiveSettings, constraint, evaluate
 from autosync.search.space import SPACE_DIR, load_space
 from autosync.search.strategies.confirm import RunStore
-from autosync.search.strategies.second_seed import full_budget_run, near_the_edge, two_seed_margin
+from autosync.search.strategies.second_seed import (
+    SecondSeedJudge, full_budget_run, near_the_edge, two_seed_margin,
+)
 from autosync.search.study.records import FULL_BUDGET_OF, SECOND_SEED_CHECK, VIRTUAL_SECONDS, constraint_of
 from tests.conftest import small_job
 
@@ -67,7 +69,8 @@ def test_a_check_near_the_edge_is_judged_again_on_a_second_seed(tmp_path, offset
     final = evaluate(job, CANDIDATE, [job.seed])["final_metric"]
     reference = final + 0.01 + offset  # the candidate ends `offset` short of BSP's final less the tolerance
     space = load_space(SPACE_DIR / "static_k.yaml", job.cluster.n_workers)
-    objective = Objective(job, space, ObjectiveSettings(tolerance=0.01), reference)
+    objective = Objective(job, space, ObjectiveSettings(tolerance=0.01), reference,
+                          edge=SecondSeedJudge(job, reference, 0.01, 2.0, [job.seed]))
     study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'c.db'}")
     study.enqueue_trial({"backup.k": 2, "backup.lr_rule": "fixed"}, user_attrs={FULL_BUDGET_OF: 0})
     study.optimize(objective, n_trials=1)
@@ -85,7 +88,8 @@ def test_a_trial_answered_by_a_check_judged_on_two_seeds_keeps_its_verdict(tmp_p
     job = _job()
     final = evaluate(job, CANDIDATE, [job.seed])["final_metric"]
     space = load_space(SPACE_DIR / "static_k.yaml", job.cluster.n_workers)
-    objective = Objective(job, space, ObjectiveSettings(tolerance=0.01), final + 0.015)
+    objective = Objective(job, space, ObjectiveSettings(tolerance=0.01), final + 0.015,
+                          edge=SecondSeedJudge(job, final + 0.015, 0.01, 2.0, [job.seed]))
     study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'c.db'}")
     study.enqueue_trial({"backup.k": 2, "backup.lr_rule": "fixed"}, user_attrs={FULL_BUDGET_OF: 0})
     study.enqueue_trial({"backup.k": 2, "backup.lr_rule": "fixed"})
@@ -93,3 +97,13 @@ def test_a_trial_answered_by_a_check_judged_on_two_seeds_keeps_its_verdict(tmp_p
     check, copy = study.trials
     assert copy.user_attrs["same_as_trial"] == check.number and copy.user_attrs["virtual_seconds"] == 0.0
     assert constraint_of(copy) == constraint_of(check) == check.user_attrs[SECOND_SEED_CHECK]["constraint"]
+
+
+def test_a_search_on_several_seeds_or_holding_the_rule_at_bsps_target_keeps_its_verdict():
+    job = _job()
+    study = optuna.create_study()
+    assert SecondSeedJudge(job, 0.9, 0.01, 2.0, [job.seed, job.seed + 1])(study, CANDIDATE, 0.885, 0.005) \
+        == (0.005, None)
+    assert SecondSeedJudge(job, 0.9, 0.01, 2.0, [job.seed], horizon=20.0)(study, CANDIDATE, 0.885, 0.005) \
+        == (0.005, None)
+    assert SecondSeedJudge(job, 0.9, 0.01, 2.0, [job.seed])(study, CANDIDATE, 0.8, 0.09) == (0.09, None)  # far
