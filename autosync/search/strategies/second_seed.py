@@ -2,10 +2,11 @@
 
 The final-metric rule (Sync-Switch's: a policy must end within `--tolerance` of BSP's final metric) is
 checked on the search's seed (`autosync.search.strategies.full_budget`). One seed's final metric is noisy:
-over the 192 policies whose final metric the broad reference grid of five families measured on two seeds,
-the first seed's verdict disagreed with the two seeds' mean on 16 (`results/answer_quality/README.md`), and
-on three jobs of the fleet family the candidate the grid answers with failed its check by less than the
-tolerance itself (by 0.004, 0.006 and 0.0075 against 0.01), so that BSP answered, 1.8-22x slower.
+over the 197 policies whose final metric the broad reference grids of four families (bursty, heldout,
+fleet, steady) measured on two seeds, the first seed's verdict disagreed with the two seeds' mean on 16
+(`results/answer_quality/seed_noise.py --verdicts`), and on three jobs of the fleet family a candidate
+failed its check by less than the tolerance itself (by 0.004, 0.006 and 0.0075 against 0.01), so that BSP
+answered, 1.8-22x slower than the grid's best.
 
 So a check whose margin lies within `NEAR_EDGE` tolerances of the edge, on either side, is judged again on a
 second seed (the confirmation's first, the seed the race's leaders are held on), the way the reference grid
