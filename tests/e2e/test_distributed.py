@@ -126,7 +126,9 @@ class _Launch:
     def wait_for_stderr(self, text: str, seconds: float) -> float:
         started = time.monotonic()
         wait_for(lambda: any(text in line for line in self.stderr), seconds,
-                 lambda: f"{text!r} on the launch's stderr:\n" + "".join(self.stderr)[-3000:])
+                 lambda: f"{text!r} on the launch's stderr; its error lines:\n"
+                 + "".join(line for line in self.stderr if "error" in line.lower())[-2000:]
+                 + "\nits end:\n" + "".join(self.stderr)[-1500:])
         return time.monotonic() - started
 
     def wait_for_no_process(self) -> None:
