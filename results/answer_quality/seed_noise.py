@@ -70,8 +70,8 @@ def answer_ratios(family: str) -> dict[str, float]:
     lines = (REPO / "benchmarks" / f"answer_quality_{family}_policy.md").read_text().splitlines()
     header = [c.strip() for c in next(line for line in lines if line.startswith("| job")).split("|")]
     column = header.index("ratio")
-    return {cols[1]: float(cols[column]) for line in lines if line.startswith(f"| {family}-")
-            for cols in [[c.strip() for c in line.split("|")]]}
+    rows = [[c.strip() for c in line.split("|")] for line in lines if line.startswith(f"| {family}-")]
+    return {cols[1]: float(cols[column]) for cols in rows}
 
 
 def main() -> None:

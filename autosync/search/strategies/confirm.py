@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Any, Callable
 from autosync.core.job import JobSpec
 from autosync.search.objective import BSP, RunFailed, canonical_on, evaluate, trial_seeds
 from autosync.search.study.records import (
-    CANONICAL, CONFIRMATION_RUNS as RUNS, FULL_BUDGET_OF, SCORING, UNCHECKED, VIRTUAL_SECONDS, TrialRecord,
-    constraint_of, final_pending, has_own_failure, may_be_feasible,
+    CANONICAL, CONFIRMATION_RUNS as RUNS, SCORING, UNCHECKED, VIRTUAL_SECONDS, TrialRecord, constraint_of,
+    diverged_check, final_pending, may_be_feasible,
 )
 
 if TYPE_CHECKING:
@@ -134,8 +134,8 @@ def candidates(study: "optuna.Study", top: int, job: JobSpec, scoring: dict[str,
     by_canonical: dict[str, Any] = {}
     for t in completed:  # the first trial of each canonical policy: the others ran alike or were copied
         by_canonical.setdefault(_key(t.user_attrs[CANONICAL]), t)
-    diverged = {_key(t.user_attrs[CANONICAL]) for t in study.get_trials(deepcopy=False)  # at full budget
-                if FULL_BUDGET_OF in t.user_attrs and CANONICAL in t.user_attrs and has_own_failure(t)}
+    diverged = {_key(t.user_attrs[CANONICAL]) for t in study.get_trials(deepcopy=False)
+                if CANONICAL in t.user_attrs and diverged_check(t)}
     ranked = sorted((t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
                      if may_be_feasible(t) and _scored_as(t, scoring)),
                     key=lambda t: (t.values[0], final_pending(t), t.number))  # a checked twin before a pending one

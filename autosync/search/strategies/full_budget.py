@@ -19,8 +19,8 @@ rest of the budget), and a job where the fastest policies end above BSP's loss h
 that applies stale gradients to the end (ASP and its relatives) ends noisier however fast it reached the
 target, so after a failed check the candidates of a family that has not failed one are checked first
 (`next_to_check`; a family here is a synchronous policy and its step-size rule, or the policies that
-apply stale gradients to the end, by how their step shrinks with staleness), then the others in time order. Within each, a candidate whose time is known (it reached
-the target) comes before one pruned at a lower bound: a pruned trial only had not reached the target when
+apply stale gradients to the end, by how their step shrinks with staleness), then the others in time order.
+Within each, a candidate whose time is known (it reached the target) comes before one pruned at a lower bound: a pruned trial only had not reached the target when
 it stopped, and its check, a training's cost, often finds it slower than the known one (on a job of the
 fleet family, two DANA trials pruned at 6.0 s took two of the three checks and diverged, and backup k = 5,
 6.8 s to the target, was never checked).
@@ -30,10 +30,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-from autosync.search.strategies.leader import held_runs, held_value
+from autosync.search.strategies.leader import held_by_policy, held_runs, held_value
 from autosync.search.study import _optuna_internals as internals
 from autosync.search.study.records import (
-    FULL_BUDGET_OF, POLICY, UNCHECKED, constraint_of, final_pending, has_own_failure, policy_key,
+    FULL_BUDGET_OF, POLICY, UNCHECKED, constraint_of, diverged_check, final_pending, policy_key,
 )
 
 if TYPE_CHECKING:
@@ -72,8 +72,7 @@ def waiting(study: "optuna.Study", wanted: int = 1,
 
     trials = internals.fresh_trials(study) if trials is None else trials
     checked = {t.user_attrs[FULL_BUDGET_OF] for t in trials if FULL_BUDGET_OF in t.user_attrs and t.state.is_finished()}
-    held = held_runs(study)
-    held_of = {policy_key(t): held[t.number] for t in trials if t.number in held}
+    held_of = held_by_policy(trials, held_runs(study))
 
     def time_of(t: "optuna.trial.FrozenTrial") -> float | None:
         value = _time(t)
@@ -104,13 +103,14 @@ def waiting(study: "optuna.Study", wanted: int = 1,
 
 def failed_families(trials: "list[optuna.trial.FrozenTrial]") -> set[str]:
     """The families (`_check_family`: a policy and its step-size rule, or the stale-gradient families) with a
-    full-budget check among `trials` that broke the constraint, or diverged before the budget's end (on a job of the tiers family, SSP and ASP
-    reached the target at the first evaluation and diverged later: the three checks went to SSP, ASP and
-    SSP again while a diverged check did not count as failed)."""
+    full-budget check among `trials` that broke the constraint, or diverged before the budget's end
+    (`diverged_check`; on a job of the tiers family, SSP and ASP reached the target at the first evaluation
+    and diverged later: the three checks went to SSP, ASP and SSP again while a diverged check did not count
+    as failed)."""
     import optuna
 
-    return {_check_family(t) for t in trials if FULL_BUDGET_OF in t.user_attrs and (
-        (t.state == optuna.trial.TrialState.COMPLETE and constraint_of(t) > 0) or has_own_failure(t))}
+    return {_check_family(t) for t in trials if diverged_check(t) or (
+        FULL_BUDGET_OF in t.user_attrs and t.state == optuna.trial.TrialState.COMPLETE and constraint_of(t) > 0)}
 
 
 STALE = "stale gradients"  # the check family of the policies that apply stale gradients at a full step to the end

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Callable
 
-from autosync.search.study.records import ANSWERED, FULL_BUDGET_OF, HELD, TrialRecord
+from autosync.search.study.records import ANSWERED, FULL_BUDGET_OF, HELD, TrialRecord, policy_key
 
 if TYPE_CHECKING:
     import optuna
@@ -32,6 +32,12 @@ MAX_HELD = 4  # leaders held on a second seed at most in one search (each costs 
 def held_runs(study: "optuna.Study") -> dict[int, dict[str, Any]]:
     """{trial number: {seed, time, reached, behind}} of the leaders held so far."""
     return {int(k): v for k, v in (study.user_attrs.get(HELD) or {}).items()}
+
+
+def held_by_policy(trials: "list[optuna.trial.FrozenTrial]", held: dict[int, dict[str, Any]],
+                   ) -> dict[str, dict[str, Any]]:
+    """{`policy_key`: its held run} of the `held` trials among `trials` (a held trial stands for its twins)."""
+    return {policy_key(t): held[t.number] for t in trials if t.number in held}
 
 
 def held_value(value: float, run: dict[str, Any] | None) -> float:

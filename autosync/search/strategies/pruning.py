@@ -34,7 +34,7 @@ import time
 
 import optuna
 
-from autosync.search.strategies.leader import held_runs, held_value
+from autosync.search.strategies.leader import held_by_policy, held_runs, held_value
 from autosync.search.study.records import CURVE, REACHED, SCORING, TrialRecord, may_be_feasible, policy_key
 
 REFRESH_SECONDS = 2.0  # how often (wall) a running trial re-reads the bar: other processes may lower it
@@ -57,8 +57,7 @@ def race_bar(trials: "list[optuna.trial.FrozenTrial]", places: int = 1, held: "d
     """The trial that sets the bar and the bar: the `places`-th fastest policy's fastest trial (one with a
     stored curve, where its policy has one) and its time, the mean over both seeds for a policy `held` on
     a second seed (a trial held stands for its twins); None while fewer policies have finished."""
-    held = held or {}
-    held_of = {policy_key(t): held[t.number] for t in trials if t.number in held}
+    held_of = held_by_policy(trials, held or {})
     best: dict[str, optuna.trial.FrozenTrial] = {}
     for t in trials:
         if t.state == optuna.trial.TrialState.COMPLETE and may_be_feasible(t):
@@ -130,8 +129,8 @@ class RaceLimit:
     every REFRESH_SECONDS of wall time (processes sharing the study lower it meanwhile).
 
     Two rules prune against it. The bound: a trial still short of the target later than the bar reached it
-    cannot beat it (exact against one seed's time; a held leader's bar is its mean over two). The pace, a learning-curve rule on the predicted time-to-target, not on the raw
-    metric (an asynchronous policy leads early and may end lower, Sync-Switch's premise): once a trial has
+    cannot beat it (exact against one seed's time; a held leader's bar is its mean over two). The pace, a
+    learning-curve rule on the predicted time-to-target, not on the raw metric (an asynchronous policy leads early and may end lower, Sync-Switch's premise): once a trial has
     trained PACE_FROM of the bar's time, if it took PACE_MARGIN times as long as the bar's run to reach the
     best metric it has reached so far (not the last evaluation's: a noisy metric dips and recovers), it is predicted to reach the target that many times later than the bar, and stops.
     That prediction can be wrong for a policy that speeds up late; the margin is the slack for it, and a

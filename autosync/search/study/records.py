@@ -240,6 +240,12 @@ def has_own_failure(trial: "optuna.trial.FrozenTrial") -> bool:
         and not trial.user_attrs.get(TIMED_OUT)
 
 
+def diverged_check(trial: "optuna.trial.FrozenTrial") -> bool:
+    """Whether `trial` is a full-budget check whose run failed on its own (diverged before the budget's end):
+    its candidate breaks the final-metric rule, as a check that ended too inaccurate does."""
+    return FULL_BUDGET_OF in trial.user_attrs and has_own_failure(trial)
+
+
 def policy_key(trial: "optuna.trial.FrozenTrial") -> str:
     """What makes two trials the same candidate: the canonical policy it ran (`canonical_policy`), else
     the policy it proposed, else its parameters; trials with one key run alike and rank as one."""

@@ -290,8 +290,8 @@ def test_candidates_tied_with_a_feasible_checked_one_are_not_checked():
 def test_the_checks_stop_after_max_checks_try_another_family_after_a_failure_and_say_what_they_left():
     """Five candidates stopped at the target, every check fails: after ASP's check fails, the next checks go
     to the fastest candidates of families that have not failed one (backup, then DBW) before the faster
-    SSP settings (stale gradients at a full step, as ASP's); after MAX_CHECKS the checks stop, the candidates left are recorded fastest first, and the output
-    says the answer is not sure."""
+    SSP settings (stale gradients at a full step, as ASP's); after MAX_CHECKS the checks stop, the candidates
+    left are recorded fastest first, and the output says the answer is not sure."""
     from autosync.reporting.console import breakdown_line, unchecked_line
     from autosync.search.strategies.full_budget import MAX_CHECKS, check_candidates
     from autosync.search.study.cache import search_breakdown
