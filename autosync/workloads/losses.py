@@ -50,8 +50,10 @@ def cross_entropy(outputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 def squared_error(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Per-sample squared error: against one real target per sample, the mean over a sample's target values,
     or, for integer labels, against their one-hot encoding."""
-    if not torch.is_floating_point(targets):
-        targets = F.one_hot(targets, outputs.shape[-1]).to(outputs.dtype)
+    if not torch.is_floating_point(targets):  # one-hot by comparison: F.one_hot reads its labels' values,
+        # which per-sample gradients under torch.func.vmap cannot (a classification job with `loss: mse`
+        # failed under every policy that takes per-sample gradients)
+        targets = (targets.unsqueeze(-1) == torch.arange(outputs.shape[-1], device=targets.device)).to(outputs.dtype)
     if targets.ndim == 1:
         return (outputs.reshape(len(targets), -1).squeeze(-1) - targets) ** 2
     return ((outputs - targets) ** 2).reshape(len(targets), -1).mean(dim=1)

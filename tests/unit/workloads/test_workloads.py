@@ -142,3 +142,18 @@ def test_a_fused_pass_with_batch_norm_per_worker_is_the_mean_of_the_workers_grad
     fused, mean, losses, own = fused_and_mean_gradient()
     assert torch.allclose(fused, mean, rtol=1e-4, atol=1e-6 * float(mean.abs().max()))
     assert losses == pytest.approx(own, rel=1e-5)
+
+
+def test_squared_error_on_class_labels_trains_under_per_sample_gradients_and_matches_its_one_hot_form():
+    """A classification job with `loss: mse` compares its outputs with the labels' one-hot encoding; the
+    encoding is built without reading the labels' values, so that ASP's per-sample gradients (vmap) run."""
+    from autosync.catalog import make_policy
+    from autosync.engine import simulate
+    from autosync.workloads.losses import squared_error
+
+    outputs, labels = torch.randn(5, 3), torch.tensor([0, 2, 1, 2, 0])
+    expected = ((outputs - torch.nn.functional.one_hot(labels, 3).float()) ** 2).mean(dim=1)
+    assert torch.allclose(squared_error(outputs, labels), expected)
+    job = small_job(workload__loss="mse", budget={"max_updates": 12})
+    run = simulate(job, make_policy("asp", {"lr_rule": "sqrt_staleness"}))
+    assert run.status == "completed" and run.metrics["updates"] == 12
