@@ -4,6 +4,8 @@ driver (`tune`) that imports them."""
 
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -52,6 +54,14 @@ class TuneRequest:
         from autosync.search.strategies.samplers import sampler_for
 
         self.sampler = sampler_for(self.sampler, self.space)  # "auto": the search this space is shipped for
+
+    @functools.cached_property
+    def fast_workers(self) -> int:
+        """The job's fast workers (`autosync.core.arrivals.fast_workers`): what a portfolio's `fast_workers`
+        stands for. Read from the cluster model on the job's seed, once (under a second on 40 workers)."""
+        from autosync.core.arrivals import fast_workers
+
+        return fast_workers(self.job.cluster, self.job.workload.batch_size, self.job.seed)
 
     @classmethod
     def from_options(cls, job: JobSpec, options: TuneOptions, space: SearchSpace | None = None) -> "TuneRequest":

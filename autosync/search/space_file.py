@@ -59,9 +59,15 @@ def _worker_expression(value: Any) -> tuple[int, int, int] | None:
     return int(times or 1), max(int(over or 1), 1), (-1 if sign == "-" else 1) * int(offset or 0)
 
 
-def resolve_share(value: Any, n_workers: int) -> Any:
+FAST_WORKERS = "fast_workers"  # a portfolio value: the job's fast workers (`autosync.core.arrivals.fast_workers`)
+
+
+def resolve_share(value: Any, n_workers: int, fast_workers: int | None = None) -> Any:
     """'n_workers*3/4' on 16 workers -> 12, rounded, at least 1 and at most n ('n_workers - 1' -> 15);
+    'fast_workers' -> `fast_workers`, the job's (`autosync.core.arrivals.fast_workers`; n when not given);
     anything else as is."""
+    if isinstance(value, str) and value.strip() == FAST_WORKERS:
+        return max(1, min(n_workers, n_workers if fast_workers is None else fast_workers))
     parsed = _worker_expression(value)
     if parsed is None:
         return value

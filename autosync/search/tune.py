@@ -106,7 +106,8 @@ def load_study(request: TuneRequest, storage: Any) -> "optuna.Study":
     name = request.study or study_name(request.job, request.space, request.settings.backend,
                                        request.settings.constraint_at)
     sampler = make_sampler(request.sampler, request.seed, request.space, request.settings.multi_objective,
-                           request.n_trials, request.job.cluster.n_workers)
+                           request.n_trials, request.job.cluster.n_workers,
+                           request.fast_workers if request.sampler == "portfolio" else None)
     try:
         with storage_lock(request.storage, name):
             study = optuna.create_study(storage=storage, study_name=name, directions=directions, sampler=sampler,
@@ -261,16 +262,55 @@ def _search(study: "optuna.Study", request: TuneRequest, reference: dict[str, An
 def _check_at_full_budget(study: "optuna.Study", request: TuneRequest, objective: Objective) -> None:
     """Re-run at full budget the fastest candidates whose runs stopped at the target, until the fastest
     (the K fastest with --verify-top or --confirm-top K) are known to keep the final-metric constraint
-    (`autosync.search.strategies.full_budget`)."""
-    from autosync.search.strategies.full_budget import check_candidates, check_finished, queue_check
+    (`autosync.search.strategies.full_budget`), as many checks as the race left (`checks_left`)."""
+    from autosync.search.strategies.full_budget import check_candidates, checks_left
+    from autosync.search.study._optuna_internals import fresh_trials
 
-    def run_check(number: int) -> None:
-        queue_check(study, number)
-        while not check_finished(study, number):  # trials queued before it (other processes') run first
-            if not run_queued_trial(study, request.storage, objective, catch=(RunFailed, Resampled)):
-                time.sleep(POLL_SECONDS)  # another process took it: wait for its result
+    check_candidates(study, functools.partial(_run_check, study, request, objective), wanted=places(request),
+                     limit=checks_left(fresh_trials(study)))
 
-    check_candidates(study, run_check, wanted=places(request))
+
+def _run_check(study: "optuna.Study", request: TuneRequest, objective: Objective, number: int) -> None:
+    """Queue the full-budget check of trial `number` and run it here (`_await_check`)."""
+    from autosync.search.strategies.full_budget import queue_check
+
+    queue_check(study, number)
+    _await_check(study, request, objective, number)
+
+
+def _await_check(study: "optuna.Study", request: TuneRequest, objective: Objective, number: int) -> None:
+    """Run queued trials until the check of trial `number` has finished (trials queued before it, other
+    processes', run first; one another process took is waited for)."""
+    from autosync.search.strategies.full_budget import check_finished
+
+    while not check_finished(study, number):
+        if not run_queued_trial(study, request.storage, objective, catch=(RunFailed, Resampled)):
+            time.sleep(POLL_SECONDS)
+
+
+def _check_stale_leader(study: "optuna.Study", request: TuneRequest, objective: Objective) -> None:
+    """In the portfolio race, once no queued trial waits (the first round is in), check at full budget a
+    leader that applies stale gradients to the end, and the next such leader while one fails
+    (`autosync.search.strategies.full_budget.stale_leader`). The leader is chosen and its check queued under
+    the storage lock, and not while another process's check runs: processes sharing the study check it once."""
+    settings = request.settings
+    if request.sampler != "portfolio" or not settings.stop_at_target or settings.multi_objective:
+        return
+    import optuna
+
+    from autosync.search.strategies.full_budget import queue_check, stale_leader
+    from autosync.search.study._optuna_internals import fresh_trials
+
+    while True:
+        with storage_lock(request.storage, study.study_name):
+            if fresh_trials(study, states=(optuna.trial.TrialState.WAITING,)):
+                return
+            leader = stale_leader(study, places(request))
+            if leader is None:
+                return
+            queue_check(study, leader.number, race=True)
+        _await_check(study, request, objective, leader.number)
+        _hold_leader(study, request)  # the lead may have passed to a family not held yet
 
 
 def places(request: TuneRequest) -> int:
@@ -413,7 +453,8 @@ def _queued_first(study: "optuna.Study", request: TuneRequest, siblings: "list[o
     if request.sampler == "portfolio":  # BSP (free: its reference answers it), then the portfolio's first round
         bsp_key = _canonical_key(BSP, job)
         bsp = [b for b in bsp_asp if _canonical_key(b[0], job) == bsp_key]
-        first_round = portfolio_rounds(portfolio_policies(request.space, job.cluster.n_workers))[0]
+        first_round = portfolio_rounds(portfolio_policies(request.space, job.cluster.n_workers,
+                                                         request.fast_workers))[0]
         first_queued = fit_to_budget(bsp + found + [(p, _in_space(request.space, p, job)) for p in first_round],
                                      request.n_trials,
                                      lambda b: b[1] is not None and _canonical_key(b[0], job) != bsp_key)
@@ -604,6 +645,7 @@ def run_trials(study: "optuna.Study", request: TuneRequest, reference: dict[str,
             return objective
         if run_queued_trial(study, request.storage, objective, catch=(RunFailed, Resampled)):
             _hold_leader(study, request)
+            _check_stale_leader(study, request, objective)
             continue
         if top_up(study, request.storage, budget):
             continue

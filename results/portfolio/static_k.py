@@ -7,9 +7,12 @@ Each set is a family's first COUNT jobs (`NAME:COUNT`, baselines/family_NAME.yam
 results/answer_quality/NAME/), or `jobs` (bench_tune_cost's default and quick:0-5, cached under
 results/answer_quality/jobs/). Run `benchmarks/bench_answer_quality.py --grid-only` on a set first.
 
-For each rule and each k = round(n * a / b + c) (clipped to 1..n-1), the table gives its held-out time over
-the job's best static k (a miss or a diverged run counts as the grid counts it: twice the budget): the
-median, on how many jobs it is within 1.3x and 1.5x, and on how many it missed a seed.
+For each rule and each k = round(n * a / b + c), and k = the job's fast workers (`fast_workers`:
+`autosync.core.arrivals.fast_workers`, read from the cluster model on the job's seed), clipped to 1..n-1,
+the table gives its held-out time over the job's best static k (a miss or a diverged run counts as the grid
+counts it: twice the budget): the median, on how many jobs it is within 1.3x and 1.5x, and on how many it
+missed a seed. `--pair A B` (each `rule:k`, as the table names them) adds the two settings' better one per
+job: what the static-k family's two portfolio settings give once both have run.
 """
 
 from __future__ import annotations
@@ -27,11 +30,20 @@ SHARES = ((1, 4), (1, 3), (1, 2), (2, 3), (3, 4))
 OFFSETS = (0, 2)
 
 
-def k_of(n: int, share: tuple[int, int], offset: int) -> int:
-    """k = n * a / b + c as the portfolio resolves it (`resolve_share`), below n (k = n is BSP)."""
+def expressions() -> list[str]:
+    """The k settings the table reads, as a portfolio writes them."""
+    shares = [f"n_workers*{a}/{b}" + (f"+{c}" if c else "") for a, b in SHARES for c in OFFSETS]
+    return shares + ["fast_workers"]
+
+
+def k_of(job, expression: str) -> int:
+    """k as the portfolio resolves `expression` on `job` (`resolve_share`), below n (k = n is BSP)."""
+    from autosync.core.arrivals import fast_workers
     from autosync.search.space_file import resolve_share
 
-    return min(n - 1, resolve_share(f"n_workers*{share[0]}/{share[1]}" + (f"+{offset}" if offset else ""), n))
+    n = job.cluster.n_workers
+    fast = fast_workers(job.cluster, job.workload.batch_size, job.seed) if "fast_workers" in expression else None
+    return min(n - 1, resolve_share(expression, n, fast))
 
 
 def static_times(job, cells, seeds) -> dict[tuple[int, str], tuple[float, bool]]:
@@ -53,6 +65,8 @@ def main() -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sets", nargs="+", default=["bursty:8", "jobs", "fleet:6"])
+    parser.add_argument("--pair", nargs=2, action="append", metavar=("A", "B"),
+                        help="two settings (rule:k, e.g. sqrt:n_workers*1/4+2 linear:fast_workers): their better one")
     args = parser.parse_args()
     jobs = []
     for entry in args.sets:
@@ -66,21 +80,21 @@ def main() -> int:
     print(f"{len(jobs)} jobs ({', '.join(args.sets)}); time over the job's best static k")
     print("| rule | k | median | within 1.3x | within 1.5x | missed |")
     print("|---|---|---|---|---|---|")
-    rows = []
+    ratios: dict[str, list[tuple[float, bool]]] = {}  # "rule:k" -> per job (time over the best, missed)
     for rule in RULES:
-        for share in SHARES:
-            for offset in OFFSETS:
-                ratios, missed = [], 0
-                for job, times in jobs:
-                    best = min(t for t, _ in times.values())
-                    time, miss = times[(k_of(job.cluster.n_workers, share, offset), rule)]
-                    ratios.append(time / best)
-                    missed += miss
-                rows.append((rule, share, offset, statistics.median(ratios), sum(r <= 1.3 for r in ratios),
-                             sum(r <= 1.5 for r in ratios), missed))
-    for rule, share, offset, median, within13, within15, missed in sorted(rows, key=lambda r: (-r[4], r[3])):
-        k = f"n*{share[0]}/{share[1]}" + (f"+{offset}" if offset else "")
-        print(f"| {rule} | {k} | {median:.2f} | {within13} | {within15} | {missed} |")
+        for expression in expressions():
+            ratios[f"{rule}:{expression}"] = [
+                (time / min(t for t, _ in times.values()), miss)
+                for job, times in jobs for time, miss in [times[(k_of(job, expression), rule)]]]
+    rows = [(name, statistics.median(r for r, _ in per_job), sum(r <= 1.3 for r, _ in per_job),
+             sum(r <= 1.5 for r, _ in per_job), sum(m for _, m in per_job)) for name, per_job in ratios.items()]
+    for name, median, within13, within15, missed in sorted(rows, key=lambda r: (-r[2], r[1])):
+        rule, _, k = name.partition(":")
+        print(f"| {rule} | {k.replace('n_workers', 'n')} | {median:.2f} | {within13} | {within15} | {missed} |")
+    for a, b in args.pair or []:
+        better = [min(x, y) for (x, _), (y, _) in zip(ratios[a], ratios[b])]
+        print(f"pair {a} + {b}: the better one's median {statistics.median(better):.2f}, "
+              f"within 1.3x on {sum(r <= 1.3 for r in better)}, within 1.5x on {sum(r <= 1.5 for r in better)}")
     return 0
 
 

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from autosync.core.job import JobSpec
 from autosync.search.objective import BSP, RunFailed, canonical_on, evaluate, trial_seeds
+from autosync.search.strategies.check_families import ruled_out
 from autosync.search.study.records import (
     CANONICAL, CONFIRMATION_RUNS as RUNS, SCORING, UNCHECKED, VIRTUAL_SECONDS, TrialRecord, constraint_of,
     diverged_check, final_pending, may_be_feasible,
@@ -123,7 +124,8 @@ class RunStore:
 def candidates(study: "optuna.Study", top: int, job: JobSpec, scoring: dict[str, Any],
                also: list[tuple[dict[str, Any], str]] = ()) -> list[Candidate]:
     """The study's `top` fastest completed trials scored as `scoring` says (`trial_scoring`) that keep the
-    final-metric constraint or may (stopped at the target, unchecked: `checked` False), one per canonical
+    final-metric constraint or may (stopped at the target, unchecked: `checked` False; not ruled out by a
+    failed check of its stale family, `autosync.search.strategies.check_families.ruled_out`), one per canonical
     policy (the first at its score), best first, then the policies of `also` ((policy, source) pairs: the
     sibling studies' winners) that none of those runs like, each with the score of a completed trial of
     this study that runs like it, if any."""
@@ -143,10 +145,12 @@ def candidates(study: "optuna.Study", top: int, job: JobSpec, scoring: dict[str,
     keys = {t.number: _key(t.user_attrs.get(CANONICAL) or canonical_on(TrialRecord(t).policy, job)) for t in ranked}
     unchecked = {row["trial"] for row in study.user_attrs.get(UNCHECKED) or []}
     left = {keys[number] for number in unchecked if number in keys}
+    out_of_race = ruled_out(study.get_trials(deepcopy=False))
     for t in ranked:
         key = keys[t.number]
-        if final_pending(t) and (key in by_canonical and constraint_of(by_canonical[key]) > 0 or key in diverged):
-            continue  # stopped at the target in the search, and its full-budget check failed the constraint
+        if final_pending(t) and (key in by_canonical and constraint_of(by_canonical[key]) > 0 or key in diverged
+                                 or out_of_race(t)):
+            continue  # stopped at the target in the search, and its (stale family's) full-budget check failed
         if final_pending(t) and key in left:
             continue  # left unchecked by the bounded checks (`full_budget.MAX_CHECKS`): not answerable
         if key not in seen:

@@ -11,6 +11,11 @@ accurate, is kept: no policy is answered with before its full-budget run keeps t
 final metric lands within the tolerance of the rule's edge is judged on a second seed as well
 (`autosync.search.strategies.second_seed`): one seed's final metric is noisier than that.
 
+In the portfolio race, a leader that applies stale gradients to the end is checked as soon as it leads, once
+the first round is in (`stale_leader`): should it break the rule, it and its stale family are ruled out of
+the race (`autosync.search.strategies.check_families.ruled_out`) instead of holding the bar for the whole
+search. The checks after the search then number `MAX_CHECKS` less the race's, one at least (`checks_left`).
+
 The checks are bounded: at most `MAX_CHECKS`, after which the answer is the fastest candidate known to keep
 the constraint (BSP at worst), and the faster candidates left unchecked are recorded (`UNCHECKED`) so that
 the output says so and the confirmation does not take them up. A check's cost is most of a training (the
@@ -30,16 +35,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
+from autosync.search.strategies.check_families import check_family, failed_families, ruled_out, stale_rule
 from autosync.search.strategies.leader import held_by_policy, held_runs, held_value
 from autosync.search.study import _optuna_internals as internals
 from autosync.search.study.records import (
-    FULL_BUDGET_OF, POLICY, UNCHECKED, constraint_of, diverged_check, final_pending, policy_key,
+    FULL_BUDGET_OF, POLICY, RACE_CHECK, UNCHECKED, constraint_of, final_pending, policy_key,
 )
 
 if TYPE_CHECKING:
     import optuna
 
-MAX_CHECKS = 3  # full-budget checks a search runs at most (each costs most of a training)
+MAX_CHECKS = 3  # full-budget checks a search runs at most (each costs most of a training); the race's, and
+# then at least one more (`checks_left`)
 
 
 def next_to_check(study: "optuna.Study", wanted: int = 1) -> "optuna.trial.FrozenTrial | None":
@@ -51,7 +58,7 @@ def next_to_check(study: "optuna.Study", wanted: int = 1) -> "optuna.trial.Froze
     trials = internals.fresh_trials(study)  # one read of the database for both
     candidates = waiting(study, wanted, trials)
     failed = failed_families(trials)
-    return min(candidates, key=lambda t: (_check_family(t) in failed, t.state == optuna.trial.TrialState.PRUNED)) \
+    return min(candidates, key=lambda t: (check_family(t) in failed, t.state == optuna.trial.TrialState.PRUNED)) \
         if candidates else None
 
 
@@ -66,13 +73,16 @@ def waiting(study: "optuna.Study", wanted: int = 1,
     candidates are known feasible. A policy the race held on a second seed
     (`autosync.search.strategies.leader`) counts at its mean over both, as it stood in the race: a trial
     pruned against that mean cannot beat it (on inverse-002 two trials pruned at 10.0 s against backup
-    k = 9's mean, 9.8 s, were checked, a training each, because its one-seed time was 10.7 s).
+    k = 9's mean, 9.8 s, were checked, a training each, because its one-seed time was 10.7 s). A candidate
+    of a stale family whose check failed (`check_families.ruled_out`) waits for none: on tiers-003 DANA-DC
+    was checked again at a second lambda after its family's check had failed, and failed too.
     `trials`: the study's trials as just read (read here when None)."""
     import optuna
 
     trials = internals.fresh_trials(study) if trials is None else trials
     checked = {t.user_attrs[FULL_BUDGET_OF] for t in trials if FULL_BUDGET_OF in t.user_attrs and t.state.is_finished()}
     held_of = held_by_policy(trials, held_runs(study))
+    ruled = ruled_out(trials)
 
     def time_of(t: "optuna.trial.FrozenTrial") -> float | None:
         value = _time(t)
@@ -94,53 +104,13 @@ def waiting(study: "optuna.Study", wanted: int = 1,
                 if len(feasible) >= wanted:
                     break
             continue
-        # a check that failed leaves it unanswerable; a policy's fastest trial stands for its twins
-        if policy_key(t) not in known and t.number not in checked and policy_key(t) not in queued:
+        # a check that failed leaves it unanswerable, as does its stale family's; a policy's fastest trial
+        # stands for its twins
+        if policy_key(t) not in known and t.number not in checked and policy_key(t) not in queued \
+                and not ruled(t):
             queued.add(policy_key(t))
             out.append(t)
     return out
-
-
-def failed_families(trials: "list[optuna.trial.FrozenTrial]") -> set[str]:
-    """The families (`_check_family`: a policy and its step-size rule, or the stale-gradient families) with a
-    full-budget check among `trials` that broke the constraint, or diverged before the budget's end
-    (`diverged_check`; on a job of the tiers family, SSP and ASP reached the target at the first evaluation
-    and diverged later: the three checks went to SSP, ASP and SSP again while a diverged check did not count
-    as failed)."""
-    import optuna
-
-    return {_check_family(t) for t in trials if diverged_check(t) or (
-        FULL_BUDGET_OF in t.user_attrs and t.state == optuna.trial.TrialState.COMPLETE and constraint_of(t) > 0)}
-
-
-STALE = "stale gradients"  # the check family of the policies that apply stale gradients at a full step to the end
-SCALED_STEPS = ("staleness", "sqrt_staleness")  # ASP's rules that shrink a stale gradient's step
-
-
-def _check_family(trial: "optuna.trial.FrozenTrial") -> str | None:
-    """A check's family: the policy, with its step-size rule where it has one (how a run ends, noisier or
-    not, follows the rule: backup k = 5 under `linear` ending above BSP's loss says little of k = 4 under
-    `sqrt`); every policy that applies stale gradients to the end of its run at a full step
-    (`autosync.policies.stale_step_rule`) is one family, `STALE` (SSP, the DANA family, ASP with a fixed
-    step: on steady-001 ASP, DANA-Zero and DANA-DC took the three checks and all ended above BSP's loss, on
-    tiers-002 SSP, ASP and SSP diverged, while a static k under `sqrt` waited), and ASP under a
-    staleness-scaled step is `STALE` and its rule (on fleet-004 ASP `sqrt_staleness` diverged and ASP
-    `staleness` kept the rule)."""
-    policy = trial.user_attrs.get(POLICY) or {}
-    stale = stale_rule(policy)
-    if stale is not None:
-        return f"{STALE}:{stale}" if stale in SCALED_STEPS else STALE
-    rule = (policy.get("params") or {}).get("lr_rule")
-    return policy.get("policy") if rule is None else f"{policy.get('policy')}:{rule}"
-
-
-def stale_rule(policy: dict) -> str | None:
-    """`autosync.policies.stale_step_rule` of a policy as a trial records it (None for a name the catalog
-    does not hold)."""
-    from autosync.catalog import POLICIES, policy_from_dict
-    from autosync.policies import stale_step_rule
-
-    return stale_step_rule(policy_from_dict(policy)) if policy.get("policy") in POLICIES else None
 
 
 def _time(trial: "optuna.trial.FrozenTrial") -> float | None:
@@ -176,10 +146,41 @@ def check_candidates(study: "optuna.Study", run_check: Callable[[int], None], wa
     return checks
 
 
-def queue_check(study: "optuna.Study", number: int) -> None:
-    """Queue the full-budget check of trial `number` (its parameters; `FULL_BUDGET_OF` marks it)."""
+def stale_leader(study: "optuna.Study", wanted: int = 1) -> "optuna.trial.FrozenTrial | None":
+    """The race's leader, to be checked at full budget before the search goes on, where it applies stale
+    gradients to the end (`check_families.stale_rule`): the fastest candidate waiting for its check
+    (`waiting`, a held leader at its mean) that reached the target and is not ruled out
+    (`check_families.ruled_out`). None where that leader is synchronous or none waits, while a check runs,
+    or once the race has run `MAX_CHECKS` checks (`race_checks`). A failed check rules the candidate out, with its stale
+    family, so that a bar it cannot hold does not end the race of the families that keep the rule."""
+    import optuna
+
+    trials = internals.fresh_trials(study)
+    if race_checks(trials) >= MAX_CHECKS or any(FULL_BUDGET_OF in t.user_attrs and not t.state.is_finished()
+                                                for t in trials):
+        return None  # the race's checks are spent, or a check is under way (another process's): it decides
+    out = ruled_out(trials)
+    leader = next((t for t in waiting(study, wanted, trials)
+                   if t.state == optuna.trial.TrialState.COMPLETE and not out(t)), None)
+    return leader if leader is not None and stale_rule(leader.user_attrs.get(POLICY) or {}) is not None else None
+
+
+def race_checks(trials: "list[optuna.trial.FrozenTrial]") -> int:
+    """How many checks among `trials` the race ran (`stale_leader`'s; queued with `RACE_CHECK`)."""
+    return sum(1 for t in trials if t.user_attrs.get(RACE_CHECK))
+
+
+def checks_left(trials: "list[optuna.trial.FrozenTrial]") -> int:
+    """The checks the search may run after the race: `MAX_CHECKS` less the race's, one at least."""
+    return max(1, MAX_CHECKS - race_checks(trials))
+
+
+def queue_check(study: "optuna.Study", number: int, race: bool = False) -> None:
+    """Queue the full-budget check of trial `number` (its parameters; `FULL_BUDGET_OF` marks it, and
+    `RACE_CHECK` one the race runs)."""
     trial = next(t for t in internals.fresh_trials(study) if t.number == number)
-    study.enqueue_trial(trial.params, user_attrs={FULL_BUDGET_OF: number}, skip_if_exists=False)
+    marks = {FULL_BUDGET_OF: number, **({RACE_CHECK: True} if race else {})}
+    study.enqueue_trial(trial.params, user_attrs=marks, skip_if_exists=False)
 
 
 def check_finished(study: "optuna.Study", number: int) -> bool:

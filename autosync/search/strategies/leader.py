@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Callable
 
+from autosync.search.strategies.check_families import ruled_out
 from autosync.search.study.records import ANSWERED, FULL_BUDGET_OF, HELD, TrialRecord, policy_key
 
 if TYPE_CHECKING:
@@ -54,14 +55,16 @@ def leader_to_hold(trials: "list[optuna.trial.FrozenTrial]", families: list[str]
     """The race's leader if it has not been held yet, and the bound on its second seed's time past which its
     mean stops leading (None where no other family has a time yet); None where the leader is held (or no
     trial has completed). Candidates: completed trials that trained (not answered from a twin, not a
-    full-budget check), with a finite time, of a family of the race."""
+    full-budget check), with a finite time, of a family of the race, not ruled out by a failed check
+    (`autosync.search.strategies.check_families.ruled_out`)."""
     import optuna
 
     standing: list[tuple[float, int, str, "optuna.trial.FrozenTrial"]] = []
+    out = ruled_out(trials)
     for t in trials:
         family = (TrialRecord(t).policy or {}).get("policy")
         if t.state != optuna.trial.TrialState.COMPLETE or family not in families or t.user_attrs.get(ANSWERED) \
-                or FULL_BUDGET_OF in t.user_attrs or not math.isfinite(t.values[0]):
+                or FULL_BUDGET_OF in t.user_attrs or not math.isfinite(t.values[0]) or out(t):
             continue
         standing.append((held_value(t.values[0], held.get(t.number)), t.number, family, t))
     if not standing:

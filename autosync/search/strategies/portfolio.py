@@ -45,6 +45,7 @@ from typing import Any, Callable
 import numpy as np
 import optuna
 
+from autosync.search.strategies.check_families import ruled_out
 from autosync.search.strategies.leader import held_runs, held_value
 from autosync.search.study.records import ANSWERED, FULL_BUDGET_OF, PREDICTED, TrialRecord, has_own_failure
 from autosync.search.space import POLICY_PARAM, SearchSpace
@@ -54,15 +55,15 @@ FAMILY_MARGIN = 1.5  # a family stays in the search while its best is within thi
 FAMILY_TRIALS = 4  # trials of the budget the portfolio's first round always leaves to the search inside families
 
 
-def portfolio_policies(space: SearchSpace, n_workers: int) -> list[dict[str, Any]]:
-    """The space's portfolio as policies on `n_workers` workers (shares of n resolved), in the file's order,
-    each once."""
+def portfolio_policies(space: SearchSpace, n_workers: int, fast_workers: int | None = None) -> list[dict[str, Any]]:
+    """The space's portfolio as policies on `n_workers` workers (shares of n resolved, and `fast_workers`
+    to the job's: `autosync.core.arrivals.fast_workers`), in the file's order, each once."""
     from autosync.catalog import split_policy_spec
 
     out: list[dict[str, Any]] = []
     for spec in space.portfolio:
         name, params = split_policy_spec(spec, option=f"{space.path}: portfolio")
-        policy = {"policy": name, "params": {k: resolve_share(v, n_workers) for k, v in params.items()}}
+        policy = {"policy": name, "params": {k: resolve_share(v, n_workers, fast_workers) for k, v in params.items()}}
         if policy not in out:
             out.append(policy)
     return out
@@ -96,13 +97,18 @@ def family_standing(trials: "list[optuna.trial.FrozenTrial]", families: list[str
                     held: dict[int, dict[str, Any]] | None = None) -> dict[str, float]:
     """Each family's best time so far: a completed trial's time to target (a leader `held` on a second seed,
     and its twins: its mean over both, `autosync.search.strategies.leader`), a pruned trial's predicted time (the pace's,
-    where it could tell) or else its bound; infinity for a family whose trials all failed; families not
+    where it could tell) or else its bound; infinity for a family whose trials all failed or were ruled out
+    by a failed full-budget check (`autosync.search.strategies.check_families.ruled_out`); families not
     tried are left out."""
     standing: dict[str, float] = {}
     held_points = {_point(t): (held or {})[t.number] for t in trials if t.number in (held or {})}  # twins too
+    out = ruled_out(trials)
     for t in trials:
         family = _family(t, families)
         if family is None:
+            continue
+        if out(t):  # a failed check's candidate: as a failed trial
+            standing.setdefault(family, math.inf)
             continue
         value = _value(t)
         if value is not None and t.state == optuna.trial.TrialState.COMPLETE:
@@ -317,13 +323,13 @@ class PortfolioSampler(optuna.samplers.BaseSampler):
 
 
 def portfolio_sampler(seed: int, space: SearchSpace, n_workers: int | None = None,
-                      budget: int | None = None) -> PortfolioSampler:
+                      budget: int | None = None, fast_workers: int | None = None) -> PortfolioSampler:
     """The portfolio search's sampler over `space`, TPE inside the families; on `n_workers` workers a
     family's turn runs its portfolio settings not run yet first (the second round: the tune queues the
     first, and a family it left out for the budget starts from its first setting)."""
     from autosync.search.strategies.prior import tpe_with_prior
 
-    settings = portfolio_policies(space, n_workers) if n_workers is not None else []
+    settings = portfolio_policies(space, n_workers, fast_workers) if n_workers is not None else []
     presets = [params for policy in settings if (params := space.trial_params(policy)) is not None]
     return PortfolioSampler(tpe_with_prior(seed=seed, n_startup_trials=5, multivariate=True, group=True), space,
                             presets, budget, seed)

@@ -34,6 +34,7 @@ import time
 
 import optuna
 
+from autosync.search.strategies.check_families import ruled_out
 from autosync.search.strategies.leader import held_by_policy, held_runs, held_value
 from autosync.search.study.records import CURVE, REACHED, SCORING, TrialRecord, may_be_feasible, policy_key
 
@@ -56,11 +57,13 @@ def race_bar(trials: "list[optuna.trial.FrozenTrial]", places: int = 1, held: "d
              ) -> "tuple[optuna.trial.FrozenTrial, float] | None":
     """The trial that sets the bar and the bar: the `places`-th fastest policy's fastest trial (one with a
     stored curve, where its policy has one) and its time, the mean over both seeds for a policy `held` on
-    a second seed (a trial held stands for its twins); None while fewer policies have finished."""
+    a second seed (a trial held stands for its twins); None while fewer policies have finished. A trial a
+    failed full-budget check ruled out (`check_families.ruled_out`) sets no bar."""
     held_of = held_by_policy(trials, held or {})
+    out = ruled_out(trials)
     best: dict[str, optuna.trial.FrozenTrial] = {}
     for t in trials:
-        if t.state == optuna.trial.TrialState.COMPLETE and may_be_feasible(t):
+        if t.state == optuna.trial.TrialState.COMPLETE and may_be_feasible(t) and not out(t):
             key = policy_key(t)
             if key not in best or (t.values[0], CURVE not in t.user_attrs) < (
                     best[key].values[0], CURVE not in best[key].user_attrs):

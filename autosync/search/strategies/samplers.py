@@ -25,9 +25,10 @@ def sampler_for(name: str, space: SearchSpace) -> str:
 
 
 def make_sampler(name: str, seed: int, space: SearchSpace, multi_objective: bool,
-                 n_trials: int | None = None, n_workers: int | None = None) -> "optuna.samplers.BaseSampler":
+                 n_trials: int | None = None, n_workers: int | None = None,
+                 fast_workers: int | None = None) -> "optuna.samplers.BaseSampler":
     """The Optuna sampler `--sampler name` stands for (`n_trials`: the ladder's number of rungs, the
-    portfolio search's budget; `n_workers`: the job's, for the portfolio's settings)."""
+    portfolio search's budget; `n_workers` and `fast_workers`: the job's, for the portfolio's settings)."""
     import optuna
 
     name = sampler_for(name, space)
@@ -36,7 +37,7 @@ def make_sampler(name: str, seed: int, space: SearchSpace, multi_objective: bool
 
         if multi_objective:
             raise UserError("--sampler portfolio races one objective; use tpe for --objective time,metric")
-        return portfolio_sampler(seed, space, n_workers, n_trials)
+        return portfolio_sampler(seed, space, n_workers, n_trials, fast_workers)
     if name == "ladder":
         from autosync.search.strategies.ladder import DEFAULT_RUNGS, LadderSampler
 

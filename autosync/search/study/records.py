@@ -36,6 +36,7 @@ RESAMPLED = "resampled_from"  # the running trial whose point this trial propose
 # `autosync.search.strategies.full_budget` checks it at full budget if the trial can still win
 FINAL_PENDING = "final_metric_pending"
 FULL_BUDGET_OF = "full_budget_check_of"  # the trial re-runs trial N at full budget (its check)
+RACE_CHECK = "race_check"  # of a check: the portfolio race ran it on its stale leader (`full_budget.stale_leader`)
 UNCHECKED = "unchecked_candidates"  # study: the faster candidates the bounded full-budget checks left unchecked
 PRUNED_ON_PACE = "pruned_on_pace"  # pruned by the pace rule, its value a prediction (`pruning`)
 PREDICTED = "predicted_time_to_target"  # of a trial pruned at its bound: the pace's prediction

@@ -545,6 +545,7 @@ def test_worker_expressions_share_one_grammar_and_finish_by_their_own_rule(text,
 
     assert resolve_workers(text, SimpleNamespace(context={"n_workers": n})) == workers  # floored, unclamped
     assert resolve_share(text, n) == share  # rounded, between 1 and n
+    assert resolve_share("fast_workers", n, fast_workers=2) == min(2, n)  # the job's, from its cluster model
     for bad in ("n_workers ** 2", "n_workers/x"):
         with pytest.raises(ValueError, match=r"must be a number or n_workers\[\*a\]\[/b\]\[\+-c\]"):
             resolve_share(bad, n)

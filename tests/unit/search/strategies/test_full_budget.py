@@ -171,7 +171,10 @@ def test_trials_pruned_against_a_candidate_that_fails_its_check_are_checked_in_t
 
 def test_a_candidate_that_reached_the_target_is_checked_before_one_pruned_at_a_lower_bound():
     """The fleet family's case: ASP (4.0 s) fails its check; two DANA trials pruned at 6.0 s against it (not at
-    the target then) and backup at 6.8 s wait: backup, whose time is known, is checked first."""
+    the target then) and backup at 6.8 s wait: backup, whose time is known, is checked first. The DANA
+    trials apply stale gradients at a full step to the end, as ASP with a fixed step does: ASP's failed
+    check rules them out (`check_families.ruled_out`), and once backup fails too none is left to check
+    (on fleet they took two of the three checks and diverged)."""
     study = optuna.create_study()
     study.add_trial(_trial("asp", value=4.0))
     study.add_trial(_trial("dana_zero", pruned_at=6.0))
@@ -182,7 +185,9 @@ def test_a_candidate_that_reached_the_target_is_checked_before_one_pruned_at_a_l
     study.add_trial(_trial("asp", value=4.0, feasible=False, check_of=0))
     assert next_to_check(study).number == 3
     study.add_trial(_trial("backup", value=6.8, feasible=False, check_of=3))
-    assert next_to_check(study).number == 1  # then the pruned ones, by their bound
+    assert next_to_check(study) is None
+    study.add_trial(_trial("local_sgd", pruned_at=6.5))  # a synchronous one pruned against ASP waits
+    assert next_to_check(study).number == 7
 
 
 def test_a_failed_check_puts_back_its_policy_under_that_step_size_rule_only():
@@ -218,7 +223,7 @@ def test_after_a_stale_policy_fails_its_check_the_others_at_a_full_step_wait():
     too apply stale gradients at a full step to the end) wait behind backup k = 4 under `sqrt`; ASP under a
     staleness-scaled step is a family of its own (on fleet-004 ASP `staleness` kept the rule where ASP
     `sqrt_staleness` diverged)."""
-    from autosync.search.strategies.full_budget import stale_rule
+    from autosync.search.strategies.check_families import stale_rule
 
     study = optuna.create_study()
     study.add_trial(_trial("ssp", {"staleness": 3}, value=1.8))
@@ -288,10 +293,11 @@ def test_candidates_tied_with_a_feasible_checked_one_are_not_checked():
 
 
 def test_the_checks_stop_after_max_checks_try_another_family_after_a_failure_and_say_what_they_left():
-    """Five candidates stopped at the target, every check fails: after ASP's check fails, the next checks go
-    to the fastest candidates of families that have not failed one (backup, then DBW) before the faster
-    SSP settings (stale gradients at a full step, as ASP's); after MAX_CHECKS the checks stop, the candidates
-    left are recorded fastest first, and the output says the answer is not sure."""
+    """Five candidates stopped at the target, every check fails: ASP's check fails, and SSP, faster than the
+    rest, applies stale gradients at a full step as ASP does: it is ruled out, not checked. The next checks
+    go to the fastest candidates of families that have not failed one (backup, then DBW) before a second
+    backup k; after MAX_CHECKS the checks stop, the candidate left is recorded, and the output says the
+    answer is not sure."""
     from autosync.reporting.console import breakdown_line, unchecked_line
     from autosync.search.strategies.full_budget import MAX_CHECKS, check_candidates
     from autosync.search.study.cache import search_breakdown
@@ -299,7 +305,7 @@ def test_the_checks_stop_after_max_checks_try_another_family_after_a_failure_and
 
     study = optuna.create_study()
     for policy, params, value in [("asp", {"lr_rule": "fixed"}, 10.0), ("ssp", {"staleness": 1}, 11.0),
-                                  ("backup", {"k": 2}, 12.0), ("ssp", {"staleness": 3}, 13.0),
+                                  ("backup", {"k": 2}, 12.0), ("backup", {"k": 3}, 13.0),
                                   ("dbw", {"window": 5}, 14.0)]:
         study.add_trial(_trial(policy, params, value=value))
     study.add_trial(_trial("bsp", {}, value=30.0, feasible=True))
@@ -312,14 +318,14 @@ def test_the_checks_stop_after_max_checks_try_another_family_after_a_failure_and
                                feasible=False, check_of=number))
 
     assert check_candidates(study, run_check) == MAX_CHECKS == 3
-    assert checked == [0, 2, 4]  # asp fails; backup and dbw, families that have not failed, before SSP
+    assert checked == [0, 2, 4]  # asp fails; backup and dbw, families that have not failed, before backup k = 3
     left = study.user_attrs[UNCHECKED]
-    assert [row["trial"] for row in left] == [1, 3] and left[0]["time_to_target"] == 11.0
+    assert [row["trial"] for row in left] == [3] and left[0]["time_to_target"] == 13.0  # SSP is ruled out
     breakdown = search_breakdown(study)
     assert breakdown["unchecked"] == left
-    assert "2 faster candidates left unchecked" in breakdown_line(breakdown)
+    assert "1 faster candidate left unchecked" in breakdown_line(breakdown)
     line = unchecked_line(left, MAX_CHECKS, "test_accuracy")
-    assert line.startswith("not sure: the full-budget checks stop after 3; 2 faster candidates")
+    assert line.startswith("not sure: the full-budget checks stop after 3; 1 faster candidate")
     assert "the answer is the fastest known to keep BSP's final test_accuracy" in line
 
 

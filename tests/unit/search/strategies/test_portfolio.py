@@ -25,6 +25,7 @@ from autosync.search.tune import tune
 from tests.conftest import small_job, tune_request
 
 N = 8
+FAST = 5  # the job's fast workers (`autosync.core.arrivals.fast_workers`), for the portfolio's `fast_workers` setting
 JOB = small_job(cluster__n_workers=N)
 POLICY_SPACE = load_space(SPACE_DIR / "policy.yaml", N)
 
@@ -48,7 +49,7 @@ def _search(sampler: str, seed: int, trials: int = 20, time=None) -> optuna.Stud
     portfolio's first round fitted to the budget), then the sampler's, on `time` (`_time`). BSP counts no
     trial, as in a tune (its reference answers it)."""
     time = time or _time
-    study = optuna.create_study(sampler=make_sampler(sampler, seed, POLICY_SPACE, False, trials, N))
+    study = optuna.create_study(sampler=make_sampler(sampler, seed, POLICY_SPACE, False, trials, N, FAST))
     bsp = {"policy": "bsp", "params": {}}
     first = [bsp, {"policy": "asp", "params": {"lr_rule": "fixed"}}]
     if sampler == "portfolio":
@@ -83,8 +84,8 @@ def test_the_portfolio_first_round_is_one_setting_per_family_and_leaves_trials_t
 
 
 def _race_time(policy: dict) -> float:
-    """A job with a known answer: backup k = n/3 + 2 under `linear` (k = 5 on 8 workers), a second-round
-    setting, is the fastest (30 s); the first round's backup setting (k = n/4 + 2 = 4, sqrt) takes 45 s and
+    """A job with a known answer: backup k = its fast workers under `linear` (k = 5 on 8 workers), a
+    second-round setting, is the fastest (30 s); the first round's backup setting (k = n/4 + 2 = 4, sqrt) takes 45 s and
     ASP with a staleness-scaled step 40 s, so backup can still win after the first round; DBW and
     Sync-Switch, whose second-round settings would be as fast as their first (80 s, 100 s), cannot."""
     name, params = policy["policy"], policy["params"]
@@ -305,3 +306,13 @@ def test_a_family_whose_first_setting_diverged_runs_its_next_setting():
     for setting in settings[1:]:
         study.add_trial(_trial(setting, None, "FAIL", attrs=DIVERGED))
     assert next_family(study, POLICY_SPACE, len(study.trials), 20, presets) == "asp"  # none left to try
+
+
+def test_a_fast_workers_setting_is_the_jobs_fast_workers_and_the_tune_reads_them_from_its_cluster():
+    """`k=fast_workers` resolves to the job's fast workers (`autosync.core.arrivals.fast_workers`): 3 of 8
+    where 5 workers are 2.5x slower; the static-k family's second setting runs there under `linear`."""
+    settings = [p for p in portfolio_policies(POLICY_SPACE, N, FAST) if p["policy"] == "backup"]
+    assert {"policy": "backup", "params": {"k": FAST, "lr_rule": "linear"}} == settings[1]
+    job = small_job(cluster__n_workers=N, cluster__round_trip={"kind": "deterministic"},
+                    cluster__speed_factors=[1.0] * 3 + [0.4] * 5)
+    assert tune_request(job, space=POLICY_SPACE).fast_workers == 3
