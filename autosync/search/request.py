@@ -56,11 +56,15 @@ class TuneRequest:
         self.sampler = sampler_for(self.sampler, self.space)  # "auto": the search this space is shipped for
 
     @functools.cached_property
-    def fast_workers(self) -> int:
+    def fast_workers(self) -> int | None:
         """The job's fast workers (`autosync.core.arrivals.fast_workers`): what a portfolio's `fast_workers`
-        stands for. Read from the cluster model on the job's seed, once (under a second on 40 workers)."""
+        stands for. Read from the cluster model on the job's seed (32 rounds of n round trips), once per
+        request (a `--n-jobs` helper process reads it again); None where the space's portfolio names none."""
         from autosync.core.arrivals import fast_workers
+        from autosync.search.space_file import FAST_WORKERS
 
+        if not any(FAST_WORKERS in spec for spec in self.space.portfolio):
+            return None  # nothing reads it
         return fast_workers(self.job.cluster, self.job.workload.batch_size, self.job.seed)
 
     @classmethod

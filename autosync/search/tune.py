@@ -51,7 +51,7 @@ from autosync.search.recommend.neighbours import describe as describe_job, neigh
 from autosync.search.study.storage import open_storage, redact_url
 from autosync.search.request import TuneRequest
 from autosync.search.study.trials import (
-    budget_used, counted_trials, fail_dead_trials, pending_trials, run_queued_trial, top_up, trials_run_by,
+    LOOKAHEAD, budget_used, counted_trials, fail_dead_trials, pending_trials, run_queued_trial, top_up, trials_run_by,
 )
 
 if TYPE_CHECKING:
@@ -247,7 +247,8 @@ def _search(study: "optuna.Study", request: TuneRequest, reference: dict[str, An
     budget = before + request.n_trials if request.refresh else request.n_trials
     if request.sampler == "grid":
         budget = min(budget, request.space.size())
-    top_up(study, request.storage, budget, *_queued_first(study, request, siblings, near or []))
+    top_up(study, request.storage, budget, *_queued_first(study, request, siblings, near or []),
+           lookahead=lookahead(request, first=True))
     helpers = _start_helpers(request, study.study_name, budget, deadline)
     mine.update(process_tag(p.pid) for p in helpers)
     try:
@@ -256,10 +257,10 @@ def _search(study: "optuna.Study", request: TuneRequest, reference: dict[str, An
         for p in helpers:
             p.join()
     if request.settings.stop_at_target and not request.settings.multi_objective:
-        _check_at_full_budget(study, request, objective)
+        _check_at_full_budget(study, request, objective, budget)
 
 
-def _check_at_full_budget(study: "optuna.Study", request: TuneRequest, objective: Objective) -> None:
+def _check_at_full_budget(study: "optuna.Study", request: TuneRequest, objective: Objective, budget: int) -> None:
     """Re-run at full budget the fastest candidates whose runs stopped at the target, until the fastest
     (the K fastest with --verify-top or --confirm-top K) are known to keep the final-metric constraint
     (`autosync.search.strategies.full_budget`), as many checks as the race left (`checks_left`)."""
@@ -267,7 +268,7 @@ def _check_at_full_budget(study: "optuna.Study", request: TuneRequest, objective
     from autosync.search.study._optuna_internals import fresh_trials
 
     check_candidates(study, functools.partial(_run_check, study, request, objective), wanted=places(request),
-                     limit=checks_left(fresh_trials(study)))
+                     limit=checks_left(fresh_trials(study), budget))
 
 
 def _run_check(study: "optuna.Study", request: TuneRequest, objective: Objective, number: int) -> None:
@@ -288,7 +289,7 @@ def _await_check(study: "optuna.Study", request: TuneRequest, objective: Objecti
             time.sleep(POLL_SECONDS)
 
 
-def _check_stale_leader(study: "optuna.Study", request: TuneRequest, objective: Objective) -> None:
+def _check_stale_leader(study: "optuna.Study", request: TuneRequest, objective: Objective, budget: int) -> None:
     """In the portfolio race, once no queued trial waits (the first round is in), check at full budget a
     leader that applies stale gradients to the end, and the next such leader while one fails
     (`autosync.search.strategies.full_budget.stale_leader`). The leader is chosen and its check queued under
@@ -305,12 +306,22 @@ def _check_stale_leader(study: "optuna.Study", request: TuneRequest, objective: 
         with storage_lock(request.storage, study.study_name):
             if fresh_trials(study, states=(optuna.trial.TrialState.WAITING,)):
                 return
-            leader = stale_leader(study, places(request))
+            leader = stale_leader(study, places(request), budget)
             if leader is None:
                 return
-            queue_check(study, leader.number, race=True)
+            queue_check(study, leader.number, budget, race=True)
         _await_check(study, request, objective, leader.number)
         _hold_leader(study, request)  # the lead may have passed to a family not held yet
+
+
+def lookahead(request: TuneRequest, first: bool = False) -> int:
+    """Free trials queued ahead at a time (`top_up`; `first`: with the first trials): where the portfolio
+    race checks its stale leaders (`_check_stale_leader`), whose checks run once the queue is empty, none
+    behind the first round and one at a time after it (with 8, a first round of 17 settings would queue
+    the budget's last 3 trials with it, and the check would wait for them); else `LOOKAHEAD`."""
+    if request.sampler == "portfolio" and request.settings.stop_at_target and not request.settings.multi_objective:
+        return 0 if first else 1
+    return LOOKAHEAD
 
 
 def places(request: TuneRequest) -> int:
@@ -645,9 +656,9 @@ def run_trials(study: "optuna.Study", request: TuneRequest, reference: dict[str,
             return objective
         if run_queued_trial(study, request.storage, objective, catch=(RunFailed, Resampled)):
             _hold_leader(study, request)
-            _check_stale_leader(study, request, objective)
+            _check_stale_leader(study, request, objective, budget)
             continue
-        if top_up(study, request.storage, budget):
+        if top_up(study, request.storage, budget, lookahead=lookahead(request)):
             continue
         if not pending_trials(study):
             return objective

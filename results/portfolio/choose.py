@@ -56,8 +56,8 @@ SPACE = ROOT / "search_spaces/policy.yaml"
 # The second setting's k is the job's fast workers (`autosync.core.arrivals.fast_workers`, read from the
 # cluster model), not a share of n: over the 53 jobs of eight grids (`static_k.py --sets bursty:8 jobs fleet:6
 # heldout:8 steady:6 tiers:6 inverse:6 mosaic:6 --pair sqrt:n_workers*1/4+2 linear:fast_workers --pair
-# sqrt:n_workers*1/4+2 linear:n_workers*1/3+2`) it is within 1.3x of the job's best static k on 26 (n/3 + 2:
-# 16), and the two settings' better one on 38 (median 1.12x), against 31 (1.26x) with n/3 + 2. A share of n
+# sqrt:n_workers*1/4+2 linear:n_workers*1/3+2`) it is within 1.3x of the job's best static k on 30 (n/3 + 2:
+# 16), and the two settings' better one on 40 (median 1.09x), against 31 (1.26x) with n/3 + 2. A share of n
 # cannot follow where the fast workers are: a few of 27 on the inverse family, where the best k is 2-4.
 GRID_SETTINGS = {"backup": ("backup:k=n_workers*1/4+2,lr_rule=sqrt", "backup:k=fast_workers,lr_rule=linear")}
 

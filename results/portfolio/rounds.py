@@ -35,6 +35,7 @@ def main() -> int:
     from autosync.experiments.reference_grid import ReferenceGrid, answer_cells, grid_scores, held_out_seeds, score
     from autosync.experiments.robustness import read_cells, run_grid
     from autosync.search.space import SPACE_DIR, load_space
+    from autosync.core.arrivals import fast_workers
     from autosync.search.strategies.portfolio import FAMILY_MARGIN, portfolio_policies, portfolio_rounds
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -49,7 +50,8 @@ def main() -> int:
     for job in jobs:
         n, seeds = job.cluster.n_workers, held_out_seeds(job)
         space = load_space(SPACE_DIR / "policy.yaml", n)
-        first, second = portfolio_rounds(portfolio_policies(space, n))
+        fast = fast_workers(job.cluster, job.workload.batch_size, job.seed)  # as the tune reads it
+        first, second = portfolio_rounds(portfolio_policies(space, n, fast))
         as_run = {id(p): answer_cells(job, p) for p in first + second}
         extra = [p for p in as_run.values() if p in first + second]  # no grid twin: trained here
         if extra:

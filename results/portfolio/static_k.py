@@ -8,11 +8,11 @@ results/answer_quality/NAME/), or `jobs` (bench_tune_cost's default and quick:0-
 results/answer_quality/jobs/). Run `benchmarks/bench_answer_quality.py --grid-only` on a set first.
 
 For each rule and each k = round(n * a / b + c), and k = the job's fast workers (`fast_workers`:
-`autosync.core.arrivals.fast_workers`, read from the cluster model on the job's seed), clipped to 1..n-1,
-the table gives its held-out time over the job's best static k (a miss or a diverged run counts as the grid
+`autosync.core.arrivals.fast_workers`, read from the cluster model on the job's seed), clipped to 1..n as
+the portfolio resolves them, the table gives its held-out time over the job's best static k (a miss or a diverged run counts as the grid
 counts it: twice the budget): the median, on how many jobs it is within 1.3x and 1.5x, and on how many it
-missed a seed. `--pair A B` (each `rule:k`, as the table names them) adds the two settings' better one per
-job: what the static-k family's two portfolio settings give once both have run.
+missed a seed. `--pair A B ...` (each `rule:k`, as the table names them) adds the settings' best one per
+job: what the static-k family's portfolio settings give once all have run.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 RULES = ("fixed", "proportional", "sqrt", "linear")
-SHARES = ((1, 4), (1, 3), (1, 2), (2, 3), (3, 4))
+SHARES = ((1, 8), (1, 4), (1, 3), (1, 2), (2, 3), (3, 4))
 OFFSETS = (0, 2)
 
 
@@ -37,24 +37,33 @@ def expressions() -> list[str]:
 
 
 def k_of(job, expression: str) -> int:
-    """k as the portfolio resolves `expression` on `job` (`resolve_share`), below n (k = n is BSP)."""
+    """k as the portfolio resolves `expression` on `job` (`resolve_share`: 1..n)."""
     from autosync.core.arrivals import fast_workers
     from autosync.search.space_file import resolve_share
 
     n = job.cluster.n_workers
     fast = fast_workers(job.cluster, job.workload.batch_size, job.seed) if "fast_workers" in expression else None
-    return min(n - 1, resolve_share(expression, n, fast))
+    return resolve_share(expression, n, fast)
 
 
 def static_times(job, cells, seeds) -> dict[tuple[int, str], tuple[float, bool]]:
-    """{(k, rule): (held-out time, missed a seed)} of the grid's static k on `job` (k < n)."""
+    """{(k, rule): (held-out time, missed a seed)} of the grid's static k on `job`, k = 1..n (k = n under
+    `fixed` and `proportional` is BSP; under `sqrt` and `linear` BSP with the step scaled, as the grid runs)."""
     from autosync.experiments.reference_grid import grid_scores
 
     def static(n: int) -> list[dict]:
-        return [{"policy": "backup", "params": {"k": k, "lr_rule": rule}} for k in range(1, n) for rule in RULES]
+        scaled = [{"policy": "backup", "params": {"k": n, "lr_rule": rule}} for rule in ("sqrt", "linear")]
+        return [{"policy": "backup", "params": {"k": k, "lr_rule": rule}} for k in range(1, n) for rule in RULES] \
+            + scaled + [{"policy": "bsp", "params": {}}]
 
-    return {(s.policy["params"]["k"], s.policy["params"]["lr_rule"]): (s.time, bool(s.missed))
-            for s in grid_scores(job, cells, seeds, static)}
+    n = job.cluster.n_workers
+    out = {}
+    for s in grid_scores(job, cells, seeds, static):
+        if s.policy["policy"] == "bsp":
+            out.update({(n, rule): (s.time, bool(s.missed)) for rule in ("fixed", "proportional")})
+        else:
+            out[(s.policy["params"]["k"], s.policy["params"]["lr_rule"])] = (s.time, bool(s.missed))
+    return out
 
 
 def main() -> int:
@@ -65,8 +74,8 @@ def main() -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sets", nargs="+", default=["bursty:8", "jobs", "fleet:6"])
-    parser.add_argument("--pair", nargs=2, action="append", metavar=("A", "B"),
-                        help="two settings (rule:k, e.g. sqrt:n_workers*1/4+2 linear:fast_workers): their better one")
+    parser.add_argument("--pair", nargs="+", action="append", metavar="SETTING",
+                        help="settings run together (rule:k, e.g. sqrt:n_workers*1/4+2 linear:fast_workers): their best one")
     args = parser.parse_args()
     jobs = []
     for entry in args.sets:
@@ -91,9 +100,9 @@ def main() -> int:
     for name, median, within13, within15, missed in sorted(rows, key=lambda r: (-r[2], r[1])):
         rule, _, k = name.partition(":")
         print(f"| {rule} | {k.replace('n_workers', 'n')} | {median:.2f} | {within13} | {within15} | {missed} |")
-    for a, b in args.pair or []:
-        better = [min(x, y) for (x, _), (y, _) in zip(ratios[a], ratios[b])]
-        print(f"pair {a} + {b}: the better one's median {statistics.median(better):.2f}, "
+    for settings in args.pair or []:
+        better = [min(per_job) for per_job in zip(*([r for r, _ in ratios[name]] for name in settings))]
+        print(f"{' + '.join(settings)}: the best one's median {statistics.median(better):.2f}, "
               f"within 1.3x on {sum(r <= 1.3 for r in better)}, within 1.5x on {sum(r <= 1.5 for r in better)}")
     return 0
 

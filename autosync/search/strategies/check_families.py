@@ -78,15 +78,19 @@ def failed_families(trials: "list[optuna.trial.FrozenTrial]") -> set[str]:
 def ruled_out(trials: "list[optuna.trial.FrozenTrial]") -> "Callable[[optuna.trial.FrozenTrial], bool]":
     """Whether a trial among `trials` is ruled out of the race: its policy (`policy_key`) broke the final-metric
     rule at full budget (a check, or a trial trained to the end), or it applies stale gradients to the end
-    (`stale_rule`) in a family (`check_family`) whose check failed."""
+    (`stale_rule`) in a family (`check_family`) whose check failed, and its own policy has not kept the rule
+    at full budget (with --verify-top 2, a DANA-DC whose check passed before ASP's failed stays in)."""
     import optuna
 
-    broke = {policy_key(t) for t in trials if failed_check(t) or (
-        t.state == optuna.trial.TrialState.COMPLETE and not final_pending(t) and CONSTRAINT in t.constraints
-        and constraint_of(t) > 0)}
+    def known(t: "optuna.trial.FrozenTrial") -> bool:  # a final metric at full budget, the rule read on it
+        return t.state == optuna.trial.TrialState.COMPLETE and not final_pending(t) and CONSTRAINT in t.constraints
+
+    broke = {policy_key(t) for t in trials if failed_check(t) or (known(t) and constraint_of(t) > 0)}
+    kept = {policy_key(t) for t in trials if known(t) and constraint_of(t) <= 0} - broke
     stale_failed = {family for family in failed_families(trials) if family is not None and family.startswith(STALE)}
 
     def out(trial: "optuna.trial.FrozenTrial") -> bool:
-        return policy_key(trial) in broke or check_family(trial) in stale_failed
+        key = policy_key(trial)
+        return key in broke or (check_family(trial) in stale_failed and key not in kept)
 
     return out

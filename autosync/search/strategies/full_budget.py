@@ -16,7 +16,7 @@ the first round is in (`stale_leader`): should it break the rule, it and its sta
 the race (`autosync.search.strategies.check_families.ruled_out`) instead of holding the bar for the whole
 search. The checks after the search then number `MAX_CHECKS` less the race's, one at least (`checks_left`).
 
-The checks are bounded: at most `MAX_CHECKS`, after which the answer is the fastest candidate known to keep
+The checks are bounded: at most `MAX_CHECKS` (one more after a race that ran as many), after which the answer is the fastest candidate known to keep
 the constraint (BSP at worst), and the faster candidates left unchecked are recorded (`UNCHECKED`) so that
 the output says so and the confirmation does not take them up. A check's cost is most of a training (the
 rest of the budget), and a job where the fastest policies end above BSP's loss has many of them (fresh-002:
@@ -39,7 +39,7 @@ from autosync.search.strategies.check_families import check_family, failed_famil
 from autosync.search.strategies.leader import held_by_policy, held_runs, held_value
 from autosync.search.study import _optuna_internals as internals
 from autosync.search.study.records import (
-    FULL_BUDGET_OF, POLICY, RACE_CHECK, UNCHECKED, constraint_of, final_pending, policy_key,
+    FULL_BUDGET_OF, POLICY, RACE_CHECK, UNCHECKED, constraint_of, final_pending, has_own_failure, policy_key,
 )
 
 if TYPE_CHECKING:
@@ -146,17 +146,18 @@ def check_candidates(study: "optuna.Study", run_check: Callable[[int], None], wa
     return checks
 
 
-def stale_leader(study: "optuna.Study", wanted: int = 1) -> "optuna.trial.FrozenTrial | None":
+def stale_leader(study: "optuna.Study", wanted: int = 1, budget: int | None = None,
+                 ) -> "optuna.trial.FrozenTrial | None":
     """The race's leader, to be checked at full budget before the search goes on, where it applies stale
     gradients to the end (`check_families.stale_rule`): the fastest candidate waiting for its check
     (`waiting`, a held leader at its mean) that reached the target and is not ruled out
     (`check_families.ruled_out`). None where that leader is synchronous or none waits, while a check runs,
-    or once the race has run `MAX_CHECKS` checks (`race_checks`). A failed check rules the candidate out, with its stale
+    or once the race of the search of `budget` trials has run `MAX_CHECKS` checks (`race_checks`). A failed check rules the candidate out, with its stale
     family, so that a bar it cannot hold does not end the race of the families that keep the rule."""
     import optuna
 
     trials = internals.fresh_trials(study)
-    if race_checks(trials) >= MAX_CHECKS or any(FULL_BUDGET_OF in t.user_attrs and not t.state.is_finished()
+    if race_checks(trials, budget) >= MAX_CHECKS or any(FULL_BUDGET_OF in t.user_attrs and not t.state.is_finished()
                                                 for t in trials):
         return None  # the race's checks are spent, or a check is under way (another process's): it decides
     out = ruled_out(trials)
@@ -165,22 +166,34 @@ def stale_leader(study: "optuna.Study", wanted: int = 1) -> "optuna.trial.Frozen
     return leader if leader is not None and stale_rule(leader.user_attrs.get(POLICY) or {}) is not None else None
 
 
-def race_checks(trials: "list[optuna.trial.FrozenTrial]") -> int:
-    """How many checks among `trials` the race ran (`stale_leader`'s; queued with `RACE_CHECK`)."""
-    return sum(1 for t in trials if t.user_attrs.get(RACE_CHECK))
+def race_checks(trials: "list[optuna.trial.FrozenTrial]", budget: int | None = None) -> int:
+    """How many checks among `trials` the race of the search of `budget` trials ran with a result
+    (`stale_leader`'s, queued with `RACE_CHECK` set to that budget; one whose process died, or given up,
+    has none: its re-run counts)."""
+    import optuna
+
+    return sum(1 for t in trials if t.user_attrs.get(RACE_CHECK) == _race_mark(budget) and (
+        t.state == optuna.trial.TrialState.COMPLETE or has_own_failure(t)))
 
 
-def checks_left(trials: "list[optuna.trial.FrozenTrial]") -> int:
-    """The checks the search may run after the race: `MAX_CHECKS` less the race's, one at least."""
-    return max(1, MAX_CHECKS - race_checks(trials))
+def checks_left(trials: "list[optuna.trial.FrozenTrial]", budget: int | None = None) -> int:
+    """The checks the search of `budget` trials may run after its race: `MAX_CHECKS` less the race's, one
+    at least."""
+    return max(1, MAX_CHECKS - race_checks(trials, budget))
 
 
-def queue_check(study: "optuna.Study", number: int, race: bool = False) -> None:
+def queue_check(study: "optuna.Study", number: int, race_budget: int | None = None, race: bool = False) -> None:
     """Queue the full-budget check of trial `number` (its parameters; `FULL_BUDGET_OF` marks it, and
-    `RACE_CHECK` one the race runs)."""
+    `RACE_CHECK` one the race of the search of `race_budget` trials runs, where `race`)."""
     trial = next(t for t in internals.fresh_trials(study) if t.number == number)
-    marks = {FULL_BUDGET_OF: number, **({RACE_CHECK: True} if race else {})}
+    marks = {FULL_BUDGET_OF: number, **({RACE_CHECK: _race_mark(race_budget)} if race else {})}
     study.enqueue_trial(trial.params, user_attrs=marks, skip_if_exists=False)
+
+
+def _race_mark(budget: int | None) -> "int | bool":
+    """What `RACE_CHECK` holds: the search's budget (a search with `--refresh` has a larger one, and its
+    race counts its own checks), True where none is known."""
+    return True if budget is None else budget
 
 
 def check_finished(study: "optuna.Study", number: int) -> bool:

@@ -65,6 +65,8 @@ def give_up_queued(study: "optuna.Study", patience: int, budget: int | None = No
     storage = internals.storage_of(study)
     given_up = 0
     for trial in internals.fresh_trials(study, (optuna.trial.TrialState.WAITING,)):
+        if FULL_BUDGET_OF in trial.user_attrs:  # a check is the search's, not the budget's: its process runs it
+            continue
         tid = internals.trial_id(trial)
         try:
             storage.set_trial_user_attr(tid, GIVEN_UP, patience)

@@ -178,8 +178,9 @@ def next_family(study: "optuna.Study", space: SearchSpace, number: int, budget: 
     alive = contenders({f: v for f, v in tried.items() if f in open_}, held=held)  # a family fully tried is none
     if not alive:
         return None
-    counts = {f: sum(1 for t in done if _family(t, families) == f) for f in alive}
-    free = sum(1 for t in done if _family(t, families) in alive)
+    searched = [t for t in done if FULL_BUDGET_OF not in t.user_attrs]  # a check is no turn of its family
+    counts = {f: sum(1 for t in searched if _family(t, families) == f) for f in alive}
+    free = sum(1 for t in searched if _family(t, families) in alive)
     if len(alive) == 1 or free % 2 == 0:
         return alive[0]
     others = alive[1:]

@@ -88,7 +88,8 @@ def search_cost(study: "optuna.Study", up_to: int | None = None) -> float:
 def answer_trial(study: "optuna.Study", top: "optuna.trial.FrozenTrial") -> int:
     """The number of the search's trial that found the answer `top`: the candidate a full-budget check
     confirmed (`autosync.search.strategies.full_budget`), not the check itself, which runs after the search
-    whenever its candidate was found; and for a trial answered by an equivalent, that equivalent's."""
+    (or, for a stale leader, as soon as it leads) whenever its candidate was found; and for a trial
+    answered by an equivalent, that equivalent's."""
     trials = study.get_trials(deepcopy=False)  # by number: a study's trials are numbered 0, 1, ...
     number = top.user_attrs.get(FULL_BUDGET_OF, top.number)
     while True:
@@ -208,7 +209,8 @@ def search_breakdown(study: "optuna.Study") -> dict[str, Any]:
     those, how many on their pace and how many untrained inside a plateau of tied trials of their policy,
     `autosync.search.strategies.pruning`), and
     the full-budget checks of the candidates that could win (`autosync.search.strategies.full_budget`) and the
-    faster candidates they left unchecked (at most `MAX_CHECKS` run), and how many
+    faster candidates they left unchecked (at most `MAX_CHECKS` run, one more after a race that ran as
+    many: `full_budget.checks_left`), and how many
     of those continued from their candidate's run stopped at the target (`autosync.engine.forks`), and the
     trials that continued from another switch point's prefix (Sync-Switch's BSP phase trained once), and the
     queued trials not run because the search stopped improving (`--patience`)."""

@@ -244,7 +244,7 @@ def has_own_failure(trial: "optuna.trial.FrozenTrial") -> bool:
 def diverged_check(trial: "optuna.trial.FrozenTrial") -> bool:
     """Whether `trial` is a full-budget check whose run failed on its own (diverged before the budget's end):
     its candidate breaks the final-metric rule, as a check that ended too inaccurate does."""
-    return FULL_BUDGET_OF in trial.user_attrs and has_own_failure(trial)
+    return FULL_BUDGET_OF in trial.user_attrs and has_own_failure(trial) and GIVEN_UP not in trial.user_attrs
 
 
 def policy_key(trial: "optuna.trial.FrozenTrial") -> str:

@@ -30,8 +30,8 @@ def test_the_fast_workers_are_the_few_fast_ones_of_a_slow_cluster_and_all_of_an_
 
 
 def test_a_slowdown_episode_counts_for_the_rounds_it_lasts_under_each_barrier():
-    """Workers 2 and 3 are 10x slower for the first 3 s: waiting for them (k = 4) spends the episode in a few
-    long rounds, waiting for the fast two (k = 2) runs the episode's rounds at full speed."""
+    """Workers 2 and 3 are 10x slower for the first 3 s: the rounds that start then wait longer for all four
+    (k = 4), never for the fast two (k = 2)."""
     slowed = {"at": 0.0, "duration": 3.0, "factor": 10.0, "workers": [2, 3]}
     cluster = _cluster(n_workers=4, round_trip={"kind": "deterministic"}, slowdowns=[slowed])
     times = collect_times(cluster, 16, seed=0, rounds=32)
@@ -42,3 +42,12 @@ def test_a_slowdown_episode_counts_for_the_rounds_it_lasts_under_each_barrier():
 def test_the_same_seed_gives_the_same_fast_workers():
     cluster = _cluster(n_workers=16, round_trip={"kind": "pareto", "shape": 2.0, "scale": 0.5})
     assert fast_workers(cluster, 16, seed=5) == fast_workers(cluster, 16, seed=5)
+
+
+def test_workers_sharing_one_compute_unit_queue_for_it_and_only_the_first_is_fast():
+    """Eight workers on one unit: their gradients come out one after another (1, 2, ..., 8 batch times)."""
+    units = {"count": 1, "compute": {"model": "linear", "seconds_per_sample": 1.0 / 16}}
+    cluster = _cluster(n_workers=8, round_trip={"kind": "deterministic"}, compute_units=units)
+    times = collect_times(cluster, 16, seed=0)
+    assert np.allclose(times / times[0], range(1, 9))
+    assert fast_workers(cluster, 16, seed=0) == 1

@@ -11,7 +11,7 @@ from autosync.search.strategies.check_families import STALE, check_family, ruled
 from autosync.search.strategies.full_budget import MAX_CHECKS, checks_left, race_checks, stale_leader
 from autosync.search.strategies.portfolio import contenders, family_standing
 from autosync.search.strategies.pruning import race_bar
-from autosync.search.study.records import CONSTRAINT, FULL_BUDGET_OF, RACE_CHECK
+from autosync.search.study.records import CONSTRAINT, FAIL_REASON, FULL_BUDGET_OF, KILLED, RACE_CHECK
 from tests.unit.search.strategies.test_full_budget import _trial
 from tests.unit.search.strategies.test_portfolio import POLICY_SPACE
 
@@ -83,3 +83,69 @@ def test_the_race_runs_the_checks_budget_at_most_and_leaves_one_after_it():
                                                   constraints={CONSTRAINT: 1.0}))
     assert race_checks(study.trials) == MAX_CHECKS
     assert stale_leader(study) is None and checks_left(study.trials) == 1
+
+
+def test_a_stale_candidate_whose_own_check_passed_stays_in_the_race():
+    """With --verify-top 2: DANA-Slim's check passes, then LWP's fails: DANA-Slim, known to keep the rule,
+    still sets the bar; LWP and the unchecked DANA-Zero of the same family do not."""
+    study = _inverse_000(_trial(*SLIM, value=4.0, feasible=True, check_of=1),
+                         _trial(*LWP, value=4.0, feasible=False, check_of=0))
+    study.add_trial(_trial("dana_zero", {}, value=3.0))
+    out = ruled_out(study.trials)
+    assert not out(study.trials[1]) and out(study.trials[0]) and out(study.trials[-1])
+    assert race_bar(study.trials)[1] == 4.0 and race_bar(study.trials)[0].number in (1, 5)
+
+
+def test_the_race_counts_its_own_checks_with_a_result_only():
+    """A search's race counts the checks it ran (marked with its budget): a refreshed search (a larger
+    budget) starts from none, and a check whose process died counts once, by its re-run."""
+    study = _inverse_000()
+    done = _trial(*LWP, value=4.0, feasible=False, check_of=0)
+    killed = optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL,
+                                       user_attrs={FULL_BUDGET_OF: 0, RACE_CHECK: 20, KILLED: True,
+                                                   FAIL_REASON: "process lost"})
+    study.add_trial(killed)
+    study.add_trial(optuna.trial.create_trial(value=4.0, user_attrs={**done.user_attrs, RACE_CHECK: 20},
+                                              constraints={CONSTRAINT: 1.0}))
+    assert race_checks(study.trials, 20) == 1 and race_checks(study.trials, 40) == 0
+    assert checks_left(study.trials, 20) == MAX_CHECKS - 1 and checks_left(study.trials, 40) == MAX_CHECKS
+
+
+def test_a_queued_check_is_not_given_up_and_a_given_up_check_rules_nothing_out(tmp_path):
+    """--patience fails the budget's queued trials, never a queued check (its process runs it); and a check
+    failed that way (an older study's) is no diverged check."""
+    from autosync.search.strategies.patience import give_up_queued
+    from autosync.search.study.records import GIVEN_UP, diverged_check
+
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'q.db'}")
+    study.enqueue_trial({}, user_attrs={FULL_BUDGET_OF: 0, RACE_CHECK: 20})
+    study.enqueue_trial({})
+    give_up_queued(study, 3)
+    states = [t.state for t in study.get_trials()]
+    assert states == [optuna.trial.TrialState.WAITING, optuna.trial.TrialState.FAIL]
+    given_up = optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL, user_attrs={
+        FULL_BUDGET_OF: 0, GIVEN_UP: 3, FAIL_REASON: "gave up"})
+    assert not diverged_check(given_up)
+
+
+def test_a_portfolio_tune_checks_its_stale_leader_in_the_race_and_no_more_checks_than_its_bound(tmp_path):
+    """On the 4-worker job with a 60 s budget, SSP leads the first round stopped at the target; the race
+    checks it right after the first round (queued alone, then one free trial at a time), and the checks in
+    all are at most MAX_CHECKS + 1."""
+    from autosync.search.space import SPACE_DIR, load_space
+    from autosync.search.tune import tune
+    from tests.conftest import small_job, tune_request
+
+    job = small_job(budget={"max_virtual_seconds": 60})
+    space = load_space(SPACE_DIR / "policy.yaml", job.cluster.n_workers)
+    outcome = tune(tune_request(job, space, n_trials=20, storage=f"sqlite:///{tmp_path / 's.db'}", seed=0))
+    trials = outcome.study.trials
+    race = [t for t in trials if t.user_attrs.get(RACE_CHECK)]
+    checks = [t for t in trials if FULL_BUDGET_OF in t.user_attrs]
+    searched = [t.number for t in trials if FULL_BUDGET_OF not in t.user_attrs]
+    assert race, "a stale leader is checked in the race"
+    assert all(t.user_attrs[RACE_CHECK] == 20 for t in race)
+    assert min(t.number for t in race) < max(searched)  # in the race, not after it
+    before = trials[race[0].number - 1]  # right after the first round: the last trial queued with its setting
+    assert before.system_attrs.get("fixed_params") and not trials[race[0].number + 1].system_attrs.get("fixed_params")
+    assert len(race) <= MAX_CHECKS and len(checks) <= MAX_CHECKS + 1
