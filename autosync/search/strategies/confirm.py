@@ -32,9 +32,10 @@ from typing import TYPE_CHECKING, Any, Callable
 from autosync.core.job import JobSpec
 from autosync.search.objective import BSP, RunFailed, canonical_on, evaluate, trial_seeds
 from autosync.search.strategies.check_families import ruled_out
+from autosync.search.strategies.leader import held_by_policy, held_runs, held_value
 from autosync.search.study.records import (
     CANONICAL, CONFIRMATION_RUNS as RUNS, SCORING, UNCHECKED, VIRTUAL_SECONDS, TrialRecord, constraint_of,
-    diverged_check, final_pending, may_be_feasible,
+    diverged_check, final_pending, may_be_feasible, policy_key,
 )
 
 if TYPE_CHECKING:
@@ -123,7 +124,10 @@ class RunStore:
 
 def candidates(study: "optuna.Study", top: int, job: JobSpec, scoring: dict[str, Any],
                also: list[tuple[dict[str, Any], str]] = ()) -> list[Candidate]:
-    """The study's `top` fastest completed trials scored as `scoring` says (`trial_scoring`) that keep the
+    """The study's `top` fastest completed trials (a leader the race held on a second seed at its mean over
+    both, `autosync.search.strategies.leader`: on tiers-002 two SSP settings at 1.8 s, behind at 18.4 s on
+    the second seed, took both places ahead of backup k = 5, checked at 4.0 s, and BSP answered) scored as
+    `scoring` says (`trial_scoring`) that keep the
     final-metric constraint or may (stopped at the target, unchecked: `checked` False; not ruled out by a
     failed check of its stale family, `autosync.search.strategies.check_families.ruled_out`), one per canonical
     policy (the first at its score), best first, then the policies of `also` ((policy, source) pairs: the
@@ -138,9 +142,10 @@ def candidates(study: "optuna.Study", top: int, job: JobSpec, scoring: dict[str,
         by_canonical.setdefault(_key(t.user_attrs[CANONICAL]), t)
     diverged = {_key(t.user_attrs[CANONICAL]) for t in study.get_trials(deepcopy=False)
                 if CANONICAL in t.user_attrs and diverged_check(t)}
+    held = held_by_policy(study.get_trials(deepcopy=False), held_runs(study))
     ranked = sorted((t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-                     if may_be_feasible(t) and _scored_as(t, scoring)),
-                    key=lambda t: (t.values[0], final_pending(t), t.number))  # a checked twin before a pending one
+                     if may_be_feasible(t) and _scored_as(t, scoring)),  # a held leader at its mean, as in the race
+                    key=lambda t: (held_value(t.values[0], held.get(policy_key(t))), final_pending(t), t.number))
     out, seen = [], set()
     keys = {t.number: _key(t.user_attrs.get(CANONICAL) or canonical_on(TrialRecord(t).policy, job)) for t in ranked}
     unchecked = {row["trial"] for row in study.user_attrs.get(UNCHECKED) or []}
