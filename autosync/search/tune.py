@@ -315,12 +315,14 @@ def _check_stale_leader(study: "optuna.Study", request: TuneRequest, objective: 
 
 
 def lookahead(request: TuneRequest, first: bool = False) -> int:
-    """Free trials queued ahead at a time (`top_up`; `first`: with the first trials): where the portfolio
-    race checks its stale leaders (`_check_stale_leader`), whose checks run once the queue is empty, none
-    behind the first round and one at a time after it (with 8, a first round of 17 settings would queue
-    the budget's last 3 trials with it, and the check would wait for them); else `LOOKAHEAD`."""
-    if request.sampler == "portfolio" and request.settings.stop_at_target and not request.settings.multi_objective:
-        return 0 if first else 1
+    """Free trials queued ahead at a time (`top_up`; `first`: with the first trials): none behind the first
+    round where the portfolio race checks its stale leaders (`_check_stale_leader`), whose checks run once
+    the queue is empty (with 8, a first round of 17 settings would queue the budget's last 3 trials with
+    it, and the leader's check would wait for them); else `LOOKAHEAD` (processes sharing the study each
+    find one to take)."""
+    if first and request.sampler == "portfolio" and request.settings.stop_at_target \
+            and not request.settings.multi_objective:
+        return 0
     return LOOKAHEAD
 
 

@@ -130,7 +130,7 @@ def test_a_queued_check_is_not_given_up_and_a_given_up_check_rules_nothing_out(t
 
 def test_a_portfolio_tune_checks_its_stale_leader_in_the_race_and_no_more_checks_than_its_bound(tmp_path):
     """On the 4-worker job with a 60 s budget, SSP leads the first round stopped at the target; the race
-    checks it right after the first round (queued alone, then one free trial at a time), and the checks in
+    checks it right after the first round (queued alone), and the checks in
     all are at most MAX_CHECKS + 1."""
     from autosync.search.space import SPACE_DIR, load_space
     from autosync.search.tune import tune
