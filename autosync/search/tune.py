@@ -294,8 +294,7 @@ def _check_stale_leader(study: "optuna.Study", request: TuneRequest, objective: 
     leader that applies stale gradients to the end, and the next such leader while one fails
     (`autosync.search.strategies.full_budget.stale_leader`). The leader is chosen and its check queued under
     the storage lock, and not while another process's check runs: processes sharing the study check it once."""
-    settings = request.settings
-    if request.sampler != "portfolio" or not settings.stop_at_target or settings.multi_objective:
+    if not _races_to_target(request):
         return
     import optuna
 
@@ -320,10 +319,14 @@ def lookahead(request: TuneRequest, first: bool = False) -> int:
     the queue is empty (with 8, a first round of 17 settings would queue the budget's last 3 trials with
     it, and the leader's check would wait for them); else `LOOKAHEAD` (processes sharing the study each
     find one to take)."""
-    if first and request.sampler == "portfolio" and request.settings.stop_at_target \
-            and not request.settings.multi_objective:
-        return 0
-    return LOOKAHEAD
+    return 0 if first and _races_to_target(request) else LOOKAHEAD
+
+
+def _races_to_target(request: TuneRequest) -> bool:
+    """Whether the request runs the portfolio race on the time to target, its trials stopped there: where
+    it holds its leaders (`_hold_leader`) and checks its stale ones (`_check_stale_leader`)."""
+    settings = request.settings
+    return request.sampler == "portfolio" and settings.stop_at_target and not settings.multi_objective
 
 
 def places(request: TuneRequest) -> int:
@@ -671,8 +674,7 @@ def _hold_leader(study: "optuna.Study", request: TuneRequest) -> None:
     """In the portfolio race, hold a new leader on the confirmation's first seed before it sets the bar for
     the other families (`autosync.search.strategies.leader`; the confirmation then copies the run)."""
     settings = request.settings
-    if request.sampler != "portfolio" or not request.confirm_top or settings.multi_objective \
-            or not settings.stop_at_target:
+    if not _races_to_target(request) or not request.confirm_top:
         return
     from autosync.search.strategies.confirm import RunStore, run_to_target
     from autosync.search.strategies.leader import hold_leader

@@ -35,7 +35,7 @@ from autosync.search.strategies.check_families import ruled_out
 from autosync.search.strategies.leader import held_by_policy, held_runs, held_value
 from autosync.search.study.records import (
     CANONICAL, CONFIRMATION_RUNS as RUNS, SCORING, UNCHECKED, VIRTUAL_SECONDS, TrialRecord, constraint_of,
-    diverged_check, final_pending, may_be_feasible, policy_key,
+    final_pending, may_be_feasible, policy_key,
 )
 
 if TYPE_CHECKING:
@@ -135,26 +135,24 @@ def candidates(study: "optuna.Study", top: int, job: JobSpec, scoring: dict[str,
     this study that runs like it, if any."""
     import optuna
 
-    completed = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-                 if _scored_as(t, scoring) and t.user_attrs.get(CANONICAL) is not None and not final_pending(t)]
+    every = study.get_trials(deepcopy=False)  # one read for all that follows
+    completed = [t for t in every if t.state == optuna.trial.TrialState.COMPLETE
+                 and _scored_as(t, scoring) and t.user_attrs.get(CANONICAL) is not None and not final_pending(t)]
     by_canonical: dict[str, Any] = {}
     for t in completed:  # the first trial of each canonical policy: the others ran alike or were copied
         by_canonical.setdefault(_key(t.user_attrs[CANONICAL]), t)
-    diverged = {_key(t.user_attrs[CANONICAL]) for t in study.get_trials(deepcopy=False)
-                if CANONICAL in t.user_attrs and diverged_check(t)}
-    held = held_by_policy(study.get_trials(deepcopy=False), held_runs(study))
-    ranked = sorted((t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-                     if may_be_feasible(t) and _scored_as(t, scoring)),  # a held leader at its mean, as in the race
+    held = held_by_policy(every, held_runs(study))
+    ranked = sorted((t for t in every if t.state == optuna.trial.TrialState.COMPLETE
+                     and may_be_feasible(t) and _scored_as(t, scoring)),  # a held leader at its mean, as in the race
                     key=lambda t: (held_value(t.values[0], held.get(policy_key(t))), final_pending(t), t.number))
     out, seen = [], set()
     keys = {t.number: _key(t.user_attrs.get(CANONICAL) or canonical_on(TrialRecord(t).policy, job)) for t in ranked}
     unchecked = {row["trial"] for row in study.user_attrs.get(UNCHECKED) or []}
     left = {keys[number] for number in unchecked if number in keys}
-    out_of_race = ruled_out(study.get_trials(deepcopy=False))
+    out_of_race = ruled_out(every)
     for t in ranked:
         key = keys[t.number]
-        if final_pending(t) and (key in by_canonical and constraint_of(by_canonical[key]) > 0 or key in diverged
-                                 or out_of_race(t)):
+        if final_pending(t) and out_of_race(t):
             continue  # stopped at the target in the search, and its (stale family's) full-budget check failed
         if final_pending(t) and key in left:
             continue  # left unchecked by the bounded checks (`full_budget.MAX_CHECKS`): not answerable

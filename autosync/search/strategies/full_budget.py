@@ -16,8 +16,8 @@ the first round is in (`stale_leader`): should it break the rule, it and its sta
 the race (`autosync.search.strategies.check_families.ruled_out`) instead of holding the bar for the whole
 search. The checks after the search then number `MAX_CHECKS` less the race's, one at least (`checks_left`).
 
-The checks are bounded: at most `MAX_CHECKS` (one more after a race that ran as many), after which the answer is the fastest candidate known to keep
-the constraint (BSP at worst), and the faster candidates left unchecked are recorded (`UNCHECKED`) so that
+The checks are bounded: at most `MAX_CHECKS` (one more after a race that ran as many), after which the
+answer is the fastest candidate known to keep the constraint (BSP at worst), and the faster candidates left unchecked are recorded (`UNCHECKED`) so that
 the output says so and the confirmation does not take them up. A check's cost is most of a training (the
 rest of the budget), and a job where the fastest policies end above BSP's loss has many of them (fresh-002:
 11 checks, 13.84 BSP trainings; bursty-005 and -006: 18 each). Failures there run in families: a policy
@@ -150,19 +150,18 @@ def stale_leader(study: "optuna.Study", wanted: int = 1, budget: int | None = No
                  ) -> "optuna.trial.FrozenTrial | None":
     """The race's leader, to be checked at full budget before the search goes on, where it applies stale
     gradients to the end (`check_families.stale_rule`): the fastest candidate waiting for its check
-    (`waiting`, a held leader at its mean) that reached the target and is not ruled out
-    (`check_families.ruled_out`). None where that leader is synchronous or none waits, while a check runs,
-    or once the race of the search of `budget` trials has run `MAX_CHECKS` checks (`race_checks`). A failed check rules the candidate out, with its stale
-    family, so that a bar it cannot hold does not end the race of the families that keep the rule."""
+    (`waiting`: a held leader at its mean, none ruled out by a failed check) that reached the target. None
+    where that leader is synchronous or none waits, while a check runs, or once the race of the search of
+    `budget` trials has run `MAX_CHECKS` checks (`race_checks`). A failed check rules the candidate out,
+    with its stale family, so that a bar it cannot hold does not end the race of the families that keep
+    the rule."""
     import optuna
 
     trials = internals.fresh_trials(study)
     if race_checks(trials, budget) >= MAX_CHECKS or any(FULL_BUDGET_OF in t.user_attrs and not t.state.is_finished()
-                                                for t in trials):
+                                                        for t in trials):
         return None  # the race's checks are spent, or a check is under way (another process's): it decides
-    out = ruled_out(trials)
-    leader = next((t for t in waiting(study, wanted, trials)
-                   if t.state == optuna.trial.TrialState.COMPLETE and not out(t)), None)
+    leader = next((t for t in waiting(study, wanted, trials) if t.state == optuna.trial.TrialState.COMPLETE), None)
     return leader if leader is not None and stale_rule(leader.user_attrs.get(POLICY) or {}) is not None else None
 
 
