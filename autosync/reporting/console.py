@@ -138,7 +138,7 @@ def breakdown_line(b: dict[str, int]) -> str:
             f"answered by an equivalent policy's result without training"
             + (f" ({b['found_equivalent']} found equivalent by running on the job's proxy)"
                if b.get("found_equivalent") else "")
-            + f", {b['pruned']} were pruned"
+            + f", {b['pruned']} {'was' if b['pruned'] == 1 else 'were'} pruned"
             + pruned_how(b)
             + (f", {b['forked_trials']} continued from another switch point's run (its prefix, forked)"
                if b.get("forked_trials") else "") + "; "
@@ -163,12 +163,27 @@ def unchecked_line(unchecked: list[dict[str, Any]], checks: int, metric: str) ->
     """The candidates faster than the answer that the bounded full-budget checks did not reach
     (`autosync.search.strategies.full_budget.MAX_CHECKS`): the answer is not sure to be the fastest that keeps
     BSP's final metric."""
-    first = unchecked[0]
-    policy = policy_label(first["policy"]) if isinstance(first.get("policy"), dict) else f"trial {first['trial']}"
-    at = f" ({first['time_to_target']:.2f} s)" if isinstance(first.get("time_to_target"), (int, float)) else ""
     return (f"not sure: the full-budget checks stop after {checks}; {count(len(unchecked), 'faster candidate')}, "
-            f"fastest {policy}{at}, {'was' if len(unchecked) == 1 else 'were'} not checked, so the answer is the "
-            f"fastest known to keep BSP's final {metric}.")
+            f"fastest {_fastest(unchecked)}, {'was' if len(unchecked) == 1 else 'were'} not checked, so the answer "
+            f"is the fastest known to keep BSP's final {metric}.")
+
+
+def ruled_by_family_line(ruled: list[dict[str, Any]], metric: str) -> str:
+    """The candidates faster than the answer left out because a check of their stale family broke the rule
+    (`autosync.search.strategies.check_families`): an inference from a relative, not their own run."""
+    one = len(ruled) == 1
+    return (f"not sure: {count(len(ruled), 'faster candidate')}, fastest {_fastest(ruled)}, "
+            f"{'was' if one else 'were'} not checked {'itself' if one else 'themselves'}: a policy of "
+            f"{'its' if one else 'their'} family ({ruled[0].get('family')}) ended short of BSP's final {metric} at "
+            f"full budget, so {'it was' if one else 'they were'} ruled out with it.")
+
+
+def _fastest(rows: list[dict[str, Any]]) -> str:
+    """The first of recorded candidate rows, named, with its time to target where known."""
+    first = rows[0]
+    policy = policy_label(first["policy"]) if isinstance(first.get("policy"), dict) else f"trial {first['trial']}"
+    return policy + (f" ({first['time_to_target']:.2f} s)" if isinstance(first.get("time_to_target"), (int, float))
+                     else "")
 
 
 def pruned_how(b: dict[str, int]) -> str:
@@ -221,6 +236,8 @@ def tune_report(outcome: Any, spec: Any) -> list[Printed]:
         out.append(Line(breakdown_line(b), style="dim"))
         if b.get("unchecked"):
             out.append(Line(unchecked_line(b["unchecked"], b["full_budget_checks"], spec.target.metric)))
+        if b.get("ruled_by_family"):
+            out.append(Line(ruled_by_family_line(b["ruled_by_family"], spec.target.metric)))
     if c.get("neighbour_jobs"):
         out.append(Line(neighbours_line(c["neighbour_jobs"], c.get("cost_to_answer_bsp_trainings"),
                                          c.get("prior_trials", 0)), style="dim"))
@@ -237,8 +254,8 @@ def confirmation_report(confirmed: dict[str, Any]) -> list[Printed]:
     from autosync.search.strategies.confirm import how_it_held
 
     out: list[Printed] = []
-    table = Table(title=f"confirmed on seeds {confirmed['seeds']} (the {confirmed['top']} best, the job's other "
-                        "studies' winners, BSP; each run to the target)")
+    table = Table(title=f"confirmed on seeds {confirmed['seeds']} (the {confirmed['top']} best and the job's "
+                        "other studies' winners, each run to the target; BSP's reference run beside them)")
     for column in ("policy", "from", "search s", "per seed s", "mean s", "reached"):
         table.add_column(column, justify="left" if column in ("policy", "from") else "right", no_wrap=column == "policy")
     for r in confirmed["rows"]:

@@ -20,7 +20,7 @@ little of k = 4 under `linear`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from autosync.search.study.records import (
     CONSTRAINT, FULL_BUDGET_OF, POLICY, constraint_of, diverged_check, final_pending, policy_key,
@@ -75,22 +75,34 @@ def failed_families(trials: "list[optuna.trial.FrozenTrial]") -> set[str]:
     return {check_family(t) for t in trials if failed_check(t)}
 
 
-def ruled_out(trials: "list[optuna.trial.FrozenTrial]") -> "Callable[[optuna.trial.FrozenTrial], bool]":
-    """Whether a trial among `trials` is ruled out of the race: its policy (`policy_key`) broke the final-metric
-    rule at full budget (a check, or a trial trained to the end), or it applies stale gradients to the end
-    (`stale_rule`) in a family (`check_family`) whose check failed, and its own policy has not kept the rule
-    at full budget (with --verify-top 2, a DANA-DC whose check passed before ASP's failed stays in)."""
-    import optuna
+class RuledOut:
+    """Whether a trial among the trials it was built from is ruled out of the race (call it on the trial): its
+    policy (`policy_key`) broke the final-metric rule at full budget (a check, or a trial trained to the end),
+    or it applies stale gradients to the end (`stale_rule`) in a family (`check_family`) whose check failed,
+    and its own policy has not kept the rule at full budget (with --verify-top 2, a DANA-DC whose check
+    passed before ASP's failed stays in)."""
 
-    def known(t: "optuna.trial.FrozenTrial") -> bool:  # a final metric at full budget, the rule read on it
-        return t.state == optuna.trial.TrialState.COMPLETE and not final_pending(t) and CONSTRAINT in t.constraints
+    def __init__(self, trials: "list[optuna.trial.FrozenTrial]"):
+        import optuna
 
-    broke = {policy_key(t) for t in trials if failed_check(t) or (known(t) and constraint_of(t) > 0)}
-    kept = {policy_key(t) for t in trials if known(t) and constraint_of(t) <= 0} - broke
-    stale_failed = {family for family in failed_families(trials) if family is not None and family.startswith(STALE)}
+        def known(t: "optuna.trial.FrozenTrial") -> bool:  # a final metric at full budget, the rule read on it
+            return t.state == optuna.trial.TrialState.COMPLETE and not final_pending(t) and CONSTRAINT in t.constraints
 
-    def out(trial: "optuna.trial.FrozenTrial") -> bool:
+        self.broke = {policy_key(t) for t in trials if failed_check(t) or (known(t) and constraint_of(t) > 0)}
+        self.kept = {policy_key(t) for t in trials if known(t) and constraint_of(t) <= 0} - self.broke
+        self.stale_failed = {family for family in failed_families(trials)
+                             if family is not None and family.startswith(STALE)}
+
+    def __call__(self, trial: "optuna.trial.FrozenTrial") -> bool:
+        return policy_key(trial) in self.broke or self.by_family(trial)
+
+    def by_family(self, trial: "optuna.trial.FrozenTrial") -> bool:
+        """Ruled out by its stale family's failed check alone: its own policy has no full-budget result (the
+        output names such candidates when faster than the answer: an inference, not a measurement)."""
         key = policy_key(trial)
-        return key in broke or (check_family(trial) in stale_failed and key not in kept)
+        return check_family(trial) in self.stale_failed and key not in self.kept and key not in self.broke
 
-    return out
+
+def ruled_out(trials: "list[optuna.trial.FrozenTrial]") -> RuledOut:
+    """`RuledOut` of `trials`: call it on a trial to know whether the race leaves it out."""
+    return RuledOut(trials)

@@ -39,7 +39,7 @@ from autosync.search.strategies.check_families import check_family, failed_famil
 from autosync.search.strategies.leader import held_by_policy, held_runs, held_value
 from autosync.search.study import _optuna_internals as internals
 from autosync.search.study.records import (
-    FULL_BUDGET_OF, POLICY, RACE_CHECK, UNCHECKED, constraint_of, final_pending, has_own_failure, policy_key,
+    FULL_BUDGET_OF, POLICY, RACE_CHECK, RULED_BY_FAMILY, UNCHECKED, constraint_of, final_pending, has_own_failure, policy_key,
 )
 
 if TYPE_CHECKING:
@@ -77,6 +77,14 @@ def waiting(study: "optuna.Study", wanted: int = 1,
     of a stale family whose check failed (`check_families.ruled_out`) waits for none: on tiers-003 DANA-DC
     was checked again at a second lambda after its family's check had failed, and failed too.
     `trials`: the study's trials as just read (read here when None)."""
+    return standing(study, wanted, trials)[0]
+
+
+def standing(study: "optuna.Study", wanted: int = 1, trials: "list[optuna.trial.FrozenTrial] | None" = None,
+             ) -> "tuple[list[optuna.trial.FrozenTrial], list[optuna.trial.FrozenTrial]]":
+    """`waiting`'s trials, and beside them those the same walk leaves out only because a check of their stale
+    family failed (`check_families.RuledOut.by_family`: their own policy was never trained to the end), one
+    per policy, fastest first."""
     import optuna
 
     trials = internals.fresh_trials(study) if trials is None else trials
@@ -94,7 +102,7 @@ def waiting(study: "optuna.Study", wanted: int = 1,
     done = sorted((t for t in trials if time_of(t) is not None), key=lambda t: (time_of(t), _pending(t), t.number))
     known = {policy_key(t) for t in done if not _pending(t)}  # policies whose full-budget result is in
     feasible: set[str] = set()
-    out, queued = [], set()
+    out, by_family, queued = [], [], set()
     for t in done:
         if policy_key(t) in feasible:
             continue
@@ -106,11 +114,13 @@ def waiting(study: "optuna.Study", wanted: int = 1,
             continue
         # a check that failed leaves it unanswerable, as does its stale family's; a policy's fastest trial
         # stands for its twins
-        if policy_key(t) not in known and t.number not in checked and policy_key(t) not in queued \
-                and not ruled(t):
+        if policy_key(t) not in known and t.number not in checked and policy_key(t) not in queued:
+            if not ruled(t):
+                out.append(t)
+            elif ruled.by_family(t):
+                by_family.append(t)
             queued.add(policy_key(t))
-            out.append(t)
-    return out
+    return out, by_family
 
 
 def _time(trial: "optuna.trial.FrozenTrial") -> float | None:
@@ -136,14 +146,22 @@ def check_candidates(study: "optuna.Study", run_check: Callable[[int], None], wa
     """Check the candidates that can still be among the `wanted` fastest feasible ones (`next_to_check`'s
     order), until those are known feasible or `limit` checks have run; `run_check(number)` queues and runs
     the check of trial `number`. The candidates the limit left unchecked are recorded on the study
-    (`UNCHECKED`: their trial numbers and policies, fastest first; empty when none). Returns how many checks ran."""
+    (`UNCHECKED`: their trial numbers and policies, fastest first; empty when none), and so are the faster
+    ones left out only by their stale family's failed check (`RULED_BY_FAMILY`, with that family). Returns
+    how many checks ran."""
     checks = 0
     while checks < limit and (candidate := next_to_check(study, wanted)) is not None:
         run_check(candidate.number)
         checks += 1
-    study.set_user_attr(UNCHECKED, [{"trial": t.number, POLICY: t.user_attrs.get(POLICY), "time_to_target": _time(t)}
-                                    for t in waiting(study, wanted)])
+    unchecked, by_family = standing(study, wanted)
+    study.set_user_attr(UNCHECKED, [_row(t) for t in unchecked])
+    study.set_user_attr(RULED_BY_FAMILY, [{**_row(t), "family": check_family(t)} for t in by_family])
     return checks
+
+
+def _row(trial: "optuna.trial.FrozenTrial") -> dict:
+    """A candidate as the study records it for the output: its trial, policy and time."""
+    return {"trial": trial.number, POLICY: trial.user_attrs.get(POLICY), "time_to_target": _time(trial)}
 
 
 def stale_leader(study: "optuna.Study", wanted: int = 1, budget: int | None = None,

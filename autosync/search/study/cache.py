@@ -19,7 +19,7 @@ from autosync.search.cost import COST_UNIT, in_bsp_trainings
 from autosync.search.study.records import (
     BSP_REFERENCE, BSP_TRAINING_SECONDS, BUDGET, CACHE, CONFIRMATION_RUNS, CONSTRAINT_AT, FINGERPRINT, FORKED,
     FOUND_EQUIVALENT, FULL_BUDGET_OF, GIVEN_UP, GIVEN_UP_PLACES, HORIZON, PLATEAU, PRIOR_TRIALS, PRUNED_ON_PACE,
-    HELD, REFERENCE_FROM, RUNS, SAME_AS, SECOND_SEED_CHECK, UNCHECKED, VIRTUAL_SECONDS, CacheRecord, StudyRecord,
+    HELD, REFERENCE_FROM, RULED_BY_FAMILY, RUNS, SAME_AS, SECOND_SEED_CHECK, UNCHECKED, VIRTUAL_SECONDS, CacheRecord, StudyRecord,
     TrialRecord, damaged, final_pending, policy_key, validated, write_cache_record,
 )
 from autosync.search.study.storage import open_existing_storage, redact_url
@@ -210,7 +210,7 @@ def search_breakdown(study: "optuna.Study") -> dict[str, Any]:
     `autosync.search.strategies.pruning`), and
     the full-budget checks of the candidates that could win (`autosync.search.strategies.full_budget`) and the
     faster candidates they left unchecked (at most `MAX_CHECKS` run, one more after a race that ran as
-    many: `full_budget.checks_left`), and how many
+    many: `full_budget.checks_left`) or ruled out by a check of their stale family, and how many
     of those continued from their candidate's run stopped at the target (`autosync.engine.forks`), and the
     trials that continued from another switch point's prefix (Sync-Switch's BSP phase trained once), and the
     queued trials not run because the search stopped improving (`--patience`)."""
@@ -244,6 +244,8 @@ def search_breakdown(study: "optuna.Study") -> dict[str, Any]:
         "checked_at": attrs.get(BSP_REFERENCE, {}).get(HORIZON),
         # faster candidates the bounded checks left unchecked (`full_budget.MAX_CHECKS`), fastest first
         "unchecked": [row for row in attrs.get(UNCHECKED) or [] if isinstance(row, dict)],
+        # faster candidates left out only because a check of their stale family failed (`check_families`)
+        "ruled_by_family": [row for row in attrs.get(RULED_BY_FAMILY) or [] if isinstance(row, dict)],
         # the race's leaders run on a second seed before they set the bar (`autosync.search.strategies.leader`)
         "held_leaders": len(attrs.get(HELD) or {}),
     }

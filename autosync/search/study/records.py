@@ -38,6 +38,7 @@ FINAL_PENDING = "final_metric_pending"
 FULL_BUDGET_OF = "full_budget_check_of"  # the trial re-runs trial N at full budget (its check)
 RACE_CHECK = "race_check"  # of a check: the portfolio race ran it on its stale leader (`full_budget.stale_leader`)
 UNCHECKED = "unchecked_candidates"  # study: the faster candidates the bounded full-budget checks left unchecked
+RULED_BY_FAMILY = "ruled_by_family"  # study: the faster candidates left out only by their stale family's failed check
 PRUNED_ON_PACE = "pruned_on_pace"  # pruned by the pace rule, its value a prediction (`pruning`)
 PREDICTED = "predicted_time_to_target"  # of a trial pruned at its bound: the pace's prediction
 # the trial proposed a point already answered (a twin's result, BSP's reference) and was answered without

@@ -45,8 +45,11 @@ def test_the_winner_is_the_best_mean_over_the_search_seed_and_the_new_ones(tmp_p
     assert outcome.cache["best_policy"] == winner["policy"] == confirmed["winner"]
     assert outcome.cache["best_value"] == winner["time_to_target"]
     assert outcome.cache["search_best_policy"] == outcome.top[0]["policy"]
-    if bsp is not None:
-        assert outcome.cache["bsp_time_to_target"] == bsp["time_to_target"]
+    if bsp is not None:  # BSP, not a candidate, keeps its reference run: it trains on no new seed
+        reference = outcome.study.user_attrs["bsp_reference"]
+        assert bsp["seed_times"] == [reference["time_to_target"]] and bsp["runs"] == 1
+        assert not [key for key in outcome.study.user_attrs[RUNS] if json.loads(key)["policy"]["policy"] == "bsp"]
+        assert outcome.cache["bsp_time_to_target"] == bsp["time_to_target"] == reference["time_to_target"]
         assert outcome.cache["speedup_vs_bsp"] == pytest.approx(bsp["time_to_target"] / winner["time_to_target"])
 
 
@@ -167,7 +170,7 @@ def test_where_every_candidate_fails_a_new_seed_the_cache_answers_with_bsp(tmp_p
     bsp = json.dumps(canonical_policy(BSP, 4, JOB.workload.batch_size), sort_keys=True)
     runs = dict(study.user_attrs[RUNS])
     failed = [key for key in runs if json.dumps(json.loads(key)["policy"], sort_keys=True) != bsp]
-    assert failed and len(failed) < len(runs)  # the candidate's new seeds, and BSP's
+    assert failed and len(failed) == len(runs)  # the candidate's new seeds: BSP keeps its reference run
     for key in failed:  # the candidate diverged there (what `evaluate` raises is stored as its reason)
         runs[key] = {"reason": "diverged: the loss is nan"}
     study.set_user_attr(RUNS, runs)

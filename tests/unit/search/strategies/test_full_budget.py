@@ -297,11 +297,12 @@ def test_the_checks_stop_after_max_checks_try_another_family_after_a_failure_and
     rest, applies stale gradients at a full step as ASP does: it is ruled out, not checked. The next checks
     go to the fastest candidates of families that have not failed one (backup, then DBW) before a second
     backup k; after MAX_CHECKS the checks stop, the candidate left is recorded, and the output says the
-    answer is not sure."""
-    from autosync.reporting.console import breakdown_line, unchecked_line
+    answer is not sure, and names SSP, faster and ruled out by its family's check, not its own."""
+    from autosync.reporting.console import breakdown_line, ruled_by_family_line, unchecked_line
+    from autosync.search.strategies.check_families import STALE
     from autosync.search.strategies.full_budget import MAX_CHECKS, check_candidates
     from autosync.search.study.cache import search_breakdown
-    from autosync.search.study.records import UNCHECKED
+    from autosync.search.study.records import RULED_BY_FAMILY, UNCHECKED
 
     study = optuna.create_study()
     for policy, params, value in [("asp", {"lr_rule": "fixed"}, 10.0), ("ssp", {"staleness": 1}, 11.0),
@@ -327,6 +328,27 @@ def test_the_checks_stop_after_max_checks_try_another_family_after_a_failure_and
     line = unchecked_line(left, MAX_CHECKS, "test_accuracy")
     assert line.startswith("not sure: the full-budget checks stop after 3; 1 faster candidate")
     assert "the answer is the fastest known to keep BSP's final test_accuracy" in line
+    ruled = study.user_attrs[RULED_BY_FAMILY]
+    assert [(row["trial"], row["time_to_target"], row["family"]) for row in ruled] == [(1, 11.0, STALE)]
+    assert breakdown["ruled_by_family"] == ruled
+    assert ruled_by_family_line(ruled, "test_accuracy") == (
+        "not sure: 1 faster candidate, fastest ssp(staleness=1) (11.00 s), was not checked itself: a policy of its "
+        f"family ({STALE}) ended short of BSP's final test_accuracy at full budget, so it was ruled out with it.")
+
+
+def test_a_stale_candidate_slower_than_the_answer_is_not_named():
+    """Only candidates faster than the answer make it unsure: SSP behind a feasible backup k is not named."""
+    from autosync.search.strategies.full_budget import check_candidates
+    from autosync.search.study.records import RULED_BY_FAMILY
+
+    study = optuna.create_study()
+    study.add_trial(_trial("asp", {"lr_rule": "fixed"}, value=10.0))
+    study.add_trial(_trial("asp", {"lr_rule": "fixed"}, value=10.0, feasible=False, check_of=0))
+    study.add_trial(_trial("backup", {"k": 2}, value=12.0, feasible=True))
+    study.add_trial(_trial("ssp", {"staleness": 1}, value=13.0))
+    study.add_trial(_trial("dana_slim", {}, value=11.0))
+    assert check_candidates(study, lambda number: None) == 0
+    assert [row["trial"] for row in study.user_attrs[RULED_BY_FAMILY]] == [4]  # DANA-Slim, faster; not SSP
 
 
 def test_checks_that_find_the_answer_leave_nothing_unchecked():
