@@ -3,7 +3,8 @@ scored on seeds the tune never searched on.
 
     python benchmarks/bench_answer_quality.py [--family baselines/family_heldout.yaml] [--count 8]
                                               [--jobs default quick:0 ...] [--space policy] [--trials N]
-                                              [--seeds 2] [--seed-offset 100] [--out DIR] [--fresh]
+                                              [--seeds 2] [--seed-offset 100] [--choice-seeds 2] [--out DIR]
+                                              [--fresh]
                                               [--grid-only] [--shared-storage] [--md FILE] [--json FILE]
 
 Jobs: the first `--count` jobs of `--family`, or named ones (`--jobs`: `default` is the embedded default
@@ -22,7 +23,12 @@ job, `FAMILY:I` job I of baselines/family_FAMILY.yaml). Per job:
 - the rule the tune answers by: the grid's best is the fastest policy whose final metric at full budget
   stays within `--tolerance` of BSP's over the held-out seeds (`reference_grid.feasible_best`: the fastest
   policies trained to the full budget in order until one keeps it, cached as `...|full` cells), and the
-  answer's own final metric is judged the same way; the fastest on time alone is printed beside it.
+  answer's own final metric is judged the same way; the fastest on time alone is printed beside it;
+- the grid as a tuner (`--choice-seeds`, default 2; 0: not run): the grid also runs on the seeds after the
+  held-out ones, the policy it would answer with there (its feasible best on them) is scored on the
+  held-out seeds like the answer, and its ratio to the grid's best says what choosing costs at all. The
+  grid's best on the held-out seeds is the least of a few hundred noisy means on the very seeds it is
+  scored on (the winner's curse): no choice made on other seeds, not even the whole grid's, expects 1.0;
 Printed per job: the answer, its held-out time, the grid's best (policy, time), their ratio, missed
 seeds, the search's cost in BSP trainings (its cache record), wall seconds of the tune (measured when it
 ran; a re-run reuses it); then the median and worst ratio, the misses, the median cost, and the same
@@ -50,7 +56,7 @@ from autosync.catalog import label_of
 from autosync.options import TuneOptions
 from autosync.experiments.reference_grid import (TOLERANCE, ReferenceGrid, answer_cells, cached_full_budget_final,
                                                  feasible_best, grid_scores, held_out_seeds, judge,
-                                                 reference_policies, score, tune_seeds)
+                                                 reference_policies, score, tune_seeds, Scored)
 from autosync.experiments.robustness import read_cells, run_grid
 
 from _report import Figures
@@ -93,6 +99,16 @@ def selected_jobs(names: list[str] | None, family_path: str, count: int,
     return name, jobs, Path(out) if out else REPO / "results" / "answer_quality" / name
 
 
+def grid_choice(job: JobSpec, cells: dict[str, dict[str, Any]], seeds: list[int], out: Path,
+                tolerance: float) -> "Scored | None":
+    """The policy the grid itself answers with when it chooses on `seeds` (its fastest there that keeps the
+    final-metric rule, full-budget runs cached in `out`); None without choice seeds."""
+    if not seeds:
+        return None
+    return feasible_best(job, grid_scores(job, cells, seeds), cached_full_budget_final(job, seeds, cells, out),
+                         tolerance)
+
+
 def run_tune(job: JobSpec, space: str, storage: Path, trials: int | None) -> dict[str, Any]:
     """`autosync tune` through the API with the command's defaults; its cache record and wall seconds."""
     storage.parent.mkdir(parents=True, exist_ok=True)
@@ -111,6 +127,8 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=None, help="n_trials of the tune (default: tune's own)")
     parser.add_argument("--seeds", type=int, default=2, help="held-out scoring seeds per job")
     parser.add_argument("--seed-offset", type=int, default=100, help="scoring seeds start at job.seed + this")
+    parser.add_argument("--choice-seeds", type=int, default=2,
+                        help="seeds after the scoring ones that the grid chooses its own answer on (0: none)")
     parser.add_argument("--out", default=None, help="cache folder (default results/answer_quality/<name>)")
     parser.add_argument("--fresh", action="store_true", help="tune again in new storages (the grid stays cached)")
     parser.add_argument("--grid-only", action="store_true", help="run the reference grid only, no tune")
@@ -126,10 +144,12 @@ def main() -> None:
     name, jobs, out = selected_jobs(args.jobs, args.family, args.count, args.out)
     out.mkdir(parents=True, exist_ok=True)
     seeds_of = {job.fingerprint(): held_out_seeds(job, args.seeds, args.seed_offset) for job in jobs}
+    choice_of = {job.fingerprint(): held_out_seeds(job, args.choice_seeds, args.seed_offset + args.seeds)
+                 for job in jobs}
     defaults = TuneOptions()
     for job in jobs:  # the scoring seeds must be ones no tune with these options trains on
         searched = set(tune_seeds(job, defaults.repeats, defaults.confirm_top, defaults.confirm_seeds))
-        if searched & set(seeds_of[job.fingerprint()]):
+        if searched & set(seeds_of[job.fingerprint()] + choice_of[job.fingerprint()]):
             sys.exit(f"--seed-offset {args.seed_offset} scores {job.name} on seeds its tune searches on")
 
     # 1. the reference grid, per job on its held-out seeds (one seed list when every job has seed 0)
@@ -137,10 +157,15 @@ def main() -> None:
     by_seeds: dict[tuple[int, ...], list[JobSpec]] = {}
     for job in jobs:
         by_seeds.setdefault(tuple(seeds_of[job.fingerprint()]), []).append(job)
-    grids = [ReferenceGrid(group, list(seeds)) for seeds, group in by_seeds.items()]
+    by_choice: dict[tuple[int, ...], list[JobSpec]] = {}
+    for job in jobs:
+        if choice_of[job.fingerprint()]:
+            by_choice.setdefault(tuple(choice_of[job.fingerprint()]), []).append(job)
+    grids = [ReferenceGrid(group, list(seeds)) for seeds, group in [*by_seeds.items(), *by_choice.items()]]
     cached = sum(g.finished(read_cells(out)) for g in grids)
     total = sum(len(g.tasks) for g in grids)
-    print(f"reference grid: {total} runs ({len(jobs)} jobs x {args.seeds} held-out seeds), {cached} cached in "
+    print(f"reference grid: {total} runs ({len(jobs)} jobs x {args.seeds} held-out + {args.choice_seeds} choice "
+          f"seeds), {cached} cached in "
           f"{out / 'cells.jsonl'}", flush=True)
     for grid in grids:
         run_grid(grid, out, n_jobs=args.n_jobs)
@@ -154,9 +179,13 @@ def main() -> None:
             best = feasible_best(job, scores, cached_full_budget_final(job, seeds, cells, out), args.tolerance)
             fixed = {label: score(job, p, cells, seeds).time / best.time
                      for label, p in fixed_policies(job.cluster.n_workers).items()}
+            choice = grid_choice(job, cells, choice_of[job.fingerprint()], out, args.tolerance)
+            chose = "" if choice is None else (f"; chosen on seeds {choice_of[job.fingerprint()]} "
+                                                f"{label_of(choice.policy)} "
+                                                f"{score(job, choice.policy, cells, seeds).time / best.time:.2f}x")
             print(f"{job.name} (n={job.cluster.n_workers}): grid best {label_of(best.policy)} {best.time:.1f} s "
                   f"(fastest on time alone {label_of(scores[0].policy)} {scores[0].time:.1f} s); "
-                  + ", ".join(f"{label} {ratio:.2f}x" for label, ratio in fixed.items()), flush=True)
+                  + ", ".join(f"{label} {ratio:.2f}x" for label, ratio in fixed.items()) + chose, flush=True)
         return
 
     # 2. the tunes, as a user runs them (cached: their records in tunes.json, their studies beside it)
@@ -192,6 +221,7 @@ def main() -> None:
                        tolerance=args.tolerance)
         fixed = {label: score(job, p, cells, seeds_of[fp]).time / judged.best.time
                  for label, p in fixed_policies(job.cluster.n_workers).items()}
+        choice = grid_choice(job, cells, choice_of[fp], out, args.tolerance)
         rows.append({"job": job.name, "n": job.cluster.n_workers, "answer": label_of(judged.answer.policy),
                      "answer_time": judged.answer.time, "missed": judged.answer.missed,
                      "best": label_of(judged.best.policy), "best_time": judged.best.time, "ratio": judged.ratio,
@@ -199,24 +229,33 @@ def main() -> None:
                      "keeps": judged.answer_keeps,
                      "cost": record.get("search_cost_bsp_trainings"), "wall": record.get("wall_seconds"),
                      "fixed": fixed, "grid_size": len(reference_policies(job.cluster.n_workers)),
+                     "choice": None if choice is None else label_of(choice.policy),
+                     "choice_ratio": None if choice is None else score(job, choice.policy, cells, seeds_of[fp]).time
+                     / judged.best.time,
                      "best_family": {f: label_of(s.policy) for f, s in judged.families.items()}})
         r = rows[-1]
         print(f"{r['job']} (n={r['n']}): answer {r['answer']} {r['answer_time']:.1f} s held out"
               f"{' (missed seeds ' + str(r['missed']) + ')' if r['missed'] else ''}"
               f"{'' if r['keeps'] else ' (ends short of BSP final metric held out)'}; grid best {r['best']} "
               f"{r['best_time']:.1f} s (on time alone {r['fastest']} {r['fastest_time']:.1f} s); ratio "
-              f"{r['ratio']:.2f}; cost {_num(r['cost'])} BSP trainings; "
+              f"{r['ratio']:.2f}; the grid's own choice {r['choice']} {_num(r['choice_ratio'])}; "
+              f"cost {_num(r['cost'])} BSP trainings; "
               f"tune wall {_num(r['wall'], '{:.0f}')} s", flush=True)
     ratios = [r["ratio"] for r in rows]
     misses = sum(len(r["missed"]) for r in rows)
     costs = [r["cost"] for r in rows if r["cost"] is not None]
+    chosen = [r["choice_ratio"] for r in rows if r["choice_ratio"] is not None]
     summary = {"median_ratio": statistics.median(ratios), "worst_ratio": max(ratios), "missed_seeds": misses,
+               "choice": (statistics.median(chosen), max(chosen)) if chosen else None,
                "median_cost": statistics.median(costs) if costs else None,
                "fixed": {label: (statistics.median(r["fixed"][label] for r in rows),
                                  max(r["fixed"][label] for r in rows)) for label in rows[0]["fixed"]}}
     print(f"{args.space} tune over {len(rows)} jobs: ratio to the grid's best median {summary['median_ratio']:.2f}, "
           f"worst {summary['worst_ratio']:.2f}; {misses} missed held-out seeds; median cost "
           f"{_num(summary['median_cost'])} BSP trainings")
+    if summary["choice"]:
+        print(f"the grid's own choice on {args.choice_seeds} other seeds: ratio median {summary['choice'][0]:.2f}, "
+              f"worst {summary['choice'][1]:.2f}")
     for label, (median, worst) in summary["fixed"].items():
         print(f"fixed {label}: ratio median {median:.2f}, worst {worst:.2f}")
     shown = [a for i, a in enumerate(sys.argv[1:]) if a != "--json" and not a.startswith("--json=")
@@ -231,6 +270,9 @@ def main() -> None:
                 "the broad reference grid's best", summary["median_ratio"], "<= 1.05", summary["median_ratio"] <= 1.05)
     figures.add(f"{label}: answer's time, worst", summary["worst_ratio"], "x the grid's best",
                 "the broad reference grid's best", summary["worst_ratio"], "<= 1.3", summary["worst_ratio"] <= 1.3)
+    if summary["choice"]:
+        figures.add(f"{label}: the grid's own choice on {args.choice_seeds} other seeds, median",
+                    summary["choice"][0], "x the grid's best", "the broad reference grid's best", summary["choice"][0])
     figures.add(f"{label}: missed held-out seeds", misses, "runs", None, None, "0", misses == 0)
     if costs:
         figures.add(f"{label}: search cost, median", summary["median_cost"], "BSP trainings", None, None, "<= 4",
@@ -253,19 +295,26 @@ def write_markdown(path: Path, command: str, rows: list[dict[str, Any]], summary
              "grid's fastest policy whose final metric at full budget stays within "
              f"{args.tolerance} of BSP's on those seeds (the tune's rule); on time alone: the fastest whatever "
              "its final metric. Ratio: the answer's mean time over the grid best's. Keeps: whether the answer's "
-             "own final metric keeps that rule on the held-out seeds. Cost: the tune's search cost in BSP "
-             f"trainings. Grid runs cached in `{out.relative_to(REPO) if out.is_relative_to(REPO) else out}`.", "",
+             "own final metric keeps that rule on the held-out seeds. Grid's choice: the policy the grid itself "
+             f"answers with on {args.choice_seeds} other seeds (job.seed + {args.seed_offset + args.seeds} ..), "
+             "scored like the answer: the ratio of a choice made on other seeds by the whole grid (the grid best "
+             "is the least of a few hundred noisy means on the seeds it is scored on). Cost: the tune's search "
+             f"cost in BSP trainings. Grid runs cached in `{out.relative_to(REPO) if out.is_relative_to(REPO) else out}`.",
+             "",
              "| job | n | grid | answer | held-out time | missed | keeps | grid best | its time | ratio | "
-             "on time alone | its time | cost | tune wall (s) | " + " | ".join(fixed) + " |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" + "---|" * len(fixed)]
+             "grid's choice | its ratio | on time alone | its time | cost | tune wall (s) | " + " | ".join(fixed) + " |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" + "---|" * len(fixed)]
     for r in rows:
         lines.append(f"| {r['job']} | {r['n']} | {r['grid_size']} | `{r['answer']}` | {r['answer_time']:.1f} | "
                      f"{len(r['missed'])} | {'yes' if r['keeps'] else 'no'} | `{r['best']}` | {r['best_time']:.1f} | "
-                     f"{r['ratio']:.2f} | `{r['fastest']}` | {r['fastest_time']:.1f} | "
+                     f"{r['ratio']:.2f} | {'-' if r['choice'] is None else '`' + r['choice'] + '`'} | "
+                     f"{_num(r['choice_ratio'])} | `{r['fastest']}` | {r['fastest_time']:.1f} | "
                      f"{_num(r['cost'])} | {_num(r['wall'], '{:.0f}')} | " + " | ".join(f"{r['fixed'][f]:.2f}" for f in fixed) + " |")
     lines += ["", f"Median ratio {summary['median_ratio']:.2f} (goal <= 1.05), worst {summary['worst_ratio']:.2f} "
               f"(goal <= 1.3), {summary['missed_seeds']} missed held-out seeds (goal 0), median cost "
-              f"{_num(summary['median_cost'])} BSP trainings (goal <= 4).", "",
+              f"{_num(summary['median_cost'])} BSP trainings (goal <= 4)."
+              + ("" if not summary["choice"] else f" The grid's own choice on other seeds: median ratio "
+                 f"{summary['choice'][0]:.2f}, worst {summary['choice'][1]:.2f}."), "",
               "| fixed policy (no tune) | median ratio | worst ratio |", "|---|---|---|"]
     lines += [f"| `{label}` | {m:.2f} | {w:.2f} |" for label, (m, w) in summary["fixed"].items()]
     path.write_text("\n".join(lines) + "\n")
