@@ -57,8 +57,8 @@ class TuneOptions(ExecutionOptions):
                                         "search on; a candidate that misses there loses, and the answer is the best "
                                         "mean over all the seeds (default: 2, 0 with --sampler binary or ladder or "
                                         "--objective time,metric; 0: off).", ge=0)
-    confirm_seeds: int = option(1, "Seeds added by --confirm-top (more, up to 3, where the leaders are closer than "
-                                "the spread between seeds).", ge=1)
+    confirm_seeds: int = option(1, "Seeds added by --confirm-top (leaders closer than the spread between seeds are "
+                                "reported tied).", ge=1)
     transfer: bool = option(True, "A new study starts from the winners of the nearest tuned jobs in the storage "
                             "with this job's workload and target (--no-transfer: from nothing).")
     neighbour_prior: bool = option(False, "With the transfer, TPE also reads the tuned neighbours' trials as its prior, "

@@ -14,10 +14,14 @@ slowest policy there is, and a run that misses the target trains the whole budge
 
 - A candidate that misses the target on a new seed loses, however fast it was on the search's seed.
 - Candidates whose mean times are closer than the spread between seeds (the larger standard deviation of
-  the two leaders' per-seed times) are told apart on one more seed each, up to `MAX_EXTRA_SEEDS` new seeds;
-  those still closer than that are reported as tied (the faster mean answers). Candidates within
-  `INDIFFERENT` of the faster mean are reported as tied at once: telling them apart would buy at most that
-  much (on a job of the tiers family two static k settings 1% apart over two seeds took two more each).
+  the two candidates' per-seed times) or than `INDIFFERENT` of the faster mean are reported as tied; the
+  faster mean answers.
+  No more seeds are run to tell them apart (`--confirm-seeds S` gives every candidate S new seeds): at
+  the spreads seen, a 5% gap takes about 2 (1.64 sigma / 5%)^2, some 18 seeds each, to resolve (the
+  indifference-zone count of Bechhofer's ranking and selection), and the extra seeds run before (up to 3
+  new ones for leaders closer than their spread) chased noise: on 13 confirmations of the development
+  families that ran them, they changed 3 answers, and on the held-out seeds one change was within 1% and
+  two were slower (by 23% on mosaic-000, 33% on steady-003), at 0.5-1.1 BSP trainings a tune.
 - The answer is the candidate of the best mean over all its seeds; the speedup is BSP's reference time
   over that mean. Where no candidate reached the target on every seed, BSP answers (`fell_back_to_bsp`).
 
@@ -46,8 +50,7 @@ if TYPE_CHECKING:
 
     from autosync.engine.backends import BackendChoice
 
-MAX_EXTRA_SEEDS = 3  # new seeds at most, where the leaders stay closer than the spread between seeds
-INDIFFERENT = 0.05  # candidates closer than this share of the faster mean are tied without more seeds
+INDIFFERENT = 0.05  # candidates closer than this share of the faster mean are tied whatever their spread
 DEFAULT_TOP = 2  # candidates `autosync tune` confirms unless told (`confirm_top_for`)
 
 
@@ -90,7 +93,7 @@ class Confirmation:
     fell_back_to_bsp: bool = False  # no candidate reached the target on every seed: BSP answers
     search_best: dict[str, Any] | None = None  # the search's own answer (its best on the search's seeds)
     tied: list[dict[str, Any]] = field(default_factory=list)  # policies closer to the winner than the spread
-    spread: float | None = None  # the spread the leaders were told apart against (s)
+    spread: float | None = None  # the winner's spread between seeds, or the largest of the tied rows' (s)
 
 
     def to_dict(self) -> dict[str, Any]:
@@ -195,9 +198,9 @@ def confirm(job: JobSpec, top: int, plan: list[Candidate], reference: dict[str, 
             backend: "BackendChoice | None" = None,
             on_run: Callable[[int, int], None] | None = None,
             keeps_constraint: Callable[[dict[str, Any]], bool] | None = None) -> Confirmation:
-    """Train every candidate (BSP keeps its reference run) to the target on the `extra_seeds` seeds after the search's `repeats`
-    (where a candidate has no score on the search's seeds, on those too), and more seeds while the leaders
-    are closer than their spread (`MAX_EXTRA_SEEDS` at most). `on_run(done, total)` follows the runs.
+    """Train every candidate (BSP keeps its reference run) to the target on the `extra_seeds` seeds after the
+    search's `repeats` (where a candidate has no score on the search's seeds, on those too); leaders closer
+    than their spread are reported tied (`Confirmation.tied`). `on_run(done, total)` follows the runs.
     A winner whose final metric was not checked yet (it stopped at the target in the search) answers only
     once `keeps_constraint(policy)` says it keeps the final-metric constraint; else the next one is taken.
     `tolerance` is kept for the callers: the final metric is checked on the search's seeds."""
@@ -207,37 +210,24 @@ def confirm(job: JobSpec, top: int, plan: list[Candidate], reference: dict[str, 
         plan = [*plan, Candidate(BSP, REFERENCE, reference["time_to_target"], reference["final_metric"])]
     result = Confirmation(top, list(search_seeds), search_best=plan[0].policy if plan else None)
     times: dict[int, list[dict[str, Any]]] = {i: [] for i in range(len(plan))}  # each candidate's new runs
-    progress = {"done": 0, "total": 0}
-
-    def run_on(indices: list[int], seeds: list[int], race: bool = False) -> None:
-        progress["total"] += sum(len(seeds) + (len(search_seeds) if plan[i].search_time is None and not times[i]
-                                               else 0) for i in indices)
-        for i in indices:
-            c = plan[i]
-            todo = (search_seeds if c.search_time is None and not times[i] else []) + seeds
-            for seed in todo:
-                raced = race and _key(canonical_on(c.policy, job)) != bsp_key  # BSP, the reference, is not raced
-                bound = _bound(c, times[i], len(search_seeds), times, plan) if raced else None
-                times[i].append(_run(job, c.policy, seed, penalty, runs, backend, result, bound))
-                progress["done"] += 1
-                if on_run is not None:
-                    on_run(progress["done"], progress["total"])
-                if times[i][-1].get("behind"):  # it cannot beat the leader's mean any more
-                    progress["total"] -= len(todo) - len(times[i])
-                    break
-
     new_seeds = [job.seed + repeats + i for i in range(extra_seeds)]
-    candidates_run = [i for i, c in enumerate(plan) if c.source != REFERENCE]
-    run_on(candidates_run, new_seeds, race=True)  # the search's best first: the others race its mean
     result.seeds += new_seeds
-    while True:
-        rows = [_row(c, times[i], len(search_seeds)) for i, c in enumerate(plan)]
-        close = _closer_than_spread(rows)
-        if not close or len(result.seeds) - len(search_seeds) >= max(extra_seeds, MAX_EXTRA_SEEDS):
-            break
-        seed = job.seed + repeats + len(result.seeds) - len(search_seeds)
-        run_on(close, [seed])
-        result.seeds.append(seed)
+    todo = {i: (search_seeds if c.search_time is None else []) + new_seeds
+            for i, c in enumerate(plan) if c.source != REFERENCE}  # BSP keeps its reference run
+    done, total = 0, sum(len(seeds) for seeds in todo.values())
+    for i, seeds in todo.items():  # the search's best first: the others race its mean
+        c = plan[i]
+        for seed in seeds:
+            raced = _key(canonical_on(c.policy, job)) != bsp_key  # BSP, as a candidate, is the speedup's reference
+            bound = _bound(c, times[i], len(search_seeds), times, plan) if raced else None
+            times[i].append(_run(job, c.policy, seed, penalty, runs, backend, result, bound))
+            behind = bool(times[i][-1].get("behind"))  # it cannot beat the leader's mean any more
+            done, total = done + 1, total - (len(seeds) - len(times[i]) if behind else 0)
+            if on_run is not None:
+                on_run(done, total)
+            if behind:
+                break
+    rows = [_row(c, times[i], len(search_seeds)) for i, c in enumerate(plan)]
     result.rows = rows
     for i, row in enumerate(rows):
         if _key(canonical_on(plan[i].policy, job)) == bsp_key:
@@ -258,8 +248,9 @@ def confirm(job: JobSpec, top: int, plan: list[Candidate], reference: dict[str, 
     if contenders:
         best = contenders[0]
         result.winner, result.winner_time, result.winner_final = best["policy"], best["time_to_target"], best["final_metric"]
-        result.spread = _spread(best)
-        result.tied = _tied(contenders, best, result.spread)
+        tied = _tied(contenders, best)
+        result.tied = [r["policy"] for r in tied]
+        result.spread = max((_spread(r) or 0.0 for r in [best, *tied]), default=0.0) if tied else _spread(best)
     return result
 
 
@@ -319,25 +310,13 @@ def _spread(row: dict[str, Any]) -> float | None:
     return statistics.stdev(times) if len(times) >= 2 else None
 
 
-def _tied(contenders: list[dict[str, Any]], best: dict[str, Any], spread: float | None) -> list[dict[str, Any]]:
-    """The policies of `contenders` other than `best` closer to its mean than its `spread` between seeds, or
-    than `INDIFFERENT` of its mean."""
-    margin = max(spread or 0.0, INDIFFERENT * best["time_to_target"])
-    return [r["policy"] for r in contenders if r is not best and r["time_to_target"] - best["time_to_target"] < margin]
+def _tied(contenders: list[dict[str, Any]], best: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rows of `contenders` other than `best` whose mean is closer to its mean than the spread between
+    seeds (the larger of the two rows' standard deviations), or than `INDIFFERENT` of its mean."""
+    def margin(r: dict[str, Any]) -> float:
+        return max(_spread(best) or 0.0, _spread(r) or 0.0, INDIFFERENT * best["time_to_target"])
 
-
-def _closer_than_spread(rows: list[dict[str, Any]]) -> list[int]:
-    """The indices of the feasible candidates whose mean is within the spread of the fastest one's but not
-    within `INDIFFERENT` of it (the fastest included), where there are two or more; else none: the ones
-    more seeds could tell apart."""
-    feasible = [(i, r) for i, r in enumerate(rows) if r["feasible"] and r["source"] != REFERENCE]
-    if len(feasible) < 2:
-        return []
-    i_best, best = min(feasible, key=lambda p: p[1]["time_to_target"])
-    close = [i for i, r in feasible if i != i_best
-             and INDIFFERENT * best["time_to_target"] <= r["time_to_target"] - best["time_to_target"]
-             < max(_spread(best) or 0.0, _spread(r) or 0.0)]
-    return [i_best, *close] if close else []
+    return [r for r in contenders if r is not best and r["time_to_target"] - best["time_to_target"] < margin(r)]
 
 
 def _row(c: Candidate, runs: list[dict[str, Any]], search_runs: int) -> dict[str, Any]:
