@@ -145,7 +145,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     seeds_of = {job.fingerprint(): held_out_seeds(job, args.seeds, args.seed_offset) for job in jobs}
     choice_of = {job.fingerprint(): held_out_seeds(job, args.choice_seeds, args.seed_offset + args.seeds)
-                 for job in jobs}
+                 if args.choice_seeds else [] for job in jobs}
     defaults = TuneOptions()
     for job in jobs:  # the scoring seeds must be ones no tune with these options trains on
         searched = set(tune_seeds(job, defaults.repeats, defaults.confirm_top, defaults.confirm_seeds))
