@@ -74,8 +74,35 @@ class WorkerRounds:
         return times, sizes  # type: ignore[return-value]
 
 
-def proportional_split(weights: Sequence[float], total: int) -> list[int]:
-    """Integers proportional to `weights`, each >= 1, summing to `total` (largest remainder; Alg. 1 line 6)."""
+def proportional_split(weights: Sequence[float], total: int, caps: Sequence[int | None] | None = None) -> list[int]:
+    """Integers proportional to `weights`, each >= 1, summing to `total` (largest remainder; Alg. 1 line 6);
+    with `caps`, none above its worker's cap (None: no cap): a worker whose share passes its cap gets the
+    cap, and the rest is split again among the others (water-filling), so a fast worker's memory bounds its
+    batch as Algorithm 2's threshold does. Where the caps hold less than `total`, each worker gets its cap."""
+    if caps is not None and any(cap is not None for cap in caps):
+        return _capped_split(list(weights), total, list(caps))
+    return _split(weights, total)
+
+
+def _capped_split(weights: list[float], total: int, caps: list[int | None]) -> list[int]:
+    """`proportional_split` under `caps`: the workers over their cap are pinned to it, one round at a time."""
+    sizes: list[int | None] = [None] * len(weights)
+    free, left = list(range(len(weights))), total
+    while free:
+        split = _split([weights[w] for w in free], left) if left >= len(free) else [1] * len(free)
+        over = [w for w, size in zip(free, split) if caps[w] is not None and size > caps[w]]
+        if not over:
+            for w, size in zip(free, split):
+                sizes[w] = size
+            break
+        for w in over:
+            sizes[w], left = caps[w], left - caps[w]
+            free.remove(w)
+    return [int(size) for size in sizes]
+
+
+def _split(weights: Sequence[float], total: int) -> list[int]:
+    """Integers proportional to `weights`, each >= 1, summing to `total` (largest remainder)."""
     n = len(weights)
     w = np.maximum(np.asarray(weights, dtype=float), 0.0)
     w = np.full(n, 1.0 / n) if w.sum() <= 0 or not np.isfinite(w).all() else w / w.sum()
@@ -231,7 +258,7 @@ class ProportionalBalancer(Batching):
         self._resources_before = (cpu, memory)
         chosen = self.predictions[self.predictor]
         if chosen is not None:
-            self.sizes = proportional_split(chosen, self.total)  # Alg. 1 lines 3-6
+            self.sizes = proportional_split(chosen, self.total, server.memory_caps)  # Alg. 1 lines 3-6
 
     def rmse(self) -> dict[str, float | None]:
         """Root-mean-square prediction error of each predictor after the warm-up (samples per second)."""

@@ -47,6 +47,27 @@ def test_proportional_split_keeps_the_total_and_gives_everyone_a_sample(weights,
         assert sizes == sorted(sizes, reverse=True)
 
 
+@pytest.mark.parametrize("weights,total,caps", [([8, 4, 2, 1], 256, [70, None, None, None]),
+                                                 ([8, 4, 2, 1], 256, [70, 70, 70, 70]),
+                                                 ([100, 1, 1], 30, [12, 12, 12]), ([1, 1], 10, [None, None])])
+def test_a_capped_split_keeps_the_total_and_no_worker_over_its_cap(weights, total, caps):
+    sizes = proportional_split(weights, total, caps)
+    assert sum(sizes) == total and min(sizes) >= 1
+    assert all(cap is None or size <= cap for size, cap in zip(sizes, caps))
+    if caps == [70, None, None, None]:  # the fastest at its cap, the rest shared 4 : 2 : 1
+        assert sizes[0] == 70 and sizes[1:] == proportional_split([4, 2, 1], 256 - 70)
+
+
+def test_the_cpu_balancer_keeps_each_batch_under_its_memory_cap():
+    """Algorithm 1 splits n * B by predicted speed; a worker 8x faster than the slowest would take about half
+    of it, past its memory: it stops at its cap and the others share the rest (the simulator raises on a
+    batch over a cap)."""
+    cluster = {**GPU_CLUSTER, "cluster__compute": {**GPU_CLUSTER["cluster__compute"], "memory_cap_batch": 80}}
+    lb = simulate(small_job(budget={"max_updates": 40}, **cluster), LBBSP(mode="cpu", predictor="last"))
+    sizes = lb.trace.column("updates", "batch_sizes")
+    assert max(max(b) for b in sizes) <= 80 and {sum(b) for b in sizes} == {4 * 64}
+
+
 @pytest.mark.slow
 def test_gpu_balancer_reaches_an_equilibrium_much_faster_than_bsp():
     """Fig. 6 / Table 3: speeds 8:4:2:1 (V100 : M60 : K80 : K520), total batch n * B unchanged."""
