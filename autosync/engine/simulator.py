@@ -23,6 +23,7 @@ from autosync.engine.clock import Clock, VirtualClock
 from autosync.engine.drivers import Driver, FusingDriver, InProcessDriver
 from autosync.engine.local import run_local_steps
 from autosync.engine.server import Server, Start, Update
+from autosync.engine.threads import on_simulation_threads
 from autosync.engine.trace import Trace
 from autosync.core.job import JobSpec
 from autosync.engine.metrics import run_metrics
@@ -102,13 +103,15 @@ class Simulator:
 
     # ------------------------------------------------------------------ public
     def run(self) -> RunResult:
-        """Simulate until the budget is spent (or the target is met, or the loss diverges)."""
+        """Simulate until the budget is spent (or the target is met, or the loss diverges), on one torch
+        thread (`autosync.engine.threads`)."""
         keep_freed_memory()  # a large model's tensors, new at every update, reuse mapped pages
-        self._start_wall = wallclock.perf_counter()
-        self._started = True
-        self._launch(self.server.start())
-        status = "target_reached" if self._evaluate_due() and self.job.budget.stop_at_target else "completed"
-        return self._run_on(status)
+        with on_simulation_threads():
+            self._start_wall = wallclock.perf_counter()
+            self._started = True
+            self._launch(self.server.start())
+            status = "target_reached" if self._evaluate_due() and self.job.budget.stop_at_target else "completed"
+            return self._run_on(status)
 
     def snapshot(self) -> bytes:
         """The run's whole state where it stands (parameters, optimizer and strategy state, the server's and
@@ -165,13 +168,14 @@ class Simulator:
         target was met, a search's pruning bound and curve) then reads as in a run that never stopped. Those
         evaluations are marked `forked` (the virtual time up to the last of them was not trained again)."""
         keep_freed_memory()
-        self._start_wall = wallclock.perf_counter() - (self.trace.updates[-1][2] if self.trace.updates else 0.0)
-        if self.progress is not None:
-            for updates, now, epoch, train_loss, test_loss, accuracy in self.trace.evals:
-                named = {"train_loss": train_loss, "test_loss": test_loss, "test_accuracy": accuracy}
-                self.progress({"time": now, "updates": updates, "epoch": epoch, "forked": True,
-                               **{k: v for k, v in named.items() if v is not None}})
-        return self._run_on("completed")
+        with on_simulation_threads():
+            self._start_wall = wallclock.perf_counter() - (self.trace.updates[-1][2] if self.trace.updates else 0.0)
+            if self.progress is not None:
+                for updates, now, epoch, train_loss, test_loss, accuracy in self.trace.evals:
+                    named = {"train_loss": train_loss, "test_loss": test_loss, "test_accuracy": accuracy}
+                    self.progress({"time": now, "updates": updates, "epoch": epoch, "forked": True,
+                                   **{k: v for k, v in named.items() if v is not None}})
+            return self._run_on("completed")
 
     def _run_on(self, status: str) -> RunResult:
         budget = self.job.budget
