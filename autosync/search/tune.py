@@ -338,11 +338,12 @@ def places(request: TuneRequest) -> int:
 
 def _confirmed(outcome: TuneOutcome, request: TuneRequest, storage: Any, siblings: "list[optuna.Study] | None",
                on_run: Callable[[int, int], None] | None = None) -> TuneOutcome:
-    """With --confirm-top (on by default): the K best candidates, the sibling studies' winners where this space
-    holds them (`siblings`, looked up in `storage` if None), and BSP run to the target on --confirm-seeds more
-    seeds, and the cache answering with the best over all the seeds (`autosync.search.strategies.confirm`). The record's
-    confirmation stands if it had the same K, seeds and candidates (a sibling's winner may have changed
-    since) and found a winner."""
+    """With --confirm-top (on by default): the K best candidates and the sibling studies' winners where this
+    space holds them (`siblings`, looked up in `storage` if None) run to the target on --confirm-seeds more
+    seeds (BSP keeps its reference run), and the cache answering with the best over all the seeds
+    (`autosync.search.strategies.confirm`). The record's confirmation stands if it had the same K, the same
+    seeds (a confirmation that ran more seeds for some candidates only is done again, from its stored runs)
+    and candidates (a sibling's winner may have changed since) and found a winner."""
     if not request.confirm_top:
         return outcome
     from autosync.search.strategies.confirm import REFERENCE, RunStore, candidates, confirm, with_confirmation
@@ -355,8 +356,7 @@ def _confirmed(outcome: TuneOutcome, request: TuneRequest, storage: Any, sibling
     done = outcome.cache.get("confirmed")
     if isinstance(done, dict) and done.get("winner") is not None and done.get("top") == request.confirm_top \
             and isinstance(done.get("seeds"), list) \
-            and done["seeds"][:settings.repeats + request.confirm_seeds] \
-            == trial_seeds(job, settings.repeats + request.confirm_seeds) \
+            and done["seeds"] == trial_seeds(job, settings.repeats + request.confirm_seeds) \
             and [r["policy"] for r in done["rows"] if r["source"] != REFERENCE] == [c.policy for c in plan]:
         return outcome
     reference = study.user_attrs[BSP_REFERENCE]

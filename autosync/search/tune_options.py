@@ -53,8 +53,9 @@ class TuneOptions(ExecutionOptions):
     verify_top: int = option(0, "After a simulated search, re-run the K best feasible candidates and BSP "
                              "--repeats times on --backend and compare (0: off).", ge=0)
     confirm_top: Optional[int] = option(None, "After the search, run its K best candidates (and the job's other "
-                                        "studies' winners) and BSP to the target on --confirm-seeds seeds it did not "
-                                        "search on; a candidate that misses there loses, and the answer is the best "
+                                        "studies' winners) to the target on --confirm-seeds seeds it did not search "
+                                        "on (BSP keeps its reference run); a candidate that misses there loses, and "
+                                        "the answer is the best "
                                         "mean over all the seeds (default: 2, 0 with --sampler binary or ladder or "
                                         "--objective time,metric; 0: off).", ge=0)
     confirm_seeds: int = option(1, "Seeds added by --confirm-top (leaders closer than the spread between seeds are "

@@ -31,23 +31,25 @@ FAMILY_JOBS = 64  # jobs drawn from a family file: more than any grid folder hol
 
 
 def times_by_job(family: str, jobs: dict[str, "JobSpec"]) -> dict[str, dict[str, dict[int, float]]]:
-    """{job: {policy as JSON: {seed: penalised time to target}}} of the grid's runs to the target of `jobs`."""
-    from autosync.experiments.robustness import penalised_time
+    """{job: {policy as JSON: {seed: penalised time to target}}} of the grid's runs to the target of `jobs`
+    (cells of another version of a job, by its fingerprint, are left out)."""
+    from autosync.experiments.robustness import penalised_time, read_cells
 
-    cells = [json.loads(line) for line in
-             (REPO / "results" / "answer_quality" / family / "cells.jsonl").read_text().splitlines()]
+    fingerprints = {job.fingerprint(): name for name, job in jobs.items()}
     out: dict[str, dict[str, dict[int, float]]] = collections.defaultdict(lambda: collections.defaultdict(dict))
-    for cell in cells:
-        if not cell["key"].endswith("|full") and cell["job"] in jobs:
+    for key, cell in read_cells(REPO / "results" / "answer_quality" / family).items():
+        if not key.endswith("|full") and fingerprints.get(key.split("|")[0]) == cell.get("job"):
             policy = json.dumps(cell["policy"], sort_keys=True)
             out[cell["job"]][policy][cell["seed"]] = penalised_time(cell, jobs[cell["job"]])
     return out
 
 
-def one_seed_choice(times: dict[str, dict[int, float]], held_out: tuple[int, int]) -> float:
+def one_seed_choice(times: dict[str, dict[int, float]], held_out: tuple[int, int]) -> float | None:
     """The mean, over choosing on either seed, of the chosen policy's time on the other seed over that
-    seed's fastest time (1.0: the choice is the other seed's fastest too)."""
+    seed's fastest time (1.0: the choice is the other seed's fastest too); None where no policy ran on both."""
     both = {policy: by_seed for policy, by_seed in times.items() if all(s in by_seed for s in held_out)}
+    if not both:
+        return None
     ratios = []
     for chosen_on, judged_on in (held_out, held_out[::-1]):
         choice = min(both, key=lambda policy: both[policy][chosen_on])
@@ -66,8 +68,9 @@ def main() -> None:
 
     for family in args.families:
         jobs = {job.name: job for job in load_family(REPO / "baselines" / f"family_{family}.yaml").jobs(FAMILY_JOBS)}
-        ratios = {name: one_seed_choice(times, (jobs[name].seed + offsets[0], jobs[name].seed + offsets[1]))
-                  for name, times in sorted(times_by_job(family, jobs).items())}
+        found = {name: one_seed_choice(times, (jobs[name].seed + offsets[0], jobs[name].seed + offsets[1]))
+                 for name, times in sorted(times_by_job(family, jobs).items())}
+        ratios = {name: ratio for name, ratio in found.items() if ratio is not None}
         print(f"{family}: " + ", ".join(f"{job} {ratio:.2f}" for job, ratio in ratios.items()))
         print(f"{family}: median {statistics.median(ratios.values()):.2f}, worst {max(ratios.values()):.2f}")
 

@@ -217,9 +217,9 @@ def confirm(job: JobSpec, top: int, plan: list[Candidate], reference: dict[str, 
     done, total = 0, sum(len(seeds) for seeds in todo.values())
     for i, seeds in todo.items():  # the search's best first: the others race its mean
         c = plan[i]
-        for seed in seeds:
+        for j, seed in enumerate(seeds):
             raced = _key(canonical_on(c.policy, job)) != bsp_key  # BSP, as a candidate, is the speedup's reference
-            bound = _bound(c, times[i], len(search_seeds), times, plan) if raced else None
+            bound = _bound(c, times[i], len(search_seeds), times, plan, len(seeds) - j - 1) if raced else None
             times[i].append(_run(job, c.policy, seed, penalty, runs, backend, result, bound))
             behind = bool(times[i][-1].get("behind"))  # it cannot beat the leader's mean any more
             done, total = done + 1, total - (len(seeds) - len(times[i]) if behind else 0)
@@ -232,6 +232,8 @@ def confirm(job: JobSpec, top: int, plan: list[Candidate], reference: dict[str, 
     for i, row in enumerate(rows):
         if _key(canonical_on(plan[i].policy, job)) == bsp_key:
             result.bsp_time, result.bsp_final = row["time_to_target"], row["final_metric"]
+    if result.bsp_time is None:  # BSP, a candidate here, failed on a new seed: the speedup reads its reference
+        result.bsp_time, result.bsp_final = reference["time_to_target"], reference["final_metric"]
     is_bsp = [_key(canonical_on(c.policy, job)) == bsp_key for c in plan]
     bsp_rows = [r for r, bsp in zip(rows, is_bsp) if bsp and r["time_to_target"] is not None]
     contenders = [r for r in rows if r["feasible"] and r["source"] != REFERENCE]
@@ -289,17 +291,17 @@ def run_to_target(job: JobSpec, policy: dict[str, Any], seed: int, penalty: floa
 
 
 def _bound(c: Candidate, own: list[dict[str, Any]], search_runs: int, times: dict[int, list[dict[str, Any]]],
-           plan: list[Candidate]) -> float | None:
+           plan: list[Candidate], later: int = 0) -> float | None:
     """The time to target on its next seed past which `c` cannot beat the fastest mean of the candidates
-    confirmed so far that reached the target on every seed (None while there is none): successive halving's
-    rule with the leader as the bar."""
+    confirmed so far that reached the target on every seed (None while there is none), `later` seeds still
+    to run after it, however fast those are: successive halving's rule with the leader as the bar."""
     leaders = [r["time_to_target"] for i, p in enumerate(plan) if times[i] and p is not c and p.source != REFERENCE
                and (r := _row(p, times[i], search_runs))["feasible"]]
     if not leaders:
         return None
     known = ([c.search_time] * search_runs if c.search_time is not None else []) \
         + [r["time_to_target"] for r in own if "time_to_target" in r]
-    return min(leaders) * (len(known) + 1) - sum(known)
+    return min(leaders) * (len(known) + 1 + later) - sum(known)
 
 
 def _spread(row: dict[str, Any]) -> float | None:

@@ -264,3 +264,40 @@ def test_the_confirmation_ranks_a_held_leader_at_its_mean_as_the_race_did():
     study.set_user_attr(HELD, {"0": behind, "1": behind})
     plan = candidates(study, 2, JOB, scoring)
     assert [c.policy for c in plan] == [backup, ssp3] and plan[0].checked
+
+
+def test_the_race_bound_leaves_room_for_the_seeds_still_to_run():
+    """A candidate at 9 s on the search's seed, racing a leader whose mean is 10 s, with one new seed: it cannot
+    win past 11 s there; with a second new seed still to run it can (12 s then 7 s is a mean of 9.3 s), so
+    its bound on the first is 21 s, however fast the second could be."""
+    from autosync.search.strategies.confirm import Candidate, _bound
+
+    def run(t: float, seed: int) -> dict:
+        return {"time_to_target": t, "final_metric": 0.9, "reached": 1, "seed": seed}
+
+    leader, racer = Candidate({"policy": "a"}, "trial 0", 10.0, 0.9), Candidate({"policy": "b"}, "trial 1", 9.0, 0.9)
+    plan, times = [leader, racer], {0: [run(10.0, 1)], 1: []}
+    assert _bound(racer, times[1], 1, times, plan) == pytest.approx(11.0)
+    assert _bound(racer, times[1], 1, times, plan, later=1) == pytest.approx(21.0)
+
+
+def test_bsp_as_a_candidate_that_fails_on_a_new_seed_leaves_the_speedup_on_its_reference(tmp_path):
+    """BSP, among the search's best, diverges on the new seed (stored as failed) while backup answers: the
+    speedup reads BSP's reference run, not a missing mean."""
+    import optuna
+
+    from autosync.search.objective import canonical_on
+    from autosync.search.strategies.confirm import Candidate, RunStore, confirm
+
+    job = small_job()
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 's.db'}")
+    store = RunStore(study, [])
+    bsp, steady = {"policy": "bsp", "params": {}}, {"policy": "backup", "params": {"k": 3, "lr_rule": "fixed"}}
+    seed = job.seed + 1
+    store.put(RunStore.identity(canonical_on(steady, job), seed, 2.0, job),
+              {"time_to_target": 30.0, "final_metric": 0.8, "reached": 1, "runs": 1, "virtual_seconds": 10.0})
+    store.put(RunStore.identity(canonical_on(bsp, job), seed, 2.0, job), {"reason": "diverged: the loss is nan"})
+    plan = [Candidate(steady, "trial 5", 28.0, 0.8), Candidate(bsp, "trial 0", 58.0, 0.81)]
+    result = confirm(job, 2, plan, {"time_to_target": 58.0, "final_metric": 0.81}, store, 1, 1, 2.0, 0.01)
+    assert result.trained_virtual_seconds == 0.0 and result.winner == steady
+    assert result.bsp_time == 58.0 and result.bsp_final == 0.81
