@@ -234,17 +234,11 @@ def tiny_job(tmp_path: Path) -> Path:
 def per_worker_run(job: JobSpec, policy: Any, workload: Any, clock: Any = None) -> Any:
     """`policy` on the in-process per-worker kernel with one intra-op thread: what worker processes and
     torchrun ranks compute, bit for bit (`clock`: the engine's virtual clock unless given)."""
-    import torch
-
     from autosync.engine.drivers import PerWorkerDriver
     from autosync.engine.simulator import Simulator
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        return Simulator(job, policy, workload=workload, driver=PerWorkerDriver(workload, job.seed), clock=clock).run()
-    finally:
-        torch.set_num_threads(threads)
+    return Simulator(job, policy, workload=workload, driver=PerWorkerDriver(workload, job.seed), clock=clock,
+                     threads=1).run()
 
 
 BN_JOB = {"dataset": {"name": "synthetic_images", "n_samples": 64, "image_shape": [3, 8, 8]}, "model": {"name": "resnet20"},

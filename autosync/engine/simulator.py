@@ -64,8 +64,9 @@ class Simulator:
 
     def __init__(self, job: JobSpec, policy: Policy, workload: Workload | None = None,
                  progress: ProgressFn | None = None, driver: Driver | None = None, clock: Clock | None = None,
-                 target_metric_only: bool = False):
+                 target_metric_only: bool = False, threads: int | None = None):
         self.job = job
+        self.threads = threads  # torch threads while it runs (None: `autosync.engine.threads.simulation_threads`)
         self.policy = policy
         self.workload = workload if workload is not None else build_workload(job)
         self.progress = progress
@@ -106,7 +107,7 @@ class Simulator:
         """Simulate until the budget is spent (or the target is met, or the loss diverges), on one torch
         thread (`autosync.engine.threads`)."""
         keep_freed_memory()  # a large model's tensors, new at every update, reuse mapped pages
-        with on_simulation_threads():
+        with on_simulation_threads(self.threads):
             self._start_wall = wallclock.perf_counter()
             self._started = True
             self._launch(self.server.start())
@@ -168,7 +169,7 @@ class Simulator:
         target was met, a search's pruning bound and curve) then reads as in a run that never stopped. Those
         evaluations are marked `forked` (the virtual time up to the last of them was not trained again)."""
         keep_freed_memory()
-        with on_simulation_threads():
+        with on_simulation_threads(self.threads):
             self._start_wall = wallclock.perf_counter() - (self.trace.updates[-1][2] if self.trace.updates else 0.0)
             if self.progress is not None:
                 for updates, now, epoch, train_loss, test_loss, accuracy in self.trace.evals:

@@ -14,7 +14,9 @@ Two reasons, both measured with the default job's `autosync tune` on the 2-core 
   (30.8 s) and a short spin (GOMP_SPINCOUNT=10000) still took 47 s beside a busy core.
 
 The worker processes and torchrun ranks of the other backends already run one thread each. The setting
-holds while a simulation runs (`Simulator.run`, `run_on`) and the caller's own is restored after it.
+holds while a simulation runs (`Simulator.run`, `run_on`) and the caller's own is restored after it; a
+simulation that must compute what the worker processes do, bit for bit (`autosync rerun`), asks for their
+one thread whatever the variable says (`Simulator(threads=1)`).
 """
 
 from __future__ import annotations
@@ -41,11 +43,12 @@ def simulation_threads() -> int:
 
 
 @contextmanager
-def on_simulation_threads() -> Iterator[None]:
-    """Run the block on `simulation_threads()` torch threads, then give the caller its own count back."""
+def on_simulation_threads(threads: int | None = None) -> Iterator[None]:
+    """Run the block on `threads` torch threads (None: `simulation_threads()`), then give the caller its own
+    count back."""
     import torch
 
-    wanted, before = simulation_threads(), torch.get_num_threads()
+    wanted, before = threads or simulation_threads(), torch.get_num_threads()
     if wanted != before:
         torch.set_num_threads(wanted)
     try:

@@ -37,15 +37,12 @@ def policy_specs(policies: Iterable[str | dict[str, Any]], n_workers: int) -> li
     return [p if isinstance(p, dict) else parse_policy_spec(p, n_workers) for p in (policies or DEFAULT_POLICIES)]
 
 
-def run_one(job: JobSpec, policy: dict[str, Any], seed: int, threads: int | None) -> dict[str, Any]:
-    """One run in a worker process; returns its summary and the curves the plots need."""
-    import torch
-
+def run_one(job: JobSpec, policy: dict[str, Any], seed: int) -> dict[str, Any]:
+    """One run in a worker process (on the simulator's one torch thread: `autosync.engine.threads`); returns
+    its summary and the curves the plots need."""
     from autosync.catalog import policy_from_dict
     from autosync.engine import simulate
 
-    if threads:
-        torch.set_num_threads(threads)
     result = simulate(job.model_copy(update={"seed": seed}), policy_from_dict(policy))
     trace = result.trace
     return {
@@ -63,9 +60,8 @@ def run_grid(job: JobSpec, policies: list[dict[str, Any]], seeds: list[int], n_j
 
     entries = [Entry(label_of(p), p) for p in policies]
     tasks = [(i, s) for i in range(len(policies)) for s in seeds]
-    threads = 1 if n_jobs != 1 else None  # one thread per process: the processes already fill the cores
     outputs: Iterator[dict[str, Any]] = Parallel(n_jobs=n_jobs, return_as="generator")(
-        delayed(run_one)(job, policies[i], s, threads) for i, s in tasks)
+        delayed(run_one)(job, policies[i], s) for i, s in tasks)
     for (i, _), out in zip(tasks, outputs):
         entries[i].runs.append(out)
         if on_done is not None:

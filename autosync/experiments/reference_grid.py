@@ -313,11 +313,8 @@ def full_cell_key(fingerprint: str, policy: dict[str, Any], seed: int) -> str:
 def run_full_cell(job: JobSpec, policy: dict[str, Any], seed: int) -> dict[str, Any]:
     """One run of `policy` to the end of the budget on `seed`, as a tune's full-budget check trains it
     (`autosync.search.objective.evaluate`): its final target metric (None where the run failed or diverged)."""
-    import torch
-
     from autosync.search.objective import RunFailed, evaluate
 
-    torch.set_num_threads(1)
     record = {"key": full_cell_key(job.fingerprint(), policy, seed), "job": job.name, "policy": policy, "seed": seed}
     try:
         run = evaluate(job, policy, [seed])

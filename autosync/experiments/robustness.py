@@ -94,12 +94,9 @@ def cell_key(fingerprint: str, policy: dict[str, Any], seed: int) -> str:
 def run_cell(job: JobSpec, policy: dict[str, Any], seed: int) -> dict[str, Any]:
     """One run, stopped at the target; an exception is recorded (as a missed target) rather than raised,
     so one failing cell does not end a grid of hundreds."""
-    import torch
-
     from autosync.catalog import policy_from_dict
     from autosync.engine import simulate
 
-    torch.set_num_threads(1)  # the grid's processes already fill the cores
     run_job = job.model_copy(update={"seed": seed, "budget": job.budget.model_copy(update={"stop_at_target": True})})
     record: dict[str, Any] = {"key": cell_key(job.fingerprint(), policy, seed), "job": job.name,
                               "policy": policy, "seed": seed}

@@ -96,14 +96,10 @@ def rerun(logged: LoggedRun, device: str = "cpu", progress: ProgressFn | None = 
 
     job = logged.job
     workload = build_workload(job, device=device)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the worker processes' setting: the same kernel gives the same bits
-    try:
-        result = Simulator(job, logged.policy, workload=workload, progress=progress,
-                           driver=PerWorkerDriver(workload, job.seed),
-                           clock=LoggedClock(logged.arrivals, source=str(logged.directory / "trace.json"))).run()
-    finally:
-        torch.set_num_threads(threads)
+    result = Simulator(job, logged.policy, workload=workload, progress=progress,
+                       driver=PerWorkerDriver(workload, job.seed),
+                       clock=LoggedClock(logged.arrivals, source=str(logged.directory / "trace.json")),
+                       threads=1).run()  # the worker processes' setting: the same kernel gives the same bits
     final = result.final_params.detach().cpu()
     if final.shape != logged.final_params.shape:
         raise UserError(f"{logged.directory / PARAMS_FILE}: holds {logged.final_params.numel()} parameters, but the "

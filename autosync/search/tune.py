@@ -704,9 +704,7 @@ def _helper(request: TuneRequest, name: str, budget: int, deadline_in: float | N
     """A second process working on the same study (`--n-jobs`), with the parent's Optuna log level and
     warning filters (whatever the caller chose; the library changes neither)."""
     import optuna
-    import torch
 
-    torch.set_num_threads(1)
     optuna.logging.set_verbosity(verbosity)
     warnings.filters[:] = warning_filters
     deadline = time.monotonic() + deadline_in if deadline_in is not None else None
@@ -722,9 +720,7 @@ def _start_helpers(request: TuneRequest, name: str, budget: int, deadline: float
     if request.storage.startswith("sqlite:///:memory:") or request.storage == "sqlite://":
         raise UserError("--n-jobs > 1 needs a storage file or server that processes share, not an in-memory one")
     import optuna
-    import torch
 
-    torch.set_num_threads(1)
     ctx = mp.get_context("spawn")
     remaining = deadline - time.monotonic() if deadline is not None else None
     verbosity, filters = optuna.logging.get_verbosity(), list(warnings.filters)

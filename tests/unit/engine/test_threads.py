@@ -51,3 +51,12 @@ def test_autosync_torch_threads_sets_another_count_and_a_bad_one_is_a_clear_erro
         with pytest.raises(UserError, match=f"AUTOSYNC_TORCH_THREADS must be an integer >= 1, but got '{bad}'"):
             simulate(job, BSP())
     assert torch.get_num_threads() == 2
+
+
+def test_a_simulation_that_asks_for_its_threads_gets_them_whatever_the_variable(two_threads, monkeypatch):
+    """`autosync rerun` computes what the worker processes did, on their one thread, bit for bit."""
+    monkeypatch.setenv("AUTOSYNC_TORCH_THREADS", "2")
+    seen: set[int] = set()
+    Simulator(small_job(budget={"max_updates": 20}), BSP(), progress=lambda _: seen.add(torch.get_num_threads()),
+              threads=1).run()
+    assert seen == {1} and torch.get_num_threads() == 2
