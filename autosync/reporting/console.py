@@ -172,9 +172,10 @@ def ruled_by_family_line(ruled: list[dict[str, Any]], metric: str) -> str:
     """The candidates faster than the answer left out because a check of their stale family broke the rule
     (`autosync.search.strategies.check_families`): an inference from a relative, not their own run."""
     one = len(ruled) == 1
+    families = ", ".join(dict.fromkeys(str(row.get("family")) for row in ruled))  # each once, fastest first
     return (f"not sure: {count(len(ruled), 'faster candidate')}, fastest {_fastest(ruled)}, "
             f"{'was' if one else 'were'} not checked {'itself' if one else 'themselves'}: a policy of "
-            f"{'its' if one else 'their'} family ({ruled[0].get('family')}) ended short of BSP's final {metric} at "
+            f"{'its' if one else 'their'} family ({families}) ended short of BSP's final {metric} at "
             f"full budget, so {'it was' if one else 'they were'} ruled out with it.")
 
 

@@ -206,8 +206,10 @@ def confirm(job: JobSpec, top: int, plan: list[Candidate], reference: dict[str, 
     `tolerance` is kept for the callers: the final metric is checked on the search's seeds."""
     search_seeds = trial_seeds(job, repeats)
     bsp_key = _key(canonical_on(BSP, job))
-    if all(_key(canonical_on(c.policy, job)) != bsp_key for c in plan):  # BSP: the speedup's reference
-        plan = [*plan, Candidate(BSP, REFERENCE, reference["time_to_target"], reference["final_metric"])]
+    is_bsp = [_key(canonical_on(c.policy, job)) == bsp_key for c in plan]
+    if not any(is_bsp):  # BSP: the speedup's reference
+        plan, is_bsp = [*plan, Candidate(BSP, REFERENCE, reference["time_to_target"], reference["final_metric"])], \
+            [*is_bsp, True]
     result = Confirmation(top, list(search_seeds), search_best=plan[0].policy if plan else None)
     times: dict[int, list[dict[str, Any]]] = {i: [] for i in range(len(plan))}  # each candidate's new runs
     new_seeds = [job.seed + repeats + i for i in range(extra_seeds)]
@@ -218,8 +220,7 @@ def confirm(job: JobSpec, top: int, plan: list[Candidate], reference: dict[str, 
     for i, seeds in todo.items():  # the search's best first: the others race its mean
         c = plan[i]
         for j, seed in enumerate(seeds):
-            raced = _key(canonical_on(c.policy, job)) != bsp_key  # BSP, as a candidate, is the speedup's reference
-            bound = _bound(c, times[i], len(search_seeds), times, plan, len(seeds) - j - 1) if raced else None
+            bound = None if is_bsp[i] else _bound(c, times[i], len(search_seeds), times, plan, len(seeds) - j - 1)
             times[i].append(_run(job, c.policy, seed, penalty, runs, backend, result, bound))
             behind = bool(times[i][-1].get("behind"))  # it cannot beat the leader's mean any more
             done, total = done + 1, total - (len(seeds) - len(times[i]) if behind else 0)
@@ -229,12 +230,10 @@ def confirm(job: JobSpec, top: int, plan: list[Candidate], reference: dict[str, 
                 break
     rows = [_row(c, times[i], len(search_seeds)) for i, c in enumerate(plan)]
     result.rows = rows
-    for i, row in enumerate(rows):
-        if _key(canonical_on(plan[i].policy, job)) == bsp_key:
-            result.bsp_time, result.bsp_final = row["time_to_target"], row["final_metric"]
+    bsp_row = next(row for row, bsp in zip(rows, is_bsp) if bsp)  # a candidate (raced by none) or the reference
+    result.bsp_time, result.bsp_final = bsp_row["time_to_target"], bsp_row["final_metric"]
     if result.bsp_time is None:  # BSP, a candidate here, failed on a new seed: the speedup reads its reference
         result.bsp_time, result.bsp_final = reference["time_to_target"], reference["final_metric"]
-    is_bsp = [_key(canonical_on(c.policy, job)) == bsp_key for c in plan]
     bsp_rows = [r for r, bsp in zip(rows, is_bsp) if bsp and r["time_to_target"] is not None]
     contenders = [r for r in rows if r["feasible"] and r["source"] != REFERENCE]
     if not contenders and bsp_rows:  # every candidate missed on a new seed: BSP, the reference, answers
@@ -252,7 +251,7 @@ def confirm(job: JobSpec, top: int, plan: list[Candidate], reference: dict[str, 
         result.winner, result.winner_time, result.winner_final = best["policy"], best["time_to_target"], best["final_metric"]
         tied = _tied(contenders, best)
         result.tied = [r["policy"] for r in tied]
-        result.spread = max((_spread(r) or 0.0 for r in [best, *tied]), default=0.0) if tied else _spread(best)
+        result.spread = max(_spread(r) or 0.0 for r in [best, *tied]) if tied else _spread(best)
     return result
 
 

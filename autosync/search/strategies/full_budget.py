@@ -17,8 +17,9 @@ the race (`autosync.search.strategies.check_families.ruled_out`) instead of hold
 search. The checks after the search then number `MAX_CHECKS` less the race's, one at least (`checks_left`).
 
 The checks are bounded: at most `MAX_CHECKS` (one more after a race that ran as many), after which the
-answer is the fastest candidate known to keep the constraint (BSP at worst), and the faster candidates left unchecked are recorded (`UNCHECKED`) so that
-the output says so and the confirmation does not take them up. A check's cost is most of a training (the
+answer is the fastest candidate known to keep the constraint (BSP at worst), and the faster candidates
+left unchecked are recorded (`UNCHECKED`) so that the output says so and the confirmation does not take
+them up. A check's cost is most of a training (the
 rest of the budget), and a job where the fastest policies end above BSP's loss has many of them (fresh-002:
 11 checks, 13.84 BSP trainings; bursty-005 and -006: 18 each). Failures there run in families: a policy
 that applies stale gradients to the end (ASP and its relatives) ends noisier however fast it reached the
@@ -39,7 +40,8 @@ from autosync.search.strategies.check_families import check_family, failed_famil
 from autosync.search.strategies.leader import held_by_policy, held_runs, held_value
 from autosync.search.study import _optuna_internals as internals
 from autosync.search.study.records import (
-    FULL_BUDGET_OF, POLICY, RACE_CHECK, RULED_BY_FAMILY, UNCHECKED, constraint_of, final_pending, has_own_failure, policy_key,
+    FULL_BUDGET_OF, POLICY, RACE_CHECK, RULED_BY_FAMILY, UNCHECKED, constraint_of, final_pending, has_own_failure,
+    policy_key,
 )
 
 if TYPE_CHECKING:

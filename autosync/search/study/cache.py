@@ -19,8 +19,8 @@ from autosync.search.cost import COST_UNIT, in_bsp_trainings
 from autosync.search.study.records import (
     BSP_REFERENCE, BSP_TRAINING_SECONDS, BUDGET, CACHE, CONFIRMATION_RUNS, CONSTRAINT_AT, FINGERPRINT, FORKED,
     FOUND_EQUIVALENT, FULL_BUDGET_OF, GIVEN_UP, GIVEN_UP_PLACES, HORIZON, PLATEAU, PRIOR_TRIALS, PRUNED_ON_PACE,
-    HELD, REFERENCE_FROM, RULED_BY_FAMILY, RUNS, SAME_AS, SECOND_SEED_CHECK, UNCHECKED, VIRTUAL_SECONDS, CacheRecord, StudyRecord,
-    TrialRecord, damaged, final_pending, policy_key, validated, write_cache_record,
+    HELD, REFERENCE_FROM, RULED_BY_FAMILY, RUNS, SAME_AS, SECOND_SEED_CHECK, UNCHECKED, VIRTUAL_SECONDS, CacheRecord,
+    StudyRecord, TrialRecord, damaged, final_pending, policy_key, validated, write_cache_record,
 )
 from autosync.search.study.storage import open_existing_storage, redact_url
 from autosync.search.study.trials import counted_trials, feasible_trials

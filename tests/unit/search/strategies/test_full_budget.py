@@ -361,3 +361,15 @@ def test_checks_that_find_the_answer_leave_nothing_unchecked():
     assert check_candidates(study, lambda n: study.add_trial(_trial("asp", value=10.0, feasible=True,
                                                                     check_of=n))) == 1
     assert study.user_attrs[UNCHECKED] == []
+
+
+def test_the_not_sure_line_names_each_stale_family_that_ruled_a_faster_candidate_out():
+    from autosync.reporting.console import ruled_by_family_line
+
+    rows = [{"trial": 1, "policy": {"policy": "dana_slim", "params": {}}, "time_to_target": 4.0, "family": "stale gradients"},
+            {"trial": 2, "policy": {"policy": "asp", "params": {"lr_rule": "staleness"}}, "time_to_target": 5.0,
+             "family": "stale gradients:staleness"},
+            {"trial": 3, "policy": {"policy": "lwp", "params": {}}, "time_to_target": 6.0, "family": "stale gradients"}]
+    line = ruled_by_family_line(rows, "test_loss")
+    assert "3 faster candidates, fastest dana_slim (4.00 s), were not checked themselves" in line
+    assert "their family (stale gradients, stale gradients:staleness)" in line
