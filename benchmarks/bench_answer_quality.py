@@ -57,7 +57,7 @@ from autosync.options import TuneOptions
 from autosync.search.strategies.confirm import confirm_top_for
 from autosync.experiments.reference_grid import (TOLERANCE, ReferenceGrid, answer_cells, cached_full_budget_final,
                                                  feasible_best, grid_scores, held_out_seeds, judge,
-                                                 reference_policies, score, tune_seeds, Scored)
+                                                 reference_policies, score, tune_seeds)
 from autosync.experiments.robustness import read_cells, run_grid
 
 from _report import Figures
@@ -100,14 +100,25 @@ def selected_jobs(names: list[str] | None, family_path: str, count: int,
     return name, jobs, Path(out) if out else REPO / "results" / "answer_quality" / name
 
 
-def grid_choice(job: JobSpec, cells: dict[str, dict[str, Any]], seeds: list[int], out: Path,
-                tolerance: float) -> "Scored | None":
-    """The policy the grid itself answers with when it chooses on `seeds` (its fastest there that keeps the
-    final-metric rule, full-budget runs cached in `out`); None without choice seeds."""
-    if not seeds:
+def grid_choice(job: JobSpec, cells: dict[str, dict[str, Any]], choice_seeds: list[int], seeds: list[int],
+                best_time: float, out: Path, tolerance: float) -> tuple[dict[str, Any], float] | None:
+    """The policy the grid itself answers with when it chooses on `choice_seeds` (its fastest there that keeps
+    the final-metric rule, full-budget runs cached in `out`) and its time on the scoring `seeds` over the grid
+    best's `best_time`; None without choice seeds."""
+    if not choice_seeds:
         return None
-    return feasible_best(job, grid_scores(job, cells, seeds), cached_full_budget_final(job, seeds, cells, out),
-                         tolerance)
+    choice = feasible_best(job, grid_scores(job, cells, choice_seeds),
+                           cached_full_budget_final(job, choice_seeds, cells, out), tolerance)
+    return choice.policy, score(job, choice.policy, cells, seeds).time / best_time
+
+
+def by_seed_list(jobs: list[JobSpec], seeds_of: dict[str, list[int]]) -> dict[tuple[int, ...], list[JobSpec]]:
+    """The jobs grouped by their seed list (one grid per list; a job without seeds in none)."""
+    groups: dict[tuple[int, ...], list[JobSpec]] = {}
+    for job in jobs:
+        if seeds_of[job.fingerprint()]:
+            groups.setdefault(tuple(seeds_of[job.fingerprint()]), []).append(job)
+    return groups
 
 
 def run_tune(job: JobSpec, space: str, storage: Path, trials: int | None) -> dict[str, Any]:
@@ -148,22 +159,17 @@ def main() -> None:
     choice_of = {job.fingerprint(): held_out_seeds(job, args.choice_seeds, args.seed_offset + args.seeds)
                  if args.choice_seeds else [] for job in jobs}
     defaults = TuneOptions()
+    top = confirm_top_for(defaults.confirm_top, defaults.sampler)  # None in the options: the tune's default
     for job in jobs:  # the scoring seeds must be ones no tune with these options trains on
-        top = confirm_top_for(defaults.confirm_top, defaults.sampler)  # None in the options: the tune's default
         searched = set(tune_seeds(job, defaults.repeats, top, defaults.confirm_seeds))
         if searched & set(seeds_of[job.fingerprint()] + choice_of[job.fingerprint()]):
             sys.exit(f"--seed-offset {args.seed_offset} scores {job.name} on seeds its tune searches on")
 
     # 1. the reference grid, per job on its held-out seeds (one seed list when every job has seed 0)
     start = time.perf_counter()
-    by_seeds: dict[tuple[int, ...], list[JobSpec]] = {}
-    for job in jobs:
-        by_seeds.setdefault(tuple(seeds_of[job.fingerprint()]), []).append(job)
-    by_choice: dict[tuple[int, ...], list[JobSpec]] = {}
-    for job in jobs:
-        if choice_of[job.fingerprint()]:
-            by_choice.setdefault(tuple(choice_of[job.fingerprint()]), []).append(job)
-    grids = [ReferenceGrid(group, list(seeds)) for seeds, group in [*by_seeds.items(), *by_choice.items()]]
+    by_seeds = by_seed_list(jobs, seeds_of)
+    grids = [ReferenceGrid(group, list(seeds))
+             for seeds, group in [*by_seeds.items(), *by_seed_list(jobs, choice_of).items()]]
     cached = sum(g.finished(read_cells(out)) for g in grids)
     total = sum(len(g.tasks) for g in grids)
     print(f"reference grid: {total} runs ({len(jobs)} jobs x {args.seeds} held-out + {args.choice_seeds} choice "
@@ -181,10 +187,9 @@ def main() -> None:
             best = feasible_best(job, scores, cached_full_budget_final(job, seeds, cells, out), args.tolerance)
             fixed = {label: score(job, p, cells, seeds).time / best.time
                      for label, p in fixed_policies(job.cluster.n_workers).items()}
-            choice = grid_choice(job, cells, choice_of[job.fingerprint()], out, args.tolerance)
+            choice = grid_choice(job, cells, choice_of[job.fingerprint()], seeds, best.time, out, args.tolerance)
             chose = "" if choice is None else (f"; chosen on seeds {choice_of[job.fingerprint()]} "
-                                                f"{label_of(choice.policy)} "
-                                                f"{score(job, choice.policy, cells, seeds).time / best.time:.2f}x")
+                                                f"{label_of(choice[0])} {choice[1]:.2f}x")
             print(f"{job.name} (n={job.cluster.n_workers}): grid best {label_of(best.policy)} {best.time:.1f} s "
                   f"(fastest on time alone {label_of(scores[0].policy)} {scores[0].time:.1f} s); "
                   + ", ".join(f"{label} {ratio:.2f}x" for label, ratio in fixed.items()) + chose, flush=True)
@@ -223,7 +228,7 @@ def main() -> None:
                        tolerance=args.tolerance)
         fixed = {label: score(job, p, cells, seeds_of[fp]).time / judged.best.time
                  for label, p in fixed_policies(job.cluster.n_workers).items()}
-        choice = grid_choice(job, cells, choice_of[fp], out, args.tolerance)
+        choice = grid_choice(job, cells, choice_of[fp], seeds_of[fp], judged.best.time, out, args.tolerance)
         rows.append({"job": job.name, "n": job.cluster.n_workers, "answer": label_of(judged.answer.policy),
                      "answer_time": judged.answer.time, "missed": judged.answer.missed,
                      "best": label_of(judged.best.policy), "best_time": judged.best.time, "ratio": judged.ratio,
@@ -231,9 +236,8 @@ def main() -> None:
                      "keeps": judged.answer_keeps,
                      "cost": record.get("search_cost_bsp_trainings"), "wall": record.get("wall_seconds"),
                      "fixed": fixed, "grid_size": len(reference_policies(job.cluster.n_workers)),
-                     "choice": None if choice is None else label_of(choice.policy),
-                     "choice_ratio": None if choice is None else score(job, choice.policy, cells, seeds_of[fp]).time
-                     / judged.best.time,
+                     "choice": None if choice is None else label_of(choice[0]),
+                     "choice_ratio": None if choice is None else choice[1],
                      "best_family": {f: label_of(s.policy) for f, s in judged.families.items()}})
         r = rows[-1]
         print(f"{r['job']} (n={r['n']}): answer {r['answer']} {r['answer_time']:.1f} s held out"
