@@ -27,8 +27,16 @@ def _trials(db: Path, state: str) -> int:
 
 
 def _mid_trial(db: Path) -> bool:
-    """Two trials finished and one running (its process is busy training)."""
-    return _trials(db, "COMPLETE") >= 2 and _trials(db, "RUNNING") == 1
+    """Two trials finished and one running, inside the objective: it has tagged itself with its process.
+
+    A trial is RUNNING from the moment Optuna's `ask` creates it, before the sampler has proposed its
+    parameters (TPE takes a while); a process killed in that gap leaves a trial nobody can tell is dead
+    until the heartbeat grace runs out, which is not the case these tests are about."""
+    if not (_trials(db, "COMPLETE") >= 2 and _trials(db, "RUNNING") == 1):
+        return False
+    with sqlite3.connect(db, timeout=30) as con:
+        return con.execute("select count(*) from trial_user_attributes join trials using (trial_id) "
+                           "where state = 'RUNNING' and key = 'process'").fetchone()[0] == 1
 
 
 def _start_and_stop_after_a_trial(job: Path, tmp_path: Path, sig: int,

@@ -18,7 +18,7 @@ from autosync.search.strategies.binary import binary_search
 from autosync.search.strategies.ladder import DEFAULT_RUNGS, SWITCH_PARAM, LadderSampler, ladder_finished
 from autosync.search.objective import Objective, ObjectiveSettings
 from autosync.search.strategies.leader import held_runs
-from autosync.search.study.records import CONSTRAINT, HELD
+from autosync.search.study.records import CONSTRAINT, GIVEN_UP, HELD, RESAMPLED
 from autosync.search.strategies.pruning import TargetRacePruner, race_limit
 from autosync.search.space import SPACE_DIR, load_space
 from autosync.search.study.storage import open_storage
@@ -296,12 +296,18 @@ def test_a_corrupt_cache_entry_is_a_clear_error_and_refresh_repairs_it(tmp_path)
 @pytest.mark.slow
 @pytest.mark.processes
 def test_two_processes_on_one_sqlite_file_lose_no_trial(tmp_path):
+    """Nothing is left running or queued, and the only failures are proposals of a point the other process
+    was training (`Resampled`: proposed again, not counted) or queued trials the patience rule gave up:
+    which proposals collide, and in which order trials finish, is the two processes' timing."""
     outcome = tune(_request(tmp_path, n_trials=6, n_jobs=2))
     study = optuna.load_study(study_name=outcome.study_name, storage=open_storage(_request(tmp_path).storage))
     numbers = [t.number for t in study.trials]
     assert len(numbers) == len(set(numbers)) and counted_trials(study) >= 6
     finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
-    assert all(t.state in finished for t in study.trials)
+    lost = [(t.number, t.state.name, t.user_attrs) for t in study.trials
+            if t.state not in finished and not (t.state == optuna.trial.TrialState.FAIL
+                                                     and (RESAMPLED in t.user_attrs or GIVEN_UP in t.user_attrs))]
+    assert lost == []
 
 
 def _finished(value: float, feasible: bool = True) -> optuna.trial.FrozenTrial:
