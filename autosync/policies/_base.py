@@ -373,6 +373,12 @@ class Policy(ABC):
     def strategies(self, n_workers: int, batch_size: int) -> Strategies:
         """Fresh strategies for one run (raise ValueError for parameters the job cannot take)."""
 
+    def toward_bsp(self, n_workers: int) -> "tuple[Policy, ...]":
+        """Settings of this policy one step closer to BSP, for when this one ended short of BSP's final metric
+        (`autosync.search.strategies.repair`): each keeps the policy and moves one parameter towards the
+        setting that runs as BSP. None by default: a policy without such a parameter has no repair."""
+        return ()
+
     def canonical(self, n_workers: int, optimizer: "OptimizerSpec | None" = None) -> "Policy":
         """The simplest policy that runs exactly like this one on `n_workers` (same seed, same run): a search
         trains each such class once. Subclasses return e.g. BSP for backup workers with k = n; where an

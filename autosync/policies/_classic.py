@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from autosync.policies._barriers import BoundedStaleness, FastestK, OnArrival
 from typing import Any
 
@@ -91,6 +93,18 @@ class BackupWorkers(Policy):
 
     def strategies(self, n_workers: int, batch_size: int) -> Strategies:
         return Strategies(barrier=FastestK(k=self.k, lr_rule=self.lr_rule))
+
+    def toward_bsp(self, n_workers: int) -> tuple[Policy, ...]:
+        """The same k at BSP's step, where the rule raises it (a final metric's noise floor goes with the step
+        over the batch aggregated: eta sqrt(k) / k and eta k / k against eta / k at "fixed" and BSP's eta / n),
+        then k halfway to n under the same rule (Sync-Switch's bisection towards BSP, Algorithm 1): the two
+        ways a static k that ended short of BSP's final metric gets closer to it."""
+        steps: list[Policy] = []
+        if self.lr_rule in ("sqrt", "linear"):
+            steps.append(BackupWorkers(k=self.k, lr_rule="fixed"))
+        if self.k < n_workers:
+            steps.append(BackupWorkers(k=self.k + math.ceil((n_workers - self.k) / 2), lr_rule=self.lr_rule))
+        return tuple(steps)
 
     def canonical(self, n_workers: int, optimizer: Any = None) -> Policy:
         """k = n waits for everyone: BSP, under the rules that keep eta there (eta * n / n = eta)."""

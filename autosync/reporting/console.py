@@ -151,12 +151,19 @@ def breakdown_line(b: dict[str, int]) -> str:
                if b.get("second_seed_checks") else "")
             + (f", {count(len(b['unchecked']), 'faster candidate')} left unchecked" if b.get("unchecked") else "")
             + "."
+            + (f" A candidate that failed its check was moved towards BSP: {_repairs(b['repairs'])} ran to the target "
+               "as candidates (repairs)." if b.get("repairs") else "")
             + (f" {count(b['held_leaders'], 'leader')} of the race ran on a second seed before setting the bar "
                "for the other families." if b.get("held_leaders") else "")
             + (f" The search stopped improving ({count(b['patience'] or 0, 'trial')} in a row found nothing "
                f"faster), so {count(b['given_up'], 'queued trial')} of the budget "
                f"{'was' if b['given_up'] == 1 else 'were'} not run (--patience {b['patience']}; --patience 0 "
                "runs the whole budget)." if b.get("given_up") else ""))
+
+
+def _repairs(repairs: list[dict[str, Any]]) -> str:
+    """The repairs' policies, as labels, joined."""
+    return " and ".join(policy_label(r["policy"]) if isinstance(r.get("policy"), dict) else "?" for r in repairs)
 
 
 def unchecked_line(unchecked: list[dict[str, Any]], checks: int, metric: str) -> str:

@@ -27,7 +27,7 @@ from autosync.core.job import JobSpec
 from autosync.search.study.records import (
     ANSWERED, BSP_REFERENCE, BUDGET, CANONICAL, CONSTRAINT, CURVE, EQUIVALENCE_CHECK_FAILED, FAIL_REASON,
     FINAL_METRIC, FINAL_PENDING, FORKED, FOUND_EQUIVALENT, FULL_BUDGET, FULL_BUDGET_OF, HORIZON, KILLED, PLATEAU,
-    POLICY, PREDICTED, PROCESS, PRUNED_ON_PACE, REACHED, RESAMPLED, RETRY_OF, RUNS, SAME_AS, SCORING,
+    POLICY, PREDICTED, PROCESS, PRUNED_ON_PACE, REACHED, REPAIR_OF, RESAMPLED, RETRY_OF, RUNS, SAME_AS, SCORING,
     SECOND_SEED_CHECK, TIME_TO_TARGET,
     TIMED_OUT, VIRTUAL_SECONDS, final_pending, has_full_result, has_own_failure, scored_as,
 )
@@ -592,7 +592,7 @@ class Objective:
         failed = twin.state == optuna.trial.TrialState.FAIL
         for key, value in twin.user_attrs.items():
             if key not in (RETRY_OF, KILLED, RESAMPLED, PROCESS, FULL_BUDGET_OF, FORKED, FOUND_EQUIVALENT,
-                           EQUIVALENCE_CHECK_FAILED, POLICY, SAME_AS, SECOND_SEED_CHECK) \
+                           EQUIVALENCE_CHECK_FAILED, POLICY, SAME_AS, SECOND_SEED_CHECK, REPAIR_OF) \
                     and (failed or key != FAIL_REASON):
                 trial.set_user_attr(key, value)
         trial.set_user_attr(VIRTUAL_SECONDS, 0.0)

@@ -263,12 +263,14 @@ def _search(study: "optuna.Study", request: TuneRequest, reference: dict[str, An
 def _check_at_full_budget(study: "optuna.Study", request: TuneRequest, objective: Objective, budget: int) -> None:
     """Re-run at full budget the fastest candidates whose runs stopped at the target, until the fastest
     (the K fastest with --verify-top or --confirm-top K) are known to keep the final-metric constraint
-    (`autosync.search.strategies.full_budget`), as many checks as the race left (`checks_left`)."""
+    (`autosync.search.strategies.full_budget`), as many checks as the race left (`checks_left`), and one more
+    for each repair of a candidate whose check failed (`autosync.search.strategies.repair`)."""
     from autosync.search.strategies.full_budget import check_candidates, checks_left
     from autosync.search.study._optuna_internals import fresh_trials
 
     check_candidates(study, functools.partial(_run_check, study, request, objective), wanted=places(request),
-                     limit=checks_left(fresh_trials(study), budget))
+                     limit=checks_left(fresh_trials(study), budget),
+                     repair=functools.partial(_run_repairs, study, request, objective))
 
 
 def _run_check(study: "optuna.Study", request: TuneRequest, objective: Objective, number: int) -> None:
@@ -277,6 +279,21 @@ def _run_check(study: "optuna.Study", request: TuneRequest, objective: Objective
 
     queue_check(study, number)
     _await_check(study, request, objective, number)
+
+
+def _run_repairs(study: "optuna.Study", request: TuneRequest, objective: Objective, number: int) -> int:
+    """Queue the repairs of trial `number`, whose check failed, and run them here to the target (trials
+    queued before them, other processes', run first; those another process took are waited for); how many."""
+    from autosync.search.strategies.repair import queue_repairs, repair_points, repairs_finished
+    from autosync.search.study._optuna_internals import fresh_trials
+
+    with storage_lock(request.storage, study.study_name):
+        points = repair_points(fresh_trials(study), number, request.space, request.job)
+        queue_repairs(study, number, points)
+    while not repairs_finished(study, number):
+        if not run_queued_trial(study, request.storage, objective, catch=(RunFailed, Resampled)):
+            time.sleep(POLL_SECONDS)
+    return len(points)
 
 
 def _await_check(study: "optuna.Study", request: TuneRequest, objective: Objective, number: int) -> None:

@@ -36,8 +36,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-from autosync.search.strategies.check_families import check_family, failed_families, ruled_out, stale_rule
+from autosync.search.strategies.check_families import (
+    check_family, failed_check, failed_families, ruled_out, stale_rule,
+)
 from autosync.search.strategies.leader import held_by_policy, held_runs, held_value
+from autosync.search.strategies.repair import is_repair
 from autosync.search.study import _optuna_internals as internals
 from autosync.search.study.records import (
     FULL_BUDGET_OF, POLICY, RACE_CHECK, RULED_BY_FAMILY, UNCHECKED, constraint_of, final_pending, has_own_failure,
@@ -53,15 +56,16 @@ MAX_CHECKS = 3  # full-budget checks a search runs at most (each costs most of a
 
 def next_to_check(study: "optuna.Study", wanted: int = 1) -> "optuna.trial.FrozenTrial | None":
     """The trial to check next among `waiting(study, wanted)`: the fastest of a family (policy) none of
-    whose checks has failed, else the fastest; a candidate that reached the target before a pruned one in
+    whose checks has failed, or a repair (`autosync.search.strategies.repair`: a failed candidate's family
+    one step closer to BSP), else the fastest; a candidate that reached the target before a pruned one in
     each; None once the `wanted` fastest candidates are known feasible (or none is left)."""
     import optuna
 
     trials = internals.fresh_trials(study)  # one read of the database for both
     candidates = waiting(study, wanted, trials)
     failed = failed_families(trials)
-    return min(candidates, key=lambda t: (check_family(t) in failed, t.state == optuna.trial.TrialState.PRUNED)) \
-        if candidates else None
+    return min(candidates, key=lambda t: (check_family(t) in failed and not is_repair(t),
+                                          t.state == optuna.trial.TrialState.PRUNED)) if candidates else None
 
 
 def waiting(study: "optuna.Study", wanted: int = 1,
@@ -144,10 +148,12 @@ def _pending(trial: "optuna.trial.FrozenTrial") -> bool:
 
 
 def check_candidates(study: "optuna.Study", run_check: Callable[[int], None], wanted: int = 1,
-                     limit: int = MAX_CHECKS) -> int:
+                     limit: int = MAX_CHECKS, repair: Callable[[int], int] | None = None) -> int:
     """Check the candidates that can still be among the `wanted` fastest feasible ones (`next_to_check`'s
     order), until those are known feasible or `limit` checks have run; `run_check(number)` queues and runs
-    the check of trial `number`. The candidates the limit left unchecked are recorded on the study
+    the check of trial `number`. After a check that failed, `repair(number)` runs the candidate's repairs
+    (`autosync.search.strategies.repair`) and says how many it ran: each adds a check to the limit. The
+    candidates the limit left unchecked are recorded on the study
     (`UNCHECKED`: their trial numbers and policies, fastest first; empty when none), and so are the faster
     ones left out only by their stale family's failed check (`RULED_BY_FAMILY`, with that family). Returns
     how many checks ran."""
@@ -155,6 +161,8 @@ def check_candidates(study: "optuna.Study", run_check: Callable[[int], None], wa
     while checks < limit and (candidate := next_to_check(study, wanted)) is not None:
         run_check(candidate.number)
         checks += 1
+        if repair is not None and check_failed(study, candidate.number):
+            limit += repair(candidate.number)
     unchecked, by_family = standing(study, wanted)
     study.set_user_attr(UNCHECKED, [_row(t) for t in unchecked])
     study.set_user_attr(RULED_BY_FAMILY, [{**_row(t), "family": check_family(t)} for t in by_family])
@@ -213,6 +221,11 @@ def _race_mark(budget: int | None) -> "int | bool":
     """What `RACE_CHECK` holds: the search's budget (a search with `--refresh` has a larger one, and its
     race counts its own checks), True where none is known."""
     return True if budget is None else budget
+
+
+def check_failed(study: "optuna.Study", number: int) -> bool:
+    """Whether a full-budget check of trial `number` broke the final-metric rule or diverged (`failed_check`)."""
+    return any(t.user_attrs.get(FULL_BUDGET_OF) == number and failed_check(t) for t in internals.fresh_trials(study))
 
 
 def check_finished(study: "optuna.Study", number: int) -> bool:

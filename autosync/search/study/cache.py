@@ -19,8 +19,9 @@ from autosync.search.cost import COST_UNIT, in_bsp_trainings
 from autosync.search.study.records import (
     BSP_REFERENCE, BSP_TRAINING_SECONDS, BUDGET, CACHE, CONFIRMATION_RUNS, CONSTRAINT_AT, FINGERPRINT, FORKED,
     FOUND_EQUIVALENT, FULL_BUDGET_OF, GIVEN_UP, GIVEN_UP_PLACES, HORIZON, PLATEAU, PRIOR_TRIALS, PRUNED_ON_PACE,
-    HELD, REFERENCE_FROM, RULED_BY_FAMILY, RUNS, SAME_AS, SECOND_SEED_CHECK, UNCHECKED, VIRTUAL_SECONDS, CacheRecord,
-    StudyRecord, TrialRecord, damaged, final_pending, policy_key, validated, write_cache_record,
+    HELD, POLICY, REFERENCE_FROM, REPAIR_OF, RULED_BY_FAMILY, RUNS, SAME_AS, SECOND_SEED_CHECK, UNCHECKED,
+    VIRTUAL_SECONDS, CacheRecord, StudyRecord, TrialRecord, damaged, final_pending, outside_budget, policy_key,
+    validated, write_cache_record,
 )
 from autosync.search.study.storage import open_existing_storage, redact_url
 from autosync.search.study.trials import counted_trials, feasible_trials
@@ -72,8 +73,8 @@ def execution_of(backend: "BackendChoice | None") -> dict[str, Any]:
 
 def search_cost(study: "optuna.Study", up_to: int | None = None) -> float:
     """Virtual seconds trained by every trial of the study (with `up_to`, by the trials of the search up to
-    that number and the full-budget checks: what finding the answer cost), the BSP reference runs (none when
-    a sibling study trained them: `autosync.search.study.siblings`) and the confirmation runs it trained
+    that number, the full-budget checks and the repairs: what finding the answer cost), the BSP reference
+    runs (none when a sibling study trained them: `autosync.search.study.siblings`) and the confirmation runs it trained
     (`--confirm-top`; runs copied from a sibling are the sibling's cost)."""
     attrs = study.user_attrs
     reference = attrs.get(BSP_REFERENCE, {})
@@ -82,7 +83,7 @@ def search_cost(study: "optuna.Study", up_to: int | None = None) -> float:
     trained += sum(run.get(VIRTUAL_SECONDS, 0.0) for run in confirmation.values()) \
         if isinstance(confirmation, dict) else 0.0
     return trained + sum(TrialRecord(t).virtual_seconds for t in study.get_trials(deepcopy=False)
-                         if up_to is None or t.number <= up_to or FULL_BUDGET_OF in t.user_attrs)
+                         if up_to is None or t.number <= up_to or outside_budget(t))
 
 
 def answer_trial(study: "optuna.Study", top: "optuna.trial.FrozenTrial") -> int:
@@ -248,6 +249,9 @@ def search_breakdown(study: "optuna.Study") -> dict[str, Any]:
         "ruled_by_family": [row for row in attrs.get(RULED_BY_FAMILY) or [] if isinstance(row, dict)],
         # the race's leaders run on a second seed before they set the bar (`autosync.search.strategies.leader`)
         "held_leaders": len(attrs.get(HELD) or {}),
+        # settings one step closer to BSP of a candidate whose check failed (`autosync.search.strategies.repair`)
+        "repairs": [{"of": t.user_attrs[REPAIR_OF], "policy": t.user_attrs.get(POLICY)} for t in trials
+                    if REPAIR_OF in t.user_attrs and t.state.is_finished()],
     }
 
 

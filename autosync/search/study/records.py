@@ -36,6 +36,8 @@ RESAMPLED = "resampled_from"  # the running trial whose point this trial propose
 # `autosync.search.strategies.full_budget` checks it at full budget if the trial can still win
 FINAL_PENDING = "final_metric_pending"
 FULL_BUDGET_OF = "full_budget_check_of"  # the trial re-runs trial N at full budget (its check)
+# the trial runs a setting one step closer to BSP of trial N, whose check failed (`strategies.repair`)
+REPAIR_OF = "repair_of"
 RACE_CHECK = "race_check"  # of a check: the portfolio race ran it on its stale leader (`full_budget.stale_leader`)
 UNCHECKED = "unchecked_candidates"  # study: the faster candidates the bounded full-budget checks left unchecked
 RULED_BY_FAMILY = "ruled_by_family"  # study: the faster candidates left out only by their stale family's failed check
@@ -231,6 +233,12 @@ def describe_study(study: "optuna.Study", job_name: str, fingerprint: str, space
     for key, value in about.items():
         if study.user_attrs.get(key) != value:
             study.set_user_attr(key, value)
+
+
+def outside_budget(trial: "optuna.trial.FrozenTrial") -> bool:
+    """Whether `trial` is the search's own work after its candidates, not a slot of the budget: a full-budget
+    check (`FULL_BUDGET_OF`) or a repair of a candidate whose check failed (`REPAIR_OF`)."""
+    return FULL_BUDGET_OF in trial.user_attrs or REPAIR_OF in trial.user_attrs
 
 
 def has_own_failure(trial: "optuna.trial.FrozenTrial") -> bool:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from autosync.search.study import _optuna_internals as internals
 from autosync.search.study.records import (
-    ANSWERED, FAIL_REASON, FULL_BUDGET_OF, GIVEN_UP_PLACES, KILLED, PROCESS, RETRY_OF, constraint_of, has_own_failure,
+    ANSWERED, FAIL_REASON, GIVEN_UP_PLACES, KILLED, PROCESS, RETRY_OF, constraint_of, has_own_failure, outside_budget,
 )
 from autosync.search.study.locking import storage_lock
 
@@ -53,7 +53,7 @@ def budget_used(study: "optuna.Study") -> tuple[int, int]:
     them (running at the first, no longer pending at the second) and so queue one beyond the budget."""
     counted = pending = 0
     for t in internals.fresh_trials(study):
-        if FULL_BUDGET_OF in t.user_attrs:  # a winner's check at full budget: the search's, not the budget's
+        if outside_budget(t):  # a check at full budget, or a repair: the search's, not the budget's
             continue
         if t.user_attrs.get(ANSWERED) and t.state.is_finished():  # a point already answered takes no slot
             continue
@@ -65,10 +65,10 @@ def budget_used(study: "optuna.Study") -> tuple[int, int]:
 
 
 def trials_run_by(study: "optuna.Study", processes: set[str]) -> list["optuna.trial.FrozenTrial"]:
-    """The counted trials (see `budget_used`: full-budget checks are not) that the processes tagged
+    """The counted trials (see `budget_used`: full-budget checks and repairs are not) that the processes tagged
     `processes` ran."""
     return [t for t in internals.fresh_trials(study) if t.user_attrs.get(PROCESS) in processes
-            and FULL_BUDGET_OF not in t.user_attrs and not t.user_attrs.get(ANSWERED)
+            and not outside_budget(t) and not t.user_attrs.get(ANSWERED)
             and (t.state.name in ("COMPLETE", "PRUNED") or has_own_failure(t))]
 
 
