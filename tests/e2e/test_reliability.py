@@ -456,9 +456,11 @@ def test_a_killed_tune_on_this_machine_is_resumed_at_once(tiny_job, tmp_path):
     args = ("tune", str(job), "--n-trials", "4", "--storage", f"sqlite:///{db}")
     tune = start_autosync(*args, cwd=tmp_path)
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not _mid_trial(db):
+    while time.monotonic() < deadline and not _mid_trial(db, tagged=True) and tune.poll() is None:
         time.sleep(0.05)
-    assert _mid_trial(db), "the tune never got into its third trial"
+    if not _mid_trial(db, tagged=True):
+        tune.kill()
+        raise AssertionError(f"the tune never got into its third trial; its stderr ends: {tune.communicate()[1][-2000:]}")
     signal_and_wait(tune, signal.SIGKILL)
     with sqlite3.connect(db) as conn:
         (number,) = conn.execute("SELECT number FROM trials WHERE state = 'RUNNING'").fetchone()
