@@ -67,13 +67,16 @@ REPO = HERE.parent
 TUNES_FILE = "tunes.json"  # each tune's answer, cost and wall, by job fingerprint and space
 
 
-def fixed_policies(n_workers: int) -> dict[str, dict[str, Any]]:
-    """Policies a user could run without tuning, each a grid policy: what tuning must beat."""
+def fixed_policies(job: JobSpec) -> dict[str, dict[str, Any]]:
+    """Policies a user could run without tuning, each as the grid policy that runs like it on `job` (at
+    n = 3, backup k = ceil(3n/4) = 3 is BSP, whose cells the grid holds under BSP): what tuning must beat."""
     from autosync.catalog import make_policy
 
-    return {"asp:lr_rule=sqrt_staleness": make_policy("asp", {"lr_rule": "sqrt_staleness"}).to_dict(),
-            "dana_slim": make_policy("dana_slim").to_dict(),
-            "backup:k=ceil(3n/4)": make_policy("backup", {"k": math.ceil(3 * n_workers / 4)}).to_dict()}
+    n_workers = job.cluster.n_workers
+    policies = {"asp:lr_rule=sqrt_staleness": make_policy("asp", {"lr_rule": "sqrt_staleness"}).to_dict(),
+                "dana_slim": make_policy("dana_slim").to_dict(),
+                "backup:k=ceil(3n/4)": make_policy("backup", {"k": math.ceil(3 * n_workers / 4)}).to_dict()}
+    return {label: answer_cells(job, policy) for label, policy in policies.items()}
 
 
 def jobs_named(names: list[str]) -> list[JobSpec]:
@@ -186,7 +189,7 @@ def main() -> None:
             scores = grid_scores(job, cells, seeds)
             best = feasible_best(job, scores, cached_full_budget_final(job, seeds, cells, out), args.tolerance)
             fixed = {label: score(job, p, cells, seeds).time / best.time
-                     for label, p in fixed_policies(job.cluster.n_workers).items()}
+                     for label, p in fixed_policies(job).items()}
             choice = grid_choice(job, cells, choice_of[job.fingerprint()], seeds, best.time, out, args.tolerance)
             chose = "" if choice is None else (f"; chosen on seeds {choice_of[job.fingerprint()]} "
                                                 f"{label_of(choice[0])} {choice[1]:.2f}x")
@@ -227,7 +230,7 @@ def main() -> None:
         judged = judge(job, answers[fp], cells, seeds_of[fp], final=cached_full_budget_final(job, seeds_of[fp], cells, out),
                        tolerance=args.tolerance)
         fixed = {label: score(job, p, cells, seeds_of[fp]).time / judged.best.time
-                 for label, p in fixed_policies(job.cluster.n_workers).items()}
+                 for label, p in fixed_policies(job).items()}
         choice = grid_choice(job, cells, choice_of[fp], seeds_of[fp], judged.best.time, out, args.tolerance)
         rows.append({"job": job.name, "n": job.cluster.n_workers, "answer": label_of(judged.answer.policy),
                      "answer_time": judged.answer.time, "missed": judged.answer.missed,

@@ -235,11 +235,10 @@ class Simulator:
         loss = sum(w * l for w, l in zip(weights, losses))
         stats = UpdateStats(arrivals, weights, aggregate, worker_grads, losses, lr, self.now,
                             momentum_of(self.update_state, self.job.workload.optimizer))
-        strategies.barrier.after_update(self.server, stats)
-        strategies.batching.after_update(self.server, stats)
-        strategies.local.after_update(self.server, stats)
-        pause = strategies.schedule.after_update(self.server, strategies, stats, self._progress(),
-                                                 self.update_state)
+        diverged = not math.isfinite(loss) or not _all_finite(self.params)
+        # a diverged update ends the run: the strategies never see its non-finite statistics (DBW's gain
+        # estimates (9)-(16) would all be NaN, and its rule (19) has no k to choose among)
+        pause = 0.0 if diverged else self._after_update(strategies, stats)
         if pause:  # a phase change stops the whole cluster: everything in flight arrives later too
             self.now += pause
             self.server.time = self.now
@@ -255,11 +254,18 @@ class Simulator:
                 self.trace.extras.setdefault(key, []).append((update_index, value))
         for a in arrivals:  # free the gradients: the tasks may still be referenced by the trace
             a.task.gradient = a.task.params = a.task.buffers = a.task.buffer_delta = None
-        if not math.isfinite(loss) or not _all_finite(self.params):
+        if diverged:
             return "diverged"
         if self._evaluate_due() and self.job.budget.stop_at_target:
             return "target_reached"
         return "completed"
+
+    def _after_update(self, strategies: Strategies, stats: UpdateStats) -> float:
+        """Tell each strategy about the update just applied; the pause a schedule's phase change asks for."""
+        strategies.barrier.after_update(self.server, stats)
+        strategies.batching.after_update(self.server, stats)
+        strategies.local.after_update(self.server, stats)
+        return strategies.schedule.after_update(self.server, strategies, stats, self._progress(), self.update_state)
 
     def _progress(self) -> Progress:
         """Training progress against the budget (epochs first: Sync-Switch measures its workload in samples)."""

@@ -21,6 +21,7 @@ under a learning-rate rule that scales eta with k (`DynamicK._grown`); under lr_
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from autosync.policies._barriers import FastestK
@@ -111,12 +112,13 @@ class DynamicK(FastestK):
             # the whole run at the best static k); B-DBW's k / T_k needs only the time estimates, and
             # k >= 2 gives the variance (10) its samples.
             return max(range(2, self.n + 1), key=lambda k: k / max(times[k - 1], 1e-12), default=self.n)
-        if all(g < 0 for g in gains):
+        if all(g < 0 or not math.isfinite(g) for g in gains):
             # Sec. 3.3: k_t = n. Robust: keep k_{t-1}. Every G_k < 0 means the lower bound (6) predicts no
             # decrease for any k, not that n is best per unit time; under heavy-tailed round trips T_n is
             # many times T_{n-1}, and the loss-rising clause of (19) still raises k if the loss really rises.
             return k_prev if self.robust else self.n
-        ratios = [g / max(t, 1e-12) for g, t in zip(gains, times)]
+        # a gain the estimates could not give (NaN or infinite: statistics of a run blowing up) is no candidate
+        ratios = [g / max(t, 1e-12) if math.isfinite(g) else -math.inf for g, t in zip(gains, times)]
         top = max(ratios)
         # Ratios equal up to the precision of the estimates are a tie, and a tie goes to the larger k (as
         # many updates per second, less noise): with flat gains (L <= 0 makes (16) independent of k) and

@@ -249,3 +249,26 @@ def test_step_growth_limits_the_runs_k_increases():
     job = small_job(cluster__n_workers=8, budget={"max_updates": 60})
     ks = simulate(job, DBW(lr_rule="linear", step_growth=1.5)).trace.column("updates", "n_aggregated")
     assert all(b <= max(a, int(1.5 * a)) for a, b in zip(ks, ks[1:]))
+
+
+
+def test_a_run_that_blows_up_ends_as_diverged_before_dbw_reads_its_non_finite_gains():
+    """quarry-000 at seed 100 under DBW with the `linear` rule: the loss goes 0.23, 9.7, 1e6, 1e18, inf, and
+    the gain estimates (9)-(16) of that update are all NaN, where rule (19) has no k to choose (the grid
+    crashed with 'max() arg is an empty sequence'). The run ends as diverged, a failure of the policy."""
+    from autosync.core.family import load_family
+    from autosync.data import DATA_DIR
+    from autosync.search.objective import RunFailed, evaluate
+
+    job = load_family(DATA_DIR / "baselines" / "family_quarry.yaml").jobs(1)[0]
+    with pytest.raises(RunFailed, match="diverged at update"):
+        evaluate(job, {"policy": "dbw", "params": {"window": 2, "lr_rule": "linear"}}, [job.seed + 100])
+
+
+def test_non_finite_gains_are_no_candidates_for_rule_19():
+    """Where some gain estimates are NaN or infinite, rule (19) chooses among the finite ones; where none is
+    finite and positive, it keeps k_{t-1} (robust), as when every gain is negative."""
+    barrier = DBW(window=2).bind(4, 16).barrier
+    barrier._t_estimates = [1.0, 1.1, 1.2, 5.0]
+    assert barrier._choose([float("nan"), 0.5, float("nan"), float("inf")], k_prev=3) == 2
+    assert barrier._choose([float("nan")] * 4, k_prev=3) == 3
