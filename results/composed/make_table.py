@@ -102,7 +102,8 @@ def main() -> None:
           "winner being the best mean over the 3 seeds. Times are those means, in virtual seconds to the target "
           "(a miss counts twice the budget). The ratio is the single policy's time over the composition's (> 1: "
           "the composition is faster); 'one seed' is the same ratio for the searches' own picks before the "
-          "confirmation.\n")
+          "confirmation. (The table was made when the confirmation re-ran BSP on the new seeds; it now keeps "
+          "BSP's reference run, so a re-run times BSP on its reference seed alone.)\n")
     print("    bash results/composed/run.sh " + str(args.trials) + " " + " ".join(args.jobs) + "\n")
     print("| job | best single policy | time (s) | best composition | time (s) | ratio | one seed | leaderboard | why |")
     print("|---|---|---|---|---|---|---|---|---|")
