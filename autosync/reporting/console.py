@@ -151,8 +151,8 @@ def breakdown_line(b: dict[str, int]) -> str:
                if b.get("second_seed_checks") else "")
             + (f", {count(len(b['unchecked']), 'faster candidate')} left unchecked" if b.get("unchecked") else "")
             + "."
-            + (f" A candidate that failed its check was moved towards BSP: {_repairs(b['repairs'])} ran to the target "
-               "as candidates (repairs)." if b.get("repairs") else "")
+            + (f" A candidate that failed its check was moved towards BSP: {_repairs(b['repairs'])} ran as "
+               "candidates (repairs)." if b.get("repairs") else "")
             + (f" {count(b['held_leaders'], 'leader')} of the race ran on a second seed before setting the bar "
                "for the other families." if b.get("held_leaders") else "")
             + (f" The search stopped improving ({count(b['patience'] or 0, 'trial')} in a row found nothing "
@@ -162,8 +162,15 @@ def breakdown_line(b: dict[str, int]) -> str:
 
 
 def _repairs(repairs: list[dict[str, Any]]) -> str:
-    """The repairs' policies, as labels, joined."""
-    return " and ".join(policy_label(r["policy"]) if isinstance(r.get("policy"), dict) else "?" for r in repairs)
+    """The repairs' policies with every parameter (a repair may change only the learning-rate rule, which a
+    label leaves out at its default), joined."""
+    def full(policy: Any) -> str:
+        if not isinstance(policy, dict):
+            return "?"
+        params = ",".join(f"{k}={v}" for k, v in (policy.get("params") or {}).items())
+        return f"{policy.get('policy')}({params})"
+
+    return " and ".join(full(r.get("policy")) for r in repairs)
 
 
 def unchecked_line(unchecked: list[dict[str, Any]], checks: int, metric: str) -> str:

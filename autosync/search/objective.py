@@ -29,7 +29,7 @@ from autosync.search.study.records import (
     FINAL_METRIC, FINAL_PENDING, FORKED, FOUND_EQUIVALENT, FULL_BUDGET, FULL_BUDGET_OF, HORIZON, KILLED, PLATEAU,
     POLICY, PREDICTED, PROCESS, PRUNED_ON_PACE, REACHED, REPAIR_OF, RESAMPLED, RETRY_OF, RUNS, SAME_AS, SCORING,
     SECOND_SEED_CHECK, TIME_TO_TARGET,
-    TIMED_OUT, VIRTUAL_SECONDS, final_pending, has_full_result, has_own_failure, scored_as,
+    TIMED_OUT, VIRTUAL_SECONDS, final_pending, has_full_result, has_own_failure, outside_budget, scored_as,
 )
 from autosync.search.study.siblings import finished_trials
 from autosync.search.tune_options import TuneOptions
@@ -303,7 +303,7 @@ class Objective:
         self.edge = edge
         self.equivalents: "EquivalenceCheck | None" = None  # built on the first check (`_found_equivalent`)
         # time.monotonic() past which a search trial stops at its next evaluation (the tune's --timeout;
-        # a full-budget check of a candidate is not stopped: the answer needs it)
+        # a full-budget check of a candidate, or a repair, is not stopped: the answer needs it)
         self.deadline: float | None = None
 
     def seeds(self) -> list[int]:
@@ -348,7 +348,7 @@ class Objective:
                 spent["forked"] = info["time"]
             spent["virtual_seconds"] = info["time"] - spent["forked"]
             value = bound.update(info)
-            if self.deadline is not None and FULL_BUDGET_OF not in trial.user_attrs \
+            if self.deadline is not None and not outside_budget(trial) \
                     and time.monotonic() >= self.deadline:
                 record_spent()
                 trial.set_user_attr(TIMED_OUT, True)

@@ -40,7 +40,7 @@ from autosync.search.study.running_twins import Resampled
 from autosync.search.strategies.samplers import SWITCH_POINT_SAMPLERS, make_sampler
 from autosync.search.strategies.second_seed import second_seed_judge
 from autosync.search.study.records import (
-    BSP_REFERENCE, BSP_TARGET, BSP_TRAINING_SECONDS, CURVE, FORKED, HORIZON, NEIGHBOUR_JOBS, TIME_TO_TARGET,
+    BSP_REFERENCE, BSP_TARGET, BSP_TRAINING_SECONDS, CURVE, FORKED, HORIZON, NEIGHBOUR_JOBS, REPAIR_OF, TIME_TO_TARGET,
     VIRTUAL_SECONDS, StudyRecord, describe_study, write_cache_record,
 )
 from autosync.search.study.siblings import sibling_reference, sibling_studies
@@ -282,18 +282,22 @@ def _run_check(study: "optuna.Study", request: TuneRequest, objective: Objective
 
 
 def _run_repairs(study: "optuna.Study", request: TuneRequest, objective: Objective, number: int) -> int:
-    """Queue the repairs of trial `number`, whose check failed, and run them here to the target (trials
-    queued before them, other processes', run first; those another process took are waited for); how many."""
+    """Queue the repairs of trial `number`, whose check failed, where it has any left, and run them here to
+    the target (trials queued before them, other processes', run first; those another process took are
+    waited for); how many of them then wait for a check (none diverged, none behind a feasible answer)."""
+    from autosync.search.strategies.full_budget import waiting
     from autosync.search.strategies.repair import queue_repairs, repair_points, repairs_finished
     from autosync.search.study._optuna_internals import fresh_trials
 
     with storage_lock(request.storage, study.study_name):
         points = repair_points(fresh_trials(study), number, request.space, request.job)
         queue_repairs(study, number, points)
+    if not points:
+        return 0
     while not repairs_finished(study, number):
         if not run_queued_trial(study, request.storage, objective, catch=(RunFailed, Resampled)):
             time.sleep(POLL_SECONDS)
-    return len(points)
+    return sum(1 for t in waiting(study, places(request)) if t.user_attrs.get(REPAIR_OF) == number)
 
 
 def _await_check(study: "optuna.Study", request: TuneRequest, objective: Objective, number: int) -> None:

@@ -27,7 +27,7 @@ def main() -> int:
     from autosync.catalog import POLICIES, label_of, policy_from_dict
     from autosync.core.family import load_family
     from autosync.experiments.reference_grid import (
-        BSP_POLICY, cached_full_budget_final, feasible_best, grid_scores, keeps_constraint, score,
+        BSP_POLICY, answer_cells, cached_full_budget_final, feasible_best, grid_scores, keeps_constraint, score,
     )
     from autosync.experiments.robustness import CELLS_FILE
     from autosync.search.strategies.check_families import failed_check
@@ -64,6 +64,7 @@ def main() -> int:
                 bsp_final = final(BSP_POLICY)
 
                 def ratio(policy: dict) -> str:
+                    policy = answer_cells(job, policy)  # its grid twin (k = n under `fixed` is BSP's cells)
                     try:
                         scored = score(job, policy, cells, seeds)
                     except KeyError:

@@ -151,18 +151,22 @@ def check_candidates(study: "optuna.Study", run_check: Callable[[int], None], wa
                      limit: int = MAX_CHECKS, repair: Callable[[int], int] | None = None) -> int:
     """Check the candidates that can still be among the `wanted` fastest feasible ones (`next_to_check`'s
     order), until those are known feasible or `limit` checks have run; `run_check(number)` queues and runs
-    the check of trial `number`. After a check that failed, `repair(number)` runs the candidate's repairs
-    (`autosync.search.strategies.repair`) and says how many it ran: each adds a check to the limit. The
+    the check of trial `number`. Before each check, `repair(number)` is asked for every candidate whose check
+    failed (`failed_candidates`): it runs the candidate's repairs where it has any left
+    (`autosync.search.strategies.repair`) and says how many now wait for a check, each one more check. The
     candidates the limit left unchecked are recorded on the study
     (`UNCHECKED`: their trial numbers and policies, fastest first; empty when none), and so are the faster
     ones left out only by their stale family's failed check (`RULED_BY_FAMILY`, with that family). Returns
     how many checks ran."""
     checks = 0
-    while checks < limit and (candidate := next_to_check(study, wanted)) is not None:
+    while True:
+        if repair is not None:  # every failed candidate, a check before this call's included (a resumed tune)
+            for number in failed_candidates(study):
+                limit += repair(number)
+        if checks >= limit or (candidate := next_to_check(study, wanted)) is None:
+            break
         run_check(candidate.number)
         checks += 1
-        if repair is not None and check_failed(study, candidate.number):
-            limit += repair(candidate.number)
     unchecked, by_family = standing(study, wanted)
     study.set_user_attr(UNCHECKED, [_row(t) for t in unchecked])
     study.set_user_attr(RULED_BY_FAMILY, [{**_row(t), "family": check_family(t)} for t in by_family])
@@ -223,9 +227,10 @@ def _race_mark(budget: int | None) -> "int | bool":
     return True if budget is None else budget
 
 
-def check_failed(study: "optuna.Study", number: int) -> bool:
-    """Whether a full-budget check of trial `number` broke the final-metric rule or diverged (`failed_check`)."""
-    return any(t.user_attrs.get(FULL_BUDGET_OF) == number and failed_check(t) for t in internals.fresh_trials(study))
+def failed_candidates(study: "optuna.Study") -> list[int]:
+    """The trials whose full-budget check broke the final-metric rule or diverged (`failed_check`), in the
+    order their checks ran, each once."""
+    return list(dict.fromkeys(t.user_attrs[FULL_BUDGET_OF] for t in internals.fresh_trials(study) if failed_check(t)))
 
 
 def check_finished(study: "optuna.Study", number: int) -> bool:

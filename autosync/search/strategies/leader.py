@@ -22,7 +22,7 @@ import math
 from typing import TYPE_CHECKING, Any, Callable
 
 from autosync.search.strategies.check_families import ruled_out
-from autosync.search.study.records import ANSWERED, FULL_BUDGET_OF, HELD, TrialRecord, policy_key
+from autosync.search.study.records import ANSWERED, HELD, TrialRecord, outside_budget, policy_key
 
 if TYPE_CHECKING:
     import optuna
@@ -64,7 +64,7 @@ def leader_to_hold(trials: "list[optuna.trial.FrozenTrial]", families: list[str]
     for t in trials:
         family = (TrialRecord(t).policy or {}).get("policy")
         if t.state != optuna.trial.TrialState.COMPLETE or family not in families or t.user_attrs.get(ANSWERED) \
-                or FULL_BUDGET_OF in t.user_attrs or not math.isfinite(t.values[0]) or out(t):
+                or outside_budget(t) or not math.isfinite(t.values[0]) or out(t):
             continue
         standing.append((held_value(t.values[0], held.get(t.number)), t.number, family, t))
     if not standing:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from autosync.search.study.records import FAIL_REASON, FULL_BUDGET_OF, GIVEN_UP, GIVEN_UP_PLACES, has_own_failure
+from autosync.search.study.records import FAIL_REASON, GIVEN_UP, GIVEN_UP_PLACES, has_own_failure, outside_budget
 from autosync.search.study import _optuna_internals as internals
 
 if TYPE_CHECKING:
@@ -36,10 +36,10 @@ def patience_of(asked: int | None, sampler: str, space: "SearchSpace") -> int:
 
 def trials_without_improvement(study: "optuna.Study") -> int:
     """How many counted trials in a row, by number, have found nothing faster than every trial before them
-    (a pruned or failed trial never does; full-budget checks and trials given up are not the search's)."""
+    (a pruned or failed trial never does; full-budget checks, repairs and trials given up are not the search's)."""
     best, since = float("inf"), 0
     for trial in study.get_trials(deepcopy=False):
-        if FULL_BUDGET_OF in trial.user_attrs or trial.user_attrs.get(GIVEN_UP):
+        if outside_budget(trial) or trial.user_attrs.get(GIVEN_UP):
             continue
         if trial.state.name == "COMPLETE" and trial.values and trial.values[0] < best:
             best, since = trial.values[0], 0
@@ -65,7 +65,7 @@ def give_up_queued(study: "optuna.Study", patience: int, budget: int | None = No
     storage = internals.storage_of(study)
     given_up = 0
     for trial in internals.fresh_trials(study, (optuna.trial.TrialState.WAITING,)):
-        if FULL_BUDGET_OF in trial.user_attrs:  # a check is the search's, not the budget's: its process runs it
+        if outside_budget(trial):  # a check or a repair is the search's, not the budget's: its process runs it
             continue
         tid = internals.trial_id(trial)
         try:

@@ -47,7 +47,7 @@ import optuna
 
 from autosync.search.strategies.check_families import ruled_out
 from autosync.search.strategies.leader import held_runs, held_value
-from autosync.search.study.records import ANSWERED, FULL_BUDGET_OF, PREDICTED, TrialRecord, has_own_failure
+from autosync.search.study.records import ANSWERED, PREDICTED, TrialRecord, has_own_failure, outside_budget
 from autosync.search.space import POLICY_PARAM, SearchSpace
 from autosync.search.space_file import resolve_share
 
@@ -178,7 +178,7 @@ def next_family(study: "optuna.Study", space: SearchSpace, number: int, budget: 
     alive = contenders({f: v for f, v in tried.items() if f in open_}, held=held)  # a family fully tried is none
     if not alive:
         return None
-    searched = [t for t in done if FULL_BUDGET_OF not in t.user_attrs]  # a check is no turn of its family
+    searched = [t for t in done if not outside_budget(t)]  # a check or a repair is no turn of its family
     counts = {f: sum(1 for t in searched if _family(t, families) == f) for f in alive}
     free = sum(1 for t in searched if _family(t, families) in alive)
     if len(alive) == 1 or free % 2 == 0:
@@ -239,8 +239,9 @@ def _finished(study: "optuna.Study", number: int) -> "list[optuna.trial.FrozenTr
 
 
 def _counted(trials: "list[optuna.trial.FrozenTrial]") -> int:
-    """How many of `trials` took a slot of the budget (full-budget checks and answered points take none)."""
-    return sum(1 for t in trials if FULL_BUDGET_OF not in t.user_attrs and not t.user_attrs.get(ANSWERED))
+    """How many of `trials` took a slot of the budget (full-budget checks, repairs and answered points take
+    none)."""
+    return sum(1 for t in trials if not outside_budget(t) and not t.user_attrs.get(ANSWERED))
 
 
 def _exhausted(space: SearchSpace, family: str, trials: "list[optuna.trial.FrozenTrial]") -> bool:

@@ -12,10 +12,11 @@ rule for 3 of 13, and there it was the grid's best or near it (fleet-004 and -00
 
 So after a check of a candidate fails, its policy's settings one step towards BSP (`Policy.toward_bsp`: a
 parameter moved towards the setting that runs as BSP, as Sync-Switch's binary search moves the switch
-point, Algorithm 1) that the space holds and the study has not tried run to the target as trials of their
-own (marked `REPAIR_OF`, outside the budget, like the checks), and stand as candidates: the fastest is
-checked next, ahead of the candidates of the families whose checks failed. Once per search
-(`MAX_REPAIR_ROUNDS`): each round adds a check for each repair it ran to the checks' bound.
+point, Algorithm 1) that the space holds and the study has not tried run as trials of their own (marked
+`REPAIR_OF`, outside the budget, like the checks; they race against the bar as any trial does) and stand
+as candidates: the fastest is checked next, ahead of the candidates of the families whose checks failed.
+Once per study (`MAX_REPAIR_ROUNDS`; a `--refresh` search of the study does not repair again): the round
+adds a check for each repair that waits for one.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from autosync.search.study import _optuna_internals as internals
-from autosync.search.study.records import CANONICAL, POLICY, REPAIR_OF
+from autosync.search.study.records import CANONICAL, GIVEN_UP, POLICY, REPAIR_OF, has_own_failure
 
 if TYPE_CHECKING:
     import optuna
@@ -31,14 +32,15 @@ if TYPE_CHECKING:
     from autosync.core.job import JobSpec
     from autosync.search.space import SearchSpace
 
-MAX_REPAIR_ROUNDS = 1  # failed checks whose candidate is repaired, per search (each round: a run and a check per repair)
+MAX_REPAIR_ROUNDS = 1  # failed candidates repaired per study (each round: a run and a check per repair)
 
 
 def repair_points(trials: "list[optuna.trial.FrozenTrial]", number: int, space: "SearchSpace",
                   job: "JobSpec") -> list[dict[str, Any]]:
     """The Optuna parameters of trial `number`'s repairs (`Policy.toward_bsp` of its policy on `job`) that
-    `space` holds, that do not run as BSP (the reference answers that) and that no trial among `trials` ran
-    or runs (the same parameters or the same canonical policy); empty once `MAX_REPAIR_ROUNDS` rounds ran."""
+    `space` holds, that do not run as BSP (the reference answers that) and that no trial among `trials` ran,
+    runs or waits to (the same parameters or the same canonical policy; a trial killed, given up or
+    proposed again elsewhere did not run); empty once `MAX_REPAIR_ROUNDS` rounds ran."""
     from autosync.catalog import POLICIES, policy_from_dict
     from autosync.search.objective import BSP, canonical_on
 
@@ -47,8 +49,10 @@ def repair_points(trials: "list[optuna.trial.FrozenTrial]", number: int, space: 
     policy = next((t.user_attrs.get(POLICY) for t in trials if t.number == number), None)
     if not policy or policy.get("policy") not in POLICIES:
         return []
-    tried_params = [t.params for t in trials]
-    tried_canonical = [t.user_attrs[CANONICAL] for t in trials if CANONICAL in t.user_attrs]
+    tried = [t for t in trials if t.state.name in ("COMPLETE", "PRUNED", "RUNNING")
+             or (t.state.name == "WAITING" and not t.user_attrs.get(GIVEN_UP)) or has_own_failure(t)]
+    tried_params = [t.params for t in tried]
+    tried_canonical = [t.user_attrs[CANONICAL] for t in tried if CANONICAL in t.user_attrs]
     out = []
     for step in policy_from_dict(policy).toward_bsp(job.cluster.n_workers):
         params = space.trial_params(step.to_dict())

@@ -235,7 +235,7 @@ def describe_study(study: "optuna.Study", job_name: str, fingerprint: str, space
             study.set_user_attr(key, value)
 
 
-def outside_budget(trial: "optuna.trial.FrozenTrial") -> bool:
+def outside_budget(trial: "optuna.trial.FrozenTrial | optuna.Trial") -> bool:
     """Whether `trial` is the search's own work after its candidates, not a slot of the budget: a full-budget
     check (`FULL_BUDGET_OF`) or a repair of a candidate whose check failed (`REPAIR_OF`)."""
     return FULL_BUDGET_OF in trial.user_attrs or REPAIR_OF in trial.user_attrs

@@ -224,7 +224,7 @@ class RetryKilledTrial:
     """Re-queue a trial whose process died, marking the copy with the trial it re-runs (`retry_of`).
 
     Wraps Optuna's `RetryHeartbeatStaleTrialCallback` (same parameters, same retry history); the copy
-    does not inherit the dead trial's failure attributes.
+    does not inherit the dead trial's failure attributes or its process tag.
     """
 
     def __init__(self, max_retry: int | None = 3):
@@ -239,7 +239,9 @@ class RetryKilledTrial:
         import copy
 
         frozen = copy.deepcopy(trial)
-        for key in (FAIL_REASON, KILLED):
+        # nor the dead process's tag: while the copy is claimed and not yet tagged by its own process, another
+        # process's `fail_dead_trials` would find that process gone and fail the copy too
+        for key in (FAIL_REASON, KILLED, PROCESS):
             frozen.user_attrs.pop(key, None)
         frozen.set_user_attr(RETRY_OF, trial.number)
         self._retry(study, frozen)

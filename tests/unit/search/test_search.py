@@ -440,6 +440,29 @@ def test_a_trial_killed_before_its_first_heartbeat_is_failed_and_retried(tmp_pat
     assert states == [optuna.trial.TrialState.FAIL, optuna.trial.TrialState.WAITING]  # failed, then re-queued
 
 
+
+def test_the_copy_of_a_trial_whose_process_is_gone_has_no_process_tag(tmp_path):
+    """The re-queued copy does not carry the dead process's tag: claimed by a new process and not yet tagged
+    by it, the copy would otherwise look dead again to any process checking (`process_gone`)."""
+    import subprocess
+    import sys
+
+    from autosync.search.study.records import PROCESS, RETRY_OF
+    from autosync.search.objective import process_tag
+    from autosync.search.study.trials import fail_dead_trials
+
+    storage = open_storage(f"sqlite:///{tmp_path / 'gone.db'}")
+    storage.heartbeat_interval, storage.grace_period = 30, 60
+    study = optuna.create_study(storage=storage, study_name="gone")
+    trial = study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    trial.set_user_attr(PROCESS, process_tag(dead.pid))
+    assert fail_dead_trials(study) == [0]
+    failed, copy = study.trials
+    assert failed.state == optuna.trial.TrialState.FAIL and copy.state == optuna.trial.TrialState.WAITING
+    assert copy.user_attrs[RETRY_OF] == 0 and PROCESS not in copy.user_attrs
+
 @pytest.mark.slow
 def test_policies_that_run_alike_are_trained_once_per_study(tmp_path):
     space = load_space(_space(tmp_path, "policies: {bsp: {}, backup: {k: {type: int, low: 3, high: 4}},"

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import optuna
+import pytest
 
 from autosync.catalog import make_policy
 from autosync.search.space import SPACE_DIR, load_space
 from autosync.search.strategies.full_budget import check_candidates
 from autosync.search.strategies.repair import MAX_REPAIR_ROUNDS, repair_points, repair_rounds
-from autosync.search.study.records import CONSTRAINT, FINAL_PENDING, FULL_BUDGET_OF, REPAIR_OF
+from autosync.search.study.records import CONSTRAINT, FINAL_PENDING, FULL_BUDGET_OF, REPAIR_OF, UNCHECKED
 from autosync.search.study.trials import budget_used
 from tests.conftest import small_job
 
@@ -88,15 +89,20 @@ def test_a_failed_candidate_is_repaired_and_its_repair_checked_before_a_pruned_r
         study.add_trial(_trial("backup", trial.user_attrs["policy"]["params"], value=trial.values[0],
                                feasible=not sqrt, **{FULL_BUDGET_OF: number}))
 
-    def repair(number: int) -> int:
+    def repair(number: int) -> int:  # asked for every failed candidate before each check; repairs it once
         repaired.append(number)
+        if repaired.count(number) > 1:
+            return 0
         study.add_trial(_trial("backup", {"k": 8, "lr_rule": "fixed"}, value=30.0, **{REPAIR_OF: number}))
         return 1
 
     counted_before = budget_used(study)[0]
     assert check_candidates(study, run_check, limit=1, repair=repair) == 2
-    assert repaired == [0] and checked == [0, 4]  # the repair (trial 4), then nothing: it keeps the rule
+    assert set(repaired) == {0} and checked == [0, 4]  # the repair (trial 4) keeps the rule and answers
     assert budget_used(study)[0] == counted_before  # neither the checks nor the repair took a slot
+    # the two checks are spent: DANA-Zero, pruned at a bound under the answer's time, is left unchecked
+    assert [row["trial"] for row in study.user_attrs[UNCHECKED]] == [1]
+
 
 
 def test_no_repair_after_a_check_that_kept_the_rule():
@@ -123,5 +129,33 @@ def test_the_breakdown_names_the_repairs_that_ran():
     study.add_trial(_trial("backup", {"k": 8, "lr_rule": "fixed"}, value=29.0, **{REPAIR_OF: 0}))
     breakdown = search_breakdown(study)
     assert breakdown["repairs"] == [{"of": 0, "policy": {"policy": "backup", "params": {"k": 8, "lr_rule": "fixed"}}}]
-    assert ("A candidate that failed its check was moved towards BSP: backup(k=8) ran to the target as candidates "
+    assert ("A candidate that failed its check was moved towards BSP: backup(k=8,lr_rule=fixed) ran as candidates "
             "(repairs).") in breakdown_line(breakdown)
+
+
+@pytest.mark.slow
+def test_a_tune_repairs_a_failed_static_k_one_step_towards_bsp_outside_its_budget(tmp_path):
+    """The default job with a budget of 2 trials: a static k reaches the target and fails its full-budget
+    check (backup k = 1 under `linear`); its repairs run outside the 2 trials, each one step towards BSP,
+    the breakdown names them, and the search's cost counts them."""
+    from autosync.catalog import policy_from_dict
+    from autosync.core.job import load_job
+    from autosync.search.strategies.full_budget import failed_candidates
+    from autosync.search.study.trials import counted_trials
+    from autosync.search.tune import tune
+    from tests.conftest import tune_request
+
+    job = load_job(None)
+    n = job.cluster.n_workers
+    space = load_space(SPACE_DIR / "policy.yaml", n)
+    outcome = tune(tune_request(job, space, n_trials=2, storage=f"sqlite:///{tmp_path / 's.db'}"))
+    study = outcome.study
+    repairs = [t for t in study.trials if REPAIR_OF in t.user_attrs]
+    assert repairs and {t.user_attrs[REPAIR_OF] for t in repairs} <= set(failed_candidates(study))
+    for t in repairs:
+        failed = study.trials[t.user_attrs[REPAIR_OF]].user_attrs["policy"]
+        assert t.user_attrs["policy"] in [step.to_dict() for step in policy_from_dict(failed).toward_bsp(n)]
+    assert counted_trials(study) == 2
+    assert len(outcome.cache["search_breakdown"]["repairs"]) == len(repairs)
+    spent = sum(t.user_attrs.get("virtual_seconds", 0.0) for t in repairs)
+    assert spent > 0 and outcome.cache["search_cost_virtual_seconds"] >= spent
