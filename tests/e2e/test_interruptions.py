@@ -27,8 +27,8 @@ def _trials(db: Path, state: str) -> int:
 
 
 def _mid_trial(db: Path, tagged: bool = False) -> bool:
-    """Two trials finished and one running; with `tagged`, inside the objective: it has tagged itself with its
-    process.
+    """Two trials finished and one of the search running; with `tagged`, inside the objective: it has tagged
+    itself with its process.
 
     A trial is RUNNING from the moment Optuna's `ask` creates it, before the sampler has proposed its
     parameters (TPE takes a while); a process killed in that gap leaves a trial nobody can tell is dead
@@ -37,11 +37,12 @@ def _mid_trial(db: Path, tagged: bool = False) -> bool:
     waits for the untagged state, which lasts longer and is not missed between two polls of a busy machine."""
     if not (_trials(db, "COMPLETE") >= 2 and _trials(db, "RUNNING") == 1):
         return False
-    if not tagged:
-        return True
     with sqlite3.connect(db, timeout=30) as con:
-        return con.execute("select count(*) from trial_user_attributes join trials using (trial_id) "
-                           "where state = 'RUNNING' and key = 'process'").fetchone()[0] == 1
+        keys = {key for (key,) in con.execute("select key from trial_user_attributes join trials using (trial_id) "
+                                              "where state = 'RUNNING'")}
+    # a search trial, not a full-budget check or a repair after the search (a slow machine's poll can miss
+    # the search's trials and see the first check)
+    return not keys & {"full_budget_check_of", "repair_of"} and (not tagged or "process" in keys)
 
 
 def _start_and_stop_after_a_trial(job: Path, tmp_path: Path, sig: int,
