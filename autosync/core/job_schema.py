@@ -236,8 +236,11 @@ class ParetoRTT(_Spec):
 class GammaRTT(_Spec):
     kind: Literal["gamma"]  # CVB model (DANA paper appendix A.4, Algorithms 11-12), mean 1
     heterogeneous: bool = False  # Algorithm 12: each worker gets its own mean speed
-    v_task: float = Field(0.1, gt=0.0)  # coefficient of variation of task times
-    v_mach: float = Field(0.1, gt=0.0)  # coefficient of variation across machines (0.6 heterogeneous)
+    # The two coefficients of variation trade places with `heterogeneous`, as in the paper's algorithms:
+    # Algorithm 11 (false) draws one mean task time for the whole run with v_task and each task about it
+    # with v_mach; Algorithm 12 (true) draws each machine's mean with v_mach and each task about it with v_task.
+    v_task: float = Field(0.1, gt=0.0)  # heterogeneous: task times about their machine's mean; else: the run's mean
+    v_mach: float = Field(0.1, gt=0.0)  # heterogeneous: the machines' means (0.6 in the paper); else: task times
 
 
 class TraceRTT(_Spec):
