@@ -376,7 +376,7 @@ class Policy(ABC):
     def toward_bsp(self, n_workers: int) -> "tuple[Policy, ...]":
         """Settings of this policy one step closer to BSP, for when this one ended short of BSP's final metric
         (`autosync.search.strategies.repair`): each keeps the policy and moves one parameter towards the
-        setting that runs as BSP. None by default: a policy without such a parameter has no repair."""
+        setting that runs as BSP. Empty by default: a policy without such a parameter has no repair."""
         return ()
 
     def canonical(self, n_workers: int, optimizer: "OptimizerSpec | None" = None) -> "Policy":

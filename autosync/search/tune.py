@@ -294,18 +294,22 @@ def _run_repairs(study: "optuna.Study", request: TuneRequest, objective: Objecti
         queue_repairs(study, number, points)
     if not points:
         return 0
-    while not repairs_finished(study, number):
-        if not run_queued_trial(study, request.storage, objective, catch=(RunFailed, Resampled)):
-            time.sleep(POLL_SECONDS)
+    _run_queued_until(study, request, objective, lambda: repairs_finished(study, number))
     return sum(1 for t in waiting(study, places(request)) if t.user_attrs.get(REPAIR_OF) == number)
 
 
 def _await_check(study: "optuna.Study", request: TuneRequest, objective: Objective, number: int) -> None:
-    """Run queued trials until the check of trial `number` has finished (trials queued before it, other
-    processes', run first; one another process took is waited for)."""
+    """Run queued trials until the check of trial `number` has finished (`_run_queued_until`)."""
     from autosync.search.strategies.full_budget import check_finished
 
-    while not check_finished(study, number):
+    _run_queued_until(study, request, objective, lambda: check_finished(study, number))
+
+
+def _run_queued_until(study: "optuna.Study", request: TuneRequest, objective: Objective,
+                      done: Callable[[], bool]) -> None:
+    """Run queued trials here until `done()` (trials queued before the ones awaited, other processes', run
+    first; one another process took is waited for)."""
+    while not done():
         if not run_queued_trial(study, request.storage, objective, catch=(RunFailed, Resampled)):
             time.sleep(POLL_SECONDS)
 

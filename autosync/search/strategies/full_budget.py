@@ -151,17 +151,18 @@ def check_candidates(study: "optuna.Study", run_check: Callable[[int], None], wa
                      limit: int = MAX_CHECKS, repair: Callable[[int], int] | None = None) -> int:
     """Check the candidates that can still be among the `wanted` fastest feasible ones (`next_to_check`'s
     order), until those are known feasible or `limit` checks have run; `run_check(number)` queues and runs
-    the check of trial `number`. Before each check, `repair(number)` is asked for every candidate whose check
-    failed (`failed_candidates`): it runs the candidate's repairs where it has any left
+    the check of trial `number`. Before each check, `repair(number)` is asked once for each candidate whose
+    check failed (`failed_candidates`): it runs the candidate's repairs where it has any left
     (`autosync.search.strategies.repair`) and says how many now wait for a check, each one more check. The
     candidates the limit left unchecked are recorded on the study
     (`UNCHECKED`: their trial numbers and policies, fastest first; empty when none), and so are the faster
     ones left out only by their stale family's failed check (`RULED_BY_FAMILY`, with that family). Returns
     how many checks ran."""
-    checks = 0
+    checks, asked = 0, set()
     while True:
-        if repair is not None:  # every failed candidate, a check before this call's included (a resumed tune)
-            for number in failed_candidates(study):
+        if repair is not None:  # each failed candidate once, a check before this call's included (a resumed tune)
+            for number in [n for n in failed_candidates(study) if n not in asked]:
+                asked.add(number)
                 limit += repair(number)
         if checks >= limit or (candidate := next_to_check(study, wanted)) is None:
             break

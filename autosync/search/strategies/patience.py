@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from autosync.search.study.records import FAIL_REASON, GIVEN_UP, GIVEN_UP_PLACES, has_own_failure, outside_budget
+from autosync.search.study.records import FAIL_REASON, GIVEN_UP, GIVEN_UP_PLACES, has_run, outside_budget
 from autosync.search.study import _optuna_internals as internals
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ def trials_without_improvement(study: "optuna.Study") -> int:
             continue
         if trial.state.name == "COMPLETE" and trial.values and trial.values[0] < best:
             best, since = trial.values[0], 0
-        elif trial.state.name in ("COMPLETE", "PRUNED") or has_own_failure(trial):
+        elif has_run(trial):
             since += 1
     return since
 

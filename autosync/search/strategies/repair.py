@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from autosync.search.study import _optuna_internals as internals
-from autosync.search.study.records import CANONICAL, GIVEN_UP, POLICY, REPAIR_OF, has_own_failure
+from autosync.search.study.records import CANONICAL, GIVEN_UP, POLICY, REPAIR_OF, has_run
 
 if TYPE_CHECKING:
     import optuna
@@ -49,8 +49,8 @@ def repair_points(trials: "list[optuna.trial.FrozenTrial]", number: int, space: 
     policy = next((t.user_attrs.get(POLICY) for t in trials if t.number == number), None)
     if not policy or policy.get("policy") not in POLICIES:
         return []
-    tried = [t for t in trials if t.state.name in ("COMPLETE", "PRUNED", "RUNNING")
-             or (t.state.name == "WAITING" and not t.user_attrs.get(GIVEN_UP)) or has_own_failure(t)]
+    tried = [t for t in trials if has_run(t) or t.state.name == "RUNNING"
+             or (t.state.name == "WAITING" and not t.user_attrs.get(GIVEN_UP))]
     tried_params = [t.params for t in tried]
     tried_canonical = [t.user_attrs[CANONICAL] for t in tried if CANONICAL in t.user_attrs]
     out = []

@@ -20,7 +20,7 @@ from autosync.search.study.records import (
     BSP_REFERENCE, BSP_TRAINING_SECONDS, BUDGET, CACHE, CONFIRMATION_RUNS, CONSTRAINT_AT, FINGERPRINT, FORKED,
     FOUND_EQUIVALENT, FULL_BUDGET_OF, GIVEN_UP, GIVEN_UP_PLACES, HORIZON, PLATEAU, PRIOR_TRIALS, PRUNED_ON_PACE,
     HELD, POLICY, REFERENCE_FROM, REPAIR_OF, RULED_BY_FAMILY, RUNS, SAME_AS, SECOND_SEED_CHECK, UNCHECKED,
-    VIRTUAL_SECONDS, CacheRecord, StudyRecord, TrialRecord, damaged, final_pending, has_own_failure, outside_budget,
+    VIRTUAL_SECONDS, CacheRecord, StudyRecord, TrialRecord, damaged, final_pending, has_run, outside_budget,
     policy_key, validated, write_cache_record,
 )
 from autosync.search.study.storage import open_existing_storage, redact_url
@@ -252,7 +252,7 @@ def search_breakdown(study: "optuna.Study") -> dict[str, Any]:
         # settings one step closer to BSP of a candidate whose check failed (`autosync.search.strategies.repair`)
         # (those that ran: reached the target, pruned or failed on their own; not one killed or given up)
         "repairs": [{"of": t.user_attrs[REPAIR_OF], "policy": t.user_attrs.get(POLICY)} for t in trials
-                    if REPAIR_OF in t.user_attrs and (t.state.name in ("COMPLETE", "PRUNED") or has_own_failure(t))],
+                    if REPAIR_OF in t.user_attrs and has_run(t)],
     }
 
 

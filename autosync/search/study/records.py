@@ -250,6 +250,12 @@ def has_own_failure(trial: "optuna.trial.FrozenTrial") -> bool:
         and not trial.user_attrs.get(TIMED_OUT)
 
 
+def has_run(trial: "optuna.trial.FrozenTrial") -> bool:
+    """Whether `trial` ran to a result: it completed, was pruned, or failed for a reason of its own (not one
+    killed, given up or proposed again elsewhere): what counts against a budget."""
+    return trial.state.name in ("COMPLETE", "PRUNED") or has_own_failure(trial)
+
+
 def diverged_check(trial: "optuna.trial.FrozenTrial") -> bool:
     """Whether `trial` is a full-budget check whose run failed on its own (diverged before the budget's end):
     its candidate breaks the final-metric rule, as a check that ended too inaccurate does."""

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from autosync.search.study import _optuna_internals as internals
 from autosync.search.study.records import (
-    ANSWERED, FAIL_REASON, GIVEN_UP_PLACES, KILLED, PROCESS, RETRY_OF, constraint_of, has_own_failure, outside_budget,
+    ANSWERED, FAIL_REASON, GIVEN_UP_PLACES, KILLED, PROCESS, RETRY_OF, constraint_of, has_run, outside_budget,
 )
 from autosync.search.study.locking import storage_lock
 
@@ -59,7 +59,7 @@ def budget_used(study: "optuna.Study") -> tuple[int, int]:
             continue
         if t.state.name in ("WAITING", "RUNNING"):
             pending += 1
-        elif t.state.name in ("COMPLETE", "PRUNED") or has_own_failure(t):
+        elif has_run(t):
             counted += 1
     return counted, pending
 
@@ -69,7 +69,7 @@ def trials_run_by(study: "optuna.Study", processes: set[str]) -> list["optuna.tr
     `processes` ran."""
     return [t for t in internals.fresh_trials(study) if t.user_attrs.get(PROCESS) in processes
             and not outside_budget(t) and not t.user_attrs.get(ANSWERED)
-            and (t.state.name in ("COMPLETE", "PRUNED") or has_own_failure(t))]
+            and has_run(t)]
 
 
 def feasible_trials(study: "optuna.Study") -> list["optuna.trial.FrozenTrial"]:
