@@ -44,12 +44,15 @@ class RoundTripModel:
         """Seconds from the moment `worker` starts `steps` local steps (its steps first_step .. first_step +
         steps - 1) at virtual time `start` to the arrival of its change: each step's compute time with its own
         random multiplier, plus one communication time (one exchange per task, whatever its steps). With one
-        step it is `round_trip`, to the bit. The compute time of every step is read at `start` (slowdowns
-        that begin or end during the task do not split it)."""
+        step it is `round_trip`, to the bit. Each step's compute time is read when that step starts, as a
+        worker running its steps one after another meets it: a slowdown (or a resource period) that begins
+        or ends during the task slows only the steps that start inside it. Where nothing changes during
+        the task, the sum is the one of steps x the start's compute time, to the bit."""
         if steps == 1:
             return self.round_trip(worker, first_step, batch_size, start)
-        compute = self.compute_seconds(worker, batch_size, start)
-        total = sum(compute * self.noise(worker, first_step + j) for j in range(steps))
+        total = 0
+        for j in range(steps):
+            total += self.compute_seconds(worker, batch_size, start + total) * self.noise(worker, first_step + j)
         return float(total + self.spec.communication_seconds)
 
     def compute_seconds(self, worker: int, batch_size: int, start: float) -> float:

@@ -92,6 +92,20 @@ def test_the_clock_charges_h_steps_of_compute_and_one_round_trip_of_communicatio
     assert [a[2] for a in run.trace.arrivals[4:8]] == [5, 5, 5, 5]
 
 
+def test_a_slowdown_that_begins_or_ends_inside_a_local_task_slows_only_the_steps_that_start_in_it():
+    """Steps run one after another: each reads its compute time when it starts. A 10x pause over [0.3, 0.5)
+    slows worker 0's third step (it starts at 0.32) and no other; a task that starts inside the pause runs
+    its later steps at full speed once the pause is over."""
+    pause = {"at": 0.3, "duration": 0.2, "factor": 10.0, "workers": [0]}
+    job = small_job(cluster__round_trip={"kind": "deterministic"}, cluster__communication_seconds=0.5,
+                    cluster__compute={"model": "linear", "seconds_per_sample": 0.01}, cluster__slowdowns=[pause])
+    model = RoundTripModel(job.cluster, job.seed)
+    assert model.local_round_trip(0, 0, 5, 16, 0.0) == pytest.approx(4 * 0.16 + 1.6 + 0.5)
+    assert model.local_round_trip(1, 0, 5, 16, 0.0) == pytest.approx(5 * 0.16 + 0.5)  # not paused
+    assert model.local_round_trip(0, 0, 5, 16, 0.4) == pytest.approx(1.6 + 4 * 0.16 + 0.5)  # starts paused
+    assert model.local_round_trip(0, 0, 5, 16, 2.0) == pytest.approx(5 * 0.16 + 0.5)  # after it
+
+
 def test_the_link_model_charges_one_pull_and_one_push_per_exchange():
     """With a bandwidth-bound server the transfers dominate: H local steps pay them once per H steps."""
     server = {"bandwidth": 1e6, "model_bytes": 1e6}  # 1 s per transfer each way
