@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from autosync.policies._barriers import BoundedStaleness, FastestK, OnArrival
+from autosync.policies._barriers import BoundedStaleness, FastestK, OnArrival, lr_factor
 from typing import Any
 
 from autosync.policies._base import Policy, Preset, Strategies
@@ -107,5 +107,9 @@ class BackupWorkers(Policy):
         return tuple(steps)
 
     def canonical(self, n_workers: int, optimizer: Any = None) -> Policy:
-        """k = n waits for everyone: BSP, under the rules that keep eta there (eta * n / n = eta)."""
-        return BSP() if self.k == n_workers and self.lr_rule in ("fixed", "proportional") else self
+        """A rule whose factor on eta is 1 at this k runs as "fixed" (`LR_RULES`: "sqrt" and "linear" at
+        k = 1, "proportional" at k = n); and k = n at "fixed" waits for everyone at eta: BSP."""
+        rule = "fixed" if lr_factor(self.lr_rule, self.k, n_workers) == 1.0 else self.lr_rule
+        if self.k == n_workers and rule == "fixed":
+            return BSP()
+        return self if rule == self.lr_rule else BackupWorkers(k=self.k, lr_rule=rule)

@@ -24,7 +24,9 @@ def test_the_grid_holds_every_family_and_every_static_k_under_the_four_rules():
     n = 5
     grid = reference_policies(n)
     backups = {(p["k"], p["lr_rule"]) for p in _named(grid, "backup")}
-    assert {(k, r) for k in range(1, n) for r in ALL_LR_RULES} | {(n, "sqrt"), (n, "linear")} == backups
+    # k = 1 under "sqrt" and "linear" is k = 1 under "fixed" (a factor of 1 on eta), k = n at "fixed" BSP
+    assert ({(k, r) for k in range(2, n) for r in ALL_LR_RULES} | {(1, "fixed"), (1, "proportional")}
+            | {(n, "sqrt"), (n, "linear")}) == backups
     assert _named(grid, "bsp") == [{}]
     assert {p["lr_rule"] for p in _named(grid, "asp")} == {"fixed", "sqrt_staleness", "staleness"}
     assert sorted(p["staleness"] for p in _named(grid, "ssp")) == list(range(9))

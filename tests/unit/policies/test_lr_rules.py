@@ -43,6 +43,19 @@ def test_bsp_is_backup_k_n_only_under_the_rules_that_keep_eta_there():
     assert lrs[0] == pytest.approx(ETA * n)
 
 
+@pytest.mark.parametrize("rule", ["sqrt", "linear"])
+def test_one_gradient_under_a_rule_that_scales_eta_by_k_is_one_gradient_at_eta(rule):
+    """sqrt(1) = 1 = 1 x eta: backup k = 1 under "sqrt" or "linear" runs as k = 1 under "fixed", so a search
+    trains the class once and a failed k = 1 is not repaired by itself."""
+    n = JOB.cluster.n_workers
+    assert BackupWorkers(k=1, lr_rule=rule).canonical(n) == BackupWorkers(k=1, lr_rule="fixed")
+    assert BackupWorkers(k=2, lr_rule=rule).canonical(n) == BackupWorkers(k=2, lr_rule=rule)
+    assert BackupWorkers(k=1, lr_rule="proportional").canonical(n) == BackupWorkers(k=1, lr_rule="proportional")
+    ours, fixed = (simulate(JOB, BackupWorkers(k=1, lr_rule=r)).trace for r in (rule, "fixed"))
+    for column in ("time", "loss", "lr"):
+        assert ours.column("updates", column) == fixed.column("updates", column)
+
+
 def test_lbbsp_aggregates_every_worker_so_its_rule_is_one_factor():
     n = JOB.cluster.n_workers
     for rule, factor in (("fixed", 1.0), ("proportional", 1.0), ("sqrt", math.sqrt(n)), ("linear", float(n))):

@@ -135,9 +135,11 @@ def test_the_breakdown_names_the_repairs_that_ran():
 
 @pytest.mark.slow
 def test_a_tune_repairs_a_failed_static_k_one_step_towards_bsp_outside_its_budget(tmp_path):
-    """The default job with a budget of 2 trials: a static k reaches the target and fails its full-budget
-    check (backup k = 1 under `linear`); its repairs run outside the 2 trials, each one step towards BSP,
-    the breakdown names them, and the search's cost counts them."""
+    """The default job with a budget of 2 trials and no tolerance: a static k reaches the target and fails
+    its full-budget check (backup k = 1 under `linear` ends at 0.955 against BSP's 0.969; with the default
+    tolerance of 0.01 the second seed's judgement depends on the CPU's floating-point paths); its repairs
+    run outside the 2 trials, each one step towards BSP, the breakdown names them, and the search's cost
+    counts them."""
     from autosync.catalog import policy_from_dict
     from autosync.core.job import load_job
     from autosync.search.strategies.full_budget import failed_candidates
@@ -148,7 +150,8 @@ def test_a_tune_repairs_a_failed_static_k_one_step_towards_bsp_outside_its_budge
     job = load_job(None)
     n = job.cluster.n_workers
     space = load_space(SPACE_DIR / "policy.yaml", n)
-    outcome = tune(tune_request(job, space, n_trials=2, storage=f"sqlite:///{tmp_path / 's.db'}"))
+    outcome = tune(tune_request(job, space, n_trials=2, tolerance=0.0,
+                                    storage=f"sqlite:///{tmp_path / 's.db'}"))
     study = outcome.study
     repairs = [t for t in study.trials if REPAIR_OF in t.user_attrs]
     assert repairs and {t.user_attrs[REPAIR_OF] for t in repairs} <= set(failed_candidates(study))
