@@ -32,6 +32,7 @@ seed, miss penalty and budget) is copied, not trained again: same seed, same run
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
@@ -40,6 +41,8 @@ from autosync.core.job import JobSpec
 from autosync.search.objective import BSP, RunFailed, canonical_on, evaluate, trial_seeds
 from autosync.search.strategies.check_families import ruled_out
 from autosync.search.strategies.leader import held_by_policy, held_runs, held_value
+from autosync.search.study import _optuna_internals as internals
+from autosync.search.study.locking import storage_lock
 from autosync.search.study.records import (
     CANONICAL, CONFIRMATION_RUNS as RUNS, SCORING, UNCHECKED, VIRTUAL_SECONDS, TrialRecord, constraint_of,
     final_pending, may_be_feasible, policy_key,
@@ -122,10 +125,15 @@ class RunStore:
         return self.runs.get(key)
 
     def put(self, key: str, result: dict[str, Any]) -> None:
+        """Keep `result` here and in the study: the study's runs are read afresh and written back under the
+        storage's lock, so processes that share the study and store runs at once (confirming, holding
+        leaders, judging checks on a second seed) each keep theirs."""
         self.runs[key] = result
-        mine = dict(self.study.user_attrs.get(RUNS) or {})
-        mine[key] = result
-        self.study.set_user_attr(RUNS, mine)
+        url = internals.storage_url(self.study)
+        with storage_lock(url, self.study.study_name) if url else contextlib.nullcontext():
+            mine = dict(self.study.user_attrs.get(RUNS) or {})
+            mine[key] = result
+            self.study.set_user_attr(RUNS, mine)
 
 
 def candidates(study: "optuna.Study", top: int, job: JobSpec, scoring: dict[str, Any],

@@ -3,7 +3,7 @@
 autosync fails the trials of dead processes itself, each with its reason, before Optuna's own check in
 `study.optimize` would fail them without one (`autosync.search.study.trials.fail_dead_trials`). That needs the
 ids of stale trials, the heartbeat table (a trial killed before its first heartbeat is never stale to
-Optuna), a study's storage and a trial's storage id. The trial budget is counted from the database
+Optuna), a study's storage (and its URL, for the storage lock) and a trial's storage id. The trial budget is counted from the database
 itself, past Optuna's per-process cache (`fresh_trials`). Studies are listed from their attribute rows
 (`all_studies`), so that one damaged attribute does not hide every study. Nothing else of Optuna's
 internals is used.
@@ -26,6 +26,11 @@ if TYPE_CHECKING:
 def storage_of(study: "optuna.Study") -> Any:
     """The storage object behind a study (Optuna's caching wrapper around the RDB storage)."""
     return study._storage
+
+
+def storage_url(study: "optuna.Study") -> str | None:
+    """The URL of the RDB storage behind a study (None for an in-memory storage: one process only)."""
+    return getattr(_backend(study), "url", None)
 
 
 def grace_seconds(study: "optuna.Study") -> float | None:

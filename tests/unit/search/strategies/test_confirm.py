@@ -301,3 +301,35 @@ def test_bsp_as_a_candidate_that_fails_on_a_new_seed_leaves_the_speedup_on_its_r
     result = confirm(job, 2, plan, {"time_to_target": 58.0, "final_metric": 0.81}, store, 1, 1, 2.0, 0.01)
     assert result.trained_virtual_seconds == 0.0 and result.winner == steady
     assert result.bsp_time == 58.0 and result.bsp_final == 0.81
+
+
+def _store_runs(url: str, name: str, tag: str, count: int) -> None:
+    """One process's runs, stored one by one as a confirmation stores them (a spawned process's target)."""
+    import optuna
+
+    from autosync.search.strategies.confirm import RunStore
+
+    runs = RunStore(optuna.load_study(study_name=name, storage=url), [])
+    for i in range(count):
+        runs.put(f"{tag}-{i}", {"time_to_target": float(i)})
+
+
+@pytest.mark.processes
+def test_two_processes_storing_runs_in_one_study_at_once_keep_every_run(tmp_path):
+    """Each put reads the study's runs and writes them back: without the storage lock around the two, one
+    process's write drops the runs the other stored in between."""
+    import multiprocessing
+
+    import optuna
+
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    optuna.create_study(study_name="s", storage=url)
+    spawn = multiprocessing.get_context("spawn")
+    workers = [spawn.Process(target=_store_runs, args=(url, "s", tag, 25)) for tag in ("a", "b")]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(120)
+        assert w.exitcode == 0
+    stored = optuna.load_study(study_name="s", storage=url).user_attrs[RUNS]
+    assert sorted(stored) == sorted(f"{tag}-{i}" for tag in ("a", "b") for i in range(25))

@@ -33,6 +33,7 @@ def test_the_private_names_still_exist(study):
     assert isinstance(internals.trial_id(trial), int), MOVED + "Trial._trial_id"
     assert internals.grace_seconds(study) == 2, MOVED + "heartbeat interval / the caching wrapper's _backend"
     assert internals._backend(study).grace_period == 1, MOVED + "RDBStorage.grace_period"
+    assert internals.storage_url(study).startswith("sqlite:///"), MOVED + "RDBStorage.url"
 
 
 def test_a_stale_trial_and_an_orphan_are_dead_and_a_live_one_is_not(study):
