@@ -127,7 +127,7 @@ def resume_line(found: int, requeued: list[int]) -> str:
     """What a tune found of an earlier, interrupted search of the same study."""
     dead = (f"; {count(len(requeued), 'trial')} whose process died "
             f"({', '.join(f'#{n}' for n in requeued)}) re-queued") if requeued else ""
-    waiting = "".join(f"; waiting {line}, which stopped sending heartbeats"
+    waiting = "".join(f"; waiting {line}"
                       for line in getattr(requeued, "waiting", []))
     return f"resuming the study: {count(found, 'finished trial')} found{dead}{waiting}"
 

@@ -13,6 +13,7 @@ by `RetryKilledTrial`; it does not count, its re-run does.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
 import warnings
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -147,8 +148,8 @@ def _failed_as_dead(study: "optuna.Study", number: int) -> bool:
 
 class DeadTrials(list):
     """The numbers of the trials `fail_dead_trials` failed and re-queued, and (`waiting`) one line per
-    RUNNING trial of another machine that has stopped sending heartbeats but is not yet past the grace:
-    'up to N s for trial K of host:pid'."""
+    RUNNING trial not known dead that has gone silent but is not yet past the grace: 'up to N s for
+    trial K of host:pid, which ...' (`_silent`)."""
 
     waiting: list[str]
 
@@ -211,13 +212,23 @@ def fail_dead_trials(study: "optuna.Study") -> DeadTrials:
 
 
 def _silent(study: "optuna.Study", running: list["optuna.trial.FrozenTrial"], grace: float | None) -> list[str]:
-    """'up to N s for trial K of host:pid' for each of `running` (not known dead) whose last heartbeat is
-    older than the heartbeat interval (half the grace): a live process would have beaten since."""
+    """'up to N s for trial K of host:pid, which stopped sending heartbeats' for each of `running` (not
+    known dead) silent for longer than the heartbeat interval (half the grace): a live process would have
+    beaten since. A trial that never beat (its process killed between claiming it and the objective, before
+    it was tagged) is silent since it started, and is waited for the same way."""
     if grace is None or not running:
         return []
     ages = internals.heartbeat_ages(study, [internals.trial_id(t) for t in running])
-    return [f"up to {max(0.0, grace - age):.0f} s for trial {t.number} of {t.user_attrs.get(PROCESS, 'a process')}"
-            for t in running if (age := ages[internals.trial_id(t)]) is not None and grace / 2 < age < grace]
+    now = dt.datetime.now()  # the clock of Optuna's datetime_start
+    lines = []
+    for t in running:
+        age, why = ages[internals.trial_id(t)], "which stopped sending heartbeats"
+        if age is None and t.datetime_start is not None:
+            age, why = (now - t.datetime_start).total_seconds(), "which has sent no heartbeat since it started"
+        if age is not None and grace / 2 < age < grace:
+            lines.append(f"up to {max(0.0, grace - age):.0f} s for trial {t.number} of "
+                         f"{t.user_attrs.get(PROCESS, 'a process')}, {why}")
+    return lines
 
 
 class RetryKilledTrial:

@@ -6,6 +6,7 @@ import json
 import os
 import sqlite3
 import subprocess
+import re
 import sys
 import time
 from pathlib import Path
@@ -439,6 +440,24 @@ def test_a_trial_killed_before_its_first_heartbeat_is_failed_and_retried(tmp_pat
     states = [t.state for t in study.trials]
     assert states == [optuna.trial.TrialState.FAIL, optuna.trial.TrialState.WAITING]  # failed, then re-queued
 
+
+def test_a_resumed_tune_says_it_waits_for_a_trial_that_never_sent_a_heartbeat(tmp_path):
+    """A process killed between claiming a trial and tagging it leaves a RUNNING trial with no heartbeat and
+    no process to look up: judged dead only after the grace, it is named among the trials waited for once
+    it has been silent longer than a heartbeat interval, as a trial whose heartbeats stopped is."""
+    from autosync.reporting.console import resume_line
+    from autosync.search.study.trials import fail_dead_trials
+
+    storage = open_storage(f"sqlite:///{tmp_path / 'silent.db'}")
+    storage.heartbeat_interval, storage.grace_period = 3, 3  # autosync's grace: 6 s
+    study = optuna.create_study(storage=storage, study_name="silent")
+    study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})  # RUNNING, and no heartbeat ever written
+    assert fail_dead_trials(study).waiting == []  # younger than an interval: a live process may not have beaten
+    time.sleep(3.5)
+    dead = fail_dead_trials(study)
+    assert dead == [] and [t.state for t in study.trials] == [optuna.trial.TrialState.RUNNING]
+    assert re.search(r"; waiting up to \d s for trial 0 of a process, which has sent no heartbeat since it "
+                     r"started$", resume_line(0, dead))
 
 
 def test_the_copy_of_a_trial_whose_process_is_gone_has_no_process_tag(tmp_path):
