@@ -137,7 +137,8 @@ def test_the_breakdown_names_the_repairs_that_ran():
 def test_a_tune_repairs_a_failed_static_k_one_step_towards_bsp_outside_its_budget(tmp_path):
     """The default job with a budget of 2 trials and no tolerance: a static k reaches the target and fails
     its full-budget check (backup k = 1 under `linear` ends at 0.955 against BSP's 0.969; with the default
-    tolerance of 0.01 the second seed's judgement depends on the CPU's floating-point paths); its repairs
+    tolerance of 0.01 it is judged again on a second seed, whose verdict passed in one environment and
+    failed in another with the same code); its repairs
     run outside the 2 trials, each one step towards BSP, the breakdown names them, and the search's cost
     counts them."""
     from autosync.catalog import policy_from_dict
