@@ -184,10 +184,10 @@ def parse_policy_spec(text: str, n_workers: int) -> dict[str, Any]:
     return policy.to_dict()
 
 
-def label_of(policy: dict[str, Any]) -> str:
+def label_of(policy: dict[str, Any], every: bool = False) -> str:
     """'backup(k=8)': the policy name with the parameters that differ from their defaults (and those the
-    policy always labels)."""
-    params = _shown_params(policy)
+    policy always labels); with `every`, all its parameters ('backup(k=8,lr_rule=fixed)')."""
+    params = _shown_params(policy, every=every)
     return f"{policy['policy']}({params})" if params else policy["policy"]
 
 
@@ -203,9 +203,9 @@ def spec_of(policy: dict[str, Any]) -> str:
     return f"{policy['policy']}:{params}" if params else policy["policy"]
 
 
-def _shown_params(policy: dict[str, Any], show: Callable[[Any], str] = str) -> str:
+def _shown_params(policy: dict[str, Any], show: Callable[[Any], str] = str, every: bool = False) -> str:
     cls = POLICIES.get(policy["policy"])
     defaults = policy_parameters(cls) if cls is not None else {}
     shown = getattr(cls, "label_params", ())
     return ",".join(f"{k}={show(v)}" for k, v in policy["params"].items()
-                    if k in shown or k not in defaults or defaults[k] != v)
+                    if every or k in shown or k not in defaults or defaults[k] != v)

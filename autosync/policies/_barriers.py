@@ -27,6 +27,12 @@ def lr_factor(rule: str, k: int, n: int) -> float:
     return LR_RULES[rule](k, n)
 
 
+def rule_as_run(rule: str, k: int, n: int) -> str:
+    """The rule an update of k gradients out of n runs under `rule` as: "fixed" where its factor on eta is 1
+    ("sqrt" and "linear" at k = 1, "proportional" at k = n), else `rule` itself (a policy's canonical form)."""
+    return "fixed" if lr_factor(rule, k, n) == 1.0 else rule
+
+
 def check_lr_rule(rule: str, key: str = "lr_rule") -> None:
     """A clear error for an unknown learning-rate rule (`key`: the parameter's name where it is set)."""
     if not isinstance(rule, str) or rule not in LR_RULES:

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import math
-
-from autosync.policies._barriers import BoundedStaleness, FastestK, OnArrival, lr_factor
 from typing import Any
 
+from autosync.policies._barriers import BoundedStaleness, FastestK, OnArrival, rule_as_run
 from autosync.policies._base import Policy, Preset, Strategies
 
 
@@ -107,9 +106,9 @@ class BackupWorkers(Policy):
         return tuple(steps)
 
     def canonical(self, n_workers: int, optimizer: Any = None) -> Policy:
-        """A rule whose factor on eta is 1 at this k runs as "fixed" (`LR_RULES`: "sqrt" and "linear" at
+        """A rule whose factor on eta is 1 at this k runs as "fixed" (`rule_as_run`: "sqrt" and "linear" at
         k = 1, "proportional" at k = n); and k = n at "fixed" waits for everyone at eta: BSP."""
-        rule = "fixed" if lr_factor(self.lr_rule, self.k, n_workers) == 1.0 else self.lr_rule
+        rule = rule_as_run(self.lr_rule, self.k, n_workers)
         if self.k == n_workers and rule == "fixed":
             return BSP()
         return self if rule == self.lr_rule else BackupWorkers(k=self.k, lr_rule=rule)

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from autosync.policies._barriers import FastestK
+from autosync.policies._barriers import FastestK, rule_as_run
 from autosync.policies._base import (
     Aggregation, Arrival, Batching, Policy, Preset, ServerView, Strategies, UpdateStats,
 )
@@ -320,8 +320,10 @@ class LBBSP(Policy):
                           batching=batching)
 
     def canonical(self, n_workers: int, optimizer: Any = None) -> Policy:
-        """Every update aggregates all n workers, so "proportional" (eta * n / n) is "fixed"."""
-        return type(self)(**{**self.params(), "lr_rule": "fixed"}) if self.lr_rule == "proportional" else self
+        """Every update aggregates all n workers, so the rule runs as at k = n (`rule_as_run`: "proportional",
+        eta * n / n, is "fixed")."""
+        rule = rule_as_run(self.lr_rule, n_workers, n_workers)
+        return self if rule == self.lr_rule else type(self)(**{**self.params(), "lr_rule": rule})
 
 
 class ModeByCompute(Batching):

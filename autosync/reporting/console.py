@@ -164,13 +164,10 @@ def breakdown_line(b: dict[str, int]) -> str:
 def _repairs(repairs: list[dict[str, Any]]) -> str:
     """The repairs' policies with every parameter (a repair may change only the learning-rate rule, which a
     label leaves out at its default), joined."""
-    def full(policy: Any) -> str:
-        if not isinstance(policy, dict):
-            return "?"
-        params = ",".join(f"{k}={v}" for k, v in (policy.get("params") or {}).items())
-        return f"{policy.get('policy')}({params})"
+    from autosync.catalog import label_of
 
-    return " and ".join(full(r.get("policy")) for r in repairs)
+    return " and ".join(label_of(r["policy"], every=True) if isinstance(r.get("policy"), dict) else "?"
+                        for r in repairs)
 
 
 def unchecked_line(unchecked: list[dict[str, Any]], checks: int, metric: str) -> str:

@@ -218,3 +218,16 @@ def test_dbw_gain_is_eq_16_at_the_rules_step_for_each_k_and_eq_16_itself_under_f
     if rule == "fixed":
         assert eq16 == pytest.approx([(ETA - L * ETA ** 2 / 2) * grad_norm_sq - L * ETA ** 2 / 2 * variance / k
                                       for k in range(1, n + 1)])
+
+
+def test_a_rule_runs_as_fixed_exactly_where_its_factor_on_eta_is_one():
+    """`rule_as_run`, the one place both backup workers' and LB-BSP's canonical forms read it from."""
+    from autosync.policies._barriers import rule_as_run
+
+    n = JOB.cluster.n_workers
+    assert [rule_as_run(r, 1, n) for r in ("fixed", "proportional", "sqrt", "linear")] == \
+        ["fixed", "proportional", "fixed", "fixed"]
+    assert [rule_as_run(r, n, n) for r in ("fixed", "proportional", "sqrt", "linear")] == \
+        ["fixed", "fixed", "sqrt", "linear"]
+    assert make_policy("lbbsp", {"lr_rule": "proportional"}).canonical(n) == make_policy("lbbsp", {"lr_rule": "fixed"})
+    assert make_policy("lbbsp", {"lr_rule": "sqrt"}).canonical(n) == make_policy("lbbsp", {"lr_rule": "sqrt"})
