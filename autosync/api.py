@@ -28,7 +28,7 @@ from autosync.core.job import JobSpec, job_from_dict, load_job
 from autosync.core.phases import Phase, no_phase
 from autosync.options import (CalibrateOptions, CompareOptions, ExecutionOptions, FamilyOptions,
                               LeaderboardOptions, ProfileOptions, ReplayOptions, RobustnessOptions, RunOptions,
-                              ScalingOptions, TuneOptions, build)
+                              ScalingOptions, TableOptions, TuneOptions, build)
 from autosync.reporting.output import ready_output_dir as output_dir, ready_output_file as output_file
 from autosync.reporting.results import (DrawnJobs, Leaderboard, Profile, Replay, Robustness, ScalingTable, tune_dir,
                                         write_calibration, write_run, write_tune)
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from autosync.measure.rerun import LoggedRun, Rerun
     from autosync.experiments.compare import Comparison
     from autosync.search.recommend.vote import Recommendation
+    from autosync.table.build import Built
     from autosync.workloads.workload import Workload
 
 __all__ = [
@@ -52,7 +53,8 @@ __all__ = [
     "output_dir", "output_file", "RunOptions", "TuneOptions", "LeaderboardOptions", "ProfileOptions",
     "ExecutionOptions", "calibrate", "write_calibration", "CalibrateOptions", "recommend", "family", "DrawnJobs",
     "FamilyOptions", "robustness", "Robustness", "RobustnessOptions", "robustness_compare", "CompareOptions",
-    "replay", "Replay", "ReplayOptions", "scaling", "ScalingTable", "ScalingOptions", "UserError",
+    "replay", "Replay", "ReplayOptions", "scaling", "ScalingTable", "ScalingOptions", "UserError", "table",
+    "TableOptions",
 ]
 
 
@@ -384,6 +386,46 @@ def scaling(leaderboards: Sequence[str | Path], options: ScalingOptions | None =
 
     opts = _options(ScalingOptions, options, None, fields)
     return ScalingTable(collect([Path(p) for p in leaderboards], opts.metric))
+
+
+def table(files: Sequence[str | Path], directory: str | Path, options: TableOptions | None = None, *,
+          on_start: Callable[[int, int], None] | None = None, on_done: Callable[[Any], None] | None = None,
+          **fields: Any) -> "Built":
+    """Build (or complete) the table in `directory` (`autosync.table`): each lattice point run to the end of the
+    budget on each job's two search seeds and `held_out` held-out seeds, for every job file in `files` and
+    jobs 0..jobs-1 of every family file there. The lattice is the broad reference grid
+    (`autosync.experiments.reference_grid.reference_policies`), or `policies`, canonical on each job's
+    workers. Resumable: finished cells are kept.
+
+    Args:
+        options: the options of `autosync table` (`TableOptions`); `fields` change some of them.
+        on_start: called with (cells to compute, cells already in the table) before the first runs.
+        on_done: called after each computed cell.
+
+    Returns what was built (`autosync.table.build.Built`: cells computed and reused, failed runs, the files).
+    """
+    from autosync.catalog import parse_policy_spec
+    from autosync.core.family import load_family, looks_like_family
+    from autosync.experiments.reference_grid import reference_policies
+    from autosync.table import Table
+    from autosync.table.build import build_table
+
+    opts = _options(TableOptions, options, None, fields)
+    if not files:
+        raise UserError("autosync table needs at least one job or family file (the default job: "
+                        "baselines/digits_default.yaml)")
+    jobs: list[JobSpec] = []
+    for path in files:
+        jobs += load_family(path).jobs(opts.jobs) if looks_like_family(Path(path)) else [load_job(path)]
+    for n in sorted({j.cluster.n_workers for j in jobs}):  # a bad spec fails before any cell runs
+        [p if isinstance(p, dict) else parse_policy_spec(p, n) for p in opts.policies]
+
+    def lattice(n: int) -> list[dict[str, Any]]:
+        if not opts.policies:
+            return reference_policies(n)
+        return [p if isinstance(p, dict) else parse_policy_spec(p, n) for p in opts.policies]
+
+    return build_table(Table(directory), jobs, lattice, opts.held_out, opts.n_jobs, on_start, on_done)
 
 
 def robustness_compare(reports: Sequence[str | Path], options: CompareOptions | None = None,

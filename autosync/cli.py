@@ -6,6 +6,7 @@ Heavy libraries (torch, optuna, cvxpy) are imported inside the commands that nee
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -18,7 +19,8 @@ from autosync.core import strict_json
 from autosync.core.errors import AutosyncError, JobFileError
 from autosync.options import (
     CacheOptions, CalibrateOptions, CompareOptions, FamilyOptions, LeaderboardOptions, ProfileOptions,
-    RecommendOptions, ReplayOptions, RerunOptions, RobustnessOptions, RunOptions, ScalingOptions, TuneOptions,
+    RecommendOptions, ReplayOptions, RerunOptions, RobustnessOptions, RunOptions, ScalingOptions, TableOptions,
+    TuneOptions,
     command_of,
 )
 from autosync.reporting.console import (
@@ -30,7 +32,7 @@ from autosync.reporting.console import (
 from autosync.reporting.errors import error_lines, resumable, usage_error_lines
 from autosync.reporting.leaderboard import LEADERBOARD_LEGEND
 from autosync.reporting.output import command_line, remove_empty_outputs
-from autosync.reporting.progress import BudgetBar, leaderboard_progress, phases, tune_progress
+from autosync.reporting.progress import BudgetBar, counting_bar, leaderboard_progress, phases, tune_progress
 from autosync.reporting.robustness import comparison_document, summary_legend, write_comparison
 from autosync.search.study.storage import DEFAULT_STORAGE, redact_url
 
@@ -253,6 +255,32 @@ def robustness(family_file: Path = FAMILY_ARG,
         return _print_json({"family": found.family, **found.result, "files": [str(p) for p in paths]})
     _show(robustness_report(found, options.jobs, options.seeds))
     status.print(summary_legend(found.rules), style="dim")
+
+
+@_command(TableOptions)
+def table(files: list[Path] = typer.Argument(..., help="Job files, and job-family files whose jobs 0..N-1 the table "
+                                             "holds (the default job: baselines/digits_default.yaml)."),
+          out: Path = typer.Option(Path("results/table"), "--out", help="The table's directory (resumed if it exists)."),
+          as_json: bool = JSON_OPT, *, options: TableOptions) -> None:
+    """Run every lattice point of every job on its search and held-out seeds, recorded for replayed searches
+    (`autosync tune --table DIR`); resumable, and packed into the same bytes by every build."""
+    with contextlib.ExitStack() as stack:  # the bar appears once every file and option is checked
+        shown: dict[str, Any] = {}
+
+        def start(todo: int, reused: int) -> None:
+            shown["bar"] = bar = stack.enter_context(counting_bar("table", status, transient=False))
+            shown["task"] = bar.add_task(f"cells ({reused} already in the table)", total=todo)
+
+        built = api.table(files, out, options, on_start=start,
+                          on_done=lambda _: shown["bar"].advance(shown["task"]))
+    summary = {"directory": str(out), "computed": built.computed, "reused": built.reused,
+               "failed": built.failed, "files": [str(p) for p in built.files]}
+    if as_json:
+        return _print_json(summary)
+    console.print(f"table {out}: {built.computed} cells computed, {built.reused} reused, {len(built.failed)} failed "
+                  f"runs, in {len(built.files)} files")
+    for line in built.failed:
+        status.print(f"failed: {line}", style="yellow")
 
 
 @_command(CompareOptions, name="robustness-compare")

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ExecutionOptions", "RunOptions", "TuneOptions", "LeaderboardOptions", "ProfileOptions",
            "CalibrateOptions", "FamilyOptions", "RobustnessOptions", "CompareOptions", "ReplayOptions",
-           "ScalingOptions", "CacheOptions", "RecommendOptions", "RerunOptions", "flag_of", "build", "command_of"]
+           "ScalingOptions", "CacheOptions", "RecommendOptions", "RerunOptions", "TableOptions", "flag_of", "build", "command_of"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -188,6 +188,22 @@ class RobustnessOptions(FamilyOptions):
         from autosync.experiments.robustness import check_rules
 
         return check_rules(r.strip() for r in self.lr_rules.split(","))
+
+
+@dataclass(frozen=True, kw_only=True)
+class TableOptions:
+    """`autosync table`: every lattice point of every job run on its search and held-out seeds, recorded for
+    replayed searches (`autosync.table`)."""
+
+    jobs: int = option(8, "Jobs 0..N-1 of each family file.", ge=1)
+    held_out: int = option(2, "Held-out seeds per job, after its two search seeds (job.seed + 100, ...).", ge=0)
+    policies: list[str] = option([], "Only these lattice points, NAME or NAME:key=value,... (repeatable; default: "
+                                 "the broad reference grid).")  # the API also takes dicts
+    n_jobs: int = option(-1, "Cells in parallel (joblib processes; -1: every core).")
+
+    def __post_init__(self) -> None:
+        check_ranges(self)
+        _check_n_jobs(self.n_jobs)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -287,6 +287,13 @@ def describe(job: JobSpec) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- loading and writing
 
+def looks_like_family(path: str | Path) -> bool:
+    """Whether `path` holds a job family rather than a job: a mapping that draws from `workloads` and has no
+    `workload` of its own (commands that take either read it as the one it looks like)."""
+    data = read_yaml_file(Path(path), FamilyFileError)
+    return isinstance(data, dict) and "workloads" in data and "workload" not in data
+
+
 def load_family(path: str | Path) -> FamilySpec:
     """Load and validate a family file: its schema, and every extreme of every drawn field as a job would
     take it (a round-trip field out of the job schema's range is found here, not in job 17)."""

@@ -94,6 +94,9 @@ class BackendChoice:
     worker_timeout: float = _default("worker_timeout")  # seconds of silence before a worker process counts as hung
     worker_cpus: tuple[int, ...] | None = None  # processes: worker process p runs on core worker_cpus[p % len]
     # (`--worker-cpus` parsed by `parse_cpus`)
+    # simulator: a table directory whose recorded runs answer instead of training (`autosync.table`; a run it
+    # lacks is trained and stored); the results are the simulator's, so the execution is described as it
+    table: str | None = None
 
     def check(self) -> None:
         """A clear error for options that do not fit together or this machine."""
@@ -109,6 +112,9 @@ class BackendChoice:
         if not self.time_scale > 0:
             raise UserError(f"--time-scale must be > 0 (real seconds per virtual second), but got {self.time_scale}")
         check_device(self.device)
+        if self.table is not None and self.backend != "simulator":
+            raise UserError(f"--table replays simulator runs: it needs --backend simulator, but got --backend "
+                            f"{self.backend}")
         if self.worker_cpus is not None:
             if self.backend != "processes":
                 raise UserError(f"--worker-cpus pins worker processes: it needs --backend processes, but got "

@@ -97,6 +97,10 @@ class ForkStore:
                    and (until is None or kept.at_seconds <= until)]
         return max(fitting, key=lambda kept: kept.at_seconds, default=None)
 
+    def prefixes(self, key: str) -> list[Kept]:
+        """The prefixes kept under `key`, oldest first: what a run of a switch-point policy left for others."""
+        return [kept for (k, above), kept in self._kept.items() if k == key and above is not None]
+
     def clear(self) -> None:
         self._kept.clear()
         self._bytes = 0

@@ -33,6 +33,7 @@ from autosync.search.study.records import (
 )
 from autosync.search.study.siblings import finished_trials
 from autosync.search.tune_options import TuneOptions
+from autosync.table import Table, replayed_run
 
 if TYPE_CHECKING:
     import optuna
@@ -180,6 +181,8 @@ def _train(job: JobSpec, policy: Any, progress: Callable[[dict[str, Any]], None]
            backend: "BackendChoice | None") -> tuple[Any, float]:
     """One run on the chosen backend, and the virtual seconds of it that were not trained again (forked from
     a run stopped at the target); its worker processes start with it and end with it, also on errors."""
+    if backend is not None and backend.table is not None:
+        return replayed_run(_TABLES.setdefault(backend.table, Table(backend.table)), job, policy, progress)
     if backend is None or backend.backend == "simulator":
         return _simulate_forking(job, policy, progress)
     from autosync.engine import backends, simulate
@@ -191,6 +194,9 @@ def _train(job: JobSpec, policy: Any, progress: Callable[[dict[str, Any]], None]
         return simulate(job, policy, workload=workload, progress=progress, driver=driver, clock=clock), 0.0
     except RuntimeFailure as exc:  # workers died or hung: this trial fails, the study goes on
         raise RunFailed(f"the {backend.backend} backend failed (seed {job.seed}): {exc}") from None
+
+
+_TABLES: dict[str, Any] = {}  # this process's open tables by directory (`BackendChoice.table`): read once
 
 
 def _simulate_forking(job: JobSpec, policy: Any, progress: Callable[[dict[str, Any]], None] | None,

@@ -7,17 +7,14 @@ from __future__ import annotations
 import functools
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from autosync.core.declare import default_of
 from autosync.core.job import JobSpec
+from autosync.engine.backends import BackendChoice
 from autosync.search.objective import ObjectiveSettings
 from autosync.search.space import SearchSpace
 from autosync.search.study.storage import DEFAULT_STORAGE
 from autosync.search.tune_options import TuneOptions
-
-if TYPE_CHECKING:
-    from autosync.engine.backends import BackendChoice
 
 
 def _default(name: str):
@@ -79,6 +76,7 @@ class TuneRequest:
         opts = options
         choice = opts.choice()
         real = None if choice.backend == "simulator" else choice
+        simulated = None if opts.table is None else BackendChoice(table=opts.table)  # the search's simulator runs
         if space is None:
             space = load_space(resolve_space_path(opts.space, DEFAULT_TUNE_SPACE), job.cluster.n_workers)
         return cls(
@@ -87,7 +85,8 @@ class TuneRequest:
             sampler=opts.sampler, seed=opts.seed, n_jobs=opts.n_jobs, refresh=opts.refresh,
             settings=ObjectiveSettings(repeats=opts.repeats, tolerance=opts.tolerance,
                                        multi_objective=opts.objective != "time", constraint_at=opts.constraint_at,
-                                       backend=None if opts.verify_top else real),  # verify_top: search simulated
+                                       backend=simulated if opts.verify_top or real is None else real),
+            # verify_top: search simulated
             verify_top=opts.verify_top, verify_backend=real if opts.verify_top else None,
             confirm_top=confirm_top_for(opts.confirm_top, sampler_for(opts.sampler, space), opts.objective),
             confirm_seeds=opts.confirm_seeds, transfer=opts.transfer, prior=opts.neighbour_prior,

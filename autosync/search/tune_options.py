@@ -69,6 +69,9 @@ class TuneOptions(ExecutionOptions):
                                      "the budget is not run (0: run the whole budget; default: the space's "
                                      "`patience`, 5 for static_k, else 0; 0 with --sampler grid).", ge=0)
 
+    table: Optional[str] = option(None, "Replay the search's simulator runs from this table directory (`autosync "
+                                  "table build`) instead of training them; a run it lacks is trained and stored "
+                                  "there. The same trials and answer as without it.")
     constraint_at: str = option(BUDGET, "Where a candidate's final metric must stay within --tolerance of BSP's: "
                                 "budget (at the end of the budget, Sync-Switch's rule) | bsp-target (at the time "
                                 "BSP reaches the target: neither BSP nor the winner's check trains past it; for "
@@ -85,6 +88,11 @@ class TuneOptions(ExecutionOptions):
             raise UserError(f"--constraint-at {self.constraint_at} needs a sampler whose trials stop at the target, "
                             f"but --sampler {self.sampler} trains each candidate whole to compare final metrics")
 
+        if self.table is not None and self.backend != "simulator" and not self.verify_top:
+            raise UserError(f"--table replays simulator runs: it needs --backend simulator (or --verify-top, whose "
+                            f"search is simulated), but got --backend {self.backend}")
+        if self.table is not None and not self.table.strip():
+            raise UserError("--table must name a directory, but got an empty string")
         if self.sampler not in (AUTO, *SAMPLERS):
             raise UserError(f"--sampler must be one of {[AUTO, *SAMPLERS]}, but got {self.sampler!r}")
         if self.objective not in ("time", "time,metric"):

@@ -18,6 +18,7 @@ LAYERS = [
     {"policies", "workloads"},
     {"engine"},
     {"catalog"},
+    {"table"},
     {"search", "experiments", "measure"},
     {"reporting"},
     {"options"},

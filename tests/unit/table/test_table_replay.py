@@ -1,0 +1,116 @@
+"""The table's replay answers a search's runs as the simulator does (`autosync.table.replay`): the same
+evaluations heard in the same order, the same scores, the same seconds forked from kept runs."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from autosync.catalog import make_policy
+from autosync.core.errors import UserError
+from autosync.engine.forks import FORKS
+from autosync.search.objective import _simulate_forking
+from autosync.table import KeptTimes, Table, Variant, cell_for, compute_cell, replayed_run
+from autosync.table.cells import SCORES
+from tests.conftest import small_job
+
+
+def job(**budget):
+    return small_job(target__threshold=0.6, budget__max_updates=80, workload__evaluation__every_seconds=1.0,
+                     cluster__round_trip={"kind": "gamma", "v_task": 0.5, "heterogeneous": True},
+                     **{f"budget__{k}": v for k, v in budget.items()})
+
+
+def live(job_, policy):
+    """What `_simulate_forking` answers, the evaluations it heard and the seconds it forked."""
+    heard = []
+    result, forked = _simulate_forking(job_, policy, heard.append)
+    return heard, result.status, {k: result.metrics[k] for k in SCORES}, forked
+
+
+def replayed(table, kept, job_, policy):
+    heard = []
+    run, forked = replayed_run(table, job_, policy, heard.append, kept)
+    return heard, run.status, {k: run.metrics[k] for k in SCORES}, forked
+
+
+SEQUENCES = {  # the requests a search makes of one process, in order
+    "stop at the target, then its full-budget check": [
+        ("backup", {"k": 3}, {"stop_at_target": True}), ("backup", {"k": 3}, {})],
+    "a check continued to a horizon": [
+        ("bsp", {}, {"stop_at_target": True}), ("bsp", {}, {"stop_at_seconds": 30.0}), ("bsp", {}, {})],
+    "switch points sharing prefixes": [
+        ("sync_switch", {"switch_at": 0.7}, {}), ("sync_switch", {"switch_at": 0.35}, {"stop_at_target": True}),
+        ("sync_switch", {"switch_at": 0.5}, {}), ("sync_switch", {"switch_at": 0.35}, {})],
+}
+
+
+@pytest.mark.parametrize("name", sorted(SEQUENCES))
+def test_a_replayed_sequence_of_runs_is_the_live_sequence(name, tmp_path):
+    table, kept = Table(tmp_path / "table"), KeptTimes()
+    FORKS.clear()
+    try:
+        for policy_name, params, budget in SEQUENCES[name]:
+            policy = make_policy(policy_name, params)
+            expected = live(job(**budget), policy)
+            assert replayed(table, kept, job(**budget), policy) == expected
+        # a second process reading the stored cells answers the same without training
+        FORKS.clear()
+        again, kept = Table(tmp_path / "table"), KeptTimes()
+        for policy_name, params, budget in SEQUENCES[name]:
+            policy = make_policy(policy_name, params)
+            assert replayed(again, kept, job(**budget), policy) == live(job(**budget), policy)
+    finally:
+        FORKS.clear()
+
+
+def test_a_run_stopped_at_the_target_is_derived_from_the_full_cell_without_a_cell_of_its_own(tmp_path):
+    table = Table(tmp_path)
+    policy = make_policy("bsp", {})
+    stopped = cell_for(table, job(stop_at_target=True), policy)
+    assert stopped.status == "target_reached" and len(table) == 1  # only the full run was trained
+    assert stopped == compute_cell(job(stop_at_target=True), policy)
+    assert stopped.evaluations == compute_cell(job(stop_at_target=True), policy).evaluations
+
+
+def test_a_horizon_inside_the_budget_short_of_the_target_is_a_cell_of_its_own(tmp_path):
+    table = Table(tmp_path)
+    policy = make_policy("asp", {})
+    short = job(stop_at_seconds=2.5)
+    cell = cell_for(table, short, policy)
+    assert cell.variant == Variant(False, 2.5) and len(table) == 2  # the full run and the horizon's
+    assert cell == compute_cell(short, policy)
+
+
+def test_packing_gives_the_same_bytes_whatever_order_the_cells_came_in(tmp_path):
+    runs = [(job(), make_policy(name, {})) for name in ("bsp", "asp", "ssp")]
+    for order, directory in ((runs, tmp_path / "a"), (runs[::-1], tmp_path / "b")):
+        table = Table(directory)
+        for job_, policy in order:
+            cell_for(table, job_, policy)
+        table.pack()
+    (a,), (b,) = (list((tmp_path / d).glob("*.jsonl.gz")) for d in "ab")
+    assert a.read_bytes() == b.read_bytes()
+    assert not list((tmp_path / "a").glob("*.jsonl"))  # the open file went into the packed one
+    assert len(gzip.decompress(a.read_bytes()).splitlines()) == 3
+
+
+def test_a_cell_cut_short_by_a_kill_is_computed_again_and_a_damaged_file_is_named(tmp_path):
+    table = Table(tmp_path)
+    cell_for(table, job(), make_policy("bsp", {}))
+    (path,) = tmp_path.glob("*.jsonl")
+    line = path.read_text()
+    path.write_text(line + line[: len(line) // 2])  # a second line cut short
+    assert len(Table(tmp_path)) == 1
+    path.write_text(line[: len(line) // 2] + "\n" + line)  # a damaged line that is not the last
+    with pytest.raises(UserError, match=f"table file {path}, line 1, is damaged"):
+        len(Table(tmp_path))
+    json.loads(line)  # the whole line was valid JSON
+
+
+def test_a_table_path_that_is_a_file_is_refused(tmp_path):
+    (tmp_path / "f").write_text("")
+    with pytest.raises(UserError, match="--table must be a directory"):
+        Table(tmp_path / "f")
