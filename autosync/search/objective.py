@@ -33,7 +33,7 @@ from autosync.search.study.records import (
 )
 from autosync.search.study.siblings import finished_trials
 from autosync.search.tune_options import TuneOptions
-from autosync.table import Table, replayed_run
+from autosync.table import Table, recorded_proxy, replayed_run
 
 if TYPE_CHECKING:
     import optuna
@@ -412,6 +412,18 @@ class Objective:
             trial.set_user_attr(SECOND_SEED_CHECK, record)
         return margin
 
+    def _recorded_proxy(self) -> "Callable[[dict[str, Any], int], str] | None":
+        """Where the search replays on a table, each policy's proxy run as the table records it."""
+        from autosync.catalog import policy_from_dict  # loads the policies (torch): not on a cache hit
+
+        backend = self.settings.backend
+        if backend is None or backend.table is None:
+            return None
+        table = _TABLES.setdefault(backend.table, Table(backend.table))
+        job = self.job
+        return lambda policy, seed: recorded_proxy(table, job.model_copy(update={"seed": seed}),
+                                                   policy_from_dict(policy))
+
     def _found_equivalent(self, trial: "optuna.Trial", canonical: dict[str, Any],
                           scoring: dict[str, Any]) -> dict[str, Any]:
         """The canonical policy of a policy already tried on this job (in this study or a sibling, scored
@@ -434,7 +446,7 @@ class Objective:
                 or (backend is not None and backend.clock != "virtual"):  # real clocks: no run repeats another
             return canonical
         try:
-            self.equivalents = self.equivalents or EquivalenceCheck(self.job)
+            self.equivalents = self.equivalents or EquivalenceCheck(self.job, self._recorded_proxy())
             found = self.equivalents.find(canonical, known, self.seeds())
         except Exception as exc:  # noqa: BLE001 - the check only saves training: without it the trial trains
             trial.set_user_attr(EQUIVALENCE_CHECK_FAILED, f"{type(exc).__name__}: {exc}")

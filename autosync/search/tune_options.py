@@ -8,6 +8,7 @@ rather than keeping copies; `autosync.options` lists it with the other commands'
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Optional
 
@@ -91,8 +92,8 @@ class TuneOptions(ExecutionOptions):
         if self.table is not None and self.backend != "simulator" and not self.verify_top:
             raise UserError(f"--table replays simulator runs: it needs --backend simulator (or --verify-top, whose "
                             f"search is simulated), but got --backend {self.backend}")
-        if self.table is not None and not self.table.strip():
-            raise UserError("--table must name a directory, but got an empty string")
+        if self.table is not None and (not self.table.strip() or os.path.isfile(self.table)):
+            raise UserError(f"--table must be a directory, but got {self.table!r}")
         if self.sampler not in (AUTO, *SAMPLERS):
             raise UserError(f"--sampler must be one of {[AUTO, *SAMPLERS]}, but got {self.sampler!r}")
         if self.objective not in ("time", "time,metric"):

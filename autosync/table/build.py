@@ -16,7 +16,7 @@ from autosync.catalog import policy_from_dict
 from autosync.core.job import JobSpec
 from autosync.engine.forks import fork_key
 from autosync.table.cells import FULL, Cell, cell_key
-from autosync.table.replay import compute_cell
+from autosync.table.replay import compute_cell, full_budget
 from autosync.table.store import Table
 
 SEARCH_SEEDS = 2  # the seeds a tune searches on: job.seed and job.seed + 1 (`trial_seeds`, confirmation's first)
@@ -27,12 +27,6 @@ HELD_OUT_SEEDS = 2
 def table_seeds(job: JobSpec, held_out: int = HELD_OUT_SEEDS) -> list[int]:
     """The seeds a table holds for `job`: its search seeds, then `held_out` seeds no search trains on."""
     return [job.seed + i for i in range(SEARCH_SEEDS)] + [job.seed + HELD_OUT_OFFSET + i for i in range(held_out)]
-
-
-def full_budget(job: JobSpec, seed: int) -> JobSpec:
-    """`job` on `seed`, trained to the end of its budget (a cell is the whole run)."""
-    budget = job.budget.model_copy(update={"stop_at_target": False, "stop_at_seconds": None})
-    return job.model_copy(update={"seed": seed, "budget": budget})
 
 
 @dataclass(frozen=True)
@@ -56,7 +50,7 @@ def tasks(jobs: Iterable[JobSpec], lattice: Callable[[int], list[dict[str, Any]]
             policy = policy_from_dict(spec).canonical(n)
             canonical.setdefault(policy.to_json(), policy.to_dict())
         for seed in table_seeds(job, held_out):
-            run = full_budget(job, seed)
+            run = full_budget(job.model_copy(update={"seed": seed}))
             for policy in canonical.values():
                 key = cell_key(fork_key(run, policy), FULL)
                 out.setdefault(key, Task(run, policy, key))

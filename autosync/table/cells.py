@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from autosync.core.job import JobSpec, TargetSpec
@@ -74,19 +74,24 @@ class Cell:
     evaluations: list[dict[str, Any]]  # what the progress callback heard, in order
     scores: dict[str, Any]  # `SCORES` of the run's metrics
     prefixes: list[Prefix] = field(default_factory=list)
+    # a full run's proxy run as one hash (`autosync.engine.proxy.proxy_fingerprint`): what the search's
+    # equivalence check compares
+    proxy: str | None = None
 
     def to_json(self, key: str) -> str:
         """One line of a table file: the same bytes for the same run (keys sorted, floats as repr)."""
         return json.dumps({"key": key, "fingerprint": self.fingerprint, "seed": self.seed, "policy": self.policy,
                            "variant": [self.variant.stop_at_target, self.variant.stop_at_seconds],
                            "status": self.status, "evaluations": self.evaluations, "scores": self.scores,
-                           "prefixes": [[p.at_seconds, p.undecided_above, p.past_target] for p in self.prefixes]},
+                           "prefixes": [[p.at_seconds, p.undecided_above, p.past_target] for p in self.prefixes],
+                           "proxy": self.proxy},
                           sort_keys=True, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Cell":
         return cls(data["fingerprint"], data["seed"], data["policy"], Variant(*data["variant"]), data["status"],
-                   data["evaluations"], data["scores"], [Prefix(*p) for p in data["prefixes"]])
+                   data["evaluations"], data["scores"], [Prefix(*p) for p in data["prefixes"]],
+                   data["proxy"])
 
     # ------------------------------------------------------------------ the shorter runs a full cell answers for
     def as_run(self, variant: Variant, target: TargetSpec) -> "Cell | None":
@@ -103,8 +108,7 @@ class Cell:
             if hit is not None and (horizon is None or self.evaluations[hit]["time"] <= horizon):
                 return self._stopped_at(hit, variant, target)
         if horizon is None or self.scores["virtual_time"] <= horizon:
-            return Cell(self.fingerprint, self.seed, self.policy, variant, self.status, self.evaluations,
-                        self.scores, self.prefixes)
+            return replace(self, variant=variant)
         return None
 
     def _stopped_at(self, index: int, variant: Variant, target: TargetSpec) -> "Cell":
@@ -114,9 +118,8 @@ class Cell:
         scores = {"virtual_time": hit["time"], "updates": hit["updates"], "epochs": hit["epoch"],
                   "reached_target": True, "time_to_target": hit["time"], "updates_to_target": hit["updates"],
                   **{f"final_{m}": hit.get(m) for m in _TRACED}}
-        return Cell(self.fingerprint, self.seed, self.policy, variant, "target_reached",
-                    self.evaluations[:index + 1], scores,
-                    [p for p in self.prefixes if p.at_seconds <= hit["time"]])
+        return replace(self, variant=variant, status="target_reached", evaluations=self.evaluations[:index + 1],
+                       scores=scores, prefixes=[p for p in self.prefixes if p.at_seconds <= hit["time"]])
 
 
 def cell_key(fork_key: str, variant: Variant) -> str:

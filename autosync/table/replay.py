@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from autosync.core.job import JobSpec
 from autosync.engine.forks import ForkStore, fork_key, prefix_key, run_sharing_prefixes
+from autosync.engine.proxy import proxy_fingerprint
 from autosync.table.cells import FULL, Cell, Prefix, Variant, as_forked, cell_key, scores_of
 from autosync.table.store import Table
 
@@ -73,7 +74,7 @@ KEPT = KeptTimes()  # this process's, as `autosync.engine.forks.FORKS` is the li
 
 def compute_cell(job: JobSpec, policy: "Policy") -> Cell:
     """Train `policy` on `job` as a search trains it, from the start, and record it as a cell (the prefixes it
-    keeps read from a store of its own)."""
+    keeps read from a store of its own; a full-budget run's proxy fingerprint with it)."""
     heard: list[dict[str, Any]] = []
     store = ForkStore()
     _, result, _ = run_sharing_prefixes(job, policy, heard.append, store=store)
@@ -81,8 +82,9 @@ def compute_cell(job: JobSpec, policy: "Policy") -> Cell:
     prefixes = [] if switch_param is None else [
         Prefix(k.at_seconds, k.undecided_above, k.past_target)
         for k in store.prefixes(prefix_key(job, policy.to_dict(), switch_param))]
-    return Cell(job.fingerprint(), job.seed, policy.to_dict(), Variant.of(job), result.status, heard,
-                scores_of(result.metrics), prefixes)
+    variant = Variant.of(job)
+    return Cell(job.fingerprint(), job.seed, policy.to_dict(), variant, result.status, heard,
+                scores_of(result.metrics), prefixes, proxy_fingerprint(job, policy) if variant.full else None)
 
 
 def cell_for(table: Table, job: JobSpec, policy: "Policy") -> Cell:
@@ -90,11 +92,21 @@ def cell_for(table: Table, job: JobSpec, policy: "Policy") -> Cell:
     full-budget cell where it can be, else its own; each computed and stored when missing."""
     variant = Variant.of(job)
     key = fork_key(job, policy.to_dict())
-    full_job = job.model_copy(update={"budget": job.budget.model_copy(update={"stop_at_target": False,
-                                                                               "stop_at_seconds": None})})
-    full = _stored(table, full_job, policy, cell_key(key, FULL))
+    full = _stored(table, full_budget(job), policy, cell_key(key, FULL))
     run = full.as_run(variant, job.target)
     return run if run is not None else _stored(table, job, policy, cell_key(key, variant))
+
+
+def recorded_proxy(table: Table, job: JobSpec, policy: "Policy") -> str:
+    """`policy`'s proxy fingerprint on `job` (its seed), read from its full-budget cell (computed and stored
+    when missing): what `autosync.search.equivalence` compares when a search replays on the table."""
+    return cell_for(table, full_budget(job), policy).proxy or ""  # a full-budget cell always records one
+
+
+def full_budget(job: JobSpec) -> JobSpec:
+    """`job` trained to the end of its budget, whatever its budget says of stopping earlier."""
+    return job.model_copy(update={"budget": job.budget.model_copy(update={"stop_at_target": False,
+                                                                         "stop_at_seconds": None})})
 
 
 def replayed_run(table: Table, job: JobSpec, policy: "Policy",

@@ -10,7 +10,8 @@ import torch
 from autosync.catalog import make_policy
 from autosync.engine import simulate
 from autosync.engine.simulator import Simulator
-from autosync.search.equivalence import FIRST_CHUNK, EquivalenceCheck, _ProxyRun, proxy_of
+from autosync.engine.proxy import ProxyRun, proxy_of
+from autosync.search.equivalence import FIRST_CHUNK, EquivalenceCheck
 from autosync.search.objective import Objective, ObjectiveSettings, canonical_on, evaluate, trial_scoring, trial_seeds
 from autosync.search.study.records import FOUND_EQUIVALENT
 from autosync.search.space import load_space
@@ -98,7 +99,7 @@ def test_a_proxy_run_advanced_in_pauses_is_the_run_without_them():
     job = _job(0.9)
     proxy, workload = proxy_of(job)
     policy = make_policy("dana_slim")
-    paused, whole = (_ProxyRun(policy.to_dict(), Simulator(proxy, policy, workload=workload)) for _ in range(2))
+    paused, whole = (ProxyRun(policy.to_dict(), Simulator(proxy, policy, workload=workload)) for _ in range(2))
     for upto in (1, 2, 5, 13, 40, 10 ** 9):
         paused.advance(upto)
     whole.advance(10 ** 9)
