@@ -30,6 +30,7 @@ from autosync.reporting.console import (
     tune_files_report, tune_hint, tune_report, verification_report,
 )
 from autosync.reporting.errors import error_lines, resumable, usage_error_lines
+from autosync.reporting.resources import resource_failure
 from autosync.reporting.leaderboard import LEADERBOARD_LEGEND
 from autosync.reporting.output import command_line, remove_empty_outputs
 from autosync.reporting.progress import BudgetBar, counting_bar, leaderboard_progress, phases, tune_progress
@@ -392,7 +393,8 @@ def main() -> None:
     input and usage errors (`UserError`, and the command-line parser's own: an unknown command or option,
     a value of the wrong type or out of range, each followed by a one-line hint), 1 for runtime failures
     (`RuntimeFailure`: worker processes or ranks lost, BSP failing, no trial meeting the target), 130 when
-    interrupted (Ctrl-C; `Interrupted` says what was kept).
+    interrupted (Ctrl-C; `Interrupted` says what was kept); 1 also when the machine runs out of disk, of a
+    writable folder or of memory (`reporting.resources`: one line saying what ran out, finished work kept).
     """
     code: Any = 1  # until the command returns: a failure leaves no empty output folder it created
     try:
@@ -405,6 +407,12 @@ def main() -> None:
         sys.exit(2)
     except typer.Abort:
         print("error: aborted (end of input)", file=sys.stderr)
+        sys.exit(1)
+    except Exception as exc:  # the machine ran out of disk, a writable folder or memory: one line, exit 1
+        line = resource_failure(exc)
+        if line is None:
+            raise
+        print(f"error: {line}", file=sys.stderr)
         sys.exit(1)
     finally:
         remove_empty_outputs(failed=bool(code))
