@@ -103,10 +103,11 @@ def calibration_report(calibration: Any) -> list[Printed]:
 
 def jobs_table(title: str, facts: list[dict[str, Any]]) -> list[Printed]:
     """A family's drawn jobs, one row each (`autosync family`)."""
-    columns = (Column("job"), Column("n"), Column("round trips", text=True), Column("slow (spread)"), Column("slowdowns"),
+    columns = (Column("job"), Column("n"), Column("round trips", text=True), Column("slow workers"), Column("slowdowns"),
                Column("workload", text=True), Column("momentum"), Column("fingerprint", wide=True))
     return [Line(fitted(title, columns, ((f["job"], f["n_workers"], f["round_trip"],
-                                          f"{f['slow_workers']} ({f['speed_spread']:.1f}x)", f["slowdowns"],
+                                          f"{f['slow_workers']} (up to {f['speed_spread']:.1f}x slower)",
+                                          f["slowdowns"],
                                           f["workload"], f"{f['momentum']:g}", f["fingerprint"]) for f in facts)))]
 
 

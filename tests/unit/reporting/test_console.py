@@ -166,6 +166,7 @@ def test_every_ratio_says_which_way_it_points():
     assert "12.35x faster" in out and "as fast" in out
     tuned = " ".join(_printed(CASES["tune_report"]()).split())
     assert "(3.23x faster than BSP)" in tuned
+    assert "16 (up to 12.5x slower)" in _printed(CASES["jobs_table"]())  # the slowest worker against the fastest
     summary = " ".join(_printed(CASES["robustness_report"]()).split())
     assert "1.25x slower" in summary  # a median speedup of 0.8
 
