@@ -68,6 +68,39 @@ def test_the_commands_page_lists_every_command_argument_and_option():
     assert seen > 100  # the walk reached the commands' options
 
 
+def test_the_commands_page_marks_the_arguments_that_may_be_left_out():
+    """`autosync tune [OPTIONS] [JOB]`: a usage line brackets an argument with a default (the embedded job),
+    and only such an argument."""
+    import typer
+
+    from autosync.cli import app
+
+    page = (DOCS / "reference" / "commands.md").read_text()
+    root = typer.main.get_command(app)
+    ctx = root.make_context("autosync", [], resilient_parsing=True)
+    stack, optional = [(root, "autosync")], 0
+    while stack:
+        command, name = stack.pop()
+        if hasattr(command, "list_commands"):
+            stack += [(command.get_command(ctx, sub), f"{name} {sub}") for sub in command.list_commands(ctx)]
+            continue
+        usage = next(line for line in page.splitlines() if line.startswith(f"{name} [OPTIONS]"))
+        for param in (p for p in command.params if p.param_type_name == "argument"):
+            word = param.name.upper()
+            assert (f"[{word}" in usage) == (not param.required), (usage, param.name)
+            optional += not param.required
+    assert optional >= 8  # run, tune, leaderboard, ... take the embedded job by default
+
+
+def test_the_reference_lists_every_environment_variable():
+    """Every AUTOSYNC_* variable the package reads is in the command-line conventions page."""
+    code = "\n".join(p.read_text() for p in (REPO / "autosync").rglob("*.py"))
+    variables = set(re.findall(r"AUTOSYNC_[A-Z_]+", code))
+    page = (DOCS / "reference" / "cli.md").read_text()
+    assert len(variables) >= 3
+    assert not {v for v in variables if f"`{v}" not in page}, "add them to docs/reference/cli.md"
+
+
 def _field_paths(model: type[BaseModel], prefix: str = "") -> set[str]:
     """Every field of a pydantic model and of the models nested in it, dotted (lists and union variants
     add no marker)."""
