@@ -162,6 +162,31 @@ def test_pages_are_at_most_1500_words(name):
     assert words <= MAX_WORDS, f"docs/{name}: {words} words (at most {MAX_WORDS} outside the generated reference)"
 
 
+# A paper's numbered equation, problem, rule or algorithm, and LB-BSP's NARX predictor
+CITED_NUMBER = re.compile(r"\b(?:rule|problem) \(\d+\)|\beqs?\. ?\(?\d+|\(\d+\)-\(\d+\)|\bAlgorithms? \d+|\bNARX\b", re.I)
+# The pages that follow the search's rewrite, whose citations are linked when they are rewritten
+FOLLOWS_THE_SEARCH = {"concepts/tuning.md", "tutorial/first-tune.md"}
+
+
+@pytest.mark.parametrize("name", sorted(set(_pages()) - GENERATED - FOLLOWS_THE_SEARCH - {"reference/papers.md"}))
+def test_every_cited_equation_and_algorithm_links_to_the_papers_page(name):
+    text = re.sub(r"```.*?```", "", _pages()[name], flags=re.S)
+    text = re.sub(r"`[^`\n]*`", "", text)  # code: a module named after an equation (`_eq17`)
+    text = re.sub(r"^#.*$", "", text, flags=re.M)  # headings: a link would change their anchors
+    text = re.sub(r"\[[^\]]*\]\((?:\.\./)*(?:reference/)?papers\.md#[a-z-]+\)", "", text)
+    assert not CITED_NUMBER.findall(text), f"docs/{name}: link these to reference/papers.md"
+
+
+def test_the_papers_page_cites_each_paper_autosync_implements_in_full():
+    page = (DOCS / "reference" / "papers.md").read_text()
+    for anchor, title in [("dbw", "Dynamic Backup Workers for Parallel Machine Learning"),
+                          ("sync-switch", "Sync-Switch: Hybrid Parameter Synchronization"),
+                          ("lb-bsp", "Semi-Dynamic Load Balancing"),
+                          ("dana", "Taming Momentum in a Distributed Asynchronous")]:
+        title = r"\s+".join(map(re.escape, title.split()))  # a title may wrap
+        assert re.search(rf"^## .*\{{#{anchor}\}}\n\n[^#|]*{title}", page, re.M), anchor
+
+
 # ------------------------------------------------------------------------------------------ commands shown
 
 def _shown_commands() -> list[tuple[str, str]]:
