@@ -22,6 +22,30 @@ class Line:
 
 Printed = Line
 
+# Every verdict the command line prints, as the words it prints, and the module whose text prints them:
+# docs/troubleshooting.md explains each, with its cause and its fix (tests/e2e/test_docs.py holds both).
+VERDICTS = {
+    "cache hit": __name__,
+    "no cached policy for job": "autosync.search.study.cache",
+    "not sure": __name__,
+    "it does not beat BSP, so it never pays off": __name__,
+    "BSP never reached it": __name__,
+    "the answer held": "autosync.search.strategies.confirm",
+    "the answer was replaced": "autosync.search.strategies.confirm",
+    "the answer is BSP": "autosync.search.strategies.confirm",
+    "BSP failed on a new seed": "autosync.search.strategies.confirm",
+    "not the simulated winner": __name__,
+    "no candidate kept the final-metric constraint for real": __name__,
+    "does not fit": __name__,
+    "no prediction of its time": __name__,
+    "the simulation does not fit the real runs": "autosync.measure.calibration",
+    "final parameters differ from the logged run": __name__,
+    "corrupt cache entry": __name__,
+    "no cached study": __name__,
+    "no trial met the target within tolerance": "autosync.search.study.cache",
+    "BSP itself fails on this job": "autosync.search.tune",
+}
+
 
 def count(n: int, noun: str) -> str:
     """"3 trials", "1 trial"."""

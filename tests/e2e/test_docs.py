@@ -187,6 +187,41 @@ def test_the_papers_page_cites_each_paper_autosync_implements_in_full():
         assert re.search(rf"^## .*\{{#{anchor}\}}\n\n[^#|]*{title}", page, re.M), anchor
 
 
+def _error_classes() -> set[str]:
+    """Every exception class of the package that derives, directly or not, from `AutosyncError` (read from
+    the source, so that no module needs importing)."""
+    import ast
+
+    bases: dict[str, list[str]] = {}
+    for path in (REPO / "autosync").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                bases[node.name] = [getattr(b, "id", getattr(b, "attr", "")) for b in node.bases]
+
+    def derives(name: str) -> bool:
+        return name == "AutosyncError" or any(derives(b) for b in bases.get(name, []) if b != name)
+
+    return {name for name in bases if derives(name)}
+
+
+def test_troubleshooting_has_an_entry_for_every_verdict_and_error_class():
+    """Each verdict the command line prints (`reporting.console.VERDICTS`, each checked against the module that
+    prints it) opens an entry, a heading or a bold item, and each error class is named."""
+    import importlib.util
+
+    from autosync.reporting.console import VERDICTS
+
+    page = (DOCS / "troubleshooting.md").read_text()
+    entries = [line for line in page.splitlines() if re.match(r"#{2,4} |- \*\*", line)]
+    for verdict, module in VERDICTS.items():
+        source = Path(importlib.util.find_spec(module).origin).read_text()
+        assert verdict in " ".join(re.sub(r'"\s*\n\s*f?"', "", source).split()), (verdict, module)
+        assert any(f'"{verdict}' in entry for entry in entries), f"docs/troubleshooting.md: no entry for {verdict!r}"
+    errors = _error_classes()
+    assert {"UserError", "RuntimeFailure", "Interrupted", "NoFeasibleTrial", "WorkerProcessError"} <= errors
+    assert not {e for e in errors if f"{e}" not in page}, "docs/troubleshooting.md: name these error classes"
+
+
 # ------------------------------------------------------------------------------------------ commands shown
 
 def _shown_commands() -> list[tuple[str, str]]:
