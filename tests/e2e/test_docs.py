@@ -222,6 +222,16 @@ def test_troubleshooting_has_an_entry_for_every_verdict_and_error_class():
     assert not {e for e in errors if f"{e}" not in page}, "docs/troubleshooting.md: name these error classes"
 
 
+@pytest.mark.parametrize("page, section", [("README.md", "Quick start"), ("docs/index.md", "Install")])
+def test_the_install_steps_say_which_python_and_clone_first(page, section):
+    import tomllib
+
+    python = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["requires-python"]
+    text = re.search(rf"^## {section}\n(.*?)(?=^## )", (REPO / page).read_text(), re.M | re.S).group(1)
+    assert f"Python {python.removeprefix('>=')} or later" in text, (page, python)
+    assert 0 <= text.find("git clone") < text.find("pip install -e"), f"{page}: clone before the editable install"
+
+
 # ------------------------------------------------------------------------------------------ commands shown
 
 def _shown_commands() -> list[tuple[str, str]]:
