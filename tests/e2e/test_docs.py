@@ -17,6 +17,8 @@ REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
 GENERATED = {"reference/commands.md", "reference/job-fields.md", "reference/policies.md"}
 MAX_WORDS = 1500
+# The pages that follow the search's rewrite: their citations and notes are held when they are rewritten
+FOLLOWS_THE_SEARCH = {"concepts/tuning.md", "tutorial/first-tune.md"}
 
 
 def _load(name: str):
@@ -155,6 +157,17 @@ def test_pages_have_no_first_person_or_history_phrases(name):
     assert not found, f"docs/{name}: {found}"
 
 
+# A source file or a test named, or a claim that something is tested: notes for contributors, not concepts
+SOURCE_OR_TEST = re.compile(r"autosync/[\w/]+\.py|\btests/|\btest_\w+\.py|\btested\b")
+
+
+@pytest.mark.parametrize("name", sorted(name for name in set(_pages()) - GENERATED - FOLLOWS_THE_SEARCH
+                                        if name.startswith(("concepts/", "reference/"))))
+def test_concept_and_reference_pages_name_no_source_file_or_test(name):
+    text = re.sub(r"```.*?```", "", _pages()[name], flags=re.S)
+    assert not SOURCE_OR_TEST.findall(text), f"docs/{name}: move it to docs/contributing/"
+
+
 @pytest.mark.parametrize("name", sorted(set(_pages()) - GENERATED))
 def test_pages_are_at_most_1500_words(name):
     text = re.sub(r"```.*?```", "", _pages()[name], flags=re.S)  # shown output is not read as prose
@@ -164,8 +177,6 @@ def test_pages_are_at_most_1500_words(name):
 
 # A paper's numbered equation, problem, rule or algorithm, and LB-BSP's NARX predictor
 CITED_NUMBER = re.compile(r"\b(?:rule|problem) \(\d+\)|\beqs?\. ?\(?\d+|\(\d+\)-\(\d+\)|\bAlgorithms? \d+|\bNARX\b", re.I)
-# The pages that follow the search's rewrite, whose citations are linked when they are rewritten
-FOLLOWS_THE_SEARCH = {"concepts/tuning.md", "tutorial/first-tune.md"}
 
 
 @pytest.mark.parametrize("name", sorted(set(_pages()) - GENERATED - FOLLOWS_THE_SEARCH - {"reference/papers.md"}))
