@@ -127,7 +127,7 @@ def calibration_report(calibration: Any) -> list[Printed]:
 
 def jobs_table(title: str, facts: list[dict[str, Any]]) -> list[Printed]:
     """A family's drawn jobs, one row each (`autosync family`)."""
-    columns = (Column("job"), Column("n"), Column("round trips", text=True), Column("slow workers"), Column("slowdowns"),
+    columns = (Column("job", text=True), Column("n"), Column("round trips", text=True), Column("slow workers"), Column("slowdowns"),
                Column("workload", text=True), Column("momentum"), Column("fingerprint", wide=True))
     return [Line(fitted(title, columns, ((f["job"], f["n_workers"], f["round_trip"],
                                           f"{f['slow_workers']} (up to {f['speed_spread']:.1f}x slower)",
@@ -283,7 +283,7 @@ def confirmation_report(confirmed: dict[str, Any]) -> list[Printed]:
 
     out: list[Printed] = []
     columns = (Column("policy", text=True), Column("from", text=True), Column("search s"), Column("mean s"),
-               Column("reached", text=True), Column("per seed s", wide=True))
+               Column("reached", text=True), Column("per seed s"))  # last: the first left out where it does not fit
     rows = [(policy_label(r["policy"]), r["source"], fmt(r["search_time"], 1), fmt(r["time_to_target"], 1),
              f"{r['reached']}/{r['runs']}" + (f" ({r['reason']})" if r.get("reason") else "")
              + (f" (behind the leader at {r['behind_at']:.0f} s)" if r.get("behind_at") is not None else ""),
@@ -407,7 +407,7 @@ def cache_report(studies: list[dict[str, Any]], where: str) -> list[Printed]:
         value = f"{c['best_value']:.2f}" if isinstance(c.get("best_value"), (int, float)) else "-"
         rows.append((s["study"], c.get("job_name", "-"), s["trials"], best, value, c.get("finished_at", "-")))
     columns = (Column("study", text=True), Column("job", text=True), Column("trials"),
-               Column("best policy", text=True), Column("time to\ntarget (s)"), Column("finished"))
+               Column("best policy", text=True), Column("time to\ntarget (s)"), Column("finished", wide=True))
     return [Line(fitted(f"cache: {where}", columns, rows))]
 
 
@@ -452,7 +452,7 @@ def policies_report() -> list[Printed]:
 
     from autosync.catalog import POLICIES, policy_parameters
 
-    columns = (Column("name"), Column("papers' name", text=True), Column("parameters (default)", text=True),
+    columns = (Column("name", text=True), Column("papers' name", text=True), Column("parameters (default)", text=True),
                Column("what it does", text=True))
     rows = [(name, cls.paper_name,
              ", ".join(f"{k}={'(required)' if v is inspect.Parameter.empty else v!r}"

@@ -41,8 +41,8 @@ class Fitted:
     """A table that shows, at the width it is printed at, the columns that fit whole (a rich renderable).
 
     The first column (what a row is about) is always shown; of the others, the default ones are shown from the
-    left while they fit, and a note names the columns left out. With `wide`, every column is shown at its
-    full width.
+    left while they fit, and a note names the columns left out. Text is left-aligned, numbers right-aligned.
+    With `wide`, every column is shown at its full width.
     """
 
     title: str
@@ -98,7 +98,7 @@ class Fitted:
         table = Table(title=self.title)
         for i in shown:
             column = self.columns[i]
-            table.add_column(column.header, justify="left" if column.text or i == 0 else "right",
+            table.add_column(column.header, justify="left" if column.text else "right",
                              no_wrap=not column.text, overflow="fold",  # too narrow a terminal: folded, not cut
                              width=text_widths.get(i))
         for row in self.rows:
