@@ -127,8 +127,8 @@ def calibration_report(calibration: Any) -> list[Printed]:
 
 def jobs_table(title: str, facts: list[dict[str, Any]]) -> list[Printed]:
     """A family's drawn jobs, one row each (`autosync family`)."""
-    columns = (Column("job", text=True), Column("n"), Column("round trips", text=True), Column("slow workers"), Column("slowdowns"),
-               Column("workload", text=True), Column("momentum"), Column("fingerprint", wide=True))
+    columns = (Column("job", text=True), Column("n"), Column("round trips", text=True), Column("slow workers"),
+               Column("slowdowns"), Column("workload", text=True), Column("momentum"), Column("fingerprint", wide=True))
     return [Line(fitted(title, columns, ((f["job"], f["n_workers"], f["round_trip"],
                                           f"{f['slow_workers']} (up to {f['speed_spread']:.1f}x slower)",
                                           f["slowdowns"],
@@ -328,7 +328,8 @@ def profile_report(found: Any, job_name: str, device: str) -> list[Printed]:
     columns = [Column(h) for h in ("batch size", "compute (mean)", "round trip (mean)", "round trip (p90)")]
     rows = [(b, *(f"{1e3 * seconds:.2f} ms" for seconds in (compute, trip, trip_p90)))
             for b, compute, trip, trip_p90 in found.rows()]
-    return [Line(fitted(f"{job_name}: measured on {device} with {found.workers}", columns, rows)), Line(f"fitted: {fitted_compute(cluster)}; server: update {1e3 * server.apply_seconds:.3f} ms, "
+    return [Line(fitted(f"{job_name}: measured on {device} with {found.workers}", columns, rows)),
+            Line(f"fitted: {fitted_compute(cluster)}; server: update {1e3 * server.apply_seconds:.3f} ms, "
                               f"parameters moved at {server.bandwidth / 1e6:.1f} MB/s")]
 
 
@@ -357,9 +358,9 @@ def robustness_report(found: Any, jobs: int, seeds: int) -> list[Printed]:
     from autosync.reporting.robustness import SUMMARY_COLUMNS, SUMMARY_WIDE
 
     columns = [Column(header, text=key == "policy", wide=key in SUMMARY_WIDE) for key, header, _ in SUMMARY_COLUMNS]
+    rows = ([format_cell(row.get(k), f) for k, _, f in SUMMARY_COLUMNS] for row in found.result["summary"])
     return [Line(fitted(f"family {found.family}: {jobs} jobs x {seeds} seeds, regret (time as a multiple of the "
-                        "best static k's)", columns,
-                        ([format_cell(row.get(k), f) for k, _, f in SUMMARY_COLUMNS] for row in found.result["summary"])))]
+                        "best static k's)", columns, rows))]
 
 
 def replay_report(found: Any, logs: Any, simulations: int) -> list[Printed]:

@@ -34,7 +34,8 @@ def summary_legend(rules: list[str] | tuple[str, ...] = ("fixed", "proportional"
         f"1..n-1 under the lr rules {', '.join(rules)} and BSP, chosen per job in hindsight); a missed target "
         "counts as twice the job's time budget. median, p90, worst: of the regret over the jobs; <= 1.1x: share "
         "of jobs within 1.1x; > BSP: jobs where it is slower than BSP; vs BSP: median speedup (BSP's time / the "
-        f"policy's), as how many times faster or slower; vs BSP, spread: the smallest speedup on jobs whose worker speeds spread {SPREAD_FOR_BALANCE:g}x "
+        "policy's), as how many times faster or slower; vs BSP, spread: the smallest speedup on jobs whose worker "
+        f"speeds spread {SPREAD_FOR_BALANCE:g}x "
         "or more; vs best overall: median of the time over the best of every policy run on the job, static or "
         "online; missed: runs that missed the target; failed: runs that raised.")
 

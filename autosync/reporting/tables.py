@@ -18,6 +18,8 @@ from rich.table import Table
 from rich.text import Text
 
 TEXT_FLOOR = 12  # a wrapping text column gets at least this many cells, so that a label still reads
+_EDGES = 1  # a vertical border between columns and at each edge
+_PADDING = 2  # a space each side of a cell
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,8 @@ class Fitted:
         """The width of each text column shown: what is left after the numbers, shared so that a narrow
         column keeps its natural width and the widest ones share the rest."""
         text = sorted((i for i in shown if self.columns[i].text), key=self._natural)
-        left = width - self._least_width(i for i in shown if not self.columns[i].text) - (_EDGES + _PADDING) * len(text)
+        numbers = self._least_width(i for i in shown if not self.columns[i].text)
+        left = width - numbers - (_EDGES + _PADDING) * len(text)
         widths = {}
         for n, i in enumerate(text):
             widths[i] = max(min(self._natural(i), left // (len(text) - n)), min(self._natural(i), TEXT_FLOOR))
@@ -121,6 +124,3 @@ def fitted(title: str, columns: Sequence[Column], rows: Iterable[Sequence[Any]])
     """A `Fitted` table of `rows`, each cell turned into its string."""
     return Fitted(title, tuple(columns), [[str(cell) for cell in row] for row in rows])
 
-
-_EDGES = 1  # a vertical border between columns and at each edge
-_PADDING = 2  # a space each side of a cell

@@ -176,7 +176,8 @@ def test_pages_are_at_most_1500_words(name):
 
 
 # A paper's numbered equation, problem, rule or algorithm, and LB-BSP's NARX predictor
-CITED_NUMBER = re.compile(r"\b(?:rule|problem) \(\d+\)|\beqs?\. ?\(?\d+|\(\d+\)-\(\d+\)|\bAlgorithms? \d+|\bNARX\b", re.I)
+CITED_NUMBER = re.compile(r"\b(?:rule|problem) \(\d+\)|\beqs?\. ?\(?\d+|\(\d+\)-\(\d+\)|\bAlgorithms? \d+|\bNARX\b",
+                          re.I)
 
 
 @pytest.mark.parametrize("name", sorted(set(_pages()) - GENERATED - FOLLOWS_THE_SEARCH - {"reference/papers.md"}))
