@@ -143,7 +143,8 @@ def test_the_policies_page_lists_every_policy_and_parameter():
 FIRST_PERSON = re.compile(r"(?<![\w'-])(?:I|I'm|I've|I'd)(?![\w'-])")  # case matters: `i` is an index
 FORBIDDEN = re.compile(r"(?<![\w'-])(?:we|we're|we've|our|ours|us|my|earlier|previously|formerly|"
                        r"originally|used to|no longer|anymore|any more|was added|were added|now|at first|"
-                       r"nowadays|until recently|in the past|these days)(?![\w'-])", re.I)
+                       r"nowadays|until recently|in the past|these days|today|today's|since then|"
+                       r"written before)(?![\w'-])", re.I)
 ROMAN = re.compile(r"(?:Table|Fig\.|Figure|Algorithm|Section|sec\.|Type) I\b")
 
 
