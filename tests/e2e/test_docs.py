@@ -216,6 +216,21 @@ def test_the_papers_page_cites_each_paper_autosync_implements_in_full():
         assert re.search(rf"^## .*\{{#{anchor}\}}\n\n[^#|]*{title}", page, re.M), anchor
 
 
+# Words the command line prints that a newcomer cannot guess, each with its glossary entry
+PRINTED_TERMS = ("BSP", "ASP", "SSP", "policy family", "proxy", "forked", "leader", "sibling", "twin", "neighbour",
+                 "equivalent", "BSP trainings", "time to target", "full-budget check", "pruned", "regret",
+                 "fingerprint", "compute unit", "cache hit")
+
+
+def test_the_glossary_defines_the_words_the_output_uses():
+    """Each term is in the package's source (it is still said) and opens a glossary entry."""
+    code = "\n".join(p.read_text() for p in (REPO / "autosync").rglob("*.py")).lower()
+    entries = [h.lower() for h in re.findall(r"^### (.+)$", (DOCS / "concepts" / "glossary.md").read_text(), re.M)]
+    for term in PRINTED_TERMS:
+        assert term.lower() in code, term
+        assert any(h.startswith(term.lower()) for h in entries), f"docs/concepts/glossary.md: no entry for {term}"
+
+
 def _error_classes() -> set[str]:
     """Every exception class of the package that derives, directly or not, from `AutosyncError` (read from
     the source, so that no module needs importing)."""
