@@ -129,10 +129,9 @@ def jobs_table(title: str, facts: list[dict[str, Any]]) -> list[Printed]:
     """A family's drawn jobs, one row each (`autosync family`)."""
     columns = (Column("job", text=True), Column("n"), Column("round trips", text=True), Column("slow workers"),
                Column("slowdowns"), Column("workload", text=True), Column("momentum"), Column("fingerprint", wide=True))
-    return [Line(fitted(title, columns, ((f["job"], f["n_workers"], f["round_trip"],
-                                          f"{f['slow_workers']} (up to {f['speed_spread']:.1f}x slower)",
-                                          f["slowdowns"],
-                                          f["workload"], f"{f['momentum']:g}", f["fingerprint"]) for f in facts)))]
+    rows = [(f["job"], f["n_workers"], f["round_trip"], f"{f['slow_workers']} (up to {f['speed_spread']:.1f}x slower)",
+             f["slowdowns"], f["workload"], f"{f['momentum']:g}", f["fingerprint"]) for f in facts]
+    return [Line(fitted(title, columns, rows))]
 
 
 def reuse_line(reused: int, total: int, cells: Any) -> str:
@@ -330,7 +329,7 @@ def profile_report(found: Any, job_name: str, device: str) -> list[Printed]:
             for b, compute, trip, trip_p90 in found.rows()]
     return [Line(fitted(f"{job_name}: measured on {device} with {found.workers}", columns, rows)),
             Line(f"fitted: {fitted_compute(cluster)}; server: update {1e3 * server.apply_seconds:.3f} ms, "
-                              f"parameters moved at {server.bandwidth / 1e6:.1f} MB/s")]
+                 f"parameters moved at {server.bandwidth / 1e6:.1f} MB/s")]
 
 
 def leaderboard_report(spec: Any, seeds: int, rows: list[dict[str, Any]]) -> list[Printed]:
