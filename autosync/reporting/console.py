@@ -466,7 +466,7 @@ def comparison_report(comparison: Any) -> list[Printed]:
     from autosync.reporting.robustness import comparison_cells, comparison_header
 
     held_out = [r.family for r in comparison.reports if r.family != comparison.developed_on]
-    title = "regret against the best static k, per family" + (
+    title = "regret (time as a multiple of the best static k's), per family" + (
         f" (developed on {comparison.developed_on}; held out: {', '.join(held_out)})"
         if comparison.developed_on else "")
     columns = [Column(h, text=h == "policy") for h in comparison_header(comparison, roles=False, between="\n")]

@@ -13,14 +13,14 @@ from autosync.experiments.robustness import SPREAD_FOR_BALANCE, WITHIN
 # (key, header, format) of the summary table, shared by the Markdown file and the CLI's table.
 SUMMARY_COLUMNS = (
     ("policy", "policy", "{}"),
-    ("median_regret", "median", "{:.2f}"),
-    ("p90_regret", "p90", "{:.2f}"),
-    ("worst_regret", "worst", "{:.2f}"),
+    ("median_regret", "median", "{:.2f}x"),  # regrets: multiples of the best static k's time
+    ("p90_regret", "p90", "{:.2f}x"),
+    ("worst_regret", "worst", "{:.2f}x"),
     ("within", f"<= {WITHIN}x", "{:.0%}"),
     ("slower_than_bsp", "> BSP", "{}"),
     ("median_vs_bsp", "vs BSP", times_faster),
     ("min_vs_bsp_spread", "vs BSP, spread", times_faster),
-    ("median_overall_regret", "vs best overall", "{:.2f}"),
+    ("median_overall_regret", "vs best overall", "{:.2f}x"),
     ("missed_runs", "missed", "{}"),
     ("errors", "failed", "{}"),
 )
@@ -131,10 +131,11 @@ def comparison_header(comparison: Any, roles: bool = True, between: str = ": ") 
 
 
 def comparison_cells(values: list[Any]) -> list[str]:
-    """One row's values formatted: regrets to two decimals, counts as integers ('-' where missing)."""
+    """One row's values formatted: regrets as multiples to two decimals ("1.23x"), counts as integers ('-'
+    where missing)."""
     from autosync.experiments.compare import FAMILY_COLUMNS
 
-    formats = ["{:.2f}" if key.endswith("regret") else "{}" for key, _ in FAMILY_COLUMNS] * (
+    formats = ["{:.2f}x" if key.endswith("regret") else "{}" for key, _ in FAMILY_COLUMNS] * (
         len(values) // len(FAMILY_COLUMNS))
     return [format_cell(v, f) for v, f in zip(values, formats)]
 

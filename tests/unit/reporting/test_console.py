@@ -165,6 +165,8 @@ def test_every_ratio_says_which_way_it_points():
     assert "16 (up to 12.5x slower)" in _printed(CASES["jobs_table"]())  # the slowest worker against the fastest
     summary = " ".join(_printed(CASES["robustness_report"]()).split())
     assert "1.25x slower" in summary  # a median speedup of 0.8
+    assert "1.23x" in summary and "multiple of the best static k's" in summary  # a regret: x the best's time
+    assert "12.35x" in " ".join(_printed(CASES["comparison_report"]()).split())
 
 
 def test_recommend_predicts_a_speedup_as_faster_than_bsp_not_as_a_share_of_its_time():
