@@ -35,6 +35,7 @@ from autosync.reporting.leaderboard import LEADERBOARD_LEGEND
 from autosync.reporting.output import command_line, remove_empty_outputs
 from autosync.reporting.progress import BudgetBar, counting_bar, leaderboard_progress, phases, tune_progress
 from autosync.reporting.robustness import comparison_document, summary_legend, write_comparison
+from autosync.reporting.tables import Fitted
 from autosync.search.study.storage import DEFAULT_STORAGE, redact_url
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -42,6 +43,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 console = Console()  # results: tables, the best policy, --json documents (stdout)
 status = Console(stderr=True)  # progress bars, what was written where, hints and warnings (stderr)
 JSON_OPT = typer.Option(False, "--json", help="Print the result as one JSON document on stdout instead of tables.")
+WIDE_OPT = typer.Option(False, "--wide", help="Show every column of the tables at full width, however wide "
+                        "(default: the columns that fit the terminal, 80 when piped; a note names the others).")
 JOB_ARG = typer.Argument(None, help="Job YAML file (default: the embedded digits job).", show_default=False)
 FAMILY_ARG = typer.Argument(..., help="Job-family YAML file (see baselines/family_stragglers.yaml).")
 
@@ -58,10 +61,14 @@ def _main(version: bool = typer.Option(False, "--version", callback=_version, is
     """Search and benchmark synchronization policies for parameter-server training."""
 
 
-def _show(lines: list[Line], on: Console = console, **how: Any) -> None:
-    """Print a report (`autosync.reporting.console`) line by line, on stdout unless told (`status`: stderr)."""
+def _show(lines: list[Line], on: Console = console, wide: bool = False, **how: Any) -> None:
+    """Print a report (`autosync.reporting.console`) line by line, on stdout unless told (`status`: stderr);
+    with `wide` (--wide), its tables with every column, uncropped however wide they get."""
     for line in lines:
-        on.print(line.what, style=line.style, **how)
+        if isinstance(line.what, Fitted) and wide:
+            on.print(line.what.widened(), style=line.style, crop=False, **how)
+        else:
+            on.print(line.what, style=line.style, **how)
 
 
 def _print_json(value: Any) -> None:
@@ -87,9 +94,9 @@ def validate(jobs: list[Path] = typer.Argument(..., help="Job YAML files to chec
 
 
 @app.command()
-def policies() -> None:
+def policies(wide: bool = WIDE_OPT) -> None:
     """List every policy with its parameters and defaults."""
-    _show(policies_report())
+    _show(policies_report(), wide=wide)
 
 
 def _command(options_type: type, group: Any = None,
@@ -108,7 +115,7 @@ def run(job: Optional[Path] = JOB_ARG,
         out: Optional[Path] = typer.Option(None, help="Output directory (default: "
                                            "results/runs/<job>/<policy>-seed<N>)."),
         plot: bool = typer.Option(False, "--plot", help="Also write plot.png: loss against virtual time with k_t."),
-        as_json: bool = JSON_OPT, *, options: RunOptions) -> None:
+        as_json: bool = JSON_OPT, wide: bool = WIDE_OPT, *, options: RunOptions) -> None:
     """Train once under one policy (virtual clock by default) and write trace, metrics and plot."""
     with api.ranks(options) as ranks:
         if not ranks.leader:  # a torchrun rank other than 0: it served rank 0's run
@@ -131,7 +138,7 @@ def run(job: Optional[Path] = JOB_ARG,
     if as_json:
         _print_json({**result.summary(), "files": [str(p) for p in paths]})
     else:
-        _show(run_summary(result))
+        _show(run_summary(result), wide=wide)
     status.print(f"wrote {', '.join(str(p) for p in paths)}")
     if options.clock == "real":
         status.print(f"replay it exactly: autosync rerun {out_dir}")
@@ -140,7 +147,7 @@ def run(job: Optional[Path] = JOB_ARG,
 @_command(ProfileOptions)
 def profile(job: Optional[Path] = JOB_ARG,
             out: Optional[Path] = typer.Option(None, help="Output directory (default: results/profiles/<job>)."),
-            *, options: ProfileOptions) -> None:
+            wide: bool = WIDE_OPT, *, options: ProfileOptions) -> None:
     """Measure each worker's real round trips (compute and communication) and fit the job's cluster model."""
     with api.ranks(options) as ranks:
         if not ranks.leader:  # a torchrun rank other than 0: it served rank 0's rounds
@@ -153,12 +160,12 @@ def profile(job: Optional[Path] = JOB_ARG,
         ranks.share(spec)
         found = api.profile(spec, options, workload=workload, phase=phases("profiling", status))
     paths = found.write(out_dir)
-    _show(profile_report(found, spec.name, options.device))
+    _show(profile_report(found, spec.name, options.device), wide=wide)
     status.print(f"wrote {', '.join(str(p) for p in paths)}")
     if options.check:
         calibrated = api.calibrate(api.load_job(paths[-1]), options.check_options(), workload=workload,
                                    phase=phases("calibrating", status))
-        _show(calibration_report(calibrated.calibration))
+        _show(calibration_report(calibrated.calibration), wide=wide)
         status.print(f"wrote {', '.join(str(p) for p in calibrated.write(paths[-1]))}")
     status.print(f"tune on this machine's model: autosync tune {paths[-1]}")
 
@@ -168,7 +175,7 @@ def calibrate(job: Optional[Path] = JOB_ARG,
               out: Optional[Path] = typer.Option(None, help="The calibrated job file to write (default: "
                                                  "calibrated_job.yaml beside the job file, or in the working "
                                                  "directory for the embedded job)."),
-              *, options: CalibrateOptions) -> None:
+              wide: bool = WIDE_OPT, *, options: CalibrateOptions) -> None:
     """Run the job for real twice (BSP and backup k = 1), compare with its simulation, and fit the server's
     costs per update and per gradient so that the simulation predicts the real runs."""
     spec = api.load_job(job)
@@ -176,7 +183,7 @@ def calibrate(job: Optional[Path] = JOB_ARG,
     with status.status(f"loading {spec.workload.dataset.label} and building {spec.workload.model.label}"):
         workload = api.check_workload(spec, options.device)
     calibrated = api.calibrate(spec, options, workload=workload, phase=phases("calibrating", status))
-    _show(calibration_report(calibrated.calibration))
+    _show(calibration_report(calibrated.calibration), wide=wide)
     if options.fit:
         status.print(f"wrote {', '.join(str(p) for p in calibrated.write(target))}")
         status.print(f"tune the calibrated job: autosync tune {target}")
@@ -198,7 +205,7 @@ def rerun(run_dir: Path = typer.Argument(..., help="A directory written by `auto
 @_command(LeaderboardOptions)
 def leaderboard(job: Optional[Path] = JOB_ARG,
                 out: Optional[Path] = typer.Option(None, help="Output directory (default: results/<job>)."),
-                as_json: bool = JSON_OPT, *, options: LeaderboardOptions) -> None:
+                as_json: bool = JSON_OPT, wide: bool = WIDE_OPT, *, options: LeaderboardOptions) -> None:
     """Every policy x seeds on one job: an MLPerf-style scored table, written as Markdown/CSV/JSON + plots."""
     spec = api.load_job(job)
     out_dir = api.output_dir(out or Path("results") / spec.name)
@@ -209,7 +216,7 @@ def leaderboard(job: Optional[Path] = JOB_ARG,
     if as_json:
         return _print_json({"job": spec.name, "seeds": options.seeds, "rows": board.rows,
                             "files": [str(p) for p in paths]})
-    _show(leaderboard_report(spec, options.seeds, board.rows))
+    _show(leaderboard_report(spec, options.seeds, board.rows), wide=wide)
     status.print(LEADERBOARD_LEGEND, style="dim")
 
 
@@ -217,11 +224,11 @@ def leaderboard(job: Optional[Path] = JOB_ARG,
 def scaling(leaderboards: list[Path] = typer.Argument(..., help="Leaderboard folders of one job at several "
                                                                 "worker counts."),
             out: Path = typer.Option(..., "--out", help="Output directory for scaling.md, .json and .png."),
-            *, options: ScalingOptions) -> None:
+            wide: bool = WIDE_OPT, *, options: ScalingOptions) -> None:
     """A metric against the number of workers per policy, from existing leaderboards (DANA's Fig. 4, Table 2)."""
     api.output_dir(out)
     result = api.scaling(leaderboards, options)
-    _show(scaling_report(result, options.metric))
+    _show(scaling_report(result, options.metric), wide=wide)
     paths = result.write(out, command_line("scaling"))
     status.print(f"wrote {', '.join(str(p) for p in paths)}")
 
@@ -230,21 +237,21 @@ def scaling(leaderboards: list[Path] = typer.Argument(..., help="Leaderboard fol
 def family(family_file: Path = FAMILY_ARG,
            out: Optional[Path] = typer.Option(None, "--out", help="Directory for the job files "
                                                                  "(default: results/robustness/<family>/jobs)."),
-           as_json: bool = JSON_OPT, *, options: FamilyOptions) -> None:
+           as_json: bool = JSON_OPT, wide: bool = WIDE_OPT, *, options: FamilyOptions) -> None:
     """Draw jobs from a family and write each as an ordinary job file (validated and fingerprinted)."""
     drawn = api.family(family_file, out, options, command=command_line("family"))
     status.print(f"wrote {len(drawn.written)} job files to {drawn.directory}")
     if as_json:
         return _print_json({"family": drawn.family,
                             "jobs": [{**facts, "file": str(path)} for path, facts in drawn.written]})
-    _show(jobs_table(f"family {drawn.family}: {options.jobs} jobs", [facts for _, facts in drawn.written]))
+    _show(jobs_table(f"family {drawn.family}: {options.jobs} jobs", [facts for _, facts in drawn.written]), wide=wide)
 
 
 @_command(RobustnessOptions)
 def robustness(family_file: Path = FAMILY_ARG,
                out: Optional[Path] = typer.Option(None, "--out", help="Output directory (default: "
                                                   "results/robustness/<family>)."),
-               as_json: bool = JSON_OPT, *, options: RobustnessOptions) -> None:
+               as_json: bool = JSON_OPT, wide: bool = WIDE_OPT, *, options: RobustnessOptions) -> None:
     """Online policies against each drawn job's exhaustive best static k: regret table and figure (resumable)."""
     command = command_line("robustness")
     found = api.robustness(family_file, out, options, command=command,
@@ -254,7 +261,7 @@ def robustness(family_file: Path = FAMILY_ARG,
     status.print(f"wrote {', '.join(str(p) for p in paths)}")
     if as_json:
         return _print_json({"family": found.family, **found.result, "files": [str(p) for p in paths]})
-    _show(robustness_report(found, options.jobs, options.seeds))
+    _show(robustness_report(found, options.jobs, options.seeds), wide=wide)
     status.print(summary_legend(found.rules), style="dim")
 
 
@@ -290,7 +297,7 @@ def robustness_compare(reports: list[Path] = typer.Argument(..., help="Robustnes
                                                             "robustness.json)."),
                        out: Optional[Path] = typer.Option(None, "--out", help="Also write the table as Markdown to "
                                                           "this file."),
-                       as_json: bool = JSON_OPT, *, options: CompareOptions) -> None:
+                       as_json: bool = JSON_OPT, wide: bool = WIDE_OPT, *, options: CompareOptions) -> None:
     """Online policies on several job families side by side, from their robustness reports (no training)."""
     if out is not None:
         api.output_file(out)
@@ -298,7 +305,7 @@ def robustness_compare(reports: list[Path] = typer.Argument(..., help="Robustnes
     if as_json:
         _print_json(comparison_document(comparison))
     else:
-        _show(comparison_report(comparison))
+        _show(comparison_report(comparison), wide=wide)
         _show(comparison_notes(comparison), status)
     if out is not None:
         status.print(f"wrote {write_comparison(comparison, out, command_line('robustness-compare'))}")
@@ -307,7 +314,7 @@ def robustness_compare(reports: list[Path] = typer.Argument(..., help="Robustnes
 @_command(TuneOptions)
 def tune(job: Optional[Path] = JOB_ARG,
          out: Optional[Path] = typer.Option(None, help="Plot directory (default: results/tune/<job>-<space>)."),
-         as_json: bool = JSON_OPT, *, options: TuneOptions) -> None:
+         as_json: bool = JSON_OPT, wide: bool = WIDE_OPT, *, options: TuneOptions) -> None:
     """Find the best policy for a job with Optuna, or return the cached one of a recurring job instantly."""
     with api.ranks(options) as ranks:
         if not ranks.leader:  # a torchrun rank other than 0: it served every trial of rank 0
@@ -324,10 +331,10 @@ def tune(job: Optional[Path] = JOB_ARG,
     if as_json:
         _print_json(outcome.to_dict())
     else:
-        _show(tune_report(outcome, spec))
+        _show(tune_report(outcome, spec), wide=wide)
         _show(tune_hint(spec), status)
         if outcome.verification is not None:
-            _show(verification_report(outcome.verification))
+            _show(verification_report(outcome.verification), wide=wide)
     files = outcome.write(out or api.tune_dir(outcome, spec, options), command_line("tune"))
     _show(tune_files_report(files), status)
 
@@ -336,11 +343,11 @@ def tune(job: Optional[Path] = JOB_ARG,
 def replay(logs: Path = typer.Argument(..., help="A Sync-Switch log folder (baseline/, switch_exp/), e.g. the paper's "
                                        "published logs shipped in autosync/data/sync_switch_logs/cifar10_res32."),
            out: Path = typer.Option(Path("results/replay_sync_switch"), help="Where table.md and table.json go."),
-           *, options: ReplayOptions) -> None:
+           wide: bool = WIDE_OPT, *, options: ReplayOptions) -> None:
     """Sync-Switch's Table II on recorded runs: binary search, the cost-ordered ladder and TPE, cost and success."""
     api.output_dir(out)
     found = api.replay(logs, options, phase=phases("replaying", status))
-    _show(replay_report(found, logs, options.simulations))
+    _show(replay_report(found, logs, options.simulations), wide=wide)
     paths = found.write(out, command_line("replay"))
     status.print(f"wrote {', '.join(str(p) for p in paths)}")
 
@@ -349,24 +356,25 @@ cache_app = typer.Typer(help="The cache of recurring jobs: tuned policies stored
                         no_args_is_help=True)
 app.add_typer(cache_app, name="cache")
 @_command(CacheOptions, cache_app, name="list")
-def cache_list(as_json: bool = JSON_OPT, *, options: CacheOptions) -> None:
+def cache_list(as_json: bool = JSON_OPT, wide: bool = WIDE_OPT, *, options: CacheOptions) -> None:
     """Every cached study: job, space, trials, best policy and score."""
     url = options.storage or DEFAULT_STORAGE
     studies = api.cached_studies(storage=url)
     if as_json:
         return _print_json(studies)
-    _show(cache_report(studies, redact_url(url)))
+    _show(cache_report(studies, redact_url(url)), wide=wide)
     _show(cache_warnings(studies), status, soft_wrap=True)
 
 
 @_command(RecommendOptions)
-def recommend(job: Optional[Path] = JOB_ARG, as_json: bool = JSON_OPT, *, options: RecommendOptions) -> None:
+def recommend(job: Optional[Path] = JOB_ARG, as_json: bool = JSON_OPT, wide: bool = WIDE_OPT, *,
+              options: RecommendOptions) -> None:
     """A policy for the job without training, from the nearest tuned jobs in the storage (and --grid reports)."""
     spec = api.load_job(job)
     answer = api.recommend(spec, options.storage, grids=options.grid)
     if as_json:
         return _print_json(answer.to_dict())
-    _show(recommendation_report(answer, spec))
+    _show(recommendation_report(answer, spec), wide=wide)
 
 
 @_command(CacheOptions, cache_app, name="show")

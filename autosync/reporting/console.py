@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rich.table import Table
+from autosync.reporting.output import times_faster
+from autosync.reporting.tables import Column, fitted
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,30 @@ class Line:
 
 
 Printed = Line
+
+# Every verdict the command line prints, as the words it prints, and the module whose text prints them:
+# docs/troubleshooting.md explains each, with its cause and its fix (tests/e2e/test_docs.py holds both).
+VERDICTS = {
+    "cache hit": __name__,
+    "no cached policy for job": "autosync.search.study.cache",
+    "not sure": __name__,
+    "it does not beat BSP, so it never pays off": __name__,
+    "BSP never reached it": __name__,
+    "the answer held": "autosync.search.strategies.confirm",
+    "the answer was replaced": "autosync.search.strategies.confirm",
+    "the answer is BSP": "autosync.search.strategies.confirm",
+    "BSP failed on a new seed": "autosync.search.strategies.confirm",
+    "not the simulated winner": __name__,
+    "no candidate kept the final-metric constraint for real": __name__,
+    "does not fit": __name__,
+    "no prediction of its time": __name__,
+    "the simulation does not fit the real runs": "autosync.measure.calibration",
+    "final parameters differ from the logged run": __name__,
+    "corrupt cache entry": __name__,
+    "no cached study": __name__,
+    "no trial met the target within tolerance": "autosync.search.study.cache",
+    "BSP itself fails on this job": "autosync.search.tune",
+}
 
 
 def count(n: int, noun: str) -> str:
@@ -43,10 +68,6 @@ def run_summary(result: Any) -> list[Printed]:
     """One run's metrics table (`autosync run`)."""
     out: list[Printed] = []
     m = result.metrics
-    table = Table(title=f"{result.job_name} - {result.policy['policy']} {result.policy['params'] or ''} "
-                        f"seed {result.seed} ({result.status})")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
     ttt = m["time_to_target"]
     rows = [
         (f"time to {m['target_metric']} {'<=' if m['target_metric'] != 'test_accuracy' else '>='} "
@@ -61,9 +82,9 @@ def run_summary(result: Any) -> list[Printed]:
         ("gradients discarded", f"{m['gradients_discarded']} of {m['gradients_arrived']}"),
         ("wall time", f"{result.wall_seconds:.2f} s"),
     ]
-    for row in rows:
-        table.add_row(*row)
-    out.append(Line(table))
+    out.append(Line(fitted(f"{result.job_name} - {result.policy['policy']} {result.policy['params'] or ''} "
+                           f"seed {result.seed} ({result.status})", (Column("metric", text=True), Column("value")),
+                           rows)))
     return out
 
 
@@ -82,15 +103,14 @@ def fitted_compute(cluster: dict) -> str:
 def calibration_report(calibration: Any) -> list[Printed]:
     """Each real run beside its simulation, before and (with a fit) after, the fitted costs and the verdict."""
     out: list[Printed] = []
-    table = Table(title=f"simulation against real runs of {calibration.updates} updates")
-    for column in ("run", "real s", "simulated s", "real / sim", *(("fitted sim s", "real / fitted") if
-                                                                    calibration.after else ())):
-        table.add_column(column, justify="right")
+    columns = [Column(h, text=h == "run") for h in ("run", "real s", "simulated s", "real / sim",
+                                                     *(("fitted sim s", "real / fitted") if calibration.after else ()))]
+    rows = []
     for i, run in enumerate(calibration.before):
         after = calibration.after[i] if calibration.after else None
-        table.add_row(run.name, f"{run.real_seconds:.3f}", f"{run.simulated_seconds:.3f}", f"{run.ratio:.2f}",
-                      *((f"{after.simulated_seconds:.3f}", f"{after.ratio:.2f}") if after else ()))
-    out.append(Line(table))
+        rows.append((run.name, f"{run.real_seconds:.3f}", f"{run.simulated_seconds:.3f}", f"{run.ratio:.2f}",
+                     *((f"{after.simulated_seconds:.3f}", f"{after.ratio:.2f}") if after else ())))
+    out.append(Line(fitted(f"simulation against real runs of {calibration.updates} updates", columns, rows)))
     if calibration.server is not None:
         out.append(Line(f"server costs fitted from the two runs (the profile alone cannot separate them): "
                         f"{1e3 * calibration.server['apply_seconds']:.3f} ms per update, "
@@ -107,15 +127,11 @@ def calibration_report(calibration: Any) -> list[Printed]:
 
 def jobs_table(title: str, facts: list[dict[str, Any]]) -> list[Printed]:
     """A family's drawn jobs, one row each (`autosync family`)."""
-    out: list[Printed] = []
-    table = Table(title=title)
-    for header in ("job", "n", "round trips", "slow (spread)", "slowdowns", "workload", "momentum", "fingerprint"):
-        table.add_column(header, no_wrap=header == "job")
-    for f in facts:
-        table.add_row(f["job"], str(f["n_workers"]), f["round_trip"], f"{f['slow_workers']} ({f['speed_spread']:.1f}x)",
-                      str(f["slowdowns"]), f["workload"], f"{f['momentum']:g}", f["fingerprint"])
-    out.append(Line(table))
-    return out
+    columns = (Column("job", text=True), Column("n"), Column("round trips", text=True), Column("slow workers"),
+               Column("slowdowns"), Column("workload", text=True), Column("momentum"), Column("fingerprint", wide=True))
+    rows = [(f["job"], f["n_workers"], f["round_trip"], f"{f['slow_workers']} (up to {f['speed_spread']:.1f}x slower)",
+             f["slowdowns"], f["workload"], f"{f['momentum']:g}", f["fingerprint"]) for f in facts]
+    return [Line(fitted(title, columns, rows))]
 
 
 def reuse_line(reused: int, total: int, cells: Any) -> str:
@@ -228,17 +244,16 @@ def tune_report(outcome: Any, spec: Any) -> list[Printed]:
     else:
         out.append(Line(f"study {outcome.study_name}: {count(outcome.new_trials, 'trial')} run by this command, "
                         f"{c['trials']} in all"))
-    table = Table(title=f"{spec.name}: best policies (time to {spec.target.metric} {spec.target.threshold})")
-    for col in ("trial", "policy", "time (s)", "final", "reached"):
-        table.add_column(col, justify="left" if col == "policy" else "right", overflow="fold")
-    for row in outcome.top:
-        table.add_row(str(row["trial"]), policy_label(row["policy"]), f"{row['time_to_target']:.2f}",
-                      fmt(row["final_metric"]), f"{row['reached']}/{row['runs']}")
-    out.append(Line(table))
+    columns = (Column("trial"), Column("policy", text=True), Column("time (s)"), Column("final"), Column("reached"))
+    out.append(Line(fitted(f"{spec.name}: best policies (time to {spec.target.metric} {spec.target.threshold})",
+                           columns, ((row["trial"], policy_label(row["policy"]), f"{row['time_to_target']:.2f}",
+                                      fmt(row["final_metric"]), f"{row['reached']}/{row['runs']}")
+                                     for row in outcome.top))))
     if isinstance(c.get("confirmed"), dict):
         out += confirmation_report(c["confirmed"])
     amortize = c["recurrences_to_amortize"]
-    speedup = f"{c['speedup_vs_bsp']:.2f}x" if c.get("speedup_vs_bsp") is not None else "BSP never reached it"
+    speedup = times_faster(c["speedup_vs_bsp"], "BSP") if c.get("speedup_vs_bsp") is not None \
+        else "BSP never reached it"
     cost = c.get("search_cost_bsp_trainings")
     out.append(Line(
         f"best: [bold]{label}[/bold], {c['best_value']:.2f} s to target vs BSP {c['bsp_time_to_target']:.2f} s "
@@ -266,17 +281,15 @@ def confirmation_report(confirmed: dict[str, Any]) -> list[Printed]:
     from autosync.search.strategies.confirm import how_it_held
 
     out: list[Printed] = []
-    table = Table(title=f"confirmed on seeds {confirmed['seeds']} (the {confirmed['top']} best and the job's "
-                        "other studies' winners, each run to the target; BSP's reference run beside them)")
-    for column in ("policy", "from", "search s", "per seed s", "mean s", "reached"):
-        table.add_column(column, justify="left" if column in ("policy", "from") else "right", no_wrap=column == "policy")
-    for r in confirmed["rows"]:
-        per_seed = ", ".join(f"{t:.1f}" for t in r.get("seed_times") or [])
-        table.add_row(policy_label(r["policy"]), r["source"], fmt(r["search_time"], 1), per_seed or "-",
-                      fmt(r["time_to_target"], 1),
-                      f"{r['reached']}/{r['runs']}" + (f" ({r['reason']})" if r.get("reason") else "")
-                      + (f" (behind the leader at {r['behind_at']:.0f} s)" if r.get("behind_at") is not None else ""))
-    out.append(Line(table))
+    columns = (Column("policy", text=True), Column("from", text=True), Column("search s"), Column("mean s"),
+               Column("reached", text=True), Column("per seed s"))  # last: the first left out where it does not fit
+    rows = [(policy_label(r["policy"]), r["source"], fmt(r["search_time"], 1), fmt(r["time_to_target"], 1),
+             f"{r['reached']}/{r['runs']}" + (f" ({r['reason']})" if r.get("reason") else "")
+             + (f" (behind the leader at {r['behind_at']:.0f} s)" if r.get("behind_at") is not None else ""),
+             ", ".join(f"{t:.1f}" for t in r.get("seed_times") or []) or "-") for r in confirmed["rows"]]
+    out.append(Line(fitted(f"confirmed on seeds {confirmed['seeds']} (the {confirmed['top']} best and the job's "
+                           "other studies' winners, each run to the target; BSP's reference run beside them)",
+                           columns, rows)))
     out.append(Line(how_it_held(confirmed, policy_label)))
     return out
 
@@ -284,16 +297,13 @@ def confirmation_report(confirmed: dict[str, Any]) -> list[Printed]:
 def verification_report(v: Any) -> list[Printed]:
     """The candidates re-run on a real backend beside their simulation, and what the cache answers with."""
     out: list[Printed] = []
-    table = Table(title=f"simulation verified on {v.execution['backend']} ({v.execution.get('clock', 'virtual')} "
-                        f"clock), seeds {v.seeds}")
-    for column in ("policy", "simulated s", "real s", "real / sim", "real final", "feasible"):
-        table.add_column(column, justify="left" if column == "policy" else "right", no_wrap=column == "policy")
-    cell = lambda x, f: "-" if x is None else f.format(x)  # noqa: E731
-    for r in v.rows:
-        table.add_row(policy_label(r["policy"]), cell(r["simulated_time"], "{:.1f}"), cell(r["real_time"], "{:.1f}"),
-                      cell(r["real_over_simulated"], "{:.2f}"), cell(r["real_final_metric"], "{:.3f}"),
-                      "yes" if r["real_feasible"] else "no")
-    out.append(Line(table))
+    columns = [Column(h, text=h == "policy")
+               for h in ("policy", "simulated s", "real s", "real / sim", "real final", "feasible")]
+    rows = [(policy_label(r["policy"]), fmt(r["simulated_time"], 1), fmt(r["real_time"], 1),
+             fmt(r["real_over_simulated"], 2), fmt(r["real_final_metric"], 3), "yes" if r["real_feasible"] else "no")
+            for r in v.rows]
+    out.append(Line(fitted(f"simulation verified on {v.execution['backend']} ({v.execution.get('clock', 'virtual')} "
+                           f"clock), seeds {v.seeds}", columns, rows)))
     tau = "-" if v.kendall_tau is None else f"{v.kendall_tau:.2f}"
     winner = policy_label(v.real_winner) if v.real_winner else "none feasible"
     out.append(Line(f"Kendall's tau {tau}; real winner {winner} "
@@ -302,7 +312,7 @@ def verification_report(v: Any) -> list[Printed]:
     if answer is None:
         out.append(Line("no candidate kept the final-metric constraint for real: the cache keeps the search's best"))
         return out
-    speedup = lambda x: "-" if x is None else f"{x:.2f}x"  # noqa: E731
+    speedup = lambda x: "-" if x is None else times_faster(x, "BSP")  # noqa: E731
     out.append(Line(f"the cache answers with [bold]{policy_label(answer['policy'])}[/bold]: real "
                     f"{fmt(answer['real_time'], 2)} s vs BSP {fmt(answer['bsp_real_time'], 2)} s "
                     f"({speedup(answer['real_speedup'])} on the real clock); simulated "
@@ -314,80 +324,69 @@ def verification_report(v: Any) -> list[Printed]:
 def profile_report(found: Any, job_name: str, device: str) -> list[Printed]:
     """The timed rounds per batch size and the fitted cluster model (`autosync profile`)."""
     cluster, server = found.cluster, found.server
-    table = Table(title=f"{job_name}: measured on {device} with {found.workers}")
-    for column in ("batch size", "compute (mean)", "round trip (mean)", "round trip (p90)"):
-        table.add_column(column, justify="right")
-    for b, compute, trip, trip_p90 in found.rows():
-        table.add_row(str(b), *(f"{1e3 * seconds:.2f} ms" for seconds in (compute, trip, trip_p90)))
-    return [Line(table), Line(f"fitted: {fitted_compute(cluster)}; server: update {1e3 * server.apply_seconds:.3f} ms, "
-                              f"parameters moved at {server.bandwidth / 1e6:.1f} MB/s")]
+    columns = [Column(h) for h in ("batch size", "compute (mean)", "round trip (mean)", "round trip (p90)")]
+    rows = [(b, *(f"{1e3 * seconds:.2f} ms" for seconds in (compute, trip, trip_p90)))
+            for b, compute, trip, trip_p90 in found.rows()]
+    return [Line(fitted(f"{job_name}: measured on {device} with {found.workers}", columns, rows)),
+            Line(f"fitted: {fitted_compute(cluster)}; server: update {1e3 * server.apply_seconds:.3f} ms, "
+                 f"parameters moved at {server.bandwidth / 1e6:.1f} MB/s")]
 
 
 def leaderboard_report(spec: Any, seeds: int, rows: list[dict[str, Any]]) -> list[Printed]:
     """The scored leaderboard as one table (`autosync leaderboard`)."""
-    from autosync.reporting.leaderboard import leaderboard_columns
+    from autosync.reporting.leaderboard import leaderboard_columns, printed_columns
     from autosync.reporting.output import format_cell
 
-    table = Table(title=f"{spec.name}: {seeds} seeds, target {spec.target.metric} {spec.target.threshold}")
-    columns = leaderboard_columns()  # score() compares with BSP
-    for _, header, _ in columns:
-        table.add_column(header, justify="left" if header == "policy" else "right", no_wrap=header == "policy")
-    for r in rows:
-        table.add_row(*(format_cell(r.get(k), f) for k, _, f in columns))
-    return [Line(table)]
+    keys = leaderboard_columns()  # score() compares with BSP
+    printed = printed_columns(spec.target.metric)
+    columns = [Column(header, text=key == "policy", wide=key not in printed) for key, header, _ in keys]
+    return [Line(fitted(f"{spec.name}: {seeds} seeds, target {spec.target.metric} {spec.target.threshold}", columns,
+                        ([format_cell(r.get(k), f) for k, _, f in keys] for r in rows)))]
 
 
 def scaling_report(result: Any, metric: str) -> list[Printed]:
     """A metric per policy against the number of workers (`autosync scaling`)."""
-    table = Table(title=f"{metric}: mean ± std over seeds")
-    table.add_column("policy", no_wrap=True)
-    for n in result.worker_counts:
-        table.add_column(f"n = {n}", justify="right")
-    for policy, cells in result.rows():
-        table.add_row(policy, *cells)
-    return [Line(table)]
+    columns = [Column("policy", text=True), *(Column(f"n = {n}") for n in result.worker_counts)]
+    return [Line(fitted(f"{metric}: mean ± std over seeds", columns,
+                        ((policy, *cells) for policy, cells in result.rows())))]
 
 
 def robustness_report(found: Any, jobs: int, seeds: int) -> list[Printed]:
     """A family's regret summary against the best static k (`autosync robustness`)."""
     from autosync.reporting.output import format_cell
-    from autosync.reporting.robustness import SUMMARY_COLUMNS
+    from autosync.reporting.robustness import SUMMARY_COLUMNS, SUMMARY_WIDE
 
-    table = Table(title=f"family {found.family}: {jobs} jobs x {seeds} seeds, regret against the best static k")
-    for _, header, _ in SUMMARY_COLUMNS:
-        table.add_column(header, justify="left" if header == "policy" else "right", no_wrap=header == "policy")
-    for row in found.result["summary"]:
-        table.add_row(*(format_cell(row.get(k), f) for k, _, f in SUMMARY_COLUMNS))
-    return [Line(table)]
+    columns = [Column(header, text=key == "policy", wide=key in SUMMARY_WIDE) for key, header, _ in SUMMARY_COLUMNS]
+    rows = ([format_cell(row.get(k), f) for k, _, f in SUMMARY_COLUMNS] for row in found.result["summary"])
+    return [Line(fitted(f"family {found.family}: {jobs} jobs x {seeds} seeds, regret (time as a multiple of the "
+                        "best static k's)", columns, rows))]
 
 
 def replay_report(found: Any, logs: Any, simulations: int) -> list[Printed]:
     """Each switch-point search strategy's cost and success on recorded runs (`autosync replay`)."""
     from autosync.search.cost import COST_UNIT
 
-    table = Table(title=f"switch-point search on {logs} ({simulations} simulated searches each)")
-    for column in ("strategy", "setting", f"cost ({COST_UNIT})", "success", "same as full info", "valid"):
-        table.add_column(column, justify="left" if column in ("strategy", "setting") else "right")
-    for r in found.rows:
-        table.add_row(r.strategy, r.setting, f"{r.mean_cost:.2f}", f"{r.success:.1%}",
-                      f"{r.same_as_full_information:.1%}", f"{r.valid:.1%}")
-    return [Line(table)]
+    columns = (Column("strategy", text=True), Column("setting", text=True), Column(f"cost ({COST_UNIT})"),
+               Column("success"), Column("same as full info"), Column("valid"))
+    return [Line(fitted(f"switch-point search on {logs} ({simulations} simulated searches each)", columns,
+                        ((r.strategy, r.setting, f"{r.mean_cost:.2f}", f"{r.success:.1%}",
+                          f"{r.same_as_full_information:.1%}", f"{r.valid:.1%}") for r in found.rows)))]
 
 
 def recommendation_report(answer: Any, spec: Any) -> list[Printed]:
     """The nearest tuned jobs, their votes, and the policy recommended without training (`autosync recommend`)."""
-    table = Table(title=f"{spec.name}: the nearest tuned jobs")
-    for column in ("job", "distance", "same workload", "its winner here", "weight"):
-        table.add_column(column, justify="left" if column in ("job", "its winner here") else "right")
-    for nb in answer.neighbours:
-        table.add_row(nb["job"], f"{nb['distance']:.2f}", "yes" if nb["same_workload"] else "no",
-                      policy_label(nb["policy"]) if nb["policy"] else "does not fit", f"{nb['weight']:.2f}")
+    columns = (Column("job", text=True), Column("distance"), Column("same workload"),
+               Column("its winner here", text=True), Column("weight"))
+    table = fitted(f"{spec.name}: the nearest tuned jobs", columns,
+                   ((nb["job"], f"{nb['distance']:.2f}", "yes" if nb["same_workload"] else "no",
+                     policy_label(nb["policy"]) if nb["policy"] else "does not fit", f"{nb['weight']:.2f}")
+                    for nb in answer.neighbours))
     target = f"{spec.target.metric} {spec.target.threshold}"
     if answer.predicted_time is not None:
         prediction = (f"predicted {answer.predicted_time:.1f} s to {target} vs BSP {answer.predicted_bsp_time:.1f} s "
-                      f"({answer.predicted_speedup:.2f}x)")
-    elif answer.predicted_speedup is not None:
-        prediction = f"predicted {answer.predicted_speedup:.2f}x BSP's time to target (from another workload)"
+                      f"({times_faster(answer.predicted_speedup, 'BSP')})")
+    elif answer.predicted_speedup is not None:  # a speedup: BSP's time over the policy's, not a share of BSP's time
+        prediction = f"predicted {times_faster(answer.predicted_speedup, 'BSP')} to target (from another workload)"
     else:
         prediction = ("no prediction of its time (no neighbour that voted for it has a speedup over BSP: BSP missed "
                       "the target there)")
@@ -400,17 +399,16 @@ def cache_report(studies: list[dict[str, Any]], where: str) -> list[Printed]:
     none in an empty storage."""
     if not studies:
         return [Line(f"no cached study in {where}")]
-    table = Table(title=f"cache: {where}")
-    for col in ("study", "job", "trials", "best policy", "time to target (s)", "finished"):
-        table.add_column(col)
+    rows = []
     for s in studies:
         c = s["cache"] if isinstance(s["cache"], dict) else {}
         best = policy_label(c["best_policy"]) if isinstance(c.get("best_policy"), dict) else \
             "(damaged record)" if "damaged" in s else "(unfinished)"
         value = f"{c['best_value']:.2f}" if isinstance(c.get("best_value"), (int, float)) else "-"
-        table.add_row(s["study"], str(c.get("job_name", "-")), str(s["trials"]), best, value,
-                      str(c.get("finished_at", "-")))
-    return [Line(table)]
+        rows.append((s["study"], c.get("job_name", "-"), s["trials"], best, value, c.get("finished_at", "-")))
+    columns = (Column("study", text=True), Column("job", text=True), Column("trials"),
+               Column("best policy", text=True), Column("time to\ntarget (s)"), Column("finished", wide=True))
+    return [Line(fitted(f"cache: {where}", columns, rows))]
 
 
 def cache_show_report(studies: list[dict[str, Any]], spec: Any, where: str) -> list[Printed]:
@@ -454,16 +452,13 @@ def policies_report() -> list[Printed]:
 
     from autosync.catalog import POLICIES, policy_parameters
 
-    table = Table(title="policies (either name is accepted, in any case, with hyphens or underscores)")
-    table.add_column("name")
-    table.add_column("papers' name")
-    table.add_column("parameters (default)")
-    table.add_column("what it does")
-    for name, cls in POLICIES.items():
-        params = ", ".join(f"{k}={'(required)' if v is inspect.Parameter.empty else v!r}"
-                           for k, v in policy_parameters(cls).items()) or "-"
-        table.add_row(name, cls.paper_name, params, (cls.__doc__ or "").strip().splitlines()[0])
-    return [Line(table)]
+    columns = (Column("name", text=True), Column("papers' name", text=True), Column("parameters (default)", text=True),
+               Column("what it does", text=True))
+    rows = [(name, cls.paper_name,
+             ", ".join(f"{k}={'(required)' if v is inspect.Parameter.empty else v!r}"
+                       for k, v in policy_parameters(cls).items()) or "-",
+             (cls.__doc__ or "").strip().splitlines()[0]) for name, cls in POLICIES.items()]
+    return [Line(fitted("policies (either name is accepted, in any case, with hyphens or underscores)", columns, rows))]
 
 
 def comparison_report(comparison: Any) -> list[Printed]:
@@ -471,15 +466,11 @@ def comparison_report(comparison: Any) -> list[Printed]:
     from autosync.reporting.robustness import comparison_cells, comparison_header
 
     held_out = [r.family for r in comparison.reports if r.family != comparison.developed_on]
-    title = "regret against the best static k, per family" + (
+    title = "regret (time as a multiple of the best static k's), per family" + (
         f" (developed on {comparison.developed_on}; held out: {', '.join(held_out)})"
         if comparison.developed_on else "")
-    table = Table(title=title)
-    for h in comparison_header(comparison, roles=False, between="\n"):
-        table.add_column(h, justify="left" if h == "policy" else "right", no_wrap=h == "policy")
-    for label, values in comparison.rows():
-        table.add_row(label, *comparison_cells(values))
-    return [Line(table)]
+    columns = [Column(h, text=h == "policy") for h in comparison_header(comparison, roles=False, between="\n")]
+    return [Line(fitted(title, columns, ((label, *comparison_cells(values)) for label, values in comparison.rows())))]
 
 
 def comparison_notes(comparison: Any) -> list[Printed]:

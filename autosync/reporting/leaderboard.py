@@ -6,13 +6,21 @@ from pathlib import Path
 from typing import Any
 
 from autosync.core import strict_json
-from autosync.reporting.output import format_cell
+from autosync.reporting.output import format_cell, times_faster
 
 
-def leaderboard_columns(baseline: str = "bsp") -> tuple[tuple[str, str, str], ...]:
+def leaderboard_columns(baseline: str = "bsp") -> tuple[tuple[str, str, Any], ...]:
     """(row key, header, format) of each leaderboard column; the speedup is against `baseline`, as scored."""
-    return LEADERBOARD_COLUMNS[:5] + ((f"speedup_vs_{baseline}", f"vs {baseline.upper()}", "{:.2f}x"),) \
+    return LEADERBOARD_COLUMNS[:5] + ((f"speedup_vs_{baseline}", f"vs {baseline.upper()}", times_faster),) \
         + LEADERBOARD_COLUMNS[5:]
+
+
+def printed_columns(metric: str, baseline: str = "bsp") -> set[str]:
+    """The row keys of the columns the printed leaderboard shows without --wide: the policy, its time to target
+    with its spread over seeds and the runs that missed it, the speedup against `baseline`, and the final
+    value of the target's `metric` (the training loss for a training-loss target, else the test accuracy)."""
+    final = "final_train_loss" if metric == "train_loss" else "final_test_accuracy"
+    return {"policy", "time_to_target", "std_time_to_target", "never_reached", f"speedup_vs_{baseline}", final}
 
 
 LEADERBOARD_COLUMNS = (  # without the speedup column, whose key names the baseline: see leaderboard_columns
@@ -35,10 +43,10 @@ LEADERBOARD_COLUMNS = (  # without the speedup column, whose key names the basel
 LEADERBOARD_LEGEND = (
     "TTT s: time to target in virtual seconds, MLPerf's score (mean after dropping the fastest and slowest "
     "run; a run that never reaches the target counts as infinitely slow); median and std over the seeds; "
-    "missed: runs that never reached the target; vs BSP: speedup of TTT against BSP; test acc and train "
-    "loss: final values, mean over seeds; upd to T: updates to target (statistical efficiency); upd/s: "
-    "updates per virtual second (hardware efficiency); samples/s: training samples applied per virtual "
-    "second (Sync-Switch's throughput); early k and late k: gradients per update over the "
+    "missed: runs that never reached the target; vs BSP: how many times faster (or slower) than BSP's TTT; "
+    "test acc and train loss: final values, mean over seeds; upd to T: updates to target (statistical "
+    "efficiency); upd/s: updates per virtual second (hardware efficiency); samples/s: training samples "
+    "applied per virtual second (Sync-Switch's throughput); early k and late k: gradients per update over the "
     "first and the second half of each run's virtual time, mean over seeds; k (time): gradients per update "
     "weighted by the virtual time each update took (where a dynamic policy spends its time); stale: updates "
     "applied between a gradient's parameters and its own update, mean over applied gradients; batch max/min: "

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from autosync.core.errors import UserError
 
@@ -61,9 +61,23 @@ def command_line(command: str) -> str:
     return "autosync " + " ".join(sys.argv[1:]) if sys.argv[1:2] == [command] else f"autosync {command}"
 
 
-def format_cell(value: Any, fmt: str) -> str:
+def format_cell(value: Any, fmt: str | Callable[[Any], str]) -> str:
+    """A table cell: "-" for none, "not reached" for an infinite time, else `fmt` (a format string, or a
+    function of the value)."""
     if value is None:
         return "-"
     if isinstance(value, float) and value == float("inf"):
         return "not reached"
-    return fmt.format(value)
+    return fmt(value) if callable(fmt) else fmt.format(value)
+
+
+def times_faster(speedup: float, than: str = "") -> str:
+    """A speedup (the other's time over this one's) in words that say which way it points: "3.20x faster",
+    "1.25x slower" (for 0.8), "as fast" where the two decimals shown cannot tell them apart; `than` names
+    the other ("BSP": "3.20x faster than BSP")."""
+    other = f" than {than}" if than else ""
+    if f"{speedup:.2f}" == "1.00":
+        return f"as fast as {than}" if than else "as fast"
+    if speedup > 1.0:
+        return f"{speedup:.2f}x faster{other}"
+    return f"{1.0 / speedup:.2f}x slower{other}"

@@ -7,23 +7,25 @@ from pathlib import Path
 from typing import Any
 
 from autosync.core import strict_json
-from autosync.reporting.output import format_cell
+from autosync.reporting.output import format_cell, times_faster
 from autosync.experiments.robustness import SPREAD_FOR_BALANCE, WITHIN
 
 # (key, header, format) of the summary table, shared by the Markdown file and the CLI's table.
 SUMMARY_COLUMNS = (
     ("policy", "policy", "{}"),
-    ("median_regret", "median", "{:.2f}"),
-    ("p90_regret", "p90", "{:.2f}"),
-    ("worst_regret", "worst", "{:.2f}"),
+    ("median_regret", "median", "{:.2f}x"),  # regrets: multiples of the best static k's time
+    ("p90_regret", "p90", "{:.2f}x"),
+    ("worst_regret", "worst", "{:.2f}x"),
     ("within", f"<= {WITHIN}x", "{:.0%}"),
     ("slower_than_bsp", "> BSP", "{}"),
-    ("median_vs_bsp", "vs BSP", "{:.2f}x"),
-    ("min_vs_bsp_spread", "vs BSP, spread", "{:.2f}x"),
-    ("median_overall_regret", "vs best overall", "{:.2f}"),
+    ("median_vs_bsp", "vs BSP", times_faster),
+    ("min_vs_bsp_spread", "vs BSP, spread", times_faster),
+    ("median_overall_regret", "vs best overall", "{:.2f}x"),
     ("missed_runs", "missed", "{}"),
     ("errors", "failed", "{}"),
 )
+# The summary columns the printed table shows only with --wide (the regret's tail and the other references)
+SUMMARY_WIDE = {"p90_regret", "within", "min_vs_bsp_spread", "median_overall_regret"}
 
 def summary_legend(rules: list[str] | tuple[str, ...] = ("fixed", "proportional")) -> str:
     """What the summary table's columns mean, naming the static-k grid's learning-rate rules."""
@@ -32,7 +34,8 @@ def summary_legend(rules: list[str] | tuple[str, ...] = ("fixed", "proportional"
         f"1..n-1 under the lr rules {', '.join(rules)} and BSP, chosen per job in hindsight); a missed target "
         "counts as twice the job's time budget. median, p90, worst: of the regret over the jobs; <= 1.1x: share "
         "of jobs within 1.1x; > BSP: jobs where it is slower than BSP; vs BSP: median speedup (BSP's time / the "
-        f"policy's); vs BSP, spread: the smallest speedup on jobs whose worker speeds spread {SPREAD_FOR_BALANCE:g}x "
+        "policy's), as how many times faster or slower; vs BSP, spread: the smallest speedup on jobs whose worker "
+        f"speeds spread {SPREAD_FOR_BALANCE:g}x "
         "or more; vs best overall: median of the time over the best of every policy run on the job, static or "
         "online; missed: runs that missed the target; failed: runs that raised.")
 
@@ -128,10 +131,11 @@ def comparison_header(comparison: Any, roles: bool = True, between: str = ": ") 
 
 
 def comparison_cells(values: list[Any]) -> list[str]:
-    """One row's values formatted: regrets to two decimals, counts as integers ('-' where missing)."""
+    """One row's values formatted: regrets as multiples to two decimals ("1.23x"), counts as integers ('-'
+    where missing)."""
     from autosync.experiments.compare import FAMILY_COLUMNS
 
-    formats = ["{:.2f}" if key.endswith("regret") else "{}" for key, _ in FAMILY_COLUMNS] * (
+    formats = ["{:.2f}x" if key.endswith("regret") else "{}" for key, _ in FAMILY_COLUMNS] * (
         len(values) // len(FAMILY_COLUMNS))
     return [format_cell(v, f) for v, f in zip(values, formats)]
 

@@ -73,6 +73,12 @@ def _records(command: Any, name: str) -> tuple[list[tuple[str, str]], list[tuple
     return arguments, options
 
 
+def _usage(argument: Any) -> str:
+    """An argument as a usage line shows it: JOB, JOBS... when repeatable, [JOB] when it may be left out."""
+    shown = argument.name.upper() + ("..." if argument.nargs == -1 else "")
+    return shown if argument.required else f"[{shown}]"
+
+
 def commands_page() -> str:
     lines = ["# Commands", "", NOTE.format(source="the command line itself (autosync/cli.py)").rstrip(), "",
              "Every command and every option, as `autosync COMMAND --help` prints them. Conventions shared by "
@@ -86,7 +92,7 @@ def commands_page() -> str:
         lines += [f"{'###' if name.count(' ') > 1 else '##'} {name}", ""]
         lines += [(command.help or "").strip(), ""]
         arguments, options = _records(command, name)
-        usage = " ".join([name, "[OPTIONS]"] + [a.split()[0].upper() for a, _ in arguments])
+        usage = " ".join([name, "[OPTIONS]"] + [_usage(p) for p in command.params if p.param_type_name == "argument"])
         lines += ["```", usage, "```", ""]
         if arguments:
             lines += ["| Argument | Meaning |", "|---|---|"]

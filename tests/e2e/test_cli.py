@@ -107,3 +107,22 @@ def test_reading_the_cache_never_creates_the_storage(tiny_job, tmp_path):
     assert "no cached study" in shown.stdout and "no cached study" in listed.stdout
     assert tuned.stderr.startswith("error: no cached policy for job tiny")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.yaml"]
+
+
+@pytest.mark.slow
+def test_the_leaderboard_printed_into_a_pipe_reads_at_80_columns(tiny_job, tmp_path):
+    """Piped, the leaderboard shows its default columns whole in 80 columns and names the others;
+    --wide shows them all."""
+    proc = autosync("leaderboard", str(tiny_job), "--seeds", "1", "--policies", "bsp", "--policies", "backup:k=3",
+                    cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "…" not in proc.stdout and max(map(len, proc.stdout.splitlines())) <= 80
+    assert "vs BSP" in proc.stdout and "--wide shows every column" in proc.stdout
+    wide = autosync("leaderboard", str(tiny_job), "--seeds", "1", "--policies", "bsp", "--wide", cwd=tmp_path)
+    assert "batch max/min" in wide.stdout and "not shown" not in wide.stdout
+
+
+def test_the_policies_table_printed_into_a_pipe_cuts_nothing(tmp_path):
+    proc = autosync("policies", cwd=tmp_path)
+    assert proc.returncode == 0 and "…" not in proc.stdout and max(map(len, proc.stdout.splitlines())) <= 80
+    assert "not shown" not in proc.stdout  # every column is text: they wrap, none is left out

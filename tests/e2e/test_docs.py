@@ -17,6 +17,8 @@ REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
 GENERATED = {"reference/commands.md", "reference/job-fields.md", "reference/policies.md"}
 MAX_WORDS = 1500
+# The pages that follow the search's rewrite: their citations and notes are held when they are rewritten
+FOLLOWS_THE_SEARCH = {"concepts/tuning.md", "tutorial/first-tune.md"}
 
 
 def _load(name: str):
@@ -68,6 +70,39 @@ def test_the_commands_page_lists_every_command_argument_and_option():
     assert seen > 100  # the walk reached the commands' options
 
 
+def test_the_commands_page_marks_the_arguments_that_may_be_left_out():
+    """`autosync tune [OPTIONS] [JOB]`: a usage line brackets an argument with a default (the embedded job),
+    and only such an argument."""
+    import typer
+
+    from autosync.cli import app
+
+    page = (DOCS / "reference" / "commands.md").read_text()
+    root = typer.main.get_command(app)
+    ctx = root.make_context("autosync", [], resilient_parsing=True)
+    stack, optional = [(root, "autosync")], 0
+    while stack:
+        command, name = stack.pop()
+        if hasattr(command, "list_commands"):
+            stack += [(command.get_command(ctx, sub), f"{name} {sub}") for sub in command.list_commands(ctx)]
+            continue
+        usage = next(line for line in page.splitlines() if line.startswith(f"{name} [OPTIONS]"))
+        for param in (p for p in command.params if p.param_type_name == "argument"):
+            word = param.name.upper()
+            assert (f"[{word}" in usage) == (not param.required), (usage, param.name)
+            optional += not param.required
+    assert optional >= 8  # run, tune, leaderboard, ... take the embedded job by default
+
+
+def test_the_reference_lists_every_environment_variable():
+    """Every AUTOSYNC_* variable the package reads is in the command-line conventions page."""
+    code = "\n".join(p.read_text() for p in (REPO / "autosync").rglob("*.py"))
+    variables = set(re.findall(r"AUTOSYNC_[A-Z_]+", code))
+    page = (DOCS / "reference" / "cli.md").read_text()
+    assert len(variables) >= 3
+    assert not {v for v in variables if f"`{v}" not in page}, "add them to docs/reference/cli.md"
+
+
 def _field_paths(model: type[BaseModel], prefix: str = "") -> set[str]:
     """Every field of a pydantic model and of the models nested in it, dotted (lists and union variants
     add no marker)."""
@@ -108,7 +143,8 @@ def test_the_policies_page_lists_every_policy_and_parameter():
 FIRST_PERSON = re.compile(r"(?<![\w'-])(?:I|I'm|I've|I'd)(?![\w'-])")  # case matters: `i` is an index
 FORBIDDEN = re.compile(r"(?<![\w'-])(?:we|we're|we've|our|ours|us|my|earlier|previously|formerly|"
                        r"originally|used to|no longer|anymore|any more|was added|were added|now|at first|"
-                       r"nowadays|until recently|in the past|these days)(?![\w'-])", re.I)
+                       r"nowadays|until recently|in the past|these days|today|today's|since then|"
+                       r"written before)(?![\w'-])", re.I)
 ROMAN = re.compile(r"(?:Table|Fig\.|Figure|Algorithm|Section|sec\.|Type) I\b")
 
 
@@ -122,11 +158,122 @@ def test_pages_have_no_first_person_or_history_phrases(name):
     assert not found, f"docs/{name}: {found}"
 
 
+# A source file or a test named, or a claim that something is tested: notes for contributors, not concepts
+SOURCE_OR_TEST = re.compile(r"autosync/[\w/]+\.py|\btests/|\btest_\w+\.py|\btested\b")
+
+
+@pytest.mark.parametrize("name", sorted(name for name in set(_pages()) - GENERATED - FOLLOWS_THE_SEARCH
+                                        if name.startswith(("concepts/", "reference/"))))
+def test_concept_and_reference_pages_name_no_source_file_or_test(name):
+    text = re.sub(r"```.*?```", "", _pages()[name], flags=re.S)
+    assert not SOURCE_OR_TEST.findall(text), f"docs/{name}: move it to docs/contributing/"
+
+
+def _with_includes(text: str) -> str:
+    """A page's text with each snippet it includes (`--8<-- "path"` or `"path:first:last"`) put in its place, as
+    the site renders it."""
+    def include(match: re.Match) -> str:
+        path, *span = match.group(1).split(":")
+        lines = (REPO / path).read_text().splitlines()
+        return "\n".join(lines[int(span[0]) - 1:int(span[1])] if span else lines)
+
+    return re.sub(r'^--8<-- "([^"]+)"$', include, text, flags=re.M)
+
+
+def test_included_snippets_count_as_words_of_the_page_that_includes_them():
+    page = _pages()["reference/search-spaces.md"]
+    assert len(_with_includes(page).split()) > len(page.split())
+
+
 @pytest.mark.parametrize("name", sorted(set(_pages()) - GENERATED))
 def test_pages_are_at_most_1500_words(name):
-    text = re.sub(r"```.*?```", "", _pages()[name], flags=re.S)  # shown output is not read as prose
+    text = re.sub(r"```.*?```", "", _with_includes(_pages()[name]), flags=re.S)  # shown output is not prose
     words = len(text.split())
     assert words <= MAX_WORDS, f"docs/{name}: {words} words (at most {MAX_WORDS} outside the generated reference)"
+
+
+# A paper's numbered equation, problem, rule or algorithm, and LB-BSP's NARX predictor
+CITED_NUMBER = re.compile(r"\b(?:rule|problem) \(\d+\)|\beqs?\. ?\(?\d+|\(\d+\)-\(\d+\)|\bAlgorithms? \d+|\bNARX\b",
+                          re.I)
+
+
+@pytest.mark.parametrize("name", sorted(set(_pages()) - GENERATED - FOLLOWS_THE_SEARCH - {"reference/papers.md"}))
+def test_every_cited_equation_and_algorithm_links_to_the_papers_page(name):
+    text = re.sub(r"```.*?```", "", _pages()[name], flags=re.S)
+    text = re.sub(r"`[^`\n]*`", "", text)  # code: a module named after an equation (`_eq17`)
+    text = re.sub(r"^#.*$", "", text, flags=re.M)  # headings: a link would change their anchors
+    text = re.sub(r"\[[^\]]*\]\((?:\.\./)*(?:reference/)?papers\.md#[a-z-]+\)", "", text)
+    assert not CITED_NUMBER.findall(text), f"docs/{name}: link these to reference/papers.md"
+
+
+def test_the_papers_page_cites_each_paper_autosync_implements_in_full():
+    page = (DOCS / "reference" / "papers.md").read_text()
+    for anchor, title in [("dbw", "Dynamic Backup Workers for Parallel Machine Learning"),
+                          ("sync-switch", "Sync-Switch: Hybrid Parameter Synchronization"),
+                          ("lb-bsp", "Semi-Dynamic Load Balancing"),
+                          ("dana", "Taming Momentum in a Distributed Asynchronous")]:
+        title = r"\s+".join(map(re.escape, title.split()))  # a title may wrap
+        assert re.search(rf"^## .*\{{#{anchor}\}}\n\n[^#|]*{title}", page, re.M), anchor
+
+
+# Words the command line prints that a newcomer cannot guess, each with its glossary entry
+PRINTED_TERMS = ("BSP", "ASP", "SSP", "policy family", "proxy", "forked", "leader", "sibling", "twin", "neighbour",
+                 "equivalent", "BSP trainings", "time to target", "full-budget check", "pruned", "regret",
+                 "fingerprint", "compute unit", "cache hit")
+
+
+def test_the_glossary_defines_the_words_the_output_uses():
+    """Each term is in the package's source (it is still said) and opens a glossary entry."""
+    code = "\n".join(p.read_text() for p in (REPO / "autosync").rglob("*.py")).lower()
+    entries = [h.lower() for h in re.findall(r"^### (.+)$", (DOCS / "concepts" / "glossary.md").read_text(), re.M)]
+    for term in PRINTED_TERMS:
+        assert term.lower() in code, term
+        assert any(h.startswith(term.lower()) for h in entries), f"docs/concepts/glossary.md: no entry for {term}"
+
+
+def _error_classes() -> set[str]:
+    """Every exception class of the package that derives, directly or not, from `AutosyncError` (read from
+    the source, so that no module needs importing)."""
+    import ast
+
+    bases: dict[str, list[str]] = {}
+    for path in (REPO / "autosync").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                bases[node.name] = [getattr(b, "id", getattr(b, "attr", "")) for b in node.bases]
+
+    def derives(name: str) -> bool:
+        return name == "AutosyncError" or any(derives(b) for b in bases.get(name, []) if b != name)
+
+    return {name for name in bases if derives(name)}
+
+
+def test_troubleshooting_has_an_entry_for_every_verdict_and_error_class():
+    """Each verdict the command line prints (`reporting.console.VERDICTS`, each checked against the module that
+    prints it) opens an entry, a heading or a bold item, and each error class is named."""
+    import importlib.util
+
+    from autosync.reporting.console import VERDICTS
+
+    page = (DOCS / "troubleshooting.md").read_text()
+    entries = [line for line in page.splitlines() if re.match(r"#{2,4} |- \*\*", line)]
+    for verdict, module in VERDICTS.items():
+        source = Path(importlib.util.find_spec(module).origin).read_text()
+        assert verdict in " ".join(re.sub(r'"\s*\n\s*f?"', "", source).split()), (verdict, module)
+        assert any(f'"{verdict}' in entry for entry in entries), f"docs/troubleshooting.md: no entry for {verdict!r}"
+    errors = _error_classes()
+    assert {"UserError", "RuntimeFailure", "Interrupted", "NoFeasibleTrial", "WorkerProcessError"} <= errors
+    assert not {e for e in errors if f"{e}" not in page}, "docs/troubleshooting.md: name these error classes"
+
+
+@pytest.mark.parametrize("page, section", [("README.md", "Quick start"), ("docs/index.md", "Install")])
+def test_the_install_steps_say_which_python_and_clone_first(page, section):
+    import tomllib
+
+    python = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["requires-python"]
+    text = re.search(rf"^## {section}\n(.*?)(?=^## )", (REPO / page).read_text(), re.M | re.S).group(1)
+    assert f"Python {python.removeprefix('>=')} or later" in text, (page, python)
+    assert 0 <= text.find("git clone") < text.find("pip install -e"), f"{page}: clone before the editable install"
 
 
 # ------------------------------------------------------------------------------------------ commands shown

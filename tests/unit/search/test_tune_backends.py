@@ -168,8 +168,8 @@ def test_after_a_verification_one_winner_line_gives_the_answer_on_both_clocks():
     with cli.console.capture() as captured:
         cli._show(verification_report(v))
     line = " ".join(captured.get().split())
-    assert "the cache answers with backup(k=5): real 64.00 s vs BSP 176.00 s (2.75x on the real clock); " \
-           "simulated 62.00 s vs BSP 171.00 s (2.76x)" in line, line
+    assert "the cache answers with backup(k=5): real 64.00 s vs BSP 176.00 s (2.75x faster than BSP " \
+           "on the real clock); simulated 62.00 s vs BSP 171.00 s (2.76x faster than BSP)" in line, line
 
 
 @pytest.mark.slow

@@ -1,0 +1,184 @@
+"""What the command line prints (`autosync.reporting.console`): every table reads at 80 columns when piped (a
+number is shown whole, or its column is left out and named in a note under the table: `reporting.tables`), and
+`--wide` shows every column; every ratio says which way it points."""
+
+from __future__ import annotations
+
+import inspect
+import io
+import re
+from types import SimpleNamespace
+
+import pytest
+from rich.console import Console
+
+from autosync import cli
+from autosync.reporting import console as reports
+from autosync.reporting.leaderboard import leaderboard_columns
+from autosync.reporting.tables import Column, Fitted, fitted
+
+LONG_POLICY = {"policy": "sync_switch", "params": {"switch_at": 0.5, "order": "asp_bsp"}}
+SPEC = SimpleNamespace(name="stragglers_resnet_cifar10", target=SimpleNamespace(metric="test_accuracy", threshold=0.95))
+
+
+def _printed(lines: list, width: int = 80, wide: bool = False) -> str:
+    """What the command line prints of `lines` into a pipe (a file, not a terminal) `width` columns wide."""
+    console = Console(file=io.StringIO(), width=width)
+    cli._show(lines, console, wide=wide)
+    return console.file.getvalue()
+
+
+def _leaderboard_rows() -> list[dict]:
+    row = {key: 1234.5678 for key, _, _ in leaderboard_columns()}
+    return [{**row, "policy": "sync_switch(switch_at=0.5,order=asp_bsp)", "time_to_target": float("inf"),
+             "median_time_to_target": float("inf"), "never_reached": 5, "speedup_vs_bsp": 12.3456},
+            {**row, "policy": "bsp", "speedup_vs_bsp": 1.0, "final_test_accuracy": 0.9512}]
+
+
+def _confirmed() -> dict:
+    rows = [{"policy": LONG_POLICY, "source": "trial 1234", "search_time": 1234.5, "time_to_target": 1300.25,
+             "seed_times": [1234.5, 1250.0, 1300.1, 1310.7, 1405.9], "reached": 5, "runs": 5},
+            {"policy": {"policy": "bsp", "params": {}}, "source": "reference", "search_time": 4000.0,
+             "time_to_target": None, "seed_times": [], "reached": 0, "runs": 1, "reason": "missed the target"}]
+    return {"seeds": [0, 1, 2, 3, 4], "top": 2, "rows": rows, "search_best": LONG_POLICY, "winner": LONG_POLICY,
+            "winner_time": 1300.25}
+
+
+# One call of each report that prints a table, with long labels and wide numbers
+CASES = {
+    "run_summary": lambda: reports.run_summary(SimpleNamespace(
+        job_name=SPEC.name, policy=LONG_POLICY, seed=12345, status="reached", wall_seconds=12345.678,
+        metrics={"time_to_target": 12345.678, "target_metric": "test_accuracy", "target_threshold": 0.95,
+                 "updates_to_target": 123456, "final_train_loss": 0.1234, "final_test_loss": 0.2345,
+                 "final_test_accuracy": 0.9512, "updates": 234567, "virtual_time": 23456.78,
+                 "updates_per_virtual_second": 12.345, "gradients_discarded": 123456, "gradients_arrived": 987654})),
+    "calibration_report": lambda: reports.calibration_report(SimpleNamespace(
+        updates=100, before=[SimpleNamespace(name="backup(k=1)", real_seconds=123.456, simulated_seconds=120.123,
+                                             ratio=1.0277)] * 2,
+        after=[SimpleNamespace(simulated_seconds=123.001, ratio=1.0037)] * 2, server=None, units=None,
+        verdict=lambda: "fits")),
+    "jobs_table": lambda: reports.jobs_table("family stragglers: 24 jobs", [
+        {"job": "stragglers-0023", "n_workers": 128, "round_trip": "shifted_exponential alpha=0.7 shift=1.0",
+         "slow_workers": 16, "speed_spread": 12.5, "slowdowns": 3, "workload": "resnet18 on cifar10", "momentum": 0.9,
+         "fingerprint": "86edddd667e815f6"}]),
+    "tune_report": lambda: reports.tune_report(SimpleNamespace(
+        cached=False, study_name="86edddd667e815f6-policy", new_trials=20, faster_elsewhere=[],
+        top=[{"trial": 1234, "policy": LONG_POLICY, "time_to_target": 12345.678, "final_metric": 0.9512,
+              "reached": 5, "runs": 5}],
+        cache={"best_policy": LONG_POLICY, "trials": 20, "confirmed": _confirmed(), "recurrences_to_amortize": 13,
+               "speedup_vs_bsp": 3.2345, "best_value": 1300.25, "bsp_time_to_target": 4205.5,
+               "search_cost_bsp_trainings": 7.43}), SPEC),
+    "confirmation_report": lambda: reports.confirmation_report(_confirmed()),
+    "verification_report": lambda: reports.verification_report(SimpleNamespace(
+        execution={"backend": "processes", "clock": "real"}, seeds=[0, 1], kendall_tau=0.3333,
+        real_winner=LONG_POLICY, same_winner=True, answer=lambda: None,
+        rows=[{"policy": LONG_POLICY, "simulated_time": 12345.6, "real_time": 13456.7, "real_over_simulated": 1.09,
+               "real_final_metric": 0.9512, "real_feasible": True}])),
+    "profile_report": lambda: reports.profile_report(SimpleNamespace(
+        cluster={"compute": "0.012 s x batch", "communication_seconds": 0.0012, "speed_factors": [1.0, 2.5]},
+        server=SimpleNamespace(apply_seconds=0.0001, bandwidth=1.2e9), workers="2 worker processes",
+        rows=lambda: [(1024, 1.23456, 2.34567, 3.45678)]), SPEC.name, "cuda:0"),
+    "leaderboard_report": lambda: reports.leaderboard_report(SPEC, 5, _leaderboard_rows()),
+    "scaling_report": lambda: reports.scaling_report(SimpleNamespace(
+        worker_counts=[1, 4, 8, 16, 32, 64], rows=lambda: [("dana_zero", ["0.9512 ± 0.0123"] * 6)]),
+        "final_test_accuracy"),
+    "robustness_report": lambda: reports.robustness_report(SimpleNamespace(family="stragglers", result={"summary": [
+        {"policy": "dbw(window=19)", "median_regret": 1.2345, "p90_regret": 12.345, "worst_regret": 123.45,
+         "within": 0.5, "slower_than_bsp": 12, "median_vs_bsp": 0.8, "min_vs_bsp_spread": 12.5,
+         "median_overall_regret": 1.5, "missed_runs": 123, "errors": 0}]}), 24, 3),
+    "replay_report": lambda: reports.replay_report(SimpleNamespace(rows=[SimpleNamespace(
+        strategy="binary search", setting="M = 4, beta = 0.01", mean_cost=12.345, success=0.987,
+        same_as_full_information=0.876, valid=1.0)]), "autosync/data/sync_switch_logs/cifar10_res32", 1000),
+    "recommendation_report": lambda: reports.recommendation_report(SimpleNamespace(
+        neighbours=[{"job": "stragglers-0023", "distance": 12.345, "same_workload": True, "policy": LONG_POLICY,
+                     "weight": 0.5}], policy=LONG_POLICY, predicted_time=None, predicted_bsp_time=None,
+        predicted_speedup=20.21), SPEC),
+    "cache_report": lambda: reports.cache_report([{"study": "86edddd667e815f6-policy", "trials": 20, "cache": {
+        "best_policy": LONG_POLICY, "job_name": "digits_default", "best_value": 52.95,
+        "finished_at": "2026-11-29T06:12:34.567890+00:00"}}], "sqlite:///results/autosync-studies.db"),
+    "policies_report": lambda: reports.policies_report(),
+    "comparison_report": lambda: reports.comparison_report(SimpleNamespace(
+        reports=[SimpleNamespace(family=f) for f in ("stragglers", "bandwidth")], developed_on=None,
+        rows=lambda: [("dbw(window=19)", [1.2345, 12.345, 3, 17, 1.5, 2.5, 0, 4])])),  # 4 columns a family
+}
+
+
+def test_every_report_that_prints_a_table_is_checked():
+    """A report added to `autosync.reporting.console` with a table must be added to CASES."""
+    with_tables = {name for name, f in inspect.getmembers(reports, inspect.isfunction)
+                   if f.__module__ == reports.__name__ and "fitted(" in inspect.getsource(f)}
+    assert with_tables == set(CASES)
+
+
+@pytest.mark.parametrize("report", sorted(CASES))
+def test_every_table_shows_its_numbers_whole_at_80_columns_piped(report):
+    lines = CASES[report]()
+    tables = [line.what for line in lines if isinstance(line.what, Fitted)]
+    assert tables, report
+    out = _printed(lines)
+    assert "…" not in out
+    assert max(len(line) for line in out.splitlines()) <= 80
+    for table in tables:
+        shown = table.shown(80)
+        for row in table.rows:
+            for i in shown:
+                if not table.columns[i].text:
+                    assert row[i] in out, (report, table.columns[i].header, row[i])
+        left_out = table.left_out(80)
+        if left_out:
+            note = " ".join(out.split())
+            assert f"not shown in 80 columns: {', '.join(left_out)}" in note
+
+
+def test_a_column_that_does_not_fit_is_left_out_and_named():
+    table = fitted("t", [Column("policy", text=True), Column("time"), Column("fingerprint")],
+                   [("bsp", "123.45", "86edddd667e815f6")])
+    out = _printed([reports.Line(table)], width=30)
+    assert "123.45" in out and "86edddd" not in out
+    assert "not shown in 30 columns: fingerprint (--wide shows every column)" in " ".join(out.split())
+
+
+def test_wide_shows_every_column_whole_however_wide():
+    rows = _leaderboard_rows()
+    lines = reports.leaderboard_report(SPEC, 5, rows)
+    narrow, wide = _printed(lines), _printed(lines, wide=True)
+    assert "not shown in 80 columns: median, train loss, upd to T" in " ".join(narrow.split())
+    assert all(h in wide for _, h, _ in leaderboard_columns())
+    assert "sync_switch(switch_at=0.5,order=asp_bsp)" in wide and "not shown" not in wide
+    assert max(len(line) for line in wide.splitlines()) > 80
+
+
+def test_the_printed_leaderboard_shows_the_policy_time_spread_misses_speedup_and_final_metric():
+    out = _printed(reports.leaderboard_report(SPEC, 5, _leaderboard_rows()))
+    header = next(line for line in out.splitlines() if "policy" in line)
+    assert re.findall(r"[a-zA-Z][\w ]*[\w]", header) == ["policy", "TTT s", "std", "missed", "vs BSP", "test acc"]
+    loss = SimpleNamespace(name="j", target=SimpleNamespace(metric="train_loss", threshold=0.1))
+    out = _printed(reports.leaderboard_report(loss, 5, _leaderboard_rows()))
+    assert "train loss" in next(line for line in out.splitlines() if "policy" in line)
+
+
+def test_every_ratio_says_which_way_it_points():
+    out = " ".join(_printed(reports.leaderboard_report(SPEC, 5, _leaderboard_rows())).split())
+    assert "12.35x faster" in out and "as fast" in out
+    tuned = " ".join(_printed(CASES["tune_report"]()).split())
+    assert "(3.23x faster than BSP)" in tuned
+    assert "16 (up to 12.5x slower)" in _printed(CASES["jobs_table"]())  # the slowest worker against the fastest
+    summary = " ".join(_printed(CASES["robustness_report"]()).split())
+    assert "1.25x slower" in summary  # a median speedup of 0.8
+    assert "1.23x" in summary and "multiple of the best static k's" in summary  # a regret: x the best's time
+    assert "12.35x" in " ".join(_printed(CASES["comparison_report"]()).split())
+
+
+def test_recommend_predicts_a_speedup_as_faster_than_bsp_not_as_a_share_of_its_time():
+    """A predicted speedup of 20.21 is BSP's time over the policy's: the policy is 20.21x faster, not "20.21x
+    BSP's time to target"."""
+    answer = SimpleNamespace(neighbours=[], policy={"policy": "dbw", "params": {}}, predicted_time=None,
+                             predicted_bsp_time=None, predicted_speedup=20.21)
+    out = " ".join(_printed(reports.recommendation_report(answer, SPEC)).split())
+    assert "predicted 20.21x faster than BSP to target (from another workload)" in out
+    assert "BSP's time" not in out
+    timed = SimpleNamespace(**{**vars(answer), "predicted_time": 10.0, "predicted_bsp_time": 202.1})
+    out = " ".join(_printed(reports.recommendation_report(timed, SPEC)).split())
+    assert "predicted 10.0 s to test_accuracy 0.95 vs BSP 202.1 s (20.21x faster than BSP)" in out
+    slower = SimpleNamespace(**{**vars(answer), "predicted_speedup": 0.5})
+    assert "predicted 2.00x slower than BSP" in " ".join(_printed(reports.recommendation_report(slower, SPEC)).split())
