@@ -17,7 +17,7 @@ LAYERS = [
     {"core"},
     {"policies", "workloads"},
     {"engine"},
-    {"catalog"},
+    {"catalog", "contract"},
     {"search", "experiments", "measure"},
     {"reporting"},
     {"options"},
