@@ -17,7 +17,7 @@ LAYERS = [
     {"core"},
     {"policies", "workloads"},
     {"engine"},
-    {"catalog", "contract"},
+    {"catalog", "contract", "policy_grid"},
     {"search", "experiments", "measure"},
     {"reporting"},
     {"options"},
