@@ -60,3 +60,19 @@ def test_a_job_whose_target_is_out_of_reach_cannot_check_the_fork():
     error = _fails(contract.FORK, make_policy("bsp"), job=job)
     assert "give a job whose target it meets" in str(error)
 
+
+@pytest.mark.slow
+@pytest.mark.processes
+def test_the_processes_check_runs_a_policy_on_worker_processes_bit_for_bit():
+    """The opt-in check, on per-worker batch sizes, which tests/unit/engine/test_processes.py (BSP, backup,
+    DBW, ASP, SSP) does not run on worker processes."""
+    check_policy(make_policy("lbbsp"), processes=True)
+
+
+def test_worker_processes_computing_other_gradients_fail_the_processes_check(monkeypatch):
+    """A driver whose gradients differ from the in-process kernel's (here: another seed's batches) fails."""
+    from autosync.engine.drivers import PerWorkerDriver
+
+    monkeypatch.setattr(contract, "ProcessDriver", lambda workload, processes: PerWorkerDriver(workload, seed=99))
+    _fails(contract.PROCESSES, make_policy("bsp"), processes=True)
+

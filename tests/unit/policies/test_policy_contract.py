@@ -52,16 +52,6 @@ def test_every_policy_keeps_the_contract(policy):
     check_policy(policy)
 
 
-@pytest.mark.slow
-@pytest.mark.processes
-@pytest.mark.parametrize("name", ["lbbsp", "compose-ssp-speed-delayed_nesterov"])
-def test_worker_processes_run_a_policy_bit_for_bit(name):
-    """The contract's opt-in check, on per-worker batch sizes and on local steps, which
-    tests/unit/engine/test_processes.py (BSP, backup, DBW, ASP, SSP) does not run on worker processes."""
-    check_policy(make_policy("compose", COMPOSITIONS[name]) if name in COMPOSITIONS else make_policy(name),
-                 processes=True)
-
-
 # Every parameter of every policy: a valid value other than its default, and a value it must refuse (and,
 # where the contract parameters do not admit the valid value, the parameters it is tried with).
 # A new policy's parameters go here (the test below fails until they do).
