@@ -185,7 +185,7 @@ class RobustnessOptions(FamilyOptions):
 
     def rules(self) -> tuple[str, ...]:
         """The static-k grid's learning-rate rules, checked."""
-        from autosync.experiments.robustness import check_rules
+        from autosync.policy_grid import check_rules
 
         return check_rules(r.strip() for r in self.lr_rules.split(","))
 

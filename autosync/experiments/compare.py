@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from autosync.core.errors import UserError
-from autosync.experiments.robustness import REPORT_FILE, STATIC_K_RULES, load_report
+from autosync.policy_grid import REPORT_FILE, STATIC_K_RULES, load_report
 
 # (key of a report's summary row, header) of each family's columns in the comparison
 FAMILY_COLUMNS = (("median_regret", "median"), ("worst_regret", "worst"), ("slower_than_bsp", "> BSP"),

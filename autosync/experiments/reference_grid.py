@@ -5,7 +5,7 @@ reference search with the same sampler and seed shares the tune's blind spots. T
 of n workers:
 
 - static k: backup k = 1..n-1 under the four learning-rate rules, k = n under sqrt and linear, and BSP
-  (`autosync.experiments.robustness.static_k_policies`);
+  (`autosync.policy_grid.static_k_policies`);
 - ASP under each asynchronous rule (fixed, sqrt_staleness, staleness); SSP with staleness 0..8;
 - the DANA family: DANA-Zero, DANA-Slim, DANA-DC (dc_lambda 0.2, 1, 2) and the DANA paper's appendix
   baselines NAG-ASGD, Multi-ASGD, DC-ASGD and LWP, each with its defaults;
@@ -112,7 +112,7 @@ def reference_policies(n_workers: int) -> list[dict[str, Any]]:
     """Every policy of the broad reference grid for a job of `n_workers` workers (see the module's
     docstring), each once by its canonical form on `n_workers`, in family order."""
     from autosync.catalog import make_policy, policy_from_dict
-    from autosync.experiments.robustness import static_k_policies
+    from autosync.policy_grid import static_k_policies
 
     def p(name: str, **params: Any) -> dict[str, Any]:
         return make_policy(name, params).to_dict()

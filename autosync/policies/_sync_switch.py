@@ -135,6 +135,8 @@ class SwitchSchedule(Schedule):
         self.switched_at_epoch: float | None = None
         self.detector = StragglerDetector(n_workers, self.policy.window_seconds, self.policy.consecutive)
         self.update_phase = self.phase
+        if self.asp_update is not None:  # its parameters are refused now, not at the switch mid-run
+            self.asp_update.reset(n_workers, batch_size)
 
     def after_update(self, server: ServerView, strategies: Strategies, stats: UpdateStats,
                      progress: Progress, update_state: dict[str, Any]) -> float | None:

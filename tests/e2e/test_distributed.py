@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import uuid
 
 import pytest
@@ -123,13 +122,12 @@ class _Launch:
     def rank_pid(self, rank: int) -> int:
         return next(pid for pid, r in self.processes().items() if r == str(rank))
 
-    def wait_for_stderr(self, text: str, seconds: float) -> float:
-        started = time.monotonic()
+    def wait_for_stderr(self, text: str, seconds: float) -> None:
+        """Wait until a line of the launch's stderr holds `text`; fail naming its error lines after `seconds`."""
         wait_for(lambda: any(text in line for line in self.stderr), seconds,
                  lambda: f"{text!r} on the launch's stderr; its error lines:\n"
                  + "".join(line for line in self.stderr if "error" in line.lower())[-2000:]
                  + "\nits end:\n" + "".join(self.stderr)[-1500:])
-        return time.monotonic() - started
 
     def wait_for_no_process(self) -> None:
         wait_for(lambda: not self.processes(), 10, lambda: f"the launch's processes to end: {self.processes()}")
@@ -140,12 +138,13 @@ def test_a_hung_rank_stops_the_run_with_an_error_naming_it_and_no_process_stays(
     launch = _Launch(tiny_job, tmp_path)
     victim = launch.rank_pid(2)
     os.kill(victim, signal.SIGSTOP)
+    # the error comes while rank 2 is still stopped (it is continued only after), and it is the worker
+    # timeout's (--worker-timeout 3 names its 3 s): no other timeout of gloo or torchrun fired first
     try:
-        waited = launch.wait_for_stderr("error: rank 2 sent no gradient in 3 s (simulated workers [", 60)
+        launch.wait_for_stderr("error: rank 2 sent no gradient in 3 s (simulated workers [", 60)
     finally:
         with contextlib.suppress(ProcessLookupError):  # torchrun's SIGTERM then ends it at once, not after 30 s
             os.kill(victim, signal.SIGCONT)
-    assert waited < 20
     # rank 2 simulates workers 1 and 3; the error names those still waited for (one may have answered first)
     named = re.search(r"error: rank 2 .*\(simulated workers \[([0-9, ]+)\]\)", "".join(launch.stderr))
     assert named and {int(w) for w in named.group(1).split(",")} <= {1, 3}

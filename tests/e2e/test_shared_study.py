@@ -141,9 +141,19 @@ def _six_processes_killed_and_restarted(tmp_path: Path, db: str) -> None:
         + len(set(checks) | set(answered))
 
 
-def _open(url: str, barrier) -> None:
+def _open(url: str, barrier, created: Path) -> None:
+    """Open the storage when every process is ready, appending this process's id to `created` if it is
+    the one that created the studies table (SQLAlchemy's after_create fires only for a table it creates)."""
+    from optuna.storages._rdb import models
+    from sqlalchemy import event
+
     from autosync.search.study.storage import open_storage
 
+    def mark(*_: object, **__: object) -> None:
+        with created.open("a") as fh:
+            fh.write(f"{os.getpid()}\n")
+
+    event.listen(models.StudyModel.__table__, "after_create", mark)
     barrier.wait()
     open_storage(url)
 
@@ -153,13 +163,18 @@ def test_processes_opening_a_new_storage_together_create_its_schema_once(tmp_pat
 
     ctx = mp.get_context("spawn")
     url = f"sqlite:///{tmp_path / 'new.db'}"
+    created = tmp_path / "created"
     barrier = ctx.Barrier(6)
-    procs = [ctx.Process(target=_open, args=(url, barrier)) for _ in range(6)]
+    procs = [ctx.Process(target=_open, args=(url, barrier, created)) for _ in range(6)]
     for p in procs:
         p.start()
     for p in procs:
         p.join(timeout=120)
     assert [p.exitcode for p in procs] == [0] * 6
+    creators = created.read_text().split()
+    assert len(creators) == 1 and int(creators[0]) in {p.pid for p in procs}, creators  # one created, five opened
+    assert _rows(url, "select count(*) from version_info") == [(1,)]
+    assert _rows(url, "select count(*) from alembic_version") == [(1,)]
 
 
 @pytest.mark.postgres

@@ -17,7 +17,7 @@ LAYERS = [
     {"core"},
     {"policies", "workloads"},
     {"engine"},
-    {"catalog"},
+    {"catalog", "contract", "policy_grid"},
     {"table"},
     {"search", "experiments", "measure"},
     {"reporting"},

@@ -82,12 +82,16 @@ def test_injected_stragglers_hold_each_answer_for_its_model_round_trip(workload)
     finally:
         d.close()
     virtual = simulate(SLOW_WORKER, make_policy("asp", {}))
-    per_worker = [sum(1 for a in result.trace.arrivals if a[1] == w) for w in range(4)]
     # Worker 0 computes at a tenth of the speed: 5 s per task against 0.5 s, as on the virtual clock.
-    assert per_worker[0] <= 2 < min(per_worker[1:])
     assert sum(1 for a in virtual.trace.arrivals if a[1] == 0) <= 2
-    for time, worker, task, *_ in result.trace.arrivals:  # never earlier than the model's round trip
-        assert time >= (task + 1) * (5.0 if worker == 0 else 0.5) - 1e-9
+    # Under ASP a worker gets its next task at its answer, so each answer comes at least its model round trip
+    # after the one before: bounds on the logged times, whatever else the machine runs (how many answers
+    # each worker gives before the 40th update is the machine's speed, so it is not checked). The others'
+    # 40 updates take at least 40 / 3 x 0.5 s > 5 s: the straggler answers before the end.
+    for worker, round_trip in enumerate([5.0, 0.5, 0.5, 0.5]):
+        times = [0.0] + [a[0] for a in result.trace.arrivals if a[1] == worker]
+        assert len(times) > 1, f"worker {worker} never answered"
+        assert all(b - a >= round_trip - 1e-9 for a, b in zip(times, times[1:])), (worker, times)
 
 
 @pytest.mark.slow

@@ -8,9 +8,8 @@ import statistics
 import pytest
 
 from autosync.core.family import FamilySpec
-from autosync.experiments.robustness import (
-    CELLS_FILE, cell_key, online_policies, penalised_time, score_job, static_k_policies, summarize,
-)
+from autosync.experiments.robustness import CELLS_FILE, cell_key, penalised_time, score_job, summarize
+from autosync.policy_grid import online_policies, static_k_policies
 from tests.conftest import autosync, no_traceback
 
 TINY = """\

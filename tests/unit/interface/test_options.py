@@ -72,7 +72,7 @@ def test_off_torchrun_the_ranks_context_leads_and_shares_nothing():
         ranks.share(api.load_job(None))  # no group: nothing to send
 
 
-_OWN = {"job", "out", "as_json"}  # the command line's own parameters (the job file, --out, --json)
+_OWN = {"job", "out", "as_json", "wide"}  # the command line's own parameters (the job file, --out, --json, --wide)
 
 
 @pytest.mark.parametrize("name, functions, cls", [("tune", (api.tune, api.write_tune), TuneOptions),

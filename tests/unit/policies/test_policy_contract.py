@@ -1,13 +1,14 @@
-"""One contract suite run against every policy the catalog offers."""
+"""The policy contract (`autosync.contract.check_policy`) run against every policy the catalog offers."""
 
 from __future__ import annotations
-
-import json
 
 import pytest
 import torch
 
-from autosync.catalog import POLICIES, make_policy, policy_from_dict
+from autosync.catalog import POLICIES, make_policy
+from autosync.contract import (
+    check_decisions, check_policy, check_refuses_bad_parameters, check_round_trip,
+)
 from autosync.engine import simulate
 from tests.conftest import small_job
 
@@ -33,56 +34,22 @@ def policy(request):
     return make_policy(request.param, CONTRACT_PARAMS.get(request.param, {}))
 
 
-@pytest.mark.slow
-def test_seeded_runs_reproduce_bit_for_bit(policy):
-    job = small_job()
-    a, b = simulate(job, policy), simulate(job, policy)
-    assert torch.equal(a.final_params, b.final_params)
-    assert a.trace.updates == [] or [r[:2] + r[3:] for r in a.trace.updates] == [r[:2] + r[3:] for r in b.trace.updates]
-    assert a.trace.arrivals == b.trace.arrivals
-
-
-@pytest.mark.slow
-def test_other_seed_gives_other_trace(policy):
-    a, b = simulate(small_job(seed=1), policy), simulate(small_job(seed=2), policy)
-    assert a.trace.arrivals != b.trace.arrivals
+def test_parameters_round_trip_through_json_and_refuse_a_wrong_type(policy):
+    check_round_trip(policy)
+    check_refuses_bad_parameters(policy, {}, n_workers=4, batch_size=16)
 
 
 def test_decisions_name_only_valid_workers(policy):
     job = small_job()
-    result = simulate(job, policy)
-    n = job.cluster.n_workers
-    assert result.trace.updates, "the policy made no update"
-    for row in result.trace.updates:
-        workers, staleness = row[6], row[7]
-        assert all(0 <= w < n for w in workers)
-        assert len(set(workers)) == len(workers), "one worker contributed twice to one update"
-        assert all(s >= 0 for s in staleness)
-    for time, worker, task, version, batch, accepted in result.trace.arrivals:
-        assert 0 <= worker < n and batch >= 1
-
-
-def test_parameters_round_trip_through_json(policy):
-    text = policy.to_json()
-    again = policy_from_dict(json.loads(text))
-    assert again == policy and again.to_json() == text
+    check_decisions(policy, simulate(job, policy), job.cluster.n_workers)
 
 
 @pytest.mark.slow
-def test_binding_does_not_mutate_policy(policy):
-    before = policy.to_json()
-    simulate(small_job(), policy)
-    assert policy.to_json() == before
-
-
-@pytest.mark.slow
-def test_every_arrival_is_logged_and_time_is_monotone(policy):
-    result = simulate(small_job(), policy)
-    times = [a[0] for a in result.trace.arrivals]
-    assert times == sorted(times)
-    used = sum(r[5] for r in result.trace.updates)
-    accepted = sum(1 for a in result.trace.arrivals if a[5])
-    assert used <= accepted
+def test_every_policy_keeps_the_contract(policy):
+    """`check_policy`: JSON round trip, every parameter refuses a wrong type, a run leaves the policy
+    unchanged, the same seed reproduces bit for bit and another seed differs, decisions name only valid
+    workers, arrivals are logged in time order, and a run forked at the target equals the whole run."""
+    check_policy(policy)
 
 
 # Every parameter of every policy: a valid value other than its default, and a value it must refuse (and,
@@ -145,12 +112,8 @@ def test_every_parameter_round_trips_and_bad_values_are_refused(name, param):
     policy = make_policy(name, {**base, param: good})
     policy.bind(4, 8)
     assert policy.params()[param] == good
-    again = policy_from_dict(json.loads(policy.to_json()))
-    assert again == policy and again.params()[param] == good
-    with pytest.raises(ValueError, match=param):  # UserError is a ValueError: one line naming the parameter
-        make_policy(name, {**base, param: bad}).bind(4, 8)
-    with pytest.raises(ValueError, match=param):  # a value of the wrong type
-        make_policy(name, {**base, param: {"not": "a value"}}).bind(4, 8)
+    check_round_trip(policy)
+    check_refuses_bad_parameters(policy, {param: bad}, n_workers=4, batch_size=8, names=[param])
 
 
 def test_every_policy_is_in_a_search_space_or_exempt_with_a_reason():
@@ -196,20 +159,3 @@ def test_a_policy_that_is_not_an_equivalent_keeps_its_form():
         assert policy.canonical(4) is policy
 
 
-@pytest.mark.slow
-def test_a_run_forked_from_its_snapshot_at_the_target_equals_the_run_from_the_start(policy):
-    """Forking (`autosync.engine.forks`): a run stopped at the target, snapshotted and continued to the full
-    budget, is the uninterrupted run bit for bit (parameters, arrivals, updates, evaluations, metrics)."""
-    from autosync.engine.simulator import Simulator
-
-    job = small_job(target__threshold=0.75, budget__max_updates=90)
-    whole = Simulator(job, policy).run()
-    stopping = Simulator(job.model_copy(update={"budget": job.budget.model_copy(update={"stop_at_target": True})}),
-                         policy)
-    stopped = stopping.run()
-    assert stopped.status == "target_reached" and len(stopped.trace.updates) < len(whole.trace.updates)
-    forked = Simulator.resume(stopping.snapshot(), job).run_on()
-    assert torch.equal(forked.final_params, whole.final_params)
-    assert forked.trace.arrivals == whole.trace.arrivals and forked.trace.evals == whole.trace.evals
-    assert [r[:2] + r[3:] for r in forked.trace.updates] == [r[:2] + r[3:] for r in whole.trace.updates]
-    assert forked.metrics == whole.metrics and forked.status == whole.status

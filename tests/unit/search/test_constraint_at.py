@@ -56,13 +56,13 @@ def test_a_prefix_kept_past_the_horizon_is_not_resumed():
     assert store.prefix("k", 0.5, until=1.0) is None
 
 
-def _tune(tmp_path, at: str, trials: int | None = None):
+def _tune(tmp_path, at: str, trials: int | None = None, settings: dict | None = None):
     job = small_job(**JOB)
     space = load_space(SPACE_DIR / "static_k.yaml", job.cluster.n_workers)
     url = f"sqlite:///{tmp_path / 'studies.db'}"
     FORKS.clear()
     outcome = tune(tune_request(job, space, n_trials=trials or space.size(), sampler="grid", storage=url,
-                                constraint_at=at))
+                                constraint_at=at, settings=settings))
     return outcome, optuna.load_study(study_name=outcome.study_name, storage=open_storage(url))
 
 
@@ -87,10 +87,20 @@ def test_a_tune_holding_the_constraint_at_bsps_target_trains_no_run_past_it(tmp_
                           == pytest.approx(reference[HORIZON]) for t in checks)
     winner = study.trials[at.cache["best_trial"]]
     assert not winner.user_attrs.get(FINAL_PENDING)
-    # a candidate that reached the target no earlier than BSP is read there: nothing left to check
+
+
+def test_a_candidate_no_faster_than_bsp_to_the_target_is_never_checked(tmp_path):
+    """BSP's reference reaches the target first and keeps the constraint, so a candidate that reached the
+    target no earlier cannot win: no check trains it. Pruning is off, since it stops such a candidate
+    before it finishes (here backup k=1 under the proportional rule, at a quarter of the step)."""
+    at, study = _tune(tmp_path, BSP_TARGET, settings={"prune": False})
+    reference = study.user_attrs["bsp_reference"]
+    checked = {t.user_attrs[FULL_BUDGET_OF] for t in study.trials if FULL_BUDGET_OF in t.user_attrs}
     slower = [t for t in study.trials if t.state.name == "COMPLETE" and FULL_BUDGET_OF not in t.user_attrs
               and "same_as_trial" not in t.user_attrs and t.values[0] >= reference[HORIZON]]
-    assert all(not t.user_attrs.get(FINAL_PENDING) for t in slower)
+    assert slower, "no candidate finished slower than BSP: nothing to check here"
+    assert checked and all(t.number not in checked for t in slower)
+    assert study.trials[at.cache["best_trial"]].values[0] < reference[HORIZON]
 
 
 def test_studies_holding_the_constraint_elsewhere_share_no_bsp_reference(tmp_path):

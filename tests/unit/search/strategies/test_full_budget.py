@@ -32,7 +32,10 @@ def _tune(tmp_path, job, stop: bool, tolerance: float, name: str):
 def test_stopping_at_the_target_keeps_the_full_budget_answer_and_costs_less(tmp_path, tolerance):
     """Every point of a small space, both ways: the same winner (its full-budget run keeps the constraint,
     checked), the same time; trials that stopped at the target never answer unchecked."""
-    job = small_job(budget={"max_virtual_seconds": 30}, target={"metric": "test_accuracy", "threshold": 0.8})
+    # evaluated every virtual second, so that the pace rule sees a slow candidate's curve before the bar's
+    # time (backup k=1 under the proportional rule, a quarter of the step, is pruned on pace)
+    job = small_job(budget={"max_virtual_seconds": 30}, target={"metric": "test_accuracy", "threshold": 0.8},
+                    workload__evaluation__every_seconds=1.0)
     full, _ = _tune(tmp_path, job, False, tolerance, "full")
     stop, study = _tune(tmp_path, job, True, tolerance, "stop")
     assert stop.cache["best_policy"] == full.cache["best_policy"]
@@ -44,14 +47,27 @@ def test_stopping_at_the_target_keeps_the_full_budget_answer_and_costs_less(tmp_
     assert counted_trials(study) == load_space(SPACE_DIR / "static_k.yaml", 4).size()  # checks are not counted
     winner = study.trials[stop.cache["best_trial"]]
     assert not winner.user_attrs.get(FINAL_PENDING)  # the answer's final metric is a full-budget one
-    check_of = {t.user_attrs[FULL_BUDGET_OF] for t in checks}
-    faster_pending = [t for t in study.trials if t.user_attrs.get(FINAL_PENDING) and t.state.name == "COMPLETE"
-                      and t.values[0] < winner.values[0]]
-    assert all(t.number in check_of or t.user_attrs.get("same_as_trial") is not None for t in faster_pending)
     paced = [t for t in study.trials if t.user_attrs.get(PRUNED_ON_PACE) and "same_as_trial" not in t.user_attrs]
+    assert paced, "no trial was pruned on pace: nothing to check here"
     assert breakdown["pruned_on_pace"] == len(paced)  # each recorded its predicted time, at least 2x the bar's
     fastest = min(t.values[0] for t in study.trials if t.state.name == "COMPLETE")  # no bar was ever lower
     assert all(t.intermediate_values[t.last_step] >= PACE_MARGIN * fastest for t in paced)
+
+
+def test_every_candidate_faster_than_the_answer_left_pending_was_checked(tmp_path):
+    """The answer is the fastest candidate whose full-budget check kept the constraint: each faster one whose
+    final metric was pending at the target was checked and failed (or repeats a checked policy). On this
+    seed a faster candidate fails its check, and the answer is found within the bound on checks."""
+    job = small_job(budget={"max_virtual_seconds": 30}, target={"metric": "test_accuracy", "threshold": 0.8},
+                    workload__evaluation__every_seconds=1.0, seed=2)
+    stop, study = _tune(tmp_path, job, True, 0.01, "pending")
+    winner = study.trials[stop.cache["best_trial"]]
+    check_of = {t.user_attrs[FULL_BUDGET_OF] for t in study.trials if FULL_BUDGET_OF in t.user_attrs}
+    faster_pending = [t for t in study.trials if t.user_attrs.get(FINAL_PENDING) and t.state.name == "COMPLETE"
+                      and t.values[0] < winner.values[0]]
+    assert faster_pending, "no candidate faster than the answer was left pending: nothing to check here"
+    assert all(t.number in check_of or t.user_attrs.get("same_as_trial") is not None for t in faster_pending)
+    assert stop.cache["search_breakdown"]["unchecked"] == []  # the bounded checks left none out
 
 
 def test_the_cost_to_the_answer_ends_at_the_candidate_the_check_confirmed(tmp_path):

@@ -1,0 +1,114 @@
+"""The policies a robustness report compares and the report as data: what experiments/ writes and search/
+reads, kept below both so that neither imports the other (tests/unit/test_layers.py).
+
+- The static-k grid (backup workers k = 1..n-1 under each learning-rate rule, and BSP) and the online
+  policies, with the labels a report's rows carry.
+- `load_report`: a robustness report read back and checked (`autosync robustness-compare`, `recommend`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterable
+
+from autosync.core.errors import UserError
+
+ONLINE_POLICIES = ("dbw", "bdbw", "lbbsp", "ssp", "sync_switch", "dana_slim")
+STATIC_K_RULES = ("fixed", "proportional")  # the static-k grid's learning-rate rules unless told otherwise
+REPORT_FILE = "robustness.json"  # the report as data (`autosync.reporting.robustness.write_robustness`)
+REPORT_JOB_KEYS = ("job", "n_workers", "fingerprint", "budget", "best_static", "best_static_time", "bsp_time",
+                   "static", "policies")  # what the readers of a report's jobs need
+TUNED_LABEL = "tuned"  # the row of each job's own tuned policy (`autosync.experiments.robustness.Grid.tuned`)
+
+
+def static_k_policies(n_workers: int, rules: Iterable[str] = STATIC_K_RULES) -> list[dict[str, Any]]:
+    """Every static k: backup k = 1..n-1 under each lr rule (`autosync.policies.LR_RULES`), and BSP; k = n
+    under the rules that change the step there (sqrt, linear) too."""
+    # not at the top: the catalog imports every policy (0.28 s measured with `python -c "import
+    # autosync.catalog"` on the 2-core machine), which the readers of a report and the options do not need
+    from autosync.catalog import make_policy
+
+    grid = [make_policy("backup", {"k": k, "lr_rule": rule}).to_dict()
+            for k in range(1, n_workers) for rule in rules]
+    scaled_bsp = [make_policy("backup", {"k": n_workers, "lr_rule": rule}).to_dict()
+                  for rule in rules if rule not in ("fixed", "proportional")]
+    return grid + scaled_bsp + [make_policy("bsp").to_dict()]
+
+
+def online_policies(names: Iterable[str] = ONLINE_POLICIES) -> list[dict[str, Any]]:
+    """Each online policy with its defaults."""
+    from autosync.catalog import make_policy  # not at the top: see `static_k_policies`
+
+    return [make_policy(name).to_dict() for name in names]
+
+
+BSP_LABEL = "k=n (BSP)"
+
+
+def static_label(policy: dict[str, Any]) -> str:
+    """'k=5 fixed', 'k=3 proportional' or 'k=n (BSP)': which static k and which lr rule."""
+    if "k" not in policy["params"]:  # BSP itself, the grid's one policy without a k
+        return BSP_LABEL
+    return f"k={policy['params']['k']} {policy['params']['lr_rule']}"
+
+
+def check_rules(rules: Iterable[str]) -> tuple[str, ...]:
+    """The static-k grid's rules, each one of `LR_RULES` (a clear error otherwise)."""
+    from autosync.policies._barriers import LR_RULES  # not at the top: see `static_k_policies`
+
+    rules = tuple(rules)
+    bad = [r for r in rules if r not in LR_RULES]
+    if bad or not rules:
+        raise UserError(f"--lr-rules must be comma-separated rules of {list(LR_RULES)}, but got {','.join(rules)!r}")
+    return rules
+
+
+def load_report(path: Path, flag: str = "") -> tuple[Path, dict[str, Any]]:
+    """(the report's folder, its data) of a robustness report: its folder, or its robustness.json; a missing
+    or damaged one is a UserError naming it (`flag`: the option it was given with, for the message)."""
+    where = f"{flag} {path}".strip()
+    file = path / REPORT_FILE if path.is_dir() else path
+    if not file.is_file():
+        raise UserError(f"{where}: no robustness report here (make one with `autosync robustness FAMILY.yaml`)")
+    try:
+        data = json.loads(file.read_text())
+        _require(data, ("family", "command", "seeds", "summary", "jobs"))
+        for i, row in enumerate(data["jobs"]):
+            _require(row, REPORT_JOB_KEYS)
+            _numbers(f"jobs.{i}", {key: row[key] for key in ("n_workers", "budget", "best_static_time", "bsp_time")})
+            _numbers(f"jobs.{i}.static", row["static"])
+            for label, cell in _object(row["policies"]).items():
+                _numbers(f"jobs.{i}.policies.{label}", {k: v for k, v in _object(cell).items()
+                                                         if k in ("time", "regret", "vs_bsp")})
+        for i, row in enumerate(data["summary"]):
+            _require(row, ("policy",))
+            _numbers(f"summary.{i}", {k: v for k, v in row.items() if k != "policy"})
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UserError(f"{file}: not a robustness report written by `autosync robustness` "
+                        f"({type(exc).__name__}: {exc})") from None
+    return file.parent, data
+
+
+def _object(value: Any) -> dict[str, Any]:
+    """`value`, a dict; TypeError when it is not one."""
+    if not isinstance(value, dict):
+        raise TypeError(f"expected an object, got {type(value).__name__}")
+    return value
+
+
+def _numbers(where: str, values: Any) -> None:
+    """TypeError naming the first value of `values` (a dict) that is not a number or null: the readers of a
+    report compare and format them as numbers."""
+    for key, value in _object(values).items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise TypeError(f"{where}.{key} must be a number, but got {value!r}")
+
+
+def _require(mapping: Any, keys: Iterable[str]) -> None:
+    """KeyError naming the first of `keys` that `mapping` (a dict) lacks; TypeError when it is no dict."""
+    if not isinstance(mapping, dict):
+        raise TypeError(f"expected an object, got {type(mapping).__name__}")
+    missing = [key for key in keys if key not in mapping]
+    if missing:
+        raise KeyError(missing[0])
