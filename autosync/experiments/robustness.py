@@ -26,7 +26,6 @@ from autosync.core.phases import Phase, no_phase
 from autosync.policy_grid import (  # shared with search/ from below both (tests/unit/test_layers.py)
     BSP_LABEL, ONLINE_POLICIES, STATIC_K_RULES, TUNED_LABEL, online_policies, static_k_policies, static_label,
 )
-from autosync.policy_grid import load_report  # noqa: F401  # search/recommend/grid.py reads it here until repointed
 
 CELLS_FILE = "cells.jsonl"
 WITHIN = 1.1  # a policy "holds up" on a job when its regret is at most this

@@ -128,3 +128,13 @@ def test_no_two_modules_name_each_other_even_for_annotations():
     names = {m: _imports(p, set(paths), annotations=True) for m, p in paths.items()}
     pairs = sorted({tuple(sorted((a, b))) for a in names for b in names[a] if a in names.get(b, set())})
     assert pairs == [], pairs
+
+
+def test_the_search_imports_nothing_of_the_experiments():
+    """One direction between the two computations: the experiments (the reference grid, robustness reports)
+    run the search's objective, so the search reads what both share from below them (`autosync.policy_grid`),
+    never from the experiments, function-local imports included."""
+    graph = _graph()
+    back = sorted(f"{a} -> {b}" for a, deps in graph.items() if a.startswith("autosync.search")
+                  for b in deps if b.startswith("autosync.experiments"))
+    assert graph and not back, back

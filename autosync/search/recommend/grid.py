@@ -24,7 +24,7 @@ from autosync.search.recommend.neighbours import WORKLOAD_PENALTY, Neighbour, cl
 def online_specs(command: str) -> list[str]:
     """The `--policies` specs of a report's command (the command's default policies when it names none or
     cannot be split)."""
-    from autosync.experiments.robustness import ONLINE_POLICIES
+    from autosync.policy_grid import ONLINE_POLICIES
 
     try:
         words = shlex.split(command)
@@ -58,7 +58,7 @@ def policies_by_label(data: dict[str, Any], job: dict[str, Any],
                       online: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
     """Every label of `job`'s row in the report that names a policy: the static k's, BSP, the online
     policies (`online_by_label`, unless given) and the job's tuned policy."""
-    from autosync.experiments.robustness import BSP_LABEL, STATIC_K_RULES, TUNED_LABEL, static_k_policies, static_label
+    from autosync.policy_grid import BSP_LABEL, STATIC_K_RULES, TUNED_LABEL, static_k_policies, static_label
 
     found = {static_label(p): p for p in static_k_policies(int(job["n_workers"]),
                                                            data.get("lr_rules", STATIC_K_RULES))}
@@ -86,7 +86,7 @@ def grid_neighbours(path: Path, job: JobSpec, features: list[float],
                     fits: Callable[[dict[str, Any], int], bool] = lambda policy, n: True) -> list[Neighbour]:
     """Every job of the report at `path` but `job` itself, as a neighbour of `job` (nearest first), voting
     with its fastest policy that `fits(policy, its n)` keeps."""
-    from autosync.experiments.robustness import load_report
+    from autosync.policy_grid import load_report
 
     folder, data = load_report(path, "--grid")
     key, fingerprint = workload_key(job), job.fingerprint()
