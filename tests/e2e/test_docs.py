@@ -273,7 +273,10 @@ def test_the_install_steps_say_which_python_and_clone_first(page, section):
     python = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["requires-python"]
     text = re.search(rf"^## {section}\n(.*?)(?=^## )", (REPO / page).read_text(), re.M | re.S).group(1)
     assert f"Python {python.removeprefix('>=')} or later" in text, (page, python)
-    assert 0 <= text.find("git clone") < text.find("pip install -e"), f"{page}: clone before the editable install"
+    # the commands run in a clone (no URL is typed in: the repository's address is wherever it was cloned from)
+    assert 0 <= text.find("In a clone of its repository") < text.find("pip install -e"), \
+        f"{page}: the editable install runs in a clone"
+    assert "<URL" not in text, f"{page}: a placeholder instead of a command"
 
 
 # ------------------------------------------------------------------------------------------ commands shown
