@@ -9,6 +9,7 @@ the same bytes, whatever the order their cells finished in.
 
 from __future__ import annotations
 
+import fcntl
 import gzip
 import json
 import os
@@ -34,16 +35,22 @@ class Table:
         return self._job(fingerprint).get(key)
 
     def put(self, key: str, cell: Cell) -> None:
-        """Keep `cell` under `key`, appended to its job's open file at once."""
+        """Keep `cell` under `key`, appended to its job's open file at once, under a lock on the file: several
+        processes may fill one table (a cell two of them computed is kept once when read)."""
         cells = self._job(cell.fingerprint)
         if key in cells:
             return
         cells[key] = cell
         self.directory.mkdir(parents=True, exist_ok=True)
-        with open(self.directory / f"{cell.fingerprint}{OPEN}", "a", encoding="utf-8") as f:
-            f.write(cell.to_json(key) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        line = (cell.to_json(key) + "\n").encode()
+        with open(self.directory / f"{cell.fingerprint}{OPEN}", "ab") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)  # the tune's --n-jobs processes append to one file: a line at a time
+            try:
+                f.write(line)
+                f.flush()
+                os.fsync(f.fileno())
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
 
     def __len__(self) -> int:
         return sum(len(self._job(fp)) for fp in self.fingerprints())

@@ -130,3 +130,24 @@ def test_two_policies_have_equal_proxy_fingerprints_where_the_chunked_check_find
     found = [check.find(p, policies) for p in policies]
     assert any(f is not None for f in found) and any(f is None for f in found)  # both verdicts occur
     assert [recorded.find(p, policies) for p in policies] == found
+
+
+def _append_cells(directory: str, name: str) -> None:
+    table = Table(directory)
+    for lr in (0.05, 0.1, 0.2, 0.3):  # four cells of another job each: long lines, written at once
+        cell_for(table, small_job(workload__optimizer__lr=lr, budget__max_updates=60), make_policy(name, {}))
+
+
+def test_processes_filling_one_table_at_once_leave_every_line_whole(tmp_path):
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    workers = [context.Process(target=_append_cells, args=(str(tmp_path), name)) for name in ("bsp", "asp", "ssp")]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(300)
+        assert w.exitcode == 0
+    table = Table(tmp_path)
+    assert len(table) == 12  # every line parses (a damaged one that is not last would raise)
+    assert sum(len(p.read_text().splitlines()) for p in tmp_path.glob("*.jsonl")) == 12
