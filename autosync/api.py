@@ -20,8 +20,9 @@ defined in `autosync.core.errors`) with the message the command line prints.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ContextManager, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, Sequence
 
 from autosync.core.errors import UserError
 from autosync.core.job import JobSpec, job_from_dict, load_job
@@ -228,6 +229,7 @@ def __getattr__(name: str) -> Any:
 
 def leaderboard(job: JobSpec, policies: Sequence[str | dict[str, Any]] | None = None, *,
                 options: LeaderboardOptions | None = None, on_done: Callable[[dict[str, Any]], None] | None = None,
+                progress: Callable[[int], ContextManager[Callable[[dict[str, Any]], None]]] | None = None,
                 **fields: Any) -> Leaderboard:
     """Every policy with seeds 0..seeds-1 on `job`, scored MLPerf-style (trimmed mean time-to-target).
 
@@ -238,6 +240,10 @@ def leaderboard(job: JobSpec, policies: Sequence[str | dict[str, Any]] | None = 
             processes; -1: all cores), include_tuned (add the job's cached tuned policy, from storage));
             `fields` change some of them (seeds=3).
         on_done: called with each finished run's summary.
+        progress: entered with the number of runs once every check has passed (each policy spec on the
+            job's workers, the storage of the tuned policy, the workload's code), around the runs; gives a
+            function called with each finished run's summary (as `on_done`). A refused input so never
+            shows a progress bar.
     """
     from autosync.experiments.leaderboard import policy_specs, run_grid, score
 
@@ -251,8 +257,20 @@ def leaderboard(job: JobSpec, policies: Sequence[str | dict[str, Any]] | None = 
     if job.uses_user_code:  # one line here rather than a failure in every worker process
         check_workload(job)
     seed_list = list(range(opts.seeds))
-    entries = run_grid(job, specs, seed_list, n_jobs=opts.n_jobs, on_done=on_done)
+    with (progress or _no_progress)(len(specs) * len(seed_list)) as advance:
+        def done(run: dict[str, Any]) -> None:
+            advance(run)
+            if on_done is not None:
+                on_done(run)
+
+        entries = run_grid(job, specs, seed_list, n_jobs=opts.n_jobs, on_done=done)
     return Leaderboard(job, seed_list, score(entries), entries)
+
+
+@contextlib.contextmanager
+def _no_progress(total: int) -> Iterator[Callable[[dict[str, Any]], None]]:
+    """No progress shown: `leaderboard`'s `progress` when none is given."""
+    yield lambda run: None
 
 
 def profile(job: JobSpec, options: ProfileOptions | None = None, *, workload: Any = None,

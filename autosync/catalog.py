@@ -176,10 +176,10 @@ def parse_policy_spec(text: str, n_workers: int) -> dict[str, Any]:
     """
     name, params = split_policy_spec(text, "--policies")
     params = {**POLICIES[policy_name(name, "--policies")].sized_defaults(n_workers), **params}
-    policy = make_policy(name, params)
-    try:
+    try:  # a value of the wrong type (k=abc) as a value out of range (k=0): each names the spec it came from
+        policy = make_policy(name, params)
         policy.bind(n_workers, 1)
-    except ValueError as exc:
+    except (UserError, ValueError) as exc:
         raise UserError(f"--policies {text}: {exc}") from None
     return policy.to_dict()
 

@@ -199,8 +199,7 @@ def leaderboard(job: Optional[Path] = JOB_ARG,
     """Every policy x seeds on one job: an MLPerf-style scored table, written as Markdown/CSV/JSON + plots."""
     spec = api.load_job(job)
     out_dir = api.output_dir(out or Path("results") / spec.name)
-    with leaderboard_progress(status, options.runs()) as done:
-        board = api.leaderboard(spec, options=options, on_done=done)
+    board = api.leaderboard(spec, options=options, progress=lambda runs: leaderboard_progress(status, runs))
     paths = board.write(out_dir, command_line("leaderboard"))
     status.print(f"wrote {', '.join(str(p) for p in paths)}")
     if as_json:
