@@ -5,7 +5,7 @@ fail every trial that samples it, found only once the search trains; the file is
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 NOMINAL_BATCH = 32  # the batch size policies are bound with when the job's is not known here
 
@@ -30,13 +30,18 @@ def bound_problems(dimensions: dict[str, dict[str, Any]], constants: dict[str, d
 
     problems = []
     for policy, dims in dimensions.items():
-        if policy == Composed.name or not dims:
+        if policy == Composed.name:
             continue
-        base = dict(constants.get(policy, {}))
+        fixed = constants.get(policy, {})
+        base = dict(fixed)
         for name, dim in dims.items():  # a value of each dimension the policy takes, where one exists
             base[name] = next((v for v in _ends(dim) if refusal(policy, {**base, name: v}) is None), None)
             if base[name] is None:
                 base.pop(name)
+        why = refusal(policy, base)
+        if why is not None:  # no dimension's end rescues the constants: every trial would be refused
+            problems += _refused_constants(policy, fixed, why, n_workers, refusal)
+            continue
         for name, dim in dims.items():
             for value in _ends(dim):
                 why = refusal(policy, {**base, name: value})
@@ -45,6 +50,25 @@ def bound_problems(dimensions: dict[str, dict[str, Any]], constants: dict[str, d
                                     f"n_workers={n_workers}: {why}")
                     break
     return problems
+
+
+def _refused_constants(policy: str, fixed: dict[str, Any], why: str, n_workers: int,
+                       refusal: Callable[[str, dict[str, Any]], str | None]) -> list[str]:
+    """The lines for a policy whose constants (with its dimensions at any end) it refuses: each constant it
+    refuses on its own (the policy's other parameters at their defaults for `n_workers`), else one line for
+    them all, with `why`, the refusal of the whole."""
+    from autosync.catalog import POLICIES
+
+    sized = POLICIES[policy].sized_defaults(n_workers)
+    lines = []
+    for name, value in fixed.items():
+        alone = refusal(policy, {**sized, name: value})
+        if alone is not None:
+            lines.append(f"policies.{policy}.{name} is {value!r}, which policy {policy} refuses on "
+                         f"n_workers={n_workers}: {alone}")
+    held = ", ".join(f"{name}={value!r}" for name, value in fixed.items()) or "none"
+    return lines or [f"policies.{policy}: policy {policy} refuses every sample on n_workers={n_workers} (constants: "
+                     f"{held}; a parameter the space leaves out takes its default): {why}"]
 
 
 def _ends(dim: Any) -> Iterator[Any]:
