@@ -355,7 +355,7 @@ def robustness(family_file: str | Path, directory: str | Path | None = None,
     drawn = spec.jobs(opts.jobs)
     online = online_specs(opts.policies or (), drawn)
     for n in sorted({j.cluster.n_workers for j in drawn}):  # a bad space fails before any job file is written
-        load_space(resolve_space_path(opts.tuned_space, "policy"), n, "--tuned-space")
+        load_space(resolve_space_path(opts.tuned_space, "policy", "--tuned-space"), n, "--tuned-space")
     out = output_dir(directory or Path("results") / "robustness" / spec.name)
     write_jobs(spec, drawn, output_dir(out / "jobs"), str(family_file), command)
     tuned = {}
