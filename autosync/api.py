@@ -423,8 +423,9 @@ def cached_studies(job: JobSpec | None = None, storage: str | None = None, *,
                    check: bool = False) -> list[dict[str, Any]]:
     """The studies of `job` (None: every study) in the storage (default: sqlite:///results/autosync-studies.db),
     with their cache records (None while unfinished); reading never creates the storage. The job comes first,
-    as in `clear_cache` and the API's other functions. With `check`, a damaged cache record raises its one-line
-    error (without: the study carries it under "damaged")."""
+    as in `clear_cache` and the API's other functions. With `check`, a damaged cache record (not JSON, or not
+    usable) raises its one-line error, as every command that reads records does (without: a record that is not
+    JSON is None, and the study carries why under "damaged")."""
     from autosync.search.study.cache import cached_studies as studies
 
     quiet_optuna()

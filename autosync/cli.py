@@ -22,7 +22,7 @@ from autosync.options import (
     command_of,
 )
 from autosync.reporting.console import (
-    Line, cache_report, cache_show_report, cache_warnings, calibration_report, comparison_notes, comparison_report,
+    Line, cache_report, cache_show_report, calibration_report, comparison_notes, comparison_report,
     fault_warnings, jobs_table, leaderboard_report, policies_report, profile_report, recommendation_report,
     replay_report, rerun_report, resume_line, reuse_line, robustness_report, run_summary, scaling_report,
     tune_files_report, tune_hint, tune_report, verification_report,
@@ -322,11 +322,10 @@ app.add_typer(cache_app, name="cache")
 def cache_list(as_json: bool = JSON_OPT, *, options: CacheOptions) -> None:
     """Every cached study: job, space, trials, best policy and score."""
     url = options.storage or DEFAULT_STORAGE
-    studies = api.cached_studies(storage=url)
+    studies = api.cached_studies(storage=url, check=True)  # a damaged record: refused, as by every reading command
     if as_json:
         return _print_json(studies)
     _show(cache_report(studies, redact_url(url)))
-    _show(cache_warnings(studies), status, soft_wrap=True)
 
 
 @_command(RecommendOptions)
