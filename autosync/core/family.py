@@ -34,7 +34,7 @@ import numpy as np
 import yaml
 from pydantic import (
     BaseModel, ConfigDict, Discriminator, Field, StrictBool, StrictFloat, StrictInt, StrictStr, Tag, TypeAdapter,
-    ValidationError, model_validator,
+    ValidationError, field_validator, model_validator,
 )
 
 from autosync.core.errors import FileProblems, JobFileError
@@ -59,6 +59,11 @@ class Range(_Strict):
     high: float  # largest value drawn
     log: bool = False  # draw log-uniformly: for factors spanning orders of magnitude
     integer: bool = False  # round the draw to an integer
+
+    @field_validator("low", "high")
+    @classmethod
+    def _no_negative_zero(cls, end: float) -> float:
+        return end + 0.0  # -0.0 is 0.0: numpy refuses to draw from 0.0 to -0.0 ("high - low < 0")
 
     @model_validator(mode="after")
     def _ordered(self) -> "Range":
