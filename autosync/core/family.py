@@ -39,7 +39,8 @@ from pydantic import (
 
 from autosync.core.errors import FileProblems, JobFileError
 from autosync.core.job import (
-    BudgetSpec, ComputeSpec, JobSpec, LinearCompute, RoundTripSpec, TargetSpec, WorkloadSpec, job_from_dict, load_job,
+    BudgetSpec, ComputeSpec, JobSpec, LinearCompute, RoundTripSpec, ServerSpec, TargetSpec, WorkloadSpec, job_from_dict,
+    load_job,
 )
 from autosync.core.loader import describe_error, read_yaml_file, short_repr
 
@@ -331,6 +332,14 @@ def _corner_problems(family: FamilySpec) -> list[str]:
             problems += _number_problems(f"{where}.share", spec.share, "in [0, 1]", lambda v: 0 <= v <= 1)
             problems += _number_problems(f"{where}.factor", spec.factor, "> 0", lambda v: v > 0)
             problems += _number_problems(f"{where}.duration", spec.duration, "> 0", lambda v: v > 0)
+    if family.server is not None:  # every extreme as a drawn job's server takes it, as the round trips are
+        fields = {name: getattr(family.server, name) for name in ServerDraw.model_fields}
+        for variant in _variants(fields):
+            try:
+                TypeAdapter(ServerSpec).validate_python(variant)
+            except ValidationError as exc:
+                problems += [describe_error({**e, "loc": ("server", *e["loc"])}) for e in exc.errors()]
+                break
     share = family.speed_factors
     problems += _number_problems("speed_factors.slow_share", share.slow_share, "in [0, 1]", lambda v: 0 <= v <= 1)
     # a slow worker's speed is 1 / slowdown rounded to 4 digits, which must stay > 0
