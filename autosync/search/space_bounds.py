@@ -1,6 +1,7 @@
-"""A search space's ends checked against the policies: a range whose low or high end, or a choice, that the
-policy refuses for the job's workers (k from 0, k up to 99 on 4 workers, an lr_rule it does not know) would
-fail every trial that samples it, found only once the search trains; the file is refused instead.
+"""A search space's ends checked against the policies: a range whose low or high end, a choice, or a constant
+that the policy refuses for the job's workers (k from 0, k up to 99 on 4 workers, an lr_rule it does not
+know, a default the space leaves out that the job's workers do not allow) would fail every trial that
+samples it, found only once the search trains; the file is refused instead.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ def bound_problems(dimensions: dict[str, dict[str, Any]], constants: dict[str, d
     """One line per dimension end (or choice) that its policy refuses on `n_workers` workers, with the rule.
 
     Each value is tried with the policy's constants and every other dimension at a value the policy takes
-    (its first such end or choice), so a refusal is the value's own. A policy that takes no combination
-    at all, and composed policies (`refused_compositions` checks those), are left to the other checks."""
+    (its first such end or choice), so a refusal is the value's own. A policy that takes no combination at
+    all is refused by its constants (`_refused_constants`); composed policies are left to
+    `refused_compositions`."""
     from autosync.catalog import make_policy
     from autosync.core.errors import UserError
     from autosync.policies import Composed
