@@ -7,8 +7,13 @@ changes, written with YAML's oddities) are written and loaded (`tests.fuzzing.ch
 used, or refused in one line per problem naming the file; anything else (a traceback, a refusal that does
 not name the file) is a defect. Printed: files, loaded, refused, defects and distinct defects (by the last
 line of their traceback), the first `--show` of each with the file's text, and the wall time. Goal (issue
-63): at least 10,000 files, 0 tracebacks. The test suite runs the same property on a few hundred
+63): at least 10,000 files, 0 tracebacks. The test suite runs the same property on about a thousand
 (tests/unit/core/test_fuzz_inputs.py).
+
+Defects it found, each fixed with a regression test: a value its YAML tag cannot hold (`!!bool maybe`,
+`!!timestamp nope`, `!!set [1]`: KeyError, AttributeError, TypeError inside the loader); a family range from
+0.0 to -0.0 (numpy's ValueError when jobs are drawn); a family server's bandwidth that is not a number (a
+ValueError when jobs are drawn; the first run of the default command found it, 1 in 10,200 files).
 """
 
 from __future__ import annotations
@@ -82,7 +87,7 @@ def main() -> None:
     wall = time.perf_counter() - start
     files_made = sum(total.values())
     print(f"all: {files_made} files, {total['defect']} defects ({distinct} distinct), {wall:.0f} s wall")
-    figures.add("files generated and loaded", files_made, "files", goal=">= 10000", met=files_made >= 10000)
+    figures.add("files generated and checked", files_made, "files", goal=">= 10000", met=files_made >= 10000)
     figures.add("defects (tracebacks or refusals not naming the file)", total["defect"], "files", goal="0",
                 met=total["defect"] == 0)
     figures.add("files refused in one line per problem", total["refused"], "files")
