@@ -13,7 +13,9 @@ line of their traceback), the first `--show` of each with the file's text, and t
 Defects it found, each fixed with a regression test: a value its YAML tag cannot hold (`!!bool maybe`,
 `!!timestamp nope`, `!!set [1]`: KeyError, AttributeError, TypeError inside the loader); a family range from
 0.0 to -0.0 (numpy's ValueError when jobs are drawn); a family server's bandwidth that is not a number (a
-ValueError when jobs are drawn; the first run of the default command found it, 1 in 10,200 files).
+ValueError when jobs are drawn; the first run of the default command found it, 1 in 10,200 files); a family
+whose compute takes no time (every drawn job refused in a line naming the job, not the file: `--seed 7`, 2
+in 10,200).
 """
 
 from __future__ import annotations

@@ -39,8 +39,8 @@ from pydantic import (
 
 from autosync.core.errors import FileProblems, JobFileError
 from autosync.core.job import (
-    BudgetSpec, ComputeSpec, JobSpec, LinearCompute, RoundTripSpec, ServerSpec, TargetSpec, WorkloadSpec, job_from_dict,
-    load_job,
+    BudgetSpec, ClusterSpec, ComputeSpec, JobSpec, LinearCompute, RoundTripSpec, ServerSpec, TargetSpec, WorkloadSpec,
+    job_from_dict, load_job,
 )
 from autosync.core.loader import describe_error, read_yaml_file, short_repr
 
@@ -332,6 +332,10 @@ def _corner_problems(family: FamilySpec) -> list[str]:
             problems += _number_problems(f"{where}.share", spec.share, "in [0, 1]", lambda v: 0 <= v <= 1)
             problems += _number_problems(f"{where}.factor", spec.factor, "> 0", lambda v: v > 0)
             problems += _number_problems(f"{where}.duration", spec.duration, "> 0", lambda v: v > 0)
+    try:  # the cluster's own rules on the fields every drawn job shares (a free compute needs its time elsewhere)
+        ClusterSpec.model_validate({"compute": family.compute.model_dump(mode="json")})
+    except ValidationError as exc:
+        problems += [describe_error(e) for e in exc.errors()]
     if family.server is not None:  # every extreme as a drawn job's server takes it, as the round trips are
         fields = {name: getattr(family.server, name) for name in ServerDraw.model_fields}
         for variant in _variants(fields):
