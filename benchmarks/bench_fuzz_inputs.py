@@ -15,7 +15,8 @@ Defects it found, each fixed with a regression test: a value its YAML tag cannot
 0.0 to -0.0 (numpy's ValueError when jobs are drawn); a family server's bandwidth that is not a number (a
 ValueError when jobs are drawn; the first run of the default command found it, 1 in 10,200 files); a family
 whose compute takes no time (every drawn job refused in a line naming the job, not the file: `--seed 7`, 2
-in 10,200).
+in 10,200); a space's float step of 2.2e-311 (an OverflowError counting its grid: `--seed 8`), which led to
+counting a space's size without listing its values (an int range of 10^12 never returned).
 """
 
 from __future__ import annotations

@@ -221,10 +221,9 @@ def _points(dims: list[tuple[str, Dimension]], chosen: dict[str, Any]) -> int:
     (name, dim), rest = dims[0], dims[1:]
     if not _holds(dim, chosen):
         return _points(rest, chosen)
-    values = list(_grid(dim))
     if any(name in clause for _, later in rest for clause in (later.when or [])):
-        return sum(_points(rest, {**chosen, name: v}) for v in values)
-    return len(values) * _points(rest, chosen)
+        return sum(_points(rest, {**chosen, name: v}) for v in _grid(dim))
+    return _grid_size(dim) * _points(rest, chosen)
 
 
 def _combinations(dims: list[tuple[str, Dimension]], chosen: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -247,8 +246,15 @@ def _grid(dim: Dimension) -> Iterator[Any]:
         yield from dim.choices
         return
     step = dim.step or 1
-    for i in range(int(math.floor((dim.high - dim.low) / step + 1e-9)) + 1):
+    for i in range(_grid_size(dim)):
         yield int(round(dim.low + i * step)) if dim.type == "int" else dim.low + i * step
+
+
+def _grid_size(dim: Dimension) -> int:
+    """How many values `_grid` gives, counted without listing them (an int range may hold 10^9)."""
+    if dim.type == "categorical":
+        return len(dim.choices)
+    return int(math.floor((dim.high - dim.low) / (dim.step or 1) + 1e-9)) + 1
 
 
 def _shipped_spaces() -> str:
