@@ -16,7 +16,9 @@ Defects it found, each fixed with a regression test: a value its YAML tag cannot
 ValueError when jobs are drawn; the first run of the default command found it, 1 in 10,200 files); a family
 whose compute takes no time (every drawn job refused in a line naming the job, not the file: `--seed 7`, 2
 in 10,200); a space's float step of 2.2e-311 (an OverflowError counting its grid: `--seed 8`), which led to
-counting a space's size without listing its values (an int range of 10^12 never returned).
+counting a space's size without listing its values (an int range of 10^12 never returned); a float
+parameter given an integer past any float (10^400: an OverflowError in `make_policy`, which `autosync run
+--param` met too: `--seed 10`).
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterator
 
+from autosync.core.loader import short_repr
+
 NOMINAL_BATCH = 32  # the batch size policies are bound with when the job's is not known here
 
 
@@ -48,8 +50,8 @@ def bound_problems(dimensions: dict[str, dict[str, Any]], constants: dict[str, d
             for value in _ends(dim):
                 why = refusal(policy, {**base, name: value})
                 if why is not None and refusal(policy, base) is None:
-                    problems.append(f"policies.{policy}.{name} can sample {value!r}, which policy {policy} refuses on "
-                                    f"n_workers={n_workers}: {why}")
+                    problems.append(f"policies.{policy}.{name} can sample {short_repr(value)}, which policy {policy} "
+                                    f"refuses on n_workers={n_workers}: {why}")
                     break
     return problems
 
@@ -66,9 +68,9 @@ def _refused_constants(policy: str, fixed: dict[str, Any], why: str, n_workers: 
     for name, value in fixed.items():
         alone = refusal(policy, {**sized, name: value})
         if alone is not None:
-            lines.append(f"policies.{policy}.{name} is {value!r}, which policy {policy} refuses on "
+            lines.append(f"policies.{policy}.{name} is {short_repr(value)}, which policy {policy} refuses on "
                          f"n_workers={n_workers}: {alone}")
-    held = ", ".join(f"{name}={value!r}" for name, value in fixed.items()) or "none"
+    held = ", ".join(f"{name}={short_repr(value, 40)}" for name, value in fixed.items()) or "none"
     return lines or [f"policies.{policy}: policy {policy} refuses every sample on n_workers={n_workers} (constants: "
                      f"{held}; a parameter the space leaves out takes its default): {why}"]
 

@@ -29,6 +29,8 @@ def test_run_writes_trace_summary_and_plot(tiny_job, tmp_path):
     (["--policy", "backup", "--param", "z=1"], "policy backup has no parameter 'z'"),
     (["--policy", "backup", "--param", "k"], "--param must look like key=value"),
     (["--policy", "backup", "--param", "k=abc"], "parameter k must be int, but got 'abc'"),
+    (["--policy", "sync_switch", "--param", "switch_at=1" + "0" * 400],  # an OverflowError traceback before
+     "parameter switch_at must be a float (at most 1.798e+308), but got 100000"),
 ])
 @pytest.mark.slow
 def test_bad_cli_options_exit_2_with_one_line(tiny_job, tmp_path, args, message):
