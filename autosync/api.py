@@ -20,8 +20,9 @@ defined in `autosync.core.errors`) with the message the command line prints.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ContextManager, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, Sequence
 
 from autosync.core.errors import UserError
 from autosync.core.job import JobSpec, job_from_dict, load_job
@@ -230,6 +231,7 @@ def __getattr__(name: str) -> Any:
 
 def leaderboard(job: JobSpec, policies: Sequence[str | dict[str, Any]] | None = None, *,
                 options: LeaderboardOptions | None = None, on_done: Callable[[dict[str, Any]], None] | None = None,
+                progress: Callable[[int], ContextManager[Callable[[dict[str, Any]], None]]] | None = None,
                 **fields: Any) -> Leaderboard:
     """Every policy with seeds 0..seeds-1 on `job`, scored MLPerf-style (trimmed mean time-to-target).
 
@@ -240,6 +242,10 @@ def leaderboard(job: JobSpec, policies: Sequence[str | dict[str, Any]] | None = 
             processes; -1: all cores), include_tuned (add the job's cached tuned policy, from storage));
             `fields` change some of them (seeds=3).
         on_done: called with each finished run's summary.
+        progress: entered with the number of runs once every check has passed (each policy spec on the
+            job's workers, the storage of the tuned policy, the workload's code), around the runs; gives a
+            function called with each finished run's summary (as `on_done`). A refused input so never
+            shows a progress bar.
     """
     from autosync.experiments.leaderboard import policy_specs, run_grid, score
 
@@ -253,8 +259,20 @@ def leaderboard(job: JobSpec, policies: Sequence[str | dict[str, Any]] | None = 
     if job.uses_user_code:  # one line here rather than a failure in every worker process
         check_workload(job)
     seed_list = list(range(opts.seeds))
-    entries = run_grid(job, specs, seed_list, n_jobs=opts.n_jobs, on_done=on_done)
+    with (progress or _no_progress)(len(specs) * len(seed_list)) as advance:
+        def done(run: dict[str, Any]) -> None:
+            advance(run)
+            if on_done is not None:
+                on_done(run)
+
+        entries = run_grid(job, specs, seed_list, n_jobs=opts.n_jobs, on_done=done)
     return Leaderboard(job, seed_list, score(entries), entries)
+
+
+@contextlib.contextmanager
+def _no_progress(total: int) -> Iterator[Callable[[dict[str, Any]], None]]:
+    """No progress shown: `leaderboard`'s `progress` when none is given."""
+    yield lambda run: None
 
 
 def profile(job: JobSpec, options: ProfileOptions | None = None, *, workload: Any = None,
@@ -339,7 +357,7 @@ def robustness(family_file: str | Path, directory: str | Path | None = None,
     drawn = spec.jobs(opts.jobs)
     online = online_specs(opts.policies or (), drawn)
     for n in sorted({j.cluster.n_workers for j in drawn}):  # a bad space fails before any job file is written
-        load_space(resolve_space_path(opts.tuned_space, "policy"), n, "--tuned-space")
+        load_space(resolve_space_path(opts.tuned_space, "policy", "--tuned-space"), n, "--tuned-space")
     out = output_dir(directory or Path("results") / "robustness" / spec.name)
     write_jobs(spec, drawn, output_dir(out / "jobs"), str(family_file), command)
     tuned = {}
@@ -447,8 +465,9 @@ def cached_studies(job: JobSpec | None = None, storage: str | None = None, *,
                    check: bool = False) -> list[dict[str, Any]]:
     """The studies of `job` (None: every study) in the storage (default: sqlite:///results/autosync-studies.db),
     with their cache records (None while unfinished); reading never creates the storage. The job comes first,
-    as in `clear_cache` and the API's other functions. With `check`, a damaged cache record raises its one-line
-    error (without: the study carries it under "damaged")."""
+    as in `clear_cache` and the API's other functions. With `check`, a damaged cache record (not JSON, or not
+    usable) raises its one-line error, as every command that reads records does (without: a record that is not
+    JSON is None, and the study carries why under "damaged")."""
     from autosync.search.study.cache import cached_studies as studies
 
     quiet_optuna()

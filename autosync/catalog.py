@@ -10,10 +10,12 @@ from __future__ import annotations
 import inspect
 import json
 import math
+import sys
 from typing import Any, Callable
 
 from autosync import policies as _policies
 from autosync.core.errors import UserError
+from autosync.core.loader import short_repr
 from autosync.policies import Policy
 
 
@@ -161,7 +163,11 @@ def takes_type(value: Any, typ: type) -> bool:
 
 def _coerce(policy: str, key: str, value: Any, typ: type) -> Any:
     if takes_type(value, typ):
-        return float(value) if typ is float else value
+        try:
+            return float(value) if typ is float else value
+        except OverflowError:  # an int past any float (10**400): as out of range as a wrong type
+            raise UserError(f"policy {policy} parameter {key} must be a float (at most "
+                            f"{sys.float_info.max:.4g}), but got {short_repr(value)}") from None
     raise UserError(f"policy {policy} parameter {key} must be {typ.__name__}, but got {value!r}")
 
 
@@ -176,10 +182,10 @@ def parse_policy_spec(text: str, n_workers: int) -> dict[str, Any]:
     """
     name, params = split_policy_spec(text, "--policies")
     params = {**POLICIES[policy_name(name, "--policies")].sized_defaults(n_workers), **params}
-    policy = make_policy(name, params)
-    try:
+    try:  # a value of the wrong type (k=abc) as a value out of range (k=0): each names the spec it came from
+        policy = make_policy(name, params)
         policy.bind(n_workers, 1)
-    except ValueError as exc:
+    except (UserError, ValueError) as exc:
         raise UserError(f"--policies {text}: {exc}") from None
     return policy.to_dict()
 

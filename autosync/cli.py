@@ -24,7 +24,7 @@ from autosync.options import (
     command_of,
 )
 from autosync.reporting.console import (
-    Line, cache_report, cache_show_report, cache_warnings, calibration_report, comparison_notes, comparison_report,
+    Line, cache_report, cache_show_report, calibration_report, comparison_notes, comparison_report,
     fault_warnings, jobs_table, leaderboard_report, policies_report, profile_report, recommendation_report,
     replay_report, rerun_report, resume_line, reuse_line, robustness_report, run_summary, scaling_report,
     tune_files_report, tune_hint, tune_report, verification_report,
@@ -209,8 +209,7 @@ def leaderboard(job: Optional[Path] = JOB_ARG,
     """Every policy x seeds on one job: an MLPerf-style scored table, written as Markdown/CSV/JSON + plots."""
     spec = api.load_job(job)
     out_dir = api.output_dir(out or Path("results") / spec.name)
-    with leaderboard_progress(status, options.runs()) as done:
-        board = api.leaderboard(spec, options=options, on_done=done)
+    board = api.leaderboard(spec, options=options, progress=lambda runs: leaderboard_progress(status, runs))
     paths = board.write(out_dir, command_line("leaderboard"))
     status.print(f"wrote {', '.join(str(p) for p in paths)}")
     if as_json:
@@ -323,10 +322,13 @@ def tune(job: Optional[Path] = JOB_ARG,
         if out is not None:
             api.output_dir(out)
         ranks.share(spec, every_run=True)
-        with tune_progress(status, options.n_trials) as (on_trial, on_confirm):
+        with tune_progress(status, options.n_trials) as (on_trial, on_confirm, start_bar):
+            def on_start(url: str) -> None:  # every check passed: the storage is named, then the bar drawn
+                status.print(f"study storage: {redact_url(url)}", soft_wrap=True)
+                start_bar()
+
             outcome = resumable(lambda: api.tune(
-                spec, options=options, on_trial=on_trial, on_confirm=on_confirm,
-                on_start=lambda url: status.print(f"study storage: {redact_url(url)}", soft_wrap=True),
+                spec, options=options, on_trial=on_trial, on_confirm=on_confirm, on_start=on_start,
                 on_resume=lambda found, requeued: status.print(resume_line(found, requeued), soft_wrap=True)))
     if as_json:
         _print_json(outcome.to_dict())
@@ -359,11 +361,10 @@ app.add_typer(cache_app, name="cache")
 def cache_list(as_json: bool = JSON_OPT, wide: bool = WIDE_OPT, *, options: CacheOptions) -> None:
     """Every cached study: job, space, trials, best policy and score."""
     url = options.storage or DEFAULT_STORAGE
-    studies = api.cached_studies(storage=url)
+    studies = api.cached_studies(storage=url, check=True)  # a damaged record: refused, as by every reading command
     if as_json:
         return _print_json(studies)
     _show(cache_report(studies, redact_url(url)), wide=wide)
-    _show(cache_warnings(studies), status, soft_wrap=True)
 
 
 @_command(RecommendOptions)

@@ -73,12 +73,6 @@ class LeaderboardOptions:
         check_ranges(self)
         _check_n_jobs(self.n_jobs)
 
-    def runs(self) -> int:
-        """How many runs the leaderboard trains (policies x seeds)."""
-        from autosync.experiments.leaderboard import DEFAULT_POLICIES
-
-        return (len(self.policies or DEFAULT_POLICIES) + self.include_tuned) * self.seeds
-
 
 @dataclass(frozen=True, kw_only=True)
 class ProfileOptions:

@@ -34,12 +34,13 @@ import numpy as np
 import yaml
 from pydantic import (
     BaseModel, ConfigDict, Discriminator, Field, StrictBool, StrictFloat, StrictInt, StrictStr, Tag, TypeAdapter,
-    ValidationError, model_validator,
+    ValidationError, field_validator, model_validator,
 )
 
 from autosync.core.errors import FileProblems, JobFileError
 from autosync.core.job import (
-    BudgetSpec, ComputeSpec, JobSpec, LinearCompute, RoundTripSpec, TargetSpec, WorkloadSpec, job_from_dict, load_job,
+    BudgetSpec, ClusterSpec, ComputeSpec, JobSpec, LinearCompute, RoundTripSpec, ServerSpec, TargetSpec, WorkloadSpec,
+    job_from_dict, load_job,
 )
 from autosync.core.loader import describe_error, read_yaml_file, short_repr
 
@@ -59,6 +60,11 @@ class Range(_Strict):
     high: float  # largest value drawn
     log: bool = False  # draw log-uniformly: for factors spanning orders of magnitude
     integer: bool = False  # round the draw to an integer
+
+    @field_validator("low", "high")
+    @classmethod
+    def _no_negative_zero(cls, end: float) -> float:
+        return end + 0.0  # -0.0 is 0.0: numpy refuses to draw from 0.0 to -0.0 ("high - low < 0")
 
     @model_validator(mode="after")
     def _ordered(self) -> "Range":
@@ -333,6 +339,18 @@ def _corner_problems(family: FamilySpec) -> list[str]:
             problems += _number_problems(f"{where}.share", spec.share, "in [0, 1]", lambda v: 0 <= v <= 1)
             problems += _number_problems(f"{where}.factor", spec.factor, "> 0", lambda v: v > 0)
             problems += _number_problems(f"{where}.duration", spec.duration, "> 0", lambda v: v > 0)
+    try:  # the cluster's own rules on the fields every drawn job shares (a free compute needs its time elsewhere)
+        ClusterSpec.model_validate({"compute": family.compute.model_dump(mode="json")})
+    except ValidationError as exc:
+        problems += [describe_error(e) for e in exc.errors()]
+    if family.server is not None:  # every extreme as a drawn job's server takes it, as the round trips are
+        fields = {name: getattr(family.server, name) for name in ServerDraw.model_fields}
+        for variant in _variants(fields):
+            try:
+                TypeAdapter(ServerSpec).validate_python(variant)
+            except ValidationError as exc:
+                problems += [describe_error({**e, "loc": ("server", *e["loc"])}) for e in exc.errors()]
+                break
     share = family.speed_factors
     problems += _number_problems("speed_factors.slow_share", share.slow_share, "in [0, 1]", lambda v: 0 <= v <= 1)
     # a slow worker's speed is 1 / slowdown rounded to 4 digits, which must stay > 0

@@ -97,7 +97,24 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     """The safe YAML loader, refusing a key written twice in one mapping (PyYAML would keep the last one
     silently, so a value the user wrote would be ignored)."""
 
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        """A node's value; a value its explicit tag cannot hold (`!!bool maybe`, `!!timestamp nope`, `!!int x`),
+        which PyYAML's constructors fail on with KeyError, AttributeError or ValueError, is a YAML error at the
+        node's line."""
+        try:
+            return super().construct_object(node, deep=deep)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            if isinstance(exc, yaml.YAMLError):
+                raise
+            tag = node.tag.replace("tag:yaml.org,2002:", "!!")
+            what = short_repr(node.value, 40) if isinstance(node, yaml.ScalarNode) else f"a {node.id}"
+            why = f": {str(exc).split(':')[0]}" if type(exc) is ValueError else ""  # e.g. Python's limit of digits
+            raise yaml.constructor.ConstructorError(None, None, f"{what} cannot be read as {tag}{why}",
+                                                    node.start_mark) from None
+
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        if not isinstance(node, yaml.MappingNode):  # `!!set [1]`: the base loader says what it expected
+            return super().construct_mapping(node, deep=deep)
         seen: dict[Any, Any] = {}
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor`: the keys written beside it override

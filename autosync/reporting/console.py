@@ -402,8 +402,7 @@ def cache_report(studies: list[dict[str, Any]], where: str) -> list[Printed]:
     rows = []
     for s in studies:
         c = s["cache"] if isinstance(s["cache"], dict) else {}
-        best = policy_label(c["best_policy"]) if isinstance(c.get("best_policy"), dict) else \
-            "(damaged record)" if "damaged" in s else "(unfinished)"
+        best = policy_label(c["best_policy"]) if isinstance(c.get("best_policy"), dict) else "(unfinished)"
         value = f"{c['best_value']:.2f}" if isinstance(c.get("best_value"), (int, float)) else "-"
         rows.append((s["study"], c.get("job_name", "-"), s["trials"], best, value, c.get("finished_at", "-")))
     columns = (Column("study", text=True), Column("job", text=True), Column("trials"),
@@ -422,12 +421,6 @@ def cache_show_report(studies: list[dict[str, Any]], spec: Any, where: str) -> l
         out.append(Line(f"[bold]{s['study']}[/bold] ({s['trials']} trials)"))
         out.append(Line(strict_json.dumps(s["cache"], indent=2) if s["cache"] is not None else "  not finished yet"))
     return out
-
-
-def cache_warnings(studies: list[dict[str, Any]]) -> list[Printed]:
-    """A warning for each study whose cache record is damaged (`autosync cache list`, on stderr)."""
-    return [Line(f"warning: study {s['study']}: corrupt cache entry ({s['damaged']}); `autosync cache clear` of its "
-                 "job deletes it", style="yellow") for s in studies if "damaged" in s]
 
 
 def rerun_report(outcome: Any) -> list[Printed]:

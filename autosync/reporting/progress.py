@@ -30,16 +30,27 @@ def leaderboard_progress(console: Any, total: int) -> Iterator[Callable[[dict[st
 
 
 @contextlib.contextmanager
-def tune_progress(console: Any, n_trials: int) -> Iterator[tuple[Count, Count]]:
+def tune_progress(console: Any, n_trials: int) -> Iterator[tuple[Count, Count, Callable[[], None]]]:
     """`autosync tune`'s bar over the BSP reference runs, then the trials, then the confirmation runs: gives
-    (on_trial, on_confirm), each called with (done, in all)."""
-    with counting_bar("tuning", console) as bar:
-        task = bar.add_task("BSP reference runs", total=n_trials)
+    (on_trial, on_confirm, start), each count called with (done, in all). The bar is drawn from `start` on,
+    called once every check has passed (`api.tune`'s on_start), so that a refused input draws none."""
+    bar = counting_bar("tuning", console)
+    task = bar.add_task("BSP reference runs", total=n_trials)
 
-        def step(what: str) -> Count:
-            return lambda done, total: bar.update(task, completed=done, total=total, description=what)
+    def step(what: str) -> Count:
+        return lambda done, total: bar.update(task, completed=done, total=total, description=what)
 
-        yield step("trials"), step("confirmation runs")
+    started: list[bool] = []
+
+    def start() -> None:
+        started.append(True)
+        bar.start()
+
+    try:
+        yield step("trials"), step("confirmation runs"), start
+    finally:
+        if started:  # rich's stop writes a closing newline where the console is not a terminal, drawn or not
+            bar.stop()
 
 
 def phases(label: str, console: Any, transient: bool = True) -> Callable[[str, int], Any]:

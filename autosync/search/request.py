@@ -5,6 +5,7 @@ driver (`tune`) that imports them."""
 from __future__ import annotations
 
 import functools
+import warnings
 
 from dataclasses import dataclass
 
@@ -48,9 +49,16 @@ class TuneRequest:
     patience: int | None = _default("patience")  # stop once N trials in a row found nothing faster
 
     def __post_init__(self) -> None:
-        from autosync.search.strategies.samplers import sampler_for
+        from autosync.search.strategies.samplers import make_sampler, sampler_for
 
         self.sampler = sampler_for(self.sampler, self.space)  # "auto": the search this space is shipped for
+        # Built once here only as the check of the sampler against the space and the objective (grid on a
+        # continuous space, gp on two objectives), so that a refusal comes before the storage exists; the
+        # search builds its own with the job's figures (`tune.load_study`). Optuna's warnings about experimental
+        # arguments belong to that build, where the caller's settings decide (`quiet_optuna`).
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            make_sampler(self.sampler, self.seed, self.space, self.settings.multi_objective)
 
     @functools.cached_property
     def fast_workers(self) -> int | None:

@@ -221,10 +221,9 @@ def _points(dims: list[tuple[str, Dimension]], chosen: dict[str, Any]) -> int:
     (name, dim), rest = dims[0], dims[1:]
     if not _holds(dim, chosen):
         return _points(rest, chosen)
-    values = list(_grid(dim))
     if any(name in clause for _, later in rest for clause in (later.when or [])):
-        return sum(_points(rest, {**chosen, name: v}) for v in values)
-    return len(values) * _points(rest, chosen)
+        return sum(_points(rest, {**chosen, name: v}) for v in _grid(dim))
+    return _grid_size(dim) * _points(rest, chosen)
 
 
 def _combinations(dims: list[tuple[str, Dimension]], chosen: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -247,14 +246,30 @@ def _grid(dim: Dimension) -> Iterator[Any]:
         yield from dim.choices
         return
     step = dim.step or 1
-    for i in range(int(math.floor((dim.high - dim.low) / step + 1e-9)) + 1):
+    for i in range(_grid_size(dim)):
         yield int(round(dim.low + i * step)) if dim.type == "int" else dim.low + i * step
 
 
-def resolve_space_path(text: str | Path | None, default: str) -> Path:
-    """A path as given, or the name of a shipped space (`static_k` -> search_spaces/static_k.yaml)."""
+def _grid_size(dim: Dimension) -> int:
+    """How many values `_grid` gives, counted without listing them (an int range may hold 10^9)."""
+    if dim.type == "categorical":
+        return len(dim.choices)
+    return int(math.floor((dim.high - dim.low) / (dim.step or 1) + 1e-9)) + 1
+
+
+def _shipped_spaces() -> str:
+    """The names of the shipped spaces, for an error that needs a space named."""
+    return ", ".join(sorted(p.stem for p in SPACE_DIR.glob("*.yaml")))
+
+
+def resolve_space_path(text: str | Path | None, default: str, flag: str = "--space") -> Path:
+    """A path as given, or the name of a shipped space (`static_k` -> search_spaces/static_k.yaml); an empty
+    name is refused naming `flag`, the option that gave it (as a path it would be the working directory)."""
     if text is None:
         text = default
+    if not str(text).strip():
+        raise UserError(f"{flag} must name a search-space file or a shipped space ({_shipped_spaces()}), "
+                        f"but got {str(text)!r}")
     path = Path(text)
     if path.exists() or path.suffix in (".yaml", ".yml"):
         return path
@@ -271,8 +286,7 @@ def load_space(path: str | Path, n_workers: int, flag: str = "--space") -> Searc
 
     path = Path(path)
     if not path.exists():
-        shipped = ", ".join(sorted(p.stem for p in SPACE_DIR.glob("*.yaml")))
-        raise UserError(f"{flag}: file {path} does not exist (shipped spaces: {shipped})")
+        raise UserError(f"{flag}: file {path} does not exist (shipped spaces: {_shipped_spaces()})")
     data = read_yaml_file(path, SpaceFileError)  # a directory, a binary file, invalid YAML: one line
     if not isinstance(data, dict):
         raise SpaceFileError(str(path), [f"must be a mapping with keys name, description, policies, but got "

@@ -1,11 +1,14 @@
-"""A search space's ends checked against the policies: a range whose low or high end, or a choice, that the
-policy refuses for the job's workers (k from 0, k up to 99 on 4 workers, an lr_rule it does not know) would
-fail every trial that samples it, found only once the search trains; the file is refused instead.
+"""A search space's ends checked against the policies: a range whose low or high end, a choice, or a constant
+that the policy refuses for the job's workers (k from 0, k up to 99 on 4 workers, an lr_rule it does not
+know, a default the space leaves out that the job's workers do not allow) would fail every trial that
+samples it, found only once the search trains; the file is refused instead.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
+
+from autosync.core.loader import short_repr
 
 NOMINAL_BATCH = 32  # the batch size policies are bound with when the job's is not known here
 
@@ -15,8 +18,9 @@ def bound_problems(dimensions: dict[str, dict[str, Any]], constants: dict[str, d
     """One line per dimension end (or choice) that its policy refuses on `n_workers` workers, with the rule.
 
     Each value is tried with the policy's constants and every other dimension at a value the policy takes
-    (its first such end or choice), so a refusal is the value's own. A policy that takes no combination
-    at all, and composed policies (`refused_compositions` checks those), are left to the other checks."""
+    (its first such end or choice), so a refusal is the value's own. A policy that takes no combination at
+    all is refused by its constants (`_refused_constants`); composed policies are left to
+    `refused_compositions`."""
     from autosync.catalog import make_policy
     from autosync.core.errors import UserError
     from autosync.policies import Composed
@@ -30,21 +34,45 @@ def bound_problems(dimensions: dict[str, dict[str, Any]], constants: dict[str, d
 
     problems = []
     for policy, dims in dimensions.items():
-        if policy == Composed.name or not dims:
+        if policy == Composed.name:
             continue
-        base = dict(constants.get(policy, {}))
+        fixed = constants.get(policy, {})
+        base = dict(fixed)
         for name, dim in dims.items():  # a value of each dimension the policy takes, where one exists
             base[name] = next((v for v in _ends(dim) if refusal(policy, {**base, name: v}) is None), None)
             if base[name] is None:
                 base.pop(name)
+        why = refusal(policy, base)
+        if why is not None:  # no dimension's end rescues the constants: every trial would be refused
+            problems += _refused_constants(policy, fixed, why, n_workers, refusal)
+            continue
         for name, dim in dims.items():
             for value in _ends(dim):
                 why = refusal(policy, {**base, name: value})
                 if why is not None and refusal(policy, base) is None:
-                    problems.append(f"policies.{policy}.{name} can sample {value!r}, which policy {policy} refuses on "
-                                    f"n_workers={n_workers}: {why}")
+                    problems.append(f"policies.{policy}.{name} can sample {short_repr(value)}, which policy {policy} "
+                                    f"refuses on n_workers={n_workers}: {why}")
                     break
     return problems
+
+
+def _refused_constants(policy: str, fixed: dict[str, Any], why: str, n_workers: int,
+                       refusal: Callable[[str, dict[str, Any]], str | None]) -> list[str]:
+    """The lines for a policy whose constants (with its dimensions at any end) it refuses: each constant it
+    refuses on its own (the policy's other parameters at their defaults for `n_workers`), else one line for
+    them all, with `why`, the refusal of the whole."""
+    from autosync.catalog import POLICIES
+
+    sized = POLICIES[policy].sized_defaults(n_workers)
+    lines = []
+    for name, value in fixed.items():
+        alone = refusal(policy, {**sized, name: value})
+        if alone is not None:
+            lines.append(f"policies.{policy}.{name} is {short_repr(value)}, which policy {policy} refuses on "
+                         f"n_workers={n_workers}: {alone}")
+    held = ", ".join(f"{name}={short_repr(value, 40)}" for name, value in fixed.items()) or "none"
+    return lines or [f"policies.{policy}: policy {policy} refuses every sample on n_workers={n_workers} (constants: "
+                     f"{held}; a parameter the space leaves out takes its default): {why}"]
 
 
 def _ends(dim: Any) -> Iterator[Any]:

@@ -133,6 +133,8 @@ class _Range(_Conditional):
         if self.step is not None and self.high > self.low and self.step > self.high - self.low:
             raise ValueError(f"step must be at most high - low = {_plain(self.high - self.low)}, "
                              f"but got step={_plain(self.step)}")
+        if self.step is not None and not math.isfinite((self.high - self.low) / self.step):  # 1 / 2e-311
+            raise ValueError(f"step must leave a countable grid between low and high, but got step={self.step!r}")
         return self
 
 

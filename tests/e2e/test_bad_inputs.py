@@ -107,3 +107,19 @@ def test_extreme_but_meaningful_values_are_accepted(tmp_path, text):
     path.write_text(text)
     proc = autosync("validate", str(path), cwd=tmp_path)
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--space", ""], "--space must name a search-space file or a shipped space (batch_split, composed, policy, "
+                      "static_k, switch_point), but got ''"),
+    (["--space", "batch_split", "--sampler", "grid"], "--sampler grid needs a discrete space"),
+    (["--space", "static_k", "--sampler", "gp", "--objective", "time,metric"], "--sampler gp handles one objective"),
+])
+def test_a_space_or_sampler_refused_by_tune_leaves_no_storage_and_draws_no_bar(tmp_path, args, message):
+    job = tmp_path / "tiny.yaml"
+    job.write_text(TINY_JOB)
+    proc = autosync("tune", str(job), *args, "--storage", f"sqlite:///{tmp_path}/s.db", cwd=tmp_path)
+    no_traceback(proc)
+    lines = proc.stderr.splitlines()  # no blank line either: refused before tune's progress bar was drawn
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"error: {message}"), proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.yaml"]  # refused before the storage (or its lock)

@@ -29,6 +29,8 @@ def test_run_writes_trace_summary_and_plot(tiny_job, tmp_path):
     (["--policy", "backup", "--param", "z=1"], "policy backup has no parameter 'z'"),
     (["--policy", "backup", "--param", "k"], "--param must look like key=value"),
     (["--policy", "backup", "--param", "k=abc"], "parameter k must be int, but got 'abc'"),
+    (["--policy", "sync_switch", "--param", "switch_at=1" + "0" * 400],  # an OverflowError traceback before
+     "parameter switch_at must be a float (at most 1.798e+308), but got 100000"),
 ])
 @pytest.mark.slow
 def test_bad_cli_options_exit_2_with_one_line(tiny_job, tmp_path, args, message):
@@ -126,3 +128,22 @@ def test_the_policies_table_printed_into_a_pipe_cuts_nothing(tmp_path):
     proc = autosync("policies", cwd=tmp_path)
     assert proc.returncode == 0 and "…" not in proc.stdout and max(map(len, proc.stdout.splitlines())) <= 80
     assert "not shown" not in proc.stdout  # every column is text: they wrap, none is left out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--policies", "backup:k=abc"], "--policies backup:k=abc: policy backup parameter k must be int, but got 'abc'"),
+    (["--policies", "backup:k=0"], "--policies backup:k=0: k must be between 1 and n_workers=4, but got k=0"),
+    (["--policies", "backup:k=99"], "--policies backup:k=99: k must be between 1 and n_workers=4, but got k=99"),
+    (["--policies", "nosuch"], "--policies must be one of"),
+    (["--policies", "local_sgd:period=0"], "--policies local_sgd:period=0: period must be an integer >= 1"),
+    (["--include-tuned", "--storage", "sqlite:///{tmp}/missing.db"], "no cached policy for job tiny"),
+    (["--include-tuned", "--storage", "postgresql://u@127.0.0.1:1/db"],
+     "--storage postgresql://u@127.0.0.1:1/db: cannot open the study storage"),  # nothing listens on port 1
+])
+def test_leaderboard_refuses_bad_policies_and_storages_before_its_progress_bar(tiny_job, tmp_path, args, message):
+    args = [arg.replace("{tmp}", str(tmp_path)) for arg in args]
+    proc = autosync("leaderboard", str(tiny_job), "--seeds", "1", "--out", str(tmp_path / "lb"), *args, cwd=tmp_path)
+    _no_traceback(proc)
+    assert proc.returncode == 2 and proc.stderr.startswith(f"error: {message}"), proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1  # the error line alone: no progress bar was drawn
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.yaml"]  # nor a storage nor an output folder

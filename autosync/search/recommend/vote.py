@@ -55,6 +55,7 @@ def adapt(policy: dict[str, Any], n_from: int, job: JobSpec) -> dict[str, Any] |
 def recommend_from(url: str, job: JobSpec, grids: Sequence[Path] = ()) -> Recommendation:
     """`recommend` from the storage at `url` (opened only if it exists: reading creates and changes nothing)
     and the robustness reports `grids`; a storage that does not exist with no report is a one-line UserError."""
+    from autosync.search.study.cache import refuse_damaged
     from autosync.search.study.storage import open_existing_storage, quiet_optuna, redact_url
 
     quiet_optuna()
@@ -63,6 +64,8 @@ def recommend_from(url: str, job: JobSpec, grids: Sequence[Path] = ()) -> Recomm
         raise UserError(f"{job.source}: no tuned job in {redact_url(url)} to recommend from (the storage does not "
                         "exist): tune this job (autosync tune) or point --storage at a storage of tuned jobs "
                         "(or --grid at a robustness report)")
+    if opened is not None:  # a damaged record among the tuned jobs is refused, as every read-only command does
+        refuse_damaged(opened)
     return recommend(opened, job, redact_url(url), grids)
 
 

@@ -275,16 +275,35 @@ def best_policies(study: "optuna.Study", count: int = 5) -> list[dict[str, Any]]
 
 
 def cached_studies(storage_url: str, fingerprint: str | None = None, check: bool = False) -> list[dict[str, Any]]:
-    """Every autosync study in the storage (optionally of one job), with its cache record if finished (a
-    damaged one: None, and `damaged` says why; with `check`, it raises its one-line error instead); none for
+    """Every autosync study in the storage (optionally of one job), with its cache record if finished (one not
+    stored as JSON: None, and `damaged` says why; with `check`, a record stored damaged or not usable raises
+    its one-line error instead, `_check_record`); none for
     a storage that does not exist yet. Reading creates and changes nothing, and a file that is not a study
     storage is refused (`open_existing_storage`)."""
     storage = open_existing_storage(storage_url)
     found = [] if storage is None else _summaries(storage, fingerprint)
     for s in found if check else []:
-        if "damaged" in s:
-            raise damaged(s["study"], s["damaged"])
+        _check_record(s["study"], s.get("damaged"), s["cache"])
     return found
+
+
+def refuse_damaged(storage: "optuna.storages.BaseStorage") -> None:
+    """Raise the one-line error of the first study in `storage` whose cache record is damaged, as
+    `cached_studies` does with `check`: for a command that reads every study's record in its own way
+    (`recommend`)."""
+    for frozen in internals.all_studies(storage):
+        _check_record(frozen.study_name, frozen.damaged.get(CACHE), StudyRecord(frozen.user_attrs).cache)
+
+
+def _check_record(study: str, problem: str | None, record: Any) -> None:
+    """The one rule of the commands that read cache records (docs/reference/cli.md, 'The study storage'): a
+    record stored damaged (`problem`: not JSON) or not usable (`validated`) is refused with its one-line
+    error naming the study, by every command that reads it; never skipped, listed half or used. An
+    unfinished study (no record) is no damage."""
+    if problem is not None:
+        raise damaged(study, problem)
+    if record is not None:
+        validated(study, record)
 
 
 def _summaries(storage: "optuna.storages.BaseStorage", fingerprint: str | None) -> list[dict[str, Any]]:
@@ -310,15 +329,10 @@ def _summaries(storage: "optuna.storages.BaseStorage", fingerprint: str | None) 
 
 def tuned_policy(storage_url: str, job: JobSpec) -> dict[str, Any]:
     """The most recently cached best policy of `job` (any space), or a clear error when there is none."""
-    found = cached_studies(storage_url, job.fingerprint())
-    for s in found:
-        if "damaged" in s:
-            raise damaged(s["study"], s["damaged"])
-    studies = [s for s in found if s["cache"] is not None]
-    if not studies:
+    records = [s["cache"] for s in cached_studies(storage_url, job.fingerprint(), check=True) if s["cache"] is not None]
+    if not records:
         raise UserError(f"no cached policy for job {job.name} (fingerprint {job.fingerprint()}) "
                         f"in {redact_url(storage_url)}; run `autosync tune` on this job first")
-    records = [validated(s["study"], s["cache"]) for s in studies]
     return max(records, key=lambda r: str(r.get("finished_at", "")))["best_policy"]
 
 

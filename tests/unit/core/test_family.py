@@ -117,6 +117,12 @@ def test_bad_family_file_on_the_command_line_exits_2_in_one_line(tmp_path):
     assert missing.returncode == 2 and "nope.yaml: file not found" in missing.stderr
 
 
+def test_a_range_from_zero_to_negative_zero_draws_zero():  # found by the fuzzer: numpy's ValueError
+    from autosync.core.family import Range, draw
+
+    assert draw(Range(low=0.0, high=-0.0), np.random.default_rng(0)) == 0.0
+
+
 def test_ranges_draw_uniformly_inside_their_bounds():
     from autosync.core.family import Range, draw
 

@@ -85,6 +85,23 @@ def test_a_key_written_twice_is_refused_but_a_merge_key_may_be_overridden(tmp_pa
     assert data["workload"]["optimizer"] == {"lr": 0.2, "momentum": 0.5}
 
 
+@pytest.mark.parametrize("value, problem", [  # found by the fuzzer (tests/fuzzing.py): tracebacks before
+    ("!!timestamp nope", "'nope' cannot be read as !!timestamp"),  # AttributeError inside PyYAML
+    ("!!bool maybe", "'maybe' cannot be read as !!bool"),  # KeyError
+    ("!!set [1]", "expected a mapping node, but found sequence"),  # TypeError in the duplicate-key check
+    ("!!map [1]", "expected a mapping node, but found sequence"),
+    ("!!int x", "'x' cannot be read as !!int: invalid literal for int() with base 10"),  # had no line
+    ("1" + "0" * 5000, "cannot be read as !!int: Exceeds the limit (4300 digits) for integer string conversion"),
+])
+def test_a_value_its_yaml_tag_cannot_hold_is_one_line_with_its_line_number(tmp_path, value, problem):
+    path = tmp_path / "job.yaml"
+    path.write_text(f"name: a\nseed: {value}\n")
+    with pytest.raises(JobFileError) as caught:
+        load_job(path)
+    assert str(caught.value).startswith(f"{path}: line 2: not valid YAML (") and problem in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
 def test_fingerprint_is_stable_and_ignores_seed_budget_and_name():
     a = job_from_dict({"seed": 1, "name": "a", "budget": {"max_updates": 5}})
     b = job_from_dict({"seed": 2, "name": "b", "budget": {"max_updates": 50}})

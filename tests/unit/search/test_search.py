@@ -53,7 +53,28 @@ def test_shipped_spaces_load_and_sample_valid_policies(name):
             assert replay["params"][key] == (pytest.approx(value, rel=1e-6) if isinstance(value, list) else value)
 
 
+def test_the_size_of_a_huge_int_range_is_counted_without_listing_its_values(tmp_path):
+    """Found by the input fuzzer: `size` listed every value, so 0..10^12 never returned (the alarm turns a
+    hang into a failure)."""
+    import signal
+
+    def hung(*_):
+        raise TimeoutError("SearchSpace.size() lists the range's values")
+
+    space = load_space(_space(tmp_path, "policies: {ssp: {staleness: {type: int, low: 0, high: 1000000000000}},"
+                                        " bsp: {}}"), 4)
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(10)
+    try:
+        assert space.size() == 10 ** 12 + 2
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 @pytest.mark.parametrize("text,message", [
+    ("policies: {sync_switch: {switch_at: {type: float, low: 0.0, high: 1.0, step: 2.2e-311}}}",  # the fuzzer's
+     "policies.sync_switch.switch_at step must leave a countable grid between low and high, but got step=2.2e-311"),
     ("policies: {backup: {k: {type: int, low: 5, high: 2}}}", "policies.backup.k.high must be >= low=5, but got 2"),
     ("policies: {backup: {k: {type: integer, low: 1, high: 2}}}", "policies.backup.k.type must be one of"),
     ("policies: {backup: {k: {type: int, low: 1, high: 2, stepp: 1}}}", "unknown key 'stepp'"),
