@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 from typing import Any
 
 import os
@@ -14,25 +16,14 @@ from typing import Callable, TypeVar
 
 import pytest
 
+from autosync.contract import CONTRACT_JOB
 from autosync.core.job import JobSpec, job_from_dict
 
 
 def small_job(**changes: Any) -> JobSpec:
     """A 4-worker logistic-regression job on synthetic data that simulates in well under a second."""
-    data: dict[str, Any] = {
-        "name": "small",
-        "workload": {
-            "dataset": {"name": "synthetic_classification", "n_samples": 600, "n_features": 10, "n_classes": 3},
-            "model": {"name": "logreg"},
-            "batch_size": 16,
-            "optimizer": {"lr": 0.1, "momentum": 0.5},
-            "evaluation": {"every_seconds": 5.0},
-        },
-        "cluster": {"n_workers": 4, "round_trip": {"kind": "shifted_exponential", "alpha": 0.7}},
-        "target": {"metric": "test_accuracy", "threshold": 0.8},
-        "budget": {"max_updates": 40},
-        "seed": 3,
-    }
+    data: dict[str, Any] = copy.deepcopy(CONTRACT_JOB)  # the contract's job, with a lower target and budget
+    data.update(name="small", target={"metric": "test_accuracy", "threshold": 0.8}, budget={"max_updates": 40})
     for dotted, value in changes.items():
         node = data
         *path, last = dotted.split("__")
