@@ -133,6 +133,7 @@ def test_processes_started_together_never_train_one_policy_twice(tiny_job, tmp_p
     assert len(set(trained)) == len(trained) >= 3, rows
     # a process that starts once the others have finished answers from the cache: it ran none
     found = [re.search(r": (\d+) trials? run by this command, 6 in all", out) for out, _ in outs]
-    assert all(m or "cache hit" in out for m, (out, _) in zip(found, outs)), [out[-800:] for out, _ in outs]
+    assert all(m or "cache hit" in out for m, (out, _) in zip(found, outs)), \
+        [re.findall(r"study \S+: \d+ trials? run by this command,\s+\d+ in all", out) or out[-800:] for out, _ in outs]
     ran = [int(m.group(1)) if m else 0 for m in found]
     assert sum(ran) == 6, ran
