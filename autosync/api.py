@@ -435,13 +435,11 @@ def table(files: Sequence[str | Path], directory: str | Path, options: TableOpti
     jobs: list[JobSpec] = []
     for path in files:
         jobs += load_family(path).jobs(opts.jobs) if looks_like_family(Path(path)) else [load_job(path)]
-    for n in sorted({j.cluster.n_workers for j in jobs}):  # a bad spec fails before any cell runs
-        [p if isinstance(p, dict) else parse_policy_spec(p, n) for p in opts.policies]
+    named = {n: [p if isinstance(p, dict) else parse_policy_spec(p, n) for p in opts.policies]
+             for n in sorted({j.cluster.n_workers for j in jobs})}  # parsed once: a bad spec fails before any run
 
     def lattice(n: int) -> list[dict[str, Any]]:
-        if not opts.policies:
-            return reference_policies(n)
-        return [p if isinstance(p, dict) else parse_policy_spec(p, n) for p in opts.policies]
+        return named[n] if opts.policies else reference_policies(n)
 
     return build_table(Table(directory), jobs, lattice, opts.held_out, opts.n_jobs, on_start, on_done)
 

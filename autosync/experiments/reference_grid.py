@@ -42,12 +42,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from autosync.core.job import JobSpec
+from autosync.table.build import HELD_OUT_OFFSET, HELD_OUT_SEEDS
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-HELD_OUT_OFFSET = 100  # scoring seeds start this far past the job's seed: room for 100 search + confirm seeds
-HELD_OUT_SEEDS = 2  # scoring seeds per job unless told otherwise
+# scoring seeds start HELD_OUT_OFFSET past the job's seed (room for 100 search + confirm seeds), HELD_OUT_SEEDS
+# of them unless told otherwise: the seeds the table holds out too (`autosync.table.build`)
 TOLERANCE = 0.01  # the final-metric constraint's tolerance against BSP's: the tune's default (`--tolerance`)
 ALL_LR_RULES = ("fixed", "proportional", "sqrt", "linear")  # backup's, DBW's and B-DBW's rules
 ASYNC_RULES = ("fixed", "sqrt_staleness", "staleness")  # ASP's and Sync-Switch's ASP phase's rules
