@@ -50,7 +50,18 @@ def test_a_tune_replayed_on_the_table_runs_the_live_tune_s_trials_and_answers_al
             assert other["out"]["cache"][key] == live["out"]["cache"][key], key
 
 
-def test_a_table_built_twice_has_the_same_bytes_and_the_second_build_runs_nothing(tiny_job, tmp_path):
+@pytest.fixture
+def own_joblib_workers():
+    """joblib's worker processes shut down after the test: a later test in this process (a leaderboard of a
+    user's workload) would otherwise reuse workers spawned before its job's code was on the path."""
+    yield
+    from joblib.externals.loky import get_reusable_executor
+
+    get_reusable_executor().shutdown(wait=True)
+
+
+def test_a_table_built_twice_has_the_same_bytes_and_the_second_build_runs_nothing(tiny_job, tmp_path,
+                                                                                  own_joblib_workers):
     args = ("table", str(tiny_job), "--policies", "bsp", "--policies", "asp", "--policies", "backup:k=3",
             "--held-out", "1", "--n-jobs", "2", "--json")
     first = autosync(*args, "--out", "a", cwd=tmp_path)
