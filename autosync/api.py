@@ -441,7 +441,7 @@ def table(files: Sequence[str | Path], directory: str | Path, options: TableOpti
     def lattice(n: int) -> list[dict[str, Any]]:
         return named[n] if opts.policies else reference_policies(n)
 
-    return build_table(Table(directory), jobs, lattice, opts.held_out, opts.n_jobs, on_start, on_done)
+    return build_table(Table(directory), jobs, lattice, opts.held_out, opts.n_jobs, opts.full, on_start, on_done)
 
 
 def robustness_compare(reports: Sequence[str | Path], options: CompareOptions | None = None,

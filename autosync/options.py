@@ -194,6 +194,8 @@ class TableOptions:
     policies: list[str] = option([], "Only these lattice points, NAME or NAME:key=value,... (repeatable; default: "
                                  "the broad reference grid).")  # the API also takes dicts
     n_jobs: int = option(-1, "Cells in parallel (joblib processes; -1: every core).")
+    full: bool = option(False, "Train every cell to the end of the budget (default: each stops at the target, "
+                               "and the final metric is trained where a search first asks for it).")
 
     def __post_init__(self) -> None:
         check_ranges(self)

@@ -1,5 +1,9 @@
 """Building a table: every lattice point of every job, on the job's search seeds and held-out seeds.
 
+Each lattice point is run stopped at the target (a miss runs the whole budget); a search that needs a
+point's final metric at the end of the budget trains that run when it first asks and the table keeps it
+(`autosync.table.replay.cell_for`). `full=True` trains every point to the end instead.
+
 The cells a build lacks run through joblib, as many at once as it is told (`n_jobs`; -1: every core), on
 the backend joblib is given: its own processes by default, or a cluster's workers under
 `joblib.parallel_backend("ray")` or `("dask")` for a table too big for one machine. Each finished cell is
@@ -15,8 +19,8 @@ from typing import Any, Callable, Iterable
 from autosync.catalog import policy_from_dict
 from autosync.core.job import JobSpec
 from autosync.engine.forks import fork_key
-from autosync.table.cells import FULL, Cell, cell_key
-from autosync.table.replay import compute_cell, full_budget
+from autosync.table.cells import FULL, TO_TARGET, Cell, cell_key
+from autosync.table.replay import compute_cell, full_budget, to_target
 from autosync.table.store import Table
 
 SEARCH_SEEDS = 2  # the seeds a tune searches on: job.seed and job.seed + 1 (`trial_seeds`, confirmation's first)
@@ -39,9 +43,11 @@ class Task:
 
 
 def tasks(jobs: Iterable[JobSpec], lattice: Callable[[int], list[dict[str, Any]]],
-          held_out: int = HELD_OUT_SEEDS) -> list[Task]:
+          held_out: int = HELD_OUT_SEEDS, full: bool = False) -> list[Task]:
     """Every (job, lattice point, seed) cell, each lattice point in its canonical form on the job's workers
-    (the form a search trains) and once."""
+    (the form a search trains) and once: stopped at the target, or with `full` trained to the end of the
+    budget (the final metric of every point, at the cost of every run's whole budget)."""
+    variant, stop = (FULL, full_budget) if full else (TO_TARGET, to_target)
     out: dict[str, Task] = {}
     for job in jobs:
         n = job.cluster.n_workers
@@ -50,9 +56,9 @@ def tasks(jobs: Iterable[JobSpec], lattice: Callable[[int], list[dict[str, Any]]
             policy = policy_from_dict(spec).canonical(n)
             canonical.setdefault(policy.to_json(), policy.to_dict())
         for seed in table_seeds(job, held_out):
-            run = full_budget(job.model_copy(update={"seed": seed}))
+            run = stop(job.model_copy(update={"seed": seed}))
             for policy in canonical.values():
-                key = cell_key(fork_key(run, policy), FULL)
+                key = cell_key(fork_key(run, policy), variant)
                 out.setdefault(key, Task(run, policy, key))
     return list(out.values())
 
@@ -76,15 +82,15 @@ class Built:
 
 
 def build_table(table: Table, jobs: list[JobSpec], lattice: Callable[[int], list[dict[str, Any]]],
-                held_out: int = HELD_OUT_SEEDS, n_jobs: int = 1,
+                held_out: int = HELD_OUT_SEEDS, n_jobs: int = 1, full: bool = False,
                 on_start: Callable[[int, int], None] | None = None,
                 on_done: Callable[[Task | None], None] | None = None) -> Built:
-    """Compute every cell of `jobs` x `lattice` x seeds that `table` lacks, then pack it. `on_start(todo,
-    reused)` once the work is known; `on_done` after each cell."""
+    """Compute every cell of `jobs` x `lattice` x seeds that `table` lacks (`tasks`), then pack it.
+    `on_start(todo, reused)` once the work is known; `on_done` after each cell."""
     from joblib import Parallel, delayed
 
     todo, reused = [], 0
-    for task in tasks(jobs, lattice, held_out):
+    for task in tasks(jobs, lattice, held_out, full):
         if table.get(task.job.fingerprint(), task.key) is None:
             todo.append(task)
         else:

@@ -12,7 +12,9 @@ target reads, `autosync.engine.forks.run_sharing_prefixes`), recorded as:
 The simulator is deterministic and a run stopped at the target is the full run up to there, bit for bit
 (`autosync.engine.forks`), so a full-budget cell also answers for the run that stops at the target, and
 for a run stopped at a horizon it ended before. A run stopped at a horizon inside its budget ends with an
-evaluation the full run never made: that one is a cell of its own (`Variant`).
+evaluation the full run never made: that one is a cell of its own (`Variant`). A table holds each lattice
+point stopped at the target (`TO_TARGET`), which costs a fraction of the full budget where the target is
+reached early, and trains the full run only where a search asks for it.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ class Variant:
 
 
 FULL = Variant()
+TO_TARGET = Variant(stop_at_target=True)  # what a table builds for every lattice point (a full cell on demand)
 
 
 @dataclass(frozen=True)
@@ -74,8 +77,8 @@ class Cell:
     evaluations: list[dict[str, Any]]  # what the progress callback heard, in order
     scores: dict[str, Any]  # `SCORES` of the run's metrics
     prefixes: list[Prefix] = field(default_factory=list)
-    # a full run's proxy run as one hash (`autosync.engine.proxy.proxy_fingerprint`): what the search's
-    # equivalence check compares
+    # the run's proxy run as one hash (`autosync.engine.proxy.proxy_fingerprint`), in a proxy record
+    # (`proxy_key`, status PROXY_STATUS, no evaluations): what the search's equivalence check compares
     proxy: str | None = None
 
     def to_json(self, key: str) -> str:
@@ -93,15 +96,25 @@ class Cell:
                    data["evaluations"], data["scores"], [Prefix(*p) for p in data["prefixes"]],
                    data["proxy"])
 
-    # ------------------------------------------------------------------ the shorter runs a full cell answers for
+    # ------------------------------------------------------------------ the other runs a cell answers for
     def as_run(self, variant: Variant, target: TargetSpec) -> "Cell | None":
-        """The run of this (full-budget) cell's policy that stops as `variant` says, derived from this one;
-        None where it cannot be: a run stopped at a horizon inside the budget, short of the target, ends
-        with an evaluation the full run never made."""
-        if variant.full or variant == self.variant:
+        """The run of this cell's policy that stops as `variant` says, derived from this one; None where it
+        cannot be. A full cell answers for every run stopped earlier except one stopped at a horizon inside
+        the budget short of the target (it ends with an evaluation the full run never made). A cell stopped
+        at the target that never reached it is the full run, bit for bit; one that reached it answers only
+        for runs that stop at the target no earlier."""
+        if variant == self.variant:
             return self
+        if self.variant == TO_TARGET and self.status != "target_reached":
+            return replace(self, variant=FULL).as_run(variant, target)
+        if self.variant == TO_TARGET:
+            horizon = variant.stop_at_seconds
+            reached_by = horizon is None or self.scores["virtual_time"] <= horizon
+            return replace(self, variant=variant) if variant.stop_at_target and reached_by else None
         if not self.variant.full:
             return None
+        if variant.full:
+            return self
         horizon = variant.stop_at_seconds
         if variant.stop_at_target:
             hit = next((i for i, e in enumerate(self.evaluations) if target.reached(e.get(target.metric))), None)
@@ -127,6 +140,14 @@ def cell_key(fork_key: str, variant: Variant) -> str:
     and where it stops, hashed."""
     text = json.dumps([fork_key, variant.stop_at_target, variant.stop_at_seconds])
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+PROXY_STATUS = "proxy"  # a record holding only a run's proxy fingerprint (`proxy_key`), no run
+
+
+def proxy_key(fork_key: str) -> str:
+    """The key of a run's proxy record: its proxy fingerprint alone, computed where a search first asks."""
+    return hashlib.sha256(json.dumps([fork_key, PROXY_STATUS]).encode()).hexdigest()
 
 
 def as_forked(evaluation: dict[str, Any]) -> dict[str, Any]:

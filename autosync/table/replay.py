@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any, Callable
 from autosync.core.job import JobSpec
 from autosync.engine.forks import ForkStore, fork_key, prefix_key, run_sharing_prefixes
 from autosync.engine.proxy import proxy_fingerprint
-from autosync.table.cells import FULL, Cell, Prefix, Variant, as_forked, cell_key, scores_of
+from autosync.table.cells import (FULL, PROXY_STATUS, TO_TARGET, Cell, Prefix, Variant, as_forked, cell_key,
+                                  proxy_key, scores_of)
 from autosync.table.store import Table
 
 if TYPE_CHECKING:
@@ -73,8 +74,8 @@ KEPT = KeptTimes()  # this process's, as `autosync.engine.forks.FORKS` is the li
 
 
 def compute_cell(job: JobSpec, policy: "Policy") -> Cell:
-    """Train `policy` on `job` as a search trains it, from the start, and record it as a cell (the prefixes it
-    keeps read from a store of its own; a full-budget run's proxy fingerprint with it)."""
+    """Train `policy` on `job` as a search trains it, from the start, and record it as a cell (the prefixes
+    it keeps read from a store of its own)."""
     heard: list[dict[str, Any]] = []
     store = ForkStore()
     _, result, _ = run_sharing_prefixes(job, policy, heard.append, store=store)
@@ -82,25 +83,45 @@ def compute_cell(job: JobSpec, policy: "Policy") -> Cell:
     prefixes = [] if switch_param is None else [
         Prefix(k.at_seconds, k.undecided_above, k.past_target)
         for k in store.prefixes(prefix_key(job, policy.to_dict(), switch_param))]
-    variant = Variant.of(job)
-    return Cell(job.fingerprint(), job.seed, policy.to_dict(), variant, result.status, heard,
-                scores_of(result.metrics), prefixes, proxy_fingerprint(job, policy) if variant.full else None)
+    return Cell(job.fingerprint(), job.seed, policy.to_dict(), Variant.of(job), result.status, heard,
+                scores_of(result.metrics), prefixes)
 
 
 def cell_for(table: Table, job: JobSpec, policy: "Policy") -> Cell:
-    """The run of `policy` on `job` (its seed and budget, stopping where the budget says): derived from the
-    full-budget cell where it can be, else its own; each computed and stored when missing."""
+    """The run of `policy` on `job` (its seed and budget, stopping where the budget says): its own cell, or
+    derived from the full-budget cell or the cell stopped at the target where the table holds one that
+    answers for it (`Cell.as_run`); else trained as asked and stored."""
     variant = Variant.of(job)
     key = fork_key(job, policy.to_dict())
-    full = _stored(table, full_budget(job), policy, cell_key(key, FULL))
-    run = full.as_run(variant, job.target)
-    return run if run is not None else _stored(table, job, policy, cell_key(key, variant))
+    for held in (variant, FULL, TO_TARGET):
+        cell = table.get(job.fingerprint(), cell_key(key, held))
+        run = None if cell is None else cell.as_run(variant, job.target)
+        if run is not None:
+            return run
+    return _stored(table, job, policy, cell_key(key, variant))
 
 
 def recorded_proxy(table: Table, job: JobSpec, policy: "Policy") -> str:
-    """`policy`'s proxy fingerprint on `job` (its seed), read from its full-budget cell (computed and stored
-    when missing): what `autosync.search.equivalence` compares when a search replays on the table."""
-    return cell_for(table, full_budget(job), policy).proxy or ""  # a full-budget cell always records one
+    """`policy`'s proxy fingerprint on `job` (its seed): what `autosync.search.equivalence` compares when a
+    search replays on the table. Read from the policy's proxy record, else computed and stored as one (the
+    proxy runs the whole budget: on a policy that reaches the target early it costs more than the run to
+    the target, so only the runs the search checks pay it). Tables built before proxy records kept the
+    proxy in their full-budget cells; those are read too."""
+    key = fork_key(full_budget(job), policy.to_dict())
+    fingerprint = job.fingerprint()
+    for held in (proxy_key(key), cell_key(key, FULL)):
+        cell = table.get(fingerprint, held)
+        if cell is not None and cell.proxy is not None:
+            return cell.proxy
+    proxy = proxy_fingerprint(job, policy)
+    table.put(proxy_key(key), Cell(fingerprint, job.seed, policy.to_dict(), FULL, PROXY_STATUS, [], {}, [], proxy))
+    return proxy
+
+
+def to_target(job: JobSpec) -> JobSpec:
+    """`job` stopped at the target (else at the end of its budget): the run a table holds for a lattice point."""
+    return job.model_copy(update={"budget": job.budget.model_copy(update={"stop_at_target": True,
+                                                                         "stop_at_seconds": None})})
 
 
 def full_budget(job: JobSpec) -> JobSpec:

@@ -203,10 +203,13 @@ class DistributedDriver(RemoteDriver):
         while not answers:
             now = time.monotonic()
             hung = [r for r in self.ranks if self._busy(r) and now - self._silent_since[r] > self.timeout]
-            if hung:
-                workers = sorted(w for w in self.pending if self.assignment[w] in hung)
-                raise WorkerProcessError(f"rank {hung[0]} sent no gradient in {self.timeout:g} s (simulated "
-                                         f"workers {workers}); a torch.distributed group cannot go on without it")
+            if hung:  # named: the rank silent longest (on a loaded machine another may pass the timeout too)
+                culprit = min(hung, key=lambda r: self._silent_since[r])
+                workers = sorted(w for w in self.pending if self.assignment[w] == culprit)
+                others = "" if len(hung) == 1 else f"; ranks {sorted(set(hung) - {culprit})} are silent too"
+                raise WorkerProcessError(f"rank {culprit} sent no gradient in {self.timeout:g} s (simulated "
+                                         f"workers {workers}){others}; a torch.distributed group cannot go on "
+                                         "without it")
             deadline = min(self._silent_since[r] + self.timeout for r in self.ranks if self._busy(r))
             if timeout is not None:
                 deadline = min(deadline, started + timeout)

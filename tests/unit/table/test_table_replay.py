@@ -14,8 +14,8 @@ from autosync.core.errors import UserError
 from autosync.engine.forks import FORKS
 from autosync.engine.proxy import proxy_fingerprint
 from autosync.search.objective import _simulate_forking
-from autosync.table import KeptTimes, Table, Variant, cell_for, compute_cell, replayed_run
-from autosync.table.cells import SCORES
+from autosync.table import KeptTimes, Table, Variant, cell_for, compute_cell, recorded_proxy, replayed_run
+from autosync.table.cells import SCORES, TO_TARGET
 from tests.conftest import small_job
 
 
@@ -71,15 +71,38 @@ def test_a_replayed_sequence_of_runs_is_the_live_sequence(name, tmp_path):
 def test_a_run_stopped_at_the_target_is_derived_from_the_full_cell_without_a_cell_of_its_own(tmp_path):
     table = Table(tmp_path)
     policy = make_policy("bsp", {})
+    full = cell_for(table, job(), policy)
     stopped = cell_for(table, job(stop_at_target=True), policy)
     assert stopped.status == "target_reached" and len(table) == 1  # only the full run was trained
-    assert replace(stopped, proxy=None) == compute_cell(job(stop_at_target=True), policy)  # all but the proxy
-    assert stopped.proxy == proxy_fingerprint(job(), policy)  # the full run's
+    assert stopped == compute_cell(job(stop_at_target=True), policy)
+    assert full.proxy is None  # a proxy is recorded where a search asks for it, once
+    assert recorded_proxy(table, job(stop_at_target=True), policy) == proxy_fingerprint(job(), policy)
+    assert len(table) == 2 and recorded_proxy(Table(tmp_path), job(), policy) == proxy_fingerprint(job(), policy)
+
+
+def test_a_cell_stopped_at_the_target_answers_later_horizons_and_is_the_full_run_where_it_missed(tmp_path):
+    table = Table(tmp_path)
+    reached, missed = make_policy("bsp", {}), make_policy("backup", {"k": 1})
+    stopped = cell_for(table, job(stop_at_target=True), reached)
+    assert stopped.variant == TO_TARGET and stopped.scores["virtual_time"] < cell_for(Table(tmp_path / "x"), job(),
+                                                                                     reached).scores["virtual_time"]
+    assert cell_for(table, job(stop_at_target=True, stop_at_seconds=stopped.scores["virtual_time"] + 1.0),
+                    reached).scores == stopped.scores and len(table) == 1  # a horizon after the target: no run
+    cell_for(table, job(), reached)
+    assert len(table) == 2  # the full budget past the target is a run of its own
+    def unreachable(job_):
+        return job_.model_copy(update={"target": job_.target.model_copy(update={"threshold": 0.999})})
+
+    never = cell_for(table, unreachable(job(stop_at_target=True)), missed)
+    assert never.status != "target_reached"
+    assert cell_for(table, unreachable(job()), missed) == replace(never, variant=Variant())
+    assert len(table) == 3  # the miss was the full run: the full-budget request trained nothing
 
 
 def test_a_horizon_inside_the_budget_short_of_the_target_is_a_cell_of_its_own(tmp_path):
     table = Table(tmp_path)
     policy = make_policy("asp", {})
+    cell_for(table, job(), policy)
     short = job(stop_at_seconds=2.5)
     cell = cell_for(table, short, policy)
     assert cell.variant == Variant(False, 2.5) and len(table) == 2  # the full run and the horizon's

@@ -1,0 +1,197 @@
+"""Leave-one-family-out: a search replayed on the table, scored family by family on seeds it never saw.
+
+Each job of each family is scored three ways, all on the table (`autosync.table`), every run read from it
+or trained into it once:
+
+- **the grid's choice**: the fastest lattice point over the tune's own search seeds (job.seed and the next)
+  whose final metric at the end of the budget keeps BSP's (`reference_grid.feasible_best`, the tune's rule):
+  what the whole grid answers given the seeds the tune has, the honest reference;
+- **the held-out best**: the same choice made on the held-out seeds themselves (a winner's-curse reference,
+  reported beside the other);
+- **the answer**: the tune replayed on the table from each sampler seed (`autosync tune --table`), its
+  answer scored on the held-out seeds.
+
+Times are means over seeds with a miss at twice the budget (`robustness.penalised_time`). A search whose
+parts are fitted is fitted on the other families before it answers on a family's jobs; a search with
+nothing fitted (the baseline) is scored as it is. The pooled figures carry bootstrap intervals over jobs
+(`bootstrap`), and the spread over sampler seeds is each job's slowest answer over its fastest.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from autosync.catalog import policy_from_dict
+from autosync.core.job import JobSpec
+from autosync.experiments.reference_grid import (BSP_POLICY, Scored, feasible_best, grid_twin, held_out_seeds,
+                                                 keeps_constraint)
+from autosync.experiments.robustness import penalised_time
+from autosync.table import Table, cell_for
+from autosync.table.build import HELD_OUT_SEEDS, SEARCH_SEEDS
+from autosync.table.replay import full_budget, to_target
+
+Lattice = Callable[[int], list[dict[str, Any]]]
+
+
+def search_seeds(job: JobSpec) -> list[int]:
+    """The seeds a tune searches on (`autosync.table.build.table_seeds`' first ones)."""
+    return [job.seed + i for i in range(SEARCH_SEEDS)]
+
+
+def table_score(table: Table, job: JobSpec, policy: dict[str, Any], seeds: Iterable[int]) -> Scored:
+    """`policy`'s mean penalised time to the target over `seeds`, from its cells stopped at the target."""
+    seeds = list(seeds)
+    policy_ = policy_from_dict(policy)
+    runs = [cell_for(table, to_target(job.model_copy(update={"seed": s})), policy_) for s in seeds]
+    times = [penalised_time({"time_to_target": r.scores["time_to_target"] if r.status == "target_reached" else None},
+                            job) for r in runs]
+    missed = [s for s, r in zip(seeds, runs) if r.status != "target_reached"]
+    return Scored(policy, statistics.fmean(times), missed, times)
+
+
+def table_final(table: Table, job: JobSpec, seeds: Iterable[int]) -> Callable[[dict[str, Any]], float | None]:
+    """A policy's mean final target metric at the end of the budget over `seeds` (None where a run
+    diverged), from its full-budget cells: trained only for the policies `feasible_best` asks about."""
+    seeds = list(seeds)
+    metric = f"final_{job.target.metric}"
+
+    def final(policy: dict[str, Any]) -> float | None:
+        values = []
+        for s in seeds:
+            run = cell_for(table, full_budget(job.model_copy(update={"seed": s})), policy_from_dict(policy))
+            values.append(None if run.status == "diverged" else run.scores.get(metric))
+        return None if any(v is None for v in values) else statistics.fmean(values)
+
+    return final
+
+
+def choice(table: Table, job: JobSpec, lattice: Lattice, seeds: Iterable[int]) -> Scored:
+    """The fastest lattice point over `seeds` that keeps the final-metric rule against BSP there."""
+    seeds = list(seeds)
+    scores = sorted((table_score(table, job, p, seeds) for p in lattice(job.cluster.n_workers)),
+                    key=lambda s: s.time)
+    return feasible_best(job, scores, table_final(table, job, seeds))
+
+
+def answer_keeps(table: Table, job: JobSpec, policy: dict[str, Any], seeds: Iterable[int]) -> bool:
+    """Whether `policy`'s final metric at the end of the budget keeps BSP's over `seeds` (the tune's rule,
+    judged where the answer is scored: a fast answer that breaks it is reported, not hidden in its time)."""
+    final = table_final(table, job, seeds)
+    return keeps_constraint(job, final(policy), final(BSP_POLICY))
+
+
+@dataclass(frozen=True)
+class Answered:
+    """What a tune answered on one job from one sampler seed."""
+
+    policy: dict[str, Any]
+    cost: float  # search cost in BSP trainings (the cache record's `search_cost_bsp_trainings`)
+
+
+def replayed_tune(job: JobSpec, table_dir: Path, sampler_seed: int, **options: Any) -> Answered:
+    """`autosync tune --table table_dir --seed sampler_seed` on `job`, in a storage of its own."""
+    from autosync.engine.forks import FORKS
+    from autosync.search.request import TuneRequest
+    from autosync.search.tune import tune
+    from autosync.search.tune_options import TuneOptions
+    from autosync.table import KEPT
+
+    FORKS.clear()  # each tune as in a process of its own
+    KEPT.clear()
+    with tempfile.TemporaryDirectory(prefix="lofo-") as tmp:
+        opts = TuneOptions(table=str(table_dir), seed=sampler_seed, storage=f"sqlite:///{tmp}/study.db", **options)
+        outcome = tune(TuneRequest.from_options(job, opts))
+    return Answered(outcome.cache["best_policy"], float(outcome.cache["search_cost_bsp_trainings"]))
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """One job of a family: its references on the held-out seeds and each sampler seed's answer there."""
+
+    family: str
+    job: str
+    grid_choice: dict[str, Any]
+    grid_choice_time: float  # on the held-out seeds
+    held_out_best: dict[str, Any]
+    held_out_best_time: float
+    bsp_missed: list[int]  # held-out seeds where BSP misses the target
+    # per sampler seed: policy, cost, time and missed seeds held out, whether it keeps the final-metric rule there
+    answers: list[dict[str, Any]] = field(default_factory=list)
+
+    def ratios(self, against: str = "grid_choice") -> list[float]:
+        reference = self.grid_choice_time if against == "grid_choice" else self.held_out_best_time
+        return [a["time"] / reference for a in self.answers]
+
+    @property
+    def misses(self) -> int:
+        """Answers missing the target on a held-out seed where BSP reaches it."""
+        return sum(bool(set(a["missed"]) - set(self.bsp_missed)) for a in self.answers)
+
+    @property
+    def spread(self) -> float:
+        """The slowest answer's held-out time over the fastest's, across sampler seeds."""
+        times = [a["time"] for a in self.answers]
+        return max(times) / min(times)
+
+
+def score_job(table: Table, family: str, job: JobSpec, lattice: Lattice, answers: list[Answered],
+              held_out: int = HELD_OUT_SEEDS) -> JobResult:
+    """`answers` (one per sampler seed) on `job` against the grid's choice and the held-out best."""
+    seeds = held_out_seeds(job, held_out)
+    picked = choice(table, job, lattice, search_seeds(job))
+    best = choice(table, job, lattice, seeds)
+    scored = []
+    for a in answers:
+        ran_as = grid_twin(job, a.policy, lattice) or a.policy
+        s = table_score(table, job, ran_as, seeds)
+        scored.append({"policy": a.policy, "cost": a.cost, "time": s.time, "missed": s.missed,
+                       "keeps": answer_keeps(table, job, ran_as, seeds)})
+    return JobResult(family, job.name, picked.policy, table_score(table, job, picked.policy, seeds).time,
+                     best.policy, best.time, table_score(table, job, BSP_POLICY, seeds).missed, scored)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The `q` quantile (0..1) by linear interpolation between order statistics."""
+    ordered = sorted(values)
+    at = q * (len(ordered) - 1)
+    low = int(at)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (at - low)
+
+
+def bootstrap(results: list[JobResult], statistic: Callable[[list[JobResult]], float], draws: int = 1000,
+              seed: int = 0, level: float = 0.9) -> tuple[float, float]:
+    """A percentile bootstrap interval of `statistic` over jobs (each job drawn with all its sampler seeds)."""
+    rng = random.Random(seed)
+    values = sorted(statistic([rng.choice(results) for _ in results]) for _ in range(draws))
+    return percentile(values, (1 - level) / 2), percentile(values, (1 + level) / 2)
+
+
+def summary(results: list[JobResult]) -> dict[str, Any]:
+    """The pooled figures the search issue's goals read: answer over grid's choice (median, 90th
+    percentile, worst, with intervals), over the held-out best, misses, median cost, sampler spread."""
+    def ratios(rs: list[JobResult], against: str = "grid_choice") -> list[float]:
+        return [r for j in rs for r in j.ratios(against)]
+
+    return {
+        "jobs": len(results), "answers": sum(len(j.answers) for j in results),
+        "median": statistics.median(ratios(results)),
+        "median_interval": bootstrap(results, lambda rs: statistics.median(ratios(rs))),
+        "p90": percentile(ratios(results), 0.9),
+        "p90_interval": bootstrap(results, lambda rs: percentile(ratios(rs), 0.9)),
+        "worst": max(ratios(results)),
+        "median_vs_held_out_best": statistics.median(ratios(results, "held_out_best")),
+        "misses": sum(j.misses for j in results),
+        "breaking_the_rule": sum(a.get("keeps") is False for j in results for a in j.answers),
+        "median_cost": statistics.median(a["cost"] for j in results for a in j.answers),
+        "median_spread": statistics.median(j.spread for j in results),
+    }
+
+
+def as_dict(result: JobResult) -> dict[str, Any]:
+    return asdict(result)

@@ -1,0 +1,154 @@
+"""Leave-one-family-out: the tune replayed on the table, family by family, against the grid's choice.
+
+    python benchmarks/bench_lofo.py --families fresh quarry ... --count 2 --sampler-seeds 3 \
+        --table results/table --results benchmarks/lofo_baseline.jsonl --out benchmarks/lofo_baseline.md
+
+For each of the first `--count` jobs of each family (`baselines/family_<name>.yaml`; `default` is the
+default job), replays `autosync tune` on the table (`--table`: every run read from it, or trained into it
+once) from each sampler seed, and scores the answer on the job's held-out seeds against the grid's choice
+on the tune's search seeds and against the held-out best (`autosync.experiments.lofo`). The search
+shipped today has nothing fitted, so every family is scored as it is: the baseline later fits are judged
+against. Each job's result is appended to `--results` as it finishes; a re-run scores only the jobs it
+lacks. Prints and writes per family and pooled figures with bootstrap intervals.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import time
+from pathlib import Path
+
+from autosync.core.family import load_family
+from autosync.core.job import load_job
+from autosync.data import BASELINE_DIR, DEFAULT_JOB_PATH
+from autosync.experiments import lofo
+from autosync.experiments.reference_grid import grid_twin, reference_policies
+from autosync.api import quiet_optuna
+from autosync.table import Table
+
+from _report import Figures
+
+GOALS = {"median": 1.00, "p90": 1.15, "worst": 1.5, "median_cost": 3.0, "median_spread": 1.05}
+
+
+def jobs_of(name: str, count: int) -> list:
+    if name == "default":
+        return [load_job(DEFAULT_JOB_PATH)]
+    return load_family(BASELINE_DIR / f"family_{name}.yaml").jobs(count)
+
+
+def load_results(path: Path) -> dict[str, lofo.JobResult]:
+    if not path.exists():
+        return {}
+    out = {}
+    for line in path.read_text().splitlines():
+        data = json.loads(line)
+        out[data["job"]] = lofo.JobResult(**data)
+    return out
+
+
+def short(policy: dict) -> str:
+    params = ",".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in policy["params"].items())
+    return f"{policy['policy']}({params})" if params else policy["policy"]
+
+
+def with_keeps(result: lofo.JobResult, table_dir: Path, job) -> lofo.JobResult:
+    """A result recorded before answers were judged by the final-metric rule, judged now (from the table)."""
+    if all("keeps" in a for a in result.answers):
+        return result
+    seeds = lofo.held_out_seeds(job)
+    table = Table(table_dir)
+    answers = [{**a, "keeps": lofo.answer_keeps(table, job, grid_twin(job, a["policy"]) or a["policy"], seeds)}
+               for a in result.answers]
+    return dataclasses.replace(result, answers=answers)
+
+
+def listed(values) -> str:
+    return ", ".join(f"{x:.2f}" for x in values)
+
+
+def report(results: list[lofo.JobResult], families: list[str], command: str) -> str:
+    lines = [f"# Leave-one-family-out: the shipped search (baseline)", "", f"`{command}`", "",
+             "Ratios are the answer's mean time to target on the held-out seeds over the reference's there; "
+             "one row per job, its answers from every sampler seed. Grid's choice: the fastest lattice point "
+             "on the tune's search seeds keeping BSP's final metric; held-out best: the same on the held-out "
+             "seeds.", "",
+             "| family | job | grid's choice | answers (per sampler seed) | over grid's choice | over held-out best "
+             "| cost (BSP trainings) | misses | keeps the final-metric rule |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        answers = "; ".join(short(a["policy"]) for a in r.answers)
+        lines.append(f"| {r.family} | {r.job} | {short(r.grid_choice)} | {answers} | "
+                     f"{listed(r.ratios())} | {listed(r.ratios('held_out_best'))} | "
+                     f"{listed(a['cost'] for a in r.answers)} | {r.misses} | "
+                     f"{', '.join('yes' if a.get('keeps') else 'no' for a in r.answers)} |")
+    lines += ["", "| family | jobs | median | 90th percentile | worst | over held-out best (median) | misses "
+              "| answers breaking the rule | median cost | sampler spread (median) |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for name in families + ["pooled"]:
+        rs = results if name == "pooled" else [r for r in results if r.family == name]
+        if not rs:
+            continue
+        s = lofo.summary(rs)
+        lines.append(f"| {name} | {s['jobs']} | {s['median']:.2f} [{s['median_interval'][0]:.2f}, "
+                     f"{s['median_interval'][1]:.2f}] | {s['p90']:.2f} [{s['p90_interval'][0]:.2f}, "
+                     f"{s['p90_interval'][1]:.2f}] | {s['worst']:.2f} | {s['median_vs_held_out_best']:.2f} | "
+                     f"{s['misses']} | {s['breaking_the_rule']} | {s['median_cost']:.2f} | {s['median_spread']:.2f} |")
+    lines += ["", "Brackets: 90% bootstrap intervals over jobs (1000 draws, seed 0)."]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--families", nargs="+", default=["fresh", "quarry", "crest", "fleet", "steady", "tiers",
+                                                          "inverse", "mosaic"])
+    parser.add_argument("--count", type=int, default=8, help="jobs 0..N-1 of each family")
+    parser.add_argument("--sampler-seeds", type=int, default=3)
+    parser.add_argument("--table", default="results/table", help="the table's directory (built on demand)")
+    parser.add_argument("--results", default="benchmarks/lofo_baseline.jsonl")
+    parser.add_argument("--out", default="benchmarks/lofo_baseline.md")
+    parser.add_argument("--json", default=None, help="also write the figures here (benchmarks/make_table.py)")
+    args = parser.parse_args()
+    quiet_optuna()
+    table_dir, results_path = Path(args.table), Path(args.results)
+    done = load_results(results_path)
+    results = []
+    for family in args.families:
+        for job in jobs_of(family, args.count):
+            if job.name in done:
+                results.append(with_keeps(done[job.name], table_dir, job))
+                continue
+            start = time.perf_counter()
+            answers = [lofo.replayed_tune(job, table_dir, s) for s in range(args.sampler_seeds)]
+            result = lofo.score_job(Table(table_dir), family, job, reference_policies, answers)
+            with results_path.open("a") as fh:
+                fh.write(json.dumps(lofo.as_dict(result)) + "\n")
+            results.append(result)
+            print(f"{family} {job.name}: over grid's choice {listed(result.ratios())}, "
+                  f"cost {listed(a['cost'] for a in result.answers)} "
+                  f"({time.perf_counter() - start:.0f} s)", flush=True)
+    command = (f"python benchmarks/bench_lofo.py --families {' '.join(args.families)} --count {args.count} "
+               f"--sampler-seeds {args.sampler_seeds}")
+    Path(args.out).write_text(report(results, args.families, command))
+    s = lofo.summary(results)
+    print(json.dumps(s, indent=1))
+    figures = Figures("bench_lofo")
+    figures.add(f"answer over grid's choice, median ({s['jobs']} jobs, {len(args.families)} families)",
+                s["median"], "x", goal="<= 1.00", met=s["median"] <= GOALS["median"])
+    figures.add("answer over grid's choice, 90th percentile", s["p90"], "x", goal="<= 1.15",
+                met=s["p90"] <= GOALS["p90"])
+    figures.add("answer over grid's choice, worst", s["worst"], "x", goal="<= 1.5", met=s["worst"] <= GOALS["worst"])
+    figures.add("answer over the held-out best, median", s["median_vs_held_out_best"], "x")
+    figures.add("answers missing a held-out seed BSP reaches", s["misses"], "", goal="0", met=s["misses"] == 0)
+    figures.add("answers whose final metric breaks the rule on the held-out seeds", s["breaking_the_rule"], "")
+    figures.add("search cost, median", s["median_cost"], "BSP trainings", goal="<= 3",
+                met=s["median_cost"] <= GOALS["median_cost"])
+    figures.add("slowest over fastest answer across sampler seeds, median", s["median_spread"], "x", goal="<= 1.05",
+                met=s["median_spread"] <= GOALS["median_spread"])
+    figures.write(args.json)
+
+
+if __name__ == "__main__":
+    main()
