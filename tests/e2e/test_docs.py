@@ -231,6 +231,31 @@ def test_the_glossary_defines_the_words_the_output_uses():
         assert any(h.startswith(term.lower()) for h in entries), f"docs/concepts/glossary.md: no entry for {term}"
 
 
+def _slug(heading: str) -> str:
+    """A heading's anchor, as the site's table of contents makes it ("BSP's reference run" ->
+    bsps-reference-run)."""
+    return re.sub(r"\s+", "-", re.sub(r"[^\w\s-]", "", heading.lower()).strip())
+
+
+def test_every_glossary_term_in_the_first_tunes_output_is_linked_from_its_page():
+    """Each glossary entry whose term the first tune prints (its first name; a plural or an N for a count
+    allowed) is linked from tutorial/first-tune.md, where a newcomer reads that output."""
+    output = (DOCS / "tutorial" / "output" / "first-tune" / "tune.txt").read_text().lower()
+    output = " ".join(output.split())
+    page = (DOCS / "tutorial" / "first-tune.md").read_text()
+    linked = set(re.findall(r"concepts/glossary\.md#([\w-]+)", page))
+    printed, missing = [], []
+    for heading in re.findall(r"^### (.+)$", (DOCS / "concepts" / "glossary.md").read_text(), re.M):
+        term = heading.split(",")[0].lower().removesuffix("s")
+        pattern = re.escape(term).replace(r"\ n\ ", r"\ \d+\ ").replace(r"\ ", r"\s+")
+        if re.search(rf"(?<![\w-]){pattern}s?(?![\w-])", output):
+            printed.append(heading)
+            if _slug(heading) not in linked:
+                missing.append(heading)
+    assert len(printed) >= 10  # the search's words: BSP trainings, pruned, forked, proxy, leaders, ...
+    assert not missing, f"docs/tutorial/first-tune.md: link these glossary entries: {missing}"
+
+
 def _error_classes() -> set[str]:
     """Every exception class of the package that derives, directly or not, from `AutosyncError` (read from
     the source, so that no module needs importing)."""
