@@ -294,7 +294,7 @@ def test_troubleshooting_has_an_entry_for_every_verdict_and_error_class():
 # ------------------------------------------------------------------------------------------ figures
 
 # A measured figure in prose: a ratio, a share, a time, a search cost or a size
-FIGURE = re.compile(r"(?<![\w.=/(-])(\d+(?:\.\d+)?)(?=x\b| ?%| s\b| ms\b| BSP trainings| MB\b| MiB\b| GiB\b)")
+FIGURE = re.compile(r"(?<![\w.=/-])(\d+(?:\.\d+)?)(?=x\b| ?%| s\b| ms\b| BSP trainings| MB\b| MiB\b| GiB\b)")
 # Where a figure may come from: a committed result, benchmark or family file, or a tutorial step's output
 SOURCE = re.compile(r"(?:\.\./)*((?:results|benchmarks|baselines|docs/tutorial/output)/[\w./-]*[\w/])")
 # Figures that are settings, definitions or examples of a printed form, not measurements, each with why
