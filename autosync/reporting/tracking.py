@@ -28,7 +28,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
-from autosync.core.errors import UserError
+from autosync.core.errors import AutosyncError, RuntimeFailure, UserError
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -79,6 +79,18 @@ class Tracking:
                 from None
         return cls(uri, client)
 
+    @contextlib.contextmanager
+    def one_line_failures(self, what: str) -> Iterator[None]:
+        """Log `what`; a store that fails meanwhile (a server gone, a disk full) ends in one line, exit 1,
+        the command's own files being written already."""
+        try:
+            yield
+        except AutosyncError:
+            raise
+        except Exception as exc:  # MlflowException, SQLAlchemy's, requests', OSError: each only a reason to print
+            raise RuntimeFailure(f"--mlflow {_redacted(self.uri)}: logging the {what} failed (its files are "
+                                 f"written): {_first_sentence(exc)}") from None
+
     def experiment(self, job_name: str) -> str:
         """The id of the experiment runs of `job_name` go to (created the first time)."""
         name = os.environ.get("MLFLOW_EXPERIMENT_NAME") or job_name
@@ -124,88 +136,93 @@ class Tracking:
 
 def log_run(tracking: Tracking, result: Any, files: Sequence[Path], backend: str = "simulator") -> str:
     """One training run (`autosync run`): its policy, seed, time to target, final metric and cost."""
-    summary = result.summary()
-    with tracking.run(tracking.experiment(summary["job"]), f"run {_label(summary['policy'])} seed {summary['seed']}",
-                      tags={COMMAND_TAG: "run"}) as run_id:
-        tracking.log(run_id, params={**_policy_params(summary["policy"]), "seed": summary["seed"],
-                                     "backend": backend, "fingerprint": summary["fingerprint"]},
-                     metrics=_run_metrics(summary), tags={"status": summary["status"]})
-        tracking.artifacts(run_id, files)
+    with tracking.one_line_failures("run"):
+        summary = result.summary()
+        name = f"run {_label(summary['policy'])} seed {summary['seed']}"
+        with tracking.run(tracking.experiment(summary["job"]), name, tags={COMMAND_TAG: "run"}) as run_id:
+            tracking.log(run_id, params={**_policy_params(summary["policy"]), "seed": summary["seed"],
+                                         "backend": backend, "fingerprint": summary["fingerprint"]},
+                         metrics=_run_metrics(summary), tags={"status": summary["status"]})
+            tracking.artifacts(run_id, files)
     return run_id
 
 
 def log_tune(tracking: Tracking, outcome: Any, job: "JobSpec", files: Sequence[Path]) -> str:
     """A tune (`autosync tune`): the study's run with the answer, each trial nested under it. A cache hit
     logs the study's run alone (its trials were logged by the tune that ran them)."""
-    from autosync.search.study.records import TrialRecord
+    with tracking.one_line_failures("tune"):
+        from autosync.search.study.records import TrialRecord
 
-    cache = outcome.cache or {}
-    answer = cache.get("best_policy")
-    per_bsp = _bsp_training_seconds(cache)
-    with tracking.run(tracking.experiment(job.name), f"tune {outcome.study_name}",
-                      tags={COMMAND_TAG: "tune", "autosync.cached": str(outcome.cached).lower()}) as parent:
-        tracking.log(parent, params={"job": job.name, "fingerprint": job.fingerprint(), "space": cache.get("space"),
-                                     "study": outcome.study_name, "storage": _redacted(outcome.storage),
-                                     "target": f"{job.target.metric} {job.target.threshold}"},
-                     metrics={"time_to_target": cache.get("best_value"),
-                              "final_metric": cache.get("best_final_metric"),
-                              "bsp_time_to_target": cache.get("bsp_time_to_target"),
-                              "speedup_vs_bsp": cache.get("speedup_vs_bsp"),
-                              "cost_bsp_trainings": cache.get("search_cost_bsp_trainings"),
-                              "cost_virtual_seconds": cache.get("search_cost_virtual_seconds"),
-                              "trials": cache.get("trials"), "new_trials": outcome.new_trials},
-                     tags={ANSWER_TAG: json.dumps(answer, sort_keys=True) if answer else None,
-                           f"{ANSWER_TAG}.policy": _label(answer) if answer else None,
-                           f"{ANSWER_TAG}.trial": cache.get("best_trial")})
-        if answer:
-            tracking.client.log_dict(parent, {"best_policy": answer, **{k: cache.get(k) for k in (
-                "best_value", "best_final_metric", "speedup_vs_bsp", "job_name", "fingerprint", "space")}},
-                "answer.json")
-        if not outcome.cached and outcome.study is not None:
-            experiment = tracking.experiment(job.name)
-            for trial in outcome.study.trials:
-                record = TrialRecord(trial)
-                if record.policy is None:  # never proposed a policy (failed before it started)
-                    continue
-                is_answer = trial.number == cache.get("best_trial")
-                with tracking.run(experiment, f"trial {trial.number} {_label(record.policy)}", parent=parent,
-                                  tags={ANSWER_TAG: "true"} if is_answer else None) as run_id:
-                    done = trial.state.name == "COMPLETE"
-                    tracking.log(run_id, params={**_policy_params(record.policy), "trial": trial.number},
-                                 metrics={"time_to_target": trial.values[0] if done and trial.values else None,
-                                          "final_metric": record.final_metric,
-                                          "cost_virtual_seconds": record.virtual_seconds,
-                                          "cost_bsp_trainings": record.virtual_seconds / per_bsp if per_bsp else None},
-                                 tags={"state": trial.state.name.lower(), "same_as_trial": record.same_as})
-        tracking.artifacts(parent, files)
+        cache = outcome.cache or {}
+        answer = cache.get("best_policy")
+        per_bsp = _bsp_training_seconds(cache)
+        with tracking.run(tracking.experiment(job.name), f"tune {outcome.study_name}",
+                          tags={COMMAND_TAG: "tune", "autosync.cached": str(outcome.cached).lower()}) as parent:
+            tracking.log(parent, params={"job": job.name, "fingerprint": job.fingerprint(), "space": cache.get("space"),
+                                         "study": outcome.study_name, "storage": _redacted(outcome.storage),
+                                         "target": f"{job.target.metric} {job.target.threshold}"},
+                         metrics={"time_to_target": cache.get("best_value"),
+                                  "final_metric": cache.get("best_final_metric"),
+                                  "bsp_time_to_target": cache.get("bsp_time_to_target"),
+                                  "speedup_vs_bsp": cache.get("speedup_vs_bsp"),
+                                  "cost_bsp_trainings": cache.get("search_cost_bsp_trainings"),
+                                  "cost_virtual_seconds": cache.get("search_cost_virtual_seconds"),
+                                  "trials": cache.get("trials"), "new_trials": outcome.new_trials},
+                         tags={ANSWER_TAG: json.dumps(answer, sort_keys=True) if answer else None,
+                               f"{ANSWER_TAG}.policy": _label(answer) if answer else None,
+                               f"{ANSWER_TAG}.trial": cache.get("best_trial")})
+            if answer:
+                tracking.client.log_dict(parent, {"best_policy": answer, **{k: cache.get(k) for k in (
+                    "best_value", "best_final_metric", "speedup_vs_bsp", "job_name", "fingerprint", "space")}},
+                    "answer.json")
+            if not outcome.cached and outcome.study is not None:
+                experiment = tracking.experiment(job.name)
+                for trial in outcome.study.trials:
+                    record = TrialRecord(trial)
+                    if record.policy is None:  # never proposed a policy (failed before it started)
+                        continue
+                    is_answer = trial.number == cache.get("best_trial")
+                    with tracking.run(experiment, f"trial {trial.number} {_label(record.policy)}", parent=parent,
+                                      tags={ANSWER_TAG: "true"} if is_answer else None) as run_id:
+                        done = trial.state.name == "COMPLETE"
+                        tracking.log(run_id, params={**_policy_params(record.policy), "trial": trial.number},
+                                     metrics={"time_to_target": trial.values[0] if done and trial.values else None,
+                                              "final_metric": record.final_metric,
+                                              "cost_virtual_seconds": record.virtual_seconds,
+                                              "cost_bsp_trainings": (record.virtual_seconds / per_bsp
+                                                                     if per_bsp else None)},
+                                     tags={"state": trial.state.name.lower(), "same_as_trial": record.same_as})
+            tracking.artifacts(parent, files)
     return parent
 
 
 def log_leaderboard(tracking: Tracking, board: Any, files: Sequence[Path]) -> str:
     """A leaderboard (`autosync leaderboard`): its run, a nested run per scored row and one per seed under it;
     the best row tagged as the answer."""
-    job = board.job
-    experiment = tracking.experiment(job.name)
-    best = board.rows[0] if board.rows and math.isfinite(board.rows[0]["time_to_target"]) else None
-    runs_of = {json.dumps(e.policy, sort_keys=True): e.runs for e in board.entries}
-    with tracking.run(experiment, f"leaderboard {job.name}", tags={COMMAND_TAG: "leaderboard"}) as parent:
-        tracking.log(parent, params={"job": job.name, "fingerprint": job.fingerprint(), "seeds": len(board.seeds),
-                                     "policies": len(board.rows)},
-                     tags={ANSWER_TAG: json.dumps(best["spec"], sort_keys=True) if best else None,
-                           f"{ANSWER_TAG}.policy": best["policy"] if best else None})
-        for row in board.rows:
-            runs = runs_of.get(json.dumps(row["spec"], sort_keys=True), [])
-            with tracking.run(experiment, row["policy"], parent=parent,
-                              tags={ANSWER_TAG: "true"} if row is best else None) as row_id:
-                tracking.log(row_id, params=_policy_params(row["spec"]), metrics={
-                    **{k: v for k, v in row.items() if k not in ("policy", "spec")},
-                    "final_metric": _final_metric(runs),
-                    "cost_virtual_seconds": sum(r.get("virtual_time") or 0.0 for r in runs)})
-                for summary in runs:
-                    with tracking.run(experiment, f"{row['policy']} seed {summary['seed']}", parent=row_id) as run_id:
-                        tracking.log(run_id, params={**_policy_params(summary["policy"]), "seed": summary["seed"]},
-                                     metrics=_run_metrics(summary), tags={"status": summary.get("status")})
-        tracking.artifacts(parent, files)
+    with tracking.one_line_failures("leaderboard"):
+        job = board.job
+        experiment = tracking.experiment(job.name)
+        best = board.rows[0] if board.rows and math.isfinite(board.rows[0]["time_to_target"]) else None
+        runs_of = {json.dumps(e.policy, sort_keys=True): e.runs for e in board.entries}
+        with tracking.run(experiment, f"leaderboard {job.name}", tags={COMMAND_TAG: "leaderboard"}) as parent:
+            tracking.log(parent, params={"job": job.name, "fingerprint": job.fingerprint(), "seeds": len(board.seeds),
+                                         "policies": len(board.rows)},
+                         tags={ANSWER_TAG: json.dumps(best["spec"], sort_keys=True) if best else None,
+                               f"{ANSWER_TAG}.policy": best["policy"] if best else None})
+            for row in board.rows:
+                runs = runs_of.get(json.dumps(row["spec"], sort_keys=True), [])
+                with tracking.run(experiment, row["policy"], parent=parent,
+                                  tags={ANSWER_TAG: "true"} if row is best else None) as row_id:
+                    tracking.log(row_id, params=_policy_params(row["spec"]), metrics={
+                        **{k: v for k, v in row.items() if k not in ("policy", "spec")},
+                        "final_metric": _final_metric(runs),
+                        "cost_virtual_seconds": sum(r.get("virtual_time") or 0.0 for r in runs)})
+                    for summary in runs:
+                        name = f"{row['policy']} seed {summary['seed']}"
+                        with tracking.run(experiment, name, parent=row_id) as run_id:
+                            tracking.log(run_id, params={**_policy_params(summary["policy"]), "seed": summary["seed"]},
+                                         metrics=_run_metrics(summary), tags={"status": summary.get("status")})
+            tracking.artifacts(parent, files)
     return parent
 
 

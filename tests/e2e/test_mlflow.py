@@ -98,3 +98,22 @@ def test_tune_run_and_leaderboard_are_logged_with_the_answer_tagged(tiny_job, tm
         assert {"time_to_target", "final_metric", "cost_virtual_seconds"} <= set(r.data.metrics)
         assert len(children[r.info.run_id]) == 2
     assert any(p.endswith(".png") for p in artifacts(by_command["leaderboard"]))
+
+
+def test_a_store_that_fails_while_logging_ends_in_one_line_after_the_files_are_written():
+    from autosync.core.errors import RuntimeFailure
+    from autosync.reporting.tracking import Tracking, log_run
+
+    class GoneServer:
+        def get_experiment_by_name(self, name):
+            raise ConnectionError("Max retries exceeded with url: /api/2.0/mlflow/experiments/get-by-name.\nmore")
+
+    class Result:
+        def summary(self):
+            return {"job": "tiny", "policy": {"policy": "bsp", "params": {}}, "seed": 0}
+
+    with pytest.raises(RuntimeFailure) as info:
+        log_run(Tracking("http://user:secret@mlflow.example:5000", GoneServer()), Result(), [])
+    message = str(info.value)
+    assert "\n" not in message and "secret" not in message
+    assert message.startswith("--mlflow http://") and "logging the run failed (its files are written)" in message
