@@ -189,7 +189,8 @@ def profile(job: Optional[Path] = JOB_ARG,
                                    phase=phases("calibrating", status))
         _show(calibration_report(calibrated.calibration), wide=wide)
         status.print(f"wrote {', '.join(str(p) for p in calibrated.write(paths[-1]))}")
-    status.print(f"tune on this machine's model: autosync tune {paths[-1]}")
+    measured = "these machines'" if options.backend == "distributed" else "this machine's"
+    status.print(f"tune on {measured} model: autosync tune {paths[-1]}")
 
 
 @_command(CalibrateOptions)

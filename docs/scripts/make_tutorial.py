@@ -47,11 +47,14 @@ class Step:
     background: bool = False
 
 
-# The launch on several machines: torchrun's static rendezvous on the first machine (node 0; 127.0.0.1 here,
+# A launch on several machines: torchrun's static rendezvous on the first machine (node 0; 127.0.0.1 here,
 # where both "machines" are this one), 2 ranks a machine: rank 0 serves, ranks 1-3 compute
-NODES = ("torchrun --nnodes 2 --nproc-per-node 2 --node-rank {rank} --master-addr 127.0.0.1 --master-port 29531 "
-         "-m autosync.cli run results/profiles/majority_lstm/profiled_job.yaml --policy tuned --backend distributed "
-         "--clock real")
+NODES = ("torchrun --nnodes 2 --nproc-per-node 2 --node-rank {rank} --master-addr 127.0.0.1 --master-port {port} "
+         "-m autosync.cli {command}")
+CLUSTER_JOB = "results/profiles/majority_lstm-cluster/profiled_job.yaml"
+PROFILE_CLUSTER = ("profile examples/sequences/job.yaml --backend distributed --rounds 2 "
+                   "--out results/profiles/majority_lstm-cluster")
+RUN_ON_CLUSTER = f"run {CLUSTER_JOB} --policy tuned --backend distributed --clock real"
 
 
 PARTS: dict[str, list[Step]] = {
@@ -81,8 +84,14 @@ PARTS: dict[str, list[Step]] = {
         Step("answer-json", "python -c \"import json, autosync.api as a; job = a.load_job('results/profiles/"
                             "majority_lstm/profiled_job.yaml'); print(json.dumps(a.tuned_policy(job).to_dict()))\"",
              real_clock=True),
-        Step("second-machine", NODES.format(rank=1), real_clock=True, background=True),
-        Step("first-machine", NODES.format(rank=0), real_clock=True),
+        Step("profile-second-machine", NODES.format(rank=1, port=29531, command=PROFILE_CLUSTER), real_clock=True,
+             background=True),
+        Step("profile-first-machine", NODES.format(rank=0, port=29531, command=PROFILE_CLUSTER), real_clock=True),
+        Step("tune-cluster", f"autosync tune {CLUSTER_JOB} --space static_k --n-trials 4 "
+                             "--out results/tune/majority_lstm-cluster", real_clock=True),
+        Step("second-machine", NODES.format(rank=1, port=29532, command=RUN_ON_CLUSTER), real_clock=True,
+             background=True),
+        Step("first-machine", NODES.format(rank=0, port=29532, command=RUN_ON_CLUSTER), real_clock=True),
         Step("check-refused", "autosync profile examples/sequences/job.yaml --backend distributed --check",
              expect=2),
     ],
