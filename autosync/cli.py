@@ -46,6 +46,10 @@ JSON_OPT = typer.Option(False, "--json", help="Print the result as one JSON docu
 WIDE_OPT = typer.Option(False, "--wide", help="Show every column of the tables at full width, however wide "
                         "(default: the columns that fit the terminal, 80 when piped; a note names the others).")
 JOB_ARG = typer.Argument(None, help="Job YAML file (default: the embedded digits job).", show_default=False)
+MLFLOW_OPT = typer.Option(None, "--mlflow", metavar="URI", show_default=False,
+                          help="Also log what the command found to this MLflow tracking URI (sqlite:///mlflow.db, "
+                          "http://host:5000): each trial or run with its policy, time to target, final metric and "
+                          "cost, the answer tagged, the plots as artifacts (needs pip install \"autosync[mlflow]\").")
 FAMILY_ARG = typer.Argument(..., help="Job-family YAML file (see baselines/family_stragglers.yaml).")
 
 
@@ -69,6 +73,21 @@ def _show(lines: list[Line], on: Console = console, wide: bool = False, **how: A
             on.print(line.what.widened(), style=line.style, crop=False, **how)
         else:
             on.print(line.what, style=line.style, **how)
+
+
+def _tracking(uri: Optional[str]) -> Any:
+    """The MLflow store of --mlflow, reached before the command starts any work (None without --mlflow)."""
+    if uri is None:
+        return None
+    from autosync.reporting.tracking import Tracking
+
+    return Tracking.open(uri)
+
+
+def _logged(tracking: Any) -> None:
+    """Where --mlflow logged the command's runs."""
+    if tracking is not None and tracking.logged:
+        status.print(f"logged to MLflow {redact_url(tracking.uri)}: run {', '.join(tracking.logged)}", soft_wrap=True)
 
 
 def _print_json(value: Any) -> None:
@@ -115,11 +134,13 @@ def run(job: Optional[Path] = JOB_ARG,
         out: Optional[Path] = typer.Option(None, help="Output directory (default: "
                                            "results/runs/<job>/<policy>-seed<N>)."),
         plot: bool = typer.Option(False, "--plot", help="Also write plot.png: loss against virtual time with k_t."),
-        as_json: bool = JSON_OPT, wide: bool = WIDE_OPT, *, options: RunOptions) -> None:
+        as_json: bool = JSON_OPT, wide: bool = WIDE_OPT, mlflow: Optional[str] = MLFLOW_OPT, *,
+        options: RunOptions) -> None:
     """Train once under one policy (virtual clock by default) and write trace, metrics and plot."""
     with api.ranks(options) as ranks:
         if not ranks.leader:  # a torchrun rank other than 0: it served rank 0's run
             return
+        tracking = _tracking(mlflow)
         spec, pol = api.run_setup(job, options)
         if options.policy == "tuned":
             status.print(f"tuned policy from the cache: {pol!r}")
@@ -134,12 +155,13 @@ def run(job: Optional[Path] = JOB_ARG,
             result = api.run(spec, pol, options=options, progress=update, workload=workload,
                              on_ready=lambda: status.print(ready))  # scripts (and the fault tests) wait for it
     _show(fault_warnings(result), status)
-    paths = result.write(out_dir, plot=plot)
+    paths = result.write(out_dir, plot=plot, mlflow=tracking)
     if as_json:
         _print_json({**result.summary(), "files": [str(p) for p in paths]})
     else:
         _show(run_summary(result), wide=wide)
     status.print(f"wrote {', '.join(str(p) for p in paths)}")
+    _logged(tracking)
     if options.clock == "real":
         status.print(f"replay it exactly: autosync rerun {out_dir}")
 
@@ -167,7 +189,8 @@ def profile(job: Optional[Path] = JOB_ARG,
                                    phase=phases("calibrating", status))
         _show(calibration_report(calibrated.calibration), wide=wide)
         status.print(f"wrote {', '.join(str(p) for p in calibrated.write(paths[-1]))}")
-    status.print(f"tune on this machine's model: autosync tune {paths[-1]}")
+    measured = "these machines'" if options.backend == "distributed" else "this machine's"
+    status.print(f"tune on {measured} model: autosync tune {paths[-1]}")
 
 
 @_command(CalibrateOptions)
@@ -205,13 +228,16 @@ def rerun(run_dir: Path = typer.Argument(..., help="A directory written by `auto
 @_command(LeaderboardOptions)
 def leaderboard(job: Optional[Path] = JOB_ARG,
                 out: Optional[Path] = typer.Option(None, help="Output directory (default: results/<job>)."),
-                as_json: bool = JSON_OPT, wide: bool = WIDE_OPT, *, options: LeaderboardOptions) -> None:
+                as_json: bool = JSON_OPT, wide: bool = WIDE_OPT, mlflow: Optional[str] = MLFLOW_OPT, *,
+                options: LeaderboardOptions) -> None:
     """Every policy x seeds on one job: an MLPerf-style scored table, written as Markdown/CSV/JSON + plots."""
+    tracking = _tracking(mlflow)
     spec = api.load_job(job)
     out_dir = api.output_dir(out or Path("results") / spec.name)
     board = api.leaderboard(spec, options=options, progress=lambda runs: leaderboard_progress(status, runs))
-    paths = board.write(out_dir, command_line("leaderboard"))
+    paths = board.write(out_dir, command_line("leaderboard"), mlflow=tracking)
     status.print(f"wrote {', '.join(str(p) for p in paths)}")
+    _logged(tracking)
     if as_json:
         return _print_json({"job": spec.name, "seeds": options.seeds, "rows": board.rows,
                             "files": [str(p) for p in paths]})
@@ -313,11 +339,13 @@ def robustness_compare(reports: list[Path] = typer.Argument(..., help="Robustnes
 @_command(TuneOptions)
 def tune(job: Optional[Path] = JOB_ARG,
          out: Optional[Path] = typer.Option(None, help="Plot directory (default: results/tune/<job>-<space>)."),
-         as_json: bool = JSON_OPT, wide: bool = WIDE_OPT, *, options: TuneOptions) -> None:
+         as_json: bool = JSON_OPT, wide: bool = WIDE_OPT, mlflow: Optional[str] = MLFLOW_OPT, *,
+         options: TuneOptions) -> None:
     """Find the best policy for a job with Optuna, or return the cached one of a recurring job instantly."""
     with api.ranks(options) as ranks:
         if not ranks.leader:  # a torchrun rank other than 0: it served every trial of rank 0
             return
+        tracking = _tracking(mlflow)
         spec = api.load_job(job)
         if out is not None:
             api.output_dir(out)
@@ -337,8 +365,9 @@ def tune(job: Optional[Path] = JOB_ARG,
         _show(tune_hint(spec), status)
         if outcome.verification is not None:
             _show(verification_report(outcome.verification), wide=wide)
-    files = outcome.write(out or api.tune_dir(outcome, spec, options), command_line("tune"))
+    files = outcome.write(out or api.tune_dir(outcome, spec, options), command_line("tune"), mlflow=tracking, job=spec)
     _show(tune_files_report(files), status)
+    _logged(tracking)
 
 
 @_command(ReplayOptions)

@@ -17,6 +17,9 @@
 - `verification`: a tune's candidates re-run on a real backend, as table and figure (`tune --verify-top`).
 - `profile`: the timed rounds and the fitted job (`autosync profile`).
 - `calibration`: the calibrated job and calibration.json (`autosync calibrate`).
+- `tracking`: what `--mlflow URI` logs to MLflow: each trial or run with its policy, time to target, final
+  metric and cost, the answer tagged, the files as artifacts (`.write(..., mlflow=URI)` of a run, a tune and a
+  leaderboard).
 - `results`: what the API's `leaderboard`, `profile`, `family`, `robustness`, `replay` and `scaling` return,
   each writing itself through the modules above (`.write`).
 

@@ -34,11 +34,18 @@ class Leaderboard:
     rows: list[dict[str, Any]]
     entries: list["Entry"]
 
-    def write(self, directory: str | Path, command: str = "autosync.api.leaderboard") -> list[Path]:
-        """Write leaderboard.md, .csv, .json and the plots into `directory`; returns the paths."""
+    def write(self, directory: str | Path, command: str = "autosync.api.leaderboard", mlflow: Any = None) -> list[Path]:
+        """Write leaderboard.md, .csv, .json and the plots into `directory`; returns the paths. With `mlflow`
+        (a tracking URI, or an open `autosync.reporting.tracking.Tracking`), also log every row and run
+        there, the best row tagged, the files as artifacts."""
         from autosync.reporting.leaderboard import write_leaderboard
 
-        return write_leaderboard(self.rows, self.entries, self.job.model_dump(mode="json"), Path(directory), command)
+        paths = write_leaderboard(self.rows, self.entries, self.job.model_dump(mode="json"), Path(directory), command)
+        if mlflow is not None:
+            from autosync.reporting.tracking import Tracking, log_leaderboard
+
+            log_leaderboard(Tracking.of(mlflow), self, paths)
+        return paths
 
 
 @dataclass
@@ -135,15 +142,16 @@ class ScalingTable:
 
 
 def write_run(result: "RunResult", job: JobSpec, directory: str | Path, options: Any = None,
-              plot: bool = False) -> list[Path]:
+              plot: bool = False, mlflow: Any = None) -> list[Path]:
     """Write a run's summary.json (job, policy, metrics, how it ran: `options`, the `RunOptions` it ran with,
     default the simulator), trace tables, final parameters and, with `plot`, plot.png into `directory`;
-    returns the paths: `Run.write` (what `autosync.api.run` returns has it), for a result the engine returned."""
+    returns the paths: `Run.write` (what `autosync.api.run` returns has it), for a result the engine returned.
+    With `mlflow` (a tracking URI), also log the run there."""
     from autosync.engine.backends import BackendChoice
     from autosync.reporting.runs import Run
 
     execution = (options.choice() if options is not None else BackendChoice()).describe()
-    return Run.of(result, job.model_dump(mode="json"), execution).write(directory, plot)
+    return Run.of(result, job.model_dump(mode="json"), execution).write(directory, plot, mlflow)
 
 
 def tune_dir(outcome: "TuneOutcome", job: JobSpec, options: Any = None) -> Path:
@@ -155,12 +163,14 @@ def tune_dir(outcome: "TuneOutcome", job: JobSpec, options: Any = None) -> Path:
     return Path("results") / "tune" / f"{job.name}-{space}"
 
 
-def write_tune(outcome: "TuneOutcome", directory: str | Path, command: str = "autosync.api.tune") -> "TuneFiles":
+def write_tune(outcome: "TuneOutcome", directory: str | Path, command: str = "autosync.api.tune",
+               mlflow: Any = None, job: JobSpec | None = None) -> "TuneFiles":
     """Write a search's verification (with verify_top) and, unless the cache answered, its study's plots:
-    `Tuned.write` (what `autosync.api.tune` returns has it), for an outcome the search returned."""
+    `Tuned.write` (what `autosync.api.tune` returns has it), for an outcome the search returned. With `mlflow`
+    (a tracking URI) and `job`, also log the study, its trials and the answer there."""
     from autosync.reporting.tune import Tuned
 
-    return Tuned.of(outcome).write(directory, command)
+    return Tuned.of(outcome).write(directory, command, mlflow, job)
 
 
 def write_calibration(calibration: "Calibration", job: JobSpec, job_file: str | Path) -> list[Path]:

@@ -26,12 +26,17 @@ class Run(RunResult):
         return cls(**{f.name: getattr(result, f.name) for f in fields(RunResult)}, job_dump=job_dump,
                    execution=execution)
 
-    def write(self, directory: str | Path, plot: bool = False) -> list[Path]:
+    def write(self, directory: str | Path, plot: bool = False, mlflow: Any = None) -> list[Path]:
         """Write summary.json, the trace tables, the final parameters and, with `plot`, plot.png into
-        `directory`; returns the paths."""
+        `directory`; returns the paths. With `mlflow` (a tracking URI, or an open
+        `autosync.reporting.tracking.Tracking`), also log the run there with its summary and plot."""
         paths = write_run(self, Path(directory), self.job_dump, self.execution)
         if plot:
             paths.append(plot_run(self, Path(directory) / "plot.png"))
+        if mlflow is not None:
+            from autosync.reporting.tracking import Tracking, log_run
+
+            log_run(Tracking.of(mlflow), self, paths, backend=(self.execution or {}).get("backend", "simulator"))
         return paths
 
 

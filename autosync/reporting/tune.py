@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Any
 
 from autosync.search.tune import TuneOutcome
 
@@ -28,9 +29,12 @@ class Tuned(TuneOutcome):
         """The same outcome, field for field, as one that writes itself."""
         return cls(**{f.name: getattr(outcome, f.name) for f in fields(TuneOutcome)})
 
-    def write(self, directory: str | Path, command: str = "autosync.api.tune") -> TuneFiles:
+    def write(self, directory: str | Path, command: str = "autosync.api.tune", mlflow: Any = None,
+              job: Any = None) -> TuneFiles:
         """Write the verification (with verify_top) and, unless the cache answered, the study's plots into
-        `directory`; `command`: the command line the verification's report records."""
+        `directory`; `command`: the command line the verification's report records. With `mlflow` (a
+        tracking URI, or an open `autosync.reporting.tracking.Tracking`) and `job` (the tuned `JobSpec`), also
+        log the study, each trial and the answer there, the files as artifacts."""
         from autosync.catalog import label_of
 
         directory = Path(directory)
@@ -45,4 +49,10 @@ class Tuned(TuneOutcome):
             from autosync.reporting.study_plots import write_study_plots
 
             plots, skipped = write_study_plots(self.study, directory)
+        if mlflow is not None:
+            from autosync.reporting.tracking import Tracking, log_tune
+
+            if job is None:
+                raise TypeError("Tuned.write(..., mlflow=...) needs job=, the JobSpec that was tuned")
+            log_tune(Tracking.of(mlflow), self, job, [*(verification or []), *plots])
         return TuneFiles(verification, plots, skipped)

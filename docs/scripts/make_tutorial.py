@@ -14,6 +14,8 @@ The figures the pages show are copied out of what the commands wrote (docs/tutor
 tests/e2e/test_docs.py runs it into a temporary folder and compares what the simulator steps print with the
 committed files, digits masked (times and trial numbers vary with the machine); the real-clock steps of the
 third part are compared by their commands and exit codes only, since what they measure varies run to run.
+A step may be expected to fail (`expect`: a refusal the page shows), and a step may run in the background
+while the next runs (`background`: the second machine of a torchrun launch on several machines).
 """
 
 from __future__ import annotations
@@ -39,6 +41,20 @@ class Step:
     name: str
     command: str  # as the reader types it, from the root of a clone; `export X=Y` sets X for the later steps
     real_clock: bool = False  # measures this machine: its numbers and verdicts vary from run to run
+    expect: int = 0  # its exit code (2: the step shows a refusal)
+    # started, and left running, before the next step (another machine of a torchrun launch, which waits
+    # for the next step's ranks); its output is collected once that step is done
+    background: bool = False
+
+
+# A launch on several machines: torchrun's static rendezvous on the first machine (node 0; 127.0.0.1 here,
+# where both "machines" are this one), 2 ranks a machine: rank 0 serves, ranks 1-3 compute
+NODES = ("torchrun --nnodes 2 --nproc-per-node 2 --node-rank {rank} --master-addr 127.0.0.1 --master-port {port} "
+         "-m autosync.cli {command}")
+CLUSTER_JOB = "results/profiles/majority_lstm-cluster/profiled_job.yaml"
+PROFILE_CLUSTER = ("profile examples/sequences/job.yaml --backend distributed --rounds 2 "
+                   "--out results/profiles/majority_lstm-cluster")
+RUN_ON_CLUSTER = f"run {CLUSTER_JOB} --policy tuned --backend distributed --clock real"
 
 
 PARTS: dict[str, list[Step]] = {
@@ -55,15 +71,29 @@ PARTS: dict[str, list[Step]] = {
     ],
     "own-cluster": [
         Step("path", "export PYTHONPATH=$PWD/examples/sequences"),
+        Step("check-described", "autosync calibrate examples/sequences/job.yaml --no-fit --updates 20",
+             real_clock=True),
         Step("profile", "autosync profile examples/sequences/job.yaml --rounds 2 --check --check-updates 10",
              real_clock=True),
+        Step("check-model", "autosync calibrate examples/sequences/job.yaml --no-fit --updates 20 "
+                            "--stragglers model --time-scale 0.05", real_clock=True),
         Step("tune", "autosync tune results/profiles/majority_lstm/profiled_job.yaml --space static_k "
                      "--n-trials 4 --backend processes --clock real --verify-top 2", real_clock=True),
         Step("run-tuned", "autosync run results/profiles/majority_lstm/profiled_job.yaml --policy tuned "
                           "--backend processes --clock real", real_clock=True),
-        Step("torchrun", "torchrun --standalone --nproc-per-node 3 -m autosync.cli run "
-                         "results/profiles/majority_lstm/profiled_job.yaml --policy tuned --backend distributed",
+        Step("answer-json", "python -c \"import json, autosync.api as a; job = a.load_job('results/profiles/"
+                            "majority_lstm/profiled_job.yaml'); print(json.dumps(a.tuned_policy(job).to_dict()))\"",
              real_clock=True),
+        Step("profile-second-machine", NODES.format(rank=1, port=29531, command=PROFILE_CLUSTER), real_clock=True,
+             background=True),
+        Step("profile-first-machine", NODES.format(rank=0, port=29531, command=PROFILE_CLUSTER), real_clock=True),
+        Step("tune-cluster", f"autosync tune {CLUSTER_JOB} --space static_k --n-trials 4 "
+                             "--out results/tune/majority_lstm-cluster", real_clock=True),
+        Step("second-machine", NODES.format(rank=1, port=29532, command=RUN_ON_CLUSTER), real_clock=True,
+             background=True),
+        Step("first-machine", NODES.format(rank=0, port=29532, command=RUN_ON_CLUSTER), real_clock=True),
+        Step("check-refused", "autosync profile examples/sequences/job.yaml --backend distributed --check",
+             expect=2),
     ],
 }
 
@@ -80,23 +110,39 @@ def run_part(part: str, work: Path, out: Path) -> dict[str, int]:
     """Run a part's steps in `work`; write each step's transcript to out/<part>/<step>.txt; exit codes."""
     env = {**os.environ, "COLUMNS": WIDTH, "TERM": "dumb", "NO_COLOR": "1", "PYTHONUNBUFFERED": "1"}
     (out / part).mkdir(parents=True, exist_ok=True)
-    codes = {}
-    for step in PARTS[part]:
-        if step.command.startswith("export "):
-            key, value = step.command.removeprefix("export ").split("=", 1)
-            env[key] = value.replace("$PWD", str(work)) + (os.pathsep + env[key] if env.get(key) else "")
-            text, code = "", 0
-        else:
-            started = time.monotonic()
-            proc = subprocess.run(["bash", "-c", step.command], cwd=work, env=env, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True, timeout=900)
-            text, code = proc.stdout, proc.returncode
-            print(f"[{part}/{step.name}] exit {code} in {time.monotonic() - started:.0f} s", file=sys.stderr)
-            if code != 0:
-                print(text, file=sys.stderr)
+    codes: dict[str, int] = {}
+    running: list[tuple[Step, subprocess.Popen, float]] = []  # background steps, waiting for the next one
+
+    def done(step: Step, text: str, code: int, started: float) -> None:
+        print(f"[{part}/{step.name}] exit {code} in {time.monotonic() - started:.0f} s", file=sys.stderr)
+        if code != step.expect:
+            print(text, file=sys.stderr)
         codes[step.name] = code
         body = "\n".join(line.rstrip() for line in text.replace(str(work) + "/", "").splitlines())
         (out / part / f"{step.name}.txt").write_text(f"$ {step.command}\n{body}\n".rstrip() + "\n")
+
+    for step in PARTS[part]:
+        started = time.monotonic()
+        if step.command.startswith("export "):
+            key, value = step.command.removeprefix("export ").split("=", 1)
+            env[key] = value.replace("$PWD", str(work)) + (os.pathsep + env[key] if env.get(key) else "")
+            done(step, "", 0, started)
+        elif step.background:
+            running.append((step, subprocess.Popen(["bash", "-c", step.command], cwd=work, env=env,
+                                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
+                            started))
+        else:
+            proc = subprocess.run(["bash", "-c", step.command], cwd=work, env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True, timeout=900)
+            done(step, proc.stdout, proc.returncode, started)
+            for waiting, background, since in running:
+                try:
+                    text, _ = background.communicate(timeout=120)
+                except subprocess.TimeoutExpired:
+                    background.kill()
+                    text, _ = background.communicate()
+                done(waiting, text, background.returncode, since)
+            running.clear()
     return codes
 
 
@@ -112,7 +158,8 @@ def main(argv: list[str]) -> int:
         shutil.copytree(REPO / "examples", work / "examples", ignore=shutil.ignore_patterns("__pycache__"))
         for part in args.part or list(PARTS):
             codes = run_part(part, work, out)
-            failed += [f"{part}/{name}" for name, code in codes.items() if code != 0]
+            expected = {step.name: step.expect for step in PARTS[part]}
+            failed += [f"{part}/{name}" for name, code in codes.items() if code != expected[name]]
             if args.out is None:
                 for name, (figure_part, source) in FIGURES.items():
                     found = sorted(work.glob(source)) if figure_part == part else []

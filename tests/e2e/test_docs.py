@@ -231,6 +231,31 @@ def test_the_glossary_defines_the_words_the_output_uses():
         assert any(h.startswith(term.lower()) for h in entries), f"docs/concepts/glossary.md: no entry for {term}"
 
 
+def _slug(heading: str) -> str:
+    """A heading's anchor, as the site's table of contents makes it ("BSP's reference run" ->
+    bsps-reference-run)."""
+    return re.sub(r"\s+", "-", re.sub(r"[^\w\s-]", "", heading.lower()).strip())
+
+
+def test_every_glossary_term_in_the_first_tunes_output_is_linked_from_its_page():
+    """Each glossary entry whose term the first tune prints (its first name; a plural or an N for a count
+    allowed) is linked from tutorial/first-tune.md, where a newcomer reads that output."""
+    output = (DOCS / "tutorial" / "output" / "first-tune" / "tune.txt").read_text().lower()
+    output = " ".join(output.split())
+    page = (DOCS / "tutorial" / "first-tune.md").read_text()
+    linked = set(re.findall(r"concepts/glossary\.md#([\w-]+)", page))
+    printed, missing = [], []
+    for heading in re.findall(r"^### (.+)$", (DOCS / "concepts" / "glossary.md").read_text(), re.M):
+        term = heading.split(",")[0].lower().removesuffix("s")
+        pattern = re.escape(term).replace(r"\ n\ ", r"\ \d+\ ").replace(r"\ ", r"\s+")
+        if re.search(rf"(?<![\w-]){pattern}s?(?![\w-])", output):
+            printed.append(heading)
+            if _slug(heading) not in linked:
+                missing.append(heading)
+    assert len(printed) >= 10  # the search's words: BSP trainings, pruned, forked, proxy, leaders, ...
+    assert not missing, f"docs/tutorial/first-tune.md: link these glossary entries: {missing}"
+
+
 def _error_classes() -> set[str]:
     """Every exception class of the package that derives, directly or not, from `AutosyncError` (read from
     the source, so that no module needs importing)."""
@@ -264,6 +289,116 @@ def test_troubleshooting_has_an_entry_for_every_verdict_and_error_class():
     errors = _error_classes()
     assert {"UserError", "RuntimeFailure", "Interrupted", "NoFeasibleTrial", "WorkerProcessError"} <= errors
     assert not {e for e in errors if f"{e}" not in page}, "docs/troubleshooting.md: name these error classes"
+
+
+# ------------------------------------------------------------------------------------------ figures
+
+# A measured figure in prose: a ratio, a share, a time, a search cost or a size
+FIGURE = re.compile(r"(?<![\w.=/-])(\d+(?:\.\d+)?)(?=x\b| ?%| s\b| ms\b| BSP trainings| MB\b| MiB\b| GiB\b)")
+# Where a figure may come from: a committed result, benchmark or family file, or a tutorial step's output
+SOURCE = re.compile(r"(?:\.\./)*((?:results|benchmarks|baselines|docs/tutorial/output)/[\w./-]*[\w/])")
+# Figures that are settings, definitions or examples of a printed form, not measurements, each with why
+NOT_MEASURED = {
+    ("concepts/glossary.md", "3.20x"): "how a speedup is printed",
+    ("concepts/glossary.md", "5%"): "the confirmation's tie margin (a setting)",
+    ("reference/cli.md", "3.20x"): "how a ratio is printed",
+    ("reference/cli.md", "1.25x"): "how a ratio is printed",
+    ("reference/cli.md", "60 s"): "the heartbeat's default (a setting)",
+    ("reference/cli.md", "1 GiB"): "glibc's arena limit",
+    ("how-to/shared-storage.md", "60 s"): "the heartbeat's default (a setting)",
+    ("how-to/robustness.md", "1.1x"): "the definition of a report column",
+    ("how-to/leaderboard.md", "5x"): "the DBW paper's slowdown job, as its job file sets it",
+    ("how-to/leaderboard.md", "50 s"): "the DBW paper's slowdown job, as its job file sets it",
+    ("index.md", "5x"): "the DBW paper's slowdown job, as its job file sets it",
+    ("index.md", "50 s"): "the DBW paper's slowdown job, as its job file sets it",
+    ("troubleshooting.md", "15%"): "the calibration's tolerance (a setting)",
+    ("tutorial/first-tune.md", "95%"): "the default job's target (a setting)",
+    ("concepts/parameter-server.md", "1.86 MB"): "the Sync-Switch paper's model size, a setting of its job",
+}
+
+
+def _units(text: str) -> list[str]:
+    """A page's prose, as the site renders it, in the units a figure's source is cited in: paragraphs and
+    table rows (shown code and output left out)."""
+    text = re.sub(r"```.*?```|<!--.*?-->", "", _with_includes(text), flags=re.S)
+    text = "\n".join(line for line in text.splitlines() if not line.startswith(("    ", "\t")))
+    units = []
+    for block in re.split(r"\n\s*\n", text):
+        rows = [line for line in block.splitlines() if line.startswith("|")]
+        units += rows if rows else [block]
+    return units
+
+
+def _numbers(lines: list[str]) -> list[str]:
+    return re.findall(r"\d+(?:\.\d+)?", " ".join(lines))
+
+
+def _found(figure: str, numbers: list[str]) -> bool:
+    """Whether `figure` is one of `numbers` as written, to its own decimals (9.4 is 9.44 rounded)."""
+    decimals = len(figure.partition(".")[2])
+    return any(f"{float(n):.{decimals}f}" == figure for n in numbers)
+
+
+def _cited_lines(unit: str) -> list[str]:
+    """The lines of the files `unit` cites: a table row's backticked words after a path narrow that file to
+    the lines holding them (its rows, or the sentence quoted)."""
+    lines: list[str] = []
+    cells = unit.split("|") if unit.startswith("|") else [unit]
+    for cell in cells:
+        for match in SOURCE.finditer(cell):
+            path = REPO / match.group(1)
+            if not path.exists():  # a file a command writes (results/robustness/quick/...), not a source
+                continue
+            files = sorted(f for f in path.iterdir() if f.suffix in (".md", ".json", ".csv", ".txt")) \
+                if path.is_dir() else [path]
+            text = [line for f in files for line in f.read_text().splitlines()]
+            rest = cell[match.end():].removeprefix("`")  # what follows the path's closing backtick
+            anchors = re.findall(r"`([^`]+)`", SOURCE.split(rest)[0]) if unit.startswith("|") else []
+            anchors = [a for a in anchors if not SOURCE.fullmatch(a)]
+            for a in anchors:
+                held = [line for line in text if line.replace("*", "").startswith(f"| {a} |")] or \
+                    [line for line in text if a in line]
+                assert held, f"{match.group(1)} has no row or line {a!r}"
+                lines += held
+            lines += [] if anchors else text
+    return lines
+
+
+# Contributors' notes on how a benchmark's code was developed keep that development's own measurements
+@pytest.mark.parametrize("name", sorted(n for n in set(_pages()) - GENERATED - FOLLOWS_THE_SEARCH
+                                        if not n.startswith("contributing/")))
+def test_every_figure_in_prose_is_in_the_file_it_cites(name):
+    """A measured figure (a ratio, a time, a cost) sits beside the committed file it was read from, and is
+    in it (rounded or as written): a result, a benchmark, a tutorial step's output. A figure no file
+    holds was typed in, and goes stale unseen."""
+    untraced = []
+    for unit in _units(_pages()[name]):
+        if not FIGURE.search(unit):
+            continue
+        numbers = _numbers(_cited_lines(unit))
+        for m in FIGURE.finditer(unit):
+            shown = unit[m.start():m.end() + 14]
+            shown = re.match(r"\d+(?:\.\d+)?(?:x| ?%| s| ms| BSP trainings| MB| MiB| GiB)", shown).group(0)
+            if (name, shown) in NOT_MEASURED or _found(m.group(1), numbers):
+                continue
+            untraced.append(f"{shown!r} in: {' '.join(unit.split())[:160]}")
+    assert not untraced, f"docs/{name}: figures with no cited file holding them:\n" + "\n".join(untraced)
+
+
+def test_every_number_of_the_choosing_guide_is_in_the_rows_it_cites():
+    """how-to/choose.md: each row's evidence (its regrets too, which carry no unit) is read from the rows or
+    lines of the committed reports that its source column names."""
+    rows = [u for u in _units(_pages()["how-to/choose.md"]) if u.startswith("| ") and not u.startswith("| your job")]
+    assert len(rows) >= 8
+    for row in rows:
+        cells = row.split("|")
+        assert SOURCE.search(cells[-2]), f"no source in: {row[:80]}"
+        numbers = _numbers(_cited_lines(row))
+        evidence = re.findall(r"(?<![\w.=/-])\d+(?:\.\d+)?", cells[3])
+        assert evidence, f"no figure in: {row[:80]}"
+        assert not [n for n in evidence if not _found(n, numbers)], \
+            (f"docs/how-to/choose.md: {[n for n in evidence if not _found(n, numbers)]} not in the cited rows of: "
+             f"{cells[-2].strip()}")
 
 
 @pytest.mark.parametrize("page, section", [("README.md", "Quick start"), ("docs/index.md", "Install")])
