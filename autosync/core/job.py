@@ -23,6 +23,7 @@ from autosync.core.job_schema import (  # noqa: F401  the schema, importable fro
     WorkloadSpec,
 )
 from autosync.core.loader import describe_error, read_yaml_file
+from autosync.core.traces import TraceProblem, read_trace
 from autosync.data import DEFAULT_JOB_PATH
 
 
@@ -75,8 +76,6 @@ def add_import_root(directory: Path) -> None:
 def _check_files_exist(spec: JobSpec, file: Path) -> None:
     """The files a job names, read now rather than once training has started: a round-trip trace (read
     whole, each value checked) and a torchvision dataset's root when nothing may be downloaded there."""
-    from autosync.core.traces import TraceProblem, read_trace
-
     rt = spec.cluster.round_trip
     if isinstance(rt, TraceRTT):
         trace = Path(rt.path)
