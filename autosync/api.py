@@ -57,7 +57,7 @@ __all__ = [
     "ExecutionOptions", "calibrate", "write_calibration", "CalibrateOptions", "recommend", "family", "DrawnJobs",
     "FamilyOptions", "robustness", "Robustness", "RobustnessOptions", "robustness_compare", "CompareOptions",
     "replay", "Replay", "ReplayOptions", "scaling", "ScalingTable", "ScalingOptions", "UserError", "table",
-    "TableOptions",
+    "TableOptions", "quiet_optuna",
 ]
 
 

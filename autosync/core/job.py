@@ -26,6 +26,13 @@ from autosync.core.loader import describe_error, read_yaml_file
 from autosync.core.traces import TraceProblem, read_trace
 from autosync.data import DEFAULT_JOB_PATH
 
+__all__ = ["load_job", "job_from_dict", "add_import_root", "BudgetSpec", "ClusterSpec", "ComputeSpec",
+           "ComputeUnitsSpec", "DatasetName", "DatasetSpec", "DeterministicRTT", "EvaluationSpec", "FACTORY_PATTERN",
+           "GPUCompute", "GammaRTT", "JobSpec", "LRScheduleSpec", "LinearCompute", "LossChoice", "LossSpec",
+           "MAX_NAME", "MAX_SEED", "MAX_SIZE", "ModelSpec", "OptimizerSpec", "ParetoRTT", "ResourceSpec",
+           "RoundTripSpec", "ServerSpec", "ShiftedExponentialRTT", "SlowdownSpec", "TORCHVISION_DATASETS",
+           "TargetSpec", "TraceRTT", "UniformRTT", "WorkloadSpec"]
+
 
 def job_from_dict(data: Any, source: str = "<job>") -> JobSpec:
     """Validate a mapping into a JobSpec, raising JobFileError with every problem at once."""

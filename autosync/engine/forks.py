@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from autosync.engine.simulator import ProgressFn, RunResult, Simulator
     from autosync.policies import Policy
 
+__all__ = ["FORKS", "ForkStore", "Kept", "MAX_BYTES", "PREFIX_GRID", "fork_key", "prefix_key", "run_sharing_prefixes"]
+
 MAX_BYTES = 512 * 2 ** 20  # what the kept snapshots may take, in all
 
 

@@ -5,4 +5,8 @@
   (`autosync robustness`); `reference_grid`: the broad reference grid over every policy family it may add.
 - `compare`: several families' robustness reports side by side (`autosync robustness-compare`).
 - `scaling`: each policy's score against the number of workers, read from leaderboards (`autosync scaling`).
+
+The modules listed in `__all__` are the package's public surface; a name starting with `_` is internal.
 """
+
+__all__ = ["compare", "leaderboard", "lofo", "reference_grid", "robustness", "scaling"]

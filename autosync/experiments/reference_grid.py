@@ -54,6 +54,11 @@ from autosync.table.build import HELD_OUT_OFFSET, HELD_OUT_SEEDS
 if TYPE_CHECKING:
     from pathlib import Path
 
+__all__ = ["BSP_POLICY", "FAMILIES", "TOLERANCE", "Judged", "ReferenceGrid", "Scored", "answer_cells",
+           "best_per_family", "cached_full_budget_final", "composition_bases", "compositions", "family_of",
+           "feasible_best", "full_budget_final", "full_cell_key", "grid_scores", "grid_twin", "held_out_seeds",
+           "judge", "keeps_constraint", "reference_policies", "run_full_cell", "score", "tune_seeds"]
+
 # scoring seeds start HELD_OUT_OFFSET past the job's seed (room for 100 search + confirm seeds), HELD_OUT_SEEDS
 # of them unless told otherwise: the seeds the table holds out too (`autosync.table.build`)
 TOLERANCE = 0.01  # the final-metric constraint's tolerance against BSP's: the tune's default (`--tolerance`)

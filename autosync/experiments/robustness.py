@@ -31,6 +31,9 @@ from autosync.policy_grid import (  # shared with search/ from below both (tests
     static_k_policies, static_label,
 )
 
+__all__ = ["CELLS_FILE", "Grid", "cell_key", "online_specs", "penalised_time", "read_cells", "report", "run_cell",
+           "run_grid", "run_report", "score_job", "summarize", "tune_each"]
+
 CELLS_FILE = "cells.jsonl"
 
 
