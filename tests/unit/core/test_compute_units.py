@@ -63,17 +63,19 @@ def test_a_round_trip_longer_than_the_queue_hides_it():
     assert with_units == pytest.approx([ROUND_TRIP, 2 * ROUND_TRIP, 3 * ROUND_TRIP])
 
 
-def test_updates_from_one_gradient_wait_for_the_gradients_queued_before_it():
+def test_updates_from_one_gradient_wait_for_the_leftover_task_the_unit_had_started():
     """Backup k = 1 on 4 workers and one unit with a round trip shorter than the unit's time: the tasks
     dispatched together are computed one after another, so the first update comes after one unit's time.
-    The worker that won it gets its next task behind the 3 still queued, which the unit computes although
-    they arrive stale, as a worker process does: every next update comes 4 units' time later. The queue,
+    At that instant the unit takes its next task (its turn is the update's instant: started), and the
+    server gives up on the 3 stale ones; the 2 not started are answered at their turn without being
+    computed, as a worker process skips them. The winner's next task, queued behind, waits for the one
+    started: every next update comes 2 units' time later (4 if the stale tasks were computed). The queue,
     not the round trip, sets the rate."""
     job = small_job(cluster__n_workers=4, cluster__round_trip={"kind": "deterministic"},
                     cluster__compute={"model": "linear", "seconds_per_sample": 0.01 / 16},
                     cluster__compute_units=_units(1), budget={"max_updates": 6})
     times = simulate(job, BackupWorkers(k=1)).trace.column("updates", "time")
-    assert times == pytest.approx([UNIT * (1 + 4 * i) for i in range(6)])
+    assert times == pytest.approx([UNIT * (1 + 2 * i) for i in range(6)])
 
 
 def test_asp_on_units_arrives_at_the_units_rate():
