@@ -195,6 +195,7 @@ class ComputeUnits:
         # per unit: tasks dispatched, not yet started (begin, round trip, worker, index, batch size, steps)
         self._queues: list[deque[tuple[float, float, int, int, int, int]]] = [deque() for _ in range(spec.count)]
         self._heads: list[tuple[float, int]] = []  # (start of the unit's first queued task, unit), a heap
+        self._queued: set[tuple[int, int]] = set()  # (worker, task index) in a queue
         self._dropped: set[tuple[int, int]] = set()  # (worker, task index) queued and given up on
 
     def unit_of(self, worker: int) -> int:
@@ -221,6 +222,7 @@ class ComputeUnits:
         unit = self.unit_of(worker)
         queue = self._queues[unit]
         queue.append((begin, round_trip, worker, index, batch_size, steps))
+        self._queued.add((worker, index))
         if len(queue) == 1:
             heapq.heappush(self._heads, (max(begin, self._free[unit]), unit))
 
@@ -234,6 +236,7 @@ class ComputeUnits:
         start, unit = heapq.heappop(self._heads)
         queue = self._queues[unit]
         begin, round_trip, worker, index, batch_size, steps = queue.popleft()
+        self._queued.discard((worker, index))
         if (worker, index) in self._dropped:
             self._dropped.discard((worker, index))
             done = start
@@ -247,14 +250,14 @@ class ComputeUnits:
 
     def drop(self, worker: int, index: int) -> bool:
         """Give up on task `index` of `worker` if it is still queued (True); one started is computed."""
-        if any(w == worker and i == index for _, _, w, i, _, _ in self._queues[self.unit_of(worker)]):
+        if (worker, index) in self._queued:
             self._dropped.add((worker, index))
             return True
         return False
 
     def queued(self) -> int:
         """Tasks in the queues, not yet started."""
-        return sum(len(q) for q in self._queues)
+        return len(self._queued)
 
     def delay_all(self, seconds: float) -> None:
         """A pause of the whole cluster postpones what every unit was doing, and what it was to do."""
