@@ -27,8 +27,9 @@ case "$CASE" in
     two_processes)
         OUT=${OUT:-results/sim_to_real/two_processes_run1}
         PROCESSES=2
-        # 20 random draws of the 5 settings (seed 0 draws each of them); --verify-top 5 keeps all 5 in the
-        # search's race, so none is pruned, and re-runs them all (each one that keeps BSP's final metric)
+        # 20 random draws of the 5 settings (seed 0 draws each of them; --sampler grid fails on the
+        # baselines the search queues outside this space); --verify-top 5 keeps all 5 in the search's race,
+        # so none is pruned, and re-runs them all (each one that keeps BSP's final metric)
         SEARCH=(--space "$(dirname "$0")/spread_k.yaml" --sampler random --n-trials 20 --verify-top 5) ;;
     *)
         echo "CASE must be one_process or two_processes, but got CASE=$CASE" >&2

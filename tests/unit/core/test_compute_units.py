@@ -119,7 +119,8 @@ def test_the_queue_gives_the_booked_times_to_the_bit_when_nothing_is_dropped():
     expected, got, now = [], [], 0.0
     for index in range(200):
         now += rng.expovariate(20.0)
-        worker, batch, trip, steps = rng.randrange(7), rng.choice([4, 8, 16, 33]), rng.expovariate(5.0), rng.choice([1, 1, 2])
+        worker, batch, trip = rng.randrange(7), rng.choice([4, 8, 16, 33]), rng.expovariate(5.0)
+        steps = rng.choice([1, 1, 2])
         expected.append((max(now + trip, booked.compute(worker, now, batch, steps)), worker, index))
         queued.enqueue(worker, index, now, trip, batch, steps)
         while (started := queued.start_next(now)) is not None:
