@@ -51,7 +51,8 @@ from autosync.search.recommend.neighbours import describe as describe_job, neigh
 from autosync.search.study.storage import open_storage, redact_url
 from autosync.search.request import TuneRequest
 from autosync.search.study.trials import (
-    LOOKAHEAD, budget_used, counted_trials, fail_dead_trials, pending_trials, run_queued_trial, top_up, trials_run_by,
+    LOOKAHEAD, budget_used, counted_trials, fail_dead_trials, kept_line, pending_trials, roles, run_queued_trial,
+    top_up, trials_run_by,
 )
 
 if TYPE_CHECKING:
@@ -77,11 +78,14 @@ class TuneOutcome:
     confirmation: Any = None  # autosync.search.strategies.confirm.Confirmation, with --confirm-top
     # other spaces' cached answers on this job that are faster than this one's (`faster_elsewhere`)
     faster_elsewhere: list[dict[str, Any]] = field(default_factory=list)
+    # the study's finished trials by their role (`autosync.search.study.records.ROLES`): "budget" is what
+    # --n-trials counts, the others (points answered untrained, checks, resampled, killed) the search's own
+    roles: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """The outcome as `autosync tune --json` prints it (plain data: the study itself left out)."""
         return {"study": self.study_name, "cached": self.cached, "new_trials": self.new_trials, "cache": self.cache,
-                "top": self.top, "faster_elsewhere": self.faster_elsewhere,
+                "top": self.top, "faster_elsewhere": self.faster_elsewhere, "roles": self.roles,
                 "verification": self.verification.to_dict() if self.verification is not None else None}
 
 
@@ -144,8 +148,9 @@ def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = Non
     """Search (or re-use the cache) for the best policy of `request.job` in `request.space`; with
     --confirm-top, confirm it on more seeds (`on_confirm(runs done, runs in all)` follows that).
 
-    A study with trials already (an interrupted or killed search) is resumed: `on_resume(finished trials,
-    numbers of the dead trials re-queued)` says so first. Ctrl-C raises `Interrupted` saying what is kept.
+    A study with trials or BSP's reference already (an interrupted or killed search) is resumed:
+    `on_resume(finished trials, numbers of the dead trials re-queued)` says so first (the numbers'
+    `reference`: BSP's reference runs were found too). Ctrl-C raises `Interrupted` saying what is kept.
     `TuneOutcome.new_trials` counts the trials this command's processes ran, not other processes'."""
     storage = open_storage(request.storage)
     study = load_study(request, storage)
@@ -158,7 +163,8 @@ def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = Non
     with storage_lock(request.storage, study.study_name):
         requeued = fail_dead_trials(study)
     before = counted_trials(study)
-    if on_resume is not None and (before or requeued):
+    requeued.reference = BSP_REFERENCE in study.user_attrs
+    if on_resume is not None and (before or requeued or requeued.reference):
         on_resume(before, requeued)
     mine = {process_tag()}  # the processes of this command: the trials they ran are its new trials
     try:
@@ -170,14 +176,13 @@ def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = Non
     except (KeyboardInterrupt, Exception) as exc:  # Ctrl-C, or Ctrl-C as Optuna passed it on (`interrupted`)
         if not isinstance(exc, KeyboardInterrupt) and not interrupted():
             raise
-        kept = counted_trials(study)
-        raise Interrupted(f"interrupted: {kept} finished trial{'' if kept == 1 else 's'} of study {study.study_name} "
-                          f"kept in {redact_url(request.storage)}; a trial cut short is run again when the search "
-                          "resumes with the same command") from None
+        raise Interrupted(f"interrupted: {kept_line(study)} of study {study.study_name} kept in "
+                          f"{redact_url(request.storage)}; a trial cut short is run again when the search resumes "
+                          "with the same command") from None
     cache = write_cache(study, request.job, request.space, request.sampler, request.settings.tolerance, reference,
                         execution=execution_of(request.settings.backend), neighbours=near)
     outcome = TuneOutcome(study.study_name, request.storage, False, len(trials_run_by(study, mine)), cache,
-                          best_policies(study), study)
+                          best_policies(study), study, roles=roles(study))
     return _elsewhere(_verified(_confirmed(outcome, request, storage, siblings, on_confirm), request), request.job,
                       siblings)
 

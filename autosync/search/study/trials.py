@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from autosync.search.study import _optuna_internals as internals
 from autosync.search.study.records import (
-    ANSWERED, FAIL_REASON, GIVEN_UP_PLACES, KILLED, PROCESS, RETRY_OF, constraint_of, has_run, outside_budget,
+    ANSWERED, BSP_REFERENCE, FAIL_REASON, GIVEN_UP_PLACES, KILLED, PROCESS, RETRY_OF, ROLE, ROLES, constraint_of,
+    has_run, outside_budget, role_of,
 )
 from autosync.search.study.locking import storage_lock
 
@@ -63,6 +64,18 @@ def budget_used(study: "optuna.Study") -> tuple[int, int]:
         elif has_run(t):
             counted += 1
     return counted, pending
+
+
+def roles(study: "optuna.Study") -> dict[str, int]:
+    """How many finished trials of each `ROLE` the study holds, in `ROLES` order (none: left out); "budget" is
+    what --n-trials counts, the rest are the search's own (read from each trial's attributes, so a study of an
+    older autosync, whose trials carry no role, is counted alike)."""
+    found: dict[str, int] = {}
+    for t in internals.fresh_trials(study):
+        if t.state.is_finished():
+            role = role_of(t)
+            found[role] = found.get(role, 0) + 1
+    return {role: found[role] for role in ROLES if role in found}
 
 
 def trials_run_by(study: "optuna.Study", processes: set[str]) -> list["optuna.trial.FrozenTrial"]:
@@ -146,12 +159,22 @@ def _failed_as_dead(study: "optuna.Study", number: int) -> bool:
     return trial.state == _states("FAIL")[0] and bool(trial.user_attrs.get(KILLED))
 
 
+def kept_line(study: "optuna.Study") -> str:
+    """What an interrupted search keeps, in words: its finished trials of the budget (`counted_trials`; the
+    search's own trials, checks and answered points, are not of the budget) and BSP's reference runs."""
+    kept = counted_trials(study)
+    words = f"{kept} finished trial{'' if kept == 1 else 's'} of the budget"
+    return f"{words} and BSP's reference runs" if BSP_REFERENCE in study.user_attrs else words
+
+
 class DeadTrials(list):
     """The numbers of the trials `fail_dead_trials` failed and re-queued, and (`waiting`) one line per
     RUNNING trial not known dead that has gone silent but is not yet past the grace: 'up to N s for
-    trial K of host:pid, which ...' (`_silent`)."""
+    trial K of host:pid, which ...' (`_silent`); a resuming tune sets `reference`: the study holds BSP's
+    reference runs already."""
 
     waiting: list[str]
+    reference: bool = False
 
 
 def process_gone(tag: Any) -> bool:
@@ -195,6 +218,7 @@ def fail_dead_trials(study: "optuna.Study") -> DeadTrials:
             # KILLED first: should the trial finish between the two writes, a reason without KILLED would
             # make it count as a failure of its own (and twins copy it)
             storage.set_trial_user_attr(tid, KILLED, True)
+            storage.set_trial_user_attr(tid, ROLE, "killed")
             storage.set_trial_user_attr(tid, FAIL_REASON, f"{reason}; the trial is re-run")
             if storage.set_trial_state_values(tid, state=optuna.trial.TrialState.FAIL):
                 failed.append(tid)
@@ -252,7 +276,7 @@ class RetryKilledTrial:
         frozen = copy.deepcopy(trial)
         # nor the dead process's tag: while the copy is claimed and not yet tagged by its own process, another
         # process's `fail_dead_trials` would find that process gone and fail the copy too
-        for key in (FAIL_REASON, KILLED, PROCESS):
+        for key in (FAIL_REASON, KILLED, PROCESS, ROLE):
             frozen.user_attrs.pop(key, None)
         frozen.set_user_attr(RETRY_OF, trial.number)
         self._retry(study, frozen)

@@ -157,6 +157,9 @@ def _request(tmp_path: Path, job=None, space=None, **changes) -> TuneRequest:
 def test_tune_caches_the_best_policy_for_the_recurring_job(tmp_path):
     first = tune(_request(tmp_path))
     assert not first.cached and first.new_trials == 4
+    # every finished trial says what it is to the search (the dashboard shows it): 4 of the budget
+    roles = [t.user_attrs.get("role") for t in first.study.trials if t.state.is_finished()]
+    assert roles.count("budget") == 4 and None not in roles and first.roles["budget"] == 4, roles
     record = first.cache
     assert record["best_policy"]["policy"] == "backup" and record["trials"] == 4
     assert record["search_cost_bsp_trainings"] > 0 and record["fingerprint"] == small_job().fingerprint()
