@@ -41,7 +41,7 @@ from autosync.search.strategies.samplers import SWITCH_POINT_SAMPLERS, make_samp
 from autosync.search.strategies.second_seed import second_seed_judge
 from autosync.search.study.records import (
     BSP_REFERENCE, BSP_TARGET, BSP_TRAINING_SECONDS, CURVE, FORKED, HORIZON, NEIGHBOUR_JOBS, REPAIR_OF, TIME_TO_TARGET,
-    VIRTUAL_SECONDS, StudyRecord, describe_study, write_cache_record,
+    TIMED_OUT_OF, VIRTUAL_SECONDS, StudyRecord, describe_study, write_cache_record,
 )
 from autosync.search.study.siblings import sibling_reference, sibling_studies
 from autosync.search.space import SearchSpace
@@ -155,6 +155,8 @@ def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = Non
     storage = open_storage(request.storage)
     study = load_study(request, storage)
     cache = read_cache(study) if not request.refresh else None
+    if cache is not None and _timed_out_short(cache, study, request):
+        cache = None  # a search its --timeout ended before the budget: the same command resumes it
     if cache is not None:
         outcome = TuneOutcome(study.study_name, request.storage, True, 0, cache, best_policies(study), study)
         siblings = sibling_studies(study, storage)  # read once: the confirmation and `_elsewhere` both use them
@@ -179,12 +181,29 @@ def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = Non
         raise Interrupted(f"interrupted: {kept_line(study)} of study {study.study_name} kept in "
                           f"{redact_url(request.storage)}; a trial cut short is run again when the search resumes "
                           "with the same command") from None
+    short = bool(request.timeout) and request.sampler not in SWITCH_POINT_SAMPLERS \
+        and counted_trials(study) < budget_of(request, before)
     cache = write_cache(study, request.job, request.space, request.sampler, request.settings.tolerance, reference,
-                        execution=execution_of(request.settings.backend), neighbours=near)
+                        execution=execution_of(request.settings.backend), neighbours=near,
+                        timed_out_of=budget_of(request, before) if short else None)
     outcome = TuneOutcome(study.study_name, request.storage, False, len(trials_run_by(study, mine)), cache,
                           best_policies(study), study, roles=roles(study))
     return _elsewhere(_verified(_confirmed(outcome, request, storage, siblings, on_confirm), request), request.job,
                       siblings)
+
+
+def budget_of(request: TuneRequest, before: int) -> int:
+    """The trials of the budget the search ends with: --n-trials, or `before` (the finished ones) plus
+    --n-trials on --refresh; with the grid sampler, no more than the space's points."""
+    budget = before + request.n_trials if request.refresh else request.n_trials
+    return min(budget, request.space.size()) if request.sampler == "grid" else budget
+
+
+def _timed_out_short(cache: dict[str, Any], study: "optuna.Study", request: TuneRequest) -> bool:
+    """Whether the study's answer is of a search that its --timeout ended before this request's budget
+    (`timed_out_of`): the same command then resumes the search rather than answering from the cache."""
+    return bool(cache.get(TIMED_OUT_OF)) and request.sampler not in SWITCH_POINT_SAMPLERS \
+        and counted_trials(study) < budget_of(request, counted_trials(study))
 
 
 FASTER_BY = 1.05  # another space's answer is reported when it is at least this many times faster
@@ -249,9 +268,7 @@ def _search(study: "optuna.Study", request: TuneRequest, reference: dict[str, An
 
         run_switch_point_search(study, request, reference, deadline, on_trial)
         return
-    budget = before + request.n_trials if request.refresh else request.n_trials
-    if request.sampler == "grid":
-        budget = min(budget, request.space.size())
+    budget = budget_of(request, before)
     top_up(study, request.storage, budget, *_queued_first(study, request, siblings, near or []),
            lookahead=lookahead(request, first=True))
     helpers = _start_helpers(request, study.study_name, budget, deadline)

@@ -86,6 +86,8 @@ GIVEN_UP_PLACES = "given_up_places"  # the budget whose places not queued yet we
 CONFIRMATION_RUNS = "confirmation_runs"  # {run identity: result} of every confirmation run
 BSP_REFERENCE = "bsp_reference"  # BSP's runs on the trials' seeds (`BspReference`); also SAME_AS's value
 CACHE = "cache"  # the cached answer (`CacheRecord`), written once a search finished
+# in a cache record: the budget a search had when its --timeout ended it short of it (the same command resumes)
+TIMED_OUT_OF = "timed_out_of"
 
 # --- inside a BSP reference ------------------------------------------------------------------------------
 HORIZON = "horizon"  # BSP's time to target, where the checks stop under BSP_TARGET
@@ -141,6 +143,7 @@ class CacheRecord(TypedDict, total=False):
     cost_to_answer_bsp_trainings: float | None
     neighbour_jobs: list[dict[str, Any]]
     prior_trials: int
+    timed_out_of: int  # TIMED_OUT_OF: the budget a --timeout ended the search short of
     # written by a confirmation (`--confirm-top`) or a verification on the real backend
     search_best_policy: dict[str, Any]
     search_best_value: float

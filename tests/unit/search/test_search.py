@@ -606,6 +606,21 @@ def test_a_trial_still_training_when_the_timeout_passes_stops_and_takes_no_slot(
     assert study.trials[-1].state.name == "COMPLETE"
 
 
+@pytest.mark.slow
+def test_a_search_its_timeout_ended_short_is_resumed_by_the_same_command(tmp_path):
+    """A search whose --timeout ended it before its budget answers (its record says so, `timed_out_of`),
+    and the same command resumes it, saying so, rather than answering from the cache."""
+    job = small_job(budget={"max_updates": 800}, target={"metric": "test_accuracy", "threshold": 0.99})  # slow trials
+    first = tune(_request(tmp_path, job, timeout=0.3, n_trials=3))  # BSP's point answered, then the timeout
+    assert not first.cached and first.cache["timed_out_of"] == 3 and first.cache["trials"] < 3
+    found = []
+    resumed = tune(_request(tmp_path, job, n_trials=3), on_resume=lambda *seen: found.append(seen))
+    assert not resumed.cached and resumed.cache["trials"] == 3 and "timed_out_of" not in resumed.cache
+    assert found and found[0][0] == first.cache["trials"] and found[0][1].reference
+    again = tune(_request(tmp_path, job, n_trials=3))
+    assert again.cached and again.new_trials == 0
+
+
 @pytest.mark.parametrize("text, n, workers, share", [
     ("n_workers", 16, 16, 16), ("n_workers - 1", 16, 15, 15), ("n_workers / 2", 15, 7, 8),
     ("n_workers*3/4", 16, 12, 12), ("n_workers * 2", 16, 32, 16), ("n_workers+3", 4, 7, 4), (5, 16, 5, 5),
