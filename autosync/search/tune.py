@@ -47,6 +47,7 @@ from autosync.search.study.siblings import sibling_reference, sibling_studies
 from autosync.search.space import SearchSpace
 from autosync.search.study.interrupts import interrupted, storage_calls_finish_first
 from autosync.search.study.locking import storage_lock
+from autosync.search.study.outage import report_to
 from autosync.search.recommend.neighbours import describe as describe_job, neighbours as nearest
 from autosync.search.study.storage import open_storage, redact_url
 from autosync.search.request import TuneRequest
@@ -144,14 +145,17 @@ def _describe_study(study: "optuna.Study", request: TuneRequest) -> None:
 
 def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = None,
          on_confirm: Callable[[int, int], None] | None = None,
-         on_resume: Callable[[int, list[int]], None] | None = None) -> TuneOutcome:
+         on_resume: Callable[[int, list[int]], None] | None = None,
+         on_wait: Callable[[str], None] | None = None) -> TuneOutcome:
     """Search (or re-use the cache) for the best policy of `request.job` in `request.space`; with
     --confirm-top, confirm it on more seeds (`on_confirm(runs done, runs in all)` follows that).
 
     A study with trials or BSP's reference already (an interrupted or killed search) is resumed:
     `on_resume(finished trials, numbers of the dead trials re-queued)` says so first (the numbers'
     `reference`: BSP's reference runs were found too). Ctrl-C raises `Interrupted` saying what is kept.
-    `TuneOutcome.new_trials` counts the trials this command's processes ran, not other processes'."""
+    `TuneOutcome.new_trials` counts the trials this command's processes ran, not other processes'. A storage
+    server that stops answering is waited for, saying so through `on_wait` (`autosync.search.study.outage`)."""
+    report_to(request.storage, on_wait)
     storage = open_storage(request.storage)
     study = load_study(request, storage)
     cache = read_cache(study) if not request.refresh else None

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator
 
 from autosync.search.study.interrupts import storage_call
+from autosync.search.study.outage import call_waiting
 
 if TYPE_CHECKING:
     import optuna
@@ -78,6 +79,12 @@ def fresh_trials(study: "optuna.Study", states: tuple[Any, ...] | None = None) -
 
 
 def dead_trial_ids(study: "optuna.Study") -> list[int]:
+    """Storage ids of RUNNING trials whose process is gone (`_dead_trial_ids`; made again whole while a
+    server storage does not answer, `autosync.search.study.outage`)."""
+    return call_waiting(storage_url(study), _dead_trial_ids, study)
+
+
+def _dead_trial_ids(study: "optuna.Study") -> list[int]:
     """Storage ids of RUNNING trials whose process is gone.
 
     Stale trials (no heartbeat within `grace_seconds`) by Optuna's own query, plus orphans: RUNNING
@@ -109,6 +116,10 @@ def dead_trial_ids(study: "optuna.Study") -> list[int]:
 
 def heartbeat_ages(study: "optuna.Study", ids: list[int]) -> dict[int, float | None]:
     """Seconds since each trial's last heartbeat (None: it never beat), by storage id."""
+    return call_waiting(storage_url(study), _heartbeat_ages, study, ids)
+
+
+def _heartbeat_ages(study: "optuna.Study", ids: list[int]) -> dict[int, float | None]:
     from optuna.storages._rdb import models
 
     now = dt.datetime.now()

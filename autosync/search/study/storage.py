@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from autosync.core.errors import UserError
 from autosync.search.study.interrupts import guarded
 from autosync.search.study.locking import sqlite_path, storage_lock
+from autosync.search.study.outage import is_server, waiting
 
 if TYPE_CHECKING:
     import optuna
@@ -145,9 +146,13 @@ def _rdb_storage(url: str, kwargs: dict[str, Any]) -> "optuna.storages.RDBStorag
 
     from autosync.search.study.trials import RetryKilledTrial
 
+    cls = guarded(optuna.storages.RDBStorage)
+    if is_server(url):  # a server that stops answering is waited for (`outage`); a pooled connection it
+        cls = waiting(cls)  # dropped is found dead before use and replaced
+        kwargs = {"pool_pre_ping": True, **kwargs}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # heartbeats are marked experimental; we rely on them knowingly
-        return guarded(optuna.storages.RDBStorage)(
+        return cls(
             url, engine_kwargs=kwargs, heartbeat_interval=HEARTBEAT_SECONDS,
             grace_period=OPTUNA_GRACE_INTERVALS * HEARTBEAT_SECONDS,
             heartbeat_stale_trial_callback=RetryKilledTrial(max_retry=3))
