@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+MAX_RETRIES = 3  # re-runs of one killed trial (`autosync.search.study.trials.RetryKilledTrial`'s max_retry)
+
 #: What the zygote imports before it forks: what a tune needs, so that a forked process imports nothing more.
 PRELOAD = ("autosync.cli", "autosync.api", "autosync.catalog", "autosync.policies", "autosync.search.tune",
            "autosync.search.objective", "autosync.search.equivalence", "autosync.search.strategies.portfolio",
@@ -134,6 +136,7 @@ class Storm:
     processes: int
     kills: int = 0
     mid_trial: int = 0  # kills of a process with a trial running (tagged with its pid) just before
+    retries_spent: list[int] = field(default_factory=list)  # killed trials whose re-runs ran out (not re-run)
     queued_checks: int = 0  # checks (or repairs) left queued, outside the budget: a resumed search runs them
     starts: int = 0
     wall_seconds: float = 0.0
@@ -268,7 +271,14 @@ def check(storm: Storm, url: str, budget: int) -> Storm:
         storm.problems.append(f"policies trained twice in the budget: {twice}")
     storm.killed_trials = [n for tid, n, _ in trials if attrs.get(tid, {}).get("role") == "killed"]
     rerun = {attrs.get(tid, {}).get("retry_of") for tid, _, s in trials if s != "WAITING"}
-    storm.problems += [f"killed trial {n} was not re-run" for n in storm.killed_trials if n not in rerun]
+    history = {tid: json.loads(v) for tid, key, v in
+               _rows(url, "select trial_id, key, value_json from trial_system_attributes") if key == "retry_history"}
+    # a trial is re-run at most MAX_RETRIES times (Optuna's retry history); past that, its place in the budget
+    # is queued afresh, which the exact budget above checks
+    storm.retries_spent = [n for tid, n, _ in trials if attrs.get(tid, {}).get("role") == "killed"
+                           and n not in rerun and len(history.get(tid, [])) >= MAX_RETRIES]
+    storm.problems += [f"killed trial {n} was not re-run" for n in storm.killed_trials
+                       if n not in rerun and n not in storm.retries_spent]
     storm.answer = answer(url)
     return storm
 

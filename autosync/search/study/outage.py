@@ -20,6 +20,7 @@ import time
 from typing import Any, Callable, TypeVar
 
 from autosync.core.errors import StorageLost
+from autosync.search.study.urls import redact, redact_url
 
 T = TypeVar("T")
 
@@ -66,8 +67,6 @@ def lost_connection(exc: BaseException) -> bool:
 
 def _reason(exc: BaseException, url: str) -> str:
     """The first line of the deepest error's message (the driver's own words), without a password."""
-    from autosync.search.study.storage import redact
-
     seen: set[int] = set()
     while id(exc) not in seen:  # down to the driver's error (SQLAlchemy's `orig`, or what it was raised from)
         seen.add(id(exc))
@@ -80,8 +79,6 @@ def _reason(exc: BaseException, url: str) -> str:
 
 
 def _lost(url: str, exc: BaseException, since: float) -> None:
-    from autosync.search.study.storage import redact_url
-
     with _lock:
         if url in _outages:
             return
@@ -94,8 +91,6 @@ def _lost(url: str, exc: BaseException, since: float) -> None:
 
 
 def _back(url: str) -> None:
-    from autosync.search.study.storage import redact_url
-
     with _lock:
         outage = _outages.pop(url, None)
     report = _reporters.get(url)
@@ -113,8 +108,6 @@ def call_waiting(url: str | None, call: Callable[..., T], *args: Any, **kwargs: 
         result = call(*args, **kwargs)
         _answered.add(url)
         return result
-    from autosync.search.study.storage import redact_url
-
     _depth.n = 1
     started: float | None = None
     try:
