@@ -200,9 +200,9 @@ def fail_dead_trials(study: "optuna.Study") -> DeadTrials:
     """Fail the RUNNING trials whose process died, each with its reason, and re-queue them; their numbers.
 
     A trial's process is dead when it sent no heartbeat for the grace period (or none ever), or at once
-    when it ran on this machine and is gone (`process_gone`). Call it under the study's storage lock:
-    between the failure and the re-queue the trial is neither pending nor counted, and a `top_up` in that
-    gap would queue a trial beyond the budget.
+    when it ran on this machine and is gone (`process_gone`). Its re-run is queued before it is failed, once
+    (a trial already re-queued is not queued again). Call it under the study's storage lock, so that no
+    other process queues or fails it meanwhile.
     """
     import optuna
 
@@ -210,29 +210,49 @@ def fail_dead_trials(study: "optuna.Study") -> DeadTrials:
     grace = internals.grace_seconds(study)
     running = internals.fresh_trials(study, _states("RUNNING")) if grace is not None else []
     gone = {internals.trial_id(t): t.user_attrs[PROCESS] for t in running if process_gone(t.user_attrs.get(PROCESS))}
-    failed = []
-    for tid in dict.fromkeys([*gone, *internals.dead_trial_ids(study)]):
+    dead = list(dict.fromkeys([*gone, *internals.dead_trial_ids(study)]))
+    retry = storage.get_heartbeat_stale_trial_callback()
+    requeued = {t.user_attrs.get(RETRY_OF) for t in internals.fresh_trials(study)} if dead else set()
+    numbers = DeadTrials()
+    for tid in dead:
         reason = (f"its process {gone[tid]} is gone (killed)" if tid in gone else
                   f"its process stopped: no heartbeat for over {grace} s (killed or hung)")
+        frozen = storage.get_trial(tid)
         try:
-            # KILLED first: should the trial finish between the two writes, a reason without KILLED would
+            # its re-run queued first: a process killed between that and the failure leaves the trial running
+            # and re-queued, which the next call fails without queueing it again (the other order left a trial
+            # failed and never re-run: found by the kill storm, tests/kill_storm.py)
+            if retry is not None and frozen.number not in requeued:
+                retry(study, frozen)
+            # KILLED first: should the trial finish between the writes, a reason without KILLED would
             # make it count as a failure of its own (and twins copy it)
             storage.set_trial_user_attr(tid, KILLED, True)
             storage.set_trial_user_attr(tid, ROLE, "killed")
             storage.set_trial_user_attr(tid, FAIL_REASON, f"{reason}; the trial is re-run")
             if storage.set_trial_state_values(tid, state=optuna.trial.TrialState.FAIL):
-                failed.append(tid)
-        except optuna.exceptions.UpdateFinishedTrialError:
-            continue  # another process got there first, or the trial just finished after all
-    retry = storage.get_heartbeat_stale_trial_callback()
-    numbers = DeadTrials()
-    for tid in failed:
-        frozen = storage.get_trial(tid)
-        numbers.append(frozen.number)
-        if retry is not None:
-            retry(study, frozen)
+                numbers.append(frozen.number)
+        except optuna.exceptions.UpdateFinishedTrialError:  # another process got there first, or it finished
+            if not storage.get_trial(tid).user_attrs.get(KILLED):  # after all: then its re-run is not needed
+                _drop_reruns(study, frozen.number)
     numbers.waiting = _silent(study, [t for t in running if internals.trial_id(t) not in gone], grace)
     return numbers
+
+
+def _drop_reruns(study: "optuna.Study", number: int) -> None:
+    """Fail the queued re-runs of trial `number`, which finished after all (not counted: no result)."""
+    import optuna
+
+    storage = internals.storage_of(study)
+    for t in internals.fresh_trials(study, _states("WAITING")):
+        if t.user_attrs.get(RETRY_OF) == number:
+            tid = internals.trial_id(t)
+            try:
+                storage.set_trial_user_attr(tid, KILLED, True)
+                storage.set_trial_user_attr(tid, ROLE, "killed")
+                storage.set_trial_user_attr(tid, FAIL_REASON, f"not run: trial {number} finished after all")
+                storage.set_trial_state_values(tid, state=optuna.trial.TrialState.FAIL)
+            except optuna.exceptions.UpdateFinishedTrialError:  # taken by a process meanwhile: it runs
+                continue
 
 
 def _silent(study: "optuna.Study", running: list["optuna.trial.FrozenTrial"], grace: float | None) -> list[str]:
