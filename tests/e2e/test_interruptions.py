@@ -149,3 +149,7 @@ def test_processes_started_together_never_train_one_policy_twice(tiny_job, tmp_p
         [re.findall(r"study \S+: \d+ trials? run by this command,\s+\d+ in all", out) or out[-800:] for out, _ in outs]
     ran = [int(m.group(1)) if m else 0 for m in found]
     assert sum(ran) == 6, ran
+    with sqlite3.connect(db) as con:  # what the study shows: 6 finished trials whose role is budget
+        roles = [r for (r,) in con.execute("select a.value_json from trial_user_attributes a join trials t using "
+                                           "(trial_id) where a.key = 'role' and t.state <> 'RUNNING'")]
+    assert roles.count('"budget"') == 6, roles
