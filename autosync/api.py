@@ -172,7 +172,8 @@ def run(job: JobSpec, policy: "str | Policy | dict[str, Any] | None" = None, par
 def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions | None = None,
          on: "BackendChoice | None" = None, on_trial: Callable[[int, int], None] | None = None,
          on_confirm: Callable[[int, int], None] | None = None, on_start: Callable[[str], None] | None = None,
-         on_resume: Callable[[int, list[int]], None] | None = None, **fields: Any) -> "Tuned":
+         on_resume: Callable[[int, list[int]], None] | None = None,
+         on_wait: Callable[[str], None] | None = None, **fields: Any) -> "Tuned":
     """Search `job`'s best policy in `space` with Optuna, or return the cached one of a recurring job.
 
     Args:
@@ -187,6 +188,8 @@ def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions 
         on_start: called with the storage URL once every option is checked, before the search starts.
         on_resume: called with (finished trials, numbers of dead trials re-queued) when the study already
             has trials (an interrupted or killed search is resumed), before any new trial.
+        on_wait: called with a line when a storage server stops answering (what is waited for, and for how
+            long), and again when it answers.
 
     Returns the outcome the command prints (`Tuned`, a TuneOutcome with `.write(dir)`: the verification and
     the study's plots): the study, whether the cache answered, the cache record (best policy and value, BSP's,
@@ -208,7 +211,8 @@ def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions 
     if on_start is not None:
         on_start(request.storage)
     try:
-        return Tuned.of(run_tune(request, on_trial=on_trial, on_confirm=on_confirm, on_resume=on_resume))
+        return Tuned.of(run_tune(request, on_trial=on_trial, on_confirm=on_confirm, on_resume=on_resume,
+                                 on_wait=on_wait))
     except cache.NoFeasibleTrial as exc:
         if request.timeout is None:
             raise

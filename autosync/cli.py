@@ -356,7 +356,8 @@ def tune(job: Optional[Path] = JOB_ARG,
 
             outcome = resumable(lambda: api.tune(
                 spec, options=options, on_trial=on_trial, on_confirm=on_confirm, on_start=on_start,
-                on_resume=lambda found, requeued: status.print(resume_line(found, requeued), soft_wrap=True)))
+                on_resume=lambda found, requeued: status.print(resume_line(found, requeued), soft_wrap=True),
+                on_wait=lambda line: status.print(line, soft_wrap=True)))
     if as_json:
         _print_json(outcome.to_dict())
     else:

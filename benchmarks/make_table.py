@@ -26,7 +26,8 @@ FIGURES = HERE / "figures.json"
 TABLE = HERE / "README.md"
 BENCHMARKS = ("bench_startup", "bench_engine", "bench_scale", "bench_dbw_solver", "bench_policies",
               "bench_tune", "bench_tune_cost", "bench_answer_quality", "bench_transfer", "bench_processes",
-              "bench_transport", "bench_gpu", "bench_fuzz_inputs", "bench_replay", "bench_table")
+              "bench_transport", "bench_gpu", "bench_fuzz_inputs", "bench_kill_storm", "bench_replay", "bench_table",
+              "bench_lofo", "bench_race")
 
 
 def machine() -> str:

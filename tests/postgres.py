@@ -34,9 +34,30 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+class Server:
+    """A running throw-away server: its `url`, and `stop()` / `start()` to take it away and bring it back
+    (the same data, port and password) while a command uses it."""
+
+    def __init__(self, bin_dir: Path, root: Path, port: int, as_user: list[str]):
+        self.bin_dir, self.root, self.port, self.as_user = bin_dir, root, port, as_user
+        self.url = f"postgresql://{USER}:{PASSWORD}@127.0.0.1:{port}/postgres"
+
+    def _pg_ctl(self, *args: str, check: bool = True) -> None:
+        subprocess.run([*self.as_user, str(self.bin_dir / "pg_ctl"), "-D", str(self.root / "data"), *args],
+                       check=check, capture_output=True, text=True)
+
+    def start(self) -> None:
+        self._pg_ctl("-l", str(self.root / "log"), "-w", "-o", f"-p {self.port} -k {self.root} "
+                     "-c listen_addresses=127.0.0.1 -c max_connections=200", "start")
+
+    def stop(self, mode: str = "fast") -> None:
+        """Stop the server: 'fast' ends every session (their transactions rolled back), 'immediate' as a crash."""
+        self._pg_ctl("-m", mode, "-w", "stop", check=False)
+
+
 @contextlib.contextmanager
-def postgres_server() -> Iterator[str]:
-    """Start a server on a free localhost port; yields its URL (with a password), stops and deletes it after."""
+def postgres_cluster() -> Iterator[Server]:
+    """Start a server on a free localhost port; yields it (`Server`), stops and deletes it after."""
     bin_dir = _bin_dir()
     if bin_dir is None:
         pytest.skip("PostgreSQL is not installed (apt-get install postgresql; .ci/run installs it)")
@@ -47,22 +68,27 @@ def postgres_server() -> Iterator[str]:
             pytest.skip("running as root without a 'postgres' user to start the server as")
         as_user = ["runuser", "-u", "postgres", "--"]
     root = Path(tempfile.mkdtemp(prefix="autosync-pg-"))
-    data, pwfile, port = root / "data", root / "pw", _free_port()
+    data, pwfile = root / "data", root / "pw"
     pwfile.write_text(PASSWORD + "\n")
     if as_user:
         shutil.chown(root, "postgres")
         shutil.chown(pwfile, "postgres")
-    run = lambda *cmd: subprocess.run([*as_user, *cmd], check=True, capture_output=True, text=True)  # noqa: E731
+    server = Server(bin_dir, root, _free_port(), as_user)
     try:
-        run(str(bin_dir / "initdb"), "-D", str(data), "-U", USER, f"--pwfile={pwfile}", "--auth-host=scram-sha-256",
-            "--auth-local=trust")
-        run(str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(root / "log"), "-w", "-o",
-            f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c max_connections=200", "start")
-        yield f"postgresql://{USER}:{PASSWORD}@127.0.0.1:{port}/postgres"
+        subprocess.run([*as_user, str(bin_dir / "initdb"), "-D", str(data), "-U", USER, f"--pwfile={pwfile}",
+                        "--auth-host=scram-sha-256", "--auth-local=trust"], check=True, capture_output=True, text=True)
+        server.start()
+        yield server
     finally:
-        subprocess.run([*as_user, str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
-                       capture_output=True)
+        server.stop("immediate")
         shutil.rmtree(root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def postgres_server() -> Iterator[str]:
+    """Start a server on a free localhost port; yields its URL (with a password), stops and deletes it after."""
+    with postgres_cluster() as server:
+        yield server.url
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,9 @@ function of (seed, stream, worker, task), so skipping one gradient never shifts 
 from __future__ import annotations
 
 import csv
+import heapq
 import math
+from collections import deque
 from pathlib import Path
 
 import numpy as np
@@ -175,15 +177,26 @@ class ComputeUnits:
     seconds): worker w's gradient is computed on unit w % count once the unit has finished the gradients
     dispatched to it before, and takes the unit's time for its batch (`batch_seconds` / the unit's speed).
 
-    Tasks are asked for in dispatch order, non-decreasing in time (the clock's job), which makes first
-    come, first served exact: a worker process of the processes backend takes its notifications in that
-    order too.
+    Two ways to ask. `compute` books a task at once (every task is computed). The queue (`enqueue`,
+    `start_next`, `drop`) books a task only when its unit reaches it, so that a task the server has
+    given up on by then (a gradient its barrier will discard: `drop`) is answered at its turn without
+    being computed and costs the unit nothing, as a worker process does with a task whose cancellation it
+    finds before it starts. Without drops both give the same times, to the bit.
+
+    Tasks are dispatched in order, non-decreasing in time (the clock's job), which makes first come,
+    first served exact: a worker process of the processes backend takes its notifications in that order
+    too.
     """
 
     def __init__(self, spec: ComputeUnitsSpec):
         self.spec = spec
         self._speed = list(spec.speed_factors or [1.0] * spec.count)
         self._free = [0.0] * spec.count
+        # per unit: tasks dispatched, not yet started (begin, round trip, worker, index, batch size, steps)
+        self._queues: list[deque[tuple[float, float, int, int, int, int]]] = [deque() for _ in range(spec.count)]
+        self._heads: list[tuple[float, int]] = []  # (start of the unit's first queued task, unit), a heap
+        self._queued: set[tuple[int, int]] = set()  # (worker, task index) in a queue
+        self._dropped: set[tuple[int, int]] = set()  # (worker, task index) queued and given up on
 
     def unit_of(self, worker: int) -> int:
         return worker % self.spec.count
@@ -201,9 +214,56 @@ class ComputeUnits:
         self._free[unit] = done
         return done
 
+    # ------------------------------------------------------------------ the queue
+    def enqueue(self, worker: int, index: int, begin: float, round_trip: float, batch_size: int,
+                steps: int = 1) -> None:
+        """Task `index` of `worker`, whose parameters reached it at `begin`, joins its unit's queue; its
+        gradient will be ready `round_trip` after `begin` or once the unit has computed it, the later."""
+        unit = self.unit_of(worker)
+        queue = self._queues[unit]
+        queue.append((begin, round_trip, worker, index, batch_size, steps))
+        self._queued.add((worker, index))
+        if len(queue) == 1:
+            heapq.heappush(self._heads, (max(begin, self._free[unit]), unit))
+
+    def start_next(self, limit: float) -> tuple[float, int, int] | None:
+        """Start the queued task whose turn comes first (ties: the lower unit), if it comes at or before
+        `limit`: returns its (ready time, worker, task index), else None. A dropped task is answered at
+        its turn (ready when its round trip has passed or at its turn, the later) and the unit goes on
+        at once."""
+        if not self._heads or self._heads[0][0] > limit:
+            return None
+        start, unit = heapq.heappop(self._heads)
+        queue = self._queues[unit]
+        begin, round_trip, worker, index, batch_size, steps = queue.popleft()
+        self._queued.discard((worker, index))
+        if (worker, index) in self._dropped:
+            self._dropped.discard((worker, index))
+            done = start
+        else:
+            seconds = self.seconds(worker, batch_size)
+            done = start + (seconds if steps == 1 else steps * seconds)
+        self._free[unit] = done
+        if queue:
+            heapq.heappush(self._heads, (max(queue[0][0], done), unit))
+        return max(begin + round_trip, done), worker, index
+
+    def drop(self, worker: int, index: int) -> bool:
+        """Give up on task `index` of `worker` if it is still queued (True); one started is computed."""
+        if (worker, index) in self._queued:
+            self._dropped.add((worker, index))
+            return True
+        return False
+
+    def queued(self) -> int:
+        """Tasks in the queues, not yet started."""
+        return len(self._queued)
+
     def delay_all(self, seconds: float) -> None:
-        """A pause of the whole cluster postpones what every unit was doing."""
+        """A pause of the whole cluster postpones what every unit was doing, and what it was to do."""
         self._free = [free + seconds for free in self._free]
+        self._queues = [deque((b + seconds, *rest) for b, *rest in q) for q in self._queues]
+        self._heads = [(start + seconds, unit) for start, unit in self._heads]  # the same order: still a heap
 
 
 def started_at_once(spec: ComputeUnitsSpec | None, trips: list[float], batch_size: int) -> list[float]:

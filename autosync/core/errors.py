@@ -58,6 +58,11 @@ class Interrupted(RuntimeFailure):
     exit_code = 130
 
 
+class StorageLost(RuntimeFailure):
+    """The study storage's server stopped answering for longer than the command waits for it; what finished
+    is kept there, and the message says how to resume (the command line adds the command). Exit code 1."""
+
+
 class JobFileError(FileProblems):
     """A job file failed validation."""
 

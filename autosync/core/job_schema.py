@@ -297,7 +297,10 @@ class ComputeUnitsSpec(_Spec):
     workers. Worker w's gradients are computed on unit w % count, one at a time, in the order they were
     dispatched (first come, first served). A gradient is ready once its round trip has passed (what the
     worker's own machine adds: an injected straggler's delay, the network) and its unit has computed it,
-    so the workers of one unit wait for each other as a real worker process's queue makes them.
+    so the workers of one unit wait for each other as a real worker process's queue makes them. With
+    several workers per unit, a task the server gives up on at an update (its gradient stale under a
+    barrier that discards stale gradients) is skipped if its unit has not started it, as a worker process
+    skips it (`autosync.core.cluster.ComputeUnits`).
     """
 
     count: int = Field(ge=1)  # units; worker w computes on unit w % count

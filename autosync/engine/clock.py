@@ -40,6 +40,10 @@ class Clock(Protocol):
     def delay_all(self, seconds: float) -> None:
         """Postpone every pending arrival (a pause of the whole cluster)."""
 
+    def cancel(self, tasks: Sequence[Task], at: float) -> None:
+        """The server gave up on `tasks` at `at` (their gradients will be discarded): a task not yet started
+        where it is computed need not be computed (`drops_superseded`)."""
+
     def check_decision(self, accepted: bool) -> None:
         """Told the server's decision on the arrival just popped (a replay checks it)."""
 
@@ -61,13 +65,19 @@ class VirtualClock:
     inbound link in the order gradients become ready: a heap entry is a gradient still to be pushed
     until the push is charged, which happens, in time order, before any later arrival is answered.
     With compute units (`autosync.core.cluster.ComputeUnits`), a gradient is ready once its round trip has
-    passed and its unit has computed it, whichever is later.
+    passed and its unit has computed it, whichever is later. A unit starts its next task only when no
+    earlier event is left (`_settle`), so that a task the server cancels before its turn (`cancel`, with
+    `drops_superseded`: several workers share a unit) is answered at its turn without taking the unit's
+    time, as a worker process does.
     """
 
-    def __init__(self, server: ServerModel | None = None, units: ComputeUnits | None = None) -> None:
+    def __init__(self, server: ServerModel | None = None, units: ComputeUnits | None = None,
+                 drops_superseded: bool = False) -> None:
         self._heap: list[tuple[float, int, int]] = []
         self.server = server if server is not None and not server.instant else None
         self.units = units
+        # the server may cancel tasks whose gradients it will discard, and their units then skip them
+        self.drops_superseded = drops_superseded and units is not None
         self._to_push: set[tuple[int, int]] = set()  # (worker, task index) whose gradient is not yet pushed
 
     def dispatch(self, tasks: Sequence[tuple[Task, float]]) -> None:
@@ -76,32 +86,55 @@ class VirtualClock:
         are compute units)."""
         for task, round_trip in tasks:
             begin = task.start if self.server is None else self.server.pull(task.start)
-            ready = begin + round_trip
-            if self.units is not None:
-                ready = max(ready, self.units.compute(task.worker, begin, task.batch_size, task.steps))
-            heapq.heappush(self._heap, (ready, task.worker, task.index))
+            if self.units is not None:  # ready once its unit has computed it too (`_settle`)
+                self.units.enqueue(task.worker, task.index, begin, round_trip, task.batch_size, task.steps)
+            else:
+                heapq.heappush(self._heap, (begin + round_trip, task.worker, task.index))
             if self.server is not None:
                 self._to_push.add((task.worker, task.index))
 
-    def _push_ready(self) -> None:
-        """Charge the pushes of gradients ready before the earliest arrival, in the order they are ready."""
-        while self._heap and (self._heap[0][1], self._heap[0][2]) in self._to_push:
-            ready, worker, index = heapq.heappop(self._heap)
-            self._to_push.discard((worker, index))
-            heapq.heappush(self._heap, (self.server.push(ready), worker, index))
+    def _settle(self) -> None:
+        """Bring the earliest arrival to the top of the heap: the units start, one at a time in the order
+        of their turns, the tasks whose turn comes no later than it (each may be ready earlier than the
+        arrival that was first), and with a server model the pushes of gradients ready before it are
+        charged, in the order they are ready. A unit's turn is taken only once every earlier event is,
+        so that a cancellation at an earlier update reaches the tasks still queued."""
+        heap = self._heap
+        while True:
+            if self.units is not None:
+                started = self.units.start_next(heap[0][0] if heap else math.inf)
+                if started is not None:
+                    heapq.heappush(heap, started)
+                    continue
+            if self.server is not None and heap and (heap[0][1], heap[0][2]) in self._to_push:
+                ready, worker, index = heapq.heappop(heap)
+                self._to_push.discard((worker, index))
+                heapq.heappush(heap, (self.server.push(ready), worker, index))
+                continue
+            return
 
     def pop(self) -> tuple[float, int, int]:
         """The next arrival: (time, worker, task index); with a server model, the time its loop has handled it."""
+        self._settle()
         if self.server is None:
             return heapq.heappop(self._heap)
-        self._push_ready()
         arrived, worker, index = heapq.heappop(self._heap)
         return self.server.receive(arrived), worker, index
 
     def peek_time(self) -> float:
-        if self.server is not None:
-            self._push_ready()
+        self._settle()
         return self._heap[0][0]
+
+    def cancel(self, tasks: Sequence[Task], at: float) -> None:
+        """The server gave up on `tasks` at `at`: each one its unit has not started by then is dropped
+        (answered at its turn, uncomputed); one started is computed to the end. (Only with
+        `drops_superseded`.) A turn at `at` itself was taken first: the unit had started it."""
+        if not self.drops_superseded:
+            return
+        while (started := self.units.start_next(at)) is not None:
+            heapq.heappush(self._heap, started)
+        for task in tasks:
+            self.units.drop(task.worker, task.index)
 
     def delay_all(self, seconds: float) -> None:
         """Postpone every pending arrival (a pause of the whole cluster, e.g. a checkpoint and restart)."""
@@ -123,7 +156,7 @@ class VirtualClock:
         return nullcontext()
 
     def __len__(self) -> int:
-        return len(self._heap)
+        return len(self._heap) + (self.units.queued() if self.units is not None else 0)
 
 
 class RerunMismatch(UserError):
@@ -175,6 +208,9 @@ class LoggedClock:
 
     def delay_all(self, seconds: float) -> None:
         """Logged times already include every pause."""
+
+    def cancel(self, tasks: Sequence[Task], at: float) -> None:
+        """Logged times already include what the units skipped."""
 
     def off_the_clock(self) -> ContextManager[None]:
         """Logged times already leave the server's evaluations out."""

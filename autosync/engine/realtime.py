@@ -73,6 +73,15 @@ class RealTimeClock:
         """A pause of the whole cluster: the clock jumps ahead by `seconds`."""
         self._offset += seconds
 
+    @property
+    def drops_superseded(self) -> bool:
+        """Whether the driver's processes skip a cancelled task they have not started (`cancel`)."""
+        return self.driver.drops_superseded
+
+    def cancel(self, tasks: Sequence[Task], at: float) -> None:
+        """The server gave up on `tasks`: the driver tells their processes, which skip those not yet started."""
+        self.driver.cancel(tasks)
+
     def serve_update(self, start: float) -> float:
         """The real server's costs are in the real times already: nothing is charged on top."""
         return start

@@ -39,14 +39,22 @@ class Decision:
     accepted: bool
     update: Update | None = None
     starts: list[Start] = field(default_factory=list)  # empty after an update: call Server.start() once applied
+    # after an update, the workers whose tasks in flight the server gave up on (`Server.cancels`)
+    cancelled: list[int] = field(default_factory=list)
 
 
 class Server:
     """Synchronization state of one run; strategies read it through `autosync.policies.ServerView`."""
 
     def __init__(self, strategies: Strategies, n_workers: int, memory_caps: list[int | None] | None = None,
-                 resources: Callable[[int, float], tuple[float, float]] | None = None, compute_model: str = "linear"):
+                 resources: Callable[[int, float], tuple[float, float]] | None = None, compute_model: str = "linear",
+                 cancels: bool = False):
+        """`cancels`: after each update of a barrier that `discards_stale`, give up on the tasks still
+        computing on older parameters (`Decision.cancelled`), so that compute they share with other workers
+        (a worker process's queue) can skip them; the arrival of a task given up on is discarded."""
         self.strategies = strategies
+        self.cancels = cancels
+        self.cancelled: set[int] = set()  # workers whose task in flight the server gave up on
         self.n_workers = n_workers
         self.compute_model = compute_model
         self.memory_caps = list(memory_caps) if memory_caps is not None else [None] * n_workers
@@ -77,7 +85,11 @@ class Server:
         self.strategies.batching.on_arrival(self, arrival)
         self.strategies.local.on_arrival(self, arrival)
         barrier = self.strategies.barrier
-        accepted = barrier.accept(self, arrival)
+        given_up = arrival.worker in self.cancelled
+        self.cancelled.discard(arrival.worker)
+        # the barrier hears every arrival (DBW times the late ones too); one given up on stays discarded,
+        # even where a later barrier would take it (Sync-Switch's BSP -> ASP): its gradient may not exist
+        accepted = barrier.accept(self, arrival) and not given_up
         if accepted:
             self.buffer.append(arrival)
         update = None
@@ -93,11 +105,18 @@ class Server:
         # After an update the engine first applies it (strategies' hooks may re-balance batch sizes or
         # change the barrier), then asks `start()` who starts next, on the new version.
         if update is not None:
-            return Decision(accepted, update, [])
+            return Decision(accepted, update, [], self._give_up() if self.cancels and barrier.discards_stale else [])
         # Every idle worker was refused at the last decision; where the barrier's answer changes only with
         # an update or with a worker's own arrival, only the arriving worker can start now.
         only = (arrival.worker,) if barrier.starts_change_only_at_updates else None
         return Decision(accepted, None, self._starts(only))
+
+    def _give_up(self) -> list[int]:
+        """The workers still computing on parameters older than the newest version, now given up on."""
+        stale = [w for w in range(self.n_workers)
+                 if self.busy[w] and self.last_version[w] < self.version and w not in self.cancelled]
+        self.cancelled.update(stale)
+        return stale
 
     def _starts(self, workers: tuple[int, ...] | None = None) -> list[Start]:
         """Start the idle workers among `workers` (all when None) that the barrier lets start now."""

@@ -78,12 +78,17 @@ class Simulator:
         n = job.cluster.n_workers
         self.strategies: Strategies = policy.bind(n, job.workload.batch_size)
         self.cluster = RoundTripModel(job.cluster, job.seed)
-        self.server = Server(self.strategies, n, memory_caps=[self.cluster.memory_cap(w) for w in range(n)],
-                             resources=self.cluster.resources, compute_model=job.cluster.compute.model)
         self.driver: Driver = driver if driver is not None else InProcessDriver(self.workload, job.seed)
+        units = job.cluster.compute_units
+        # workers that share a unit (a worker process) skip the tasks the server gave up on, as the
+        # processes backend does; with a unit each, a task always starts at once and nothing is skipped
         self.clock: Clock = clock if clock is not None else VirtualClock(
             ServerModel(job.cluster.server, model_bytes=4 * self.workload.dim),
-            ComputeUnits(job.cluster.compute_units) if job.cluster.compute_units is not None else None)
+            ComputeUnits(units) if units is not None else None,
+            drops_superseded=units is not None and units.count < n)
+        self.server = Server(self.strategies, n, memory_caps=[self.cluster.memory_cap(w) for w in range(n)],
+                             resources=self.cluster.resources, compute_model=job.cluster.compute.model,
+                             cancels=getattr(self.clock, "drops_superseded", False))
         self.trace = Trace()
         self.inflight: dict[int, Task] = {}
         self.task_counter = [0] * n
@@ -214,6 +219,10 @@ class Simulator:
         decision = self.server.on_arrival(arrival)
         self.clock.check_decision(decision.accepted)
         self.trace.arrivals.append((time, worker, task.index, task.version, task.batch_size, decision.accepted))
+        if not decision.accepted:  # never used: a driver holding its gradient need not keep a copy of it
+            task.gradient = task.params = task.buffers = task.buffer_delta = None
+        if decision.cancelled:  # given up on at this update: compute they share may skip them
+            self.clock.cancel([self.inflight[w] for w in decision.cancelled], self.now)
         status = "completed"
         self._launch(decision.starts)
         if decision.update is not None:

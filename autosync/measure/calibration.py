@@ -20,9 +20,11 @@ pays per update and per gradient on this machine under this load, in the job's s
 `--stragglers model` and a time scale, real seconds over the scale.
 
 Before the fit, a job whose cluster has no compute units gets the worker processes as compute units
-(`measure_units`): the real runs compute several workers' gradients in one process, one after another,
-and a queue per process is what no server cost can stand in for (one server queue against two process
-queues overcharges the one-gradient updates and, with a slow process, undercharges BSP).
+(`measure_units`), also where the job as given fits both runs: the real runs compute several workers'
+gradients in one process, one after another, and a queue per process is what no server cost can stand in
+for (one server queue against two process queues overcharges the one-gradient updates and, with a slow
+process, undercharges BSP; a barrier between the two runs' rates leaves work queued that only the units
+model).
 """
 
 from __future__ import annotations
@@ -199,7 +201,10 @@ def calibrate(job: JobSpec, real_seconds: dict[str, float], updates: int, execut
     simulated = simulated or simulated_runner()
     before = compare(job, real_seconds, updates, simulated)
     result = Calibration(execution, updates, before)
-    if not fit or all(abs(run.ratio - 1.0) <= CLOSE_ENOUGH for run in before):
+    # measured units are kept even where the job as given fits both runs: the two runs are the extreme
+    # update rates, and a barrier between them (backup k = n / 2) leaves work queued on the units that only
+    # the units model
+    if not fit or (units is None and all(abs(run.ratio - 1.0) <= CLOSE_ENOUGH for run in before)):
         return result, job
     job, result.units = with_units(job, units), units
     server, shared = job.cluster.server, job.cluster.compute_units is not None

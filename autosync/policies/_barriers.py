@@ -52,6 +52,7 @@ class FastestK(Barrier):
     # may_start reads the version and the worker's own last version (ElasticBSP's excluded set changes in
     # the schedule's update hook)
     starts_change_only_at_updates = True
+    discards_stale = True  # accept: only gradients of the current version
 
     def __init__(self, k: int | None = None, lr_rule: str = "fixed", lr_multiplier: float = 1.0):
         self.k = k

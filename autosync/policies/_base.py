@@ -127,6 +127,11 @@ class Barrier(Strategy, ABC):
     #: updates the server then asks about the arriving worker alone, not all n (which made BSP's update
     #: cost grow as n^2: 13 million calls for 100 updates at n = 512).
     starts_change_only_at_updates: ClassVar[bool] = False
+    #: True when a gradient computed on parameters older than the newest version is always discarded
+    #: (`accept` is False for it whatever happens next): once an update is applied, the server gives up on
+    #: the tasks still computing on older parameters, and worker processes that share several workers
+    #: skip those they have not started (push & wait, DBW paper sec. 2, without the wasted computation).
+    discards_stale: ClassVar[bool] = False
 
     @abstractmethod
     def accept(self, server: ServerView, arrival: Arrival) -> bool:

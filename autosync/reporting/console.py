@@ -149,7 +149,8 @@ def resume_line(found: int, requeued: list[int]) -> str:
             f"({', '.join(f'#{n}' for n in requeued)}) re-queued") if requeued else ""
     waiting = "".join(f"; waiting {line}"
                       for line in getattr(requeued, "waiting", []))
-    return f"resuming the study: {count(found, 'finished trial')} found{dead}{waiting}"
+    reference = " and BSP's reference runs" if getattr(requeued, "reference", False) else ""
+    return f"resuming the study: {count(found, 'finished trial')} of the budget{reference} found{dead}{waiting}"
 
 
 def breakdown_line(b: dict[str, int]) -> str:
@@ -235,6 +236,18 @@ def neighbours_line(near: list[dict[str, Any]], cost_to_answer: float | None, pr
     return f"Started from the winners of {count(len(near), 'tuned neighbour job')}: {jobs}{read}{cost}."
 
 
+def _others_line(roles: dict[str, int]) -> str:
+    """The study's trials that are not of the budget, by their role (the user attribute `role` the
+    dashboard shows), or nothing where it holds none."""
+    others = {role: n for role, n in roles.items() if role != "budget"}
+    if not others:
+        return ""
+    listed = ", ".join(count(n, role) if role in ("check", "repair") else f"{n} {role.replace('_', ' ')}"
+                       for role, n in others.items())
+    return (f"; the study's other {count(sum(others.values()), 'trial')} ({listed}) are the search's own, "
+            "marked by their user attribute role")
+
+
 def tune_report(outcome: Any, spec: Any) -> list[Printed]:
     """What `autosync tune` found or re-used: the study, the best policies, the confirmation, the answer
     against BSP with its cost, where the cost went, the neighbours it started from, faster spaces."""
@@ -247,7 +260,7 @@ def tune_report(outcome: Any, spec: Any) -> list[Printed]:
                         "no new trial. Use --refresh to search again."))
     else:
         out.append(Line(f"study {outcome.study_name}: {count(outcome.new_trials, 'trial')} run by this command, "
-                        f"{c['trials']} in all"))
+                        f"{c['trials']} in all" + _others_line(getattr(outcome, "roles", {}))))
     columns = (Column("trial"), Column("policy", text=True), Column("time (s)"), Column("final"), Column("reached"))
     out.append(Line(fitted(f"{spec.name}: best policies (time to {spec.target.metric} {spec.target.threshold})",
                            columns, ((row["trial"], policy_label(row["policy"]), f"{row['time_to_target']:.2f}",

@@ -9,8 +9,8 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable, Optional, TypeVar
 
-from autosync.core.errors import Interrupted
-from autosync.search.study.storage import redact_url
+from autosync.core.errors import Interrupted, StorageLost
+from autosync.search.study.urls import redact_url
 
 T = TypeVar("T")
 
@@ -22,14 +22,14 @@ def error_lines(exc: Exception) -> list[str]:
 
 
 def resumable(call: Callable[[], T]) -> T:
-    """`call()`, with the command that resumes it (the command line running) added to an `Interrupted`
-    error's message."""
+    """`call()`, with the command that resumes it (the command line running) added to the message of an
+    `Interrupted` error or of a `StorageLost` one (the storage's server waited for in vain)."""
     import shlex
 
     try:
         return call()
-    except Interrupted as exc:
-        raise Interrupted(f"{exc}: {shlex.join(['autosync', *sys.argv[1:]])}") from None
+    except (Interrupted, StorageLost) as exc:
+        raise type(exc)(f"{exc}: {shlex.join(['autosync', *sys.argv[1:]])}") from None
 
 
 def usage_error_lines(exc: Exception, args: list[str], root: Callable[[], Any]) -> list[str]:

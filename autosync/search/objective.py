@@ -27,9 +27,9 @@ from autosync.core.job import JobSpec
 from autosync.search.study.records import (
     ANSWERED, BSP_REFERENCE, BUDGET, CANONICAL, CONSTRAINT, CURVE, EQUIVALENCE_CHECK_FAILED, FAIL_REASON,
     FINAL_METRIC, FINAL_PENDING, FORKED, FOUND_EQUIVALENT, FULL_BUDGET, FULL_BUDGET_OF, HORIZON, KILLED, PLATEAU,
-    POLICY, PREDICTED, PROCESS, PRUNED_ON_PACE, REACHED, REPAIR_OF, RESAMPLED, RETRY_OF, RUNS, SAME_AS, SCORING,
+    POLICY, PREDICTED, PROCESS, PRUNED_ON_PACE, REACHED, REPAIR_OF, RESAMPLED, RETRY_OF, ROLE, RUNS, SAME_AS, SCORING,
     SECOND_SEED_CHECK, TIME_TO_TARGET,
-    TIMED_OUT, VIRTUAL_SECONDS, final_pending, has_full_result, has_own_failure, outside_budget, scored_as,
+    TIMED_OUT, VIRTUAL_SECONDS, final_pending, has_full_result, has_own_failure, outside_budget, role_of, scored_as,
 )
 from autosync.search.study.siblings import finished_trials
 from autosync.search.tune_options import TuneOptions
@@ -319,6 +319,25 @@ class Objective:
         return trial_scoring(self.job, self.seeds(), self.settings.penalty, self.settings.constraint_at)
 
     def __call__(self, trial: "optuna.Trial") -> float | tuple[float, float]:
+        """The trial's score (`_score`), its `ROLE` in the search written as it ends: what optuna-dashboard
+        shows to tell the budget's trials from the search's own (`autosync.search.study.records.ROLES`)."""
+        import optuna
+
+        state = "FAIL"
+        try:
+            score = self._score(trial)
+            state = "COMPLETE"
+            return score
+        except optuna.TrialPruned:
+            state = "PRUNED"
+            raise
+        finally:
+            try:
+                trial.set_user_attr(ROLE, role_of(trial, state))
+            except optuna.exceptions.UpdateFinishedTrialError:
+                pass  # failed as dead by another process meanwhile: it marked the trial "killed"
+
+    def _score(self, trial: "optuna.Trial") -> float | tuple[float, float]:
         import optuna
 
         trial.set_user_attr(PROCESS, process_tag())
@@ -610,7 +629,7 @@ class Objective:
         failed = twin.state == optuna.trial.TrialState.FAIL
         for key, value in twin.user_attrs.items():
             if key not in (RETRY_OF, KILLED, RESAMPLED, PROCESS, FULL_BUDGET_OF, FORKED, FOUND_EQUIVALENT,
-                           EQUIVALENCE_CHECK_FAILED, POLICY, SAME_AS, SECOND_SEED_CHECK, REPAIR_OF) \
+                           EQUIVALENCE_CHECK_FAILED, POLICY, SAME_AS, SECOND_SEED_CHECK, REPAIR_OF, ROLE) \
                     and (failed or key != FAIL_REASON):
                 trial.set_user_attr(key, value)
         trial.set_user_attr(VIRTUAL_SECONDS, 0.0)

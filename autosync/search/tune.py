@@ -41,17 +41,19 @@ from autosync.search.strategies.samplers import SWITCH_POINT_SAMPLERS, make_samp
 from autosync.search.strategies.second_seed import second_seed_judge
 from autosync.search.study.records import (
     BSP_REFERENCE, BSP_TARGET, BSP_TRAINING_SECONDS, CURVE, FORKED, HORIZON, NEIGHBOUR_JOBS, REPAIR_OF, TIME_TO_TARGET,
-    VIRTUAL_SECONDS, StudyRecord, describe_study, write_cache_record,
+    TIMED_OUT_OF, VIRTUAL_SECONDS, StudyRecord, describe_study, write_cache_record,
 )
 from autosync.search.study.siblings import sibling_reference, sibling_studies
 from autosync.search.space import SearchSpace
 from autosync.search.study.interrupts import interrupted, storage_calls_finish_first
 from autosync.search.study.locking import storage_lock
+from autosync.search.study.outage import report_to
 from autosync.search.recommend.neighbours import describe as describe_job, neighbours as nearest
 from autosync.search.study.storage import open_storage, redact_url
 from autosync.search.request import TuneRequest
 from autosync.search.study.trials import (
-    LOOKAHEAD, budget_used, counted_trials, fail_dead_trials, pending_trials, run_queued_trial, top_up, trials_run_by,
+    LOOKAHEAD, budget_used, counted_trials, fail_dead_trials, kept_line, pending_trials, roles, run_queued_trial,
+    top_up, trials_run_by,
 )
 
 if TYPE_CHECKING:
@@ -77,11 +79,14 @@ class TuneOutcome:
     confirmation: Any = None  # autosync.search.strategies.confirm.Confirmation, with --confirm-top
     # other spaces' cached answers on this job that are faster than this one's (`faster_elsewhere`)
     faster_elsewhere: list[dict[str, Any]] = field(default_factory=list)
+    # the study's finished trials by their role (`autosync.search.study.records.ROLES`): "budget" is what
+    # --n-trials counts, the others (points answered untrained, checks, resampled, killed) the search's own
+    roles: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """The outcome as `autosync tune --json` prints it (plain data: the study itself left out)."""
         return {"study": self.study_name, "cached": self.cached, "new_trials": self.new_trials, "cache": self.cache,
-                "top": self.top, "faster_elsewhere": self.faster_elsewhere,
+                "top": self.top, "faster_elsewhere": self.faster_elsewhere, "roles": self.roles,
                 "verification": self.verification.to_dict() if self.verification is not None else None}
 
 
@@ -140,16 +145,22 @@ def _describe_study(study: "optuna.Study", request: TuneRequest) -> None:
 
 def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = None,
          on_confirm: Callable[[int, int], None] | None = None,
-         on_resume: Callable[[int, list[int]], None] | None = None) -> TuneOutcome:
+         on_resume: Callable[[int, list[int]], None] | None = None,
+         on_wait: Callable[[str], None] | None = None) -> TuneOutcome:
     """Search (or re-use the cache) for the best policy of `request.job` in `request.space`; with
     --confirm-top, confirm it on more seeds (`on_confirm(runs done, runs in all)` follows that).
 
-    A study with trials already (an interrupted or killed search) is resumed: `on_resume(finished trials,
-    numbers of the dead trials re-queued)` says so first. Ctrl-C raises `Interrupted` saying what is kept.
-    `TuneOutcome.new_trials` counts the trials this command's processes ran, not other processes'."""
+    A study with trials or BSP's reference already (an interrupted or killed search) is resumed:
+    `on_resume(finished trials, numbers of the dead trials re-queued)` says so first (the numbers'
+    `reference`: BSP's reference runs were found too). Ctrl-C raises `Interrupted` saying what is kept.
+    `TuneOutcome.new_trials` counts the trials this command's processes ran, not other processes'. A storage
+    server that stops answering is waited for, saying so through `on_wait` (`autosync.search.study.outage`)."""
+    report_to(request.storage, on_wait)
     storage = open_storage(request.storage)
     study = load_study(request, storage)
     cache = read_cache(study) if not request.refresh else None
+    if cache is not None and _timed_out_short(cache, study, request):
+        cache = None  # a search its --timeout ended before the budget: the same command resumes it
     if cache is not None:
         outcome = TuneOutcome(study.study_name, request.storage, True, 0, cache, best_policies(study), study)
         siblings = sibling_studies(study, storage)  # read once: the confirmation and `_elsewhere` both use them
@@ -158,7 +169,8 @@ def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = Non
     with storage_lock(request.storage, study.study_name):
         requeued = fail_dead_trials(study)
     before = counted_trials(study)
-    if on_resume is not None and (before or requeued):
+    requeued.reference = BSP_REFERENCE in study.user_attrs
+    if on_resume is not None and (before or requeued or requeued.reference):
         on_resume(before, requeued)
     mine = {process_tag()}  # the processes of this command: the trials they ran are its new trials
     try:
@@ -170,16 +182,32 @@ def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = Non
     except (KeyboardInterrupt, Exception) as exc:  # Ctrl-C, or Ctrl-C as Optuna passed it on (`interrupted`)
         if not isinstance(exc, KeyboardInterrupt) and not interrupted():
             raise
-        kept = counted_trials(study)
-        raise Interrupted(f"interrupted: {kept} finished trial{'' if kept == 1 else 's'} of study {study.study_name} "
-                          f"kept in {redact_url(request.storage)}; a trial cut short is run again when the search "
-                          "resumes with the same command") from None
+        raise Interrupted(f"interrupted: {kept_line(study)} of study {study.study_name} kept in "
+                          f"{redact_url(request.storage)}; a trial cut short is run again when the search resumes "
+                          "with the same command") from None
+    short = bool(request.timeout) and request.sampler not in SWITCH_POINT_SAMPLERS \
+        and counted_trials(study) < budget_of(request, before)
     cache = write_cache(study, request.job, request.space, request.sampler, request.settings.tolerance, reference,
-                        execution=execution_of(request.settings.backend), neighbours=near)
+                        execution=execution_of(request.settings.backend), neighbours=near,
+                        timed_out_of=budget_of(request, before) if short else None)
     outcome = TuneOutcome(study.study_name, request.storage, False, len(trials_run_by(study, mine)), cache,
-                          best_policies(study), study)
+                          best_policies(study), study, roles=roles(study))
     return _elsewhere(_verified(_confirmed(outcome, request, storage, siblings, on_confirm), request), request.job,
                       siblings)
+
+
+def budget_of(request: TuneRequest, before: int) -> int:
+    """The trials of the budget the search ends with: --n-trials, or `before` (the finished ones) plus
+    --n-trials on --refresh; with the grid sampler, no more than the space's points."""
+    budget = before + request.n_trials if request.refresh else request.n_trials
+    return min(budget, request.space.size()) if request.sampler == "grid" else budget
+
+
+def _timed_out_short(cache: dict[str, Any], study: "optuna.Study", request: TuneRequest) -> bool:
+    """Whether the study's answer is of a search that its --timeout ended before this request's budget
+    (`timed_out_of`): the same command then resumes the search rather than answering from the cache."""
+    return bool(cache.get(TIMED_OUT_OF)) and request.sampler not in SWITCH_POINT_SAMPLERS \
+        and counted_trials(study) < budget_of(request, counted_trials(study))
 
 
 FASTER_BY = 1.05  # another space's answer is reported when it is at least this many times faster
@@ -244,9 +272,7 @@ def _search(study: "optuna.Study", request: TuneRequest, reference: dict[str, An
 
         run_switch_point_search(study, request, reference, deadline, on_trial)
         return
-    budget = before + request.n_trials if request.refresh else request.n_trials
-    if request.sampler == "grid":
-        budget = min(budget, request.space.size())
+    budget = budget_of(request, before)
     top_up(study, request.storage, budget, *_queued_first(study, request, siblings, near or []),
            lookahead=lookahead(request, first=True))
     helpers = _start_helpers(request, study.study_name, budget, deadline)

@@ -76,14 +76,22 @@ def test_ctrl_c_says_what_was_kept_and_the_command_that_resumes(tiny_job, tmp_pa
     assert tune.returncode == 130 and "Traceback" not in stderr, stderr[-3000:]
     line = [x for x in stderr.splitlines() if x.startswith("error: interrupted")]
     assert len(line) == 1, stderr
-    kept = int(re.search(r"interrupted: (\d+) finished trials? of study \S+ kept in sqlite:///", line[0]).group(1))
+    # what it kept: its finished trials of the budget and BSP's reference runs (the trials answered from them,
+    # the checks, are the search's own: not counted)
+    kept = int(re.search(r"interrupted: (\d+) finished trials? of the budget and BSP's reference runs of study \S+ "
+                         r"kept in sqlite:///", line[0]).group(1))
     assert kept >= 2 and line[0].endswith(f"autosync tune {job} --space static_k --patience 0 --n-trials 6 "
                                           f"--storage sqlite:///{tmp_path}/s.db")
     resumed = autosync("tune", str(job), "--space", "static_k", "--patience", "0", "--n-trials", "6", "--storage",
                        f"sqlite:///{tmp_path}/s.db", cwd=tmp_path)  # the whole budget: static_k's patience gives up
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert f"resuming the study: {kept} finished trials found" in resumed.stderr
+    assert f"resuming the study: {kept} finished trials of the budget and BSP's reference runs found" \
+        in resumed.stderr
     assert f": {6 - kept} trial{'' if kept == 5 else 's'} run by this command, 6 in all" in resumed.stdout
+    with sqlite3.connect(tmp_path / "s.db") as con:  # the study shows the budget: 6 trials whose role is budget
+        roles = [r for (r,) in con.execute("select value_json from trial_user_attributes a join trials t using "
+                                           "(trial_id) where a.key = 'role' and t.state in ('COMPLETE', 'PRUNED')")]
+    assert roles.count('"budget"') == 6, roles
 
 
 def test_a_killed_tune_resumed_says_which_dead_trial_it_runs_again(tiny_job, tmp_path):
@@ -98,11 +106,15 @@ def test_a_killed_tune_resumed_says_which_dead_trial_it_runs_again(tiny_job, tmp
                               "--storage", f"sqlite:///{tmp_path}/s.db"], cwd=tmp_path, env=env,
                              capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert re.search(r"resuming the study: \d+ finished trials? found; 1 trial whose process died \(#\d+\) re-queued",
+    assert re.search(r"resuming the study: \d+ finished trials? of the budget and BSP's reference runs found; 1 trial "
+                     r"whose process died \(#\d+\) re-queued",
                      resumed.stderr), resumed.stderr
     # nothing finished was lost and the budget is whole: the dead trial failed, the rest completed or pruned
     db = tmp_path / "s.db"
     assert _trials(db, "COMPLETE") + _trials(db, "PRUNED") >= 6 and _trials(db, "RUNNING") == 0
+    with sqlite3.connect(db) as con:  # exactly the budget's 6 trials say so; the killed one says it was killed
+        roles = [r for (r,) in con.execute("select value_json from trial_user_attributes where key = 'role'")]
+    assert roles.count('"budget"') == 6 and roles.count('"killed"') == 1, roles
 
 
 def test_processes_started_together_never_train_one_policy_twice(tiny_job, tmp_path):
@@ -137,3 +149,7 @@ def test_processes_started_together_never_train_one_policy_twice(tiny_job, tmp_p
         [re.findall(r"study \S+: \d+ trials? run by this command,\s+\d+ in all", out) or out[-800:] for out, _ in outs]
     ran = [int(m.group(1)) if m else 0 for m in found]
     assert sum(ran) == 6, ran
+    with sqlite3.connect(db) as con:  # what the study shows: 6 finished trials whose role is budget
+        roles = [r for (r,) in con.execute("select a.value_json from trial_user_attributes a join trials t using "
+                                           "(trial_id) where a.key = 'role' and t.state <> 'RUNNING'")]
+    assert roles.count('"budget"') == 6, roles

@@ -471,7 +471,8 @@ def test_a_killed_tune_on_this_machine_is_resumed_at_once(tiny_job, tmp_path):
     line = resumed.stderr.readline()
     while line.startswith("study storage: "):
         line = resumed.stderr.readline()
-    assert re.fullmatch(rf"resuming the study: \d+ finished trials? found; 1 trial whose process died "
+    assert re.fullmatch(rf"resuming the study: \d+ finished trials? of the budget and BSP's reference runs found; "
+                        rf"1 trial whose process died "
                         rf"\(#{number}\) re-queued\n", line), line
     _, rest = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, rest[-2000:]

@@ -13,6 +13,12 @@ process reads its row, writes the gradient into the worker's gradient row in pla
 `(worker, index, loss, compute seconds, time sent)`. No tensor is created per message: the engine gets the
 gradient as a view of the row, copied only if it still holds it when the worker's next task is sent
 (`ProcessDriver._reclaim`).
+Leftover work: a barrier that does not wait for everyone (backup workers, DBW) applies its update while
+other workers' tasks are still queued on the processes, computing on parameters the update has made old,
+whose gradients it will discard. The server gives up on them (`cancel`): it writes each one's index into a
+shared table, and a process that reaches a task given up on answers at once without computing it (its
+answer has no gradient), so the next round's tasks queued behind it start sooner. A task already started
+is computed to the end. The cluster model's compute units do the same (`autosync.core.cluster.ComputeUnits`).
 On the GPU each side synchronises its stream before it notifies the other, so a row is never read while a
 copy into it is still queued.
 Every process runs `worker_gradient`, the same kernel as the in-process `PerWorkerDriver`, with one
@@ -55,23 +61,25 @@ SHARED_ROWS = 2  # parameter rows beyond the workers' own, for versions that sev
 
 
 def _serve(job_json: dict[str, Any], data: Dataset | None, params: torch.Tensor, grads: torch.Tensor,
-           inbox: Connection, outbox: Connection, threads: int, device: str, cpu: int | None = None) -> None:
+           cancelled: torch.Tensor, inbox: Connection, outbox: Connection, threads: int, device: str,
+           cpu: int | None = None) -> None:
     """A worker process: compute the gradient of every task notified on `inbox` into `grads` (on `data`,
     the server's dataset in shared memory, or the job's dataset loaded here when None), on core `cpu`
-    alone when given.
+    alone when given; a task whose index `cancelled` holds for its worker is answered without a gradient.
 
     It ends quietly when the server is gone (killed, or stopped by Ctrl-C): its pipes end, and it leaves.
     """
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
     try:
-        _compute_until_told(job_json, data, params, grads, inbox, outbox, threads, device)
+        _compute_until_told(job_json, data, params, grads, cancelled, inbox, outbox, threads, device)
     except (BrokenPipeError, ConnectionResetError, EOFError, KeyboardInterrupt):
         return
 
 
 def _compute_until_told(job_json: dict[str, Any], data: Dataset | None, params: torch.Tensor, grads: torch.Tensor,
-                        inbox: Connection, outbox: Connection, threads: int, device: str) -> None:
+                        cancelled: torch.Tensor, inbox: Connection, outbox: Connection, threads: int,
+                        device: str) -> None:
     torch.set_num_threads(threads)
     keep_freed_memory()
     job = JobSpec.model_validate(job_json)
@@ -86,6 +94,9 @@ def _compute_until_told(job_json: dict[str, Any], data: Dataset | None, params: 
         if message is _STOP:
             return
         worker, index, batch_size, row = message
+        if int(cancelled[worker]) == index:  # the server gave up on it: no gradient, no time on this process
+            outbox.send((worker, index, None, 0.0, time.monotonic()))
+            continue
         loss, seconds = slot_gradient(workload, seed, params[row], worker, index, batch_size, grads[worker])
         settle()  # the gradient row is written before the server hears of it
         outbox.send((worker, index, loss, seconds, time.monotonic()))
@@ -132,6 +143,9 @@ class ProcessDriver(RemoteDriver):
         self.timeout = timeout
         self.params = torch.zeros(self.n_workers + SHARED_ROWS, dim, device=self.device)
         self.grads = torch.zeros(self.n_workers, dim, device=self.device)
+        # per worker, the index of its last task the server gave up on (`cancel`): read by the processes
+        self.cancelled = torch.full((self.n_workers,), -1, dtype=torch.int64).share_memory_()
+        self.drops_superseded = processes < self.n_workers  # a process computes several workers' tasks in turn
         if self.device.type == "cpu":  # CUDA tensors are shared through CUDA IPC when passed to a process
             self.params.share_memory_()
             self.grads.share_memory_()
@@ -150,12 +164,14 @@ class ProcessDriver(RemoteDriver):
         self._deadline: dict[int, float] = {}  # process -> when it counts as hung if still silent
         self.faults: list[str] = []  # one line per process lost, for the run's log
         self.wait_seconds = 0.0  # wall time the server spent waiting for answers (the rest is its own work)
+        self.skipped = 0  # tasks given up on that a process skipped (answered without computing them)
         try:
             for rank in range(processes):
                 task_out, task_in = ctx.Pipe(duplex=False)  # (receive end, send end)
                 answer_out, answer_in = ctx.Pipe(duplex=False)
                 proc = ctx.Process(target=_serve, daemon=True, name=f"autosync-worker-{rank}",
-                                   args=(job.model_dump(mode="json"), data, self.params, self.grads, task_out,
+                                   args=(job.model_dump(mode="json"), data, self.params, self.grads,
+                                         self.cancelled, task_out,
                                          answer_in, threads, str(self.device),
                                          cpus[rank % len(cpus)] if cpus else None))
                 proc.start()
@@ -203,6 +219,7 @@ class ProcessDriver(RemoteDriver):
         idle = set(self.alive) - self._busy_ranks()
         for t in tasks:
             self._reclaim(t.worker)
+            self.cancelled[t.worker] = -1  # its last task was answered: a new run's indices start again
             self.sent_to.pop(t.worker, None)  # a task it replaces (abandoned unanswered) was sent, not this one
         for group in self._by_version(tasks):
             row = self._free_shared_row() if len(group) > 1 else None
@@ -283,9 +300,18 @@ class ProcessDriver(RemoteDriver):
         del self.pending[worker]
         del self.row_read[worker]
         del self.sent_to[worker]
+        if loss is None:  # skipped: given up on before the process reached it (`cancel`)
+            self.skipped += 1
+            return [Answer(task, 0.0, sent)]
         unpack_answer(task, self.grads[worker], loss)
         self._lent[worker] = task
         return [Answer(task, compute, sent)]
+
+    def cancel(self, tasks: Sequence[Task]) -> None:
+        """The server will discard these tasks' gradients: their processes skip those they have not started."""
+        for t in tasks:
+            if self.pending.get(t.worker) is t:
+                self.cancelled[t.worker] = t.index
 
     def _reclaim(self, worker: int) -> None:
         """Before `worker`'s gradient row is written again: its last answer, if the engine still holds it

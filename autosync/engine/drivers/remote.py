@@ -35,6 +35,11 @@ class RemoteDriver:
     from `collect`; the virtual clock's batch call is both."""
 
     fuses_workers = False  # every task's gradient comes back on its own; the engine aggregates them
+    drops_superseded = False  # whether `cancel` can spare a task's computation (processes that share workers)
+
+    def cancel(self, tasks: Sequence[Task]) -> None:
+        """The server will discard these tasks' gradients: skip computing those not yet started, if this
+        driver can (their answers still come, without a gradient)."""
 
     def submit(self, tasks: Sequence[Task]) -> None:
         raise NotImplementedError

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from autosync.search.study.records import FAIL_REASON, GIVEN_UP, GIVEN_UP_PLACES, has_run, outside_budget
+from autosync.search.study.records import FAIL_REASON, GIVEN_UP, GIVEN_UP_PLACES, ROLE, has_run, outside_budget
 from autosync.search.study import _optuna_internals as internals
 
 if TYPE_CHECKING:
@@ -70,6 +70,7 @@ def give_up_queued(study: "optuna.Study", patience: int, budget: int | None = No
         tid = internals.trial_id(trial)
         try:
             storage.set_trial_user_attr(tid, GIVEN_UP, patience)
+            storage.set_trial_user_attr(tid, ROLE, "given_up")
             storage.set_trial_user_attr(tid, FAIL_REASON, reason(patience))
             if storage.set_trial_state_values(tid, state=optuna.trial.TrialState.FAIL):
                 given_up += 1

@@ -56,4 +56,6 @@ def make_sampler(name: str, seed: int, space: SearchSpace, multi_objective: bool
     if not space.is_discrete():
         raise UserError(f"--sampler grid needs a discrete space (int, categorical or stepped float), "
                         f"but {space.path} has a continuous dimension")
-    return optuna.samplers.BruteForceSampler(seed=seed)
+    from autosync.search.study._optuna_internals import brute_force_sampler
+
+    return brute_force_sampler(seed)  # (one that a trial left without parameters by a kill does not stop)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator
 
 from autosync.search.study.interrupts import storage_call
+from autosync.search.study.outage import call_waiting
 
 if TYPE_CHECKING:
     import optuna
@@ -78,6 +79,12 @@ def fresh_trials(study: "optuna.Study", states: tuple[Any, ...] | None = None) -
 
 
 def dead_trial_ids(study: "optuna.Study") -> list[int]:
+    """Storage ids of RUNNING trials whose process is gone (`_dead_trial_ids`; made again whole while a
+    server storage does not answer, `autosync.search.study.outage`)."""
+    return call_waiting(storage_url(study), _dead_trial_ids, study)
+
+
+def _dead_trial_ids(study: "optuna.Study") -> list[int]:
     """Storage ids of RUNNING trials whose process is gone.
 
     Stale trials (no heartbeat within `grace_seconds`) by Optuna's own query, plus orphans: RUNNING
@@ -109,6 +116,10 @@ def dead_trial_ids(study: "optuna.Study") -> list[int]:
 
 def heartbeat_ages(study: "optuna.Study", ids: list[int]) -> dict[int, float | None]:
     """Seconds since each trial's last heartbeat (None: it never beat), by storage id."""
+    return call_waiting(storage_url(study), _heartbeat_ages, study, ids)
+
+
+def _heartbeat_ages(study: "optuna.Study", ids: list[int]) -> dict[int, float | None]:
     from optuna.storages._rdb import models
 
     now = dt.datetime.now()
@@ -147,3 +158,47 @@ def all_studies(storage: Any) -> list[StoredStudy]:
             except (TypeError, ValueError) as exc:
                 found.damaged[row.key] = f"not JSON: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
     return sorted(studies.values(), key=lambda s: s.study_id)
+
+
+
+def brute_force_sampler(seed: int) -> "optuna.samplers.BaseSampler":
+    """Optuna's BruteForceSampler (`--sampler grid`) for a study shared by processes that may be killed.
+
+    A process killed after claiming a trial and before the trial suggested all its parameters leaves a
+    failed trial with none or some of them. Optuna 5.0's sampler builds its tree of the grid from every
+    trial, and such a trial's short path then fails it with "param_name mismatch: ... != None" (or "None !=
+    ..."), in every later trial of the study (found by the kill storm, tests/kill_storm.py). The sampler
+    here reads the study without the failed trials that hold no result of their own (killed, interrupted,
+    proposed again elsewhere, stopped by the timeout: `records.has_own_failure`), whose points are not tried.
+    """
+    import optuna
+    from optuna.samplers import _brute_force
+
+    from autosync.search.study.records import has_own_failure
+
+    read = _brute_force._get_non_waiting_trials_and_current_trial_index
+
+    def with_points(study: "optuna.Study", number: int) -> tuple[list[Any], int]:
+        trials, at = read(study, number)
+        current = trials[at]
+        kept = [t for t in trials if t is current or t.state.name != "FAIL" or has_own_failure(t)]
+        return kept, kept.index(current)
+
+    @contextlib.contextmanager
+    def points_only() -> Iterator[None]:
+        _brute_force._get_non_waiting_trials_and_current_trial_index = with_points
+        try:
+            yield
+        finally:
+            _brute_force._get_non_waiting_trials_and_current_trial_index = read
+
+    class SharedBruteForceSampler(optuna.samplers.BruteForceSampler):
+        def sample_independent(self, *args: Any, **kwargs: Any) -> Any:
+            with points_only():
+                return super().sample_independent(*args, **kwargs)
+
+        def after_trial(self, *args: Any, **kwargs: Any) -> None:
+            with points_only():
+                super().after_trial(*args, **kwargs)
+
+    return SharedBruteForceSampler(seed=seed)

@@ -19,7 +19,7 @@ from autosync.search.cost import COST_UNIT, in_bsp_trainings
 from autosync.search.study.records import (
     BSP_REFERENCE, BSP_TRAINING_SECONDS, BUDGET, CACHE, CONFIRMATION_RUNS, CONSTRAINT_AT, FINGERPRINT, FORKED,
     FOUND_EQUIVALENT, FULL_BUDGET_OF, GIVEN_UP, GIVEN_UP_PLACES, HORIZON, PLATEAU, PRIOR_TRIALS, PRUNED_ON_PACE,
-    HELD, POLICY, REFERENCE_FROM, REPAIR_OF, RULED_BY_FAMILY, RUNS, SAME_AS, SECOND_SEED_CHECK, UNCHECKED,
+    HELD, POLICY, REFERENCE_FROM, REPAIR_OF, RULED_BY_FAMILY, RUNS, SAME_AS, SECOND_SEED_CHECK, TIMED_OUT_OF, UNCHECKED,
     VIRTUAL_SECONDS, CacheRecord, StudyRecord, TrialRecord, damaged, final_pending, has_run, outside_budget,
     policy_key, validated, write_cache_record,
 )
@@ -161,9 +161,10 @@ def _attrs_if_json(study: "optuna.Study") -> dict[str, Any]:
 
 def write_cache(study: "optuna.Study", job: JobSpec, space: "SearchSpace", sampler: str, tolerance: float,
                 reference: dict[str, Any], execution: dict[str, Any] | None = None,
-                neighbours: list[dict[str, Any]] | None = None) -> CacheRecord:
+                neighbours: list[dict[str, Any]] | None = None, timed_out_of: int | None = None) -> CacheRecord:
     """Write the cache record: best feasible policy, its score, provenance, the amortization report and
-    the tuned jobs the search started from (`neighbours`, `autosync.search.recommend.neighbours`).
+    the tuned jobs the search started from (`neighbours`, `autosync.search.recommend.neighbours`), and the
+    budget its --timeout ended it short of (`timed_out_of`; None: it ran its budget).
 
     Every number is finite (strict JSON): a figure that has no value (no saving to amortize) is None.
     """
@@ -198,6 +199,7 @@ def write_cache(study: "optuna.Study", job: JobSpec, space: "SearchSpace", sampl
                                                          bsp_training_seconds(reference)),
         "neighbour_jobs": neighbours or [],
         PRIOR_TRIALS: study.user_attrs.get(PRIOR_TRIALS, 0),  # their trials TPE read as a prior
+        **({TIMED_OUT_OF: timed_out_of} if timed_out_of else {}),
     }
     write_cache_record(study, record)
     return record

@@ -62,10 +62,27 @@ def _postgres_advisory_lock(url: str, name: str) -> Iterator[None]:
     engine = _ENGINES.get(url)
     if engine is None:
         engine = _ENGINES[url] = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
+    from autosync.search.study.outage import call_waiting, lost_connection
+
     key = int.from_bytes(hashlib.sha256(f"autosync:{name}".encode()).digest()[:8], "big", signed=True)
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:  # never idle in a transaction
-        conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:k)"), {"k": key})
+
+    def locked() -> Any:  # connected and holding the lock; made again whole while the server does not answer
+        conn = engine.connect().execution_options(isolation_level="AUTOCOMMIT")  # never idle in a transaction
         try:
-            yield
-        finally:
+            conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:k)"), {"k": key})
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    conn = call_waiting(url, locked)
+    try:
+        yield
+    finally:
+        try:
             conn.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+        except Exception as exc:
+            if not lost_connection(exc):
+                raise  # (a lost session took its lock with it)
+        finally:
+            conn.close()

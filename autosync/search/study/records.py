@@ -65,6 +65,9 @@ RUNS = "runs"  # how many runs (seeds) the trial trained
 GIVEN_UP = "given_up"  # a queued trial not run, the search having stopped improving (its patience)
 PRIOR_OF = "prior_of"  # of a prior trial (never stored): "study#number" it was read from
 SWITCH_AT = "switch_at"  # Sync-Switch Table II replay: the switch point the trial stands for
+# what the trial is to the search (one of `ROLES`), written as it ends: only "budget" trials (and "given_up"
+# places) count against --n-trials; optuna-dashboard shows it among the user attributes, to filter on
+ROLE = "role"
 
 CONSTRAINT = "final_metric_vs_bsp"  # name of the trial's Optuna constraint (<= 0: feasible)
 
@@ -83,6 +86,8 @@ GIVEN_UP_PLACES = "given_up_places"  # the budget whose places not queued yet we
 CONFIRMATION_RUNS = "confirmation_runs"  # {run identity: result} of every confirmation run
 BSP_REFERENCE = "bsp_reference"  # BSP's runs on the trials' seeds (`BspReference`); also SAME_AS's value
 CACHE = "cache"  # the cached answer (`CacheRecord`), written once a search finished
+# in a cache record: the budget a search had when its --timeout ended it short of it (the same command resumes)
+TIMED_OUT_OF = "timed_out_of"
 
 # --- inside a BSP reference ------------------------------------------------------------------------------
 HORIZON = "horizon"  # BSP's time to target, where the checks stop under BSP_TARGET
@@ -138,6 +143,7 @@ class CacheRecord(TypedDict, total=False):
     cost_to_answer_bsp_trainings: float | None
     neighbour_jobs: list[dict[str, Any]]
     prior_trials: int
+    timed_out_of: int  # TIMED_OUT_OF: the budget a --timeout ended the search short of
     # written by a confirmation (`--confirm-top`) or a verification on the real backend
     search_best_policy: dict[str, Any]
     search_best_value: float
@@ -239,6 +245,45 @@ def outside_budget(trial: "optuna.trial.FrozenTrial | optuna.Trial") -> bool:
     """Whether `trial` is the search's own work after its candidates, not a slot of the budget: a full-budget
     check (`FULL_BUDGET_OF`) or a repair of a candidate whose check failed (`REPAIR_OF`)."""
     return FULL_BUDGET_OF in trial.user_attrs or REPAIR_OF in trial.user_attrs
+
+
+#: A trial's `ROLE`s, and what each is. The "budget" trials are the ones `--n-trials` counts, with the
+#: "given_up" places (`autosync.search.study.trials.budget_used`); every other trial is the search's own.
+ROLES = {
+    "budget": "a trial of the budget: it ran to a result (completed, pruned, or failed for a reason of its own)",
+    "answered": "answered without training from a trial (or BSP's reference) that runs exactly like it",
+    "check": "a full-budget check of a candidate that stopped at the target",
+    "repair": "a setting one step closer to BSP of a candidate whose check failed",
+    "resampled": "proposed a point another process was training, and was proposed again in a new trial",
+    "killed": "its process died (killed or hung): a new trial runs it again",
+    "timed_out": "stopped by the tune's --timeout: a resumed search runs its place again",
+    "given_up": "a queued trial not run, the search having stopped improving (--patience): it takes its place",
+    "interrupted": "cut short by Ctrl-C or an error: a resumed search runs its place again",
+}
+
+
+def role_of(trial: "optuna.trial.FrozenTrial | optuna.Trial", state: str | None = None) -> str:
+    """The trial's `ROLE` (a key of `ROLES`), from its attributes and its `state` (its own by default;
+    a running trial's caller passes the state it is about to end in)."""
+    attrs = trial.user_attrs
+    state = state or trial.state.name
+    if attrs.get(KILLED):
+        return "killed"
+    if FULL_BUDGET_OF in attrs:
+        return "check"
+    if REPAIR_OF in attrs:
+        return "repair"
+    if GIVEN_UP in attrs:
+        return "given_up"
+    if RESAMPLED in attrs:
+        return "resampled"
+    if attrs.get(TIMED_OUT):
+        return "timed_out"
+    if attrs.get(ANSWERED):
+        return "answered"
+    if state in ("COMPLETE", "PRUNED") or (state == "FAIL" and FAIL_REASON in attrs):
+        return "budget"
+    return "interrupted"
 
 
 def has_own_failure(trial: "optuna.trial.FrozenTrial") -> bool:

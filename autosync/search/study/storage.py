@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 from autosync.core.errors import UserError
 from autosync.search.study.interrupts import guarded
 from autosync.search.study.locking import sqlite_path, storage_lock
+from autosync.search.study.outage import is_server, waiting
+from autosync.search.study.urls import redact, redact_url  # where the commands import them from
 
 if TYPE_CHECKING:
     import optuna
@@ -27,9 +29,6 @@ HEARTBEAT_SECONDS = int(os.environ.get("AUTOSYNC_HEARTBEAT_SECONDS", "30"))  # a
 # Optuna's own stale check (inside study.optimize) waits longer than autosync's (two intervals), so a dead
 # trial is always failed by autosync first, with its reason (autosync.search.study.trials.fail_dead_trials).
 OPTUNA_GRACE_INTERVALS = 10
-# user:password@ in a URL; the password may hold '/' (only '@' must be escaped), so it runs to the last '@'
-_PASSWORD = re.compile(r"(?P<head>[a-zA-Z][a-zA-Z0-9+.\-]*://[^/@:\s]*:)(?P<password>[^@\s]*)@")
-_QUERY_PASSWORD = re.compile(r"(?P<head>[?&]password=)(?P<password>[^&\s]*)", re.IGNORECASE)
 _SCHEMA_RETRIES = 5  # for storages without a cross-process lock: a lost schema-creation race is retried
 
 
@@ -39,23 +38,6 @@ def quiet_optuna() -> None:
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-
-
-def redact_url(url: str) -> str:
-    """`url` (or any text holding URLs) with passwords replaced by *** (postgresql://user:***@host/db, also
-    ?password=...): safe to print or store."""
-    masked = _PASSWORD.sub(lambda m: f"{m['head']}***@", url)
-    return _QUERY_PASSWORD.sub(lambda m: f"{m['head']}***", masked)
-
-
-def redact(text: str, url: str) -> str:
-    """`text` (an error message, say) with `url`'s password masked wherever it appears."""
-    text = redact_url(text.replace(url, redact_url(url)))
-    for pattern in (_PASSWORD, _QUERY_PASSWORD):
-        for match in pattern.finditer(url):
-            if match["password"]:
-                text = text.replace(match["password"], "***")
-    return text
 
 
 SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
@@ -145,9 +127,13 @@ def _rdb_storage(url: str, kwargs: dict[str, Any]) -> "optuna.storages.RDBStorag
 
     from autosync.search.study.trials import RetryKilledTrial
 
+    cls = guarded(optuna.storages.RDBStorage)
+    if is_server(url):  # a server that stops answering is waited for (`outage`); a pooled connection it
+        cls = waiting(cls)  # dropped is found dead before use and replaced
+        kwargs = {"pool_pre_ping": True, **kwargs}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # heartbeats are marked experimental; we rely on them knowingly
-        return guarded(optuna.storages.RDBStorage)(
+        return cls(
             url, engine_kwargs=kwargs, heartbeat_interval=HEARTBEAT_SECONDS,
             grace_period=OPTUNA_GRACE_INTERVALS * HEARTBEAT_SECONDS,
             heartbeat_stale_trial_callback=RetryKilledTrial(max_retry=3))

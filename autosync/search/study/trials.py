@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from autosync.search.study import _optuna_internals as internals
 from autosync.search.study.records import (
-    ANSWERED, FAIL_REASON, GIVEN_UP_PLACES, KILLED, PROCESS, RETRY_OF, constraint_of, has_run, outside_budget,
+    ANSWERED, BSP_REFERENCE, FAIL_REASON, GIVEN_UP_PLACES, KILLED, PROCESS, RETRY_OF, ROLE, ROLES, constraint_of,
+    has_run, outside_budget, role_of,
 )
 from autosync.search.study.locking import storage_lock
 
@@ -63,6 +64,18 @@ def budget_used(study: "optuna.Study") -> tuple[int, int]:
         elif has_run(t):
             counted += 1
     return counted, pending
+
+
+def roles(study: "optuna.Study") -> dict[str, int]:
+    """How many finished trials of each `ROLE` the study holds, in `ROLES` order (none: left out); "budget" is
+    what --n-trials counts, the rest are the search's own (read from each trial's attributes, so a study of an
+    older autosync, whose trials carry no role, is counted alike)."""
+    found: dict[str, int] = {}
+    for t in internals.fresh_trials(study):
+        if t.state.is_finished():
+            role = role_of(t)
+            found[role] = found.get(role, 0) + 1
+    return {role: found[role] for role in ROLES if role in found}
 
 
 def trials_run_by(study: "optuna.Study", processes: set[str]) -> list["optuna.trial.FrozenTrial"]:
@@ -146,12 +159,22 @@ def _failed_as_dead(study: "optuna.Study", number: int) -> bool:
     return trial.state == _states("FAIL")[0] and bool(trial.user_attrs.get(KILLED))
 
 
+def kept_line(study: "optuna.Study") -> str:
+    """What an interrupted search keeps, in words: its finished trials of the budget (`counted_trials`; the
+    search's own trials, checks and answered points, are not of the budget) and BSP's reference runs."""
+    kept = counted_trials(study)
+    words = f"{kept} finished trial{'' if kept == 1 else 's'} of the budget"
+    return f"{words} and BSP's reference runs" if BSP_REFERENCE in study.user_attrs else words
+
+
 class DeadTrials(list):
     """The numbers of the trials `fail_dead_trials` failed and re-queued, and (`waiting`) one line per
     RUNNING trial not known dead that has gone silent but is not yet past the grace: 'up to N s for
-    trial K of host:pid, which ...' (`_silent`)."""
+    trial K of host:pid, which ...' (`_silent`); a resuming tune sets `reference`: the study holds BSP's
+    reference runs already."""
 
     waiting: list[str]
+    reference: bool = False
 
 
 def process_gone(tag: Any) -> bool:
@@ -177,9 +200,9 @@ def fail_dead_trials(study: "optuna.Study") -> DeadTrials:
     """Fail the RUNNING trials whose process died, each with its reason, and re-queue them; their numbers.
 
     A trial's process is dead when it sent no heartbeat for the grace period (or none ever), or at once
-    when it ran on this machine and is gone (`process_gone`). Call it under the study's storage lock:
-    between the failure and the re-queue the trial is neither pending nor counted, and a `top_up` in that
-    gap would queue a trial beyond the budget.
+    when it ran on this machine and is gone (`process_gone`). Its re-run is queued before it is failed, once
+    (a trial already re-queued is not queued again). Call it under the study's storage lock, so that no
+    other process queues or fails it meanwhile.
     """
     import optuna
 
@@ -187,28 +210,49 @@ def fail_dead_trials(study: "optuna.Study") -> DeadTrials:
     grace = internals.grace_seconds(study)
     running = internals.fresh_trials(study, _states("RUNNING")) if grace is not None else []
     gone = {internals.trial_id(t): t.user_attrs[PROCESS] for t in running if process_gone(t.user_attrs.get(PROCESS))}
-    failed = []
-    for tid in dict.fromkeys([*gone, *internals.dead_trial_ids(study)]):
+    dead = list(dict.fromkeys([*gone, *internals.dead_trial_ids(study)]))
+    retry = storage.get_heartbeat_stale_trial_callback()
+    requeued = {t.user_attrs.get(RETRY_OF) for t in internals.fresh_trials(study)} if dead else set()
+    numbers = DeadTrials()
+    for tid in dead:
         reason = (f"its process {gone[tid]} is gone (killed)" if tid in gone else
                   f"its process stopped: no heartbeat for over {grace} s (killed or hung)")
+        frozen = storage.get_trial(tid)
         try:
-            # KILLED first: should the trial finish between the two writes, a reason without KILLED would
+            # its re-run queued first: a process killed between that and the failure leaves the trial running
+            # and re-queued, which the next call fails without queueing it again (the other order left a trial
+            # failed and never re-run: found by the kill storm, tests/kill_storm.py)
+            if retry is not None and frozen.number not in requeued:
+                retry(study, frozen)
+            # KILLED first: should the trial finish between the writes, a reason without KILLED would
             # make it count as a failure of its own (and twins copy it)
             storage.set_trial_user_attr(tid, KILLED, True)
+            storage.set_trial_user_attr(tid, ROLE, "killed")
             storage.set_trial_user_attr(tid, FAIL_REASON, f"{reason}; the trial is re-run")
             if storage.set_trial_state_values(tid, state=optuna.trial.TrialState.FAIL):
-                failed.append(tid)
-        except optuna.exceptions.UpdateFinishedTrialError:
-            continue  # another process got there first, or the trial just finished after all
-    retry = storage.get_heartbeat_stale_trial_callback()
-    numbers = DeadTrials()
-    for tid in failed:
-        frozen = storage.get_trial(tid)
-        numbers.append(frozen.number)
-        if retry is not None:
-            retry(study, frozen)
+                numbers.append(frozen.number)
+        except optuna.exceptions.UpdateFinishedTrialError:  # another process got there first, or it finished
+            if not storage.get_trial(tid).user_attrs.get(KILLED):  # after all: then its re-run is not needed
+                _drop_reruns(study, frozen.number)
     numbers.waiting = _silent(study, [t for t in running if internals.trial_id(t) not in gone], grace)
     return numbers
+
+
+def _drop_reruns(study: "optuna.Study", number: int) -> None:
+    """Fail the queued re-runs of trial `number`, which finished after all (not counted: no result)."""
+    import optuna
+
+    storage = internals.storage_of(study)
+    for t in internals.fresh_trials(study, _states("WAITING")):
+        if t.user_attrs.get(RETRY_OF) == number:
+            tid = internals.trial_id(t)
+            try:
+                storage.set_trial_user_attr(tid, KILLED, True)
+                storage.set_trial_user_attr(tid, ROLE, "killed")
+                storage.set_trial_user_attr(tid, FAIL_REASON, f"not run: trial {number} finished after all")
+                storage.set_trial_state_values(tid, state=optuna.trial.TrialState.FAIL)
+            except optuna.exceptions.UpdateFinishedTrialError:  # taken by a process meanwhile: it runs
+                continue
 
 
 def _silent(study: "optuna.Study", running: list["optuna.trial.FrozenTrial"], grace: float | None) -> list[str]:
@@ -252,7 +296,7 @@ class RetryKilledTrial:
         frozen = copy.deepcopy(trial)
         # nor the dead process's tag: while the copy is claimed and not yet tagged by its own process, another
         # process's `fail_dead_trials` would find that process gone and fail the copy too
-        for key in (FAIL_REASON, KILLED, PROCESS):
+        for key in (FAIL_REASON, KILLED, PROCESS, ROLE):
             frozen.user_attrs.pop(key, None)
         frozen.set_user_attr(RETRY_OF, trial.number)
         self._retry(study, frozen)

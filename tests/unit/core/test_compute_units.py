@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+import random
+
 import pytest
 
 from autosync.core.cluster import ComputeUnits
@@ -63,17 +66,80 @@ def test_a_round_trip_longer_than_the_queue_hides_it():
     assert with_units == pytest.approx([ROUND_TRIP, 2 * ROUND_TRIP, 3 * ROUND_TRIP])
 
 
-def test_updates_from_one_gradient_wait_for_the_gradients_queued_before_it():
+def test_updates_from_one_gradient_wait_for_the_leftover_task_the_unit_had_started():
     """Backup k = 1 on 4 workers and one unit with a round trip shorter than the unit's time: the tasks
     dispatched together are computed one after another, so the first update comes after one unit's time.
-    The worker that won it gets its next task behind the 3 still queued, which the unit computes although
-    they arrive stale, as a worker process does: every next update comes 4 units' time later. The queue,
+    At that instant the unit takes its next task (its turn is the update's instant: started), and the
+    server gives up on the 3 stale ones; the 2 not started are answered at their turn without being
+    computed, as a worker process skips them. The winner's next task, queued behind, waits for the one
+    started: every next update comes 2 units' time later (4 if the stale tasks were computed). The queue,
     not the round trip, sets the rate."""
     job = small_job(cluster__n_workers=4, cluster__round_trip={"kind": "deterministic"},
                     cluster__compute={"model": "linear", "seconds_per_sample": 0.01 / 16},
                     cluster__compute_units=_units(1), budget={"max_updates": 6})
     times = simulate(job, BackupWorkers(k=1)).trace.column("updates", "time")
-    assert times == pytest.approx([UNIT * (1 + 4 * i) for i in range(6)])
+    assert times == pytest.approx([UNIT * (1 + 2 * i) for i in range(6)])
+
+
+def test_backup_k_on_two_units_skips_the_leftover_tasks_not_started():
+    """Backup k = 2 on 6 workers and 2 units (workers 0, 2, 4 on unit 0; 1, 3, 5 on unit 1), UNIT per task,
+    round trips of 0.01 but worker 5's 0.35. Hand-computed event order:
+    - t = 0: all start on version 0; unit 0 computes w0 [0, .1], then w2, w4; unit 1 w1, w3, w5.
+    - t = .1: w0 and w1 arrive: update 1. The server gives up on w2..w5; the units take w2 and w3 at this
+      instant (started: computed to .2), and will skip w4 and w5. w0 and w1 start on version 1, queued.
+    - t = .2: w2 and w3 arrive, stale; w4's turn: skipped, it arrives at once, stale. w5's turn too, but its
+      round trip holds it to .35. The units take w0 and w1 [.2, .3]; w2, w3, w4 start again behind them.
+    - t = .3: w0 and w1 arrive: update 2, given up on: w2, w3 (started at .3), w4 (skipped at .4).
+    - t = .35: w5 arrives, stale, and starts again behind w1. t = .4: w2, w3 and w4 arrive, stale.
+    - t = .5: w0 and w1 arrive: update 3.
+    Computing every stale task (as the model did before the server gave up on them) would put the
+    updates at .1, .4, .7: the queue's leftover work costs a unit's task per round here, not two."""
+    job = small_job(cluster__n_workers=6, cluster__round_trip={"kind": "deterministic"},
+                    cluster__compute={"model": "linear", "seconds_per_sample": 0.01 / 16},
+                    cluster__speed_factors=[1, 1, 1, 1, 1, 1 / 35],
+                    cluster__compute_units=_units(2), budget={"max_updates": 3})
+    trace = simulate(job, BackupWorkers(k=2)).trace
+    assert trace.column("updates", "time") == pytest.approx([0.1, 0.3, 0.5])
+    expected = [(0.1, 0, 0, 0, True), (0.1, 1, 0, 0, True), (0.2, 2, 0, 0, False), (0.2, 3, 0, 0, False),
+                (0.2, 4, 0, 0, False), (0.3, 0, 1, 1, True), (0.3, 1, 1, 1, True), (0.35, 5, 0, 0, False),
+                (0.4, 2, 1, 1, False), (0.4, 3, 1, 1, False), (0.4, 4, 1, 1, False), (0.5, 0, 2, 2, True),
+                (0.5, 1, 2, 2, True)]
+    got = [(t, w, i, v, ok) for t, w, i, v, _, ok in trace.arrivals]
+    assert [a[1:] for a in got] == [e[1:] for e in expected]
+    assert [a[0] for a in got] == pytest.approx([e[0] for e in expected])
+
+
+def test_the_queue_gives_the_booked_times_to_the_bit_when_nothing_is_dropped():
+    """Starting queued tasks at their turn (`start_next`) and booking them at dispatch (`compute`) are the
+    same first come, first served: the same ready times, to the bit, whatever the speeds and batches."""
+    rng = random.Random(0)
+    spec = ComputeUnitsSpec(count=3, compute={"model": "gpu", "launch_overhead": 0.013, "saturation_batch": 8,
+                                              "seconds_per_sample": 0.0017}, speed_factors=[1.0, 0.7, 1.3])
+    booked, queued = ComputeUnits(spec), ComputeUnits(spec)
+    expected, got, now = [], [], 0.0
+    for index in range(200):
+        now += rng.expovariate(20.0)
+        worker, batch, trip = rng.randrange(7), rng.choice([4, 8, 16, 33]), rng.expovariate(5.0)
+        steps = rng.choice([1, 1, 2])
+        expected.append((max(now + trip, booked.compute(worker, now, batch, steps)), worker, index))
+        queued.enqueue(worker, index, now, trip, batch, steps)
+        while (started := queued.start_next(now)) is not None:
+            got.append(started)
+    while (started := queued.start_next(math.inf)) is not None:
+        got.append(started)
+    assert sorted(got, key=lambda e: e[2]) == expected
+
+
+def test_with_a_unit_per_worker_the_server_gives_up_on_nothing():
+    """A unit per worker starts every task at once: there is no queue to skip, and the server keeps the
+    behaviour of a job without units (a stale gradient is discarded on arrival, as before)."""
+    job = _job(4, _units(4), updates=6)
+    sim = Simulator(job, BackupWorkers(k=2))
+    sim.run()
+    assert sim.server.cancels is False and not sim.server.cancelled
+    shared = Simulator(_job(4, _units(2), updates=6), BackupWorkers(k=2))
+    shared.run()
+    assert shared.server.cancels is True
 
 
 def test_asp_on_units_arrives_at_the_units_rate():

@@ -107,6 +107,31 @@ def test_tasks_on_one_version_share_one_parameter_copy_until_no_one_reads_it():
 
 
 @pytest.mark.slow
+def test_a_process_skips_a_task_the_server_gave_up_on_before_it_reached_it(workload, driver):
+    """Process 1 (workers 1 and 3) is held while the tasks are sent and the server gives up on worker 3's:
+    it computes worker 1's, then answers worker 3's at once without a gradient. The next task of worker 3
+    is computed again."""
+    theta = workload.init_params()
+    tasks = _tasks(range(4), theta)
+    skipped = driver.skipped
+    os.kill(driver.pids[1], signal.SIGSTOP)
+    try:
+        driver.submit(tasks)
+        driver.cancel([tasks[3]])
+    finally:
+        os.kill(driver.pids[1], signal.SIGCONT)
+    answers = {}
+    while driver.pending:
+        answers.update({a.task.worker: a for a in driver.collect()})
+    assert sorted(answers) == [0, 1, 2, 3] and driver.skipped == skipped + 1
+    assert tasks[3].gradient is None and answers[3].compute_seconds == 0.0
+    assert all(t.gradient is not None for t in tasks[:3])
+    again = _tasks([3], theta, index=1)
+    driver.worker_gradients(again)
+    assert again[0].gradient is not None and driver.skipped == skipped + 1
+
+
+@pytest.mark.slow
 def test_a_killed_and_a_hung_worker_process_are_replaced_without_changing_the_run(workload, reference):
     d = ProcessDriver(workload, processes=3, timeout=2.0)
     try:

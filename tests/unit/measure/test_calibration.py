@@ -82,6 +82,17 @@ def test_the_fit_starts_from_the_worker_processes_as_compute_units():
     assert job is JOB and checked.units is None
 
 
+def test_measured_units_are_kept_where_the_job_fits_both_runs_without_them():
+    """Units small beside the round trips: both runs fit the job as given, and it keeps the units all the
+    same (a barrier between the two runs' update rates leaves tasks queued on them), their times unscaled."""
+    units = {"count": 2, "compute": {"model": "linear", "seconds_per_sample": 0.01 / 16}, "speed_factors": None}
+    real = measure_real(JOB, simulated_runner(), UPDATES)
+    result, fitted = calibrate(JOB, real, UPDATES, {}, units=units)
+    assert all(abs(run.ratio - 1.0) <= 0.02 for run in result.before)
+    assert fitted.cluster.compute_units is not None and result.units == units
+    assert result.server["units_factor"] == 1.0 and all(abs(run.ratio - 1.0) <= 0.02 for run in result.after)
+
+
 def test_the_check_says_whether_a_job_fits_and_which_run_misses(real_with_server_costs):
     fits, _ = calibrate(with_server(JOB, 0.2, 0.05), real_with_server_costs, UPDATES, {}, fit=False)
     assert fits.fits and all(run.ratio == pytest.approx(1.0) for run in fits.before)

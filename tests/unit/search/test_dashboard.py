@@ -58,6 +58,9 @@ def test_optuna_dashboard_shows_the_tuned_study_with_its_metric_and_job(tmp_path
         answered = [t for t in detail["trials"] if any(a["key"] == "answered_untrained" for a in t["user_attrs"])]
         # the budget; beside it the winner's full-budget check and the points answered untrained (BSP's)
         assert len(detail["trials"]) - len(checks) - len(answered) == 2
+        # each trial's role, which the dashboard shows and filters on, tells the budget's apart
+        roles = [{a["key"]: a["value"] for a in t["user_attrs"]}.get("role") for t in detail["trials"]]
+        assert roles.count("budget") == 2 and roles.count("check") == len(checks) and None not in roles, roles
     finally:
         server.terminate()
         server.wait(timeout=30)

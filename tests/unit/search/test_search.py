@@ -157,6 +157,9 @@ def _request(tmp_path: Path, job=None, space=None, **changes) -> TuneRequest:
 def test_tune_caches_the_best_policy_for_the_recurring_job(tmp_path):
     first = tune(_request(tmp_path))
     assert not first.cached and first.new_trials == 4
+    # every finished trial says what it is to the search (the dashboard shows it): 4 of the budget
+    roles = [t.user_attrs.get("role") for t in first.study.trials if t.state.is_finished()]
+    assert roles.count("budget") == 4 and None not in roles and first.roles["budget"] == 4, roles
     record = first.cache
     assert record["best_policy"]["policy"] == "backup" and record["trials"] == 4
     assert record["search_cost_bsp_trainings"] > 0 and record["fingerprint"] == small_job().fingerprint()
@@ -601,6 +604,21 @@ def test_a_trial_still_training_when_the_timeout_passes_stops_and_takes_no_slot(
     study.enqueue_trial({"backup.k": 3, "backup.lr_rule": "fixed"}, user_attrs={FULL_BUDGET_OF: 0})
     study.optimize(objective, n_trials=1, catch=(RunFailed,))
     assert study.trials[-1].state.name == "COMPLETE"
+
+
+@pytest.mark.slow
+def test_a_search_its_timeout_ended_short_is_resumed_by_the_same_command(tmp_path):
+    """A search whose --timeout ended it before its budget answers (its record says so, `timed_out_of`),
+    and the same command resumes it, saying so, rather than answering from the cache."""
+    job = small_job(budget={"max_updates": 800}, target={"metric": "test_accuracy", "threshold": 0.99})  # slow trials
+    first = tune(_request(tmp_path, job, timeout=0.3, n_trials=3))  # BSP's point answered, then the timeout
+    assert not first.cached and first.cache["timed_out_of"] == 3 and first.cache["trials"] < 3
+    found = []
+    resumed = tune(_request(tmp_path, job, n_trials=3), on_resume=lambda *seen: found.append(seen))
+    assert not resumed.cached and resumed.cache["trials"] == 3 and "timed_out_of" not in resumed.cache
+    assert found and found[0][0] == first.cache["trials"] and found[0][1].reference
+    again = tune(_request(tmp_path, job, n_trials=3))
+    assert again.cached and again.new_trials == 0
 
 
 @pytest.mark.parametrize("text, n, workers, share", [

@@ -157,3 +157,30 @@ def test_the_study_package_imports_nothing_of_the_search_above_it():
     for path in sorted((PACKAGE / "search" / "study").glob("*.py")):
         visit(ast.parse(path.read_text()), path.name)
     assert not above, above
+
+
+@pytest.mark.parametrize("attrs, state, role", [
+    ({}, "COMPLETE", "budget"),
+    ({}, "PRUNED", "budget"),
+    ({records.FAIL_REASON: "diverged"}, "FAIL", "budget"),  # a failure of its own uses its place
+    ({}, "FAIL", "interrupted"),
+    ({records.ANSWERED: True}, "COMPLETE", "answered"),
+    ({records.FULL_BUDGET_OF: 3, records.ANSWERED: True}, "COMPLETE", "check"),
+    ({records.REPAIR_OF: 3}, "PRUNED", "repair"),
+    ({records.RESAMPLED: 2, records.FAIL_REASON: "not a failure"}, "FAIL", "resampled"),
+    ({records.KILLED: True, records.FAIL_REASON: "its process is gone", records.FULL_BUDGET_OF: 1}, "FAIL", "killed"),
+    ({records.TIMED_OUT: True, records.FAIL_REASON: "stopped"}, "FAIL", "timed_out"),
+    ({records.GIVEN_UP: 5, records.FAIL_REASON: "gave up"}, "FAIL", "given_up"),
+])
+def test_a_trials_role_says_whether_the_budget_counts_it(attrs, state, role):
+    """"budget" exactly where the budget's count (`budget_used`) counts a trial that ran; every other role is
+    one of `ROLES`."""
+    import optuna
+
+    from autosync.search.study.records import has_run, outside_budget
+
+    made = optuna.trial.create_trial(state=getattr(optuna.trial.TrialState, state), user_attrs=attrs,
+                                     **({"value": 1.0} if state == "COMPLETE" else {}))
+    assert records.role_of(made) == role and role in records.ROLES
+    counted = has_run(made) and not outside_budget(made) and not attrs.get(records.ANSWERED)
+    assert counted == (role in ("budget", "given_up"))

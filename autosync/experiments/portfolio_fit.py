@@ -1,0 +1,144 @@
+"""A first round fitted on the table: auto-sklearn 2.0's greedy portfolio, judged leave-one-family-out.
+
+A portfolio is a list of settings that a race runs first on every job. Settings must mean the same thing
+on jobs of any size, so a candidate is a label that resolves on n workers (`candidates`):
+
+- static k at a share of the workers (`SHARES`, k = round(share * n), 1..n-1) under each learning-rate
+  rule, and BSP;
+- every other setting of the broad reference grid as it is (a composition's k, three quarters of n, is
+  part of its base and is not a label of its own).
+
+The fit is Feurer et al.'s greedy portfolio construction (auto-sklearn 2.0, JMLR 2022, Algorithm 1): start
+empty and add, one at a time, the candidate that most lowers the mean over the training jobs of the
+portfolio's loss, the log of its best member's time over the job's best candidate time (a job is a
+"dataset" there, a candidate a "pipeline"), until `size` members. Times are read on the tune's search
+seeds, as a race would see them.
+
+A fitted portfolio answers on a job as the grid's choice is made, but among its members only: the member
+fastest on the search seeds that keeps BSP's final metric there (`portfolio_answer`), scored like a tune's
+answer (`autosync.experiments.lofo`): its held-out time over the grid's choice's. Its cost is that of a
+race that runs the members in order on both search seeds and stops each at the time of the fastest run so
+far on that seed (no member can win past it), plus a full budget for each member whose final metric was
+checked, in BSP trainings (one BSP run's full budget).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from autosync.catalog import policy_from_dict
+from autosync.core.job import JobSpec
+from autosync.experiments import lofo
+from autosync.experiments.reference_grid import (ALL_LR_RULES, BSP_POLICY, Scored, family_of, feasible_best,
+                                                 held_out_seeds, reference_policies)
+from autosync.table import Table, cell_for
+from autosync.table.replay import full_budget
+
+# static k's shares of the workers: eighths, the grid's finest that exists on the smallest jobs (n >= 3
+# resolves at least two of them apart)
+SHARES = tuple(i / 8 for i in range(1, 8))
+
+
+def candidates(n_workers: int) -> dict[str, dict[str, Any]]:
+    """Every candidate label and the lattice point it stands for on `n_workers` workers."""
+    out = {"bsp": BSP_POLICY}
+    for share in SHARES:
+        k = max(1, min(n_workers - 1, round(share * n_workers)))
+        for rule in ALL_LR_RULES:
+            out[f"backup:k={share:g}n,lr_rule={rule}"] = {"policy": "backup", "params": {"k": k, "lr_rule": rule}}
+    for policy in reference_policies(n_workers):
+        if family_of(policy) == "static k":
+            continue
+        params = {k: v for k, v in policy["params"].items() if not (policy["policy"] == "compose" and k == "k")}
+        label = policy["policy"] + "".join(f",{k}={v}" for k, v in sorted(params.items()))
+        out.setdefault(label, policy)
+    return out
+
+
+@dataclass(frozen=True)
+class JobTimes:
+    """One job's candidate times on its search seeds and on its held-out seeds, and what a race pays."""
+
+    family: str
+    job: str
+    spec: JobSpec
+    policies: dict[str, dict[str, Any]]  # label -> its lattice point on the job
+    search: dict[str, list[float]]  # label -> penalised time per search seed
+    held_out: dict[str, float]  # label -> mean penalised time over the held-out seeds
+    grid_choice_time: float  # the grid's choice's held-out time (`lofo.score_job`)
+    bsp_training: float  # virtual seconds of one BSP run to the end of the budget
+
+
+def job_times(table: Table, family: str, job: JobSpec, grid_choice_time: float) -> JobTimes:
+    """Every candidate of `job` read from the table (cells stopped at the target)."""
+    search, held_out = {}, {}
+    policies = candidates(job.cluster.n_workers)
+    for label, policy in policies.items():
+        search[label] = lofo.table_score(table, job, policy, lofo.search_seeds(job)).times
+        held_out[label] = lofo.table_score(table, job, policy, held_out_seeds(job)).time
+    bsp = cell_for(table, full_budget(job), policy_from_dict(BSP_POLICY))
+    return JobTimes(family, job.name, job, policies, search, held_out, grid_choice_time,
+                    float(bsp.scores["virtual_time"]))
+
+
+def _loss(job: JobTimes, members: list[str]) -> float:
+    best = min(statistics.fmean(t) for t in job.search.values())
+    return math.log(min(statistics.fmean(job.search[m]) for m in members) / best)
+
+
+def greedy_portfolio(jobs: list[JobTimes], size: int) -> list[str]:
+    """Feurer et al.'s greedy portfolio (Algorithm 1) of `size` labels over `jobs`; ties go to the label
+    first in sorted order, so the same jobs give the same portfolio."""
+    labels = sorted(set.intersection(*(set(j.search) for j in jobs)))
+    members: list[str] = []
+    while len(members) < min(size, len(labels)):
+        scored = [(statistics.fmean(_loss(j, members + [c]) for j in jobs), c) for c in labels if c not in members]
+        members.append(min(scored)[1])
+    return members
+
+
+def portfolio_answer(table: Table, job: JobTimes, members: list[str]) -> dict[str, Any]:
+    """What a race of `members` answers on `job`: the member fastest on the search seeds whose final metric
+    there keeps BSP's (`reference_grid.feasible_best`, the grid's choice's rule; its full-budget runs read
+    from the table), its held-out time over the grid's choice's, whether it keeps the rule on the held-out
+    seeds, and the race's cost in BSP trainings: members in order on each search seed, each stopped at the
+    fastest time so far on that seed, plus the full-budget runs of the members checked."""
+    present = [m for m in members if m in job.search]
+    order = sorted(present, key=lambda m: (statistics.fmean(job.search[m]), present.index(m)))
+    scores = [Scored(job.policies[m], statistics.fmean(job.search[m]),
+                     [s for s, t in zip(lofo.search_seeds(job.spec), job.search[m])
+                      if t >= 2 * job.spec.budget.max_virtual_seconds], job.search[m]) for m in order]
+    checked: list[dict[str, Any]] = []
+    final = lofo.table_final(table, job.spec, lofo.search_seeds(job.spec))
+
+    def counted(policy: dict[str, Any]) -> float | None:
+        checked.append(policy)
+        return final(policy)
+
+    picked = feasible_best(job.spec, scores, counted)
+    answer = order[[s.policy for s in scores].index(picked.policy)]
+    seconds = 0.0
+    for seed in range(len(job.search[present[0]])):
+        best = math.inf
+        for m in present:
+            seconds += min(job.search[m][seed], best)
+            best = min(best, job.search[m][seed])
+    seconds += sum(len(lofo.search_seeds(job.spec)) * job.spec.budget.max_virtual_seconds
+                   for p in checked if p != BSP_POLICY)  # a check's full budget, at most
+    keeps = lofo.answer_keeps(table, job.spec, job.policies[answer], held_out_seeds(job.spec))
+    return {"answer": answer, "ratio": job.held_out[answer] / job.grid_choice_time, "keeps": keeps,
+            "cost": seconds / job.bsp_training}
+
+
+def leave_one_family_out(table: Table, jobs: list[JobTimes], size: int) -> list[dict[str, Any]]:
+    """For each family: the portfolio fitted on the other families' jobs, answering on this family's."""
+    rows = []
+    for family in sorted({j.family for j in jobs}):
+        members = greedy_portfolio([j for j in jobs if j.family != family], size)
+        for job in (j for j in jobs if j.family == family):
+            rows.append({"family": family, "job": job.job, "portfolio": members,
+                         **portfolio_answer(table, job, members)})
+    return rows

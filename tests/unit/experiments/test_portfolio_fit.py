@@ -1,0 +1,30 @@
+"""The greedy portfolio (`autosync.experiments.portfolio_fit`): candidates that mean the same on any number
+of workers, Feurer et al.'s greedy choice, and a family's answer from a portfolio fitted without it."""
+
+from __future__ import annotations
+
+from autosync.experiments import portfolio_fit
+from autosync.experiments.portfolio_fit import JobTimes
+
+
+def times(family: str, name: str, search: dict[str, float]) -> JobTimes:
+    return JobTimes(family, name, None, {}, {k: [v, v] for k, v in search.items()}, {k: v for k, v in search.items()},
+                    1.0, 100.0)
+
+
+def test_candidates_resolve_static_k_as_a_share_of_the_workers_and_keep_every_other_grid_setting_once():
+    small, large = portfolio_fit.candidates(4), portfolio_fit.candidates(32)
+    assert small.keys() == large.keys()  # one label, one meaning, on any job
+    assert large["backup:k=0.25n,lr_rule=linear"]["params"] == {"k": 8, "lr_rule": "linear"}
+    assert small["backup:k=0.125n,lr_rule=fixed"]["params"]["k"] == 1  # at least 1
+    assert small["backup:k=0.875n,lr_rule=fixed"]["params"]["k"] == 3  # at most n - 1
+    assert "bsp" in small and any(label.startswith("dana_slim") for label in small)
+
+
+def test_the_greedy_portfolio_adds_first_what_helps_most_jobs_then_what_covers_the_rest():
+    jobs = [times("f", "a", {"x": 1.0, "y": 2.0, "z": 9.0}), times("f", "b", {"x": 1.0, "y": 2.0, "z": 9.0}),
+            times("g", "c", {"x": 8.0, "y": 4.0, "z": 1.0})]
+    assert portfolio_fit.greedy_portfolio(jobs, 1) == ["x"]
+    assert portfolio_fit.greedy_portfolio(jobs, 2) == ["x", "z"]  # y is never best where x or z runs
+    assert portfolio_fit.greedy_portfolio(jobs, 5) == ["x", "z", "y"]  # no more than the candidates
+    assert portfolio_fit.greedy_portfolio(list(reversed(jobs)), 2) == ["x", "z"]  # the jobs' order is no input
