@@ -55,3 +55,17 @@ def test_the_scripts_import_only_public_names():
     bad = [f"{path.relative_to(ROOT)}:{line}: {problem}"
            for path in SCRIPTS for line, module, names in _imports(path) for problem in _problems(module, names)]
     assert not bad, "\n".join(bad)
+
+
+def test_each_package_of_modules_lists_them_all():
+    """A package that holds modules rather than names (autosync itself, core, experiments, measure, reporting,
+    workloads) names each module not starting with `_` in its `__all__`, so a new module is public or
+    private by a decision, not by default."""
+    bad = []
+    for package in ("autosync", "autosync.core", "autosync.experiments", "autosync.measure", "autosync.reporting",
+                    "autosync.workloads"):
+        folder = ROOT.joinpath(*package.split("."))
+        modules = {p.stem for p in folder.glob("*.py") if not p.stem.startswith("_")}
+        modules |= {p.name for p in folder.iterdir() if (p / "__init__.py").is_file() and not p.name.startswith("_")}
+        bad += [f"{package}: {name}" for name in sorted(modules - (_all_of(package) or set()))]
+    assert not bad, f"modules missing from their package's __all__ (or private, with a `_`): {bad}"
