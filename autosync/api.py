@@ -27,22 +27,24 @@ from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, Seque
 from autosync.core.errors import UserError
 from autosync.core.job import JobSpec, job_from_dict, load_job
 from autosync.core.phases import Phase, no_phase
+from autosync.engine.backends import BackendChoice, Ranks, torchrun_ranks, train
+from autosync.experiments.compare import Comparison, compare
+from autosync.experiments.scaling import collect
 from autosync.options import (CalibrateOptions, CompareOptions, ExecutionOptions, FamilyOptions,
                               LeaderboardOptions, ProfileOptions, ReplayOptions, RobustnessOptions, RunOptions,
                               ScalingOptions, TableOptions, TuneOptions, build)
+from autosync.reporting.calibration import Calibrated
 from autosync.reporting.output import ready_output_dir as output_dir, ready_output_file as output_file
 from autosync.reporting.results import (DrawnJobs, Leaderboard, Profile, Replay, Robustness, ScalingTable, tune_dir,
                                         write_calibration, write_run, write_tune)
+from autosync.search.study import cache
 from autosync.search.study.storage import DEFAULT_STORAGE, quiet_optuna  # quiet_optuna: for scripts too
 
 if TYPE_CHECKING:
-    from autosync.engine.backends import BackendChoice, Ranks
     from autosync.policies import Policy
     from autosync.reporting.runs import Run
-    from autosync.reporting.calibration import Calibrated
     from autosync.reporting.tune import TuneFiles, Tuned
     from autosync.measure.rerun import LoggedRun, Rerun
-    from autosync.experiments.compare import Comparison
     from autosync.search.recommend.vote import Recommendation
     from autosync.table.build import Built
     from autosync.workloads.workload import Workload
@@ -55,7 +57,7 @@ __all__ = [
     "ExecutionOptions", "calibrate", "write_calibration", "CalibrateOptions", "recommend", "family", "DrawnJobs",
     "FamilyOptions", "robustness", "Robustness", "RobustnessOptions", "robustness_compare", "CompareOptions",
     "replay", "Replay", "ReplayOptions", "scaling", "ScalingTable", "ScalingOptions", "UserError", "table",
-    "TableOptions",
+    "TableOptions", "quiet_optuna",
 ]
 
 
@@ -84,8 +86,6 @@ def ranks(options: "ExecutionOptions | ProfileOptions") -> "ContextManager[Ranks
             group.share(job)  # every rank now trains it
             ...
     """
-    from autosync.engine.backends import torchrun_ranks
-
     return torchrun_ranks(options.choice())
 
 
@@ -93,23 +93,21 @@ def make_policy(policy: "str | Policy | dict[str, Any]", params: dict[str, Any] 
     """A policy from its name (any spelling `autosync policies` accepts) or spec ('compose(barrier=ssp,
     update=dana_slim)', 'backup:k=8') and parameters, a dict {"policy": name, "params": {...}} as results
     store it, or a Policy itself."""
-    from autosync.catalog import policy_of
+    from autosync.catalog import policy_of  # not at the top: numpy, which --help does not load
 
     return policy_of(policy, params)
 
 
 def tuned_policy(job: JobSpec, storage: str | None = None, params: dict[str, Any] | None = None) -> "Policy":
     """The cached best policy of a job tuned before (UserError when it has none), with `params` changed."""
-    from autosync.search.study.cache import tuned_policy as cached
-
     quiet_optuna()
-    return make_policy(cached(storage or DEFAULT_STORAGE, job), params)
+    return make_policy(cache.tuned_policy(storage or DEFAULT_STORAGE, job), params)
 
 
 def check_workload(job: JobSpec, device: str = "cpu") -> "Workload":
     """Build the job's workload once (datasets, model, loss; the user's factories imported, called and
     checked) and return it; a problem raises a one-line JobFileError naming the job file and field."""
-    from autosync.workloads.build import build_workload
+    from autosync.workloads.build import build_workload  # not at the top: torch
 
     return build_workload(job, device=device)
 
@@ -161,8 +159,7 @@ def run(job: JobSpec, policy: "str | Policy | dict[str, Any] | None" = None, par
         workload: a workload built for this job already (`check_workload`), to skip building it again.
         on_ready: called once the backend's worker processes are up, before training starts.
     """
-    from autosync.engine.backends import train
-    from autosync.reporting.runs import Run
+    from autosync.reporting.runs import Run  # not at the top: torch
 
     opts = _options(RunOptions, options, on, fields, policy=policy, params=params)
     job, chosen = run_setup(job, opts)
@@ -198,13 +195,13 @@ def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions 
     the study's plots): the study, whether the cache answered, the cache record (best policy and value, BSP's,
     provenance) and the best trials.
     """
+    # not at the top: optuna
     from autosync.reporting.tune import Tuned
-    from autosync.search.study.cache import NoFeasibleTrial
     from autosync.search.tune import TuneRequest, tune as run_tune
 
     opts = _options(TuneOptions, options, on, fields, space=str(space) if space is not None else None)
     if opts.choice().backend == "distributed":  # (the options checked first)
-        from autosync.engine.drivers.distributed import require_session
+        from autosync.engine.drivers.distributed import require_session  # not at the top: torch
 
         require_session()
     if job.uses_user_code:  # the user's code fails here, in one line, rather than as every trial failing
@@ -216,18 +213,19 @@ def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions 
     try:
         return Tuned.of(run_tune(request, on_trial=on_trial, on_confirm=on_confirm, on_resume=on_resume,
                                  on_wait=on_wait))
-    except NoFeasibleTrial as exc:
+    except cache.NoFeasibleTrial as exc:
         if request.timeout is None:
             raise
-        raise NoFeasibleTrial(f"{exc} (--timeout {request.timeout:g} s ended the search: its trials start only once "
-                              "the BSP reference runs are done, and none met the target before the limit)") from None
+        raise cache.NoFeasibleTrial(f"{exc} (--timeout {request.timeout:g} s ended the search: its trials start only "
+                                    "once the BSP reference runs are done, and none met the target before the limit)"
+                                    ) from None
 
 
 def __getattr__(name: str) -> Any:
     """`Tuned` and `TuneFiles` (`autosync.reporting.tune`) load with the search they extend, on first use:
     importing the API loads no optuna."""
     if name in ("Tuned", "TuneFiles"):
-        from autosync.reporting import tune as written
+        from autosync.reporting import tune as written  # not at the top: optuna
 
         return getattr(written, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -251,6 +249,7 @@ def leaderboard(job: JobSpec, policies: Sequence[str | dict[str, Any]] | None = 
             function called with each finished run's summary (as `on_done`). A refused input so never
             shows a progress bar.
     """
+    # not at the top: numpy, which --help does not load
     from autosync.experiments.leaderboard import policy_specs, run_grid, score
 
     opts = _options(LeaderboardOptions, options, None, fields,
@@ -289,7 +288,7 @@ def profile(job: JobSpec, options: ProfileOptions | None = None, *, workload: An
         phase: an `autosync.core.phases.Phase`, called around starting the workers, the timed rounds (one
             step each) and timing the server.
     """
-    from autosync.measure.profile import profile_workers
+    from autosync.measure.profile import profile_workers  # not at the top: numpy, which --help does not load
 
     opts = _options(ProfileOptions, options, None, fields)
     sizes = opts.sizes(job)
@@ -310,8 +309,7 @@ def calibrate(job: JobSpec, options: CalibrateOptions | None = None, *, workload
         workload: a workload built for this job already (`check_workload`).
         phase: as for `profile` (the real runs: one step each).
     """
-    from autosync.measure.calibration import calibrate_real
-    from autosync.reporting.calibration import Calibrated
+    from autosync.measure.calibration import calibrate_real  # not at the top: torch
 
     opts = _options(CalibrateOptions, options, None, fields)
     workload = workload if workload is not None else check_workload(job, opts.device)
@@ -327,7 +325,7 @@ def family(family_file: str | Path, directory: str | Path | None = None, options
         options: the options of `autosync family` (`FamilyOptions`); `fields` change some of them (jobs=8).
         command: the command line recorded in each job file.
     """
-    from autosync.core.family import load_family, write_jobs
+    from autosync.core.family import load_family, write_jobs  # not at the top: numpy, which --help does not load
 
     opts = _options(FamilyOptions, options, None, fields)
     spec = load_family(family_file)
@@ -351,9 +349,10 @@ def robustness(family_file: str | Path, directory: str | Path | None = None,
 
     Raises `Interrupted` on Ctrl-C, saying how many finished runs are kept for the same call to resume from.
     """
+    # not at the top: numpy, which --help does not load
     from autosync.core.family import load_family, write_jobs
     from autosync.experiments.robustness import Grid, online_specs, run_report, tune_each
-    from autosync.search.space import load_space, resolve_space_path
+    from autosync.search.space import load_space, resolve_space_path  # not at the top: 40 ms of --help
 
     opts = _options(RobustnessOptions, options, None, fields)
     rules = opts.rules()
@@ -370,6 +369,7 @@ def robustness(family_file: str | Path, directory: str | Path | None = None,
                           lambda job, url: tune(job, opts.tuned_space, n_trials=opts.tuned_trials, storage=url), phase)
     broad = None
     if opts.reference == "broad":
+        # not at the top: numpy, which --help does not load
         from autosync.experiments.reference_grid import reference_policies as broad
     grid = Grid(drawn, list(range(opts.seed_offset, opts.seed_offset + opts.seeds)), online, rules, tuned, broad)
     result, reused = run_report(grid, out, opts.n_jobs, phase, on_resume)
@@ -387,7 +387,7 @@ def replay(logs: str | Path, options: ReplayOptions | None = None, *,
         options: the options of `autosync replay` (`ReplayOptions`); `fields` change some of them.
         phase: as for `profile` (one step per simulated search).
     """
-    from autosync.search.replay import load_switch_logs, table_ii
+    from autosync.search.replay import load_switch_logs, table_ii  # not at the top: optuna
 
     opts = _options(ReplayOptions, options, None, fields)
     switch_logs = load_switch_logs(logs)
@@ -404,8 +404,6 @@ def scaling(leaderboards: Sequence[str | Path], options: ScalingOptions | None =
     Args:
         options: the options of `autosync scaling` (`ScalingOptions`: metric); `fields` change them.
     """
-    from autosync.experiments.scaling import collect
-
     opts = _options(ScalingOptions, options, None, fields)
     return ScalingTable(collect([Path(p) for p in leaderboards], opts.metric))
 
@@ -426,10 +424,11 @@ def table(files: Sequence[str | Path], directory: str | Path, options: TableOpti
 
     Returns what was built (`autosync.table.build.Built`: cells computed and reused, failed runs, the files).
     """
+    # not at the top: numpy, which --help does not load
     from autosync.catalog import parse_policy_spec
     from autosync.core.family import load_family, looks_like_family
     from autosync.experiments.reference_grid import reference_policies
-    from autosync.table import Table
+    from autosync.table import Table  # (the table's modules: 25 ms of --help)
     from autosync.table.build import build_table
 
     opts = _options(TableOptions, options, None, fields)
@@ -457,8 +456,6 @@ def robustness_compare(reports: Sequence[str | Path], options: CompareOptions | 
         options: the options of `autosync robustness-compare` (`CompareOptions`: developed_on, the family
             the policies' changes were developed on); `fields` change them.
     """
-    from autosync.experiments.compare import compare
-
     opts = _options(CompareOptions, options, None, fields)
     return compare([Path(p) for p in reports], opts.developed_on)
 
@@ -470,10 +467,8 @@ def cached_studies(job: JobSpec | None = None, storage: str | None = None, *,
     as in `clear_cache` and the API's other functions. With `check`, a damaged cache record (not JSON, or not
     usable) raises its one-line error, as every command that reads records does (without: a record that is not
     JSON is None, and the study carries why under "damaged")."""
-    from autosync.search.study.cache import cached_studies as studies
-
     quiet_optuna()
-    return studies(storage or DEFAULT_STORAGE, job.fingerprint() if job is not None else None, check)
+    return cache.cached_studies(storage or DEFAULT_STORAGE, job.fingerprint() if job is not None else None, check)
 
 
 def recommend(job: JobSpec, storage: str | None = None, grids: Sequence[str | Path] = ()) -> "Recommendation":
@@ -482,23 +477,21 @@ def recommend(job: JobSpec, storage: str | None = None, grids: Sequence[str | Pa
     written by `autosync robustness`): `autosync.search.recommend.vote.Recommendation` (the policy, its
     predicted time and speedup over BSP, the neighbours that voted and how far they are). No tuned job in
     either is a one-line UserError; reading never creates the storage."""
-    from autosync.search.recommend.vote import recommend_from
+    from autosync.search.recommend.vote import recommend_from  # not at the top: numpy, which --help does not load
 
     return recommend_from(storage or DEFAULT_STORAGE, job, [Path(g) for g in grids])
 
 
 def clear_cache(job: JobSpec, storage: str | None = None) -> list[str]:
     """Delete every study (and so the cached policy) of `job`; returns their names."""
-    from autosync.search.study.cache import clear_cache as clear
-
     quiet_optuna()
-    return clear(storage or DEFAULT_STORAGE, job)
+    return cache.clear_cache(storage or DEFAULT_STORAGE, job)
 
 
 def load_run(run_dir: str | Path, device: str = "cpu") -> "LoggedRun":
     """A run written by `autosync run` (summary.json, trace.json, final_params.pt), to `rerun` on `device`
     (checked first)."""
-    from autosync.measure.rerun import load_run as load
+    from autosync.measure.rerun import load_run as load  # not at the top: torch
 
     return load(Path(run_dir), device)
 
@@ -507,7 +500,7 @@ def rerun(logged: "LoggedRun", device: str = "cpu", progress: Callable[[dict[str
           ) -> "Rerun":
     """Replay a logged run (`load_run`) exactly from its arrival log, in this process on `device`; the
     outcome says whether the final parameters are bit-identical to the logged run's."""
-    from autosync.measure.rerun import rerun as replay
+    from autosync.measure.rerun import rerun as replay  # not at the top: torch
 
     return replay(logged, device, progress=progress)
 

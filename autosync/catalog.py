@@ -18,6 +18,9 @@ from autosync.core.errors import UserError
 from autosync.core.loader import short_repr
 from autosync.policies import Policy
 
+__all__ = ["POLICIES", "label_of", "make_policy", "parse_param", "parse_policy_spec", "policy_from_dict",
+           "policy_name", "policy_of", "policy_parameters", "spec_of", "split_policy_spec", "takes_type"]
+
 
 def _registry() -> dict[str, type[Policy]]:
     """Every concrete policy the policies package exports in `__all__`, by its `name`: the one list."""

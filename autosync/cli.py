@@ -36,6 +36,7 @@ from autosync.reporting.output import command_line, remove_empty_outputs
 from autosync.reporting.progress import BudgetBar, counting_bar, leaderboard_progress, phases, tune_progress
 from autosync.reporting.robustness import comparison_document, summary_legend, write_comparison
 from autosync.reporting.tables import Fitted
+from autosync.reporting.tracking import Tracking
 from autosync.search.study.storage import DEFAULT_STORAGE, redact_url
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -79,8 +80,6 @@ def _tracking(uri: Optional[str]) -> Any:
     """The MLflow store of --mlflow, reached before the command starts any work (None without --mlflow)."""
     if uri is None:
         return None
-    from autosync.reporting.tracking import Tracking
-
     return Tracking.open(uri)
 
 

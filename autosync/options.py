@@ -26,6 +26,7 @@ from autosync.core.declare import build, check_ranges, flag_of, option
 from autosync.core.errors import UserError
 from autosync.core.job import MAX_SEED
 from autosync.engine.backends import ExecutionOptions, parse_cpus
+from autosync.policy_grid import check_rules
 from autosync.search.tune_options import DEFAULT_TUNE_SPACE, TuneOptions
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ class RunOptions(ExecutionOptions):
         """The policy parameters: `params` as a dict, each `key=value` string parsed."""
         if isinstance(self.params, dict):
             return dict(self.params)
-        from autosync.catalog import parse_param
+        from autosync.catalog import parse_param  # not at the top: numpy, which --help does not load
 
         return dict(parse_param(p) for p in self.params)
 
@@ -104,7 +105,7 @@ class ProfileOptions:
 
     def sizes(self, job: Any) -> list[int]:
         """The batch sizes to time on `job` (default: half, once and twice the job's)."""
-        from autosync.measure.profile import parse_batch_sizes
+        from autosync.measure.profile import parse_batch_sizes  # not at the top: numpy, which --help does not load
 
         return parse_batch_sizes(self.batch_sizes, job)
 
@@ -179,8 +180,6 @@ class RobustnessOptions(FamilyOptions):
 
     def rules(self) -> tuple[str, ...]:
         """The static-k grid's learning-rate rules, checked."""
-        from autosync.policy_grid import check_rules
-
         return check_rules(r.strip() for r in self.lr_rules.split(","))
 
 

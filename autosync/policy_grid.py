@@ -4,6 +4,8 @@ reads, kept below both so that neither imports the other (tests/unit/test_layers
 - The static-k grid (backup workers k = 1..n-1 under each learning-rate rule, and BSP) and the online
   policies, with the labels a report's rows carry.
 - `load_report`: a robustness report read back and checked (`autosync robustness-compare`, `recommend`).
+- The thresholds a report's summary is computed with (`WITHIN`, `SPREAD_FOR_BALANCE`), which its printed
+  legend names too (`autosync.reporting.robustness`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ REPORT_FILE = "robustness.json"  # the report as data (`autosync.reporting.robus
 REPORT_JOB_KEYS = ("job", "n_workers", "fingerprint", "budget", "best_static", "best_static_time", "bsp_time",
                    "static", "policies")  # what the readers of a report's jobs need
 TUNED_LABEL = "tuned"  # the row of each job's own tuned policy (`autosync.experiments.robustness.Grid.tuned`)
+WITHIN = 1.1  # a policy "holds up" on a job when its regret is at most this
+SPREAD_FOR_BALANCE = 2.0  # jobs whose worker speeds spread at least this much are where LB-BSP should help
 
 
 def static_k_policies(n_workers: int, rules: Iterable[str] = STATIC_K_RULES) -> list[dict[str, Any]]:

@@ -52,9 +52,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-from autosync.policies.dbw._time import STRUCTURED, IterationTimeEstimator, structured_solver  # noqa: E402
-from autosync.policies.dbw._eq17_exact import COMPILED  # noqa: E402
-from autosync.policies.dbw._isotonic import PythonEq17Solver  # noqa: E402
+from autosync.policies.dbw import (COMPILED, STRUCTURED, IterationTimeEstimator, PythonEq17Solver,  # noqa: E402
+                                   structured_solver)
 
 from _report import Figures
 

@@ -23,7 +23,7 @@ import numpy as np
 from autosync.engine import Simulator
 from autosync.core.job import load_job
 from autosync.policies import DBW, LBBSP
-from autosync.policies.dbw._time import STRUCTURED, IterationTimeEstimator
+from autosync.policies.dbw import STRUCTURED, IterationTimeEstimator
 
 from _report import Figures
 

@@ -5,4 +5,9 @@
 - `strict_json`: JSON without NaN or Infinity (null where a number is missing).
 - `job`: the job file (workload, cluster, target, budget), validated, with its fingerprint.
 - `cluster`: the cluster model the job describes: round trips, stragglers, compute units.
+
+The modules listed in `__all__` are the package's public surface; a name starting with `_` is internal.
 """
+
+__all__ = ["arrivals", "cluster", "declare", "errors", "family", "fingerprint", "job", "job_schema", "loader",
+           "phases", "rng", "strict_json", "traces"]

@@ -24,6 +24,8 @@ import numpy as np
 from autosync.core.cluster import RoundTripModel, started_at_once
 from autosync.core.job import ClusterSpec
 
+__all__ = ["FAST_WITHIN", "ROUNDS", "collect_times", "fast_workers"]
+
 FAST_WITHIN = 1.35  # a worker is fast while the PS's wait for it is within this factor of the first arrival's
 ROUNDS = 32  # rounds: enough to average a round trip's random multiplier (the fast count moves by one at most)
 

@@ -44,6 +44,9 @@ from autosync.core.job import (
 )
 from autosync.core.loader import describe_error, read_yaml_file, short_repr
 
+__all__ = ["FamilySpec", "FamilyFileError", "Drawn", "load_family", "looks_like_family", "write_jobs", "describe",
+           "draw", "corners"]
+
 
 class FamilyFileError(FileProblems):
     """A job-family file failed validation."""

@@ -23,7 +23,15 @@ from autosync.core.job_schema import (  # noqa: F401  the schema, importable fro
     WorkloadSpec,
 )
 from autosync.core.loader import describe_error, read_yaml_file
+from autosync.core.traces import TraceProblem, read_trace
 from autosync.data import DEFAULT_JOB_PATH
+
+__all__ = ["load_job", "job_from_dict", "add_import_root", "BudgetSpec", "ClusterSpec", "ComputeSpec",
+           "ComputeUnitsSpec", "DatasetName", "DatasetSpec", "DeterministicRTT", "EvaluationSpec", "FACTORY_PATTERN",
+           "GPUCompute", "GammaRTT", "JobSpec", "LRScheduleSpec", "LinearCompute", "LossChoice", "LossSpec",
+           "MAX_NAME", "MAX_SEED", "MAX_SIZE", "ModelSpec", "OptimizerSpec", "ParetoRTT", "ResourceSpec",
+           "RoundTripSpec", "ServerSpec", "ShiftedExponentialRTT", "SlowdownSpec", "TORCHVISION_DATASETS",
+           "TargetSpec", "TraceRTT", "UniformRTT", "WorkloadSpec"]
 
 
 def job_from_dict(data: Any, source: str = "<job>") -> JobSpec:
@@ -75,8 +83,6 @@ def add_import_root(directory: Path) -> None:
 def _check_files_exist(spec: JobSpec, file: Path) -> None:
     """The files a job names, read now rather than once training has started: a round-trip trace (read
     whole, each value checked) and a torchvision dataset's root when nothing may be downloaded there."""
-    from autosync.core.traces import TraceProblem, read_trace
-
     rt = spec.cluster.round_trip
     if isinstance(rt, TraceRTT):
         trace = Path(rt.path)

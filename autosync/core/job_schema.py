@@ -16,6 +16,8 @@ from pydantic import (BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, 
                       field_validator, model_validator)
 from pydantic_core import PydanticCustomError
 
+from autosync.core.fingerprint import fingerprint
+
 
 class _Spec(BaseModel):
     """Base of every spec: unknown keys are errors, values are checked on assignment too, and a float is
@@ -466,6 +468,4 @@ class JobSpec(_Spec):
         """A stable hash of what makes two runs the same job: workload, cluster and target
         (`autosync.core.fingerprint`). Seed, budget and name are left out: recurring runs of one job share
         one cache entry."""
-        from autosync.core.fingerprint import fingerprint
-
         return fingerprint(self)

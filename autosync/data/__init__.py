@@ -10,6 +10,8 @@ from __future__ import annotations
 from importlib.resources import files
 from pathlib import Path
 
+__all__ = ["DATA_DIR", "SPACE_DIR", "BASELINE_DIR", "DEFAULT_JOB_PATH", "SYNC_SWITCH_LOGS"]
+
 
 def _root() -> Path:
     root = files(__name__)

@@ -164,16 +164,16 @@ def build(choice: BackendChoice, job: Any, workload: Any) -> tuple["Driver | Non
     if choice.backend == "simulator":
         return None, None
     if choice.backend == "distributed":  # the group is joined and the job shared by `autosync run` or `tune`
-        from autosync.engine.drivers.distributed import driver_for
+        from autosync.engine.drivers.distributed import driver_for  # not at the top: torch
 
         driver = driver_for(job.cluster.n_workers, workload.slot_dim, timeout=choice.worker_timeout)
     else:
-        from autosync.engine.drivers import ProcessDriver
+        from autosync.engine.drivers import ProcessDriver  # not at the top: torch
 
         driver = ProcessDriver(workload, choice.processes, timeout=choice.worker_timeout, cpus=choice.worker_cpus)
     if choice.clock == "virtual":
         return driver, None
-    from autosync.engine.realtime import RealTimeClock
+    from autosync.engine.realtime import RealTimeClock  # not at the top: torch
 
     return driver, RealTimeClock(driver, inject_stragglers=choice.stragglers == "model",
                                  seconds_per_virtual_second=choice.time_scale)
@@ -183,7 +183,7 @@ def train(choice: BackendChoice, job: Any, policy: Any, workload: Any, progress:
           on_ready: Any = None) -> Any:
     """Train `job` once under `policy` on `choice`'s backend (`build`) and return the `RunResult`;
     `on_ready()` is called once the backend's worker processes are up, before training starts."""
-    from autosync.engine import simulate
+    from autosync.engine import simulate  # not at the top: torch, which a tune answered from the cache never needs
 
     driver, clock = build(choice, job, workload)
     try:
@@ -212,11 +212,11 @@ class Ranks:
             return
         from pathlib import Path
 
-        from autosync.engine.drivers import distributed
+        from autosync.engine.drivers import distributed  # not at the top: torch
 
         slot_dim = None
         if every_run:  # built before the job is sent: a workload that fails still releases the ranks
-            from autosync.workloads.build import build_workload
+            from autosync.workloads.build import build_workload  # not at the top: torch
 
             slot_dim = build_workload(job, device=self.choice.device).slot_dim
         roots = [str(Path(job.source).resolve().parent)] if job.uses_user_code else []
@@ -241,7 +241,7 @@ def torchrun_ranks(choice: BackendChoice) -> Iterator[Ranks]:
     if choice.backend != "distributed":
         yield Ranks(choice, leader=True)
         return
-    from autosync.engine.drivers import distributed
+    from autosync.engine.drivers import distributed  # not at the top: torch
 
     if distributed.init_from_torchrun(choice.worker_timeout) != 0:
         distributed.serve_when_told(choice.device)

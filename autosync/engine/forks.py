@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from autosync.engine.simulator import ProgressFn, RunResult, Simulator
     from autosync.policies import Policy
 
+__all__ = ["FORKS", "ForkStore", "Kept", "MAX_BYTES", "PREFIX_GRID", "fork_key", "prefix_key", "run_sharing_prefixes"]
+
 MAX_BYTES = 512 * 2 ** 20  # what the kept snapshots may take, in all
 
 
@@ -119,7 +121,7 @@ def run_sharing_prefixes(job: JobSpec, policy: "Policy", progress: "ProgressFn |
     continues instead from a longer prefix another switch point's run kept, if there is one, and keeps
     prefixes of its own while its switch is undecided. Returns the simulator (where it stopped), the run
     and the virtual seconds taken from a kept state instead of trained."""
-    from autosync.engine.simulator import Simulator
+    from autosync.engine.simulator import Simulator  # not at the top: torch
 
     switch_param = type(policy.bind(job.cluster.n_workers, job.workload.batch_size).schedule).switch_param
     key = prefix_key(job, policy.to_dict(), switch_param) if switch_param is not None else None

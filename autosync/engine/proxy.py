@@ -15,7 +15,7 @@ import hashlib
 import struct
 from typing import TYPE_CHECKING, Any
 
-from autosync.core.job import JobSpec
+from autosync.core.job import DatasetSpec, JobSpec, ModelSpec
 
 if TYPE_CHECKING:
     from autosync.engine.simulator import Simulator
@@ -32,7 +32,7 @@ def proxy_of(job: JobSpec) -> "tuple[JobSpec, Workload]":
     job's data, trained to the end of the budget (never stopped at the target)."""
     import torch
 
-    from autosync.core.job import DatasetSpec, ModelSpec
+    # not at the top: torch
     from autosync.workloads.datasets import load_dataset
     from autosync.workloads.models import build_model
     from autosync.workloads.tensors import Dataset
@@ -106,7 +106,7 @@ def proxy_fingerprint(job: JobSpec, policy: "Policy") -> str:
     """`policy`'s whole proxy run on `job` (its seed) as one hash: every update's digest and how it ended. Two
     policies have equal fingerprints exactly when the chunked check (`autosync.search.equivalence`) finds
     their runs alike on that seed."""
-    from autosync.engine.simulator import Simulator
+    from autosync.engine.simulator import Simulator  # not at the top: torch
 
     proxy, workload = proxy_of(job)
     run = ProxyRun(policy.to_dict(), Simulator(proxy, policy, workload=workload))

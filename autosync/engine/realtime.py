@@ -24,6 +24,8 @@ from autosync.core.errors import UserError
 from autosync.engine.drivers.remote import Answer, RemoteDriver
 from autosync.policies import Task
 
+__all__ = ["RealTimeClock"]
+
 
 class RealTimeClock:
     """Arrival order from the wall clock of this machine (see the module docstring)."""

@@ -32,6 +32,8 @@ from autosync.policies._base import momentum_of
 from autosync.workloads.build import build_workload
 from autosync.workloads.workload import Workload
 
+__all__ = ["ProgressFn", "RunResult", "Simulator", "simulate"]
+
 ProgressFn = Callable[[dict[str, Any]], None]
 # not in a snapshot: `resume` passes them (`_pause` is only set inside `run_until`)
 _REBUILT_ON_RESUME = ("job", "workload", "driver", "progress", "after_step", "_pause")

@@ -14,7 +14,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
-from autosync.catalog import label_of
+from autosync.catalog import label_of, parse_policy_spec, policy_from_dict
 from autosync.core.job import JobSpec
 
 DEFAULT_POLICIES = ("bsp", "asp", "ssp", "backup", "dbw", "bdbw")
@@ -32,16 +32,13 @@ class Entry:
 def policy_specs(policies: Iterable[str | dict[str, Any]], n_workers: int) -> list[dict[str, Any]]:
     """Each policy spec "NAME" or "NAME:key=value,..." as a dict {"policy", "params"} for `n_workers` (a dict
     is kept as it is); none given: `DEFAULT_POLICIES`."""
-    from autosync.catalog import parse_policy_spec
-
     return [p if isinstance(p, dict) else parse_policy_spec(p, n_workers) for p in (policies or DEFAULT_POLICIES)]
 
 
 def run_one(job: JobSpec, policy: dict[str, Any], seed: int) -> dict[str, Any]:
     """One run in a worker process (on the simulator's one torch thread: `autosync.engine.threads`); returns
     its summary and the curves the plots need."""
-    from autosync.catalog import policy_from_dict
-    from autosync.engine import simulate
+    from autosync.engine import simulate  # not at the top: torch, which scoring runs read back never needs
 
     result = simulate(job.model_copy(update={"seed": seed}), policy_from_dict(policy))
     trace = result.trace

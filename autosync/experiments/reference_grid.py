@@ -41,11 +41,23 @@ import statistics
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
+from autosync.catalog import make_policy, policy_from_dict
+from autosync.core import strict_json
 from autosync.core.job import JobSpec
+from autosync.experiments.robustness import CELLS_FILE, cell_key, penalised_time
+from autosync.policies import (BSP, DANADC, DCASGD, EASGD, LWP, NAGASGD, AdaComm, AsyncLocalSGD, BackupWorkers,
+                               Composed, DANASlim, DANAZero, DiLoCo, LocalSGD, MultiASGD, cross_paper_variants)
+from autosync.policy_grid import static_k_policies
+from autosync.search.objective import RunFailed, constraint, evaluate
 from autosync.table.build import HELD_OUT_OFFSET, HELD_OUT_SEEDS
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+__all__ = ["BSP_POLICY", "FAMILIES", "TOLERANCE", "Judged", "ReferenceGrid", "Scored", "answer_cells",
+           "best_per_family", "cached_full_budget_final", "composition_bases", "compositions", "family_of",
+           "feasible_best", "full_budget_final", "full_cell_key", "grid_scores", "grid_twin", "held_out_seeds",
+           "judge", "keeps_constraint", "reference_policies", "run_full_cell", "score", "tune_seeds"]
 
 # scoring seeds start HELD_OUT_OFFSET past the job's seed (room for 100 search + confirm seeds), HELD_OUT_SEEDS
 # of them unless told otherwise: the seeds the table holds out too (`autosync.table.build`)
@@ -101,9 +113,6 @@ def composition_bases(n_workers: int) -> list[dict[str, Any]]:
 def compositions(n_workers: int) -> list[dict[str, Any]]:
     """Each base (`composition_bases`) with the strategies the composed space adds from another paper
     (`cross_paper_variants`), and the elastic schedule on its own (a composition no named policy runs)."""
-    from autosync.catalog import make_policy
-    from autosync.policies import cross_paper_variants
-
     bases = composition_bases(n_workers)
     slots = [bases[3]] + [c for base in bases for c in cross_paper_variants(base)]
     return [make_policy("compose", s).to_dict() for s in slots]
@@ -112,9 +121,6 @@ def compositions(n_workers: int) -> list[dict[str, Any]]:
 def reference_policies(n_workers: int) -> list[dict[str, Any]]:
     """Every policy of the broad reference grid for a job of `n_workers` workers (see the module's
     docstring), each once by its canonical form on `n_workers`, in family order."""
-    from autosync.catalog import make_policy, policy_from_dict
-    from autosync.policy_grid import static_k_policies
-
     def p(name: str, **params: Any) -> dict[str, Any]:
         return make_policy(name, params).to_dict()
 
@@ -142,14 +148,11 @@ def reference_policies(n_workers: int) -> list[dict[str, Any]]:
 
 def family_of(policy: dict[str, Any]) -> str:
     """Which family of the grid (`FAMILIES`) a policy belongs to (by its class: a DANA-DC is a DC-ASGD too)."""
-    from autosync import policies as p
-    from autosync.catalog import policy_from_dict
-
     instance = policy_from_dict(policy)
-    for family, classes in (("static k", (p.BSP, p.BackupWorkers)), ("dana", (p.DANAZero, p.DANASlim, p.DANADC)),
-                            ("dana appendix", (p.NAGASGD, p.MultiASGD, p.DCASGD, p.LWP)),
-                            ("local update", (p.LocalSGD, p.AdaComm, p.DiLoCo, p.AsyncLocalSGD, p.EASGD)),
-                            ("composed", (p.Composed,))):
+    for family, classes in (("static k", (BSP, BackupWorkers)), ("dana", (DANAZero, DANASlim, DANADC)),
+                            ("dana appendix", (NAGASGD, MultiASGD, DCASGD, LWP)),
+                            ("local update", (LocalSGD, AdaComm, DiLoCo, AsyncLocalSGD, EASGD)),
+                            ("composed", (Composed,))):
         if isinstance(instance, classes):
             return family
     return instance.name
@@ -169,8 +172,6 @@ class ReferenceGrid:
     tasks: dict[str, tuple[JobSpec, dict[str, Any], int]] = field(default_factory=dict)  # by cell key
 
     def __post_init__(self) -> None:
-        from autosync.experiments.robustness import cell_key
-
         for job in self.jobs:
             fingerprint = job.fingerprint()
             for policy in self.policies(job.cluster.n_workers) + self.extra.get(fingerprint, []):
@@ -194,8 +195,6 @@ class Scored:
 
 def score(job: JobSpec, policy: dict[str, Any], cells: dict[str, dict[str, Any]], seeds: Iterable[int]) -> Scored:
     """`policy`'s mean penalised time over `seeds`, from its cells (a KeyError when one is not run yet)."""
-    from autosync.experiments.robustness import cell_key, penalised_time
-
     seeds = list(seeds)
     records = [cells[cell_key(job.fingerprint(), policy, s)] for s in seeds]
     times = [penalised_time(r, job) for r in records]
@@ -223,8 +222,6 @@ def best_per_family(scores: list[Scored]) -> dict[str, Scored]:
 def grid_twin(job: JobSpec, policy: dict[str, Any],
               policies: Callable[[int], list[dict[str, Any]]] = reference_policies) -> dict[str, Any] | None:
     """The grid policy that runs exactly like `policy` on `job` (the same canonical form), or None."""
-    from autosync.catalog import policy_from_dict
-
     n, optimizer = job.cluster.n_workers, job.workload.optimizer
 
     def canonical(p: dict[str, Any]) -> str:
@@ -285,8 +282,6 @@ BSP_POLICY = {"policy": "bsp", "params": {}}
 def keeps_constraint(job: JobSpec, final: float | None, bsp_final: float | None, tolerance: float = TOLERANCE) -> bool:
     """Whether a final metric `final` stays within `tolerance` of BSP's (`autosync.search.objective.constraint`,
     the tune's rule); a failed run (None) does not."""
-    from autosync.search.objective import constraint
-
     return final is not None and bsp_final is not None and constraint(job, final, bsp_final, tolerance) <= 0
 
 
@@ -306,16 +301,12 @@ def feasible_best(job: JobSpec, scores: list[Scored], final: "Callable[[dict[str
 
 def full_cell_key(fingerprint: str, policy: dict[str, Any], seed: int) -> str:
     """The cache key of `policy`'s run to the full budget on `seed` (its final metric: the constraint's)."""
-    from autosync.experiments.robustness import cell_key
-
     return cell_key(fingerprint, policy, seed) + "|full"
 
 
 def run_full_cell(job: JobSpec, policy: dict[str, Any], seed: int) -> dict[str, Any]:
     """One run of `policy` to the end of the budget on `seed`, as a tune's full-budget check trains it
     (`autosync.search.objective.evaluate`): its final target metric (None where the run failed or diverged)."""
-    from autosync.search.objective import RunFailed, evaluate
-
     record = {"key": full_cell_key(job.fingerprint(), policy, seed), "job": job.name, "policy": policy, "seed": seed}
     try:
         run = evaluate(job, policy, [seed])
@@ -329,9 +320,6 @@ def cached_full_budget_final(job: JobSpec, seeds: Iterable[int], cells: dict[str
                              grid_dir: "Path") -> "Callable[[dict[str, Any]], float | None]":
     """`full_budget_final` whose runs are appended to the grid's cache (`grid_dir`/cells.jsonl) as they finish:
     a re-run, or the other benchmark on the same cache, trains none of them again."""
-    from autosync.core import strict_json
-    from autosync.experiments.robustness import CELLS_FILE
-
     def run(job: JobSpec, policy: dict[str, Any], seed: int) -> dict[str, Any]:
         record = run_full_cell(job, policy, seed)
         with (grid_dir / CELLS_FILE).open("a") as fh:

@@ -19,24 +19,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from autosync.catalog import label_of, parse_policy_spec, policy_from_dict
 from autosync.core import strict_json
 from autosync.core.errors import Interrupted
+from autosync.core.family import describe
 from autosync.core.job import JobSpec
 from autosync.core.phases import Phase, no_phase
+from autosync.experiments.leaderboard import finite_mean
 from autosync.policy_grid import (  # shared with search/ from below both (tests/unit/test_layers.py)
-    BSP_LABEL, ONLINE_POLICIES, STATIC_K_RULES, TUNED_LABEL, online_policies, static_k_policies, static_label,
+    BSP_LABEL, ONLINE_POLICIES, SPREAD_FOR_BALANCE, STATIC_K_RULES, TUNED_LABEL, WITHIN, online_policies,
+    static_k_policies, static_label,
 )
 
+__all__ = ["CELLS_FILE", "Grid", "cell_key", "online_specs", "penalised_time", "read_cells", "report", "run_cell",
+           "run_grid", "run_report", "score_job", "summarize", "tune_each"]
+
 CELLS_FILE = "cells.jsonl"
-WITHIN = 1.1  # a policy "holds up" on a job when its regret is at most this
-SPREAD_FOR_BALANCE = 2.0  # jobs whose worker speeds spread at least this much are where LB-BSP should help
 
 
 def online_specs(policies: Sequence[str | dict[str, Any]], jobs: Sequence[JobSpec]) -> list[dict[str, Any]]:
     """The online policies a robustness report runs: `policies` ("NAME" or "NAME:key=value,..." specs, or
     dicts), each checked on the smallest drawn cluster, or by default `ONLINE_POLICIES` with their defaults."""
-    from autosync.catalog import parse_policy_spec
-
     if not policies:
         return online_policies(ONLINE_POLICIES)
     smallest = min(j.cluster.n_workers for j in jobs)
@@ -50,8 +53,7 @@ def cell_key(fingerprint: str, policy: dict[str, Any], seed: int) -> str:
 def run_cell(job: JobSpec, policy: dict[str, Any], seed: int) -> dict[str, Any]:
     """One run, stopped at the target; an exception is recorded (as a missed target) rather than raised,
     so one failing cell does not end a grid of hundreds."""
-    from autosync.catalog import policy_from_dict
-    from autosync.engine import simulate
+    from autosync.engine import simulate  # not at the top: torch, which scoring cells read back never needs
 
     run_job = job.model_copy(update={"seed": seed, "budget": job.budget.model_copy(update={"stop_at_target": True})})
     record: dict[str, Any] = {"key": cell_key(job.fingerprint(), policy, seed), "job": job.name,
@@ -180,10 +182,6 @@ def score_job(job: JobSpec, cells: dict[str, dict[str, Any]], online: list[dict[
     and against the best policy run on the job (static, online or, given `reference`, any policy of the broad
     reference grid: `autosync.experiments.reference_grid`); `tuned`: the job's own tuned policy, scored as the row
     TUNED_LABEL."""
-    from autosync.core.family import describe
-    from autosync.catalog import label_of
-    from autosync.experiments.leaderboard import finite_mean
-
     fp = job.fingerprint()
 
     def mean_time(policy: dict[str, Any]) -> tuple[float, list[dict[str, Any]]]:
@@ -257,8 +255,6 @@ def report(jobs: list[JobSpec], cells: dict[str, dict[str, Any]], online: list[d
            reference: Callable[[int], list[dict[str, Any]]] | None = None) -> dict[str, Any]:
     """Every job scored (`score_job`; `tuned`: each job's tuned policy by fingerprint; `reference`: the broad
     grid for n workers, which "vs best overall" then divides by too) and the summary."""
-    from autosync.catalog import label_of
-
     per_job = [score_job(job, cells, online, seeds, rules, (tuned or {}).get(job.fingerprint()),
                          reference(job.cluster.n_workers) if reference is not None else None) for job in jobs]
     return {"seeds": seeds, "lr_rules": list(rules), "online_policies": {label_of(p): p for p in online},

@@ -34,8 +34,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from autosync.core.job import JobSpec
+from autosync.catalog import policy_from_dict
+from autosync.core.job import ComputeUnitsSpec, JobSpec
 from autosync.core.phases import Phase, no_phase
+from autosync.engine import backends, simulate
+from autosync.measure.profile import fit_units, measure, measure_server
 
 #: The two runs: the slowest update rate (BSP) and the fastest (one gradient per update).
 RATE_POLICIES: tuple[tuple[str, dict[str, Any]], ...] = (
@@ -117,8 +120,6 @@ def with_units(job: JobSpec, units: dict[str, Any] | None) -> JobSpec:
     """`job` whose workers share the compute units `units` (a `ComputeUnitsSpec` mapping; None: unchanged)."""
     if units is None:
         return job
-    from autosync.core.job import ComputeUnitsSpec
-
     cluster = job.cluster.model_copy(update={"compute_units": ComputeUnitsSpec.model_validate(units)})
     return job.model_copy(update={"cluster": cluster})
 
@@ -127,10 +128,7 @@ def measure_units(job: JobSpec, choice: Any, workload: Any, rounds: int = 3,
                   on_round: Callable[[], None] | None = None) -> dict[str, Any]:
     """The worker processes of `choice` (`BackendChoice`) as compute units in the job's seconds: `rounds`
     rounds of one task per worker at the job's batch size, fitted by `autosync.measure.profile.fit_units`."""
-    from autosync.engine.backends import build
-    from autosync.measure.profile import fit_units, measure, measure_server
-
-    driver, _ = build(choice, job, workload)
+    driver, _ = backends.build(choice, job, workload)
     try:
         samples = measure(driver, job.cluster.n_workers, [job.workload.batch_size], rounds, workload.init_params(),
                           on_round=on_round, buffers=workload.init_buffers())
@@ -155,9 +153,6 @@ Runner = Callable[[JobSpec, dict[str, Any]], "tuple[float, int]"]
 def simulated_runner(workload: Any = None) -> Runner:
     """The job's simulation (virtual clock, in-process gradients; `workload` reused if given)."""
     def run(job: JobSpec, policy: dict[str, Any]) -> tuple[float, int]:
-        from autosync.catalog import policy_from_dict
-        from autosync.engine import simulate
-
         result = simulate(job, policy_from_dict(policy), workload=workload)
         return _last_update(result), len(result.trace.arrivals)
 
@@ -167,9 +162,6 @@ def simulated_runner(workload: Any = None) -> Runner:
 def backend_runner(choice: Any, workload: Any) -> Runner:
     """Real runs on `choice` (`BackendChoice`: worker processes, the real clock), started and ended per run."""
     def run(job: JobSpec, policy: dict[str, Any]) -> tuple[float, int]:
-        from autosync.catalog import policy_from_dict
-        from autosync.engine import backends, simulate
-
         driver, clock = backends.build(choice, job, workload)
         result = simulate(job, policy_from_dict(policy), workload=workload, driver=driver, clock=clock)
         return _last_update(result), len(result.trace.arrivals)

@@ -36,9 +36,11 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from autosync.core.errors import UserError
+from autosync.core.cluster import RoundTripModel, started_at_once
 from autosync.core.job import ClusterSpec, JobSpec
 from autosync.core.phases import Phase, no_phase
-from autosync.policies import Task
+from autosync.engine.backends import build
+from autosync.policies import Task, UpdateRule
 
 TRACE_FILE = "round_trips.csv"
 
@@ -103,8 +105,6 @@ def measure_server(job: JobSpec, params, repeats: int = 30) -> ServerCosts:
     """Time the server's own work on `params` (on their device): the update the default rule applies, and
     the copy through which the processes backend moves parameters to a worker and a gradient back."""
     import torch
-
-    from autosync.policies._base import UpdateRule
 
     rule = UpdateRule()
     state = rule.init_state(params, job.cluster.n_workers, job.workload.optimizer)
@@ -265,8 +265,6 @@ def mean_round_trip(cluster: ClusterSpec, batch_size: int) -> float:
     """A round trip at `batch_size` averaged over the workers, at time 0 (the random multiplier's mean is 1).
     With compute units, a worker's is at least its place in its unit's queue when all workers start at
     once: (p + 1) / 2 of the unit's time for a unit of p workers, on average."""
-    from autosync.core.cluster import RoundTripModel, started_at_once
-
     model = RoundTripModel(cluster, seed=0)
     trips = [model.compute_seconds(w, batch_size, 0.0) + cluster.communication_seconds
              for w in range(cluster.n_workers)]
@@ -300,8 +298,6 @@ def profile_workers(job: JobSpec, choice: Any, workload: Any, sizes: Sequence[in
     torchrun ranks), `rounds` rounds per batch size, then the server's update, and fit the job's cluster
     model: the samples, the server's costs, the fitted cluster section and what computed (`fit_measured`).
     `phase`: called around starting the workers, the timed rounds (one step each) and timing the server."""
-    from autosync.engine.backends import build
-
     with phase(f"starting the {choice.backend} backend's workers on {choice.device}", 0):
         driver, _ = build(choice, job, workload)
     try:

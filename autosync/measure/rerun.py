@@ -16,11 +16,15 @@ from typing import Any
 
 import torch
 
+from autosync.catalog import policy_from_dict
+from autosync.engine.backends import check_device
 from autosync.engine.clock import LoggedClock
+from autosync.engine.drivers import PerWorkerDriver
 from autosync.engine.simulator import ProgressFn, RunResult, Simulator
 from autosync.engine.trace import ARRIVAL_COLUMNS
 from autosync.core.errors import UserError
 from autosync.core.job import JobSpec, job_from_dict
+from autosync.workloads.build import build_workload
 
 PARAMS_FILE = "final_params.pt"  # a run's final parameters, which a rerun compares with its own
 BUFFERS_FILE = "final_buffers.pt"  # the model's final buffers (BatchNorm statistics), for models that have them
@@ -41,8 +45,6 @@ class LoggedRun:
     @classmethod
     def load(cls, run_dir: Path) -> "LoggedRun":
         """Read and check `run_dir` (written by `autosync run`); any problem is a one-line error naming the file."""
-        from autosync.catalog import policy_from_dict
-
         summary = _read_json(run_dir / "summary.json")
         arrivals = _read_json(run_dir / "trace.json").get("arrivals")
         params_path = run_dir / PARAMS_FILE
@@ -83,17 +85,12 @@ class Rerun:
 
 def load_run(run_dir: Path, device: str = "cpu") -> LoggedRun:
     """The run `autosync run` wrote in `run_dir`, to replay on `device` (checked first: `rerun`)."""
-    from autosync.engine.backends import check_device
-
     check_device(device)
     return LoggedRun.load(run_dir)
 
 
 def rerun(logged: LoggedRun, device: str = "cpu", progress: ProgressFn | None = None) -> Rerun:
     """Replay `logged` in this process on `device`; `progress` as for the simulator."""
-    from autosync.engine.drivers import PerWorkerDriver
-    from autosync.workloads.build import build_workload
-
     job = logged.job
     workload = build_workload(job, device=device)
     result = Simulator(job, logged.policy, workload=workload, progress=progress,

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from autosync.policies._barriers import OnArrival
 from autosync.policies._base import Arrival, Policy, Preset, Strategies, UpdateRule
+from autosync.policies._classic import ASP
 
 if TYPE_CHECKING:
     import torch
@@ -223,8 +224,6 @@ class MultiASGD(_AsyncPolicy):
     def without_momentum(self, optimizer: "OptimizerSpec") -> Policy:
         """theta - eta g for each gradient: ASP, where no weight decay is added (this rule adds it at the
         parameters the worker was sent, ASP's optimizer at the master's)."""
-        from autosync.policies._classic import ASP
-
         return ASP() if optimizer.weight_decay == 0.0 else self
 
 

@@ -31,6 +31,7 @@ import math
 from typing import TYPE_CHECKING, Any, Sequence
 
 from autosync.policies._barriers import FastestK, OnArrival
+from autosync.policies._classic import BSP
 from autosync.policies._base import Arrival, LocalSteps, Policy, Preset, ServerView, Strategies, UpdateRule, \
     UpdateStats
 
@@ -271,8 +272,6 @@ class LocalSGD(Policy):
 
     def canonical(self, n_workers: int, optimizer: Any = None) -> Policy:
         """One step per exchange is BSP (a task of one step sends its gradient), whatever the step rule."""
-        from autosync.policies._classic import BSP
-
         return BSP() if self.period == 1 else self
 
 

@@ -24,4 +24,9 @@
   each writing itself through the modules above (`.write`).
 
 The modules that compute these results return plain data; the writers here only render it.
+
+The modules listed in `__all__` are the package's public surface; a name starting with `_` is internal.
 """
+
+__all__ = ["calibration", "console", "errors", "leaderboard", "output", "profile", "progress", "replay", "resources",
+           "results", "robustness", "runs", "scaling", "study_plots", "tables", "tracking", "tune", "verification"]

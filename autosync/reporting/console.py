@@ -8,8 +8,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from autosync.reporting.output import times_faster
+from autosync.core import strict_json
+from autosync.reporting.leaderboard import leaderboard_columns, printed_columns
+from autosync.reporting.output import format_cell, times_faster
+from autosync.reporting.robustness import SUMMARY_COLUMNS, SUMMARY_WIDE, comparison_cells, comparison_header
 from autosync.reporting.tables import Column, fitted
+from autosync.search.cost import COST_UNIT
 
 
 @dataclass(frozen=True)
@@ -59,7 +63,7 @@ def fmt(x: Any, digits: int = 4) -> str:
 
 def policy_label(policy: dict[str, Any]) -> str:
     """backup(k=3): a policy as the tables name it."""
-    from autosync.catalog import label_of
+    from autosync.catalog import label_of  # not at the top: numpy, which --help does not load
 
     return label_of(policy)
 
@@ -181,7 +185,7 @@ def breakdown_line(b: dict[str, int]) -> str:
 def _repairs(repairs: list[dict[str, Any]]) -> str:
     """The repairs' policies with every parameter (a repair may change only the learning-rate rule, which a
     label leaves out at its default), joined."""
-    from autosync.catalog import label_of
+    from autosync.catalog import label_of  # not at the top: numpy, which --help does not load
 
     return " and ".join(label_of(r["policy"], every=True) if isinstance(r.get("policy"), dict) else "?"
                         for r in repairs)
@@ -291,7 +295,7 @@ def tune_report(outcome: Any, spec: Any) -> list[Printed]:
 def confirmation_report(confirmed: dict[str, Any]) -> list[Printed]:
     """The confirmation table: each candidate's search score, its time on each seed and its mean, and how the
     search's answer held (`autosync.search.strategies.confirm`)."""
-    from autosync.search.strategies.confirm import how_it_held
+    from autosync.search.strategies.confirm import how_it_held  # not at the top: 25 ms of --help
 
     out: list[Printed] = []
     columns = (Column("policy", text=True), Column("from", text=True), Column("search s"), Column("mean s"),
@@ -347,9 +351,6 @@ def profile_report(found: Any, job_name: str, device: str) -> list[Printed]:
 
 def leaderboard_report(spec: Any, seeds: int, rows: list[dict[str, Any]]) -> list[Printed]:
     """The scored leaderboard as one table (`autosync leaderboard`)."""
-    from autosync.reporting.leaderboard import leaderboard_columns, printed_columns
-    from autosync.reporting.output import format_cell
-
     keys = leaderboard_columns()  # score() compares with BSP
     printed = printed_columns(spec.target.metric)
     columns = [Column(header, text=key == "policy", wide=key not in printed) for key, header, _ in keys]
@@ -366,9 +367,6 @@ def scaling_report(result: Any, metric: str) -> list[Printed]:
 
 def robustness_report(found: Any, jobs: int, seeds: int) -> list[Printed]:
     """A family's regret summary against the best static k (`autosync robustness`)."""
-    from autosync.reporting.output import format_cell
-    from autosync.reporting.robustness import SUMMARY_COLUMNS, SUMMARY_WIDE
-
     columns = [Column(header, text=key == "policy", wide=key in SUMMARY_WIDE) for key, header, _ in SUMMARY_COLUMNS]
     rows = ([format_cell(row.get(k), f) for k, _, f in SUMMARY_COLUMNS] for row in found.result["summary"])
     return [Line(fitted(f"family {found.family}: {jobs} jobs x {seeds} seeds, regret (time as a multiple of the "
@@ -377,8 +375,6 @@ def robustness_report(found: Any, jobs: int, seeds: int) -> list[Printed]:
 
 def replay_report(found: Any, logs: Any, simulations: int) -> list[Printed]:
     """Each switch-point search strategy's cost and success on recorded runs (`autosync replay`)."""
-    from autosync.search.cost import COST_UNIT
-
     columns = (Column("strategy", text=True), Column("setting", text=True), Column(f"cost ({COST_UNIT})"),
                Column("success"), Column("same as full info"), Column("valid"))
     return [Line(fitted(f"switch-point search on {logs} ({simulations} simulated searches each)", columns,
@@ -425,8 +421,6 @@ def cache_report(studies: list[dict[str, Any]], where: str) -> list[Printed]:
 
 def cache_show_report(studies: list[dict[str, Any]], spec: Any, where: str) -> list[Printed]:
     """The cached studies of one job, each with its cache record as JSON (`autosync cache show`)."""
-    from autosync.core import strict_json
-
     if not studies:
         return [Line(f"no cached study for job {spec.name} (fingerprint {spec.fingerprint()}) in {where}")]
     out: list[Printed] = []
@@ -456,7 +450,7 @@ def policies_report() -> list[Printed]:
     """Every policy with its paper's name, parameters and defaults (`autosync policies`)."""
     import inspect
 
-    from autosync.catalog import POLICIES, policy_parameters
+    from autosync.catalog import POLICIES, policy_parameters  # not at the top: numpy, which --help does not load
 
     columns = (Column("name", text=True), Column("papers' name", text=True), Column("parameters (default)", text=True),
                Column("what it does", text=True))
@@ -469,8 +463,6 @@ def policies_report() -> list[Printed]:
 
 def comparison_report(comparison: Any) -> list[Printed]:
     """Online policies' regret on several job families side by side (`autosync robustness-compare`)."""
-    from autosync.reporting.robustness import comparison_cells, comparison_header
-
     held_out = [r.family for r in comparison.reports if r.family != comparison.developed_on]
     title = "regret (time as a multiple of the best static k's), per family" + (
         f" (developed on {comparison.developed_on}; held out: {', '.join(held_out)})"

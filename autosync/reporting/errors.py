@@ -10,6 +10,7 @@ import sys
 from typing import Any, Callable, Optional, TypeVar
 
 from autosync.core.errors import Interrupted, StorageLost
+from autosync.search.study.urls import redact_url
 
 T = TypeVar("T")
 
@@ -17,8 +18,6 @@ T = TypeVar("T")
 def error_lines(exc: Exception) -> list[str]:
     """Each line of an error as 'error: ...' (one problem, one line; the command line never wraps them),
     with the password of any storage URL in it masked."""
-    from autosync.search.study.storage import redact_url
-
     return [f"error: {redact_url(line)}" for line in str(exc).splitlines()]
 
 

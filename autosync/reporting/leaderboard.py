@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from autosync.core import strict_json
+from autosync.engine.metrics import time_at_k
 from autosync.reporting.output import format_cell, times_faster
 
 
@@ -133,8 +134,6 @@ def _plot_leaderboard(entries: list[Any], directory: Path) -> list[Path]:
 def _plot_time_at_k(ax: Any, entries: list[Any]) -> None:
     """One bar per policy: the share of its virtual time spent in updates of each k (seed of the left panel)."""
     import matplotlib.pyplot as plt
-
-    from autosync.engine.metrics import time_at_k
 
     spent = [time_at_k(e.runs[0]["k"]["time"], e.runs[0]["k"]["k"]) for e in entries]
     top = max((k for s in spent for k in s), default=1)

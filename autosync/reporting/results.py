@@ -15,7 +15,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autosync.core.job import JobSpec
+from autosync.engine.backends import BackendChoice
+from autosync.reporting.calibration import Calibrated
+from autosync.reporting.leaderboard import write_leaderboard
 from autosync.reporting.output import ready_output_dir
+from autosync.reporting.robustness import write_robustness
+from autosync.reporting.scaling import table_rows, write as write_scaling
+from autosync.reporting.tracking import Tracking, log_leaderboard
+from autosync.search.tune_options import DEFAULT_TUNE_SPACE
 
 if TYPE_CHECKING:
     from autosync.measure.calibration import Calibration
@@ -38,12 +45,8 @@ class Leaderboard:
         """Write leaderboard.md, .csv, .json and the plots into `directory`; returns the paths. With `mlflow`
         (a tracking URI, or an open `autosync.reporting.tracking.Tracking`), also log every row and run
         there, the best row tagged, the files as artifacts."""
-        from autosync.reporting.leaderboard import write_leaderboard
-
         paths = write_leaderboard(self.rows, self.entries, self.job.model_dump(mode="json"), Path(directory), command)
         if mlflow is not None:
-            from autosync.reporting.tracking import Tracking, log_leaderboard
-
             log_leaderboard(Tracking.of(mlflow), self, paths)
         return paths
 
@@ -60,13 +63,13 @@ class Profile:
 
     def write(self, directory: str | Path) -> list[Path]:
         """Write the samples, the fit and a job file with the fitted cluster (the last path) into `directory`."""
-        from autosync.reporting.profile import write_profile
+        from autosync.reporting.profile import write_profile  # not at the top: numpy, which --help does not load
 
         return write_profile(self.job, self.samples, self.cluster, Path(directory))
 
     def rows(self) -> list[tuple[int, float, float, float]]:
         """Per batch size: mean compute, mean and p90 round trip (seconds)."""
-        from autosync.measure.profile import batch_summary
+        from autosync.measure.profile import batch_summary  # not at the top: numpy, which --help does not load
 
         return batch_summary(self.samples)
 
@@ -95,8 +98,6 @@ class Robustness:
 
     def write(self, command: str = "autosync.api.robustness") -> list[Path]:
         """Write robustness.md, .json and the regret figure into the report's directory; returns the paths."""
-        from autosync.reporting.robustness import write_robustness
-
         return write_robustness(self.result, self.directory, command, self.family)
 
 
@@ -111,7 +112,7 @@ class Replay:
 
     def write(self, directory: str | Path, command: str = "autosync.api.replay") -> list[Path]:
         """Write table.md and table.json into `directory`; returns the paths."""
-        from autosync.reporting.replay import write_replay_table
+        from autosync.reporting.replay import write_replay_table  # not at the top: optuna
 
         return write_replay_table(self.logs, self.optimum, self.rows, ready_output_dir(Path(directory)), command,
                                   self.threshold)
@@ -130,15 +131,11 @@ class ScalingTable:
 
     def rows(self) -> list[tuple[str, list[str]]]:
         """(policy, 'mean ± std' per worker count, '-' where it was not run), as `autosync scaling` prints."""
-        from autosync.reporting.scaling import table_rows
-
         return table_rows(self.scaling)
 
     def write(self, directory: str | Path, command: str = "autosync.api.scaling") -> list[Path]:
         """Write scaling.md, scaling.json and scaling.png into `directory`; returns the paths."""
-        from autosync.reporting.scaling import write
-
-        return write(self.scaling, ready_output_dir(Path(directory)), command)
+        return write_scaling(self.scaling, ready_output_dir(Path(directory)), command)
 
 
 def write_run(result: "RunResult", job: JobSpec, directory: str | Path, options: Any = None,
@@ -147,8 +144,7 @@ def write_run(result: "RunResult", job: JobSpec, directory: str | Path, options:
     default the simulator), trace tables, final parameters and, with `plot`, plot.png into `directory`;
     returns the paths: `Run.write` (what `autosync.api.run` returns has it), for a result the engine returned.
     With `mlflow` (a tracking URI), also log the run there."""
-    from autosync.engine.backends import BackendChoice
-    from autosync.reporting.runs import Run
+    from autosync.reporting.runs import Run  # not at the top: torch
 
     execution = (options.choice() if options is not None else BackendChoice()).describe()
     return Run.of(result, job.model_dump(mode="json"), execution).write(directory, plot, mlflow)
@@ -157,8 +153,6 @@ def write_run(result: "RunResult", job: JobSpec, directory: str | Path, options:
 def tune_dir(outcome: "TuneOutcome", job: JobSpec, options: Any = None) -> Path:
     """Where `autosync tune` writes a study's plots and verification: results/tune/<job>-<space> (the space
     the cache record names, else that of `options`, the `TuneOptions`, else the default space)."""
-    from autosync.search.tune_options import DEFAULT_TUNE_SPACE
-
     space = outcome.cache.get("space") or Path(str(options.space if options is not None else DEFAULT_TUNE_SPACE)).stem
     return Path("results") / "tune" / f"{job.name}-{space}"
 
@@ -168,7 +162,7 @@ def write_tune(outcome: "TuneOutcome", directory: str | Path, command: str = "au
     """Write a search's verification (with verify_top) and, unless the cache answered, its study's plots:
     `Tuned.write` (what `autosync.api.tune` returns has it), for an outcome the search returned. With `mlflow`
     (a tracking URI) and `job`, also log the study, its trials and the answer there."""
-    from autosync.reporting.tune import Tuned
+    from autosync.reporting.tune import Tuned  # not at the top: optuna
 
     return Tuned.of(outcome).write(directory, command, mlflow, job)
 
@@ -177,6 +171,4 @@ def write_calibration(calibration: "Calibration", job: JobSpec, job_file: str | 
     """Write `job` (the calibrated one) as `job_file`, its calibration as a comment on top, and
     calibration.json beside it; returns the two paths (the job file last): `Calibrated.write` (what
     `autosync.api.calibrate` returns has it)."""
-    from autosync.reporting.calibration import Calibrated
-
     return Calibrated(calibration, job).write(job_file)

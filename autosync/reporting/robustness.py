@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from autosync.core import strict_json
+from autosync.experiments.compare import FAMILY_COLUMNS
+from autosync.policy_grid import SPREAD_FOR_BALANCE, WITHIN
 from autosync.reporting.output import format_cell, times_faster
-from autosync.experiments.robustness import SPREAD_FOR_BALANCE, WITHIN
 
 # (key, header, format) of the summary table, shared by the Markdown file and the CLI's table.
 SUMMARY_COLUMNS = (
@@ -119,8 +120,6 @@ def comparison_document(comparison: Any) -> dict[str, Any]:
 def comparison_header(comparison: Any, roles: bool = True, between: str = ": ") -> list[str]:
     """The comparison's column headers: 'policy', then each family's columns named after the family (with
     `roles`, the family changes were developed on marked 'dev', the others 'held out', when one is named)."""
-    from autosync.experiments.compare import FAMILY_COLUMNS
-
     def role(family: str) -> str:
         if not roles or comparison.developed_on is None:
             return ""
@@ -133,8 +132,6 @@ def comparison_header(comparison: Any, roles: bool = True, between: str = ": ") 
 def comparison_cells(values: list[Any]) -> list[str]:
     """One row's values formatted: regrets as multiples to two decimals ("1.23x"), counts as integers ('-'
     where missing)."""
-    from autosync.experiments.compare import FAMILY_COLUMNS
-
     formats = ["{:.2f}x" if key.endswith("regret") else "{}" for key, _ in FAMILY_COLUMNS] * (
         len(values) // len(FAMILY_COLUMNS))
     return [format_cell(v, f) for v, f in zip(values, formats)]

@@ -11,6 +11,7 @@ from typing import Any
 from autosync.core import strict_json
 from autosync.engine import RunResult
 from autosync.measure.rerun import BUFFERS_FILE, PARAMS_FILE
+from autosync.reporting.tracking import Tracking, log_run
 
 
 @dataclass
@@ -34,8 +35,6 @@ class Run(RunResult):
         if plot:
             paths.append(plot_run(self, Path(directory) / "plot.png"))
         if mlflow is not None:
-            from autosync.reporting.tracking import Tracking, log_run
-
             log_run(Tracking.of(mlflow), self, paths, backend=(self.execution or {}).get("backend", "simulator"))
         return paths
 

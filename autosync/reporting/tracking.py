@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from autosync.core.errors import AutosyncError, RuntimeFailure, UserError
+from autosync.search.study.records import TrialRecord
+from autosync.search.study.storage import redact_url
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -75,7 +77,7 @@ class Tracking:
         except Exception as exc:  # MlflowException, SQLAlchemy's, requests': each only a reason to print
             hint = (" (set MLFLOW_ALLOW_FILE_STORE=true to use a folder, or give sqlite:///mlflow.db)"
                     if "MLFLOW_ALLOW_FILE_STORE" in str(exc) else "")
-            raise UserError(f"--mlflow {_redacted(uri)}: cannot use this tracking URI: {_first_sentence(exc)}{hint}") \
+            raise UserError(f"--mlflow {redact_url(uri)}: cannot use this tracking URI: {_first_sentence(exc)}{hint}") \
                 from None
         return cls(uri, client)
 
@@ -88,7 +90,7 @@ class Tracking:
         except AutosyncError:
             raise
         except Exception as exc:  # MlflowException, SQLAlchemy's, requests', OSError: each only a reason to print
-            raise RuntimeFailure(f"--mlflow {_redacted(self.uri)}: logging the {what} failed (its files are "
+            raise RuntimeFailure(f"--mlflow {redact_url(self.uri)}: logging the {what} failed (its files are "
                                  f"written): {_first_sentence(exc)}") from None
 
     def experiment(self, job_name: str) -> str:
@@ -151,15 +153,13 @@ def log_tune(tracking: Tracking, outcome: Any, job: "JobSpec", files: Sequence[P
     """A tune (`autosync tune`): the study's run with the answer, each trial nested under it. A cache hit
     logs the study's run alone (its trials were logged by the tune that ran them)."""
     with tracking.one_line_failures("tune"):
-        from autosync.search.study.records import TrialRecord
-
         cache = outcome.cache or {}
         answer = cache.get("best_policy")
         per_bsp = _bsp_training_seconds(cache)
         with tracking.run(tracking.experiment(job.name), f"tune {outcome.study_name}",
                           tags={COMMAND_TAG: "tune", "autosync.cached": str(outcome.cached).lower()}) as parent:
             tracking.log(parent, params={"job": job.name, "fingerprint": job.fingerprint(), "space": cache.get("space"),
-                                         "study": outcome.study_name, "storage": _redacted(outcome.storage),
+                                         "study": outcome.study_name, "storage": redact_url(outcome.storage),
                                          "target": f"{job.target.metric} {job.target.threshold}"},
                          metrics={"time_to_target": cache.get("best_value"),
                                   "final_metric": cache.get("best_final_metric"),
@@ -249,7 +249,7 @@ def _policy_params(policy: dict[str, Any]) -> dict[str, Any]:
 
 
 def _label(policy: dict[str, Any]) -> str:
-    from autosync.catalog import label_of
+    from autosync.catalog import label_of  # not at the top: numpy, which --help does not load
 
     return label_of(policy)
 
@@ -258,12 +258,6 @@ def _bsp_training_seconds(cache: dict[str, Any]) -> float | None:
     """Virtual seconds of one BSP training (the unit of search cost), from the cache record's two costs."""
     seconds, trainings = cache.get("search_cost_virtual_seconds"), cache.get("search_cost_bsp_trainings")
     return seconds / trainings if seconds and trainings else None
-
-
-def _redacted(url: str) -> str:
-    from autosync.search.study.storage import redact_url
-
-    return redact_url(url)
 
 
 def _first_sentence(exc: Exception, most: int = 240) -> str:

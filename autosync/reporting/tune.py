@@ -9,6 +9,10 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from autosync.catalog import label_of
+from autosync.reporting.study_plots import write_study_plots
+from autosync.reporting.tracking import Tracking, log_tune
+from autosync.reporting.verification import write_verification
 from autosync.search.tune import TuneOutcome
 
 
@@ -35,23 +39,15 @@ class Tuned(TuneOutcome):
         `directory`; `command`: the command line the verification's report records. With `mlflow` (a
         tracking URI, or an open `autosync.reporting.tracking.Tracking`) and `job` (the tuned `JobSpec`), also
         log the study, each trial and the answer there, the files as artifacts."""
-        from autosync.catalog import label_of
-
         directory = Path(directory)
         verification = None
         if self.verification is not None:
-            from autosync.reporting.verification import write_verification
-
             verification = write_verification(self.verification, directory, command, label_of)
         plots: list[Path] = []
         skipped: list[str] = []
         if not self.cached:
-            from autosync.reporting.study_plots import write_study_plots
-
             plots, skipped = write_study_plots(self.study, directory)
         if mlflow is not None:
-            from autosync.reporting.tracking import Tracking, log_tune
-
             if job is None:
                 raise TypeError("Tuned.write(..., mlflow=...) needs job=, the JobSpec that was tuned")
             log_tune(Tracking.of(mlflow), self, job, [*(verification or []), *plots])

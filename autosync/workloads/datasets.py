@@ -12,6 +12,7 @@ import torch
 from autosync.core.errors import UserError
 from autosync.core.job import DatasetSpec
 from autosync.workloads.tensors import Dataset, split_indices
+from autosync.workloads.user_datasets import user_dataset
 
 # Files torchvision needs under `root` for each dataset (checked before torchvision is asked).
 _REQUIRED_FILES = {
@@ -30,8 +31,6 @@ def load_dataset(spec: DatasetSpec, source: str = "<job>") -> Dataset:
     `source` is the job file, named by errors in the user's dataset factory.
     """
     if spec.factory is not None:
-        from autosync.workloads.user_datasets import user_dataset
-
         ds = user_dataset(spec, source)
     elif spec.name == "digits":
         ds = _digits(spec)

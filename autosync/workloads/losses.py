@@ -11,6 +11,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
+from autosync.core.errors import JobFileError
 from autosync.core.job import LossSpec
 from autosync.workloads.user_code import call_factory
 
@@ -70,8 +71,6 @@ def build_loss(spec: str | LossSpec | None, classification: bool, source: str = 
         return Loss("mse", squared_error)
     user: Any = call_factory(str(spec.factory), spec.kwargs, {}, "workload.loss.factory", source)
     if not callable(user):
-        from autosync.core.errors import JobFileError
-
         raise JobFileError(source, [f"workload.loss.factory: {spec.factory!r} must return a callable "
                                     f"(outputs, targets) -> scalar loss, but returned a {type(user).__name__}"])
     return Loss(str(spec.factory), None, user)

@@ -15,7 +15,9 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
+from autosync.core.errors import JobFileError
 from autosync.core.job import ModelSpec
+from autosync.workloads.user_code import call_factory
 
 
 def build_model(spec: ModelSpec, input_shape: tuple[int, ...], n_outputs: int, source: str = "<job>") -> nn.Module:
@@ -25,9 +27,6 @@ def build_model(spec: ModelSpec, input_shape: tuple[int, ...], n_outputs: int, s
     and must return a `torch.nn.Module`; errors name `source`, the job file.
     """
     if spec.factory is not None:
-        from autosync.core.errors import JobFileError
-        from autosync.workloads.user_code import call_factory
-
         model = call_factory(spec.factory, spec.kwargs, {"input_shape": input_shape, "n_outputs": n_outputs},
                              "workload.model.factory", source)
         if not isinstance(model, nn.Module):

@@ -31,6 +31,8 @@ from autosync.workloads.losses import build_loss
 from autosync.workloads.models import build_model
 from autosync.workloads.norm_groups import groupable
 
+__all__ = ["Params", "Workload", "lr_factor"]
+
 Params = Union[torch.Tensor, dict[str, torch.Tensor]]  # flat parameters, or by name (`Workload.leaves`)
 
 

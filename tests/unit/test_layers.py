@@ -138,3 +138,50 @@ def test_the_search_imports_nothing_of_the_experiments():
     back = sorted(f"{a} -> {b}" for a, deps in graph.items() if a.startswith("autosync.search")
                   for b in deps if b.startswith("autosync.experiments"))
     assert graph and not back, back
+
+
+# Function-local imports whose files another change owns (the search is being rewritten; the leave-one-
+# family-out scoring is being changed with it): not held to the rule below yet.
+LOCAL_IMPORTS_PENDING = ("autosync/search/", "autosync/experiments/lofo.py")
+MOST_LOCAL_IMPORTS = 60
+
+
+def _function_local_imports() -> list[tuple[str, int, bool]]:
+    """(file, line, whether it says why) of each import of autosync inside a function, outside the pending
+    files. It says why with a comment holding "not at the top" on its line or above its block of imports."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE.parent).as_posix()
+        if rel.startswith(LOCAL_IMPORTS_PENDING):
+            continue
+        lines = path.read_text().splitlines()
+        for node in ast.walk(ast.parse("\n".join(lines))):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for inner in ast.walk(node):
+                module = inner.module if isinstance(inner, ast.ImportFrom) else None
+                if isinstance(inner, ast.Import):
+                    module = inner.names[0].name
+                if module is None or not (module.startswith("autosync") or getattr(inner, "level", 0)):
+                    continue
+                above = inner.lineno - 1
+                while above > 0 and lines[above - 1].strip().startswith(("from autosync", "import autosync")):
+                    above -= 1  # the comment of a block of imports sits above its first
+                comment = []
+                while above > 0 and lines[above - 1].strip().startswith("#"):
+                    comment.append(lines[above - 1])  # the comment right above, over several lines
+                    above -= 1
+                said = "not at the top" in lines[inner.lineno - 1] or any("not at the top" in c for c in comment)
+                found.append((rel, inner.lineno, said))
+    return sorted(set(found))
+
+
+def test_function_local_imports_are_few_and_say_why():
+    """A module imports at its top; an import inside a function stays only where it defers a measured
+    start-up cost (torch, optuna, or numpy and every policy for `--help`: benchmarks/bench_startup.py), and
+    its comment says which."""
+    found = _function_local_imports()
+    silent = [f"{file}:{line}" for file, line, said in found if not said]
+    assert not silent, f"function-local imports without a 'not at the top: ...' comment: {silent}"
+    assert len(found) <= MOST_LOCAL_IMPORTS, \
+        f"{len(found)} function-local autosync imports, more than {MOST_LOCAL_IMPORTS}"

@@ -28,10 +28,13 @@ from typing import Any, Sequence
 import torch
 import torch.distributed as dist
 
-from autosync.engine.drivers.perworker import pack_slot, unpack_answer
+from autosync.core.job import JobSpec, add_import_root
+from autosync.engine.allocator import keep_freed_memory
+from autosync.engine.drivers.perworker import pack_slot, slot_gradient, unpack_answer
 from autosync.engine.drivers.remote import Answer, RemoteDriver, WorkerProcessError
 from autosync.core.errors import UserError
 from autosync.policies import Task
+from autosync.workloads.build import build_workload
 
 TAG_TASK, TAG_PARAMS, TAG_ANSWER, TAG_GRADIENT = 1, 2, 3, 4
 _STOP = -1  # a task header whose worker is -1 ends a rank's loop
@@ -66,8 +69,6 @@ def serve_when_told(device: str = "cpu") -> None:
     The job's user code is imported from rank 0's job-file folder where this machine has that folder too,
     else from the installed packages.
     """
-    from autosync.core.job import add_import_root
-
     job_json, roots = share_job(None)
     if job_json is None:
         dist.destroy_process_group()
@@ -86,11 +87,6 @@ def leave_without_job() -> None:
 
 def serve_rank(job_json: dict[str, Any], device: str = "cpu", threads: int = 1) -> None:
     """A worker rank: compute every task rank 0 sends until it says stop, then leave the group."""
-    from autosync.engine.allocator import keep_freed_memory
-    from autosync.engine.drivers.perworker import slot_gradient
-    from autosync.core.job import JobSpec
-    from autosync.workloads.build import build_workload
-
     torch.set_num_threads(threads)
     keep_freed_memory()
     job = JobSpec.model_validate(job_json)

@@ -17,6 +17,8 @@ import torch
 from autosync.policies import Task
 from autosync.workloads.workload import Workload
 
+__all__ = ["PerWorkerDriver", "pack_slot", "slot_gradient", "unpack_answer", "worker_gradient"]
+
 
 def worker_gradient(workload: Workload, seed: int, theta: torch.Tensor, worker: int, index: int,
                     batch_size: int, buffers: torch.Tensor | None = None, out: torch.Tensor | None = None,

@@ -47,7 +47,7 @@ import torch.multiprocessing as mp
 from multiprocessing.connection import Connection, wait
 
 from autosync.engine.allocator import keep_freed_memory
-from autosync.engine.drivers.perworker import pack_slot, unpack_answer
+from autosync.engine.drivers.perworker import pack_slot, slot_gradient, unpack_answer, worker_gradient
 from autosync.engine.drivers.remote import Answer, RemoteDriver, WorkerProcessError
 from autosync.core.errors import UserError
 from autosync.core.job import JobSpec
@@ -82,7 +82,6 @@ def _compute_until_told(job_json: dict[str, Any], data: Dataset | None, params: 
                         device: str) -> None:
     torch.set_num_threads(threads)
     keep_freed_memory()
-    from autosync.engine.drivers.perworker import slot_gradient, worker_gradient
     job = JobSpec.model_validate(job_json)
     seed = job.seed
     workload = build_workload(job, dataset=data, device=device)

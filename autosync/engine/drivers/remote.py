@@ -13,6 +13,8 @@ from typing import Sequence
 from autosync.core.errors import RuntimeFailure
 from autosync.policies import Task
 
+__all__ = ["Answer", "RemoteDriver", "WorkerProcessError"]
+
 
 class WorkerProcessError(RuntimeFailure):
     """A worker process died or hung and no process is left to take its work."""

@@ -11,6 +11,13 @@ solvers of its problem (17).
   `_isotonic` and `_isotonic_partition`: the pure-Python solver used where it is not built.
 """
 
+from autosync.policies.dbw._eq17_exact import COMPILED
+from autosync.policies.dbw._isotonic import PythonEq17Solver
 from autosync.policies.dbw._policy import DBW, BlindDBW, DynamicK
+from autosync.policies.dbw._time import STRUCTURED, IterationTimeEstimator, structured_solver
 
-__all__ = ["BlindDBW", "DBW", "DynamicK"]
+# The policies; then the iteration-time estimator and the solvers of (17), for the solver benchmarks
+# (benchmarks/bench_dbw_solver.py): whether the compiled solver is built, the pure-Python one, and the
+# solver the estimator's structured method uses.
+__all__ = ["BlindDBW", "DBW", "DynamicK", "IterationTimeEstimator", "STRUCTURED", "structured_solver", "COMPILED",
+           "PythonEq17Solver"]
