@@ -129,6 +129,9 @@ def main() -> None:
             print(f"{family} {job.name}: over grid's choice {listed(result.ratios())}, "
                   f"cost {listed(a['cost'] for a in result.answers)} "
                   f"({time.perf_counter() - start:.0f} s)", flush=True)
+    kept = {r.job for r in results}  # every result with its answers judged by the rule, for bench_race
+    results_path.write_text("".join(json.dumps(lofo.as_dict(r)) + "\n" for r in results)
+                            + "".join(json.dumps(lofo.as_dict(r)) + "\n" for r in done.values() if r.job not in kept))
     command = (f"python benchmarks/bench_lofo.py --families {' '.join(args.families)} --count {args.count} "
                f"--sampler-seeds {args.sampler_seeds}")
     Path(args.out).write_text(report(results, args.families, command))
