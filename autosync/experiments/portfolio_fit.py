@@ -4,7 +4,8 @@ A portfolio is a list of settings that a race runs first on every job. Settings 
 on jobs of any size, so a candidate is a label that resolves on n workers (`candidates`):
 
 - static k at a share of the workers (`SHARES`, k = round(share * n), 1..n-1) under each learning-rate
-  rule, and BSP;
+  rule, and BSP; every static k of the job's own size is a label too, which only jobs of that size share
+  (the greedy fit keeps labels common to every training job);
 - every other setting of the broad reference grid as it is (a composition's k, three quarters of n, is
   part of its base and is not a label of its own).
 
@@ -40,19 +41,24 @@ from autosync.table.replay import full_budget
 # static k's shares of the workers: eighths, the grid's finest that exists on the smallest jobs (n >= 3
 # resolves at least two of them apart)
 SHARES = tuple(i / 8 for i in range(1, 8))
+BSP_LABEL = "bsp"
 
 
 def candidates(n_workers: int) -> dict[str, dict[str, Any]]:
     """Every candidate label and the lattice point it stands for on `n_workers` workers."""
-    out = {"bsp": BSP_POLICY}
+    out = {BSP_LABEL: BSP_POLICY}
     for share in SHARES:
         k = max(1, min(n_workers - 1, round(share * n_workers)))
         for rule in ALL_LR_RULES:
             out[f"backup:k={share:g}n,lr_rule={rule}"] = {"policy": "backup", "params": {"k": k, "lr_rule": rule}}
+    for k in range(1, n_workers):  # every static k of this size too: the race's local step moves on them
+        for rule in ALL_LR_RULES:  # (a label of one size only, so never common to jobs of other sizes)
+            out[f"backup:k={k},lr_rule={rule}"] = {"policy": "backup", "params": {"k": k, "lr_rule": rule}}
     for policy in reference_policies(n_workers):
         if family_of(policy) == "static k":
             continue
-        params = {k: v for k, v in policy["params"].items() if not (policy["policy"] == "compose" and k == "k")}
+        composed = family_of(policy) == "composed"
+        params = {k: v for k, v in policy["params"].items() if not (composed and k == "k")}
         label = policy["policy"] + "".join(f",{k}={v}" for k, v in sorted(params.items()))
         out.setdefault(label, policy)
     return out

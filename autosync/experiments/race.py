@@ -8,8 +8,8 @@ The race on one job, with a portfolio fitted on other families (`portfolio_fit.g
 2. **Round 2.** The members within `margin` of the fastest, at most the faster half (successive halving's
    eta = 2), run on the second search seed; they are ranked by their mean over both seeds, so every
    comparison from here on is on seeds all of them ran.
-3. **Local step.** The leader's neighbours on the lattice (`neighbours`) run on both seeds, stopped at
-   `margin` times the leader's time on each.
+3. **Local step.** The leader's neighbours on the job's own lattice (`neighbours`: one parameter
+   changed, static k by one worker) run on both seeds, stopped at `margin` times the leader's time on each.
 4. **Final-metric rule on the finalists.** The `FINALISTS` fastest by mean are continued to the end of the
    budget on both seeds, in order, and the first that keeps BSP's final metric (`keeps_paired`) is the
    answer; BSP if none does.
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autosync.experiments import lofo
-from autosync.experiments.portfolio_fit import JobTimes, greedy_portfolio
+from autosync.experiments.portfolio_fit import BSP_LABEL, JobTimes, greedy_portfolio
 from autosync.experiments.reference_grid import BSP_POLICY, TOLERANCE, held_out_seeds
 from autosync.table import Table
 
@@ -43,28 +43,26 @@ SIZES = (4, 6, 8, 12)  # portfolio sizes `fit` tries
 MARGINS = (1.1, 1.25, 1.5, 2.0)  # elimination margins `fit` tries
 
 
-def split_label(label: str) -> tuple[str, dict[str, str]]:
-    """'backup:k=0.25n,lr_rule=sqrt' or 'dbw,lr_rule=linear,window=5' -> name and parameters."""
-    head, _, rest = label.replace(":", ",", 1).partition(",")
-    return head, dict(item.split("=", 1) for item in rest.split(",") if item)
-
-
-def neighbours(label: str, labels: list[str]) -> list[str]:
-    """The lattice points one step from `label`: the same policy with exactly one parameter changed, and
-    for static k only to the adjacent shares of the workers."""
-    name, params = split_label(label)
-    out = []
-    for other in labels:
-        other_name, other_params = split_label(other)
-        if other == label or other_name != name or other_params.keys() != params.keys():
+def neighbours(leader: dict[str, Any], policies: dict[str, dict[str, Any]]) -> list[str]:
+    """The labels of the lattice points one step from `leader` on the job's own lattice (`policies`: label
+    -> point): the same policy with exactly one parameter changed, static k by one worker up or down.
+    A point two labels stand for is named once."""
+    out, seen = [], {_key(leader)}
+    for label, other in sorted(policies.items()):
+        if other["policy"] != leader["policy"] or other["params"].keys() != leader["params"].keys():
             continue
-        changed = [k for k in params if params[k] != other_params[k]]
-        if len(changed) != 1:
+        changed = [k for k in leader["params"] if leader["params"][k] != other["params"][k]]
+        if len(changed) != 1 or _key(other) in seen:
             continue
-        if changed[0] == "k" and abs(float(params["k"][:-1]) - float(other_params["k"][:-1])) > 0.126:
-            continue  # shares are eighths: only the next one up or down
-        out.append(other)
+        if changed[0] == "k" and abs(other["params"]["k"] - leader["params"]["k"]) != 1:
+            continue  # static k moves one worker at a time
+        seen.add(_key(other))
+        out.append(label)
     return out
+
+
+def _key(policy: dict[str, Any]) -> str:
+    return repr(sorted(policy["params"].items())) + policy["policy"]
 
 
 @dataclass
@@ -110,13 +108,13 @@ def race(table: Table, job: JobTimes, members: list[str], margin: float) -> dict
     mean = {m: (first[m] + second[m]) / 2 for m in alive}
     leader = min(mean, key=mean.get)
     lead = [job.search[leader][s] for s in (0, 1)]
-    for n in neighbours(leader, sorted(job.search)):
-        if n not in mean:
+    for n in neighbours(job.policies[leader], job.policies):
+        if n not in mean and all(_key(job.policies[n]) != _key(job.policies[m]) for m in mean):
             mean[n] = (r.run(n, 0, margin * lead[0]) + r.run(n, 1, margin * lead[1])) / 2
     ranked = sorted((m for m in mean if mean[m] < math.inf), key=mean.get)
-    answer = "bsp"
+    answer = BSP_LABEL
     for m in ranked[:FINALISTS]:
-        if m == "bsp":
+        if job.policies[m] == BSP_POLICY:
             answer = m
             break
         reached = [min(job.search[m][s], job.spec.budget.max_virtual_seconds) for s in (0, 1)]

@@ -14,7 +14,10 @@ def times(family: str, name: str, search: dict[str, float]) -> JobTimes:
 
 def test_candidates_resolve_static_k_as_a_share_of_the_workers_and_keep_every_other_grid_setting_once():
     small, large = portfolio_fit.candidates(4), portfolio_fit.candidates(32)
-    assert small.keys() == large.keys()  # one label, one meaning, on any job
+    only_large = large.keys() - small.keys()
+    assert "backup:k=31,lr_rule=sqrt" in only_large  # a size's own static k: common to jobs of that size only
+    assert all(label.startswith("backup:k=") and "n," not in label for label in only_large)
+    assert small.keys() - large.keys() == set()
     assert large["backup:k=0.25n,lr_rule=linear"]["params"] == {"k": 8, "lr_rule": "linear"}
     assert small["backup:k=0.125n,lr_rule=fixed"]["params"]["k"] == 1  # at least 1
     assert small["backup:k=0.875n,lr_rule=fixed"]["params"]["k"] == 3  # at most n - 1

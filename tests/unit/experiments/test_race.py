@@ -9,18 +9,16 @@ from autosync.table import Table
 from tests.unit.experiments.test_lofo import BSP, job
 
 
-def test_a_label_splits_into_its_policy_and_parameters():
-    assert race.split_label("backup:k=0.25n,lr_rule=sqrt") == ("backup", {"k": "0.25n", "lr_rule": "sqrt"})
-    assert race.split_label("dbw,lr_rule=linear,window=5") == ("dbw", {"lr_rule": "linear", "window": "5"})
-    assert race.split_label("bsp") == ("bsp", {})
+def test_neighbours_change_one_parameter_and_static_k_only_by_one_worker():
+    def backup(k, rule):
+        return {"policy": "backup", "params": {"k": k, "lr_rule": rule}}
 
-
-def test_neighbours_change_one_parameter_and_static_k_only_to_the_next_share():
-    labels = ["backup:k=0.25n,lr_rule=sqrt", "backup:k=0.375n,lr_rule=sqrt", "backup:k=0.5n,lr_rule=sqrt",
-              "backup:k=0.25n,lr_rule=linear", "backup:k=0.375n,lr_rule=linear", "dbw,lr_rule=sqrt,window=5", "bsp"]
-    assert race.neighbours("backup:k=0.25n,lr_rule=sqrt", labels) == [
-        "backup:k=0.375n,lr_rule=sqrt", "backup:k=0.25n,lr_rule=linear"]
-    assert race.neighbours("bsp", labels) == []
+    lattice = {"a": backup(3, "sqrt"), "b": backup(4, "sqrt"), "c": backup(5, "sqrt"), "d": backup(3, "linear"),
+               "e": backup(4, "linear"), "f": {"policy": "dbw", "params": {"lr_rule": "sqrt", "window": 5}},
+               "g": BSP, "h": backup(4, "sqrt")}  # h: a second label of b's point
+    assert race.neighbours(backup(3, "sqrt"), lattice) == ["b", "d"]
+    assert race.neighbours(backup(4, "sqrt"), lattice) == ["a", "c", "e"]
+    assert race.neighbours(BSP, lattice) == []
 
 
 def test_the_paired_rule_widens_the_tolerance_to_bsp_s_own_spread_between_the_seeds(tmp_path):
