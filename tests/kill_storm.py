@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.postgres import storage_rows
+
 MAX_RETRIES = 3  # re-runs of one killed trial (`autosync.search.study.trials.RetryKilledTrial`'s max_retry)
 
 #: What the zygote imports before it forks: what a tune needs, so that a forked process imports nothing more.
@@ -146,32 +148,14 @@ class Storm:
     answer: dict[str, Any] | None = None
 
 
-def _rows(url: str, query: str) -> list[tuple]:
-    if url.startswith("sqlite"):
-        import sqlite3
-
-        try:
-            with sqlite3.connect(url[len("sqlite:///"):], timeout=60) as con:
-                return con.execute(query).fetchall()
-        except sqlite3.OperationalError:
-            return []
-    import psycopg
-
-    try:
-        with psycopg.connect(url) as con:
-            return con.execute(query).fetchall()
-    except psycopg.errors.UndefinedTable:
-        return []
-
-
 def finished(url: str) -> dict[int, str]:
     """{trial number: state} of the finished trials of the storage's one study."""
-    return dict(_rows(url, "select number, state from trials where state in ('COMPLETE', 'PRUNED', 'FAIL')"))
+    return dict(storage_rows(url, "select number, state from trials where state in ('COMPLETE', 'PRUNED', 'FAIL')"))
 
 
 def _in_trial(url: str, pids: list[int]) -> list[int]:
     """The indices of `pids` whose process has a trial running (tagged with its pid)."""
-    running = _rows(url, "select a.value_json from trials t join trial_user_attributes a on "
+    running = storage_rows(url, "select a.value_json from trials t join trial_user_attributes a on "
                          "a.trial_id = t.trial_id where t.state = 'RUNNING' and a.key = 'process'")
     tags = {json.loads(v).rsplit(":", 1)[-1] for (v,) in running}
     return [i for i, pid in enumerate(pids) if str(pid) in tags]
@@ -245,9 +229,9 @@ def run_storm(argv: list[str], url: str, cwd: Path, processes: int, kills: int, 
 def check(storm: Storm, url: str, budget: int) -> Storm:
     """Read the study after the storm into `storm`: its roles and answer, and each promise it broke."""
     attrs: dict[int, dict[str, Any]] = {}
-    for trial_id, key, value in _rows(url, "select trial_id, key, value_json from trial_user_attributes"):
+    for trial_id, key, value in storage_rows(url, "select trial_id, key, value_json from trial_user_attributes"):
         attrs.setdefault(trial_id, {})[key] = json.loads(value)
-    trials = _rows(url, "select trial_id, number, state from trials")
+    trials = storage_rows(url, "select trial_id, number, state from trials")
     running = [n for _, n, s in trials if s == "RUNNING"]
     if running:
         storm.problems.append(f"trials left running: {running}")
@@ -272,7 +256,7 @@ def check(storm: Storm, url: str, budget: int) -> Storm:
     storm.killed_trials = [n for tid, n, _ in trials if attrs.get(tid, {}).get("role") == "killed"]
     rerun = {attrs.get(tid, {}).get("retry_of") for tid, _, s in trials if s != "WAITING"}
     history = {tid: json.loads(v) for tid, key, v in
-               _rows(url, "select trial_id, key, value_json from trial_system_attributes") if key == "retry_history"}
+               storage_rows(url, "select trial_id, key, value_json from trial_system_attributes") if key == "retry_history"}
     # a trial is re-run at most MAX_RETRIES times (Optuna's retry history); past that, its place in the budget
     # is queued afresh, which the exact budget above checks
     storm.retries_spent = [n for tid, n, _ in trials if attrs.get(tid, {}).get("role") == "killed"
@@ -285,7 +269,7 @@ def check(storm: Storm, url: str, budget: int) -> Storm:
 
 def answer(url: str) -> dict[str, Any] | None:
     """The study's cached answer: its policy and time (None: no answer was written)."""
-    rows = _rows(url, "select value_json from study_user_attributes where key = 'cache'")
+    rows = storage_rows(url, "select value_json from study_user_attributes where key = 'cache'")
     if not rows:
         return None
     record = json.loads(rows[0][0])

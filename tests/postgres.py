@@ -95,3 +95,23 @@ def postgres_server() -> Iterator[str]:
 def postgres_url() -> Iterator[str]:
     with postgres_server() as url:
         yield url
+
+
+def storage_rows(url: str, query: str, timeout: float = 60) -> list[tuple]:
+    """Rows of a query on a study storage (an SQLite file or a PostgreSQL database), [] while its tables do
+    not exist yet: what the tests of several processes sharing one study read of it."""
+    if url.startswith("sqlite"):
+        import sqlite3
+
+        try:
+            with sqlite3.connect(url[len("sqlite:///"):], timeout=timeout) as con:
+                return con.execute(query).fetchall()
+        except sqlite3.OperationalError:
+            return []
+    import psycopg
+
+    try:
+        with psycopg.connect(url) as con:
+            return con.execute(query).fetchall()
+    except psycopg.errors.UndefinedTable:
+        return []

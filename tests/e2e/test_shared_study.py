@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from tests.conftest import small_job, wait_for
-from tests.postgres import postgres_server
+from tests.postgres import postgres_server, storage_rows
 
 pytestmark = [pytest.mark.slow, pytest.mark.processes]
 
@@ -47,23 +47,6 @@ def _start(job: Path, url: str, n_jobs: int, tmp_path: Path, name: str) -> subpr
     return subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def _rows(url: str, query: str) -> list[tuple]:
-    """Rows of a query on the study storage, [] while its tables do not exist yet."""
-    if url.startswith("sqlite"):
-        try:
-            with sqlite3.connect(url[len("sqlite:///"):], timeout=30) as con:
-                return con.execute(query).fetchall()
-        except sqlite3.OperationalError:
-            return []
-    import psycopg
-
-    with psycopg.connect(url) as con:
-        try:
-            return con.execute(query).fetchall()
-        except psycopg.errors.UndefinedTable:
-            return []
-
-
 @contextlib.contextmanager
 def _storage(kind: str, tmp_path: Path):
     if kind == "sqlite":
@@ -88,7 +71,7 @@ def _six_processes_killed_and_restarted(tmp_path: Path, db: str) -> None:
 
     def busy_groups() -> set[int]:  # process groups (one per tune command) with a trial running now
         groups = set()
-        for (process,) in _rows(db, running):
+        for (process,) in storage_rows(db, running):
             try:
                 groups.add(os.getpgid(int(json.loads(process).rsplit(":", 1)[1])))
             except ProcessLookupError:
@@ -110,9 +93,9 @@ def _six_processes_killed_and_restarted(tmp_path: Path, db: str) -> None:
     for name, proc in procs.items():
         assert proc.wait(timeout=240) == 0, (tmp_path / f"{name}.log").read_text()[-2000:]
 
-    trials = _rows(db, "select trial_id, number, state from trials")
+    trials = storage_rows(db, "select trial_id, number, state from trials")
     attrs: dict[int, dict] = {}
-    for trial_id, key, value in _rows(db, "select trial_id, key, value_json from trial_user_attributes"):
+    for trial_id, key, value in storage_rows(db, "select trial_id, key, value_json from trial_user_attributes"):
         attrs.setdefault(trial_id, {})[key] = json.loads(value)
     states = [state for _, _, state in trials]
     assert "RUNNING" not in states and "WAITING" not in states, states
@@ -124,7 +107,7 @@ def _six_processes_killed_and_restarted(tmp_path: Path, db: str) -> None:
                or (s == "FAIL" and "fail_reason" in attrs.get(tid, {}) and not attrs[tid].get("process_lost")))]
     resampled = [n for tid, n, s in trials if s == "FAIL" and "resampled_from" in attrs.get(tid, {})]
     killed = [(tid, n) for tid, n, s in trials if s == "FAIL" and n not in counted + resampled + answered]  # a check too
-    given_up = [json.loads(v)["places"] for (v,) in _rows(db, "select value_json from study_user_attributes "
+    given_up = [json.loads(v)["places"] for (v,) in storage_rows(db, "select value_json from study_user_attributes "
                                                            "where key = 'given_up_places'")]  # --patience
     places = given_up[0] if given_up else 0  # places of the budget a search that stopped improving gave up
     assert len(counted) + places == BUDGET, (len(counted), places, trials)
@@ -173,8 +156,8 @@ def test_processes_opening_a_new_storage_together_create_its_schema_once(tmp_pat
     assert [p.exitcode for p in procs] == [0] * 6
     creators = created.read_text().split()
     assert len(creators) == 1 and int(creators[0]) in {p.pid for p in procs}, creators  # one created, five opened
-    assert _rows(url, "select count(*) from version_info") == [(1,)]
-    assert _rows(url, "select count(*) from alembic_version") == [(1,)]
+    assert storage_rows(url, "select count(*) from version_info") == [(1,)]
+    assert storage_rows(url, "select count(*) from alembic_version") == [(1,)]
 
 
 @pytest.mark.postgres
@@ -190,18 +173,18 @@ def test_readme_recipe_two_tunes_share_one_postgresql_study_and_no_output_shows_
                  for _ in range(2)]
         outputs = [p.communicate(timeout=240) for p in procs]
         assert [p.returncode for p in procs] == [0, 0], outputs
-        resampled = {tid for (tid,) in _rows(url, "select trial_id from trial_user_attributes "
+        resampled = {tid for (tid,) in storage_rows(url, "select trial_id from trial_user_attributes "
                                                   "where key = 'resampled_from'")}
-        resampled |= {tid for (tid,) in _rows(url, "select trial_id from trial_user_attributes "
+        resampled |= {tid for (tid,) in storage_rows(url, "select trial_id from trial_user_attributes "
                                               "where key = 'full_budget_check_of'")}  # and the winner's check
-        resampled |= {tid for (tid,) in _rows(url, "select trial_id from trial_user_attributes "
+        resampled |= {tid for (tid,) in storage_rows(url, "select trial_id from trial_user_attributes "
                                               "where key = 'answered_untrained'")}  # and points answered untrained
-        states = [s for tid, s in _rows(url, "select trial_id, state from trials") if tid not in resampled]
+        states = [s for tid, s in storage_rows(url, "select trial_id, state from trials") if tid not in resampled]
         assert sorted(states) == ["COMPLETE"] * states.count("COMPLETE") + ["PRUNED"] * states.count("PRUNED")
         assert len(states) == 6  # a global budget: 6 trials between the two processes, not 6 each (a trial
         # proposing what the other process trains is proposed again: it fails and does not count)
 
-        cached = _rows(url, "select value_json from study_user_attributes")
+        cached = storage_rows(url, "select value_json from study_user_attributes")
         bad = url.replace(PASSWORD, PASSWORD + "-wrong")
         failing = subprocess.run([*cmd[:6], bad, *cmd[7:]], cwd=tmp_path, capture_output=True, text=True,
                                  timeout=120)
