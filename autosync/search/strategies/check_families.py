@@ -12,8 +12,8 @@ In the race (`autosync.search.strategies.portfolio`, `pruning`, `leader`), a can
 broke the rule at full budget, or that applies stale gradients to the end in a family whose check broke
 it, is ruled out (`ruled_out`): it sets no bar and keeps no family in the race. Else such a candidate,
 fastest to the target and never to be answered with, holds the bar low enough that the families that can
-keep the rule leave the race (on inverse-000, LWP and DANA-DC reached the target at 4.0 s and ended above
-BSP's loss: the bar stayed at 4.0 s and backup k = 9, at 7.4 s, had no second turn). A synchronous
+keep the rule leave the race (a stale policy fast to the target but above BSP's loss at the end would
+keep a slower static k that keeps the rule from a second turn). A synchronous
 candidate is ruled out by its own check only: backup k = 11 under `linear` ending above BSP's loss says
 little of k = 4 under `linear`.
 """
@@ -38,10 +38,8 @@ def check_family(trial: "optuna.trial.FrozenTrial") -> str | None:
     not, follows the rule: backup k = 5 under `linear` ending above BSP's loss says little of k = 4 under
     `sqrt`); every policy that applies stale gradients to the end of its run at a full step
     (`autosync.policies.stale_step_rule`) is one family, `STALE` (SSP, the DANA family, ASP with a fixed
-    step: on steady-001 ASP, DANA-Zero and DANA-DC took the three checks and all ended above BSP's loss, on
-    tiers-002 SSP, ASP and SSP diverged, while a static k under `sqrt` waited), and ASP under a
-    staleness-scaled step is `STALE` and its rule (on fleet-004 ASP `sqrt_staleness` diverged and ASP
-    `staleness` kept the rule)."""
+    step: their checks fail together, while a static k that would keep the rule waits), and ASP under a
+    staleness-scaled step is `STALE` and its rule (one such rule can diverge where another keeps it)."""
     policy = trial.user_attrs.get(POLICY) or {}
     stale = stale_rule(policy)
     if stale is not None:

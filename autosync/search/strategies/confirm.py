@@ -21,7 +21,7 @@ slowest policy there is, and a run that misses the target trains the whole budge
   indifference-zone count of Bechhofer's ranking and selection), and the extra seeds run before (up to 3
   new ones for leaders closer than their spread) chased noise: on 13 confirmations of the development
   families that ran them, they changed 3 answers, and on the held-out seeds one change was within 1% and
-  two were slower (by 23% on mosaic-000, 33% on steady-003), at 0.5-1.1 BSP trainings a tune.
+  two were slower (by 23% and 33%), at 0.5-1.1 BSP trainings a tune.
 - The answer is the candidate of the best mean over all its seeds; the speedup is BSP's reference time
   over that mean. Where no candidate reached the target on every seed, BSP answers (`fell_back_to_bsp`).
 
@@ -139,8 +139,8 @@ class RunStore:
 def candidates(study: "optuna.Study", top: int, job: JobSpec, scoring: dict[str, Any],
                also: list[tuple[dict[str, Any], str]] = ()) -> list[Candidate]:
     """The study's `top` fastest completed trials (a leader the race held on a second seed at its mean over
-    both, `autosync.search.strategies.leader`: on tiers-002 two SSP settings at 1.8 s, behind at 18.4 s on
-    the second seed, took both places ahead of backup k = 5, checked at 4.0 s, and BSP answered) scored as
+    both, `autosync.search.strategies.leader`: a leader fast on one seed only would otherwise take a place
+    ahead of a candidate fast on both) scored as
     `scoring` says (`trial_scoring`) that keep the
     final-metric constraint or may (stopped at the target, unchecked: `checked` False; not ruled out by a
     failed check of its stale family, `autosync.search.strategies.check_families.ruled_out`), one per canonical

@@ -20,8 +20,8 @@ The checks are bounded: at most `MAX_CHECKS` (one more after a race that ran as 
 answer is the fastest candidate known to keep the constraint (BSP at worst), and the faster candidates
 left unchecked are recorded (`UNCHECKED`) so that the output says so and the confirmation does not take
 them up. A check's cost is most of a training (the
-rest of the budget), and a job where the fastest policies end above BSP's loss has many of them (fresh-002:
-11 checks, 13.84 BSP trainings; bursty-005 and -006: 18 each). Failures there run in families: a policy
+rest of the budget), and a job where the fastest policies end above BSP's loss has many of them (up to
+18 on the development families, before the cap). Failures there run in families: a policy
 that applies stale gradients to the end (ASP and its relatives) ends noisier however fast it reached the
 target, so after a failed check the candidates of a family that has not failed one are checked first
 (`next_to_check`; a family here is a synchronous policy and its step-size rule, or the policies that
@@ -78,10 +78,9 @@ def waiting(study: "optuna.Study", wanted: int = 1,
     counts at the bound it was pruned at, a lower bound on its time. Empty once the `wanted` fastest
     candidates are known feasible. A policy the race held on a second seed
     (`autosync.search.strategies.leader`) counts at its mean over both, as it stood in the race: a trial
-    pruned against that mean cannot beat it (on inverse-002 two trials pruned at 10.0 s against backup
-    k = 9's mean, 9.8 s, were checked, a training each, because its one-seed time was 10.7 s). A candidate
-    of a stale family whose check failed (`check_families.ruled_out`) waits for none: on tiers-003 DANA-DC
-    was checked again at a second lambda after its family's check had failed, and failed too.
+    pruned against that mean cannot beat it (counted at the one-seed time instead, such trials were
+    checked, a training each). A candidate of a stale family whose check failed
+    (`check_families.ruled_out`) waits for none: another setting of that family fails its check too.
     `trials`: the study's trials as just read (read here when None)."""
     return standing(study, wanted, trials)[0]
 

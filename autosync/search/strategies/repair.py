@@ -2,13 +2,12 @@
 
 The full-budget checks (`autosync.search.strategies.full_budget`) answer with the fastest candidate whose
 final metric stays within the tolerance of BSP's. Where the fast candidates end short of it, the answer
-falls back to the next candidate, often BSP itself: on six development jobs (crest-003 and -005, fleet-000,
-mosaic-001, steady-001 and -005) a static k under the `sqrt` rule failed its check and BSP answered, 2.8 to
-8.5 times the grid's best on held-out seeds. Yet the same policy closer to BSP kept the rule and stayed
-fast (`results/answer_quality/repair_candidates.py`): the same k at BSP's step (`fixed`) kept it on held-out
-seeds for 9 of the 12 failed settings under `sqrt` or `linear` (crest-003 2.51x the grid's best against
-BSP's 6.12x, fleet-000 1.72x against 8.54x, mosaic-001 1.57x against 7.41x); k halfway to n under the same
-rule for 3 of 13, and there it was the grid's best or near it (fleet-004 and -005, 1.00-1.01).
+falls back to the next candidate, often BSP itself: on six development jobs a static k under the `sqrt`
+rule failed its check and BSP answered, 2.8 to 8.5 times the grid's best on held-out seeds. Yet the same
+policy closer to BSP kept the rule and stayed fast (`results/answer_quality/repair_candidates.py`): the
+same k at BSP's step (`fixed`) kept it on held-out seeds for 9 of the 12 failed settings under `sqrt` or
+`linear` (1.57-2.51x the grid's best against BSP's 6.12-8.54x); k halfway to n under the same rule for 3
+of 13, and there it was the grid's best or near it (1.00-1.01).
 
 So after a check of a candidate fails, its policy's settings one step towards BSP (`Policy.toward_bsp`: a
 parameter moved towards the setting that runs as BSP, as Sync-Switch's binary search moves the switch
