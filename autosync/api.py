@@ -21,18 +21,22 @@ defined in `autosync.core.errors`) with the message the command line prints.
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, Sequence
 
-from autosync.core.errors import UserError
+import yaml
+
+from autosync.core.errors import RuntimeFailure, UserError
 from autosync.core.job import JobSpec, job_from_dict, load_job
 from autosync.core.phases import Phase, no_phase
+from autosync.data import RACE_SETTINGS
 from autosync.engine.backends import BackendChoice, Ranks, torchrun_ranks, train
 from autosync.experiments.compare import Comparison, compare
 from autosync.experiments.scaling import collect
 from autosync.options import (CalibrateOptions, CompareOptions, ExecutionOptions, FamilyOptions,
                               LeaderboardOptions, ProfileOptions, ReplayOptions, RobustnessOptions, RunOptions,
-                              ScalingOptions, TableOptions, TuneOptions, build)
+                              ScalingOptions, TableOptions, TuneOptions, FitOptions, build)
 from autosync.reporting.calibration import Calibrated
 from autosync.reporting.output import ready_output_dir as output_dir, ready_output_file as output_file
 from autosync.reporting.results import (DrawnJobs, Leaderboard, Profile, Replay, Robustness, ScalingTable, tune_dir,
@@ -42,6 +46,7 @@ from autosync.search.study.storage import DEFAULT_STORAGE, quiet_optuna  # quiet
 
 if TYPE_CHECKING:
     from autosync.policies import Policy
+    from autosync.search.race import RaceSettings
     from autosync.reporting.runs import Run
     from autosync.reporting.tune import TuneFiles, Tuned
     from autosync.measure.rerun import LoggedRun, Rerun
@@ -57,7 +62,7 @@ __all__ = [
     "ExecutionOptions", "calibrate", "write_calibration", "CalibrateOptions", "recommend", "family", "DrawnJobs",
     "FamilyOptions", "robustness", "Robustness", "RobustnessOptions", "robustness_compare", "CompareOptions",
     "replay", "Replay", "ReplayOptions", "scaling", "ScalingTable", "ScalingOptions", "UserError", "table",
-    "TableOptions", "quiet_optuna",
+    "TableOptions", "fit", "Fitted", "FitOptions", "quiet_optuna",
 ]
 
 
@@ -370,7 +375,7 @@ def robustness(family_file: str | Path, directory: str | Path | None = None,
     broad = None
     if opts.reference == "broad":
         # not at the top: numpy, which --help does not load
-        from autosync.experiments.reference_grid import reference_policies as broad
+        from autosync.lattice import lattice_points as broad
     grid = Grid(drawn, list(range(opts.seed_offset, opts.seed_offset + opts.seeds)), online, rules, tuned, broad)
     result, reused = run_report(grid, out, opts.n_jobs, phase, on_resume)
     return Robustness(spec.name, drawn, grid.seeds, rules, result, out, reused)
@@ -414,7 +419,7 @@ def table(files: Sequence[str | Path], directory: str | Path, options: TableOpti
     """Build (or complete) the table in `directory` (`autosync.table`): each lattice point run to the end of the
     budget on each job's two search seeds and `held_out` held-out seeds, for every job file in `files` and
     jobs 0..jobs-1 of every family file there. The lattice is the broad reference grid
-    (`autosync.experiments.reference_grid.reference_policies`), or `policies`, canonical on each job's
+    (`autosync.lattice.lattice_points`), or `policies`, canonical on each job's
     workers. Resumable: finished cells are kept.
 
     Args:
@@ -427,7 +432,7 @@ def table(files: Sequence[str | Path], directory: str | Path, options: TableOpti
     # not at the top: numpy, which --help does not load
     from autosync.catalog import parse_policy_spec
     from autosync.core.family import load_family, looks_like_family
-    from autosync.experiments.reference_grid import reference_policies
+    from autosync.lattice import lattice_points
     from autosync.table import Table  # (the table's modules: 25 ms of --help)
     from autosync.table.build import build_table
 
@@ -442,9 +447,56 @@ def table(files: Sequence[str | Path], directory: str | Path, options: TableOpti
              for n in sorted({j.cluster.n_workers for j in jobs})}  # parsed once: a bad spec fails before any run
 
     def lattice(n: int) -> list[dict[str, Any]]:
-        return named[n] if opts.policies else reference_policies(n)
+        return named[n] if opts.policies else lattice_points(n)
 
     return build_table(Table(directory), jobs, lattice, opts.held_out, opts.n_jobs, opts.full, on_start, on_done)
+
+
+@dataclass(frozen=True)
+class Fitted:
+    """What `fit` found: the race's settings, their file's text and where it went (or was checked)."""
+
+    settings: "RaceSettings"
+    text: str
+    path: Path
+    jobs: int
+    unchanged: bool  # the file already held exactly this text
+
+
+def fit(files: Sequence[str | Path], options: FitOptions | None = None, **fields: Any) -> Fitted:
+    """Fit the race's settings (`autosync.search.race`: its portfolio, margin and finalists) on jobs 0..jobs-1
+    of each family file in `files`, every run read from the table (`autosync.experiments.race.fit`), and
+    write them to `out` (default: the settings autosync ships). With `check`, write nothing and raise
+    `RuntimeFailure` unless `out` already holds those settings (its comment, the command that wrote it, aside).
+
+    Args:
+        options: the options of `autosync fit` (`FitOptions`); `fields` change some of them.
+    """
+    # not at the top: the table and the experiments (numpy, torch) that --help does not load
+    from autosync.experiments.race import fit_families, settings_text
+
+    opts = _options(FitOptions, options, None, fields)
+    if not files:
+        raise UserError("autosync fit needs at least one job-family file (the committed ones: "
+                        "baselines/family_*.yaml)")
+    settings, jobs = fit_families(files, opts.table, opts.jobs)
+    command = " ".join(["autosync fit", *(str(f) for f in files), "--table", str(opts.table), "--jobs",
+                        str(opts.jobs)] + (["--out", opts.out] if opts.out else []))
+    text = settings_text(settings, command)
+    out = Path(opts.out) if opts.out else RACE_SETTINGS
+    unchanged = out.is_file() and _same_settings(out, settings)
+    if opts.check and not unchanged:
+        raise RuntimeFailure(f"{out} does not hold what `{command}` fits now: run it without --check to write it")
+    if not opts.check:
+        out.write_text(text)
+    return Fitted(settings, text, out, jobs, unchanged)
+
+
+def _same_settings(path: Path, settings: "RaceSettings") -> bool:
+    try:
+        return yaml.safe_load(path.read_text()) == settings.to_dict()
+    except (OSError, yaml.YAMLError):
+        return False
 
 
 def robustness_compare(reports: Sequence[str | Path], options: CompareOptions | None = None,

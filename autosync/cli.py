@@ -18,7 +18,7 @@ from autosync import __version__, api
 from autosync.core import strict_json
 from autosync.core.errors import AutosyncError, JobFileError
 from autosync.options import (
-    CacheOptions, CalibrateOptions, CompareOptions, FamilyOptions, LeaderboardOptions, ProfileOptions,
+    CacheOptions, CalibrateOptions, CompareOptions, FamilyOptions, FitOptions, LeaderboardOptions, ProfileOptions,
     RecommendOptions, ReplayOptions, RerunOptions, RobustnessOptions, RunOptions, ScalingOptions, TableOptions,
     TuneOptions,
     command_of,
@@ -313,6 +313,23 @@ def table(files: list[Path] = typer.Argument(..., help="Job files, and job-famil
                   f"runs, in {len(built.files)} files")
     for line in built.failed:
         status.print(f"failed: {line}", style="yellow")
+
+
+@_command(FitOptions)
+def fit(files: list[Path] = typer.Argument(..., help="Job-family files whose jobs 0..N-1 the race is fitted on "
+                                           "(the committed ones: baselines/family_*.yaml)."),
+        as_json: bool = JSON_OPT, *, options: FitOptions) -> None:
+    """Fit the race of `autosync tune --sampler race` (its portfolio, margin and finalists) on a table of job
+    families, every run read from the table; --check says whether the file already holds the fit."""
+    with status.status(f"fitting the race on {options.table}"):
+        fitted = api.fit(files, options)
+    settings = fitted.settings
+    summary = {"file": str(fitted.path), "jobs": fitted.jobs, "unchanged": fitted.unchanged, **settings.to_dict()}
+    if as_json:
+        return _print_json(summary)
+    verb = "holds" if options.check else ("unchanged:" if fitted.unchanged else "wrote")
+    console.print(f"{verb} {fitted.path}: fitted on {fitted.jobs} jobs, portfolio of {len(settings.portfolio)} "
+                  f"({', '.join(settings.portfolio)}), margin {settings.margin:g}, {settings.finalists} finalists")
 
 
 @_command(CompareOptions, name="robustness-compare")

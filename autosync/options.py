@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 
 __all__ = ["ExecutionOptions", "RunOptions", "TuneOptions", "LeaderboardOptions", "ProfileOptions",
            "CalibrateOptions", "FamilyOptions", "RobustnessOptions", "CompareOptions", "ReplayOptions",
-           "ScalingOptions", "CacheOptions", "RecommendOptions", "RerunOptions", "TableOptions", "flag_of", "build", "command_of"]
+           "ScalingOptions", "CacheOptions", "RecommendOptions", "RerunOptions", "TableOptions", "FitOptions", "flag_of",
+           "build", "command_of"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -199,6 +200,19 @@ class TableOptions:
     def __post_init__(self) -> None:
         check_ranges(self)
         _check_n_jobs(self.n_jobs)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FitOptions:
+    """`autosync fit`: the race's settings (`autosync.search.race`) fitted on a table of job families."""
+
+    table: str = option("results/table", "The table directory the jobs' runs are read from (a run it lacks is "
+                        "trained and stored there: build it first with `autosync table`).")
+    jobs: int = option(2, "Jobs 0..N-1 of each family file.", ge=1)
+    out: Optional[str] = option(None, "Where the fitted settings go (default: the settings autosync ships, "
+                                "autosync/data/race.yaml, which `autosync tune --sampler race` reads unless "
+                                "--race-settings names another file).")
+    check: bool = option(False, "Write nothing: exit 1 unless --out already holds the settings the fit gives.")
 
 
 @dataclass(frozen=True, kw_only=True)

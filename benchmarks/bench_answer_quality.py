@@ -9,7 +9,7 @@ scored on seeds the tune never searched on.
 
 Jobs: the first `--count` jobs of `--family`, or named ones (`--jobs`: `default` is the embedded default
 job, `FAMILY:I` job I of baselines/family_FAMILY.yaml). Per job:
-- the reference: every policy of `autosync.experiments.reference_grid.reference_policies(n)` (static k = 1..n under
+- the reference: every policy of `autosync.lattice.lattice_points(n)` (static k = 1..n under
   the four lr rules, ASP, SSP, the DANA family, DBW, B-DBW, LB-BSP, Sync-Switch, compositions), each run
   stopped at the target on the held-out seeds job.seed + 100, + 101 (`--seed-offset`, `--seeds`), cached
   in DIR/cells.jsonl: a re-run trains only what is missing;
@@ -57,7 +57,8 @@ from autosync.options import TuneOptions
 from autosync.search.strategies.confirm import confirm_top_for
 from autosync.experiments.reference_grid import (TOLERANCE, ReferenceGrid, answer_cells, cached_full_budget_final,
                                                  feasible_best, grid_scores, held_out_seeds, judge,
-                                                 reference_policies, score, tune_seeds)
+                                                 score, tune_seeds)
+from autosync.lattice import lattice_points
 from autosync.experiments.robustness import read_cells, run_grid
 
 from _report import Figures
@@ -238,7 +239,7 @@ def main() -> None:
                      "fastest": label_of(judged.fastest.policy), "fastest_time": judged.fastest.time,
                      "keeps": judged.answer_keeps,
                      "cost": record.get("search_cost_bsp_trainings"), "wall": record.get("wall_seconds"),
-                     "fixed": fixed, "grid_size": len(reference_policies(job.cluster.n_workers)),
+                     "fixed": fixed, "grid_size": len(lattice_points(job.cluster.n_workers)),
                      "choice": None if choice is None else label_of(choice[0]),
                      "choice_ratio": None if choice is None else choice[1],
                      "best_family": {f: label_of(s.policy) for f, s in judged.families.items()}})

@@ -10,6 +10,13 @@ on the tune's search seeds and against the held-out best (`autosync.experiments.
 shipped today has nothing fitted, so every family is scored as it is: the baseline later fits are judged
 against. Each job's result is appended to `--results` as it finishes; a re-run scores only the jobs it
 lacks. Prints and writes per family and pooled figures with bootstrap intervals.
+
+With `--sampler race` the tune is the race (`autosync tune --sampler race`), its settings fitted on the
+other families' jobs before it answers on a family's (`autosync.experiments.race.fit`, as `autosync fit`
+fits the shipped ones on all of them): the race judged leave-one-family-out through the tune's own code.
+
+    python benchmarks/bench_lofo.py --sampler race --count 2 --sampler-seeds 3 --table results/table \
+        --results benchmarks/lofo_race.jsonl --out benchmarks/lofo_race.md
 """
 
 from __future__ import annotations
@@ -18,14 +25,16 @@ import argparse
 import dataclasses
 import json
 import statistics
+import tempfile
 import time
 from pathlib import Path
 
 from autosync.core.family import load_family
 from autosync.core.job import load_job
 from autosync.data import BASELINE_DIR, DEFAULT_JOB_PATH
-from autosync.experiments import lofo
-from autosync.experiments.reference_grid import grid_twin, reference_policies
+from autosync.experiments import lofo, portfolio_fit, race
+from autosync.experiments.reference_grid import grid_twin
+from autosync.lattice import lattice_points
 from autosync.api import quiet_optuna
 from autosync.table import Table
 
@@ -70,8 +79,8 @@ def listed(values) -> str:
     return ", ".join(f"{x:.2f}" for x in values)
 
 
-def report(results: list[lofo.JobResult], families: list[str], command: str) -> str:
-    lines = [f"# Leave-one-family-out: the shipped search (baseline)", "", f"`{command}`", "",
+def report(results: list[lofo.JobResult], families: list[str], command: str, title: str) -> str:
+    lines = [f"# Leave-one-family-out: {title}", "", f"`{command}`", "",
              "Ratios are the answer's mean time to target on the held-out seeds over the reference's there; "
              "one row per job, its answers from every sampler seed. Grid's choice: the fastest lattice point "
              "on the tune's search seeds keeping BSP's final metric; held-out best: the same on the held-out "
@@ -100,6 +109,25 @@ def report(results: list[lofo.JobResult], families: list[str], command: str) -> 
     return "\n".join(lines) + "\n"
 
 
+def race_folds(families: list[str], count: int, table_dir: Path) -> dict[str, Path]:
+    """Per family, a settings file of the race fitted on the other families' jobs (`race.fit`)."""
+    table = Table(table_dir)
+    times = []
+    for family in families:
+        for job in jobs_of(family, count):
+            grid_choice = lofo.score_job(table, family, job, lattice_points, [])
+            times.append(portfolio_fit.job_times(table, family, job, grid_choice.grid_choice_time))
+    folder = Path(tempfile.mkdtemp(prefix="race-folds-"))
+    out = {}
+    for family in families:
+        settings = race.fit(table, [t for t in times if t.family != family])
+        out[family] = folder / f"without-{family}.yaml"
+        out[family].write_text(race.settings_text(settings, f"race.fit without {family}"))
+        print(f"fold without {family}: {settings.portfolio}, margin {settings.margin}, "
+              f"{settings.finalists} finalists", flush=True)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--families", nargs="+", default=["fresh", "quarry", "crest", "fleet", "steady", "tiers",
@@ -110,19 +138,23 @@ def main() -> None:
     parser.add_argument("--results", default="benchmarks/lofo_baseline.jsonl")
     parser.add_argument("--out", default="benchmarks/lofo_baseline.md")
     parser.add_argument("--json", default=None, help="also write the figures here (benchmarks/make_table.py)")
+    parser.add_argument("--sampler", default="default", choices=["default", "race"],
+                        help="default: the tune as shipped; race: --sampler race fitted on the other families")
     args = parser.parse_args()
     quiet_optuna()
     table_dir, results_path = Path(args.table), Path(args.results)
     done = load_results(results_path)
     results = []
+    folds = race_folds(args.families, args.count, table_dir) if args.sampler == "race" else {}
     for family in args.families:
         for job in jobs_of(family, args.count):
             if job.name in done:
                 results.append(with_keeps(done[job.name], table_dir, job))
                 continue
             start = time.perf_counter()
-            answers = [lofo.replayed_tune(job, table_dir, s) for s in range(args.sampler_seeds)]
-            result = lofo.score_job(Table(table_dir), family, job, reference_policies, answers)
+            options = {"sampler": "race", "race_settings": str(folds[family])} if folds else {}
+            answers = [lofo.replayed_tune(job, table_dir, s, **options) for s in range(args.sampler_seeds)]
+            result = lofo.score_job(Table(table_dir), family, job, lattice_points, answers)
             with results_path.open("a") as fh:
                 fh.write(json.dumps(lofo.as_dict(result)) + "\n")
             results.append(result)
@@ -133,8 +165,9 @@ def main() -> None:
     results_path.write_text("".join(json.dumps(lofo.as_dict(r)) + "\n" for r in results)
                             + "".join(json.dumps(lofo.as_dict(r)) + "\n" for r in done.values() if r.job not in kept))
     command = (f"python benchmarks/bench_lofo.py --families {' '.join(args.families)} --count {args.count} "
-               f"--sampler-seeds {args.sampler_seeds}")
-    Path(args.out).write_text(report(results, args.families, command))
+               f"--sampler-seeds {args.sampler_seeds}" + (f" --sampler {args.sampler}" if folds else ""))
+    title = "the race, fitted on the other families" if folds else "the shipped search (baseline)"
+    Path(args.out).write_text(report(results, args.families, command, title))
     s = lofo.summary(results)
     print(json.dumps(s, indent=1))
     figures = Figures("bench_lofo")

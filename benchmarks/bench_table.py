@@ -22,7 +22,7 @@ from pathlib import Path
 from autosync.api import load_job, table
 from autosync.core.family import load_family
 from autosync.data import BASELINE_DIR, DEFAULT_JOB_PATH
-from autosync.experiments.reference_grid import reference_policies
+from autosync.lattice import lattice_points
 from autosync.table.build import tasks
 
 from _report import Figures
@@ -55,7 +55,7 @@ def main() -> None:
     for name in args.jobs:
         path = job_file(name, work)
         n = load_job(path).cluster.n_workers
-        lattice = reference_policies(n)
+        lattice = lattice_points(n)
         every = max(1, len(lattice) // args.sample)
         sample = lattice[::every][: args.sample]
         out = work / name.replace(":", "-")
@@ -69,7 +69,7 @@ def main() -> None:
         seconds, cells, packed = seconds + wall * cores, cells + built.computed, packed + size
     families = sorted(BASELINE_DIR.glob("family_*.yaml"))[: args.families]
     jobs = [load_job(DEFAULT_JOB_PATH)] + [j for f in families for j in load_family(f).jobs(args.per_family)]
-    whole = len(tasks(jobs, reference_policies))
+    whole = len(tasks(jobs, lattice_points))
     per_cell, per_cell_bytes = seconds / cells, packed / cells
     hours = whole * per_cell / cores / 3600
     size = whole * per_cell_bytes

@@ -28,7 +28,7 @@ time-to-target on held-out seeds (job.seed + 100, + 101: `--seed-offset`, `--see
 or confirms on them) over the best of the broad reference grid on the same seeds (the regret; a miss
 counts twice the budget, and the missed seeds are printed), the grid judged by the tune's own rule: its
 best is the fastest grid policy whose final metric at full budget keeps BSP's within the tolerance. The grid is every policy family, not the
-searched space alone (`autosync.experiments.reference_grid.reference_policies`: static k = 1..n under four lr
+searched space alone (`autosync.lattice.lattice_points`: static k = 1..n under four lr
 rules, ASP, SSP, the DANA family, DBW, B-DBW, LB-BSP, Sync-Switch, compositions): a reference search
 with the tune's own sampler shares its blind spots. Its runs (and a winner's that runs like no grid
 policy) are cached in `--grid-dir`/cells.jsonl, shared with benchmarks/bench_answer_quality.py, so a

@@ -27,7 +27,10 @@ TABLE = HERE / "README.md"
 BENCHMARKS = ("bench_startup", "bench_engine", "bench_scale", "bench_dbw_solver", "bench_policies",
               "bench_tune", "bench_tune_cost", "bench_answer_quality", "bench_transfer", "bench_processes",
               "bench_transport", "bench_gpu", "bench_fuzz_inputs", "bench_kill_storm", "bench_replay", "bench_table",
-              "bench_lofo", "bench_race")
+              "bench_lofo", "bench_lofo_race", "bench_race")
+# a benchmark run with arguments of its own under a name of its own: script and arguments
+VARIANTS = {"bench_lofo_race": ("bench_lofo", ["--sampler", "race", "--results", "benchmarks/lofo_race.jsonl",
+                                               "--out", "benchmarks/lofo_race.md"])}
 
 
 def machine() -> str:
@@ -40,17 +43,19 @@ def machine() -> str:
 def run(name: str, extra: list[str] = ()) -> dict | None:
     """Run one benchmark (with `extra` arguments); its figures, or None when it could not run here (its output
     says why)."""
+    script, preset = VARIANTS.get(name, (name, []))
+    extra = [*preset, *extra]
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "figures.json"
         print(f"== {name}", flush=True)
-        proc = subprocess.run([sys.executable, str(HERE / f"{name}.py"), *extra, "--json", str(out)],
+        proc = subprocess.run([sys.executable, str(HERE / f"{script}.py"), *extra, "--json", str(out)],
                               cwd=HERE.parent)
         if proc.returncode != 0 or not out.exists():
             print(f"== {name} did not run here (exit code {proc.returncode}); its last figures are kept", flush=True)
             return None
         record = json.loads(out.read_text())
     record.update(date=datetime.date.today().isoformat(), machine=machine(),
-                  command=" ".join([f"python benchmarks/{name}.py", *map(shlex.quote, extra)]))
+                  command=" ".join([f"python benchmarks/{script}.py", *map(shlex.quote, extra)]))
     return record
 
 

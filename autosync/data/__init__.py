@@ -10,7 +10,7 @@ from __future__ import annotations
 from importlib.resources import files
 from pathlib import Path
 
-__all__ = ["DATA_DIR", "SPACE_DIR", "BASELINE_DIR", "DEFAULT_JOB_PATH", "SYNC_SWITCH_LOGS"]
+__all__ = ["DATA_DIR", "SPACE_DIR", "BASELINE_DIR", "DEFAULT_JOB_PATH", "RACE_SETTINGS", "SYNC_SWITCH_LOGS"]
 
 
 def _root() -> Path:
@@ -26,6 +26,8 @@ DATA_DIR = _root()
 SPACE_DIR = DATA_DIR / "search_spaces"  # the shipped search spaces: `--space NAME` is SPACE_DIR/NAME.yaml
 BASELINE_DIR = DATA_DIR / "baselines"  # reference jobs and job families
 DEFAULT_JOB_PATH = BASELINE_DIR / "digits_default.yaml"  # the job `autosync run` uses without a job file
+# The race's settings (`autosync.search.race`), fitted on the committed table by `autosync fit`
+RACE_SETTINGS = DATA_DIR / "race.yaml"
 # The Sync-Switch paper's published ResNet-32 training logs (Apache-2.0; sync_switch_logs/README.md), which
 # `autosync replay` reads: `autosync replay SYNC_SWITCH_LOGS` replays the paper's Table II.
 SYNC_SWITCH_LOGS = DATA_DIR / "sync_switch_logs" / "cifar10_res32"

@@ -1,13 +1,9 @@
 """A first round fitted on the table: auto-sklearn 2.0's greedy portfolio, judged leave-one-family-out.
 
 A portfolio is a list of settings that a race runs first on every job. Settings must mean the same thing
-on jobs of any size, so a candidate is a label that resolves on n workers (`candidates`):
-
-- static k at a share of the workers (`SHARES`, k = round(share * n), 1..n-1) under each learning-rate
-  rule, and BSP; every static k of the job's own size is a label too, which only jobs of that size share
-  (the greedy fit keeps labels common to every training job);
-- every other setting of the broad reference grid as it is (a composition's k, three quarters of n, is
-  part of its base and is not a label of its own).
+on jobs of any size, so a candidate is a label that resolves on n workers (`autosync.lattice.labelled_points`);
+the greedy fit keeps the labels common to every training job (a static k by its k is a label of one size
+only).
 
 The fit is Feurer et al.'s greedy portfolio construction (auto-sklearn 2.0, JMLR 2022, Algorithm 1): start
 empty and add, one at a time, the candidate that most lowers the mean over the training jobs of the
@@ -33,36 +29,10 @@ from typing import Any
 from autosync.catalog import policy_from_dict
 from autosync.core.job import JobSpec
 from autosync.experiments import lofo
-from autosync.experiments.reference_grid import (ALL_LR_RULES, BSP_POLICY, Scored, family_of, feasible_best,
-                                                 held_out_seeds, reference_policies)
+from autosync.experiments.reference_grid import Scored, feasible_best, held_out_seeds
+from autosync.lattice import BSP_POLICY, labelled_points
 from autosync.table import Table, cell_for
 from autosync.table.replay import full_budget
-
-# static k's shares of the workers: eighths, the grid's finest that exists on the smallest jobs (n >= 3
-# resolves at least two of them apart)
-SHARES = tuple(i / 8 for i in range(1, 8))
-BSP_LABEL = "bsp"
-
-
-def candidates(n_workers: int) -> dict[str, dict[str, Any]]:
-    """Every candidate label and the lattice point it stands for on `n_workers` workers."""
-    out = {BSP_LABEL: BSP_POLICY}
-    for share in SHARES:
-        k = max(1, min(n_workers - 1, round(share * n_workers)))
-        for rule in ALL_LR_RULES:
-            out[f"backup:k={share:g}n,lr_rule={rule}"] = {"policy": "backup", "params": {"k": k, "lr_rule": rule}}
-    for k in range(1, n_workers):  # every static k of this size too: the race's local step moves on them
-        for rule in ALL_LR_RULES:  # (a label of one size only, so never common to jobs of other sizes)
-            out[f"backup:k={k},lr_rule={rule}"] = {"policy": "backup", "params": {"k": k, "lr_rule": rule}}
-    for policy in reference_policies(n_workers):
-        if family_of(policy) == "static k":
-            continue
-        composed = family_of(policy) == "composed"
-        params = {k: v for k, v in policy["params"].items() if not (composed and k == "k")}
-        label = policy["policy"] + "".join(f",{k}={v}" for k, v in sorted(params.items()))
-        out.setdefault(label, policy)
-    return out
-
 
 @dataclass(frozen=True)
 class JobTimes:
@@ -81,7 +51,7 @@ class JobTimes:
 def job_times(table: Table, family: str, job: JobSpec, grid_choice_time: float) -> JobTimes:
     """Every candidate of `job` read from the table (cells stopped at the target)."""
     search, held_out = {}, {}
-    policies = candidates(job.cluster.n_workers)
+    policies = labelled_points(job.cluster.n_workers)
     for label, policy in policies.items():
         search[label] = lofo.table_score(table, job, policy, lofo.search_seeds(job)).times
         held_out[label] = lofo.table_score(table, job, policy, held_out_seeds(job)).time

@@ -1,26 +1,8 @@
 """The broad reference: a grid over every policy family, scored on seeds no search saw.
 
 A tuned answer is judged against the best of this grid on the same job, not against another search: a
-reference search with the same sampler and seed shares the tune's blind spots. The grid holds, for a job
-of n workers:
-
-- static k: backup k = 1..n-1 under the four learning-rate rules, k = n under sqrt and linear, and BSP
-  (`autosync.policy_grid.static_k_policies`);
-- ASP under each asynchronous rule (fixed, sqrt_staleness, staleness); SSP with staleness 0..8;
-- the DANA family: DANA-Zero, DANA-Slim, DANA-DC (dc_lambda 0.2, 1, 2) and the DANA paper's appendix
-  baselines NAG-ASGD, Multi-ASGD, DC-ASGD and LWP, each with its defaults;
-- DBW over windows 2, 5, 10, 20 and B-DBW, each under the four rules;
-- LB-BSP over its modes (auto, gpu, cpu) and rules (fixed, sqrt, linear);
-- Sync-Switch at the switch points 1/16, 1/8, 1/4, 1/2, each with six (configuration, BSP-phase rule,
-  ASP-phase rule) settings;
-- local updates: local SGD with periods 2, 4, 8, 16, AdaComm from 8, DiLoCo with periods 8 and 16,
-  asynchronous local SGD and EASGD with period 8, each with its paper's outer step;
-- compositions: strong single settings of each family with the strategy of another paper that the
-  `composed` space adds to them (`autosync.policies.cross_paper_variants`: LB-BSP's batches, DANA-Slim's
-  look-ahead), and Sync-Switch's elastic straggler schedule.
-
-Continuous dimensions are thinned (switch points, windows, lambdas); static k is exhaustive. Policies that
-run alike on n workers (the same canonical form) are kept once. Each run stops at the target and is cached
+reference search with the same sampler and seed shares the tune's blind spots. The grid is the lattice (`autosync.lattice.lattice_points`): every policy family, continuous dimensions thinned,
+static k exhaustive. Each run stops at the target and is cached
 as a robustness cell (`autosync.experiments.robustness.run_cell`, cells.jsonl), so a grid computed once is read back.
 
 Scoring seeds are held out: a tune searches on the job's seed and the next ones (`trial_seeds`) and
@@ -36,49 +18,29 @@ cached beside the runs to the target); the fastest policy on time alone is kept 
 
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from autosync.catalog import make_policy, policy_from_dict
+from autosync.catalog import policy_from_dict
 from autosync.core import strict_json
 from autosync.core.job import JobSpec
 from autosync.experiments.robustness import CELLS_FILE, cell_key, penalised_time
-from autosync.policies import (BSP, DANADC, DCASGD, EASGD, LWP, NAGASGD, AdaComm, AsyncLocalSGD, BackupWorkers,
-                               Composed, DANASlim, DANAZero, DiLoCo, LocalSGD, MultiASGD, cross_paper_variants)
-from autosync.policy_grid import static_k_policies
+from autosync.lattice import BSP_POLICY, family_of, lattice_points
 from autosync.search.objective import RunFailed, constraint, evaluate
 from autosync.table.build import HELD_OUT_OFFSET, HELD_OUT_SEEDS
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-__all__ = ["BSP_POLICY", "FAMILIES", "TOLERANCE", "Judged", "ReferenceGrid", "Scored", "answer_cells",
-           "best_per_family", "cached_full_budget_final", "composition_bases", "compositions", "family_of",
+__all__ = ["TOLERANCE", "Judged", "ReferenceGrid", "Scored", "answer_cells",
+           "best_per_family", "cached_full_budget_final",
            "feasible_best", "full_budget_final", "full_cell_key", "grid_scores", "grid_twin", "held_out_seeds",
-           "judge", "keeps_constraint", "reference_policies", "run_full_cell", "score", "tune_seeds"]
+           "judge", "keeps_constraint", "run_full_cell", "score", "tune_seeds"]
 
 # scoring seeds start HELD_OUT_OFFSET past the job's seed (room for 100 search + confirm seeds), HELD_OUT_SEEDS
 # of them unless told otherwise: the seeds the table holds out too (`autosync.table.build`)
 TOLERANCE = 0.01  # the final-metric constraint's tolerance against BSP's: the tune's default (`--tolerance`)
-ALL_LR_RULES = ("fixed", "proportional", "sqrt", "linear")  # backup's, DBW's and B-DBW's rules
-ASYNC_RULES = ("fixed", "sqrt_staleness", "staleness")  # ASP's and Sync-Switch's ASP phase's rules
-SSP_STALENESS = tuple(range(0, 9))
-DBW_WINDOWS = (2, 5, 10, 20)  # 20: DBW's default
-DC_LAMBDAS = (0.2, 1.0, 2.0)  # 2: DANA-DC's default
-LBBSP_MODES = ("auto", "gpu", "cpu")
-LBBSP_RULES = ("fixed", "sqrt", "linear")  # proportional is fixed under LB-BSP: all n are aggregated
-SWITCH_POINTS = (1 / 16, 1 / 8, 1 / 4, 1 / 2)
-# (config, BSP-phase lr_rule, ASP-phase rule): the paper's, its ASP phase's rules, and the pairs that move alike
-SYNC_SWITCH_SETTINGS = (("sync_switch", None, "fixed"), ("sync_switch", None, "sqrt_staleness"),
-                        ("sync_switch", "sqrt", "sqrt_staleness"), ("sync_switch", "sqrt", "staleness"),
-                        ("none", None, "fixed"), ("none", None, "sqrt_staleness"))
-DANA_VARIANTS = ("dana_zero", "dana_slim")  # plus dana_dc over DC_LAMBDAS
-DANA_APPENDIX = ("nag_asgd", "multi_asgd", "dc_asgd", "lwp")  # the DANA paper's baselines (app. A)
-LOCAL_PERIODS = (2, 4, 8, 16)  # local SGD's H
-FAMILIES = ("static k", "asp", "ssp", "dana", "dana appendix", "dbw", "bdbw", "lbbsp", "sync_switch", "local update",
-            "composed")
 
 
 def held_out_seeds(job: JobSpec, count: int = HELD_OUT_SEEDS, offset: int = HELD_OUT_OFFSET) -> list[int]:
@@ -96,68 +58,6 @@ def tune_seeds(job: JobSpec, repeats: int = 1, confirm_top: int = 0, confirm_see
     return [job.seed + i for i in range(repeats + (confirm_seeds if confirm_top else 0))]
 
 
-def composition_bases(n_workers: int) -> list[dict[str, Any]]:
-    """A strong setting of each family, as the composed space's slots, that another paper's strategy is added to."""
-    return [
-        {"barrier": "asp", "asp_lr_rule": "sqrt_staleness"},
-        {"barrier": "ssp", "staleness": 2},
-        {"barrier": "bsp", "schedule": "sync_switch", "switch_at": 0.25, "bsp_lr_rule": "sqrt",
-         "asp_lr_rule": "sqrt_staleness"},
-        {"barrier": "bsp", "schedule": "elastic", "switch_at": 0.25},
-        {"barrier": "backup", "k": max(1, math.ceil(3 * n_workers / 4)), "lr_rule": "sqrt"},
-        {"barrier": "dbw", "lr_rule": "linear"},
-        {"barrier": "bdbw", "lr_rule": "linear"},
-    ]
-
-
-def compositions(n_workers: int) -> list[dict[str, Any]]:
-    """Each base (`composition_bases`) with the strategies the composed space adds from another paper
-    (`cross_paper_variants`), and the elastic schedule on its own (a composition no named policy runs)."""
-    bases = composition_bases(n_workers)
-    slots = [bases[3]] + [c for base in bases for c in cross_paper_variants(base)]
-    return [make_policy("compose", s).to_dict() for s in slots]
-
-
-def reference_policies(n_workers: int) -> list[dict[str, Any]]:
-    """Every policy of the broad reference grid for a job of `n_workers` workers (see the module's
-    docstring), each once by its canonical form on `n_workers`, in family order."""
-    def p(name: str, **params: Any) -> dict[str, Any]:
-        return make_policy(name, params).to_dict()
-
-    grid = static_k_policies(n_workers, ALL_LR_RULES)
-    grid += [p("asp", lr_rule=r) for r in ASYNC_RULES]
-    grid += [p("ssp", staleness=s) for s in SSP_STALENESS]
-    grid += [p(name) for name in DANA_VARIANTS] + [p("dana_dc", dc_lambda=lam) for lam in DC_LAMBDAS]
-    grid += [p(name) for name in DANA_APPENDIX]
-    grid += [p("dbw", window=w, lr_rule=r) for w in DBW_WINDOWS for r in ALL_LR_RULES]
-    grid += [p("bdbw", lr_rule=r) for r in ALL_LR_RULES]
-    grid += [p("lbbsp", mode=m, lr_rule=r) for m in LBBSP_MODES for r in LBBSP_RULES]
-    grid += [p("sync_switch", switch_at=s, config=c, lr_rule=bsp, asp_lr_rule=asp)
-             for s in SWITCH_POINTS for c, bsp, asp in SYNC_SWITCH_SETTINGS]
-    grid += [p("local_sgd", period=h) for h in LOCAL_PERIODS] + [p("adacomm", period=8)]
-    grid += [p("diloco", period=h) for h in (8, 16)] + [p("async_local_sgd", period=8), p("easgd", period=8)]
-    grid += compositions(n_workers)
-    seen, out = set(), []
-    for policy in grid:
-        canonical = policy_from_dict(policy).canonical(n_workers).to_json()
-        if canonical not in seen:
-            seen.add(canonical)
-            out.append(policy)
-    return out
-
-
-def family_of(policy: dict[str, Any]) -> str:
-    """Which family of the grid (`FAMILIES`) a policy belongs to (by its class: a DANA-DC is a DC-ASGD too)."""
-    instance = policy_from_dict(policy)
-    for family, classes in (("static k", (BSP, BackupWorkers)), ("dana", (DANAZero, DANASlim, DANADC)),
-                            ("dana appendix", (NAGASGD, MultiASGD, DCASGD, LWP)),
-                            ("local update", (LocalSGD, AdaComm, DiLoCo, AsyncLocalSGD, EASGD)),
-                            ("composed", (Composed,))):
-        if isinstance(instance, classes):
-            return family
-    return instance.name
-
-
 # --------------------------------------------------------------------------- running and scoring
 
 @dataclass
@@ -168,7 +68,7 @@ class ReferenceGrid:
     jobs: list[JobSpec]
     seeds: list[int]
     extra: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # job fingerprint -> more policies
-    policies: Callable[[int], list[dict[str, Any]]] = reference_policies  # the grid for n workers
+    policies: Callable[[int], list[dict[str, Any]]] = lattice_points  # the grid for n workers
     tasks: dict[str, tuple[JobSpec, dict[str, Any], int]] = field(default_factory=dict)  # by cell key
 
     def __post_init__(self) -> None:
@@ -203,7 +103,7 @@ def score(job: JobSpec, policy: dict[str, Any], cells: dict[str, dict[str, Any]]
 
 
 def grid_scores(job: JobSpec, cells: dict[str, dict[str, Any]], seeds: Iterable[int],
-                policies: Callable[[int], list[dict[str, Any]]] = reference_policies) -> list[Scored]:
+                policies: Callable[[int], list[dict[str, Any]]] = lattice_points) -> list[Scored]:
     """Every grid policy of `job` (`policies` for its n) scored over `seeds`, fastest first."""
     seeds = list(seeds)
     return sorted((score(job, p, cells, seeds) for p in policies(job.cluster.n_workers)), key=lambda s: s.time)
@@ -220,7 +120,7 @@ def best_per_family(scores: list[Scored]) -> dict[str, Scored]:
 
 
 def grid_twin(job: JobSpec, policy: dict[str, Any],
-              policies: Callable[[int], list[dict[str, Any]]] = reference_policies) -> dict[str, Any] | None:
+              policies: Callable[[int], list[dict[str, Any]]] = lattice_points) -> dict[str, Any] | None:
     """The grid policy that runs exactly like `policy` on `job` (the same canonical form), or None."""
     n, optimizer = job.cluster.n_workers, job.workload.optimizer
 
@@ -250,14 +150,14 @@ class Judged:
 
 
 def answer_cells(job: JobSpec, answer: dict[str, Any],
-                 policies: Callable[[int], list[dict[str, Any]]] = reference_policies) -> dict[str, Any]:
+                 policies: Callable[[int], list[dict[str, Any]]] = lattice_points) -> dict[str, Any]:
     """The policy whose cells score `answer` on `job`: the grid policy that runs like it, else itself (then
     its cells are trained beside the grid's: `ReferenceGrid.extra`)."""
     return grid_twin(job, answer, policies) or answer
 
 
 def judge(job: JobSpec, answer: dict[str, Any], cells: dict[str, dict[str, Any]], seeds: Iterable[int],
-          policies: Callable[[int], list[dict[str, Any]]] = reference_policies,
+          policies: Callable[[int], list[dict[str, Any]]] = lattice_points,
           final: "Callable[[dict[str, Any]], float | None] | None" = None, tolerance: float = TOLERANCE) -> Judged:
     """`answer` (a tuned policy) against the best of the grid on `job`, both scored on `seeds` from `cells`
     (run first: `ReferenceGrid` with the answer in `extra` when it has no grid twin). With `final` (a
@@ -276,7 +176,6 @@ def judge(job: JobSpec, answer: dict[str, Any], cells: dict[str, dict[str, Any]]
                   best_per_family(scores), scores[0], keeps)
 
 
-BSP_POLICY = {"policy": "bsp", "params": {}}
 
 
 def keeps_constraint(job: JobSpec, final: float | None, bsp_final: float | None, tolerance: float = TOLERANCE) -> bool:

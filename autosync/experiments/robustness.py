@@ -91,7 +91,7 @@ class Grid:
     online: list[dict[str, Any]]
     rules: tuple[str, ...] = STATIC_K_RULES  # the static-k grid's learning-rate rules
     tuned: dict[str, dict[str, Any]] = field(default_factory=dict)  # job fingerprint -> its tuned policy
-    # the broad reference for n workers (`autosync.experiments.reference_grid.reference_policies`), or None: static k only
+    # the broad reference for n workers (`autosync.lattice.lattice_points`), or None: static k only
     reference: Callable[[int], list[dict[str, Any]]] | None = None
     tasks: dict[str, tuple[JobSpec, dict[str, Any], int]] = field(default_factory=dict)  # by cell key
 

@@ -261,11 +261,15 @@ def tune_report(outcome: Any, spec: Any) -> list[Printed]:
     else:
         out.append(Line(f"study {outcome.study_name}: {count(outcome.new_trials, 'trial')} run by this command, "
                         f"{c['trials']} in all" + _others_line(getattr(outcome, "roles", {}))))
-    columns = (Column("trial"), Column("policy", text=True), Column("time (s)"), Column("final"), Column("reached"))
-    out.append(Line(fitted(f"{spec.name}: best policies (time to {spec.target.metric} {spec.target.threshold})",
-                           columns, ((row["trial"], policy_label(row["policy"]), f"{row['time_to_target']:.2f}",
-                                      fmt(row["final_metric"]), f"{row['reached']}/{row['runs']}")
-                                     for row in outcome.top))))
+    if isinstance(c.get("race"), dict):
+        out += race_report(c["race"], spec)
+    else:
+        columns = (Column("trial"), Column("policy", text=True), Column("time (s)"), Column("final"),
+                   Column("reached"))
+        out.append(Line(fitted(f"{spec.name}: best policies (time to {spec.target.metric} {spec.target.threshold})",
+                               columns, ((row["trial"], policy_label(row["policy"]), f"{row['time_to_target']:.2f}",
+                                          fmt(row["final_metric"]), f"{row['reached']}/{row['runs']}")
+                                         for row in outcome.top))))
     if isinstance(c.get("confirmed"), dict):
         out += confirmation_report(c["confirmed"])
     amortize = c["recurrences_to_amortize"]
@@ -276,7 +280,7 @@ def tune_report(outcome: Any, spec: Any) -> list[Printed]:
         f"best: [bold]{label}[/bold], {c['best_value']:.2f} s to target vs BSP {c['bsp_time_to_target']:.2f} s "
         f"({speedup}). Search cost: {fmt(cost, 2)} {c.get('search_cost_unit', 'BSP trainings')}; "
         + (f"pays for itself after {amortize} recurrences." if amortize else "it does not beat BSP, so it never pays off.")))
-    if isinstance(b := c.get("search_breakdown"), dict):
+    if isinstance(b := c.get("search_breakdown"), dict) and "race" not in c:
         out.append(Line(breakdown_line(b), style="dim"))
         if b.get("unchecked"):
             out.append(Line(unchecked_line(b["unchecked"], b["full_budget_checks"], spec.target.metric)))
@@ -289,6 +293,29 @@ def tune_report(outcome: Any, spec: Any) -> list[Printed]:
         out.append(Line(f"on this job the {other['space']} space answered {policy_label(other['policy'])} at "
                         f"{other['time']:.2f} s, {other['times_faster']:.2f}x faster than this space's answer: "
                         f"autosync tune {'JOB.yaml ' if spec.name != 'digits_default' else ''}--space {other['space']}"))
+    return out
+
+
+def race_report(race: dict[str, Any], spec: Any) -> list[Printed]:
+    """The race's runs (`autosync.search.race_trials.rounds`): by round, the seed each ran on and whether that
+    seed was new to the candidate, its time to the target or where it was stopped, and the finalists' final
+    metrics; then the answer and why."""
+    columns = (Column("round", text=True), Column("seed", text=True), Column("policy", text=True),
+               Column("time (s)"), Column(f"final {spec.target.metric}"))
+    rows = [(r["round"], f"{r['seed']}" + (" (new)" if x["new_seed"] else ""),
+             policy_label(x["policy"]) if "policy" in x else x["label"],
+             "stopped" if x["time"] is None else f"{x['time']:.2f}",
+             fmt(x["final"], 4) if "final" in x else "") for r in race["rounds"] for x in r["runs"]]
+    out: list[Printed] = [Line(fitted("the race: each candidate compared with the others on the seeds they all ran "
+                                      "(a seed is new to a candidate the first time it runs there; stopped: past "
+                                      "the round's margin of its fastest)", columns, rows))]
+    checked = race.get("checked") or []
+    verdict = ("the fastest candidate is BSP: nothing to check" if not checked else
+               "none kept it, so the answer is BSP" if race["answer"] not in checked else
+               f"{'the fastest' if race['answer'] == checked[0] else 'the next'} finalist kept it")
+    out.append(Line(f"final metric checked for {count(len(checked), 'finalist')} on both seeds against BSP's "
+                    f"(a paired test: the mean difference within the tolerance, or within BSP's own spread between "
+                    f"the seeds where that is wider): {verdict}.", style="dim"))
     return out
 
 

@@ -15,7 +15,7 @@ from autosync.engine.backends import BackendChoice
 from autosync.search.objective import ObjectiveSettings
 from autosync.search.space import SearchSpace
 from autosync.search.study.storage import DEFAULT_STORAGE
-from autosync.search.tune_options import TuneOptions
+from autosync.search.tune_options import RACE, TuneOptions
 
 
 def _default(name: str):
@@ -47,6 +47,7 @@ class TuneRequest:
     transfer: bool = _default("transfer")  # a new study starts from the winners of the nearest tuned jobs
     prior: bool = _default("neighbour_prior")  # with transfer, TPE also reads their trials as a prior
     patience: int | None = _default("patience")  # stop once N trials in a row found nothing faster
+    race_settings: str | None = _default("race_settings")  # --sampler race: its settings file (None: shipped)
 
     def __post_init__(self) -> None:
         from autosync.search.strategies.samplers import make_sampler, sampler_for
@@ -59,6 +60,10 @@ class TuneRequest:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             make_sampler(self.sampler, self.seed, self.space, self.settings.multi_objective)
+        if self.sampler == RACE:  # its settings file read once here too: a bad one is refused before the storage
+            from autosync.search.race import race_settings
+
+            race_settings(self.race_settings)
 
     @functools.cached_property
     def fast_workers(self) -> int | None:
@@ -98,4 +103,4 @@ class TuneRequest:
             verify_top=opts.verify_top, verify_backend=real if opts.verify_top else None,
             confirm_top=confirm_top_for(opts.confirm_top, sampler_for(opts.sampler, space), opts.objective),
             confirm_seeds=opts.confirm_seeds, transfer=opts.transfer, prior=opts.neighbour_prior,
-            patience=opts.patience)
+            patience=opts.patience, race_settings=opts.race_settings)

@@ -37,7 +37,8 @@ from autosync.search.strategies.prior import give_prior
 from autosync.search.strategies.patience import give_up_queued, patience_of, trials_without_improvement
 from autosync.search.strategies.pruning import RaceLimit, TargetRacePruner, thinned
 from autosync.search.study.running_twins import Resampled
-from autosync.search.strategies.samplers import SWITCH_POINT_SAMPLERS, make_sampler
+from autosync.search.strategies.samplers import RACE, SWITCH_POINT_SAMPLERS, make_sampler
+from autosync.search.race_trials import race_answer, race_search
 from autosync.search.strategies.second_seed import second_seed_judge
 from autosync.search.study.records import (
     BSP_REFERENCE, BSP_TARGET, BSP_TRAINING_SECONDS, CURVE, FORKED, HORIZON, NEIGHBOUR_JOBS, REPAIR_OF, TIME_TO_TARGET,
@@ -177,19 +178,24 @@ def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = Non
         with storage_calls_finish_first():
             siblings = sibling_studies(study, storage)
             near = _neighbour_jobs(study, request, storage, fresh=not before and not requeued)
-            reference = bsp_reference(study, request, siblings)
-            _search(study, request, reference, siblings, before, on_trial, mine, near)
+            answer = None  # the race's (the other searches' answer is their best feasible trial)
+            if request.sampler == RACE:
+                answer, reference = race_search(study, request, on_trial)
+            else:
+                reference = bsp_reference(study, request, siblings)
+                _search(study, request, reference, siblings, before, on_trial, mine, near)
     except (KeyboardInterrupt, Exception) as exc:  # Ctrl-C, or Ctrl-C as Optuna passed it on (`interrupted`)
         if not isinstance(exc, KeyboardInterrupt) and not interrupted():
             raise
         raise Interrupted(f"interrupted: {kept_line(study)} of study {study.study_name} kept in "
                           f"{redact_url(request.storage)}; a trial cut short is run again when the search resumes "
                           "with the same command") from None
-    short = bool(request.timeout) and request.sampler not in SWITCH_POINT_SAMPLERS \
+    short = bool(request.timeout) and request.sampler not in (*SWITCH_POINT_SAMPLERS, RACE) \
         and counted_trials(study) < budget_of(request, before)
     cache = write_cache(study, request.job, request.space, request.sampler, request.settings.tolerance, reference,
                         execution=execution_of(request.settings.backend), neighbours=near,
-                        timed_out_of=budget_of(request, before) if short else None)
+                        timed_out_of=budget_of(request, before) if short else None,
+                        answer=race_answer(study, answer) if answer is not None else None)
     outcome = TuneOutcome(study.study_name, request.storage, False, len(trials_run_by(study, mine)), cache,
                           best_policies(study), study, roles=roles(study))
     return _elsewhere(_verified(_confirmed(outcome, request, storage, siblings, on_confirm), request), request.job,

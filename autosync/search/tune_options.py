@@ -18,9 +18,10 @@ from autosync.core.job import MAX_SEED
 from autosync.engine.backends import ExecutionOptions
 from autosync.search.study.records import BSP_TARGET, BUDGET
 
-SAMPLERS = ("portfolio", "tpe", "gp", "random", "grid", "binary", "ladder")  # --sampler's choices besides AUTO
+SAMPLERS = ("portfolio", "race", "tpe", "gp", "random", "grid", "binary", "ladder")  # --sampler's choices besides AUTO
 AUTO = "auto"  # the portfolio search where the space lists a portfolio, else TPE (`samplers.sampler_for`)
 SWITCH_POINT_SAMPLERS = ("binary", "ladder")  # strategies that run candidates of their own choosing
+RACE = "race"  # the race on common seeds (`autosync.search.race`): runs candidates of its own choosing too
 
 # `autosync tune` answers "which policy" unless told otherwise: the policy space's race ran the default job in
 # about 15 s on 2 idle cores, inside the 20 s the issue set for a default (benchmarks/README.md).
@@ -43,7 +44,10 @@ class TuneOptions(ExecutionOptions):
     adopt_study: bool = option(False, "Let --study name a study made for another job (another fingerprint): its "
                                "trials and cached answer then stand for this job.")
     sampler: str = option("auto", "auto (portfolio where the space lists one, else tpe) | portfolio (race each "
-                          "family's portfolio settings, then TPE inside the families that can still win) | tpe | gp "
+                          "family's portfolio settings, then TPE inside the families that can still win) | race "
+                          "(the lattice raced on common seeds: a fitted portfolio, then halving, a local step and "
+                          "the final-metric rule on the finalists; --space policy only, --n-trials not read) | tpe "
+                          "| gp "
                           "| random | grid | binary (Sync-Switch) | ladder (cheapest switch point first).")
     n_jobs: int = option(1, "Processes running trials on this machine.", ge=1)
     seed: int = option(0, "Sampler seed.", ge=0, le=MAX_SEED)
@@ -73,6 +77,8 @@ class TuneOptions(ExecutionOptions):
     table: Optional[str] = option(None, "Replay the search's simulator runs from this table directory (`autosync "
                                   "table build`) instead of training them; a run it lacks is trained and stored "
                                   "there. The same trials and answer as without it.")
+    race_settings: Optional[str] = option(None, "With --sampler race: its settings file (`autosync fit --out FILE`; "
+                                          "default: the settings autosync ships, fitted on the committed table).")
     constraint_at: str = option(BUDGET, "Where a candidate's final metric must stay within --tolerance of BSP's: "
                                 "budget (at the end of the budget, Sync-Switch's rule) | bsp-target (at the time "
                                 "BSP reaches the target: neither BSP nor the winner's check trains past it; for "
@@ -108,6 +114,14 @@ class TuneOptions(ExecutionOptions):
             raise UserError("--verify-top compares one objective's rankings: it needs --objective time")
         if self.confirm_top and self.objective != "time":
             raise UserError("--confirm-top ranks candidates by one objective: it needs --objective time")
+        if self.sampler == RACE and (self.verify_top or self.confirm_top or self.objective != "time"):
+            raise UserError("--sampler race compares its candidates on two seeds and checks its finalists' final "
+                            "metric itself: it takes --objective time, no --verify-top and no --confirm-top")
+        if self.sampler == RACE and self.timeout is not None:
+            raise UserError(f"--sampler race runs to its answer (Ctrl-C stops it, and the same command resumes "
+                            f"it): it takes no --timeout, but got --timeout {self.timeout:g}")
+        if self.race_settings is not None and self.sampler != RACE:
+            raise UserError(f"--race-settings is read by --sampler race only, but got --sampler {self.sampler}")
         if self.confirm_top and self.sampler in SWITCH_POINT_SAMPLERS:
             raise UserError(f"--confirm-top re-runs a search's candidates on more seeds, but --sampler {self.sampler} "
                             "already trains each candidate on 3 seeds (Sync-Switch's R)")

@@ -27,8 +27,9 @@ def main() -> int:
     from autosync.catalog import POLICIES, label_of, policy_from_dict
     from autosync.core.family import load_family
     from autosync.experiments.reference_grid import (
-        BSP_POLICY, answer_cells, cached_full_budget_final, feasible_best, grid_scores, keeps_constraint, score,
+        answer_cells, cached_full_budget_final, feasible_best, grid_scores, keeps_constraint, score,
     )
+    from autosync.lattice import BSP_POLICY
     from autosync.experiments.robustness import CELLS_FILE
     from autosync.search.strategies.check_families import failed_check
     from autosync.search.study.records import FINGERPRINT, FULL_BUDGET_OF, POLICY

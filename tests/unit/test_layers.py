@@ -17,7 +17,7 @@ LAYERS = [
     {"core"},
     {"policies", "workloads"},
     {"engine"},
-    {"catalog", "contract", "policy_grid"},
+    {"catalog", "contract", "policy_grid", "lattice"},
     {"table"},
     {"search", "experiments", "measure"},
     {"reporting"},

@@ -60,12 +60,12 @@ DEFAULT_TOP = 2  # candidates `autosync tune` confirms unless told (`confirm_top
 def confirm_top_for(asked: int | None, sampler: str, objective: str = "time") -> int:
     """How many candidates a tune confirms: `asked`, or by default `DEFAULT_TOP` where the search ranks one
     objective with trials of one seed each, and none for the switch-point strategies (which train every
-    candidate on Sync-Switch's R seeds) or a Pareto front."""
-    from autosync.search.strategies.samplers import SWITCH_POINT_SAMPLERS
+    candidate on Sync-Switch's R seeds), the race (which compares on two seeds) or a Pareto front."""
+    from autosync.search.strategies.samplers import RACE, SWITCH_POINT_SAMPLERS
 
     if asked is not None:
         return asked
-    return 0 if sampler in SWITCH_POINT_SAMPLERS or objective != "time" else DEFAULT_TOP
+    return 0 if sampler in (*SWITCH_POINT_SAMPLERS, RACE) or objective != "time" else DEFAULT_TOP
 REFERENCE = "reference"  # the source of BSP's row where BSP is not a candidate: the constraint's reference only
 
 

@@ -6,12 +6,12 @@ from typing import TYPE_CHECKING
 
 from autosync.core.errors import UserError
 from autosync.search.space import SearchSpace
-from autosync.search.tune_options import AUTO, SAMPLERS, SWITCH_POINT_SAMPLERS
+from autosync.search.tune_options import AUTO, RACE, SAMPLERS, SWITCH_POINT_SAMPLERS
 
 if TYPE_CHECKING:
     import optuna
 
-__all__ = ["AUTO", "SAMPLERS", "SWITCH_POINT_SAMPLERS", "make_sampler", "sampler_for"]
+__all__ = ["AUTO", "RACE", "SAMPLERS", "SWITCH_POINT_SAMPLERS", "make_sampler", "sampler_for"]
 
 
 def sampler_for(name: str, space: SearchSpace) -> str:
@@ -42,6 +42,11 @@ def make_sampler(name: str, seed: int, space: SearchSpace, multi_objective: bool
         from autosync.search.strategies.ladder import DEFAULT_RUNGS, LadderSampler
 
         return LadderSampler(rungs=DEFAULT_RUNGS[:n_trials])
+    if name == RACE:
+        if space.name != "policy":
+            raise UserError(f"--sampler race races the lattice of every policy: it needs --space policy, but got "
+                            f"--space {space.name}")
+        return optuna.samplers.RandomSampler(seed=seed)  # the race queues every run itself: never asked
     if name in ("tpe", "binary"):  # binary enqueues every candidate itself: its sampler is never asked
         from autosync.search.strategies.prior import tpe_with_prior
 

@@ -161,26 +161,33 @@ def _attrs_if_json(study: "optuna.Study") -> dict[str, Any]:
 
 def write_cache(study: "optuna.Study", job: JobSpec, space: "SearchSpace", sampler: str, tolerance: float,
                 reference: dict[str, Any], execution: dict[str, Any] | None = None,
-                neighbours: list[dict[str, Any]] | None = None, timed_out_of: int | None = None) -> CacheRecord:
+                neighbours: list[dict[str, Any]] | None = None, timed_out_of: int | None = None,
+                answer: dict[str, Any] | None = None) -> CacheRecord:
     """Write the cache record: best feasible policy, its score, provenance, the amortization report and
     the tuned jobs the search started from (`neighbours`, `autosync.search.recommend.neighbours`), and the
-    budget its --timeout ended it short of (`timed_out_of`; None: it ran its budget).
+    budget its --timeout ended it short of (`timed_out_of`; None: it ran its budget). A search that decides
+    its answer itself (the race: `autosync.search.race_trials`) passes it as `answer` (policy, value,
+    final_metric, trial): the answer then needed every run the search made.
 
     Every number is finite (strict JSON): a figure that has no value (no saving to amortize) is None.
     """
-    best = feasible_trials(study)
-    if not best:
-        raise NoFeasibleTrial(f"study {study.study_name}: no trial met the target within tolerance "
-                        f"{tolerance} of BSP's final {job.target.metric}; "
-                        "finished trials are kept: raise --n-trials, --tolerance or the job's budget and run again")
-    top = best[0]
+    if answer is None:
+        best = feasible_trials(study)
+        if not best:
+            raise NoFeasibleTrial(f"study {study.study_name}: no trial met the target within tolerance "
+                                  f"{tolerance} of BSP's final {job.target.metric}; finished trials are kept: raise "
+                                  "--n-trials, --tolerance or the job's budget and run again")
+        top = best[0]
+        answer = {"policy": TrialRecord(top).policy, "value": top.values[0],
+                  "final_metric": TrialRecord(top).final_metric, "trial": top.number,
+                  "cost": search_cost(study, up_to=answer_trial(study, top))}
+    value = answer["value"]
     bsp_time = reference["time_to_target"]
-    breakdown = search_breakdown(study)
     record: CacheRecord = {
-        "best_policy": TrialRecord(top).policy,
-        "best_value": top.values[0],
-        "best_final_metric": TrialRecord(top).final_metric,
-        "best_trial": top.number,
+        "best_policy": answer["policy"],
+        "best_value": value,
+        "best_final_metric": answer["final_metric"],
+        "best_trial": answer["trial"],
         "trials": counted_trials(study) - _given_up_rows(study),  # the budget's trials the search ran
         "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "autosync_version": __version__,
@@ -192,14 +199,15 @@ def write_cache(study: "optuna.Study", job: JobSpec, space: "SearchSpace", sampl
         "bsp_time_to_target": bsp_time,
         "bsp_final_metric": reference["final_metric"],
         CONSTRAINT_AT: reference.get(CONSTRAINT_AT, BUDGET),  # where the final metrics were read
-        **cost_fields(study, reference, top.values[0]),
-        "speedup_vs_bsp": bsp_time / top.values[0] if top.values[0] > 0 else None,
-        "search_breakdown": breakdown,
-        "cost_to_answer_bsp_trainings": in_bsp_trainings(search_cost(study, up_to=answer_trial(study, top)),
+        **cost_fields(study, reference, value),
+        "speedup_vs_bsp": bsp_time / value if value > 0 else None,
+        "search_breakdown": search_breakdown(study),
+        "cost_to_answer_bsp_trainings": in_bsp_trainings(answer.get("cost", search_cost(study)),
                                                          bsp_training_seconds(reference)),
         "neighbour_jobs": neighbours or [],
         PRIOR_TRIALS: study.user_attrs.get(PRIOR_TRIALS, 0),  # their trials TPE read as a prior
         **({TIMED_OUT_OF: timed_out_of} if timed_out_of else {}),
+        **{k: v for k, v in answer.items() if k not in ("policy", "value", "final_metric", "trial", "cost")},
     }
     write_cache_record(study, record)
     return record

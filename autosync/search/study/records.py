@@ -68,6 +68,12 @@ SWITCH_AT = "switch_at"  # Sync-Switch Table II replay: the switch point the tri
 # what the trial is to the search (one of `ROLES`), written as it ends: only "budget" trials (and "given_up"
 # places) count against --n-trials; optuna-dashboard shows it among the user attributes, to filter on
 ROLE = "role"
+# the race (`autosync.search.race_trials`): the run a trial stands for (`Run`'s fields), its time to the
+# target (None: stopped at its horizon), its final metric at the end of the budget, the horizon it was given
+RACE_RUN = "race_run"
+RACE_TIME = "race_time"
+RACE_FINAL = "race_final"
+RACE_HORIZON = "race_horizon"
 
 CONSTRAINT = "final_metric_vs_bsp"  # name of the trial's Optuna constraint (<= 0: feasible)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from autosync.experiments import portfolio_fit
 from autosync.experiments.portfolio_fit import JobTimes
+from autosync.lattice import labelled_points
 
 
 def times(family: str, name: str, search: dict[str, float]) -> JobTimes:
@@ -12,8 +13,8 @@ def times(family: str, name: str, search: dict[str, float]) -> JobTimes:
                     1.0, 100.0)
 
 
-def test_candidates_resolve_static_k_as_a_share_of_the_workers_and_keep_every_other_grid_setting_once():
-    small, large = portfolio_fit.candidates(4), portfolio_fit.candidates(32)
+def test_labels_resolve_static_k_as_a_share_of_the_workers_and_keep_every_other_grid_setting_once():
+    small, large = labelled_points(4), labelled_points(32)
     only_large = large.keys() - small.keys()
     assert "backup:k=31,lr_rule=sqrt" in only_large  # a size's own static k: common to jobs of that size only
     assert all(label.startswith("backup:k=") and "n," not in label for label in only_large)

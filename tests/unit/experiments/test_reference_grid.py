@@ -7,10 +7,8 @@ import pytest
 from autosync.catalog import make_policy
 from autosync.core.job import load_job
 from autosync.core.family import FamilySpec
-from autosync.experiments.reference_grid import (
-    ALL_LR_RULES, DBW_WINDOWS, FAMILIES, ReferenceGrid, family_of, grid_twin, held_out_seeds, judge,
-    reference_policies, score, tune_seeds,
-)
+from autosync.experiments.reference_grid import ReferenceGrid, grid_twin, held_out_seeds, judge, score, tune_seeds
+from autosync.lattice import ALL_LR_RULES, DBW_WINDOWS, FAMILIES, family_of, lattice_points
 from autosync.experiments.robustness import CELLS_FILE, read_cells, run_grid
 from autosync.search.objective import trial_seeds
 from tests.unit.experiments.test_robustness import TINY
@@ -22,7 +20,7 @@ def _named(grid, name):
 
 def test_the_grid_holds_every_family_and_every_static_k_under_the_four_rules():
     n = 5
-    grid = reference_policies(n)
+    grid = lattice_points(n)
     backups = {(p["k"], p["lr_rule"]) for p in _named(grid, "backup")}
     # k = 1 under "sqrt" and "linear" is k = 1 under "fixed" (a factor of 1 on eta), k = n at "fixed" BSP
     assert ({(k, r) for k in range(2, n) for r in ALL_LR_RULES} | {(1, "fixed"), (1, "proportional")}
@@ -50,7 +48,7 @@ def test_the_grid_holds_every_family_and_every_static_k_under_the_four_rules():
 
 def test_every_grid_policy_runs_on_its_n():
     for n in (1, 3, 12):
-        for p in reference_policies(n):
+        for p in lattice_points(n):
             make_policy(p["policy"], p["params"]).bind(n, 32)
 
 
@@ -103,7 +101,7 @@ def test_robustness_with_the_broad_reference_divides_by_the_best_of_every_family
     assert broad.result["reference"] == "broad" and static["reference"] == "static"
     assert broad.reused > 0  # the static report's runs are read back, not trained again
     cells = read_cells(tmp_path / "report")
-    fastest = min(score(broad.jobs[0], p, cells, [0]).time for p in reference_policies(3))
+    fastest = min(score(broad.jobs[0], p, cells, [0]).time for p in lattice_points(3))
     assert job["best_overall_time"] == pytest.approx(min(fastest, before["best_overall_time"]))
     assert job["policies"]["dbw"]["overall_regret"] >= before["policies"]["dbw"]["overall_regret"]
     assert "Reference: broad" in "".join(p.read_text() for p in broad.write() if p.suffix == ".md")

@@ -69,6 +69,13 @@ CASES = {
                "speedup_vs_bsp": 3.2345, "best_value": 1300.25, "bsp_time_to_target": 4205.5,
                "search_cost_bsp_trainings": 7.43}), SPEC),
     "confirmation_report": lambda: reports.confirmation_report(_confirmed()),
+    "race_report": lambda: reports.race_report({"answer": "share", "checked": ["k", "share"], "rounds": [
+        {"round": "portfolio", "seed": 0, "runs": [
+            {"label": "share", "policy": LONG_POLICY, "time": 123.456, "new_seed": True},
+            {"label": "k", "policy": {"policy": "backup", "params": {"k": 3}}, "time": None, "new_seed": True}]},
+        {"round": "final metric", "seed": 1, "runs": [
+            {"label": "share", "policy": LONG_POLICY, "time": 130.25, "final": 0.95123, "new_seed": False}]}]},
+        SPEC),
     "verification_report": lambda: reports.verification_report(SimpleNamespace(
         execution={"backend": "processes", "clock": "real"}, seeds=[0, 1], kendall_tau=0.3333,
         real_winner=LONG_POLICY, same_winner=True, answer=lambda: None,

@@ -1,0 +1,239 @@
+"""The race on common seeds: the search procedure of `autosync tune --sampler race`, one ranking rule from
+the first run to the answer (docs/concepts/tuning.md).
+
+On a job of n workers the candidates are the lattice's labelled points (`autosync.lattice.labelled_points`),
+and the race runs:
+
+1. **Portfolio** (`RaceSettings.portfolio`, fitted on the table by `autosync fit`): each member on the first
+   search seed (job.seed), stopped once it runs past `margin` times the fastest finished member's time on
+   that seed: past it, it cannot survive the round whatever it does.
+2. **Second seed**: the members within `margin` of the round's fastest, at most the faster half (successive
+   halving's eta = 2: Jamieson and Talwalkar 2016, Algorithm 1), run on the second search seed (job.seed + 1),
+   raced the same way. From here every candidate is ranked by its mean over both seeds: candidates are
+   compared only on seeds they all ran.
+3. **Local step**: the leader's neighbours on the job's own lattice (`neighbours`: one parameter changed,
+   static k by one worker) run on the first seed, then those not stopped there on the second, each stopped
+   at `margin` times the leader's time on that seed.
+4. **Final metric**: BSP's runs to the end of the budget on both seeds (the rule's reference), and the
+   `finalists` fastest by mean, in order, each continued to the end of the budget on both seeds: the first
+   that keeps BSP's final metric by the paired test (`keeps_paired`) is the answer; BSP if none does.
+   (Running rounds 1-3 again without a finalist that failed, so that what it stopped runs again past it,
+   was tried on the table: leave-one-family-out on the 16 committed jobs it answered a median 1.09 of the
+   grid's choice against 1.00 here, for a median 5.28 BSP trainings against 4.89.)
+
+`plan` is the procedure as a function of the runs done so far: it returns the next runs, or the answer.
+Whoever runs them (the tune's study, `autosync.search.race_trials`; the table, `autosync.experiments.race`)
+feeds back each run's penalised time (or the horizon it was stopped at) or final metric, and calls it
+again, so a resumed race picks up where it stood and the answer does not depend on the order
+the runs finished in: a run stopped at a horizon set from fewer finished runs is slower than `margin` times
+the round's fastest either way. How long a run may take (`horizon`) is for the runner to ask when it starts.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from autosync.core.errors import UserError
+from autosync.data import RACE_SETTINGS
+from autosync.lattice import BSP_LABEL, BSP_POLICY
+
+__all__ = ["Answer", "RaceSettings", "Run", "Runs", "SEARCH_SEEDS", "horizon", "keeps_paired", "load_settings",
+           "neighbours", "plan", "point_key", "race_settings"]
+
+SEARCH_SEEDS = 2  # seeds a race compares on (the table's search seeds: `autosync.table.build.SEARCH_SEEDS`)
+HALVING = 2  # successive halving's eta: the faster 1/eta of a round's survivors go on (Jamieson & Talwalkar)
+ROUNDS = ("portfolio", "second seed", "local step", "final metric")
+
+
+@dataclass(frozen=True)
+class RaceSettings:
+    """What `autosync fit` fits on the table (search_spaces/race.yaml): the portfolio, in order, the
+    elimination margin and how many finalists the final-metric rule checks at most."""
+
+    portfolio: tuple[str, ...]
+    margin: float
+    finalists: int
+    fitted_on: dict[str, Any] = field(default_factory=dict)  # the table, jobs and families it was fitted on
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"portfolio": list(self.portfolio), "margin": self.margin, "finalists": self.finalists,
+                "fitted_on": self.fitted_on}
+
+
+def race_settings(path: str | Path | None = None) -> RaceSettings:
+    """The race's settings: `path` (--race-settings), else the ones autosync ships (fitted by `autosync fit`)."""
+    return load_settings(path or RACE_SETTINGS)
+
+
+def load_settings(path: str | Path) -> RaceSettings:
+    """The race's settings from `path`, each field checked (a bad file: one line naming it)."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise UserError(f"{path}: cannot read the race's settings: {exc}".splitlines()[0]) from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: must be a mapping with portfolio, margin and finalists, but got {type(data).__name__}")
+    portfolio, margin, finalists = data.get("portfolio"), data.get("margin"), data.get("finalists")
+    if not isinstance(portfolio, list) or not portfolio or not all(isinstance(m, str) and m for m in portfolio):
+        raise UserError(f"{path}: portfolio must be a non-empty list of labels, but got {portfolio!r}")
+    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not margin >= 1.0:
+        raise UserError(f"{path}: margin must be a number >= 1, but got {margin!r}")
+    if isinstance(finalists, bool) or not isinstance(finalists, int) or finalists < 1:
+        raise UserError(f"{path}: finalists must be an integer >= 1, but got {finalists!r}")
+    return RaceSettings(tuple(portfolio), float(margin), finalists, data.get("fitted_on") or {})
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run the race asks for: a label on search seed `seed` (0: job.seed, 1: the next), to the target
+    raced against `against` (stopped past `margin` times the fastest of them on that seed; no one: not
+    stopped), or with `full` to the end of the budget for its final metric."""
+
+    label: str
+    seed: int
+    round: str
+    against: tuple[str, ...] = ()
+    full: bool = False
+
+
+@dataclass(frozen=True)
+class Runs:
+    """The next runs: all of one round's that are missing."""
+
+    round: str
+    runs: list[Run]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The race's answer: a label, its mean time over both seeds and the candidates ranked by their mean."""
+
+    label: str
+    time: float
+    ranked: list[tuple[str, float]]
+    checked: list[str]  # the finalists whose final metric was checked, in order
+    kept: bool  # whether the answer kept BSP's final metric (BSP itself: True)
+
+
+def point_key(policy: dict[str, Any]) -> str:
+    """One key per lattice point (two labels may name one point: a share of n and the k it resolves to)."""
+    return policy["policy"] + repr(sorted(policy["params"].items()))
+
+
+def neighbours(leader: dict[str, Any], points: dict[str, dict[str, Any]]) -> list[str]:
+    """The labels of the lattice points one step from `leader` on the job's own lattice (`points`: label ->
+    point): the same policy with exactly one parameter changed, static k by one worker up or down. A point
+    two labels stand for is named once."""
+    out, seen = [], {point_key(leader)}
+    for label, other in sorted(points.items()):
+        if other["policy"] != leader["policy"] or other["params"].keys() != leader["params"].keys():
+            continue
+        changed = [k for k in leader["params"] if leader["params"][k] != other["params"][k]]
+        if len(changed) != 1 or point_key(other) in seen:
+            continue
+        if changed[0] == "k" and abs(other["params"]["k"] - leader["params"]["k"]) != 1:
+            continue  # static k moves one worker at a time
+        seen.add(point_key(other))
+        out.append(label)
+    return out
+
+
+def keeps_paired(finals: list[float | None], bsp: list[float | None], tolerance: float, accuracy: bool) -> bool:
+    """The final-metric rule as a test on paired seeds: the candidate's mean difference to BSP over the seeds
+    both ran (`finals`, `bsp`: their final metrics per seed; None: diverged) is within `tolerance`, widened
+    to BSP's own difference between those seeds where that is larger (a difference smaller than BSP's own
+    seed-to-seed spread cannot be told from none). `accuracy`: higher is better."""
+    if not finals or any(v is None for v in finals + bsp):
+        return False
+    sign = -1.0 if accuracy else 1.0  # positive: worse than BSP (`autosync.search.objective.constraint`)
+    worse = statistics.fmean(sign * (o - b) for o, b in zip(finals, bsp))
+    return worse <= max(tolerance, max(bsp) - min(bsp))
+
+
+def plan(settings: RaceSettings, points: dict[str, dict[str, Any]], times: dict[tuple[str, int], float],
+         stopped: dict[tuple[str, int], float], finals: dict[tuple[str, int], float | None], tolerance: float,
+         accuracy: bool) -> Runs | Answer:
+    """The race's next runs given those done (see the module's docstring), or its answer.
+
+    `points`: the job's labelled lattice points; `times[(label, seed)]`: a run to the target's penalised
+    time; `stopped[(label, seed)]`: the horizon a run of it was stopped at, short of the target (out of the
+    race on that seed); `finals[(label, seed)]`: a run to the end of the budget's final metric (None:
+    diverged)."""
+    members = _distinct([m for m in settings.portfolio if m in points], points)
+    if not members:
+        raise UserError(f"none of the race's portfolio labels {list(settings.portfolio)} names a point of this "
+                        "job's lattice")
+    missing = _missing(members, 0, ROUNDS[0], tuple(members), times, stopped)
+    if missing:
+        return Runs(ROUNDS[0], missing)
+    best = min(times.get((m, 0), math.inf) for m in members)
+    # strictly within the margin: a run stopped at its horizon took at least margin x the round's fastest
+    alive = sorted((m for m in members if times.get((m, 0), math.inf) < settings.margin * best),
+                   key=lambda m: (times[(m, 0)], members.index(m)))
+    alive = alive[: max(1, math.ceil(len(alive) / HALVING))]
+    missing = _missing(alive, 1, ROUNDS[1], tuple(alive), times, stopped)
+    if missing:
+        return Runs(ROUNDS[1], missing)
+    mean = {m: _mean(times, m) for m in alive}
+    leader = min(alive, key=lambda m: (mean[m], alive.index(m)))
+    taken = {point_key(points[m]) for m in alive}
+    steps = [n for n in neighbours(points[leader], points) if point_key(points[n]) not in taken]
+    for seed in range(SEARCH_SEEDS):  # seed by seed: a neighbour stopped on one seed is out
+        missing = _missing(steps, seed, ROUNDS[2], (leader,), times, stopped)
+        if missing:
+            return Runs(ROUNDS[2], missing)
+        steps = [n for n in steps if (n, seed) in times]
+    mean.update({n: _mean(times, n) for n in steps})
+    order = alive + steps
+    ranked = sorted(((m, t) for m, t in mean.items() if t < math.inf), key=lambda mt: (mt[1], order.index(mt[0])))
+    checked = []
+    for label, time in ranked[: settings.finalists]:
+        if point_key(points[label]) == point_key(BSP_POLICY):
+            return Answer(label, time, ranked, checked, True)
+        wanted = [Run(x, s, ROUNDS[3], full=True) for x in (BSP_LABEL, label) for s in range(SEARCH_SEEDS)]
+        missing = [r for r in wanted if (r.label, r.seed) not in finals]
+        if missing:
+            return Runs(ROUNDS[3], missing)
+        checked.append(label)
+        if keeps_paired([finals[(label, s)] for s in range(SEARCH_SEEDS)],
+                        [finals[(BSP_LABEL, s)] for s in range(SEARCH_SEEDS)], tolerance, accuracy):
+            return Answer(label, time, ranked, checked, True)
+    return Answer(BSP_LABEL, _mean(times, BSP_LABEL), ranked, checked, True)
+
+
+def _missing(labels: list[str], seed: int, round_: str, against: tuple[str, ...], times: dict[tuple[str, int], float],
+             stopped: dict[tuple[str, int], float]) -> list[Run]:
+    """The runs of `labels` on `seed` that the round lacks (neither finished nor stopped there)."""
+    return [Run(label, seed, round_, against) for label in labels
+            if (label, seed) not in times and (label, seed) not in stopped]
+
+
+def horizon(run: Run, margin: float, times: dict[tuple[str, int], float]) -> float:
+    """How long `run` may take before it is stopped: `margin` times the fastest finished run it races
+    against on its seed (`math.inf`: none finished yet, or a run to the end of the budget)."""
+    if run.full:
+        return math.inf
+    done = [times[(a, run.seed)] for a in run.against if (a, run.seed) in times and a != run.label]
+    return margin * min(done) if done else math.inf
+
+
+def _distinct(labels: list[str], points: dict[str, dict[str, Any]]) -> list[str]:
+    """`labels` with each lattice point once (the first label naming it)."""
+    seen, out = set(), []
+    for label in labels:
+        if point_key(points[label]) not in seen:
+            seen.add(point_key(points[label]))
+            out.append(label)
+    return out
+
+
+def _mean(times: dict[tuple[str, int], float], label: str) -> float:
+    """`label`'s mean time over both seeds (`math.inf` where it was stopped on one)."""
+    return statistics.fmean(times.get((label, s), math.inf) for s in range(SEARCH_SEEDS))

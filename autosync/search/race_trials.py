@@ -1,0 +1,288 @@
+"""The race (`autosync.search.race`) run in an Optuna study: `autosync tune --sampler race`.
+
+Each run the race asks for is one trial of the study, queued with the run as its user attribute `RACE_RUN`
+(label, seed, round, to the target or to the end of the budget) and run by `RaceObjective`, which trains it
+through the simulator's code path (`autosync.search.objective.evaluate`: the table replays it under
+`--table`). A run to the target stops at its horizon (`race.horizon`, read from the study's finished trials
+when it starts) and is pruned there: eliminated. The race's state is the study's trials, so a killed or
+interrupted tune resumes with the same command where the race stood, in a storage other processes and
+machines share (SQLite, PostgreSQL), and optuna-dashboard shows each run with its round and seed.
+
+A round's runs are queued together and run by this process and `--n-jobs` - 1 helper processes, each
+taking the next queued trial; the answer does not depend on how many ran them (`race.plan`).
+
+BSP's runs to the end of the budget on both seeds are the final-metric rule's reference; the study's
+`BSP_REFERENCE` is made from them, so the cache record reads like any other search's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import multiprocessing as mp
+import statistics
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+from autosync.core.errors import RuntimeFailure, UserError
+from autosync.core.job import JobSpec
+from autosync.lattice import BSP_LABEL, labelled_points
+from autosync.search.objective import RunFailed, evaluate, process_tag
+from autosync.search.race import SEARCH_SEEDS, Answer, RaceSettings, Run, horizon, plan, race_settings
+from autosync.search.study import _optuna_internals as internals
+from autosync.search.study.locking import storage_lock
+from autosync.search.study.records import (BSP_REFERENCE, BSP_TRAINING_SECONDS, FAIL_REASON, FINAL_METRIC, POLICY,
+                                           PROCESS, RACE_FINAL, RACE_HORIZON, RACE_RUN, RACE_TIME, ROLE, RUNS,
+                                           TIME_TO_TARGET, VIRTUAL_SECONDS)
+from autosync.search.study.trials import fail_dead_trials, run_queued_trial
+
+if TYPE_CHECKING:
+    import optuna
+
+    from autosync.search.request import TuneRequest
+
+__all__ = ["Observed", "RaceObjective", "observed", "race_answer", "race_search", "rounds"]
+
+POLL_SECONDS = 1.0  # how often a process waits for another's run of the round to finish
+
+
+class RaceObjective:
+    """Runs the trial's `RACE_RUN` and records what the race reads of it (`RACE_TIME`, `RACE_FINAL`)."""
+
+    def __init__(self, job: JobSpec, settings: RaceSettings, penalty: float, backend: Any = None):
+        self.job, self.settings, self.penalty, self.backend = job, settings, penalty, backend
+        self.points = labelled_points(job.cluster.n_workers)
+
+    def __call__(self, trial: "optuna.Trial") -> float:
+        import optuna
+
+        run = _run_of(trial.user_attrs[RACE_RUN])
+        policy = self.points[run.label]
+        trial.set_user_attr(PROCESS, process_tag())
+        trial.set_user_attr(POLICY, policy)
+        limit = horizon(run, self.settings.margin, observed(trial.study).times)
+        trial.set_user_attr(RACE_HORIZON, None if math.isinf(limit) else limit)
+        trial.set_user_attr(ROLE, "budget")
+        try:
+            score = evaluate(self.job, policy, [self.job.seed + run.seed], self.penalty, backend=self.backend,
+                             stop_at_target=not run.full, horizon=None if math.isinf(limit) else limit)
+        except RunFailed as exc:  # diverged: slower than any run that reaches the target, and no final metric
+            trial.set_user_attr(FAIL_REASON, str(exc))
+            trial.set_user_attr(RACE_HORIZON, math.inf)  # never run again: past any horizon
+            trial.set_user_attr(RACE_TIME, None)
+            if run.full:
+                trial.set_user_attr(RACE_FINAL, None)
+            raise optuna.TrialPruned(str(exc)) from None
+        for key, value in score.items():
+            trial.set_user_attr(key, value)
+        value = score[TIME_TO_TARGET]
+        # a run stopped at its horizon is evaluated there once more: reaching the target only at that extra
+        # evaluation is not reaching it on the job's evaluation schedule, where it would be past the horizon
+        eliminated = not value < limit
+        trial.set_user_attr(RACE_TIME, None if eliminated else value)
+        if run.full:
+            trial.set_user_attr(RACE_FINAL, score[FINAL_METRIC])
+        if eliminated:
+            raise optuna.TrialPruned(f"past {limit:.1f} virtual s: slower than {self.settings.margin:g} times "
+                                     f"the fastest of its round on seed {self.job.seed + run.seed}")
+        return value
+
+
+@dataclass
+class Observed:
+    """The race's runs done so far, as `race.plan` reads them, by (label, seed): times to the target, the
+    longest horizon a run was stopped at short of it, and final metrics at the end of the budget."""
+
+    times: dict[tuple[str, int], float] = field(default_factory=dict)
+    stopped: dict[tuple[str, int], float] = field(default_factory=dict)
+    finals: dict[tuple[str, int], float | None] = field(default_factory=dict)
+
+
+def observed(study: "optuna.Study") -> Observed:
+    """The race's runs finished in `study` (`Observed`); the first finished trial of a run stands."""
+    import optuna
+
+    seen = Observed()
+    done = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    for t in internals.fresh_trials(study, done):
+        if RACE_RUN not in t.user_attrs or RACE_TIME not in t.user_attrs:
+            continue
+        run = _run_of(t.user_attrs[RACE_RUN])
+        key, value = (run.label, run.seed), t.user_attrs[RACE_TIME]
+        if run.full:
+            seen.finals.setdefault(key, t.user_attrs.get(RACE_FINAL))
+        if value is not None:
+            seen.times.setdefault(key, value)
+        elif not run.full:
+            seen.stopped[key] = max(seen.stopped.get(key, 0.0), t.user_attrs.get(RACE_HORIZON) or 0.0)
+    return seen
+
+
+def race_search(study: "optuna.Study", request: "TuneRequest",
+                on_trial: Callable[[int, int], None] | None = None) -> tuple[Answer, dict[str, Any]]:
+    """Run the race on `request.job` in `study` (see the module's docstring) to its answer; returns the answer
+    and BSP's reference made from the race's BSP runs (stored as the study's `BSP_REFERENCE`)."""
+    job, settings_ = request.job, request.settings
+    if settings_.multi_objective:
+        raise UserError("--sampler race answers one objective: it needs --objective time")
+    settings = race_settings(request.race_settings)
+    objective = RaceObjective(job, settings, settings_.penalty, settings_.backend)
+    accuracy = job.target.metric == "test_accuracy"
+    done = 0
+    while True:
+        seen = observed(study)
+        step = plan(settings, objective.points, seen.times, seen.stopped, seen.finals, settings_.tolerance, accuracy)
+        if isinstance(step, Answer):
+            break
+        with storage_lock(request.storage, study.study_name):
+            fail_dead_trials(study)
+            _queue(study, step.runs)
+        helpers = _start_helpers(request, study.study_name, len(_waiting(study)))
+        try:
+            while run_queued_trial(study, request.storage, objective, catch=()):
+                done += 1
+                if on_trial is not None:
+                    on_trial(done, done + len(_waiting(study)))
+            _await_round(study, request, step.runs)
+        finally:
+            for p in helpers:
+                p.join()
+    reference = _reference(study, job, seen.finals, seen.times)
+    study.set_user_attr(BSP_REFERENCE, reference)
+    return step, reference
+
+
+def race_answer(study: "optuna.Study", answer: Answer) -> dict[str, Any]:
+    """The race's answer as the cache record takes it (`autosync.search.study.cache.write_cache`): its policy,
+    mean time and final metric over the two seeds, its first trial, and the race's rounds (`rounds`)."""
+    trials = [t for t in internals.fresh_trials(study) if RACE_RUN in t.user_attrs]
+    own = [t for t in trials if _run_of(t.user_attrs[RACE_RUN]).label == answer.label]
+    finals = [t.user_attrs.get(RACE_FINAL) for t in own if _run_of(t.user_attrs[RACE_RUN]).full]
+    job_seed = study.user_attrs.get(BSP_REFERENCE, {}).get("seeds", [0])[0]
+    return {"policy": own[0].user_attrs[POLICY], "value": answer.time,
+            "final_metric": statistics.fmean(finals) if finals and None not in finals else None,
+            "trial": min(t.number for t in own),
+            "race": {"rounds": rounds(trials, job_seed), "ranked": [[label, t] for label, t in answer.ranked],
+                     "checked": answer.checked, "answer": answer.label}}
+
+
+def rounds(trials: "list[optuna.trial.FrozenTrial]", job_seed: int) -> list[dict[str, Any]]:
+    """The race's runs in the order they were queued, grouped by round and seed as they came (a round run
+    again after a failed check is a group of its own): each run's label, its time to the target (None:
+    stopped at its horizon) or final metric, and whether the seed was new to it."""
+    out: list[dict[str, Any]] = []
+    seen: set[tuple[str, int]] = set()
+    for t in sorted(trials, key=lambda t: t.number):
+        run = _run_of(t.user_attrs[RACE_RUN])
+        if RACE_TIME not in t.user_attrs:
+            continue  # not finished (a killed process's), re-run under another number
+        if not out or (out[-1]["round"], out[-1]["seed"]) != (run.round, job_seed + run.seed):
+            out.append({"round": run.round, "seed": job_seed + run.seed, "runs": []})
+        row = out[-1]
+        key = (run.label, run.seed)
+        row["runs"].append({"label": run.label, "policy": t.user_attrs[POLICY], "time": t.user_attrs[RACE_TIME],
+                            **({"final": t.user_attrs.get(RACE_FINAL)} if run.full else {}),
+                            "new_seed": key not in seen})
+        seen.add(key)
+    return out
+
+
+def _queue(study: "optuna.Study", runs: list[Run]) -> None:
+    """Queue the runs not yet queued, running or done (another process's, or before an interruption)."""
+    import optuna
+
+    taken = {_key(_run_of(t.user_attrs[RACE_RUN])) for t in internals.fresh_trials(study)
+             if RACE_RUN in t.user_attrs and t.state != optuna.trial.TrialState.FAIL}
+    for run in runs:
+        if _key(run) not in taken:
+            study.enqueue_trial({}, user_attrs={RACE_RUN: dataclasses.asdict(run)}, skip_if_exists=False)
+
+
+def _await_round(study: "optuna.Study", request: "TuneRequest", runs: list[Run]) -> None:
+    """Wait until every run of the round has finished (another process may still run one), failing and
+    re-queuing the trials of processes that died (and running them here)."""
+    while True:
+        seen = observed(study)
+        if all(_finished(r, seen) for r in runs):
+            return
+        with storage_lock(request.storage, study.study_name):
+            fail_dead_trials(study)
+        if not _waiting(study):
+            time.sleep(POLL_SECONDS)
+            continue
+        return  # a dead process's run was re-queued: the caller's loop runs it
+
+
+def _waiting(study: "optuna.Study") -> list[Any]:
+    import optuna
+
+    return internals.fresh_trials(study, (optuna.trial.TrialState.WAITING,))
+
+
+def _reference(study: "optuna.Study", job: JobSpec, finals: dict[tuple[str, int], float | None],
+               times: dict[tuple[str, int], float]) -> dict[str, Any]:
+    """BSP's reference (`BspReference`) from the race's BSP runs to the end of the budget."""
+    bsp_finals = [finals.get((BSP_LABEL, s)) for s in range(SEARCH_SEEDS)]
+    bsp_times = [times.get((BSP_LABEL, s)) for s in range(SEARCH_SEEDS)]
+    if any(v is None for v in bsp_finals + bsp_times):
+        raise RuntimeFailure("BSP itself fails on this job, so there is no reference to tune against")
+    full = [t for t in internals.fresh_trials(study) if RACE_RUN in t.user_attrs
+            and _run_of(t.user_attrs[RACE_RUN]).full and _run_of(t.user_attrs[RACE_RUN]).label == BSP_LABEL]
+    return {TIME_TO_TARGET: statistics.fmean(bsp_times), FINAL_METRIC: statistics.fmean(bsp_finals),
+            "reached": sum(t < 2 * job.budget.max_virtual_seconds for t in bsp_times), RUNS: SEARCH_SEEDS,
+            VIRTUAL_SECONDS: 0.0, "seeds": [job.seed + s for s in range(SEARCH_SEEDS)],
+            BSP_TRAINING_SECONDS: max(job.budget.max_virtual_seconds,
+                                      max((t.user_attrs.get(VIRTUAL_SECONDS, 0.0) for t in full), default=0.0))}
+
+
+def _run_of(stored: dict[str, Any]) -> Run:
+    """A trial's `RACE_RUN` (`Run`'s fields, as stored) as the run."""
+    run = Run(**stored)
+    return dataclasses.replace(run, against=tuple(run.against))
+
+
+def _key(run: Run) -> tuple[str, int, bool]:
+    """A run's identity: one trial runs it (the round and its rivals aside)."""
+    return run.label, run.seed, run.full
+
+
+def _finished(run: Run, seen: Observed) -> bool:
+    key = (run.label, run.seed)
+    if run.full:
+        return key in seen.finals
+    return key in seen.times or key in seen.stopped
+
+
+def _start_helpers(request: "TuneRequest", name: str, queued: int) -> list[Any]:
+    """`--n-jobs` - 1 processes (no more than the `queued` runs but one) that run the round's queued trials
+    until none is left."""
+    if request.n_jobs <= 1 or queued <= 1:
+        return []
+    if request.storage.startswith("sqlite:///:memory:") or request.storage == "sqlite://":
+        raise UserError("--n-jobs > 1 needs a storage file or server that processes share, not an in-memory one")
+    import optuna
+
+    ctx = mp.get_context("spawn")
+    verbosity, filters = optuna.logging.get_verbosity(), list(warnings.filters)
+    procs = [ctx.Process(target=_helper, args=(request, name, verbosity, filters), daemon=True)
+             for _ in range(min(request.n_jobs, queued) - 1)]
+    for p in procs:
+        p.start()
+    return procs
+
+
+def _helper(request: "TuneRequest", name: str, verbosity: int, filters: list[Any]) -> None:
+    """A helper process: run the study's queued race trials until none is left."""
+    import optuna
+
+    from autosync.search.study.storage import open_storage
+
+    optuna.logging.set_verbosity(verbosity)
+    warnings.filters[:] = filters
+    study = optuna.load_study(study_name=name, storage=open_storage(request.storage))
+    objective = RaceObjective(request.job, race_settings(request.race_settings), request.settings.penalty,
+                              request.settings.backend)
+    while run_queued_trial(study, request.storage, objective, catch=()):
+        pass

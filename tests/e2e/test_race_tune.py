@@ -1,0 +1,96 @@
+"""`autosync tune --sampler race`: the race on common seeds as a tune, replayed on the table alike, the same
+answer whatever --n-jobs, resumed from its trials, its bad options refused in one line; `autosync fit --check`
+pins the shipped settings to what the fit gives on the committed table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import optuna
+import pytest
+
+from autosync.data import BASELINE_DIR, RACE_SETTINGS
+from autosync.engine.forks import FORKS
+from autosync.table import KEPT
+from tests.conftest import autosync, no_traceback
+
+REPO = Path(__file__).resolve().parents[2]
+COMMITTED_FAMILIES = ("fresh", "quarry", "crest", "fleet", "steady", "tiers", "inverse", "mosaic")
+
+
+def _trials(storage: str) -> list[tuple]:
+    (summary,) = optuna.get_all_study_summaries(storage)
+    study = optuna.load_study(study_name=summary.study_name, storage=storage)
+    return [(t.number, t.state.name, t.values, {k: v for k, v in t.user_attrs.items() if k != "process"})
+            for t in study.get_trials()]
+
+
+def _tune(tmp_path: Path, job: Path, name: str, *extra: str) -> dict:
+    FORKS.clear()  # each tune as in a process of its own
+    KEPT.clear()
+    url = f"sqlite:///{tmp_path / name}.db"
+    proc = autosync("tune", str(job), "--sampler", "race", "--storage", url, "--json", *extra, cwd=tmp_path)
+    no_traceback(proc)
+    assert proc.returncode == 0, proc.stderr
+    return {"url": url, "out": json.loads(proc.stdout)}
+
+
+@pytest.mark.slow
+def test_the_race_replayed_on_the_table_runs_the_live_race_s_trials_and_answers_alike(tiny_job, tmp_path):
+    table = tmp_path / "table"
+    live = _tune(tmp_path, tiny_job, "live")
+    replayed = [_tune(tmp_path, tiny_job, name, "--table", str(table)) for name in ("filling", "replayed")]
+    trials = _trials(live["url"])
+    rounds = [r["round"] for r in live["out"]["cache"]["race"]["rounds"]]
+    assert rounds[0] == "portfolio" and "final metric" in rounds  # a race to the answer's check
+    for other in replayed:
+        assert _trials(other["url"]) == trials
+        for key in ("best_policy", "best_value", "search_cost_bsp_trainings", "race"):
+            assert other["out"]["cache"][key] == live["out"]["cache"][key], key
+    two = _tune(tmp_path, tiny_job, "two", "--table", str(table), "--n-jobs", "2")
+    for key in ("best_policy", "best_value", "race"):
+        assert two["out"]["cache"][key] == live["out"]["cache"][key], key
+
+
+def test_a_race_resumes_from_its_trials_and_runs_none_twice(tiny_job, tmp_path):
+    first = _tune(tmp_path, tiny_job, "study", "--table", str(tmp_path / "table"))
+    (summary,) = optuna.get_all_study_summaries(first["url"])
+    study = optuna.load_study(study_name=summary.study_name, storage=first["url"])
+    study.set_user_attr("cache", None)  # as if the process died after its last run, before its answer
+    trials = _trials(first["url"])
+    again = _tune(tmp_path, tiny_job, "study", "--table", str(tmp_path / "table"))
+    assert not again["out"]["cached"] and _trials(first["url"]) == trials  # no run trained again
+    for key in ("best_policy", "best_value", "race", "search_cost_bsp_trainings"):
+        assert again["out"]["cache"][key] == first["out"]["cache"][key], key
+    seeds = {r["seed"] for r in first["out"]["cache"]["race"]["rounds"]}
+    assert seeds == {0, 1}  # the job's seed and the next: every comparison on seeds both candidates ran
+
+
+@pytest.mark.parametrize("args, says", [
+    (("--race-settings", "x.yaml"), "--race-settings is read by --sampler race only"),
+    (("--sampler", "race", "--space", "static_k"), "needs --space policy"),
+    (("--sampler", "race", "--confirm-top", "2"), "no --confirm-top"),
+    (("--sampler", "race", "--timeout", "60"), "takes no --timeout, but got --timeout 60"),
+    (("--sampler", "race", "--race-settings", "bad.yaml"), "bad.yaml: margin must be a number >= 1"),
+])
+def test_a_bad_race_option_is_one_line_and_exit_2(tiny_job, tmp_path, args, says):
+    (tmp_path / "bad.yaml").write_text("portfolio: [bsp]\nmargin: 0\nfinalists: 1\n")
+    proc = autosync("tune", str(tiny_job), "--storage", f"sqlite:///{tmp_path}/s.db", *args, cwd=tmp_path)
+    no_traceback(proc)
+    assert proc.returncode == 2 and says in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_the_shipped_race_settings_are_what_the_fit_gives_on_the_committed_table(tmp_path):
+    families = [str(BASELINE_DIR / f"family_{name}.yaml") for name in COMMITTED_FAMILIES]
+    proc = autosync("fit", *families, "--table", str(REPO / "results" / "table"), "--check", "--json", cwd=tmp_path)
+    no_traceback(proc)
+    assert proc.returncode == 0, proc.stderr
+    fitted = json.loads(proc.stdout)
+    assert fitted["unchanged"] and fitted["file"] == str(RACE_SETTINGS) and fitted["jobs"] == 16
+    stale = tmp_path / "stale.yaml"
+    stale.write_text(RACE_SETTINGS.read_text().replace("margin:", "margin: 9 #"))
+    proc = autosync("fit", *families, "--table", str(REPO / "results" / "table"), "--check", "--out", str(stale),
+                    cwd=tmp_path)
+    assert proc.returncode == 1 and "does not hold what" in proc.stderr

@@ -1,0 +1,51 @@
+"""The race on the table (`autosync.experiments.race`): the search's procedure with every run read from the
+table, its lattice neighbours, and its settings fitted on training jobs."""
+
+from __future__ import annotations
+
+import math
+
+from autosync.experiments import race
+from autosync.experiments.portfolio_fit import JobTimes
+from autosync.search.race import RaceSettings, neighbours
+from tests.unit.experiments.test_lofo import BSP
+
+
+def test_neighbours_change_one_parameter_and_static_k_only_by_one_worker():
+    def backup(k, rule):
+        return {"policy": "backup", "params": {"k": k, "lr_rule": rule}}
+
+    lattice = {"a": backup(3, "sqrt"), "b": backup(4, "sqrt"), "c": backup(5, "sqrt"), "d": backup(3, "linear"),
+               "e": backup(4, "linear"), "f": {"policy": "dbw", "params": {"lr_rule": "sqrt", "window": 5}},
+               "g": BSP, "h": backup(4, "sqrt")}  # h: a second label of b's point
+    assert neighbours(backup(3, "sqrt"), lattice) == ["b", "d"]
+    assert neighbours(backup(4, "sqrt"), lattice) == ["a", "c", "e"]
+    assert neighbours(BSP, lattice) == []
+
+
+class _Spec:
+    class budget:
+        max_virtual_seconds = 100.0
+
+    class target:
+        metric = "test_accuracy"
+
+    seed = 0
+
+
+def test_a_race_on_the_table_pays_each_run_up_to_its_horizon_and_the_rest_of_the_budget_for_a_check(monkeypatch):
+    points = {"bsp": BSP, "x": {"policy": "asp", "params": {}}, "y": {"policy": "ssp", "params": {}}}
+    job = JobTimes("f", "j", _Spec, points, {"bsp": [80.0, 80.0], "x": [10.0, 12.0], "y": [40.0, 30.0]},
+                   {"bsp": 80.0, "x": 11.0, "y": 35.0}, 11.0, 100.0)
+    finals = {0: {"bsp": 0.9, "x": 0.9, "y": 0.9}, 1: {"bsp": 0.9, "x": 0.9, "y": 0.9}}
+    monkeypatch.setattr(race.lofo, "table_final", lambda table, spec, seeds: lambda p: finals[seeds[0]][
+        next(k for k, v in points.items() if v == p)])
+    monkeypatch.setattr(race.lofo, "search_seeds", lambda spec: [0, 1])
+    monkeypatch.setattr(race.lofo, "answer_keeps", lambda *a: True)
+    monkeypatch.setattr(race, "held_out_seeds", lambda spec: [100])
+    row = race.race(None, job, RaceSettings(("x", "y", "bsp"), margin=2.0, finalists=2))
+    assert row["answer"] == "x" and row["ratio"] == 1.0 and row["checked"] == ["x"]
+    # x 10 + y stopped at 2 x 10 = 20 + bsp stopped at 20; x on seed 1: 12; checks: bsp 100 + 100 (stopped at
+    # 20 on seed 0 and continued: 80 more) ... x continued 90 + 88
+    seconds = 10 + 20 + 20 + 12 + (100 - 20) + 100 + (100 - 10) + (100 - 12)
+    assert math.isclose(row["cost"], seconds / 100.0)
