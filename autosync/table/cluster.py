@@ -27,9 +27,10 @@ def on_cluster(scheduler: str, n_workers: int = -1) -> Iterator[Any]:
     """joblib's calls inside run on a Dask cluster: the one whose scheduler is at `scheduler`, or for
     `LOCAL` one started here with `n_workers` worker processes of one thread each (-1: one per core).
     Yields the `distributed.Client`."""
+    from joblib import parallel_config
+
     try:
         from dask.distributed import Client, LocalCluster
-        from joblib import parallel_config
     except ImportError:
         raise UserError(f"--scheduler needs Dask, which is not installed: pip install \"autosync[{EXTRA}]\"") \
             from None
