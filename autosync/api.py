@@ -416,11 +416,13 @@ def scaling(leaderboards: Sequence[str | Path], options: ScalingOptions | None =
 def table(files: Sequence[str | Path], directory: str | Path, options: TableOptions | None = None, *,
           on_start: Callable[[int, int], None] | None = None, on_done: Callable[[Any], None] | None = None,
           **fields: Any) -> "Built":
-    """Build (or complete) the table in `directory` (`autosync.table`): each lattice point run to the end of the
-    budget on each job's two search seeds and `held_out` held-out seeds, for every job file in `files` and
-    jobs 0..jobs-1 of every family file there. The lattice is the broad reference grid
-    (`autosync.lattice.lattice_points`), or `policies`, canonical on each job's
-    workers. Resumable: finished cells are kept.
+    """Build (or complete) the table in `directory` (`autosync.table`): each lattice point run to the target
+    (with `full`, to the end of the budget) on each job's two search seeds and `held_out` held-out seeds, for
+    every job file in `files` and jobs 0..jobs-1 of every family file there. The lattice is the broad reference
+    grid (`autosync.lattice.lattice_points`), or `policies`, canonical on each job's
+    workers. Resumable: finished cells are kept. The cells run on joblib's processes, on the workers of the
+    Dask cluster at `scheduler` (`autosync.table.cluster`), or on whichever joblib backend the call is made in
+    (`with joblib.parallel_config(backend=...)`).
 
     Args:
         options: the options of `autosync table` (`TableOptions`); `fields` change some of them.
@@ -435,6 +437,7 @@ def table(files: Sequence[str | Path], directory: str | Path, options: TableOpti
     from autosync.lattice import lattice_points
     from autosync.table import Table  # (the table's modules: 25 ms of --help)
     from autosync.table.build import build_table
+    from autosync.table.cluster import on_cluster
 
     opts = _options(TableOptions, options, None, fields)
     if not files:
@@ -449,7 +452,9 @@ def table(files: Sequence[str | Path], directory: str | Path, options: TableOpti
     def lattice(n: int) -> list[dict[str, Any]]:
         return named[n] if opts.policies else lattice_points(n)
 
-    return build_table(Table(directory), jobs, lattice, opts.held_out, opts.n_jobs, opts.full, on_start, on_done)
+    store = Table(directory)
+    with contextlib.nullcontext() if opts.scheduler is None else on_cluster(opts.scheduler, opts.n_jobs):
+        return build_table(store, jobs, lattice, opts.held_out, opts.n_jobs, opts.full, on_start, on_done)
 
 
 @dataclass(frozen=True)

@@ -5,14 +5,16 @@ point's final metric at the end of the budget trains that run when it first asks
 (`autosync.table.replay.cell_for`). `full=True` trains every point to the end instead.
 
 The cells a build lacks run through joblib, as many at once as it is told (`n_jobs`; -1: every core), on
-the backend joblib is given: its own processes by default, or a cluster's workers under
-`joblib.parallel_backend("ray")` or `("dask")` for a table too big for one machine. Each finished cell is
-appended at once (`Table.put`), so a stopped build resumes where it stood, and the table is packed at the
-end (`Table.pack`): the same bytes whatever the order the cells finished in.
+the backend joblib is given: its own processes by default, or a cluster's workers for a table too big for
+one machine (`joblib.parallel_config(backend="dask")`, which `autosync.table.cluster` sets up). Each
+finished cell comes back to the building process and is appended at once (`Table.put`), so a stopped build
+resumes where it stood, and the table is packed at the end (`Table.pack`): the same bytes whatever the
+order the cells finished in.
 """
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
@@ -63,12 +65,18 @@ def tasks(jobs: Iterable[JobSpec], lattice: Callable[[int], list[dict[str, Any]]
     return list(out.values())
 
 
+_ONE_AT_A_TIME = threading.Lock()
+
+
 def _compute(task: Task) -> tuple[str, Cell | None, str | None]:
-    """One cell, or why its run failed (a policy that does not fit the job: recorded as missing)."""
-    try:
-        return task.key, compute_cell(task.job, policy_from_dict(task.policy)), None
-    except ValueError as exc:
-        return task.key, None, f"{task.policy}: {exc}"
+    """One cell, or why its run failed (a policy that does not fit the job: recorded as missing). The cells
+    of one process take turns: a run seeds torch's global generator, which threads share (a joblib backend of
+    threads, or a Dask worker of several)."""
+    with _ONE_AT_A_TIME:
+        try:
+            return task.key, compute_cell(task.job, policy_from_dict(task.policy)), None
+        except ValueError as exc:
+            return task.key, None, f"{task.policy}: {exc}"
 
 
 @dataclass

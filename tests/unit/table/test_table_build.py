@@ -1,0 +1,35 @@
+"""A table's build (`autosync.table.build.build_table`) packs the same bytes however its cells were computed:
+in one go or resumed after a stop, one at a time or on threads of one process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from joblib import parallel_config
+
+from autosync.table import Table
+from autosync.table.build import build_table
+from tests.conftest import small_job
+
+POLICIES = [{"policy": "bsp", "params": {}}, {"policy": "asp", "params": {}},
+            {"policy": "backup", "params": {"k": 3}}]
+
+
+def _build(directory: Path, policies: list[dict], n_jobs: int = 1) -> bytes:
+    built = build_table(Table(directory), [small_job()], lambda n: policies, held_out=1, n_jobs=n_jobs)
+    assert built.failed == []
+    (path,) = built.files
+    return path.read_bytes()
+
+
+def test_a_build_resumed_after_a_stop_packs_the_bytes_of_a_build_in_one_go(tmp_path):
+    whole = _build(tmp_path / "whole", POLICIES)
+    _build(tmp_path / "resumed", POLICIES[1:2])  # a build stopped after one policy's cells ...
+    assert _build(tmp_path / "resumed", POLICIES[::-1]) == whole  # ... then completed, in another order
+
+
+def test_cells_computed_on_threads_of_one_process_pack_the_bytes_of_cells_computed_one_at_a_time(tmp_path):
+    # a run seeds torch's global generator: the cells of one process take turns, whatever the backend
+    alone = _build(tmp_path / "alone", POLICIES)
+    with parallel_config(backend="threading"):
+        assert _build(tmp_path / "threads", POLICIES, n_jobs=3) == alone
