@@ -48,7 +48,7 @@ from autosync.experiments.robustness import CELLS_FILE, cell_key, penalised_time
 from autosync.policies import (BSP, DANADC, DCASGD, EASGD, LWP, NAGASGD, AdaComm, AsyncLocalSGD, BackupWorkers,
                                Composed, DANASlim, DANAZero, DiLoCo, LocalSGD, MultiASGD, cross_paper_variants)
 from autosync.policy_grid import static_k_policies
-from autosync.search.objective import RunFailed, constraint, evaluate
+from autosync.policy_score import RunFailed, constraint, evaluate
 from autosync.table.build import HELD_OUT_OFFSET, HELD_OUT_SEEDS
 
 if TYPE_CHECKING:
@@ -280,7 +280,7 @@ BSP_POLICY = {"policy": "bsp", "params": {}}
 
 
 def keeps_constraint(job: JobSpec, final: float | None, bsp_final: float | None, tolerance: float = TOLERANCE) -> bool:
-    """Whether a final metric `final` stays within `tolerance` of BSP's (`autosync.search.objective.constraint`,
+    """Whether a final metric `final` stays within `tolerance` of BSP's (`autosync.policy_score.constraint`,
     the tune's rule); a failed run (None) does not."""
     return final is not None and bsp_final is not None and constraint(job, final, bsp_final, tolerance) <= 0
 
@@ -306,7 +306,7 @@ def full_cell_key(fingerprint: str, policy: dict[str, Any], seed: int) -> str:
 
 def run_full_cell(job: JobSpec, policy: dict[str, Any], seed: int) -> dict[str, Any]:
     """One run of `policy` to the end of the budget on `seed`, as a tune's full-budget check trains it
-    (`autosync.search.objective.evaluate`): its final target metric (None where the run failed or diverged)."""
+    (`autosync.policy_score.evaluate`): its final target metric (None where the run failed or diverged)."""
     record = {"key": full_cell_key(job.fingerprint(), policy, seed), "job": job.name, "policy": policy, "seed": seed}
     try:
         run = evaluate(job, policy, [seed])

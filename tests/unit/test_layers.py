@@ -19,6 +19,7 @@ LAYERS = [
     {"engine"},
     {"catalog", "contract", "policy_grid"},
     {"table"},
+    {"policy_score"},
     {"search", "experiments", "measure"},
     {"reporting"},
     {"options"},
