@@ -131,14 +131,41 @@ def test_no_two_modules_name_each_other_even_for_annotations():
     assert pairs == [], pairs
 
 
-def test_the_search_imports_nothing_of_the_experiments():
-    """One direction between the two computations: the experiments (the reference grid, robustness reports)
-    run the search's objective, so the search reads what both share from below them (`autosync.policy_grid`),
-    never from the experiments, function-local imports included."""
-    graph = _graph()
-    back = sorted(f"{a} -> {b}" for a, deps in graph.items() if a.startswith("autosync.search")
-                  for b in deps if b.startswith("autosync.experiments"))
-    assert graph and not back, back
+# The imports between experiments/ and search/ still made, pending their owner's change: leave-one-family-
+# out replays a tune (`autosync.experiments.lofo.replayed_tune`, function-local), whose only caller,
+# benchmarks/bench_lofo.py, can make that call itself. Listed one by one, so that no other import joins them.
+CROSSINGS_PENDING = {("autosync.experiments.lofo", target) for target in (
+    "autosync.search", "autosync.search.request", "autosync.search.tune", "autosync.search.tune_options")}
+COMPUTATIONS = ("autosync.search", "autosync.experiments")
+
+
+def _crossings(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """(importer, imported) of each import from experiments/ into search/, or from search/ into experiments/."""
+
+    def side(module: str) -> str | None:
+        return next((s for s in COMPUTATIONS if module == s or module.startswith(s + ".")), None)
+
+    return sorted((a, b) for a, deps in graph.items() for b in deps
+                  if side(a) is not None and side(b) is not None and side(a) != side(b))
+
+
+def test_no_import_between_the_experiments_and_the_search():
+    """One direction between the two computations: neither imports the other, function-local imports
+    included. What both read lives below them: the static-k grid and a robustness report read back
+    (`autosync.policy_grid`), a policy's score over seeds and the final-metric constraint
+    (`autosync.policy_score`)."""
+    found = set(_crossings(_graph()))
+    assert not found - CROSSINGS_PENDING, sorted(found - CROSSINGS_PENDING)
+    assert CROSSINGS_PENDING <= found, f"no longer made, remove from CROSSINGS_PENDING: {CROSSINGS_PENDING - found}"
+
+
+def test_the_crossing_check_sees_either_direction():
+    """The check above flags an import each way, and not a module whose name only starts alike."""
+    graph = {"autosync.experiments.reference_grid": {"autosync.search.objective", "autosync.policy_score"},
+             "autosync.search.recommend.grid": {"autosync.experiments", "autosync.policy_grid"},
+             "autosync.searching": {"autosync.experiments.robustness"}}
+    assert _crossings(graph) == [("autosync.experiments.reference_grid", "autosync.search.objective"),
+                                 ("autosync.search.recommend.grid", "autosync.experiments")]
 
 
 # Function-local imports whose files another change owns (the search is being rewritten; the leave-one-
