@@ -33,7 +33,7 @@ from autosync.experiments.scaling import collect
 from autosync.options import (CalibrateOptions, CompareOptions, ExecutionOptions, FamilyOptions,
                               LeaderboardOptions, ProfileOptions, ReplayOptions, RobustnessOptions, RunOptions,
                               ScalingOptions, TableOptions, TuneOptions, build)
-from autosync.reporting.calibration import Calibrated
+from autosync.reporting.calibration_files import Calibrated
 from autosync.reporting.output import ready_output_dir as output_dir, ready_output_file as output_file
 from autosync.reporting.results import (DrawnJobs, Leaderboard, Profile, Replay, Robustness, ScalingTable, tune_dir,
                                         write_calibration, write_run, write_tune)
@@ -43,7 +43,7 @@ from autosync.search.study.storage import DEFAULT_STORAGE, quiet_optuna  # quiet
 if TYPE_CHECKING:
     from autosync.policies import Policy
     from autosync.reporting.runs import Run
-    from autosync.reporting.tune import TuneFiles, Tuned
+    from autosync.reporting.tune_files import TuneFiles, Tuned
     from autosync.measure.rerun import LoggedRun, Rerun
     from autosync.search.recommend.vote import Recommendation
     from autosync.table.build import Built
@@ -196,7 +196,7 @@ def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions 
     provenance) and the best trials.
     """
     # not at the top: optuna
-    from autosync.reporting.tune import Tuned
+    from autosync.reporting.tune_files import Tuned
     from autosync.search.tune import TuneRequest, tune as run_tune
 
     opts = _options(TuneOptions, options, on, fields, space=str(space) if space is not None else None)
@@ -222,10 +222,10 @@ def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions 
 
 
 def __getattr__(name: str) -> Any:
-    """`Tuned` and `TuneFiles` (`autosync.reporting.tune`) load with the search they extend, on first use:
+    """`Tuned` and `TuneFiles` (`autosync.reporting.tune_files`) load with the search they extend, on first use:
     importing the API loads no optuna."""
     if name in ("Tuned", "TuneFiles"):
-        from autosync.reporting import tune as written  # not at the top: optuna
+        from autosync.reporting import tune_files as written  # not at the top: optuna
 
         return getattr(written, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
