@@ -37,7 +37,7 @@ from autosync.experiments.scaling import collect
 from autosync.options import (CalibrateOptions, CompareOptions, ExecutionOptions, FamilyOptions,
                               LeaderboardOptions, ProfileOptions, ReplayOptions, RobustnessOptions, RunOptions,
                               ScalingOptions, TableOptions, TuneOptions, FitOptions, build)
-from autosync.reporting.calibration import Calibrated
+from autosync.reporting.calibration_files import Calibrated
 from autosync.reporting.output import ready_output_dir as output_dir, ready_output_file as output_file
 from autosync.reporting.results import (DrawnJobs, Leaderboard, Profile, Replay, Robustness, ScalingTable, tune_dir,
                                         write_calibration, write_run, write_tune)
@@ -46,9 +46,9 @@ from autosync.search.study.storage import DEFAULT_STORAGE, quiet_optuna  # quiet
 
 if TYPE_CHECKING:
     from autosync.policies import Policy
-    from autosync.search.race import RaceSettings
+    from autosync.race import RaceSettings
     from autosync.reporting.runs import Run
-    from autosync.reporting.tune import TuneFiles, Tuned
+    from autosync.reporting.tune_files import TuneFiles, Tuned
     from autosync.measure.rerun import LoggedRun, Rerun
     from autosync.search.recommend.vote import Recommendation
     from autosync.table.build import Built
@@ -201,7 +201,7 @@ def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions 
     provenance) and the best trials.
     """
     # not at the top: optuna
-    from autosync.reporting.tune import Tuned
+    from autosync.reporting.tune_files import Tuned
     from autosync.search.tune import TuneRequest, tune as run_tune
 
     opts = _options(TuneOptions, options, on, fields, space=str(space) if space is not None else None)
@@ -227,10 +227,10 @@ def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions 
 
 
 def __getattr__(name: str) -> Any:
-    """`Tuned` and `TuneFiles` (`autosync.reporting.tune`) load with the search they extend, on first use:
+    """`Tuned` and `TuneFiles` (`autosync.reporting.tune_files`) load with the search they extend, on first use:
     importing the API loads no optuna."""
     if name in ("Tuned", "TuneFiles"):
-        from autosync.reporting import tune as written  # not at the top: optuna
+        from autosync.reporting import tune_files as written  # not at the top: optuna
 
         return getattr(written, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -421,7 +421,7 @@ def table(files: Sequence[str | Path], directory: str | Path, options: TableOpti
     every job file in `files` and jobs 0..jobs-1 of every family file there. The lattice is the broad reference
     grid (`autosync.lattice.lattice_points`), or `policies`, canonical on each job's
     workers. Resumable: finished cells are kept. The cells run on joblib's processes, on the workers of the
-    Dask cluster at `scheduler` (`autosync.table.cluster`), or on whichever joblib backend the call is made in
+    Dask cluster at `scheduler` (`autosync.table.dask_cluster`), or on whichever joblib backend the call is made in
     (`with joblib.parallel_config(backend=...)`).
 
     Args:
@@ -437,7 +437,7 @@ def table(files: Sequence[str | Path], directory: str | Path, options: TableOpti
     from autosync.lattice import lattice_points
     from autosync.table import Table  # (the table's modules: 25 ms of --help)
     from autosync.table.build import build_table
-    from autosync.table.cluster import on_cluster
+    from autosync.table.dask_cluster import on_cluster
 
     opts = _options(TableOptions, options, None, fields)
     if not files:
@@ -469,8 +469,8 @@ class Fitted:
 
 
 def fit(files: Sequence[str | Path], options: FitOptions | None = None, **fields: Any) -> Fitted:
-    """Fit the race's settings (`autosync.search.race`: its portfolio, margin and finalists) on jobs 0..jobs-1
-    of each family file in `files`, every run read from the table (`autosync.experiments.race.fit`), and
+    """Fit the race's settings (`autosync.race`: its portfolio, margin and finalists) on jobs 0..jobs-1
+    of each family file in `files`, every run read from the table (`autosync.experiments.race_fit.fit`), and
     write them to `out` (default: the settings autosync ships). With `check`, write nothing and raise
     `RuntimeFailure` unless `out` already holds those settings (its comment, the command that wrote it, aside).
 
@@ -478,7 +478,7 @@ def fit(files: Sequence[str | Path], options: FitOptions | None = None, **fields
         options: the options of `autosync fit` (`FitOptions`); `fields` change some of them.
     """
     # not at the top: the table and the experiments (numpy, torch) that --help does not load
-    from autosync.experiments.race import fit_families, settings_text
+    from autosync.experiments.race_fit import fit_families, settings_text
 
     opts = _options(FitOptions, options, None, fields)
     if not files:

@@ -29,12 +29,12 @@ from autosync.reporting.console import (
     replay_report, rerun_report, resume_line, reuse_line, robustness_report, run_summary, scaling_report,
     tune_files_report, tune_hint, tune_report, verification_report,
 )
-from autosync.reporting.errors import error_lines, resumable, usage_error_lines
+from autosync.reporting.error_lines import error_lines, resumable, usage_error_lines
 from autosync.reporting.resources import resource_failure
-from autosync.reporting.leaderboard import LEADERBOARD_LEGEND
+from autosync.reporting.leaderboard_files import LEADERBOARD_LEGEND
 from autosync.reporting.output import command_line, remove_empty_outputs
 from autosync.reporting.progress import BudgetBar, counting_bar, leaderboard_progress, phases, tune_progress
-from autosync.reporting.robustness import comparison_document, summary_legend, write_comparison
+from autosync.reporting.robustness_files import comparison_document, summary_legend, write_comparison
 from autosync.reporting.tables import Fitted
 from autosync.reporting.tracking import Tracking
 from autosync.search.study.storage import DEFAULT_STORAGE, redact_url
@@ -478,7 +478,7 @@ def main() -> None:
 
 
 def _print_error(exc: Exception) -> None:
-    """An error as its 'error: ...' lines on stderr; a parser error also with its hint (`reporting.errors`)."""
+    """An error as its 'error: ...' lines on stderr; a parser error also with its hint (`reporting.error_lines`)."""
     lines = (usage_error_lines(exc, sys.argv[1:], lambda: typer.main.get_command(app))
              if isinstance(exc, typer.TyperException) else error_lines(exc))
     for line in lines:

@@ -25,7 +25,7 @@ A label (`labelled_points`) names a point so that a portfolio fitted on some job
 another: static k as a share of the workers (`SHARES`, k = round(share * n) within 1..n-1) under each rule,
 BSP, every other point as its policy and parameters (a composition's k, three quarters of n, belongs to its
 base and is left out of its label), and every static k of the job's own size by its k (the race's local
-step moves on those: `autosync.search.race.neighbours`).
+step moves on those: `autosync.race.neighbours`).
 
 Below both the search and the experiments (tests/unit/test_layers.py): the search races on these points
 and labels, the experiments score the search against the same points.

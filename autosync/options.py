@@ -208,7 +208,7 @@ class TableOptions:
 
 @dataclass(frozen=True, kw_only=True)
 class FitOptions:
-    """`autosync fit`: the race's settings (`autosync.search.race`) fitted on a table of job families."""
+    """`autosync fit`: the race's settings (`autosync.race`) fitted on a table of job families."""
 
     table: str = option("results/table", "The table directory the jobs' runs are read from (a run it lacks is "
                         "trained and stored there: build it first with `autosync table`).")

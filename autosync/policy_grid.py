@@ -5,7 +5,7 @@ reads, kept below both so that neither imports the other (tests/unit/test_layers
   policies, with the labels a report's rows carry.
 - `load_report`: a robustness report read back and checked (`autosync robustness-compare`, `recommend`).
 - The thresholds a report's summary is computed with (`WITHIN`, `SPREAD_FOR_BALANCE`), which its printed
-  legend names too (`autosync.reporting.robustness`).
+  legend names too (`autosync.reporting.robustness_files`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from autosync.core.errors import UserError
 
 ONLINE_POLICIES = ("dbw", "bdbw", "lbbsp", "ssp", "sync_switch", "dana_slim")
 STATIC_K_RULES = ("fixed", "proportional")  # the static-k grid's learning-rate rules unless told otherwise
-REPORT_FILE = "robustness.json"  # the report as data (`autosync.reporting.robustness.write_robustness`)
+REPORT_FILE = "robustness.json"  # the report as data (`autosync.reporting.robustness_files.write_robustness`)
 REPORT_JOB_KEYS = ("job", "n_workers", "fingerprint", "budget", "best_static", "best_static_time", "bsp_time",
                    "static", "policies")  # what the readers of a report's jobs need
 TUNED_LABEL = "tuned"  # the row of each job's own tuned policy (`autosync.experiments.robustness.Grid.tuned`)

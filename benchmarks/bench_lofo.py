@@ -12,7 +12,7 @@ against. Each job's result is appended to `--results` as it finishes; a re-run s
 lacks. Prints and writes per family and pooled figures with bootstrap intervals.
 
 With `--sampler race` the tune is the race (`autosync tune --sampler race`), its settings fitted on the
-other families' jobs before it answers on a family's (`autosync.experiments.race.fit`, as `autosync fit`
+other families' jobs before it answers on a family's (`autosync.experiments.race_fit.fit`, as `autosync fit`
 fits the shipped ones on all of them): the race judged leave-one-family-out through the tune's own code.
 
     python benchmarks/bench_lofo.py --sampler race --count 2 --sampler-seeds 3 --table results/table \
@@ -32,11 +32,12 @@ from pathlib import Path
 from autosync.core.family import load_family
 from autosync.core.job import load_job
 from autosync.data import BASELINE_DIR, DEFAULT_JOB_PATH
-from autosync.experiments import lofo, portfolio_fit, race
+from autosync.experiments import lofo, portfolio_fit, race_fit
 from autosync.experiments.reference_grid import grid_twin
 from autosync.lattice import lattice_points
-from autosync.api import quiet_optuna
-from autosync.table import Table
+from autosync.api import quiet_optuna, tune
+from autosync.engine.forks import FORKS
+from autosync.table import KEPT, Table
 
 from _report import Figures
 
@@ -109,8 +110,18 @@ def report(results: list[lofo.JobResult], families: list[str], command: str, tit
     return "\n".join(lines) + "\n"
 
 
+def replayed_tune(job, table_dir: Path, sampler_seed: int, **options) -> lofo.Answered:
+    """`autosync tune --table table_dir --seed sampler_seed` on `job`, in a storage of its own, as in a process
+    of its own (nothing kept from the tune before: `autosync.engine.forks`, `autosync.table.KEPT`)."""
+    FORKS.clear()
+    KEPT.clear()
+    with tempfile.TemporaryDirectory(prefix="lofo-") as tmp:
+        outcome = tune(job, table=str(table_dir), seed=sampler_seed, storage=f"sqlite:///{tmp}/study.db", **options)
+    return lofo.Answered(outcome.cache["best_policy"], float(outcome.cache["search_cost_bsp_trainings"]))
+
+
 def race_folds(families: list[str], count: int, table_dir: Path) -> dict[str, Path]:
-    """Per family, a settings file of the race fitted on the other families' jobs (`race.fit`)."""
+    """Per family, a settings file of the race fitted on the other families' jobs (`race_fit.fit`)."""
     table = Table(table_dir)
     times = []
     for family in families:
@@ -120,9 +131,9 @@ def race_folds(families: list[str], count: int, table_dir: Path) -> dict[str, Pa
     folder = Path(tempfile.mkdtemp(prefix="race-folds-"))
     out = {}
     for family in families:
-        settings = race.fit(table, [t for t in times if t.family != family])
+        settings = race_fit.fit(table, [t for t in times if t.family != family])
         out[family] = folder / f"without-{family}.yaml"
-        out[family].write_text(race.settings_text(settings, f"race.fit without {family}"))
+        out[family].write_text(race_fit.settings_text(settings, f"race.fit without {family}"))
         print(f"fold without {family}: {settings.portfolio}, margin {settings.margin}, "
               f"{settings.finalists} finalists", flush=True)
     return out
@@ -153,7 +164,7 @@ def main() -> None:
                 continue
             start = time.perf_counter()
             options = {"sampler": "race", "race_settings": str(folds[family])} if folds else {}
-            answers = [lofo.replayed_tune(job, table_dir, s, **options) for s in range(args.sampler_seeds)]
+            answers = [replayed_tune(job, table_dir, s, **options) for s in range(args.sampler_seeds)]
             result = lofo.score_job(Table(table_dir), family, job, lattice_points, answers)
             with results_path.open("a") as fh:
                 fh.write(json.dumps(lofo.as_dict(result)) + "\n")

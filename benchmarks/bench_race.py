@@ -2,7 +2,7 @@
 
     python benchmarks/bench_race.py --results benchmarks/lofo_baseline.jsonl --table results/table --sizes 4 8
 
-The race is `autosync.experiments.race` (portfolio size and margin fitted on the other families), its
+The race is `autosync.experiments.race_fit` (portfolio size and margin fitted on the other families), its
 first round alone `autosync.experiments.portfolio_fit` at each of `--sizes`.
 
 Reads the jobs `bench_lofo.py` scored (`--results`: each job's family and grid's choice) and every
@@ -23,9 +23,9 @@ from pathlib import Path
 from autosync.core.family import load_family
 from autosync.core.job import load_job
 from autosync.data import BASELINE_DIR, DEFAULT_JOB_PATH
-from autosync.experiments import lofo, portfolio_fit, race
+from autosync.experiments import lofo, portfolio_fit, race_fit
 from autosync.lattice import lattice_points
-from autosync.search.race import race_settings
+from autosync.race import race_settings
 from autosync.table import Table
 
 from _report import Figures
@@ -70,7 +70,7 @@ def main() -> None:
         figures.add(f"portfolio of {size}, race cost, median", cost, "BSP trainings", against="the shipped search",
                     ratio=cost / shipped_cost)
         figures.add(f"portfolio of {size}, answers breaking the final-metric rule held out", breaking, "")
-    rows = race.leave_one_family_out(table, jobs)
+    rows = race_fit.leave_one_family_out(table, jobs)
     ratios = [r["ratio"] for r in rows]
     cost = statistics.median(r["cost"] for r in rows)
     breaking = sum(not r["keeps"] for r in rows)
@@ -110,7 +110,7 @@ def default_job_race(table: Table) -> dict:
     job = load_job(DEFAULT_JOB_PATH)
     grid_choice = lofo.score_job(table, "default", job, lattice_points, [])
     times = portfolio_fit.job_times(table, "default", job, grid_choice.grid_choice_time)
-    return race.race(table, times, race_settings())
+    return race_fit.race(table, times, race_settings())
 
 
 if __name__ == "__main__":

@@ -31,7 +31,8 @@ from pathlib import Path
 
 from autosync.api import quiet_optuna
 from autosync.core.family import load_family
-from autosync.search.objective import RunFailed, evaluate, trial_seeds
+from autosync.policy_score import RunFailed, evaluate
+from autosync.search.objective import trial_seeds
 from autosync.search.recommend.vote import recommend
 from autosync.search.space import SPACE_DIR, load_space
 from autosync.search.study.storage import open_storage

@@ -21,7 +21,8 @@ from pathlib import Path
 
 from autosync.api import quiet_optuna
 from autosync.core.job import load_job
-from autosync.search.objective import ObjectiveSettings, evaluate, trial_seeds
+from autosync.policy_score import evaluate
+from autosync.search.objective import ObjectiveSettings, trial_seeds
 from autosync.search.space import SPACE_DIR, load_space
 from autosync.search.tune import TuneRequest, tune
 from autosync.search.tune_options import TuneOptions

@@ -38,7 +38,7 @@ PRELOAD = ("autosync.cli", "autosync.api", "autosync.catalog", "autosync.policie
            "autosync.search.strategies.confirm", "autosync.search.strategies.samplers",
            "autosync.search.strategies.full_budget", "autosync.search.strategies.repair",
            "autosync.search.study.cache", "autosync.engine.simulator", "autosync.workloads.workload",
-           "autosync.reporting.tune", "autosync.reporting.study_plots", "optuna", "optuna.visualization",
+           "autosync.reporting.tune_files", "autosync.reporting.study_plots", "optuna", "optuna.visualization",
            "sqlalchemy", "alembic", "psycopg", "sklearn.datasets", "matplotlib.pyplot")
 
 _ZYGOTE = textwrap.dedent("""

@@ -26,7 +26,7 @@ DATA_DIR = _root()
 SPACE_DIR = DATA_DIR / "search_spaces"  # the shipped search spaces: `--space NAME` is SPACE_DIR/NAME.yaml
 BASELINE_DIR = DATA_DIR / "baselines"  # reference jobs and job families
 DEFAULT_JOB_PATH = BASELINE_DIR / "digits_default.yaml"  # the job `autosync run` uses without a job file
-# The race's settings (`autosync.search.race`), fitted on the committed table by `autosync fit`
+# The race's settings (`autosync.race`), fitted on the committed table by `autosync fit`
 RACE_SETTINGS = DATA_DIR / "race.yaml"
 # The Sync-Switch paper's published ResNet-32 training logs (Apache-2.0; sync_switch_logs/README.md), which
 # `autosync replay` reads: `autosync replay SYNC_SWITCH_LOGS` replays the paper's Table II.

@@ -5,10 +5,10 @@
   (`autosync robustness`); `reference_grid`: the broad reference grid over every policy family it may add.
 - `compare`: several families' robustness reports side by side (`autosync robustness-compare`).
 - `scaling`: each policy's score against the number of workers, read from leaderboards (`autosync scaling`).
-- `race` and `portfolio_fit`: a race on common seeds run on the table, with the portfolio it starts from fitted
+- `race_fit` and `portfolio_fit`: the race (`autosync.race`) run on the table, its settings and the portfolio it starts from fitted
   on other families, judged leave-one-family-out beside the shipped search (`benchmarks/bench_race.py`).
 
 The modules listed in `__all__` are the package's public surface; a name starting with `_` is internal.
 """
 
-__all__ = ["compare", "leaderboard", "lofo", "portfolio_fit", "race", "reference_grid", "robustness", "scaling"]
+__all__ = ["compare", "leaderboard", "lofo", "portfolio_fit", "race_fit", "reference_grid", "robustness", "scaling"]

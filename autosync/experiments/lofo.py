@@ -8,8 +8,8 @@ or trained into it once:
   what the whole grid answers given the seeds the tune has, the honest reference;
 - **the held-out best**: the same choice made on the held-out seeds themselves (a winner's-curse reference,
   reported beside the other);
-- **the answer**: the tune replayed on the table from each sampler seed (`autosync tune --table`), its
-  answer scored on the held-out seeds.
+- **the answer**: the tune replayed on the table from each sampler seed (`autosync tune --table`, which
+  benchmarks/bench_lofo.py runs), its answer scored on the held-out seeds.
 
 Times are means over seeds with a miss at twice the budget (`robustness.penalised_time`). A search whose
 parts are fitted is fitted on the other families before it answers on a family's jobs; a search with
@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import random
 import statistics
-import tempfile
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from autosync.catalog import policy_from_dict
@@ -91,22 +89,6 @@ class Answered:
 
     policy: dict[str, Any]
     cost: float  # search cost in BSP trainings (the cache record's `search_cost_bsp_trainings`)
-
-
-def replayed_tune(job: JobSpec, table_dir: Path, sampler_seed: int, **options: Any) -> Answered:
-    """`autosync tune --table table_dir --seed sampler_seed` on `job`, in a storage of its own."""
-    from autosync.engine.forks import FORKS
-    from autosync.search.request import TuneRequest
-    from autosync.search.tune import tune
-    from autosync.search.tune_options import TuneOptions
-    from autosync.table import KEPT
-
-    FORKS.clear()  # each tune as in a process of its own
-    KEPT.clear()
-    with tempfile.TemporaryDirectory(prefix="lofo-") as tmp:
-        opts = TuneOptions(table=str(table_dir), seed=sampler_seed, storage=f"sqlite:///{tmp}/study.db", **options)
-        outcome = tune(TuneRequest.from_options(job, opts))
-    return Answered(outcome.cache["best_policy"], float(outcome.cache["search_cost_bsp_trainings"]))
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from autosync.core import strict_json
 from autosync.core.job import JobSpec
 from autosync.experiments.robustness import CELLS_FILE, cell_key, penalised_time
 from autosync.lattice import BSP_POLICY, family_of, lattice_points
-from autosync.search.objective import RunFailed, constraint, evaluate
+from autosync.policy_score import RunFailed, constraint, evaluate
 from autosync.table.build import HELD_OUT_OFFSET, HELD_OUT_SEEDS
 
 if TYPE_CHECKING:
@@ -179,7 +179,7 @@ def judge(job: JobSpec, answer: dict[str, Any], cells: dict[str, dict[str, Any]]
 
 
 def keeps_constraint(job: JobSpec, final: float | None, bsp_final: float | None, tolerance: float = TOLERANCE) -> bool:
-    """Whether a final metric `final` stays within `tolerance` of BSP's (`autosync.search.objective.constraint`,
+    """Whether a final metric `final` stays within `tolerance` of BSP's (`autosync.policy_score.constraint`,
     the tune's rule); a failed run (None) does not."""
     return final is not None and bsp_final is not None and constraint(job, final, bsp_final, tolerance) <= 0
 
@@ -205,7 +205,7 @@ def full_cell_key(fingerprint: str, policy: dict[str, Any], seed: int) -> str:
 
 def run_full_cell(job: JobSpec, policy: dict[str, Any], seed: int) -> dict[str, Any]:
     """One run of `policy` to the end of the budget on `seed`, as a tune's full-budget check trains it
-    (`autosync.search.objective.evaluate`): its final target metric (None where the run failed or diverged)."""
+    (`autosync.policy_score.evaluate`): its final target metric (None where the run failed or diverged)."""
     record = {"key": full_cell_key(job.fingerprint(), policy, seed), "job": job.name, "policy": policy, "seed": seed}
     try:
         run = evaluate(job, policy, [seed])

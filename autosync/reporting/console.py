@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from autosync.core import strict_json
-from autosync.reporting.leaderboard import leaderboard_columns, printed_columns
+from autosync.reporting.leaderboard_files import leaderboard_columns, printed_columns
 from autosync.reporting.output import format_cell, times_faster
-from autosync.reporting.robustness import SUMMARY_COLUMNS, SUMMARY_WIDE, comparison_cells, comparison_header
+from autosync.reporting.robustness_files import SUMMARY_COLUMNS, SUMMARY_WIDE, comparison_cells, comparison_header
 from autosync.reporting.tables import Column, fitted
 from autosync.search.cost import COST_UNIT
 
@@ -508,7 +508,7 @@ def comparison_notes(comparison: Any) -> list[Printed]:
 
 
 def tune_files_report(files: Any) -> list[Printed]:
-    """What `autosync tune` wrote (`reporting.tune.TuneFiles`, on stderr): the verification's files, the
+    """What `autosync tune` wrote (`reporting.tune_files.TuneFiles`, on stderr): the verification's files, the
     study's plots, and each plot skipped with why."""
     out = [Line(f"wrote {', '.join(str(p) for p in files.verification)}")] if files.verification is not None else []
     if files.plots:

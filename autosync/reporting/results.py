@@ -1,8 +1,8 @@
 """What the API's experiment and measurement functions return (`autosync.api`: `leaderboard`, `profile`,
 `family`, `robustness`, `replay`, `scaling`): each result holds the data the command line prints and writes
 its own files (`.write`). The results of `run`, `tune` and `calibrate` extend the engine's and the search's
-own records and live beside their files (`reporting.runs.Run`, `reporting.tune.Tuned`,
-`reporting.calibration.Calibrated`); `write_run`, `write_tune` and `write_calibration` write a record the
+own records and live beside their files (`reporting.runs.Run`, `reporting.tune_files.Tuned`,
+`reporting.calibration_files.Calibrated`); `write_run`, `write_tune` and `write_calibration` write a record the
 engine or the search returned directly, and `tune_dir` is where `autosync tune` writes.
 
 Importing this module loads no heavy library: each result imports its renderer when it writes.
@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 from autosync.core.job import JobSpec
 from autosync.engine.backends import BackendChoice
-from autosync.reporting.calibration import Calibrated
-from autosync.reporting.leaderboard import write_leaderboard
+from autosync.reporting.calibration_files import Calibrated
+from autosync.reporting.leaderboard_files import write_leaderboard
 from autosync.reporting.output import ready_output_dir
-from autosync.reporting.robustness import write_robustness
-from autosync.reporting.scaling import table_rows, write as write_scaling
+from autosync.reporting.robustness_files import write_robustness
+from autosync.reporting.scaling_files import table_rows, write as write_scaling
 from autosync.reporting.tracking import Tracking, log_leaderboard
 from autosync.search.tune_options import DEFAULT_TUNE_SPACE
 
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from autosync.measure.calibration import Calibration
     from autosync.engine import RunResult
     from autosync.experiments.leaderboard import Entry
-    from autosync.reporting.tune import TuneFiles
+    from autosync.reporting.tune_files import TuneFiles
     from autosync.search.tune import TuneOutcome
 
 
@@ -63,7 +63,7 @@ class Profile:
 
     def write(self, directory: str | Path) -> list[Path]:
         """Write the samples, the fit and a job file with the fitted cluster (the last path) into `directory`."""
-        from autosync.reporting.profile import write_profile  # not at the top: numpy, which --help does not load
+        from autosync.reporting.profile_files import write_profile  # not at the top: numpy, which --help does not load
 
         return write_profile(self.job, self.samples, self.cluster, Path(directory))
 
@@ -112,7 +112,7 @@ class Replay:
 
     def write(self, directory: str | Path, command: str = "autosync.api.replay") -> list[Path]:
         """Write table.md and table.json into `directory`; returns the paths."""
-        from autosync.reporting.replay import write_replay_table  # not at the top: optuna
+        from autosync.reporting.replay_files import write_replay_table  # not at the top: optuna
 
         return write_replay_table(self.logs, self.optimum, self.rows, ready_output_dir(Path(directory)), command,
                                   self.threshold)
@@ -162,7 +162,7 @@ def write_tune(outcome: "TuneOutcome", directory: str | Path, command: str = "au
     """Write a search's verification (with verify_top) and, unless the cache answered, its study's plots:
     `Tuned.write` (what `autosync.api.tune` returns has it), for an outcome the search returned. With `mlflow`
     (a tracking URI) and `job`, also log the study, its trials and the answer there."""
-    from autosync.reporting.tune import Tuned  # not at the top: optuna
+    from autosync.reporting.tune_files import Tuned  # not at the top: optuna
 
     return Tuned.of(outcome).write(directory, command, mlflow, job)
 

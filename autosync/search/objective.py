@@ -4,7 +4,8 @@ A trial trains the sampled policy with R seeds on the virtual-clock simulator, o
 settings name (worker processes, the virtual or the real clock, as `autosync run` builds it). Its value is the mean
 time-to-target in virtual seconds; a seed that never reaches the target counts as `penalty` times the
 virtual time it ran. Its final target metric must stay within `tolerance` of BSP's (an Optuna
-constraint: feasible when <= 0). A run that diverges raises `RunFailed`, which the study records as a
+constraint: feasible when <= 0). The runs and the constraint are `autosync.policy_score`'s, which the
+experiments score their grids with too. A run that diverges raises `RunFailed`, which the study records as a
 failed trial with the reason. Every trial stores what it cost (virtual seconds trained) so the search
 cost can be stated in units of one BSP training.
 
@@ -16,14 +17,13 @@ take and return that state.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from autosync.core.declare import default_of
-from autosync.core.errors import RuntimeFailure
 from autosync.core.job import JobSpec
+from autosync.policy_score import STOPPED_EARLY, RunFailed, constraint, evaluate, table_at
 from autosync.search.study.records import (
     ANSWERED, BSP_REFERENCE, BUDGET, CANONICAL, CONSTRAINT, CURVE, EQUIVALENCE_CHECK_FAILED, FAIL_REASON,
     FINAL_METRIC, FINAL_PENDING, FORKED, FOUND_EQUIVALENT, FULL_BUDGET, FULL_BUDGET_OF, HORIZON, KILLED, PLATEAU,
@@ -33,7 +33,7 @@ from autosync.search.study.records import (
 )
 from autosync.search.study.siblings import finished_trials
 from autosync.search.tune_options import TuneOptions
-from autosync.table import Table, recorded_proxy, replayed_run
+from autosync.table import recorded_proxy
 
 if TYPE_CHECKING:
     import optuna
@@ -79,12 +79,6 @@ class Race(Protocol):
 
 
 MAX_UNCOUNTED = 20  # past this many such answers in a study they count, so a search of a tried-out space ends
-STOPPED_EARLY = "stopped_early"  # `evaluate`'s count of runs stopped at the target before the horizon
-DETAILS = ("seed_times", "updates", "epochs")  # what `evaluate(details=True)` adds
-
-
-class RunFailed(Exception):
-    """A trial's run diverged or its policy cannot run on this job; the message says why."""
 
 
 class TimedOut(RunFailed):
@@ -123,115 +117,6 @@ class ObjectiveSettings:
     find_equivalents: bool = True
 
 
-def evaluate(job: JobSpec, policy: dict[str, Any], seeds: list[int], penalty: float = 2.0,
-             report: Callable[[dict[str, Any], int], None] | None = None,
-             backend: "BackendChoice | None" = None, stop_at_target: bool = False,
-             horizon: float | None = None, details: bool = False) -> dict[str, Any]:
-    """Train `policy` once per seed; returns the mean score, final metric and the virtual seconds spent.
-
-    `report(info, step)` is called with the simulator's evaluation record at every evaluation step of the
-    first seed (for pruning); it may raise. `backend` says where each run trains (default: the simulator);
-    a backend that fails (worker processes lost or hung) fails the run with its reason. With
-    `stop_at_target` a run ends once it reaches the target: the time-to-target is the same as a full run's
-    (the same seed gives the same run up to there), the "final" metric is the one at the target;
-    `stopped_early` counts the runs that ended there before `horizon` (all that reached it, without one):
-    their metric at the horizon is not known. With `horizon` (virtual seconds) a run ends there, its final
-    metric the one at that time. With `details`, also `DETAILS`: the runs' scores in seed order
-    (`seed_times`) and their mean `updates` and `epochs` where they ended (not kept on trials or stored runs).
-    """
-    if stop_at_target or horizon is not None:
-        job = job.model_copy(update={"budget": job.budget.model_copy(
-            update={"stop_at_target": stop_at_target or job.budget.stop_at_target, "stop_at_seconds": horizon})})
-    from autosync.catalog import policy_from_dict
-
-    try:
-        pol = policy_from_dict(policy)
-        pol.bind(job.cluster.n_workers, job.workload.batch_size)
-    except ValueError as exc:  # includes UserError: the sampled parameters do not fit this job
-        raise RunFailed(f"invalid policy {policy}: {exc}") from None
-    scores, finals, spent, forked, reached, early, updates, epochs = [], [], 0.0, 0.0, 0, 0, 0, 0.0
-    first_seed_progress = _step_reporter(report, job.workload.evaluation.every_seconds) if report else None
-    for i, seed in enumerate(seeds):
-        progress = first_seed_progress if i == 0 else None
-        result, forked_at = _train(job.model_copy(update={"seed": seed}), pol, progress, backend)
-        m = result.metrics
-        spent += m["virtual_time"] - forked_at
-        forked += forked_at
-        if result.status == "diverged":
-            raise RunFailed(f"diverged at update {m['updates']} (seed {seed}, virtual time {m['virtual_time']:.1f} s)")
-        final = m[f"final_{job.target.metric}"]
-        if final is None or not math.isfinite(final):
-            raise RunFailed(f"diverged: final {job.target.metric} is {final} (seed {seed})")
-        finals.append(final)
-        updates, epochs = updates + m["updates"], epochs + m["epochs"]
-        if result.status == "target_reached" and (horizon is None or m["virtual_time"] < horizon):
-            early += 1
-        if m["time_to_target"] is not None:
-            reached += 1
-            scores.append(m["time_to_target"])
-        else:
-            scores.append(m["virtual_time"] * penalty)
-    return {TIME_TO_TARGET: sum(scores) / len(scores), FINAL_METRIC: sum(finals) / len(finals),
-            REACHED: reached, RUNS: len(seeds), VIRTUAL_SECONDS: spent,
-            **(dict(zip(DETAILS, (scores, updates / len(seeds), epochs / len(seeds)))) if details else {}),
-            **({STOPPED_EARLY: early} if job.budget.stop_at_target else {}), **({FORKED: forked} if forked else {})}
-
-
-def _train(job: JobSpec, policy: Any, progress: Callable[[dict[str, Any]], None] | None,
-           backend: "BackendChoice | None") -> tuple[Any, float]:
-    """One run on the chosen backend, and the virtual seconds of it that were not trained again (forked from
-    a run stopped at the target); its worker processes start with it and end with it, also on errors."""
-    if backend is not None and backend.table is not None:
-        return replayed_run(_TABLES.setdefault(backend.table, Table(backend.table)), job, policy, progress)
-    if backend is None or backend.backend == "simulator":
-        return _simulate_forking(job, policy, progress)
-    from autosync.engine import backends, simulate
-    from autosync.workloads.build import build_workload
-
-    try:
-        workload = build_workload(job, device=backend.device)
-        driver, clock = backends.build(backend, job, workload)
-        return simulate(job, policy, workload=workload, progress=progress, driver=driver, clock=clock), 0.0
-    except RuntimeFailure as exc:  # workers died or hung: this trial fails, the study goes on
-        raise RunFailed(f"the {backend.backend} backend failed (seed {job.seed}): {exc}") from None
-
-
-_TABLES: dict[str, Any] = {}  # this process's open tables by directory (`BackendChoice.table`): read once
-
-
-def _simulate_forking(job: JobSpec, policy: Any, progress: Callable[[dict[str, Any]], None] | None,
-                      ) -> tuple[Any, float]:
-    """A simulator run that keeps its state when it stops at the target, and a full-budget run of the same
-    policy that continues from such a state instead of training its prefix again; a switch-point run
-    (Sync-Switch) also continues from the longest prefix another switch point's run kept
-    (`autosync.engine.forks`; both bit-identical to a run from the start). Its evaluations skip what the
-    score does not read (the training loss, unless that is the target). Returns the run and the virtual
-    seconds forked."""
-    from autosync.engine.forks import FORKS, fork_key, run_sharing_prefixes
-
-    key = fork_key(job, policy.to_dict())
-    own = None if job.budget.stop_at_target else FORKS.get(key)
-    sim, result, forked = run_sharing_prefixes(job, policy, progress, own=own)
-    if result.status == "target_reached":
-        FORKS.put(key, sim.snapshot(), result.metrics["virtual_time"])
-    return result, forked
-
-
-def _step_reporter(report: Callable[[dict[str, Any], int], None],
-                   every: float) -> Callable[[dict[str, Any]], None]:
-    """A simulator progress callback calling report(info, step) once per evaluation step."""
-    last_step = -1
-
-    def progress(info: dict[str, Any]) -> None:
-        nonlocal last_step
-        step = int(info["time"] / every + 1e-9)  # evaluations fall on multiples of every_seconds
-        if step > last_step:
-            last_step = step
-            report(info, step)
-
-    return progress
-
-
 class TimeToTargetBound:
     """A lower bound on a run's time-to-target, updated at each of its evaluations, and the run's curve up
     to the target: (virtual time, target metric) at each evaluation until the one that met it, which the
@@ -261,13 +146,6 @@ class TimeToTargetBound:
             if self.target.reached(metric):
                 self.reached_at = float(info["time"])
         return self.reached_at if self.reached_at is not None else float(info["time"])
-
-
-def constraint(job: JobSpec, final_metric: float, reference: float, tolerance: float) -> float:
-    """<= 0 when `final_metric` is within `tolerance` of BSP's `reference` (accuracy up, losses down)."""
-    if job.target.metric == "test_accuracy":
-        return reference - tolerance - final_metric
-    return final_metric - reference - tolerance
 
 
 def trial_seeds(job: JobSpec, repeats: int) -> list[int]:
@@ -438,7 +316,7 @@ class Objective:
         backend = self.settings.backend
         if backend is None or backend.table is None:
             return None
-        table = _TABLES.setdefault(backend.table, Table(backend.table))
+        table = table_at(backend.table)
         job = self.job
         return lambda policy, seed: recorded_proxy(table, job.model_copy(update={"seed": seed}),
                                                    policy_from_dict(policy))

@@ -1,4 +1,4 @@
-"""The race (`autosync.search.race`) run in an Optuna study: `autosync tune --sampler race`.
+"""The race (`autosync.race`) run in an Optuna study: `autosync tune --sampler race`.
 
 Each run the race asks for is one trial of the study, queued with the run as its user attribute `RACE_RUN`
 (label, seed, round, to the target or to the end of the budget) and run by `RaceObjective`, which trains it
@@ -29,8 +29,9 @@ from typing import TYPE_CHECKING, Any, Callable
 from autosync.core.errors import RuntimeFailure, UserError
 from autosync.core.job import JobSpec
 from autosync.lattice import BSP_LABEL, labelled_points
-from autosync.search.objective import RunFailed, evaluate, process_tag
-from autosync.search.race import SEARCH_SEEDS, Answer, RaceSettings, Run, horizon, plan, race_settings
+from autosync.policy_score import RunFailed, evaluate
+from autosync.search.objective import process_tag
+from autosync.race import SEARCH_SEEDS, Answer, RaceSettings, Run, horizon, plan, race_settings
 from autosync.search.study import _optuna_internals as internals
 from autosync.search.study.locking import storage_lock
 from autosync.search.study.records import (BSP_REFERENCE, BSP_TRAINING_SECONDS, FAIL_REASON, FINAL_METRIC, POLICY,

@@ -61,7 +61,7 @@ class TuneRequest:
             warnings.simplefilter("ignore")
             make_sampler(self.sampler, self.seed, self.space, self.settings.multi_objective)
         if self.sampler == RACE:  # its settings file read once here too: a bad one is refused before the storage
-            from autosync.search.race import race_settings
+            from autosync.race import race_settings
 
             race_settings(self.race_settings)
 

@@ -28,9 +28,9 @@ from autosync.core.job import JobSpec
 from autosync.search.study.cache import (
     best_policies, check_owner, cost_fields, execution_name, execution_of, read_cache, study_name, write_cache,
 )
+from autosync.policy_score import DETAILS, STOPPED_EARLY, RunFailed, constraint, evaluate
 from autosync.search.objective import (
-    BSP, DETAILS, STOPPED_EARLY, Objective, RunFailed, TimeToTargetBound, canonical_on, constraint, evaluate,
-    process_tag, trial_scoring, trial_seeds,
+    BSP, Objective, TimeToTargetBound, canonical_on, process_tag, trial_scoring, trial_seeds,
 )
 from autosync.search.strategies.portfolio import fit_to_budget, portfolio_policies, portfolio_rounds
 from autosync.search.strategies.prior import give_prior

@@ -21,7 +21,7 @@ from autosync.search.study.records import BSP_TARGET, BUDGET
 SAMPLERS = ("portfolio", "race", "tpe", "gp", "random", "grid", "binary", "ladder")  # --sampler's choices besides AUTO
 AUTO = "auto"  # the portfolio search where the space lists a portfolio, else TPE (`samplers.sampler_for`)
 SWITCH_POINT_SAMPLERS = ("binary", "ladder")  # strategies that run candidates of their own choosing
-RACE = "race"  # the race on common seeds (`autosync.search.race`): runs candidates of its own choosing too
+RACE = "race"  # the race on common seeds (`autosync.race`): runs candidates of its own choosing too
 
 # `autosync tune` answers "which policy" unless told otherwise: the policy space's race ran the default job in
 # about 15 s on 2 idle cores, inside the 20 s the issue set for a default (benchmarks/README.md).

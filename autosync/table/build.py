@@ -6,7 +6,7 @@ point's final metric at the end of the budget trains that run when it first asks
 
 The cells a build lacks run through joblib, as many at once as it is told (`n_jobs`; -1: every core), on
 the backend joblib is given: its own processes by default, or a cluster's workers for a table too big for
-one machine (`joblib.parallel_config(backend="dask")`, which `autosync.table.cluster` sets up). Each
+one machine (`joblib.parallel_config(backend="dask")`, which `autosync.table.dask_cluster` sets up). Each
 finished cell comes back to the building process and is appended at once (`Table.put`), so a stopped build
 resumes where it stood, and the table is packed at the end (`Table.pack`): the same bytes whatever the
 order the cells finished in.

@@ -26,7 +26,7 @@ from typing import Any
 
 from autosync.core.job import JobSpec, TargetSpec
 
-# what `autosync.search.objective.evaluate` and the reports read of a run's metrics (`run_metrics`)
+# what `autosync.policy_score.evaluate` and the reports read of a run's metrics (`run_metrics`)
 SCORES = ("virtual_time", "updates", "epochs", "reached_target", "time_to_target", "updates_to_target",
           "final_train_loss", "final_test_loss", "final_test_accuracy")
 # an evaluation replayed from a snapshot carries only what the trace keeps (`Simulator.run_on`)

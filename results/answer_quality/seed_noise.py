@@ -36,7 +36,7 @@ def full_finals(family: str) -> dict[tuple[str, str], dict[int, float]]:
 def verdicts(family: str, count: int, tolerance: float = 0.01) -> tuple[int, int]:
     """(policies judged, of them those whose first seed's verdict disagrees with the two seeds' mean)."""
     from autosync.core.family import load_family
-    from autosync.search.objective import constraint
+    from autosync.policy_score import constraint
 
     jobs = {job.name: job for job in load_family(REPO / "baselines" / f"family_{family}.yaml").jobs(count)}
     finals = full_finals(family)

@@ -24,7 +24,7 @@ from typing import Any
 
 from autosync import api
 from autosync.core.job import load_job
-from autosync.search.objective import evaluate
+from autosync.policy_score import evaluate
 
 
 def _time(job, policy: dict[str, Any], seed: int, execution: dict[str, Any] | None) -> float:

@@ -38,7 +38,8 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from autosync.core.job import JobSpec
-from autosync.search.objective import BSP, RunFailed, canonical_on, evaluate, trial_seeds
+from autosync.policy_score import RunFailed, evaluate
+from autosync.search.objective import BSP, canonical_on, trial_seeds
 from autosync.search.strategies.check_families import ruled_out
 from autosync.search.strategies.leader import held_by_policy, held_runs, held_value
 from autosync.search.study import _optuna_internals as internals

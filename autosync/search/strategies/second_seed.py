@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from autosync.core.job import JobSpec
-from autosync.search.objective import BSP, RunFailed, canonical_on, constraint, evaluate
+from autosync.policy_score import RunFailed, constraint, evaluate
+from autosync.search.objective import BSP, canonical_on
 from autosync.search.study.records import VIRTUAL_SECONDS
 
 if TYPE_CHECKING:

@@ -8,7 +8,8 @@ import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from autosync.core.errors import RuntimeFailure, UserError
-from autosync.search.objective import Objective, RunFailed
+from autosync.policy_score import RunFailed
+from autosync.search.objective import Objective
 from autosync.search.study import _optuna_internals as internals
 from autosync.search.study.records import TrialRecord
 from autosync.search.study.trials import counted_trials

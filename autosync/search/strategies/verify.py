@@ -14,7 +14,8 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from autosync.core.job import JobSpec
-from autosync.search.objective import BSP, RunFailed, constraint, evaluate, trial_seeds
+from autosync.policy_score import RunFailed, constraint, evaluate
+from autosync.search.objective import BSP, trial_seeds
 
 if TYPE_CHECKING:
     from autosync.engine.backends import BackendChoice

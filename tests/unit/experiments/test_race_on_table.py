@@ -1,13 +1,13 @@
-"""The race on the table (`autosync.experiments.race`): the search's procedure with every run read from the
+"""The race on the table (`autosync.experiments.race_fit`): the search's procedure with every run read from the
 table, its lattice neighbours, and its settings fitted on training jobs."""
 
 from __future__ import annotations
 
 import math
 
-from autosync.experiments import race
+from autosync.experiments import race_fit as race
 from autosync.experiments.portfolio_fit import JobTimes
-from autosync.search.race import RaceSettings, neighbours
+from autosync.race import RaceSettings, neighbours
 from tests.unit.experiments.test_lofo import BSP
 
 

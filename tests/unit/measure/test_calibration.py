@@ -57,7 +57,7 @@ def test_a_calibration_writes_itself_as_write_calibration_writes_it(real_with_se
     """What `api.calibrate` returns (`Calibrated`) unpacks as the pair it was, and `.write(job_file)` writes
     the files `api.write_calibration(calibration, job, job_file)` writes, byte for byte."""
     from autosync import api
-    from autosync.reporting.calibration import Calibrated
+    from autosync.reporting.calibration_files import Calibrated
 
     calibrated = Calibrated(*calibrate(JOB, real_with_server_costs, UPDATES, {"backend": "synthetic"}))
     result, fitted = calibrated

@@ -9,7 +9,8 @@ import torch
 
 from autosync.catalog import make_policy
 from autosync.engine import simulate
-from autosync.search.objective import Objective, ObjectiveSettings, canonical_on, evaluate, trial_scoring, trial_seeds
+from autosync.policy_score import evaluate
+from autosync.search.objective import Objective, ObjectiveSettings, canonical_on, trial_scoring, trial_seeds
 from autosync.search.space import load_space
 from autosync.search.strategies.pruning import RaceLimit
 from tests.conftest import small_job

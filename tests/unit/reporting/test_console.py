@@ -14,7 +14,7 @@ from rich.console import Console
 
 from autosync import cli
 from autosync.reporting import console as reports
-from autosync.reporting.leaderboard import leaderboard_columns
+from autosync.reporting.leaderboard_files import leaderboard_columns
 from autosync.reporting.tables import Column, Fitted, fitted
 
 LONG_POLICY = {"policy": "sync_switch", "params": {"switch_at": 0.5, "order": "asp_bsp"}}

@@ -7,7 +7,8 @@ import optuna
 import pytest
 
 from autosync.engine.forks import FORKS, ForkStore
-from autosync.search.objective import evaluate, trial_seeds
+from autosync.policy_score import evaluate
+from autosync.search.objective import trial_seeds
 from autosync.search.study.records import BSP_TARGET, FINAL_PENDING, FORKED, FULL_BUDGET_OF, HORIZON
 from autosync.search.space import SPACE_DIR, load_space
 from autosync.search.study.storage import open_storage

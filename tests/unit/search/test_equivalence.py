@@ -12,7 +12,8 @@ from autosync.engine import simulate
 from autosync.engine.simulator import Simulator
 from autosync.engine.proxy import ProxyRun, proxy_of
 from autosync.search.equivalence import FIRST_CHUNK, EquivalenceCheck
-from autosync.search.objective import Objective, ObjectiveSettings, canonical_on, evaluate, trial_scoring, trial_seeds
+from autosync.policy_score import evaluate
+from autosync.search.objective import Objective, ObjectiveSettings, canonical_on, trial_scoring, trial_seeds
 from autosync.search.study.records import FOUND_EQUIVALENT
 from autosync.search.space import load_space
 from autosync.search.strategies.pruning import RaceLimit

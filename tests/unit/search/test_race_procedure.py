@@ -1,4 +1,4 @@
-"""The race's procedure (`autosync.search.race.plan`) on hand-made runs: each round asks for what it lacks,
+"""The race's procedure (`autosync.race.plan`) on hand-made runs: each round asks for what it lacks,
 eliminates by the margin, halves, steps on the lattice seed by seed and checks the finalists in order."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import pytest
 
 from autosync.core.errors import UserError
-from autosync.search.race import Answer, RaceSettings, Run, Runs, horizon, keeps_paired, load_settings, plan
+from autosync.race import Answer, RaceSettings, Run, Runs, horizon, keeps_paired, load_settings, plan
 
 
 def backup(k: int, rule: str = "sqrt") -> dict:

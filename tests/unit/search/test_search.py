@@ -584,7 +584,8 @@ def test_a_trial_still_training_when_the_timeout_passes_stops_and_takes_no_slot(
     the reason and not counted; a candidate's full-budget check is not stopped (the answer needs it)."""
     import time
 
-    from autosync.search.objective import Objective, ObjectiveSettings, RunFailed, evaluate
+    from autosync.policy_score import RunFailed, evaluate
+    from autosync.search.objective import Objective, ObjectiveSettings
     from autosync.search.study.records import FULL_BUDGET_OF, TIMED_OUT
     from autosync.search.study.trials import budget_used
 

@@ -13,7 +13,7 @@ import pytest
 
 from autosync.engine.backends import BackendChoice
 from autosync.search.study.cache import study_name
-from autosync.search.objective import RunFailed, evaluate
+from autosync.policy_score import RunFailed, evaluate
 from tests.conftest import (
     autosync, computing_workers, no_traceback, signal_and_wait, small_job, start_autosync, wait_for,
 )

@@ -13,7 +13,7 @@ from autosync.catalog import make_policy
 from autosync.core.errors import UserError
 from autosync.engine.forks import FORKS
 from autosync.engine.proxy import proxy_fingerprint
-from autosync.search.objective import _simulate_forking
+from autosync.policy_score import _simulate_forking
 from autosync.table import KeptTimes, Table, Variant, cell_for, compute_cell, recorded_proxy, replayed_run
 from autosync.table.cells import SCORES, TO_TARGET
 from tests.conftest import small_job

@@ -258,7 +258,7 @@ def test_a_run_that_blows_up_ends_as_diverged_before_dbw_reads_its_non_finite_ga
     crashed with 'max() arg is an empty sequence'). The run ends as diverged, a failure of the policy."""
     from autosync.core.family import load_family
     from autosync.data import DATA_DIR
-    from autosync.search.objective import RunFailed, evaluate
+    from autosync.policy_score import RunFailed, evaluate
 
     job = load_family(DATA_DIR / "baselines" / "family_quarry.yaml").jobs(1)[0]
     with pytest.raises(RunFailed, match="diverged at update"):

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests import dbw_trace
 
 GOLDEN = Path(__file__).resolve().parents[3] / "data" / "dbw_trace_n1024.json"
@@ -43,22 +45,23 @@ def dbw_problem(n: int, iterations: int, seed: int):
     return est.targets()
 
 
-def test_the_solver_at_4096_workers_equals_the_unmerged_reference():
+# n = 4,096 takes about 8 s, most of it the unmerged reference (n^2 cells): in the full suite, not the quick run
+@pytest.mark.parametrize("n, iterations, seed", [(1024, 30, 0), (1024, 12, 1),
+                                                 pytest.param(4096, 20, 2, marks=pytest.mark.slow)])
+def test_the_solver_at_1024_and_4096_workers_equals_the_unmerged_reference(n, iterations, seed):
     """The compiled solver (runs of equal rows merged, binding runs peeled) against the same partition on the
     unmerged grid, the slow reference, at n = 1,024 and 4,096."""
     import numpy as np
-    import pytest
 
     from autosync.policies.dbw import _eq17_exact as exact
     from autosync.policies.dbw._eq17 import Problem, isotone_majorant
 
     if not exact.COMPILED:
         pytest.skip("the compiled solver is not built")
-    for n, iterations, seed in ((1024, 30, 0), (1024, 12, 1), (4096, 20, 2)):
-        weights, targets = dbw_problem(n, iterations, seed)
-        x = exact.CompiledEq17Solver().solve(weights, targets).x
-        reference = isotone_majorant(exact.solve_merged(Problem(weights, targets, np.arange(n))))
-        assert np.abs(x - reference).max() <= 1e-12 * np.abs(reference).max(), (n, seed)
+    weights, targets = dbw_problem(n, iterations, seed)
+    x = exact.CompiledEq17Solver().solve(weights, targets).x
+    reference = isotone_majorant(exact.solve_merged(Problem(weights, targets, np.arange(n))))
+    assert np.abs(x - reference).max() <= 1e-12 * np.abs(reference).max(), (n, seed)
 
 
 def _dense_targets(est) -> tuple:

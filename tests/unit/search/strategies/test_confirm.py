@@ -8,7 +8,7 @@ import math
 import pytest
 
 from autosync.search.study.records import CONFIRMATION_RUNS as RUNS
-from autosync.search.objective import evaluate
+from autosync.policy_score import evaluate
 from autosync.search.space import SPACE_DIR, load_space
 from autosync.search.tune import tune
 from tests.conftest import autosync, no_traceback, small_job, tune_request

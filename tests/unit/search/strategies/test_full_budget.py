@@ -11,7 +11,8 @@ import torch
 from autosync.engine.forks import FORKS
 from autosync.search.strategies.full_budget import next_to_check
 from autosync.search.strategies.pruning import PACE_MARGIN, RaceLimit
-from autosync.search.objective import Objective, ObjectiveSettings, evaluate, trial_scoring, trial_seeds
+from autosync.policy_score import evaluate
+from autosync.search.objective import Objective, ObjectiveSettings, trial_scoring, trial_seeds
 from autosync.search.study.records import CONSTRAINT, FINAL_PENDING, FORKED, FULL_BUDGET_OF, PRUNED_ON_PACE
 from autosync.search.space import SPACE_DIR, load_space
 from autosync.search.study.storage import open_storage

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import optuna
 
-from autosync.search.objective import Objective, ObjectiveSettings, evaluate, trial_scoring, trial_seeds
+from autosync.policy_score import evaluate
+from autosync.search.objective import Objective, ObjectiveSettings, trial_scoring, trial_seeds
 from autosync.search.study.records import CONSTRAINT, PLATEAU, SCORING
 from autosync.search.space import load_space
 from autosync.search.strategies.full_budget import next_to_check

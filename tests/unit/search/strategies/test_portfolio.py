@@ -11,7 +11,7 @@ import numpy as np
 import optuna
 import pytest
 
-from autosync.search.objective import evaluate
+from autosync.policy_score import evaluate
 from autosync.search.study.records import ANSWERED, CANONICAL, PREDICTED
 from autosync.search.space import POLICY_PARAM, SPACE_DIR, load_space
 from autosync.search.strategies.confirm import REFERENCE, Candidate, RunStore, confirm, how_it_held

@@ -7,7 +7,8 @@ import statistics
 import optuna
 import pytest
 
-from autosync.search.objective import BSP, Objective, ObjectiveSettings, constraint, evaluate
+from autosync.policy_score import constraint, evaluate
+from autosync.search.objective import BSP, Objective, ObjectiveSettings
 from autosync.search.space import SPACE_DIR, load_space
 from autosync.search.strategies.confirm import RunStore
 from autosync.search.strategies.second_seed import (

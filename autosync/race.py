@@ -22,7 +22,7 @@ and the race runs:
    grid's choice against 1.00 here, for a median 5.28 BSP trainings against 4.89.)
 
 `plan` is the procedure as a function of the runs done so far: it returns the next runs, or the answer.
-Whoever runs them (the tune's study, `autosync.search.race_trials`; the table, `autosync.experiments.race`)
+Whoever runs them (the tune's study, `autosync.search.race_trials`; the table, `autosync.experiments.race_fit`)
 feeds back each run's penalised time (or the horizon it was stopped at) or final metric, and calls it
 again, so a resumed race picks up where it stood and the answer does not depend on the order
 the runs finished in: a run stopped at a horizon set from fewer finished runs is slower than `margin` times

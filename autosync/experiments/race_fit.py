@@ -1,4 +1,4 @@
-"""The race (`autosync.search.race`) run on the table, its settings fitted there, and the fit judged
+"""The race (`autosync.race`) run on the table, its settings fitted there, and the fit judged
 leave-one-family-out.
 
 `race` runs the race's procedure on one job with every run read from the table (`portfolio_fit.JobTimes`):
@@ -29,7 +29,7 @@ from autosync.experiments import lofo
 from autosync.experiments.portfolio_fit import JobTimes, greedy_portfolio, job_times
 from autosync.experiments.reference_grid import TOLERANCE, held_out_seeds
 from autosync.lattice import BSP_LABEL, lattice_points
-from autosync.search.race import SEARCH_SEEDS, Answer, RaceSettings, horizon, plan
+from autosync.race import SEARCH_SEEDS, Answer, RaceSettings, horizon, plan
 from autosync.table import Table
 
 __all__ = ["COST_GOAL", "FINALISTS", "MARGINS", "SIZES", "fit", "fit_families", "leave_one_family_out", "race", "settings_text"]
