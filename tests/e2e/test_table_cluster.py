@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from autosync.table import cluster
+from autosync.table import dask_cluster as cluster
 from tests.conftest import autosync, no_traceback
 
 POLICIES = ("--policies", "bsp", "--policies", "asp", "--policies", "backup:k=3", "--held-out", "1")
