@@ -119,7 +119,6 @@ class Answer:
     time: float
     ranked: list[tuple[str, float]]
     checked: list[str]  # the finalists whose final metric was checked, in order
-    kept: bool  # whether the answer kept BSP's final metric (BSP itself: True)
 
 
 def point_key(policy: dict[str, Any]) -> str:
@@ -196,7 +195,7 @@ def plan(settings: RaceSettings, points: dict[str, dict[str, Any]], times: dict[
     checked = []
     for label, time in ranked[: settings.finalists]:
         if point_key(points[label]) == point_key(BSP_POLICY):
-            return Answer(label, time, ranked, checked, True)
+            return Answer(label, time, ranked, checked)
         wanted = [Run(x, s, ROUNDS[3], full=True) for x in (BSP_LABEL, label) for s in range(SEARCH_SEEDS)]
         missing = [r for r in wanted if (r.label, r.seed) not in finals]
         if missing:
@@ -204,8 +203,8 @@ def plan(settings: RaceSettings, points: dict[str, dict[str, Any]], times: dict[
         checked.append(label)
         if keeps_paired([finals[(label, s)] for s in range(SEARCH_SEEDS)],
                         [finals[(BSP_LABEL, s)] for s in range(SEARCH_SEEDS)], tolerance, accuracy):
-            return Answer(label, time, ranked, checked, True)
-    return Answer(BSP_LABEL, _mean(times, BSP_LABEL), ranked, checked, True)
+            return Answer(label, time, ranked, checked)
+    return Answer(BSP_LABEL, _mean(times, BSP_LABEL), ranked, checked)
 
 
 def _missing(labels: list[str], seed: int, round_: str, against: tuple[str, ...], times: dict[tuple[str, int], float],

@@ -38,7 +38,7 @@ COST_GOAL = 3.0  # the search issue's median cost goal, in BSP trainings
 SIZES = (4, 6, 8, 12)  # portfolio sizes `fit` tries (a first round of at most a third of a 36-label lattice)
 MARGINS = (1.1, 1.25, 1.5, 2.0)  # elimination margins `fit` tries (from near a tie to twice the leader's time)
 # finalists `fit` tries: the search issue's "at most the 2-3 finalists" (offering 1 as well was tried: the fit
-# on crest's training families took it, and leave-one-family-out went from a median 1.00 to 1.09)
+# on one fold's training families took it, and leave-one-family-out went from a median 1.00 to 1.09)
 FINALISTS = (2, 3)
 
 
@@ -87,11 +87,9 @@ def fit(table: Table, jobs: list[JobTimes]) -> RaceSettings:
                 cost = statistics.median(row["cost"] for row in rows)
                 loss = statistics.fmean(math.log(row["ratio"]) for row in rows)
                 scored.append((cost > COST_GOAL, loss, cost, size, margin, finalists, settings))
-    *_, best = min(scored, key=lambda s: s[:6])
-    families = sorted({j.family for j in jobs})
+    _, _, cost, *_, best = min(scored, key=lambda s: s[:6])
     return RaceSettings(best.portfolio, best.margin, best.finalists,
-                        {"jobs": len(jobs), "families": families,
-                         "median_cost": round(min(scored, key=lambda s: s[:6])[2], 4)})
+                        {"jobs": len(jobs), "families": sorted({j.family for j in jobs}), "median_cost": round(cost, 4)})
 
 
 def leave_one_family_out(table: Table, jobs: list[JobTimes]) -> list[dict[str, Any]]:

@@ -34,9 +34,9 @@ from autosync.search.objective import process_tag
 from autosync.race import SEARCH_SEEDS, Answer, RaceSettings, Run, horizon, plan, race_settings
 from autosync.search.study import _optuna_internals as internals
 from autosync.search.study.locking import storage_lock
-from autosync.search.study.records import (BSP_REFERENCE, BSP_TRAINING_SECONDS, FAIL_REASON, FINAL_METRIC, POLICY,
-                                           PROCESS, RACE_FINAL, RACE_HORIZON, RACE_RUN, RACE_TIME, ROLE, RUNS,
-                                           TIME_TO_TARGET, VIRTUAL_SECONDS)
+from autosync.search.study.records import (BSP_REFERENCE, BSP_TRAINING_SECONDS, FAIL_REASON, FINAL_METRIC, FORKED,
+                                           POLICY, PROCESS, RACE_FINAL, RACE_HORIZON, RACE_RUN, RACE_TIME, REACHED,
+                                           ROLE, RUNS, TIME_TO_TARGET, VIRTUAL_SECONDS)
 from autosync.search.study.trials import fail_dead_trials, run_queued_trial
 
 if TYPE_CHECKING:
@@ -155,13 +155,12 @@ def race_search(study: "optuna.Study", request: "TuneRequest",
     return step, reference
 
 
-def race_answer(study: "optuna.Study", answer: Answer) -> dict[str, Any]:
+def race_answer(study: "optuna.Study", answer: Answer, job_seed: int) -> dict[str, Any]:
     """The race's answer as the cache record takes it (`autosync.search.study.cache.write_cache`): its policy,
     mean time and final metric over the two seeds, its first trial, and the race's rounds (`rounds`)."""
     trials = [t for t in internals.fresh_trials(study) if RACE_RUN in t.user_attrs]
     own = [t for t in trials if _run_of(t.user_attrs[RACE_RUN]).label == answer.label]
     finals = [t.user_attrs.get(RACE_FINAL) for t in own if _run_of(t.user_attrs[RACE_RUN]).full]
-    job_seed = study.user_attrs.get(BSP_REFERENCE, {}).get("seeds", [0])[0]
     return {"policy": own[0].user_attrs[POLICY], "value": answer.time,
             "final_metric": statistics.fmean(finals) if finals and None not in finals else None,
             "trial": min(t.number for t in own),
@@ -229,13 +228,16 @@ def _reference(study: "optuna.Study", job: JobSpec, finals: dict[tuple[str, int]
     bsp_times = [times.get((BSP_LABEL, s)) for s in range(SEARCH_SEEDS)]
     if any(v is None for v in bsp_finals + bsp_times):
         raise RuntimeFailure("BSP itself fails on this job, so there is no reference to tune against")
-    full = [t for t in internals.fresh_trials(study) if RACE_RUN in t.user_attrs
-            and _run_of(t.user_attrs[RACE_RUN]).full and _run_of(t.user_attrs[RACE_RUN]).label == BSP_LABEL]
+    runs = [(t, _run_of(t.user_attrs[RACE_RUN])) for t in internals.fresh_trials(study)
+            if RACE_RUN in t.user_attrs and RACE_TIME in t.user_attrs]
+    full = [t for t, run in runs if run.full and run.label == BSP_LABEL]
+    # each run's own length: what it trained and what it continued from its run to the target (forked)
+    lengths = [t.user_attrs.get(VIRTUAL_SECONDS, 0.0) + t.user_attrs.get(FORKED, 0.0) for t in full]
     return {TIME_TO_TARGET: statistics.fmean(bsp_times), FINAL_METRIC: statistics.fmean(bsp_finals),
-            "reached": sum(t < 2 * job.budget.max_virtual_seconds for t in bsp_times), RUNS: SEARCH_SEEDS,
-            VIRTUAL_SECONDS: 0.0, "seeds": [job.seed + s for s in range(SEARCH_SEEDS)],
-            BSP_TRAINING_SECONDS: max(job.budget.max_virtual_seconds,
-                                      max((t.user_attrs.get(VIRTUAL_SECONDS, 0.0) for t in full), default=0.0))}
+            REACHED: sum(t.user_attrs.get(REACHED, 0) for t in full), RUNS: SEARCH_SEEDS,
+            VIRTUAL_SECONDS: 0.0,  # its runs are the race's trials, counted there
+            "seeds": [job.seed + s for s in range(SEARCH_SEEDS)], BSP_TRAINING_SECONDS: statistics.fmean(lengths)}
+
 
 
 def _run_of(stored: dict[str, Any]) -> Run:

@@ -202,7 +202,7 @@ def write_cache(study: "optuna.Study", job: JobSpec, space: "SearchSpace", sampl
         **cost_fields(study, reference, value),
         "speedup_vs_bsp": bsp_time / value if value > 0 else None,
         "search_breakdown": search_breakdown(study),
-        "cost_to_answer_bsp_trainings": in_bsp_trainings(answer.get("cost", search_cost(study)),
+        "cost_to_answer_bsp_trainings": in_bsp_trainings(answer["cost"] if "cost" in answer else search_cost(study),
                                                          bsp_training_seconds(reference)),
         "neighbour_jobs": neighbours or [],
         PRIOR_TRIALS: study.user_attrs.get(PRIOR_TRIALS, 0),  # their trials TPE read as a prior
