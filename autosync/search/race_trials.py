@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
     from autosync.search.request import TuneRequest
 
-__all__ = ["Observed", "RaceObjective", "observed", "race_answer", "race_search", "rounds"]
+__all__ = ["Observed", "RaceObjective", "observed", "race_answer", "race_search", "race_top", "rounds"]
 
 POLL_SECONDS = 1.0  # how often a process waits for another's run of the round to finish
 
@@ -168,6 +168,25 @@ def race_answer(study: "optuna.Study", answer: Answer, job_seed: int) -> dict[st
                      "checked": answer.checked, "answer": answer.label}}
 
 
+def race_top(record: dict[str, Any], count: int = 5) -> list[dict[str, Any]]:
+    """The race's best candidates as `best_policies` lists a search's (`autosync tune --json`'s `top`), from its
+    cache record's race (`race_answer`): the `count` fastest by their mean time over both seeds, each with its
+    first trial, its mean final metric where the final-metric round ran it on both seeds, and on how many of
+    its seeds a run reached the target."""
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for group in record["rounds"]:
+        for run in group["runs"]:
+            runs.setdefault(run["label"], []).append({**run, "seed": group["seed"]})
+    out = []
+    for label, time in record["ranked"][:count]:
+        own = runs[label]
+        finals = [r["final"] for r in own if "final" in r]
+        out.append({"trial": min(r.get("trial", 0) for r in own), "policy": own[0]["policy"], "time_to_target": time,
+                    "final_metric": statistics.fmean(finals) if len(finals) == SEARCH_SEEDS and None not in finals
+                    else None, "reached": len({r["seed"] for r in own if r["time"] is not None}), "runs": SEARCH_SEEDS})
+    return out
+
+
 def rounds(trials: "list[optuna.trial.FrozenTrial]", job_seed: int) -> list[dict[str, Any]]:
     """The race's runs in the order they were queued, grouped by round and seed as they came (a round run
     again after a failed check is a group of its own): each run's label, its time to the target (None:
@@ -182,7 +201,8 @@ def rounds(trials: "list[optuna.trial.FrozenTrial]", job_seed: int) -> list[dict
             out.append({"round": run.round, "seed": job_seed + run.seed, "runs": []})
         row = out[-1]
         key = (run.label, run.seed)
-        row["runs"].append({"label": run.label, "policy": t.user_attrs[POLICY], "time": t.user_attrs[RACE_TIME],
+        row["runs"].append({"label": run.label, "trial": t.number, "policy": t.user_attrs[POLICY],
+                            "time": t.user_attrs[RACE_TIME],
                             **({"final": t.user_attrs.get(RACE_FINAL)} if run.full else {}),
                             "new_seed": key not in seen})
         seen.add(key)

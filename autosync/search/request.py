@@ -10,6 +10,7 @@ import warnings
 from dataclasses import dataclass
 
 from autosync.core.declare import default_of
+from autosync.core.errors import UserError
 from autosync.core.job import JobSpec
 from autosync.engine.backends import BackendChoice
 from autosync.search.objective import ObjectiveSettings
@@ -60,10 +61,29 @@ class TuneRequest:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             make_sampler(self.sampler, self.seed, self.space, self.settings.multi_objective)
+        self._refuse_for_the_race()
         if self.sampler == RACE:  # its settings file read once here too: a bad one is refused before the storage
             from autosync.race import race_settings
 
             race_settings(self.race_settings)
+
+    def _refuse_for_the_race(self) -> None:
+        """The options the race does not take, refused in one line once the sampler is resolved on the space
+        (`--sampler auto` is the race on the policy space): it compares its candidates on two seeds and checks
+        its finalists' final metric itself, and runs to its answer."""
+        if self.sampler != RACE:
+            if self.race_settings is not None:
+                raise UserError(f"--race-settings is read by the race only, but --sampler resolved to {self.sampler} "
+                                f"on --space {self.space.name}")
+            return
+        race = f"the race (--sampler race, the default on --space {self.space.name})"
+        if self.verify_top or self.confirm_top or self.settings.multi_objective:
+            raise UserError(f"{race} compares its candidates on two seeds and checks its finalists' final metric "
+                            "itself: it takes --objective time, no --verify-top and no --confirm-top (--sampler tpe "
+                            "takes them)")
+        if self.timeout is not None:
+            raise UserError(f"{race} runs to its answer (Ctrl-C stops it, and the same command resumes it): it "
+                            f"takes no --timeout (--sampler tpe takes one), but got --timeout {self.timeout:g}")
 
     @functools.cached_property
     def fast_workers(self) -> int | None:

@@ -38,7 +38,7 @@ from autosync.search.strategies.patience import give_up_queued, patience_of, tri
 from autosync.search.strategies.pruning import RaceLimit, TargetRacePruner, thinned
 from autosync.search.study.running_twins import Resampled
 from autosync.search.strategies.samplers import RACE, SWITCH_POINT_SAMPLERS, make_sampler
-from autosync.search.race_trials import race_answer, race_search
+from autosync.search.race_trials import race_answer, race_search, race_top
 from autosync.search.strategies.second_seed import second_seed_judge
 from autosync.search.study.records import (
     BSP_REFERENCE, BSP_TARGET, BSP_TRAINING_SECONDS, CURVE, FORKED, HORIZON, NEIGHBOUR_JOBS, REPAIR_OF, TIME_TO_TARGET,
@@ -163,7 +163,7 @@ def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = Non
     if cache is not None and _timed_out_short(cache, study, request):
         cache = None  # a search its --timeout ended before the budget: the same command resumes it
     if cache is not None:
-        outcome = TuneOutcome(study.study_name, request.storage, True, 0, cache, best_policies(study), study)
+        outcome = TuneOutcome(study.study_name, request.storage, True, 0, cache, _top(cache, study), study)
         siblings = sibling_studies(study, storage)  # read once: the confirmation and `_elsewhere` both use them
         return _elsewhere(_verified(_confirmed(outcome, request, storage, siblings, on_confirm), request),
                           request.job, siblings)
@@ -197,9 +197,16 @@ def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = Non
                         timed_out_of=budget_of(request, before) if short else None,
                         answer=race_answer(study, answer, request.job.seed) if answer is not None else None)
     outcome = TuneOutcome(study.study_name, request.storage, False, len(trials_run_by(study, mine)), cache,
-                          best_policies(study), study, roles=roles(study))
+                          _top(cache, study), study, roles=roles(study))
     return _elsewhere(_verified(_confirmed(outcome, request, storage, siblings, on_confirm), request), request.job,
                       siblings)
+
+
+def _top(cache: dict[str, Any], study: "optuna.Study") -> list[dict[str, Any]]:
+    """The study's best candidates, best first: the race's by their mean over both seeds (`race_top`), another
+    search's best feasible trials (`best_policies`)."""
+    race = cache.get("race")
+    return race_top(race) if isinstance(race, dict) else best_policies(study)
 
 
 def budget_of(request: TuneRequest, before: int) -> int:

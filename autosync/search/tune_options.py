@@ -19,7 +19,7 @@ from autosync.engine.backends import ExecutionOptions
 from autosync.search.study.records import BSP_TARGET, BUDGET
 
 SAMPLERS = ("portfolio", "race", "tpe", "gp", "random", "grid", "binary", "ladder")  # --sampler's choices besides AUTO
-AUTO = "auto"  # the portfolio search where the space lists a portfolio, else TPE (`samplers.sampler_for`)
+AUTO = "auto"  # the race on the policy space, else TPE (`samplers.sampler_for`)
 SWITCH_POINT_SAMPLERS = ("binary", "ladder")  # strategies that run candidates of their own choosing
 RACE = "race"  # the race on common seeds (`autosync.race`): runs candidates of its own choosing too
 
@@ -43,12 +43,12 @@ class TuneOptions(ExecutionOptions):
     study: Optional[str] = option(None, "Study name (default: <fingerprint>-<space>).")
     adopt_study: bool = option(False, "Let --study name a study made for another job (another fingerprint): its "
                                "trials and cached answer then stand for this job.")
-    sampler: str = option("auto", "auto (portfolio where the space lists one, else tpe) | portfolio (race each "
-                          "family's portfolio settings, then TPE inside the families that can still win) | race "
-                          "(the lattice raced on common seeds: a fitted portfolio, then halving, a local step and "
-                          "the final-metric rule on the finalists; --space policy only, --n-trials not read) | tpe "
-                          "| gp "
-                          "| random | grid | binary (Sync-Switch) | ladder (cheapest switch point first).")
+    sampler: str = option("auto", "auto (race on the policy space, else tpe) | race (the lattice of every policy "
+                          "raced on common seeds: a fitted portfolio, then halving, a local step and the "
+                          "final-metric rule on the finalists; --space policy only, --n-trials not read) | "
+                          "portfolio (race each family's portfolio settings, then TPE inside the families that can "
+                          "still win) | tpe | gp | random | grid | binary (Sync-Switch) | ladder (cheapest switch "
+                          "point first).")
     n_jobs: int = option(1, "Processes running trials on this machine.", ge=1)
     seed: int = option(0, "Sampler seed.", ge=0, le=MAX_SEED)
     repeats: int = option(1, "Seeds per trial (the objective is noisy).", ge=1)
@@ -114,14 +114,9 @@ class TuneOptions(ExecutionOptions):
             raise UserError("--verify-top compares one objective's rankings: it needs --objective time")
         if self.confirm_top and self.objective != "time":
             raise UserError("--confirm-top ranks candidates by one objective: it needs --objective time")
-        if self.sampler == RACE and (self.verify_top or self.confirm_top or self.objective != "time"):
-            raise UserError("--sampler race compares its candidates on two seeds and checks its finalists' final "
-                            "metric itself: it takes --objective time, no --verify-top and no --confirm-top")
-        if self.sampler == RACE and self.timeout is not None:
-            raise UserError(f"--sampler race runs to its answer (Ctrl-C stops it, and the same command resumes "
-                            f"it): it takes no --timeout, but got --timeout {self.timeout:g}")
-        if self.race_settings is not None and self.sampler != RACE:
+        if self.race_settings is not None and self.sampler not in (AUTO, RACE):
             raise UserError(f"--race-settings is read by --sampler race only, but got --sampler {self.sampler}")
         if self.confirm_top and self.sampler in SWITCH_POINT_SAMPLERS:
             raise UserError(f"--confirm-top re-runs a search's candidates on more seeds, but --sampler {self.sampler} "
                             "already trains each candidate on 3 seeds (Sync-Switch's R)")
+

@@ -123,7 +123,8 @@ def test_processes_started_together_never_train_one_policy_twice(tiny_job, tmp_p
     training), so the 6 trials of the budget (completed or pruned) train distinct policies (the tiny job's
     static_k space has 7 that run differently), and each process reports the trials it ran itself."""
     db = tmp_path / "s.db"
-    cmd = [sys.executable, "-m", "autosync.cli", "tune", str(tiny_job), "--n-trials", "6", "--storage", f"sqlite:///{db}",
+    cmd = [sys.executable, "-m", "autosync.cli", "tune", str(tiny_job), "--sampler", "tpe", "--n-trials", "6",
+           "--storage", f"sqlite:///{db}",
            "--patience", "0"]  # the whole budget (a search that stops improving gives up places: test_patience)
     procs = [subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(4)]

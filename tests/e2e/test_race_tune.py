@@ -68,10 +68,11 @@ def test_a_race_resumes_from_its_trials_and_runs_none_twice(tiny_job, tmp_path):
 
 
 @pytest.mark.parametrize("args, says", [
-    (("--race-settings", "x.yaml"), "--race-settings is read by --sampler race only"),
+    (("--space", "static_k", "--race-settings", "x.yaml"), "--race-settings is read by the race only"),
     (("--sampler", "race", "--space", "static_k"), "needs --space policy"),
     (("--sampler", "race", "--confirm-top", "2"), "no --confirm-top"),
-    (("--sampler", "race", "--timeout", "60"), "takes no --timeout, but got --timeout 60"),
+    (("--sampler", "race", "--timeout", "60"), "takes no --timeout (--sampler tpe takes one), but got --timeout 60"),
+    (("--objective", "time,metric"), "the race (--sampler race, the default on --space policy) compares"),
     (("--sampler", "race", "--race-settings", "bad.yaml"), "bad.yaml: margin must be a number >= 1"),
 ])
 def test_a_bad_race_option_is_one_line_and_exit_2(tiny_job, tmp_path, args, says):

@@ -470,7 +470,7 @@ def test_a_killed_tune_on_this_machine_is_resumed_at_once(tiny_job, tmp_path):
 
     job = _long(tiny_job, threshold=0.99)
     db = tmp_path / "s.db"
-    args = ("tune", str(job), "--n-trials", "4", "--storage", f"sqlite:///{db}")
+    args = ("tune", str(job), "--sampler", "tpe", "--n-trials", "4", "--storage", f"sqlite:///{db}")
     tune = start_autosync(*args, cwd=tmp_path)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not _mid_trial(db, tagged=True) and tune.poll() is None:

@@ -42,8 +42,8 @@ def _job(tmp_path: Path, killable: bool = True) -> Path:
 def _start(job: Path, url: str, n_jobs: int, tmp_path: Path, name: str) -> subprocess.Popen:
     log = open(tmp_path / f"{name}.log", "a")
     env = {**os.environ, "AUTOSYNC_HEARTBEAT_SECONDS": "1"}
-    cmd = [sys.executable, "-m", "autosync.cli", "tune", str(job), "--n-trials", str(BUDGET), "--tolerance", "0.5",
-           "--storage", url, "--n-jobs", str(n_jobs), "--patience", "0"]  # the whole budget (give-ups: test_patience)
+    cmd = [sys.executable, "-m", "autosync.cli", "tune", str(job), "--sampler", "tpe", "--n-trials", str(BUDGET),
+           "--tolerance", "0.5", "--storage", url, "--n-jobs", str(n_jobs), "--patience", "0"]  # the whole budget (give-ups: test_patience)
     return subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
@@ -168,7 +168,7 @@ def test_readme_recipe_two_tunes_share_one_postgresql_study_and_no_output_shows_
     with postgres_server() as url:
         # the README's recipe for several machines: the same command, with the same --storage, on each
         cmd = [sys.executable, "-m", "autosync.cli", "tune", str(job), "--storage", url, "--n-trials", "6",
-               "--tolerance", "0.5"]
+               "--tolerance", "0.5", "--sampler", "tpe"]
         procs = [subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                  for _ in range(2)]
         outputs = [p.communicate(timeout=240) for p in procs]

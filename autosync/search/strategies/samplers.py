@@ -15,10 +15,10 @@ __all__ = ["AUTO", "RACE", "SAMPLERS", "SWITCH_POINT_SAMPLERS", "make_sampler", 
 
 
 def sampler_for(name: str, space: SearchSpace) -> str:
-    """The sampler `--sampler name` runs on `space`: `auto` is the portfolio search where the space lists a
-    portfolio (`autosync.search.strategies.portfolio`), else TPE."""
+    """The sampler `--sampler name` runs on `space`: `auto` is the race on the policy space (`autosync.race`:
+    the lattice of every policy, raced on common seeds), else TPE."""
     if name == AUTO:
-        return "portfolio" if space.portfolio else "tpe"
+        return RACE if space.name == "policy" else "tpe"
     if name not in SAMPLERS:
         raise UserError(f"--sampler must be one of {[AUTO, *SAMPLERS]}, but got {name!r}")
     return name

@@ -235,7 +235,7 @@ def test_cli_tune_then_cache_hit_then_run_tuned_then_clear_each_json_one_strict_
         assert proc.returncode == 0, proc.stderr
         return json.loads(proc.stdout, parse_constant=lambda c: pytest.fail(f"non-standard JSON {c}")), proc.stderr
 
-    tuned, stderr = document("tune", str(job), "--n-trials", "3", "--tolerance", "0.05")
+    tuned, stderr = document("tune", str(job), "--sampler", "tpe", "--n-trials", "3", "--tolerance", "0.05")
     assert tuned["cached"] is False and tuned["cache"]["trials"] == 3 and tuned["top"]
     assert "storage: sqlite:///results/autosync-studies.db" in stderr  # status on stderr, results on stdout
     again = subprocess.run([sys.executable, "-X", "importtime", "-m", "autosync.cli", "tune", str(job),

@@ -138,7 +138,8 @@ def test_a_portfolio_tune_checks_its_stale_leader_in_the_race_and_no_more_checks
 
     job = small_job(budget={"max_virtual_seconds": 60})
     space = load_space(SPACE_DIR / "policy.yaml", job.cluster.n_workers)
-    outcome = tune(tune_request(job, space, n_trials=20, storage=f"sqlite:///{tmp_path / 's.db'}", seed=0))
+    outcome = tune(tune_request(job, space, n_trials=20, storage=f"sqlite:///{tmp_path / 's.db'}", seed=0,
+                                sampler="portfolio"))
     trials = outcome.study.trials
     race = [t for t in trials if t.user_attrs.get(RACE_CHECK)]
     checks = [t for t in trials if FULL_BUDGET_OF in t.user_attrs]

@@ -114,7 +114,8 @@ def test_trials_recorded_without_the_budget_are_candidates_and_a_changed_sibling
     import sqlite3
 
     url = f"sqlite:///{tmp_path / 's.db'}"
-    plain = tune(tune_request(JOB, load_space(SPACE_DIR / "policy.yaml", 4), n_trials=4, storage=url))
+    plain = tune(tune_request(JOB, load_space(SPACE_DIR / "policy.yaml", 4), n_trials=4, storage=url,
+                              sampler="portfolio"))
     with sqlite3.connect(tmp_path / "s.db") as con:  # as an older autosync wrote it
         for (attr_id, value) in con.execute("select trial_user_attribute_id, value_json from trial_user_attributes "
                                             "where key = 'scoring'").fetchall():
@@ -144,15 +145,15 @@ def test_cli_prints_the_confirmation_and_refuses_bad_options_in_one_line(tmp_pat
                    "model: {name: logreg}, batch_size: 16, optimizer: {lr: 0.2}, evaluation: {every_seconds: 2}}\n"
                    "cluster: {n_workers: 4}\ntarget: {metric: test_accuracy, threshold: 0.7}\n"
                    "budget: {max_virtual_seconds: 30}\n")
-    proc = autosync("tune", str(job), "--n-trials", "3", "--tolerance", "0.05", "--confirm-top", "1",
-                    "--confirm-seeds", "1", "--json", cwd=tmp_path)
+    proc = autosync("tune", str(job), "--sampler", "tpe", "--n-trials", "3", "--tolerance", "0.05", "--confirm-top",
+                    "1", "--confirm-seeds", "1", "--json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     cache = json.loads(proc.stdout)["cache"]
     assert cache["confirmed"]["seeds"] == [0, 1] and cache["best_policy"] == cache["confirmed"]["winner"]
-    proc = autosync("tune", str(job), "--n-trials", "3", "--tolerance", "0.05", "--confirm-top", "1", "--confirm-seeds", "1",
-                    cwd=tmp_path)
+    proc = autosync("tune", str(job), "--sampler", "tpe", "--n-trials", "3", "--tolerance", "0.05", "--confirm-top", "1",
+                    "--confirm-seeds", "1", cwd=tmp_path)
     assert proc.returncode == 0 and "confirmed on seeds [0, 1]" in proc.stdout
-    bad = autosync("tune", str(job), "--confirm-top", "1", "--objective", "time,metric", cwd=tmp_path)
+    bad = autosync("tune", str(job), "--sampler", "tpe", "--confirm-top", "1", "--objective", "time,metric", cwd=tmp_path)
     assert bad.returncode == 2 and "--confirm-top ranks candidates by one objective" in bad.stderr
     no_traceback(bad)
     bad = autosync("tune", str(job), "--confirm-top", "1", "--sampler", "binary", "--space", "switch_point", cwd=tmp_path)

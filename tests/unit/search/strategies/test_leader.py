@@ -71,7 +71,7 @@ def test_a_tune_holds_its_leader_and_the_confirmation_copies_the_run(tmp_path):
     job = small_job()
     space = load_space(SPACE_DIR / "policy.yaml", job.cluster.n_workers)
     outcome = tune(tune_request(job, space, n_trials=6, storage=f"sqlite:///{tmp_path / 's.db'}", seed=0,
-                                confirm_top=2))
+                                confirm_top=2, sampler="portfolio"))
     held = held_runs(outcome.study)
     assert held and all(run["seed"] == job.seed + 1 for run in held.values())
     store = RunStore(outcome.study, [])

@@ -98,7 +98,8 @@ def test_the_command_says_the_search_stopped_improving_and_refuses_a_negative_pa
                    "cluster: {n_workers: 4}\ntarget: {metric: test_accuracy, threshold: 0.7}\n"
                    "budget: {max_virtual_seconds: 30}\n")
     storage = f"sqlite:///{tmp_path / 's.db'}"
-    proc = autosync("tune", str(job), "--storage", storage, "--n-trials", "8", "--patience", "1", cwd=tmp_path)
+    proc = autosync("tune", str(job), "--sampler", "tpe", "--storage", storage, "--n-trials", "8", "--patience", "1",
+                    cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     said = " ".join(proc.stdout.split())
     assert "The search stopped improving (1 trial in a row found nothing faster)" in said

@@ -175,8 +175,8 @@ def _any_point(family: str, salt: int = 0) -> dict:
     return {"policy": family, "params": params}
 
 
-def test_auto_is_the_portfolio_search_where_the_space_lists_a_portfolio():
-    assert sampler_for("auto", POLICY_SPACE) == "portfolio"
+def test_auto_is_the_race_on_the_policy_space_and_tpe_elsewhere():
+    assert sampler_for("auto", POLICY_SPACE) == "race"
     assert sampler_for("auto", load_space(SPACE_DIR / "static_k.yaml", N)) == "tpe"
     assert {p["policy"] for p in portfolio_policies(POLICY_SPACE, N)} == set(POLICY_SPACE.policies)
     shares = [p["params"]["k"] for p in portfolio_policies(POLICY_SPACE, N) if p["policy"] == "backup"]

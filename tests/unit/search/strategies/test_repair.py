@@ -151,7 +151,7 @@ def test_a_tune_repairs_a_failed_static_k_one_step_towards_bsp_outside_its_budge
     job = load_job(None)
     n = job.cluster.n_workers
     space = load_space(SPACE_DIR / "policy.yaml", n)
-    outcome = tune(tune_request(job, space, n_trials=2, tolerance=0.0,
+    outcome = tune(tune_request(job, space, n_trials=2, tolerance=0.0, sampler="portfolio",
                                     storage=f"sqlite:///{tmp_path / 's.db'}"))
     study = outcome.study
     repairs = [t for t in study.trials if REPAIR_OF in t.user_attrs]
