@@ -60,7 +60,8 @@ def race(table: Table, job: JobTimes, settings: RaceSettings, tolerance: float =
                 finals[key] = finals_on[run.seed](job.policies[run.label])
                 whole = job.bsp_training if run.label == BSP_LABEL else budget
                 seconds += max(0.0, whole - trained.get(key, 0.0))
-                times.setdefault(key, time)  # as `race_trials.observed` reads it
+                if run.label == BSP_LABEL:  # as `race.plan` reads times (and `race_trials.observed` gives them)
+                    times.setdefault(key, time)
                 continue
             limit = horizon(run, settings.margin, times)
             trained[key] = min(time, limit, budget)  # a run again past a horizon starts over

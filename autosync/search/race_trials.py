@@ -114,7 +114,7 @@ def observed(study: "optuna.Study") -> Observed:
         key, value = (run.label, run.seed), t.user_attrs[RACE_TIME]
         if run.full:
             seen.finals.setdefault(key, t.user_attrs.get(RACE_FINAL))
-        if value is not None:
+        if value is not None and (not run.full or run.label == BSP_LABEL):  # as `race.plan` reads times
             seen.times.setdefault(key, value)
         elif not run.full:
             seen.stopped[key] = max(seen.stopped.get(key, 0.0), t.user_attrs.get(RACE_HORIZON) or 0.0)
