@@ -48,6 +48,7 @@ class TuneRequest:
     prior: bool = _default("neighbour_prior")  # with transfer, TPE also reads their trials as a prior
     patience: int | None = _default("patience")  # stop once N trials in a row found nothing faster
     race_settings: str | None = _default("race_settings")  # --sampler race: its settings file (None: shipped)
+    budget: float | None = _default("budget")  # --sampler race: its cost cap in BSP trainings (None: no cap)
 
     def __post_init__(self) -> None:
         from autosync.search.strategies.samplers import make_sampler, sampler_for
@@ -103,4 +104,4 @@ class TuneRequest:
             verify_top=opts.verify_top, verify_backend=real if opts.verify_top else None,
             confirm_top=confirm_top_for(opts.confirm_top, sampler_for(opts.sampler, space), opts.objective),
             confirm_seeds=opts.confirm_seeds, transfer=opts.transfer, prior=opts.neighbour_prior,
-            patience=opts.patience, race_settings=opts.race_settings)
+            patience=opts.patience, race_settings=opts.race_settings, budget=opts.budget)
