@@ -35,9 +35,10 @@ the budget skipped (`Answer.cut_short`).
 Whoever runs them (the tune's study, `autosync.search.race_trials`; the table, `autosync.experiments.race_fit`)
 feeds back each run's penalised time (or the horizon it was stopped at) or final metric (a finalist's run
 to the end of the budget gives its final metric only, BSP's its time too, so that a round the budget skipped
-stays skipped) and, with a budget, the cost so far, and calls it again, so a resumed race picks up where it stood and the answer does not depend on the order
-the runs finished in: a run stopped at a horizon set from fewer finished runs is slower than `margin` times
-the round's fastest either way. How long a run may take (`horizon`) is for the runner to ask when it starts.
+stays skipped) and, with a budget, the cost so far, and calls it again, so a resumed race picks up where it
+stood and the answer does not depend on the order the runs finished in: a run stopped at a horizon set from
+fewer finished runs is slower than `margin` times the round's fastest either way. How long a run may take
+(`horizon`) is for the runner to ask when it starts.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import yaml
 
@@ -178,9 +179,9 @@ def plan(settings: RaceSettings, points: dict[str, dict[str, Any]], times: dict[
 
     `points`: the job's labelled lattice points; `times[(label, seed)]`: a run to the target's penalised
     time (BSP's run to the end of the budget gives BSP's; another's does not, so that a round the budget
-    skipped is not taken for run where a finalist's runs for its final metric fill it); `stopped[(label, seed)]`: the horizon a run of it was stopped at, short of the target (out of the
-    race on that seed); `finals[(label, seed)]`: a run to the end of the budget's final metric (None:
-    diverged). `budget`: the cost cap in BSP trainings (None: every round runs); `spent`: the cost so far in
+    skipped is not taken for run where a finalist's runs for its final metric fill it);
+    `stopped[(label, seed)]`: the horizon a run of it was stopped at, short of the target (out of the race
+    on that seed); `finals[(label, seed)]`: a run to the end of the budget's final metric (None: diverged). `budget`: the cost cap in BSP trainings (None: every round runs); `spent`: the cost so far in
     BSP trainings, needed once BSP's two runs to the end of the budget are done (None before). Given the same
     runs and cost, the same next runs or answer whatever order the runs finished in."""
     members = _distinct([m for m in settings.portfolio if m in points], points)
@@ -259,7 +260,7 @@ class _Gate:
         self.asked: set[tuple[str, int]] = set()  # the runs the earlier rounds asked for
         self.cut_short: list[str] = []
 
-    def ask(self, labels: list[str], seeds: Any) -> None:
+    def ask(self, labels: list[str], seeds: "Iterable[int]") -> None:
         """Record a round's runs of `labels` on `seeds` as asked for, so that the later rounds' check of
         whether they have begun does not take them for their own."""
         self.asked.update((label, seed) for label in labels for seed in seeds)
