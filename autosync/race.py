@@ -21,12 +21,24 @@ and the race runs:
    was tried on the table: leave-one-family-out on the 16 committed jobs it answered a median 1.09 of the
    grid's choice against 1.00 here, for a median 5.28 BSP trainings against 4.89.)
 
+With a budget in BSP trainings (`tune --budget`; none: the rounds above, as they are), it is the race's
+stopping rule. BSP's two runs to the end of the budget come first (the **reference** round: the unit of the
+budget and the final metric's reference, which the last round needs anyway); then each of rounds 1-3 (each
+seed of the local step on its own) starts only while the cost so far is under the budget. Once it is spent
+the race goes straight to round 4, its candidates ranked on the seeds they all ran (on the first seed alone
+where the second never ran; a candidate never run is out). Round 4 always runs, since it keeps the answer
+safe, so the cost can pass the budget by that round; a round is never cut in the middle (its runs are asked
+for together, and one with a run of it done is finished whatever the cost), and the answer lists the rounds
+the budget skipped (`Answer.cut_short`).
+
 `plan` is the procedure as a function of the runs done so far: it returns the next runs, or the answer.
 Whoever runs them (the tune's study, `autosync.search.race_trials`; the table, `autosync.experiments.race_fit`)
-feeds back each run's penalised time (or the horizon it was stopped at) or final metric, and calls it
-again, so a resumed race picks up where it stood and the answer does not depend on the order
-the runs finished in: a run stopped at a horizon set from fewer finished runs is slower than `margin` times
-the round's fastest either way. How long a run may take (`horizon`) is for the runner to ask when it starts.
+feeds back each run's penalised time (or the horizon it was stopped at) or final metric (a finalist's run
+to the end of the budget gives its final metric only, BSP's its time too, so that a round the budget skipped
+stays skipped) and, with a budget, the cost so far, and calls it again, so a resumed race picks up where it
+stood and the answer does not depend on the order the runs finished in: a run stopped at a horizon set from
+fewer finished runs is slower than `margin` times the round's fastest either way. How long a run may take
+(`horizon`) is for the runner to ask when it starts.
 """
 
 from __future__ import annotations
@@ -35,7 +47,7 @@ import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import yaml
 
@@ -43,12 +55,14 @@ from autosync.core.errors import UserError
 from autosync.data import RACE_SETTINGS
 from autosync.lattice import BSP_LABEL, BSP_POLICY
 
-__all__ = ["Answer", "RaceSettings", "Run", "Runs", "SEARCH_SEEDS", "horizon", "keeps_paired", "load_settings",
-           "neighbours", "plan", "point_key", "race_settings"]
+__all__ = ["Answer", "REFERENCE", "RaceSettings", "Run", "Runs", "SEARCH_SEEDS", "horizon", "keeps_paired",
+           "load_settings", "neighbours", "plan", "point_key", "race_settings"]
 
 SEARCH_SEEDS = 2  # seeds a race compares on (the table's search seeds: `autosync.table.build.SEARCH_SEEDS`)
 HALVING = 2  # successive halving's eta: the faster 1/eta of a round's survivors go on (Jamieson & Talwalkar)
 ROUNDS = ("portfolio", "second seed", "local step", "final metric")
+EXPLORATION = ROUNDS[:3]  # the rounds a budget can skip (the final metric always runs)
+REFERENCE = "reference"  # with a budget, the first round: BSP's two runs to the end of the budget
 
 
 @dataclass(frozen=True)
@@ -113,12 +127,14 @@ class Runs:
 
 @dataclass(frozen=True)
 class Answer:
-    """The race's answer: a label, its mean time over both seeds and the candidates ranked by their mean."""
+    """The race's answer: a label, its mean time and the candidates ranked by their mean, over the seeds they
+    all ran (both, unless the budget cut the race short before the second)."""
 
     label: str
     time: float
     ranked: list[tuple[str, float]]
     checked: list[str]  # the finalists whose final metric was checked, in order
+    cut_short: list[str] = field(default_factory=list)  # the rounds the budget skipped (empty: none)
 
 
 def point_key(policy: dict[str, Any]) -> str:
@@ -158,44 +174,68 @@ def keeps_paired(finals: list[float | None], bsp: list[float | None], tolerance:
 
 def plan(settings: RaceSettings, points: dict[str, dict[str, Any]], times: dict[tuple[str, int], float],
          stopped: dict[tuple[str, int], float], finals: dict[tuple[str, int], float | None], tolerance: float,
-         accuracy: bool) -> Runs | Answer:
+         accuracy: bool, *, budget: float | None = None, spent: float | None = None) -> Runs | Answer:
     """The race's next runs given those done (see the module's docstring), or its answer.
 
     `points`: the job's labelled lattice points; `times[(label, seed)]`: a run to the target's penalised
-    time; `stopped[(label, seed)]`: the horizon a run of it was stopped at, short of the target (out of the
-    race on that seed); `finals[(label, seed)]`: a run to the end of the budget's final metric (None:
-    diverged)."""
+    time (BSP's run to the end of the budget gives BSP's; another's does not, so that a round the budget
+    skipped is not taken for run where a finalist's runs for its final metric fill it);
+    `stopped[(label, seed)]`: the horizon a run of it was stopped at, short of the target (out of the race
+    on that seed); `finals[(label, seed)]`: a run to the end of the budget's final metric (None: diverged). `budget`: the cost cap in BSP trainings (None: every round runs); `spent`: the cost so far in
+    BSP trainings, needed once BSP's two runs to the end of the budget are done (None before). Given the same
+    runs and cost, the same next runs or answer whatever order the runs finished in."""
     members = _distinct([m for m in settings.portfolio if m in points], points)
     if not members:
         raise UserError(f"none of the race's portfolio labels {list(settings.portfolio)} names a point of this "
                         "job's lattice")
+    gate = _Gate(budget, spent, times, stopped)
+    if budget is not None:
+        reference = [Run(BSP_LABEL, s, REFERENCE, full=True) for s in range(SEARCH_SEEDS)
+                     if (BSP_LABEL, s) not in finals]
+        if reference:
+            return Runs(REFERENCE, reference)
+        if spent is None:
+            raise ValueError("plan: a budget needs the cost spent once BSP's reference runs are done")
+        gate.ask([BSP_LABEL], range(SEARCH_SEEDS))
     missing = _missing(members, 0, ROUNDS[0], tuple(members), times, stopped)
-    if missing:
+    if gate.runs(missing, members, 0, stage=0):
         return Runs(ROUNDS[0], missing)
     best = min(times.get((m, 0), math.inf) for m in members)
     # strictly within the margin: a run stopped at its horizon took at least margin x the round's fastest
     alive = sorted((m for m in members if times.get((m, 0), math.inf) < settings.margin * best),
                    key=lambda m: (times[(m, 0)], members.index(m)))
     alive = alive[: max(1, math.ceil(len(alive) / HALVING))]
+    gate.ask(members, [0])
     missing = _missing(alive, 1, ROUNDS[1], tuple(alive), times, stopped)
-    if missing:
+    if gate.runs(missing, alive, 1, stage=1):
         return Runs(ROUNDS[1], missing)
-    mean = {m: _mean(times, m) for m in alive}
-    leader = min(alive, key=lambda m: (mean[m], alive.index(m)))
+    if gate.cut_short:
+        return _final(settings, points, times, finals, tolerance, accuracy, _ranked(alive, times, stopped),
+                      gate.cut_short)
+    gate.ask(alive, [1])
+    leader = min(alive, key=lambda m: (_mean(times, m), alive.index(m)))
     taken = {point_key(points[m]) for m in alive}
     steps = [n for n in neighbours(points[leader], points) if point_key(points[n]) not in taken]
     for seed in range(SEARCH_SEEDS):  # seed by seed: a neighbour stopped on one seed is out
         missing = _missing(steps, seed, ROUNDS[2], (leader,), times, stopped)
-        if missing:
+        if gate.runs(missing, steps, seed, stage=2 + seed):
             return Runs(ROUNDS[2], missing)
+        if gate.cut_short:  # with the local step's candidates where they ran its first seed
+            return _final(settings, points, times, finals, tolerance, accuracy,
+                          _ranked(alive + steps if seed else alive, times, stopped), gate.cut_short)
+        gate.ask(steps, [seed])
         steps = [n for n in steps if (n, seed) in times]
-    mean.update({n: _mean(times, n) for n in steps})
-    order = alive + steps
-    ranked = sorted(((m, t) for m, t in mean.items() if t < math.inf), key=lambda mt: (mt[1], order.index(mt[0])))
-    checked = []
+    return _final(settings, points, times, finals, tolerance, accuracy, _ranked(alive + steps, times, stopped), [])
+
+
+def _final(settings: RaceSettings, points: dict[str, dict[str, Any]], times: dict[tuple[str, int], float],
+           finals: dict[tuple[str, int], float | None], tolerance: float, accuracy: bool,
+           ranked: list[tuple[str, float]], cut_short: list[str]) -> Runs | Answer:
+    """The final-metric round on `ranked`'s first `finalists`, in order: the runs it lacks, or the answer."""
+    checked: list[str] = []
     for label, time in ranked[: settings.finalists]:
         if point_key(points[label]) == point_key(BSP_POLICY):
-            return Answer(label, time, ranked, checked)
+            return Answer(label, time, ranked, checked, cut_short)
         wanted = [Run(x, s, ROUNDS[3], full=True) for x in (BSP_LABEL, label) for s in range(SEARCH_SEEDS)]
         missing = [r for r in wanted if (r.label, r.seed) not in finals]
         if missing:
@@ -203,8 +243,50 @@ def plan(settings: RaceSettings, points: dict[str, dict[str, Any]], times: dict[
         checked.append(label)
         if keeps_paired([finals[(label, s)] for s in range(SEARCH_SEEDS)],
                         [finals[(BSP_LABEL, s)] for s in range(SEARCH_SEEDS)], tolerance, accuracy):
-            return Answer(label, time, ranked, checked)
-    return Answer(BSP_LABEL, _mean(times, BSP_LABEL), ranked, checked)
+            return Answer(label, time, ranked, checked, cut_short)
+    return Answer(BSP_LABEL, _mean(times, BSP_LABEL), ranked, checked, cut_short)
+
+
+class _Gate:
+    """Which of the race's rounds 1-3 run under a budget (`plan`): all of them without one; with one, a
+    round starts only while the cost spent is under the budget, and a round begun (a run of it done that no
+    earlier round asked for) is finished. The first round it holds back ends the exploration
+    (`cut_short`: that round and the later ones)."""
+
+    def __init__(self, budget: float | None, spent: float | None, times: dict[tuple[str, int], float],
+                 stopped: dict[tuple[str, int], float]):
+        self.open = budget is None or (spent is not None and spent < budget)
+        self.times, self.stopped = times, stopped
+        self.asked: set[tuple[str, int]] = set()  # the runs the earlier rounds asked for
+        self.cut_short: list[str] = []
+
+    def ask(self, labels: list[str], seeds: "Iterable[int]") -> None:
+        """Record a round's runs of `labels` on `seeds` as asked for, so that the later rounds' check of
+        whether they have begun does not take them for their own."""
+        self.asked.update((label, seed) for label in labels for seed in seeds)
+
+    def runs(self, missing: list[Run], labels: list[str], seed: int, stage: int) -> bool:
+        """Whether the round of `labels` on `seed` runs its `missing` runs now; where the budget holds it
+        back, the race is cut short from it (`stage`: 0 portfolio, 1 second seed, 2 and 3 the local step's
+        seeds)."""
+        if not missing or self.cut_short:  # nothing to run, or the exploration already over
+            return False
+        begun = any(key not in self.asked and (key in self.times or key in self.stopped)
+                    for key in ((label, seed) for label in labels))
+        if self.open or begun:
+            return True
+        self.cut_short = list(EXPLORATION[stage:]) or [f"{EXPLORATION[-1]} on the second seed"]
+        return False
+
+
+def _ranked(order: list[str], times: dict[tuple[str, int], float],
+            stopped: dict[tuple[str, int], float]) -> list[tuple[str, float]]:
+    """The candidates of `order` not stopped on a seed, ranked by their mean time over the seeds all of them
+    ran (both, unless the budget cut the race short before some ran the second); ties in `order`."""
+    left = [m for m in order if not any((m, s) in stopped and (m, s) not in times for s in range(SEARCH_SEEDS))]
+    seeds = [s for s in range(SEARCH_SEEDS) if all((m, s) in times for m in left)]
+    return sorted(((m, statistics.fmean(times[(m, s)] for s in seeds)) for m in left),
+                  key=lambda mt: (mt[1], order.index(mt[0])))
 
 
 def _missing(labels: list[str], seed: int, round_: str, against: tuple[str, ...], times: dict[tuple[str, int], float],

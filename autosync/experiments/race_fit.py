@@ -5,7 +5,8 @@ leave-one-family-out.
 a run to the target is stopped at its horizon as a live one is (it pays `min(time, horizon)` virtual
 seconds and is eliminated past it), a run to the end of the budget continues from the run to the target
 on the same seed (it pays the rest of the budget), and BSP's reference runs are the race's own. Its cost is
-in BSP trainings (one BSP run to the end of the budget).
+in BSP trainings (one BSP run to the end of the budget); given a cap in them (`race(budget=...)`, as
+`tune --budget`), the race is told that cost as it goes and stops exploring once it is spent.
 
 `fit` chooses the race's settings on training jobs: the greedy portfolio (`portfolio_fit.greedy_portfolio`)
 of each size in `SIZES`, each margin in `MARGINS` and each number of finalists in `FINALISTS`; the setting
@@ -42,10 +43,12 @@ MARGINS = (1.1, 1.25, 1.5, 2.0)  # elimination margins `fit` tries (from near a 
 FINALISTS = (2, 3)
 
 
-def race(table: Table, job: JobTimes, settings: RaceSettings, tolerance: float = TOLERANCE) -> dict[str, Any]:
+def race(table: Table, job: JobTimes, settings: RaceSettings, tolerance: float = TOLERANCE,
+         budget: float | None = None) -> dict[str, Any]:
     """The race on `job` from the table: its answer, the answer's held-out time over the grid's choice's,
-    whether it keeps the final-metric rule on the held-out seeds, and the cost in BSP trainings."""
-    budget = job.spec.budget.max_virtual_seconds
+    whether it keeps the final-metric rule on the held-out seeds, the cost in BSP trainings, and the rounds a
+    `budget` in BSP trainings skipped (`race.plan`; None: no cap, every round runs)."""
+    end = job.spec.budget.max_virtual_seconds  # the job's training budget: a run to its end
     finals_on = [lofo.table_final(table, job.spec, [s]) for s in lofo.search_seeds(job.spec)[:SEARCH_SEEDS]]
     times: dict[tuple[str, int], float] = {}
     stopped: dict[tuple[str, int], float] = {}
@@ -53,17 +56,19 @@ def race(table: Table, job: JobTimes, settings: RaceSettings, tolerance: float =
     trained: dict[tuple[str, int], float] = {}
     seconds = 0.0
     accuracy = job.spec.target.metric == "test_accuracy"
-    while not isinstance(step := plan(settings, job.policies, times, stopped, finals, tolerance, accuracy), Answer):
+    while not isinstance(step := plan(settings, job.policies, times, stopped, finals, tolerance, accuracy,
+                                      budget=budget, spent=_spent(seconds, job, finals)), Answer):
         for run in step.runs:
             key, time = (run.label, run.seed), job.search[run.label][run.seed]
             if run.full:
                 finals[key] = finals_on[run.seed](job.policies[run.label])
-                whole = job.bsp_training if run.label == BSP_LABEL else budget
+                whole = job.bsp_training if run.label == BSP_LABEL else end
                 seconds += max(0.0, whole - trained.get(key, 0.0))
-                times.setdefault(key, time)  # as `race_trials.observed` reads it
+                if run.label == BSP_LABEL:  # as `race.plan` reads times (and `race_trials.observed` gives them)
+                    times.setdefault(key, time)
                 continue
             limit = horizon(run, settings.margin, times)
-            trained[key] = min(time, limit, budget)  # a run again past a horizon starts over
+            trained[key] = min(time, limit, end)  # a run again past a horizon starts over
             seconds += trained[key]
             if time < limit:  # as `RaceObjective` reads it
                 times[key] = time
@@ -72,18 +77,26 @@ def race(table: Table, job: JobTimes, settings: RaceSettings, tolerance: float =
     answer = step.label
     keeps = lofo.answer_keeps(table, job.spec, job.policies[answer], held_out_seeds(job.spec))
     return {"answer": answer, "ratio": job.held_out[answer] / job.grid_choice_time, "keeps": keeps,
-            "cost": seconds / job.bsp_training, "checked": step.checked}
+            "cost": seconds / job.bsp_training, "checked": step.checked, "cut_short": step.cut_short}
 
 
-def fit(table: Table, jobs: list[JobTimes]) -> RaceSettings:
-    """The race's settings fitted on `jobs` (see the module's docstring)."""
+def _spent(seconds: float, job: JobTimes, finals: dict[tuple[str, int], float | None]) -> float | None:
+    """The race's cost so far in BSP trainings, once BSP's runs to the end of the budget on both seeds (its
+    unit, the first round under a budget) are done: None before, as `race.plan` takes it."""
+    done = all((BSP_LABEL, s) in finals for s in range(SEARCH_SEEDS))
+    return seconds / job.bsp_training if done else None
+
+
+def fit(table: Table, jobs: list[JobTimes], budget: float | None = None) -> RaceSettings:
+    """The race's settings fitted on `jobs` (see the module's docstring), each race run under `budget` (BSP
+    trainings, as `tune --budget`; None: none)."""
     scored = []
     for size in SIZES:
         members = tuple(greedy_portfolio(jobs, size))
         for margin in MARGINS:
             for finalists in FINALISTS:
                 settings = RaceSettings(members, margin, finalists)
-                rows = [race(table, j, settings) for j in jobs]
+                rows = [race(table, j, settings, budget=budget) for j in jobs]
                 cost = statistics.median(row["cost"] for row in rows)
                 loss = statistics.fmean(math.log(row["ratio"]) for row in rows)
                 scored.append((cost > COST_GOAL, loss, cost, size, margin, finalists, settings))

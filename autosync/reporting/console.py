@@ -299,7 +299,7 @@ def tune_report(outcome: Any, spec: Any) -> list[Printed]:
 def race_report(race: dict[str, Any], spec: Any) -> list[Printed]:
     """The race's runs (`autosync.search.race_trials.rounds`): by round, the seed each ran on and whether that
     seed was new to the candidate, its time to the target or where it was stopped, and the finalists' final
-    metrics; then the answer and why."""
+    metrics; whether its --budget cut it short; then the answer and why."""
     columns = (Column("round", text=True), Column("seed", text=True), Column("policy", text=True),
                Column("time (s)"), Column(f"final {spec.target.metric}"))
     rows = [(r["round"], f"{r['seed']}" + (" (new)" if x["new_seed"] else ""),
@@ -313,6 +313,10 @@ def race_report(race: dict[str, Any], spec: Any) -> list[Printed]:
     verdict = ("the fastest candidate is BSP: nothing to check" if not checked else
                "none kept it, so the answer is BSP" if race["answer"] not in checked else
                f"{'the fastest' if race['answer'] == checked[0] else 'the next'} finalist kept it")
+    if cut := race.get("cut_short"):
+        out.append(Line(f"the budget of {race['budget']:g} BSP trainings was spent before the race's "
+                        f"{' and '.join(cut)}: it skipped {'them' if len(cut) > 1 else 'it'} and went to the "
+                        "final-metric check, its candidates ranked on the seeds they all ran."))
     out.append(Line(f"final metric checked for {count(len(checked), 'finalist')} on both seeds against BSP's "
                     f"(a paired test: the mean difference within the tolerance, or within BSP's own spread between "
                     f"the seeds where that is wider): {verdict}.", style="dim"))

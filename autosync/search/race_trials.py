@@ -13,6 +13,10 @@ taking the next queued trial; the answer does not depend on how many ran them (`
 
 BSP's runs to the end of the budget on both seeds are the final-metric rule's reference; the study's
 `BSP_REFERENCE` is made from them, so the cache record reads like any other search's.
+
+With `--budget` (BSP trainings) the race is told its cost so far (`spent`: the same figure the cache record
+reports) before each round, and stops exploring once it is spent (`race.plan`); the record says whether it
+cut the race short.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from autosync.policy_score import RunFailed, evaluate
 from autosync.search.objective import process_tag
 from autosync.race import SEARCH_SEEDS, Answer, RaceSettings, Run, horizon, plan, race_settings
 from autosync.search.study import _optuna_internals as internals
+from autosync.search.study.cache import bsp_training_seconds, search_cost
 from autosync.search.study.locking import storage_lock
 from autosync.search.study.records import (BSP_REFERENCE, BSP_TRAINING_SECONDS, FAIL_REASON, FINAL_METRIC, FORKED,
                                            POLICY, PROCESS, RACE_FINAL, RACE_HORIZON, RACE_RUN, RACE_TIME, REACHED,
@@ -44,7 +49,7 @@ if TYPE_CHECKING:
 
     from autosync.search.request import TuneRequest
 
-__all__ = ["Observed", "RaceObjective", "observed", "race_answer", "race_search", "race_top", "rounds"]
+__all__ = ["Observed", "RaceObjective", "observed", "race_answer", "race_search", "race_top", "rounds", "spent"]
 
 POLL_SECONDS = 1.0  # how often a process waits for another's run of the round to finish
 
@@ -93,8 +98,9 @@ class RaceObjective:
 
 @dataclass
 class Observed:
-    """The race's runs done so far, as `race.plan` reads them, by (label, seed): times to the target, the
-    longest horizon a run was stopped at short of it, and final metrics at the end of the budget."""
+    """The race's runs done so far, as `race.plan` reads them, by (label, seed): times to the target (of the
+    runs to it, and of BSP's runs to the end of the budget), the longest horizon a run was stopped at short of
+    it, and final metrics at the end of the budget."""
 
     times: dict[tuple[str, int], float] = field(default_factory=dict)
     stopped: dict[tuple[str, int], float] = field(default_factory=dict)
@@ -114,7 +120,7 @@ def observed(study: "optuna.Study") -> Observed:
         key, value = (run.label, run.seed), t.user_attrs[RACE_TIME]
         if run.full:
             seen.finals.setdefault(key, t.user_attrs.get(RACE_FINAL))
-        if value is not None:
+        if value is not None and (not run.full or run.label == BSP_LABEL):  # as `race.plan` reads times
             seen.times.setdefault(key, value)
         elif not run.full:
             seen.stopped[key] = max(seen.stopped.get(key, 0.0), t.user_attrs.get(RACE_HORIZON) or 0.0)
@@ -134,7 +140,8 @@ def race_search(study: "optuna.Study", request: "TuneRequest",
     done = 0
     while True:
         seen = observed(study)
-        step = plan(settings, objective.points, seen.times, seen.stopped, seen.finals, settings_.tolerance, accuracy)
+        step = plan(settings, objective.points, seen.times, seen.stopped, seen.finals, settings_.tolerance, accuracy,
+                    budget=request.budget, spent=spent(study, job, seen) if request.budget is not None else None)
         if isinstance(step, Answer):
             break
         with storage_lock(request.storage, study.study_name):
@@ -155,17 +162,37 @@ def race_search(study: "optuna.Study", request: "TuneRequest",
     return step, reference
 
 
-def race_answer(study: "optuna.Study", answer: Answer, job_seed: int) -> dict[str, Any]:
+def spent(study: "optuna.Study", job: JobSpec, seen: Observed) -> float | None:
+    """The race's cost so far in BSP trainings, as its cache record reports it (`cache.cost_fields`: every
+    trial's virtual seconds over one BSP training, its runs' own length); None until BSP's two runs to the end
+    of the budget are done, which are that unit (BSP failing there ends the race: `_reference`)."""
+    if any((BSP_LABEL, s) not in seen.finals for s in range(SEARCH_SEEDS)):
+        return None
+    return search_cost(study) / bsp_training_seconds(_reference(study, job, seen.finals, seen.times))
+
+
+def race_answer(study: "optuna.Study", answer: Answer, job_seed: int, budget: float | None = None) -> dict[str, Any]:
     """The race's answer as the cache record takes it (`autosync.search.study.cache.write_cache`): its policy,
-    mean time and final metric over the two seeds, its first trial, and the race's rounds (`rounds`)."""
+    mean time and final metric over the two seeds (its time over both where the budget cut the race before the
+    second but its runs for the final metric ran there, as BSP's time it is compared with is), its first trial,
+    the race's rounds (`rounds`), and its `budget` in BSP trainings (None: none) with the rounds that budget
+    skipped (`Answer.cut_short`)."""
     trials = [t for t in internals.fresh_trials(study) if RACE_RUN in t.user_attrs]
     own = [t for t in trials if _run_of(t.user_attrs[RACE_RUN]).label == answer.label]
     finals = [t.user_attrs.get(RACE_FINAL) for t in own if _run_of(t.user_attrs[RACE_RUN]).full]
-    return {"policy": own[0].user_attrs[POLICY], "value": answer.time,
+    value = answer.time
+    if answer.cut_short:  # ranked on the first seed alone, perhaps: its final-metric runs may give it both
+        seeds: dict[int, float] = {}
+        for t in sorted(own, key=lambda t: t.number):
+            if t.user_attrs.get(RACE_TIME) is not None:
+                seeds.setdefault(_run_of(t.user_attrs[RACE_RUN]).seed, t.user_attrs[RACE_TIME])
+        value = statistics.fmean(seeds.values()) if len(seeds) == SEARCH_SEEDS else value
+    return {"policy": own[0].user_attrs[POLICY], "value": value,
             "final_metric": statistics.fmean(finals) if finals and None not in finals else None,
             "trial": min(t.number for t in own),
             "race": {"rounds": rounds(trials, job_seed), "ranked": [[label, t] for label, t in answer.ranked],
-                     "checked": answer.checked, "answer": answer.label}}
+                     "checked": answer.checked, "answer": answer.label, "budget": budget,
+                     "cut_short": answer.cut_short}}
 
 
 def race_top(record: dict[str, Any], count: int = 5) -> list[dict[str, Any]]:

@@ -49,6 +49,7 @@ class TuneRequest:
     prior: bool = _default("neighbour_prior")  # with transfer, TPE also reads their trials as a prior
     patience: int | None = _default("patience")  # stop once N trials in a row found nothing faster
     race_settings: str | None = _default("race_settings")  # --sampler race: its settings file (None: shipped)
+    budget: float | None = _default("budget")  # --sampler race: its cost cap in BSP trainings (None: no cap)
 
     def __post_init__(self) -> None:
         from autosync.search.strategies.samplers import make_sampler, sampler_for
@@ -72,9 +73,10 @@ class TuneRequest:
         (`--sampler auto` is the race on the policy space): it compares its candidates on two seeds and checks
         its finalists' final metric itself, and runs to its answer."""
         if self.sampler != RACE:
-            if self.race_settings is not None:
-                raise UserError(f"--race-settings is read by the race only, but --sampler resolved to {self.sampler} "
-                                f"on --space {self.space.name}")
+            for name, value in (("--race-settings", self.race_settings), ("--budget", self.budget)):
+                if value is not None:
+                    raise UserError(f"{name} is read by the race only, but --sampler resolved to {self.sampler} on "
+                                    f"--space {self.space.name}")
             return
         race = f"the race (--sampler race, the default on --space {self.space.name})"
         if self.verify_top or self.confirm_top or self.settings.multi_objective:
@@ -123,4 +125,4 @@ class TuneRequest:
             verify_top=opts.verify_top, verify_backend=real if opts.verify_top else None,
             confirm_top=confirm_top_for(opts.confirm_top, sampler_for(opts.sampler, space), opts.objective),
             confirm_seeds=opts.confirm_seeds, transfer=opts.transfer, prior=opts.neighbour_prior,
-            patience=opts.patience, race_settings=opts.race_settings)
+            patience=opts.patience, race_settings=opts.race_settings, budget=opts.budget)

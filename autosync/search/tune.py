@@ -195,7 +195,8 @@ def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = Non
     cache = write_cache(study, request.job, request.space, request.sampler, request.settings.tolerance, reference,
                         execution=execution_of(request.settings.backend), neighbours=near,
                         timed_out_of=budget_of(request, before) if short else None,
-                        answer=race_answer(study, answer, request.job.seed) if answer is not None else None)
+                        answer=race_answer(study, answer, request.job.seed, request.budget) if answer is not None
+                        else None)
     outcome = TuneOutcome(study.study_name, request.storage, False, len(trials_run_by(study, mine)), cache,
                           _top(cache, study), study, roles=roles(study))
     return _elsewhere(_verified(_confirmed(outcome, request, storage, siblings, on_confirm), request), request.job,

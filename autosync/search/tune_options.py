@@ -22,6 +22,10 @@ SAMPLERS = ("portfolio", "race", "tpe", "gp", "random", "grid", "binary", "ladde
 AUTO = "auto"  # the race on the policy space, else TPE (`samplers.sampler_for`)
 SWITCH_POINT_SAMPLERS = ("binary", "ladder")  # strategies that run candidates of their own choosing
 RACE = "race"  # the race on common seeds (`autosync.race`): runs candidates of its own choosing too
+# --budget's least value, in BSP trainings: the race's first round under a budget is BSP's full run on each of
+# its two search seeds (`autosync.race.SEARCH_SEEDS`: the final-metric rule's reference and the budget's unit),
+# so a smaller cap could not be kept (the race's module is not imported here: it loads the lattice, 0.3 s of --help)
+MIN_BUDGET = 2.0
 
 # `autosync tune` answers "which policy" unless told otherwise: the policy space's race ran the default job in
 # about 15 s on 2 idle cores, inside the 20 s the issue set for a default (benchmarks/README.md).
@@ -77,8 +81,13 @@ class TuneOptions(ExecutionOptions):
     table: Optional[str] = option(None, "Replay the search's simulator runs from this table directory (`autosync "
                                   "table build`) instead of training them; a run it lacks is trained and stored "
                                   "there. The same trials and answer as without it.")
-    race_settings: Optional[str] = option(None, "With --sampler race: its settings file (`autosync fit --out FILE`; "
-                                          "default: the settings autosync ships, fitted on the committed table).")
+    race_settings: Optional[str] = option(None, "With the race (--sampler race, the default on --space policy): its "
+                                          "settings file (`autosync fit --out FILE`; default: the settings autosync "
+                                          "ships, fitted on the committed table).")
+    budget: Optional[float] = option(None, "With the race: the search's cost cap in BSP trainings; BSP's two full "
+                                     "runs come first, each later round starts only while the cost is under it, "
+                                     "then the final-metric check runs anyway (so the cost can pass it by that "
+                                     "round). At least 2 (BSP's two runs; default: every round runs).")
     constraint_at: str = option(BUDGET, "Where a candidate's final metric must stay within --tolerance of BSP's: "
                                 "budget (at the end of the budget, Sync-Switch's rule) | bsp-target (at the time "
                                 "BSP reaches the target: neither BSP nor the winner's check trains past it; for "
@@ -116,6 +125,11 @@ class TuneOptions(ExecutionOptions):
             raise UserError("--confirm-top ranks candidates by one objective: it needs --objective time")
         if self.race_settings is not None and self.sampler not in (AUTO, RACE):
             raise UserError(f"--race-settings is read by --sampler race only, but got --sampler {self.sampler}")
+        if self.budget is not None and self.sampler not in (AUTO, RACE):
+            raise UserError(f"--budget is read by --sampler race only, but got --sampler {self.sampler}")
+        if self.budget is not None and not self.budget >= MIN_BUDGET:
+            raise UserError(f"--budget must be >= {MIN_BUDGET:g} BSP trainings (BSP's two full runs, the final-metric "
+                            f"rule's reference, are its unit and its first round), but got {self.budget:g}")
         if self.confirm_top and self.sampler in SWITCH_POINT_SAMPLERS:
             raise UserError(f"--confirm-top re-runs a search's candidates on more seeds, but --sampler {self.sampler} "
                             "already trains each candidate on 3 seeds (Sync-Switch's R)")

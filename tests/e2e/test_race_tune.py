@@ -67,6 +67,19 @@ def test_a_race_resumes_from_its_trials_and_runs_none_twice(tiny_job, tmp_path):
     assert seeds == {0, 1}  # the job's seed and the next: every comparison on seeds both candidates ran
 
 
+def test_a_budget_cuts_the_race_short_and_its_output_says_so(tiny_job, tmp_path):
+    capped = _tune(tmp_path, tiny_job, "capped", "--table", str(tmp_path / "table"), "--budget", "2.5")
+    cache = capped["out"]["cache"]
+    race = cache["race"]
+    assert race["rounds"][0]["round"] == "reference"  # BSP's two full runs: the budget's unit, 2 of its 2.5
+    assert race["budget"] == 2.5 and race["cut_short"] and cache["search_cost_bsp_trainings"] >= 2.5
+    assert not {r["round"] for r in race["rounds"]} & set(race["cut_short"])
+    proc = autosync("tune", str(tiny_job), "--sampler", "race", "--storage", capped["url"], "--budget", "2.5",
+                    cwd=tmp_path)  # the cached answer, printed
+    assert proc.returncode == 0, proc.stderr
+    assert "the budget of 2.5 BSP trainings was spent before the race's" in " ".join(proc.stdout.split())
+
+
 @pytest.mark.parametrize("args, says", [
     (("--space", "static_k", "--race-settings", "x.yaml"), "--race-settings is read by the race only"),
     (("--sampler", "race", "--space", "static_k"), "needs --space policy"),
@@ -74,6 +87,8 @@ def test_a_race_resumes_from_its_trials_and_runs_none_twice(tiny_job, tmp_path):
     (("--sampler", "race", "--timeout", "60"), "takes no --timeout (--sampler tpe takes one), but got --timeout 60"),
     (("--objective", "time,metric"), "the race (--sampler race, the default on --space policy) compares"),
     (("--sampler", "race", "--race-settings", "bad.yaml"), "bad.yaml: margin must be a number >= 1"),
+    (("--sampler", "tpe", "--budget", "3"), "--budget is read by --sampler race only, but got --sampler tpe"),
+    (("--sampler", "race", "--budget", "1"), "--budget must be >= 2 BSP trainings (BSP's two full runs"),
 ])
 def test_a_bad_race_option_is_one_line_and_exit_2(tiny_job, tmp_path, args, says):
     (tmp_path / "bad.yaml").write_text("portfolio: [bsp]\nmargin: 0\nfinalists: 1\n")

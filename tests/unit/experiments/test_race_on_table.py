@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from autosync.experiments import race_fit as race
 from autosync.experiments.portfolio_fit import JobTimes
 from autosync.race import RaceSettings, neighbours
@@ -33,19 +35,39 @@ class _Spec:
     seed = 0
 
 
-def test_a_race_on_the_table_pays_each_run_up_to_its_horizon_and_the_rest_of_the_budget_for_a_check(monkeypatch):
-    points = {"bsp": BSP, "x": {"policy": "asp", "params": {}}, "y": {"policy": "ssp", "params": {}}}
-    job = JobTimes("f", "j", _Spec, points, {"bsp": [80.0, 80.0], "x": [10.0, 12.0], "y": [40.0, 30.0]},
-                   {"bsp": 80.0, "x": 11.0, "y": 35.0}, 11.0, 100.0)
+POINTS = {"bsp": BSP, "x": {"policy": "asp", "params": {}}, "y": {"policy": "ssp", "params": {}}}
+JOB = JobTimes("f", "j", _Spec, POINTS, {"bsp": [80.0, 80.0], "x": [10.0, 12.0], "y": [40.0, 30.0]},
+               {"bsp": 80.0, "x": 11.0, "y": 35.0}, 11.0, 100.0)
+SETTINGS = RaceSettings(("x", "y", "bsp"), margin=2.0, finalists=2)
+
+
+@pytest.fixture
+def table_reads(monkeypatch):
+    """The table's final metrics, search and held-out seeds as `race` reads them, for `JOB`."""
     finals = {0: {"bsp": 0.9, "x": 0.9, "y": 0.9}, 1: {"bsp": 0.9, "x": 0.9, "y": 0.9}}
     monkeypatch.setattr(race.lofo, "table_final", lambda table, spec, seeds: lambda p: finals[seeds[0]][
-        next(k for k, v in points.items() if v == p)])
+        next(k for k, v in POINTS.items() if v == p)])
     monkeypatch.setattr(race.lofo, "search_seeds", lambda spec: [0, 1])
     monkeypatch.setattr(race.lofo, "answer_keeps", lambda *a: True)
     monkeypatch.setattr(race, "held_out_seeds", lambda spec: [100])
-    row = race.race(None, job, RaceSettings(("x", "y", "bsp"), margin=2.0, finalists=2))
+
+
+def test_a_race_on_the_table_pays_each_run_up_to_its_horizon_and_the_rest_of_the_budget_for_a_check(table_reads):
+    row = race.race(None, JOB, SETTINGS)
     assert row["answer"] == "x" and row["ratio"] == 1.0 and row["checked"] == ["x"]
     # x 10 + y stopped at 2 x 10 = 20 + bsp stopped at 20; x on seed 1: 12; checks: bsp 100 + 100 (stopped at
     # 20 on seed 0 and continued: 80 more) ... x continued 90 + 88
     seconds = 10 + 20 + 20 + 12 + (100 - 20) + 100 + (100 - 10) + (100 - 12)
-    assert math.isclose(row["cost"], seconds / 100.0)
+    assert math.isclose(row["cost"], seconds / 100.0) and row["cut_short"] == []
+
+
+def test_a_race_on_the_table_under_a_budget_runs_bsp_s_full_runs_first_and_stops_exploring_once_it_is_spent(
+        table_reads):
+    # BSP's full runs 2 x 100 = 2 BSP trainings; the portfolio: x 10, y stopped at 20, BSP's time its full run's:
+    # 2.3 >= 2.2, so x (the round's survivor) goes to its check ranked on seed 0, continued there (90) and run
+    # whole on seed 1 (100)
+    row = race.race(None, JOB, SETTINGS, budget=2.2)
+    assert row["answer"] == "x" and row["checked"] == ["x"] and row["cut_short"] == ["second seed", "local step"]
+    assert math.isclose(row["cost"], (200 + 10 + 20 + 90 + 100) / 100.0)
+    whole = race.race(None, JOB, SETTINGS, budget=2.5)  # 2.3 < 2.5: x's second seed (12) too, then its checks
+    assert whole["cut_short"] == [] and math.isclose(whole["cost"], (200 + 10 + 20 + 12 + 90 + 88) / 100.0)

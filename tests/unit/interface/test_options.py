@@ -46,6 +46,7 @@ def test_run_and_tune_share_the_execution_options():
      "--constraint-at bsp-target needs a sampler whose trials stop at the target, but --sampler binary"),
     (lambda job: api.tune(job, constraint_at="bsp-target", objective="time,metric"),
      "--constraint-at bsp-target needs --objective time"),
+    (lambda job: api.tune(job, sampler="race", budget=1.5), "--budget must be >= 2 BSP trainings"),
     (lambda job: api.run(job, workers_per_device=0), "--workers-per-device must be >= 1, but got 0"),
     (lambda job: api.run(job, backend="nope"), "--backend must be simulator, processes or distributed"),
     (lambda job: api.leaderboard(job, n_jobs=0), "--n-jobs must be >= 1 or -1 (all cores), but got 0"),

@@ -69,7 +69,8 @@ CASES = {
                "speedup_vs_bsp": 3.2345, "best_value": 1300.25, "bsp_time_to_target": 4205.5,
                "search_cost_bsp_trainings": 7.43}), SPEC),
     "confirmation_report": lambda: reports.confirmation_report(_confirmed()),
-    "race_report": lambda: reports.race_report({"answer": "share", "checked": ["k", "share"], "rounds": [
+    "race_report": lambda: reports.race_report({"answer": "share", "checked": ["k", "share"], "budget": 2.5,
+                                                "cut_short": ["second seed", "local step"], "rounds": [
         {"round": "portfolio", "seed": 0, "runs": [
             {"label": "share", "policy": LONG_POLICY, "time": 123.456, "new_seed": True},
             {"label": "k", "policy": {"policy": "backup", "params": {"k": 3}}, "time": None, "new_seed": True}]},
@@ -174,6 +175,14 @@ def test_every_ratio_says_which_way_it_points():
     assert "1.25x slower" in summary  # a median speedup of 0.8
     assert "1.23x" in summary and "multiple of the best static k's" in summary  # a regret: x the best's time
     assert "12.35x" in " ".join(_printed(CASES["comparison_report"]()).split())
+
+
+def test_the_race_report_says_when_its_budget_cut_it_short():
+    out = " ".join(_printed(CASES["race_report"]()).split())
+    assert ("the budget of 2.5 BSP trainings was spent before the race's second seed and local step: it skipped "
+            "them and went to the final-metric check") in out
+    whole = reports.race_report({"answer": "bsp", "checked": [], "budget": None, "cut_short": [], "rounds": []}, SPEC)
+    assert "budget" not in " ".join(_printed(whole).split())
 
 
 def test_recommend_predicts_a_speedup_as_faster_than_bsp_not_as_a_share_of_its_time():

@@ -21,20 +21,35 @@ POINTS = {"bsp": BSP, "a": {"policy": "asp", "params": {"lr_rule": "fixed"}}, "k
 SETTINGS = RaceSettings(("a", "k4", "d", "share", "bsp"), margin=1.5, finalists=2)
 
 
+LENGTH = 100.0  # one run to the end of the budget, in the runs' virtual seconds: one BSP training
+
+
 def run_all(times: dict, finals: dict, truth: dict, true_finals: dict, settings: RaceSettings = SETTINGS,
-            order=lambda runs: runs, stopped: dict | None = None) -> tuple[Answer, list[Runs]]:
+            order=lambda runs: runs, stopped: dict | None = None,
+            budget: float | None = None) -> tuple[Answer, list[Runs]]:
     """Plays the race with `truth[(label, seed)]` as each run's time (stopped at its horizon) and
-    `true_finals` as its final metric; `order` reorders each round's runs (another process finishing first)."""
-    steps, stopped = [], {} if stopped is None else stopped
-    while not isinstance(step := plan(settings, POINTS, times, stopped, finals, 0.01, accuracy=True), Answer):
+    `true_finals` as its final metric; `order` reorders each round's runs (another process finishing first).
+    With a `budget`, each run pays what it trained (a run to the target up to its horizon, a run to the end
+    of the budget the rest of `LENGTH`), and the race is told its cost in BSP trainings."""
+    steps, stopped, trained = [], {} if stopped is None else stopped, {}
+
+    def spent():
+        done = all(("bsp", s) in finals for s in range(2))
+        return sum(trained.values()) / LENGTH if done else None
+
+    while not isinstance(step := plan(settings, POINTS, times, stopped, finals, 0.01, accuracy=True, budget=budget,
+                                      spent=spent()), Answer):
         steps.append(step)
         for run in order(step.runs):
             key = (run.label, run.seed)
             if run.full:
                 finals[key] = true_finals[key]
-                times.setdefault(key, truth[key])
+                if run.label == "bsp":  # BSP's gives its time; another's is for its final metric only
+                    times.setdefault(key, truth[key])
+                trained[key, "full"] = LENGTH - trained.get(key, 0.0)
             else:
                 limit = horizon(run, settings.margin, times)
+                trained[key] = min(truth[key], limit)
                 if truth[key] < limit:
                     times[key] = truth[key]
                 else:
@@ -80,6 +95,70 @@ def test_bsp_answers_when_no_finalist_keeps_the_rule():
     answer, steps = run_all({}, {}, TRUTH, finals)
     assert answer.label == "bsp" and answer.checked == ["k3", "k4"]  # two finalists at most
     assert answer.time == 61.0  # BSP's mean over its reference runs
+
+
+def test_without_a_budget_the_race_runs_every_round_and_is_not_cut_short():
+    answer, steps = run_all({}, {}, TRUTH, FINALS)
+    assert steps[0].round == "portfolio" and answer.cut_short == []
+    unbounded, _ = run_all({}, {}, TRUTH, FINALS, budget=math.inf)  # a budget never reached: the same race
+    assert (unbounded.label, unbounded.time, unbounded.ranked, unbounded.cut_short) == \
+        (answer.label, answer.time, answer.ranked, [])
+
+
+def test_with_a_budget_bsp_s_two_full_runs_come_first_and_its_portfolio_run_is_theirs():
+    answer, steps = run_all({}, {}, TRUTH, FINALS, budget=100.0)
+    assert steps[0].round == "reference"
+    assert [(r.label, r.seed, r.full) for r in steps[0].runs] == [("bsp", 0, True), ("bsp", 1, True)]
+    assert [r.label for r in steps[1].runs] == ["a", "k4", "d"]  # BSP's time on seed 0 is its reference run's
+    assert [s.round for s in steps[2:]] == ["second seed", "local step", "local step", "final metric",
+                                            "final metric"]
+    assert (answer.label, answer.time, answer.checked, answer.cut_short) == ("k4", 23.0, ["k3", "k4"], [])
+
+
+def test_a_budget_spent_by_the_portfolio_skips_to_the_final_metric_ranked_on_the_first_seed():
+    # reference 2 BSP trainings + portfolio a 30 + k4 20 + d 29 = 2.79 >= 2.5: no second seed, no local step
+    answer, steps = run_all({}, {}, TRUTH, FINALS, budget=2.5)
+    assert [s.round for s in steps] == ["reference", "portfolio", "final metric"]
+    assert [(r.label, r.seed, r.full) for r in steps[2].runs] == [("k4", 0, True), ("k4", 1, True)]  # BSP's are done
+    assert answer.ranked == [("k4", 20.0)]  # the survivor of the halving, on the seed it ran
+    assert (answer.label, answer.time, answer.checked, answer.cut_short) == \
+        ("k4", 20.0, ["k4"], ["second seed", "local step"])
+
+
+def test_a_budget_cut_after_the_local_step_s_first_seed_ranks_its_candidates_on_that_seed():
+    # 2.79 + k4 on seed 1 (26) + k3 19, k4lin 29, k5 stopped at 30 = 3.83: the local step's second seed is skipped
+    answer, steps = run_all({}, {}, TRUTH, FINALS, budget=3.5)
+    assert [s.round for s in steps] == ["reference", "portfolio", "second seed", "local step", "final metric",
+                                        "final metric"]
+    assert answer.ranked == [("k3", 19.0), ("k4", 20.0), ("k4lin", 29.0)]  # k5 was stopped: out
+    assert answer.cut_short == ["local step on the second seed"] and answer.label == "k4"
+
+
+def test_a_budget_of_bsp_s_own_runs_answers_bsp():
+    answer, steps = run_all({}, {}, TRUTH, FINALS, budget=2.0)
+    assert [s.round for s in steps] == ["reference"]
+    assert (answer.label, answer.time, answer.checked) == ("bsp", 61.0, [])
+    assert answer.cut_short == ["portfolio", "second seed", "local step"]
+
+
+@pytest.mark.parametrize("budget", [2.5, 3.5, 100.0])
+def test_under_a_budget_the_answer_is_the_same_whatever_order_a_round_s_runs_finish_in(budget):
+    forward, _ = run_all({}, {}, TRUTH, FINALS, budget=budget)
+    backward, _ = run_all({}, {}, TRUTH, FINALS, budget=budget, order=lambda runs: list(reversed(runs)))
+    assert (forward.label, forward.time, forward.ranked, forward.cut_short) == \
+        (backward.label, backward.time, backward.ranked, backward.cut_short)
+
+
+def test_a_round_begun_is_finished_whatever_the_budget_and_bsp_s_reference_does_not_begin_one():
+    reference = {("bsp", 0): 0.95, ("bsp", 1): 0.96}
+    times = {("bsp", 0): 60.0, ("bsp", 1): 62.0, ("a", 0): 30.0, ("k4", 0): 20.0}  # a resumed portfolio round
+    step = plan(SETTINGS, POINTS, times, {}, dict(reference), 0.01, accuracy=True, budget=2.5, spent=2.5)
+    assert (step.round, [r.label for r in step.runs]) == ("portfolio", ["d"])
+    # bsp leads the portfolio: its seed-1 run is its reference run's, so the second seed has not begun
+    fast = {**times, ("bsp", 0): 18.0, ("d", 0): 25.0}
+    answer = plan(SETTINGS, POINTS, fast, {}, dict(reference), 0.01, accuracy=True, budget=2.5, spent=2.6)
+    assert isinstance(answer, Answer) and answer.cut_short == ["second seed", "local step"]
+    assert answer.ranked == [("bsp", 18.0), ("k4", 20.0)] and answer.label == "bsp"
 
 
 def test_a_resumed_race_asks_only_for_the_runs_it_lacks():
