@@ -7,8 +7,9 @@ For each of the first `--count` jobs of each family (`baselines/family_<name>.ya
 default job), replays `autosync tune` on the table (`--table`: every run read from it, or trained into it
 once) from each sampler seed, and scores the answer on the job's held-out seeds against the grid's choice
 on the tune's search seeds and against the held-out best (`autosync.experiments.lofo`). The search
-shipped today has nothing fitted, so every family is scored as it is: the baseline later fits are judged
-against. Each job's result is appended to `--results` as it finishes; a re-run scores only the jobs it
+judged by default is the family-by-family search (`--sampler portfolio`, the default of `autosync tune` until
+the race replaced it): it has nothing fitted, so every family is scored as it is, the baseline the race is
+judged against. Each job's result is appended to `--results` as it finishes; a re-run scores only the jobs it
 lacks. Prints and writes per family and pooled figures with bootstrap intervals.
 
 With `--sampler race` the tune is the race (`autosync tune --sampler race`), its settings fitted on the
@@ -149,8 +150,9 @@ def main() -> None:
     parser.add_argument("--results", default="benchmarks/lofo_baseline.jsonl")
     parser.add_argument("--out", default="benchmarks/lofo_baseline.md")
     parser.add_argument("--json", default=None, help="also write the figures here (benchmarks/make_table.py)")
-    parser.add_argument("--sampler", default="default", choices=["default", "race"],
-                        help="default: the tune as shipped; race: --sampler race fitted on the other families")
+    parser.add_argument("--sampler", default="portfolio", choices=["portfolio", "race"],
+                        help="portfolio: the family-by-family search, the baseline (the default search before the "
+                             "race); race: --sampler race fitted on the other families")
     args = parser.parse_args()
     quiet_optuna()
     table_dir, results_path = Path(args.table), Path(args.results)
@@ -163,7 +165,7 @@ def main() -> None:
                 results.append(with_keeps(done[job.name], table_dir, job))
                 continue
             start = time.perf_counter()
-            options = {"sampler": "race", "race_settings": str(folds[family])} if folds else {}
+            options = {"sampler": "race", "race_settings": str(folds[family])} if folds else {"sampler": "portfolio"}
             answers = [replayed_tune(job, table_dir, s, **options) for s in range(args.sampler_seeds)]
             result = lofo.score_job(Table(table_dir), family, job, lattice_points, answers)
             with results_path.open("a") as fh:
