@@ -1,23 +1,20 @@
-"""Leave-one-family-out: the tune replayed on the table, family by family, against the grid's choice.
+"""Leave-one-family-out: the race replayed on the table, family by family, against the grid's choice.
 
     python benchmarks/bench_lofo.py --families fresh quarry ... --count 2 --sampler-seeds 3 \
-        --table results/table --results benchmarks/lofo_baseline.jsonl --out benchmarks/lofo_baseline.md
+        --table results/table --results benchmarks/lofo_race.jsonl --out benchmarks/lofo_race.md
 
 For each of the first `--count` jobs of each family (`baselines/family_<name>.yaml`; `default` is the
-default job), replays `autosync tune` on the table (`--table`: every run read from it, or trained into it
-once) from each sampler seed, and scores the answer on the job's held-out seeds against the grid's choice
-on the tune's search seeds and against the held-out best (`autosync.experiments.lofo`). The search
-judged by default is the family-by-family search (`--sampler portfolio`, the default of `autosync tune` until
-the race replaced it): it has nothing fitted, so every family is scored as it is, the baseline the race is
-judged against. Each job's result is appended to `--results` as it finishes; a re-run scores only the jobs it
+default job), fits the race's settings on the other families' jobs (`autosync.experiments.race_fit.fit`, as
+`autosync fit` fits the shipped ones on all of them), replays `autosync tune --sampler race` with them on
+the table (`--table`: every run read from it, or trained into it once) from each sampler seed, and scores
+the answer on the job's held-out seeds against the grid's choice on the tune's search seeds and against
+the held-out best (`autosync.experiments.lofo`): the race judged leave-one-family-out through the tune's
+own code. Each job's result is appended to `--results` as it finishes; a re-run scores only the jobs it
 lacks. Prints and writes per family and pooled figures with bootstrap intervals.
 
-With `--sampler race` the tune is the race (`autosync tune --sampler race`), its settings fitted on the
-other families' jobs before it answers on a family's (`autosync.experiments.race_fit.fit`, as `autosync fit`
-fits the shipped ones on all of them): the race judged leave-one-family-out through the tune's own code.
-
-    python benchmarks/bench_lofo.py --sampler race --count 2 --sampler-seeds 3 --table results/table \
-        --results benchmarks/lofo_race.jsonl --out benchmarks/lofo_race.md
+The baseline the race was judged against, the family-by-family search with nothing fitted (`--sampler
+portfolio`, no longer in autosync), is `benchmarks/lofo_baseline.{md,jsonl}`, measured by this script at
+commit 507b582; `bench_race.py` reads it.
 """
 
 from __future__ import annotations
@@ -147,25 +144,25 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=8, help="jobs 0..N-1 of each family")
     parser.add_argument("--sampler-seeds", type=int, default=3)
     parser.add_argument("--table", default="results/table", help="the table's directory (built on demand)")
-    parser.add_argument("--results", default="benchmarks/lofo_baseline.jsonl")
-    parser.add_argument("--out", default="benchmarks/lofo_baseline.md")
+    parser.add_argument("--results", default="benchmarks/lofo_race.jsonl")
+    parser.add_argument("--out", default="benchmarks/lofo_race.md")
     parser.add_argument("--json", default=None, help="also write the figures here (benchmarks/make_table.py)")
-    parser.add_argument("--sampler", default="portfolio", choices=["portfolio", "race"],
-                        help="portfolio: the family-by-family search, the baseline (the default search before the "
-                             "race); race: --sampler race fitted on the other families")
+    parser.add_argument("--sampler", default="race", choices=["race"],
+                        help="race: the race fitted on the other families (the baseline, the family-by-family "
+                             "search, is no longer in autosync: benchmarks/lofo_baseline.md)")
     args = parser.parse_args()
     quiet_optuna()
     table_dir, results_path = Path(args.table), Path(args.results)
     done = load_results(results_path)
     results = []
-    folds = race_folds(args.families, args.count, table_dir) if args.sampler == "race" else {}
+    folds = race_folds(args.families, args.count, table_dir)
     for family in args.families:
         for job in jobs_of(family, args.count):
             if job.name in done:
                 results.append(with_keeps(done[job.name], table_dir, job))
                 continue
             start = time.perf_counter()
-            options = {"sampler": "race", "race_settings": str(folds[family])} if folds else {"sampler": "portfolio"}
+            options = {"sampler": "race", "race_settings": str(folds[family])}
             answers = [replayed_tune(job, table_dir, s, **options) for s in range(args.sampler_seeds)]
             result = lofo.score_job(Table(table_dir), family, job, lattice_points, answers)
             with results_path.open("a") as fh:

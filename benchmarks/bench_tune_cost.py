@@ -84,11 +84,12 @@ def run_tune(job: JobSpec, space_name: str, trials: int, stop_at_target: bool, s
     FORKS.max_bytes = MAX_BYTES if forks else 0
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
-        # the policy space's rows measure the family-by-family search (the race's cost: bench_race), whose
-        # trials stop at the target, fork and look for equivalents as this benchmark compares
+        # TPE on every space, the policy space's too (its race, the default there, is bench_race's): the search
+        # whose trials stop at the target, fork and look for equivalents, as this benchmark compares (its
+        # committed policy rows were measured with the family-by-family search, at commit 507b582)
         request = TuneRequest.from_options(job, TuneOptions(
             n_trials=trials, seed=seed, patience=patience, constraint_at=constraint_at, confirm_top=0,
-            sampler="portfolio" if space_name == "policy" else "auto",
+            sampler="tpe",
             storage=f"sqlite:///{Path(tmp) / 'bench.db'}"), space=space)
         # stop_at_target and find_equivalents are no options (the command always stops at the target and looks
         # for equivalents): this benchmark measures what each saves, so it turns them off on the request

@@ -27,10 +27,9 @@ TABLE = HERE / "README.md"
 BENCHMARKS = ("bench_startup", "bench_engine", "bench_scale", "bench_dbw_solver", "bench_policies",
               "bench_tune", "bench_tune_cost", "bench_answer_quality", "bench_transfer", "bench_processes",
               "bench_transport", "bench_gpu", "bench_fuzz_inputs", "bench_kill_storm", "bench_replay", "bench_table",
-              "bench_lofo", "bench_lofo_race", "bench_race")
-# a benchmark run with arguments of its own under a name of its own: script and arguments
-VARIANTS = {"bench_lofo_race": ("bench_lofo", ["--sampler", "race", "--results", "benchmarks/lofo_race.jsonl",
-                                               "--out", "benchmarks/lofo_race.md"])}
+              "bench_lofo", "bench_race")
+# a benchmark run with arguments of its own under a name of its own: script and arguments (none today)
+VARIANTS: dict[str, tuple[str, list[str]]] = {}
 
 
 def machine() -> str:

@@ -11,8 +11,8 @@ of that time it lasts; one set of rounds gives T_k for every k at once (32 round
 `fast_workers` reads from it the workers the PS can wait for without waiting on a straggler: the largest k
 whose T_k is within `FAST_WITHIN` of T_1. It is where a static k under the `linear` step rule does best
 most often: within 1.3x of the job's best static k on 30 of 53 development jobs, against 21 for the best
-share of n (n / 4) and 16 for n / 3 + 2, the setting it replaced in the `policy` space's portfolio
-(`python results/portfolio/static_k.py`, the `fast_workers` rows; results/portfolio/choose.py). With most
+share of n (n / 4) and 16 for n / 3 + 2 (`python results/portfolio/static_k.py`, the `fast_workers`
+rows). With most
 of the cluster slow it is the few fast workers (2-5 of 27 on the inverse family); on an even cluster, most
 of it.
 """

@@ -174,8 +174,6 @@ def breakdown_line(b: dict[str, int]) -> str:
             + "."
             + (f" A candidate that failed its check was moved towards BSP: {_repairs(b['repairs'])} ran as "
                "candidates (repairs)." if b.get("repairs") else "")
-            + (f" {count(b['held_leaders'], 'leader')} of the race ran on a second seed before setting the bar "
-               "for the other families." if b.get("held_leaders") else "")
             + (f" The search stopped improving ({count(b['patience'] or 0, 'trial')} in a row found nothing "
                f"faster), so {count(b['given_up'], 'queued trial')} of the budget "
                f"{'was' if b['given_up'] == 1 else 'were'} not run (--patience {b['patience']}; --patience 0 "

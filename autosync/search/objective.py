@@ -27,7 +27,7 @@ from autosync.policy_score import STOPPED_EARLY, RunFailed, constraint, evaluate
 from autosync.search.study.records import (
     ANSWERED, BSP_REFERENCE, BUDGET, CANONICAL, CONSTRAINT, CURVE, EQUIVALENCE_CHECK_FAILED, FAIL_REASON,
     FINAL_METRIC, FINAL_PENDING, FORKED, FOUND_EQUIVALENT, FULL_BUDGET, FULL_BUDGET_OF, HORIZON, KILLED, PLATEAU,
-    POLICY, PREDICTED, PROCESS, PRUNED_ON_PACE, REACHED, REPAIR_OF, RESAMPLED, RETRY_OF, ROLE, RUNS, SAME_AS, SCORING,
+    POLICY, PROCESS, PRUNED_ON_PACE, REACHED, REPAIR_OF, RESAMPLED, RETRY_OF, ROLE, RUNS, SAME_AS, SCORING,
     SECOND_SEED_CHECK, TIME_TO_TARGET,
     TIMED_OUT, VIRTUAL_SECONDS, final_pending, has_full_result, has_own_failure, outside_budget, role_of, scored_as,
 )
@@ -263,10 +263,6 @@ class Objective:
             if race.exceeded_by(value) or late is not None:
                 trial.report(late or value, step)  # the bound, or the pace's prediction: TPE and the checks read it
                 record_spent()
-                guess = race.predicted(value, bound.best, target.lower_is_better) \
-                    if late is None and bound.reached_at is None else None
-                if guess is not None and guess > value:  # the family's standing (`strategies.portfolio`) reads it
-                    trial.set_user_attr(PREDICTED, guess)
                 if late is not None:
                     trial.set_user_attr(PRUNED_ON_PACE, True)
                     raise optuna.TrialPruned(f"at {value:.0f} virtual s, slower than the bar by a pace that "

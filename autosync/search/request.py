@@ -4,7 +4,6 @@ driver (`tune`) that imports them."""
 
 from __future__ import annotations
 
-import functools
 import warnings
 
 from dataclasses import dataclass
@@ -86,18 +85,6 @@ class TuneRequest:
         if self.timeout is not None:
             raise UserError(f"{race} runs to its answer (Ctrl-C stops it, and the same command resumes it): it "
                             f"takes no --timeout (--sampler tpe takes one), but got --timeout {self.timeout:g}")
-
-    @functools.cached_property
-    def fast_workers(self) -> int | None:
-        """The job's fast workers (`autosync.core.arrivals.fast_workers`): what a portfolio's `fast_workers`
-        stands for. Read from the cluster model on the job's seed (32 rounds of n round trips), once per
-        request (a `--n-jobs` helper process reads it again); None where the space's portfolio names none."""
-        from autosync.core.arrivals import fast_workers
-        from autosync.search.space_file import FAST_WORKERS
-
-        if not any(FAST_WORKERS in spec for spec in self.space.portfolio):
-            return None  # nothing reads it
-        return fast_workers(self.job.cluster, self.job.workload.batch_size, self.job.seed)
 
     @classmethod
     def from_options(cls, job: JobSpec, options: TuneOptions, space: SearchSpace | None = None) -> "TuneRequest":

@@ -33,7 +33,7 @@ from autosync.data import SPACE_DIR
 from autosync.core.errors import SpaceFileError, UserError
 from autosync.core.loader import read_yaml_file, short_repr
 from autosync.search.space_file import (
-    Constant, Dimension, SpaceFile, check_portfolio, describe, problems_with_policies,
+    Constant, Dimension, SpaceFile, describe, problems_with_policies,
 )
 
 if TYPE_CHECKING:
@@ -55,9 +55,6 @@ class SearchSpace:
     # a trial first looks for an already tried policy that runs like it, on the job's proxy
     # (`autosync.search.equivalence`; the listed canonical forms apply either way)
     equivalence_check: bool = True
-    # settings of each family raced first by the portfolio search (`autosync.search.strategies.portfolio`):
-    # policy specs, a share of the workers written n_workers*a/b
-    portfolio: tuple[str, ...] = ()
 
     @property
     def policies(self) -> list[str]:
@@ -151,23 +148,6 @@ class SearchSpace:
         """True when every dimension is int, categorical or stepped float (a brute-force sampler can cover it)."""
         return all(d.type in ("int", "categorical") or (d.type == "float" and d.step)
                    for dims in self.dimensions.values() for d in dims.values())
-
-    def portfolio_problems(self, n_workers: int) -> list[str]:
-        """The portfolio entries this space cannot sample on `n_workers` workers: a parameter that is neither
-        searched nor the constant's value, or a value outside its dimension."""
-        from autosync.search.space_file import resolve_share
-        from autosync.catalog import split_policy_spec
-
-        problems = []
-        for i, spec in enumerate(self.portfolio):
-            name, params = split_policy_spec(spec, option="portfolio")
-            params = {k: resolve_share(v, n_workers) for k, v in params.items()}
-            dims, constants = self.dimensions[name], self.constants[name]
-            loose = [k for k, v in params.items() if k not in dims and (k not in constants or constants[k] != v)]
-            if loose or self.trial_params({"policy": name, "params": params}) is None:
-                problems.append(f"portfolio.{i}: {spec!r} is not a point of the space's {name} "
-                                f"(parameters searched: {', '.join(dims) or 'none'}; on {n_workers} workers)")
-        return problems
 
     def policy_size(self, policy_name: str) -> int | None:
         """Number of points of one policy's sub-space (None if it has a continuous dimension)."""
@@ -303,15 +283,11 @@ def load_space(path: str | Path, n_workers: int, flag: str = "--space") -> Searc
     constants = {policy_name: {name: p.value for name, p in params.items() if isinstance(p, Constant)}
                  for policy_name, params in spec.policies.items()}
     problems = type_problems(dimensions, constants) or refused_compositions(dimensions, constants) \
-        or bound_problems(dimensions, constants, n_workers) or check_portfolio(spec.portfolio, list(dimensions))
+        or bound_problems(dimensions, constants, n_workers)
     if problems:
         raise SpaceFileError(str(path), problems)
-    space = SearchSpace(spec.name or path.stem, spec.description, str(path), dimensions, constants, spec.patience,
-                        spec.equivalence_check, tuple(spec.portfolio))
-    problems = space.portfolio_problems(n_workers)
-    if problems:
-        raise SpaceFileError(str(path), problems)
-    return space
+    return SearchSpace(spec.name or path.stem, spec.description, str(path), dimensions, constants, spec.patience,
+                       spec.equivalence_check)
 
 
 def bound_problems(dimensions: dict[str, dict[str, Dimension]], constants: dict[str, dict[str, Any]],

@@ -26,7 +26,6 @@ from pydantic import (
     BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, ValidationInfo, field_validator, model_validator,
 )
 
-from autosync.core.errors import UserError
 from autosync.core.loader import TYPE_RULES, plain_key, short_repr
 
 
@@ -59,7 +58,7 @@ def _worker_expression(value: Any) -> tuple[int, int, int] | None:
     return int(times or 1), max(int(over or 1), 1), (-1 if sign == "-" else 1) * int(offset or 0)
 
 
-FAST_WORKERS = "fast_workers"  # a portfolio value: the job's fast workers (`autosync.core.arrivals.fast_workers`)
+FAST_WORKERS = "fast_workers"  # a share's value: the job's fast workers (`autosync.core.arrivals.fast_workers`)
 
 
 def resolve_share(value: Any, n_workers: int, fast_workers: int | None = None) -> Any:
@@ -232,8 +231,6 @@ class SpaceFile(_Strict):
     description: str = ""  # what the space searches, for people
     patience: int = Field(0, ge=0)  # a search stops once this many trials in a row found nothing faster (0: off)
     equivalence_check: bool = True  # a trial first looks for an equivalent on the job's proxy (`search.equivalence`)
-    # settings raced first by the portfolio search, as policy specs (`search.strategies.portfolio`)
-    portfolio: list[str] = []
     policies: dict[str, Optional[dict[str, Parameter]]] = Field(min_length=1)  # policy -> parameter -> spec
 
     @field_validator("policies", mode="before")
@@ -248,25 +245,6 @@ class SpaceFile(_Strict):
     @classmethod
     def _empty_policies(cls, policies: dict[str, Any]) -> dict[str, Any]:
         return {policy_name: params or {} for policy_name, params in policies.items()}
-
-
-def check_portfolio(specs: list[str], policies: list[str]) -> list[str]:
-    """Problems with a space file's portfolio: each entry a policy spec of one of the space's `policies`."""
-    from autosync.catalog import split_policy_spec
-
-    problems = []
-    for i, spec in enumerate(specs):
-        try:
-            name, params = split_policy_spec(spec, option="portfolio")
-            for value in params.values():
-                resolve_share(value, 1)
-        except (UserError, ValueError) as exc:
-            problems.append(f"portfolio.{i}: {exc}")
-            continue
-        if name not in policies:
-            problems.append(f"portfolio.{i}: policy {name!r} is not one of the space's policies {policies}, "
-                            f"but got {spec!r}")
-    return problems
 
 
 def problems_with_policies(policies: Any) -> list[str]:

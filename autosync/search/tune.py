@@ -30,9 +30,8 @@ from autosync.search.study.cache import (
 )
 from autosync.policy_score import DETAILS, STOPPED_EARLY, RunFailed, constraint, evaluate
 from autosync.search.objective import (
-    BSP, Objective, TimeToTargetBound, canonical_on, process_tag, trial_scoring, trial_seeds,
+    Objective, TimeToTargetBound, canonical_on, process_tag, trial_scoring, trial_seeds,
 )
-from autosync.search.strategies.portfolio import fit_to_budget, portfolio_policies, portfolio_rounds
 from autosync.search.strategies.prior import give_prior
 from autosync.search.strategies.patience import give_up_queued, patience_of, trials_without_improvement
 from autosync.search.strategies.pruning import RaceLimit, TargetRacePruner, thinned
@@ -112,8 +111,7 @@ def load_study(request: TuneRequest, storage: Any) -> "optuna.Study":
     name = request.study or study_name(request.job, request.space, request.settings.backend,
                                        request.settings.constraint_at)
     sampler = make_sampler(request.sampler, request.seed, request.space, request.settings.multi_objective,
-                           request.n_trials, request.job.cluster.n_workers,
-                           request.fast_workers if request.sampler == "portfolio" else None)
+                           request.n_trials)
     try:
         with storage_lock(request.storage, name):
             study = optuna.create_study(storage=storage, study_name=name, directions=directions, sampler=sampler,
@@ -288,7 +286,7 @@ def _search(study: "optuna.Study", request: TuneRequest, reference: dict[str, An
         return
     budget = budget_of(request, before)
     top_up(study, request.storage, budget, *_queued_first(study, request, siblings, near or []),
-           lookahead=lookahead(request, first=True))
+           lookahead=LOOKAHEAD)
     helpers = _start_helpers(request, study.study_name, budget, deadline)
     mine.update(process_tag(p.pid) for p in helpers)
     try:
@@ -297,20 +295,18 @@ def _search(study: "optuna.Study", request: TuneRequest, reference: dict[str, An
         for p in helpers:
             p.join()
     if request.settings.stop_at_target and not request.settings.multi_objective:
-        _check_at_full_budget(study, request, objective, budget)
+        _check_at_full_budget(study, request, objective)
 
 
-def _check_at_full_budget(study: "optuna.Study", request: TuneRequest, objective: Objective, budget: int) -> None:
+def _check_at_full_budget(study: "optuna.Study", request: TuneRequest, objective: Objective) -> None:
     """Re-run at full budget the fastest candidates whose runs stopped at the target, until the fastest
     (the K fastest with --verify-top or --confirm-top K) are known to keep the final-metric constraint
-    (`autosync.search.strategies.full_budget`), as many checks as the race left (`checks_left`), and one more
-    for each repair of a candidate whose check failed (`autosync.search.strategies.repair`)."""
-    from autosync.search.strategies.full_budget import check_candidates, checks_left
-    from autosync.search.study._optuna_internals import fresh_trials
+    (`autosync.search.strategies.full_budget`), `MAX_CHECKS` checks at most, and one more for each repair of a
+    candidate whose check failed (`autosync.search.strategies.repair`)."""
+    from autosync.search.strategies.full_budget import MAX_CHECKS, check_candidates
 
     check_candidates(study, functools.partial(_run_check, study, request, objective), wanted=places(request),
-                     limit=checks_left(fresh_trials(study), budget),
-                     repair=functools.partial(_run_repairs, study, request, objective))
+                     limit=MAX_CHECKS, repair=functools.partial(_run_repairs, study, request, objective))
 
 
 def _run_check(study: "optuna.Study", request: TuneRequest, objective: Objective, number: int) -> None:
@@ -352,46 +348,6 @@ def _run_queued_until(study: "optuna.Study", request: TuneRequest, objective: Ob
     while not done():
         if not run_queued_trial(study, request.storage, objective, catch=(RunFailed, Resampled)):
             time.sleep(POLL_SECONDS)
-
-
-def _check_stale_leader(study: "optuna.Study", request: TuneRequest, objective: Objective, budget: int) -> None:
-    """In the portfolio race, once no queued trial waits (the first round is in), check at full budget a
-    leader that applies stale gradients to the end, and the next such leader while one fails
-    (`autosync.search.strategies.full_budget.stale_leader`). The leader is chosen and its check queued under
-    the storage lock, and not while another process's check runs: processes sharing the study check it once."""
-    if not _races_to_target(request):
-        return
-    import optuna
-
-    from autosync.search.strategies.full_budget import queue_check, stale_leader
-    from autosync.search.study._optuna_internals import fresh_trials
-
-    while True:
-        with storage_lock(request.storage, study.study_name):
-            if fresh_trials(study, states=(optuna.trial.TrialState.WAITING,)):
-                return
-            leader = stale_leader(study, places(request), budget)
-            if leader is None:
-                return
-            queue_check(study, leader.number, budget, race=True)
-        _await_check(study, request, objective, leader.number)
-        _hold_leader(study, request)  # the lead may have passed to a family not held yet
-
-
-def lookahead(request: TuneRequest, first: bool = False) -> int:
-    """Free trials queued ahead at a time (`top_up`; `first`: with the first trials): none behind the first
-    round where the portfolio race checks its stale leaders (`_check_stale_leader`), whose checks run once
-    the queue is empty (with 8, a first round of 17 settings would queue the budget's last 3 trials with
-    it, and the leader's check would wait for them); else `LOOKAHEAD` (processes sharing the study each
-    find one to take)."""
-    return 0 if first and _races_to_target(request) else LOOKAHEAD
-
-
-def _races_to_target(request: TuneRequest) -> bool:
-    """Whether the request runs the portfolio race on the time to target, its trials stopped there: where
-    it holds its leaders (`_hold_leader`) and checks its stale ones (`_check_stale_leader`)."""
-    settings = request.settings
-    return request.sampler == "portfolio" and settings.stop_at_target and not settings.multi_objective
 
 
 def places(request: TuneRequest) -> int:
@@ -510,11 +466,7 @@ def _queued_first(study: "optuna.Study", request: TuneRequest, siblings: "list[o
     (`near`, a transfer; a backup count k scaled to this job's n first, as `recommend` scales it, then as it
     won), then those winners with another paper's strategy added (`cross_paper_variants`), then the
     other baselines (a static setting a paper starts from, such as k = 3n/4: trained after the transferred
-    winners, it is raced against them rather than against BSP). Under the portfolio search, BSP, the
-    transferred winners, then the portfolio's first round (each family's first setting, likely winners
-    first, so that the bar is low early), as many as leave `FAMILY_TRIALS` of the budget to the search
-    inside the families (`autosync.search.strategies.portfolio`); the sampler runs its second round, and
-    the baselines are not queued (each family's portfolio setting stands for them)."""
+    winners, it is raced against them rather than against BSP)."""
     old = StudyRecord(study.user_attrs).cache
     if request.refresh and isinstance(old, dict) and isinstance(old.get("best_policy"), dict):
         params = request.space.trial_params(old["best_policy"])
@@ -531,17 +483,7 @@ def _queued_first(study: "optuna.Study", request: TuneRequest, siblings: "list[o
     variants = [{"policy": Composed.name, "params": slots} for best in bests for slots in _variants(best)]
     found = [(policy, _in_space(request.space, policy, job)) for policy in bests + variants]
     rest = [b for b in baselines if b not in bsp_asp]
-    if request.sampler == "portfolio":  # BSP (free: its reference answers it), then the portfolio's first round
-        bsp_key = _canonical_key(BSP, job)
-        bsp = [b for b in bsp_asp if _canonical_key(b[0], job) == bsp_key]
-        first_round = portfolio_rounds(portfolio_policies(request.space, job.cluster.n_workers,
-                                                         request.fast_workers))[0]
-        first_queued = fit_to_budget(bsp + found + [(p, _in_space(request.space, p, job)) for p in first_round],
-                                     request.n_trials,
-                                     lambda b: b[1] is not None and _canonical_key(b[0], job) != bsp_key)
-    else:
-        first_queued = bsp_asp + found + rest
-    for policy, params in first_queued:  # one of each class that runs alike
+    for policy, params in bsp_asp + found + rest:  # one of each class that runs alike
         key = _canonical_key(policy, job)
         if params is not None and key not in seen:
             seen.add(key)
@@ -725,31 +667,12 @@ def run_trials(study: "optuna.Study", request: TuneRequest, reference: dict[str,
         if _stopped_improving(study, request, budget):
             return objective
         if run_queued_trial(study, request.storage, objective, catch=(RunFailed, Resampled)):
-            _hold_leader(study, request)
-            _check_stale_leader(study, request, objective, budget)
             continue
-        if top_up(study, request.storage, budget, lookahead=lookahead(request)):
+        if top_up(study, request.storage, budget, lookahead=LOOKAHEAD):
             continue
         if not pending_trials(study):
             return objective
         time.sleep(POLL_SECONDS)  # run_queued_trial re-queues a trial whose process died meanwhile
-
-
-def _hold_leader(study: "optuna.Study", request: TuneRequest) -> None:
-    """In the portfolio race, hold a new leader on the confirmation's first seed before it sets the bar for
-    the other families (`autosync.search.strategies.leader`; the confirmation then copies the run)."""
-    settings = request.settings
-    if not _races_to_target(request) or not request.confirm_top:
-        return
-    from autosync.search.strategies.confirm import RunStore, run_to_target
-    from autosync.search.strategies.leader import hold_leader
-
-    runs = RunStore(study, [])
-
-    def run(policy: dict[str, Any], seed: int, bound: float | None) -> dict[str, Any]:
-        return run_to_target(request.job, policy, seed, settings.penalty, runs, settings.backend, bound)[0]
-
-    hold_leader(study, request.space.policies, request.job.seed + settings.repeats, run)
 
 
 def _stopped_improving(study: "optuna.Study", request: TuneRequest, budget: int) -> bool:

@@ -18,7 +18,7 @@ from autosync.core.job import MAX_SEED
 from autosync.engine.backends import ExecutionOptions
 from autosync.search.study.records import BSP_TARGET, BUDGET
 
-SAMPLERS = ("portfolio", "race", "tpe", "gp", "random", "grid", "binary", "ladder")  # --sampler's choices besides AUTO
+SAMPLERS = ("race", "tpe", "gp", "random", "grid", "binary", "ladder")  # --sampler's choices besides AUTO
 AUTO = "auto"  # the race on the policy space, else TPE (`samplers.sampler_for`)
 SWITCH_POINT_SAMPLERS = ("binary", "ladder")  # strategies that run candidates of their own choosing
 RACE = "race"  # the race on common seeds (`autosync.race`): runs candidates of its own choosing too
@@ -49,10 +49,8 @@ class TuneOptions(ExecutionOptions):
                                "trials and cached answer then stand for this job.")
     sampler: str = option("auto", "auto (race on the policy space, else tpe) | race (the lattice of every policy "
                           "raced on common seeds: a fitted portfolio, then halving, a local step and the "
-                          "final-metric rule on the finalists; --space policy only, --n-trials not read) | "
-                          "portfolio (race each family's portfolio settings, then TPE inside the families that can "
-                          "still win) | tpe | gp | random | grid | binary (Sync-Switch) | ladder (cheapest switch "
-                          "point first).")
+                          "final-metric rule on the finalists; --space policy only, --n-trials not read) | tpe | "
+                          "gp | random | grid | binary (Sync-Switch) | ladder (cheapest switch point first).")
     n_jobs: int = option(1, "Processes running trials on this machine.", ge=1)
     seed: int = option(0, "Sampler seed.", ge=0, le=MAX_SEED)
     repeats: int = option(1, "Seeds per trial (the objective is noisy).", ge=1)

@@ -8,12 +8,10 @@ stale gradients at a full step to the end of its run ends noisier however fast i
 family (`check_family`), and after a failed check the checks go to the families none of whose checks failed
 first.
 
-In the race (`autosync.search.strategies.portfolio`, `pruning`, `leader`), a candidate whose own policy
-broke the rule at full budget, or that applies stale gradients to the end in a family whose check broke
-it, is ruled out (`ruled_out`): it sets no bar and keeps no family in the race. Else such a candidate,
-fastest to the target and never to be answered with, holds the bar low enough that the families that can
-keep the rule leave the race (a stale policy fast to the target but above BSP's loss at the end would
-keep a slower static k that keeps the rule from a second turn). A synchronous
+In the search (`pruning`), a candidate whose own policy broke the rule at full budget, or that applies stale
+gradients to the end in a family whose check broke it, is ruled out (`ruled_out`): it sets no bar. Else
+such a candidate, fastest to the target and never to be answered with, holds the bar low enough to prune
+the candidates that can keep the rule. A synchronous
 candidate is ruled out by its own check only: backup k = 11 under `linear` ending above BSP's loss says
 little of k = 4 under `linear`.
 """

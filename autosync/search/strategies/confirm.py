@@ -41,12 +41,11 @@ from autosync.core.job import JobSpec
 from autosync.policy_score import RunFailed, evaluate
 from autosync.search.objective import BSP, canonical_on, trial_seeds
 from autosync.search.strategies.check_families import ruled_out
-from autosync.search.strategies.leader import held_by_policy, held_runs, held_value
 from autosync.search.study import _optuna_internals as internals
 from autosync.search.study.locking import storage_lock
 from autosync.search.study.records import (
     CANONICAL, CONFIRMATION_RUNS as RUNS, SCORING, UNCHECKED, VIRTUAL_SECONDS, TrialRecord, constraint_of,
-    final_pending, may_be_feasible, policy_key,
+    final_pending, may_be_feasible,
 )
 
 if TYPE_CHECKING:
@@ -139,10 +138,7 @@ class RunStore:
 
 def candidates(study: "optuna.Study", top: int, job: JobSpec, scoring: dict[str, Any],
                also: list[tuple[dict[str, Any], str]] = ()) -> list[Candidate]:
-    """The study's `top` fastest completed trials (a leader the race held on a second seed at its mean over
-    both, `autosync.search.strategies.leader`: a leader fast on one seed only would otherwise take a place
-    ahead of a candidate fast on both) scored as
-    `scoring` says (`trial_scoring`) that keep the
+    """The study's `top` fastest completed trials scored as `scoring` says (`trial_scoring`) that keep the
     final-metric constraint or may (stopped at the target, unchecked: `checked` False; not ruled out by a
     failed check of its stale family, `autosync.search.strategies.check_families.ruled_out`), one per canonical
     policy (the first at its score), best first, then the policies of `also` ((policy, source) pairs: the
@@ -156,10 +152,9 @@ def candidates(study: "optuna.Study", top: int, job: JobSpec, scoring: dict[str,
     by_canonical: dict[str, Any] = {}
     for t in completed:  # the first trial of each canonical policy: the others ran alike or were copied
         by_canonical.setdefault(_key(t.user_attrs[CANONICAL]), t)
-    held = held_by_policy(every, held_runs(study))
     ranked = sorted((t for t in every if t.state == optuna.trial.TrialState.COMPLETE
-                     and may_be_feasible(t) and _scored_as(t, scoring)),  # a held leader at its mean, as in the race
-                    key=lambda t: (held_value(t.values[0], held.get(policy_key(t))), final_pending(t), t.number))
+                     and may_be_feasible(t) and _scored_as(t, scoring)),
+                    key=lambda t: (t.values[0], final_pending(t), t.number))
     out, seen = [], set()
     keys = {t.number: _key(t.user_attrs.get(CANONICAL) or canonical_on(TrialRecord(t).policy, job)) for t in ranked}
     unchecked = {row["trial"] for row in study.user_attrs.get(UNCHECKED) or []}

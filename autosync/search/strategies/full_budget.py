@@ -11,12 +11,7 @@ accurate, is kept: no policy is answered with before its full-budget run keeps t
 final metric lands within the tolerance of the rule's edge is judged on a second seed as well
 (`autosync.search.strategies.second_seed`): one seed's final metric is noisier than that.
 
-In the portfolio race, a leader that applies stale gradients to the end is checked as soon as it leads, once
-the first round is in (`stale_leader`): should it break the rule, it and its stale family are ruled out of
-the race (`autosync.search.strategies.check_families.ruled_out`) instead of holding the bar for the whole
-search. The checks after the search then number `MAX_CHECKS` less the race's, one at least (`checks_left`).
-
-The checks are bounded: at most `MAX_CHECKS` (one more after a race that ran as many), after which the
+The checks are bounded: at most `MAX_CHECKS`, after which the
 answer is the fastest candidate known to keep the constraint (BSP at worst), and the faster candidates
 left unchecked are recorded (`UNCHECKED`) so that the output says so and the confirmation does not take
 them up. A check's cost is most of a training (the
@@ -27,9 +22,7 @@ target, so after a failed check the candidates of a family that has not failed o
 (`next_to_check`; a family here is a synchronous policy and its step-size rule, or the policies that
 apply stale gradients to the end, by how their step shrinks with staleness), then the others in time order.
 Within each, a candidate whose time is known (it reached the target) comes before one pruned at a lower bound: a pruned trial only had not reached the target when
-it stopped, and its check, a training's cost, often finds it slower than the known one (on a job of the
-fleet family, two DANA trials pruned at 6.0 s took two of the three checks and diverged, and backup k = 5,
-6.8 s to the target, was never checked).
+it stopped, and its check, a training's cost, often finds it slower than the known one.
 """
 
 from __future__ import annotations
@@ -37,21 +30,18 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable
 
 from autosync.search.strategies.check_families import (
-    check_family, failed_check, failed_families, ruled_out, stale_rule,
+    check_family, failed_check, failed_families, ruled_out,
 )
-from autosync.search.strategies.leader import held_by_policy, held_runs, held_value
 from autosync.search.strategies.repair import is_repair
 from autosync.search.study import _optuna_internals as internals
 from autosync.search.study.records import (
-    FULL_BUDGET_OF, POLICY, RACE_CHECK, RULED_BY_FAMILY, UNCHECKED, constraint_of, final_pending, has_own_failure,
-    policy_key,
+    FULL_BUDGET_OF, POLICY, RULED_BY_FAMILY, UNCHECKED, constraint_of, final_pending, policy_key,
 )
 
 if TYPE_CHECKING:
     import optuna
 
-MAX_CHECKS = 3  # full-budget checks a search runs at most (each costs most of a training); the race's, and
-# then at least one more (`checks_left`)
+MAX_CHECKS = 3  # full-budget checks a search runs at most (each costs most of a training)
 
 
 def next_to_check(study: "optuna.Study", wanted: int = 1) -> "optuna.trial.FrozenTrial | None":
@@ -76,10 +66,7 @@ def waiting(study: "optuna.Study", wanted: int = 1,
     full-budget result yet. Such a trial stopped at the target, or was pruned
     (`autosync.search.strategies.pruning`) against a candidate that may since have failed its check: it
     counts at the bound it was pruned at, a lower bound on its time. Empty once the `wanted` fastest
-    candidates are known feasible. A policy the race held on a second seed
-    (`autosync.search.strategies.leader`) counts at its mean over both, as it stood in the race: a trial
-    pruned against that mean cannot beat it (counted at the one-seed time instead, such trials were
-    checked, a training each). A candidate of a stale family whose check failed
+    candidates are known feasible. A candidate of a stale family whose check failed
     (`check_families.ruled_out`) waits for none: another setting of that family fails its check too.
     `trials`: the study's trials as just read (read here when None)."""
     return standing(study, wanted, trials)[0]
@@ -90,17 +77,10 @@ def standing(study: "optuna.Study", wanted: int = 1, trials: "list[optuna.trial.
     """`waiting`'s trials, and beside them those the same walk leaves out only because a check of their stale
     family failed (`check_families.RuledOut.by_family`: their own policy was never trained to the end), one
     per policy, fastest first."""
-    import optuna
-
     trials = internals.fresh_trials(study) if trials is None else trials
     checked = {t.user_attrs[FULL_BUDGET_OF] for t in trials if FULL_BUDGET_OF in t.user_attrs and t.state.is_finished()}
-    held_of = held_by_policy(trials, held_runs(study))
     ruled = ruled_out(trials)
-
-    def time_of(t: "optuna.trial.FrozenTrial") -> float | None:
-        value = _time(t)
-        return held_value(value, held_of.get(policy_key(t))) \
-            if value is not None and t.state == optuna.trial.TrialState.COMPLETE else value
+    time_of = _time
 
     # at equal times a full-budget result comes first: a check ties with the trial it checks, and policies
     # that run alike to the target (tied to the last digit) need one feasible check between them, not one each
@@ -178,53 +158,10 @@ def _row(trial: "optuna.trial.FrozenTrial") -> dict:
     return {"trial": trial.number, POLICY: trial.user_attrs.get(POLICY), "time_to_target": _time(trial)}
 
 
-def stale_leader(study: "optuna.Study", wanted: int = 1, budget: int | None = None,
-                 ) -> "optuna.trial.FrozenTrial | None":
-    """The race's leader, to be checked at full budget before the search goes on, where it applies stale
-    gradients to the end (`check_families.stale_rule`): the fastest candidate waiting for its check
-    (`waiting`: a held leader at its mean, none ruled out by a failed check) that reached the target. None
-    where that leader is synchronous or none waits, while a check runs, or once the race of the search of
-    `budget` trials has run `MAX_CHECKS` checks (`race_checks`). A failed check rules the candidate out,
-    with its stale family, so that a bar it cannot hold does not end the race of the families that keep
-    the rule."""
-    import optuna
-
-    trials = internals.fresh_trials(study)
-    if race_checks(trials, budget) >= MAX_CHECKS or any(FULL_BUDGET_OF in t.user_attrs and not t.state.is_finished()
-                                                        for t in trials):
-        return None  # the race's checks are spent, or a check is under way (another process's): it decides
-    leader = next((t for t in waiting(study, wanted, trials) if t.state == optuna.trial.TrialState.COMPLETE), None)
-    return leader if leader is not None and stale_rule(leader.user_attrs.get(POLICY) or {}) is not None else None
-
-
-def race_checks(trials: "list[optuna.trial.FrozenTrial]", budget: int | None = None) -> int:
-    """How many checks among `trials` the race of the search of `budget` trials ran with a result
-    (`stale_leader`'s, queued with `RACE_CHECK` set to that budget; one whose process died, or given up,
-    has none: its re-run counts)."""
-    import optuna
-
-    return sum(1 for t in trials if t.user_attrs.get(RACE_CHECK) == _race_mark(budget) and (
-        t.state == optuna.trial.TrialState.COMPLETE or has_own_failure(t)))
-
-
-def checks_left(trials: "list[optuna.trial.FrozenTrial]", budget: int | None = None) -> int:
-    """The checks the search of `budget` trials may run after its race: `MAX_CHECKS` less the race's, one
-    at least."""
-    return max(1, MAX_CHECKS - race_checks(trials, budget))
-
-
-def queue_check(study: "optuna.Study", number: int, race_budget: int | None = None, race: bool = False) -> None:
-    """Queue the full-budget check of trial `number` (its parameters; `FULL_BUDGET_OF` marks it, and
-    `RACE_CHECK` one the race of the search of `race_budget` trials runs, where `race`)."""
+def queue_check(study: "optuna.Study", number: int) -> None:
+    """Queue the full-budget check of trial `number` (its parameters; `FULL_BUDGET_OF` marks it)."""
     trial = next(t for t in internals.fresh_trials(study) if t.number == number)
-    marks = {FULL_BUDGET_OF: number, **({RACE_CHECK: _race_mark(race_budget)} if race else {})}
-    study.enqueue_trial(trial.params, user_attrs=marks, skip_if_exists=False)
-
-
-def _race_mark(budget: int | None) -> "int | bool":
-    """What `RACE_CHECK` holds: the search's budget (a search with `--refresh` has a larger one, and its
-    race counts its own checks), True where none is known."""
-    return True if budget is None else budget
+    study.enqueue_trial(trial.params, user_attrs={FULL_BUDGET_OF: number}, skip_if_exists=False)
 
 
 def failed_candidates(study: "optuna.Study") -> list[int]:

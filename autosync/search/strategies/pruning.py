@@ -5,12 +5,7 @@ trained so far while the target is not met, the time it was met afterwards: it o
 keeps the fastest `places` policies (the answer; the K that --verify-top and --confirm-top re-run), so a
 trial whose bound passes the `places`-th fastest time-to-target among the completed trials that may be
 feasible (one per policy) cannot be among them and stops there (successive halving's rule with one rung
-per evaluation, the incumbent as the bar). A leader the race held on a second seed
-(`autosync.search.strategies.leader`) stands at its mean over both seeds, as it does in the family race: a
-leader lucky on the search's seed would otherwise prune, at its one-seed time, the trials of families that
-win on most seeds (on a job of the steady family DANA-Slim reached the target at 8.1 s on the search's seed
-and 12.2 s on the next; backup k = 4 under `linear`, within 1.1x of the grid's best, was pruned at 8.1 s).
-The bar is a candidate whose final metric may not be known yet
+per evaluation, the incumbent as the bar). The bar is a candidate whose final metric may not be known yet
 (`autosync.search.strategies.full_budget`): should it fail its full-budget check, a trial pruned against it could
 have won, so the checks also re-run, unpruned, the pruned trials whose bound lies below the answer found.
 
@@ -35,7 +30,6 @@ import time
 import optuna
 
 from autosync.search.strategies.check_families import ruled_out
-from autosync.search.strategies.leader import held_by_policy, held_runs, held_value
 from autosync.search.study.records import CURVE, REACHED, SCORING, TrialRecord, may_be_feasible, policy_key
 
 REFRESH_SECONDS = 2.0  # how often (wall) a running trial re-reads the bar: other processes may lower it
@@ -44,22 +38,18 @@ PACE_MARGIN = 2.0  # the pace rule prunes a trial this many times slower than th
 PACE_FROM = 0.3  # ... once it has trained this fraction of the bar's time-to-target (early metrics are noise)
 
 
-def race_limit(trials: "list[optuna.trial.FrozenTrial]", places: int = 1,
-               held: "dict[int, dict] | None" = None) -> float | None:
+def race_limit(trials: "list[optuna.trial.FrozenTrial]", places: int = 1) -> float | None:
     """The `places`-th fastest time-to-target among the completed trials that may be feasible, one per
-    policy (equivalent trials count once), a policy `held` on a second seed at its mean over both
-    (`autosync.search.strategies.leader.held_runs`); None while fewer policies have finished."""
-    found = race_bar(trials, places, held)
+    policy (equivalent trials count once); None while fewer policies have finished."""
+    found = race_bar(trials, places)
     return None if found is None else found[1]
 
 
-def race_bar(trials: "list[optuna.trial.FrozenTrial]", places: int = 1, held: "dict[int, dict] | None" = None,
+def race_bar(trials: "list[optuna.trial.FrozenTrial]", places: int = 1,
              ) -> "tuple[optuna.trial.FrozenTrial, float] | None":
     """The trial that sets the bar and the bar: the `places`-th fastest policy's fastest trial (one with a
-    stored curve, where its policy has one) and its time, the mean over both seeds for a policy `held` on
-    a second seed (a trial held stands for its twins); None while fewer policies have finished. A trial a
-    failed full-budget check ruled out (`check_families.ruled_out`) sets no bar."""
-    held_of = held_by_policy(trials, held or {})
+    stored curve, where its policy has one) and its time; None while fewer policies have finished. A trial
+    a failed full-budget check ruled out (`check_families.ruled_out`) sets no bar."""
     out = ruled_out(trials)
     best: dict[str, optuna.trial.FrozenTrial] = {}
     for t in trials:
@@ -68,9 +58,7 @@ def race_bar(trials: "list[optuna.trial.FrozenTrial]", places: int = 1, held: "d
             if key not in best or (t.values[0], CURVE not in t.user_attrs) < (
                     best[key].values[0], CURVE not in best[key].user_attrs):
                 best[key] = t
-    standing = ((t, held_value(t.values[0], held_of.get(key))) for key, t in best.items())
-    ranked = sorted((pair for pair in standing if math.isfinite(pair[1])),  # failed on its second seed: no bar
-                    key=lambda pair: pair[1])
+    ranked = sorted(((t, t.values[0]) for t in best.values()), key=lambda pair: pair[1])
     return ranked[places - 1] if len(ranked) >= places else None
 
 
@@ -155,7 +143,7 @@ class RaceLimit:
     def _refresh(self) -> None:
         now = time.monotonic()
         if now - self._read_at >= self.refresh_seconds:
-            found = race_bar(self.study.get_trials(deepcopy=False), self.places, held_runs(self.study))
+            found = race_bar(self.study.get_trials(deepcopy=False), self.places)
             bar, self._limit = found if found is not None else (None, None)
             self._curve = None if bar is None else bar.user_attrs.get(CURVE)
             # the bar's time the pace rule counts from: its time-to-target on the seed its curve is of, or
@@ -198,7 +186,7 @@ class RaceLimit:
 
     def predicted(self, elapsed: float, metric: float | None, lower_is_better: bool) -> float | None:
         """The pace's prediction of the time-to-target of a trial that stands at `metric` after `elapsed`
-        virtual seconds: the bar's time (its mean where held), times how many times longer the trial took to
+        virtual seconds: the bar's time, times how many times longer the trial took to
         reach that metric; None before PACE_FROM of the bar's time on its curve's seed, or where the bar's
         curve never reached the metric."""
         self._refresh()
@@ -219,5 +207,5 @@ class TargetRacePruner(optuna.pruners.BasePruner):
         step = trial.last_step
         if step is None:
             return False
-        limit = race_limit(study.get_trials(deepcopy=False), self.places, held_runs(study))
+        limit = race_limit(study.get_trials(deepcopy=False), self.places)
         return limit is not None and trial.intermediate_values[step] > limit

@@ -25,19 +25,11 @@ def sampler_for(name: str, space: SearchSpace) -> str:
 
 
 def make_sampler(name: str, seed: int, space: SearchSpace, multi_objective: bool,
-                 n_trials: int | None = None, n_workers: int | None = None,
-                 fast_workers: int | None = None) -> "optuna.samplers.BaseSampler":
-    """The Optuna sampler `--sampler name` stands for (`n_trials`: the ladder's number of rungs, the
-    portfolio search's budget; `n_workers` and `fast_workers`: the job's, for the portfolio's settings)."""
+                 n_trials: int | None = None) -> "optuna.samplers.BaseSampler":
+    """The Optuna sampler `--sampler name` stands for (`n_trials`: the ladder's number of rungs)."""
     import optuna
 
     name = sampler_for(name, space)
-    if name == "portfolio":
-        from autosync.search.strategies.portfolio import portfolio_sampler
-
-        if multi_objective:
-            raise UserError("--sampler portfolio races one objective; use tpe for --objective time,metric")
-        return portfolio_sampler(seed, space, n_workers, n_trials, fast_workers)
     if name == "ladder":
         from autosync.search.strategies.ladder import DEFAULT_RUNGS, LadderSampler
 

@@ -19,7 +19,7 @@ from autosync.search.cost import COST_UNIT, in_bsp_trainings
 from autosync.search.study.records import (
     BSP_REFERENCE, BSP_TRAINING_SECONDS, BUDGET, CACHE, CONFIRMATION_RUNS, CONSTRAINT_AT, FINGERPRINT, FORKED,
     FOUND_EQUIVALENT, FULL_BUDGET_OF, GIVEN_UP, GIVEN_UP_PLACES, HORIZON, PLATEAU, PRIOR_TRIALS, PRUNED_ON_PACE,
-    HELD, POLICY, REFERENCE_FROM, REPAIR_OF, RULED_BY_FAMILY, RUNS, SAME_AS, SECOND_SEED_CHECK, TIMED_OUT_OF, UNCHECKED,
+    POLICY, REFERENCE_FROM, REPAIR_OF, RULED_BY_FAMILY, RUNS, SAME_AS, SECOND_SEED_CHECK, TIMED_OUT_OF, UNCHECKED,
     VIRTUAL_SECONDS, CacheRecord, StudyRecord, TrialRecord, damaged, final_pending, has_run, outside_budget,
     policy_key, validated, write_cache_record,
 )
@@ -257,8 +257,6 @@ def search_breakdown(study: "optuna.Study") -> dict[str, Any]:
         "unchecked": [row for row in attrs.get(UNCHECKED) or [] if isinstance(row, dict)],
         # faster candidates left out only because a check of their stale family failed (`check_families`)
         "ruled_by_family": [row for row in attrs.get(RULED_BY_FAMILY) or [] if isinstance(row, dict)],
-        # the race's leaders run on a second seed before they set the bar (`autosync.search.strategies.leader`)
-        "held_leaders": len(attrs.get(HELD) or {}),
         # settings one step closer to BSP of a candidate whose check failed (`autosync.search.strategies.repair`)
         # (those that ran: reached the target, pruned or failed on their own; not one killed or given up)
         "repairs": [{"of": t.user_attrs[REPAIR_OF], "policy": t.user_attrs.get(POLICY)} for t in trials

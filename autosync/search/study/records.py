@@ -38,11 +38,9 @@ FINAL_PENDING = "final_metric_pending"
 FULL_BUDGET_OF = "full_budget_check_of"  # the trial re-runs trial N at full budget (its check)
 # the trial runs a setting one step closer to BSP of trial N, whose check failed (`strategies.repair`)
 REPAIR_OF = "repair_of"
-RACE_CHECK = "race_check"  # of a check: the portfolio race ran it on its stale leader (`full_budget.stale_leader`)
 UNCHECKED = "unchecked_candidates"  # study: the faster candidates the bounded full-budget checks left unchecked
 RULED_BY_FAMILY = "ruled_by_family"  # study: the faster candidates left out only by their stale family's failed check
 PRUNED_ON_PACE = "pruned_on_pace"  # pruned by the pace rule, its value a prediction (`pruning`)
-PREDICTED = "predicted_time_to_target"  # of a trial pruned at its bound: the pace's prediction
 # the trial proposed a point already answered (a twin's result, BSP's reference) and was answered without
 # training: it takes no slot of the budget (`autosync.search.study.trials.budget_used`)
 ANSWERED = "answered_untrained"
@@ -53,7 +51,6 @@ CURVE = "curve"  # [virtual time, target metric] at the first seed's evaluations
 KILLED = "process_lost"  # failed because its process died: no result of its own
 RETRY_OF = "retry_of"  # of a re-queued trial: the number of the killed trial it re-runs
 SAME_AS = "same_as_trial"  # answered untrained by this trial (a number, "study#number" or BSP_REFERENCE)
-HELD = "held_leaders"  # study: {trial number: its run on a second seed} (`autosync.search.strategies.leader`)
 SECOND_SEED_CHECK = "second_seed_check"  # a check trial: its runs on a second seed near the rule's edge, and
 # the verdict over both seeds (`autosync.search.strategies.second_seed`)
 VIRTUAL_SECONDS = "virtual_seconds"  # virtual seconds the trial trained (the search's cost)

@@ -257,7 +257,7 @@ def test_the_period_and_the_outer_step_are_searched_in_the_policy_and_composed_s
     for name in ("diloco", "async_local_sgd"):
         assert {"period", "outer_lr", "outer_momentum"} <= set(policy.dimensions[name])
     assert "period" in policy.dimensions["local_sgd"] and "period" in policy.dimensions["adacomm"]
-    assert set(LOCAL) <= {spec.partition(":")[0] for spec in policy.portfolio}
+    assert set(LOCAL) <= set(policy.dimensions)
     composed = load_space(resolve_space_path("composed", "composed"), 8)
     assert {"local", "period", "outer_lr", "outer_momentum", "elastic_alpha"} <= set(composed.dimensions["compose"])
     optuna.logging.set_verbosity(optuna.logging.ERROR)

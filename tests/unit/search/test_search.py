@@ -18,8 +18,7 @@ from autosync.core.errors import UserError
 from autosync.search.strategies.binary import binary_search
 from autosync.search.strategies.ladder import DEFAULT_RUNGS, SWITCH_PARAM, LadderSampler, ladder_finished
 from autosync.search.objective import Objective, ObjectiveSettings
-from autosync.search.strategies.leader import held_runs
-from autosync.search.study.records import CONSTRAINT, GIVEN_UP, HELD, RESAMPLED
+from autosync.search.study.records import CONSTRAINT, GIVEN_UP, RESAMPLED
 from autosync.search.strategies.pruning import TargetRacePruner, race_limit
 from autosync.search.space import SPACE_DIR, load_space
 from autosync.search.study.storage import open_storage
@@ -354,33 +353,6 @@ def test_the_pruner_stops_a_trial_once_it_is_slower_than_the_fastest_finished_ca
     assert race_limit(study.get_trials(), 1) == 10.0 and race_limit(study.get_trials(), 4) is None
 
 
-def test_a_leader_held_on_a_second_seed_prunes_at_its_mean_over_both():
-    """The steady family's case: a leader lucky on the search's seed (8 s there, 12 s on the next) sets the bar
-    at its mean, 10 s, so a trial not at the target after 9.5 s runs on; unheld, the bar is 8 s."""
-    study = optuna.create_study(pruner=TargetRacePruner(places=1))
-    study.add_trial(_finished(8.0))
-    study.add_trial(_finished(11.0))
-    assert race_limit(study.get_trials(), 1) == 8.0
-    study.set_user_attr(HELD, {"0": {"seed": 1, "time": 12.0, "reached": True, "behind": False}})
-    assert race_limit(study.get_trials(), 1, held_runs(study)) == 10.0
-    running = study.ask()
-    running.report(9.5, 9)
-    assert not running.should_prune()
-    running.report(10.5, 10)
-    assert running.should_prune()
-
-
-def test_a_held_leader_that_failed_on_its_second_seed_sets_no_bar():
-    """Its mean is infinite: the bar is the next policy's time, never an infinite one that the pace rule
-    would read as every trial being too slow."""
-    study = optuna.create_study()
-    study.add_trial(_finished(8.0))
-    study.add_trial(_finished(11.0))
-    study.set_user_attr(HELD, {"0": {"seed": 1, "time": None, "reached": False, "behind": False}})
-    assert race_limit(study.get_trials(), 1, held_runs(study)) == 11.0
-    assert race_limit(study.get_trials(), 2, held_runs(study)) is None
-
-
 def test_a_proposal_seen_before_is_scored_from_its_twin_without_training(tmp_path):
     job = small_job()
     space = load_space(SPACE_DIR / "static_k.yaml", 4)
@@ -402,7 +374,7 @@ def test_a_tune_over_another_space_reuses_what_a_sibling_study_of_the_job_traine
     url = f"sqlite:///{tmp_path / 's.db'}"
     job = small_job(budget={"max_updates": 30})
     first = tune(tune_request(job, load_space(SPACE_DIR / "policy.yaml", 4), n_trials=3, storage=url,
-                             sampler="tpe"))  # TPE's first proposals, not the portfolio's
+                             sampler="tpe"))  # TPE's first proposals
     second = tune(tune_request(job, load_space(SPACE_DIR / "composed.yaml", 4), n_trials=3, storage=url))
     policy_trials = {json.dumps(t.user_attrs["canonical_policy"], sort_keys=True): t for t in first.study.trials}
     assert second.study.user_attrs["bsp_reference"] == {**first.study.user_attrs["bsp_reference"],
@@ -437,7 +409,7 @@ def test_a_composed_tune_tries_the_policy_tunes_winner_with_another_papers_strat
     url = f"sqlite:///{tmp_path / 's.db'}"
     job = small_job(budget={"max_updates": 30})
     first = tune(tune_request(job, load_space(SPACE_DIR / "policy.yaml", 4), n_trials=3, storage=url,
-                             sampler="tpe"))  # TPE's first proposals, not the portfolio's
+                             sampler="tpe"))  # TPE's first proposals
     winner = first.study.user_attrs["cache"]["best_policy"]
     assert winner["policy"] == "backup"
     second = tune(tune_request(job, load_space(SPACE_DIR / "composed.yaml", 4), n_trials=4, storage=url))

@@ -115,7 +115,7 @@ def test_trials_recorded_without_the_budget_are_candidates_and_a_changed_sibling
 
     url = f"sqlite:///{tmp_path / 's.db'}"
     plain = tune(tune_request(JOB, load_space(SPACE_DIR / "policy.yaml", 4), n_trials=4, storage=url,
-                              sampler="portfolio"))
+                              sampler="tpe"))
     with sqlite3.connect(tmp_path / "s.db") as con:  # as an older autosync wrote it
         for (attr_id, value) in con.execute("select trial_user_attribute_id, value_json from trial_user_attributes "
                                             "where key = 'scoring'").fetchall():
@@ -237,34 +237,6 @@ def test_a_candidate_whose_full_budget_check_diverged_is_not_confirmed():
                                               constraints={CONSTRAINT: -0.04}))
     plan = candidates(study, 2, JOB, scoring)
     assert [c.policy for c in plan] == [backup] and plan[0].checked
-
-
-def test_the_confirmation_ranks_a_held_leader_at_its_mean_as_the_race_did():
-    """The tiers-002 case: two SSP settings at 1.8 s on the search's seed, held on the second seed and stopped
-    behind at 18.4 s (mean 10.1 s), and backup k = 5 under `linear` at 4.0 s, checked feasible: backup comes
-    first, not the two SSP settings (which took both places, missed, and left BSP to answer)."""
-    import optuna
-
-    from autosync.search.strategies.confirm import candidates
-    from autosync.search.study.records import CANONICAL, CONSTRAINT, FINAL_PENDING, FULL_BUDGET_OF, HELD, POLICY, SCORING
-
-    scoring = {"seeds": [JOB.seed], "penalty": 2.0}
-    ssp3, ssp2 = ({"policy": "ssp", "params": {"staleness": s}} for s in (3, 2))
-    backup = {"policy": "backup", "params": {"k": 5, "lr_rule": "linear"}}
-
-    def attrs(policy: dict, **more) -> dict:
-        return {POLICY: policy, CANONICAL: policy, SCORING: scoring, "final_metric": 0.5, **more}
-
-    study = optuna.create_study()
-    for policy in (ssp3, ssp2):
-        study.add_trial(optuna.trial.create_trial(value=1.8, user_attrs=attrs(policy, **{FINAL_PENDING: True})))
-    study.add_trial(optuna.trial.create_trial(value=4.0, user_attrs=attrs(backup, **{FINAL_PENDING: True})))
-    study.add_trial(optuna.trial.create_trial(value=4.0, user_attrs=attrs(backup, **{FULL_BUDGET_OF: 2}),
-                                              constraints={CONSTRAINT: -0.04}))
-    behind = {"seed": JOB.seed + 1, "time": 18.4, "reached": False, "behind": True}
-    study.set_user_attr(HELD, {"0": behind, "1": behind})
-    plan = candidates(study, 2, JOB, scoring)
-    assert [c.policy for c in plan] == [backup, ssp3] and plan[0].checked
 
 
 def test_the_race_bound_leaves_room_for_the_seeds_still_to_run():

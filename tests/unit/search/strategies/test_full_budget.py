@@ -264,24 +264,6 @@ def test_after_a_stale_policy_fails_its_check_the_others_at_a_full_step_wait():
     assert stale_rule({"policy": "local_sgd", "params": {}}) is None
 
 
-def test_a_trial_pruned_against_a_held_leaders_mean_is_not_checked_once_the_leader_keeps_the_rule():
-    """The inverse family's case: backup k = 9 took 10.7 s on the search's seed and 9.0 s on the next (held,
-    mean 9.85 s); a trial pruned at 10.0 s against that mean cannot beat it, so once k = 9 keeps the rule
-    nothing is left to check."""
-    from autosync.search.study.records import HELD
-
-    study = optuna.create_study()
-    study.add_trial(_trial("backup9", value=10.7))
-    study.add_trial(_trial("backup3", pruned_at=10.0))
-    study.add_trial(_trial("bsp", value=38.4, feasible=True))
-    study.set_user_attr(HELD, {"0": {"seed": 1, "time": 9.0, "reached": True, "behind": False}})
-    assert next_to_check(study).number == 0
-    study.add_trial(_trial("backup9", value=10.7, feasible=True, check_of=0))
-    assert next_to_check(study) is None
-    study.set_user_attr(HELD, {})  # on one seed, the pruned trial could still be faster
-    assert next_to_check(study).number == 1
-
-
 def test_a_search_run_skips_the_training_loss_pass_and_scores_the_same():
     from autosync.catalog import make_policy
     from autosync.engine.simulator import Simulator
