@@ -147,7 +147,10 @@ def race_search(study: "optuna.Study", request: "TuneRequest",
         with storage_lock(request.storage, study.study_name):
             fail_dead_trials(study)
             _queue(study, step.runs)
-        helpers = _start_helpers(request, study.study_name, len(_waiting(study)))
+        queued = len(_waiting(study))
+        if on_trial is not None:  # the bar counts the runs this process ran, out of those asked for so far
+            on_trial(done, done + queued)
+        helpers = _start_helpers(request, study.study_name, queued)
         try:
             while run_queued_trial(study, request.storage, objective, catch=()):
                 done += 1
