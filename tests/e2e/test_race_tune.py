@@ -54,6 +54,7 @@ def test_the_race_replayed_on_the_table_runs_the_live_race_s_trials_and_answers_
         assert two["out"]["cache"][key] == live["out"]["cache"][key], key
 
 
+@pytest.mark.slow  # two races, the first training the table's runs: about 6 s on 2 cores
 def test_a_race_resumes_from_its_trials_and_runs_none_twice(tiny_job, tmp_path):
     first = _tune(tmp_path, tiny_job, "study", "--table", str(tmp_path / "table"))
     (summary,) = optuna.get_all_study_summaries(first["url"])
