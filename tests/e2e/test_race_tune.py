@@ -12,6 +12,7 @@ import pytest
 
 from autosync.data import BASELINE_DIR, RACE_SETTINGS
 from autosync.engine.forks import FORKS
+from autosync.experiments.race_fit import MARGINS
 from autosync.table import KEPT
 from tests.conftest import autosync, no_traceback
 
@@ -53,6 +54,7 @@ def test_the_race_replayed_on_the_table_runs_the_live_race_s_trials_and_answers_
         assert two["out"]["cache"][key] == live["out"]["cache"][key], key
 
 
+@pytest.mark.slow  # two races, the first training the table's runs: about 6 s on 2 cores
 def test_a_race_resumes_from_its_trials_and_runs_none_twice(tiny_job, tmp_path):
     first = _tune(tmp_path, tiny_job, "study", "--table", str(tmp_path / "table"))
     (summary,) = optuna.get_all_study_summaries(first["url"])
@@ -98,6 +100,7 @@ def test_a_bad_race_option_is_one_line_and_exit_2(tiny_job, tmp_path, args, says
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow  # the fit on the 16 committed jobs: about 14 s on 2 cores
 def test_the_shipped_race_settings_are_what_the_fit_gives_on_the_committed_table(tmp_path):
     families = [str(BASELINE_DIR / f"family_{name}.yaml") for name in COMMITTED_FAMILIES]
     proc = autosync("fit", *families, "--table", str(REPO / "results" / "table"), "--check", "--json", cwd=tmp_path)
@@ -105,8 +108,15 @@ def test_the_shipped_race_settings_are_what_the_fit_gives_on_the_committed_table
     assert proc.returncode == 0, proc.stderr
     fitted = json.loads(proc.stdout)
     assert fitted["unchanged"] and fitted["file"] == str(RACE_SETTINGS) and fitted["jobs"] == 16
+
+
+def test_fit_check_exits_1_where_the_file_holds_other_settings(tmp_path):
+    """A margin of 9 is none the fit tries (`race_fit.MARGINS`): no fit holds it, so one family's first job
+    (a fit of about 1 s) is enough to see --check refuse the file."""
+    assert 9 not in MARGINS
     stale = tmp_path / "stale.yaml"
     stale.write_text(RACE_SETTINGS.read_text().replace("margin:", "margin: 9 #"))
-    proc = autosync("fit", *families, "--table", str(REPO / "results" / "table"), "--check", "--out", str(stale),
-                    cwd=tmp_path)
+    proc = autosync("fit", str(BASELINE_DIR / "family_fresh.yaml"), "--jobs", "1", "--table",
+                    str(REPO / "results" / "table"), "--check", "--out", str(stale), cwd=tmp_path)
+    no_traceback(proc)
     assert proc.returncode == 1 and "does not hold what" in proc.stderr

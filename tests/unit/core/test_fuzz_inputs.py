@@ -27,6 +27,7 @@ def folder():
         yield Path(name)
 
 
+@pytest.mark.slow  # 300 files of each kind: about 8 s on 2 cores, the three of them
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_generated_file_is_loaded_or_refused_in_one_line_per_problem(folder, kind):
     path = folder / f"{kind}.yaml"

@@ -66,6 +66,7 @@ def test_a_job_file_is_accepted_and_round_trips_or_refused_in_one_line_per_probl
     assert written.model_dump() == spec.model_dump() and written.fingerprint() == spec.fingerprint()
 
 
+@pytest.mark.slow  # 120 examples: about 2 s (a family's) and 6 s (a space's) on 2 cores
 @PROPERTY
 @given(doc=mutated([FAMILY]))
 def test_a_family_file_draws_valid_jobs_or_is_refused_in_one_line_per_problem(folder, doc):
@@ -81,6 +82,7 @@ def test_a_family_file_draws_valid_jobs_or_is_refused_in_one_line_per_problem(fo
     write_jobs(family, jobs, folder / "jobs", str(path), "test")
 
 
+@pytest.mark.slow  # 120 examples: about 2 s (a family's) and 6 s (a space's) on 2 cores
 @PROPERTY
 @given(doc=mutated([SPACE]), n_workers=st.sampled_from([2, 8]))
 def test_a_space_file_is_accepted_or_refused_in_one_line_per_problem(folder, doc, n_workers):

@@ -67,6 +67,7 @@ def _tune(tmp_path, at: str, trials: int | None = None, settings: dict | None = 
     return outcome, optuna.load_study(study_name=outcome.study_name, storage=open_storage(url))
 
 
+@pytest.mark.slow  # two tunes of the whole grid: about 8 s on 2 cores
 def test_a_tune_holding_the_constraint_at_bsps_target_trains_no_run_past_it(tmp_path):
     """Every point of a small space both ways, in one storage: each its own study and cache record; at
     bsp-target BSP's reference stops at its target, the checks there, and the search costs less in the same

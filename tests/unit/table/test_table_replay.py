@@ -164,7 +164,10 @@ def _append_cells(directory: str, name: str) -> None:
 def test_processes_filling_one_table_at_once_leave_every_line_whole(tmp_path):
     import multiprocessing
 
-    context = multiprocessing.get_context("spawn")
+    # forked from a forkserver that has imported torch, as the engine starts its worker processes: three
+    # spawned interpreters importing torch at once took most of this test's 20 s on 2 cores
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["torch", "autosync.engine.drivers.processes"])
     workers = [context.Process(target=_append_cells, args=(str(tmp_path), name)) for name in ("bsp", "asp", "ssp")]
     for w in workers:
         w.start()

@@ -17,6 +17,7 @@ from tests import dbw_trace
 GOLDEN = Path(__file__).resolve().parents[3] / "data" / "dbw_trace_n1024.json"
 
 
+@pytest.mark.slow  # two runs at 1,024 workers: about 5 s on 2 cores
 def test_dbw_and_bdbw_decisions_at_1024_workers_match_the_recorded_trace():
     golden = json.loads(GOLDEN.read_text())
     assert golden["workers"] == 1024

@@ -39,8 +39,11 @@ def test_trials_without_improvement_count_from_the_last_faster_trial():
     assert trials_without_improvement(study) == 3
 
 
+BUDGET = 5  # trials: --patience 1 gives up after the second (the small job's static_k space, random sampler)
+
+
 def _request(tmp_path, job=None, space=None, **changes) -> TuneRequest:
-    base = dict(n_trials=8, sampler="random", storage=f"sqlite:///{tmp_path / 'studies.db'}", tolerance=0.05)
+    base = dict(n_trials=BUDGET, sampler="random", storage=f"sqlite:///{tmp_path / 'studies.db'}", tolerance=0.05)
     base.update(changes)
     return tune_request(job or small_job(budget={"max_virtual_seconds": 30}),
                         space or load_space(SPACE_DIR / "static_k.yaml", 4), **base)
@@ -51,10 +54,10 @@ def test_a_search_that_stops_improving_gives_up_its_queue_and_its_rerun_is_a_cac
     outcome = tune(request)
     record = outcome.cache
     given_up = record["search_breakdown"]["given_up"]
-    assert given_up > 0 and record["trials"] + given_up == 8 and outcome.new_trials == record["trials"]
+    assert given_up > 0 and record["trials"] + given_up == BUDGET and outcome.new_trials == record["trials"]
     study = optuna.load_study(study_name=outcome.study_name, storage=open_storage(request.storage))
     places = study.user_attrs[GIVEN_UP_PLACES]["places"]  # places of the budget not queued when it gave up
-    assert counted_trials(study) + places == 8  # the budget is spent: a resumed command runs none of the queue
+    assert counted_trials(study) + places == BUDGET  # the budget is spent: a resumed command runs none of the queue
     dropped = [t for t in study.trials if t.user_attrs.get(GIVEN_UP)]
     assert len(dropped) + places == given_up
     assert all(t.state.name == "FAIL" and "--patience" in t.user_attrs["fail_reason"] for t in dropped)
@@ -65,7 +68,7 @@ def test_a_search_that_stops_improving_gives_up_its_queue_and_its_rerun_is_a_cac
     again = tune(request)
     assert again.cached and again.new_trials == 0 and again.cache == record
     whole = tune(_request(tmp_path, storage=f"sqlite:///{tmp_path / 'whole.db'}", patience=0))
-    assert whole.cache["trials"] == 8 and whole.cache["search_breakdown"]["given_up"] == 0  # 0: the whole budget
+    assert whole.cache["trials"] == BUDGET and whole.cache["search_breakdown"]["given_up"] == 0  # 0: the whole budget
 
 
 def _space_file(tmp_path, patience: str) -> str:
@@ -82,7 +85,7 @@ def test_a_space_sets_the_default_patience_which_the_option_and_a_grid_override(
     assert stopped.cache["search_breakdown"]["given_up"] > 0
     for name, changes in (("option", {"patience": 0}), ("grid", {"sampler": "grid"})):
         run = tune(_request(tmp_path, space=impatient, storage=f"sqlite:///{tmp_path / (name + '.db')}", **changes))
-        assert run.cache["search_breakdown"]["given_up"] == 0 and run.cache["trials"] == 8, name
+        assert run.cache["search_breakdown"]["given_up"] == 0 and run.cache["trials"] == BUDGET, name
 
 
 def test_a_negative_patience_in_a_space_file_is_a_clear_error(tmp_path):
