@@ -129,9 +129,13 @@ def start_autosync(*args: str, cwd: Path, env: dict[str, str] | None = None) -> 
 def signal_and_wait(proc: subprocess.Popen, sig: int, within: float = 60.0) -> str:
     """Send `sig` to a command started by `start_autosync` and return its stderr once it exits. One
     still running `within` seconds later is aborted with its worker processes (SIGABRT: the fault handler
-    writes every thread's stack to stderr) and the test fails showing where they were."""
+    writes every thread's stack to stderr) and the test fails showing where they were.
+
+    SIGCONT follows: a command the test froze (SIGSTOP) in the state it waited for handles `sig` there as
+    it goes on (a running one ignores SIGCONT)."""
     children = spawned_children(proc.pid)
     proc.send_signal(sig)
+    proc.send_signal(signal.SIGCONT)
     try:
         return proc.communicate(timeout=within)[1]
     except subprocess.TimeoutExpired:
