@@ -11,11 +11,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
-from tests.conftest import autosync, signal_and_wait, start_autosync
+from tests.conftest import autosync, freeze_when, signal_and_wait, start_autosync
 
 pytestmark = [pytest.mark.slow, pytest.mark.processes]
 
@@ -61,32 +60,6 @@ def _mid_trial(db: Path) -> bool:
     (keys,) = running.values()
     # a search trial, not a full-budget check or a repair after the search
     return "process" in keys and not keys & {"virtual_seconds", "role", "full_budget_check_of", "repair_of"}
-
-
-def _frozen(pid: int) -> bool:
-    try:  # the state field follows the command's name, which is in parentheses
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("T", "t")
-    except (OSError, IndexError):
-        return False
-
-
-def freeze_when(tune: subprocess.Popen, ready: Callable[[], bool], seconds: float = 120) -> bool:
-    """Freeze the tune (SIGSTOP) and look at its study, again and again, letting it go on (SIGCONT) for a
-    moment between looks, until `ready()` holds while it is frozen; return True with the tune frozen there
-    (False if it ended first, or `seconds` passed). A signal sent next is handled in the state seen: a
-    trial of the tiny job lasts a tenth of a second, less than one poll of a busy machine, so a signal sent
-    after a poll of a running tune could land in a later trial, a check after the search, or after the end.
-    """
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline and tune.poll() is None:
-        tune.send_signal(signal.SIGSTOP)
-        while not _frozen(tune.pid) and tune.poll() is None:
-            time.sleep(0.001)
-        if tune.poll() is None and ready():
-            return True
-        tune.send_signal(signal.SIGCONT)
-        time.sleep(0.02)
-    return False
 
 
 def _start_and_stop_after_a_trial(job: Path, tmp_path: Path, sig: int,

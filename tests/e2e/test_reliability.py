@@ -464,8 +464,8 @@ def test_a_killed_tune_on_this_machine_is_resumed_at_once(tiny_job, tmp_path):
     import signal
     import socket
 
-    from tests.conftest import signal_and_wait, start_autosync
-    from tests.e2e.test_interruptions import _long, _mid_trial, freeze_when
+    from tests.conftest import freeze_when, signal_and_wait, start_autosync
+    from tests.e2e.test_interruptions import _long, _mid_trial
 
     job = _long(tiny_job, threshold=0.99)
     db = tmp_path / "s.db"
