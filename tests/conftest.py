@@ -126,12 +126,45 @@ def start_autosync(*args: str, cwd: Path, env: dict[str, str] | None = None) -> 
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
+def _frozen(pid: int) -> bool:
+    try:  # the state field follows the command's name, which is in parentheses
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("T", "t")
+    except (OSError, IndexError):
+        return False
+
+
+def freeze_when(proc: subprocess.Popen, ready: Callable[[], bool], seconds: float = 120) -> bool:
+    """Freeze a command started by `start_autosync` (SIGSTOP) and look at what it wrote (its study), again
+    and again, letting it go on (SIGCONT) for a moment between looks, until `ready()` holds while it is
+    frozen; return True with the command frozen there (False if it ended first, or `seconds` passed).
+
+    What the test does next (a signal, `signal_and_wait`, which lets it go on; a folder made read-only)
+    then meets the command in the state seen: a trial of the tiny job lasts a tenth of a second, less than
+    one poll of a busy machine, so a signal sent after a poll of a running tune could land in a later
+    trial, a check after the search, or after the end. `ready` must not wait long for a lock the frozen
+    command may hold (a short SQLite timeout: it is asked again)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and proc.poll() is None:
+        proc.send_signal(signal.SIGSTOP)
+        while not _frozen(proc.pid) and proc.poll() is None:
+            time.sleep(0.001)
+        if proc.poll() is None and ready():
+            return True
+        proc.send_signal(signal.SIGCONT)
+        time.sleep(0.02)
+    return False
+
+
 def signal_and_wait(proc: subprocess.Popen, sig: int, within: float = 60.0) -> str:
     """Send `sig` to a command started by `start_autosync` and return its stderr once it exits. One
     still running `within` seconds later is aborted with its worker processes (SIGABRT: the fault handler
-    writes every thread's stack to stderr) and the test fails showing where they were."""
+    writes every thread's stack to stderr) and the test fails showing where they were.
+
+    SIGCONT follows: a command the test froze (SIGSTOP) in the state it waited for handles `sig` there as
+    it goes on (a running one ignores SIGCONT)."""
     children = spawned_children(proc.pid)
     proc.send_signal(sig)
+    proc.send_signal(signal.SIGCONT)
     try:
         return proc.communicate(timeout=within)[1]
     except subprocess.TimeoutExpired:

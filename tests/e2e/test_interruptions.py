@@ -3,6 +3,7 @@ never training the same policy twice."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import signal
 import sqlite3
@@ -13,52 +14,64 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import autosync, signal_and_wait, start_autosync
+from tests.conftest import autosync, freeze_when, signal_and_wait, start_autosync
 
 pytestmark = [pytest.mark.slow, pytest.mark.processes]
 
 
 def _trials(db: Path, state: str) -> int:
     try:
-        with sqlite3.connect(db, timeout=30) as con:
+        with contextlib.closing(sqlite3.connect(db, timeout=30)) as con:
             return con.execute("select count(*) from trials where state = ?", (state,)).fetchone()[0]
     except sqlite3.OperationalError:  # no tables yet
         return 0
 
 
-def _mid_trial(db: Path, tagged: bool = False) -> bool:
-    """Two trials finished and one of the search running; with `tagged`, inside the objective: it has tagged
-    itself with its process.
+def _mid_trial(db: Path) -> bool:
+    """Two to four trials of the budget finished (completed or pruned, their role written) and one of the
+    search running inside its objective: tagged with its process, and what it spent not written yet.
 
-    A trial is RUNNING from the moment Optuna's `ask` creates it, before the sampler has proposed its
-    parameters (TPE takes a while); a process killed in that gap leaves a trial nobody can tell is dead
-    until the heartbeat grace runs out, which a test of a killed tune resumed at once must not hit. A test
-    that interrupts (SIGINT) can stop the tune anywhere, and a trial stopped at the target is short: it
-    waits for the untagged state, which lasts longer and is not missed between two polls of a busy machine."""
-    if not (_trials(db, "COMPLETE") >= 2 and _trials(db, "RUNNING") == 1):
+    Counted by their role, as the tune counts what it kept (a trial answered from a twin is not of the
+    budget); at most four, so that a trial that ends while a signal waits for a storage call to return
+    still leaves the six-trial budget unfinished. Inside the objective, since elsewhere a signal finds
+    the trial in states the test is not about:
+      - between Optuna's `ask`, which makes the trial RUNNING, and the objective's process tag (the sampler
+        proposing, Optuna starting the trial's heartbeat thread): a process killed there leaves a trial
+        nobody can tell is dead until the heartbeat grace runs out, and the tune resumed then waits out
+        that grace (about a minute) before it runs the trial again; Ctrl-C there leaves the same trial, and
+        can leave the heartbeat thread running, so that the interrupted command never exits;
+      - as the objective writes the trial's role on its way out: a Ctrl-C held until that write returns
+        fails a trial whose role already says budget.
+    Until it writes what it spent (`virtual_seconds`), the objective has another storage call to make
+    before that last one: a Ctrl-C held until a call returns is raised inside the objective."""
+    try:  # a short wait for a lock: the tune may be frozen holding one (`freeze_when`), and is looked at again
+        with contextlib.closing(sqlite3.connect(db, timeout=1)) as con:
+            (finished,) = con.execute("select count(*) from trials join trial_user_attributes using (trial_id) "
+                                      "where state in ('COMPLETE', 'PRUNED') and key = 'role' "
+                                      "and value_json = '\"budget\"'").fetchone()
+            running: dict[int, set[str]] = {}
+            for trial, key in con.execute("select trial_id, key from trials left join trial_user_attributes "
+                                          "using (trial_id) where state = 'RUNNING'"):
+                running.setdefault(trial, set()).add(key)
+    except sqlite3.OperationalError:  # no tables yet
         return False
-    with sqlite3.connect(db, timeout=30) as con:
-        keys = {key for (key,) in con.execute("select key from trial_user_attributes join trials using (trial_id) "
-                                              "where state = 'RUNNING'")}
-    # a search trial, not a full-budget check or a repair after the search (a slow machine's poll can miss
-    # the search's trials and see the first check)
-    return not keys & {"full_budget_check_of", "repair_of"} and (not tagged or "process" in keys)
+    if not (2 <= finished <= 4 and len(running) == 1):
+        return False
+    (keys,) = running.values()
+    # a search trial, not a full-budget check or a repair after the search
+    return "process" in keys and not keys & {"virtual_seconds", "role", "full_budget_check_of", "repair_of"}
 
 
 def _start_and_stop_after_a_trial(job: Path, tmp_path: Path, sig: int,
                                   env: dict | None = None) -> tuple[subprocess.Popen, str]:
-    """Start a tune, send it `sig` in its third trial; the process and its stderr once it has exited."""
+    """Start a tune, send it `sig` in its third to fifth trial; the process and its stderr once it has exited."""
     db = tmp_path / "s.db"
     tune = start_autosync("tune", str(job), "--space", "static_k", "--patience", "0", "--n-trials", "6",
                           "--storage", f"sqlite:///{db}", cwd=tmp_path, env=env)
-    deadline = time.monotonic() + 120
-    tagged = sig == signal.SIGKILL
-    while time.monotonic() < deadline and not _mid_trial(db, tagged) and tune.poll() is None:
-        time.sleep(0.05)
-    if not _mid_trial(db, tagged):
+    if not freeze_when(tune, lambda: _mid_trial(db)):
         tune.kill()
         raise AssertionError(f"the tune never got into its third trial; its stderr ends: {tune.communicate()[1][-2000:]}")
-    return tune, signal_and_wait(tune, sig)
+    return tune, signal_and_wait(tune, sig)  # sent to the frozen tune, which it then lets go on (SIGCONT)
 
 
 def _long(tiny_job: Path, threshold: float = 0.8) -> Path:
@@ -120,8 +133,14 @@ def test_a_killed_tune_resumed_says_which_dead_trial_it_runs_again(tiny_job, tmp
 def test_processes_started_together_never_train_one_policy_twice(tiny_job, tmp_path):
     """Four processes seeded alike draw the same start-up points: each proposal another process trains or
     trained is proposed again (up to MAX_RESAMPLES times in a row, then answered from the twin without
-    training), so the 6 trials of the budget (completed or pruned) train distinct policies (the tiny job's
-    static_k space has 7 that run differently), and each process reports the trials it ran itself."""
+    training), so the 6 trials of the budget train distinct policies, and each process reports the trials it
+    ran itself.
+
+    The budget's trials are the ones whose role is budget: completed, pruned, or failed for a reason of
+    their own (a policy that diverged, or parameters invalid for the job: no canonical policy). Which
+    policies TPE proposes depends on how the four processes interleave, so a run may or may not hold such
+    a failure, or a repair after a failed check (the search's own, as the checks are); none of them is
+    told by its state or by its canonical policy alone."""
     db = tmp_path / "s.db"
     cmd = [sys.executable, "-m", "autosync.cli", "tune", str(tiny_job), "--sampler", "tpe", "--n-trials", "6",
            "--storage", f"sqlite:///{db}",
@@ -130,24 +149,23 @@ def test_processes_started_together_never_train_one_policy_twice(tiny_job, tmp_p
              for _ in range(4)]
     outs = [p.communicate(timeout=600) for p in procs]
     assert [p.returncode for p in procs] == [0] * 4, [err[-1500:] for _, err in outs]
-    with sqlite3.connect(db) as con:
-        rows = con.execute("select t.number, a.value_json, exists(select 1 from trial_user_attributes c where "
-                           "c.trial_id = t.trial_id and c.key = 'same_as_trial') from trials t "
-                           "join trial_user_attributes a on a.trial_id = t.trial_id "
-                           "where t.state in ('COMPLETE', 'PRUNED') and a.key = 'canonical_policy' "
-                           "and t.trial_id not in (select trial_id from trial_user_attributes "
-                           "where key = 'full_budget_check_of')"  # the winner's checks, outside the budget
-                           " and t.trial_id not in (select trial_id from trial_user_attributes "
-                           "where key = 'answered_untrained')"  # points answered untrained take no slot
+    with contextlib.closing(sqlite3.connect(db)) as con:
+        rows = con.execute("select t.number, t.state, (select c.value_json from trial_user_attributes c where "
+                           "c.trial_id = t.trial_id and c.key = 'canonical_policy'), exists(select 1 from "
+                           "trial_user_attributes c where c.trial_id = t.trial_id and c.key = 'same_as_trial') "
+                           "from trials t join trial_user_attributes a on a.trial_id = t.trial_id "
+                           "where t.state <> 'RUNNING' and a.key = 'role' and a.value_json = '\"budget\"'"
                            ).fetchall()
     assert len(rows) == 6, rows
-    # a copy is answered from its twin, untrained (a proposal like a pruned trial is pruned again, untrained)
-    trained = [value for _, value, copied in rows if not copied]
+    # a copy is answered from its twin, untrained (a proposal like a pruned trial is pruned again, untrained);
+    # invalid parameters fail before training
+    trained = [value for _, _, value, copied in rows if not copied and value is not None]
     assert len(set(trained)) == len(trained) >= 3, rows
     # a process that starts once the others have finished answers from the cache: it ran none
-    found = [re.search(r": (\d+) trials? run by this command, 6 in all", out) for out, _ in outs]
-    assert all(m or "cache hit" in out for m, (out, _) in zip(found, outs)), \
-        [re.findall(r"study \S+: \d+ trials? run by this command,\s+\d+ in all", out) or out[-800:] for out, _ in outs]
+    said = [" ".join(out.split()) for out, _ in outs]  # a line the console wrapped, joined again
+    found = [re.search(r": (\d+) trials? run by this command, 6 in all", out) for out in said]
+    assert all(m or "cache hit" in out for m, out in zip(found, said)), \
+        [re.findall(r"study \S+: \d+ trials? run by this command, \d+ in all", out) or out[-800:] for out in said]
     ran = [int(m.group(1)) if m else 0 for m in found]
     assert sum(ran) == 6, ran
     with sqlite3.connect(db) as con:  # what the study shows: 6 finished trials whose role is budget

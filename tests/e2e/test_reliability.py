@@ -463,19 +463,15 @@ def test_a_killed_tune_on_this_machine_is_resumed_at_once(tiny_job, tmp_path):
     import re
     import signal
     import socket
-    import time
 
-    from tests.conftest import signal_and_wait, start_autosync
+    from tests.conftest import freeze_when, signal_and_wait, start_autosync
     from tests.e2e.test_interruptions import _long, _mid_trial
 
     job = _long(tiny_job, threshold=0.99)
     db = tmp_path / "s.db"
     args = ("tune", str(job), "--sampler", "tpe", "--n-trials", "4", "--storage", f"sqlite:///{db}")
     tune = start_autosync(*args, cwd=tmp_path)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not _mid_trial(db, tagged=True) and tune.poll() is None:
-        time.sleep(0.05)
-    if not _mid_trial(db, tagged=True):
+    if not freeze_when(tune, lambda: _mid_trial(db)):  # killed in the state seen, not in a later one
         tune.kill()
         raise AssertionError(f"the tune never got into its third trial; its stderr ends: {tune.communicate()[1][-2000:]}")
     signal_and_wait(tune, signal.SIGKILL)

@@ -7,6 +7,7 @@ dependency), except those under `if TYPE_CHECKING:` (annotations only).
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "autosync"
@@ -33,6 +34,13 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+@functools.lru_cache(maxsize=None)
+def _tree(path: Path) -> ast.Module:
+    """`path` parsed once for every test here (each reads the whole package; its files do not change during
+    a run)."""
+    return ast.parse(path.read_text())
+
+
 def _is_type_checking(node: ast.If) -> bool:
     return isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
 
@@ -40,7 +48,7 @@ def _is_type_checking(node: ast.If) -> bool:
 def _imports(path: Path, modules: set[str], annotations: bool = False) -> set[str]:
     """The autosync modules `path` imports (a package's import also runs its parents' __init__); with
     `annotations`, also those it names only under `if TYPE_CHECKING:`."""
-    tree = ast.parse(path.read_text())
+    tree = _tree(path)
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
@@ -68,7 +76,8 @@ def _imports(path: Path, modules: set[str], annotations: bool = False) -> set[st
     return out
 
 
-def _graph() -> dict[str, set[str]]:
+@functools.lru_cache(maxsize=None)
+def _graph() -> dict[str, set[str]]:  # read, never changed, by the tests that share it
     paths = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
     modules = set(paths)
     return {name: _imports(path, modules) for name, path in paths.items()}
@@ -179,7 +188,7 @@ def _function_local_imports() -> list[tuple[str, int, bool]]:
         if rel.startswith(LOCAL_IMPORTS_PENDING):
             continue
         lines = path.read_text().splitlines()
-        for node in ast.walk(ast.parse("\n".join(lines))):
+        for node in ast.walk(_tree(path)):
             if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
             for inner in ast.walk(node):

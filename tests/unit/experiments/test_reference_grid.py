@@ -89,6 +89,7 @@ def test_an_answer_is_scored_on_held_out_seeds_against_the_grid_and_cached(tmp_p
     assert judge(job, slim, cells, seeds, two).answer.time > 0
 
 
+@pytest.mark.slow  # the broad reference trains every lattice point: 3-6 s on 2 cores
 def test_robustness_with_the_broad_reference_divides_by_the_best_of_every_family(tmp_path):
     from autosync import api
 

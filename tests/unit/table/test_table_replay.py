@@ -161,6 +161,7 @@ def _append_cells(directory: str, name: str) -> None:
         cell_for(table, small_job(workload__optimizer__lr=lr, budget__max_updates=60), make_policy(name, {}))
 
 
+@pytest.mark.slow  # three processes, each importing what a cell needs: about 6 s on 2 cores
 def test_processes_filling_one_table_at_once_leave_every_line_whole(tmp_path):
     import multiprocessing
 

@@ -43,6 +43,7 @@ def tuned(tmp_path_factory):
     return url, same, other
 
 
+@pytest.mark.slow  # two more tunes beside the module's two: 2-4 s on 2 cores
 def test_a_new_job_starts_from_its_nearest_tuned_neighbour_and_ignores_another_workload(tuned):
     url, same, other = tuned
     assert same.cache["neighbour_jobs"] == []  # the first job of the storage starts from nothing
