@@ -69,6 +69,7 @@ def test_a_race_resumes_from_its_trials_and_runs_none_twice(tiny_job, tmp_path):
     assert seeds == {0, 1}  # the job's seed and the next: every comparison on seeds both candidates ran
 
 
+@pytest.mark.slow  # a race on a fresh table and its plots: 2-6 s on 2 cores
 def test_a_budget_cuts_the_race_short_and_its_output_says_so(tiny_job, tmp_path):
     capped = _tune(tmp_path, tiny_job, "capped", "--table", str(tmp_path / "table"), "--budget", "2.5")
     cache = capped["out"]["cache"]

@@ -91,6 +91,7 @@ def test_a_tune_holding_the_constraint_at_bsps_target_trains_no_run_past_it(tmp_
     assert not winner.user_attrs.get(FINAL_PENDING)
 
 
+@pytest.mark.slow  # a tune of the whole grid, unpruned: 3-4 s on 2 cores
 def test_a_candidate_no_faster_than_bsp_to_the_target_is_never_checked(tmp_path):
     """BSP's reference reaches the target first and keeps the constraint, so a candidate that reached the
     target no earlier cannot win: no check trains it. Pruning is off, since it stops such a candidate
@@ -105,6 +106,7 @@ def test_a_candidate_no_faster_than_bsp_to_the_target_is_never_checked(tmp_path)
     assert study.trials[at.cache["best_trial"]].values[0] < reference[HORIZON]
 
 
+@pytest.mark.slow  # two tunes: about 2 s on 2 cores
 def test_studies_holding_the_constraint_elsewhere_share_no_bsp_reference(tmp_path):
     """A study at the budget's end after one at bsp-target on the same job trains its own BSP reference
     (the other's final metric is read at another time), and answers its own trials."""

@@ -141,6 +141,7 @@ def test_a_table_path_that_is_a_file_is_refused(tmp_path):
         Table(tmp_path / "f")
 
 
+@pytest.mark.slow  # five policies' proxy runs, by the check and as recorded: about 2 s on 2 cores
 def test_two_policies_have_equal_proxy_fingerprints_where_the_chunked_check_finds_them_alike():
     from autosync.search.equivalence import EquivalenceCheck
 

@@ -36,6 +36,7 @@ def test_the_private_names_still_exist(study):
     assert internals.storage_url(study).startswith("sqlite:///"), MOVED + "RDBStorage.url"
 
 
+@pytest.mark.slow  # waits out two heartbeat intervals of 1 s (Optuna's shortest): about 3.3 s
 def test_a_stale_trial_and_an_orphan_are_dead_and_a_live_one_is_not(study):
     distribution = {"x": optuna.distributions.FloatDistribution(0, 1)}
     stale, orphan, live = (study.ask(distribution) for _ in range(3))
