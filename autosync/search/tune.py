@@ -52,7 +52,7 @@ from autosync.search.recommend.neighbours import describe as describe_job, neigh
 from autosync.search.study.storage import open_storage, redact_url
 from autosync.search.request import TuneRequest
 from autosync.search.study.trials import (
-    LOOKAHEAD, budget_used, counted_trials, fail_dead_trials, kept_line, pending_trials, roles, run_queued_trial,
+    budget_used, counted_trials, fail_dead_trials, kept_line, pending_trials, roles, run_queued_trial,
     top_up, trials_run_by,
 )
 
@@ -285,8 +285,7 @@ def _search(study: "optuna.Study", request: TuneRequest, reference: dict[str, An
         run_switch_point_search(study, request, reference, deadline, on_trial)
         return
     budget = budget_of(request, before)
-    top_up(study, request.storage, budget, *_queued_first(study, request, siblings, near or []),
-           lookahead=LOOKAHEAD)
+    top_up(study, request.storage, budget, *_queued_first(study, request, siblings, near or []))
     helpers = _start_helpers(request, study.study_name, budget, deadline)
     mine.update(process_tag(p.pid) for p in helpers)
     try:
@@ -668,7 +667,7 @@ def run_trials(study: "optuna.Study", request: TuneRequest, reference: dict[str,
             return objective
         if run_queued_trial(study, request.storage, objective, catch=(RunFailed, Resampled)):
             continue
-        if top_up(study, request.storage, budget, lookahead=LOOKAHEAD):
+        if top_up(study, request.storage, budget):
             continue
         if not pending_trials(study):
             return objective

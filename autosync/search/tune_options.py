@@ -27,8 +27,8 @@ RACE = "race"  # the race on common seeds (`autosync.race`): runs candidates of 
 # so a smaller cap could not be kept (the race's module is not imported here: it loads the lattice, 0.3 s of --help)
 MIN_BUDGET = 2.0
 
-# `autosync tune` answers "which policy" unless told otherwise: the policy space's race ran the default job in
-# about 15 s on 2 idle cores, inside the 20 s the issue set for a default (benchmarks/README.md).
+# `autosync tune` answers "which policy" unless told otherwise, by the race on common seeds (`autosync.race`): on the
+# default job 4.80 BSP trainings (bench_race) and about 27 s of wall on 2 idle cores, over the goals of 4 and 15 s.
 DEFAULT_TUNE_SPACE = "policy"
 
 
@@ -37,8 +37,8 @@ class TuneOptions(ExecutionOptions):
     """`autosync tune`: an Optuna search of a job's policy, or the cached answer of a recurring job."""
 
     space: str = option(DEFAULT_TUNE_SPACE, "Search space: a YAML file or a shipped name (policy: which policy, "
-                        "raced family by family; static_k; switch_point, batch_split, composed).")
-    n_trials: int = option(20, "Trial budget, global across processes.", ge=1)
+                        "by the race on common seeds; static_k; switch_point, batch_split, composed).")
+    n_trials: int = option(20, "Trial budget, global across processes (not read by the race).", ge=1)
     timeout: Optional[float] = option(None, "Stop the search after S seconds: no trial starts after it, and a "
                                       "trial still training stops at its next evaluation (not counted; the same "
                                       "command resumes it).", ge=0.0)

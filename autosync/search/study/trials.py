@@ -94,11 +94,11 @@ def feasible_trials(study: "optuna.Study") -> list["optuna.trial.FrozenTrial"]:
 
 
 def top_up(study: "optuna.Study", url: str, budget: int, first: Sequence[dict[str, Any]] = (),
-           fresh_only: bool = True, lookahead: int = LOOKAHEAD) -> int:
+           fresh_only: bool = True) -> int:
     """Queue trials towards counted + queued + running trials reaching `budget`; returns how many were queued.
 
     `first` are fixed parameter sets (BSP and ASP, or the cached best) queued ahead of free ones: only
-    when the study has no trial yet if `fresh_only`, else always. Free trials are queued up to `lookahead`
+    when the study has no trial yet if `fresh_only`, else always. Free trials are queued up to `LOOKAHEAD`
     waiting at a time; a caller whose queue ran dry calls it again. Nothing is queued once the search gave
     up the rest of this budget (`--patience`). Runs under the storage lock, so processes starting together
     never queue past the budget.
@@ -112,7 +112,7 @@ def top_up(study: "optuna.Study", url: str, budget: int, first: Sequence[dict[st
         ahead = ahead if not fresh_only or not internals.fresh_trials(study) else []
         missing = budget - sum(budget_used(study))
         waiting = len(internals.fresh_trials(study, _states("WAITING")))
-        free = max(0, min(missing - len(ahead), lookahead - waiting))
+        free = max(0, min(missing - len(ahead), LOOKAHEAD - waiting))
         queue = (ahead + [{}] * free)[:max(0, missing)]
         for params in queue:
             study.enqueue_trial(params, skip_if_exists=False)
