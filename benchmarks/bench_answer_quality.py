@@ -55,7 +55,7 @@ from autosync.core.family import load_family
 from autosync.catalog import label_of
 from autosync.options import TuneOptions
 from autosync.search.strategies.confirm import confirm_top_for
-from autosync.experiments.reference_grid import (TOLERANCE, ReferenceGrid, answer_cells, cached_full_budget_final,
+from autosync.experiments.reference_grid import (TOLERANCE, ReferenceGrid, answer_cells, cached_full_budget_finals,
                                                  feasible_best, grid_scores, held_out_seeds, judge,
                                                  score, tune_seeds)
 from autosync.lattice import lattice_points
@@ -112,7 +112,7 @@ def grid_choice(job: JobSpec, cells: dict[str, dict[str, Any]], choice_seeds: li
     if not choice_seeds:
         return None
     choice = feasible_best(job, grid_scores(job, cells, choice_seeds),
-                           cached_full_budget_final(job, choice_seeds, cells, out), tolerance)
+                           cached_full_budget_finals(job, choice_seeds, cells, out), tolerance)
     return choice.policy, score(job, choice.policy, cells, seeds).time / best_time
 
 
@@ -188,7 +188,7 @@ def main() -> None:
         for job in jobs:
             seeds = seeds_of[job.fingerprint()]
             scores = grid_scores(job, cells, seeds)
-            best = feasible_best(job, scores, cached_full_budget_final(job, seeds, cells, out), args.tolerance)
+            best = feasible_best(job, scores, cached_full_budget_finals(job, seeds, cells, out), args.tolerance)
             fixed = {label: score(job, p, cells, seeds).time / best.time
                      for label, p in fixed_policies(job).items()}
             choice = grid_choice(job, cells, choice_of[job.fingerprint()], seeds, best.time, out, args.tolerance)
@@ -228,7 +228,7 @@ def main() -> None:
     for job in jobs:
         fp = job.fingerprint()
         record = tunes[f"{fp}/{args.space}/{args.trials}"]
-        judged = judge(job, answers[fp], cells, seeds_of[fp], final=cached_full_budget_final(job, seeds_of[fp], cells, out),
+        judged = judge(job, answers[fp], cells, seeds_of[fp], finals=cached_full_budget_finals(job, seeds_of[fp], cells, out),
                        tolerance=args.tolerance)
         fixed = {label: score(job, p, cells, seeds_of[fp]).time / judged.best.time
                  for label, p in fixed_policies(job).items()}

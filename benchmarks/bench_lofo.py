@@ -9,20 +9,25 @@ default job), fits the race's settings on the other families' jobs (`autosync.ex
 the table (`--table`: every run read from it, or trained into it once) from each sampler seed, and scores
 the answer on the job's held-out seeds against the grid's choice on the tune's search seeds and against
 the held-out best (`autosync.experiments.lofo`): the race judged leave-one-family-out through the tune's
-own code. Each job's result is appended to `--results` as it finishes; a re-run scores only the jobs it
-lacks. Prints and writes per family and pooled figures with bootstrap intervals.
+own code. Each job's result is appended to `--results` as it finishes; a re-run replays only the jobs it
+lacks, and scores the answers recorded for the others again by today's rules (the grid's choice and the
+final-metric test may have changed since). Prints and writes per family and pooled figures with bootstrap
+intervals.
 
 The baseline the race was judged against, the family-by-family search with nothing fitted (`--sampler
-portfolio`, no longer in autosync), is `benchmarks/lofo_baseline.{md,jsonl}`, measured by this script at
-commit 507b582; `bench_race.py` reads it.
+portfolio`, no longer in autosync), is `benchmarks/lofo_baseline.{md,jsonl}`: its answers were replayed by
+this script at commit 507b582, and `--rescore` scores them again by today's rules without replaying:
+
+    python benchmarks/bench_lofo.py --families ... --count 2 --sampler-seeds 3 \
+        --results benchmarks/lofo_baseline.jsonl --out benchmarks/lofo_baseline.md --rescore
+
+`bench_race.py` reads it.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -31,7 +36,6 @@ from autosync.core.family import load_family
 from autosync.core.job import load_job
 from autosync.data import BASELINE_DIR, DEFAULT_JOB_PATH
 from autosync.experiments import lofo, portfolio_fit, race_fit
-from autosync.experiments.reference_grid import grid_twin
 from autosync.lattice import lattice_points
 from autosync.api import quiet_optuna, tune
 from autosync.engine.forks import FORKS
@@ -63,23 +67,12 @@ def short(policy: dict) -> str:
     return f"{policy['policy']}({params})" if params else policy["policy"]
 
 
-def with_keeps(result: lofo.JobResult, table_dir: Path, job) -> lofo.JobResult:
-    """A result recorded before answers were judged by the final-metric rule, judged now (from the table)."""
-    if all("keeps" in a for a in result.answers):
-        return result
-    seeds = lofo.held_out_seeds(job)
-    table = Table(table_dir)
-    answers = [{**a, "keeps": lofo.answer_keeps(table, job, grid_twin(job, a["policy"]) or a["policy"], seeds)}
-               for a in result.answers]
-    return dataclasses.replace(result, answers=answers)
-
-
 def listed(values) -> str:
     return ", ".join(f"{x:.2f}" for x in values)
 
 
-def report(results: list[lofo.JobResult], families: list[str], command: str, title: str) -> str:
-    lines = [f"# Leave-one-family-out: {title}", "", f"`{command}`", "",
+def report(results: list[lofo.JobResult], families: list[str], command: str, title: str, note: str = "") -> str:
+    lines = [f"# Leave-one-family-out: {title}", "", *([note, ""] if note else []), f"`{command}`", "",
              "Ratios are the answer's mean time to target on the held-out seeds over the reference's there; "
              "one row per job, its answers from every sampler seed. Grid's choice: the fastest lattice point "
              "on the tune's search seeds keeping BSP's final metric; held-out best: the same on the held-out "
@@ -150,17 +143,23 @@ def main() -> None:
     parser.add_argument("--sampler", default="race", choices=["race"],
                         help="race: the race fitted on the other families (the baseline, the family-by-family "
                              "search, is no longer in autosync: benchmarks/lofo_baseline.md)")
+    parser.add_argument("--rescore", action="store_true",
+                        help="only score the answers recorded in --results again, by today's rules, and replay "
+                             "nothing (the baseline: --results benchmarks/lofo_baseline.jsonl)")
     args = parser.parse_args()
     quiet_optuna()
     table_dir, results_path = Path(args.table), Path(args.results)
     done = load_results(results_path)
     results = []
-    folds = race_folds(args.families, args.count, table_dir)
+    folds: dict[str, Path] = {}
     for family in args.families:
         for job in jobs_of(family, args.count):
-            if job.name in done:
-                results.append(with_keeps(done[job.name], table_dir, job))
+            if job.name in done:  # its answers as recorded, scored by today's rules
+                results.append(lofo.score_again(Table(table_dir), done[job.name], job, lattice_points))
                 continue
+            if args.rescore:
+                raise SystemExit(f"--rescore: {results_path} records no answers for {job.name}")
+            folds = folds or race_folds(args.families, args.count, table_dir)
             start = time.perf_counter()
             options = {"sampler": "race", "race_settings": str(folds[family])}
             answers = [replayed_tune(job, table_dir, s, **options) for s in range(args.sampler_seeds)]
@@ -175,9 +174,14 @@ def main() -> None:
     results_path.write_text("".join(json.dumps(lofo.as_dict(r)) + "\n" for r in results)
                             + "".join(json.dumps(lofo.as_dict(r)) + "\n" for r in done.values() if r.job not in kept))
     command = (f"python benchmarks/bench_lofo.py --families {' '.join(args.families)} --count {args.count} "
-               f"--sampler-seeds {args.sampler_seeds}" + (f" --sampler {args.sampler}" if folds else ""))
-    title = "the race, fitted on the other families" if folds else "the shipped search (baseline)"
-    Path(args.out).write_text(report(results, args.families, command, title))
+               f"--sampler-seeds {args.sampler_seeds}"
+               + (f" --results {args.results} --out {args.out} --rescore" if args.rescore else
+                  f" --sampler {args.sampler}"))
+    title = ("the answers recorded in " + args.results + ", scored by today's rules" if args.rescore
+             else "the race, fitted on the other families")
+    note = (f"*The answers and their costs are as {args.results} recorded them, by the search whose run wrote it; "
+            "this command scores them again and replays nothing.*" if args.rescore else "")
+    Path(args.out).write_text(report(results, args.families, command, title, note))
     s = lofo.summary(results)
     print(json.dumps(s, indent=1))
     figures = Figures("bench_lofo")

@@ -5,7 +5,8 @@
 The race is `autosync.experiments.race_fit` (portfolio size and margin fitted on the other families), its
 first round alone `autosync.experiments.portfolio_fit` at each of `--sizes`.
 
-Reads the jobs `bench_lofo.py` scored (`--results`: each job's family and grid's choice) and every
+Reads the jobs `bench_lofo.py` scored (`--results`: each job's family and answers, scored again by today's
+rules: `lofo.score_again`) and every
 candidate's cells from the table, fits a portfolio of each `--size` on all families but one, and answers
 on the held-out family's jobs with the member fastest on the search seeds. Prints, per size, the answer's
 held-out time over the grid's choice (median, 90th percentile, worst) and the race's median cost, beside
@@ -39,12 +40,13 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="also write the figures here (benchmarks/make_table.py)")
     args = parser.parse_args()
     table = Table(args.table)
-    scored = [lofo.JobResult(**json.loads(line)) for line in Path(args.results).read_text().splitlines()]
-    jobs = []
-    for r in scored:
+    scored, jobs = [], []
+    for line in Path(args.results).read_text().splitlines():  # the answers as recorded, scored by today's rules
+        r = lofo.JobResult(**json.loads(line))
         family = load_family(BASELINE_DIR / f"family_{r.family}.yaml")
         job = next(j for j in family.jobs(int(r.job.rsplit("-", 1)[1]) + 1) if j.name == r.job)
-        jobs.append(portfolio_fit.job_times(table, r.family, job, r.grid_choice_time))
+        scored.append(lofo.score_again(table, r, job, lattice_points))
+        jobs.append(portfolio_fit.job_times(table, r.family, job, scored[-1].grid_choice_time))
     shipped = [x for r in scored for x in r.ratios()]
     shipped_cost = statistics.median(a["cost"] for r in scored for a in r.answers)
     shipped_breaking = sum(a.get("keeps") is False for r in scored for a in r.answers)

@@ -53,7 +53,7 @@ from autosync.engine.forks import FORKS, MAX_BYTES
 from autosync.core.family import load_family
 from autosync.catalog import label_of
 from autosync.core.job import JobSpec, load_job
-from autosync.experiments.reference_grid import (Judged, ReferenceGrid, answer_cells, cached_full_budget_final,
+from autosync.experiments.reference_grid import (Judged, ReferenceGrid, answer_cells, cached_full_budget_finals,
                                                  held_out_seeds, judge)
 from autosync.experiments.robustness import read_cells, run_grid
 from autosync.search.space import SPACE_DIR, load_space
@@ -117,7 +117,7 @@ def held_out(job: JobSpec, policy: dict, seeds: list[int], grid_dir: Path) -> Ju
     extra = {} if answer_cells(job, policy) is not policy else {job.fingerprint(): [policy]}
     run_grid(ReferenceGrid([job], seeds, extra=extra), grid_dir)
     cells = read_cells(grid_dir)
-    return judge(job, policy, cells, seeds, final=cached_full_budget_final(job, seeds, cells, grid_dir))
+    return judge(job, policy, cells, seeds, finals=cached_full_budget_finals(job, seeds, cells, grid_dir))
 
 
 def write_runs(rows: list[dict], path: Path, argv: list[str]) -> None:

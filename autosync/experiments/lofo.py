@@ -4,7 +4,8 @@ Each job of each family is scored three ways, all on the table (`autosync.table`
 or trained into it once:
 
 - **the grid's choice**: the fastest lattice point over the tune's own search seeds (job.seed and the next)
-  whose final metric at the end of the budget keeps BSP's (`reference_grid.feasible_best`, the tune's rule):
+  whose final metric at the end of the budget keeps BSP's there by the race's paired test
+  (`reference_grid.feasible_best`, the tune's rule):
   what the whole grid answers given the seeds the tune has, the honest reference;
 - **the held-out best**: the same choice made on the held-out seeds themselves (a winner's-curse reference,
   reported beside the other);
@@ -26,8 +27,8 @@ from typing import Any, Callable, Iterable
 
 from autosync.catalog import policy_from_dict
 from autosync.core.job import JobSpec
-from autosync.experiments.reference_grid import (BSP_POLICY, Scored, feasible_best, grid_twin, held_out_seeds,
-                                                 keeps_constraint)
+from autosync.experiments.reference_grid import (BSP_POLICY, Finals, Scored, feasible_best, grid_twin,
+                                                 held_out_seeds, keeps_constraint)
 from autosync.experiments.robustness import penalised_time
 from autosync.table import Table, cell_for
 from autosync.table.build import HELD_OUT_SEEDS, SEARCH_SEEDS
@@ -52,20 +53,18 @@ def table_score(table: Table, job: JobSpec, policy: dict[str, Any], seeds: Itera
     return Scored(policy, statistics.fmean(times), missed, times)
 
 
-def table_final(table: Table, job: JobSpec, seeds: Iterable[int]) -> Callable[[dict[str, Any]], float | None]:
-    """A policy's mean final target metric at the end of the budget over `seeds` (None where a run
+def table_finals(table: Table, job: JobSpec, seeds: Iterable[int]) -> Finals:
+    """A policy's final target metric at the end of the budget on each of `seeds` (None where a run
     diverged), from its full-budget cells: trained only for the policies `feasible_best` asks about."""
     seeds = list(seeds)
     metric = f"final_{job.target.metric}"
 
-    def final(policy: dict[str, Any]) -> float | None:
-        values = []
-        for s in seeds:
-            run = cell_for(table, full_budget(job.model_copy(update={"seed": s})), policy_from_dict(policy))
-            values.append(None if run.status == "diverged" else run.scores.get(metric))
-        return None if any(v is None for v in values) else statistics.fmean(values)
+    def finals(policy: dict[str, Any]) -> list[float | None]:
+        runs = [cell_for(table, full_budget(job.model_copy(update={"seed": s})), policy_from_dict(policy))
+                for s in seeds]
+        return [None if run.status == "diverged" else run.scores.get(metric) for run in runs]
 
-    return final
+    return finals
 
 
 def choice(table: Table, job: JobSpec, lattice: Lattice, seeds: Iterable[int]) -> Scored:
@@ -73,14 +72,15 @@ def choice(table: Table, job: JobSpec, lattice: Lattice, seeds: Iterable[int]) -
     seeds = list(seeds)
     scores = sorted((table_score(table, job, p, seeds) for p in lattice(job.cluster.n_workers)),
                     key=lambda s: s.time)
-    return feasible_best(job, scores, table_final(table, job, seeds))
+    return feasible_best(job, scores, table_finals(table, job, seeds))
 
 
 def answer_keeps(table: Table, job: JobSpec, policy: dict[str, Any], seeds: Iterable[int]) -> bool:
     """Whether `policy`'s final metric at the end of the budget keeps BSP's over `seeds` (the tune's rule,
-    judged where the answer is scored: a fast answer that breaks it is reported, not hidden in its time)."""
-    final = table_final(table, job, seeds)
-    return keeps_constraint(job, final(policy), final(BSP_POLICY))
+    judged where the answer is scored, by the same paired test: a fast answer that breaks it is reported, not
+    hidden in its time)."""
+    finals = table_finals(table, job, seeds)
+    return keeps_constraint(job, finals(policy), finals(BSP_POLICY))
 
 
 @dataclass(frozen=True)
@@ -135,6 +135,14 @@ def score_job(table: Table, family: str, job: JobSpec, lattice: Lattice, answers
                        "keeps": answer_keeps(table, job, ran_as, seeds)})
     return JobResult(family, job.name, picked.policy, table_score(table, job, picked.policy, seeds).time,
                      best.policy, best.time, table_score(table, job, BSP_POLICY, seeds).missed, scored)
+
+
+def score_again(table: Table, result: JobResult, job: JobSpec, lattice: Lattice) -> JobResult:
+    """A recorded result's answers (policy and cost per sampler seed) scored again on `job` by today's rules
+    (`score_job`): the grid's choice, the held-out best and the final-metric test, whichever rules scored
+    them when they were recorded. Reads the table only: nothing is replayed."""
+    answers = [Answered(a["policy"], a["cost"]) for a in result.answers]
+    return score_job(table, result.family, job, lattice, answers)
 
 
 def percentile(values: list[float], q: float) -> float:

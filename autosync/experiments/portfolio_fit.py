@@ -88,11 +88,11 @@ def portfolio_answer(table: Table, job: JobTimes, members: list[str]) -> dict[st
                      [s for s, t in zip(lofo.search_seeds(job.spec), job.search[m])
                       if t >= 2 * job.spec.budget.max_virtual_seconds], job.search[m]) for m in order]
     checked: list[dict[str, Any]] = []
-    final = lofo.table_final(table, job.spec, lofo.search_seeds(job.spec))
+    finals = lofo.table_finals(table, job.spec, lofo.search_seeds(job.spec))
 
-    def counted(policy: dict[str, Any]) -> float | None:
+    def counted(policy: dict[str, Any]) -> list[float | None]:
         checked.append(policy)
-        return final(policy)
+        return finals(policy)
 
     picked = feasible_best(job.spec, scores, counted)
     answer = order[[s.policy for s in scores].index(picked.policy)]

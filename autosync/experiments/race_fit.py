@@ -49,7 +49,7 @@ def race(table: Table, job: JobTimes, settings: RaceSettings, tolerance: float =
     whether it keeps the final-metric rule on the held-out seeds, the cost in BSP trainings, and the rounds a
     `budget` in BSP trainings skipped (`race.plan`; None: no cap, every round runs)."""
     end = job.spec.budget.max_virtual_seconds  # the job's training budget: a run to its end
-    finals_on = [lofo.table_final(table, job.spec, [s]) for s in lofo.search_seeds(job.spec)[:SEARCH_SEEDS]]
+    finals_on = [lofo.table_finals(table, job.spec, [s]) for s in lofo.search_seeds(job.spec)[:SEARCH_SEEDS]]
     times: dict[tuple[str, int], float] = {}
     stopped: dict[tuple[str, int], float] = {}
     finals: dict[tuple[str, int], float | None] = {}
@@ -61,7 +61,7 @@ def race(table: Table, job: JobTimes, settings: RaceSettings, tolerance: float =
         for run in step.runs:
             key, time = (run.label, run.seed), job.search[run.label][run.seed]
             if run.full:
-                finals[key] = finals_on[run.seed](job.policies[run.label])
+                finals[key] = finals_on[run.seed](job.policies[run.label])[0]
                 whole = job.bsp_training if run.label == BSP_LABEL else end
                 seconds += max(0.0, whole - trained.get(key, 0.0))
                 if run.label == BSP_LABEL:  # as `race.plan` reads times (and `race_trials.observed` gives them)

@@ -10,8 +10,9 @@ confirms on the few after them; the grid and the answer are scored on `job.seed 
 (`held_out_seeds`), far from both.
 
 The reference is judged by the rule the tune answers by: the fastest policy to the target whose final
-metric at the end of the budget stays within the tolerance of BSP's (Sync-Switch's constraint, the tune's
-`--tolerance`, 0.01 by default), both over the held-out seeds (`feasible_best`). Only the grid's fastest
+metric at the end of the budget keeps BSP's by the race's test on paired seeds (`autosync.race.keeps_paired`:
+the mean difference over the seeds both ran within the tune's `--tolerance`, 0.01 by default, or within BSP's
+own spread between those seeds where that is wider), over the held-out seeds (`feasible_best`). Only the grid's fastest
 policies are trained to the full budget for it, in order, until one keeps the constraint (`full_cell_key`:
 cached beside the runs to the target); the fastest policy on time alone is kept too (`Judged.fastest`).
 """
@@ -27,20 +28,22 @@ from autosync.core import strict_json
 from autosync.core.job import JobSpec
 from autosync.experiments.robustness import CELLS_FILE, cell_key, penalised_time
 from autosync.lattice import BSP_POLICY, family_of, lattice_points
-from autosync.policy_score import RunFailed, constraint, evaluate
+from autosync.policy_score import RunFailed, evaluate
+from autosync.race import keeps_paired
 from autosync.table.build import HELD_OUT_OFFSET, HELD_OUT_SEEDS
 
 if TYPE_CHECKING:
     from pathlib import Path
 
 __all__ = ["TOLERANCE", "Judged", "ReferenceGrid", "Scored", "answer_cells",
-           "best_per_family", "cached_full_budget_final",
-           "feasible_best", "full_budget_final", "full_cell_key", "grid_scores", "grid_twin", "held_out_seeds",
+           "best_per_family", "cached_full_budget_finals",
+           "feasible_best", "full_budget_finals", "full_cell_key", "grid_scores", "grid_twin", "held_out_seeds",
            "judge", "keeps_constraint", "run_full_cell", "score", "tune_seeds"]
 
 # scoring seeds start HELD_OUT_OFFSET past the job's seed (room for 100 search + confirm seeds), HELD_OUT_SEEDS
 # of them unless told otherwise: the seeds the table holds out too (`autosync.table.build`)
 TOLERANCE = 0.01  # the final-metric constraint's tolerance against BSP's: the tune's default (`--tolerance`)
+Finals = Callable[[dict[str, Any]], list["float | None"]]  # a policy -> its final metric per seed (None: failed)
 
 
 def held_out_seeds(job: JobSpec, count: int = HELD_OUT_SEEDS, offset: int = HELD_OUT_OFFSET) -> list[int]:
@@ -158,10 +161,10 @@ def answer_cells(job: JobSpec, answer: dict[str, Any],
 
 def judge(job: JobSpec, answer: dict[str, Any], cells: dict[str, dict[str, Any]], seeds: Iterable[int],
           policies: Callable[[int], list[dict[str, Any]]] = lattice_points,
-          final: "Callable[[dict[str, Any]], float | None] | None" = None, tolerance: float = TOLERANCE) -> Judged:
+          finals: "Finals | None" = None, tolerance: float = TOLERANCE) -> Judged:
     """`answer` (a tuned policy) against the best of the grid on `job`, both scored on `seeds` from `cells`
-    (run first: `ReferenceGrid` with the answer in `extra` when it has no grid twin). With `final` (a
-    policy's mean final metric at full budget over `seeds`, None where a run failed: `full_budget_final`),
+    (run first: `ReferenceGrid` with the answer in `extra` when it has no grid twin). With `finals` (a
+    policy's final metric at full budget on each of `seeds`, None where a run failed: `full_budget_finals`),
     the grid's best is the fastest that keeps the constraint (`feasible_best`), and the answer is judged
     by it too."""
     seeds = list(seeds)
@@ -169,31 +172,32 @@ def judge(job: JobSpec, answer: dict[str, Any], cells: dict[str, dict[str, Any]]
     scored = score(job, ran_as, cells, seeds)
     scores = grid_scores(job, cells, seeds, policies)
     best, keeps = scores[0], None
-    if final is not None:
-        best = feasible_best(job, scores, final, tolerance)
-        keeps = keeps_constraint(job, final(ran_as), final(BSP_POLICY), tolerance)
+    if finals is not None:
+        best = feasible_best(job, scores, finals, tolerance)
+        keeps = keeps_constraint(job, finals(ran_as), finals(BSP_POLICY), tolerance)
     return Judged(job.name, Scored(answer, scored.time, scored.missed, scored.times), ran_as, best,
                   best_per_family(scores), scores[0], keeps)
 
 
 
 
-def keeps_constraint(job: JobSpec, final: float | None, bsp_final: float | None, tolerance: float = TOLERANCE) -> bool:
-    """Whether a final metric `final` stays within `tolerance` of BSP's (`autosync.policy_score.constraint`,
-    the tune's rule); a failed run (None) does not."""
-    return final is not None and bsp_final is not None and constraint(job, final, bsp_final, tolerance) <= 0
+def keeps_constraint(job: JobSpec, finals: list[float | None], bsp_finals: list[float | None],
+                     tolerance: float = TOLERANCE) -> bool:
+    """Whether final metrics `finals` keep BSP's `bsp_finals` (one each per seed, paired) by the race's test
+    (`autosync.race.keeps_paired`, the tune's rule: within `tolerance`, or BSP's own spread between the seeds
+    where wider); a failed run (None) does not."""
+    return keeps_paired(finals, bsp_finals, tolerance, job.target.metric == "test_accuracy")
 
 
-def feasible_best(job: JobSpec, scores: list[Scored], final: "Callable[[dict[str, Any]], float | None]",
-                  tolerance: float = TOLERANCE) -> Scored:
+def feasible_best(job: JobSpec, scores: list[Scored], finals: "Finals", tolerance: float = TOLERANCE) -> Scored:
     """The fastest of `scores` (fastest first) whose final metric at full budget keeps the constraint against
-    BSP's (`final(policy)`: its mean over the scoring seeds, trained on demand: only the policies ahead of
-    the first that keeps it are asked); BSP keeps it by definition, so the walk ends there at the latest."""
-    bsp_final = final(BSP_POLICY)
+    BSP's (`finals(policy)`: one per scoring seed, trained on demand: only the policies ahead of the first
+    that keeps it are asked); BSP keeps it by definition, so the walk ends there at the latest."""
+    bsp_finals = finals(BSP_POLICY)
     for s in scores:
         if s.missed:
             continue  # a policy that missed a seed is scored at twice the budget: never ahead of BSP's feasible time
-        if keeps_constraint(job, final(s.policy), bsp_final, tolerance):
+        if keeps_constraint(job, finals(s.policy), bsp_finals, tolerance):
             return s
     return scores[0]
 
@@ -215,9 +219,9 @@ def run_full_cell(job: JobSpec, policy: dict[str, Any], seed: int) -> dict[str, 
             if run.get("reached") else None}
 
 
-def cached_full_budget_final(job: JobSpec, seeds: Iterable[int], cells: dict[str, dict[str, Any]],
-                             grid_dir: "Path") -> "Callable[[dict[str, Any]], float | None]":
-    """`full_budget_final` whose runs are appended to the grid's cache (`grid_dir`/cells.jsonl) as they finish:
+def cached_full_budget_finals(job: JobSpec, seeds: Iterable[int], cells: dict[str, dict[str, Any]],
+                              grid_dir: "Path") -> "Finals":
+    """`full_budget_finals` whose runs are appended to the grid's cache (`grid_dir`/cells.jsonl) as they finish:
     a re-run, or the other benchmark on the same cache, trains none of them again."""
     def run(job: JobSpec, policy: dict[str, Any], seed: int) -> dict[str, Any]:
         record = run_full_cell(job, policy, seed)
@@ -225,23 +229,23 @@ def cached_full_budget_final(job: JobSpec, seeds: Iterable[int], cells: dict[str
             fh.write(strict_json.dumps(record) + "\n")
         return record
 
-    return full_budget_final(job, seeds, cells, run)
+    return full_budget_finals(job, seeds, cells, run)
 
 
-def full_budget_final(job: JobSpec, seeds: Iterable[int], cells: dict[str, dict[str, Any]],
+def full_budget_finals(job: JobSpec, seeds: Iterable[int], cells: dict[str, dict[str, Any]],
                       run: "Callable[[JobSpec, dict[str, Any], int], dict[str, Any]]" = run_full_cell,
-                      ) -> "Callable[[dict[str, Any]], float | None]":
-    """A policy's mean final metric at full budget over `seeds` (None if a run failed), read from `cells`
+                       ) -> "Finals":
+    """A policy's final metric at full budget on each of `seeds` (None where a run failed), read from `cells`
     (`full_cell_key`) or trained with `run` and added to `cells` (the caller persists them)."""
     seeds = list(seeds)
 
-    def final(policy: dict[str, Any]) -> float | None:
+    def finals(policy: dict[str, Any]) -> list[float | None]:
         values = []
         for seed in seeds:
             key = full_cell_key(job.fingerprint(), policy, seed)
             if key not in cells:
                 cells[key] = run(job, policy, seed)
             values.append(cells[key].get("final_metric"))
-        return None if any(v is None for v in values) else statistics.fmean(values)
+        return values
 
-    return final
+    return finals

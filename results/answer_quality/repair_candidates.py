@@ -27,7 +27,7 @@ def main() -> int:
     from autosync.catalog import POLICIES, label_of, policy_from_dict
     from autosync.core.family import load_family
     from autosync.experiments.reference_grid import (
-        answer_cells, cached_full_budget_final, feasible_best, grid_scores, keeps_constraint, score,
+        answer_cells, cached_full_budget_finals, feasible_best, grid_scores, keeps_constraint, score,
     )
     from autosync.lattice import BSP_POLICY
     from autosync.experiments.robustness import CELLS_FILE
@@ -60,9 +60,9 @@ def main() -> int:
                     continue
                 n = job.cluster.n_workers
                 seeds = [job.seed + 100, job.seed + 101]
-                final = cached_full_budget_final(job, seeds, cells, folder)
-                best = feasible_best(job, grid_scores(job, cells, seeds), final)
-                bsp_final = final(BSP_POLICY)
+                finals = cached_full_budget_finals(job, seeds, cells, folder)
+                best = feasible_best(job, grid_scores(job, cells, seeds), finals)
+                bsp_finals = finals(BSP_POLICY)
 
                 def ratio(policy: dict) -> str:
                     policy = answer_cells(job, policy)  # its grid twin (k = n under `fixed` is BSP's cells)
@@ -70,7 +70,7 @@ def main() -> int:
                         scored = score(job, policy, cells, seeds)
                     except KeyError:
                         return "not in the grid"
-                    keeps = keeps_constraint(job, final(policy), bsp_final)
+                    keeps = keeps_constraint(job, finals(policy), bsp_finals)
                     return f"{scored.time / best.time:.2f}{'' if keeps else ' x'}"
 
                 for check in study.get_trials(deepcopy=False):

@@ -27,8 +27,8 @@ def test_the_grid_s_choice_is_the_fastest_point_on_the_search_seeds_that_keeps_b
     table, job_ = Table(tmp_path), job()
     seeds = lofo.search_seeds(job_)
     assert seeds == [job_.seed, job_.seed + 1]
-    final = lofo.table_final(table, job_, seeds)
-    feasible = [p for p in lattice(4) if keeps_constraint(job_, final(p), final(BSP))
+    finals = lofo.table_finals(table, job_, seeds)
+    feasible = [p for p in lattice(4) if keeps_constraint(job_, finals(p), finals(BSP))
                 and not lofo.table_score(table, job_, p, seeds).missed]
     expected = min(feasible, key=lambda p: lofo.table_score(table, job_, p, seeds).time)
     assert lofo.choice(table, job_, lattice, seeds).policy == expected
@@ -45,6 +45,19 @@ def test_answers_are_judged_on_the_held_out_seeds_against_both_references(tmp_pa
     assert result.ratios()[0] == pytest.approx(bsp.time / result.grid_choice_time)
     assert result.ratios("held_out_best")[0] == pytest.approx(bsp.time / result.held_out_best_time)
     assert result.misses == 0 and result.spread >= 1.0
+
+
+
+def test_a_recorded_result_is_scored_again_by_today_s_rules_from_its_answers_alone(tmp_path):
+    """A result recorded under another rule (here a grid's choice, times and verdicts made up) keeps only its
+    answers' policies and costs: everything else is scored again on the table, as `score_job` scores it."""
+    table, job_ = Table(tmp_path), job()
+    answers = [lofo.Answered(BSP, 1.0), lofo.Answered({"policy": "backup", "params": {"k": 1}}, 2.0)]
+    fresh = lofo.score_job(table, "small", job_, lattice, answers)
+    stale = lofo.JobResult("small", job_.name, {"policy": "asp", "params": {}}, 0.5, BSP, 0.25, [7],
+                           [{"policy": a.policy, "cost": a.cost, "time": 0.1, "missed": [], "keeps": False}
+                            for a in answers])
+    assert lofo.score_again(table, stale, job_, lattice) == fresh
 
 
 def test_a_miss_counts_only_where_bsp_reaches_the_target():

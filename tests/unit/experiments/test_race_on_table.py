@@ -45,8 +45,8 @@ SETTINGS = RaceSettings(("x", "y", "bsp"), margin=2.0, finalists=2)
 def table_reads(monkeypatch):
     """The table's final metrics, search and held-out seeds as `race` reads them, for `JOB`."""
     finals = {0: {"bsp": 0.9, "x": 0.9, "y": 0.9}, 1: {"bsp": 0.9, "x": 0.9, "y": 0.9}}
-    monkeypatch.setattr(race.lofo, "table_final", lambda table, spec, seeds: lambda p: finals[seeds[0]][
-        next(k for k, v in POINTS.items() if v == p)])
+    monkeypatch.setattr(race.lofo, "table_finals", lambda table, spec, seeds: lambda p: [finals[seeds[0]][
+        next(k for k, v in POINTS.items() if v == p)]])
     monkeypatch.setattr(race.lofo, "search_seeds", lambda spec: [0, 1])
     monkeypatch.setattr(race.lofo, "answer_keeps", lambda *a: True)
     monkeypatch.setattr(race, "held_out_seeds", lambda spec: [100])

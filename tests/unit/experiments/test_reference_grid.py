@@ -131,20 +131,31 @@ def test_the_grid_best_is_the_fastest_that_keeps_bsp_final_metric_and_only_the_o
     finals = {"asp": 0.9, "ssp": 0.5, "backup": 0.505, "bsp": 0.5}
     asked = []
 
-    def final(policy):
+    def final(policy):  # one scoring seed
         asked.append(policy["policy"])
-        return finals[policy["policy"]]
+        return [finals[policy["policy"]]]
 
     assert feasible_best(job, scores, final, tolerance=0.01).policy == backup  # SSP missed a seed: not judged
     assert asked == ["bsp", "asp", "backup"]
     assert feasible_best(job, scores, final, tolerance=0.5).policy == asp
     finals["backup"] = None  # a run that failed at full budget keeps nothing
     assert feasible_best(job, scores, final, tolerance=0.01).policy == bsp
-    assert keeps_constraint(job, 0.5, 0.5) and not keeps_constraint(job, None, 0.5)
+    assert keeps_constraint(job, [0.5], [0.5]) and not keeps_constraint(job, [None], [0.5])
+
+
+def test_the_grid_judges_by_the_paired_test_widened_to_bsp_s_own_spread_between_seeds():
+    """The race's rule (`autosync.race.keeps_paired`): a mean shortfall over the paired seeds past the
+    tolerance still keeps BSP's final metric where BSP itself moves more than that between the seeds."""
+    from autosync.experiments.reference_grid import keeps_constraint
+
+    job = FamilySpec.model_validate(__import__("yaml").safe_load(TINY)).job(0)  # train_loss: lower is better
+    assert keeps_constraint(job, [0.56, 0.58], [0.50, 0.55])  # 0.045 worse, BSP's spread 0.05
+    assert not keeps_constraint(job, [0.56, 0.58], [0.50, 0.51])  # 0.065 worse, BSP's spread 0.01
+    assert keeps_constraint(job, [0.505, 0.505], [0.50, 0.50])  # within the tolerance (0.01)
 
 
 def test_full_budget_cells_train_the_whole_budget_once_and_are_read_back(tmp_path):
-    from autosync.experiments.reference_grid import full_budget_final, full_cell_key, run_full_cell
+    from autosync.experiments.reference_grid import full_budget_finals, full_cell_key, run_full_cell
 
     job = FamilySpec.model_validate(__import__("yaml").safe_load(TINY)).job(0)
     seeds = held_out_seeds(job)
@@ -154,9 +165,8 @@ def test_full_budget_cells_train_the_whole_budget_once_and_are_read_back(tmp_pat
         runs.append(seed)
         return run_full_cell(job, policy, seed)
 
-    final = full_budget_final(job, seeds, cells, run)
+    final = full_budget_finals(job, seeds, cells, run)
     bsp = make_policy("bsp").to_dict()
     value = final(bsp)
-    assert runs == seeds and value == pytest.approx(
-        sum(cells[full_cell_key(job.fingerprint(), bsp, s)]["final_metric"] for s in seeds) / len(seeds))
+    assert runs == seeds and value == [cells[full_cell_key(job.fingerprint(), bsp, s)]["final_metric"] for s in seeds]
     assert final(bsp) == value and runs == seeds  # read back, not trained again
