@@ -201,8 +201,8 @@ def race_answer(study: "optuna.Study", answer: Answer, job_seed: int, budget: fl
 def race_top(record: dict[str, Any], count: int = 5) -> list[dict[str, Any]]:
     """The race's best candidates as `best_policies` lists a search's (`autosync tune --json`'s `top`), from its
     cache record's race (`race_answer`): the `count` fastest by their mean time over both seeds, each with its
-    first trial, its mean final metric where the final-metric round ran it on both seeds, and on how many of
-    its seeds a run reached the target."""
+    first trial (None in a record from before runs named their trials), its mean final metric where the
+    final-metric round ran it on both seeds, and on how many of its seeds a run reached the target."""
     runs: dict[str, list[dict[str, Any]]] = {}
     for group in record["rounds"]:
         for run in group["runs"]:
@@ -211,7 +211,8 @@ def race_top(record: dict[str, Any], count: int = 5) -> list[dict[str, Any]]:
     for label, time in record["ranked"][:count]:
         own = runs[label]
         finals = [r["final"] for r in own if "final" in r]
-        out.append({"trial": min(r.get("trial", 0) for r in own), "policy": own[0]["policy"], "time_to_target": time,
+        trials = [r["trial"] for r in own if "trial" in r]
+        out.append({"trial": min(trials) if trials else None, "policy": own[0]["policy"], "time_to_target": time,
                     "final_metric": statistics.fmean(finals) if len(finals) == SEARCH_SEEDS and None not in finals
                     else None, "reached": len({r["seed"] for r in own if r["time"] is not None}), "runs": SEARCH_SEEDS})
     return out
