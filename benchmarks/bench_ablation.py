@@ -1,0 +1,156 @@
+"""Ablation of the TPE search's mechanisms, judged on the table like the race (leave-one-family-out jobs).
+
+    python benchmarks/bench_ablation.py --space static_k --families fresh quarry ... --count 2 --sampler-seeds 1
+
+For each of the first `--count` jobs of each family, `autosync tune --sampler tpe --space SPACE` is replayed
+on the table (`--table`: every run read from it, or trained into it once) with its defaults and with each
+mechanism switched off by its own option (`VARIANTS`), from each sampler seed, in a fresh storage each time.
+Every answer is scored on the job's held-out seeds against the grid's choice on the tune's search seeds
+(`autosync.experiments.lofo`, the race's scoring). Nothing of the TPE search is fitted, so no family is
+held out: the families only name the jobs.
+
+A mechanism earns its place where switching it off makes the answers worse by more than the interval:
+per variant the mean over jobs of log(answer's ratio without it / with it) and of the cost difference in BSP
+trainings, each with a 90% bootstrap interval over jobs (paired by job and sampler seed). Each job's answers
+are appended to `--results` as they finish; a re-run replays only what it lacks and scores again what it has.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import statistics
+import time
+from pathlib import Path
+
+from autosync.api import quiet_optuna
+from autosync.experiments import lofo
+from autosync.lattice import lattice_points
+from autosync.table import Table
+
+from _report import Figures
+from bench_lofo import jobs_of, replayed_tune
+
+# each variant: the options that switch one mechanism off (TPE's defaults otherwise)
+VARIANTS = {
+    "defaults": {},
+    "no confirmation": {"confirm_top": 0},  # --confirm-top 0: the leaders are not run again on another seed
+    "no patience": {"patience": 0},  # --patience 0: every trial of --n-trials runs
+    "neither": {"confirm_top": 0, "patience": 0},
+}
+
+
+def paired_interval(values: list[float], draws: int = 1000, seed: int = 0) -> tuple[float, float]:
+    """A 90% percentile bootstrap interval of the mean of `values` (one per job and sampler seed)."""
+    rng = random.Random(seed)
+    means = sorted(statistics.fmean(rng.choice(values) for _ in values) for _ in range(draws))
+    return lofo.percentile(means, 0.05), lofo.percentile(means, 0.95)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--space", default="static_k")
+    parser.add_argument("--families", nargs="+", default=["fresh", "quarry", "crest", "fleet", "steady", "tiers",
+                                                          "inverse", "mosaic"])
+    parser.add_argument("--count", type=int, default=2, help="jobs 0..N-1 of each family")
+    parser.add_argument("--sampler-seeds", type=int, default=1)
+    parser.add_argument("--table", default="results/table")
+    parser.add_argument("--results", default=None, help="default: benchmarks/ablation_<space>.jsonl")
+    parser.add_argument("--out", default=None, help="default: benchmarks/ablation_<space>.md")
+    parser.add_argument("--json", default=None, help="also write the figures here (benchmarks/make_table.py)")
+    args = parser.parse_args()
+    quiet_optuna()
+    here = Path(__file__).parent
+    results_path = Path(args.results or here / f"ablation_{args.space}.jsonl")
+    out = Path(args.out or here / f"ablation_{args.space}.md")
+    done = {}
+    if results_path.exists():
+        for line in results_path.read_text().splitlines():
+            record = json.loads(line)
+            done[(record["variant"], record["result"]["job"])] = lofo.JobResult(**record["result"])
+    table = Table(args.table)
+    results: dict[str, list[lofo.JobResult]] = {name: [] for name in VARIANTS}
+    for family in args.families:
+        for job in jobs_of(family, args.count):
+            for name, options in VARIANTS.items():
+                if (name, job.name) in done:
+                    results[name].append(lofo.score_again(table, done[(name, job.name)], job, lattice_points))
+                    continue
+                start = time.perf_counter()
+                answers = [replayed_tune(job, Path(args.table), s, sampler="tpe", space=args.space, **options)
+                           for s in range(args.sampler_seeds)]
+                result = lofo.score_job(table, family, job, lattice_points, answers)
+                with results_path.open("a") as fh:
+                    fh.write(json.dumps({"variant": name, "result": lofo.as_dict(result)}) + "\n")
+                results[name].append(result)
+                print(f"{family} {job.name} {name}: over grid's choice {result.ratios()}, cost "
+                      f"{[round(a['cost'], 2) for a in result.answers]} ({time.perf_counter() - start:.0f} s)",
+                      flush=True)
+    command = (f"python benchmarks/bench_ablation.py --space {args.space} --families {' '.join(args.families)} "
+               f"--count {args.count} --sampler-seeds {args.sampler_seeds}")
+    out.write_text(report(results, command, args.space))
+    print(out.read_text())
+    figures = Figures("bench_ablation")
+    base = results["defaults"]
+    for name, rs in results.items():
+        s = lofo.summary(rs)
+        if name == "defaults":
+            figures.add(f"tpe on {args.space}, defaults: answer over grid's choice, median", s["median"], "x")
+            figures.add(f"tpe on {args.space}, defaults: cost, median", s["median_cost"], "BSP trainings")
+            continue
+        logs, costs = differences(base, rs)
+        figures.add(f"tpe on {args.space}, {name}: answer over grid's choice, mean log ratio to the defaults'",
+                    statistics.fmean(logs), "", against="the defaults")
+        figures.add(f"tpe on {args.space}, {name}: cost difference to the defaults', mean",
+                    statistics.fmean(costs), "BSP trainings", against="the defaults")
+    figures.write(args.json)
+
+
+def differences(base: list[lofo.JobResult], other: list[lofo.JobResult]) -> tuple[list[float], list[float]]:
+    """Per job and sampler seed: log(other's ratio / base's) and other's cost minus base's."""
+    logs, costs = [], []
+    for b, o in zip(base, other):
+        assert b.job == o.job
+        for ab, ao in zip(b.answers, o.answers):
+            logs.append(math.log(ao["time"] / ab["time"]))
+            costs.append(ao["cost"] - ab["cost"])
+    return logs, costs
+
+
+def report(results: dict[str, list[lofo.JobResult]], command: str, space: str) -> str:
+    lines = [f"# Ablation: the TPE search's mechanisms on the `{space}` space", "", f"`{command}`", "",
+             "Each answer is scored on the job's held-out seeds against the grid's choice on the tune's search "
+             "seeds (as `lofo_race.md`). Against the defaults: the mean over jobs and sampler seeds of log(answer "
+             "time without the mechanism / with it) (above 0: worse without it) and of the cost difference, with "
+             "90% bootstrap intervals.", "",
+             "| variant | jobs | median | 90th percentile | worst | answers breaking the rule | median cost "
+             "| mean log ratio to the defaults [90%] | mean cost difference [90%] |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    base = results["defaults"]
+    for name, rs in results.items():
+        s = lofo.summary(rs)
+        if name == "defaults":
+            versus = " | "
+        else:
+            logs, costs = differences(base, rs)
+            (llo, lhi), (clo, chi) = paired_interval(logs), paired_interval(costs)
+            versus = (f"{statistics.fmean(logs):+.3f} [{llo:+.3f}, {lhi:+.3f}] | "
+                      f"{statistics.fmean(costs):+.2f} [{clo:+.2f}, {chi:+.2f}]")
+        lines.append(f"| {name} | {s['jobs']} | {s['median']:.2f} | {s['p90']:.2f} | {s['worst']:.2f} | "
+                     f"{s['breaking_the_rule']} | {s['median_cost']:.2f} | {versus} |")
+    lines += ["", "| job | " + " | ".join(results) + " |", "|---|" + "---|" * len(results)]
+    for i, r in enumerate(base):
+        cells = []
+        for name in results:
+            a = results[name][i]
+            cells.append(", ".join(f"{x:.2f} ({c['cost']:.1f})" for x, c in zip(a.ratios(), a.answers)))
+        lines.append(f"| {r.job} | " + " | ".join(cells) + " |")
+    lines += ["", "Per job: the answer's held-out time over the grid's choice (its cost in BSP trainings), per "
+              "sampler seed."]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
