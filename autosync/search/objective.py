@@ -31,6 +31,7 @@ from autosync.search.study.records import (
     SECOND_SEED_CHECK, TIME_TO_TARGET,
     TIMED_OUT, VIRTUAL_SECONDS, final_pending, has_full_result, has_own_failure, outside_budget, role_of, scored_as,
 )
+from autosync.search.study.claim import process_tag, tag
 from autosync.search.study.siblings import finished_trials
 from autosync.search.tune_options import TuneOptions
 from autosync.table import recorded_proxy
@@ -84,14 +85,6 @@ MAX_UNCOUNTED = 20  # past this many such answers in a study they count, so a se
 class TimedOut(RunFailed):
     """The tune's --timeout passed while the trial trained: it stops at its next evaluation, marked
     `TIMED_OUT`, and does not count against the budget (a resumed search runs its place again)."""
-
-
-def process_tag(pid: int | None = None) -> str:
-    """host:pid of a process on this machine (this one by default): a trial's PROCESS attribute."""
-    import os
-    import socket
-
-    return f"{socket.gethostname()}:{os.getpid() if pid is None else pid}"
 
 
 @dataclass(frozen=True)
@@ -218,7 +211,7 @@ class Objective:
     def _score(self, trial: "optuna.Trial") -> float | tuple[float, float]:
         import optuna
 
-        trial.set_user_attr(PROCESS, process_tag())
+        tag(trial)  # already tagged when the search claimed it (`claim.optimize_one`)
         policy = self.space.suggest(trial)
         trial.set_user_attr(POLICY, policy)
         canonical = canonical_on(policy, self.job)

@@ -34,13 +34,14 @@ from autosync.core.errors import RuntimeFailure, UserError
 from autosync.core.job import JobSpec
 from autosync.lattice import BSP_LABEL, labelled_points
 from autosync.policy_score import RunFailed, evaluate
-from autosync.search.objective import process_tag
+from autosync.search.study.claim import tag
 from autosync.race import SEARCH_SEEDS, Answer, RaceSettings, Run, horizon, plan, race_settings
 from autosync.search.study import _optuna_internals as internals
 from autosync.search.study.cache import bsp_training_seconds, search_cost
+from autosync.search.study.interrupts import storage_calls_finish_first
 from autosync.search.study.locking import storage_lock
 from autosync.search.study.records import (BSP_REFERENCE, BSP_TRAINING_SECONDS, FAIL_REASON, FINAL_METRIC, FORKED,
-                                           POLICY, PROCESS, RACE_FINAL, RACE_HORIZON, RACE_RUN, RACE_TIME, REACHED,
+                                           POLICY, RACE_FINAL, RACE_HORIZON, RACE_RUN, RACE_TIME, REACHED,
                                            ROLE, RUNS, TIME_TO_TARGET, VIRTUAL_SECONDS)
 from autosync.search.study.trials import fail_dead_trials, run_queued_trial
 
@@ -66,7 +67,7 @@ class RaceObjective:
 
         run = _run_of(trial.user_attrs[RACE_RUN])
         policy = self.points[run.label]
-        trial.set_user_attr(PROCESS, process_tag())
+        tag(trial)  # already tagged when the race claimed it (`claim.optimize_one`)
         trial.set_user_attr(POLICY, policy)
         limit = horizon(run, self.settings.margin, observed(trial.study).times)
         trial.set_user_attr(RACE_HORIZON, None if math.isinf(limit) else limit)
@@ -338,5 +339,6 @@ def _helper(request: "TuneRequest", name: str, verbosity: int, filters: list[Any
     study = optuna.load_study(study_name=name, storage=open_storage(request.storage))
     objective = RaceObjective(request.job, race_settings(request.race_settings), request.settings.penalty,
                               request.settings.backend)
-    while run_queued_trial(study, request.storage, objective, catch=()):
-        pass
+    with storage_calls_finish_first():  # Ctrl-C reaches the helpers too: not inside a write, nor before a tag
+        while run_queued_trial(study, request.storage, objective, catch=()):
+            pass

@@ -698,7 +698,9 @@ def _helper(request: TuneRequest, name: str, budget: int, deadline_in: float | N
     sub = dataclasses.replace(request, study=name)
     storage = open_storage(sub.storage)
     study = load_study(sub, storage)
-    run_trials(study, sub, study.user_attrs[BSP_REFERENCE], budget, deadline, siblings=sibling_studies(study, storage))
+    with storage_calls_finish_first():  # Ctrl-C reaches the helpers too: not inside a write, nor before a tag
+        run_trials(study, sub, study.user_attrs[BSP_REFERENCE], budget, deadline,
+                   siblings=sibling_studies(study, storage))
 
 
 def _start_helpers(request: TuneRequest, name: str, budget: int, deadline: float | None) -> list[Any]:

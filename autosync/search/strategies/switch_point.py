@@ -11,6 +11,7 @@ from autosync.core.errors import RuntimeFailure, UserError
 from autosync.policy_score import RunFailed
 from autosync.search.objective import Objective
 from autosync.search.study import _optuna_internals as internals
+from autosync.search.study.claim import optimize_one
 from autosync.search.study.records import TrialRecord
 from autosync.search.study.trials import counted_trials
 
@@ -61,7 +62,7 @@ def run_switch_point_search(study: "optuna.Study", request: "TuneRequest", refer
         while not ladder_finished(study, rungs) and next_rung(study, rungs) is not None:
             if deadline is not None and time.monotonic() >= deadline:
                 return
-            study.optimize(objective, n_trials=1, catch=(RunFailed,), gc_after_trial=False)
+            optimize_one(study, objective, catch=(RunFailed,))
             if on_trial is not None:
                 on_trial(counted_trials(study), len(rungs))
         return
@@ -75,8 +76,8 @@ def run_switch_point_search(study: "optuna.Study", request: "TuneRequest", refer
         queued = len(internals.fresh_trials(study, (optuna.trial.TrialState.WAITING,)))  # not a process's cache
         finished: list[Any] = []  # this process's trials, whatever other processes add to the study
         for _ in range(queued):  # the queue is first in, first out: trials queued earlier (a killed trial's
-            study.optimize(objective, n_trials=1, catch=(RunFailed,), gc_after_trial=False,  # re-run) go first
-                           callbacks=[lambda _, trial: finished.append(trial)])
+            optimize_one(study, objective, catch=(RunFailed,),  # re-run) go first
+                         callbacks=[lambda _, trial: finished.append(trial)])
             if finished[-1].params.get("sync_switch.switch_at") == s:
                 break
         else:

@@ -5,8 +5,8 @@ autosync fails the trials of dead processes itself, each with its reason, before
 ids of stale trials, the heartbeat table (a trial killed before its first heartbeat is never stale to
 Optuna), a study's storage (and its URL, for the storage lock) and a trial's storage id. The trial budget is counted from the database
 itself, past Optuna's per-process cache (`fresh_trials`). Studies are listed from their attribute rows
-(`all_studies`), so that one damaged attribute does not hide every study. Nothing else of Optuna's
-internals is used.
+(`all_studies`), so that one damaged attribute does not hide every study. A heartbeat thread whose start
+was cut short is found and stopped (`heartbeat_threads`). Nothing else of Optuna's internals is used.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
+import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator
 
@@ -159,6 +160,21 @@ def all_studies(storage: Any) -> list[StoredStudy]:
                 found.damaged[row.key] = f"not JSON: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
     return sorted(studies.values(), key=lambda s: s.study_id)
 
+
+def heartbeat_threads() -> dict[threading.Thread, threading.Event]:
+    """Optuna's heartbeat threads beating now in this process, each with the event that stops it: the
+    thread `HeartbeatThread.start` made on `_record_heartbeat` with (trial id, storage, stop event). It is
+    not a daemon, so one whose `HeartbeatThread` was never joined keeps the process from exiting
+    (`autosync.search.study.claim`)."""
+    from optuna.storages._heartbeat import HeartbeatThread
+
+    found = {}
+    for thread in threading.enumerate():
+        args = getattr(thread, "_args", ())
+        if getattr(thread, "_target", None) is HeartbeatThread._record_heartbeat and len(args) == 3 \
+                and isinstance(args[2], threading.Event):
+            found[thread] = args[2]
+    return found
 
 
 def brute_force_sampler(seed: int) -> "optuna.samplers.BaseSampler":

@@ -19,6 +19,7 @@ import warnings
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from autosync.search.study import _optuna_internals as internals
+from autosync.search.study.claim import optimize_one
 from autosync.search.study.records import (
     ANSWERED, BSP_REFERENCE, FAIL_REASON, GIVEN_UP_PLACES, KILLED, PROCESS, RETRY_OF, ROLE, ROLES, constraint_of,
     has_run, outside_budget, role_of,
@@ -127,6 +128,7 @@ def run_queued_trial(study: "optuna.Study", url: str, objective: Callable[["optu
     `ask` inside `optimize` pops that trial: no process ever creates a trial beyond the budget. Dead
     trials are failed (with their reason) and re-queued first, under the same lock. A trial
     failed meanwhile as dead (a heartbeat missed under heavy load) keeps that state: its re-run is queued.
+    Ctrl-C between the ask and the process tag waits for the tag (`claim.optimize_one`).
     """
     import optuna
 
@@ -138,13 +140,12 @@ def run_queued_trial(study: "optuna.Study", url: str, objective: Callable[["optu
 
         ours: list[int] = []
 
-        def claimed(trial: "optuna.Trial") -> Any:
+        def claimed(trial: "optuna.Trial") -> None:
             held.close()  # the queued trial is ours now: let other processes claim theirs
             ours.append(trial.number)
-            return objective(trial)
 
         try:
-            study.optimize(claimed, n_trials=1, catch=catch, gc_after_trial=False)
+            optimize_one(study, objective, catch, on_claim=claimed)  # tagged with this process before it runs
         except Exception:
             if not (ours and _failed_as_dead(study, ours[0])):
                 raise

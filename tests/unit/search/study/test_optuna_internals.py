@@ -47,3 +47,18 @@ def test_a_stale_trial_and_an_orphan_are_dead_and_a_live_one_is_not(study):
     storage.record_heartbeat(internals.trial_id(live))
     dead = set(internals.dead_trial_ids(study))
     assert dead == {internals.trial_id(stale), internals.trial_id(orphan)}, MOVED + f"dead trials {dead}"
+
+
+def test_optunas_heartbeat_thread_is_found_with_the_event_that_stops_it(study):
+    """A heartbeat thread whose `HeartbeatThread` was never joined (its start cut short) is stopped through
+    the event Optuna gave it (`autosync.search.study.claim.optimize_one`)."""
+    from optuna.storages._heartbeat import get_heartbeat_thread
+
+    before = internals.heartbeat_threads()
+    beating = get_heartbeat_thread(internals.trial_id(study.ask()), study._storage)
+    beating.start()
+    (thread, stop), = [(t, e) for t, e in internals.heartbeat_threads().items() if t not in before]
+    assert not thread.daemon, "Optuna's heartbeat thread is a daemon now: autosync need not stop it"
+    stop.set()
+    thread.join(timeout=10)
+    assert not thread.is_alive(), MOVED + "HeartbeatThread's thread args (trial id, storage, stop event)"
