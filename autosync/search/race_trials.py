@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import multiprocessing as mp
 import statistics
 import time
-import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -38,6 +36,7 @@ from autosync.search.study.claim import tag
 from autosync.race import SEARCH_SEEDS, Answer, RaceSettings, Run, horizon, plan, race_settings
 from autosync.search.study import _optuna_internals as internals
 from autosync.search.study.cache import bsp_training_seconds, search_cost
+from autosync.search.study.helper_processes import follow_parent, start_helpers
 from autosync.search.study.interrupts import storage_calls_finish_first
 from autosync.search.study.locking import storage_lock
 from autosync.search.study.records import (BSP_REFERENCE, BSP_TRAINING_SECONDS, FAIL_REASON, FINAL_METRIC, FORKED,
@@ -313,19 +312,9 @@ def _finished(run: Run, seen: Observed) -> bool:
 def _start_helpers(request: "TuneRequest", name: str, queued: int) -> list[Any]:
     """`--n-jobs` - 1 processes (no more than the `queued` runs but one) that run the round's queued trials
     until none is left."""
-    if request.n_jobs <= 1 or queued <= 1:
+    if queued <= 1:
         return []
-    if request.storage.startswith("sqlite:///:memory:") or request.storage == "sqlite://":
-        raise UserError("--n-jobs > 1 needs a storage file or server that processes share, not an in-memory one")
-    import optuna
-
-    ctx = mp.get_context("spawn")
-    verbosity, filters = optuna.logging.get_verbosity(), list(warnings.filters)
-    procs = [ctx.Process(target=_helper, args=(request, name, verbosity, filters), daemon=True)
-             for _ in range(min(request.n_jobs, queued) - 1)]
-    for p in procs:
-        p.start()
-    return procs
+    return start_helpers(request.storage, min(request.n_jobs, queued) - 1, _helper, lambda i: (request, name))
 
 
 def _helper(request: "TuneRequest", name: str, verbosity: int, filters: list[Any]) -> None:
@@ -334,8 +323,7 @@ def _helper(request: "TuneRequest", name: str, verbosity: int, filters: list[Any
 
     from autosync.search.study.storage import open_storage
 
-    optuna.logging.set_verbosity(verbosity)
-    warnings.filters[:] = filters
+    follow_parent(verbosity, filters)
     study = optuna.load_study(study_name=name, storage=open_storage(request.storage))
     objective = RaceObjective(request.job, race_settings(request.race_settings), request.settings.penalty,
                               request.settings.backend)

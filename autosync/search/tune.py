@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import multiprocessing as mp
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -45,6 +44,7 @@ from autosync.search.study.records import (
 )
 from autosync.search.study.siblings import sibling_reference, sibling_studies
 from autosync.search.space import SearchSpace
+from autosync.search.study.helper_processes import follow_parent, start_helpers
 from autosync.search.study.interrupts import interrupted, storage_calls_finish_first
 from autosync.search.study.locking import storage_lock
 from autosync.search.study.outage import report_to
@@ -690,10 +690,7 @@ def _helper(request: TuneRequest, name: str, budget: int, deadline_in: float | N
             warning_filters: list[Any]) -> None:
     """A second process working on the same study (`--n-jobs`), with the parent's Optuna log level and
     warning filters (whatever the caller chose; the library changes neither)."""
-    import optuna
-
-    optuna.logging.set_verbosity(verbosity)
-    warnings.filters[:] = warning_filters
+    follow_parent(verbosity, warning_filters)
     deadline = time.monotonic() + deadline_in if deadline_in is not None else None
     sub = dataclasses.replace(request, study=name)
     storage = open_storage(sub.storage)
@@ -704,18 +701,8 @@ def _helper(request: TuneRequest, name: str, budget: int, deadline_in: float | N
 
 
 def _start_helpers(request: TuneRequest, name: str, budget: int, deadline: float | None) -> list[Any]:
-    if request.n_jobs <= 1:
-        return []
-    if request.storage.startswith("sqlite:///:memory:") or request.storage == "sqlite://":
-        raise UserError("--n-jobs > 1 needs a storage file or server that processes share, not an in-memory one")
-    import optuna
-
-    ctx = mp.get_context("spawn")
+    """`--n-jobs` - 1 processes running trials of the study beside this one, each with its own sampler seed."""
     remaining = deadline - time.monotonic() if deadline is not None else None
-    verbosity, filters = optuna.logging.get_verbosity(), list(warnings.filters)
-    procs = [ctx.Process(target=_helper, args=(dataclasses.replace(request, seed=request.seed + 1000 * (i + 1)),
-                                                name, budget, remaining, verbosity, filters), daemon=True)
-             for i in range(request.n_jobs - 1)]
-    for p in procs:
-        p.start()
-    return procs
+    return start_helpers(request.storage, request.n_jobs - 1, _helper,
+                         lambda i: (dataclasses.replace(request, seed=request.seed + 1000 * (i + 1)), name, budget,
+                                    remaining))
