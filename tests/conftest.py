@@ -19,7 +19,7 @@ import pytest
 # One OpenMP thread for torch's kernels outside a simulation (which runs on one already:
 # `autosync.engine.threads`) and for numpy's BLAS, in the tests and in the commands they start: the tests'
 # small models and arrays gain nothing from a second thread, which spins waiting for a core that another
-# process holds. Measured on 2 cores beside another engineer's load, `pytest -m "not slow"`: 144 s of CPU
+# process holds. Measured on 2 cores that other work loaded, `pytest -m "not slow"`: 144 s of CPU
 # and 160 s of wall time with the libraries' default, 111 s and 146 s with one thread. Set before anything
 # loads torch or numpy; a value already in the environment is kept.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
