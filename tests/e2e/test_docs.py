@@ -497,24 +497,30 @@ def test_each_tutorial_page_shows_the_output_of_each_of_its_steps():
         assert (DOCS / "tutorial" / "img" / name).is_file(), name
 
 
+# The tutorial's parts, each run on its own: the first two run one simulating command at a time, beside the
+# other tests under xdist; the third starts worker processes and torchrun ranks, so it runs with the tests
+# marked `processes` (tests/conftest.py), one at a time.
+_TUTORIAL_PARTS = [pytest.param(part, marks=[pytest.mark.processes, pytest.mark.distributed]
+                                if any(step.real_clock for step in steps) else [])
+                   for part, steps in _load("make_tutorial").PARTS.items()]
+
+
 @pytest.mark.slow
-@pytest.mark.processes
-@pytest.mark.distributed
-def test_the_tutorial_runs_and_prints_what_its_pages_show(tmp_path):
-    """docs/scripts/make_tutorial.py runs every step in a fresh folder (each must exit 0); what the simulator
-    steps print must read as the committed pages show it, numbers aside. The real-clock steps of part 3
-    measure this machine, so only their commands and exit codes are held."""
+@pytest.mark.parametrize("part", _TUTORIAL_PARTS)
+def test_the_tutorial_runs_and_prints_what_its_pages_show(tmp_path, part):
+    """docs/scripts/make_tutorial.py runs every step of a part in a fresh folder (each must exit 0); what the
+    simulator steps print must read as the committed pages show it, numbers aside. The real-clock steps of
+    part 3 measure this machine, so only their commands and exit codes are held."""
     make = _load("make_tutorial")
-    assert make.main(["--out", str(tmp_path)]) == 0
-    for part, steps in make.PARTS.items():
-        for step in steps:
-            fresh = (tmp_path / part / f"{step.name}.txt").read_text()
-            committed = (DOCS / "tutorial" / "output" / part / f"{step.name}.txt").read_text()
-            assert fresh.splitlines()[0] == committed.splitlines()[0]
-            if not step.real_clock:
-                assert _words(fresh) == _words(committed), \
-                    (f"docs/tutorial/output/{part}/{step.name}.txt differs from what the command prints now: "
-                     "run python docs/scripts/make_tutorial.py")
+    assert make.main(["--out", str(tmp_path), "--part", part]) == 0
+    for step in make.PARTS[part]:
+        fresh = (tmp_path / part / f"{step.name}.txt").read_text()
+        committed = (DOCS / "tutorial" / "output" / part / f"{step.name}.txt").read_text()
+        assert fresh.splitlines()[0] == committed.splitlines()[0]
+        if not step.real_clock:
+            assert _words(fresh) == _words(committed), \
+                (f"docs/tutorial/output/{part}/{step.name}.txt differs from what the command prints now: "
+                 "run python docs/scripts/make_tutorial.py")
 
 
 def test_every_switch_that_is_on_by_default_can_be_turned_off():
