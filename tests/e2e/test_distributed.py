@@ -141,13 +141,21 @@ def test_a_hung_rank_stops_the_run_with_an_error_naming_it_and_no_process_stays(
     # the error comes while rank 2 is still stopped (it is continued only after), and it is the worker
     # timeout's (--worker-timeout 3 names its 3 s): no other timeout of gloo or torchrun fired first
     try:
-        launch.wait_for_stderr("error: rank 2 sent no gradient in 3 s (simulated workers [", 60)
+        launch.wait_for_stderr("sent no gradient in 3 s (simulated workers [", 60)
     finally:
         with contextlib.suppress(ProcessLookupError):  # torchrun's SIGTERM then ends it at once, not after 30 s
             os.kill(victim, signal.SIGCONT)
-    # rank 2 simulates workers 1 and 3; the error names those still waited for (one may have answered first)
-    named = re.search(r"error: rank 2 .*\(simulated workers \[([0-9, ]+)\]\)", "".join(launch.stderr))
-    assert named and {int(w) for w in named.group(1).split(",")} <= {1, 3}
+    # The error names the rank silent longest first, and any other past the timeout after it: on a loaded
+    # machine a rank that is only starved of the CPU can have been waited for longer than the stopped one.
+    # Either way rank 2 is named, and where it is first, with the workers it simulates (1 and 3) that are
+    # still waited for (one may have answered first).
+    line = next(line for line in launch.stderr if "sent no gradient in 3 s" in line)
+    first = re.search(r"error: rank (\d+) sent no gradient in 3 s \(simulated workers \[([0-9, ]+)\]\)", line)
+    too = re.search(r"ranks \[([0-9, ]+)\] are silent too", line)
+    assert first, line
+    assert first.group(1) == "2" or (too and 2 in {int(r) for r in too.group(1).split(",")}), line
+    if first.group(1) == "2":
+        assert {int(w) for w in first.group(2).split(",")} <= {1, 3}, line
     assert launch.proc.wait(timeout=60) != 0
     launch.wait_for_no_process()
     assert "Traceback" not in "".join(line for line in launch.stderr if line.startswith("error:"))
