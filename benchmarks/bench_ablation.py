@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import random
 import statistics
 import time
 from pathlib import Path
@@ -40,13 +39,6 @@ VARIANTS = {
     "no patience": {"patience": 0},  # --patience 0: every trial of --n-trials runs
     "neither": {"confirm_top": 0, "patience": 0},
 }
-
-
-def paired_interval(values: list[float], draws: int = 1000, seed: int = 0) -> tuple[float, float]:
-    """A 90% percentile bootstrap interval of the mean of `values` (one per job and sampler seed)."""
-    rng = random.Random(seed)
-    means = sorted(statistics.fmean(rng.choice(values) for _ in values) for _ in range(draws))
-    return lofo.percentile(means, 0.05), lofo.percentile(means, 0.95)
 
 
 def main() -> None:
@@ -135,7 +127,7 @@ def report(results: dict[str, list[lofo.JobResult]], command: str, space: str) -
             versus = " | "
         else:
             logs, costs = differences(base, rs)
-            (llo, lhi), (clo, chi) = paired_interval(logs), paired_interval(costs)
+            (llo, lhi), (clo, chi) = lofo.bootstrap(logs, statistics.fmean), lofo.bootstrap(costs, statistics.fmean)
             versus = (f"{statistics.fmean(logs):+.3f} [{llo:+.3f}, {lhi:+.3f}] | "
                       f"{statistics.fmean(costs):+.2f} [{clo:+.2f}, {chi:+.2f}]")
         lines.append(f"| {name} | {s['jobs']} | {s['median']:.2f} | {s['p90']:.2f} | {s['worst']:.2f} | "

@@ -23,7 +23,7 @@ from __future__ import annotations
 import random
 import statistics
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, TypeVar
 
 from autosync.catalog import policy_from_dict
 from autosync.core.job import JobSpec
@@ -35,6 +35,7 @@ from autosync.table.build import HELD_OUT_SEEDS, SEARCH_SEEDS
 from autosync.table.replay import full_budget, to_target
 
 Lattice = Callable[[int], list[dict[str, Any]]]
+T = TypeVar("T")
 
 
 def search_seeds(job: JobSpec) -> list[int]:
@@ -154,9 +155,10 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (at - low)
 
 
-def bootstrap(results: list[JobResult], statistic: Callable[[list[JobResult]], float], draws: int = 1000,
+def bootstrap(results: list[T], statistic: Callable[[list[T]], float], draws: int = 1000,
               seed: int = 0, level: float = 0.9) -> tuple[float, float]:
-    """A percentile bootstrap interval of `statistic` over jobs (each job drawn with all its sampler seeds)."""
+    """A percentile bootstrap interval of `statistic` over `results`, drawn with replacement: jobs (each with all
+    its sampler seeds), or any per-job values (benchmarks/bench_ablation.py's paired differences)."""
     rng = random.Random(seed)
     values = sorted(statistic([rng.choice(results) for _ in results]) for _ in range(draws))
     return percentile(values, (1 - level) / 2), percentile(values, (1 + level) / 2)

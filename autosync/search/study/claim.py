@@ -14,6 +14,8 @@ heartbeat thread is stopped whatever way `optimize` ends.
 from __future__ import annotations
 
 import contextlib
+import os
+import socket
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from autosync.search.study import _optuna_internals as internals
@@ -26,9 +28,6 @@ if TYPE_CHECKING:
 
 def process_tag(pid: int | None = None) -> str:
     """host:pid of a process on this machine (this one by default): a trial's PROCESS attribute."""
-    import os
-    import socket
-
     return f"{socket.gethostname()}:{os.getpid() if pid is None else pid}"
 
 
