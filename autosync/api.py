@@ -176,7 +176,7 @@ def run(job: JobSpec, policy: "str | Policy | dict[str, Any] | None" = None, par
 
 def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions | None = None,
          on: "BackendChoice | None" = None, on_trial: Callable[[int, int], None] | None = None,
-         on_confirm: Callable[[int, int], None] | None = None, on_start: Callable[[str], None] | None = None,
+         on_start: Callable[[str], None] | None = None,
          on_resume: Callable[[int, list[int]], None] | None = None,
          on_wait: Callable[[str], None] | None = None, **fields: Any) -> "Tuned":
     """Search `job`'s best policy in `space` with Optuna, or return the cached one of a recurring job.
@@ -185,11 +185,9 @@ def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions 
         space: a search-space YAML file or a shipped name (policy, the default; static_k, switch_point,
             batch_split, composed).
         options: the options of `autosync tune` (`TuneOptions`: n_trials, storage, sampler, repeats,
-            verify_top and confirm_top, which re-run the best candidates on the options' backend or on more
-            seeds, backend, ...); `fields` change some of them (n_trials=10).
+            verify_top, which re-runs the best candidates on the options' backend, backend, ...); `fields` change some of them (n_trials=10).
         on: where each trial trains (`backend(...)`), instead of the options' backend fields.
         on_trial: called with (trials done, trials in all) as the search goes.
-        on_confirm: called with (runs done, runs in all) as the confirmation goes.
         on_start: called with the storage URL once every option is checked, before the search starts.
         on_resume: called with (finished trials, numbers of dead trials re-queued) when the study already
             has trials (an interrupted or killed search is resumed), before any new trial.
@@ -216,7 +214,7 @@ def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions 
     if on_start is not None:
         on_start(request.storage)
     try:
-        return Tuned.of(run_tune(request, on_trial=on_trial, on_confirm=on_confirm, on_resume=on_resume,
+        return Tuned.of(run_tune(request, on_trial=on_trial, on_resume=on_resume,
                                  on_wait=on_wait))
     except cache.NoFeasibleTrial as exc:
         if request.timeout is None:

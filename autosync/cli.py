@@ -366,13 +366,13 @@ def tune(job: Optional[Path] = JOB_ARG,
         if out is not None:
             api.output_dir(out)
         ranks.share(spec, every_run=True)
-        with tune_progress(status, options.n_trials) as (on_trial, on_confirm, start_bar):
+        with tune_progress(status, options.n_trials) as (on_trial, start_bar):
             def on_start(url: str) -> None:  # every check passed: the storage is named, then the bar drawn
                 status.print(f"study storage: {redact_url(url)}", soft_wrap=True)
                 start_bar()
 
             outcome = resumable(lambda: api.tune(
-                spec, options=options, on_trial=on_trial, on_confirm=on_confirm, on_start=on_start,
+                spec, options=options, on_trial=on_trial, on_start=on_start,
                 on_resume=lambda found, requeued: status.print(resume_line(found, requeued), soft_wrap=True),
                 on_wait=lambda line: status.print(line, soft_wrap=True)))
     if as_json:

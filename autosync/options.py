@@ -159,7 +159,7 @@ class RobustnessOptions(FamilyOptions):
     """`autosync robustness`: online policies against each drawn job's exhaustive best static k."""
 
     seeds: int = option(3, "Seeds 0..S-1 per (job, policy), from --seed-offset.", ge=1)
-    seed_offset: int = option(0, "The first seed (100: seeds no tune searched or confirmed on, so --tuned-trials' "
+    seed_offset: int = option(0, "The first seed (100: seeds no tune searched on, so --tuned-trials' "
                               "answers are scored on held-out runs).", ge=0)
     policies: list[str] = option([], "Online policies NAME or NAME:key=value,... (repeatable; default: dbw, bdbw, "
                                  "lbbsp, ssp, sync_switch, dana_slim).")  # the API also takes dicts

@@ -54,7 +54,6 @@ from autosync.core.job import JobSpec, load_job
 from autosync.core.family import load_family
 from autosync.catalog import label_of
 from autosync.options import TuneOptions
-from autosync.search.strategies.confirm import confirm_top_for
 from autosync.experiments.reference_grid import (TOLERANCE, ReferenceGrid, answer_cells, cached_full_budget_finals,
                                                  feasible_best, grid_scores, held_out_seeds, judge,
                                                  score, tune_seeds)
@@ -163,9 +162,8 @@ def main() -> None:
     choice_of = {job.fingerprint(): held_out_seeds(job, args.choice_seeds, args.seed_offset + args.seeds)
                  if args.choice_seeds else [] for job in jobs}
     defaults = TuneOptions()
-    top = confirm_top_for(defaults.confirm_top, defaults.sampler)  # None in the options: the tune's default
     for job in jobs:  # the scoring seeds must be ones no tune with these options trains on
-        searched = set(tune_seeds(job, defaults.repeats, top, defaults.confirm_seeds))
+        searched = set(tune_seeds(job, defaults.repeats))
         if searched & set(seeds_of[job.fingerprint()] + choice_of[job.fingerprint()]):
             sys.exit(f"--seed-offset {args.seed_offset} scores {job.name} on seeds its tune searches on")
 

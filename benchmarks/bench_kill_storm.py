@@ -65,7 +65,7 @@ def main() -> None:
         folder = Path(tmp)
         job = storm_job(folder / "job.yaml", n_workers=16, seconds=20)
         argv = ["tune", str(job), "--space", "static_k", "--sampler", "grid", "--n-trials", str(BUDGET),
-                "--patience", "0", "--confirm-top", "0"]
+                "--patience", "0"]
         alone = uninterrupted(argv, f"sqlite:///{folder / 'alone.db'}", folder)
         print(f"uninterrupted answer: {alone}")
         for kind in args.storage:

@@ -49,7 +49,7 @@ def _tune(job, url: str, space_name: str, trials: int, transfer: bool = True, pa
     space = load_space(SPACE_DIR / f"{space_name}.yaml", job.cluster.n_workers)
     return tune(TuneRequest.from_options(job, TuneOptions(
         n_trials=trials, storage=url, transfer=transfer, neighbour_prior=prior, patience=patience,
-        constraint_at=constraint_at, confirm_top=0), space=space))
+        constraint_at=constraint_at), space=space))
 
 
 def main() -> None:

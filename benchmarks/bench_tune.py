@@ -63,7 +63,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             start = time.perf_counter()
             outcome = tune(TuneRequest.from_options(job, TuneOptions(
-                n_trials=args.trials, seed=seed, sampler=args.sampler, confirm_top=0,
+                n_trials=args.trials, seed=seed, sampler=args.sampler,
                 storage=f"sqlite:///{Path(tmp) / 'bench.db'}"), space=space))
             wall = time.perf_counter() - start
         chosen = outcome.cache["best_policy"]["params"]

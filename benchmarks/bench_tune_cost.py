@@ -25,7 +25,7 @@ each search space, `autosync tune` runs twice in fresh SQLite studies with the s
 Printed per run: the search cost in BSP trainings (virtual seconds trained, BSP's reference included,
 over one full BSP training), wall seconds, the recurrences that amortize it, and the winner's mean
 time-to-target on held-out seeds (job.seed + 100, + 101: `--seed-offset`, `--seeds`; no tune searches
-or confirms on them) over the best of the broad reference grid on the same seeds (the regret; a miss
+on them) over the best of the broad reference grid on the same seeds (the regret; a miss
 counts twice the budget, and the missed seeds are printed), the grid judged by the tune's own rule: its
 best is the fastest grid policy whose final metric at full budget keeps BSP's within the tolerance. The grid is every policy family, not the
 searched space alone (`autosync.lattice.lattice_points`: static k = 1..n under four lr
@@ -88,7 +88,7 @@ def run_tune(job: JobSpec, space_name: str, trials: int, stop_at_target: bool, s
         # whose trials stop at the target, fork and look for equivalents, as this benchmark compares (its
         # committed policy rows were measured with the family-by-family search, at commit 507b582)
         request = TuneRequest.from_options(job, TuneOptions(
-            n_trials=trials, seed=seed, patience=patience, constraint_at=constraint_at, confirm_top=0,
+            n_trials=trials, seed=seed, patience=patience, constraint_at=constraint_at,
             sampler="tpe",
             storage=f"sqlite:///{Path(tmp) / 'bench.db'}"), space=space)
         # stop_at_target and find_equivalents are no options (the command always stops at the target and looks

@@ -122,16 +122,13 @@ def tune_request(job: JobSpec, space: Any, *, settings: dict[str, Any] | None = 
     """The tune request `options` make on `job` and `space`, built the way users build it: `TuneOptions`
     (so their cross-field rules apply) resolved by `TuneRequest.from_options`, as `api.tune` does.
 
-    `confirm_top` is 0 unless given: these tests check the search itself, and --confirm-top's default would
-    add a confirmation on new seeds to each. `settings` sets `ObjectiveSettings` fields that no option
-    declares (`stop_at_target`, `prune`), on the resolved request: a test that names them needs a request
-    the command line cannot make."""
+    `settings` sets `ObjectiveSettings` fields that no option declares (`stop_at_target`, `prune`), on the
+    resolved request: a test that names them needs a request the command line cannot make."""
     from dataclasses import replace
 
     from autosync.search.request import TuneRequest
     from autosync.search.tune_options import TuneOptions
 
-    options.setdefault("confirm_top", 0)
     request = TuneRequest.from_options(job, TuneOptions(**options), space=space)
     if settings:
         request = replace(request, settings=replace(request.settings, **settings))

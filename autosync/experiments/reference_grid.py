@@ -5,8 +5,8 @@ reference search with the same sampler and seed shares the tune's blind spots. T
 static k exhaustive. Each run stops at the target and is cached
 as a robustness cell (`autosync.experiments.robustness.run_cell`, cells.jsonl), so a grid computed once is read back.
 
-Scoring seeds are held out: a tune searches on the job's seed and the next ones (`trial_seeds`) and
-confirms on the few after them; the grid and the answer are scored on `job.seed + 100`, `+ 101`, ...
+Scoring seeds are held out: a tune searches on the job's seed and the next ones (`trial_seeds`, and the
+one after them for a second seed); the grid and the answer are scored on `job.seed + 100`, `+ 101`, ...
 (`held_out_seeds`), far from both.
 
 The reference is judged by the rule the tune answers by: the fastest policy to the target whose final
@@ -40,7 +40,7 @@ __all__ = ["TOLERANCE", "Judged", "ReferenceGrid", "Scored", "answer_cells",
            "feasible_best", "full_budget_finals", "full_cell_key", "grid_scores", "grid_twin", "held_out_seeds",
            "judge", "keeps_constraint", "run_full_cell", "score", "tune_seeds"]
 
-# scoring seeds start HELD_OUT_OFFSET past the job's seed (room for 100 search + confirm seeds), HELD_OUT_SEEDS
+# scoring seeds start HELD_OUT_OFFSET past the job's seed (room for 100 search seeds), HELD_OUT_SEEDS
 # of them unless told otherwise: the seeds the table holds out too (`autosync.table.build`)
 TOLERANCE = 0.01  # the final-metric constraint's tolerance against BSP's: the tune's default (`--tolerance`)
 Finals = Callable[[dict[str, Any]], list["float | None"]]  # a policy -> its final metric per seed (None: failed)
@@ -55,10 +55,10 @@ def held_out_seeds(job: JobSpec, count: int = HELD_OUT_SEEDS, offset: int = HELD
     return [job.seed + offset + i for i in range(count)]
 
 
-def tune_seeds(job: JobSpec, repeats: int = 1, confirm_top: int = 0, confirm_seeds: int = 2) -> list[int]:
+def tune_seeds(job: JobSpec, repeats: int = 1) -> list[int]:
     """The seeds a tune with these options trains on: its trials' (`trial_seeds`: the job's seed and the next
-    repeats - 1) and, with confirm_top, the confirmation's next confirm_seeds."""
-    return [job.seed + i for i in range(repeats + (confirm_seeds if confirm_top else 0))]
+    repeats - 1) and the next one (the second seed of a check near the rule's edge, and of the race)."""
+    return [job.seed + i for i in range(repeats + 1)]
 
 
 # --------------------------------------------------------------------------- running and scoring

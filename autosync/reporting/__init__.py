@@ -2,8 +2,8 @@
 
 - `output`: the output directory (created and proven writable before any training), the command line a
   result records, and cell formats.
-- `console`: what the command line prints (the tune, confirmation, verification, calibration, run, rerun
-  and cache reports), as rich lines and tables.
+- `console`: what the command line prints (the tune, verification, calibration, run, rerun and cache
+  reports), as rich lines and tables.
 - `error_lines`: an error as its `error: ...` lines, a parser error with its hint, an interruption with the
   command that resumes it.
 - `progress`: the bars and spinners the command line draws while a command runs.

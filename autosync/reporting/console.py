@@ -34,10 +34,6 @@ VERDICTS = {
     "not sure": __name__,
     "it does not beat BSP, so it never pays off": __name__,
     "BSP never reached it": __name__,
-    "the answer held": "autosync.search.strategies.confirm",
-    "the answer was replaced": "autosync.search.strategies.confirm",
-    "the answer is BSP": "autosync.search.strategies.confirm",
-    "BSP failed on a new seed": "autosync.search.strategies.confirm",
     "not the simulated winner": __name__,
     "no candidate kept the final-metric constraint for real": __name__,
     "does not fit": __name__,
@@ -247,8 +243,8 @@ def _others_line(roles: dict[str, int]) -> str:
 
 
 def tune_report(outcome: Any, spec: Any) -> list[Printed]:
-    """What `autosync tune` found or re-used: the study, the best policies, the confirmation, the answer
-    against BSP with its cost, where the cost went, the neighbours it started from, faster spaces."""
+    """What `autosync tune` found or re-used: the study, the best policies, the answer against BSP with its
+    cost, where the cost went, the neighbours it started from, faster spaces."""
     out: list[Printed] = []
     c = outcome.cache
     label = policy_label(c["best_policy"])
@@ -268,8 +264,6 @@ def tune_report(outcome: Any, spec: Any) -> list[Printed]:
                                columns, ((row["trial"], policy_label(row["policy"]), f"{row['time_to_target']:.2f}",
                                           fmt(row["final_metric"]), f"{row['reached']}/{row['runs']}")
                                          for row in outcome.top))))
-    if isinstance(c.get("confirmed"), dict):
-        out += confirmation_report(c["confirmed"])
     amortize = c["recurrences_to_amortize"]
     speedup = times_faster(c["speedup_vs_bsp"], "BSP") if c.get("speedup_vs_bsp") is not None \
         else "BSP never reached it"
@@ -318,25 +312,6 @@ def race_report(race: dict[str, Any], spec: Any) -> list[Printed]:
     out.append(Line(f"final metric checked for {count(len(checked), 'finalist')} on both seeds against BSP's "
                     f"(a paired test: the mean difference within the tolerance, or within BSP's own spread between "
                     f"the seeds where that is wider): {verdict}.", style="dim"))
-    return out
-
-
-def confirmation_report(confirmed: dict[str, Any]) -> list[Printed]:
-    """The confirmation table: each candidate's search score, its time on each seed and its mean, and how the
-    search's answer held (`autosync.search.strategies.confirm`)."""
-    from autosync.search.strategies.confirm import how_it_held  # not at the top: 25 ms of --help
-
-    out: list[Printed] = []
-    columns = (Column("policy", text=True), Column("from", text=True), Column("search s"), Column("mean s"),
-               Column("reached", text=True), Column("per seed s"))  # last: the first left out where it does not fit
-    rows = [(policy_label(r["policy"]), r["source"], fmt(r["search_time"], 1), fmt(r["time_to_target"], 1),
-             f"{r['reached']}/{r['runs']}" + (f" ({r['reason']})" if r.get("reason") else "")
-             + (f" (behind the leader at {r['behind_at']:.0f} s)" if r.get("behind_at") is not None else ""),
-             ", ".join(f"{t:.1f}" for t in r.get("seed_times") or []) or "-") for r in confirmed["rows"]]
-    out.append(Line(fitted(f"confirmed on seeds {confirmed['seeds']} (the {confirmed['top']} best and the job's "
-                           "other studies' winners, each run to the target; BSP's reference run beside them)",
-                           columns, rows)))
-    out.append(Line(how_it_held(confirmed, policy_label)))
     return out
 
 

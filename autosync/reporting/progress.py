@@ -30,10 +30,10 @@ def leaderboard_progress(console: Any, total: int) -> Iterator[Callable[[dict[st
 
 
 @contextlib.contextmanager
-def tune_progress(console: Any, n_trials: int) -> Iterator[tuple[Count, Count, Callable[[], None]]]:
-    """`autosync tune`'s bar over the BSP reference runs, then the trials, then the confirmation runs: gives
-    (on_trial, on_confirm, start), each count called with (done, in all). The bar is drawn from `start` on,
-    called once every check has passed (`api.tune`'s on_start), so that a refused input draws none."""
+def tune_progress(console: Any, n_trials: int) -> Iterator[tuple[Count, Callable[[], None]]]:
+    """`autosync tune`'s bar over the BSP reference runs, then the trials: gives (on_trial, start), the count
+    called with (done, in all). The bar is drawn from `start` on, called once every check has passed
+    (`api.tune`'s on_start), so that a refused input draws none."""
     bar = counting_bar("tuning", console)
     task = bar.add_task("BSP reference runs", total=n_trials)
 
@@ -47,7 +47,7 @@ def tune_progress(console: Any, n_trials: int) -> Iterator[tuple[Count, Count, C
         bar.start()
 
     try:
-        yield step("trials"), step("confirmation runs"), start
+        yield step("trials"), start
     finally:
         if started:  # rich's stop writes a closing newline where the console is not a terminal, drawn or not
             bar.stop()

@@ -5,6 +5,6 @@
 - What a trial is: `space` and `space_file` (the search-space YAML files), `objective` (a policy trained
   and scored against BSP's reference), `cost` (what a search costs, in BSP trainings).
 - `study/`: the storage and how processes share a study; `strategies/`: samplers, pruning, Sync-Switch's
-  binary search, confirmation, verification and neighbours.
+  binary search, verification and neighbours.
 - `replay`: Sync-Switch's Table II replayed on the paper's recorded runs.
 """

@@ -42,8 +42,6 @@ class TuneRequest:
     binary_runs_per_candidate: int = 3  # Sync-Switch binary search: R (recorded as R seeds per trial)
     verify_top: int = _default("verify_top")  # re-run the K best feasible candidates and BSP on verify_backend
     verify_backend: "BackendChoice | None" = None  # where the verification runs (processes, virtual or real clock)
-    confirm_top: int = 0  # --confirm-top resolved (`confirm_top_for`): re-run the K best candidates on more seeds
-    confirm_seeds: int = _default("confirm_seeds")
     transfer: bool = _default("transfer")  # a new study starts from the winners of the nearest tuned jobs
     prior: bool = _default("neighbour_prior")  # with transfer, TPE also reads their trials as a prior
     patience: int | None = _default("patience")  # stop once N trials in a row found nothing faster
@@ -78,10 +76,9 @@ class TuneRequest:
                                     f"--space {self.space.name}")
             return
         race = f"the race (--sampler race, the default on --space {self.space.name})"
-        if self.verify_top or self.confirm_top or self.settings.multi_objective:
+        if self.verify_top or self.settings.multi_objective:
             raise UserError(f"{race} compares its candidates on two seeds and checks its finalists' final metric "
-                            "itself: it takes --objective time, no --verify-top and no --confirm-top (--sampler tpe "
-                            "takes them)")
+                            "itself: it takes --objective time and no --verify-top (--sampler tpe takes them)")
         if self.timeout is not None:
             raise UserError(f"{race} runs to its answer (Ctrl-C stops it, and the same command resumes it): it "
                             f"takes no --timeout (--sampler tpe takes one), but got --timeout {self.timeout:g}")
@@ -91,8 +88,6 @@ class TuneRequest:
         """The request `options` make on `job` (their space loaded for its workers unless `space` is given):
         with verify_top the search is simulated and its candidates verified on the options' backend."""
         from autosync.search.space import load_space, resolve_space_path
-        from autosync.search.strategies.confirm import confirm_top_for
-        from autosync.search.strategies.samplers import sampler_for
         from autosync.search.tune_options import DEFAULT_TUNE_SPACE
 
         opts = options
@@ -110,6 +105,5 @@ class TuneRequest:
                                        backend=simulated if opts.verify_top or real is None else real),
             # verify_top: search simulated
             verify_top=opts.verify_top, verify_backend=real if opts.verify_top else None,
-            confirm_top=confirm_top_for(opts.confirm_top, sampler_for(opts.sampler, space), opts.objective),
-            confirm_seeds=opts.confirm_seeds, transfer=opts.transfer, prior=opts.neighbour_prior,
+            transfer=opts.transfer, prior=opts.neighbour_prior,
             patience=opts.patience, race_settings=opts.race_settings, budget=opts.budget)

@@ -7,7 +7,7 @@ interrupted search resumes with the same command.
 
 Why this module is over 500 lines: it is the one place that orders a search's steps (the study, BSP's
 reference, the queued first trials, the trials in this and the helper processes, the full-budget checks,
-the confirmation, the verification) and passes them the state they share (the request, the study, its
+the verification) and passes them the state they share (the request, the study, its
 sibling studies). What each step does lives in `study/` and `strategies/`; what stays here are their order
 and the glue between them, read top to bottom as one command.
 """
@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any, Callable
 from autosync.core.errors import Interrupted, RuntimeFailure, UserError
 from autosync.core.job import JobSpec
 from autosync.search.study.cache import (
-    best_policies, check_owner, cost_fields, execution_name, execution_of, read_cache, study_name, write_cache,
+    best_policies, check_owner, execution_name, execution_of, read_cache, study_name, write_cache,
 )
-from autosync.policy_score import DETAILS, STOPPED_EARLY, RunFailed, constraint, evaluate
+from autosync.policy_score import DETAILS, STOPPED_EARLY, RunFailed, evaluate
 from autosync.search.objective import (
     Objective, TimeToTargetBound, canonical_on, process_tag, trial_scoring, trial_seeds,
 )
@@ -59,8 +59,6 @@ from autosync.search.study.trials import (
 if TYPE_CHECKING:
     import optuna
 
-    from autosync.search.strategies.confirm import RunStore
-
 POLL_SECONDS = 1.0  # how often a process with nothing queued checks whether others' trials died
 
 
@@ -76,7 +74,6 @@ class TuneOutcome:
     top: list[dict[str, Any]] = field(default_factory=list)  # best feasible trials, one per policy, best first
     study: Any = None  # the optuna.Study itself, for plots
     verification: Any = None  # autosync.search.strategies.verify.Verification, with --verify-top
-    confirmation: Any = None  # autosync.search.strategies.confirm.Confirmation, with --confirm-top
     # other spaces' cached answers on this job that are faster than this one's (`faster_elsewhere`)
     faster_elsewhere: list[dict[str, Any]] = field(default_factory=list)
     # the study's finished trials by their role (`autosync.search.study.records.ROLES`): "budget" is what
@@ -143,11 +140,9 @@ def _describe_study(study: "optuna.Study", request: TuneRequest) -> None:
 
 
 def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = None,
-         on_confirm: Callable[[int, int], None] | None = None,
          on_resume: Callable[[int, list[int]], None] | None = None,
          on_wait: Callable[[str], None] | None = None) -> TuneOutcome:
-    """Search (or re-use the cache) for the best policy of `request.job` in `request.space`; with
-    --confirm-top, confirm it on more seeds (`on_confirm(runs done, runs in all)` follows that).
+    """Search (or re-use the cache) for the best policy of `request.job` in `request.space`.
 
     A study with trials or BSP's reference already (an interrupted or killed search) is resumed:
     `on_resume(finished trials, numbers of the dead trials re-queued)` says so first (the numbers'
@@ -162,9 +157,7 @@ def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = Non
         cache = None  # a search its --timeout ended before the budget: the same command resumes it
     if cache is not None:
         outcome = TuneOutcome(study.study_name, request.storage, True, 0, cache, _top(cache, study), study)
-        siblings = sibling_studies(study, storage)  # read once: the confirmation and `_elsewhere` both use them
-        return _elsewhere(_verified(_confirmed(outcome, request, storage, siblings, on_confirm), request),
-                          request.job, siblings)
+        return _elsewhere(_verified(outcome, request), request.job, sibling_studies(study, storage))
     with storage_lock(request.storage, study.study_name):
         requeued = fail_dead_trials(study)
     before = counted_trials(study)
@@ -197,8 +190,7 @@ def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = Non
                         else None)
     outcome = TuneOutcome(study.study_name, request.storage, False, len(trials_run_by(study, mine)), cache,
                           _top(cache, study), study, roles=roles(study))
-    return _elsewhere(_verified(_confirmed(outcome, request, storage, siblings, on_confirm), request), request.job,
-                      siblings)
+    return _elsewhere(_verified(outcome, request), request.job, siblings)
 
 
 def _top(cache: dict[str, Any], study: "optuna.Study") -> list[dict[str, Any]]:
@@ -240,22 +232,12 @@ def _elsewhere(outcome: TuneOutcome, job: JobSpec, siblings: "list[optuna.Study]
         if not record or not record.get("best_value") \
                 or canonical_on(record["best_policy"], job) == canonical_on(mine["best_policy"], job):
             continue
-        theirs, ours = _comparable(record, mine)
+        theirs, ours = record["best_value"], mine["best_value"]
         if theirs and ours and theirs * FASTER_BY <= ours:
             found.append({"space": StudyRecord(sibling.user_attrs).space, "study": sibling.study_name,
                           "policy": record["best_policy"], "time": theirs, "times_faster": ours / theirs})
     outcome.faster_elsewhere = sorted(found, key=lambda f: f["time"])
     return outcome
-
-
-def _comparable(theirs: dict[str, Any], ours: dict[str, Any]) -> tuple[float | None, float | None]:
-    """Two cache records' answers on the same seeds: their means over the confirmation's seeds where both were
-    confirmed on the same ones, else their times on the search's seeds."""
-    a, b = theirs.get("confirmed"), ours.get("confirmed")
-    if isinstance(a, dict) and isinstance(b, dict) and a.get("winner") and b.get("winner") \
-            and a.get("seeds") == b.get("seeds"):
-        return theirs["best_value"], ours["best_value"]
-    return theirs.get("search_best_value", theirs["best_value"]), ours.get("search_best_value", ours["best_value"])
 
 
 def _neighbour_jobs(study: "optuna.Study", request: TuneRequest, storage: Any, fresh: bool) -> list[dict[str, Any]]:
@@ -299,7 +281,7 @@ def _search(study: "optuna.Study", request: TuneRequest, reference: dict[str, An
 
 def _check_at_full_budget(study: "optuna.Study", request: TuneRequest, objective: Objective) -> None:
     """Re-run at full budget the fastest candidates whose runs stopped at the target, until the fastest
-    (the K fastest with --verify-top or --confirm-top K) are known to keep the final-metric constraint
+    (the K fastest with --verify-top K) are known to keep the final-metric constraint
     (`autosync.search.strategies.full_budget`), `MAX_CHECKS` checks at most, and one more for each repair of a
     candidate whose check failed (`autosync.search.strategies.repair`)."""
     from autosync.search.strategies.full_budget import MAX_CHECKS, check_candidates
@@ -351,84 +333,8 @@ def _run_queued_until(study: "optuna.Study", request: TuneRequest, objective: Ob
 
 def places(request: TuneRequest) -> int:
     """How many of the fastest candidates the search keeps: the answer, or the K that --verify-top re-runs.
-    Trials race against the slowest of them (`autosync.search.strategies.pruning`). The confirmation does not
-    widen the race: it takes the fastest candidates that finished it (`autosync.search.strategies.confirm`)."""
+    Trials race against the slowest of them (`autosync.search.strategies.pruning`)."""
     return max(1, request.verify_top)
-
-
-def _confirmed(outcome: TuneOutcome, request: TuneRequest, storage: Any, siblings: "list[optuna.Study] | None",
-               on_run: Callable[[int, int], None] | None = None) -> TuneOutcome:
-    """With --confirm-top (on by default): the K best candidates and the sibling studies' winners where this
-    space holds them (`siblings`, looked up in `storage` if None) run to the target on --confirm-seeds more
-    seeds (BSP keeps its reference run), and the cache answering with the best over all the seeds
-    (`autosync.search.strategies.confirm`). The record's confirmation stands if it had the same K, the same
-    seeds (a confirmation that ran more seeds for some candidates only is done again, from its stored runs)
-    and candidates (a sibling's winner may have changed since) and found a winner."""
-    if not request.confirm_top:
-        return outcome
-    from autosync.search.strategies.confirm import REFERENCE, RunStore, candidates, confirm, with_confirmation
-
-    job, settings = request.job, request.settings
-    study = outcome.study
-    siblings = sibling_studies(study, storage) if siblings is None else siblings
-    scoring = trial_scoring(job, trial_seeds(job, settings.repeats), settings.penalty)
-    plan = candidates(study, request.confirm_top, job, scoring, _sibling_winners(request, siblings))
-    done = outcome.cache.get("confirmed")
-    if isinstance(done, dict) and done.get("winner") is not None and done.get("top") == request.confirm_top \
-            and isinstance(done.get("seeds"), list) \
-            and done["seeds"] == trial_seeds(job, settings.repeats + request.confirm_seeds) \
-            and [r["policy"] for r in done["rows"] if r["source"] != REFERENCE] == [c.policy for c in plan]:
-        return outcome
-    reference = study.user_attrs[BSP_REFERENCE]
-
-    runs = RunStore(study, siblings)
-
-    def keeps_constraint(policy: dict[str, Any]) -> bool:  # a winner stopped at the target: its full-budget check
-        return keeps_constraint_at_full_budget(job, policy, settings, reference, runs)
-
-    confirmation = confirm(job, request.confirm_top, plan, reference, runs, settings.repeats,
-                           request.confirm_seeds, settings.penalty, settings.tolerance, backend=settings.backend,
-                           on_run=on_run, keeps_constraint=keeps_constraint)
-    record = with_confirmation(outcome.cache, confirmation)
-    # The cost now holds the confirmation's runs; the saving is the answer's, over its seeds.
-    reference = {**study.user_attrs[BSP_REFERENCE], "time_to_target": record["bsp_time_to_target"]}
-    record.update(cost_fields(study, reference, record["best_value"]))
-    write_cache_record(study, record)
-    outcome.cache = record
-    outcome.confirmation = confirmation
-    return outcome
-
-
-def keeps_constraint_at_full_budget(job: JobSpec, policy: dict[str, Any], settings: Any,
-                                    reference: dict[str, Any], runs: "RunStore | None" = None) -> bool:
-    """Whether `policy`, trained on the search's seeds to the end of the budget (or to BSP's time to target
-    with --constraint-at bsp-target), keeps BSP's final metric within the tolerance (`settings`: the
-    search's `ObjectiveSettings`; `reference`: BSP's reference score); False where it diverges first. Near
-    the rule's edge, on one seed at the budget's end, it is judged over that seed and the next
-    (`autosync.search.strategies.second_seed`; its runs stored in `runs`)."""
-    try:
-        score = evaluate(job, policy, trial_seeds(job, settings.repeats), settings.penalty,
-                         backend=settings.backend, horizon=reference.get(HORIZON))
-    except RunFailed:
-        return False
-    margin = constraint(job, score["final_metric"], reference["final_metric"], settings.tolerance)
-    if runs is not None:
-        margin, _ = second_seed_judge(job, settings, reference, runs=runs)(runs.study, policy,
-                                                                           score["final_metric"], margin)
-    return margin <= 0
-
-
-def _sibling_winners(request: TuneRequest, siblings: "list[optuna.Study]") -> list[tuple[dict[str, Any], str]]:
-    """(policy, "sibling STUDY") for each sibling study's cached winner that `request.space` holds, in the
-    form this space samples it (a seed policy as the composition it is a preset of, in `composed`)."""
-    import optuna
-
-    out = []
-    for sibling, best in _sibling_bests(siblings):
-        params = _in_space(request.space, best, request.job)
-        if params is not None:
-            out.append((request.space.suggest(optuna.trial.FixedTrial(params)), f"sibling {sibling}"))
-    return out
 
 
 def _verified(outcome: TuneOutcome, request: TuneRequest,

@@ -59,14 +59,6 @@ class TuneOptions(ExecutionOptions):
     refresh: bool = option(False, "Search again, warm-started from the cached best.")
     verify_top: int = option(0, "After a simulated search, re-run the K best feasible candidates and BSP "
                              "--repeats times on --backend and compare (0: off).", ge=0)
-    confirm_top: Optional[int] = option(None, "After the search, run its K best candidates (and the job's other "
-                                        "studies' winners) to the target on --confirm-seeds seeds it did not search "
-                                        "on (BSP keeps its reference run); a candidate that misses there loses, and "
-                                        "the answer is the best "
-                                        "mean over all the seeds (default: 2, 0 with --sampler binary or ladder or "
-                                        "--objective time,metric; 0: off).", ge=0)
-    confirm_seeds: int = option(1, "Seeds added by --confirm-top (leaders closer than the spread between seeds are "
-                                "reported tied).", ge=1)
     transfer: bool = option(True, "A new study starts from the winners of the nearest tuned jobs in the storage "
                             "with this job's workload and target (--no-transfer: from nothing).")
     neighbour_prior: bool = option(False, "With the transfer, TPE also reads the tuned neighbours' trials as its prior, "
@@ -119,8 +111,6 @@ class TuneOptions(ExecutionOptions):
                             "it needs --backend processes (with --clock virtual or real)")
         if self.verify_top and self.objective != "time":
             raise UserError("--verify-top compares one objective's rankings: it needs --objective time")
-        if self.confirm_top and self.objective != "time":
-            raise UserError("--confirm-top ranks candidates by one objective: it needs --objective time")
         if self.race_settings is not None and self.sampler not in (AUTO, RACE):
             raise UserError(f"--race-settings is read by --sampler race only, but got --sampler {self.sampler}")
         if self.budget is not None and self.sampler not in (AUTO, RACE):
@@ -128,7 +118,4 @@ class TuneOptions(ExecutionOptions):
         if self.budget is not None and not self.budget >= MIN_BUDGET:
             raise UserError(f"--budget must be >= {MIN_BUDGET:g} BSP trainings (BSP's two full runs, the final-metric "
                             f"rule's reference, are its unit and its first round), but got {self.budget:g}")
-        if self.confirm_top and self.sampler in SWITCH_POINT_SAMPLERS:
-            raise UserError(f"--confirm-top re-runs a search's candidates on more seeds, but --sampler {self.sampler} "
-                            "already trains each candidate on 3 seeds (Sync-Switch's R)")
 

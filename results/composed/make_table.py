@@ -44,30 +44,21 @@ def _board_ratio(seeds: float | None) -> str:
     return "single missed" if math.isinf(seeds) else f"{seeds:.2f}x"
 
 
-def _label(record: dict) -> str:
-    """The tune's answer, marked where it is BSP because every candidate failed a confirmation seed."""
-    fell_back = record["confirmed"].get("fell_back_to_bsp")
-    return label_of(record["best_policy"]) + (" (every candidate failed a new seed)" if fell_back else "")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("jobs", nargs="+")
     parser.add_argument("--storage", required=True)
     parser.add_argument("--trials", type=int, required=True)
-    parser.add_argument("--confirm-top", type=int, default=2, help="the tunes' --confirm-top (for the text)")
     parser.add_argument("--specs", action="store_true", help="print job, single spec, composed spec per line")
     parser.add_argument("--why", default="results/composed/why", help="directory of the side-by-side leaderboards")
     args = parser.parse_args()
-    rows, wins, not_slower, done, board_wins, boards, one_seed_wins, fallbacks = [], 0, 0, 0, 0, 0, 0, 0
+    rows, wins, not_slower, done, board_wins, boards = [], 0, 0, 0, 0, 0
     for path in args.jobs:
         job = autosync.load_job(path)
         found = {s["cache"]["space"]: s["cache"] for s in cached_studies(args.storage, job.fingerprint())
                  if isinstance(s.get("cache"), dict)}
-        confirmed = [s for s in ("policy", "composed") if s in found and (found[s].get("confirmed") or {}).get(
-            "top") == args.confirm_top and found[s]["confirmed"].get("winner") is not None]
-        if len(confirmed) < 2:  # a one-seed pick beside a confirmed one would compare unlike scores
-            rows.append(f"| {job.name} | (not {'confirmed' if len(found) >= 2 else 'run'}) | | | | | | | |")
+        if not {"policy", "composed"} <= set(found):
+            rows.append(f"| {job.name} | (not run) | | | | | | |")
             continue
         single, composed = found["policy"], found["composed"]
         if args.specs:  # a composition that runs as the single winner (its preset) is trained once
@@ -79,9 +70,6 @@ def main() -> None:
             continue
         done += 1
         ratio = single["best_value"] / composed["best_value"]
-        one_seed = single.get("search_best_value", single["best_value"]) / \
-            composed.get("search_best_value", composed["best_value"])
-        one_seed_wins += one_seed >= 1.1
         wins += ratio >= 1.1
         not_slower += ratio >= 1.0 - 1e-9
         board = Path(args.why) / job.name / "leaderboard.md"
@@ -89,33 +77,25 @@ def main() -> None:
         seeds = seeds_ratio(board, single, composed, job.cluster.n_workers, job.workload.batch_size)
         boards += seeds is not None
         board_wins += seeds is not None and seeds >= 1.1
-        fallbacks += bool(single["confirmed"].get("fell_back_to_bsp"))
-        rows.append(f"| {job.name} | {_label(single)} | {single['best_value']:.1f} | "
-                    f"{_label(composed)} | {composed['best_value']:.1f} | {ratio:.2f}x | "
-                    f"{one_seed:.2f}x | {_board_ratio(seeds)} | {why} |")
+        rows.append(f"| {job.name} | {label_of(single['best_policy'])} | {single['best_value']:.1f} | "
+                    f"{label_of(composed['best_policy'])} | {composed['best_value']:.1f} | {ratio:.2f}x | "
+                    f"{_board_ratio(seeds)} | {why} |")
     if args.specs:
         return
     print("# Composed policies against the best single seed policy\n")
     print(f"Each job: `autosync tune JOB --space policy` and `--space composed`, {args.trials} trials each, sampler "
-          f"seed 0, one seed per trial, then `--confirm-top {args.confirm_top}`: each tune's {args.confirm_top} best "
-          "candidates, the other tune's winner where its space holds it, and BSP re-run on 2 more seeds, the "
-          "winner being the best mean over the 3 seeds. Times are those means, in virtual seconds to the target "
-          "(a miss counts twice the budget). The ratio is the single policy's time over the composition's (> 1: "
-          "the composition is faster); 'one seed' is the same ratio for the searches' own picks before the "
-          "confirmation. (The table was made when the confirmation re-ran BSP on the new seeds; it now keeps "
-          "BSP's reference run, so a re-run times BSP on its reference seed alone.)\n")
+          "seed 0, one seed per trial. Times are the answers' on the search's seed, in virtual seconds to the "
+          "target (a miss counts twice the budget). The ratio is the single policy's time over the composition's "
+          "(> 1: the composition is faster).\n")
     print("    bash results/composed/run.sh " + str(args.trials) + " " + " ".join(args.jobs) + "\n")
-    print("| job | best single policy | time (s) | best composition | time (s) | ratio | one seed | leaderboard | why |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| job | best single policy | time (s) | best composition | time (s) | ratio | leaderboard | why |")
+    print("|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
-    print(f"\nOf the {done} jobs both tunes finished (of {len(args.jobs)}), the confirmed composition is at least as "
-          f"fast on {not_slower} and at least 1.1x faster on {wins} (the searches' one-seed picks: {one_seed_wins} at "
-          f"1.1x or more). Where the composition is at least 1.1x faster, the job's leaderboard runs BSP and both on "
+    print(f"\nOf the {done} jobs both tunes finished (of {len(args.jobs)}), the composition is at least as "
+          f"fast on {not_slower} and at least 1.1x faster on {wins}. Where the composition is at least 1.1x faster, the job's leaderboard runs BSP and both on "
           f"seeds 0 to 2 side by side (the 'leaderboard' ratio, MLPerf's trimmed mean; 0 where the composition missed the target on two "
           f"seeds or more): the composition is at least 1.1x faster on {board_wins} of those {boards}. k per update, "
-          "mean staleness and batch max/min there show what the composition changes." +
-          (f" On {fallbacks} job(s) every candidate of the policy tune diverged or fell short on a new seed, so it "
-           "answers with BSP: the composition's ratio there is over BSP." if fallbacks else ""))
+          "mean staleness and batch max/min there show what the composition changes.")
 
 
 if __name__ == "__main__":

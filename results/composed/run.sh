@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Composed against single seed policies: for each job, a tune over the `policy` space and one over the
-# `composed` space with the same trial budget and sampler seed, in one study storage, each confirming its
-# 2 best candidates on 2 more seeds (--confirm-top); then, per job where the composition is at least
-# 1.1x faster, a leaderboard of BSP and both (3 seeds) to show why it wins; then the table.
+# `composed` space with the same trial budget and sampler seed, in one study storage; then, per job where
+# the composition is at least 1.1x faster, a leaderboard of BSP and both (3 seeds) to show why it wins; then the table.
 #   bash results/composed/run.sh [TRIALS] [JOB.yaml ...]
 # Default: 12 trials; every baselines/ job, then the 24 jobs of baselines/family_stragglers.yaml (written
 # to results/composed/family_jobs/). Run from the repository root. Resumable: a finished tune answers
@@ -21,7 +20,7 @@ storage=${AUTOSYNC_COMPOSED_STORAGE:-"sqlite:///$out/studies.db"}
 for job in "${jobs[@]}"; do
   name=$(basename "$job" .yaml)
   for space in policy composed; do
-    autosync tune "$job" --space "$space" --n-trials "$trials" --seed 0 --storage "$storage" --confirm-top 2 \
+    autosync tune "$job" --space "$space" --n-trials "$trials" --seed 0 --storage "$storage" \
       --out "$out/plots/$name-$space" > /dev/null
   done
 done
@@ -39,4 +38,4 @@ python "$out/make_table.py" --storage "$storage" --trials "$trials" --specs "${j
     autosync leaderboard "$job" "${policies[@]}" --seeds 3 --out "$why" < /dev/null > /dev/null
     echo "$single $composed" > "$why/specs"
   done
-python "$out/make_table.py" --storage "$storage" --trials "$trials" --confirm-top 2 "${jobs[@]}" > "$out/README.md"
+python "$out/make_table.py" --storage "$storage" --trials "$trials" "${jobs[@]}" > "$out/README.md"

@@ -300,7 +300,6 @@ SOURCE = re.compile(r"(?:\.\./)*((?:results|benchmarks|baselines|docs/tutorial/o
 # Figures that are settings, definitions or examples of a printed form, not measurements, each with why
 NOT_MEASURED = {
     ("concepts/glossary.md", "3.20x"): "how a speedup is printed",
-    ("concepts/glossary.md", "5%"): "the confirmation's tie margin (a setting)",
     ("reference/cli.md", "3.20x"): "how a ratio is printed",
     ("reference/cli.md", "1.25x"): "how a ratio is printed",
     ("reference/cli.md", "60 s"): "the heartbeat's default (a setting)",

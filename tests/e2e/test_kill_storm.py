@@ -18,7 +18,7 @@ BUDGET = 8  # static_k on 4 workers: 8 points, each tried once by the grid sampl
 def test_tunes_killed_at_random_moments_keep_the_budget_and_the_answer(tmp_path):
     job = storm_job(tmp_path / "job.yaml", n_workers=4, seconds=30)
     argv = ["tune", str(job), "--space", "static_k", "--sampler", "grid", "--n-trials", str(BUDGET),
-            "--patience", "0", "--confirm-top", "0"]
+            "--patience", "0"]
     alone = tmp_path / "alone.db"
     assert autosync(*argv, "--storage", f"sqlite:///{alone}", cwd=tmp_path).returncode == 0
     url = f"sqlite:///{tmp_path / 'storm.db'}"

@@ -86,7 +86,7 @@ def test_a_budget_cuts_the_race_short_and_its_output_says_so(tiny_job, tmp_path)
 @pytest.mark.parametrize("args, says", [
     (("--space", "static_k", "--race-settings", "x.yaml"), "--race-settings is read by the race only"),
     (("--sampler", "race", "--space", "static_k"), "needs --space policy"),
-    (("--sampler", "race", "--confirm-top", "2"), "no --confirm-top"),
+    (("--sampler", "race", "--verify-top", "2", "--backend", "processes"), "no --verify-top"),
     (("--sampler", "race", "--timeout", "60"), "takes no --timeout (--sampler tpe takes one), but got --timeout 60"),
     (("--objective", "time,metric"), "the race (--sampler race, the default on --space policy) compares"),
     (("--sampler", "race", "--race-settings", "bad.yaml"), "bad.yaml: margin must be a number >= 1"),

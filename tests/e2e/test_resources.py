@@ -26,7 +26,7 @@ from tests.conftest import freeze_when, start_autosync
 
 pytestmark = [pytest.mark.processes, pytest.mark.slow]
 
-TUNE = ("tune", "tiny.yaml", "--space", "static_k", "--n-trials", "4", "--confirm-top", "0")
+TUNE = ("tune", "tiny.yaml", "--space", "static_k", "--n-trials", "4")
 
 
 def _run(cwd: Path, *args: str, limit: Callable[[], None] | None = None) -> subprocess.CompletedProcess:
@@ -130,7 +130,7 @@ def test_a_storage_folder_that_turns_read_only_during_a_tune_ends_it_in_one_line
     _immutable(folder, False)
     db = folder / "studies.db"
     url = f"sqlite:///{db}"
-    args = (*TUNE[:-4], "--n-trials", "12", "--confirm-top", "0", "--patience", "0", "--storage", url)
+    args = (*TUNE[:-2], "--n-trials", "12", "--patience", "0", "--storage", url)
     proc = start_autosync(*args, cwd=work)
     try:
         if not freeze_when(proc, lambda: _searching_after_a_finished_trial(db), 300):

@@ -37,7 +37,7 @@ def test_a_tune_waits_for_a_restarted_server_and_stops_resumable_past_the_wait(t
     env = {**os.environ, "AUTOSYNC_STORAGE_WAIT_SECONDS": str(WAIT), "AUTOSYNC_HEARTBEAT_SECONDS": "2"}
     with postgres_cluster() as server:
         cmd = [sys.executable, "-m", "autosync.cli", "tune", str(job), "--space", "static_k", "--n-trials", "3",
-               "--patience", "0", "--confirm-top", "0", "--storage", server.url]
+               "--patience", "0", "--storage", server.url]
         log = tmp_path / "tune.err"
         with log.open("w") as err:
             tune = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=err)
@@ -61,7 +61,7 @@ def test_a_tune_waits_for_a_restarted_server_and_stops_resumable_past_the_wait(t
         assert "Traceback" not in stderr, stderr[-3000:]
         (line,) = [x for x in stderr.splitlines() if x.startswith("error:")]
         assert f"did not answer for {WAIT} s" in line and "every finished trial is kept" in line, line
-        assert line.endswith("--patience 0 --confirm-top 0 --storage " + server.url.replace("pg-s3cret-pw", "***")), line
+        assert line.endswith("--patience 0 --storage " + server.url.replace("pg-s3cret-pw", "***")), line
         server.start()
         after = _finished(server.url)
         assert all(after.get(n) == state for n, state in before.items()), (before, after)  # nothing finished lost

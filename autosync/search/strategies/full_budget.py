@@ -11,11 +11,9 @@ accurate, is kept: no policy is answered with before its full-budget run keeps t
 final metric lands within the tolerance of the rule's edge is judged on a second seed as well
 (`autosync.search.strategies.second_seed`): one seed's final metric is noisier than that.
 
-The checks are bounded: at most `MAX_CHECKS`, after which the
-answer is the fastest candidate known to keep the constraint (BSP at worst), and the faster candidates
-left unchecked are recorded (`UNCHECKED`) so that the output says so and the confirmation does not take
-them up. A check's cost is most of a training (the
-rest of the budget), and a job where the fastest policies end above BSP's loss has many of them (up to
+The checks are bounded: at most `MAX_CHECKS`, after which the answer is the fastest candidate known to keep
+the constraint (BSP at worst), and the faster candidates left unchecked are recorded (`UNCHECKED`) so that the
+output says so. A check's cost is most of a training (the rest of the budget), and a job where the fastest policies end above BSP's loss has many of them (up to
 18 on the development families, before the cap). Failures there run in families: a policy
 that applies stale gradients to the end (ASP and its relatives) ends noisier however fast it reached the
 target, so after a failed check the candidates of a family that has not failed one are checked first
@@ -61,7 +59,7 @@ def next_to_check(study: "optuna.Study", wanted: int = 1) -> "optuna.trial.Froze
 def waiting(study: "optuna.Study", wanted: int = 1,
             trials: "list[optuna.trial.FrozenTrial] | None" = None) -> "list[optuna.trial.FrozenTrial]":
     """The trials whose final metric is not known and that could still be among the `wanted` fastest
-    feasible policies (the answer, or the K candidates that --verify-top and --confirm-top re-run),
+    feasible policies (the answer, or the K candidates that --verify-top re-runs),
     fastest first: fewer than `wanted` policies as fast are known feasible, and its policy has no
     full-budget result yet. Such a trial stopped at the target, or was pruned
     (`autosync.search.strategies.pruning`) against a candidate that may since have failed its check: it

@@ -2,7 +2,7 @@
 
 A trial's bound on its time-to-target (`autosync.search.objective.TimeToTargetBound`) is the virtual time
 trained so far while the target is not met, the time it was met afterwards: it only grows. The search
-keeps the fastest `places` policies (the answer; the K that --verify-top and --confirm-top re-run), so a
+keeps the fastest `places` policies (the answer; the K that --verify-top re-runs), so a
 trial whose bound passes the `places`-th fastest time-to-target among the completed trials that may be
 feasible (one per policy) cannot be among them and stops there (successive halving's rule with one rung
 per evaluation, the incumbent as the bar). The bar is a candidate whose final metric may not be known yet

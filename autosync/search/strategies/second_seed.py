@@ -9,16 +9,17 @@ failed its check by less than the tolerance itself (by 0.004, 0.006 and 0.0075 a
 answered, 1.8-22x slower than the grid's best.
 
 So a check whose margin lies within `NEAR_EDGE` tolerances of the edge, on either side, is judged again on a
-second seed (the confirmation's first, the seed the race's leaders are held on), the way the reference grid
-judges: the candidate's mean final metric over both seeds against BSP's mean over the same two. Both
-second-seed runs train the whole budget and are stored with the confirmation's runs
-(`autosync.search.strategies.confirm.RunStore`), so the search cost counts them once, a later check in the
-study reuses BSP's, and the confirmation copies their times to the target instead of training them again.
+second seed (the seed the race's leaders are held on too), the way the reference grid judges: the
+candidate's mean final metric over both seeds against BSP's mean over the same two. Both second-seed runs
+train the whole budget and are stored in the study (`RunStore`), so the search cost counts them once and a
+later check in the study, or in a sibling study, reuses BSP's.
 A search that already scores each trial on several seeds (`--repeats`) keeps its verdict.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import statistics
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -26,15 +27,47 @@ from typing import TYPE_CHECKING, Any
 from autosync.core.job import JobSpec
 from autosync.policy_score import RunFailed, constraint, evaluate
 from autosync.search.objective import BSP, canonical_on
-from autosync.search.study.records import VIRTUAL_SECONDS
+from autosync.search.study import _optuna_internals as internals
+from autosync.search.study.locking import storage_lock
+from autosync.search.study.records import SECOND_SEED_RUNS, VIRTUAL_SECONDS
 
 if TYPE_CHECKING:
     import optuna
 
     from autosync.engine.backends import BackendChoice
-    from autosync.search.strategies.confirm import RunStore
 
 NEAR_EDGE = 1.0  # a check within this many tolerances of the rule's edge, either side, is judged on two seeds
+
+
+class RunStore:
+    """Second-seed runs by identity: this study's (written as they finish) and its siblings' (read only)."""
+
+    def __init__(self, study: "optuna.Study", siblings: "list[optuna.Study]"):
+        self.study = study
+        self.runs: dict[str, dict[str, Any]] = {}
+        for other in [*siblings, study]:  # this study's own runs last: they win a (deterministic) tie
+            stored = other.user_attrs.get(SECOND_SEED_RUNS)
+            if isinstance(stored, dict):
+                self.runs.update(stored)
+
+    @staticmethod
+    def identity(canonical: dict[str, Any], seed: int, penalty: float, job: JobSpec) -> str:
+        """The key of a run of `canonical` on `seed` (the form the studies in users' storage hold)."""
+        return json.dumps({"policy": canonical, "seed": seed, "penalty": penalty, "to_target": True,
+                           "budget": job.budget.model_dump(mode="json")}, sort_keys=True)
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        return self.runs.get(key)
+
+    def put(self, key: str, result: dict[str, Any]) -> None:
+        """Keep `result` here and in the study: the study's runs are read afresh and written back under the
+        storage's lock, so processes that share the study and judge checks at once each keep theirs."""
+        self.runs[key] = result
+        url = internals.storage_url(self.study)
+        with storage_lock(url, self.study.study_name) if url else contextlib.nullcontext():
+            mine = dict(self.study.user_attrs.get(SECOND_SEED_RUNS) or {})
+            mine[key] = result
+            self.study.set_user_attr(SECOND_SEED_RUNS, mine)
 
 
 def near_the_edge(margin: float, tolerance: float) -> bool:
@@ -46,11 +79,7 @@ def near_the_edge(margin: float, tolerance: float) -> bool:
 def full_budget_run(job: JobSpec, policy: dict[str, Any], seed: int, penalty: float, runs: "RunStore",
                     backend: "BackendChoice | None" = None) -> dict[str, Any]:
     """`policy`'s run to the end of the budget on `seed`: stored in `runs`, or trained now and stored (with
-    the virtual seconds it trained, the search cost's), and where no run to the target on that seed is
-    stored yet, stored as that too (its time to target is the same run's; its cost counted once); a run
-    that failed (diverged) is `{"reason": ...}`."""
-    from autosync.search.strategies.confirm import RunStore
-
+    the virtual seconds it trained, the search cost's); a run that failed (diverged) is `{"reason": ...}`."""
     key = RunStore.identity(canonical_on(policy, job), seed, penalty, job)
     stored = runs.get(f"{key}|full budget")
     if stored is not None:
@@ -60,8 +89,6 @@ def full_budget_run(job: JobSpec, policy: dict[str, Any], seed: int, penalty: fl
     except RunFailed as exc:
         run = {"reason": str(exc), VIRTUAL_SECONDS: 0.0}
     runs.put(f"{key}|full budget", run)
-    if runs.get(key) is None and "reason" not in run:
-        runs.put(key, {**run, VIRTUAL_SECONDS: 0.0})
     return run
 
 
@@ -89,7 +116,7 @@ def two_seed_margin(job: JobSpec, policy: dict[str, Any], final: float, bsp_fina
 @dataclass
 class SecondSeedJudge:
     """The objective's `EdgeJudge`: a check whose one-seed margin lies near the rule's edge is judged over the
-    search's seed and the next (`two_seed_margin`, its runs stored in the study's confirmation runs, the
+    search's seed and the next (`two_seed_margin`, its runs stored in the study's `RunStore`, the
     `siblings`' read too); not where the search scores on several seeds (`seeds`) or holds the rule at BSP's
     time to target (`horizon`)."""
 
@@ -101,12 +128,10 @@ class SecondSeedJudge:
     horizon: float | None = None  # where the checks stop (--constraint-at bsp-target), None: the budget's end
     siblings: "list[optuna.Study]" = field(default_factory=list)
     backend: "BackendChoice | None" = None
-    runs: "RunStore | None" = None  # the store to use (the confirmation's), else one read from the study
+    runs: "RunStore | None" = None  # the store to use, else one read from the study
 
     def __call__(self, study: "optuna.Study", policy: dict[str, Any], final: float,
                  margin: float) -> tuple[float, dict[str, Any] | None]:
-        from autosync.search.strategies.confirm import RunStore
-
         if len(self.seeds) != 1 or self.horizon is not None or not near_the_edge(margin, self.tolerance):
             return margin, None
         return two_seed_margin(self.job, policy, final, self.reference, self.tolerance, self.seeds[0] + 1,

@@ -17,11 +17,11 @@ from autosync.core.errors import RuntimeFailure, UserError
 from autosync.core.job import JobSpec
 from autosync.search.cost import COST_UNIT, in_bsp_trainings
 from autosync.search.study.records import (
-    BSP_REFERENCE, BSP_TRAINING_SECONDS, BUDGET, CACHE, CONFIRMATION_RUNS, CONSTRAINT_AT, FINGERPRINT, FORKED,
-    FOUND_EQUIVALENT, FULL_BUDGET_OF, GIVEN_UP, GIVEN_UP_PLACES, HORIZON, PLATEAU, PRIOR_TRIALS, PRUNED_ON_PACE,
-    POLICY, REFERENCE_FROM, REPAIR_OF, RULED_BY_FAMILY, RUNS, SAME_AS, SECOND_SEED_CHECK, TIMED_OUT_OF, UNCHECKED,
-    VIRTUAL_SECONDS, CacheRecord, StudyRecord, TrialRecord, damaged, final_pending, has_run, outside_budget,
-    policy_key, validated, write_cache_record,
+    BSP_REFERENCE, BSP_TRAINING_SECONDS, BUDGET, CACHE, CONSTRAINT_AT, FINGERPRINT, FORKED, FOUND_EQUIVALENT,
+    FULL_BUDGET_OF, GIVEN_UP, GIVEN_UP_PLACES, HORIZON, PLATEAU, PRIOR_TRIALS, PRUNED_ON_PACE, POLICY,
+    REFERENCE_FROM, REPAIR_OF, RULED_BY_FAMILY, RUNS, SAME_AS, SECOND_SEED_CHECK, SECOND_SEED_RUNS, TIMED_OUT_OF,
+    UNCHECKED, VIRTUAL_SECONDS, CacheRecord, StudyRecord, TrialRecord, damaged, final_pending, has_run,
+    outside_budget, policy_key, validated, write_cache_record,
 )
 from autosync.search.study.storage import open_existing_storage, redact_url
 from autosync.search.study.trials import counted_trials, feasible_trials
@@ -74,14 +74,14 @@ def execution_of(backend: "BackendChoice | None") -> dict[str, Any]:
 def search_cost(study: "optuna.Study", up_to: int | None = None) -> float:
     """Virtual seconds trained by every trial of the study (with `up_to`, by the trials of the search up to
     that number, the full-budget checks and the repairs: what finding the answer cost), the BSP reference
-    runs (none when a sibling study trained them: `autosync.search.study.siblings`) and the confirmation runs it trained
-    (`--confirm-top`; runs copied from a sibling are the sibling's cost)."""
+    runs (none when a sibling study trained them: `autosync.search.study.siblings`) and the second-seed runs it
+    trained (`autosync.search.strategies.second_seed`; a sibling's runs are the sibling's cost)."""
     attrs = study.user_attrs
     reference = attrs.get(BSP_REFERENCE, {})
     trained = 0.0 if REFERENCE_FROM in reference else reference.get(VIRTUAL_SECONDS, 0.0)
-    confirmation = attrs.get(CONFIRMATION_RUNS)
-    trained += sum(run.get(VIRTUAL_SECONDS, 0.0) for run in confirmation.values()) \
-        if isinstance(confirmation, dict) else 0.0
+    second_seed = attrs.get(SECOND_SEED_RUNS)
+    trained += sum(run.get(VIRTUAL_SECONDS, 0.0) for run in second_seed.values()) \
+        if isinstance(second_seed, dict) else 0.0
     return trained + sum(TrialRecord(t).virtual_seconds for t in study.get_trials(deepcopy=False)
                          if up_to is None or t.number <= up_to or outside_budget(t))
 

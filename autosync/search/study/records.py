@@ -86,7 +86,8 @@ FEATURES = "cluster_features"  # the job's cluster features (neighbours are near
 NEIGHBOUR_JOBS = "neighbour_jobs"  # also a cache field: the tuned jobs a search started from
 PRIOR_TRIALS = "prior_trials"  # also a cache field: how many neighbour trials TPE read as a prior
 GIVEN_UP_PLACES = "given_up_places"  # the budget whose places not queued yet were given up, and how many
-CONFIRMATION_RUNS = "confirmation_runs"  # {run identity: result} of every confirmation run
+# {run identity: result} of the second seed's runs (`autosync.search.strategies.second_seed.RunStore`)
+SECOND_SEED_RUNS = "confirmation_runs"
 BSP_REFERENCE = "bsp_reference"  # BSP's runs on the trials' seeds (`BspReference`); also SAME_AS's value
 CACHE = "cache"  # the cached answer (`CacheRecord`), written once a search finished
 # in a cache record: the budget a search had when its --timeout ended it short of it (the same command resumes)
@@ -147,11 +148,8 @@ class CacheRecord(TypedDict, total=False):
     neighbour_jobs: list[dict[str, Any]]
     prior_trials: int
     timed_out_of: int  # TIMED_OUT_OF: the budget a --timeout ended the search short of
-    # written by a confirmation (`--confirm-top`) or a verification on the real backend
-    search_best_policy: dict[str, Any]
-    search_best_value: float
+    # written by a verification on the real backend
     simulated_best_policy: dict[str, Any]
-    confirmation: dict[str, Any]
     verification: dict[str, Any]
 
 

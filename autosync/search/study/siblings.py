@@ -25,7 +25,7 @@ def sibling_studies(study: "optuna.Study", storage: "optuna.storages.BaseStorage
 
     Read from the studies' attributes alone (`get_all_studies`): a study summary would load every
     trial of every study in the storage to count them, seconds in a storage of many jobs, on each
-    cache hit of a confirmed tune."""
+    cache hit."""
     import optuna
 
     mine = StudyRecord(study.user_attrs)

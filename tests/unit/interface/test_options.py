@@ -114,7 +114,7 @@ def test_the_search_and_the_engine_take_their_defaults_from_the_options():
     options, request = TuneOptions(), {f.name: f.default for f in dataclasses.fields(TuneRequest)}
     renamed = {"prior": "neighbour_prior"}
     for name in ("n_trials", "timeout", "study", "adopt_study", "sampler", "seed", "n_jobs", "refresh", "verify_top",
-                 "confirm_seeds", "transfer", "prior", "patience"):
+                 "transfer", "prior", "patience"):
         assert request[name] == getattr(options, renamed.get(name, name)), name
     settings = ObjectiveSettings()
     assert (settings.repeats, settings.tolerance, settings.constraint_at, settings.multi_objective) == (
@@ -159,13 +159,13 @@ def test_the_outcome_api_tune_returns_writes_the_files_write_tune_writes(tmp_pat
     from tests.conftest import small_job
 
     url = f"sqlite:///{tmp_path / 's.db'}"
-    outcome = api.tune(small_job(), "static_k", n_trials=2, storage=url, confirm_top=0)
+    outcome = api.tune(small_job(), "static_k", n_trials=2, storage=url)
     assert isinstance(outcome, TuneOutcome) and not outcome.cached
     files, old = outcome.write(tmp_path / "new"), api.write_tune(outcome, tmp_path / "old")
     assert files.plots and [p.name for p in files.plots] == [p.name for p in old.plots]
     assert (files.skipped, files.verification) == (old.skipped, old.verification)
     assert sorted(p.name for p in (tmp_path / "new").iterdir()) == sorted(p.name for p in (tmp_path / "old").iterdir())
-    cached = api.tune(small_job(), "static_k", n_trials=2, storage=url, confirm_top=0)
+    cached = api.tune(small_job(), "static_k", n_trials=2, storage=url)
     assert cached.cached and cached.write(tmp_path / "cached").plots == []
 
 

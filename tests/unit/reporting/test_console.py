@@ -35,15 +35,6 @@ def _leaderboard_rows() -> list[dict]:
             {**row, "policy": "bsp", "speedup_vs_bsp": 1.0, "final_test_accuracy": 0.9512}]
 
 
-def _confirmed() -> dict:
-    rows = [{"policy": LONG_POLICY, "source": "trial 1234", "search_time": 1234.5, "time_to_target": 1300.25,
-             "seed_times": [1234.5, 1250.0, 1300.1, 1310.7, 1405.9], "reached": 5, "runs": 5},
-            {"policy": {"policy": "bsp", "params": {}}, "source": "reference", "search_time": 4000.0,
-             "time_to_target": None, "seed_times": [], "reached": 0, "runs": 1, "reason": "missed the target"}]
-    return {"seeds": [0, 1, 2, 3, 4], "top": 2, "rows": rows, "search_best": LONG_POLICY, "winner": LONG_POLICY,
-            "winner_time": 1300.25}
-
-
 # One call of each report that prints a table, with long labels and wide numbers
 CASES = {
     "run_summary": lambda: reports.run_summary(SimpleNamespace(
@@ -65,10 +56,9 @@ CASES = {
         cached=False, study_name="86edddd667e815f6-policy", new_trials=20, faster_elsewhere=[],
         top=[{"trial": 1234, "policy": LONG_POLICY, "time_to_target": 12345.678, "final_metric": 0.9512,
               "reached": 5, "runs": 5}],
-        cache={"best_policy": LONG_POLICY, "trials": 20, "confirmed": _confirmed(), "recurrences_to_amortize": 13,
+        cache={"best_policy": LONG_POLICY, "trials": 20, "recurrences_to_amortize": 13,
                "speedup_vs_bsp": 3.2345, "best_value": 1300.25, "bsp_time_to_target": 4205.5,
                "search_cost_bsp_trainings": 7.43}), SPEC),
-    "confirmation_report": lambda: reports.confirmation_report(_confirmed()),
     "race_report": lambda: reports.race_report({"answer": "share", "checked": ["k", "share"], "budget": 2.5,
                                                 "cut_short": ["second seed", "local step"], "rounds": [
         {"round": "portfolio", "seed": 0, "runs": [
@@ -136,6 +126,21 @@ def test_every_table_shows_its_numbers_whole_at_80_columns_piped(report):
         if left_out:
             note = " ".join(out.split())
             assert f"not shown in 80 columns: {', '.join(left_out)}" in note
+
+
+def test_a_cached_answer_of_an_older_autosync_with_a_confirmation_prints_as_any_other():
+    """A record that a tune with a confirmation step wrote (`confirmed`, the search's own best) prints its
+    answer, and nothing of the step."""
+    plain = " ".join(_printed(CASES["tune_report"]()).split())
+    old = reports.tune_report(SimpleNamespace(
+        cached=False, study_name="86edddd667e815f6-policy", new_trials=20, faster_elsewhere=[], top=[],
+        cache={"best_policy": LONG_POLICY, "trials": 20, "recurrences_to_amortize": 13, "speedup_vs_bsp": 3.2345,
+               "best_value": 1300.25, "bsp_time_to_target": 4205.5, "search_cost_bsp_trainings": 7.43,
+               "search_best_policy": {"policy": "bsp", "params": {}}, "search_best_value": 4205.5,
+               "confirmed": {"top": 2, "seeds": [0, 1], "rows": [], "winner": LONG_POLICY}}), SPEC)
+    printed = " ".join(_printed(old).split())
+    assert "(3.23x faster than BSP)" in printed and "confirm" not in printed
+    assert printed.split("best: ")[1] == plain.split("best: ")[1]
 
 
 def test_a_column_that_does_not_fit_is_left_out_and_named():

@@ -104,7 +104,7 @@ def test_a_run_stopped_at_the_target_has_the_full_runs_time_to_target():
 
 @pytest.mark.slow
 def test_verify_top_k_checks_the_k_fastest_candidates_at_full_budget(tmp_path):
-    """--verify-top / --confirm-top K re-run K candidates: the K fastest distinct policies are checked, so
+    """--verify-top K re-runs K candidates: the K fastest distinct policies are checked, so
     K feasible ones (full-budget results, none pending) are there to re-run."""
     from autosync.search.study.cache import best_policies
 

@@ -10,11 +10,12 @@ import pytest
 from autosync.policy_score import constraint, evaluate
 from autosync.search.objective import BSP, Objective, ObjectiveSettings
 from autosync.search.space import SPACE_DIR, load_space
-from autosync.search.strategies.confirm import RunStore
 from autosync.search.strategies.second_seed import (
-    SecondSeedJudge, full_budget_run, near_the_edge, two_seed_margin,
+    RunStore, SecondSeedJudge, full_budget_run, near_the_edge, two_seed_margin,
 )
-from autosync.search.study.records import FULL_BUDGET_OF, SECOND_SEED_CHECK, VIRTUAL_SECONDS, constraint_of
+from autosync.search.study.records import (
+    FULL_BUDGET_OF, SECOND_SEED_CHECK, SECOND_SEED_RUNS, VIRTUAL_SECONDS, constraint_of,
+)
 from tests.conftest import small_job
 
 CANDIDATE = {"policy": "backup", "params": {"k": 2, "lr_rule": "fixed"}}
@@ -31,7 +32,7 @@ def test_the_edge_is_a_tolerance_either_side():
 
 def test_the_second_seed_verdict_is_the_mean_against_bsps_mean_and_its_runs_are_stored_once(tmp_path):
     """The candidate's mean final metric over both seeds against BSP's over the same two; both runs train the
-    whole budget once (a second verdict reuses them), and the confirmation finds their times to target."""
+    whole budget once (a second verdict reuses them)."""
     job = _job()
     runs = RunStore(optuna.create_study(storage=f"sqlite:///{tmp_path / 's.db'}"), [])
     first, bsp_first = 0.81, 0.83  # as the search's seed might have ended: 0.01 short of BSP's less the tolerance
@@ -42,13 +43,13 @@ def test_the_second_seed_verdict_is_the_mean_against_bsps_mean_and_its_runs_are_
     assert margin == constraint(job, statistics.fmean([first, mine["final_metric"]]),
                                 statistics.fmean([bsp_first, bsp["final_metric"]]), 0.01)
     assert record["one_seed_constraint"] == pytest.approx(0.01)
-    stored = runs.study.user_attrs["confirmation_runs"]
-    assert len(stored) == 4  # each policy's full run, and its run to the target (the same run, not counted again)
+    stored = runs.study.user_attrs[SECOND_SEED_RUNS]
+    assert len(stored) == 2  # each policy's full run
     trained = sum(run[VIRTUAL_SECONDS] for run in stored.values())
     assert trained == pytest.approx(mine[VIRTUAL_SECONDS] + bsp[VIRTUAL_SECONDS])
     again = two_seed_margin(job, CANDIDATE, first, bsp_first, 0.01, job.seed + 1, 2.0, runs)
     assert again == (margin, record)
-    assert sum(run[VIRTUAL_SECONDS] for run in runs.study.user_attrs["confirmation_runs"].values()) == trained
+    assert sum(run[VIRTUAL_SECONDS] for run in runs.study.user_attrs[SECOND_SEED_RUNS].values()) == trained
 
 
 def test_a_candidate_that_diverges_on_the_second_seed_breaks_the_rule(tmp_path):
@@ -108,3 +109,29 @@ def test_a_search_on_several_seeds_or_holding_the_rule_at_bsps_target_keeps_its_
     assert SecondSeedJudge(job, 0.9, 0.01, 2.0, [job.seed], horizon=20.0)(study, CANDIDATE, 0.885, 0.005) \
         == (0.005, None)
     assert SecondSeedJudge(job, 0.9, 0.01, 2.0, [job.seed])(study, CANDIDATE, 0.8, 0.09) == (0.09, None)  # far
+
+
+def _store_runs(url: str, name: str, tag: str, count: int) -> None:
+    """One process's runs, stored one by one as the checks store them (a spawned process's target)."""
+    runs = RunStore(optuna.load_study(study_name=name, storage=url), [])
+    for i in range(count):
+        runs.put(f"{tag}-{i}", {"final_metric": float(i)})
+
+
+@pytest.mark.processes
+def test_two_processes_storing_runs_in_one_study_at_once_keep_every_run(tmp_path):
+    """Each put reads the study's runs and writes them back: without the storage lock around the two, one
+    process's write drops the runs the other stored in between."""
+    import multiprocessing
+
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    optuna.create_study(study_name="s", storage=url)
+    spawn = multiprocessing.get_context("spawn")
+    workers = [spawn.Process(target=_store_runs, args=(url, "s", tag, 25)) for tag in ("a", "b")]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(120)
+        assert w.exitcode == 0
+    stored = optuna.load_study(study_name="s", storage=url).user_attrs[SECOND_SEED_RUNS]
+    assert sorted(stored) == sorted(f"{tag}-{i}" for tag in ("a", "b") for i in range(25))

@@ -124,6 +124,21 @@ def test_a_trial_and_a_cache_record_round_trip_through_optuna():
     assert read_cache(study) == record
 
 
+def test_a_cache_record_of_an_older_autosync_with_a_confirmation_still_answers():
+    """Records that a tune with a confirmation step wrote (its table, the search's own best beside the answer)
+    load as they are, and answer with their best policy."""
+    import optuna
+
+    from autosync.search.study.cache import read_cache
+
+    study = optuna.create_study(storage=optuna.storages.InMemoryStorage())
+    old = {**_record(), "search_best_policy": {"policy": "bsp", "params": {}}, "search_best_value": 11.0,
+           "confirmed": {"top": 2, "seeds": [0, 1], "rows": [], "winner": _record()["best_policy"],
+                         "winner_time": 12.5, "fell_back_to_bsp": False}}
+    records.write_cache_record(study, old)
+    assert read_cache(study) == old and read_cache(study)["best_policy"] == {"policy": "backup", "params": {"k": 3}}
+
+
 @pytest.mark.parametrize("damage, field", [
     (lambda r: r.pop("best_value"), "field best_value is missing"),
     (lambda r: r.update(trials="many"), "trials:"),
