@@ -195,12 +195,14 @@ def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions 
             long), and again when it answers.
 
     Returns the outcome the command prints (`Tuned`, a TuneOutcome with `.write(dir)`: the verification and
-    the study's plots): the study, whether the cache answered, the cache record (best policy and value, BSP's,
-    provenance) and the best trials.
+    the study's plots): the study (None where the cache answered from the SQLite file without opening it in
+    Optuna: `autosync.search.cache_file`), whether the cache answered, the cache record (best policy and value,
+    BSP's, provenance) and the best trials.
     """
-    # not at the top: optuna
+    # not at the top: numpy and every policy, which `autosync validate` never loads
     from autosync.reporting.tune_files import Tuned
-    from autosync.search.tune import TuneRequest, tune as run_tune
+    from autosync.search.cache_file import cached_outcome
+    from autosync.search.request import TuneRequest
 
     opts = _options(TuneOptions, options, on, fields, space=str(space) if space is not None else None)
     if opts.choice().backend == "distributed":  # (the options checked first)
@@ -210,9 +212,14 @@ def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions 
     if job.uses_user_code:  # the user's code fails here, in one line, rather than as every trial failing
         check_workload(job)  # (a built-in workload cannot; a cache hit then never imports torch)
     request = TuneRequest.from_options(job, opts)
-    quiet_optuna()
     if on_start is not None:
         on_start(request.storage)
+    answered = cached_outcome(request)  # a recurring job's record read from its SQLite file, without Optuna
+    if answered is not None:
+        return Tuned.of(answered)
+    from autosync.search.tune import tune as run_tune  # not at the top: optuna, which that answer never loads
+
+    quiet_optuna()
     try:
         return Tuned.of(run_tune(request, on_trial=on_trial, on_resume=on_resume,
                                  on_wait=on_wait))
@@ -225,10 +232,10 @@ def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions 
 
 
 def __getattr__(name: str) -> Any:
-    """`Tuned` and `TuneFiles` (`autosync.reporting.tune_files`) load with the search they extend, on first use:
-    importing the API loads no optuna."""
+    """`Tuned` and `TuneFiles` (`autosync.reporting.tune_files`) load on first use: importing the API loads no
+    numpy, which `autosync validate` never needs."""
     if name in ("Tuned", "TuneFiles"):
-        from autosync.reporting import tune_files as written  # not at the top: optuna
+        from autosync.reporting import tune_files as written  # not at the top: numpy and every policy
 
         return getattr(written, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from autosync.core.declare import build, check_ranges, flag_of, option
 from autosync.core.errors import UserError
-from autosync.core.job import MAX_SEED
+from autosync.core.limits import MAX_SEED
 from autosync.engine.backends import ExecutionOptions, parse_cpus
 from autosync.policy_grid import check_rules
 from autosync.search.tune_options import DEFAULT_TUNE_SPACE, TuneOptions

@@ -3,11 +3,12 @@
 - `errors`: the one-line errors a user can cause (`UserError`, exit code 2) and runtime failures (1).
 - `rng`: seeded random streams, one per purpose, so that the same seed gives the same run.
 - `strict_json`: JSON without NaN or Infinity (null where a number is missing).
-- `job`: the job file (workload, cluster, target, budget), validated, with its fingerprint.
+- `job`: the job file (workload, cluster, target, budget), validated, with its fingerprint; `limits`: the
+  bounds it shares with the command-line options.
 - `cluster`: the cluster model the job describes: round trips, stragglers, compute units.
 
 The modules listed in `__all__` are the package's public surface; a name starting with `_` is internal.
 """
 
-__all__ = ["arrivals", "cluster", "declare", "errors", "family", "fingerprint", "job", "job_schema", "loader",
-           "phases", "rng", "strict_json", "traces"]
+__all__ = ["arrivals", "cluster", "declare", "errors", "family", "fingerprint", "job", "job_schema", "limits",
+           "loader", "phases", "rng", "strict_json", "traces"]

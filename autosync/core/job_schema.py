@@ -17,6 +17,7 @@ from pydantic import (BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, 
 from pydantic_core import PydanticCustomError
 
 from autosync.core.fingerprint import fingerprint
+from autosync.core.limits import MAX_NAME, MAX_SEED, MAX_SIZE
 
 
 class _Spec(BaseModel):
@@ -45,14 +46,6 @@ def _wants_number(annotation: Any) -> bool:
     args = typing.get_args(annotation)
     return bool(args) and bool not in args and any(_wants_number(a) for a in args)
 
-
-#: The largest size a spec takes for what a run allocates (samples, features, classes, layer widths, a batch):
-#: numpy and torch refuse far larger sizes with a traceback, so a number like 10**30 is refused here in one line.
-MAX_SIZE = 2 ** 31 - 1
-#: The longest job name: results/<name>-<space> and the like stay well under file systems' 255 bytes per name.
-MAX_NAME = 100
-#: Seeds are 32 bits: random streams key on the seed's low 32 bits (autosync.core.rng), and scikit-learn takes no more.
-MAX_SEED = 2 ** 32 - 1
 
 # --------------------------------------------------------------------------- workload
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autosync.engine.trace import Trace
-from autosync.core.job import TargetSpec
+
+if TYPE_CHECKING:  # an annotation only: the job schema (pydantic) is not loaded for `autosync --help`
+    from autosync.core.job import TargetSpec
 
 
 def run_metrics(trace: Trace, target: TargetSpec, virtual_time: float) -> dict[str, Any]:

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from autosync.engine import RunResult
     from autosync.experiments.leaderboard import Entry
     from autosync.reporting.tune_files import TuneFiles
-    from autosync.search.tune import TuneOutcome
+    from autosync.search.outcome import TuneOutcome
 
 
 @dataclass

@@ -13,7 +13,7 @@ from autosync.catalog import label_of
 from autosync.reporting.study_plots import write_study_plots
 from autosync.reporting.tracking import Tracking, log_tune
 from autosync.reporting.verification import write_verification
-from autosync.search.tune import TuneOutcome
+from autosync.search.outcome import TuneOutcome
 
 
 @dataclass

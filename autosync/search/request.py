@@ -5,17 +5,23 @@ driver (`tune`) that imports them."""
 from __future__ import annotations
 
 import warnings
-
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from autosync.core.declare import default_of
 from autosync.core.errors import UserError
 from autosync.core.job import JobSpec
 from autosync.engine.backends import BackendChoice
 from autosync.search.objective import ObjectiveSettings
+from autosync.search.recommend.neighbours import describe as describe_job
 from autosync.search.space import SearchSpace
+from autosync.search.study.cache import execution_name, study_name
+from autosync.search.study.records import describe_study
 from autosync.search.study.storage import DEFAULT_STORAGE
 from autosync.search.tune_options import RACE, TuneOptions
+
+if TYPE_CHECKING:
+    import optuna
 
 
 def _default(name: str):
@@ -49,16 +55,12 @@ class TuneRequest:
     budget: float | None = _default("budget")  # --sampler race: its cost cap in BSP trainings (None: no cap)
 
     def __post_init__(self) -> None:
-        from autosync.search.strategies.samplers import make_sampler, sampler_for
+        from autosync.search.strategies.samplers import check_sampler, sampler_for
 
         self.sampler = sampler_for(self.sampler, self.space)  # "auto": the search this space is shipped for
-        # Built once here only as the check of the sampler against the space and the objective (grid on a
-        # continuous space, gp on two objectives), so that a refusal comes before the storage exists; the
-        # search builds its own with the job's figures (`tune.load_study`). Optuna's warnings about experimental
-        # arguments belong to that build, where the caller's settings decide (`quiet_optuna`).
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            make_sampler(self.sampler, self.seed, self.space, self.settings.multi_objective)
+        # the sampler checked against the space and the objective (grid on a continuous space, gp on two
+        # objectives), so that a refusal comes before the storage exists; the search builds it (`tune.load_study`)
+        check_sampler(self.sampler, self.space, self.settings.multi_objective)
         self._refuse_for_the_race()
         if self.sampler == RACE:  # its settings file read once here too: a bad one is refused before the storage
             from autosync.race import race_settings
@@ -107,3 +109,37 @@ class TuneRequest:
             verify_top=opts.verify_top, verify_backend=real if opts.verify_top else None,
             transfer=opts.transfer, prior=opts.neighbour_prior,
             patience=opts.patience, race_settings=opts.race_settings, budget=opts.budget)
+
+    @property
+    def study_name(self) -> str:
+        """The study the request tunes in: `--study`, else the cache key of its job, space, backend and
+        constraint (`autosync.search.study.cache.study_name`)."""
+        return self.study or study_name(self.job, self.space, self.settings.backend, self.settings.constraint_at)
+
+    @property
+    def directions(self) -> list[str]:
+        """Its study's objective directions: the time to target, and with --objective time,metric the final
+        metric too."""
+        if not self.settings.multi_objective:
+            return ["minimize"]
+        return ["minimize", "maximize" if self.job.target.metric == "test_accuracy" else "minimize"]
+
+    @property
+    def metric_names(self) -> list[str]:
+        """The names of its study's objectives (for optuna-dashboard)."""
+        names = ["time to target (virtual s)"]
+        return names + [f"final {self.job.target.metric}"] if self.settings.multi_objective else names
+
+    def describe(self, study: "optuna.Study") -> None:
+        """Store on `study` what it is about, writing only what changed: its objectives' names (for
+        optuna-dashboard), the job, space and execution (for anyone reading the storage, and the siblings and
+        ownership checks), the job's workload key and cluster features (where other jobs look for neighbours)."""
+        job = self.job
+        if study.metric_names != self.metric_names:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # set_metric_names is marked experimental
+                study.set_metric_names(self.metric_names)
+        describe_study(study, job.name, job.fingerprint(), self.space.name,
+                       f"{job.target.metric} {job.target.threshold}", job.cluster.n_workers,
+                       execution_name(self.settings.backend))
+        describe_job(study, job)

@@ -18,16 +18,15 @@ import dataclasses
 import functools
 import json
 import time
-import warnings
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from autosync.core.errors import Interrupted, RuntimeFailure, UserError
 from autosync.core.job import JobSpec
 from autosync.search.study.cache import (
-    best_policies, check_owner, execution_name, execution_of, read_cache, study_name, write_cache,
+    best_policies, check_owner, execution_name, execution_of, read_cache, write_cache,
 )
 from autosync.policy_score import DETAILS, STOPPED_EARLY, RunFailed, evaluate
+from autosync.search.outcome import TuneOutcome
 from autosync.search.objective import (
     Objective, TimeToTargetBound, canonical_on, process_tag, trial_scoring, trial_seeds,
 )
@@ -40,7 +39,7 @@ from autosync.search.race_trials import race_answer, race_search, race_top
 from autosync.search.strategies.second_seed import second_seed_judge
 from autosync.search.study.records import (
     BSP_REFERENCE, BSP_TARGET, BSP_TRAINING_SECONDS, CURVE, FORKED, HORIZON, NEIGHBOUR_JOBS, REPAIR_OF, TIME_TO_TARGET,
-    TIMED_OUT_OF, VIRTUAL_SECONDS, StudyRecord, describe_study, write_cache_record,
+    TIMED_OUT_OF, VIRTUAL_SECONDS, StudyRecord, write_cache_record,
 )
 from autosync.search.study.siblings import sibling_reference, sibling_studies
 from autosync.search.space import SearchSpace
@@ -48,7 +47,7 @@ from autosync.search.study.helper_processes import follow_parent, start_helpers
 from autosync.search.study.interrupts import interrupted, storage_calls_finish_first
 from autosync.search.study.locking import storage_lock
 from autosync.search.study.outage import report_to
-from autosync.search.recommend.neighbours import describe as describe_job, neighbours as nearest
+from autosync.search.recommend.neighbours import neighbours as nearest
 from autosync.search.study.storage import open_storage, redact_url
 from autosync.search.request import TuneRequest
 from autosync.search.study.trials import (
@@ -60,31 +59,6 @@ if TYPE_CHECKING:
     import optuna
 
 POLL_SECONDS = 1.0  # how often a process with nothing queued checks whether others' trials died
-
-
-@dataclass
-class TuneOutcome:
-    """What `tune` found or re-used."""
-
-    study_name: str
-    storage: str
-    cached: bool  # True when the result came from the cache with no new trial
-    new_trials: int
-    cache: dict[str, Any]  # the study's cache record (best policy, provenance, amortization)
-    top: list[dict[str, Any]] = field(default_factory=list)  # best feasible trials, one per policy, best first
-    study: Any = None  # the optuna.Study itself, for plots
-    verification: Any = None  # autosync.search.strategies.verify.Verification, with --verify-top
-    # other spaces' cached answers on this job that are faster than this one's (`faster_elsewhere`)
-    faster_elsewhere: list[dict[str, Any]] = field(default_factory=list)
-    # the study's finished trials by their role (`autosync.search.study.records.ROLES`): "budget" is what
-    # --n-trials counts, the others (points answered untrained, checks, resampled, killed) the search's own
-    roles: dict[str, int] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The outcome as `autosync tune --json` prints it (plain data: the study itself left out)."""
-        return {"study": self.study_name, "cached": self.cached, "new_trials": self.new_trials, "cache": self.cache,
-                "top": self.top, "faster_elsewhere": self.faster_elsewhere, "roles": self.roles,
-                "verification": self.verification.to_dict() if self.verification is not None else None}
 
 
 def baseline_policies(job: JobSpec) -> list[dict[str, Any]]:
@@ -102,11 +76,7 @@ def load_study(request: TuneRequest, storage: Any) -> "optuna.Study":
     """Create the request's study in `storage`, or load it; its objective directions must match."""
     import optuna
 
-
-    directions = ["minimize", "maximize" if request.job.target.metric == "test_accuracy" else "minimize"] \
-        if request.settings.multi_objective else ["minimize"]
-    name = request.study or study_name(request.job, request.space, request.settings.backend,
-                                       request.settings.constraint_at)
+    directions, name = request.directions, request.study_name
     sampler = make_sampler(request.sampler, request.seed, request.space, request.settings.multi_objective,
                            request.n_trials)
     try:
@@ -120,23 +90,8 @@ def load_study(request: TuneRequest, storage: Any) -> "optuna.Study":
                         f"{[d.name.lower() for d in study.directions]}, but this run asks for {directions}; "
                         "use another --study name or the same --objective")
     check_owner(study, request.job, adopt=request.adopt_study)  # before its identity is (over)written
-    _describe_study(study, request)
+    request.describe(study)
     return study
-
-
-def _describe_study(study: "optuna.Study", request: TuneRequest) -> None:
-    """Metric names and what the study is about, for optuna-dashboard and anyone reading the storage."""
-    job = request.job
-    names = ["time to target (virtual s)"] + (
-        [f"final {job.target.metric}"] if request.settings.multi_objective else [])
-    if study.metric_names != names:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # set_metric_names is marked experimental
-            study.set_metric_names(names)
-    describe_study(study, job.name, job.fingerprint(), request.space.name,
-                   f"{job.target.metric} {job.target.threshold}", job.cluster.n_workers,
-                   execution_name(request.settings.backend))
-    describe_job(study, job)
 
 
 def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = None,

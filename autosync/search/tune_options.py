@@ -14,7 +14,7 @@ from typing import Optional
 
 from autosync.core.declare import option
 from autosync.core.errors import UserError
-from autosync.core.job import MAX_SEED
+from autosync.core.limits import MAX_SEED
 from autosync.engine.backends import ExecutionOptions
 from autosync.search.study.records import BSP_TARGET, BUDGET
 

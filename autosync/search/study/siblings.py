@@ -31,14 +31,16 @@ def sibling_studies(study: "optuna.Study", storage: "optuna.storages.BaseStorage
     mine = StudyRecord(study.user_attrs)
     if mine.fingerprint is None or mine.execution is None:
         return []
-    siblings = []
-    for frozen in internals.all_studies(storage):
-        theirs = StudyRecord(frozen.user_attrs)
-        if frozen.study_name == study.study_name or theirs.fingerprint != mine.fingerprint \
-                or theirs.execution != mine.execution:
-            continue
-        siblings.append(optuna.load_study(study_name=frozen.study_name, storage=storage))
-    return siblings
+    return [optuna.load_study(study_name=frozen.study_name, storage=storage)
+            for frozen in internals.all_studies(storage)
+            if frozen.study_name != study.study_name and is_sibling(mine, StudyRecord(frozen.user_attrs))]
+
+
+def is_sibling(mine: StudyRecord, theirs: StudyRecord) -> bool:
+    """Whether a study whose attributes are `theirs` is a sibling of the study whose attributes are `mine`
+    (another study): the same job fingerprint and execution, both known."""
+    return mine.fingerprint is not None and mine.execution is not None \
+        and theirs.fingerprint == mine.fingerprint and theirs.execution == mine.execution
 
 
 def finished_trials(studies: list["optuna.Study"]) -> Iterator[tuple[str, "optuna.trial.FrozenTrial"]]:

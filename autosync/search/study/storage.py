@@ -22,6 +22,8 @@ from autosync.search.study.outage import is_server, waiting
 from autosync.search.study.urls import redact, redact_url  # where the commands import them from
 
 if TYPE_CHECKING:
+    import sqlite3
+
     import optuna
 
 DEFAULT_STORAGE = "sqlite:///results/autosync-studies.db"
@@ -95,16 +97,26 @@ def _cannot_open(url: str, exc: Exception) -> UserError:
 def _sqlite_tables(url: str, path: Path) -> set[str]:
     """The tables of an SQLite file, read in read-only mode (nothing written, no journal created)."""
     import sqlite3
-    import urllib.parse
 
     try:
-        conn = sqlite3.connect(f"file:{urllib.parse.quote(str(path.resolve()))}?mode=ro", uri=True)
+        conn = read_only(path)
         try:
             return {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         finally:
             conn.close()
     except sqlite3.DatabaseError as exc:
         raise UserError(f"--storage {redact_url(url)}: {path} cannot be read as an SQLite database ({exc})") from None
+
+
+def read_only(path: Path, timeout: float = 5.0) -> "sqlite3.Connection":
+    """A connection to the SQLite file at `path` that writes nothing (SQLite's read-only mode), waiting at
+    most `timeout` seconds for a lock another process holds; in autocommit mode, so that a `BEGIN` holds
+    one snapshot over several queries."""
+    import sqlite3
+    import urllib.parse
+
+    return sqlite3.connect(f"file:{urllib.parse.quote(str(path.resolve()))}?mode=ro", uri=True, timeout=timeout,
+                           isolation_level=None)
 
 
 def _server_has_tables(url: str) -> bool:

@@ -1,0 +1,14 @@
+"""The bounds a job file and the command-line options share, in a module of their own: the options read
+them without loading the job schema (pydantic), which `autosync --help` never needs."""
+
+from __future__ import annotations
+
+__all__ = ["MAX_NAME", "MAX_SEED", "MAX_SIZE"]
+
+#: The largest size a spec takes for what a run allocates (samples, features, classes, layer widths, a batch):
+#: numpy and torch refuse far larger sizes with a traceback, so a number like 10**30 is refused here in one line.
+MAX_SIZE = 2 ** 31 - 1
+#: The longest job name: results/<name>-<space> and the like stay well under file systems' 255 bytes per name.
+MAX_NAME = 100
+#: Seeds are 32 bits: random streams key on the seed's low 32 bits (autosync.core.rng), and scikit-learn takes no more.
+MAX_SEED = 2 ** 32 - 1
