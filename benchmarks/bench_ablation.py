@@ -17,10 +17,10 @@ per variant the mean over jobs of log(answer's ratio without it / with it) and o
 trainings, each with a 90% bootstrap interval over jobs (paired by job and sampler seed). Each job's answers
 are appended to `--results` as they finish; a re-run replays only what it lacks and scores again what it has.
 
-The committed ablation_static_k.md (and its .jsonl) measured the defaults of its day, which ran a
+`ablation_static_k_confirmation.md` (and its .jsonl) measured the defaults of their day, which ran a
 confirmation step too (its leaders re-run on another seed), with and without it: worth less than its
-interval in answer (+1.2% [0.0, 3.6]) for 0.25 BSP trainings a tune, so the TPE search has none. Its
-"defaults" rows are those defaults: measure today's with a fresh `--results`.
+interval in answer (+1.2% [0.0, 3.6]) for 0.25 BSP trainings a tune, so the TPE search has none.
+`ablation_static_k.md` measures today's defaults against each remaining mechanism switched off.
 """
 
 from __future__ import annotations
