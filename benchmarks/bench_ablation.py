@@ -4,44 +4,63 @@
 
 For each of the first `--count` jobs of each family, `autosync tune --sampler tpe --space SPACE` is replayed
 on the table (`--table`: every run read from it, or trained into it once) with its defaults and with each
-mechanism switched off by its own option (`VARIANTS`), from each sampler seed, in a fresh storage each time.
-Every answer is scored on the job's held-out seeds against the grid's choice on the tune's search seeds
-(`autosync.experiments.lofo`, the race's scoring). Nothing of the TPE search is fitted, so no family is
-held out: the families only name the jobs.
+mechanism switched off (`VARIANTS`), from each sampler seed, in a fresh storage each time. A mechanism is
+switched off by its own option (`--patience 0`), or, where it has none, by its field of the request's
+`ObjectiveSettings` (`prune`, `find_equivalents`, `second_seed`), set on the request as `autosync tune`
+builds it (`replayed`). Every answer is scored on the job's held-out seeds against the grid's choice on the
+tune's search seeds (`autosync.experiments.lofo`, the race's scoring). Nothing of the TPE search is fitted,
+so no family is held out: the families only name the jobs.
 
-A mechanism earns its place where switching it off makes the answers worse by more than the interval:
+A mechanism earns its place where switching it off makes the answers worse, or the search dearer, by more
+than the interval:
 per variant the mean over jobs of log(answer's ratio without it / with it) and of the cost difference in BSP
 trainings, each with a 90% bootstrap interval over jobs (paired by job and sampler seed). Each job's answers
 are appended to `--results` as they finish; a re-run replays only what it lacks and scores again what it has.
 
-The committed ablation_static_k.md (and its .jsonl) measured the defaults of its day, which ran a
+`ablation_static_k_confirmation.md` (and its .jsonl) measured the defaults of their day, which ran a
 confirmation step too (its leaders re-run on another seed), with and without it: worth less than its
-interval in answer (+1.2% [0.0, 3.6]) for 0.25 BSP trainings a tune, so the TPE search has none. Its
-"defaults" rows are those defaults: measure today's with a fresh `--results`.
+interval in answer (+1.2% [0.0, 3.6]) for 0.25 BSP trainings a tune, so the TPE search has none.
+`ablation_static_k.md` measures today's defaults against each remaining mechanism switched off.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import statistics
+import tempfile
 import time
 from pathlib import Path
 
 from autosync.api import quiet_optuna
+from autosync.engine.forks import FORKS
 from autosync.experiments import lofo
 from autosync.lattice import lattice_points
-from autosync.table import Table
+from autosync.options import TuneOptions
+from autosync.search.objective import ObjectiveSettings
+from autosync.search.request import TuneRequest
+from autosync.search.tune import tune
+from autosync.table import KEPT, Table
 
 from _report import Figures
-from bench_lofo import jobs_of, replayed_tune
+from bench_lofo import jobs_of
 
-# each variant: the options that switch one mechanism off (TPE's defaults otherwise)
+# each variant: the option or the `ObjectiveSettings` field that switches one mechanism off (defaults otherwise)
 VARIANTS = {
     "defaults": {},
     "no patience": {"patience": 0},  # --patience 0: every trial of --n-trials runs
+    # no trial stops short of the target against the bar (bound, pace, plateau, a pruned twin), so no
+    # full-budget check re-runs a pruned one (`autosync.search.strategies.pruning`)
+    "no pruning": {"prune": False},
+    # no trial is answered by an earlier one whose proxy run it repeats (`autosync.search.equivalence`)
+    "no proxy check": {"find_equivalents": False},
+    # a check near the final-metric rule's edge is judged on the search's seed alone
+    # (`autosync.search.strategies.second_seed`)
+    "no second seed": {"second_seed": False},
 }
+SETTINGS = {f.name for f in dataclasses.fields(ObjectiveSettings)}  # a variant's keys set there, not as options
 
 
 def main() -> None:
@@ -74,7 +93,7 @@ def main() -> None:
                     results[name].append(lofo.score_again(table, done[(name, job.name)], job, lattice_points))
                     continue
                 start = time.perf_counter()
-                answers = [replayed_tune(job, Path(args.table), s, sampler="tpe", space=args.space, **options)
+                answers = [replayed(job, Path(args.table), s, args.space, options)
                            for s in range(args.sampler_seeds)]
                 result = lofo.score_job(table, family, job, lattice_points, answers)
                 with results_path.open("a") as fh:
@@ -101,6 +120,24 @@ def main() -> None:
         figures.add(f"tpe on {args.space}, {name}: cost difference to the defaults', mean",
                     statistics.fmean(costs), "BSP trainings", against="the defaults")
     figures.write(args.json)
+
+
+def replayed(job, table_dir: Path, sampler_seed: int, space: str, variant: dict) -> lofo.Answered:
+    """`autosync tune --sampler tpe --space space --table table_dir --seed sampler_seed` on `job` with the
+    `variant`'s options, in a storage of its own, as in a process of its own (nothing kept from the tune
+    before: `autosync.engine.forks`, `autosync.table.KEPT`; as `bench_lofo.replayed_tune`), the request built
+    as `autosync.api.tune` builds it and the variant's `ObjectiveSettings` fields then set on it."""
+    settings = {k: v for k, v in variant.items() if k in SETTINGS}
+    FORKS.clear()
+    KEPT.clear()
+    with tempfile.TemporaryDirectory(prefix="ablation-") as tmp:
+        options = TuneOptions(space=space, sampler="tpe", table=str(table_dir), seed=sampler_seed,
+                              storage=f"sqlite:///{tmp}/study.db",
+                              **{k: v for k, v in variant.items() if k not in SETTINGS})
+        request = TuneRequest.from_options(job, options)
+        request = dataclasses.replace(request, settings=dataclasses.replace(request.settings, **settings))
+        outcome = tune(request)
+    return lofo.Answered(outcome.cache["best_policy"], float(outcome.cache["search_cost_bsp_trainings"]))
 
 
 def differences(base: list[lofo.JobResult], other: list[lofo.JobResult]) -> tuple[list[float], list[float]]:

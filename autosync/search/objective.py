@@ -89,7 +89,10 @@ class TimedOut(RunFailed):
 
 @dataclass(frozen=True)
 class ObjectiveSettings:
-    """How one trial is scored (the defaults of the options among these are `TuneOptions`')."""
+    """How one trial is scored (the defaults of the options among these are `TuneOptions`').
+
+    `prune`, `find_equivalents` and `second_seed` are no options (a tune always runs the mechanisms they name):
+    `benchmarks/bench_ablation.py` switches each off on the request to measure what it is worth."""
 
     repeats: int = default_of(TuneOptions, "repeats")  # seeds per trial (the objective is noisy)
     tolerance: float = default_of(TuneOptions, "tolerance")  # allowed final-metric shortfall against BSP
@@ -108,6 +111,9 @@ class ObjectiveSettings:
     # look for an already trained policy that runs like a trial's by running both on the job's proxy
     # (`autosync.search.equivalence`); the listed equivalences (`Policy.canonical`) apply either way
     find_equivalents: bool = True
+    # judge a full-budget check whose verdict lies near the rule's edge on a second seed too
+    # (`autosync.search.strategies.second_seed`); off: the search's seed alone decides
+    second_seed: bool = True
 
 
 class TimeToTargetBound:

@@ -513,7 +513,8 @@ def run_trials(study: "optuna.Study", request: TuneRequest, reference: dict[str,
     objective = Objective(request.job, request.space, request.settings, reference["final_metric"], reference,
                           siblings, storage_url=request.storage,
                           race=functools.partial(RaceLimit, places=places(request)),
-                          edge=second_seed_judge(request.job, request.settings, reference, siblings))
+                          edge=second_seed_judge(request.job, request.settings, reference, siblings)
+                          if request.settings.second_seed else None)
     objective.deadline = deadline  # a trial still training when the --timeout passes stops (`TimedOut`)
     give_prior(study, study.user_attrs.get(NEIGHBOUR_JOBS, []) if request.prior else [], request.space,
                execution_name(request.settings.backend), request.settings.constraint_at, request.job,

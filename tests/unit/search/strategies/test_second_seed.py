@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+import warnings
 
 import optuna
 import pytest
@@ -135,3 +136,22 @@ def test_two_processes_storing_runs_in_one_study_at_once_keep_every_run(tmp_path
         assert w.exitcode == 0
     stored = optuna.load_study(study_name="s", storage=url).user_attrs[SECOND_SEED_RUNS]
     assert sorted(stored) == sorted(f"{tag}-{i}" for tag in ("a", "b") for i in range(25))
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_the_setting_switches_the_judge_off(tmp_path, on):
+    """`ObjectiveSettings.second_seed` off (the hook bench_ablation measures the judge with): the search's
+    objective judges no check again, and the search's seed alone decides."""
+    from autosync.search.request import TuneRequest
+    from autosync.search.study.storage import open_storage
+    from autosync.search.tune import load_study, run_trials
+
+    job = _job()
+    request = TuneRequest(job, load_space(SPACE_DIR / "static_k.yaml", job.cluster.n_workers),
+                          storage=f"sqlite:///{tmp_path / 's.db'}", sampler="tpe",
+                          settings=ObjectiveSettings(second_seed=on))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # the TPE sampler's arguments
+        study = load_study(request, open_storage(request.storage))
+    objective = run_trials(study, request, {"final_metric": 0.9}, budget=0, deadline=None)
+    assert isinstance(objective.edge, SecondSeedJudge) is on
