@@ -20,6 +20,7 @@ import yaml
 
 from tests.conftest import small_job, wait_for
 from tests.postgres import postgres_server, storage_rows
+from tests.storage_open import open_when_ready
 
 pytestmark = [pytest.mark.slow, pytest.mark.processes]
 
@@ -142,23 +143,6 @@ def _six_processes_killed_and_restarted(tmp_path: Path, db: str) -> None:
         + len(set(checks) | set(answered))
 
 
-def _open(url: str, barrier, created: Path) -> None:
-    """Open the storage when every process is ready, appending this process's id to `created` if it is
-    the one that created the studies table (SQLAlchemy's after_create fires only for a table it creates)."""
-    from optuna.storages._rdb import models
-    from sqlalchemy import event
-
-    from autosync.search.study.storage import open_storage
-
-    def mark(*_: object, **__: object) -> None:
-        with created.open("a") as fh:
-            fh.write(f"{os.getpid()}\n")
-
-    event.listen(models.StudyModel.__table__, "after_create", mark)
-    barrier.wait()
-    open_storage(url)
-
-
 def test_processes_opening_a_new_storage_together_create_its_schema_once(tmp_path):
     import multiprocessing as mp
 
@@ -166,7 +150,7 @@ def test_processes_opening_a_new_storage_together_create_its_schema_once(tmp_pat
     url = f"sqlite:///{tmp_path / 'new.db'}"
     created = tmp_path / "created"
     barrier = ctx.Barrier(6)
-    procs = [ctx.Process(target=_open, args=(url, barrier, created)) for _ in range(6)]
+    procs = [ctx.Process(target=open_when_ready, args=(url, barrier, created)) for _ in range(6)]
     for p in procs:
         p.start()
     for p in procs:
