@@ -20,6 +20,7 @@ import yaml
 
 from tests.conftest import small_job, wait_for
 from tests.postgres import postgres_server, storage_rows
+from tests.storage_open import open_when_ready
 
 pytestmark = [pytest.mark.slow, pytest.mark.processes]
 
@@ -28,12 +29,12 @@ BUDGET = 16  # trials: enough that the late starters among six processes on 2 co
 
 
 def _job(tmp_path: Path, killable: bool = True) -> Path:
-    """8 workers, static k over 16 points. `killable`: trials of about a second, long enough to be killed
-    in; the target is out of reach, so a trial trains its 900 updates or, twice as slow as BSP to its
-    metric, is pruned on its pace after 30% of BSP's run (one that meets the target stops there, in
-    hundredths of a second, too short to be caught running). Else the target is met and trials stop there."""
+    """8 workers, static k over 16 points, 300 updates. `killable`: the target is out of reach, so a trial
+    trains its 300 updates or, twice as slow as BSP to its metric, is pruned on its pace after 30% of BSP's
+    run (one that meets the target stops there, in hundredths of a second). Else the target is met and
+    trials stop there."""
     target = {"metric": "test_accuracy", "threshold": 0.97 if killable else 0.8}
-    job = small_job(cluster__n_workers=8, budget={"max_updates": 900 if killable else 300}, target=target)
+    job = small_job(cluster__n_workers=8, budget={"max_updates": 300}, target=target)
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(job.model_dump(mode="json")))
     return path
@@ -45,6 +46,12 @@ def _start(job: Path, url: str, n_jobs: int, tmp_path: Path, name: str) -> subpr
     cmd = [sys.executable, "-m", "autosync.cli", "tune", str(job), "--sampler", "tpe", "--n-trials", str(BUDGET),
            "--tolerance", "0.5", "--storage", url, "--n-jobs", str(n_jobs), "--patience", "0"]  # the whole budget (give-ups: test_patience)
     return subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    """`sig` to the process group of a tune started by `_start` (its helper processes too), if any is left."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, sig)
 
 
 @contextlib.contextmanager
@@ -71,7 +78,7 @@ def _six_processes_killed_and_restarted(tmp_path: Path, db: str) -> None:
 
     def busy_groups() -> set[int]:  # process groups (one per tune command) with a trial running now
         groups = set()
-        for (process,) in storage_rows(db, running):
+        for (process,) in storage_rows(db, running, timeout=1):  # a frozen tune may hold the lock: looked at again
             try:
                 groups.add(os.getpgid(int(json.loads(process).rsplit(":", 1)[1])))
             except ProcessLookupError:
@@ -79,13 +86,25 @@ def _six_processes_killed_and_restarted(tmp_path: Path, db: str) -> None:
         return groups
 
     def busy_pair() -> tuple[str, str] | None:  # a whole tune (its helper too) and a single one, both mid-trial
-        groups = busy_groups()
-        return next(((x, y) for x in ("a", "b") for y in ("c", "d") if {procs[x].pid, procs[y].pid} <= groups), None)
+        """Looked at with every tune frozen (SIGSTOP on its process group), and left frozen where a pair is
+        found: the trials seen running are still running when the pair is killed, however short a trial is
+        and however long a look at the storage takes on a busy machine."""
+        for proc in procs.values():
+            _signal_group(proc, signal.SIGSTOP)
+        pair = None
+        try:
+            groups = busy_groups()
+            pair = next(((x, y) for x in ("a", "b") for y in ("c", "d") if {procs[x].pid, procs[y].pid} <= groups),
+                        None)
+            return pair
+        finally:
+            for name, proc in procs.items():
+                if pair is None or name not in pair:
+                    _signal_group(proc, signal.SIGCONT)
 
-    # before the first trial, six processes on 2 cores import torch and each train BSP's 900-update reference
-    # (57-85 s measured on an idle machine; past 120 s once in CI): the deadline leaves room for a busy one
+    # before the first trial, six processes on 2 cores import torch and each train BSP's reference
     victims = wait_for(busy_pair, 360, "a tune with --n-jobs 2 and a single one to run a trial at once", every=0.2)
-    for name in victims:  # each mid-trial
+    for name in victims:  # each mid-trial, frozen there
         os.killpg(procs[name].pid, signal.SIGKILL)
         procs[name].wait()
     for name in victims:
@@ -124,23 +143,6 @@ def _six_processes_killed_and_restarted(tmp_path: Path, db: str) -> None:
         + len(set(checks) | set(answered))
 
 
-def _open(url: str, barrier, created: Path) -> None:
-    """Open the storage when every process is ready, appending this process's id to `created` if it is
-    the one that created the studies table (SQLAlchemy's after_create fires only for a table it creates)."""
-    from optuna.storages._rdb import models
-    from sqlalchemy import event
-
-    from autosync.search.study.storage import open_storage
-
-    def mark(*_: object, **__: object) -> None:
-        with created.open("a") as fh:
-            fh.write(f"{os.getpid()}\n")
-
-    event.listen(models.StudyModel.__table__, "after_create", mark)
-    barrier.wait()
-    open_storage(url)
-
-
 def test_processes_opening_a_new_storage_together_create_its_schema_once(tmp_path):
     import multiprocessing as mp
 
@@ -148,7 +150,7 @@ def test_processes_opening_a_new_storage_together_create_its_schema_once(tmp_pat
     url = f"sqlite:///{tmp_path / 'new.db'}"
     created = tmp_path / "created"
     barrier = ctx.Barrier(6)
-    procs = [ctx.Process(target=_open, args=(url, barrier, created)) for _ in range(6)]
+    procs = [ctx.Process(target=open_when_ready, args=(url, barrier, created)) for _ in range(6)]
     for p in procs:
         p.start()
     for p in procs:
