@@ -57,7 +57,7 @@ def held_out_seeds(job: JobSpec, count: int = HELD_OUT_SEEDS, offset: int = HELD
 
 def tune_seeds(job: JobSpec, repeats: int = 1) -> list[int]:
     """The seeds a tune with these options trains on: its trials' (`trial_seeds`: the job's seed and the next
-    repeats - 1) and the next one (the second seed of a check near the rule's edge, and of the race)."""
+    repeats - 1) and the next one (the race's second seed)."""
     return [job.seed + i for i in range(repeats + 1)]
 
 

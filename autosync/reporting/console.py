@@ -164,8 +164,6 @@ def breakdown_line(b: dict[str, int]) -> str:
                else count(b['full_budget_checks'], 'full-budget check')) + " of the candidates that could win"
             + (f", {b['forked_checks']} of them continued from the run stopped at the target (forked)"
                if b.get("forked_checks") else "")
-            + (f", {b['second_seed_checks']} near the rule's edge judged again with a second seed's full run"
-               if b.get("second_seed_checks") else "")
             + (f", {count(len(b['unchecked']), 'faster candidate')} left unchecked" if b.get("unchecked") else "")
             + "."
             + (f" A candidate that failed its check was moved towards BSP: {_repairs(b['repairs'])} ran as "

@@ -28,8 +28,8 @@ from autosync.search.study.records import (
     ANSWERED, BSP_REFERENCE, BUDGET, CANONICAL, CONSTRAINT, CURVE, EQUIVALENCE_CHECK_FAILED, FAIL_REASON,
     FINAL_METRIC, FINAL_PENDING, FORKED, FOUND_EQUIVALENT, FULL_BUDGET, FULL_BUDGET_OF, HORIZON, KILLED, PLATEAU,
     POLICY, PROCESS, PRUNED_ON_PACE, REACHED, REPAIR_OF, RESAMPLED, RETRY_OF, ROLE, RUNS, SAME_AS, SCORING,
-    SECOND_SEED_CHECK, TIME_TO_TARGET,
-    TIMED_OUT, VIRTUAL_SECONDS, final_pending, has_full_result, has_own_failure, outside_budget, role_of, scored_as,
+    TIME_TO_TARGET, TIMED_OUT, VIRTUAL_SECONDS, final_pending, has_full_result, has_own_failure, outside_budget,
+    role_of, scored_as,
 )
 from autosync.search.study.claim import process_tag, tag
 from autosync.search.study.siblings import finished_trials
@@ -43,17 +43,6 @@ if TYPE_CHECKING:
     from autosync.engine.backends import BackendChoice
     from autosync.search.equivalence import EquivalenceCheck
     from autosync.search.space import SearchSpace
-
-
-class EdgeJudge(Protocol):
-    """A full-budget check's verdict judged again near the rule's edge
-    (`autosync.search.strategies.second_seed.SecondSeedJudge`), as the objective uses it: named here so that
-    the objective does not import the strategy that imports it."""
-
-    def __call__(self, study: "optuna.Study", policy: dict[str, Any], final: float,
-                 margin: float) -> tuple[float, dict[str, Any] | None]:
-        """The constraint's margin for `policy`, whose final metric on the search's seeds is `final` and
-        margin `margin` there, and what to record of the judgement (None where it kept `margin`)."""
 
 
 class Race(Protocol):
@@ -91,7 +80,7 @@ class TimedOut(RunFailed):
 class ObjectiveSettings:
     """How one trial is scored (the defaults of the options among these are `TuneOptions`').
 
-    `prune`, `find_equivalents` and `second_seed` are no options (a tune always runs the mechanisms they name):
+    `prune` and `find_equivalents` are no options (a tune always runs the mechanisms they name):
     `benchmarks/bench_ablation.py` switches each off on the request to measure what it is worth."""
 
     repeats: int = default_of(TuneOptions, "repeats")  # seeds per trial (the objective is noisy)
@@ -111,9 +100,6 @@ class ObjectiveSettings:
     # look for an already trained policy that runs like a trial's by running both on the job's proxy
     # (`autosync.search.equivalence`); the listed equivalences (`Policy.canonical`) apply either way
     find_equivalents: bool = True
-    # judge a full-budget check whose verdict lies near the rule's edge on a second seed too
-    # (`autosync.search.strategies.second_seed`); off: the search's seed alone decides
-    second_seed: bool = True
 
 
 class TimeToTargetBound:
@@ -165,8 +151,7 @@ class Objective:
 
     def __init__(self, job: JobSpec, space: "SearchSpace", settings: ObjectiveSettings, reference: float,
                  bsp_score: dict[str, Any] | None = None, siblings: "list[optuna.Study] | None" = None,
-                 storage_url: str | None = None, race: "Callable[[optuna.Study], Race] | None" = None,
-                 edge: "EdgeJudge | None" = None):
+                 storage_url: str | None = None, race: "Callable[[optuna.Study], Race] | None" = None):
         self.job = job
         self.space = space
         self.settings = settings
@@ -181,9 +166,6 @@ class Objective:
         # the bar a trial races against, built per trial from its study (`autosync.search.strategies.pruning`);
         # None: no pruning
         self.race = race
-        # a full-budget check's verdict near the rule's edge, judged again on a second seed
-        # (`autosync.search.strategies.second_seed`); None: one seed's verdict stands
-        self.edge = edge
         self.equivalents: "EquivalenceCheck | None" = None  # built on the first check (`_found_equivalent`)
         # time.monotonic() past which a search trial stops at its next evaluation (the tune's --timeout;
         # a full-budget check of a candidate, or a repair, is not stopped: the answer needs it)
@@ -285,24 +267,11 @@ class Objective:
         if not full and stopped_early:  # a run stopped at the target: its final metric is not known yet
             trial.set_user_attr(FINAL_PENDING, True)
         else:
-            margin = constraint(self.job, score["final_metric"], self.reference, self.settings.tolerance)
-            if FULL_BUDGET_OF in trial.user_attrs:
-                margin = self._judged_near_the_edge(trial, policy, score["final_metric"], margin)
-            trial.set_constraint(CONSTRAINT, margin)
+            trial.set_constraint(CONSTRAINT, constraint(self.job, score["final_metric"], self.reference,
+                                                        self.settings.tolerance))
         if self.settings.multi_objective:
             return score["time_to_target"], score["final_metric"]
         return score["time_to_target"]
-
-    def _judged_near_the_edge(self, trial: "optuna.Trial", policy: dict[str, Any], final: float,
-                              margin: float) -> float:
-        """A full-budget check's constraint `margin` on the search's seeds, or the `edge` judge's verdict where
-        there is one (recorded on the trial)."""
-        if self.edge is None:
-            return margin
-        margin, record = self.edge(trial.study, policy, final, margin)
-        if record is not None:
-            trial.set_user_attr(SECOND_SEED_CHECK, record)
-        return margin
 
     def _recorded_proxy(self) -> "Callable[[dict[str, Any], int], str] | None":
         """Where the search replays on a table, each policy's proxy run as the table records it."""
@@ -502,7 +471,7 @@ class Objective:
         failed = twin.state == optuna.trial.TrialState.FAIL
         for key, value in twin.user_attrs.items():
             if key not in (RETRY_OF, KILLED, RESAMPLED, PROCESS, FULL_BUDGET_OF, FORKED, FOUND_EQUIVALENT,
-                           EQUIVALENCE_CHECK_FAILED, POLICY, SAME_AS, SECOND_SEED_CHECK, REPAIR_OF, ROLE) \
+                           EQUIVALENCE_CHECK_FAILED, POLICY, SAME_AS, REPAIR_OF, ROLE) \
                     and (failed or key != FAIL_REASON):
                 trial.set_user_attr(key, value)
         trial.set_user_attr(VIRTUAL_SECONDS, 0.0)
@@ -512,11 +481,8 @@ class Objective:
             raise RunFailed(twin.user_attrs[FAIL_REASON])
         attrs = twin.user_attrs
         if not attrs.get(FINAL_PENDING):  # a copy of a run stopped at the target is pending too
-            margin = constraint(self.job, attrs[FINAL_METRIC], self.reference, self.settings.tolerance)
-            if FULL_BUDGET_OF in trial.user_attrs or SECOND_SEED_CHECK in attrs:  # judged as the check it copies
-                margin = self._judged_near_the_edge(trial, trial.user_attrs.get(POLICY) or attrs[POLICY],
-                                                    attrs[FINAL_METRIC], margin)
-            trial.set_constraint(CONSTRAINT, margin)
+            trial.set_constraint(CONSTRAINT, constraint(self.job, attrs[FINAL_METRIC], self.reference,
+                                                        self.settings.tolerance))
         if self.settings.multi_objective:
             return attrs[TIME_TO_TARGET], attrs[FINAL_METRIC]
         return attrs[TIME_TO_TARGET]

@@ -36,7 +36,6 @@ from autosync.search.strategies.pruning import RaceLimit, TargetRacePruner, thin
 from autosync.search.study.running_twins import Resampled
 from autosync.search.strategies.samplers import RACE, SWITCH_POINT_SAMPLERS, make_sampler
 from autosync.search.race_trials import race_answer, race_search, race_top
-from autosync.search.strategies.second_seed import second_seed_judge
 from autosync.search.study.records import (
     BSP_REFERENCE, BSP_TARGET, BSP_TRAINING_SECONDS, CURVE, FORKED, HORIZON, NEIGHBOUR_JOBS, REPAIR_OF, TIME_TO_TARGET,
     TIMED_OUT_OF, VIRTUAL_SECONDS, StudyRecord, write_cache_record,
@@ -512,9 +511,7 @@ def run_trials(study: "optuna.Study", request: TuneRequest, reference: dict[str,
 
     objective = Objective(request.job, request.space, request.settings, reference["final_metric"], reference,
                           siblings, storage_url=request.storage,
-                          race=functools.partial(RaceLimit, places=places(request)),
-                          edge=second_seed_judge(request.job, request.settings, reference, siblings)
-                          if request.settings.second_seed else None)
+                          race=functools.partial(RaceLimit, places=places(request)))
     objective.deadline = deadline  # a trial still training when the --timeout passes stops (`TimedOut`)
     give_prior(study, study.user_attrs.get(NEIGHBOUR_JOBS, []) if request.prior else [], request.space,
                execution_name(request.settings.backend), request.settings.constraint_at, request.job,

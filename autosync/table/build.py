@@ -25,7 +25,7 @@ from autosync.table.cells import FULL, TO_TARGET, Cell, cell_key
 from autosync.table.replay import compute_cell, full_budget, to_target
 from autosync.table.store import Table
 
-SEARCH_SEEDS = 2  # the seeds a tune searches on: job.seed and job.seed + 1 (`trial_seeds`, and the second seed's)
+SEARCH_SEEDS = 2  # the seeds a tune searches on: job.seed and job.seed + 1 (`trial_seeds`, and the race's second seed)
 HELD_OUT_OFFSET = 100  # held-out seeds start this far past the job's seed (as the reference grid scores them)
 HELD_OUT_SEEDS = 2
 

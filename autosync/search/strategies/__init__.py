@@ -6,7 +6,6 @@
 - `pruning` and `full_budget`: trials race the fastest finished candidates and stop at the target; the
   candidates that can still win are checked at the full budget; `patience`: a search that stops improving
   stops.
-- `second_seed`: a check near the final-metric rule's edge judged on a second seed; `verify`: the best
-  candidates re-run on a real backend.
+- `verify`: the best candidates re-run on a real backend.
 - `prior`: TPE's prior from the tuned neighbours' trials (`autosync.search.recommend.neighbours`).
 """

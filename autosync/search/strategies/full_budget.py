@@ -7,9 +7,7 @@ the one the cache answers with. So after the search, the fastest candidate whose
 is re-run at full budget (a check: a trial of its own, queued with the same parameters and marked
 `FULL_BUDGET_OF`, which the budget does not count); if it keeps the constraint it is the answer, else the
 next fastest is checked, and so on. Sync-Switch's premise, that a policy fast to the target may end less
-accurate, is kept: no policy is answered with before its full-budget run keeps the constraint. A check whose
-final metric lands within the tolerance of the rule's edge is judged on a second seed as well
-(`autosync.search.strategies.second_seed`): one seed's final metric is noisier than that.
+accurate, is kept: no policy is answered with before its full-budget run keeps the constraint.
 
 The checks are bounded: at most `MAX_CHECKS`, after which the answer is the fastest candidate known to keep
 the constraint (BSP at worst), and the faster candidates left unchecked are recorded (`UNCHECKED`) so that the

@@ -19,7 +19,7 @@ from autosync.search.cost import COST_UNIT, in_bsp_trainings
 from autosync.search.study.records import (
     BSP_REFERENCE, BSP_TRAINING_SECONDS, BUDGET, CACHE, CONSTRAINT_AT, FINGERPRINT, FORKED, FOUND_EQUIVALENT,
     FULL_BUDGET_OF, GIVEN_UP, GIVEN_UP_PLACES, HORIZON, PLATEAU, PRIOR_TRIALS, PRUNED_ON_PACE, POLICY,
-    REFERENCE_FROM, REPAIR_OF, RULED_BY_FAMILY, RUNS, SAME_AS, SECOND_SEED_CHECK, SECOND_SEED_RUNS, TIMED_OUT_OF,
+    REFERENCE_FROM, REPAIR_OF, RULED_BY_FAMILY, RUNS, SAME_AS, STORED_RUNS, TIMED_OUT_OF,
     UNCHECKED, VIRTUAL_SECONDS, CacheRecord, StudyRecord, TrialRecord, damaged, final_pending, has_run,
     outside_budget, policy_key, validated, write_cache_record,
 )
@@ -74,14 +74,13 @@ def execution_of(backend: "BackendChoice | None") -> dict[str, Any]:
 def search_cost(study: "optuna.Study", up_to: int | None = None) -> float:
     """Virtual seconds trained by every trial of the study (with `up_to`, by the trials of the search up to
     that number, the full-budget checks and the repairs: what finding the answer cost), the BSP reference
-    runs (none when a sibling study trained them: `autosync.search.study.siblings`) and the second-seed runs it
-    trained (`autosync.search.strategies.second_seed`; a sibling's runs are the sibling's cost)."""
+    runs (none when a sibling study trained them: `autosync.search.study.siblings`) and the full runs it stored
+    beside its trials (`STORED_RUNS`)."""
     attrs = study.user_attrs
     reference = attrs.get(BSP_REFERENCE, {})
     trained = 0.0 if REFERENCE_FROM in reference else reference.get(VIRTUAL_SECONDS, 0.0)
-    second_seed = attrs.get(SECOND_SEED_RUNS)
-    trained += sum(run.get(VIRTUAL_SECONDS, 0.0) for run in second_seed.values()) \
-        if isinstance(second_seed, dict) else 0.0
+    stored = attrs.get(STORED_RUNS)
+    trained += sum(run.get(VIRTUAL_SECONDS, 0.0) for run in stored.values()) if isinstance(stored, dict) else 0.0
     return trained + sum(TrialRecord(t).virtual_seconds for t in study.get_trials(deepcopy=False)
                          if up_to is None or t.number <= up_to or outside_budget(t))
 
@@ -245,8 +244,6 @@ def search_breakdown(study: "optuna.Study") -> dict[str, Any]:
         "pruned_in_plateau": sum(1 for t in trials if t.state.name == "PRUNED" and PLATEAU in t.user_attrs),
         "full_budget_checks": len(checks),
         "forked_checks": sum(1 for t in checks if t.user_attrs.get(FORKED)),
-        # checks near the rule's edge judged again on a second seed (`autosync.search.strategies.second_seed`)
-        "second_seed_checks": sum(1 for t in checks if SECOND_SEED_CHECK in t.user_attrs),
         "forked_trials": sum(1 for t in trials if t.user_attrs.get(FORKED) and FULL_BUDGET_OF not in t.user_attrs),
         "given_up": len(given_up) + int(places.get("places", 0)),
         "patience": max([t.user_attrs[GIVEN_UP] for t in given_up] + ([places["patience"]] if places else []),

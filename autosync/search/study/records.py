@@ -51,8 +51,6 @@ CURVE = "curve"  # [virtual time, target metric] at the first seed's evaluations
 KILLED = "process_lost"  # failed because its process died: no result of its own
 RETRY_OF = "retry_of"  # of a re-queued trial: the number of the killed trial it re-runs
 SAME_AS = "same_as_trial"  # answered untrained by this trial (a number, "study#number" or BSP_REFERENCE)
-SECOND_SEED_CHECK = "second_seed_check"  # a check trial: its runs on a second seed near the rule's edge, and
-# the verdict over both seeds (`autosync.search.strategies.second_seed`)
 VIRTUAL_SECONDS = "virtual_seconds"  # virtual seconds the trial trained (the search's cost)
 FAIL_REASON = "fail_reason"  # why a failed trial failed, one line
 TIME_TO_TARGET = "time_to_target"  # the score: mean time to target over the seeds (misses penalized)
@@ -86,8 +84,9 @@ FEATURES = "cluster_features"  # the job's cluster features (neighbours are near
 NEIGHBOUR_JOBS = "neighbour_jobs"  # also a cache field: the tuned jobs a search started from
 PRIOR_TRIALS = "prior_trials"  # also a cache field: how many neighbour trials TPE read as a prior
 GIVEN_UP_PLACES = "given_up_places"  # the budget whose places not queued yet were given up, and how many
-# {run identity: result} of the second seed's runs (`autosync.search.strategies.second_seed.RunStore`)
-SECOND_SEED_RUNS = "confirmation_runs"
+# {run identity: result}: full runs trained beside the trials, held by studies in users' storage whose tune ran
+# a confirmation step or judged checks on a second seed; nothing writes it, and the search cost counts its runs
+STORED_RUNS = "confirmation_runs"
 BSP_REFERENCE = "bsp_reference"  # BSP's runs on the trials' seeds (`BspReference`); also SAME_AS's value
 CACHE = "cache"  # the cached answer (`CacheRecord`), written once a search finished
 # in a cache record: the budget a search had when its --timeout ended it short of it (the same command resumes)

@@ -143,6 +143,14 @@ def test_a_cached_answer_of_an_older_autosync_with_a_confirmation_prints_as_any_
     assert printed.split("best: ")[1] == plain.split("best: ")[1]
 
 
+def test_a_breakdown_of_an_older_autosync_with_checks_judged_on_a_second_seed_prints_as_any_other():
+    """A record whose tune judged checks near the rule's edge on a second seed (the breakdown's
+    `second_seed_checks`) prints its breakdown, and nothing of that count."""
+    plain = {"stopped_at_target": 12, "answered_by_equivalent": 3, "pruned": 4, "full_budget_checks": 2}
+    line = reports.breakdown_line({**plain, "second_seed_checks": 1})
+    assert line == reports.breakdown_line(plain) and "2 full-budget checks" in line and "second seed" not in line
+
+
 def test_a_column_that_does_not_fit_is_left_out_and_named():
     table = fitted("t", [Column("policy", text=True), Column("time"), Column("fingerprint")],
                    [("bsp", "123.45", "86edddd667e815f6")])

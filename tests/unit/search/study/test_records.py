@@ -139,6 +139,23 @@ def test_a_cache_record_of_an_older_autosync_with_a_confirmation_still_answers()
     assert read_cache(study) == old and read_cache(study)["best_policy"] == {"policy": "backup", "params": {"k": 3}}
 
 
+def test_a_study_of_an_older_autosync_that_judged_checks_on_a_second_seed_loads_and_counts_their_runs():
+    """A study whose tune judged checks near the rule's edge on a second seed: its record (the breakdown's
+    `second_seed_checks`) loads as it is, and the full runs it stored beside its trials stay in its cost."""
+    import optuna
+
+    from autosync.search.study.cache import read_cache, search_cost
+
+    study = optuna.create_study(storage=optuna.storages.InMemoryStorage())
+    study.add_trial(optuna.trial.create_trial(value=12.5, user_attrs={records.VIRTUAL_SECONDS: 40.0}))
+    study.set_user_attr(records.STORED_RUNS, {"a|full budget": {"final_metric": 0.9, records.VIRTUAL_SECONDS: 30.0},
+                                              "b|full budget": {"reason": "diverged", records.VIRTUAL_SECONDS: 0.0}})
+    old = {**_record(), "search_breakdown": {"full_budget_checks": 2, "second_seed_checks": 1}}
+    records.write_cache_record(study, old)
+    assert read_cache(study) == old
+    assert search_cost(study) == pytest.approx(70.0)
+
+
 @pytest.mark.parametrize("damage, field", [
     (lambda r: r.pop("best_value"), "field best_value is missing"),
     (lambda r: r.update(trials="many"), "trials:"),
