@@ -25,12 +25,18 @@ off, among them a second-seed judge (a full-budget check near the final-metric r
 the search's seed and the next): without it the answers were -0.7% [-2.0, 0.0] (no worse) for -0.12
 [-0.37, 0.00] BSP trainings, so the TPE search has none either, and its "defaults" and "no second seed" rows
 are those defaults': measure today's with a fresh `--results`.
+`ablation_static_k_checks.md` (and its .jsonl; `--variants 'no repair' 'no check families'`) measured the
+full-budget checks' two helpers against the defaults of their day (make_table.py's `bench_ablation_checks`).
+A mechanism with no switch of its own is switched off for the measurement by setting one name of its module
+(`patched`): the repair's rounds to 0, each policy its own check family.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import importlib
 import json
 import math
 import statistics
@@ -45,6 +51,7 @@ from autosync.lattice import lattice_points
 from autosync.options import TuneOptions
 from autosync.search.objective import ObjectiveSettings
 from autosync.search.request import TuneRequest
+from autosync.search.study.records import policy_key
 from autosync.search.tune import tune
 from autosync.table import KEPT, Table
 
@@ -60,7 +67,17 @@ VARIANTS = {
     "no pruning": {"prune": False},
     # no trial is answered by an earlier one whose proxy run it repeats (`autosync.search.equivalence`)
     "no proxy check": {"find_equivalents": False},
+    # a candidate whose full-budget check failed is not repaired one step towards BSP
+    # (`autosync.search.strategies.repair`: no repair round)
+    "no repair": {"patch": ("autosync.search.strategies.repair", "MAX_REPAIR_ROUNDS", 0)},
+    # each policy is its own check family (`autosync.search.strategies.check_families.check_family`): a failed
+    # check neither reorders the other checks nor rules out the rest of its stale family
+    "no check families": {"patch": ("autosync.search.strategies.check_families", "check_family",
+                                    lambda trial: policy_key(trial)),
+                          "patch_also": ("autosync.search.strategies.full_budget", "check_family",
+                                         lambda trial: policy_key(trial))},
 }
+PATCHES = ("patch", "patch_also")  # a variant's (module, name, value): set while it runs, then restored
 SETTINGS = {f.name for f in dataclasses.fields(ObjectiveSettings)}  # a variant's keys set there, not as options
 
 
@@ -71,6 +88,8 @@ def main() -> None:
                                                           "inverse", "mosaic"])
     parser.add_argument("--count", type=int, default=2, help="jobs 0..N-1 of each family")
     parser.add_argument("--sampler-seeds", type=int, default=1)
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS),
+                        help="the variants to run (defaults always runs: the others are judged against it)")
     parser.add_argument("--table", default="results/table")
     parser.add_argument("--results", default=None, help="default: benchmarks/ablation_<space>.jsonl")
     parser.add_argument("--out", default=None, help="default: benchmarks/ablation_<space>.md")
@@ -86,10 +105,11 @@ def main() -> None:
             record = json.loads(line)
             done[(record["variant"], record["result"]["job"])] = lofo.JobResult(**record["result"])
     table = Table(args.table)
-    results: dict[str, list[lofo.JobResult]] = {name: [] for name in VARIANTS}
+    variants = {name: VARIANTS[name] for name in VARIANTS if name == "defaults" or name in args.variants}
+    results: dict[str, list[lofo.JobResult]] = {name: [] for name in variants}
     for family in args.families:
         for job in jobs_of(family, args.count):
-            for name, options in VARIANTS.items():
+            for name, options in variants.items():
                 if (name, job.name) in done:
                     results[name].append(lofo.score_again(table, done[(name, job.name)], job, lattice_points))
                     continue
@@ -104,7 +124,9 @@ def main() -> None:
                       f"{[round(a['cost'], 2) for a in result.answers]} ({time.perf_counter() - start:.0f} s)",
                       flush=True)
     command = (f"python benchmarks/bench_ablation.py --space {args.space} --families {' '.join(args.families)} "
-               f"--count {args.count} --sampler-seeds {args.sampler_seeds}")
+               f"--count {args.count} --sampler-seeds {args.sampler_seeds}"
+               + (f" --variants {' '.join(repr(v) for v in args.variants)}" if args.variants != list(VARIANTS) else "")
+               + (f" --results {args.results}" if args.results else "") + (f" --out {args.out}" if args.out else ""))
     out.write_text(report(results, command, args.space))
     print(out.read_text())
     figures = Figures("bench_ablation")
@@ -129,12 +151,33 @@ def replayed(job, table_dir: Path, sampler_seed: int, space: str, variant: dict)
     before: `autosync.engine.forks`, `autosync.table.KEPT`; as `bench_lofo.replayed_tune`), the request built
     as `autosync.api.tune` builds it and the variant's `ObjectiveSettings` fields then set on it."""
     settings = {k: v for k, v in variant.items() if k in SETTINGS}
+    with patched([variant[k] for k in PATCHES if k in variant]):
+        return _replayed(job, table_dir, sampler_seed, space, variant, settings)
+
+
+@contextlib.contextmanager
+def patched(patches: list[tuple[str, str, object]]):
+    """Each (module, name, value) set while the block runs, then restored: a mechanism that has no switch of
+    its own, switched off for the measurement (the search's code is unchanged)."""
+    saved = []
+    for module, name, value in patches:
+        mod = importlib.import_module(module)
+        saved.append((mod, name, getattr(mod, name)))
+        setattr(mod, name, value)
+    try:
+        yield
+    finally:
+        for mod, name, value in reversed(saved):
+            setattr(mod, name, value)
+
+
+def _replayed(job, table_dir: Path, sampler_seed: int, space: str, variant: dict, settings: dict) -> lofo.Answered:
     FORKS.clear()
     KEPT.clear()
     with tempfile.TemporaryDirectory(prefix="ablation-") as tmp:
         options = TuneOptions(space=space, sampler="tpe", table=str(table_dir), seed=sampler_seed,
                               storage=f"sqlite:///{tmp}/study.db",
-                              **{k: v for k, v in variant.items() if k not in SETTINGS})
+                              **{k: v for k, v in variant.items() if k not in SETTINGS and k not in PATCHES})
         request = TuneRequest.from_options(job, options)
         request = dataclasses.replace(request, settings=dataclasses.replace(request.settings, **settings))
         outcome = tune(request)
