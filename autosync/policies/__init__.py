@@ -10,7 +10,7 @@ from autosync.policies._base import (
 )
 from autosync.policies._classic import ASP, BSP, SSP, BackupWorkers
 from autosync.policies._composed import (
-    SEED_POLICIES, Composed, check_composition, composition_of, cross_paper_variants, stale_step_rule,
+    SEED_POLICIES, Composed, check_composition, composition_of, cross_paper_variants,
 )
 from autosync.policies._dana import DANADC, DCASGD, LWP, NAGASGD, DANASlim, DANAZero, MultiASGD
 from autosync.policies.dbw import DBW, BlindDBW, DynamicK
@@ -22,5 +22,5 @@ __all__ = [
     "ASP", "AdaComm", "AsyncLocalSGD", "DiLoCo", "EASGD", "LocalSGD", "LocalSteps", "Aggregation", "Arrival", "BSP", "BackupWorkers", "Barrier", "Batching", "BlindDBW",
     "BoundedStaleness", "Composed", "check_composition", "composition_of", "cross_paper_variants", "DANADC", "DANASlim", "DANAZero", "DBW", "DCASGD", "DynamicK", "FastestK", "LBBSP",
     "LWP", "MultiASGD", "NAGASGD", "OnArrival", "Policy", "Preset", "Progress", "SEED_POLICIES", "SSP", "Schedule", "ServerView",
-    "StaticSplit", "Strategies", "Strategy", "SyncSwitch", "Task", "UpdateRule", "UpdateStats", "stale_step_rule",
+    "StaticSplit", "Strategies", "Strategy", "SyncSwitch", "Task", "UpdateRule", "UpdateStats",
 ]

@@ -248,29 +248,6 @@ def check_composition(policy: Composed) -> None:
                          f"it needs barrier bsp, but got barrier={policy.barrier}")
 
 
-STALE_BARRIERS = ("asp", "ssp")  # barriers that apply each gradient on arrival, computed on older parameters
-
-
-def stale_step_rule(policy: Policy) -> str | None:
-    """The step-size rule with which `policy` applies gradients computed on older parameters until its run
-    ends, or None where it does not: a synchronous barrier to the end, or a schedule that never leaves BSP.
-    ASP's rule under barrier asp or after a schedule's switch to ASP ("fixed", "staleness",
-    "sqrt_staleness"); "fixed" under barrier ssp (a full step, as SSP, the DANA family and the other
-    asynchronous updates take it). Read from the slots the policy fills (`composition_of`, a composition's
-    own parameters, else its first preset's slots)."""
-    if isinstance(policy, Composed):
-        slots = policy.params()
-    else:  # a policy no composition holds (another parameter away from its default): its first preset's
-        presets = type(policy).presets  # slots, with its own values of the schedule's parameters
-        slots = composition_of(policy) or {**(presets[0].slots() if presets else {}), **policy.params()}
-    barrier, schedule = slots.get("barrier", PLAIN["barrier"]), slots.get("schedule", PLAIN["schedule"])
-    switches = schedule != PLAIN["schedule"] and float(slots.get("switch_at", 0.0)) < 1.0 \
-        and slots.get("order", "bsp_asp") == "bsp_asp"  # ASP to the end, not BSP after it
-    if barrier not in STALE_BARRIERS and not switches:
-        return None
-    return (slots.get("asp_lr_rule") or "fixed") if barrier == "asp" or switches else "fixed"
-
-
 def composition_of(policy: Policy) -> dict[str, Any] | None:
     """The slots (as Composed's parameters) of a named seed policy, or None for one that is not a preset:
     the preset its values select (`Preset.fixed`), provided every parameter the preset does not carry keeps

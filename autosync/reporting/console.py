@@ -192,17 +192,6 @@ def unchecked_line(unchecked: list[dict[str, Any]], checks: int, metric: str) ->
             f"is the fastest known to keep BSP's final {metric}.")
 
 
-def ruled_by_family_line(ruled: list[dict[str, Any]], metric: str) -> str:
-    """The candidates faster than the answer left out because a check of their stale family broke the rule
-    (`autosync.search.strategies.check_families`): an inference from a relative, not their own run."""
-    one = len(ruled) == 1
-    families = ", ".join(dict.fromkeys(str(row.get("family")) for row in ruled))  # each once, fastest first
-    return (f"not sure: {count(len(ruled), 'faster candidate')}, fastest {_fastest(ruled)}, "
-            f"{'was' if one else 'were'} not checked {'itself' if one else 'themselves'}: a policy of "
-            f"{'its' if one else 'their'} family ({families}) ended short of BSP's final {metric} at "
-            f"full budget, so {'it was' if one else 'they were'} ruled out with it.")
-
-
 def _fastest(rows: list[dict[str, Any]]) -> str:
     """The first of recorded candidate rows, named, with its time to target where known."""
     first = rows[0]
@@ -274,8 +263,6 @@ def tune_report(outcome: Any, spec: Any) -> list[Printed]:
         out.append(Line(breakdown_line(b), style="dim"))
         if b.get("unchecked"):
             out.append(Line(unchecked_line(b["unchecked"], b["full_budget_checks"], spec.target.metric)))
-        if b.get("ruled_by_family"):
-            out.append(Line(ruled_by_family_line(b["ruled_by_family"], spec.target.metric)))
     if c.get("neighbour_jobs"):
         out.append(Line(neighbours_line(c["neighbour_jobs"], c.get("cost_to_answer_bsp_trainings"),
                                          c.get("prior_trials", 0)), style="dim"))

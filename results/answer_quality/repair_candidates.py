@@ -31,7 +31,7 @@ def main() -> int:
     )
     from autosync.lattice import BSP_POLICY
     from autosync.experiments.robustness import CELLS_FILE
-    from autosync.search.strategies.check_families import failed_check
+    from autosync.search.study.records import failed_check
     from autosync.search.study.records import FINGERPRINT, FULL_BUDGET_OF, POLICY
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

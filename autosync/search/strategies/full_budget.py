@@ -11,27 +11,23 @@ accurate, is kept: no policy is answered with before its full-budget run keeps t
 
 The checks are bounded: at most `MAX_CHECKS`, after which the answer is the fastest candidate known to keep
 the constraint (BSP at worst), and the faster candidates left unchecked are recorded (`UNCHECKED`) so that the
-output says so. A check's cost is most of a training (the rest of the budget), and a job where the fastest policies end above BSP's loss has many of them (up to
-18 on the development families, before the cap). Failures there run in families: a policy
-that applies stale gradients to the end (ASP and its relatives) ends noisier however fast it reached the
-target, so after a failed check the candidates of a family that has not failed one are checked first
-(`next_to_check`; a family here is a synchronous policy and its step-size rule, or the policies that
-apply stale gradients to the end, by how their step shrinks with staleness), then the others in time order.
-Within each, a candidate whose time is known (it reached the target) comes before one pruned at a lower bound: a pruned trial only had not reached the target when
-it stopped, and its check, a training's cost, often finds it slower than the known one.
+output says so. A check's cost is most of a training (the rest of the budget).
+
+The candidates are checked fastest first, a candidate whose time is known (it reached the target) before one
+pruned at a lower bound: a pruned trial only had not reached the target when it stopped, and its check, a
+training's cost, often finds it slower than the known one. A failed check rules out its own policy only:
+ordering the checks by families of policies, and ruling a failed check's stale relatives out with it, made
+the answers no better (`benchmarks/ablation_static_k_checks.md`: -1.8% [-5.5, +0.1] without them, for
++0.00 BSP trainings), so the search has neither.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-from autosync.search.strategies.check_families import (
-    check_family, failed_check, failed_families, ruled_out,
-)
-from autosync.search.strategies.repair import is_repair
 from autosync.search.study import _optuna_internals as internals
 from autosync.search.study.records import (
-    FULL_BUDGET_OF, POLICY, RULED_BY_FAMILY, UNCHECKED, constraint_of, final_pending, policy_key,
+    FULL_BUDGET_OF, POLICY, UNCHECKED, broke_the_rule, constraint_of, failed_check, final_pending, policy_key,
 )
 
 if TYPE_CHECKING:
@@ -41,41 +37,26 @@ MAX_CHECKS = 3  # full-budget checks a search runs at most (each costs most of a
 
 
 def next_to_check(study: "optuna.Study", wanted: int = 1) -> "optuna.trial.FrozenTrial | None":
-    """The trial to check next among `waiting(study, wanted)`: the fastest of a family (policy) none of
-    whose checks has failed, or a repair (`autosync.search.strategies.repair`: a failed candidate's family
-    one step closer to BSP), else the fastest; a candidate that reached the target before a pruned one in
-    each; None once the `wanted` fastest candidates are known feasible (or none is left)."""
+    """The trial to check next among `waiting(study, wanted)`: the fastest that reached the target, else the
+    fastest pruned; None once the `wanted` fastest candidates are known feasible (or none is left)."""
     import optuna
 
-    trials = internals.fresh_trials(study)  # one read of the database for both
-    candidates = waiting(study, wanted, trials)
-    failed = failed_families(trials)
-    return min(candidates, key=lambda t: (check_family(t) in failed and not is_repair(t),
-                                          t.state == optuna.trial.TrialState.PRUNED)) if candidates else None
+    candidates = waiting(study, wanted)
+    return min(candidates, key=lambda t: t.state == optuna.trial.TrialState.PRUNED) if candidates else None
 
 
 def waiting(study: "optuna.Study", wanted: int = 1,
             trials: "list[optuna.trial.FrozenTrial] | None" = None) -> "list[optuna.trial.FrozenTrial]":
     """The trials whose final metric is not known and that could still be among the `wanted` fastest
-    feasible policies (the answer, or the K candidates that --verify-top re-runs),
-    fastest first: fewer than `wanted` policies as fast are known feasible, and its policy has no
-    full-budget result yet. Such a trial stopped at the target, or was pruned
-    (`autosync.search.strategies.pruning`) against a candidate that may since have failed its check: it
-    counts at the bound it was pruned at, a lower bound on its time. Empty once the `wanted` fastest
-    candidates are known feasible. A candidate of a stale family whose check failed
-    (`check_families.ruled_out`) waits for none: another setting of that family fails its check too.
-    `trials`: the study's trials as just read (read here when None)."""
-    return standing(study, wanted, trials)[0]
-
-
-def standing(study: "optuna.Study", wanted: int = 1, trials: "list[optuna.trial.FrozenTrial] | None" = None,
-             ) -> "tuple[list[optuna.trial.FrozenTrial], list[optuna.trial.FrozenTrial]]":
-    """`waiting`'s trials, and beside them those the same walk leaves out only because a check of their stale
-    family failed (`check_families.RuledOut.by_family`: their own policy was never trained to the end), one
-    per policy, fastest first."""
+    feasible policies (the answer, or the K candidates that --verify-top re-runs), one per policy, fastest
+    first: fewer than `wanted` policies as fast are known feasible, and its policy has no full-budget result
+    yet. Such a trial stopped at the target, or was pruned (`autosync.search.strategies.pruning`) against a
+    candidate that may since have failed its check: it counts at the bound it was pruned at, a lower bound on
+    its time. Empty once the `wanted` fastest candidates are known feasible. `trials`: the study's trials as
+    just read (read here when None)."""
     trials = internals.fresh_trials(study) if trials is None else trials
     checked = {t.user_attrs[FULL_BUDGET_OF] for t in trials if FULL_BUDGET_OF in t.user_attrs and t.state.is_finished()}
-    ruled = ruled_out(trials)
+    broke = broke_the_rule(trials)
     time_of = _time
 
     # at equal times a full-budget result comes first: a check ties with the trial it checks, and policies
@@ -83,7 +64,7 @@ def standing(study: "optuna.Study", wanted: int = 1, trials: "list[optuna.trial.
     done = sorted((t for t in trials if time_of(t) is not None), key=lambda t: (time_of(t), _pending(t), t.number))
     known = {policy_key(t) for t in done if not _pending(t)}  # policies whose full-budget result is in
     feasible: set[str] = set()
-    out, by_family, queued = [], [], set()
+    out, queued = [], set()
     for t in done:
         if policy_key(t) in feasible:
             continue
@@ -93,15 +74,12 @@ def standing(study: "optuna.Study", wanted: int = 1, trials: "list[optuna.trial.
                 if len(feasible) >= wanted:
                     break
             continue
-        # a check that failed leaves it unanswerable, as does its stale family's; a policy's fastest trial
-        # stands for its twins
+        # a check that failed leaves its policy unanswerable; a policy's fastest trial stands for its twins
         if policy_key(t) not in known and t.number not in checked and policy_key(t) not in queued:
-            if not ruled(t):
+            if policy_key(t) not in broke:
                 out.append(t)
-            elif ruled.by_family(t):
-                by_family.append(t)
             queued.add(policy_key(t))
-    return out, by_family
+    return out
 
 
 def _time(trial: "optuna.trial.FrozenTrial") -> float | None:
@@ -129,10 +107,8 @@ def check_candidates(study: "optuna.Study", run_check: Callable[[int], None], wa
     the check of trial `number`. Before each check, `repair(number)` is asked once for each candidate whose
     check failed (`failed_candidates`): it runs the candidate's repairs where it has any left
     (`autosync.search.strategies.repair`) and says how many now wait for a check, each one more check. The
-    candidates the limit left unchecked are recorded on the study
-    (`UNCHECKED`: their trial numbers and policies, fastest first; empty when none), and so are the faster
-    ones left out only by their stale family's failed check (`RULED_BY_FAMILY`, with that family). Returns
-    how many checks ran."""
+    candidates the limit left unchecked are recorded on the study (`UNCHECKED`: their trial numbers and
+    policies, fastest first; empty when none). Returns how many checks ran."""
     checks, asked = 0, set()
     while True:
         if repair is not None:  # each failed candidate once, a check before this call's included (a resumed tune)
@@ -143,9 +119,7 @@ def check_candidates(study: "optuna.Study", run_check: Callable[[int], None], wa
             break
         run_check(candidate.number)
         checks += 1
-    unchecked, by_family = standing(study, wanted)
-    study.set_user_attr(UNCHECKED, [_row(t) for t in unchecked])
-    study.set_user_attr(RULED_BY_FAMILY, [{**_row(t), "family": check_family(t)} for t in by_family])
+    study.set_user_attr(UNCHECKED, [_row(t) for t in waiting(study, wanted)])
     return checks
 
 

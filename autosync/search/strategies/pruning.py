@@ -29,8 +29,9 @@ import time
 
 import optuna
 
-from autosync.search.strategies.check_families import ruled_out
-from autosync.search.study.records import CURVE, REACHED, SCORING, TrialRecord, may_be_feasible, policy_key
+from autosync.search.study.records import (
+    CURVE, REACHED, SCORING, TrialRecord, broke_the_rule, may_be_feasible, policy_key,
+)
 
 REFRESH_SECONDS = 2.0  # how often (wall) a running trial re-reads the bar: other processes may lower it
 CURVE_POINTS = 64  # a stored curve is thinned to about this many points
@@ -48,12 +49,12 @@ def race_limit(trials: "list[optuna.trial.FrozenTrial]", places: int = 1) -> flo
 def race_bar(trials: "list[optuna.trial.FrozenTrial]", places: int = 1,
              ) -> "tuple[optuna.trial.FrozenTrial, float] | None":
     """The trial that sets the bar and the bar: the `places`-th fastest policy's fastest trial (one with a
-    stored curve, where its policy has one) and its time; None while fewer policies have finished. A trial
-    a failed full-budget check ruled out (`check_families.ruled_out`) sets no bar."""
-    out = ruled_out(trials)
+    stored curve, where its policy has one) and its time; None while fewer policies have finished. A policy
+    known to break the final-metric rule (`records.broke_the_rule`) sets no bar."""
+    out = broke_the_rule(trials)
     best: dict[str, optuna.trial.FrozenTrial] = {}
     for t in trials:
-        if t.state == optuna.trial.TrialState.COMPLETE and may_be_feasible(t) and not out(t):
+        if t.state == optuna.trial.TrialState.COMPLETE and may_be_feasible(t) and policy_key(t) not in out:
             key = policy_key(t)
             if key not in best or (t.values[0], CURVE not in t.user_attrs) < (
                     best[key].values[0], CURVE not in best[key].user_attrs):

@@ -13,7 +13,7 @@ So after a check of a candidate fails, its policy's settings one step towards BS
 parameter moved towards the setting that runs as BSP, as Sync-Switch's binary search moves the switch
 point, Algorithm 1) that the space holds and the study has not tried run as trials of their own (marked
 `REPAIR_OF`, outside the budget, like the checks; they race against the bar as any trial does) and stand
-as candidates: the fastest is checked next, ahead of the candidates of the families whose checks failed.
+as candidates, checked in their turn, fastest first (`full_budget.next_to_check`).
 Once per study (`MAX_REPAIR_ROUNDS`; a `--refresh` search of the study does not repair again): the round
 adds a check for each repair that waits for one.
 """
@@ -77,8 +77,3 @@ def queue_repairs(study: "optuna.Study", number: int, points: list[dict[str, Any
 def repairs_finished(study: "optuna.Study", number: int) -> bool:
     """Whether every repair of trial `number` has finished (with a result, pruned or failed)."""
     return all(t.state.is_finished() for t in internals.fresh_trials(study) if t.user_attrs.get(REPAIR_OF) == number)
-
-
-def is_repair(trial: "optuna.trial.FrozenTrial") -> bool:
-    """Whether `trial` is a repair (its check is not: a check carries its own `FULL_BUDGET_OF` mark only)."""
-    return REPAIR_OF in trial.user_attrs

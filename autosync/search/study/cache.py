@@ -19,7 +19,7 @@ from autosync.search.cost import COST_UNIT, in_bsp_trainings
 from autosync.search.study.records import (
     BSP_REFERENCE, BSP_TRAINING_SECONDS, BUDGET, CACHE, CONSTRAINT_AT, FINGERPRINT, FORKED, FOUND_EQUIVALENT,
     FULL_BUDGET_OF, GIVEN_UP, GIVEN_UP_PLACES, HORIZON, PLATEAU, PRIOR_TRIALS, PRUNED_ON_PACE, POLICY,
-    REFERENCE_FROM, REPAIR_OF, RULED_BY_FAMILY, RUNS, SAME_AS, STORED_RUNS, TIMED_OUT_OF,
+    REFERENCE_FROM, REPAIR_OF, RUNS, SAME_AS, STORED_RUNS, TIMED_OUT_OF,
     UNCHECKED, VIRTUAL_SECONDS, CacheRecord, StudyRecord, TrialRecord, damaged, final_pending, has_run,
     outside_budget, policy_key, validated, write_cache_record,
 )
@@ -220,7 +220,7 @@ def search_breakdown(study: "optuna.Study") -> dict[str, Any]:
     `autosync.search.strategies.pruning`), and
     the full-budget checks of the candidates that could win (`autosync.search.strategies.full_budget`) and the
     faster candidates they left unchecked (at most `MAX_CHECKS` run, one more after a race that ran as
-    many: `full_budget.checks_left`) or ruled out by a check of their stale family, and how many
+    many: `full_budget.checks_left`), and how many
     of those continued from their candidate's run stopped at the target (`autosync.engine.forks`), and the
     trials that continued from another switch point's prefix (Sync-Switch's BSP phase trained once), and the
     queued trials not run because the search stopped improving (`--patience`)."""
@@ -252,8 +252,6 @@ def search_breakdown(study: "optuna.Study") -> dict[str, Any]:
         "checked_at": attrs.get(BSP_REFERENCE, {}).get(HORIZON),
         # faster candidates the bounded checks left unchecked (`full_budget.MAX_CHECKS`), fastest first
         "unchecked": [row for row in attrs.get(UNCHECKED) or [] if isinstance(row, dict)],
-        # faster candidates left out only because a check of their stale family failed (`check_families`)
-        "ruled_by_family": [row for row in attrs.get(RULED_BY_FAMILY) or [] if isinstance(row, dict)],
         # settings one step closer to BSP of a candidate whose check failed (`autosync.search.strategies.repair`)
         # (those that ran: reached the target, pruned or failed on their own; not one killed or given up)
         "repairs": [{"of": t.user_attrs[REPAIR_OF], "policy": t.user_attrs.get(POLICY)} for t in trials

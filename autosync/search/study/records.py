@@ -39,7 +39,6 @@ FULL_BUDGET_OF = "full_budget_check_of"  # the trial re-runs trial N at full bud
 # the trial runs a setting one step closer to BSP of trial N, whose check failed (`strategies.repair`)
 REPAIR_OF = "repair_of"
 UNCHECKED = "unchecked_candidates"  # study: the faster candidates the bounded full-budget checks left unchecked
-RULED_BY_FAMILY = "ruled_by_family"  # study: the faster candidates left out only by their stale family's failed check
 PRUNED_ON_PACE = "pruned_on_pace"  # pruned by the pace rule, its value a prediction (`pruning`)
 # the trial proposed a point already answered (a twin's result, BSP's reference) and was answered without
 # training: it takes no slot of the budget (`autosync.search.study.trials.budget_used`)
@@ -305,6 +304,22 @@ def diverged_check(trial: "optuna.trial.FrozenTrial") -> bool:
     """Whether `trial` is a full-budget check whose run failed on its own (diverged before the budget's end):
     its candidate breaks the final-metric rule, as a check that ended too inaccurate does."""
     return FULL_BUDGET_OF in trial.user_attrs and has_own_failure(trial) and GIVEN_UP not in trial.user_attrs
+
+
+def failed_check(trial: "optuna.trial.FrozenTrial") -> bool:
+    """Whether `trial` is a full-budget check that broke the final-metric rule, or diverged before the
+    budget's end (`diverged_check`)."""
+    return diverged_check(trial) or (FULL_BUDGET_OF in trial.user_attrs and trial.state.name == "COMPLETE"
+                                     and constraint_of(trial) > 0)
+
+
+def broke_the_rule(trials: "list[optuna.trial.FrozenTrial]") -> set[str]:
+    """The candidates (`policy_key`) among `trials` known to break the final-metric rule: a full-budget check
+    that failed (`failed_check`), or a trial trained to the end of the budget whose final metric broke it.
+    They set no bar for pruning and are never answered with; nothing is inferred for the other policies."""
+    return {policy_key(t) for t in trials
+            if failed_check(t) or (t.state.name == "COMPLETE" and not final_pending(t)
+                                   and CONSTRAINT in t.constraints and constraint_of(t) > 0)}
 
 
 def policy_key(trial: "optuna.trial.FrozenTrial") -> str:

@@ -188,10 +188,8 @@ def test_trials_pruned_against_a_candidate_that_fails_its_check_are_checked_in_t
 
 def test_a_candidate_that_reached_the_target_is_checked_before_one_pruned_at_a_lower_bound():
     """The fleet family's case: ASP (4.0 s) fails its check; two DANA trials pruned at 6.0 s against it (not at
-    the target then) and backup at 6.8 s wait: backup, whose time is known, is checked first. The DANA
-    trials apply stale gradients at a full step to the end, as ASP with a fixed step does: ASP's failed
-    check rules them out (`check_families.ruled_out`), and once backup fails too none is left to check
-    (on fleet they took two of the three checks and diverged)."""
+    the target then) and backup at 6.8 s wait: backup, whose time is known, is checked first; once it fails
+    too, the pruned ones are checked in time order (a failed check rules out its own policy only)."""
     study = optuna.create_study()
     study.add_trial(_trial("asp", value=4.0))
     study.add_trial(_trial("dana_zero", pruned_at=6.0))
@@ -202,14 +200,14 @@ def test_a_candidate_that_reached_the_target_is_checked_before_one_pruned_at_a_l
     study.add_trial(_trial("asp", value=4.0, feasible=False, check_of=0))
     assert next_to_check(study).number == 3
     study.add_trial(_trial("backup", value=6.8, feasible=False, check_of=3))
-    assert next_to_check(study) is None
-    study.add_trial(_trial("local_sgd", pruned_at=6.5))  # a synchronous one pruned against ASP waits
-    assert next_to_check(study).number == 7
+    assert next_to_check(study).number == 1
+    study.add_trial(_trial("dana_zero", value=6.0, feasible=False, check_of=1))
+    assert next_to_check(study).number == 2
 
 
-def test_a_failed_check_puts_back_its_policy_under_that_step_size_rule_only():
-    """The fleet family's case: backup k = 5 under `linear` fails its check; backup k = 4 under `sqrt`, pruned
-    at 4.9 s, comes before DANA-Zero pruned at 6.0 s: the rule, not the policy, failed."""
+def test_a_failed_check_rules_out_its_own_setting_only():
+    """Backup k = 5 under `linear` fails its check; backup k = 4 under `sqrt`, pruned at 4.9 s, is checked
+    next, before DANA-Zero pruned at 6.0 s: a failed check says nothing of another setting."""
     study = optuna.create_study()
     study.add_trial(_trial("backup", {"k": 5, "lr_rule": "linear"}, value=6.8))
     study.add_trial(_trial("backup", {"k": 4, "lr_rule": "sqrt"}, pruned_at=4.9))
@@ -219,9 +217,9 @@ def test_a_failed_check_puts_back_its_policy_under_that_step_size_rule_only():
     assert next_to_check(study).number == 1
 
 
-def test_a_check_that_diverged_puts_back_its_family_too():
-    """The tiers family's case: SSP and ASP reached the target at the first evaluation and diverged by the
-    budget's end; once SSP's check diverged, backup (7.3 s) is checked before SSP's other setting (1.8 s)."""
+def test_a_check_that_diverged_rules_out_its_policy_as_a_failed_one_does():
+    """The tiers family's case: SSP reached the target at the first evaluation and diverged by the budget's
+    end; its check's failure rules that setting out, and SSP's other setting (1.8 s) is checked next."""
     study = optuna.create_study()
     study.add_trial(_trial("ssp", {"staleness": 3}, value=1.8))
     study.add_trial(_trial("ssp", {"staleness": 2}, value=1.8))
@@ -232,36 +230,7 @@ def test_a_check_that_diverged_puts_back_its_family_too():
         "policy": {"policy": "ssp", "params": {"staleness": 3}}, FULL_BUDGET_OF: 0,
         "fail_reason": "diverged at update 90"})
     study.add_trial(diverged)
-    assert next_to_check(study).number == 2
-
-
-def test_after_a_stale_policy_fails_its_check_the_others_at_a_full_step_wait():
-    """The steady and tiers families' case: after SSP's check fails, DANA-Zero and ASP with a fixed step (they
-    too apply stale gradients at a full step to the end) wait behind backup k = 4 under `sqrt`; ASP under a
-    staleness-scaled step is a family of its own (on fleet-004 ASP `staleness` kept the rule where ASP
-    `sqrt_staleness` diverged)."""
-    from autosync.search.strategies.check_families import stale_rule
-
-    study = optuna.create_study()
-    study.add_trial(_trial("ssp", {"staleness": 3}, value=1.8))
-    study.add_trial(_trial("dana_zero", {}, value=1.8))
-    study.add_trial(_trial("asp", {"lr_rule": "fixed"}, value=1.8))
-    study.add_trial(_trial("backup", {"k": 4, "lr_rule": "sqrt"}, value=18.8))
-    study.add_trial(_trial("asp", {"lr_rule": "staleness"}, value=20.0))
-    study.add_trial(_trial("bsp", {}, value=29.8, feasible=True))
-    assert next_to_check(study).number == 0
-    study.add_trial(_trial("ssp", {"staleness": 3}, value=1.8, feasible=False, check_of=0))
-    assert next_to_check(study).number == 3
-    study.add_trial(_trial("backup", {"k": 4, "lr_rule": "sqrt"}, value=18.8, feasible=False, check_of=3))
-    assert next_to_check(study).number == 4
-    assert stale_rule({"policy": "compose", "params": {"barrier": "ssp", "update": "dana_slim"}}) == "fixed"
-    assert stale_rule({"policy": "asp", "params": {"lr_rule": "staleness"}}) == "staleness"
-    assert stale_rule({"policy": "dana_dc", "params": {"dc_lambda": 0.5}}) == "fixed"
-    assert stale_rule({"policy": "sync_switch", "params": {"switch_at": 0.25, "asp_lr_rule": "sqrt_staleness"}}) \
-        == "sqrt_staleness"
-    assert stale_rule({"policy": "sync_switch", "params": {"switch_at": 1.0}}) is None  # BSP to the end
-    assert stale_rule({"policy": "dbw", "params": {"beta": 0.5}}) is None
-    assert stale_rule({"policy": "local_sgd", "params": {}}) is None
+    assert next_to_check(study).number == 1
 
 
 def test_a_search_run_skips_the_training_loss_pass_and_scores_the_same():
@@ -291,17 +260,14 @@ def test_candidates_tied_with_a_feasible_checked_one_are_not_checked():
     assert next_to_check(study) is None
 
 
-def test_the_checks_stop_after_max_checks_try_another_family_after_a_failure_and_say_what_they_left():
-    """Five candidates stopped at the target, every check fails: ASP's check fails, and SSP, faster than the
-    rest, applies stale gradients at a full step as ASP does: it is ruled out, not checked. The next checks
-    go to the fastest candidates of families that have not failed one (backup, then DBW) before a second
-    backup k; after MAX_CHECKS the checks stop, the candidate left is recorded, and the output says the
-    answer is not sure, and names SSP, faster and ruled out by its family's check, not its own."""
-    from autosync.reporting.console import breakdown_line, ruled_by_family_line, unchecked_line
-    from autosync.search.strategies.check_families import STALE
+def test_the_checks_stop_after_max_checks_and_say_what_they_left():
+    """Five candidates stopped at the target, every check fails: the three fastest are checked in time order;
+    after MAX_CHECKS the checks stop, the two candidates left are recorded, and the output says the answer is
+    not sure."""
+    from autosync.reporting.console import breakdown_line, unchecked_line
     from autosync.search.strategies.full_budget import MAX_CHECKS, check_candidates
     from autosync.search.study.cache import search_breakdown
-    from autosync.search.study.records import RULED_BY_FAMILY, UNCHECKED
+    from autosync.search.study.records import UNCHECKED
 
     study = optuna.create_study()
     for policy, params, value in [("asp", {"lr_rule": "fixed"}, 10.0), ("ssp", {"staleness": 1}, 11.0),
@@ -318,36 +284,16 @@ def test_the_checks_stop_after_max_checks_try_another_family_after_a_failure_and
                                feasible=False, check_of=number))
 
     assert check_candidates(study, run_check) == MAX_CHECKS == 3
-    assert checked == [0, 2, 4]  # asp fails; backup and dbw, families that have not failed, before backup k = 3
+    assert checked == [0, 1, 2]
     left = study.user_attrs[UNCHECKED]
-    assert [row["trial"] for row in left] == [3] and left[0]["time_to_target"] == 13.0  # SSP is ruled out
+    assert [(row["trial"], row["time_to_target"]) for row in left] == [(3, 13.0), (4, 14.0)]
     breakdown = search_breakdown(study)
     assert breakdown["unchecked"] == left
-    assert "1 faster candidate left unchecked" in breakdown_line(breakdown)
+    assert "2 faster candidates left unchecked" in breakdown_line(breakdown)
     line = unchecked_line(left, MAX_CHECKS, "test_accuracy")
-    assert line.startswith("not sure: the full-budget checks stop after 3; 1 faster candidate")
+    assert line.startswith("not sure: the full-budget checks stop after 3; 2 faster candidates")
+    assert "fastest backup(k=3) (13.00 s)" in line
     assert "the answer is the fastest known to keep BSP's final test_accuracy" in line
-    ruled = study.user_attrs[RULED_BY_FAMILY]
-    assert [(row["trial"], row["time_to_target"], row["family"]) for row in ruled] == [(1, 11.0, STALE)]
-    assert breakdown["ruled_by_family"] == ruled
-    assert ruled_by_family_line(ruled, "test_accuracy") == (
-        "not sure: 1 faster candidate, fastest ssp(staleness=1) (11.00 s), was not checked itself: a policy of its "
-        f"family ({STALE}) ended short of BSP's final test_accuracy at full budget, so it was ruled out with it.")
-
-
-def test_a_stale_candidate_slower_than_the_answer_is_not_named():
-    """Only candidates faster than the answer make it unsure: SSP behind a feasible backup k is not named."""
-    from autosync.search.strategies.full_budget import check_candidates
-    from autosync.search.study.records import RULED_BY_FAMILY
-
-    study = optuna.create_study()
-    study.add_trial(_trial("asp", {"lr_rule": "fixed"}, value=10.0))
-    study.add_trial(_trial("asp", {"lr_rule": "fixed"}, value=10.0, feasible=False, check_of=0))
-    study.add_trial(_trial("backup", {"k": 2}, value=12.0, feasible=True))
-    study.add_trial(_trial("ssp", {"staleness": 1}, value=13.0))
-    study.add_trial(_trial("dana_slim", {}, value=11.0))
-    assert check_candidates(study, lambda number: None) == 0
-    assert [row["trial"] for row in study.user_attrs[RULED_BY_FAMILY]] == [4]  # DANA-Slim, faster; not SSP
 
 
 def test_checks_that_find_the_answer_leave_nothing_unchecked():
@@ -360,15 +306,3 @@ def test_checks_that_find_the_answer_leave_nothing_unchecked():
     assert check_candidates(study, lambda n: study.add_trial(_trial("asp", value=10.0, feasible=True,
                                                                     check_of=n))) == 1
     assert study.user_attrs[UNCHECKED] == []
-
-
-def test_the_not_sure_line_names_each_stale_family_that_ruled_a_faster_candidate_out():
-    from autosync.reporting.console import ruled_by_family_line
-
-    rows = [{"trial": 1, "policy": {"policy": "dana_slim", "params": {}}, "time_to_target": 4.0, "family": "stale gradients"},
-            {"trial": 2, "policy": {"policy": "asp", "params": {"lr_rule": "staleness"}}, "time_to_target": 5.0,
-             "family": "stale gradients:staleness"},
-            {"trial": 3, "policy": {"policy": "lwp", "params": {}}, "time_to_target": 6.0, "family": "stale gradients"}]
-    line = ruled_by_family_line(rows, "test_loss")
-    assert "3 faster candidates, fastest dana_slim (4.00 s), were not checked themselves" in line
-    assert "their family (stale gradients, stale gradients:staleness)" in line
