@@ -18,6 +18,7 @@ import torch
 from torch.func import grad, vmap
 
 from autosync.core.errors import JobFileError
+from autosync.workloads import _functorch_grad as functorch_grad
 from autosync.workloads.norm_groups import batch_norm_per_group, groupable, interleave
 from autosync.workloads.user_code import _one_line
 
@@ -148,6 +149,7 @@ def _vmaps(workload: "Workload", x: torch.Tensor, y: torch.Tensor) -> bool:
     def mean_loss(params: dict[str, torch.Tensor], xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
         return workload.per_sample_loss(params, xs, ys).mean()
 
+    functorch_grad.install()  # its first gradient without importing torch._dynamo (`functorch_grad`)
     try:
         params = workload.unflatten(torch.stack([workload.init_params()] * 2))
         vmap(grad(mean_loss), in_dims=(0, 0, 0))(params, torch.stack([x, x]), torch.stack([y, y]))

@@ -23,6 +23,7 @@ from torch.func import grad, vmap
 
 from autosync.engine.drivers.perworker import worker_gradient
 from autosync.policies import Task
+from autosync.workloads import _functorch_grad as functorch_grad
 from autosync.workloads.norm_groups import batch_norm_per_group, interleave
 from autosync.workloads.workload import Workload
 
@@ -36,6 +37,7 @@ class InProcessDriver:
         # `aggregate` may fuse workers that share one parameter version, where a sample's loss does not depend
         # on the other samples of its pass, or does only through batch norm computed per worker's slice
         self.fuses_workers = workload.fast_path and (workload.independent_samples or workload.norm_groups)
+        functorch_grad.install()  # the process's first gradient without importing torch._dynamo (1-4 s)
         self._grad_fn = grad(self._mean_loss, has_aux=True)
 
     def _mean_loss(self, params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor):
