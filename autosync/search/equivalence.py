@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from autosync.core.job import JobSpec
 from autosync.engine.proxy import ProxyRun, proxy_of
+from autosync.catalog import policy_from_dict
 
 if TYPE_CHECKING:
     from autosync.workloads.workload import Workload
@@ -84,8 +85,7 @@ class EquivalenceCheck:
             self.proxy_updates += len(run.digests) - before
 
     def _run(self, policy: dict[str, Any], seed: int) -> ProxyRun:
-        from autosync.catalog import policy_from_dict
-        from autosync.engine.simulator import Simulator
+        from autosync.engine.simulator import Simulator  # not at the top: torch (a tune's request loads this module)
 
         key = (seed, json.dumps(policy, sort_keys=True))
         run = self._runs.get(key)

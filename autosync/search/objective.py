@@ -35,13 +35,16 @@ from autosync.search.study.claim import process_tag, tag
 from autosync.search.study.siblings import finished_trials
 from autosync.search.tune_options import TuneOptions
 from autosync.table import recorded_proxy
+from autosync.catalog import policy_from_dict
+from autosync.search.equivalence import EquivalenceCheck
+from autosync.search.study import _optuna_internals as internals
+from autosync.search.study.running_twins import MAX_RESAMPLES, Resampled, claim_point, wait_for
 
 if TYPE_CHECKING:
     import optuna
 
     from autosync.core.job import OptimizerSpec
     from autosync.engine.backends import BackendChoice
-    from autosync.search.equivalence import EquivalenceCheck
     from autosync.search.space import SearchSpace
 
 
@@ -275,7 +278,6 @@ class Objective:
 
     def _recorded_proxy(self) -> "Callable[[dict[str, Any], int], str] | None":
         """Where the search replays on a table, each policy's proxy run as the table records it."""
-        from autosync.catalog import policy_from_dict  # loads the policies (torch): not on a cache hit
 
         backend = self.settings.backend
         if backend is None or backend.table is None:
@@ -293,7 +295,6 @@ class Objective:
         same canonical policy exists already (the listed twin answers it)."""
         import optuna
 
-        from autosync.search.equivalence import EquivalenceCheck
 
         states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.FAIL)
         tried = list(trial.study.get_trials(deepcopy=False, states=states))
@@ -379,7 +380,6 @@ class Objective:
             for key, value in attrs.items():
                 trial.set_user_attr(key, value)
             return None
-        from autosync.search.study.running_twins import claim_point
 
         me = process_tag()
 
@@ -400,8 +400,6 @@ class Objective:
         process trained itself answer as before (`_finished_twin`): a lone search is unchanged."""
         import optuna
 
-        from autosync.search.study import _optuna_internals as internals
-        from autosync.search.study.running_twins import MAX_RESAMPLES, Resampled, wait_for
 
         twin = self._claim(trial, canonical, scoring, full=full)
         if twin is None:
@@ -504,7 +502,6 @@ def canonical_policy(policy: dict[str, Any], n_workers: int, batch_size: int,
     """The simplest policy that runs exactly like `policy` on `n_workers` with the job's `optimizer`
     (`Policy.canonical`; without it, none of the equivalences that depend on it), as a dict; None when the
     parameters are invalid for the job (the trial then fails with the reason)."""
-    from autosync.catalog import policy_from_dict
 
     try:
         pol = policy_from_dict(policy)

@@ -19,6 +19,10 @@ from autosync.search.study.cache import execution_name, study_name
 from autosync.search.study.records import describe_study
 from autosync.search.study.storage import DEFAULT_STORAGE
 from autosync.search.tune_options import RACE, TuneOptions
+from autosync.search.strategies.samplers import check_sampler, sampler_for
+from autosync.race import race_settings
+from autosync.search.space import load_space, resolve_space_path
+from autosync.search.tune_options import DEFAULT_TUNE_SPACE
 
 if TYPE_CHECKING:
     import optuna
@@ -55,7 +59,6 @@ class TuneRequest:
     budget: float | None = _default("budget")  # --sampler race: its cost cap in BSP trainings (None: no cap)
 
     def __post_init__(self) -> None:
-        from autosync.search.strategies.samplers import check_sampler, sampler_for
 
         self.sampler = sampler_for(self.sampler, self.space)  # "auto": the search this space is shipped for
         # the sampler checked against the space and the objective (grid on a continuous space, gp on two
@@ -63,7 +66,6 @@ class TuneRequest:
         check_sampler(self.sampler, self.space, self.settings.multi_objective)
         self._refuse_for_the_race()
         if self.sampler == RACE:  # its settings file read once here too: a bad one is refused before the storage
-            from autosync.race import race_settings
 
             race_settings(self.race_settings)
 
@@ -89,8 +91,6 @@ class TuneRequest:
     def from_options(cls, job: JobSpec, options: TuneOptions, space: SearchSpace | None = None) -> "TuneRequest":
         """The request `options` make on `job` (their space loaded for its workers unless `space` is given):
         with verify_top the search is simulated and its candidates verified on the options' backend."""
-        from autosync.search.space import load_space, resolve_space_path
-        from autosync.search.tune_options import DEFAULT_TUNE_SPACE
 
         opts = options
         choice = opts.choice()

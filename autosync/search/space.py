@@ -35,6 +35,10 @@ from autosync.core.loader import read_yaml_file, short_repr
 from autosync.search.space_file import (
     Constant, Dimension, SpaceFile, describe, problems_with_policies,
 )
+from autosync.search import space_bounds
+from autosync.catalog import POLICIES, label_of, policy_parameters, takes_type
+from autosync.policies import Composed
+from autosync.policies._composed import SLOTS, check_composition
 
 if TYPE_CHECKING:
     import optuna
@@ -87,7 +91,6 @@ class SearchSpace:
         """The Optuna parameters that reproduce `policy` (for enqueue_trial), or None if it is outside.
 
         A parameter the policy leaves out takes its default (`compose(barrier=bsp)` has schedule none)."""
-        from autosync.catalog import POLICIES, policy_parameters
 
         policy_name = policy["policy"]
         if policy_name not in self.dimensions:
@@ -293,15 +296,12 @@ def load_space(path: str | Path, n_workers: int, flag: str = "--space") -> Searc
 def bound_problems(dimensions: dict[str, dict[str, Dimension]], constants: dict[str, dict[str, Any]],
                    n_workers: int) -> list[str]:
     """Range ends and choices that their policy refuses on `n_workers` (`autosync.search.space_bounds`)."""
-    from autosync.search.space_bounds import bound_problems as problems
-
-    return problems(dimensions, constants, n_workers)
+    return space_bounds.bound_problems(dimensions, constants, n_workers)
 
 
 def type_problems(dimensions: dict[str, dict[str, Dimension]], constants: dict[str, dict[str, Any]]) -> list[str]:
     """Constants, choices and ranges of a type the policy's parameter does not take (the type of its default,
     as `make_policy` checks it): every trial would fail on them, so the file is refused instead."""
-    from autosync.catalog import POLICIES, policy_parameters, takes_type
 
     problems = []
     for policy_name, params in constants.items():
@@ -334,9 +334,6 @@ def refused_compositions(dimensions: dict[str, dict[str, Dimension]],
     value a later condition names that it can sample, and one it can sample that none names, away from the
     default where it can.
     """
-    from autosync.catalog import label_of
-    from autosync.policies import Composed
-    from autosync.policies._composed import SLOTS, check_composition
 
     if Composed.name not in dimensions:
         return []

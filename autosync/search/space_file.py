@@ -27,6 +27,7 @@ from pydantic import (
 )
 
 from autosync.core.loader import TYPE_RULES, plain_key, short_repr
+from autosync.catalog import POLICIES, policy_parameters
 
 
 @dataclass
@@ -249,7 +250,6 @@ class SpaceFile(_Strict):
 
 def problems_with_policies(policies: Any) -> list[str]:
     """Unknown policies and parameters of a file's `policies` mapping, checked against the catalog, every one."""
-    from autosync.catalog import POLICIES, policy_parameters
 
     problems: list[str] = []
     if not isinstance(policies, dict):

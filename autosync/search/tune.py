@@ -20,6 +20,14 @@ import json
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
+from autosync.catalog import policy_from_dict
+from autosync.policies import SEED_POLICIES, Composed, composition_of, cross_paper_variants
+from autosync.search.recommend.vote import adapt
+from autosync.search.strategies.full_budget import MAX_CHECKS, check_candidates, check_finished, queue_check, waiting
+from autosync.search.strategies.repair import queue_repairs, repair_points, repairs_finished
+from autosync.search.strategies.switch_point import run_switch_point_search
+from autosync.search.strategies.verify import verify, with_verification
+from autosync.search.study._optuna_internals import fresh_trials
 from autosync.core.errors import Interrupted, RuntimeFailure, UserError
 from autosync.core.job import JobSpec
 from autosync.search.study.cache import (
@@ -64,7 +72,6 @@ def baseline_policies(job: JobSpec) -> list[dict[str, Any]]:
     """Policies enqueued first when they lie in the space: BSP and ASP, or their equivalents in a family,
     as each policy declares them (`Policy.search_baselines`), in `SEED_POLICIES` order, then the composed
     policy's."""
-    from autosync.policies import SEED_POLICIES, Composed
 
     n = job.cluster.n_workers
     return [{"policy": cls.name, "params": params}
@@ -216,7 +223,6 @@ def _search(study: "optuna.Study", request: TuneRequest, reference: dict[str, An
     budget is spent or, with `--patience`, the search stops improving (`autosync.search.strategies.patience`)."""
     deadline = time.monotonic() + request.timeout if request.timeout else None
     if request.sampler in SWITCH_POINT_SAMPLERS:
-        from autosync.search.strategies.switch_point import run_switch_point_search
 
         run_switch_point_search(study, request, reference, deadline, on_trial)
         return
@@ -238,7 +244,6 @@ def _check_at_full_budget(study: "optuna.Study", request: TuneRequest, objective
     (the K fastest with --verify-top K) are known to keep the final-metric constraint
     (`autosync.search.strategies.full_budget`), `MAX_CHECKS` checks at most, and one more for each repair of a
     candidate whose check failed (`autosync.search.strategies.repair`)."""
-    from autosync.search.strategies.full_budget import MAX_CHECKS, check_candidates
 
     check_candidates(study, functools.partial(_run_check, study, request, objective), wanted=places(request),
                      limit=MAX_CHECKS, repair=functools.partial(_run_repairs, study, request, objective))
@@ -246,7 +251,6 @@ def _check_at_full_budget(study: "optuna.Study", request: TuneRequest, objective
 
 def _run_check(study: "optuna.Study", request: TuneRequest, objective: Objective, number: int) -> None:
     """Queue the full-budget check of trial `number` and run it here (`_await_check`)."""
-    from autosync.search.strategies.full_budget import queue_check
 
     queue_check(study, number)
     _await_check(study, request, objective, number)
@@ -256,9 +260,6 @@ def _run_repairs(study: "optuna.Study", request: TuneRequest, objective: Objecti
     """Queue the repairs of trial `number`, whose check failed, where it has any left, and run them here to
     the target (trials queued before them, other processes', run first; those another process took are
     waited for); how many of them then wait for a check (none diverged, none behind a feasible answer)."""
-    from autosync.search.strategies.full_budget import waiting
-    from autosync.search.strategies.repair import queue_repairs, repair_points, repairs_finished
-    from autosync.search.study._optuna_internals import fresh_trials
 
     with storage_lock(request.storage, study.study_name):
         points = repair_points(fresh_trials(study), number, request.space, request.job)
@@ -271,7 +272,6 @@ def _run_repairs(study: "optuna.Study", request: TuneRequest, objective: Objecti
 
 def _await_check(study: "optuna.Study", request: TuneRequest, objective: Objective, number: int) -> None:
     """Run queued trials until the check of trial `number` has finished (`_run_queued_until`)."""
-    from autosync.search.strategies.full_budget import check_finished
 
     _run_queued_until(study, request, objective, lambda: check_finished(study, number))
 
@@ -298,7 +298,6 @@ def _verified(outcome: TuneOutcome, request: TuneRequest,
     winner."""
     if not request.verify_top or request.verify_backend is None:
         return outcome
-    from autosync.search.strategies.verify import verify, with_verification
 
     done = outcome.cache.get("verified")
     if done is not None and done.get("execution") == request.verify_backend.describe():
@@ -330,7 +329,6 @@ def _queued_first(study: "optuna.Study", request: TuneRequest, siblings: "list[o
     if request.refresh and isinstance(old, dict) and isinstance(old.get("best_policy"), dict):
         params = request.space.trial_params(old["best_policy"])
         return ([params] if params is not None else []), False
-    from autosync.policies import Composed
 
     job = request.job
     seen, first = set(), []
@@ -358,7 +356,6 @@ def _canonical_key(policy: dict[str, Any], job: JobSpec) -> str:
 def _as_here(neighbour: dict[str, Any], job: JobSpec) -> list[dict[str, Any]]:
     """A tuned neighbour's winner for `job`: with a backup count k scaled to this job's n (where the
     neighbour's n is known and differs), then as it won there."""
-    from autosync.search.recommend.vote import adapt
 
     won = neighbour["policy"]
     scaled = adapt(won, neighbour["n_workers"], job) if "n_workers" in neighbour else None
@@ -382,8 +379,6 @@ def _sibling_bests(siblings: "list[optuna.Study]") -> list[tuple[str, dict[str, 
 def _slots(policy: dict[str, Any]) -> dict[str, Any] | None:
     """`policy`'s composition slots: its own parameters for a composition, those of the composition a seed
     policy is a preset of, or None for one that is not."""
-    from autosync.catalog import policy_from_dict
-    from autosync.policies import Composed, composition_of
 
     made = policy_from_dict(policy)
     return dict(policy["params"]) if isinstance(made, Composed) else composition_of(made)
@@ -391,7 +386,6 @@ def _slots(policy: dict[str, Any]) -> dict[str, Any] | None:
 
 def _variants(policy: dict[str, Any]) -> list[dict[str, Any]]:
     """The cross-paper variants of `policy` (a composition, or a seed policy that is a preset of one)."""
-    from autosync.policies import cross_paper_variants
 
     slots = _slots(policy)
     return cross_paper_variants(slots) if slots is not None else []
@@ -403,7 +397,6 @@ def _in_space(space: SearchSpace, policy: dict[str, Any], job: JobSpec) -> dict[
     import optuna
 
     target = canonical_on(policy, job)
-    from autosync.policies import Composed
 
     slots = _slots(policy)
     composed = {"policy": Composed.name, "params": slots}

@@ -24,6 +24,8 @@ from autosync.search.study import _optuna_internals as internals
 from autosync.search.study.records import (
     CONSTRAINT_AT, FULL_BUDGET_OF, POLICY, PRIOR_OF, PRIOR_TRIALS, SAME_AS, StudyRecord, TrialRecord,
 )
+from autosync.search.recommend.vote import adapt
+from autosync.search.study._optuna_internals import storage_of
 
 if TYPE_CHECKING:
     import optuna
@@ -77,7 +79,6 @@ def _on_this_job(trial: "optuna.trial.FrozenTrial", their_n: int | None, job: "J
     trial has no value."""
     import optuna
 
-    from autosync.search.recommend.vote import adapt
 
     policy = TrialRecord(trial).policy
     if their_n and their_n != job.cluster.n_workers:
@@ -103,7 +104,6 @@ def give_prior(study: "optuna.Study", neighbours: list[dict[str, Any]], space: "
     """Hand the study's sampler its neighbours' trials (`prior_trials`), where it reads a prior (TPE) and
     the study started from neighbours; how many it got (also kept on the study, `PRIOR_TRIALS`: 0 when
     it got none, a resumed study included)."""
-    from autosync.search.study._optuna_internals import storage_of
 
     prior = prior_trials(storage_of(study), neighbours, space, execution, constraint_at, job, bsp_time) \
         if neighbours and bsp_time and hasattr(study.sampler, "prior") and len(study.directions) == 1 else []

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 from autosync.search.study import _optuna_internals as internals
 from autosync.search.study.records import CANONICAL, GIVEN_UP, POLICY, REPAIR_OF, has_run
+from autosync.catalog import POLICIES, policy_from_dict
+from autosync.search.objective import BSP, canonical_on
 
 if TYPE_CHECKING:
     import optuna
@@ -40,8 +42,6 @@ def repair_points(trials: "list[optuna.trial.FrozenTrial]", number: int, space: 
     `space` holds, that do not run as BSP (the reference answers that) and that no trial among `trials` ran,
     runs or waits to (the same parameters or the same canonical policy; a trial killed, given up or
     proposed again elsewhere did not run); empty once `MAX_REPAIR_ROUNDS` rounds ran."""
-    from autosync.catalog import POLICIES, policy_from_dict
-    from autosync.search.objective import BSP, canonical_on
 
     if repair_rounds(trials) >= MAX_REPAIR_ROUNDS:
         return []
