@@ -391,13 +391,13 @@ def replay(logs: str | Path, options: ReplayOptions | None = None, *,
     """Replay switch-point searches on a Sync-Switch log folder (the paper's published runs, shipped as
     `autosync.data.SYNC_SWITCH_LOGS`, autosync/data/sync_switch_logs/cifar10_res32): binary search, the
     cost-ordered ladder and TPE with each of `tpe_trials` trials, `simulations` searches per strategy and
-    setting (`autosync.search.replay`).
+    setting (`autosync.search.switch_log_replay`).
 
     Args:
         options: the options of `autosync replay` (`ReplayOptions`); `fields` change some of them.
         phase: as for `profile` (one step per simulated search).
     """
-    from autosync.search.replay import load_switch_logs, table_ii  # not at the top: optuna
+    from autosync.search.switch_log_replay import load_switch_logs, table_ii  # not at the top: optuna
 
     opts = _options(ReplayOptions, options, None, fields)
     switch_logs = load_switch_logs(logs)

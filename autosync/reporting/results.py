@@ -105,14 +105,14 @@ class Robustness:
 class Replay:
     """Sync-Switch's Table II on recorded runs: each search strategy's cost and success per setting."""
 
-    logs: Any  # autosync.search.replay.SwitchLogs
+    logs: Any  # autosync.search.switch_log_replay.SwitchLogs
     optimum: float  # the switch point binary search picks with full information
-    rows: list[Any]  # autosync.search.replay.SimulationSummary, one per (strategy, setting)
+    rows: list[Any]  # autosync.search.switch_log_replay.SimulationSummary, one per (strategy, setting)
     threshold: float
 
     def write(self, directory: str | Path, command: str = "autosync.api.replay") -> list[Path]:
         """Write table.md and table.json into `directory`; returns the paths."""
-        from autosync.reporting.replay_files import write_replay_table  # not at the top: optuna
+        from autosync.reporting.switch_log_replay_files import write_replay_table  # not at the top: optuna
 
         return write_replay_table(self.logs, self.optimum, self.rows, ready_output_dir(Path(directory)), command,
                                   self.threshold)

@@ -1,4 +1,5 @@
-"""Replay: switch-point search strategies judged on recorded training runs instead of new trainings.
+"""Sync-Switch's logs replayed: switch-point search strategies judged on recorded training runs instead of
+new trainings (`autosync replay`; not the table's replay of a search's runs, `autosync.table.replay`).
 
 A `SwitchLogs` holds the runs published with the Sync-Switch paper (one folder per run, `acc_proc.csv`
 with the test accuracy over time): BSP, ASP, and "bX-aY" runs that trained X% of the workload with BSP
