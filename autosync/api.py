@@ -98,7 +98,7 @@ def make_policy(policy: "str | Policy | dict[str, Any]", params: dict[str, Any] 
     """A policy from its name (any spelling `autosync policies` accepts) or spec ('compose(barrier=ssp,
     update=dana_slim)', 'backup:k=8') and parameters, a dict {"policy": name, "params": {...}} as results
     store it, or a Policy itself."""
-    from autosync.catalog import policy_of  # not at the top: numpy, which --help does not load
+    from autosync.catalog import policy_of  # not at the top: numpy, which validate does not load
 
     return policy_of(policy, params)
 
@@ -259,7 +259,7 @@ def leaderboard(job: JobSpec, policies: Sequence[str | dict[str, Any]] | None = 
             function called with each finished run's summary (as `on_done`). A refused input so never
             shows a progress bar.
     """
-    # not at the top: numpy, which --help does not load
+    # not at the top: numpy, which validate does not load
     from autosync.experiments.leaderboard import policy_specs, run_grid, score
 
     opts = _options(LeaderboardOptions, options, None, fields,
@@ -298,7 +298,7 @@ def profile(job: JobSpec, options: ProfileOptions | None = None, *, workload: An
         phase: an `autosync.core.phases.Phase`, called around starting the workers, the timed rounds (one
             step each) and timing the server.
     """
-    from autosync.measure.profile import profile_workers  # not at the top: numpy, which --help does not load
+    from autosync.measure.profile import profile_workers  # not at the top: numpy, which validate does not load
 
     opts = _options(ProfileOptions, options, None, fields)
     sizes = opts.sizes(job)
@@ -335,7 +335,7 @@ def family(family_file: str | Path, directory: str | Path | None = None, options
         options: the options of `autosync family` (`FamilyOptions`); `fields` change some of them (jobs=8).
         command: the command line recorded in each job file.
     """
-    from autosync.core.family import load_family, write_jobs  # not at the top: numpy, which --help does not load
+    from autosync.core.family import load_family, write_jobs  # not at the top: numpy, which validate does not load
 
     opts = _options(FamilyOptions, options, None, fields)
     spec = load_family(family_file)
@@ -359,10 +359,10 @@ def robustness(family_file: str | Path, directory: str | Path | None = None,
 
     Raises `Interrupted` on Ctrl-C, saying how many finished runs are kept for the same call to resume from.
     """
-    # not at the top: numpy, which --help does not load
+    # not at the top: numpy, which validate does not load
     from autosync.core.family import load_family, write_jobs
     from autosync.experiments.robustness import Grid, online_specs, run_report, tune_each
-    from autosync.search.space import load_space, resolve_space_path  # not at the top: 40 ms of --help
+    from autosync.search.space import load_space, resolve_space_path  # not at the top: 35 ms of validate
 
     opts = _options(RobustnessOptions, options, None, fields)
     rules = opts.rules()
@@ -379,7 +379,7 @@ def robustness(family_file: str | Path, directory: str | Path | None = None,
                           lambda job, url: tune(job, opts.tuned_space, n_trials=opts.tuned_trials, storage=url), phase)
     broad = None
     if opts.reference == "broad":
-        # not at the top: numpy, which --help does not load
+        # not at the top: numpy, which validate does not load
         from autosync.lattice import lattice_points as broad
     grid = Grid(drawn, list(range(opts.seed_offset, opts.seed_offset + opts.seeds)), online, rules, tuned, broad)
     result, reused = run_report(grid, out, opts.n_jobs, phase, on_resume)
@@ -436,11 +436,11 @@ def table(files: Sequence[str | Path], directory: str | Path, options: TableOpti
 
     Returns what was built (`autosync.table.build.Built`: cells computed and reused, failed runs, the files).
     """
-    # not at the top: numpy, which --help does not load
+    # not at the top: numpy, which validate does not load
     from autosync.catalog import parse_policy_spec
     from autosync.core.family import load_family, looks_like_family
     from autosync.lattice import lattice_points
-    from autosync.table import Table  # (the table's modules: 25 ms of --help)
+    from autosync.table import Table  # (the table's modules: 30 ms of validate)
     from autosync.table.build import build_table
     from autosync.table.dask_cluster import on_cluster
 
@@ -482,7 +482,7 @@ def fit(files: Sequence[str | Path], options: FitOptions | None = None, **fields
     Args:
         options: the options of `autosync fit` (`FitOptions`); `fields` change some of them.
     """
-    # not at the top: the table and the experiments (numpy, torch) that --help does not load
+    # not at the top: the table and the experiments (numpy, torch) that validate does not load
     from autosync.experiments.race_fit import fit_families, settings_text
 
     opts = _options(FitOptions, options, None, fields)
@@ -539,7 +539,7 @@ def recommend(job: JobSpec, storage: str | None = None, grids: Sequence[str | Pa
     written by `autosync robustness`): `autosync.search.recommend.vote.Recommendation` (the policy, its
     predicted time and speedup over BSP, the neighbours that voted and how far they are). No tuned job in
     either is a one-line UserError; reading never creates the storage."""
-    from autosync.search.recommend.vote import recommend_from  # not at the top: numpy, which --help does not load
+    from autosync.search.recommend.vote import recommend_from  # not at the top: numpy, which validate does not load
 
     return recommend_from(storage or DEFAULT_STORAGE, job, [Path(g) for g in grids])
 

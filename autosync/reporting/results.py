@@ -63,13 +63,14 @@ class Profile:
 
     def write(self, directory: str | Path) -> list[Path]:
         """Write the samples, the fit and a job file with the fitted cluster (the last path) into `directory`."""
-        from autosync.reporting.profile_files import write_profile  # not at the top: numpy, which --help does not load
+        # not at the top: numpy, which validate (importing this module through the API) does not load
+        from autosync.reporting.profile_files import write_profile
 
         return write_profile(self.job, self.samples, self.cluster, Path(directory))
 
     def rows(self) -> list[tuple[int, float, float, float]]:
         """Per batch size: mean compute, mean and p90 round trip (seconds)."""
-        from autosync.measure.profile import batch_summary  # not at the top: numpy, which --help does not load
+        from autosync.measure.profile import batch_summary  # not at the top: numpy, which validate does not load
 
         return batch_summary(self.samples)
 
@@ -162,7 +163,7 @@ def write_tune(outcome: "TuneOutcome", directory: str | Path, command: str = "au
     """Write a search's verification (with verify_top) and, unless the cache answered, its study's plots:
     `Tuned.write` (what `autosync.api.tune` returns has it), for an outcome the search returned. With `mlflow`
     (a tracking URI) and `job`, also log the study, its trials and the answer there."""
-    from autosync.reporting.tune_files import Tuned  # not at the top: optuna
+    from autosync.reporting.tune_files import Tuned  # not at the top: numpy and every policy
 
     return Tuned.of(outcome).write(directory, command, mlflow, job)
 
