@@ -1,7 +1,9 @@
 """The Python API: load a job, train it under a policy, tune it, score policies side by side.
 
 What the `autosync` command line does, as functions returning the structured results it prints; the
-command line parses options, calls these and prints. Heavy libraries load when a function needs them.
+command line parses options, calls these and prints. Importing it loads numpy and the policies; torch,
+optuna, the search's request, the table and the job family's schema load when a function needs them
+(`autosync --help` and `autosync validate` do not import this module: benchmarks/bench_startup.py).
 
     import autosync.api as autosync
 
@@ -27,13 +29,17 @@ from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, Seque
 
 import yaml
 
+from autosync.catalog import parse_policy_spec, policy_of
 from autosync.core.errors import RuntimeFailure, UserError
 from autosync.core.job import JobSpec, job_from_dict, load_job
 from autosync.core.phases import Phase, no_phase
 from autosync.data import RACE_SETTINGS
 from autosync.engine.backends import BackendChoice, Ranks, torchrun_ranks, train
 from autosync.experiments.compare import Comparison, compare
+from autosync.experiments.leaderboard import policy_specs, run_grid, score
 from autosync.experiments.scaling import collect
+from autosync.lattice import lattice_points
+from autosync.measure.profile import profile_workers
 from autosync.options import (CalibrateOptions, CompareOptions, ExecutionOptions, FamilyOptions,
                               LeaderboardOptions, ProfileOptions, ReplayOptions, RobustnessOptions, RunOptions,
                               ScalingOptions, TableOptions, TuneOptions, FitOptions, build)
@@ -41,16 +47,16 @@ from autosync.reporting.calibration_files import Calibrated
 from autosync.reporting.output import ready_output_dir as output_dir, ready_output_file as output_file
 from autosync.reporting.results import (DrawnJobs, Leaderboard, Profile, Replay, Robustness, ScalingTable, tune_dir,
                                         write_calibration, write_run, write_tune)
+from autosync.reporting.tune_files import TuneFiles, Tuned
 from autosync.search.study import cache
 from autosync.search.study.storage import DEFAULT_STORAGE, quiet_optuna  # quiet_optuna: for scripts too
 
 if TYPE_CHECKING:
     from autosync.policies import Policy
+    from autosync.search.recommend.vote import Recommendation
     from autosync.race import RaceSettings
     from autosync.reporting.runs import Run
-    from autosync.reporting.tune_files import TuneFiles, Tuned
     from autosync.measure.rerun import LoggedRun, Rerun
-    from autosync.search.recommend.vote import Recommendation
     from autosync.table.build import Built
     from autosync.workloads.workload import Workload
 
@@ -98,8 +104,6 @@ def make_policy(policy: "str | Policy | dict[str, Any]", params: dict[str, Any] 
     """A policy from its name (any spelling `autosync policies` accepts) or spec ('compose(barrier=ssp,
     update=dana_slim)', 'backup:k=8') and parameters, a dict {"policy": name, "params": {...}} as results
     store it, or a Policy itself."""
-    from autosync.catalog import policy_of  # not at the top: numpy, which --help does not load
-
     return policy_of(policy, params)
 
 
@@ -199,8 +203,8 @@ def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions 
     Optuna: `autosync.search.cache_file`), whether the cache answered, the cache record (best policy and value,
     BSP's, provenance) and the best trials.
     """
-    # not at the top: numpy and every policy, which `autosync validate` never loads
-    from autosync.reporting.tune_files import Tuned
+    # not at the top: the search's request and its space's schema (pydantic), 0.1 s on 2 busy cores of every
+    # command but tune (`autosync run`'s time outside training: benchmarks/bench_startup.py)
     from autosync.search.cache_file import cached_outcome
     from autosync.search.request import TuneRequest
 
@@ -231,16 +235,6 @@ def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions 
                                     ) from None
 
 
-def __getattr__(name: str) -> Any:
-    """`Tuned` and `TuneFiles` (`autosync.reporting.tune_files`) load on first use: importing the API loads no
-    numpy, which `autosync validate` never needs."""
-    if name in ("Tuned", "TuneFiles"):
-        from autosync.reporting import tune_files as written  # not at the top: numpy and every policy
-
-        return getattr(written, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def leaderboard(job: JobSpec, policies: Sequence[str | dict[str, Any]] | None = None, *,
                 options: LeaderboardOptions | None = None, on_done: Callable[[dict[str, Any]], None] | None = None,
                 progress: Callable[[int], ContextManager[Callable[[dict[str, Any]], None]]] | None = None,
@@ -259,9 +253,6 @@ def leaderboard(job: JobSpec, policies: Sequence[str | dict[str, Any]] | None = 
             function called with each finished run's summary (as `on_done`). A refused input so never
             shows a progress bar.
     """
-    # not at the top: numpy, which --help does not load
-    from autosync.experiments.leaderboard import policy_specs, run_grid, score
-
     opts = _options(LeaderboardOptions, options, None, fields,
                     policies=list(policies) if policies is not None else None)
     specs = policy_specs(opts.policies, job.cluster.n_workers)
@@ -298,8 +289,6 @@ def profile(job: JobSpec, options: ProfileOptions | None = None, *, workload: An
         phase: an `autosync.core.phases.Phase`, called around starting the workers, the timed rounds (one
             step each) and timing the server.
     """
-    from autosync.measure.profile import profile_workers  # not at the top: numpy, which --help does not load
-
     opts = _options(ProfileOptions, options, None, fields)
     sizes = opts.sizes(job)
     workload = workload if workload is not None else check_workload(job, opts.device)
@@ -335,7 +324,9 @@ def family(family_file: str | Path, directory: str | Path | None = None, options
         options: the options of `autosync family` (`FamilyOptions`); `fields` change some of them (jobs=8).
         command: the command line recorded in each job file.
     """
-    from autosync.core.family import load_family, write_jobs  # not at the top: numpy, which --help does not load
+    # not at the top: the job family's schema (pydantic models: 85 ms on 2 busy cores), which a cache hit does
+    # not load
+    from autosync.core.family import load_family, write_jobs
 
     opts = _options(FamilyOptions, options, None, fields)
     spec = load_family(family_file)
@@ -359,10 +350,11 @@ def robustness(family_file: str | Path, directory: str | Path | None = None,
 
     Raises `Interrupted` on Ctrl-C, saying how many finished runs are kept for the same call to resume from.
     """
-    # not at the top: numpy, which --help does not load
+    # not at the top: the job family's schema (pydantic models: 85 ms on 2 busy cores; the robustness
+    # experiment imports it too), which a cache hit does not load
     from autosync.core.family import load_family, write_jobs
     from autosync.experiments.robustness import Grid, online_specs, run_report, tune_each
-    from autosync.search.space import load_space, resolve_space_path  # not at the top: 40 ms of --help
+    from autosync.search.space import load_space, resolve_space_path  # (the search space's schema, as for `tune`)
 
     opts = _options(RobustnessOptions, options, None, fields)
     rules = opts.rules()
@@ -377,10 +369,7 @@ def robustness(family_file: str | Path, directory: str | Path | None = None,
     if opts.tuned_trials:  # each job's own tuned policy, cached in studies.db beside the report
         tuned = tune_each(drawn, f"sqlite:///{out / 'studies.db'}", f"{opts.tuned_trials} trials in {opts.tuned_space}",
                           lambda job, url: tune(job, opts.tuned_space, n_trials=opts.tuned_trials, storage=url), phase)
-    broad = None
-    if opts.reference == "broad":
-        # not at the top: numpy, which --help does not load
-        from autosync.lattice import lattice_points as broad
+    broad = lattice_points if opts.reference == "broad" else None
     grid = Grid(drawn, list(range(opts.seed_offset, opts.seed_offset + opts.seeds)), online, rules, tuned, broad)
     result, reused = run_report(grid, out, opts.n_jobs, phase, on_resume)
     return Robustness(spec.name, drawn, grid.seeds, rules, result, out, reused)
@@ -391,13 +380,13 @@ def replay(logs: str | Path, options: ReplayOptions | None = None, *,
     """Replay switch-point searches on a Sync-Switch log folder (the paper's published runs, shipped as
     `autosync.data.SYNC_SWITCH_LOGS`, autosync/data/sync_switch_logs/cifar10_res32): binary search, the
     cost-ordered ladder and TPE with each of `tpe_trials` trials, `simulations` searches per strategy and
-    setting (`autosync.search.replay`).
+    setting (`autosync.search.switch_log_replay`).
 
     Args:
         options: the options of `autosync replay` (`ReplayOptions`); `fields` change some of them.
         phase: as for `profile` (one step per simulated search).
     """
-    from autosync.search.replay import load_switch_logs, table_ii  # not at the top: optuna
+    from autosync.search.switch_log_replay import load_switch_logs, table_ii  # not at the top: optuna
 
     opts = _options(ReplayOptions, options, None, fields)
     switch_logs = load_switch_logs(logs)
@@ -436,11 +425,10 @@ def table(files: Sequence[str | Path], directory: str | Path, options: TableOpti
 
     Returns what was built (`autosync.table.build.Built`: cells computed and reused, failed runs, the files).
     """
-    # not at the top: numpy, which --help does not load
-    from autosync.catalog import parse_policy_spec
+    # not at the top: the job family's schema (pydantic models: 85 ms on 2 busy cores), which a cache hit does
+    # not load, and the table's modules (25 ms), which `autosync run` does not
     from autosync.core.family import load_family, looks_like_family
-    from autosync.lattice import lattice_points
-    from autosync.table import Table  # (the table's modules: 25 ms of --help)
+    from autosync.table import Table
     from autosync.table.build import build_table
     from autosync.table.dask_cluster import on_cluster
 
@@ -482,7 +470,8 @@ def fit(files: Sequence[str | Path], options: FitOptions | None = None, **fields
     Args:
         options: the options of `autosync fit` (`FitOptions`); `fields` change some of them.
     """
-    # not at the top: the table and the experiments (numpy, torch) that --help does not load
+    # not at the top: the job family's schema (pydantic models: 85 ms on 2 busy cores) and the fits' modules,
+    # which a cache hit does not load
     from autosync.experiments.race_fit import fit_families, settings_text
 
     opts = _options(FitOptions, options, None, fields)
@@ -539,7 +528,9 @@ def recommend(job: JobSpec, storage: str | None = None, grids: Sequence[str | Pa
     written by `autosync robustness`): `autosync.search.recommend.vote.Recommendation` (the policy, its
     predicted time and speedup over BSP, the neighbours that voted and how far they are). No tuned job in
     either is a one-line UserError; reading never creates the storage."""
-    from autosync.search.recommend.vote import recommend_from  # not at the top: numpy, which --help does not load
+    # not at the top: the recommendation's modules (with the search's objective and the table: 35 ms on 2 busy
+    # cores), which `autosync run` does not load
+    from autosync.search.recommend.vote import recommend_from
 
     return recommend_from(storage or DEFAULT_STORAGE, job, [Path(g) for g in grids])
 

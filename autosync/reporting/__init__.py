@@ -12,7 +12,7 @@
 - `leaderboard_files`: the scored leaderboard as Markdown, CSV, JSON and plots (`autosync leaderboard`).
 - `robustness_files`: a family's regret tables and figure (`autosync robustness`).
 - `scaling_files`: a metric against the worker count (`autosync scaling`).
-- `replay_files`: Sync-Switch's Table II from recorded runs (`autosync replay`).
+- `switch_log_replay_files`: Sync-Switch's Table II from recorded runs (`autosync replay`).
 - `study_plots`: a study's optimization history, parameter importances or Pareto front (`autosync tune`).
 - `verification`: a tune's candidates re-run on a real backend, as table and figure (`tune --verify-top`).
 - `profile_files`: the timed rounds and the fitted job (`autosync profile`).
@@ -31,5 +31,5 @@ The modules listed in `__all__` are the package's public surface; a name startin
 """
 
 __all__ = ["calibration_files", "console", "error_lines", "leaderboard_files", "output", "profile_files",
-           "progress", "replay_files", "resources", "results", "robustness_files", "runs", "scaling_files",
-           "study_plots", "tables", "tracking", "tune_files", "verification"]
+           "progress", "resources", "results", "robustness_files", "runs", "scaling_files", "study_plots",
+           "switch_log_replay_files", "tables", "tracking", "tune_files", "verification"]

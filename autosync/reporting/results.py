@@ -5,7 +5,8 @@ own records and live beside their files (`reporting.runs.Run`, `reporting.tune_f
 `reporting.calibration_files.Calibrated`); `write_run`, `write_tune` and `write_calibration` write a record the
 engine or the search returned directly, and `tune_dir` is where `autosync tune` writes.
 
-Importing this module loads no heavy library: each result imports its renderer when it writes.
+Importing this module loads numpy and the policies (as `autosync.api`, its one importer, does), not torch
+or optuna: a result whose renderer needs them imports it when it writes.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ from autosync.reporting.robustness_files import write_robustness
 from autosync.reporting.scaling_files import table_rows, write as write_scaling
 from autosync.reporting.tracking import Tracking, log_leaderboard
 from autosync.search.tune_options import DEFAULT_TUNE_SPACE
+from autosync.measure.profile import batch_summary
+from autosync.reporting.profile_files import write_profile
+from autosync.reporting.tune_files import Tuned
 
 if TYPE_CHECKING:
     from autosync.measure.calibration import Calibration
@@ -63,14 +67,10 @@ class Profile:
 
     def write(self, directory: str | Path) -> list[Path]:
         """Write the samples, the fit and a job file with the fitted cluster (the last path) into `directory`."""
-        from autosync.reporting.profile_files import write_profile  # not at the top: numpy, which --help does not load
-
         return write_profile(self.job, self.samples, self.cluster, Path(directory))
 
     def rows(self) -> list[tuple[int, float, float, float]]:
         """Per batch size: mean compute, mean and p90 round trip (seconds)."""
-        from autosync.measure.profile import batch_summary  # not at the top: numpy, which --help does not load
-
         return batch_summary(self.samples)
 
 
@@ -105,14 +105,14 @@ class Robustness:
 class Replay:
     """Sync-Switch's Table II on recorded runs: each search strategy's cost and success per setting."""
 
-    logs: Any  # autosync.search.replay.SwitchLogs
+    logs: Any  # autosync.search.switch_log_replay.SwitchLogs
     optimum: float  # the switch point binary search picks with full information
-    rows: list[Any]  # autosync.search.replay.SimulationSummary, one per (strategy, setting)
+    rows: list[Any]  # autosync.search.switch_log_replay.SimulationSummary, one per (strategy, setting)
     threshold: float
 
     def write(self, directory: str | Path, command: str = "autosync.api.replay") -> list[Path]:
         """Write table.md and table.json into `directory`; returns the paths."""
-        from autosync.reporting.replay_files import write_replay_table  # not at the top: optuna
+        from autosync.reporting.switch_log_replay_files import write_replay_table  # not at the top: optuna
 
         return write_replay_table(self.logs, self.optimum, self.rows, ready_output_dir(Path(directory)), command,
                                   self.threshold)
@@ -162,8 +162,6 @@ def write_tune(outcome: "TuneOutcome", directory: str | Path, command: str = "au
     """Write a search's verification (with verify_top) and, unless the cache answered, its study's plots:
     `Tuned.write` (what `autosync.api.tune` returns has it), for an outcome the search returned. With `mlflow`
     (a tracking URI) and `job`, also log the study, its trials and the answer there."""
-    from autosync.reporting.tune_files import Tuned  # not at the top: optuna
-
     return Tuned.of(outcome).write(directory, command, mlflow, job)
 
 

@@ -6,5 +6,5 @@
   and scored against BSP's reference), `cost` (what a search costs, in BSP trainings).
 - `study/`: the storage and how processes share a study; `strategies/`: samplers, pruning, Sync-Switch's
   binary search, verification and neighbours.
-- `replay`: Sync-Switch's Table II replayed on the paper's recorded runs.
+- `switch_log_replay`: Sync-Switch's Table II replayed on the paper's recorded runs (`autosync replay`).
 """

@@ -43,6 +43,7 @@ from autosync.search.study.records import (BSP_REFERENCE, BSP_TRAINING_SECONDS, 
                                            POLICY, RACE_FINAL, RACE_HORIZON, RACE_RUN, RACE_TIME, REACHED,
                                            ROLE, RUNS, TIME_TO_TARGET, VIRTUAL_SECONDS)
 from autosync.search.study.trials import fail_dead_trials, run_queued_trial
+from autosync.search.study.storage import open_storage
 
 if TYPE_CHECKING:
     import optuna
@@ -320,8 +321,6 @@ def _start_helpers(request: "TuneRequest", name: str, queued: int) -> list[Any]:
 def _helper(request: "TuneRequest", name: str, verbosity: int, filters: list[Any]) -> None:
     """A helper process: run the study's queued race trials until none is left."""
     import optuna
-
-    from autosync.search.study.storage import open_storage
 
     follow_parent(verbosity, filters)
     study = optuna.load_study(study_name=name, storage=open_storage(request.storage))

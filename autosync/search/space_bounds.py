@@ -9,6 +9,9 @@ from __future__ import annotations
 from typing import Any, Callable, Iterator
 
 from autosync.core.loader import short_repr
+from autosync.catalog import POLICIES, make_policy
+from autosync.core.errors import UserError
+from autosync.policies import Composed
 
 NOMINAL_BATCH = 32  # the batch size policies are bound with when the job's is not known here
 
@@ -21,10 +24,6 @@ def bound_problems(dimensions: dict[str, dict[str, Any]], constants: dict[str, d
     (its first such end or choice), so a refusal is the value's own. A policy that takes no combination at
     all is refused by its constants (`_refused_constants`); composed policies are left to
     `refused_compositions`."""
-    from autosync.catalog import make_policy
-    from autosync.core.errors import UserError
-    from autosync.policies import Composed
-
     def refusal(policy: str, params: dict[str, Any]) -> str | None:
         try:
             make_policy(policy, params).bind(n_workers, batch_size)
@@ -61,8 +60,6 @@ def _refused_constants(policy: str, fixed: dict[str, Any], why: str, n_workers: 
     """The lines for a policy whose constants (with its dimensions at any end) it refuses: each constant it
     refuses on its own (the policy's other parameters at their defaults for `n_workers`), else one line for
     them all, with `why`, the refusal of the whole."""
-    from autosync.catalog import POLICIES
-
     sized = POLICIES[policy].sized_defaults(n_workers)
     lines = []
     for name, value in fixed.items():

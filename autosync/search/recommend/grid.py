@@ -19,13 +19,14 @@ from typing import Any, Callable
 from autosync.core.errors import UserError
 from autosync.core.job import JobSpec, load_job
 from autosync.search.recommend.neighbours import WORKLOAD_PENALTY, Neighbour, cluster_features, distance, workload_key
+from autosync.catalog import label_of, parse_policy_spec
+from autosync.policy_grid import (BSP_LABEL, ONLINE_POLICIES, STATIC_K_RULES, TUNED_LABEL, load_report,
+                                  static_k_policies, static_label)
 
 
 def online_specs(command: str) -> list[str]:
     """The `--policies` specs of a report's command (the command's default policies when it names none or
     cannot be split)."""
-    from autosync.policy_grid import ONLINE_POLICIES
-
     try:
         words = shlex.split(command)
     except ValueError:  # an unbalanced quote in a recorded command line
@@ -38,8 +39,6 @@ def online_specs(command: str) -> list[str]:
 def online_by_label(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The report's online policies by label: kept by the report, or parsed from its command at the
     family's smallest n, as the report parsed them (a spec that names no policy is left out)."""
-    from autosync.catalog import label_of, parse_policy_spec
-
     online = data.get("online_policies")
     if isinstance(online, dict):
         return online
@@ -58,8 +57,6 @@ def policies_by_label(data: dict[str, Any], job: dict[str, Any],
                       online: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
     """Every label of `job`'s row in the report that names a policy: the static k's, BSP, the online
     policies (`online_by_label`, unless given) and the job's tuned policy."""
-    from autosync.policy_grid import BSP_LABEL, STATIC_K_RULES, TUNED_LABEL, static_k_policies, static_label
-
     found = {static_label(p): p for p in static_k_policies(int(job["n_workers"]),
                                                            data.get("lr_rules", STATIC_K_RULES))}
     found["bsp"] = found[BSP_LABEL]
@@ -86,8 +83,6 @@ def grid_neighbours(path: Path, job: JobSpec, features: list[float],
                     fits: Callable[[dict[str, Any], int], bool] = lambda policy, n: True) -> list[Neighbour]:
     """Every job of the report at `path` but `job` itself, as a neighbour of `job` (nearest first), voting
     with its fastest policy that `fits(policy, its n)` keeps."""
-    from autosync.policy_grid import load_report
-
     folder, data = load_report(path, "--grid")
     key, fingerprint = workload_key(job), job.fingerprint()
     online = online_by_label(data)

@@ -29,6 +29,7 @@ import numpy as np
 from autosync.search.study import _optuna_internals as internals
 from autosync.core.job import JobSpec
 from autosync.search.study.records import FEATURES, WORKLOAD_KEY, StudyRecord
+from autosync.core.cluster import RoundTripModel, started_at_once
 
 if TYPE_CHECKING:
     import optuna
@@ -49,8 +50,6 @@ def workload_key(job: JobSpec) -> str:
 
 def cluster_features(job: JobSpec) -> list[float]:
     """The job's cluster as `FEATURE_NAMES` (see the module docstring)."""
-    from autosync.core.cluster import RoundTripModel, started_at_once
-
     cluster, b = job.cluster, job.workload.batch_size
     model = RoundTripModel(cluster, seed=0)
     n = cluster.n_workers

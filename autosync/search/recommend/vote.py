@@ -21,6 +21,10 @@ from typing import Any, Sequence
 from autosync.core.errors import UserError
 from autosync.core.job import JobSpec
 from autosync.search.recommend.neighbours import FEATURE_NAMES, Neighbour, cluster_features, neighbours
+from autosync.search.objective import canonical_on
+from autosync.search.recommend.grid import grid_neighbours
+from autosync.search.study.cache import refuse_damaged
+from autosync.search.study.storage import open_existing_storage, quiet_optuna, redact_url
 
 COUNT = 5  # neighbours that vote
 
@@ -42,8 +46,6 @@ class Recommendation:
 def adapt(policy: dict[str, Any], n_from: int, job: JobSpec) -> dict[str, Any] | None:
     """`policy` (a winner on n_from workers) for `job`: a backup count k scaled to this n; None when it does
     not fit this job."""
-    from autosync.search.objective import canonical_on
-
     n = job.cluster.n_workers
     params = dict(policy.get("params", {}))
     if "k" in params and isinstance(params["k"], int) and n_from != n:
@@ -55,9 +57,6 @@ def adapt(policy: dict[str, Any], n_from: int, job: JobSpec) -> dict[str, Any] |
 def recommend_from(url: str, job: JobSpec, grids: Sequence[Path] = ()) -> Recommendation:
     """`recommend` from the storage at `url` (opened only if it exists: reading creates and changes nothing)
     and the robustness reports `grids`; a storage that does not exist with no report is a one-line UserError."""
-    from autosync.search.study.cache import refuse_damaged
-    from autosync.search.study.storage import open_existing_storage, quiet_optuna, redact_url
-
     quiet_optuna()
     opened = open_existing_storage(url)
     if opened is None and not grids:
@@ -72,8 +71,6 @@ def recommend_from(url: str, job: JobSpec, grids: Sequence[Path] = ()) -> Recomm
 def recommend(storage: Any, job: JobSpec, where: str, grids: Sequence[Path] = ()) -> Recommendation:
     """The recommendation for `job` from the tuned jobs in `storage` (None: none; named `where` in errors)
     and the drawn jobs of the robustness reports in `grids` (`autosync.search.recommend.grid`), the nearest COUNT of all."""
-    from autosync.search.recommend.grid import grid_neighbours
-
     mine = cluster_features(job)
     near = neighbours(storage, job, count=COUNT, other_workloads=True, features=mine) if storage is not None else []
     for grid in grids:

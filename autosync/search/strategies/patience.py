@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from autosync.search.study.records import FAIL_REASON, GIVEN_UP, GIVEN_UP_PLACES, ROLE, has_run, outside_budget
 from autosync.search.study import _optuna_internals as internals
+from autosync.search.study.trials import budget_used
 
 if TYPE_CHECKING:
     import optuna
@@ -59,8 +60,6 @@ def give_up_queued(study: "optuna.Study", patience: int, budget: int | None = No
     budget), so that no process queues them afterwards; how many trials were given up in all. Call it under the study's storage lock (`autosync.search.study.locking`), so no
     process takes or queues one meanwhile."""
     import optuna
-
-    from autosync.search.study.trials import budget_used
 
     storage = internals.storage_of(study)
     given_up = 0

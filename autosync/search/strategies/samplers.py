@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 from autosync.core.errors import UserError
 from autosync.search.space import SearchSpace
 from autosync.search.tune_options import AUTO, RACE, SAMPLERS, SWITCH_POINT_SAMPLERS
+from autosync.search.strategies.prior import tpe_with_prior
+from autosync.search.study._optuna_internals import brute_force_sampler
 
 if TYPE_CHECKING:
     import optuna
@@ -48,20 +50,18 @@ def make_sampler(name: str, seed: int, space: SearchSpace, multi_objective: bool
 
     name = check_sampler(name, space, multi_objective)
     if name == "ladder":
+        # not at the top: optuna, which the ladder's sampler subclasses at its top and a cache hit, which
+        # loads this module, never loads (benchmarks/bench_startup.py)
         from autosync.search.strategies.ladder import DEFAULT_RUNGS, LadderSampler
 
         return LadderSampler(rungs=DEFAULT_RUNGS[:n_trials])
     if name == RACE:
         return optuna.samplers.RandomSampler(seed=seed)  # the race queues every run itself: never asked
     if name in ("tpe", "binary"):  # binary enqueues every candidate itself: its sampler is never asked
-        from autosync.search.strategies.prior import tpe_with_prior
-
         # with --neighbour-prior a new job's study reads its tuned neighbours' trials too (`strategies.prior`)
         return tpe_with_prior(seed=seed, n_startup_trials=5, multivariate=True, group=True)
     if name == "gp":
         return optuna.samplers.GPSampler(seed=seed, n_startup_trials=5)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
-    from autosync.search.study._optuna_internals import brute_force_sampler
-
     return brute_force_sampler(seed)  # (one that a trial left without parameters by a kill does not stop)

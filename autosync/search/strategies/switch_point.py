@@ -14,6 +14,9 @@ from autosync.search.study import _optuna_internals as internals
 from autosync.search.study.claim import optimize_one
 from autosync.search.study.records import TrialRecord
 from autosync.search.study.trials import counted_trials
+from autosync.policies import SyncSwitch
+from autosync.search.strategies.binary import binary_search
+from autosync.search.strategies.ladder import ladder_finished, next_rung
 
 if TYPE_CHECKING:
     import optuna
@@ -35,10 +38,6 @@ def run_switch_point_search(study: "optuna.Study", request: "TuneRequest", refer
     and runs in `study.optimize` until a rung holds.
     """
     import optuna
-
-    from autosync.policies import SyncSwitch
-    from autosync.search.strategies.binary import binary_search
-    from autosync.search.strategies.ladder import ladder_finished, next_rung
 
     space = request.space
     dims = space.dimensions.get(SyncSwitch.name, {})

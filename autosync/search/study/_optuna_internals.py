@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from autosync.search.study.interrupts import storage_call
 from autosync.search.study.outage import call_waiting
+from autosync.search.study.records import has_own_failure
 
 if TYPE_CHECKING:
     import optuna
@@ -189,8 +190,6 @@ def brute_force_sampler(seed: int) -> "optuna.samplers.BaseSampler":
     """
     import optuna
     from optuna.samplers import _brute_force
-
-    from autosync.search.study.records import has_own_failure
 
     read = _brute_force._get_non_waiting_trials_and_current_trial_index
 

@@ -14,6 +14,8 @@ import threading
 from pathlib import Path
 from typing import Any, Iterator
 
+from autosync.search.study.outage import call_waiting, lost_connection
+
 
 def sqlite_path(url: str) -> Path | None:
     """The database file of an SQLite URL (None for in-memory databases and other back ends)."""
@@ -62,8 +64,6 @@ def _postgres_advisory_lock(url: str, name: str) -> Iterator[None]:
     engine = _ENGINES.get(url)
     if engine is None:
         engine = _ENGINES[url] = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
-    from autosync.search.study.outage import call_waiting, lost_connection
-
     key = int.from_bytes(hashlib.sha256(f"autosync:{name}".encode()).digest()[:8], "big", signed=True)
 
     def locked() -> Any:  # connected and holding the lock; made again whole while the server does not answer

@@ -367,7 +367,7 @@ def damaged(name: str, problem: str, refresh: bool = False) -> UserError:
 
 def validated(name: str, record: Any) -> CacheRecord:
     """A cache record whose policy, score and trial count are usable, else a one-line error naming the study."""
-    from autosync.catalog import policy_from_dict
+    from autosync.catalog import policy_from_dict  # not at the top: numpy and the policies, unused by --help
 
     field = "best_policy"
     try:

@@ -137,6 +137,8 @@ def _rdb_storage(url: str, kwargs: dict[str, Any]) -> "optuna.storages.RDBStorag
     """Optuna's RDB storage at `url` with autosync's heartbeats and its retry of killed trials."""
     import optuna
 
+    # not at the top: the trials' modules (25-40 ms on 2 busy cores, `python -X importtime`), which --help,
+    # loading this module for its defaults, never uses
     from autosync.search.study.trials import RetryKilledTrial
 
     cls = guarded(optuna.storages.RDBStorage)

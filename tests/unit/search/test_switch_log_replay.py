@@ -10,7 +10,7 @@ import pytest
 
 from autosync.core.errors import UserError
 from autosync.data import SYNC_SWITCH_LOGS
-from autosync.search.replay import (TABLE_II_SETTINGS, ReplayBackend, SearchSetting, binary_strategy,
+from autosync.search.switch_log_replay import (TABLE_II_SETTINGS, ReplayBackend, SearchSetting, binary_strategy,
                                     ladder_strategy, load_switch_logs, replay_table, simulate_searches, tpe_strategy)
 from autosync.search.space import SPACE_DIR
 from tests.conftest import autosync, no_traceback

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from autosync.core import strict_json
 from autosync.search.cost import COST_UNIT
-from autosync.search.replay import SimulationSummary, SwitchLogs
+from autosync.search.switch_log_replay import SimulationSummary, SwitchLogs
 
 # Sync-Switch's Table II for setup 1 (binary search, 1000 simulated searches): (cost in BSP trainings, success).
 PAPER_TABLE_II = {"(No, 5, 5)": (12.71, 1.0), "(No, 3, 3)": (7.62, 0.992), "(Yes, 0, 3)": (4.63, 1.0)}

@@ -1,4 +1,5 @@
-"""Replay: switch-point search strategies judged on recorded training runs instead of new trainings.
+"""Sync-Switch's logs replayed: switch-point search strategies judged on recorded training runs instead of
+new trainings (`autosync replay`; not the table's replay of a search's runs, `autosync.table.replay`).
 
 A `SwitchLogs` holds the runs published with the Sync-Switch paper (one folder per run, `acc_proc.csv`
 with the test accuracy over time): BSP, ASP, and "bX-aY" runs that trained X% of the workload with BSP
@@ -29,10 +30,13 @@ import numpy as np
 from autosync.core.errors import UserError
 from autosync.core.phases import Phase, no_phase
 from autosync.search.strategies.binary import binary_search, target_from_bsp
-from autosync.search.strategies.ladder import DEFAULT_RUNGS
+from autosync.search.strategies.ladder import DEFAULT_RUNGS, LadderSampler, ladder_finished
 from autosync.search.cost import in_bsp_trainings
 from autosync.search.space import load_space, resolve_space_path
 from autosync.search.study.storage import quiet_optuna
+from autosync.search.strategies.samplers import make_sampler
+from autosync.search.study.records import CONSTRAINT, SWITCH_AT
+from autosync.search.study.trials import feasible_trials
 
 _SWITCH_NAME = re.compile(r"^b(\d+(?:\.\d+)?)[-_]a(\d+(?:\.\d+)?)")  # BSP first, then ASP
 _BASELINE_NAME = re.compile(r"^(bsp|asp)")
@@ -194,8 +198,6 @@ def ladder_strategy(space_path: str | Path, rungs: tuple[float, ...] = DEFAULT_R
                     n_workers: int = SETUP_1_WORKERS) -> SearchStrategy:
     """The cost-ordered ladder as `autosync tune --sampler ladder` runs it: an Optuna study whose sampler
     is `LadderSampler`, stopped at the first rung that holds."""
-    from autosync.search.strategies.ladder import LadderSampler, ladder_finished
-
     return _study_strategy(load_space(space_path, n_workers), lambda seed: LadderSampler(rungs=rungs), len(rungs),
                            threshold, finished=lambda study: ladder_finished(study, rungs))
 
@@ -203,8 +205,6 @@ def ladder_strategy(space_path: str | Path, rungs: tuple[float, ...] = DEFAULT_R
 def tpe_strategy(space_path: str | Path, n_trials: int, threshold: float = 0.01,
                  n_workers: int = SETUP_1_WORKERS) -> SearchStrategy:
     """`autosync tune`'s default: a TPE study over the switch-point space with the accuracy constraint."""
-    from autosync.search.strategies.samplers import make_sampler
-
     space = load_space(space_path, n_workers)
     return _study_strategy(space, lambda seed: make_sampler("tpe", seed, space, False), n_trials, threshold)
 
@@ -218,10 +218,6 @@ def _study_strategy(space: Any, make: Callable[[int], Any], n_trials: int, thres
     answer is the fastest feasible trial (BSP when none is feasible).
     """
     import optuna
-
-    from autosync.search.study.records import CONSTRAINT, SWITCH_AT
-    from autosync.search.study.trials import feasible_trials
-
 
     def search(run: Callable[[float], float], setting: SearchSetting, target: float | None, seed: int) -> float:
         runs: list[float] = []
