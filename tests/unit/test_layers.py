@@ -173,27 +173,15 @@ def test_the_crossing_check_sees_either_direction():
                                  ("autosync.search.recommend.grid", "autosync.experiments")]
 
 
-# Function-local imports whose files another change owns (the search being rewritten): not held to the
-# comment rule yet, nor counted against the limit, which the package as a whole is to meet once they are.
-LOCAL_IMPORTS_PENDING = {
-    "autosync/engine/proxy.py", "autosync/search/equivalence.py", "autosync/search/objective.py",
-    "autosync/search/request.py", "autosync/search/space.py", "autosync/search/space_file.py",
-    "autosync/search/strategies/check_families.py", "autosync/search/strategies/full_budget.py",
-    "autosync/search/strategies/prior.py", "autosync/search/strategies/repair.py", "autosync/search/tune.py",
-    "autosync/search/tune_options.py",
-}
 MOST_LOCAL_IMPORTS = 60
 
 
-def _function_local_imports(pending: bool = False) -> list[tuple[str, int, bool]]:
-    """(file, line, whether it says why) of each import of autosync inside a function, outside the pending
-    files unless `pending`. It says why with a comment holding "not at the top" on its line or above its block
-    of imports."""
+def _function_local_imports() -> list[tuple[str, int, bool]]:
+    """(file, line, whether it says why) of each import of autosync inside a function, in the whole package. It
+    says why with a comment holding "not at the top" on its line or above its block of imports."""
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
         rel = path.relative_to(PACKAGE.parent).as_posix()
-        if rel in LOCAL_IMPORTS_PENDING and not pending:
-            continue
         lines = path.read_text().splitlines()
         for node in ast.walk(_tree(path)):
             if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -224,8 +212,7 @@ def test_function_local_imports_are_few_and_say_why():
     silent = [f"{file}:{line}" for file, line, said in found if not said]
     assert not silent, f"function-local imports without a 'not at the top: ...' comment: {silent}"
     assert len(found) <= MOST_LOCAL_IMPORTS, \
-        f"{len(found)} function-local autosync imports outside the pending files, more than {MOST_LOCAL_IMPORTS}"
-
+        f"{len(found)} function-local autosync imports, more than {MOST_LOCAL_IMPORTS}"
 
 
 # File names that two modules may share. A package's own structure: its `__init__`, and a family's `_base`
