@@ -161,6 +161,9 @@ def _in_trial(url: str, pids: list[int]) -> list[int]:
     return [i for i, pid in enumerate(pids) if str(pid) in tags]
 
 
+AIM_WAIT = 60.0  # seconds an aimed kill waits for a process in a trial (`run_storm`)
+
+
 def run_storm(argv: list[str], url: str, cwd: Path, processes: int, kills: int, seed: int = 0,
               lifetime: float = 6.0, aim: float = 0.0, env: dict[str, str] | None = None,
               timeout: float = 1800) -> Storm:
@@ -191,9 +194,12 @@ def run_storm(argv: list[str], url: str, cwd: Path, processes: int, kills: int, 
                     storm.problems.append(f"process {j} exited {code}: {logs[j].read_text()[-600:]}")
             if not alive or storm.problems:
                 break
-            if rng.random() < aim:  # an aimed kill: the first process seen in a trial within the lifetime
-                until = time.monotonic() + lifetime
-                while not (busy := [j for j in _in_trial(url, pids) if j in alive]) and time.monotonic() < until:
+            if rng.random() < aim:  # an aimed kill: the first process seen in a trial, waited for up to
+                # AIM_WAIT seconds (not `lifetime`: where other work loads the machine, BSP's reference can take
+                # longer than a lifetime, and kills at random moments alone then never reach a trial)
+                until = time.monotonic() + max(lifetime, AIM_WAIT)
+                while (not (busy := [j for j in _in_trial(url, pids) if j in alive]) and alive
+                       and time.monotonic() < until):
                     time.sleep(0.05)
                     alive = [j for j, pid in enumerate(pids) if pid not in zygote.exits]
                 i = rng.choice(busy) if busy else i
