@@ -54,11 +54,14 @@ def race_bar(trials: "list[optuna.trial.FrozenTrial]", places: int = 1,
     out = broke_the_rule(trials)
     best: dict[str, optuna.trial.FrozenTrial] = {}
     for t in trials:
-        if t.state == optuna.trial.TrialState.COMPLETE and may_be_feasible(t) and policy_key(t) not in out:
-            key = policy_key(t)
-            if key not in best or (t.values[0], CURVE not in t.user_attrs) < (
-                    best[key].values[0], CURVE not in best[key].user_attrs):
-                best[key] = t
+        if t.state != optuna.trial.TrialState.COMPLETE or not may_be_feasible(t):
+            continue
+        key = policy_key(t)  # one JSON dump a trial: the bar is read again every REFRESH_SECONDS of a trial
+        if key in out:
+            continue
+        if key not in best or (t.values[0], CURVE not in t.user_attrs) < (
+                best[key].values[0], CURVE not in best[key].user_attrs):
+            best[key] = t
     ranked = sorted(((t, t.values[0]) for t in best.values()), key=lambda pair: pair[1])
     return ranked[places - 1] if len(ranked) >= places else None
 
