@@ -11,8 +11,6 @@ Jobs 0 .. train-1 of the family are tuned into one SQLite storage (the "tuned jo
 - warm: `tune` in the storage of tuned jobs (started from the nearest neighbours' winners): the cost to its answer over the cold one's, its whole search's cost over the cold
   one's (what the user pays), and its winner's time over the cold winner's (both the study's own scores on
   the job's seed: the same runs);
-- with prior: the same in a copy of that storage, TPE also reading the neighbours' trials as its prior
-  (`tune --neighbour-prior`, `autosync.search.strategies.prior`): what the prior adds to their winners;
 - recommend: `autosync recommend` from the tuned jobs, nothing trained: the recommended policy is then
   trained on the job's seed and its time to target is held against the cold winner's (the regret).
 Every tune (the tuned jobs', cold and warm) stops once `--patience P` trials in a row found nothing faster
@@ -23,7 +21,6 @@ third of the cold one's; recommendation median regret <= 1.15.
 from __future__ import annotations
 
 import argparse
-import shutil
 import statistics
 import tempfile
 import time
@@ -45,10 +42,10 @@ HERE = Path(__file__).resolve().parent
 
 
 def _tune(job, url: str, space_name: str, trials: int, transfer: bool = True, patience: int | None = None,
-          constraint_at: str = "budget", prior: bool = False):
+          constraint_at: str = "budget"):
     space = load_space(SPACE_DIR / f"{space_name}.yaml", job.cluster.n_workers)
     return tune(TuneRequest.from_options(job, TuneOptions(
-        n_trials=trials, storage=url, transfer=transfer, neighbour_prior=prior, patience=patience,
+        n_trials=trials, storage=url, transfer=transfer, patience=patience,
         constraint_at=constraint_at), space=space))
 
 
@@ -90,9 +87,6 @@ def measure(args: argparse.Namespace, constraint_at: str, figures: Figures) -> N
             cold = _tune(job, f"sqlite:///{tmp}/cold{i}.db", args.space, args.trials, transfer=False,
                          patience=args.patience, constraint_at=constraint_at).cache
             answer = recommend(open_storage(shared), job, "tuned jobs")
-            shutil.copy(f"{tmp}/tuned.db", f"{tmp}/with_prior{i}.db")  # the same tuned jobs, for the run with the prior
-            with_prior = _tune(job, f"sqlite:///{tmp}/with_prior{i}.db", args.space, args.trials,
-                               patience=args.patience, constraint_at=constraint_at, prior=True).cache
             warm = _tune(job, shared, args.space, args.trials, patience=args.patience,
                          constraint_at=constraint_at).cache
             try:
@@ -102,26 +96,17 @@ def measure(args: argparse.Namespace, constraint_at: str, figures: Figures) -> N
             row = {"job": i, "n": job.cluster.n_workers, "cold_winner": cold["best_policy"],
                    "cold_cost": cold["cost_to_answer_bsp_trainings"], "warm_cost": warm["cost_to_answer_bsp_trainings"],
                    "cold_total": cold["search_cost_bsp_trainings"], "warm_total": warm["search_cost_bsp_trainings"],
-                   "with_prior_cost": with_prior["cost_to_answer_bsp_trainings"],
-                   "with_prior_total": with_prior["search_cost_bsp_trainings"],
-                   "with_prior_over_cold_time": with_prior["best_value"] / cold["best_value"],
-                   "prior_trials": with_prior.get("prior_trials", 0),
                    "warm_over_cold_time": warm["best_value"] / cold["best_value"],
                    "neighbours": [nb["job"] for nb in warm["neighbour_jobs"]],
                    "recommended": answer.policy,
                    "recommend_regret": recommended / cold["best_value"] if recommended is not None else None}
             row["warm_over_cold_cost"] = row["warm_cost"] / row["cold_cost"] if row["cold_cost"] else None
             row["warm_over_cold_total"] = row["warm_total"] / row["cold_total"] if row["cold_total"] else None
-            for key in ("cost", "total"):
-                row[f"with_prior_over_cold_{key}"] = row[f"with_prior_{key}"] / row[f"cold_{key}"] \
-                    if row[f"cold_{key}"] else None
             rows.append(row)
             print(f"job {i} (n={row['n']}): cold {row['cold_cost']:.2f} BSP trainings to its answer, warm "
                   f"{row['warm_cost']:.2f} ({row['warm_over_cold_cost']:.2f}x); whole search cold {row['cold_total']:.2f}, "
                   f"warm {row['warm_total']:.2f} ({row['warm_over_cold_total']:.2f}x); warm answer's time "
-                  f"{row['warm_over_cold_time']:.2f}x the cold one's (with {row['prior_trials']} prior trials "
-                  f"{row['with_prior_cost']:.2f} to the answer, {row['with_prior_total']:.2f} in all, answer "
-                  f"{row['with_prior_over_cold_time']:.2f}x); recommend regret "
+                  f"{row['warm_over_cold_time']:.2f}x the cold one's; recommend regret "
                   f"{row['recommend_regret'] if row['recommend_regret'] is None else round(row['recommend_regret'], 2)}"
                   f" (neighbours {row['neighbours']})")
     costs = [r["warm_over_cold_cost"] for r in rows if r["warm_over_cold_cost"] is not None]
@@ -129,8 +114,6 @@ def measure(args: argparse.Namespace, constraint_at: str, figures: Figures) -> N
     cost, regret = statistics.median(costs), statistics.median(regrets)
     total = statistics.median(r["warm_over_cold_total"] for r in rows if r["warm_over_cold_total"] is not None)
     time_ratio = statistics.median(r["warm_over_cold_time"] for r in rows)
-    prior = {key: statistics.median(r[f"with_prior_over_cold_{key}"] for r in rows
-                                    if r[f"with_prior_over_cold_{key}"] is not None) for key in ("cost", "total", "time")}
     print(f"medians over {len(rows)} jobs: warm / cold cost to the answer {cost:.2f}, warm / cold whole search "
           f"{total:.2f}, warm / cold answer time "
           f"{time_ratio:.2f}, recommend regret {regret:.2f}")
@@ -140,13 +123,6 @@ def measure(args: argparse.Namespace, constraint_at: str, figures: Figures) -> N
                 ratio=total)
     figures.add(f"warm-started tune{held}: its answer's time to target (median)", time_ratio, "x the cold winner's",
                 against="cold tune", ratio=time_ratio)
-    figures.add(f"warm-started tune{held}, --neighbour-prior: cost to its answer (median)",
-                prior["cost"], "x the cold tune's", against="cold tune", ratio=prior["cost"], goal="<= 1/3",
-                met=prior["cost"] <= 1 / 3)
-    figures.add(f"warm-started tune{held}, --neighbour-prior: its whole search's cost (median)",
-                prior["total"], "x the cold tune's", against="cold tune", ratio=prior["total"])
-    figures.add(f"warm-started tune{held}, --neighbour-prior: its answer's time to target (median)",
-                prior["time"], "x the cold winner's", against="cold tune", ratio=prior["time"])
     figures.add(f"recommend (nothing trained{held}): regret (median)", regret, "x the cold winner's time",
                 against="cold tune", ratio=regret, goal="<= 1.15", met=regret <= 1.15)
 

@@ -208,13 +208,11 @@ def pruned_how(b: dict[str, int]) -> str:
     return f" ({', '.join(how)})" if how else ""
 
 
-def neighbours_line(near: list[dict[str, Any]], cost_to_answer: float | None, prior: int = 0) -> str:
-    """The tuned jobs a search started from (a transfer), their trials TPE read as a prior, and what finding
-    the answer cost."""
+def neighbours_line(near: list[dict[str, Any]], cost_to_answer: float | None) -> str:
+    """The tuned jobs a search started from (a transfer) and what finding the answer cost."""
     jobs = "; ".join(f"{nb['job']} (distance {nb['distance']:.2f}): {policy_label(nb['policy'])}" for nb in near)
-    read = f"; TPE read {prior} of their trial{'' if prior == 1 else 's'} as its prior" if prior else ""
     cost = f"; the answer was found after {cost_to_answer:.2f} BSP trainings" if cost_to_answer is not None else ""
-    return f"Started from the winners of {count(len(near), 'tuned neighbour job')}: {jobs}{read}{cost}."
+    return f"Started from the winners of {count(len(near), 'tuned neighbour job')}: {jobs}{cost}."
 
 
 def _others_line(roles: dict[str, int]) -> str:
@@ -264,8 +262,7 @@ def tune_report(outcome: Any, spec: Any) -> list[Printed]:
         if b.get("unchecked"):
             out.append(Line(unchecked_line(b["unchecked"], b["full_budget_checks"], spec.target.metric)))
     if c.get("neighbour_jobs"):
-        out.append(Line(neighbours_line(c["neighbour_jobs"], c.get("cost_to_answer_bsp_trainings"),
-                                         c.get("prior_trials", 0)), style="dim"))
+        out.append(Line(neighbours_line(c["neighbour_jobs"], c.get("cost_to_answer_bsp_trainings")), style="dim"))
     for other in outcome.faster_elsewhere:
         out.append(Line(f"on this job the {other['space']} space answered {policy_label(other['policy'])} at "
                         f"{other['time']:.2f} s, {other['times_faster']:.2f}x faster than this space's answer: "

@@ -53,7 +53,6 @@ class TuneRequest:
     verify_top: int = _default("verify_top")  # re-run the K best feasible candidates and BSP on verify_backend
     verify_backend: "BackendChoice | None" = None  # where the verification runs (processes, virtual or real clock)
     transfer: bool = _default("transfer")  # a new study starts from the winners of the nearest tuned jobs
-    prior: bool = _default("neighbour_prior")  # with transfer, TPE also reads their trials as a prior
     patience: int | None = _default("patience")  # stop once N trials in a row found nothing faster
     race_settings: str | None = _default("race_settings")  # --sampler race: its settings file (None: shipped)
     budget: float | None = _default("budget")  # --sampler race: its cost cap in BSP trainings (None: no cap)
@@ -107,7 +106,7 @@ class TuneRequest:
                                        backend=simulated if opts.verify_top or real is None else real),
             # verify_top: search simulated
             verify_top=opts.verify_top, verify_backend=real if opts.verify_top else None,
-            transfer=opts.transfer, prior=opts.neighbour_prior,
+            transfer=opts.transfer,
             patience=opts.patience, race_settings=opts.race_settings, budget=opts.budget)
 
     @property

@@ -38,7 +38,6 @@ from autosync.search.outcome import TuneOutcome
 from autosync.search.objective import (
     Objective, TimeToTargetBound, canonical_on, process_tag, trial_scoring, trial_seeds,
 )
-from autosync.search.strategies.prior import give_prior
 from autosync.search.strategies.patience import give_up_queued, patience_of, trials_without_improvement
 from autosync.search.strategies.pruning import RaceLimit, TargetRacePruner, thinned
 from autosync.search.study.running_twins import Resampled
@@ -506,9 +505,6 @@ def run_trials(study: "optuna.Study", request: TuneRequest, reference: dict[str,
                           siblings, storage_url=request.storage,
                           race=functools.partial(RaceLimit, places=places(request)))
     objective.deadline = deadline  # a trial still training when the --timeout passes stops (`TimedOut`)
-    give_prior(study, study.user_attrs.get(NEIGHBOUR_JOBS, []) if request.prior else [], request.space,
-               execution_name(request.settings.backend), request.settings.constraint_at, request.job,
-               reference.get("time_to_target"))
     while True:
         done, pending = budget_used(study)
         if on_trial is not None:

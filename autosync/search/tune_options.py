@@ -61,9 +61,6 @@ class TuneOptions(ExecutionOptions):
                              "--repeats times on --backend and compare (0: off).", ge=0)
     transfer: bool = option(True, "A new study starts from the winners of the nearest tuned jobs in the storage "
                             "with this job's workload and target (--no-transfer: from nothing).")
-    neighbour_prior: bool = option(False, "With the transfer, TPE also reads the tuned neighbours' trials as its prior, "
-                                   "each on this job's scale (off by default: on the stragglers family it saved "
-                                   "little over their winners alone and answered up to 1.08x slower).")
     patience: Optional[int] = option(None, "Stop the search once N trials in a row found nothing faster; the rest of "
                                      "the budget is not run (0: run the whole budget; default: the space's "
                                      "`patience`, 5 for static_k, else 0; 0 with --sampler grid).", ge=0)

@@ -135,10 +135,10 @@ class DynamicK(FastestK):
         (step_growth = 0: k, the paper's rule (19)).
 
         Departs from rule (19), which lets k jump from one iteration to the next, and with it the step under
-        a rule that scales eta with k: under `linear` on the stragglers family (job 3, 32 workers, momentum
-        0.9) DBW went from k = 1 to k = 26, a 26-fold step applied to a momentum buffer built at the small
-        one; the loss went from 0.4 to 64 and the model never trained again (and the loss-rising clause of
-        (19) then raises k, so the step, further). The gain (9) rests on the curvature L estimated (12) at
+        a rule that scales eta with k: under `linear` on a job of 32 workers with momentum 0.9, DBW went from
+        k = 1 to k = 26, a 26-fold step applied to a momentum buffer built at the small one; the loss went
+        from 0.4 to 64 and the model never trained again (and the loss-rising clause of (19) then raises k,
+        so the step, further). The gain (9) rests on the curvature L estimated (12) at
         the steps actually taken, and a step many times larger lies outside where that bound was checked;
         as a trust region grows only by a bounded factor once its model held, the step may grow by at most
         `step_growth` per iteration (Goyal et al. 2017 reach the linearly scaled rate by a gradual warm-up

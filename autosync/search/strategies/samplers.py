@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING
 from autosync.core.errors import UserError
 from autosync.search.space import SearchSpace
 from autosync.search.tune_options import AUTO, RACE, SAMPLERS, SWITCH_POINT_SAMPLERS
-from autosync.search.strategies.prior import tpe_with_prior
 from autosync.search.study._optuna_internals import brute_force_sampler
 
 if TYPE_CHECKING:
@@ -58,8 +57,7 @@ def make_sampler(name: str, seed: int, space: SearchSpace, multi_objective: bool
     if name == RACE:
         return optuna.samplers.RandomSampler(seed=seed)  # the race queues every run itself: never asked
     if name in ("tpe", "binary"):  # binary enqueues every candidate itself: its sampler is never asked
-        # with --neighbour-prior a new job's study reads its tuned neighbours' trials too (`strategies.prior`)
-        return tpe_with_prior(seed=seed, n_startup_trials=5, multivariate=True, group=True)
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=5, multivariate=True, group=True)
     if name == "gp":
         return optuna.samplers.GPSampler(seed=seed, n_startup_trials=5)
     if name == "random":

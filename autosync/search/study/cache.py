@@ -18,7 +18,7 @@ from autosync.core.job import JobSpec
 from autosync.search.cost import COST_UNIT, in_bsp_trainings
 from autosync.search.study.records import (
     BSP_REFERENCE, BSP_TRAINING_SECONDS, BUDGET, CACHE, CONSTRAINT_AT, FINGERPRINT, FORKED, FOUND_EQUIVALENT,
-    FULL_BUDGET_OF, GIVEN_UP, GIVEN_UP_PLACES, HORIZON, PLATEAU, PRIOR_TRIALS, PRUNED_ON_PACE, POLICY,
+    FULL_BUDGET_OF, GIVEN_UP, GIVEN_UP_PLACES, HORIZON, PLATEAU, PRUNED_ON_PACE, POLICY,
     REFERENCE_FROM, REPAIR_OF, RUNS, SAME_AS, STORED_RUNS, TIMED_OUT_OF,
     UNCHECKED, VIRTUAL_SECONDS, CacheRecord, StudyRecord, TrialRecord, damaged, final_pending, has_run,
     outside_budget, policy_key, validated, write_cache_record,
@@ -204,7 +204,6 @@ def write_cache(study: "optuna.Study", job: JobSpec, space: "SearchSpace", sampl
         "cost_to_answer_bsp_trainings": in_bsp_trainings(answer["cost"] if "cost" in answer else search_cost(study),
                                                          bsp_training_seconds(reference)),
         "neighbour_jobs": neighbours or [],
-        PRIOR_TRIALS: study.user_attrs.get(PRIOR_TRIALS, 0),  # their trials TPE read as a prior
         **({TIMED_OUT_OF: timed_out_of} if timed_out_of else {}),
         **{k: v for k, v in answer.items() if k not in ("policy", "value", "final_metric", "trial", "cost")},
     }

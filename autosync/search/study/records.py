@@ -57,7 +57,6 @@ FINAL_METRIC = "final_metric"  # mean final target metric over the seeds (the co
 REACHED = "reached"  # how many of the seeds' runs reached the target
 RUNS = "runs"  # how many runs (seeds) the trial trained
 GIVEN_UP = "given_up"  # a queued trial not run, the search having stopped improving (its patience)
-PRIOR_OF = "prior_of"  # of a prior trial (never stored): "study#number" it was read from
 SWITCH_AT = "switch_at"  # Sync-Switch Table II replay: the switch point the trial stands for
 # what the trial is to the search (one of `ROLES`), written as it ends: only "budget" trials (and "given_up"
 # places) count against --n-trials; optuna-dashboard shows it among the user attributes, to filter on
@@ -81,7 +80,6 @@ EXECUTION = "execution"  # where its trials trained (the study name's backend ta
 WORKLOAD_KEY = "workload_key"  # what the job trains (neighbours share it)
 FEATURES = "cluster_features"  # the job's cluster features (neighbours are near in them)
 NEIGHBOUR_JOBS = "neighbour_jobs"  # also a cache field: the tuned jobs a search started from
-PRIOR_TRIALS = "prior_trials"  # also a cache field: how many neighbour trials TPE read as a prior
 GIVEN_UP_PLACES = "given_up_places"  # the budget whose places not queued yet were given up, and how many
 # {run identity: result}: full runs trained beside the trials, held by studies in users' storage whose tune ran
 # a confirmation step or judged checks on a second seed; nothing writes it, and the search cost counts its runs
@@ -144,7 +142,6 @@ class CacheRecord(TypedDict, total=False):
     search_breakdown: dict[str, Any]  # where the search's cost went (`search_breakdown`): counts, and the unchecked candidates
     cost_to_answer_bsp_trainings: float | None
     neighbour_jobs: list[dict[str, Any]]
-    prior_trials: int
     timed_out_of: int  # TIMED_OUT_OF: the budget a --timeout ended the search short of
     # written by a verification on the real backend
     simulated_best_policy: dict[str, Any]

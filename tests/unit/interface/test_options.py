@@ -112,10 +112,9 @@ def test_the_search_and_the_engine_take_their_defaults_from_the_options():
 
     assert BackendChoice() == ExecutionOptions().choice() == api.backend()
     options, request = TuneOptions(), {f.name: f.default for f in dataclasses.fields(TuneRequest)}
-    renamed = {"prior": "neighbour_prior"}
     for name in ("n_trials", "timeout", "study", "adopt_study", "sampler", "seed", "n_jobs", "refresh", "verify_top",
-                 "transfer", "prior", "patience"):
-        assert request[name] == getattr(options, renamed.get(name, name)), name
+                 "transfer", "patience"):
+        assert request[name] == getattr(options, name), name
     settings = ObjectiveSettings()
     assert (settings.repeats, settings.tolerance, settings.constraint_at, settings.multi_objective) == (
         options.repeats, options.tolerance, options.constraint_at, options.objective != "time")
