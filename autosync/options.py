@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 from autosync.core.declare import build, check_ranges, flag_of, option
 from autosync.core.errors import UserError
 from autosync.core.limits import MAX_SEED
-from autosync.engine.backends import ExecutionOptions, parse_cpus
+from autosync.engine.backends import ExecutionOptions
 from autosync.policy_grid import check_rules
-from autosync.search.tune_options import DEFAULT_TUNE_SPACE, TuneOptions
+from autosync.search.tune_options import TuneOptions
 
 if TYPE_CHECKING:
     from autosync.engine.backends import BackendChoice

@@ -7,9 +7,7 @@ function of (seed, stream, worker, task), so skipping one gradient never shifts 
 
 from __future__ import annotations
 
-import csv
 import heapq
-import math
 from collections import deque
 from pathlib import Path
 

@@ -49,7 +49,7 @@ def write_robustness(result: dict[str, Any], directory: Path, command: str, fami
     md = [f"# Robustness: family {family}", "", f"Produced by `{command}`", "",
           f"{len(jobs)} jobs, seeds {result['seeds']}; times are virtual seconds. "
           f"{summary_legend(result.get('lr_rules', ('fixed', 'proportional')))}", "",
-          *([f"Reference: broad. vs best overall divides by the best of every policy family's grid on the job "
+          *(["Reference: broad. vs best overall divides by the best of every policy family's grid on the job "
              "(autosync.experiments.reference_grid: static k = 1..n under four lr rules, ASP, SSP, the DANA family, DBW, "
              "B-DBW, LB-BSP, Sync-Switch, compositions) as well as the policies above; each job's fastest "
              "is in the jobs table.", ""] if result.get("reference") == "broad" else []),

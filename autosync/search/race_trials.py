@@ -209,11 +209,11 @@ def race_top(record: dict[str, Any], count: int = 5) -> list[dict[str, Any]]:
         for run in group["runs"]:
             runs.setdefault(run["label"], []).append({**run, "seed": group["seed"]})
     out = []
-    for label, time in record["ranked"][:count]:
+    for label, seconds in record["ranked"][:count]:
         own = runs[label]
         finals = [r["final"] for r in own if "final" in r]
         trials = [r["trial"] for r in own if "trial" in r]
-        out.append({"trial": min(trials) if trials else None, "policy": own[0]["policy"], "time_to_target": time,
+        out.append({"trial": min(trials) if trials else None, "policy": own[0]["policy"], "time_to_target": seconds,
                     "final_metric": statistics.fmean(finals) if len(finals) == SEARCH_SEEDS and None not in finals
                     else None, "reached": len({r["seed"] for r in own if r["time"] is not None}), "runs": SEARCH_SEEDS})
     return out

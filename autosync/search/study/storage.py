@@ -9,7 +9,6 @@ schema; where no lock reaches the other processes, a lost race is retried.
 from __future__ import annotations
 
 import os
-import re
 import time
 import warnings
 from pathlib import Path
