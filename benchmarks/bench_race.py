@@ -25,11 +25,15 @@ from autosync.core.family import load_family
 from autosync.core.job import load_job
 from autosync.data import BASELINE_DIR, DEFAULT_JOB_PATH
 from autosync.experiments import lofo, portfolio_fit, race_fit
+from autosync.experiments.reference_grid import held_out_seeds
 from autosync.lattice import lattice_points
 from autosync.race import race_settings
 from autosync.table import Table
 
 from _report import Figures
+
+# the search issue's goal: the default job's answer within 1.05 of the grid's choice on 6 held-out seeds
+DEFAULT_JOB_HELD_OUT = 6
 
 
 def main() -> None:
@@ -101,6 +105,10 @@ def main() -> None:
           f"the held-out seeds, {default['cost']:.2f} BSP trainings")
     figures.add("the default job, the shipped race: answer over grid's choice (2 held-out seeds)", default["ratio"],
                 "x", goal="<= 1.05", met=default["ratio"] <= 1.05)
+    six = default["ratio_6"]
+    print(f"the default job over {DEFAULT_JOB_HELD_OUT} held-out seeds: the answer {six:.2f} of the grid's choice")
+    figures.add(f"the default job, the shipped race: answer over grid's choice ({DEFAULT_JOB_HELD_OUT} held-out "
+                "seeds)", six, "x", goal="<= 1.05", met=six <= 1.05)
     figures.add("the default job, the shipped race: cost", default["cost"], "BSP trainings", goal="<= 4",
                 met=default["cost"] <= 4)
     figures.write(args.json)
@@ -108,11 +116,16 @@ def main() -> None:
 
 def default_job_race(table: Table) -> dict:
     """The race with the shipped settings (`autosync fit` on every committed family) on the default job,
-    which no family holds, scored on its held-out seeds against the grid's choice."""
+    which no family holds, scored on its held-out seeds against the grid's choice; `ratio_6` scores both on
+    `DEFAULT_JOB_HELD_OUT` held-out seeds (the search issue's goal; the seeds past the table's two are run
+    once and kept in the table, as any missing cell is)."""
     job = load_job(DEFAULT_JOB_PATH)
     grid_choice = lofo.score_job(table, "default", job, lattice_points, [])
     times = portfolio_fit.job_times(table, "default", job, grid_choice.grid_choice_time)
-    return race_fit.race(table, times, race_settings())
+    result = race_fit.race(table, times, race_settings())
+    seeds = held_out_seeds(job, DEFAULT_JOB_HELD_OUT)
+    answer = lofo.table_score(table, job, times.policies[result["answer"]], seeds).time
+    return {**result, "ratio_6": answer / lofo.table_score(table, job, grid_choice.grid_choice, seeds).time}
 
 
 if __name__ == "__main__":
