@@ -2,16 +2,15 @@
 
 Used by the shortened storm in the suite (tests/e2e/test_kill_storm.py) and the full one in
 benchmarks/bench_kill_storm.py. Every process is forked from one parent that imported autosync, torch and
-Optuna once (`Zygote`, as multiprocessing's forkserver does), so a process starts in milliseconds and a
-storm of a hundred kills costs the trials it cuts short rather than a hundred interpreter start-ups (other
-tests that start several tunes fork them from a `Zygote` too: tests/e2e/test_shared_study.py,
+Optuna once (`Zygote`, as multiprocessing's forkserver does), so a process starts in milliseconds and a storm
+of a hundred kills costs the trials it cuts short rather than a hundred interpreter start-ups (other tests
+that start several tunes fork them from a `Zygote` too: tests/e2e/test_shared_study.py,
 tests/e2e/test_interruptions.py). A kill lands anywhere: while the process opens the storage, trains BSP's
-reference, claims a trial, commits it, sends a heartbeat, or writes the cache record. Afterwards `check`
-reads the study from the storage: no trial running, none of the budget queued (a check a killed process queued may be left: counted), the
-budget exact (the trials whose role is "budget"), every finished trial
-seen during the storm still finished as it was (none lost), no policy trained twice in the budget (none
-duplicated), every killed trial re-run, and the answer equal to the one of the same command run once
-without a kill.
+reference, claims a trial, commits it, sends a heartbeat, or writes the cache record. Afterwards `check` reads
+the study from the storage: no trial running, none of the budget queued (a check a killed process queued may
+be left: counted), the budget exact (the trials whose role is "budget"), every finished trial seen during the
+storm still finished as it was (none lost), no policy trained twice in the budget (none duplicated), every
+killed trial re-run, and the answer equal to the one of the same command run once without a kill.
 """
 
 from __future__ import annotations
