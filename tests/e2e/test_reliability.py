@@ -261,7 +261,7 @@ def intact_storage(tmp_path_factory) -> Path:
 
 
 @pytest.mark.slow
-@settings(max_examples=15, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(damage=_DAMAGE)
 def test_a_randomly_damaged_cache_record_is_read_or_refused_in_one_line(tmp_path_factory, intact_storage, damage):
     folder = tmp_path_factory.mktemp("damaged")
