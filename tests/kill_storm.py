@@ -2,15 +2,15 @@
 
 Used by the shortened storm in the suite (tests/e2e/test_kill_storm.py) and the full one in
 benchmarks/bench_kill_storm.py. Every process is forked from one parent that imported autosync, torch and
-Optuna once (`Zygote`, as multiprocessing's forkserver does), so a process starts in milliseconds and a
-storm of a hundred kills costs the trials it cuts short rather than a hundred interpreter start-ups. A
-kill lands anywhere: while the process opens the storage, trains BSP's reference, claims a trial, commits
-it, sends a heartbeat, or writes the cache record. Afterwards `check` reads the study from the storage:
-no trial running, none of the budget queued (a check a killed process queued may be left: counted), the
-budget exact (the trials whose role is "budget"), every finished trial
-seen during the storm still finished as it was (none lost), no policy trained twice in the budget (none
-duplicated), every killed trial re-run, and the answer equal to the one of the same command run once
-without a kill.
+Optuna once (`Zygote`, as multiprocessing's forkserver does), so a process starts in milliseconds and a storm
+of a hundred kills costs the trials it cuts short rather than a hundred interpreter start-ups (other tests
+that start several tunes fork them from a `Zygote` too: tests/e2e/test_shared_study.py,
+tests/e2e/test_interruptions.py). A kill lands anywhere: while the process opens the storage, trains BSP's
+reference, claims a trial, commits it, sends a heartbeat, or writes the cache record. Afterwards `check` reads
+the study from the storage: no trial running, none of the budget queued (a check a killed process queued may
+be left: counted), the budget exact (the trials whose role is "budget"), every finished trial seen during the
+storm still finished as it was (none lost), no policy trained twice in the budget (none duplicated), every
+killed trial re-run, and the answer equal to the one of the same command run once without a kill.
 """
 
 from __future__ import annotations
@@ -66,6 +66,8 @@ _ZYGOTE = textwrap.dedent("""
         if pid == 0:
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.SIG_DFL)
+            if order.get("session"):
+                os.setsid()
             log = os.open(order["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND)
             os.dup2(log, 1)
             os.dup2(log, 2)
@@ -97,6 +99,7 @@ class Zygote:
                                      stdout=subprocess.PIPE, env=env, text=True, bufsize=1)
         self.exits: dict[int, int] = {}
         self._started: list[int] = []
+        self._forked: list[tuple[int, bool]] = []  # every pid it started, and whether it leads a group
         self._lock = threading.Condition()
         assert json.loads(self.proc.stdout.readline()).get("ready")
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -112,12 +115,16 @@ class Zygote:
                     self._started.append(message["started"])
                 self._lock.notify_all()
 
-    def start(self, argv: list[str], cwd: Path, log: Path) -> int:
-        """Fork `autosync ARGV` in `cwd`, its output appended to `log`; its pid."""
+    def start(self, argv: list[str], cwd: Path, log: Path, session: bool = False) -> int:
+        """Fork `autosync ARGV` in `cwd`, its output (stdout and stderr) appended to `log`; its pid. With
+        `session`, it leads a new session and process group (its helper processes join it), as
+        `subprocess.Popen(start_new_session=True)` makes one."""
         with self._lock:
-            self.proc.stdin.write(json.dumps({"argv": argv, "cwd": str(cwd), "log": str(log)}) + "\n")
+            order = {"argv": argv, "cwd": str(cwd), "log": str(log), "session": session}
+            self.proc.stdin.write(json.dumps(order) + "\n")
             self.proc.stdin.flush()
             self._lock.wait_for(lambda: self._started, timeout=60)
+            self._forked.append((self._started[0], session))
             return self._started.pop(0)
 
     def wait(self, pid: int, timeout: float) -> int | None:
@@ -127,6 +134,14 @@ class Zygote:
             return self.exits.get(pid)
 
     def close(self) -> None:
+        """Kill what it started that still runs (a test that failed before they ended), then end it."""
+        with self._lock:
+            running = [(pid, leads) for pid, leads in self._forked if pid not in self.exits]
+        for pid, leads in running:
+            try:
+                (os.killpg if leads else os.kill)(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         self.proc.stdin.close()
         self.proc.wait(timeout=60)
 

@@ -4,16 +4,17 @@ never training the same policy twice."""
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import signal
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import autosync, freeze_when, signal_and_wait, start_autosync
+from tests.kill_storm import Zygote
 
 pytestmark = [pytest.mark.slow, pytest.mark.processes]
 
@@ -107,15 +108,14 @@ def test_ctrl_c_says_what_was_kept_and_the_command_that_resumes(tiny_job, tmp_pa
 
 
 def test_a_killed_tune_resumed_says_which_dead_trial_it_runs_again(tiny_job, tmp_path):
-    import os
-
     env = {**os.environ, "AUTOSYNC_HEARTBEAT_SECONDS": "1", "PYTHONFAULTHANDLER": "1"}
     job = _long(tiny_job, threshold=0.99)
     tune, _ = _start_and_stop_after_a_trial(job, tmp_path, signal.SIGKILL, env)
     assert tune.returncode == -signal.SIGKILL  # reaped: a process of this machine that is gone, its trial dead at once
-    resumed = subprocess.run([sys.executable, "-m", "autosync.cli", "tune", str(job), "--space", "static_k", "--patience", "0", "--n-trials", "6",
-                              "--storage", f"sqlite:///{tmp_path}/s.db"], cwd=tmp_path, env=env,
-                             capture_output=True, text=True, timeout=600)
+    # the same command again, in this process (no new imports to pay; its heartbeat is the default 30 s: a trial
+    # whose process of this machine is gone is dead at once whatever the interval)
+    resumed = autosync("tune", str(job), "--space", "static_k", "--patience", "0", "--n-trials", "6", "--storage",
+                       f"sqlite:///{tmp_path}/s.db", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert re.search(r"resuming the study: \d+ finished trials? of the budget and BSP's reference runs found; 1 trial "
                      r"whose process died \(#\d+\) re-queued",
@@ -140,13 +140,19 @@ def test_processes_started_together_never_train_one_policy_twice(tiny_job, tmp_p
     a failure, or a repair after a failed check (the search's own, as the checks are); none of them is
     told by its state or by its canonical policy alone."""
     db = tmp_path / "s.db"
-    cmd = [sys.executable, "-m", "autosync.cli", "tune", str(tiny_job), "--sampler", "tpe", "--n-trials", "6",
-           "--storage", f"sqlite:///{db}",
-           "--patience", "0"]  # the whole budget (a search that stops improving gives up places: test_patience)
-    procs = [subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(4)]
-    outs = [p.communicate(timeout=600) for p in procs]
-    assert [p.returncode for p in procs] == [0] * 4, [err[-1500:] for _, err in outs]
+    argv = ["tune", str(tiny_job), "--sampler", "tpe", "--n-trials", "6", "--storage", f"sqlite:///{db}",
+            "--patience", "0"]  # the whole budget (a search that stops improving gives up places: test_patience)
+    # four processes forked within milliseconds of each other from one that imported autosync and torch once
+    # (`Zygote`), each with its output in its own log: started together, without four interpreter start-ups
+    logs = [tmp_path / f"tune-{i}.log" for i in range(4)]
+    zygote = Zygote(dict(os.environ))
+    try:
+        pids = [zygote.start(argv, tmp_path, log) for log in logs]
+        codes = [zygote.wait(pid, 600) for pid in pids]
+    finally:
+        zygote.close()
+    outs = [log.read_text() for log in logs]
+    assert codes == [0] * 4, [out[-1500:] for out in outs]
     with contextlib.closing(sqlite3.connect(db)) as con:
         rows = con.execute("select t.number, t.state, (select c.value_json from trial_user_attributes c where "
                            "c.trial_id = t.trial_id and c.key = 'canonical_policy'), exists(select 1 from "
@@ -160,7 +166,7 @@ def test_processes_started_together_never_train_one_policy_twice(tiny_job, tmp_p
     trained = [value for _, _, value, copied in rows if not copied and value is not None]
     assert len(set(trained)) == len(trained) >= 3, rows
     # a process that starts once the others have finished answers from the cache: it ran none
-    said = [" ".join(out.split()) for out, _ in outs]  # a line the console wrapped, joined again
+    said = [" ".join(out.split()) for out in outs]  # a line the console wrapped, joined again
     found = [re.search(r": (\d+) trials? run by this command, 6 in all", out) for out in said]
     assert all(m or "cache hit" in out for m, out in zip(found, said)), \
         [re.findall(r"study \S+: \d+ trials? run by this command, \d+ in all", out) or out[-800:] for out in said]

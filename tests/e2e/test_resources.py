@@ -22,7 +22,7 @@ import optuna
 import pytest
 
 from autosync.reporting.resources import resource_failure
-from tests.conftest import freeze_when, start_autosync
+from tests.conftest import autosync, freeze_when, start_autosync
 
 pytestmark = [pytest.mark.processes, pytest.mark.slow]
 
@@ -62,7 +62,7 @@ def test_a_file_size_limit_ends_the_tune_in_one_line_and_the_same_command_resume
     url = "sqlite:///studies.db"
     limited = _run(work, *TUNE, "--storage", url, limit=_limit(resource.RLIMIT_FSIZE, 150 * 1024))
     _one_line(limited, "could not write the study storage")
-    resumed = _run(work, *TUNE, "--storage", url)
+    resumed = autosync(*TUNE, "--storage", url, cwd=work)  # the same command, in this process: no imports to pay
     assert resumed.returncode == 0, resumed.stderr
     assert _finished(f"sqlite:///{work / 'studies.db'}") >= 4
 
@@ -93,7 +93,7 @@ def test_a_disk_that_fills_during_a_tune_ends_it_in_one_line_and_the_storage_res
     url = f"sqlite:///{small_disk / 'studies.db'}"
     _one_line(_run(work, *TUNE, "--storage", url), "the study storage")
     (small_disk / "filler").unlink()
-    resumed = _run(work, *TUNE, "--storage", url)
+    resumed = autosync(*TUNE, "--storage", url, cwd=work)  # the same command, in this process
     assert resumed.returncode == 0, resumed.stderr
     assert _finished(url) >= 4
 
@@ -152,7 +152,7 @@ def test_a_storage_folder_that_turns_read_only_during_a_tune_ends_it_in_one_line
     _one_line(subprocess.CompletedProcess(proc.args, proc.returncode, out, err),
               ("write the study storage", f"cannot write {db}.lock"), code=-signal.SIGBUS if sigbus else 1)
     assert _finished(url) >= 1
-    resumed = _run(work, *args)
+    resumed = autosync(*args, cwd=work)  # the same command, in this process
     assert resumed.returncode == 0, resumed.stderr
     assert _finished(url) >= 4
     if sigbus:  # the line said, what had finished kept, the same command resumed: only the exit code is wrong

@@ -19,13 +19,16 @@ import pytest
 import yaml
 
 from tests.conftest import small_job, wait_for
+from tests.kill_storm import Zygote
 from tests.postgres import postgres_server, storage_rows
 from tests.storage_open import open_when_ready
 
 pytestmark = [pytest.mark.slow, pytest.mark.processes]
 
 BUDGET = 16  # trials: enough that the late starters among six processes on 2 cores still find some to run (with
-# 12, the two single tunes were still starting when the two with --n-jobs 2 had run the whole budget, 1 run in 3)
+# 12, when each command was a new interpreter, the two single tunes were still starting when the two with
+# --n-jobs 2 had run the whole budget, 1 run in 3; forked from the zygote they start at once, but their helpers
+# still import torch, and the margin costs a few seconds)
 
 
 def _job(tmp_path: Path, killable: bool = True) -> Path:
@@ -40,18 +43,18 @@ def _job(tmp_path: Path, killable: bool = True) -> Path:
     return path
 
 
-def _start(job: Path, url: str, n_jobs: int, tmp_path: Path, name: str) -> subprocess.Popen:
-    log = open(tmp_path / f"{name}.log", "a")
-    env = {**os.environ, "AUTOSYNC_HEARTBEAT_SECONDS": "1"}
-    cmd = [sys.executable, "-m", "autosync.cli", "tune", str(job), "--sampler", "tpe", "--n-trials", str(BUDGET),
-           "--tolerance", "0.5", "--storage", url, "--n-jobs", str(n_jobs), "--patience", "0"]  # the whole budget (give-ups: test_patience)
-    return subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+def _start(zygote: Zygote, job: Path, url: str, n_jobs: int, tmp_path: Path, name: str) -> int:
+    """A tune forked by `zygote` (which imported autosync and torch once: a start-up costs no imports; its
+    `--n-jobs` helpers are spawned, as always), leading its own process group; its pid."""
+    argv = ["tune", str(job), "--sampler", "tpe", "--n-trials", str(BUDGET), "--tolerance", "0.5", "--storage", url,
+            "--n-jobs", str(n_jobs), "--patience", "0"]  # the whole budget (give-ups: test_patience)
+    return zygote.start(argv, tmp_path, tmp_path / f"{name}.log", session=True)
 
 
-def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+def _signal_group(pid: int, sig: int) -> None:
     """`sig` to the process group of a tune started by `_start` (its helper processes too), if any is left."""
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, sig)
+        os.killpg(pid, sig)
 
 
 @contextlib.contextmanager
@@ -70,9 +73,17 @@ def test_six_processes_killed_and_restarted_keep_the_budget_exact(tmp_path):
 
 
 def _six_processes_killed_and_restarted(tmp_path: Path, db: str) -> None:
+    zygote = Zygote({**os.environ, "AUTOSYNC_HEARTBEAT_SECONDS": "1"})
+    try:
+        _six_processes_killed_and_restarted_by(zygote, tmp_path, db)
+    finally:
+        zygote.close()
+
+
+def _six_processes_killed_and_restarted_by(zygote: Zygote, tmp_path: Path, db: str) -> None:
     job = _job(tmp_path)
     plan = {"a": 2, "b": 2, "c": 1, "d": 1}  # two commands with --n-jobs 2 and two single ones: 6 processes
-    procs = {name: _start(job, db, n, tmp_path, name) for name, n in plan.items()}
+    procs = {name: _start(zygote, job, db, n, tmp_path, name) for name, n in plan.items()}  # name -> pid
     running = ("select a.value_json from trials t join trial_user_attributes a on a.trial_id = t.trial_id "
                "where t.state = 'RUNNING' and a.key = 'process'")
 
@@ -89,28 +100,28 @@ def _six_processes_killed_and_restarted(tmp_path: Path, db: str) -> None:
         """Looked at with every tune frozen (SIGSTOP on its process group), and left frozen where a pair is
         found: the trials seen running are still running when the pair is killed, however short a trial is
         and however long a look at the storage takes on a busy machine."""
-        for proc in procs.values():
-            _signal_group(proc, signal.SIGSTOP)
+        for pid in procs.values():
+            _signal_group(pid, signal.SIGSTOP)
         pair = None
         try:
             groups = busy_groups()
-            pair = next(((x, y) for x in ("a", "b") for y in ("c", "d") if {procs[x].pid, procs[y].pid} <= groups),
+            pair = next(((x, y) for x in ("a", "b") for y in ("c", "d") if {procs[x], procs[y]} <= groups),
                         None)
             return pair
         finally:
-            for name, proc in procs.items():
+            for name, pid in procs.items():
                 if pair is None or name not in pair:
-                    _signal_group(proc, signal.SIGCONT)
+                    _signal_group(pid, signal.SIGCONT)
 
-    # before the first trial, six processes on 2 cores import torch and each train BSP's reference
+    # before the first trial, the four commands each train BSP's reference (their helpers import torch first)
     victims = wait_for(busy_pair, 360, "a tune with --n-jobs 2 and a single one to run a trial at once", every=0.2)
     for name in victims:  # each mid-trial, frozen there
-        os.killpg(procs[name].pid, signal.SIGKILL)
-        procs[name].wait()
+        os.killpg(procs[name], signal.SIGKILL)
+        assert zygote.wait(procs[name], 60) == -signal.SIGKILL
     for name in victims:
-        procs[name] = _start(job, db, plan[name], tmp_path, name)
-    for name, proc in procs.items():
-        assert proc.wait(timeout=240) == 0, (tmp_path / f"{name}.log").read_text()[-2000:]
+        procs[name] = _start(zygote, job, db, plan[name], tmp_path, name)
+    for name, pid in procs.items():
+        assert zygote.wait(pid, 240) == 0, (tmp_path / f"{name}.log").read_text()[-2000:]
 
     trials = storage_rows(db, "select trial_id, number, state from trials")
     attrs: dict[int, dict] = {}
