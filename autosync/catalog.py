@@ -7,6 +7,7 @@ The one place where a name becomes a class and a class a name (the table is deri
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import math
@@ -52,8 +53,15 @@ def policy_name(text: str, option: str = "--policy") -> str:
 
 def policy_parameters(cls: type[Policy]) -> dict[str, Any]:
     """Each constructor parameter of a policy class with its default (inspect.Parameter.empty if none)."""
+    return dict(_parameters(cls))
+
+
+@functools.lru_cache(maxsize=None)
+def _parameters(cls: type[Policy]) -> tuple[tuple[str, Any], ...]:
+    """`policy_parameters`, read from the signature once per class (`make_policy` asks on every policy made:
+    a fit on the table makes tens of thousands)."""
     sig = inspect.signature(cls.__init__)
-    return {n: p.default for n, p in sig.parameters.items() if n != "self"}
+    return tuple((n, p.default) for n, p in sig.parameters.items() if n != "self")
 
 
 # Values as labels print them (Python's str), read back as what they stand for.

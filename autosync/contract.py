@@ -71,16 +71,18 @@ CONTRACT_JOB: dict[str, Any] = {
     },
     "cluster": {"n_workers": 4, "round_trip": {"kind": "shifted_exponential", "alpha": 0.7}},
     "target": {"metric": "test_accuracy", "threshold": 0.75},
-    "budget": {"max_updates": 90},
+    "budget": {"max_updates": 90, "max_virtual_seconds": 30.0},
     "seed": 3,
 }
 
 
 def contract_job(seed: int = 3) -> JobSpec:
     """The job `check_policy` runs by default (`CONTRACT_JOB`): 4 workers with shifted-exponential round
-    trips training a logistic regression on synthetic data, 90 updates, whose 0.75 test-accuracy target
-    every shipped policy meets before the budget ends (so the fork check has a point to fork at). Simulates
-    in well under a second."""
+    trips training a logistic regression on synthetic data, 90 updates or 30 virtual seconds, whichever
+    comes first, whose 0.75 test-accuracy target every shipped policy meets before the budget ends, by 17
+    virtual seconds (so the fork check has a point to fork at). The seconds cap the local-update policies,
+    whose updates each take several local steps (90 of them took 460 virtual seconds). Simulates in well
+    under a second."""
     return job_from_dict({**copy.deepcopy(CONTRACT_JOB), "seed": seed}, "check_policy")
 
 

@@ -321,17 +321,35 @@ def no_traceback(proc: subprocess.CompletedProcess) -> None:
     assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
 
 
+TINY_JOB = ("name: tiny\n"
+            "workload: {dataset: {name: digits}, model: {name: logreg}, batch_size: 16,"
+            " optimizer: {lr: 0.2}, evaluation: {every_seconds: 2}}\n"
+            "cluster: {n_workers: 4}\n"
+            "target: {metric: test_accuracy, threshold: 0.8}\n"
+            "budget: {max_virtual_seconds: 20}\n")
+
+
 @pytest.fixture
 def tiny_job(tmp_path: Path) -> Path:
     path = tmp_path / "tiny.yaml"
-    path.write_text(
-        "name: tiny\n"
-        "workload: {dataset: {name: digits}, model: {name: logreg}, batch_size: 16,"
-        " optimizer: {lr: 0.2}, evaluation: {every_seconds: 2}}\n"
-        "cluster: {n_workers: 4}\n"
-        "target: {metric: test_accuracy, threshold: 0.8}\n"
-        "budget: {max_virtual_seconds: 20}\n")
+    path.write_text(TINY_JOB)
     return path
+
+
+TINY_TUNE = ("--n-trials", "2", "--sampler", "random", "--json")  # the tune `tiny_simulated_tune` runs
+
+
+@pytest.fixture(scope="session")
+def tiny_simulated_tune(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess]:
+    """`autosync tune` of the tiny job with `TINY_TUNE` on the simulator, into sim.db of a folder of its own:
+    the trials that a tune on a real backend (worker processes, torchrun ranks) gives bit for bit. Run once
+    for the tests that compare with it (the same job and options give the same trials). Returns the
+    study's database and the command's result."""
+    folder = tmp_path_factory.mktemp("tiny-sim")
+    (folder / "tiny.yaml").write_text(TINY_JOB)
+    proc = autosync("tune", str(folder / "tiny.yaml"), *TINY_TUNE, "--storage", "sqlite:///sim.db", cwd=folder)
+    assert proc.returncode == 0, proc.stderr
+    return folder / "sim.db", proc
 
 
 def per_worker_run(job: JobSpec, policy: Any, workload: Any, clock: Any = None) -> Any:

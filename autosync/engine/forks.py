@@ -46,13 +46,15 @@ class Kept:
     past_target: bool = False  # a prefix kept after the target was met: only for runs that do not stop there
 
 
-def fork_key(job: JobSpec, policy: dict[str, Any]) -> str:
+def fork_key(job: JobSpec, policy: dict[str, Any], fingerprint: str | None = None) -> str:
     """What a run is, whatever its budget says of stopping at the target: the job (its seed included) and
-    the policy. Runs with equal keys are the same run up to the target."""
+    the policy. Runs with equal keys are the same run up to the target. `fingerprint`: `job.fingerprint()`
+    where the caller has it already (it is most of the key's cost)."""
     whole = job.model_copy(update={"budget": job.budget.model_copy(update={"stop_at_target": False,
                                                                           "stop_at_seconds": None})})
     # the budget counts (the fingerprint leaves it out): Sync-Switch measures its quota in it
-    return json.dumps([whole.fingerprint(), whole.budget.model_dump(mode="json"), job.seed, policy], sort_keys=True)
+    return json.dumps([fingerprint or whole.fingerprint(), whole.budget.model_dump(mode="json"), job.seed, policy],
+                      sort_keys=True)
 
 
 def prefix_key(job: JobSpec, policy: dict[str, Any], switch_param: str) -> str:

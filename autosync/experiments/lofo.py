@@ -43,11 +43,14 @@ def search_seeds(job: JobSpec) -> list[int]:
     return [job.seed + i for i in range(SEARCH_SEEDS)]
 
 
-def table_score(table: Table, job: JobSpec, policy: dict[str, Any], seeds: Iterable[int]) -> Scored:
-    """`policy`'s mean penalised time to the target over `seeds`, from its cells stopped at the target."""
+def table_score(table: Table, job: JobSpec, policy: dict[str, Any], seeds: Iterable[int],
+                fingerprint: str | None = None) -> Scored:
+    """`policy`'s mean penalised time to the target over `seeds`, from its cells stopped at the target
+    (`fingerprint`: `job.fingerprint()`, where the caller reads many policies of the job)."""
     seeds = list(seeds)
     policy_ = policy_from_dict(policy)
-    runs = [cell_for(table, to_target(job.model_copy(update={"seed": s})), policy_) for s in seeds]
+    fingerprint = fingerprint or job.fingerprint()
+    runs = [cell_for(table, to_target(job.model_copy(update={"seed": s})), policy_, fingerprint) for s in seeds]
     times = [penalised_time({"time_to_target": r.scores["time_to_target"] if r.status == "target_reached" else None},
                             job) for r in runs]
     missed = [s for s, r in zip(seeds, runs) if r.status != "target_reached"]
@@ -59,10 +62,11 @@ def table_finals(table: Table, job: JobSpec, seeds: Iterable[int]) -> Finals:
     diverged), from its full-budget cells: trained only for the policies `feasible_best` asks about."""
     seeds = list(seeds)
     metric = f"final_{job.target.metric}"
+    fingerprint = job.fingerprint()
 
     def finals(policy: dict[str, Any]) -> list[float | None]:
-        runs = [cell_for(table, full_budget(job.model_copy(update={"seed": s})), policy_from_dict(policy))
-                for s in seeds]
+        runs = [cell_for(table, full_budget(job.model_copy(update={"seed": s})), policy_from_dict(policy),
+                         fingerprint) for s in seeds]
         return [None if run.status == "diverged" else run.scores.get(metric) for run in runs]
 
     return finals
@@ -71,7 +75,8 @@ def table_finals(table: Table, job: JobSpec, seeds: Iterable[int]) -> Finals:
 def choice(table: Table, job: JobSpec, lattice: Lattice, seeds: Iterable[int]) -> Scored:
     """The fastest lattice point over `seeds` that keeps the final-metric rule against BSP there."""
     seeds = list(seeds)
-    scores = sorted((table_score(table, job, p, seeds) for p in lattice(job.cluster.n_workers)),
+    fingerprint = job.fingerprint()
+    scores = sorted((table_score(table, job, p, seeds, fingerprint) for p in lattice(job.cluster.n_workers)),
                     key=lambda s: s.time)
     return feasible_best(job, scores, table_finals(table, job, seeds))
 

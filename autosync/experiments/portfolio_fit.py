@@ -52,26 +52,31 @@ def job_times(table: Table, family: str, job: JobSpec, grid_choice_time: float) 
     """Every candidate of `job` read from the table (cells stopped at the target)."""
     search, held_out = {}, {}
     policies = labelled_points(job.cluster.n_workers)
+    fingerprint = job.fingerprint()
     for label, policy in policies.items():
-        search[label] = lofo.table_score(table, job, policy, lofo.search_seeds(job)).times
-        held_out[label] = lofo.table_score(table, job, policy, held_out_seeds(job)).time
-    bsp = cell_for(table, full_budget(job), policy_from_dict(BSP_POLICY))
+        search[label] = lofo.table_score(table, job, policy, lofo.search_seeds(job), fingerprint).times
+        held_out[label] = lofo.table_score(table, job, policy, held_out_seeds(job), fingerprint).time
+    bsp = cell_for(table, full_budget(job), policy_from_dict(BSP_POLICY), fingerprint)
     return JobTimes(family, job.name, job, policies, search, held_out, grid_choice_time,
                     float(bsp.scores["virtual_time"]))
 
 
-def _loss(job: JobTimes, members: list[str]) -> float:
-    best = min(statistics.fmean(t) for t in job.search.values())
-    return math.log(min(statistics.fmean(job.search[m]) for m in members) / best)
+def _loss(means: dict[str, float], best: float, members: list[str]) -> float:
+    """A job's loss with `members` (`means`: each label's mean time on the job's search seeds; `best`: the
+    lowest of them)."""
+    return math.log(min(means[m] for m in members) / best)
 
 
 def greedy_portfolio(jobs: list[JobTimes], size: int) -> list[str]:
     """Feurer et al.'s greedy portfolio (Algorithm 1) of `size` labels over `jobs`; ties go to the label
     first in sorted order, so the same jobs give the same portfolio."""
     labels = sorted(set.intersection(*(set(j.search) for j in jobs)))
+    means = [{label: statistics.fmean(t) for label, t in j.search.items()} for j in jobs]  # once per job
+    bests = [min(m.values()) for m in means]
     members: list[str] = []
     while len(members) < min(size, len(labels)):
-        scored = [(statistics.fmean(_loss(j, members + [c]) for j in jobs), c) for c in labels if c not in members]
+        scored = [(statistics.fmean(_loss(m, b, members + [c]) for m, b in zip(means, bests)), c)
+                  for c in labels if c not in members]
         members.append(min(scored)[1])
     return members
 

@@ -14,6 +14,7 @@ read-only `ServerView` protocol and never know whether the clock is virtual or r
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 import json
 from abc import ABC, abstractmethod
@@ -103,8 +104,7 @@ class Strategy:
     """Stores its constructor's keyword arguments unchanged; they are its plain-data parameters."""
 
     def params(self) -> dict[str, Any]:
-        sig = inspect.signature(type(self).__init__)
-        return {name: getattr(self, name) for name in sig.parameters if name != "self"}
+        return {name: getattr(self, name) for name in _init_parameters(type(self))}
 
     def reset(self, n_workers: int, batch_size: int) -> None:
         """Called once at the start of a run; validates parameters against the job."""
@@ -211,6 +211,13 @@ class UpdateRule(Strategy):
     def params_for(self, worker: int, params: "torch.Tensor", state: dict[str, Any]) -> "torch.Tensor":
         """The parameters sent to `worker` for its next task (DANA sends a look-ahead here)."""
         return params
+
+
+@functools.lru_cache(maxsize=None)
+def _init_parameters(cls: type) -> tuple[str, ...]:
+    """The names of `cls.__init__`'s parameters, read from its signature once per class (`Policy.params`
+    runs on every key and label of a policy: a fit on the table asks tens of thousands of times)."""
+    return tuple(n for n in inspect.signature(cls.__init__).parameters if n != "self")
 
 
 def momentum_of(state: dict[str, Any], opt: "OptimizerSpec") -> float:
@@ -365,8 +372,7 @@ class Policy(ABC):
         """A policy without parameters; subclasses list theirs as explicit keyword arguments."""
 
     def params(self) -> dict[str, Any]:
-        sig = inspect.signature(type(self).__init__)
-        return {n: getattr(self, n) for n in sig.parameters if n != "self"}
+        return {n: getattr(self, n) for n in _init_parameters(type(self))}
 
     def to_dict(self) -> dict[str, Any]:
         return {"policy": self.name, "params": self.params()}

@@ -87,14 +87,16 @@ def compute_cell(job: JobSpec, policy: "Policy") -> Cell:
                 scores_of(result.metrics), prefixes)
 
 
-def cell_for(table: Table, job: JobSpec, policy: "Policy") -> Cell:
+def cell_for(table: Table, job: JobSpec, policy: "Policy", fingerprint: str | None = None) -> Cell:
     """The run of `policy` on `job` (its seed and budget, stopping where the budget says): its own cell, or
     derived from the full-budget cell or the cell stopped at the target where the table holds one that
-    answers for it (`Cell.as_run`); else trained as asked and stored."""
+    answers for it (`Cell.as_run`); else trained as asked and stored. `fingerprint`: `job.fingerprint()`
+    where the caller has it (a fit reads thousands of cells of a job: computing it was most of a read)."""
     variant = Variant.of(job)
-    key = fork_key(job, policy.to_dict())
+    fingerprint = fingerprint or job.fingerprint()
+    key = fork_key(job, policy.to_dict(), fingerprint)
     for held in (variant, FULL, TO_TARGET):
-        cell = table.get(job.fingerprint(), cell_key(key, held))
+        cell = table.get(fingerprint, cell_key(key, held))
         run = None if cell is None else cell.as_run(variant, job.target)
         if run is not None:
             return run

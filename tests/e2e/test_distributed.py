@@ -18,31 +18,34 @@ import torch
 from autosync.catalog import make_policy
 from autosync.core.job import load_job
 from autosync.workloads.workload import Workload
-from tests.conftest import autosync, no_traceback, per_worker_run, wait_for
+from tests.conftest import TINY_TUNE, autosync, no_traceback, per_worker_run, wait_for
 from tests.unit.search.test_tune_backends import _trials
 
 pytestmark = [pytest.mark.slow, pytest.mark.processes, pytest.mark.distributed]
 
 
-def _torchrun(*args: str, cwd, command: str = "run") -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3",
-                           "-m", "autosync.cli", command, *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+def _torchrun(*args: str, cwd, command: str = "run", ranks: int = 3) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+                           str(ranks), "-m", "autosync.cli", command, *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=300)
 
 
-def test_a_torchrun_tune_runs_every_trial_on_the_ranks_and_gives_the_simulators_trial_values(tiny_job, tmp_path):
-    args = ("--n-trials", "2", "--sampler", "random", "--json")
+def test_a_torchrun_tune_runs_every_trial_on_the_ranks_and_gives_the_simulators_trial_values(tiny_job, tmp_path,
+                                                                                          tiny_simulated_tune):
+    args = TINY_TUNE
     ranks = _torchrun(str(tiny_job), *args, "--storage", "sqlite:///ranks.db", "--backend", "distributed",
                       cwd=tmp_path, command="tune")
     assert ranks.returncode == 0, ranks.stderr[-2000:]
-    sim = autosync("tune", str(tiny_job), *args, "--storage", "sqlite:///sim.db", cwd=tmp_path)
-    assert sim.returncode == 0, sim.stderr
+    sim_db, _ = tiny_simulated_tune  # the same job and options on the simulator
     ranks_trials, study = _trials(tmp_path / "ranks.db")
-    assert ranks_trials == _trials(tmp_path / "sim.db")[0]  # bit for bit: the same policies, the same values
+    assert ranks_trials == _trials(sim_db)[0]  # bit for bit: the same policies, the same values
     assert study.study_name.endswith("-policy-distributed-virtual-cpu")
     cache = json.loads(ranks.stdout[ranks.stdout.index("{"):])["cache"]
     assert cache["execution"] == {"backend": "distributed", "device": "cpu", "clock": "virtual", "ranks": 3}
+    # a recurring job, launched on 2 ranks this time: the cache answers (a virtual-clock answer is the same on
+    # any number of ranks), and the rank waiting for a job is released
     again = _torchrun(str(tiny_job), *args, "--storage", "sqlite:///ranks.db", "--backend", "distributed",
-                      cwd=tmp_path, command="tune")  # a recurring job: the cache answers, the ranks are released
+                      cwd=tmp_path, command="tune", ranks=2)
     assert again.returncode == 0 and '"cached": true' in again.stdout, again.stderr[-2000:]
     crowded = autosync("tune", str(tiny_job), "--n-trials", "2", "--n-jobs", "2", "--backend", "distributed",
                        cwd=tmp_path)  # refused as the options are read, on every rank alike

@@ -39,9 +39,9 @@ def test_a_table_built_on_a_dask_cluster_packs_the_bytes_of_a_build_on_this_mach
     here = _packed(tmp_path, tiny_job, "here", "--n-jobs", "1")
     # a cluster of two worker processes started for the build
     assert _packed(tmp_path, tiny_job, "local", "--scheduler", "local", "--n-jobs", "2") == here
-    with LocalCluster(n_workers=2, threads_per_worker=2, processes=True, dashboard_address=None) as running:
-        # a cluster running already, reached at its scheduler's address; a worker of two threads runs one
-        # cell at a time (`autosync.table.build._compute`)
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=True, dashboard_address=None) as running:
+        # a cluster running already, reached at its scheduler's address; its worker of two threads runs one
+        # cell at a time (`autosync.table.build._compute`); the cluster above had two workers
         address = running.scheduler_address
         assert _packed(tmp_path, tiny_job, "remote", "--scheduler", address, "--n-jobs", "-1") == here
 

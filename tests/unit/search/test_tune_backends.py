@@ -15,7 +15,7 @@ from autosync.engine.backends import BackendChoice
 from autosync.search.study.cache import study_name
 from autosync.policy_score import RunFailed, evaluate
 from tests.conftest import (
-    autosync, computing_workers, no_traceback, signal_and_wait, small_job, start_autosync, wait_for,
+    TINY_TUNE, autosync, computing_workers, no_traceback, signal_and_wait, small_job, start_autosync, wait_for,
 )
 
 
@@ -30,12 +30,13 @@ def _trials(db) -> list[tuple[dict, list[float]]]:
 
 @pytest.mark.slow
 @pytest.mark.processes
-def test_a_processes_tune_on_the_virtual_clock_gives_the_simulators_trial_values(tiny_job, tmp_path):
-    args = ("tune", str(tiny_job), "--n-trials", "2", "--sampler", "random", "--json")
-    sim = autosync(*args, "--storage", "sqlite:///sim.db", cwd=tmp_path)
-    proc = autosync(*args, "--storage", "sqlite:///proc.db", "--backend", "processes", cwd=tmp_path)
-    assert sim.returncode == 0 and proc.returncode == 0, proc.stderr
-    sim_trials, _ = _trials(tmp_path / "sim.db")
+def test_a_processes_tune_on_the_virtual_clock_gives_the_simulators_trial_values(tiny_job, tmp_path,
+                                                                                tiny_simulated_tune):
+    sim_db, sim = tiny_simulated_tune  # the same job and options on the simulator
+    proc = autosync("tune", str(tiny_job), *TINY_TUNE, "--storage", "sqlite:///proc.db", "--backend", "processes",
+                    cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    sim_trials, _ = _trials(sim_db)
     proc_trials, study = _trials(tmp_path / "proc.db")
     assert proc_trials == sim_trials  # bit for bit: the same policies, the same values
     assert study.study_name.endswith("-policy-processes-virtual-cpu")
