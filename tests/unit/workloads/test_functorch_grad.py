@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 import torch
 from torch._functorch import eager_transforms
 from torch.func import grad, vmap
@@ -39,6 +40,7 @@ def test_the_replacement_gives_torchs_gradients_bit_for_bit():
     assert any(g.abs().sum() > 0 for g in ours.values())
 
 
+@pytest.mark.slow
 def test_a_simulated_asynchronous_run_never_imports_torch_dynamo():
     """ASP's gradients go through the per-worker vmap kernel; torch._dynamo stays out of the process (with
     torch's own function, the first gradient imports it: the check below tells the two apart)."""

@@ -29,6 +29,7 @@ def _tune(tmp_path, job, stop: bool, tolerance: float, name: str):
     return outcome, optuna.load_study(study_name=outcome.study_name, storage=open_storage(url))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tolerance", [0.01, 0.0])
 def test_stopping_at_the_target_keeps_the_full_budget_answer_and_costs_less(tmp_path, tolerance):
     """Every point of a small space, both ways: the same winner (its full-budget run keeps the constraint,
@@ -55,6 +56,7 @@ def test_stopping_at_the_target_keeps_the_full_budget_answer_and_costs_less(tmp_
     assert all(t.intermediate_values[t.last_step] >= PACE_MARGIN * fastest for t in paced)
 
 
+@pytest.mark.slow
 def test_every_candidate_faster_than_the_answer_left_pending_was_checked(tmp_path):
     """The answer is the fastest candidate whose full-budget check kept the constraint: each faster one whose
     final metric was pending at the target was checked and failed (or repeats a checked policy). On this
