@@ -8,7 +8,6 @@ make them."""
 from __future__ import annotations
 
 import contextlib
-import os
 import resource
 import signal
 import sqlite3

@@ -7,8 +7,6 @@ import os
 import re
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import pytest
 
@@ -36,8 +34,8 @@ def test_a_tune_waits_for_a_restarted_server_and_stops_resumable_past_the_wait(t
     job.write_text(re.sub(r"max_virtual_seconds: \d+", "max_virtual_seconds: 40", tiny_job.read_text()))
     env = {**os.environ, "AUTOSYNC_STORAGE_WAIT_SECONDS": str(WAIT), "AUTOSYNC_HEARTBEAT_SECONDS": "2"}
     with postgres_cluster() as server:
-        cmd = [sys.executable, "-m", "autosync.cli", "tune", str(job), "--space", "static_k", "--n-trials", "3",
-               "--patience", "0", "--storage", server.url]
+        args = ["tune", str(job), "--space", "static_k", "--n-trials", "3", "--patience", "0", "--storage", server.url]
+        cmd = [sys.executable, "-m", "autosync.cli", *args]
         log = tmp_path / "tune.err"
         with log.open("w") as err:
             tune = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=err)
@@ -65,7 +63,7 @@ def test_a_tune_waits_for_a_restarted_server_and_stops_resumable_past_the_wait(t
         server.start()
         after = _finished(server.url)
         assert all(after.get(n) == state for n, state in before.items()), (before, after)  # nothing finished lost
-        resumed = autosync(*cmd[3:], cwd=tmp_path)  # the same command, in this process: no imports to pay
+        resumed = autosync(*args, cwd=tmp_path)  # the same command, in this process: no imports to pay
         assert resumed.returncode == 0, resumed.stderr[-2000:]
         assert "resuming the study: " in resumed.stderr
         import psycopg
