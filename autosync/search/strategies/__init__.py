@@ -7,5 +7,4 @@
   candidates that can still win are checked at the full budget; `patience`: a search that stops improving
   stops.
 - `verify`: the best candidates re-run on a real backend.
-- `prior`: TPE's prior from the tuned neighbours' trials (`autosync.search.recommend.neighbours`).
 """
