@@ -16,7 +16,7 @@ from autosync.search.objective import ObjectiveSettings
 from autosync.search.recommend.neighbours import describe as describe_job
 from autosync.search.space import SearchSpace
 from autosync.search.study.cache import execution_name, study_name
-from autosync.search.study.records import describe_study
+from autosync.search.study.records import BUDGET, describe_study
 from autosync.search.study.storage import DEFAULT_STORAGE
 from autosync.search.tune_options import RACE, TuneOptions
 from autosync.search.strategies.samplers import check_sampler, sampler_for
@@ -85,6 +85,15 @@ class TuneRequest:
         if self.timeout is not None:
             raise UserError(f"{race} runs to its answer (Ctrl-C stops it, and the same command resumes it): it "
                             f"takes no --timeout (--sampler tpe takes one), but got --timeout {self.timeout:g}")
+        settings = self.settings
+        unread = [(f"--repeats {settings.repeats}", settings.repeats != 1, "runs each candidate on two seeds"),
+                  (f"--constraint-at {settings.constraint_at}", settings.constraint_at != BUDGET,
+                   "holds the final metric at the end of the budget"),
+                  (f"--patience {self.patience}", self.patience is not None, "runs to its answer"),
+                  ("--no-transfer", not self.transfer, "starts from its fitted portfolio, not from tuned neighbours")]
+        for given, refused, why in unread:
+            if refused:
+                raise UserError(f"{race} does not read {given}: it {why} (--sampler tpe reads it)")
 
     @classmethod
     def from_options(cls, job: JobSpec, options: TuneOptions, space: SearchSpace | None = None) -> "TuneRequest":

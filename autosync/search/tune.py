@@ -128,7 +128,9 @@ def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = Non
     try:
         with storage_calls_finish_first():
             siblings = sibling_studies(study, storage)
-            near = _neighbour_jobs(study, request, storage, fresh=not before and not requeued)
+            # the race starts from its fitted portfolio: tuned neighbours are for the other searches
+            near = [] if request.sampler == RACE else _neighbour_jobs(study, request, storage,
+                                                                      fresh=not before and not requeued)
             answer = None  # the race's (the other searches' answer is their best feasible trial)
             if request.sampler == RACE:
                 answer, reference = race_search(study, request, on_trial)

@@ -53,17 +53,18 @@ class TuneOptions(ExecutionOptions):
                           "gp | random | grid | binary (Sync-Switch) | ladder (cheapest switch point first).")
     n_jobs: int = option(1, "Processes running trials on this machine.", ge=1)
     seed: int = option(0, "Sampler seed.", ge=0, le=MAX_SEED)
-    repeats: int = option(1, "Seeds per trial (the objective is noisy).", ge=1)
+    repeats: int = option(1, "Seeds per trial (the objective is noisy; the race runs two and takes 1 only).", ge=1)
     tolerance: float = option(0.01, "Allowed final-metric shortfall against BSP (the constraint).", ge=0.0)
     objective: str = option("time", "time | time,metric (Pareto front).")
     refresh: bool = option(False, "Search again, warm-started from the cached best.")
     verify_top: int = option(0, "After a simulated search, re-run the K best feasible candidates and BSP "
                              "--repeats times on --backend and compare (0: off).", ge=0)
     transfer: bool = option(True, "A new study starts from the winners of the nearest tuned jobs in the storage "
-                            "with this job's workload and target (--no-transfer: from nothing).")
+                            "with this job's workload and target (--no-transfer: from nothing; the race starts from its portfolio and "
+                            "takes no --no-transfer).")
     patience: Optional[int] = option(None, "Stop the search once N trials in a row found nothing faster; the rest of "
                                      "the budget is not run (0: run the whole budget; default: the space's "
-                                     "`patience`, 5 for static_k, else 0; 0 with --sampler grid).", ge=0)
+                                     "`patience`, 5 for static_k, else 0; 0 with --sampler grid; not the race's).", ge=0)
 
     table: Optional[str] = option(None, "Replay the search's simulator runs from this table directory (`autosync "
                                   "table build`) instead of training them; a run it lacks is trained and stored "
@@ -78,7 +79,7 @@ class TuneOptions(ExecutionOptions):
     constraint_at: str = option(BUDGET, "Where a candidate's final metric must stay within --tolerance of BSP's: "
                                 "budget (at the end of the budget, Sync-Switch's rule) | bsp-target (at the time "
                                 "BSP reaches the target: neither BSP nor the winner's check trains past it; for "
-                                "jobs trained to the target).")
+                                "jobs trained to the target; the race takes budget only).")
 
     def __post_init__(self) -> None:
         super().__post_init__()

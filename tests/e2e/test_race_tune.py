@@ -92,6 +92,10 @@ def test_a_budget_cuts_the_race_short_and_its_output_says_so(tiny_job, tmp_path)
     (("--sampler", "race", "--race-settings", "bad.yaml"), "bad.yaml: margin must be a number >= 1"),
     (("--sampler", "tpe", "--budget", "3"), "--budget is read by --sampler race only, but got --sampler tpe"),
     (("--sampler", "race", "--budget", "1"), "--budget must be >= 2 BSP trainings (BSP's two full runs"),
+    (("--repeats", "2"), "does not read --repeats 2: it runs each candidate on two seeds (--sampler tpe reads it)"),
+    (("--constraint-at", "bsp-target"), "does not read --constraint-at bsp-target: it holds the final metric"),
+    (("--patience", "3"), "does not read --patience 3: it runs to its answer"),
+    (("--no-transfer",), "does not read --no-transfer: it starts from its fitted portfolio"),
 ])
 def test_a_bad_race_option_is_one_line_and_exit_2(tiny_job, tmp_path, args, says):
     (tmp_path / "bad.yaml").write_text("portfolio: [bsp]\nmargin: 0\nfinalists: 1\n")

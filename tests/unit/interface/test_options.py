@@ -128,8 +128,8 @@ def test_a_request_made_from_options_is_the_one_the_api_tunes(monkeypatch):
     done = tune_module.TuneOutcome("done", "sqlite://", cached=True, new_trials=0, cache={})
     monkeypatch.setattr(tune_module, "tune", lambda request, **_: made.append(request) or done)
     job = api.load_job(None)
-    assert api.tune(job, n_trials=3, repeats=2, storage="sqlite://").study_name == "done"
-    expected = TuneRequest.from_options(job, TuneOptions(n_trials=3, repeats=2, storage="sqlite://"))
+    assert api.tune(job, n_trials=3, repeats=2, space="static_k", storage="sqlite://").study_name == "done"
+    expected = TuneRequest.from_options(job, TuneOptions(n_trials=3, repeats=2, space="static_k", storage="sqlite://"))
     fields = [f.name for f in dataclasses.fields(TuneRequest) if f.name != "space"]
     assert made[0].space.name == expected.space.name
     assert [getattr(made[0], f) for f in fields] == [getattr(expected, f) for f in fields]
