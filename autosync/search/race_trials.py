@@ -36,7 +36,7 @@ from autosync.search.study.claim import tag
 from autosync.race import SEARCH_SEEDS, Answer, RaceSettings, Run, horizon, plan, race_settings
 from autosync.search.study import _optuna_internals as internals
 from autosync.search.study.cache import bsp_training_seconds, search_cost
-from autosync.search.study.helper_processes import follow_parent, start_helpers
+from autosync.search.study.helper_processes import Parent, follow_parent, start_helpers
 from autosync.search.study.interrupts import storage_calls_finish_first
 from autosync.search.study.locking import storage_lock
 from autosync.search.study.records import (BSP_REFERENCE, BSP_TRAINING_SECONDS, FAIL_REASON, FINAL_METRIC, FORKED,
@@ -318,11 +318,11 @@ def _start_helpers(request: "TuneRequest", name: str, queued: int) -> list[Any]:
     return start_helpers(request.storage, min(request.n_jobs, queued) - 1, _helper, lambda i: (request, name))
 
 
-def _helper(request: "TuneRequest", name: str, verbosity: int, filters: list[Any]) -> None:
+def _helper(request: "TuneRequest", name: str, parent: Parent) -> None:
     """A helper process: run the study's queued race trials until none is left."""
     import optuna
 
-    follow_parent(verbosity, filters)
+    follow_parent(parent)
     study = optuna.load_study(study_name=name, storage=open_storage(request.storage))
     objective = RaceObjective(request.job, race_settings(request.race_settings), request.settings.penalty,
                               request.settings.backend)
