@@ -8,8 +8,10 @@ when it starts) and is pruned there: eliminated. The race's state is the study's
 interrupted tune resumes with the same command where the race stood, in a storage other processes and
 machines share (SQLite, PostgreSQL), and optuna-dashboard shows each run with its round and seed.
 
-A round's runs are queued together and run by this process and `--n-jobs` - 1 helper processes, each
-taking the next queued trial; the answer does not depend on how many ran them (`race.plan`).
+A round's runs are queued together and run by this process and `--n-jobs` - 1 helper processes (started
+once for the race), each taking the next queued trial; the answer does not depend on how many ran them
+(`race.plan`), and a run to the end of the budget continues from the run to the target that any of them
+kept (`autosync.engine.forks.sharing`).
 
 BSP's runs to the end of the budget on both seeds are the final-metric rule's reference; the study's
 `BSP_REFERENCE` is made from them, so the cache record reads like any other search's.
@@ -21,12 +23,13 @@ cut the race short.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from autosync.core.errors import RuntimeFailure, UserError
 from autosync.core.job import JobSpec
@@ -52,7 +55,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Observed", "RaceObjective", "observed", "race_answer", "race_search", "race_top", "rounds", "spent"]
 
-POLL_SECONDS = 1.0  # how often a process waits for another's run of the round to finish
+POLL_SECONDS = 0.25  # how often a process looks again for another's run of the round to finish, or a new round
 
 
 class RaceObjective:
@@ -139,28 +142,24 @@ def race_search(study: "optuna.Study", request: "TuneRequest",
     objective = RaceObjective(job, settings, settings_.penalty, settings_.backend)
     accuracy = job.target.metric == "test_accuracy"
     done = 0
-    while True:
-        seen = observed(study)
-        step = plan(settings, objective.points, seen.times, seen.stopped, seen.finals, settings_.tolerance, accuracy,
-                    budget=request.budget, spent=spent(study, job, seen) if request.budget is not None else None)
-        if isinstance(step, Answer):
-            break
-        with storage_lock(request.storage, study.study_name):
-            fail_dead_trials(study)
-            _queue(study, step.runs)
-        queued = len(_waiting(study))
-        if on_trial is not None:  # the bar counts the runs this process ran, out of those asked for so far
-            on_trial(done, done + queued)
-        helpers = _start_helpers(request, study.study_name, queued)
-        try:
+    with _helpers(request, study.study_name):
+        while True:
+            seen = observed(study)
+            step = plan(settings, objective.points, seen.times, seen.stopped, seen.finals, settings_.tolerance,
+                        accuracy, budget=request.budget,
+                        spent=spent(study, job, seen) if request.budget is not None else None)
+            if isinstance(step, Answer):
+                break
+            with storage_lock(request.storage, study.study_name):
+                fail_dead_trials(study)
+                _queue(study, step.runs)
+            if on_trial is not None:  # the bar counts the runs this process ran, out of those asked for so far
+                on_trial(done, done + len(_waiting(study)))
             while run_queued_trial(study, request.storage, objective, catch=()):
                 done += 1
                 if on_trial is not None:
                     on_trial(done, done + len(_waiting(study)))
             _await_round(study, request, step.runs)
-        finally:
-            for p in helpers:
-                p.join()
     reference = _reference(study, job, seen.finals, seen.times)
     study.set_user_attr(BSP_REFERENCE, reference)
     return step, reference
@@ -310,16 +309,27 @@ def _finished(run: Run, seen: Observed) -> bool:
     return key in seen.times or key in seen.stopped
 
 
-def _start_helpers(request: "TuneRequest", name: str, queued: int) -> list[Any]:
-    """`--n-jobs` - 1 processes (no more than the `queued` runs but one) that run the round's queued trials
-    until none is left."""
-    if queued <= 1:
-        return []
-    return start_helpers(request.storage, min(request.n_jobs, queued) - 1, _helper, lambda i: (request, name))
+@contextlib.contextmanager
+def _helpers(request: "TuneRequest", name: str) -> Iterator[None]:
+    """Within: `--n-jobs` - 1 processes running the race's queued trials as they are queued, round after
+    round; started once (each imports torch and loads the job: seconds), stopped and joined at the end."""
+    if request.n_jobs <= 1:
+        yield
+        return
+    import multiprocessing as mp
+
+    stop = mp.get_context("spawn").Event()
+    procs = start_helpers(request.storage, request.n_jobs - 1, _helper, lambda i: (request, name, stop))
+    try:
+        yield
+    finally:
+        stop.set()
+        for p in procs:
+            p.join()
 
 
-def _helper(request: "TuneRequest", name: str, parent: Parent) -> None:
-    """A helper process: run the study's queued race trials until none is left."""
+def _helper(request: "TuneRequest", name: str, stop: Any, parent: Parent) -> None:
+    """A helper process: run the study's queued race trials as they come, until `stop` is set."""
     import optuna
 
     follow_parent(parent)
@@ -327,5 +337,6 @@ def _helper(request: "TuneRequest", name: str, parent: Parent) -> None:
     objective = RaceObjective(request.job, race_settings(request.race_settings), request.settings.penalty,
                               request.settings.backend)
     with storage_calls_finish_first():  # Ctrl-C reaches the helpers too: not inside a write, nor before a tag
-        while run_queued_trial(study, request.storage, objective, catch=()):
-            pass
+        while not stop.is_set():
+            if not (_waiting(study) and run_queued_trial(study, request.storage, objective, catch=())):
+                stop.wait(POLL_SECONDS)  # none queued (the next round not yet planned): look again
