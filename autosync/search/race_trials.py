@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import multiprocessing as mp
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -316,8 +317,6 @@ def _helpers(request: "TuneRequest", name: str) -> Iterator[None]:
     if request.n_jobs <= 1:
         yield
         return
-    import multiprocessing as mp
-
     stop = mp.get_context("spawn").Event()
     procs = start_helpers(request.storage, request.n_jobs - 1, _helper, lambda i: (request, name, stop))
     try:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from autosync.core.errors import UserError
+from autosync.engine.forks import FORKS
 
 __all__ = ["Parent", "follow_parent", "start_helpers"]
 
@@ -40,8 +41,6 @@ def start_helpers(storage: str, count: int, target: Callable[..., None],
         raise UserError("--n-jobs > 1 needs a storage file or server that processes share, not an in-memory one")
     import optuna  # not at the top: the command's own imports decide when Optuna loads
 
-    from autosync.engine.forks import FORKS
-
     ctx = mp.get_context("spawn")
     parent = Parent(optuna.logging.get_verbosity(), list(warnings.filters),
                     None if FORKS.shared is None else FORKS.shared.directory)
@@ -55,8 +54,6 @@ def follow_parent(parent: Parent) -> None:
     """In a helper: the command's Optuna log level, warning filters and shared kept runs (`start_helpers`
     passes them)."""
     import optuna
-
-    from autosync.engine.forks import FORKS
 
     optuna.logging.set_verbosity(parent.verbosity)
     warnings.filters[:] = parent.filters
