@@ -60,10 +60,11 @@ POLL_SECONDS = 0.25  # how often a process looks again for another's run of the 
 
 
 class RaceObjective:
-    """Runs the trial's `RACE_RUN` and records what the race reads of it (`RACE_TIME`, `RACE_FINAL`)."""
+    """Runs the trial's `RACE_RUN` and records what the race reads of it (`RACE_TIME`, `RACE_FINAL`);
+    `storage`: the study's URL (its lock held while the dead processes' trials are failed)."""
 
-    def __init__(self, job: JobSpec, settings: RaceSettings, penalty: float, backend: Any = None):
-        self.job, self.settings, self.penalty, self.backend = job, settings, penalty, backend
+    def __init__(self, job: JobSpec, settings: RaceSettings, penalty: float, backend: Any, storage: str):
+        self.job, self.settings, self.penalty, self.backend, self.storage = job, settings, penalty, backend, storage
         self.points = labelled_points(job.cluster.n_workers)
 
     def __call__(self, trial: "optuna.Trial") -> float:
@@ -73,7 +74,7 @@ class RaceObjective:
         policy = self.points[run.label]
         tag(trial)  # already tagged when the race claimed it (`claim.optimize_one`)
         trial.set_user_attr(POLICY, policy)
-        limit = horizon(run, self.settings.margin, observed(trial.study).times)
+        limit = horizon(run, self.settings.margin, _queued_before(trial.study, self.storage, trial.number, run).times)
         trial.set_user_attr(RACE_HORIZON, None if math.isinf(limit) else limit)
         trial.set_user_attr(ROLE, "budget")
         try:
@@ -112,14 +113,15 @@ class Observed:
     finals: dict[tuple[str, int], float | None] = field(default_factory=dict)
 
 
-def observed(study: "optuna.Study") -> Observed:
-    """The race's runs finished in `study` (`Observed`); the first finished trial of a run stands."""
+def observed(study: "optuna.Study", before: int | None = None) -> Observed:
+    """The race's runs finished in `study` (`Observed`; with `before`, those of trials numbered below it); the
+    first finished trial of a run stands."""
     import optuna
 
     seen = Observed()
     done = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
     for t in internals.fresh_trials(study, done):
-        if RACE_RUN not in t.user_attrs or RACE_TIME not in t.user_attrs:
+        if RACE_RUN not in t.user_attrs or RACE_TIME not in t.user_attrs or (before is not None and t.number >= before):
             continue
         run = _run_of(t.user_attrs[RACE_RUN])
         key, value = (run.label, run.seed), t.user_attrs[RACE_TIME]
@@ -132,6 +134,25 @@ def observed(study: "optuna.Study") -> Observed:
     return seen
 
 
+def _queued_before(study: "optuna.Study", storage: str, number: int, run: Run) -> Observed:
+    """The race's runs of the trials queued before trial `number` (`run`), once those of them it races
+    against on its seed have finished: what one process would have run before it, so its horizon is the
+    same however many processes run the round (a run to the end of the budget, or one that races no one,
+    does not wait: its horizon is none). Another process's run that its process died in is not waited for."""
+    import optuna
+
+    rivals = set(run.against) - {run.label}
+    while not run.full and rivals:
+        running = internals.fresh_trials(study, (optuna.trial.TrialState.RUNNING,))
+        if not any(t.number < number and RACE_RUN in t.user_attrs and _run_of(t.user_attrs[RACE_RUN]).seed == run.seed
+                   and _run_of(t.user_attrs[RACE_RUN]).label in rivals for t in running):
+            break
+        time.sleep(POLL_SECONDS)
+        with storage_lock(storage, study.study_name):
+            fail_dead_trials(study)
+    return observed(study, before=number)
+
+
 def race_search(study: "optuna.Study", request: "TuneRequest",
                 on_trial: Callable[[int, int], None] | None = None) -> tuple[Answer, dict[str, Any]]:
     """Run the race on `request.job` in `study` (see the module's docstring) to its answer; returns the answer
@@ -140,7 +161,7 @@ def race_search(study: "optuna.Study", request: "TuneRequest",
     if settings_.multi_objective:
         raise UserError("--sampler race answers one objective: it needs --objective time")
     settings = race_settings(request.race_settings)
-    objective = RaceObjective(job, settings, settings_.penalty, settings_.backend)
+    objective = RaceObjective(job, settings, settings_.penalty, settings_.backend, request.storage)
     accuracy = job.target.metric == "test_accuracy"
     done = 0
     with _helpers(request, study.study_name):
@@ -334,7 +355,7 @@ def _helper(request: "TuneRequest", name: str, stop: Any, parent: Parent) -> Non
     follow_parent(parent)
     study = optuna.load_study(study_name=name, storage=open_storage(request.storage))
     objective = RaceObjective(request.job, race_settings(request.race_settings), request.settings.penalty,
-                              request.settings.backend)
+                              request.settings.backend, request.storage)
     with storage_calls_finish_first():  # Ctrl-C reaches the helpers too: not inside a write, nor before a tag
         while not stop.is_set():
             if not (_waiting(study) and run_queued_trial(study, request.storage, objective, catch=())):
