@@ -4,8 +4,9 @@ A search's trials stop at the target (`autosync.search.objective`); the candidat
 then checked at full budget (`autosync.search.strategies.full_budget`). Such a check would repeat, bit for bit, the
 run up to the target: it continues instead from the stopped run's snapshot (`Simulator.snapshot`), and
 trains only the rest of the budget. The store is this process's memory, bounded in bytes (the oldest
-snapshots go first); a check whose snapshot is not here (another process ran the trial, or it was
-evicted) trains from the start and gets the same result.
+snapshots go first), and while a command's processes share a directory (`sharing`: `autosync tune
+--n-jobs`), that directory too (`autosync.engine.fork_files`), so a run continues whichever of them kept it.
+A check whose snapshot is in neither (evicted) trains from the start and gets the same result.
 
 Runs of a schedule with a switch point (Sync-Switch) also keep prefixes: while the switch is undecided,
 the run is every switch point's above the quota used so far (`Schedule.undecided_above`), so a snapshot is
@@ -17,33 +18,28 @@ a prefix kept after the target was met (a run that stops at the target may not: 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import tempfile
 from collections import OrderedDict
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 from autosync.core.job import JobSpec
+from autosync.engine.fork_files import ForkFiles, Kept
 
 if TYPE_CHECKING:
     from autosync.engine.simulator import ProgressFn, RunResult, Simulator
     from autosync.policies import Policy
 
-__all__ = ["FORKS", "ForkStore", "Kept", "MAX_BYTES", "PREFIX_GRID", "fork_key", "prefix_key", "run_sharing_prefixes"]
+__all__ = ["FORKS", "ForkStore", "Kept", "MAX_BYTES", "PREFIX_GRID", "fork_key", "prefix_key", "run_sharing_prefixes",
+           "sharing"]
 
 MAX_BYTES = 512 * 2 ** 20  # what the kept snapshots may take, in all
 
 
 PREFIX_GRID = 32  # a switch-point run keeps a prefix each time its quota used passes another 1/32 (the
 # shipped switch_point space's step)
-
-
-@dataclass(frozen=True)
-class Kept:
-    snapshot: bytes  # `Simulator.snapshot()` of the stopped run
-    at_seconds: float  # the virtual time it had trained: what a run forked from it does not train again
-    undecided_above: float | None = None  # a prefix: the run of every switch point above this (None: a stop)
-    past_target: bool = False  # a prefix kept after the target was met: only for runs that do not stop there
 
 
 def fork_key(job: JobSpec, policy: dict[str, Any], fingerprint: str | None = None) -> str:
@@ -65,12 +61,18 @@ def prefix_key(job: JobSpec, policy: dict[str, Any], switch_param: str) -> str:
 
 class ForkStore:
     """Snapshots of stopped runs by `fork_key` and prefixes by `prefix_key`, the newest kept while they fit
-    in `max_bytes`."""
+    in `max_bytes`: in this process's memory, and in `shared` (a directory of files, bounded alike) where
+    one is set (`share`), which is read when memory lacks a run."""
 
     def __init__(self, max_bytes: int = MAX_BYTES):
         self.max_bytes = max_bytes
+        self.shared: ForkFiles | None = None
         self._kept: OrderedDict[tuple[str, float | None], Kept] = OrderedDict()
         self._bytes = 0  # what the kept snapshots take, in all
+
+    def share(self, directory: str | None) -> None:
+        """Keep runs in `directory` too, and read those other processes kept there (None: memory only)."""
+        self.shared = None if directory is None else ForkFiles(directory, self.max_bytes)
 
     def put(self, key: str, snapshot: bytes, at_seconds: float, undecided_above: float | None = None,
             past_target: bool = False) -> None:
@@ -81,39 +83,82 @@ class ForkStore:
             self._bytes -= len(replaced.snapshot)
         if len(snapshot) > self.max_bytes:
             return
-        self._kept[entry] = Kept(snapshot, at_seconds, undecided_above, past_target)
+        kept = Kept(snapshot, at_seconds, undecided_above, past_target)
+        self._kept[entry] = kept
         self._bytes += len(snapshot)
         while self._bytes > self.max_bytes:
             _, evicted = self._kept.popitem(last=False)
             self._bytes -= len(evicted.snapshot)
+        if self.shared is not None:
+            self.shared.put(key, kept)
 
     def get(self, key: str) -> Kept | None:
         """The stopped run kept under `key`."""
-        return self._kept.get((key, None))
+        return self._load(key, None)
 
     def prefix(self, key: str, switch_point: float, stops_at_target: bool = False,
                until: float | None = None) -> Kept | None:
         """The longest prefix kept under `key` that is the run of `switch_point` (one that `stops_at_target`:
         before the target was met; one that stops at virtual time `until`: no later than that)."""
-        fitting = [kept for (k, above), kept in self._kept.items()
-                   if k == key and above is not None and switch_point > above
+        fitting = [kept for kept in self._entries(key)
+                   if kept.undecided_above is not None and switch_point > kept.undecided_above
                    and not (stops_at_target and kept.past_target)
                    and (until is None or kept.at_seconds <= until)]
-        return max(fitting, key=lambda kept: kept.at_seconds, default=None)
+        for kept in sorted(fitting, key=lambda kept: kept.at_seconds, reverse=True):  # stable: memory's first
+            loaded = self._load(key, kept.undecided_above)  # a file listed may be gone (evicted) by now
+            if loaded is not None:
+                return loaded
+        return None
 
     def prefixes(self, key: str) -> list[Kept]:
-        """The prefixes kept under `key`, oldest first: what a run of a switch-point policy left for others."""
+        """The prefixes kept under `key` in memory, oldest first: what a run of a switch-point policy left for
+        others."""
         return [kept for (k, above), kept in self._kept.items() if k == key and above is not None]
 
     def clear(self) -> None:
+        """Forget every kept run, the shared directory's too."""
         self._kept.clear()
         self._bytes = 0
+        if self.shared is not None:
+            self.shared.clear()
 
     def __len__(self) -> int:
         return len(self._kept)
 
+    def _entries(self, key: str) -> list[Kept]:
+        """The runs kept under `key`: memory's (snapshots and all), then the shared directory's others
+        (headers only: `_load` reads the one chosen)."""
+        own = [kept for (k, _), kept in self._kept.items() if k == key]
+        if self.shared is None:
+            return own
+        held = {kept.undecided_above for kept in own}
+        return own + [kept for kept in self.shared.entries(key) if kept.undecided_above not in held]
 
-FORKS = ForkStore()  # this process's store: the search's trials and checks run in the same process
+    def _load(self, key: str, undecided_above: float | None) -> Kept | None:
+        kept = self._kept.get((key, undecided_above))
+        if kept is None and self.shared is not None:
+            kept = self.shared.get(key, undecided_above)
+        return kept
+
+
+FORKS = ForkStore()  # this process's store, shared with the command's other processes while `sharing`
+
+
+@contextlib.contextmanager
+def sharing(enabled: bool, store: ForkStore = FORKS) -> Iterator[str | None]:
+    """While in it, `store` also keeps runs in a temporary directory (`ForkStore.share`), removed at the end;
+    yields the directory, for the processes started meanwhile to share (`ForkStore.share` there). Not
+    `enabled` (one process), or a store already shared: nothing changes, and it yields the store's
+    directory (None: none)."""
+    if not enabled or store.shared is not None:
+        yield None if store.shared is None else store.shared.directory
+        return
+    with tempfile.TemporaryDirectory(prefix="autosync-forks-") as directory:
+        store.share(directory)
+        try:
+            yield directory
+        finally:
+            store.share(None)
 
 
 def run_sharing_prefixes(job: JobSpec, policy: "Policy", progress: "ProgressFn | None" = None,

@@ -8,8 +8,10 @@ when it starts) and is pruned there: eliminated. The race's state is the study's
 interrupted tune resumes with the same command where the race stood, in a storage other processes and
 machines share (SQLite, PostgreSQL), and optuna-dashboard shows each run with its round and seed.
 
-A round's runs are queued together and run by this process and `--n-jobs` - 1 helper processes, each
-taking the next queued trial; the answer does not depend on how many ran them (`race.plan`).
+A round's runs are queued together and run by this process and `--n-jobs` - 1 helper processes (started
+once for the race), each taking the next queued trial; the answer does not depend on how many ran them
+(`race.plan`), and a run to the end of the budget continues from the run to the target that any of them
+kept (`autosync.engine.forks.sharing`).
 
 BSP's runs to the end of the budget on both seeds are the final-metric rule's reference; the study's
 `BSP_REFERENCE` is made from them, so the cache record reads like any other search's.
@@ -21,12 +23,14 @@ cut the race short.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
+import multiprocessing as mp
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from autosync.core.errors import RuntimeFailure, UserError
 from autosync.core.job import JobSpec
@@ -36,7 +40,7 @@ from autosync.search.study.claim import tag
 from autosync.race import SEARCH_SEEDS, Answer, RaceSettings, Run, horizon, plan, race_settings
 from autosync.search.study import _optuna_internals as internals
 from autosync.search.study.cache import bsp_training_seconds, search_cost
-from autosync.search.study.helper_processes import follow_parent, start_helpers
+from autosync.search.study.helper_processes import Parent, follow_parent, start_helpers
 from autosync.search.study.interrupts import storage_calls_finish_first
 from autosync.search.study.locking import storage_lock
 from autosync.search.study.records import (BSP_REFERENCE, BSP_TRAINING_SECONDS, FAIL_REASON, FINAL_METRIC, FORKED,
@@ -52,14 +56,15 @@ if TYPE_CHECKING:
 
 __all__ = ["Observed", "RaceObjective", "observed", "race_answer", "race_search", "race_top", "rounds", "spent"]
 
-POLL_SECONDS = 1.0  # how often a process waits for another's run of the round to finish
+POLL_SECONDS = 0.25  # how often a process looks again for another's run of the round to finish, or a new round
 
 
 class RaceObjective:
-    """Runs the trial's `RACE_RUN` and records what the race reads of it (`RACE_TIME`, `RACE_FINAL`)."""
+    """Runs the trial's `RACE_RUN` and records what the race reads of it (`RACE_TIME`, `RACE_FINAL`);
+    `storage`: the study's URL (its lock held while the dead processes' trials are failed)."""
 
-    def __init__(self, job: JobSpec, settings: RaceSettings, penalty: float, backend: Any = None):
-        self.job, self.settings, self.penalty, self.backend = job, settings, penalty, backend
+    def __init__(self, job: JobSpec, settings: RaceSettings, penalty: float, backend: Any, storage: str):
+        self.job, self.settings, self.penalty, self.backend, self.storage = job, settings, penalty, backend, storage
         self.points = labelled_points(job.cluster.n_workers)
 
     def __call__(self, trial: "optuna.Trial") -> float:
@@ -69,7 +74,7 @@ class RaceObjective:
         policy = self.points[run.label]
         tag(trial)  # already tagged when the race claimed it (`claim.optimize_one`)
         trial.set_user_attr(POLICY, policy)
-        limit = horizon(run, self.settings.margin, observed(trial.study).times)
+        limit = horizon(run, self.settings.margin, _queued_before(trial.study, self.storage, trial.number, run).times)
         trial.set_user_attr(RACE_HORIZON, None if math.isinf(limit) else limit)
         trial.set_user_attr(ROLE, "budget")
         try:
@@ -108,14 +113,15 @@ class Observed:
     finals: dict[tuple[str, int], float | None] = field(default_factory=dict)
 
 
-def observed(study: "optuna.Study") -> Observed:
-    """The race's runs finished in `study` (`Observed`); the first finished trial of a run stands."""
+def observed(study: "optuna.Study", before: int | None = None) -> Observed:
+    """The race's runs finished in `study` (`Observed`; with `before`, those of trials numbered below it); the
+    first finished trial of a run stands."""
     import optuna
 
     seen = Observed()
     done = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
     for t in internals.fresh_trials(study, done):
-        if RACE_RUN not in t.user_attrs or RACE_TIME not in t.user_attrs:
+        if RACE_RUN not in t.user_attrs or RACE_TIME not in t.user_attrs or (before is not None and t.number >= before):
             continue
         run = _run_of(t.user_attrs[RACE_RUN])
         key, value = (run.label, run.seed), t.user_attrs[RACE_TIME]
@@ -128,6 +134,25 @@ def observed(study: "optuna.Study") -> Observed:
     return seen
 
 
+def _queued_before(study: "optuna.Study", storage: str, number: int, run: Run) -> Observed:
+    """The race's runs of the trials queued before trial `number` (`run`), once those of them it races
+    against on its seed have finished: what one process would have run before it, so its horizon is the
+    same however many processes run the round (a run to the end of the budget, or one that races no one,
+    does not wait: its horizon is none). Another process's run that its process died in is not waited for."""
+    import optuna
+
+    rivals = set(run.against) - {run.label}
+    while not run.full and rivals:
+        running = internals.fresh_trials(study, (optuna.trial.TrialState.RUNNING,))
+        if not any(t.number < number and RACE_RUN in t.user_attrs and _run_of(t.user_attrs[RACE_RUN]).seed == run.seed
+                   and _run_of(t.user_attrs[RACE_RUN]).label in rivals for t in running):
+            break
+        time.sleep(POLL_SECONDS)
+        with storage_lock(storage, study.study_name):
+            fail_dead_trials(study)
+    return observed(study, before=number)
+
+
 def race_search(study: "optuna.Study", request: "TuneRequest",
                 on_trial: Callable[[int, int], None] | None = None) -> tuple[Answer, dict[str, Any]]:
     """Run the race on `request.job` in `study` (see the module's docstring) to its answer; returns the answer
@@ -136,31 +161,27 @@ def race_search(study: "optuna.Study", request: "TuneRequest",
     if settings_.multi_objective:
         raise UserError("--sampler race answers one objective: it needs --objective time")
     settings = race_settings(request.race_settings)
-    objective = RaceObjective(job, settings, settings_.penalty, settings_.backend)
+    objective = RaceObjective(job, settings, settings_.penalty, settings_.backend, request.storage)
     accuracy = job.target.metric == "test_accuracy"
     done = 0
-    while True:
-        seen = observed(study)
-        step = plan(settings, objective.points, seen.times, seen.stopped, seen.finals, settings_.tolerance, accuracy,
-                    budget=request.budget, spent=spent(study, job, seen) if request.budget is not None else None)
-        if isinstance(step, Answer):
-            break
-        with storage_lock(request.storage, study.study_name):
-            fail_dead_trials(study)
-            _queue(study, step.runs)
-        queued = len(_waiting(study))
-        if on_trial is not None:  # the bar counts the runs this process ran, out of those asked for so far
-            on_trial(done, done + queued)
-        helpers = _start_helpers(request, study.study_name, queued)
-        try:
+    with _helpers(request, study.study_name):
+        while True:
+            seen = observed(study)
+            step = plan(settings, objective.points, seen.times, seen.stopped, seen.finals, settings_.tolerance,
+                        accuracy, budget=request.budget,
+                        spent=spent(study, job, seen) if request.budget is not None else None)
+            if isinstance(step, Answer):
+                break
+            with storage_lock(request.storage, study.study_name):
+                fail_dead_trials(study)
+                _queue(study, step.runs)
+            if on_trial is not None:  # the bar counts the runs this process ran, out of those asked for so far
+                on_trial(done, done + len(_waiting(study)))
             while run_queued_trial(study, request.storage, objective, catch=()):
                 done += 1
                 if on_trial is not None:
                     on_trial(done, done + len(_waiting(study)))
             _await_round(study, request, step.runs)
-        finally:
-            for p in helpers:
-                p.join()
     reference = _reference(study, job, seen.finals, seen.times)
     study.set_user_attr(BSP_REFERENCE, reference)
     return step, reference
@@ -310,22 +331,32 @@ def _finished(run: Run, seen: Observed) -> bool:
     return key in seen.times or key in seen.stopped
 
 
-def _start_helpers(request: "TuneRequest", name: str, queued: int) -> list[Any]:
-    """`--n-jobs` - 1 processes (no more than the `queued` runs but one) that run the round's queued trials
-    until none is left."""
-    if queued <= 1:
-        return []
-    return start_helpers(request.storage, min(request.n_jobs, queued) - 1, _helper, lambda i: (request, name))
+@contextlib.contextmanager
+def _helpers(request: "TuneRequest", name: str) -> Iterator[None]:
+    """Within: `--n-jobs` - 1 processes running the race's queued trials as they are queued, round after
+    round; started once (each imports torch and loads the job: seconds), stopped and joined at the end."""
+    if request.n_jobs <= 1:
+        yield
+        return
+    stop = mp.get_context("spawn").Event()
+    procs = start_helpers(request.storage, request.n_jobs - 1, _helper, lambda i: (request, name, stop))
+    try:
+        yield
+    finally:
+        stop.set()
+        for p in procs:
+            p.join()
 
 
-def _helper(request: "TuneRequest", name: str, verbosity: int, filters: list[Any]) -> None:
-    """A helper process: run the study's queued race trials until none is left."""
+def _helper(request: "TuneRequest", name: str, stop: Any, parent: Parent) -> None:
+    """A helper process: run the study's queued race trials as they come, until `stop` is set."""
     import optuna
 
-    follow_parent(verbosity, filters)
+    follow_parent(parent)
     study = optuna.load_study(study_name=name, storage=open_storage(request.storage))
     objective = RaceObjective(request.job, race_settings(request.race_settings), request.settings.penalty,
-                              request.settings.backend)
+                              request.settings.backend, request.storage)
     with storage_calls_finish_first():  # Ctrl-C reaches the helpers too: not inside a write, nor before a tag
-        while run_queued_trial(study, request.storage, objective, catch=()):
-            pass
+        while not stop.is_set():
+            if not (_waiting(study) and run_queued_trial(study, request.storage, objective, catch=())):
+                stop.wait(POLL_SECONDS)  # none queued (the next round not yet planned): look again

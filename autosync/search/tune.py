@@ -30,6 +30,7 @@ from autosync.search.strategies.verify import verify, with_verification
 from autosync.search.study._optuna_internals import fresh_trials
 from autosync.core.errors import Interrupted, RuntimeFailure, UserError
 from autosync.core.job import JobSpec
+from autosync.engine.forks import sharing
 from autosync.search.study.cache import (
     best_policies, check_owner, execution_name, execution_of, read_cache, write_cache,
 )
@@ -49,7 +50,7 @@ from autosync.search.study.records import (
 )
 from autosync.search.study.siblings import sibling_reference, sibling_studies
 from autosync.search.space import SearchSpace
-from autosync.search.study.helper_processes import follow_parent, start_helpers
+from autosync.search.study.helper_processes import Parent, follow_parent, start_helpers
 from autosync.search.study.interrupts import interrupted, storage_calls_finish_first
 from autosync.search.study.locking import storage_lock
 from autosync.search.study.outage import report_to
@@ -125,8 +126,8 @@ def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = Non
     if on_resume is not None and (before or requeued or requeued.reference):
         on_resume(before, requeued)
     mine = {process_tag()}  # the processes of this command: the trials they ran are its new trials
-    try:
-        with storage_calls_finish_first():
+    try:  # the helpers share this process's kept runs (`autosync.engine.forks.sharing`)
+        with storage_calls_finish_first(), sharing(request.n_jobs > 1):
             siblings = sibling_studies(study, storage)
             # the race starts from its fitted portfolio: tuned neighbours are for the other searches
             near = [] if request.sampler == RACE else _neighbour_jobs(study, request, storage,
@@ -536,11 +537,10 @@ def _stopped_improving(study: "optuna.Study", request: TuneRequest, budget: int)
     return True
 
 
-def _helper(request: TuneRequest, name: str, budget: int, deadline_in: float | None, verbosity: int,
-            warning_filters: list[Any]) -> None:
-    """A second process working on the same study (`--n-jobs`), with the parent's Optuna log level and
-    warning filters (whatever the caller chose; the library changes neither)."""
-    follow_parent(verbosity, warning_filters)
+def _helper(request: TuneRequest, name: str, budget: int, deadline_in: float | None, parent: Parent) -> None:
+    """A second process working on the same study (`--n-jobs`), with the parent's Optuna log level, warning
+    filters (whatever the caller chose; the library changes neither) and shared kept runs."""
+    follow_parent(parent)
     deadline = time.monotonic() + deadline_in if deadline_in is not None else None
     sub = dataclasses.replace(request, study=name)
     storage = open_storage(sub.storage)

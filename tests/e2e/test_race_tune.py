@@ -1,5 +1,5 @@
 """`autosync tune --sampler race`: the race on common seeds as a tune, replayed on the table alike, the same
-answer whatever --n-jobs, resumed from its trials, its bad options refused in one line; `autosync fit --check`
+answer and cost whatever --n-jobs, resumed from its trials, its bad options refused in one line; `autosync fit --check`
 pins the shipped settings to what the fit gives on the committed table."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from autosync.data import BASELINE_DIR, RACE_SETTINGS
 from autosync.engine.forks import FORKS
 from autosync.experiments.race_fit import MARGINS
 from autosync.table import KEPT
-from tests.conftest import autosync, no_traceback
+from tests.conftest import TINY_JOB, autosync, no_traceback
 
 REPO = Path(__file__).resolve().parents[2]
 COMMITTED_FAMILIES = ("fresh", "quarry", "crest", "fleet", "steady", "tiers", "inverse", "mosaic")
@@ -37,10 +37,18 @@ def _tune(tmp_path: Path, job: Path, name: str, *extra: str) -> dict:
     return {"url": url, "out": json.loads(proc.stdout)}
 
 
+@pytest.fixture(scope="module")
+def live_race(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The tiny job's race trained live in one process, for the tests that compare another tune with it."""
+    folder = tmp_path_factory.mktemp("live-race")
+    (folder / "tiny.yaml").write_text(TINY_JOB)
+    return _tune(folder, folder / "tiny.yaml", "live")
+
+
 @pytest.mark.slow
-def test_the_race_replayed_on_the_table_runs_the_live_race_s_trials_and_answers_alike(tiny_job, tmp_path):
+def test_the_race_replayed_on_the_table_runs_the_live_race_s_trials_and_answers_alike(live_race, tiny_job, tmp_path):
     table = tmp_path / "table"
-    live = _tune(tmp_path, tiny_job, "live")
+    live = live_race
     replayed = [_tune(tmp_path, tiny_job, name, "--table", str(table)) for name in ("filling", "replayed")]
     trials = _trials(live["url"])
     rounds = [r["round"] for r in live["out"]["cache"]["race"]["rounds"]]
@@ -52,6 +60,16 @@ def test_the_race_replayed_on_the_table_runs_the_live_race_s_trials_and_answers_
     two = _tune(tmp_path, tiny_job, "two", "--table", str(table), "--n-jobs", "2")
     for key in ("best_policy", "best_value", "race"):
         assert two["out"]["cache"][key] == live["out"]["cache"][key], key
+
+
+@pytest.mark.slow  # a live race in two processes: about 17 s on 2 cores
+def test_a_live_race_in_two_processes_gives_the_answer_and_cost_of_one(live_race, tiny_job, tmp_path):
+    two = _tune(tmp_path, tiny_job, "two", "--n-jobs", "2")
+    for key in ("best_policy", "best_value", "best_final_metric", "search_cost_bsp_trainings", "race"):
+        assert two["out"]["cache"][key] == live_race["out"]["cache"][key], key
+    forked = [live_race["out"]["cache"]["search_breakdown"]["forked_trials"],
+              two["out"]["cache"]["search_breakdown"]["forked_trials"]]
+    assert forked[0] > 0 and forked[1] == forked[0]  # the finalists' full runs continued, whoever ran them first
 
 
 @pytest.mark.slow  # two races, the first training the table's runs: about 6 s on 2 cores

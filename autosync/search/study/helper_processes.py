@@ -3,25 +3,38 @@ search's trials, `autosync.search.tune`; the race's queued runs, `autosync.searc
 
 They are spawned (a fresh interpreter: no fork of a process holding torch's threads or open storage
 connections), daemonic (they end with the command), and run with the command's Optuna log level and warning
-filters, whatever the caller chose (the library changes neither).
+filters, whatever the caller chose (the library changes neither), and with its kept runs: they share the
+directory the command's fork store keeps them in (`autosync.engine.forks.sharing`), so a run one process
+stopped at the target is continued, not trained again, whichever process runs its full-budget check.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import warnings
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from autosync.core.errors import UserError
+from autosync.engine.forks import FORKS
 
-__all__ = ["follow_parent", "start_helpers"]
+__all__ = ["Parent", "follow_parent", "start_helpers"]
+
+
+@dataclass(frozen=True)
+class Parent:
+    """What a helper takes over from the command's process (`follow_parent`)."""
+
+    verbosity: int  # Optuna's log level
+    filters: list[Any]  # the warning filters
+    forks: str | None  # the directory its fork store shares (None: its memory only)
 
 
 def start_helpers(storage: str, count: int, target: Callable[..., None],
                   args_of: Callable[[int], tuple[Any, ...]]) -> list[Any]:
-    """`count` helper processes, the i-th running `target(*args_of(i), verbosity, filters)`, where the last two
-    are this process's Optuna log level and warning filters (`follow_parent` applies them); none for a
-    `count` below 1. A study in memory cannot be shared: refused in one line."""
+    """`count` helper processes, the i-th running `target(*args_of(i), parent)`, where `parent` is this
+    process's Optuna log level, warning filters and fork store's shared directory (`Parent`: `follow_parent`
+    applies them); none for a `count` below 1. A study in memory cannot be shared: refused in one line."""
     if count < 1:
         return []
     if storage.startswith("sqlite:///:memory:") or storage == "sqlite://":
@@ -29,16 +42,19 @@ def start_helpers(storage: str, count: int, target: Callable[..., None],
     import optuna  # not at the top: the command's own imports decide when Optuna loads
 
     ctx = mp.get_context("spawn")
-    verbosity, filters = optuna.logging.get_verbosity(), list(warnings.filters)
-    procs = [ctx.Process(target=target, args=(*args_of(i), verbosity, filters), daemon=True) for i in range(count)]
+    parent = Parent(optuna.logging.get_verbosity(), list(warnings.filters),
+                    None if FORKS.shared is None else FORKS.shared.directory)
+    procs = [ctx.Process(target=target, args=(*args_of(i), parent), daemon=True) for i in range(count)]
     for p in procs:
         p.start()
     return procs
 
 
-def follow_parent(verbosity: int, filters: list[Any]) -> None:
-    """In a helper: the command's Optuna log level and warning filters (`start_helpers` passes them)."""
+def follow_parent(parent: Parent) -> None:
+    """In a helper: the command's Optuna log level, warning filters and shared kept runs (`start_helpers`
+    passes them)."""
     import optuna
 
-    optuna.logging.set_verbosity(verbosity)
-    warnings.filters[:] = filters
+    optuna.logging.set_verbosity(parent.verbosity)
+    warnings.filters[:] = parent.filters
+    FORKS.share(parent.forks)

@@ -1,5 +1,5 @@
 """The `--n-jobs` helper processes (`autosync.search.study.helper_processes`): spawned with the command's
-Optuna log level and warning filters, none below one, and a study in memory refused in one line."""
+Optuna log level, warning filters and shared kept runs, none below one, and a study in memory refused in one line."""
 
 from __future__ import annotations
 
@@ -11,29 +11,33 @@ import optuna
 import pytest
 
 from autosync.core.errors import UserError
+from autosync.engine.forks import FORKS, sharing
 from autosync.search.study.helper_processes import follow_parent, start_helpers
 
 
-def report(path: str, index: int, verbosity: int, filters: list) -> None:
-    """A helper's target: writes the log level and the first warning filter it runs with."""
-    follow_parent(verbosity, filters)
-    Path(path).write_text(json.dumps([index, optuna.logging.get_verbosity(), warnings.filters[0][0]]))
+def report(path: str, index: int, parent) -> None:
+    """A helper's target: writes the log level, the first warning filter and the shared fork directory it
+    runs with."""
+    follow_parent(parent)
+    shared = FORKS.shared.directory if FORKS.shared is not None else None
+    Path(path).write_text(json.dumps([index, optuna.logging.get_verbosity(), warnings.filters[0][0], shared]))
 
 
 @pytest.mark.processes
-def test_a_helper_runs_its_target_with_the_command_s_log_level_and_warning_filters(tmp_path):
+def test_a_helper_runs_its_target_with_the_command_s_log_level_warning_filters_and_kept_runs(tmp_path):
     before = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), sharing(True) as directory:
             warnings.simplefilter("ignore")
             procs = start_helpers(f"sqlite:///{tmp_path}/s.db", 1, report, lambda i: (str(tmp_path / f"{i}.json"), i))
-        for p in procs:
-            p.join(60)
+            for p in procs:
+                p.join(60)
     finally:
         optuna.logging.set_verbosity(before)
     assert [p.exitcode for p in procs] == [0] and all(p.daemon for p in procs)
-    assert json.loads((tmp_path / "0.json").read_text()) == [0, optuna.logging.ERROR, "ignore"]
+    assert json.loads((tmp_path / "0.json").read_text()) == [0, optuna.logging.ERROR, "ignore", directory]
+    assert directory is not None and FORKS.shared is None  # the command's directory, gone with it
 
 
 def test_no_helper_below_one_and_a_study_in_memory_is_refused_in_one_line():

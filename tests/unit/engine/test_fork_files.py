@@ -1,0 +1,88 @@
+"""The fork store's shared level (`autosync.engine.fork_files`, `ForkStore.share`): kept runs written as files
+that another process's store reads, bounded in bytes, a missing or damaged file read as absent; `sharing`
+makes the directory for a command's lifetime."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from autosync.engine.fork_files import ForkFiles, Kept
+from autosync.engine.forks import ForkStore, sharing
+
+
+def _files(directory) -> list[str]:
+    return sorted(name for name in os.listdir(directory) if name.endswith(".fork"))
+
+
+def test_a_kept_run_reads_back_whole_and_its_entries_without_the_snapshot(tmp_path):
+    files = ForkFiles(str(tmp_path), max_bytes=10_000)
+    stop, prefix = Kept(b"\x00stop\n" * 3, 12.5), Kept(b"prefix", 3.25, undecided_above=0.40625, past_target=True)
+    files.put("run", stop)
+    files.put("run", prefix)
+    files.put("other run", Kept(b"x", 1.0))
+    assert files.get("run") == stop and files.get("run", 0.40625) == prefix
+    assert files.get("run", 0.5) is None and files.get("no run") is None
+    assert sorted(files.entries("run"), key=lambda k: k.at_seconds) == [Kept(b"", 3.25, 0.40625, True),
+                                                                         Kept(b"", 12.5)]
+    files.put("run", Kept(b"again", 13.0))  # replaced, not added
+    assert files.get("run") == Kept(b"again", 13.0) and len(_files(tmp_path)) == 3
+    assert not [name for name in os.listdir(tmp_path) if name.startswith(".")]  # no temporary file left
+
+
+def test_the_directory_keeps_the_newest_runs_that_fit_its_bound(tmp_path):
+    files = ForkFiles(str(tmp_path), max_bytes=600)  # two runs of 200 bytes and their headers
+    for i in range(4):
+        files.put(f"run {i}", Kept(bytes(200), float(i)))
+        os.utime(files._path(f"run {i}", None), ns=(i, i))  # written in this order, whatever the clock's grain
+    sizes = sum(os.path.getsize(tmp_path / name) for name in _files(tmp_path))
+    assert sizes <= 600 and [files.get(f"run {i}") is not None for i in range(4)] == [False, False, True, True]
+    files.put("too big", Kept(bytes(601), 1.0))  # larger than the bound: not kept, nothing evicted for it
+    assert files.get("too big") is None and len(_files(tmp_path)) == 2
+
+
+def test_a_missing_damaged_or_foreign_file_is_absent(tmp_path):
+    files = ForkFiles(str(tmp_path), max_bytes=10_000)
+    for key in ("damaged", "truncated", "foreign"):
+        files.put(key, Kept(b"snapshot", 1.0))
+    path = {key: Path(files._path(key, None)) for key in ("damaged", "truncated", "foreign")}
+    path["damaged"].write_bytes(b"not json\nsnapshot")
+    path["truncated"].write_bytes(path["truncated"].read_bytes()[:-3])
+    path["foreign"].write_bytes(path["foreign"].read_bytes().replace(b'"foreign"', b'"another"'))  # a collision
+    assert [files.get(key) for key in path] == [None, None, None]
+    assert files.entries("damaged") == [] and files.entries("foreign") == []
+    assert ForkFiles(str(tmp_path / "gone"), 10_000).get("damaged") is None  # no directory: nothing kept
+    assert ForkFiles(str(tmp_path / "gone"), 10_000).entries("damaged") == []
+
+
+def test_stores_sharing_a_directory_read_each_other_s_runs_and_prefixes(tmp_path):
+    mine, other = ForkStore(), ForkStore()
+    mine.share(str(tmp_path))
+    other.share(str(tmp_path))
+    mine.put("run", b"stopped", 10.0)
+    mine.put("prefixes", b"short", 2.0, undecided_above=0.25)
+    mine.put("prefixes", b"long", 4.0, undecided_above=0.5, past_target=True)
+    assert other.get("run") == Kept(b"stopped", 10.0) and len(other) == 0  # read from the files
+    assert other.prefix("prefixes", 0.75).snapshot == b"long"
+    assert other.prefix("prefixes", 0.75, stops_at_target=True).snapshot == b"short"  # not past the target
+    assert other.prefix("prefixes", 0.4).snapshot == b"short" and other.prefix("prefixes", 0.25) is None
+    assert other.prefix("prefixes", 0.75, until=3.0).snapshot == b"short"
+    other.put("prefixes", b"own", 3.0, undecided_above=0.375)  # memory's and the files' together
+    assert other.prefix("prefixes", 0.45).snapshot == b"own" and mine.prefix("prefixes", 0.45).snapshot == b"own"
+    alone = ForkStore()
+    alone.put("run", b"mine only", 1.0)
+    assert alone.shared is None and ForkStore().get("run") is None
+
+
+def test_sharing_makes_a_directory_for_its_lifetime_and_nests():
+    store = ForkStore()
+    with sharing(False, store) as none:
+        assert none is None and store.shared is None
+    with sharing(True, store) as directory:
+        store.put("run", b"kept", 1.0)
+        assert os.path.isdir(directory) and _files(directory)
+        with sharing(True, store) as inner:
+            assert inner == directory  # already shared: the same directory
+        assert store.shared is not None
+    assert store.shared is None and not os.path.exists(directory)
+    assert store.get("run") == Kept(b"kept", 1.0)  # memory keeps it
