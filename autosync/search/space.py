@@ -137,27 +137,10 @@ class SearchSpace:
             for params in _combinations(list(dims.items()), dict(self.constants[policy_name])):
                 yield {"policy": policy_name, "params": params}
 
-    def policy_points(self, policy_name: str) -> Iterator[dict[str, Any]]:
-        """Every point of one policy's discrete sub-space, as trial parameters (`trial_params`); none for a
-        policy with a continuous dimension."""
-        if self.policy_size(policy_name) is None:
-            return
-        for params in _combinations(list(self.dimensions[policy_name].items()), dict(self.constants[policy_name])):
-            point = self.trial_params({"policy": policy_name, "params": params})
-            if point is not None:
-                yield point
-
     def is_discrete(self) -> bool:
         """True when every dimension is int, categorical or stepped float (a brute-force sampler can cover it)."""
         return all(d.type in ("int", "categorical") or (d.type == "float" and d.step)
                    for dims in self.dimensions.values() for d in dims.values())
-
-    def policy_size(self, policy_name: str) -> int | None:
-        """Number of points of one policy's sub-space (None if it has a continuous dimension)."""
-        dims = self.dimensions[policy_name]
-        if not all(d.type in ("int", "categorical") or (d.type == "float" and d.step) for d in dims.values()):
-            return None
-        return _points(list(dims.items()), dict(self.constants[policy_name]))
 
     def size(self) -> int | None:
         """Number of points of a discrete space (None if continuous); conditional dimensions count only
