@@ -102,7 +102,7 @@ _TABLES: dict[str, Table] = {}  # this process's open tables by directory (`Back
 
 def table_at(directory: str) -> Table:
     """The table at `directory` (`BackendChoice.table`), opened once per process: every run a search replays
-    from it, and every proxy it reads, answers from the same open table."""
+    from it answers from the same open table."""
     return _TABLES.setdefault(directory, Table(directory))
 
 

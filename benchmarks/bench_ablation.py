@@ -6,7 +6,7 @@ For each of the first `--count` jobs of each family, `autosync tune --sampler tp
 on the table (`--table`: every run read from it, or trained into it once) with its defaults and with each
 mechanism switched off (`VARIANTS`), from each sampler seed, in a fresh storage each time. A mechanism is
 switched off by its own option (`--patience 0`), or, where it has none, by its field of the request's
-`ObjectiveSettings` (`prune`, `find_equivalents`), set on the request as `autosync tune`
+`ObjectiveSettings` (`prune`), set on the request as `autosync tune`
 builds it (`replayed`). Every answer is scored on the job's held-out seeds against the grid's choice on the
 tune's search seeds (`autosync.experiments.lofo`, the race's scoring). Nothing of the TPE search is fitted,
 so no family is held out: the families only name the jobs.
@@ -30,7 +30,13 @@ full-budget checks' two helpers against the defaults of their day (make_table.py
 without the repair the answers were +7.9% [0.0, 16.1] slower for -0.20 [-0.40, -0.06] BSP trainings, so it
 stays; without check families (each policy its own family: a failed check neither reordered the other
 checks nor ruled out its stale relatives) -1.8% [-5.5, +0.1] for +0.00 [0.00, +0.01], so the search has
-none, and that variant is gone. A mechanism with no switch of its own is switched off for the measurement
+none, and that variant is gone. `ablation_static_k.md` also measured a proxy equivalence check (a trial
+first run on the job's proxy, a logistic regression on random features, against the policies already
+tried, to be answered by one whose run it repeated): without it the answers were +0.000 [+0.000, +0.000]
+for +0.00 [+0.00, +0.00] BSP trainings (it never fired), and bench_tune_cost found no equivalent with it on
+7 jobs x 3 spaces, at the same median cost for 0.976x / 1.08x / 1.76x the wall time (static_k / policy /
+switch_point, `benchmarks/README.md`), so the search has none, and its "no proxy check" variant is gone
+too. A mechanism with no switch of its own is switched off for the measurement
 by setting one name of its module (`patched`): the repair's rounds to 0.
 """
 
@@ -67,8 +73,6 @@ VARIANTS = {
     # no trial stops short of the target against the bar (bound, pace, plateau, a pruned twin), so no
     # full-budget check re-runs a pruned one (`autosync.search.strategies.pruning`)
     "no pruning": {"prune": False},
-    # no trial is answered by an earlier one whose proxy run it repeats (`autosync.search.equivalence`)
-    "no proxy check": {"find_equivalents": False},
     # a candidate whose full-budget check failed is not repaired one step towards BSP
     # (`autosync.search.strategies.repair`: no repair round)
     "no repair": {"patch": ("autosync.search.strategies.repair", "MAX_REPAIR_ROUNDS", 0)},

@@ -6,7 +6,7 @@ how much of the live tune's wall time.
 Each job (`default`, or FAMILY:INDEX for job INDEX of baselines/family_FAMILY.yaml) is tuned three times
 with the shipped defaults (`autosync.api.tune`, the `policy` space), each in a storage of its own and with
 nothing kept from the tune before (as three processes): live; on the table, which trains and stores each
-run it lacks (the table filling up, with the cells of a full budget and the proxy runs: what building
+run it lacks (the table filling up, with the cells of a full budget: what building
 the table costs for those runs); and on the table again, every run read from it. The trials (number,
 state, parameters, values, every recorded attribute) and the cache record are compared, and the wall
 times printed with their ratios to the live tune's. The issue's goal: one replayed tune at most 1 s.

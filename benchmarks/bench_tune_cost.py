@@ -3,7 +3,7 @@
     python benchmarks/bench_tune_cost.py [--jobs default quick:0 quick:1 ...] [--spaces static_k policy]
                                          [--trials 20] [--seeds 2] [--seed-offset 100] [--grid-dir DIR]
                                          [--json FILE] [--forks-off]
-                                         [--patience P] [--bsp-target] [--equivalence-off]
+                                         [--patience P] [--bsp-target]
 
 For each job (`default`: the embedded default job; `quick:I`: job I of baselines/family_quick.yaml) and
 each search space, `autosync tune` runs twice in fresh SQLite studies with the same sampler seed:
@@ -18,10 +18,11 @@ each search space, `autosync tune` runs twice in fresh SQLite studies with the s
   place of the space's own patience (`autosync.search.strategies.patience`; `static_k` says 5, so its
   stop and patience tunes are the same at P = 5);
 - bsp-target (`--bsp-target`): as stop, the constraint held at BSP's time to target
-  (`tune --constraint-at bsp-target`: BSP's reference and the checks train no further than that);
-- no check (`--equivalence-off`): as stop, with no equivalence found by running on the job's proxy
-  (`autosync.search.equivalence`; the listed canonical forms still apply): what the check saves, and
-  what its proxy runs cost in wall time.
+  (`tune --constraint-at bsp-target`: BSP's reference and the checks train no further than that).
+The committed figures (`benchmarks/README.md`, `tune_cost_runs.md`) also hold a mode since deleted with
+its mechanism, no check (`--equivalence-off`: no equivalent found by running each trial on the job's proxy
+first): with the check no equivalent was found on 7 jobs x 3 spaces, at the same median cost (1x) for
+0.976x / 1.08x / 1.76x the wall time (static_k / policy / switch_point), so the search has none.
 Printed per run: the search cost in BSP trainings (virtual seconds trained, BSP's reference included,
 over one full BSP training), wall seconds, the recurrences that amortize it, and the winner's mean
 time-to-target on held-out seeds (job.seed + 100, + 101: `--seed-offset`, `--seeds`; no tune searches
@@ -75,8 +76,7 @@ def job_named(name: str) -> JobSpec:
 
 
 def run_tune(job: JobSpec, space_name: str, trials: int, stop_at_target: bool, seed: int = 0,
-             forks: bool = True, patience: int | None = None, constraint_at: str = "budget",
-             equivalents: bool = True) -> dict:
+             forks: bool = True, patience: int | None = None, constraint_at: str = "budget") -> dict:
     """One tune in a fresh study (and a fresh fork store: nothing kept from an earlier tune; none at all
     without `forks`); its cache record and wall time."""
     space = load_space(SPACE_DIR / f"{space_name}.yaml", job.cluster.n_workers)
@@ -85,16 +85,15 @@ def run_tune(job: JobSpec, space_name: str, trials: int, stop_at_target: bool, s
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
         # TPE on every space, the policy space's too (its race, the default there, is bench_race's): the search
-        # whose trials stop at the target, fork and look for equivalents, as this benchmark compares (its
+        # whose trials stop at the target and fork, as this benchmark compares (its
         # committed policy rows were measured with the family-by-family search, at commit 507b582)
         request = TuneRequest.from_options(job, TuneOptions(
             n_trials=trials, seed=seed, patience=patience, constraint_at=constraint_at,
             sampler="tpe",
             storage=f"sqlite:///{Path(tmp) / 'bench.db'}"), space=space)
-        # stop_at_target and find_equivalents are no options (the command always stops at the target and looks
-        # for equivalents): this benchmark measures what each saves, so it turns them off on the request
-        request = replace(request, settings=replace(request.settings, stop_at_target=stop_at_target,
-                                                    find_equivalents=equivalents))
+        # stop_at_target is no option (the command always stops at the target): this benchmark measures what
+        # it saves, so it turns it off on the request
+        request = replace(request, settings=replace(request.settings, stop_at_target=stop_at_target))
         outcome = tune(request)
         wall = time.perf_counter() - start
     return {**outcome.cache, "wall_seconds": wall}
@@ -131,11 +130,11 @@ def write_runs(rows: list[dict], path: Path, argv: list[str]) -> None:
              "reference grid (every policy family) on the same seeds; missed: held-out seeds where the winner "
              "missed the target.", "",
              "| job | space | mode | cost (BSP trainings) | wall (s) | recurrences to amortize | regret | missed | "
-             "grid best | equivalents found | winner |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "grid best | winner |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['job']} | {r['space']} | {r['mode']} | {r['cost']:.2f} | {r['wall']:.0f} | "
-                     f"{r['amortize']} | {r['regret']:.3f} | {r['missed']} | `{r['grid_best']}` | {r['found']} | "
+                     f"{r['amortize']} | {r['regret']:.3f} | {r['missed']} | `{r['grid_best']}` | "
                      f"`{json.dumps(r['winner'], sort_keys=True)}` |")
     path.write_text("\n".join(lines) + "\n")
 
@@ -165,8 +164,6 @@ def main() -> None:
                              "improving saves, and what it costs the answer")
     parser.add_argument("--bsp-target", action="store_true",
                         help="also run the stopping tune with --constraint-at bsp-target")
-    parser.add_argument("--equivalence-off", action="store_true",
-                        help="also run the stopping tune without the equivalence check: what it saves")
     args = parser.parse_args()
     quiet_optuna()
     grid_dir = Path(args.grid_dir)
@@ -183,19 +180,16 @@ def main() -> None:
               f"({time.perf_counter() - start:.0f} s wall)", flush=True)
         for space in args.spaces:
             for mode, stop, forks in (("full", False, True), ("stop", True, True), ("no forks", True, False),
-                                      ("patience", True, True), ("bsp-target", True, True), ("no check", True, True)):
+                                      ("patience", True, True), ("bsp-target", True, True)):
                 if (mode == "no forks" and not args.forks_off) or (mode == "patience" and args.patience is None) \
-                        or (mode == "bsp-target" and not args.bsp_target) \
-                        or (mode == "no check" and not args.equivalence_off):
+                        or (mode == "bsp-target" and not args.bsp_target):
                     continue
                 found = run_tune(job, space, args.trials, stop, forks=forks,  # full: as tune searched before
                                  patience={"full": 0, "patience": args.patience}.get(mode),
-                                 constraint_at="bsp-target" if mode == "bsp-target" else "budget",
-                                 equivalents=mode != "no check")
+                                 constraint_at="bsp-target" if mode == "bsp-target" else "budget")
                 judged = held_out(job, found["best_policy"], seeds, grid_dir)
                 regret = judged.ratio
                 rows.append({"job": name, "space": space, "mode": mode, "cost": found["search_cost_bsp_trainings"],
-                             "found": found["search_breakdown"].get("found_equivalent", 0),
                              "wall": found["wall_seconds"], "amortize": found["recurrences_to_amortize"],
                              "regret": regret, "missed": len(judged.answer.missed),
                              "grid_best": label_of(judged.best.policy), "winner": found["best_policy"]})
@@ -227,20 +221,6 @@ def main() -> None:
                   f"{cost:.2f} BSP trainings against {off:.2f} with none forked")
             figures.add(f"tune {space} ({args.trials} trials, {len(unforked)} jobs): search cost with forking, "
                         "median", cost, "BSP trainings", "no run forked", cost / off)
-        unchecked = paired(rows, space, "stop", "no check")
-        if unchecked:
-            off = statistics.median(o["cost"] for _, o in unchecked)
-            wall_ratio = statistics.median(s["wall"] / o["wall"] for s, o in unchecked)
-            found = sum(s["found"] for s, _ in unchecked)
-            same = sum(s["winner"] == o["winner"] for s, o in unchecked)
-            print(f"{space}: the equivalence check found {found} trial(s)' equivalents on {len(unchecked)} jobs; cost "
-                  f"{cost:.2f} BSP trainings against {off:.2f} without it, wall {wall_ratio:.2f}x; the same winner on "
-                  f"{same} of {len(unchecked)} jobs")
-            label = f"tune {space} ({args.trials} trials, {len(unchecked)} jobs)"
-            figures.add(f"{label}: search cost with the equivalence check, median", cost, "BSP trainings",
-                        "no equivalence found by running (listed forms only)", cost / off)
-            figures.add(f"{label}: wall time with the equivalence check over without, median", wall_ratio, "x",
-                        "no equivalence found by running", wall_ratio)
         grid_best = "the broad reference grid's best (held-out seeds)"
         figures.add(f"tune {space} ({args.trials} trials, {len(pairs)} jobs): winner's time-to-target, median",
                     regret, "x the broad grid's best", grid_best, regret, "<= 1.05", regret <= 1.05)

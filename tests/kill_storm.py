@@ -34,7 +34,7 @@ MAX_RETRIES = 3  # re-runs of one killed trial (`autosync.search.study.trials.Re
 
 #: What the zygote imports before it forks: what a tune needs, so that a forked process imports nothing more.
 PRELOAD = ("autosync.cli", "autosync.api", "autosync.catalog", "autosync.policies", "autosync.search.tune",
-           "autosync.search.objective", "autosync.search.equivalence",
+           "autosync.search.objective",
            "autosync.search.strategies.samplers",
            "autosync.search.strategies.full_budget", "autosync.search.strategies.repair",
            "autosync.search.study.cache", "autosync.engine.simulator", "autosync.workloads.workload",

@@ -153,8 +153,6 @@ def breakdown_line(b: dict[str, int]) -> str:
     """Where a search's cost went: the record's `search_breakdown` in words."""
     return (f"Of its trials, {b['stopped_at_target']} stopped at the target, {b['answered_by_equivalent']} were "
             f"answered by an equivalent policy's result without training"
-            + (f" ({b['found_equivalent']} found equivalent by running on the job's proxy)"
-               if b.get("found_equivalent") else "")
             + f", {b['pruned']} {'was' if b['pruned'] == 1 else 'were'} pruned"
             + pruned_how(b)
             + (f", {b['forked_trials']} continued from another switch point's run (its prefix, forked)"

@@ -11,7 +11,7 @@ cost can be stated in units of one BSP training.
 
 Why this module is over 500 lines: most of it is one class, `Objective`, whose steps for one trial (the
 pace race against the pruning bar, the forks of a shared prefix, the resampled and retried runs, the
-equivalence check, the record written) share that trial's state; split across modules, each step would
+twins that answer it untrained, the record written) share that trial's state; split across modules, each step would
 take and return that state.
 """
 
@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from autosync.core.declare import default_of
 from autosync.core.job import JobSpec
-from autosync.policy_score import STOPPED_EARLY, RunFailed, constraint, evaluate, table_at
+from autosync.policy_score import STOPPED_EARLY, RunFailed, constraint, evaluate
 from autosync.search.study.records import (
-    ANSWERED, BSP_REFERENCE, BUDGET, CANONICAL, CONSTRAINT, CURVE, EQUIVALENCE_CHECK_FAILED, FAIL_REASON,
-    FINAL_METRIC, FINAL_PENDING, FORKED, FOUND_EQUIVALENT, FULL_BUDGET, FULL_BUDGET_OF, HORIZON, KILLED, PLATEAU,
+    ANSWERED, BSP_REFERENCE, BUDGET, CANONICAL, CONSTRAINT, CURVE, FAIL_REASON,
+    FINAL_METRIC, FINAL_PENDING, FORKED, FULL_BUDGET, FULL_BUDGET_OF, HORIZON, KILLED, PLATEAU,
     POLICY, PROCESS, PRUNED_ON_PACE, REACHED, REPAIR_OF, RESAMPLED, RETRY_OF, ROLE, RUNS, SAME_AS, SCORING,
     TIME_TO_TARGET, TIMED_OUT, VIRTUAL_SECONDS, final_pending, has_full_result, has_own_failure, outside_budget,
     role_of, scored_as,
@@ -34,9 +34,7 @@ from autosync.search.study.records import (
 from autosync.search.study.claim import process_tag, tag
 from autosync.search.study.siblings import finished_trials
 from autosync.search.tune_options import TuneOptions
-from autosync.table import recorded_proxy
 from autosync.catalog import policy_from_dict
-from autosync.search.equivalence import EquivalenceCheck
 from autosync.search.study import _optuna_internals as internals
 from autosync.search.study.running_twins import MAX_RESAMPLES, Resampled, claim_point, wait_for
 
@@ -83,8 +81,8 @@ class TimedOut(RunFailed):
 class ObjectiveSettings:
     """How one trial is scored (the defaults of the options among these are `TuneOptions`').
 
-    `prune` and `find_equivalents` are no options (a tune always runs the mechanisms they name):
-    `benchmarks/bench_ablation.py` switches each off on the request to measure what it is worth."""
+    `prune` is no option (a tune always prunes): `benchmarks/bench_ablation.py` switches it off on the
+    request to measure what it is worth."""
 
     repeats: int = default_of(TuneOptions, "repeats")  # seeds per trial (the objective is noisy)
     tolerance: float = default_of(TuneOptions, "tolerance")  # allowed final-metric shortfall against BSP
@@ -100,9 +98,6 @@ class ObjectiveSettings:
     # the time BSP reaches the target (BSP_TARGET: neither BSP's reference nor a candidate's check trains
     # past it; `autosync.search.strategies.full_budget`)
     constraint_at: str = default_of(TuneOptions, "constraint_at")
-    # look for an already trained policy that runs like a trial's by running both on the job's proxy
-    # (`autosync.search.equivalence`); the listed equivalences (`Policy.canonical`) apply either way
-    find_equivalents: bool = True
 
 
 class TimeToTargetBound:
@@ -169,7 +164,6 @@ class Objective:
         # the bar a trial races against, built per trial from its study (`autosync.search.strategies.pruning`);
         # None: no pruning
         self.race = race
-        self.equivalents: "EquivalenceCheck | None" = None  # built on the first check (`_found_equivalent`)
         # time.monotonic() past which a search trial stops at its next evaluation (the tune's --timeout;
         # a full-budget check of a candidate, or a repair, is not stopped: the answer needs it)
         self.deadline: float | None = None
@@ -207,8 +201,6 @@ class Objective:
         trial.set_user_attr(POLICY, policy)
         canonical = canonical_on(policy, self.job)
         scoring = self.scoring()  # what a reused result must share
-        if canonical is not None and self.settings.find_equivalents and self.space.equivalence_check:
-            canonical = self._found_equivalent(trial, canonical, scoring)
         full = self._needs_full_budget(trial)
         reference = self.bsp_score or {}
         twin = self._other_process_twin(trial, canonical, scoring, full)
@@ -275,48 +267,6 @@ class Objective:
         if self.settings.multi_objective:
             return score["time_to_target"], score["final_metric"]
         return score["time_to_target"]
-
-    def _recorded_proxy(self) -> "Callable[[dict[str, Any], int], str] | None":
-        """Where the search replays on a table, each policy's proxy run as the table records it."""
-
-        backend = self.settings.backend
-        if backend is None or backend.table is None:
-            return None
-        table = table_at(backend.table)
-        job = self.job
-        return lambda policy, seed: recorded_proxy(table, job.model_copy(update={"seed": seed}),
-                                                   policy_from_dict(policy))
-
-    def _found_equivalent(self, trial: "optuna.Trial", canonical: dict[str, Any],
-                          scoring: dict[str, Any]) -> dict[str, Any]:
-        """The canonical policy of a policy already tried on this job (in this study or a sibling, scored
-        alike; BSP's reference too) whose run the trial's would repeat, found by the check on the job's proxy
-        (`autosync.search.equivalence`); the trial's own `canonical` when none is, or when a trial of the
-        same canonical policy exists already (the listed twin answers it)."""
-        import optuna
-
-
-        states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.FAIL)
-        tried = list(trial.study.get_trials(deepcopy=False, states=states))
-        tried += [t for _, t in finished_trials(self.siblings)]
-        known = [t.user_attrs[CANONICAL] for t in tried if CANONICAL in t.user_attrs
-                 and t.user_attrs.get(SCORING) == scoring and (t.state.name != "FAIL" or has_own_failure(t))]
-        if scored_as(self.bsp_score or {}, scoring):
-            known.append(BSP)
-        backend = self.settings.backend
-        if canonical in known or not known \
-                or (backend is not None and backend.clock != "virtual"):  # real clocks: no run repeats another
-            return canonical
-        try:
-            self.equivalents = self.equivalents or EquivalenceCheck(self.job, self._recorded_proxy())
-            found = self.equivalents.find(canonical, known, self.seeds())
-        except Exception as exc:  # noqa: BLE001 - the check only saves training: without it the trial trains
-            trial.set_user_attr(EQUIVALENCE_CHECK_FAILED, f"{type(exc).__name__}: {exc}")
-            return canonical
-        if found is None:
-            return canonical
-        trial.set_user_attr(FOUND_EQUIVALENT, found)
-        return found
 
     def _race(self, trial: "optuna.Trial") -> "Race | None":
         """The bar this trial races against (`autosync.search.strategies.pruning`); None when it runs to the end: a
@@ -468,8 +418,8 @@ class Objective:
 
         failed = twin.state == optuna.trial.TrialState.FAIL
         for key, value in twin.user_attrs.items():
-            if key not in (RETRY_OF, KILLED, RESAMPLED, PROCESS, FULL_BUDGET_OF, FORKED, FOUND_EQUIVALENT,
-                           EQUIVALENCE_CHECK_FAILED, POLICY, SAME_AS, REPAIR_OF, ROLE) \
+            if key not in (RETRY_OF, KILLED, RESAMPLED, PROCESS, FULL_BUDGET_OF, FORKED, POLICY, SAME_AS,
+                           REPAIR_OF, ROLE) \
                     and (failed or key != FAIL_REASON):
                 trial.set_user_attr(key, value)
         trial.set_user_attr(VIRTUAL_SECONDS, 0.0)

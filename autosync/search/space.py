@@ -56,9 +56,6 @@ class SearchSpace:
     dimensions: dict[str, dict[str, Dimension]]  # policy -> param -> dimension
     constants: dict[str, dict[str, Any]]  # policy -> param -> fixed value
     patience: int = 0  # a search stops once this many trials in a row found nothing faster (0: the whole budget)
-    # a trial first looks for an already tried policy that runs like it, on the job's proxy
-    # (`autosync.search.equivalence`; the listed canonical forms apply either way)
-    equivalence_check: bool = True
 
     @property
     def policies(self) -> list[str]:
@@ -272,8 +269,7 @@ def load_space(path: str | Path, n_workers: int, flag: str = "--space") -> Searc
         or bound_problems(dimensions, constants, n_workers)
     if problems:
         raise SpaceFileError(str(path), problems)
-    return SearchSpace(spec.name or path.stem, spec.description, str(path), dimensions, constants, spec.patience,
-                       spec.equivalence_check)
+    return SearchSpace(spec.name or path.stem, spec.description, str(path), dimensions, constants, spec.patience)
 
 
 def bound_problems(dimensions: dict[str, dict[str, Dimension]], constants: dict[str, dict[str, Any]],

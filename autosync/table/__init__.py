@@ -8,9 +8,8 @@ search procedure and its constants can be fitted and judged on many jobs (docs/c
 from __future__ import annotations
 
 from autosync.table.cells import FULL, Cell, Prefix, Variant
-from autosync.table.replay import (KEPT, KeptTimes, ReplayedRun, cell_for, compute_cell, recorded_proxy,
-                                   replayed_run)
+from autosync.table.replay import KEPT, KeptTimes, ReplayedRun, cell_for, compute_cell, replayed_run
 from autosync.table.store import Table
 
 __all__ = ["FULL", "KEPT", "Cell", "KeptTimes", "Prefix", "ReplayedRun", "Table", "Variant", "cell_for",
-           "compute_cell", "recorded_proxy", "replayed_run"]
+           "compute_cell", "replayed_run"]

@@ -77,24 +77,19 @@ class Cell:
     evaluations: list[dict[str, Any]]  # what the progress callback heard, in order
     scores: dict[str, Any]  # `SCORES` of the run's metrics
     prefixes: list[Prefix] = field(default_factory=list)
-    # the run's proxy run as one hash (`autosync.engine.proxy.proxy_fingerprint`), in a proxy record
-    # (`proxy_key`, status PROXY_STATUS, no evaluations): what the search's equivalence check compares
-    proxy: str | None = None
 
     def to_json(self, key: str) -> str:
         """One line of a table file: the same bytes for the same run (keys sorted, floats as repr)."""
         return json.dumps({"key": key, "fingerprint": self.fingerprint, "seed": self.seed, "policy": self.policy,
                            "variant": [self.variant.stop_at_target, self.variant.stop_at_seconds],
                            "status": self.status, "evaluations": self.evaluations, "scores": self.scores,
-                           "prefixes": [[p.at_seconds, p.undecided_above, p.past_target] for p in self.prefixes],
-                           "proxy": self.proxy},
+                           "prefixes": [[p.at_seconds, p.undecided_above, p.past_target] for p in self.prefixes]},
                           sort_keys=True, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Cell":
         return cls(data["fingerprint"], data["seed"], data["policy"], Variant(*data["variant"]), data["status"],
-                   data["evaluations"], data["scores"], [Prefix(*p) for p in data["prefixes"]],
-                   data["proxy"])
+                   data["evaluations"], data["scores"], [Prefix(*p) for p in data["prefixes"]])
 
     # ------------------------------------------------------------------ the other runs a cell answers for
     def as_run(self, variant: Variant, target: TargetSpec) -> "Cell | None":
@@ -140,14 +135,6 @@ def cell_key(fork_key: str, variant: Variant) -> str:
     and where it stops, hashed."""
     text = json.dumps([fork_key, variant.stop_at_target, variant.stop_at_seconds])
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-PROXY_STATUS = "proxy"  # a record holding only a run's proxy fingerprint (`proxy_key`), no run
-
-
-def proxy_key(fork_key: str) -> str:
-    """The key of a run's proxy record: its proxy fingerprint alone, computed where a search first asks."""
-    return hashlib.sha256(json.dumps([fork_key, PROXY_STATUS]).encode()).hexdigest()
 
 
 def as_forked(evaluation: dict[str, Any]) -> dict[str, Any]:

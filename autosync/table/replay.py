@@ -21,9 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from autosync.core.job import JobSpec
 from autosync.engine.forks import ForkStore, fork_key, prefix_key, run_sharing_prefixes
-from autosync.engine.proxy import proxy_fingerprint
-from autosync.table.cells import (FULL, PROXY_STATUS, TO_TARGET, Cell, Prefix, Variant, as_forked, cell_key,
-                                  proxy_key, scores_of)
+from autosync.table.cells import FULL, TO_TARGET, Cell, Prefix, Variant, as_forked, cell_key, scores_of
 from autosync.table.store import Table
 
 if TYPE_CHECKING:
@@ -101,23 +99,6 @@ def cell_for(table: Table, job: JobSpec, policy: "Policy", fingerprint: str | No
         if run is not None:
             return run
     return _stored(table, job, policy, cell_key(key, variant))
-
-
-def recorded_proxy(table: Table, job: JobSpec, policy: "Policy") -> str:
-    """`policy`'s proxy fingerprint on `job` (its seed): what `autosync.search.equivalence` compares when a
-    search replays on the table. Read from the policy's proxy record, else computed and stored as one (the
-    proxy runs the whole budget: on a policy that reaches the target early it costs more than the run to
-    the target, so only the runs the search checks pay it). Tables built before proxy records kept the
-    proxy in their full-budget cells; those are read too."""
-    key = fork_key(full_budget(job), policy.to_dict())
-    fingerprint = job.fingerprint()
-    for held in (proxy_key(key), cell_key(key, FULL)):
-        cell = table.get(fingerprint, held)
-        if cell is not None and cell.proxy is not None:
-            return cell.proxy
-    proxy = proxy_fingerprint(job, policy)
-    table.put(proxy_key(key), Cell(fingerprint, job.seed, policy.to_dict(), FULL, PROXY_STATUS, [], {}, [], proxy))
-    return proxy
 
 
 def to_target(job: JobSpec) -> JobSpec:

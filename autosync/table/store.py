@@ -20,6 +20,9 @@ from autosync.table.cells import Cell
 
 PACKED = ".jsonl.gz"
 OPEN = ".jsonl"
+# the status of the proxy records that tables held for the search's proxy equivalence check, since removed
+# (cells also carried a "proxy" key then, which reading ignores)
+REMOVED_STATUS = "proxy"
 
 
 class Table:
@@ -101,6 +104,8 @@ class Table:
             for number, line in enumerate(lines, 1):
                 try:
                     data = json.loads(line)
+                    if data.get("status") == REMOVED_STATUS:
+                        continue  # a proxy record: dropped (a pack leaves it out)
                     cells[data["key"]] = Cell.from_json(data)
                 except (ValueError, KeyError, TypeError) as exc:
                     if path == open_ and number == len(lines):

@@ -217,7 +217,7 @@ def test_the_papers_page_cites_each_paper_autosync_implements_in_full():
 
 
 # Words the command line prints that a newcomer cannot guess, each with its glossary entry
-PRINTED_TERMS = ("BSP", "ASP", "SSP", "policy family", "proxy", "forked", "leader", "sibling", "twin", "neighbour",
+PRINTED_TERMS = ("BSP", "ASP", "SSP", "policy family", "forked", "leader", "sibling", "twin", "neighbour",
                  "equivalent", "BSP trainings", "time to target", "full-budget check", "pruned", "regret",
                  "fingerprint", "compute unit", "cache hit")
 
@@ -252,7 +252,7 @@ def test_every_glossary_term_in_the_first_tunes_output_is_linked_from_its_page()
             printed.append(heading)
             if _slug(heading) not in linked:
                 missing.append(heading)
-    assert len(printed) >= 10  # the search's words: BSP trainings, pruned, forked, proxy, leaders, ...
+    assert len(printed) >= 10  # the search's words: BSP trainings, pruned, forked, leaders, ...
     assert not missing, f"docs/tutorial/first-tune.md: link these glossary entries: {missing}"
 
 

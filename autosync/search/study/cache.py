@@ -17,7 +17,7 @@ from autosync.core.errors import RuntimeFailure, UserError
 from autosync.core.job import JobSpec
 from autosync.search.cost import COST_UNIT, in_bsp_trainings
 from autosync.search.study.records import (
-    BSP_REFERENCE, BSP_TRAINING_SECONDS, BUDGET, CACHE, CONSTRAINT_AT, FINGERPRINT, FORKED, FOUND_EQUIVALENT,
+    BSP_REFERENCE, BSP_TRAINING_SECONDS, BUDGET, CACHE, CONSTRAINT_AT, FINGERPRINT, FORKED,
     FULL_BUDGET_OF, GIVEN_UP, GIVEN_UP_PLACES, HORIZON, PLATEAU, PRUNED_ON_PACE, POLICY,
     REFERENCE_FROM, REPAIR_OF, RUNS, SAME_AS, STORED_RUNS, TIMED_OUT_OF,
     UNCHECKED, VIRTUAL_SECONDS, CacheRecord, StudyRecord, TrialRecord, damaged, final_pending, has_run,
@@ -213,8 +213,7 @@ def write_cache(study: "optuna.Study", job: JobSpec, space: "SearchSpace", sampl
 
 def search_breakdown(study: "optuna.Study") -> dict[str, Any]:
     """Where the search's cost went and what it saved: trials whose runs stopped at the target, trials
-    answered by an equivalent without training (a twin's result, or BSP's reference; of those, how many
-    the equivalence check found, `autosync.search.equivalence`), trials pruned (and of
+    answered by an equivalent without training (a twin's result, or BSP's reference), trials pruned (and of
     those, how many on their pace and how many untrained inside a plateau of tied trials of their policy,
     `autosync.search.strategies.pruning`), and
     the full-budget checks of the candidates that could win (`autosync.search.strategies.full_budget`) and the
@@ -234,9 +233,6 @@ def search_breakdown(study: "optuna.Study") -> dict[str, Any]:
     return {
         "stopped_at_target": sum(1 for t in trials if final_pending(t) and SAME_AS not in t.user_attrs),
         "answered_by_equivalent": len(copied),
-        # of those and of the pruned, the ones whose equivalent the check found (`autosync.search.equivalence`)
-        "found_equivalent": sum(1 for t in trials if FOUND_EQUIVALENT in t.user_attrs and (
-            SAME_AS in t.user_attrs)),
         "pruned": sum(1 for t in trials if t.state.name == "PRUNED" and SAME_AS not in t.user_attrs),
         "pruned_on_pace": sum(1 for t in trials if t.state.name == "PRUNED" and SAME_AS not in t.user_attrs
                               and t.user_attrs.get(PRUNED_ON_PACE)),

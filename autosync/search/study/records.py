@@ -25,9 +25,6 @@ if TYPE_CHECKING:
 POLICY = "policy"  # the policy the trial proposed, as a dict (`SearchSpace.suggest`)
 PROCESS = "process"  # host:pid of the process that ran the trial
 CANONICAL = "canonical_policy"  # the simplest policy that runs exactly like the trial's
-FOUND_EQUIVALENT = "found_equivalent_of"  # the canonical policy the check found the trial's runs like
-# (`autosync.search.equivalence`)
-EQUIVALENCE_CHECK_FAILED = "equivalence_check_failed"  # why the check could not run (the trial trained)
 SCORING = "scoring"  # the seeds, miss penalty and budget the trial was scored with (`trial_scoring`)
 FULL_BUDGET = "full_budget"  # the trial's runs train the whole budget (none stops at the target)
 TIMED_OUT = "stopped_by_timeout"  # stopped by the tune's --timeout (`autosync.search.objective.TimedOut`)

@@ -81,6 +81,8 @@ def test_the_size_of_a_huge_int_range_is_counted_without_listing_its_values(tmp_
     ("policies: {backup: {kk: 3}}", "policy backup has no parameter 'kk'"),
     ("policies: {dana_dc: {dc_lambda: {type: float, low: 0, high: 1, log: true}}}", "log needs low > 0"),
     ("polices: {bsp: {}}", "unknown key 'polices'"),
+    ("equivalence_check: false\npolicies: {bsp: {}}",  # a key of the format's past: why it went
+     "equivalence_check was removed with the proxy equivalence check"),
     ("policies: [bsp]", "policies must be a non-empty mapping"),
     ("policies: {backup: {k: {type: int, low: 1, high: n_workers * x}}}", "must be a number or n_workers"),
     ("policies: {backup: {k: {type: int, low: 1, high: .inf}}}", "policies.backup.k.high must be a finite number"),

@@ -12,9 +12,8 @@ import pytest
 from autosync.catalog import make_policy
 from autosync.core.errors import UserError
 from autosync.engine.forks import FORKS
-from autosync.engine.proxy import proxy_fingerprint
 from autosync.policy_score import _simulate_forking
-from autosync.table import KeptTimes, Table, Variant, cell_for, compute_cell, recorded_proxy, replayed_run
+from autosync.table import KeptTimes, Table, Variant, cell_for, compute_cell, replayed_run
 from autosync.table.cells import SCORES, TO_TARGET
 from tests.conftest import small_job
 
@@ -75,9 +74,7 @@ def test_a_run_stopped_at_the_target_is_derived_from_the_full_cell_without_a_cel
     stopped = cell_for(table, job(stop_at_target=True), policy)
     assert stopped.status == "target_reached" and len(table) == 1  # only the full run was trained
     assert stopped == compute_cell(job(stop_at_target=True), policy)
-    assert full.proxy is None  # a proxy is recorded where a search asks for it, once
-    assert recorded_proxy(table, job(stop_at_target=True), policy) == proxy_fingerprint(job(), policy)
-    assert len(table) == 2 and recorded_proxy(Table(tmp_path), job(), policy) == proxy_fingerprint(job(), policy)
+    assert full.variant == Variant()  # the table holds the full run only
 
 
 def test_a_cell_stopped_at_the_target_answers_later_horizons_and_is_the_full_run_where_it_missed(tmp_path):
@@ -141,19 +138,19 @@ def test_a_table_path_that_is_a_file_is_refused(tmp_path):
         Table(tmp_path / "f")
 
 
-@pytest.mark.slow  # five policies' proxy runs, by the check and as recorded: about 2 s on 2 cores
-def test_two_policies_have_equal_proxy_fingerprints_where_the_chunked_check_finds_them_alike():
-    from autosync.search.equivalence import EquivalenceCheck
-
-    j = job()
-    policies = [make_policy(n, p).to_dict() for n, p in (("bsp", {}), ("backup", {"k": 4}), ("asp", {}),
-                                                         ("dana_zero", {}), ("ssp", {"staleness": 0}))]
-    check = EquivalenceCheck(j)
-    recorded = EquivalenceCheck(j, lambda p, seed: proxy_fingerprint(j.model_copy(update={"seed": seed}),
-                                                                     make_policy(p["policy"], p["params"])))
-    found = [check.find(p, policies) for p in policies]
-    assert any(f is not None for f in found) and any(f is None for f in found)  # both verdicts occur
-    assert [recorded.find(p, policies) for p in policies] == found
+def test_a_table_of_the_proxy_checks_day_is_read_without_its_proxy_records(tmp_path):
+    """Tables written while the search had a proxy equivalence check (since removed) hold proxy records
+    (status "proxy") and a "proxy" key on every cell: the cells read as before, the records are dropped."""
+    table = Table(tmp_path)
+    cell_for(table, job(), make_policy("bsp", {}))
+    (path,) = tmp_path.glob("*.jsonl")
+    old = json.loads(path.read_text())
+    record = {**old, "key": "0" * 64, "status": "proxy", "evaluations": [], "scores": {}, "proxy": "ab" * 16}
+    path.write_text(json.dumps({**old, "proxy": None}) + "\n" + json.dumps(record) + "\n")
+    again = Table(tmp_path)
+    assert len(again) == 1 and again.get(old["fingerprint"], old["key"]) == table.get(old["fingerprint"], old["key"])
+    again.pack()
+    assert len(gzip.decompress(next(tmp_path.glob("*.jsonl.gz")).read_bytes()).splitlines()) == 1
 
 
 def _append_cells(directory: str, name: str) -> None:
