@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import importlib
 import json
 import math
@@ -54,6 +55,7 @@ from autosync.lattice import lattice_points
 from autosync.options import TuneOptions
 from autosync.search.objective import ObjectiveSettings
 from autosync.search.request import TuneRequest
+from autosync.search.strategies.pruning import RaceLimit
 from autosync.search.tune import tune
 from autosync.table import KEPT, Table
 
@@ -72,6 +74,10 @@ VARIANTS = {
     # a candidate whose full-budget check failed is not repaired one step towards BSP
     # (`autosync.search.strategies.repair`: no repair round)
     "no repair": {"patch": ("autosync.search.strategies.repair", "MAX_REPAIR_ROUNDS", 0)},
+    # no trial is pruned on its pace (`RaceLimit`'s pace margin None: only the bound prunes against the bar)
+    "no pace": {"patch": ("autosync.search.tune", "RaceLimit", functools.partial(RaceLimit, pace_margin=None))},
+    # no proposal between tied trials of its policy is pruned untrained (`pruning.plateau` predicts nothing)
+    "no plateau": {"patch": ("autosync.search.strategies.pruning", "plateau", lambda *args: None)},
 }
 PATCHES = ("patch",)  # a variant's (module, name, value): set while it runs, then restored
 SETTINGS = {f.name for f in dataclasses.fields(ObjectiveSettings)}  # a variant's keys set there, not as options
