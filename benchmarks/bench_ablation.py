@@ -31,7 +31,14 @@ without the repair the answers were +7.9% [0.0, 16.1] slower for -0.20 [-0.40, -
 stays; without check families (each policy its own family: a failed check neither reordered the other
 checks nor ruled out its stale relatives) -1.8% [-5.5, +0.1] for +0.00 [0.00, +0.01], so the search has
 none, and that variant is gone. A mechanism with no switch of its own is switched off for the measurement
-by setting one name of its module (`patched`): the repair's rounds to 0.
+by setting one name of its module (`patched`): the repair's rounds to 0, `tune`'s `RaceLimit` built with no
+pace margin.
+`ablation_static_k_pruning.md` (and its .jsonl; `--variants 'no pace' 'no plateau'`) measured the pruning's
+two predictions one at a time against the defaults of their day (the table held every run: none trained):
+without the pace rule the answers were the same (+0.000 [+0.000, +0.000]) for +0.09 [+0.06, +0.13] BSP
+trainings, so it stays; without plateau prediction (a proposal between tied trials of its policy pruned
+untrained) the answers and the cost were the same (+0.000 [+0.000, +0.000], +0.00 [+0.00, +0.00]: on
+`static_k` it found no plateau in 132 reads), so the search has none, and that variant is gone.
 """
 
 from __future__ import annotations
@@ -66,7 +73,7 @@ from bench_lofo import jobs_of
 VARIANTS = {
     "defaults": {},
     "no patience": {"patience": 0},  # --patience 0: every trial of --n-trials runs
-    # no trial stops short of the target against the bar (bound, pace, plateau, a pruned twin), so no
+    # no trial stops short of the target against the bar (bound, pace, a pruned twin), so no
     # full-budget check re-runs a pruned one (`autosync.search.strategies.pruning`)
     "no pruning": {"prune": False},
     # no trial is answered by an earlier one whose proxy run it repeats (`autosync.search.equivalence`)
@@ -76,8 +83,6 @@ VARIANTS = {
     "no repair": {"patch": ("autosync.search.strategies.repair", "MAX_REPAIR_ROUNDS", 0)},
     # no trial is pruned on its pace (`RaceLimit`'s pace margin None: only the bound prunes against the bar)
     "no pace": {"patch": ("autosync.search.tune", "RaceLimit", functools.partial(RaceLimit, pace_margin=None))},
-    # no proposal between tied trials of its policy is pruned untrained (`pruning.plateau` predicts nothing)
-    "no plateau": {"patch": ("autosync.search.strategies.pruning", "plateau", lambda *args: None)},
 }
 PATCHES = ("patch",)  # a variant's (module, name, value): set while it runs, then restored
 SETTINGS = {f.name for f in dataclasses.fields(ObjectiveSettings)}  # a variant's keys set there, not as options
