@@ -37,7 +37,14 @@ for +0.00 [+0.00, +0.00] BSP trainings (it never fired), and bench_tune_cost fou
 7 jobs x 3 spaces, at the same median cost for 0.976x / 1.08x / 1.76x the wall time (static_k / policy /
 switch_point, `benchmarks/README.md`), so the search has none, and its "no proxy check" variant is gone
 too. A mechanism with no switch of its own is switched off for the measurement
-by setting one name of its module (`patched`): the repair's rounds to 0.
+by setting one name of its module (`patched`): the repair's rounds to 0, `tune`'s `RaceLimit` built with no
+pace margin.
+`ablation_static_k_pruning.md` (and its .jsonl; `--variants 'no pace' 'no plateau'`) measured the pruning's
+two predictions one at a time against the defaults of their day (the table held every run: none trained):
+without the pace rule the answers were the same (+0.000 [+0.000, +0.000]) for +0.09 [+0.06, +0.13] BSP
+trainings, so it stays; without plateau prediction (a proposal between tied trials of its policy pruned
+untrained) the answers and the cost were the same (+0.000 [+0.000, +0.000], +0.00 [+0.00, +0.00]: on
+`static_k` it found no plateau in 132 reads), so the search has none, and that variant is gone.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import importlib
 import json
 import math
@@ -60,6 +68,7 @@ from autosync.lattice import lattice_points
 from autosync.options import TuneOptions
 from autosync.search.objective import ObjectiveSettings
 from autosync.search.request import TuneRequest
+from autosync.search.strategies.pruning import RaceLimit
 from autosync.search.tune import tune
 from autosync.table import KEPT, Table
 
@@ -70,12 +79,14 @@ from bench_lofo import jobs_of
 VARIANTS = {
     "defaults": {},
     "no patience": {"patience": 0},  # --patience 0: every trial of --n-trials runs
-    # no trial stops short of the target against the bar (bound, pace, plateau, a pruned twin), so no
+    # no trial stops short of the target against the bar (bound, pace, a pruned twin), so no
     # full-budget check re-runs a pruned one (`autosync.search.strategies.pruning`)
     "no pruning": {"prune": False},
     # a candidate whose full-budget check failed is not repaired one step towards BSP
     # (`autosync.search.strategies.repair`: no repair round)
     "no repair": {"patch": ("autosync.search.strategies.repair", "MAX_REPAIR_ROUNDS", 0)},
+    # no trial is pruned on its pace (`RaceLimit`'s pace margin None: only the bound prunes against the bar)
+    "no pace": {"patch": ("autosync.search.tune", "RaceLimit", functools.partial(RaceLimit, pace_margin=None))},
 }
 PATCHES = ("patch",)  # a variant's (module, name, value): set while it runs, then restored
 SETTINGS = {f.name for f in dataclasses.fields(ObjectiveSettings)}  # a variant's keys set there, not as options

@@ -199,11 +199,8 @@ def _fastest(rows: list[dict[str, Any]]) -> str:
 
 
 def pruned_how(b: dict[str, int]) -> str:
-    """' (P on their pace, Q untrained inside a plateau of their policy)': how the pruned trials were pruned."""
-    how = ([f"{b['pruned_on_pace']} on their pace"] if b.get("pruned_on_pace") else []) \
-        + ([f"{b['pruned_in_plateau']} untrained, between trials of their policy that tied"]
-           if b.get("pruned_in_plateau") else [])
-    return f" ({', '.join(how)})" if how else ""
+    """' (P on their pace)': how many of the pruned trials were pruned on their pace."""
+    return f" ({b['pruned_on_pace']} on their pace)" if b.get("pruned_on_pace") else ""
 
 
 def neighbours_line(near: list[dict[str, Any]], cost_to_answer: float | None) -> str:

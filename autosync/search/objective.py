@@ -9,10 +9,9 @@ experiments score their grids with too. A run that diverges raises `RunFailed`, 
 failed trial with the reason. Every trial stores what it cost (virtual seconds trained) so the search
 cost can be stated in units of one BSP training.
 
-Why this module is over 500 lines: most of it is one class, `Objective`, whose steps for one trial (the
-pace race against the pruning bar, the forks of a shared prefix, the resampled and retried runs, the
-twins that answer it untrained, the record written) share that trial's state; split across modules, each step would
-take and return that state.
+Most of it is one class, `Objective`, whose steps for one trial (the pace race against the pruning bar,
+the forks of a shared prefix, the resampled and retried runs, the twins that answer it untrained, the record
+written) share that trial's state; split across modules, each step would take and return that state.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ from autosync.core.job import JobSpec
 from autosync.policy_score import STOPPED_EARLY, RunFailed, constraint, evaluate
 from autosync.search.study.records import (
     ANSWERED, BSP_REFERENCE, BUDGET, CANONICAL, CONSTRAINT, CURVE, FAIL_REASON,
-    FINAL_METRIC, FINAL_PENDING, FORKED, FULL_BUDGET, FULL_BUDGET_OF, HORIZON, KILLED, PLATEAU,
+    FINAL_METRIC, FINAL_PENDING, FORKED, FULL_BUDGET, FULL_BUDGET_OF, HORIZON, KILLED,
     POLICY, PROCESS, PRUNED_ON_PACE, REACHED, REPAIR_OF, RESAMPLED, RETRY_OF, ROLE, RUNS, SAME_AS, SCORING,
     TIME_TO_TARGET, TIMED_OUT, VIRTUAL_SECONDS, final_pending, has_full_result, has_own_failure, outside_budget,
     role_of, scored_as,
@@ -64,9 +63,6 @@ class Race(Protocol):
     @staticmethod
     def keep_curve(trial: "optuna.Trial", curve: list[tuple[float, float]]) -> None:
         """Store the finished trial's curve for later trials' pace."""
-
-    def tied_plateau(self, policy: dict[str, Any], scoring: dict[str, Any]) -> "tuple[float, list[int]] | None":
-        """(time, trials) of a plateau of finished trials `policy` lies in whose time the bar is not over."""
 
 
 MAX_UNCOUNTED = 20  # past this many such answers in a study they count, so a search of a tried-out space ends
@@ -212,7 +208,6 @@ class Objective:
         race = self._race(trial)
         if race is not None:
             self._prune_as_twin(trial, canonical, scoring, race)
-            self._prune_in_plateau(trial, policy, scoring, race)
         spent = {"virtual_seconds": 0.0, "forked": 0.0}  # trained, and continued from a kept run (not trained)
         bound = TimeToTargetBound(self.job)  # of the first seed's run
         target = self.job.target
@@ -294,24 +289,6 @@ class Objective:
                 trial.set_user_attr(SAME_AS, t.number)
                 _answered(trial)
                 raise optuna.TrialPruned(f"runs like trial {t.number}, pruned at {pruned_at:.0f} virtual s")
-
-    def _prune_in_plateau(self, trial: "optuna.Trial", policy: dict[str, Any], scoring: dict[str, Any],
-                          race: "Race") -> None:
-        """Prune the trial untrained when its numeric parameters lie between those of trials of its policy
-        that all reached the target at one time the bar is not over (`autosync.search.strategies.pruning.plateau`):
-        predicted to tie at best. It is pruned at that time, so the full-budget checks come back to it should
-        every faster candidate fail."""
-        import optuna
-
-        found = race.tied_plateau(policy, scoring)
-        if found is None:
-            return
-        reached_at, tied = found
-        trial.report(reached_at, int(reached_at / self.job.workload.evaluation.every_seconds + 1e-9))
-        trial.set_user_attr(VIRTUAL_SECONDS, 0.0)
-        trial.set_user_attr(PLATEAU, tied)
-        raise optuna.TrialPruned(f"between trials {', '.join(map(str, tied))} of its policy, which all reached the "
-                                 f"target at {reached_at:.0f} virtual s: predicted to tie the bar at best")
 
     def _needs_full_budget(self, trial: "optuna.Trial") -> bool:
         """Whether the trial's runs train the whole budget: a full-budget check, or a search that does not

@@ -9,14 +9,6 @@ per evaluation, the incumbent as the bar). The bar is a candidate whose final me
 (`autosync.search.strategies.full_budget`): should it fail its full-budget check, a trial pruned against it could
 have won, so the checks also re-run, unpruned, the pruned trials whose bound lies below the answer found.
 
-A plateau answers a proposal without training: where two or more completed trials of one policy, alike in
-its other parameters, reached the target at the same evaluation although their numeric parameters differ
-(DANA-DC's lambda on a job where the correction is small), a proposal of that policy whose numeric
-parameters lie between theirs is predicted to reach it then too (`plateau`); when that time is not under
-the bar, the proposal can at best tie and is pruned at it, untrained. The prediction assumes the time is
-flat across the box the tied trials span, the same assumption the tie itself suggests; a pruned trial
-keeps that time as its bound, so should every faster candidate fail its full-budget check it is re-run.
-
 Optuna's percentile pruners do not fit this signal: they compare the best value a trial reported at any
 step, and a bound that only grows is best at step one. The objective decides locally (`RaceLimit`), so
 a run does not write every evaluation to the storage; it reports its bound once, when it is pruned.
@@ -24,14 +16,11 @@ a run does not write every evaluation to the storage; it reports its bound once,
 
 from __future__ import annotations
 
-import math
 import time
 
 import optuna
 
-from autosync.search.study.records import (
-    CURVE, REACHED, SCORING, TrialRecord, broke_the_rule, may_be_feasible, policy_key,
-)
+from autosync.search.study.records import CURVE, REACHED, broke_the_rule, may_be_feasible, policy_key
 
 REFRESH_SECONDS = 2.0  # how often (wall) a running trial re-reads the bar: other processes may lower it
 CURVE_POINTS = 64  # a stored curve is thinned to about this many points
@@ -85,40 +74,6 @@ def pace_ratio(bar_curve: list[list[float]], elapsed: float, metric: float, lowe
     return None
 
 
-def _numeric(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def plateau(trials: "list[optuna.trial.FrozenTrial]", policy: dict, scoring: dict) -> "tuple[float, list[int]] | None":
-    """(time, trial numbers) where `policy` lies in a plateau of its policy: two or more completed trials,
-    scored alike, with `policy`'s name and non-numeric parameters, at distinct numeric parameters whose
-    box holds `policy`'s, all reached the target at that time (the same evaluation). None when there is no
-    such box, `policy` has no numeric parameter, or it lies in two boxes of different times (no prediction)."""
-    params = policy.get("params") or {}
-    numeric = sorted(name for name, value in params.items() if _numeric(value))
-    if not numeric:
-        return None
-    fixed = {name: value for name, value in params.items() if name not in numeric}
-    by_time: dict[float, list[optuna.trial.FrozenTrial]] = {}
-    for t in trials:
-        other = TrialRecord(t).policy or {}
-        other_params = other.get("params") or {}
-        if t.state != optuna.trial.TrialState.COMPLETE or t.user_attrs.get(SCORING) != scoring \
-                or other.get("policy") != policy.get("policy") or set(other_params) != set(params) \
-                or any(other_params[name] != value for name, value in fixed.items()) \
-                or not all(_numeric(other_params[name]) for name in numeric):
-            continue
-        at = next((seen for seen in by_time if math.isclose(seen, t.values[0], rel_tol=1e-9)), t.values[0])
-        by_time.setdefault(at, []).append(t)
-    found = []
-    for at, tied in by_time.items():
-        points = {tuple(TrialRecord(t).policy["params"][name] for name in numeric): t.number for t in tied}
-        if len(points) >= 2 and all(min(p[i] for p in points) <= params[name] <= max(p[i] for p in points)
-                                    for i, name in enumerate(numeric)):
-            found.append((at, sorted(points.values())))
-    return found[0] if len(found) == 1 else None
-
-
 class RaceLimit:
     """The bar one running trial must stay under, read from its study when the trial starts and again
     every REFRESH_SECONDS of wall time (processes sharing the study lower it meanwhile).
@@ -161,17 +116,6 @@ class RaceLimit:
         """Whether a trial whose time-to-target is at least `bound` cannot be among the kept places."""
         self._refresh()
         return self._limit is not None and bound > self._limit
-
-    def tied_plateau(self, policy: dict, scoring: dict) -> "tuple[float, list[int]] | None":
-        """(time, trial numbers) of the plateau `policy` lies in (`plateau`) when that time is not under the
-        bar, so that a trial of `policy` would at best tie it (a tie does not win); else None."""
-        if not any(_numeric(value) for value in (policy.get("params") or {}).values()):
-            return None  # no numeric parameter, no plateau: no read of the study's trials
-        found = plateau(self.study.get_trials(deepcopy=False), policy, scoring)
-        self._refresh()
-        if found is None or self._limit is None:
-            return None
-        return found if found[0] > self._limit or math.isclose(found[0], self._limit, rel_tol=1e-9) else None
 
     @staticmethod
     def keep_curve(trial: optuna.Trial, curve: list[tuple[float, float]]) -> None:

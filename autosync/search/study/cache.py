@@ -18,7 +18,7 @@ from autosync.core.job import JobSpec
 from autosync.search.cost import COST_UNIT, in_bsp_trainings
 from autosync.search.study.records import (
     BSP_REFERENCE, BSP_TRAINING_SECONDS, BUDGET, CACHE, CONSTRAINT_AT, FINGERPRINT, FORKED,
-    FULL_BUDGET_OF, GIVEN_UP, GIVEN_UP_PLACES, HORIZON, PLATEAU, PRUNED_ON_PACE, POLICY,
+    FULL_BUDGET_OF, GIVEN_UP, GIVEN_UP_PLACES, HORIZON, PRUNED_ON_PACE, POLICY,
     REFERENCE_FROM, REPAIR_OF, RUNS, SAME_AS, STORED_RUNS, TIMED_OUT_OF,
     UNCHECKED, VIRTUAL_SECONDS, CacheRecord, StudyRecord, TrialRecord, damaged, final_pending, has_run,
     outside_budget, policy_key, validated, write_cache_record,
@@ -214,8 +214,7 @@ def write_cache(study: "optuna.Study", job: JobSpec, space: "SearchSpace", sampl
 def search_breakdown(study: "optuna.Study") -> dict[str, Any]:
     """Where the search's cost went and what it saved: trials whose runs stopped at the target, trials
     answered by an equivalent without training (a twin's result, or BSP's reference), trials pruned (and of
-    those, how many on their pace and how many untrained inside a plateau of tied trials of their policy,
-    `autosync.search.strategies.pruning`), and
+    those, how many on their pace, `autosync.search.strategies.pruning`), and
     the full-budget checks of the candidates that could win (`autosync.search.strategies.full_budget`) and the
     faster candidates they left unchecked (at most `MAX_CHECKS` run, one more after a race that ran as
     many: `full_budget.checks_left`), and how many
@@ -236,7 +235,6 @@ def search_breakdown(study: "optuna.Study") -> dict[str, Any]:
         "pruned": sum(1 for t in trials if t.state.name == "PRUNED" and SAME_AS not in t.user_attrs),
         "pruned_on_pace": sum(1 for t in trials if t.state.name == "PRUNED" and SAME_AS not in t.user_attrs
                               and t.user_attrs.get(PRUNED_ON_PACE)),
-        "pruned_in_plateau": sum(1 for t in trials if t.state.name == "PRUNED" and PLATEAU in t.user_attrs),
         "full_budget_checks": len(checks),
         "forked_checks": sum(1 for t in checks if t.user_attrs.get(FORKED)),
         "forked_trials": sum(1 for t in trials if t.user_attrs.get(FORKED) and FULL_BUDGET_OF not in t.user_attrs),

@@ -40,7 +40,6 @@ PRUNED_ON_PACE = "pruned_on_pace"  # pruned by the pace rule, its value a predic
 # the trial proposed a point already answered (a twin's result, BSP's reference) and was answered without
 # training: it takes no slot of the budget (`autosync.search.study.trials.budget_used`)
 ANSWERED = "answered_untrained"
-PLATEAU = "plateau_of"  # pruned untrained inside these tied trials' plateau (`pruning.plateau`)
 FORKED = "forked_seconds"  # virtual seconds a run continued from a stopped run's state (also a score key)
 CURVE = "curve"  # [virtual time, target metric] at the first seed's evaluations, up to the target
 # (the whole run's where it missed the target)
