@@ -109,6 +109,9 @@ FIGURES = {
 def run_part(part: str, work: Path, out: Path) -> dict[str, int]:
     """Run a part's steps in `work`; write each step's transcript to out/<part>/<step>.txt; exit codes."""
     env = {**os.environ, "COLUMNS": WIDTH, "TERM": "dumb", "NO_COLOR": "1", "PYTHONUNBUFFERED": "1"}
+    # the `autosync` the pages run is the one installed beside this interpreter, activated or not (a venv's
+    # python run by its path leaves its bin/ off PATH, and every step would exit 127)
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     (out / part).mkdir(parents=True, exist_ok=True)
     codes: dict[str, int] = {}
     running: list[tuple[Step, subprocess.Popen, float]] = []  # background steps, waiting for the next one
