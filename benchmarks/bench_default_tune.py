@@ -48,7 +48,13 @@ def one_tune(n_jobs: int) -> dict:
     cache = json.loads(proc.stdout)["cache"]
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return {"wall": wall, "cpu": cpu, "cost": cache["search_cost_bsp_trainings"],
-            "answer": json.dumps(cache["best_policy"], sort_keys=True), "value": cache["best_value"]}
+            "answer": short(cache["best_policy"]), "value": cache["best_value"]}
+
+
+def short(policy: dict) -> str:
+    """A policy as `autosync tune` names it, its parameters sorted: compared across runs and printed."""
+    params = ",".join(f"{k}={v}" for k, v in sorted(policy["params"].items()))
+    return f"{policy['policy']}({params})"
 
 
 def main() -> None:

@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -211,9 +213,6 @@ def main() -> None:
 def timed(args: argparse.Namespace) -> None:
     """`--timed`: the whole leave-one-family-out replay again, in a new process writing a temporary results
     file; its wall time, and whether its answers and costs match those recorded in `--results`."""
-    import subprocess
-    import sys
-
     with tempfile.TemporaryDirectory() as tmp:
         fresh = Path(tmp) / "lofo.jsonl"
         command = [sys.executable, __file__, "--families", *args.families, "--count", str(args.count),
