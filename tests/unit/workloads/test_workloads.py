@@ -10,7 +10,7 @@ from autosync.core.errors import UserError
 from autosync.core.job import DatasetSpec, LRScheduleSpec, ModelSpec
 from autosync.policies import Task
 from autosync.workloads.datasets import load_dataset
-from autosync.workloads.models import build_model
+from autosync.workloads.models import build_model, max_pool_2x2
 from autosync.workloads.workload import Workload, lr_factor
 from tests.conftest import fused_and_mean_gradient, small_job
 
@@ -42,6 +42,26 @@ def test_torchvision_dataset_missing_names_files_and_flag(tmp_path):
 def test_models_build_for_their_inputs(name, shape):
     model = build_model(ModelSpec(name=name), shape, 10)
     assert model(torch.randn(2, *shape)).shape == (2, 10)
+
+
+@pytest.mark.parametrize("shape", [(360, 8, 8, 8), (5, 16, 7, 9)])
+def test_the_evaluations_pooling_gives_the_training_kernels_values_ties_and_nans_included(shape):
+    """The CNN's evaluation pools on a channels-last copy (`max_pool_2x2`): every value as torch's
+    channels-first kernel gives it, with the blank regions' ties, a NaN and odd sizes, in the caller's
+    layout; with gradients on it is that kernel."""
+    x = torch.relu(torch.randn(shape, generator=torch.Generator().manual_seed(0)))
+    x[:, :, :4, :4] = 0.5  # tied windows, as where padding meets a blank border
+    x[0, 0, 1, 1] = float("nan")
+    with torch.no_grad():
+        pooled = max_pool_2x2(x)
+    expected = torch.nn.functional.max_pool2d(x, 2)
+    assert torch.equal(pooled.isnan(), expected.isnan()) and bool(pooled.isnan().any())
+    assert torch.equal(pooled.nan_to_num(), expected.nan_to_num()) and pooled.is_contiguous()
+    trained = x.clone().requires_grad_()
+    max_pool_2x2(trained).sum().backward()
+    reference = x.clone().requires_grad_()
+    torch.nn.functional.max_pool2d(reference, 2).sum().backward()
+    assert torch.equal(trained.grad, reference.grad)
 
 
 def test_resnet_depths():
