@@ -85,6 +85,9 @@ VARIANTS = {
     # a candidate whose full-budget check failed is not repaired one step towards BSP
     # (`autosync.search.strategies.repair`: no repair round)
     "no repair": {"patch": ("autosync.search.strategies.repair", "MAX_REPAIR_ROUNDS", 0)},
+    # the answer decided by the race's final round (`tune._final_round`: the race's finalists continued to the
+    # end of the budget on its two search seeds, judged by the paired test) instead of the full-budget checks
+    "final round": {"patch": ("autosync.search.tune", "_check_at_full_budget", "_final_round")},
     # no trial is pruned on its pace (`RaceLimit`'s pace margin None: only the bound prunes against the bar)
     "no pace": {"patch": ("autosync.search.tune", "RaceLimit", functools.partial(RaceLimit, pace_margin=None))},
 }
@@ -174,7 +177,7 @@ def patched(patches: list[tuple[str, str, object]]):
     for module, name, value in patches:
         mod = importlib.import_module(module)
         saved.append((mod, name, getattr(mod, name)))
-        setattr(mod, name, value)
+        setattr(mod, name, getattr(mod, value) if isinstance(value, str) else value)  # a str: another name there
     try:
         yield
     finally:
