@@ -59,8 +59,8 @@ from autosync.core.errors import UserError
 from autosync.data import RACE_SETTINGS
 from autosync.lattice import BSP_LABEL, BSP_POLICY
 
-__all__ = ["Answer", "REFERENCE", "RaceSettings", "Run", "Runs", "SEARCH_SEEDS", "final_round", "horizon",
-           "keeps_paired", "load_settings", "neighbours", "plan", "point_key", "race_settings"]
+__all__ = ["Answer", "REFERENCE", "RaceSettings", "Run", "Runs", "SEARCH_SEEDS", "horizon", "keeps_paired",
+           "load_settings", "neighbours", "plan", "point_key", "race_settings"]
 
 SEARCH_SEEDS = 2  # seeds a race compares on (the table's search seeds: `autosync.table.build.SEARCH_SEEDS`)
 HALVING = 2  # successive halving's eta: the faster 1/eta of a round's survivors go on (Jamieson & Talwalkar)
@@ -214,7 +214,7 @@ def plan(settings: RaceSettings, points: dict[str, dict[str, Any]], times: dict[
     if gate.runs(missing, alive, 1, stage=1):
         return Runs(ROUNDS[1], missing)
     if gate.cut_short:
-        return final_round(settings, points, times, finals, tolerance, accuracy, _ranked(alive, times, stopped),
+        return _final(settings, points, times, finals, tolerance, accuracy, _ranked(alive, times, stopped),
                       gate.cut_short)
     gate.ask(alive, [1])
     leader = min(alive, key=lambda m: (_mean(times, m), alive.index(m)))
@@ -225,20 +225,17 @@ def plan(settings: RaceSettings, points: dict[str, dict[str, Any]], times: dict[
         if gate.runs(missing, steps, seed, stage=2 + seed):
             return Runs(ROUNDS[2], missing)
         if gate.cut_short:  # with the local step's candidates where they ran its first seed
-            return final_round(settings, points, times, finals, tolerance, accuracy,
+            return _final(settings, points, times, finals, tolerance, accuracy,
                           _ranked(alive + steps if seed else alive, times, stopped), gate.cut_short)
         gate.ask(steps, [seed])
         steps = [n for n in steps if (n, seed) in times]
-    return final_round(settings, points, times, finals, tolerance, accuracy, _ranked(alive + steps, times, stopped))
+    return _final(settings, points, times, finals, tolerance, accuracy, _ranked(alive + steps, times, stopped), [])
 
 
-def final_round(settings: RaceSettings, points: dict[str, dict[str, Any]], times: dict[tuple[str, int], float],
-                finals: dict[tuple[str, int], float | None], tolerance: float, accuracy: bool,
-                ranked: list[tuple[str, float]], cut_short: list[str] | None = None) -> Runs | Answer:
-    """The final-metric round (round 4) on `ranked`'s first `finalists`, in order: the runs it lacks, or the
-    answer. The race ends with it, and so does `--sampler tpe`, its candidates ranked by the search's trials
-    (`autosync.search.race_trials.final_round_search`)."""
-    cut_short = cut_short or []
+def _final(settings: RaceSettings, points: dict[str, dict[str, Any]], times: dict[tuple[str, int], float],
+           finals: dict[tuple[str, int], float | None], tolerance: float, accuracy: bool,
+           ranked: list[tuple[str, float]], cut_short: list[str]) -> Runs | Answer:
+    """The final-metric round on `ranked`'s first `finalists`, in order: the runs it lacks, or the answer."""
     checked: list[str] = []
     for label, time in ranked[: settings.finalists]:
         if point_key(points[label]) == point_key(BSP_POLICY):

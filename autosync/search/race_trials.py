@@ -34,19 +34,18 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from autosync.core.errors import RuntimeFailure, UserError
 from autosync.core.job import JobSpec
-from autosync.lattice import BSP_LABEL, BSP_POLICY, labelled_points
+from autosync.lattice import BSP_LABEL, labelled_points
 from autosync.policy_score import RunFailed, evaluate
 from autosync.search.study.claim import tag
-from autosync.race import (SEARCH_SEEDS, Answer, RaceSettings, Run, Runs, final_round, horizon, keeps_paired, plan,
-                           race_settings)
+from autosync.race import SEARCH_SEEDS, Answer, RaceSettings, Run, horizon, plan, race_settings
 from autosync.search.study import _optuna_internals as internals
 from autosync.search.study.cache import bsp_training_seconds, search_cost
 from autosync.search.study.helper_processes import Parent, follow_parent, start_helpers
 from autosync.search.study.interrupts import storage_calls_finish_first
 from autosync.search.study.locking import storage_lock
-from autosync.search.study.records import (BSP_REFERENCE, BSP_TRAINING_SECONDS, FAIL_REASON, FINAL_METRIC,
-                                           FINAL_ROUND, FORKED, POLICY, RACE_FINAL, RACE_HORIZON, RACE_RUN,
-                                           RACE_TIME, REACHED, ROLE, RUNS, TIME_TO_TARGET, VIRTUAL_SECONDS, role_of)
+from autosync.search.study.records import (BSP_REFERENCE, BSP_TRAINING_SECONDS, FAIL_REASON, FINAL_METRIC, FORKED,
+                                           POLICY, RACE_FINAL, RACE_HORIZON, RACE_RUN, RACE_TIME, REACHED,
+                                           ROLE, RUNS, TIME_TO_TARGET, VIRTUAL_SECONDS)
 from autosync.search.study.trials import fail_dead_trials, run_queued_trial
 from autosync.search.study.storage import open_storage
 
@@ -55,8 +54,7 @@ if TYPE_CHECKING:
 
     from autosync.search.request import TuneRequest
 
-__all__ = ["Observed", "RaceObjective", "final_round_record", "final_round_search", "observed", "race_answer", "race_search", "race_top",
-           "rounds", "spent"]
+__all__ = ["Observed", "RaceObjective", "observed", "race_answer", "race_search", "race_top", "rounds", "spent"]
 
 POLL_SECONDS = 0.25  # how often a process looks again for another's run of the round to finish, or a new round
 
@@ -65,25 +63,23 @@ class RaceObjective:
     """Runs the trial's `RACE_RUN` and records what the race reads of it (`RACE_TIME`, `RACE_FINAL`);
     `storage`: the study's URL (its lock held while the dead processes' trials are failed)."""
 
-    def __init__(self, job: JobSpec, settings: RaceSettings, penalty: float, backend: Any, storage: str,
-                 end: float | None = None):
+    def __init__(self, job: JobSpec, settings: RaceSettings, penalty: float, backend: Any, storage: str):
         self.job, self.settings, self.penalty, self.backend, self.storage = job, settings, penalty, backend, storage
         self.points = labelled_points(job.cluster.n_workers)
-        self.end = end  # where a run to the end of the budget ends (virtual s; None: the budget's end)
 
     def __call__(self, trial: "optuna.Trial") -> float:
         import optuna
 
         run = _run_of(trial.user_attrs[RACE_RUN])
-        policy = trial.user_attrs.get(POLICY) or self.points[run.label]  # queued with it: another search's finalist
+        policy = self.points[run.label]
         tag(trial)  # already tagged when the race claimed it (`claim.optimize_one`)
         trial.set_user_attr(POLICY, policy)
         limit = horizon(run, self.settings.margin, _queued_before(trial.study, self.storage, trial.number, run).times)
         trial.set_user_attr(RACE_HORIZON, None if math.isinf(limit) else limit)
-        trial.set_user_attr(ROLE, role_of(trial, "COMPLETE"))  # "budget"; "final" for another search's final round
+        trial.set_user_attr(ROLE, "budget")
         try:
             score = evaluate(self.job, policy, [self.job.seed + run.seed], self.penalty, backend=self.backend,
-                             stop_at_target=not run.full, horizon=self.end if math.isinf(limit) else limit)
+                             stop_at_target=not run.full, horizon=None if math.isinf(limit) else limit)
         except RunFailed as exc:  # diverged: slower than any run that reaches the target, and no final metric
             trial.set_user_attr(FAIL_REASON, str(exc))
             trial.set_user_attr(RACE_HORIZON, math.inf)  # never run again: past any horizon
@@ -167,80 +163,18 @@ def race_search(study: "optuna.Study", request: "TuneRequest",
     settings = race_settings(request.race_settings)
     objective = RaceObjective(job, settings, settings_.penalty, settings_.backend, request.storage)
     accuracy = job.target.metric == "test_accuracy"
-
-    def next_step(seen: Observed) -> Runs | Answer:
-        return plan(settings, objective.points, seen.times, seen.stopped, seen.finals, settings_.tolerance, accuracy,
-                    budget=request.budget, spent=spent(study, job, seen) if request.budget is not None else None)
-
-    answer = _run_rounds(study, request, objective, next_step, on_trial)
-    seen = observed(study)
-    reference = _reference(study, job, seen.finals, seen.times)
-    study.set_user_attr(BSP_REFERENCE, reference)
-    return answer, reference
-
-
-def final_round_search(study: "optuna.Study", request: "TuneRequest", finalists: list[tuple[str, dict[str, Any], float]],
-                       bsp: dict[str, Any] | None = None, end: float | None = None,
-                       on_trial: Callable[[int, int], None] | None = None) -> Answer:
-    """Another search's answer decided as the race decides its own: its `finalists` (label, policy, time to
-    the target on its trials; the fastest first, BSP named `BSP_LABEL`) continued to the end of the budget on
-    the race's two search seeds, with BSP's runs there, by the race's final-metric round (`race.final_round`):
-    the first that keeps BSP's final metric by the paired test (`race.keeps_paired`) is the answer, else BSP.
-    Its runs are trials as the race's (`RACE_RUN`, round "final metric"), each queued with its policy and
-    marked `FINAL_ROUND`: the search's own, outside its budget. A run on the first seed continues from the
-    search's run stopped at the target where one is kept (`autosync.engine.forks`). `bsp`: BSP's time to the
-    target and final metric on the first seed where the search's reference trained exactly that run (the seed
-    alone, to where its runs end), so that it is not trained again. `end`: where those runs end, in virtual
-    seconds, where the search holds the final metric short of the budget's end (`--constraint-at bsp-target`:
-    BSP's time to the target); None: the budget's end."""
-    settings = race_settings(request.race_settings)
-    objective = RaceObjective(request.job, settings, request.settings.penalty, request.settings.backend,
-                              request.storage, end=end)
-    points = {BSP_LABEL: BSP_POLICY, **{label: policy for label, policy, _ in finalists}}
-    ranked = [(label, time) for label, _, time in finalists]
-    known = {(BSP_LABEL, 0): bsp} if bsp is not None else {}
-    accuracy = request.job.target.metric == "test_accuracy"
-
-    def next_step(seen: Observed) -> Runs | Answer:
-        times = {**{k: v[TIME_TO_TARGET] for k, v in known.items()}, **seen.times}
-        finals = {**{k: v[FINAL_METRIC] for k, v in known.items()}, **seen.finals}
-        return final_round(settings, points, times, finals, request.settings.tolerance, accuracy, ranked)
-
-    return _run_rounds(study, request, objective, next_step, on_trial,
-                       attrs=lambda run: {POLICY: points[run.label], FINAL_ROUND: True})
-
-
-def final_round_record(study: "optuna.Study", answer: Answer, finalists: list[tuple[str, dict[str, Any], float]],
-                       bsp: dict[str, Any] | None, job_seed: int, tolerance: float, accuracy: bool) -> dict[str, Any]:
-    """What the output says of `final_round_search`'s round: the seeds its comparisons used, BSP's final
-    metric on each, and each finalist it checked, in order: its label, policy, time to the target (the
-    search's), final metric on each seed and whether it kept BSP's by the paired test; and the answer's label."""
-    finals = {**({(BSP_LABEL, 0): bsp[FINAL_METRIC]} if bsp is not None else {}), **observed(study).finals}
-    theirs = [finals.get((BSP_LABEL, s)) for s in range(SEARCH_SEEDS)]
-    rows = []
-    for label, policy, time in finalists:
-        if label in answer.checked:
-            mine = [finals.get((label, s)) for s in range(SEARCH_SEEDS)]
-            rows.append({"label": label, "policy": policy, "time_to_target": time, "final_metrics": mine,
-                         "keeps": keeps_paired(mine, theirs, tolerance, accuracy)})
-    return {"seeds": [job_seed + s for s in range(SEARCH_SEEDS)], "bsp_final_metrics": theirs, "finalists": rows,
-            "answer": answer.label}
-
-
-def _run_rounds(study: "optuna.Study", request: "TuneRequest", objective: "RaceObjective",
-                next_step: "Callable[[Observed], Runs | Answer]", on_trial: Callable[[int, int], None] | None,
-                attrs: "Callable[[Run], dict[str, Any]] | None" = None) -> Answer:
-    """Run what `next_step` asks for given the runs done (`observed`), round after round, here and in
-    `--n-jobs` - 1 helpers, until it answers; `attrs(run)`: what a run's trial is queued with beside it."""
     done = 0
     with _helpers(request, study.study_name):
         while True:
-            step = next_step(observed(study))
+            seen = observed(study)
+            step = plan(settings, objective.points, seen.times, seen.stopped, seen.finals, settings_.tolerance,
+                        accuracy, budget=request.budget,
+                        spent=spent(study, job, seen) if request.budget is not None else None)
             if isinstance(step, Answer):
-                return step
+                break
             with storage_lock(request.storage, study.study_name):
                 fail_dead_trials(study)
-                _queue(study, step.runs, attrs)
+                _queue(study, step.runs)
             if on_trial is not None:  # the bar counts the runs this process ran, out of those asked for so far
                 on_trial(done, done + len(_waiting(study)))
             while run_queued_trial(study, request.storage, objective, catch=()):
@@ -248,6 +182,9 @@ def _run_rounds(study: "optuna.Study", request: "TuneRequest", objective: "RaceO
                 if on_trial is not None:
                     on_trial(done, done + len(_waiting(study)))
             _await_round(study, request, step.runs)
+    reference = _reference(study, job, seen.finals, seen.times)
+    study.set_user_attr(BSP_REFERENCE, reference)
+    return step, reference
 
 
 def spent(study: "optuna.Study", job: JobSpec, seen: Observed) -> float | None:
@@ -325,17 +262,15 @@ def rounds(trials: "list[optuna.trial.FrozenTrial]", job_seed: int) -> list[dict
     return out
 
 
-def _queue(study: "optuna.Study", runs: list[Run], attrs: "Callable[[Run], dict[str, Any]] | None" = None) -> None:
-    """Queue the runs not yet queued, running or done (another process's, or before an interruption), each
-    with `attrs(run)` beside it."""
+def _queue(study: "optuna.Study", runs: list[Run]) -> None:
+    """Queue the runs not yet queued, running or done (another process's, or before an interruption)."""
     import optuna
 
     taken = {_key(_run_of(t.user_attrs[RACE_RUN])) for t in internals.fresh_trials(study)
              if RACE_RUN in t.user_attrs and t.state != optuna.trial.TrialState.FAIL}
     for run in runs:
         if _key(run) not in taken:
-            study.enqueue_trial({}, user_attrs={RACE_RUN: dataclasses.asdict(run), **(attrs(run) if attrs else {})},
-                                skip_if_exists=False)
+            study.enqueue_trial({}, user_attrs={RACE_RUN: dataclasses.asdict(run)}, skip_if_exists=False)
 
 
 def _await_round(study: "optuna.Study", request: "TuneRequest", runs: list[Run]) -> None:

@@ -17,13 +17,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import statistics
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from autosync.catalog import policy_from_dict
-from autosync.lattice import BSP_LABEL
-from autosync.race import race_settings
 from autosync.policies import SEED_POLICIES, Composed, composition_of, cross_paper_variants
 from autosync.search.recommend.vote import adapt
 from autosync.search.strategies.full_budget import MAX_CHECKS, check_candidates, check_finished, queue_check, waiting
@@ -35,24 +32,21 @@ from autosync.core.errors import Interrupted, RuntimeFailure, UserError
 from autosync.core.job import JobSpec
 from autosync.engine.forks import sharing
 from autosync.search.study.cache import (
-    answer_trial, best_policies, check_owner, execution_name, execution_of, read_cache, search_cost, write_cache,
+    best_policies, check_owner, execution_name, execution_of, read_cache, write_cache,
 )
 from autosync.policy_score import DETAILS, STOPPED_EARLY, RunFailed, evaluate
 from autosync.search.outcome import TuneOutcome
 from autosync.search.objective import (
-    BSP, Objective, TimeToTargetBound, canonical_on, process_tag, trial_scoring, trial_seeds,
+    Objective, TimeToTargetBound, canonical_on, process_tag, trial_scoring, trial_seeds,
 )
 from autosync.search.strategies.patience import give_up_queued, patience_of, trials_without_improvement
 from autosync.search.strategies.pruning import RaceLimit, TargetRacePruner, thinned
 from autosync.search.study.running_twins import Resampled
 from autosync.search.strategies.samplers import RACE, SWITCH_POINT_SAMPLERS, make_sampler
-from autosync.search.race_trials import (
-    RaceObjective, final_round_record, final_round_search, race_answer, race_search, race_top,
-)
+from autosync.search.race_trials import race_answer, race_search, race_top
 from autosync.search.study.records import (
-    BSP_REFERENCE, BSP_TARGET, BSP_TRAINING_SECONDS, CANONICAL, CURVE, FINAL_METRIC, FORKED, HORIZON, NEIGHBOUR_JOBS,
-    POLICY, RACE_RUN, REPAIR_OF, TIME_TO_TARGET, TIMED_OUT_OF, VIRTUAL_SECONDS, StudyRecord, broke_the_rule,
-    outside_budget, policy_key, write_cache_record,
+    BSP_REFERENCE, BSP_TARGET, BSP_TRAINING_SECONDS, CURVE, FORKED, HORIZON, NEIGHBOUR_JOBS, REPAIR_OF, TIME_TO_TARGET,
+    TIMED_OUT_OF, VIRTUAL_SECONDS, StudyRecord, write_cache_record,
 )
 from autosync.search.study.siblings import sibling_reference, sibling_studies
 from autosync.search.space import SearchSpace
@@ -139,12 +133,11 @@ def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = Non
             near = [] if request.sampler == RACE else _neighbour_jobs(study, request, storage,
                                                                       fresh=not before and not requeued)
             answer = None  # the race's (the other searches' answer is their best feasible trial)
-            found = None  # another search's answer where it decides it itself (`_final_round`)
             if request.sampler == RACE:
                 answer, reference = race_search(study, request, on_trial)
             else:
                 reference = bsp_reference(study, request, siblings)
-                found = _search(study, request, reference, siblings, before, on_trial, mine, near)
+                _search(study, request, reference, siblings, before, on_trial, mine, near)
     except (KeyboardInterrupt, Exception) as exc:  # Ctrl-C, or Ctrl-C as Optuna passed it on (`interrupted`)
         if not isinstance(exc, KeyboardInterrupt) and not interrupted():
             raise
@@ -157,24 +150,17 @@ def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = Non
                         execution=execution_of(request.settings.backend), neighbours=near,
                         timed_out_of=budget_of(request, before) if short else None,
                         answer=race_answer(study, answer, request.job.seed, request.budget) if answer is not None
-                        else found)
+                        else None)
     outcome = TuneOutcome(study.study_name, request.storage, False, len(trials_run_by(study, mine)), cache,
                           _top(cache, study), study, roles=roles(study))
     return _elsewhere(_verified(outcome, request), request.job, siblings)
 
 
 def _top(cache: dict[str, Any], study: "optuna.Study") -> list[dict[str, Any]]:
-    """The study's best candidates, best first: the race's by their mean over both seeds (`race_top`), the
-    finalists of another search's final round that kept the rule (`_final_round`), else its best feasible trials
-    (`best_policies`)."""
-    race, final = cache.get("race"), cache.get("final_round")
-    if isinstance(race, dict):
-        return race_top(race)
-    if isinstance(final, dict):
-        return [{"trial": row["trial"], "policy": row["policy"], "time_to_target": row["time_to_target"],
-                 "final_metric": statistics.fmean(row["final_metrics"]), "reached": None, "runs": len(final["seeds"])}
-                for row in final["finalists"] if row["keeps"]] or best_policies(study, count=1)
-    return best_policies(study)
+    """The study's best candidates, best first: the race's by their mean over both seeds (`race_top`), another
+    search's best feasible trials (`best_policies`)."""
+    race = cache.get("race")
+    return race_top(race) if isinstance(race, dict) else best_policies(study)
 
 
 def budget_of(request: TuneRequest, before: int) -> int:
@@ -233,7 +219,7 @@ def _neighbour_jobs(study: "optuna.Study", request: TuneRequest, storage: Any, f
 
 def _search(study: "optuna.Study", request: TuneRequest, reference: dict[str, Any],
             siblings: "list[optuna.Study]", before: int, on_trial: Callable[[int, int], None] | None,
-            mine: set[str], near: list[dict[str, Any]] | None = None) -> dict[str, Any] | None:
+            mine: set[str], near: list[dict[str, Any]] | None = None) -> None:
     """Run the request's trials: the switch-point strategies' own candidates, or the budget's queued and
     sampled trials in this process and its `--n-jobs` helpers (whose process tags join `mine`), until the
     budget is spent or, with `--patience`, the search stops improving (`autosync.search.strategies.patience`)."""
@@ -241,7 +227,7 @@ def _search(study: "optuna.Study", request: TuneRequest, reference: dict[str, An
     if request.sampler in SWITCH_POINT_SAMPLERS:
 
         run_switch_point_search(study, request, reference, deadline, on_trial)
-        return None
+        return
     budget = budget_of(request, before)
     top_up(study, request.storage, budget, *_queued_first(study, request, siblings, near or []))
     helpers = _start_helpers(request, study.study_name, budget, deadline)
@@ -252,43 +238,7 @@ def _search(study: "optuna.Study", request: TuneRequest, reference: dict[str, An
         for p in helpers:
             p.join()
     if request.settings.stop_at_target and not request.settings.multi_objective:
-        return _check_at_full_budget(study, request, objective)
-    return None
-
-
-def _final_round(study: "optuna.Study", request: TuneRequest, objective: Objective | None = None) -> dict[str, Any]:
-    """The search's answer, decided as the race decides its own (docs/concepts/tuning.md): its `finalists`
-    fastest candidates (the race's settings; distinct policies that reached the target, by their time; one that
-    runs as BSP stands as BSP) continued to the end of the budget on the race's two search seeds and judged
-    against BSP's runs there by the paired test (`race_trials.final_round_search`); the first that keeps the
-    rule, else BSP. Returns the answer as `write_cache` takes it, with the round (`final_round_record`)."""
-    ref, job = study.user_attrs[BSP_REFERENCE], request.job
-    trials = [t for t in fresh_trials(study) if t.state.name == "COMPLETE" and not outside_budget(t)]
-    broke, picked = broke_the_rule(trials), {}
-    for t in sorted(trials, key=lambda t: (t.values[0], t.number)):
-        if policy_key(t) not in broke:
-            picked.setdefault(policy_key(t), t)
-    chosen = list(picked.values())[: race_settings(request.race_settings).finalists]
-    labels = {t.number: BSP_LABEL if t.user_attrs.get(CANONICAL) == BSP else f"trial {t.number}" for t in chosen}
-    finalists = [(labels[t.number], t.user_attrs[POLICY], t.values[0]) for t in chosen]
-    # BSP's reference trained the first search seed's run alone, to where the round's runs end: not again
-    bsp = {TIME_TO_TARGET: ref[TIME_TO_TARGET], FINAL_METRIC: ref[FINAL_METRIC]} \
-        if ref.get("seeds") == [job.seed] else None
-    answer = final_round_search(study, request, finalists, bsp, end=ref.get(HORIZON))
-    record = final_round_record(study, answer, finalists, bsp, job.seed, request.settings.tolerance,
-                                job.target.metric == "test_accuracy")
-    for row in record["finalists"]:
-        row["trial"] = next(t.number for t in chosen if labels[t.number] == row["label"])
-    won = next((t for t in chosen if labels[t.number] == answer.label), None)
-    if answer.label == BSP_LABEL:
-        number = won.number if won is not None else next(
-            (t.number for t in trials if t.user_attrs.get(CANONICAL) == BSP), None)
-        return {"policy": won.user_attrs[POLICY] if won is not None else BSP, "value": ref[TIME_TO_TARGET],
-                "final_metric": ref[FINAL_METRIC], "trial": number, "final_round": record}
-    row = next(r for r in record["finalists"] if r["label"] == answer.label)
-    return {"policy": won.user_attrs[POLICY], "value": won.values[0],
-            "final_metric": statistics.fmean(row["final_metrics"]), "trial": won.number,
-            "cost": search_cost(study, up_to=answer_trial(study, won)), "final_round": record}
+        _check_at_full_budget(study, request, objective)
 
 
 def _check_at_full_budget(study: "optuna.Study", request: TuneRequest, objective: Objective) -> None:
@@ -558,12 +508,6 @@ def run_trials(study: "optuna.Study", request: TuneRequest, reference: dict[str,
                           siblings, storage_url=request.storage,
                           race=functools.partial(RaceLimit, places=places(request)))
     objective.deadline = deadline  # a trial still training when the --timeout passes stops (`TimedOut`)
-    final = RaceObjective(request.job, race_settings(request.race_settings), request.settings.penalty,
-                          request.settings.backend, request.storage, end=reference.get(HORIZON))
-
-    def run(trial: "optuna.Trial") -> Any:  # a run of the final round re-queued after its process died: the race's
-        return final(trial) if RACE_RUN in trial.user_attrs else objective(trial)
-
     while True:
         done, pending = budget_used(study)
         if on_trial is not None:
@@ -572,7 +516,7 @@ def run_trials(study: "optuna.Study", request: TuneRequest, reference: dict[str,
             return objective
         if _stopped_improving(study, request, budget):
             return objective
-        if run_queued_trial(study, request.storage, run, catch=(RunFailed, Resampled)):
+        if run_queued_trial(study, request.storage, objective, catch=(RunFailed, Resampled)):
             continue
         if top_up(study, request.storage, budget):
             continue

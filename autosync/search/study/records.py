@@ -63,9 +63,6 @@ RACE_RUN = "race_run"
 RACE_TIME = "race_time"
 RACE_FINAL = "race_final"
 RACE_HORIZON = "race_horizon"
-# a run of another search's final round (`autosync.search.race_trials.final_round_search`): the race's final-metric
-# round run on that search's finalists, the search's own work after its budget
-FINAL_ROUND = "final_round"
 
 CONSTRAINT = "final_metric_vs_bsp"  # name of the trial's Optuna constraint (<= 0: feasible)
 
@@ -239,7 +236,7 @@ def describe_study(study: "optuna.Study", job_name: str, fingerprint: str, space
 def outside_budget(trial: "optuna.trial.FrozenTrial | optuna.Trial") -> bool:
     """Whether `trial` is the search's own work after its candidates, not a slot of the budget: a full-budget
     check (`FULL_BUDGET_OF`) or a repair of a candidate whose check failed (`REPAIR_OF`)."""
-    return FULL_BUDGET_OF in trial.user_attrs or REPAIR_OF in trial.user_attrs or FINAL_ROUND in trial.user_attrs
+    return FULL_BUDGET_OF in trial.user_attrs or REPAIR_OF in trial.user_attrs
 
 
 #: A trial's `ROLE`s, and what each is. The "budget" trials are the ones `--n-trials` counts, with the
@@ -248,7 +245,6 @@ ROLES = {
     "budget": "a trial of the budget: it ran to a result (completed, pruned, or failed for a reason of its own)",
     "answered": "answered without training from a trial (or BSP's reference) that runs exactly like it",
     "check": "a full-budget check of a candidate that stopped at the target",
-    "final": "a run of the final round: a finalist or BSP to the end of the budget on a search seed",
     "repair": "a setting one step closer to BSP of a candidate whose check failed",
     "resampled": "proposed a point another process was training, and was proposed again in a new trial",
     "killed": "its process died (killed or hung): a new trial runs it again",
@@ -267,8 +263,6 @@ def role_of(trial: "optuna.trial.FrozenTrial | optuna.Trial", state: str | None 
         return "killed"
     if FULL_BUDGET_OF in attrs:
         return "check"
-    if FINAL_ROUND in attrs:
-        return "final"
     if REPAIR_OF in attrs:
         return "repair"
     if GIVEN_UP in attrs:
