@@ -39,6 +39,15 @@ switch_point, `benchmarks/README.md`), so the search has none, and its "no proxy
 too. A mechanism with no switch of its own is switched off for the measurement
 by setting one name of its module (`patched`): the repair's rounds to 0, `tune`'s `RaceLimit` built with no
 pace margin.
+`ablation_static_k_final_round.md` (and its .jsonl; `--variants 'final round'`, run at commit aa866a9, whose
+variant it is) measured the race's final round in place of the full-budget checks and the repair (issue 62):
+the race's two finalists by time to target continued to the end of the budget on the two search seeds and
+judged against BSP's runs there by the paired test (`race.keeps_paired`), BSP where neither kept it. Its
+answers were +0.199 [+0.007, +0.410] slower (fleet-000 7.44 against 1.68 and mosaic-001 4.88 against 1.00 of
+the grid's choice: both finalists broke the paired test and BSP answered, where the repair or the third check
+found a k that kept the rule) for +1.81 [+1.63, +1.94] BSP trainings (each finalist's run on the second seed
+and BSP's there), so the TPE search keeps its checks and repair, and the variant is gone; its runs on the
+second search seed are not in the packed table (a re-run at that commit trains them, about 2 minutes).
 `ablation_static_k_pruning.md` (and its .jsonl; `--variants 'no pace' 'no plateau'`) measured the pruning's
 two predictions one at a time against the defaults of their day (the table held every run: none trained):
 without the pace rule the answers were the same (+0.000 [+0.000, +0.000]) for +0.09 [+0.06, +0.13] BSP
