@@ -16,6 +16,7 @@ from tests.postgres import postgres_cluster
 pytestmark = [pytest.mark.slow, pytest.mark.processes, pytest.mark.postgres]
 
 WAIT = 5  # AUTOSYNC_STORAGE_WAIT_SECONDS: the first outage is shorter, the second longer
+HEARTBEAT = 2  # AUTOSYNC_HEARTBEAT_SECONDS, of the tune and of the resuming command alike
 
 
 def _finished(url: str) -> dict[int, str]:
@@ -29,10 +30,10 @@ def _finished(url: str) -> dict[int, str]:
         return {}
 
 
-def test_a_tune_waits_for_a_restarted_server_and_stops_resumable_past_the_wait(tiny_job, tmp_path):
+def test_a_tune_waits_for_a_restarted_server_and_stops_resumable_past_the_wait(tiny_job, tmp_path, monkeypatch):
     job = tmp_path / "long.yaml"  # trials of about a second, so the server goes away while the tune works
     job.write_text(re.sub(r"max_virtual_seconds: \d+", "max_virtual_seconds: 40", tiny_job.read_text()))
-    env = {**os.environ, "AUTOSYNC_STORAGE_WAIT_SECONDS": str(WAIT), "AUTOSYNC_HEARTBEAT_SECONDS": "2"}
+    env = {**os.environ, "AUTOSYNC_STORAGE_WAIT_SECONDS": str(WAIT), "AUTOSYNC_HEARTBEAT_SECONDS": str(HEARTBEAT)}
     with postgres_cluster() as server:
         args = ["tune", str(job), "--space", "static_k", "--n-trials", "3", "--patience", "0", "--storage", server.url]
         cmd = [sys.executable, "-m", "autosync.cli", *args]
@@ -63,7 +64,14 @@ def test_a_tune_waits_for_a_restarted_server_and_stops_resumable_past_the_wait(t
         server.start()
         after = _finished(server.url)
         assert all(after.get(n) == state for n, state in before.items()), (before, after)  # nothing finished lost
-        resumed = autosync(*args, cwd=tmp_path)  # the same command, in this process: no imports to pay
+        # the same command, in this process (no imports to pay), with the tune's heartbeat interval, which
+        # this process read from its environment when it imported autosync: a trial the tune left running
+        # before it tagged it with its process (it stopped there) is failed as dead after two intervals, 4 s,
+        # not the 60 s of the default (one resume, measured, took 65 s instead of the usual 15)
+        from autosync.search.study import storage
+
+        monkeypatch.setattr(storage, "HEARTBEAT_SECONDS", HEARTBEAT)
+        resumed = autosync(*args, cwd=tmp_path)
         assert resumed.returncode == 0, resumed.stderr[-2000:]
         assert "resuming the study: " in resumed.stderr
         import psycopg
