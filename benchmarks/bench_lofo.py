@@ -38,6 +38,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from autosync.catalog import label_of
 from autosync.core.family import load_family
 from autosync.core.job import load_job
 from autosync.data import BASELINE_DIR, DEFAULT_JOB_PATH
@@ -69,8 +70,14 @@ def load_results(path: Path) -> dict[str, lofo.JobResult]:
 
 
 def short(policy: dict) -> str:
-    params = ",".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in policy["params"].items())
-    return f"{policy['policy']}({params})" if params else policy["policy"]
+    """A policy as `autosync tune` names it: its parameters that differ from their defaults."""
+    return label_of(policy)
+
+
+def answered(policies: list[dict]) -> str:
+    """The answers of a job's sampler seeds, one name for those that agree ("x (3 seeds)")."""
+    names = [short(p) for p in policies]
+    return f"{names[0]} ({len(names)} seeds)" if len(names) > 1 and len(set(names)) == 1 else "; ".join(names)
 
 
 def listed(values) -> str:
@@ -86,7 +93,7 @@ def report(results: list[lofo.JobResult], families: list[str], command: str, tit
              "| family | job | grid's choice | answers (per sampler seed) | over grid's choice | over held-out best "
              "| cost (BSP trainings) | misses | keeps the final-metric rule |", "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
-        answers = "; ".join(short(a["policy"]) for a in r.answers)
+        answers = answered([a["policy"] for a in r.answers])
         lines.append(f"| {r.family} | {r.job} | {short(r.grid_choice)} | {answers} | "
                      f"{listed(r.ratios())} | {listed(r.ratios('held_out_best'))} | "
                      f"{listed(a['cost'] for a in r.answers)} | {r.misses} | "
