@@ -1,7 +1,9 @@
 """Plots of a study: optimization history, parameter importances and (multi-objective) the Pareto front.
 
 Optuna's matplotlib backend draws them; each is skipped, with the reason returned, when the study cannot
-support it (too few completed trials, a single parameter for importances).
+support it (too few completed trials; fewer than two parameters among the completed trials for the
+importances, which then have nothing to rank: a race's trials are labelled lattice points with none, and
+Optuna drew an empty chart for them, after the 2 s import of scikit-learn its importance evaluator needs).
 """
 
 from __future__ import annotations
@@ -24,11 +26,20 @@ def write_study_plots(study: "optuna.Study", out_dir: Path) -> tuple[list[Path],
     import optuna.visualization.matplotlib as ovm
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    written, skipped = [], []
+    written: list[Path] = []
+    skipped: list[str] = []
     multi = len(study.directions) > 1
-    plots = [("pareto_front.png", lambda: ovm.plot_pareto_front(study, target_names=["time to target", "final metric"]))] \
-        if multi else [("optimization_history.png", lambda: ovm.plot_optimization_history(study)),
-                       ("param_importances.png", lambda: ovm.plot_param_importances(study))]
+    if multi:
+        plots = [("pareto_front.png",
+                  lambda: ovm.plot_pareto_front(study, target_names=["time to target", "final metric"]))]
+    else:
+        plots = [("optimization_history.png", lambda: ovm.plot_optimization_history(study))]
+        ranked = _parameters(study)
+        if len(ranked) >= 2:
+            plots.append(("param_importances.png", lambda: ovm.plot_param_importances(study)))
+        else:
+            skipped.append(f"param_importances.png: {_count(len(ranked))} among the completed trials, none to "
+                           "rank against another")
     for name, draw in plots:
         try:
             with warnings.catch_warnings():
@@ -44,3 +55,15 @@ def write_study_plots(study: "optuna.Study", out_dir: Path) -> tuple[list[Path],
             skipped.append(f"{name}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
             plt.close("all")
     return written, skipped
+
+
+def _parameters(study: "optuna.Study") -> set[str]:
+    """The names of the parameters the study's completed trials suggested."""
+    import optuna
+
+    return {name for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+            for name in t.params}
+
+
+def _count(n: int) -> str:
+    return "no parameter" if n == 0 else "1 parameter" if n == 1 else f"{n} parameters"
