@@ -165,8 +165,9 @@ def write_calls(pid: int) -> int:
 
 
 def spawned_children(pid: int) -> list[int]:
-    """The worker processes of command `pid`: spawned children of it (on a GPU), or children of its
-    forkserver (on the CPU); not multiprocessing's resource tracker nor the forkserver itself."""
+    """The worker processes of command `pid`: forked children of it (on the CPU: its own command line),
+    spawned ones, or children of its forkserver (on a GPU); not multiprocessing's resource tracker nor the
+    forkserver itself."""
     parents, lines = {}, {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -176,7 +177,7 @@ def spawned_children(pid: int) -> list[int]:
             continue
     servers = {p for p, parent in parents.items() if parent == pid and b"forkserver" in lines[p]}
     return [p for p, parent in parents.items()
-            if (parent == pid and b"spawn_main" in lines[p]) or parent in servers]
+            if (parent == pid and (b"spawn_main" in lines[p] or lines[p] == lines.get(pid))) or parent in servers]
 
 
 def computing_workers(pid: int, n: int, seconds: float) -> list[int]:

@@ -117,6 +117,9 @@ class RealTimeClock:
                 self._last = max(self._last, self._reading(release))
                 return self._last, worker, answer.task.index
             wait = releasable[0][0] - now if releasable else None
+            if releasable and len(self._answered) == len(self._due):  # none in flight: none can come sooner
+                time.sleep(wait)  # (the driver's collect returns at once with nothing to wait for)
+                continue
             for answer in self.driver.collect(wait):
                 self._answered[answer.task.worker] = answer
 

@@ -67,6 +67,11 @@ class RateRun:
         return self.real_seconds / self.simulated_seconds
 
     @property
+    def ratio_text(self) -> str:
+        """The ratio as printed: two decimals, or one significant digit below 0.1 (0.003, not 0.00)."""
+        return f"{self.ratio:.2f}" if self.ratio >= 0.095 else f"{self.ratio:.1g}"
+
+    @property
     def fits(self) -> bool:
         return abs(self.ratio - 1.0) <= TOLERANCE
 
@@ -94,10 +99,10 @@ class Calibration:
     def verdict(self) -> str:
         """One line: whether the simulation predicts the real runs, and by how much it misses."""
         worst = max(self.final, key=lambda run: abs(run.ratio - 1.0))
-        ratios = ", ".join(f"{run.name} {run.ratio:.2f}" for run in self.final)
+        ratios = ", ".join(f"{run.name} {run.ratio_text}" for run in self.final)
         if self.fits:
             return f"the simulation fits the real runs (real / simulated: {ratios}; within 1 +- {TOLERANCE})"
-        return (f"the simulation does not fit the real runs: {worst.name}'s real time is {worst.ratio:.2f}x the "
+        return (f"the simulation does not fit the real runs: {worst.name}'s real time is {worst.ratio_text}x the "
                 f"simulated one (real / simulated: {ratios}; wanted within 1 +- {TOLERANCE})")
 
     def to_dict(self) -> dict[str, Any]:

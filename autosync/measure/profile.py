@@ -240,8 +240,9 @@ def fit_measured(job: JobSpec, samples: Sequence[Sample], server: ServerCosts, b
     if backend == "distributed":
         ranks = int(os.environ["WORLD_SIZE"]) - 1
         server = transfer_from_rounds(server, samples, ranks)
-        return server, fit_cluster(job, samples, server, None), f"{ranks} ranks"
-    return server, fit_cluster(job, samples, server, processes), f"{processes} worker processes"
+        return server, fit_cluster(job, samples, server, None), f"{ranks} rank" + "s" * (ranks != 1)
+    return server, fit_cluster(job, samples, server, processes), \
+        f"{processes} worker process" + "es" * (processes != 1)
 
 
 def _server_section(server: ServerCosts) -> dict:

@@ -108,8 +108,8 @@ def calibration_report(calibration: Any) -> list[Printed]:
     rows = []
     for i, run in enumerate(calibration.before):
         after = calibration.after[i] if calibration.after else None
-        rows.append((run.name, f"{run.real_seconds:.3f}", f"{run.simulated_seconds:.3f}", f"{run.ratio:.2f}",
-                     *((f"{after.simulated_seconds:.3f}", f"{after.ratio:.2f}") if after else ())))
+        rows.append((run.name, f"{run.real_seconds:.3f}", f"{run.simulated_seconds:.3f}", run.ratio_text,
+                     *((f"{after.simulated_seconds:.3f}", after.ratio_text) if after else ())))
     out.append(Line(fitted(f"simulation against real runs of {calibration.updates} updates", columns, rows)))
     if calibration.server is not None:
         out.append(Line(f"server costs fitted from the two runs (the profile alone cannot separate them): "

@@ -194,8 +194,15 @@ class Workload:
         if not self.random:
             yield
             return
-        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
-            torch.manual_seed(int(rng_for(seed, STREAM_DROPOUT, worker, task).integers(2 ** 63 - 1)))
+        cuda = self.device.type == "cuda"
+        with torch.random.fork_rng(devices=[self.device] if cuda else []):
+            drawn = int(rng_for(seed, STREAM_DROPOUT, worker, task).integers(2 ** 63 - 1))
+            # the generators a random layer here draws from, as torch.manual_seed seeds them; not that, which
+            # also queues a seed for every accelerator not initialised, each with its caller's stack formatted
+            # (milliseconds a task: a tenth of a dropout model's tune, measured)
+            torch.default_generator.manual_seed(drawn)
+            if cuda:
+                torch.cuda.manual_seed_all(drawn)
             yield
 
     def batch(self, seed: int, worker: int, task: int, size: int) -> np.ndarray:

@@ -48,8 +48,8 @@ class Step:
 
 
 # A launch on several machines: torchrun's static rendezvous on the first machine (node 0; 127.0.0.1 here,
-# where both "machines" are this one), 2 ranks a machine: rank 0 serves, ranks 1-3 compute
-NODES = ("torchrun --nnodes 2 --nproc-per-node 2 --node-rank {rank} --master-addr 127.0.0.1 --master-port {port} "
+# where both "machines" are this one), one rank a machine: rank 0 serves, rank 1 computes
+NODES = ("torchrun --nnodes 2 --nproc-per-node 1 --node-rank {rank} --master-addr 127.0.0.1 --master-port {port} "
          "-m autosync.cli {command}")
 CLUSTER_JOB = "results/profiles/majority_lstm-cluster/profiled_job.yaml"
 PROFILE_CLUSTER = ("profile examples/sequences/job.yaml --backend distributed --rounds 2 "

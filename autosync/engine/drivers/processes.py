@@ -1,6 +1,7 @@
 """Worker processes compute the gradients; the server process keeps the engine (issue: processes backend).
 
-One machine, `torch.multiprocessing`, processes started from a forkserver (`_context`). Before the
+One machine, `torch.multiprocessing`, processes forked from the server on the CPU, started from a forkserver
+on a GPU (`_context`). Before the
 workers start, the server allocates two slot tables, parameters and gradients (each row followed by the
 model's buffers and their change, for a model that has buffers), with one row per simulated worker (a
 worker has at most one task in flight), and `SHARED_ROWS` more parameter rows: in shared memory on the CPU, or on the
@@ -37,8 +38,10 @@ and joins every process.
 
 from __future__ import annotations
 
+import gc
 import os
 import select
+import signal
 import time
 from typing import Any, Sequence
 
@@ -62,15 +65,21 @@ SHARED_ROWS = 2  # parameter rows beyond the workers' own, for versions that sev
 
 def _serve(job_json: dict[str, Any], data: Dataset | None, params: torch.Tensor, grads: torch.Tensor,
            cancelled: torch.Tensor, inbox: Connection, outbox: Connection, threads: int, device: str,
-           cpu: int | None = None) -> None:
+           cpu: int | None = None, inherited: Sequence[Connection] = ()) -> None:
     """A worker process: compute the gradient of every task notified on `inbox` into `grads` (on `data`,
     the server's dataset in shared memory, or the job's dataset loaded here when None), on core `cpu`
     alone when given; a task whose index `cancelled` holds for its worker is answered without a gradient.
+    `inherited`: the server's ends of the other processes' pipes, which a forked process closes (so that
+    each pipe ends when its own process or the server does, as for processes started otherwise).
 
     It ends quietly when the server is gone (killed, or stopped by Ctrl-C): its pipes end, and it leaves.
     """
+    for conn in inherited:
+        conn.close()
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # forked: not the server's own handler
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         _compute_until_told(job_json, data, params, grads, cancelled, inbox, outbox, threads, device)
     except (BrokenPipeError, ConnectionResetError, EOFError, KeyboardInterrupt):
@@ -102,18 +111,27 @@ def _compute_until_told(job_json: dict[str, Any], data: Dataset | None, params: 
         outbox.send((worker, index, loss, seconds, time.monotonic()))
 
 
-START_METHODS = ("forkserver", "spawn")
+START_METHODS = ("fork", "forkserver", "spawn")
 
 
-def _context(device: torch.device, start_method: str | None = None) -> Any:
-    """How worker processes start: by default forked from a forkserver that has imported torch and this
-    module once, since a spawned process imports torch afresh for every run (seconds on a small machine;
-    results/processes_gpu/README.md has the GPU's figures). The forkserver imports torch but never
-    initialises CUDA, so its children may (tests/unit/engine/test_gpu.py runs both starts on a GPU). `start_method`
-    "spawn" asks for a fresh interpreter per process instead."""
+def _context(device: torch.device, start_method: str | None = None, threads: int = 1) -> Any:
+    """How worker processes start. On the CPU, by default, forked from the server, which has torch, the
+    job's modules and its data loaded: they import nothing (the tutorial's calibration check of its
+    sequence job took 6.6 CPU-s instead of 12.5 from a forkserver, on 2 cores). A forked process must
+    keep to one intra-op thread (one that runs OpenMP with more hangs once the server has used them), and
+    cannot use CUDA once the server has: with more threads, and on a GPU, processes are forked from a
+    forkserver that has imported torch and this module once, but never initialises CUDA, so its children
+    may (tests/unit/engine/test_gpu.py runs both starts on a GPU; results/processes_gpu/README.md has the
+    GPU's figures). `start_method`, one of START_METHODS, overrides it ("spawn": a fresh interpreter per
+    process)."""
     if start_method not in (None, *START_METHODS):
         raise UserError(f"start_method must be one of {', '.join(START_METHODS)}, but got {start_method!r}")
-    if start_method == "spawn" or "forkserver" not in mp.get_all_start_methods():
+    methods = mp.get_all_start_methods()
+    if start_method is None and device.type == "cpu" and threads == 1 and "fork" in methods:
+        start_method = "fork"
+    if start_method == "fork":
+        return mp.get_context("fork")
+    if start_method == "spawn" or "forkserver" not in methods:
         return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(["torch", "autosync.engine.drivers.processes"])
@@ -133,7 +151,7 @@ class ProcessDriver(RemoteDriver):
         """Processes for the server's `workload`, on its device. On the CPU they get its data in shared
         memory rather than loading the dataset again (one copy however many processes). With `cpus`,
         process p runs on core cpus[p % len(cpus)] alone (a slower core makes its workers real stragglers).
-        `start_method` ("forkserver" or "spawn") overrides the device's default start (`_context`)."""
+        `start_method` ("fork", "forkserver" or "spawn") overrides the device's default start (`_context`)."""
         if processes < 1:
             raise UserError(f"--workers-per-device must be >= 1, but got {processes}")
         job, dim = workload.job, workload.slot_dim  # a slot: the parameters, then the buffers
@@ -149,7 +167,8 @@ class ProcessDriver(RemoteDriver):
         if self.device.type == "cpu":  # CUDA tensors are shared through CUDA IPC when passed to a process
             self.params.share_memory_()
             self.grads.share_memory_()
-        ctx = _context(self.device, start_method)
+        ctx = _context(self.device, start_method, threads)
+        forking = ctx.get_start_method() == "fork"
         self.procs, self.inboxes, self.outboxes = [], [], []
         self.rank_of: dict[Connection, int] = {}  # answer pipe -> process
         self._answers = select.poll()  # every live process's answer pipe, polled with one system call
@@ -165,6 +184,8 @@ class ProcessDriver(RemoteDriver):
         self.faults: list[str] = []  # one line per process lost, for the run's log
         self.wait_seconds = 0.0  # wall time the server spent waiting for answers (the rest is its own work)
         self.skipped = 0  # tasks given up on that a process skipped (answered without computing them)
+        if forking:  # a forked process never collects, so never finalises, the server's objects (its sockets)
+            gc.freeze()
         try:
             for rank in range(processes):
                 task_out, task_in = ctx.Pipe(duplex=False)  # (receive end, send end)
@@ -173,7 +194,8 @@ class ProcessDriver(RemoteDriver):
                                    args=(job.model_dump(mode="json"), data, self.params, self.grads,
                                          self.cancelled, task_out,
                                          answer_in, threads, str(self.device),
-                                         cpus[rank % len(cpus)] if cpus else None))
+                                         cpus[rank % len(cpus)] if cpus else None,
+                                         [*self.inboxes, *self.outboxes, task_in, answer_out] if forking else ()))
                 proc.start()
                 task_out.close()
                 answer_in.close()  # only the child holds it now: its death ends the pipe
@@ -184,9 +206,14 @@ class ProcessDriver(RemoteDriver):
                 self._rank_of_fd[answer_out.fileno()] = rank
                 self._answers.register(answer_out.fileno(), select.POLLIN)
                 self.alive.append(rank)
+            if forking:
+                gc.unfreeze()
+                forking = False
             self.assignment = {w: w % processes for w in range(self.n_workers)}
             self._wait_ready()
         except BaseException:
+            if forking:
+                gc.unfreeze()
             self.close()
             raise
 

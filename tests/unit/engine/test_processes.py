@@ -210,8 +210,40 @@ def test_worker_cpus_are_checked_in_one_line():
     assert ExecutionOptions(**ExecutionOptions.of_choice(pinned)).choice() == pinned
 
 
+def test_on_the_cpu_processes_are_forked_from_the_server_unless_they_use_more_threads():
+    from autosync.engine.drivers.processes import _context
+
+    cpu = torch.device("cpu")
+    assert _context(cpu).get_start_method() == "fork"
+    assert _context(cpu, threads=2).get_start_method() == "forkserver"  # OpenMP threads hang in a forked child
+    assert _context(cpu, "spawn").get_start_method() == "spawn"
+
+
+def test_a_forked_process_keeps_no_other_process_s_pipe_open(workload):
+    """Process 1, forked while the server held process 0's pipes, closes them: process 0's inbox ends when
+    the server closes its end, and process 0 leaves while process 1 waits for tasks."""
+    d = ProcessDriver(workload, processes=2, timeout=60.0)
+    try:
+        d.inboxes[0].close()
+        d.procs[0].join(timeout=60.0)
+        assert d.procs[0].exitcode == 0 and d.procs[1].is_alive()
+    finally:
+        d.close()
+
+
+@pytest.mark.slow
+def test_processes_started_from_a_forkserver_compute_the_same_run(workload, reference):
+    """As on a GPU, or with more than one intra-op thread: the same bits as the forked processes give."""
+    d = ProcessDriver(workload, processes=2, start_method="forkserver")
+    try:
+        result = Simulator(JOB, make_policy("backup", {"k": 3}), workload=workload, driver=d).run()
+    finally:
+        d.close()
+    _same_run(result, reference["backup"])
+
+
 def test_an_unknown_start_method_is_refused_before_any_process_starts():
     from autosync.core.errors import UserError
 
-    with pytest.raises(UserError, match="start_method must be one of forkserver, spawn, but got 'fork'"):
-        ProcessDriver(Workload(JOB), processes=1, start_method="fork")
+    with pytest.raises(UserError, match="start_method must be one of fork, forkserver, spawn, but got 'thread'"):
+        ProcessDriver(Workload(JOB), processes=1, start_method="thread")

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from autosync.measure.calibration import (
-    RATE_POLICIES, calibrate, measure_real, scale_units, simulated_runner, with_server, with_units,
+    RATE_POLICIES, Calibration, RateRun, calibrate, measure_real, scale_units, simulated_runner, with_server, with_units,
 )
 from autosync.catalog import make_policy
 from autosync.engine import simulate
@@ -99,6 +99,15 @@ def test_the_check_says_whether_a_job_fits_and_which_run_misses(real_with_server
     misses, job = calibrate(JOB, real_with_server_costs, UPDATES, {}, fit=False)
     assert not misses.fits and job is JOB
     assert misses.verdict().startswith("the simulation does not fit the real runs: backup k=1's real time is")
+
+
+def test_a_ratio_far_below_one_is_printed_with_a_digit_that_is_not_zero():
+    """Worker processes that answer in milliseconds against a job that describes seconds: 0.003x, not 0.00x."""
+    far = Calibration({}, 20, [RateRun("bsp", 20, 80, 0.099, 33.5), RateRun("backup k=1", 20, 41, 0.062, 17.9)])
+    assert [run.ratio_text for run in far.before] == ["0.003", "0.003"]
+    assert "bsp's real time is 0.003x the simulated one (real / simulated: bsp 0.003, backup k=1 0.003;" \
+        in far.verdict()
+    assert RateRun("bsp", 20, 80, 0.5, 1.0).ratio_text == "0.50"
 
 
 @pytest.mark.slow

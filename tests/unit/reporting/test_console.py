@@ -45,8 +45,9 @@ CASES = {
                  "updates_per_virtual_second": 12.345, "gradients_discarded": 123456, "gradients_arrived": 987654})),
     "calibration_report": lambda: reports.calibration_report(SimpleNamespace(
         updates=100, before=[SimpleNamespace(name="backup(k=1)", real_seconds=123.456, simulated_seconds=120.123,
-                                             ratio=1.0277)] * 2,
-        after=[SimpleNamespace(simulated_seconds=123.001, ratio=1.0037)] * 2, server=None, units=None,
+                                             ratio=1.0277, ratio_text="1.03")] * 2,
+        after=[SimpleNamespace(simulated_seconds=123.001, ratio=1.0037, ratio_text="1.00")] * 2, server=None,
+        units=None,
         verdict=lambda: "fits")),
     "jobs_table": lambda: reports.jobs_table("family stragglers: 24 jobs", [
         {"job": "stragglers-0023", "n_workers": 128, "round_trip": "shifted_exponential alpha=0.7 shift=1.0",
