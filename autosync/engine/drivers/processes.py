@@ -38,12 +38,13 @@ and joins every process.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import select
 import signal
 import time
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 import torch.multiprocessing as mp
@@ -109,6 +110,20 @@ def _compute_until_told(job_json: dict[str, Any], data: Dataset | None, params: 
         loss, seconds = slot_gradient(workload, seed, params[row], worker, index, batch_size, grads[worker])
         settle()  # the gradient row is written before the server hears of it
         outbox.send((worker, index, loss, seconds, time.monotonic()))
+
+
+@contextlib.contextmanager
+def _frozen_heap(forking: bool) -> Iterator[None]:
+    """While processes are forked: the server's objects out of the garbage collector's reach, so that a
+    forked process never collects, so never finalises, them (the server's sockets and connections)."""
+    if not forking:
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 START_METHODS = ("fork", "forkserver", "spawn")
@@ -184,38 +199,39 @@ class ProcessDriver(RemoteDriver):
         self.faults: list[str] = []  # one line per process lost, for the run's log
         self.wait_seconds = 0.0  # wall time the server spent waiting for answers (the rest is its own work)
         self.skipped = 0  # tasks given up on that a process skipped (answered without computing them)
-        if forking:  # a forked process never collects, so never finalises, the server's objects (its sockets)
-            gc.freeze()
         try:
-            for rank in range(processes):
-                task_out, task_in = ctx.Pipe(duplex=False)  # (receive end, send end)
-                answer_out, answer_in = ctx.Pipe(duplex=False)
-                proc = ctx.Process(target=_serve, daemon=True, name=f"autosync-worker-{rank}",
-                                   args=(job.model_dump(mode="json"), data, self.params, self.grads,
-                                         self.cancelled, task_out,
-                                         answer_in, threads, str(self.device),
-                                         cpus[rank % len(cpus)] if cpus else None,
-                                         [*self.inboxes, *self.outboxes, task_in, answer_out] if forking else ()))
-                proc.start()
-                task_out.close()
-                answer_in.close()  # only the child holds it now: its death ends the pipe
-                self.procs.append(proc)
-                self.inboxes.append(task_in)
-                self.outboxes.append(answer_out)
-                self.rank_of[answer_out] = rank
-                self._rank_of_fd[answer_out.fileno()] = rank
-                self._answers.register(answer_out.fileno(), select.POLLIN)
-                self.alive.append(rank)
-            if forking:
-                gc.unfreeze()
-                forking = False
+            with _frozen_heap(forking):
+                self._start(ctx, processes, job, data, threads, cpus, forking)
             self.assignment = {w: w % processes for w in range(self.n_workers)}
             self._wait_ready()
         except BaseException:
-            if forking:
-                gc.unfreeze()
             self.close()
             raise
+
+    def _start(self, ctx: Any, processes: int, job: JobSpec, data: Dataset | None, threads: int,
+               cpus: tuple[int, ...] | None, forking: bool) -> None:
+        """Start the `processes` worker processes from `ctx`, each with its two pipes; a forked one is also
+        given the server's ends of the pipes started before it, to close (`_serve`)."""
+        job_json = job.model_dump(mode="json")
+        for rank in range(processes):
+            task_out, task_in = ctx.Pipe(duplex=False)  # (receive end, send end)
+            answer_out, answer_in = ctx.Pipe(duplex=False)
+            proc = ctx.Process(target=_serve, daemon=True, name=f"autosync-worker-{rank}",
+                               args=(job_json, data, self.params, self.grads,
+                                     self.cancelled, task_out,
+                                     answer_in, threads, str(self.device),
+                                     cpus[rank % len(cpus)] if cpus else None,
+                                     [*self.inboxes, *self.outboxes, task_in, answer_out] if forking else ()))
+            proc.start()
+            task_out.close()
+            answer_in.close()  # only the child holds it now: its death ends the pipe
+            self.procs.append(proc)
+            self.inboxes.append(task_in)
+            self.outboxes.append(answer_out)
+            self.rank_of[answer_out] = rank
+            self._rank_of_fd[answer_out.fileno()] = rank
+            self._answers.register(answer_out.fileno(), select.POLLIN)
+            self.alive.append(rank)
 
     @property
     def pids(self) -> list[int]:
