@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from autosync.catalog import label_of
+
 from _report import Figures
 
 AUTOSYNC = str(Path(sys.executable).parent / "autosync")  # the console script installed beside this interpreter
@@ -48,13 +50,7 @@ def one_tune(n_jobs: int) -> dict:
     cache = json.loads(proc.stdout)["cache"]
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return {"wall": wall, "cpu": cpu, "cost": cache["search_cost_bsp_trainings"],
-            "answer": short(cache["best_policy"]), "value": cache["best_value"]}
-
-
-def short(policy: dict) -> str:
-    """A policy as `autosync tune` names it, its parameters sorted: compared across runs and printed."""
-    params = ",".join(f"{k}={v}" for k, v in sorted(policy["params"].items()))
-    return f"{policy['policy']}({params})"
+            "answer": label_of(cache["best_policy"]), "value": cache["best_value"]}
 
 
 def main() -> None:
