@@ -16,7 +16,15 @@ and the race runs:
    at `margin` times the leader's time on that seed.
 4. **Final metric**: BSP's runs to the end of the budget on both seeds (the rule's reference), and the
    `finalists` fastest by mean, in order, each continued to the end of the budget on both seeds: the first
-   that keeps BSP's final metric by the paired test (`keeps_paired`) is the answer; BSP if none does.
+   that keeps BSP's final metric by the paired test (`keeps_paired`) is the answer.
+5. **Towards BSP**, only where every finalist broke the rule: a bisection on static k with BSP's learning
+   rate (backup workers, `lr_rule` fixed) between waiting for none of the n workers and waiting for all of
+   them (BSP), each k tried run to the end of the budget on both seeds, for the fewest workers that keep
+   BSP's final metric (`_towards_bsp`). It rests on the premise of Sync-Switch's binary search for its
+   switch point (sec. IV-A): the closer a run is to BSP, here the more workers an update waits for at the
+   same learning rate, the closer its final metric is to BSP's, so the k that keep it are the upper end of
+   1..n. That k is the answer where it reached the target faster than BSP over both seeds; BSP otherwise.
+   The bisection has no constant to fit: at most ceil(log2 n) k tried, two runs each.
    (Running rounds 1-3 again without a finalist that failed, so that what it stopped runs again past it,
    was tried on the table: leave-one-family-out on the 16 committed jobs it answered a median 1.09 of the
    grid's choice against 1.00 here, for a median 5.28 BSP trainings against 4.89. A fitted fallback was
@@ -35,8 +43,8 @@ stopping rule. BSP's two runs to the end of the budget come first (the **referen
 budget and the final metric's reference, which the last round needs anyway); then each of rounds 1-3 (each
 seed of the local step on its own) starts only while the cost so far is under the budget. Once it is spent
 the race goes straight to round 4, its candidates ranked on the seeds they all ran (on the first seed alone
-where the second never ran; a candidate never run is out). Round 4 always runs, since it keeps the answer
-safe, so the cost can pass the budget by that round; a round is never cut in the middle (its runs are asked
+where the second never ran; a candidate never run is out). Round 4 (and round 5, where it fails) always
+runs, since it keeps the answer safe, so the cost can pass the budget by those rounds; a round is never cut in the middle (its runs are asked
 for together, and one with a run of it done is finished whatever the cost), and the answer lists the rounds
 the budget skipped (`Answer.cut_short`).
 
@@ -69,7 +77,7 @@ __all__ = ["Answer", "REFERENCE", "RaceSettings", "Run", "Runs", "SEARCH_SEEDS",
 
 SEARCH_SEEDS = 2  # seeds a race compares on (the table's search seeds: `autosync.table.build.SEARCH_SEEDS`)
 HALVING = 2  # successive halving's eta: the faster 1/eta of a round's survivors go on (Jamieson & Talwalkar)
-ROUNDS = ("portfolio", "second seed", "local step", "final metric")
+ROUNDS = ("portfolio", "second seed", "local step", "final metric", "towards BSP")
 EXPLORATION = ROUNDS[:3]  # the rounds a budget can skip (the final metric always runs)
 REFERENCE = "reference"  # with a budget, the first round: BSP's two runs to the end of the budget
 
@@ -144,6 +152,7 @@ class Answer:
     ranked: list[tuple[str, float]]
     checked: list[str]  # the finalists whose final metric was checked, in order
     cut_short: list[str] = field(default_factory=list)  # the rounds the budget skipped (empty: none)
+    towards_bsp: list[str] = field(default_factory=list)  # the static k round 5 tried, in order (empty: none)
 
 
 def point_key(policy: dict[str, Any]) -> str:
@@ -183,7 +192,8 @@ def keeps_paired(finals: list[float | None], bsp: list[float | None], tolerance:
 
 def plan(settings: RaceSettings, points: dict[str, dict[str, Any]], times: dict[tuple[str, int], float],
          stopped: dict[tuple[str, int], float], finals: dict[tuple[str, int], float | None], tolerance: float,
-         accuracy: bool, *, budget: float | None = None, spent: float | None = None) -> Runs | Answer:
+         accuracy: bool, *, budget: float | None = None, spent: float | None = None,
+         full_times: dict[tuple[str, int], float] | None = None) -> Runs | Answer:
     """The race's next runs given those done (see the module's docstring), or its answer.
 
     `points`: the job's labelled lattice points; `times[(label, seed)]`: a run to the target's penalised
@@ -191,8 +201,9 @@ def plan(settings: RaceSettings, points: dict[str, dict[str, Any]], times: dict[
     skipped is not taken for run where a finalist's runs for its final metric fill it);
     `stopped[(label, seed)]`: the horizon a run of it was stopped at, short of the target (out of the race
     on that seed); `finals[(label, seed)]`: a run to the end of the budget's final metric (None: diverged). `budget`: the cost cap in BSP trainings (None: every round runs); `spent`: the cost so far in
-    BSP trainings, needed once BSP's two runs to the end of the budget are done (None before). Given the same
-    runs and cost, the same next runs or answer whatever order the runs finished in."""
+    BSP trainings, needed once BSP's two runs to the end of the budget are done (None before); `full_times`:
+    the time to the target of round 5's runs to the end of the budget (`_towards_bsp`). Given the same runs and
+    cost, the same next runs or answer whatever order the runs finished in."""
     members = _distinct([m for m in settings.portfolio if m in points], points)
     if not members:
         raise UserError(f"none of the race's portfolio labels {list(settings.portfolio)} names a point of this "
@@ -220,7 +231,7 @@ def plan(settings: RaceSettings, points: dict[str, dict[str, Any]], times: dict[
         return Runs(ROUNDS[1], missing)
     if gate.cut_short:
         return _final(settings, points, times, finals, tolerance, accuracy, _ranked(alive, times, stopped),
-                      gate.cut_short)
+                      gate.cut_short, full_times or {})
     gate.ask(alive, [1])
     leader = min(alive, key=lambda m: (_mean(times, m), alive.index(m)))
     taken = {point_key(points[m]) for m in alive}
@@ -231,16 +242,19 @@ def plan(settings: RaceSettings, points: dict[str, dict[str, Any]], times: dict[
             return Runs(ROUNDS[2], missing)
         if gate.cut_short:  # with the local step's candidates where they ran its first seed
             return _final(settings, points, times, finals, tolerance, accuracy,
-                          _ranked(alive + steps if seed else alive, times, stopped), gate.cut_short)
+                          _ranked(alive + steps if seed else alive, times, stopped), gate.cut_short, full_times or {})
         gate.ask(steps, [seed])
         steps = [n for n in steps if (n, seed) in times]
-    return _final(settings, points, times, finals, tolerance, accuracy, _ranked(alive + steps, times, stopped), [])
+    return _final(settings, points, times, finals, tolerance, accuracy, _ranked(alive + steps, times, stopped), [],
+                  full_times or {})
 
 
 def _final(settings: RaceSettings, points: dict[str, dict[str, Any]], times: dict[tuple[str, int], float],
            finals: dict[tuple[str, int], float | None], tolerance: float, accuracy: bool,
-           ranked: list[tuple[str, float]], cut_short: list[str]) -> Runs | Answer:
-    """The final-metric round on `ranked`'s first `finalists`, in order: the runs it lacks, or the answer."""
+           ranked: list[tuple[str, float]], cut_short: list[str],
+           full_times: dict[tuple[str, int], float]) -> Runs | Answer:
+    """The final-metric round on `ranked`'s first `finalists`, in order: the runs it lacks, or the answer
+    (round 5's, `_towards_bsp`, where every finalist broke the rule)."""
     checked: list[str] = []
     for label, time in ranked[: settings.finalists]:
         if point_key(points[label]) == point_key(BSP_POLICY):
@@ -253,7 +267,38 @@ def _final(settings: RaceSettings, points: dict[str, dict[str, Any]], times: dic
         if keeps_paired([finals[(label, s)] for s in range(SEARCH_SEEDS)],
                         [finals[(BSP_LABEL, s)] for s in range(SEARCH_SEEDS)], tolerance, accuracy):
             return Answer(label, time, ranked, checked, cut_short)
-    return Answer(BSP_LABEL, _mean(times, BSP_LABEL), ranked, checked, cut_short)
+    return _towards_bsp(points, times, finals, full_times, tolerance, accuracy, ranked, checked, cut_short)
+
+
+def _towards_bsp(points: dict[str, dict[str, Any]], times: dict[tuple[str, int], float],
+            finals: dict[tuple[str, int], float | None], full_times: dict[tuple[str, int], float], tolerance: float,
+            accuracy: bool, ranked: list[tuple[str, float]], checked: list[str], cut_short: list[str]) -> Runs | Answer:
+    """Round 5 (see the module's docstring): the bisection's next static k's runs to the end of the budget on
+    both seeds, or the answer, the fewest workers keeping BSP's final metric where that k is faster than BSP
+    over both seeds (`full_times`), else BSP."""
+    fixed = [label for label, p in sorted(points.items())
+             if p["policy"] == "backup" and p["params"].get("lr_rule") == "fixed"]
+    static_ks = sorted(_distinct(fixed, points), key=lambda label: points[label]["params"]["k"])
+    below, keeps = -1, len(static_ks)  # indices: -1 waits for no worker (breaks the rule), len(static_ks) is BSP
+    tried: list[str] = []
+    bsp = [finals[(BSP_LABEL, s)] for s in range(SEARCH_SEEDS)]
+    while keeps - below > 1:
+        middle = (below + keeps) // 2
+        label = static_ks[middle]
+        missing = [Run(label, s, ROUNDS[4], full=True) for s in range(SEARCH_SEEDS) if (label, s) not in finals]
+        if missing:
+            return Runs(ROUNDS[4], missing)
+        tried.append(label)
+        if keeps_paired([finals[(label, s)] for s in range(SEARCH_SEEDS)], bsp, tolerance, accuracy):
+            keeps = middle
+        else:
+            below = middle
+    bsp_time = _mean(times, BSP_LABEL)
+    if keeps < len(static_ks):
+        time = statistics.fmean(full_times.get((static_ks[keeps], s), math.inf) for s in range(SEARCH_SEEDS))
+        if time < bsp_time:
+            return Answer(static_ks[keeps], time, ranked, checked, cut_short, tried)
+    return Answer(BSP_LABEL, bsp_time, ranked, checked, cut_short, tried)
 
 
 class _Gate:

@@ -23,6 +23,15 @@ this script at commit 507b582, and `--rescore` scores them again by today's rule
 
 `bench_race.py` reads it.
 
+`--against FILE` adds the paired comparison with another run's results (a variant's ablation: the same jobs,
+scored by today's rules): per job, the mean over sampler seeds of the log of the answer's ratio to the grid's
+choice and of the cost, this run's minus FILE's, averaged over jobs with a 90% bootstrap interval, and the
+jobs whose answer changed. The race without its round towards BSP (`autosync.race`, round 5) is
+benchmarks/lofo_race_without_towards_bsp.{md,jsonl} (this script's run at commit a84f688, before it):
+
+    python benchmarks/bench_lofo.py --families ... --count 2 --sampler-seeds 3 \
+        --against benchmarks/lofo_race_without_towards_bsp.jsonl
+
 `--timed` replays every job again, into a temporary file (`--results` and `--out` are left as they are), and
 reports the whole replay's wall time (the folds' fits and every tune; the search issue's goal: at most 10
 minutes on 2 cores once the table exists) and whether its answers and costs are those `--results` recorded.
@@ -32,6 +41,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -114,6 +125,41 @@ def report(results: list[lofo.JobResult], families: list[str], command: str, tit
     return "\n".join(lines) + "\n"
 
 
+def paired(results: list[lofo.JobResult], baseline: dict[str, lofo.JobResult], specs: dict, table: Table,
+           name: str) -> str:
+    """The report's section comparing `results` with `baseline`'s answers on the same jobs (`specs`: each job by
+    name), scored by today's rules (see `--against`)."""
+    pairs = [(r, lofo.score_again(table, baseline[r.job], specs[r.job], lattice_points))
+             for r in results if r.job in baseline]
+    if not pairs:
+        raise SystemExit(f"--against {name}: it records none of these jobs")
+
+    def mean_log(r: lofo.JobResult) -> float:
+        return statistics.fmean(math.log(x) for x in r.ratios())
+
+    def mean_cost(r: lofo.JobResult) -> float:
+        return statistics.fmean(a["cost"] for a in r.answers)
+
+    answer = [mean_log(new) - mean_log(old) for new, old in pairs]
+    cost = [mean_cost(new) - mean_cost(old) for new, old in pairs]
+    low, high = lofo.bootstrap(answer, statistics.fmean)
+    cost_low, cost_high = lofo.bootstrap(cost, statistics.fmean)
+    lines = ["", f"## Against {name}", "",
+             f"Over its {len(pairs)} jobs, the mean over jobs of this run's log ratio to the grid's choice minus "
+             f"{name}'s: {statistics.fmean(answer):+.3f} [{low:+.3f}, {high:+.3f}] (negative: faster answers); "
+             f"of the cost: {statistics.fmean(cost):+.2f} [{cost_low:+.2f}, {cost_high:+.2f}] BSP trainings "
+             "(90% bootstrap intervals over jobs, 1000 draws, seed 0). The jobs whose answer changed:", "",
+             "| job | answers here | there | over grid's choice here | there | cost here | there |",
+             "|---|---|---|---|---|---|---|"]
+    for new, old in pairs:
+        if [a["policy"] for a in new.answers] != [a["policy"] for a in old.answers]:
+            lines.append(f"| {new.job} | {answered([a['policy'] for a in new.answers])} | "
+                         f"{answered([a['policy'] for a in old.answers])} | {listed(new.ratios())} | "
+                         f"{listed(old.ratios())} | {listed(a['cost'] for a in new.answers)} | "
+                         f"{listed(a['cost'] for a in old.answers)} |")
+    return "\n".join(lines) + "\n"
+
+
 def replayed_tune(job, table_dir: Path, sampler_seed: int, **options) -> lofo.Answered:
     """`autosync tune --table table_dir --seed sampler_seed` on `job`, in a storage of its own, as in a process
     of its own (nothing kept from the tune before: `autosync.engine.forks`, `autosync.table.KEPT`)."""
@@ -159,6 +205,8 @@ def main() -> None:
     parser.add_argument("--rescore", action="store_true",
                         help="only score the answers recorded in --results again, by today's rules, and replay "
                              "nothing (the baseline: --results benchmarks/lofo_baseline.jsonl)")
+    parser.add_argument("--against", default=None,
+                        help="another run's --results: add the paired comparison with it (see the docstring)")
     parser.add_argument("--timed", action="store_true",
                         help="replay every job again into a temporary file, and time it (see the docstring)")
     args = parser.parse_args()
@@ -169,8 +217,10 @@ def main() -> None:
     done = load_results(results_path)
     results = []
     folds: dict[str, Path] = {}
+    specs = {}
     for family in args.families:
         for job in jobs_of(family, args.count):
+            specs[job.name] = job
             if job.name in done:  # its answers as recorded, scored by today's rules
                 results.append(lofo.score_again(Table(table_dir), done[job.name], job, lattice_points))
                 continue
@@ -193,12 +243,15 @@ def main() -> None:
     command = (f"python benchmarks/bench_lofo.py --families {' '.join(args.families)} --count {args.count} "
                f"--sampler-seeds {args.sampler_seeds}"
                + (f" --results {args.results} --out {args.out} --rescore" if args.rescore else
-                  f" --sampler {args.sampler}"))
+                  f" --sampler {args.sampler}") + (f" --against {args.against}" if args.against else ""))
     title = ("the answers recorded in " + args.results + ", scored by today's rules" if args.rescore
              else "the race, fitted on the other families")
     note = (f"*The answers and their costs are as {args.results} recorded them, by the search whose run wrote it; "
             "this command scores them again and replays nothing.*" if args.rescore else "")
-    Path(args.out).write_text(report(results, args.families, command, title, note))
+    text = report(results, args.families, command, title, note)
+    if args.against:
+        text += paired(results, load_results(Path(args.against)), specs, Table(table_dir), args.against)
+    Path(args.out).write_text(text)
     s = lofo.summary(results)
     print(json.dumps(s, indent=1))
     figures = Figures("bench_lofo")

@@ -53,11 +53,13 @@ def race(table: Table, job: JobTimes, settings: RaceSettings, tolerance: float =
     times: dict[tuple[str, int], float] = {}
     stopped: dict[tuple[str, int], float] = {}
     finals: dict[tuple[str, int], float | None] = {}
+    full_times: dict[tuple[str, int], float] = {}
     trained: dict[tuple[str, int], float] = {}
     seconds = 0.0
     accuracy = job.spec.target.metric == "test_accuracy"
     while not isinstance(step := plan(settings, job.policies, times, stopped, finals, tolerance, accuracy,
-                                      budget=budget, spent=_spent(seconds, job, finals)), Answer):
+                                      budget=budget, spent=_spent(seconds, job, finals), full_times=full_times),
+                         Answer):
         for run in step.runs:
             key, time = (run.label, run.seed), job.search[run.label][run.seed]
             if run.full:
@@ -66,6 +68,8 @@ def race(table: Table, job: JobTimes, settings: RaceSettings, tolerance: float =
                 seconds += max(0.0, whole - trained.get(key, 0.0))
                 if run.label == BSP_LABEL:  # as `race.plan` reads times (and `race_trials.observed` gives them)
                     times.setdefault(key, time)
+                else:
+                    full_times.setdefault(key, time)
                 continue
             limit = horizon(run, settings.margin, times)
             trained[key] = min(time, limit, end)  # a run again past a horizon starts over
@@ -77,7 +81,8 @@ def race(table: Table, job: JobTimes, settings: RaceSettings, tolerance: float =
     answer = step.label
     keeps = lofo.answer_keeps(table, job.spec, job.policies[answer], held_out_seeds(job.spec))
     return {"answer": answer, "ratio": job.held_out[answer] / job.grid_choice_time, "keeps": keeps,
-            "cost": seconds / job.bsp_training, "checked": step.checked, "cut_short": step.cut_short}
+            "cost": seconds / job.bsp_training, "checked": step.checked, "cut_short": step.cut_short,
+            "towards_bsp": step.towards_bsp}
 
 
 def _spent(seconds: float, job: JobTimes, finals: dict[tuple[str, int], float | None]) -> float | None:

@@ -278,10 +278,14 @@ def race_report(race: dict[str, Any], spec: Any) -> list[Printed]:
     out: list[Printed] = [Line(fitted("the race: each candidate compared with the others on the seeds they all ran "
                                       "(a seed is new to a candidate the first time it runs there; stopped: past "
                                       "the round's margin of its fastest)", columns, rows))]
-    checked = race.get("checked") or []
+    checked, tried = race.get("checked") or [], race.get("towards_bsp") or []
     verdict = ("the fastest candidate is BSP: nothing to check" if not checked else
-               "none kept it, so the answer is BSP" if race["answer"] not in checked else
-               f"{'the fastest' if race['answer'] == checked[0] else 'the next'} finalist kept it")
+               f"{'the fastest' if race['answer'] == checked[0] else 'the next'} finalist kept it"
+               if race["answer"] in checked else
+               f"none kept it; static k at BSP's learning rate, bisected towards BSP ({len(tried)} tried): "
+               + ("the fewest workers that kept it are the answer" if race["answer"] in tried
+                  else "none that kept it was faster than BSP, so the answer is BSP")
+               if tried else "none kept it, so the answer is BSP")
     if cut := race.get("cut_short"):
         out.append(Line(f"the budget of {race['budget']:g} BSP trainings was spent before the race's "
                         f"{' and '.join(cut)}: it skipped {'them' if len(cut) > 1 else 'it'} and went to the "

@@ -106,11 +106,13 @@ class RaceObjective:
 class Observed:
     """The race's runs done so far, as `race.plan` reads them, by (label, seed): times to the target (of the
     runs to it, and of BSP's runs to the end of the budget), the longest horizon a run was stopped at short of
-    it, and final metrics at the end of the budget."""
+    it, final metrics at the end of the budget, and the times to the target of the other runs to the end of
+    the budget (`full_times`, which only round 5, towards BSP, reads)."""
 
     times: dict[tuple[str, int], float] = field(default_factory=dict)
     stopped: dict[tuple[str, int], float] = field(default_factory=dict)
     finals: dict[tuple[str, int], float | None] = field(default_factory=dict)
+    full_times: dict[tuple[str, int], float] = field(default_factory=dict)
 
 
 def observed(study: "optuna.Study", before: int | None = None) -> Observed:
@@ -129,6 +131,8 @@ def observed(study: "optuna.Study", before: int | None = None) -> Observed:
             seen.finals.setdefault(key, t.user_attrs.get(RACE_FINAL))
         if value is not None and (not run.full or run.label == BSP_LABEL):  # as `race.plan` reads times
             seen.times.setdefault(key, value)
+        elif value is not None:
+            seen.full_times.setdefault(key, value)
         elif not run.full:
             seen.stopped[key] = max(seen.stopped.get(key, 0.0), t.user_attrs.get(RACE_HORIZON) or 0.0)
     return seen
@@ -169,7 +173,8 @@ def race_search(study: "optuna.Study", request: "TuneRequest",
             seen = observed(study)
             step = plan(settings, objective.points, seen.times, seen.stopped, seen.finals, settings_.tolerance,
                         accuracy, budget=request.budget,
-                        spent=spent(study, job, seen) if request.budget is not None else None)
+                        spent=spent(study, job, seen) if request.budget is not None else None,
+                        full_times=seen.full_times)
             if isinstance(step, Answer):
                 break
             with storage_lock(request.storage, study.study_name):
@@ -217,7 +222,7 @@ def race_answer(study: "optuna.Study", answer: Answer, job_seed: int, budget: fl
             "trial": min(t.number for t in own),
             "race": {"rounds": rounds(trials, job_seed), "ranked": [[label, t] for label, t in answer.ranked],
                      "checked": answer.checked, "answer": answer.label, "budget": budget,
-                     "cut_short": answer.cut_short}}
+                     "cut_short": answer.cut_short, "towards_bsp": answer.towards_bsp}}
 
 
 def race_top(record: dict[str, Any], count: int = 5) -> list[dict[str, Any]]:

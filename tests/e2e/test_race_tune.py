@@ -5,6 +5,7 @@ pins the shipped settings to what the fit gives on the committed table."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import optuna
@@ -143,3 +144,27 @@ def test_fit_check_exits_1_where_the_file_holds_other_settings(tmp_path):
                     str(REPO / "results" / "table"), "--check", "--out", str(stale), cwd=tmp_path)
     no_traceback(proc)
     assert proc.returncode == 1 and "does not hold what" in proc.stderr
+
+
+def test_where_every_finalist_breaks_the_rule_the_replayed_race_bisects_static_k_towards_bsp_and_says_so(tmp_path):
+    """Fleet's first job on the committed table: the race's one finalist breaks the final-metric rule, and the
+    round towards BSP (static k at BSP's learning rate, bisected: 4 keeps it, 2 and 3 do not) answers 4 of the 9
+    workers; every run is read from the table (a copy: nothing is trained into it)."""
+    from autosync.api import tune
+    from autosync.core.family import load_family
+    from autosync.reporting.console import race_report
+
+    table = tmp_path / "table"
+    shutil.copytree(REPO / "results" / "table", table)
+    job = load_family(BASELINE_DIR / "family_fleet.yaml").jobs(1)[0]
+    FORKS.clear()
+    KEPT.clear()
+    race = tune(job, table=str(table), storage=f"sqlite:///{tmp_path}/s.db").cache["race"]
+    assert race["answer"] == "backup:k=0.5n,lr_rule=fixed" and len(race["checked"]) == 1
+    assert race["towards_bsp"] == ["backup:k=0.5n,lr_rule=fixed", "backup:k=0.25n,lr_rule=fixed",
+                              "backup:k=0.375n,lr_rule=fixed"]  # k = 4 keeps it, then 2 and 3 do not
+    tried = [run for r in race["rounds"] if r["round"] == "towards BSP" for run in r["runs"]]
+    assert len(tried) == 6 and all("final" in run for run in tried)  # each k on both seeds, to the end
+    assert not list(table.glob("*.jsonl"))  # nothing trained: every run was in the table
+    verdict = race_report(race, job)[-1].what
+    assert "bisected towards BSP (3 tried)" in verdict and "the fewest workers that kept it are the answer" in verdict

@@ -26,26 +26,28 @@ LENGTH = 100.0  # one run to the end of the budget, in the runs' virtual seconds
 
 def run_all(times: dict, finals: dict, truth: dict, true_finals: dict, settings: RaceSettings = SETTINGS,
             order=lambda runs: runs, stopped: dict | None = None,
-            budget: float | None = None) -> tuple[Answer, list[Runs]]:
+            budget: float | None = None, points: dict | None = None) -> tuple[Answer, list[Runs]]:
     """Plays the race with `truth[(label, seed)]` as each run's time (stopped at its horizon) and
     `true_finals` as its final metric; `order` reorders each round's runs (another process finishing first).
     With a `budget`, each run pays what it trained (a run to the target up to its horizon, a run to the end
     of the budget the rest of `LENGTH`), and the race is told its cost in BSP trainings."""
-    steps, stopped, trained = [], {} if stopped is None else stopped, {}
+    steps, stopped, trained, full_times = [], {} if stopped is None else stopped, {}, {}
 
     def spent():
         done = all(("bsp", s) in finals for s in range(2))
         return sum(trained.values()) / LENGTH if done else None
 
-    while not isinstance(step := plan(settings, POINTS, times, stopped, finals, 0.01, accuracy=True, budget=budget,
-                                      spent=spent()), Answer):
+    while not isinstance(step := plan(settings, points or POINTS, times, stopped, finals, 0.01, accuracy=True,
+                                      budget=budget, spent=spent(), full_times=full_times), Answer):
         steps.append(step)
         for run in order(step.runs):
             key = (run.label, run.seed)
             if run.full:
                 finals[key] = true_finals[key]
-                if run.label == "bsp":  # BSP's gives its time; another's is for its final metric only
+                if run.label == "bsp":  # BSP's gives its time; another's is for its final metric and round 5
                     times.setdefault(key, truth[key])
+                else:
+                    full_times.setdefault(key, truth[key])
                 trained[key, "full"] = LENGTH - trained.get(key, 0.0)
             else:
                 limit = horizon(run, settings.margin, times)
@@ -95,6 +97,39 @@ def test_bsp_answers_when_no_finalist_keeps_the_rule():
     answer, steps = run_all({}, {}, TRUTH, finals)
     assert answer.label == "bsp" and answer.checked == ["k3", "k4"]  # two finalists at most
     assert answer.time == 61.0  # BSP's mean over its reference runs
+
+
+STATIC_KS = {f"f{k}": backup(k, "fixed") for k in range(1, 8)}  # static k at BSP's learning rate, n = 8
+TOWARDS_BSP_POINTS = {"bsp": BSP, "d": POINTS["d"], **STATIC_KS}
+
+
+def towards_bsp_race(keeps_from: int, k_time: float) -> tuple[Answer, list[Runs]]:
+    """A race of d alone, which breaks the rule, on 8 workers whose static k keep it from `keeps_from` workers up,
+    each reaching the target in `k_time` + k s (BSP: 60 and 62)."""
+    truth = {("d", 0): 10.0, ("d", 1): 12.0, ("bsp", 0): 60.0, ("bsp", 1): 62.0}
+    finals = {("bsp", 0): 0.95, ("bsp", 1): 0.96, ("d", 0): 0.80, ("d", 1): 0.82}
+    for label, point in STATIC_KS.items():
+        k = point["params"]["k"]
+        truth.update({(label, s): k_time + k for s in range(2)})
+        finals.update({(label, s): 0.95 if k >= keeps_from else 0.90 for s in range(2)})
+    return run_all({}, {}, truth, finals, RaceSettings(("d", "bsp"), margin=1.5, finalists=2), points=TOWARDS_BSP_POINTS)
+
+
+def test_where_every_finalist_breaks_the_rule_static_k_is_bisected_towards_bsp_for_the_fewest_workers_keeping_it():
+    answer, steps = towards_bsp_race(keeps_from=5, k_time=20.0)
+    bisection = [s for s in steps if s.round == "towards BSP"]
+    assert [[(r.label, r.seed, r.full) for r in s.runs] for s in bisection] == [
+        [(label, 0, True), (label, 1, True)] for label in ("f4", "f6", "f5")]  # 4 breaks, 6 keeps, 5 keeps
+    assert (answer.label, answer.time, answer.checked, answer.towards_bsp) == ("f5", 25.0, ["d"], ["f4", "f6", "f5"])
+
+
+def test_bsp_answers_where_the_fewest_workers_keeping_the_rule_are_no_faster_or_no_static_k_keeps_it():
+    slow, _ = towards_bsp_race(keeps_from=5, k_time=60.0)  # k = 5 reaches the target in 65 s: slower than BSP's 61
+    assert (slow.label, slow.time, slow.towards_bsp) == ("bsp", 61.0, ["f4", "f6", "f5"])
+    none, _ = towards_bsp_race(keeps_from=8, k_time=20.0)  # no static k keeps it
+    assert (none.label, none.towards_bsp) == ("bsp", ["f4", "f6", "f7"])
+    no_static_k, _ = run_all({}, {}, TRUTH, {**FINALS, ("k4", 0): 0.90, ("k4", 1): 0.90})  # no static k at BSP's rate
+    assert (no_static_k.label, no_static_k.towards_bsp) == ("bsp", [])
 
 
 def test_without_a_budget_the_race_runs_every_round_and_is_not_cut_short():
