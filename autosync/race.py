@@ -44,9 +44,9 @@ budget and the final metric's reference, which the last round needs anyway); the
 seed of the local step on its own) starts only while the cost so far is under the budget. Once it is spent
 the race goes straight to round 4, its candidates ranked on the seeds they all ran (on the first seed alone
 where the second never ran; a candidate never run is out). Round 4 (and round 5, where it fails) always
-runs, since it keeps the answer safe, so the cost can pass the budget by those rounds; a round is never cut in the middle (its runs are asked
-for together, and one with a run of it done is finished whatever the cost), and the answer lists the rounds
-the budget skipped (`Answer.cut_short`).
+runs, since it keeps the answer safe, so the cost can pass the budget by those rounds; a round is never cut
+in the middle (its runs are asked for together, and one with a run of it done is finished whatever the
+cost), and the answer lists the rounds the budget skipped (`Answer.cut_short`).
 
 `plan` is the procedure as a function of the runs done so far: it returns the next runs, or the answer.
 Whoever runs them (the tune's study, `autosync.search.race_trials`; the table, `autosync.experiments.race_fit`)
@@ -204,6 +204,7 @@ def plan(settings: RaceSettings, points: dict[str, dict[str, Any]], times: dict[
     BSP trainings, needed once BSP's two runs to the end of the budget are done (None before); `full_times`:
     the time to the target of round 5's runs to the end of the budget (`_towards_bsp`). Given the same runs and
     cost, the same next runs or answer whatever order the runs finished in."""
+    full_times = full_times or {}
     members = _distinct([m for m in settings.portfolio if m in points], points)
     if not members:
         raise UserError(f"none of the race's portfolio labels {list(settings.portfolio)} names a point of this "
@@ -231,7 +232,7 @@ def plan(settings: RaceSettings, points: dict[str, dict[str, Any]], times: dict[
         return Runs(ROUNDS[1], missing)
     if gate.cut_short:
         return _final(settings, points, times, finals, tolerance, accuracy, _ranked(alive, times, stopped),
-                      gate.cut_short, full_times or {})
+                      gate.cut_short, full_times)
     gate.ask(alive, [1])
     leader = min(alive, key=lambda m: (_mean(times, m), alive.index(m)))
     taken = {point_key(points[m]) for m in alive}
@@ -242,11 +243,11 @@ def plan(settings: RaceSettings, points: dict[str, dict[str, Any]], times: dict[
             return Runs(ROUNDS[2], missing)
         if gate.cut_short:  # with the local step's candidates where they ran its first seed
             return _final(settings, points, times, finals, tolerance, accuracy,
-                          _ranked(alive + steps if seed else alive, times, stopped), gate.cut_short, full_times or {})
+                          _ranked(alive + steps if seed else alive, times, stopped), gate.cut_short, full_times)
         gate.ask(steps, [seed])
         steps = [n for n in steps if (n, seed) in times]
     return _final(settings, points, times, finals, tolerance, accuracy, _ranked(alive + steps, times, stopped), [],
-                  full_times or {})
+                  full_times)
 
 
 def _final(settings: RaceSettings, points: dict[str, dict[str, Any]], times: dict[tuple[str, int], float],
@@ -271,8 +272,9 @@ def _final(settings: RaceSettings, points: dict[str, dict[str, Any]], times: dic
 
 
 def _towards_bsp(points: dict[str, dict[str, Any]], times: dict[tuple[str, int], float],
-            finals: dict[tuple[str, int], float | None], full_times: dict[tuple[str, int], float], tolerance: float,
-            accuracy: bool, ranked: list[tuple[str, float]], checked: list[str], cut_short: list[str]) -> Runs | Answer:
+                 finals: dict[tuple[str, int], float | None], full_times: dict[tuple[str, int], float],
+                 tolerance: float, accuracy: bool, ranked: list[tuple[str, float]], checked: list[str],
+                 cut_short: list[str]) -> Runs | Answer:
     """Round 5 (see the module's docstring): the bisection's next static k's runs to the end of the budget on
     both seeds, or the answer, the fewest workers keeping BSP's final metric where that k is faster than BSP
     over both seeds (`full_times`), else BSP."""

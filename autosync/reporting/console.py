@@ -265,6 +265,20 @@ def tune_report(outcome: Any, spec: Any) -> list[Printed]:
     return out
 
 
+def _race_verdict(answer: str, checked: list[str], tried: list[str]) -> str:
+    """Why the race answers `answer`: a finalist kept BSP's final metric (`checked`, in order), or none did
+    and its round towards BSP (`tried`: the static k bisected, in order; empty: it did not run) decided."""
+    if not checked:
+        return "the fastest candidate is BSP: nothing to check"
+    if answer in checked:
+        return f"{'the fastest' if answer == checked[0] else 'the next'} finalist kept it"
+    if not tried:
+        return "none kept it, so the answer is BSP"
+    why = ("the fewest workers that kept it are the answer" if answer in tried
+           else "none that kept it was faster than BSP, so the answer is BSP")
+    return f"none kept it; static k at BSP's learning rate, bisected towards BSP ({len(tried)} tried): {why}"
+
+
 def race_report(race: dict[str, Any], spec: Any) -> list[Printed]:
     """The race's runs (`autosync.search.race_trials.rounds`): by round, the seed each ran on and whether that
     seed was new to the candidate, its time to the target or where it was stopped, and the finalists' final
@@ -278,14 +292,8 @@ def race_report(race: dict[str, Any], spec: Any) -> list[Printed]:
     out: list[Printed] = [Line(fitted("the race: each candidate compared with the others on the seeds they all ran "
                                       "(a seed is new to a candidate the first time it runs there; stopped: past "
                                       "the round's margin of its fastest)", columns, rows))]
-    checked, tried = race.get("checked") or [], race.get("towards_bsp") or []
-    verdict = ("the fastest candidate is BSP: nothing to check" if not checked else
-               f"{'the fastest' if race['answer'] == checked[0] else 'the next'} finalist kept it"
-               if race["answer"] in checked else
-               f"none kept it; static k at BSP's learning rate, bisected towards BSP ({len(tried)} tried): "
-               + ("the fewest workers that kept it are the answer" if race["answer"] in tried
-                  else "none that kept it was faster than BSP, so the answer is BSP")
-               if tried else "none kept it, so the answer is BSP")
+    checked = race.get("checked") or []
+    verdict = _race_verdict(race["answer"], checked, race.get("towards_bsp") or [])
     if cut := race.get("cut_short"):
         out.append(Line(f"the budget of {race['budget']:g} BSP trainings was spent before the race's "
                         f"{' and '.join(cut)}: it skipped {'them' if len(cut) > 1 else 'it'} and went to the "

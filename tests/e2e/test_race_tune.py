@@ -11,9 +11,12 @@ from pathlib import Path
 import optuna
 import pytest
 
+from autosync.api import tune
+from autosync.core.family import load_family
 from autosync.data import BASELINE_DIR, RACE_SETTINGS
 from autosync.engine.forks import FORKS
 from autosync.experiments.race_fit import MARGINS
+from autosync.reporting.console import race_report
 from autosync.table import KEPT
 from tests.conftest import TINY_JOB, autosync, no_traceback
 
@@ -150,10 +153,6 @@ def test_where_every_finalist_breaks_the_rule_the_replayed_race_bisects_static_k
     """Fleet's first job on the committed table: the race's one finalist breaks the final-metric rule, and the
     round towards BSP (static k at BSP's learning rate, bisected: 4 keeps it, 2 and 3 do not) answers 4 of the 9
     workers; every run is read from the table (a copy: nothing is trained into it)."""
-    from autosync.api import tune
-    from autosync.core.family import load_family
-    from autosync.reporting.console import race_report
-
     table = tmp_path / "table"
     shutil.copytree(REPO / "results" / "table", table)
     job = load_family(BASELINE_DIR / "family_fleet.yaml").jobs(1)[0]
