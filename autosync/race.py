@@ -70,7 +70,7 @@ import yaml
 
 from autosync.core.errors import UserError
 from autosync.data import RACE_SETTINGS
-from autosync.lattice import BSP_LABEL, BSP_POLICY
+from autosync.lattice import BSP_LABEL, BSP_POLICY, family_of
 
 __all__ = ["Answer", "REFERENCE", "RaceSettings", "Run", "Runs", "SEARCH_SEEDS", "horizon", "keeps_paired",
            "load_settings", "neighbours", "plan", "point_key", "race_settings"]
@@ -278,8 +278,8 @@ def _towards_bsp(points: dict[str, dict[str, Any]], times: dict[tuple[str, int],
     """Round 5 (see the module's docstring): the bisection's next static k's runs to the end of the budget on
     both seeds, or the answer, the fewest workers keeping BSP's final metric where that k is faster than BSP
     over both seeds (`full_times`), else BSP."""
-    fixed = [label for label, p in sorted(points.items())
-             if p["policy"] == "backup" and p["params"].get("lr_rule") == "fixed"]
+    fixed = [label for label, p in sorted(points.items())  # the lr rule first: `family_of` builds the policy
+             if p["params"].get("lr_rule") == "fixed" and "k" in p["params"] and family_of(p) == "static k"]
     static_ks = sorted(_distinct(fixed, points), key=lambda label: points[label]["params"]["k"])
     below, keeps = -1, len(static_ks)  # indices: -1 waits for no worker (breaks the rule), len(static_ks) is BSP
     tried: list[str] = []
