@@ -17,6 +17,7 @@ from rich.console import Console
 from autosync import __version__
 from autosync.core import strict_json
 from autosync.core.errors import AutosyncError, JobFileError
+from autosync.core.main_module import declare_guarded
 from autosync.options import (
     CacheOptions, CalibrateOptions, CompareOptions, FamilyOptions, FitOptions, LeaderboardOptions, ProfileOptions,
     RecommendOptions, ReplayOptions, RerunOptions, RobustnessOptions, RunOptions, ScalingOptions, TableOptions,
@@ -473,6 +474,7 @@ def main() -> None:
     writable folder or of memory (`reporting.resources`: one line saying what ran out, finished work kept).
     """
     code: Any = 1  # until the command returns: a failure leaves no empty output folder it created
+    declare_guarded()  # its console script runs nothing when a spawned helper imports it
     try:
         code = app(standalone_mode=False, prog_name="autosync") or 0
     except AutosyncError as exc:  # UserError: 2, RuntimeFailure: 1, Interrupted: 130

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from typing import Any
+from typing import Any, Iterator
 
 import json
 import os
@@ -255,6 +255,17 @@ def signal_and_wait(proc: subprocess.Popen, sig: int, within: float = 60.0) -> s
                 pass
         _, stderr = proc.communicate(timeout=30)
         pytest.fail(f"still running {within:g} s after signal {sig}; stacks:\n{stderr[-12000:]}")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_process_per_tune() -> Iterator[None]:
+    """A tune in a test runs its trials in one process unless the test asks for more (`--n-jobs`): the suite
+    already runs on every core (pytest-xdist), where the race's default of a process per core would start an
+    interpreter importing torch for each tune. tests/unit/search/test_n_jobs_default.py checks that default
+    itself, and tests/e2e/test_race_tune.py a race in two processes."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("autosync.search.request.usable_cores", lambda: 1)
+        yield
 
 
 @pytest.fixture

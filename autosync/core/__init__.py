@@ -5,10 +5,11 @@
 - `strict_json`: JSON without NaN or Infinity (null where a number is missing).
 - `job`: the job file (workload, cluster, target, budget), validated, with its fingerprint; `limits`: the
   bounds it shares with the command-line options.
+- `main_module`: whether a spawned child may import the main module again (the `--n-jobs` helpers).
 - `cluster`: the cluster model the job describes: round trips, stragglers, compute units.
 
 The modules listed in `__all__` are the package's public surface; a name starting with `_` is internal.
 """
 
 __all__ = ["arrivals", "cluster", "declare", "errors", "family", "fingerprint", "job", "job_schema", "limits",
-           "loader", "phases", "rng", "strict_json", "traces"]
+           "loader", "main_module", "phases", "rng", "strict_json", "traces"]

@@ -362,6 +362,6 @@ def _helper(request: "TuneRequest", name: str, stop: Any, parent: Parent) -> Non
     objective = RaceObjective(request.job, race_settings(request.race_settings), request.settings.penalty,
                               request.settings.backend, request.storage)
     with storage_calls_finish_first():  # Ctrl-C reaches the helpers too: not inside a write, nor before a tag
-        while not stop.is_set():
+        while not stop.is_set() and not parent.gone():  # a killed command's helper stops too
             if not (_waiting(study) and run_queued_trial(study, request.storage, objective, catch=())):
                 stop.wait(POLL_SECONDS)  # none queued (the next round not yet planned): look again

@@ -10,12 +10,14 @@ from typing import TYPE_CHECKING
 
 from autosync.core.declare import default_of
 from autosync.core.errors import UserError
+from autosync.core.main_module import reimport_is_safe
 from autosync.core.job import JobSpec
 from autosync.engine.backends import BackendChoice
 from autosync.search.objective import ObjectiveSettings
 from autosync.search.recommend.neighbours import describe as describe_job
 from autosync.search.space import SearchSpace
 from autosync.search.study.cache import execution_name, study_name
+from autosync.search.study.helper_processes import shared_storage, usable_cores
 from autosync.search.study.records import BUDGET, describe_study
 from autosync.search.study.storage import DEFAULT_STORAGE
 from autosync.search.tune_options import RACE, TuneOptions
@@ -32,6 +34,21 @@ def _default(name: str):
     return default_of(TuneOptions, name)
 
 
+def default_n_jobs(sampler: str, backend: BackendChoice | None, storage: str) -> int:
+    """`--n-jobs` when it is not given: every core this process may use for the race on the simulator, whose
+    rounds' runs are independent and whose answer and cost are the same in any number of processes
+    (`autosync.search.race_trials`; tests/e2e/test_race_tune.py); else 1. The other samplers' answers depend on
+    which process finishes a trial first; worker-process backends time their runs on the machine's cores, which
+    parallel trials would share; a `--table` replay reads its runs rather than training them, so a helper's
+    start (an interpreter importing torch) costs more than it saves; an in-memory storage cannot be shared; and
+    a helper would run the caller's script again where its main module is not known to be guarded
+    (`autosync.core.main_module`: from Python, pass `n_jobs` under `if __name__ == "__main__":`)."""
+    simulated = backend is None or (backend.backend == "simulator" and backend.table is None)  # None: simulator
+    if sampler != RACE or not simulated or not shared_storage(storage) or not reimport_is_safe():
+        return 1
+    return usable_cores()
+
+
 @dataclass
 class TuneRequest:
     """Everything one `autosync tune` invocation asks for: `TuneOptions` resolved on a job and a space
@@ -46,7 +63,7 @@ class TuneRequest:
     adopt_study: bool = _default("adopt_study")  # --study may name a study made for another job
     sampler: str = _default("sampler")  # resolved on the space (`samplers.sampler_for`)
     seed: int = _default("seed")
-    n_jobs: int = _default("n_jobs")
+    n_jobs: int | None = _default("n_jobs")  # None: `default_n_jobs`, once the sampler is resolved
     refresh: bool = _default("refresh")
     settings: ObjectiveSettings = ObjectiveSettings()
     binary_runs_per_candidate: int = 3  # Sync-Switch binary search: R (recorded as R seeds per trial)
@@ -64,6 +81,8 @@ class TuneRequest:
         # objectives), so that a refusal comes before the storage exists; the search builds it (`tune.load_study`)
         check_sampler(self.sampler, self.space, self.settings.multi_objective)
         self._refuse_for_the_race()
+        if self.n_jobs is None:
+            self.n_jobs = default_n_jobs(self.sampler, self.settings.backend, self.storage)
         if self.sampler == RACE:  # its settings file read once here too: a bad one is refused before the storage
 
             race_settings(self.race_settings)

@@ -51,7 +51,9 @@ class TuneOptions(ExecutionOptions):
                           "raced on common seeds: a fitted portfolio, then halving, a local step and the "
                           "final-metric rule on the finalists; --space policy only, --n-trials not read) | tpe | "
                           "gp | random | grid | binary (Sync-Switch) | ladder (cheapest switch point first).")
-    n_jobs: int = option(1, "Processes running trials on this machine.", ge=1)
+    n_jobs: Optional[int] = option(None, "Processes running trials on this machine (default: every core for the "
+                                   "race on the simulator, whose answer and cost do not depend on it; else 1).",
+                                   ge=1)
     seed: int = option(0, "Sampler seed.", ge=0, le=MAX_SEED)
     repeats: int = option(1, "Seeds per trial (the objective is noisy; the race runs two and takes 1 only).", ge=1)
     tolerance: float = option(0.01, "Allowed final-metric shortfall against BSP (the constraint).", ge=0.0)
@@ -101,7 +103,7 @@ class TuneOptions(ExecutionOptions):
             raise UserError(f"--sampler must be one of {[AUTO, *SAMPLERS]}, but got {self.sampler!r}")
         if self.objective not in ("time", "time,metric"):
             raise UserError(f"--objective must be time or time,metric, but got {self.objective!r}")
-        if self.backend == "distributed" and self.n_jobs > 1:
+        if self.backend == "distributed" and (self.n_jobs or 1) > 1:
             raise UserError(f"--n-jobs must be 1 with --backend distributed (the group's ranks serve one trial at "
                             f"a time), but got {self.n_jobs}")
         if self.verify_top and self.backend == "simulator":

@@ -46,7 +46,7 @@ def live_race(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """The tiny job's race trained live in one process, for the tests that compare another tune with it."""
     folder = tmp_path_factory.mktemp("live-race")
     (folder / "tiny.yaml").write_text(TINY_JOB)
-    return _tune(folder, folder / "tiny.yaml", "live")
+    return _tune(folder, folder / "tiny.yaml", "live", "--n-jobs", "1")
 
 
 @pytest.mark.slow

@@ -11,6 +11,7 @@ stopped at the target is continued, not trained again, whichever process runs it
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -18,7 +19,7 @@ from typing import Any, Callable
 from autosync.core.errors import UserError
 from autosync.engine.forks import FORKS
 
-__all__ = ["Parent", "follow_parent", "start_helpers"]
+__all__ = ["Parent", "follow_parent", "shared_storage", "start_helpers", "usable_cores"]
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,12 @@ class Parent:
     verbosity: int  # Optuna's log level
     filters: list[Any]  # the warning filters
     forks: str | None  # the directory its fork store shares (None: its memory only)
+    pid: int = 0  # the command's process (0: not known)
+
+    def gone(self) -> bool:
+        """Whether the command's process has ended (killed, say, so that nothing stops this helper but itself):
+        a helper started by it has then been handed to another parent."""
+        return bool(self.pid) and os.getppid() != self.pid
 
 
 def start_helpers(storage: str, count: int, target: Callable[..., None],
@@ -37,17 +44,29 @@ def start_helpers(storage: str, count: int, target: Callable[..., None],
     applies them); none for a `count` below 1. A study in memory cannot be shared: refused in one line."""
     if count < 1:
         return []
-    if storage.startswith("sqlite:///:memory:") or storage == "sqlite://":
+    if not shared_storage(storage):
         raise UserError("--n-jobs > 1 needs a storage file or server that processes share, not an in-memory one")
     import optuna  # not at the top: the command's own imports decide when Optuna loads
 
     ctx = mp.get_context("spawn")
     parent = Parent(optuna.logging.get_verbosity(), list(warnings.filters),
-                    None if FORKS.shared is None else FORKS.shared.directory)
+                    None if FORKS.shared is None else FORKS.shared.directory, os.getpid())
     procs = [ctx.Process(target=target, args=(*args_of(i), parent), daemon=True) for i in range(count)]
     for p in procs:
         p.start()
     return procs
+
+
+def shared_storage(storage: str) -> bool:
+    """Whether processes can share the storage at URL `storage`: a file or a server, not an in-memory SQLite."""
+    return not (storage.startswith("sqlite:///:memory:") or storage == "sqlite://")
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the platform tells it, else all of them)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
 
 
 def follow_parent(parent: Parent) -> None:
