@@ -72,10 +72,13 @@ from autosync.core.errors import UserError
 from autosync.data import RACE_SETTINGS
 from autosync.lattice import BSP_LABEL, BSP_POLICY, family_of
 
-__all__ = ["Answer", "REFERENCE", "RaceSettings", "Run", "Runs", "SEARCH_SEEDS", "horizon", "keeps_paired",
+__all__ = ["Answer", "REFERENCE", "RaceSettings", "Run", "Runs", "SEARCH_SEEDS", "WIDEST_ROUND", "horizon", "keeps_paired",
            "load_settings", "neighbours", "plan", "point_key", "race_settings"]
 
 SEARCH_SEEDS = 2  # seeds a race compares on (the table's search seeds: `autosync.table.build.SEARCH_SEEDS`)
+# the most runs of one round that never wait for each other, and so the most processes the race can keep busy:
+# the final-metric round's runs to the end of the budget, BSP's and a finalist's, on each search seed
+WIDEST_ROUND = 2 * SEARCH_SEEDS
 HALVING = 2  # successive halving's eta: the faster 1/eta of a round's survivors go on (Jamieson & Talwalkar)
 ROUNDS = ("portfolio", "second seed", "local step", "final metric", "towards BSP")
 EXPLORATION = ROUNDS[:3]  # the rounds a budget can skip (the final metric always runs)

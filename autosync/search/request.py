@@ -22,7 +22,7 @@ from autosync.search.study.records import BUDGET, describe_study
 from autosync.search.study.storage import DEFAULT_STORAGE
 from autosync.search.tune_options import RACE, TuneOptions
 from autosync.search.strategies.samplers import check_sampler, sampler_for
-from autosync.race import race_settings
+from autosync.race import WIDEST_ROUND, race_settings
 from autosync.search.space import load_space, resolve_space_path
 from autosync.search.tune_options import DEFAULT_TUNE_SPACE
 
@@ -35,8 +35,10 @@ def _default(name: str):
 
 
 def default_n_jobs(sampler: str, backend: BackendChoice | None, storage: str) -> int:
-    """`--n-jobs` when it is not given: every core this process may use for the race on the simulator, whose
-    rounds' runs are independent and whose answer and cost are the same in any number of processes
+    """`--n-jobs` when it is not given: every core this process may use for the race on the simulator, up to the
+    most runs a round of it has that never wait for each other (`race.WIDEST_ROUND`: a run to the target waits
+    for those queued before it on its seed, whose times set its horizon), whose answer and cost are the same
+    in any number of processes
     (`autosync.search.race_trials`; tests/e2e/test_race_tune.py); else 1. The other samplers' answers depend on
     which process finishes a trial first; worker-process backends time their runs on the machine's cores, which
     parallel trials would share; a `--table` replay reads its runs rather than training them, so a helper's
@@ -46,7 +48,7 @@ def default_n_jobs(sampler: str, backend: BackendChoice | None, storage: str) ->
     simulated = backend is None or (backend.backend == "simulator" and backend.table is None)  # None: simulator
     if sampler != RACE or not simulated or not shared_storage(storage) or not reimport_is_safe():
         return 1
-    return usable_cores()
+    return min(usable_cores(), WIDEST_ROUND)
 
 
 @dataclass

@@ -51,9 +51,9 @@ class TuneOptions(ExecutionOptions):
                           "raced on common seeds: a fitted portfolio, then halving, a local step and the "
                           "final-metric rule on the finalists; --space policy only, --n-trials not read) | tpe | "
                           "gp | random | grid | binary (Sync-Switch) | ladder (cheapest switch point first).")
-    n_jobs: Optional[int] = option(None, "Processes running trials on this machine (default: every core for the "
-                                   "race on the simulator, whose answer and cost do not depend on it; else 1).",
-                                   ge=1)
+    n_jobs: Optional[int] = option(None, "Processes running trials on this machine (default: one per core for "
+                                   "the race on the simulator, whose answer and cost do not depend on it, up to "
+                                   "the 4 runs its widest round has; else 1).", ge=1)
     seed: int = option(0, "Sampler seed.", ge=0, le=MAX_SEED)
     repeats: int = option(1, "Seeds per trial (the objective is noisy; the race runs two and takes 1 only).", ge=1)
     tolerance: float = option(0.01, "Allowed final-metric shortfall against BSP (the constraint).", ge=0.0)

@@ -14,6 +14,7 @@ import pytest
 
 from autosync.api import load_job
 from autosync.core import main_module
+from autosync.race import WIDEST_ROUND
 from autosync.search.request import TuneRequest
 from autosync.search.study.helper_processes import usable_cores
 from autosync.search.tune_options import TuneOptions
@@ -55,6 +56,12 @@ def test_every_other_search_runs_in_one_process_by_default(tiny_job, tmp_path, c
     if "table" in options:
         options["table"] = str(tmp_path / options["table"])
     assert _n_jobs(tiny_job, tmp_path, **options) == 1
+
+
+def test_no_more_processes_than_the_race_s_widest_round_can_keep_busy(tiny_job, tmp_path, monkeypatch):
+    monkeypatch.setattr("autosync.search.request.usable_cores", lambda: 64)
+    monkeypatch.setattr("autosync.search.request.reimport_is_safe", lambda: True)
+    assert _n_jobs(tiny_job, tmp_path) == WIDEST_ROUND < 64
 
 
 def test_a_script_whose_main_module_is_not_known_to_be_guarded_runs_in_one_process(tiny_job, tmp_path, cores,
