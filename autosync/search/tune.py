@@ -495,9 +495,10 @@ def _full_run_seconds(job: JobSpec, horizon: float, at_horizon: dict[str, Any]) 
 
 def run_trials(study: "optuna.Study", request: TuneRequest, reference: dict[str, Any], budget: int,
                deadline: float | None, on_trial: Callable[[int, int], None] | None = None,
-               siblings: "list[optuna.Study] | None" = None) -> Objective:
+               siblings: "list[optuna.Study] | None" = None, orphaned: Callable[[], bool] = lambda: False) -> Objective:
     """Run queued trials until `budget` trials count and none is queued or running in any process (or the
-    deadline passes, or the last `request.patience` trials found nothing faster).
+    deadline passes, or the last `request.patience` trials found nothing faster, or, in a helper, `orphaned()`:
+    its command has ended).
 
     Returns the objective it ran (the full-budget checks run with it). With nothing queued, top the queue up again (a trial that failed without a reason of its own, or whose
     re-runs ran out, left the budget short); with trials still running elsewhere, wait: a process that
@@ -512,7 +513,7 @@ def run_trials(study: "optuna.Study", request: TuneRequest, reference: dict[str,
         done, pending = budget_used(study)
         if on_trial is not None:
             on_trial(done, max(budget, done + pending))
-        if deadline is not None and time.monotonic() >= deadline:
+        if (deadline is not None and time.monotonic() >= deadline) or orphaned():
             return objective
         if _stopped_improving(study, request, budget):
             return objective
@@ -547,7 +548,7 @@ def _helper(request: TuneRequest, name: str, budget: int, deadline_in: float | N
     study = load_study(sub, storage)
     with storage_calls_finish_first():  # Ctrl-C reaches the helpers too: not inside a write, nor before a tag
         run_trials(study, sub, study.user_attrs[BSP_REFERENCE], budget, deadline,
-                   siblings=sibling_studies(study, storage))
+                   siblings=sibling_studies(study, storage), orphaned=parent.gone)  # a killed command's helper stops
 
 
 def _start_helpers(request: TuneRequest, name: str, budget: int, deadline: float | None) -> list[Any]:

@@ -125,11 +125,15 @@ def _helper_of(pid: int) -> int | None:
     return None
 
 
-@pytest.mark.slow  # a tune that spawns a helper (an interpreter importing torch): about 10 s
-def test_a_helper_stops_by_itself_when_its_command_is_killed(tiny_job, tmp_path):
-    job = tiny_job.with_name("long.yaml")  # runs of a few seconds: the race is still on when it is killed
-    job.write_text(tiny_job.read_text().replace("max_virtual_seconds: 20", "max_virtual_seconds: 200"))
-    tune = start_autosync("tune", str(job), "--sampler", "race", "--n-jobs", "2",
+@pytest.mark.slow  # a tune that spawns a helper (an interpreter importing torch): about 10 s each
+@pytest.mark.parametrize("search", [("--sampler", "race"),
+                                    ("--space", "static_k", "--n-trials", "1000", "--patience", "0", "--sampler", "tpe")],
+                         ids=["race", "tpe"])
+def test_a_helper_stops_by_itself_when_its_command_is_killed(tiny_job, tmp_path, search):
+    job = tiny_job.with_name("long.yaml")  # the search is still on when it is killed
+    text = tiny_job.read_text().replace("max_virtual_seconds: 20", "max_virtual_seconds: 200")
+    job.write_text(text)
+    tune = start_autosync("tune", str(job), *search, "--n-jobs", "2",
                           "--storage", f"sqlite:///{tmp_path / 's.db'}", cwd=tmp_path)
     try:
         helper = wait_for(lambda: _helper_of(tune.pid) or tune.poll() is not None, 120, "a helper process")
