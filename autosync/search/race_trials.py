@@ -36,7 +36,7 @@ from autosync.core.errors import RuntimeFailure, UserError
 from autosync.core.job import JobSpec
 from autosync.lattice import BSP_LABEL, labelled_points
 from autosync.policy_score import RunFailed, evaluate
-from autosync.search.study.claim import tag
+from autosync.search.study.claim import process_tag, tag
 from autosync.race import SEARCH_SEEDS, Answer, RaceSettings, Run, horizon, plan, race_settings
 from autosync.search.study import _optuna_internals as internals
 from autosync.search.study.cache import bsp_training_seconds, search_cost
@@ -158,9 +158,11 @@ def _queued_before(study: "optuna.Study", storage: str, number: int, run: Run) -
 
 
 def race_search(study: "optuna.Study", request: "TuneRequest",
-                on_trial: Callable[[int, int], None] | None = None) -> tuple[Answer, dict[str, Any]]:
+                on_trial: Callable[[int, int], None] | None = None,
+                mine: set[str] | None = None) -> tuple[Answer, dict[str, Any]]:
     """Run the race on `request.job` in `study` (see the module's docstring) to its answer; returns the answer
-    and BSP's reference made from the race's BSP runs (stored as the study's `BSP_REFERENCE`)."""
+    and BSP's reference made from the race's BSP runs (stored as the study's `BSP_REFERENCE`). The process
+    tags of the `--n-jobs` helpers join `mine` (the command's processes, whose trials are its new ones)."""
     job, settings_ = request.job, request.settings
     if settings_.multi_objective:
         raise UserError("--sampler race answers one objective: it needs --objective time")
@@ -168,7 +170,9 @@ def race_search(study: "optuna.Study", request: "TuneRequest",
     objective = RaceObjective(job, settings, settings_.penalty, settings_.backend, request.storage)
     accuracy = job.target.metric == "test_accuracy"
     done = 0
-    with _helpers(request, study.study_name):
+    with _helpers(request, study.study_name) as helpers:
+        if mine is not None:
+            mine.update(process_tag(p.pid) for p in helpers)
         while True:
             seen = observed(study)
             step = plan(settings, objective.points, seen.times, seen.stopped, seen.finals, settings_.tolerance,
@@ -337,16 +341,17 @@ def _finished(run: Run, seen: Observed) -> bool:
 
 
 @contextlib.contextmanager
-def _helpers(request: "TuneRequest", name: str) -> Iterator[None]:
-    """Within: `--n-jobs` - 1 processes running the race's queued trials as they are queued, round after
-    round; started once (each imports torch and loads the job: seconds), stopped and joined at the end."""
+def _helpers(request: "TuneRequest", name: str) -> Iterator[list[Any]]:
+    """Within (given the processes): `--n-jobs` - 1 processes running the race's queued trials as they are
+    queued, round after round; started once (each imports torch and loads the job: seconds), stopped and
+    joined at the end."""
     if request.n_jobs <= 1:
-        yield
+        yield []
         return
     stop = mp.get_context("spawn").Event()
     procs = start_helpers(request.storage, request.n_jobs - 1, _helper, lambda i: (request, name, stop))
     try:
-        yield
+        yield procs
     finally:
         stop.set()
         for p in procs:

@@ -134,7 +134,7 @@ def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = Non
                                                                       fresh=not before and not requeued)
             answer = None  # the race's (the other searches' answer is their best feasible trial)
             if request.sampler == RACE:
-                answer, reference = race_search(study, request, on_trial)
+                answer, reference = race_search(study, request, on_trial, mine)
             else:
                 reference = bsp_reference(study, request, siblings)
                 _search(study, request, reference, siblings, before, on_trial, mine, near)
