@@ -1,10 +1,10 @@
 """The default tune of the default job, as a new user runs it: wall time, CPU time and search cost, with one
-process and with one per core.
+process and with one per core (2 here: `autosync tune`'s default for the race, up to 4).
 
-    python benchmarks/bench_default_tune.py [--n-jobs 1 2] [--repeats 1]
+    python benchmarks/bench_default_tune.py [--n-jobs 1 2] [--repeats 3]
 
 Runs `autosync tune` (the race on the `policy` space, the embedded default job) as a new process in a fresh
-SQLite storage, from a temporary directory, once per `--n-jobs` value (medians of `--repeats`), with
+SQLite storage, from a temporary directory, once per `--n-jobs` value in turn, `--repeats` times (medians), with
 bytecode written and read as on a user's machine (one unmeasured `autosync --help` first). Prints each
 run's wall time, the CPU time of the command and every process it started (user + system, from
 `resource.getrusage(RUSAGE_CHILDREN)`), the search cost in BSP trainings and the answer; with several
@@ -56,14 +56,16 @@ def one_tune(n_jobs: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n-jobs", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", default=None, help="also write the figures here (benchmarks/make_table.py)")
     args = parser.parse_args()
     subprocess.run([AUTOSYNC, "--help"], env=ENV, capture_output=True)  # bytecode written
     print(f"load average at the start: {os.getloadavg()[0]:.1f}")
-    rows = {}
-    for n_jobs in args.n_jobs:
-        runs = [one_tune(n_jobs) for _ in range(args.repeats)]
+    rows, runs_of = {}, {n_jobs: [] for n_jobs in args.n_jobs}
+    for _ in range(args.repeats):  # in turn, so that a drift of the machine's speed meets every value alike
+        for n_jobs in args.n_jobs:
+            runs_of[n_jobs].append(one_tune(n_jobs))
+    for n_jobs, runs in runs_of.items():
         row = {key: statistics.median(r[key] for r in runs) for key in ("wall", "cpu", "cost", "value")}
         row["answers"] = {r["answer"] for r in runs}
         rows[n_jobs] = row
