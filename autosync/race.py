@@ -72,8 +72,8 @@ from autosync.core.errors import UserError
 from autosync.data import RACE_SETTINGS
 from autosync.lattice import BSP_LABEL, BSP_POLICY, family_of
 
-__all__ = ["Answer", "REFERENCE", "RaceSettings", "Run", "Runs", "SEARCH_SEEDS", "WIDEST_ROUND", "horizon", "keeps_paired",
-           "load_settings", "neighbours", "plan", "point_key", "race_settings"]
+__all__ = ["Answer", "REFERENCE", "RaceSettings", "Run", "Runs", "SEARCH_SEEDS", "WIDEST_ROUND", "horizon",
+           "keeps_paired", "load_settings", "neighbours", "plan", "point_key", "race_settings"]
 
 SEARCH_SEEDS = 2  # seeds a race compares on (the table's search seeds: `autosync.table.build.SEARCH_SEEDS`)
 # the most runs of one round that never wait for each other, and so the most processes the race can keep busy:

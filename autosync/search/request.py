@@ -35,16 +35,16 @@ def _default(name: str):
 
 
 def default_n_jobs(sampler: str, backend: BackendChoice | None, storage: str) -> int:
-    """`--n-jobs` when it is not given: every core this process may use for the race on the simulator, up to the
-    most runs a round of it has that never wait for each other (`race.WIDEST_ROUND`: a run to the target waits
-    for those queued before it on its seed, whose times set its horizon), whose answer and cost are the same
-    in any number of processes
-    (`autosync.search.race_trials`; tests/e2e/test_race_tune.py); else 1. The other samplers' answers depend on
-    which process finishes a trial first; worker-process backends time their runs on the machine's cores, which
-    parallel trials would share; a `--table` replay reads its runs rather than training them, so a helper's
-    start (an interpreter importing torch) costs more than it saves; an in-memory storage cannot be shared; and
-    a helper would run the caller's script again where its main module is not known to be guarded
-    (`autosync.core.main_module`: from Python, pass `n_jobs` under `if __name__ == "__main__":`)."""
+    """`--n-jobs` when it is not given: every core this process may use for the race on the simulator, whose
+    answer and cost are the same in any number of processes (`autosync.search.race_trials`;
+    tests/e2e/test_race_tune.py), up to the most runs one of its rounds has that never wait for each other
+    (`race.WIDEST_ROUND`: a run to the target waits for those queued before it on its seed, whose times set
+    its horizon); else 1. The other samplers' answers depend on which process finishes a trial first;
+    worker-process backends time their runs on the machine's cores, which parallel trials would share; a
+    `--table` replay reads its runs rather than training them, so a helper's start (an interpreter importing
+    torch) costs more than it saves; an in-memory storage cannot be shared; and a helper would run the
+    caller's script again where its main module is not known to be guarded (`autosync.core.main_module`:
+    from Python, pass `n_jobs` under `if __name__ == "__main__":`)."""
     simulated = backend is None or (backend.backend == "simulator" and backend.table is None)  # None: simulator
     if sampler != RACE or not simulated or not shared_storage(storage) or not reimport_is_safe():
         return 1

@@ -500,9 +500,10 @@ def run_trials(study: "optuna.Study", request: TuneRequest, reference: dict[str,
     deadline passes, or the last `request.patience` trials found nothing faster, or, in a helper, `orphaned()`:
     its command has ended).
 
-    Returns the objective it ran (the full-budget checks run with it). With nothing queued, top the queue up again (a trial that failed without a reason of its own, or whose
-    re-runs ran out, left the budget short); with trials still running elsewhere, wait: a process that
-    dies there has its trial re-queued (`fail_dead_trials`), and this one runs it.
+    Returns the objective it ran (the full-budget checks run with it). With nothing queued, top the queue up
+    again (a trial that failed without a reason of its own, or whose re-runs ran out, left the budget short);
+    with trials still running elsewhere, wait: a process that dies there has its trial re-queued
+    (`fail_dead_trials`), and this one runs it.
     """
 
     objective = Objective(request.job, request.space, request.settings, reference["final_metric"], reference,

@@ -126,9 +126,10 @@ def _helper_of(pid: int) -> int | None:
 
 
 @pytest.mark.slow  # a tune that spawns a helper (an interpreter importing torch): about 10 s each
-@pytest.mark.parametrize("search", [("--sampler", "race"),
-                                    ("--space", "static_k", "--n-trials", "1000", "--patience", "0", "--sampler", "tpe")],
-                         ids=["race", "tpe"])
+@pytest.mark.parametrize("search", [
+    ("--sampler", "race"),
+    ("--space", "static_k", "--n-trials", "1000", "--patience", "0", "--sampler", "tpe"),  # far from its end
+], ids=["race", "tpe"])
 def test_a_helper_stops_by_itself_when_its_command_is_killed(tiny_job, tmp_path, search):
     job = tiny_job.with_name("long.yaml")  # the search is still on when it is killed
     text = tiny_job.read_text().replace("max_virtual_seconds: 20", "max_virtual_seconds: 200")
