@@ -16,6 +16,8 @@ from autosync.api import load_job
 from autosync.core import main_module
 from autosync.race import WIDEST_ROUND
 from autosync.search.request import TuneRequest
+from autosync.search.study.storage import open_storage
+from autosync.search.tune import load_study, run_trials
 from autosync.search.study.helper_processes import usable_cores
 from autosync.search.tune_options import TuneOptions
 from tests.conftest import start_autosync, wait_for
@@ -125,16 +127,11 @@ def _helper_of(pid: int) -> int | None:
     return None
 
 
-@pytest.mark.slow  # a tune that spawns a helper (an interpreter importing torch): about 10 s each
-@pytest.mark.parametrize("search", [
-    ("--sampler", "race"),
-    ("--space", "static_k", "--n-trials", "1000", "--patience", "0", "--sampler", "tpe"),  # far from its end
-], ids=["race", "tpe"])
-def test_a_helper_stops_by_itself_when_its_command_is_killed(tiny_job, tmp_path, search):
-    job = tiny_job.with_name("long.yaml")  # the search is still on when it is killed
-    text = tiny_job.read_text().replace("max_virtual_seconds: 20", "max_virtual_seconds: 200")
-    job.write_text(text)
-    tune = start_autosync("tune", str(job), *search, "--n-jobs", "2",
+@pytest.mark.slow  # a tune that spawns a helper (an interpreter importing torch): about 12 s
+def test_a_race_helper_stops_by_itself_when_its_command_is_killed(tiny_job, tmp_path):
+    job = tiny_job.with_name("long.yaml")  # the race is still on when it is killed
+    job.write_text(tiny_job.read_text().replace("max_virtual_seconds: 20", "max_virtual_seconds: 200"))
+    tune = start_autosync("tune", str(job), "--sampler", "race", "--n-jobs", "2",
                           "--storage", f"sqlite:///{tmp_path / 's.db'}", cwd=tmp_path)
     try:
         helper = wait_for(lambda: _helper_of(tune.pid) or tune.poll() is not None, 120, "a helper process")
@@ -145,3 +142,18 @@ def test_a_helper_stops_by_itself_when_its_command_is_killed(tiny_job, tmp_path,
     finally:
         if tune.poll() is None:
             tune.kill()
+
+
+def test_a_tpe_helper_runs_no_trial_once_its_command_is_gone(tiny_job, tmp_path):
+    """A TPE search's helper runs `run_trials` with `orphaned` (`Parent.gone`): once it holds, the helper
+    takes no further trial of the budget, where it ran the rest of the budget unattended before."""
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    request = TuneRequest.from_options(load_job(tiny_job), TuneOptions(space="static_k", storage=url, n_trials=6,
+                                                                       patience=0))
+    study = load_study(request, open_storage(url))
+    def finished() -> int:
+        return sum(t.state.is_finished() for t in study.trials)
+
+    run_trials(study, request, {"final_metric": 0.0}, budget=6, deadline=None,
+               orphaned=lambda: finished() >= 2)  # the command is gone once two trials have finished
+    assert finished() == 2 < 6
