@@ -376,8 +376,9 @@ def test_the_sequence_example_is_tuned_end_to_end_from_any_directory(tmp_path):
 def test_the_batchnorm_example_is_tuned_end_to_end_through_the_python_api(tmp_path):
     example = api.load_job(EXAMPLES / "vision_bn" / "job.yaml")
     # The example's model and data with a lower target: the same path through the API (buffers through the
-    # tune, the cache and the tuned run) with shorter runs to the target.
-    job = example.model_copy(update={"target": example.target.model_copy(update={"threshold": 0.5})})
+    # tune, the cache and the tuned run) with shorter runs to the target. 0.4 (chance is 0.25 on its 4
+    # classes) is met after about 12 virtual s where 0.5 took about 28, and the test's runs cost about half.
+    job = example.model_copy(update={"target": example.target.model_copy(update={"threshold": 0.4})})
     workload = api.check_workload(job)
     assert workload.n_buffer_values > 0 and not workload.fast_path
     outcome = api.tune(job, "static_k", n_trials=1, storage=f"sqlite:///{tmp_path}/s.db")  # BSP's form, from BSP's run
