@@ -363,6 +363,12 @@ def _helper(request: "TuneRequest", name: str, stop: Any, parent: Parent) -> Non
     import optuna
 
     follow_parent(parent)
+    # not at the top: torch (seconds), which a tune answered from the cache does not load. Imported, and the
+    # job's data loaded, while the command trains the round's first run, which this one's first run waits for
+    # (`_queued_before`) rather than inside that run
+    from autosync.workloads.build import build_workload
+
+    build_workload(request.job)
     study = optuna.load_study(study_name=name, storage=open_storage(request.storage))
     objective = RaceObjective(request.job, race_settings(request.race_settings), request.settings.penalty,
                               request.settings.backend, request.storage)
