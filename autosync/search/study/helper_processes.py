@@ -16,6 +16,8 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import joblib
+
 from autosync.core.errors import UserError
 from autosync.engine.forks import FORKS
 
@@ -29,12 +31,12 @@ class Parent:
     verbosity: int  # Optuna's log level
     filters: list[Any]  # the warning filters
     forks: str | None  # the directory its fork store shares (None: its memory only)
-    pid: int = 0  # the command's process (0: not known)
+    pid: int  # the command's process
 
     def gone(self) -> bool:
         """Whether the command's process has ended (killed, say, so that nothing stops this helper but itself):
         a helper started by it has then been handed to another parent."""
-        return bool(self.pid) and os.getppid() != self.pid
+        return os.getppid() != self.pid
 
 
 def start_helpers(storage: str, count: int, target: Callable[..., None],
@@ -63,10 +65,10 @@ def shared_storage(storage: str) -> bool:
 
 
 def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity where the platform tells it, else all of them)."""
-    if hasattr(os, "sched_getaffinity"):
-        return max(1, len(os.sched_getaffinity(0)))
-    return os.cpu_count() or 1
+    """The cores this process may use, as joblib counts them for `-1` elsewhere (`autosync leaderboard
+    --n-jobs -1`, `autosync table build`): the fewest of the machine's, the process's CPU affinity and a
+    container's CPU quota."""
+    return joblib.cpu_count()
 
 
 def follow_parent(parent: Parent) -> None:
