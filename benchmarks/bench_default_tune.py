@@ -1,12 +1,12 @@
-"""The default tune of the default job, as a new user runs it: wall time, CPU time and search cost, with one
-process and with one per core (2 here: `autosync tune`'s default for the race, up to 4).
+"""The default tune of the default job, as a new user runs it: wall time, CPU time and search cost, as shipped
+(no `--n-jobs`: a process per core for the race, up to 4) against one process.
 
-    python benchmarks/bench_default_tune.py [--n-jobs 1 2] [--repeats 3]
+    python benchmarks/bench_default_tune.py [--n-jobs 1 default 2 ...] [--repeats 3]
 
 Runs `autosync tune` (the race on the `policy` space, the embedded default job) as a new process in a fresh
-SQLite storage, from a temporary directory, once per `--n-jobs` value in turn, `--repeats` times (medians), with
-bytecode written and read as on a user's machine (one unmeasured `autosync --help` first). Prints each
-run's wall time, the CPU time of the command and every process it started (user + system, from
+SQLite storage, from a temporary directory, once per `--n-jobs` value (`default`: the option not given) in
+turn, `--repeats` times (medians), with bytecode written and read as on a user's machine (one unmeasured
+`autosync --help` first). Prints each run's wall time, the CPU time of the command and every process it started (user + system, from
 `resource.getrusage(RUSAGE_CHILDREN)`), the search cost in BSP trainings and the answer; with several
 values, each one's wall time against the first's and whether the answers and costs agree (the race's runs
 are stopped at horizons set from the runs queued before them, so they should: `autosync.search.race_trials`).
@@ -32,21 +32,31 @@ from _report import Figures
 
 AUTOSYNC = str(Path(sys.executable).parent / "autosync")  # the console script installed beside this interpreter
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # as a user's machine runs it
+DEFAULT = "default"  # a --n-jobs value of ours: the option not given, as a new user runs the command
 WALL_GOAL, COST_GOAL = 15.0, 4.0  # issue 62's goals for the default job
 
 
-def one_tune(n_jobs: int) -> dict:
-    """One `autosync tune --n-jobs N --json` in a fresh storage: its wall and CPU seconds, cost and answer."""
+def flags(n_jobs: str) -> list[str]:
+    """The command line's `--n-jobs` for a value of ours: none for `default`."""
+    return [] if n_jobs == DEFAULT else ["--n-jobs", n_jobs]
+
+
+def named(n_jobs: str) -> str:
+    return "no --n-jobs, the default" if n_jobs == DEFAULT else f"--n-jobs {n_jobs}"
+
+
+def one_tune(n_jobs: str) -> dict:
+    """One `autosync tune [--n-jobs N] --json` in a fresh storage: its wall and CPU seconds, cost and answer."""
     with tempfile.TemporaryDirectory() as tmp:
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
-        proc = subprocess.run([AUTOSYNC, "tune", "--n-jobs", str(n_jobs), "--json",
+        proc = subprocess.run([AUTOSYNC, "tune", *flags(n_jobs), "--json",
                                "--storage", f"sqlite:///{tmp}/s.db"], cwd=tmp, env=ENV, capture_output=True,
                               text=True)
         wall = time.perf_counter() - start
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
-        sys.exit(f"autosync tune --n-jobs {n_jobs} failed:\n{proc.stderr}")
+        sys.exit(f"autosync tune ({named(n_jobs)}) failed:\n{proc.stderr}")
     cache = json.loads(proc.stdout)["cache"]
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return {"wall": wall, "cpu": cpu, "cost": cache["search_cost_bsp_trainings"],
@@ -55,7 +65,7 @@ def one_tune(n_jobs: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n-jobs", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--n-jobs", nargs="+", default=["1", DEFAULT])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", default=None, help="also write the figures here (benchmarks/make_table.py)")
     args = parser.parse_args()
@@ -69,7 +79,7 @@ def main() -> None:
         row = {key: statistics.median(r[key] for r in runs) for key in ("wall", "cpu", "cost", "value")}
         row["answers"] = {r["answer"] for r in runs}
         rows[n_jobs] = row
-        print(f"--n-jobs {n_jobs}: wall {row['wall']:.1f} s, CPU {row['cpu']:.1f} s, cost {row['cost']:.3f} BSP "
+        print(f"{named(n_jobs)}: wall {row['wall']:.1f} s, CPU {row['cpu']:.1f} s, cost {row['cost']:.3f} BSP "
               f"trainings, answer {sorted(row['answers'])} at {row['value']:.2f} virtual s")
     first = args.n_jobs[0]
     base = rows[first]
@@ -78,13 +88,13 @@ def main() -> None:
     figures = Figures("bench_default_tune")
     for n_jobs, row in rows.items():
         ratio = None if n_jobs == first else row["wall"] / base["wall"]
-        figures.add(f"autosync tune (default job, race, --n-jobs {n_jobs}): wall time", row["wall"], "s",
-                    None if ratio is None else f"--n-jobs {first}", ratio, f"<= {WALL_GOAL:g} s",
+        figures.add(f"autosync tune (default job, race, {named(n_jobs)}): wall time", row["wall"], "s",
+                    None if ratio is None else named(first), ratio, f"<= {WALL_GOAL:g} s",
                     row["wall"] <= WALL_GOAL)
-        figures.add(f"autosync tune (default job, race, --n-jobs {n_jobs}): CPU time, all its processes", row["cpu"],
-                    "s", None if n_jobs == first else f"--n-jobs {first}",
+        figures.add(f"autosync tune (default job, race, {named(n_jobs)}): CPU time, all its processes", row["cpu"],
+                    "s", None if n_jobs == first else named(first),
                     None if n_jobs == first else row["cpu"] / base["cpu"])
-        figures.add(f"autosync tune (default job, race, --n-jobs {n_jobs}): search cost", row["cost"],
+        figures.add(f"autosync tune (default job, race, {named(n_jobs)}): search cost", row["cost"],
                     "BSP trainings", goal=f"<= {COST_GOAL:g}", met=row["cost"] <= COST_GOAL)
     figures.add("answer and cost the same for every --n-jobs", float(agree), "", goal="1", met=agree)
     figures.write(args.json)
