@@ -388,7 +388,7 @@ def tune(job: Optional[Path] = JOB_ARG,
         if out is not None:
             api.output_dir(out)
         ranks.share(spec, every_run=True)
-        with tune_progress(status, options.n_trials) as (on_trial, start_bar):
+        with tune_progress(status, options.n_trials, race=options.races()) as (on_trial, start_bar):
             def on_start(url: str) -> None:  # every check passed: the storage is named, then the bar drawn
                 status.print(f"study storage: {redact_url(url)}", soft_wrap=True)
                 start_bar()

@@ -30,12 +30,14 @@ def leaderboard_progress(console: Any, total: int) -> Iterator[Callable[[dict[st
 
 
 @contextlib.contextmanager
-def tune_progress(console: Any, n_trials: int) -> Iterator[tuple[Count, Callable[[], None]]]:
+def tune_progress(console: Any, n_trials: int, race: bool = False) -> Iterator[tuple[Count, Callable[[], None]]]:
     """`autosync tune`'s bar over the BSP reference runs, then the trials: gives (on_trial, start), the count
     called with (done, in all). The bar is drawn from `start` on, called once every check has passed
-    (`api.tune`'s on_start), so that a refused input draws none."""
+    (`api.tune`'s on_start), so that a refused input draws none. With `race` (the race on common seeds, which
+    reads no trial budget and runs BSP in its last round) it counts the race's trials from the start, their
+    number unknown until the first round is asked for."""
     bar = counting_bar("tuning", console)
-    task = bar.add_task("BSP reference runs", total=n_trials)
+    task = bar.add_task("trials", total=None) if race else bar.add_task("BSP reference runs", total=n_trials)
 
     def step(what: str) -> Count:
         return lambda done, total: bar.update(task, completed=done, total=total, description=what)

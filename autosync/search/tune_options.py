@@ -28,7 +28,8 @@ RACE = "race"  # the race on common seeds (`autosync.race`): runs candidates of 
 MIN_BUDGET = 2.0
 
 # `autosync tune` answers "which policy" unless told otherwise, by the race on common seeds (`autosync.race`): on the
-# default job 4.80 BSP trainings (bench_race) and about 27 s of wall on 2 idle cores, over the goals of 4 and 15 s.
+# default job 4.80 BSP trainings (bench_race) and about 19 s of wall on 2 idle cores (bench_default_tune), over the
+# goals of 4 and 15 s.
 DEFAULT_TUNE_SPACE = "policy"
 
 
@@ -82,6 +83,11 @@ class TuneOptions(ExecutionOptions):
                                 "budget (at the end of the budget, Sync-Switch's rule) | bsp-target (at the time "
                                 "BSP reaches the target: neither BSP nor the winner's check trains past it; for "
                                 "jobs trained to the target; the race takes budget only).")
+
+    def races(self) -> bool:
+        """Whether these options run the race: `--sampler race`, or `auto` on the shipped `policy` space (a space
+        file is resolved by the name inside it later, `samplers.sampler_for`: this answers for a shipped name)."""
+        return self.sampler == RACE or (self.sampler == AUTO and self.space == DEFAULT_TUNE_SPACE)
 
     def __post_init__(self) -> None:
         super().__post_init__()
