@@ -297,9 +297,9 @@ def torch_sgd_reference(job: JobSpec):
 
 
 def autosync(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    """Run the command line as a user would, in `cwd`: the console entry point `autosync.cli.main` with
-    `autosync ARGS` as its command line, its own working directory, stdout and stderr, and its exit code
-    (0, 1, 2 or 130, as `sys.exit` gives it) as the return code.
+    """Run the command line as a user would, in `cwd`: `autosync.cli.main` (the console script `run` adds only
+    a quicker exit) with `autosync ARGS` as its command line, its own working directory, stdout and stderr, and
+    its exit code (0, 1, 2 or 130, as `sys.exit` gives it) as the return code.
 
     It runs in this process, which has imported torch and the rest once (a new process pays about 3 s of
     imports per command); what only a new process shows (what it imports, signals, a kill) is tested with

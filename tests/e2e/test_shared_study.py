@@ -221,3 +221,16 @@ def test_an_sqlite_storage_commits_to_a_write_ahead_log_without_waiting_for_the_
         assert connection.execute(text("PRAGMA journal_mode")).scalar() == "wal"
         assert connection.execute(text("PRAGMA synchronous")).scalar() == 1  # NORMAL
     assert sqlite3.connect(tmp_path / "studies.db").execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_the_command_closes_its_storage_as_it_ends_leaving_no_write_ahead_log(tiny_job, tmp_path):
+    """The console script (and its --n-jobs helper) ends without the last garbage collection over torch's
+    objects (`autosync.cli.run`: gc.freeze), which used to close the storage's connections: they are closed
+    first, so the SQLite file alone holds every commit, with no write-ahead log beside it to copy with it."""
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    proc = subprocess.run([sys.executable, "-m", "autosync.cli", "tune", str(tiny_job), "--sampler", "race",
+                           "--n-jobs", "2", "--table", str(tmp_path / "table"), "--storage", url],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "studies.db").stat().st_size and not (tmp_path / "studies.db-wal").exists()
+    assert storage_rows(url, "select count(*) from trials")[0][0] > 0
