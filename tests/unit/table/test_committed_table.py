@@ -1,0 +1,82 @@
+"""The committed table (results/table) agrees with the engine: cells drawn from each job's file are trained
+again and give the run a replay decides on: the same status and time to the target, and the target metric
+at each evaluation within float32 noise (a relative 1e-4; the losses of runs trained months apart differ in
+their seventh digit where the evaluation's arithmetic was reordered, which moves no decision).
+
+The table is a cache of runs with no version of the code that trained them. A change to what the simulator
+computes leaves it stale, and then a replayed tune no longer runs the live tune's trials; so does a file
+built on a branch that had not merged such a change yet. This test draws a few of each job's cells stopped at
+the target (the lattice's runs) and fails naming them; the table is then built again by the commands in
+results/table/README.md.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import random
+from pathlib import Path
+
+import pytest
+
+from autosync.catalog import policy_from_dict
+from autosync.core.family import load_family
+from autosync.core.job import load_job
+from autosync.data import BASELINE_DIR, DEFAULT_JOB_PATH
+from autosync.table.cells import Cell
+from autosync.table.replay import compute_cell, to_target
+
+ROOT = Path(__file__).resolve().parents[3]
+FILES = sorted((ROOT / "results" / "table").glob("*.jsonl.gz"))
+FAMILIES = ("fresh", "quarry", "crest", "fleet", "steady", "tiers", "inverse", "mosaic")  # jobs 0 and 1 of each
+DRAWN = 2  # cells per job: a change to the simulator's results changes most runs of the policies it touches
+# Family files found stale on 2026-12-04 and not built again yet: each has a drawn run whose curve left float32
+# noise after a change to the engine's arithmetic (with the same time to the target; the 192 cells drawn from
+# the 16 family files all kept theirs). Building them again (`autosync table` on the families, then the
+# commands in results/table/README.md) turns each into a pass, which fails here until its name goes.
+STALE = {"12f8df635d7d8358", "3c03a091be0e46ca", "a7ff2633615e853b", "d7b9e2afc363ae93"}
+
+
+def _jobs() -> dict[str, object]:
+    jobs = [load_job(DEFAULT_JOB_PATH)]
+    for family in FAMILIES:
+        jobs += load_family(BASELINE_DIR / f"family_{family}.yaml").jobs(2)
+    return {job.fingerprint(): job for job in jobs}
+
+
+def _drawn(path: Path) -> list[Cell]:
+    """`DRAWN` of the file's cells stopped at the target (not at a horizon), the same ones every time."""
+    cells = []
+    for line in gzip.decompress(path.read_bytes()).decode().splitlines():
+        data = json.loads(line)
+        if data.get("variant") == [True, None] and data.get("status") in ("target_reached", "completed"):
+            cells.append(Cell.from_json(data))
+    cells.sort(key=lambda c: (c.seed, json.dumps(c.policy, sort_keys=True)))
+    return random.Random(path.name).sample(cells, min(DRAWN, len(cells)))
+
+
+def _same_run(a: Cell, b: Cell, metric: str) -> bool:
+    """The same status and time to the target, and `metric` at each evaluation within float32 noise."""
+    if (a.status, a.scores.get("time_to_target"), len(a.evaluations)) != \
+            (b.status, b.scores.get("time_to_target"), len(b.evaluations)):
+        return False
+    values = [(x.get(metric), y.get(metric)) for x, y in zip(a.evaluations, b.evaluations)]
+    return all(x == y or (x is not None and y is not None and math.isclose(x, y, rel_tol=1e-4))
+               for x, y in values)
+
+
+@pytest.mark.slow  # 34 runs, the default job's about 2 s each
+@pytest.mark.parametrize("path", [
+    pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="stale family file, to be built again"))
+    if p.name.split(".")[0] in STALE else p for p in FILES], ids=[p.name.split(".")[0] for p in FILES])
+def test_the_committed_table_agrees_with_the_engine(path):
+    job = _jobs().get(path.name.split(".")[0])
+    assert job is not None, f"{path.name}: no job of the committed families has this fingerprint"
+    stale = []
+    for cell in _drawn(path):
+        again = compute_cell(to_target(job.model_copy(update={"seed": cell.seed})), policy_from_dict(cell.policy))
+        if not _same_run(again, cell, job.target.metric):
+            stale.append(f"{cell.policy} on seed {cell.seed}: time to target {cell.scores.get('time_to_target')} in "
+                         f"the table, {again.scores.get('time_to_target')} trained now")
+    assert not stale, f"{path.name} is stale, build it again (results/table/README.md): " + "; ".join(stale)
