@@ -1,8 +1,11 @@
 """What ordering the race's first round per job could save: the race replayed on the table with its
 portfolio in the fitted order, and in the best order any per-job rule could find.
 
-    python benchmarks/bench_portfolio_order.py --families fresh quarry crest fleet steady tiers inverse mosaic \
-        --count 2 --table results/table --out benchmarks/portfolio_order.md
+    python benchmarks/bench_portfolio_order.py [--families fresh quarry ... mosaic] [--count 2] \
+        [--table results/table] [--out benchmarks/portfolio_order.md]
+
+(the defaults: the eight committed families, jobs 0 and 1 of each, the committed table; the report is
+printed, and written where `--out` says).
 
 The search issue asks for the first round "ordered per job by its nearest tuned jobs". The order decides
 which members survive the first round only through exact ties (times to the target are read at the job's
@@ -34,9 +37,11 @@ from autosync.lattice import lattice_points
 from autosync.race import RaceSettings
 from autosync.table import Table
 
+from _report import Figures
 from bench_lofo import jobs_of
 
 ORDERS = ("fitted", "fastest first (oracle)", "slowest first")
+COMMITTED_FAMILIES = ("fresh", "quarry", "crest", "fleet", "steady", "tiers", "inverse", "mosaic")
 DRAWS = 1000  # bootstrap draws over jobs (seed 0), as bench_lofo's intervals
 
 
@@ -60,10 +65,11 @@ def interval(diffs: list[float]) -> tuple[float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--families", nargs="+", required=True)
+    parser.add_argument("--families", nargs="+", default=list(COMMITTED_FAMILIES))
     parser.add_argument("--count", type=int, default=2)
     parser.add_argument("--table", default="results/table")
     parser.add_argument("--out", default=None, help="write the report here (default: print it only)")
+    parser.add_argument("--json", default=None, help="also write the figures here (benchmarks/make_table.py)")
     args = parser.parse_args()
     table = Table(args.table)
     jobs = []
@@ -94,11 +100,20 @@ def main() -> None:
         low, high = interval(diffs)
         lines.append(f"| {order} | {statistics.fmean(costs):.3f} | {statistics.median(costs):.3f} | "
                      f"{statistics.fmean(diffs):+.3f} [{low:+.3f}, {high:+.3f}] |")
-    lines += ["", f"{sum(same for *_, same in rows)} of {len(rows)} jobs give the same answer in every order."]
+    same = sum(same for *_, same in rows)
+    lines += ["", f"{same} of {len(rows)} jobs give the same answer in every order."]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
         Path(args.out).write_text(text)
+    figures = Figures("bench_portfolio_order")
+    fitted = statistics.fmean(c[ORDERS[0]] for _, c, _ in rows)
+    for order in ORDERS:
+        mean = statistics.fmean(c[order] for _, c, _ in rows)
+        figures.add(f"race cost, mean over {len(rows)} jobs, first round {order}", mean, "BSP trainings",
+                    *((None, None) if order == ORDERS[0] else ("the fitted order", mean / fitted)))
+    figures.add("jobs whose answer is the same in every order", same, "")
+    figures.write(args.json)
 
 
 if __name__ == "__main__":
