@@ -7,7 +7,6 @@ Heavy libraries (torch, optuna, cvxpy) are imported inside the commands that nee
 from __future__ import annotations
 
 import contextlib
-import gc
 import sys
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -39,7 +38,7 @@ from autosync.reporting.progress import BudgetBar, counting_bar, leaderboard_pro
 from autosync.reporting.robustness_files import comparison_document, summary_legend, write_comparison
 from autosync.reporting.tables import Fitted
 from autosync.reporting.tracking import Tracking
-from autosync.search.study.storage import DEFAULT_STORAGE, close_storages, redact_url
+from autosync.search.study.storage import DEFAULT_STORAGE, end_without_collection, redact_url
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Search and benchmark synchronization policies for parameter-server training.")
@@ -502,15 +501,12 @@ def main() -> None:
 
 
 def run() -> None:
-    """The `autosync` console script: `main`, then the process's end without a last garbage collection over
-    torch's objects (0.5-0.9 s of the exit once torch is loaded: `gc.freeze`), the storages' connections, which
-    that collection closed, closed first (`close_storages`). `main` alone is what a caller that goes on running
-    (the tests) calls."""
+    """The `autosync` console script: `main`, then the process's end without a last garbage collection
+    (`end_without_collection`). `main` alone is what a caller that goes on running (the tests) calls."""
     try:
         main()
     finally:
-        close_storages()
-        gc.freeze()
+        end_without_collection()
 
 
 def _print_error(exc: Exception) -> None:

@@ -10,7 +10,6 @@ stopped at the target is continued, not trained again, whichever process runs it
 
 from __future__ import annotations
 
-import gc
 import multiprocessing as mp
 import os
 import warnings
@@ -21,7 +20,7 @@ import joblib
 
 from autosync.core.errors import UserError
 from autosync.engine.forks import FORKS
-from autosync.search.study.storage import close_storages
+from autosync.search.study.storage import end_without_collection
 
 __all__ = ["Parent", "follow_parent", "shared_storage", "start_helpers", "usable_cores"]
 
@@ -62,12 +61,11 @@ def start_helpers(storage: str, count: int, target: Callable[..., None],
 
 
 def _run_then_end(target: Callable[..., None], *args: Any) -> None:
-    """A helper's body: `target(*args)`, then an exit without the last garbage collection over torch's objects
-    (0.5-0.9 s with torch loaded, which the command waits for where it joins its helpers), its storages'
-    connections closed first (`close_storages`). Where `target` raises, the exit is the usual one."""
+    """A helper's body: `target(*args)`, then an exit without the last garbage collection
+    (`end_without_collection`), which the command would wait for where it joins its helpers. Where `target`
+    raises, the exit is the usual one."""
     target(*args)
-    close_storages()
-    gc.freeze()
+    end_without_collection()
 
 
 def shared_storage(storage: str) -> bool:
