@@ -61,6 +61,7 @@ from autosync.table import KEPT, Table
 
 from _report import Figures
 
+COMMITTED_FAMILIES = ("fresh", "quarry", "crest", "fleet", "steady", "tiers", "inverse", "mosaic")  # results/table
 GOALS = {"median": 1.00, "p90": 1.15, "worst": 1.5, "median_cost": 3.0, "median_spread": 1.05}
 
 
@@ -170,14 +171,20 @@ def replayed_tune(job, table_dir: Path, sampler_seed: int, **options) -> lofo.An
     return lofo.Answered(outcome.cache["best_policy"], float(outcome.cache["search_cost_bsp_trainings"]))
 
 
-def race_folds(families: list[str], count: int, table_dir: Path) -> dict[str, Path]:
-    """Per family, a settings file of the race fitted on the other families' jobs (`race_fit.fit`)."""
-    table = Table(table_dir)
+def family_times(table: Table, families: list[str], count: int) -> list[portfolio_fit.JobTimes]:
+    """Every candidate's times on jobs 0..count-1 of each family, read from `table`, with the grid's choice."""
     times = []
     for family in families:
         for job in jobs_of(family, count):
             grid_choice = lofo.score_job(table, family, job, lattice_points, [])
             times.append(portfolio_fit.job_times(table, family, job, grid_choice.grid_choice_time))
+    return times
+
+
+def race_folds(families: list[str], count: int, table_dir: Path) -> dict[str, Path]:
+    """Per family, a settings file of the race fitted on the other families' jobs (`race_fit.fit`)."""
+    table = Table(table_dir)
+    times = family_times(table, families, count)
     folder = Path(tempfile.mkdtemp(prefix="race-folds-"))
     out = {}
     for family in families:
@@ -191,8 +198,7 @@ def race_folds(families: list[str], count: int, table_dir: Path) -> dict[str, Pa
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--families", nargs="+", default=["fresh", "quarry", "crest", "fleet", "steady", "tiers",
-                                                          "inverse", "mosaic"])
+    parser.add_argument("--families", nargs="+", default=list(COMMITTED_FAMILIES))
     parser.add_argument("--count", type=int, default=8, help="jobs 0..N-1 of each family")
     parser.add_argument("--sampler-seeds", type=int, default=3)
     parser.add_argument("--table", default="results/table", help="the table's directory (built on demand)")

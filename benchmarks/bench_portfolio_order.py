@@ -32,16 +32,14 @@ import statistics
 import sys
 from pathlib import Path
 
-from autosync.experiments import lofo, portfolio_fit, race_fit
-from autosync.lattice import lattice_points
+from autosync.experiments import portfolio_fit, race_fit
 from autosync.race import RaceSettings
 from autosync.table import Table
 
 from _report import Figures
-from bench_lofo import jobs_of
+from bench_lofo import COMMITTED_FAMILIES, family_times
 
 ORDERS = ("fitted", "fastest first (oracle)", "slowest first")
-COMMITTED_FAMILIES = ("fresh", "quarry", "crest", "fleet", "steady", "tiers", "inverse", "mosaic")
 DRAWS = 1000  # bootstrap draws over jobs (seed 0), as bench_lofo's intervals
 
 
@@ -72,11 +70,7 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="also write the figures here (benchmarks/make_table.py)")
     args = parser.parse_args()
     table = Table(args.table)
-    jobs = []
-    for family in args.families:
-        for spec in jobs_of(family, args.count):
-            grid_choice = lofo.score_job(table, family, spec, lattice_points, [])
-            jobs.append(portfolio_fit.job_times(table, family, spec, grid_choice.grid_choice_time))
+    jobs = family_times(table, args.families, args.count)
     rows = []
     for family in args.families:
         settings = race_fit.fit(table, [j for j in jobs if j.family != family])

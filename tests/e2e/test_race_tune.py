@@ -18,10 +18,9 @@ from autosync.engine.forks import FORKS
 from autosync.experiments.race_fit import MARGINS
 from autosync.reporting.console import race_report
 from autosync.table import KEPT
-from tests.conftest import TINY_JOB, autosync, no_traceback
+from tests.conftest import COMMITTED_FAMILIES, TINY_JOB, autosync, no_traceback
 
 REPO = Path(__file__).resolve().parents[2]
-COMMITTED_FAMILIES = ("fresh", "quarry", "crest", "fleet", "steady", "tiers", "inverse", "mosaic")
 
 
 def _trials(storage: str) -> list[tuple]:

@@ -12,6 +12,7 @@ results/table/README.md.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import math
@@ -26,10 +27,10 @@ from autosync.core.job import load_job
 from autosync.data import BASELINE_DIR, DEFAULT_JOB_PATH
 from autosync.table.cells import Cell
 from autosync.table.replay import compute_cell, to_target
+from tests.conftest import COMMITTED_FAMILIES
 
 ROOT = Path(__file__).resolve().parents[3]
 FILES = sorted((ROOT / "results" / "table").glob("*.jsonl.gz"))
-FAMILIES = ("fresh", "quarry", "crest", "fleet", "steady", "tiers", "inverse", "mosaic")  # jobs 0 and 1 of each
 DRAWN = 2  # cells per job: a change to the simulator's results changes most runs of the policies it touches
 # Family files found stale on 2026-12-04 and not built again yet: each has a drawn run whose curve left float32
 # noise after a change to the engine's arithmetic (with the same time to the target; the 192 cells drawn from
@@ -38,9 +39,11 @@ DRAWN = 2  # cells per job: a change to the simulator's results changes most run
 STALE = {"12f8df635d7d8358", "3c03a091be0e46ca", "a7ff2633615e853b", "d7b9e2afc363ae93"}
 
 
+@functools.cache
 def _jobs() -> dict[str, object]:
+    """The committed table's jobs by fingerprint: the default job and jobs 0 and 1 of each committed family."""
     jobs = [load_job(DEFAULT_JOB_PATH)]
-    for family in FAMILIES:
+    for family in COMMITTED_FAMILIES:
         jobs += load_family(BASELINE_DIR / f"family_{family}.yaml").jobs(2)
     return {job.fingerprint(): job for job in jobs}
 
