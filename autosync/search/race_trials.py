@@ -8,10 +8,11 @@ when it starts) and is pruned there: eliminated. The race's state is the study's
 interrupted tune resumes with the same command where the race stood, in a storage other processes and
 machines share (SQLite, PostgreSQL), and optuna-dashboard shows each run with its round and seed.
 
-A round's runs are queued together and run by this process and `--n-jobs` - 1 helper processes (started
-once for the race), each taking the next queued trial; the answer does not depend on how many ran them
-(`race.plan`), and a run to the end of the budget continues from the run to the target that any of them
-kept (`autosync.engine.forks.sharing`).
+A round's runs are queued together and run by this process and `--n-jobs` - 1 helper processes (spawned
+once, before the storage opens: `race_helpers`), each claiming first a queued run that can start at once
+(`_claim_order`), and BSP's reference runs are queued inside the portfolio round (`_with_reference`); the
+answer does not depend on how many ran them (`race.plan`), and a run to the end of the budget continues
+from the run to the target that any of them kept (`autosync.engine.forks.sharing`).
 
 BSP's runs to the end of the budget on both seeds are the final-metric rule's reference; the study's
 `BSP_REFERENCE` is made from them, so the cache record reads like any other search's.
@@ -34,11 +35,14 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from autosync.core.errors import RuntimeFailure, UserError
 from autosync.core.job import JobSpec
-from autosync.lattice import BSP_LABEL, labelled_points
+from autosync.engine.forks import sharing
+from autosync.lattice import BSP_LABEL, BSP_POLICY, labelled_points
 from autosync.policy_score import RunFailed, evaluate
 from autosync.search.study.claim import process_tag, tag
-from autosync.race import SEARCH_SEEDS, Answer, RaceSettings, Run, horizon, plan, race_settings
+from autosync.race import (REFERENCE, ROUNDS, SEARCH_SEEDS, Answer, RaceSettings, Run, Runs, horizon, plan,
+                           point_key, race_settings)
 from autosync.search.study import _optuna_internals as internals
+from autosync.search.tune_options import RACE
 from autosync.search.study.cache import bsp_training_seconds, search_cost
 from autosync.search.study.helper_processes import Parent, follow_parent, start_helpers
 from autosync.search.study.interrupts import storage_calls_finish_first
@@ -54,7 +58,8 @@ if TYPE_CHECKING:
 
     from autosync.search.request import TuneRequest
 
-__all__ = ["Observed", "RaceObjective", "observed", "race_answer", "race_search", "race_top", "rounds", "spent"]
+__all__ = ["Helpers", "Observed", "RaceObjective", "observed", "race_answer", "race_helpers", "race_search", "race_top",
+           "rounds", "spent"]
 
 POLL_SECONDS = 0.25  # how often a process looks again for another's run of the round to finish, or a new round
 
@@ -143,23 +148,45 @@ def _queued_before(study: "optuna.Study", storage: str, number: int, run: Run) -
     against on its seed have finished: what one process would have run before it, so its horizon is the
     same however many processes run the round (a run to the end of the budget, or one that races no one,
     does not wait: its horizon is none). Another process's run that its process died in is not waited for."""
-    import optuna
-
-    rivals = set(run.against) - {run.label}
-    while not run.full and rivals:
-        running = internals.fresh_trials(study, (optuna.trial.TrialState.RUNNING,))
-        if not any(t.number < number and RACE_RUN in t.user_attrs and _run_of(t.user_attrs[RACE_RUN]).seed == run.seed
-                   and _run_of(t.user_attrs[RACE_RUN]).label in rivals for t in running):
-            break
+    while _blocked(run, number, _unfinished(study)):
         time.sleep(POLL_SECONDS)
         with storage_lock(storage, study.study_name):
             fail_dead_trials(study)
     return observed(study, before=number)
 
 
+def _blocked(run: Run, number: int, unfinished: "list[optuna.trial.FrozenTrial]") -> bool:
+    """Whether `run` (trial `number`) must wait before it starts: a run to the target whose rivals on its seed
+    queued before it are not all finished (`unfinished`: the study's waiting and running trials)."""
+    rivals = set(run.against) - {run.label}
+    if run.full or not rivals:
+        return False
+    return any(t.number < number and RACE_RUN in t.user_attrs and _run_of(t.user_attrs[RACE_RUN]).seed == run.seed
+               and _run_of(t.user_attrs[RACE_RUN]).label in rivals for t in unfinished)
+
+
+def _claim_order(study: "optuna.Study", only: set[tuple[str, int, bool]] | None = None
+                 ) -> Callable[["list[optuna.trial.FrozenTrial]"], "list[optuna.trial.FrozenTrial]"]:
+    """The order a process claims the waiting race trials in (`claim.optimize_one`): those that can start now
+    first (`_blocked`: one that cannot waits for its rivals, idle), each group oldest first. `only` (the runs
+    of the round the planning process waits on, while helpers run beside it): those alone, so that it never
+    trains a run queued ahead of the round that asks for it (BSP's reference runs, `_with_reference`) while the
+    round it must plan next has finished."""
+
+    def order(waiting: "list[optuna.trial.FrozenTrial]") -> "list[optuna.trial.FrozenTrial]":
+        ours = [t for t in waiting if RACE_RUN in t.user_attrs
+                and (only is None or _key(_run_of(t.user_attrs[RACE_RUN])) in only)]
+        if not ours:
+            return []
+        unfinished = _unfinished(study)
+        return sorted(ours, key=lambda t: (_blocked(_run_of(t.user_attrs[RACE_RUN]), t.number, unfinished), t.number))
+
+    return order
+
+
 def race_search(study: "optuna.Study", request: "TuneRequest",
                 on_trial: Callable[[int, int], None] | None = None,
-                mine: set[str] | None = None) -> tuple[Answer, dict[str, Any]]:
+                mine: set[str] | None = None, helpers: Helpers | None = None) -> tuple[Answer, dict[str, Any]]:
     """Run the race on `request.job` in `study` (see the module's docstring) to its answer; returns the answer
     and BSP's reference made from the race's BSP runs (stored as the study's `BSP_REFERENCE`). The process
     tags of the `--n-jobs` helpers join `mine` (the command's processes, whose trials are its new ones)."""
@@ -170,27 +197,31 @@ def race_search(study: "optuna.Study", request: "TuneRequest",
     objective = RaceObjective(job, settings, settings_.penalty, settings_.backend, request.storage)
     accuracy = job.target.metric == "test_accuracy"
     done = 0
-    with _helpers(request, study.study_name) as helpers:
-        if mine is not None:
-            mine.update(process_tag(p.pid) for p in helpers)
-        while True:
-            seen = observed(study)
-            step = plan(settings, objective.points, seen.times, seen.stopped, seen.finals, settings_.tolerance,
-                        accuracy, budget=request.budget,
-                        spent=spent(study, job, seen) if request.budget is not None else None,
-                        full_times=seen.full_times)
-            if isinstance(step, Answer):
-                break
-            with storage_lock(request.storage, study.study_name):
-                fail_dead_trials(study)
-                _queue(study, step.runs)
-            if on_trial is not None:  # the bar counts the runs this process ran, out of those asked for so far
+    helpers = helpers or Helpers()
+    helpers.start_racing()
+    if mine is not None:
+        mine.update(process_tag(p.pid) for p in helpers.procs)
+    while True:
+        seen = observed(study)
+        step = plan(settings, objective.points, seen.times, seen.stopped, seen.finals, settings_.tolerance,
+                    accuracy, budget=request.budget,
+                    spent=spent(study, job, seen) if request.budget is not None else None,
+                    full_times=seen.full_times)
+        if isinstance(step, Answer):
+            break
+        with storage_lock(request.storage, study.study_name):
+            fail_dead_trials(study)
+            _queue(study, _with_reference(step, request.budget, settings, objective.points))
+        if on_trial is not None:  # the bar counts the runs this process ran, out of those asked for so far
+            on_trial(done, done + len(_waiting(study)))
+        # one process claims in Optuna's order (the oldest waiting run is the one that can start)
+        order = _claim_order(study, {_key(r) for r in step.runs}) if helpers.procs else None
+        while run_queued_trial(study, request.storage, objective, catch=(), order=order):
+            done += 1
+            if on_trial is not None:
                 on_trial(done, done + len(_waiting(study)))
-            while run_queued_trial(study, request.storage, objective, catch=()):
-                done += 1
-                if on_trial is not None:
-                    on_trial(done, done + len(_waiting(study)))
-            _await_round(study, request, step.runs)
+        _await_round(study, request, step.runs, order)
+    helpers.finish()
     reference = _reference(study, job, seen.finals, seen.times)
     study.set_user_attr(BSP_REFERENCE, reference)
     return step, reference
@@ -250,25 +281,42 @@ def race_top(record: dict[str, Any], count: int = 5) -> list[dict[str, Any]]:
 
 
 def rounds(trials: "list[optuna.trial.FrozenTrial]", job_seed: int) -> list[dict[str, Any]]:
-    """The race's runs in the order they were queued, grouped by round and seed as they came (a round run
-    again after a failed check is a group of its own): each run's label, its time to the target (None:
-    stopped at its horizon) or final metric, and whether the seed was new to it."""
-    out: list[dict[str, Any]] = []
+    """The race's runs in the order they were queued, grouped by round and seed in the order each group's
+    first run was queued (BSP's reference runs, queued inside the portfolio round, `_with_reference`, are a
+    group of their own after it): each run's label, its time to the target (None: stopped at its horizon)
+    or final metric, and whether the seed was new to it."""
+    groups: dict[tuple[str, int], dict[str, Any]] = {}
     seen: set[tuple[str, int]] = set()
     for t in sorted(trials, key=lambda t: t.number):
         run = _run_of(t.user_attrs[RACE_RUN])
         if RACE_TIME not in t.user_attrs:
             continue  # not finished (a killed process's), re-run under another number
-        if not out or (out[-1]["round"], out[-1]["seed"]) != (run.round, job_seed + run.seed):
-            out.append({"round": run.round, "seed": job_seed + run.seed, "runs": []})
-        row = out[-1]
+        row = groups.setdefault((run.round, job_seed + run.seed),
+                                {"round": run.round, "seed": job_seed + run.seed, "runs": []})
         key = (run.label, run.seed)
         row["runs"].append({"label": run.label, "trial": t.number, "policy": t.user_attrs[POLICY],
                             "time": t.user_attrs[RACE_TIME],
                             **({"final": t.user_attrs.get(RACE_FINAL)} if run.full else {}),
                             "new_seed": key not in seen})
         seen.add(key)
-    return out
+    return list(groups.values())
+
+
+def _with_reference(step: Runs, budget: float | None, settings: RaceSettings,
+                    points: dict[str, dict[str, Any]]) -> list[Run]:
+    """The runs to queue for `step`: its own and, with the portfolio round of a race without a budget, BSP's
+    runs to the end of the budget on both seeds after the round's first run. The final-metric round asks for
+    them whatever the race finds (they are its reference; only a portfolio holding BSP itself may answer
+    without them), and the round's first run races no one yet, so a second process runs them while that run
+    sets the round's horizons, rather than beside the finalists' runs at the end. `race.plan` is unchanged:
+    the round does not wait for them, and they are the runs round 4 asks for (the same cost, the same
+    answer). With a budget they are the race's first round already."""
+    first = step.runs[:1]
+    if budget is not None or step.round != ROUNDS[0] or not first or first[0].seed != 0 \
+            or any(point_key(points[m]) == point_key(BSP_POLICY) for m in settings.portfolio if m in points):
+        return step.runs
+    reference = [Run(BSP_LABEL, s, REFERENCE, full=True) for s in range(SEARCH_SEEDS)]
+    return first + reference + step.runs[1:]
 
 
 def _queue(study: "optuna.Study", runs: list[Run]) -> None:
@@ -282,19 +330,30 @@ def _queue(study: "optuna.Study", runs: list[Run]) -> None:
             study.enqueue_trial({}, user_attrs={RACE_RUN: dataclasses.asdict(run)}, skip_if_exists=False)
 
 
-def _await_round(study: "optuna.Study", request: "TuneRequest", runs: list[Run]) -> None:
+def _await_round(study: "optuna.Study", request: "TuneRequest", runs: list[Run],
+                 order: Callable[["list[optuna.trial.FrozenTrial]"], "list[optuna.trial.FrozenTrial]"] | None
+                 ) -> None:
     """Wait until every run of the round has finished (another process may still run one), failing and
-    re-queuing the trials of processes that died (and running them here)."""
+    re-queuing the trials of processes that died (and running them here: a waiting trial that `order`, if
+    any, lets this process claim ends the wait)."""
     while True:
         seen = observed(study)
         if all(_finished(r, seen) for r in runs):
             return
         with storage_lock(request.storage, study.study_name):
             fail_dead_trials(study)
-        if not _waiting(study):
+        waiting = _waiting(study)
+        if not (order(waiting) if order is not None else waiting):
             time.sleep(POLL_SECONDS)
             continue
         return  # a dead process's run was re-queued: the caller's loop runs it
+
+
+def _unfinished(study: "optuna.Study") -> list[Any]:
+    """The study's waiting and running trials, read from the database."""
+    import optuna
+
+    return internals.fresh_trials(study, (optuna.trial.TrialState.WAITING, optuna.trial.TrialState.RUNNING))
 
 
 def _waiting(study: "optuna.Study") -> list[Any]:
@@ -340,39 +399,74 @@ def _finished(run: Run, seen: Observed) -> bool:
     return key in seen.times or key in seen.stopped
 
 
+@dataclass
+class Helpers:
+    """The race's `--n-jobs` - 1 helper processes (`race_helpers`): `go` tells them the study exists; `raced`:
+    the race ran with them, so they are stopped and joined at the end (terminated otherwise: still warming up,
+    where the cache answered or the request was refused)."""
+
+    procs: list[Any] = field(default_factory=list)
+    go: Any = None  # the event set once the study exists (None: no helpers)
+    stop: Any = None  # the event set once the race has its answer
+    raced: bool = False
+
+    def start_racing(self) -> None:
+        """Let the helpers load the study and run its queued trials."""
+        self.raced = True
+        if self.go is not None:
+            self.go.set()
+
+    def finish(self) -> None:
+        """Tell the helpers the race is over: each ends after its run (they are joined at the end)."""
+        if self.stop is not None:
+            self.stop.set()
+
+
 @contextlib.contextmanager
-def _helpers(request: "TuneRequest", name: str) -> Iterator[list[Any]]:
-    """Within (given the processes): `--n-jobs` - 1 processes running the race's queued trials as they are
-    queued, round after round; started once (each imports torch and loads the job: seconds), stopped and
-    joined at the end."""
-    if request.n_jobs <= 1:
-        yield []
+def race_helpers(request: "TuneRequest") -> Iterator[Helpers]:
+    """Within: the race's helpers (`Helpers`), spawned as soon as the command knows it races in several
+    processes, before it opens the storage, so that each imports torch and loads the job while the command
+    opens the storage and plans the first round (seconds on either side); none for one process, or another
+    search. They share this process's kept runs (`autosync.engine.forks.sharing`, entered here, before they
+    start) and wait for `Helpers.start_racing` before they touch the storage, which the command creates."""
+    if request.sampler != RACE or request.n_jobs <= 1:
+        yield Helpers()
         return
-    stop = mp.get_context("spawn").Event()
-    procs = start_helpers(request.storage, request.n_jobs - 1, _helper, lambda i: (request, name, stop))
-    try:
-        yield procs
-    finally:
-        stop.set()
-        for p in procs:
-            p.join()
+    context = mp.get_context("spawn")
+    go, stop = context.Event(), context.Event()
+    with sharing(True):
+        helpers = Helpers(start_helpers(request.storage, request.n_jobs - 1, _helper,
+                                        lambda i: (request, request.study_name, go, stop)), go, stop)
+        try:
+            yield helpers
+        finally:
+            stop.set()
+            for p in helpers.procs:
+                if not helpers.raced:
+                    p.terminate()  # importing torch, or waiting for a study that no race will use
+                p.join()
 
 
-def _helper(request: "TuneRequest", name: str, stop: Any, parent: Parent) -> None:
-    """A helper process: run the study's queued race trials as they come, until `stop` is set."""
+def _helper(request: "TuneRequest", name: str, go: Any, stop: Any, parent: Parent) -> None:
+    """A helper process: warm up, wait for the study (`go`), then run its queued race trials as they come,
+    until `stop` is set."""
     import optuna
 
     follow_parent(parent)
     # not at the top: torch (seconds), which a tune answered from the cache does not load. Imported, and the
-    # job's data loaded, while the command trains the round's first run, which this one's first run waits for
-    # (`_queued_before`) rather than inside that run
+    # job's data loaded, while the command opens the storage and trains the round's first run, which this
+    # one's first run waits for (`_queued_before`), rather than inside that run
     from autosync.workloads.build import build_workload
 
     build_workload(request.job)
-    study = optuna.load_study(study_name=name, storage=open_storage(request.storage))
     objective = RaceObjective(request.job, race_settings(request.race_settings), request.settings.penalty,
                               request.settings.backend, request.storage)
+    while not go.wait(POLL_SECONDS):
+        if stop.is_set() or parent.gone():
+            return
+    study = optuna.load_study(study_name=name, storage=open_storage(request.storage))
+    order = _claim_order(study)
     with storage_calls_finish_first():  # Ctrl-C reaches the helpers too: not inside a write, nor before a tag
         while not stop.is_set() and not parent.gone():  # a killed command's helper stops too
-            if not (_waiting(study) and run_queued_trial(study, request.storage, objective, catch=())):
+            if not (_waiting(study) and run_queued_trial(study, request.storage, objective, catch=(), order=order)):
                 stop.wait(POLL_SECONDS)  # none queued (the next round not yet planned): look again

@@ -43,7 +43,7 @@ from autosync.search.strategies.patience import give_up_queued, patience_of, tri
 from autosync.search.strategies.pruning import RaceLimit, TargetRacePruner, thinned
 from autosync.search.study.running_twins import Resampled
 from autosync.search.strategies.samplers import RACE, SWITCH_POINT_SAMPLERS, make_sampler
-from autosync.search.race_trials import race_answer, race_search, race_top
+from autosync.search.race_trials import Helpers, race_answer, race_helpers, race_search, race_top
 from autosync.search.study.records import (
     BSP_REFERENCE, BSP_TARGET, BSP_TRAINING_SECONDS, CURVE, FORKED, HORIZON, NEIGHBOUR_JOBS, REPAIR_OF, TIME_TO_TARGET,
     TIMED_OUT_OF, VIRTUAL_SECONDS, StudyRecord, write_cache_record,
@@ -110,6 +110,13 @@ def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = Non
     `reference`: BSP's reference runs were found too). Ctrl-C raises `Interrupted` saying what is kept.
     `TuneOutcome.new_trials` counts the trials this command's processes ran, not other processes'. A storage
     server that stops answering is waited for, saying so through `on_wait` (`autosync.search.study.outage`)."""
+    with race_helpers(request) as helpers:  # spawned first: they warm up while the storage opens
+        return _tune(request, helpers, on_trial, on_resume, on_wait)
+
+
+def _tune(request: TuneRequest, helpers: Helpers, on_trial: Callable[[int, int], None] | None,
+          on_resume: Callable[[int, list[int]], None] | None, on_wait: Callable[[str], None] | None) -> TuneOutcome:
+    """`tune`, with the race's `--n-jobs` helpers started (`race_helpers`; none for another search)."""
     report_to(request.storage, on_wait)
     storage = open_storage(request.storage)
     study = load_study(request, storage)
@@ -134,7 +141,7 @@ def tune(request: TuneRequest, on_trial: Callable[[int, int], None] | None = Non
                                                                       fresh=not before and not requeued)
             answer = None  # the race's (the other searches' answer is their best feasible trial)
             if request.sampler == RACE:
-                answer, reference = race_search(study, request, on_trial, mine)
+                answer, reference = race_search(study, request, on_trial, mine, helpers)
             else:
                 reference = bsp_reference(study, request, siblings)
                 _search(study, request, reference, siblings, before, on_trial, mine, near)

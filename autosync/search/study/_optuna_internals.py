@@ -6,7 +6,8 @@ ids of stale trials, the heartbeat table (a trial killed before its first heartb
 Optuna), a study's storage (and its URL, for the storage lock) and a trial's storage id. The trial budget is counted from the database
 itself, past Optuna's per-process cache (`fresh_trials`). Studies are listed from their attribute rows
 (`all_studies`), so that one damaged attribute does not hide every study. A heartbeat thread whose start
-was cut short is found and stopped (`heartbeat_threads`). Nothing else of Optuna's internals is used.
+was cut short is found and stopped (`heartbeat_threads`). A queued trial can be claimed in an order other than
+Optuna's oldest first (`claiming_in`). Nothing else of Optuna's internals is used.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import datetime as dt
 import json
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from autosync.search.study.interrupts import storage_call
 from autosync.search.study.outage import call_waiting
@@ -78,6 +79,36 @@ def fresh_trials(study: "optuna.Study", states: tuple[Any, ...] | None = None) -
     process ran it. Budget accounting across processes must not trust that view.
     """
     return _backend(study).get_all_trials(study._study_id, deepcopy=False, states=states)
+
+
+@contextlib.contextmanager
+def claiming_in(study: "optuna.Study", order: "Callable[[list[optuna.trial.FrozenTrial]], list[Any]] | None"
+                ) -> Iterator[None]:
+    """While in it, `study.optimize` claims the first trial of `order(the waiting trials, read from the
+    database)` that no other process claimed first, where Optuna claims the oldest
+    (`Study._pop_waiting_trial_id`); it asks the sampler for a new one only where `order` leaves none.
+    `order` None: Optuna's own."""
+    import optuna
+    from optuna.exceptions import UpdateFinishedTrialError
+
+    if order is None:
+        yield
+        return
+
+    def pop() -> int | None:
+        for trial in order(fresh_trials(study, (optuna.trial.TrialState.WAITING,))):
+            try:  # False, or raised: another process claimed it (or it finished) first
+                if study._storage.set_trial_state_values(trial._trial_id, state=optuna.trial.TrialState.RUNNING):
+                    return trial._trial_id
+            except UpdateFinishedTrialError:
+                continue
+        return None
+
+    study._pop_waiting_trial_id = pop  # the instance's, for this claim only
+    try:
+        yield
+    finally:
+        del study._pop_waiting_trial_id
 
 
 def dead_trial_ids(study: "optuna.Study") -> list[int]:

@@ -121,8 +121,11 @@ def top_up(study: "optuna.Study", url: str, budget: int, first: Sequence[dict[st
 
 
 def run_queued_trial(study: "optuna.Study", url: str, objective: Callable[["optuna.Trial"], Any],
-                     catch: tuple[type[Exception], ...]) -> bool:
-    """Run one queued trial of the budget in `study.optimize`; False (and nothing run) when none is queued.
+                     catch: tuple[type[Exception], ...],
+                     order: Callable[[list[Any]], list[Any]] | None = None) -> bool:
+    """Run one queued trial of the budget in `study.optimize`; False (and nothing run) when none is queued
+    (with `order`, a function of the waiting trials giving those this process may claim, first first: none
+    it leaves; `claim.optimize_one`).
 
     The storage lock is held from the check for a queued trial until the objective starts, so the
     `ask` inside `optimize` pops that trial: no process ever creates a trial beyond the budget. Dead
@@ -135,7 +138,8 @@ def run_queued_trial(study: "optuna.Study", url: str, objective: Callable[["optu
     with contextlib.ExitStack() as held:
         held.enter_context(storage_lock(url, study.study_name))
         fail_dead_trials(study)  # before Optuna's own check in `optimize` fails them without a reason
-        if not internals.fresh_trials(study, _states("WAITING")):  # the database's view, not this process's cache
+        waiting = internals.fresh_trials(study, _states("WAITING"))  # the database's view, not this process's cache
+        if not (waiting if order is None else order(waiting)):
             return False
 
         ours: list[int] = []
@@ -145,7 +149,7 @@ def run_queued_trial(study: "optuna.Study", url: str, objective: Callable[["optu
             ours.append(trial.number)
 
         try:
-            optimize_one(study, objective, catch, on_claim=claimed)  # tagged with this process before it runs
+            optimize_one(study, objective, catch, on_claim=claimed, order=order)  # tagged before it runs
         except Exception:
             if not (ours and _failed_as_dead(study, ours[0])):
                 raise

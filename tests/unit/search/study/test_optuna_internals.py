@@ -26,7 +26,8 @@ def study(tmp_path):
 def test_the_private_names_still_exist(study):
     from optuna.storages._rdb import models
 
-    for owner, name in [(study, "_storage"), (study, "_study_id"), (study._storage, "_get_stale_trial_ids"),
+    for owner, name in [(study, "_storage"), (study, "_study_id"), (study, "_pop_waiting_trial_id"),
+                        (study._storage, "_get_stale_trial_ids"),
                         (models.TrialHeartbeatModel, "where_trial_id")]:
         assert hasattr(owner, name), MOVED + f"{type(owner).__name__}.{name} is gone"
     trial = study.ask()
