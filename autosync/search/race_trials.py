@@ -78,29 +78,23 @@ class RaceObjective:
         run = _run_of(trial.user_attrs[RACE_RUN])
         policy = self.points[run.label]
         tag(trial)  # already tagged when the race claimed it (`claim.optimize_one`)
-        trial.set_user_attr(POLICY, policy)
         limit = horizon(run, self.settings.margin, _queued_before(trial.study, self.storage, trial.number, run).times)
-        trial.set_user_attr(RACE_HORIZON, None if math.isinf(limit) else limit)
-        trial.set_user_attr(ROLE, "budget")
+        # each group of attributes in one write (`set_user_attrs`: one commit, not one an attribute)
+        internals.set_user_attrs(trial, {POLICY: policy, RACE_HORIZON: None if math.isinf(limit) else limit,
+                                         ROLE: "budget"})
         try:
             score = evaluate(self.job, policy, [self.job.seed + run.seed], self.penalty, backend=self.backend,
                              stop_at_target=not run.full, horizon=None if math.isinf(limit) else limit)
         except RunFailed as exc:  # diverged: slower than any run that reaches the target, and no final metric
-            trial.set_user_attr(FAIL_REASON, str(exc))
-            trial.set_user_attr(RACE_HORIZON, math.inf)  # never run again: past any horizon
-            trial.set_user_attr(RACE_TIME, None)
-            if run.full:
-                trial.set_user_attr(RACE_FINAL, None)
+            internals.set_user_attrs(trial, {FAIL_REASON: str(exc), RACE_HORIZON: math.inf,  # never run again
+                                             RACE_TIME: None, **({RACE_FINAL: None} if run.full else {})})
             raise optuna.TrialPruned(str(exc)) from None
-        for key, value in score.items():
-            trial.set_user_attr(key, value)
         value = score[TIME_TO_TARGET]
         # a run stopped at its horizon is evaluated there once more: reaching the target only at that extra
         # evaluation is not reaching it on the job's evaluation schedule, where it would be past the horizon
         eliminated = not value < limit
-        trial.set_user_attr(RACE_TIME, None if eliminated else value)
-        if run.full:
-            trial.set_user_attr(RACE_FINAL, score[FINAL_METRIC])
+        internals.set_user_attrs(trial, {**score, RACE_TIME: None if eliminated else value,
+                                         **({RACE_FINAL: score[FINAL_METRIC]} if run.full else {})})
         if eliminated:
             raise optuna.TrialPruned(f"past {limit:.1f} virtual s: slower than {self.settings.margin:g} times "
                                      f"the fastest of its round on seed {self.job.seed + run.seed}")
@@ -120,14 +114,16 @@ class Observed:
     full_times: dict[tuple[str, int], float] = field(default_factory=dict)
 
 
-def observed(study: "optuna.Study", before: int | None = None) -> Observed:
+def observed(study: "optuna.Study", before: int | None = None,
+             trials: "list[optuna.trial.FrozenTrial] | None" = None) -> Observed:
     """The race's runs finished in `study` (`Observed`; with `before`, those of trials numbered below it); the
-    first finished trial of a run stands."""
+    first finished trial of a run stands. `trials`: the study's trials read already (None: read here)."""
     import optuna
 
-    seen = Observed()
     done = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
-    for t in internals.fresh_trials(study, done):
+    trials = internals.fresh_trials(study, done) if trials is None else [t for t in trials if t.state in done]
+    seen = Observed()
+    for t in trials:
         if RACE_RUN not in t.user_attrs or RACE_TIME not in t.user_attrs or (before is not None and t.number >= before):
             continue
         run = _run_of(t.user_attrs[RACE_RUN])
@@ -148,11 +144,13 @@ def _queued_before(study: "optuna.Study", storage: str, number: int, run: Run) -
     against on its seed have finished: what one process would have run before it, so its horizon is the
     same however many processes run the round (a run to the end of the budget, or one that races no one,
     does not wait: its horizon is none). Another process's run that its process died in is not waited for."""
-    while _blocked(run, number, _unfinished(study)):
+    while True:
+        trials = internals.fresh_trials(study)  # one read for both: whether it waits, and what it reads then
+        if not _blocked(run, number, [t for t in trials if not t.state.is_finished()]):
+            return observed(study, before=number, trials=trials)
         time.sleep(POLL_SECONDS)
         with storage_lock(storage, study.study_name):
             fail_dead_trials(study)
-    return observed(study, before=number)
 
 
 def _blocked(run: Run, number: int, unfinished: "list[optuna.trial.FrozenTrial]") -> bool:

@@ -7,7 +7,8 @@ Optuna), a study's storage (and its URL, for the storage lock) and a trial's sto
 itself, past Optuna's per-process cache (`fresh_trials`). Studies are listed from their attribute rows
 (`all_studies`), so that one damaged attribute does not hide every study. A heartbeat thread whose start
 was cut short is found and stopped (`heartbeat_threads`). A queued trial can be claimed in an order other than
-Optuna's oldest first (`claiming_in`). Nothing else of Optuna's internals is used.
+Optuna's oldest first (`claiming_in`), and a trial's attributes written in one transaction (`set_user_attrs`).
+Nothing else of Optuna's internals is used.
 """
 
 from __future__ import annotations
@@ -109,6 +110,24 @@ def claiming_in(study: "optuna.Study", order: "Callable[[list[optuna.trial.Froze
         yield
     finally:
         del study._pop_waiting_trial_id
+
+
+def set_user_attrs(trial: "optuna.Trial", attrs: dict[str, Any]) -> None:
+    """`trial.set_user_attr(key, value)` for each of `attrs`, in one transaction of an RDB storage (one commit,
+    where Optuna commits each attribute: most of a replayed trial's time in SQLite); one by one otherwise."""
+    backend = _backend(trial.study)
+    if not hasattr(backend, "_set_trial_attr_without_commit"):
+        for key, value in attrs.items():
+            trial.set_user_attr(key, value)
+        return
+    from optuna.storages._rdb import models
+    from optuna.storages._rdb.storage import _create_scoped_session
+
+    with storage_call(), _create_scoped_session(backend.scoped_session, True) as session:
+        for key, value in attrs.items():
+            backend._set_trial_attr_without_commit(session, models.TrialUserAttributeModel, trial._trial_id, key,
+                                                   value)
+    trial._cached_frozen_trial.user_attrs.update(attrs)
 
 
 def dead_trial_ids(study: "optuna.Study") -> list[int]:

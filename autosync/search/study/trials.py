@@ -215,7 +215,8 @@ def fail_dead_trials(study: "optuna.Study") -> DeadTrials:
     grace = internals.grace_seconds(study)
     running = internals.fresh_trials(study, _states("RUNNING")) if grace is not None else []
     gone = {internals.trial_id(t): t.user_attrs[PROCESS] for t in running if process_gone(t.user_attrs.get(PROCESS))}
-    dead = list(dict.fromkeys([*gone, *internals.dead_trial_ids(study)]))
+    # (no trial running, none is dead: the queries for stale heartbeats are skipped)
+    dead = list(dict.fromkeys([*gone, *internals.dead_trial_ids(study)])) if running else []
     retry = storage.get_heartbeat_stale_trial_callback()
     requeued = {t.user_attrs.get(RETRY_OF) for t in internals.fresh_trials(study)} if dead else set()
     numbers = DeadTrials()

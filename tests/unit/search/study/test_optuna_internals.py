@@ -28,6 +28,7 @@ def test_the_private_names_still_exist(study):
 
     for owner, name in [(study, "_storage"), (study, "_study_id"), (study, "_pop_waiting_trial_id"),
                         (study._storage, "_get_stale_trial_ids"),
+                        (internals._backend(study), "_set_trial_attr_without_commit"),
                         (models.TrialHeartbeatModel, "where_trial_id")]:
         assert hasattr(owner, name), MOVED + f"{type(owner).__name__}.{name} is gone"
     trial = study.ask()
@@ -63,3 +64,17 @@ def test_optunas_heartbeat_thread_is_found_with_the_event_that_stops_it(study):
     stop.set()
     thread.join(timeout=10)
     assert not thread.is_alive(), MOVED + "HeartbeatThread's thread args (trial id, storage, stop event)"
+
+
+def test_a_trials_attributes_are_written_together_and_read_back_as_optuna_writes_them(study, tmp_path):
+    trial = study.ask()
+    internals.set_user_attrs(trial, {"a": 1, "b": [2.5, None], "c": float("inf")})
+    assert trial.user_attrs == {"a": 1, "b": [2.5, None], "c": float("inf")}, MOVED + "Trial._cached_frozen_trial"
+    (stored,) = internals.fresh_trials(study)
+    assert stored.user_attrs == trial.user_attrs, MOVED + "RDBStorage._set_trial_attr_without_commit"
+    internals.set_user_attrs(trial, {"a": 3})  # written again: replaced, as set_user_attr replaces it
+    assert internals.fresh_trials(study)[0].user_attrs["a"] == 3
+    in_memory = optuna.create_study()  # no database: one attribute at a time, through Optuna's own call
+    other = in_memory.ask()
+    internals.set_user_attrs(other, {"a": 1, "b": 2})
+    assert in_memory.trials[0].user_attrs == {"a": 1, "b": 2}
