@@ -14,6 +14,7 @@
 - `scaling_files`: a metric against the worker count (`autosync scaling`).
 - `switch_log_replay_files`: Sync-Switch's Table II from recorded runs (`autosync replay`).
 - `study_plots`: a study's optimization history, parameter importances or Pareto front (`autosync tune`).
+- `race_figure`: a race's candidates by seeds by rounds (`autosync tune`'s race.png, and the docs' figure).
 - `verification`: a tune's candidates re-run on a real backend, as table and figure (`tune --verify-top`).
 - `profile_files`: the timed rounds and the fitted job (`autosync profile`).
 - `calibration_files`: the calibrated job and calibration.json (`autosync calibrate`).
@@ -31,5 +32,5 @@ The modules listed in `__all__` are the package's public surface; a name startin
 """
 
 __all__ = ["calibration_files", "console", "error_lines", "leaderboard_files", "output", "profile_files",
-           "progress", "resources", "results", "robustness_files", "runs", "scaling_files", "study_plots",
-           "switch_log_replay_files", "tables", "tracking", "tune_files", "verification"]
+           "progress", "race_figure", "resources", "results", "robustness_files", "runs", "scaling_files",
+           "study_plots", "switch_log_replay_files", "tables", "tracking", "tune_files", "verification"]

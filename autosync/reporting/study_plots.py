@@ -1,22 +1,30 @@
-"""Plots of a study: optimization history, parameter importances and (multi-objective) the Pareto front.
+"""Plots of a study: optimization history, parameter importances and (multi-objective) the Pareto front; for a
+race, the race itself (`autosync.reporting.race_figure`).
 
 Optuna's matplotlib backend draws them; each is skipped, with the reason returned, when the study cannot
 support it (too few completed trials; fewer than two parameters among the completed trials for the
-importances, which then have nothing to rank: a race's trials are labelled lattice points with none, and
-Optuna drew an empty chart for them, after the 2 s import of scikit-learn its importance evaluator needs).
+importances, which then have nothing to rank). A race's study gets its own figure instead: its trials are
+labelled lattice points with no parameters, and their values, runs on two seeds and runs to the end of the
+budget, drawn as one history, mixed what the race compares apart.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from autosync.reporting.race_figure import draw_race
 
 if TYPE_CHECKING:
     import optuna
 
 
-def write_study_plots(study: "optuna.Study", out_dir: Path) -> tuple[list[Path], list[str]]:
-    """Write PNGs under `out_dir`; returns (written paths, skipped plots with reasons)."""
+def write_study_plots(study: "optuna.Study", out_dir: Path,
+                      race: dict[str, Any] | None = None) -> tuple[list[Path], list[str]]:
+    """Write PNGs under `out_dir`; returns (written paths, skipped plots with reasons). `race`: the cache
+    record of a race (its `race` and `best_policy`), drawn as race.png instead of the study's history."""
+    if race is not None:
+        return [draw_race(race["race"], race["best_policy"], out_dir / "race.png")], []
     import warnings
 
     import matplotlib

@@ -46,7 +46,8 @@ class Tuned(TuneOutcome):
         plots: list[Path] = []
         skipped: list[str] = []
         if not self.cached:
-            plots, skipped = write_study_plots(self.study, directory)
+            race = self.cache if isinstance(self.cache.get("race"), dict) else None
+            plots, skipped = write_study_plots(self.study, directory, race)
         if mlflow is not None:
             if job is None:
                 raise TypeError("Tuned.write(..., mlflow=...) needs job=, the JobSpec that was tuned")

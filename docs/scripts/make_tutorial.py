@@ -100,7 +100,7 @@ PARTS: dict[str, list[Step]] = {
 # Figures the pages show: (part, file the commands wrote, relative to the work folder; a glob where the name
 # depends on the answer) -> docs/tutorial/img/NAME
 FIGURES = {
-    "first-tune-history.png": ("first-tune", "results/tune/digits_default-policy/optimization_history.png"),
+    "first-tune-race.png": ("first-tune", "results/tune/digits_default-policy/race.png"),
     "first-tune-run.png": ("first-tune", "results/runs/digits_default/*-seed0/plot.png"),
     "own-cluster-sim-vs-real.png": ("own-cluster", "results/tune/majority_lstm-profiled-static_k/sim_vs_real.png"),
 }

@@ -26,3 +26,17 @@ def test_a_study_with_fewer_than_two_parameters_skips_the_importances_and_says_w
         written, skipped = write_study_plots(study, tmp_path / count)
         assert [p.name for p in written] == ["optimization_history.png"]
         assert skipped == [f"param_importances.png: {count} among the completed trials, none to rank against another"]
+
+
+def test_a_race_gets_its_own_figure_instead_of_a_history_that_mixes_its_seeds_and_rounds(tmp_path):
+    asp, bsp = {"policy": "asp", "params": {}}, {"policy": "bsp", "params": {}}
+    race = {"rounds": [
+        {"round": "portfolio", "seed": 0, "runs": [{"label": "asp", "policy": asp, "time": 3.0}]},
+        {"round": "reference", "seed": 0, "runs": [{"label": "bsp", "policy": bsp, "time": 9.0, "final": 0.9}]},
+        {"round": "reference", "seed": 1, "runs": [{"label": "bsp", "policy": bsp, "time": None, "final": None}]},
+        {"round": "final metric", "seed": 1, "runs": [{"label": "asp", "policy": asp, "time": 4.0, "final": 0.8}]},
+        {"round": "towards BSP", "seed": 0, "runs": [{"label": "k", "policy": asp, "time": None, "final": 0.7}]}]}
+    study = optuna.create_study()
+    study.optimize(lambda t: 1.0, n_trials=2)
+    written, skipped = write_study_plots(study, tmp_path, {"race": race, "best_policy": asp})
+    assert [p.name for p in written] == ["race.png"] and not skipped and written[0].stat().st_size > 0
