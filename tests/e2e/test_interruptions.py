@@ -9,11 +9,13 @@ import re
 import signal
 import sqlite3
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import autosync, freeze_when, signal_and_wait, start_autosync
+from tests.conftest import autosync, freeze_when, signal_and_wait, spawned_children, start_autosync
 from tests.kill_storm import Zygote
 
 pytestmark = [pytest.mark.slow, pytest.mark.processes]
@@ -176,3 +178,35 @@ def test_processes_started_together_never_train_one_policy_twice(tiny_job, tmp_p
         roles = [r for (r,) in con.execute("select a.value_json from trial_user_attributes a join trials t using "
                                            "(trial_id) where a.key = 'role' and t.state <> 'RUNNING'")]
     assert roles.count('"budget"') == 6, roles
+
+
+def _processes_tagged(db: Path) -> int:
+    """How many processes have claimed a trial of the study (its trials' process tags)."""
+    try:
+        with contextlib.closing(sqlite3.connect(db, timeout=1)) as con:
+            return con.execute("select count(distinct value_json) from trial_user_attributes "
+                               "where key = 'process'").fetchone()[0]
+    except sqlite3.OperationalError:  # no tables yet
+        return 0
+
+
+@pytest.mark.parametrize("when", ["helper starting", "both racing"])
+def test_ctrl_c_on_a_race_in_two_processes_ends_the_helper_without_a_traceback(tiny_job, tmp_path, when):
+    """A terminal sends Ctrl-C to every process of the command: the race's helper ends in silence, as it
+    starts (its interpreter and torch loading) or while it runs a trial, and the command says what it kept
+    in its one line."""
+    db = tmp_path / "s.db"
+    tune = subprocess.Popen([sys.executable, "-m", "autosync.cli", "tune", str(_long(tiny_job)), "--n-jobs", "2",
+                             "--storage", f"sqlite:///{db}"], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    ready = (lambda: bool(spawned_children(tune.pid))) if when == "helper starting" \
+        else (lambda: _processes_tagged(db) >= 2)
+    deadline = time.monotonic() + 120
+    while not ready() and tune.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert tune.poll() is None, f"the race ended before the test could interrupt it: {tune.communicate()[1][-2000:]}"
+    os.killpg(tune.pid, signal.SIGINT)
+    stderr = tune.communicate(timeout=60)[1]
+    assert tune.returncode == 130 and "Traceback" not in stderr, stderr[-3000:]
+    assert len([x for x in stderr.splitlines() if x.startswith("error: interrupted")]) == 1, stderr

@@ -10,11 +10,13 @@ stopped at the target is continued, not trained again, whichever process runs it
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
+import signal
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import joblib
 
@@ -55,16 +57,39 @@ def start_helpers(storage: str, count: int, target: Callable[..., None],
     parent = Parent(optuna.logging.get_verbosity(), list(warnings.filters),
                     None if FORKS.shared is None else FORKS.shared.directory, os.getpid())
     procs = [ctx.Process(target=_run_then_end, args=(target, *args_of(i), parent), daemon=True) for i in range(count)]
-    for p in procs:
-        p.start()
+    with _ctrl_c_blocked():
+        for p in procs:
+            p.start()
     return procs
+
+
+@contextlib.contextmanager
+def _ctrl_c_blocked() -> Iterator[None]:
+    """Within: SIGINT blocked in this thread, so that the helpers spawned here start with it blocked (a
+    spawned interpreter keeps its parent's signal mask) until `_run_then_end` can end them quietly; a Ctrl-C
+    meanwhile is not lost but held, for this process as it leaves and for each helper as it unblocks it."""
+    if not hasattr(signal, "pthread_sigmask"):  # not POSIX: a Ctrl-C in a helper's start shows its traceback
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def _run_then_end(target: Callable[..., None], *args: Any) -> None:
     """A helper's body: `target(*args)`, then an exit without the last garbage collection
     (`end_without_collection`), which the command would wait for where it joins its helpers. Where `target`
-    raises, the exit is the usual one."""
-    target(*args)
+    raises, the exit is the usual one; on Ctrl-C, which a terminal sends to every process of the command,
+    a quiet one (exit status 130): the command says in one line what was kept, and a trial cut short here
+    is failed and run again on resume, as one of its own."""
+    try:
+        if hasattr(signal, "pthread_sigmask"):
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # held since `start_helpers`
+        target(*args)
+    except KeyboardInterrupt:
+        raise SystemExit(130) from None
     end_without_collection()
 
 
