@@ -286,6 +286,10 @@ def _towards_bsp(points: dict[str, dict[str, Any]], times: dict[tuple[str, int],
     static_ks = sorted(_distinct(fixed, points), key=lambda label: points[label]["params"]["k"])
     below, keeps = -1, len(static_ks)  # indices: -1 waits for no worker (breaks the rule), len(static_ks) is BSP
     tried: list[str] = []
+    # BSP's own runs first: no finalist asked for them where every candidate was stopped on a seed
+    missing = [Run(BSP_LABEL, s, ROUNDS[3], full=True) for s in range(SEARCH_SEEDS) if (BSP_LABEL, s) not in finals]
+    if missing:
+        return Runs(ROUNDS[3], missing)
     bsp = [finals[(BSP_LABEL, s)] for s in range(SEARCH_SEEDS)]
     while keeps - below > 1:
         middle = (below + keeps) // 2

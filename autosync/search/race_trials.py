@@ -194,16 +194,28 @@ def race_search(study: "optuna.Study", request: "TuneRequest",
     settings = race_settings(request.race_settings)
     objective = RaceObjective(job, settings, settings_.penalty, settings_.backend, request.storage)
     accuracy = job.target.metric == "test_accuracy"
-    done = 0
-    helpers = helpers or Helpers()
+    helpers = helpers or Helpers()  # (`tune` passes those `race_helpers` started: none, one process)
     helpers.start_racing()
     if mine is not None:
         mine.update(process_tag(p.pid) for p in helpers.procs)
+    try:
+        step, seen = _race(study, request, settings, objective, accuracy, helpers, on_trial)
+    finally:  # before the caller reports what was kept: the helpers' runs in progress end first
+        helpers.finish()
+    reference = _reference(study, job, seen.finals, seen.times)
+    study.set_user_attr(BSP_REFERENCE, reference)
+    return step, reference
+
+
+def _race(study: "optuna.Study", request: "TuneRequest", settings: RaceSettings, objective: RaceObjective,
+          accuracy: bool, helpers: Helpers, on_trial: Callable[[int, int], None] | None) -> tuple[Answer, Observed]:
+    """`race_search`'s rounds: plan, queue, run and wait, until the plan answers; the answer and the runs seen."""
+    settings_, done = request.settings, 0
     while True:
         seen = observed(study)
         step = plan(settings, objective.points, seen.times, seen.stopped, seen.finals, settings_.tolerance,
                     accuracy, budget=request.budget,
-                    spent=spent(study, job, seen) if request.budget is not None else None,
+                    spent=spent(study, request.job, seen) if request.budget is not None else None,
                     full_times=seen.full_times)
         if isinstance(step, Answer):
             break
@@ -219,10 +231,7 @@ def race_search(study: "optuna.Study", request: "TuneRequest",
             if on_trial is not None:
                 on_trial(done, done + len(_waiting(study)))
         _await_round(study, request, step.runs, order)
-    helpers.finish()
-    reference = _reference(study, job, seen.finals, seen.times)
-    study.set_user_attr(BSP_REFERENCE, reference)
-    return step, reference
+    return step, seen
 
 
 def spent(study: "optuna.Study", job: JobSpec, seen: Observed) -> float | None:
@@ -333,18 +342,24 @@ def _await_round(study: "optuna.Study", request: "TuneRequest", runs: list[Run],
                  ) -> None:
     """Wait until every run of the round has finished (another process may still run one), failing and
     re-queuing the trials of processes that died (and running them here: a waiting trial that `order`, if
-    any, lets this process claim ends the wait)."""
+    any, lets this process claim ends the wait, as does a run of the round left with no trial waiting or
+    running, which the caller's next plan queues again)."""
+    import optuna
+
     while True:
         seen = observed(study)
         if all(_finished(r, seen) for r in runs):
             return
         with storage_lock(request.storage, study.study_name):
             fail_dead_trials(study)
-        waiting = _waiting(study)
-        if not (order(waiting) if order is not None else waiting):
-            time.sleep(POLL_SECONDS)
-            continue
-        return  # a dead process's run was re-queued: the caller's loop runs it
+        unfinished = _unfinished(study)
+        waiting = [t for t in unfinished if t.state == optuna.trial.TrialState.WAITING]
+        if order(waiting) if order is not None else waiting:
+            return  # a dead process's run was re-queued: the caller's loop runs it
+        live = {_key(_run_of(t.user_attrs[RACE_RUN])) for t in unfinished if RACE_RUN in t.user_attrs}
+        if any(not _finished(r, seen) and _key(r) not in live for r in runs):
+            return  # a run whose trial failed, not re-queued (a helper's error): planned and queued again
+        time.sleep(POLL_SECONDS)
 
 
 def _unfinished(study: "optuna.Study") -> list[Any]:
@@ -415,9 +430,18 @@ class Helpers:
             self.go.set()
 
     def finish(self) -> None:
-        """Tell the helpers the race is over: each ends after its run (they are joined at the end)."""
+        """Tell the helpers the race is over, and wait for each to end after its run."""
         if self.stop is not None:
             self.stop.set()
+        for p in self.procs:
+            p.join()
+
+    def not_needed(self) -> None:
+        """End helpers that no race will use (the cache answered) at once, still warming up."""
+        if not self.raced:
+            for p in self.procs:
+                p.terminate()
+                p.join()
 
 
 @contextlib.contextmanager

@@ -114,20 +114,32 @@ def claiming_in(study: "optuna.Study", order: "Callable[[list[optuna.trial.Froze
 
 def set_user_attrs(trial: "optuna.Trial", attrs: dict[str, Any]) -> None:
     """`trial.set_user_attr(key, value)` for each of `attrs`, in one transaction of an RDB storage (one commit,
-    where Optuna commits each attribute: most of a replayed trial's time in SQLite); one by one otherwise."""
+    where Optuna commits each attribute: most of a replayed trial's time in SQLite), made again whole while a
+    server does not answer (`outage.call_waiting`); one by one otherwise, and where the transaction meets
+    another process's row (an integrity error: the attribute Optuna's own call would skip alone)."""
+    import sqlalchemy.exc
+
     backend = _backend(trial.study)
     if not hasattr(backend, "_set_trial_attr_without_commit"):
         for key, value in attrs.items():
             trial.set_user_attr(key, value)
         return
+    try:
+        call_waiting(storage_url(trial.study), _write_attrs, backend, trial._trial_id, attrs)
+    except sqlalchemy.exc.IntegrityError:
+        for key, value in attrs.items():
+            trial.set_user_attr(key, value)
+        return
+    trial._cached_frozen_trial.user_attrs.update(attrs)
+
+
+def _write_attrs(backend: Any, trial_id: int, attrs: dict[str, Any]) -> None:
     from optuna.storages._rdb import models
     from optuna.storages._rdb.storage import _create_scoped_session
 
-    with storage_call(), _create_scoped_session(backend.scoped_session, True) as session:
+    with storage_call(), _create_scoped_session(backend.scoped_session) as session:
         for key, value in attrs.items():
-            backend._set_trial_attr_without_commit(session, models.TrialUserAttributeModel, trial._trial_id, key,
-                                                   value)
-    trial._cached_frozen_trial.user_attrs.update(attrs)
+            backend._set_trial_attr_without_commit(session, models.TrialUserAttributeModel, trial_id, key, value)
 
 
 def dead_trial_ids(study: "optuna.Study") -> list[int]:

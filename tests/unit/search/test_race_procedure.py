@@ -132,6 +132,19 @@ def test_bsp_answers_where_the_fewest_workers_keeping_the_rule_are_no_faster_or_
     assert (no_static_k.label, no_static_k.towards_bsp) == ("bsp", [])
 
 
+def test_where_every_candidate_was_stopped_on_a_seed_round_5_asks_for_bsp_s_own_runs_before_it_reads_them():
+    """No finalist asked for BSP's runs to the end of the budget (the one candidate diverged on the second
+    seed, so nothing is ranked): the bisection towards BSP asks for them first (it read them unasked)."""
+    truth = {("d", 0): 10.0, ("bsp", 0): 60.0, ("bsp", 1): 62.0,
+             **{(label, s): 20.0 + p["params"]["k"] for label, p in STATIC_KS.items() for s in range(2)}}
+    finals = {("bsp", 0): 0.95, ("bsp", 1): 0.96, **{(label, s): 0.955 for label in STATIC_KS for s in range(2)}}
+    answer, steps = run_all({}, {}, truth, finals, RaceSettings(("d",), margin=1.5, finalists=2),
+                            stopped={("d", 1): math.inf}, points=TOWARDS_BSP_POINTS)
+    first_full = next(s for s in steps if any(r.full for r in s.runs))
+    assert [(r.label, r.seed) for r in first_full.runs] == [("bsp", 0), ("bsp", 1)]
+    assert (answer.label, answer.checked, answer.towards_bsp) == ("f1", [], ["f4", "f2", "f1"])
+
+
 def test_without_a_budget_the_race_runs_every_round_and_is_not_cut_short():
     answer, steps = run_all({}, {}, TRUTH, FINALS)
     assert steps[0].round == "portfolio" and answer.cut_short == []

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import signal
+import threading
+import types
 
 import optuna
 import pytest
@@ -109,4 +111,25 @@ def test_helpers_that_no_race_used_are_ended_without_waiting_for_their_warm_up(t
     request = TuneRequest.from_options(job, options)
     with race_trials.race_helpers(request) as helpers:
         assert len(helpers.procs) == 1 and helpers.procs[0].is_alive()
-    assert helpers.procs[0].exitcode == -signal.SIGTERM  # terminated (answered from the cache, or refused)
+        helpers.not_needed()  # the cache answered: ended there, not once the command is done
+        assert helpers.procs[0].exitcode == -signal.SIGTERM
+    with race_trials.race_helpers(request) as refused:
+        pass  # refused before any race: ended on the way out
+    assert refused.procs[0].exitcode == -signal.SIGTERM
+
+
+def test_a_round_whose_run_failed_without_a_rerun_is_planned_again_rather_than_awaited(study):
+    """A helper whose objective raised leaves its run's trial failed, with no trial waiting to run it again:
+    the planning process stops waiting, and its next plan queues the run again (`_queue`)."""
+    run = portfolio_run("a")
+    queue(study, [run])
+    trial = study.ask()
+    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    url = internals.storage_url(study)
+    waiter = threading.Thread(target=race_trials._await_round,
+                              args=(study, types.SimpleNamespace(storage=url), [run], None), daemon=True)
+    waiter.start()
+    waiter.join(timeout=30)
+    assert not waiter.is_alive(), "still waiting for a run no process will run"
+    race_trials._queue(study, [run])
+    assert labels(race_trials._waiting(study)) == [("a", 0)]
