@@ -147,6 +147,7 @@ def _rdb_storage(url: str, kwargs: dict[str, Any]) -> "optuna.storages.RDBStorag
     if is_server(url):  # a server that stops answering is waited for (`outage`); a pooled connection it
         cls = waiting(cls)  # dropped is found dead before use and replaced
         kwargs = {"pool_pre_ping": True, **kwargs}
+    cls = quiet_heartbeats(cls)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # heartbeats are marked experimental; we rely on them knowingly
         storage = cls(
@@ -155,6 +156,29 @@ def _rdb_storage(url: str, kwargs: dict[str, Any]) -> "optuna.storages.RDBStorag
             heartbeat_stale_trial_callback=RetryKilledTrial(max_retry=3))
     _OPENED.add(storage)
     return storage
+
+
+class QuietHeartbeats:
+    """A storage whose heartbeat, refused, is skipped rather than raised (`quiet_heartbeats`)."""
+
+    def record_heartbeat(self, trial_id: int) -> None:
+        """Optuna's heartbeat of trial `trial_id`, beaten from a thread of its own that no one reports for: a
+        beat the storage refuses (its folder turned read-only, the disk full, the server gone for good) is
+        skipped and the next interval beats again, where Optuna's thread printed its traceback and stopped
+        beating. The command's own next write meets the same failure and says it in its one line."""
+        try:
+            super().record_heartbeat(trial_id)  # type: ignore[misc]
+        except Exception:  # sqlalchemy's and Optuna's many kinds, and `outage.StorageLost`
+            pass
+
+
+def quiet_heartbeats(cls: type) -> type:
+    """A subclass of storage class `cls` with `QuietHeartbeats` (made once, a name of this module, as
+    `interrupts.guarded` makes its classes)."""
+    name = f"Quiet{cls.__name__}"
+    if name not in globals():
+        globals()[name] = type(name, (QuietHeartbeats, cls), {"__module__": __name__, "__qualname__": name})
+    return globals()[name]
 
 
 def end_without_collection() -> None:
