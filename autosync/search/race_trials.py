@@ -200,8 +200,10 @@ def race_search(study: "optuna.Study", request: "TuneRequest",
         mine.update(process_tag(p.pid) for p in helpers.procs)
     try:
         step, seen = _race(study, request, settings, objective, accuracy, helpers, on_trial)
-    finally:  # before the caller reports what was kept: the helpers' runs in progress end first
+    except BaseException:  # before the caller reports what was kept: the helpers' runs in progress end first
         helpers.finish()
+        raise
+    helpers.finish(wait=False)  # idle: they end while this process writes its record (joined by `race_helpers`)
     reference = _reference(study, job, seen.finals, seen.times)
     study.set_user_attr(BSP_REFERENCE, reference)
     return step, reference
@@ -429,11 +431,11 @@ class Helpers:
         if self.go is not None:
             self.go.set()
 
-    def finish(self) -> None:
-        """Tell the helpers the race is over, and wait for each to end after its run."""
+    def finish(self, wait: bool = True) -> None:
+        """Tell the helpers the race is over and (`wait`) wait for each to end after its run."""
         if self.stop is not None:
             self.stop.set()
-        for p in self.procs:
+        for p in self.procs if wait else []:
             p.join()
 
     def not_needed(self) -> None:
