@@ -20,11 +20,11 @@ if TYPE_CHECKING:
 
 
 def write_study_plots(study: "optuna.Study", out_dir: Path,
-                      race: dict[str, Any] | None = None) -> tuple[list[Path], list[str]]:
-    """Write PNGs under `out_dir`; returns (written paths, skipped plots with reasons). `race`: the cache
-    record of a race (its `race` and `best_policy`), drawn as race.png instead of the study's history."""
-    if race is not None:
-        return [draw_race(race["race"], race["best_policy"], out_dir / "race.png")], []
+                      race_record: dict[str, Any] | None = None) -> tuple[list[Path], list[str]]:
+    """Write PNGs under `out_dir`; returns (written paths, skipped plots with reasons). `race_record`: the
+    cache record of a race (its `race` and `best_policy`), drawn as race.png instead of the study's history."""
+    if race_record is not None:
+        return [draw_race(race_record["race"], race_record["best_policy"], out_dir / "race.png")], []
     import warnings
 
     import matplotlib

@@ -201,9 +201,9 @@ def race_search(study: "optuna.Study", request: "TuneRequest",
     try:
         step, seen = _race(study, request, settings, objective, accuracy, helpers, on_trial)
     except BaseException:  # before the caller reports what was kept: the helpers' runs in progress end first
-        helpers.finish()
+        helpers.close()
         raise
-    helpers.finish(wait=False)  # idle: they end while this process writes its record (joined by `race_helpers`)
+    helpers.finish()  # idle: they end while this process writes its record (joined by `race_helpers`)
     reference = _reference(study, job, seen.finals, seen.times)
     study.set_user_attr(BSP_REFERENCE, reference)
     return step, reference
@@ -321,7 +321,7 @@ def _with_reference(step: Runs, budget: float | None, settings: RaceSettings,
     the round does not wait for them, and they are the runs round 4 asks for (the same cost, the same
     answer). With a budget they are the race's first round already."""
     first = step.runs[:1]
-    if budget is not None or step.round != ROUNDS[0] or not first or first[0].seed != 0 \
+    if budget is not None or step.round != ROUNDS[0] or not first \
             or any(point_key(points[m]) == point_key(BSP_POLICY) for m in settings.portfolio if m in points):
         return step.runs
     reference = [Run(BSP_LABEL, s, REFERENCE, full=True) for s in range(SEARCH_SEEDS)]
@@ -431,19 +431,19 @@ class Helpers:
         if self.go is not None:
             self.go.set()
 
-    def finish(self, wait: bool = True) -> None:
-        """Tell the helpers the race is over and (`wait`) wait for each to end after its run."""
+    def finish(self) -> None:
+        """Tell the helpers the race is over: each ends after its run, while this process writes its record."""
         if self.stop is not None:
             self.stop.set()
-        for p in self.procs if wait else []:
-            p.join()
 
-    def not_needed(self) -> None:
-        """End helpers that no race will use (the cache answered) at once, still warming up."""
-        if not self.raced:
-            for p in self.procs:
+    def close(self) -> None:
+        """Stop the helpers and wait for them: those that raced end after their run; those that no race used
+        (the cache answered, or the request was refused) are ended at once, still warming up."""
+        self.finish()
+        for p in self.procs:
+            if not self.raced:
                 p.terminate()
-                p.join()
+            p.join()
 
 
 @contextlib.contextmanager
@@ -464,11 +464,7 @@ def race_helpers(request: "TuneRequest") -> Iterator[Helpers]:
         try:
             yield helpers
         finally:
-            stop.set()
-            for p in helpers.procs:
-                if not helpers.raced:
-                    p.terminate()  # importing torch, or waiting for a study that no race will use
-                p.join()
+            helpers.close()
 
 
 def _helper(request: "TuneRequest", name: str, go: Any, stop: Any, parent: Parent) -> None:

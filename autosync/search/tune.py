@@ -124,7 +124,7 @@ def _tune(request: TuneRequest, helpers: Helpers, on_trial: Callable[[int, int],
     if cache is not None and _timed_out_short(cache, study, request):
         cache = None  # a search its --timeout ended before the budget: the same command resumes it
     if cache is not None:
-        helpers.not_needed()
+        helpers.close()  # no race will use them
         outcome = TuneOutcome(study.study_name, request.storage, True, 0, cache, _top(cache, study), study)
         return _elsewhere(_verified(outcome, request), request.job, sibling_studies(study, storage))
     with storage_lock(request.storage, study.study_name):

@@ -18,7 +18,7 @@ import datetime as dt
 import json
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from autosync.search.study.interrupts import storage_call
 from autosync.search.study.outage import call_waiting
@@ -83,21 +83,19 @@ def fresh_trials(study: "optuna.Study", states: tuple[Any, ...] | None = None) -
 
 
 @contextlib.contextmanager
-def claiming_in(study: "optuna.Study", order: "Callable[[list[optuna.trial.FrozenTrial]], list[Any]] | None"
-                ) -> Iterator[None]:
-    """While in it, `study.optimize` claims the first trial of `order(the waiting trials, read from the
-    database)` that no other process claimed first, where Optuna claims the oldest
-    (`Study._pop_waiting_trial_id`); it asks the sampler for a new one only where `order` leaves none.
-    `order` None: Optuna's own."""
+def claiming_in(study: "optuna.Study", first: "list[optuna.trial.FrozenTrial] | None") -> Iterator[None]:
+    """While in it, `study.optimize` claims the first of the waiting trials `first` (in that order) that no
+    other process claimed first, where Optuna claims the oldest (`Study._pop_waiting_trial_id`); it asks the
+    sampler for a new one only where none of them is left. `first` None: Optuna's own order."""
     import optuna
     from optuna.exceptions import UpdateFinishedTrialError
 
-    if order is None:
+    if first is None:
         yield
         return
 
     def pop() -> int | None:
-        for trial in order(fresh_trials(study, (optuna.trial.TrialState.WAITING,))):
+        for trial in first:
             try:  # False, or raised: another process claimed it (or it finished) first
                 if study._storage.set_trial_state_values(trial._trial_id, state=optuna.trial.TrialState.RUNNING):
                     return trial._trial_id

@@ -41,10 +41,11 @@ def tag(trial: "optuna.Trial") -> None:
 def optimize_one(study: "optuna.Study", objective: Callable[["optuna.Trial"], Any],
                  catch: tuple[type[Exception], ...], callbacks: Sequence[Callable[..., None]] = (),
                  on_claim: Callable[["optuna.Trial"], None] | None = None,
-                 order: Callable[[list[Any]], list[Any]] | None = None) -> None:
+                 claim_first: list[Any] | None = None) -> None:
     """`study.optimize` for one trial, tagged with this process (`PROCESS`) before `objective` runs;
-    `on_claim(trial)` runs first, still under the hold (the caller lets go of its storage lock there). A queued
-    trial is claimed in `order` (`_optuna_internals.claiming_in`; None: the oldest first).
+    `on_claim(trial)` runs first, still under the hold (the caller lets go of its storage lock there). The
+    queued trial claimed is the first of `claim_first` not claimed elsewhere (`_optuna_internals.claiming_in`;
+    None: the oldest).
 
     A Ctrl-C from the ask to the tag is raised as the objective would start: the trial is then FAIL and
     tagged, as one cut short mid-run. Outside `interrupts.storage_calls_finish_first` (a program with its
@@ -52,7 +53,7 @@ def optimize_one(study: "optuna.Study", objective: Callable[["optuna.Trial"], An
     beating = internals.heartbeat_threads()  # another thread's trial (a library caller's) keeps its own
     with contextlib.ExitStack() as hold:
         hold.enter_context(storage_call())
-        hold.enter_context(internals.claiming_in(study, order))
+        hold.enter_context(internals.claiming_in(study, claim_first))
 
         def tagged(trial: "optuna.Trial") -> Any:
             try:

@@ -139,7 +139,8 @@ def run_queued_trial(study: "optuna.Study", url: str, objective: Callable[["optu
         held.enter_context(storage_lock(url, study.study_name))
         fail_dead_trials(study)  # before Optuna's own check in `optimize` fails them without a reason
         waiting = internals.fresh_trials(study, _states("WAITING"))  # the database's view, not this process's cache
-        if not (waiting if order is None else order(waiting)):
+        claimable = waiting if order is None else order(waiting)
+        if not claimable:
             return False
 
         ours: list[int] = []
@@ -149,7 +150,8 @@ def run_queued_trial(study: "optuna.Study", url: str, objective: Callable[["optu
             ours.append(trial.number)
 
         try:
-            optimize_one(study, objective, catch, on_claim=claimed, order=order)  # tagged before it runs
+            # claimed in the order read here, under the lock (without one, Optuna's); tagged before it runs
+            optimize_one(study, objective, catch, on_claim=claimed, claim_first=None if order is None else claimable)
         except Exception:
             if not (ours and _failed_as_dead(study, ours[0])):
                 raise

@@ -70,7 +70,7 @@ def test_a_run_waits_for_a_rival_queued_before_it_whether_running_or_still_waiti
 
 def test_the_claim_takes_the_first_trial_the_order_gives_not_the_oldest(study):
     queue(study, [portfolio_run("a"), portfolio_run("b")])
-    newest_first = lambda waiting: sorted(waiting, key=lambda t: -t.number)  # noqa: E731
+    newest_first = sorted(race_trials._waiting(study), key=lambda t: -t.number)
     with internals.claiming_in(study, newest_first):
         trial = study.ask()
     assert trial.user_attrs[RACE_RUN]["label"] == "b"
@@ -111,7 +111,7 @@ def test_helpers_that_no_race_used_are_ended_without_waiting_for_their_warm_up(t
     request = TuneRequest.from_options(job, options)
     with race_trials.race_helpers(request) as helpers:
         assert len(helpers.procs) == 1 and helpers.procs[0].is_alive()
-        helpers.not_needed()  # the cache answered: ended there, not once the command is done
+        helpers.close()  # the cache answered: ended there, not once the command is done
         assert helpers.procs[0].exitcode == -signal.SIGTERM
     with race_trials.race_helpers(request) as refused:
         pass  # refused before any race: ended on the way out
