@@ -414,7 +414,8 @@ def table(files: Sequence[str | Path], directory: str | Path, options: TableOpti
     (with `full`, to the end of the budget) on each job's two search seeds and `held_out` held-out seeds, for
     every job file in `files` and jobs 0..jobs-1 of every family file there. The lattice is the broad reference
     grid (`autosync.lattice.lattice_points`), or `policies`, canonical on each job's
-    workers. Resumable: finished cells are kept. The cells run on joblib's processes, on the workers of the
+    workers; with `retrain`, every cell the table holds of the jobs trained again instead
+    (`autosync.table.build.retrain_table`). Resumable: finished cells are kept. The cells run on joblib's processes, on the workers of the
     Dask cluster at `scheduler` (`autosync.table.dask_cluster`), or on whichever joblib backend the call is made in
     (`with joblib.parallel_config(backend=...)`).
 
@@ -429,7 +430,7 @@ def table(files: Sequence[str | Path], directory: str | Path, options: TableOpti
     # not load, and the table's modules (25 ms), which `autosync run` does not
     from autosync.core.family import load_family, looks_like_family
     from autosync.table import Table
-    from autosync.table.build import build_table
+    from autosync.table.build import build_table, retrain_table
     from autosync.table.dask_cluster import on_cluster
 
     opts = _options(TableOptions, options, None, fields)
@@ -447,6 +448,8 @@ def table(files: Sequence[str | Path], directory: str | Path, options: TableOpti
 
     store = Table(directory)
     with contextlib.nullcontext() if opts.scheduler is None else on_cluster(opts.scheduler, opts.n_jobs):
+        if opts.retrain:
+            return retrain_table(store, jobs, opts.n_jobs, on_start, on_done)
         return build_table(store, jobs, lattice, opts.held_out, opts.n_jobs, opts.full, on_start, on_done)
 
 

@@ -323,16 +323,24 @@ def table(files: list[Path] = typer.Argument(..., help="Job files, and job-famil
 
         def start(todo: int, reused: int) -> None:
             shown["bar"] = bar = stack.enter_context(counting_bar("table", status, transient=False))
-            shown["task"] = bar.add_task(f"cells ({reused} already in the table)", total=todo)
+            done = "trained again before a stop" if options.retrain else "already in the table"
+            shown["task"] = bar.add_task(f"cells ({reused} {done})", total=todo)
 
         built = api.table(files, out, options, on_start=start,
                           on_done=lambda _: shown["bar"].advance(shown["task"]))
     summary = {"directory": str(out), "computed": built.computed, "reused": built.reused,
                "failed": built.failed, "files": [str(p) for p in built.files]}
+    if built.changed is not None:
+        summary["changed"] = built.changed
     if as_json:
         return _print_json(summary)
-    console.print(f"table {out}: {built.computed} cells computed, {built.reused} reused, {len(built.failed)} failed "
-                  f"runs, in {len(built.files)} files")
+    if built.changed is not None:
+        console.print(f"table {out}: {built.computed + built.reused} cells trained again ({built.reused} before a "
+                      f"stop), {built.changed} of them changed, {len(built.failed)} failed runs, in "
+                      f"{len(built.files)} files")
+    else:
+        console.print(f"table {out}: {built.computed} cells computed, {built.reused} reused, "
+                      f"{len(built.failed)} failed runs, in {len(built.files)} files")
     for line in built.failed:
         status.print(f"failed: {line}", style="yellow")
 

@@ -200,10 +200,15 @@ class TableOptions:
     scheduler: Optional[str] = option(None, "Run the cells on a Dask cluster: its scheduler's address "
                                       "(tcp://HOST:8786), or `local` for one started on this machine with "
                                       "--n-jobs workers (needs pip install \"autosync[cluster]\").")
+    retrain: bool = option(False, "Train again every cell the table holds of these jobs, replacing each with its "
+                                  "new run (after a change to the simulator left them stale); adds no lattice point.")
 
     def __post_init__(self) -> None:
         check_ranges(self)
         _check_n_jobs(self.n_jobs)
+        if self.retrain and (self.policies or self.full):
+            raise UserError(f"--retrain trains again the cells the table holds, so it takes no "
+                            f"{'--policies' if self.policies else '--full'}")
 
 
 @dataclass(frozen=True, kw_only=True)

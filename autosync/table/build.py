@@ -4,6 +4,10 @@ Each lattice point is run stopped at the target (a miss runs the whole budget); 
 point's final metric at the end of the budget trains that run when it first asks and the table keeps it
 (`autosync.table.replay.cell_for`). `full=True` trains every point to the end instead.
 
+`retrain_table` trains again every cell a table holds of some jobs, after a change to what the simulator
+computes has left them stale (`tests/unit/table/test_committed_table.py` finds such a file): the cells are
+kept aside until every one is trained, then each job's file is replaced whole.
+
 The cells a build lacks run through joblib, as many at once as it is told (`n_jobs`; -1: every core), on
 the backend joblib is given: its own processes by default, or a cluster's workers for a table too big for
 one machine (`joblib.parallel_config(backend="dask")`, which `autosync.table.dask_cluster` sets up). Each
@@ -19,12 +23,14 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from autosync.catalog import policy_from_dict
+from autosync.core.errors import UserError
 from autosync.core.job import JobSpec
 from autosync.engine.forks import fork_key
 from autosync.table.cells import FULL, TO_TARGET, Cell, cell_key
 from autosync.table.replay import compute_cell, full_budget, to_target
 from autosync.table.store import Table
 
+RETRAINED = ".retrained"  # the sub-directory where a retrain keeps its cells until each job's are all trained
 SEARCH_SEEDS = 2  # the seeds a tune searches on: job.seed and job.seed + 1 (`trial_seeds`, and the race's second seed)
 HELD_OUT_OFFSET = 100  # held-out seeds start this far past the job's seed (as the reference grid scores them)
 HELD_OUT_SEEDS = 2
@@ -81,12 +87,14 @@ def _compute(task: Task) -> tuple[str, Cell | None, str | None]:
 
 @dataclass
 class Built:
-    """What a build did: cells computed now, cells the table already held, and runs that failed."""
+    """What a build did: cells computed now, cells the table already held, and runs that failed; for a
+    retrain, how many cells came out different from the ones they replaced."""
 
     computed: int
     reused: int
     failed: list[str]
     files: list[Any]
+    changed: int | None = None
 
 
 def build_table(table: Table, jobs: list[JobSpec], lattice: Callable[[int], list[dict[str, Any]]],
@@ -95,20 +103,68 @@ def build_table(table: Table, jobs: list[JobSpec], lattice: Callable[[int], list
                 on_done: Callable[[Task | None], None] | None = None) -> Built:
     """Compute every cell of `jobs` x `lattice` x seeds that `table` lacks (`tasks`), then pack it.
     `on_start(todo, reused)` once the work is known; `on_done` after each cell."""
+    every = tasks(jobs, lattice, held_out, full)
+    todo = _missing(table, every)
+    if on_start is not None:
+        on_start(len(todo), len(every) - len(todo))
+    failed = _compute_into(table, todo, n_jobs, on_done)
+    return Built(len(todo) - len(failed), len(every) - len(todo), failed, table.pack())
+
+
+def retrain_tasks(table: Table, jobs: list[JobSpec]) -> list[Task]:
+    """Every cell `table` holds of `jobs`, as the task that trains it again: the job on the cell's seed,
+    stopping where the cell's run stopped."""
+    out = []
+    for job in jobs:
+        for key, cell in sorted(table.cells(job.fingerprint()).items()):
+            stops = {"stop_at_target": cell.variant.stop_at_target, "stop_at_seconds": cell.variant.stop_at_seconds}
+            run = job.model_copy(update={"seed": cell.seed, "budget": job.budget.model_copy(update=stops)})
+            if cell_key(fork_key(run, cell.policy), cell.variant) != key:
+                raise UserError(f"table {table.directory}: cell {key} of job {cell.fingerprint} is not a run of "
+                                "this job's budget (a job file edited after the table was built?): give the "
+                                "job file the table was built from")
+            out.append(Task(run, cell.policy, key))
+    return out
+
+
+def retrain_table(table: Table, jobs: list[JobSpec], n_jobs: int = 1,
+                  on_start: Callable[[int, int], None] | None = None,
+                  on_done: Callable[[Task | None], None] | None = None) -> Built:
+    """Train again every cell `table` holds of `jobs` (`retrain_tasks`) into `RETRAINED` under it (a stopped
+    retrain resumes there), then replace each job's file with the cells trained now. `on_start(todo,
+    already retrained)`. `Built.changed` counts the cells whose record differs from the one it replaced;
+    a run that fails now is reported in `failed` and its cell dropped (a search trains it when it asks)."""
+    aside = Table(table.directory / RETRAINED)
+    every = retrain_tasks(table, jobs)
+    todo = _missing(aside, every)
+    if on_start is not None:
+        on_start(len(todo), len(every) - len(todo))
+    failed = _compute_into(aside, todo, n_jobs, on_done)
+    changed, files = 0, []
+    for fingerprint in sorted({job.fingerprint() for job in jobs}):
+        old, new = table.cells(fingerprint), aside.cells(fingerprint)
+        changed += sum(1 for key, cell in new.items() if key not in old or old[key].to_json(key) != cell.to_json(key))
+        if new:
+            (packed,) = aside.pack_job(fingerprint)
+            files.append(table.replace_job(fingerprint, packed))
+    if aside.directory.is_dir() and not any(aside.directory.iterdir()):
+        aside.directory.rmdir()
+    return Built(len(todo) - len(failed), len(every) - len(todo), failed, files, changed)
+
+
+def _missing(table: Table, wanted: list[Task]) -> list[Task]:
+    return [t for t in wanted if table.get(t.job.fingerprint(), t.key) is None]
+
+
+def _compute_into(table: Table, todo: list[Task], n_jobs: int, on_done: Callable[[Task | None], None] | None
+                  ) -> list[str]:
+    """Compute `todo`'s cells on joblib (`n_jobs` at once), each kept in `table` as it comes; the failed runs."""
     from joblib import Parallel, delayed
 
-    todo, reused = [], 0
-    for task in tasks(jobs, lattice, held_out, full):
-        if table.get(task.job.fingerprint(), task.key) is None:
-            todo.append(task)
-        else:
-            reused += 1
-    if on_start is not None:
-        on_start(len(todo), reused)
     by_key = {t.key: t for t in todo}
     failed = []
     # the largest jobs first: fewer idle cores at the end
-    todo.sort(key=lambda t: -t.job.cluster.n_workers)
+    todo = sorted(todo, key=lambda t: -t.job.cluster.n_workers)
     for key, cell, error in Parallel(n_jobs=n_jobs, return_as="generator_unordered")(
             delayed(_compute)(t) for t in todo):
         if cell is not None:
@@ -117,4 +173,4 @@ def build_table(table: Table, jobs: list[JobSpec], lattice: Callable[[int], list
             failed.append(error)
         if on_done is not None:
             on_done(by_key[key])
-    return Built(len(todo) - len(failed), reused, sorted(failed), table.pack())
+    return sorted(failed)

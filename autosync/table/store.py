@@ -55,6 +55,10 @@ class Table:
             finally:
                 fcntl.flock(f, fcntl.LOCK_UN)
 
+    def cells(self, fingerprint: str) -> dict[str, Cell]:
+        """The job's cells by key (a copy: the table keeps its own)."""
+        return dict(self._job(fingerprint))
+
     def __len__(self) -> int:
         return sum(len(self._job(fp)) for fp in self.fingerprints())
 
@@ -69,18 +73,30 @@ class Table:
     def pack(self) -> list[Path]:
         """Merge every job's cells into its packed file (sorted by key, gzip without a timestamp) and remove
         the open files; returns the packed files."""
-        written = []
-        for fingerprint in self.fingerprints():
-            cells = self._job(fingerprint)
-            body = "".join(cells[key].to_json(key) + "\n" for key in sorted(cells)).encode()
-            path = self.directory / f"{fingerprint}{PACKED}"
-            tmp = path.with_suffix(".tmp")
-            with open(tmp, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as f:
-                f.write(body)
-            os.replace(tmp, path)
-            (self.directory / f"{fingerprint}{OPEN}").unlink(missing_ok=True)
-            written.append(path)
-        return written
+        return [path for fingerprint in self.fingerprints() for path in self.pack_job(fingerprint)]
+
+    def pack_job(self, fingerprint: str) -> list[Path]:
+        """`pack` for one job: its packed file (none where the table holds no cell of it)."""
+        cells = self._job(fingerprint)
+        if not cells:
+            return []
+        body = "".join(cells[key].to_json(key) + "\n" for key in sorted(cells)).encode()
+        path = self.directory / f"{fingerprint}{PACKED}"
+        tmp = path.with_suffix(".tmp")
+        with open(tmp, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as f:
+            f.write(body)
+        os.replace(tmp, path)
+        (self.directory / f"{fingerprint}{OPEN}").unlink(missing_ok=True)
+        return [path]
+
+    def replace_job(self, fingerprint: str, packed: Path) -> Path:
+        """Make the packed file `packed` (of another table) this table's whole record of the job: moved here,
+        this table's open file of the job removed. Returns where it now lies."""
+        path = self.directory / f"{fingerprint}{PACKED}"
+        os.replace(packed, path)
+        (self.directory / f"{fingerprint}{OPEN}").unlink(missing_ok=True)
+        self._cells.pop(fingerprint, None)
+        return path
 
     def _job(self, fingerprint: str) -> dict[str, Cell]:
         if fingerprint not in self._cells:
