@@ -78,13 +78,16 @@ class Cell:
     scores: dict[str, Any]  # `SCORES` of the run's metrics
     prefixes: list[Prefix] = field(default_factory=list)
 
+    def to_record(self, key: str) -> dict[str, Any]:
+        """The cell as a table file holds it (`from_json` reads it back)."""
+        return {"key": key, "fingerprint": self.fingerprint, "seed": self.seed, "policy": self.policy,
+                "variant": [self.variant.stop_at_target, self.variant.stop_at_seconds], "status": self.status,
+                "evaluations": self.evaluations, "scores": self.scores,
+                "prefixes": [[p.at_seconds, p.undecided_above, p.past_target] for p in self.prefixes]}
+
     def to_json(self, key: str) -> str:
-        """One line of a table file: the same bytes for the same run (keys sorted, floats as repr)."""
-        return json.dumps({"key": key, "fingerprint": self.fingerprint, "seed": self.seed, "policy": self.policy,
-                           "variant": [self.variant.stop_at_target, self.variant.stop_at_seconds],
-                           "status": self.status, "evaluations": self.evaluations, "scores": self.scores,
-                           "prefixes": [[p.at_seconds, p.undecided_above, p.past_target] for p in self.prefixes]},
-                          sort_keys=True, separators=(",", ":"))
+        """One line of a table's open file: the same bytes for the same run (keys sorted, floats as repr)."""
+        return json.dumps(self.to_record(key), sort_keys=True, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Cell":

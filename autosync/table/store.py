@@ -3,8 +3,9 @@
 A table is a directory with one file per job fingerprint. Cells computed since the last pack are appended
 to `<fingerprint>.jsonl` one line each, flushed as they come, so a build or a replay that is stopped keeps
 every cell it finished and the next one goes on from there. `pack` merges them into
-`<fingerprint>.jsonl.gz`, sorted by key and gzipped without a timestamp: two builds of the same cells give
-the same bytes, whatever the order their cells finished in.
+`<fingerprint>.cells.xz` (`autosync.table.packing`), sorted by key: two builds of the same cells give the
+same bytes, whatever the order their cells finished in. A table packed before that format, into gzipped
+JSON lines (`<fingerprint>.jsonl.gz`), is read as it is and packed again in the new one.
 """
 
 from __future__ import annotations
@@ -12,13 +13,17 @@ from __future__ import annotations
 import fcntl
 import gzip
 import json
+import lzma
 import os
 from pathlib import Path
+from typing import Any
 
 from autosync.core.errors import UserError
+from autosync.table import packing
 from autosync.table.cells import Cell
 
-PACKED = ".jsonl.gz"
+PACKED = ".cells.xz"
+GZIPPED = ".jsonl.gz"  # the packed files of tables built before `PACKED`: read, and replaced by the next pack
 OPEN = ".jsonl"
 # the status of the proxy records that tables held for the search's proxy equivalence check, since removed
 # (cells also carried a "proxy" key then, which reading ignores)
@@ -66,37 +71,42 @@ class Table:
         """The jobs the table holds cells of."""
         if not self.directory.is_dir():
             return []
-        names = {p.name[: -len(PACKED)] for p in self.directory.glob(f"*{PACKED}")}
-        names |= {p.name[: -len(OPEN)] for p in self.directory.glob(f"*{OPEN}")}
+        names = {p.name[: -len(suffix)] for suffix in (PACKED, GZIPPED, OPEN)
+                 for p in self.directory.glob(f"*{suffix}")}
         return sorted(names | set(self._cells))
 
     def pack(self) -> list[Path]:
-        """Merge every job's cells into its packed file (sorted by key, gzip without a timestamp) and remove
+        """Merge every job's cells into its packed file (`autosync.table.packing`, sorted by key) and remove
         the open files; returns the packed files."""
         return [path for fingerprint in self.fingerprints() for path in self.pack_job(fingerprint)]
 
     def pack_job(self, fingerprint: str) -> list[Path]:
-        """`pack` for one job: its packed file (none where the table holds no cell of it)."""
+        """`pack` for one job: its packed file (none where the table holds no cell of it). A job whose cells
+        are all in its packed file already is left as it is (packing takes seconds a job)."""
+        path = self.directory / f"{fingerprint}{PACKED}"
+        if path.exists() and not any((self.directory / f"{fingerprint}{s}").exists() for s in (GZIPPED, OPEN)):
+            return [path]
         cells = self._job(fingerprint)
         if not cells:
             return []
-        body = "".join(cells[key].to_json(key) + "\n" for key in sorted(cells)).encode()
-        path = self.directory / f"{fingerprint}{PACKED}"
         tmp = path.with_suffix(".tmp")
-        with open(tmp, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as f:
-            f.write(body)
+        tmp.write_bytes(packing.pack([cells[key].to_record(key) for key in sorted(cells)]))
         os.replace(tmp, path)
-        (self.directory / f"{fingerprint}{OPEN}").unlink(missing_ok=True)
+        self._drop(fingerprint, GZIPPED, OPEN)
         return [path]
 
     def replace_job(self, fingerprint: str, packed: Path) -> Path:
         """Make the packed file `packed` (of another table) this table's whole record of the job: moved here,
-        this table's open file of the job removed. Returns where it now lies."""
+        this table's other files of the job removed. Returns where it now lies."""
         path = self.directory / f"{fingerprint}{PACKED}"
         os.replace(packed, path)
-        (self.directory / f"{fingerprint}{OPEN}").unlink(missing_ok=True)
+        self._drop(fingerprint, GZIPPED, OPEN)
         self._cells.pop(fingerprint, None)
         return path
+
+    def _drop(self, fingerprint: str, *suffixes: str) -> None:
+        for suffix in suffixes:
+            (self.directory / f"{fingerprint}{suffix}").unlink(missing_ok=True)
 
     def _job(self, fingerprint: str) -> dict[str, Cell]:
         if fingerprint not in self._cells:
@@ -107,25 +117,48 @@ class Table:
         """The job's cells from its packed file, then its open one (a line cut short by a kill is dropped:
         that cell is computed again)."""
         cells: dict[str, Cell] = {}
-        packed, open_ = (self.directory / f"{fingerprint}{s}" for s in (PACKED, OPEN))
-        sources = []
-        if packed.exists():
-            try:
-                sources.append((packed, gzip.decompress(packed.read_bytes()).decode().splitlines()))
-            except (OSError, EOFError, UnicodeDecodeError) as exc:
-                raise UserError(f"table file {packed} is damaged ({exc}): delete it and build the table again")
-        if open_.exists():
-            sources.append((open_, open_.read_text(encoding="utf-8").splitlines()))
-        for path, lines in sources:
-            for number, line in enumerate(lines, 1):
+        for path, unit, records in self._packed_records(fingerprint) + self._open_records(fingerprint):
+            for number, data in enumerate(records, 1):
                 try:
-                    data = json.loads(line)
+                    if isinstance(data, Exception):
+                        raise data
                     if data.get("status") == REMOVED_STATUS:
                         continue  # a proxy record: dropped (a pack leaves it out)
                     cells[data["key"]] = Cell.from_json(data)
-                except (ValueError, KeyError, TypeError) as exc:
-                    if path == open_ and number == len(lines):
-                        continue  # the last line of an open file, cut short when its writer was killed
-                    raise UserError(f"table file {path}, line {number}, is damaged ({exc!r}): delete the file "
+                except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                    raise UserError(f"table file {path}, {unit} {number}, is damaged ({exc!r}): delete the file "
                                     "and build the table again") from None
         return cells
+
+    def _packed_records(self, fingerprint: str) -> list[tuple[Path, str, list[Any]]]:
+        """The records of the job's packed file, in `PACKED`'s format or else an older table's `GZIPPED`."""
+        for suffix in (PACKED, GZIPPED):
+            path = self.directory / f"{fingerprint}{suffix}"
+            if not path.exists():
+                continue
+            try:
+                if suffix == PACKED:
+                    return [(path, "record", packing.unpack(path.read_bytes()))]
+                lines = gzip.decompress(path.read_bytes()).decode().splitlines()
+            except (OSError, EOFError, UnicodeDecodeError, ValueError, lzma.LZMAError) as exc:
+                raise UserError(f"table file {path} is damaged ({exc}): delete it and build the table again")
+            return [(path, "line", [_parsed(line) for line in lines])]
+        return []
+
+    def _open_records(self, fingerprint: str) -> list[tuple[Path, str, list[Any]]]:
+        """The records of the job's open file; its last line is dropped where a kill cut it short."""
+        path = self.directory / f"{fingerprint}{OPEN}"
+        if not path.exists():
+            return []
+        records = [_parsed(line) for line in path.read_text(encoding="utf-8").splitlines()]
+        if records and isinstance(records[-1], ValueError):
+            records.pop()  # the last line of an open file, cut short when its writer was killed
+        return [(path, "line", records)]
+
+
+def _parsed(line: str) -> Any:
+    """A JSON line's record, or the error reading it (raised where the record is used)."""
+    try:
+        return json.loads(line)
+    except ValueError as exc:
+        return exc

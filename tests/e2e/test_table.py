@@ -72,7 +72,7 @@ def test_a_table_built_twice_has_the_same_bytes_and_the_second_build_runs_nothin
     assert (again["computed"], again["reused"]) == (0, 9)
     other = autosync(*args[:-3], "--n-jobs", "1", "--json", "--out", "b", cwd=tmp_path)
     assert other.returncode == 0, other.stderr
-    (a,), (b,) = ((tmp_path / d).glob("*.jsonl.gz") for d in "ab")
+    (a,), (b,) = ((tmp_path / d).glob("*.cells.xz") for d in "ab")
     assert a.read_bytes() == b.read_bytes()
 
 

@@ -75,14 +75,17 @@ def search_cost(study: "optuna.Study", up_to: int | None = None) -> float:
     """Virtual seconds trained by every trial of the study (with `up_to`, by the trials of the search up to
     that number, the full-budget checks and the repairs: what finding the answer cost), the BSP reference
     runs (none when a sibling study trained them: `autosync.search.study.siblings`) and the full runs it stored
-    beside its trials (`STORED_RUNS`)."""
+    beside its trials (`STORED_RUNS`).
+    Summed exactly (`math.fsum`): the same runs cost the same to the last bit, whatever order their trials
+    were numbered in by the processes that claimed them."""
     attrs = study.user_attrs
     reference = attrs.get(BSP_REFERENCE, {})
-    trained = 0.0 if REFERENCE_FROM in reference else reference.get(VIRTUAL_SECONDS, 0.0)
+    terms = [0.0 if REFERENCE_FROM in reference else reference.get(VIRTUAL_SECONDS, 0.0)]
     stored = attrs.get(STORED_RUNS)
-    trained += sum(run.get(VIRTUAL_SECONDS, 0.0) for run in stored.values()) if isinstance(stored, dict) else 0.0
-    return trained + sum(TrialRecord(t).virtual_seconds for t in study.get_trials(deepcopy=False)
-                         if up_to is None or t.number <= up_to or outside_budget(t))
+    terms += [run.get(VIRTUAL_SECONDS, 0.0) for run in stored.values()] if isinstance(stored, dict) else []
+    terms += [TrialRecord(t).virtual_seconds for t in study.get_trials(deepcopy=False)
+              if up_to is None or t.number <= up_to or outside_budget(t)]
+    return math.fsum(terms)
 
 
 def answer_trial(study: "optuna.Study", top: "optuna.trial.FrozenTrial") -> int:

@@ -6,14 +6,13 @@ their seventh digit where the evaluation's arithmetic was reordered, which moves
 The table is a cache of runs with no version of the code that trained them. A change to what the simulator
 computes leaves it stale, and then a replayed tune no longer runs the live tune's trials; so does a file
 built on a branch that had not merged such a change yet. This test draws a few of each job's cells stopped at
-the target (the lattice's runs) and fails naming them; the table is then built again by the commands in
-results/table/README.md.
+the target (the lattice's runs) and fails naming them; `autosync table JOB --retrain` then trains that
+job's cells again (results/table/README.md).
 """
 
 from __future__ import annotations
 
 import functools
-import gzip
 import json
 import math
 import random
@@ -25,18 +24,18 @@ from autosync.catalog import policy_from_dict
 from autosync.core.family import load_family
 from autosync.core.job import load_job
 from autosync.data import BASELINE_DIR, DEFAULT_JOB_PATH
+from autosync.table import packing
 from autosync.table.cells import Cell
 from autosync.table.replay import compute_cell, to_target
 from tests.conftest import COMMITTED_FAMILIES
 
 ROOT = Path(__file__).resolve().parents[3]
-FILES = sorted((ROOT / "results" / "table").glob("*.jsonl.gz"))
+FILES = sorted((ROOT / "results" / "table").glob("*.cells.xz"))
 DRAWN = 2  # cells per job: a change to the simulator's results changes most runs of the policies it touches
-# Family files found stale on 2026-12-04 and not built again yet: each has a drawn run whose curve left float32
-# noise after a change to the engine's arithmetic (with the same time to the target; the 192 cells drawn from
-# the 16 family files all kept theirs). Building them again (`autosync table` on the families, then the
-# commands in results/table/README.md) turns each into a pass, which fails here until its name goes.
-STALE = {"12f8df635d7d8358", "3c03a091be0e46ca", "a7ff2633615e853b", "d7b9e2afc363ae93"}
+# Family files whose drawn runs' curves left float32 noise after a change to the engine's arithmetic (the same
+# times to the target), being trained again (`--retrain`); a pass fails here until its name goes.
+STALE = {"29fa1f57f27cebbd", "9e8349a4cd8e268a", "c309703725b60a36", "e215a588949b8262"}
+
 
 
 @functools.cache
@@ -51,12 +50,11 @@ def _jobs() -> dict[str, object]:
 def _drawn(path: Path) -> list[Cell]:
     """`DRAWN` of the file's cells stopped at the target (not at a horizon), the same ones every time."""
     cells = []
-    for line in gzip.decompress(path.read_bytes()).decode().splitlines():
-        data = json.loads(line)
+    for data in packing.unpack(path.read_bytes()):
         if data.get("variant") == [True, None] and data.get("status") in ("target_reached", "completed"):
             cells.append(Cell.from_json(data))
     cells.sort(key=lambda c: (c.seed, json.dumps(c.policy, sort_keys=True)))
-    return random.Random(path.name).sample(cells, min(DRAWN, len(cells)))
+    return random.Random(path.name.split(".")[0]).sample(cells, min(DRAWN, len(cells)))  # by the job, not the format
 
 
 def _same_run(a: Cell, b: Cell, metric: str) -> bool:
@@ -71,7 +69,7 @@ def _same_run(a: Cell, b: Cell, metric: str) -> bool:
 
 @pytest.mark.slow  # 34 runs, the default job's about 2 s each
 @pytest.mark.parametrize("path", [
-    pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="stale family file, to be built again"))
+    pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="stale family file, being trained again"))
     if p.name.split(".")[0] in STALE else p for p in FILES], ids=[p.name.split(".")[0] for p in FILES])
 def test_the_committed_table_agrees_with_the_engine(path):
     job = _jobs().get(path.name.split(".")[0])

@@ -36,24 +36,20 @@ def test_cells_computed_on_threads_of_one_process_pack_the_bytes_of_cells_comput
 
 
 def test_a_retrain_resumed_after_a_stop_replaces_a_stale_cell_with_the_bytes_of_a_fresh_build(tmp_path):
-    import gzip
-    import json
-
+    from autosync.table import packing
     from autosync.table.build import RETRAINED, _compute_into, retrain_table, retrain_tasks
 
     whole = _build(tmp_path / "whole", POLICIES)
     stale = tmp_path / "stale"
     _build(stale, POLICIES)
-    (path,) = stale.glob("*.jsonl.gz")
-    lines = gzip.decompress(path.read_bytes()).decode().splitlines()
-    cell = json.loads(lines[0])
-    cell["evaluations"][-1]["test_loss"] += 0.25  # what an engine change to the evaluation would leave
-    lines[0] = json.dumps(cell, sort_keys=True, separators=(",", ":"))
-    path.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode(), mtime=0))
+    (path,) = stale.glob("*.cells.xz")
+    records = packing.unpack(path.read_bytes())
+    records[0]["evaluations"][-1]["test_loss"] += 0.25  # what an engine change to the evaluation would leave
+    path.write_bytes(packing.pack(records))
 
     _compute_into(Table(stale / RETRAINED), retrain_tasks(Table(stale), [small_job()])[:1], 1, None)  # then stopped
     retrained = retrain_table(Table(stale), [small_job()])
-    assert (retrained.computed, retrained.reused, retrained.changed) == (len(lines) - 1, 1, 1)
+    assert (retrained.computed, retrained.reused, retrained.changed) == (len(records) - 1, 1, 1)
     assert path.read_bytes() == whole
     assert not (stale / RETRAINED).exists()  # nothing left aside
     assert retrain_table(Table(stale), [small_job()]).changed == 0

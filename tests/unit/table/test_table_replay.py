@@ -13,7 +13,7 @@ from autosync.catalog import make_policy
 from autosync.core.errors import UserError
 from autosync.engine.forks import FORKS
 from autosync.policy_score import _simulate_forking
-from autosync.table import KeptTimes, Table, Variant, cell_for, compute_cell, replayed_run
+from autosync.table import KeptTimes, Table, Variant, cell_for, compute_cell, packing, replayed_run
 from autosync.table.cells import SCORES, TO_TARGET
 from tests.conftest import small_job
 
@@ -113,10 +113,10 @@ def test_packing_gives_the_same_bytes_whatever_order_the_cells_came_in(tmp_path)
         for job_, policy in order:
             cell_for(table, job_, policy)
         table.pack()
-    (a,), (b,) = (list((tmp_path / d).glob("*.jsonl.gz")) for d in "ab")
+    (a,), (b,) = (list((tmp_path / d).glob("*.cells.xz")) for d in "ab")
     assert a.read_bytes() == b.read_bytes()
     assert not list((tmp_path / "a").glob("*.jsonl"))  # the open file went into the packed one
-    assert len(gzip.decompress(a.read_bytes()).splitlines()) == 3
+    assert len(packing.unpack(a.read_bytes())) == 3
 
 
 def test_a_cell_cut_short_by_a_kill_is_computed_again_and_a_damaged_file_is_named(tmp_path):
@@ -130,6 +130,42 @@ def test_a_cell_cut_short_by_a_kill_is_computed_again_and_a_damaged_file_is_name
     with pytest.raises(UserError, match=f"table file {path}, line 1, is damaged"):
         len(Table(tmp_path))
     json.loads(line)  # the whole line was valid JSON
+
+
+def test_a_table_packed_as_gzipped_json_lines_is_read_and_packed_again_in_the_new_format(tmp_path):
+    table = Table(tmp_path)
+    for name in ("bsp", "asp"):
+        cell_for(table, job(), make_policy(name, {}))
+    (open_,) = tmp_path.glob("*.jsonl")
+    lines = sorted(open_.read_text().splitlines())
+    old = open_.with_name(open_.name + ".gz")  # how tables were packed before `packing`
+    old.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode(), mtime=0))
+    open_.unlink()
+    again = Table(tmp_path)
+    assert len(again) == 2 and again.fingerprints() == table.fingerprints()
+    (packed,) = again.pack()
+    assert packed.name.endswith(".cells.xz") and not old.exists()
+    assert [json.dumps(r, sort_keys=True, separators=(",", ":")) for r in packing.unpack(packed.read_bytes())] == lines
+
+
+def test_a_damaged_packed_file_is_named(tmp_path):
+    table = Table(tmp_path)
+    cell_for(table, job(), make_policy("bsp", {}))
+    (path,) = table.pack()
+    data = path.read_bytes()
+    for damaged in (data[: len(data) // 2], b"not xz", packing.pack([{"key": "k"}])):
+        path.write_bytes(damaged)
+        with pytest.raises(UserError, match=f"table file {path}"):
+            len(Table(tmp_path))
+
+
+def test_packing_gives_back_each_record_with_its_types():
+    records = [{"a": 1, "b": 1.0, "c": [0.1, float("inf"), None, True, "x"], "d": {"\x01e": "\x01f", "g": -0.0}},
+               {"z": 2.5, "nan": float("nan"), "empty": [], "params": {}, "m": {"y": 0.25, "x": 0.5}}]  # unsorted
+    again = packing.unpack(packing.pack(records))
+    assert json.dumps(again, sort_keys=True) == json.dumps(records, sort_keys=True)
+    assert [type(v) for v in again[0]["c"]] == [float, float, type(None), bool, str] and type(again[0]["a"]) is int
+    assert packing.pack(again) == packing.pack(records)
 
 
 def test_a_table_path_that_is_a_file_is_refused(tmp_path):
@@ -150,7 +186,7 @@ def test_a_table_of_the_proxy_checks_day_is_read_without_its_proxy_records(tmp_p
     again = Table(tmp_path)
     assert len(again) == 1 and again.get(old["fingerprint"], old["key"]) == table.get(old["fingerprint"], old["key"])
     again.pack()
-    assert len(gzip.decompress(next(tmp_path.glob("*.jsonl.gz")).read_bytes()).splitlines()) == 1
+    assert len(packing.unpack(next(tmp_path.glob("*.cells.xz")).read_bytes())) == 1
 
 
 def _append_cells(directory: str, name: str) -> None:
