@@ -31,6 +31,7 @@ from autosync.engine.fork_files import ForkFiles, Kept
 if TYPE_CHECKING:
     from autosync.engine.simulator import ProgressFn, RunResult, Simulator
     from autosync.policies import Policy
+    from autosync.workloads.workload import Workload
 
 __all__ = ["FORKS", "ForkStore", "Kept", "MAX_BYTES", "PREFIX_GRID", "fork_key", "prefix_key", "run_sharing_prefixes",
            "sharing"]
@@ -162,12 +163,14 @@ def sharing(enabled: bool, store: ForkStore = FORKS) -> Iterator[str | None]:
 
 
 def run_sharing_prefixes(job: JobSpec, policy: "Policy", progress: "ProgressFn | None" = None,
-                         store: ForkStore = FORKS, own: Kept | None = None) -> tuple["Simulator", "RunResult", float]:
+                         store: ForkStore = FORKS, own: Kept | None = None,
+                         workload: "Workload | None" = None) -> tuple["Simulator", "RunResult", float]:
     """Run `policy` on `job` in the simulator (evaluating only what the target reads), continuing from `own`
     (this run kept where it stopped at the target) when given; a policy whose schedule has a switch point
     continues instead from a longer prefix another switch point's run kept, if there is one, and keeps
     prefixes of its own while its switch is undecided. Returns the simulator (where it stopped), the run
-    and the virtual seconds taken from a kept state instead of trained."""
+    and the virtual seconds taken from a kept state instead of trained. `workload`: the job's, built already
+    (None: built here)."""
     from autosync.engine.simulator import Simulator  # not at the top: torch
 
     switch_param = type(policy.bind(job.cluster.n_workers, job.workload.batch_size).schedule).switch_param
@@ -178,9 +181,9 @@ def run_sharing_prefixes(job: JobSpec, policy: "Policy", progress: "ProgressFn |
         own = None  # kept past where this run stops
     start = prefix if prefix is not None and (own is None or prefix.at_seconds > own.at_seconds) else own
     if start is None:
-        sim = Simulator(job, policy, progress=progress, target_metric_only=True)
+        sim = Simulator(job, policy, workload=workload, progress=progress, target_metric_only=True)
     else:
-        sim = Simulator.resume(start.snapshot, job, progress=progress)
+        sim = Simulator.resume(start.snapshot, job, workload=workload, progress=progress)
         if start is prefix:
             sim.continue_as(policy)
     if key is not None:

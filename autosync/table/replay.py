@@ -26,6 +26,7 @@ from autosync.table.store import Table
 
 if TYPE_CHECKING:
     from autosync.policies import Policy
+    from autosync.workloads.workload import Workload
 
 
 @dataclass(frozen=True)
@@ -71,12 +72,12 @@ class KeptTimes:
 KEPT = KeptTimes()  # this process's, as `autosync.engine.forks.FORKS` is the live search's
 
 
-def compute_cell(job: JobSpec, policy: "Policy") -> Cell:
+def compute_cell(job: JobSpec, policy: "Policy", workload: "Workload | None" = None) -> Cell:
     """Train `policy` on `job` as a search trains it, from the start, and record it as a cell (the prefixes
-    it keeps read from a store of its own)."""
+    it keeps read from a store of its own). `workload`: the job's, built already (None: built here)."""
     heard: list[dict[str, Any]] = []
     store = ForkStore()
-    _, result, _ = run_sharing_prefixes(job, policy, heard.append, store=store)
+    _, result, _ = run_sharing_prefixes(job, policy, heard.append, store=store, workload=workload)
     switch_param = _switch_param(job, policy)
     prefixes = [] if switch_param is None else [
         Prefix(k.at_seconds, k.undecided_above, k.past_target)

@@ -53,3 +53,15 @@ def test_a_retrain_resumed_after_a_stop_replaces_a_stale_cell_with_the_bytes_of_
     assert path.read_bytes() == whole
     assert not (stale / RETRAINED).exists()  # nothing left aside
     assert retrain_table(Table(stale), [small_job()]).changed == 0
+
+
+def test_a_cell_run_on_the_workload_an_earlier_cell_of_its_job_built_is_the_cell_run_on_its_own():
+    from autosync.catalog import policy_from_dict
+    from autosync.table.build import _compute, tasks
+    from autosync.table.replay import compute_cell
+
+    first, *rest = tasks([small_job()], lambda n: POLICIES, held_out=0)
+    _compute(first)  # builds the job's workload, which the next cells of the job and seed reuse
+    for task in rest:
+        key, cell, _ = _compute(task)
+        assert cell.to_json(key) == compute_cell(task.job, policy_from_dict(task.policy)).to_json(key)
