@@ -4,13 +4,14 @@
 
 Builds `--sample` lattice points (every m-th of the broad reference grid, so each family of policies is
 drawn from) of the default job and of job 0 of each of `--families` on the job's seed, in a new table
-(`autosync.api.table`, every core), and measures the seconds of one core per cell of each. Then counts
-the cells of the table the search issue asks for (every lattice point of `--per-family` jobs of each
-family and the default job, on 2 search and 2 held-out seeds) and states its build time on this machine,
-each job's cells at its family's measured rate, and its packed size, each job at the mean size of its
-family's files in the committed table (`--committed`, results/table: lattice cells and the runs the tunes
-asked for): an estimate, printed as one. Last, the cells and packed size of the committed table, which is
-held to the same bound.
+(`autosync.api.table`), one cell at a time in this process after a warm-up cell (a build's processes
+import and set up once), and measures the CPU seconds a cell of each takes. Then counts the cells of the
+table the search issue asks for (every lattice point of `--per-family` jobs of each family and the
+default job, on 2 search and 2 held-out seeds) and states, as estimates: its build time on this
+machine's cores, each job's cells at its family's measured rate; and its packed size, each job at the
+mean size of its family's files in the committed table (`--committed`, results/table: lattice cells and
+the runs the tunes asked for). Last, the cells and packed size of the committed table, which is held to
+the same bound.
 """
 
 from __future__ import annotations
@@ -59,15 +60,18 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench_table-"))
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     rate = {}  # core-seconds per cell, by "default" or family
+    warm = job_file("default", work)  # imports and the first run's set-up, which a build pays once a process
+    table([warm], work / "warm-up", held_out=0, policies=[lattice_points(load_job(warm).cluster.n_workers)[0]],
+          n_jobs=1)
     for kind, name in [("default", "default")] + [(f, f"{f}:0") for f in args.families]:
         path = job_file(name, work)
         lattice = lattice_points(load_job(path).cluster.n_workers)
         sample = lattice[::max(1, len(lattice) // args.sample)][: args.sample]
-        start = time.perf_counter()
-        built = table([path], work / name.replace(":", "-"), held_out=0, policies=sample, n_jobs=-1)
-        rate[kind] = (time.perf_counter() - start) * cores / built.computed
+        start = time.process_time()  # in this process, one cell at a time: the CPU a cell takes
+        built = table([path], work / name.replace(":", "-"), held_out=0, policies=sample, n_jobs=1)
+        rate[kind] = (time.process_time() - start) / built.computed
         print(f"{name}: {built.computed} cells ({built.computed // 2} lattice points x 2 seeds), "
-              f"{rate[kind]:.2f} core-seconds a cell on {cores} cores")
+              f"{rate[kind]:.3f} core-seconds a cell")
 
     committed = Table(args.committed)
     sizes = {fp: (Path(args.committed) / f"{fp}{PACKED}").stat().st_size for fp in committed.fingerprints()}

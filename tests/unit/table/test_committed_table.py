@@ -27,23 +27,21 @@ from autosync.data import BASELINE_DIR, DEFAULT_JOB_PATH
 from autosync.table import packing
 from autosync.table.cells import Cell
 from autosync.table.replay import compute_cell, to_target
-from tests.conftest import COMMITTED_FAMILIES
+from tests.conftest import COMMITTED_FAMILIES, TABLE_JOBS
 
 ROOT = Path(__file__).resolve().parents[3]
 FILES = sorted((ROOT / "results" / "table").glob("*.cells.xz"))
 DRAWN = 2  # cells per job: a change to the simulator's results changes most runs of the policies it touches
-# Family files whose drawn runs' curves left float32 noise after a change to the engine's arithmetic (the same
-# times to the target), being trained again (`--retrain`); a pass fails here until its name goes.
-STALE = {"29fa1f57f27cebbd", "9e8349a4cd8e268a", "c309703725b60a36", "e215a588949b8262"}
 
 
 
 @functools.cache
 def _jobs() -> dict[str, object]:
-    """The committed table's jobs by fingerprint: the default job and jobs 0 and 1 of each committed family."""
+    """The committed table's jobs by fingerprint: the default job and jobs 0..TABLE_JOBS-1 of each committed
+    family."""
     jobs = [load_job(DEFAULT_JOB_PATH)]
     for family in COMMITTED_FAMILIES:
-        jobs += load_family(BASELINE_DIR / f"family_{family}.yaml").jobs(2)
+        jobs += load_family(BASELINE_DIR / f"family_{family}.yaml").jobs(TABLE_JOBS)
     return {job.fingerprint(): job for job in jobs}
 
 
@@ -68,9 +66,7 @@ def _same_run(a: Cell, b: Cell, metric: str) -> bool:
 
 
 @pytest.mark.slow  # 34 runs, the default job's about 2 s each
-@pytest.mark.parametrize("path", [
-    pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="stale family file, being trained again"))
-    if p.name.split(".")[0] in STALE else p for p in FILES], ids=[p.name.split(".")[0] for p in FILES])
+@pytest.mark.parametrize("path", FILES, ids=[p.name.split(".")[0] for p in FILES])
 def test_the_committed_table_agrees_with_the_engine(path):
     job = _jobs().get(path.name.split(".")[0])
     assert job is not None, f"{path.name}: no job of the committed families has this fingerprint"
