@@ -31,12 +31,6 @@ BENCHMARKS = ("bench_startup", "bench_engine", "bench_scale", "bench_dbw_solver"
               "bench_portfolio_order", "bench_ablation", "bench_ablation_checks")
 # a benchmark run with arguments of its own under a name of its own: script and arguments
 VARIANTS: dict[str, tuple[str, list[str]]] = {
-    # leave-one-family-out on the jobs the race was fitted and developed on (jobs 0 and 1 of each family), with
-    # the paired comparison against the race without its round towards BSP; the default, --count 8, replays
-    # every job of the committed families and builds what the table lacks
-    "bench_lofo": ("bench_lofo", ["--families", "fresh", "quarry", "crest", "fleet", "steady", "tiers", "inverse",
-                                  "mosaic", "--count", "2", "--sampler-seeds", "3", "--sampler", "race",
-                                  "--against", "benchmarks/lofo_race_without_towards_bsp.jsonl"]),
     # the whole leave-one-family-out replay again, timed, its answers checked against benchmarks/lofo_race.jsonl
     "bench_lofo_replay": ("bench_lofo", ["--families", "fresh", "quarry", "crest", "fleet", "steady", "tiers",
                                          "inverse", "mosaic", "--count", "2", "--timed"]),

@@ -82,7 +82,7 @@ def _workload(job: JobSpec) -> Any:
     in a process (`tasks` puts them together): a run reads its workload and changes nothing in it, and the
     dataset and model took 1-3 ms a cell, a tenth of the cheapest jobs' cells. None (each run builds its own)
     for a job that runs the user's code, which may keep state of its own."""
-    from autosync.workloads.build import build_workload
+    from autosync.workloads.build import build_workload  # not at the top: torch, which a table's reader never needs
 
     if job.uses_user_code:
         return None

@@ -22,6 +22,8 @@ from autosync.core.errors import UserError
 from autosync.table import packing
 from autosync.table.cells import Cell
 
+__all__ = ["GZIPPED", "OPEN", "PACKED", "Table"]
+
 PACKED = ".cells.xz"
 GZIPPED = ".jsonl.gz"  # the packed files of tables built before `PACKED`: read, and replaced by the next pack
 OPEN = ".jsonl"
