@@ -175,7 +175,16 @@ def retrain_table(table: Table, jobs: list[JobSpec], n_jobs: int = 1,
 
 
 def _missing(table: Table, wanted: list[Task]) -> list[Task]:
-    return [t for t in wanted if table.get(t.job.fingerprint(), t.key) is None]
+    """The tasks whose cells `table` lacks; each job's fingerprint computed once (the tasks of a job and seed
+    share one job, and a whole table's fingerprints took seconds when computed per task)."""
+    fingerprints: dict[int, str] = {}
+    missing = []
+    for t in wanted:
+        if id(t.job) not in fingerprints:
+            fingerprints[id(t.job)] = t.job.fingerprint()
+        if table.get(fingerprints[id(t.job)], t.key) is None:
+            missing.append(t)
+    return missing
 
 
 def _compute_into(table: Table, todo: list[Task], n_jobs: int, on_done: Callable[[Task | None], None] | None
