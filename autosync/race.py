@@ -196,7 +196,7 @@ def keeps_paired(finals: list[float | None], bsp: list[float | None], tolerance:
 def plan(settings: RaceSettings, points: dict[str, dict[str, Any]], times: dict[tuple[str, int], float],
          stopped: dict[tuple[str, int], float], finals: dict[tuple[str, int], float | None], tolerance: float,
          accuracy: bool, *, budget: float | None = None, spent: float | None = None,
-         full_times: dict[tuple[str, int], float] | None = None) -> Runs | Answer:
+         full_times: dict[tuple[str, int], float] | None = None, towards_bsp: bool = True) -> Runs | Answer:
     """The race's next runs given those done (see the module's docstring), or its answer.
 
     `points`: the job's labelled lattice points; `times[(label, seed)]`: a run to the target's penalised
@@ -205,8 +205,10 @@ def plan(settings: RaceSettings, points: dict[str, dict[str, Any]], times: dict[
     `stopped[(label, seed)]`: the horizon a run of it was stopped at, short of the target (out of the race
     on that seed); `finals[(label, seed)]`: a run to the end of the budget's final metric (None: diverged). `budget`: the cost cap in BSP trainings (None: every round runs); `spent`: the cost so far in
     BSP trainings, needed once BSP's two runs to the end of the budget are done (None before); `full_times`:
-    the time to the target of round 5's runs to the end of the budget (`_towards_bsp`). Given the same runs and
-    cost, the same next runs or answer whatever order the runs finished in."""
+    the time to the target of round 5's runs to the end of the budget (`_towards_bsp`); `towards_bsp`: False
+    leaves round 5 out, BSP answering where every finalist broke the rule (its ablation,
+    benchmarks/bench_race_rounds.py). Given the same runs and cost, the same next runs or answer whatever order
+    the runs finished in."""
     full_times = full_times or {}
     members = _distinct([m for m in settings.portfolio if m in points], points)
     if not members:
@@ -235,7 +237,7 @@ def plan(settings: RaceSettings, points: dict[str, dict[str, Any]], times: dict[
         return Runs(ROUNDS[1], missing)
     if gate.cut_short:
         return _final(settings, points, times, finals, tolerance, accuracy, _ranked(alive, times, stopped),
-                      gate.cut_short, full_times)
+                      gate.cut_short, full_times, towards_bsp)
     gate.ask(alive, [1])
     leader = min(alive, key=lambda m: (_mean(times, m), alive.index(m)))
     taken = {point_key(points[m]) for m in alive}
@@ -246,19 +248,20 @@ def plan(settings: RaceSettings, points: dict[str, dict[str, Any]], times: dict[
             return Runs(ROUNDS[2], missing)
         if gate.cut_short:  # with the local step's candidates where they ran its first seed
             return _final(settings, points, times, finals, tolerance, accuracy,
-                          _ranked(alive + steps if seed else alive, times, stopped), gate.cut_short, full_times)
+                          _ranked(alive + steps if seed else alive, times, stopped), gate.cut_short, full_times,
+                          towards_bsp)
         gate.ask(steps, [seed])
         steps = [n for n in steps if (n, seed) in times]
     return _final(settings, points, times, finals, tolerance, accuracy, _ranked(alive + steps, times, stopped), [],
-                  full_times)
+                  full_times, towards_bsp)
 
 
 def _final(settings: RaceSettings, points: dict[str, dict[str, Any]], times: dict[tuple[str, int], float],
            finals: dict[tuple[str, int], float | None], tolerance: float, accuracy: bool,
            ranked: list[tuple[str, float]], cut_short: list[str],
-           full_times: dict[tuple[str, int], float]) -> Runs | Answer:
+           full_times: dict[tuple[str, int], float], towards_bsp: bool) -> Runs | Answer:
     """The final-metric round on `ranked`'s first `finalists`, in order: the runs it lacks, or the answer
-    (round 5's, `_towards_bsp`, where every finalist broke the rule)."""
+    (round 5's, `_towards_bsp`, where every finalist broke the rule; BSP's without `towards_bsp`)."""
     checked: list[str] = []
     for label, time in ranked[: settings.finalists]:
         if point_key(points[label]) == point_key(BSP_POLICY):
@@ -271,16 +274,17 @@ def _final(settings: RaceSettings, points: dict[str, dict[str, Any]], times: dic
         if keeps_paired([finals[(label, s)] for s in range(SEARCH_SEEDS)],
                         [finals[(BSP_LABEL, s)] for s in range(SEARCH_SEEDS)], tolerance, accuracy):
             return Answer(label, time, ranked, checked, cut_short)
-    return _towards_bsp(points, times, finals, full_times, tolerance, accuracy, ranked, checked, cut_short)
+    return _towards_bsp(points, times, finals, full_times, tolerance, accuracy, ranked, checked, cut_short,
+                        bisect=towards_bsp)
 
 
 def _towards_bsp(points: dict[str, dict[str, Any]], times: dict[tuple[str, int], float],
                  finals: dict[tuple[str, int], float | None], full_times: dict[tuple[str, int], float],
                  tolerance: float, accuracy: bool, ranked: list[tuple[str, float]], checked: list[str],
-                 cut_short: list[str]) -> Runs | Answer:
+                 cut_short: list[str], bisect: bool = True) -> Runs | Answer:
     """Round 5 (see the module's docstring): the bisection's next static k's runs to the end of the budget on
     both seeds, or the answer, the fewest workers keeping BSP's final metric where that k is faster than BSP
-    over both seeds (`full_times`), else BSP."""
+    over both seeds (`full_times`), else BSP (at once, after BSP's own runs, without `bisect`)."""
     fixed = [label for label, p in sorted(points.items())  # the lr rule first: `family_of` builds the policy
              if p["params"].get("lr_rule") == "fixed" and "k" in p["params"] and family_of(p) == "static k"]
     static_ks = sorted(_distinct(fixed, points), key=lambda label: points[label]["params"]["k"])
@@ -291,7 +295,7 @@ def _towards_bsp(points: dict[str, dict[str, Any]], times: dict[tuple[str, int],
     if missing:
         return Runs(ROUNDS[3], missing)
     bsp = [finals[(BSP_LABEL, s)] for s in range(SEARCH_SEEDS)]
-    while keeps - below > 1:
+    while bisect and keeps - below > 1:
         middle = (below + keeps) // 2
         label = static_ks[middle]
         missing = [Run(label, s, ROUNDS[4], full=True) for s in range(SEARCH_SEEDS) if (label, s) not in finals]

@@ -1,6 +1,6 @@
 """Leave-one-family-out: the race replayed on the table, family by family, against the grid's choice.
 
-    python benchmarks/bench_lofo.py --families fresh quarry ... --count 2 --sampler-seeds 3 \
+    python benchmarks/bench_lofo.py --families fresh quarry ... --count 8 --sampler-seeds 3 \
         --table results/table --results benchmarks/lofo_race.jsonl --out benchmarks/lofo_race.md
 
 For each of the first `--count` jobs of each family (`baselines/family_<name>.yaml`; `default` is the
@@ -26,11 +26,7 @@ this script at commit 507b582, and `--rescore` scores them again by today's rule
 `--against FILE` adds the paired comparison with another run's results (a variant's ablation: the same jobs,
 scored by today's rules): per job, the mean over sampler seeds of the log of the answer's ratio to the grid's
 choice and of the cost, this run's minus FILE's, averaged over jobs with a 90% bootstrap interval, and the
-jobs whose answer changed. The race without its round towards BSP (`autosync.race`, round 5) is
-benchmarks/lofo_race_without_towards_bsp.{md,jsonl} (this script's run at commit a84f688, before it):
-
-    python benchmarks/bench_lofo.py --families ... --count 2 --sampler-seeds 3 \
-        --against benchmarks/lofo_race_without_towards_bsp.jsonl
+jobs whose answer changed. (The race's round towards BSP is ablated on the table by bench_race_rounds.py.)
 
 `--timed` replays every job again, into a temporary file (`--results` and `--out` are left as they are), and
 reports the whole replay's wall time (the folds' fits and every tune; the search issue's goal: at most 10
@@ -199,9 +195,9 @@ def race_folds(families: list[str], count: int, table_dir: Path) -> dict[str, Pa
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--families", nargs="+", default=list(COMMITTED_FAMILIES))
-    parser.add_argument("--count", type=int, default=2,
-                        help="jobs 0..N-1 of each family (default: the 16 jobs the race was fitted and developed on; "
-                             "the table holds 8 of each, whose runs a tune asks for are trained and kept as it goes)")
+    parser.add_argument("--count", type=int, default=8,
+                        help="jobs 0..N-1 of each family (default: the 64 jobs the table holds; the race was developed "
+                             "on jobs 0 and 1; runs a tune asks for that the table lacks are trained and kept)")
     parser.add_argument("--sampler-seeds", type=int, default=3)
     parser.add_argument("--table", default="results/table", help="the table's directory (built on demand)")
     parser.add_argument("--results", default="benchmarks/lofo_race.jsonl")
@@ -213,9 +209,8 @@ def main() -> None:
     parser.add_argument("--rescore", action="store_true",
                         help="only score the answers recorded in --results again, by today's rules, and replay "
                              "nothing (the baseline: --results benchmarks/lofo_baseline.jsonl)")
-    parser.add_argument("--against", default="benchmarks/lofo_race_without_towards_bsp.jsonl",
-                        help="another run's --results: add the paired comparison with it (see the docstring; "
-                             "default: the race without its round towards BSP; '' for none)")
+    parser.add_argument("--against", default="",
+                        help="another run's --results: add the paired comparison with it (see the docstring)")
     parser.add_argument("--timed", action="store_true",
                         help="replay every job again into a temporary file, and time it (see the docstring)")
     args = parser.parse_args()

@@ -28,12 +28,12 @@ BENCHMARKS = ("bench_startup", "bench_engine", "bench_scale", "bench_dbw_solver"
               "bench_tune", "bench_default_tune", "bench_tune_cost", "bench_answer_quality", "bench_transfer",
               "bench_processes", "bench_transport", "bench_gpu", "bench_fuzz_inputs", "bench_kill_storm",
               "bench_replay", "bench_table", "bench_lofo", "bench_lofo_replay", "bench_race",
-              "bench_portfolio_order", "bench_ablation", "bench_ablation_checks")
+              "bench_race_rounds", "bench_portfolio_order", "bench_ablation", "bench_ablation_checks")
 # a benchmark run with arguments of its own under a name of its own: script and arguments
 VARIANTS: dict[str, tuple[str, list[str]]] = {
     # the whole leave-one-family-out replay again, timed, its answers checked against benchmarks/lofo_race.jsonl
     "bench_lofo_replay": ("bench_lofo", ["--families", "fresh", "quarry", "crest", "fleet", "steady", "tiers",
-                                         "inverse", "mosaic", "--count", "2", "--timed"]),
+                                         "inverse", "mosaic", "--count", "8", "--timed"]),
     # the full-budget checks' repair, switched off against the defaults (`ablation_static_k_checks.md` also
     # holds a variant since deleted with its mechanism, check families: the figures below were measured with it)
     "bench_ablation_checks": ("bench_ablation", ["--variants", "no repair",

@@ -42,7 +42,7 @@ from autosync.core.job import JobSpec, job_from_dict  # noqa: E402
 # lets it do, so the mark is silently ignored there (pytest-xdist issue 1386). Instead each worker writes the
 # groups of the tests it collected to a file and `_GroupScheduling`, the controller's scheduler, reads them.
 GROUPED_MARKERS = ("processes", "postgres", "distributed")
-# the families whose jobs results/table holds (with the default job), which `autosync fit` is fitted on (jobs 0, 1)
+# the families whose jobs results/table holds (with the default job), which `autosync fit` is fitted on
 COMMITTED_FAMILIES = ("fresh", "quarry", "crest", "fleet", "steady", "tiers", "inverse", "mosaic")
 TABLE_JOBS = 8  # results/table holds jobs 0..TABLE_JOBS-1 of each committed family
 _GROUPS_KEY = "autosync_groups_dir"

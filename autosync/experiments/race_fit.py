@@ -33,7 +33,8 @@ from autosync.lattice import BSP_LABEL, lattice_points
 from autosync.race import SEARCH_SEEDS, Answer, RaceSettings, horizon, plan
 from autosync.table import Table
 
-__all__ = ["COST_GOAL", "FINALISTS", "MARGINS", "SIZES", "fit", "fit_families", "leave_one_family_out", "race", "settings_text"]
+__all__ = ["COST_GOAL", "FINALISTS", "MARGINS", "SIZES", "family_jobs", "fit", "fit_families", "leave_one_family_out", "race",
+           "settings_text"]
 
 COST_GOAL = 3.0  # the search issue's median cost goal, in BSP trainings
 SIZES = (4, 6, 8, 12)  # portfolio sizes `fit` tries (a first round of at most a third of a 36-label lattice)
@@ -44,10 +45,11 @@ FINALISTS = (2, 3)
 
 
 def race(table: Table, job: JobTimes, settings: RaceSettings, tolerance: float = TOLERANCE,
-         budget: float | None = None) -> dict[str, Any]:
+         budget: float | None = None, towards_bsp: bool = True) -> dict[str, Any]:
     """The race on `job` from the table: its answer, the answer's held-out time over the grid's choice's,
     whether it keeps the final-metric rule on the held-out seeds, the cost in BSP trainings, and the rounds a
-    `budget` in BSP trainings skipped (`race.plan`; None: no cap, every round runs)."""
+    `budget` in BSP trainings skipped (`race.plan`; None: no cap, every round runs). `towards_bsp`: False runs
+    the race without its round 5 (its ablation)."""
     end = job.spec.budget.max_virtual_seconds  # the job's training budget: a run to its end
     finals_on = [lofo.table_finals(table, job.spec, [s]) for s in lofo.search_seeds(job.spec)[:SEARCH_SEEDS]]
     times: dict[tuple[str, int], float] = {}
@@ -58,7 +60,8 @@ def race(table: Table, job: JobTimes, settings: RaceSettings, tolerance: float =
     seconds = 0.0
     accuracy = job.spec.target.metric == "test_accuracy"
     while not isinstance(step := plan(settings, job.policies, times, stopped, finals, tolerance, accuracy,
-                                      budget=budget, spent=_spent(seconds, job, finals), full_times=full_times),
+                                      budget=budget, spent=_spent(seconds, job, finals), full_times=full_times,
+                                      towards_bsp=towards_bsp),
                          Answer):
         for run in step.runs:
             key, time = (run.label, run.seed), job.search[run.label][run.seed]
@@ -92,16 +95,16 @@ def _spent(seconds: float, job: JobTimes, finals: dict[tuple[str, int], float | 
     return seconds / job.bsp_training if done else None
 
 
-def fit(table: Table, jobs: list[JobTimes], budget: float | None = None) -> RaceSettings:
+def fit(table: Table, jobs: list[JobTimes], budget: float | None = None, towards_bsp: bool = True) -> RaceSettings:
     """The race's settings fitted on `jobs` (see the module's docstring), each race run under `budget` (BSP
-    trainings, as `tune --budget`; None: none)."""
+    trainings, as `tune --budget`; None: none) and, with `towards_bsp` False, without its round 5."""
     scored = []
     for size in SIZES:
         members = tuple(greedy_portfolio(jobs, size))
         for margin in MARGINS:
             for finalists in FINALISTS:
                 settings = RaceSettings(members, margin, finalists)
-                rows = [race(table, j, settings, budget=budget) for j in jobs]
+                rows = [race(table, j, settings, budget=budget, towards_bsp=towards_bsp) for j in jobs]
                 cost = statistics.median(row["cost"] for row in rows)
                 loss = statistics.fmean(math.log(row["ratio"]) for row in rows)
                 scored.append((cost > COST_GOAL, loss, cost, size, margin, finalists, settings))
@@ -128,13 +131,20 @@ def fit_families(files: "Sequence[str | Path]", table_dir: str | Path, count: in
     if not Path(table_dir).is_dir():
         raise UserError(f"--table {table_dir}: no such table directory (build it with `autosync table`)")
     table = Table(table_dir)
+    jobs = family_jobs(table, files, count)
+    return fit(table, jobs), len(jobs)
+
+
+def family_jobs(table: Table, files: "Sequence[str | Path]", count: int) -> list[JobTimes]:
+    """Every candidate's times on jobs 0..count-1 of each family file in `files`, read from `table`, with the
+    grid's choice (`lofo.score_job`): what `fit` fits on."""
     jobs = []
     for path in files:
         family = load_family(path)
         for job in family.jobs(count):
             grid_choice = lofo.score_job(table, family.name, job, lattice_points, [])
             jobs.append(job_times(table, family.name, job, grid_choice.grid_choice_time))
-    return fit(table, jobs), len(jobs)
+    return jobs
 
 
 def settings_text(settings: RaceSettings, command: str) -> str:

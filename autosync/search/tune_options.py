@@ -28,8 +28,8 @@ RACE = "race"  # the race on common seeds (`autosync.race`): runs candidates of 
 MIN_BUDGET = 2.0
 
 # `autosync tune` answers "which policy" unless told otherwise, by the race on common seeds (`autosync.race`): on the
-# default job 4.80 BSP trainings (bench_race), over the goal of 4, and about 13 s of wall on 2 idle cores
-# (bench_default_tune), within the goal of 15 s.
+# default job 6.45 BSP trainings (bench_race), over the goal of 4, and about 22 s of wall on 2 idle cores
+# (bench_default_tune), over the goal of 15 s.
 DEFAULT_TUNE_SPACE = "policy"
 
 

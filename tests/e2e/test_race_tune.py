@@ -18,7 +18,7 @@ from autosync.engine.forks import FORKS
 from autosync.experiments.race_fit import MARGINS
 from autosync.reporting.console import race_report
 from autosync.table import KEPT
-from tests.conftest import COMMITTED_FAMILIES, TINY_JOB, autosync, no_traceback
+from tests.conftest import COMMITTED_FAMILIES, TABLE_JOBS, TINY_JOB, autosync, no_traceback
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -127,14 +127,15 @@ def test_a_bad_race_option_is_one_line_and_exit_2(tiny_job, tmp_path, args, says
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
-@pytest.mark.slow  # the fit on the 16 committed jobs: about 14 s on 2 cores
+@pytest.mark.slow  # the fit on the 64 committed family jobs: about 50 s on 2 cores
 def test_the_shipped_race_settings_are_what_the_fit_gives_on_the_committed_table(tmp_path):
     families = [str(BASELINE_DIR / f"family_{name}.yaml") for name in COMMITTED_FAMILIES]
-    proc = autosync("fit", *families, "--table", str(REPO / "results" / "table"), "--check", "--json", cwd=tmp_path)
+    proc = autosync("fit", *families, "--table", str(REPO / "results" / "table"), "--jobs", str(TABLE_JOBS), "--check",
+                    "--json", cwd=tmp_path)
     no_traceback(proc)
     assert proc.returncode == 0, proc.stderr
     fitted = json.loads(proc.stdout)
-    assert fitted["unchanged"] and fitted["file"] == str(RACE_SETTINGS) and fitted["jobs"] == 16
+    assert fitted["unchanged"] and fitted["file"] == str(RACE_SETTINGS) and fitted["jobs"] == 8 * TABLE_JOBS
 
 
 def test_fit_check_exits_1_where_the_file_holds_other_settings(tmp_path):
@@ -150,7 +151,7 @@ def test_fit_check_exits_1_where_the_file_holds_other_settings(tmp_path):
 
 
 def test_where_every_finalist_breaks_the_rule_the_replayed_race_bisects_static_k_towards_bsp_and_says_so(tmp_path):
-    """Fleet's first job on the committed table: the race's one finalist breaks the final-metric rule, and the
+    """Fleet's first job on the committed table: the race's two finalists break the final-metric rule, and the
     round towards BSP (static k at BSP's learning rate, bisected: 4 keeps it, 2 and 3 do not) answers 4 of the 9
     workers; every run is read from the table (a copy: nothing is trained into it)."""
     table = tmp_path / "table"
@@ -159,7 +160,7 @@ def test_where_every_finalist_breaks_the_rule_the_replayed_race_bisects_static_k
     FORKS.clear()
     KEPT.clear()
     race = tune(job, table=str(table), storage=f"sqlite:///{tmp_path}/s.db").cache["race"]
-    assert race["answer"] == "backup:k=0.5n,lr_rule=fixed" and len(race["checked"]) == 1
+    assert race["answer"] == "backup:k=0.5n,lr_rule=fixed" and len(race["checked"]) == 2
     assert race["towards_bsp"] == ["backup:k=0.5n,lr_rule=fixed", "backup:k=0.25n,lr_rule=fixed",
                               "backup:k=0.375n,lr_rule=fixed"]  # k = 4 keeps it, then 2 and 3 do not
     tried = [run for r in race["rounds"] if r["round"] == "towards BSP" for run in r["runs"]]

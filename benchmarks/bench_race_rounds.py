@@ -1,0 +1,104 @@
+"""The race's round towards BSP (round 5) ablated leave-one-family-out on the table.
+
+    python benchmarks/bench_race_rounds.py --count 8 --out benchmarks/race_rounds.md
+
+Round 5 (`autosync.race`, `_towards_bsp`) runs only where every finalist broke the final-metric rule: it
+bisects static k at BSP's learning rate for the fewest workers that keep BSP's final metric. Without it, BSP
+answers there. For each family of `--families` (jobs 0..count-1 of each), the race's settings are fitted on
+the other families' jobs twice, with and without the round (`race_fit.fit(..., towards_bsp=...)`, as
+`autosync fit` fits the shipped ones), and each variant races the held-out family's jobs on the table
+(`race_fit.race`: every run read from it, stopped at its horizon as a live one is). Per job: the log of the
+answer's held-out time over the grid's choice's and the cost in BSP trainings, without the round minus with
+it, averaged over jobs with 90% bootstrap intervals (1000 draws, seed 0): an answer difference whose
+interval lies above 0 means the round earns its place.
+
+Reads the table only (the jobs' runs must be in it: `bench_lofo.py --count N` trains those it lacks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+from pathlib import Path
+
+from autosync.catalog import label_of
+from autosync.data import BASELINE_DIR
+from autosync.experiments import lofo, race_fit
+from autosync.table import Table
+
+from _report import Figures
+
+COMMITTED_FAMILIES = ("fresh", "quarry", "crest", "fleet", "steady", "tiers", "inverse", "mosaic")  # results/table
+
+
+def folds(table: Table, jobs: list, towards_bsp: bool) -> dict[str, dict]:
+    """Per job: the race fitted on the other families (with or without round 5) run on it (`race_fit.race`)."""
+    rows = {}
+    for family in sorted({j.family for j in jobs}):
+        settings = race_fit.fit(table, [j for j in jobs if j.family != family], towards_bsp=towards_bsp)
+        for job in (j for j in jobs if j.family == family):
+            row = race_fit.race(table, job, settings, towards_bsp=towards_bsp)
+            rows[job.job] = {**row, "answer": label_of(job.policies[row["answer"]])}  # as `autosync tune` names it
+        print(f"{'with' if towards_bsp else 'without'} round 5, fold without {family}: {len(settings.portfolio)} "
+              f"members, margin {settings.margin}, {settings.finalists} finalists", flush=True)
+    return rows
+
+
+def summary_line(name: str, rows: list[dict]) -> str:
+    ratios = [r["ratio"] for r in rows]
+    return (f"| {name} | {len(rows)} | {statistics.median(ratios):.2f} | {lofo.percentile(ratios, 0.9):.2f} | "
+            f"{max(ratios):.2f} | {sum(not r['keeps'] for r in rows)} | "
+            f"{statistics.median(r['cost'] for r in rows):.2f} | {statistics.fmean(r['cost'] for r in rows):.2f} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--families", nargs="+", default=list(COMMITTED_FAMILIES))
+    parser.add_argument("--count", type=int, default=8, help="jobs 0..N-1 of each family (default: all the table holds)")
+    parser.add_argument("--table", default="results/table")
+    parser.add_argument("--out", default="benchmarks/race_rounds.md")
+    parser.add_argument("--json", default=None, help="also write the figures here (benchmarks/make_table.py)")
+    args = parser.parse_args()
+    table = Table(args.table)
+    jobs = race_fit.family_jobs(table, [BASELINE_DIR / f"family_{name}.yaml" for name in args.families], args.count)
+    with_round, without = folds(table, jobs, True), folds(table, jobs, False)
+    names = [j.job for j in jobs]
+    answer = [math.log(without[n]["ratio"]) - math.log(with_round[n]["ratio"]) for n in names]
+    cost = [without[n]["cost"] - with_round[n]["cost"] for n in names]
+    low, high = lofo.bootstrap(answer, statistics.fmean)
+    cost_low, cost_high = lofo.bootstrap(cost, statistics.fmean)
+    ran = [n for n in names if with_round[n]["towards_bsp"]]
+    lines = ["# The race's round towards BSP, ablated leave-one-family-out", "",
+             f"`python benchmarks/bench_race_rounds.py --families {' '.join(args.families)} --count {args.count}`", "",
+             "Each variant fitted on the other families (`race_fit.fit`) and raced on the held-out family's jobs "
+             "on the table (`race_fit.race`); ratios are the answer's held-out time over the grid's choice's.", "",
+             "| race | jobs | median | 90th percentile | worst | answers breaking the rule held out | median cost "
+             "| mean cost |", "|---|---|---|---|---|---|---|---|",
+             summary_line("with round 5 (shipped)", [with_round[n] for n in names]),
+             summary_line("without round 5 (BSP answers where every finalist broke the rule)",
+                          [without[n] for n in names]), "",
+             f"Without the round, minus with it, over {len(names)} jobs: mean log ratio to the grid's choice "
+             f"{statistics.fmean(answer):+.3f} [{low:+.3f}, {high:+.3f}] (above 0: slower answers without it); "
+             f"cost {statistics.fmean(cost):+.2f} [{cost_low:+.2f}, {cost_high:+.2f}] BSP trainings (90% bootstrap "
+             f"intervals over jobs, 1000 draws, seed 0). Round 5 ran on {len(ran)} jobs with the round; the jobs "
+             "whose answer differs:", "",
+             "| job | with round 5 | over grid's choice | cost | without | over grid's choice | cost |",
+             "|---|---|---|---|---|---|---|"]
+    for n in names:
+        a, b = with_round[n], without[n]
+        if a["answer"] != b["answer"]:
+            lines.append(f"| {n} | {a['answer']} | {a['ratio']:.2f} | {a['cost']:.2f} | {b['answer']} | "
+                         f"{b['ratio']:.2f} | {b['cost']:.2f} |")
+    Path(args.out).write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    figures = Figures("bench_race_rounds")
+    figures.add(f"without round 5, mean log ratio to the grid's choice minus with it ({len(names)} jobs; 90% "
+                f"interval {low:+.3f} to {high:+.3f})", statistics.fmean(answer), "")
+    figures.add(f"without round 5, mean cost minus with it (90% interval {cost_low:+.2f} to {cost_high:+.2f})",
+                statistics.fmean(cost), "BSP trainings")
+    figures.write(args.json)
+
+
+if __name__ == "__main__":
+    main()
