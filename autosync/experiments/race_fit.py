@@ -24,17 +24,20 @@ from typing import Any, Sequence
 
 import yaml
 
+from autosync.catalog import policy_from_dict
 from autosync.core.errors import UserError
 from autosync.core.family import load_family
+from autosync.core.job import JobSpec
 from autosync.experiments import lofo
 from autosync.experiments.portfolio_fit import JobTimes, greedy_portfolio, job_times
 from autosync.experiments.reference_grid import TOLERANCE, held_out_seeds
-from autosync.lattice import BSP_LABEL, lattice_points
-from autosync.race import SEARCH_SEEDS, Answer, RaceSettings, horizon, plan
-from autosync.table import Table
+from autosync.lattice import BSP_LABEL, BSP_POLICY, lattice_points
+from autosync.race import SEARCH_SEEDS, Answer, RaceSettings, horizon, plan, point_key
+from autosync.table import Table, cell_for
+from autosync.table.replay import full_budget
 
-__all__ = ["COST_GOAL", "FINALISTS", "MARGINS", "SIZES", "family_jobs", "fit", "fit_families", "leave_one_family_out", "race",
-           "settings_text"]
+__all__ = ["COST_GOAL", "FINALISTS", "MARGINS", "SIZES", "check_floor", "family_jobs", "fit", "fit_families",
+           "leave_one_family_out", "race", "settings_text"]
 
 COST_GOAL = 3.0  # the search issue's median cost goal, in BSP trainings
 SIZES = (4, 6, 8, 12)  # portfolio sizes `fit` tries (a first round of at most a third of a 36-label lattice)
@@ -86,6 +89,18 @@ def race(table: Table, job: JobTimes, settings: RaceSettings, tolerance: float =
     return {"answer": answer, "ratio": job.held_out[answer] / job.grid_choice_time, "keeps": keeps,
             "cost": seconds / job.bsp_training, "checked": step.checked, "cut_short": step.cut_short,
             "towards_bsp": step.towards_bsp}
+
+
+def check_floor(table: Table, job: JobSpec, answer: dict[str, Any]) -> float:
+    """The least, in BSP trainings, that a race answering `answer` pays as `race` counts it: its final-metric
+    round alone, BSP's runs to the end of the budget on both search seeds (one BSP training each) and the
+    answer's (the budget's virtual seconds each, its runs to the target included), none of the rounds that
+    found it. BSP's runs alone where BSP answers. On a budget of virtual seconds that BSP's run fills, any
+    answer but BSP costs at least 4: the search issue's cost goal of 3 is below it."""
+    bsp = float(cell_for(table, full_budget(job), policy_from_dict(BSP_POLICY)).scores["virtual_time"])
+    if point_key(answer) == point_key(BSP_POLICY):
+        return float(SEARCH_SEEDS)
+    return SEARCH_SEEDS * (1.0 + job.budget.max_virtual_seconds / bsp)
 
 
 def _spent(seconds: float, job: JobTimes, finals: dict[tuple[str, int], float | None]) -> float | None:

@@ -4,13 +4,19 @@ table, its lattice neighbours, and its settings fitted on training jobs."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
+from autosync.data import BASELINE_DIR
 from autosync.experiments import race_fit as race
 from autosync.experiments.portfolio_fit import JobTimes
-from autosync.race import RaceSettings, neighbours
+from autosync.lattice import BSP_LABEL
+from autosync.race import RaceSettings, neighbours, race_settings
+from autosync.table import Table
 from tests.unit.experiments.test_lofo import BSP
+
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_neighbours_change_one_parameter_and_static_k_only_by_one_worker():
@@ -71,3 +77,20 @@ def test_a_race_on_the_table_under_a_budget_runs_bsp_s_full_runs_first_and_stops
     assert math.isclose(row["cost"], (200 + 10 + 20 + 90 + 100) / 100.0)
     whole = race.race(None, JOB, SETTINGS, budget=2.5)  # 2.3 < 2.5: x's second seed (12) too, then its checks
     assert whole["cut_short"] == [] and math.isclose(whole["cost"], (200 + 10 + 20 + 12 + 90 + 88) / 100.0)
+
+
+def test_without_round_5_bsp_answers_where_every_finalist_broke_the_rule_and_no_race_pays_less_than_its_check():
+    """Fleet's first job on the committed table: both finalists of the shipped race break the final-metric rule.
+    With round 5 the bisection answers static k at BSP's learning rate; without it (the ablation,
+    benchmarks/bench_race_rounds.py) BSP answers, for less. Neither race pays less than its final-metric round
+    alone for its answer (`check_floor`)."""
+    table = Table(REPO / "results" / "table")
+    (job,) = race.family_jobs(table, [BASELINE_DIR / "family_fleet.yaml"], 1)
+    settings = race_settings()
+    with_round, without = race.race(table, job, settings), race.race(table, job, settings, towards_bsp=False)
+    assert with_round["towards_bsp"] and with_round["answer"] == "backup:k=0.5n,lr_rule=fixed"
+    assert without["towards_bsp"] == [] and without["answer"] == BSP_LABEL
+    assert without["checked"] == with_round["checked"] and without["cost"] < with_round["cost"]
+    for row in (with_round, without):
+        assert row["cost"] >= race.check_floor(table, job.spec, job.policies[row["answer"]]) - 1e-9
+    assert race.check_floor(table, job.spec, job.policies[BSP_LABEL]) == 2.0
