@@ -284,7 +284,9 @@ def _towards_bsp(points: dict[str, dict[str, Any]], times: dict[tuple[str, int],
                  cut_short: list[str], bisect: bool = True) -> Runs | Answer:
     """Round 5 (see the module's docstring): the bisection's next static k's runs to the end of the budget on
     both seeds, or the answer, the fewest workers keeping BSP's final metric where that k is faster than BSP
-    over both seeds (`full_times`), else BSP (at once, after BSP's own runs, without `bisect`)."""
+    over both seeds (`full_times`), else BSP (at once without `bisect`)."""
+    if not bisect:  # the ablation: BSP answers, without the runs only the bisection asks for
+        return Answer(BSP_LABEL, _mean(times, BSP_LABEL), ranked, checked, cut_short)
     fixed = [label for label, p in sorted(points.items())  # the lr rule first: `family_of` builds the policy
              if p["params"].get("lr_rule") == "fixed" and "k" in p["params"] and family_of(p) == "static k"]
     static_ks = sorted(_distinct(fixed, points), key=lambda label: points[label]["params"]["k"])
@@ -295,7 +297,7 @@ def _towards_bsp(points: dict[str, dict[str, Any]], times: dict[tuple[str, int],
     if missing:
         return Runs(ROUNDS[3], missing)
     bsp = [finals[(BSP_LABEL, s)] for s in range(SEARCH_SEEDS)]
-    while bisect and keeps - below > 1:
+    while keeps - below > 1:
         middle = (below + keeps) // 2
         label = static_ks[middle]
         missing = [Run(label, s, ROUNDS[4], full=True) for s in range(SEARCH_SEEDS) if (label, s) not in finals]

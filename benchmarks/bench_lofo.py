@@ -169,12 +169,7 @@ def replayed_tune(job, table_dir: Path, sampler_seed: int, **options) -> lofo.An
 
 def family_times(table: Table, families: list[str], count: int) -> list[portfolio_fit.JobTimes]:
     """Every candidate's times on jobs 0..count-1 of each family, read from `table`, with the grid's choice."""
-    times = []
-    for family in families:
-        for job in jobs_of(family, count):
-            grid_choice = lofo.score_job(table, family, job, lattice_points, [])
-            times.append(portfolio_fit.job_times(table, family, job, grid_choice.grid_choice_time))
-    return times
+    return [t for family in families for t in race_fit.jobs_times(table, family, jobs_of(family, count))]
 
 
 def race_folds(families: list[str], count: int, table_dir: Path) -> dict[str, Path]:

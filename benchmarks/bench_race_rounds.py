@@ -12,12 +12,13 @@ answer's held-out time over the grid's choice's and the cost in BSP trainings, w
 it, averaged over jobs with 90% bootstrap intervals (1000 draws, seed 0): an answer difference whose
 interval lies above 0 means the round earns its place.
 
-Reads the table only (the jobs' runs must be in it: `bench_lofo.py --count N` trains those it lacks).
+Reads every run from the table; a run it lacks is trained into it (on the committed table, none).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import statistics
 from pathlib import Path
@@ -28,28 +29,41 @@ from autosync.experiments import lofo, race_fit
 from autosync.table import Table
 
 from _report import Figures
-
-COMMITTED_FAMILIES = ("fresh", "quarry", "crest", "fleet", "steady", "tiers", "inverse", "mosaic")  # results/table
+from bench_lofo import COMMITTED_FAMILIES
 
 
 def folds(table: Table, jobs: list, towards_bsp: bool) -> dict[str, dict]:
-    """Per job: the race fitted on the other families (with or without round 5) run on it (`race_fit.race`)."""
-    rows = {}
-    for family in sorted({j.family for j in jobs}):
-        settings = race_fit.fit(table, [j for j in jobs if j.family != family], towards_bsp=towards_bsp)
-        for job in (j for j in jobs if j.family == family):
-            row = race_fit.race(table, job, settings, towards_bsp=towards_bsp)
-            rows[job.job] = {**row, "answer": label_of(job.policies[row["answer"]])}  # as `autosync tune` names it
-        print(f"{'with' if towards_bsp else 'without'} round 5, fold without {family}: {len(settings.portfolio)} "
-              f"members, margin {settings.margin}, {settings.finalists} finalists", flush=True)
-    return rows
+    """Per job: the race fitted on the other families (with or without round 5) run on it
+    (`race_fit.leave_one_family_out`), its answer named as `autosync tune` names it."""
+    policies = {j.job: j.policies for j in jobs}
+    rows = race_fit.leave_one_family_out(table, jobs, towards_bsp=towards_bsp)
+    print(f"{'with' if towards_bsp else 'without'} round 5: {len(rows)} jobs raced", flush=True)
+    return {r["job"]: {**r, "answer": label_of(policies[r["job"]][r["answer"]])} for r in rows}
 
 
 def summary_line(name: str, rows: list[dict]) -> str:
+    """One variant's row of the report: its answers over the grid's choice, the rule broken, the cost."""
     ratios = [r["ratio"] for r in rows]
     return (f"| {name} | {len(rows)} | {statistics.median(ratios):.2f} | {lofo.percentile(ratios, 0.9):.2f} | "
             f"{max(ratios):.2f} | {sum(not r['keeps'] for r in rows)} | "
             f"{statistics.median(r['cost'] for r in rows):.2f} | {statistics.fmean(r['cost'] for r in rows):.2f} |")
+
+
+def agreement(rows: dict[str, dict], replayed: Path) -> list[str]:
+    """How the race counted on the table (`race_fit.race`, with round 5) agrees with the tune replayed on the
+    table (`replayed`: bench_lofo.py's results, its first sampler seed's answers): the same answers, and on how
+    many jobs the same cost."""
+    if not replayed.exists():
+        return []
+    recorded = {r["job"]: r["answers"][0] for r in map(json.loads, replayed.read_text().splitlines())}
+    pairs = [(row, recorded[job]) for job, row in rows.items() if job in recorded]
+    answers = sum(row["answer"] == label_of(a["policy"]) for row, a in pairs)
+    gaps = [row["cost"] - a["cost"] for row, a in pairs if abs(row["cost"] - a["cost"]) > 1e-6]
+    widest = max((abs(g) for g in gaps), default=0.0)
+    return [f"Against the tune replayed on the same jobs ({replayed}, fitted the same way): the same answer on "
+            f"{answers} of {len(pairs)} jobs, the same cost on {len(pairs) - len(gaps)}; elsewhere the cost counted "
+            f"here differs by {widest:.2f} BSP trainings at most (more on {sum(g > 0 for g in gaps)} jobs, less on "
+            f"{sum(g < 0 for g in gaps)}): the costs above are this count's."]
 
 
 def main() -> None:
@@ -58,6 +72,8 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=8, help="jobs 0..N-1 of each family (default: all the table holds)")
     parser.add_argument("--table", default="results/table")
     parser.add_argument("--out", default="benchmarks/race_rounds.md")
+    parser.add_argument("--replayed", default="benchmarks/lofo_race.jsonl",
+                        help="bench_lofo.py's results on these jobs: the tune replayed, to compare the costs with")
     parser.add_argument("--json", default=None, help="also write the figures here (benchmarks/make_table.py)")
     args = parser.parse_args()
     table = Table(args.table)
@@ -75,7 +91,7 @@ def main() -> None:
              "on the table (`race_fit.race`); ratios are the answer's held-out time over the grid's choice's.", "",
              "| race | jobs | median | 90th percentile | worst | answers breaking the rule held out | median cost "
              "| mean cost |", "|---|---|---|---|---|---|---|---|",
-             summary_line("with round 5 (shipped)", [with_round[n] for n in names]),
+             summary_line("with round 5", [with_round[n] for n in names]),
              summary_line("without round 5 (BSP answers where every finalist broke the rule)",
                           [without[n] for n in names]), "",
              f"Without the round, minus with it, over {len(names)} jobs: mean log ratio to the grid's choice "
@@ -90,6 +106,7 @@ def main() -> None:
         if a["answer"] != b["answer"]:
             lines.append(f"| {n} | {a['answer']} | {a['ratio']:.2f} | {a['cost']:.2f} | {b['answer']} | "
                          f"{b['ratio']:.2f} | {b['cost']:.2f} |")
+    lines += ["", *agreement(with_round, Path(args.replayed))]
     Path(args.out).write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     figures = Figures("bench_race_rounds")

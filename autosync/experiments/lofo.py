@@ -72,6 +72,19 @@ def table_finals(table: Table, job: JobSpec, seeds: Iterable[int]) -> Finals:
     return finals
 
 
+def table_lengths(table: Table, job: JobSpec, seeds: Iterable[int]) -> Callable[[dict[str, Any]], list[float]]:
+    """A policy's virtual seconds to the end of the budget on each of `seeds`, from its full-budget cells (a
+    run that diverged stopped there): what a run to the end of the budget trains."""
+    seeds = list(seeds)
+    fingerprint = job.fingerprint()
+
+    def lengths(policy: dict[str, Any]) -> list[float]:
+        return [float(cell_for(table, full_budget(job.model_copy(update={"seed": s})), policy_from_dict(policy),
+                               fingerprint).scores["virtual_time"]) for s in seeds]
+
+    return lengths
+
+
 def choice(table: Table, job: JobSpec, lattice: Lattice, seeds: Iterable[int]) -> Scored:
     """The fastest lattice point over `seeds` that keeps the final-metric rule against BSP there."""
     seeds = list(seeds)

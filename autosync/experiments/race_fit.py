@@ -24,7 +24,6 @@ from typing import Any, Sequence
 
 import yaml
 
-from autosync.catalog import policy_from_dict
 from autosync.core.errors import UserError
 from autosync.core.family import load_family
 from autosync.core.job import JobSpec
@@ -33,11 +32,10 @@ from autosync.experiments.portfolio_fit import JobTimes, greedy_portfolio, job_t
 from autosync.experiments.reference_grid import TOLERANCE, held_out_seeds
 from autosync.lattice import BSP_LABEL, BSP_POLICY, lattice_points
 from autosync.race import SEARCH_SEEDS, Answer, RaceSettings, horizon, plan, point_key
-from autosync.table import Table, cell_for
-from autosync.table.replay import full_budget
+from autosync.table import Table
 
 __all__ = ["COST_GOAL", "FINALISTS", "MARGINS", "SIZES", "check_floor", "family_jobs", "fit", "fit_families",
-           "leave_one_family_out", "race", "settings_text"]
+           "jobs_times", "leave_one_family_out", "race", "settings_text"]
 
 COST_GOAL = 3.0  # the search issue's median cost goal, in BSP trainings
 SIZES = (4, 6, 8, 12)  # portfolio sizes `fit` tries (a first round of at most a third of a 36-label lattice)
@@ -54,7 +52,10 @@ def race(table: Table, job: JobTimes, settings: RaceSettings, tolerance: float =
     `budget` in BSP trainings skipped (`race.plan`; None: no cap, every round runs). `towards_bsp`: False runs
     the race without its round 5 (its ablation)."""
     end = job.spec.budget.max_virtual_seconds  # the job's training budget: a run to its end
-    finals_on = [lofo.table_finals(table, job.spec, [s]) for s in lofo.search_seeds(job.spec)[:SEARCH_SEEDS]]
+    seeds = lofo.search_seeds(job.spec)[:SEARCH_SEEDS]
+    finals_on = [lofo.table_finals(table, job.spec, [s]) for s in seeds]
+    lengths_on = [lofo.table_lengths(table, job.spec, [s]) for s in seeds]  # a run to the end: as long as its cell
+
     times: dict[tuple[str, int], float] = {}
     stopped: dict[tuple[str, int], float] = {}
     finals: dict[tuple[str, int], float | None] = {}
@@ -70,8 +71,7 @@ def race(table: Table, job: JobTimes, settings: RaceSettings, tolerance: float =
             key, time = (run.label, run.seed), job.search[run.label][run.seed]
             if run.full:
                 finals[key] = finals_on[run.seed](job.policies[run.label])[0]
-                whole = job.bsp_training if run.label == BSP_LABEL else end
-                seconds += max(0.0, whole - trained.get(key, 0.0))
+                seconds += max(0.0, lengths_on[run.seed](job.policies[run.label])[0] - trained.get(key, 0.0))
                 if run.label == BSP_LABEL:  # as `race.plan` reads times (and `race_trials.observed` gives them)
                     times.setdefault(key, time)
                 else:
@@ -93,14 +93,15 @@ def race(table: Table, job: JobTimes, settings: RaceSettings, tolerance: float =
 
 def check_floor(table: Table, job: JobSpec, answer: dict[str, Any]) -> float:
     """The least, in BSP trainings, that a race answering `answer` pays as `race` counts it: its final-metric
-    round alone, BSP's runs to the end of the budget on both search seeds (one BSP training each) and the
-    answer's (the budget's virtual seconds each, its runs to the target included), none of the rounds that
-    found it. BSP's runs alone where BSP answers. On a budget of virtual seconds that BSP's run fills, any
-    answer but BSP costs at least 4: the search issue's cost goal of 3 is below it."""
-    bsp = float(cell_for(table, full_budget(job), policy_from_dict(BSP_POLICY)).scores["virtual_time"])
+    round alone, BSP's runs and the answer's to the end of the budget on both search seeds (the answer's runs
+    to the target included), none of the rounds that found it. 0 for BSP, which answers unchecked where it is
+    the fastest finalist. On a budget of virtual seconds that BSP's runs fill, any other answer costs at least
+    4: the search issue's cost goal of 3 is below it."""
     if point_key(answer) == point_key(BSP_POLICY):
-        return float(SEARCH_SEEDS)
-    return SEARCH_SEEDS * (1.0 + job.budget.max_virtual_seconds / bsp)
+        return 0.0
+    lengths = lofo.table_lengths(table, job, lofo.search_seeds(job)[:SEARCH_SEEDS])
+    bsp = lengths(BSP_POLICY)  # the unit: BSP's run on the job's own seed (`portfolio_fit.job_times`)
+    return (sum(bsp) + sum(lengths(answer))) / bsp[0]
 
 
 def _spent(seconds: float, job: JobTimes, finals: dict[tuple[str, int], float | None]) -> float | None:
@@ -128,15 +129,16 @@ def fit(table: Table, jobs: list[JobTimes], budget: float | None = None, towards
                         {"jobs": len(jobs), "families": sorted({j.family for j in jobs}), "median_cost": round(cost, 4)})
 
 
-def leave_one_family_out(table: Table, jobs: list[JobTimes]) -> list[dict[str, Any]]:
-    """For each family: the race fitted on the other families, run on this one's."""
+def leave_one_family_out(table: Table, jobs: list[JobTimes], towards_bsp: bool = True) -> list[dict[str, Any]]:
+    """For each family: the race fitted on the other families, run on this one's (with `towards_bsp` False,
+    fitted and run without its round 5)."""
     rows = []
     for family in sorted({j.family for j in jobs}):
-        settings = fit(table, [j for j in jobs if j.family != family])
+        settings = fit(table, [j for j in jobs if j.family != family], towards_bsp=towards_bsp)
         for job in (j for j in jobs if j.family == family):
             rows.append({"family": family, "job": job.job, "size": len(settings.portfolio),
                          "margin": settings.margin, "finalists": settings.finalists,
-                         **race(table, job, settings)})
+                         **race(table, job, settings, towards_bsp=towards_bsp)})
     return rows
 
 
@@ -151,15 +153,23 @@ def fit_families(files: "Sequence[str | Path]", table_dir: str | Path, count: in
 
 
 def family_jobs(table: Table, files: "Sequence[str | Path]", count: int) -> list[JobTimes]:
-    """Every candidate's times on jobs 0..count-1 of each family file in `files`, read from `table`, with the
-    grid's choice (`lofo.score_job`): what `fit` fits on."""
+    """Every candidate's times on jobs 0..count-1 of each family file in `files` (`jobs_times`): what `fit`
+    fits on."""
     jobs = []
     for path in files:
         family = load_family(path)
-        for job in family.jobs(count):
-            grid_choice = lofo.score_job(table, family.name, job, lattice_points, [])
-            jobs.append(job_times(table, family.name, job, grid_choice.grid_choice_time))
+        jobs += jobs_times(table, family.name, family.jobs(count))
     return jobs
+
+
+def jobs_times(table: Table, family: str, jobs: "Sequence[JobSpec]") -> list[JobTimes]:
+    """Every candidate's times on each of `jobs` (of `family`), read from `table`, with the grid's choice
+    (`lofo.score_job`)."""
+    out = []
+    for job in jobs:
+        grid_choice = lofo.score_job(table, family, job, lattice_points, [])
+        out.append(job_times(table, family, job, grid_choice.grid_choice_time))
+    return out
 
 
 def settings_text(settings: RaceSettings, command: str) -> str:
