@@ -87,7 +87,7 @@ REFERENCE = "reference"  # with a budget, the first round: BSP's two runs to the
 
 @dataclass(frozen=True)
 class RaceSettings:
-    """What `autosync fit` fits on the table (search_spaces/race.yaml): the portfolio, in order, the
+    """What `autosync fit` fits on the table (autosync/data/race.yaml): the portfolio, in order, the
     elimination margin and how many finalists the final-metric rule checks at most."""
 
     portfolio: tuple[str, ...]

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from autosync.catalog import policy_from_dict
@@ -37,7 +37,7 @@ from autosync.experiments import lofo
 from autosync.experiments.reference_grid import Scored, feasible_best, held_out_seeds
 from autosync.lattice import BSP_POLICY, labelled_points
 from autosync.table import Table, cell_for
-from autosync.table.replay import full_budget
+from autosync.table.replay import full_budget, to_target
 
 @dataclass(frozen=True)
 class JobTimes:
@@ -51,19 +51,25 @@ class JobTimes:
     held_out: dict[str, float]  # label -> mean penalised time over the held-out seeds
     grid_choice_time: float  # the grid's choice's held-out time (`lofo.score_job`)
     bsp_training: float  # virtual seconds of one BSP run to the end of the budget
+    # label -> the virtual seconds each run to the target trained per search seed: to the target, to where it
+    # diverged, or to the budget's end (empty: its time, capped at the budget's end)
+    trained: dict[str, list[float]] = field(default_factory=dict)
 
 
 def job_times(table: Table, family: str, job: JobSpec, grid_choice_time: float) -> JobTimes:
     """Every candidate of `job` read from the table (cells stopped at the target)."""
-    search, held_out = {}, {}
+    search, held_out, trained = {}, {}, {}
     policies = labelled_points(job.cluster.n_workers)
     fingerprint = job.fingerprint()
     for label, policy in policies.items():
         search[label] = lofo.table_score(table, job, policy, lofo.search_seeds(job), fingerprint).times
         held_out[label] = lofo.table_score(table, job, policy, held_out_seeds(job), fingerprint).time
+        trained[label] = [float(cell_for(table, to_target(job.model_copy(update={"seed": s})),
+                                         policy_from_dict(policy), fingerprint).scores["virtual_time"])
+                          for s in lofo.search_seeds(job)]
     bsp = cell_for(table, full_budget(job), policy_from_dict(BSP_POLICY), fingerprint)
     return JobTimes(family, job.name, job, policies, search, held_out, grid_choice_time,
-                    float(bsp.scores["virtual_time"]))
+                    float(bsp.scores["virtual_time"]), trained)
 
 
 def _loss(means: dict[str, float], best: float, members: list[str]) -> float:

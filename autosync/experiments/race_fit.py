@@ -2,17 +2,19 @@
 leave-one-family-out.
 
 `race` runs the race's procedure on one job with every run read from the table (`portfolio_fit.JobTimes`):
-a run to the target is stopped at its horizon as a live one is (it pays `min(time, horizon)` virtual
-seconds and is eliminated past it), a run to the end of the budget continues from the run to the target
-on the same seed (it pays the rest of the budget), and BSP's reference runs are the race's own. Its cost is
-in BSP trainings (one BSP run to the end of the budget); given a cap in them (`race(budget=...)`, as
-`tune --budget`), the race is told that cost as it goes and stops exploring once it is spent.
+a run to the target is stopped at its horizon as a live one is (it pays what its cell trained, to the target,
+to where it diverged or to the budget's end, at most the horizon, and is eliminated past it), a run to the
+end of the budget continues from the run to the target on the same seed (it pays the rest of its cell's
+length), and BSP's reference runs are the race's own. Its cost is in BSP trainings (one BSP run to the end of
+the budget); given a cap in them (`race(budget=...)`, as `tune --budget`), the race is told that cost as it
+goes and stops exploring once it is spent. It answers as the tune replayed on the table does; its cost can
+differ a little from the tune's (benchmarks/race_rounds.md says by how much on the committed jobs).
 
 `fit` chooses the race's settings on training jobs: the greedy portfolio (`portfolio_fit.greedy_portfolio`)
 of each size in `SIZES`, each margin in `MARGINS` and each number of finalists in `FINALISTS`; the setting
 with the lowest mean log ratio of the answer's held-out time to the grid's choice's among those whose
 median cost is within `COST_GOAL` (or, where none is, the lowest ratio among all: the cost goal then
-reports as missed). `autosync fit` writes the result as search_spaces/race.yaml (`write_settings`).
+reports as missed). `autosync fit` writes the result as autosync/data/race.yaml (`settings_text`).
 """
 
 from __future__ import annotations
@@ -78,7 +80,8 @@ def race(table: Table, job: JobTimes, settings: RaceSettings, tolerance: float =
                     full_times.setdefault(key, time)
                 continue
             limit = horizon(run, settings.margin, times)
-            trained[key] = min(time, limit, end)  # a run again past a horizon starts over
+            reach = job.trained[run.label][run.seed] if job.trained else min(time, end)  # where its run stops
+            trained[key] = min(reach, limit)  # a run again past a horizon starts over
             seconds += trained[key]
             if time < limit:  # as `RaceObjective` reads it
                 times[key] = time
@@ -173,7 +176,7 @@ def jobs_times(table: Table, family: str, jobs: "Sequence[JobSpec]") -> list[Job
 
 
 def settings_text(settings: RaceSettings, command: str) -> str:
-    """`settings` as search_spaces/race.yaml holds them, with the command that fitted them."""
+    """`settings` as autosync/data/race.yaml holds them, with the command that fitted them."""
     return (f"# The race's settings (`autosync tune --sampler race`), fitted on the table by:\n#   {command}\n"
             "# Do not edit by hand: the tests run that command with --check against this file.\n"
             + yaml.safe_dump(settings.to_dict(), sort_keys=False))
