@@ -274,19 +274,18 @@ def _final(settings: RaceSettings, points: dict[str, dict[str, Any]], times: dic
         if keeps_paired([finals[(label, s)] for s in range(SEARCH_SEEDS)],
                         [finals[(BSP_LABEL, s)] for s in range(SEARCH_SEEDS)], tolerance, accuracy):
             return Answer(label, time, ranked, checked, cut_short)
-    return _towards_bsp(points, times, finals, full_times, tolerance, accuracy, ranked, checked, cut_short,
-                        bisect=towards_bsp)
+    if not towards_bsp:  # the ablation: BSP answers, without the runs only round 5 asks for
+        return Answer(BSP_LABEL, _mean(times, BSP_LABEL), ranked, checked, cut_short)
+    return _towards_bsp(points, times, finals, full_times, tolerance, accuracy, ranked, checked, cut_short)
 
 
 def _towards_bsp(points: dict[str, dict[str, Any]], times: dict[tuple[str, int], float],
                  finals: dict[tuple[str, int], float | None], full_times: dict[tuple[str, int], float],
                  tolerance: float, accuracy: bool, ranked: list[tuple[str, float]], checked: list[str],
-                 cut_short: list[str], bisect: bool = True) -> Runs | Answer:
+                 cut_short: list[str]) -> Runs | Answer:
     """Round 5 (see the module's docstring): the bisection's next static k's runs to the end of the budget on
     both seeds, or the answer, the fewest workers keeping BSP's final metric where that k is faster than BSP
-    over both seeds (`full_times`), else BSP (at once without `bisect`)."""
-    if not bisect:  # the ablation: BSP answers, without the runs only the bisection asks for
-        return Answer(BSP_LABEL, _mean(times, BSP_LABEL), ranked, checked, cut_short)
+    over both seeds (`full_times`), else BSP."""
     fixed = [label for label, p in sorted(points.items())  # the lr rule first: `family_of` builds the policy
              if p["params"].get("lr_rule") == "fixed" and "k" in p["params"] and family_of(p) == "static k"]
     static_ks = sorted(_distinct(fixed, points), key=lambda label: points[label]["params"]["k"])

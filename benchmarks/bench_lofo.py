@@ -217,11 +217,12 @@ def main() -> None:
     results = []
     folds: dict[str, Path] = {}
     specs = {}
+    table = Table(table_dir)  # for the recorded answers: a replayed tune writes into the directory, not into it
     for family in args.families:
         for job in jobs_of(family, args.count):
             specs[job.name] = job
             if job.name in done:  # its answers as recorded, scored by today's rules
-                results.append(lofo.score_again(Table(table_dir), done[job.name], job, lattice_points))
+                results.append(lofo.score_again(table, done[job.name], job, lattice_points))
                 continue
             if args.rescore:
                 raise SystemExit(f"--rescore: {results_path} records no answers for {job.name}")
@@ -229,7 +230,7 @@ def main() -> None:
             start = time.perf_counter()
             options = {"sampler": "race", "race_settings": str(folds[family])}
             answers = [replayed_tune(job, table_dir, s, **options) for s in range(args.sampler_seeds)]
-            result = lofo.score_job(Table(table_dir), family, job, lattice_points, answers)
+            result = lofo.score_job(Table(table_dir), family, job, lattice_points, answers)  # with the tune's runs
             with results_path.open("a") as fh:
                 fh.write(json.dumps(lofo.as_dict(result)) + "\n")
             results.append(result)
@@ -248,12 +249,13 @@ def main() -> None:
     note = (f"*The answers and their costs are as {args.results} recorded them, by the search whose run wrote it; "
             "this command scores them again and replays nothing.*" if args.rescore else "")
     text = report(results, args.families, command, title, note)
-    floors = [race_fit.check_floor(Table(table_dir), specs[r.job], r.grid_choice) for r in results]
+    table = Table(table_dir)  # every run the replays trained, read once
+    floors = [race_fit.check_floor(table, specs[r.job], r.grid_choice) for r in results]
     text += (f"\nThe final-metric round alone for the grid's choice (BSP's and its runs to the end of the budget "
              f"on both search seeds: the least a race that checks it pays, `race_fit.check_floor`): median "
              f"{statistics.median(floors):.2f} BSP trainings, {min(floors):.2f} to {max(floors):.2f}.\n")
     if args.against:
-        text += paired(results, load_results(Path(args.against)), specs, Table(table_dir), args.against)
+        text += paired(results, load_results(Path(args.against)), specs, table, args.against)
     Path(args.out).write_text(text)
     s = lofo.summary(results)
     print(json.dumps(s, indent=1))

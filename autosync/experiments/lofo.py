@@ -60,14 +60,11 @@ def table_score(table: Table, job: JobSpec, policy: dict[str, Any], seeds: Itera
 def table_finals(table: Table, job: JobSpec, seeds: Iterable[int]) -> Finals:
     """A policy's final target metric at the end of the budget on each of `seeds` (None where a run
     diverged), from its full-budget cells: trained only for the policies `feasible_best` asks about."""
-    seeds = list(seeds)
     metric = f"final_{job.target.metric}"
-    fingerprint = job.fingerprint()
+    cells = _full_budget_cells(table, job, seeds)
 
     def finals(policy: dict[str, Any]) -> list[float | None]:
-        runs = [cell_for(table, full_budget(job.model_copy(update={"seed": s})), policy_from_dict(policy),
-                         fingerprint) for s in seeds]
-        return [None if run.status == "diverged" else run.scores.get(metric) for run in runs]
+        return [None if run.status == "diverged" else run.scores.get(metric) for run in cells(policy)]
 
     return finals
 
@@ -75,14 +72,24 @@ def table_finals(table: Table, job: JobSpec, seeds: Iterable[int]) -> Finals:
 def table_lengths(table: Table, job: JobSpec, seeds: Iterable[int]) -> Callable[[dict[str, Any]], list[float]]:
     """A policy's virtual seconds to the end of the budget on each of `seeds`, from its full-budget cells (a
     run that diverged stopped there): what a run to the end of the budget trains."""
+    cells = _full_budget_cells(table, job, seeds)
+
+    def lengths(policy: dict[str, Any]) -> list[float]:
+        return [float(run.scores["virtual_time"]) for run in cells(policy)]
+
+    return lengths
+
+
+def _full_budget_cells(table: Table, job: JobSpec, seeds: Iterable[int]) -> Callable[[dict[str, Any]], list[Any]]:
+    """A policy's full-budget cells on each of `seeds` (trained into the table where it lacks them)."""
     seeds = list(seeds)
     fingerprint = job.fingerprint()
 
-    def lengths(policy: dict[str, Any]) -> list[float]:
-        return [float(cell_for(table, full_budget(job.model_copy(update={"seed": s})), policy_from_dict(policy),
-                               fingerprint).scores["virtual_time"]) for s in seeds]
+    def cells(policy: dict[str, Any]) -> list[Any]:
+        return [cell_for(table, full_budget(job.model_copy(update={"seed": s})), policy_from_dict(policy),
+                         fingerprint) for s in seeds]
 
-    return lengths
+    return cells
 
 
 def choice(table: Table, job: JobSpec, lattice: Lattice, seeds: Iterable[int]) -> Scored:

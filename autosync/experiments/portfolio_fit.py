@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from autosync.catalog import policy_from_dict
@@ -52,8 +52,8 @@ class JobTimes:
     grid_choice_time: float  # the grid's choice's held-out time (`lofo.score_job`)
     bsp_training: float  # virtual seconds of one BSP run to the end of the budget
     # label -> the virtual seconds each run to the target trained per search seed: to the target, to where it
-    # diverged, or to the budget's end (empty: its time, capped at the budget's end)
-    trained: dict[str, list[float]] = field(default_factory=dict)
+    # diverged, or to the budget's end
+    trained: dict[str, list[float]]
 
 
 def job_times(table: Table, family: str, job: JobSpec, grid_choice_time: float) -> JobTimes:

@@ -53,7 +53,6 @@ def race(table: Table, job: JobTimes, settings: RaceSettings, tolerance: float =
     whether it keeps the final-metric rule on the held-out seeds, the cost in BSP trainings, and the rounds a
     `budget` in BSP trainings skipped (`race.plan`; None: no cap, every round runs). `towards_bsp`: False runs
     the race without its round 5 (its ablation)."""
-    end = job.spec.budget.max_virtual_seconds  # the job's training budget: a run to its end
     seeds = lofo.search_seeds(job.spec)[:SEARCH_SEEDS]
     finals_on = [lofo.table_finals(table, job.spec, [s]) for s in seeds]
     lengths_on = [lofo.table_lengths(table, job.spec, [s]) for s in seeds]  # a run to the end: as long as its cell
@@ -80,8 +79,7 @@ def race(table: Table, job: JobTimes, settings: RaceSettings, tolerance: float =
                     full_times.setdefault(key, time)
                 continue
             limit = horizon(run, settings.margin, times)
-            reach = job.trained[run.label][run.seed] if job.trained else min(time, end)  # where its run stops
-            trained[key] = min(reach, limit)  # a run again past a horizon starts over
+            trained[key] = min(job.trained[run.label][run.seed], limit)  # a run again past a horizon starts over
             seconds += trained[key]
             if time < limit:  # as `RaceObjective` reads it
                 times[key] = time

@@ -135,7 +135,8 @@ def test_the_shipped_race_settings_are_what_the_fit_gives_on_the_committed_table
     no_traceback(proc)
     assert proc.returncode == 0, proc.stderr
     fitted = json.loads(proc.stdout)
-    assert fitted["unchanged"] and fitted["file"] == str(RACE_SETTINGS) and fitted["jobs"] == len(COMMITTED_FAMILIES) * TABLE_JOBS
+    jobs = len(COMMITTED_FAMILIES) * TABLE_JOBS
+    assert fitted["unchanged"] and fitted["file"] == str(RACE_SETTINGS) and fitted["jobs"] == jobs
 
 
 def test_fit_check_exits_1_where_the_file_holds_other_settings(tmp_path):

@@ -9,8 +9,8 @@ from autosync.lattice import labelled_points
 
 
 def times(family: str, name: str, search: dict[str, float]) -> JobTimes:
-    return JobTimes(family, name, None, {}, {k: [v, v] for k, v in search.items()}, {k: v for k, v in search.items()},
-                    1.0, 100.0)
+    both = {k: [v, v] for k, v in search.items()}
+    return JobTimes(family, name, None, {}, both, {k: v for k, v in search.items()}, 1.0, 100.0, both)
 
 
 def test_labels_resolve_static_k_as_a_share_of_the_workers_and_keep_every_other_grid_setting_once():
