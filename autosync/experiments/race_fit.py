@@ -4,8 +4,10 @@ leave-one-family-out.
 `race` runs the race's procedure on one job with every run read from the table (`portfolio_fit.JobTimes`):
 a run to the target is stopped at its horizon as a live one is (it pays what its cell trained, to the target,
 to where it diverged or to the budget's end, at most the horizon, and is eliminated past it), a run to the
-end of the budget continues from the run to the target on the same seed (it pays the rest of its cell's
-length), and BSP's reference runs are the race's own. Its cost is in BSP trainings (one BSP run to the end of
+end of the budget continues from the run to the target on the same seed that stopped at the target (it pays
+the rest of its cell's length; one stopped at its horizon is trained again from the start), a run to the target
+that ended before its horizon without reaching it is its run to the end of the budget too, and BSP's reference
+runs are the race's own. Its cost is in BSP trainings (one BSP run to the end of
 the budget); given a cap in them (`race(budget=...)`, as `tune --budget`), the race is told that cost as it
 goes and stops exploring once it is spent. It answers as the tune replayed on the table does; its cost can
 differ a little from the tune's (benchmarks/race_rounds.md says by how much on the committed jobs).
@@ -79,12 +81,26 @@ def race(table: Table, job: JobTimes, settings: RaceSettings, tolerance: float =
                     full_times.setdefault(key, time)
                 continue
             limit = horizon(run, settings.margin, times)
-            trained[key] = min(job.trained[run.label][run.seed], limit)  # a run again past a horizon starts over
-            seconds += trained[key]
-            if time < limit:  # as `RaceObjective` reads it
+            ran, policy = job.trained[run.label][run.seed], job.policies[run.label]
+            seconds += min(ran, limit)
+            # ended before its horizon short of the target (at the budget's end, or where it diverged): it was its
+            # run to the end of the budget too, whose final metric the race reads without training it
+            # (`race_trials`). A run that reached the target trained up to its time; one that missed it is
+            # scored past what it trained (`robustness.penalised_time`: twice the budget)
+            whole = ran < limit and time > ran
+            final = finals_on[run.seed](policy)[0] if whole else None
+            if whole and final is None:  # diverged: out on this seed, never run again (`RaceObjective`)
+                stopped[key] = math.inf
+            elif time < limit:  # as `RaceObjective` reads it
                 times[key] = time
             else:
                 stopped[key] = limit
+            if whole:
+                finals[key] = final
+                if final is not None and run.label != BSP_LABEL:
+                    full_times.setdefault(key, time)
+            elif ran < limit:  # stopped at the target: a run to the end of the budget continues from there
+                trained[key] = ran
     answer = step.label
     keeps = lofo.answer_keeps(table, job.spec, job.policies[answer], held_out_seeds(job.spec))
     return {"answer": answer, "ratio": job.held_out[answer] / job.grid_choice_time, "keeps": keeps,

@@ -86,15 +86,17 @@ class RaceObjective:
             score = evaluate(self.job, policy, [self.job.seed + run.seed], self.penalty, backend=self.backend,
                              stop_at_target=not run.full, horizon=None if math.isinf(limit) else limit)
         except RunFailed as exc:  # diverged: slower than any run that reaches the target, and no final metric
+            # (a run to the target diverged before its horizon, where its run to the end of the budget does too)
             internals.set_user_attrs(trial, {FAIL_REASON: str(exc), RACE_HORIZON: math.inf,  # never run again
-                                             RACE_TIME: None, **({RACE_FINAL: None} if run.full else {})})
+                                             RACE_TIME: None, RACE_FINAL: None, VIRTUAL_SECONDS: exc.spent,
+                                             **({FORKED: exc.forked} if exc.forked else {})})
             raise optuna.TrialPruned(str(exc)) from None
         value = score[TIME_TO_TARGET]
         # a run stopped at its horizon is evaluated there once more: reaching the target only at that extra
         # evaluation is not reaching it on the job's evaluation schedule, where it would be past the horizon
         eliminated = not value < limit
         internals.set_user_attrs(trial, {**score, RACE_TIME: None if eliminated else value,
-                                         **({RACE_FINAL: score[FINAL_METRIC]} if run.full else {})})
+                                         **({RACE_FINAL: score[FINAL_METRIC]} if _whole(run, score, limit) else {})})
         if eliminated:
             raise optuna.TrialPruned(f"past {limit:.1f} virtual s: slower than {self.settings.margin:g} times "
                                      f"the fastest of its round on seed {self.job.seed + run.seed}")
@@ -128,8 +130,10 @@ def observed(study: "optuna.Study", before: int | None = None,
             continue
         run = _run_of(t.user_attrs[RACE_RUN])
         key, value = (run.label, run.seed), t.user_attrs[RACE_TIME]
-        if run.full:
-            seen.finals.setdefault(key, t.user_attrs.get(RACE_FINAL))
+        if RACE_FINAL in t.user_attrs:  # a run to the end of the budget, or one to the target that was one
+            seen.finals.setdefault(key, t.user_attrs[RACE_FINAL])
+            if not run.full and run.label != BSP_LABEL and t.user_attrs.get(TIME_TO_TARGET) is not None:
+                seen.full_times.setdefault(key, t.user_attrs[TIME_TO_TARGET])
         if value is not None and (not run.full or run.label == BSP_LABEL):  # as `race.plan` reads times
             seen.times.setdefault(key, value)
         elif value is not None:
@@ -137,6 +141,13 @@ def observed(study: "optuna.Study", before: int | None = None,
         elif not run.full:
             seen.stopped[key] = max(seen.stopped.get(key, 0.0), t.user_attrs.get(RACE_HORIZON) or 0.0)
     return seen
+
+
+def _whole(run: Run, score: dict[str, Any], limit: float) -> bool:
+    """Whether `run`, scored `score` under horizon `limit`, was a run to the end of the budget: asked as one,
+    or a run to the target that missed it and ended before its horizon (the budget ran out). Its final metric
+    is then the final-metric round's (`observed`), which does not train it again."""
+    return run.full or (not score[REACHED] and score[VIRTUAL_SECONDS] + score.get(FORKED, 0.0) < limit)
 
 
 def _queued_before(study: "optuna.Study", storage: str, number: int, run: Run) -> Observed:
@@ -253,7 +264,11 @@ def race_answer(study: "optuna.Study", answer: Answer, job_seed: int, budget: fl
     skipped (`Answer.cut_short`)."""
     trials = [t for t in internals.fresh_trials(study) if RACE_RUN in t.user_attrs]
     own = [t for t in trials if _run_of(t.user_attrs[RACE_RUN]).label == answer.label]
-    finals = [t.user_attrs.get(RACE_FINAL) for t in own if _run_of(t.user_attrs[RACE_RUN]).full]
+    by_seed: dict[int, float | None] = {}  # the first finished run that gave its final metric on each seed
+    for t in sorted(own, key=lambda t: t.number):
+        if RACE_FINAL in t.user_attrs:
+            by_seed.setdefault(_run_of(t.user_attrs[RACE_RUN]).seed, t.user_attrs[RACE_FINAL])
+    finals = list(by_seed.values())
     value = answer.time
     if answer.cut_short:  # ranked on the first seed alone, perhaps: its final-metric runs may give it both
         seeds: dict[int, float] = {}
@@ -305,7 +320,7 @@ def rounds(trials: "list[optuna.trial.FrozenTrial]", job_seed: int) -> list[dict
         key = (run.label, run.seed)
         row["runs"].append({"label": run.label, "trial": t.number, "policy": t.user_attrs[POLICY],
                             "time": t.user_attrs[RACE_TIME],
-                            **({"final": t.user_attrs.get(RACE_FINAL)} if run.full else {}),
+                            **({"final": t.user_attrs[RACE_FINAL]} if RACE_FINAL in t.user_attrs else {}),
                             "new_seed": key not in seen})
         seen.add(key)
     return list(groups.values())
@@ -386,7 +401,7 @@ def _reference(study: "optuna.Study", job: JobSpec, finals: dict[tuple[str, int]
         raise RuntimeFailure("BSP itself fails on this job, so there is no reference to tune against")
     runs = [(t, _run_of(t.user_attrs[RACE_RUN])) for t in internals.fresh_trials(study)
             if RACE_RUN in t.user_attrs and RACE_TIME in t.user_attrs]
-    full = [t for t, run in runs if run.full and run.label == BSP_LABEL]
+    full = [t for t, run in runs if RACE_FINAL in t.user_attrs and run.label == BSP_LABEL]  # to the budget's end
     # each run's own length: what it trained and what it continued from its run to the target (forked)
     lengths = [t.user_attrs.get(VIRTUAL_SECONDS, 0.0) + t.user_attrs.get(FORKED, 0.0) for t in full]
     return {TIME_TO_TARGET: statistics.fmean(bsp_times), FINAL_METRIC: statistics.fmean(bsp_finals),

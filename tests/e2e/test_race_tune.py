@@ -15,9 +15,11 @@ from autosync.api import tune
 from autosync.core.family import load_family
 from autosync.data import BASELINE_DIR, RACE_SETTINGS
 from autosync.engine.forks import FORKS
+from autosync.experiments import race_fit
 from autosync.experiments.race_fit import MARGINS
 from autosync.reporting.console import race_report
-from autosync.table import KEPT
+from autosync.race import race_settings
+from autosync.table import KEPT, Table
 from tests.conftest import COMMITTED_FAMILIES, TABLE_JOBS, TINY_JOB, autosync, no_traceback
 
 REPO = Path(__file__).resolve().parents[2]
@@ -169,3 +171,28 @@ def test_where_every_finalist_breaks_the_rule_the_replayed_race_bisects_static_k
     assert not list(table.glob("*.jsonl"))  # nothing trained: every run was in the table
     verdict = race_report(race, job)[-1].what
     assert "bisected towards BSP (3 tried)" in verdict and "the fewest workers that kept it are the answer" in verdict
+
+
+def test_a_finalist_whose_run_to_the_target_ran_the_whole_budget_is_not_trained_again_for_its_final_metric(tmp_path):
+    """Steady's sixth job on the committed table: a finalist's second-seed run raced no one, missed the target and
+    so trained to the end of the budget; the final-metric round reads its final metric from that run instead of
+    training it again, and the replayed tune's cost is the race counted on the table's (`race_fit.race`), to the
+    last digit. On a copy of the table: nothing is trained into it."""
+    table = tmp_path / "table"
+    shutil.copytree(REPO / "results" / "table", table)
+    job = load_family(BASELINE_DIR / "family_steady.yaml").jobs(6)[5]
+    FORKS.clear()
+    KEPT.clear()
+    cache = tune(job, table=str(table), storage=f"sqlite:///{tmp_path}/s.db").cache
+    race = cache["race"]
+    (second,) = [r for r in race["rounds"] if r["round"] == "second seed"]
+    (whole,) = [run for run in second["runs"] if "final" in run]  # missed the target: twice the budget
+    assert whole["time"] == 2 * job.budget.max_virtual_seconds and whole["label"] in race["checked"]
+    finals = [run for r in race["rounds"] if r["round"] == "final metric" and r["seed"] == second["seed"]
+              for run in r["runs"]]
+    assert whole["label"] not in [run["label"] for run in finals]  # not run again on that seed
+    (times,) = race_fit.family_jobs(Table(table), [BASELINE_DIR / "family_steady.yaml"], 6)[5:]
+    counted = race_fit.race(Table(table), times, race_settings())
+    assert counted["answer"] == race["answer"]
+    assert abs(counted["cost"] - cache["search_cost_bsp_trainings"]) < 1e-9
+    assert not list(table.glob("*.jsonl"))

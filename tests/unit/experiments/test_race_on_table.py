@@ -64,8 +64,8 @@ def test_a_race_on_the_table_pays_each_run_up_to_its_horizon_and_the_rest_of_the
     row = race.race(None, JOB, SETTINGS)
     assert row["answer"] == "x" and row["ratio"] == 1.0 and row["checked"] == ["x"]
     # x 10 + y stopped at 2 x 10 = 20 + bsp stopped at 20; x on seed 1: 12; checks: bsp 100 + 100 (stopped at
-    # 20 on seed 0 and continued: 80 more) ... x continued 90 + 88
-    seconds = 10 + 20 + 20 + 12 + (100 - 20) + 100 + (100 - 10) + (100 - 12)
+    # its horizon on seed 0, where no state was kept: from the start) ... x continued from its target: 90 + 88
+    seconds = 10 + 20 + 20 + 12 + 100 + 100 + (100 - 10) + (100 - 12)
     assert math.isclose(row["cost"], seconds / 100.0) and row["cut_short"] == []
 
 
