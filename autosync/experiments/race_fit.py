@@ -63,6 +63,7 @@ def race(table: Table, job: JobTimes, settings: RaceSettings, tolerance: float =
     stopped: dict[tuple[str, int], float] = {}
     finals: dict[tuple[str, int], float | None] = {}
     full_times: dict[tuple[str, int], float] = {}
+    # by lattice point and seed: two labels of one point are one run, kept for either (`forks.fork_key`)
     trained: dict[tuple[str, int], float] = {}
     seconds = 0.0
     accuracy = job.spec.target.metric == "test_accuracy"
@@ -74,7 +75,8 @@ def race(table: Table, job: JobTimes, settings: RaceSettings, tolerance: float =
             key, time = (run.label, run.seed), job.search[run.label][run.seed]
             if run.full:
                 finals[key] = finals_on[run.seed](job.policies[run.label])[0]
-                seconds += max(0.0, lengths_on[run.seed](job.policies[run.label])[0] - trained.get(key, 0.0))
+                policy = job.policies[run.label]
+                seconds += max(0.0, lengths_on[run.seed](policy)[0] - trained.get((point_key(policy), run.seed), 0.0))
                 if run.label == BSP_LABEL:  # as `race.plan` reads times (and `race_trials.observed` gives them)
                     times.setdefault(key, time)
                 else:
@@ -100,7 +102,7 @@ def race(table: Table, job: JobTimes, settings: RaceSettings, tolerance: float =
                 if final is not None and run.label != BSP_LABEL:
                     full_times.setdefault(key, time)
             elif ran < limit:  # stopped at the target: a run to the end of the budget continues from there
-                trained[key] = ran
+                trained[(point_key(policy), run.seed)] = ran
     answer = step.label
     keeps = lofo.answer_keeps(table, job.spec, job.policies[answer], held_out_seeds(job.spec))
     return {"answer": answer, "ratio": job.held_out[answer] / job.grid_choice_time, "keeps": keeps,

@@ -173,17 +173,26 @@ def test_where_every_finalist_breaks_the_rule_the_replayed_race_bisects_static_k
     assert "bisected towards BSP (3 tried)" in verdict and "the fewest workers that kept it are the answer" in verdict
 
 
-def test_a_finalist_whose_run_to_the_target_ran_the_whole_budget_is_not_trained_again_for_its_final_metric(tmp_path):
-    """Steady's sixth job on the committed table: a finalist's second-seed run raced no one, missed the target and
-    so trained to the end of the budget; the final-metric round reads its final metric from that run instead of
-    training it again, and the replayed tune's cost is the race counted on the table's (`race_fit.race`), to the
-    last digit. On a copy of the table: nothing is trained into it."""
+def _replayed_and_counted(tmp_path, family: str, index: int):
+    """A family job replayed through the tune on a copy of the committed table (nothing trained into it) and the
+    race counted on the table (`race_fit.race`) with the shipped settings: the job, the tune's cache record and
+    the count."""
     table = tmp_path / "table"
     shutil.copytree(REPO / "results" / "table", table)
-    job = load_family(BASELINE_DIR / "family_steady.yaml").jobs(6)[5]
+    path = BASELINE_DIR / f"family_{family}.yaml"
+    job = load_family(path).jobs(index + 1)[index]
     FORKS.clear()
     KEPT.clear()
     cache = tune(job, table=str(table), storage=f"sqlite:///{tmp_path}/s.db").cache
+    counted = race_fit.race(Table(table), race_fit.family_jobs(Table(table), [path], index + 1)[index], race_settings())
+    assert not list(table.glob("*.jsonl"))
+    return job, cache, counted
+
+
+def test_a_finalist_whose_run_to_the_target_ran_the_whole_budget_is_not_trained_again_for_its_final_metric(tmp_path):
+    """Steady's sixth job: a finalist's second-seed run raced no one, missed the target and so trained to the end
+    of the budget; the final-metric round reads its final metric from that run instead of training it again."""
+    job, cache, counted = _replayed_and_counted(tmp_path, "steady", 5)
     race = cache["race"]
     (second,) = [r for r in race["rounds"] if r["round"] == "second seed"]
     (whole,) = [run for run in second["runs"] if "final" in run]  # missed the target: twice the budget
@@ -191,8 +200,13 @@ def test_a_finalist_whose_run_to_the_target_ran_the_whole_budget_is_not_trained_
     finals = [run for r in race["rounds"] if r["round"] == "final metric" and r["seed"] == second["seed"]
               for run in r["runs"]]
     assert whole["label"] not in [run["label"] for run in finals]  # not run again on that seed
-    (times,) = race_fit.family_jobs(Table(table), [BASELINE_DIR / "family_steady.yaml"], 6)[5:]
-    counted = race_fit.race(Table(table), times, race_settings())
-    assert counted["answer"] == race["answer"]
+
+
+@pytest.mark.parametrize("family, index", [
+    ("steady", 5),  # a finalist's whole-budget run to the target read, not trained again (above)
+    ("quarry", 1),  # round 5's static k continues from another label's run of the same point, kept at its target
+])
+def test_the_race_counted_on_the_table_gives_the_replayed_tune_s_answer_and_cost(tmp_path, family, index):
+    _, cache, counted = _replayed_and_counted(tmp_path, family, index)
+    assert counted["answer"] == cache["race"]["answer"]
     assert abs(counted["cost"] - cache["search_cost_bsp_trainings"]) < 1e-9
-    assert not list(table.glob("*.jsonl"))
