@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable
 
 from autosync.core.declare import default_of
 from autosync.core.job import JobSpec
@@ -43,26 +43,7 @@ if TYPE_CHECKING:
     from autosync.core.job import OptimizerSpec
     from autosync.engine.backends import BackendChoice
     from autosync.search.space import SearchSpace
-
-
-class Race(Protocol):
-    """The bar a trial races (`autosync.search.strategies.pruning.RaceLimit`), as the objective uses it:
-    named here so that the objective does not import the pruning that imports it."""
-
-    places: int  # how many of the fastest finished candidates the bar keeps
-
-    def exceeded_by(self, bound: float) -> bool:
-        """Whether a trial still running at `bound` virtual seconds is behind the bar."""
-
-    def predicted_late(self, elapsed: float, metric: float | None, lower_is_better: bool) -> float | None:
-        """When the trial's pace predicts it reaches the target too late, that predicted time (else None)."""
-
-    def predicted(self, elapsed: float, metric: float | None, lower_is_better: bool) -> float | None:
-        """The pace's predicted time-to-target of the trial, however late (None where it cannot tell)."""
-
-    @staticmethod
-    def keep_curve(trial: "optuna.Trial", curve: list[tuple[float, float]]) -> None:
-        """Store the finished trial's curve for later trials' pace."""
+    from autosync.search.strategies.pruning import RaceLimit as Race  # the bar a trial races
 
 
 MAX_UNCOUNTED = 20  # past this many such answers in a study they count, so a search of a tried-out space ends
@@ -254,14 +235,18 @@ class Objective:
             trial.set_user_attr(key, value)
         if race is not None:  # a forked run heard its kept evaluations too
             race.keep_curve(trial, bound.curve)  # a later trial racing against this one reads its pace
-        if not full and stopped_early:  # a run stopped at the target: its final metric is not known yet
+        pending = not full and bool(stopped_early)  # a run stopped at the target: its final metric is not known yet
+        if pending:
             trial.set_user_attr(FINAL_PENDING, True)
-        else:
-            trial.set_constraint(CONSTRAINT, constraint(self.job, score["final_metric"], self.reference,
+        return self._result(trial, score, pending)
+
+    def _result(self, trial: "optuna.Trial", score: dict[str, Any],
+                pending: bool = False) -> float | tuple[float, float]:
+        """The trial's constraint set from `score` (unless its final metric is `pending`), and its value(s)."""
+        if not pending:
+            trial.set_constraint(CONSTRAINT, constraint(self.job, score[FINAL_METRIC], self.reference,
                                                         self.settings.tolerance))
-        if self.settings.multi_objective:
-            return score["time_to_target"], score["final_metric"]
-        return score["time_to_target"]
+        return (score[TIME_TO_TARGET], score[FINAL_METRIC]) if self.settings.multi_objective else score[TIME_TO_TARGET]
 
     def _race(self, trial: "optuna.Trial") -> "Race | None":
         """The bar this trial races against (`autosync.search.strategies.pruning`); None when it runs to the end: a
@@ -327,7 +312,6 @@ class Objective:
         process trained itself answer as before (`_finished_twin`): a lone search is unchanged."""
         import optuna
 
-
         twin = self._claim(trial, canonical, scoring, full=full)
         if twin is None:
             self.resamples_in_a_row = 0
@@ -380,11 +364,7 @@ class Objective:
         trial.set_user_attr(VIRTUAL_SECONDS, 0.0)
         trial.set_user_attr(SAME_AS, BSP_REFERENCE)
         _answered(trial)
-        trial.set_constraint(CONSTRAINT, constraint(self.job, score["final_metric"], self.reference,
-                                                    self.settings.tolerance))
-        if self.settings.multi_objective:
-            return score["time_to_target"], score["final_metric"]
-        return score["time_to_target"]
+        return self._result(trial, score)
 
     def _copy(self, study_name: str | None, twin: "optuna.trial.FrozenTrial",
               trial: "optuna.Trial") -> float | tuple[float, float]:
@@ -404,13 +384,8 @@ class Objective:
         _answered(trial)
         if failed:
             raise RunFailed(twin.user_attrs[FAIL_REASON])
-        attrs = twin.user_attrs
-        if not attrs.get(FINAL_PENDING):  # a copy of a run stopped at the target is pending too
-            trial.set_constraint(CONSTRAINT, constraint(self.job, attrs[FINAL_METRIC], self.reference,
-                                                        self.settings.tolerance))
-        if self.settings.multi_objective:
-            return attrs[TIME_TO_TARGET], attrs[FINAL_METRIC]
-        return attrs[TIME_TO_TARGET]
+        # a copy of a run stopped at the target is pending too
+        return self._result(trial, twin.user_attrs, bool(twin.user_attrs.get(FINAL_PENDING)))
 
 
 BSP = {"policy": "bsp", "params": {}}
@@ -429,7 +404,6 @@ def canonical_policy(policy: dict[str, Any], n_workers: int, batch_size: int,
     """The simplest policy that runs exactly like `policy` on `n_workers` with the job's `optimizer`
     (`Policy.canonical`; without it, none of the equivalences that depend on it), as a dict; None when the
     parameters are invalid for the job (the trial then fails with the reason)."""
-
     try:
         pol = policy_from_dict(policy)
         pol.bind(n_workers, batch_size)  # an invalid policy has no equivalent: it must fail, not copy BSP

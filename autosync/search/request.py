@@ -15,16 +15,14 @@ from autosync.core.job import JobSpec
 from autosync.engine.backends import BackendChoice
 from autosync.search.objective import ObjectiveSettings
 from autosync.search.recommend.neighbours import describe as describe_job
-from autosync.search.space import SearchSpace
+from autosync.search.space import SearchSpace, load_space, resolve_space_path
 from autosync.search.study.cache import execution_name, study_name
 from autosync.search.study.helper_processes import shared_storage, usable_cores
 from autosync.search.study.records import BUDGET, describe_study
 from autosync.search.study.storage import DEFAULT_STORAGE
-from autosync.search.tune_options import RACE, TuneOptions
+from autosync.search.tune_options import DEFAULT_TUNE_SPACE, RACE, TuneOptions
 from autosync.search.strategies.samplers import check_sampler, sampler_for
 from autosync.race import WIDEST_ROUND, race_settings
-from autosync.search.space import load_space, resolve_space_path
-from autosync.search.tune_options import DEFAULT_TUNE_SPACE
 
 if TYPE_CHECKING:
     import optuna
@@ -77,7 +75,6 @@ class TuneRequest:
     budget: float | None = _default("budget")  # --sampler race: its cost cap in BSP trainings (None: no cap)
 
     def __post_init__(self) -> None:
-
         self.sampler = sampler_for(self.sampler, self.space)  # "auto": the search this space is shipped for
         # the sampler checked against the space and the objective (grid on a continuous space, gp on two
         # objectives), so that a refusal comes before the storage exists; the search builds it (`tune.load_study`)
@@ -86,7 +83,6 @@ class TuneRequest:
         if self.n_jobs is None:
             self.n_jobs = default_n_jobs(self.sampler, self.settings.backend, self.storage)
         if self.sampler == RACE:  # its settings file read once here too: a bad one is refused before the storage
-
             race_settings(self.race_settings)
 
     def _refuse_for_the_race(self) -> None:
@@ -120,7 +116,6 @@ class TuneRequest:
     def from_options(cls, job: JobSpec, options: TuneOptions, space: SearchSpace | None = None) -> "TuneRequest":
         """The request `options` make on `job` (their space loaded for its workers unless `space` is given):
         with verify_top the search is simulated and its candidates verified on the options' backend."""
-
         opts = options
         choice = opts.choice()
         real = None if choice.backend == "simulator" else choice

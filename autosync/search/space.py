@@ -88,7 +88,6 @@ class SearchSpace:
         """The Optuna parameters that reproduce `policy` (for enqueue_trial), or None if it is outside.
 
         A parameter the policy leaves out takes its default (`compose(barrier=bsp)` has schedule none)."""
-
         policy_name = policy["policy"]
         if policy_name not in self.dimensions:
             return None
@@ -105,24 +104,6 @@ class SearchSpace:
                 out.update({f"{policy_name}.{name}.{i}": math.exp(-v) for i, v in enumerate(value)})
             else:
                 out[f"{policy_name}.{name}"] = value
-        return out
-
-    def distributions(self, params: dict[str, Any]) -> "dict[str, optuna.distributions.BaseDistribution] | None":
-        """The Optuna distribution of each of `params` (as `trial_params` gives them) in this space, as
-        `suggest` samples them; None when one is not a parameter of this space."""
-        from optuna.distributions import CategoricalDistribution
-
-        out: dict[str, Any] = {}
-        for key in params:
-            if key == POLICY_PARAM:
-                out[key] = CategoricalDistribution(self.policies)
-                continue
-            policy_name, _, rest = key.partition(".")
-            name, _, index = rest.partition(".")
-            dim = self.dimensions.get(policy_name, {}).get(name)
-            if dim is None or (dim.type == "simplex") != bool(index) or (index and int(index) >= dim.size):
-                return None
-            out[key] = _distribution(dim)
         return out
 
     def points(self) -> Iterator[dict[str, Any]]:
@@ -266,22 +247,15 @@ def load_space(path: str | Path, n_workers: int, flag: str = "--space") -> Searc
     constants = {policy_name: {name: p.value for name, p in params.items() if isinstance(p, Constant)}
                  for policy_name, params in spec.policies.items()}
     problems = type_problems(dimensions, constants) or refused_compositions(dimensions, constants) \
-        or bound_problems(dimensions, constants, n_workers)
+        or space_bounds.bound_problems(dimensions, constants, n_workers)
     if problems:
         raise SpaceFileError(str(path), problems)
     return SearchSpace(spec.name or path.stem, spec.description, str(path), dimensions, constants, spec.patience)
 
 
-def bound_problems(dimensions: dict[str, dict[str, Dimension]], constants: dict[str, dict[str, Any]],
-                   n_workers: int) -> list[str]:
-    """Range ends and choices that their policy refuses on `n_workers` (`autosync.search.space_bounds`)."""
-    return space_bounds.bound_problems(dimensions, constants, n_workers)
-
-
 def type_problems(dimensions: dict[str, dict[str, Dimension]], constants: dict[str, dict[str, Any]]) -> list[str]:
     """Constants, choices and ranges of a type the policy's parameter does not take (the type of its default,
     as `make_policy` checks it): every trial would fail on them, so the file is refused instead."""
-
     problems = []
     for policy_name, params in constants.items():
         known = policy_parameters(POLICIES[policy_name])
@@ -313,7 +287,6 @@ def refused_compositions(dimensions: dict[str, dict[str, Dimension]],
     value a later condition names that it can sample, and one it can sample that none names, away from the
     default where it can.
     """
-
     if Composed.name not in dimensions:
         return []
     defaults = Composed().params()

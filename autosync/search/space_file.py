@@ -248,7 +248,6 @@ class SpaceFile(_Strict):
 
 def problems_with_policies(policies: Any) -> list[str]:
     """Unknown policies and parameters of a file's `policies` mapping, checked against the catalog, every one."""
-
     problems: list[str] = []
     if not isinstance(policies, dict):
         return problems  # the structure's own error says so

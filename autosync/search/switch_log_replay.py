@@ -189,8 +189,7 @@ SearchStrategy = Callable[[Callable[[float], float], SearchSetting, float | None
 def binary_strategy(max_settings: int = 4, threshold: float = 0.01) -> SearchStrategy:
     """Sync-Switch's Algorithm 1 with M candidate switch points."""
     def search(run: Callable[[float], float], setting: SearchSetting, target: float | None, seed: int) -> float:
-        return binary_search(run, threshold, setting.runs_per_candidate, max_settings, setting.bsp_runs,
-                             target).switch_at
+        return binary_search(run, threshold, setting.runs_per_candidate, max_settings, setting.bsp_runs, target)
     return search
 
 
@@ -220,9 +219,8 @@ def _study_strategy(space: Any, make: Callable[[int], Any], n_trials: int, thres
     import optuna
 
     def search(run: Callable[[float], float], setting: SearchSetting, target: float | None, seed: int) -> float:
-        runs: list[float] = []
         if target is None:
-            target = target_from_bsp(run, setting.bsp_runs, runs)
+            target = target_from_bsp(run, setting.bsp_runs)
         study = optuna.create_study(sampler=make(seed))
         for _ in range(n_trials):
             trial = study.ask()
@@ -291,17 +289,12 @@ def simulate_searches(logs: SwitchLogs, name: str, strategy: SearchStrategy, set
                              same / simulations, valid / simulations, dict(sorted(choices.items())))
 
 
-def binary_search_optimum(logs: SwitchLogs, max_settings: int = 4, threshold: float = 0.01) -> float:
-    """The paper's reference answer: Algorithm 1 with full information."""
-    return full_information_choice(logs, binary_strategy(max_settings, threshold))
-
-
 def replay_table(logs: SwitchLogs, strategies: dict[str, SearchStrategy], simulations: int, seed: int,
                  settings: tuple[SearchSetting, ...] = TABLE_II_SETTINGS, threshold: float = 0.01,
                  max_settings: int = 4, progress: Callable[[], None] | None = None,
                  ) -> tuple[float, list[SimulationSummary]]:
     """Table II for each strategy and setting; also returns the reference optimum."""
-    optimum = binary_search_optimum(logs, max_settings, threshold)
+    optimum = full_information_choice(logs, binary_strategy(max_settings, threshold))  # the paper's reference
     rows = []
     for name, strategy in strategies.items():
         own_optimum = full_information_choice(logs, strategy)  # one per strategy, whatever the setting

@@ -72,7 +72,6 @@ def baseline_policies(job: JobSpec) -> list[dict[str, Any]]:
     """Policies enqueued first when they lie in the space: BSP and ASP, or their equivalents in a family,
     as each policy declares them (`Policy.search_baselines`), in `SEED_POLICIES` order, then the composed
     policy's."""
-
     n = job.cluster.n_workers
     return [{"policy": cls.name, "params": params}
             for cls in (*SEED_POLICIES, Composed) for params in cls.search_baselines(n)]
@@ -195,12 +194,8 @@ def _elsewhere(outcome: TuneOutcome, job: JobSpec, siblings: "list[optuna.Study]
     another space did better."""
     mine = outcome.cache
     found = []
-    for sibling in siblings if mine.get("best_value") else []:
-        try:
-            record = read_cache(sibling)
-        except UserError:  # a damaged record is that study's to report
-            continue
-        if not record or not record.get("best_value") \
+    for sibling, record in _sibling_records(siblings) if mine.get("best_value") else []:
+        if not record.get("best_value") \
                 or canonical_on(record["best_policy"], job) == canonical_on(mine["best_policy"], job):
             continue
         theirs, ours = record["best_value"], mine["best_value"]
@@ -233,12 +228,13 @@ def _search(study: "optuna.Study", request: TuneRequest, reference: dict[str, An
     budget is spent or, with `--patience`, the search stops improving (`autosync.search.strategies.patience`)."""
     deadline = time.monotonic() + request.timeout if request.timeout else None
     if request.sampler in SWITCH_POINT_SAMPLERS:
-
         run_switch_point_search(study, request, reference, deadline, on_trial)
         return
     budget = budget_of(request, before)
     top_up(study, request.storage, budget, *_queued_first(study, request, siblings, near or []))
-    helpers = _start_helpers(request, study.study_name, budget, deadline)
+    remaining = deadline - time.monotonic() if deadline is not None else None  # each helper its own sampler seed
+    helpers = start_helpers(request.storage, request.n_jobs - 1, _helper, lambda i: (
+        dataclasses.replace(request, seed=request.seed + 1000 * (i + 1)), study.study_name, budget, remaining))
     mine.update(process_tag(p.pid) for p in helpers)
     try:
         objective = run_trials(study, request, reference, budget, deadline, on_trial, siblings)
@@ -254,23 +250,20 @@ def _check_at_full_budget(study: "optuna.Study", request: TuneRequest, objective
     (the K fastest with --verify-top K) are known to keep the final-metric constraint
     (`autosync.search.strategies.full_budget`), `MAX_CHECKS` checks at most, and one more for each repair of a
     candidate whose check failed (`autosync.search.strategies.repair`)."""
-
     check_candidates(study, functools.partial(_run_check, study, request, objective), wanted=places(request),
                      limit=MAX_CHECKS, repair=functools.partial(_run_repairs, study, request, objective))
 
 
 def _run_check(study: "optuna.Study", request: TuneRequest, objective: Objective, number: int) -> None:
-    """Queue the full-budget check of trial `number` and run it here (`_await_check`)."""
-
+    """Queue the full-budget check of trial `number` and run queued trials here until it has finished."""
     queue_check(study, number)
-    _await_check(study, request, objective, number)
+    _run_queued_until(study, request, objective, lambda: check_finished(study, number))
 
 
 def _run_repairs(study: "optuna.Study", request: TuneRequest, objective: Objective, number: int) -> int:
     """Queue the repairs of trial `number`, whose check failed, where it has any left, and run them here to
     the target (trials queued before them, other processes', run first; those another process took are
     waited for); how many of them then wait for a check (none diverged, none behind a feasible answer)."""
-
     with storage_lock(request.storage, study.study_name):
         points = repair_points(fresh_trials(study), number, request.space, request.job)
         queue_repairs(study, number, points)
@@ -278,12 +271,6 @@ def _run_repairs(study: "optuna.Study", request: TuneRequest, objective: Objecti
         return 0
     _run_queued_until(study, request, objective, lambda: repairs_finished(study, number))
     return sum(1 for t in waiting(study, places(request)) if t.user_attrs.get(REPAIR_OF) == number)
-
-
-def _await_check(study: "optuna.Study", request: TuneRequest, objective: Objective, number: int) -> None:
-    """Run queued trials until the check of trial `number` has finished (`_run_queued_until`)."""
-
-    _run_queued_until(study, request, objective, lambda: check_finished(study, number))
 
 
 def _run_queued_until(study: "optuna.Study", request: TuneRequest, objective: Objective,
@@ -301,8 +288,7 @@ def places(request: TuneRequest) -> int:
     return max(1, request.verify_top)
 
 
-def _verified(outcome: TuneOutcome, request: TuneRequest,
-              on_run: Callable[[dict[str, Any]], None] | None = None) -> TuneOutcome:
+def _verified(outcome: TuneOutcome, request: TuneRequest) -> TuneOutcome:
     """With --verify-top: the best candidates and BSP re-run on the verification backend (unless this
     study's record already holds a verification on that backend), and the cache answering with the real
     winner."""
@@ -316,7 +302,7 @@ def _verified(outcome: TuneOutcome, request: TuneRequest,
     reference = study.user_attrs[BSP_REFERENCE]
     verification = verify(request.job, best_policies(study, count=request.verify_top), reference,
                           request.verify_backend, request.settings.repeats, request.settings.penalty,
-                          request.settings.tolerance, on_run=on_run)
+                          request.settings.tolerance)
     record = with_verification(outcome.cache, verification)
     write_cache_record(study, record)
     outcome.cache = record
@@ -346,8 +332,10 @@ def _queued_first(study: "optuna.Study", request: TuneRequest, siblings: "list[o
                  if (params := request.space.trial_params(policy)) is not None]
     anchors = {_canonical_key({"policy": name, "params": {}}, job) for name in ("bsp", "asp")}
     bsp_asp = [b for b in baselines if _canonical_key(b[0], job) in anchors]  # BSP's and ASP's forms
-    bests = [best for _, best in _sibling_bests(siblings)] + [policy for nb in near for policy in _as_here(nb, job)]
-    variants = [{"policy": Composed.name, "params": slots} for best in bests for slots in _variants(best)]
+    bests = [record["best_policy"] for _, record in _sibling_records(siblings)] \
+        + [policy for nb in near for policy in _as_here(nb, job)]
+    variants = [{"policy": Composed.name, "params": variant} for best in bests
+                if (slots := _slots(best)) is not None for variant in cross_paper_variants(slots)]
     found = [(policy, _in_space(request.space, policy, job)) for policy in bests + variants]
     rest = [b for b in baselines if b not in bsp_asp]
     for policy, params in bsp_asp + found + rest:  # one of each class that runs alike
@@ -366,39 +354,30 @@ def _canonical_key(policy: dict[str, Any], job: JobSpec) -> str:
 def _as_here(neighbour: dict[str, Any], job: JobSpec) -> list[dict[str, Any]]:
     """A tuned neighbour's winner for `job`: with a backup count k scaled to this job's n (where the
     neighbour's n is known and differs), then as it won there."""
-
     won = neighbour["policy"]
     scaled = adapt(won, neighbour["n_workers"], job) if "n_workers" in neighbour else None
     return [scaled, won] if scaled is not None and scaled != won else [won]
 
 
-def _sibling_bests(siblings: "list[optuna.Study]") -> list[tuple[str, dict[str, Any]]]:
-    """(study name, best policy) of each sibling study with a usable cache record (a corrupt or stale one is
-    skipped: it is that study's to report)."""
-    bests = []
+def _sibling_records(siblings: "list[optuna.Study]") -> "list[tuple[optuna.Study, dict[str, Any]]]":
+    """(sibling, its cache record) of each sibling study with a usable one (a corrupt or stale one is skipped:
+    it is that study's to report)."""
+    found = []
     for sibling in siblings:
         try:
             record = read_cache(sibling)
         except UserError:
             continue
         if record is not None:
-            bests.append((sibling.study_name, record["best_policy"]))
-    return bests
+            found.append((sibling, record))
+    return found
 
 
 def _slots(policy: dict[str, Any]) -> dict[str, Any] | None:
     """`policy`'s composition slots: its own parameters for a composition, those of the composition a seed
     policy is a preset of, or None for one that is not."""
-
     made = policy_from_dict(policy)
     return dict(policy["params"]) if isinstance(made, Composed) else composition_of(made)
-
-
-def _variants(policy: dict[str, Any]) -> list[dict[str, Any]]:
-    """The cross-paper variants of `policy` (a composition, or a seed policy that is a preset of one)."""
-
-    slots = _slots(policy)
-    return cross_paper_variants(slots) if slots is not None else []
 
 
 def _in_space(space: SearchSpace, policy: dict[str, Any], job: JobSpec) -> dict[str, Any] | None:
@@ -513,7 +492,6 @@ def run_trials(study: "optuna.Study", request: TuneRequest, reference: dict[str,
     with trials still running elsewhere, wait: a process that dies there has its trial re-queued
     (`fail_dead_trials`), and this one runs it.
     """
-
     objective = Objective(request.job, request.space, request.settings, reference["final_metric"], reference,
                           siblings, storage_url=request.storage,
                           race=functools.partial(RaceLimit, places=places(request)))
@@ -558,11 +536,3 @@ def _helper(request: TuneRequest, name: str, budget: int, deadline_in: float | N
     with storage_calls_finish_first():  # Ctrl-C reaches the helpers too: not inside a write, nor before a tag
         run_trials(study, sub, study.user_attrs[BSP_REFERENCE], budget, deadline,
                    siblings=sibling_studies(study, storage), orphaned=parent.gone)  # a killed command's helper stops
-
-
-def _start_helpers(request: TuneRequest, name: str, budget: int, deadline: float | None) -> list[Any]:
-    """`--n-jobs` - 1 processes running trials of the study beside this one, each with its own sampler seed."""
-    remaining = deadline - time.monotonic() if deadline is not None else None
-    return start_helpers(request.storage, request.n_jobs - 1, _helper,
-                         lambda i: (dataclasses.replace(request, seed=request.seed + 1000 * (i + 1)), name, budget,
-                                    remaining))

@@ -9,40 +9,26 @@ the mean of each candidate's R runs, which is what its text describes.)
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Callable
 
 
-@dataclass
-class BinarySearchResult:
-    """The chosen switch point and every run the search paid for."""
-
-    switch_at: float
-    target_accuracy: float
-    candidates: list[tuple[float, float, bool]] = field(default_factory=list)  # (s, mean accuracy, within beta)
-    runs: list[float] = field(default_factory=list)  # the switch point of every training run, BSP = 1.0
-
-
-def target_from_bsp(run: Callable[[float], float], bsp_runs: int, runs: list[float]) -> float:
+def target_from_bsp(run: Callable[[float], float], bsp_runs: int) -> float:
     """A new job's target accuracy A: the mean of `bsp_runs` BSP trainings (Algorithm 1, lines 1-4)."""
     if bsp_runs < 1:
         raise ValueError(f"a new job needs bsp_runs >= 1 to set the target accuracy, but got {bsp_runs}")
-    return mean_of_runs(run, 1.0, bsp_runs, runs)
+    return mean_of_runs(run, 1.0, bsp_runs)
 
 
-def mean_of_runs(run: Callable[[float], float], s: float, repeats: int, runs: list[float]) -> float:
-    """The mean converged accuracy of `repeats` trainings at switch point s; each is appended to `runs`."""
-    accuracies = []
-    for _ in range(repeats):
-        accuracies.append(run(s))
-        runs.append(s)
+def mean_of_runs(run: Callable[[float], float], s: float, repeats: int) -> float:
+    """The mean converged accuracy of `repeats` trainings at switch point s."""
+    accuracies = [run(s) for _ in range(repeats)]
     return sum(accuracies) / len(accuracies)
 
 
 def binary_search(run: Callable[[float], float], threshold: float = 0.01, runs_per_candidate: int = 3,
-                  max_settings: int = 4, bsp_runs: int = 3, target_accuracy: float | None = None,
-                  ) -> BinarySearchResult:
-    """Algorithm 1: `run(s)` trains s of the workload with BSP then ASP and returns the converged accuracy.
+                  max_settings: int = 4, bsp_runs: int = 3, target_accuracy: float | None = None) -> float:
+    """Algorithm 1: `run(s)` trains s of the workload with BSP then ASP and returns the converged accuracy;
+    returns the chosen switch point.
 
     Args:
         threshold: beta, the accuracy margin.
@@ -54,17 +40,13 @@ def binary_search(run: Callable[[float], float], threshold: float = 0.01, runs_p
     if runs_per_candidate < 1 or max_settings < 1:
         raise ValueError(f"runs_per_candidate and max_settings must be >= 1, but got "
                          f"{runs_per_candidate} and {max_settings}")
-    runs: list[float] = []
-    target_accuracy = target_from_bsp(run, bsp_runs, runs) if target_accuracy is None else target_accuracy
+    target_accuracy = target_from_bsp(run, bsp_runs) if target_accuracy is None else target_accuracy
     upper, lower = 1.0, 0.0
-    candidates = []
     for _ in range(max_settings):
         s = (upper + lower) / 2
-        mean = mean_of_runs(run, s, runs_per_candidate, runs)
-        ok = target_accuracy - threshold <= mean <= target_accuracy + threshold
-        candidates.append((s, mean, ok))
-        if ok:
+        mean = mean_of_runs(run, s, runs_per_candidate)
+        if target_accuracy - threshold <= mean <= target_accuracy + threshold:
             upper = s
         else:
             lower = s
-    return BinarySearchResult(upper, target_accuracy, candidates, runs)
+    return upper

@@ -45,23 +45,20 @@ def next_to_check(study: "optuna.Study", wanted: int = 1) -> "optuna.trial.Froze
     return min(candidates, key=lambda t: t.state == optuna.trial.TrialState.PRUNED) if candidates else None
 
 
-def waiting(study: "optuna.Study", wanted: int = 1,
-            trials: "list[optuna.trial.FrozenTrial] | None" = None) -> "list[optuna.trial.FrozenTrial]":
+def waiting(study: "optuna.Study", wanted: int = 1) -> "list[optuna.trial.FrozenTrial]":
     """The trials whose final metric is not known and that could still be among the `wanted` fastest
     feasible policies (the answer, or the K candidates that --verify-top re-runs), one per policy, fastest
     first: fewer than `wanted` policies as fast are known feasible, and its policy has no full-budget result
     yet. Such a trial stopped at the target, or was pruned (`autosync.search.strategies.pruning`) against a
     candidate that may since have failed its check: it counts at the bound it was pruned at, a lower bound on
-    its time. Empty once the `wanted` fastest candidates are known feasible. `trials`: the study's trials as
-    just read (read here when None)."""
-    trials = internals.fresh_trials(study) if trials is None else trials
+    its time. Empty once the `wanted` fastest candidates are known feasible."""
+    trials = internals.fresh_trials(study)
     checked = {t.user_attrs[FULL_BUDGET_OF] for t in trials if FULL_BUDGET_OF in t.user_attrs and t.state.is_finished()}
     broke = broke_the_rule(trials)
-    time_of = _time
 
     # at equal times a full-budget result comes first: a check ties with the trial it checks, and policies
     # that run alike to the target (tied to the last digit) need one feasible check between them, not one each
-    done = sorted((t for t in trials if time_of(t) is not None), key=lambda t: (time_of(t), _pending(t), t.number))
+    done = sorted((t for t in trials if _time(t) is not None), key=lambda t: (_time(t), _pending(t), t.number))
     known = {policy_key(t) for t in done if not _pending(t)}  # policies whose full-budget result is in
     feasible: set[str] = set()
     out, queued = [], set()

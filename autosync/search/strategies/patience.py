@@ -49,19 +49,16 @@ def trials_without_improvement(study: "optuna.Study") -> int:
     return since
 
 
-def reason(patience: int) -> str:
-    return (f"not run: the search stopped after {patience} trial{'' if patience == 1 else 's'} in a row found "
-            "nothing faster (--patience)")
-
-
-def give_up_queued(study: "optuna.Study", patience: int, budget: int | None = None) -> int:
-    """Fail every queued trial with `reason(patience)`, and with a `budget`, record on the study how many of
-    its trials were not queued yet (`GIVEN_UP_PLACES`: one attribute, not a row per trial, whatever the
-    budget), so that no process queues them afterwards; how many trials were given up in all. Call it under the study's storage lock (`autosync.search.study.locking`), so no
-    process takes or queues one meanwhile."""
+def give_up_queued(study: "optuna.Study", patience: int, budget: int) -> int:
+    """Fail every queued trial with the patience's reason, and record on the study how many of its trials were
+    not queued yet (`GIVEN_UP_PLACES`: one attribute, not a row per trial, whatever the budget), so that no
+    process queues them afterwards; how many trials were given up in all. Call it under the study's storage
+    lock (`autosync.search.study.locking`), so no process takes or queues one meanwhile."""
     import optuna
 
     storage = internals.storage_of(study)
+    reason = (f"not run: the search stopped after {patience} trial{'' if patience == 1 else 's'} in a row found "
+              "nothing faster (--patience)")
     given_up = 0
     for trial in internals.fresh_trials(study, (optuna.trial.TrialState.WAITING,)):
         if outside_budget(trial):  # a check or a repair is the search's, not the budget's: its process runs it
@@ -70,12 +67,11 @@ def give_up_queued(study: "optuna.Study", patience: int, budget: int | None = No
         try:
             storage.set_trial_user_attr(tid, GIVEN_UP, patience)
             storage.set_trial_user_attr(tid, ROLE, "given_up")
-            storage.set_trial_user_attr(tid, FAIL_REASON, reason(patience))
+            storage.set_trial_user_attr(tid, FAIL_REASON, reason)
             if storage.set_trial_state_values(tid, state=optuna.trial.TrialState.FAIL):
                 given_up += 1
         except optuna.exceptions.UpdateFinishedTrialError:
             continue  # another process took it after all
-    missing = 0 if budget is None else max(0, budget - sum(budget_used(study)))
-    if budget is not None:
-        study.set_user_attr(GIVEN_UP_PLACES, {"budget": budget, "places": missing, "patience": patience})
+    missing = max(0, budget - sum(budget_used(study)))
+    study.set_user_attr(GIVEN_UP_PLACES, {"budget": budget, "places": missing, "patience": patience})
     return given_up + missing

@@ -42,7 +42,6 @@ def repair_points(trials: "list[optuna.trial.FrozenTrial]", number: int, space: 
     `space` holds, that do not run as BSP (the reference answers that) and that no trial among `trials` ran,
     runs or waits to (the same parameters or the same canonical policy; a trial killed, given up or
     proposed again elsewhere did not run); empty once `MAX_REPAIR_ROUNDS` rounds ran."""
-
     if repair_rounds(trials) >= MAX_REPAIR_ROUNDS:
         return []
     policy = next((t.user_attrs.get(POLICY) for t in trials if t.number == number), None)

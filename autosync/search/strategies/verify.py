@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from autosync.core.job import JobSpec
 from autosync.policy_score import RunFailed, constraint, evaluate
@@ -52,8 +52,7 @@ class Verification:
 
 
 def verify(job: JobSpec, top: list[dict[str, Any]], bsp_simulated: dict[str, Any], backend: "BackendChoice",
-           repeats: int, penalty: float, tolerance: float,
-           on_run: Callable[[dict[str, Any]], None] | None = None) -> Verification:
+           repeats: int, penalty: float, tolerance: float) -> Verification:
     """Re-run `top` (best_policies rows: policy, time_to_target, final_metric) and BSP on `backend`."""
     candidates = [dict(row) for row in top]
     if all(row["policy"] != BSP for row in candidates):
@@ -71,8 +70,6 @@ def verify(job: JobSpec, top: list[dict[str, Any]], bsp_simulated: dict[str, Any
                             "simulated_final_metric": row.get("final_metric"),
                             "real_time": real.get("time_to_target"), "real_final_metric": real.get("final_metric"),
                             "real_reached": real.get("reached"), "runs": len(seeds), "reason": real.get("reason")})
-        if on_run is not None:
-            on_run(result.rows[-1])
     bsp_real = next(r for r in result.rows if r["policy"] == BSP)
     for r in result.rows:
         ok = r["real_time"] is not None and bsp_real["real_final_metric"] is not None

@@ -123,23 +123,17 @@ def cost_fields(study: "optuna.Study", reference: dict[str, Any], best_time: flo
 
 
 def read_cache(study: "optuna.Study") -> CacheRecord | None:
-    """The study's cache record, validated; a corrupt one is a clear error."""
-    return study_record(study)[1]
-
-
-def study_record(study: "optuna.Study") -> tuple[dict[str, Any], CacheRecord | None]:
-    """The study's user attributes and its validated cache record (None before a search finished); an
-    attribute stored damaged (not JSON, which Optuna fails on with a traceback) is a one-line error naming the
-    study, and `autosync cache clear` removes the study."""
-    attrs = _attrs_if_json(study)
-    record = StudyRecord(attrs).cache
-    return attrs, None if record is None else validated(study.study_name, record)
+    """The study's validated cache record (None before a search finished); a corrupt one is a clear error,
+    and an attribute stored damaged (not JSON, which Optuna fails on with a traceback) a one-line error naming
+    the study (`autosync cache clear` removes the study)."""
+    record = StudyRecord(_attrs_if_json(study)).cache
+    return None if record is None else validated(study.study_name, record)
 
 
 def check_owner(study: "optuna.Study", job: JobSpec, adopt: bool = False) -> None:
     """A study named by `--study` that was made for another job (another fingerprint) is refused unless
     `adopt`: its cached answer (a policy for other workers) would answer this job, and the tune would
-    overwrite that job's identity on it. An attribute stored damaged (not JSON) is refused as `study_record`
+    overwrite that job's identity on it. An attribute stored damaged (not JSON) is refused as `read_cache`
     says; a record that is JSON but unusable is not this check's (`--refresh` replaces it)."""
     owner = StudyRecord(_attrs_if_json(study))  # the record itself need not be usable: `--refresh` replaces it
     theirs = owner.fingerprint
@@ -151,7 +145,7 @@ def check_owner(study: "optuna.Study", job: JobSpec, adopt: bool = False) -> Non
 
 
 def _attrs_if_json(study: "optuna.Study") -> dict[str, Any]:
-    """The study's user attributes where they are JSON (a damaged one raises as `study_record` does)."""
+    """The study's user attributes where they are JSON (a damaged one raises as `read_cache` does)."""
     import json
 
     try:

@@ -293,17 +293,12 @@ def has_run(trial: "optuna.trial.FrozenTrial") -> bool:
     return trial.state.name in ("COMPLETE", "PRUNED") or has_own_failure(trial)
 
 
-def diverged_check(trial: "optuna.trial.FrozenTrial") -> bool:
-    """Whether `trial` is a full-budget check whose run failed on its own (diverged before the budget's end):
-    its candidate breaks the final-metric rule, as a check that ended too inaccurate does."""
-    return FULL_BUDGET_OF in trial.user_attrs and has_own_failure(trial) and GIVEN_UP not in trial.user_attrs
-
-
 def failed_check(trial: "optuna.trial.FrozenTrial") -> bool:
     """Whether `trial` is a full-budget check that broke the final-metric rule, or diverged before the
-    budget's end (`diverged_check`)."""
-    return diverged_check(trial) or (FULL_BUDGET_OF in trial.user_attrs and trial.state.name == "COMPLETE"
-                                     and constraint_of(trial) > 0)
+    budget's end (its run failed on its own: its candidate breaks the rule, as a check too inaccurate does)."""
+    return FULL_BUDGET_OF in trial.user_attrs and (
+        (has_own_failure(trial) and GIVEN_UP not in trial.user_attrs)
+        or (trial.state.name == "COMPLETE" and constraint_of(trial) > 0))
 
 
 def broke_the_rule(trials: "list[optuna.trial.FrozenTrial]") -> set[str]:

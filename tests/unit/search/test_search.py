@@ -113,12 +113,17 @@ def test_every_problem_of_a_space_file_is_reported_at_once(tmp_path):
 def test_binary_search_follows_algorithm_1():
     # accuracy rises with the BSP share; anything >= 0.3 is within beta of BSP
     accuracy = lambda s: 0.9 if s >= 0.3 else 0.8  # noqa: E731
-    result = binary_search(accuracy, threshold=0.01, runs_per_candidate=2, max_settings=4, bsp_runs=3)
-    assert [c[0] for c in result.candidates] == [0.5, 0.25, 0.375, 0.3125]
-    assert result.switch_at == 0.3125 and result.target_accuracy == 0.9
-    assert len(result.runs) == 3 + 4 * 2
-    recurring = binary_search(accuracy, max_settings=2, target_accuracy=0.9)
-    assert 1.0 not in recurring.runs
+    runs = []
+
+    def run(s):
+        runs.append(s)
+        return accuracy(s)
+
+    assert binary_search(run, threshold=0.01, runs_per_candidate=2, max_settings=4, bsp_runs=3) == 0.3125
+    assert runs == [1.0] * 3 + [s for s in (0.5, 0.25, 0.375, 0.3125) for _ in range(2)]
+    runs.clear()
+    binary_search(run, max_settings=2, target_accuracy=0.9)
+    assert 1.0 not in runs
 
 
 def _ladder_study(accuracy, rungs=DEFAULT_RUNGS, target=0.9, threshold=0.01):

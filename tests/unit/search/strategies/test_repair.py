@@ -38,7 +38,7 @@ def _policy_study(space, *trials) -> optuna.Study:
     for policy, params, kwargs in trials:
         trial = _trial(policy, params, **kwargs)
         trial.params = space.trial_params({"policy": policy, "params": params})
-        trial.distributions = space.distributions(trial.params)
+        trial.distributions = {k: optuna.distributions.CategoricalDistribution([v]) for k, v in trial.params.items()}
         study.add_trial(trial)
     return study
 
