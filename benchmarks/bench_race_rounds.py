@@ -60,10 +60,11 @@ def agreement(rows: dict[str, dict], replayed: Path) -> list[str]:
     answers = sum(row["answer"] == label_of(a["policy"]) for row, a in pairs)
     gaps = [row["cost"] - a["cost"] for row, a in pairs if abs(row["cost"] - a["cost"]) > 1e-6]
     widest = max((abs(g) for g in gaps), default=0.0)
+    elsewhere = (f"; elsewhere the cost counted here differs by {widest:.2f} BSP trainings at most (more on "
+                 f"{sum(g > 0 for g in gaps)} jobs, less on {sum(g < 0 for g in gaps)})") if gaps else ""
     return [f"Against the tune replayed on the same jobs ({replayed}, fitted the same way): the same answer on "
-            f"{answers} of {len(pairs)} jobs, the same cost on {len(pairs) - len(gaps)}; elsewhere the cost counted "
-            f"here differs by {widest:.2f} BSP trainings at most (more on {sum(g > 0 for g in gaps)} jobs, less on "
-            f"{sum(g < 0 for g in gaps)}): the costs above are this count's."]
+            f"{answers} of {len(pairs)} jobs, the same cost on {len(pairs) - len(gaps)}{elsewhere}: the costs above "
+            "are this count's."]
 
 
 def main() -> None:

@@ -9,8 +9,8 @@ the rest of its cell's length; one stopped at its horizon is trained again from 
 that ended before its horizon without reaching it is its run to the end of the budget too, and BSP's reference
 runs are the race's own. Its cost is in BSP trainings (one BSP run to the end of
 the budget); given a cap in them (`race(budget=...)`, as `tune --budget`), the race is told that cost as it
-goes and stops exploring once it is spent. It answers as the tune replayed on the table does; its cost can
-differ a little from the tune's (benchmarks/race_rounds.md says by how much on the committed jobs).
+goes and stops exploring once it is spent. It answers and costs as the tune replayed on the table does
+(benchmarks/race_rounds.md compares the two on the committed jobs).
 
 `fit` chooses the race's settings on training jobs: the greedy portfolio (`portfolio_fit.greedy_portfolio`)
 of each size in `SIZES`, each margin in `MARGINS` and each number of finalists in `FINALISTS`; the setting

@@ -27,9 +27,8 @@ RACE = "race"  # the race on common seeds (`autosync.race`): runs candidates of 
 # so a smaller cap could not be kept (the race's module is not imported here: it loads the lattice, 0.3 s of --help)
 MIN_BUDGET = 2.0
 
-# `autosync tune` answers "which policy" unless told otherwise, by the race on common seeds (`autosync.race`): on the
-# default job 6.45 BSP trainings (bench_race), over the goal of 4, and about 22 s of wall on 2 idle cores
-# (bench_default_tune), over the goal of 15 s.
+# `autosync tune` answers "which policy" unless told otherwise, by the race on common seeds (`autosync.race`); its
+# cost and wall time on the default job are benchmarks/README.md's (bench_race, bench_default_tune).
 DEFAULT_TUNE_SPACE = "policy"
 
 
