@@ -35,11 +35,12 @@ DETAILS = ("seed_times", "updates", "epochs")  # what `evaluate(details=True)` a
 class RunFailed(Exception):
     """A policy's run diverged or its policy cannot run on this job; the message says why (a search records
     it as the trial's failure, a grid as the cell's error). `spent`: the virtual seconds trained before it
-    failed (its cost), `forked`: those continued from a kept run instead."""
+    failed (its cost), `forked`: those continued from a kept run instead; `diverged`: the run itself diverged
+    (not its backend, nor a policy the job refuses), so the same run to the end of the budget diverges too."""
 
-    def __init__(self, message: str, spent: float = 0.0, forked: float = 0.0):
+    def __init__(self, message: str, spent: float = 0.0, forked: float = 0.0, diverged: bool = False):
         super().__init__(message)
-        self.spent, self.forked = spent, forked
+        self.spent, self.forked, self.diverged = spent, forked, diverged
 
 
 def evaluate(job: JobSpec, policy: dict[str, Any], seeds: list[int], penalty: float = 2.0,
@@ -76,10 +77,11 @@ def evaluate(job: JobSpec, policy: dict[str, Any], seeds: list[int], penalty: fl
         forked += forked_at
         if result.status == "diverged":
             raise RunFailed(f"diverged at update {m['updates']} (seed {seed}, virtual time {m['virtual_time']:.1f} s)",
-                            spent, forked)
+                            spent, forked, diverged=True)
         final = m[f"final_{job.target.metric}"]
         if final is None or not math.isfinite(final):
-            raise RunFailed(f"diverged: final {job.target.metric} is {final} (seed {seed})", spent, forked)
+            raise RunFailed(f"diverged: final {job.target.metric} is {final} (seed {seed})", spent, forked,
+                            diverged=True)
         finals.append(final)
         updates, epochs = updates + m["updates"], epochs + m["epochs"]
         if result.status == "target_reached" and (horizon is None or m["virtual_time"] < horizon):

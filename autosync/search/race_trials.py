@@ -86,9 +86,11 @@ class RaceObjective:
             score = evaluate(self.job, policy, [self.job.seed + run.seed], self.penalty, backend=self.backend,
                              stop_at_target=not run.full, horizon=None if math.isinf(limit) else limit)
         except RunFailed as exc:  # diverged: slower than any run that reaches the target, and no final metric
-            # (a run to the target diverged before its horizon, where its run to the end of the budget does too)
+            # (a run to the target that diverged did so before its horizon, where its run to the end of the budget
+            # does too; a backend that failed, or a policy this job refuses, says nothing of that run)
             internals.set_user_attrs(trial, {FAIL_REASON: str(exc), RACE_HORIZON: math.inf,  # never run again
-                                             RACE_TIME: None, RACE_FINAL: None, VIRTUAL_SECONDS: exc.spent,
+                                             RACE_TIME: None, VIRTUAL_SECONDS: exc.spent,
+                                             **({RACE_FINAL: None} if run.full or exc.diverged else {}),
                                              **({FORKED: exc.forked} if exc.forked else {})})
             raise optuna.TrialPruned(str(exc)) from None
         value = score[TIME_TO_TARGET]
@@ -132,8 +134,9 @@ def observed(study: "optuna.Study", before: int | None = None,
         key, value = (run.label, run.seed), t.user_attrs[RACE_TIME]
         if RACE_FINAL in t.user_attrs:  # a run to the end of the budget, or one to the target that was one
             seen.finals.setdefault(key, t.user_attrs[RACE_FINAL])
-            if not run.full and run.label != BSP_LABEL and t.user_attrs.get(TIME_TO_TARGET) is not None:
-                seen.full_times.setdefault(key, t.user_attrs[TIME_TO_TARGET])
+            whole_time = None if run.full else t.user_attrs.get(TIME_TO_TARGET)
+            if whole_time is not None:  # BSP's gives its time, as its runs to the end of the budget do
+                (seen.times if run.label == BSP_LABEL else seen.full_times).setdefault(key, whole_time)
         if value is not None and (not run.full or run.label == BSP_LABEL):  # as `race.plan` reads times
             seen.times.setdefault(key, value)
         elif value is not None:
@@ -296,7 +299,11 @@ def race_top(record: dict[str, Any], count: int = 5) -> list[dict[str, Any]]:
     out = []
     for label, seconds in record["ranked"][:count]:
         own = runs[label]
-        finals = [r["final"] for r in own if "final" in r]
+        by_seed: dict[int, Any] = {}  # the first run that gave its final metric on each seed
+        for r in own:
+            if "final" in r:
+                by_seed.setdefault(r["seed"], r["final"])
+        finals = list(by_seed.values())
         trials = [r["trial"] for r in own if "trial" in r]
         out.append({"trial": min(trials) if trials else None, "policy": own[0]["policy"], "time_to_target": seconds,
                     "final_metric": statistics.fmean(finals) if len(finals) == SEARCH_SEEDS and None not in finals

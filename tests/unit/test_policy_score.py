@@ -47,6 +47,7 @@ def test_a_policy_that_cannot_run_on_the_job_fails_in_one_line():
     with pytest.raises(RunFailed, match=r"invalid policy .*backup.*k") as info:
         evaluate(job, {"policy": "backup", "params": {"k": job.cluster.n_workers + 1}}, [job.seed])
     assert "\n" not in str(info.value)
+    assert not info.value.diverged and info.value.spent == 0.0  # nothing ran: no final metric is implied
 
 
 @pytest.mark.parametrize("metric, final, feasible", [

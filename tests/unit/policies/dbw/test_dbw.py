@@ -261,8 +261,9 @@ def test_a_run_that_blows_up_ends_as_diverged_before_dbw_reads_its_non_finite_ga
     from autosync.policy_score import RunFailed, evaluate
 
     job = load_family(DATA_DIR / "baselines" / "family_quarry.yaml").jobs(1)[0]
-    with pytest.raises(RunFailed, match="diverged at update"):
+    with pytest.raises(RunFailed, match="diverged at update") as info:
         evaluate(job, {"policy": "dbw", "params": {"window": 2, "lr_rule": "linear"}}, [job.seed + 100])
+    assert info.value.diverged and info.value.spent > 0  # the race counts what it trained (`race_trials`)
 
 
 def test_non_finite_gains_are_no_candidates_for_rule_19():
