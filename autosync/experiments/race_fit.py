@@ -75,18 +75,17 @@ def race(table: Table, job: JobTimes, settings: RaceSettings, tolerance: float =
                                       towards_bsp=towards_bsp),
                          Answer):
         for run in step.runs:
-            key, time = (run.label, run.seed), job.search[run.label][run.seed]
+            key, time, policy = (run.label, run.seed), job.search[run.label][run.seed], job.policies[run.label]
+            # as `race.plan` reads times (and `race_trials.observed` gives them): BSP's run to the end of the
+            # budget gives BSP's time, another's only the time round 5 reads
+            time_of_full = times if run.label == BSP_LABEL else full_times
             if run.full:
-                finals[key] = finals_on[run.seed](job.policies[run.label])[0]
-                policy = job.policies[run.label]
+                finals[key] = finals_on[run.seed](policy)[0]
                 seconds += max(0.0, lengths_on[run.seed](policy)[0] - trained.get((point_key(policy), run.seed), 0.0))
-                if run.label == BSP_LABEL:  # as `race.plan` reads times (and `race_trials.observed` gives them)
-                    times.setdefault(key, time)
-                else:
-                    full_times.setdefault(key, time)
+                time_of_full.setdefault(key, time)
                 continue
             limit = horizon(run, settings.margin, times)
-            ran, policy = job.trained[run.label][run.seed], job.policies[run.label]
+            ran = job.trained[run.label][run.seed]
             seconds += min(ran, limit)
             # ended before its horizon short of the target (at the budget's end, or where it diverged): it was its
             # run to the end of the budget too, whose final metric the race reads without training it
@@ -102,8 +101,8 @@ def race(table: Table, job: JobTimes, settings: RaceSettings, tolerance: float =
                 stopped[key] = limit
             if whole:
                 finals[key] = final
-                if final is not None:  # BSP's gives its time, as its runs to the end of the budget do
-                    (times if run.label == BSP_LABEL else full_times).setdefault(key, time)
+                if final is not None:
+                    time_of_full.setdefault(key, time)
             elif ran < limit:  # stopped at the target: a run to the end of the budget continues from there
                 trained[(point_key(policy), run.seed)] = ran
     answer = step.label
