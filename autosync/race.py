@@ -73,7 +73,7 @@ from autosync.data import RACE_SETTINGS
 from autosync.lattice import BSP_LABEL, BSP_POLICY, family_of
 
 __all__ = ["Answer", "REFERENCE", "RaceSettings", "Run", "Runs", "SEARCH_SEEDS", "WIDEST_ROUND", "horizon",
-           "keeps_paired", "load_settings", "neighbours", "plan", "point_key", "race_settings"]
+           "keeps_paired", "load_settings", "neighbours", "plan", "point_key", "race_settings", "times_of_full_run"]
 
 SEARCH_SEEDS = 2  # seeds a race compares on (the table's search seeds: `autosync.table.build.SEARCH_SEEDS`)
 # the most runs of one round that never wait for each other, and so the most processes the race can keep busy:
@@ -161,6 +161,16 @@ class Answer:
 def point_key(policy: dict[str, Any]) -> str:
     """One key per lattice point (two labels may name one point: a share of n and the k it resolves to)."""
     return policy["policy"] + repr(sorted(policy["params"].items()))
+
+
+def times_of_full_run(label: str, times: dict[tuple[str, int], float],
+                      full_times: dict[tuple[str, int], float]) -> dict[tuple[str, int], float]:
+    """Where a run of `label` to the end of the budget gives its time to the target, as `plan` reads times:
+    BSP's to the race's `times` (BSP's time), another's to `full_times` (round 5's only), so that a round the
+    budget skipped is not taken for run where a finalist's runs for its final metric fill it. Its runners (the
+    tune's study, `autosync.search.race_trials.observed`; the table, `autosync.experiments.race_fit.race`)
+    both file such runs here."""
+    return times if label == BSP_LABEL else full_times
 
 
 def neighbours(leader: dict[str, Any], points: dict[str, dict[str, Any]]) -> list[str]:

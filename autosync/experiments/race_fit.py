@@ -38,7 +38,7 @@ from autosync.experiments import lofo
 from autosync.experiments.portfolio_fit import JobTimes, greedy_portfolio, job_times
 from autosync.experiments.reference_grid import TOLERANCE, held_out_seeds
 from autosync.lattice import BSP_LABEL, BSP_POLICY, lattice_points
-from autosync.race import SEARCH_SEEDS, Answer, RaceSettings, horizon, plan, point_key
+from autosync.race import SEARCH_SEEDS, Answer, RaceSettings, horizon, plan, point_key, times_of_full_run
 from autosync.table import Table
 
 __all__ = ["COST_GOAL", "FINALISTS", "MARGINS", "SIZES", "check_floor", "family_jobs", "fit", "fit_families",
@@ -76,9 +76,7 @@ def race(table: Table, job: JobTimes, settings: RaceSettings, tolerance: float =
                          Answer):
         for run in step.runs:
             key, time, policy = (run.label, run.seed), job.search[run.label][run.seed], job.policies[run.label]
-            # as `race.plan` reads times (and `race_trials.observed` gives them): BSP's run to the end of the
-            # budget gives BSP's time, another's only the time round 5 reads
-            time_of_full = times if run.label == BSP_LABEL else full_times
+            time_of_full = times_of_full_run(run.label, times, full_times)
             if run.full:
                 finals[key] = finals_on[run.seed](policy)[0]
                 seconds += max(0.0, lengths_on[run.seed](policy)[0] - trained.get((point_key(policy), run.seed), 0.0))

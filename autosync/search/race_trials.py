@@ -40,7 +40,7 @@ from autosync.lattice import BSP_LABEL, BSP_POLICY, labelled_points
 from autosync.policy_score import RunFailed, evaluate
 from autosync.search.study.claim import process_tag, tag
 from autosync.race import (REFERENCE, ROUNDS, SEARCH_SEEDS, Answer, RaceSettings, Run, Runs, horizon, plan,
-                           point_key, race_settings)
+                           point_key, race_settings, times_of_full_run)
 from autosync.search.study import _optuna_internals as internals
 from autosync.search.tune_options import RACE
 from autosync.search.study.cache import bsp_training_seconds, search_cost
@@ -135,12 +135,11 @@ def observed(study: "optuna.Study", before: int | None = None,
         if RACE_FINAL in t.user_attrs:  # a run to the end of the budget, or one to the target that was one
             seen.finals.setdefault(key, t.user_attrs[RACE_FINAL])
             whole_time = None if run.full else t.user_attrs.get(TIME_TO_TARGET)
-            if whole_time is not None:  # BSP's gives its time, as its runs to the end of the budget do
-                (seen.times if run.label == BSP_LABEL else seen.full_times).setdefault(key, whole_time)
-        if value is not None and (not run.full or run.label == BSP_LABEL):  # as `race.plan` reads times
-            seen.times.setdefault(key, value)
-        elif value is not None:
-            seen.full_times.setdefault(key, value)
+            if whole_time is not None:  # filed as its runs to the end of the budget are
+                times_of_full_run(run.label, seen.times, seen.full_times).setdefault(key, whole_time)
+        if value is not None:
+            filed = times_of_full_run(run.label, seen.times, seen.full_times) if run.full else seen.times
+            filed.setdefault(key, value)
         elif not run.full:
             seen.stopped[key] = max(seen.stopped.get(key, 0.0), t.user_attrs.get(RACE_HORIZON) or 0.0)
     return seen

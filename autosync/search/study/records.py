@@ -101,7 +101,8 @@ class BspReference(TypedDict, total=False):
     final_metric: float  # the constraint's reference
     reached: int  # runs that reached the target
     runs: int  # runs trained
-    virtual_seconds: float  # trained for it (0 when a sibling trained it)
+    virtual_seconds: float  # trained for it (0 when a sibling trained it, or the race's trials did)
+    forked_seconds: float  # of its runs' time, continued from runs stopped at the target (`evaluate`)
     seeds: list[int]  # its scoring (`trial_scoring`): what a trial must share to be answered by it
     penalty: float
     budget: dict[str, Any]
@@ -139,9 +140,11 @@ class CacheRecord(TypedDict, total=False):
     cost_to_answer_bsp_trainings: float | None
     neighbour_jobs: list[dict[str, Any]]
     timed_out_of: int  # TIMED_OUT_OF: the budget a --timeout ended the search short of
-    # written by a verification on the real backend
-    simulated_best_policy: dict[str, Any]
-    verification: dict[str, Any]
+    # written by the race (`autosync.search.race_trials.race_answer`): its rounds, ranking, checks and budget
+    race: dict[str, Any]
+    # written by a verification on the real backend (`autosync.search.strategies.verify.with_verification`)
+    simulated_best_policy: dict[str, Any]  # the simulator's answer, where the real backend's winner replaced it
+    verified: dict[str, Any]  # the verification's summary, its rows left out
 
 
 @dataclass(frozen=True)
