@@ -7,9 +7,24 @@ Heavy libraries (torch, optuna, cvxpy) are imported inside the commands that nee
 from __future__ import annotations
 
 import contextlib
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Callable, Optional
+
+
+def _interrupted_at_start(signum: int, frame: Any) -> None:
+    """Ctrl-C while the command's modules load (a fraction of a second before `main`): nothing has run, so
+    the command ends as a Ctrl-C anywhere else does, one line and exit status 130, not with the traceback of
+    whichever import it cut."""
+    print("error: interrupted", file=sys.stderr)
+    raise SystemExit(130)
+
+
+# the handler the imports and the commands' registration below run under; the one before them again at the end
+_BEFORE_IMPORTS = (signal.signal(signal.SIGINT, _interrupted_at_start)
+                   if threading.current_thread() is threading.main_thread() else None)
 
 import typer
 from rich.console import Console
@@ -38,6 +53,7 @@ from autosync.reporting.progress import BudgetBar, counting_bar, leaderboard_pro
 from autosync.reporting.robustness_files import comparison_document, summary_legend, write_comparison
 from autosync.reporting.tables import Fitted
 from autosync.reporting.tracking import Tracking
+from autosync.search.study.interrupts import storage_calls_finish_first
 from autosync.search.study.storage import DEFAULT_STORAGE, end_without_collection, redact_url
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -484,7 +500,9 @@ def main() -> None:
     code: Any = 1  # until the command returns: a failure leaves no empty output folder it created
     declare_guarded()  # its console script runs nothing when a spawned helper imports it
     try:
-        code = app(standalone_mode=False, prog_name="autosync") or 0
+        # a Ctrl-C waits for a storage write or an import in progress; one landing in a finalizer is not lost
+        with storage_calls_finish_first():
+            code = app(standalone_mode=False, prog_name="autosync") or 0
     except AutosyncError as exc:  # UserError: 2, RuntimeFailure: 1, Interrupted: 130
         _print_error(exc)
         sys.exit(exc.exit_code)
@@ -494,12 +512,17 @@ def main() -> None:
     except typer.Abort:
         print("error: aborted (end of input)", file=sys.stderr)
         sys.exit(1)
-    except Exception as exc:  # the machine ran out of disk, a writable folder or memory: one line, exit 1
-        line = resource_failure(exc)
-        if line is None:
-            raise
-        print(f"error: {line}", file=sys.stderr)
-        sys.exit(1)
+    except KeyboardInterrupt:  # Ctrl-C before typer's own handling of it (as it builds the command line)
+        code = 130
+    except Exception as exc:  # a Ctrl-C that Python passed on as another exception, as the one above; or
+        if _ctrl_c_beneath(exc):  # the machine ran out of disk, a writable folder or memory: one line, exit 1
+            code = 130
+        else:
+            line = resource_failure(exc)
+            if line is None:
+                raise
+            print(f"error: {line}", file=sys.stderr)
+            sys.exit(1)
     finally:
         remove_empty_outputs(failed=bool(code))
     if code == 130:  # Ctrl-C outside a command that says what it kept
@@ -515,6 +538,27 @@ def run() -> None:
         main()
     finally:
         end_without_collection()
+        _forget_caught_interrupts()
+
+
+def _ctrl_c_beneath(exc: BaseException) -> bool:
+    """Whether `exc` was raised by a Ctrl-C: Python turns a KeyboardInterrupt raised as a class is made
+    (in `__set_name__`, where pydantic builds a model of a module being imported) into a RuntimeError
+    caused by it."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, KeyboardInterrupt):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _forget_caught_interrupts() -> None:
+    """Clear CPython's record of a Ctrl-C that left code run from a string (`exec`, `eval`: dataclasses and
+    pydantic build their classes so) although the command caught it later: with that record `python -m
+    autosync.cli` ends killed by SIGINT (exit status -2) instead of with the status the command chose (130
+    after Ctrl-C). Running a string that ends normally clears it (CPython's `run_eval_code_obj`)."""
+    exec("None")
 
 
 def _print_error(exc: Exception) -> None:
@@ -524,6 +568,10 @@ def _print_error(exc: Exception) -> None:
     for line in lines:
         print(line, file=sys.stderr)
 
+
+# the module's commands are registered (a fraction of a second too): Ctrl-C goes back to its handler
+if _BEFORE_IMPORTS is not None:
+    signal.signal(signal.SIGINT, _BEFORE_IMPORTS)
 
 if __name__ == "__main__":
     run()

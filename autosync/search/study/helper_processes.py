@@ -22,6 +22,7 @@ import joblib
 
 from autosync.core.errors import UserError
 from autosync.engine.forks import FORKS
+from autosync.search.study.interrupts import interrupted, storage_call, storage_calls_finish_first
 from autosync.search.study.storage import end_without_collection
 
 __all__ = ["Parent", "follow_parent", "shared_storage", "start_helpers", "usable_cores"]
@@ -73,7 +74,11 @@ def _ctrl_c_blocked() -> Iterator[None]:
         return
     before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
-        yield
+        # another thread (a progress bar's) may still take the signal, whose handler then runs in this one:
+        # held as a storage call is (`interrupts.storage_call`), it cannot cut a helper's start short (the
+        # helper then read half its start-up data: EOFError)
+        with storage_call():
+            yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
@@ -83,13 +88,17 @@ def _run_then_end(target: Callable[..., None], *args: Any) -> None:
     (`end_without_collection`), which the command would wait for where it joins its helpers. Where `target`
     raises, the exit is the usual one; on Ctrl-C, which a terminal sends to every process of the command,
     a quiet one (exit status 130): the command says in one line what was kept, and a trial cut short here
-    is failed and run again on resume, as one of its own."""
+    is failed and run again on resume, as one of its own. That includes a Ctrl-C that Optuna's trial
+    bookkeeping passed on as another exception (`interrupts.interrupted`), as the command reads it."""
     try:
-        if hasattr(signal, "pthread_sigmask"):
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # held since `start_helpers`
-        target(*args)
-    except KeyboardInterrupt:
-        raise SystemExit(130) from None
+        with storage_calls_finish_first():  # also while its modules load (torch's import aborts if cut short)
+            if hasattr(signal, "pthread_sigmask"):
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # held since `start_helpers`
+            target(*args)
+    except (KeyboardInterrupt, Exception) as exc:
+        if isinstance(exc, KeyboardInterrupt) or interrupted():
+            raise SystemExit(130) from None
+        raise
     end_without_collection()
 
 

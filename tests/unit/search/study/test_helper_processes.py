@@ -12,7 +12,8 @@ import pytest
 
 from autosync.core.errors import UserError
 from autosync.engine.forks import FORKS, sharing
-from autosync.search.study.helper_processes import follow_parent, start_helpers
+from autosync.search.study import interrupts
+from autosync.search.study.helper_processes import _run_then_end, follow_parent, start_helpers
 
 
 def report(path: str, index: int, parent) -> None:
@@ -45,3 +46,21 @@ def test_no_helper_below_one_and_a_study_in_memory_is_refused_in_one_line():
     for url in ("sqlite://", "sqlite:///:memory:"):
         with pytest.raises(UserError, match="needs a storage file or server that processes share"):
             start_helpers(url, 1, report, lambda i: ())
+
+
+def test_a_helper_ends_quietly_on_ctrl_c_also_where_optuna_passed_it_on_as_another_exception(monkeypatch):
+    """Optuna's trial bookkeeping can turn the KeyboardInterrupt raised after a storage call into another
+    exception (an unbound local in `_run_trial`): a helper reads it as the interruption it is (exit status
+    130, no traceback), and any other exception as itself."""
+    def optuna_passing_it_on(ctrl_c: bool) -> None:
+        if ctrl_c:
+            interrupts._state["raised"] = True  # as the guard's handler records the Ctrl-C it raises
+        raise UnboundLocalError("cannot access local variable 'updated_state'")
+
+    monkeypatch.setitem(interrupts._state, "raised", False)
+    with pytest.raises(SystemExit) as ended:
+        _run_then_end(optuna_passing_it_on, True)
+    assert ended.value.code == 130
+    monkeypatch.setitem(interrupts._state, "raised", False)
+    with pytest.raises(UnboundLocalError):
+        _run_then_end(optuna_passing_it_on, False)
