@@ -539,6 +539,10 @@ def run() -> None:
     finally:
         end_without_collection()
         _forget_caught_interrupts()
+        if threading.current_thread() is threading.main_thread():
+            # the command has said all it will (and kept what it did): a Ctrl-C while Python tears down (joining
+            # joblib's threads, say) has nothing left to stop, and printed a traceback there
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _ctrl_c_beneath(exc: BaseException) -> bool:

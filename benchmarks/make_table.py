@@ -27,6 +27,7 @@ TABLE = HERE / "README.md"
 BENCHMARKS = ("bench_startup", "bench_engine", "bench_scale", "bench_dbw_solver", "bench_policies",
               "bench_tune", "bench_default_tune", "bench_tune_cost", "bench_answer_quality", "bench_transfer",
               "bench_processes", "bench_transport", "bench_gpu", "bench_fuzz_inputs", "bench_kill_storm",
+              "bench_ctrl_c_storm",
               "bench_replay", "bench_table", "bench_lofo", "bench_lofo_replay", "bench_race",
               "bench_race_rounds", "bench_portfolio_order", "bench_ablation", "bench_ablation_checks")
 # a benchmark run with arguments of its own under a name of its own: script and arguments

@@ -6,10 +6,11 @@
 - `job`: the job file (workload, cluster, target, budget), validated, with its fingerprint; `limits`: the
   bounds it shares with the command-line options.
 - `main_module`: whether a spawned child may import the main module again (the `--n-jobs` helpers).
+- `ctrl_c`: the worker processes a command starts (joblib's) are spared a terminal's Ctrl-C.
 - `cluster`: the cluster model the job describes: round trips, stragglers, compute units.
 
 The modules listed in `__all__` are the package's public surface; a name starting with `_` is internal.
 """
 
-__all__ = ["arrivals", "cluster", "declare", "errors", "family", "fingerprint", "job", "job_schema", "limits",
-           "loader", "main_module", "phases", "rng", "strict_json", "traces"]
+__all__ = ["arrivals", "cluster", "ctrl_c", "declare", "errors", "family", "fingerprint", "job", "job_schema",
+           "limits", "loader", "main_module", "phases", "rng", "strict_json", "traces"]

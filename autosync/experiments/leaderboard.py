@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
 from autosync.catalog import label_of, parse_policy_spec, policy_from_dict
+from autosync.core.ctrl_c import workers_spared_ctrl_c
 from autosync.core.job import JobSpec
 
 DEFAULT_POLICIES = ("bsp", "asp", "ssp", "backup", "dbw", "bdbw")
@@ -57,12 +58,13 @@ def run_grid(job: JobSpec, policies: list[dict[str, Any]], seeds: list[int], n_j
 
     entries = [Entry(label_of(p), p) for p in policies]
     tasks = [(i, s) for i in range(len(policies)) for s in seeds]
-    outputs: Iterator[dict[str, Any]] = Parallel(n_jobs=n_jobs, return_as="generator")(
-        delayed(run_one)(job, policies[i], s) for i, s in tasks)
-    for (i, _), out in zip(tasks, outputs):
-        entries[i].runs.append(out)
-        if on_done is not None:
-            on_done(out)
+    with workers_spared_ctrl_c(n_jobs):  # the command takes Ctrl-C and joblib ends its workers
+        outputs: Iterator[dict[str, Any]] = Parallel(n_jobs=n_jobs, return_as="generator")(
+            delayed(run_one)(job, policies[i], s) for i, s in tasks)
+        for (i, _), out in zip(tasks, outputs):
+            entries[i].runs.append(out)
+            if on_done is not None:
+                on_done(out)
     for entry in entries:
         entry.runs.sort(key=lambda r: r["seed"])
     return entries

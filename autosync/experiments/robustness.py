@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from autosync.catalog import label_of, parse_policy_spec, policy_from_dict
 from autosync.core import strict_json
+from autosync.core.ctrl_c import workers_spared_ctrl_c
 from autosync.core.errors import Interrupted
 from autosync.core.family import describe
 from autosync.core.job import JobSpec
@@ -120,9 +121,9 @@ def run_grid(grid: Any, directory: Path, n_jobs: int = 1,
     todo = [task for key, task in grid.tasks.items() if key not in cells]
     todo.sort(key=lambda t: -t[0].cluster.n_workers)  # the largest jobs first: fewer idle cores at the end
     if todo:
-        outputs = Parallel(n_jobs=n_jobs, return_as="generator_unordered")(
-            delayed(run_cell)(job, policy, seed) for job, policy, seed in todo)
-        with (directory / CELLS_FILE).open("a") as fh:
+        with workers_spared_ctrl_c(n_jobs), (directory / CELLS_FILE).open("a") as fh:  # the command takes Ctrl-C
+            outputs = Parallel(n_jobs=n_jobs, return_as="generator_unordered")(
+                delayed(run_cell)(job, policy, seed) for job, policy, seed in todo)
             for record in outputs:
                 fh.write(strict_json.dumps(record) + "\n")
                 fh.flush()

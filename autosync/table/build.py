@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from autosync.catalog import policy_from_dict
+from autosync.core.ctrl_c import workers_spared_ctrl_c
 from autosync.core.errors import UserError
 from autosync.core.job import JobSpec
 from autosync.engine.forks import fork_key
@@ -196,12 +197,13 @@ def _compute_into(table: Table, todo: list[Task], n_jobs: int, on_done: Callable
     failed = []
     # the largest jobs first: fewer idle cores at the end
     todo = sorted(todo, key=lambda t: -t.job.cluster.n_workers)
-    for key, cell, error in Parallel(n_jobs=n_jobs, return_as="generator_unordered")(
-            delayed(_compute)(t) for t in todo):
-        if cell is not None:
-            table.put(key, cell)
-        else:
-            failed.append(error)
-        if on_done is not None:
-            on_done(by_key[key])
+    with workers_spared_ctrl_c(n_jobs):  # the command takes Ctrl-C and joblib ends its workers
+        for key, cell, error in Parallel(n_jobs=n_jobs, return_as="generator_unordered")(
+                delayed(_compute)(t) for t in todo):
+            if cell is not None:
+                table.put(key, cell)
+            else:
+                failed.append(error)
+            if on_done is not None:
+                on_done(by_key[key])
     return sorted(failed)

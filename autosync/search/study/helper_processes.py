@@ -16,6 +16,7 @@ import os
 import signal
 import warnings
 from dataclasses import dataclass
+from multiprocessing import resource_tracker
 from typing import Any, Callable, Iterator
 
 import joblib
@@ -72,6 +73,8 @@ def _ctrl_c_blocked() -> Iterator[None]:
     if not hasattr(signal, "pthread_sigmask"):  # not POSIX: a Ctrl-C in a helper's start shows its traceback
         yield
         return
+    # started now: started by the first spawn, it would unblock SIGINT here (`autosync.core.ctrl_c`)
+    resource_tracker.ensure_running()
     before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         # another thread (a progress bar's) may still take the signal, whose handler then runs in this one:
