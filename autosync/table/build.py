@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable
 
 from autosync.catalog import policy_from_dict
 from autosync.core.ctrl_c import workers_spared_ctrl_c
-from autosync.core.errors import UserError
+from autosync.core.errors import Interrupted, UserError
 from autosync.core.job import JobSpec
 from autosync.engine.forks import fork_key
 from autosync.table.cells import FULL, TO_TARGET, Cell, cell_key
@@ -190,20 +190,27 @@ def _missing(table: Table, wanted: list[Task]) -> list[Task]:
 
 def _compute_into(table: Table, todo: list[Task], n_jobs: int, on_done: Callable[[Task | None], None] | None
                   ) -> list[str]:
-    """Compute `todo`'s cells on joblib (`n_jobs` at once), each kept in `table` as it comes; the failed runs."""
+    """Compute `todo`'s cells on joblib (`n_jobs` at once), each kept in `table` as it comes; the failed runs.
+    Ctrl-C raises `Interrupted` saying how many cells are kept for the same command to resume from."""
     from joblib import Parallel, delayed
 
     by_key = {t.key: t for t in todo}
     failed = []
     # the largest jobs first: fewer idle cores at the end
     todo = sorted(todo, key=lambda t: -t.job.cluster.n_workers)
-    with workers_spared_ctrl_c(n_jobs):  # the command takes Ctrl-C and joblib ends its workers
-        for key, cell, error in Parallel(n_jobs=n_jobs, return_as="generator_unordered")(
-                delayed(_compute)(t) for t in todo):
-            if cell is not None:
-                table.put(key, cell)
-            else:
-                failed.append(error)
-            if on_done is not None:
-                on_done(by_key[key])
+    kept = 0
+    try:
+        with workers_spared_ctrl_c(n_jobs):  # the command takes Ctrl-C and joblib ends its workers
+            for key, cell, error in Parallel(n_jobs=n_jobs, return_as="generator_unordered")(
+                    delayed(_compute)(t) for t in todo):
+                if cell is not None:
+                    table.put(key, cell)
+                    kept += 1
+                else:
+                    failed.append(error)
+                if on_done is not None:
+                    on_done(by_key[key])
+    except KeyboardInterrupt:
+        raise Interrupted(f"interrupted: {kept} cells computed by this command are kept in {table.directory}; "
+                          "the same command resumes from them") from None
     return sorted(failed)

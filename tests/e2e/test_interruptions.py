@@ -15,6 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from autosync.core.family import load_family
+from autosync.data import BASELINE_DIR
+from autosync.table import Table
 from tests.conftest import autosync, freeze_when, signal_and_wait, spawned_children, start_autosync
 from tests.kill_storm import Zygote
 
@@ -212,3 +215,26 @@ def test_ctrl_c_on_a_race_in_two_processes_ends_the_helper_without_a_traceback(t
     stderr = tune.communicate(timeout=60)[1]
     assert tune.returncode == 130 and "Traceback" not in stderr, stderr[-3000:]
     assert len([x for x in stderr.splitlines() if x.startswith("error: interrupted")]) == 1, stderr
+
+
+def test_ctrl_c_on_a_table_build_keeps_the_cells_computed_and_says_how_many(tmp_path):
+    """A terminal's Ctrl-C reaches the build and joblib's workers: the workers never take it (no traceback
+    of theirs), and the build says in one line how many cells it computed are kept for the same command to
+    resume from; they are in the table."""
+    out = tmp_path / "table"
+    build = subprocess.Popen([sys.executable, "-m", "autosync.cli", "table", str(BASELINE_DIR / "family_quarry.yaml"),
+                              "--jobs", "1", "--n-jobs", "2", "--out", str(out)], cwd=tmp_path,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 120
+    while not any(f.stat().st_size for f in out.glob("*.jsonl")) and build.poll() is None \
+            and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert build.poll() is None, f"the build ended before the test could interrupt it: {build.communicate()[1][-2000:]}"
+    os.killpg(build.pid, signal.SIGINT)
+    stderr = build.communicate(timeout=60)[1]
+    assert build.returncode == 130 and "Traceback" not in stderr, stderr[-3000:]
+    (line,) = [x for x in stderr.splitlines() if x.startswith("error: interrupted")]
+    kept = int(re.search(r"interrupted: (\d+) cells computed by this command are kept in ", line).group(1))
+    job = load_family(BASELINE_DIR / "family_quarry.yaml").job(0)
+    assert 1 <= kept <= len(Table(out).cells(job.fingerprint())), line
