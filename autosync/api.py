@@ -36,7 +36,7 @@ from autosync.core.phases import Phase, no_phase
 from autosync.data import RACE_SETTINGS
 from autosync.engine.backends import BackendChoice, Ranks, torchrun_ranks, train
 from autosync.experiments.compare import Comparison, compare
-from autosync.experiments.leaderboard import policy_specs, run_grid, score
+from autosync.experiments.leaderboard import RUNS_FILE, policy_specs, run_grid, score
 from autosync.experiments.scaling import collect
 from autosync.lattice import lattice_points
 from autosync.measure.profile import profile_workers
@@ -238,7 +238,7 @@ def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions 
 def leaderboard(job: JobSpec, policies: Sequence[str | dict[str, Any]] | None = None, *,
                 options: LeaderboardOptions | None = None, on_done: Callable[[dict[str, Any]], None] | None = None,
                 progress: Callable[[int], ContextManager[Callable[[dict[str, Any]], None]]] | None = None,
-                **fields: Any) -> Leaderboard:
+                keep_runs_in: Path | None = None, **fields: Any) -> Leaderboard:
     """Every policy with seeds 0..seeds-1 on `job`, scored MLPerf-style (trimmed mean time-to-target).
 
     Args:
@@ -252,6 +252,9 @@ def leaderboard(job: JobSpec, policies: Sequence[str | dict[str, Any]] | None = 
             job's workers, the storage of the tuned policy, the workload's code), around the runs; gives a
             function called with each finished run's summary (as `on_done`). A refused input so never
             shows a progress bar.
+        keep_runs_in: a directory where the finished runs are kept as they come, in runs.jsonl (`autosync
+            leaderboard` keeps them beside its files): the runs it holds of this job, policy and seed are
+            read back, not run, so a call stopped by Ctrl-C (`Interrupted`, saying how many are kept) resumes.
     """
     opts = _options(LeaderboardOptions, options, None, fields,
                     policies=list(policies) if policies is not None else None)
@@ -269,7 +272,8 @@ def leaderboard(job: JobSpec, policies: Sequence[str | dict[str, Any]] | None = 
             if on_done is not None:
                 on_done(run)
 
-        entries = run_grid(job, specs, seed_list, n_jobs=opts.n_jobs, on_done=done)
+        entries = run_grid(job, specs, seed_list, n_jobs=opts.n_jobs, on_done=done,
+                           runs_file=None if keep_runs_in is None else Path(keep_runs_in) / RUNS_FILE)
     return Leaderboard(job, seed_list, score(entries), entries)
 
 

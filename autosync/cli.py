@@ -271,7 +271,8 @@ def leaderboard(job: Optional[Path] = JOB_ARG,
     tracking = _tracking(mlflow)
     spec = api.load_job(job)
     out_dir = api.output_dir(out or Path("results") / spec.name)
-    board = api.leaderboard(spec, options=options, progress=lambda runs: leaderboard_progress(status, runs))
+    board = api.leaderboard(spec, options=options, progress=lambda runs: leaderboard_progress(status, runs),
+                            keep_runs_in=out_dir)
     paths = board.write(out_dir, command_line("leaderboard"), mlflow=tracking)
     status.print(f"wrote {', '.join(str(p) for p in paths)}")
     _logged(tracking)

@@ -12,13 +12,17 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from autosync.catalog import label_of, parse_policy_spec, policy_from_dict
 from autosync.core.ctrl_c import workers_spared_ctrl_c
+from autosync.core.errors import Interrupted
 from autosync.core.job import JobSpec
+from autosync.experiments.run_records import appending, cell_key, read_records
 
 DEFAULT_POLICIES = ("bsp", "asp", "ssp", "backup", "dbw", "bdbw")
+RUNS_FILE = "runs.jsonl"  # beside a leaderboard's files: its finished runs, which the same command reads back
 
 
 @dataclass
@@ -52,19 +56,37 @@ def run_one(job: JobSpec, policy: dict[str, Any], seed: int) -> dict[str, Any]:
 
 
 def run_grid(job: JobSpec, policies: list[dict[str, Any]], seeds: list[int], n_jobs: int = 1,
-             on_done: Callable[[dict[str, Any]], None] | None = None) -> list[Entry]:
-    """Run every policy with every seed (in parallel with joblib when n_jobs > 1)."""
+             on_done: Callable[[dict[str, Any]], None] | None = None, runs_file: Path | None = None) -> list[Entry]:
+    """Run every policy with every seed (in parallel with joblib when n_jobs > 1). With `runs_file`, each
+    finished run is appended to it as it comes, and those it holds already (the same job, policy and seed)
+    are read back rather than run (`on_done` is called for them first): stopped by Ctrl-C, the same call
+    resumes, and `Interrupted` says how many runs are kept."""
     from joblib import Parallel, delayed
 
     entries = [Entry(label_of(p), p) for p in policies]
-    tasks = [(i, s) for i in range(len(policies)) for s in seeds]
-    with workers_spared_ctrl_c(n_jobs):  # the command takes Ctrl-C and joblib ends its workers
-        outputs: Iterator[dict[str, Any]] = Parallel(n_jobs=n_jobs, return_as="generator")(
-            delayed(run_one)(job, policies[i], s) for i, s in tasks)
-        for (i, _), out in zip(tasks, outputs):
-            entries[i].runs.append(out)
+    fingerprint = job.fingerprint()
+    keys = {(i, s): cell_key(fingerprint, policies[i], s) for i in range(len(policies)) for s in seeds}
+    kept = read_records(runs_file) if runs_file is not None else {}
+    todo = [task for task, key in keys.items() if key not in kept]
+    for (i, _), key in keys.items():
+        if key in kept:
+            entries[i].runs.append(kept[key]["run"])
             if on_done is not None:
-                on_done(out)
+                on_done(kept[key]["run"])
+    try:
+        with workers_spared_ctrl_c(n_jobs), appending(runs_file) as keep:  # the command takes Ctrl-C
+            outputs: Iterator[dict[str, Any]] = Parallel(n_jobs=n_jobs, return_as="generator")(
+                delayed(run_one)(job, policies[i], s) for i, s in todo)
+            for task, out in zip(todo, outputs):
+                keep({"key": keys[task], "run": out})
+                entries[task[0]].runs.append(out)
+                if on_done is not None:
+                    on_done(out)
+    except KeyboardInterrupt:
+        if runs_file is None:
+            raise
+        raise Interrupted(f"interrupted: {len(read_records(runs_file))} finished runs are kept in {runs_file}; "
+                          "the same command resumes from them") from None
     for entry in entries:
         entry.runs.sort(key=lambda r: r["seed"])
     return entries

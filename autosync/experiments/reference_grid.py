@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 from autosync.catalog import policy_from_dict
 from autosync.core import strict_json
 from autosync.core.job import JobSpec
-from autosync.experiments.robustness import CELLS_FILE, cell_key, penalised_time
+from autosync.experiments.robustness import CELLS_FILE, penalised_time
+from autosync.experiments.run_records import cell_key
 from autosync.lattice import BSP_POLICY, family_of, lattice_points
 from autosync.policy_score import RunFailed, evaluate
 from autosync.race import keeps_paired

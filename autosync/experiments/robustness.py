@@ -13,26 +13,25 @@ so an interrupted or extended grid reruns only what is missing.
 
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from autosync.catalog import label_of, parse_policy_spec, policy_from_dict
-from autosync.core import strict_json
 from autosync.core.ctrl_c import workers_spared_ctrl_c
 from autosync.core.errors import Interrupted
 from autosync.core.family import describe
 from autosync.core.job import JobSpec
 from autosync.core.phases import Phase, no_phase
 from autosync.experiments.leaderboard import finite_mean
+from autosync.experiments.run_records import appending, cell_key, read_records
 from autosync.policy_grid import (  # shared with search/ from below both (tests/unit/test_layers.py)
     BSP_LABEL, ONLINE_POLICIES, SPREAD_FOR_BALANCE, STATIC_K_RULES, TUNED_LABEL, WITHIN, online_policies,
     static_k_policies, static_label,
 )
 
-__all__ = ["CELLS_FILE", "Grid", "cell_key", "online_specs", "penalised_time", "read_cells", "report", "run_cell",
+__all__ = ["CELLS_FILE", "Grid", "online_specs", "penalised_time", "read_cells", "report", "run_cell",
            "run_grid", "run_report", "score_job", "summarize", "tune_each"]
 
 CELLS_FILE = "cells.jsonl"
@@ -45,10 +44,6 @@ def online_specs(policies: Sequence[str | dict[str, Any]], jobs: Sequence[JobSpe
         return online_policies(ONLINE_POLICIES)
     smallest = min(j.cluster.n_workers for j in jobs)
     return [p if isinstance(p, dict) else parse_policy_spec(p, smallest) for p in policies]
-
-
-def cell_key(fingerprint: str, policy: dict[str, Any], seed: int) -> str:
-    return f"{fingerprint}|{json.dumps(policy, sort_keys=True)}|{seed}"
 
 
 def run_cell(job: JobSpec, policy: dict[str, Any], seed: int) -> dict[str, Any]:
@@ -70,17 +65,7 @@ def run_cell(job: JobSpec, policy: dict[str, Any], seed: int) -> dict[str, Any]:
 
 def read_cells(directory: Path) -> dict[str, dict[str, Any]]:
     """Finished cells by key; a line cut short by an interruption is skipped (its cell runs again)."""
-    cells = {}
-    path = directory / CELLS_FILE
-    if path.is_file():
-        for line in path.read_text().splitlines():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(record, dict) and "key" in record:
-                cells[record["key"]] = record
-    return cells
+    return read_records(directory / CELLS_FILE)
 
 
 @dataclass
@@ -121,12 +106,11 @@ def run_grid(grid: Any, directory: Path, n_jobs: int = 1,
     todo = [task for key, task in grid.tasks.items() if key not in cells]
     todo.sort(key=lambda t: -t[0].cluster.n_workers)  # the largest jobs first: fewer idle cores at the end
     if todo:
-        with workers_spared_ctrl_c(n_jobs), (directory / CELLS_FILE).open("a") as fh:  # the command takes Ctrl-C
+        with workers_spared_ctrl_c(n_jobs), appending(directory / CELLS_FILE) as keep:  # the command takes Ctrl-C
             outputs = Parallel(n_jobs=n_jobs, return_as="generator_unordered")(
                 delayed(run_cell)(job, policy, seed) for job, policy, seed in todo)
             for record in outputs:
-                fh.write(strict_json.dumps(record) + "\n")
-                fh.flush()
+                keep(record)
                 cells[record["key"]] = record
                 if on_done is not None:
                     on_done(record)

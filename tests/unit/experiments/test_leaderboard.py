@@ -134,3 +134,23 @@ def test_a_policy_spec_reads_back_as_the_same_policy(spec):
 
     policy = parse_policy_spec(spec, 16)
     assert parse_policy_spec(spec_of(policy), 16) == policy
+
+
+def test_a_leaderboard_keeps_its_runs_and_runs_again_only_what_it_lacks(tmp_path):
+    """Each finished run is kept as it comes (runs.jsonl), and the same call reads back what it holds: a
+    leaderboard stopped by Ctrl-C (the last line cut short, say) or extended by a seed runs only the rest,
+    and scores as one run whole."""
+    job = small_job(budget={"max_updates": 15})
+    policies = [parse_policy_spec(p, job.cluster.n_workers) for p in ("bsp", "asp")]
+    runs_file = tmp_path / "runs.jsonl"
+    whole = run_grid(job, policies, [0, 1], runs_file=runs_file)
+    lines = runs_file.read_text().splitlines()
+    assert len(lines) == 4
+    runs_file.write_text("\n".join(lines[:2]) + "\n" + lines[2][: len(lines[2]) // 2])  # a line cut short
+    ran = []
+    resumed = run_grid(job, policies, [0, 1], runs_file=runs_file, on_done=lambda run: ran.append(run["seed"]))
+    assert len(ran) == 4 and len(runs_file.read_text().splitlines()) == 5  # 2 read back, 2 run again
+    assert json.dumps(score(resumed), sort_keys=True) == json.dumps(score(whole), sort_keys=True)
+    extended = run_grid(job, policies, [0, 1, 2], runs_file=runs_file)
+    assert len(runs_file.read_text().splitlines()) == 7  # seed 2 alone ran
+    assert [len(e.runs) for e in extended] == [3, 3]

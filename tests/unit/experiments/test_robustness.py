@@ -8,7 +8,8 @@ import statistics
 import pytest
 
 from autosync.core.family import FamilySpec
-from autosync.experiments.robustness import CELLS_FILE, cell_key, penalised_time, score_job, summarize
+from autosync.experiments.robustness import CELLS_FILE, penalised_time, score_job, summarize
+from autosync.experiments.run_records import cell_key
 from autosync.policy_grid import online_policies, static_k_policies
 from tests.conftest import autosync, no_traceback
 

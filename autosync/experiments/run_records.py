@@ -1,0 +1,56 @@
+"""Finished runs kept one JSON line each, keyed by job, policy and seed, so that an interrupted or extended
+report (a robustness grid's `cells.jsonl`, a leaderboard's `runs.jsonl`) runs again only what it lacks."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from autosync.core import strict_json
+
+__all__ = ["appending", "cell_key", "read_records"]
+
+
+def cell_key(fingerprint: str, policy: dict[str, Any], seed: int) -> str:
+    """A run's key: the job's fingerprint, the policy (its keys sorted) and the seed."""
+    return f"{fingerprint}|{json.dumps(policy, sort_keys=True)}|{seed}"
+
+
+def read_records(path: Path) -> dict[str, dict[str, Any]]:
+    """The records in `path` by key (none where it does not exist); a line cut short by an interruption is
+    skipped (its run runs again)."""
+    records = {}
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(record, dict) and "key" in record:
+                records[record["key"]] = record
+    return records
+
+
+@contextlib.contextmanager
+def appending(path: Path | None) -> Iterator[Callable[[dict[str, Any]], None]]:
+    """Within: a function that appends a record to `path` as one line, flushed at once (strict JSON: a
+    number that is not finite is null); with no `path`, one that keeps nothing. A last line cut short by an
+    interruption is ended first, so the records after it stand on lines of their own."""
+    if path is None:
+        yield lambda record: None
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a+b") as raw:
+        raw.seek(0, 2)
+        if raw.tell():
+            raw.seek(-1, 2)
+            if raw.read(1) != b"\n":
+                raw.write(b"\n")
+    with path.open("a") as fh:
+        def keep(record: dict[str, Any]) -> None:
+            fh.write(strict_json.dumps(record) + "\n")
+            fh.flush()
+
+        yield keep
