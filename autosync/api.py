@@ -238,7 +238,8 @@ def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions 
 def leaderboard(job: JobSpec, policies: Sequence[str | dict[str, Any]] | None = None, *,
                 options: LeaderboardOptions | None = None, on_done: Callable[[dict[str, Any]], None] | None = None,
                 progress: Callable[[int], ContextManager[Callable[[dict[str, Any]], None]]] | None = None,
-                keep_runs_in: Path | None = None, **fields: Any) -> Leaderboard:
+                keep_runs_in: Path | None = None, on_resume: Callable[[int, int, Path], None] | None = None,
+                **fields: Any) -> Leaderboard:
     """Every policy with seeds 0..seeds-1 on `job`, scored MLPerf-style (trimmed mean time-to-target).
 
     Args:
@@ -255,6 +256,7 @@ def leaderboard(job: JobSpec, policies: Sequence[str | dict[str, Any]] | None = 
         keep_runs_in: a directory where the finished runs are kept as they come, in runs.jsonl (`autosync
             leaderboard` keeps them beside its files): the runs it holds of this job, policy and seed are
             read back, not run, so a call stopped by Ctrl-C (`Interrupted`, saying how many are kept) resumes.
+        on_resume: called with (runs read back, runs in all, the file) when finished runs are reused.
     """
     opts = _options(LeaderboardOptions, options, None, fields,
                     policies=list(policies) if policies is not None else None)
@@ -273,7 +275,8 @@ def leaderboard(job: JobSpec, policies: Sequence[str | dict[str, Any]] | None = 
                 on_done(run)
 
         entries = run_grid(job, specs, seed_list, n_jobs=opts.n_jobs, on_done=done,
-                           runs_file=None if keep_runs_in is None else Path(keep_runs_in) / RUNS_FILE)
+                           runs_file=None if keep_runs_in is None else Path(keep_runs_in) / RUNS_FILE,
+                           on_resume=on_resume)
     return Leaderboard(job, seed_list, score(entries), entries)
 
 

@@ -272,7 +272,7 @@ def leaderboard(job: Optional[Path] = JOB_ARG,
     spec = api.load_job(job)
     out_dir = api.output_dir(out or Path("results") / spec.name)
     board = api.leaderboard(spec, options=options, progress=lambda runs: leaderboard_progress(status, runs),
-                            keep_runs_in=out_dir)
+                            keep_runs_in=out_dir, on_resume=lambda *reused: status.print(reuse_line(*reused)))
     paths = board.write(out_dir, command_line("leaderboard"), mlflow=tracking)
     status.print(f"wrote {', '.join(str(p) for p in paths)}")
     _logged(tracking)

@@ -56,11 +56,13 @@ def run_one(job: JobSpec, policy: dict[str, Any], seed: int) -> dict[str, Any]:
 
 
 def run_grid(job: JobSpec, policies: list[dict[str, Any]], seeds: list[int], n_jobs: int = 1,
-             on_done: Callable[[dict[str, Any]], None] | None = None, runs_file: Path | None = None) -> list[Entry]:
+             on_done: Callable[[dict[str, Any]], None] | None = None, runs_file: Path | None = None,
+             on_resume: Callable[[int, int, Path], None] | None = None) -> list[Entry]:
     """Run every policy with every seed (in parallel with joblib when n_jobs > 1). With `runs_file`, each
     finished run is appended to it as it comes, and those it holds already (the same job, policy and seed)
-    are read back rather than run (`on_done` is called for them first): stopped by Ctrl-C, the same call
-    resumes, and `Interrupted` says how many runs are kept."""
+    are read back rather than run (`on_resume(runs read back, runs in all, runs_file)` is called first where
+    there are some, then `on_done` for each): stopped by Ctrl-C, the same call resumes, and `Interrupted`
+    says how many runs are kept."""
     from joblib import Parallel, delayed
 
     entries = [Entry(label_of(p), p) for p in policies]
@@ -68,6 +70,8 @@ def run_grid(job: JobSpec, policies: list[dict[str, Any]], seeds: list[int], n_j
     keys = {(i, s): cell_key(fingerprint, policies[i], s) for i in range(len(policies)) for s in seeds}
     kept = read_records(runs_file) if runs_file is not None else {}
     todo = [task for task, key in keys.items() if key not in kept]
+    if len(todo) < len(keys) and on_resume is not None and runs_file is not None:
+        on_resume(len(keys) - len(todo), len(keys), runs_file)
     for (i, _), key in keys.items():
         if key in kept:
             entries[i].runs.append(kept[key]["run"])

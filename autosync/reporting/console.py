@@ -135,7 +135,8 @@ def jobs_table(title: str, facts: list[dict[str, Any]]) -> list[Printed]:
 
 
 def reuse_line(reused: int, total: int, cells: Any) -> str:
-    """`autosync robustness` resuming: how many of its runs it reads back, and from where."""
+    """`autosync robustness` or `autosync leaderboard` resuming: how many of its runs it reads back, and from
+    where."""
     return f"reusing {reused} of {total} finished runs from {cells}"
 
 

@@ -147,9 +147,11 @@ def test_a_leaderboard_keeps_its_runs_and_runs_again_only_what_it_lacks(tmp_path
     lines = runs_file.read_text().splitlines()
     assert len(lines) == 4
     runs_file.write_text("\n".join(lines[:2]) + "\n" + lines[2][: len(lines[2]) // 2])  # a line cut short
-    ran = []
-    resumed = run_grid(job, policies, [0, 1], runs_file=runs_file, on_done=lambda run: ran.append(run["seed"]))
+    ran, said = [], []
+    resumed = run_grid(job, policies, [0, 1], runs_file=runs_file, on_done=lambda run: ran.append(run["seed"]),
+                       on_resume=lambda *reused: said.append(reused))
     assert len(ran) == 4 and len(runs_file.read_text().splitlines()) == 5  # 2 read back, 2 run again
+    assert said == [(2, 4, runs_file)]
     assert json.dumps(score(resumed), sort_keys=True) == json.dumps(score(whole), sort_keys=True)
     extended = run_grid(job, policies, [0, 1, 2], runs_file=runs_file)
     assert len(runs_file.read_text().splitlines()) == 7  # seed 2 alone ran
