@@ -198,19 +198,18 @@ def _compute_into(table: Table, todo: list[Task], n_jobs: int, on_done: Callable
     failed = []
     # the largest jobs first: fewer idle cores at the end
     todo = sorted(todo, key=lambda t: -t.job.cluster.n_workers)
-    kept = 0
     try:
         with workers_spared_ctrl_c(n_jobs):  # the command takes Ctrl-C and joblib ends its workers
             for key, cell, error in Parallel(n_jobs=n_jobs, return_as="generator_unordered")(
                     delayed(_compute)(t) for t in todo):
                 if cell is not None:
                     table.put(key, cell)
-                    kept += 1
                 else:
                     failed.append(error)
                 if on_done is not None:
                     on_done(by_key[key])
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # counted from the table: a Ctrl-C between a cell kept and a count would miss it
+        kept = len(todo) - len(_missing(table, todo))
         raise Interrupted(f"interrupted: {kept} cells computed by this command are kept in {table.directory}; "
                           "the same command resumes from them") from None
     return sorted(failed)
