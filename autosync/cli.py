@@ -14,11 +14,14 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 
+INTERRUPTED = "error: interrupted"  # the line of a Ctrl-C that reached no command able to say what it kept
+
+
 def _interrupted_at_start(signum: int, frame: Any) -> None:
     """Ctrl-C while the command's modules load (a fraction of a second before `main`): nothing has run, so
     the command ends as a Ctrl-C anywhere else does, one line and exit status 130, not with the traceback of
     whichever import it cut."""
-    print("error: interrupted", file=sys.stderr)
+    print(INTERRUPTED, file=sys.stderr)
     raise SystemExit(130)
 
 
@@ -527,7 +530,7 @@ def main() -> None:
     finally:
         remove_empty_outputs(failed=bool(code))
     if code == 130:  # Ctrl-C outside a command that says what it kept
-        print("error: interrupted", file=sys.stderr)
+        print(INTERRUPTED, file=sys.stderr)
     if isinstance(code, int) and code:
         sys.exit(code)
 

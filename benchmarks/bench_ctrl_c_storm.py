@@ -12,10 +12,10 @@ torch, BSP's reference, both processes racing); `leaderboard` of that job (3 pol
 tiny job on the processes backend (its 2 worker processes forked; it ends about 2.5 s after the start, so the
 later Ctrl-Cs find it finished). The Ctrl-C lands while the command's modules load, as its workers start,
 while they train. A run ends well when the command exits with status 130, prints exactly one
-`error: interrupted` line and no traceback, or had finished before the Ctrl-C came (status 0, no traceback). Printed: each run that did not, with its delay,
-exit status and the last lines of its error output, and the count per command (goal 0). Below --earliest
-the Ctrl-C can land before Python runs any of autosync (its interpreter's own start), where nothing can
-catch it. tests/e2e/test_interruptions.py checks two of these moments of `tune`.
+`error: interrupted` line and no traceback, or had finished before the Ctrl-C came (status 0, no traceback).
+Printed: each run that did not, with its delay, exit status and the last lines of its error output, and the
+count per command (goal 0). Below --earliest the Ctrl-C can land before Python runs any of autosync (its
+interpreter's own start), where nothing can catch it. tests/e2e/test_interruptions.py checks two of these moments of `tune`.
 """
 
 from __future__ import annotations
@@ -65,13 +65,13 @@ def command_line(command: str, job: Path, folder: Path) -> list[str]:
 
 def interrupted_run(argv: list[str], folder: Path, delay: float) -> tuple[int, str]:
     """`autosync ARGV`, Ctrl-C to its process group after `delay` seconds: its exit status and stderr."""
-    tune = subprocess.Popen([sys.executable, "-m", "autosync.cli", *argv], cwd=folder, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    command = subprocess.Popen([sys.executable, "-m", "autosync.cli", *argv], cwd=folder,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     time.sleep(delay)
-    os.killpg(tune.pid, signal.SIGINT)
-    stderr = tune.communicate(timeout=120)[1]
-    return tune.returncode, stderr
+    os.killpg(command.pid, signal.SIGINT)
+    stderr = command.communicate(timeout=120)[1]
+    return command.returncode, stderr
 
 
 def ended_well(status: int, stderr: str) -> bool:

@@ -14,41 +14,48 @@ import threading
 from multiprocessing import resource_tracker
 from typing import Iterator
 
-__all__ = ["workers_spared_ctrl_c"]
+__all__ = ["children_start_without_sigint", "workers_spared_ctrl_c"]
 
 
 @contextlib.contextmanager
 def workers_spared_ctrl_c(n_jobs: int) -> Iterator[None]:
-    """Within: SIGINT blocked in this thread, so the processes started from it, or from a thread it starts
-    meanwhile (joblib's pool starts its workers from either, and a blocked signal stays blocked in a child,
-    across exec too), begin and stay with it blocked. This process still takes Ctrl-C: a thread started
-    first, with SIGINT not blocked, receives it, and Python runs the handler in the main thread as it always
-    does (at its next bytecode: joblib's loop polls). Nothing changes for `n_jobs` 1 (joblib starts no
-    process), outside the main thread, or where signals cannot be blocked (not POSIX)."""
-    if n_jobs == 1 or not hasattr(signal, "pthread_sigmask") \
-            or threading.current_thread() is not threading.main_thread():
+    """Within: joblib's workers start and stay with SIGINT blocked (`children_start_without_sigint`: joblib's
+    pool starts them from this thread or from a thread it starts meanwhile, which inherits the mask). This
+    process still takes Ctrl-C: a thread started first, with SIGINT not blocked, receives it, and Python runs
+    the handler in the main thread as it always does (at its next bytecode: joblib's loop polls). Nothing
+    changes for `n_jobs` 1 (joblib starts no process) or outside the main thread."""
+    if n_jobs == 1 or threading.current_thread() is not threading.main_thread():
         yield
         return
-    _start_resource_trackers()
     done = threading.Event()
     receiver = threading.Thread(target=done.wait, name="ctrl-c receiver", daemon=True)
     receiver.start()  # before the mask: it keeps SIGINT unblocked
+    try:
+        with children_start_without_sigint(joblib_pool=True):
+            yield
+    finally:
+        done.set()
+
+
+@contextlib.contextmanager
+def children_start_without_sigint(*, joblib_pool: bool) -> Iterator[None]:
+    """Within: SIGINT blocked in this thread, so the processes started from it begin with it blocked (a blocked
+    signal stays blocked in a child, across exec too). The resource trackers such a start launches are started
+    first, Python's multiprocessing's and, with `joblib_pool`, joblib's pool's (loky's): launching one undoes
+    the block in the launching thread with SIG_UNBLOCK, not by restoring the mask before it (bpo-33613's code,
+    in both), so the processes started after it began with SIGINT unblocked. Where signals cannot be blocked
+    (not POSIX) nothing changes."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    resource_tracker.ensure_running()
+    if joblib_pool:
+        # not at the top: joblib (and numpy under it) load only in the commands that run workers
+        from joblib.externals.loky.backend import resource_tracker as loky_tracker
+
+        loky_tracker.ensure_running()
     before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, before)
-        done.set()
-
-
-def _start_resource_trackers() -> None:
-    """Start the resource trackers of Python's multiprocessing and of joblib's pool (loky) now, before SIGINT is
-    blocked for the processes about to start (as `autosync.search.study.helper_processes` does Python's): the
-    first process a pool spawns starts its tracker, and starting one unblocks SIGINT in the spawning thread
-    (both undo their own block with SIG_UNBLOCK, not by restoring the mask before it: bpo-33613), so the
-    workers spawned after it began with SIGINT unblocked."""
-    # not at the top: joblib (and numpy under it) load only in the commands that run workers
-    from joblib.externals.loky.backend import resource_tracker as loky_tracker
-
-    resource_tracker.ensure_running()
-    loky_tracker.ensure_running()

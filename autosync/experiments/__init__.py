@@ -12,4 +12,5 @@
 The modules listed in `__all__` are the package's public surface; a name starting with `_` is internal.
 """
 
-__all__ = ["compare", "leaderboard", "lofo", "portfolio_fit", "race_fit", "reference_grid", "robustness", "run_records", "scaling"]
+__all__ = ["compare", "leaderboard", "lofo", "portfolio_fit", "race_fit", "reference_grid", "robustness", "run_records",
+           "scaling"]

@@ -89,8 +89,9 @@ def run_grid(job: JobSpec, policies: list[dict[str, Any]], seeds: list[int], n_j
     except KeyboardInterrupt:
         if runs_file is None:
             raise
-        raise Interrupted(f"interrupted: {len(read_records(runs_file))} finished runs are kept in {runs_file}; "
-                          "the same command resumes from them") from None
+        mine = read_records(runs_file)  # this leaderboard's runs, from the file: the runs of others there aside
+        raise Interrupted(f"interrupted: {sum(key in mine for key in keys.values())} of its {len(keys)} runs are "
+                          f"kept in {runs_file}; the same command resumes from them") from None
     for entry in entries:
         entry.runs.sort(key=lambda r: r["seed"])
     return entries

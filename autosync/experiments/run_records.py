@@ -42,15 +42,15 @@ def appending(path: Path | None) -> Iterator[Callable[[dict[str, Any]], None]]:
         yield lambda record: None
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a+b") as raw:
-        raw.seek(0, 2)
-        if raw.tell():
-            raw.seek(-1, 2)
-            if raw.read(1) != b"\n":
-                raw.write(b"\n")
-    with path.open("a") as fh:
+    with path.open("a+b") as fh:  # every write goes to the end, whatever was read before it
+        size = fh.seek(0, 2)
+        if size:
+            fh.seek(size - 1)
+            if fh.read(1) != b"\n":
+                fh.write(b"\n")
+
         def keep(record: dict[str, Any]) -> None:
-            fh.write(strict_json.dumps(record) + "\n")
+            fh.write((strict_json.dumps(record) + "\n").encode())
             fh.flush()
 
         yield keep

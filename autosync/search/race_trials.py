@@ -45,7 +45,6 @@ from autosync.search.study import _optuna_internals as internals
 from autosync.search.tune_options import RACE
 from autosync.search.study.cache import bsp_training_seconds, search_cost
 from autosync.search.study.helper_processes import Parent, follow_parent, start_helpers
-from autosync.search.study.interrupts import storage_calls_finish_first
 from autosync.search.study.locking import storage_lock
 from autosync.search.study.records import (BSP_REFERENCE, BSP_TRAINING_SECONDS, FAIL_REASON, FINAL_METRIC, FORKED,
                                            POLICY, RACE_FINAL, RACE_HORIZON, RACE_RUN, RACE_TIME, REACHED,
@@ -507,7 +506,7 @@ def _helper(request: "TuneRequest", name: str, go: Any, stop: Any, parent: Paren
             return
     study = optuna.load_study(study_name=name, storage=open_storage(request.storage))
     order = _claim_order(study)
-    with storage_calls_finish_first():  # Ctrl-C reaches the helpers too: not inside a write, nor before a tag
-        while not stop.is_set() and not parent.gone():  # a killed command's helper stops too
-            if not (_waiting(study) and run_queued_trial(study, request.storage, objective, catch=(), order=order)):
-                stop.wait(POLL_SECONDS)  # none queued (the next round not yet planned): look again
+    # Ctrl-C reaches the helpers too: `helper_processes._run_then_end` holds it out of writes and tags
+    while not stop.is_set() and not parent.gone():  # a killed command's helper stops too
+        if not (_waiting(study) and run_queued_trial(study, request.storage, objective, catch=(), order=order)):
+            stop.wait(POLL_SECONDS)  # none queued (the next round not yet planned): look again

@@ -533,6 +533,6 @@ def _helper(request: TuneRequest, name: str, budget: int, deadline_in: float | N
     sub = dataclasses.replace(request, study=name)
     storage = open_storage(sub.storage)
     study = load_study(sub, storage)
-    with storage_calls_finish_first():  # Ctrl-C reaches the helpers too: not inside a write, nor before a tag
-        run_trials(study, sub, study.user_attrs[BSP_REFERENCE], budget, deadline,
-                   siblings=sibling_studies(study, storage), orphaned=parent.gone)  # a killed command's helper stops
+    # Ctrl-C reaches the helpers too: `helper_processes._run_then_end` holds it out of writes and tags
+    run_trials(study, sub, study.user_attrs[BSP_REFERENCE], budget, deadline,
+               siblings=sibling_studies(study, storage), orphaned=parent.gone)  # a killed command's helper stops

@@ -16,11 +16,11 @@ import os
 import signal
 import warnings
 from dataclasses import dataclass
-from multiprocessing import resource_tracker
 from typing import Any, Callable, Iterator
 
 import joblib
 
+from autosync.core.ctrl_c import children_start_without_sigint
 from autosync.core.errors import UserError
 from autosync.engine.forks import FORKS
 from autosync.search.study.interrupts import interrupted, storage_call, storage_calls_finish_first
@@ -67,23 +67,13 @@ def start_helpers(storage: str, count: int, target: Callable[..., None],
 
 @contextlib.contextmanager
 def _ctrl_c_blocked() -> Iterator[None]:
-    """Within: SIGINT blocked in this thread, so that the helpers spawned here start with it blocked (a
-    spawned interpreter keeps its parent's signal mask) until `_run_then_end` can end them quietly; a Ctrl-C
-    meanwhile is not lost but held, for this process as it leaves and for each helper as it unblocks it."""
-    if not hasattr(signal, "pthread_sigmask"):  # not POSIX: a Ctrl-C in a helper's start shows its traceback
+    """Within: the helpers spawned here start with SIGINT blocked (`children_start_without_sigint`) until
+    `_run_then_end` can end them quietly; a Ctrl-C meanwhile is not lost but held, for this process as it
+    leaves and for each helper as it unblocks it. Another thread (a progress bar's) may still take the signal,
+    whose handler then runs in this one: held as a storage call is (`interrupts.storage_call`), it cannot cut
+    a helper's start short (the helper then read half its start-up data: EOFError)."""
+    with children_start_without_sigint(joblib_pool=False), storage_call():
         yield
-        return
-    # started now: started by the first spawn, it would unblock SIGINT here (`autosync.core.ctrl_c`)
-    resource_tracker.ensure_running()
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        # another thread (a progress bar's) may still take the signal, whose handler then runs in this one:
-        # held as a storage call is (`interrupts.storage_call`), it cannot cut a helper's start short (the
-        # helper then read half its start-up data: EOFError)
-        with storage_call():
-            yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def _run_then_end(target: Callable[..., None], *args: Any) -> None:
@@ -94,7 +84,8 @@ def _run_then_end(target: Callable[..., None], *args: Any) -> None:
     is failed and run again on resume, as one of its own. That includes a Ctrl-C that Optuna's trial
     bookkeeping passed on as another exception (`interrupts.interrupted`), as the command reads it."""
     try:
-        with storage_calls_finish_first():  # also while its modules load (torch's import aborts if cut short)
+        # Ctrl-C waits for a storage write, a trial's tag or an import (torch's aborts if cut short)
+        with storage_calls_finish_first():
             if hasattr(signal, "pthread_sigmask"):
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # held since `start_helpers`
             target(*args)
