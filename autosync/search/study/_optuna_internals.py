@@ -17,6 +17,7 @@ import contextlib
 import datetime as dt
 import json
 import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator
 
@@ -78,8 +79,62 @@ def fresh_trials(study: "optuna.Study", states: tuple[Any, ...] | None = None) -
     The cache re-reads only trials it saw unfinished and those newer than the last finished one it saw;
     a trial this process created (an enqueued or re-queued one) can stay WAITING in it after another
     process ran it. Budget accounting across processes must not trust that view.
+
+    From an RDB storage, one light query lists every trial's id, number and state, and only the trials not
+    already read finished are read whole (`_FinishedTrials`); the race and the checks read the study
+    several times a trial, and a whole read of every trial was most of a replayed tune's time.
+    The objects returned are shared between calls: read them, never change them.
     """
-    return _backend(study).get_all_trials(study._study_id, deepcopy=False, states=states)
+    backend = _backend(study)
+    if not hasattr(backend, "scoped_session"):  # in memory: one process, nothing to read
+        return backend.get_all_trials(study._study_id, deepcopy=False, states=states)
+    return _FINISHED.read(backend, study._study_id, states)
+
+
+class _FinishedTrials:
+    """The finished trials this process has read from each RDB storage, by study and trial id.
+
+    A finished trial's row never changes: Optuna refuses every write to it (`check_trial_is_updatable`,
+    autosync's one-transaction attribute writes included), so a finished trial read once is read from here.
+    Each is kept with its row as the light query lists it (number, state, completion time); a kept trial
+    the database no longer lists so (a deleted study, or its id given again to a trial of a study made anew
+    under the same id) is read again.
+    """
+
+    def __init__(self) -> None:
+        self._by_backend: "weakref.WeakKeyDictionary[Any, dict[int, dict[int, tuple[Any, Any]]]]" = \
+            weakref.WeakKeyDictionary()
+
+    def read(self, backend: Any, study_id: int, states: tuple[Any, ...] | None) -> list["optuna.trial.FrozenTrial"]:
+        """The study's trials in `states` (None: all), by id: each finished one kept, the others read whole
+        (those the light query saw in `states`, and any trial newer than it saw)."""
+        from optuna.storages._rdb import models
+
+        kept = self._by_backend.setdefault(backend, {}).setdefault(study_id, {})
+        columns = models.TrialModel.__table__.c
+        with _session(backend) as session:
+            models.StudyModel.find_or_raise_by_id(study_id, session)  # a missing study raises, as Optuna's read
+            rows = session.query(columns.trial_id, columns.number, columns.state, columns.datetime_complete) \
+                .filter(columns.study_id == study_id).all()
+        listed = {trial_id: (number, state, done) for trial_id, number, state, done in rows}
+        for i, (trial, row) in list(kept.items()):
+            now = listed.get(i)
+            if now is None or now != (row or (trial.number, trial.state, now[2])):
+                del kept[i]
+            elif row is None:  # finished between its light row and its whole read: its row from now on
+                kept[i] = (trial, now)
+        wanted = [i for i, (_, state, _) in listed.items() if states is None or state in states]
+        unread = {i for i in wanted if i not in kept}
+        read = backend._get_trials(study_id, None, unread, max(listed)) if unread else []
+        for trial in read:
+            row = listed.get(trial._trial_id)
+            if trial.state.is_finished():
+                kept[trial._trial_id] = (trial, row if row is not None and row[1] == trial.state else None)
+        found = {i: kept[i][0] for i in wanted if i in kept} | {t._trial_id: t for t in read}
+        return [found[i] for i in sorted(found) if states is None or found[i].state in states]
+
+
+_FINISHED = _FinishedTrials()
 
 
 @contextlib.contextmanager

@@ -78,3 +78,51 @@ def test_a_trials_attributes_are_written_together_and_read_back_as_optuna_writes
     other = in_memory.ask()
     internals.set_user_attrs(other, {"a": 1, "b": 2})
     assert in_memory.trials[0].user_attrs == {"a": 1, "b": 2}
+
+
+def _seen(trials):
+    return [(t.number, t.state, t.params, t.values, t.user_attrs) for t in trials]
+
+
+def test_fresh_trials_read_as_optunas_own_read_while_another_process_changes_the_study(tmp_path):
+    """The finished trials kept between reads (`_FinishedTrials`) give what a whole read of the database gives,
+    for every state asked, while another storage object (another process) claims, finishes and adds trials;
+    and a study deleted and made again under the same id is read anew."""
+    url = f"sqlite:///{tmp_path / 'fresh.db'}"
+    ours = optuna.create_study(storage=open_storage(url), study_name="fresh")
+    theirs = optuna.load_study(storage=open_storage(url), study_name="fresh")
+    states = [None, (optuna.trial.TrialState.WAITING,), (optuna.trial.TrialState.RUNNING,),
+              (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)]
+
+    def agrees():
+        for wanted in states:
+            whole = internals._backend(ours).get_all_trials(ours._study_id, deepcopy=False, states=wanted)
+            assert _seen(internals.fresh_trials(ours, wanted)) == _seen(whole), wanted
+
+    for x in range(3):
+        ours.enqueue_trial({"x": x}, user_attrs={"queued": x})
+    agrees()
+    first = theirs.ask()  # claimed elsewhere: RUNNING, then given attributes and finished
+    agrees()
+    internals.set_user_attrs(first, {"score": 1.5})
+    agrees()
+    theirs.tell(first, 2.0)
+    agrees()
+    second = ours.ask()
+    ours.tell(second, state=optuna.trial.TrialState.PRUNED)
+    theirs.ask()
+    theirs.add_trial(optuna.trial.create_trial(params={"x": 9}, distributions={
+        "x": optuna.distributions.IntDistribution(0, 9)}, value=0.5))
+    agrees()
+    old_id = ours._study_id
+    optuna.delete_study(study_name="fresh", storage=url)
+    again = optuna.create_study(storage=ours._storage, study_name="fresh")
+    if again._study_id == old_id:  # SQLite hands the ids out again: nothing kept of the deleted study is read
+        time.sleep(0.01)  # a finished trial under a finished trial's id and number, completed later
+        again.add_trial(optuna.trial.create_trial(params={"x": 9}, distributions={
+            "x": optuna.distributions.IntDistribution(0, 9)}, value=7.0))
+        again.enqueue_trial({"x": 5})
+        assert _seen(internals.fresh_trials(again)) == _seen(
+            internals._backend(again).get_all_trials(again._study_id, deepcopy=False))
+    with pytest.raises(KeyError):
+        internals.fresh_trials(ours if again._study_id != old_id else optuna.Study("gone", ours._storage))
