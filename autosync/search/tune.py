@@ -40,7 +40,7 @@ from autosync.search.objective import (
     Objective, TimeToTargetBound, canonical_on, process_tag, trial_scoring, trial_seeds,
 )
 from autosync.search.strategies.patience import give_up_queued, patience_of, trials_without_improvement
-from autosync.search.strategies.pruning import RaceLimit, TargetRacePruner, thinned
+from autosync.search.strategies.pruning import RaceLimit, thinned
 from autosync.search.study.running_twins import Resampled
 from autosync.search.strategies.samplers import RACE, SWITCH_POINT_SAMPLERS, make_sampler
 from autosync.search.race_trials import Helpers, race_answer, race_helpers, race_search, race_top
@@ -87,7 +87,7 @@ def load_study(request: TuneRequest, storage: Any) -> "optuna.Study":
     try:
         with storage_lock(request.storage, name):
             study = optuna.create_study(storage=storage, study_name=name, directions=directions, sampler=sampler,
-                                        pruner=TargetRacePruner(places(request)), load_if_exists=True)
+                                        pruner=optuna.pruners.NopPruner(), load_if_exists=True)
     except ValueError as exc:
         raise UserError(f"--study {name}: {exc}") from None
     if [d.name.lower() for d in study.directions] != directions:

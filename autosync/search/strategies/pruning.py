@@ -10,8 +10,9 @@ per evaluation, the incumbent as the bar). The bar is a candidate whose final me
 have won, so the checks also re-run, unpruned, the pruned trials whose bound lies below the answer found.
 
 Optuna's percentile pruners do not fit this signal: they compare the best value a trial reported at any
-step, and a bound that only grows is best at step one. The objective decides locally (`RaceLimit`), so
-a run does not write every evaluation to the storage; it reports its bound once, when it is pruned.
+step, and a bound that only grows is best at step one. The objective decides locally (`RaceLimit`, the
+study's pruner is Optuna's `NopPruner`), so a run does not write every evaluation to the storage; it
+reports its bound once, when it is pruned.
 """
 
 from __future__ import annotations
@@ -26,13 +27,6 @@ REFRESH_SECONDS = 2.0  # how often (wall) a running trial re-reads the bar: othe
 CURVE_POINTS = 64  # a stored curve is thinned to about this many points
 PACE_MARGIN = 2.0  # the pace rule prunes a trial this many times slower than the bar to the same metric
 PACE_FROM = 0.3  # ... once it has trained this fraction of the bar's time-to-target (early metrics are noise)
-
-
-def race_limit(trials: "list[optuna.trial.FrozenTrial]", places: int = 1) -> float | None:
-    """The `places`-th fastest time-to-target among the completed trials that may be feasible, one per
-    policy (equivalent trials count once); None while fewer policies have finished."""
-    found = race_bar(trials, places)
-    return None if found is None else found[1]
 
 
 def race_bar(trials: "list[optuna.trial.FrozenTrial]", places: int = 1,
@@ -142,18 +136,3 @@ class RaceLimit:
             return None
         ratio = pace_ratio(self._curve, elapsed, metric, lower_is_better)
         return ratio * self._limit if ratio is not None else None
-
-
-class TargetRacePruner(optuna.pruners.BasePruner):
-    """The same rule for `trial.should_prune()` (studies run by hand): prune when the reported bound exceeds
-    the `places`-th fastest finished policy that may be feasible."""
-
-    def __init__(self, places: int = 1):
-        self.places = places
-
-    def prune(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
-        step = trial.last_step
-        if step is None:
-            return False
-        limit = race_limit(study.get_trials(deepcopy=False), self.places)
-        return limit is not None and trial.intermediate_values[step] > limit

@@ -141,13 +141,8 @@ def call_waiting(url: str | None, call: Callable[..., T], *args: Any, **kwargs: 
 def _waits(method: Callable[..., Any], name: str) -> Callable[..., Any]:
     @functools.wraps(method)
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if name == "record_heartbeat":  # never waited for: the next beat comes an interval later
-            try:
-                return method(self, *args, **kwargs)
-            except Exception as exc:
-                if is_server(self.url) and lost_connection(exc):
-                    return None
-                raise
+        if name == "record_heartbeat":  # never waited for: the next beat comes an interval later, and a
+            return method(self, *args, **kwargs)  # refused beat is skipped (`storage.QuietHeartbeats`)
         return call_waiting(self.url, method, self, *args, **kwargs)
     return call
 

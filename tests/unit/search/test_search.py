@@ -19,7 +19,6 @@ from autosync.search.strategies.binary import binary_search
 from autosync.search.strategies.ladder import DEFAULT_RUNGS, SWITCH_PARAM, LadderSampler, ladder_finished
 from autosync.search.objective import Objective, ObjectiveSettings
 from autosync.search.study.records import CONSTRAINT, GIVEN_UP, RESAMPLED
-from autosync.search.strategies.pruning import TargetRacePruner, race_limit
 from autosync.search.space import SPACE_DIR, load_space
 from autosync.search.study.storage import open_storage
 from autosync.search.study.trials import counted_trials
@@ -339,25 +338,6 @@ def test_two_processes_on_one_sqlite_file_lose_no_trial(tmp_path):
             if t.state not in finished and not (t.state == optuna.trial.TrialState.FAIL
                                                      and (RESAMPLED in t.user_attrs or GIVEN_UP in t.user_attrs))]
     assert lost == []
-
-
-def _finished(value: float, feasible: bool = True) -> optuna.trial.FrozenTrial:
-    return optuna.trial.create_trial(value=value, constraints={CONSTRAINT: -1.0 if feasible else 1.0})
-
-
-def test_the_pruner_stops_a_trial_once_it_is_slower_than_the_fastest_finished_candidates():
-    study = optuna.create_study(pruner=TargetRacePruner(places=2))
-    for value in (10.0, 20.0, 30.0):
-        study.add_trial(_finished(value))
-    study.add_trial(_finished(1.0, feasible=False))  # fast but too inaccurate: not a rival
-    slow, early = study.ask(), study.ask()
-    slow.report(15.0, 15)  # not at the target after 15 s: could still be among the two fastest
-    early.report(12.0, 15)  # met the target at 12 s
-    assert not slow.should_prune() and not early.should_prune()
-    slow.report(21.0, 21)  # still not there after 21 s: slower than the second fastest, 20 s
-    early.report(12.0, 21)
-    assert slow.should_prune() and not early.should_prune()
-    assert race_limit(study.get_trials(), 1) == 10.0 and race_limit(study.get_trials(), 4) is None
 
 
 def test_a_proposal_seen_before_is_scored_from_its_twin_without_training(tmp_path):
