@@ -21,10 +21,11 @@ def test_a_freed_large_tensor_is_made_again_without_faulting_its_pages_in():
     for _ in range(3):  # the heap grows to hold it (small objects may take the start of a freed chunk)
         _page_faults_of_a_new_tensor(numel)
     pages = numel * 4 // 4096
-    faults = sum(_page_faults_of_a_new_tensor(numel) for _ in range(10))
-    # Without the setting every page faults every time: 10 x 16,384. With it, the heap may still grow once
-    # or twice more, when a small object took the start of the freed chunk (1 in 3 runs here: 16,384).
-    assert faults < 3 * pages
+    faults = sorted(_page_faults_of_a_new_tensor(numel) for _ in range(11))
+    # Without the setting every page faults every time: 16,384 each. With it, the heap may still grow now and
+    # then, when a small object (of this test, or of a thread another test left running) took the start of the
+    # freed chunk: 1 in 3 runs alone once, 4 of 10 under the whole suite. The median is the rule, not those.
+    assert faults[len(faults) // 2] < pages // 4, faults
 
 
 def test_the_setting_is_made_once_per_process():
