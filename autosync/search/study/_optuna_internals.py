@@ -4,10 +4,11 @@ autosync fails the trials of dead processes itself, each with its reason, before
 `study.optimize` would fail them without one (`autosync.search.study.trials.fail_dead_trials`). That needs the
 ids of stale trials, the heartbeat table (a trial killed before its first heartbeat is never stale to
 Optuna), a study's storage (and its URL, for the storage lock) and a trial's storage id. The trial budget is counted from the database
-itself, past Optuna's per-process cache (`fresh_trials`). Studies are listed from their attribute rows
+itself, past Optuna's per-process cache (`fresh_trials`, which reads whole only the trials it has not read
+finished: `RDBStorage._get_trials` and the trials table's columns). Studies are listed from their attribute rows
 (`all_studies`), so that one damaged attribute does not hide every study. A heartbeat thread whose start
 was cut short is found and stopped (`heartbeat_threads`). A queued trial can be claimed in an order other than
-Optuna's oldest first (`claiming_in`), and a trial's attributes written in one transaction (`set_user_attrs`).
+Optuna's oldest first (`claiming_in`), and a trial's attributes written in one statement (`set_user_attrs`, with Optuna's model and updatable check).
 Nothing else of Optuna's internals is used.
 """
 
@@ -88,7 +89,8 @@ def fresh_trials(study: "optuna.Study", states: tuple[Any, ...] | None = None) -
     backend = _backend(study)
     if not hasattr(backend, "scoped_session"):  # in memory: one process, nothing to read
         return backend.get_all_trials(study._study_id, deepcopy=False, states=states)
-    return _FINISHED.read(backend, study._study_id, states)
+    # made again whole while a server does not answer (`outage.call_waiting`), as Optuna's own read is
+    return call_waiting(storage_url(study), _FINISHED.read, backend, study._study_id, states)
 
 
 class _FinishedTrials:
@@ -187,12 +189,30 @@ def set_user_attrs(trial: "optuna.Trial", attrs: dict[str, Any]) -> None:
 
 
 def _write_attrs(backend: Any, trial_id: int, attrs: dict[str, Any]) -> None:
+    """Write `attrs` to trial `trial_id` in one transaction: one statement for all of them where the database
+    upserts (SQLite 3.24+, PostgreSQL: Optuna's own statement, given every row at once; a replayed tune wrote
+    each attribute after a look-up of its trial, a quarter of its SQL), Optuna's per-attribute write elsewhere."""
+    import sqlite3
+
     from optuna.storages._rdb import models
     from optuna.storages._rdb.storage import _create_scoped_session
+    from sqlalchemy.dialects import postgresql, sqlite
 
+    if not attrs:
+        return
+    model = models.TrialUserAttributeModel
+    dialect = {"postgresql": postgresql, "sqlite": sqlite if sqlite3.sqlite_version_info >= (3, 24, 0) else None}
+    upsert = dialect.get(backend.engine.name)
     with storage_call(), _create_scoped_session(backend.scoped_session) as session:
-        for key, value in attrs.items():
-            backend._set_trial_attr_without_commit(session, models.TrialUserAttributeModel, trial_id, key, value)
+        if upsert is None:
+            for key, value in attrs.items():
+                backend._set_trial_attr_without_commit(session, model, trial_id, key, value)
+            return
+        backend.check_trial_is_updatable(trial_id, models.TrialModel.find_or_raise_by_id(trial_id, session).state)
+        rows = upsert.insert(model).values([{"trial_id": trial_id, "key": key, "value_json": json.dumps(value)}
+                                            for key, value in attrs.items()])
+        session.execute(rows.on_conflict_do_update(index_elements=[model.trial_id, model.key],
+                                                   set_={"value_json": rows.excluded.value_json}))
 
 
 def dead_trial_ids(study: "optuna.Study") -> list[int]:

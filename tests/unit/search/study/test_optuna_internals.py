@@ -29,6 +29,8 @@ def test_the_private_names_still_exist(study):
     for owner, name in [(study, "_storage"), (study, "_study_id"), (study, "_pop_waiting_trial_id"),
                         (study._storage, "_get_stale_trial_ids"),
                         (internals._backend(study), "_set_trial_attr_without_commit"),
+                        (internals._backend(study), "_get_trials"), (internals._backend(study), "check_trial_is_updatable"),
+                        (models.TrialModel.__table__.c, "datetime_complete"),
                         (models.TrialHeartbeatModel, "where_trial_id")]:
         assert hasattr(owner, name), MOVED + f"{type(owner).__name__}.{name} is gone"
     trial = study.ask()
@@ -74,6 +76,10 @@ def test_a_trials_attributes_are_written_together_and_read_back_as_optuna_writes
     assert stored.user_attrs == trial.user_attrs, MOVED + "RDBStorage._set_trial_attr_without_commit"
     internals.set_user_attrs(trial, {"a": 3})  # written again: replaced, as set_user_attr replaces it
     assert internals.fresh_trials(study)[0].user_attrs["a"] == 3
+    study.tell(trial, 1.0)
+    with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):  # refused once finished, as Optuna's own
+        internals.set_user_attrs(trial, {"a": 4, "d": 5})
+    assert internals.fresh_trials(study)[0].user_attrs == {"a": 3, "b": [2.5, None], "c": float("inf")}
     in_memory = optuna.create_study()  # no database: one attribute at a time, through Optuna's own call
     other = in_memory.ask()
     internals.set_user_attrs(other, {"a": 1, "b": 2})
