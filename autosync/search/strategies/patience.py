@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from autosync.search.study.records import FAIL_REASON, GIVEN_UP, GIVEN_UP_PLACES, ROLE, has_run, outside_budget
+from autosync.search.study.records import GIVEN_UP, GIVEN_UP_PLACES, has_run, outside_budget
 from autosync.search.study import _optuna_internals as internals
-from autosync.search.study.trials import budget_used
+from autosync.search.study.trials import budget_used, fail_marked
 
 if TYPE_CHECKING:
     import optuna
@@ -56,7 +56,6 @@ def give_up_queued(study: "optuna.Study", patience: int, budget: int) -> int:
     lock (`autosync.search.study.locking`), so no process takes or queues one meanwhile."""
     import optuna
 
-    storage = internals.storage_of(study)
     reason = (f"not run: the search stopped after {patience} trial{'' if patience == 1 else 's'} in a row found "
               "nothing faster (--patience)")
     given_up = 0
@@ -65,11 +64,7 @@ def give_up_queued(study: "optuna.Study", patience: int, budget: int) -> int:
             continue
         tid = internals.trial_id(trial)
         try:
-            storage.set_trial_user_attr(tid, GIVEN_UP, patience)
-            storage.set_trial_user_attr(tid, ROLE, "given_up")
-            storage.set_trial_user_attr(tid, FAIL_REASON, reason)
-            if storage.set_trial_state_values(tid, state=optuna.trial.TrialState.FAIL):
-                given_up += 1
+            given_up += fail_marked(study, tid, GIVEN_UP, "given_up", reason, value=patience)
         except optuna.exceptions.UpdateFinishedTrialError:
             continue  # another process took it after all
     missing = max(0, budget - sum(budget_used(study)))

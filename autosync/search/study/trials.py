@@ -232,12 +232,7 @@ def fail_dead_trials(study: "optuna.Study") -> DeadTrials:
             # failed and never re-run: found by the kill storm, tests/kill_storm.py)
             if retry is not None and frozen.number not in requeued:
                 retry(study, frozen)
-            # KILLED first: should the trial finish between the writes, a reason without KILLED would
-            # make it count as a failure of its own (and twins copy it)
-            storage.set_trial_user_attr(tid, KILLED, True)
-            storage.set_trial_user_attr(tid, ROLE, "killed")
-            storage.set_trial_user_attr(tid, FAIL_REASON, f"{reason}; the trial is re-run")
-            if storage.set_trial_state_values(tid, state=optuna.trial.TrialState.FAIL):
+            if fail_marked(study, tid, KILLED, "killed", f"{reason}; the trial is re-run"):
                 numbers.append(frozen.number)
         except optuna.exceptions.UpdateFinishedTrialError:  # another process got there first, or it finished
             if not storage.get_trial(tid).user_attrs.get(KILLED):  # after all: then its re-run is not needed
@@ -246,19 +241,28 @@ def fail_dead_trials(study: "optuna.Study") -> DeadTrials:
     return numbers
 
 
+def fail_marked(study: "optuna.Study", trial_id: int, mark: str, role: str, reason: str, value: Any = True) -> bool:
+    """Fail the trial of storage id `trial_id` with attribute `mark` (= `value`) written first, then its `role` and
+    `reason`: should it finish between the writes, a reason without its mark would count as a failure of its own
+    (and twins copy it). Whether this call failed it (False: another process set its state first); raises
+    Optuna's UpdateFinishedTrialError where it finished before a write."""
+    import optuna
+
+    storage = internals.storage_of(study)
+    for key, written in ((mark, value), (ROLE, role), (FAIL_REASON, reason)):
+        storage.set_trial_user_attr(trial_id, key, written)
+    return storage.set_trial_state_values(trial_id, state=optuna.trial.TrialState.FAIL)
+
+
 def _drop_reruns(study: "optuna.Study", number: int) -> None:
     """Fail the queued re-runs of trial `number`, which finished after all (not counted: no result)."""
     import optuna
 
-    storage = internals.storage_of(study)
     for t in internals.fresh_trials(study, _states("WAITING")):
         if t.user_attrs.get(RETRY_OF) == number:
             tid = internals.trial_id(t)
             try:
-                storage.set_trial_user_attr(tid, KILLED, True)
-                storage.set_trial_user_attr(tid, ROLE, "killed")
-                storage.set_trial_user_attr(tid, FAIL_REASON, f"not run: trial {number} finished after all")
-                storage.set_trial_state_values(tid, state=optuna.trial.TrialState.FAIL)
+                fail_marked(study, tid, KILLED, "killed", f"not run: trial {number} finished after all")
             except optuna.exceptions.UpdateFinishedTrialError:  # taken by a process meanwhile: it runs
                 continue
 
