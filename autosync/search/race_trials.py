@@ -194,9 +194,8 @@ def _claim_order(study: "optuna.Study", only: set[tuple[str, int, bool]] | None 
     return order
 
 
-def race_search(study: "optuna.Study", request: "TuneRequest",
-                on_trial: Callable[[int, int], None] | None = None,
-                mine: set[str] | None = None, helpers: Helpers | None = None) -> tuple[Answer, dict[str, Any]]:
+def race_search(study: "optuna.Study", request: "TuneRequest", on_trial: Callable[[int, int], None] | None,
+                mine: set[str], helpers: Helpers) -> tuple[Answer, dict[str, Any]]:
     """Run the race on `request.job` in `study` (see the module's docstring) to its answer; returns the answer
     and BSP's reference made from the race's BSP runs (stored as the study's `BSP_REFERENCE`). The process
     tags of the `--n-jobs` helpers join `mine` (the command's processes, whose trials are its new ones)."""
@@ -206,10 +205,8 @@ def race_search(study: "optuna.Study", request: "TuneRequest",
     settings = race_settings(request.race_settings)
     objective = RaceObjective(job, settings, settings_.penalty, settings_.backend, request.storage)
     accuracy = job.target.metric == "test_accuracy"
-    helpers = helpers or Helpers()  # (`tune` passes those `race_helpers` started: none, one process)
-    helpers.start_racing()
-    if mine is not None:
-        mine.update(process_tag(p.pid) for p in helpers.procs)
+    helpers.start_racing()  # those `race_helpers` started (none: one process)
+    mine.update(process_tag(p.pid) for p in helpers.procs)
     try:
         step, seen = _race(study, request, settings, objective, accuracy, helpers, on_trial)
     except BaseException:  # before the caller reports what was kept: the helpers' runs in progress end first

@@ -66,7 +66,6 @@ class TuneRequest:
     n_jobs: int | None = _default("n_jobs")  # None: `default_n_jobs`, once the sampler is resolved
     refresh: bool = _default("refresh")
     settings: ObjectiveSettings = ObjectiveSettings()
-    binary_runs_per_candidate: int = 3  # Sync-Switch binary search: R (recorded as R seeds per trial)
     verify_top: int = _default("verify_top")  # re-run the K best feasible candidates and BSP on verify_backend
     verify_backend: "BackendChoice | None" = None  # where the verification runs (processes, virtual or real clock)
     transfer: bool = _default("transfer")  # a new study starts from the winners of the nearest tuned jobs

@@ -18,6 +18,8 @@ from autosync.policies import SyncSwitch
 from autosync.search.strategies.binary import binary_search
 from autosync.search.strategies.ladder import ladder_finished, next_rung
 
+RUNS_PER_CANDIDATE = 3  # Sync-Switch's binary search: R runs per candidate, recorded as R seeds per trial
+
 if TYPE_CHECKING:
     import optuna
 
@@ -33,7 +35,7 @@ def run_switch_point_search(study: "optuna.Study", request: "TuneRequest", refer
                             ) -> None:
     """Sync-Switch's Algorithm 1 (`binary`) or the cost-ordered ladder (`ladder`) as a search strategy.
 
-    Each candidate is one trial of the same study, averaging R seeds (`binary_runs_per_candidate`).
+    Each candidate is one trial of the same study, averaging R seeds (`RUNS_PER_CANDIDATE`).
     Binary search enqueues each candidate it chooses; the ladder is the study's sampler (`LadderSampler`)
     and runs in `study.optimize` until a rung holds.
     """
@@ -53,7 +55,7 @@ def run_switch_point_search(study: "optuna.Study", request: "TuneRequest", refer
                             "(its first choice is used), or a constant")
         others[f"sync_switch.{name}"] = dim.choices[0]
     # every candidate's final metric decides the search (Sync-Switch's binary search compares them)
-    settings = dataclasses.replace(request.settings, repeats=request.binary_runs_per_candidate, prune=False,
+    settings = dataclasses.replace(request.settings, repeats=RUNS_PER_CANDIDATE, prune=False,
                                    stop_at_target=False)
     objective = Objective(request.job, space, settings, reference["final_metric"])
     if request.sampler == "ladder":  # one trial at a time while a rung is free and none has held
