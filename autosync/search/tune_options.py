@@ -68,8 +68,8 @@ class TuneOptions(ExecutionOptions):
                                      "the budget is not run (0: run the whole budget; default: the space's "
                                      "`patience`, 5 for static_k, else 0; 0 with --sampler grid; not the race's).", ge=0)
 
-    table: Optional[str] = option(None, "Replay the search's simulator runs from this table directory (`autosync "
-                                  "table build`) instead of training them; a run it lacks is trained and stored "
+    table: Optional[str] = option(None, "Replay the search's simulator runs from this table directory (built by "
+                                  "`autosync table`) instead of training them; a run it lacks is trained and stored "
                                   "there. The same trials and answer as without it.")
     race_settings: Optional[str] = option(None, "With the race (--sampler race, the default on --space policy): its "
                                           "settings file (`autosync fit --out FILE`; default: the settings autosync "

@@ -103,7 +103,7 @@ def shared_storage(storage: str) -> bool:
 
 def usable_cores() -> int:
     """The cores this process may use, as joblib counts them for `-1` elsewhere (`autosync leaderboard
-    --n-jobs -1`, `autosync table build`): the fewest of the machine's, the process's CPU affinity and a
+    --n-jobs -1`, `autosync table`): the fewest of the machine's, the process's CPU affinity and a
     container's CPU quota."""
     return joblib.cpu_count()
 
