@@ -1,6 +1,6 @@
 """Ctrl-C at random moments of a command that runs several processes: does every run end in one line?
 
-    python benchmarks/bench_ctrl_c_storm.py [--commands tune leaderboard table run] [--runs 40] [--earliest 0.1]
+    python benchmarks/bench_ctrl_c_storm.py [--commands tune leaderboard table run calibrate] [--runs 40] [--earliest 0.1]
                                             [--latest 4.0] [--seed 0] [--json FILE]
 
 Each run starts one command on a fresh folder, in a session of its own, and sends SIGINT to its process group
@@ -10,7 +10,8 @@ a target it never meets, so the race is still running) with `--n-jobs 2` (its he
 torch, BSP's reference, both processes racing); `leaderboard` of that job (3 policies x 2 seeds on joblib's
 2 worker processes); `table` of the first quarry job (its cells on joblib's 2 worker processes); `run` of the
 tiny job on the processes backend (its 2 worker processes forked; it ends about 2.5 s after the start, so the
-later Ctrl-Cs find it finished). The Ctrl-C lands while the command's modules load, as its workers start,
+later Ctrl-Cs find it finished); `calibrate` of that job (its two real runs on 2 worker processes each, the
+simulations and the fit: about 5 s). The Ctrl-C lands while the command's modules load, as its workers start,
 while they train. A run ends well when the command exits with status 130, prints exactly one
 `error: interrupted` line and no traceback, or had finished before the Ctrl-C came (status 0, no traceback).
 Printed: each run that did not, with its delay, exit status and the last lines of its error output, and the
@@ -39,7 +40,7 @@ from tests.conftest import TINY_JOB  # noqa: E402
 
 from _report import Figures  # noqa: E402
 
-COMMANDS = ("tune", "leaderboard", "table", "run")  # each with 2 processes or more (`command_line`)
+COMMANDS = ("tune", "leaderboard", "table", "run", "calibrate")  # each with 2 processes or more (`command_line`)
 
 
 def never_met_job(path: Path) -> Path:
@@ -60,6 +61,8 @@ def command_line(command: str, job: Path, folder: Path) -> list[str]:
     if command == "table":
         return ["table", str(BASELINE_DIR / "family_quarry.yaml"), "--jobs", "1", "--n-jobs", "2", "--out",
                 str(folder / "table")]
+    if command == "calibrate":
+        return ["calibrate", str(job), "--out", str(folder / "calibrated.yaml")]
     return ["run", str(job), "--backend", "processes", "--out", str(folder / "run")]
 
 
