@@ -137,10 +137,17 @@ def guarded(cls: type) -> type:
     name of this module, so its instances pickle). Private methods are guarded too: Optuna's cached storage
     reads and writes through them (`_get_trials`, `_create_new_trial`, ...), and a Ctrl-C inside one of those
     reads once left SQLAlchemy printing a traceback as it closed the cursor on a closed database."""
-    name = f"Guarded{cls.__name__}"
-    if name not in globals():
-        methods = {attr: _guard(getattr(cls, attr)) for attr in dir(cls)
+    return wrapping_methods(cls, "Guarded", lambda method, _: _guard(method), globals())
+
+
+def wrapping_methods(cls: type, prefix: str, wrap: Callable[[Any, str], Any], namespace: dict[str, Any]) -> type:
+    """The subclass `prefix` + `cls.__name__` of `cls` whose every method but the dunder ones, inherited and
+    private ones included, is `wrap(method, its name)`: made once, and kept as a name of the module whose
+    globals are `namespace`, so its instances pickle."""
+    name = f"{prefix}{cls.__name__}"
+    if name not in namespace:
+        methods = {attr: wrap(getattr(cls, attr), attr) for attr in dir(cls)
                    if not (attr.startswith("__") and attr.endswith("__"))
                    and inspect.isfunction(inspect.getattr_static(cls, attr))}
-        globals()[name] = type(name, (cls,), {**methods, "__module__": __name__, "__qualname__": name})
-    return globals()[name]
+        namespace[name] = type(name, (cls,), {**methods, "__module__": namespace["__name__"], "__qualname__": name})
+    return namespace[name]

@@ -13,13 +13,13 @@ connection broke is never reused. A heartbeat is never waited for: a missed one 
 from __future__ import annotations
 
 import functools
-import inspect
 import os
 import threading
 import time
 from typing import Any, Callable, TypeVar
 
 from autosync.core.errors import StorageLost
+from autosync.search.study.interrupts import wrapping_methods
 from autosync.search.study.urls import redact, redact_url
 
 T = TypeVar("T")
@@ -150,10 +150,4 @@ def _waits(method: Callable[..., Any], name: str) -> Callable[..., Any]:
 def waiting(cls: type) -> type:
     """A subclass of storage class `cls` whose methods wait for a server that does not answer (made once,
     and a name of this module, so its instances pickle)."""
-    name = f"Waiting{cls.__name__}"
-    if name not in globals():
-        methods = {attr: _waits(getattr(cls, attr), attr) for attr in dir(cls)
-                   if not (attr.startswith("__") and attr.endswith("__"))
-                   and inspect.isfunction(inspect.getattr_static(cls, attr))}
-        globals()[name] = type(name, (cls,), {**methods, "__module__": __name__, "__qualname__": name})
-    return globals()[name]
+    return wrapping_methods(cls, "Waiting", _waits, globals())
