@@ -264,15 +264,12 @@ class Objective:
         import optuna
 
         for t in trial.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.PRUNED,)):
-            same = t.params == trial.params or (canonical is not None and t.user_attrs.get(CANONICAL) == canonical)
-            if not same or t.user_attrs.get(SCORING) != scoring or t.last_step is None:
+            if not _runs_alike(t, trial, canonical) or t.user_attrs.get(SCORING) != scoring or t.last_step is None:
                 continue
             pruned_at = t.intermediate_values[t.last_step]
             if race.exceeded_by(pruned_at):
                 trial.report(pruned_at, t.last_step)
-                trial.set_user_attr(VIRTUAL_SECONDS, 0.0)
-                trial.set_user_attr(SAME_AS, t.number)
-                _answered(trial)
+                _answered(trial, t.number)
                 raise optuna.TrialPruned(f"runs like trial {t.number}, pruned at {pruned_at:.0f} virtual s")
 
     def _needs_full_budget(self, trial: "optuna.Trial") -> bool:
@@ -299,7 +296,7 @@ class Objective:
             return t.user_attrs.get(PROCESS) != me and t.user_attrs.get(SCORING) == scoring \
                 and (t.state.name in ("RUNNING", "COMPLETE") or has_own_failure(t)) \
                 and (not full or has_full_result(t)) \
-                and (t.params == trial.params or (canonical is not None and t.user_attrs.get(CANONICAL) == canonical))
+                and _runs_alike(t, trial, canonical)
 
         return claim_point(trial, self.storage_url, attrs, same)
 
@@ -345,8 +342,7 @@ class Objective:
         states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
         # a twin with its full-budget result first (it also answers the constraint), then one stopped at the target
         for t in sorted(trial.study.get_trials(deepcopy=False, states=states), key=final_pending):
-            same = t.params == trial.params or (canonical is not None and t.user_attrs.get(CANONICAL) == canonical)
-            if same and alike(t):
+            if _runs_alike(t, trial, canonical) and alike(t):
                 return None, t
         if canonical is not None:
             for name, t in sorted(finished_trials(self.siblings), key=lambda pair: final_pending(pair[1])):
@@ -361,9 +357,7 @@ class Objective:
             trial.set_user_attr(key, score[key])
         if score.get(CURVE):  # the trials racing against BSP read its pace (`pruning.CURVE`)
             trial.set_user_attr(CURVE, score[CURVE])
-        trial.set_user_attr(VIRTUAL_SECONDS, 0.0)
-        trial.set_user_attr(SAME_AS, BSP_REFERENCE)
-        _answered(trial)
+        _answered(trial, BSP_REFERENCE)
         return self._result(trial, score)
 
     def _copy(self, study_name: str | None, twin: "optuna.trial.FrozenTrial",
@@ -379,9 +373,7 @@ class Objective:
                            REPAIR_OF, ROLE) \
                     and (failed or key != FAIL_REASON):
                 trial.set_user_attr(key, value)
-        trial.set_user_attr(VIRTUAL_SECONDS, 0.0)
-        trial.set_user_attr(SAME_AS, twin.number if study_name is None else f"{study_name}#{twin.number}")
-        _answered(trial)
+        _answered(trial, twin.number if study_name is None else f"{study_name}#{twin.number}")
         if failed:
             raise RunFailed(twin.user_attrs[FAIL_REASON])
         # a copy of a run stopped at the target is pending too
@@ -391,9 +383,17 @@ class Objective:
 BSP = {"policy": "bsp", "params": {}}
 
 
-def _answered(trial: "optuna.Trial") -> None:
-    """Mark `trial`, answered without training, as taking no slot of the budget (`ANSWERED`), while the study
+def _runs_alike(t: "optuna.trial.FrozenTrial", trial: "optuna.Trial", canonical: dict[str, Any] | None) -> bool:
+    """Whether `t` runs exactly like `trial`: the same parameters, or the same canonical policy `canonical`."""
+    return t.params == trial.params or (canonical is not None and t.user_attrs.get(CANONICAL) == canonical)
+
+
+def _answered(trial: "optuna.Trial", same_as: int | str) -> None:
+    """Mark `trial` answered without training from `same_as` (a trial's number, `STUDY#N` of a sibling, or
+    BSP's reference): no virtual seconds of its own, and no slot of the budget (`ANSWERED`) while the study
     has fewer than `MAX_UNCOUNTED` such trials: a sampler that proposes only tried points must still end."""
+    trial.set_user_attr(VIRTUAL_SECONDS, 0.0)
+    trial.set_user_attr(SAME_AS, same_as)
     uncounted = sum(1 for t in trial.study.get_trials(deepcopy=False) if t.user_attrs.get(ANSWERED))
     if uncounted < MAX_UNCOUNTED:
         trial.set_user_attr(ANSWERED, True)
