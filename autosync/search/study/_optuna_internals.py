@@ -81,9 +81,9 @@ def fresh_trials(study: "optuna.Study", states: tuple[Any, ...] | None = None) -
     a trial this process created (an enqueued or re-queued one) can stay WAITING in it after another
     process ran it. Budget accounting across processes must not trust that view.
 
-    From an RDB storage, one light query lists every trial's id, number and state, and only the trials not
-    already read finished are read whole (`_FinishedTrials`); the race and the checks read the study
-    several times a trial, and a whole read of every trial was most of a replayed tune's time.
+    From an RDB storage, one light query lists every trial's id, number, state and completion time, and only
+    the trials not already read finished are read whole (`_FinishedTrials`): the race and the checks read the
+    study several times a trial, and a whole read of every trial was most of a replayed tune's time.
     The objects returned are shared between calls: read them, never change them.
     """
     backend = _backend(study)
