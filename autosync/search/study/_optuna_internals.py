@@ -96,44 +96,68 @@ def fresh_trials(study: "optuna.Study", states: tuple[Any, ...] | None = None) -
 class _FinishedTrials:
     """The finished trials this process has read from each RDB storage, by study and trial id.
 
-    A finished trial's row never changes: Optuna refuses every write to it (`check_trial_is_updatable`,
-    autosync's one-transaction attribute writes included), so a finished trial read once is read from here.
-    Each is kept with its row as the light query lists it (number, state, completion time); a kept trial
-    the database no longer lists so (a deleted study, or its id given again to a trial of a study made anew
-    under the same id) is read again.
+    A finished trial is kept with its row as the light query lists it (`_listed`): number, state,
+    completion time, and how many attributes, parameters and intermediate values it has and how long its
+    attributes' JSON is. Optuna refuses a write to a finished trial, but checks the state before it writes,
+    outside the write's transaction (a process failing a trial it found silent, while its owner finishes
+    it), so a finished trial can still gain a row: its listed row then differs and it is read again, as is a
+    trial the database no longer lists so (a deleted study, or its id given again under a study made anew).
+    Only a trial read whole as the light query before it listed it is kept. One thread reads at a time.
     """
 
+    LARGEST_ID_LIST = 500  # more unread trials than this are read as every trial past the first of them: an
+    # id list as long as the study's would pass SQLite's limit on a statement's variables (999 before 3.32)
+
     def __init__(self) -> None:
-        self._by_backend: "weakref.WeakKeyDictionary[Any, dict[int, dict[int, tuple[Any, Any]]]]" = \
+        self._by_backend: "weakref.WeakKeyDictionary[Any, dict[int, dict[int, tuple[Any, tuple[Any, ...]]]]]" = \
             weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
 
     def read(self, backend: Any, study_id: int, states: tuple[Any, ...] | None) -> list["optuna.trial.FrozenTrial"]:
-        """The study's trials in `states` (None: all), by id: each finished one kept, the others read whole
+        """The study's trials in `states` (None: all), by id: each kept one from here, the others read whole
         (those the light query saw in `states`, and any trial newer than it saw)."""
-        from optuna.storages._rdb import models
-
-        kept = self._by_backend.setdefault(backend, {}).setdefault(study_id, {})
-        columns = models.TrialModel.__table__.c
-        with _session(backend) as session:
-            models.StudyModel.find_or_raise_by_id(study_id, session)  # a missing study raises, as Optuna's read
-            rows = session.query(columns.trial_id, columns.number, columns.state, columns.datetime_complete) \
-                .filter(columns.study_id == study_id).all()
-        listed = {trial_id: (number, state, done) for trial_id, number, state, done in rows}
-        for i, (trial, row) in list(kept.items()):
-            now = listed.get(i)
-            if now is None or now != (row or (trial.number, trial.state, now[2])):
+        with self._lock:
+            kept = self._by_backend.setdefault(backend, {}).setdefault(study_id, {})
+            listed = _listed(backend, study_id)
+            for i in [i for i, (_, row) in kept.items() if listed.get(i) != row]:
                 del kept[i]
-            elif row is None:  # finished between its light row and its whole read: its row from now on
-                kept[i] = (trial, now)
-        wanted = [i for i, (_, state, _) in listed.items() if states is None or state in states]
-        unread = {i for i in wanted if i not in kept}
-        read = backend._get_trials(study_id, None, unread, max(listed)) if unread else []
-        for trial in read:
-            row = listed.get(trial._trial_id)
-            if trial.state.is_finished():
-                kept[trial._trial_id] = (trial, row if row is not None and row[1] == trial.state else None)
-        found = {i: kept[i][0] for i in wanted if i in kept} | {t._trial_id: t for t in read}
+            wanted = [i for i, row in listed.items() if states is None or row[1] in states]
+            unread = {i for i in wanted if i not in kept}
+            if len(unread) > self.LARGEST_ID_LIST:
+                read = backend._get_trials(study_id, None, set(), min(unread) - 1)
+            else:
+                read = backend._get_trials(study_id, None, unread, max(listed)) if unread else []
+            for trial in read:
+                row = listed.get(trial._trial_id)
+                if trial.state.is_finished() and row is not None and row[1] == trial.state:
+                    kept[trial._trial_id] = (trial, row)
+            found = {i: kept[i][0] for i in wanted if i in kept} | {t._trial_id: t for t in read}
         return [found[i] for i in sorted(found) if states is None or found[i].state in states]
+
+
+def _listed(backend: Any, study_id: int) -> dict[int, tuple[Any, ...]]:
+    """Each trial of the study by id: (number, state, completion time, then the count of its user attributes
+    and their JSON's length, the same of its system attributes, the count of its parameters and of its
+    intermediate values), in one query; a missing study raises, as Optuna's own read does."""
+    import sqlalchemy as sa
+    from optuna.storages._rdb import models
+
+    trials = models.TrialModel.__table__
+
+    def per_trial(model: Any, length: bool = False) -> Any:
+        table = model.__table__
+        measure = sa.func.coalesce(sa.func.sum(sa.func.length(table.c.value_json)), 0) if length else sa.func.count()
+        return sa.select(measure).where(table.c.trial_id == trials.c.trial_id).scalar_subquery()
+
+    with _session(backend) as session:
+        models.StudyModel.find_or_raise_by_id(study_id, session)
+        rows = session.execute(sa.select(
+            trials.c.trial_id, trials.c.number, trials.c.state, trials.c.datetime_complete,
+            per_trial(models.TrialUserAttributeModel), per_trial(models.TrialUserAttributeModel, length=True),
+            per_trial(models.TrialSystemAttributeModel), per_trial(models.TrialSystemAttributeModel, length=True),
+            per_trial(models.TrialParamModel), per_trial(models.TrialIntermediateValueModel),
+        ).where(trials.c.study_id == study_id)).all()
+    return {row[0]: tuple(row[1:]) for row in rows}
 
 
 _FINISHED = _FinishedTrials()

@@ -149,5 +149,6 @@ def _waits(method: Callable[..., Any], name: str) -> Callable[..., Any]:
 
 def waiting(cls: type) -> type:
     """A subclass of storage class `cls` whose methods wait for a server that does not answer (made once,
-    and a name of this module, so its instances pickle)."""
+    and a name of this module, so its instances pickle); its heartbeat is not waited for, and a refused one
+    is skipped by `storage.QuietHeartbeats`, which comes first in the storage's classes."""
     return wrapping_methods(cls, "Waiting", _waits, globals())

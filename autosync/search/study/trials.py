@@ -244,8 +244,8 @@ def fail_dead_trials(study: "optuna.Study") -> DeadTrials:
 def fail_marked(study: "optuna.Study", trial_id: int, mark: str, role: str, reason: str, value: Any = True) -> bool:
     """Fail the trial of storage id `trial_id` with attribute `mark` (= `value`) written first, then its `role` and
     `reason`: should it finish between the writes, a reason without its mark would count as a failure of its own
-    (and twins copy it). Whether this call failed it (False: another process set its state first); raises
-    Optuna's UpdateFinishedTrialError where it finished before a write."""
+    (and twins copy it). True once failed (Optuna's state write); raises Optuna's UpdateFinishedTrialError
+    where the trial finished before a write."""
     import optuna
 
     storage = internals.storage_of(study)

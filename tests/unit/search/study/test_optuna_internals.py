@@ -132,3 +132,28 @@ def test_fresh_trials_read_as_optunas_own_read_while_another_process_changes_the
             internals._backend(again).get_all_trials(again._study_id, deepcopy=False))
     with pytest.raises(KeyError):
         internals.fresh_trials(ours if again._study_id != old_id else optuna.Study("gone", ours._storage))
+
+
+def test_a_finished_trial_that_gains_a_row_is_read_again_and_a_long_list_of_unread_trials_is_read_whole(
+        tmp_path, monkeypatch):
+    """Optuna checks a trial's state before it writes, outside the write's transaction, so a trial can finish
+    between another process's check and its write: the row the write adds is read, not the copy kept."""
+    from optuna.storages._rdb import models
+    from optuna.storages._rdb.storage import _create_scoped_session
+
+    study = optuna.create_study(storage=open_storage(f"sqlite:///{tmp_path / 'late.db'}"), study_name="late")
+    for x in range(4):
+        study.enqueue_trial({"x": x})
+    trial = study.ask()
+    study.tell(trial, 1.0)
+    assert internals.fresh_trials(study)[0].user_attrs == {}  # read whole and kept
+    backend = internals._backend(study)
+    with _create_scoped_session(backend.scoped_session) as session:  # the write whose check came first
+        session.add(models.TrialUserAttributeModel(trial_id=internals.trial_id(trial), key="killed",
+                                                   value_json="true"))
+    assert internals.fresh_trials(study)[0].user_attrs == {"killed": True}
+    monkeypatch.setattr(internals._FinishedTrials, "LARGEST_ID_LIST", 1)
+    internals._FINISHED._by_backend.clear()
+    whole = backend.get_all_trials(study._study_id, deepcopy=False)
+    assert _seen(internals.fresh_trials(study)) == _seen(whole)
+    assert _seen(internals.fresh_trials(study, (optuna.trial.TrialState.WAITING,))) == _seen(whole[1:])
