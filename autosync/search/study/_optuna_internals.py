@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import json
 import threading
 import weakref
@@ -139,6 +140,18 @@ def _listed(backend: Any, study_id: int) -> dict[int, tuple[Any, ...]]:
     """Each trial of the study by id: (number, state, completion time, then the count of its user attributes
     and their JSON's length, the same of its system attributes, the count of its parameters and of its
     intermediate values), in one query; a missing study raises, as Optuna's own read does."""
+    from optuna.storages._rdb import models
+
+    with _session(backend) as session:
+        rows = session.execute(_listing(), {"study_id": study_id}).all()
+        if not rows:
+            models.StudyModel.find_or_raise_by_id(study_id, session)
+    return {row[0]: tuple(row[1:]) for row in rows}
+
+
+@functools.cache
+def _listing() -> Any:
+    """`_listed`'s query, made once (its study a bound parameter): building it took as long as running it."""
     import sqlalchemy as sa
     from optuna.storages._rdb import models
 
@@ -149,15 +162,12 @@ def _listed(backend: Any, study_id: int) -> dict[int, tuple[Any, ...]]:
         measure = sa.func.coalesce(sa.func.sum(sa.func.length(table.c.value_json)), 0) if length else sa.func.count()
         return sa.select(measure).where(table.c.trial_id == trials.c.trial_id).scalar_subquery()
 
-    with _session(backend) as session:
-        models.StudyModel.find_or_raise_by_id(study_id, session)
-        rows = session.execute(sa.select(
-            trials.c.trial_id, trials.c.number, trials.c.state, trials.c.datetime_complete,
-            per_trial(models.TrialUserAttributeModel), per_trial(models.TrialUserAttributeModel, length=True),
-            per_trial(models.TrialSystemAttributeModel), per_trial(models.TrialSystemAttributeModel, length=True),
-            per_trial(models.TrialParamModel), per_trial(models.TrialIntermediateValueModel),
-        ).where(trials.c.study_id == study_id)).all()
-    return {row[0]: tuple(row[1:]) for row in rows}
+    return sa.select(
+        trials.c.trial_id, trials.c.number, trials.c.state, trials.c.datetime_complete,
+        per_trial(models.TrialUserAttributeModel), per_trial(models.TrialUserAttributeModel, length=True),
+        per_trial(models.TrialSystemAttributeModel), per_trial(models.TrialSystemAttributeModel, length=True),
+        per_trial(models.TrialParamModel), per_trial(models.TrialIntermediateValueModel),
+    ).where(trials.c.study_id == sa.bindparam("study_id"))
 
 
 _FINISHED = _FinishedTrials()
