@@ -294,7 +294,9 @@ def test_troubleshooting_has_an_entry_for_every_verdict_and_error_class():
 # ------------------------------------------------------------------------------------------ figures
 
 # A measured figure in prose: a ratio, a share, a time, a search cost or a size
-FIGURE = re.compile(r"(?<![\w.=/-])(\d+(?:\.\d+)?)(?=x\b| ?%| s\b| ms\b| BSP trainings| MB\b| MiB\b| GiB\b)")
+# (a word of comparison may come between, and a line may break before the unit: "1.31\nfewer BSP trainings")
+UNIT = r"(?:(?:\s(?:fewer|more|less))?(?:\sBSP\strainings|\ss\b|\sms\b)|x\b|\s?%|\sMB\b|\sMiB\b|\sGiB\b)"
+FIGURE = re.compile(r"(?<![\w.=/-])(\d+(?:\.\d+)?)(?=" + UNIT + ")")
 # Where a figure may come from: a committed result, benchmark or family file, or a tutorial step's output
 SOURCE = re.compile(r"(?:\.\./)*((?:results|benchmarks|baselines|docs/tutorial/output)/[\w./-]*[\w/])")
 # Figures that are settings, definitions or examples of a printed form, not measurements, each with why
@@ -380,8 +382,7 @@ def test_every_figure_in_prose_is_in_the_file_it_cites(name):
             continue
         numbers = _numbers(_cited_lines(unit))
         for m in FIGURE.finditer(unit):
-            shown = unit[m.start():m.end() + 14]
-            shown = re.match(r"\d+(?:\.\d+)?(?:x| ?%| s| ms| BSP trainings| MB| MiB| GiB)", shown).group(0)
+            shown = " ".join(re.match(r"\d+(?:\.\d+)?" + UNIT, unit[m.start():m.end() + 20]).group(0).split())
             if (name, shown) in NOT_MEASURED or _found(m.group(1), numbers):
                 continue
             untraced.append(f"{shown!r} in: {' '.join(unit.split())[:160]}")
