@@ -501,7 +501,8 @@ def _helper(request: "TuneRequest", name: str, go: Any, stop: Any, parent: Paren
     while not go.wait(POLL_SECONDS):
         if stop.is_set() or parent.gone():
             return
-    study = optuna.load_study(study_name=name, storage=open_storage(request.storage))
+    study = optuna.load_study(study_name=name, storage=open_storage(request.storage),
+                              pruner=optuna.pruners.NopPruner())  # as the command's (`tune.load_study`)
     order = _claim_order(study)
     # Ctrl-C reaches the helpers too: `helper_processes._run_then_end` holds it out of writes and tags
     while not stop.is_set() and not parent.gone():  # a killed command's helper stops too
