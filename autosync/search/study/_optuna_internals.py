@@ -4,8 +4,9 @@ autosync fails the trials of dead processes itself, each with its reason, before
 `study.optimize` would fail them without one (`autosync.search.study.trials.fail_dead_trials`). That needs the
 ids of stale trials, the heartbeat table (a trial killed before its first heartbeat is never stale to
 Optuna), a study's storage (and its URL, for the storage lock) and a trial's storage id. The trial budget is counted from the database
-itself, past Optuna's per-process cache (`fresh_trials`, which reads whole only the trials it has not read
-finished: `RDBStorage._get_trials` and the trials table's columns). Studies are listed from their attribute rows
+itself, past Optuna's per-process cache (`fresh_trials`, which reads whole only the trials it has not kept
+finished: `RDBStorage._get_trials`, and the columns of the trials table and of its attribute, parameter and
+intermediate-value tables). Studies are listed from their attribute rows
 (`all_studies`), so that one damaged attribute does not hide every study. A heartbeat thread whose start
 was cut short is found and stopped (`heartbeat_threads`). A queued trial can be claimed in an order other than
 Optuna's oldest first (`claiming_in`), and a trial's attributes written in one statement (`set_user_attrs`, with Optuna's model and updatable check).
@@ -82,8 +83,8 @@ def fresh_trials(study: "optuna.Study", states: tuple[Any, ...] | None = None) -
     a trial this process created (an enqueued or re-queued one) can stay WAITING in it after another
     process ran it. Budget accounting across processes must not trust that view.
 
-    From an RDB storage, one light query lists every trial's id, number, state and completion time, and only
-    the trials not already read finished are read whole (`_FinishedTrials`): the race and the checks read the
+    From an RDB storage, one light query lists every trial's id, number, state, completion time and row
+    counts (`_listed`), and only the trials not kept finished are read whole (`_FinishedTrials`): the race and the checks read the
     study several times a trial, and a whole read of every trial was most of a replayed tune's time.
     The objects returned are shared between calls: read them, never change them.
     """
