@@ -472,7 +472,7 @@ class Fitted:
 
 
 def fit(files: Sequence[str | Path], options: FitOptions | None = None, **fields: Any) -> Fitted:
-    """Fit the race's settings (`autosync.race`: its portfolio, margin and finalists) on jobs 0..jobs-1
+    """Fit the race's settings (`autosync.race`: its portfolio and margin) on jobs 0..jobs-1
     of each family file in `files`, every run read from the table (`autosync.experiments.race_fit.fit`), and
     write them to `out` (default: the settings autosync ships). With `check`, write nothing and raise
     `RuntimeFailure` unless `out` already holds those settings (its comment, the command that wrote it, aside).

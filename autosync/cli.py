@@ -369,7 +369,7 @@ def table(files: list[Path] = typer.Argument(..., help="Job files, and job-famil
 def fit(files: list[Path] = typer.Argument(..., help="Job-family files whose jobs 0..N-1 the race is fitted on "
                                            "(the committed ones: baselines/family_*.yaml)."),
         as_json: bool = JSON_OPT, *, options: FitOptions) -> None:
-    """Fit the race of `autosync tune --sampler race` (its portfolio, margin and finalists) on a table of job
+    """Fit the race of `autosync tune --sampler race` (its portfolio and margin) on a table of job
     families, every run read from the table; --check says whether the file already holds the fit."""
     with status.status(f"fitting the race on {options.table}"):
         fitted = api.fit(files, options)
@@ -379,7 +379,7 @@ def fit(files: list[Path] = typer.Argument(..., help="Job-family files whose job
         return _print_json(summary)
     verb = "holds" if options.check else ("unchanged:" if fitted.unchanged else "wrote")
     console.print(f"{verb} {fitted.path}: fitted on {fitted.jobs} jobs, portfolio of {len(settings.portfolio)} "
-                  f"({', '.join(settings.portfolio)}), margin {settings.margin:g}, {settings.finalists} finalists")
+                  f"({', '.join(settings.portfolio)}), margin {settings.margin:g}")
 
 
 @_command(CompareOptions, name="robustness-compare")

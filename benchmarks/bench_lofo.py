@@ -182,8 +182,7 @@ def race_folds(families: list[str], count: int, table_dir: Path) -> dict[str, Pa
         settings = race_fit.fit(table, [t for t in times if t.family != family])
         out[family] = folder / f"without-{family}.yaml"
         out[family].write_text(race_fit.settings_text(settings, f"race.fit without {family}"))
-        print(f"fold without {family}: {settings.portfolio}, margin {settings.margin}, "
-              f"{settings.finalists} finalists", flush=True)
+        print(f"fold without {family}: {settings.portfolio}, margin {settings.margin}", flush=True)
     return out
 
 

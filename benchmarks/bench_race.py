@@ -84,7 +84,7 @@ def main() -> None:
           f"worst {max(ratios):.2f}, median cost {cost:.2f} BSP trainings, {breaking} answers breaking the "
           "final-metric rule held out")
     for r in rows:
-        print(f"   {r['family']:8} {r['job']:12} size {r['size']} margin {r['margin']} finalists {r['finalists']} "
+        print(f"   {r['family']:8} {r['job']:12} size {r['size']} margin {r['margin']} "
               f"{r['ratio']:.2f} {r['cost']:.2f} "
               f"{'keeps' if r['keeps'] else 'breaks'} {r['answer'][:60]}")
     median = statistics.median(ratios)

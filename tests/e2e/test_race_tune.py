@@ -122,7 +122,7 @@ def test_a_budget_cuts_the_race_short_and_its_output_says_so(tiny_job, tmp_path)
     (("--no-transfer",), "does not read --no-transfer: it starts from its fitted portfolio"),
 ])
 def test_a_bad_race_option_is_one_line_and_exit_2(tiny_job, tmp_path, args, says):
-    (tmp_path / "bad.yaml").write_text("portfolio: [bsp]\nmargin: 0\nfinalists: 1\n")
+    (tmp_path / "bad.yaml").write_text("portfolio: [bsp]\nmargin: 0\n")
     proc = autosync("tune", str(tiny_job), "--storage", f"sqlite:///{tmp_path}/s.db", *args, cwd=tmp_path)
     no_traceback(proc)
     assert proc.returncode == 2 and says in proc.stderr, proc.stderr
@@ -153,8 +153,8 @@ def test_fit_check_exits_1_where_the_file_holds_other_settings(tmp_path):
     assert proc.returncode == 1 and "does not hold what" in proc.stderr
 
 
-def test_where_every_finalist_breaks_the_rule_the_replayed_race_bisects_static_k_towards_bsp_and_says_so(tmp_path):
-    """Fleet's first job on the committed table: the race's two finalists break the final-metric rule, and the
+def test_where_every_candidate_breaks_the_rule_the_replayed_race_bisects_static_k_towards_bsp_and_says_so(tmp_path):
+    """Fleet's first job on the committed table: the 6 candidates the race checked break the final-metric rule, and the
     round towards BSP (static k at BSP's learning rate, bisected: 4 keeps it, 2 and 3 do not) answers 4 of the 9
     workers; every run is read from the table (a copy: nothing is trained into it)."""
     table = tmp_path / "table"
@@ -163,7 +163,7 @@ def test_where_every_finalist_breaks_the_rule_the_replayed_race_bisects_static_k
     FORKS.clear()
     KEPT.clear()
     race = tune(job, table=str(table), storage=f"sqlite:///{tmp_path}/s.db").cache["race"]
-    assert race["answer"] == "backup:k=0.5n,lr_rule=fixed" and len(race["checked"]) == 2
+    assert race["answer"] == "backup:k=0.5n,lr_rule=fixed" and len(race["checked"]) == 6
     assert race["towards_bsp"] == ["backup:k=0.5n,lr_rule=fixed", "backup:k=0.25n,lr_rule=fixed",
                               "backup:k=0.375n,lr_rule=fixed"]  # k = 4 keeps it, then 2 and 3 do not
     tried = [run for r in race["rounds"] if r["round"] == "towards BSP" for run in r["runs"]]

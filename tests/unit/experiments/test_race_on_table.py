@@ -45,7 +45,7 @@ class _Spec:
 POINTS = {"bsp": BSP, "x": {"policy": "asp", "params": {}}, "y": {"policy": "ssp", "params": {}}}
 SEARCH = {"bsp": [80.0, 80.0], "x": [10.0, 12.0], "y": [40.0, 30.0]}  # each run reaches the target: it trains its time
 JOB = JobTimes("f", "j", _Spec, POINTS, SEARCH, {"bsp": 80.0, "x": 11.0, "y": 35.0}, 11.0, 100.0, SEARCH)
-SETTINGS = RaceSettings(("x", "y", "bsp"), margin=2.0, finalists=2)
+SETTINGS = RaceSettings(("x", "y", "bsp"), margin=2.0)
 
 
 @pytest.fixture
@@ -81,9 +81,9 @@ def test_a_race_on_the_table_under_a_budget_runs_bsp_s_full_runs_first_and_stops
     assert whole["cut_short"] == [] and math.isclose(whole["cost"], (200 + 10 + 20 + 12 + 90 + 88) / 100.0)
 
 
-def test_without_round_5_bsp_answers_where_every_finalist_broke_the_rule_and_no_race_pays_less_than_its_check(
+def test_without_round_5_bsp_answers_where_every_candidate_broke_the_rule_and_no_race_pays_less_than_its_check(
         tmp_path):
-    """Fleet's first job on the committed table: both finalists of the shipped race break the final-metric rule.
+    """Fleet's first job on the committed table: every candidate the shipped race checks breaks the final-metric rule.
     With round 5 the bisection answers static k at BSP's learning rate; without it (the ablation,
     benchmarks/bench_race_rounds.py) BSP answers, for less. Neither race pays less than its final-metric round
     alone for its answer (`check_floor`). On a copy of the table: a run it lacked would be trained into it."""

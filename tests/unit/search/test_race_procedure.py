@@ -1,5 +1,5 @@
 """The race's procedure (`autosync.race.plan`) on hand-made runs: each round asks for what it lacks,
-eliminates by the margin, halves, steps on the lattice seed by seed and checks the finalists in order."""
+eliminates by the margin, halves, steps on the lattice seed by seed and checks the candidates' final metric in the order of their times."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def backup(k: int, rule: str = "sqrt") -> dict:
 BSP = {"policy": "bsp", "params": {}}
 POINTS = {"bsp": BSP, "a": {"policy": "asp", "params": {"lr_rule": "fixed"}}, "k3": backup(3), "k4": backup(4),
           "k5": backup(5), "k4lin": backup(4, "linear"), "share": backup(4), "d": {"policy": "dana_slim", "params": {}}}
-SETTINGS = RaceSettings(("a", "k4", "d", "share", "bsp"), margin=1.5, finalists=2)
+SETTINGS = RaceSettings(("a", "k4", "d", "share", "bsp"), margin=1.5)
 
 
 LENGTH = 100.0  # one run to the end of the budget, in the runs' virtual seconds: one BSP training
@@ -63,7 +63,7 @@ TRUTH = {("a", 0): 30.0, ("a", 1): 34.0, ("k4", 0): 20.0, ("k4", 1): 26.0, ("d",
          ("bsp", 0): 60.0, ("bsp", 1): 62.0, ("k3", 0): 19.0, ("k3", 1): 25.0, ("k5", 0): 40.0, ("k5", 1): 21.0,
          ("k4lin", 0): 29.0, ("k4lin", 1): 30.0}
 FINALS = {("bsp", 0): 0.95, ("bsp", 1): 0.96, ("k3", 0): 0.90, ("k3", 1): 0.91, ("k4", 0): 0.95, ("k4", 1): 0.955,
-          ("d", 0): 0.96, ("d", 1): 0.96}
+          ("d", 0): 0.96, ("d", 1): 0.96, ("k4lin", 0): 0.90, ("k4lin", 1): 0.90}
 
 
 def test_each_round_runs_what_it_lacks_on_the_seeds_every_candidate_of_it_runs():
@@ -92,10 +92,10 @@ def test_the_answer_is_the_same_whatever_order_a_round_s_runs_finish_in():
     assert (forward.label, forward.time, forward.ranked) == (backward.label, backward.time, backward.ranked)
 
 
-def test_bsp_answers_when_no_finalist_keeps_the_rule():
+def test_bsp_answers_when_no_candidate_keeps_the_rule_each_checked_in_the_order_of_its_mean_time():
     finals = {**FINALS, ("k4", 0): 0.90, ("k4", 1): 0.90}
     answer, steps = run_all({}, {}, TRUTH, finals)
-    assert answer.label == "bsp" and answer.checked == ["k3", "k4"]  # two finalists at most
+    assert answer.label == "bsp" and answer.checked == ["k3", "k4", "k4lin"]  # every one ranked, fastest first
     assert answer.time == 61.0  # BSP's mean over its reference runs
 
 
@@ -112,7 +112,7 @@ def towards_bsp_race(keeps_from: int, k_time: float) -> tuple[Answer, list[Runs]
         k = point["params"]["k"]
         truth.update({(label, s): k_time + k for s in range(2)})
         finals.update({(label, s): 0.95 if k >= keeps_from else 0.90 for s in range(2)})
-    return run_all({}, {}, truth, finals, RaceSettings(("d", "bsp"), margin=1.5, finalists=2), points=TOWARDS_BSP_POINTS)
+    return run_all({}, {}, truth, finals, RaceSettings(("d", "bsp"), margin=1.5), points=TOWARDS_BSP_POINTS)
 
 
 def test_where_every_finalist_breaks_the_rule_static_k_is_bisected_towards_bsp_for_the_fewest_workers_keeping_it():
@@ -138,7 +138,7 @@ def test_where_every_candidate_was_stopped_on_a_seed_round_5_asks_for_bsp_s_own_
     truth = {("d", 0): 10.0, ("bsp", 0): 60.0, ("bsp", 1): 62.0,
              **{(label, s): 20.0 + p["params"]["k"] for label, p in STATIC_KS.items() for s in range(2)}}
     finals = {("bsp", 0): 0.95, ("bsp", 1): 0.96, **{(label, s): 0.955 for label in STATIC_KS for s in range(2)}}
-    answer, steps = run_all({}, {}, truth, finals, RaceSettings(("d",), margin=1.5, finalists=2),
+    answer, steps = run_all({}, {}, truth, finals, RaceSettings(("d",), margin=1.5),
                             stopped={("d", 1): math.inf}, points=TOWARDS_BSP_POINTS)
     first_full = next(s for s in steps if any(r.full for r in s.runs))
     assert [(r.label, r.seed) for r in first_full.runs] == [("bsp", 0), ("bsp", 1)]
@@ -235,9 +235,9 @@ def test_the_final_metric_rule_is_a_paired_test_widened_to_bsp_s_own_spread(fina
 
 
 @pytest.mark.parametrize("text, field", [
-    ("portfolio: []\nmargin: 1.5\nfinalists: 2\n", "portfolio"),
-    ("portfolio: [bsp]\nmargin: 0.5\nfinalists: 2\n", "margin"),
-    ("portfolio: [bsp]\nmargin: 1.5\nfinalists: 0\n", "finalists"),
+    ("portfolio: []\nmargin: 1.5\n", "portfolio"),
+    ("portfolio: [bsp]\nmargin: 0.5\n", "margin"),
+    ("portfolio: [bsp]\nmargin: 1.5\nfinalists: 2\n", "finalists"),  # a setting the race no longer has
     ("- just a list\n", "mapping"),
     ("portfolio: [bsp\n", "cannot read"),
 ])
