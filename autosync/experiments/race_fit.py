@@ -16,16 +16,17 @@ here, reached in the tune), and a Sync-Switch candidate continued from another s
 in full here).
 
 `fit` chooses the race's settings on training jobs by cross-validation: the jobs are split into folds, one
-per family (one per job where they are of one family; a single job is fitted on itself); for each fold the greedy portfolio
-(`portfolio_fit.greedy_portfolio`) is fitted on the other folds' jobs, and the race runs on the fold's jobs
-with each portfolio size in `SIZES` (the greedy portfolio's first members: it grows one at a time) and each
-margin in `MARGINS`. A setting's loss is the mean over every job of the log of its answer's held-out time over
-the grid's choice's, its cost the median BSP trainings. Of the settings whose median cost is within
-`COST_GOAL`, the one with the lowest loss; where none is (the cost goal then reports as missed), the cheapest
-whose loss is within one standard error of the lowest (Breiman et al.'s one-standard-error rule, CART 1984,
-sec. 3.4.3): a larger portfolio or a wider margin costs more and is taken only where it answers better by more
-than the noise of the estimate. The portfolio of the chosen size is then fitted on every training job.
-`autosync fit` writes the result as autosync/data/race.yaml (`settings_text`).
+per family (one per job where they are of one family; a single job is fitted on itself); for each fold the
+greedy portfolio (`portfolio_fit.greedy_portfolio`) is fitted on the other folds' jobs, and the race runs on
+the fold's jobs with each portfolio size in `SIZES` (the greedy portfolio's first members: it grows one at a
+time) and each margin in `MARGINS`. A setting's loss is the mean over every job of the log of its answer's
+held-out time over the grid's choice's, its cost the median BSP trainings. Of the settings whose median cost
+is within `COST_GOAL`, the one with the lowest loss; where none is (the cost goal then reports as missed), the
+cheapest whose loss is within one standard error of the lowest (the one-standard-error rule: Breiman et al.,
+CART, 1984, ch. 3; Hastie, Tibshirani and Friedman, The Elements of Statistical Learning, sec. 7.10): a larger
+portfolio or a wider margin costs more and is taken only where it answers better by more than the noise of
+the estimate. The portfolio of the chosen size is then fitted on every training job. `autosync fit` writes
+the result as autosync/data/race.yaml (`settings_text`).
 
 Why cross-validated: the loss of a portfolio on the very jobs it was fitted on falls as it grows (its members
 chosen for those jobs), so choosing by it took the largest size offered. Leave-one-family-out on the 64 table
@@ -53,8 +54,8 @@ from autosync.lattice import BSP_LABEL, BSP_POLICY, lattice_points
 from autosync.race import SEARCH_SEEDS, Answer, RaceSettings, horizon, plan, point_key, times_of_full_run
 from autosync.table import Table
 
-__all__ = ["COST_GOAL", "MARGINS", "SIZES", "check_floor", "family_jobs", "fit", "fit_families",
-           "jobs_times", "leave_one_family_out", "race", "settings_text"]
+__all__ = ["COST_GOAL", "MARGINS", "SIZES", "Scored", "check_floor", "chosen", "family_jobs", "fit",
+           "fit_families", "jobs_times", "leave_one_family_out", "race", "settings_text"]
 
 COST_GOAL = 3.0  # the search issue's median cost goal, in BSP trainings
 # portfolio sizes `fit` tries: from a first round of 4 to 20 (about a tenth of a lattice of 200 labels)
@@ -149,15 +150,9 @@ def fit(table: Table, jobs: list[JobTimes], budget: float | None = None, towards
     for (size, margin), rows in _cross_validated(table, jobs, budget, towards_bsp).items():
         logs = [math.log(row["ratio"]) for row in rows]
         error = statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else 0.0
-        scored.append(_Scored(statistics.fmean(logs), error, statistics.median(row["cost"] for row in rows),
+        scored.append(Scored(statistics.fmean(logs), error, statistics.median(row["cost"] for row in rows),
                               size, margin))
-    within = [s for s in scored if s.cost <= COST_GOAL]
-    if within:
-        best = min(within, key=lambda s: (s.loss, s.cost, s.size, s.margin))
-    else:  # the one-standard-error rule: the cheapest setting not measurably worse than the best
-        lowest = min(scored, key=lambda s: (s.loss, s.cost, s.size, s.margin))
-        best = min((s for s in scored if s.loss <= lowest.loss + lowest.error),
-                   key=lambda s: (s.cost, s.loss, s.size, s.margin))
+    best = chosen(scored)
     return RaceSettings(tuple(greedy_portfolio(jobs, best.size)), best.margin,
                         {"jobs": len(jobs), "families": sorted({j.family for j in jobs}),
                          "cross_validated": {"folds": len(_folds(jobs)), "loss": round(best.loss, 4),
@@ -165,7 +160,7 @@ def fit(table: Table, jobs: list[JobTimes], budget: float | None = None, towards
 
 
 @dataclass(frozen=True)
-class _Scored:
+class Scored:
     """One setting's cross-validated figures: mean log ratio to the grid's choice, its standard error, median
     cost in BSP trainings."""
 
@@ -174,6 +169,18 @@ class _Scored:
     cost: float
     size: int
     margin: float
+
+
+def chosen(scored: list[Scored]) -> Scored:
+    """The setting `fit` takes: the lowest loss among those whose median cost is within `COST_GOAL`; where none
+    is, the one-standard-error rule, the cheapest setting whose loss is within one standard error of the
+    lowest. Ties go to the smaller portfolio, then the narrower margin."""
+    within = [s for s in scored if s.cost <= COST_GOAL]
+    if within:
+        return min(within, key=lambda s: (s.loss, s.cost, s.size, s.margin))
+    lowest = min(scored, key=lambda s: (s.loss, s.cost, s.size, s.margin))
+    return min((s for s in scored if s.loss <= lowest.loss + lowest.error),
+               key=lambda s: (s.cost, s.loss, s.size, s.margin))
 
 
 def _folds(jobs: list[JobTimes]) -> list[list[JobTimes]]:

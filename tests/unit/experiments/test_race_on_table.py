@@ -99,3 +99,23 @@ def test_without_round_5_bsp_answers_where_every_candidate_broke_the_rule_and_no
         assert row["cost"] >= race.check_floor(table, job.spec, job.policies[row["answer"]]) - 1e-9
     assert race.check_floor(table, job.spec, job.policies[BSP_LABEL]) == 0.0  # unchecked as the fastest finalist
     assert not list((tmp_path / "table").glob("*.jsonl"))  # every run read from the table
+
+
+def test_without_a_setting_meeting_the_cost_goal_the_fit_takes_the_cheapest_within_one_standard_error():
+    lowest = race.Scored(loss=0.05, error=0.02, cost=9.0, size=20, margin=6.0)
+    close = race.Scored(loss=0.069, error=0.03, cost=7.0, size=16, margin=3.0)  # within 0.05 + 0.02: taken
+    cheap = race.Scored(loss=0.071, error=0.01, cost=5.0, size=4, margin=2.0)  # past it, though cheaper
+    assert race.chosen([lowest, close, cheap]) == close
+    assert race.chosen([lowest, cheap]) == lowest
+    meets = race.Scored(loss=0.30, error=0.01, cost=race.COST_GOAL, size=4, margin=1.1)
+    assert race.chosen([lowest, close, cheap, meets]) == meets  # the cost goal first, whatever the loss
+
+
+def test_the_fit_cross_validates_over_families_or_over_jobs_of_one_family():
+    def job(family: str, name: str) -> JobTimes:
+        return JobTimes(family, name, None, {}, {}, {}, 1.0, 1.0, {})
+
+    two = [job("a", "a0"), job("b", "b0"), job("a", "a1")]
+    assert [[j.job for j in fold] for fold in race._folds(two)] == [["a0", "a1"], ["b0"]]
+    one = [job("a", "a0"), job("a", "a1")]
+    assert [[j.job for j in fold] for fold in race._folds(one)] == [["a0"], ["a1"]]

@@ -1,5 +1,6 @@
 """The race's procedure (`autosync.race.plan`) on hand-made runs: each round asks for what it lacks,
-eliminates by the margin, halves, steps on the lattice seed by seed and checks the candidates' final metric in the order of their times."""
+eliminates by the margin, halves, steps on the lattice seed by seed and checks the candidates' final metric
+in the order of their times."""
 
 from __future__ import annotations
 
