@@ -40,8 +40,11 @@ def test_workers_start_with_sigint_blocked_and_the_command_alone_takes_ctrl_c(tm
     process group reaches the command alone: it is interrupted, and no worker prints a traceback."""
     script = tmp_path / "storm.py"
     script.write_text(_STORM)
+    # SIGINT at its default in the child, as a terminal starts a command: a shell's background job (`cmd &`, a
+    # CI script run so) starts with SIGINT ignored, every process inherits it, and the script's Python would then
+    # never raise KeyboardInterrupt (`conftest.start_autosync` does the same)
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
-                          start_new_session=True)
+                          start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert done.stdout.splitlines() == ["workers blocked: True", "the command interrupted"], done.stdout + done.stderr
     assert "Traceback" not in done.stderr, done.stderr
 
