@@ -251,7 +251,7 @@ def plan(settings: RaceSettings, points: dict[str, dict[str, Any]], times: dict[
     if gate.runs(missing, alive, 1, stage=1):
         return Runs(ROUNDS[1], missing)
     if gate.cut_short:
-        return _final(settings, points, times, finals, tolerance, accuracy, _ranked(alive, times, stopped),
+        return _final(points, times, finals, tolerance, accuracy, _ranked(alive, times, stopped),
                       gate.cut_short, full_times, towards_bsp)
     gate.ask(alive, [1])
     leader = min(alive, key=lambda m: (_mean(times, m), alive.index(m)))
@@ -262,16 +262,16 @@ def plan(settings: RaceSettings, points: dict[str, dict[str, Any]], times: dict[
         if gate.runs(missing, steps, seed, stage=2 + seed):
             return Runs(ROUNDS[2], missing)
         if gate.cut_short:  # with the local step's candidates where they ran its first seed
-            return _final(settings, points, times, finals, tolerance, accuracy,
+            return _final(points, times, finals, tolerance, accuracy,
                           _ranked(alive + steps if seed else alive, times, stopped), gate.cut_short, full_times,
                           towards_bsp)
         gate.ask(steps, [seed])
         steps = [n for n in steps if (n, seed) in times]
-    return _final(settings, points, times, finals, tolerance, accuracy, _ranked(alive + steps, times, stopped), [],
+    return _final(points, times, finals, tolerance, accuracy, _ranked(alive + steps, times, stopped), [],
                   full_times, towards_bsp)
 
 
-def _final(settings: RaceSettings, points: dict[str, dict[str, Any]], times: dict[tuple[str, int], float],
+def _final(points: dict[str, dict[str, Any]], times: dict[tuple[str, int], float],
            finals: dict[tuple[str, int], float | None], tolerance: float, accuracy: bool,
            ranked: list[tuple[str, float]], cut_short: list[str],
            full_times: dict[tuple[str, int], float], towards_bsp: bool) -> Runs | Answer:

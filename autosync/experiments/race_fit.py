@@ -54,11 +54,11 @@ from autosync.lattice import BSP_LABEL, BSP_POLICY, lattice_points
 from autosync.race import SEARCH_SEEDS, Answer, RaceSettings, horizon, plan, point_key, times_of_full_run
 from autosync.table import Table
 
-__all__ = ["COST_GOAL", "MARGINS", "SIZES", "Scored", "check_floor", "chosen", "family_jobs", "fit",
+__all__ = ["COST_GOAL", "MARGINS", "SIZES", "SettingScore", "check_floor", "chosen", "family_jobs", "fit",
            "fit_families", "jobs_times", "leave_one_family_out", "race", "settings_text"]
 
 COST_GOAL = 3.0  # the search issue's median cost goal, in BSP trainings
-# portfolio sizes `fit` tries: from a first round of 4 to 20 (about a tenth of a lattice of 200 labels)
+# portfolio sizes `fit` tries: a first round of 4 to 20 (a seventh of the 132 labels every table job has)
 SIZES = (4, 6, 8, 12, 16, 20)
 # elimination margins `fit` tries: from near a tie to six times the leader's time, past which a run is out
 MARGINS = (1.1, 1.25, 1.5, 2.0, 3.0, 4.0, 6.0)
@@ -146,21 +146,21 @@ def fit(table: Table, jobs: list[JobTimes], budget: float | None = None, towards
     """The race's settings fitted on `jobs` by cross-validation (see the module's docstring), each race run
     under `budget` (BSP trainings, as `tune --budget`; None: none) and, with `towards_bsp` False, without its
     round 5."""
-    scored = []
-    for (size, margin), rows in _cross_validated(table, jobs, budget, towards_bsp).items():
+    scored, folds = [], _folds(jobs)
+    for (size, margin), rows in _cross_validated(table, folds, budget, towards_bsp).items():
         logs = [math.log(row["ratio"]) for row in rows]
         error = statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else 0.0
-        scored.append(Scored(statistics.fmean(logs), error, statistics.median(row["cost"] for row in rows),
-                              size, margin))
+        scored.append(SettingScore(statistics.fmean(logs), error, statistics.median(row["cost"] for row in rows),
+                                   size, margin))
     best = chosen(scored)
     return RaceSettings(tuple(greedy_portfolio(jobs, best.size)), best.margin,
                         {"jobs": len(jobs), "families": sorted({j.family for j in jobs}),
-                         "cross_validated": {"folds": len(_folds(jobs)), "loss": round(best.loss, 4),
+                         "cross_validated": {"folds": len(folds), "loss": round(best.loss, 4),
                                              "median_cost": round(best.cost, 4)}})
 
 
 @dataclass(frozen=True)
-class Scored:
+class SettingScore:
     """One setting's cross-validated figures: mean log ratio to the grid's choice, its standard error, median
     cost in BSP trainings."""
 
@@ -171,7 +171,7 @@ class Scored:
     margin: float
 
 
-def chosen(scored: list[Scored]) -> Scored:
+def chosen(scored: list[SettingScore]) -> SettingScore:
     """The setting `fit` takes: the lowest loss among those whose median cost is within `COST_GOAL`; where none
     is, the one-standard-error rule, the cheapest setting whose loss is within one standard error of the
     lowest. Ties go to the smaller portfolio, then the narrower margin."""
@@ -192,12 +192,11 @@ def _folds(jobs: list[JobTimes]) -> list[list[JobTimes]]:
     return [[j] for j in jobs]
 
 
-def _cross_validated(table: Table, jobs: list[JobTimes], budget: float | None,
+def _cross_validated(table: Table, folds: list[list[JobTimes]], budget: float | None,
                      towards_bsp: bool) -> dict[tuple[int, float], list[dict[str, Any]]]:
-    """Each setting's races on every job, its portfolio fitted on the other folds' jobs (`_folds`): the
-    greedy portfolio of the largest size, whose first members are the portfolio of each smaller size."""
+    """Each setting's races on every job of `folds` (`_folds`), its portfolio fitted on the other folds' jobs:
+    the greedy portfolio of the largest size, whose first members are the portfolio of each smaller size."""
     rows: dict[tuple[int, float], list[dict[str, Any]]] = {}
-    folds = _folds(jobs)
     for fold in folds:
         rest = [j for other in folds if other is not fold for j in other] or fold  # one job: fitted on itself
         members = greedy_portfolio(rest, max(SIZES))

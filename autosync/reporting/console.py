@@ -272,7 +272,9 @@ def _race_verdict(answer: str, checked: list[str], tried: list[str]) -> str:
     if not checked:
         return "the fastest candidate is BSP: nothing to check"
     if answer in checked:
-        return f"{'the fastest' if answer == checked[0] else 'the next'} finalist kept it"
+        faster = checked.index(answer)
+        return ("the fastest finalist kept it" if not faster
+                else f"the {count(faster, 'faster finalist')} broke it, the next kept it")
     if not tried:
         return "none kept it, so the answer is BSP"
     why = ("the fewest workers that kept it are the answer" if answer in tried

@@ -102,12 +102,12 @@ def test_without_round_5_bsp_answers_where_every_candidate_broke_the_rule_and_no
 
 
 def test_without_a_setting_meeting_the_cost_goal_the_fit_takes_the_cheapest_within_one_standard_error():
-    lowest = race.Scored(loss=0.05, error=0.02, cost=9.0, size=20, margin=6.0)
-    close = race.Scored(loss=0.069, error=0.03, cost=7.0, size=16, margin=3.0)  # within 0.05 + 0.02: taken
-    cheap = race.Scored(loss=0.071, error=0.01, cost=5.0, size=4, margin=2.0)  # past it, though cheaper
+    lowest = race.SettingScore(loss=0.05, error=0.02, cost=9.0, size=20, margin=6.0)
+    close = race.SettingScore(loss=0.069, error=0.03, cost=7.0, size=16, margin=3.0)  # within 0.05 + 0.02: taken
+    cheap = race.SettingScore(loss=0.071, error=0.01, cost=5.0, size=4, margin=2.0)  # past it, though cheaper
     assert race.chosen([lowest, close, cheap]) == close
     assert race.chosen([lowest, cheap]) == lowest
-    meets = race.Scored(loss=0.30, error=0.01, cost=race.COST_GOAL, size=4, margin=1.1)
+    meets = race.SettingScore(loss=0.30, error=0.01, cost=race.COST_GOAL, size=4, margin=1.1)
     assert race.chosen([lowest, close, cheap, meets]) == meets  # the cost goal first, whatever the loss
 
 

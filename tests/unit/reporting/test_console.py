@@ -212,3 +212,12 @@ def test_recommend_predicts_a_speedup_as_faster_than_bsp_not_as_a_share_of_its_t
     assert "predicted 10.0 s to test_accuracy 0.95 vs BSP 202.1 s (20.21x faster than BSP)" in out
     slower = SimpleNamespace(**{**vars(answer), "predicted_speedup": 0.5})
     assert "predicted 2.00x slower than BSP" in " ".join(_printed(reports.recommendation_report(slower, SPEC)).split())
+
+
+def test_the_race_report_says_how_many_faster_finalists_broke_the_rule_before_the_answer_kept_it():
+    def verdict(checked: list[str]) -> str:
+        race = {"answer": "c", "checked": checked, "budget": None, "cut_short": [], "rounds": []}
+        return " ".join(_printed(reports.race_report(race, SPEC)).split())
+
+    assert "the fastest finalist kept it" in verdict(["c"])
+    assert "the 3 faster finalists broke it, the next kept it" in verdict(["a", "b", "d", "c"])
