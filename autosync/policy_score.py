@@ -25,6 +25,7 @@ from autosync.table import Table, replayed_run
 
 if TYPE_CHECKING:
     from autosync.engine.backends import BackendChoice
+    from autosync.engine.simulator import StopAt
 
 __all__ = ["DETAILS", "STOPPED_EARLY", "RunFailed", "constraint", "evaluate", "table_at"]
 
@@ -46,7 +47,7 @@ class RunFailed(Exception):
 def evaluate(job: JobSpec, policy: dict[str, Any], seeds: list[int], penalty: float = 2.0,
              report: Callable[[dict[str, Any], int], None] | None = None,
              backend: "BackendChoice | None" = None, stop_at_target: bool = False,
-             horizon: float | None = None, details: bool = False) -> dict[str, Any]:
+             horizon: float | None = None, details: bool = False, stop_at: "StopAt | None" = None) -> dict[str, Any]:
     """Train `policy` once per seed; returns the mean score, final metric and the virtual seconds spent.
 
     `report(info, step)` is called with the simulator's evaluation record at every evaluation step of the
@@ -58,6 +59,9 @@ def evaluate(job: JobSpec, policy: dict[str, Any], seeds: list[int], penalty: fl
     their metric at the horizon is not known. With `horizon` (virtual seconds) a run ends there, its final
     metric the one at that time. With `details`, also `DETAILS`: the runs' scores in seed order
     (`seed_times`) and their mean `updates` and `epochs` where they ended (not kept on trials or stored runs).
+    `stop_at`: a horizon the run learns while it trains (`autosync.engine.simulator.Simulator.stop_at`; the
+    simulator only): `stopped_early` then counts every run that reached the target, the caller knowing the
+    horizon.
     """
     if stop_at_target or horizon is not None:
         job = job.model_copy(update={"budget": job.budget.model_copy(
@@ -71,7 +75,7 @@ def evaluate(job: JobSpec, policy: dict[str, Any], seeds: list[int], penalty: fl
     first_seed_progress = _step_reporter(report, job.workload.evaluation.every_seconds) if report else None
     for i, seed in enumerate(seeds):
         progress = first_seed_progress if i == 0 else None
-        result, forked_at = _train(job.model_copy(update={"seed": seed}), pol, progress, backend)
+        result, forked_at = _train(job.model_copy(update={"seed": seed}), pol, progress, backend, stop_at)
         m = result.metrics
         spent += m["virtual_time"] - forked_at
         forked += forked_at
@@ -115,13 +119,16 @@ def table_at(directory: str) -> Table:
 
 
 def _train(job: JobSpec, policy: Any, progress: Callable[[dict[str, Any]], None] | None,
-           backend: "BackendChoice | None") -> tuple[Any, float]:
+           backend: "BackendChoice | None", stop_at: "StopAt | None" = None) -> tuple[Any, float]:
     """One run on the chosen backend, and the virtual seconds of it that were not trained again (forked from
-    a run stopped at the target); its worker processes start with it and end with it, also on errors."""
+    a run stopped at the target); its worker processes start with it and end with it, also on errors.
+    `stop_at`: the simulator's only (`evaluate`)."""
+    if stop_at is not None and backend is not None and (backend.table is not None or backend.backend != "simulator"):
+        raise ValueError("a horizon learnt while the run trains (stop_at) needs the simulator")
     if backend is not None and backend.table is not None:
         return replayed_run(table_at(backend.table), job, policy, progress)
     if backend is None or backend.backend == "simulator":
-        return _simulate_forking(job, policy, progress)
+        return _simulate_forking(job, policy, progress, stop_at)
     # not at the top: the workload's build imports torch (1.4 s), which a tune answered from the cache
     # does not load (benchmarks/bench_startup.py)
     from autosync.workloads.build import build_workload
@@ -135,7 +142,7 @@ def _train(job: JobSpec, policy: Any, progress: Callable[[dict[str, Any]], None]
 
 
 def _simulate_forking(job: JobSpec, policy: Any, progress: Callable[[dict[str, Any]], None] | None,
-                      ) -> tuple[Any, float]:
+                      stop_at: "StopAt | None" = None) -> tuple[Any, float]:
     """A simulator run that keeps its state when it stops at the target, and a full-budget run of the same
     policy that continues from such a state instead of training its prefix again; a switch-point run
     (Sync-Switch) also continues from the longest prefix another switch point's run kept
@@ -144,7 +151,7 @@ def _simulate_forking(job: JobSpec, policy: Any, progress: Callable[[dict[str, A
     seconds forked."""
     key = fork_key(job, policy.to_dict())
     own = None if job.budget.stop_at_target else FORKS.get(key)
-    sim, result, forked = run_sharing_prefixes(job, policy, progress, own=own)
+    sim, result, forked = run_sharing_prefixes(job, policy, progress, own=own, stop_at=stop_at)
     if result.status == "target_reached":
         FORKS.put(key, sim.snapshot(), result.metrics["virtual_time"])
     return result, forked

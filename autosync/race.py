@@ -81,8 +81,8 @@ __all__ = ["Answer", "REFERENCE", "RaceSettings", "Run", "Runs", "SEARCH_SEEDS",
            "keeps_paired", "load_settings", "neighbours", "plan", "point_key", "race_settings", "times_of_full_run"]
 
 SEARCH_SEEDS = 2  # seeds a race compares on (the table's search seeds: `autosync.table.build.SEARCH_SEEDS`)
-# the most runs of one round that never wait for each other, and so the most processes the race can keep busy:
-# the final-metric round's runs to the end of the budget, BSP's and a finalist's, on each search seed
+# the runs of one round that never wait for each other, the most processes `--n-jobs` starts by default: the
+# final-metric round's runs to the end of the budget, BSP's and a finalist's, on each search seed
 WIDEST_ROUND = 2 * SEARCH_SEEDS
 HALVING = 2  # successive halving's eta: the faster 1/eta of a round's survivors go on (Jamieson & Talwalkar)
 ROUNDS = ("portfolio", "second seed", "local step", "final metric", "towards BSP")

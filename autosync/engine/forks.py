@@ -29,12 +29,12 @@ from autosync.core.job import JobSpec
 from autosync.engine.fork_files import ForkFiles, Kept
 
 if TYPE_CHECKING:
-    from autosync.engine.simulator import ProgressFn, RunResult, Simulator
+    from autosync.engine.simulator import ProgressFn, RunResult, Simulator, StopAt
     from autosync.policies import Policy
     from autosync.workloads.workload import Workload
 
-__all__ = ["FORKS", "ForkStore", "Kept", "MAX_BYTES", "PREFIX_GRID", "fork_key", "prefix_key", "run_sharing_prefixes",
-           "sharing"]
+__all__ = ["FORKS", "ForkStore", "Kept", "MAX_BYTES", "PREFIX_GRID", "fork_key", "prefix_key",
+           "run_sharing_prefixes", "sharing", "switch_param_of"]
 
 MAX_BYTES = 512 * 2 ** 20  # what the kept snapshots may take, in all
 
@@ -162,18 +162,25 @@ def sharing(enabled: bool, store: ForkStore = FORKS) -> Iterator[str | None]:
             store.share(None)
 
 
+def switch_param_of(job: JobSpec, policy: "Policy") -> str | None:
+    """The parameter of `policy`'s switch point on `job` (None: its schedule has none): its runs continue from
+    the prefixes other switch points' runs kept (`run_sharing_prefixes`)."""
+    return type(policy.bind(job.cluster.n_workers, job.workload.batch_size).schedule).switch_param
+
+
 def run_sharing_prefixes(job: JobSpec, policy: "Policy", progress: "ProgressFn | None" = None,
                          store: ForkStore = FORKS, own: Kept | None = None,
-                         workload: "Workload | None" = None) -> tuple["Simulator", "RunResult", float]:
+                         workload: "Workload | None" = None, stop_at: "StopAt | None" = None,
+                         ) -> tuple["Simulator", "RunResult", float]:
     """Run `policy` on `job` in the simulator (evaluating only what the target reads), continuing from `own`
     (this run kept where it stopped at the target) when given; a policy whose schedule has a switch point
     continues instead from a longer prefix another switch point's run kept, if there is one, and keeps
     prefixes of its own while its switch is undecided. Returns the simulator (where it stopped), the run
     and the virtual seconds taken from a kept state instead of trained. `workload`: the job's, built already
-    (None: built here)."""
+    (None: built here); `stop_at`: the run's `Simulator.stop_at`."""
     from autosync.engine.simulator import Simulator  # not at the top: torch
 
-    switch_param = type(policy.bind(job.cluster.n_workers, job.workload.batch_size).schedule).switch_param
+    switch_param = switch_param_of(job, policy)
     key = prefix_key(job, policy.to_dict(), switch_param) if switch_param is not None else None
     prefix = store.prefix(key, policy.to_dict()["params"][switch_param], job.budget.stop_at_target,
                           job.budget.stop_at_seconds) if key is not None else None
@@ -186,6 +193,7 @@ def run_sharing_prefixes(job: JobSpec, policy: "Policy", progress: "ProgressFn |
         sim = Simulator.resume(start.snapshot, job, workload=workload, progress=progress)
         if start is prefix:
             sim.continue_as(policy)
+    sim.stop_at = stop_at
     if key is not None:
         _keep_prefixes(sim, job, store, key)
     result = sim.run() if start is None else sim.run_on()

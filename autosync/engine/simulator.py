@@ -32,11 +32,13 @@ from autosync.policies._base import momentum_of
 from autosync.workloads.build import build_workload
 from autosync.workloads.workload import Workload
 
-__all__ = ["ProgressFn", "RunResult", "Simulator", "simulate"]
+__all__ = ["ProgressFn", "RunResult", "Simulator", "StopAt", "simulate"]
 
 ProgressFn = Callable[[dict[str, Any]], None]
-# not in a snapshot: `resume` passes them (`_pause` is only set inside `run_until`)
-_REBUILT_ON_RESUME = ("job", "workload", "driver", "progress", "after_step", "_pause")
+# not in a snapshot: `resume` passes them (`_pause` is only set inside `run_until`; a resumed run has no `stop_at`)
+_REBUILT_ON_RESUME = ("job", "workload", "driver", "progress", "after_step", "_pause", "stop_at")
+# `Simulator.stop_at`: asked with the time of the next event, the time the run stops at (None: go on); it may wait
+StopAt = Callable[[float], "float | None"]
 
 
 @dataclass
@@ -74,6 +76,11 @@ class Simulator:
         self.progress = progress
         self.after_step: Callable[[], None] | None = None  # called between events, where `snapshot` may be taken
         self._pause: Callable[[], bool] | None = None  # `run_until`'s condition, asked between events
+        # a horizon decided while the run trains (`autosync.search.race_horizon`): asked before each event as
+        # `budget.stop_at_seconds` is, with the event's time, it answers where the run stops once that is known
+        # to be before the event, and may wait until it knows; a run so stopped is bit-identical to one given
+        # that horizon as its budget's `stop_at_seconds`
+        self.stop_at: StopAt | None = None
         self._started = False  # `run` has launched the first tasks (a paused run goes on with `run_on`)
         n = job.cluster.n_workers
         self.strategies: Strategies = policy.bind(n, job.workload.batch_size)
@@ -143,7 +150,7 @@ class Simulator:
         `resume(...).run_on()` finishes it."""
         sim = cls.__new__(cls)
         sim.__dict__.update(pickle.loads(snapshot))
-        sim.job, sim.progress, sim.after_step, sim._pause = job, progress, None, None
+        sim.job, sim.progress, sim.after_step, sim._pause, sim.stop_at = job, progress, None, None, None
         sim.workload = workload if workload is not None else build_workload(job)
         sim.driver = InProcessDriver(sim.workload, job.seed)
         return sim
@@ -195,6 +202,9 @@ class Simulator:
                 break
             if budget.stop_at_seconds is not None and self.clock.peek_time() > budget.stop_at_seconds:
                 self.now = max(self.now, budget.stop_at_seconds)
+                break
+            if self.stop_at is not None and (stop := self.stop_at(self.clock.peek_time())) is not None:
+                self.now = max(self.now, stop)
                 break
             status = self._step()
             if self.after_step is not None:

@@ -3,16 +3,20 @@
 Each run the race asks for is one trial of the study, queued with the run as its user attribute `RACE_RUN`
 (label, seed, round, to the target or to the end of the budget) and run by `RaceObjective`, which trains it
 through the simulator's code path (`autosync.search.objective.evaluate`: the table replays it under
-`--table`). A run to the target stops at its horizon (`race.horizon`, read from the study's finished trials
-when it starts) and is pruned there: eliminated. The race's state is the study's trials, so a killed or
+`--table`). A run to the target stops at its horizon (`race.horizon`, from the study's runs queued before it
+that it races on its seed) and is pruned there: eliminated. On the simulator it starts beside those rivals
+and learns its horizon while it trains (`autosync.search.race_horizon`); elsewhere, or where it forks from
+another run's prefix, it waits for them to finish first (`_queued_before`): either way the run one process
+would have run. The race's state is the study's trials, so a killed or
 interrupted tune resumes with the same command where the race stood, in a storage other processes and
 machines share (SQLite, PostgreSQL), and optuna-dashboard shows each run with its round and seed.
 
 A round's runs are queued together and run by this process and `--n-jobs` - 1 helper processes (spawned
 once, before the storage opens: `race_helpers`), each claiming first a queued run that can start at once
 (`_claim_order`), and BSP's reference runs are queued inside the portfolio round (`_with_reference`); the
-answer does not depend on how many ran them (`race.plan`), and a run to the end of the budget continues
-from the run to the target that any of them kept (`autosync.engine.forks.sharing`).
+answer and the cost do not depend on how many ran them (`race.plan`, and each run as one process runs it),
+and a run to the end of the budget continues from the run to the target that any of them kept
+(`autosync.engine.forks.sharing`).
 
 BSP's runs to the end of the budget on both seeds are the final-metric rule's reference; the study's
 `BSP_REFERENCE` is made from them, so the cache record reads like any other search's.
@@ -35,12 +39,14 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from autosync.core.errors import RuntimeFailure, UserError
 from autosync.core.job import JobSpec
-from autosync.engine.forks import sharing
+from autosync.catalog import policy_from_dict
+from autosync.engine.forks import FORKS, sharing, switch_param_of
 from autosync.lattice import BSP_LABEL, BSP_POLICY, labelled_points
-from autosync.policy_score import RunFailed, evaluate
+from autosync.policy_score import STOPPED_EARLY, RunFailed, evaluate
 from autosync.search.study.claim import process_tag, tag
 from autosync.race import (REFERENCE, ROUNDS, SEARCH_SEEDS, Answer, RaceSettings, Run, Runs, horizon, plan,
                            point_key, race_settings, times_of_full_run)
+from autosync.search.race_horizon import HorizonGate, ProgressBoard
 from autosync.search.study import _optuna_internals as internals
 from autosync.search.tune_options import RACE
 from autosync.search.study.cache import bsp_training_seconds, search_cost
@@ -70,6 +76,8 @@ class RaceObjective:
     def __init__(self, job: JobSpec, settings: RaceSettings, penalty: float, backend: Any, storage: str):
         self.job, self.settings, self.penalty, self.backend, self.storage = job, settings, penalty, backend, storage
         self.points = labelled_points(job.cluster.n_workers)
+        self._forks_prefixes: dict[str, bool] = {}  # label -> whether its runs fork from others' prefixes
+        self._progress: tuple[str | None, ProgressBoard] | None = None  # the board, and the directory it is in
 
     def __call__(self, trial: "optuna.Trial") -> float:
         import optuna
@@ -77,13 +85,15 @@ class RaceObjective:
         run = _run_of(trial.user_attrs[RACE_RUN])
         policy = self.points[run.label]
         tag(trial)  # already tagged when the race claimed it (`claim.optimize_one`)
-        limit = horizon(run, self.settings.margin, _queued_before(trial.study, self.storage, trial.number, run).times)
-        # each group of attributes in one write (`set_user_attrs`: one commit, not one an attribute)
-        internals.set_user_attrs(trial, {POLICY: policy, RACE_HORIZON: None if math.isinf(limit) else limit,
-                                         ROLE: "budget"})
+        internals.set_user_attrs(trial, {POLICY: policy, ROLE: "budget"})  # one write (one commit, not one each)
+        gate = self._gate(trial, run) if self.learns_horizon(run) else None
+        limit = math.inf if gate is not None else \
+            horizon(run, self.settings.margin, _queued_before(trial.study, self.storage, trial.number, run).times)
         try:
             score = evaluate(self.job, policy, [self.job.seed + run.seed], self.penalty, backend=self.backend,
-                             stop_at_target=not run.full, horizon=None if math.isinf(limit) else limit)
+                             stop_at_target=not run.full, horizon=None if math.isinf(limit) else limit,
+                             stop_at=gate.stop_at if gate is not None else None,
+                             report=self._publish(trial) if not run.full and self._board().directory else None)
         except RunFailed as exc:  # diverged: slower than any run that reaches the target, and no final metric
             # (a run to the target that diverged did so before its horizon, where its run to the end of the budget
             # does too; a backend that failed, or a policy this job refuses, says nothing of that run)
@@ -93,15 +103,69 @@ class RaceObjective:
                                              **({FORKED: exc.forked} if exc.forked else {})})
             raise optuna.TrialPruned(str(exc)) from None
         value = score[TIME_TO_TARGET]
+        if gate is not None:  # the horizon it learnt, or a bound below it that decides its outcome alike
+            limit = gate.settle(value, bool(score[REACHED]), score[VIRTUAL_SECONDS])
+            if score.get(STOPPED_EARLY) and not score[VIRTUAL_SECONDS] < limit:  # as `evaluate` counts it
+                score[STOPPED_EARLY] = 0
         # a run stopped at its horizon is evaluated there once more: reaching the target only at that extra
         # evaluation is not reaching it on the job's evaluation schedule, where it would be past the horizon
         eliminated = not value < limit
         internals.set_user_attrs(trial, {**score, RACE_TIME: None if eliminated else value,
+                                         **({RACE_HORIZON: limit} if eliminated else {}),
                                          **({RACE_FINAL: score[FINAL_METRIC]} if _whole(run, score, limit) else {})})
         if eliminated:
             raise optuna.TrialPruned(f"past {limit:.1f} virtual s: slower than {self.settings.margin:g} times "
                                      f"the fastest of its round on seed {self.job.seed + run.seed}")
         return value
+
+    def learns_horizon(self, run: Run) -> bool:
+        """Whether `run` starts before its horizon is known and learns it while it trains
+        (`autosync.search.race_horizon`): a run to the target with rivals, on the simulator, of a policy that
+        forks from no other run's prefix (a switch point's run starts from the longest prefix kept below its
+        horizon, so it waits for the horizon, and for the rivals that keep those prefixes)."""
+        backend = self.backend
+        if run.full or not set(run.against) - {run.label} or \
+                (backend is not None and (backend.table is not None or backend.backend != "simulator")):
+            return False
+        if run.label not in self._forks_prefixes:
+            self._forks_prefixes[run.label] = switch_param_of(self.job, policy_from_dict(self.points[run.label])) \
+                is not None
+        return not self._forks_prefixes[run.label]
+
+    def _gate(self, trial: "optuna.Trial", run: Run) -> HorizonGate:
+        """The horizon `run` (trial `trial`) learns while it trains, from its rivals' runs and progress."""
+        study, board, margin = trial.study, self._board(), self.settings.margin
+
+        def read() -> tuple[float | None, float]:
+            trials = internals.fresh_trials(study)
+            rivals = _rivals_before(run, trial.number, [t for t in trials if not t.state.is_finished()])
+            times = observed(study, before=trial.number, trials=trials).times
+            if not rivals:
+                return horizon(run, margin, times), 0.0
+            done = [times[(a, run.seed)] for a in run.against if (a, run.seed) in times and a != run.label]
+            return None, margin * min(done + [board.progress(t._trial_id) for t in rivals])
+
+        def clear() -> None:
+            with storage_lock(self.storage, study.study_name):
+                fail_dead_trials(study)
+
+        return HorizonGate(read, clear)
+
+    def _board(self) -> ProgressBoard:
+        """The board of this command's processes (none: one process, no one reads it)."""
+        directory = None if FORKS.shared is None else FORKS.shared.directory
+        if self._progress is None or self._progress[0] != directory:
+            self._progress = (directory, ProgressBoard(directory))
+        return self._progress[1]
+
+    def _publish(self, trial: "optuna.Trial") -> Callable[[dict[str, Any], int], None]:
+        """`evaluate`'s report: each evaluation's virtual time, published for the runs raced against this one."""
+        board, trial_id = self._board(), trial._trial_id
+
+        def report(info: dict[str, Any], step: int) -> None:
+            board.publish(trial_id, info["time"])
+
+        return report
 
 
 @dataclass
@@ -165,20 +229,35 @@ def _queued_before(study: "optuna.Study", storage: str, number: int, run: Run) -
             fail_dead_trials(study)
 
 
-def _blocked(run: Run, number: int, unfinished: "list[optuna.trial.FrozenTrial]") -> bool:
-    """Whether `run` (trial `number`) must wait before it starts: a run to the target whose rivals on its seed
-    queued before it are not all finished (`unfinished`: the study's waiting and running trials)."""
+def _rivals_before(run: Run, number: int, unfinished: "list[optuna.trial.FrozenTrial]"
+                   ) -> "list[optuna.trial.FrozenTrial]":
+    """The trials of `unfinished` (the study's waiting and running ones) that `run` (trial `number`) races
+    against on its seed and that were queued before it: what its horizon waits for."""
     rivals = set(run.against) - {run.label}
     if run.full or not rivals:
-        return False
-    return any(t.number < number and RACE_RUN in t.user_attrs and _run_of(t.user_attrs[RACE_RUN]).seed == run.seed
-               and _run_of(t.user_attrs[RACE_RUN]).label in rivals for t in unfinished)
+        return []
+    return [t for t in unfinished if t.number < number and RACE_RUN in t.user_attrs
+            and _run_of(t.user_attrs[RACE_RUN]).seed == run.seed and _run_of(t.user_attrs[RACE_RUN]).label in rivals]
 
 
-def _claim_order(study: "optuna.Study", only: set[tuple[str, int, bool]] | None = None
+def _blocked(run: Run, number: int, unfinished: "list[optuna.trial.FrozenTrial]", learns: bool = False) -> bool:
+    """Whether `run` (trial `number`) cannot start now: it has rivals queued before it that have not finished
+    (`_rivals_before`), or, for a run that learns its horizon while it trains (`learns`,
+    `RaceObjective.learns_horizon`), that have not started."""
+    import optuna
+
+    rivals = _rivals_before(run, number, unfinished)
+    if learns:
+        return any(t.state == optuna.trial.TrialState.WAITING for t in rivals)
+    return bool(rivals)
+
+
+def _claim_order(study: "optuna.Study", only: set[tuple[str, int, bool]] | None = None,
+                 learns: Callable[[Run], bool] = lambda run: False,
                  ) -> Callable[["list[optuna.trial.FrozenTrial]"], "list[optuna.trial.FrozenTrial]"]:
     """The order a process claims the waiting race trials in (`claim.optimize_one`): those that can start now
-    first (`_blocked`: one that cannot waits for its rivals, idle), each group oldest first. `only` (the runs
+    first (`_blocked`: one that cannot waits for its rivals, idle; `learns`: whether a run learns its horizon
+    while it trains, `RaceObjective.learns_horizon`), each group oldest first. `only` (the runs
     of the round the planning process waits on, while helpers run beside it): those alone, so that it never
     trains a run queued ahead of the round that asks for it (BSP's reference runs, `_with_reference`) while the
     round it must plan next has finished."""
@@ -189,7 +268,9 @@ def _claim_order(study: "optuna.Study", only: set[tuple[str, int, bool]] | None 
         if not ours:
             return []
         unfinished = _unfinished(study)
-        return sorted(ours, key=lambda t: (_blocked(_run_of(t.user_attrs[RACE_RUN]), t.number, unfinished), t.number))
+        runs = {t.number: _run_of(t.user_attrs[RACE_RUN]) for t in ours}
+        return sorted(ours, key=lambda t: (_blocked(runs[t.number], t.number, unfinished, learns(runs[t.number])),
+                                           t.number))
 
     return order
 
@@ -236,7 +317,7 @@ def _race(study: "optuna.Study", request: "TuneRequest", settings: RaceSettings,
         if on_trial is not None:  # the bar counts the runs this process ran, out of those asked for so far
             on_trial(done, done + len(_waiting(study)))
         # one process claims in Optuna's order (the oldest waiting run is the one that can start)
-        order = _claim_order(study, {_key(r) for r in step.runs}) if helpers.procs else None
+        order = _claim_order(study, {_key(r) for r in step.runs}, objective.learns_horizon) if helpers.procs else None
         while run_queued_trial(study, request.storage, objective, catch=(), order=order):
             done += 1
             if on_trial is not None:
@@ -503,7 +584,7 @@ def _helper(request: "TuneRequest", name: str, go: Any, stop: Any, parent: Paren
             return
     study = optuna.load_study(study_name=name, storage=open_storage(request.storage),
                               pruner=optuna.pruners.NopPruner())  # as the command's (`tune.load_study`)
-    order = _claim_order(study)
+    order = _claim_order(study, learns=objective.learns_horizon)
     # Ctrl-C reaches the helpers too: `helper_processes._run_then_end` holds it out of writes and tags
     while not stop.is_set() and not parent.gone():  # a killed command's helper stops too
         if not (_waiting(study) and run_queued_trial(study, request.storage, objective, catch=(), order=order)):

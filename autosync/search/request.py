@@ -35,9 +35,10 @@ def _default(name: str):
 def default_n_jobs(sampler: str, backend: BackendChoice | None, storage: str) -> int:
     """`--n-jobs` when it is not given: every core this process may use for the race on the simulator, whose
     answer and cost are the same in any number of processes (`autosync.search.race_trials`;
-    tests/e2e/test_race_tune.py), up to the most runs one of its rounds has that never wait for each other
-    (`race.WIDEST_ROUND`: a run to the target waits for those queued before it on its seed, whose times set
-    its horizon); else 1. The other samplers' answers depend on which process finishes a trial first;
+    tests/e2e/test_race_tune.py), up to the runs of its final-metric round, which never wait for each other
+    (`race.WIDEST_ROUND`; the first rounds' runs to the target train beside the rivals queued before them, but
+    no further than their progress allows, `autosync.search.race_horizon`, and more processes than 2 were
+    never measured); else 1. The other samplers' answers depend on which process finishes a trial first;
     worker-process backends time their runs on the machine's cores, which parallel trials would share; a
     `--table` replay reads its runs rather than training them, so a helper's start (an interpreter importing
     torch) costs more than it saves; an in-memory storage cannot be shared; and a helper would run the

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 from autosync.core.job import JobSpec
-from autosync.engine.forks import ForkStore, fork_key, prefix_key, run_sharing_prefixes
+from autosync.engine.forks import ForkStore, fork_key, prefix_key, run_sharing_prefixes, switch_param_of
 from autosync.table.cells import FULL, TO_TARGET, Cell, Prefix, Variant, as_forked, cell_key, scores_of
 from autosync.table.store import Table
 
@@ -78,7 +78,7 @@ def compute_cell(job: JobSpec, policy: "Policy", workload: "Workload | None" = N
     heard: list[dict[str, Any]] = []
     store = ForkStore()
     _, result, _ = run_sharing_prefixes(job, policy, heard.append, store=store, workload=workload)
-    switch_param = _switch_param(job, policy)
+    switch_param = switch_param_of(job, policy)
     prefixes = [] if switch_param is None else [
         Prefix(k.at_seconds, k.undecided_above, k.past_target)
         for k in store.prefixes(prefix_key(job, policy.to_dict(), switch_param))]
@@ -122,7 +122,7 @@ def replayed_run(table: Table, job: JobSpec, policy: "Policy",
     spec = policy.to_dict()
     key = fork_key(job, spec)
     stops_at_target, until = job.budget.stop_at_target, job.budget.stop_at_seconds
-    switch_param = _switch_param(job, policy)
+    switch_param = switch_param_of(job, policy)
     pkey = prefix_key(job, spec, switch_param) if switch_param is not None else None
     prefix = kept.prefix(pkey, spec["params"][switch_param], stops_at_target, until) if pkey is not None else None
     own = None if stops_at_target else kept.get(key)
@@ -151,5 +151,3 @@ def _stored(table: Table, job: JobSpec, policy: "Policy", key: str) -> Cell:
     return cell
 
 
-def _switch_param(job: JobSpec, policy: "Policy") -> str | None:
-    return type(policy.bind(job.cluster.n_workers, job.workload.batch_size).schedule).switch_param

@@ -73,6 +73,9 @@ def test_a_live_race_in_two_processes_gives_the_answer_and_cost_of_one(live_race
     for key in ("best_policy", "best_value", "best_final_metric", "search_cost_bsp_trainings", "race"):
         assert two["out"]["cache"][key] == live_race["out"]["cache"][key], key
     assert two["out"]["new_trials"] == len(_trials(two["url"])) == live_race["out"]["new_trials"]  # its helper's too
+    # run for run the same: a run started beside the rivals it races learnt its horizon as it trained
+    # (`autosync.search.race_horizon`) and stopped where one process would have stopped it
+    assert _trials(two["url"]) == _trials(live_race["url"])
     forked = [live_race["out"]["cache"]["search_breakdown"]["forked_trials"],
               two["out"]["cache"]["search_breakdown"]["forked_trials"]]
     assert forked[0] > 0 and forked[1] == forked[0]  # the finalists' full runs continued, whoever ran them first

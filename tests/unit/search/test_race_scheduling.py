@@ -17,6 +17,7 @@ from autosync.lattice import BSP_LABEL, labelled_points
 from autosync.options import TuneOptions
 from autosync.race import REFERENCE, ROUNDS, RaceSettings, Run, Runs
 from autosync.search import race_trials
+from autosync.search.race_horizon import ProgressBoard
 from autosync.search.request import TuneRequest
 from autosync.search.study import _optuna_internals as internals
 from autosync.search.study.records import RACE_RUN, RACE_TIME
@@ -66,6 +67,19 @@ def test_a_run_waits_for_a_rival_queued_before_it_whether_running_or_still_waiti
     assert race_trials._blocked(portfolio_run("c"), third.number, [second])
     assert not race_trials._blocked(portfolio_run("c"), third.number, [third])  # a and b done
     assert not race_trials._blocked(reference_run(0), third.number, [first, second])  # races no one
+
+
+def test_a_run_that_learns_its_horizon_while_it_trains_waits_only_for_rivals_not_started_yet(study):
+    queue(study, [portfolio_run("a"), portfolio_run("b"), portfolio_run("c")])
+    running = study.ask()  # a, running: b and c can train beside it up to the bound its progress sets
+    second, third = race_trials._waiting(study)
+    unfinished = race_trials._unfinished(study)
+    assert not race_trials._blocked(portfolio_run("b"), second.number, unfinished, learns=True)
+    assert race_trials._blocked(portfolio_run("c"), third.number, unfinished, learns=True)  # b not started
+    assert race_trials._blocked(portfolio_run("b"), second.number, unfinished)  # one waiting for its horizon
+    order = race_trials._claim_order(study, learns=lambda run: True)
+    assert labels(order(race_trials._waiting(study))) == [("b", 0), ("c", 0)]
+    assert running.number < second.number
 
 
 def test_the_claim_takes_the_first_trial_the_order_gives_not_the_oldest(study):
@@ -133,3 +147,22 @@ def test_a_round_whose_run_failed_without_a_rerun_is_planned_again_rather_than_a
     assert not waiter.is_alive(), "still waiting for a run no process will run"
     race_trials._queue(study, [run])
     assert labels(race_trials._waiting(study)) == [("a", 0)]
+
+
+def test_a_run_s_horizon_is_bounded_by_its_rivals_progress_and_known_once_they_finish(study, tmp_path):
+    queue(study, [portfolio_run("a"), portfolio_run("b"), portfolio_run("c")])
+    a, b, c = study.ask(), study.ask(), study.ask()  # all three training at once
+    objective = race_trials.RaceObjective(load_job(None), RaceSettings(MEMBERS, 2.0), 2.0, None,
+                                          f"sqlite:///{tmp_path / 'race.db'}")
+    board = ProgressBoard(tmp_path)
+    objective._board = lambda: board
+    gate_b, gate_c = objective._gate(b, portfolio_run("b")), objective._gate(c, portfolio_run("c"))
+    assert gate_b.read() == (None, 0.0)  # a has not reported yet: b may not train past its start
+    board.publish(a._trial_id, 5.0)
+    board.publish(b._trial_id, 3.0)
+    assert gate_b.read() == (None, 10.0)  # a cannot finish before 5 s, so b's horizon is at least twice that
+    assert gate_c.read() == (None, 6.0)  # the least of its rivals' progress
+    a.set_user_attr(RACE_TIME, 6.0)
+    study.tell(a, 6.0)
+    assert gate_b.read() == (12.0, 0.0)  # every rival finished: the horizon one process would have given it
+    assert gate_c.read() == (None, 6.0)  # b still running at 3 s bounds it below a's 12

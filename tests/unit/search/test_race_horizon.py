@@ -1,0 +1,108 @@
+"""A race run that learns its horizon while it trains (`autosync.search.race_horizon`): it never trains past
+a bound below the horizon, stops where the horizon known from the start would have stopped it, bit for bit,
+and is judged by the horizon wherever the bound could not decide."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from autosync.catalog import make_policy
+from autosync.engine.simulator import Simulator
+from autosync.search import race_horizon
+from autosync.search.race_horizon import HorizonGate, ProgressBoard
+from tests.conftest import small_job
+
+
+class Rivals:
+    """What a gate reads, one answer at a time (the last one repeated), and how often it read."""
+
+    def __init__(self, *answers: tuple[float | None, float]):
+        self.answers, self.reads, self.clears = list(answers), 0, 0
+
+    def read(self) -> tuple[float | None, float]:
+        self.reads += 1
+        return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+
+    def clear(self) -> None:
+        self.clears += 1
+
+
+@pytest.fixture(autouse=True)
+def no_wait(monkeypatch):
+    monkeypatch.setattr(race_horizon, "WAIT_SECONDS", 0.0)
+
+
+def test_a_run_goes_on_below_the_bound_without_reading_again_and_waits_where_it_would_pass_it():
+    rivals = Rivals((None, 10.0), (None, 12.0), (None, 30.0))
+    gate = HorizonGate(rivals.read, rivals.clear)
+    assert gate.stop_at(4.0) is None and rivals.reads == 1
+    assert gate.stop_at(9.5) is None and rivals.reads == 1  # below the bound read already
+    assert gate.stop_at(20.0) is None and rivals.reads == 3  # 12 was still short of it: read until past it
+    assert gate.bound == 30.0 and gate.final is None
+
+
+def test_once_every_rival_finished_the_run_stops_at_the_horizon_and_reads_no_more():
+    rivals = Rivals((None, 5.0), (18.0, 0.0))
+    gate = HorizonGate(rivals.read, rivals.clear)
+    assert gate.stop_at(6.0) is None  # waited for the horizon: 18 is past the event
+    assert gate.stop_at(18.0) is None  # an event at the horizon itself runs, as under stop_at_seconds
+    assert gate.stop_at(18.5) == 18.0
+    assert rivals.reads == 2
+
+
+def test_no_rival_finished_in_time_means_no_horizon():
+    gate = HorizonGate(Rivals((math.inf, 0.0)).read, lambda: None)
+    assert gate.stop_at(1e9) is None
+
+
+def test_a_gate_held_long_checks_for_dead_processes_trials_now_and_then():
+    rivals = Rivals(*[(None, 0.0)] * (2 * race_horizon.CLEAR_EVERY), (7.0, 0.0))
+    gate = HorizonGate(rivals.read, rivals.clear)
+    assert gate.stop_at(8.0) == 7.0
+    assert rivals.clears == 2
+
+
+@pytest.mark.parametrize("time_to_target, reached, trained, waits", [
+    (8.0, True, 8.0, False),  # reached the target before the bound: not eliminated whatever the horizon
+    (10.0, True, 10.0, True),  # at the bound itself: the horizon may be 10, which eliminates it
+    (16.0, False, 8.0, True),  # missed the target: its penalised time passes the bound
+    (40.0, False, 20.0, True),
+])
+def test_a_run_is_judged_by_the_bound_only_where_any_horizon_above_it_judges_it_alike(
+        time_to_target, reached, trained, waits):
+    rivals = Rivals((None, 10.0), (25.0, 0.0))
+    gate = HorizonGate(rivals.read, rivals.clear)
+    gate.stop_at(5.0)
+    assert gate.settle(time_to_target, reached, trained) == (25.0 if waits else 10.0)
+
+
+def test_the_board_says_how_far_each_run_has_trained_and_nothing_without_a_directory(tmp_path):
+    board = ProgressBoard(tmp_path)
+    assert board.progress(3) == 0.0  # not started
+    board.publish(3, 12.5)
+    board.publish(3, 14.0)
+    assert board.progress(3) == 14.0 and ProgressBoard(tmp_path).progress(3) == 14.0  # another process's view
+    nowhere = ProgressBoard(None)
+    nowhere.publish(3, 12.5)
+    assert nowhere.progress(3) == 0.0
+
+
+@pytest.mark.parametrize("name, params", [("asp", {}), ("backup", {"k": 3}), ("dana_slim", {})])
+def test_a_run_stopped_where_it_learnt_its_horizon_is_the_run_given_it_from_the_start(name, params):
+    job = small_job(budget__max_updates=200, workload__evaluation__every_seconds=1.0,
+                    cluster__round_trip={"kind": "gamma", "v_task": 0.5, "heterogeneous": True})
+    horizon = 6.3
+    given = Simulator(job.model_copy(update={"budget": job.budget.model_copy(update={"stop_at_seconds": horizon})}),
+                      make_policy(name, params)).run()
+    # a bound rising in steps below the horizon, then the horizon itself
+    rivals = Rivals(*[(None, b) for b in (0.5, 1.0, 2.5, 4.0, 6.0)], (horizon, 0.0))
+    sim = Simulator(job, make_policy(name, params))
+    sim.stop_at = HorizonGate(rivals.read, rivals.clear).stop_at
+    learnt = sim.run()
+    assert rivals.reads == 6
+    assert learnt.metrics == given.metrics and learnt.status == given.status
+    assert torch.equal(learnt.final_params, given.final_params)
+    assert learnt.trace.arrivals == given.trace.arrivals and learnt.trace.evals == given.trace.evals
