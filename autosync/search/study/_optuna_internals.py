@@ -96,15 +96,17 @@ def fresh_trials(study: "optuna.Study", states: tuple[Any, ...] | None = None) -
 
 
 class _FinishedTrials:
-    """The finished trials this process has read from each RDB storage, by study and trial id.
+    """The finished and the waiting trials this process has read from each RDB storage, by study and trial id.
 
-    A finished trial is kept with its row as the light query lists it (`_listed`): number, state,
+    A finished or waiting trial is kept with its row as the light query lists it (`_listed`): number, state,
     completion time, and how many attributes, parameters and intermediate values it has and how long its
     attributes' JSON is. Optuna refuses a write to a finished trial, but checks the state before it writes,
     outside the write's transaction (a process failing a trial it found silent, while its owner finishes
     it), so a finished trial can still gain a row: its listed row then differs and it is read again, as is a
     trial the database no longer lists so (a deleted study, or its id given again under a study made anew).
-    Only a trial read whole as the light query before it listed it is kept. One thread reads at a time.
+    A waiting trial is written once, when it is queued (autosync writes a trial's attributes while it runs,
+    or as it fails it): claimed, it is listed RUNNING and read again. Only a trial read whole as the light
+    query before it listed it is kept. One thread reads at a time.
     """
 
     LARGEST_ID_LIST = 500  # more unread trials than this are read as every trial past the first of them: an
@@ -131,7 +133,8 @@ class _FinishedTrials:
                 read = backend._get_trials(study_id, None, unread, max(listed)) if unread else []
             for trial in read:
                 row = listed.get(trial._trial_id)
-                if trial.state.is_finished() and row is not None and row[1] == trial.state:
+                if (trial.state.is_finished() or trial.state == trial.state.WAITING) and row is not None \
+                        and row[1] == trial.state:
                     kept[trial._trial_id] = (trial, row)
             found = {i: kept[i][0] for i in wanted if i in kept} | {t._trial_id: t for t in read}
         return [found[i] for i in sorted(found) if states is None or found[i].state in states]
