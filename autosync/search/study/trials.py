@@ -150,9 +150,8 @@ def run_queued_trial(study: "optuna.Study", url: str, objective: Callable[["optu
             ours.append(trial.number)
 
         try:
-            # claimed in the order read here, under the lock (oldest first without `order`, as Optuna claims, but
-            # from the read above rather than one more of Optuna's); tagged before it runs
-            optimize_one(study, objective, catch, on_claim=claimed, claim_first=claimable)
+            # claimed in the order read here, under the lock (without one, Optuna's); tagged before it runs
+            optimize_one(study, objective, catch, on_claim=claimed, claim_first=None if order is None else claimable)
         except Exception:
             if not (ours and _failed_as_dead(study, ours[0])):
                 raise
