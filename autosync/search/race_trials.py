@@ -275,6 +275,11 @@ def _claim_order(study: "optuna.Study", only: set[tuple[str, int, bool]] | None 
     return order
 
 
+def _oldest_first(waiting: "list[optuna.trial.FrozenTrial]") -> "list[optuna.trial.FrozenTrial]":
+    """One process's claim order: the waiting trials as read, oldest first."""
+    return waiting
+
+
 def race_search(study: "optuna.Study", request: "TuneRequest", on_trial: Callable[[int, int], None] | None,
                 mine: set[str], helpers: Helpers) -> tuple[Answer, dict[str, Any]]:
     """Run the race on `request.job` in `study` (see the module's docstring) to its answer; returns the answer
@@ -316,8 +321,11 @@ def _race(study: "optuna.Study", request: "TuneRequest", settings: RaceSettings,
             _queue(study, _with_reference(step, request.budget, settings, objective.points))
         if on_trial is not None:  # the bar counts the runs this process ran, out of those asked for so far
             on_trial(done, done + len(_waiting(study)))
-        # one process claims in Optuna's order (the oldest waiting run is the one that can start)
-        order = _claim_order(study, {_key(r) for r in step.runs}, objective.learns_horizon) if helpers.procs else None
+        # one process claims the oldest waiting run (the one that can start), as Optuna would, from the read
+        # `run_queued_trial` makes anyway rather than one more of Optuna's (`claiming_in`: a race's trials carry
+        # no parameters, which Optuna's cache would have to know, as the helpers' claims rely on too)
+        order = _claim_order(study, {_key(r) for r in step.runs}, objective.learns_horizon) if helpers.procs \
+            else _oldest_first
         while run_queued_trial(study, request.storage, objective, catch=(), order=order):
             done += 1
             if on_trial is not None:
