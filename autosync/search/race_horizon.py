@@ -47,8 +47,11 @@ class ProgressBoard:
             return
         path = self.directory / str(trial_id)
         scratch = path.with_suffix(f".{os.getpid()}")
-        scratch.write_text(repr(float(seconds)))
-        os.replace(scratch, path)  # a reader sees the old figure or the new one, never half of one
+        try:
+            scratch.write_text(repr(float(seconds)))
+            os.replace(scratch, path)  # a reader sees the old figure or the new one, never half of one
+        except OSError:
+            pass  # the directory gone with its command: a figure not published only keeps a rival waiting
 
     def progress(self, trial_id: int) -> float:
         """The virtual time trial `trial_id` has trained to (0: not on the board)."""

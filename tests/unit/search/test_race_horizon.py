@@ -106,3 +106,10 @@ def test_a_run_stopped_where_it_learnt_its_horizon_is_the_run_given_it_from_the_
     assert learnt.metrics == given.metrics and learnt.status == given.status
     assert torch.equal(learnt.final_params, given.final_params)
     assert learnt.trace.arrivals == given.trace.arrivals and learnt.trace.evals == given.trace.evals
+
+
+def test_a_board_whose_directory_is_gone_publishes_nothing_and_raises_nothing(tmp_path):
+    board = ProgressBoard(tmp_path)
+    board.directory.rmdir()
+    board.publish(3, 12.5)
+    assert board.progress(3) == 0.0
