@@ -113,3 +113,68 @@ def test_a_board_whose_directory_is_gone_publishes_nothing_and_raises_nothing(tm
     board.directory.rmdir()
     board.publish(3, 12.5)
     assert board.progress(3) == 0.0
+
+
+@pytest.mark.parametrize("margin", [1.5, 1.1])  # b reaches the target within its horizon; b is stopped there
+def test_a_race_run_beside_a_rival_still_training_is_the_run_it_is_after_the_rival(tmp_path, monkeypatch, margin):
+    """Trial b races trial a, queued before it. One process runs a, then b; here b starts while a is still
+    RUNNING (as in another process) and a's progress is published step by step each time b waits at its
+    bound (the gate's sleep), until a finishes: b's run and record are those of the one-process race."""
+    import dataclasses
+
+    import optuna
+
+    from autosync.core.job import job_from_dict
+    from autosync.engine.forks import FORKS
+    from autosync.race import ROUNDS, RaceSettings, Run
+    from autosync.search.race_trials import RaceObjective
+    from autosync.search.study.records import RACE_RUN, RACE_TIME
+    from autosync.search.study.storage import open_storage
+    from tests.conftest import TINY_JOB
+
+    job = job_from_dict(__import__("yaml").safe_load(TINY_JOB), "tiny")
+    a, b = "asp,lr_rule=sqrt_staleness", "backup:k=2,lr_rule=linear"
+    runs = [Run(label, 0, ROUNDS[0], (a, b)) for label in (a, b)]
+
+    def race(name: str):
+        url = f"sqlite:///{tmp_path / name}.db"
+        study = optuna.create_study(storage=open_storage(url), study_name=name)
+        for run in runs:
+            study.enqueue_trial({}, user_attrs={RACE_RUN: dataclasses.asdict(run)}, skip_if_exists=False)
+        objective = RaceObjective(job, RaceSettings((a, b), margin), 2.0, None, url)
+        (tmp_path / name).mkdir()
+        board = ProgressBoard(tmp_path / name)  # a board of its own: trial ids start again in a new storage
+        objective._board = lambda: board
+        return study, objective, board
+
+    def record(study, objective, trial):
+        FORKS.clear()
+        try:
+            study.tell(trial, objective(trial))
+        except optuna.TrialPruned:
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        return {k: v for k, v in study.get_trials()[trial.number].user_attrs.items() if k != "process"}
+
+    study, objective, _ = race("one")
+    first = study.ask()
+    alone = [record(study, objective, first), record(study, objective, study.ask())]
+    a_time = alone[0][RACE_TIME]
+
+    study, objective, board = race("two")
+    rival, trial = study.ask(), study.ask()  # a RUNNING elsewhere, b claimed here
+    waits: list[float] = []
+
+    def rival_trains(seconds: float) -> None:  # the gate's wait: a trains 1 s more, and finishes in time
+        waits.append(board.progress(trial._trial_id))
+        progress = float(len(waits))
+        if progress < a_time:
+            board.publish(rival._trial_id, progress)
+        elif rival.number not in [t.number for t in study.get_trials() if t.state.is_finished()]:
+            for key, value in alone[0].items():
+                rival.set_user_attr(key, value)
+            study.tell(rival, a_time)
+
+    monkeypatch.setattr(race_horizon.time, "sleep", rival_trains)
+    assert record(study, objective, trial) == alone[1]
+    assert (RACE_TIME in alone[1] and alone[1][RACE_TIME] is None) == (margin == 1.1)  # both outcomes covered
+    assert len(waits) > 2 and max(waits) > 0  # b trained while a was still training, and waited for it
