@@ -581,7 +581,8 @@ def _helper(request: "TuneRequest", name: str, go: Any, stop: Any, parent: Paren
     follow_parent(parent)
     # not at the top: torch (seconds), which a tune answered from the cache does not load. Imported, and the
     # job's data loaded, while the command opens the storage and trains the round's first run, which this
-    # one's first run waits for (`_queued_before`), rather than inside that run
+    # one's first run races (training beside it up to its bound: `autosync.search.race_horizon`), rather than
+    # inside that run
     from autosync.workloads.build import build_workload
 
     build_workload(request.job)
