@@ -123,7 +123,7 @@ def _train(job: JobSpec, policy: Any, progress: Callable[[dict[str, Any]], None]
     """One run on the chosen backend, and the virtual seconds of it that were not trained again (forked from
     a run stopped at the target); its worker processes start with it and end with it, also on errors.
     `stop_at`: the simulator's only (`evaluate`)."""
-    if stop_at is not None and backend is not None and (backend.table is not None or backend.backend != "simulator"):
+    if stop_at is not None and not backends.simulates_here(backend):
         raise ValueError("a horizon learnt while the run trains (stop_at) needs the simulator")
     if backend is not None and backend.table is not None:
         return replayed_run(table_at(backend.table), job, policy, progress)

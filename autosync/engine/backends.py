@@ -158,6 +158,12 @@ def check_device(device: str) -> None:
         raise UserError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA GPU(s)")
 
 
+def simulates_here(choice: BackendChoice | None) -> bool:
+    """Whether runs on `choice` train in this process's simulator (None: the default, the simulator): not on
+    worker processes or ranks, and not replayed from a `--table`."""
+    return choice is None or (choice.backend == "simulator" and choice.table is None)
+
+
 def build(choice: BackendChoice, job: Any, workload: Any) -> tuple["Driver | None", "Clock | None"]:
     """The (driver, clock) of a run; (None, None) means the engine's defaults (in-process, virtual)."""
     choice.check()

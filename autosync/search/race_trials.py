@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 from autosync.core.errors import RuntimeFailure, UserError
 from autosync.core.job import JobSpec
 from autosync.catalog import policy_from_dict
+from autosync.engine.backends import simulates_here
 from autosync.engine.forks import FORKS, sharing, switch_param_of
 from autosync.lattice import BSP_LABEL, BSP_POLICY, labelled_points
 from autosync.policy_score import STOPPED_EARLY, RunFailed, evaluate
@@ -77,7 +78,9 @@ class RaceObjective:
         self.job, self.settings, self.penalty, self.backend, self.storage = job, settings, penalty, backend, storage
         self.points = labelled_points(job.cluster.n_workers)
         self._forks_prefixes: dict[str, bool] = {}  # label -> whether its runs fork from others' prefixes
-        self._progress: tuple[str | None, ProgressBoard] | None = None  # the board, and the directory it is in
+        # where its runs publish their progress: the directory the command's processes share (`race_helpers`
+        # and `_helper` make the objective once it is shared); none for one process, where no one reads it
+        self.board = ProgressBoard(None if FORKS.shared is None else FORKS.shared.directory)
 
     def __call__(self, trial: "optuna.Trial") -> float:
         import optuna
@@ -93,7 +96,7 @@ class RaceObjective:
             score = evaluate(self.job, policy, [self.job.seed + run.seed], self.penalty, backend=self.backend,
                              stop_at_target=not run.full, horizon=None if math.isinf(limit) else limit,
                              stop_at=gate.stop_at if gate is not None else None,
-                             report=self._publish(trial) if not run.full and self._board().directory else None)
+                             report=self._publish(trial) if not run.full and self.board.directory else None)
         except RunFailed as exc:  # diverged: slower than any run that reaches the target, and no final metric
             # (a run to the target that diverged did so before its horizon, where its run to the end of the budget
             # does too; a backend that failed, or a policy this job refuses, says nothing of that run)
@@ -123,9 +126,7 @@ class RaceObjective:
         (`autosync.search.race_horizon`): a run to the target with rivals, on the simulator, of a policy that
         forks from no other run's prefix (a switch point's run starts from the longest prefix kept below its
         horizon, so it waits for the horizon, and for the rivals that keep those prefixes)."""
-        backend = self.backend
-        if run.full or not set(run.against) - {run.label} or \
-                (backend is not None and (backend.table is not None or backend.backend != "simulator")):
+        if run.full or not set(run.against) - {run.label} or not simulates_here(self.backend):
             return False
         if run.label not in self._forks_prefixes:
             self._forks_prefixes[run.label] = switch_param_of(self.job, policy_from_dict(self.points[run.label])) \
@@ -134,16 +135,16 @@ class RaceObjective:
 
     def _gate(self, trial: "optuna.Trial", run: Run) -> HorizonGate:
         """The horizon `run` (trial `trial`) learns while it trains, from its rivals' runs and progress."""
-        study, board, margin = trial.study, self._board(), self.settings.margin
+        study, board, margin = trial.study, self.board, self.settings.margin
 
         def read() -> tuple[float | None, float]:
             trials = internals.fresh_trials(study)
             rivals = _rivals_before(run, trial.number, [t for t in trials if not t.state.is_finished()])
             times = observed(study, before=trial.number, trials=trials).times
+            finished = horizon(run, margin, times)  # from the rivals done: the horizon once none is running
             if not rivals:
-                return horizon(run, margin, times), 0.0
-            done = [times[(a, run.seed)] for a in run.against if (a, run.seed) in times and a != run.label]
-            return None, margin * min(done + [board.progress(t._trial_id) for t in rivals])
+                return finished, 0.0
+            return None, min(finished, margin * min(board.progress(t._trial_id) for t in rivals))
 
         def clear() -> None:
             with storage_lock(self.storage, study.study_name):
@@ -151,16 +152,9 @@ class RaceObjective:
 
         return HorizonGate(read, clear)
 
-    def _board(self) -> ProgressBoard:
-        """The board of this command's processes (none: one process, no one reads it)."""
-        directory = None if FORKS.shared is None else FORKS.shared.directory
-        if self._progress is None or self._progress[0] != directory:
-            self._progress = (directory, ProgressBoard(directory))
-        return self._progress[1]
-
     def _publish(self, trial: "optuna.Trial") -> Callable[[dict[str, Any], int], None]:
         """`evaluate`'s report: each evaluation's virtual time, published for the runs raced against this one."""
-        board, trial_id = self._board(), trial._trial_id
+        board, trial_id = self.board, trial._trial_id
 
         def report(info: dict[str, Any], step: int) -> None:
             board.publish(trial_id, info["time"])

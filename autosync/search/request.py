@@ -12,7 +12,7 @@ from autosync.core.declare import default_of
 from autosync.core.errors import UserError
 from autosync.core.main_module import reimport_is_safe
 from autosync.core.job import JobSpec
-from autosync.engine.backends import BackendChoice
+from autosync.engine.backends import BackendChoice, simulates_here
 from autosync.search.objective import ObjectiveSettings
 from autosync.search.recommend.neighbours import describe as describe_job
 from autosync.search.space import SearchSpace, load_space, resolve_space_path
@@ -44,8 +44,7 @@ def default_n_jobs(sampler: str, backend: BackendChoice | None, storage: str) ->
     torch) costs more than it saves; an in-memory storage cannot be shared; and a helper would run the
     caller's script again where its main module is not known to be guarded (`autosync.core.main_module`:
     from Python, pass `n_jobs` under `if __name__ == "__main__":`)."""
-    simulated = backend is None or (backend.backend == "simulator" and backend.table is None)  # None: simulator
-    if sampler != RACE or not simulated or not shared_storage(storage) or not reimport_is_safe():
+    if sampler != RACE or not simulates_here(backend) or not shared_storage(storage) or not reimport_is_safe():
         return 1
     return min(usable_cores(), WIDEST_ROUND)
 

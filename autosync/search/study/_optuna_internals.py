@@ -84,18 +84,19 @@ def fresh_trials(study: "optuna.Study", states: tuple[Any, ...] | None = None) -
     process ran it. Budget accounting across processes must not trust that view.
 
     From an RDB storage, one light query lists every trial's id, number, state, completion time and row
-    counts (`_listed`), and only the trials not kept finished are read whole (`_FinishedTrials`): the race and the checks read the
-    study several times a trial, and a whole read of every trial was most of a replayed tune's time.
+    counts (`_listed`), and only the trials not kept (finished or waiting ones) are read whole (`_KeptTrials`):
+    the race and the checks read the study several times a trial, and a whole read of every trial was most of
+    a replayed tune's time.
     The objects returned are shared between calls: read them, never change them.
     """
     backend = _backend(study)
     if not hasattr(backend, "scoped_session"):  # in memory: one process, nothing to read
         return backend.get_all_trials(study._study_id, deepcopy=False, states=states)
     # made again whole while a server does not answer (`outage.call_waiting`), as Optuna's own read is
-    return call_waiting(storage_url(study), _FINISHED.read, backend, study._study_id, states)
+    return call_waiting(storage_url(study), _KEPT.read, backend, study._study_id, states)
 
 
-class _FinishedTrials:
+class _KeptTrials:
     """The finished and the waiting trials this process has read from each RDB storage, by study and trial id.
 
     A finished or waiting trial is kept with its row as the light query lists it (`_listed`): number, state,
@@ -174,7 +175,7 @@ def _listing() -> Any:
     ).where(trials.c.study_id == sa.bindparam("study_id"))
 
 
-_FINISHED = _FinishedTrials()
+_KEPT = _KeptTrials()
 
 
 @contextlib.contextmanager

@@ -145,7 +145,7 @@ def test_a_race_run_beside_a_rival_still_training_is_the_run_it_is_after_the_riv
         objective = RaceObjective(job, RaceSettings((a, b), margin), 2.0, None, url)
         (tmp_path / name).mkdir()
         board = ProgressBoard(tmp_path / name)  # a board of its own: trial ids start again in a new storage
-        objective._board = lambda: board
+        objective.board = board
         return study, objective, board
 
     def record(study, objective, trial):

@@ -155,7 +155,7 @@ def test_a_run_s_horizon_is_bounded_by_its_rivals_progress_and_known_once_they_f
     objective = race_trials.RaceObjective(load_job(None), RaceSettings(MEMBERS, 2.0), 2.0, None,
                                           f"sqlite:///{tmp_path / 'race.db'}")
     board = ProgressBoard(tmp_path)
-    objective._board = lambda: board
+    objective.board = board
     gate_b, gate_c = objective._gate(b, portfolio_run("b")), objective._gate(c, portfolio_run("c"))
     assert gate_b.read() == (None, 0.0)  # a has not reported yet: b may not train past its start
     board.publish(a._trial_id, 5.0)

@@ -91,7 +91,7 @@ def _seen(trials):
 
 
 def test_fresh_trials_read_as_optunas_own_read_while_another_process_changes_the_study(tmp_path):
-    """The finished trials kept between reads (`_FinishedTrials`) give what a whole read of the database gives,
+    """The finished and waiting trials kept between reads (`_KeptTrials`) give what a whole read of the database gives,
     for every state asked, while another storage object (another process) claims, finishes and adds trials;
     and a study deleted and made again under the same id is read anew."""
     url = f"sqlite:///{tmp_path / 'fresh.db'}"
@@ -152,8 +152,8 @@ def test_a_finished_trial_that_gains_a_row_is_read_again_and_a_long_list_of_unre
         session.add(models.TrialUserAttributeModel(trial_id=internals.trial_id(trial), key="killed",
                                                    value_json="true"))
     assert internals.fresh_trials(study)[0].user_attrs == {"killed": True}
-    monkeypatch.setattr(internals._FinishedTrials, "LARGEST_ID_LIST", 1)
-    internals._FINISHED._by_backend.clear()
+    monkeypatch.setattr(internals._KeptTrials, "LARGEST_ID_LIST", 1)
+    internals._KEPT._by_backend.clear()
     whole = backend.get_all_trials(study._study_id, deepcopy=False)
     assert _seen(internals.fresh_trials(study)) == _seen(whole)
     assert _seen(internals.fresh_trials(study, (optuna.trial.TrialState.WAITING,))) == _seen(whole[1:])
