@@ -1,16 +1,20 @@
-"""The race's round towards BSP (round 5) ablated leave-one-family-out on the table.
+"""The race's round towards BSP (round 5) and its running again without a member out, each ablated
+leave-one-family-out on the table.
 
     python benchmarks/bench_race_rounds.py --count 8 --out benchmarks/race_rounds.md
 
 Round 5 (`autosync.race`, `_towards_bsp`) runs only where every finalist broke the final-metric rule: it
 bisects static k at BSP's learning rate for the fewest workers that keep BSP's final metric. Without it, BSP
-answers there. For each family of `--families` (jobs 0..count-1 of each), the race's settings are fitted on
-the other families' jobs twice, with and without the round (`race_fit.fit(..., towards_bsp=...)`, as
-`autosync fit` fits the shipped ones), and each variant races the held-out family's jobs on the table
-(`race_fit.race`: every run read from it, stopped at its horizon as a live one is). Per job: the log of the
-answer's held-out time over the grid's choice's and the cost in BSP trainings, without the round minus with
-it, averaged over jobs with 90% bootstrap intervals (1000 draws, seed 0): an answer difference whose
-interval lies above 0 means the round earns its place.
+answers there. Running again (`race.RUN_AGAIN`): a portfolio member out on the second seed sets no horizon on
+the first, so the runs it stopped there run again against the members still racing. Without it, such a
+member's first-seed time still eliminates the rest. For each family of `--families` (jobs 0..count-1 of
+each), the race's settings are fitted on the other families' jobs for the race and for each ablation
+(`race_fit.fit(..., leave_out=...)`, as `autosync fit` fits the shipped ones), and each variant races the
+held-out family's jobs on the table (`race_fit.race`: every run read from it, stopped at its horizon as a
+live one is). Per job: the log of the answer's held-out time over the grid's choice's and the cost in BSP
+trainings, the ablation minus the race, averaged over jobs with 90% bootstrap intervals (1000 draws, seed 0):
+an answer difference whose interval lies above 0, or a cost difference whose interval does, means the part
+earns its place.
 
 Reads every run from the table; a run it lacks is trained into it (on the committed table, none).
 """
@@ -26,18 +30,24 @@ from pathlib import Path
 from autosync.catalog import label_of
 from autosync.data import BASELINE_DIR
 from autosync.experiments import lofo, race_fit
+from autosync.race import ABLATABLE, ROUNDS
 from autosync.table import Table
 
 from _report import Figures
 from bench_lofo import COMMITTED_FAMILIES
 
 
-def folds(table: Table, jobs: list, towards_bsp: bool) -> dict[str, dict]:
-    """Per job: the race fitted on the other families (with or without round 5) run on it
+# each ablation's name in the report
+WITHOUT = {ROUNDS[4]: "without round 5 (BSP answers where every finalist broke the rule)",
+           ABLATABLE[1]: "without running again (a member out on the second seed still sets the first's horizons)"}
+
+
+def folds(table: Table, jobs: list, leave_out: frozenset[str]) -> dict[str, dict]:
+    """Per job: the race fitted on the other families (without what `leave_out` names) run on it
     (`race_fit.leave_one_family_out`), its answer named as `autosync tune` names it."""
     policies = {j.job: j.policies for j in jobs}
-    rows = race_fit.leave_one_family_out(table, jobs, towards_bsp=towards_bsp)
-    print(f"{'with' if towards_bsp else 'without'} round 5: {len(rows)} jobs raced", flush=True)
+    rows = race_fit.leave_one_family_out(table, jobs, leave_out=leave_out)
+    print(f"without {sorted(leave_out) or 'nothing'}: {len(rows)} jobs raced", flush=True)
     return {r["job"]: {**r, "answer": label_of(policies[r["job"]][r["answer"]])} for r in rows}
 
 
@@ -79,42 +89,41 @@ def main() -> None:
     args = parser.parse_args()
     table = Table(args.table)
     jobs = race_fit.family_jobs(table, [BASELINE_DIR / f"family_{name}.yaml" for name in args.families], args.count)
-    with_round, without = folds(table, jobs, True), folds(table, jobs, False)
+    race = folds(table, jobs, frozenset())
+    ablated = {name: folds(table, jobs, frozenset({name})) for name in ABLATABLE}
     names = [j.job for j in jobs]
-    answer = [math.log(without[n]["ratio"]) - math.log(with_round[n]["ratio"]) for n in names]
-    cost = [without[n]["cost"] - with_round[n]["cost"] for n in names]
-    low, high = lofo.bootstrap(answer, statistics.fmean)
-    cost_low, cost_high = lofo.bootstrap(cost, statistics.fmean)
-    ran = [n for n in names if with_round[n]["towards_bsp"]]
-    lines = ["# The race's round towards BSP, ablated leave-one-family-out", "",
+    lines = ["# The race's round towards BSP and its running again, ablated leave-one-family-out", "",
              f"`python benchmarks/bench_race_rounds.py --families {' '.join(args.families)} --count {args.count}`", "",
              "Each variant fitted on the other families (`race_fit.fit`) and raced on the held-out family's jobs "
              "on the table (`race_fit.race`); ratios are the answer's held-out time over the grid's choice's.", "",
              "| race | jobs | median | 90th percentile | worst | answers breaking the rule held out | median cost "
              "| mean cost |", "|---|---|---|---|---|---|---|---|",
-             summary_line("with round 5", [with_round[n] for n in names]),
-             summary_line("without round 5 (BSP answers where every finalist broke the rule)",
-                          [without[n] for n in names]), "",
-             f"Without the round, minus with it, over {len(names)} jobs: mean log ratio to the grid's choice "
-             f"{statistics.fmean(answer):+.3f} [{low:+.3f}, {high:+.3f}] (above 0: slower answers without it); "
-             f"cost {statistics.fmean(cost):+.2f} [{cost_low:+.2f}, {cost_high:+.2f}] BSP trainings (90% bootstrap "
-             f"intervals over jobs, 1000 draws, seed 0). Round 5 ran on {len(ran)} jobs with the round; the jobs "
-             "whose answer differs:", "",
-             "| job | with round 5 | over grid's choice | cost | without | over grid's choice | cost |",
-             "|---|---|---|---|---|---|---|"]
-    for n in names:
-        a, b = with_round[n], without[n]
-        if a["answer"] != b["answer"]:
-            lines.append(f"| {n} | {a['answer']} | {a['ratio']:.2f} | {a['cost']:.2f} | {b['answer']} | "
-                         f"{b['ratio']:.2f} | {b['cost']:.2f} |")
-    lines += ["", *agreement(with_round, Path(args.replayed))]
+             summary_line("the race", [race[n] for n in names]),
+             *(summary_line(WITHOUT[name], [rows[n] for n in names]) for name, rows in ablated.items())]
+    figures = Figures("bench_race_rounds")
+    for name, rows in ablated.items():
+        short = WITHOUT[name].split(" (")[0]
+        answer = [math.log(rows[n]["ratio"]) - math.log(race[n]["ratio"]) for n in names]
+        cost = [rows[n]["cost"] - race[n]["cost"] for n in names]
+        low, high = lofo.bootstrap(answer, statistics.fmean)
+        cost_low, cost_high = lofo.bootstrap(cost, statistics.fmean)
+        lines += ["", f"## {short[0].upper()}{short[1:]}", "",
+                  f"Minus the race, over {len(names)} jobs: mean log ratio to the grid's choice "
+                  f"{statistics.fmean(answer):+.3f} [{low:+.3f}, {high:+.3f}] (above 0: slower answers without it); "
+                  f"cost {statistics.fmean(cost):+.2f} [{cost_low:+.2f}, {cost_high:+.2f}] BSP trainings (90% "
+                  "bootstrap intervals over jobs, 1000 draws, seed 0). The jobs whose answer differs:", "",
+                  "| job | the race | over grid's choice | cost | without | over grid's choice | cost |",
+                  "|---|---|---|---|---|---|---|"]
+        lines += [f"| {n} | {race[n]['answer']} | {race[n]['ratio']:.2f} | {race[n]['cost']:.2f} | {rows[n]['answer']} | "
+                  f"{rows[n]['ratio']:.2f} | {rows[n]['cost']:.2f} |" for n in names if race[n]["answer"] != rows[n]["answer"]]
+        figures.add(f"{short}, mean log ratio to the grid's choice minus the race's ({len(names)} jobs; 90% interval "
+                    f"{low:+.3f} to {high:+.3f})", statistics.fmean(answer), "")
+        figures.add(f"{short}, mean cost minus the race's (90% interval {cost_low:+.2f} to {cost_high:+.2f})",
+                    statistics.fmean(cost), "BSP trainings")
+    ran = [n for n in names if race[n]["towards_bsp"]]
+    lines += ["", f"Round 5 ran on {len(ran)} jobs in the race.", "", *agreement(race, Path(args.replayed))]
     Path(args.out).write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
-    figures = Figures("bench_race_rounds")
-    figures.add(f"without round 5, mean log ratio to the grid's choice minus with it ({len(names)} jobs; 90% "
-                f"interval {low:+.3f} to {high:+.3f})", statistics.fmean(answer), "")
-    figures.add(f"without round 5, mean cost minus with it (90% interval {cost_low:+.2f} to {cost_high:+.2f})",
-                statistics.fmean(cost), "BSP trainings")
     figures.write(args.json)
 
 

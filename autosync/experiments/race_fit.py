@@ -12,8 +12,8 @@ the budget); given a cap in them (`race(budget=...)`, as `tune --budget`), the r
 goes and stops exploring once it is spent. It answers and costs as the tune replayed on the table does
 (benchmarks/race_rounds.md compares the two on the committed jobs: the same on all), but for two cases the
 shipped race does not meet there: a run that meets the target only at the budget's last evaluation (a miss
-here, reached in the tune), and a Sync-Switch candidate continued from another switch point's prefix (charged
-in full here).
+here, reached in the tune), and a Sync-Switch candidate continued from a switch point's prefix, another's or
+its own kept by a run of it stopped at its horizon and asked again (charged in full here).
 
 `fit` chooses the race's settings on training jobs by cross-validation: the jobs are split into folds, one
 per family (one per job where they are of one family; a single job is fitted on itself); for each fold the
@@ -65,11 +65,11 @@ MARGINS = (1.1, 1.25, 1.5, 2.0, 3.0, 4.0, 6.0)
 
 
 def race(table: Table, job: JobTimes, settings: RaceSettings, tolerance: float = TOLERANCE,
-         budget: float | None = None, towards_bsp: bool = True) -> dict[str, Any]:
+         budget: float | None = None, leave_out: frozenset[str] = frozenset()) -> dict[str, Any]:
     """The race on `job` from the table: its answer, the answer's held-out time over the grid's choice's,
     whether it keeps the final-metric rule on the held-out seeds, the cost in BSP trainings, and the rounds a
-    `budget` in BSP trainings skipped (`race.plan`; None: no cap, every round runs). `towards_bsp`: False runs
-    the race without its round 5 (its ablation)."""
+    `budget` in BSP trainings skipped (`race.plan`; None: no cap, every round runs). `leave_out`: what of
+    `race.ABLATABLE` the race runs without (its ablations)."""
     seeds = lofo.search_seeds(job.spec)[:SEARCH_SEEDS]
     finals_on = [lofo.table_finals(table, job.spec, [s]) for s in seeds]
     lengths_on = [lofo.table_lengths(table, job.spec, [s]) for s in seeds]  # a run to the end: as long as its cell
@@ -84,7 +84,7 @@ def race(table: Table, job: JobTimes, settings: RaceSettings, tolerance: float =
     accuracy = job.spec.target.metric == "test_accuracy"
     while not isinstance(step := plan(settings, job.policies, times, stopped, finals, tolerance, accuracy,
                                       budget=budget, spent=_spent(seconds, job, finals), full_times=full_times,
-                                      towards_bsp=towards_bsp),
+                                      leave_out=leave_out),
                          Answer):
         for run in step.runs:
             key, time, policy = (run.label, run.seed), job.search[run.label][run.seed], job.policies[run.label]
@@ -97,6 +97,7 @@ def race(table: Table, job: JobTimes, settings: RaceSettings, tolerance: float =
             limit = horizon(run, settings.margin, times)
             ran = job.trained[run.label][run.seed]
             seconds += min(ran, limit)
+            stopped.pop(key, None)  # a run asked again, from the start: what stopped it is out of the race
             # ended before its horizon short of the target (at the budget's end, or where it diverged): it was its
             # run to the end of the budget too, whose final metric the race reads without training it
             # (`race_trials`). A run that reached the target trained up to its time; one that missed it is
@@ -142,12 +143,13 @@ def _spent(seconds: float, job: JobTimes, finals: dict[tuple[str, int], float | 
     return seconds / job.bsp_training if done else None
 
 
-def fit(table: Table, jobs: list[JobTimes], budget: float | None = None, towards_bsp: bool = True) -> RaceSettings:
+def fit(table: Table, jobs: list[JobTimes], budget: float | None = None,
+        leave_out: frozenset[str] = frozenset()) -> RaceSettings:
     """The race's settings fitted on `jobs` by cross-validation (see the module's docstring), each race run
-    under `budget` (BSP trainings, as `tune --budget`; None: none) and, with `towards_bsp` False, without its
-    round 5."""
+    under `budget` (BSP trainings, as `tune --budget`; None: none) and without what `leave_out` names
+    (`race.ABLATABLE`)."""
     scored, folds = [], _folds(jobs)
-    for (size, margin), rows in _cross_validated(table, folds, budget, towards_bsp).items():
+    for (size, margin), rows in _cross_validated(table, folds, budget, leave_out).items():
         logs = [math.log(row["ratio"]) for row in rows]
         error = statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else 0.0
         scored.append(SettingScore(statistics.fmean(logs), error, statistics.median(row["cost"] for row in rows),
@@ -193,7 +195,7 @@ def _folds(jobs: list[JobTimes]) -> list[list[JobTimes]]:
 
 
 def _cross_validated(table: Table, folds: list[list[JobTimes]], budget: float | None,
-                     towards_bsp: bool) -> dict[tuple[int, float], list[dict[str, Any]]]:
+                     leave_out: frozenset[str]) -> dict[tuple[int, float], list[dict[str, Any]]]:
     """Each setting's races on every job of `folds` (`_folds`), its portfolio fitted on the other folds' jobs:
     the greedy portfolio of the largest size, whose first members are the portfolio of each smaller size."""
     rows: dict[tuple[int, float], list[dict[str, Any]]] = {}
@@ -204,19 +206,20 @@ def _cross_validated(table: Table, folds: list[list[JobTimes]], budget: float | 
             for margin in MARGINS:
                 settings = RaceSettings(tuple(members[:size]), margin)
                 rows.setdefault((size, margin), []).extend(
-                    race(table, j, settings, budget=budget, towards_bsp=towards_bsp) for j in fold)
+                    race(table, j, settings, budget=budget, leave_out=leave_out) for j in fold)
     return rows
 
 
-def leave_one_family_out(table: Table, jobs: list[JobTimes], towards_bsp: bool = True) -> list[dict[str, Any]]:
-    """For each family: the race fitted on the other families, run on this one's (with `towards_bsp` False,
-    fitted and run without its round 5)."""
+def leave_one_family_out(table: Table, jobs: list[JobTimes],
+                         leave_out: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
+    """For each family: the race fitted on the other families, run on this one's (fitted and run without
+    what `leave_out` names, `race.ABLATABLE`)."""
     rows = []
     for family in sorted({j.family for j in jobs}):
-        settings = fit(table, [j for j in jobs if j.family != family], towards_bsp=towards_bsp)
+        settings = fit(table, [j for j in jobs if j.family != family], leave_out=leave_out)
         for job in (j for j in jobs if j.family == family):
             rows.append({"family": family, "job": job.job, "size": len(settings.portfolio),
-                         "margin": settings.margin, **race(table, job, settings, towards_bsp=towards_bsp)})
+                         "margin": settings.margin, **race(table, job, settings, leave_out=leave_out)})
     return rows
 
 

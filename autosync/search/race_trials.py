@@ -67,6 +67,7 @@ if TYPE_CHECKING:
 __all__ = ["Helpers", "Observed", "RaceObjective", "observed", "race_answer", "race_helpers", "race_search", "race_top",
            "rounds", "spent"]
 
+RunKey = tuple[str, int, bool, tuple[str, ...]]  # `_key`: label, seed, whether to the budget's end, rivals
 POLL_SECONDS = 0.25  # how often a process looks again for another's run of the round to finish, or a new round
 
 
@@ -173,6 +174,7 @@ class Observed:
     stopped: dict[tuple[str, int], float] = field(default_factory=dict)
     finals: dict[tuple[str, int], float | None] = field(default_factory=dict)
     full_times: dict[tuple[str, int], float] = field(default_factory=dict)
+    ended: set[RunKey] = field(default_factory=set)  # the runs (`_key`) a trial of which ended
 
 
 def observed(study: "optuna.Study", before: int | None = None,
@@ -189,6 +191,7 @@ def observed(study: "optuna.Study", before: int | None = None,
             continue
         run = _run_of(t.user_attrs[RACE_RUN])
         key, value = (run.label, run.seed), t.user_attrs[RACE_TIME]
+        seen.ended.add(_key(run))
         if RACE_FINAL in t.user_attrs:  # a run to the end of the budget, or one to the target that was one
             seen.finals.setdefault(key, t.user_attrs[RACE_FINAL])
             whole_time = None if run.full else t.user_attrs.get(TIME_TO_TARGET)
@@ -246,7 +249,7 @@ def _blocked(run: Run, number: int, unfinished: "list[optuna.trial.FrozenTrial]"
     return bool(rivals)
 
 
-def _claim_order(study: "optuna.Study", only: set[tuple[str, int, bool]] | None = None,
+def _claim_order(study: "optuna.Study", only: set[RunKey] | None = None,
                  learns: Callable[[Run], bool] = lambda run: False,
                  ) -> Callable[["list[optuna.trial.FrozenTrial]"], "list[optuna.trial.FrozenTrial]"]:
     """The order a process claims the waiting race trials in (`claim.optimize_one`): those that can start now
@@ -502,16 +505,19 @@ def _run_of(stored: dict[str, Any]) -> Run:
     return dataclasses.replace(run, against=tuple(run.against))
 
 
-def _key(run: Run) -> tuple[str, int, bool]:
-    """A run's identity: one trial runs it (the round and its rivals aside)."""
-    return run.label, run.seed, run.full
+def _key(run: Run) -> RunKey:
+    """A run's identity: one trial runs it (its round aside). A run to the target is told by its rivals too:
+    one stopped at its horizon is asked again, against fewer rivals, once a rival that set that horizon is out
+    of the race (`race.plan`)."""
+    return run.label, run.seed, run.full, () if run.full else run.against
 
 
 def _finished(run: Run, seen: Observed) -> bool:
+    """Whether `run` is done as `race.plan` reads it: its final metric, or its time, or a trial of it ended."""
     key = (run.label, run.seed)
     if run.full:
         return key in seen.finals
-    return key in seen.times or key in seen.stopped
+    return key in seen.times or _key(run) in seen.ended
 
 
 @dataclass

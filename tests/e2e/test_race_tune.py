@@ -213,3 +213,20 @@ def test_the_race_counted_on_the_table_gives_the_replayed_tune_s_answer_and_cost
     _, cache, counted = _replayed_and_counted(tmp_path, family, index)
     assert counted["answer"] == cache["race"]["answer"]
     assert abs(counted["cost"] - cache["search_cost_bsp_trainings"]) < 1e-9
+
+
+def test_runs_stopped_by_a_portfolio_member_out_on_the_second_seed_run_again_in_the_replayed_tune(tmp_path):
+    """Tiers' third job: the portfolio's fastest run on the first seed (NAG-ASGD) diverges on the second, so the runs
+    it stopped on the first seed are queued again, against the members still racing, and run to their new horizon
+    (`race.plan`). The tune answers as the race counted on the table does; it pays less, by what a Sync-Switch run
+    asked again continues from the prefix its first run kept (the count trains it again: `race_fit`'s docstring)."""
+    _, cache, counted = _replayed_and_counted(tmp_path, "tiers", 2)
+    race = cache["race"]
+    first = [run["label"] for r in race["rounds"] if r["round"] == "portfolio" for run in r["runs"]]
+    again = sorted({label for label in first if first.count(label) > 1})
+    assert again == ["backup:k=0.25n,lr_rule=fixed", "backup:k=0.625n,lr_rule=sqrt", "backup:k=2,lr_rule=linear",
+                     "sync_switch,asp_lr_rule=staleness,asp_momentum=same,config=sync_switch,consecutive=2,"
+                     "lr_rule=sqrt,order=bsp_asp,stragglers=agnostic,switch_at=0.0625,switch_seconds=0.0,"
+                     "window_seconds=5.0"]
+    assert counted["answer"] == race["answer"] != "nag_asgd"
+    assert 0 < counted["cost"] - cache["search_cost_bsp_trainings"] < 0.05

@@ -9,7 +9,7 @@ import math
 import pytest
 
 from autosync.core.errors import UserError
-from autosync.race import Answer, RaceSettings, Run, Runs, horizon, keeps_paired, load_settings, plan
+from autosync.race import RUN_AGAIN, Answer, RaceSettings, Run, Runs, horizon, keeps_paired, load_settings, plan
 
 
 def backup(k: int, rule: str = "sqrt") -> dict:
@@ -27,7 +27,8 @@ LENGTH = 100.0  # one run to the end of the budget, in the runs' virtual seconds
 
 def run_all(times: dict, finals: dict, truth: dict, true_finals: dict, settings: RaceSettings = SETTINGS,
             order=lambda runs: runs, stopped: dict | None = None,
-            budget: float | None = None, points: dict | None = None) -> tuple[Answer, list[Runs]]:
+            budget: float | None = None, points: dict | None = None,
+            leave_out: frozenset = frozenset()) -> tuple[Answer, list[Runs]]:
     """Plays the race with `truth[(label, seed)]` as each run's time (stopped at its horizon) and
     `true_finals` as its final metric; `order` reorders each round's runs (another process finishing first).
     With a `budget`, each run pays what it trained (a run to the target up to its horizon, a run to the end
@@ -39,7 +40,8 @@ def run_all(times: dict, finals: dict, truth: dict, true_finals: dict, settings:
         return sum(trained.values()) / LENGTH if done else None
 
     while not isinstance(step := plan(settings, points or POINTS, times, stopped, finals, 0.01, accuracy=True,
-                                      budget=budget, spent=spent(), full_times=full_times), Answer):
+                                      budget=budget, spent=spent(), full_times=full_times,
+                                      leave_out=leave_out), Answer):
         steps.append(step)
         for run in order(step.runs):
             key = (run.label, run.seed)
@@ -208,6 +210,37 @@ def test_a_round_begun_is_finished_whatever_the_budget_and_bsp_s_reference_does_
     answer = plan(SETTINGS, POINTS, fast, {}, dict(reference), 0.01, accuracy=True, budget=2.5, spent=2.6)
     assert isinstance(answer, Answer) and answer.cut_short == ["second seed", "local step"]
     assert answer.ranked == [("bsp", 18.0), ("k4", 20.0)] and answer.label == "bsp"
+
+
+def test_runs_stopped_by_a_member_out_on_the_second_seed_run_again_against_those_still_racing():
+    """k4 leads the portfolio (10) and stops a and BSP at 1.5 x 10, then diverges on the second seed: it is out,
+    so a and BSP run on the first seed again, raced against a, d and BSP only (horizon 1.5 x d's 14), and the
+    race goes on without k4: a run stays eliminated only against candidates still racing."""
+    truth = {**TRUTH, ("k4", 0): 10.0, ("k4", 1): math.inf, ("a", 0): 18.0, ("d", 0): 14.0}
+    answer, steps = run_all({}, {}, truth, FINALS, settings=RaceSettings(("k4", "a", "d", "bsp"), margin=1.5))
+    assert [s.round for s in steps] == ["portfolio", "second seed", "portfolio", "second seed", "final metric"]
+    first, second, again, second_again, _ = steps
+    assert [r.label for r in first.runs] == ["k4", "a", "d", "bsp"] and [r.label for r in second.runs] == ["k4"]
+    assert [(r.label, r.seed, r.against) for r in again.runs] == [("a", 0, ("a", "d", "bsp")),
+                                                                   ("bsp", 0, ("a", "d", "bsp"))]
+    assert [(r.label, r.seed) for r in second_again.runs] == [("d", 1)]  # d (14) and a (18): the faster half
+    assert answer.label == "d" and [label for label, _ in answer.ranked] == ["d"]
+
+
+def test_left_out_for_its_ablation_the_race_steps_around_a_leader_out_on_the_second_seed_and_runs_nothing_again():
+    truth = {**TRUTH, ("k4", 0): 10.0, ("k4", 1): math.inf, ("a", 0): 18.0, ("d", 0): 14.0}
+    settings = RaceSettings(("k4", "a", "d", "bsp"), margin=1.5)
+    answer, steps = run_all({}, {}, truth, FINALS, settings=settings, leave_out=frozenset({RUN_AGAIN}))
+    assert [s.round for s in steps][:3] == ["portfolio", "second seed", "local step"]
+    assert sorted(r.label for r in steps[2].runs) == ["k3", "k4lin", "k5"]  # k4's neighbours
+    asked = [(r.label, r.seed, r.full) for s in steps for r in s.runs]
+    assert len(asked) == len(set(asked)) and "k4" not in [label for label, _ in answer.ranked]
+
+
+def test_without_a_member_out_on_the_second_seed_no_run_is_asked_again():
+    _, steps = run_all({}, {}, TRUTH, FINALS)
+    asked = [(r.label, r.seed, r.full) for s in steps for r in s.runs]
+    assert len(asked) == len(set(asked))
 
 
 def test_a_resumed_race_asks_only_for_the_runs_it_lacks():
