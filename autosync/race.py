@@ -15,11 +15,12 @@ and the race runs:
    and 2 are planned again without it, so those within `margin` times the fastest member still racing run
    again (from the start) to that horizon, and the members then within the margin go on. (Racing as irace does
    never takes a run back; here a member fast on the first seed by luck that diverged on the second left no
-   candidate at all.) Leave-one-family-out on the table, the race's settings fitted with the rule, it answered
-   alike (mean log ratio to the grid's choice 0.0784 against 0.0778) for 0.65 fewer BSP trainings on average
-   (90% interval 0.27 to 1.06): a lucky run no longer eliminates the rest, so the fit takes narrower margins.
-   Taking a finalist that broke the final-metric rule out the same way was tried too: 0.1161, for a mean
-   14.79 BSP trainings against 10.84.
+   candidate at all.) Leave-one-family-out on the table, the race's settings fitted with and without it
+   (benchmarks/race_rounds.md), it answers alike (mean log ratio to the grid's choice 0.001 lower, 90% interval
+   -0.050 to +0.052) for 0.65 fewer BSP trainings on average (0.27 to 1.06): a lucky run no longer eliminates
+   the rest, so the fit takes narrower margins. Taking a finalist that broke the final-metric rule out the same
+   way (the rounds planned again without it) was tried too, on the same jobs: a mean log ratio of 0.1161
+   against 0.0784, for a mean 14.79 BSP trainings against 10.19.
 3. **Local step**: the leader's neighbours on the job's own lattice (`neighbours`: one parameter changed,
    static k by one worker) run on the first seed, then those not stopped there on the second, each stopped
    at `margin` times the leader's time on that seed.

@@ -114,8 +114,8 @@ def main() -> None:
                   "bootstrap intervals over jobs, 1000 draws, seed 0). The jobs whose answer differs:", "",
                   "| job | the race | over grid's choice | cost | without | over grid's choice | cost |",
                   "|---|---|---|---|---|---|---|"]
-        lines += [f"| {n} | {race[n]['answer']} | {race[n]['ratio']:.2f} | {race[n]['cost']:.2f} | {rows[n]['answer']} | "
-                  f"{rows[n]['ratio']:.2f} | {rows[n]['cost']:.2f} |" for n in names if race[n]["answer"] != rows[n]["answer"]]
+        lines += [f"| {n} | {a['answer']} | {a['ratio']:.2f} | {a['cost']:.2f} | {b['answer']} | {b['ratio']:.2f} | "
+                  f"{b['cost']:.2f} |" for n, a, b in ((n, race[n], rows[n]) for n in names) if a["answer"] != b["answer"]]
         figures.add(f"{short}, mean log ratio to the grid's choice minus the race's ({len(names)} jobs; 90% interval "
                     f"{low:+.3f} to {high:+.3f})", statistics.fmean(answer), "")
         figures.add(f"{short}, mean cost minus the race's (90% interval {cost_low:+.2f} to {cost_high:+.2f})",

@@ -288,7 +288,7 @@ def race_report(race: dict[str, Any], spec: Any) -> list[Printed]:
     metrics; whether its --budget cut it short; then the answer and why."""
     columns = (Column("round", text=True), Column("seed", text=True), Column("policy", text=True),
                Column("time (s)"), Column(f"final {spec.target.metric}"))
-    rows = [(r["round"], f"{r['seed']}" + (" (new)" if x["new_seed"] else ""),
+    rows = [(r["round"], f"{r['seed']}" + (" (new)" if x["new_seed"] else " (again)" if x.get("again") else ""),
              policy_label(x["policy"]) if "policy" in x else x["label"],
              "stopped" if x["time"] is None else f"{x['time']:.2f}",
              fmt(x["final"], 4) if "final" in x else "") for r in race["rounds"] for x in r["runs"]]

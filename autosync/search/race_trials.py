@@ -396,9 +396,11 @@ def rounds(trials: "list[optuna.trial.FrozenTrial]", job_seed: int) -> list[dict
     """The race's runs in the order they were queued, grouped by round and seed in the order each group's
     first run was queued (BSP's reference runs, queued inside the portfolio round, `_with_reference`, are a
     group of their own after it): each run's label, its time to the target (None: stopped at its horizon)
-    or final metric, and whether the seed was new to it."""
+    or final metric, whether the seed was new to it, and whether it runs again a run to the target it was
+    stopped in (`again`: what stopped it went out of the race, `race.plan`)."""
     groups: dict[tuple[str, int], dict[str, Any]] = {}
     seen: set[tuple[str, int]] = set()
+    raced: set[tuple[str, int]] = set()  # the runs to the target done
     for t in sorted(trials, key=lambda t: t.number):
         run = _run_of(t.user_attrs[RACE_RUN])
         if RACE_TIME not in t.user_attrs:
@@ -409,8 +411,10 @@ def rounds(trials: "list[optuna.trial.FrozenTrial]", job_seed: int) -> list[dict
         row["runs"].append({"label": run.label, "trial": t.number, "policy": t.user_attrs[POLICY],
                             "time": t.user_attrs[RACE_TIME],
                             **({"final": t.user_attrs[RACE_FINAL]} if RACE_FINAL in t.user_attrs else {}),
-                            "new_seed": key not in seen})
+                            "new_seed": key not in seen, **({"again": True} if key in raced and not run.full else {})})
         seen.add(key)
+        if not run.full:
+            raced.add(key)
     return list(groups.values())
 
 

@@ -4,13 +4,16 @@ pins the shipped settings to what the fit gives on the committed table."""
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 from pathlib import Path
 
 import optuna
 import pytest
+from rich.console import Console
 
+from autosync import cli
 from autosync.api import tune
 from autosync.core.family import load_family
 from autosync.data import BASELINE_DIR, RACE_SETTINGS
@@ -220,7 +223,7 @@ def test_runs_stopped_by_a_portfolio_member_out_on_the_second_seed_run_again_in_
     it stopped on the first seed are queued again, against the members still racing, and run to their new horizon
     (`race.plan`). The tune answers as the race counted on the table does; it pays less, by what a Sync-Switch run
     asked again continues from the prefix its first run kept (the count trains it again: `race_fit`'s docstring)."""
-    _, cache, counted = _replayed_and_counted(tmp_path, "tiers", 2)
+    job, cache, counted = _replayed_and_counted(tmp_path, "tiers", 2)
     race = cache["race"]
     first = [run["label"] for r in race["rounds"] if r["round"] == "portfolio" for run in r["runs"]]
     again = sorted({label for label in first if first.count(label) > 1})
@@ -228,5 +231,9 @@ def test_runs_stopped_by_a_portfolio_member_out_on_the_second_seed_run_again_in_
                      "sync_switch,asp_lr_rule=staleness,asp_momentum=same,config=sync_switch,consecutive=2,"
                      "lr_rule=sqrt,order=bsp_asp,stragglers=agnostic,switch_at=0.0625,switch_seconds=0.0,"
                      "window_seconds=5.0"]
+    assert sorted(run["label"] for r in race["rounds"] for run in r["runs"] if run.get("again")) == again
     assert counted["answer"] == race["answer"] != "nag_asgd"
     assert 0 < counted["cost"] - cache["search_cost_bsp_trainings"] < 0.05
+    console = Console(file=io.StringIO(), width=200)
+    cli._show(race_report(race, job), console, wide=True)
+    assert console.file.getvalue().count("(again)") == len(again)  # each run asked again, said so
