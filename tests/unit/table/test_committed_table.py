@@ -1,7 +1,14 @@
 """The committed table (results/table) agrees with the engine: cells drawn from each job's file are trained
 again and give the run a replay decides on: the same status and time to the target, and the target metric
-at each evaluation within float32 noise (a relative 1e-4; the losses of runs trained months apart differ in
-their seventh digit where the evaluation's arithmetic was reordered, which moves no decision).
+at each evaluation within float32 noise (a relative 1e-3: the losses of runs trained months apart differ in
+their seventh digit where the evaluation's arithmetic was reordered, and on another CPU each step's float32
+rounding differs, which over 40 evaluations moved a run's metric by a relative 1.7e-4 and no decision).
+
+A run can be chaotic (a diverging loss, a large learning rate): one ulp in its initial weights moves its
+metric by more than that. Such a run's float32 arithmetic differs on another CPU (ATen's and MKL's kernels
+depend on its instruction set: AVX2, AVX-512, AMX), so it cannot tell a stale table from another machine:
+where a drawn cell differs, it is trained once more with each initial weight one ulp higher, and the cell is
+left out where that alone moves the run as far (`_chaotic`).
 
 The table is a cache of runs with no version of the code that trained them. A change to what the simulator
 computes leaves it stale, and then a replayed tune no longer runs the live tune's trials; so does a file
@@ -19,6 +26,7 @@ import random
 from pathlib import Path
 
 import pytest
+import torch
 
 from autosync.catalog import policy_from_dict
 from autosync.core.family import load_family
@@ -27,6 +35,7 @@ from autosync.data import BASELINE_DIR, DEFAULT_JOB_PATH
 from autosync.table import packing
 from autosync.table.cells import Cell
 from autosync.table.replay import compute_cell, to_target
+from autosync.workloads.workload import Workload
 from tests.conftest import COMMITTED_FAMILIES, TABLE_JOBS
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -61,19 +70,34 @@ def _same_run(a: Cell, b: Cell, metric: str) -> bool:
             (b.status, b.scores.get("time_to_target"), len(b.evaluations)):
         return False
     values = [(x.get(metric), y.get(metric)) for x, y in zip(a.evaluations, b.evaluations)]
-    return all(x == y or (x is not None and y is not None and math.isclose(x, y, rel_tol=1e-4))
+    return all(x == y or (x is not None and y is not None and math.isclose(x, y, rel_tol=1e-3))
                for x, y in values)
+
+
+def _chaotic(job, cell: Cell, again: Cell, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """Whether `cell`'s run, trained `again`, moves as far as `_same_run` tells apart when each initial weight
+    is one ulp higher: a run no table built on another CPU can be checked on."""
+    first = Workload.init_params
+
+    def nudged(self: Workload) -> torch.Tensor:
+        theta = first(self)
+        return torch.nextafter(theta, torch.full_like(theta, math.inf))
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Workload, "init_params", nudged)
+        moved = compute_cell(to_target(job.model_copy(update={"seed": cell.seed})), policy_from_dict(cell.policy))
+    return not _same_run(moved, again, job.target.metric)
 
 
 @pytest.mark.slow  # 34 runs, the default job's about 2 s each
 @pytest.mark.parametrize("path", FILES, ids=[p.name.split(".")[0] for p in FILES])
-def test_the_committed_table_agrees_with_the_engine(path):
+def test_the_committed_table_agrees_with_the_engine(path, monkeypatch):
     job = _jobs().get(path.name.split(".")[0])
     assert job is not None, f"{path.name}: no job of the committed families has this fingerprint"
     stale = []
     for cell in _drawn(path):
         again = compute_cell(to_target(job.model_copy(update={"seed": cell.seed})), policy_from_dict(cell.policy))
-        if not _same_run(again, cell, job.target.metric):
+        if not _same_run(again, cell, job.target.metric) and not _chaotic(job, cell, again, monkeypatch):
             stale.append(f"{cell.policy} on seed {cell.seed}: time to target {cell.scores.get('time_to_target')} in "
                          f"the table, {again.scores.get('time_to_target')} trained now")
     assert not stale, f"{path.name} is stale, build it again (results/table/README.md): " + "; ".join(stale)
