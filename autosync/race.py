@@ -88,8 +88,9 @@ from autosync.core.errors import UserError
 from autosync.data import RACE_SETTINGS
 from autosync.lattice import BSP_LABEL, BSP_POLICY, family_of
 
-__all__ = ["ABLATABLE", "Answer", "REFERENCE", "RUN_AGAIN", "RaceSettings", "Run", "Runs", "SEARCH_SEEDS", "WIDEST_ROUND", "horizon",
-           "keeps_paired", "load_settings", "neighbours", "plan", "point_key", "race_settings", "times_of_full_run"]
+__all__ = ["ABLATABLE", "Answer", "REFERENCE", "ROUNDS", "RUN_AGAIN", "RaceSettings", "Run", "Runs", "SEARCH_SEEDS",
+           "WIDEST_ROUND", "horizon", "keeps_paired", "load_settings", "neighbours", "plan", "point_key", "race_settings",
+           "times_of_full_run"]
 
 SEARCH_SEEDS = 2  # seeds a race compares on (the table's search seeds: `autosync.table.build.SEARCH_SEEDS`)
 # the runs of one round that never wait for each other, the most processes `--n-jobs` starts by default: the
