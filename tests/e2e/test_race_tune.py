@@ -15,7 +15,7 @@ from rich.console import Console
 
 from autosync import cli
 from autosync.api import tune
-from autosync.core.family import load_family
+from autosync.core.family import load_family, write_jobs
 from autosync.data import BASELINE_DIR, RACE_SETTINGS
 from autosync.engine.forks import FORKS
 from autosync.experiments import race_fit
@@ -237,3 +237,19 @@ def test_runs_stopped_by_a_portfolio_member_out_on_the_second_seed_run_again_in_
     console = Console(file=io.StringIO(), width=200)
     cli._show(race_report(race, job), console, wide=True)
     assert console.file.getvalue().count("(again)") == len(again)  # each run asked again, said so
+
+
+@pytest.mark.slow  # two replayed races, one in two processes: about 15 s on 2 cores
+def test_runs_asked_again_are_the_same_in_two_processes(tmp_path):
+    """Tiers' third job replayed on a copy of the table by `autosync tune` in one process and in two: the runs asked
+    again are queued and run alike, so the trials, the answer and the cost are one process's."""
+    shutil.copytree(REPO / "results" / "table", tmp_path / "table")
+    family = load_family(BASELINE_DIR / "family_tiers.yaml")
+    ((path, _),) = write_jobs(family, family.jobs(3)[2:], tmp_path / "jobs", "test", "test")
+    one, two = (_tune(tmp_path, path, name, "--table", str(tmp_path / "table"), "--n-jobs", n)
+                for name, n in (("one", "1"), ("two", "2")))
+    assert any(run.get("again") for r in one["out"]["cache"]["race"]["rounds"] for run in r["runs"])
+    for key in ("best_policy", "best_value", "search_cost_bsp_trainings", "race"):
+        assert two["out"]["cache"][key] == one["out"]["cache"][key], key
+    assert _trials(two["url"]) == _trials(one["url"])
+    assert not list((tmp_path / "table").glob("*.jsonl"))
