@@ -258,13 +258,14 @@ def plan(settings: RaceSettings, points: dict[str, dict[str, Any]], times: dict[
         gate.ask([BSP_LABEL], range(SEARCH_SEEDS))
     # a member out on the second seed sets no horizon on the first: the runs it stopped there, past margin x
     # its time but within margin x the fastest member still racing, run again against those still racing
+    # (a run stopped there that ran to its end, its final metric known, would only run the same again)
     racing = [m for m in members if RUN_AGAIN in leave_out or not _out(m, 1, times, stopped)]
     best = min((times.get((m, 0), math.inf) for m in racing), default=math.inf)
-    missing = _missing(racing, 0, ROUNDS[0], tuple(racing), times, stopped,
-                       below=settings.margin * best if len(racing) < len(members) else None)
+    again = {m for m in racing if len(racing) < len(members) and (m, 0) in stopped and (m, 0) not in finals
+             and stopped[(m, 0)] < settings.margin * best}
+    missing = _missing(racing, 0, ROUNDS[0], tuple(racing), times, stopped, again)
     if gate.runs(missing, members, 0, stage=0):
         return Runs(ROUNDS[0], missing)
-    best = min((times.get((m, 0), math.inf) for m in racing), default=math.inf)
     # strictly within the margin: a run stopped at its horizon took at least margin x the round's fastest
     alive = sorted((m for m in racing if times.get((m, 0), math.inf) < settings.margin * best),
                    key=lambda m: (times[(m, 0)], members.index(m)))
@@ -398,12 +399,11 @@ def _ranked(order: list[str], times: dict[tuple[str, int], float],
 
 
 def _missing(labels: list[str], seed: int, round_: str, against: tuple[str, ...], times: dict[tuple[str, int], float],
-             stopped: dict[tuple[str, int], float], below: float | None = None) -> list[Run]:
-    """The runs of `labels` on `seed` that the round lacks: neither finished nor stopped there, or, with
-    `below`, stopped at a horizon below it (to run again, to a later horizon)."""
+             stopped: dict[tuple[str, int], float], again: "set[str] | frozenset[str]" = frozenset()) -> list[Run]:
+    """The runs of `labels` on `seed` that the round lacks: neither finished nor stopped there, or in `again`
+    (stopped at a horizon that is one no longer: to run again, to a later one)."""
     return [Run(label, seed, round_, against) for label in labels
-            if (label, seed) not in times
-            and ((label, seed) not in stopped or (below is not None and stopped[(label, seed)] < below))]
+            if (label, seed) not in times and ((label, seed) not in stopped or label in again)]
 
 
 def _out(label: str, seed: int, times: dict[tuple[str, int], float], stopped: dict[tuple[str, int], float]) -> bool:

@@ -227,6 +227,16 @@ def test_runs_stopped_by_a_member_out_on_the_second_seed_run_again_against_those
     assert answer.label == "d" and [label for label, _ in answer.ranked] == ["d"]
 
 
+def test_a_run_stopped_by_a_member_out_that_ran_to_its_end_is_not_run_again():
+    """a's first-seed run missed the target and ran to the end of the budget (its final metric known) before
+    k4's horizon stopped it: once k4 is out, only BSP's run, stopped short, is asked again."""
+    times, finals = {("k4", 0): 10.0, ("d", 0): 14.0}, {("a", 0): 0.9}
+    stopped = {("a", 0): 15.0, ("bsp", 0): 15.0, ("k4", 1): math.inf}
+    step = plan(RaceSettings(("k4", "a", "d", "bsp"), margin=1.5), POINTS, times, stopped, finals, 0.01,
+                accuracy=True)
+    assert step.round == "portfolio" and [(r.label, r.seed) for r in step.runs] == [("bsp", 0)]
+
+
 def test_left_out_for_its_ablation_the_race_steps_around_a_leader_out_on_the_second_seed_and_runs_nothing_again():
     truth = {**TRUTH, ("k4", 0): 10.0, ("k4", 1): math.inf, ("a", 0): 18.0, ("d", 0): 14.0}
     settings = RaceSettings(("k4", "a", "d", "bsp"), margin=1.5)
