@@ -27,8 +27,12 @@ if TYPE_CHECKING:
     from autosync.engine.backends import BackendChoice
     from autosync.engine.simulator import StopAt
 
-__all__ = ["DETAILS", "STOPPED_EARLY", "RunFailed", "constraint", "evaluate", "table_at"]
+__all__ = ["DETAILS", "MISS_PENALTY", "STOPPED_EARLY", "RunFailed", "constraint", "evaluate", "table_at"]
 
+# a run that misses the target scores this many times the virtual seconds it ran (its whole budget, where it ran
+# to the end): behind every run that reached the target, which took at most one budget, so a miss never ranks
+# ahead of a hit, and finite, so a mean over seeds exists
+MISS_PENALTY = 2.0
 STOPPED_EARLY = "stopped_early"  # `evaluate`'s count of runs stopped at the target before the horizon
 DETAILS = ("seed_times", "updates", "epochs")  # what `evaluate(details=True)` adds
 
@@ -44,7 +48,7 @@ class RunFailed(Exception):
         self.spent, self.forked, self.diverged = spent, forked, diverged
 
 
-def evaluate(job: JobSpec, policy: dict[str, Any], seeds: list[int], penalty: float = 2.0,
+def evaluate(job: JobSpec, policy: dict[str, Any], seeds: list[int], penalty: float = MISS_PENALTY,
              report: Callable[[dict[str, Any], int], None] | None = None,
              backend: "BackendChoice | None" = None, stop_at_target: bool = False,
              horizon: float | None = None, details: bool = False, stop_at: "StopAt | None" = None) -> dict[str, Any]:

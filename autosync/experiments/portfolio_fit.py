@@ -36,6 +36,7 @@ from autosync.core.job import JobSpec
 from autosync.experiments import lofo
 from autosync.experiments.reference_grid import Scored, feasible_best, held_out_seeds
 from autosync.lattice import BSP_POLICY, labelled_points
+from autosync.policy_score import MISS_PENALTY
 from autosync.table import Table, cell_for
 from autosync.table.replay import full_budget, to_target
 
@@ -102,7 +103,7 @@ def portfolio_answer(table: Table, job: JobTimes, members: list[str]) -> dict[st
     order = sorted(present, key=lambda m: (statistics.fmean(job.search[m]), present.index(m)))
     scores = [Scored(job.policies[m], statistics.fmean(job.search[m]),
                      [s for s, t in zip(lofo.search_seeds(job.spec), job.search[m])
-                      if t >= 2 * job.spec.budget.max_virtual_seconds], job.search[m]) for m in order]
+                      if t >= MISS_PENALTY * job.spec.budget.max_virtual_seconds], job.search[m]) for m in order]
     checked: list[dict[str, Any]] = []
     finals = lofo.table_finals(table, job.spec, lofo.search_seeds(job.spec))
 

@@ -30,6 +30,7 @@ from autosync.policy_grid import (  # shared with search/ from below both (tests
     BSP_LABEL, ONLINE_POLICIES, SPREAD_FOR_BALANCE, STATIC_K_RULES, TUNED_LABEL, WITHIN, online_policies,
     static_k_policies, static_label,
 )
+from autosync.policy_score import MISS_PENALTY
 
 __all__ = ["CELLS_FILE", "Grid", "online_specs", "penalised_time", "read_cells", "report", "run_cell",
            "run_grid", "run_report", "score_job", "summarize", "tune_each"]
@@ -155,9 +156,10 @@ def run_report(grid: Grid, directory: Path, n_jobs: int = 1, phase: Phase = no_p
 # --------------------------------------------------------------------------- scoring
 
 def penalised_time(record: dict[str, Any], job: JobSpec) -> float:
-    """Time-to-target, a missed target (or a failed run) counting as twice the time budget."""
+    """Time-to-target, a missed target (or a failed run) counting as twice the time budget (`MISS_PENALTY` times
+    a run to the budget's end)."""
     t = record.get("time_to_target")
-    return float(t) if t is not None else 2.0 * float(job.budget.max_virtual_seconds)
+    return float(t) if t is not None else MISS_PENALTY * float(job.budget.max_virtual_seconds)
 
 
 def score_job(job: JobSpec, cells: dict[str, dict[str, Any]], online: list[dict[str, Any]],

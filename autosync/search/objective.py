@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from autosync.core.declare import default_of
 from autosync.core.job import JobSpec
-from autosync.policy_score import STOPPED_EARLY, RunFailed, constraint, evaluate
+from autosync.policy_score import MISS_PENALTY, STOPPED_EARLY, RunFailed, constraint, evaluate
 from autosync.search.study.records import (
     ANSWERED, BSP_REFERENCE, BUDGET, CANONICAL, CONSTRAINT, CURVE, FAIL_REASON,
     FINAL_METRIC, FINAL_PENDING, FORKED, FULL_BUDGET, FULL_BUDGET_OF, HORIZON, KILLED,
@@ -63,7 +63,7 @@ class ObjectiveSettings:
 
     repeats: int = default_of(TuneOptions, "repeats")  # seeds per trial (the objective is noisy)
     tolerance: float = default_of(TuneOptions, "tolerance")  # allowed final-metric shortfall against BSP
-    penalty: float = 2.0  # a seed that misses the target counts as penalty x its virtual time
+    penalty: float = MISS_PENALTY  # a seed that misses the target counts as penalty x its virtual time
     multi_objective: bool = False  # (time, final metric) with a Pareto front instead of one value
     prune: bool = True  # stop a trial once it cannot be among the kept candidates (`autosync.search.strategies.pruning`)
     # a trial's runs end once they reach the target (its time-to-target is then known exactly, the rest of

@@ -20,6 +20,7 @@ from autosync.core.errors import UserError
 from autosync.core.job import JobSpec, load_job
 from autosync.search.recommend.neighbours import WORKLOAD_PENALTY, Neighbour, cluster_features, distance, workload_key
 from autosync.catalog import label_of, parse_policy_spec
+from autosync.policy_score import MISS_PENALTY
 from autosync.policy_grid import (BSP_LABEL, ONLINE_POLICIES, STATIC_K_RULES, TUNED_LABEL, load_report,
                                   static_k_policies, static_label)
 
@@ -75,7 +76,7 @@ def fastest(data: dict[str, Any], job: dict[str, Any],
     budget = float(job["budget"])
     times = dict(job["static"])
     times.update({label: row["time"] for label, row in job["policies"].items()})
-    ranked = sorted((t, label) for label, t in times.items() if label in named and t < 2 * budget)
+    ranked = sorted((t, label) for label, t in times.items() if label in named and t < MISS_PENALTY * budget)
     return next(((named[label], t) for t, label in ranked if fits(named[label])), None)
 
 
@@ -100,7 +101,7 @@ def grid_neighbours(path: Path, job: JobSpec, features: list[float],
         policy, time = best
         budget = float(row["budget"])
         bsp_time = float(row["bsp_time"]) if not row["policies"].get("bsp", {}).get("missed") \
-            and row["bsp_time"] < 2 * budget else None
+            and row["bsp_time"] < MISS_PENALTY * budget else None
         record = {"best_policy": policy, "best_value": time,
                   "speedup_vs_bsp": bsp_time / time if bsp_time is not None else None,
                   "bsp_time_to_target": bsp_time}
