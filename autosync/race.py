@@ -95,7 +95,7 @@ from autosync.core.errors import UserError
 from autosync.data import RACE_SETTINGS
 from autosync.lattice import BSP_LABEL, BSP_POLICY, family_of
 
-__all__ = ["ABLATABLE", "Answer", "REFERENCE", "ROUNDS", "RUN_AGAIN", "RaceSettings", "Run", "Runs", "SEARCH_SEEDS",
+__all__ = ["ABLATABLE", "Answer", "FASTER_HALF", "REFERENCE", "ROUNDS", "RUN_AGAIN", "RaceSettings", "Run", "Runs", "SEARCH_SEEDS",
            "WIDEST_ROUND", "horizon", "keeps_paired", "load_settings", "neighbours", "plan", "point_key", "race_settings",
            "times_of_full_run"]
 
@@ -108,8 +108,10 @@ ROUNDS = ("portfolio", "second seed", "local step", "final metric", "towards BSP
 EXPLORATION = ROUNDS[:3]  # the rounds a budget can skip (the final metric always runs)
 REFERENCE = "reference"  # with a budget, the first round: BSP's two runs to the end of the budget
 RUN_AGAIN = "run again"  # rounds 1-2 planned again without a member out on the second seed (`plan`)
-# what `plan(leave_out=...)` can leave out, each for its ablation (benchmarks/bench_race_rounds.py)
-ABLATABLE = (ROUNDS[4], RUN_AGAIN)
+FASTER_HALF = "faster half"  # successive halving's cut: at most the faster 1/HALVING of round 1's survivors go on
+# what `plan(leave_out=...)` can leave out, each for its ablation (benchmarks/bench_race_rounds.py): the second
+# seed (every candidate then ranked on the first alone), the local step, the faster-half cut, round 5, running again
+ABLATABLE = (ROUNDS[1], ROUNDS[2], FASTER_HALF, ROUNDS[4], RUN_AGAIN)
 
 
 @dataclass(frozen=True)
@@ -244,12 +246,15 @@ def plan(settings: RaceSettings, points: dict[str, dict[str, Any]], times: dict[
     on that seed); `finals[(label, seed)]`: a run to the end of the budget's final metric (None: diverged). `budget`: the cost cap in BSP trainings (None: every round runs); `spent`: the cost so far in
     BSP trainings, needed once BSP's two runs to the end of the budget are done (None before); `full_times`:
     the time to the target of round 5's runs to the end of the budget (`_towards_bsp`); `leave_out`, for the
-    ablations (benchmarks/bench_race_rounds.py), of `ABLATABLE`: round 5 (BSP answering where every finalist
-    broke the rule), `RUN_AGAIN` (a member out on the second seed still sets the first seed's horizons).
+    ablations (benchmarks/bench_race_rounds.py), of `ABLATABLE`: round 2 (rounds 2-3 then race on the first
+    seed alone, and the candidates are ranked there), round 3 (no local step), `FASTER_HALF` (every member within
+    the margin goes on), round 5 (BSP answering where every finalist broke the rule), `RUN_AGAIN` (a member out
+    on the second seed still sets the first seed's horizons).
     Given the same runs and cost, the same next runs or answer whatever order
     the runs finished in."""
     full_times = full_times or {}
     towards_bsp = ROUNDS[4] not in leave_out
+    raced_on = range(1 if ROUNDS[1] in leave_out else SEARCH_SEEDS)  # the seeds rounds 2-3 race on
     members = _distinct([m for m in settings.portfolio if m in points], points)
     if not members:
         raise UserError(f"none of the race's portfolio labels {list(settings.portfolio)} names a point of this "
@@ -276,9 +281,9 @@ def plan(settings: RaceSettings, points: dict[str, dict[str, Any]], times: dict[
     # strictly within the margin: a run stopped at its horizon took at least margin x the round's fastest
     alive = sorted((m for m in racing if times.get((m, 0), math.inf) < settings.margin * best),
                    key=lambda m: (times[(m, 0)], members.index(m)))
-    alive = alive[: max(1, math.ceil(len(alive) / HALVING))]
+    alive = alive[: max(1, math.ceil(len(alive) / (1 if FASTER_HALF in leave_out else HALVING)))]
     gate.ask(members, [0])
-    missing = _missing(alive, 1, ROUNDS[1], tuple(alive), times, stopped)
+    missing = _missing(alive, 1, ROUNDS[1], tuple(alive), times, stopped) if len(raced_on) > 1 else []
     if gate.runs(missing, alive, 1, stage=1):
         return Runs(ROUNDS[1], missing)
     if gate.cut_short:
@@ -287,10 +292,12 @@ def plan(settings: RaceSettings, points: dict[str, dict[str, Any]], times: dict[
     gate.ask(alive, [1])
     if not alive:  # every member out on the second seed: none to step from or to check
         return _final(points, times, finals, tolerance, accuracy, [], [], full_times, towards_bsp)
-    leader = min(alive, key=lambda m: (_mean(times, m), alive.index(m)))
+    leader = min(alive, key=lambda m: (statistics.fmean(times.get((m, s), math.inf) for s in raced_on),
+                                       alive.index(m)))
     taken = {point_key(points[m]) for m in alive}
-    steps = [n for n in neighbours(points[leader], points) if point_key(points[n]) not in taken]
-    for seed in range(SEARCH_SEEDS):  # seed by seed: a neighbour stopped on one seed is out
+    steps = [] if ROUNDS[2] in leave_out else \
+        [n for n in neighbours(points[leader], points) if point_key(points[n]) not in taken]
+    for seed in raced_on:  # seed by seed: a neighbour stopped on one seed is out
         missing = _missing(steps, seed, ROUNDS[2], (leader,), times, stopped)
         if gate.runs(missing, steps, seed, stage=2 + seed):
             return Runs(ROUNDS[2], missing)

@@ -9,7 +9,7 @@ import math
 import pytest
 
 from autosync.core.errors import UserError
-from autosync.race import RUN_AGAIN, Answer, RaceSettings, Run, Runs, horizon, keeps_paired, load_settings, plan
+from autosync.race import FASTER_HALF, ROUNDS, RUN_AGAIN, Answer, RaceSettings, Run, Runs, horizon, keeps_paired, load_settings, plan
 
 
 def backup(k: int, rule: str = "sqrt") -> dict:
@@ -87,6 +87,27 @@ def test_each_round_runs_what_it_lacks_on_the_seeds_every_candidate_of_it_runs()
                                                                  ("k3", 1, True)]
     assert [r.label for r in check2.runs] == ["k4", "k4"]
     assert (answer.label, answer.time, answer.checked) == ("k4", 23.0, ["k3", "k4"])
+
+
+def test_left_out_for_its_ablation_the_second_seed_races_rounds_2_3_on_the_first_seed_alone():
+    answer, steps = run_all({}, {}, TRUTH, FINALS, leave_out=frozenset({ROUNDS[1]}))
+    assert [s.round for s in steps] == ["portfolio", "local step", "final metric", "final metric"]
+    assert all(r.seed == 0 for s in steps if not s.round.startswith("final") for r in s.runs)
+    # ranked on seed 0 alone: k3 (19), k4 (20); k3 breaks the rule, k4 keeps it
+    assert (answer.label, answer.time, answer.checked) == ("k4", 20.0, ["k3", "k4"])
+
+
+def test_left_out_for_its_ablation_the_local_step_runs_no_neighbour():
+    answer, steps = run_all({}, {}, TRUTH, FINALS, leave_out=frozenset({ROUNDS[2]}))
+    assert [s.round for s in steps] == ["portfolio", "second seed", "final metric"]
+    assert (answer.label, answer.checked) == ("k4", ["k4"])
+
+
+def test_left_out_for_its_ablation_every_member_within_the_margin_goes_on_to_the_second_seed():
+    _, halved = run_all({}, {}, TRUTH, FINALS)
+    _, whole = run_all({}, {}, TRUTH, FINALS, leave_out=frozenset({FASTER_HALF}))
+    assert [(r.label, r.seed) for r in halved[1].runs] == [("k4", 1)]
+    assert [(r.label, r.seed) for r in whole[1].runs] == [("k4", 1), ("d", 1)]  # both within 1.5 x 20
 
 
 def test_the_answer_is_the_same_whatever_order_a_round_s_runs_finish_in():
