@@ -1,8 +1,12 @@
-"""The race's round towards BSP (round 5) and its running again without a member out, each ablated
-leave-one-family-out on the table.
+"""The race's parts, each ablated leave-one-family-out on the table: its second seed (round 2), its local
+step (round 3), the faster-half cut, its round towards BSP (round 5) and its running again without a member
+out.
 
     python benchmarks/bench_race_rounds.py --count 8 --out benchmarks/race_rounds.md
 
+Without the second seed, rounds 2-3 race on the first seed alone and the candidates are ranked there (the
+final-metric round still runs both seeds). Without the local step, no neighbour of the leader runs. Without
+the faster-half cut (`race.FASTER_HALF`), every member within the margin goes on to the second seed.
 Round 5 (`autosync.race`, `_towards_bsp`) runs only where every finalist broke the final-metric rule: it
 bisects static k at BSP's learning rate for the fewest workers that keep BSP's final metric. Without it, BSP
 answers there. Running again (`race.RUN_AGAIN`): a portfolio member out on the second seed sets no horizon on
@@ -30,7 +34,7 @@ from pathlib import Path
 from autosync.catalog import label_of
 from autosync.data import BASELINE_DIR
 from autosync.experiments import lofo, race_fit
-from autosync.race import ABLATABLE, ROUNDS, RUN_AGAIN
+from autosync.race import ABLATABLE, FASTER_HALF, ROUNDS, RUN_AGAIN
 from autosync.table import Table
 
 from _report import Figures
@@ -38,7 +42,10 @@ from bench_lofo import COMMITTED_FAMILIES
 
 
 # each ablation's name in the report
-WITHOUT = {ROUNDS[4]: "without round 5 (BSP answers where every finalist broke the rule)",
+WITHOUT = {ROUNDS[1]: "without the second seed (rounds 2-3 race on the first seed, ranked there)",
+           ROUNDS[2]: "without the local step (no neighbour of the leader runs)",
+           FASTER_HALF: "without the faster-half cut (every member within the margin goes on)",
+           ROUNDS[4]: "without round 5 (BSP answers where every finalist broke the rule)",
            RUN_AGAIN: "without running again (a member out on the second seed still sets the first's horizons)"}
 
 
@@ -87,12 +94,14 @@ def main() -> None:
                         help="bench_lofo.py's results on these jobs: the tune replayed, to compare the costs with")
     parser.add_argument("--json", default=None, help="also write the figures here (benchmarks/make_table.py)")
     args = parser.parse_args()
+    if set(WITHOUT) != set(ABLATABLE):  # before an hour of races, not after
+        parser.error(f"WITHOUT names {sorted(WITHOUT)}, race.ABLATABLE {sorted(ABLATABLE)}")
     table = Table(args.table)
     jobs = race_fit.family_jobs(table, [BASELINE_DIR / f"family_{name}.yaml" for name in args.families], args.count)
     race = folds(table, jobs, frozenset())
     ablated = {name: folds(table, jobs, frozenset({name})) for name in ABLATABLE}
     names = [j.job for j in jobs]
-    lines = ["# The race's round towards BSP and its running again, ablated leave-one-family-out", "",
+    lines = ["# The race's parts, each ablated leave-one-family-out", "",
              f"`python benchmarks/bench_race_rounds.py --families {' '.join(args.families)} --count {args.count}`", "",
              "Each variant fitted on the other families (`race_fit.fit`) and raced on the held-out family's jobs "
              "on the table (`race_fit.race`); ratios are the answer's held-out time over the grid's choice's.", "",
