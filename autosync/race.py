@@ -65,8 +65,8 @@ on the other families (benchmarks/race_rounds.md, mean log ratio to the grid's c
 the race's, 90% intervals): without the local step +0.079 (+0.012 to +0.152) for -1.17 BSP trainings, and
 without the faster-half cut +0.045 (-0.011 to +0.118) for +0.50 (+0.15 to +0.86), so both earn their place;
 without the second seed +0.071 (-0.020 to +0.166) for -1.58 (-2.42 to -0.79), by neither interval, kept
-since without it every candidate is ranked on one seed (the answers' 90th percentile 1.83 of the grid's
-choice against 1.60: docs/concepts/race.md).
+since without it every candidate is ranked by its time to the target on one seed (docs/concepts/race.md
+weighs it).
 
 With a budget in BSP trainings (`tune --budget`; none: the rounds above, as they are), it is the race's
 stopping rule. BSP's two runs to the end of the budget come first (the **reference** round: the unit of the
@@ -103,9 +103,9 @@ from autosync.core.errors import UserError
 from autosync.data import RACE_SETTINGS
 from autosync.lattice import BSP_LABEL, BSP_POLICY, family_of
 
-__all__ = ["ABLATABLE", "Answer", "FASTER_HALF", "REFERENCE", "ROUNDS", "RUN_AGAIN", "RaceSettings", "Run", "Runs", "SEARCH_SEEDS",
-           "WIDEST_ROUND", "horizon", "keeps_paired", "load_settings", "neighbours", "plan", "point_key", "race_settings",
-           "times_of_full_run"]
+__all__ = ["ABLATABLE", "Answer", "FASTER_HALF", "REFERENCE", "ROUNDS", "RUN_AGAIN", "RaceSettings", "Run", "Runs",
+           "SEARCH_SEEDS", "WIDEST_ROUND", "horizon", "keeps_paired", "load_settings", "neighbours", "plan",
+           "point_key", "race_settings", "times_of_full_run"]
 
 SEARCH_SEEDS = 2  # seeds a race compares on (the table's search seeds: `autosync.table.build.SEARCH_SEEDS`)
 # the runs of one round that never wait for each other, the most processes `--n-jobs` starts by default: the
@@ -185,7 +185,7 @@ class Runs:
 @dataclass(frozen=True)
 class Answer:
     """The race's answer: a label, its mean time and the candidates ranked by their mean, over the seeds they
-    all ran (both, unless the budget cut the race short before the second)."""
+    all ran (both, unless the budget cut the race short before the second, or its ablation left it out)."""
 
     label: str
     time: float
@@ -413,7 +413,8 @@ class _Gate:
 def _ranked(order: list[str], times: dict[tuple[str, int], float],
             stopped: dict[tuple[str, int], float]) -> list[tuple[str, float]]:
     """The candidates of `order` not stopped on a seed, ranked by their mean time over the seeds all of them
-    ran (both, unless the budget cut the race short before some ran the second); ties in `order`."""
+    ran (both, unless the budget cut the race short before some ran the second, or its ablation left it out);
+    ties in `order`."""
     left = [m for m in order if not any((m, s) in stopped and (m, s) not in times for s in range(SEARCH_SEEDS))]
     seeds = [s for s in range(SEARCH_SEEDS) if all((m, s) in times for m in left)]
     return sorted(((m, statistics.fmean(times[(m, s)] for s in seeds)) for m in left),

@@ -9,7 +9,8 @@ import math
 import pytest
 
 from autosync.core.errors import UserError
-from autosync.race import FASTER_HALF, ROUNDS, RUN_AGAIN, Answer, RaceSettings, Run, Runs, horizon, keeps_paired, load_settings, plan
+from autosync.race import (FASTER_HALF, ROUNDS, RUN_AGAIN, Answer, RaceSettings, Run, Runs, horizon, keeps_paired,
+                           load_settings, plan)
 
 
 def backup(k: int, rule: str = "sqrt") -> dict:
