@@ -142,6 +142,13 @@ def main() -> None:
                     f"{low:+.3f} to {high:+.3f})", statistics.fmean(answer), "")
         figures.add(f"{short}, mean cost minus the race's (90% interval {cost_low:+.2f} to {cost_high:+.2f})",
                     statistics.fmean(cost), "BSP trainings")
+        # the search issue's rule: a part earns its place where leaving it out makes the answers slower, or the
+        # race dearer, beyond the interval (over jobs): its answers' or its cost's interval lies above 0
+        earns = low > 0 or cost_low > 0
+        part = short.removeprefix("without ")
+        figures.add(f"{part[0].upper()}{part[1:]} earns its place in the race (the answers' or the cost's interval "
+                    "above 0 without it)",
+                    float(earns), "", goal="1 (the search issue's rule)", met=earns)
     ran = [n for n in names if race[n]["towards_bsp"]]
     lines += ["", f"Round 5 ran on {len(ran)} jobs in the race.", "", *agreement(race, Path(args.replayed))]
     Path(args.out).write_text("\n".join(lines) + "\n")
