@@ -15,10 +15,9 @@ and the race runs:
    and 2 are planned again without it, so those within `margin` times the fastest member still racing run
    again (from the start) to that horizon, and the members then within the margin go on. (Racing as irace does
    never takes a run back; here a member fast on the first seed by luck that diverged on the second left no
-   candidate at all.) Leave-one-family-out on the table, the race's settings fitted with and without it
-   (benchmarks/race_rounds.md), it answers alike (mean log ratio to the grid's choice 0.001 lower, 90% interval
-   -0.050 to +0.052) for 0.65 fewer BSP trainings on average (0.27 to 1.06): a lucky run no longer eliminates
-   the rest, so the fit takes narrower margins. Taking a finalist that broke the final-metric rule out the same
+   candidate at all.) Leave-one-family-out on the table it answers alike for fewer BSP trainings
+   (benchmarks/race_rounds.md): a lucky run no longer eliminates the rest, so the fit takes narrower margins.
+   Taking a finalist that broke the final-metric rule out the same
    way (the rounds planned again without it) was tried too, on the same jobs: a mean log ratio of 0.1161
    against 0.0784, for a mean 14.79 BSP trainings against 10.19.
 3. **Local step**: the leader's neighbours on the job's own lattice (`neighbours`: one parameter changed,
@@ -60,13 +59,9 @@ and the race runs:
    took, it turned one of them from 7.4 to 1.02 of the grid's choice for 12.7 BSP trainings there, and
    13-17 on the other three, still BSP.)
 
-Each of rounds 2, 3 and 5, the faster-half cut and running again left out in turn, the race fitted again
-on the other families (benchmarks/race_rounds.md, mean log ratio to the grid's choice and mean cost minus
-the race's, 90% intervals): without the local step +0.079 (+0.012 to +0.152) for -1.17 BSP trainings, and
-without the faster-half cut +0.045 (-0.011 to +0.118) for +0.50 (+0.15 to +0.86), so both earn their place;
-without the second seed +0.071 (-0.020 to +0.166) for -1.58 (-2.42 to -0.79), by neither interval, kept
-since without it every candidate is ranked by its time to the target on one seed (docs/concepts/race.md
-weighs it).
+Each of rounds 2, 3 and 5, the faster-half cut and running again is left out in turn, the race fitted
+again on the other families, in benchmarks/race_rounds.md (`plan(leave_out=...)`); its figures, and why the
+second seed stays though neither of its intervals clears 0, are in docs/concepts/race.md.
 
 With a budget in BSP trainings (`tune --budget`; none: the rounds above, as they are), it is the race's
 stopping rule. BSP's two runs to the end of the budget come first (the **reference** round: the unit of the
@@ -300,8 +295,7 @@ def plan(settings: RaceSettings, points: dict[str, dict[str, Any]], times: dict[
     gate.ask(alive, [1])
     if not alive:  # every member out on the second seed: none to step from or to check
         return _final(points, times, finals, tolerance, accuracy, [], [], full_times, towards_bsp)
-    leader = min(alive, key=lambda m: (statistics.fmean(times.get((m, s), math.inf) for s in raced_on),
-                                       alive.index(m)))
+    leader = min(alive, key=lambda m: (_mean(times, m, raced_on), alive.index(m)))
     taken = {point_key(points[m]) for m in alive}
     steps = [] if ROUNDS[2] in leave_out else \
         [n for n in neighbours(points[leader], points) if point_key(points[n]) not in taken]
@@ -454,6 +448,6 @@ def _distinct(labels: list[str], points: dict[str, dict[str, Any]]) -> list[str]
     return out
 
 
-def _mean(times: dict[tuple[str, int], float], label: str) -> float:
-    """`label`'s mean time over both seeds (`math.inf` where it was stopped on one)."""
-    return statistics.fmean(times.get((label, s), math.inf) for s in range(SEARCH_SEEDS))
+def _mean(times: dict[tuple[str, int], float], label: str, seeds: "Iterable[int]" = range(SEARCH_SEEDS)) -> float:
+    """`label`'s mean time over `seeds`, both by default (`math.inf` where it was stopped on one)."""
+    return statistics.fmean(times.get((label, s), math.inf) for s in seeds)
