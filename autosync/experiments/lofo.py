@@ -92,13 +92,30 @@ def _full_budget_cells(table: Table, job: JobSpec, seeds: Iterable[int]) -> Call
     return cells
 
 
+def _by_time(table: Table, job: JobSpec, lattice: Lattice, seeds: list[int]) -> list[Scored]:
+    """Every lattice point scored over `seeds`, fastest first."""
+    fingerprint = job.fingerprint()
+    return sorted((table_score(table, job, p, seeds, fingerprint) for p in lattice(job.cluster.n_workers)),
+                  key=lambda s: s.time)
+
+
 def choice(table: Table, job: JobSpec, lattice: Lattice, seeds: Iterable[int]) -> Scored:
     """The fastest lattice point over `seeds` that keeps the final-metric rule against BSP there."""
     seeds = list(seeds)
-    fingerprint = job.fingerprint()
-    scores = sorted((table_score(table, job, p, seeds, fingerprint) for p in lattice(job.cluster.n_workers)),
-                    key=lambda s: s.time)
-    return feasible_best(job, scores, table_finals(table, job, seeds))
+    return feasible_best(job, _by_time(table, job, lattice, seeds), table_finals(table, job, seeds))
+
+
+def runner_up(table: Table, job: JobSpec, lattice: Lattice, seeds: Iterable[int]) -> Scored | None:
+    """The grid's second choice over `seeds`: the fastest lattice point there that keeps the final-metric
+    rule, of those slower there than the grid's choice (`choice`; a point as fast runs alike, as LB-BSP runs
+    as BSP on equal workers). Scored on the held-out seeds against the grid's choice, it measures how far
+    apart the two fastest candidates a search on `seeds` can tell land on seeds it never saw. None where no
+    point is slower than the grid's choice."""
+    seeds = list(seeds)
+    scores, finals = _by_time(table, job, lattice, seeds), table_finals(table, job, seeds)
+    first = feasible_best(job, scores, finals)
+    slower = [s for s in scores if s.time > first.time]
+    return feasible_best(job, slower, finals) if slower else None
 
 
 def answer_keeps(table: Table, job: JobSpec, policy: dict[str, Any], seeds: Iterable[int]) -> bool:

@@ -34,6 +34,20 @@ def test_the_grid_s_choice_is_the_fastest_point_on_the_search_seeds_that_keeps_b
     assert lofo.choice(table, job_, lattice, seeds).policy == expected
 
 
+def test_the_grid_s_second_choice_is_the_fastest_point_slower_than_its_choice_that_keeps_bsp_s_final_metric(
+        tmp_path):
+    table, job_ = Table(tmp_path), job()
+    seeds = lofo.search_seeds(job_)
+    finals = lofo.table_finals(table, job_, seeds)
+    first = lofo.choice(table, job_, lattice, seeds)
+    slower = sorted((s for s in (lofo.table_score(table, job_, p, seeds) for p in lattice(4)) if s.time > first.time),
+                    key=lambda s: s.time)
+    feasible = [s for s in slower if not s.missed and keeps_constraint(job_, finals(s.policy), finals(BSP))]
+    second = lofo.runner_up(table, job_, lattice, seeds)
+    assert second.policy != first.policy and second.time > first.time
+    assert second.policy == (feasible[0] if feasible else slower[0]).policy
+
+
 def test_answers_are_judged_on_the_held_out_seeds_against_both_references(tmp_path):
     table, job_ = Table(tmp_path), job()
     answers = [lofo.Answered(BSP, 1.0), lofo.Answered({"policy": "backup", "params": {"k": 1}}, 2.0)]

@@ -20,6 +20,7 @@ job's cells again (results/table/README.md).
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import math
 import random
@@ -101,3 +102,13 @@ def test_the_committed_table_agrees_with_the_engine(path, monkeypatch):
             stale.append(f"{cell.policy} on seed {cell.seed}: time to target {cell.scores.get('time_to_target')} in "
                          f"the table, {again.scores.get('time_to_target')} trained now")
     assert not stale, f"{path.name} is stale, build it again (results/table/README.md): " + "; ".join(stale)
+
+
+def test_the_committed_checksums_are_the_packed_files_own():
+    """results/table/SHA256SUMS names every packed file with its SHA-256 (`sha256sum -c SHA256SUMS`, its
+    README): a file packed again without the list written again fails here."""
+    listed = dict(reversed(line.split("  ", 1)) for line in
+                  (ROOT / "results" / "table" / "SHA256SUMS").read_text().splitlines() if line.strip())
+    assert sorted(listed) == [f.name for f in FILES]
+    stale = [f.name for f in FILES if hashlib.sha256(f.read_bytes()).hexdigest() != listed[f.name]]
+    assert not stale, f"results/table/SHA256SUMS is stale for {stale}: run `sha256sum *.cells.xz > SHA256SUMS` there"
