@@ -28,12 +28,15 @@ BENCHMARKS = ("bench_startup", "bench_engine", "bench_scale", "bench_dbw_solver"
               "bench_tune", "bench_default_tune", "bench_tune_cost", "bench_answer_quality", "bench_transfer",
               "bench_processes", "bench_transport", "bench_gpu", "bench_fuzz_inputs", "bench_kill_storm",
               "bench_ctrl_c_storm",
-              "bench_replay", "bench_table", "bench_lofo", "bench_lofo_replay", "bench_race",
+              "bench_replay", "bench_table", "bench_lofo", "bench_lofo_replay", "bench_lofo_blind", "bench_race",
               "bench_race_rounds", "bench_portfolio_order", "bench_ablation", "bench_ablation_checks",
               "bench_code_size")
 # a benchmark run with arguments of its own under a name of its own: script and arguments
 VARIANTS: dict[str, tuple[str, list[str]]] = {
     # the whole leave-one-family-out replay again, timed, its answers checked against benchmarks/lofo_race.jsonl
+    # the shipped race on a family it was never fitted on (benchmarks/blind_ridge.md)
+    "bench_lofo_blind": ("bench_lofo", ["--families", "ridge", "--count", "5", "--shipped", "--results",
+                                        "benchmarks/blind_ridge.jsonl", "--out", "benchmarks/blind_ridge.md"]),
     "bench_lofo_replay": ("bench_lofo", ["--families", "fresh", "quarry", "crest", "fleet", "steady", "tiers",
                                          "inverse", "mosaic", "--count", "8", "--timed"]),
     # the full-budget checks' repair, switched off against the defaults (`ablation_static_k_checks.md` also

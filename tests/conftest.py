@@ -45,6 +45,8 @@ GROUPED_MARKERS = ("processes", "postgres", "distributed")
 # the families whose jobs results/table holds (with the default job), which `autosync fit` is fitted on
 COMMITTED_FAMILIES = ("fresh", "quarry", "crest", "fleet", "steady", "tiers", "inverse", "mosaic")
 TABLE_JOBS = 8  # results/table holds jobs 0..TABLE_JOBS-1 of each committed family
+# a family results/table also holds, never fitted on: the shipped race judged on it (benchmarks/blind_ridge.md)
+BLIND_FAMILIES = {"ridge": 5}  # family -> jobs 0..N-1
 _GROUPS_KEY = "autosync_groups_dir"
 
 

@@ -37,7 +37,7 @@ from autosync.table import packing
 from autosync.table.cells import Cell
 from autosync.table.replay import compute_cell, to_target
 from autosync.workloads.workload import Workload
-from tests.conftest import COMMITTED_FAMILIES, TABLE_JOBS
+from tests.conftest import BLIND_FAMILIES, COMMITTED_FAMILIES, TABLE_JOBS
 
 ROOT = Path(__file__).resolve().parents[3]
 FILES = sorted((ROOT / "results" / "table").glob("*.cells.xz"))
@@ -47,11 +47,11 @@ DRAWN = 2  # cells per job: a change to the simulator's results changes most run
 
 @functools.cache
 def _jobs() -> dict[str, object]:
-    """The committed table's jobs by fingerprint: the default job and jobs 0..TABLE_JOBS-1 of each committed
-    family."""
+    """The committed table's jobs by fingerprint: the default job, jobs 0..TABLE_JOBS-1 of each committed
+    family and the blind families' jobs."""
     jobs = [load_job(DEFAULT_JOB_PATH)]
-    for family in COMMITTED_FAMILIES:
-        jobs += load_family(BASELINE_DIR / f"family_{family}.yaml").jobs(TABLE_JOBS)
+    for family, count in [*((f, TABLE_JOBS) for f in COMMITTED_FAMILIES), *BLIND_FAMILIES.items()]:
+        jobs += load_family(BASELINE_DIR / f"family_{family}.yaml").jobs(count)
     return {job.fingerprint(): job for job in jobs}
 
 
