@@ -35,6 +35,13 @@ rather than refitting: on a family the fit never saw, the race as a user gets it
     python benchmarks/bench_lofo.py --families ridge --count 5 --shipped --table results/table \
         --results benchmarks/blind_ridge.jsonl --out benchmarks/blind_ridge.md
 
+and `benchmarks/blind_decay.md` on the decay family, never developed or fitted on either, its table built
+apart (its 0.6 MB would take results/table past the 20 MB it may hold when committed):
+
+    autosync table baselines/family_decay.yaml --jobs 5 --out decay-table
+    python benchmarks/bench_lofo.py --families decay --count 5 --shipped --table decay-table \
+        --results benchmarks/blind_decay.jsonl --out benchmarks/blind_decay.md
+
 `--timed` replays every job again, into a temporary file (`--results` and `--out` are left as they are), and
 reports the whole replay's wall time (the folds' fits and every tune; the search issue's goal: at most 10
 minutes on 2 cores once the table exists) and whether its answers and costs are those `--results` recorded.
