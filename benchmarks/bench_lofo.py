@@ -12,7 +12,8 @@ the held-out best (`autosync.experiments.lofo`): the race judged leave-one-famil
 own code. Each job's result is appended to `--results` as it finishes; a re-run replays only the jobs it
 lacks, and scores the answers recorded for the others again by today's rules (the grid's choice and the
 final-metric test may have changed since). Prints and writes per family and pooled figures with bootstrap
-intervals.
+intervals. Beside them: the grid's second choice (`lofo.runner_up`) held out, and per family the one policy
+that did best there with hindsight (`lofo.best_fixed`), which a search should not answer worse than.
 
 The baseline the race was judged against, the family-by-family search with nothing fitted (`--sampler
 portfolio`, no longer in autosync), is `benchmarks/lofo_baseline.{md,jsonl}`: its answers were replayed by
@@ -65,7 +66,7 @@ from autosync.core.job import load_job
 from autosync.data import BASELINE_DIR, DEFAULT_JOB_PATH, RACE_SETTINGS
 from autosync.experiments import lofo, portfolio_fit, race_fit
 from autosync.experiments.reference_grid import held_out_seeds
-from autosync.lattice import lattice_points
+from autosync.lattice import labelled_points, lattice_points
 from autosync.api import quiet_optuna, tune
 from autosync.engine.forks import FORKS
 from autosync.table import KEPT, Table
@@ -274,6 +275,16 @@ def main() -> None:
     text += (f"\nThe final-metric round alone for the grid's choice (BSP's and its runs to the end of the budget "
              f"on both search seeds: the least a race that checks it pays, `race_fit.check_floor`): median "
              f"{statistics.median(floors):.2f} BSP trainings, {min(floors):.2f} to {max(floors):.2f}.\n")
+    fixed = fixed_rows(table, results, specs, args.families)
+    text += ("\nThe race against the one policy that did best on each family, chosen with hindsight on its jobs "
+             "(`lofo.best_fixed`: the lowest median held-out time over the grid's choice, then the lowest worst; "
+             "the search issue's first table): median / worst over the grid's choice.\n\n"
+             "| family | the race (first sampler seed) | best fixed policy | its median / worst |\n|---|---|---|---|\n"
+             + "".join(f"| {f} | {statistics.median(race):.2f} / {max(race):.2f} | {label} | "
+                       f"{statistics.median(ratios):.2f} / {max(ratios):.2f} |\n"
+                       for f, (race, label, ratios) in fixed.items()))
+    beaten = [f for f, (race, _, ratios) in fixed.items()
+              if statistics.median(ratios) < statistics.median(race) and max(ratios) < max(race)]
     second = runner_up_ratios(table, results, specs)
     text += (f"\nThe grid's second choice (`lofo.runner_up`: the fastest point slower than the grid's choice on the "
              f"search seeds that keeps the rule), held out, over the grid's choice: median "
@@ -301,11 +312,30 @@ def main() -> None:
                 statistics.median(floors), "BSP trainings")
     figures.add("slowest over fastest answer across sampler seeds, median", s["median_spread"], "x", goal="<= 1.05",
                 met=s["median_spread"] <= GOALS["median_spread"])
+    figures.add("families where the best fixed policy, chosen with hindsight, beats the race's median and worst",
+                len(beaten), f"of {len(fixed)}" + (f" ({', '.join(beaten)})" if beaten else ""))
     figures.add("the grid's second choice over its choice, held out, 90th percentile (one place short of it)",
                 lofo.percentile(second, 0.9), "x")
     figures.add(f"jobs where the grid's second choice lands over {GOALS['p90']} of its choice, held out",
                 sum(r > GOALS["p90"] for r in second) / len(second), "of the jobs")
     figures.write(args.json)
+
+
+def fixed_rows(table: Table, results: list[lofo.JobResult], specs: dict,
+               families: list[str]) -> dict[str, tuple[list[float], str, list[float]]]:
+    """Per family: the race's ratios to the grid's choice (first sampler seed), and the best fixed policy's
+    label and ratios (`lofo.best_fixed`), held out."""
+    rows = {}
+    for family in families:
+        mine = [r for r in results if r.family == family]
+        if mine:
+            label, ratios = lofo.best_fixed(table, [specs[r.job] for r in mine],
+                                            [r.grid_choice_time for r in mine], labelled_points)
+            point = labelled_points(specs[mine[0].job].cluster.n_workers)[label]
+            # a composition's label lists every slot: named as `autosync tune` names it (a share of n stays a share)
+            rows[family] = ([r.ratios()[0] for r in mine], short(point) if point["policy"] == "compose" else label,
+                            ratios)
+    return rows
 
 
 def runner_up_ratios(table: Table, results: list[lofo.JobResult], specs: dict) -> list[float]:

@@ -118,6 +118,27 @@ def runner_up(table: Table, job: JobSpec, lattice: Lattice, seeds: Iterable[int]
     return feasible_best(job, slower, finals) if slower else None
 
 
+def best_fixed(table: Table, jobs: list[JobSpec], grid_choice_times: list[float],
+               labelled: Callable[[int], dict[str, dict[str, Any]]]) -> tuple[str, list[float]]:
+    """The fixed policy a user would have done best to run on every job of a family, chosen with hindsight:
+    of the labels every job's lattice has (`labelled`: label -> point on n workers, as
+    `autosync.lattice.labelled_points`), the one whose held-out times over each job's grid's choice
+    (`grid_choice_times`, held out too) have the lowest median, then the lowest worst; with those ratios. A
+    search that answers worse than it on a family could as well not have searched there (the search issue's
+    first table)."""
+    points = [labelled(job.cluster.n_workers) for job in jobs]
+    best: tuple[tuple[float, float], str, list[float]] | None = None
+    for label in sorted(set.intersection(*(set(p) for p in points))):
+        ratios = [table_score(table, job, p[label], held_out_seeds(job)).time / grid
+                  for job, p, grid in zip(jobs, points, grid_choice_times)]
+        key = (statistics.median(ratios), max(ratios))
+        if best is None or key < best[0]:
+            best = (key, label, ratios)
+    if best is None:
+        raise ValueError("best_fixed: the jobs' lattices share no label")
+    return best[1], best[2]
+
+
 def answer_keeps(table: Table, job: JobSpec, policy: dict[str, Any], seeds: Iterable[int]) -> bool:
     """Whether `policy`'s final metric at the end of the budget keeps BSP's over `seeds` (the tune's rule,
     judged where the answer is scored, by the same paired test: a fast answer that breaks it is reported, not

@@ -4,6 +4,8 @@ figures are deterministic."""
 
 from __future__ import annotations
 
+import statistics
+
 import pytest
 
 from autosync.experiments import lofo
@@ -46,6 +48,17 @@ def test_the_grid_s_second_choice_is_the_fastest_point_slower_than_its_choice_th
     second = lofo.runner_up(table, job_, lattice, seeds)
     assert second.policy != first.policy and second.time > first.time
     assert second.policy == (feasible[0] if feasible else slower[0]).policy
+
+
+def test_the_best_fixed_policy_has_the_lowest_median_held_out_ratio_over_the_family_s_jobs(tmp_path):
+    table, jobs = Table(tmp_path), [job(), job().model_copy(update={"seed": 7})]
+    labelled = {"bsp": BSP, "asp": {"policy": "asp", "params": {}}, "k=1": {"policy": "backup", "params": {"k": 1}}}
+    grids = [lofo.table_score(table, j, BSP, [j.seed + 100, j.seed + 101]).time for j in jobs]
+    label, ratios = lofo.best_fixed(table, jobs, grids, lambda n: labelled)
+    every = {name: [lofo.table_score(table, j, p, [j.seed + 100, j.seed + 101]).time / g for j, g in zip(jobs, grids)]
+             for name, p in labelled.items()}
+    assert ratios == every[label]
+    assert (statistics.median(ratios), max(ratios)) == min((statistics.median(r), max(r)) for r in every.values())
 
 
 def test_answers_are_judged_on_the_held_out_seeds_against_both_references(tmp_path):
