@@ -66,8 +66,9 @@ and the race runs:
    13-17 on the other three, still BSP.)
 
 Each of rounds 2, 3 and 5, the faster-half cut and running again is left out in turn, the race fitted
-again on the other families, in benchmarks/race_rounds.md (`plan(leave_out=...)`); its figures, and why the
-second seed stays though neither of its intervals clears 0, are in docs/concepts/race.md.
+again on the other families, in benchmarks/race_rounds.md (`plan(leave_out=...)`), and fitted on those
+families then raced on two never fitted on, in benchmarks/blind_rounds.md; the figures, and why the second
+seed stays, are in docs/concepts/race.md.
 
 With a budget in BSP trainings (`tune --budget`; none: the rounds above, as they are), it is the race's
 stopping rule. BSP's two runs to the end of the budget come first (the **reference** round: the unit of the

@@ -75,6 +75,31 @@ def summary_line(name: str, rows: list[dict]) -> str:
             f"{statistics.median(r['cost'] for r in rows):.2f} | {statistics.fmean(r['cost'] for r in rows):.2f} |")
 
 
+def summary_table(names: list[str], race: dict[str, dict], ablated: dict[str, dict[str, dict]]) -> list[str]:
+    """The report's table of the race and each variant (`ablated`: part left out -> its rows) over `names`."""
+    return ["| race | jobs | median | 90th percentile | worst | answers breaking the rule held out | median cost "
+            "| mean cost |", "|---|---|---|---|---|---|---|---|",
+            summary_line("the race", [race[n] for n in names]),
+            *(summary_line(WITHOUT[name], [rows[n] for n in names]) for name, rows in ablated.items())]
+
+
+def paired(names: list[str], race: dict[str, dict], rows: dict[str, dict]) -> tuple[list[float], list[float],
+                                                                           tuple[float, float], tuple[float, float]]:
+    """Per job of `names`, a variant's `rows` minus the `race`'s: the log of the answer's ratio to the grid's
+    choice and the cost; and the 90% bootstrap intervals of their means over jobs."""
+    answer = [math.log(rows[n]["ratio"]) - math.log(race[n]["ratio"]) for n in names]
+    cost = [rows[n]["cost"] - race[n]["cost"] for n in names]
+    return answer, cost, lofo.bootstrap(answer, statistics.fmean), lofo.bootstrap(cost, statistics.fmean)
+
+
+def differing(names: list[str], race: dict[str, dict], rows: dict[str, dict]) -> list[str]:
+    """The report's table of the jobs whose answer a variant's `rows` change from the `race`'s."""
+    return ["| job | the race | over grid's choice | cost | without | over grid's choice | cost |",
+            "|---|---|---|---|---|---|---|",
+            *(f"| {n} | {a['answer']} | {a['ratio']:.2f} | {a['cost']:.2f} | {b['answer']} | {b['ratio']:.2f} | "
+              f"{b['cost']:.2f} |" for n, a, b in ((n, race[n], rows[n]) for n in names) if a["answer"] != b["answer"])]
+
+
 def agreement(rows: dict[str, dict], replayed: Path) -> list[str]:
     """How the race counted on the table (`race_fit.race`, with round 5) agrees with the tune replayed on the
     table (`replayed`: bench_lofo.py's results, its first sampler seed's answers): the same answers, and on how
@@ -114,17 +139,11 @@ def main() -> None:
              f"`python benchmarks/bench_race_rounds.py --families {' '.join(args.families)} --count {args.count}`", "",
              "Each variant fitted on the other families (`race_fit.fit`) and raced on the held-out family's jobs "
              "on the table (`race_fit.race`); ratios are the answer's held-out time over the grid's choice's.", "",
-             "| race | jobs | median | 90th percentile | worst | answers breaking the rule held out | median cost "
-             "| mean cost |", "|---|---|---|---|---|---|---|---|",
-             summary_line("the race", [race[n] for n in names]),
-             *(summary_line(WITHOUT[name], [rows[n] for n in names]) for name, rows in ablated.items())]
+             *summary_table(names, race, ablated)]
     figures = Figures("bench_race_rounds")
     for name, rows in ablated.items():
         short = WITHOUT[name].split(" (")[0]
-        answer = [math.log(rows[n]["ratio"]) - math.log(race[n]["ratio"]) for n in names]
-        cost = [rows[n]["cost"] - race[n]["cost"] for n in names]
-        low, high = lofo.bootstrap(answer, statistics.fmean)
-        cost_low, cost_high = lofo.bootstrap(cost, statistics.fmean)
+        answer, cost, (low, high), (cost_low, cost_high) = paired(names, race, rows)
         families = by_family(jobs, answer)  # a family's jobs are not independent: resampled whole
         family_low, family_high = lofo.bootstrap(families, lambda drawn: statistics.fmean(v for f in drawn for v in f))
         lines += ["", f"## {short[0].upper()}{short[1:]}", "",
@@ -134,10 +153,7 @@ def main() -> None:
                   "bootstrap intervals over jobs, 1000 draws, seed 0). Resampling whole families instead (the "
                   f"{len(families)} families drawn with replacement, each with all its jobs), the answers' interval "
                   f"is [{family_low:+.3f}, {family_high:+.3f}]. The jobs whose answer differs:", "",
-                  "| job | the race | over grid's choice | cost | without | over grid's choice | cost |",
-                  "|---|---|---|---|---|---|---|"]
-        lines += [f"| {n} | {a['answer']} | {a['ratio']:.2f} | {a['cost']:.2f} | {b['answer']} | {b['ratio']:.2f} | "
-                  f"{b['cost']:.2f} |" for n, a, b in ((n, race[n], rows[n]) for n in names) if a["answer"] != b["answer"]]
+                  *differing(names, race, rows)]
         figures.add(f"{short}, mean log ratio to the grid's choice minus the race's ({len(names)} jobs; 90% interval "
                     f"{low:+.3f} to {high:+.3f})", statistics.fmean(answer), "")
         figures.add(f"{short}, mean cost minus the race's (90% interval {cost_low:+.2f} to {cost_high:+.2f})",
