@@ -33,10 +33,10 @@ BENCHMARKS = ("bench_startup", "bench_engine", "bench_scale", "bench_dbw_solver"
               "bench_code_size")
 # a benchmark run with arguments of its own under a name of its own: script and arguments
 VARIANTS: dict[str, tuple[str, list[str]]] = {
-    # the whole leave-one-family-out replay again, timed, its answers checked against benchmarks/lofo_race.jsonl
     # the shipped race on a family it was never fitted on (benchmarks/blind_ridge.md)
     "bench_lofo_blind": ("bench_lofo", ["--families", "ridge", "--count", "5", "--shipped", "--results",
                                         "benchmarks/blind_ridge.jsonl", "--out", "benchmarks/blind_ridge.md"]),
+    # the whole leave-one-family-out replay again, timed, its answers checked against benchmarks/lofo_race.jsonl
     "bench_lofo_replay": ("bench_lofo", ["--families", "fresh", "quarry", "crest", "fleet", "steady", "tiers",
                                          "inverse", "mosaic", "--count", "8", "--timed"]),
     # the full-budget checks' repair, switched off against the defaults (`ablation_static_k_checks.md` also

@@ -41,6 +41,7 @@ from tests.conftest import BLIND_FAMILIES, COMMITTED_FAMILIES, TABLE_JOBS
 
 ROOT = Path(__file__).resolve().parents[3]
 FILES = sorted((ROOT / "results" / "table").glob("*.cells.xz"))
+MOST_BYTES = 20 * 10 ** 6  # the search issue's bound on a table committed packed: 20 MB (benchmarks/bench_table.py)
 DRAWN = 2  # cells per job: a change to the simulator's results changes most runs of the policies it touches
 
 
@@ -112,3 +113,10 @@ def test_the_committed_checksums_are_the_packed_files_own():
     assert sorted(listed) == [f.name for f in FILES]
     stale = [f.name for f in FILES if hashlib.sha256(f.read_bytes()).hexdigest() != listed[f.name]]
     assert not stale, f"results/table/SHA256SUMS is stale for {stale}: run `sha256sum *.cells.xz > SHA256SUMS` there"
+
+
+def test_the_committed_table_is_within_the_search_issue_s_20_mb():
+    """A table over 20 MB is rebuilt by its command rather than committed (the search issue): a file added
+    past the bound fails here, before it lands."""
+    size = sum(f.stat().st_size for f in FILES)
+    assert size <= MOST_BYTES, f"results/table is {size:,} bytes packed, over {MOST_BYTES:,}"
