@@ -296,10 +296,14 @@ def heartbeat_ages(study: "optuna.Study", ids: list[int]) -> dict[int, float | N
 
 
 def _heartbeat_ages(study: "optuna.Study", ids: list[int]) -> dict[int, float | None]:
+    """`heartbeat_ages` against the database's clock, as Optuna's stale-trial query reads it: a heartbeat is
+    the database's timestamp (UTC on SQLite, the server's time zone on PostgreSQL), never this process's
+    local time."""
+    import sqlalchemy
     from optuna.storages._rdb import models
 
-    now = dt.datetime.now()
     with _session(_backend(study)) as session:
+        now = session.execute(sqlalchemy.func.now()).scalar_one().replace(tzinfo=None)
         beats = {i: models.TrialHeartbeatModel.where_trial_id(i, session) for i in ids}
         return {i: None if b is None else (now - b.heartbeat).total_seconds() for i, b in beats.items()}
 

@@ -53,6 +53,23 @@ def test_a_stale_trial_and_an_orphan_are_dead_and_a_live_one_is_not(study):
     assert dead == {internals.trial_id(stale), internals.trial_id(orphan)}, MOVED + f"dead trials {dead}"
 
 
+@pytest.mark.parametrize("zone", ["UTC", "Asia/Tokyo", "America/New_York"])
+def test_a_fresh_heartbeat_is_seconds_old_in_any_time_zone(study, monkeypatch, zone):
+    """SQLite stamps a heartbeat in UTC: its age is read against the database's clock, not this process's
+    local time (which put a fresh heartbeat 9 hours old in Tokyo and 5 hours in the future in New York)."""
+    monkeypatch.setenv("TZ", zone)
+    time.tzset()
+    try:
+        beating, silent = study.ask(), study.ask()
+        internals.storage_of(study).record_heartbeat(internals.trial_id(beating))
+        ages = internals.heartbeat_ages(study, [internals.trial_id(beating), internals.trial_id(silent)])
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert 0 <= ages[internals.trial_id(beating)] < 5, ages
+    assert ages[internals.trial_id(silent)] is None
+
+
 def test_optunas_heartbeat_thread_is_found_with_the_event_that_stops_it(study):
     """A heartbeat thread whose `HeartbeatThread` was never joined (its start cut short) is stopped through
     the event Optuna gave it (`autosync.search.study.claim.optimize_one`)."""
