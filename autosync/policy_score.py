@@ -79,7 +79,10 @@ def evaluate(job: JobSpec, policy: dict[str, Any], seeds: list[int], penalty: fl
     first_seed_progress = _step_reporter(report, job.workload.evaluation.every_seconds) if report else None
     for i, seed in enumerate(seeds):
         progress = first_seed_progress if i == 0 else None
-        result, forked_at = _train(job.model_copy(update={"seed": seed}), pol, progress, backend, stop_at)
+        try:
+            result, forked_at = _train(job.model_copy(update={"seed": seed}), pol, progress, backend, stop_at)
+        except RunFailed as exc:  # a backend that failed: the seeds before it count
+            raise RunFailed(str(exc), spent + exc.spent, forked + exc.forked, exc.diverged) from None
         m = result.metrics
         spent += m["virtual_time"] - forked_at
         forked += forked_at

@@ -228,6 +228,11 @@ class Objective:
                              horizon=self.horizon if full else None)
         except RunFailed as exc:
             trial.set_user_attr(FAIL_REASON, str(exc))
+            if exc.spent + exc.forked > spent["virtual_seconds"] + spent["forked"]:
+                # what `evaluate` counted over every seed, to where a run diverged (the reports stop at the first
+                # seed's last evaluation); a backend that failed on the first seed counted nothing, and the
+                # reports say how far it got
+                spent.update(virtual_seconds=exc.spent, forked=exc.forked)
             record_spent()
             raise
         stopped_early = score.pop(STOPPED_EARLY, 0)

@@ -17,6 +17,7 @@ import pytest
 from autosync.core.errors import UserError
 from autosync.search.strategies.binary import binary_search
 from autosync.search.strategies.ladder import DEFAULT_RUNGS, SWITCH_PARAM, LadderSampler, ladder_finished
+from autosync.policy_score import RunFailed, evaluate
 from autosync.search.objective import Objective, ObjectiveSettings
 from autosync.search.study.records import CONSTRAINT, GIVEN_UP, RESAMPLED
 from autosync.search.space import SPACE_DIR, load_space
@@ -197,6 +198,11 @@ def test_a_diverging_policy_is_a_failed_trial_with_its_reason(tmp_path):
         failed = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
         assert failed and "diverged" in failed[0].user_attrs["fail_reason"]
         assert outcome.cache["best_policy"] != failed[0].user_attrs["policy"]
+        if not stop:  # its cost is what it trained to where it diverged, not to its last evaluation before that
+            attrs = failed[0].user_attrs  # (the second study copies the first's failure, training nothing)
+            with pytest.raises(RunFailed) as run:
+                evaluate(job, attrs["policy"], [job.seed])
+            assert attrs["virtual_seconds"] + attrs.get("forked_seconds", 0.0) == run.value.spent + run.value.forked > 0
 
 
 def _switch_point_search(tmp_path: Path, sampler: str, n_trials: int, tolerance: float):
@@ -543,7 +549,6 @@ def test_a_trial_still_training_when_the_timeout_passes_stops_and_takes_no_slot(
     import time
 
     from autosync.policy_score import RunFailed, evaluate
-    from autosync.search.objective import Objective, ObjectiveSettings
     from autosync.search.study.records import FULL_BUDGET_OF, TIMED_OUT
     from autosync.search.study.trials import budget_used
 
