@@ -80,7 +80,7 @@ class ObjectiveSettings:
 class TimeToTargetBound:
     """A lower bound on a run's time-to-target, updated at each of its evaluations, and the run's curve up
     to the target: (virtual time, target metric) at each evaluation until the one that met it, which the
-    pace rule holds other runs against (`autosync.search.strategies.pruning.CURVE`)."""
+    pace rule holds other runs against (`autosync.search.study.records.CURVE`)."""
 
     def __init__(self, job: JobSpec):
         self.target = job.target
@@ -360,7 +360,7 @@ class Objective:
         score = self.bsp_score or {}
         for key in (TIME_TO_TARGET, FINAL_METRIC, REACHED, RUNS):
             trial.set_user_attr(key, score[key])
-        if score.get(CURVE):  # the trials racing against BSP read its pace (`pruning.CURVE`)
+        if score.get(CURVE):  # the trials racing against BSP read its pace (`records.CURVE`)
             trial.set_user_attr(CURVE, score[CURVE])
         _answered(trial, BSP_REFERENCE)
         return self._result(trial, score)

@@ -37,7 +37,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from autosync.core.errors import RuntimeFailure, UserError
+from autosync.core.errors import RuntimeFailure
 from autosync.core.job import JobSpec
 from autosync.catalog import policy_from_dict
 from autosync.engine.backends import simulates_here
@@ -283,8 +283,6 @@ def race_search(study: "optuna.Study", request: "TuneRequest", on_trial: Callabl
     and BSP's reference made from the race's BSP runs (stored as the study's `BSP_REFERENCE`). The process
     tags of the `--n-jobs` helpers join `mine` (the command's processes, whose trials are its new ones)."""
     job, settings_ = request.job, request.settings
-    if settings_.multi_objective:
-        raise UserError("--sampler race answers one objective: it needs --objective time")
     settings = race_settings(request.race_settings)
     objective = RaceObjective(job, settings, settings_.penalty, settings_.backend, request.storage)
     accuracy = job.target.metric == "test_accuracy"

@@ -48,7 +48,7 @@ _WORKERS_EXPRESSION = re.compile(r"n_workers(?:\*(\d+))?(?:/(\d+))?(?:([-+])(\d+
 
 def _worker_expression(value: Any) -> tuple[int, int, int] | None:
     """'n_workers[*a][/b][+-c]' (spaces allowed) as (a, b, +-c); None for anything that does not start with
-    n_workers. The one grammar of the worker expressions that `resolve_workers` and `resolve_share` finish."""
+    n_workers. The grammar of the worker expressions that `resolve_workers` finishes."""
     if not isinstance(value, str) or not value.replace(" ", "").startswith("n_workers"):
         return None
     match = _WORKERS_EXPRESSION.fullmatch(value.replace(" ", ""))
@@ -56,22 +56,6 @@ def _worker_expression(value: Any) -> tuple[int, int, int] | None:
         raise ValueError(f"must be a number or n_workers[*a][/b][+-c], but got {value!r}")
     times, over, sign, offset = match.groups()
     return int(times or 1), max(int(over or 1), 1), (-1 if sign == "-" else 1) * int(offset or 0)
-
-
-FAST_WORKERS = "fast_workers"  # a share's value: the job's fast workers (`autosync.core.arrivals.fast_workers`)
-
-
-def resolve_share(value: Any, n_workers: int, fast_workers: int | None = None) -> Any:
-    """'n_workers*3/4' on 16 workers -> 12, rounded, at least 1 and at most n ('n_workers - 1' -> 15);
-    'fast_workers' -> `fast_workers`, the job's (`autosync.core.arrivals.fast_workers`; n when not given);
-    anything else as is."""
-    if isinstance(value, str) and value.strip() == FAST_WORKERS:
-        return max(1, min(n_workers, n_workers if fast_workers is None else fast_workers))
-    parsed = _worker_expression(value)
-    if parsed is None:
-        return value
-    times, over, offset = parsed
-    return max(1, min(n_workers, round(n_workers * times / over) + offset))
 
 
 def resolve_workers(value: Any, info: ValidationInfo) -> Any:

@@ -58,7 +58,7 @@ from autosync.search.recommend.neighbours import neighbours as nearest
 from autosync.search.study.storage import open_storage, redact_url
 from autosync.search.request import TuneRequest
 from autosync.search.study.trials import (
-    budget_used, counted_trials, fail_dead_trials, kept_line, pending_trials, roles, run_queued_trial,
+    budget_used, counted_trials, fail_dead_trials, kept_line, roles, run_queued_trial,
     top_up, trials_run_by,
 )
 
@@ -508,7 +508,7 @@ def run_trials(study: "optuna.Study", request: TuneRequest, reference: dict[str,
             continue
         if top_up(study, request.storage, budget):
             continue
-        if not pending_trials(study):
+        if not budget_used(study)[1]:  # nothing queued or running elsewhere
             return objective
         time.sleep(POLL_SECONDS)  # run_queued_trial re-queues a trial whose process died meanwhile
 

@@ -37,10 +37,14 @@ def expressions() -> list[str]:
 
 
 def k_of(job, expression: str, fast: int) -> int:
-    """k as the portfolio resolves `expression` on `job` (`resolve_share`: 1..n), `fast` its fast workers."""
-    from autosync.search.space_file import resolve_share
-
-    return resolve_share(expression, job.cluster.n_workers, fast)
+    """k as the portfolio resolved `expression` (one of `expressions()`) on `job`: round(n * a / b) + c, or
+    `fast`, the job's fast workers, clipped to 1..n."""
+    n = job.cluster.n_workers
+    if expression == "fast_workers":
+        return max(1, min(n, fast))
+    share, _, offset = expression.removeprefix("n_workers*").partition("+")
+    a, b = share.split("/")
+    return max(1, min(n, round(n * int(a) / int(b)) + int(offset or 0)))
 
 
 def static_times(job, cells, seeds) -> dict[tuple[int, str], tuple[float, bool]]:

@@ -7,7 +7,7 @@ patience rule of early stopping in training (Prechelt, "Early stopping - but whe
 the search's trials.
 
 A search space declares its own default (`patience:` in its file; `--patience` overrides it). Measured
-(docs/reference/benchmarks.md): with N = 5 a `static_k` search kept its answer on every job tried, new
+(benchmarks/README.md, bench_tune_cost): with N = 5 a `static_k` search kept its answer on every job tried, new
 or started from tuned neighbours, at about 0.8x the cost, so the shipped `static_k` says 5; a `policy`
 search, over ten policies' sub-spaces, often finds its answer late, and stopped so its answers were a
 median 1.5-3x slower, so it and the other shipped spaces say nothing (0: the whole budget).

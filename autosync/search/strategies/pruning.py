@@ -73,7 +73,7 @@ class RaceLimit:
     every REFRESH_SECONDS of wall time (processes sharing the study lower it meanwhile).
 
     Two rules prune against it. The bound: a trial still short of the target later than the bar reached it
-    cannot beat it (exact against one seed's time; a held leader's bar is its mean over two). The pace, a
+    cannot beat it (exact against one seed's time). The pace, a
     learning-curve rule on the predicted time-to-target, not on the raw metric (an asynchronous policy leads early and may end lower, Sync-Switch's premise): once a trial has
     trained PACE_FROM of the bar's time, if it took PACE_MARGIN times as long as the bar's run to reach the
     best metric it has reached so far (not the last evaluation's: a noisy metric dips and recovers), it is predicted to reach the target that many times later than the bar, and stops.

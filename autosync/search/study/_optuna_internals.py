@@ -214,17 +214,15 @@ def set_user_attrs(trial: "optuna.Trial", attrs: dict[str, Any]) -> None:
     import sqlalchemy.exc
 
     backend = _backend(trial.study)
-    if not hasattr(backend, "_set_trial_attr_without_commit"):
-        for key, value in attrs.items():
-            trial.set_user_attr(key, value)
-        return
-    try:
-        call_waiting(storage_url(trial.study), _write_attrs, backend, trial._trial_id, attrs)
-    except sqlalchemy.exc.IntegrityError:
-        for key, value in attrs.items():
-            trial.set_user_attr(key, value)
-        return
-    trial._cached_frozen_trial.user_attrs.update(attrs)
+    if hasattr(backend, "_set_trial_attr_without_commit"):
+        try:
+            call_waiting(storage_url(trial.study), _write_attrs, backend, trial._trial_id, attrs)
+            trial._cached_frozen_trial.user_attrs.update(attrs)
+            return
+        except sqlalchemy.exc.IntegrityError:
+            pass
+    for key, value in attrs.items():
+        trial.set_user_attr(key, value)
 
 
 def _write_attrs(backend: Any, trial_id: int, attrs: dict[str, Any]) -> None:

@@ -91,7 +91,7 @@ def search_cost(study: "optuna.Study", up_to: int | None = None) -> float:
 def answer_trial(study: "optuna.Study", top: "optuna.trial.FrozenTrial") -> int:
     """The number of the search's trial that found the answer `top`: the candidate a full-budget check
     confirmed (`autosync.search.strategies.full_budget`), not the check itself, which runs after the search
-    (or, for a stale leader, as soon as it leads) whenever its candidate was found; and for a trial
+    whenever its candidate was found; and for a trial
     answered by an equivalent, that equivalent's."""
     trials = study.get_trials(deepcopy=False)  # by number: a study's trials are numbered 0, 1, ...
     number = top.user_attrs.get(FULL_BUDGET_OF, top.number)
@@ -213,8 +213,8 @@ def search_breakdown(study: "optuna.Study") -> dict[str, Any]:
     answered by an equivalent without training (a twin's result, or BSP's reference), trials pruned (and of
     those, how many on their pace, `autosync.search.strategies.pruning`), and
     the full-budget checks of the candidates that could win (`autosync.search.strategies.full_budget`) and the
-    faster candidates they left unchecked (at most `MAX_CHECKS` run, one more after a race that ran as
-    many: `full_budget.checks_left`), and how many
+    faster candidates they left unchecked (at most `MAX_CHECKS` run, one more for each repair waiting for
+    a check: `full_budget.check_candidates`), and how many
     of those continued from their candidate's run stopped at the target (`autosync.engine.forks`), and the
     trials that continued from another switch point's prefix (Sync-Switch's BSP phase trained once), and the
     queued trials not run because the search stopped improving (`--patience`)."""

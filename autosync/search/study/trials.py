@@ -46,11 +46,6 @@ def counted_trials(study: "optuna.Study") -> int:
     return budget_used(study)[0]
 
 
-def pending_trials(study: "optuna.Study") -> int:
-    """Trials queued or running: budget that is taken but not spent yet."""
-    return budget_used(study)[1]
-
-
 def budget_used(study: "optuna.Study") -> tuple[int, int]:
     """(counted, pending) from one read of the database: two reads could miss a trial that finished between
     them (running at the first, no longer pending at the second) and so queue one beyond the budget."""
@@ -297,7 +292,6 @@ class RetryKilledTrial:
     def __init__(self, max_retry: int | None = 3):
         import optuna
 
-        self.max_retry = max_retry
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # marked experimental since Optuna 2.8; we rely on it knowingly
             self._retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=max_retry)

@@ -585,18 +585,16 @@ def test_a_search_its_timeout_ended_short_is_resumed_by_the_same_command(tmp_pat
     assert again.cached and again.new_trials == 0
 
 
-@pytest.mark.parametrize("text, n, workers, share", [
-    ("n_workers", 16, 16, 16), ("n_workers - 1", 16, 15, 15), ("n_workers / 2", 15, 7, 8),
-    ("n_workers*3/4", 16, 12, 12), ("n_workers * 2", 16, 32, 16), ("n_workers+3", 4, 7, 4), (5, 16, 5, 5),
+@pytest.mark.parametrize("text, n, workers", [
+    ("n_workers", 16, 16), ("n_workers - 1", 16, 15), ("n_workers / 2", 15, 7), ("n_workers*3/4", 16, 12),
+    ("n_workers * 2", 16, 32), ("n_workers+3", 4, 7), (5, 16, 5),
 ])
-def test_worker_expressions_share_one_grammar_and_finish_by_their_own_rule(text, n, workers, share):
+def test_worker_expressions_are_floored_and_a_bad_one_is_refused_by_the_grammar(text, n, workers):
     from types import SimpleNamespace
 
-    from autosync.search.space_file import resolve_share, resolve_workers
+    from autosync.search.space_file import resolve_workers
 
     assert resolve_workers(text, SimpleNamespace(context={"n_workers": n})) == workers  # floored, unclamped
-    assert resolve_share(text, n) == share  # rounded, between 1 and n
-    assert resolve_share("fast_workers", n, fast_workers=2) == min(2, n)  # the job's, from its cluster model
     for bad in ("n_workers ** 2", "n_workers/x"):
         with pytest.raises(ValueError, match=r"must be a number or n_workers\[\*a\]\[/b\]\[\+-c\]"):
-            resolve_share(bad, n)
+            resolve_workers(bad, SimpleNamespace(context={"n_workers": n}))
