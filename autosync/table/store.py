@@ -16,7 +16,7 @@ import json
 import lzma
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from autosync.core.errors import UserError
 from autosync.table import packing
@@ -30,6 +30,7 @@ OPEN = ".jsonl"
 # the status of the proxy records that tables held for the search's proxy equivalence check, since removed
 # (cells also carried a "proxy" key then, which reading ignores)
 REMOVED_STATUS = "proxy"
+_CHUNK = 1 << 16  # bytes read back at a time to find where a cut line starts (`_drop_cut_line`)
 
 
 class Table:
@@ -53,9 +54,10 @@ class Table:
         cells[key] = cell
         self.directory.mkdir(parents=True, exist_ok=True)
         line = (cell.to_json(key) + "\n").encode()
-        with open(self.directory / f"{cell.fingerprint}{OPEN}", "ab") as f:
+        with open(self.directory / f"{cell.fingerprint}{OPEN}", "a+b") as f:
             fcntl.flock(f, fcntl.LOCK_EX)  # the tune's --n-jobs processes append to one file: a line at a time
             try:
+                _drop_cut_line(f)
                 f.write(line)
                 f.flush()
                 os.fsync(f.fileno())
@@ -152,15 +154,37 @@ class Table:
         path = self.directory / f"{fingerprint}{OPEN}"
         if not path.exists():
             return []
-        records = [_parsed(line) for line in path.read_text(encoding="utf-8").splitlines()]
+        records = [_parsed(line) for line in path.read_bytes().splitlines()]
         if records and isinstance(records[-1], ValueError):
             records.pop()  # the last line of an open file, cut short when its writer was killed
         return [(path, "line", records)]
 
 
-def _parsed(line: str) -> Any:
-    """A JSON line's record, or the error reading it (raised where the record is used)."""
+def _parsed(line: str | bytes) -> Any:
+    """A JSON line's record, or the error reading it (raised where the record is used; bytes that are not
+    UTF-8 are one too)."""
     try:
         return json.loads(line)
     except ValueError as exc:
         return exc
+
+
+def _drop_cut_line(f: BinaryIO) -> None:
+    """Cut off the last line of the open file `f` (opened to append and read, under its lock) where a writer
+    killed mid-line left it without its newline: the reader drops that line as long as it is the last, and a
+    line appended to it would make it a damaged line inside the file."""
+    end = f.seek(0, os.SEEK_END)
+    if end == 0:
+        return
+    f.seek(end - 1)
+    if f.read(1) == b"\n":
+        return
+    start = end
+    while start > 0:  # back to the newline before the cut line, a chunk at a time (a cell's line is a few KB)
+        start = max(0, start - _CHUNK)
+        f.seek(start)
+        newline = f.read(end - start).rfind(b"\n")
+        if newline >= 0:
+            os.ftruncate(f.fileno(), start + newline + 1)
+            return
+    os.ftruncate(f.fileno(), 0)

@@ -119,14 +119,26 @@ def test_packing_gives_the_same_bytes_whatever_order_the_cells_came_in(tmp_path)
     assert len(packing.unpack(a.read_bytes())) == 3
 
 
-def test_a_cell_cut_short_by_a_kill_is_computed_again_and_a_damaged_file_is_named(tmp_path):
+def test_a_cell_cut_short_by_a_kill_is_computed_again_and_a_damaged_file_is_named(tmp_path, monkeypatch):
+    from autosync.table import store
+
+    monkeypatch.setattr(store, "_CHUNK", 7)  # the cut line's start is looked for back over several chunks
     table = Table(tmp_path)
     cell_for(table, job(), make_policy("bsp", {}))
     (path,) = tmp_path.glob("*.jsonl")
     line = path.read_text()
     path.write_text(line + line[: len(line) // 2])  # a second line cut short
     assert len(Table(tmp_path)) == 1
+    resumed = Table(tmp_path)  # a resumed build appends its next cell where the cut line began
+    cell_for(resumed, job(), make_policy("asp", {}))
+    assert path.read_text().startswith(line) and path.read_text().count("\n") == 2 and len(Table(tmp_path)) == 2
+    path.write_text(line[: len(line) // 2])  # the file's only line cut short
+    cell_for(Table(tmp_path), job(), make_policy("asp", {}))
+    assert len(Table(tmp_path)) == 1
     path.write_text(line[: len(line) // 2] + "\n" + line)  # a damaged line that is not the last
+    with pytest.raises(UserError, match=f"table file {path}, line 1, is damaged"):
+        len(Table(tmp_path))
+    path.write_bytes(b"\xff\xfe\n" + line.encode())  # bytes that are not UTF-8
     with pytest.raises(UserError, match=f"table file {path}, line 1, is damaged"):
         len(Table(tmp_path))
     json.loads(line)  # the whole line was valid JSON
