@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from autosync import engine
 from autosync.catalog import policy_from_dict
-from autosync.core.errors import RuntimeFailure
+from autosync.core.errors import RuntimeFailure, UserError
 from autosync.core.job import JobSpec
 from autosync.engine import backends
 from autosync.engine.forks import FORKS, fork_key, run_sharing_prefixes
@@ -27,7 +27,8 @@ if TYPE_CHECKING:
     from autosync.engine.backends import BackendChoice
     from autosync.engine.simulator import StopAt
 
-__all__ = ["DETAILS", "MISS_PENALTY", "STOPPED_EARLY", "RunFailed", "constraint", "evaluate", "table_at"]
+__all__ = ["DETAILS", "MISS_PENALTY", "STOPPED_EARLY", "RunFailed", "constraint", "evaluate", "refuse_a_target_met_at_start",
+           "table_at"]
 
 # a run that misses the target scores this many times the virtual seconds it ran (its whole budget, where it ran
 # to the end): behind every run that reached the target, which took at most one budget, so a miss never ranks
@@ -107,6 +108,24 @@ def evaluate(job: JobSpec, policy: dict[str, Any], seeds: list[int], penalty: fl
             **(dict(zip(DETAILS, (scores, updates / len(seeds), epochs / len(seeds)))) if details else {}),
             **({STOPPED_EARLY: early} if job.budget.stop_at_target else {}),
             **({"forked_seconds": forked} if forked else {})}
+
+
+def refuse_a_target_met_at_start(job: JobSpec, seeds: list[int]) -> None:
+    """Refuse, in one line, a job whose initial model meets its target on one of `seeds`: every run evaluates
+    the initial parameters first (the same for every policy on a seed), so every policy would reach the target
+    at time 0 and a search would have nothing to rank (the race's margin times 0 would stop every rival)."""
+    # not at the top: the workload's build imports torch, which a tune answered from the cache does not load
+    from autosync.workloads.build import build_workload
+
+    target = job.target
+    for seed in seeds:
+        workload = build_workload(job.model_copy(update={"seed": seed}))
+        value = workload.evaluate(workload.init_params(), workload.init_buffers(),
+                                  train_loss=target.metric == "train_loss").get(target.metric)
+        if target.reached(value):
+            raise UserError(f"job {job.name}: target.threshold {target.threshold:g} is met before training: the "
+                            f"initial model's {target.metric} is {value:.4g} on seed {seed}, so every policy reaches it "
+                            f"at time 0 and there is nothing to tune; set a threshold training has to reach")
 
 
 def constraint(job: JobSpec, final_metric: float, reference: float, tolerance: float) -> float:

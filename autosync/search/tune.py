@@ -34,7 +34,7 @@ from autosync.engine.forks import sharing
 from autosync.search.study.cache import (
     best_policies, check_owner, execution_name, execution_of, read_cache, write_cache,
 )
-from autosync.policy_score import DETAILS, STOPPED_EARLY, RunFailed, evaluate
+from autosync.policy_score import DETAILS, STOPPED_EARLY, RunFailed, evaluate, refuse_a_target_met_at_start
 from autosync.search.outcome import TuneOutcome
 from autosync.search.objective import (
     Objective, TimeToTargetBound, canonical_on, process_tag, trial_scoring, trial_seeds,
@@ -43,6 +43,7 @@ from autosync.search.strategies.patience import give_up_queued, patience_of, tri
 from autosync.search.strategies.pruning import RaceLimit, thinned
 from autosync.search.study.running_twins import Resampled
 from autosync.search.strategies.samplers import RACE, SWITCH_POINT_SAMPLERS, make_sampler
+from autosync.race import SEARCH_SEEDS
 from autosync.search.race_trials import Helpers, race_answer, race_helpers, race_search, race_top
 from autosync.search.study.records import (
     BSP_REFERENCE, BSP_TARGET, BSP_TRAINING_SECONDS, CURVE, FORKED, HORIZON, NEIGHBOUR_JOBS, REPAIR_OF, TIME_TO_TARGET,
@@ -118,6 +119,9 @@ def _tune(request: TuneRequest, helpers: Helpers, on_trial: Callable[[int, int],
     """`tune`, with the race's `--n-jobs` helpers started (`race_helpers`; none for another search)."""
     report_to(request.storage, on_wait)
     storage = open_storage(request.storage)
+    if _new_study(storage, request.study_name) and not replays(request):  # a new job: its target checked first
+        refuse_a_target_met_at_start(request.job, trial_seeds(request.job, SEARCH_SEEDS if request.sampler == RACE
+                                                              else request.settings.repeats))
     study = load_study(request, storage)
     cache = read_cache(study) if not request.refresh else None
     if cache is not None and _timed_out_short(cache, study, request):
@@ -161,6 +165,21 @@ def _tune(request: TuneRequest, helpers: Helpers, on_trial: Callable[[int, int],
     outcome = TuneOutcome(study.study_name, request.storage, False, len(trials_run_by(study, mine)), cache,
                           _top(cache, study), study, roles=roles(study))
     return _elsewhere(_verified(outcome, request), request.job, siblings)
+
+
+def _new_study(storage: Any, name: str) -> bool:
+    """Whether the storage holds no study `name` yet (nothing of this search has run or been cached)."""
+    try:
+        storage.get_study_id_from_name(name)
+    except KeyError:
+        return True
+    return False
+
+
+def replays(request: TuneRequest) -> bool:
+    """Whether the search's runs are read from a table (`tune --table`): it trains nothing."""
+    backend = request.settings.backend
+    return backend is not None and backend.table is not None
 
 
 def _top(cache: dict[str, Any], study: "optuna.Study") -> list[dict[str, Any]]:

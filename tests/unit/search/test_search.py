@@ -159,6 +159,17 @@ def _request(tmp_path: Path, job=None, space=None, **changes) -> TuneRequest:
     return tune_request(job or small_job(), space or load_space(SPACE_DIR / "static_k.yaml", 4), **base)
 
 
+@pytest.mark.parametrize("space", ["static_k", "policy"])  # TPE, and the race
+def test_a_target_the_initial_model_meets_is_refused_before_a_study_is_made(tmp_path, space):
+    """Every run evaluates the initial parameters first: a target met there is met by every policy at time 0."""
+    request = _request(tmp_path, job=small_job(target={"metric": "test_accuracy", "threshold": 0.01}),
+                       space=load_space(SPACE_DIR / f"{space}.yaml", 4))
+    with pytest.raises(UserError, match=r"job small: target.threshold 0.01 is met before training: the initial "
+                                        r"model's test_accuracy is [0-9.]+ on seed 3"):
+        tune(request)
+    assert optuna.get_all_study_names(open_storage(request.storage)) == []  # nothing left behind
+
+
 @pytest.mark.slow
 def test_tune_caches_the_best_policy_for_the_recurring_job(tmp_path):
     first = tune(_request(tmp_path))
@@ -187,13 +198,15 @@ def test_baselines_are_enqueued_first(tmp_path):
 @pytest.mark.slow
 def test_a_diverging_policy_is_a_failed_trial_with_its_reason(tmp_path):
     # Sync-Switch's configuration policy trains BSP with 8 x eta: too much for this MLP, which then diverges
+    # (at update 25), where BSP reaches the target at its first evaluation past time 0
     space = load_space(_space(tmp_path, "policies: {sync_switch: {config: {type: categorical, "
                                         "choices: [none, sync_switch]}}, bsp: {}}"), 8)
-    job = small_job(workload__optimizer={"lr": 5.0, "momentum": 0.9}, workload__model={"name": "mlp"},
-                    cluster__n_workers=8, target={"metric": "train_loss", "threshold": 1e9})
-    for stop in (False, True):  # trained whole, or stopped at the (instant) target and then checked
+    job = small_job(workload__optimizer={"lr": 3.0, "momentum": 0.9}, workload__model={"name": "mlp"},
+                    cluster__n_workers=8, target={"metric": "train_loss", "threshold": 1.1},
+                    budget={"max_updates": 80})
+    for stop in (False, True):  # trained whole, or stopped at the target and then checked
         outcome = tune(_request(tmp_path, job=job, space=space, n_trials=3, sampler="grid", study=f"stop-{stop}",
-                                tolerance=1e9, settings={"stop_at_target": stop}))
+                                tolerance=1e9, settings={"stop_at_target": stop, "prune": False}))
         study = optuna.load_study(study_name=outcome.study_name, storage=open_storage(_request(tmp_path).storage))
         failed = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
         assert failed and "diverged" in failed[0].user_attrs["fail_reason"]
@@ -281,7 +294,7 @@ def test_cli_version_and_exit_code_1_for_a_runtime_failure(tmp_path):
     job = tmp_path / "diverges.yaml"
     job.write_text("name: diverges\nworkload: {dataset: {name: synthetic_classification, n_samples: 600, n_features: 10,"
                    " n_classes: 3}, model: {name: mlp}, batch_size: 16, optimizer: {lr: 5.0, momentum: 0.9}}\n"
-                   "cluster: {n_workers: 8}\ntarget: {metric: train_loss, threshold: 1.0e+9}\nbudget: {max_updates: 40}\n")
+                   "cluster: {n_workers: 8}\ntarget: {metric: train_loss, threshold: 0.5}\nbudget: {max_updates: 40}\n")
     failed = autosync("tune", str(job), "--space", str(space), "--n-trials", "1", "--tolerance", "1e9", cwd=tmp_path)
     no_traceback(failed)
     assert failed.returncode == 1 and "no trial met the target" in failed.stderr, failed.stderr
