@@ -104,13 +104,21 @@ def lattice_points(n_workers: int) -> list[dict[str, Any]]:
     grid += [p("local_sgd", period=h) for h in LOCAL_PERIODS] + [p("adacomm", period=8)]
     grid += [p("diloco", period=h) for h in (8, 16)] + [p("async_local_sgd", period=8), p("easgd", period=8)]
     grid += compositions(n_workers)
-    seen, out = set(), []
+    first: dict[str, int] = {}  # canonical form -> its point's place in `out`
+    out = []
     for policy in grid:
-        canonical = policy_from_dict(policy).canonical(n_workers).to_json()
-        if canonical not in seen:
-            seen.add(canonical)
+        canonical = _canonical(policy, n_workers)
+        if canonical not in first:
+            first[canonical] = len(out)
             out.append(policy)
+        elif policy == BSP_POLICY:  # BSP stands for its class (on one worker, static k = 1 under any rule)
+            out[first[canonical]] = policy
     return out
+
+
+def _canonical(policy: dict[str, Any], n_workers: int) -> str:
+    """The class of policies that run alike with `policy` on `n_workers` workers, as a key."""
+    return policy_from_dict(policy).canonical(n_workers).to_json()
 
 
 def family_of(policy: dict[str, Any]) -> str:
@@ -135,9 +143,10 @@ SHARES = tuple(i / 8 for i in range(1, 8))
 
 def labelled_points(n_workers: int) -> dict[str, dict[str, Any]]:
     """Every label and the lattice point it stands for on `n_workers` workers (see the module's docstring);
-    two labels may stand for one point (a share and the k it resolves to)."""
+    two labels may stand for one point (a share and the k it resolves to). One worker has no static k but BSP:
+    no share labels there."""
     out = {BSP_LABEL: BSP_POLICY}
-    for share in SHARES:
+    for share in SHARES if n_workers > 1 else ():  # one worker has no static k but BSP
         k = max(1, min(n_workers - 1, round(share * n_workers)))
         for rule in ALL_LR_RULES:
             out[f"backup:k={share:g}n,lr_rule={rule}"] = {"policy": "backup", "params": {"k": k, "lr_rule": rule}}

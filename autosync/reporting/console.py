@@ -33,7 +33,7 @@ VERDICTS = {
     "no cached policy for job": "autosync.search.study.cache",
     "not sure": __name__,
     "it does not beat BSP, so it never pays off": __name__,
-    "BSP never reached it": __name__,
+    "missed the target on": __name__,
     "not the simulated winner": __name__,
     "no candidate kept the final-metric constraint for real": __name__,
     "does not fit": __name__,
@@ -43,6 +43,7 @@ VERDICTS = {
     "corrupt cache entry": __name__,
     "no cached study": __name__,
     "no trial met the target within tolerance": "autosync.search.study.cache",
+    "no candidate that keeps BSP's final": "autosync.search.study.cache",
     "BSP itself fails on this job": "autosync.search.tune",
 }
 
@@ -245,14 +246,16 @@ def tune_report(outcome: Any, spec: Any) -> list[Printed]:
                                columns, ((row["trial"], policy_label(row["policy"]), f"{row['time_to_target']:.2f}",
                                           fmt(row["final_metric"]), f"{row['reached']}/{row['runs']}")
                                          for row in outcome.top))))
-    amortize = c["recurrences_to_amortize"]
-    speedup = times_faster(c["speedup_vs_bsp"], "BSP") if c.get("speedup_vs_bsp") is not None \
-        else "BSP never reached it"
+    amortize, speedup = c["recurrences_to_amortize"], c.get("speedup_vs_bsp")
     cost = c.get("search_cost_bsp_trainings")
     out.append(Line(
-        f"best: [bold]{label}[/bold], {c['best_value']:.2f} s to target vs BSP {c['bsp_time_to_target']:.2f} s "
-        f"({speedup}). Search cost: {fmt(cost, 2)} {c.get('search_cost_unit', 'BSP trainings')}; "
-        + (f"pays for itself after {amortize} recurrences." if amortize else "it does not beat BSP, so it never pays off.")))
+        f"best: [bold]{label}[/bold], {_timed(c['best_value'], c.get('best_reached'), c.get('best_runs'))} vs BSP "
+        f"{_timed(c['bsp_time_to_target'], c.get('bsp_reached'), c.get('bsp_runs'))}"
+        + (f" ({times_faster(speedup, 'BSP')})" if speedup is not None else "")
+        + f". Search cost: {fmt(cost, 2)} {c.get('search_cost_unit', 'BSP trainings')}; "
+        + (f"pays for itself after {amortize} recurrences." if amortize
+           else "it does not beat BSP, so it never pays off." if speedup is not None
+           else "with a miss there is no saving over BSP to repay it.")))
     if isinstance(b := c.get("search_breakdown"), dict) and "race" not in c:
         out.append(Line(breakdown_line(b), style="dim"))
         if b.get("unchecked"):
@@ -264,6 +267,15 @@ def tune_report(outcome: Any, spec: Any) -> list[Printed]:
                         f"{other['time']:.2f} s, {other['times_faster']:.2f}x faster than this space's answer: "
                         f"autosync tune {'JOB.yaml ' if spec.name != 'digits_default' else ''}--space {other['space']}"))
     return out
+
+
+def _timed(seconds: float, reached: int | None, runs: int | None) -> str:
+    """A time to the target, or, where a run missed it on some seed, on how many, with the score that ranked
+    it (a miss counts `policy_score.MISS_PENALTY` times the seconds it ran)."""
+    if reached is None or reached == runs:
+        return f"{seconds:.2f} s to target"
+    return f"missed the target on {runs - reached} of {count(runs, 'seed')} (scored {seconds:.2f} s: a miss counts " \
+           "twice the seconds it ran)"
 
 
 def _race_verdict(answer: str, checked: list[str], tried: list[str]) -> str:
@@ -290,11 +302,12 @@ def race_report(race: dict[str, Any], spec: Any) -> list[Printed]:
                Column("time (s)"), Column(f"final {spec.target.metric}"))
     rows = [(r["round"], f"{r['seed']}" + (" (new)" if x["new_seed"] else " (again)" if x.get("again") else ""),
              policy_label(x["policy"]) if "policy" in x else x["label"],
-             "stopped" if x["time"] is None else f"{x['time']:.2f}",
+             "stopped" if x["time"] is None else "missed" if x.get("missed") else f"{x['time']:.2f}",
              fmt(x["final"], 4) if "final" in x else "") for r in race["rounds"] for x in r["runs"]]
     out: list[Printed] = [Line(fitted("the race: each candidate compared with the others on the seeds they all ran "
                                       "(a seed is new to a candidate the first time it runs there; stopped: past "
-                                      "the round's margin of its fastest)", columns, rows))]
+                                      "the round's margin of its fastest; missed: ran to its end short of the target, "
+                                      "scored at twice that)", columns, rows))]
     checked = race.get("checked") or []
     verdict = _race_verdict(race["answer"], checked, race.get("towards_bsp") or [])
     if cut := race.get("cut_short"):

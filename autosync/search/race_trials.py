@@ -342,8 +342,9 @@ def race_answer(study: "optuna.Study", answer: Answer, job_seed: int, budget: fl
     """The race's answer as the cache record takes it (`autosync.search.study.cache.write_cache`): its policy,
     mean time and final metric over the two seeds (its time over both where the budget cut the race before the
     second but its runs for the final metric ran there, as BSP's time it is compared with is), its first trial,
-    the race's rounds (`rounds`), and its `budget` in BSP trainings (None: none) with the rounds that budget
-    skipped (`Answer.cut_short`)."""
+    on how many of the two seeds a run of it reached the target (`REACHED`, of `RUNS`), the race's rounds
+    (`rounds`), and its `budget` in BSP trainings (None: none) with the rounds that budget skipped
+    (`Answer.cut_short`)."""
     trials = [t for t in internals.fresh_trials(study) if RACE_RUN in t.user_attrs]
     own = [t for t in trials if _run_of(t.user_attrs[RACE_RUN]).label == answer.label]
     by_seed: dict[int, float | None] = {}  # the first finished run that gave its final metric on each seed
@@ -351,6 +352,7 @@ def race_answer(study: "optuna.Study", answer: Answer, job_seed: int, budget: fl
         if RACE_FINAL in t.user_attrs:
             by_seed.setdefault(_run_of(t.user_attrs[RACE_RUN]).seed, t.user_attrs[RACE_FINAL])
     finals = list(by_seed.values())
+    reached = {_run_of(t.user_attrs[RACE_RUN]).seed for t in own if _reached(t)}
     value = answer.time
     if answer.cut_short:  # ranked on the first seed alone, perhaps: its final-metric runs may give it both
         seeds: dict[int, float] = {}
@@ -360,7 +362,7 @@ def race_answer(study: "optuna.Study", answer: Answer, job_seed: int, budget: fl
         value = statistics.fmean(seeds.values()) if len(seeds) == SEARCH_SEEDS else value
     return {"policy": own[0].user_attrs[POLICY], "value": value,
             "final_metric": statistics.fmean(finals) if finals and None not in finals else None,
-            "trial": min(t.number for t in own),
+            "trial": min(t.number for t in own), REACHED: len(reached), RUNS: SEARCH_SEEDS,
             "race": {"rounds": rounds(trials, job_seed), "ranked": [[label, t] for label, t in answer.ranked],
                      "checked": answer.checked, "answer": answer.label, "budget": budget,
                      "cut_short": answer.cut_short, "towards_bsp": answer.towards_bsp}}
@@ -386,7 +388,8 @@ def race_top(record: dict[str, Any], count: int = 5) -> list[dict[str, Any]]:
         trials = [r["trial"] for r in own if "trial" in r]
         out.append({"trial": min(trials) if trials else None, "policy": own[0]["policy"], "time_to_target": seconds,
                     "final_metric": statistics.fmean(finals) if len(finals) == SEARCH_SEEDS and None not in finals
-                    else None, "reached": len({r["seed"] for r in own if r["time"] is not None}), "runs": SEARCH_SEEDS})
+                    else None, "runs": SEARCH_SEEDS,
+                    "reached": len({r["seed"] for r in own if r["time"] is not None and not r.get("missed")})})
     return out
 
 
@@ -394,8 +397,9 @@ def rounds(trials: "list[optuna.trial.FrozenTrial]", job_seed: int) -> list[dict
     """The race's runs in the order they were queued, grouped by round and seed in the order each group's
     first run was queued (BSP's reference runs, queued inside the portfolio round, `_with_reference`, are a
     group of their own after it): each run's label, its time to the target (None: stopped at its horizon)
-    or final metric, whether the seed was new to it, and whether it runs again a run to the target it was
-    stopped in (`again`: what stopped it went out of the race, `race.plan`)."""
+    or final metric, whether it ran to its end short of the target (`missed`: its time is then the miss's score,
+    `policy_score.MISS_PENALTY` times the seconds it ran), whether the seed was new to it, and whether it runs
+    again a run to the target it was stopped in (`again`: what stopped it went out of the race, `race.plan`)."""
     groups: dict[tuple[str, int], dict[str, Any]] = {}
     seen: set[tuple[str, int]] = set()
     raced: set[tuple[str, int]] = set()  # the runs to the target done
@@ -407,7 +411,7 @@ def rounds(trials: "list[optuna.trial.FrozenTrial]", job_seed: int) -> list[dict
                                 {"round": run.round, "seed": job_seed + run.seed, "runs": []})
         key = (run.label, run.seed)
         row["runs"].append({"label": run.label, "trial": t.number, "policy": t.user_attrs[POLICY],
-                            "time": t.user_attrs[RACE_TIME],
+                            "time": t.user_attrs[RACE_TIME], **({"missed": True} if _missed(t) else {}),
                             **({"final": t.user_attrs[RACE_FINAL]} if RACE_FINAL in t.user_attrs else {}),
                             "new_seed": key not in seen, **({"again": True} if key in raced and not run.full else {})})
         seen.add(key)
@@ -499,6 +503,17 @@ def _reference(study: "optuna.Study", job: JobSpec, finals: dict[tuple[str, int]
             VIRTUAL_SECONDS: 0.0,  # its runs are the race's trials, counted there
             "seeds": [job.seed + s for s in range(SEARCH_SEEDS)], BSP_TRAINING_SECONDS: statistics.fmean(lengths)}
 
+
+
+def _reached(trial: "optuna.trial.FrozenTrial") -> bool:
+    """Whether the trial's run reached the target (before its horizon: one stopped there has no time)."""
+    return trial.user_attrs.get(RACE_TIME) is not None and not _missed(trial)
+
+
+def _missed(trial: "optuna.trial.FrozenTrial") -> bool:
+    """Whether the trial's run ended short of the target without being stopped at its horizon: at the end of the
+    budget, its time the miss's penalised score."""
+    return trial.user_attrs.get(RACE_TIME) is not None and not trial.user_attrs.get(REACHED, 1)
 
 
 def _run_of(stored: dict[str, Any]) -> Run:

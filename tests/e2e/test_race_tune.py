@@ -179,6 +179,45 @@ def test_where_every_candidate_breaks_the_rule_the_replayed_race_bisects_static_
     assert "bisected towards BSP (3 tried)" in verdict and "the fewest workers that kept it are the answer" in verdict
 
 
+def test_where_bsp_missed_the_target_on_a_seed_the_tune_claims_no_speedup_and_says_why(tmp_path):
+    """Fleet's fourth job on the committed table: BSP misses the target on its second search seed, where its time
+    is a miss's score (twice the seconds it ran), not a time: the record counts the seed and claims no speedup
+    or payback, and the answer's line says so."""
+    from autosync.reporting.console import tune_report
+
+    table = tmp_path / "table"
+    shutil.copytree(REPO / "results" / "table", table)
+    job = load_family(BASELINE_DIR / "family_fleet.yaml").jobs(4)[3]
+    FORKS.clear()
+    KEPT.clear()
+    outcome = tune(job, table=str(table), storage=f"sqlite:///{tmp_path}/s.db")
+    cache = outcome.cache
+    assert (cache["bsp_reached"], cache["bsp_runs"], cache["best_reached"], cache["best_runs"]) == (1, 2, 2, 2)
+    assert cache["speedup_vs_bsp"] is None and cache["recurrences_to_amortize"] is None
+    best = next(line.what for line in tune_report(outcome, job) if str(line.what).startswith("best:"))
+    assert "vs BSP missed the target on 1 of 2 seeds" in best and "faster than BSP" not in best, best
+    assert best.endswith("with a miss there is no saving over BSP to repay it."), best
+    assert not list(table.glob("*.jsonl"))
+
+
+@pytest.mark.slow  # about 8 s: every run trains the whole budget
+def test_where_no_candidate_reaches_the_target_the_race_caches_nothing_and_keeps_its_runs(tmp_path):
+    """A target no run reaches within the budget: every time is a miss's score, so there is nothing to answer
+    with. The tune ends in one line with exit 1, caches nothing, and the same command runs nothing again."""
+    job = tmp_path / "never.yaml"
+    job.write_text(TINY_JOB.replace("threshold: 0.8", "threshold: 0.999"))
+    url = f"sqlite:///{tmp_path}/s.db"
+    for attempt in range(2):
+        proc = autosync("tune", str(job), "--storage", url, cwd=tmp_path)
+        no_traceback(proc)
+        assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()[-1:]) == 1, proc.stderr
+        assert "no candidate that keeps BSP's final test_accuracy reached the target" in proc.stderr
+        trials = _trials(url)
+        assert attempt == 0 or trials == first  # resumed: the same runs, none trained again
+        first = trials
+    assert autosync("cache", "list", "--storage", url, cwd=tmp_path).stdout.count("unfinished") == 1
+
+
 def _replayed_and_counted(tmp_path, family: str, index: int):
     """A family job replayed through the tune on a copy of the committed table (nothing trained into it) and the
     race counted on the table (`race_fit.race`) with the shipped settings: the job, the tune's cache record and

@@ -120,6 +120,8 @@ def with_verification(record: dict[str, Any], verification: Verification) -> dic
         updated["best_policy"] = verification.real_winner
         row = next(r for r in verification.rows if r["policy"] == verification.real_winner)
         updated["best_value"] = row["simulated_time"]
-        if updated.get("bsp_time_to_target") is not None and row["simulated_time"]:  # of the policy answered
+        updated["best_reached"] = updated["best_runs"] = None  # the search's count was of the policy it answered
+        bsp_timed = updated.get("bsp_reached") in (None, updated.get("bsp_runs"))  # not a miss's score
+        if updated.get("bsp_time_to_target") is not None and row["simulated_time"] and bsp_timed:
             updated["speedup_vs_bsp"] = updated["bsp_time_to_target"] / row["simulated_time"]
     return updated

@@ -19,7 +19,7 @@ from autosync.search.cost import COST_UNIT, in_bsp_trainings
 from autosync.search.study.records import (
     BSP_REFERENCE, BSP_TRAINING_SECONDS, BUDGET, CACHE, CONSTRAINT_AT, FINGERPRINT, FORKED,
     FULL_BUDGET_OF, GIVEN_UP, GIVEN_UP_PLACES, HORIZON, PRUNED_ON_PACE, POLICY,
-    REFERENCE_FROM, REPAIR_OF, RUNS, SAME_AS, STORED_RUNS, TIMED_OUT_OF,
+    REACHED, REFERENCE_FROM, REPAIR_OF, RUNS, SAME_AS, STORED_RUNS, TIMED_OUT_OF,
     UNCHECKED, VIRTUAL_SECONDS, CacheRecord, StudyRecord, TrialRecord, damaged, final_pending, has_run,
     outside_budget, policy_key, validated, write_cache_record,
 )
@@ -110,12 +110,13 @@ def bsp_training_seconds(reference: dict[str, Any]) -> float:
     return reference[VIRTUAL_SECONDS] / max(1, reference[RUNS])
 
 
-def cost_fields(study: "optuna.Study", reference: dict[str, Any], best_time: float) -> dict[str, Any]:
+def cost_fields(study: "optuna.Study", reference: dict[str, Any], best_time: float | None) -> dict[str, Any]:
     """The record's search cost (virtual seconds and BSP trainings) and the recurrences of the job that
-    the winner's saving over BSP (`reference`'s time to target) needs to pay for it (None: no saving)."""
+    the winner's saving over BSP (`reference`'s time to target) needs to pay for it (None: no saving, or no time
+    to compare: `best_time` None)."""
     bsp_training = bsp_training_seconds(reference)
     cost = search_cost(study)
-    saving = reference["time_to_target"] - best_time
+    saving = reference["time_to_target"] - best_time if best_time is not None else 0.0
     return {"search_cost_virtual_seconds": cost,
             "search_cost_bsp_trainings": in_bsp_trainings(cost, bsp_training),
             "search_cost_unit": f"{COST_UNIT} (one = {bsp_training:.1f} virtual s)",
@@ -176,9 +177,17 @@ def write_cache(study: "optuna.Study", job: JobSpec, space: "SearchSpace", sampl
         top = best[0]
         answer = {"policy": TrialRecord(top).policy, "value": top.values[0],
                   "final_metric": TrialRecord(top).final_metric, "trial": top.number,
-                  "cost": search_cost(study, up_to=answer_trial(study, top))}
+                  "cost": search_cost(study, up_to=answer_trial(study, top)),
+                  REACHED: top.user_attrs.get(REACHED), RUNS: top.user_attrs.get(RUNS)}
+    if answer.get(REACHED) == 0:
+        raise NoFeasibleTrial(f"study {study.study_name}: no candidate that keeps BSP's final {job.target.metric} "
+                              f"reached the target ({job.target.metric} {job.target.threshold:g}) within the budget on "
+                              "any of its seeds; finished runs are kept: raise the job's budget or make the target "
+                              "reachable and run again")
     value = answer["value"]
     bsp_time = reference["time_to_target"]
+    # a time to the target on every seed, the answer's and BSP's, or a figure that compares them has no value
+    timed = all(side.get(REACHED) is None or side.get(REACHED) == side.get(RUNS) for side in (answer, reference))
     record: CacheRecord = {
         "best_policy": answer["policy"],
         "best_value": value,
@@ -195,14 +204,19 @@ def write_cache(study: "optuna.Study", job: JobSpec, space: "SearchSpace", sampl
         "bsp_time_to_target": bsp_time,
         "bsp_final_metric": reference["final_metric"],
         CONSTRAINT_AT: reference.get(CONSTRAINT_AT, BUDGET),  # where the final metrics were read
-        **cost_fields(study, reference, value),
-        "speedup_vs_bsp": bsp_time / value if value > 0 else None,
+        "best_reached": answer.get(REACHED),  # on how many of its seeds a run of the answer reached the target
+        "best_runs": answer.get(RUNS),
+        "bsp_reached": reference.get(REACHED),  # and BSP's
+        "bsp_runs": reference.get(RUNS),
+        **cost_fields(study, reference, value if timed else None),
+        "speedup_vs_bsp": bsp_time / value if value > 0 and timed else None,
         "search_breakdown": search_breakdown(study),
         "cost_to_answer_bsp_trainings": in_bsp_trainings(answer["cost"] if "cost" in answer else search_cost(study),
                                                          bsp_training_seconds(reference)),
         "neighbour_jobs": neighbours or [],
         **({TIMED_OUT_OF: timed_out_of} if timed_out_of else {}),
-        **{k: v for k, v in answer.items() if k not in ("policy", "value", "final_metric", "trial", "cost")},
+        **{k: v for k, v in answer.items() if k not in ("policy", "value", "final_metric", "trial", "cost", REACHED,
+                                                         RUNS)},
     }
     write_cache_record(study, record)
     return record

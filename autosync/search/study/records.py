@@ -128,14 +128,20 @@ class CacheRecord(TypedDict, total=False):
     execution: dict[str, Any]  # which backend, clock and device produced it
     space: str
     sampler: str
-    bsp_time_to_target: float
+    bsp_time_to_target: float  # a mean over its seeds, a miss scored at MISS_PENALTY times what it ran
     bsp_final_metric: float
+    # on how many of its seeds (of `best_runs`, `bsp_runs`) a run of the answer, of BSP, reached the target:
+    # where one missed, `best_value` or `bsp_time_to_target` is a score, not a time, and no speedup is given
+    best_reached: int | None
+    best_runs: int | None
+    bsp_reached: int | None
+    bsp_runs: int | None
     constraint_at: str  # where the final metrics were read
     search_cost_virtual_seconds: float
     search_cost_bsp_trainings: float | None
     search_cost_unit: str
-    recurrences_to_amortize: int | None  # None: no saving over BSP
-    speedup_vs_bsp: float | None
+    recurrences_to_amortize: int | None  # None: no saving over BSP (or one of them missed the target)
+    speedup_vs_bsp: float | None  # None: one of them missed the target on a seed
     search_breakdown: dict[str, Any]  # where the search's cost went (`search_breakdown`): counts, and the unchecked candidates
     cost_to_answer_bsp_trainings: float | None
     neighbour_jobs: list[dict[str, Any]]

@@ -25,6 +25,14 @@ def test_labels_resolve_static_k_as_a_share_of_the_workers_and_keep_every_other_
     assert "bsp" in small and any(label.startswith("dana_slim") for label in small)
 
 
+def test_on_one_worker_no_label_is_a_static_k_and_the_lattice_holds_bsp_itself():
+    """k = 1 of 1 worker waits for everyone under any rule: BSP, raced once as BSP (not as many static k)."""
+    from autosync.lattice import BSP_POLICY, lattice_points
+
+    assert not [label for label in labelled_points(1) if label.startswith("backup:")]
+    assert [p for p in lattice_points(1) if p["policy"] in ("bsp", "backup")] == [BSP_POLICY]
+
+
 def test_the_greedy_portfolio_adds_first_what_helps_most_jobs_then_what_covers_the_rest():
     jobs = [times("f", "a", {"x": 1.0, "y": 2.0, "z": 9.0}), times("f", "b", {"x": 1.0, "y": 2.0, "z": 9.0}),
             times("g", "c", {"x": 8.0, "y": 4.0, "z": 1.0})]

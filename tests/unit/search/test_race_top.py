@@ -28,3 +28,11 @@ def test_the_top_lists_each_candidate_by_its_mean_with_its_first_trial_and_its_c
 
 def test_a_record_whose_runs_name_no_trial_lists_none_rather_than_a_trial_it_never_ran():
     assert [row["trial"] for row in race_top(record(with_trials=False))] == [None, None]
+
+
+def test_a_run_that_missed_the_target_is_not_counted_as_reaching_it():
+    """A run that ended the budget short of the target has a time, the miss's score, but did not reach it."""
+    missed = record(with_trials=True)
+    missed["rounds"][1]["runs"][1].update(time=20.0, missed=True)  # BSP's run on the second seed
+    top = race_top(missed)
+    assert top[1]["policy"] == BSP and top[1]["reached"] == 1 and top[0]["reached"] == 2

@@ -98,7 +98,7 @@ def test_the_command_says_the_search_stopped_improving_and_refuses_a_negative_pa
     job = tmp_path / "tiny.yaml"
     job.write_text("name: tiny\nworkload: {dataset: {name: synthetic_classification, n_samples: 600}, "
                    "model: {name: logreg}, batch_size: 16, optimizer: {lr: 0.2}, evaluation: {every_seconds: 2}}\n"
-                   "cluster: {n_workers: 4}\ntarget: {metric: test_accuracy, threshold: 0.7}\n"
+                   "cluster: {n_workers: 4}\ntarget: {metric: test_accuracy, threshold: 0.5}\n"
                    "budget: {max_virtual_seconds: 30}\n")
     storage = f"sqlite:///{tmp_path / 's.db'}"
     proc = autosync("tune", str(job), "--sampler", "tpe", "--storage", storage, "--n-trials", "8", "--patience", "1",
