@@ -43,7 +43,6 @@ VERDICTS = {
     "corrupt cache entry": __name__,
     "no cached study": __name__,
     "no trial met the target within tolerance": "autosync.search.study.cache",
-    "no candidate that keeps BSP's final": "autosync.search.study.cache",
     "BSP itself fails on this job": "autosync.search.tune",
 }
 
@@ -249,8 +248,8 @@ def tune_report(outcome: Any, spec: Any) -> list[Printed]:
     amortize, speedup = c["recurrences_to_amortize"], c.get("speedup_vs_bsp")
     cost = c.get("search_cost_bsp_trainings")
     out.append(Line(
-        f"best: [bold]{label}[/bold], {_timed(c['best_value'], c.get('best_reached'), c.get('best_runs'))} vs BSP "
-        f"{_timed(c['bsp_time_to_target'], c.get('bsp_reached'), c.get('bsp_runs'))}"
+        f"best: [bold]{label}[/bold], {_timed(c['best_value'], c.get('best_reached'), c.get('best_runs'), ' to target')}"
+        f" vs BSP {_timed(c['bsp_time_to_target'], c.get('bsp_reached'), c.get('bsp_runs'))}"
         + (f" ({times_faster(speedup, 'BSP')})" if speedup is not None else "")
         + f". Search cost: {fmt(cost, 2)} {c.get('search_cost_unit', 'BSP trainings')}; "
         + (f"pays for itself after {amortize} recurrences." if amortize
@@ -269,11 +268,11 @@ def tune_report(outcome: Any, spec: Any) -> list[Printed]:
     return out
 
 
-def _timed(seconds: float, reached: int | None, runs: int | None) -> str:
-    """A time to the target, or, where a run missed it on some seed, on how many, with the score that ranked
-    it (a miss counts `policy_score.MISS_PENALTY` times the seconds it ran)."""
+def _timed(seconds: float, reached: int | None, runs: int | None, what: str = "") -> str:
+    """A time to the target ('12.30 s' and `what`), or, where a run missed it on some seed, on how many, with
+    the score that ranked it (a miss counts `policy_score.MISS_PENALTY` times the seconds it ran)."""
     if reached is None or reached == runs:
-        return f"{seconds:.2f} s to target"
+        return f"{seconds:.2f} s{what}"
     return f"missed the target on {runs - reached} of {count(runs, 'seed')} (scored {seconds:.2f} s: a miss counts " \
            "twice the seconds it ran)"
 
