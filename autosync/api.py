@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, Seque
 import yaml
 
 from autosync.catalog import parse_policy_spec, policy_of
-from autosync.core.errors import RuntimeFailure, UserError
+from autosync.core.errors import Interrupted, RuntimeFailure, UserError
 from autosync.core.job import JobSpec, job_from_dict, load_job
 from autosync.core.phases import Phase, no_phase
 from autosync.data import RACE_SETTINGS
@@ -453,6 +453,8 @@ def table(files: Sequence[str | Path], directory: str | Path, options: TableOpti
     def lattice(n: int) -> list[dict[str, Any]]:
         return named[n] if opts.policies else lattice_points(n)
 
+    if Path(directory).exists() and not Path(directory).is_dir():
+        raise UserError(f"--out {directory}: a file, but the table is written into a directory")
     store = Table(directory)
     with contextlib.nullcontext() if opts.scheduler is None else on_cluster(opts.scheduler, opts.n_jobs):
         if opts.retrain:
@@ -488,9 +490,15 @@ def fit(files: Sequence[str | Path], options: FitOptions | None = None, **fields
     if not files:
         raise UserError("autosync fit needs at least one job-family file (the committed ones: "
                         "baselines/family_*.yaml)")
-    settings, jobs = fit_families(files, opts.table, opts.jobs)
+    if opts.out and not opts.check:  # a place it cannot write is refused before the fit, not after it
+        output_file(Path(opts.out))
     command = " ".join(["autosync fit", *(str(f) for f in files), "--table", str(opts.table), "--jobs",
                         str(opts.jobs)] + (["--out", opts.out] if opts.out else []))
+    try:
+        settings, jobs = fit_families(files, opts.table, opts.jobs)
+    except KeyboardInterrupt:  # the runs it trained into the table are there (`Table.put` appends each at once)
+        raise Interrupted(f"interrupted: the runs this fit trained are kept in the table {opts.table}; the same "
+                          "command goes on from them") from None
     text = settings_text(settings, command)
     out = Path(opts.out) if opts.out else RACE_SETTINGS
     unchanged = out.is_file() and _same_settings(out, settings)

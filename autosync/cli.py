@@ -49,7 +49,7 @@ from autosync.reporting.console import (
     tune_files_report, tune_hint, tune_report, verification_report,
 )
 from autosync.reporting.error_lines import error_lines, resumable, usage_error_lines
-from autosync.reporting.resources import resource_failure
+from autosync.reporting.resources import damaged_storage, resource_failure
 from autosync.reporting.leaderboard_files import LEADERBOARD_LEGEND
 from autosync.reporting.output import command_line, remove_empty_outputs
 from autosync.reporting.progress import BudgetBar, counting_bar, leaderboard_progress, phases, tune_progress
@@ -522,11 +522,13 @@ def main() -> None:
         if _ctrl_c_beneath(exc):  # the machine ran out of disk, a writable folder or memory: one line, exit 1
             code = 130
         else:
-            line = resource_failure(exc)
+            line, exit_code = resource_failure(exc), 1
+            if line is None:
+                line, exit_code = damaged_storage(exc), 2
             if line is None:
                 raise
             print(f"error: {line}", file=sys.stderr)
-            sys.exit(1)
+            sys.exit(exit_code)
     finally:
         remove_empty_outputs(failed=bool(code))
     if code == 130:  # Ctrl-C outside a command that says what it kept

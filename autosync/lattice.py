@@ -33,7 +33,9 @@ and labels, the experiments score the search against the same points.
 
 from __future__ import annotations
 
+import functools
 import math
+import re
 from typing import Any
 
 from autosync.catalog import make_policy, policy_from_dict
@@ -42,7 +44,7 @@ from autosync.policies import (BSP, DANADC, DCASGD, EASGD, LWP, NAGASGD, AdaComm
 from autosync.policy_grid import static_k_policies
 
 __all__ = ["ALL_LR_RULES", "ASYNC_RULES", "BSP_LABEL", "BSP_POLICY", "FAMILIES", "SHARES", "composition_bases",
-           "compositions", "family_of", "labelled_points", "lattice_points"]
+           "compositions", "family_of", "is_label", "labelled_points", "lattice_points"]
 
 ALL_LR_RULES = ("fixed", "proportional", "sqrt", "linear")  # backup's, DBW's and B-DBW's rules
 ASYNC_RULES = ("fixed", "sqrt_staleness", "staleness")  # ASP's and Sync-Switch's ASP phase's rules
@@ -161,3 +163,23 @@ def labelled_points(n_workers: int) -> dict[str, dict[str, Any]]:
         label = policy["policy"] + "".join(f",{k}={v}" for k, v in sorted(params.items()))
         out.setdefault(label, policy)
     return out
+
+
+_STATIC_K_LABEL = re.compile(r"backup:k=([1-9][0-9]*),lr_rule=(\w+)")  # a size's own static k (`labelled_points`)
+LABEL_SIZE = 64  # jobs this large hold every label but the static k of larger sizes: none of the lattice's points
+# collide there (`lattice_points` keeps one point of those that run alike, and small jobs merge some)
+
+
+def is_label(label: str) -> bool:
+    """Whether `label` names a lattice point on jobs of some size (`labelled_points`): a static k by its k names
+    one on every job of more workers; every other label on jobs of `LABEL_SIZE` workers."""
+    static = _STATIC_K_LABEL.fullmatch(label)
+    if static is not None:
+        return static.group(2) in ALL_LR_RULES
+    return label in _labels_of_every_size()
+
+
+@functools.lru_cache(maxsize=1)
+def _labels_of_every_size() -> frozenset[str]:
+    return frozenset(labelled_points(LABEL_SIZE))
+

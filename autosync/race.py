@@ -103,7 +103,7 @@ import yaml
 
 from autosync.core.errors import UserError
 from autosync.data import RACE_SETTINGS
-from autosync.lattice import BSP_LABEL, BSP_POLICY, family_of
+from autosync.lattice import BSP_LABEL, BSP_POLICY, family_of, is_label
 
 __all__ = ["ABLATABLE", "Answer", "FASTER_HALF", "REFERENCE", "ROUNDS", "RUN_AGAIN", "RaceSettings", "Run", "Runs",
            "SEARCH_SEEDS", "WIDEST_ROUND", "horizon", "keeps_paired", "load_settings", "neighbours", "plan",
@@ -146,8 +146,8 @@ def load_settings(path: str | Path) -> RaceSettings:
     """The race's settings from `path`, each field checked (a bad file: one line naming it)."""
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise UserError(f"{path}: cannot read the race's settings: {exc}".splitlines()[0]) from None
     if not isinstance(data, dict):
         raise UserError(f"{path}: must be a mapping with portfolio and margin, but got {type(data).__name__}")
@@ -158,6 +158,10 @@ def load_settings(path: str | Path) -> RaceSettings:
     portfolio, margin = data.get("portfolio"), data.get("margin")
     if not isinstance(portfolio, list) or not portfolio or not all(isinstance(m, str) and m for m in portfolio):
         raise UserError(f"{path}: portfolio must be a non-empty list of labels, but got {portfolio!r}")
+    unknown = [m for m in portfolio if not is_label(m)]
+    if unknown:
+        raise UserError(f"{path}: portfolio label {unknown[0]!r} names no lattice point on jobs of any size (labels "
+                        "as `autosync fit` writes them: bsp, backup:k=0.25n,lr_rule=sqrt, asp,lr_rule=staleness, ...)")
     if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not margin >= 1.0:
         raise UserError(f"{path}: margin must be a number >= 1, but got {margin!r}")
     return RaceSettings(tuple(portfolio), float(margin), data.get("fitted_on") or {})

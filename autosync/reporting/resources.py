@@ -58,6 +58,21 @@ def resource_failure(exc: BaseException) -> str | None:
     return None
 
 
+# SQLite's words for a database file whose pages are damaged (a disk fault, a copy cut short, bytes overwritten)
+SQLITE_DAMAGED = ("database disk image is malformed", "file is not a database")
+
+
+def damaged_storage(exc: BaseException) -> str | None:
+    """One line saying the study storage is damaged where `exc` (or an error it came from) is SQLite finding
+    its file's pages damaged past its first (which opening the storage checks: `study.storage`); None for any
+    other error. Such a file is bad input, as a corrupt cache record is."""
+    for e in _chain(exc):
+        if any(s in str(e).lower() for s in SQLITE_DAMAGED):
+            return f"the study storage is damaged ({_first_line(e)}): its studies cannot be read; restore a copy, " \
+                   "or delete it (or name another with --storage) and tune again"
+    return None
+
+
 def _first_line(exc: BaseException) -> str:
     lines = str(exc).strip().splitlines()
     return lines[0] if lines else type(exc).__name__

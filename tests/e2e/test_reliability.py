@@ -120,6 +120,31 @@ def test_read_only_commands_refuse_a_file_that_is_not_a_storage_and_change_nothi
     assert _snapshot(tmp_path) == before  # no table added, no growth, no lock file
 
 
+def test_a_storage_whose_pages_are_damaged_past_the_first_is_one_line_for_every_command_that_reads_it(tmp_path):
+    """Opening a storage reads its schema; a page overwritten further in (a disk fault, a copy cut short)
+    surfaces where a command reads its rows: one line naming the damage, exit 2, never a traceback."""
+    from autosync.core.job import load_job
+
+    job = _job(tmp_path)
+    path = tmp_path / "s.db"
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.create_study(storage=f"sqlite:///{path}", study_name=f"{load_job(job).fingerprint()}-static_k")
+    study.set_user_attr("cache", {"best_policy": {"policy": "bsp", "params": {}}, "best_value": 1.0, "trials": 1})
+    for _ in range(60):  # rows on pages of their own, past the schema's
+        trial = study.ask()
+        trial.set_user_attr("policy", {"policy": "bsp", "params": {}, "note": "x" * 200})
+        study.tell(trial, 1.0)
+    with open(path, "r+b") as f:  # a page of the trials' rows
+        f.seek(int(path.stat().st_size * 0.3) // 4096 * 4096)
+        f.write(b"\xaa" * 4096)
+    for command in (["cache", "show", str(job)], ["cache", "clear", str(job)]):  # the commands reading its trials
+        line = _one_line(autosync(*command, "--storage", f"sqlite:///{path}", cwd=tmp_path))
+        assert "database disk image is malformed" in line, (command, line)
+    line = _one_line(autosync("cache", "list", "--storage", f"sqlite:///{path}", cwd=tmp_path))
+    assert line.startswith("error: the study storage is damaged ((sqlite3.DatabaseError) database disk image is "
+                           "malformed): its studies cannot be read"), line
+
+
 @pytest.mark.parametrize("kind", ["directory", "random"])
 def test_tune_refuses_a_folder_or_random_bytes_before_taking_the_lock(tmp_path, kind):
     job = _job(tmp_path)

@@ -9,9 +9,12 @@ from pathlib import Path
 import optuna
 import pytest
 
+from autosync.data import BASELINE_DIR
 from autosync.engine.forks import FORKS
 from autosync.table import KEPT
 from tests.conftest import autosync, no_traceback
+
+COMMITTED_TABLE = Path(__file__).resolve().parents[2] / "results" / "table"
 
 pytestmark = pytest.mark.slow
 
@@ -83,7 +86,15 @@ def test_a_bad_table_option_is_one_line_before_anything_runs(tiny_job, tmp_path)
                            "--table replays simulator runs"),
                           (("table", str(tiny_job), "--policies", "backup:k=9", "--out", "t"),
                            "k must be between 1 and n_workers=4"),
-                          (("table", "missing.yaml", "--out", "t"), "missing.yaml: file not found")):
+                          (("table", "missing.yaml", "--out", "t"), "missing.yaml: file not found"),
+                          (("table", str(tiny_job), "--out", "file"), "--out file: a file, but the table is written "
+                           "into a directory"),
+                          (("fit", str(BASELINE_DIR / "family_fresh.yaml"), "--table", "file"),
+                           "--table file: a file, but the table is a directory"),
+                          (("fit", str(BASELINE_DIR / "family_fresh.yaml"), "--table", ""),
+                           "--table: an empty path"),
+                          (("fit", str(BASELINE_DIR / "family_fresh.yaml"), "--table", str(COMMITTED_TABLE), "--out",
+                            str(tmp_path)), f"--out: {tmp_path} is a directory")):
         proc = autosync(*args, cwd=tmp_path)
         no_traceback(proc)
         assert proc.returncode == 2 and message in proc.stderr, (args, proc.stderr)

@@ -120,3 +120,19 @@ def test_the_fit_cross_validates_over_families_or_over_jobs_of_one_family():
     assert [[j.job for j in fold] for fold in race._folds(two)] == [["a0", "a1"], ["b0"]]
     one = [job("a", "a0"), job("a", "a1")]
     assert [[j.job for j in fold] for fold in race._folds(one)] == [["a0"], ["a1"]]
+
+
+def test_a_fit_stopped_by_ctrl_c_says_its_runs_are_kept_in_the_table(tmp_path, monkeypatch):
+    """Every run a fit trains is appended to the table as it finishes (`Table.put`): a Ctrl-C keeps them, and
+    the error says so and that the same command goes on from them."""
+    from autosync import api
+    from autosync.core.errors import Interrupted
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(race, "fit_families", stopped)
+    with pytest.raises(Interrupted, match=f"the runs this fit trained are kept in the table {tmp_path}; the same "
+                                          "command goes on from them"):
+        api.fit([BASELINE_DIR / "family_fresh.yaml"], table=str(tmp_path), out=str(tmp_path / "race.yaml"))
+    assert not (tmp_path / "race.yaml").exists()

@@ -306,6 +306,8 @@ def test_the_final_metric_rule_is_a_paired_test_widened_to_bsp_s_own_spread(fina
     ("portfolio: [bsp]\nmargin: 1.5\nfinalists: 2\n", "finalists"),  # a setting the race no longer has
     ("- just a list\n", "mapping"),
     ("portfolio: [bsp\n", "cannot read"),
+    ("portfolio: [bsp, bsp_typo]\nmargin: 1.5\n", "portfolio label 'bsp_typo' names no lattice point"),
+    ("portfolio: [asp]\nmargin: 1.5\n", "portfolio label 'asp' names no lattice point"),  # asp,lr_rule=... are
 ])
 def test_a_bad_settings_file_is_one_line_naming_the_file_and_field(tmp_path, text, field):
     path = tmp_path / "race.yaml"
@@ -313,6 +315,21 @@ def test_a_bad_settings_file_is_one_line_naming_the_file_and_field(tmp_path, tex
     with pytest.raises(UserError) as err:
         load_settings(path)
     assert str(path) in str(err.value) and field in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_settings_file_of_bytes_that_are_not_text_is_one_line(tmp_path):
+    path = tmp_path / "race.yaml"
+    path.write_bytes(b"\xff\xfeportfolio")
+    with pytest.raises(UserError, match=f"{path}: cannot read the race's settings: 'utf-8' codec can't decode"):
+        load_settings(path)
+
+
+def test_every_label_of_a_job_of_any_size_is_a_label_and_a_static_k_of_a_larger_size_too():
+    from autosync.lattice import is_label, labelled_points
+
+    assert all(is_label(label) for n in (1, 2, 3, 5, 16, 40) for label in labelled_points(n))
+    assert is_label("backup:k=300,lr_rule=sqrt") and not is_label("backup:k=0,lr_rule=sqrt")
+    assert not is_label("backup:k=3,lr_rule=cubic") and not is_label("dana_slim,momentum=0.3")
 
 
 def test_the_shipped_settings_load_and_name_points_of_every_job_size():
