@@ -146,6 +146,9 @@ def make_policy(name: str, params: dict[str, Any] | None = None) -> Policy:
     for key, default in known.items():
         if key in params and default is not inspect.Parameter.empty and default is not None:
             params[key] = _coerce(name, key, params[key], type(default))
+    for key, value in params.items():  # nan passes every range check (a comparison with it is False), inf most
+        if isinstance(value, float) and not math.isfinite(value):
+            raise UserError(f"policy {name} parameter {key} must be a finite number, but got {value!r}")
     return cls(**params)
 
 

@@ -85,7 +85,7 @@ JOB_ARG = typer.Argument(None, help="Job YAML file (default: the embedded digits
 MLFLOW_OPT = typer.Option(None, "--mlflow", metavar="URI", show_default=False,
                           help="Also log what the command found to this MLflow tracking URI (sqlite:///mlflow.db, "
                           "http://host:5000): each trial or run with its policy, time to target, final metric and "
-                          "cost, the answer tagged, the plots as artifacts (needs pip install \"autosync[mlflow]\").")
+                          "cost, the answer tagged, the plots as artifacts (needs pip install \"autosync\\[mlflow]\").")
 FAMILY_ARG = typer.Argument(..., help="Job-family YAML file (see baselines/family_stragglers.yaml).")
 
 

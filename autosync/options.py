@@ -139,6 +139,12 @@ class CalibrateOptions(ExecutionOptions):
                             f"--clock {self.clock}")
 
 
+def help_text(text: str) -> str:
+    """`text` as the help renders it literally: a bracket escaped, since the help reads rich markup, where
+    "autosync[cluster]" would lose "[cluster]" as a tag (docs/scripts/make_reference.py reads it back)."""
+    return text.replace("[", "\\[")
+
+
 def _check_n_jobs(n_jobs: int) -> None:
     if n_jobs == 0 or n_jobs < -1:
         raise UserError(f"--n-jobs must be >= 1 or -1 (all cores), but got {n_jobs}")
@@ -303,7 +309,7 @@ def command_of(options_type: type, body: Callable[..., None]) -> Callable[..., N
             flags[0] = f"{flags[0]}/--no-{flags[0].removeprefix('--')}"
         generated.append(inspect.Parameter(
             f.name, inspect.Parameter.KEYWORD_ONLY, annotation=m["cli_type"] or hints[f.name],
-            default=typer.Option(default, *flags, help=m["help"], min=m["ge"], max=m["le"])))
+            default=typer.Option(default, *flags, help=help_text(m["help"]), min=m["ge"], max=m["le"])))
     arguments = [p for p in mine if isinstance(p.default, typer.models.ArgumentInfo)]
     params = arguments + generated + [p for p in mine if p not in arguments]
 

@@ -36,8 +36,10 @@ class Entry:
 
 def policy_specs(policies: Iterable[str | dict[str, Any]], n_workers: int) -> list[dict[str, Any]]:
     """Each policy spec "NAME" or "NAME:key=value,..." as a dict {"policy", "params"} for `n_workers` (a dict
-    is kept as it is); none given: `DEFAULT_POLICIES`."""
-    return [p if isinstance(p, dict) else parse_policy_spec(p, n_workers) for p in (policies or DEFAULT_POLICIES)]
+    is kept as it is), each policy once (`--policies bsp --policies BSP` is one row); none given:
+    `DEFAULT_POLICIES`."""
+    specs = [p if isinstance(p, dict) else parse_policy_spec(p, n_workers) for p in (policies or DEFAULT_POLICIES)]
+    return [p for i, p in enumerate(specs) if p not in specs[:i]]
 
 
 def run_one(job: JobSpec, policy: dict[str, Any], seed: int) -> dict[str, Any]:

@@ -366,7 +366,7 @@ class FixedSplit(Batching):
 
     def reset(self, n_workers: int, batch_size: int) -> None:
         fractions = self.fractions if self.fractions is not None else [1.0] * n_workers
-        if len(fractions) != n_workers or any(not isinstance(f, (int, float)) or f < 0 for f in fractions):
+        if not isinstance(fractions, (list, tuple)) or len(fractions) != n_workers or any(not isinstance(f, (int, float)) or f < 0 for f in fractions):
             raise ValueError(f"fractions must be {n_workers} non-negative numbers (one per worker), "
                              f"but got fractions={self.fractions!r}")
         self.sizes = proportional_split(fractions, n_workers * batch_size)

@@ -43,7 +43,8 @@ LEADERBOARD_COLUMNS = (  # without the speedup column, whose key names the basel
 )
 LEADERBOARD_LEGEND = (
     "TTT s: time to target in virtual seconds, MLPerf's score (mean after dropping the fastest and slowest "
-    "run; a run that never reaches the target counts as infinitely slow); median and std over the seeds; "
+    "run; a run that never reaches the target counts as infinitely slow); median over the seeds, std over those "
+    "that reached it; "
     "missed: runs that never reached the target; vs BSP: how many times faster (or slower) than BSP's TTT; "
     "test acc and train loss: final values, mean over seeds; upd to T: updates to target (statistical "
     "efficiency); upd/s: updates per virtual second (hardware efficiency); samples/s: training samples "

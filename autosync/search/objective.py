@@ -375,7 +375,7 @@ class Objective:
         failed = twin.state == optuna.trial.TrialState.FAIL
         for key, value in twin.user_attrs.items():
             if key not in (RETRY_OF, KILLED, RESAMPLED, PROCESS, FULL_BUDGET_OF, FORKED, POLICY, SAME_AS,
-                           REPAIR_OF, ROLE) \
+                           REPAIR_OF, ROLE, ANSWERED) \
                     and (failed or key != FAIL_REASON):
                 trial.set_user_attr(key, value)
         _answered(trial, twin.number if study_name is None else f"{study_name}#{twin.number}")

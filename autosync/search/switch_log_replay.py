@@ -31,6 +31,7 @@ from autosync.core.errors import UserError
 from autosync.core.phases import Phase, no_phase
 from autosync.search.strategies.binary import binary_search, target_from_bsp
 from autosync.search.strategies.ladder import DEFAULT_RUNGS, LadderSampler, ladder_finished
+from autosync.search.strategies.switch_point import refuse_without_a_switch_point
 from autosync.search.cost import in_bsp_trainings
 from autosync.search.space import load_space, resolve_space_path
 from autosync.search.study.storage import quiet_optuna
@@ -314,6 +315,7 @@ def table_ii(logs: SwitchLogs, space: str, simulations: int, seed: int, threshol
     around the searches (one step each)."""
     quiet_optuna()
     space_path = resolve_space_path(space, "switch_point")
+    refuse_without_a_switch_point(load_space(space_path, SETUP_1_WORKERS), f"autosync replay --space {space}:")
     strategies = {"binary": binary_strategy(max_settings, threshold),
                   "ladder": ladder_strategy(space_path, threshold=threshold)}
     for n in tpe_trials:

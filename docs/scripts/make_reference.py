@@ -64,6 +64,7 @@ def _records(command: Any, name: str) -> tuple[list[tuple[str, str]], list[tuple
         if record is None:
             continue
         flags, help_text = record
+        help_text = (help_text or "").replace("\\[", "[")  # the brackets escaped for the help's markup
         missing = [o for o in getattr(param, "secondary_opts", []) if o not in flags]
         if missing:  # a boolean flag's off switch (--no-fit), which typer's help record leaves out
             flags = f"{flags} / {', '.join(missing)}"

@@ -147,3 +147,22 @@ def test_leaderboard_refuses_bad_policies_and_storages_before_its_progress_bar(t
     assert proc.returncode == 2 and proc.stderr.startswith(f"error: {message}"), proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1  # the error line alone: no progress bar was drawn
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.yaml"]  # nor a storage nor an output folder
+
+
+def test_the_help_prints_an_extra_s_name_in_brackets(tmp_path, monkeypatch):
+    """The help reads rich markup, where "[cluster]" was a tag and vanished: users were told to install
+    "autosync" for --scheduler and --mlflow."""
+    monkeypatch.setenv("COLUMNS", "250")  # each help line whole
+    for command, extra in (("table", "cluster"), ("run", "mlflow")):
+        proc = autosync(command, "--help", cwd=tmp_path)
+        assert f'"autosync[{extra}]"' in proc.stdout, proc.stdout
+
+
+def test_replay_refuses_a_space_that_does_not_search_the_switch_point(tmp_path):
+    from autosync.data import SYNC_SWITCH_LOGS
+
+    proc = autosync("replay", str(SYNC_SWITCH_LOGS), "--space", "policy",
+                    "--simulations", "1", "--out", "r", cwd=tmp_path)
+    _no_traceback(proc)
+    assert proc.returncode == 2 and "autosync replay --space policy: searches the switch point" in proc.stderr
+    assert not (tmp_path / "r").exists()

@@ -24,10 +24,21 @@ if TYPE_CHECKING:
     import optuna
 
     from autosync.search.request import TuneRequest
+    from autosync.search.space import SearchSpace
 
 
 class _OutOfTime(Exception):
     """--timeout passed during a switch-point search: stop before the next candidate."""
+
+
+def refuse_without_a_switch_point(space: "SearchSpace", who: str) -> dict[str, Any]:
+    """The space's Sync-Switch dimensions, refused in one line naming `who` unless it searches Sync-Switch alone
+    with a switch_at dimension: what a switch-point search (Algorithm 1, the ladder) moves."""
+    dims = space.dimensions.get(SyncSwitch.name, {})
+    if space.policies != [SyncSwitch.name] or "switch_at" not in dims:
+        raise UserError(f"{who} searches the switch point: the space must have one policy sync_switch with a "
+                        f"switch_at dimension, but {space.path} has {space.policies}")
+    return dims
 
 
 def run_switch_point_search(study: "optuna.Study", request: "TuneRequest", reference: dict[str, Any],
@@ -42,10 +53,7 @@ def run_switch_point_search(study: "optuna.Study", request: "TuneRequest", refer
     import optuna
 
     space = request.space
-    dims = space.dimensions.get(SyncSwitch.name, {})
-    if space.policies != [SyncSwitch.name] or "switch_at" not in dims:
-        raise UserError(f"--sampler {request.sampler} searches the switch point: the space must have one policy "
-                        f"sync_switch with a switch_at dimension, but {space.path} has {space.policies}")
+    dims = refuse_without_a_switch_point(space, f"--sampler {request.sampler}")
     others: dict[str, Any] = {}
     for name, dim in dims.items():
         if name == "switch_at":

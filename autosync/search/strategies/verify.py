@@ -44,11 +44,14 @@ class Verification:
             return None
         winner = next(r for r in self.rows if r["policy"] == self.real_winner)
         bsp = next(r for r in self.rows if r["policy"] == BSP)
-        ratio = lambda a, b: a / b if a is not None and b else None  # noqa: E731
+        def speedup(clock: str) -> float | None:  # none where a run missed the target: its time is a miss's score
+            timed = all(r.get(f"{clock}_reached") in (None, r.get("runs")) for r in (winner, bsp))
+            a, b = bsp[f"{clock}_time"], winner[f"{clock}_time"]
+            return a / b if timed and a is not None and b else None
+
         return {"policy": self.real_winner, "real_time": winner["real_time"], "simulated_time": winner["simulated_time"],
                 "bsp_real_time": bsp["real_time"], "bsp_simulated_time": bsp["simulated_time"],
-                "real_speedup": ratio(bsp["real_time"], winner["real_time"]),
-                "simulated_speedup": ratio(bsp["simulated_time"], winner["simulated_time"])}
+                "real_speedup": speedup("real"), "simulated_speedup": speedup("simulated")}
 
 
 def verify(job: JobSpec, top: list[dict[str, Any]], bsp_simulated: dict[str, Any], backend: "BackendChoice",
@@ -57,7 +60,8 @@ def verify(job: JobSpec, top: list[dict[str, Any]], bsp_simulated: dict[str, Any
     candidates = [dict(row) for row in top]
     if all(row["policy"] != BSP for row in candidates):
         candidates.append({"policy": BSP, "time_to_target": bsp_simulated["time_to_target"],
-                           "final_metric": bsp_simulated["final_metric"]})
+                           "final_metric": bsp_simulated["final_metric"], "reached": bsp_simulated.get("reached"),
+                           "runs": bsp_simulated.get("runs")})
     seeds = trial_seeds(job, repeats)
     result = Verification(backend.describe(), seeds)
     for row in candidates:
@@ -68,6 +72,7 @@ def verify(job: JobSpec, top: list[dict[str, Any]], bsp_simulated: dict[str, Any
             real = {"time_to_target": None, "final_metric": None, "reason": str(exc)}
         result.rows.append({"policy": row["policy"], "simulated_time": row["time_to_target"],
                             "simulated_final_metric": row.get("final_metric"),
+                            "simulated_reached": row.get("reached") if row.get("runs") == len(seeds) else None,
                             "real_time": real.get("time_to_target"), "real_final_metric": real.get("final_metric"),
                             "real_reached": real.get("reached"), "runs": len(seeds), "reason": real.get("reason")})
     bsp_real = next(r for r in result.rows if r["policy"] == BSP)

@@ -156,3 +156,9 @@ def test_a_leaderboard_keeps_its_runs_and_runs_again_only_what_it_lacks(tmp_path
     extended = run_grid(job, policies, [0, 1, 2], runs_file=runs_file)
     assert len(runs_file.read_text().splitlines()) == 7  # seed 2 alone ran
     assert [len(e.runs) for e in extended] == [3, 3]
+
+
+def test_a_policy_given_twice_is_one_row():
+    from autosync.experiments.leaderboard import policy_specs
+
+    assert policy_specs(["bsp", "BSP", "backup:k=2", "backup(k=2)"], 4) == policy_specs(["bsp", "backup:k=2"], 4)

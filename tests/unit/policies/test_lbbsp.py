@@ -151,3 +151,11 @@ def test_a_round_counts_only_tasks_started_on_the_sizes_of_the_last_re_balance()
     assert rounds.take(SimpleNamespace(version=6)) is None
     arrive(1, 5, 9.0, 11.0, 4)
     assert rounds.take(SimpleNamespace(version=7)) == ([1.0, 2.0], [12, 4])
+
+
+@pytest.mark.parametrize("fractions", [0.5, True, "abc"])
+def test_split_fractions_that_are_not_a_list_are_refused_in_one_line(fractions):
+    from autosync.catalog import make_policy
+
+    with pytest.raises(ValueError, match=r"fractions must be 4 non-negative numbers \(one per worker\)"):
+        make_policy("split", {"fractions": fractions}).bind(4, 8)

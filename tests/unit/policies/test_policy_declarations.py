@@ -118,3 +118,17 @@ def test_a_bare_policy_takes_its_size_dependent_defaults():
     assert parse_policy_spec("backup", 8)["params"]["k"] == 6
     assert parse_policy_spec("backup:k=2", 8)["params"]["k"] == 2
     assert parse_policy_spec("dbw", 8) == make_policy("dbw").to_dict()
+
+
+@pytest.mark.parametrize("name, key, value", [
+    ("sync_switch", "switch_seconds", float("nan")), ("sync_switch", "switch_seconds", float("inf")),
+    ("dbw", "beta", float("nan")), ("dc_asgd", "dc_lambda", float("inf")), ("lwp", "horizon", float("inf")),
+])
+def test_a_parameter_that_is_not_a_finite_number_is_refused_by_every_policy(name, key, value):
+    """nan passes every range check (each comparison with it is False) and inf most: both are refused where a
+    policy is made, for every policy alike, before a run starts (sync_switch's nan ended a run in a traceback)."""
+    from autosync.catalog import make_policy
+    from autosync.core.errors import UserError
+
+    with pytest.raises(UserError, match=f"policy {name} parameter {key} must be a finite number, but got {value}"):
+        make_policy(name, {key: value})

@@ -171,6 +171,26 @@ def test_a_target_the_initial_model_meets_is_refused_before_a_study_is_made(tmp_
 
 
 @pytest.mark.slow
+def test_a_space_of_one_point_a_sibling_study_ran_ends_once_its_answers_from_others_stop_being_free(tmp_path):
+    """Every trial of a one-point space is answered untrained (from the sibling study's run, then from its own
+    copies): the first MAX_UNCOUNTED take no slot of the budget, and the next count, so the search ends. A copy
+    does not inherit its twin's free pass (it did, and the search never ended)."""
+    from autosync.search.objective import MAX_UNCOUNTED
+
+    import yaml
+
+    from autosync.core.job import DEFAULT_JOB_PATH, job_from_dict
+
+    data = yaml.safe_load(DEFAULT_JOB_PATH.read_text())  # the default job, small: k = 1 leads its static_k study
+    data["cluster"]["n_workers"], data["budget"], data["target"]["threshold"] = 4, {"max_virtual_seconds": 60}, 0.5
+    job = job_from_dict(data)
+    tune(_request(tmp_path, job=job))  # the static_k study: it runs backup k = 1 among others
+    one = load_space(_space(tmp_path, "policies: {backup: {k: {type: categorical, choices: [1]}}}"), 4)
+    outcome = tune(_request(tmp_path, job=job, space=one, n_trials=2, timeout=120))
+    assert outcome.roles["answered"] == MAX_UNCOUNTED and outcome.roles["budget"] == 2, outcome.roles
+
+
+@pytest.mark.slow
 def test_tune_caches_the_best_policy_for_the_recurring_job(tmp_path):
     first = tune(_request(tmp_path))
     assert not first.cached and first.new_trials == 4

@@ -193,3 +193,18 @@ def test_an_interrupted_or_killed_real_backend_tune_leaves_no_process_and_no_sha
     left = {f for f in set(os.listdir("/dev/shm")) - shm_before if f.startswith(("torch_", "psm_"))} \
         if os.path.isdir("/dev/shm") else set()
     assert not left, left
+
+
+def test_no_speedup_is_claimed_over_a_bsp_that_missed_the_target():
+    """A run that missed the target has a miss's score for its time (twice the seconds it ran): the answer
+    after a verification gives no speedup on the clock where BSP, or the answer, missed."""
+    from autosync.search.strategies.verify import Verification
+
+    winner, bsp = {"policy": "backup", "params": {"k": 1}}, {"policy": "bsp", "params": {}}
+    v = Verification({"backend": "processes"}, [0], real_winner=winner, rows=[
+        {"policy": winner, "simulated_time": 20.0, "real_time": 21.0, "simulated_reached": 1, "real_reached": 1,
+         "runs": 1},
+        {"policy": bsp, "simulated_time": 40.0, "real_time": 60.0, "simulated_reached": 1, "real_reached": 0,
+         "runs": 1}])
+    answer = v.answer()
+    assert answer["real_speedup"] is None and answer["simulated_speedup"] == 2.0
