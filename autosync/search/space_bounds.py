@@ -74,8 +74,10 @@ def _refused_constants(policy: str, fixed: dict[str, Any], why: str, n_workers: 
 
 def _ends(dim: Any) -> Iterator[Any]:
     """The values of a search space's dimension that bound what it samples: a range's low and high, each
-    choice."""
-    if dim.type == "categorical":
+    choice, a simplex's equal fractions (of its size: a split of the wrong length is refused whatever they are)."""
+    if dim.type == "simplex":
+        yield [1.0 / dim.size] * dim.size if dim.size else []
+    elif dim.type == "categorical":
         yield from dim.choices
     elif dim.type in ("int", "float"):
         yield int(dim.low) if dim.type == "int" else float(dim.low)
