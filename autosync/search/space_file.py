@@ -55,7 +55,9 @@ def _worker_expression(value: Any) -> tuple[int, int, int] | None:
     if match is None:
         raise ValueError(f"must be a number or n_workers[*a][/b][+-c], but got {value!r}")
     times, over, sign, offset = match.groups()
-    return int(times or 1), max(int(over or 1), 1), (-1 if sign == "-" else 1) * int(offset or 0)
+    if over is not None and int(over) == 0:
+        raise ValueError(f"divides by zero: n_workers[*a][/b][+-c] takes b >= 1, but got {value!r}")
+    return int(times or 1), int(over or 1), (-1 if sign == "-" else 1) * int(offset or 0)
 
 
 def resolve_workers(value: Any, info: ValidationInfo) -> Any:
@@ -230,6 +232,16 @@ class SpaceFile(_Strict):
         return {policy_name: params or {} for policy_name, params in policies.items()}
 
 
+def _values_of(spec: Any) -> list[Any] | None:
+    """The values a space's parameter can take as a `when` clause reads them: a categorical's choices, a
+    constant itself; None for a range (or a spec the structure's own check refuses)."""
+    if not isinstance(spec, dict):
+        return [spec]
+    if spec.get("type") == "categorical" and isinstance(spec.get("choices"), list):
+        return spec["choices"]
+    return None
+
+
 def problems_with_policies(policies: Any) -> list[str]:
     """Unknown policies and parameters of a file's `policies` mapping, checked against the catalog, every one."""
     problems: list[str] = []
@@ -241,18 +253,25 @@ def problems_with_policies(policies: Any) -> list[str]:
                             f"(known: {', '.join(sorted(POLICIES))})")
             continue
         known = policy_parameters(POLICIES[policy_name])
-        earlier: list[str] = []
+        earlier: dict[str, list[Any] | None] = {}  # each parameter listed so far -> its values (None: a range)
         for name, spec in (params.items() if isinstance(params, dict) else ()):
             if name not in known:
                 problems.append(f"policies.{policy_name}.{plain_key(name)}: policy {policy_name} has no parameter "
                                 f"{short_repr(name)} (it takes: {', '.join(known) or 'none'})")
             when = spec.get("when") if isinstance(spec, dict) else None
             clauses = [when] if isinstance(when, dict) else when if isinstance(when, list) else []
-            for key in (k for clause in clauses if isinstance(clause, dict) for k in clause):
-                if key not in earlier:
-                    problems.append(f"policies.{policy_name}.{name}.when: must name parameters listed before {name} "
-                                    f"(the condition is decided first), but got {key!r}")
-            earlier.append(name)
+            for clause in (c for c in clauses if isinstance(c, dict)):
+                for key, values in clause.items():
+                    if key not in earlier:
+                        problems.append(f"policies.{policy_name}.{name}.when: must name parameters listed before "
+                                        f"{name} (the condition is decided first), but got {key!r}")
+                        continue
+                    never = [v for v in values if v not in earlier[key]] \
+                        if isinstance(values, list) and earlier[key] is not None else []
+                    if never:  # a typo: the clause never holds, and the parameter is never sampled
+                        problems.append(f"policies.{policy_name}.{name}.when.{plain_key(key)}: {short_repr(never[0])} "
+                                        f"is none of {key}'s values {earlier[key]}, so the clause could never hold")
+            earlier[name] = _values_of(spec)
     return problems
 
 
