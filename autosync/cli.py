@@ -429,7 +429,7 @@ def tune(job: Optional[Path] = JOB_ARG,
         _print_json(outcome.to_dict())
     else:
         _show(tune_report(outcome, spec), wide=wide)
-        _show(tune_hint(spec), status)
+        _show(tune_hint(spec, outcome.storage), status)
         if outcome.verification is not None:
             _show(verification_report(outcome.verification), wide=wide)
     files = outcome.write(out or api.tune_dir(outcome, spec, options), command_line("tune"), mlflow=tracking, job=spec)

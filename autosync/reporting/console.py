@@ -14,6 +14,7 @@ from autosync.reporting.output import format_cell, times_faster
 from autosync.reporting.robustness_files import SUMMARY_COLUMNS, SUMMARY_WIDE, comparison_cells, comparison_header
 from autosync.reporting.tables import Column, fitted
 from autosync.search.cost import COST_UNIT
+from autosync.search.study.storage import DEFAULT_STORAGE, redact_url
 
 
 @dataclass(frozen=True)
@@ -152,8 +153,9 @@ def resume_line(found: int, requeued: list[int]) -> str:
 
 def breakdown_line(b: dict[str, int]) -> str:
     """Where a search's cost went: the record's `search_breakdown` in words."""
-    return (f"Of its trials, {b['stopped_at_target']} stopped at the target, {b['answered_by_equivalent']} were "
-            f"answered by an equivalent policy's result without training"
+    answered = b["answered_by_equivalent"]
+    return (f"Of its trials, {b['stopped_at_target']} stopped at the target, {answered} "
+            f"{'was' if answered == 1 else 'were'} answered by an equivalent policy's result without training"
             + f", {b['pruned']} {'was' if b['pruned'] == 1 else 'were'} pruned"
             + pruned_how(b)
             + (f", {b['forked_trials']} continued from another switch point's run (its prefix, forked)"
@@ -502,7 +504,9 @@ def fault_warnings(result: Any) -> list[Printed]:
     return [Line(f"warning: {line}", "yellow") for line in result.faults]
 
 
-def tune_hint(spec: Any) -> list[Printed]:
-    """How to train with the tuned policy (`autosync tune`, on stderr)."""
+def tune_hint(spec: Any, storage: str | None = None) -> list[Printed]:
+    """How to train with the tuned policy (`autosync tune`, on stderr): the job file where it is not the
+    default job, and the `storage` where it is not the default one (its password masked)."""
     job_file = "JOB.yaml " if spec.name != "digits_default" else ""
-    return [Line(f"train with it: autosync run {job_file}--policy tuned", "dim")]
+    where = f" --storage {redact_url(storage)}" if storage and storage != DEFAULT_STORAGE else ""
+    return [Line(f"train with it: autosync run {job_file}--policy tuned{where}", "dim")]

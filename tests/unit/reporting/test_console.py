@@ -221,3 +221,15 @@ def test_the_race_report_says_how_many_faster_finalists_broke_the_rule_before_th
 
     assert "the fastest finalist kept it" in verdict(["c"])
     assert "the 3 faster finalists broke it, the next kept it" in verdict(["a", "b", "d", "c"])
+
+
+def test_the_tune_hint_names_a_storage_other_than_the_default_with_its_password_masked():
+    from types import SimpleNamespace
+
+    from autosync.reporting.console import tune_hint
+
+    job = SimpleNamespace(name="mine")
+    assert tune_hint(job)[0].what == "train with it: autosync run JOB.yaml --policy tuned"
+    assert tune_hint(job, "sqlite:///results/autosync-studies.db")[0].what.endswith("--policy tuned")
+    hint = tune_hint(job, "postgresql://me:secret@db:5432/studies")[0].what
+    assert "--storage postgresql://me:" in hint and "secret" not in hint, hint
