@@ -49,7 +49,7 @@ from autosync.reporting.console import (
     tune_files_report, tune_hint, tune_report, verification_report,
 )
 from autosync.reporting.error_lines import error_lines, resumable, usage_error_lines
-from autosync.reporting.resources import damaged_storage, resource_failure
+from autosync.reporting.resources import resource_failure, unusable_input
 from autosync.reporting.leaderboard_files import LEADERBOARD_LEGEND
 from autosync.reporting.output import command_line, remove_empty_outputs
 from autosync.reporting.progress import BudgetBar, counting_bar, leaderboard_progress, phases, tune_progress
@@ -524,7 +524,7 @@ def main() -> None:
         else:
             line, exit_code = resource_failure(exc), 1
             if line is None:
-                line, exit_code = damaged_storage(exc), 2
+                line, exit_code = unusable_input(exc), 2
             if line is None:
                 raise
             print(f"error: {line}", file=sys.stderr)

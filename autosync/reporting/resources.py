@@ -62,11 +62,14 @@ def resource_failure(exc: BaseException) -> str | None:
 SQLITE_DAMAGED = ("database disk image is malformed", "file is not a database")
 
 
-def damaged_storage(exc: BaseException) -> str | None:
+def unusable_input(exc: BaseException) -> str | None:
     """One line saying the study storage is damaged where `exc` (or an error it came from) is SQLite finding
-    its file's pages damaged past its first (which opening the storage checks: `study.storage`); None for any
-    other error. Such a file is bad input, as a corrupt cache record is."""
+    its file's pages damaged past its first (which opening the storage checks: `study.storage`), or that an
+    output file cannot be written where a folder has its name; None for any other error. Both are bad input,
+    as a corrupt cache record is."""
     for e in _chain(exc):
+        if isinstance(e, IsADirectoryError) and e.filename:  # an output file's name taken by a folder in --out
+            return f"cannot write {e.filename}: a folder of that name is in the way; move it, or pass another --out"
         if any(s in str(e).lower() for s in SQLITE_DAMAGED):
             return f"the study storage is damaged ({_first_line(e)}): its studies cannot be read; restore a copy, " \
                    "or delete it (or name another with --storage) and tune again"

@@ -166,3 +166,14 @@ def test_replay_refuses_a_space_that_does_not_search_the_switch_point(tmp_path):
     _no_traceback(proc)
     assert proc.returncode == 2 and "autosync replay --space policy: searches the switch point" in proc.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_an_output_file_whose_name_a_folder_takes_is_one_line(tmp_path):
+    (tmp_path / "job.yaml").write_text("name: tiny\nworkload: {dataset: {name: digits}, model: {name: logreg}, "
+                                       "batch_size: 16, optimizer: {lr: 0.2}}\ncluster: {n_workers: 2}\n"
+                                       "target: {metric: test_accuracy, threshold: 0.5}\nbudget: {max_updates: 20}\n")
+    (tmp_path / "out" / "leaderboard.md").mkdir(parents=True)
+    proc = autosync("leaderboard", "job.yaml", "--policies", "bsp", "--seeds", "1", "--out", "out", cwd=tmp_path)
+    _no_traceback(proc)
+    assert proc.returncode == 2, proc.stderr
+    assert "cannot write out/leaderboard.md: a folder of that name is in the way" in proc.stderr, proc.stderr
