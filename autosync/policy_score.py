@@ -151,7 +151,7 @@ def _train(job: JobSpec, policy: Any, progress: Callable[[dict[str, Any]], None]
     `stop_at`: the simulator's only (`evaluate`)."""
     if stop_at is not None and not backends.simulates_here(backend):
         raise ValueError("a horizon learnt while the run trains (stop_at) needs the simulator")
-    if backend is not None and backend.table is not None:
+    if backends.replays_table(backend):
         return replayed_run(table_at(backend.table), job, policy, progress)
     if backend is None or backend.backend == "simulator":
         return _simulate_forking(job, policy, progress, stop_at)

@@ -158,10 +158,15 @@ def check_device(device: str) -> None:
         raise UserError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA GPU(s)")
 
 
+def replays_table(choice: BackendChoice | None) -> bool:
+    """Whether runs on `choice` are read from a `--table` rather than trained."""
+    return choice is not None and choice.table is not None
+
+
 def simulates_here(choice: BackendChoice | None) -> bool:
     """Whether runs on `choice` train in this process's simulator (None: the default, the simulator): not on
     worker processes or ranks, and not replayed from a `--table`."""
-    return choice is None or (choice.backend == "simulator" and choice.table is None)
+    return choice is None or (choice.backend == "simulator" and not replays_table(choice))
 
 
 def build(choice: BackendChoice, job: Any, workload: Any) -> tuple["Driver | None", "Clock | None"]:

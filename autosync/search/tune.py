@@ -30,6 +30,7 @@ from autosync.search.strategies.verify import verify, with_verification
 from autosync.search.study._optuna_internals import fresh_trials
 from autosync.core.errors import Interrupted, RuntimeFailure, UserError
 from autosync.core.job import JobSpec
+from autosync.engine.backends import replays_table
 from autosync.engine.forks import sharing
 from autosync.search.study.cache import (
     best_policies, check_owner, execution_name, execution_of, read_cache, write_cache,
@@ -119,7 +120,7 @@ def _tune(request: TuneRequest, helpers: Helpers, on_trial: Callable[[int, int],
     """`tune`, with the race's `--n-jobs` helpers started (`race_helpers`; none for another search)."""
     report_to(request.storage, on_wait)
     storage = open_storage(request.storage)
-    if _new_study(storage, request.study_name) and not replays(request):  # a new job: its target checked first
+    if _new_study(storage, request.study_name) and not replays_table(request.settings.backend):  # checked first
         refuse_a_target_met_at_start(request.job, trial_seeds(request.job, SEARCH_SEEDS if request.sampler == RACE
                                                               else request.settings.repeats))
     study = load_study(request, storage)
@@ -174,12 +175,6 @@ def _new_study(storage: Any, name: str) -> bool:
     except KeyError:
         return True
     return False
-
-
-def replays(request: TuneRequest) -> bool:
-    """Whether the search's runs are read from a table (`tune --table`): it trains nothing."""
-    backend = request.settings.backend
-    return backend is not None and backend.table is not None
 
 
 def _top(cache: dict[str, Any], study: "optuna.Study") -> list[dict[str, Any]]:

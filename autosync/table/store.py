@@ -179,12 +179,13 @@ def _drop_cut_line(f: BinaryIO) -> None:
     f.seek(end - 1)
     if f.read(1) == b"\n":
         return
-    start = end
-    while start > 0:  # back to the newline before the cut line, a chunk at a time (a cell's line is a few KB)
-        start = max(0, start - _CHUNK)
+    stop = end
+    while stop > 0:  # back to the newline before the cut line, a chunk at a time (a cell's line is a few KB)
+        start = max(0, stop - _CHUNK)
         f.seek(start)
-        newline = f.read(end - start).rfind(b"\n")
+        newline = f.read(stop - start).rfind(b"\n")
         if newline >= 0:
             os.ftruncate(f.fileno(), start + newline + 1)
             return
+        stop = start
     os.ftruncate(f.fileno(), 0)
