@@ -30,7 +30,7 @@ from autosync.search.study.records import (
     TIME_TO_TARGET, TIMED_OUT, VIRTUAL_SECONDS, final_pending, has_full_result, has_own_failure, outside_budget,
     role_of, scored_as,
 )
-from autosync.search.study.claim import process_tag, tag
+from autosync.search.study.claim import process_gone, process_tag, tag
 from autosync.search.study.siblings import finished_trials
 from autosync.search.tune_options import TuneOptions
 from autosync.catalog import policy_from_dict
@@ -298,10 +298,12 @@ class Objective:
         me = process_tag()
 
         def same(t: "optuna.trial.FrozenTrial") -> bool:
+            # a trial of a process of this machine that is gone is no other process's: the same search's own,
+            # run by the command it resumes, answering as this process's own do (`_finished_twin`)
             return t.user_attrs.get(PROCESS) != me and t.user_attrs.get(SCORING) == scoring \
                 and (t.state.name in ("RUNNING", "COMPLETE") or has_own_failure(t)) \
                 and (not full or has_full_result(t)) \
-                and _runs_alike(t, trial, canonical)
+                and _runs_alike(t, trial, canonical) and not process_gone(t.user_attrs.get(PROCESS))
 
         return claim_point(trial, self.storage_url, attrs, same)
 

@@ -60,7 +60,7 @@ from autosync.search.recommend.neighbours import neighbours as nearest
 from autosync.search.study.storage import open_storage, redact_url
 from autosync.search.request import TuneRequest
 from autosync.search.study.trials import (
-    budget_used, counted_trials, fail_dead_trials, kept_line, roles, run_queued_trial,
+    budget_used, counted_trials, fail_dead_trials, kept_line, retries_in_place, roles, run_queued_trial,
     top_up, trials_run_by,
 )
 
@@ -518,7 +518,7 @@ def run_trials(study: "optuna.Study", request: TuneRequest, reference: dict[str,
             return objective
         if _stopped_improving(study, request, budget):
             return objective
-        if run_queued_trial(study, request.storage, objective, catch=(RunFailed, Resampled)):
+        if run_queued_trial(study, request.storage, objective, catch=(RunFailed, Resampled), order=retries_in_place):
             continue
         if top_up(study, request.storage, budget):
             continue

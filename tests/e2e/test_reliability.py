@@ -534,7 +534,7 @@ def test_a_trial_of_a_gone_process_of_this_machine_is_dead_and_one_elsewhere_is_
     import subprocess
     import sys
 
-    from autosync.search.study.trials import process_gone
+    from autosync.search.study.claim import process_gone
 
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()

@@ -194,6 +194,7 @@ def claiming_in(study: "optuna.Study", first: "list[optuna.trial.FrozenTrial] | 
         for trial in first:
             try:  # False, or raised: another process claimed it (or it finished) first
                 if study._storage.set_trial_state_values(trial._trial_id, state=optuna.trial.TrialState.RUNNING):
+                    _known_to_cache(study, trial._trial_id)
                     return trial._trial_id
             except UpdateFinishedTrialError:
                 continue
@@ -204,6 +205,18 @@ def claiming_in(study: "optuna.Study", first: "list[optuna.trial.FrozenTrial] | 
         yield
     finally:
         del study._pop_waiting_trial_id
+
+
+def _known_to_cache(study: "optuna.Study", trial_id: int) -> None:
+    """Make this process's storage cache know trial `trial_id` (one another process queued): the parameters it
+    suggests are written through the cache, which fails on a trial it does not know. Optuna's own pop reads
+    the waiting trials through the cache, which learns them; a read here only where needed, since the race
+    claims every run this way and a read each time slowed a replayed tune by a third."""
+    import optuna
+
+    known = getattr(study._storage, "_trial_id_to_study_id_and_number", None)
+    if isinstance(known, dict) and trial_id not in known:
+        study._storage.get_all_trials(study._study_id, deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
 
 
 def set_user_attrs(trial: "optuna.Trial", attrs: dict[str, Any]) -> None:

@@ -31,6 +31,25 @@ def process_tag(pid: int | None = None) -> str:
     return f"{socket.gethostname()}:{os.getpid() if pid is None else pid}"
 
 
+def process_gone(tag: Any) -> bool:
+    """Whether `tag` (a trial's PROCESS attribute, host:pid) names a process of this machine that no longer
+    exists: such a trial is dead at once, without waiting out the heartbeat grace. A process of another
+    machine, or one that exists (whoever owns it), is not known to be gone."""
+    import os
+    import socket
+
+    host, _, pid = str(tag).rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # it exists, as another user's process
+        return False
+    return False
+
+
 def tag(trial: "optuna.Trial") -> None:
     """Tag `trial` with this process (`PROCESS`) unless it is already (`optimize_one` tags before the
     objective; an objective that Optuna runs directly, as unit tests do, tags its trial itself)."""

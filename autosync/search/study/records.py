@@ -257,9 +257,9 @@ ROLES = {
     "repair": "a setting one step closer to BSP of a candidate whose check failed",
     "resampled": "proposed a point another process was training, and was proposed again in a new trial",
     "killed": "its process died (killed or hung): a new trial runs it again",
-    "timed_out": "stopped by the tune's --timeout: a resumed search runs its place again",
+    "timed_out": "stopped by the tune's --timeout: a resumed search runs it again (a queued point) or its place",
     "given_up": "a queued trial not run, the search having stopped improving (--patience): it takes its place",
-    "interrupted": "cut short by Ctrl-C or an error: a resumed search runs its place again",
+    "interrupted": "cut short by Ctrl-C or an error: a resumed search runs it again (a queued point) or its place",
 }
 
 

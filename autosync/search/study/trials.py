@@ -19,7 +19,7 @@ import warnings
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from autosync.search.study import _optuna_internals as internals
-from autosync.search.study.claim import optimize_one
+from autosync.search.study.claim import optimize_one, process_gone
 from autosync.search.study.records import (
     ANSWERED, BSP_REFERENCE, FAIL_REASON, GIVEN_UP_PLACES, KILLED, PROCESS, RETRY_OF, ROLE, ROLES, constraint_of,
     has_run, outside_budget, role_of,
@@ -101,6 +101,7 @@ def top_up(study: "optuna.Study", url: str, budget: int, first: Sequence[dict[st
     """
     with storage_lock(url, study.study_name):
         fail_dead_trials(study)  # a dead trial is pending until failed and re-queued: settle it first
+        requeue_cut_short(study)
         given_up = study.user_attrs.get(GIVEN_UP_PLACES)
         if isinstance(given_up, dict) and given_up.get("budget") == budget:
             return 0
@@ -113,6 +114,32 @@ def top_up(study: "optuna.Study", url: str, budget: int, first: Sequence[dict[st
         for params in queue:
             study.enqueue_trial(params, skip_if_exists=False)
         return len(queue)
+
+
+def requeue_cut_short(study: "optuna.Study") -> list[int]:
+    """Queue again, once, each trial of the budget's queue cut short by Ctrl-C or `--timeout` (role
+    "interrupted" or "timed_out") that was queued with fixed parameters (BSP, ASP, a baseline, a transferred
+    winner): the numbers of those queued. A free proposal's place is taken by a new proposal as the budget is
+    topped up, but a fixed one was queued only when the study was fresh (`top_up`'s `first`), so without
+    this the point was never run (an early Ctrl-C on a new study left its ASP failed for good). The copy
+    carries `RETRY_OF`, so `retries_in_place` runs it where the trial it re-runs stood. Call it under the
+    study's storage lock."""
+    trials = internals.fresh_trials(study)
+    retried = {t.user_attrs.get(RETRY_OF) for t in trials}
+    queued = []
+    for t in trials:
+        fixed = t.system_attrs.get("fixed_params")
+        if t.state.name == "FAIL" and fixed and t.number not in retried and not outside_budget(t) \
+                and role_of(t) in ("interrupted", "timed_out"):
+            study.enqueue_trial(fixed, user_attrs={RETRY_OF: t.number}, skip_if_exists=False)
+            queued.append(t.number)
+    return queued
+
+
+def retries_in_place(waiting: list["optuna.trial.FrozenTrial"]) -> list["optuna.trial.FrozenTrial"]:
+    """The waiting trials in the order a search that was never stopped would have run them: a re-run
+    (`RETRY_OF`) where the trial it re-runs stood, the others oldest first."""
+    return sorted(waiting, key=lambda t: (t.user_attrs.get(RETRY_OF, t.number), t.number))
 
 
 def run_queued_trial(study: "optuna.Study", url: str, objective: Callable[["optuna.Trial"], Any],
@@ -177,25 +204,6 @@ class DeadTrials(list):
 
     waiting: list[str]
     reference: bool = False
-
-
-def process_gone(tag: Any) -> bool:
-    """Whether `tag` (a trial's PROCESS attribute, host:pid) names a process of this machine that no longer
-    exists: such a trial is dead at once, without waiting out the heartbeat grace. A process of another
-    machine, or one that exists (whoever owns it), is not known to be gone."""
-    import os
-    import socket
-
-    host, _, pid = str(tag).rpartition(":")
-    if host != socket.gethostname() or not pid.isdigit():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except OSError:  # it exists, as another user's process
-        return False
-    return False
 
 
 def fail_dead_trials(study: "optuna.Study") -> DeadTrials:
