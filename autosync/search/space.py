@@ -247,7 +247,7 @@ def load_space(path: str | Path, n_workers: int, flag: str = "--space") -> Searc
     constants = {policy_name: {name: p.value for name, p in params.items() if isinstance(p, Constant)}
                  for policy_name, params in spec.policies.items()}
     problems = type_problems(dimensions, constants) or refused_compositions(dimensions, constants) \
-        or space_bounds.bound_problems(dimensions, constants, n_workers)
+        or space_bounds.bound_problems(dimensions, constants, n_workers, compositions=_compositions(dimensions, constants))
     if problems:
         raise SpaceFileError(str(path), problems)
     return SearchSpace(spec.name or path.stem, spec.description, str(path), dimensions, constants, spec.patience)
@@ -290,14 +290,21 @@ def refused_compositions(dimensions: dict[str, dict[str, Dimension]],
     if Composed.name not in dimensions:
         return []
     defaults = Composed().params()
-    dims = list(dimensions[Composed.name].items())
-    for params in _samples(dims, dict(constants[Composed.name]), defaults, SLOTS):
+    for params in _compositions(dimensions, constants):
         try:
             check_composition(Composed(**params))
         except (ValueError, TypeError) as exc:
             label = label_of({"policy": Composed.name, "params": {**defaults, **params}})
             return [f"policies.{Composed.name} can sample {label}, which is refused: {exc}"]
     return []
+
+
+def _compositions(dimensions: dict[str, dict[str, Dimension]],
+                  constants: dict[str, dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """The samples of a `compose` policy that `refused_compositions` tries (none without one)."""
+    if Composed.name in dimensions:
+        yield from _samples(list(dimensions[Composed.name].items()), dict(constants[Composed.name]),
+                            Composed().params(), SLOTS)
 
 
 def _samples(dims: list[tuple[str, Dimension]], chosen: dict[str, Any], defaults: dict[str, Any],

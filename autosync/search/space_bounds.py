@@ -6,7 +6,7 @@ samples it, found only once the search trains; the file is refused instead.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from autosync.core.loader import short_repr
 from autosync.catalog import POLICIES, make_policy
@@ -17,13 +17,15 @@ NOMINAL_BATCH = 32  # the batch size policies are bound with when the job's is n
 
 
 def bound_problems(dimensions: dict[str, dict[str, Any]], constants: dict[str, dict[str, Any]],
-                   n_workers: int, batch_size: int = NOMINAL_BATCH) -> list[str]:
+                   n_workers: int, batch_size: int = NOMINAL_BATCH,
+                   compositions: Iterable[dict[str, Any]] = ()) -> list[str]:
     """One line per dimension end (or choice) that its policy refuses on `n_workers` workers, with the rule.
 
     Each value is tried with the policy's constants and every other dimension at a value the policy takes
     (its first such end or choice), so a refusal is the value's own. A policy that takes no combination at
-    all is refused by its constants (`_refused_constants`); composed policies are left to
-    `refused_compositions`."""
+    all is refused by its constants (`_refused_constants`). A composed policy's slots are checked by
+    `refused_compositions`; its ranges here, each on the first of `compositions` (the samples that walk
+    tries) where the range is sampled (`composed_bound_problems`)."""
     def refusal(policy: str, params: dict[str, Any]) -> str | None:
         try:
             make_policy(policy, params).bind(n_workers, batch_size)
@@ -34,6 +36,7 @@ def bound_problems(dimensions: dict[str, dict[str, Any]], constants: dict[str, d
     problems = []
     for policy, dims in dimensions.items():
         if policy == Composed.name:
+            problems += composed_bound_problems(dims, compositions, n_workers, refusal)
             continue
         fixed = constants.get(policy, {})
         base = dict(fixed)
@@ -52,6 +55,29 @@ def bound_problems(dimensions: dict[str, dict[str, Any]], constants: dict[str, d
                     problems.append(f"policies.{policy}.{name} can sample {short_repr(value)}, which policy {policy} "
                                     f"refuses on n_workers={n_workers}: {why}")
                     break
+    return problems
+
+
+def composed_bound_problems(dims: dict[str, Any], compositions: Iterable[dict[str, Any]], n_workers: int,
+                            refusal: Callable[[str, dict[str, Any]], str | None]) -> list[str]:
+    """One line per range of a composed policy whose low or high end the composition refuses on `n_workers`
+    workers (backup's k up to 2n), each end tried on the first of `compositions` that holds the range (its
+    `when` met) and that the policy takes as it is, so a refusal is the end's own."""
+    ranges = {name: dim for name, dim in dims.items() if dim.type in ("int", "float")}
+    problems = []
+    for sample in compositions:
+        held = [name for name in ranges if name in sample]
+        if not held or refusal(Composed.name, sample) is not None:
+            continue
+        for name in held:
+            why = next((why for value in _ends(ranges.pop(name))
+                        if (why := refusal(Composed.name, {**sample, name: value})) is not None), None)
+            if why is not None:
+                value = next(v for v in _ends(dims[name]) if refusal(Composed.name, {**sample, name: v}))
+                problems.append(f"policies.{Composed.name}.{name} can sample {short_repr(value)}, which policy "
+                                f"{Composed.name} refuses on n_workers={n_workers}: {why}")
+        if not ranges:
+            break
     return problems
 
 
