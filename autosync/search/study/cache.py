@@ -309,7 +309,8 @@ def _check_record(study: str, problem: str | None, record: Any) -> None:
 
 
 def _summaries(storage: "optuna.storages.BaseStorage", fingerprint: str | None) -> list[dict[str, Any]]:
-    """Each study's name, trial count (the budget's trials its search ran, as its cache record counts them:
+    """Each study's name (of the job of `fingerprint`, or every one), trial count (the budget's trials its search
+    ran, as its cache record counts them:
     not its full-budget checks nor the queued trials given up; every trial of a study with no record), cache
     record and first trial's start. The studies are read from their
     attributes and only the listed ones' trials are loaded (a study summary loads every study's trials:
@@ -317,7 +318,9 @@ def _summaries(storage: "optuna.storages.BaseStorage", fingerprint: str | None) 
     out = []
     for frozen in internals.all_studies(storage):
         name = frozen.study_name
-        if fingerprint is not None and not name.startswith(f"{fingerprint}-"):
+        # the job's: named by its fingerprint, or named by `--study` and made for it (its fingerprint attribute)
+        if fingerprint is not None and not name.startswith(f"{fingerprint}-") \
+                and StudyRecord(frozen.user_attrs).fingerprint != fingerprint:
             continue
         trials = storage.get_all_trials(storage.get_study_id_from_name(name), deepcopy=False)
         started = [t.datetime_start for t in trials if t.datetime_start is not None]

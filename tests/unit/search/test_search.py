@@ -208,6 +208,22 @@ def test_tune_caches_the_best_policy_for_the_recurring_job(tmp_path):
     assert study.trials[4].params == study.trials[record["best_trial"]].params  # warm start: cached best first
 
 
+def test_a_study_named_by_study_is_the_jobs_for_cache_show_run_tuned_and_clear(tmp_path):
+    """A tune into `--study mine` says "train with it: autosync run JOB.yaml --policy tuned": the job's studies
+    are those its fingerprint names and those made for it under another name, so that cached policy is found,
+    shown and cleared (they were named by fingerprint only: "no cached policy", and clear deleted nothing)."""
+    from autosync.search.study.cache import cached_studies, clear_cache, tuned_policy
+
+    outcome = tune(_request(tmp_path, study="mine"))
+    url = _request(tmp_path).storage
+    other = small_job(cluster__n_workers=3)
+    tune(_request(tmp_path, job=other, space=load_space(SPACE_DIR / "static_k.yaml", 3)))
+    assert [s["study"] for s in cached_studies(url, small_job().fingerprint())] == ["mine"]
+    assert tuned_policy(url, small_job()) == outcome.cache["best_policy"]
+    assert clear_cache(url, small_job()) == ["mine"]
+    assert [s["study"] for s in cached_studies(url)] == [f"{other.fingerprint()}-static_k"]  # another job's stays
+
+
 @pytest.mark.slow
 def test_baselines_are_enqueued_first(tmp_path):
     outcome = tune(_request(tmp_path, n_trials=2))
