@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, Seque
 
 import yaml
 
-from autosync.catalog import parse_policy_spec, policy_of
+from autosync.catalog import make_sized_policy, parse_policy_spec, policy_of
 from autosync.core.errors import Interrupted, RuntimeFailure, UserError
 from autosync.core.job import JobSpec, job_from_dict, load_job
 from autosync.core.phases import Phase, no_phase
@@ -141,6 +141,8 @@ def run_setup(job: "JobSpec | str | Path | None", options: RunOptions) -> "tuple
     params = options.parameters()
     if options.policy == "tuned":
         chosen = tuned_policy(spec, options.storage, params)
+    elif isinstance(options.policy, str):  # a bare 'backup' waits for 3n/4 of the job's workers, as in a leaderboard
+        chosen = make_sized_policy(options.policy, params, spec.cluster.n_workers)
     else:
         chosen = make_policy(options.policy, params)
     try:

@@ -152,6 +152,14 @@ def make_policy(name: str, params: dict[str, Any] | None = None) -> Policy:
     return cls(**params)
 
 
+def make_sized_policy(name: str, params: dict[str, Any] | None, n_workers: int) -> Policy:
+    """`make_policy` for a job of `n_workers` workers: a parameter that the spec and `params` leave out and whose
+    default depends on the job's size takes the policy's own (`sized_defaults`): a bare 'backup' waits for 3n/4."""
+    spec_name, spec_params = split_policy_spec(name)
+    sized = POLICIES[policy_name(spec_name)].sized_defaults(n_workers)
+    return make_policy(name, {**sized, **spec_params, **(params or {})})
+
+
 def policy_of(policy: "str | Policy | dict[str, Any]", params: dict[str, Any] | None = None) -> Policy:
     """A Policy itself, or one made from a name or spec and `params` (`make_policy`) or from a dict
     {"policy": name, "params": {...}} as results store it, with `params` changed."""
@@ -195,9 +203,9 @@ def parse_policy_spec(text: str, n_workers: int) -> dict[str, Any]:
     a bare 'backup' uses k = 3n/4, the static setting the DBW paper finds good under moderate noise.
     """
     name, params = split_policy_spec(text, "--policies")
-    params = {**POLICIES[policy_name(name, "--policies")].sized_defaults(n_workers), **params}
+    policy_name(name, "--policies")  # an unknown name, named as --policies'
     try:  # a value of the wrong type (k=abc) as a value out of range (k=0): each names the spec it came from
-        policy = make_policy(name, params)
+        policy = make_sized_policy(name, params, n_workers)
         policy.bind(n_workers, 1)
     except (UserError, ValueError) as exc:
         raise UserError(f"--policies {text}: {exc}") from None

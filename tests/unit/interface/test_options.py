@@ -178,3 +178,15 @@ def test_the_run_api_run_returns_writes_the_files_write_run_writes(tmp_path):
     new, old = result.write(tmp_path / "new", plot=True), api.write_run(result, job, tmp_path / "old", plot=True)
     assert [p.name for p in new] == [p.name for p in old] and "plot.png" in [p.name for p in new]
     assert (tmp_path / "new" / "summary.json").read_text() == (tmp_path / "old" / "summary.json").read_text()
+
+
+@pytest.mark.parametrize("spec, k", [("backup", 3), ("backup(lr_rule=sqrt)", 3), ("backup:k=2", 2)])
+def test_run_of_a_bare_backup_waits_for_three_quarters_of_the_jobs_workers(spec, k):
+    """`run --policy backup` on 4 workers waited for its class default k = 12 and was refused; a leaderboard's
+    bare backup waits for 3n/4 (`sized_defaults`), and so does run's, where the spec leaves k out."""
+    from tests.conftest import small_job
+
+    job, policy = api.run_setup(small_job(), RunOptions(policy=spec))
+    assert policy.name == "backup" and policy.k == k
+    with pytest.raises(UserError, match="k must be between 1 and n_workers=4, but got k=9"):
+        api.run_setup(small_job(), RunOptions(policy="backup", params=["k=9"]))
