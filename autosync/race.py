@@ -107,7 +107,7 @@ from autosync.lattice import BSP_LABEL, BSP_POLICY, family_of, is_label
 
 __all__ = ["ABLATABLE", "Answer", "FASTER_HALF", "REFERENCE", "ROUNDS", "RUN_AGAIN", "RaceSettings", "Run", "Runs",
            "SEARCH_SEEDS", "WIDEST_ROUND", "horizon", "keeps_paired", "load_settings", "neighbours", "plan",
-           "point_key", "race_settings", "times_of_full_run"]
+           "point_key", "portfolio_members", "race_settings", "times_of_full_run"]
 
 SEARCH_SEEDS = 2  # seeds a race compares on (the table's search seeds: `autosync.table.build.SEARCH_SEEDS`)
 # the runs of one round that never wait for each other, the most processes `--n-jobs` starts by default: the
@@ -234,6 +234,16 @@ def neighbours(leader: dict[str, Any], points: dict[str, dict[str, Any]]) -> lis
     return out
 
 
+def portfolio_members(settings: RaceSettings, points: dict[str, dict[str, Any]], source: str = "") -> list[str]:
+    """The portfolio's labels that name a point of the job's lattice (`points`), each point once; none is a
+    one-line UserError (prefixed by `source`, the settings file, where given)."""
+    members = _distinct([m for m in settings.portfolio if m in points], points)
+    if not members:
+        raise UserError(f"{source}none of the race's portfolio labels {list(settings.portfolio)} names a point of "
+                        "this job's lattice")
+    return members
+
+
 def keeps_paired(finals: list[float | None], bsp: list[float | None], tolerance: float, accuracy: bool) -> bool:
     """The final-metric rule as a test on paired seeds: the candidate's mean difference to BSP over the seeds
     both ran (`finals`, `bsp`: their final metrics per seed; None: diverged) is within `tolerance`, widened
@@ -269,10 +279,7 @@ def plan(settings: RaceSettings, points: dict[str, dict[str, Any]], times: dict[
     full_times = full_times or {}
     towards_bsp = ROUNDS[4] not in leave_out
     raced_on = range(1 if ROUNDS[1] in leave_out else SEARCH_SEEDS)  # the seeds rounds 2-3 race on
-    members = _distinct([m for m in settings.portfolio if m in points], points)
-    if not members:
-        raise UserError(f"none of the race's portfolio labels {list(settings.portfolio)} names a point of this "
-                        "job's lattice")
+    members = portfolio_members(settings, points)
     gate = _Gate(budget, spent, times, stopped)
     if budget is not None:
         reference = [Run(BSP_LABEL, s, REFERENCE, full=True) for s in range(SEARCH_SEEDS)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from autosync.core.declare import default_of
 from autosync.core.errors import UserError
 from autosync.core.main_module import reimport_is_safe
+from autosync.data import RACE_SETTINGS
 from autosync.core.job import JobSpec
 from autosync.engine.backends import BackendChoice, simulates_here
 from autosync.search.objective import ObjectiveSettings
@@ -22,7 +23,8 @@ from autosync.search.study.records import BUDGET, describe_study
 from autosync.search.study.storage import DEFAULT_STORAGE
 from autosync.search.tune_options import DEFAULT_TUNE_SPACE, RACE, TuneOptions
 from autosync.search.strategies.samplers import check_sampler, sampler_for
-from autosync.race import WIDEST_ROUND, race_settings
+from autosync.lattice import labelled_points
+from autosync.race import WIDEST_ROUND, portfolio_members, race_settings
 
 if TYPE_CHECKING:
     import optuna
@@ -81,8 +83,11 @@ class TuneRequest:
         self._refuse_for_the_race()
         if self.n_jobs is None:
             self.n_jobs = default_n_jobs(self.sampler, self.settings.backend, self.storage)
-        if self.sampler == RACE:  # its settings file read once here too: a bad one is refused before the storage
-            race_settings(self.race_settings)
+        if self.sampler == RACE:  # its settings file read once here too: a bad one is refused before the storage,
+            # as is one whose labels name no point on this job's workers
+            n = self.job.cluster.n_workers
+            portfolio_members(race_settings(self.race_settings), labelled_points(n),
+                              f"{self.race_settings or RACE_SETTINGS} on n_workers={n}: ")
 
     def _refuse_for_the_race(self) -> None:
         """The options the race does not take, refused in one line once the sampler is resolved on the space

@@ -339,3 +339,19 @@ def test_the_shipped_settings_load_and_name_points_of_every_job_size():
     settings = load_settings(RACE_SETTINGS)
     for n in (3, 8, 32):
         assert all(label in labelled_points(n) for label in settings.portfolio)
+
+
+def test_settings_whose_labels_name_no_point_on_this_jobs_workers_are_refused_before_the_storage(tmp_path):
+    """`backup:k=300` is a label (of a job of 300 workers or more), but on 4 workers the race would have no
+    member: refused when the request is made, before any study is (it was, after making one)."""
+    from autosync.search.space import SPACE_DIR, load_space
+    from tests.conftest import small_job, tune_request
+
+    path = tmp_path / "race.yaml"
+    path.write_text("portfolio: ['backup:k=300,lr_rule=sqrt']\nmargin: 1.5\n")
+    db = tmp_path / "s.db"
+    with pytest.raises(UserError, match=f"^{path} on n_workers=4: none of the race's portfolio labels "
+                                        r"\['backup:k=300,lr_rule=sqrt'\] names a point of this job's lattice$"):
+        tune_request(small_job(), load_space(SPACE_DIR / "policy.yaml", 4), sampler="race",
+                     race_settings=str(path), storage=f"sqlite:///{db}")
+    assert not db.exists()
