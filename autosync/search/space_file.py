@@ -79,12 +79,24 @@ class _Conditional(_Strict):
     spaces are); a list of such mappings holds where any one of them does. Where it does not hold, the
     parameter keeps the policy's default."""
 
-    when: Optional[Union[dict[str, list[Any]], list[dict[str, list[Any]]]]] = None
+    when: Optional[list[dict[str, list[Any]]]] = None
+
+    @field_validator("when", mode="before")
+    @classmethod
+    def _clauses(cls, when: Any) -> Any:
+        """One mapping, or a list of them, each from a parameter to a list of its values: as a list of clauses
+        (one line for a shape that is neither, where the union of both read it twice in pydantic's type names)."""
+        clauses = [when] if isinstance(when, dict) else when
+        if when is not None and not (isinstance(clauses, list) and clauses and all(
+                isinstance(c, dict) and all(isinstance(v, list) for v in c.values()) for c in clauses)):
+            raise ValueError("must be a mapping from parameters to lists of their values ({barrier: [backup]}), or "
+                             f"a non-empty list of such mappings, but got {short_repr(when)}")
+        return clauses
 
     @property
     def clauses(self) -> list[dict[str, list[Any]]] | None:
         """`when` as alternatives, each a mapping that holds where every parameter takes one of its values."""
-        return None if self.when is None else [self.when] if isinstance(self.when, dict) else list(self.when)
+        return None if self.when is None else list(self.when)
 
 
 class _Range(_Conditional):
