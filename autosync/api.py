@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, Seque
 
 import yaml
 
-from autosync.catalog import make_sized_policy, parse_policy_spec, policy_of
+from autosync.catalog import checked_spec, make_sized_policy, policy_of
 from autosync.core.errors import Interrupted, RuntimeFailure, UserError
 from autosync.core.job import JobSpec, job_from_dict, load_job
 from autosync.core.phases import Phase, no_phase
@@ -82,6 +82,8 @@ def _options(cls: type, options: Any, on: "BackendChoice | None", fields: dict[s
              **given: Any) -> Any:
     """The options a function runs with: `options` (or the defaults) with `fields`, the positional arguments
     `given` that are not None, and `on`'s execution fields set."""
+    if on is not None and not isinstance(on, BackendChoice):
+        raise UserError(f"on must be where to train, as backend(...) makes it (backend('processes')), but got {on!r}")
     if on is not None:
         fields = {**ExecutionOptions.of_choice(on), **fields}
     return build(cls, options, **{k: v for k, v in given.items() if v is not None}, **fields)
@@ -100,6 +102,17 @@ def ranks(options: "ExecutionOptions | ProfileOptions") -> "ContextManager[Ranks
     return torchrun_ranks(options.choice())
 
 
+def _job(job: "JobSpec | str | Path | None") -> JobSpec:
+    """A function's job: a JobSpec, or a job file to load (None: the embedded digits job); anything else (a dict:
+    `job_from_dict` makes a job of one) is a one-line UserError."""
+    if isinstance(job, JobSpec):
+        return job
+    if job is None or isinstance(job, (str, Path)):
+        return load_job(job)
+    raise UserError(f"job must be a JobSpec (load_job, job_from_dict) or a job file's path, but got "
+                    f"{type(job).__name__}")
+
+
 def make_policy(policy: "str | Policy | dict[str, Any]", params: dict[str, Any] | None = None) -> "Policy":
     """A policy from its name (any spelling `autosync policies` accepts) or spec ('compose(barrier=ssp,
     update=dana_slim)', 'backup:k=8') and parameters, a dict {"policy": name, "params": {...}} as results
@@ -110,7 +123,7 @@ def make_policy(policy: "str | Policy | dict[str, Any]", params: dict[str, Any] 
 def tuned_policy(job: JobSpec, storage: str | None = None, params: dict[str, Any] | None = None) -> "Policy":
     """The cached best policy of a job tuned before (UserError when it has none), with `params` changed."""
     quiet_optuna()
-    return make_policy(cache.tuned_policy(storage or DEFAULT_STORAGE, job), params)
+    return make_policy(cache.tuned_policy(storage or DEFAULT_STORAGE, _job(job)), params)
 
 
 def check_workload(job: JobSpec, device: str = "cpu") -> "Workload":
@@ -118,7 +131,7 @@ def check_workload(job: JobSpec, device: str = "cpu") -> "Workload":
     checked) and return it; a problem raises a one-line JobFileError naming the job file and field."""
     from autosync.workloads.build import build_workload  # not at the top: torch
 
-    return build_workload(job, device=device)
+    return build_workload(_job(job), device=device)
 
 
 def validate_job(path: str | Path) -> JobSpec:
@@ -134,10 +147,8 @@ def validate_job(path: str | Path) -> JobSpec:
 def run_setup(job: "JobSpec | str | Path | None", options: RunOptions) -> "tuple[JobSpec, Policy]":
     """The job (a spec, or a job file to load; None: the embedded digits job) with the options' seed, and
     the options' policy ("tuned": the job's cached best) with its parameters, checked against the job."""
-    if isinstance(job, JobSpec):
-        spec = job.model_copy(update={"seed": options.seed}) if options.seed is not None else job
-    else:
-        spec = load_job(job, overrides={"seed": options.seed} if options.seed is not None else None)
+    spec = _job(job)
+    spec = spec.model_copy(update={"seed": options.seed}) if options.seed is not None else spec
     params = options.parameters()
     if options.policy == "tuned":
         chosen = tuned_policy(spec, options.storage, params)
@@ -205,6 +216,7 @@ def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions 
     Optuna: `autosync.search.cache_file`), whether the cache answered, the cache record (best policy and value,
     BSP's, provenance) and the best trials.
     """
+    job = _job(job)
     # not at the top: the search's request and its space's schema (pydantic), 0.1 s on 2 busy cores of every
     # command but tune (`autosync run`'s time outside training: benchmarks/bench_startup.py)
     from autosync.search.cache_file import cached_outcome
@@ -260,6 +272,7 @@ def leaderboard(job: JobSpec, policies: Sequence[str | dict[str, Any]] | None = 
             read back, not run, so a call stopped by Ctrl-C (`Interrupted`, saying how many are kept) resumes.
         on_resume: called with (runs read back, runs in all, the file) when finished runs are reused.
     """
+    job = _job(job)
     opts = _options(LeaderboardOptions, options, None, fields,
                     policies=list(policies) if policies is not None else None)
     specs = policy_specs(opts.policies, job.cluster.n_workers)
@@ -298,6 +311,7 @@ def profile(job: JobSpec, options: ProfileOptions | None = None, *, workload: An
         phase: an `autosync.core.phases.Phase`, called around starting the workers, the timed rounds (one
             step each) and timing the server.
     """
+    job = _job(job)
     opts = _options(ProfileOptions, options, None, fields)
     sizes = opts.sizes(job)
     workload = workload if workload is not None else check_workload(job, opts.device)
@@ -317,6 +331,7 @@ def calibrate(job: JobSpec, options: CalibrateOptions | None = None, *, workload
         workload: a workload built for this job already (`check_workload`).
         phase: as for `profile` (the real runs: one step each).
     """
+    job = _job(job)
     from autosync.measure.calibration import calibrate_real  # not at the top: torch
 
     opts = _options(CalibrateOptions, options, None, fields)
@@ -449,7 +464,7 @@ def table(files: Sequence[str | Path], directory: str | Path, options: TableOpti
     jobs: list[JobSpec] = []
     for path in files:
         jobs += load_family(path).jobs(opts.jobs) if looks_like_family(Path(path)) else [load_job(path)]
-    named = {n: [p if isinstance(p, dict) else parse_policy_spec(p, n) for p in opts.policies]
+    named = {n: [checked_spec(p, n) for p in opts.policies]
              for n in sorted({j.cluster.n_workers for j in jobs})}  # parsed once: a bad spec fails before any run
 
     def lattice(n: int) -> list[dict[str, Any]]:
@@ -539,7 +554,7 @@ def cached_studies(job: JobSpec | None = None, storage: str | None = None, *,
     usable) raises its one-line error, as every command that reads records does (without: a record that is not
     JSON is None, and the study carries why under "damaged")."""
     quiet_optuna()
-    return cache.cached_studies(storage or DEFAULT_STORAGE, job.fingerprint() if job is not None else None, check)
+    return cache.cached_studies(storage or DEFAULT_STORAGE, _job(job).fingerprint() if job is not None else None, check)
 
 
 def recommend(job: JobSpec, storage: str | None = None, grids: Sequence[str | Path] = ()) -> "Recommendation":
@@ -548,6 +563,7 @@ def recommend(job: JobSpec, storage: str | None = None, grids: Sequence[str | Pa
     written by `autosync robustness`): `autosync.search.recommend.vote.Recommendation` (the policy, its
     predicted time and speedup over BSP, the neighbours that voted and how far they are). No tuned job in
     either is a one-line UserError; reading never creates the storage."""
+    job = _job(job)
     # not at the top: the recommendation's modules (with the search's objective and the table: 35 ms on 2 busy
     # cores), which `autosync run` does not load
     from autosync.search.recommend.vote import recommend_from
@@ -558,7 +574,7 @@ def recommend(job: JobSpec, storage: str | None = None, grids: Sequence[str | Pa
 def clear_cache(job: JobSpec, storage: str | None = None) -> list[str]:
     """Delete every study (and so the cached policy) of `job`; returns their names."""
     quiet_optuna()
-    return cache.clear_cache(storage or DEFAULT_STORAGE, job)
+    return cache.clear_cache(storage or DEFAULT_STORAGE, _job(job))
 
 
 def load_run(run_dir: str | Path, device: str = "cpu") -> "LoggedRun":

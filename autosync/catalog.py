@@ -92,6 +92,9 @@ def split_policy_spec(text: str, option: str = "--policy") -> tuple[str, dict[st
     A bare name has no parameters. Values are read as `parse_param` reads them; commas inside brackets
     (a list value) do not separate parameters.
     """
+    if not isinstance(text, str):
+        raise UserError(f"{option} must be a policy name or spec (a string), a dict {{'policy': name, 'params': "
+                        f"{{...}}}} or a Policy, but got {text!r}")
     text = text.strip()
     colon, paren = text.find(":"), text.find("(")
     if paren != -1 and (colon == -1 or paren < colon):  # name(...): the label form
@@ -163,16 +166,29 @@ def make_sized_policy(name: str, params: dict[str, Any] | None, n_workers: int) 
 def policy_of(policy: "str | Policy | dict[str, Any]", params: dict[str, Any] | None = None) -> Policy:
     """A Policy itself, or one made from a name or spec and `params` (`make_policy`) or from a dict
     {"policy": name, "params": {...}} as results store it, with `params` changed."""
+    _check_params(params)
     if isinstance(policy, Policy):
         return policy
     if isinstance(policy, dict):
-        return policy_from_dict({"policy": policy["policy"], "params": {**policy.get("params", {}), **(params or {})}})
+        policy_from_dict(policy)  # its keys and parameters checked, then changed
+        return policy_from_dict({"policy": policy["policy"], "params": {**(policy.get("params") or {}), **(params or {})}})
     return make_policy(policy, params or {})
 
 
 def policy_from_dict(data: dict[str, Any]) -> Policy:
-    """Inverse of Policy.to_dict()."""
-    return make_policy(data["policy"], data.get("params", {}))
+    """Inverse of Policy.to_dict(); a dict of other keys, or whose params are no dict, is a one-line UserError."""
+    if not isinstance(data, dict) or "policy" not in data or set(data) - {"policy", "params"}:
+        keys = sorted(data) if isinstance(data, dict) else None
+        raise UserError("a policy dict has the key 'policy' (a name) and optionally 'params' (a dict), but got "
+                        f"{'keys ' + str(keys) if keys is not None else repr(data)}")
+    _check_params(data.get("params"))
+    return make_policy(data["policy"], data.get("params") or {})
+
+
+def _check_params(params: Any) -> None:
+    """A policy's parameters are a dict {name: value} (or None: none); anything else is a one-line UserError."""
+    if params is not None and not isinstance(params, dict):
+        raise UserError(f"a policy's params must be a dict {{name: value}}, but got {params!r}")
 
 
 def takes_type(value: Any, typ: type) -> bool:
@@ -194,6 +210,19 @@ def _coerce(policy: str, key: str, value: Any, typ: type) -> Any:
 
 
 # --------------------------------------------------------------------------- spelling policies
+
+def checked_spec(spec: "str | dict[str, Any]", n_workers: int) -> dict[str, Any]:
+    """A --policies entry as a dict {"policy", "params"}: a spec string parsed (`parse_policy_spec`), a dict (as
+    the API takes) kept as it is, checked the same way (made and bound on `n_workers` workers), so that a bad one
+    is one line before any run, not an error inside every run of it."""
+    if not isinstance(spec, dict):
+        return parse_policy_spec(spec, n_workers)
+    try:
+        policy_from_dict(spec).bind(n_workers, 1)
+    except (UserError, ValueError) as exc:
+        raise UserError(f"--policies {spec!r}: {exc}") from None
+    return spec
+
 
 def parse_policy_spec(text: str, n_workers: int) -> dict[str, Any]:
     """'backup:k=8,lr_rule=proportional' or 'backup(k=8, lr_rule=proportional)' -> {"policy": "backup",

@@ -8,6 +8,7 @@ wherever it is used: the command line, the API and the engine's execution record
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any
 
 from autosync.core.errors import UserError
@@ -42,10 +43,30 @@ def default_of(cls: type, name: str) -> Any:
     return found.default if found.default is not dataclasses.MISSING else found.default_factory()  # type: ignore[misc]
 
 
+#: What a value of a field declared with each of these types must be (`Optional[...]`: that, or None), and the
+#: words for it. A string field takes a path too; a list field's items are not checked, but for list[int]'s (a
+#: list of policies also takes their dicts).
+_KINDS: dict[str, tuple[Any, str]] = {
+    "int": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an int"),
+    "float": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), "a number"),
+    "bool": (lambda v: isinstance(v, bool), "true or false"),
+    "str": (lambda v: isinstance(v, (str, os.PathLike)), "a string"),
+    "list[str]": (lambda v: isinstance(v, (list, tuple)), "a list (of strings)"),
+    "list[int]": (lambda v: isinstance(v, (list, tuple)) and all(_KINDS["int"][0](x) for x in v), "a list of ints"),
+}
+
+
 def check_ranges(options: Any) -> None:
-    """Every field's `ge`/`le` rule, as a one-line UserError naming the option, the rule and the value."""
+    """Every field's type (where declared as one of `_KINDS`: the API's keywords are not parsed as the command
+    line's are, and a string '2' for --n-trials failed deep in the search) and its `ge`/`le` rule, as a
+    one-line UserError naming the option, the rule and the value."""
     for f in dataclasses.fields(options):
         value, ge, le = getattr(options, f.name), f.metadata.get("ge"), f.metadata.get("le")
+        declared = str(f.type).removeprefix("Optional[").removesuffix("]") if str(f.type).startswith("Optional[") \
+            else str(f.type)
+        kind = _KINDS.get(declared)
+        if value is not None and kind is not None and not kind[0](value):
+            raise UserError(f"{flag_of(f)} must be {kind[1]}, but got {value!r}")
         if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
             continue
         if ge is not None and not value >= ge:

@@ -9,12 +9,13 @@ stay fast.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from autosync.core.errors import JobFileError
+from autosync.core.errors import JobFileError, UserError
 from autosync.core.job_schema import (  # noqa: F401  the schema, importable from here too
     BudgetSpec, ClusterSpec, ComputeSpec, ComputeUnitsSpec, DatasetName, DatasetSpec, DeterministicRTT,
     EvaluationSpec, FACTORY_PATTERN, GPUCompute, GammaRTT, JobSpec, LRScheduleSpec, LinearCompute, LossChoice,
@@ -53,6 +54,9 @@ def load_job(path: str | Path | None = None, overrides: dict[str, Any] | None = 
         path: a YAML job file, or None for the embedded default digits job.
         overrides: top-level fields to replace after loading (for example ``{"seed": 3}``).
     """
+    if path is not None and not isinstance(path, (str, os.PathLike)):
+        raise UserError(f"a job file must be a path, but got {type(path).__name__}"
+                        + (" (job_from_dict makes a job of a dict)" if isinstance(path, dict) else ""))
     file = Path(path) if path is not None else DEFAULT_JOB_PATH
     data = read_yaml_file(file, JobFileError)
     if data is None:  # empty or only comments: most likely saved by mistake, never "the default job"

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from autosync.catalog import label_of, parse_policy_spec, policy_from_dict
+from autosync.catalog import checked_spec, label_of, policy_from_dict
 from autosync.core.ctrl_c import workers_spared_ctrl_c
 from autosync.core.errors import Interrupted
 from autosync.core.job import JobSpec
@@ -38,7 +38,7 @@ def policy_specs(policies: Iterable[str | dict[str, Any]], n_workers: int) -> li
     """Each policy spec "NAME" or "NAME:key=value,..." as a dict {"policy", "params"} for `n_workers` (a dict
     is kept as it is), each policy once (`--policies bsp --policies BSP` is one row); none given:
     `DEFAULT_POLICIES`."""
-    specs = [p if isinstance(p, dict) else parse_policy_spec(p, n_workers) for p in (policies or DEFAULT_POLICIES)]
+    specs = [checked_spec(p, n_workers) for p in (policies or DEFAULT_POLICIES)]
     return [p for i, p in enumerate(specs) if p not in specs[:i]]
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from autosync.catalog import label_of, parse_policy_spec, policy_from_dict
+from autosync.catalog import checked_spec, label_of, policy_from_dict
 from autosync.core.ctrl_c import workers_spared_ctrl_c
 from autosync.core.errors import Interrupted
 from autosync.core.family import describe
@@ -44,7 +44,7 @@ def online_specs(policies: Sequence[str | dict[str, Any]], jobs: Sequence[JobSpe
     if not policies:
         return online_policies(ONLINE_POLICIES)
     smallest = min(j.cluster.n_workers for j in jobs)
-    return [p if isinstance(p, dict) else parse_policy_spec(p, smallest) for p in policies]
+    return [checked_spec(p, smallest) for p in policies]
 
 
 def run_cell(job: JobSpec, policy: dict[str, Any], seed: int) -> dict[str, Any]:

@@ -180,7 +180,9 @@ def test_a_tpe_search_cut_short_in_its_first_queued_trial_runs_it_again_in_its_p
     resumed = autosync(*argv, "--storage", f"sqlite:///{db}", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     cut, ran = _trials_in_order(db), _trials_in_order(tmp_path / "whole.db")
-    assert cut[1][:2] == ("FAIL", '"interrupted"') and cut[1][2] == ran[1][2] and "asp.lr_rule" in ran[1][2], cut
+    # (cut after it suggested some of its parameters, or all)
+    assert cut[1][:2] == ("FAIL", '"interrupted"') and cut[1][2].items() <= ran[1][2].items() \
+        and "asp.lr_rule" in ran[1][2], cut
     again = [c for c in cut if c[0] != "FAIL"]
     queued = [i for i, c in enumerate(ran) if c[1] in ('"budget"', '"answered"')][:5]  # BSP, ASP, 3 baselines
     assert [again[i] for i in queued] == [ran[i] for i in queued], (again, ran)

@@ -51,6 +51,25 @@ def test_run_and_tune_share_the_execution_options():
     (lambda job: api.run(job, backend="nope"), "--backend must be simulator, processes or distributed"),
     (lambda job: api.leaderboard(job, n_jobs=0), "--n-jobs must be >= 1 or -1 (all cores), but got 0"),
     (lambda job: api.profile(job, backend="simulator"), "--backend must be processes or distributed for profile"),
+    # the API's keywords are not parsed as the command line's: each of a type its option does not take
+    (lambda job: api.tune(job, space="static_k", n_trials="2"), "--n-trials must be an int, but got '2'"),
+    (lambda job: api.tune(job, n_trials=1.5), "--n-trials must be an int, but got 1.5"),
+    (lambda job: api.run(job, seed=True), "--seed must be an int, but got True"),
+    (lambda job: api.tune(job, study=5), "--study must be a string, but got 5"),
+    (lambda job: api.backend("processes", workers_per_device="2"), "--workers-per-device must be an int, but got '2'"),
+    (lambda job: api.replay("logs", tpe_trials=4), "--tpe-trials must be a list of ints, but got 4"),
+    (lambda job: api.run(job, "bsp", on="simulator"), "on must be where to train, as backend(...) makes it"),
+    # a job, a policy or its parameters of the wrong kind
+    (lambda job: api.tune({"name": "x"}), "job must be a JobSpec (load_job, job_from_dict) or a job file's path, "
+                                          "but got dict"),
+    (lambda job: api.validate_job(job), "a job file must be a path, but got JobSpec"),
+    (lambda job: api.make_policy({"name": "dbw"}), "a policy dict has the key 'policy' (a name) and optionally "
+                                                  "'params' (a dict), but got keys ['name']"),
+    (lambda job: api.make_policy(None), "--policy must be a policy name or spec (a string), a dict"),
+    (lambda job: api.make_policy("dbw", "window=3"), "a policy's params must be a dict {name: value}, but got "
+                                                     "'window=3'"),
+    (lambda job: api.leaderboard(job, [{"policy": "ssp", "params": {"staleness": -3}}], seeds=1),
+     "--policies {'policy': 'ssp', 'params': {'staleness': -3}}: staleness must be an integer >= 0"),
 ])
 def test_an_option_the_api_refuses_is_a_one_line_user_error(call, message):
     with pytest.raises(UserError) as info:
