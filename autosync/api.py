@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Iterator, Sequence
 
 import yaml
 
@@ -34,7 +34,7 @@ from autosync.core.errors import Interrupted, RuntimeFailure, UserError
 from autosync.core.job import JobSpec, job_from_dict, load_job
 from autosync.core.phases import Phase, no_phase
 from autosync.data import RACE_SETTINGS
-from autosync.engine.backends import BackendChoice, Ranks, torchrun_ranks, train
+from autosync.engine.backends import BackendChoice, Ranks, check_device, torchrun_ranks, train
 from autosync.experiments.compare import Comparison, compare
 from autosync.experiments.leaderboard import RUNS_FILE, policy_specs, run_grid, score
 from autosync.experiments.scaling import collect
@@ -113,6 +113,14 @@ def _job(job: "JobSpec | str | Path | None") -> JobSpec:
                     f"{type(job).__name__}")
 
 
+def _listed(values: Any, name: str) -> list[Any]:
+    """A function's list argument as a list; a bare string or path (read one character at a time, it named 'b'
+    for the policy 'bsp') is a one-line UserError."""
+    if isinstance(values, (str, Path)) or not isinstance(values, Iterable):
+        raise UserError(f"{name} must be a list, but got {values!r} (a list of one: [{str(values)!r}])")
+    return list(values)
+
+
 def make_policy(policy: "str | Policy | dict[str, Any]", params: dict[str, Any] | None = None) -> "Policy":
     """A policy from its name (any spelling `autosync policies` accepts) or spec ('compose(barrier=ssp,
     update=dana_slim)', 'backup:k=8') and parameters, a dict {"policy": name, "params": {...}} as results
@@ -131,6 +139,9 @@ def check_workload(job: JobSpec, device: str = "cpu") -> "Workload":
     checked) and return it; a problem raises a one-line JobFileError naming the job file and field."""
     from autosync.workloads.build import build_workload  # not at the top: torch
 
+    if not isinstance(device, str):
+        raise UserError(f"--device must be cpu or cuda (cuda:N for one GPU of several), but got {device!r}")
+    check_device(device)  # 'gpu', or cuda on a machine without one: one line, not torch's error
     return build_workload(_job(job), device=device)
 
 
@@ -274,7 +285,7 @@ def leaderboard(job: JobSpec, policies: Sequence[str | dict[str, Any]] | None = 
     """
     job = _job(job)
     opts = _options(LeaderboardOptions, options, None, fields,
-                    policies=list(policies) if policies is not None else None)
+                    policies=_listed(policies, "policies") if policies is not None else None)
     specs = policy_specs(opts.policies, job.cluster.n_workers)
     if opts.include_tuned:
         tuned = tuned_policy(job, opts.storage).to_dict()
@@ -282,6 +293,8 @@ def leaderboard(job: JobSpec, policies: Sequence[str | dict[str, Any]] | None = 
             specs.append(tuned)
     if job.uses_user_code:  # one line here rather than a failure in every worker process
         check_workload(job)
+    if keep_runs_in is not None:  # a file there is one line before any run
+        output_dir(Path(keep_runs_in), "keep_runs_in")
     seed_list = list(range(opts.seeds))
     with (progress or _no_progress)(len(specs) * len(seed_list)) as advance:
         def done(run: dict[str, Any]) -> None:
@@ -428,7 +441,7 @@ def scaling(leaderboards: Sequence[str | Path], options: ScalingOptions | None =
         options: the options of `autosync scaling` (`ScalingOptions`: metric); `fields` change them.
     """
     opts = _options(ScalingOptions, options, None, fields)
-    return ScalingTable(collect([Path(p) for p in leaderboards], opts.metric))
+    return ScalingTable(collect([Path(p) for p in _listed(leaderboards, "leaderboards")], opts.metric))
 
 
 def table(files: Sequence[str | Path], directory: str | Path, options: TableOptions | None = None, *,
@@ -458,6 +471,7 @@ def table(files: Sequence[str | Path], directory: str | Path, options: TableOpti
     from autosync.table.dask_cluster import on_cluster
 
     opts = _options(TableOptions, options, None, fields)
+    files = _listed(files, "files")
     if not files:
         raise UserError("autosync table needs at least one job or family file (the default job: "
                         "baselines/digits_default.yaml)")
@@ -504,6 +518,7 @@ def fit(files: Sequence[str | Path], options: FitOptions | None = None, **fields
     from autosync.experiments.race_fit import fit_families, settings_text
 
     opts = _options(FitOptions, options, None, fields)
+    files = _listed(files, "files")
     if not files:
         raise UserError("autosync fit needs at least one job-family file (the committed ones: "
                         "baselines/family_*.yaml)")
@@ -543,7 +558,7 @@ def robustness_compare(reports: Sequence[str | Path], options: CompareOptions | 
             the policies' changes were developed on); `fields` change them.
     """
     opts = _options(CompareOptions, options, None, fields)
-    return compare([Path(p) for p in reports], opts.developed_on)
+    return compare([Path(p) for p in _listed(reports, "reports")], opts.developed_on)
 
 
 def cached_studies(job: JobSpec | None = None, storage: str | None = None, *,
@@ -568,7 +583,7 @@ def recommend(job: JobSpec, storage: str | None = None, grids: Sequence[str | Pa
     # cores), which `autosync run` does not load
     from autosync.search.recommend.vote import recommend_from
 
-    return recommend_from(storage or DEFAULT_STORAGE, job, [Path(g) for g in grids])
+    return recommend_from(storage or DEFAULT_STORAGE, job, [Path(g) for g in _listed(grids, "grids")])
 
 
 def clear_cache(job: JobSpec, storage: str | None = None) -> list[str]:

@@ -49,7 +49,8 @@ class Leaderboard:
         """Write leaderboard.md, .csv, .json and the plots into `directory`; returns the paths. With `mlflow`
         (a tracking URI, or an open `autosync.reporting.tracking.Tracking`), also log every row and run
         there, the best row tagged, the files as artifacts."""
-        paths = write_leaderboard(self.rows, self.entries, self.job.model_dump(mode="json"), Path(directory), command)
+        paths = write_leaderboard(self.rows, self.entries, self.job.model_dump(mode="json"),
+                                  ready_output_dir(Path(directory), "directory"), command)
         if mlflow is not None:
             log_leaderboard(Tracking.of(mlflow), self, paths)
         return paths

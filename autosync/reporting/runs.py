@@ -11,6 +11,7 @@ from typing import Any
 from autosync.core import strict_json
 from autosync.engine import RunResult
 from autosync.measure.rerun import BUFFERS_FILE, PARAMS_FILE
+from autosync.reporting.output import ready_output_dir
 from autosync.reporting.tracking import Tracking, log_run
 
 
@@ -31,7 +32,8 @@ class Run(RunResult):
         """Write summary.json, the trace tables, the final parameters and, with `plot`, plot.png into
         `directory`; returns the paths. With `mlflow` (a tracking URI, or an open
         `autosync.reporting.tracking.Tracking`), also log the run there with its summary and plot."""
-        paths = write_run(self, Path(directory), self.job_dump, self.execution)
+        directory = ready_output_dir(Path(directory), "directory")  # a file there: one line, not an OSError
+        paths = write_run(self, directory, self.job_dump, self.execution)
         if plot:
             paths.append(plot_run(self, Path(directory) / "plot.png"))
         if mlflow is not None:

@@ -70,6 +70,13 @@ def test_run_and_tune_share_the_execution_options():
                                                      "'window=3'"),
     (lambda job: api.leaderboard(job, [{"policy": "ssp", "params": {"staleness": -3}}], seeds=1),
      "--policies {'policy': 'ssp', 'params': {'staleness': -3}}: staleness must be an integer >= 0"),
+    # a bare string where a list is meant (read one character at a time, it named the policy 'b')
+    (lambda job: api.leaderboard(job, "bsp"), "policies must be a list, but got 'bsp' (a list of one: ['bsp'])"),
+    (lambda job: api.scaling("results/dana_n4"), "leaderboards must be a list, but got 'results/dana_n4'"),
+    (lambda job: api.table("job.yaml", "out"), "files must be a list, but got 'job.yaml'"),
+    # a device the engine does not know, checked as --device is
+    (lambda job: api.check_workload(job, device="gpu"), "--device must be cpu or cuda (cuda:N for one GPU of "
+                                                        "several), but got 'gpu'"),
 ])
 def test_an_option_the_api_refuses_is_a_one_line_user_error(call, message):
     with pytest.raises(UserError) as info:
@@ -209,3 +216,20 @@ def test_run_of_a_bare_backup_waits_for_three_quarters_of_the_jobs_workers(spec,
     assert policy.name == "backup" and policy.k == k
     with pytest.raises(UserError, match="k must be between 1 and n_workers=4, but got k=9"):
         api.run_setup(small_job(), RunOptions(policy="backup", params=["k=9"]))
+
+
+def test_results_written_to_a_path_that_is_a_file_are_one_line(tmp_path):
+    """`Run.write`, `Leaderboard.write` and `leaderboard(keep_runs_in=...)` where a file stands: one line naming
+    it (a FileExistsError from deep in the writers before), the leaderboard's before any run."""
+    from autosync.reporting.results import Leaderboard
+    from tests.conftest import small_job
+
+    job = small_job()
+    taken = tmp_path / "taken"
+    taken.write_text("")
+    with pytest.raises(UserError, match=f"^keep_runs_in: {taken} is a file, but an output directory is needed$"):
+        api.leaderboard(job, ["bsp"], seeds=1, keep_runs_in=taken, on_done=lambda run: pytest.fail("a run started"))
+    with pytest.raises(UserError, match=f"^directory: {taken} is a file, but an output directory is needed$"):
+        Leaderboard(job, [0], [], []).write(taken)
+    with pytest.raises(UserError, match=f"^directory: {taken} is a file, but an output directory is needed$"):
+        api.run(job, "bsp").write(taken)
