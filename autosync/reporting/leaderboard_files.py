@@ -47,7 +47,7 @@ LEADERBOARD_LEGEND = (
     "that reached it; "
     "missed: runs that never reached the target; vs BSP: how many times faster (or slower) than BSP's TTT; "
     "test acc and train loss: final values, mean over seeds; upd to T: updates to target (statistical "
-    "efficiency); upd/s: updates per virtual second (hardware efficiency); samples/s: training samples "
+    "efficiency), mean over the runs that reached it (shown beside a TTT not reached where some did); upd/s: updates per virtual second (hardware efficiency); samples/s: training samples "
     "applied per virtual second (Sync-Switch's throughput); early k and late k: gradients per update over the "
     "first and the second half of each run's virtual time, mean over seeds; k (time): gradients per update "
     "weighted by the virtual time each update took (where a dynamic policy spends its time); stale: updates "
