@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Callable
 
 from autosync.search.study import _optuna_internals as internals
 from autosync.search.study.records import (
-    FULL_BUDGET_OF, POLICY, UNCHECKED, broke_the_rule, constraint_of, failed_check, final_pending, policy_key,
+    FULL_BUDGET_OF, POLICY, UNCHECKED, broke_the_rule, constraint_of, failed_check, final_pending, has_run, policy_key,
 )
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ def waiting(study: "optuna.Study", wanted: int = 1) -> "list[optuna.trial.Frozen
     candidate that may since have failed its check: it counts at the bound it was pruned at, a lower bound on
     its time. Empty once the `wanted` fastest candidates are known feasible."""
     trials = internals.fresh_trials(study)
-    checked = {t.user_attrs[FULL_BUDGET_OF] for t in trials if FULL_BUDGET_OF in t.user_attrs and t.state.is_finished()}
+    checked = {t.user_attrs[FULL_BUDGET_OF] for t in trials if FULL_BUDGET_OF in t.user_attrs and has_run(t)}
     broke = broke_the_rule(trials)
 
     # at equal times a full-budget result comes first: a check ties with the trial it checks, and policies
@@ -138,6 +138,7 @@ def failed_candidates(study: "optuna.Study") -> list[int]:
 
 
 def check_finished(study: "optuna.Study", number: int) -> bool:
-    """Whether a full-budget check of trial `number` has finished (with a result or a failure)."""
-    return any(t.user_attrs.get(FULL_BUDGET_OF) == number and t.state.is_finished()
-               for t in internals.fresh_trials(study))
+    """Whether a full-budget check of trial `number` has run to its end (a result, or a failure of its own):
+    one cut short by Ctrl-C, --timeout or its process's death did not, and its candidate is checked again (it
+    was counted as checked, and a resumed search went on to slower candidates, answering another policy)."""
+    return any(t.user_attrs.get(FULL_BUDGET_OF) == number and has_run(t) for t in internals.fresh_trials(study))

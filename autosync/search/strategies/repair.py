@@ -41,8 +41,9 @@ def repair_points(trials: "list[optuna.trial.FrozenTrial]", number: int, space: 
     """The Optuna parameters of trial `number`'s repairs (`Policy.toward_bsp` of its policy on `job`) that
     `space` holds, that do not run as BSP (the reference answers that) and that no trial among `trials` ran,
     runs or waits to (the same parameters or the same canonical policy; a trial killed, given up or
-    proposed again elsewhere did not run); empty once `MAX_REPAIR_ROUNDS` rounds ran."""
-    if repair_rounds(trials) >= MAX_REPAIR_ROUNDS:
+    proposed again elsewhere did not run, nor one cut short: a resumed search queues it again); empty once
+    `MAX_REPAIR_ROUNDS` rounds of other candidates ran (trial `number`'s own round goes on where it stopped)."""
+    if repair_rounds([t for t in trials if t.user_attrs.get(REPAIR_OF) != number]) >= MAX_REPAIR_ROUNDS:
         return []
     policy = next((t.user_attrs.get(POLICY) for t in trials if t.number == number), None)
     if not policy or policy.get("policy") not in POLICIES:

@@ -70,6 +70,40 @@ def test_one_round_of_repairs_per_search():
     assert repair_points(study.trials, 1, space, job) == []
 
 
+def _cut_short(study: optuna.Study, policy: str, params: dict, space, **attrs) -> None:
+    """A trial failed by Ctrl-C (no reason of its own) with `attrs`: a check or a repair cut short."""
+    trial_params = space.trial_params({"policy": policy, "params": params}) if space is not None else {}
+    study.add_trial(optuna.trial.create_trial(
+        state=optuna.trial.TrialState.FAIL, params=trial_params,
+        distributions={k: optuna.distributions.CategoricalDistribution([v]) for k, v in trial_params.items()},
+        user_attrs={"policy": {"policy": policy, "params": params}, **attrs}))
+
+
+def test_a_round_of_repairs_cut_short_goes_on_where_it_stopped_on_resume():
+    """One repair of trial 0 ran, the other was cut short by Ctrl-C: the resumed search queues the cut one
+    again (it counted as a round done, and was never run); another candidate's round still blocks a second."""
+    job = small_job()
+    space = load_space(SPACE_DIR / "policy.yaml", 4)
+    study = _policy_study(space, ("backup", {"k": 1, "lr_rule": "sqrt"}, {"value": 5.0}),
+                          ("backup", {"k": 1, "lr_rule": "fixed"}, {"value": 7.0, REPAIR_OF: 0}))
+    _cut_short(study, "backup", {"k": 3, "lr_rule": "sqrt"}, space, **{REPAIR_OF: 0})
+    assert repair_points(study.trials, 0, space, job) == [
+        space.trial_params({"policy": "backup", "params": {"k": 3, "lr_rule": "sqrt"}})]
+    assert repair_points(study.trials, 1, space, job) == []  # trial 0's round was this search's one
+
+
+def test_a_check_cut_short_leaves_its_candidate_to_check_again():
+    """A check failed by Ctrl-C did not run to the end of the budget: its candidate is still the next to check
+    (a resumed search had counted it as checked and gone on to slower candidates, answering another policy)."""
+    from autosync.search.strategies.full_budget import check_finished, next_to_check
+
+    study = optuna.create_study()
+    study.add_trial(_trial("backup", {"k": 2, "lr_rule": "fixed"}, value=10.0))
+    study.add_trial(_trial("backup", {"k": 3, "lr_rule": "fixed"}, value=12.0))
+    _cut_short(study, "backup", {"k": 2, "lr_rule": "fixed"}, None, **{FULL_BUDGET_OF: 0})
+    assert next_to_check(study).number == 0 and not check_finished(study, 0)
+
+
 def test_a_failed_candidate_is_repaired_and_its_repair_checked_before_a_pruned_rival_past_the_limit():
     """crest-003's case: backup k = 8 under `sqrt` fails its check (the last the limit allowed), while
     DANA-Zero was pruned at a lower bound; its repair, k = 8 at BSP's step, reaches the target, is checked
