@@ -156,7 +156,7 @@ def _tune(request: TuneRequest, helpers: Helpers, on_trial: Callable[[int, int],
         raise Interrupted(f"interrupted: {kept_line(study)} of study {study.study_name} kept in "
                           f"{redact_url(request.storage)}; a trial cut short is run again when the search resumes "
                           "with the same command") from None
-    short = bool(request.timeout) and request.sampler not in (*SWITCH_POINT_SAMPLERS, RACE) \
+    short = request.timeout is not None and request.sampler not in (*SWITCH_POINT_SAMPLERS, RACE) \
         and counted_trials(study) < budget_of(request, before)
     cache = write_cache(study, request.job, request.space, request.sampler, request.settings.tolerance, reference,
                         execution=execution_of(request.settings.backend), neighbours=near,
@@ -240,7 +240,7 @@ def _search(study: "optuna.Study", request: TuneRequest, reference: dict[str, An
     """Run the request's trials: the switch-point strategies' own candidates, or the budget's queued and
     sampled trials in this process and its `--n-jobs` helpers (whose process tags join `mine`), until the
     budget is spent or, with `--patience`, the search stops improving (`autosync.search.strategies.patience`)."""
-    deadline = time.monotonic() + request.timeout if request.timeout else None
+    deadline = time.monotonic() + request.timeout if request.timeout is not None else None
     if request.sampler in SWITCH_POINT_SAMPLERS:
         run_switch_point_search(study, request, reference, deadline, on_trial)
         return

@@ -41,6 +41,22 @@ def refuse_without_a_switch_point(space: "SearchSpace", who: str) -> dict[str, A
     return dims
 
 
+def fixed_dimensions(space: "SearchSpace", sampler: str) -> dict[str, Any]:
+    """The Optuna parameters a switch-point search (`--sampler sampler`) holds fixed beside switch_at: each
+    other Sync-Switch dimension at its first choice; a space it cannot search is one line (the request checks
+    it before any storage is opened)."""
+    dims = refuse_without_a_switch_point(space, f"--sampler {sampler}")
+    others: dict[str, Any] = {}
+    for name, dim in dims.items():
+        if name == "switch_at":
+            continue
+        if dim.type != "categorical":
+            raise UserError(f"--sampler {sampler}: {space.path}: sync_switch.{name} must be a categorical "
+                            "(its first choice is used), or a constant")
+        others[f"sync_switch.{name}"] = dim.choices[0]
+    return others
+
+
 def run_switch_point_search(study: "optuna.Study", request: "TuneRequest", reference: dict[str, Any],
                             deadline: float | None = None, on_trial: Callable[[int, int], None] | None = None,
                             ) -> None:
@@ -52,20 +68,11 @@ def run_switch_point_search(study: "optuna.Study", request: "TuneRequest", refer
     """
     import optuna
 
-    space = request.space
-    dims = refuse_without_a_switch_point(space, f"--sampler {request.sampler}")
-    others: dict[str, Any] = {}
-    for name, dim in dims.items():
-        if name == "switch_at":
-            continue
-        if dim.type != "categorical":
-            raise UserError(f"--sampler {request.sampler}: {space.path}: sync_switch.{name} must be a categorical "
-                            "(its first choice is used), or a constant")
-        others[f"sync_switch.{name}"] = dim.choices[0]
+    others = fixed_dimensions(request.space, request.sampler)
     # every candidate's final metric decides the search (Sync-Switch's binary search compares them)
     settings = dataclasses.replace(request.settings, repeats=RUNS_PER_CANDIDATE, prune=False,
                                    stop_at_target=False)
-    objective = Objective(request.job, space, settings, reference["final_metric"])
+    objective = Objective(request.job, request.space, settings, reference["final_metric"])
     if request.sampler == "ladder":  # one trial at a time while a rung is free and none has held
         rungs = study.sampler.rungs  # the LadderSampler of load_study: the first --n-trials rungs
         while not ladder_finished(study, rungs) and next_rung(study, rungs) is not None:

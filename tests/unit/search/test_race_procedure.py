@@ -355,3 +355,19 @@ def test_settings_whose_labels_name_no_point_on_this_jobs_workers_are_refused_be
         tune_request(small_job(), load_space(SPACE_DIR / "policy.yaml", 4), sampler="race",
                      race_settings=str(path), storage=f"sqlite:///{db}")
     assert not db.exists()
+
+
+@pytest.mark.parametrize("sampler", ["binary", "ladder"])
+def test_a_switch_point_search_of_a_space_without_one_is_refused_before_the_storage(tmp_path, sampler):
+    """`--sampler binary` on static_k was refused inside the search, after its study was made (and without
+    --storage, results/autosync-studies.db): now with the other sampler checks, when the request is made."""
+    from autosync.search.space import SPACE_DIR, load_space
+    from tests.conftest import small_job, tune_request
+
+    db = tmp_path / "s.db"
+    with pytest.raises(UserError, match=f"^--sampler {sampler} searches the switch point: the space must have one "
+                                        "policy sync_switch with a switch_at dimension, but .*static_k.yaml has "
+                                        r"\['backup'\]$"):
+        tune_request(small_job(), load_space(SPACE_DIR / "static_k.yaml", 4), sampler=sampler,
+                     storage=f"sqlite:///{db}")
+    assert not db.exists()

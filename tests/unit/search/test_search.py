@@ -634,6 +634,17 @@ def test_a_search_its_timeout_ended_short_is_resumed_by_the_same_command(tmp_pat
     assert again.cached and again.new_trials == 0
 
 
+def test_a_timeout_of_zero_starts_no_trial(tmp_path):
+    """--timeout 0: no trial starts after 0 s, as the help says (it was read as no limit, and the whole budget
+    ran); the search then has no answer (`api.tune` adds that the timeout ended it)."""
+    from autosync.core.errors import RuntimeFailure
+
+    with pytest.raises(RuntimeFailure, match=r"no trial met the target"):
+        tune(_request(tmp_path, timeout=0.0, n_trials=3))
+    study = optuna.load_study(study_name=_request(tmp_path).study_name, storage=open_storage(_request(tmp_path).storage))
+    assert counted_trials(study) == 0
+
+
 @pytest.mark.parametrize("text, n, workers", [
     ("n_workers", 16, 16), ("n_workers - 1", 16, 15), ("n_workers / 2", 15, 7), ("n_workers*3/4", 16, 12),
     ("n_workers * 2", 16, 32), ("n_workers+3", 4, 7), (5, 16, 5),
