@@ -282,7 +282,7 @@ def _timed(seconds: float, reached: int | None, runs: int | None, what: str = ""
 def _race_verdict(answer: str, checked: list[str], tried: list[str]) -> str:
     """Why the race answers `answer`: a finalist kept BSP's final metric (`checked`, in order), or none did
     and its round towards BSP (`tried`: the static k bisected, in order; empty: it did not run) decided."""
-    if not checked:
+    if not checked and not tried:
         return "the fastest candidate is BSP: nothing to check"
     if answer in checked:
         faster = checked.index(answer)
@@ -292,7 +292,10 @@ def _race_verdict(answer: str, checked: list[str], tried: list[str]) -> str:
         return "none kept it, so the answer is BSP"
     why = ("the fewest workers that kept it are the answer" if answer in tried
            else "none that kept it was faster than BSP, so the answer is BSP")
-    return f"none kept it; static k at BSP's learning rate, bisected towards BSP ({len(tried)} tried): {why}"
+    # no finalist at all: every candidate was stopped on a seed, or --budget skipped the rounds that race them
+    lead = "none kept it" if checked else "no candidate was left to check (each stopped on a seed, or the " \
+                                          "budget skipped the rounds that race them)"
+    return f"{lead}; static k at BSP's learning rate, bisected towards BSP ({len(tried)} tried): {why}"
 
 
 def race_report(race: dict[str, Any], spec: Any) -> list[Printed]:

@@ -223,6 +223,18 @@ def test_the_race_report_says_how_many_faster_finalists_broke_the_rule_before_th
     assert "the 3 faster finalists broke it, the next kept it" in verdict(["a", "b", "d", "c"])
 
 
+def test_the_race_report_says_no_candidate_was_left_to_check_where_round_5_answered_without_finalists():
+    """--budget 2 skips every round that races candidates: round 5's bisection answers, which the verdict said
+    was "the fastest candidate is BSP: nothing to check" beside its backup(k=2) answer."""
+    race = {"answer": "k2", "checked": [], "towards_bsp": ["k8", "k4", "k2", "k1"], "budget": 2.0,
+            "cut_short": [], "rounds": []}
+    out = " ".join(_printed(reports.race_report(race, SPEC)).split())
+    assert "nothing to check" not in out
+    assert ("no candidate was left to check (each stopped on a seed, or the budget skipped the rounds that race "
+            "them); static k at BSP's learning rate, bisected towards BSP (4 tried): the fewest workers that kept it "
+            "are the answer") in out
+
+
 def test_the_tune_hint_names_a_storage_other_than_the_default_with_its_password_masked():
     from types import SimpleNamespace
 
