@@ -527,7 +527,7 @@ def fit(files: Sequence[str | Path], options: FitOptions | None = None, **fields
     command = " ".join(["autosync fit", *(str(f) for f in files), "--table", str(opts.table), "--jobs",
                         str(opts.jobs)] + (["--out", opts.out] if opts.out else []))
     try:
-        settings, jobs = fit_families(files, opts.table, opts.jobs)
+        settings, jobs = fit_families(files, opts.table, opts.jobs, read_only=opts.check)  # --check writes nothing
     except KeyboardInterrupt:  # the runs it trained into the table are there (`Table.put` appends each at once)
         raise Interrupted(f"interrupted: the runs this fit trained are kept in the table {opts.table}; the same "
                           "command goes on from them") from None

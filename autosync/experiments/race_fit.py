@@ -223,16 +223,18 @@ def leave_one_family_out(table: Table, jobs: list[JobTimes],
     return rows
 
 
-def fit_families(files: "Sequence[str | Path]", table_dir: str | Path, count: int) -> tuple[RaceSettings, int]:
+def fit_families(files: "Sequence[str | Path]", table_dir: str | Path, count: int,
+                 read_only: bool = False) -> tuple[RaceSettings, int]:
     """The race's settings fitted on jobs 0..count-1 of each family file in `files`, their runs read from the
-    table in `table_dir` (`fit`), and how many jobs that was."""
+    table in `table_dir` (`fit`; `read_only`: a run it lacks is refused, not trained into it), and how many
+    jobs that was."""
     if not str(table_dir).strip():
         raise UserError("--table: an empty path, but the table's directory is needed (build one with `autosync table`)")
     if Path(table_dir).exists() and not Path(table_dir).is_dir():
         raise UserError(f"--table {table_dir}: a file, but the table is a directory (build one with `autosync table`)")
     if not Path(table_dir).is_dir():
         raise UserError(f"--table {table_dir}: no such table directory (build it with `autosync table`)")
-    table = Table(table_dir)
+    table = Table(table_dir, read_only=read_only)
     jobs = family_jobs(table, files, count)
     return fit(table, jobs), len(jobs)
 

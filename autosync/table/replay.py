@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
+from autosync.catalog import label_of
+from autosync.core.errors import UserError
 from autosync.core.job import JobSpec
 from autosync.engine.forks import ForkStore, fork_key, prefix_key, run_sharing_prefixes, switch_param_of
 from autosync.table.cells import FULL, TO_TARGET, Cell, Prefix, Variant, as_forked, cell_key, scores_of
@@ -145,6 +147,10 @@ def replayed_run(table: Table, job: JobSpec, policy: "Policy",
 
 def _stored(table: Table, job: JobSpec, policy: "Policy", key: str) -> Cell:
     cell = table.get(job.fingerprint(), key)
+    if cell is None and table.read_only:
+        raise UserError(f"--table {table.directory} lacks the run of {label_of(policy.to_dict())} on job {job.name} "
+                        f"(seed {job.seed}), and is only read here: compute it first (the same command without "
+                        "--check, or `autosync table`)")
     if cell is None:
         cell = compute_cell(job, policy)
         table.put(key, cell)

@@ -36,8 +36,10 @@ _CHUNK = 1 << 16  # bytes read back at a time to find where a cut line starts (`
 class Table:
     """The cells under `directory`, read per job on first use and kept in memory."""
 
-    def __init__(self, directory: str | os.PathLike[str]):
+    def __init__(self, directory: str | os.PathLike[str], read_only: bool = False):
+        """`read_only`: a cell it lacks is refused where it would be trained and stored (`fit --check`)."""
         self.directory = Path(directory)
+        self.read_only = read_only
         if self.directory.exists() and not self.directory.is_dir():
             raise UserError(f"--table must be a directory, but {str(self.directory)!r} is a file")
         self._cells: dict[str, dict[str, Cell]] = {}  # fingerprint -> key -> cell

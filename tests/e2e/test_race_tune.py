@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -157,6 +158,18 @@ def test_fit_check_exits_1_where_the_file_holds_other_settings(tmp_path):
                     str(REPO / "results" / "table"), "--check", "--out", str(stale), cwd=tmp_path)
     no_traceback(proc)
     assert proc.returncode == 1 and "does not hold what" in proc.stderr
+
+
+def test_fit_check_writes_nothing_to_a_table_that_lacks_a_run(tmp_path):
+    """--check writes nothing: a run the table lacks is refused in one line (it was trained into the table)."""
+    table = tmp_path / "table"
+    table.mkdir()
+    proc = autosync("fit", str(BASELINE_DIR / "family_fresh.yaml"), "--jobs", "1", "--table", str(table), "--check",
+                    cwd=tmp_path)
+    no_traceback(proc)
+    assert proc.returncode == 2 and re.search(rf"^error: --table {table} lacks the run of \S+ on job fresh-000 \(seed "
+                                              r"\d+\), and is only read here: compute it first", proc.stderr), proc.stderr
+    assert list(table.iterdir()) == []
 
 
 def test_where_every_candidate_breaks_the_rule_the_replayed_race_bisects_static_k_towards_bsp_and_says_so(tmp_path):
