@@ -78,7 +78,7 @@ def cached_outcome(request: TuneRequest) -> TuneOutcome | None:
         study = read_study(path, request.study_name)
         if study is None or study.siblings or study.directions != request.directions:
             return None
-        check_owner(study, request.job, adopt=request.adopt_study)
+        check_owner(study, request.job, adopt=request.adopt_study, space=request.space.name)
         request.describe(study)
         record = read_cache(study)
         if record is None or record.get(TIMED_OUT_OF) or not isinstance(record.get("race"), dict):

@@ -96,7 +96,7 @@ def load_study(request: TuneRequest, storage: Any) -> "optuna.Study":
         raise UserError(f"study {name} was created with objective directions "
                         f"{[d.name.lower() for d in study.directions]}, but this run asks for {directions}; "
                         "use another --study name or the same --objective")
-    check_owner(study, request.job, adopt=request.adopt_study)  # before its identity is (over)written
+    check_owner(study, request.job, adopt=request.adopt_study, space=request.space.name)  # before it is (over)written
     request.describe(study)
     return study
 

@@ -224,6 +224,16 @@ def test_a_study_named_by_study_is_the_jobs_for_cache_show_run_tuned_and_clear(t
     assert [s["study"] for s in cached_studies(url)] == [f"{other.fingerprint()}-static_k"]  # another job's stays
 
 
+def test_a_study_named_by_study_over_another_space_is_refused(tmp_path):
+    """`--study mine --space composed` on a study of static_k answered static_k's cached policy as composed's
+    (and --refresh mixed the two spaces' trials): refused in one line naming both spaces."""
+    tune(_request(tmp_path, study="mine"))
+    with pytest.raises(UserError, match=r"^--study mine: a study of space static_k, not composed: its trials and "
+                                        r"cached answer are points of that space; name another study, or tune "
+                                        r"--space static_k$"):
+        tune(_request(tmp_path, study="mine", space=load_space(SPACE_DIR / "composed.yaml", 4), sampler="random"))
+
+
 @pytest.mark.slow
 def test_baselines_are_enqueued_first(tmp_path):
     outcome = tune(_request(tmp_path, n_trials=2))
