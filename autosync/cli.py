@@ -171,8 +171,8 @@ def _command(options_type: type, group: Any = None,
 
 @_command(RunOptions)
 def run(job: Optional[Path] = JOB_ARG,
-        out: Optional[Path] = typer.Option(None, help="Output directory (default: "
-                                           "results/runs/<job>/<policy>-seed<N>)."),
+        out: Optional[Path] = typer.Option(None, help="Output directory (default: results/runs/<job>/<policy>-seed<N>, "
+                                           "the policy with the parameters it sets: backup-k=3-seed0)."),
         plot: bool = typer.Option(False, "--plot", help="Also write plot.png: loss against virtual time with k_t."),
         as_json: bool = JSON_OPT, wide: bool = WIDE_OPT, mlflow: Optional[str] = MLFLOW_OPT, *,
         options: RunOptions) -> None:
@@ -186,7 +186,11 @@ def run(job: Optional[Path] = JOB_ARG,
             status.print(f"tuned policy from the cache: {pol!r}")
         with status.status(f"loading {spec.workload.dataset.label} and building {spec.workload.model.label}"):
             workload = api.check_workload(spec, options.device)
-        out_dir = api.output_dir(out or Path("results") / "runs" / spec.name / f"{pol.name}-seed{spec.seed}")
+        # named by the policy with its parameters (backup-k=3-seed0): two settings of one policy keep two folders
+        from autosync.catalog import spec_of
+
+        folder = spec_of(pol.to_dict()).replace(":", "-")
+        out_dir = api.output_dir(out or Path("results") / "runs" / spec.name / f"{folder}-seed{spec.seed}")
         ranks.share(spec)
         ready = f"{options.backend} backend ready: {options.clock} clock, training {spec.name} with {pol.name}"
         if options.backend == "processes":

@@ -14,6 +14,8 @@ from autosync.measure.rerun import BUFFERS_FILE, PARAMS_FILE
 from autosync.reporting.output import ready_output_dir
 from autosync.reporting.tracking import Tracking, log_run
 
+PLOT_FILE = "plot.png"  # --plot's figure, beside the run's files
+
 
 @dataclass
 class Run(RunResult):
@@ -35,7 +37,9 @@ class Run(RunResult):
         directory = ready_output_dir(Path(directory), "directory")  # a file there: one line, not an OSError
         paths = write_run(self, directory, self.job_dump, self.execution)
         if plot:
-            paths.append(plot_run(self, Path(directory) / "plot.png"))
+            paths.append(plot_run(self, directory / PLOT_FILE))
+        else:  # an earlier run's plot left beside this run's files would be taken for this run's
+            (directory / PLOT_FILE).unlink(missing_ok=True)
         if mlflow is not None:
             log_run(Tracking.of(mlflow), self, paths, backend=(self.execution or {}).get("backend", "simulator"))
         return paths
@@ -56,10 +60,12 @@ def write_run(result: "RunResult", directory: Path, job_dump: dict[str, Any],
     params = directory / PARAMS_FILE
     torch.save(result.final_params.detach().cpu(), params)
     written = [summary, *paths, params]
+    buffers = directory / BUFFERS_FILE
     if result.final_buffers is not None:
-        buffers = directory / BUFFERS_FILE
         torch.save(result.final_buffers.detach().cpu(), buffers)
         written.append(buffers)
+    else:  # an earlier run's in the same folder would be read back by `rerun` as this run's
+        buffers.unlink(missing_ok=True)
     return written
 
 

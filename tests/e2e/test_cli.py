@@ -23,6 +23,19 @@ def test_run_writes_trace_summary_and_plot(tiny_job, tmp_path):
     assert "time to test_accuracy" in proc.stdout
 
 
+def test_runs_of_one_policy_with_other_parameters_keep_folders_of_their_own_and_no_earlier_plot(tiny_job, tmp_path):
+    """The default folder is named by the policy and the parameters it sets: backup k = 1 and k = 3 were both
+    results/runs/tiny/backup-seed0, the second overwriting the first and leaving its plot.png beside it."""
+    for k, plot in ((1, ["--plot"]), (3, [])):
+        proc = autosync("run", str(tiny_job), "--policy", f"backup:k={k}", *plot, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+    runs = tmp_path / "results" / "runs" / "tiny"
+    assert sorted(p.name for p in runs.iterdir()) == ["backup-k=1-seed0", "backup-k=3-seed0"]
+    assert (runs / "backup-k=1-seed0" / "plot.png").exists() and not (runs / "backup-k=3-seed0" / "plot.png").exists()
+    again = autosync("run", str(tiny_job), "--policy", "backup:k=1", cwd=tmp_path)  # the same folder, no --plot
+    assert again.returncode == 0 and not (runs / "backup-k=1-seed0" / "plot.png").exists()
+
+
 @pytest.mark.parametrize("args, message", [
     (["--policy", "nope"], "--policy must be one of"),
     (["--policy", "backup", "--param", "k=99"], "k must be between 1 and n_workers=4, but got k=99"),
