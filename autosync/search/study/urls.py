@@ -21,6 +21,6 @@ def redact(text: str, url: str) -> str:
     text = redact_url(text.replace(url, redact_url(url)))
     for pattern in (_PASSWORD, _QUERY_PASSWORD):
         for match in pattern.finditer(url):
-            if match["password"]:
-                text = text.replace(match["password"], "***")
+            if match["password"]:  # as a whole word only: a password 'p' masked every p of the message
+                text = re.sub(rf"(?<![A-Za-z0-9]){re.escape(match['password'])}(?![A-Za-z0-9])", "***", text)
     return text

@@ -585,6 +585,9 @@ def test_storage_passwords_are_masked_in_urls_and_messages():
         "postgresql://u@h/db?password=***&sslmode=require"
     assert redact_url("postgresql://h:5432/db") == "postgresql://h:5432/db"  # a port is no password
     assert redact("login pa/ss refused", "postgresql://u:pa/ss@h/db") == "login *** refused"
+    # a password masked as a whole word only: 'p' masked every p of the driver's message
+    assert redact("(psycopg2.OperationalError) port 1 failed: password=p", "postgresql://u:p@h:1/db") == \
+        "(psycopg2.OperationalError) port 1 failed: password=***"
 
 
 
