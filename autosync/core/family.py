@@ -42,6 +42,7 @@ from autosync.core.job import (
     BudgetSpec, ClusterSpec, ComputeSpec, JobSpec, LinearCompute, RoundTripSpec, ServerSpec, TargetSpec, WorkloadSpec,
     job_from_dict, load_job,
 )
+from autosync.core.job_schema import folder_name
 from autosync.core.loader import describe_error, read_yaml_file, short_repr
 
 __all__ = ["FamilySpec", "FamilyFileError", "Drawn", "load_family", "looks_like_family", "write_jobs", "describe",
@@ -195,7 +196,9 @@ class WorkloadDraw(_Strict):
 class FamilySpec(_Strict):
     """A family of jobs: every field a value, a list of choices, or a {low, high} range."""
 
-    name: str = Field("family", min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")  # prefix of drawn job names
+    name: str = Field("family", min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")  # prefix of drawn job names, a folder
+
+    _a_folder_name = field_validator("name")(folder_name)
     seed: int = Field(0, ge=0)  # draws the jobs: the same seed, the same family
     n_workers: Drawn = [8, 16, 32]  # number of workers n
     momentum: Drawn = [0.0, 0.9]  # heavy-ball coefficient of the server update

@@ -404,6 +404,14 @@ class BudgetSpec(_Spec):
         return self
 
 
+def folder_name(value: str) -> str:
+    """A name that names a folder of results (a job's, a family's): '.' or '..' would name the folder it is in
+    or the one above, and is refused."""
+    if set(value) == {"."}:
+        raise PydanticCustomError("dots_only", "must not be only dots (it names a folder of results)")
+    return value
+
+
 class JobSpec(_Spec):
     # used in result paths (results/runs/<name>/...): a folder name, so not '.' or '..' and not too long
     name: str = Field("job", min_length=1, max_length=MAX_NAME, pattern=r"^[A-Za-z0-9_.-]+$")
@@ -417,9 +425,7 @@ class JobSpec(_Spec):
     @field_validator("name")
     @classmethod
     def _a_folder_name(cls, value: str) -> str:
-        if set(value) == {"."}:
-            raise PydanticCustomError("dots_only", "must not be only dots (it names a folder of results)")
-        return value
+        return folder_name(value)
 
     @property
     def source(self) -> str:
