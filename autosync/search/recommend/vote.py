@@ -23,7 +23,9 @@ from autosync.core.job import JobSpec
 from autosync.search.recommend.neighbours import FEATURE_NAMES, Neighbour, cluster_features, neighbours
 from autosync.search.objective import canonical_on
 from autosync.search.recommend.grid import grid_neighbours
+from autosync.search.study import _optuna_internals as internals
 from autosync.search.study.cache import refuse_damaged
+from autosync.search.study.records import StudyRecord
 from autosync.search.study.storage import open_existing_storage, quiet_optuna, redact_url
 
 COUNT = 5  # neighbours that vote
@@ -68,6 +70,12 @@ def recommend_from(url: str, job: JobSpec, grids: Sequence[Path] = ()) -> Recomm
     return recommend(opened, job, redact_url(url), grids)
 
 
+def _tuned_itself(storage: Any, job: JobSpec) -> bool:
+    """Whether `storage` holds a finished study of `job` itself (which `neighbours` leaves out)."""
+    return any(StudyRecord(s.user_attrs).fingerprint == job.fingerprint() and StudyRecord(s.user_attrs).cache
+               for s in internals.all_studies(storage))
+
+
 def recommend(storage: Any, job: JobSpec, where: str, grids: Sequence[Path] = ()) -> Recommendation:
     """The recommendation for `job` from the tuned jobs in `storage` (None: none; named `where` in errors)
     and the drawn jobs of the robustness reports in `grids` (`autosync.search.recommend.grid`), the nearest COUNT of all."""
@@ -81,6 +89,10 @@ def recommend(storage: Any, job: JobSpec, where: str, grids: Sequence[Path] = ()
     near = list(one_each.values())[:COUNT]
     if not near:
         place = where + "".join(f" or the report {g}" for g in grids)
+        if storage is not None and _tuned_itself(storage, job):  # its own cached policy is the better answer
+            raise UserError(f"{job.source}: this job is tuned in {where} already, and no other job there "
+                            "is: its own cached policy answers it (autosync run JOB.yaml --policy tuned, or "
+                            "autosync cache show JOB.yaml)")
         raise UserError(f"{job.source}: no tuned job in {place} to recommend from: tune this job (autosync tune) "
                         "or point --storage at a storage of tuned jobs (or --grid at a robustness report)")
     votes: dict[str, float] = {}

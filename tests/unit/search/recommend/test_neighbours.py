@@ -87,6 +87,16 @@ def test_recommend_with_no_tuned_job_is_one_line_and_exit_2(tiny_job, tmp_path):
         recommend(open_storage(f"sqlite:///{tmp_path}/empty.db"), _job(0.7), "empty")
 
 
+def test_recommend_on_a_job_tuned_in_the_storage_alone_points_to_its_own_cached_policy(tmp_path):
+    """The job's own study is no neighbour: with no other it said "tune this job", which it was."""
+    url = f"sqlite:///{tmp_path}/one.db"
+    job = small_job()
+    tune(tune_request(job, load_space(SPACE_DIR / "static_k.yaml", 4), n_trials=2, sampler="random", storage=url))
+    with pytest.raises(UserError, match=r"this job is tuned in one already, and no other job there is: its own "
+                                        r"cached policy answers it \(autosync run JOB.yaml --policy tuned"):
+        recommend(open_storage(url), job, "one")
+
+
 def test_transferred_winners_are_queued_after_bsp_scaled_to_this_n_and_before_a_papers_static_setting():
     from autosync.search.tune import _queued_first
 
