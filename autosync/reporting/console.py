@@ -5,6 +5,8 @@ without running a command.
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
 from typing import Any
 
@@ -470,8 +472,20 @@ def policies_report() -> list[Printed]:
     rows = [(name, cls.paper_name,
              ", ".join(f"{k}={'(required)' if v is inspect.Parameter.empty else v!r}"
                        for k, v in policy_parameters(cls).items()) or "-",
-             (cls.__doc__ or "").strip().splitlines()[0]) for name, cls in POLICIES.items()]
+             _first_sentence(cls.__doc__ or "")) for name, cls in POLICIES.items()]
     return [Line(fitted("policies (either name is accepted, in any case, with hyphens or underscores)", columns, rows))]
+
+
+_ABBREVIATIONS = ("et al", "e.g", "i.e", "cf", "vs", "eq", "eqs", "sec", "fig")  # a period that ends no sentence
+
+
+def _first_sentence(doc: str) -> str:
+    """A docstring's first sentence, over as many lines as it takes (its first line alone stopped mid-sentence)."""
+    paragraph = " ".join(doc.strip().split("\n\n")[0].split())
+    for end in (m.start() for m in re.finditer(r"\.\s", paragraph)):
+        if not paragraph[:end].lower().endswith(_ABBREVIATIONS):
+            return paragraph[:end + 1]
+    return paragraph
 
 
 def comparison_report(comparison: Any) -> list[Printed]:

@@ -245,3 +245,13 @@ def test_the_tune_hint_names_a_storage_other_than_the_default_with_its_password_
     assert tune_hint(job, "sqlite:///results/autosync-studies.db")[0].what.endswith("--policy tuned")
     hint = tune_hint(job, "postgresql://me:secret@db:5432/studies")[0].what
     assert "--storage postgresql://me:" in hint and "secret" not in hint, hint
+
+
+def test_the_policies_listing_says_what_each_policy_does_in_a_whole_sentence():
+    """Its first docstring line alone stopped mid-sentence ('...and shrinks with the'; 'Zhang et al.')."""
+    from autosync.catalog import POLICIES
+    from autosync.reporting.console import _first_sentence
+
+    for name, cls in POLICIES.items():
+        said = _first_sentence(cls.__doc__ or "")
+        assert said.endswith(".") and said.count("(") == said.count(")"), (name, said)
