@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from autosync.core import strict_json
+from autosync.core.errors import UserError
 
 __all__ = ["appending", "cell_key", "read_records"]
 
@@ -20,17 +22,28 @@ def cell_key(fingerprint: str, policy: dict[str, Any], seed: int) -> str:
 
 def read_records(path: Path) -> dict[str, dict[str, Any]]:
     """The records in `path` by key (none where it does not exist); a line cut short by an interruption is
-    skipped (its run runs again)."""
+    skipped (its run runs again). A record whose time to the target is not a number >= 0 (or null: missed),
+    which every score reads, is refused in one line naming the file, line and value (it was a traceback, or a
+    negative time ranked first)."""
     records = {}
     if path.is_file():
-        for line in path.read_text().splitlines():
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
             try:
                 record = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            if isinstance(record, dict) and "key" in record:
+            if isinstance(record, dict) and isinstance(record.get("key"), str):
+                _check_time(path, number, record.get("time_to_target"))
                 records[record["key"]] = record
     return records
+
+
+def _check_time(path: Path, line: int, value: Any) -> None:
+    if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)
+                         and math.isfinite(value) and value >= 0):
+        return
+    raise UserError(f"{path}: line {line}: time_to_target must be a number >= 0 or null (missed), but got "
+                    f"{value!r}; delete the line and the same command runs that run again")
 
 
 @contextlib.contextmanager

@@ -162,3 +162,18 @@ def test_a_policy_given_twice_is_one_row():
     from autosync.experiments.leaderboard import policy_specs
 
     assert policy_specs(["bsp", "BSP", "backup:k=2", "backup(k=2)"], 4) == policy_specs(["bsp", "backup:k=2"], 4)
+
+
+@pytest.mark.parametrize("value", ['"abc"', "-5.0", "true"])
+def test_a_kept_run_whose_time_is_not_a_time_is_one_line_naming_the_file_and_line(tmp_path, value):
+    """A robustness report's cells.jsonl or a leaderboard's runs.jsonl edited or damaged: 'abc' was a traceback
+    where the score read it, and -5.0 ranked first with a negative regret."""
+    from autosync.experiments.run_records import read_records
+
+    path = tmp_path / "runs.jsonl"
+    path.write_text('{"key": "a", "time_to_target": 3.5}\n{"key": "b", "time_to_target": ' + value + '}\n{"key": "c"')
+    with pytest.raises(UserError, match=f"^{path}: line 2: time_to_target must be a number >= 0 or null \\(missed\\), "
+                                        "but got .*; delete the line and the same command runs that run again$"):
+        read_records(path)
+    path.write_text('{"key": "a", "time_to_target": 3.5}\n{"key": "b", "time_to_target": null}\n{"key": "c"')
+    assert sorted(read_records(path)) == ["a", "b"]  # a missed target, and a line cut short (run again)
