@@ -34,7 +34,7 @@ from rich.console import Console
 
 from autosync import __version__
 from autosync.core import strict_json
-from autosync.core.errors import AutosyncError, JobFileError
+from autosync.core.errors import AutosyncError, Interrupted, JobFileError
 from autosync.core.main_module import declare_guarded
 from autosync.options import (
     CacheOptions, CalibrateOptions, CompareOptions, FamilyOptions, FitOptions, LeaderboardOptions, ProfileOptions,
@@ -195,11 +195,19 @@ def run(job: Optional[Path] = JOB_ARG,
         ready = f"{options.backend} backend ready: {options.clock} clock, training {spec.name} with {pol.name}"
         if options.backend == "processes":
             status.print(f"starting {options.workers_per_device} worker processes", style="dim")
-        with BudgetBar(spec, status) as update:
-            result = api.run(spec, pol, options=options, progress=update, workload=workload,
-                             on_ready=lambda: status.print(ready))  # scripts (and the fault tests) wait for it
+        try:
+            with BudgetBar(spec, status) as update:
+                result = api.run(spec, pol, options=options, progress=update, workload=workload,
+                                 on_ready=lambda: status.print(ready))  # scripts (and the fault tests) wait for it
+        except KeyboardInterrupt:
+            raise Interrupted(f"interrupted: the run was cut short, so nothing was written to {out_dir} (a run is "
+                              "written whole once it has ended); the same command trains it again") from None
     _show(fault_warnings(result), status)
-    paths = result.write(out_dir, plot=plot, mlflow=tracking)
+    try:
+        paths = result.write(out_dir, plot=plot, mlflow=tracking)
+    except KeyboardInterrupt:
+        raise Interrupted(f"interrupted while writing the run's files to {out_dir}: they may be incomplete; the same "
+                          "command trains the run again and writes them whole") from None
     if as_json:
         _print_json({**result.summary(), "files": [str(p) for p in paths]})
     else:

@@ -296,3 +296,22 @@ def test_ctrl_c_on_a_table_build_keeps_the_cells_computed_and_says_how_many(tmp_
     kept = int(re.search(r"interrupted: (\d+) cells computed by this command are kept in ", line).group(1))
     job = load_family(BASELINE_DIR / "family_quarry.yaml").job(0)
     assert 1 <= kept <= len(Table(out).cells(job.fingerprint())), line
+
+
+def test_ctrl_c_on_a_run_says_nothing_was_written_and_the_same_command_trains_it_again(tiny_job, tmp_path):
+    """It said a bare 'error: interrupted', whatever was kept. The run is long (its budget is far out of reach
+    of the test): Ctrl-C lands in training once its output folder exists."""
+    job = tiny_job.with_name("endless.yaml")
+    job.write_text(re.sub(r"max_virtual_seconds: \d+", "max_virtual_seconds: 1000000", tiny_job.read_text()))
+    out = tmp_path / "out"
+    run = start_autosync("run", str(job), "--out", str(out), cwd=tmp_path)
+    deadline = time.monotonic() + 120
+    while not out.exists() and run.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # into the training
+    stderr = signal_and_wait(run, signal.SIGINT)
+    assert run.returncode == 130 and "Traceback" not in stderr, stderr[-3000:]
+    assert stderr.strip().splitlines()[-1] == (f"error: interrupted: the run was cut short, so nothing was written "
+                                               f"to {out} (a run is written whole once it has ended); the same "
+                                               "command trains it again")
+    assert not out.exists()  # the empty folder it made is gone
