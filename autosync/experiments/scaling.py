@@ -60,9 +60,11 @@ def load_leaderboard(folder: Path) -> dict[str, Any]:
         command = str(data.get("command", ""))
         if not isinstance(runs, dict):
             raise TypeError("runs is not a mapping")
+        workload = {"dataset": data["job"]["workload"]["dataset"], "model": data["job"]["workload"]["model"],
+                    "target metric": data["job"]["target"]["metric"]}
     except (ValueError, KeyError, TypeError) as exc:
         raise UserError(f"{path}: not a leaderboard written by autosync ({type(exc).__name__}: {exc})") from None
-    return {"n_workers": n, "runs": runs, "command": command, "path": str(path)}
+    return {"n_workers": n, "runs": runs, "command": command, "path": str(path), "workload": workload}
 
 
 def collect(folders: list[Path], metric: str = "final_test_accuracy") -> Scaling:
@@ -71,8 +73,15 @@ def collect(folders: list[Path], metric: str = "final_test_accuracy") -> Scaling
         raise UserError("scaling needs at least one leaderboard folder")
     points: dict[str, list[ScalingPoint]] = {}
     sources = []
+    first = None
     for folder in folders:
         board = load_leaderboard(folder)
+        first = first or board
+        for what, value in board["workload"].items():  # one job at several n: its dataset, model and target's metric
+            if value != first["workload"][what]:
+                raise UserError(f"scaling: {board['path']} is of another job than {first['path']} (its {what} is "
+                                f"{value!r}, not {first['workload'][what]!r}); give leaderboards of one job at "
+                                "several worker counts")
         sources.append((board["n_workers"], str(folder), board["command"]))
         for policy, runs in board["runs"].items():
             values = [_finite(run.get(metric)) for run in runs]

@@ -72,3 +72,18 @@ def test_scaling_bad_input_is_one_line_and_exit_2(boards, args, message):
 def test_collect_needs_a_folder():
     with pytest.raises(UserError, match="at least one leaderboard"):
         collect([])
+
+
+@pytest.mark.slow
+def test_leaderboards_of_another_job_are_refused_not_drawn_as_one(boards, tmp_path):
+    """A leaderboard of another model (here lb4's, its model changed, at 8 workers) was drawn beside the
+    others as if one job scaled."""
+    data = json.loads((boards / "lb4" / "leaderboard.json").read_text())
+    data["job"]["cluster"]["n_workers"] = 8
+    data["job"]["workload"]["model"] = {"name": "mlp"}
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "leaderboard.json").write_text(json.dumps(data))
+    with pytest.raises(UserError, match=r"^scaling: .*other/leaderboard.json is of another job than .*lb2/"
+                                        r"leaderboard.json \(its model is \{'name': 'mlp'\}, not .*\); give "
+                                        r"leaderboards of one job at several worker counts$"):
+        collect([boards / "lb2", tmp_path / "other"])
