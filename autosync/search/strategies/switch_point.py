@@ -57,6 +57,15 @@ def fixed_dimensions(space: "SearchSpace", sampler: str) -> dict[str, Any]:
     return others
 
 
+def grid_levels(dim: Any) -> int:
+    """How many bisections of [0, 1] keep their midpoints on the switch_at dimension's grid (log2 of its range
+    over its step: 5 for the shipped step of 1/32); a continuous dimension has no such limit. Past them the
+    midpoints fell between the space's points, points outside the space (Optuna warned of each)."""
+    if not dim.step:
+        return 1 << 30
+    return max(1, int(math.floor(math.log2((dim.high - dim.low) / dim.step) + 1e-9)))
+
+
 def run_switch_point_search(study: "optuna.Study", request: "TuneRequest", reference: dict[str, Any],
                             deadline: float | None = None, on_trial: Callable[[int, int], None] | None = None,
                             ) -> None:
@@ -108,6 +117,7 @@ def run_switch_point_search(study: "optuna.Study", request: "TuneRequest", refer
     target = metric_sign * reference["final_metric"]
     try:
         binary_search(run, threshold=request.settings.tolerance, runs_per_candidate=1,
-                      max_settings=request.n_trials, target_accuracy=target)
+                      max_settings=min(request.n_trials, grid_levels(request.space.dimensions[SyncSwitch.name]["switch_at"])),
+                      target_accuracy=target)
     except _OutOfTime:
         pass  # the candidates tried so far are trials of the study; the cache picks the best of them

@@ -281,6 +281,17 @@ def test_binary_sampler_records_every_candidate_in_the_study(tmp_path):
     assert all(t.user_attrs["runs"] == 3 for t in study.trials)  # R = 3 runs per candidate
 
 
+def test_the_binary_search_stops_where_its_midpoints_would_leave_the_spaces_grid():
+    """The shipped switch_at has a step of 1/32: five bisections of [0, 1] stay on it; the sixth midpoint
+    (1/64 apart) was a point outside the space, run with an Optuna warning."""
+    from autosync.search.strategies.switch_point import grid_levels
+
+    space = load_space(SPACE_DIR / "switch_point.yaml", 4)
+    dim = space.dimensions["sync_switch"]["switch_at"]
+    assert dim.step == 1 / 32 and grid_levels(dim) == 5
+    assert grid_levels(type(dim)("float", low=0.0, high=1.0)) > 10 ** 6  # a continuous one: no such limit
+
+
 def test_ladder_sampler_tries_the_cheapest_switch_point_first(tmp_path):
     outcome, study = _switch_point_search(tmp_path, "ladder", 2, 1.0)
     assert [t.params["sync_switch.switch_at"] for t in study.trials] == [1 / 32]  # it holds: the search stops
