@@ -83,6 +83,8 @@ def cached_outcome(request: TuneRequest) -> TuneOutcome | None:
         record = read_cache(study)
         if record is None or record.get(TIMED_OUT_OF) or not isinstance(record.get("race"), dict):
             return None
+        if record["race"].get("budget") != request.budget or request.race_settings is not None:
+            return None  # the search's path compares them (`race_trials.refuse_another_race`)
         top = race_top(record["race"])
     except (sqlite3.Error, OSError, ValueError, TypeError, KeyError, UserError, WouldWrite):
         return None  # the Optuna path answers, or reports the problem in its own words

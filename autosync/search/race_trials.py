@@ -37,7 +37,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from autosync.core.errors import RuntimeFailure
+from autosync.core.errors import RuntimeFailure, UserError
 from autosync.core.job import JobSpec
 from autosync.catalog import policy_from_dict
 from autosync.engine.backends import simulates_here
@@ -338,13 +338,14 @@ def spent(study: "optuna.Study", job: JobSpec, seen: Observed) -> float | None:
     return search_cost(study) / bsp_training_seconds(_reference(study, job, seen.finals, seen.times))
 
 
-def race_answer(study: "optuna.Study", answer: Answer, job_seed: int, budget: float | None = None) -> dict[str, Any]:
+def race_answer(study: "optuna.Study", answer: Answer, job_seed: int, budget: float | None = None,
+                settings: RaceSettings | None = None) -> dict[str, Any]:
     """The race's answer as the cache record takes it (`autosync.search.study.cache.write_cache`): its policy,
     mean time and final metric over the two seeds (its time over both where the budget cut the race before the
     second but its runs for the final metric ran there, as BSP's time it is compared with is), its first trial,
     on how many of the two seeds a run of it reached the target (`REACHED`, of `RUNS`), the race's rounds
     (`rounds`), and its `budget` in BSP trainings (None: none) with the rounds that budget skipped
-    (`Answer.cut_short`)."""
+    (`Answer.cut_short`), and the `settings` it raced with (portfolio and margin)."""
     trials = [t for t in internals.fresh_trials(study) if RACE_RUN in t.user_attrs]
     own = [t for t in trials if _run_of(t.user_attrs[RACE_RUN]).label == answer.label]
     by_seed: dict[int, float | None] = {}  # the first finished run that gave its final metric on each seed
@@ -365,7 +366,31 @@ def race_answer(study: "optuna.Study", answer: Answer, job_seed: int, budget: fl
             "trial": min(t.number for t in own), REACHED: len(reached), RUNS: SEARCH_SEEDS,
             "race": {"rounds": rounds(trials, job_seed), "ranked": [[label, t] for label, t in answer.ranked],
                      "checked": answer.checked, "answer": answer.label, "budget": budget,
-                     "cut_short": answer.cut_short, "towards_bsp": answer.towards_bsp}}
+                     "cut_short": answer.cut_short, "towards_bsp": answer.towards_bsp,
+                     **({"settings": _settings_of(settings)} if settings is not None else {})}}
+
+
+def _settings_of(settings: RaceSettings) -> dict[str, Any]:
+    return {"portfolio": list(settings.portfolio), "margin": settings.margin}
+
+
+def refuse_another_race(record: dict[str, Any], request: "TuneRequest", study_name: str) -> None:
+    """A cached race answered with another --budget, or with other settings than --race-settings names, is
+    refused in one line: it was returned as this command's answer (the settings are compared only where the
+    command names a file: a recurring job's answer stands when autosync's shipped settings change)."""
+    race = record.get("race")
+    if not isinstance(race, dict):
+        return
+    differs = []
+    if race.get("budget") != request.budget:
+        differs.append(f"--budget {race.get('budget') if race.get('budget') is not None else 'none'} (this command: "
+                       f"{request.budget if request.budget is not None else 'none'})")
+    if request.race_settings is not None and isinstance(race.get("settings"), dict) \
+            and race["settings"] != _settings_of(race_settings(request.race_settings)):
+        differs.append(f"other settings than {request.race_settings}")
+    if differs:
+        raise UserError(f"study {study_name} holds the race's answer made with {' and '.join(differs)}: name another "
+                        "--study to race with these, or run the command as it was to read that answer")
 
 
 def race_top(record: dict[str, Any], count: int = 5) -> list[dict[str, Any]]:

@@ -44,8 +44,8 @@ from autosync.search.strategies.patience import give_up_queued, patience_of, tri
 from autosync.search.strategies.pruning import RaceLimit, thinned
 from autosync.search.study.running_twins import Resampled
 from autosync.search.strategies.samplers import RACE, SWITCH_POINT_SAMPLERS, make_sampler
-from autosync.race import SEARCH_SEEDS
-from autosync.search.race_trials import Helpers, race_answer, race_helpers, race_search, race_top
+from autosync.race import SEARCH_SEEDS, race_settings
+from autosync.search.race_trials import Helpers, race_answer, race_helpers, race_search, race_top, refuse_another_race
 from autosync.search.study.records import (
     BSP_REFERENCE, BSP_TARGET, BSP_TRAINING_SECONDS, CURVE, FORKED, HORIZON, NEIGHBOUR_JOBS, REPAIR_OF, TIME_TO_TARGET,
     TIMED_OUT_OF, VIRTUAL_SECONDS, StudyRecord, write_cache_record,
@@ -125,6 +125,8 @@ def _tune(request: TuneRequest, helpers: Helpers, on_trial: Callable[[int, int],
                                                               else request.settings.repeats))
     study = load_study(request, storage)
     cache = read_cache(study) if not request.refresh else None
+    if cache is not None and request.sampler == RACE:
+        refuse_another_race(cache, request, study.study_name)
     if cache is not None and _timed_out_short(cache, study, request):
         cache = None  # a search its --timeout ended before the budget: the same command resumes it
     if cache is not None:
@@ -161,7 +163,8 @@ def _tune(request: TuneRequest, helpers: Helpers, on_trial: Callable[[int, int],
     cache = write_cache(study, request.job, request.space, request.sampler, request.settings.tolerance, reference,
                         execution=execution_of(request.settings.backend), neighbours=near,
                         timed_out_of=budget_of(request, before) if short else None,
-                        answer=race_answer(study, answer, request.job.seed, request.budget) if answer is not None
+                        answer=race_answer(study, answer, request.job.seed, request.budget,
+                                           race_settings(request.race_settings)) if answer is not None
                         else None)
     outcome = TuneOutcome(study.study_name, request.storage, False, len(trials_run_by(study, mine)), cache,
                           _top(cache, study), study, roles=roles(study))

@@ -112,6 +112,15 @@ def test_a_budget_cuts_the_race_short_and_its_output_says_so(tiny_job, tmp_path)
                     cwd=tmp_path)  # the cached answer, printed
     assert proc.returncode == 0, proc.stderr
     assert "the budget of 2.5 BSP trainings was spent before the race's" in " ".join(proc.stdout.split())
+    # without the budget, or with other settings, the answer cut short was returned as this command's: refused
+    settings = tmp_path / "race.yaml"
+    settings.write_text("portfolio: [bsp, 'asp,lr_rule=staleness']\nmargin: 2.0\n")
+    for extra, says in (((), "--budget 2.5 (this command: none)"),
+                        (("--budget", "2.5", "--race-settings", str(settings)), f"other settings than {settings}")):
+        proc = autosync("tune", str(tiny_job), "--sampler", "race", "--storage", capped["url"], *extra, cwd=tmp_path)
+        no_traceback(proc)
+        assert proc.returncode == 2 and f"holds the race's answer made with {says}: name another --study" \
+            in " ".join(proc.stderr.split()), proc.stderr
 
 
 @pytest.mark.parametrize("args, says", [
