@@ -110,15 +110,20 @@ class SearchSpace:
         """Every policy of a discrete space, as `suggest` samples them (conditions honoured): what an
         exhaustive search trains."""
         if not self.is_discrete():
-            raise ValueError(f"{self.path} has a continuous dimension: its points cannot be listed")
+            raise ValueError(f"{self.path} has continuous dimensions ({', '.join(self.continuous_dimensions())}): "
+                             "its points cannot be listed")
         for policy_name, dims in self.dimensions.items():
             for params in _combinations(list(dims.items()), dict(self.constants[policy_name])):
                 yield {"policy": policy_name, "params": params}
 
     def is_discrete(self) -> bool:
         """True when every dimension is int, categorical or stepped float (a brute-force sampler can cover it)."""
-        return all(d.type in ("int", "categorical") or (d.type == "float" and d.step)
-                   for dims in self.dimensions.values() for d in dims.values())
+        return not self.continuous_dimensions()
+
+    def continuous_dimensions(self) -> list[str]:
+        """The dimensions that are neither int, categorical nor stepped float, as policies.NAME.PARAM."""
+        return [f"policies.{policy}.{name}" for policy, dims in self.dimensions.items() for name, d in dims.items()
+                if not (d.type in ("int", "categorical") or (d.type == "float" and d.step))]
 
     def size(self) -> int | None:
         """Number of points of a discrete space (None if continuous); conditional dimensions count only

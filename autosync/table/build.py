@@ -210,6 +210,9 @@ def _compute_into(table: Table, todo: list[Task], n_jobs: int, on_done: Callable
                     on_done(by_key[key])
     except KeyboardInterrupt:  # counted from the table: a Ctrl-C between a cell kept and a count would miss it
         kept = len(todo) - len(_missing(table, todo))
+        if not kept:  # (its folder, if this command made it, is gone with it)
+            raise Interrupted("interrupted before any cell was computed: nothing was kept; the same command starts "
+                              "the table again") from None
         raise Interrupted(f"interrupted: {kept} cells computed by this command are kept in {table.directory}; "
                           "the same command resumes from them") from None
     return sorted(failed)

@@ -36,8 +36,8 @@ def check_sampler(name: str, space: SearchSpace, multi_objective: bool) -> str:
     if name == "gp" and multi_objective:
         raise UserError("--sampler gp handles one objective only; use tpe for --objective time,metric")
     if name == "grid" and not space.is_discrete():
-        raise UserError(f"--sampler grid needs a discrete space (int, categorical or stepped float), "
-                        f"but {space.path} has a continuous dimension")
+        raise UserError(f"--sampler grid needs a discrete space (int, categorical or stepped float), but "
+                        f"{space.path} has continuous dimensions: {', '.join(space.continuous_dimensions())}")
     return name
 
 

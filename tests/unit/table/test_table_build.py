@@ -65,3 +65,19 @@ def test_a_cell_run_on_the_workload_an_earlier_cell_of_its_job_built_is_the_cell
     for task in rest:
         key, cell, _ = _compute(task)
         assert cell.to_json(key) == compute_cell(task.job, policy_from_dict(task.policy)).to_json(key)
+
+
+def test_a_build_interrupted_before_its_first_cell_says_nothing_was_kept(tmp_path, monkeypatch):
+    """It said '0 cells computed by this command are kept in DIR', a folder the command then removed."""
+    import pytest
+
+    from autosync.core.errors import Interrupted
+    from autosync.table import build
+
+    def interrupted(task):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(build, "_compute", interrupted)
+    with pytest.raises(Interrupted, match="^interrupted before any cell was computed: nothing was kept; the same "
+                                          "command starts the table again$"):
+        build_table(Table(tmp_path / "t"), [small_job()], lambda n: POLICIES, held_out=1, n_jobs=1)
