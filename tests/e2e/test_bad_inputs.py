@@ -114,7 +114,6 @@ def test_extreme_but_meaningful_values_are_accepted(tmp_path, text):
                       "static_k, switch_point), but got ''"),
     (["--space", "batch_split", "--sampler", "grid"], "--sampler grid needs a discrete space (int, categorical or "
      "stepped float), but"),
-    (["--space", "batch_split", "--sampler", "grid"], "batch_split.yaml has continuous dimensions: policies.split.fractions"),
     (["--space", "static_k", "--sampler", "gp", "--objective", "time,metric"], "--sampler gp handles one objective"),
 ])
 def test_a_space_or_sampler_refused_by_tune_leaves_no_storage_and_draws_no_bar(tmp_path, args, message):

@@ -682,3 +682,13 @@ def test_worker_expressions_are_floored_and_a_bad_one_is_refused_by_the_grammar(
     for bad in ("n_workers ** 2", "n_workers/x"):
         with pytest.raises(ValueError, match=r"must be a number or n_workers\[\*a\]\[/b\]\[\+-c\]"):
             resolve_workers(bad, SimpleNamespace(context={"n_workers": n}))
+
+
+def test_a_space_names_its_continuous_dimensions_where_a_grid_cannot_list_it():
+    from autosync.search.strategies.samplers import check_sampler
+
+    space = load_space(SPACE_DIR / "batch_split.yaml", 4)
+    assert space.continuous_dimensions() == ["policies.split.fractions"] and not space.is_discrete()
+    with pytest.raises(UserError, match=r"batch_split.yaml has continuous dimensions: policies.split.fractions$"):
+        check_sampler("grid", space, multi_objective=False)
+    assert load_space(SPACE_DIR / "static_k.yaml", 4).continuous_dimensions() == []
