@@ -171,7 +171,8 @@ def policy_of(policy: "str | Policy | dict[str, Any]", params: dict[str, Any] | 
         return policy
     if isinstance(policy, dict):
         policy_from_dict(policy)  # its keys and parameters checked, then changed
-        return policy_from_dict({"policy": policy["policy"], "params": {**(policy.get("params") or {}), **(params or {})}})
+        changed = {**(policy.get("params") or {}), **(params or {})}
+        return policy_from_dict({"policy": policy["policy"], "params": changed})
     return make_policy(policy, params or {})
 
 

@@ -187,7 +187,7 @@ def run(job: Optional[Path] = JOB_ARG,
         with status.status(f"loading {spec.workload.dataset.label} and building {spec.workload.model.label}"):
             workload = api.check_workload(spec, options.device)
         # named by the policy with its parameters (backup-k=3-seed0): two settings of one policy keep two folders
-        from autosync.catalog import spec_of
+        from autosync.catalog import spec_of  # not at the top: the catalog (numpy), which --help does not load
 
         folder = spec_of(pol.to_dict()).replace(":", "-")
         out_dir = api.output_dir(out or Path("results") / "runs" / spec.name / f"{folder}-seed{spec.seed}")

@@ -43,8 +43,9 @@ class RunOptions(ExecutionOptions):
     """`autosync run`: one training run under one policy."""
 
     policy: Any = option("bsp", "Policy name (see `autosync policies`), a spec with its parameters "
-                         "('compose(barrier=ssp, update=dana_slim)' or 'backup:k=8'; a bare backup waits for k = 3n/4), "
-                         "or `tuned` for the job's cached best.", short="-p", cli_type=str)  # the API also takes a Policy or a dict
+                         "('compose(barrier=ssp, update=dana_slim)' or 'backup:k=8'; a bare backup waits for "
+                         "k = 3n/4), or `tuned` for the job's cached best.",
+                         short="-p", cli_type=str)  # the API also takes a Policy or a dict
     params: Any = option([], "Policy parameter key=value (repeatable).", flag="--param",
                          cli_type=list[str])  # the API also takes a dict {name: value}
     seed: Optional[int] = option(None, "Override the job's seed.", ge=0, le=MAX_SEED)

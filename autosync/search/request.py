@@ -21,7 +21,7 @@ from autosync.search.study.cache import execution_name, study_name
 from autosync.search.study.helper_processes import shared_storage, usable_cores
 from autosync.search.study.records import BUDGET, describe_study
 from autosync.search.study.storage import DEFAULT_STORAGE
-from autosync.search.tune_options import DEFAULT_TUNE_SPACE, RACE, SWITCH_POINT_SAMPLERS, TuneOptions
+from autosync.search.tune_options import DEFAULT_TUNE_SPACE, RACE, TuneOptions
 from autosync.search.strategies.samplers import check_sampler, sampler_for
 from autosync.lattice import labelled_points
 from autosync.race import WIDEST_ROUND, portfolio_members, race_settings
@@ -80,10 +80,6 @@ class TuneRequest:
         # the sampler checked against the space and the objective (grid on a continuous space, gp on two
         # objectives), so that a refusal comes before the storage exists; the search builds it (`tune.load_study`)
         check_sampler(self.sampler, self.space, self.settings.multi_objective)
-        if self.sampler in SWITCH_POINT_SAMPLERS:  # a space it cannot search: one line before the storage
-            from autosync.search.strategies.switch_point import fixed_dimensions  # not at the top: the search's
-
-            fixed_dimensions(self.space, self.sampler)
         self._refuse_for_the_race()
         if self.n_jobs is None:
             self.n_jobs = default_n_jobs(self.sampler, self.settings.backend, self.storage)

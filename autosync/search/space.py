@@ -252,7 +252,8 @@ def load_space(path: str | Path, n_workers: int, flag: str = "--space") -> Searc
     constants = {policy_name: {name: p.value for name, p in params.items() if isinstance(p, Constant)}
                  for policy_name, params in spec.policies.items()}
     problems = type_problems(dimensions, constants) or refused_compositions(dimensions, constants) \
-        or space_bounds.bound_problems(dimensions, constants, n_workers, compositions=_compositions(dimensions, constants))
+        or space_bounds.bound_problems(dimensions, constants, n_workers,
+                                       compositions=_compositions(dimensions, constants))
     if problems:
         raise SpaceFileError(str(path), problems)
     return SearchSpace(spec.name or path.stem, spec.description, str(path), dimensions, constants, spec.patience)

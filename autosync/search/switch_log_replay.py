@@ -31,7 +31,7 @@ from autosync.core.errors import UserError
 from autosync.core.phases import Phase, no_phase
 from autosync.search.strategies.binary import binary_search, target_from_bsp
 from autosync.search.strategies.ladder import DEFAULT_RUNGS, LadderSampler, ladder_finished
-from autosync.search.strategies.switch_point import refuse_without_a_switch_point
+from autosync.search.strategies.samplers import refuse_without_a_switch_point
 from autosync.search.cost import in_bsp_trainings
 from autosync.search.space import load_space, resolve_space_path
 from autosync.search.study.storage import quiet_optuna

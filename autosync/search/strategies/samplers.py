@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from autosync.core.errors import UserError
+from autosync.policies import SyncSwitch
 from autosync.search.space import SearchSpace
 from autosync.search.tune_options import AUTO, RACE, SAMPLERS, SWITCH_POINT_SAMPLERS
 from autosync.search.study._optuna_internals import brute_force_sampler
@@ -12,7 +13,8 @@ from autosync.search.study._optuna_internals import brute_force_sampler
 if TYPE_CHECKING:
     import optuna
 
-__all__ = ["AUTO", "RACE", "SAMPLERS", "SWITCH_POINT_SAMPLERS", "check_sampler", "make_sampler", "sampler_for"]
+__all__ = ["AUTO", "RACE", "SAMPLERS", "SWITCH_POINT_SAMPLERS", "check_sampler", "fixed_dimensions", "make_sampler",
+           "refuse_without_a_switch_point", "sampler_for"]
 
 
 def sampler_for(name: str, space: SearchSpace) -> str:
@@ -27,8 +29,9 @@ def sampler_for(name: str, space: SearchSpace) -> str:
 
 def check_sampler(name: str, space: SearchSpace, multi_objective: bool) -> str:
     """The sampler `--sampler name` runs on `space` (`sampler_for`), refused in one line where it cannot run:
-    the race off the policy space, gp on two objectives, grid on a continuous space. What `make_sampler`
-    builds; a request checks it without building it, so that a cache hit loads no Optuna."""
+    the race off the policy space, gp on two objectives, grid on a continuous space, a switch-point search on a
+    space without one (`fixed_dimensions`). What `make_sampler` builds; a request checks it without building it,
+    so that a cache hit loads no Optuna."""
     name = sampler_for(name, space)
     if name == RACE and space.name != "policy":
         raise UserError(f"--sampler race races the lattice of every policy: it needs --space policy, but got "
@@ -38,7 +41,35 @@ def check_sampler(name: str, space: SearchSpace, multi_objective: bool) -> str:
     if name == "grid" and not space.is_discrete():
         raise UserError(f"--sampler grid needs a discrete space (int, categorical or stepped float), but "
                         f"{space.path} has continuous dimensions: {', '.join(space.continuous_dimensions())}")
+    if name in SWITCH_POINT_SAMPLERS:
+        fixed_dimensions(space, name)
     return name
+
+
+def refuse_without_a_switch_point(space: SearchSpace, who: str) -> dict[str, Any]:
+    """The space's Sync-Switch dimensions, refused in one line naming `who` unless it searches Sync-Switch alone
+    with a switch_at dimension: what a switch-point search (Algorithm 1, the ladder) moves."""
+    dims = space.dimensions.get(SyncSwitch.name, {})
+    if space.policies != [SyncSwitch.name] or "switch_at" not in dims:
+        raise UserError(f"{who} searches the switch point: the space must have one policy sync_switch with a "
+                        f"switch_at dimension, but {space.path} has {space.policies}")
+    return dims
+
+
+def fixed_dimensions(space: SearchSpace, sampler: str) -> dict[str, Any]:
+    """The Optuna parameters a switch-point search (`--sampler sampler`) holds fixed beside switch_at: each
+    other Sync-Switch dimension at its first choice; a space it cannot search is one line (the request checks
+    it before any storage is opened)."""
+    dims = refuse_without_a_switch_point(space, f"--sampler {sampler}")
+    others: dict[str, Any] = {}
+    for name, dim in dims.items():
+        if name == "switch_at":
+            continue
+        if dim.type != "categorical":
+            raise UserError(f"--sampler {sampler}: {space.path}: sync_switch.{name} must be a categorical "
+                            "(its first choice is used), or a constant")
+        others[f"sync_switch.{name}"] = dim.choices[0]
+    return others
 
 
 def make_sampler(name: str, seed: int, space: SearchSpace, multi_objective: bool,

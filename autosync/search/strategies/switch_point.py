@@ -7,7 +7,7 @@ import math
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
-from autosync.core.errors import RuntimeFailure, UserError
+from autosync.core.errors import RuntimeFailure
 from autosync.policy_score import RunFailed
 from autosync.search.objective import Objective
 from autosync.search.study import _optuna_internals as internals
@@ -16,6 +16,7 @@ from autosync.search.study.records import TrialRecord
 from autosync.search.study.trials import counted_trials
 from autosync.policies import SyncSwitch
 from autosync.search.strategies.binary import binary_search
+from autosync.search.strategies.samplers import fixed_dimensions
 from autosync.search.strategies.ladder import ladder_finished, next_rung
 
 RUNS_PER_CANDIDATE = 3  # Sync-Switch's binary search: R runs per candidate, recorded as R seeds per trial
@@ -24,37 +25,10 @@ if TYPE_CHECKING:
     import optuna
 
     from autosync.search.request import TuneRequest
-    from autosync.search.space import SearchSpace
 
 
 class _OutOfTime(Exception):
     """--timeout passed during a switch-point search: stop before the next candidate."""
-
-
-def refuse_without_a_switch_point(space: "SearchSpace", who: str) -> dict[str, Any]:
-    """The space's Sync-Switch dimensions, refused in one line naming `who` unless it searches Sync-Switch alone
-    with a switch_at dimension: what a switch-point search (Algorithm 1, the ladder) moves."""
-    dims = space.dimensions.get(SyncSwitch.name, {})
-    if space.policies != [SyncSwitch.name] or "switch_at" not in dims:
-        raise UserError(f"{who} searches the switch point: the space must have one policy sync_switch with a "
-                        f"switch_at dimension, but {space.path} has {space.policies}")
-    return dims
-
-
-def fixed_dimensions(space: "SearchSpace", sampler: str) -> dict[str, Any]:
-    """The Optuna parameters a switch-point search (`--sampler sampler`) holds fixed beside switch_at: each
-    other Sync-Switch dimension at its first choice; a space it cannot search is one line (the request checks
-    it before any storage is opened)."""
-    dims = refuse_without_a_switch_point(space, f"--sampler {sampler}")
-    others: dict[str, Any] = {}
-    for name, dim in dims.items():
-        if name == "switch_at":
-            continue
-        if dim.type != "categorical":
-            raise UserError(f"--sampler {sampler}: {space.path}: sync_switch.{name} must be a categorical "
-                            "(its first choice is used), or a constant")
-        others[f"sync_switch.{name}"] = dim.choices[0]
-    return others
 
 
 def grid_levels(dim: Any) -> int:
@@ -116,8 +90,8 @@ def run_switch_point_search(study: "optuna.Study", request: "TuneRequest", refer
 
     target = metric_sign * reference["final_metric"]
     try:
+        levels = grid_levels(request.space.dimensions[SyncSwitch.name]["switch_at"])
         binary_search(run, threshold=request.settings.tolerance, runs_per_candidate=1,
-                      max_settings=min(request.n_trials, grid_levels(request.space.dimensions[SyncSwitch.name]["switch_at"])),
-                      target_accuracy=target)
+                      max_settings=min(request.n_trials, levels), target_accuracy=target)
     except _OutOfTime:
         pass  # the candidates tried so far are trials of the study; the cache picks the best of them

@@ -132,11 +132,11 @@ def read_cache(study: "optuna.Study") -> CacheRecord | None:
 
 
 def check_owner(study: "optuna.Study", job: JobSpec, adopt: bool = False, space: str | None = None) -> None:
-    """A study named by `--study` that was made for another job (another fingerprint) is refused unless
-    `adopt`: its cached answer (a policy for other workers) would answer this job, and the tune would
-    overwrite that job's identity on it. One made over another search space than `space` is refused always:
-    its cached answer, a point of that space, was returned as this space's. An attribute stored damaged (not JSON) is refused as `read_cache`
-    says; a record that is JSON but unusable is not this check's (`--refresh` replaces it)."""
+    """A study named by `--study` that was made for another job (another fingerprint) is refused unless `adopt`: its
+    cached answer (a policy for other workers) would answer this job, and the tune would overwrite that job's
+    identity on it. One made over another search space than `space` is refused always: its cached answer, a
+    point of that space, was returned as this space's. An attribute stored damaged (not JSON) is refused as
+    `read_cache` says; a record that is JSON but unusable is not this check's (`--refresh` replaces it)."""
     owner = StudyRecord(_attrs_if_json(study))  # the record itself need not be usable: `--refresh` replaces it
     if space is not None and owner.space is not None and owner.space != space:  # its trials are another space's
         raise UserError(f"--study {study.study_name}: a study of space {owner.space}, not {space}: its trials and "
