@@ -65,6 +65,9 @@ def check_rules(rules: Iterable[str]) -> tuple[str, ...]:
     bad = [r for r in rules if r not in LR_RULES]
     if bad or not rules:
         raise UserError(f"--lr-rules must be comma-separated rules of {list(LR_RULES)}, but got {','.join(rules)!r}")
+    twice = sorted({r for r in rules if rules.count(r) > 1})
+    if twice:  # each would be run and reported twice
+        raise UserError(f"--lr-rules must name each rule once, but got {','.join(rules)!r} ({', '.join(twice)} twice)")
     return rules
 
 

@@ -130,7 +130,9 @@ def test_bad_options_exit_2(tmp_path):
     family.write_text(TINY)
     for extra, message in ((["--n-jobs", "0"], "--n-jobs must be >= 1 or -1"),
                            (["--policies", "nope"], "--policies must be one of"),
-                           (["--lr-rules", "fixed,cubic"], "--lr-rules must be comma-separated rules of")):
+                           (["--lr-rules", "fixed,cubic"], "--lr-rules must be comma-separated rules of"),
+                           (["--lr-rules", "fixed,sqrt,fixed"], "--lr-rules must name each rule once, but got "
+                                                                "'fixed,sqrt,fixed' (fixed twice)")):
         proc = autosync("robustness", str(family), "--jobs", "1", *extra, cwd=tmp_path)
         assert proc.returncode == 2, proc.stderr
         no_traceback(proc)
