@@ -34,7 +34,7 @@ from rich.console import Console
 
 from autosync import __version__
 from autosync.core import strict_json
-from autosync.core.errors import AutosyncError, Interrupted, JobFileError
+from autosync.core.errors import AutosyncError, Interrupted, JobFileError, UserError
 from autosync.core.main_module import declare_guarded
 from autosync.options import (
     CacheOptions, CalibrateOptions, CompareOptions, FamilyOptions, FitOptions, LeaderboardOptions, ProfileOptions,
@@ -57,6 +57,7 @@ from autosync.reporting.robustness_files import comparison_document, summary_leg
 from autosync.reporting.tables import Fitted
 from autosync.reporting.tracking import Tracking
 from autosync.search.study.interrupts import storage_calls_finish_first
+from autosync.search.study.locking import sqlite_path
 from autosync.search.study.storage import DEFAULT_STORAGE, end_without_collection, redact_url
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -465,10 +466,21 @@ def replay(logs: Path = typer.Argument(..., help="A Sync-Switch log folder (base
 cache_app = typer.Typer(help="The cache of recurring jobs: tuned policies stored in the study storage.",
                         no_args_is_help=True)
 app.add_typer(cache_app, name="cache")
+
+
+def _cache_storage(options: CacheOptions) -> str:
+    """The cache commands' storage URL: --storage, else the default; an SQLite file that --storage names and that
+    does not exist is one line (a misspelt path listed no study and cleared none, as if the storage were empty)."""
+    path = sqlite_path(options.storage) if options.storage else None
+    if path is not None and not path.exists():
+        raise UserError(f"--storage {redact_url(options.storage)}: no such file {path} (no study storage there)")
+    return options.storage or DEFAULT_STORAGE
+
+
 @_command(CacheOptions, cache_app, name="list")
 def cache_list(as_json: bool = JSON_OPT, wide: bool = WIDE_OPT, *, options: CacheOptions) -> None:
     """Every cached study: job, space, trials, best policy and score."""
-    url = options.storage or DEFAULT_STORAGE
+    url = _cache_storage(options)
     studies = api.cached_studies(storage=url, check=True)  # a damaged record: refused, as by every reading command
     if as_json:
         return _print_json(studies)
@@ -490,7 +502,7 @@ def recommend(job: Optional[Path] = JOB_ARG, as_json: bool = JSON_OPT, wide: boo
 def cache_show(job: Optional[Path] = JOB_ARG, as_json: bool = JSON_OPT, *, options: CacheOptions) -> None:
     """The cached studies of one job with their provenance and amortization report."""
     spec = api.load_job(job)
-    url = options.storage or DEFAULT_STORAGE
+    url = _cache_storage(options)
     studies = api.cached_studies(spec, url, check=True)
     if as_json:
         return _print_json(studies)
@@ -501,7 +513,7 @@ def cache_show(job: Optional[Path] = JOB_ARG, as_json: bool = JSON_OPT, *, optio
 def cache_clear(job: Optional[Path] = JOB_ARG, *, options: CacheOptions) -> None:
     """Delete every study (and so the cached policy) of one job."""
     spec = api.load_job(job)
-    names = api.clear_cache(spec, options.storage)
+    names = api.clear_cache(spec, _cache_storage(options))
     console.print(f"deleted {len(names)} studies of job {spec.name}: {', '.join(names) or '-'}")
 
 

@@ -118,8 +118,8 @@ def test_reading_the_cache_never_creates_the_storage(tiny_job, tmp_path):
     listed = autosync("cache", "list", "--storage", url, cwd=tmp_path)
     cleared = autosync("cache", "clear", str(tiny_job), "--storage", url, cwd=tmp_path)
     tuned = autosync("run", str(tiny_job), "--policy", "tuned", "--storage", url, cwd=tmp_path)
-    assert (shown.returncode, listed.returncode, cleared.returncode, tuned.returncode) == (0, 0, 0, 2)
-    assert "no cached study" in shown.stdout and "no cached study" in listed.stdout
+    assert (shown.returncode, listed.returncode, cleared.returncode, tuned.returncode) == (2, 2, 2, 2)
+    assert all("no such file" in p.stderr for p in (shown, listed, cleared))  # (a misspelt path, most likely)
     assert tuned.stderr.startswith("error: no cached policy for job tiny")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.yaml"]
 
@@ -190,3 +190,14 @@ def test_an_output_file_whose_name_a_folder_takes_is_one_line(tmp_path):
     _no_traceback(proc)
     assert proc.returncode == 2, proc.stderr
     assert "cannot write out/leaderboard.md: a folder of that name is in the way" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("command", [["cache", "list"], ["cache", "show", "JOB"], ["cache", "clear", "JOB"]])
+def test_a_cache_command_on_a_storage_file_that_does_not_exist_says_so(tiny_job, tmp_path, command):
+    """A misspelt --storage listed no study and cleared none (exit 0), as if the storage were empty."""
+    argv = [str(tiny_job) if a == "JOB" else a for a in command]
+    proc = autosync(*argv, "--storage", f"sqlite:///{tmp_path}/nope.db", cwd=tmp_path)
+    _no_traceback(proc)
+    assert proc.returncode == 2 and proc.stderr.strip() == \
+        f"error: --storage sqlite:///{tmp_path}/nope.db: no such file {tmp_path}/nope.db (no study storage there)"
+    assert not (tmp_path / "nope.db").exists()
