@@ -23,6 +23,7 @@ defined in `autosync.core.errors`) with the message the command line prints.
 from __future__ import annotations
 
 import contextlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Iterator, Sequence
@@ -401,6 +402,7 @@ def robustness(family_file: str | Path, directory: str | Path | None = None,
     for n in sorted({j.cluster.n_workers for j in drawn}):  # a bad space fails before any job file is written
         load_space(resolve_space_path(opts.tuned_space, "policy", "--tuned-space"), n, "--tuned-space")
     out = output_dir(directory or Path("results") / "robustness" / spec.name)
+    _refuse_another_family(out, spec.name)
     write_jobs(spec, drawn, output_dir(out / "jobs"), str(family_file), command)
     tuned = {}
     if opts.tuned_trials:  # each job's own tuned policy, cached in studies.db beside the report
@@ -410,6 +412,18 @@ def robustness(family_file: str | Path, directory: str | Path | None = None,
     grid = Grid(drawn, list(range(opts.seed_offset, opts.seed_offset + opts.seeds)), online, rules, tuned, broad)
     result, reused = run_report(grid, out, opts.n_jobs, phase, on_resume)
     return Robustness(spec.name, drawn, grid.seeds, rules, result, out, reused)
+
+
+def _refuse_another_family(out: Path, family: str) -> None:
+    """A folder holding another family's robustness report is refused before any file is written: that family's
+    job files and runs were left beside the new report's."""
+    try:
+        theirs = json.loads((out / "robustness.json").read_text()).get("family")
+    except (OSError, ValueError, AttributeError):
+        return  # none there (or one that is not a report, which writing the new one replaces)
+    if isinstance(theirs, str) and theirs != family:
+        raise UserError(f"--out {out} holds the robustness report of family {theirs}, not {family}: name another "
+                        "folder (its job files and runs would stay beside this report's)")
 
 
 def replay(logs: str | Path, options: ReplayOptions | None = None, *,

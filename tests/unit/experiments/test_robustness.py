@@ -177,3 +177,19 @@ def test_a_tiny_two_family_report_puts_each_policy_s_regret_on_both_families_sid
         refused = autosync(*bad, cwd=tmp_path)
         assert refused.returncode == 2 and says in refused.stderr
         no_traceback(refused)
+
+
+def test_a_report_into_a_folder_of_another_familys_report_is_refused_before_any_file(tmp_path):
+    """That family's job files and runs stayed beside the new report's."""
+    from autosync import api
+    from autosync.core.errors import UserError
+
+    family = tmp_path / "tiny.yaml"
+    family.write_text(TINY)
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "robustness.json").write_text('{"family": "other", "jobs": []}')
+    with pytest.raises(UserError, match=f"^--out {out} holds the robustness report of family other, not tiny: name "
+                                        "another folder"):
+        api.robustness(family, out, jobs=1, seeds=1, policies=["ssp"])
+    assert sorted(p.name for p in out.iterdir()) == ["robustness.json"]
