@@ -187,11 +187,7 @@ def run(job: Optional[Path] = JOB_ARG,
             status.print(f"tuned policy from the cache: {pol!r}")
         with status.status(f"loading {spec.workload.dataset.label} and building {spec.workload.model.label}"):
             workload = api.check_workload(spec, options.device)
-        # named by the policy with its parameters (backup-k=3-seed0): two settings of one policy keep two folders
-        from autosync.catalog import spec_of  # not at the top: the catalog (numpy), which --help does not load
-
-        folder = spec_of(pol.to_dict()).replace(":", "-")
-        out_dir = api.output_dir(out or Path("results") / "runs" / spec.name / f"{folder}-seed{spec.seed}")
+        out_dir = api.output_dir(out or Path("results") / "runs" / spec.name / f"{_run_folder(pol)}-seed{spec.seed}")
         ranks.share(spec)
         ready = f"{options.backend} backend ready: {options.clock} clock, training {spec.name} with {pol.name}"
         if options.backend == "processes":
@@ -217,6 +213,17 @@ def run(job: Optional[Path] = JOB_ARG,
     _logged(tracking)
     if options.clock == "real":
         status.print(f"replay it exactly: autosync rerun {out_dir}")
+
+
+def _run_folder(policy: Any) -> str:
+    """A run's default folder: the policy with the parameters it sets (backup-k=3-seed0), so that two settings of
+    one policy keep two folders; the policy's name where a parameter has no spec form (split's fractions)."""
+    from autosync.catalog import spec_of  # not at the top: the catalog (numpy), which --help does not load
+
+    try:
+        return spec_of(policy.to_dict()).replace(":", "-")
+    except ValueError:
+        return policy.name
 
 
 @_command(ProfileOptions)

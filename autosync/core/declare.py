@@ -8,6 +8,7 @@ wherever it is used: the command line, the API and the engine's execution record
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import os
 from typing import Any
 
@@ -46,14 +47,24 @@ def default_of(cls: type, name: str) -> Any:
 #: What a value of a field declared with each of these types must be (`Optional[...]`: that, or None), and the
 #: words for it. A string field takes a path too; a list field's items are not checked, but for list[int]'s (a
 #: list of policies also takes their dicts).
-_KINDS: dict[str, tuple[Any, str]] = {
-    "int": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an int"),
-    "float": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), "a number"),
-    "bool": (lambda v: isinstance(v, bool), "true or false"),
+_KINDS: dict[str, tuple[Any, str]] = {  # numpy's numbers too: they are `numbers`' Integral and Real
+    "int": (lambda v: isinstance(v, numbers.Integral) and not _is_bool(v), "an int"),
+    "float": (lambda v: isinstance(v, numbers.Real) and not _is_bool(v), "a number"),
+    "bool": (lambda v: _is_bool(v), "true or false"),
     "str": (lambda v: isinstance(v, (str, os.PathLike)), "a string"),
-    "list[str]": (lambda v: isinstance(v, (list, tuple)), "a list (of strings)"),
-    "list[int]": (lambda v: isinstance(v, (list, tuple)) and all(_KINDS["int"][0](x) for x in v), "a list of ints"),
+    "list[str]": (lambda v: _is_list(v), "a list (of strings)"),
+    "list[int]": (lambda v: _is_list(v) and all(_KINDS["int"][0](x) for x in v), "a list of ints"),
 }
+
+
+def _is_bool(value: Any) -> bool:
+    # numpy's bool is no Python bool (and this module loads no numpy: --help does not)
+    return isinstance(value, bool) or (type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_"))
+
+
+def _is_list(value: Any) -> bool:
+    """A list, tuple or array of items; a string (read one character at a time) or a mapping is none."""
+    return hasattr(value, "__iter__") and not isinstance(value, (str, bytes, os.PathLike, dict))
 
 
 def check_ranges(options: Any) -> None:

@@ -60,8 +60,8 @@ def load_leaderboard(folder: Path) -> dict[str, Any]:
         command = str(data.get("command", ""))
         if not isinstance(runs, dict):
             raise TypeError("runs is not a mapping")
-        workload = {"dataset": data["job"]["workload"]["dataset"], "model": data["job"]["workload"]["model"],
-                    "target metric": data["job"]["target"]["metric"]}
+        workload = {"dataset": data["job"]["workload"]["dataset"]["name"], "model": data["job"]["workload"]["model"],
+                    "target metric": data["job"]["target"]["metric"]}  # (not where its files are read from)
     except (ValueError, KeyError, TypeError) as exc:
         raise UserError(f"{path}: not a leaderboard written by autosync ({type(exc).__name__}: {exc})") from None
     return {"n_workers": n, "runs": runs, "command": command, "path": str(path), "workload": workload}

@@ -367,10 +367,11 @@ def race_answer(study: "optuna.Study", answer: Answer, job_seed: int, budget: fl
             "race": {"rounds": rounds(trials, job_seed), "ranked": [[label, t] for label, t in answer.ranked],
                      "checked": answer.checked, "answer": answer.label, "budget": budget,
                      "cut_short": answer.cut_short, "towards_bsp": answer.towards_bsp,
-                     **({"settings": _settings_of(settings)} if settings is not None else {})}}
+                     **({"settings": settings_record(settings)} if settings is not None else {})}}
 
 
-def _settings_of(settings: RaceSettings) -> dict[str, Any]:
+def settings_record(settings: RaceSettings) -> dict[str, Any]:
+    """The race settings as its cache record keeps them: the portfolio and the margin."""
     return {"portfolio": list(settings.portfolio), "margin": settings.margin}
 
 
@@ -386,7 +387,7 @@ def refuse_another_race(record: dict[str, Any], request: "TuneRequest", study_na
         differs.append(f"--budget {race.get('budget') if race.get('budget') is not None else 'none'} (this command: "
                        f"{request.budget if request.budget is not None else 'none'})")
     if request.race_settings is not None and isinstance(race.get("settings"), dict) \
-            and race["settings"] != _settings_of(race_settings(request.race_settings)):
+            and race["settings"] != settings_record(race_settings(request.race_settings)):
         differs.append(f"other settings than {request.race_settings}")
     if differs:
         raise UserError(f"study {study_name} holds the race's answer made with {' and '.join(differs)}: name another "

@@ -201,3 +201,12 @@ def test_a_cache_command_on_a_storage_file_that_does_not_exist_says_so(tiny_job,
     assert proc.returncode == 2 and proc.stderr.strip() == \
         f"error: --storage sqlite:///{tmp_path}/nope.db: no such file {tmp_path}/nope.db (no study storage there)"
     assert not (tmp_path / "nope.db").exists()
+
+
+def test_a_run_of_a_policy_whose_parameters_have_no_spec_form_is_named_by_the_policy(tiny_job, tmp_path):
+    """split's fractions (a list) have no --policies spec: the folder is named by the policy alone (it was a
+    traceback, also after `tune --space batch_split`'s own hint 'autosync run --policy tuned')."""
+    proc = autosync("run", str(tiny_job), "--policy", "split", "--param", "fractions=[1,1,1,1]", cwd=tmp_path)
+    _no_traceback(proc)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "results" / "runs" / "tiny" / "split-seed0" / "summary.json").is_file()

@@ -233,3 +233,16 @@ def test_results_written_to_a_path_that_is_a_file_are_one_line(tmp_path):
         Leaderboard(job, [0], [], []).write(taken)
     with pytest.raises(UserError, match=f"^directory: {taken} is a file, but an output directory is needed$"):
         api.run(job, "bsp").write(taken)
+
+
+def test_numpy_numbers_are_taken_where_python_numbers_are():
+    """The type checks of the API's keywords take numpy's ints, floats and bools (a script's arange, a
+    config read by numpy), as they were taken before those checks."""
+    import numpy as np
+
+    from autosync.options import ReplayOptions
+
+    assert TuneOptions(n_trials=np.int64(2), tolerance=np.float32(0.02), refresh=np.bool_(False)).n_trials == 2
+    assert ReplayOptions(tpe_trials=np.array([4, 8])).tpe_trials is not None
+    with pytest.raises(UserError, match=r"--n-trials must be an int, but got np.float64\(2.5\)"):
+        TuneOptions(n_trials=np.float64(2.5))
