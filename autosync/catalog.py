@@ -170,20 +170,24 @@ def policy_of(policy: "str | Policy | dict[str, Any]", params: dict[str, Any] | 
     if isinstance(policy, Policy):
         return policy
     if isinstance(policy, dict):
-        policy_from_dict(policy)  # its keys and parameters checked, then changed
-        changed = {**(policy.get("params") or {}), **(params or {})}
-        return policy_from_dict({"policy": policy["policy"], "params": changed})
+        _check_dict(policy)  # its keys and parameters, then the policy made once, with `params` changed
+        return make_policy(policy["policy"], {**(policy.get("params") or {}), **(params or {})})
     return make_policy(policy, params or {})
 
 
 def policy_from_dict(data: dict[str, Any]) -> Policy:
     """Inverse of Policy.to_dict(); a dict of other keys, or whose params are no dict, is a one-line UserError."""
+    _check_dict(data)
+    return make_policy(data["policy"], data.get("params") or {})
+
+
+def _check_dict(data: Any) -> None:
+    """A policy dict has the key 'policy' and optionally 'params' (a dict); anything else is a one-line UserError."""
     if not isinstance(data, dict) or "policy" not in data or set(data) - {"policy", "params"}:
         keys = sorted(data) if isinstance(data, dict) else None
         raise UserError("a policy dict has the key 'policy' (a name) and optionally 'params' (a dict), but got "
                         f"{'keys ' + str(keys) if keys is not None else repr(data)}")
     _check_params(data.get("params"))
-    return make_policy(data["policy"], data.get("params") or {})
 
 
 def _check_params(params: Any) -> None:
