@@ -19,7 +19,7 @@ from autosync.catalog import checked_spec, label_of, policy_from_dict
 from autosync.core.ctrl_c import workers_spared_ctrl_c
 from autosync.core.errors import Interrupted
 from autosync.core.job import JobSpec
-from autosync.experiments.run_records import appending, cell_key, read_records
+from autosync.experiments.run_records import appending, budgeted_fingerprint, cell_key, read_records
 
 DEFAULT_POLICIES = ("bsp", "asp", "ssp", "backup", "dbw", "bdbw")
 RUNS_FILE = "runs.jsonl"  # beside a leaderboard's files: its finished runs, which the same command reads back
@@ -68,7 +68,7 @@ def run_grid(job: JobSpec, policies: list[dict[str, Any]], seeds: list[int], n_j
     from joblib import Parallel, delayed
 
     entries = [Entry(label_of(p), p) for p in policies]
-    fingerprint = job.fingerprint()
+    fingerprint = budgeted_fingerprint(job)  # a run kept under another budget is not this job's
     keys = {(i, s): cell_key(fingerprint, policies[i], s) for i in range(len(policies)) for s in seeds}
     kept = read_records(runs_file) if runs_file is not None else {}
     todo = [task for task, key in keys.items() if key not in kept]

@@ -4,6 +4,7 @@ report (a robustness grid's `cells.jsonl`, a leaderboard's `runs.jsonl`) runs ag
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 from pathlib import Path
@@ -12,12 +13,19 @@ from typing import Any, Callable, Iterator
 from autosync.core import strict_json
 from autosync.core.errors import UserError
 
-__all__ = ["appending", "cell_key", "read_records"]
+__all__ = ["appending", "budgeted_fingerprint", "cell_key", "read_records"]
 
 
 def cell_key(fingerprint: str, policy: dict[str, Any], seed: int) -> str:
     """A run's key: the job's fingerprint, the policy (its keys sorted) and the seed."""
     return f"{fingerprint}|{json.dumps(policy, sort_keys=True)}|{seed}"
+
+
+def budgeted_fingerprint(job: Any) -> str:
+    """The fingerprint of a run's job with its budget: the job's fingerprint leaves the budget out (a tune's
+    cache answers a recurring job whatever its budget), but a run trained to 20 s is not one of 3 s."""
+    budget = json.dumps(job.budget.model_dump(mode="json"), sort_keys=True)
+    return f"{job.fingerprint()}+{hashlib.sha256(budget.encode()).hexdigest()[:8]}"
 
 
 def read_records(path: Path) -> dict[str, dict[str, Any]]:

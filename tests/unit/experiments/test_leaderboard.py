@@ -158,6 +158,18 @@ def test_a_leaderboard_keeps_its_runs_and_runs_again_only_what_it_lacks(tmp_path
     assert [len(e.runs) for e in extended] == [3, 3]
 
 
+def test_a_leaderboard_does_not_take_a_run_kept_under_another_budget_for_its_own(tmp_path):
+    """The job's fingerprint leaves the budget out: a 3 s job read back the 20 s job's runs in the same folder."""
+    runs_file = tmp_path / "runs.jsonl"
+    policies = [parse_policy_spec("bsp", 4)]
+    long = run_grid(small_job(budget={"max_updates": 15}), policies, [0], runs_file=runs_file)
+    short = run_grid(small_job(budget={"max_updates": 3}), policies, [0], runs_file=runs_file)
+    assert long[0].runs[0]["updates"] == 15 and short[0].runs[0]["updates"] == 3
+    again = run_grid(small_job(budget={"max_updates": 15}), policies, [0], runs_file=runs_file,
+                     on_done=lambda run: None)
+    assert again[0].runs[0] == long[0].runs[0] and len(runs_file.read_text().splitlines()) == 2  # read back
+
+
 def test_a_policy_given_twice_is_one_row():
     from autosync.experiments.leaderboard import policy_specs
 
