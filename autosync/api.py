@@ -10,7 +10,7 @@ optuna, the search's request, the table and the job family's schema load when a 
     job = autosync.load_job("examples/sequences/job.yaml")          # or autosync.job_from_dict({...})
     result = autosync.run(job, "dbw", seed=1)                        # one training run
     print(result.metrics["time_to_target"])
-    found = autosync.tune(job, space="policy", n_trials=10)         # an Optuna study; cached for next time
+    found = autosync.tune(job)                                       # the race, in an Optuna study; cached
     print(found.cache["best_policy"], found.cache["best_value"])
     board = autosync.leaderboard(job, ["bsp", "asp", "dbw"], seeds=3)
     for row in board.rows:
@@ -214,7 +214,7 @@ def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions 
         space: a search-space YAML file or a shipped name (policy, the default; static_k, switch_point,
             batch_split, composed).
         options: the options of `autosync tune` (`TuneOptions`: n_trials, storage, sampler, repeats,
-            verify_top, which re-runs the best candidates on the options' backend, backend, ...); `fields` change some of them (n_trials=10).
+            verify_top, which re-runs the best candidates on the options' backend, backend, ...); `fields` change some of them (sampler="tpe", n_trials=10).
         on: where each trial trains (`backend(...)`), instead of the options' backend fields.
         on_trial: called with (trials done, trials in all) as the search goes.
         on_start: called with the storage URL once every option is checked, before the search starts.

@@ -59,6 +59,7 @@ from autosync.reporting.tracking import Tracking
 from autosync.search.study.interrupts import storage_calls_finish_first
 from autosync.search.study.locking import sqlite_path
 from autosync.search.study.storage import DEFAULT_STORAGE, end_without_collection, redact_url
+from autosync.search.tune_options import DEFAULT_N_TRIALS
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Search and benchmark synchronization policies for parameter-server training.")
@@ -436,7 +437,7 @@ def tune(job: Optional[Path] = JOB_ARG,
         if out is not None:
             api.output_dir(out)
         ranks.share(spec, every_run=True)
-        with tune_progress(status, options.n_trials, race=options.races()) as (on_trial, start_bar):
+        with tune_progress(status, options.n_trials or DEFAULT_N_TRIALS, race=options.races()) as (on_trial, start_bar):
             def on_start(url: str) -> None:  # every check passed: the storage is named, then the bar drawn
                 status.print(f"study storage: {redact_url(url)}", soft_wrap=True)
                 start_bar()
@@ -449,7 +450,7 @@ def tune(job: Optional[Path] = JOB_ARG,
         _print_json(outcome.to_dict())
     else:
         _show(tune_report(outcome, spec), wide=wide)
-        _show(tune_hint(spec, outcome.storage), status)
+        _show(tune_hint(job, outcome.storage), status)
         if outcome.verification is not None:
             _show(verification_report(outcome.verification), wide=wide)
     files = outcome.write(out or api.tune_dir(outcome, spec, options), command_line("tune"), mlflow=tracking, job=spec)

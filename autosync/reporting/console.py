@@ -5,8 +5,9 @@ without running a command.
 
 from __future__ import annotations
 
+import os
 import re
-
+import shlex
 from dataclasses import dataclass
 from typing import Any
 
@@ -236,7 +237,9 @@ def tune_report(outcome: Any, spec: Any) -> list[Printed]:
     if outcome.cached:
         out.append(Line(f"[bold]cache hit[/bold]: study {outcome.study_name} finished {c['finished_at']} after "
                         f"{c['trials']} trials (autosync {c['autosync_version']}, sampler {c['sampler']}); "
-                        "no new trial. Use --refresh to search again."))
+                        "no new trial. " + ("`autosync cache clear` the job to race again (the race runs the same "
+                                            "runs on the same seeds)." if isinstance(c.get("race"), dict)
+                                            else "Use --refresh to search again.")))
     else:
         out.append(Line(f"study {outcome.study_name}: {count(outcome.new_trials, 'trial')} run by this command, "
                         f"{c['trials']} in all" + _others_line(getattr(outcome, "roles", {}))))
@@ -521,9 +524,9 @@ def fault_warnings(result: Any) -> list[Printed]:
     return [Line(f"warning: {line}", "yellow") for line in result.faults]
 
 
-def tune_hint(spec: Any, storage: str | None = None) -> list[Printed]:
-    """How to train with the tuned policy (`autosync tune`, on stderr): the job file where it is not the
-    default job, and the `storage` where it is not the default one (its password masked)."""
-    job_file = "JOB.yaml " if spec.name != "digits_default" else ""
+def tune_hint(job_file: "str | os.PathLike[str] | None", storage: str | None = None) -> list[Printed]:
+    """How to train with the tuned policy (`autosync tune`, on stderr): the job file the tune was given (none
+    for the embedded default job), and the `storage` where it is not the default one (its password masked)."""
+    job_file = f"{shlex.quote(str(job_file))} " if job_file is not None else ""
     where = f" --storage {redact_url(storage)}" if storage and storage != DEFAULT_STORAGE else ""
     return [Line(f"train with it: autosync run {job_file}--policy tuned{where}", "dim")]

@@ -21,7 +21,7 @@ from autosync.search.study.cache import execution_name, study_name
 from autosync.search.study.helper_processes import shared_storage, usable_cores
 from autosync.search.study.records import BUDGET, describe_study
 from autosync.search.study.storage import DEFAULT_STORAGE
-from autosync.search.tune_options import DEFAULT_TUNE_SPACE, RACE, TuneOptions
+from autosync.search.tune_options import DEFAULT_N_TRIALS, DEFAULT_TUNE_SPACE, RACE, TuneOptions
 from autosync.search.strategies.samplers import check_sampler, sampler_for
 from autosync.lattice import labelled_points
 from autosync.race import WIDEST_ROUND, portfolio_members, race_settings
@@ -58,7 +58,7 @@ class TuneRequest:
 
     job: JobSpec
     space: SearchSpace
-    n_trials: int = _default("n_trials")
+    n_trials: int | None = _default("n_trials")  # None: DEFAULT_N_TRIALS, once the race has refused a given one
     timeout: float | None = _default("timeout")
     storage: str = DEFAULT_STORAGE  # --storage, resolved
     study: str | None = _default("study")
@@ -81,6 +81,8 @@ class TuneRequest:
         # objectives), so that a refusal comes before the storage exists; the search builds it (`tune.load_study`)
         check_sampler(self.sampler, self.space, self.settings.multi_objective)
         self._refuse_for_the_race()
+        if self.n_trials is None:
+            self.n_trials = DEFAULT_N_TRIALS
         if self.n_jobs is None:
             self.n_jobs = default_n_jobs(self.sampler, self.settings.backend, self.storage)
         if self.sampler == RACE:  # its settings file read once here too: a bad one is refused before the storage,
@@ -103,6 +105,9 @@ class TuneRequest:
         if self.verify_top or self.settings.multi_objective:
             raise UserError(f"{race} compares its candidates on two seeds and checks its finalists' final metric "
                             "itself: it takes --objective time and no --verify-top (--sampler tpe takes them)")
+        if self.n_trials is not None:
+            raise UserError(f"{race} runs to its answer: it takes no --n-trials (--budget caps its cost in BSP "
+                            f"trainings; --sampler tpe takes --n-trials), but got --n-trials {self.n_trials}")
         if self.timeout is not None:
             raise UserError(f"{race} runs to its answer (Ctrl-C stops it, and the same command resumes it): it "
                             f"takes no --timeout (--sampler tpe takes one), but got --timeout {self.timeout:g}")

@@ -26,6 +26,8 @@ RACE = "race"  # the race on common seeds (`autosync.race`): runs candidates of 
 # its two search seeds (`autosync.race.SEARCH_SEEDS`: the final-metric rule's reference and the budget's unit),
 # so a smaller cap could not be kept (the race's module is not imported here: it loads the lattice, 0.3 s of --help)
 MIN_BUDGET = 2.0
+# --n-trials when it is not given (the race takes none: it runs to its answer, `TuneRequest._refuse_for_the_race`)
+DEFAULT_N_TRIALS = 20
 
 # `autosync tune` answers "which policy" unless told otherwise, by the race on common seeds (`autosync.race`); its
 # cost and wall time on the default job are benchmarks/README.md's (bench_race, bench_default_tune).
@@ -38,7 +40,8 @@ class TuneOptions(ExecutionOptions):
 
     space: str = option(DEFAULT_TUNE_SPACE, "Search space: a YAML file or a shipped name (policy: which policy, "
                         "by the race on common seeds; static_k; switch_point, batch_split, composed).")
-    n_trials: int = option(20, "Trial budget, global across processes (not read by the race).", ge=1)
+    n_trials: Optional[int] = option(None, f"Trial budget, global across processes (default: {DEFAULT_N_TRIALS}; the "
+                                     "race takes none: it runs to its answer, and --budget caps its cost).", ge=1)
     timeout: Optional[float] = option(None, "Stop the search after S seconds: no trial starts after it, and a "
                                       "trial still training stops at its next evaluation (not counted; the same "
                                       "command resumes it).", ge=0.0)
@@ -49,7 +52,7 @@ class TuneOptions(ExecutionOptions):
                                "trials and cached answer then stand for this job.")
     sampler: str = option("auto", "auto (race on the policy space, else tpe) | race (the lattice of every policy "
                           "raced on common seeds: a fitted portfolio, then halving, a local step and the "
-                          "final-metric rule on the finalists; --space policy only, --n-trials not read) | tpe | "
+                          "final-metric rule on the finalists; --space policy only, no --n-trials) | tpe | "
                           "gp | random | grid | binary (Sync-Switch) | ladder (cheapest switch point first).")
     n_jobs: Optional[int] = option(None, "Processes running trials on this machine (default: one per core for "
                                    "the race on the simulator, whose answer and cost do not depend on it, up to "

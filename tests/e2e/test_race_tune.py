@@ -135,6 +135,7 @@ def test_a_budget_cuts_the_race_short_and_its_output_says_so(tiny_job, tmp_path)
     (("--repeats", "2"), "does not read --repeats 2: it runs each candidate on two seeds (--sampler tpe reads it)"),
     (("--constraint-at", "bsp-target"), "does not read --constraint-at bsp-target: it holds the final metric"),
     (("--patience", "3"), "does not read --patience 3: it runs to its answer"),
+    (("--n-trials", "5"), "runs to its answer: it takes no --n-trials (--budget caps its cost in BSP trainings"),
     (("--no-transfer",), "does not read --no-transfer: it starts from its fitted portfolio"),
 ])
 def test_a_bad_race_option_is_one_line_and_exit_2(tiny_job, tmp_path, args, says):

@@ -40,10 +40,10 @@ def _tune(tmp_path: Path, job: Path, name: str, *extra: str) -> dict:
 
 def test_a_tune_replayed_on_the_table_runs_the_live_tune_s_trials_and_answers_alike(tiny_job, tmp_path):
     table = tmp_path / "table"
-    live = _tune(tmp_path, tiny_job, "live", "--n-trials", "12")
-    filling = _tune(tmp_path, tiny_job, "filling", "--n-trials", "12", "--table", str(table))
+    live = _tune(tmp_path, tiny_job, "live")
+    filling = _tune(tmp_path, tiny_job, "filling", "--table", str(table))
     files = {p.name: p.read_bytes() for p in table.iterdir()}
-    replayed = _tune(tmp_path, tiny_job, "replayed", "--n-trials", "12", "--table", str(table))
+    replayed = _tune(tmp_path, tiny_job, "replayed", "--table", str(table))
     assert {p.name: p.read_bytes() for p in table.iterdir()} == files  # every run came from the table
     trials = _trials(live["url"])
     assert len(trials) >= 10  # the default space's race: many families, forks and checks

@@ -236,12 +236,11 @@ def test_the_race_report_says_no_candidate_was_left_to_check_where_round_5_answe
 
 
 def test_the_tune_hint_names_a_storage_other_than_the_default_with_its_password_masked():
-    from types import SimpleNamespace
-
     from autosync.reporting.console import tune_hint
 
-    job = SimpleNamespace(name="mine")
-    assert tune_hint(job)[0].what == "train with it: autosync run JOB.yaml --policy tuned"
+    job = "my jobs/mine.yaml"  # the job file as the tune was given it, quoted for the shell
+    assert tune_hint(job)[0].what == "train with it: autosync run 'my jobs/mine.yaml' --policy tuned"
+    assert tune_hint(None)[0].what == "train with it: autosync run --policy tuned"  # the embedded default job
     assert tune_hint(job, "sqlite:///results/autosync-studies.db")[0].what.endswith("--policy tuned")
     hint = tune_hint(job, "postgresql://me:secret@db:5432/studies")[0].what
     assert "--storage postgresql://me:" in hint and "secret" not in hint, hint

@@ -154,9 +154,11 @@ def test_ladder_sampler_gives_each_process_its_own_rung():
 
 
 def _request(tmp_path: Path, job=None, space=None, **changes) -> TuneRequest:
-    base = dict(n_trials=4, storage=f"sqlite:///{tmp_path / 'studies.db'}", tolerance=0.05)
+    space = space or load_space(SPACE_DIR / "static_k.yaml", 4)
+    base = dict(storage=f"sqlite:///{tmp_path / 'studies.db'}", tolerance=0.05)
+    base.update({} if space.name == "policy" else {"n_trials": 4})  # the race takes no --n-trials
     base.update(changes)
-    return tune_request(job or small_job(), space or load_space(SPACE_DIR / "static_k.yaml", 4), **base)
+    return tune_request(job or small_job(), space, **base)
 
 
 @pytest.mark.parametrize("space", ["static_k", "policy"])  # TPE, and the race
@@ -320,7 +322,7 @@ def test_cli_tune_then_cache_hit_then_run_tuned_then_clear_each_json_one_strict_
     assert tuned["cached"] is False and tuned["cache"]["trials"] == 3 and tuned["top"]
     assert "storage: sqlite:///results/autosync-studies.db" in stderr  # status on stderr, results on stdout
     again = subprocess.run([sys.executable, "-X", "importtime", "-m", "autosync.cli", "tune", str(job),
-                            "--n-trials", "3"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+                            "--sampler", "tpe", "--n-trials", "3"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and "cache hit" in again.stdout and "no new trial" in again.stdout
     imported = {line.rsplit("|", 1)[1].strip() for line in again.stderr.splitlines() if line.startswith("import time:")}
     assert "optuna" in imported and "torch" not in imported  # a cache hit answers without loading torch

@@ -48,7 +48,7 @@ def test_a_processes_tune_on_the_virtual_clock_gives_the_simulators_trial_values
 @pytest.mark.slow
 @pytest.mark.processes
 def test_a_real_clock_tune_finishes_and_caches_its_backend(tiny_job, tmp_path):
-    args = ("tune", str(tiny_job), "--n-trials", "2", "--storage", "sqlite:///real.db", "--backend", "processes",
+    args = ("tune", str(tiny_job), "--sampler", "tpe", "--n-trials", "2", "--storage", "sqlite:///real.db", "--backend", "processes",
             "--clock", "real", "--stragglers", "model", "--time-scale", "0.02", "--json")
     first = autosync(*args, cwd=tmp_path)
     assert first.returncode == 0, first.stderr
@@ -56,7 +56,7 @@ def test_a_real_clock_tune_finishes_and_caches_its_backend(tiny_job, tmp_path):
     assert cache["execution"]["clock"] == "real" and cache["execution"]["time_scale"] == 0.02
     again = autosync(*args, cwd=tmp_path)  # a recurring job on the same backend: the cache answers
     assert again.returncode == 0 and json.loads(again.stdout)["cached"] is True
-    simulated = autosync("tune", str(tiny_job), "--n-trials", "2", "--storage", "sqlite:///real.db", "--json",
+    simulated = autosync("tune", str(tiny_job), "--sampler", "tpe", "--n-trials", "2", "--storage", "sqlite:///real.db", "--json",
                          cwd=tmp_path)  # the simulator's study is another: a real result never answers for it
     assert simulated.returncode == 0 and json.loads(simulated.stdout)["cached"] is False
 
@@ -182,7 +182,7 @@ def test_an_interrupted_or_killed_real_backend_tune_leaves_no_process_and_no_sha
     long_job = tmp_path / "long.yaml"
     long_job.write_text(re.sub(r"max_virtual_seconds: \d+", "max_virtual_seconds: 100000", tiny_job.read_text()))
     shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
-    tune = start_autosync("tune", str(long_job), "--backend", "processes", "--n-trials", "4",
+    tune = start_autosync("tune", str(long_job), "--backend", "processes",
                           "--storage", f"sqlite:///{tmp_path}/s.db", cwd=tmp_path)
     children = computing_workers(tune.pid, 2, 120)  # computing the BSP reference run's gradients
     assert len(children) == 2, "the trial's worker processes did not start"

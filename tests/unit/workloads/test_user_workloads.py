@@ -360,10 +360,10 @@ def test_validate_and_run_report_bad_user_code_in_one_line_with_exit_2(user_dir)
 def test_the_sequence_example_is_tuned_end_to_end_from_any_directory(tmp_path):
     """The console script imports the example's own package from the job file's folder (not the cwd)."""
     job = EXAMPLES / "sequences" / "job.yaml"
-    first = autosync("tune", str(job), "--n-trials", "3", "--storage", f"sqlite:///{tmp_path}/s.db", "--json",
+    first = autosync("tune", str(job), "--storage", f"sqlite:///{tmp_path}/s.db", "--json",
                      cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-2000:]
-    again = autosync("tune", str(job), "--n-trials", "3", "--storage", f"sqlite:///{tmp_path}/s.db", "--json",
+    again = autosync("tune", str(job), "--storage", f"sqlite:///{tmp_path}/s.db", "--json",
                      cwd=tmp_path)
     import json
 
