@@ -50,7 +50,7 @@ from autosync.reporting.results import (DrawnJobs, Leaderboard, Profile, Replay,
                                         write_calibration, write_run, write_tune)
 from autosync.reporting.tune_files import TuneFiles, Tuned
 from autosync.search.study import cache
-from autosync.search.study.storage import DEFAULT_STORAGE, quiet_optuna  # quiet_optuna: for scripts too
+from autosync.search.study.storage import DEFAULT_STORAGE, named_storage, quiet_optuna  # quiet_optuna: for scripts too
 
 if TYPE_CHECKING:
     from autosync.policies import Policy
@@ -132,7 +132,7 @@ def make_policy(policy: "str | Policy | dict[str, Any]", params: dict[str, Any] 
 def tuned_policy(job: JobSpec, storage: str | None = None, params: dict[str, Any] | None = None) -> "Policy":
     """The cached best policy of a job tuned before (UserError when it has none), with `params` changed."""
     quiet_optuna()
-    return make_policy(cache.tuned_policy(storage or DEFAULT_STORAGE, _job(job)), params)
+    return make_policy(cache.tuned_policy(named_storage(storage, DEFAULT_STORAGE), _job(job)), params)
 
 
 def check_workload(job: JobSpec, device: str = "cpu") -> "Workload":

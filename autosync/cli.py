@@ -34,7 +34,7 @@ from rich.console import Console
 
 from autosync import __version__
 from autosync.core import strict_json
-from autosync.core.errors import AutosyncError, Interrupted, JobFileError, UserError
+from autosync.core.errors import AutosyncError, Interrupted, JobFileError
 from autosync.core.main_module import declare_guarded
 from autosync.options import (
     CacheOptions, CalibrateOptions, CompareOptions, FamilyOptions, FitOptions, LeaderboardOptions, ProfileOptions,
@@ -57,8 +57,7 @@ from autosync.reporting.robustness_files import comparison_document, summary_leg
 from autosync.reporting.tables import Fitted
 from autosync.reporting.tracking import Tracking
 from autosync.search.study.interrupts import storage_calls_finish_first
-from autosync.search.study.locking import sqlite_path
-from autosync.search.study.storage import DEFAULT_STORAGE, end_without_collection, redact_url
+from autosync.search.study.storage import DEFAULT_STORAGE, end_without_collection, named_storage, redact_url
 from autosync.search.tune_options import DEFAULT_N_TRIALS
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -477,12 +476,9 @@ app.add_typer(cache_app, name="cache")
 
 
 def _cache_storage(options: CacheOptions) -> str:
-    """The cache commands' storage URL: --storage, else the default; an SQLite file that --storage names and that
-    does not exist is one line (a misspelt path listed no study and cleared none, as if the storage were empty)."""
-    path = sqlite_path(options.storage) if options.storage else None
-    if path is not None and not path.exists():
-        raise UserError(f"--storage {redact_url(options.storage)}: no such file {path} (no study storage there)")
-    return options.storage or DEFAULT_STORAGE
+    """The cache commands' storage URL: --storage, else the default (`named_storage`: a misspelt SQLite path
+    listed no study and cleared none, as if the storage were empty)."""
+    return named_storage(options.storage, DEFAULT_STORAGE)
 
 
 @_command(CacheOptions, cache_app, name="list")

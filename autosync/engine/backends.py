@@ -20,6 +20,9 @@ if TYPE_CHECKING:
 BACKENDS = ("simulator", "processes", "distributed")
 CLOCKS = ("virtual", "real")
 STRAGGLER_SOURCES = ("machine", "model")
+# --time-scale's largest value: a virtual second stretched to 1000 real ones already makes a 200 s budget two
+# days of waiting; more is a typo (and inf overflowed the real clock's sleep, a traceback)
+MAX_TIME_SCALE = 1000.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,8 +112,9 @@ class BackendChoice:
                             f"worker processes), but got --backend {self.backend}")
         if self.stragglers not in STRAGGLER_SOURCES:
             raise UserError(f"--stragglers must be machine or model, but got {self.stragglers!r}")
-        if not self.time_scale > 0:
-            raise UserError(f"--time-scale must be > 0 (real seconds per virtual second), but got {self.time_scale}")
+        if not 0 < self.time_scale <= MAX_TIME_SCALE:
+            raise UserError(f"--time-scale must be > 0 and at most {MAX_TIME_SCALE:g} (real seconds per virtual "
+                            f"second), but got {self.time_scale}")
         check_device(self.device)
         if self.table is not None and self.backend != "simulator":
             raise UserError(f"--table replays simulator runs: it needs --backend simulator, but got --backend "

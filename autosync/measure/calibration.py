@@ -100,10 +100,12 @@ class Calibration:
         """One line: whether the simulation predicts the real runs, and by how much it misses."""
         worst = max(self.final, key=lambda run: abs(run.ratio - 1.0))
         ratios = ", ".join(f"{run.name} {run.ratio_text}" for run in self.final)
+        # after a fit the ratios are the fitted simulation's (the table's "real / fitted"), not the job's as given
+        ratio = "real / fitted" if self.after else "real / simulated"
         if self.fits:
-            return f"the simulation fits the real runs (real / simulated: {ratios}; within 1 +- {TOLERANCE})"
+            return f"the simulation fits the real runs ({ratio}: {ratios}; within 1 +- {TOLERANCE})"
         return (f"the simulation does not fit the real runs: {worst.name}'s real time is {worst.ratio_text}x the "
-                f"simulated one (real / simulated: {ratios}; wanted within 1 +- {TOLERANCE})")
+                f"simulated one ({ratio}: {ratios}; wanted within 1 +- {TOLERANCE})")
 
     def to_dict(self) -> dict[str, Any]:
         runs = lambda rows: [{**asdict(r), "ratio": r.ratio, "fits": r.fits} for r in rows]  # noqa: E731

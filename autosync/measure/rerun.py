@@ -51,6 +51,15 @@ class LoggedRun:
         if not isinstance(arrivals, list) or "job_spec" not in summary or "policy" not in summary:
             raise UserError(f"{run_dir}: not a run directory written by `autosync run` (summary.json needs job_spec "
                             "and policy, trace.json needs arrivals)")
+        backend = summary.get("execution", {}).get("backend") if isinstance(summary.get("execution"), dict) else None
+        if backend == "simulator":
+            raise UserError(f"{run_dir}: a run of the simulator, which computes its workers' gradients together: "
+                            "`autosync rerun` replays a run of --backend processes from its arrival log (the "
+                            "simulator gives the same run again from the same job and seed: `autosync run`)")
+        logged = summary.get("gradients_arrived")
+        if isinstance(logged, int) and not isinstance(logged, bool) and len(arrivals) != logged:
+            raise UserError(f"{run_dir / 'trace.json'}: holds {len(arrivals)} arrivals, but summary.json counts "
+                            f"{logged}: the log is cut short or from another run (run the job again)")
         if not params_path.is_file():
             raise UserError(f"{params_path}: file not found (runs write it since the real-time clock; run again)")
         job = job_from_dict(summary["job_spec"], str(run_dir / "summary.json"))

@@ -256,7 +256,22 @@ def load_space(path: str | Path, n_workers: int, flag: str = "--space") -> Searc
                                        compositions=_compositions(dimensions, constants))
     if problems:
         raise SpaceFileError(str(path), problems)
-    return SearchSpace(spec.name or path.stem, spec.description, str(path), dimensions, constants, spec.patience)
+    name = spec.name or path.stem
+    _refuse_a_shipped_name(path, name, data)
+    return SearchSpace(name, spec.description, str(path), dimensions, constants, spec.patience)
+
+
+def _refuse_a_shipped_name(path: Path, name: str, data: dict[str, Any]) -> None:
+    """A space file named as a shipped space but unlike it (a copy edited without renaming it) is refused: a
+    study is keyed by the job and the space's name, so the shipped space's cached answer, a point perhaps
+    outside the edited space, answered for it, and its trials mixed with the shipped space's."""
+    shipped = SPACE_DIR / f"{name}.yaml"
+    if not shipped.is_file() or path.resolve() == shipped.resolve():
+        return
+    if read_yaml_file(shipped, SpaceFileError) != data:
+        raise SpaceFileError(str(path), [f"name: {name!r} is the shipped space {shipped.name}'s, but the file differs "
+                                         "from it: a study is keyed by the space's name, so give the file a name "
+                                         "of its own (name: my_space)"])
 
 
 def type_problems(dimensions: dict[str, dict[str, Dimension]], constants: dict[str, dict[str, Any]]) -> list[str]:

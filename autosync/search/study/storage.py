@@ -48,6 +48,16 @@ SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite dat
 STUDY_TABLES = ("studies", "trials", "version_info")  # what Optuna's schema holds, whatever its version
 
 
+def named_storage(url: str | None, default: str) -> str:
+    """The storage a reading command uses: `url` (--storage), else `default`. An SQLite file that `url` names
+    and that does not exist is one line: a misspelt path read as an empty storage answered "no cached study"
+    (or "run `autosync tune` first") for a job tuned in the right one."""
+    path = sqlite_path(url) if url else None
+    if path is not None and not path.exists():
+        raise UserError(f"--storage {redact_url(url)}: no such file {path} (no study storage there)")
+    return url or default
+
+
 def _check_sqlite_file(url: str, path: Path) -> None:
     """Refuse, before anything is created beside it, an SQLite storage path that is a folder or a file that
     is not an SQLite database (an empty file is one that SQLite would fill)."""

@@ -118,11 +118,24 @@ def test_cli_real_time_run_then_rerun_is_bit_identical(tiny_job, tmp_path):
     errors = [line for line in bad.stderr.splitlines() if line.startswith("error:")]  # the progress bar is on stderr too
     assert bad.returncode == 2 and len(errors) == 1 and "r/trace.json: arrival 3 is worker" in errors[0]
 
+    trace["arrivals"] = trace["arrivals"][: len(trace["arrivals"]) // 2]  # a log cut short: it replayed "as logged"
+    (tmp_path / "r" / "trace.json").write_text(json.dumps(trace))  # to the log's end, then exit 1 as a bug
+    short = autosync("rerun", "r", cwd=tmp_path)
+    no_traceback(short)
+    assert short.returncode == 2 and "the log is cut short or from another run" in short.stderr, short.stderr
+    simulated = autosync("run", str(tiny_job), "--out", "s", cwd=tmp_path)  # its gradients computed together
+    assert simulated.returncode == 0, simulated.stderr
+    refused = autosync("rerun", "s", cwd=tmp_path)  # it exited 1, "final parameters differ" (by 3e-08)
+    no_traceback(refused)
+    assert refused.returncode == 2 and "s: a run of the simulator" in refused.stderr, refused.stderr
+
     for args, message in [(["--clock", "real"], "--clock real needs --backend processes"),
                           (["--backend", "processes", "--clock", "real", "--stragglers", "none"],
                            "--stragglers must be machine or model, but got 'none'"),
                           (["--backend", "processes", "--clock", "real", "--time-scale", "0"],
                            "--time-scale must be > 0"),
+                          (["--backend", "processes", "--clock", "real", "--time-scale", "inf"],  # a traceback
+                           "--time-scale must be > 0 and at most 1000"),
                           (["--device", "tpu"], "--device must be cpu or cuda")]:
         wrong = autosync("run", str(tiny_job), *args, cwd=tmp_path)
         no_traceback(wrong)

@@ -122,7 +122,9 @@ def test_cli_calibrates_a_job_on_real_processes_and_writes_a_job_that_loads(tiny
     final = record["after"] or record["before"]
     fits = all(abs(r["real_seconds"] / r["simulated_seconds"] - 1.0) <= record["tolerance"] for r in final)
     assert final and record["fits"] == fits
-    verdicts = {True: "the simulation fits the real runs", False: "the simulation does not fit the real runs"}
+    # after the fit, the fitted simulation's ratios (the table's real / fitted: it said "real / simulated")
+    ratio = "real / fitted" if record["after"] else "real / simulated"
+    verdicts = {True: f"the simulation fits the real runs ({ratio}: ", False: "the simulation does not fit the real runs"}
     assert verdicts[fits] in proc.stdout and verdicts[not fits] not in proc.stdout
     assert record["execution"]["clock"] == "real" and len(record["before"]) == 2
     job = load_job(tmp_path / "cal" / "job.yaml")

@@ -110,6 +110,23 @@ def test_every_problem_of_a_space_file_is_reported_at_once(tmp_path):
         assert any(part in line for line in lines), (part, lines)
 
 
+def test_an_edited_copy_of_a_shipped_space_that_keeps_its_name_is_refused(tmp_path):
+    """Studies are keyed by the space's name: the copy shared the shipped space's study, whose cached answer
+    (backup k = 9) answered for a copy whose k ran from 12 up."""
+    shipped = (SPACE_DIR / "static_k.yaml").read_text()
+    copy = tmp_path / "my_space.yaml"
+    copy.write_text(shipped)
+    assert load_space(copy, 16).name == "static_k"  # the same space under another path: the same study
+    edited = shipped.replace("low: 1", "low: 12")
+    assert edited != shipped
+    copy.write_text(edited)
+    with pytest.raises(UserError, match=r"my_space.yaml: name: 'static_k' is the shipped space static_k.yaml's, but "
+                                        r"the file differs from it: .* give the file a name of its own"):
+        load_space(copy, 16)
+    copy.write_text(edited.replace("name: static_k", "name: my_space"))
+    assert load_space(copy, 16).name == "my_space"
+
+
 def test_binary_search_follows_algorithm_1():
     # accuracy rises with the BSP share; anything >= 0.3 is within beta of BSP
     accuracy = lambda s: 0.9 if s >= 0.3 else 0.8  # noqa: E731

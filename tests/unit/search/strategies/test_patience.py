@@ -73,7 +73,8 @@ def test_a_search_that_stops_improving_gives_up_its_queue_and_its_rerun_is_a_cac
 
 def _space_file(tmp_path, patience: str) -> str:
     path = tmp_path / f"patient{patience}.yaml"
-    path.write_text((SPACE_DIR / "static_k.yaml").read_text().replace("patience: 5", f"patience: {patience}"))
+    path.write_text((SPACE_DIR / "static_k.yaml").read_text().replace("patience: 5", f"patience: {patience}")
+                    .replace("name: static_k", f"name: patient{patience}"))  # an edited copy: a name of its own
     return str(path)
 
 
