@@ -34,7 +34,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from autosync.catalog import policy_from_dict
+from autosync.catalog import label_of, policy_from_dict
+from autosync.core.errors import RuntimeFailure
 from autosync.core.job import ComputeUnitsSpec, JobSpec
 from autosync.core.phases import Phase, no_phase
 from autosync.engine import backends, simulate
@@ -161,7 +162,7 @@ def simulated_runner(workload: Any = None) -> Runner:
     """The job's simulation (virtual clock, in-process gradients; `workload` reused if given)."""
     def run(job: JobSpec, policy: dict[str, Any]) -> tuple[float, int]:
         result = simulate(job, policy_from_dict(policy), workload=workload)
-        return _last_update(result), len(result.trace.arrivals)
+        return _last_update(_whole(result, job, policy)), len(result.trace.arrivals)
 
     return run
 
@@ -171,7 +172,7 @@ def backend_runner(choice: Any, workload: Any) -> Runner:
     def run(job: JobSpec, policy: dict[str, Any]) -> tuple[float, int]:
         driver, clock = backends.build(choice, job, workload)
         result = simulate(job, policy_from_dict(policy), workload=workload, driver=driver, clock=clock)
-        return _last_update(result), len(result.trace.arrivals)
+        return _last_update(_whole(result, job, policy)), len(result.trace.arrivals)
 
     return run
 
@@ -303,6 +304,17 @@ def _nonnegative_least_squares(design: np.ndarray, target: np.ndarray) -> np.nda
 
     solution, _ = nnls(design, target)
     return solution
+
+
+def _whole(result: Any, job: JobSpec, policy: dict[str, Any]) -> Any:
+    """`result`, a run of `short_job`'s updates that trained them all: one that stopped short (diverged) timed
+    fewer updates than the rate is computed over, and was reported and fitted as a whole run."""
+    wanted, done = job.budget.max_updates, len(result.trace.updates)
+    if wanted is not None and done < wanted:
+        raise RuntimeFailure(f"{label_of(policy)}: the run stopped after {done} of its {wanted} updates "
+                             f"({result.summary().get('status')}): the rates compare whole runs (where it "
+                             "diverged, lower the job's learning rate)")
+    return result
 
 
 def _last_update(result: Any) -> float:

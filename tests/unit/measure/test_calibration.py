@@ -133,3 +133,13 @@ def test_cli_calibrates_a_job_on_real_processes_and_writes_a_job_that_loads(tiny
     wrong = autosync("calibrate", str(tiny_job), "--clock", "virtual", cwd=tmp_path)
     no_traceback(wrong)
     assert wrong.returncode == 2 and "calibrate runs on --backend processes --clock real" in wrong.stderr
+
+
+def test_a_run_that_stops_short_of_its_updates_is_one_line_not_a_rate():
+    """A diverged run (2 of 20 updates) was reported as a run of 20 updates, and its rate fitted."""
+    from autosync.core.errors import RuntimeFailure
+
+    diverging = small_job(workload__optimizer={"lr": 1e30}, workload__model={"name": "mlp", "hidden": [16]})
+    with pytest.raises(RuntimeFailure, match=r"bsp: the run stopped after \d+ of its 20 updates \(diverged\): the "
+                                             r"rates compare whole runs"):
+        measure_real(diverging, simulated_runner(), 20)
