@@ -200,7 +200,7 @@ def run(job: JobSpec, policy: "str | Policy | dict[str, Any] | None" = None, par
     choice = opts.choice()
     workload = workload if workload is not None else check_workload(job, choice.device)
     result = train(choice, job, chosen, workload, progress, on_ready)
-    return Run.of(result, job.model_dump(mode="json"), choice.describe())
+    return Run.of(result, job, choice.describe())
 
 
 def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions | None = None,

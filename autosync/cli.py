@@ -46,7 +46,7 @@ from autosync.reporting.console import (
     Line, cache_report, cache_show_report, calibration_report, comparison_notes, comparison_report,
     fault_warnings, jobs_table, leaderboard_report, policies_report, profile_report, recommendation_report,
     replay_report, rerun_report, resume_line, reuse_line, robustness_report, run_summary, scaling_report,
-    tune_files_report, tune_hint, tune_report, verification_report,
+    tune_files_report, tune_hint, tune_report, verification_report, written_job,
 )
 from autosync.reporting.error_lines import error_lines, resumable, usage_error_lines
 from autosync.reporting.resources import resource_failure, unusable_input
@@ -250,7 +250,7 @@ def profile(job: Optional[Path] = JOB_ARG,
         _show(calibration_report(calibrated.calibration), wide=wide)
         status.print(f"wrote {', '.join(str(p) for p in calibrated.write(paths[-1]))}")
     measured = "these machines'" if options.backend == "distributed" else "this machine's"
-    status.print(f"tune on {measured} model: autosync tune {paths[-1]}")
+    status.print(f"tune on {measured} model: {written_job(spec, paths[-1])}")
 
 
 @_command(CalibrateOptions)
@@ -269,7 +269,7 @@ def calibrate(job: Optional[Path] = JOB_ARG,
     _show(calibration_report(calibrated.calibration), wide=wide)
     if options.fit:
         status.print(f"wrote {', '.join(str(p) for p in calibrated.write(target))}")
-        status.print(f"tune the calibrated job: autosync tune {target}")
+        status.print(f"tune the calibrated job: {written_job(spec, target)}")
 
 
 @_command(RerunOptions)

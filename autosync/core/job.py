@@ -72,6 +72,9 @@ def load_job(path: str | Path | None = None, overrides: dict[str, Any] | None = 
     return spec
 
 
+IMPORT_ROOTS: set[str] = set()  # the job files' folders this process put on the search path
+
+
 def add_import_root(directory: Path) -> None:
     """Let factories import from `directory` (a job file's folder), after the installed packages.
 
@@ -80,6 +83,7 @@ def add_import_root(directory: Path) -> None:
     import sys
 
     root = str(directory.resolve())
+    IMPORT_ROOTS.add(root)
     if root not in sys.path:
         sys.path.append(root)
 

@@ -62,7 +62,7 @@ class LoggedRun:
                             f"{logged}: the log is cut short or from another run (run the job again)")
         if not params_path.is_file():
             raise UserError(f"{params_path}: file not found (runs write it since the real-time clock; run again)")
-        job = job_from_dict(summary["job_spec"], str(run_dir / "summary.json"))
+        job = job_from_dict(summary["job_spec"], _job_source(run_dir, summary))
         try:
             policy = policy_from_dict(summary["policy"])
             rows = [[r[c] for c in ARRIVAL_COLUMNS] for r in arrivals]
@@ -120,6 +120,14 @@ def rerun(logged: LoggedRun, device: str = "cpu", progress: ProgressFn | None = 
         difference = max(difference, float((result.final_buffers - logged.final_buffers).abs().max()))
     return Rerun(result, logged.final_params, difference, logged_buffers=logged.final_buffers,
                  bit_reproducible=logged.device == "cpu" and device == "cpu")
+
+
+def _job_source(run_dir: Path, summary: dict) -> str:
+    """Where the run's job is read from: the job file it was run from where it names the user's code and that
+    file is still there (its folder holds the code, which a run folder does not: the rerun said "No module
+    named ..."), else the run's summary.json."""
+    job_file = summary.get("job_file")
+    return job_file if isinstance(job_file, str) and Path(job_file).is_file() else str(run_dir / "summary.json")
 
 
 def _load_tensor(path: Path, what: str) -> torch.Tensor:

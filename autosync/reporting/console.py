@@ -9,6 +9,7 @@ import os
 import re
 import shlex
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from autosync.core import strict_json
@@ -522,6 +523,16 @@ def tune_files_report(files: Any) -> list[Printed]:
 def fault_warnings(result: Any) -> list[Printed]:
     """A warning for each fault a run survived (`autosync run`, on stderr: a worker process lost and replaced)."""
     return [Line(f"warning: {line}", "yellow") for line in result.faults]
+
+
+def written_job(spec: Any, written: "str | os.PathLike[str]") -> str:
+    """A job file autosync wrote from `spec` (a profiled or calibrated job), as a command names it: where
+    `spec` names the user's code and `written` is not beside it, prefixed with the PYTHONPATH that imports it
+    (a job file's folder is where its code is imported from: the printed `autosync tune` said "No module")."""
+    source, path = Path(spec.source), Path(written)
+    if spec.uses_user_code and source.is_file() and source.resolve().parent != path.resolve().parent:
+        return f"PYTHONPATH={shlex.quote(str(source.resolve().parent))} autosync tune {shlex.quote(str(path))}"
+    return f"autosync tune {shlex.quote(str(path))}"
 
 
 def tune_hint(job_file: "str | os.PathLike[str] | None", storage: str | None = None) -> list[Printed]:

@@ -148,7 +148,7 @@ def write_run(result: "RunResult", job: JobSpec, directory: str | Path, options:
     from autosync.reporting.runs import Run  # not at the top: torch
 
     execution = (options.choice() if options is not None else BackendChoice()).describe()
-    return Run.of(result, job.model_dump(mode="json"), execution).write(directory, plot, mlflow)
+    return Run.of(result, job, execution).write(directory, plot, mlflow)
 
 
 def tune_dir(outcome: "TuneOutcome", job: JobSpec, options: Any = None) -> Path:

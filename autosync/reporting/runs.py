@@ -23,19 +23,22 @@ class Run(RunResult):
 
     job_dump: dict[str, Any] = field(default_factory=dict, repr=False)  # the job's fields, for summary.json
     execution: dict[str, Any] | None = None  # how it ran (`BackendChoice.describe`; None: the simulator)
+    job_file: str | None = None  # the job file beside the user's code a job names, where `rerun` imports it
 
     @classmethod
-    def of(cls, result: RunResult, job_dump: dict[str, Any], execution: dict[str, Any] | None) -> "Run":
-        """`result`, field for field, with the job and the execution its files record."""
-        return cls(**{f.name: getattr(result, f.name) for f in fields(RunResult)}, job_dump=job_dump,
-                   execution=execution)
+    def of(cls, result: RunResult, job: Any, execution: dict[str, Any] | None) -> "Run":
+        """`result`, field for field, with the job (a `JobSpec`) and the execution its files record."""
+        source = Path(job.source)
+        job_file = str(source.resolve()) if job.uses_user_code and source.is_file() else None
+        return cls(**{f.name: getattr(result, f.name) for f in fields(RunResult)},
+                   job_dump=job.model_dump(mode="json"), execution=execution, job_file=job_file)
 
     def write(self, directory: str | Path, plot: bool = False, mlflow: Any = None) -> list[Path]:
         """Write summary.json, the trace tables, the final parameters and, with `plot`, plot.png into
         `directory`; returns the paths. With `mlflow` (a tracking URI, or an open
         `autosync.reporting.tracking.Tracking`), also log the run there with its summary and plot."""
         directory = ready_output_dir(Path(directory), "directory")  # a file there: one line, not an OSError
-        paths = write_run(self, directory, self.job_dump, self.execution)
+        paths = write_run(self, directory, self.job_dump, self.execution, self.job_file)
         if plot:
             paths.append(plot_run(self, directory / PLOT_FILE))
         else:  # an earlier run's plot left beside this run's files would be taken for this run's
@@ -46,7 +49,7 @@ class Run(RunResult):
 
 
 def write_run(result: "RunResult", directory: Path, job_dump: dict[str, Any],
-              execution: dict[str, Any] | None = None) -> list[Path]:
+              execution: dict[str, Any] | None = None, job_file: str | None = None) -> list[Path]:
     """Write summary.json (job, policy, metrics, how it ran), the trace tables and the final parameters.
 
     With these `autosync rerun` can repeat the run: the trace's arrival table is its complete log.
@@ -56,7 +59,8 @@ def write_run(result: "RunResult", directory: Path, job_dump: dict[str, Any],
     paths = result.trace.write(directory)
     summary = directory / "summary.json"
     summary.write_text(strict_json.dumps({**result.summary(), "execution": execution or {"backend": "simulator"},
-                                   "job_spec": job_dump}, indent=2, default=float))
+                                   "job_spec": job_dump, **({"job_file": job_file} if job_file else {})},
+                                  indent=2, default=float))
     params = directory / PARAMS_FILE
     torch.save(result.final_params.detach().cpu(), params)
     written = [summary, *paths, params]
@@ -88,7 +92,8 @@ def plot_run(result: "RunResult", path: Path) -> Path:
     ks = trace.column("updates", "n_aggregated")
     if ks:
         ax2 = ax.twinx()
-        ax2.step(times, ks, where="post", color="tab:orange", lw=1, label="gradients per update (k_t)")
+        ax2.step(times, ks, where="pre", color="tab:orange", lw=1, label="gradients per update (k_t)")  # over the
+        # time each update took, which ends at it
         ax2.set_ylabel("k_t")
         ax2.set_ylim(0, max(ks) + 1)
         ax2.legend(loc="upper right", fontsize=8)

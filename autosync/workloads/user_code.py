@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
 from autosync.core.errors import JobFileError
-from autosync.core.job import add_import_root
+from autosync.core.job import IMPORT_ROOTS, add_import_root
 
 
 def import_factory(path: str, field: str, source: str) -> Callable[..., Any]:
@@ -24,11 +25,12 @@ def import_factory(path: str, field: str, source: str) -> Callable[..., Any]:
     The job file's folder (`source`) is on the search path first, as `load_job` puts it: a process that
     builds the workload from a job it did not load itself (a joblib worker started before the job was
     loaded) imports the same code."""
-    if Path(source).is_file():
-        add_import_root(Path(source).parent)
+    root = Path(source).parent.resolve() if Path(source).is_file() else None
+    if root is not None:
+        add_import_root(root)
     module_name, _, attribute = path.partition(":")
     try:
-        target: Any = importlib.import_module(module_name)
+        target: Any = _import_beside(module_name, root)
     except Exception as exc:  # ImportError, or whatever the module raises while it is imported
         raise JobFileError(source, [f"{field}: {path!r} does not import: {_one_line(exc)}"]) from None
     except SystemExit as exc:  # a script's sys.exit() at import: the job's error, not autosync's exit
@@ -43,6 +45,37 @@ def import_factory(path: str, field: str, source: str) -> Callable[..., Any]:
     if not callable(target):
         raise JobFileError(source, [f"{field}: {path!r} must be callable, but it is a {type(target).__name__}"])
     return target
+
+
+def _import_beside(module_name: str, root: Path | None) -> Any:
+    """`module_name` imported, from the job's folder `root` where its package is there and the one imported
+    already is another job folder's (`validate a/job.yaml b/job.yaml`, both naming `mypkg`: the second job was
+    checked against the first's code): that package is imported again, from `root`. A package installed, or
+    imported from anywhere but a job's folder (`IMPORT_ROOTS`), is never replaced."""
+    top = module_name.split(".")[0]
+    loaded = sys.modules.get(top)
+    mine = root is not None and ((root / top).is_dir() or (root / f"{top}.py").is_file())
+    if not mine or loaded is None or _folder_of(loaded) in (root, None):
+        return importlib.import_module(module_name)
+    if str(_folder_of(loaded)) not in IMPORT_ROOTS:  # installed, or imported from elsewhere: left alone
+        return importlib.import_module(module_name)
+    for name in [n for n in sys.modules if n == top or n.startswith(f"{top}.")]:
+        del sys.modules[name]  # built workloads keep the functions they hold, and those their own globals
+    sys.path.insert(0, str(root))
+    try:
+        return importlib.import_module(module_name)
+    finally:
+        sys.path.remove(str(root))
+
+
+def _folder_of(module: Any) -> Path | None:
+    """The folder on the search path `module` was imported from (a package's parent), or None (a namespace
+    package or a built-in)."""
+    file = getattr(module, "__file__", None)
+    if file is None:
+        return None
+    path = Path(file).resolve()
+    return path.parent.parent if path.name == "__init__.py" else path.parent
 
 
 def call_factory(path: str, kwargs: dict[str, Any], offered: dict[str, Any], field: str, source: str) -> Any:

@@ -254,3 +254,21 @@ def test_the_policies_listing_says_what_each_policy_does_in_a_whole_sentence():
     for name, cls in POLICIES.items():
         said = _first_sentence(cls.__doc__ or "")
         assert said.endswith(".") and said.count("(") == said.count(")"), (name, said)
+
+
+def test_a_written_job_naming_the_users_code_is_tuned_with_the_path_that_imports_it(tmp_path):
+    """`profile` writes profiled_job.yaml in results/profiles/: its hint 'autosync tune PROFILED' said "No
+    module named ..." where the job's code sits beside the job file."""
+    from types import SimpleNamespace
+
+    from autosync.reporting.console import written_job
+
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "job.yaml").write_text("name: mine\n")
+    spec = SimpleNamespace(uses_user_code=True, source=str(tmp_path / "mine" / "job.yaml"))
+    elsewhere = tmp_path / "profiles" / "profiled_job.yaml"
+    assert written_job(spec, elsewhere) == f"PYTHONPATH={tmp_path / 'mine'} autosync tune {elsewhere}"
+    beside = tmp_path / "mine" / "calibrated_job.yaml"
+    assert written_job(spec, beside) == f"autosync tune {beside}"
+    builtin = SimpleNamespace(uses_user_code=False, source=spec.source)
+    assert written_job(builtin, elsewhere) == f"autosync tune {elsewhere}"

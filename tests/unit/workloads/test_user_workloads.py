@@ -451,3 +451,45 @@ def test_a_process_that_did_not_load_the_job_imports_its_code_and_its_errors_com
     error = JobFileError("job.yaml", ["workload.model.factory: 'm:f' does not import"])
     again = pickle.loads(pickle.dumps(error))
     assert type(again) is JobFileError and str(again) == str(error) and again.problems == error.problems
+
+
+def test_jobs_of_two_folders_naming_one_package_each_import_their_own(tmp_path):
+    """`autosync validate a/job.yaml b/job.yaml`: the second job was checked against the first's package (the
+    one imported already), and passed though its own dataset raises."""
+    good = "import numpy as np\nfrom torch import nn\n" \
+           "def data(seed=0):\n    x = np.random.default_rng(seed).normal(size=(60, 5)).astype(np.float32)\n" \
+           "    return x, (x[:, 0] > 0).astype(np.int64)\n" \
+           "def model(n_outputs):\n    return nn.Linear(5, n_outputs)\n"
+    broken = "def data(seed=0):\n    raise RuntimeError('the second folder's data')\ndef model(n_outputs):\n" \
+             "    raise RuntimeError('x')\n"
+    jobs = []
+    for folder, code in (("a", good), ("b", broken.replace("folder's", "folder"))):
+        (tmp_path / folder / "twinpkg").mkdir(parents=True)
+        (tmp_path / folder / "twinpkg" / "__init__.py").write_text(code)
+        job = tmp_path / folder / "job.yaml"
+        job.write_text(yaml.safe_dump({
+            "name": f"twin_{folder}", "workload": {"dataset": {"factory": "twinpkg:data"},
+                                                   "model": {"factory": "twinpkg:model"}, "batch_size": 8},
+            "cluster": {"n_workers": 2}, "target": {"metric": "test_accuracy", "threshold": 0.9},
+            "budget": {"max_updates": 4}}))
+        jobs.append(job)
+    api.validate_job(jobs[0])
+    with pytest.raises(JobFileError, match="the second folder data"):
+        api.validate_job(jobs[1])
+    api.validate_job(jobs[0])  # and back to the first folder's package
+
+
+def test_a_run_of_a_job_naming_the_users_code_records_its_job_file_where_rerun_imports_it(user_dir, tmp_path):
+    """`autosync rerun RUN` read the job from RUN/summary.json, and so imported its code from the run folder:
+    "No module named 'userpkg'" after the run's own hint to rerun it."""
+    import json
+
+    from autosync.measure.rerun import _job_source
+
+    job = _job(user_dir, name="recorded")
+    api.run(job, "bsp").write(tmp_path / "r")
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["job_file"] == str((user_dir / "recorded.yaml").resolve())
+    assert _job_source(tmp_path / "r", summary) == summary["job_file"]  # the code beside it is imported
+    (user_dir / "recorded.yaml").unlink()  # moved away: the summary's own copy of the job, as before
+    assert _job_source(tmp_path / "r", summary) == str(tmp_path / "r" / "summary.json")
