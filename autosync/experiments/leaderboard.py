@@ -120,7 +120,8 @@ def score(entries: list[Entry], baseline: str = "bsp") -> list[dict[str, Any]]:
             "runs": len(e.runs),
             "time_to_target": trimmed_mean(ttt),
             "median_time_to_target": statistics.median(ttt),
-            "std_time_to_target": statistics.stdev(reached) if len(reached) > 1 else 0.0,
+            # a spread over fewer than two runs that reached the target is none (it read 0.0: no spread at all)
+            "std_time_to_target": statistics.stdev(reached) if len(reached) > 1 else None,
             "never_reached": len(ttt) - len(reached),
             "final_test_accuracy": finite_mean(r["final_test_accuracy"] for r in e.runs),
             "final_train_loss": finite_mean(r["final_train_loss"] for r in e.runs),

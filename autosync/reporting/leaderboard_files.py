@@ -44,7 +44,7 @@ LEADERBOARD_COLUMNS = (  # without the speedup column, whose key names the basel
 LEADERBOARD_LEGEND = (
     "TTT s: time to target in virtual seconds, MLPerf's score (mean after dropping the fastest and slowest "
     "run; a run that never reaches the target counts as infinitely slow); median over the seeds, std over those "
-    "that reached it; "
+    "that reached it (- where fewer than two did); "
     "missed: runs that never reached the target; vs BSP: how many times faster (or slower) than BSP's TTT; "
     "test acc and train loss: final values, mean over seeds; upd to T: updates to target (statistical "
     "efficiency), mean over the runs that reached it (shown beside a TTT not reached where some did); "
@@ -52,8 +52,9 @@ LEADERBOARD_LEGEND = (
     "applied per virtual second (Sync-Switch's throughput); early k and late k: gradients per update over the "
     "first and the second half of each run's virtual time, mean over seeds; k (time): gradients per update "
     "weighted by the virtual time each update took (where a dynamic policy spends its time); stale: updates "
-    "applied between a gradient's parameters and its own update, mean over applied gradients; batch max/min: "
-    "largest over smallest of the workers' newest batch sizes at the end of the run (LB-BSP's balance).")
+    "applied between a gradient's parameters and its own update, mean over each run's applied gradients, then "
+    "over seeds; batch max/min: largest over smallest of the workers' newest batch sizes at the run's last "
+    "update (LB-BSP's balance).")
 
 
 def write_leaderboard(rows: list[dict[str, Any]], entries: list[Any], job_dump: dict[str, Any],
@@ -119,7 +120,8 @@ def _plot_leaderboard(entries: list[Any], directory: Path) -> list[Path]:
     shown = [(i, e) for i, e in enumerate(entries) if moves[i] or not any(moves)]  # constant k_t: the table says it
     for i, e in shown:
         run = e.runs[0]
-        ax.step(run["k"]["time"], run["k"]["k"], where="post", color=f"C{i % 10}", lw=1, label=e.label)
+        # an update's k over the time it took, which ends at the update ("pre"), as k (time) weighs it
+        ax.step(run["k"]["time"], run["k"]["k"], where="pre", color=f"C{i % 10}", lw=1, label=e.label)
     ax.set_xlabel("virtual time (s)")
     ax.set_ylabel("gradients per update (k_t)")
     ax.set_title(f"k_t over time, seed {entries[0].runs[0]['seed']}"

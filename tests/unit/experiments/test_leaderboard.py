@@ -189,3 +189,20 @@ def test_a_kept_run_whose_time_is_not_a_time_is_one_line_naming_the_file_and_lin
         read_records(path)
     path.write_text('{"key": "a", "time_to_target": 3.5}\n{"key": "b", "time_to_target": null}\n{"key": "c"')
     assert sorted(read_records(path)) == ["a", "b"]  # a missed target, and a line cut short (run again)
+
+
+def test_a_spread_over_fewer_than_two_runs_that_reached_the_target_is_none_not_zero():
+    """The std column read 0.0 for a policy that missed on every seed, or reached on one: no spread at all."""
+    from autosync.experiments.leaderboard import Entry
+
+    def run(seed, ttt):
+        return {"seed": seed, "time_to_target": ttt, "final_test_accuracy": 0.9, "final_train_loss": 0.1,
+                "updates_to_target": None if ttt is None else 10, "updates_per_virtual_second": 1.0}
+
+    entries = [Entry("bsp", {"policy": "bsp", "params": {}}), Entry("asp", {"policy": "asp", "params": {}}),
+               Entry("dbw", {"policy": "dbw", "params": {}})]
+    entries[0].runs = [run(0, None), run(1, None), run(2, None)]
+    entries[1].runs = [run(0, 5.0), run(1, None), run(2, None)]
+    entries[2].runs = [run(0, 5.0), run(1, 7.0), run(2, None)]
+    std = {row["policy"]: row["std_time_to_target"] for row in score(entries)}
+    assert std["bsp"] is None and std["asp"] is None and std["dbw"] == pytest.approx(2 ** 0.5)
