@@ -306,7 +306,7 @@ def leaderboard(job: JobSpec, policies: Sequence[str | dict[str, Any]] | None = 
         entries = run_grid(job, specs, seed_list, n_jobs=opts.n_jobs, on_done=done,
                            runs_file=None if keep_runs_in is None else Path(keep_runs_in) / RUNS_FILE,
                            on_resume=on_resume)
-    return Leaderboard(job, seed_list, score(entries), entries)
+    return Leaderboard(job, seed_list, score(entries, metric=job.target.metric), entries)
 
 
 @contextlib.contextmanager

@@ -107,8 +107,10 @@ def trimmed_mean(values: list[float]) -> float:
     return math.inf if any(math.isinf(v) for v in ordered) else sum(ordered) / len(ordered)
 
 
-def score(entries: list[Entry], baseline: str = "bsp") -> list[dict[str, Any]]:
-    """One row per entry, best time-to-target first; speedups are against the `baseline` policy."""
+def score(entries: list[Entry], baseline: str = "bsp", metric: str = "test_accuracy") -> list[dict[str, Any]]:
+    """One row per entry, best time-to-target first, ties (rows that never reached the target) by the final
+    value of the target's `metric` (the highest test accuracy, or the lowest training loss); speedups are
+    against the `baseline` policy."""
     rows = []
     for e in entries:
         ttt = [r["time_to_target"] if r["time_to_target"] is not None else math.inf for r in e.runs]
@@ -138,7 +140,11 @@ def score(entries: list[Entry], baseline: str = "bsp") -> list[dict[str, Any]]:
     for r in rows:
         ok = base is not None and math.isfinite(base["time_to_target"]) and math.isfinite(r["time_to_target"])
         r["speedup_vs_" + baseline] = base["time_to_target"] / r["time_to_target"] if ok else None
-    rows.sort(key=lambda r: (r["time_to_target"], -(r["final_test_accuracy"] or 0)))
+    if metric == "train_loss":  # lower is better; a row without a final loss last
+        rows.sort(key=lambda r: (r["time_to_target"], math.inf if r["final_train_loss"] is None
+                                 else r["final_train_loss"]))
+    else:
+        rows.sort(key=lambda r: (r["time_to_target"], -(r["final_test_accuracy"] or 0)))
     return rows
 
 

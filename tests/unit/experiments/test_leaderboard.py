@@ -170,6 +170,21 @@ def test_a_leaderboard_does_not_take_a_run_kept_under_another_budget_for_its_own
     assert again[0].runs[0] == long[0].runs[0] and len(runs_file.read_text().splitlines()) == 2  # read back
 
 
+def test_rows_that_never_reached_the_target_are_ordered_by_the_target_metric():
+    """Under a training-loss target the unreached rows were ordered by test accuracy, the highest first."""
+    from autosync.experiments.leaderboard import Entry
+
+    def entry(name, accuracy, loss):
+        e = Entry(name, {"policy": name, "params": {}})
+        e.runs = [{"seed": 0, "time_to_target": None, "final_test_accuracy": accuracy, "final_train_loss": loss,
+                   "updates_to_target": None, "updates_per_virtual_second": 1.0}]
+        return e
+
+    entries = [entry("bsp", 0.9, 0.5), entry("asp", 0.8, 0.2)]
+    assert [r["policy"] for r in score(entries, metric="train_loss")] == ["asp", "bsp"]  # the lower loss first
+    assert [r["policy"] for r in score(entries)] == ["bsp", "asp"]  # the higher accuracy first
+
+
 def test_a_policy_given_twice_is_one_row():
     from autosync.experiments.leaderboard import policy_specs
 
