@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from autosync.catalog import POLICIES, checked_spec, policy_name
 from autosync.core.errors import UserError
 
 LEADERBOARD_JSON = "leaderboard.json"
@@ -62,9 +63,25 @@ def load_leaderboard(folder: Path) -> dict[str, Any]:
             raise TypeError("runs is not a mapping")
         workload = {"dataset": data["job"]["workload"]["dataset"]["name"], "model": data["job"]["workload"]["model"],
                     "target metric": data["job"]["target"]["metric"]}  # (not where its files are read from)
+        specs = {row["policy"]: row.get("spec") for row in data.get("rows", []) if isinstance(row, dict)}
     except (ValueError, KeyError, TypeError) as exc:
         raise UserError(f"{path}: not a leaderboard written by autosync ({type(exc).__name__}: {exc})") from None
-    return {"n_workers": n, "runs": runs, "command": command, "path": str(path), "workload": workload}
+    return {"n_workers": n, "runs": runs, "command": command, "path": str(path), "workload": workload,
+            "specs": specs}
+
+
+def series_name(label: str, spec: Any, n_workers: int) -> str:
+    """The series a leaderboard row belongs to: its label, or, for a policy named bare whose parameters are
+    sized to the job (`--policies backup`: k = 3n/4), one name for every n ("backup (k sized to n)"): it was
+    backup(k=3) at n = 4 and backup(k=6) at n = 8, two series of one point each."""
+    if not isinstance(spec, dict) or not isinstance(spec.get("policy"), str):
+        return label
+    try:
+        sized = POLICIES[policy_name(spec["policy"])].sized_defaults(n_workers)
+        bare = checked_spec(spec["policy"], n_workers)
+    except UserError:  # a policy of another version's catalog: its label stands
+        return label
+    return f"{spec['policy']} ({', '.join(sized)} sized to n)" if sized and spec == bare else label
 
 
 def collect(folders: list[Path], metric: str = "final_test_accuracy") -> Scaling:
@@ -88,7 +105,8 @@ def collect(folders: list[Path], metric: str = "final_test_accuracy") -> Scaling
             if any(v is None for v in values):
                 raise UserError(f"{board['path']}: metric {metric!r} is missing or not a number for policy "
                                 f"{policy!r} (try final_test_accuracy, final_train_loss or updates_per_virtual_second)")
-            points.setdefault(policy, []).append(ScalingPoint(board["n_workers"], values))
+            series = series_name(policy, board["specs"].get(policy), board["n_workers"])
+            points.setdefault(series, []).append(ScalingPoint(board["n_workers"], values))
     counts = [n for n, _, _ in sources]
     if len(set(counts)) != len(counts):
         raise UserError(f"scaling: two leaderboards have the same worker count ({sorted(counts)}); give one per n")

@@ -87,3 +87,16 @@ def test_leaderboards_of_another_job_are_refused_not_drawn_as_one(boards, tmp_pa
                                         r"leaderboard.json \(its model is \{'name': 'mlp'\}, not .*\); give "
                                         r"leaderboards of one job at several worker counts$"):
         collect([boards / "lb2", tmp_path / "other"])
+
+
+def test_a_policy_named_bare_and_sized_to_each_n_is_one_series():
+    """`--policies backup` is backup(k=3) at n = 4 and backup(k=6) at n = 8: two series of one point each,
+    and no line in the plot; a k given explicitly stays a series of its own."""
+    from autosync.catalog import checked_spec
+    from autosync.experiments.scaling import series_name
+
+    sized = {series_name(f"backup(k={3 * n // 4})", checked_spec("backup", n), n) for n in (4, 8)}
+    assert sized == {"backup (k sized to n)"}
+    assert series_name("backup(k=2)", checked_spec("backup:k=2", 4), 4) == "backup(k=2)"
+    assert series_name("asp", checked_spec("asp", 4), 4) == "asp"  # nothing sized to n
+    assert series_name("gone", {"policy": "no_such_policy", "params": {}}, 4) == "gone"  # another catalog's
