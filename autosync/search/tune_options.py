@@ -57,7 +57,8 @@ class TuneOptions(ExecutionOptions):
     n_jobs: Optional[int] = option(None, "Processes running trials on this machine (default: one per core for "
                                    "the race on the simulator, whose answer and cost do not depend on it, up to "
                                    "the 4 runs its widest round has; else 1).", ge=1)
-    seed: int = option(0, "Sampler seed.", ge=0, le=MAX_SEED)
+    seed: int = option(0, "Sampler seed (tpe, gp, random; the race has none: its runs are on the job's seed and "
+                       "the next, and its answer is the same for every --seed).", ge=0, le=MAX_SEED)
     repeats: int = option(1, "Seeds per trial (the objective is noisy; the race runs two and takes 1 only).", ge=1)
     tolerance: float = option(0.01, "Allowed final-metric shortfall against BSP (the constraint).", ge=0.0)
     objective: str = option("time", "time | time,metric (Pareto front).")
