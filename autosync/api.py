@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Itera
 import yaml
 
 from autosync.catalog import checked_spec, make_sized_policy, policy_of
-from autosync.core.errors import Interrupted, RuntimeFailure, UserError
+from autosync.core.errors import AutosyncError, Interrupted, RuntimeFailure, UserError
 from autosync.core.job import JobSpec, job_from_dict, load_job
 from autosync.core.phases import Phase, no_phase
 from autosync.data import RACE_SETTINGS
@@ -393,21 +393,28 @@ def robustness(family_file: str | Path, directory: str | Path | None = None,
     from autosync.core.family import load_family, write_jobs
     from autosync.experiments.robustness import Grid, online_specs, run_report, tune_each
     from autosync.search.space import load_space, resolve_space_path  # (the search space's schema, as for `tune`)
+    from autosync.search.strategies.samplers import sampler_for
+    from autosync.search.tune_options import AUTO, RACE
 
     opts = _options(RobustnessOptions, options, None, fields)
     rules = opts.rules()
     spec = load_family(family_file)
     drawn = spec.jobs(opts.jobs)
     online = online_specs(opts.policies or (), drawn)
+    raced = False
     for n in sorted({j.cluster.n_workers for j in drawn}):  # a bad space fails before any job file is written
-        load_space(resolve_space_path(opts.tuned_space, "policy", "--tuned-space"), n, "--tuned-space")
+        space = load_space(resolve_space_path(opts.tuned_space, "policy", "--tuned-space"), n, "--tuned-space")
+        raced = sampler_for(AUTO, space) == RACE  # the race runs to its answer: it takes no trial budget
     out = output_dir(directory or Path("results") / "robustness" / spec.name)
     _refuse_another_family(out, spec.name)
+    _refuse_another_budget(out / "jobs", drawn)
     write_jobs(spec, drawn, output_dir(out / "jobs"), str(family_file), command)
     tuned = {}
     if opts.tuned_trials:  # each job's own tuned policy, cached in studies.db beside the report
-        tuned = tune_each(drawn, f"sqlite:///{out / 'studies.db'}", f"{opts.tuned_trials} trials in {opts.tuned_space}",
-                          lambda job, url: tune(job, opts.tuned_space, n_trials=opts.tuned_trials, storage=url), phase)
+        budget = {} if raced else {"n_trials": opts.tuned_trials}
+        what = f"the race in {opts.tuned_space}" if raced else f"{opts.tuned_trials} trials in {opts.tuned_space}"
+        tuned = tune_each(drawn, f"sqlite:///{out / 'studies.db'}", what,
+                          lambda job, url: tune(job, opts.tuned_space, storage=url, **budget), phase)
     broad = lattice_points if opts.reference == "broad" else None
     grid = Grid(drawn, list(range(opts.seed_offset, opts.seed_offset + opts.seeds)), online, rules, tuned, broad)
     result, reused = run_report(grid, out, opts.n_jobs, phase, on_resume)
@@ -424,6 +431,22 @@ def _refuse_another_family(out: Path, family: str) -> None:
     if isinstance(theirs, str) and theirs != family:
         raise UserError(f"--out {out} holds the robustness report of family {theirs}, not {family}: name another "
                         "folder (its job files and runs would stay beside this report's)")
+
+
+def _refuse_another_budget(jobs_dir: Path, drawn: list[JobSpec]) -> None:
+    """A report folder whose job files hold another budget than the family's jobs now is refused before any file
+    is written: its cells are keyed by the job's fingerprint, which leaves the budget out, so its 200 s runs
+    were read back as the 150 s jobs' (the family's other fields change the fingerprint)."""
+    for job in drawn:
+        try:
+            theirs = load_job(jobs_dir / f"{job.name}.yaml").budget
+        except (AutosyncError, OSError):
+            continue  # none there (or one that is not a job, which writing the new one replaces)
+        if theirs != job.budget:
+            raise UserError(f"--out {jobs_dir.parent}: its job {job.name} has the budget "
+                            f"{theirs.model_dump(exclude_defaults=True)}, the family's now "
+                            f"{job.budget.model_dump(exclude_defaults=True)}: its runs are of that budget; name "
+                            "another folder")
 
 
 def replay(logs: str | Path, options: ReplayOptions | None = None, *,

@@ -174,7 +174,8 @@ class RobustnessOptions(FamilyOptions):
     lr_rules: str = option("fixed,proportional", "The static-k grid's learning-rate rules, comma-separated (of "
                            "fixed, proportional, sqrt, linear).")
     tuned_trials: int = option(0, "Also tune each job (this many trials in the --tuned-space space, in studies.db "
-                               "beside the report) and score its answer as 'tuned'.", ge=0)
+                               "beside the report; any number > 0 runs the race, on the policy space, to its "
+                               "answer) and score its answer as 'tuned'.", ge=0)
     tuned_space: str = option("policy", "The space --tuned-trials searches.")
     reference: str = option("static", "What 'vs best overall' divides by: static (the static-k grid and the policies "
                             "run) or broad (also every policy family's grid, autosync.experiments.reference_grid: more runs).")

@@ -14,7 +14,7 @@ job, `FAMILY:I` job I of baselines/family_FAMILY.yaml). Per job:
   stopped at the target on the held-out seeds job.seed + 100, + 101 (`--seed-offset`, `--seeds`), cached
   in DIR/cells.jsonl: a re-run trains only what is missing;
 - the tune: `autosync.api.tune(job, space)` with the defaults of `autosync tune` (`--trials` changes
-  n_trials only), its storage DIR/studies-<space>/<job>.db (one per job, so no tune transfers from another
+  n_trials only, and the race on the policy space refuses it: it takes no trial budget), its storage DIR/studies-<space>/<job>.db (one per job, so no tune transfers from another
   job of the run; `--shared-storage`: one for all, as a user tuning them in turn), reused on a re-run unless
   `--fresh`;
 - its answer scored on the same held-out seeds: from its grid twin's cells when it runs exactly like a grid

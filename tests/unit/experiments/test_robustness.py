@@ -80,6 +80,38 @@ def test_regret_is_the_mean_time_over_the_best_static_k_with_misses_at_twice_the
     assert penalised_time({"time_to_target": None, "error": "boom"}, job) == 40.0
 
 
+def test_a_report_folder_of_another_budget_is_refused_before_anything_is_written(tmp_path):
+    """A family's budget is not in its jobs' fingerprints (nor in the cells' keys): the same folder with the
+    budget changed read the old budget's runs back as the new jobs'."""
+    family = tmp_path / "tiny.yaml"
+    family.write_text(TINY)
+    out = tmp_path / "out"
+    first = autosync("robustness", str(family), "--jobs", "1", "--seeds", "1", "--policies", "ssp", "--out",
+                     str(out), cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    cells = (out / CELLS_FILE).read_text()
+    family.write_text(TINY.replace("max_virtual_seconds: 20", "max_virtual_seconds: 15"))
+    again = autosync("robustness", str(family), "--jobs", "1", "--seeds", "1", "--policies", "ssp", "--out",
+                     str(out), cwd=tmp_path)
+    no_traceback(again)
+    assert again.returncode == 2 and "its job tiny-000 has the budget {'max_virtual_seconds': 20.0}, the " \
+        "family's now {'max_virtual_seconds': 15.0}" in again.stderr, again.stderr
+    assert (out / CELLS_FILE).read_text() == cells and "20" in (out / "jobs" / "tiny-000.yaml").read_text()
+
+
+@pytest.mark.slow
+def test_robustness_tunes_each_job_by_the_race_on_the_default_tuned_space(tmp_path):
+    """--tuned-trials on the policy space (the default --tuned-space) passed its count to the race, which takes
+    no trial budget: every such report was refused, after writing its job files."""
+    family = tmp_path / "tiny.yaml"
+    family.write_text(TINY)
+    proc = autosync("robustness", str(family), "--jobs", "1", "--seeds", "1", "--policies", "dbw",
+                    "--tuned-trials", "1", "--out", str(tmp_path / "out"), "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert "tuned" in {r["policy"] for r in result["summary"]} and result["jobs"][0]["tuned_policy"]
+
+
 @pytest.mark.slow
 def test_robustness_command_writes_the_table_and_resumes(tmp_path):
     family = tmp_path / "tiny.yaml"
