@@ -72,18 +72,24 @@ def load_job(path: str | Path | None = None, overrides: dict[str, Any] | None = 
     return spec
 
 
-IMPORT_ROOTS: set[str] = set()  # the job files' folders this process put on the search path
+# the job files' folders on the search path (`add_import_root`), this process's and its parent's: a spawned
+# child inherits the environment with the search path, and so tells a job's folder from an installed package's
+IMPORT_ROOTS_VARIABLE = "AUTOSYNC_IMPORT_ROOTS"
+IMPORT_ROOTS: set[str] = set(filter(None, os.environ.get(IMPORT_ROOTS_VARIABLE, "").split(os.pathsep)))
 
 
 def add_import_root(directory: Path) -> None:
     """Let factories import from `directory` (a job file's folder), after the installed packages.
 
-    Worker processes started with `spawn` inherit the search path, so they import the same code.
+    Worker processes started with `spawn` inherit the search path and `IMPORT_ROOTS_VARIABLE`, so they import
+    the same code.
     """
     import sys
 
     root = str(directory.resolve())
-    IMPORT_ROOTS.add(root)
+    if root not in IMPORT_ROOTS:
+        IMPORT_ROOTS.add(root)
+        os.environ[IMPORT_ROOTS_VARIABLE] = os.pathsep.join(sorted(IMPORT_ROOTS))
     if root not in sys.path:
         sys.path.append(root)
 

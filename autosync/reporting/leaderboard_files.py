@@ -120,8 +120,10 @@ def _plot_leaderboard(entries: list[Any], directory: Path) -> list[Path]:
     shown = [(i, e) for i, e in enumerate(entries) if moves[i] or not any(moves)]  # constant k_t: the table says it
     for i, e in shown:
         run = e.runs[0]
-        # an update's k over the time it took, which ends at the update ("pre"), as k (time) weighs it
-        ax.step(run["k"]["time"], run["k"]["k"], where="pre", color=f"C{i % 10}", lw=1, label=e.label)
+        # an update's k over the time it took, which ends at the update ("pre"; the first from time 0), as k
+        # (time) weighs it
+        times, ks = run["k"]["time"], run["k"]["k"]
+        ax.step([0.0, *times], [*ks[:1], *ks], where="pre", color=f"C{i % 10}", lw=1, label=e.label)
     ax.set_xlabel("virtual time (s)")
     ax.set_ylabel("gradients per update (k_t)")
     ax.set_title(f"k_t over time, seed {entries[0].runs[0]['seed']}"

@@ -92,8 +92,9 @@ def plot_run(result: "RunResult", path: Path) -> Path:
     ks = trace.column("updates", "n_aggregated")
     if ks:
         ax2 = ax.twinx()
-        ax2.step(times, ks, where="pre", color="tab:orange", lw=1, label="gradients per update (k_t)")  # over the
-        # time each update took, which ends at it
+        # each update's k over the time it took, which ends at it (the first from time 0)
+        ax2.step([0.0, *times], [*ks[:1], *ks], where="pre", color="tab:orange", lw=1,
+                 label="gradients per update (k_t)")
         ax2.set_ylabel("k_t")
         ax2.set_ylim(0, max(ks) + 1)
         ax2.legend(loc="upper right", fontsize=8)

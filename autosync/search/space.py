@@ -257,11 +257,11 @@ def load_space(path: str | Path, n_workers: int, flag: str = "--space") -> Searc
     if problems:
         raise SpaceFileError(str(path), problems)
     name = spec.name or path.stem
-    _refuse_a_shipped_name(path, name, data)
+    _refuse_a_shipped_name(path, name, data, named=spec.name is not None)
     return SearchSpace(name, spec.description, str(path), dimensions, constants, spec.patience)
 
 
-def _refuse_a_shipped_name(path: Path, name: str, data: dict[str, Any]) -> None:
+def _refuse_a_shipped_name(path: Path, name: str, data: dict[str, Any], named: bool = True) -> None:
     """A space file named as a shipped space but unlike it (a copy edited without renaming it) is refused: a
     study is keyed by the job and the space's name, so the shipped space's cached answer, a point perhaps
     outside the edited space, answered for it, and its trials mixed with the shipped space's."""
@@ -269,7 +269,8 @@ def _refuse_a_shipped_name(path: Path, name: str, data: dict[str, Any]) -> None:
     if not shipped.is_file() or path.resolve() == shipped.resolve():
         return
     if read_yaml_file(shipped, SpaceFileError) != data:
-        raise SpaceFileError(str(path), [f"name: {name!r} is the shipped space {shipped.name}'s, but the file differs "
+        given = f"name: {name!r}" if named else f"its file name makes it space {name!r} (it has no name:), which"
+        raise SpaceFileError(str(path), [f"{given} is the shipped space {shipped.name}'s, but the file differs "
                                          "from it: a study is keyed by the space's name, so give the file a name "
                                          "of its own (name: my_space)"])
 

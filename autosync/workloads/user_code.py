@@ -10,6 +10,7 @@ Anything that goes wrong is one `JobFileError` line naming the job file, the fie
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import inspect
 import sys
 from pathlib import Path
@@ -48,16 +49,21 @@ def import_factory(path: str, field: str, source: str) -> Callable[..., Any]:
 
 
 def _import_beside(module_name: str, root: Path | None) -> Any:
-    """`module_name` imported, from the job's folder `root` where its package is there and the one imported
-    already is another job folder's (`validate a/job.yaml b/job.yaml`, both naming `mypkg`: the second job was
-    checked against the first's code): that package is imported again, from `root`. A package installed, or
-    imported from anywhere but a job's folder (`IMPORT_ROOTS`), is never replaced."""
+    """`module_name` imported, from the job's folder `root` where its package is there but the one imported
+    already, or the one the search path finds first, is another job folder's (`validate a/job.yaml
+    b/job.yaml`, both naming `mypkg`: the second job was checked against the first's code, and a job whose
+    folder came second on the path took the first's dataset). A package installed, or anywhere but in a job's
+    folder (`IMPORT_ROOTS`), is never replaced: a job's folder comes after the installed packages."""
     top = module_name.split(".")[0]
-    loaded = sys.modules.get(top)
-    mine = root is not None and ((root / top).is_dir() or (root / f"{top}.py").is_file())
-    if not mine or loaded is None or _folder_of(loaded) in (root, None):
+    if root is None or not ((root / top).is_dir() or (root / f"{top}.py").is_file()):
         return importlib.import_module(module_name)
-    if str(_folder_of(loaded)) not in IMPORT_ROOTS:  # installed, or imported from elsewhere: left alone
+    loaded = sys.modules.get(top)
+    if loaded is not None:
+        folder = _folder_of(getattr(loaded, "__file__", None))
+    else:
+        found = importlib.machinery.PathFinder.find_spec(top, sys.path)
+        folder = None if found is None else _folder_of(found.origin)
+    if folder is None or folder == root or str(folder) not in IMPORT_ROOTS:
         return importlib.import_module(module_name)
     for name in [n for n in sys.modules if n == top or n.startswith(f"{top}.")]:
         del sys.modules[name]  # built workloads keep the functions they hold, and those their own globals
@@ -68,11 +74,10 @@ def _import_beside(module_name: str, root: Path | None) -> Any:
         sys.path.remove(str(root))
 
 
-def _folder_of(module: Any) -> Path | None:
-    """The folder on the search path `module` was imported from (a package's parent), or None (a namespace
-    package or a built-in)."""
-    file = getattr(module, "__file__", None)
-    if file is None:
+def _folder_of(file: str | None) -> Path | None:
+    """The folder on the search path a module's `file` is imported from (a package's parent), or None (a
+    namespace package or a built-in)."""
+    if file is None or not Path(file).is_file():
         return None
     path = Path(file).resolve()
     return path.parent.parent if path.name == "__init__.py" else path.parent

@@ -125,6 +125,11 @@ def test_an_edited_copy_of_a_shipped_space_that_keeps_its_name_is_refused(tmp_pa
         load_space(copy, 16)
     copy.write_text(edited.replace("name: static_k", "name: my_space"))
     assert load_space(copy, 16).name == "my_space"
+    unnamed = tmp_path / "policy.yaml"  # no name: its file's name is the shipped policy space's
+    unnamed.write_text("policies: {bsp: {}, asp: {}}\n")
+    with pytest.raises(UserError, match=r"its file name makes it space 'policy' \(it has no name:\), which is the "
+                                        r"shipped space policy.yaml's"):
+        load_space(unnamed, 16)
 
 
 def test_binary_search_follows_algorithm_1():

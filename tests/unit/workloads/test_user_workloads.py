@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -473,10 +476,21 @@ def test_jobs_of_two_folders_naming_one_package_each_import_their_own(tmp_path):
             "cluster": {"n_workers": 2}, "target": {"metric": "test_accuracy", "threshold": 0.9},
             "budget": {"max_updates": 4}}))
         jobs.append(job)
-    api.validate_job(jobs[0])
+    load_job(jobs[0])  # both folders on the search path, a's first, before either package is imported
+    with pytest.raises(JobFileError, match="the second folder data"):
+        api.validate_job(jobs[1])  # it took a's package, found first on the path
+    api.validate_job(jobs[0])  # and a's own, imported already as b's
     with pytest.raises(JobFileError, match="the second folder data"):
         api.validate_job(jobs[1])
-    api.validate_job(jobs[0])  # and back to the first folder's package
+    child = subprocess.run(  # a spawned process inherits the search path and which folders are jobs'
+        [sys.executable, "-c", "import sys; from autosync.core.job import load_job; "
+         "from autosync.workloads.user_code import import_factory; "
+         f"job = load_job({str(jobs[1])!r}); print(import_factory('twinpkg:data', 'f', job.source).__module__, "
+         "sys.modules['twinpkg'].__file__)"],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "a"), str(tmp_path / "b")]),
+             "AUTOSYNC_IMPORT_ROOTS": os.pathsep.join([str((tmp_path / "a").resolve()), str((tmp_path / "b").resolve())])},
+        capture_output=True, text=True, timeout=120)
+    assert child.returncode == 0 and child.stdout.split()[1].startswith(str((tmp_path / "b").resolve())), child
 
 
 def test_a_run_of_a_job_naming_the_users_code_records_its_job_file_where_rerun_imports_it(user_dir, tmp_path):
