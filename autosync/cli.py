@@ -449,7 +449,7 @@ def tune(job: Optional[Path] = JOB_ARG,
         _print_json(outcome.to_dict())
     else:
         _show(tune_report(outcome, spec), wide=wide)
-        _show(tune_hint(job, outcome.storage), status)
+        _show(tune_hint(job, outcome.storage, spec), status)
         if outcome.verification is not None:
             _show(verification_report(outcome.verification), wide=wide)
     files = outcome.write(out or api.tune_dir(outcome, spec, options), command_line("tune"), mlflow=tracking, job=spec)

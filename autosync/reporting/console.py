@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -535,9 +536,31 @@ def written_job(spec: Any, written: "str | os.PathLike[str]") -> str:
     return f"autosync tune {shlex.quote(str(path))}"
 
 
-def tune_hint(job_file: "str | os.PathLike[str] | None", storage: str | None = None) -> list[Printed]:
+def tune_hint(job_file: "str | os.PathLike[str] | None", storage: str | None = None,
+              spec: Any = None) -> list[Printed]:
     """How to train with the tuned policy (`autosync tune`, on stderr): the job file the tune was given (none
-    for the embedded default job), and the `storage` where it is not the default one (its password masked)."""
+    for the embedded default job), the PYTHONPATH the tune imported the job's own code from where it is not the
+    job file's folder (`PYTHONPATH=... autosync tune results/profiles/.../profiled_job.yaml`: the hint without
+    it said "No module named ..."), and the `storage` where it is not the default one (its password masked)."""
+    imports = ""
+    if job_file is not None and spec is not None and spec.uses_user_code:
+        folder = _imported_from(spec)
+        on_path = {str(Path(p).resolve()) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
+        if folder is not None and folder != Path(job_file).resolve().parent and str(folder) in on_path:
+            imports = f"PYTHONPATH={shlex.quote(str(folder))} "
     job_file = f"{shlex.quote(str(job_file))} " if job_file is not None else ""
     where = f" --storage {redact_url(storage)}" if storage and storage != DEFAULT_STORAGE else ""
-    return [Line(f"train with it: autosync run {job_file}--policy tuned{where}", "dim")]
+    return [Line(f"train with it: {imports}autosync run {job_file}--policy tuned{where}", "dim")]
+
+
+def _imported_from(spec: Any) -> Path | None:
+    """The folder on the search path this process imported the job's own code from (None: not imported)."""
+    w = spec.workload
+    for part in (w.dataset, w.model, getattr(w, "loss", None)):
+        factory = getattr(part, "factory", None)
+        module = sys.modules.get(factory.split(":")[0].split(".")[0]) if isinstance(factory, str) else None
+        file = getattr(module, "__file__", None)
+        if file is not None:
+            path = Path(file).resolve()
+            return path.parent.parent if path.name == "__init__.py" else path.parent
+    return None

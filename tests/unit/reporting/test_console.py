@@ -272,3 +272,29 @@ def test_a_written_job_naming_the_users_code_is_tuned_with_the_path_that_imports
     assert written_job(spec, beside) == f"autosync tune {beside}"
     builtin = SimpleNamespace(uses_user_code=False, source=spec.source)
     assert written_job(builtin, elsewhere) == f"autosync tune {elsewhere}"
+
+
+def test_the_tune_hint_names_the_pythonpath_the_tune_imported_the_jobs_code_from(tmp_path, monkeypatch):
+    """`PYTHONPATH=CODE autosync tune results/profiles/J/profiled_job.yaml` hinted `autosync run
+    results/profiles/J/profiled_job.yaml --policy tuned`, which said "No module named ..." in a new shell."""
+    import sys
+    from types import ModuleType, SimpleNamespace
+
+    from autosync.reporting.console import tune_hint
+
+    (tmp_path / "code" / "hintpkg").mkdir(parents=True)
+    (tmp_path / "code" / "hintpkg" / "__init__.py").write_text("")
+    module = ModuleType("hintpkg")
+    module.__file__ = str(tmp_path / "code" / "hintpkg" / "__init__.py")
+    monkeypatch.setitem(sys.modules, "hintpkg", module)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "code"))
+    part = SimpleNamespace(factory="hintpkg:data")
+    spec = SimpleNamespace(uses_user_code=True, workload=SimpleNamespace(dataset=part, model=SimpleNamespace(
+        factory=None), loss=None))
+    profiled = tmp_path / "profiles" / "profiled_job.yaml"
+    assert tune_hint(profiled, spec=spec)[0].what == \
+        f"train with it: PYTHONPATH={tmp_path / 'code'} autosync run {profiled} --policy tuned"
+    beside = tmp_path / "code" / "job.yaml"  # the code beside the job file: imported from its folder anyway
+    assert tune_hint(beside, spec=spec)[0].what == f"train with it: autosync run {beside} --policy tuned"
+    monkeypatch.delenv("PYTHONPATH")  # imported, but not by a PYTHONPATH the user set (installed, say)
+    assert tune_hint(profiled, spec=spec)[0].what == f"train with it: autosync run {profiled} --policy tuned"
