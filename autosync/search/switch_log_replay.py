@@ -30,7 +30,7 @@ import numpy as np
 from autosync.core.errors import UserError
 from autosync.core.phases import Phase, no_phase
 from autosync.search.strategies.binary import binary_search, target_from_bsp
-from autosync.search.strategies.ladder import DEFAULT_RUNGS, LadderSampler, ladder_finished
+from autosync.search.strategies.ladder import DEFAULT_RUNGS, LadderSampler, ladder_finished, rungs_within
 from autosync.search.strategies.samplers import refuse_without_a_switch_point
 from autosync.search.cost import in_bsp_trainings
 from autosync.search.space import load_space, resolve_space_path
@@ -198,7 +198,11 @@ def ladder_strategy(space_path: str | Path, rungs: tuple[float, ...] = DEFAULT_R
                     n_workers: int = SETUP_1_WORKERS) -> SearchStrategy:
     """The cost-ordered ladder as `autosync tune --sampler ladder` runs it: an Optuna study whose sampler
     is `LadderSampler`, stopped at the first rung that holds."""
-    return _study_strategy(load_space(space_path, n_workers), lambda seed: LadderSampler(rungs=rungs), len(rungs),
+    space = load_space(space_path, n_workers)
+    rungs = rungs_within(refuse_without_a_switch_point(space, "the ladder")["switch_at"], rungs)  # the space's own, as tune's
+    if not rungs:
+        raise UserError(f"{space.path}: sync_switch.switch_at holds none of the ladder's rungs")
+    return _study_strategy(space, lambda seed: LadderSampler(rungs=rungs), len(rungs),
                            threshold, finished=lambda study: ladder_finished(study, rungs))
 
 

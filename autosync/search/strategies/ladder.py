@@ -56,6 +56,22 @@ class LadderSampler(optuna.samplers.BaseSampler):
                          "(its first choice is used) or a constant")
 
 
+def rungs_within(dimension: Any, rungs: Sequence[float] = DEFAULT_RUNGS) -> tuple[float, ...]:
+    """The `rungs` a space's switch_at `dimension` holds: among its choices, or within its low..high (on its
+    step, where it has one). The ladder walked its own rungs whatever the space said: a space of switch_at from
+    0.6 to 0.9 answered 0.03125."""
+    if dimension.type == "categorical":
+        return tuple(r for r in sorted(rungs) if r in dimension.choices)
+
+    def on_grid(r: float) -> bool:
+        if not dimension.step:
+            return True
+        steps = (r - dimension.low) / dimension.step
+        return abs(steps - round(steps)) < 1e-9
+
+    return tuple(r for r in sorted(rungs) if dimension.low <= r <= dimension.high and on_grid(r))
+
+
 def next_rung(study: optuna.Study, rungs: Sequence[float] = DEFAULT_RUNGS, param: str = SWITCH_PARAM,
               ignore: int | None = None) -> float | None:
     """The cheapest rung no trial of the study (but trial number `ignore`) has taken, or None."""

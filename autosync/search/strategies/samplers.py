@@ -82,9 +82,13 @@ def make_sampler(name: str, seed: int, space: SearchSpace, multi_objective: bool
     if name == "ladder":
         # not at the top: optuna, which the ladder's sampler subclasses at its top and a cache hit, which
         # loads this module, never loads (benchmarks/bench_startup.py)
-        from autosync.search.strategies.ladder import DEFAULT_RUNGS, LadderSampler
+        from autosync.search.strategies.ladder import DEFAULT_RUNGS, LadderSampler, rungs_within
 
-        return LadderSampler(rungs=DEFAULT_RUNGS[:n_trials])
+        rungs = rungs_within(space.dimensions[SyncSwitch.name]["switch_at"])[:n_trials]
+        if not rungs:
+            raise UserError(f"--sampler ladder: {space.path}: sync_switch.switch_at holds none of the ladder's rungs "
+                            f"({', '.join(f'{r:g}' for r in DEFAULT_RUNGS)}); use --sampler binary or tpe there")
+        return LadderSampler(rungs=rungs)
     if name == RACE:
         return optuna.samplers.RandomSampler(seed=seed)  # the race queues every run itself: never asked
     if name in ("tpe", "binary"):  # binary enqueues every candidate itself: its sampler is never asked
