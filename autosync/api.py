@@ -559,6 +559,10 @@ def fit(files: Sequence[str | Path], options: FitOptions | None = None, **fields
     if not files:
         raise UserError("autosync fit needs at least one job-family file (the committed ones: "
                         "baselines/family_*.yaml)")
+    if opts.out is not None and not opts.out.strip():  # '' was read as the default: the shipped settings, rewritten
+        raise UserError(f"--out must name a file (leave it out for the settings autosync ships), but got {opts.out!r}")
+    if opts.out and opts.check and Path(opts.out).is_dir():  # refused before the fit, as without --check
+        raise UserError(f"--out {opts.out} is a directory: name the settings file to check")
     if opts.out and not opts.check:  # a place it cannot write is refused before the fit, not after it
         output_file(Path(opts.out))
     command = " ".join(["autosync fit", *(str(f) for f in files), "--table", str(opts.table), "--jobs",

@@ -242,11 +242,15 @@ def fit_families(files: "Sequence[str | Path]", table_dir: str | Path, count: in
 def family_jobs(table: Table, files: "Sequence[str | Path]", count: int) -> list[JobTimes]:
     """Every candidate's times on jobs 0..count-1 of each family file in `files` (`jobs_times`): what `fit`
     fits on."""
-    jobs = []
-    for path in files:
+    families, seen = [], {}
+    for path in files:  # each read and checked before any run is read
         family = load_family(path)
-        jobs += jobs_times(table, family.name, family.jobs(count))
-    return jobs
+        if family.name in seen:  # its jobs twice (or two families as one): a held-out job in its training folds
+            raise UserError(f"{path}: family {family.name!r} is given already ({seen[family.name]}): the fit holds "
+                            "each family out in turn, so give each family once, under a name of its own")
+        seen[family.name] = path
+        families.append(family)
+    return [times for family in families for times in jobs_times(table, family.name, family.jobs(count))]
 
 
 def jobs_times(table: Table, family: str, jobs: "Sequence[JobSpec]") -> list[JobTimes]:

@@ -136,3 +136,23 @@ def test_a_fit_stopped_by_ctrl_c_says_its_runs_are_kept_in_the_table(tmp_path, m
                                           "command goes on from them"):
         api.fit([BASELINE_DIR / "family_fresh.yaml"], table=str(tmp_path), out=str(tmp_path / "race.yaml"))
     assert not (tmp_path / "race.yaml").exists()
+
+
+def test_a_fit_refuses_an_empty_out_a_directory_and_a_family_given_twice_before_any_run(tmp_path):
+    """--out '' was read as the default and rewrote the shipped settings; --check --out DIR fitted whole, then
+    exit 1; a family file given twice counted its jobs twice, each held-out job in its own training folds."""
+    from autosync import api
+    from autosync.core.errors import UserError
+    from autosync.data import RACE_SETTINGS
+
+    shipped = RACE_SETTINGS.read_bytes()
+    family = BASELINE_DIR / "family_fresh.yaml"
+    empty = tmp_path / "empty"  # no table: each refusal comes before any run is read
+    empty.mkdir()
+    with pytest.raises(UserError, match=r"--out must name a file \(leave it out for the settings autosync ships\)"):
+        api.fit([family], table=str(empty), out="")
+    with pytest.raises(UserError, match=f"--out {tmp_path} is a directory"):
+        api.fit([family], table=str(empty), out=str(tmp_path), check=True)
+    with pytest.raises(UserError, match=r"family 'fresh' is given already"):
+        api.fit([family, family], table=str(empty), out=str(tmp_path / "race.yaml"))
+    assert RACE_SETTINGS.read_bytes() == shipped and not any(empty.iterdir())
