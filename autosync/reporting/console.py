@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from autosync.reporting.robustness_files import SUMMARY_COLUMNS, SUMMARY_WIDE, c
 from autosync.reporting.tables import Column, fitted
 from autosync.search.cost import COST_UNIT
 from autosync.search.study.storage import DEFAULT_STORAGE, redact_url
+from autosync.workloads.user_code import imported_from
 
 
 @dataclass(frozen=True)
@@ -273,7 +273,7 @@ def tune_report(outcome: Any, spec: Any) -> list[Printed]:
     for other in outcome.faster_elsewhere:
         out.append(Line(f"on this job the {other['space']} space answered {policy_label(other['policy'])} at "
                         f"{other['time']:.2f} s, {other['times_faster']:.2f}x faster than this space's answer: "
-                        f"autosync tune {'JOB.yaml ' if spec.name != 'digits_default' else ''}--space {other['space']}"))
+                        f"autosync tune {_job_argument(spec)}--space {other['space']}"))
     return out
 
 
@@ -532,8 +532,21 @@ def written_job(spec: Any, written: "str | os.PathLike[str]") -> str:
     (a job file's folder is where its code is imported from: the printed `autosync tune` said "No module")."""
     source, path = Path(spec.source), Path(written)
     if spec.uses_user_code and source.is_file() and source.resolve().parent != path.resolve().parent:
-        return f"PYTHONPATH={shlex.quote(str(source.resolve().parent))} autosync tune {shlex.quote(str(path))}"
+        return f"{_pythonpath(source.resolve().parent)}autosync tune {shlex.quote(str(path))}"
     return f"autosync tune {shlex.quote(str(path))}"
+
+
+def _job_argument(spec: Any) -> str:
+    """The job file a printed command names (it printed 'JOB.yaml'): the file `spec` was loaded from, none for
+    the embedded default job."""
+    if spec.name == "digits_default":
+        return ""
+    return f"{shlex.quote(spec.source)} " if Path(spec.source).is_file() else "JOB.yaml "
+
+
+def _pythonpath(folder: Path) -> str:
+    """The prefix of a printed command that imports the user's code from `folder`."""
+    return f"PYTHONPATH={shlex.quote(str(folder))} "
 
 
 def tune_hint(job_file: "str | os.PathLike[str] | None", storage: str | None = None,
@@ -544,23 +557,11 @@ def tune_hint(job_file: "str | os.PathLike[str] | None", storage: str | None = N
     it said "No module named ..."), and the `storage` where it is not the default one (its password masked)."""
     imports = ""
     if job_file is not None and spec is not None and spec.uses_user_code:
-        folder = _imported_from(spec)
+        folder = imported_from(spec)
         on_path = {str(Path(p).resolve()) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
         if folder is not None and folder != Path(job_file).resolve().parent and str(folder) in on_path:
-            imports = f"PYTHONPATH={shlex.quote(str(folder))} "
+            imports = _pythonpath(folder)
     job_file = f"{shlex.quote(str(job_file))} " if job_file is not None else ""
     where = f" --storage {redact_url(storage)}" if storage and storage != DEFAULT_STORAGE else ""
     return [Line(f"train with it: {imports}autosync run {job_file}--policy tuned{where}", "dim")]
 
-
-def _imported_from(spec: Any) -> Path | None:
-    """The folder on the search path this process imported the job's own code from (None: not imported)."""
-    w = spec.workload
-    for part in (w.dataset, w.model, getattr(w, "loss", None)):
-        factory = getattr(part, "factory", None)
-        module = sys.modules.get(factory.split(":")[0].split(".")[0]) if isinstance(factory, str) else None
-        file = getattr(module, "__file__", None)
-        if file is not None:
-            path = Path(file).resolve()
-            return path.parent.parent if path.name == "__init__.py" else path.parent
-    return None

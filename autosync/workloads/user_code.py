@@ -74,6 +74,18 @@ def _import_beside(module_name: str, root: Path | None) -> Any:
         sys.path.remove(str(root))
 
 
+def imported_from(spec: Any) -> Path | None:
+    """The folder on the search path this process imported `spec`'s own code from (None: not imported)."""
+    w = spec.workload
+    for part in (w.dataset, w.model, getattr(w, "loss", None)):
+        factory = getattr(part, "factory", None)
+        module = sys.modules.get(factory.split(":")[0].split(".")[0]) if isinstance(factory, str) else None
+        folder = _folder_of(getattr(module, "__file__", None))
+        if folder is not None:
+            return folder
+    return None
+
+
 def _folder_of(file: str | None) -> Path | None:
     """The folder on the search path a module's `file` is imported from (a package's parent), or None (a
     namespace package or a built-in)."""

@@ -298,3 +298,16 @@ def test_the_tune_hint_names_the_pythonpath_the_tune_imported_the_jobs_code_from
     assert tune_hint(beside, spec=spec)[0].what == f"train with it: autosync run {beside} --policy tuned"
     monkeypatch.delenv("PYTHONPATH")  # imported, but not by a PYTHONPATH the user set (installed, say)
     assert tune_hint(profiled, spec=spec)[0].what == f"train with it: autosync run {profiled} --policy tuned"
+
+
+def test_a_faster_space_hint_names_the_job_file_the_job_was_loaded_from(tmp_path):
+    """It printed 'autosync tune JOB.yaml --space ...' for a job loaded from a file of another name."""
+    from types import SimpleNamespace
+
+    from autosync.reporting.console import _job_argument
+
+    job = tmp_path / "mine.yaml"
+    job.write_text("name: mine\n")
+    assert _job_argument(SimpleNamespace(name="mine", source=str(job))) == f"{job} "
+    assert _job_argument(SimpleNamespace(name="digits_default", source=str(job))) == ""
+    assert _job_argument(SimpleNamespace(name="mine", source="<job>")) == "JOB.yaml "  # made from a dict
