@@ -43,7 +43,23 @@ def check_sampler(name: str, space: SearchSpace, multi_objective: bool) -> str:
                         f"{space.path} has continuous dimensions: {', '.join(space.continuous_dimensions())}")
     if name in SWITCH_POINT_SAMPLERS:
         fixed_dimensions(space, name)
+    if name == "ladder":  # refused with the request, before a study storage is opened
+        ladder_rungs(space)
     return name
+
+
+def ladder_rungs(space: SearchSpace, n_trials: int | None = None) -> tuple[float, ...]:
+    """The ladder's first `n_trials` rungs that the space's switch_at holds (`ladder.rungs_within`); one line
+    where it holds none."""
+    # not at the top: optuna, which the ladder's sampler subclasses at its top and a cache hit, which loads
+    # this module, never loads (benchmarks/bench_startup.py)
+    from autosync.search.strategies.ladder import DEFAULT_RUNGS, rungs_within
+
+    rungs = rungs_within(space.dimensions[SyncSwitch.name]["switch_at"])
+    if not rungs:
+        raise UserError(f"--sampler ladder: {space.path}: sync_switch.switch_at holds none of the ladder's rungs "
+                        f"({', '.join(f'{r:g}' for r in DEFAULT_RUNGS)}); use --sampler binary or tpe there")
+    return rungs[:n_trials]
 
 
 def refuse_without_a_switch_point(space: SearchSpace, who: str) -> dict[str, Any]:
@@ -80,15 +96,9 @@ def make_sampler(name: str, seed: int, space: SearchSpace, multi_objective: bool
 
     name = check_sampler(name, space, multi_objective)
     if name == "ladder":
-        # not at the top: optuna, which the ladder's sampler subclasses at its top and a cache hit, which
-        # loads this module, never loads (benchmarks/bench_startup.py)
-        from autosync.search.strategies.ladder import DEFAULT_RUNGS, LadderSampler, rungs_within
+        from autosync.search.strategies.ladder import LadderSampler  # not at the top: as in ladder_rungs
 
-        rungs = rungs_within(space.dimensions[SyncSwitch.name]["switch_at"])[:n_trials]
-        if not rungs:
-            raise UserError(f"--sampler ladder: {space.path}: sync_switch.switch_at holds none of the ladder's rungs "
-                            f"({', '.join(f'{r:g}' for r in DEFAULT_RUNGS)}); use --sampler binary or tpe there")
-        return LadderSampler(rungs=rungs)
+        return LadderSampler(rungs=ladder_rungs(space, n_trials))
     if name == RACE:
         return optuna.samplers.RandomSampler(seed=seed)  # the race queues every run itself: never asked
     if name in ("tpe", "binary"):  # binary enqueues every candidate itself: its sampler is never asked

@@ -8,7 +8,7 @@ from autosync.core.errors import UserError
 from autosync.data import SPACE_DIR
 from autosync.search.space import load_space
 from autosync.search.strategies.ladder import DEFAULT_RUNGS, rungs_within
-from autosync.search.strategies.samplers import make_sampler
+from autosync.search.strategies.samplers import check_sampler, make_sampler
 
 
 def _space(tmp_path, switch_at: str):
@@ -33,3 +33,5 @@ def test_a_space_that_holds_no_rung_is_refused_in_one_line(tmp_path):
     space = _space(tmp_path, "{type: float, low: 0.6, high: 0.9}")
     with pytest.raises(UserError, match=r"sync_switch.switch_at holds none of the ladder's rungs \(0.03125, "):
         make_sampler("ladder", 0, space, False, 20)
+    with pytest.raises(UserError, match=r"holds none of the ladder's rungs"):  # with the request, before storage
+        check_sampler("ladder", space, False)
