@@ -81,8 +81,17 @@ def load_report(path: Path, flag: str = "") -> tuple[Path, dict[str, Any]]:
     try:
         data = json.loads(file.read_text())
         _require(data, ("family", "command", "seeds", "summary", "jobs"))
+        _of_type("command", data["command"], str)
+        _of_type("seeds", data["seeds"], list)
+        _of_type("summary", data["summary"], list)
+        if not _of_type("jobs", data["jobs"], list):
+            raise ValueError("jobs is empty: the report holds no drawn job")
+        if not all(isinstance(rule, str) for rule in _of_type("lr_rules", data.get("lr_rules", []), list)):
+            raise TypeError(f"lr_rules must be a list of rule names, but got {data['lr_rules']!r}")
         for i, row in enumerate(data["jobs"]):
             _require(row, REPORT_JOB_KEYS)
+            for key in ("job", "fingerprint"):
+                _of_type(f"jobs.{i}.{key}", row[key], str)
             _numbers(f"jobs.{i}", {key: row[key] for key in ("n_workers", "budget", "best_static_time", "bsp_time")})
             _numbers(f"jobs.{i}.static", row["static"])
             for label, cell in _object(row["policies"]).items():
@@ -101,6 +110,13 @@ def _object(value: Any) -> dict[str, Any]:
     """`value`, a dict; TypeError when it is not one."""
     if not isinstance(value, dict):
         raise TypeError(f"expected an object, got {type(value).__name__}")
+    return value
+
+
+def _of_type(where: str, value: Any, kind: type) -> Any:
+    """`value`; TypeError naming `where` when it is not a `kind`."""
+    if not isinstance(value, kind):
+        raise TypeError(f"{where} must be a {kind.__name__}, but got {value!r}")
     return value
 
 

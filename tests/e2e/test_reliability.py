@@ -350,8 +350,12 @@ def _damaged_report(folder: Path, where: str) -> Path:
     data = json.loads((copy / "robustness.json").read_text())
     if where == "summary":
         data["summary"][0]["median_regret"] = "oops"
-    else:
+    elif where == "jobs":
         data["jobs"][1]["static"]["k=2 fixed"] = "oops"
+    else:  # a top-level field or a job's text, emptied or of another type
+        key, value = where.split("=")
+        target = data["jobs"][0] if key.startswith("jobs.0.") else data
+        target[key.removeprefix("jobs.0.")] = json.loads(value)
     (copy / "robustness.json").write_text(json.dumps(data))
     return copy
 
@@ -366,6 +370,21 @@ def test_a_robustness_report_holding_a_string_for_a_number_is_one_line(tmp_path,
         assert line == (f"error: {report}/robustness.json: not a robustness report written by `autosync robustness` "
                         f"(TypeError: {field} must be a number, but got 'oops')"), line
     assert _snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("where, reason", [
+    ("jobs=[]", "ValueError: jobs is empty: the report holds no drawn job"),
+    ("jobs={}", "TypeError: jobs must be a list, but got {}"),
+    ("lr_rules=5", "TypeError: lr_rules must be a list, but got 5"),
+    ("seeds=\"x\"", "TypeError: seeds must be a list, but got 'x'"),
+    ("jobs.0.fingerprint=null", "TypeError: jobs.0.fingerprint must be a str, but got None")])
+def test_a_robustness_report_emptied_or_of_another_shape_is_one_line(tmp_path, where, reason):
+    report = _damaged_report(tmp_path, where)  # each was a traceback in one reader or read on as if whole
+    for command in (["robustness-compare", str(ROBUSTNESS / "shared"), str(report)],
+                    ["recommend", "--grid", str(report), "--storage", f"sqlite:///{tmp_path}/none.db"]):
+        line = _one_line(autosync(*command, cwd=tmp_path))
+        assert line == (f"error: {report}/robustness.json: not a robustness report written by `autosync robustness` "
+                        f"({reason})"), line
 
 
 @pytest.mark.parametrize("out, message", [("/proc/x/table.md", "error: --out: cannot write in /proc/x: "),
