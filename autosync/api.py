@@ -521,9 +521,7 @@ def table(files: Sequence[str | Path], directory: str | Path, options: TableOpti
     def lattice(n: int) -> list[dict[str, Any]]:
         return named[n] if opts.policies else lattice_points(n)
 
-    if Path(directory).exists() and not Path(directory).is_dir():
-        raise UserError(f"--out {directory}: a file, but the table is written into a directory")
-    store = Table(directory)
+    store = Table(output_dir(Path(directory)))
     with contextlib.nullcontext() if opts.scheduler is None else on_cluster(opts.scheduler, opts.n_jobs):
         if opts.retrain:
             return retrain_table(store, jobs, opts.n_jobs, on_start, on_done)

@@ -34,7 +34,7 @@ from rich.console import Console
 
 from autosync import __version__
 from autosync.core import strict_json
-from autosync.core.errors import AutosyncError, Interrupted, JobFileError
+from autosync.core.errors import AutosyncError, Interrupted, JobFileError, UserError
 from autosync.core.main_module import declare_guarded
 from autosync.options import (
     CacheOptions, CalibrateOptions, CompareOptions, FamilyOptions, FitOptions, LeaderboardOptions, ProfileOptions,
@@ -532,6 +532,7 @@ def main() -> None:
     code: Any = 1  # until the command returns: a failure leaves no empty output folder it created
     declare_guarded()  # its console script runs nothing when a spawned helper imports it
     try:
+        _refuse_empty_arguments(sys.argv[1:])
         # a Ctrl-C waits for a storage write or an import in progress; one landing in a finalizer is not lost
         with storage_calls_finish_first():
             code = app(standalone_mode=False, prog_name="autosync") or 0
@@ -563,6 +564,18 @@ def main() -> None:
         print(INTERRUPTED, file=sys.stderr)
     if isinstance(code, int) and code:
         sys.exit(code)
+
+
+def _refuse_empty_arguments(args: list[str]) -> None:
+    """A UserError for an empty argument (`--out ""`, `--storage=`, or an unset shell variable): the parser
+    reads an empty path as the current folder and the commands read an empty storage URL or settings file as
+    their default, so the command would write or read where the user named nothing. No option or argument
+    of autosync takes an empty value."""
+    for i, arg in enumerate(args):
+        if arg == "" or (arg.startswith("--") and arg.endswith("=")):
+            where = f"{arg[:-1]}=" if arg else f"after {args[i - 1]}" if i else "as the command"
+            raise UserError(f"an empty argument {where}: give a value, or leave the option out for its default "
+                            "(an unset shell variable passes an empty one)")
 
 
 def run() -> None:

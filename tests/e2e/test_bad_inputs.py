@@ -110,8 +110,7 @@ def test_extreme_but_meaningful_values_are_accepted(tmp_path, text):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--space", ""], "--space must name a search-space file or a shipped space (batch_split, composed, policy, "
-                      "static_k, switch_point), but got ''"),
+    (["--space", "nowhere"], "--space: file "),
     (["--space", "batch_split", "--sampler", "grid"], "--sampler grid needs a discrete space (int, categorical or "
      "stepped float), but"),
     (["--space", "static_k", "--sampler", "gp", "--objective", "time,metric"], "--sampler gp handles one objective"),

@@ -335,6 +335,22 @@ def test_an_out_name_too_long_for_the_file_system_is_one_line(tmp_path):
     assert _snapshot(tmp_path) == before
 
 
+@pytest.mark.parametrize("args, where", [
+    (["leaderboard", "--out", ""], "after --out"),  # the parser reads '' as the current folder: written there
+    (["run", "--out="], "--out="),
+    (["tune", "--storage", ""], "after --storage"),  # read as the default storage
+    (["recommend", "--storage", ""], "after --storage"),
+    (["tune", "--race-settings", ""], "after --race-settings"),  # read as the shipped settings
+    (["", "tune"], "as the command"),
+])
+def test_an_empty_argument_is_one_line_before_anything_is_read_or_written(tmp_path, args, where):
+    before = _snapshot(tmp_path)
+    line = _one_line(autosync(*args, cwd=tmp_path))
+    assert line == (f"error: an empty argument {where}: give a value, or leave the option out for its default "
+                    "(an unset shell variable passes an empty one)"), line
+    assert _snapshot(tmp_path) == before
+
+
 # ---------------------------------------------------------------- reports, logs and output files
 
 ROBUSTNESS = Path(__file__).resolve().parents[2] / "results" / "robustness"

@@ -87,12 +87,13 @@ def test_a_bad_table_option_is_one_line_before_anything_runs(tiny_job, tmp_path)
                           (("table", str(tiny_job), "--policies", "backup:k=9", "--out", "t"),
                            "k must be between 1 and n_workers=4"),
                           (("table", "missing.yaml", "--out", "t"), "missing.yaml: file not found"),
-                          (("table", str(tiny_job), "--out", "file"), "--out file: a file, but the table is written "
-                           "into a directory"),
+                          (("table", str(tiny_job), "--out", "file"), "--out: file is a file, but an output directory "
+                           "is needed"),
+                          (("table", str(tiny_job), "--out", "file/t"), "--out: cannot write in file/t: Not a directory"),
                           (("fit", str(BASELINE_DIR / "family_fresh.yaml"), "--table", "file"),
                            "--table file: a file, but the table is a directory"),
                           (("fit", str(BASELINE_DIR / "family_fresh.yaml"), "--table", ""),
-                           "--table: an empty path"),
+                           "error: an empty argument after --table: give a value"),
                           (("fit", str(BASELINE_DIR / "family_fresh.yaml"), "--table", str(COMMITTED_TABLE), "--out",
                             str(tmp_path)), f"--out: {tmp_path} is a directory")):
         proc = autosync(*args, cwd=tmp_path)
