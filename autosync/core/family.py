@@ -40,7 +40,7 @@ from pydantic import (
 from autosync.core.errors import FileProblems, JobFileError
 from autosync.core.job import (
     BudgetSpec, ClusterSpec, ComputeSpec, JobSpec, LinearCompute, RoundTripSpec, ServerSpec, TargetSpec, WorkloadSpec,
-    job_from_dict, load_job,
+    is_family_data, job_from_dict, load_job,
 )
 from autosync.core.job_schema import folder_name
 from autosync.core.loader import describe_error, read_yaml_file, short_repr
@@ -302,8 +302,7 @@ def describe(job: JobSpec) -> dict[str, Any]:
 def looks_like_family(path: str | Path) -> bool:
     """Whether `path` holds a job family rather than a job: a mapping that draws from `workloads` and has no
     `workload` of its own (commands that take either read it as the one it looks like)."""
-    data = read_yaml_file(Path(path), FamilyFileError)
-    return isinstance(data, dict) and "workloads" in data and "workload" not in data
+    return is_family_data(read_yaml_file(Path(path), FamilyFileError))
 
 
 def load_family(path: str | Path) -> FamilySpec:
@@ -314,6 +313,9 @@ def load_family(path: str | Path) -> FamilySpec:
     if not isinstance(data, dict):
         raise FamilyFileError(str(file), ["the top level must be a mapping of fields (name, round_trips, "
                                           f"workloads, ...), but got {type(data).__name__}"])
+    if "workload" in data and "workloads" not in data:
+        raise FamilyFileError(str(file), ["a job file (it has a `workload`, not `workloads` to draw from), but a "
+                                          "job-family file is needed (`autosync family --help` says what one holds)"])
     try:
         family = FamilySpec.model_validate(data)
     except ValidationError as exc:

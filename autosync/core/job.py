@@ -65,11 +65,20 @@ def load_job(path: str | Path | None = None, overrides: dict[str, Any] | None = 
     if overrides and isinstance(data, dict):  # anything else is refused by job_from_dict
         data = dict(data)
         data.update(overrides)
+    if is_family_data(data):
+        raise JobFileError(str(file), ["a job-family file (it draws from `workloads`), but a job file is needed "
+                                       "(`autosync family` writes its jobs as job files)"])
     spec = job_from_dict(data, str(file))
     _check_files_exist(spec, file)
     if spec.uses_user_code:
         add_import_root(file.parent)
     return spec
+
+
+def is_family_data(data: Any) -> bool:
+    """Whether a YAML file's `data` is a job family rather than a job: a mapping that draws from `workloads`
+    and has no `workload` of its own."""
+    return isinstance(data, dict) and "workloads" in data and "workload" not in data
 
 
 # the job files' folders on the search path (`add_import_root`), this process's and its parent's: a spawned
