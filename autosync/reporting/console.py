@@ -545,8 +545,11 @@ def _job_argument(spec: Any) -> str:
 
 
 def _pythonpath(folder: Path) -> str:
-    """The prefix of a printed command that imports the user's code from `folder`."""
-    return f"PYTHONPATH={shlex.quote(str(folder))} "
+    """The prefix of a printed command that imports the user's code from `folder`, keeping this process's
+    other PYTHONPATH entries after it (what the user's code may import besides)."""
+    others = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+              if p and Path(p).resolve() != folder.resolve()]
+    return f"PYTHONPATH={shlex.quote(os.pathsep.join([str(folder), *others]))} "
 
 
 def tune_hint(job_file: "str | os.PathLike[str] | None", storage: str | None = None,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 import io
+import os
 import re
 from types import SimpleNamespace
 
@@ -256,12 +257,15 @@ def test_the_policies_listing_says_what_each_policy_does_in_a_whole_sentence():
         assert said.endswith(".") and said.count("(") == said.count(")"), (name, said)
 
 
-def test_a_written_job_naming_the_users_code_is_tuned_with_the_path_that_imports_it(tmp_path):
+def test_a_written_job_naming_the_users_code_is_tuned_with_the_path_that_imports_it(tmp_path, monkeypatch):
     """`profile` writes profiled_job.yaml in results/profiles/: its hint 'autosync tune PROFILED' said "No
-    module named ..." where the job's code sits beside the job file."""
+    module named ..." where the job's code sits beside the job file. The user's own PYTHONPATH stays after
+    it (the hint replaced it: what the code imports from there was gone)."""
     from types import SimpleNamespace
 
     from autosync.reporting.console import written_job
+
+    monkeypatch.delenv("PYTHONPATH", raising=False)
 
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "job.yaml").write_text("name: mine\n")
@@ -272,6 +276,9 @@ def test_a_written_job_naming_the_users_code_is_tuned_with_the_path_that_imports
     assert written_job(spec, beside) == f"autosync tune {beside}"
     builtin = SimpleNamespace(uses_user_code=False, source=spec.source)
     assert written_job(builtin, elsewhere) == f"autosync tune {elsewhere}"
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path / "libs"), str(tmp_path / "mine")]))
+    assert written_job(spec, elsewhere) == \
+        f"PYTHONPATH={tmp_path / 'mine'}{os.pathsep}{tmp_path / 'libs'} autosync tune {elsewhere}"
 
 
 def test_the_tune_hint_names_the_pythonpath_the_tune_imported_the_jobs_code_from(tmp_path, monkeypatch):
