@@ -76,6 +76,12 @@ def _tuned_itself(storage: Any, job: JobSpec) -> bool:
                for s in internals.all_studies(storage))
 
 
+def _bsp_timed(record: dict[str, Any]) -> bool:
+    """Whether a neighbour's BSP time is a time to the target: BSP reached it on every seed (a miss's is a
+    score, `MISS_PENALTY` times what it ran, and predicts no time)."""
+    return record.get("bsp_time_to_target") is not None and record.get("bsp_reached") in (None, record.get("bsp_runs"))
+
+
 def recommend(storage: Any, job: JobSpec, where: str, grids: Sequence[Path] = ()) -> Recommendation:
     """The recommendation for `job` from the tuned jobs in `storage` (None: none; named `where` in errors)
     and the drawn jobs of the robustness reports in `grids` (`autosync.search.recommend.grid`), the nearest COUNT of all."""
@@ -110,7 +116,7 @@ def recommend(storage: Any, job: JobSpec, where: str, grids: Sequence[Path] = ()
     chosen = max(votes, key=lambda key: (votes[key], key))
     policy = json.loads(chosen)
     backers = [nb for nb, p, _ in proposals if p is not None and json.dumps(p, sort_keys=True) == chosen]
-    same = [nb for nb in backers if nb.same_workload and nb.record.get("bsp_time_to_target") is not None]
+    same = [nb for nb in backers if nb.same_workload and _bsp_timed(nb.record)]
     # the speedup of the nearest backer that trains this workload (its BSP time is scaled to this cluster)
     speedup = (same or backers)[0].record.get("speedup_vs_bsp")
     predicted_bsp = predicted = None

@@ -72,6 +72,22 @@ def test_recommend_answers_from_the_neighbours_without_training(tuned):
     assert neighbours(open_storage(url), job, count=1)[0].job_name == "same_workload"
 
 
+def test_a_neighbour_whose_bsp_missed_the_target_predicts_no_time(tuned, monkeypatch):
+    """A BSP that missed on a seed has a score, not a time, in `bsp_time_to_target`: the prediction read it
+    as BSP's time on this job."""
+    import dataclasses
+
+    from autosync.search.recommend import vote
+
+    url, same, other = tuned
+    job = _job(0.65, name="asked")
+    found = neighbours(open_storage(url), job, count=2, other_workloads=True)
+    missed = [dataclasses.replace(nb, record={**nb.record, "bsp_reached": 1, "bsp_runs": 2}) for nb in found]
+    monkeypatch.setattr(vote, "neighbours", lambda *args, **kwargs: missed)
+    answer = recommend(open_storage(url), job, url)
+    assert answer.predicted_bsp_time is None and answer.predicted_time is None
+
+
 def test_a_winner_is_adapted_to_the_new_jobs_n():
     job = _job(0.7, n=8)
     assert adapt({"policy": "backup", "params": {"k": 3, "lr_rule": "fixed"}}, 4, job)["params"]["k"] == 6
