@@ -28,8 +28,7 @@ from typing import Any
 
 from autosync.core.errors import UserError
 from autosync.search.outcome import TuneOutcome
-from autosync.race import race_settings
-from autosync.search.race_trials import race_top, settings_record
+from autosync.search.race_trials import race_differences, race_top
 from autosync.search.request import TuneRequest
 from autosync.search.strategies.samplers import RACE
 from autosync.search.study.cache import check_owner, read_cache
@@ -84,20 +83,12 @@ def cached_outcome(request: TuneRequest) -> TuneOutcome | None:
         record = read_cache(study)
         if record is None or record.get(TIMED_OUT_OF) or not isinstance(record.get("race"), dict):
             return None
-        if record["race"].get("budget") != request.budget or not _same_settings(record["race"], request):
+        if race_differences(record, request):
             return None  # the search's path refuses it (`race_trials.refuse_another_race`)
         top = race_top(record["race"])
     except (sqlite3.Error, OSError, ValueError, TypeError, KeyError, UserError, WouldWrite):
         return None  # the Optuna path answers, or reports the problem in its own words
     return TuneOutcome(study.study_name, request.storage, True, 0, record, top)
-
-
-def _same_settings(race: dict[str, Any], request: TuneRequest) -> bool:
-    """Whether the race of the record `race` raced with the settings that --race-settings names (none named:
-    whatever it raced with answers)."""
-    if request.race_settings is None or not isinstance(race.get("settings"), dict):
-        return True
-    return race["settings"] == settings_record(race_settings(request.race_settings))
 
 
 def read_study(path: Path, name: str) -> FileStudy | None:

@@ -375,13 +375,13 @@ def settings_record(settings: RaceSettings) -> dict[str, Any]:
     return {"portfolio": list(settings.portfolio), "margin": settings.margin}
 
 
-def refuse_another_race(record: dict[str, Any], request: "TuneRequest", study_name: str) -> None:
-    """A cached race answered with another --budget, or with other settings than --race-settings names, is
-    refused in one line: it was returned as this command's answer (the settings are compared only where the
-    command names a file: a recurring job's answer stands when autosync's shipped settings change)."""
+def race_differences(record: dict[str, Any], request: "TuneRequest") -> list[str]:
+    """How the race of a cache `record` differs from what `request` asks: another --budget, or other
+    settings than --race-settings names (compared only where the command names a file: a recurring job's
+    answer stands when autosync's shipped settings change); none for a record of no race."""
     race = record.get("race")
     if not isinstance(race, dict):
-        return
+        return []
     differs = []
     if race.get("budget") != request.budget:
         differs.append(f"--budget {race.get('budget') if race.get('budget') is not None else 'none'} (this command: "
@@ -389,6 +389,13 @@ def refuse_another_race(record: dict[str, Any], request: "TuneRequest", study_na
     if request.race_settings is not None and isinstance(race.get("settings"), dict) \
             and race["settings"] != settings_record(race_settings(request.race_settings)):
         differs.append(f"other settings than {request.race_settings}")
+    return differs
+
+
+def refuse_another_race(record: dict[str, Any], request: "TuneRequest", study_name: str) -> None:
+    """A cached race that `race_differences` tells from this command's is refused in one line: it was
+    returned as this command's answer."""
+    differs = race_differences(record, request)
     if differs:
         raise UserError(f"study {study_name} holds the race's answer made with {' and '.join(differs)}: name another "
                         "--study to race with these, or run the command as it was to read that answer")

@@ -343,7 +343,7 @@ def _samples(dims: list[tuple[str, Dimension]], chosen: dict[str, Any], defaults
         values = list(dim.choices)
     else:
         named = [v for _, later in rest for clause in (later.when or []) for v in clause.get(name, [])]
-        named = list(dict.fromkeys(v for v in named if _can_sample(dim, v)))
+        named = list(dict.fromkeys(v for v in named if can_sample(dim, v)))
         free = [v for v in _candidates(dim, len(named) + 2) if v not in named]
         values = (named + [next((v for v in free if v != defaults.get(name)), free[0])]) if free else named
     for value in values:
@@ -360,7 +360,7 @@ def _candidates(dim: Dimension, count: int) -> list[Any]:
     return list(itertools.islice(_grid(dim), count))
 
 
-def _can_sample(dim: Dimension, value: Any) -> bool:
+def can_sample(dim: Dimension, value: Any) -> bool:
     """Whether a categorical or number dimension can sample `value` (a number: inside its range, on its step)."""
     if dim.type == "categorical":
         return value in dim.choices

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -40,9 +40,7 @@ class Recommendation:
     neighbours: list[dict[str, Any]] = field(default_factory=list)  # job, study, distance, policy, weight, same_workload
 
     def to_dict(self) -> dict[str, Any]:
-        return {"policy": self.policy, "predicted_speedup": self.predicted_speedup,
-                "predicted_time": self.predicted_time, "predicted_bsp_time": self.predicted_bsp_time,
-                "neighbours": self.neighbours}
+        return asdict(self)
 
 
 def adapt(policy: dict[str, Any], n_from: int, job: JobSpec) -> dict[str, Any] | None:

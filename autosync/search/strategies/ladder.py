@@ -21,6 +21,7 @@ from typing import Any, Sequence
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution
 
+from autosync.search.space import can_sample
 from autosync.search.study.records import constraint_of
 
 DEFAULT_RUNGS = (1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2)
@@ -60,16 +61,7 @@ def rungs_within(dimension: Any, rungs: Sequence[float] = DEFAULT_RUNGS) -> tupl
     """The `rungs` a space's switch_at `dimension` holds: among its choices, or within its low..high (on its
     step, where it has one). The ladder walked its own rungs whatever the space said: a space of switch_at from
     0.6 to 0.9 answered 0.03125."""
-    if dimension.type == "categorical":
-        return tuple(r for r in sorted(rungs) if r in dimension.choices)
-
-    def on_grid(r: float) -> bool:
-        if not dimension.step:
-            return True
-        steps = (r - dimension.low) / dimension.step
-        return abs(steps - round(steps)) < 1e-9
-
-    return tuple(r for r in sorted(rungs) if dimension.low <= r <= dimension.high and on_grid(r))
+    return tuple(r for r in sorted(rungs) if can_sample(dimension, r))
 
 
 def next_rung(study: optuna.Study, rungs: Sequence[float] = DEFAULT_RUNGS, param: str = SWITCH_PARAM,

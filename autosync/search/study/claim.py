@@ -35,9 +35,6 @@ def process_gone(tag: Any) -> bool:
     """Whether `tag` (a trial's PROCESS attribute, host:pid) names a process of this machine that no longer
     exists: such a trial is dead at once, without waiting out the heartbeat grace. A process of another
     machine, or one that exists (whoever owns it), is not known to be gone."""
-    import os
-    import socket
-
     host, _, pid = str(tag).rpartition(":")
     if host != socket.gethostname() or not pid.isdigit():
         return False
