@@ -19,12 +19,16 @@ if TYPE_CHECKING:
     import optuna
 
 
-def write_study_plots(study: "optuna.Study", out_dir: Path,
+RACE_FIGURE = "race.png"  # a race's figure, in place of the study's history
+
+
+def write_study_plots(study: "optuna.Study | None", out_dir: Path,
                       race_record: dict[str, Any] | None = None) -> tuple[list[Path], list[str]]:
     """Write PNGs under `out_dir`; returns (written paths, skipped plots with reasons). `race_record`: the
-    cache record of a race (its `race` and `best_policy`), drawn as race.png instead of the study's history."""
+    cache record of a race (its `race` and `best_policy`), drawn as race.png instead of the study's history
+    (`study` unread: None where the cache answered without opening it)."""
     if race_record is not None:
-        return [draw_race(race_record["race"], race_record["best_policy"], out_dir / "race.png")], []
+        return [draw_race(race_record["race"], race_record["best_policy"], out_dir / RACE_FIGURE)], []
     import warnings
 
     import matplotlib

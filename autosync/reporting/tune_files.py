@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from autosync.catalog import label_of
-from autosync.reporting.study_plots import write_study_plots
+from autosync.reporting.study_plots import RACE_FIGURE, write_study_plots
 from autosync.reporting.tracking import Tracking, log_tune
 from autosync.reporting.verification import write_verification
 from autosync.search.outcome import TuneOutcome
@@ -36,7 +36,7 @@ class Tuned(TuneOutcome):
     def write(self, directory: str | Path, command: str = "autosync.api.tune", mlflow: Any = None,
               job: Any = None) -> TuneFiles:
         """Write the verification (with verify_top) and, unless the cache answered, the study's plots into
-        `directory`; `command`: the command line the verification's report records. With `mlflow` (a
+        `directory` (a cached race's figure too, where `directory` lacks it); `command`: the command line the verification's report records. With `mlflow` (a
         tracking URI, or an open `autosync.reporting.tracking.Tracking`) and `job` (the tuned `JobSpec`), also
         log the study, each trial and the answer there, the files as artifacts."""
         directory = Path(directory)
@@ -45,9 +45,13 @@ class Tuned(TuneOutcome):
             verification = write_verification(self.verification, directory, command, label_of)
         plots: list[Path] = []
         skipped: list[str] = []
+        race = self.cache if isinstance(self.cache.get("race"), dict) else None
         if not self.cached:
-            race = self.cache if isinstance(self.cache.get("race"), dict) else None
             plots, skipped = write_study_plots(self.study, directory, race)
+        elif race is not None and not (directory / RACE_FIGURE).exists():
+            # a cached race drawn from its record alone, where this folder lacks it: another --out, or a tune
+            # stopped while drawing it (its answer was cached, and every later tune answered from the cache)
+            plots, skipped = write_study_plots(None, directory, race)
         if mlflow is not None:
             if job is None:
                 raise TypeError("Tuned.write(..., mlflow=...) needs job=, the JobSpec that was tuned")

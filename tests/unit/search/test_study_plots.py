@@ -28,15 +28,32 @@ def test_a_study_with_fewer_than_two_parameters_skips_the_importances_and_says_w
         assert skipped == [f"param_importances.png: {count} among the completed trials, none to rank against another"]
 
 
-def test_a_race_gets_its_own_figure_instead_of_a_history_that_mixes_its_seeds_and_rounds(tmp_path):
+def _race() -> tuple[dict, dict]:
+    """A race's record, and its answer."""
     asp, bsp = {"policy": "asp", "params": {}}, {"policy": "bsp", "params": {}}
-    race = {"rounds": [
+    return {"rounds": [
         {"round": "portfolio", "seed": 0, "runs": [{"label": "asp", "policy": asp, "time": 3.0}]},
         {"round": "reference", "seed": 0, "runs": [{"label": "bsp", "policy": bsp, "time": 9.0, "final": 0.9}]},
         {"round": "reference", "seed": 1, "runs": [{"label": "bsp", "policy": bsp, "time": None, "final": None}]},
         {"round": "final metric", "seed": 1, "runs": [{"label": "asp", "policy": asp, "time": 4.0, "final": 0.8}]},
-        {"round": "towards BSP", "seed": 0, "runs": [{"label": "k", "policy": asp, "time": None, "final": 0.7}]}]}
+        {"round": "towards BSP", "seed": 0, "runs": [{"label": "k", "policy": asp, "time": None, "final": 0.7}]}]}, asp
+
+
+def test_a_race_gets_its_own_figure_instead_of_a_history_that_mixes_its_seeds_and_rounds(tmp_path):
+    race, asp = _race()
     study = optuna.create_study()
     study.optimize(lambda t: 1.0, n_trials=2)
     written, skipped = write_study_plots(study, tmp_path, {"race": race, "best_policy": asp})
     assert [p.name for p in written] == ["race.png"] and not skipped and written[0].stat().st_size > 0
+
+
+def test_a_cached_race_draws_its_figure_where_the_folder_lacks_it(tmp_path):
+    """A tune stopped while drawing race.png had cached its answer: every later tune answered from the cache
+    and drew nothing. A cached race is drawn from its record (no study opened) where the folder lacks it."""
+    from autosync.reporting.tune_files import Tuned
+    from autosync.search.outcome import TuneOutcome
+
+    race, asp = _race()
+    cached = Tuned.of(TuneOutcome("s", "sqlite:///x.db", True, 0, {"race": race, "best_policy": asp}))
+    assert [p.name for p in cached.write(tmp_path / "out").plots] == ["race.png"]
+    assert cached.write(tmp_path / "out").plots == []  # there already: the cache hit writes nothing
