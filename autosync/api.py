@@ -33,6 +33,7 @@ import yaml
 from autosync.catalog import checked_spec, make_sized_policy, policy_of
 from autosync.core.errors import AutosyncError, Interrupted, RuntimeFailure, UserError
 from autosync.core.job import JobSpec, job_from_dict, load_job
+from autosync.core.limits import local_processes
 from autosync.core.phases import Phase, no_phase
 from autosync.data import RACE_SETTINGS
 from autosync.engine.backends import BackendChoice, Ranks, check_device, torchrun_ranks, train
@@ -303,7 +304,7 @@ def leaderboard(job: JobSpec, policies: Sequence[str | dict[str, Any]] | None = 
             if on_done is not None:
                 on_done(run)
 
-        entries = run_grid(job, specs, seed_list, n_jobs=opts.n_jobs, on_done=done,
+        entries = run_grid(job, specs, seed_list, n_jobs=local_processes(opts.n_jobs), on_done=done,
                            runs_file=None if keep_runs_in is None else Path(keep_runs_in) / RUNS_FILE,
                            on_resume=on_resume)
     return Leaderboard(job, seed_list, score(entries, metric=job.target.metric), entries)
@@ -417,7 +418,7 @@ def robustness(family_file: str | Path, directory: str | Path | None = None,
                           lambda job, url: tune(job, opts.tuned_space, storage=url, **budget), phase)
     broad = lattice_points if opts.reference == "broad" else None
     grid = Grid(drawn, list(range(opts.seed_offset, opts.seed_offset + opts.seeds)), online, rules, tuned, broad)
-    result, reused = run_report(grid, out, opts.n_jobs, phase, on_resume)
+    result, reused = run_report(grid, out, local_processes(opts.n_jobs), phase, on_resume)
     return Robustness(spec.name, drawn, grid.seeds, rules, result, out, reused)
 
 
@@ -505,7 +506,7 @@ def table(files: Sequence[str | Path], directory: str | Path, options: TableOpti
     from autosync.core.family import load_family, looks_like_family
     from autosync.table import Table
     from autosync.table.build import build_table, retrain_table
-    from autosync.table.dask_cluster import on_cluster
+    from autosync.table.dask_cluster import LOCAL, on_cluster
 
     opts = _options(TableOptions, options, None, fields)
     files = _listed(files, "files")
@@ -522,10 +523,12 @@ def table(files: Sequence[str | Path], directory: str | Path, options: TableOpti
         return named[n] if opts.policies else lattice_points(n)
 
     store = Table(output_dir(Path(directory)))
-    with contextlib.nullcontext() if opts.scheduler is None else on_cluster(opts.scheduler, opts.n_jobs):
+    # this machine's processes, or a local cluster's; a remote cluster's workers are its own
+    n_jobs = local_processes(opts.n_jobs) if opts.scheduler in (None, LOCAL) else opts.n_jobs
+    with contextlib.nullcontext() if opts.scheduler is None else on_cluster(opts.scheduler, n_jobs):
         if opts.retrain:
-            return retrain_table(store, jobs, opts.n_jobs, on_start, on_done)
-        return build_table(store, jobs, lattice, opts.held_out, opts.n_jobs, opts.full, on_start, on_done)
+            return retrain_table(store, jobs, n_jobs, on_start, on_done)
+        return build_table(store, jobs, lattice, opts.held_out, n_jobs, opts.full, on_start, on_done)
 
 
 @dataclass(frozen=True)

@@ -68,7 +68,7 @@ class LeaderboardOptions:
     policies: list[str] = option([], "Policy specs NAME or NAME:key=value,... (repeatable; default: bsp, asp, ssp, "
                                  "backup (k = 3n/4), dbw, bdbw).")  # the API also takes dicts {"policy", "params"}
     seeds: int = option(5, "Seeds 0..N-1 per policy (same straggler draws).", ge=1)
-    n_jobs: int = option(1, "Runs in parallel (joblib processes; -1: all cores).")
+    n_jobs: int = option(1, "Runs in parallel (joblib processes, at most one per usable core; -1: every core).")
     include_tuned: bool = option(False, "Add the job's cached tuned policy.")
     storage: Optional[str] = option(None, "Study storage URL for --include-tuned.")
 
@@ -170,7 +170,7 @@ class RobustnessOptions(FamilyOptions):
                               "answers are scored on held-out runs).", ge=0)
     policies: list[str] = option([], "Online policies NAME or NAME:key=value,... (repeatable; default: dbw, bdbw, "
                                  "lbbsp, ssp, sync_switch, dana_slim).")  # the API also takes dicts
-    n_jobs: int = option(1, "Runs in parallel (joblib processes; -1: all cores).")
+    n_jobs: int = option(1, "Runs in parallel (joblib processes, at most one per usable core; -1: every core).")
     lr_rules: str = option("fixed,proportional", "The static-k grid's learning-rate rules, comma-separated (of "
                            "fixed, proportional, sqrt, linear).")
     tuned_trials: int = option(0, "Also tune each job (this many trials in the --tuned-space space, in studies.db "
@@ -201,7 +201,7 @@ class TableOptions:
     held_out: int = option(2, "Held-out seeds per job, after its two search seeds (job.seed + 100, ...).", ge=0)
     policies: list[str] = option([], "Only these lattice points, NAME or NAME:key=value,... (repeatable; default: "
                                  "the broad reference grid).")  # the API also takes dicts
-    n_jobs: int = option(-1, "Cells in parallel (joblib processes, or with --scheduler the cluster's workers; "
+    n_jobs: int = option(-1, "Cells in parallel (joblib processes, at most one per usable core, or with --scheduler the cluster's workers; "
                              "-1: every core, or every worker).")
     full: bool = option(False, "Train every cell to the end of the budget (default: each stops at the target, "
                                "and the final metric is trained where a search first asks for it).")

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from autosync.core.declare import default_of
 from autosync.core.errors import UserError
 from autosync.core.main_module import reimport_is_safe
+from autosync.core.limits import local_processes
 from autosync.data import RACE_SETTINGS
 from autosync.core.job import JobSpec
 from autosync.engine.backends import BackendChoice, simulates_here
@@ -85,6 +86,7 @@ class TuneRequest:
             self.n_trials = DEFAULT_N_TRIALS
         if self.n_jobs is None:
             self.n_jobs = default_n_jobs(self.sampler, self.settings.backend, self.storage)
+        self.n_jobs = local_processes(self.n_jobs)  # the processes running trials are this machine's
         if self.sampler == RACE:  # its settings file read once here too: a bad one is refused before the storage,
             # as is one whose labels name no point on this job's workers
             n = self.job.cluster.n_workers
