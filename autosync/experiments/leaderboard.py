@@ -70,7 +70,7 @@ def run_grid(job: JobSpec, policies: list[dict[str, Any]], seeds: list[int], n_j
     entries = [Entry(label_of(p), p) for p in policies]
     fingerprint = budgeted_fingerprint(job)  # a run kept under another budget is not this job's
     keys = {(i, s): cell_key(fingerprint, policies[i], s) for i in range(len(policies)) for s in seeds}
-    kept = read_records(runs_file) if runs_file is not None else {}
+    kept = read_records(runs_file, "run") if runs_file is not None else {}
     todo = [task for task, key in keys.items() if key not in kept]
     if len(todo) < len(keys) and on_resume is not None and runs_file is not None:
         on_resume(len(keys) - len(todo), len(keys), runs_file)
@@ -91,7 +91,7 @@ def run_grid(job: JobSpec, policies: list[dict[str, Any]], seeds: list[int], n_j
     except KeyboardInterrupt:
         if runs_file is None:
             raise
-        mine = read_records(runs_file)  # this leaderboard's runs, from the file: the runs of others there aside
+        mine = read_records(runs_file, "run")  # this leaderboard's runs, from the file: the runs of others there aside
         raise Interrupted(f"interrupted: {sum(key in mine for key in keys.values())} of its {len(keys)} runs are "
                           f"kept in {runs_file}; the same command resumes from them") from None
     for entry in entries:

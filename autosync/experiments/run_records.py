@@ -28,11 +28,15 @@ def budgeted_fingerprint(job: Any) -> str:
     return f"{job.fingerprint()}+{hashlib.sha256(budget.encode()).hexdigest()[:8]}"
 
 
-def read_records(path: Path) -> dict[str, dict[str, Any]]:
+TEXT_FIELDS = ("key", "job", "fingerprint", "status", "target_metric")  # a run's fields that are text
+SERIES_FIELDS = ("curve", "k")  # {name: [number, ...]}: a leaderboard run's curves, for its plots
+
+
+def read_records(path: Path, run_in: str | None = None) -> dict[str, dict[str, Any]]:
     """The records in `path` by key (none where it does not exist); a line cut short by an interruption is
-    skipped (its run runs again). A record whose time to the target is not a number >= 0 (or null: missed),
-    which every score reads, is refused in one line naming the file, line and value (it was a traceback, or a
-    negative time ranked first)."""
+    skipped (its run runs again). Each record's run (the record, or its field `run_in`: a leaderboard keeps
+    the run under "run") is checked as every score and plot reads it (`_run_problem`): a damaged one is
+    refused in one line naming the file, line and field (it was a traceback, or a negative time ranked first)."""
     records = {}
     if path.is_file():
         for number, line in enumerate(path.read_text().splitlines(), start=1):
@@ -41,17 +45,44 @@ def read_records(path: Path) -> dict[str, dict[str, Any]]:
             except json.JSONDecodeError:
                 continue
             if isinstance(record, dict) and isinstance(record.get("key"), str):
-                _check_time(path, number, record.get("time_to_target"))
+                problem = _run_problem(record.get(run_in) if run_in else record, run_in)
+                if problem:
+                    raise UserError(f"{path}: line {number}: {problem}; delete the line and the same command runs "
+                                    "that run again")
                 records[record["key"]] = record
     return records
 
 
-def _check_time(path: Path, line: int, value: Any) -> None:
-    if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)
-                         and math.isfinite(value) and value >= 0):
-        return
-    raise UserError(f"{path}: line {line}: time_to_target must be a number >= 0 or null (missed), but got "
-                    f"{value!r}; delete the line and the same command runs that run again")
+def _run_problem(run: Any, name: str | None) -> str | None:
+    """What is wrong with a kept run, as its readers take it, or None: an object with its seed (a whole
+    number >= 0) and time to the target (a number >= 0, or null: missed), text where a run has text, and
+    every other plain field a number or null."""
+    where = f"{name}." if name else ""
+    if not isinstance(run, dict):
+        return f"{name or 'a record'} must be an object, but got {run!r}"
+    for field in ("seed", "time_to_target"):
+        if field not in run:
+            return f"{where}{field} is missing"
+    seed, time = run["seed"], run["time_to_target"]
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        return f"{where}seed must be a whole number >= 0, but got {seed!r}"
+    if time is not None and not (_number(time) and math.isfinite(time) and time >= 0):
+        return f"{where}time_to_target must be a number >= 0 or null (missed), but got {time!r}"
+    for field, value in run.items():
+        if field in TEXT_FIELDS:
+            if not isinstance(value, str):
+                return f"{where}{field} must be text, but got {value!r}"
+        elif field in SERIES_FIELDS:
+            if not (isinstance(value, dict) and all(isinstance(v, list) and all(x is None or _number(x) for x in v)
+                                                    for v in value.values())):
+                return f"{where}{field} must map names to lists of numbers, but got {str(value)[:60]}"
+        elif value is not None and not isinstance(value, (dict, bool)) and not _number(value):
+            return f"{where}{field} must be a number or null, but got {value!r}"
+    return None
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 @contextlib.contextmanager

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 
@@ -198,12 +199,37 @@ def test_a_kept_run_whose_time_is_not_a_time_is_one_line_naming_the_file_and_lin
     from autosync.experiments.run_records import read_records
 
     path = tmp_path / "runs.jsonl"
-    path.write_text('{"key": "a", "time_to_target": 3.5}\n{"key": "b", "time_to_target": ' + value + '}\n{"key": "c"')
+    path.write_text('{"key": "a", "seed": 0, "time_to_target": 3.5}\n{"key": "b", "seed": 0, "time_to_target": '
+                    + value + '}\n{"key": "c"')
     with pytest.raises(UserError, match=f"^{path}: line 2: time_to_target must be a number >= 0 or null \\(missed\\), "
                                         "but got .*; delete the line and the same command runs that run again$"):
         read_records(path)
-    path.write_text('{"key": "a", "time_to_target": 3.5}\n{"key": "b", "time_to_target": null}\n{"key": "c"')
+    path.write_text('{"key": "a", "seed": 0, "time_to_target": 3.5}\n{"key": "b", "seed": 1, "time_to_target": null}'
+                    '\n{"key": "c"')
     assert sorted(read_records(path)) == ["a", "b"]  # a missed target, and a line cut short (run again)
+
+
+@pytest.mark.parametrize("damage, problem", [
+    (lambda r: r.pop("run"), "run must be an object, but got None"),
+    (lambda r: r.update(run=3), "run must be an object, but got 3"),
+    (lambda r: r["run"].pop("seed"), "run.seed is missing"),
+    (lambda r: r["run"].update(time_to_target=-5.0), "run.time_to_target must be a number >= 0 or null"),
+    (lambda r: r["run"].update(final_test_accuracy="x"), "run.final_test_accuracy must be a number or null, but got 'x'"),
+    (lambda r: r["run"].update(status=5), "run.status must be text, but got 5"),
+    (lambda r: r["run"].update(curve={"time": ["a"]}), "run.curve must map names to lists of numbers"),
+])
+def test_a_damaged_leaderboard_run_is_one_line_naming_the_file_line_and_field(tiny_job, tmp_path, damage, problem):
+    """Each was a traceback (KeyError, TypeError) where the leaderboard read its runs.jsonl back, or, for the
+    negative time, a ranking with it first."""
+    from autosync import api
+
+    job = api.load_job(tiny_job)
+    api.leaderboard(job, ["bsp"], seeds=1, keep_runs_in=tmp_path)
+    record = json.loads((tmp_path / "runs.jsonl").read_text())
+    damage(record)
+    (tmp_path / "runs.jsonl").write_text(json.dumps(record) + "\n")
+    with pytest.raises(UserError, match=f"^{tmp_path / 'runs.jsonl'}: line 1: {re.escape(problem)}"):
+        api.leaderboard(job, ["bsp"], seeds=1, keep_runs_in=tmp_path)
 
 
 def test_a_spread_over_fewer_than_two_runs_that_reached_the_target_is_none_not_zero():
