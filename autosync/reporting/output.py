@@ -80,4 +80,6 @@ def times_faster(speedup: float, than: str = "") -> str:
         return f"as fast as {than}" if than else "as fast"
     if speedup > 1.0:
         return f"{speedup:.2f}x faster{other}"
+    if speedup <= 0:  # the other took no time (a target met at the first evaluation): no ratio to print
+        return f"slower{other}"
     return f"{1.0 / speedup:.2f}x slower{other}"

@@ -86,7 +86,8 @@ class TuneRequest:
             self.n_trials = DEFAULT_N_TRIALS
         if self.n_jobs is None:
             self.n_jobs = default_n_jobs(self.sampler, self.settings.backend, self.storage)
-        self.n_jobs = local_processes(self.n_jobs)  # the processes running trials are this machine's
+        else:  # the processes running trials are this machine's
+            self.n_jobs = local_processes(self.n_jobs)
         if self.sampler == RACE:  # its settings file read once here too: a bad one is refused before the storage,
             # as is one whose labels name no point on this job's workers
             n = self.job.cluster.n_workers

@@ -263,6 +263,40 @@ def test_a_device_or_a_pipe_is_not_called_missing(tmp_path):
         assert line == f"error: {path}: is not a regular file (a device, pipe or socket), not a YAML file"
 
 
+@pytest.mark.parametrize("field, value, problem", [
+    ("race", {"rounds": 5}, "race: must be a list, but got 5"),
+    ("race", {"rounds": [5]}, "race: must be a dict, but got 5"),
+    ("speedup_vs_bsp", "x", "speedup_vs_bsp: must be a number, but got 'x'"),
+    ("bsp_time_to_target", -3, "bsp_time_to_target: must be a number >= 0, but got -3"),
+    ("best_value", -5, "best_value: must be a number >= 0, but got -5"),
+    ("neighbour_jobs", 5, "neighbour_jobs: must be a list, but got 5"),
+    ("best_reached", "x", "best_reached: must be a number, but got 'x'"),
+])
+def test_a_cache_record_field_its_readers_compute_with_damaged_is_one_line_for_each(tmp_path, field, value, problem):
+    """Each was a traceback where the tune answered from the cache or `recommend` printed it (race_top, a
+    number formatted with :.2f), or printed as it was (a negative time)."""
+    job = _job(tmp_path)
+    record = {"best_policy": {"policy": "backup", "params": {"k": 3}}, "best_value": 1.0, "trials": 1, field: value}
+    url = _storage_with_studies(tmp_path, damage=json.dumps(record))
+    for command in (["cache", "show", str(job)], ["tune", str(job), "--space", "static_k"], ["recommend", str(job)]):
+        line = _one_line(autosync(*command, "--storage", url, cwd=tmp_path))
+        assert f"-static_k: corrupt cache entry ({problem}); run `autosync cache clear`" in line, line
+
+
+@pytest.mark.parametrize("value", ['"abc"', "[1, 2]", '["a", 1, 1, 1, 1]', "[NaN, 0, 0, 0, 0]"])
+def test_a_studys_cluster_features_damaged_are_one_line_for_recommend(tmp_path, value):
+    """A numpy traceback each (a loop of strings, a broadcast, NaN to an integer) where recommend measured
+    the distance to the study."""
+    job = _job(tmp_path)
+    url = _storage_with_studies(tmp_path)
+    with sqlite3.connect(tmp_path / "s.db") as conn:
+        conn.execute("INSERT INTO study_user_attributes (study_id, key, value_json) VALUES (2, 'cluster_features', ?)",
+                     (value,))
+        conn.execute("INSERT INTO study_user_attributes (study_id, key, value_json) VALUES (2, 'workload_key', '\"w\"')")
+    line = _one_line(autosync("recommend", str(job), "--storage", url, cwd=tmp_path))
+    assert line.startswith("error: study 0123456789abcdef-static_k: corrupt cache entry (cluster_features: must be "), line
+
+
 # ---------------------------------------------------------------- fuzz: damaged cache records
 
 _DAMAGE = st.one_of(

@@ -28,7 +28,7 @@ import numpy as np
 
 from autosync.search.study import _optuna_internals as internals
 from autosync.core.job import JobSpec
-from autosync.search.study.records import FEATURES, WORKLOAD_KEY, StudyRecord
+from autosync.search.study.records import FEATURES, WORKLOAD_KEY, StudyRecord, damaged
 from autosync.core.cluster import RoundTripModel, started_at_once
 
 if TYPE_CHECKING:
@@ -46,6 +46,14 @@ def workload_key(job: JobSpec) -> str:
     blob = json.dumps({"workload": job.workload.model_dump(mode="json"), "target": job.target.model_dump(mode="json")},
                       sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _check_features(study: str, features: Any) -> None:
+    """A study's stored features, refused in one line naming it unless they are `FEATURE_NAMES`' finite
+    numbers (text, another length or NaN was a numpy traceback where `recommend` measured its distance)."""
+    if not (isinstance(features, list) and len(features) == len(FEATURE_NAMES)
+            and all(isinstance(f, (int, float)) and not isinstance(f, bool) and math.isfinite(f) for f in features)):
+        raise damaged(study, f"{FEATURES}: must be {len(FEATURE_NAMES)} numbers, but got {str(features)[:60]}")
 
 
 def cluster_features(job: JobSpec) -> list[float]:
@@ -117,6 +125,7 @@ def neighbours(storage: "optuna.storages.BaseStorage", job: JobSpec, execution: 
         if not (same or other_workloads) or study.fingerprint == fingerprint or not isinstance(record, dict) \
                 or study.features is None or (execution is not None and study.execution != execution):
             continue
+        _check_features(frozen.study_name, study.features)
         mine = mine if mine is not None else cluster_features(job)
         far = distance(mine, study.features) + (0.0 if same else WORKLOAD_PENALTY)
         found = Neighbour(frozen.study_name, study.job_name, far, record, study.features, same, study.fingerprint)

@@ -13,6 +13,7 @@ policy), so `autosync.search.study` reads records without importing the search a
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
 
@@ -362,8 +363,18 @@ def damaged(name: str, problem: str, refresh: bool = False) -> UserError:
                      f"(it deletes the study){' or tune with --refresh' if refresh else ''}")
 
 
+# a cache record's fields that its readers compute with and format as numbers (the tune's report, `recommend`,
+# `cache show`): times, costs and speedups, never below 0 (null where none); counts; and final metrics, any number
+RECORD_AMOUNTS = ("best_value", "bsp_time_to_target", "search_cost_virtual_seconds", "search_cost_bsp_trainings",
+                  "cost_to_answer_bsp_trainings", "speedup_vs_bsp", "recurrences_to_amortize")
+RECORD_COUNTS = ("trials", "best_trial", "best_reached", "best_runs", "bsp_reached", "bsp_runs")
+RECORD_METRICS = ("best_final_metric", "bsp_final_metric")
+
+
 def validated(name: str, record: Any) -> CacheRecord:
-    """A cache record whose policy, score and trial count are usable, else a one-line error naming the study."""
+    """A cache record whose policy, numbers, neighbours and race are usable as its readers take them, else a
+    one-line error naming the study and the field (a number stored as text, or a race's rounds edited, was a
+    traceback where the tune or `recommend` printed it; a negative time or speedup was printed)."""
     from autosync.catalog import policy_from_dict  # not at the top: numpy and the policies, unused by --help
 
     field = "best_policy"
@@ -371,10 +382,18 @@ def validated(name: str, record: Any) -> CacheRecord:
         if not isinstance(record, dict):
             raise TypeError(f"the record must be a mapping, but got {type(record).__name__}")
         policy_from_dict(record[field])
-        field = "best_value"
-        float(record[field])
-        field = "trials"
-        int(record[field])
+        for field in ("best_value", "trials"):
+            if field not in record:
+                raise KeyError(field)
+        for field in (*RECORD_AMOUNTS, *RECORD_COUNTS, *RECORD_METRICS):
+            _check_number(record.get(field), whole=field in RECORD_COUNTS, signed=field in RECORD_METRICS,
+                          required=field in ("best_value", "trials"))
+        field = "neighbour_jobs"
+        if not all(isinstance(n, dict) for n in _of(record.get(field, []), list)):
+            raise TypeError("each neighbour must be a mapping")
+        field = "race"
+        if record.get(field) is not None:
+            _check_race(record[field])
     except KeyError:
         problem = f"field {field} is missing"
     except UserError as exc:  # the policy's own check speaks of the option it usually guards: name the field
@@ -384,6 +403,35 @@ def validated(name: str, record: Any) -> CacheRecord:
     else:
         return record
     raise damaged(name, problem, refresh=True)
+
+
+def _check_number(value: Any, whole: bool = False, signed: bool = False, required: bool = False) -> None:
+    """ValueError/TypeError unless `value` is a finite number (>= 0 unless `signed`; whole with `whole`), or
+    None where not `required`."""
+    if value is None and not required:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise TypeError(f"must be a number, but got {value!r}")
+    if (whole and value != int(value)) or (not signed and value < 0):
+        raise ValueError(f"must be a {'whole ' if whole else ''}number >= 0, but got {value!r}")
+
+
+def _of(value: Any, kind: type) -> Any:
+    if not isinstance(value, kind):
+        raise TypeError(f"must be a {kind.__name__}, but got {value!r}")
+    return value
+
+
+def _check_race(race: Any) -> None:
+    """A race's record as `race_top` and the race's figure read it: rounds, each with a seed and its runs, each
+    run a label, a policy and its time and final metric (numbers or null)."""
+    for entry in _of(_of(race, dict).get("rounds", []), list):
+        _check_number(_of(entry, dict).get("seed"), whole=True)
+        for run in _of(entry.get("runs", []), list):
+            _of(_of(run, dict).get("label"), str)
+            _of(run.get("policy"), dict)
+            _check_number(run.get("time"))
+            _check_number(run.get("final"), signed=True)
 
 
 def write_cache_record(study: "optuna.Study", record: CacheRecord) -> None:
