@@ -46,6 +46,10 @@ from autosync.options import (CalibrateOptions, CompareOptions, ExecutionOptions
                               LeaderboardOptions, ProfileOptions, ReplayOptions, RobustnessOptions, RunOptions,
                               ScalingOptions, TableOptions, TuneOptions, FitOptions, build)
 from autosync.reporting.calibration_files import Calibrated
+from autosync.reporting.leaderboard_files import LEADERBOARD_FILES as BOARD_FILES
+from autosync.reporting.robustness_files import ROBUSTNESS_FILES
+from autosync.reporting.runs import RUN_FILES
+from autosync.reporting.scaling_files import SCALING_FILES
 from autosync.reporting.output import ready_output_dir as output_dir, ready_output_file as output_file
 from autosync.reporting.results import (DrawnJobs, Leaderboard, Profile, Replay, Robustness, ScalingTable, tune_dir,
                                         write_calibration, write_run, write_tune)
@@ -62,11 +66,13 @@ if TYPE_CHECKING:
     from autosync.table.build import Built
     from autosync.workloads.workload import Workload
 
+# the files each report writes in its folder, refused there as folders before any run (the command line's too)
+LEADERBOARD_FILES = (*BOARD_FILES, RUNS_FILE)
 __all__ = [
     "JobSpec", "load_job", "job_from_dict", "validate_job", "backend", "make_policy", "tuned_policy",
     "check_workload", "run", "run_setup", "write_run", "tune", "tune_dir", "write_tune", "Tuned", "TuneFiles",
     "leaderboard", "Leaderboard", "profile", "Profile", "cached_studies", "clear_cache", "load_run", "rerun", "ranks",
-    "output_dir", "output_file", "RunOptions", "TuneOptions", "LeaderboardOptions", "ProfileOptions",
+    "output_dir", "output_file", "RUN_FILES", "LEADERBOARD_FILES", "SCALING_FILES", "RunOptions", "TuneOptions", "LeaderboardOptions", "ProfileOptions",
     "ExecutionOptions", "calibrate", "write_calibration", "CalibrateOptions", "recommend", "family", "DrawnJobs",
     "FamilyOptions", "robustness", "Robustness", "RobustnessOptions", "robustness_compare", "CompareOptions",
     "replay", "Replay", "ReplayOptions", "scaling", "ScalingTable", "ScalingOptions", "UserError", "table",
@@ -296,7 +302,7 @@ def leaderboard(job: JobSpec, policies: Sequence[str | dict[str, Any]] | None = 
     if job.uses_user_code:  # one line here rather than a failure in every worker process
         check_workload(job)
     if keep_runs_in is not None:  # a file there is one line before any run
-        output_dir(Path(keep_runs_in), "keep_runs_in")
+        output_dir(Path(keep_runs_in), "keep_runs_in", files=LEADERBOARD_FILES)
     seed_list = list(range(opts.seeds))
     with (progress or _no_progress)(len(specs) * len(seed_list)) as advance:
         def done(run: dict[str, Any]) -> None:
@@ -392,7 +398,7 @@ def robustness(family_file: str | Path, directory: str | Path | None = None,
     # not at the top: the job family's schema (pydantic models: 85 ms on 2 busy cores; the robustness
     # experiment imports it too), which a cache hit does not load
     from autosync.core.family import load_family, write_jobs
-    from autosync.experiments.robustness import Grid, online_specs, run_report, tune_each
+    from autosync.experiments.robustness import CELLS_FILE, Grid, online_specs, run_report, tune_each
     from autosync.search.space import load_space, resolve_space_path  # (the search space's schema, as for `tune`)
     from autosync.search.strategies.samplers import sampler_for
     from autosync.search.tune_options import AUTO, RACE
@@ -406,7 +412,7 @@ def robustness(family_file: str | Path, directory: str | Path | None = None,
     for n in sorted({j.cluster.n_workers for j in drawn}):  # a bad space fails before any job file is written
         space = load_space(resolve_space_path(opts.tuned_space, "policy", "--tuned-space"), n, "--tuned-space")
         raced = sampler_for(AUTO, space) == RACE  # the race runs to its answer: it takes no trial budget
-    out = output_dir(directory or Path("results") / "robustness" / spec.name)
+    out = output_dir(directory or Path("results") / "robustness" / spec.name, files=(*ROBUSTNESS_FILES, CELLS_FILE))
     _refuse_another_family(out, spec.name)
     _refuse_another_budget(out / "jobs", drawn)
     write_jobs(spec, drawn, output_dir(out / "jobs"), str(family_file), command)

@@ -187,7 +187,8 @@ def run(job: Optional[Path] = JOB_ARG,
             status.print(f"tuned policy from the cache: {pol!r}")
         with status.status(f"loading {spec.workload.dataset.label} and building {spec.workload.model.label}"):
             workload = api.check_workload(spec, options.device)
-        out_dir = api.output_dir(out or Path("results") / "runs" / spec.name / f"{_run_folder(pol)}-seed{spec.seed}")
+        out_dir = api.output_dir(out or Path("results") / "runs" / spec.name / f"{_run_folder(pol)}-seed{spec.seed}",
+                                 files=api.RUN_FILES)
         ranks.share(spec)
         ready = f"{options.backend} backend ready: {options.clock} clock, training {spec.name} with {pol.name}"
         if options.backend == "processes":
@@ -293,7 +294,7 @@ def leaderboard(job: Optional[Path] = JOB_ARG,
     """Every policy x seeds on one job: an MLPerf-style scored table, written as Markdown/CSV/JSON + plots."""
     tracking = _tracking(mlflow)
     spec = api.load_job(job)
-    out_dir = api.output_dir(out or Path("results") / spec.name)
+    out_dir = api.output_dir(out or Path("results") / spec.name, files=api.LEADERBOARD_FILES)
     board = api.leaderboard(spec, options=options, progress=lambda runs: leaderboard_progress(status, runs),
                             keep_runs_in=out_dir, on_resume=lambda *reused: status.print(reuse_line(*reused)))
     paths = board.write(out_dir, command_line("leaderboard"), mlflow=tracking)
@@ -312,7 +313,7 @@ def scaling(leaderboards: list[Path] = typer.Argument(..., help="Leaderboard fol
             out: Path = typer.Option(..., "--out", help="Output directory for scaling.md, .json and .png."),
             wide: bool = WIDE_OPT, *, options: ScalingOptions) -> None:
     """A metric against the number of workers per policy, from existing leaderboards (DANA's Fig. 4, Table 2)."""
-    api.output_dir(out)
+    api.output_dir(out, files=api.SCALING_FILES)
     result = api.scaling(leaderboards, options)
     _show(scaling_report(result, options.metric), wide=wide)
     paths = result.write(out, command_line("scaling"))

@@ -14,6 +14,7 @@ UPDATE_COLUMNS = ("update", "time", "wall", "version", "k", "n_aggregated", "wor
 ARRIVAL_COLUMNS = ("time", "worker", "task", "version", "batch_size", "accepted")
 EVAL_COLUMNS = ("update", "time", "epoch", "train_loss", "test_loss", "test_accuracy")
 _COLUMNS = {"updates": UPDATE_COLUMNS, "arrivals": ARRIVAL_COLUMNS, "evals": EVAL_COLUMNS}
+TRACE_FILES = ("trace.json", *(f"{name}.csv" for name in _COLUMNS))  # what `Trace.write` writes
 
 
 @dataclass

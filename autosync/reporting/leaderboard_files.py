@@ -24,6 +24,8 @@ def printed_columns(metric: str, baseline: str = "bsp") -> set[str]:
     return {"policy", "time_to_target", "std_time_to_target", "never_reached", f"speedup_vs_{baseline}", final}
 
 
+# what `write_leaderboard` writes: the table as Markdown, CSV and JSON, and its two figures
+LEADERBOARD_FILES = ("leaderboard.md", "leaderboard.csv", "leaderboard.json", "curves.png", "k_over_time.png")
 LEADERBOARD_COLUMNS = (  # without the speedup column, whose key names the baseline: see leaderboard_columns
     ("policy", "policy", "{}"),
     ("time_to_target", "TTT s", "{:.1f}"),
@@ -75,7 +77,7 @@ def write_leaderboard(rows: list[dict[str, Any]], entries: list[Any], job_dump: 
     for r in rows:
         md.append("| " + " | ".join(format_cell(r.get(k), f) for k, _, f in columns) + " |")
     md += ["", "![loss against virtual time](curves.png)", "", "![gradients per update](k_over_time.png)", ""]
-    paths = [directory / "leaderboard.md", directory / "leaderboard.csv", directory / "leaderboard.json"]
+    paths = [directory / name for name in LEADERBOARD_FILES[:3]]
     paths[0].write_text("\n".join(md))
     with paths[1].open("w", newline="") as fh:
         writer = csv.writer(fh)
@@ -111,7 +113,7 @@ def _plot_leaderboard(entries: list[Any], directory: Path) -> list[Path]:
     ax.set_title("training loss against virtual time (one line per seed)", fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    curves = directory / "curves.png"
+    curves = directory / LEADERBOARD_FILES[3]
     fig.savefig(curves, dpi=110)
     plt.close(fig)
 
@@ -131,7 +133,7 @@ def _plot_leaderboard(entries: list[Any], directory: Path) -> list[Path]:
     ax.legend(fontsize=7)
     _plot_time_at_k(share_ax, [e for _, e in shown])
     fig.tight_layout()
-    ks = directory / "k_over_time.png"
+    ks = directory / LEADERBOARD_FILES[4]
     fig.savefig(ks, dpi=110)
     plt.close(fig)
     return [curves, ks]

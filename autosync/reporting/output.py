@@ -6,16 +6,17 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from autosync.core.errors import UserError
 
 _CREATED: list[Path] = []  # the folders `ready_output_dir` created in this command, outermost first
 
 
-def ready_output_dir(directory: Path, option: str = "--out") -> Path:
+def ready_output_dir(directory: Path, option: str = "--out", files: Sequence[str] = ()) -> Path:
     """Create `directory` (with its parents) and prove a file can be written in it, before any training:
-    a bad output location is a one-line UserError naming `option` now, not an OSError after the run. The
+    a bad output location is a one-line UserError naming `option` now, not an OSError after the run (nor a
+    folder in the place of one of the `files` the command writes there: `run` lost its training to it). The
     folders it creates are remembered, so that a command that fails leaves none of them behind empty
     (`remove_empty_outputs`)."""
     import tempfile
@@ -31,6 +32,9 @@ def ready_output_dir(directory: Path, option: str = "--out") -> Path:
             pass
     except OSError as exc:
         raise UserError(f"{option}: cannot write in {directory}: {exc.strerror or exc}") from None
+    taken = next((directory / name for name in files if (directory / name).is_dir()), None)
+    if taken is not None:
+        raise UserError(f"{option}: {taken} is a directory, but the command writes a file there")
     return directory
 
 

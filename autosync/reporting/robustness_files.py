@@ -12,6 +12,7 @@ from autosync.policy_grid import SPREAD_FOR_BALANCE, WITHIN
 from autosync.reporting.output import format_cell, times_faster
 
 # (key, header, format) of the summary table, shared by the Markdown file and the CLI's table.
+ROBUSTNESS_FILES = ("robustness.md", "robustness.csv", "robustness.json", "regret.png")  # what `write_robustness` writes
 SUMMARY_COLUMNS = (
     ("policy", "policy", "{}"),
     ("median_regret", "median", "{:.2f}x"),  # regrets: multiples of the best static k's time
@@ -66,7 +67,7 @@ def write_robustness(result: dict[str, Any], directory: Path, command: str, fami
                  f"{j.get('best_overall_time', j['best_static_time']):.1f}"]
         cells += [f"{j['policies'][label]['regret']:.2f}" for label in labels]
         md.append("| " + " | ".join(cells) + " |")
-    paths = [directory / "robustness.md", directory / "robustness.csv", directory / "robustness.json"]
+    paths = [directory / name for name in ROBUSTNESS_FILES[:3]]
     paths[0].write_text("\n".join(md) + "\n")
     with paths[1].open("w", newline="") as fh:
         writer = csv.writer(fh)
@@ -77,7 +78,7 @@ def write_robustness(result: dict[str, Any], directory: Path, command: str, fami
                 writer.writerow([j["job"], j["fingerprint"], label, p["time"], p["regret"], p["vs_bsp"], p["missed"],
                                  j["best_static"], j["best_static_time"]])
     paths[2].write_text(strict_json.dumps({"command": command, "family": family, **result}, indent=2))
-    paths.append(_plot_regret(summary, jobs, directory / "regret.png", family))
+    paths.append(_plot_regret(summary, jobs, directory / ROBUSTNESS_FILES[3], family))
     return paths
 
 

@@ -10,11 +10,14 @@ from typing import Any
 
 from autosync.core import strict_json
 from autosync.engine import RunResult
+from autosync.engine.trace import TRACE_FILES
 from autosync.measure.rerun import BUFFERS_FILE, PARAMS_FILE
 from autosync.reporting.output import ready_output_dir
 from autosync.reporting.tracking import Tracking, log_run
 
 PLOT_FILE = "plot.png"  # --plot's figure, beside the run's files
+SUMMARY_FILE = "summary.json"
+RUN_FILES = (*TRACE_FILES, SUMMARY_FILE, PARAMS_FILE, BUFFERS_FILE, PLOT_FILE)  # what `Run.write` writes
 
 
 @dataclass
@@ -57,7 +60,7 @@ def write_run(result: "RunResult", directory: Path, job_dump: dict[str, Any],
     import torch
 
     paths = result.trace.write(directory)
-    summary = directory / "summary.json"
+    summary = directory / SUMMARY_FILE
     summary.write_text(strict_json.dumps({**result.summary(), "execution": execution or {"backend": "simulator"},
                                    "job_spec": job_dump, **({"job_file": job_file} if job_file else {})},
                                   indent=2, default=float))

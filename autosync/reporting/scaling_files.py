@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 
 from autosync.core import strict_json
 
+SCALING_FILES = ("scaling.md", "scaling.json", "scaling.png")  # what `write` writes
+
 if TYPE_CHECKING:
     from autosync.experiments.scaling import Scaling
 
@@ -59,7 +61,7 @@ def plot(scaling: "Scaling", path: Path) -> Path:
 def write(scaling: "Scaling", directory: Path, command: str) -> list[Path]:
     """scaling.md, scaling.json and scaling.png in `directory`."""
     directory.mkdir(parents=True, exist_ok=True)
-    md, js = directory / "scaling.md", directory / "scaling.json"
+    md, js = (directory / name for name in SCALING_FILES[:2])
     md.write_text(markdown(scaling, command))
     js.write_text(strict_json.dumps({
         "command": command, "metric": scaling.metric,
@@ -67,4 +69,4 @@ def write(scaling: "Scaling", directory: Path, command: str) -> list[Path]:
         "policies": {policy: [{"n_workers": p.n_workers, "mean": p.mean, "std": p.std, "values": p.values}
                               for p in series] for policy, series in scaling.points.items()},
     }, indent=2))
-    return [md, js, plot(scaling, directory / "scaling.png")]
+    return [md, js, plot(scaling, directory / SCALING_FILES[2])]

@@ -369,6 +369,20 @@ def test_an_out_name_too_long_for_the_file_system_is_one_line(tmp_path):
     assert _snapshot(tmp_path) == before
 
 
+@pytest.mark.parametrize("command, taken", [
+    (["run"], "final_params.pt"),  # a traceback after the training, which was lost
+    (["leaderboard", "--seeds", "1", "--policies", "bsp"], "curves.png"),
+    (["leaderboard", "--seeds", "1", "--policies", "bsp"], "runs.jsonl"),
+])
+def test_a_folder_in_the_place_of_a_file_the_command_writes_is_one_line_before_any_run(tmp_path, command, taken):
+    job = _job(tmp_path)
+    (tmp_path / "out" / taken).mkdir(parents=True)
+    before = _snapshot(tmp_path)
+    line = _one_line(autosync(command[0], str(job), *command[1:], "--out", str(tmp_path / "out"), cwd=tmp_path))
+    assert line == f"error: --out: {tmp_path / 'out' / taken} is a directory, but the command writes a file there"
+    assert _snapshot(tmp_path) == before
+
+
 @pytest.mark.parametrize("args, where", [
     (["leaderboard", "--out", ""], "after --out"),  # the parser reads '' as the current folder: written there
     (["run", "--out="], "--out="),
