@@ -147,7 +147,7 @@ def _read_run(run_dir: Path, share: float, skipped: list[str]) -> LoggedSwitchRu
         first, last = rows[0], rows[-1]
         seconds = float(last["Time"]) if last.get("Time") else float(last["Wall time"]) - float(first["Wall time"])
         accuracy, steps = float(last["Value"]), float(last["Step"])
-    except (IndexError, KeyError, ValueError) as exc:
+    except (IndexError, KeyError, ValueError, TypeError) as exc:  # TypeError: a row short of a column (None)
         raise UserError(f"{path}: unreadable training log ({type(exc).__name__}: {exc}); expected columns "
                         "'Wall time', 'Step', 'Value' and optionally 'Time'") from None
     for column, value in (("Value", accuracy), ("Step", steps), ("Time" if last.get("Time") else "Wall time", seconds)):

@@ -483,7 +483,8 @@ def _damaged_logs(folder: Path, damage: str) -> Path:
         shutil.copytree(SWITCH_LOGS / "baseline" / "asp", logs / "baseline" / "asp")
         csv = logs / "baseline" / "bsp" / "acc_proc.csv"
         lines = csv.read_text().splitlines()
-        lines[-1] = lines[-1].rsplit(",", 1)[0] + ",nan"
+        # "short": a last row without its Value column (was a TypeError traceback)
+        lines[-1] = lines[-1].rsplit(",", 1)[0] + ("" if damage == "short" else ",nan")
         csv.write_text("\n".join(lines) + "\n")
     switch = next(p for p in sorted((SWITCH_LOGS / "switch_exp").iterdir()) if p.name.startswith("b"))
     shutil.copytree(switch, logs / "switch_exp" / switch.name)
@@ -492,6 +493,8 @@ def _damaged_logs(folder: Path, damage: str) -> Path:
 
 @pytest.mark.parametrize("damage, message", [
     ("nan", "baseline/bsp/acc_proc.csv: the last row's Value must be a finite number >= 0, but got nan"),
+    ("short", "baseline/bsp/acc_proc.csv: unreadable training log (TypeError: float() argument must be a string or "
+              "a real number, not 'NoneType'); expected columns 'Wall time', 'Step', 'Value' and optionally 'Time'"),
     ("equal", "baseline: the ASP runs must take more steps than the BSP runs (an ASP step consumes one worker "
               "batch, a BSP step n), but got a median of 5000 ASP and 5000 BSP steps")])
 def test_replay_of_damaged_logs_is_one_line_and_leaves_no_output_folder(tmp_path, damage, message):
