@@ -592,7 +592,7 @@ def fit(files: Sequence[str | Path], options: FitOptions | None = None, **fields
 def _same_settings(path: Path, settings: "RaceSettings") -> bool:
     try:
         return yaml.safe_load(path.read_text()) == settings.to_dict()
-    except (OSError, yaml.YAMLError):
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):  # not text: it holds no fit
         return False
 
 

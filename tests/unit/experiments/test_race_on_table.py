@@ -156,3 +156,13 @@ def test_a_fit_refuses_an_empty_out_a_directory_and_a_family_given_twice_before_
     with pytest.raises(UserError, match=r"family 'fresh' is given already"):
         api.fit([family, family], table=str(empty), out=str(tmp_path / "race.yaml"))
     assert RACE_SETTINGS.read_bytes() == shipped and not any(empty.iterdir())
+
+
+def test_a_fit_checked_against_a_file_that_is_not_text_says_it_does_not_hold_the_fit(tmp_path):
+    """`fit --check --out FILE` with FILE not UTF-8 raised UnicodeDecodeError: it holds no fit (exit 1)."""
+    from autosync import api
+    from autosync.race import race_settings
+
+    path = tmp_path / "race.yaml"
+    path.write_bytes(b"\xff\xfe")
+    assert not api._same_settings(path, race_settings(None))
