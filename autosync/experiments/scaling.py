@@ -56,11 +56,16 @@ def load_leaderboard(folder: Path) -> dict[str, Any]:
         raise UserError(f"{path}: no leaderboard here (make one with `autosync leaderboard JOB.yaml`)")
     try:
         data = json.loads(path.read_text())
-        n = int(data["job"]["cluster"]["n_workers"])
+        n = data["job"]["cluster"]["n_workers"]
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"job.cluster.n_workers must be a whole number >= 1, but got {n!r}")
         runs = data["runs"]
         command = str(data.get("command", ""))
         if not isinstance(runs, dict):
             raise TypeError("runs is not a mapping")
+        for policy, kept in runs.items():  # each policy's runs, one object per seed, as the leaderboard wrote them
+            if not isinstance(kept, list) or not kept or not all(isinstance(run, dict) for run in kept):
+                raise TypeError(f"runs.{policy} must be a list of runs, but got {str(kept)[:40]}")
         workload = {"dataset": data["job"]["workload"]["dataset"]["name"], "model": data["job"]["workload"]["model"],
                     "target metric": data["job"]["target"]["metric"]}  # (not where its files are read from)
         specs = {row["policy"]: row.get("spec") for row in data.get("rows", []) if isinstance(row, dict)}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import statistics
 
 import pytest
@@ -87,6 +88,25 @@ def test_leaderboards_of_another_job_are_refused_not_drawn_as_one(boards, tmp_pa
                                         r"leaderboard.json \(its model is \{'name': 'mlp'\}, not .*\); give "
                                         r"leaderboards of one job at several worker counts$"):
         collect([boards / "lb2", tmp_path / "other"])
+
+
+@pytest.mark.parametrize("damage, problem", [
+    (lambda d: d["runs"].update(asp=5), "TypeError: runs.asp must be a list of runs, but got 5"),
+    (lambda d: d["runs"].update(asp=[1, 2]), "TypeError: runs.asp must be a list of runs, but got [1, 2]"),
+    (lambda d: d["runs"].update(asp=[]), "TypeError: runs.asp must be a list of runs, but got []"),
+    (lambda d: d["job"]["cluster"].update(n_workers=0), "n_workers must be a whole number >= 1, but got 0"),
+    (lambda d: d["job"]["cluster"].update(n_workers=2.9), "n_workers must be a whole number >= 1, but got 2.9"),
+])
+@pytest.mark.slow
+def test_a_damaged_leaderboard_is_one_line_naming_it(boards, tmp_path, damage, problem):
+    """Each was a traceback (TypeError, AttributeError, StatisticsError), or a point drawn at n = 0 or 2."""
+    data = json.loads((boards / "lb2" / "leaderboard.json").read_text())
+    damage(data)
+    (tmp_path / "lb").mkdir()
+    (tmp_path / "lb" / "leaderboard.json").write_text(json.dumps(data))
+    with pytest.raises(UserError, match=f"^{tmp_path / 'lb' / 'leaderboard.json'}: not a leaderboard written by "
+                                        f"autosync \\(.*{re.escape(problem)}\\)$"):
+        collect([tmp_path / "lb"])
 
 
 def test_a_policy_named_bare_and_sized_to_each_n_is_one_series():
