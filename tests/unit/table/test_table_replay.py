@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from dataclasses import replace
 
 import pytest
@@ -142,6 +143,25 @@ def test_a_cell_cut_short_by_a_kill_is_computed_again_and_a_damaged_file_is_name
     with pytest.raises(UserError, match=f"table file {path}, line 1, is damaged"):
         len(Table(tmp_path))
     json.loads(line)  # the whole line was valid JSON
+
+
+@pytest.mark.parametrize("field, value, problem", [
+    ("scores", "abc", "scores must be a dict"),
+    ("scores", {"virtual_time": "x"}, "scores.virtual_time must be a number, but got 'x'"),
+    ("scores", {}, "scores.virtual_time must be a number, but got None"),
+    ("prefixes", [["a", "b", "c"]], "prefixes.0 must be [seconds, quota, past the target]"),
+    ("evaluations", [{"time": 1.0, "test_accuracy": "x"}], "evaluations.0.test_accuracy must be a number"),
+    ("status", "won", "status must be one of"),
+])
+def test_a_cell_whose_fields_are_damaged_is_one_line_naming_the_file_and_field(tmp_path, field, value, problem):
+    """Each was read as a cell and raised a traceback where a replayed tune or `fit` computed with it."""
+    cell_for(Table(tmp_path), job(), make_policy("bsp", {}))
+    (path,) = tmp_path.glob("*.jsonl")
+    record = json.loads(path.read_text())
+    record[field] = value
+    path.write_text(json.dumps(record) + "\n")
+    with pytest.raises(UserError, match=f"table file {path}, line 1, is damaged \\(.*{re.escape(problem)}"):
+        len(Table(tmp_path))
 
 
 def test_a_table_packed_as_gzipped_json_lines_is_read_and_packed_again_in_the_new_format(tmp_path):
