@@ -51,7 +51,11 @@ class LoggedRun:
         if not isinstance(arrivals, list) or "job_spec" not in summary or "policy" not in summary:
             raise UserError(f"{run_dir}: not a run directory written by `autosync run` (summary.json needs job_spec "
                             "and policy, trace.json needs arrivals)")
-        backend = summary.get("execution", {}).get("backend") if isinstance(summary.get("execution"), dict) else None
+        execution = summary.get("execution", {})
+        if not isinstance(execution, dict):
+            raise UserError(f"{run_dir / 'summary.json'}: execution must be an object (backend, device), but got "
+                            f"{execution!r}")
+        backend = execution.get("backend")
         if backend == "simulator":
             raise UserError(f"{run_dir}: a run of the simulator, which computes its workers' gradients together: "
                             "`autosync rerun` replays a run of --backend processes from its arrival log (the "
@@ -66,12 +70,14 @@ class LoggedRun:
         try:
             policy = policy_from_dict(summary["policy"])
             rows = [[r[c] for c in ARRIVAL_COLUMNS] for r in arrivals]
+            for i, row in enumerate(rows):
+                _check_arrival(i, row)
         except (KeyError, TypeError, ValueError) as exc:
             raise UserError(f"{run_dir}: corrupt run log ({type(exc).__name__}: {exc})") from None
         params = _load_tensor(params_path, "the final parameters")
         buffers_path = run_dir / BUFFERS_FILE
         buffers = _load_tensor(buffers_path, "the final buffers") if buffers_path.is_file() else None
-        device = str(summary.get("execution", {}).get("device", "cpu"))
+        device = str(execution.get("device", "cpu"))
         return cls(run_dir, job, policy, rows, params, device, buffers)
 
 
@@ -120,6 +126,17 @@ def rerun(logged: LoggedRun, device: str = "cpu", progress: ProgressFn | None = 
         difference = max(difference, float((result.final_buffers - logged.final_buffers).abs().max()))
     return Rerun(result, logged.final_params, difference, logged_buffers=logged.final_buffers,
                  bit_reproducible=logged.device == "cpu" and device == "cpu")
+
+
+def _check_arrival(index: int, row: list[Any]) -> None:
+    """ValueError naming the arrival (a row of `ARRIVAL_COLUMNS`) whose time is not a number >= 0 or whose
+    worker, task, version or batch size is not a whole number (the replay's clock reads them as such)."""
+    time, *counts, _accepted = row
+    if isinstance(time, bool) or not isinstance(time, (int, float)) or not time >= 0:
+        raise ValueError(f"arrivals.{index}.time must be a number >= 0, but got {time!r}")
+    for column, value in zip(ARRIVAL_COLUMNS[1:-1], counts):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"arrivals.{index}.{column} must be a whole number >= 0, but got {value!r}")
 
 
 def _job_source(run_dir: Path, summary: dict) -> str:

@@ -118,6 +118,17 @@ def test_cli_real_time_run_then_rerun_is_bit_identical(tiny_job, tmp_path):
     errors = [line for line in bad.stderr.splitlines() if line.startswith("error:")]  # the progress bar is on stderr too
     assert bad.returncode == 2 and len(errors) == 1 and "r/trace.json: arrival 3 is worker" in errors[0]
 
+    for column, value in (("worker", "x"), ("time", -1.0)):  # a traceback (int("x")) or replayed as logged
+        damaged = json.loads(json.dumps(trace))
+        damaged["arrivals"][3] = {**trace["arrivals"][2], column: value}
+        (tmp_path / "r" / "trace.json").write_text(json.dumps(damaged))
+        line = autosync("rerun", "r", cwd=tmp_path)
+        no_traceback(line)
+        assert line.returncode == 2 and f"r: corrupt run log (ValueError: arrivals.3.{column} must be a" in line.stderr
+    (tmp_path / "r" / "summary.json").write_text(json.dumps({**summary, "execution": 5}))
+    line = autosync("rerun", "r", cwd=tmp_path)  # AttributeError: 'int' object has no attribute 'get'
+    assert line.returncode == 2 and "summary.json: execution must be an object" in line.stderr, line.stderr
+    (tmp_path / "r" / "summary.json").write_text(json.dumps(summary))
     trace["arrivals"] = trace["arrivals"][: len(trace["arrivals"]) // 2]  # a log cut short: it replayed "as logged"
     (tmp_path / "r" / "trace.json").write_text(json.dumps(trace))  # to the log's end, then exit 1 as a bug
     short = autosync("rerun", "r", cwd=tmp_path)
