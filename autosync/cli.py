@@ -568,15 +568,20 @@ def main() -> None:
 
 
 def _refuse_empty_arguments(args: list[str]) -> None:
-    """A UserError for an empty argument (`--out ""`, `--storage=`, or an unset shell variable): the parser
-    reads an empty path as the current folder and the commands read an empty storage URL or settings file as
-    their default, so the command would write or read where the user named nothing. No option or argument
-    of autosync takes an empty value."""
+    """A UserError for an empty argument, or one of spaces alone (`--out ""`, `--storage=`, an unset shell
+    variable): the parser reads an empty path as the current folder and the commands read an empty storage
+    URL or settings file as their default, so the command would write or read where the user named nothing
+    (`--out " "` made a folder named " "). No option or argument of autosync takes such a value."""
     for i, arg in enumerate(args):
-        if arg == "" or (arg.startswith("--") and arg.endswith("=")):
-            where = f"{arg[:-1]}=" if arg else f"after {args[i - 1]}" if i else "as the command"
-            raise UserError(f"an empty argument {where}: give a value, or leave the option out for its default "
-                            "(an unset shell variable passes an empty one)")
+        option, equals, value = arg.partition("=") if arg.startswith("--") else ("", "", arg)
+        if equals and not value.strip():
+            where = f"{option}="
+        elif not equals and not arg.strip():
+            where = f"after {args[i - 1]}" if i else "as the command"
+        else:
+            continue
+        raise UserError(f"an empty argument {where}: give a value, or leave the option out for its default "
+                        "(an unset shell variable passes an empty one)")
 
 
 def run() -> None:

@@ -390,6 +390,8 @@ def test_a_folder_in_the_place_of_a_file_the_command_writes_is_one_line_before_a
     (["recommend", "--storage", ""], "after --storage"),
     (["tune", "--race-settings", ""], "after --race-settings"),  # read as the shipped settings
     (["", "tune"], "as the command"),
+    (["run", "--out", " "], "after --out"),  # a folder named " "
+    (["tune", "--out= "], "--out="),
 ])
 def test_an_empty_argument_is_one_line_before_anything_is_read_or_written(tmp_path, args, where):
     before = _snapshot(tmp_path)
