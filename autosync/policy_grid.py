@@ -93,6 +93,9 @@ def load_report(path: Path, flag: str = "") -> tuple[Path, dict[str, Any]]:
             for key in ("job", "fingerprint"):
                 _of_type(f"jobs.{i}.{key}", row[key], str)
             _numbers(f"jobs.{i}", {key: row[key] for key in ("n_workers", "budget", "best_static_time", "bsp_time")})
+            if isinstance(row["n_workers"], float) or not (row["n_workers"] or 0) >= 1 or not (row["budget"] or 0) > 0:
+                raise ValueError(f"jobs.{i}: n_workers must be a whole number >= 1 and budget a number > 0, but got "
+                                 f"{row['n_workers']!r} and {row['budget']!r}")
             _numbers(f"jobs.{i}.static", row["static"])
             for label, cell in _object(row["policies"]).items():
                 _numbers(f"jobs.{i}.policies.{label}", {k: v for k, v in _object(cell).items()

@@ -419,7 +419,7 @@ def _damaged_report(folder: Path, where: str) -> Path:
     elif where == "jobs":
         data["jobs"][1]["static"]["k=2 fixed"] = "oops"
     else:  # a top-level field or a job's text, emptied or of another type
-        key, value = where.split("=")
+        key, value = where.split("=", 1)
         target = data["jobs"][0] if key.startswith("jobs.0.") else data
         target[key.removeprefix("jobs.0.")] = json.loads(value)
     (copy / "robustness.json").write_text(json.dumps(data))
@@ -443,7 +443,9 @@ def test_a_robustness_report_holding_a_string_for_a_number_is_one_line(tmp_path,
     ("jobs={}", "TypeError: jobs must be a list, but got {}"),
     ("lr_rules=5", "TypeError: lr_rules must be a list, but got 5"),
     ("seeds=\"x\"", "TypeError: seeds must be a list, but got 'x'"),
-    ("jobs.0.fingerprint=null", "TypeError: jobs.0.fingerprint must be a str, but got None")])
+    ("jobs.0.fingerprint=null", "TypeError: jobs.0.fingerprint must be a str, but got None"),
+    ("jobs.0.budget=null", "ValueError: jobs.0: n_workers must be a whole number >= 1 and budget a number > 0, but "
+                           "got 16 and None")])
 def test_a_robustness_report_emptied_or_of_another_shape_is_one_line(tmp_path, where, reason):
     report = _damaged_report(tmp_path, where)  # each was a traceback in one reader or read on as if whole
     for command in (["robustness-compare", str(ROBUSTNESS / "shared"), str(report)],
@@ -451,6 +453,15 @@ def test_a_robustness_report_emptied_or_of_another_shape_is_one_line(tmp_path, w
         line = _one_line(autosync(*command, cwd=tmp_path))
         assert line == (f"error: {report}/robustness.json: not a robustness report written by `autosync robustness` "
                         f"({reason})"), line
+
+
+@pytest.mark.parametrize("where", ["jobs.0.bsp_time=null", "jobs.0.static={\"k=1 fixed\": null}"])
+def test_a_robustness_report_with_a_time_not_measured_is_read_by_recommend(tmp_path, where):
+    """A null time (none measured) was a TypeError where recommend compared it with the budget."""
+    report = _damaged_report(tmp_path, where)
+    proc = autosync("recommend", "--grid", str(report), "--storage", f"sqlite:///{tmp_path}/none.db", cwd=tmp_path)
+    no_traceback(proc)
+    assert proc.returncode == 0, proc.stderr
 
 
 @pytest.mark.parametrize("out, message", [("/proc/x/table.md", "error: --out: cannot write in /proc/x: "),

@@ -76,7 +76,8 @@ def fastest(data: dict[str, Any], job: dict[str, Any],
     budget = float(job["budget"])
     times = dict(job["static"])
     times.update({label: row["time"] for label, row in job["policies"].items()})
-    ranked = sorted((t, label) for label, t in times.items() if label in named and t < MISS_PENALTY * budget)
+    ranked = sorted((t, label) for label, t in times.items()
+                    if label in named and t is not None and 0 < t < MISS_PENALTY * budget)  # null: not run
     return next(((named[label], t) for t, label in ranked if fits(named[label])), None)
 
 
@@ -101,7 +102,7 @@ def grid_neighbours(path: Path, job: JobSpec, features: list[float],
         policy, time = best
         budget = float(row["budget"])
         bsp_time = float(row["bsp_time"]) if not row["policies"].get("bsp", {}).get("missed") \
-            and row["bsp_time"] < MISS_PENALTY * budget else None
+            and row["bsp_time"] is not None and row["bsp_time"] < MISS_PENALTY * budget else None
         record = {"best_policy": policy, "best_value": time,
                   "speedup_vs_bsp": bsp_time / time if bsp_time is not None else None,
                   "bsp_time_to_target": bsp_time}
