@@ -202,6 +202,21 @@ def test_where_every_candidate_breaks_the_rule_the_replayed_race_bisects_static_
     assert "bisected towards BSP (3 tried)" in verdict and "the fewest workers that kept it are the answer" in verdict
 
 
+def test_a_portfolio_of_bsp_alone_answers_bsp_with_its_runs_to_the_budget_as_the_reference(tmp_path):
+    """BSP leading answered without its runs to the end of the budget, which a portfolio holding BSP does not
+    queue early: the tune failed with "BSP itself fails on this job" (exit 1), its storage left behind."""
+    table = tmp_path / "table"
+    shutil.copytree(REPO / "results" / "table", table)
+    (tmp_path / "bsp.yaml").write_text("portfolio: [bsp]\nmargin: 4.0\n")
+    job = load_family(BASELINE_DIR / "family_fleet.yaml").jobs(1)[0]
+    FORKS.clear()
+    KEPT.clear()
+    cache = tune(job, table=str(table), storage=f"sqlite:///{tmp_path}/s.db", race_settings=str(tmp_path / "bsp.yaml")
+                 ).cache
+    assert cache["best_policy"] == {"policy": "bsp", "params": {}} and cache["bsp_final_metric"] is not None
+    assert [r["round"] for r in cache["race"]["rounds"]][-1] == "final metric"  # BSP's two runs to the end
+
+
 def test_where_bsp_missed_the_target_on_a_seed_the_tune_claims_no_speedup_and_says_why(tmp_path):
     """Fleet's fourth job on the committed table: BSP misses the target on its second search seed, where its time
     is a miss's score (twice the seconds it ran), not a time: the record counts the seed and claims no speedup
