@@ -48,7 +48,6 @@ from autosync.options import (CalibrateOptions, CompareOptions, ExecutionOptions
 from autosync.reporting.calibration_files import Calibrated
 from autosync.reporting.leaderboard_files import LEADERBOARD_FILES as BOARD_FILES
 from autosync.reporting.robustness_files import ROBUSTNESS_FILES
-from autosync.reporting.runs import RUN_FILES
 from autosync.reporting.scaling_files import SCALING_FILES
 from autosync.reporting.output import ready_output_dir as output_dir, ready_output_file as output_file
 from autosync.reporting.results import (DrawnJobs, Leaderboard, Profile, Replay, Robustness, ScalingTable, tune_dir,
@@ -72,7 +71,7 @@ __all__ = [
     "JobSpec", "load_job", "job_from_dict", "validate_job", "backend", "make_policy", "tuned_policy",
     "check_workload", "run", "run_setup", "write_run", "tune", "tune_dir", "write_tune", "Tuned", "TuneFiles",
     "leaderboard", "Leaderboard", "profile", "Profile", "cached_studies", "clear_cache", "load_run", "rerun", "ranks",
-    "output_dir", "output_file", "RUN_FILES", "LEADERBOARD_FILES", "SCALING_FILES", "RunOptions", "TuneOptions", "LeaderboardOptions", "ProfileOptions",
+    "output_dir", "output_file", "LEADERBOARD_FILES", "SCALING_FILES", "RunOptions", "TuneOptions", "LeaderboardOptions", "ProfileOptions",
     "ExecutionOptions", "calibrate", "write_calibration", "CalibrateOptions", "recommend", "family", "DrawnJobs",
     "FamilyOptions", "robustness", "Robustness", "RobustnessOptions", "robustness_compare", "CompareOptions",
     "replay", "Replay", "ReplayOptions", "scaling", "ScalingTable", "ScalingOptions", "UserError", "table",

@@ -187,8 +187,10 @@ def run(job: Optional[Path] = JOB_ARG,
             status.print(f"tuned policy from the cache: {pol!r}")
         with status.status(f"loading {spec.workload.dataset.label} and building {spec.workload.model.label}"):
             workload = api.check_workload(spec, options.device)
+        from autosync.reporting.runs import RUN_FILES  # not at the top: torch, which --help never loads
+
         out_dir = api.output_dir(out or Path("results") / "runs" / spec.name / f"{_run_folder(pol)}-seed{spec.seed}",
-                                 files=api.RUN_FILES)
+                                 files=RUN_FILES)
         ranks.share(spec)
         ready = f"{options.backend} backend ready: {options.clock} clock, training {spec.name} with {pol.name}"
         if options.backend == "processes":
@@ -453,7 +455,8 @@ def tune(job: Optional[Path] = JOB_ARG,
         _show(tune_hint(job, outcome.storage, spec), status)
         if outcome.verification is not None:
             _show(verification_report(outcome.verification), wide=wide)
-    files = outcome.write(out or api.tune_dir(outcome, spec, options), command_line("tune"), mlflow=tracking, job=spec)
+    files = outcome.write(out or api.tune_dir(outcome, spec, options), command_line("tune"), mlflow=tracking, job=spec,
+                          draw_cached=out is not None)
     _show(tune_files_report(files), status)
     _logged(tracking)
 

@@ -34,9 +34,11 @@ class Tuned(TuneOutcome):
         return cls(**{f.name: getattr(outcome, f.name) for f in fields(TuneOutcome)})
 
     def write(self, directory: str | Path, command: str = "autosync.api.tune", mlflow: Any = None,
-              job: Any = None) -> TuneFiles:
+              job: Any = None, draw_cached: bool = True) -> TuneFiles:
         """Write the verification (with verify_top) and, unless the cache answered, the study's plots into
-        `directory` (a cached race's figure too, where `directory` lacks it); `command`: the command line the verification's report records. With `mlflow` (a
+        `directory` (with `draw_cached`, a cached race's figure too, where `directory` lacks it: `autosync
+        tune` asks for it with --out alone, so that a cache hit in the default folder stays one that loads
+        neither matplotlib nor torch); `command`: the command line the verification's report records. With `mlflow` (a
         tracking URI, or an open `autosync.reporting.tracking.Tracking`) and `job` (the tuned `JobSpec`), also
         log the study, each trial and the answer there, the files as artifacts."""
         directory = Path(directory)
@@ -48,7 +50,7 @@ class Tuned(TuneOutcome):
         race = self.cache if isinstance(self.cache.get("race"), dict) else None
         if not self.cached:
             plots, skipped = write_study_plots(self.study, directory, race)
-        elif race is not None and not (directory / RACE_FIGURE).exists():
+        elif draw_cached and race is not None and not (directory / RACE_FIGURE).exists():
             # a cached race drawn from its record alone, where this folder lacks it: another --out, or a tune
             # stopped while drawing it (its answer was cached, and every later tune answered from the cache)
             plots, skipped = write_study_plots(None, directory, race)
