@@ -31,9 +31,11 @@ from autosync.core.family import load_family
 from autosync.policy_score import RunFailed, evaluate
 from autosync.search.objective import trial_seeds
 from autosync.search.recommend.vote import recommend
-from autosync.search.space import SPACE_DIR, load_space
+from autosync.data import SPACE_DIR
+from autosync.search.space import load_space
 from autosync.search.study.storage import open_storage
-from autosync.search.tune import TuneRequest, tune
+from autosync.search.request import TuneRequest
+from autosync.search.tune import tune
 from autosync.search.tune_options import TuneOptions
 
 from _report import Figures

@@ -23,8 +23,10 @@ from autosync.api import quiet_optuna
 from autosync.core.job import load_job
 from autosync.policy_score import evaluate
 from autosync.search.objective import ObjectiveSettings, trial_seeds
-from autosync.search.space import SPACE_DIR, load_space
-from autosync.search.tune import TuneRequest, tune
+from autosync.data import SPACE_DIR
+from autosync.search.space import load_space
+from autosync.search.request import TuneRequest
+from autosync.search.tune import tune
 from autosync.search.tune_options import TuneOptions
 
 from _report import Figures

@@ -57,8 +57,10 @@ from autosync.core.job import JobSpec, load_job
 from autosync.experiments.reference_grid import (Judged, ReferenceGrid, answer_cells, cached_full_budget_finals,
                                                  held_out_seeds, judge)
 from autosync.experiments.robustness import read_cells, run_grid
-from autosync.search.space import SPACE_DIR, load_space
-from autosync.search.tune import TuneRequest, tune
+from autosync.data import SPACE_DIR
+from autosync.search.space import load_space
+from autosync.search.request import TuneRequest
+from autosync.search.tune import tune
 from autosync.search.tune_options import TuneOptions
 
 from _report import Figures

@@ -45,6 +45,9 @@ if TYPE_CHECKING:
     from autosync.search.space import SearchSpace
     from autosync.search.strategies.pruning import RaceLimit as Race  # the bar a trial races
 
+__all__ = ["BSP", "MAX_UNCOUNTED", "Objective", "ObjectiveSettings", "TimeToTargetBound", "canonical_on",
+           "canonical_policy", "trial_scoring", "trial_seeds"]
+
 
 MAX_UNCOUNTED = 20  # past this many such answers in a study they count, so a search of a tried-out space ends
 

@@ -30,6 +30,8 @@ from autosync.race import WIDEST_ROUND, portfolio_members, race_settings
 if TYPE_CHECKING:
     import optuna
 
+__all__ = ["TuneRequest"]
+
 
 def _default(name: str):
     return default_of(TuneOptions, name)

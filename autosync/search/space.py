@@ -43,6 +43,8 @@ from autosync.policies._composed import SLOTS, check_composition
 if TYPE_CHECKING:
     import optuna
 
+__all__ = ["SearchSpace", "can_sample", "load_space", "resolve_space_path"]
+
 POLICY_PARAM = "policy"  # name of the categorical over the space's policies
 
 

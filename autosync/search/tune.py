@@ -67,6 +67,8 @@ from autosync.search.study.trials import (
 if TYPE_CHECKING:
     import optuna
 
+__all__ = ["baseline_policies", "load_study", "run_trials", "tune"]
+
 POLL_SECONDS = 1.0  # how often a process with nothing queued checks whether others' trials died
 
 

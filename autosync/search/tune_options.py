@@ -18,6 +18,9 @@ from autosync.core.limits import MAX_SEED
 from autosync.engine.backends import ExecutionOptions
 from autosync.search.study.records import BSP_TARGET, BUDGET
 
+__all__ = ["AUTO", "DEFAULT_N_TRIALS", "DEFAULT_TUNE_SPACE", "MIN_BUDGET", "RACE", "SAMPLERS", "SWITCH_POINT_SAMPLERS",
+           "TuneOptions"]
+
 SAMPLERS = ("race", "tpe", "gp", "random", "grid", "binary", "ladder")  # --sampler's choices besides AUTO
 AUTO = "auto"  # the race on the policy space, else TPE (`samplers.sampler_for`)
 SWITCH_POINT_SAMPLERS = ("binary", "ladder")  # strategies that run candidates of their own choosing

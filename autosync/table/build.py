@@ -32,6 +32,9 @@ from autosync.table.cells import FULL, TO_TARGET, Cell, cell_key
 from autosync.table.replay import compute_cell, full_budget, to_target
 from autosync.table.store import Table
 
+__all__ = ["Built", "HELD_OUT_OFFSET", "HELD_OUT_SEEDS", "RETRAINED", "SEARCH_SEEDS", "build_table", "retrain_table",
+           "retrain_tasks", "tasks"]
+
 RETRAINED = ".retrained"  # the sub-directory where a retrain keeps its cells until each job's are all trained
 SEARCH_SEEDS = 2  # the seeds a tune searches on: job.seed and job.seed + 1 (`trial_seeds`, and the race's second seed)
 HELD_OUT_OFFSET = 100  # held-out seeds start this far past the job's seed (as the reference grid scores them)

@@ -24,6 +24,8 @@ from autosync.policy_score import MISS_PENALTY
 from autosync.policy_grid import (BSP_LABEL, ONLINE_POLICIES, STATIC_K_RULES, TUNED_LABEL, load_report,
                                   static_k_policies, static_label)
 
+__all__ = ["fastest", "grid_neighbours", "online_specs", "policies_by_label"]
+
 
 def online_specs(command: str) -> list[str]:
     """The `--policies` specs of a report's command (the command's default policies when it names none or

@@ -28,6 +28,8 @@ from autosync.search.study.cache import refuse_damaged
 from autosync.search.study.records import StudyRecord
 from autosync.search.study.storage import open_existing_storage, quiet_optuna, redact_url
 
+__all__ = ["Recommendation", "adapt", "recommend", "recommend_from"]
+
 COUNT = 5  # neighbours that vote
 
 

@@ -23,6 +23,8 @@ import optuna
 
 from autosync.search.study.records import CURVE, REACHED, broke_the_rule, may_be_feasible, policy_key
 
+__all__ = ["PACE_MARGIN", "RaceLimit", "pace_ratio", "thinned"]
+
 REFRESH_SECONDS = 2.0  # how often (wall) a running trial re-reads the bar: other processes may lower it
 CURVE_POINTS = 64  # a stored curve is thinned to about this many points
 PACE_MARGIN = 2.0  # the pace rule prunes a trial this many times slower than the bar to the same metric

@@ -32,6 +32,10 @@ if TYPE_CHECKING:
     from autosync.engine.backends import BackendChoice
     from autosync.search.space import SearchSpace
 
+__all__ = ["answer_trial", "best_policies", "bsp_training_seconds", "cached_studies", "check_owner", "clear_cache",
+           "execution_name", "execution_of", "execution_tag", "read_cache", "refuse_damaged",
+           "search_breakdown", "search_cost", "study_name", "tuned_policy", "write_cache"]
+
 
 class NoFeasibleTrial(RuntimeFailure):
     """A search ended with no trial meeting the target within the tolerance: nothing to cache."""

@@ -22,6 +22,18 @@ from autosync.core.errors import UserError
 if TYPE_CHECKING:
     import optuna
 
+__all__ = ["ANSWERED", "BSP_REFERENCE", "BSP_TRAINING_SECONDS", "CACHE", "CANONICAL", "CONSTRAINT", "CONSTRAINT_AT",
+           "CURVE", "CacheRecord", "EXECUTION", "FAIL_REASON", "FEATURES", "FINAL_METRIC", "FINAL_PENDING",
+           "FINGERPRINT", "FORKED", "FULL_BUDGET", "FULL_BUDGET_OF", "GIVEN_UP", "GIVEN_UP_PLACES",
+           "HORIZON", "KILLED", "NEIGHBOUR_JOBS", "POLICY", "PROCESS", "PRUNED_ON_PACE", "RACE_FINAL",
+           "RACE_HORIZON", "RACE_RUN", "RACE_TIME", "REACHED", "REFERENCE_FROM", "REPAIR_OF", "RESAMPLED",
+           "RETRY_OF", "ROLE", "ROLES", "RUNS", "SAME_AS", "SCORING", "STORED_RUNS", "SWITCH_AT",
+           "StudyRecord", "TIMED_OUT", "TIMED_OUT_OF", "TIME_TO_TARGET", "TrialRecord", "UNCHECKED",
+           "VIRTUAL_SECONDS", "WORKLOAD_KEY", "broke_the_rule", "constraint_of", "damaged",
+           "describe_study", "failed_check", "final_pending", "has_full_result", "has_own_failure",
+           "has_run", "may_be_feasible", "outside_budget", "policy_key", "role_of", "scored_as",
+           "validated", "write_cache_record"]
+
 # --- a trial's user attributes -------------------------------------------------------------------------
 POLICY = "policy"  # the policy the trial proposed, as a dict (`SearchSpace.suggest`)
 PROCESS = "process"  # host:pid of the process that ran the trial

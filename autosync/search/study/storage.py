@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 
     import optuna
 
+__all__ = ["DEFAULT_STORAGE", "end_without_collection", "named_storage", "open_existing_storage", "open_storage",
+           "quiet_optuna", "read_only"]
+
 DEFAULT_STORAGE = "sqlite:///results/autosync-studies.db"
 HEARTBEAT_SECONDS = int(os.environ.get("AUTOSYNC_HEARTBEAT_SECONDS", "30"))  # a killed trial is retried after 2x
 # Optuna's own stale check (inside study.optimize) waits longer than autosync's (two intervals), so a dead
