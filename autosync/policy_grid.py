@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from autosync.core.errors import UserError
+from autosync.core.record_checks import expect, is_number
 
 ONLINE_POLICIES = ("dbw", "bdbw", "lbbsp", "ssp", "sync_switch", "dana_slim")
 STATIC_K_RULES = ("fixed", "proportional")  # the static-k grid's learning-rate rules unless told otherwise
@@ -81,24 +82,24 @@ def load_report(path: Path, flag: str = "") -> tuple[Path, dict[str, Any]]:
     try:
         data = json.loads(file.read_text())
         _require(data, ("family", "command", "seeds", "summary", "jobs"))
-        _of_type("command", data["command"], str)
-        _of_type("seeds", data["seeds"], list)
-        _of_type("summary", data["summary"], list)
-        if not _of_type("jobs", data["jobs"], list):
+        expect(data["command"], str, "command")
+        expect(data["seeds"], list, "seeds")
+        expect(data["summary"], list, "summary")
+        if not expect(data["jobs"], list, "jobs"):
             raise ValueError("jobs is empty: the report holds no drawn job")
-        if not all(isinstance(rule, str) for rule in _of_type("lr_rules", data.get("lr_rules", []), list)):
+        if not all(isinstance(rule, str) for rule in expect(data.get("lr_rules", []), list, "lr_rules")):
             raise TypeError(f"lr_rules must be a list of rule names, but got {data['lr_rules']!r}")
         for i, row in enumerate(data["jobs"]):
             _require(row, REPORT_JOB_KEYS)
             for key in ("job", "fingerprint"):
-                _of_type(f"jobs.{i}.{key}", row[key], str)
+                expect(row[key], str, f"jobs.{i}.{key}")
             _numbers(f"jobs.{i}", {key: row[key] for key in ("n_workers", "budget", "best_static_time", "bsp_time")})
             if isinstance(row["n_workers"], float) or not (row["n_workers"] or 0) >= 1 or not (row["budget"] or 0) > 0:
                 raise ValueError(f"jobs.{i}: n_workers must be a whole number >= 1 and budget a number > 0, but got "
                                  f"{row['n_workers']!r} and {row['budget']!r}")
             _numbers(f"jobs.{i}.static", row["static"])
-            for label, cell in _object(row["policies"]).items():
-                _numbers(f"jobs.{i}.policies.{label}", {k: v for k, v in _object(cell).items()
+            for label, cell in expect(row["policies"], dict, f"jobs.{i}.policies").items():
+                _numbers(f"jobs.{i}.policies.{label}", {k: v for k, v in expect(cell, dict, f"jobs.{i}.policies.{label}").items()
                                                          if k in ("time", "regret", "vs_bsp")})
         for i, row in enumerate(data["summary"]):
             _require(row, ("policy",))
@@ -109,32 +110,17 @@ def load_report(path: Path, flag: str = "") -> tuple[Path, dict[str, Any]]:
     return file.parent, data
 
 
-def _object(value: Any) -> dict[str, Any]:
-    """`value`, a dict; TypeError when it is not one."""
-    if not isinstance(value, dict):
-        raise TypeError(f"expected an object, got {type(value).__name__}")
-    return value
-
-
-def _of_type(where: str, value: Any, kind: type) -> Any:
-    """`value`; TypeError naming `where` when it is not a `kind`."""
-    if not isinstance(value, kind):
-        raise TypeError(f"{where} must be a {kind.__name__}, but got {value!r}")
-    return value
-
-
 def _numbers(where: str, values: Any) -> None:
     """TypeError naming the first value of `values` (a dict) that is not a number or null: the readers of a
     report compare and format them as numbers."""
-    for key, value in _object(values).items():
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+    for key, value in expect(values, dict, where).items():
+        if value is not None and not is_number(value):
             raise TypeError(f"{where}.{key} must be a number, but got {value!r}")
 
 
 def _require(mapping: Any, keys: Iterable[str]) -> None:
     """KeyError naming the first of `keys` that `mapping` (a dict) lacks; TypeError when it is no dict."""
-    if not isinstance(mapping, dict):
-        raise TypeError(f"expected an object, got {type(mapping).__name__}")
+    expect(mapping, dict)
     missing = [key for key in keys if key not in mapping]
     if missing:
         raise KeyError(missing[0])

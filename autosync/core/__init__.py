@@ -8,9 +8,10 @@
 - `main_module`: whether a spawned child may import the main module again (the `--n-jobs` helpers).
 - `ctrl_c`: the worker processes a command starts (joblib's) are spared a terminal's Ctrl-C.
 - `cluster`: the cluster model the job describes: round trips, stragglers, compute units.
+- `record_checks`: the types of a record read back from autosync's own files, checked.
 
 The modules listed in `__all__` are the package's public surface; a name starting with `_` is internal.
 """
 
 __all__ = ["arrivals", "cluster", "ctrl_c", "declare", "errors", "family", "fingerprint", "job", "job_schema",
-           "limits", "loader", "main_module", "phases", "rng", "strict_json", "traces"]
+           "limits", "loader", "main_module", "phases", "record_checks", "rng", "strict_json", "traces"]

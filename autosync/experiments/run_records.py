@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterator
 
 from autosync.core import strict_json
 from autosync.core.errors import UserError
+from autosync.core.record_checks import is_number, is_whole
 
 __all__ = ["appending", "budgeted_fingerprint", "cell_key", "read_records"]
 
@@ -28,7 +29,8 @@ def budgeted_fingerprint(job: Any) -> str:
     return f"{job.fingerprint()}+{hashlib.sha256(budget.encode()).hexdigest()[:8]}"
 
 
-TEXT_FIELDS = ("key", "job", "fingerprint", "status", "target_metric")  # a run's fields that are text
+# a run's fields that are text ("error": why a robustness or reference-grid cell's run failed, kept as a miss)
+TEXT_FIELDS = ("key", "job", "fingerprint", "status", "target_metric", "error")
 SERIES_FIELDS = ("curve", "k")  # {name: [number, ...]}: a leaderboard run's curves, for its plots
 
 
@@ -64,25 +66,21 @@ def _run_problem(run: Any, name: str | None) -> str | None:
         if field not in run:
             return f"{where}{field} is missing"
     seed, time = run["seed"], run["time_to_target"]
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+    if not is_whole(seed) or seed < 0:
         return f"{where}seed must be a whole number >= 0, but got {seed!r}"
-    if time is not None and not (_number(time) and math.isfinite(time) and time >= 0):
+    if time is not None and not (is_number(time) and math.isfinite(time) and time >= 0):
         return f"{where}time_to_target must be a number >= 0 or null (missed), but got {time!r}"
     for field, value in run.items():
         if field in TEXT_FIELDS:
             if not isinstance(value, str):
                 return f"{where}{field} must be text, but got {value!r}"
         elif field in SERIES_FIELDS:
-            if not (isinstance(value, dict) and all(isinstance(v, list) and all(x is None or _number(x) for x in v)
+            if not (isinstance(value, dict) and all(isinstance(v, list) and all(x is None or is_number(x) for x in v)
                                                     for v in value.values())):
                 return f"{where}{field} must map names to lists of numbers, but got {str(value)[:60]}"
-        elif value is not None and not isinstance(value, (dict, bool)) and not _number(value):
+        elif value is not None and not isinstance(value, (dict, bool)) and not is_number(value):
             return f"{where}{field} must be a number or null, but got {value!r}"
     return None
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 @contextlib.contextmanager

@@ -16,6 +16,7 @@ from typing import Any
 
 from autosync.catalog import POLICIES, checked_spec, policy_name
 from autosync.core.errors import UserError
+from autosync.core.record_checks import is_whole
 
 LEADERBOARD_JSON = "leaderboard.json"
 
@@ -57,7 +58,7 @@ def load_leaderboard(folder: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text())
         n = data["job"]["cluster"]["n_workers"]
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        if not is_whole(n) or n < 1:
             raise ValueError(f"job.cluster.n_workers must be a whole number >= 1, but got {n!r}")
         runs = data["runs"]
         command = str(data.get("command", ""))

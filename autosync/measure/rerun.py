@@ -24,6 +24,7 @@ from autosync.engine.simulator import ProgressFn, RunResult, Simulator
 from autosync.engine.trace import ARRIVAL_COLUMNS
 from autosync.core.errors import UserError
 from autosync.core.job import JobSpec, job_from_dict
+from autosync.core.record_checks import is_number, is_whole
 from autosync.workloads.build import build_workload
 
 PARAMS_FILE = "final_params.pt"  # a run's final parameters, which a rerun compares with its own
@@ -132,10 +133,10 @@ def _check_arrival(index: int, row: list[Any]) -> None:
     """ValueError naming the arrival (a row of `ARRIVAL_COLUMNS`) whose time is not a number >= 0 or whose
     worker, task, version or batch size is not a whole number (the replay's clock reads them as such)."""
     time, *counts, _accepted = row
-    if isinstance(time, bool) or not isinstance(time, (int, float)) or not time >= 0:
+    if not is_number(time) or not time >= 0:
         raise ValueError(f"arrivals.{index}.time must be a number >= 0, but got {time!r}")
     for column, value in zip(ARRIVAL_COLUMNS[1:-1], counts):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        if not is_whole(value) or value < 0:
             raise ValueError(f"arrivals.{index}.{column} must be a whole number >= 0, but got {value!r}")
 
 

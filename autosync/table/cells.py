@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from autosync.core.job import JobSpec, TargetSpec
+from autosync.core.record_checks import expect, is_number
 
 # what `autosync.policy_score.evaluate` and the reports read of a run's metrics (`run_metrics`)
 SCORES = ("virtual_time", "updates", "epochs", "reached_target", "time_to_target", "updates_to_target",
@@ -161,21 +162,20 @@ def _check_record(data: Any) -> None:
     """TypeError or ValueError naming the first field of a cell's record that is not as `Cell.to_record`
     writes it: text, a seed, a policy object, a known status, evaluations of numbers with their time, scores
     of numbers (or null), and prefixes of [seconds, quota, past the target]."""
-    _is(data, dict, "the record")
-    _is(data["fingerprint"], str, "fingerprint")
-    if isinstance(data["seed"], bool) or not isinstance(data["seed"], int):
-        raise TypeError(f"seed must be a whole number, but got {data['seed']!r}")
-    _is(data["policy"], dict, "policy")
+    expect(data, dict, "the record")
+    expect(data["fingerprint"], str, "fingerprint")
+    expect(data["seed"], int, "seed")
+    expect(data["policy"], dict, "policy")
     if data["status"] not in STATUSES:
         raise ValueError(f"status must be one of {list(STATUSES)}, but got {data['status']!r}")
-    for i, evaluation in enumerate(_is(data["evaluations"], list, "evaluations")):
+    for i, evaluation in enumerate(expect(data["evaluations"], list, "evaluations")):
         # the common case at the cost of one pass (a table's read checks every evaluation of every cell)
         if type(evaluation) is not dict or type(evaluation.get("time")) not in _NUMBER_TYPES \
                 or not all(type(v) in _VALUE_TYPES for v in evaluation.values()):
-            _numbers(f"evaluations.{i}", _is(evaluation, dict, f"evaluations.{i}"), required=("time",))
-    _numbers("scores", _is(data["scores"], dict, "scores"), required=("virtual_time",))
-    for i, prefix in enumerate(_is(data["prefixes"], list, "prefixes")):
-        if not (isinstance(prefix, list) and len(prefix) == 3 and all(_is_number(x) for x in prefix[:2])
+            _numbers(f"evaluations.{i}", expect(evaluation, dict, f"evaluations.{i}"), required=("time",))
+    _numbers("scores", expect(data["scores"], dict, "scores"), required=("virtual_time",))
+    for i, prefix in enumerate(expect(data["prefixes"], list, "prefixes")):
+        if not (isinstance(prefix, list) and len(prefix) == 3 and all(is_number(x) for x in prefix[:2])
                 and isinstance(prefix[2], bool)):
             raise TypeError(f"prefixes.{i} must be [seconds, quota, past the target], but got {prefix!r}")
 
@@ -184,22 +184,12 @@ _NUMBER_TYPES = (int, float)
 _VALUE_TYPES = (int, float, type(None))  # an evaluation's values: numbers, or null (a metric not measured)
 
 
-def _is(value: Any, kind: type, where: str) -> Any:
-    if not isinstance(value, kind):
-        raise TypeError(f"{where} must be a {kind.__name__}, but got {str(value)[:40]}")
-    return value
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def _numbers(where: str, values: dict[str, Any], required: tuple[str, ...]) -> None:
     """TypeError naming the first of `values` that is not a number, null or a flag (reached_target), or a
     `required` one that is not a number."""
     for key in required:
-        if not _is_number(values.get(key)):
+        if not is_number(values.get(key)):
             raise TypeError(f"{where}.{key} must be a number, but got {values.get(key)!r}")
     for key, value in values.items():
-        if value is not None and not isinstance(value, bool) and not _is_number(value):
+        if value is not None and not isinstance(value, bool) and not is_number(value):
             raise TypeError(f"{where}.{key} must be a number, but got {str(value)[:40]}")

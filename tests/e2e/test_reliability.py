@@ -265,7 +265,7 @@ def test_a_device_or_a_pipe_is_not_called_missing(tmp_path):
 
 @pytest.mark.parametrize("field, value, problem", [
     ("race", {"rounds": 5}, "race: must be a list, but got 5"),
-    ("race", {"rounds": [5]}, "race: must be a dict, but got 5"),
+    ("race", {"rounds": [5]}, "race: must be an object, but got 5"),
     ("speedup_vs_bsp", "x", "speedup_vs_bsp: must be a number, but got 'x'"),
     ("bsp_time_to_target", -3, "bsp_time_to_target: must be a number >= 0, but got -3"),
     ("best_value", -5, "best_value: must be a number >= 0, but got -5"),
@@ -443,7 +443,7 @@ def test_a_robustness_report_holding_a_string_for_a_number_is_one_line(tmp_path,
     ("jobs={}", "TypeError: jobs must be a list, but got {}"),
     ("lr_rules=5", "TypeError: lr_rules must be a list, but got 5"),
     ("seeds=\"x\"", "TypeError: seeds must be a list, but got 'x'"),
-    ("jobs.0.fingerprint=null", "TypeError: jobs.0.fingerprint must be a str, but got None"),
+    ("jobs.0.fingerprint=null", "TypeError: jobs.0.fingerprint must be text, but got None"),
     ("jobs.0.budget=null", "ValueError: jobs.0: n_workers must be a whole number >= 1 and budget a number > 0, but "
                            "got 16 and None")])
 def test_a_robustness_report_emptied_or_of_another_shape_is_one_line(tmp_path, where, reason):

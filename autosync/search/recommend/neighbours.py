@@ -28,6 +28,7 @@ import numpy as np
 
 from autosync.search.study import _optuna_internals as internals
 from autosync.core.job import JobSpec
+from autosync.core.record_checks import is_number
 from autosync.search.study.records import FEATURES, WORKLOAD_KEY, StudyRecord, damaged
 from autosync.core.cluster import RoundTripModel, started_at_once
 
@@ -52,7 +53,7 @@ def _check_features(study: str, features: Any) -> None:
     """A study's stored features, refused in one line naming it unless they are `FEATURE_NAMES`' finite
     numbers (text, another length or NaN was a numpy traceback where `recommend` measured its distance)."""
     if not (isinstance(features, list) and len(features) == len(FEATURE_NAMES)
-            and all(isinstance(f, (int, float)) and not isinstance(f, bool) and math.isfinite(f) for f in features)):
+            and all(is_number(f) and math.isfinite(f) for f in features)):
         raise damaged(study, f"{FEATURES}: must be {len(FEATURE_NAMES)} numbers, but got {str(features)[:60]}")
 
 

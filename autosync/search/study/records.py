@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from autosync.core.errors import UserError
+from autosync.core.record_checks import expect, is_number
 
 if TYPE_CHECKING:
     import optuna
@@ -401,7 +402,7 @@ def validated(name: str, record: Any) -> CacheRecord:
             _check_number(record.get(field), whole=field in RECORD_COUNTS, signed=field in RECORD_METRICS,
                           required=field in ("best_value", "trials"))
         field = "neighbour_jobs"
-        if not all(isinstance(n, dict) for n in _of(record.get(field, []), list)):
+        if not all(isinstance(n, dict) for n in expect(record.get(field, []), list)):
             raise TypeError("each neighbour must be a mapping")
         field = "race"
         if record.get(field) is not None:
@@ -422,26 +423,20 @@ def _check_number(value: Any, whole: bool = False, signed: bool = False, require
     None where not `required`."""
     if value is None and not required:
         return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if not is_number(value) or not math.isfinite(value):
         raise TypeError(f"must be a number, but got {value!r}")
     if (whole and value != int(value)) or (not signed and value < 0):
         raise ValueError(f"must be a {'whole ' if whole else ''}number >= 0, but got {value!r}")
 
 
-def _of(value: Any, kind: type) -> Any:
-    if not isinstance(value, kind):
-        raise TypeError(f"must be a {kind.__name__}, but got {value!r}")
-    return value
-
-
 def _check_race(race: Any) -> None:
     """A race's record as `race_top` and the race's figure read it: rounds, each with a seed and its runs, each
     run a label, a policy and its time and final metric (numbers or null)."""
-    for entry in _of(_of(race, dict).get("rounds", []), list):
-        _check_number(_of(entry, dict).get("seed"), whole=True)
-        for run in _of(entry.get("runs", []), list):
-            _of(_of(run, dict).get("label"), str)
-            _of(run.get("policy"), dict)
+    for entry in expect(expect(race, dict).get("rounds", []), list):
+        _check_number(expect(entry, dict).get("seed"), whole=True)
+        for run in expect(entry.get("runs", []), list):
+            expect(expect(run, dict).get("label"), str)
+            expect(run.get("policy"), dict)
             _check_number(run.get("time"))
             _check_number(run.get("final"), signed=True)
 

@@ -146,7 +146,7 @@ def test_a_cell_cut_short_by_a_kill_is_computed_again_and_a_damaged_file_is_name
 
 
 @pytest.mark.parametrize("field, value, problem", [
-    ("scores", "abc", "scores must be a dict"),
+    ("scores", "abc", "scores must be an object"),
     ("scores", {"virtual_time": "x"}, "scores.virtual_time must be a number, but got 'x'"),
     ("scores", {}, "scores.virtual_time must be a number, but got None"),
     ("prefixes", [["a", "b", "c"]], "prefixes.0 must be [seconds, quota, past the target]"),
