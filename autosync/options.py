@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from autosync.core.declare import build, check_ranges, flag_of, option
 from autosync.core.errors import UserError
-from autosync.core.limits import MAX_SEED
+from autosync.core.limits import MAX_SEED, MAX_SIZE, MAX_WAIT_SECONDS
 from autosync.engine.backends import ExecutionOptions
 from autosync.policy_grid import check_rules
 from autosync.search.tune_options import TuneOptions
@@ -67,7 +67,7 @@ class LeaderboardOptions:
 
     policies: list[str] = option([], "Policy specs NAME or NAME:key=value,... (repeatable; default: bsp, asp, ssp, "
                                  "backup (k = 3n/4), dbw, bdbw).")  # the API also takes dicts {"policy", "params"}
-    seeds: int = option(5, "Seeds 0..N-1 per policy (same straggler draws).", ge=1)
+    seeds: int = option(5, "Seeds 0..N-1 per policy (same straggler draws).", ge=1, le=MAX_SEED)
     n_jobs: int = option(1, "Runs in parallel (joblib processes, at most one per usable core; -1: every core).")
     include_tuned: bool = option(False, "Add the job's cached tuned policy.")
     storage: Optional[str] = option(None, "Study storage URL for --include-tuned.")
@@ -89,7 +89,7 @@ class ProfileOptions:
                                         "the job's).")
     rounds: int = option(10, "Rounds per batch size (each: one task per worker).", ge=1)
     worker_timeout: float = option(120.0, "Seconds without a gradient before a worker process counts as hung.",
-                                   ge=0.1)
+                                   ge=0.1, le=MAX_WAIT_SECONDS)
     worker_cpus: Optional[str] = option(None, "Comma-separated cores, worker process p on the p-th (cycling).")
     check: bool = option(False, "Then run the fitted job for real twice (BSP and backup k = 1, --check-updates "
                          "updates each), fit the server's cost per update and per gradient from the two, and print "
@@ -155,7 +155,8 @@ def _check_n_jobs(n_jobs: int) -> None:
 class FamilyOptions:
     """`autosync family`: jobs drawn from a job family, written as ordinary job files."""
 
-    jobs: int = option(24, "Jobs 0..N-1 of the family (job i depends only on the family's seed and i).", ge=1)
+    jobs: int = option(24, "Jobs 0..N-1 of the family (job i depends only on the family's seed and i).", ge=1,
+                       le=MAX_SIZE)
 
     def __post_init__(self) -> None:
         check_ranges(self)
@@ -165,9 +166,9 @@ class FamilyOptions:
 class RobustnessOptions(FamilyOptions):
     """`autosync robustness`: online policies against each drawn job's exhaustive best static k."""
 
-    seeds: int = option(3, "Seeds 0..S-1 per (job, policy), from --seed-offset.", ge=1)
+    seeds: int = option(3, "Seeds 0..S-1 per (job, policy), from --seed-offset.", ge=1, le=MAX_SEED)
     seed_offset: int = option(0, "The first seed (100: seeds no tune searched on, so --tuned-trials' "
-                              "answers are scored on held-out runs).", ge=0)
+                              "answers are scored on held-out runs).", ge=0, le=MAX_SEED)
     policies: list[str] = option([], "Online policies NAME or NAME:key=value,... (repeatable; default: dbw, bdbw, "
                                  "lbbsp, ssp, sync_switch, dana_slim).")  # the API also takes dicts
     n_jobs: int = option(1, "Runs in parallel (joblib processes, at most one per usable core; -1: every core).")
@@ -183,6 +184,9 @@ class RobustnessOptions(FamilyOptions):
     def __post_init__(self) -> None:
         super().__post_init__()
         _check_n_jobs(self.n_jobs)
+        if self.seed_offset + self.seeds - 1 > MAX_SEED:  # each run's seed is 32 bits (`autosync.core.rng`)
+            raise UserError(f"--seed-offset + --seeds - 1 must be <= {MAX_SEED} (seeds are 32 bits), but got "
+                            f"{self.seed_offset} + {self.seeds} - 1")
         self.rules()
         if self.reference not in ("static", "broad"):
             raise UserError(f"--reference must be one of ['static', 'broad'], but got {self.reference!r}")
@@ -197,7 +201,7 @@ class TableOptions:
     """`autosync table`: every lattice point of every job run on its search and held-out seeds, recorded for
     replayed searches (`autosync.table`)."""
 
-    jobs: int = option(8, "Jobs 0..N-1 of each family file.", ge=1)
+    jobs: int = option(8, "Jobs 0..N-1 of each family file.", ge=1, le=MAX_SIZE)
     held_out: int = option(2, "Held-out seeds per job, after its two search seeds (job.seed + 100, ...).", ge=0)
     policies: list[str] = option([], "Only these lattice points, NAME or NAME:key=value,... (repeatable; default: "
                                  "the broad reference grid).")  # the API also takes dicts
@@ -225,7 +229,7 @@ class FitOptions:
 
     table: str = option("results/table", "The table directory the jobs' runs are read from (a run it lacks is "
                         "trained and stored there: build it first with `autosync table`).")
-    jobs: int = option(2, "Jobs 0..N-1 of each family file.", ge=1)
+    jobs: int = option(2, "Jobs 0..N-1 of each family file.", ge=1, le=MAX_SIZE)
     out: Optional[str] = option(None, "Where the fitted settings go (default: the settings autosync ships, "
                                 "autosync/data/race.yaml, which `autosync tune --sampler race` reads unless "
                                 "--race-settings names another file).")

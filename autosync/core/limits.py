@@ -3,7 +3,7 @@ them without loading the job schema (pydantic), which `autosync --help` never ne
 
 from __future__ import annotations
 
-__all__ = ["MAX_NAME", "MAX_SEED", "MAX_SIZE", "local_processes"]
+__all__ = ["MAX_NAME", "MAX_SEED", "MAX_SIZE", "MAX_WAIT_SECONDS", "local_processes"]
 
 #: The largest size a spec takes for what a run allocates (samples, features, classes, layer widths, a batch):
 #: numpy and torch refuse far larger sizes with a traceback, so a number like 10**30 is refused here in one line.
@@ -12,6 +12,9 @@ MAX_SIZE = 2 ** 31 - 1
 MAX_NAME = 100
 #: Seeds are 32 bits: random streams key on the seed's low 32 bits (autosync.core.rng), and scikit-learn takes no more.
 MAX_SEED = 2 ** 32 - 1
+#: The longest a wait on a worker process may be: a poll of its pipe takes milliseconds as a C int (2^31 - 1 ms,
+#: about 24.8 days); an infinite --worker-timeout raised OverflowError there.
+MAX_WAIT_SECONDS = (2 ** 31 - 1) / 1000
 
 
 def local_processes(n_jobs: int) -> int:

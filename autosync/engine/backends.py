@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 from autosync.core.declare import check_ranges, default_of, option
 from autosync.core.errors import UserError
+from autosync.core.limits import MAX_WAIT_SECONDS
 
 if TYPE_CHECKING:
     from autosync.engine.clock import Clock
@@ -35,7 +36,7 @@ class ExecutionOptions:
     device: str = option("cpu", "cpu | cuda (cuda:N): where the model, data, slots and worker processes compute.")
     workers_per_device: int = option(2, "--backend processes: worker processes on the device.", ge=1)
     worker_timeout: float = option(60.0, "--backend processes or distributed: seconds without a gradient before a "
-                                   "worker process or rank counts as dead or hung.", ge=0.1)
+                                   "worker process or rank counts as dead or hung.", ge=0.1, le=MAX_WAIT_SECONDS)
     clock: str = option("virtual", "--backend processes or distributed: virtual (the cluster model orders "
                         "arrivals: same results as the simulator) | real (the order the workers answer in; logged "
                         "for `autosync rerun`).")

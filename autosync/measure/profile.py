@@ -36,6 +36,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from autosync.core.errors import UserError
+from autosync.core.limits import MAX_SIZE
 from autosync.core.cluster import RoundTripModel, started_at_once
 from autosync.core.job import ClusterSpec, JobSpec
 from autosync.core.phases import Phase, no_phase
@@ -322,7 +323,7 @@ def parse_batch_sizes(text: str | None, job: JobSpec) -> list[int]:
         sizes = sorted({int(v) for v in text.split(",") if v.strip()})
     except ValueError:
         raise UserError(f"--batch-sizes must be comma-separated integers, but got {text!r}") from None
-    if not sizes or sizes[0] < 2:
-        raise UserError(f"--batch-sizes must be integers >= 2 (batch normalisation needs two samples), "
-                        f"but got {text!r}")
+    if not sizes or sizes[0] < 2 or sizes[-1] > MAX_SIZE:
+        raise UserError(f"--batch-sizes must be integers from 2 (batch normalisation needs two samples) to "
+                        f"{MAX_SIZE} (as a job's batch_size), but got {text!r}")
     return sizes

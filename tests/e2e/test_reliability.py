@@ -383,6 +383,27 @@ def test_a_folder_in_the_place_of_a_file_the_command_writes_is_one_line_before_a
     assert _snapshot(tmp_path) == before
 
 
+@pytest.mark.parametrize("args, says", [
+    (["leaderboard", "--seeds", "99999999999999999999999"], "--seeds"),  # an OverflowError traceback
+    (["robustness", "FAMILY", "--seed-offset", "99999999999999999999999"], "--seed-offset"),  # every run failed
+    (["robustness", "FAMILY", "--seed-offset", "4294967295", "--seeds", "2"],
+     "--seed-offset + --seeds - 1 must be <= 4294967295"),
+    (["family", "FAMILY", "--jobs", "99999999999999999999999"], "--jobs"),  # out of memory
+    (["run", "--backend", "processes", "--worker-timeout", "inf"], "--worker-timeout"),  # an OverflowError traceback
+])
+def test_a_count_or_a_wait_past_what_a_run_can_hold_is_one_line(tmp_path, args, says):
+    from autosync.data import BASELINE_DIR
+
+    job = _job(tmp_path)
+    args = [str(BASELINE_DIR / "family_quick.yaml") if a == "FAMILY" else a for a in args]
+    if args[0] in ("leaderboard", "run"):
+        args.insert(1, str(job))
+    proc = autosync(*args, "--out", str(tmp_path / "out"), cwd=tmp_path)
+    no_traceback(proc)
+    assert proc.returncode == 2 and says in proc.stderr, proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("args, where", [
     (["leaderboard", "--out", ""], "after --out"),  # the parser reads '' as the current folder: written there
     (["run", "--out="], "--out="),

@@ -151,6 +151,7 @@ def test_cli_profiles_real_processes_and_writes_a_job_that_tunes(tiny_job, tmp_p
     wrong = autosync("profile", str(tiny_job), "--backend", "simulator", cwd=tmp_path)
     no_traceback(wrong)
     assert wrong.returncode == 2 and "--backend must be processes or distributed for profile" in wrong.stderr
-    bad = autosync("profile", str(tiny_job), "--batch-sizes", "1", cwd=tmp_path)
-    no_traceback(bad)
-    assert bad.returncode == 2 and "--batch-sizes must be integers >= 2" in bad.stderr
+    for sizes in ("1", "99999999999999999999999"):  # the second: worker tracebacks, then exit 1
+        bad = autosync("profile", str(tiny_job), "--batch-sizes", sizes, cwd=tmp_path)
+        no_traceback(bad)
+        assert bad.returncode == 2 and "--batch-sizes must be integers from 2 " in bad.stderr, bad.stderr
