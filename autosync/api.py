@@ -46,7 +46,7 @@ from autosync.options import (CalibrateOptions, CompareOptions, ExecutionOptions
                               LeaderboardOptions, ProfileOptions, ReplayOptions, RobustnessOptions, RunOptions,
                               ScalingOptions, TableOptions, TuneOptions, FitOptions, build)
 from autosync.reporting.calibration_files import Calibrated
-from autosync.reporting.leaderboard_files import LEADERBOARD_FILES as BOARD_FILES
+from autosync.reporting.leaderboard_files import LEADERBOARD_FILES
 from autosync.reporting.robustness_files import ROBUSTNESS_FILES
 from autosync.reporting.scaling_files import SCALING_FILES
 from autosync.reporting.output import ready_output_dir as output_dir, ready_output_file as output_file
@@ -66,12 +66,13 @@ if TYPE_CHECKING:
     from autosync.workloads.workload import Workload
 
 # the files each report writes in its folder, refused there as folders before any run (the command line's too)
-LEADERBOARD_FILES = (*BOARD_FILES, RUNS_FILE)
+LEADERBOARD_FOLDER_FILES = (*LEADERBOARD_FILES, RUNS_FILE)
 __all__ = [
     "JobSpec", "load_job", "job_from_dict", "validate_job", "backend", "make_policy", "tuned_policy",
     "check_workload", "run", "run_setup", "write_run", "tune", "tune_dir", "write_tune", "Tuned", "TuneFiles",
     "leaderboard", "Leaderboard", "profile", "Profile", "cached_studies", "clear_cache", "load_run", "rerun", "ranks",
-    "output_dir", "output_file", "LEADERBOARD_FILES", "SCALING_FILES", "RunOptions", "TuneOptions", "LeaderboardOptions", "ProfileOptions",
+    "output_dir", "output_file", "LEADERBOARD_FOLDER_FILES", "SCALING_FILES", "RunOptions", "TuneOptions",
+    "LeaderboardOptions", "ProfileOptions",
     "ExecutionOptions", "calibrate", "write_calibration", "CalibrateOptions", "recommend", "family", "DrawnJobs",
     "FamilyOptions", "robustness", "Robustness", "RobustnessOptions", "robustness_compare", "CompareOptions",
     "replay", "Replay", "ReplayOptions", "scaling", "ScalingTable", "ScalingOptions", "UserError", "table",
@@ -301,7 +302,7 @@ def leaderboard(job: JobSpec, policies: Sequence[str | dict[str, Any]] | None = 
     if job.uses_user_code:  # one line here rather than a failure in every worker process
         check_workload(job)
     if keep_runs_in is not None:  # a file there is one line before any run
-        output_dir(Path(keep_runs_in), "keep_runs_in", files=LEADERBOARD_FILES)
+        output_dir(Path(keep_runs_in), "keep_runs_in", files=LEADERBOARD_FOLDER_FILES)
     seed_list = list(range(opts.seeds))
     with (progress or _no_progress)(len(specs) * len(seed_list)) as advance:
         def done(run: dict[str, Any]) -> None:

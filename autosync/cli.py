@@ -296,7 +296,7 @@ def leaderboard(job: Optional[Path] = JOB_ARG,
     """Every policy x seeds on one job: an MLPerf-style scored table, written as Markdown/CSV/JSON + plots."""
     tracking = _tracking(mlflow)
     spec = api.load_job(job)
-    out_dir = api.output_dir(out or Path("results") / spec.name, files=api.LEADERBOARD_FILES)
+    out_dir = api.output_dir(out or Path("results") / spec.name, files=api.LEADERBOARD_FOLDER_FILES)
     board = api.leaderboard(spec, options=options, progress=lambda runs: leaderboard_progress(status, runs),
                             keep_runs_in=out_dir, on_resume=lambda *reused: status.print(reuse_line(*reused)))
     paths = board.write(out_dir, command_line("leaderboard"), mlflow=tracking)

@@ -205,8 +205,8 @@ class TableOptions:
     held_out: int = option(2, "Held-out seeds per job, after its two search seeds (job.seed + 100, ...).", ge=0)
     policies: list[str] = option([], "Only these lattice points, NAME or NAME:key=value,... (repeatable; default: "
                                  "the broad reference grid).")  # the API also takes dicts
-    n_jobs: int = option(-1, "Cells in parallel (joblib processes, at most one per usable core, or with --scheduler the cluster's workers; "
-                             "-1: every core, or every worker).")
+    n_jobs: int = option(-1, "Cells in parallel (joblib processes, at most one per usable core, or with "
+                             "--scheduler the cluster's workers; -1: every core, or every worker).")
     full: bool = option(False, "Train every cell to the end of the budget (default: each stops at the target, "
                                "and the final metric is trained where a search first asks for it).")
     scheduler: Optional[str] = option(None, "Run the cells on a Dask cluster: its scheduler's address "

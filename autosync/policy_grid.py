@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from autosync.core.errors import UserError
+from autosync.core.loader import short_repr
 from autosync.core.record_checks import expect, is_number
 
 ONLINE_POLICIES = ("dbw", "bdbw", "lbbsp", "ssp", "sync_switch", "dana_slim")
@@ -88,7 +89,7 @@ def load_report(path: Path, flag: str = "") -> tuple[Path, dict[str, Any]]:
         if not expect(data["jobs"], list, "jobs"):
             raise ValueError("jobs is empty: the report holds no drawn job")
         if not all(isinstance(rule, str) for rule in expect(data.get("lr_rules", []), list, "lr_rules")):
-            raise TypeError(f"lr_rules must be a list of rule names, but got {data['lr_rules']!r}")
+            raise TypeError(f"lr_rules must be a list of rule names, but got {short_repr(data['lr_rules'])}")
         for i, row in enumerate(data["jobs"]):
             _require(row, REPORT_JOB_KEYS)
             for key in ("job", "fingerprint"):
@@ -96,11 +97,11 @@ def load_report(path: Path, flag: str = "") -> tuple[Path, dict[str, Any]]:
             _numbers(f"jobs.{i}", {key: row[key] for key in ("n_workers", "budget", "best_static_time", "bsp_time")})
             if isinstance(row["n_workers"], float) or not (row["n_workers"] or 0) >= 1 or not (row["budget"] or 0) > 0:
                 raise ValueError(f"jobs.{i}: n_workers must be a whole number >= 1 and budget a number > 0, but got "
-                                 f"{row['n_workers']!r} and {row['budget']!r}")
+                                 f"{short_repr(row['n_workers'])} and {short_repr(row['budget'])}")
             _numbers(f"jobs.{i}.static", row["static"])
             for label, cell in expect(row["policies"], dict, f"jobs.{i}.policies").items():
-                _numbers(f"jobs.{i}.policies.{label}", {k: v for k, v in expect(cell, dict, f"jobs.{i}.policies.{label}").items()
-                                                         if k in ("time", "regret", "vs_bsp")})
+                where = f"jobs.{i}.policies.{label}"
+                _numbers(where, {k: v for k, v in expect(cell, dict, where).items() if k in ("time", "regret", "vs_bsp")})
         for i, row in enumerate(data["summary"]):
             _require(row, ("policy",))
             _numbers(f"summary.{i}", {k: v for k, v in row.items() if k != "policy"})
@@ -115,7 +116,7 @@ def _numbers(where: str, values: Any) -> None:
     report compare and format them as numbers."""
     for key, value in expect(values, dict, where).items():
         if value is not None and not is_number(value):
-            raise TypeError(f"{where}.{key} must be a number, but got {value!r}")
+            raise TypeError(f"{where}.{key} must be a number, but got {short_repr(value)}")
 
 
 def _require(mapping: Any, keys: Iterable[str]) -> None:

@@ -215,7 +215,7 @@ def run_full_cell(job: JobSpec, policy: dict[str, Any], seed: int) -> dict[str, 
     try:
         run = evaluate(job, policy, [seed])
     except RunFailed as exc:
-        return {**record, "final_metric": None, "error": str(exc)}
+        return {**record, "final_metric": None, "time_to_target": None, "error": str(exc)}
     return {**record, "final_metric": run["final_metric"], "time_to_target": run["time_to_target"]
             if run.get("reached") else None}
 

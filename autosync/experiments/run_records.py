@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterator
 
 from autosync.core import strict_json
 from autosync.core.errors import UserError
+from autosync.core.loader import short_repr
 from autosync.core.record_checks import is_number, is_whole
 
 __all__ = ["appending", "budgeted_fingerprint", "cell_key", "read_records"]
@@ -61,25 +62,25 @@ def _run_problem(run: Any, name: str | None) -> str | None:
     every other plain field a number or null."""
     where = f"{name}." if name else ""
     if not isinstance(run, dict):
-        return f"{name or 'a record'} must be an object, but got {run!r}"
+        return f"{name or 'a record'} must be an object, but got {short_repr(run)}"
     for field in ("seed", "time_to_target"):
-        if field not in run:
-            return f"{where}{field} is missing"
-    seed, time = run["seed"], run["time_to_target"]
+        if field not in run and not (field == "time_to_target" and "error" in run):  # a failed reference-grid
+            return f"{where}{field} is missing"  # run kept no time before 2026-12-06: read as a miss
+    seed, time = run["seed"], run.get("time_to_target")
     if not is_whole(seed) or seed < 0:
-        return f"{where}seed must be a whole number >= 0, but got {seed!r}"
+        return f"{where}seed must be a whole number >= 0, but got {short_repr(seed)}"
     if time is not None and not (is_number(time) and math.isfinite(time) and time >= 0):
-        return f"{where}time_to_target must be a number >= 0 or null (missed), but got {time!r}"
+        return f"{where}time_to_target must be a number >= 0 or null (missed), but got {short_repr(time)}"
     for field, value in run.items():
         if field in TEXT_FIELDS:
             if not isinstance(value, str):
-                return f"{where}{field} must be text, but got {value!r}"
+                return f"{where}{field} must be text, but got {short_repr(value)}"
         elif field in SERIES_FIELDS:
             if not (isinstance(value, dict) and all(isinstance(v, list) and all(x is None or is_number(x) for x in v)
                                                     for v in value.values())):
-                return f"{where}{field} must map names to lists of numbers, but got {str(value)[:60]}"
+                return f"{where}{field} must map names to lists of numbers, but got {short_repr(value)}"
         elif value is not None and not isinstance(value, (dict, bool)) and not is_number(value):
-            return f"{where}{field} must be a number or null, but got {value!r}"
+            return f"{where}{field} must be a number or null, but got {short_repr(value)}"
     return None
 
 

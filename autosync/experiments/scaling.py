@@ -16,6 +16,7 @@ from typing import Any
 
 from autosync.catalog import POLICIES, checked_spec, policy_name
 from autosync.core.errors import UserError
+from autosync.core.loader import short_repr
 from autosync.core.record_checks import is_whole
 
 LEADERBOARD_JSON = "leaderboard.json"
@@ -59,14 +60,14 @@ def load_leaderboard(folder: Path) -> dict[str, Any]:
         data = json.loads(path.read_text())
         n = data["job"]["cluster"]["n_workers"]
         if not is_whole(n) or n < 1:
-            raise ValueError(f"job.cluster.n_workers must be a whole number >= 1, but got {n!r}")
+            raise ValueError(f"job.cluster.n_workers must be a whole number >= 1, but got {short_repr(n)}")
         runs = data["runs"]
         command = str(data.get("command", ""))
         if not isinstance(runs, dict):
             raise TypeError("runs is not a mapping")
         for policy, kept in runs.items():  # each policy's runs, one object per seed, as the leaderboard wrote them
             if not isinstance(kept, list) or not kept or not all(isinstance(run, dict) for run in kept):
-                raise TypeError(f"runs.{policy} must be a list of runs, but got {str(kept)[:40]}")
+                raise TypeError(f"runs.{policy} must be a list of runs, but got {short_repr(kept)}")
         workload = {"dataset": data["job"]["workload"]["dataset"]["name"], "model": data["job"]["workload"]["model"],
                     "target metric": data["job"]["target"]["metric"]}  # (not where its files are read from)
         specs = {row["policy"]: row.get("spec") for row in data.get("rows", []) if isinstance(row, dict)}

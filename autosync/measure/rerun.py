@@ -23,6 +23,7 @@ from autosync.engine.drivers import PerWorkerDriver
 from autosync.engine.simulator import ProgressFn, RunResult, Simulator
 from autosync.engine.trace import ARRIVAL_COLUMNS
 from autosync.core.errors import UserError
+from autosync.core.loader import short_repr
 from autosync.core.job import JobSpec, job_from_dict
 from autosync.core.record_checks import is_number, is_whole
 from autosync.workloads.build import build_workload
@@ -55,7 +56,7 @@ class LoggedRun:
         execution = summary.get("execution", {})
         if not isinstance(execution, dict):
             raise UserError(f"{run_dir / 'summary.json'}: execution must be an object (backend, device), but got "
-                            f"{execution!r}")
+                            f"{short_repr(execution)}")
         backend = execution.get("backend")
         if backend == "simulator":
             raise UserError(f"{run_dir}: a run of the simulator, which computes its workers' gradients together: "
@@ -131,13 +132,13 @@ def rerun(logged: LoggedRun, device: str = "cpu", progress: ProgressFn | None = 
 
 def _check_arrival(index: int, row: list[Any]) -> None:
     """ValueError naming the arrival (a row of `ARRIVAL_COLUMNS`) whose time is not a number >= 0 or whose
-    worker, task, version or batch size is not a whole number (the replay's clock reads them as such)."""
+    worker, task, version or batch size is not a whole number >= 0 (the replay's clock reads them as such)."""
     time, *counts, _accepted = row
     if not is_number(time) or not time >= 0:
-        raise ValueError(f"arrivals.{index}.time must be a number >= 0, but got {time!r}")
+        raise ValueError(f"arrivals.{index}.time must be a number >= 0, but got {short_repr(time)}")
     for column, value in zip(ARRIVAL_COLUMNS[1:-1], counts):
         if not is_whole(value) or value < 0:
-            raise ValueError(f"arrivals.{index}.{column} must be a whole number >= 0, but got {value!r}")
+            raise ValueError(f"arrivals.{index}.{column} must be a whole number >= 0, but got {short_repr(value)}")
 
 
 def _job_source(run_dir: Path, summary: dict) -> str:

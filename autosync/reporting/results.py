@@ -160,7 +160,8 @@ def tune_dir(outcome: "TuneOutcome", job: JobSpec, options: Any = None) -> Path:
 
 def write_tune(outcome: "TuneOutcome", directory: str | Path, command: str = "autosync.api.tune",
                mlflow: Any = None, job: JobSpec | None = None) -> "TuneFiles":
-    """Write a search's verification (with verify_top) and, unless the cache answered, its study's plots:
+    """Write a search's verification (with verify_top) and, unless the cache answered, its study's plots (a
+    cached race's figure where `directory` lacks it):
     `Tuned.write` (what `autosync.api.tune` returns has it), for an outcome the search returned. With `mlflow`
     (a tracking URI) and `job`, also log the study, its trials and the answer there."""
     return Tuned.of(outcome).write(directory, command, mlflow, job)

@@ -1,5 +1,5 @@
 """What one tune writes: its verification (with --verify-top) and, unless the cache answered, its study's
-plots (`autosync tune`). `Tuned` is the outcome `autosync.api.tune` returns, a `TuneOutcome` that writes
+plots (`autosync tune`; a cached race's figure where the folder lacks it). `Tuned` is the outcome `autosync.api.tune` returns, a `TuneOutcome` that writes
 itself (`.write(dir)`), declared here since the search below the reporting layer does not write files.
 """
 
@@ -52,7 +52,7 @@ class Tuned(TuneOutcome):
             plots, skipped = write_study_plots(self.study, directory, race)
         elif draw_cached and race is not None and not (directory / RACE_FIGURE).exists():
             # a cached race drawn from its record alone, where this folder lacks it: another --out, or a tune
-            # stopped while drawing it (its answer was cached, and every later tune answered from the cache)
+            # stopped while drawing it (its answer cached; `autosync tune --out DIR` draws it again)
             plots, skipped = write_study_plots(None, directory, race)
         if mlflow is not None:
             if job is None:

@@ -42,11 +42,11 @@ from autosync.core.job import JobSpec
 from autosync.catalog import policy_from_dict
 from autosync.engine.backends import simulates_here
 from autosync.engine.forks import FORKS, sharing, switch_param_of
-from autosync.lattice import BSP_LABEL, BSP_POLICY, labelled_points
+from autosync.lattice import BSP_LABEL, labelled_points
 from autosync.policy_score import STOPPED_EARLY, RunFailed, evaluate
 from autosync.search.study.claim import process_tag, tag
 from autosync.race import (REFERENCE, ROUNDS, SEARCH_SEEDS, Answer, RaceSettings, Run, Runs, horizon, plan,
-                           point_key, race_settings, times_of_full_run)
+                           race_settings, times_of_full_run)
 from autosync.search.race_horizon import HorizonGate, ProgressBoard
 from autosync.search.study import _optuna_internals as internals
 from autosync.search.tune_options import RACE
@@ -313,7 +313,7 @@ def _race(study: "optuna.Study", request: "TuneRequest", settings: RaceSettings,
             break
         with storage_lock(request.storage, study.study_name):
             fail_dead_trials(study)
-            _queue(study, _with_reference(step, request.budget, settings, objective.points))
+            _queue(study, _with_reference(step, request.budget))
         if on_trial is not None:  # the bar counts the runs this process ran, out of those asked for so far
             on_trial(done, done + len(_waiting(study)))
         # one process claims the oldest waiting run (the one that can start), as Optuna would, from the read
@@ -453,18 +453,16 @@ def rounds(trials: "list[optuna.trial.FrozenTrial]", job_seed: int) -> list[dict
     return list(groups.values())
 
 
-def _with_reference(step: Runs, budget: float | None, settings: RaceSettings,
-                    points: dict[str, dict[str, Any]]) -> list[Run]:
+def _with_reference(step: Runs, budget: float | None) -> list[Run]:
     """The runs to queue for `step`: its own and, with the portfolio round of a race without a budget, BSP's
     runs to the end of the budget on both seeds after the round's first run. The final-metric round asks for
-    them whatever the race finds (they are its reference; only a portfolio holding BSP itself may answer
-    without them), and the round's first run races no one yet, so a second process runs them while that run
-    sets the round's horizons, rather than beside the finalists' runs at the end. `race.plan` is unchanged:
-    the round does not wait for them, and they are the runs round 4 asks for (the same cost, the same
-    answer). With a budget they are the race's first round already."""
+    them whatever the race finds (they are its reference, and BSP's answer's), and the round's first run
+    races no one yet, so a second process runs them while that run sets the round's horizons, rather than
+    beside the finalists' runs at the end. `race.plan` is unchanged: the round does not wait for them, and
+    they are the runs round 4 asks for (the same cost, the same answer). With a budget they are the race's
+    first round already."""
     first = step.runs[:1]
-    if budget is not None or step.round != ROUNDS[0] or not first \
-            or any(point_key(points[m]) == point_key(BSP_POLICY) for m in settings.portfolio if m in points):
+    if budget is not None or step.round != ROUNDS[0] or not first:
         return step.runs
     reference = [Run(BSP_LABEL, s, REFERENCE, full=True) for s in range(SEARCH_SEEDS)]
     return first + reference + step.runs[1:]

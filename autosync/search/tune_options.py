@@ -57,8 +57,9 @@ class TuneOptions(ExecutionOptions):
                           "raced on common seeds: a fitted portfolio, then halving, a local step and the "
                           "final-metric rule on the finalists; --space policy only, no --n-trials) | tpe | "
                           "gp | random | grid | binary (Sync-Switch) | ladder (cheapest switch point first).")
-    n_jobs: Optional[int] = option(None, "Processes running trials on this machine, at most one per usable core (default: one per core for "
-                                   "the race on the simulator, whose answer and cost do not depend on it, up to "
+    n_jobs: Optional[int] = option(None, "Processes running trials on this machine, at most one per usable core "
+                                   "(default: one per core for the race on the simulator, whose answer and cost "
+                                   "do not depend on it, up to "
                                    "the 4 runs its widest round has; else 1).", ge=1)
     seed: int = option(0, "Sampler seed (tpe, gp, random; the race has none: its runs are on the job's seed and "
                        "the next, and its answer is the same for every --seed).", ge=0, le=MAX_SEED)

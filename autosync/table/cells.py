@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from autosync.core.job import JobSpec, TargetSpec
+from autosync.core.loader import short_repr
 from autosync.core.record_checks import expect, is_number
 
 # what `autosync.policy_score.evaluate` and the reports read of a run's metrics (`run_metrics`)
@@ -92,8 +93,9 @@ class Cell:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Cell":
-        """The cell a table file's record holds; TypeError or ValueError naming the field where it is not as
-        `to_record` writes it (a replay computed with it: a text score was a traceback mid-search)."""
+        """The cell a table file's record holds; KeyError naming a field it lacks, TypeError or ValueError naming
+        one that is not as `to_record` writes it (a replay computed with it: a text score was a traceback
+        mid-search)."""
         _check_record(data)
         return cls(data["fingerprint"], data["seed"], data["policy"], Variant(*data["variant"]), data["status"],
                    data["evaluations"], data["scores"], [Prefix(*p) for p in data["prefixes"]])
@@ -166,8 +168,12 @@ def _check_record(data: Any) -> None:
     expect(data["fingerprint"], str, "fingerprint")
     expect(data["seed"], int, "seed")
     expect(data["policy"], dict, "policy")
+    variant = data["variant"]
+    if not (isinstance(variant, list) and len(variant) == 2 and isinstance(variant[0], bool)
+            and (variant[1] is None or is_number(variant[1]))):
+        raise TypeError(f"variant must be [stop at the target, seconds or null], but got {short_repr(variant)}")
     if data["status"] not in STATUSES:
-        raise ValueError(f"status must be one of {list(STATUSES)}, but got {data['status']!r}")
+        raise ValueError(f"status must be one of {list(STATUSES)}, but got {short_repr(data['status'])}")
     for i, evaluation in enumerate(expect(data["evaluations"], list, "evaluations")):
         # the common case at the cost of one pass (a table's read checks every evaluation of every cell)
         if type(evaluation) is not dict or type(evaluation.get("time")) not in _NUMBER_TYPES \
@@ -177,7 +183,7 @@ def _check_record(data: Any) -> None:
     for i, prefix in enumerate(expect(data["prefixes"], list, "prefixes")):
         if not (isinstance(prefix, list) and len(prefix) == 3 and all(is_number(x) for x in prefix[:2])
                 and isinstance(prefix[2], bool)):
-            raise TypeError(f"prefixes.{i} must be [seconds, quota, past the target], but got {prefix!r}")
+            raise TypeError(f"prefixes.{i} must be [seconds, quota, past the target], but got {short_repr(prefix)}")
 
 
 _NUMBER_TYPES = (int, float)
@@ -189,7 +195,7 @@ def _numbers(where: str, values: dict[str, Any], required: tuple[str, ...]) -> N
     `required` one that is not a number."""
     for key in required:
         if not is_number(values.get(key)):
-            raise TypeError(f"{where}.{key} must be a number, but got {values.get(key)!r}")
+            raise TypeError(f"{where}.{key} must be a number, but got {short_repr(values.get(key))}")
     for key, value in values.items():
         if value is not None and not isinstance(value, bool) and not is_number(value):
-            raise TypeError(f"{where}.{key} must be a number, but got {str(value)[:40]}")
+            raise TypeError(f"{where}.{key} must be a number, but got {short_repr(value)}")

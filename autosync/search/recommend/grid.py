@@ -73,7 +73,8 @@ def fastest(data: dict[str, Any], job: dict[str, Any],
             fits: Callable[[dict[str, Any]], bool] = lambda policy: True,
             online: dict[str, dict[str, Any]] | None = None) -> tuple[dict[str, Any], float] | None:
     """The fastest policy run on `job` by the report's mean time over the seeds, among those `fits` keeps,
-    and that time; a mean at the penalty itself (every seed missed) never counts. None if none is left."""
+    and that time; a mean at the penalty itself (every seed missed), a null one (not measured) or one of 0 (no
+    speedup can be told against it) never counts. None if none is left."""
     named = policies_by_label(data, job, online)
     budget = float(job["budget"])
     times = dict(job["static"])

@@ -28,6 +28,7 @@ import numpy as np
 
 from autosync.search.study import _optuna_internals as internals
 from autosync.core.job import JobSpec
+from autosync.core.loader import short_repr
 from autosync.core.record_checks import is_number
 from autosync.search.study.records import FEATURES, WORKLOAD_KEY, StudyRecord, damaged
 from autosync.core.cluster import RoundTripModel, started_at_once
@@ -54,7 +55,7 @@ def _check_features(study: str, features: Any) -> None:
     numbers (text, another length or NaN was a numpy traceback where `recommend` measured its distance)."""
     if not (isinstance(features, list) and len(features) == len(FEATURE_NAMES)
             and all(is_number(f) and math.isfinite(f) for f in features)):
-        raise damaged(study, f"{FEATURES}: must be {len(FEATURE_NAMES)} numbers, but got {str(features)[:60]}")
+        raise damaged(study, f"{FEATURES}: must be {len(FEATURE_NAMES)} numbers, but got {short_repr(features)}")
 
 
 def cluster_features(job: JobSpec) -> list[float]:

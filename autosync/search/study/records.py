@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from autosync.core.errors import UserError
-from autosync.core.record_checks import expect, is_number
+from autosync.core.loader import short_repr
+from autosync.core.record_checks import expect, is_number, is_whole
 
 if TYPE_CHECKING:
     import optuna
@@ -419,14 +420,14 @@ def validated(name: str, record: Any) -> CacheRecord:
 
 
 def _check_number(value: Any, whole: bool = False, signed: bool = False, required: bool = False) -> None:
-    """ValueError/TypeError unless `value` is a finite number (>= 0 unless `signed`; whole with `whole`), or
-    None where not `required`."""
+    """ValueError/TypeError unless `value` is a number (>= 0 unless `signed`; whole with `whole`), or None where
+    not `required`. An infinite one stands: records of before 2026-12 kept an infinite speedup or cost."""
     if value is None and not required:
         return
-    if not is_number(value) or not math.isfinite(value):
-        raise TypeError(f"must be a number, but got {value!r}")
-    if (whole and value != int(value)) or (not signed and value < 0):
-        raise ValueError(f"must be a {'whole ' if whole else ''}number >= 0, but got {value!r}")
+    if not is_number(value) or math.isnan(value):
+        raise TypeError(f"must be a number, but got {short_repr(value)}")
+    if (whole and not is_whole(value)) or (not signed and value < 0):
+        raise ValueError(f"must be a {'whole ' if whole else ''}number >= 0, but got {short_repr(value)}")
 
 
 def _check_race(race: Any) -> None:

@@ -207,8 +207,9 @@ def test_a_kept_run_whose_time_is_not_a_time_is_one_line_naming_the_file_and_lin
     path.write_text('{"key": "a", "seed": 0, "time_to_target": 3.5}\n{"key": "b", "seed": 1, "time_to_target": null}'
                     '\n{"key": "c"')
     assert sorted(read_records(path)) == ["a", "b"]  # a missed target, and a line cut short (run again)
-    path.write_text('{"key": "a", "seed": 0, "time_to_target": null, "error": "ValueError: overflow"}\n')
-    assert list(read_records(path)) == ["a"]  # a run that failed (robustness.run_cell): read back, not refused
+    path.write_text('{"key": "a", "seed": 0, "time_to_target": null, "error": "ValueError: overflow"}\n'
+                    '{"key": "b", "seed": 0, "final_metric": null, "error": "diverged"}\n')
+    assert list(read_records(path)) == ["a", "b"]  # runs that failed (robustness, reference grid): read back
 
 
 @pytest.mark.parametrize("damage, problem", [

@@ -94,16 +94,13 @@ def test_the_claim_takes_the_first_trial_the_order_gives_not_the_oldest(study):
 def test_the_reference_runs_are_queued_after_the_portfolios_first_run_only_without_a_budget():
     points = labelled_points(4)
     members = [label for label in points if label != BSP_LABEL][:3]
-    settings = RaceSettings(tuple(members), 1.5, 2)
     step = Runs(ROUNDS[0], [Run(m, 0, ROUNDS[0], tuple(members)) for m in members])
-    queued = race_trials._with_reference(step, None, settings, points)
+    queued = race_trials._with_reference(step, None)  # a portfolio holding BSP too: BSP's answer needs them
     assert [(r.label, r.round) for r in queued] == [(members[0], ROUNDS[0]), (BSP_LABEL, REFERENCE),
                                                      (BSP_LABEL, REFERENCE), *((m, ROUNDS[0]) for m in members[1:])]
-    assert race_trials._with_reference(step, 4.0, settings, points) == step.runs  # a budget runs them first
+    assert race_trials._with_reference(step, 4.0) == step.runs  # a budget runs them first
     second = Runs(ROUNDS[1], [Run(members[0], 1, ROUNDS[1], (members[0],))])
-    assert race_trials._with_reference(second, None, settings, points) == second.runs
-    with_bsp = RaceSettings((BSP_LABEL, *members), 1.5, 2)  # BSP may answer without its runs to the end
-    assert race_trials._with_reference(step, None, with_bsp, points) == step.runs
+    assert race_trials._with_reference(second, None) == second.runs
 
 
 def test_the_rounds_keep_the_portfolio_whole_with_the_reference_runs_queued_inside_it(study):
