@@ -136,10 +136,20 @@ def make_policy(policy: "str | Policy | dict[str, Any]", params: dict[str, Any] 
     return policy_of(policy, params)
 
 
+def _storage(storage: Any) -> str:
+    """A storage URL given to the API (None: the default), refused in one line where it is no text or empty
+    (a Path raised AttributeError deep in the storage's lock; '' was read as the default)."""
+    if storage is None:
+        return DEFAULT_STORAGE
+    if not isinstance(storage, str) or not storage.strip():
+        raise UserError(f"storage must be a storage URL (sqlite:///FILE.db, postgresql://...), but got {storage!r}")
+    return storage
+
+
 def tuned_policy(job: JobSpec, storage: str | None = None, params: dict[str, Any] | None = None) -> "Policy":
     """The cached best policy of a job tuned before (UserError when it has none), with `params` changed."""
     quiet_optuna()
-    return make_policy(cache.tuned_policy(named_storage(storage, DEFAULT_STORAGE), _job(job)), params)
+    return make_policy(cache.tuned_policy(named_storage(_storage(storage), DEFAULT_STORAGE), _job(job)), params)
 
 
 def check_workload(job: JobSpec, device: str = "cpu") -> "Workload":
@@ -617,7 +627,7 @@ def cached_studies(job: JobSpec | None = None, storage: str | None = None, *,
     usable) raises its one-line error, as every command that reads records does (without: a record that is not
     JSON is None, and the study carries why under "damaged")."""
     quiet_optuna()
-    return cache.cached_studies(storage or DEFAULT_STORAGE, _job(job).fingerprint() if job is not None else None, check)
+    return cache.cached_studies(_storage(storage), _job(job).fingerprint() if job is not None else None, check)
 
 
 def recommend(job: JobSpec, storage: str | None = None, grids: Sequence[str | Path] = ()) -> "Recommendation":
@@ -631,13 +641,13 @@ def recommend(job: JobSpec, storage: str | None = None, grids: Sequence[str | Pa
     # cores), which `autosync run` does not load
     from autosync.search.recommend.vote import recommend_from
 
-    return recommend_from(storage or DEFAULT_STORAGE, job, [Path(g) for g in _listed(grids, "grids")])
+    return recommend_from(_storage(storage), job, [Path(g) for g in _listed(grids, "grids")])
 
 
 def clear_cache(job: JobSpec, storage: str | None = None) -> list[str]:
     """Delete every study (and so the cached policy) of `job`; returns their names."""
     quiet_optuna()
-    return cache.clear_cache(storage or DEFAULT_STORAGE, _job(job))
+    return cache.clear_cache(_storage(storage), _job(job))
 
 
 def load_run(run_dir: str | Path, device: str = "cpu") -> "LoggedRun":

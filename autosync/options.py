@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from autosync.core.declare import build, check_ranges, flag_of, option
+from autosync.core.declare import Url, build, check_ranges, flag_of, option
 from autosync.core.errors import UserError
 from autosync.core.limits import MAX_SEED, MAX_SIZE, MAX_WAIT_SECONDS
 from autosync.engine.backends import ExecutionOptions
@@ -49,7 +49,7 @@ class RunOptions(ExecutionOptions):
     params: Any = option([], "Policy parameter key=value (repeatable).", flag="--param",
                          cli_type=list[str])  # the API also takes a dict {name: value}
     seed: Optional[int] = option(None, "Override the job's seed.", ge=0, le=MAX_SEED)
-    storage: Optional[str] = option(None, "Study storage URL for --policy tuned "
+    storage: Optional[Url] = option(None, "Study storage URL for --policy tuned "
                                     "(default: sqlite:///results/autosync-studies.db).")
 
     def parameters(self) -> dict[str, Any]:
@@ -70,7 +70,7 @@ class LeaderboardOptions:
     seeds: int = option(5, "Seeds 0..N-1 per policy (same straggler draws).", ge=1, le=MAX_SEED)
     n_jobs: int = option(1, "Runs in parallel (joblib processes, at most one per usable core; -1: every core).")
     include_tuned: bool = option(False, "Add the job's cached tuned policy.")
-    storage: Optional[str] = option(None, "Study storage URL for --include-tuned.")
+    storage: Optional[Url] = option(None, "Study storage URL for --include-tuned.")
 
     def __post_init__(self) -> None:
         check_ranges(self)
@@ -273,7 +273,7 @@ class CompareOptions:
 class CacheOptions:
     """`autosync cache list / show / clear` and `autosync recommend`: the study storage they read."""
 
-    storage: Optional[str] = option(None, "Study storage URL (default: sqlite:///results/autosync-studies.db).")
+    storage: Optional[Url] = option(None, "Study storage URL (default: sqlite:///results/autosync-studies.db).")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -47,11 +47,14 @@ def default_of(cls: type, name: str) -> Any:
 #: What a value of a field declared with each of these types must be (`Optional[...]`: that, or None), and the
 #: words for it. A string field takes a path too; a list field's items are not checked, but for list[int]'s (a
 #: list of policies also takes their dicts).
+Url = str  # an option holding a URL (a study storage): text, where a path option takes a Path too
+
 _KINDS: dict[str, tuple[Any, str]] = {  # numpy's numbers too: they are `numbers`' Integral and Real
     "int": (lambda v: isinstance(v, numbers.Integral) and not _is_bool(v), "an int"),
     "float": (lambda v: isinstance(v, numbers.Real) and not _is_bool(v), "a number"),
     "bool": (lambda v: _is_bool(v), "true or false"),
     "str": (lambda v: isinstance(v, (str, os.PathLike)), "a string"),
+    "Url": (lambda v: isinstance(v, str), "a URL (text, such as sqlite:///FILE.db)"),
     "list[str]": (lambda v: _is_list(v), "a list (of strings)"),
     "list[int]": (lambda v: _is_list(v) and all(_KINDS["int"][0](x) for x in v), "a list of ints"),
 }
@@ -78,6 +81,8 @@ def check_ranges(options: Any) -> None:
         kind = _KINDS.get(declared)
         if value is not None and kind is not None and not kind[0](value):
             raise UserError(f"{flag_of(f)} must be {kind[1]}, but got {value!r}")
+        if declared in ("str", "Url") and isinstance(value, str) and not value.strip():  # as the command line refuses ''
+            raise UserError(f"{flag_of(f)} must not be empty, but got {value!r} (leave it out for its default)")
         if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
             continue
         if ge is not None and not value >= ge:

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from typing import Optional
 
-from autosync.core.declare import option
+from autosync.core.declare import Url, option
 from autosync.core.errors import UserError
 from autosync.core.limits import MAX_SEED
 from autosync.engine.backends import ExecutionOptions
@@ -48,7 +48,7 @@ class TuneOptions(ExecutionOptions):
     timeout: Optional[float] = option(None, "Stop the search after S seconds: no trial starts after it, and a "
                                       "trial still training stops at its next evaluation (not counted; the same "
                                       "command resumes it).", ge=0.0)
-    storage: Optional[str] = option(None, "SQLAlchemy URL of the study storage "
+    storage: Optional[Url] = option(None, "SQLAlchemy URL of the study storage "
                                     "(default: sqlite:///results/autosync-studies.db).")
     study: Optional[str] = option(None, "Study name (default: <fingerprint>-<space>).")
     adopt_study: bool = option(False, "Let --study name a study made for another job (another fingerprint): its "

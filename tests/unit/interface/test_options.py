@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -74,6 +75,12 @@ def test_run_and_tune_share_the_execution_options():
     (lambda job: api.leaderboard(job, "bsp"), "policies must be a list, but got 'bsp' (a list of one: ['bsp'])"),
     (lambda job: api.scaling("results/dana_n4"), "leaderboards must be a list, but got 'results/dana_n4'"),
     (lambda job: api.table("job.yaml", "out"), "files must be a list, but got 'job.yaml'"),
+    # a storage that is no URL: a Path (an AttributeError deep in its lock), or empty (read as the default)
+    (lambda job: api.tune(job, "static_k", storage=Path("x.db")), "--storage must be a URL (text, such as "
+                                                                  "sqlite:///FILE.db), but got PosixPath('x.db')"),
+    (lambda job: api.tune(job, "static_k", storage=""), "--storage must not be empty, but got ''"),
+    (lambda job: api.recommend(job, storage=" "), "storage must be a storage URL"),
+    (lambda job: api.clear_cache(job, storage=Path("x.db")), "storage must be a storage URL"),
     # a device the engine does not know, checked as --device is
     (lambda job: api.check_workload(job, device="gpu"), "--device must be cpu or cuda (cuda:N for one GPU of "
                                                         "several), but got 'gpu'"),
