@@ -45,7 +45,7 @@ from autosync.measure.profile import profile_workers
 from autosync.options import (CalibrateOptions, CompareOptions, ExecutionOptions, FamilyOptions,
                               LeaderboardOptions, ProfileOptions, ReplayOptions, RobustnessOptions, RunOptions,
                               ScalingOptions, TableOptions, TuneOptions, FitOptions, build)
-from autosync.reporting.calibration_files import Calibrated
+from autosync.reporting.calibration_files import CALIBRATION_FILE, Calibrated
 from autosync.reporting.leaderboard_files import LEADERBOARD_FILES
 from autosync.reporting.robustness_files import ROBUSTNESS_FILES
 from autosync.reporting.scaling_files import SCALING_FILES
@@ -71,7 +71,7 @@ __all__ = [
     "JobSpec", "load_job", "job_from_dict", "validate_job", "backend", "make_policy", "tuned_policy",
     "check_workload", "run", "run_setup", "write_run", "tune", "tune_dir", "write_tune", "Tuned", "TuneFiles",
     "leaderboard", "Leaderboard", "profile", "Profile", "cached_studies", "clear_cache", "load_run", "rerun", "ranks",
-    "output_dir", "output_file", "LEADERBOARD_FOLDER_FILES", "SCALING_FILES", "RunOptions", "TuneOptions",
+    "output_dir", "output_file", "LEADERBOARD_FOLDER_FILES", "SCALING_FILES", "CALIBRATION_FILE", "RunOptions", "TuneOptions",
     "LeaderboardOptions", "ProfileOptions",
     "ExecutionOptions", "calibrate", "write_calibration", "CalibrateOptions", "recommend", "family", "DrawnJobs",
     "FamilyOptions", "robustness", "Robustness", "RobustnessOptions", "robustness_compare", "CompareOptions",

@@ -241,7 +241,8 @@ def profile(job: Optional[Path] = JOB_ARG,
         options.sizes(spec)  # a bad --batch-sizes fails before anything starts
         with status.status(f"loading {spec.workload.dataset.label} and building {spec.workload.model.label}"):
             workload = api.check_workload(spec, options.device)
-        out_dir = api.output_dir(out or Path("results") / "profiles" / spec.name)
+        out_dir = api.output_dir(out or Path("results") / "profiles" / spec.name,  # --check writes a calibration
+                                 files=(api.CALIBRATION_FILE,) if options.check else ())
         ranks.share(spec)
         found = api.profile(spec, options, workload=workload, phase=phases("profiling", status))
     paths = found.write(out_dir)
@@ -266,6 +267,7 @@ def calibrate(job: Optional[Path] = JOB_ARG,
     costs per update and per gradient so that the simulation predicts the real runs."""
     spec = api.load_job(job)
     target = api.output_file(out or (job.parent if job is not None else Path(".")) / "calibrated_job.yaml")
+    api.output_dir(target.parent, files=(api.CALIBRATION_FILE,))  # written beside it, after the real runs
     with status.status(f"loading {spec.workload.dataset.label} and building {spec.workload.model.label}"):
         workload = api.check_workload(spec, options.device)
     calibrated = api.calibrate(spec, options, workload=workload, phase=phases("calibrating", status))

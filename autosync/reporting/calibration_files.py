@@ -15,6 +15,8 @@ from autosync.core.job import JobSpec, job_from_dict
 if TYPE_CHECKING:
     from autosync.measure.calibration import Calibration
 
+CALIBRATION_FILE = "calibration.json"  # beside a calibrated job file: the calibration as data
+
 
 def write_calibration(calibration: "Calibration", job: JobSpec, job_file: Path) -> list[Path]:
     """`job` as `job_file` (a round-trip trace beside it named relatively, elsewhere absolutely), with the
@@ -24,7 +26,7 @@ def write_calibration(calibration: "Calibration", job: JobSpec, job_file: Path) 
     trace = data["cluster"]["round_trip"].get("path")
     if trace is not None and Path(trace).parent.resolve() == job_file.parent.resolve():
         data["cluster"]["round_trip"]["path"] = Path(trace).name
-    record = job_file.parent / "calibration.json"
+    record = job_file.parent / CALIBRATION_FILE
     record.write_text(strict_json.dumps(calibration.to_dict(), indent=2))
     lines = [f"# Calibrated against real runs ({calibration.execution}): {calibration.verdict()}."]
     if calibration.units is not None:

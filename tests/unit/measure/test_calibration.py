@@ -133,6 +133,11 @@ def test_cli_calibrates_a_job_on_real_processes_and_writes_a_job_that_loads(tiny
     wrong = autosync("calibrate", str(tiny_job), "--clock", "virtual", cwd=tmp_path)
     no_traceback(wrong)
     assert wrong.returncode == 2 and "calibrate runs on --backend processes --clock real" in wrong.stderr
+    (tmp_path / "taken" / "calibration.json").mkdir(parents=True)  # refused after the real runs, lost with them
+    taken = autosync("calibrate", str(tiny_job), "--updates", "10", "--out", "taken/job.yaml", cwd=tmp_path)
+    no_traceback(taken)
+    assert taken.returncode == 2 and "error: --out: taken/calibration.json is a directory" in taken.stderr
+    assert "simulation against real runs" not in taken.stdout  # before any run
 
 
 def test_a_run_that_stops_short_of_its_updates_is_one_line_not_a_rate():
