@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Iterator, Sequence
@@ -121,12 +122,20 @@ def _job(job: "JobSpec | str | Path | None") -> JobSpec:
                     f"{type(job).__name__}")
 
 
-def _listed(values: Any, name: str) -> list[Any]:
-    """A function's list argument as a list; a bare string or path (read one character at a time, it named 'b'
-    for the policy 'bsp') is a one-line UserError."""
+def _listed(values: Any, name: str, paths: bool = False) -> list[Any]:
+    """A function's list argument as a list (with `paths`, each item a path: `_path`); a bare string or path
+    (read one character at a time, it named 'b' for the policy 'bsp') is a one-line UserError."""
     if isinstance(values, (str, Path)) or not isinstance(values, Iterable):
         raise UserError(f"{name} must be a list, but got {values!r} (a list of one: [{str(values)!r}])")
-    return list(values)
+    return [_path(v, f"{name}[{i}]") for i, v in enumerate(values)] if paths else list(values)
+
+
+def _path(value: Any, name: str) -> Path:
+    """A function's path argument as a Path; None, a number or an empty text is a one-line UserError (pathlib
+    raised TypeError, and '' was read as the current folder)."""
+    if not isinstance(value, (str, os.PathLike)) or not str(value).strip():
+        raise UserError(f"{name} must be a file or folder path, but got {value!r}")
+    return Path(value)
 
 
 def make_policy(policy: "str | Policy | dict[str, Any]", params: dict[str, Any] | None = None) -> "Policy":
@@ -384,8 +393,9 @@ def family(family_file: str | Path, directory: str | Path | None = None, options
     from autosync.core.family import load_family, write_jobs
 
     opts = _options(FamilyOptions, options, None, fields)
-    spec = load_family(family_file)
-    out = output_dir(directory or Path("results") / "robustness" / spec.name / "jobs")
+    spec = load_family(_path(family_file, "family_file"))
+    out = output_dir(_path(directory, "directory") if directory is not None
+                     else Path("results") / "robustness" / spec.name / "jobs")
     return DrawnJobs(spec.name, out, write_jobs(spec, spec.jobs(opts.jobs), out, str(family_file), command))
 
 
@@ -415,14 +425,15 @@ def robustness(family_file: str | Path, directory: str | Path | None = None,
 
     opts = _options(RobustnessOptions, options, None, fields)
     rules = opts.rules()
-    spec = load_family(family_file)
+    spec = load_family(_path(family_file, "family_file"))
     drawn = spec.jobs(opts.jobs)
     online = online_specs(opts.policies or (), drawn)
     raced = False
     for n in sorted({j.cluster.n_workers for j in drawn}):  # a bad space fails before any job file is written
         space = load_space(resolve_space_path(opts.tuned_space, "policy", "--tuned-space"), n, "--tuned-space")
         raced = sampler_for(AUTO, space) == RACE  # the race runs to its answer: it takes no trial budget
-    out = output_dir(directory or Path("results") / "robustness" / spec.name, files=(*ROBUSTNESS_FILES, CELLS_FILE))
+    out = output_dir(_path(directory, "directory") if directory is not None
+                     else Path("results") / "robustness" / spec.name, files=(*ROBUSTNESS_FILES, CELLS_FILE))
     _refuse_another_family(out, spec.name)
     _refuse_another_budget(out / "jobs", drawn)
     write_jobs(spec, drawn, output_dir(out / "jobs"), str(family_file), command)
@@ -480,7 +491,7 @@ def replay(logs: str | Path, options: ReplayOptions | None = None, *,
     from autosync.search.switch_log_replay import load_switch_logs, table_ii  # not at the top: optuna
 
     opts = _options(ReplayOptions, options, None, fields)
-    switch_logs = load_switch_logs(logs)
+    switch_logs = load_switch_logs(_path(logs, "logs"))
     optimum, rows = table_ii(switch_logs, opts.space, opts.simulations, opts.seed, opts.threshold, opts.max_settings,
                              opts.tpe_trials, phase)
     return Replay(switch_logs, optimum, rows, opts.threshold)
@@ -495,7 +506,7 @@ def scaling(leaderboards: Sequence[str | Path], options: ScalingOptions | None =
         options: the options of `autosync scaling` (`ScalingOptions`: metric); `fields` change them.
     """
     opts = _options(ScalingOptions, options, None, fields)
-    return ScalingTable(collect([Path(p) for p in _listed(leaderboards, "leaderboards")], opts.metric))
+    return ScalingTable(collect(_listed(leaderboards, "leaderboards", paths=True), opts.metric))
 
 
 def table(files: Sequence[str | Path], directory: str | Path, options: TableOptions | None = None, *,
@@ -525,7 +536,7 @@ def table(files: Sequence[str | Path], directory: str | Path, options: TableOpti
     from autosync.table.dask_cluster import LOCAL, on_cluster
 
     opts = _options(TableOptions, options, None, fields)
-    files = _listed(files, "files")
+    files = _listed(files, "files", paths=True)
     if not files:
         raise UserError("autosync table needs at least one job or family file (the default job: "
                         "baselines/digits_default.yaml)")
@@ -538,7 +549,7 @@ def table(files: Sequence[str | Path], directory: str | Path, options: TableOpti
     def lattice(n: int) -> list[dict[str, Any]]:
         return named[n] if opts.policies else lattice_points(n)
 
-    store = Table(output_dir(Path(directory)))
+    store = Table(output_dir(_path(directory, "directory")))
     # this machine's processes, or a local cluster's; a remote cluster's workers are its own
     n_jobs = local_processes(opts.n_jobs) if opts.scheduler in (None, LOCAL) else opts.n_jobs
     with contextlib.nullcontext() if opts.scheduler is None else on_cluster(opts.scheduler, n_jobs):
@@ -572,7 +583,7 @@ def fit(files: Sequence[str | Path], options: FitOptions | None = None, **fields
     from autosync.experiments.race_fit import fit_families, settings_text
 
     opts = _options(FitOptions, options, None, fields)
-    files = _listed(files, "files")
+    files = _listed(files, "files", paths=True)
     if not files:
         raise UserError("autosync fit needs at least one job-family file (the committed ones: "
                         "baselines/family_*.yaml)")
@@ -616,7 +627,7 @@ def robustness_compare(reports: Sequence[str | Path], options: CompareOptions | 
             the policies' changes were developed on); `fields` change them.
     """
     opts = _options(CompareOptions, options, None, fields)
-    return compare([Path(p) for p in _listed(reports, "reports")], opts.developed_on)
+    return compare(_listed(reports, "reports", paths=True), opts.developed_on)
 
 
 def cached_studies(job: JobSpec | None = None, storage: str | None = None, *,
@@ -641,7 +652,7 @@ def recommend(job: JobSpec, storage: str | None = None, grids: Sequence[str | Pa
     # cores), which `autosync run` does not load
     from autosync.search.recommend.vote import recommend_from
 
-    return recommend_from(_storage(storage), job, [Path(g) for g in _listed(grids, "grids")])
+    return recommend_from(_storage(storage), job, _listed(grids, "grids", paths=True))
 
 
 def clear_cache(job: JobSpec, storage: str | None = None) -> list[str]:
@@ -655,7 +666,7 @@ def load_run(run_dir: str | Path, device: str = "cpu") -> "LoggedRun":
     (checked first)."""
     from autosync.measure.rerun import load_run as load  # not at the top: torch
 
-    return load(Path(run_dir), device)
+    return load(_path(run_dir, "run_dir"), device)
 
 
 def rerun(logged: "LoggedRun", device: str = "cpu", progress: Callable[[dict[str, Any]], None] | None = None,

@@ -75,6 +75,12 @@ def test_run_and_tune_share_the_execution_options():
     (lambda job: api.leaderboard(job, "bsp"), "policies must be a list, but got 'bsp' (a list of one: ['bsp'])"),
     (lambda job: api.scaling("results/dana_n4"), "leaderboards must be a list, but got 'results/dana_n4'"),
     (lambda job: api.table("job.yaml", "out"), "files must be a list, but got 'job.yaml'"),
+    # a path that is none (pathlib's TypeError from inside autosync), or empty (read as the current folder)
+    (lambda job: api.family(None), "family_file must be a file or folder path, but got None"),
+    (lambda job: api.table([5], "tb"), "files[0] must be a file or folder path, but got 5"),
+    (lambda job: api.scaling([None]), "leaderboards[0] must be a file or folder path, but got None"),
+    (lambda job: api.replay(""), "logs must be a file or folder path, but got ''"),
+    (lambda job: api.load_run(5), "run_dir must be a file or folder path, but got 5"),
     # a storage that is no URL: a Path (an AttributeError deep in its lock), or empty (read as the default)
     (lambda job: api.tune(job, "static_k", storage=Path("x.db")), "--storage must be a URL (text, such as "
                                                                   "sqlite:///FILE.db), but got PosixPath('x.db')"),
