@@ -673,7 +673,9 @@ def rerun(logged: "LoggedRun", device: str = "cpu", progress: Callable[[dict[str
           ) -> "Rerun":
     """Replay a logged run (`load_run`) exactly from its arrival log, in this process on `device`; the
     outcome says whether the final parameters are bit-identical to the logged run's."""
-    from autosync.measure.rerun import rerun as replay  # not at the top: torch
+    from autosync.measure.rerun import LoggedRun, rerun as replay  # not at the top: torch
 
+    if not isinstance(logged, LoggedRun):  # a run folder's path raised AttributeError in the replay
+        raise UserError(f"rerun needs the run load_run(RUN_DIR) returns, but got {logged!r}")
     return replay(logged, device, progress=progress)
 
