@@ -58,7 +58,12 @@ class RunOptions(ExecutionOptions):
             return dict(self.params)
         from autosync.catalog import parse_param  # not at the top: numpy, which --help does not load
 
-        return dict(parse_param(p) for p in self.params)
+        parsed = [parse_param(p) for p in self.params]
+        twice = sorted({key for key, _ in parsed if [k for k, _ in parsed].count(key) > 1})
+        if twice:  # the last one was taken without a word, where a spec naming a parameter twice is refused
+            raise UserError(f"--param must name each parameter once, but got {twice[0]} "
+                            f"{[str(v) for k, v in parsed if k == twice[0]]}")
+        return dict(parsed)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -62,6 +62,8 @@ def load_job(path: str | Path | None = None, overrides: dict[str, Any] | None = 
     if data is None:  # empty or only comments: most likely saved by mistake, never "the default job"
         raise JobFileError(str(file), ["the file is empty (or only comments); a job sets at least its name, "
                                        "e.g. `name: my_job` to train the default workload"])
+    if overrides is not None and not isinstance(overrides, dict):  # a TypeError from dict.update
+        raise UserError(f"overrides must be a dict of top-level job fields, but got {overrides!r}")
     if overrides and isinstance(data, dict):  # anything else is refused by job_from_dict
         data = dict(data)
         data.update(overrides)

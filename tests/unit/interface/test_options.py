@@ -82,6 +82,10 @@ def test_run_and_tune_share_the_execution_options():
     (lambda job: api.replay(""), "logs must be a file or folder path, but got ''"),
     (lambda job: api.load_run(5), "run_dir must be a file or folder path, but got 5"),
     (lambda job: api.rerun("r1"), "rerun needs the run load_run(RUN_DIR) returns, but got 'r1'"),
+    # a parameter given twice (the last taken without a word), overrides that are no dict (a TypeError)
+    (lambda job: api.run(job, "backup", params=["k=2", "k=3"]), "--param must name each parameter once, but got "
+                                                                "k ['2', '3']"),
+    (lambda job: api.load_job(None, overrides=5), "overrides must be a dict of top-level job fields, but got 5"),
     # a storage that is no URL: a Path (an AttributeError deep in its lock), or empty (read as the default)
     (lambda job: api.tune(job, "static_k", storage=Path("x.db")), "--storage must be a URL (text, such as "
                                                                   "sqlite:///FILE.db), but got PosixPath('x.db')"),
