@@ -188,7 +188,7 @@ def run_setup(job: "JobSpec | str | Path | None", options: RunOptions) -> "tuple
     spec = _job(job)
     spec = spec.model_copy(update={"seed": options.seed}) if options.seed is not None else spec
     params = options.parameters()
-    if options.policy == "tuned":
+    if options.tuned:
         chosen = tuned_policy(spec, options.storage, params)
     elif isinstance(options.policy, str):  # a bare 'backup' waits for 3n/4 of the job's workers, as in a leaderboard
         chosen = make_sized_policy(options.policy, params, spec.cluster.n_workers)

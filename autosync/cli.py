@@ -183,7 +183,7 @@ def run(job: Optional[Path] = JOB_ARG,
             return
         tracking = _tracking(mlflow)
         spec, pol = api.run_setup(job, options)
-        if options.policy == "tuned":
+        if options.tuned:
             status.print(f"tuned policy from the cache: {pol!r}")
         with status.status(f"loading {spec.workload.dataset.label} and building {spec.workload.model.label}"):
             workload = api.check_workload(spec, options.device)

@@ -52,6 +52,11 @@ class RunOptions(ExecutionOptions):
     storage: Optional[Url] = option(None, "Study storage URL for --policy tuned "
                                     "(default: sqlite:///results/autosync-studies.db).")
 
+    @property
+    def tuned(self) -> bool:
+        """Whether the policy is the job's cached best (`tuned`, spelt in any case, as policy names are)."""
+        return isinstance(self.policy, str) and self.policy.strip().lower() == "tuned"
+
     def parameters(self) -> dict[str, Any]:
         """The policy parameters: `params` as a dict, each `key=value` string parsed."""
         if isinstance(self.params, dict):

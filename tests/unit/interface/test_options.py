@@ -264,3 +264,9 @@ def test_numpy_numbers_are_taken_where_python_numbers_are():
     assert ReplayOptions(tpe_trials=np.array([4, 8])).tpe_trials is not None
     with pytest.raises(UserError, match=r"--n-trials must be an int, but got np.float64\(2.5\)"):
         TuneOptions(n_trials=np.float64(2.5))
+
+
+def test_the_tuned_policy_is_named_in_any_case_as_policy_names_are():
+    """`--policy TUNED` was refused as an unknown policy, where `--policy BSP` is BSP."""
+    assert RunOptions(policy=" TUNED ").tuned and RunOptions(policy="tuned").tuned
+    assert not RunOptions(policy="bsp").tuned and not RunOptions(policy={"policy": "tuned"}).tuned
