@@ -40,6 +40,7 @@ from autosync.data import RACE_SETTINGS
 from autosync.engine.backends import BackendChoice, Ranks, check_device, torchrun_ranks, train
 from autosync.experiments.compare import Comparison, compare
 from autosync.experiments.leaderboard import RUNS_FILE, policy_specs, run_grid, score
+from autosync.policy_grid import REPORT_FILE
 from autosync.experiments.scaling import collect
 from autosync.lattice import lattice_points
 from autosync.measure.profile import profile_workers
@@ -453,7 +454,7 @@ def _refuse_another_family(out: Path, family: str) -> None:
     """A folder holding another family's robustness report is refused before any file is written: that family's
     job files and runs were left beside the new report's."""
     try:
-        theirs = json.loads((out / "robustness.json").read_text()).get("family")
+        theirs = json.loads((out / REPORT_FILE).read_text()).get("family")
     except (OSError, ValueError, AttributeError):
         return  # none there (or one that is not a report, which writing the new one replaces)
     if isinstance(theirs, str) and theirs != family:

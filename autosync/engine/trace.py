@@ -40,7 +40,7 @@ class Trace:
     def write(self, directory: Path) -> list[Path]:
         """Write trace.json and one CSV per table into `directory`; returns the paths."""
         directory.mkdir(parents=True, exist_ok=True)
-        paths = [directory / "trace.json"]
+        paths = [directory / TRACE_FILES[0]]
         paths[0].write_text(strict_json.dumps(self.to_dict(), default=_jsonable))
         for name, columns in _COLUMNS.items():
             path = directory / f"{name}.csv"

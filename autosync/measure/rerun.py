@@ -21,7 +21,7 @@ from autosync.engine.backends import check_device
 from autosync.engine.clock import LoggedClock
 from autosync.engine.drivers import PerWorkerDriver
 from autosync.engine.simulator import ProgressFn, RunResult, Simulator
-from autosync.engine.trace import ARRIVAL_COLUMNS
+from autosync.engine.trace import ARRIVAL_COLUMNS, TRACE_FILES
 from autosync.core.errors import UserError
 from autosync.core.loader import short_repr
 from autosync.core.job import JobSpec, job_from_dict
@@ -29,6 +29,7 @@ from autosync.core.record_checks import is_number, is_whole
 from autosync.workloads.build import build_workload
 
 PARAMS_FILE = "final_params.pt"  # a run's final parameters, which a rerun compares with its own
+SUMMARY_FILE = "summary.json"  # a run's summary, job and execution, which a rerun reads its job from
 BUFFERS_FILE = "final_buffers.pt"  # the model's final buffers (BatchNorm statistics), for models that have them
 
 
@@ -47,8 +48,8 @@ class LoggedRun:
     @classmethod
     def load(cls, run_dir: Path) -> "LoggedRun":
         """Read and check `run_dir` (written by `autosync run`); any problem is a one-line error naming the file."""
-        summary = _read_json(run_dir / "summary.json")
-        arrivals = _read_json(run_dir / "trace.json").get("arrivals")
+        summary = _read_json(run_dir / SUMMARY_FILE)
+        arrivals = _read_json(run_dir / TRACE_FILES[0]).get("arrivals")
         params_path = run_dir / PARAMS_FILE
         if not isinstance(arrivals, list) or "job_spec" not in summary or "policy" not in summary:
             raise UserError(f"{run_dir}: not a run directory written by `autosync run` (summary.json needs job_spec "
@@ -112,7 +113,7 @@ def rerun(logged: LoggedRun, device: str = "cpu", progress: ProgressFn | None = 
     workload = build_workload(job, device=device)
     result = Simulator(job, logged.policy, workload=workload, progress=progress,
                        driver=PerWorkerDriver(workload, job.seed),
-                       clock=LoggedClock(logged.arrivals, source=str(logged.directory / "trace.json")),
+                       clock=LoggedClock(logged.arrivals, source=str(logged.directory / TRACE_FILES[0])),
                        threads=1).run()  # the worker processes' setting: the same kernel gives the same bits
     final = result.final_params.detach().cpu()
     if final.shape != logged.final_params.shape:
@@ -146,7 +147,7 @@ def _job_source(run_dir: Path, summary: dict) -> str:
     file is still there (its folder holds the code, which a run folder does not: the rerun said "No module
     named ..."), else the run's summary.json."""
     job_file = summary.get("job_file")
-    return job_file if isinstance(job_file, str) and Path(job_file).is_file() else str(run_dir / "summary.json")
+    return job_file if isinstance(job_file, str) and Path(job_file).is_file() else str(run_dir / SUMMARY_FILE)
 
 
 def _load_tensor(path: Path, what: str) -> torch.Tensor:

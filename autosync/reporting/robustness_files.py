@@ -8,11 +8,12 @@ from typing import Any
 
 from autosync.core import strict_json
 from autosync.experiments.compare import FAMILY_COLUMNS
-from autosync.policy_grid import SPREAD_FOR_BALANCE, WITHIN
+from autosync.policy_grid import REPORT_FILE, SPREAD_FOR_BALANCE, WITHIN
 from autosync.reporting.output import format_cell, times_faster
 
 # (key, header, format) of the summary table, shared by the Markdown file and the CLI's table.
-ROBUSTNESS_FILES = ("robustness.md", "robustness.csv", "robustness.json", "regret.png")  # what `write_robustness` writes
+# what `write_robustness` writes: the report as Markdown, CSV and JSON (what its readers read), and its figure
+ROBUSTNESS_FILES = ("robustness.md", "robustness.csv", REPORT_FILE, "regret.png")
 SUMMARY_COLUMNS = (
     ("policy", "policy", "{}"),
     ("median_regret", "median", "{:.2f}x"),  # regrets: multiples of the best static k's time

@@ -11,12 +11,11 @@ from typing import Any
 from autosync.core import strict_json
 from autosync.engine import RunResult
 from autosync.engine.trace import TRACE_FILES
-from autosync.measure.rerun import BUFFERS_FILE, PARAMS_FILE
+from autosync.measure.rerun import BUFFERS_FILE, PARAMS_FILE, SUMMARY_FILE
 from autosync.reporting.output import ready_output_dir
 from autosync.reporting.tracking import Tracking, log_run
 
 PLOT_FILE = "plot.png"  # --plot's figure, beside the run's files
-SUMMARY_FILE = "summary.json"
 RUN_FILES = (*TRACE_FILES, SUMMARY_FILE, PARAMS_FILE, BUFFERS_FILE, PLOT_FILE)  # what `Run.write` writes
 
 
