@@ -34,6 +34,7 @@ from rich.console import Console
 
 from autosync import __version__
 from autosync.core import strict_json
+from autosync.core.ctrl_c import sigterm_as_ctrl_c
 from autosync.core.errors import AutosyncError, Interrupted, JobFileError, UserError
 from autosync.core.main_module import declare_guarded
 from autosync.options import (
@@ -591,9 +592,11 @@ def _refuse_empty_arguments(args: list[str]) -> None:
 
 def run() -> None:
     """The `autosync` console script: `main`, then the process's end without a last garbage collection
-    (`end_without_collection`). `main` alone is what a caller that goes on running (the tests) calls."""
+    (`end_without_collection`). `main` alone is what a caller that goes on running (the tests) calls. SIGTERM
+    (`kill`, `timeout`, a scheduler's time limit) ends the command as Ctrl-C does (`sigterm_as_ctrl_c`)."""
     try:
-        main()
+        with sigterm_as_ctrl_c():
+            main()
     finally:
         end_without_collection()
         _forget_caught_interrupts()

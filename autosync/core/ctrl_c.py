@@ -1,20 +1,33 @@
-"""The worker processes a command starts are spared a terminal's Ctrl-C, which the command alone handles.
+"""The worker processes a command starts are spared a terminal's Ctrl-C, which the command alone handles; and
+a request to end (SIGTERM) is handled as a Ctrl-C.
 
 A terminal sends Ctrl-C (SIGINT) to every process of the command. joblib's workers (`autosync leaderboard`,
 `autosync table`, `autosync robustness`) printed the traceback of whatever it cut short, the import of their
 start-up above all, under the command's one line. Started within `workers_spared_ctrl_c`, they never take
 it: the command does, and joblib ends its workers as the exception leaves its loop.
+
+`kill`, `timeout`, a batch scheduler at a job's time limit (Slurm's scancel) and a container's stop send
+SIGTERM, whose default ends the process on the spot: a tune left its temporary folder of kept runs behind
+(megabytes in /tmp, for every tune so ended), its trial running in the storage until its heartbeat expired,
+and its semaphores for the resource tracker to report. Within `sigterm_as_ctrl_c` it is handled as the
+command handles Ctrl-C: what the command keeps, it keeps and says so, its temporary files are removed and it
+exits with status 130. Sent to the command's process alone, it is passed on as a Ctrl-C to the helper
+processes registered with `pass_ctrl_c_on_to` (a tune's `--n-jobs` helpers), which a terminal's Ctrl-C
+reaches by itself: they end as they do on Ctrl-C, rather than finishing their run while the command waits.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 from multiprocessing import resource_tracker
-from typing import Iterator
+from typing import Any, Iterator
 
-__all__ = ["children_start_without_sigint", "workers_spared_ctrl_c"]
+__all__ = ["children_start_without_sigint", "pass_ctrl_c_on_to", "sigterm_as_ctrl_c", "workers_spared_ctrl_c"]
+
+_TOLD: list[Any] = []  # the child processes SIGTERM's handler passes a Ctrl-C on to (`pass_ctrl_c_on_to`)
 
 
 @contextlib.contextmanager
@@ -59,3 +72,60 @@ def children_start_without_sigint(*, joblib_pool: bool) -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+@contextlib.contextmanager
+def sigterm_as_ctrl_c() -> Iterator[None]:
+    """Within: SIGTERM runs whatever handles Ctrl-C at that moment (`_as_ctrl_c`), so a command asked to end
+    ends as after Ctrl-C; the handler before is restored at the end. Nothing changes outside the main thread.
+    Processes forked meanwhile (the processes backend's workers) start with SIGTERM's default again: they end
+    at once, as before, and their server sees them gone."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.signal(signal.SIGTERM, _as_ctrl_c)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def _as_ctrl_c(signum: int, frame: Any) -> None:
+    """SIGTERM's handler: SIGINT's handler of the moment runs (it may hold the interrupt until a storage write
+    returns: `autosync.search.study.interrupts`); where SIGINT is ignored so is this; where it has its
+    default, the process ends as SIGTERM ends it."""
+    handler = signal.getsignal(signal.SIGINT)
+    if handler is signal.SIG_IGN:
+        return
+    for process in _TOLD:
+        if _alive(process):
+            with contextlib.suppress(OSError):  # ended meanwhile
+                os.kill(process.pid, signal.SIGINT)
+    if callable(handler):
+        handler(signal.SIGINT, frame)
+        return
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def pass_ctrl_c_on_to(processes: "list[Any]") -> None:
+    """Have SIGTERM's handler (`sigterm_as_ctrl_c`) send `processes` (multiprocessing's, started by this one)
+    SIGINT, as a terminal's Ctrl-C would; those that have ended are forgotten."""
+    _TOLD[:] = [p for p in _TOLD if _alive(p)] + list(processes)
+
+
+def _alive(process: Any) -> bool:
+    try:
+        return process.is_alive()
+    except (OSError, ValueError, AssertionError):  # closed, or not this process's child
+        return False
+
+
+def _default_sigterm_in_child() -> None:
+    _TOLD.clear()  # its parent's children
+    if signal.getsignal(signal.SIGTERM) is _as_ctrl_c:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_default_sigterm_in_child)

@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator
 
 import joblib
 
-from autosync.core.ctrl_c import children_start_without_sigint
+from autosync.core.ctrl_c import children_start_without_sigint, pass_ctrl_c_on_to
 from autosync.core.errors import UserError
 from autosync.engine.forks import FORKS
 from autosync.search.study.interrupts import interrupted, storage_call, storage_calls_finish_first
@@ -62,6 +62,7 @@ def start_helpers(storage: str, count: int, target: Callable[..., None],
     with _ctrl_c_blocked():
         for p in procs:
             p.start()
+    pass_ctrl_c_on_to(procs)  # SIGTERM to this process alone ends them as a terminal's Ctrl-C does
     return procs
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from autosync.core.ctrl_c import workers_spared_ctrl_c
+from autosync.core.ctrl_c import pass_ctrl_c_on_to, sigterm_as_ctrl_c, workers_spared_ctrl_c
 
 _STORM = """
 import os, signal, sys, time
@@ -54,3 +55,41 @@ def test_nothing_changes_for_one_job():
     before = signal.pthread_sigmask(signal.SIG_BLOCK, set())
     with workers_spared_ctrl_c(1):
         assert signal.pthread_sigmask(signal.SIG_BLOCK, set()) == before
+
+
+def test_sigterm_within_sigterm_as_ctrl_c_runs_the_ctrl_c_handler_of_the_moment_and_is_restored_after():
+    """SIGTERM runs SIGINT's handler (KeyboardInterrupt by Python's default one); where SIGINT is ignored it is
+    ignored; its own handler is back at the end."""
+    before = signal.getsignal(signal.SIGTERM)
+    with sigterm_as_ctrl_c():
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGTERM)
+        ignored = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            signal.raise_signal(signal.SIGTERM)  # nothing happens
+        finally:
+            signal.signal(signal.SIGINT, ignored)
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_sigterm_is_passed_on_as_ctrl_c_to_the_registered_helpers_and_forked_children_get_its_default():
+    """A helper registered with `pass_ctrl_c_on_to` gets SIGINT when the command gets SIGTERM; a process forked
+    within `sigterm_as_ctrl_c` ends on SIGTERM as SIGTERM's default ends it."""
+    import multiprocessing as mp
+
+    context = mp.get_context("fork")
+    with sigterm_as_ctrl_c():
+        sleeper = context.Process(target=time.sleep, args=(30,))  # Python's default SIGINT: KeyboardInterrupt
+        sleeper.start()
+        time.sleep(0.5)  # past its start
+        pass_ctrl_c_on_to([sleeper])
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGTERM)
+        sleeper.join(10)
+        assert sleeper.exitcode == 1  # ended by the KeyboardInterrupt SIGINT raised in it
+        forked = context.Process(target=time.sleep, args=(30,))
+        forked.start()
+        time.sleep(0.5)  # past its start
+        forked.terminate()
+        forked.join(10)
+        assert forked.exitcode == -signal.SIGTERM
