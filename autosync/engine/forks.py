@@ -21,8 +21,13 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
+import re
+import shutil
+import socket
 import tempfile
 from collections import OrderedDict
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 from autosync.core.job import JobSpec
@@ -33,10 +38,11 @@ if TYPE_CHECKING:
     from autosync.policies import Policy
     from autosync.workloads.workload import Workload
 
-__all__ = ["FORKS", "ForkStore", "Kept", "MAX_BYTES", "PREFIX_GRID", "fork_key", "prefix_key",
-           "run_sharing_prefixes", "sharing", "switch_param_of"]
+__all__ = ["FOLDER_PREFIX", "FORKS", "ForkStore", "Kept", "MAX_BYTES", "PREFIX_GRID", "fork_key", "prefix_key",
+           "remove_folders_of_ended_commands", "run_sharing_prefixes", "sharing", "switch_param_of"]
 
 MAX_BYTES = 512 * 2 ** 20  # what the kept snapshots may take, in all
+FOLDER_PREFIX = "autosync-forks-"  # `sharing`'s folders' names: then the machine's name and the process number
 
 
 PREFIX_GRID = 32  # a switch-point run keeps a prefix each time its quota used passes another 1/32 (the
@@ -147,19 +153,53 @@ FORKS = ForkStore()  # this process's store, shared with the command's other pro
 
 @contextlib.contextmanager
 def sharing(enabled: bool, store: ForkStore = FORKS) -> Iterator[str | None]:
-    """While in it, `store` also keeps runs in a temporary directory (`ForkStore.share`), removed at the end;
+    """While in it, `store` also keeps runs in a temporary directory (`ForkStore.share`), removed at the end
+    (those that commands killed earlier left are removed first: `remove_folders_of_ended_commands`);
     yields the directory, for the processes started meanwhile to share (`ForkStore.share` there). Not
     `enabled` (one process), or a store already shared: nothing changes, and it yields the store's
     directory (None: none)."""
     if not enabled or store.shared is not None:
         yield None if store.shared is None else store.shared.directory
         return
-    with tempfile.TemporaryDirectory(prefix="autosync-forks-") as directory:
+    remove_folders_of_ended_commands()
+    with tempfile.TemporaryDirectory(prefix=f"{FOLDER_PREFIX}{socket.gethostname()}-{os.getpid()}-") as directory:
         store.share(directory)
         try:
             yield directory
         finally:
             store.share(None)
+
+
+def remove_folders_of_ended_commands(temporary: str | None = None) -> list[Path]:
+    """Remove the folders of kept runs (`sharing`'s) that commands of this machine and user left in the
+    temporary directory (`temporary`: tempfile's) when they ended killed (SIGKILL, out of memory), which no
+    handler sees: those whose process is gone. A folder names its machine and process (a process of another
+    machine sharing the directory cannot be looked at, so its folders are left alone, and so are those whose
+    process number is in use again). Returns the folders removed."""
+    base = Path(temporary or tempfile.gettempdir())
+    own = re.compile(re.escape(f"{FOLDER_PREFIX}{socket.gethostname()}-") + r"(\d+)-[^-]+$")
+    removed = []
+    for folder in base.glob(f"{FOLDER_PREFIX}*"):
+        match = own.match(folder.name)
+        try:
+            if match is None or folder.stat().st_uid != os.getuid() or _running(int(match.group(1))):
+                continue
+        except OSError:  # removed meanwhile
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
+    return removed
+
+
+def _running(pid: int) -> bool:
+    """Whether process `pid` exists (another user's too)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def switch_param_of(job: JobSpec, policy: "Policy") -> str | None:

@@ -86,3 +86,29 @@ def test_sharing_makes_a_directory_for_its_lifetime_and_nests():
         assert store.shared is not None
     assert store.shared is None and not os.path.exists(directory)
     assert store.get("run") == Kept(b"kept", 1.0)  # memory keeps it
+
+
+def test_sharing_removes_the_folders_that_killed_commands_of_this_machine_left_and_no_other(tmp_path, monkeypatch):
+    """A command killed (SIGKILL, out of memory) leaves its folder of kept runs: the next `sharing` removes
+    those of this machine whose process is gone, and leaves a running process's, another machine's and any
+    other name alone."""
+    import socket
+    import subprocess
+    import sys
+    import tempfile
+
+    from autosync.engine.forks import FOLDER_PREFIX
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    host = socket.gethostname()
+    gone, running = tmp_path / f"{FOLDER_PREFIX}{host}-{int(ended.stdout)}-abc_123", \
+        tmp_path / f"{FOLDER_PREFIX}{host}-{os.getpid()}-x1"
+    others = [tmp_path / f"{FOLDER_PREFIX}another-{host}-{int(ended.stdout)}-y2", tmp_path / f"{FOLDER_PREFIX}z3",
+              tmp_path / "elsewhere"]
+    for folder in (gone, running, *others):
+        (folder / "race-progress").mkdir(parents=True)
+    with sharing(True, ForkStore()) as directory:
+        assert Path(directory).name.startswith(f"{FOLDER_PREFIX}{host}-{os.getpid()}-")
+        assert not gone.exists() and running.exists() and all(folder.exists() for folder in others)
+    assert not Path(directory).exists()
