@@ -397,6 +397,7 @@ def fit(files: list[Path] = typer.Argument(..., help="Job-family files whose job
         as_json: bool = JSON_OPT, *, options: FitOptions) -> None:
     """Fit the race of `autosync tune --sampler race` (its portfolio and margin) on a table of job
     families, every run read from the table; --check says whether the file already holds the fit."""
+    _new_table_line(options.table)
     with status.status(f"fitting the race on {options.table}"):
         fitted = api.fit(files, options)
     settings = fitted.settings
@@ -406,6 +407,14 @@ def fit(files: list[Path] = typer.Argument(..., help="Job-family files whose job
     verb = "holds" if options.check else ("unchanged:" if fitted.unchanged else "wrote")
     console.print(f"{verb} {fitted.path}: fitted on {fitted.jobs} jobs, portfolio of {len(settings.portfolio)} "
                   f"({', '.join(settings.portfolio)}), margin {settings.margin:g}")
+
+
+def _new_table_line(table: str) -> None:
+    """A line where --table names no folder yet: the command then trains every run into a new table there,
+    which a misspelt path would do without a word."""
+    if not Path(table).exists():
+        status.print(f"table {table}: no such folder, so every run is trained and kept there as a new table",
+                     soft_wrap=True)
 
 
 @_command(CompareOptions, name="robustness-compare")
@@ -441,6 +450,8 @@ def tune(job: Optional[Path] = JOB_ARG,
         spec = api.load_job(job)
         if out is not None:
             api.output_dir(out)
+        if options.table is not None:
+            _new_table_line(options.table)
         ranks.share(spec, every_run=True)
         with tune_progress(status, options.n_trials or DEFAULT_N_TRIALS, race=options.races()) as (on_trial, start_bar):
             def on_start(url: str) -> None:  # every check passed: the storage is named, then the bar drawn
