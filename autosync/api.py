@@ -23,6 +23,8 @@ defined in `autosync.core.errors`) with the message the command line prints.
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import json
 import os
 from dataclasses import dataclass
@@ -35,6 +37,7 @@ from autosync.catalog import checked_spec, make_sized_policy, policy_of
 from autosync.core.errors import AutosyncError, Interrupted, RuntimeFailure, UserError
 from autosync.core.job import JobSpec, job_from_dict, load_job
 from autosync.core.limits import local_processes
+from autosync.core.loader import short_repr
 from autosync.core.phases import Phase, no_phase
 from autosync.data import RACE_SETTINGS
 from autosync.engine.backends import BackendChoice, Ranks, check_device, torchrun_ranks, train
@@ -112,6 +115,25 @@ def ranks(options: "ExecutionOptions | ProfileOptions") -> "ContextManager[Ranks
     return torchrun_ranks(options.choice())
 
 
+def _callbacks_checked(function: Callable[..., Any]) -> Callable[..., Any]:
+    """`function` refusing, before it runs anything, a callback argument (one its signature types as a
+    Callable or a Phase) that is neither callable nor None: a one-line UserError naming it, where a number
+    given as `progress` raised TypeError at the first evaluation, after the work had begun."""
+    signature = inspect.signature(function)
+    names = [name for name, p in signature.parameters.items()
+             if isinstance(p.annotation, str) and ("Callable" in p.annotation or p.annotation == "Phase")]
+
+    @functools.wraps(function)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind_partial(*args, **kwargs).arguments
+        for name in names:
+            if name in bound and bound[name] is not None and not callable(bound[name]):
+                raise UserError(f"{name} must be a function (or None), but got {short_repr(bound[name])}")
+        return function(*args, **kwargs)
+
+    return checked
+
+
 def _job(job: "JobSpec | str | Path | None") -> JobSpec:
     """A function's job: a JobSpec, or a job file to load (None: the embedded digits job); anything else (a dict:
     `job_from_dict` makes a job of one) is a one-line UserError."""
@@ -167,8 +189,6 @@ def check_workload(job: JobSpec, device: str = "cpu") -> "Workload":
     checked) and return it; a problem raises a one-line JobFileError naming the job file and field."""
     from autosync.workloads.build import build_workload  # not at the top: torch
 
-    if not isinstance(device, str):
-        raise UserError(f"--device must be cpu or cuda (cuda:N for one GPU of several), but got {device!r}")
     check_device(device)  # 'gpu', or cuda on a machine without one: one line, not torch's error
     return build_workload(_job(job), device=device)
 
@@ -202,6 +222,7 @@ def run_setup(job: "JobSpec | str | Path | None", options: RunOptions) -> "tuple
     return spec, chosen
 
 
+@_callbacks_checked
 def run(job: JobSpec, policy: "str | Policy | dict[str, Any] | None" = None, params: dict[str, Any] | None = None,
         *, options: RunOptions | None = None, on: "BackendChoice | None" = None,
         progress: Callable[[dict[str, Any]], None] | None = None, workload: Any = None,
@@ -230,6 +251,7 @@ def run(job: JobSpec, policy: "str | Policy | dict[str, Any] | None" = None, par
     return Run.of(result, job, choice.describe())
 
 
+@_callbacks_checked
 def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions | None = None,
          on: "BackendChoice | None" = None, on_trial: Callable[[int, int], None] | None = None,
          on_start: Callable[[str], None] | None = None,
@@ -288,6 +310,7 @@ def tune(job: JobSpec, space: str | Path | None = None, *, options: TuneOptions 
                                     ) from None
 
 
+@_callbacks_checked
 def leaderboard(job: JobSpec, policies: Sequence[str | dict[str, Any]] | None = None, *,
                 options: LeaderboardOptions | None = None, on_done: Callable[[dict[str, Any]], None] | None = None,
                 progress: Callable[[int], ContextManager[Callable[[dict[str, Any]], None]]] | None = None,
@@ -342,6 +365,7 @@ def _no_progress(total: int) -> Iterator[Callable[[dict[str, Any]], None]]:
     yield lambda run: None
 
 
+@_callbacks_checked
 def profile(job: JobSpec, options: ProfileOptions | None = None, *, workload: Any = None,
             phase: Phase = no_phase, **fields: Any) -> Profile:
     """Time each worker's real round trips (compute and communication) and fit the job's cluster model.
@@ -359,6 +383,7 @@ def profile(job: JobSpec, options: ProfileOptions | None = None, *, workload: An
     return Profile(job, *profile_workers(job, opts.choice(), workload, sizes, opts.rounds, phase))
 
 
+@_callbacks_checked
 def calibrate(job: JobSpec, options: CalibrateOptions | None = None, *, workload: Any = None,
               phase: Phase = no_phase,
               **fields: Any) -> "Calibrated":
@@ -400,6 +425,7 @@ def family(family_file: str | Path, directory: str | Path | None = None, options
     return DrawnJobs(spec.name, out, write_jobs(spec, spec.jobs(opts.jobs), out, str(family_file), command))
 
 
+@_callbacks_checked
 def robustness(family_file: str | Path, directory: str | Path | None = None,
                options: RobustnessOptions | None = None, *, command: str = "autosync.api.robustness",
                phase: Phase = no_phase,
@@ -478,6 +504,7 @@ def _refuse_another_budget(jobs_dir: Path, drawn: list[JobSpec]) -> None:
                             "another folder")
 
 
+@_callbacks_checked
 def replay(logs: str | Path, options: ReplayOptions | None = None, *,
            phase: Phase = no_phase, **fields: Any) -> Replay:
     """Replay switch-point searches on a Sync-Switch log folder (the paper's published runs, shipped as
@@ -510,6 +537,7 @@ def scaling(leaderboards: Sequence[str | Path], options: ScalingOptions | None =
     return ScalingTable(collect(_listed(leaderboards, "leaderboards", paths=True), opts.metric))
 
 
+@_callbacks_checked
 def table(files: Sequence[str | Path], directory: str | Path, options: TableOptions | None = None, *,
           on_start: Callable[[int, int], None] | None = None, on_done: Callable[[Any], None] | None = None,
           **fields: Any) -> "Built":
@@ -670,6 +698,7 @@ def load_run(run_dir: str | Path, device: str = "cpu") -> "LoggedRun":
     return load(_path(run_dir, "run_dir"), device)
 
 
+@_callbacks_checked
 def rerun(logged: "LoggedRun", device: str = "cpu", progress: Callable[[dict[str, Any]], None] | None = None,
           ) -> "Rerun":
     """Replay a logged run (`load_run`) exactly from its arrival log, in this process on `device`; the

@@ -79,7 +79,8 @@ def check_ranges(options: Any) -> None:
         declared = str(f.type).removeprefix("Optional[").removesuffix("]") if str(f.type).startswith("Optional[") \
             else str(f.type)
         kind = _KINDS.get(declared)
-        if value is not None and kind is not None and not kind[0](value):
+        optional = str(f.type).startswith("Optional[")  # None: the option's default where it is Optional alone
+        if kind is not None and (value is not None or not optional) and not kind[0](value):
             raise UserError(f"{flag_of(f)} must be {kind[1]}, but got {value!r}")
         if declared in ("str", "Url") and isinstance(value, str) and not value.strip():  # as the command line refuses ''
             raise UserError(f"{flag_of(f)} must not be empty, but got {value!r} (leave it out for its default)")

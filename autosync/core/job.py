@@ -23,7 +23,7 @@ from autosync.core.job_schema import (  # noqa: F401  the schema, importable fro
     ServerSpec, ShiftedExponentialRTT, SlowdownSpec, TORCHVISION_DATASETS, TargetSpec, TraceRTT, UniformRTT,
     WorkloadSpec,
 )
-from autosync.core.loader import describe_error, read_yaml_file
+from autosync.core.loader import describe_error, read_yaml_file, short_repr
 from autosync.core.traces import TraceProblem, read_trace
 from autosync.data import DEFAULT_JOB_PATH
 
@@ -36,7 +36,11 @@ __all__ = ["load_job", "job_from_dict", "add_import_root", "BudgetSpec", "Cluste
 
 
 def job_from_dict(data: Any, source: str = "<job>") -> JobSpec:
-    """Validate a mapping into a JobSpec, raising JobFileError with every problem at once."""
+    """Validate a mapping into a JobSpec, raising JobFileError with every problem at once (`source`: the
+    label its messages and the job name where it came from; None data: every field's default)."""
+    if not isinstance(source, str):
+        raise UserError(f"source must be a text labelling where the job came from, but got {short_repr(source)} "
+                        "(the job's name is a field of `data`)")
     if data is None:
         data = {}
     if not isinstance(data, dict):

@@ -151,7 +151,7 @@ def check_device(device: str) -> None:
     """`device` is cpu, or cuda[:N] on a machine where CUDA sees that GPU."""
     if device == "cpu":
         return
-    if not device.startswith("cuda"):
+    if not isinstance(device, str) or not device.startswith("cuda"):
         raise UserError(f"--device must be cpu or cuda (cuda:N for one GPU of several), but got {device!r}")
     import torch
 

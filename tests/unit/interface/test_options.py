@@ -9,6 +9,7 @@ import pytest
 
 from autosync import api
 from autosync.core.errors import UserError
+from autosync.core.job import job_from_dict
 from autosync.options import (ExecutionOptions, LeaderboardOptions, ProfileOptions, RunOptions, TuneOptions, build,
                               flag_of)
 
@@ -95,6 +96,18 @@ def test_run_and_tune_share_the_execution_options():
     # a device the engine does not know, checked as --device is
     (lambda job: api.check_workload(job, device="gpu"), "--device must be cpu or cuda (cuda:N for one GPU of "
                                                         "several), but got 'gpu'"),
+    (lambda job: api.load_run("r1", device=None), "--device must be cpu or cuda (cuda:N for one GPU of several), "
+                                                  "but got None"),  # an AttributeError
+    # None for an option that is never None (a TypeError inside the engine's checks)
+    (lambda job: api.backend("processes", time_scale=None), "--time-scale must be a number, but got None"),
+    (lambda job: api.leaderboard(job, ["bsp"], seeds=None), "--seeds must be an int, but got None"),
+    # a callback that is no function: a TypeError once the work had begun
+    (lambda job: api.run(job, "bsp", progress=5), "progress must be a function (or None), but got 5"),
+    (lambda job: api.tune(job, "static_k", on_trial="bar"), "on_trial must be a function (or None), but got 'bar'"),
+    (lambda job: api.leaderboard(job, ["bsp"], on_done=1), "on_done must be a function (or None), but got 1"),
+    (lambda job: api.profile(job, phase=True), "phase must be a function (or None), but got True"),
+    (lambda job: job_from_dict({"name": "x"}, 5), "source must be a text labelling where the job came from, but "
+                                                  "got 5"),
 ])
 def test_an_option_the_api_refuses_is_a_one_line_user_error(call, message):
     with pytest.raises(UserError) as info:
