@@ -7,6 +7,7 @@ Heavy libraries (torch, optuna, cvxpy) are imported inside the commands that nee
 from __future__ import annotations
 
 import contextlib
+import shlex
 import signal
 import sys
 import threading
@@ -216,7 +217,7 @@ def run(job: Optional[Path] = JOB_ARG,
     status.print(f"wrote {', '.join(str(p) for p in paths)}")
     _logged(tracking)
     if options.clock == "real":
-        status.print(f"replay it exactly: autosync rerun {out_dir}")
+        status.print(f"replay it exactly: autosync rerun {shlex.quote(str(out_dir))}")
 
 
 def _run_folder(policy: Any) -> str:

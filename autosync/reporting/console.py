@@ -273,7 +273,7 @@ def tune_report(outcome: Any, spec: Any) -> list[Printed]:
     for other in outcome.faster_elsewhere:
         out.append(Line(f"on this job the {other['space']} space answered {policy_label(other['policy'])} at "
                         f"{other['time']:.2f} s, {other['times_faster']:.2f}x faster than this space's answer: "
-                        f"autosync tune {_job_argument(spec)}--space {other['space']}"))
+                        f"autosync tune {_job_argument(spec)}--space {shlex.quote(str(other['space']))}"))
     return out
 
 
@@ -565,6 +565,6 @@ def tune_hint(job_file: "str | os.PathLike[str] | None", storage: str | None = N
         if folder is not None and folder != Path(job_file).resolve().parent and str(folder) in on_path:
             imports = _pythonpath(folder)
     job_file = f"{shlex.quote(str(job_file))} " if job_file is not None else ""
-    where = f" --storage {redact_url(storage)}" if storage and storage != DEFAULT_STORAGE else ""
+    where = f" --storage {shlex.quote(redact_url(storage))}" if storage and storage != DEFAULT_STORAGE else ""
     return [Line(f"train with it: {imports}autosync run {job_file}--policy tuned{where}", "dim")]
 

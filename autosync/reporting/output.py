@@ -4,6 +4,7 @@ cell is formatted."""
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -61,8 +62,9 @@ def remove_empty_outputs(failed: bool = True) -> None:
 
 
 def command_line(command: str) -> str:
-    """The command line that is running, for results files ('autosync <command>' when not run from a shell)."""
-    return "autosync " + " ".join(sys.argv[1:]) if sys.argv[1:2] == [command] else f"autosync {command}"
+    """The command line that is running, for results files ('autosync <command>' when not run from a shell),
+    quoted as a shell reads it (a path with a space is one argument)."""
+    return shlex.join(["autosync", *sys.argv[1:]]) if sys.argv[1:2] == [command] else f"autosync {command}"
 
 
 def format_cell(value: Any, fmt: str | Callable[[Any], str]) -> str:

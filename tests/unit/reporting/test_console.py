@@ -244,7 +244,22 @@ def test_the_tune_hint_names_a_storage_other_than_the_default_with_its_password_
     assert tune_hint(None)[0].what == "train with it: autosync run --policy tuned"  # the embedded default job
     assert tune_hint(job, "sqlite:///results/autosync-studies.db")[0].what.endswith("--policy tuned")
     hint = tune_hint(job, "postgresql://me:secret@db:5432/studies")[0].what
-    assert "--storage postgresql://me:" in hint and "secret" not in hint, hint
+    assert "--storage 'postgresql://me:" in hint and "secret" not in hint, hint
+    # quoted for the shell as the job file is: a space in the file's path split the storage in two
+    hint = tune_hint(job, "sqlite:////data/my studies/s.db")[0].what
+    assert hint.endswith("--policy tuned --storage 'sqlite:////data/my studies/s.db'"), hint
+
+
+def test_the_command_line_written_beside_results_is_quoted_as_a_shell_reads_it(monkeypatch):
+    """A result's recorded command runs again as written: a path with a space was two arguments."""
+    import shlex
+
+    from autosync.reporting.output import command_line
+
+    argv = ["autosync", "leaderboard", "my jobs/a job.yaml", "--out", "results/x"]
+    monkeypatch.setattr("sys.argv", argv)
+    assert command_line("leaderboard") == "autosync leaderboard 'my jobs/a job.yaml' --out results/x"
+    assert shlex.split(command_line("leaderboard")) == argv
 
 
 def test_the_policies_listing_says_what_each_policy_does_in_a_whole_sentence():
