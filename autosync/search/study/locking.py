@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import threading
+import urllib.parse
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -18,13 +19,15 @@ from autosync.search.study.outage import call_waiting, lost_connection
 
 
 def sqlite_path(url: str) -> Path | None:
-    """The database file of an SQLite URL (None for in-memory databases and other back ends)."""
+    """The database file of an SQLite URL (None for in-memory databases and other back ends), as SQLAlchemy
+    reads it: the query after '?' is no part of it, and %-escapes are decoded (sqlite:///my%20studies.db is
+    the file 'my studies.db', whose lock and cache must be that file's)."""
     if not url.startswith("sqlite"):
         return None
     rest = url.split("://", 1)[1] if "://" in url else ""
     path = rest.split("@", 1)[1] if "@" in rest.split("/", 1)[0] else rest  # sqlite://user:pw@/file
     path = path[1:] if path.startswith("/") else path
-    path = path.split("?", 1)[0]
+    path = urllib.parse.unquote(path.split("?", 1)[0])
     return None if path in ("", ":memory:") else Path(path)
 
 
