@@ -46,11 +46,14 @@ class Recommendation:
 
 
 def adapt(policy: dict[str, Any], n_from: int, job: JobSpec) -> dict[str, Any] | None:
-    """`policy` (a winner on n_from workers) for `job`: a backup count k scaled to this n; None when it does
-    not fit this job."""
+    """`policy` (a winner on n_from workers) for `job`: a backup count k scaled to this n where its barrier
+    waits for k workers (backup workers, alone or as a composition's barrier: a composition under another
+    barrier carries k at its default, unused, and a k scaled away from it was refused); None when it does not
+    fit this job."""
     n = job.cluster.n_workers
     params = dict(policy.get("params", {}))
-    if "k" in params and isinstance(params["k"], int) and n_from != n:
+    waits_for_k = policy.get("policy") == "backup" or params.get("barrier") == "backup"
+    if waits_for_k and isinstance(params.get("k"), int) and n_from != n:
         params["k"] = min(n, max(1, round(params["k"] * n / n_from)))
     adapted = {"policy": policy["policy"], "params": params}
     return adapted if canonical_on(adapted, job) is not None else None

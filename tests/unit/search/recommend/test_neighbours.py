@@ -92,6 +92,19 @@ def test_a_winner_is_adapted_to_the_new_jobs_n():
     job = _job(0.7, n=8)
     assert adapt({"policy": "backup", "params": {"k": 3, "lr_rule": "fixed"}}, 4, job)["params"]["k"] == 6
     assert adapt({"policy": "backup", "params": {"k": 16}}, 16, job)["params"]["k"] == 8
+    composed = {"policy": "compose", "params": {"barrier": "backup", "k": 8, "batch": "lbbsp"}}
+    assert adapt(composed, 16, job)["params"]["k"] == 4
+
+
+def test_a_composition_under_another_barrier_keeps_its_unused_k_and_still_fits_another_n():
+    """The race's answer on the default job (16 workers) is such a composition, carrying k at its default: the
+    k scaled to 20 workers was refused ('k is a parameter of barrier backup'), so `recommend` found no winner
+    that fits."""
+    from autosync.catalog import POLICIES
+
+    winner = POLICIES["compose"](barrier="asp", update="dana_slim", asp_lr_rule="sqrt_staleness").to_dict()
+    adapted = adapt(winner, 16, _job(0.7, n=20))
+    assert adapted is not None and adapted["params"] == winner["params"]
 
 
 def test_recommend_with_no_tuned_job_is_one_line_and_exit_2(tiny_job, tmp_path):
