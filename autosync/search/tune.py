@@ -267,10 +267,12 @@ def _search(study: "optuna.Study", request: TuneRequest, reference: dict[str, An
 def _check_at_full_budget(study: "optuna.Study", request: TuneRequest, objective: Objective) -> None:
     """Re-run at full budget the fastest candidates whose runs stopped at the target, until the fastest
     (the K fastest with --verify-top K) are known to keep the final-metric constraint
-    (`autosync.search.strategies.full_budget`), `MAX_CHECKS` checks at most, and one more for each repair of a
-    candidate whose check failed (`autosync.search.strategies.repair`)."""
+    (`autosync.search.strategies.full_budget`), `MAX_CHECKS` checks at most (K with --verify-top K above it:
+    the K it re-runs must have been checked), and one more for each repair of a candidate whose check failed
+    (`autosync.search.strategies.repair`)."""
     check_candidates(study, functools.partial(_run_check, study, request, objective), wanted=places(request),
-                     limit=MAX_CHECKS, repair=functools.partial(_run_repairs, study, request, objective))
+                     limit=max(MAX_CHECKS, places(request)),
+                     repair=functools.partial(_run_repairs, study, request, objective))
 
 
 def _run_check(study: "optuna.Study", request: TuneRequest, objective: Objective, number: int) -> None:

@@ -104,8 +104,8 @@ def check_candidates(study: "optuna.Study", run_check: Callable[[int], None], wa
     the check of trial `number`. Before each check, `repair(number)` is asked once for each candidate whose
     check failed (`failed_candidates`): it runs the candidate's repairs where it has any left
     (`autosync.search.strategies.repair`) and says how many now wait for a check, each one more check. The
-    candidates the limit left unchecked are recorded on the study (`UNCHECKED`: their trial numbers and
-    policies, fastest first; empty when none). Returns how many checks ran."""
+    candidates the limit left unchecked that could still be the answer are recorded on the study
+    (`UNCHECKED`: their trial numbers and policies, fastest first; empty when none). Returns how many checks ran."""
     checks, asked = 0, set()
     while True:
         if repair is not None:  # each failed candidate once, a check before this call's included (a resumed tune)
@@ -116,7 +116,8 @@ def check_candidates(study: "optuna.Study", run_check: Callable[[int], None], wa
             break
         run_check(candidate.number)
         checks += 1
-    study.set_user_attr(UNCHECKED, [_row(t) for t in waiting(study, wanted)])
+    # those that could still be the answer (with --verify-top K, those waiting for a later place are slower)
+    study.set_user_attr(UNCHECKED, [_row(t) for t in waiting(study, 1)])
     return checks
 
 

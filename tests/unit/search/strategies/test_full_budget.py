@@ -104,9 +104,11 @@ def test_a_run_stopped_at_the_target_has_the_full_runs_time_to_target():
 
 
 @pytest.mark.slow
-def test_verify_top_k_checks_the_k_fastest_candidates_at_full_budget(tmp_path):
+@pytest.mark.parametrize("K", [3, 5])
+def test_verify_top_k_checks_the_k_fastest_candidates_at_full_budget(tmp_path, K):
     """--verify-top K re-runs K candidates: the K fastest distinct policies are checked, so
-    K feasible ones (full-budget results, none pending) are there to re-run."""
+    K feasible ones (full-budget results, none pending) are there to re-run; K above the checks a search runs
+    otherwise (`MAX_CHECKS`) too (the checks stopped at 3, and --verify-top 8 re-ran 4 candidates)."""
     from autosync.search.study.cache import best_policies
 
     job = small_job(budget={"max_virtual_seconds": 30}, target={"metric": "test_accuracy", "threshold": 0.8})
@@ -115,13 +117,13 @@ def test_verify_top_k_checks_the_k_fastest_candidates_at_full_budget(tmp_path):
     # The options refuse --verify-top on the simulator (it verifies on a real backend); this test asks only for
     # the K places the simulated search keeps, without the verification's worker processes, so the resolved
     # request is given verify_top after the options (its verify_backend stays None: nothing is verified).
-    request = replace(tune_request(job, space, n_trials=space.size(), sampler="grid", storage=url), verify_top=3)
+    request = replace(tune_request(job, space, n_trials=space.size(), sampler="grid", storage=url), verify_top=K)
     outcome = tune(request)
     study = optuna.load_study(study_name=outcome.study_name, storage=open_storage(url))
-    top = best_policies(study, count=3)
-    assert len(top) == 3
+    top = best_policies(study, count=K)
+    assert len(top) == K
     assert all(not study.trials[row["trial"]].user_attrs.get(FINAL_PENDING) for row in top)
-    assert len({str(study.trials[row["trial"]].user_attrs["canonical_policy"]) for row in top}) == 3
+    assert len({str(study.trials[row["trial"]].user_attrs["canonical_policy"]) for row in top}) == K
 
 
 def test_a_full_budget_run_forks_from_the_same_run_stopped_at_the_target():
@@ -306,4 +308,26 @@ def test_checks_that_find_the_answer_leave_nothing_unchecked():
     study.add_trial(_trial("bsp", value=30.0, feasible=True))
     assert check_candidates(study, lambda n: study.add_trial(_trial("asp", value=10.0, feasible=True,
                                                                     check_of=n))) == 1
+    assert study.user_attrs[UNCHECKED] == []
+
+
+def test_with_the_k_fastest_wanted_the_unchecked_candidates_recorded_are_those_faster_than_the_answer():
+    """--verify-top K wants K candidates checked: where the checks stop first, the candidates left waiting for
+    a later place are slower than the answer; the output called them faster candidates (fastest 1.16 s after
+    an answer at 0.64 s). Only those that could still be the answer are recorded."""
+    from autosync.search.strategies.full_budget import check_candidates
+    from autosync.search.study.records import UNCHECKED
+
+    study = optuna.create_study()
+    for policy, params, value in [("asp", {"lr_rule": "fixed"}, 10.0), ("ssp", {"staleness": 1}, 11.0),
+                                  ("backup", {"k": 2}, 12.0), ("backup", {"k": 3}, 13.0)]:
+        study.add_trial(_trial(policy, params, value=value))
+    study.add_trial(_trial("bsp", {}, value=30.0, feasible=True))
+
+    def run_check(number: int) -> None:
+        policy = study.trials[number].user_attrs["policy"]
+        study.add_trial(_trial(policy["policy"], policy["params"], value=study.trials[number].values[0],
+                               feasible=True, check_of=number))
+
+    assert check_candidates(study, run_check, wanted=4, limit=2) == 2  # the answer (asp) and the next known
     assert study.user_attrs[UNCHECKED] == []
