@@ -120,15 +120,18 @@ def _callbacks_checked(function: Callable[..., Any]) -> Callable[..., Any]:
     Callable or a Phase) that is neither callable nor None: a one-line UserError naming it, where a number
     given as `progress` raised TypeError at the first evaluation, after the work had begun."""
     signature = inspect.signature(function)
-    names = [name for name, p in signature.parameters.items()
-             if isinstance(p.annotation, str) and ("Callable" in p.annotation or p.annotation == "Phase")]
+    optional = {name: p.annotation.replace(" ", "").endswith("|None") or p.annotation.startswith("Optional[")
+                for name, p in signature.parameters.items()  # the annotation's text (`from __future__`)
+                if isinstance(p.annotation, str) and ("Callable" in p.annotation or p.annotation == "Phase")}
 
     @functools.wraps(function)
     def checked(*args: Any, **kwargs: Any) -> Any:
         bound = signature.bind_partial(*args, **kwargs).arguments
-        for name in names:
-            if name in bound and bound[name] is not None and not callable(bound[name]):
-                raise UserError(f"{name} must be a function (or None), but got {short_repr(bound[name])}")
+        for name, may_be_none in optional.items():
+            value = bound.get(name, signature.parameters[name].default)
+            if not callable(value) and not (value is None and may_be_none):
+                raise UserError(f"{name} must be a function{' (or None)' if may_be_none else ''}, but got "
+                                f"{short_repr(value)}")
         return function(*args, **kwargs)
 
     return checked

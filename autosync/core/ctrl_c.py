@@ -9,11 +9,13 @@ it: the command does, and joblib ends its workers as the exception leaves its lo
 `kill`, `timeout`, a batch scheduler at a job's time limit (Slurm's scancel) and a container's stop send
 SIGTERM, whose default ends the process on the spot: a tune left its temporary folder of kept runs behind
 (megabytes in /tmp, for every tune so ended), its trial running in the storage until its heartbeat expired,
-and its semaphores for the resource tracker to report. Within `sigterm_as_ctrl_c` it is handled as the
+and its semaphores for the resource tracker to report. Within `sigterm_as_ctrl_c` it is handled once as the
 command handles Ctrl-C: what the command keeps, it keeps and says so, its temporary files are removed and it
-exits with status 130. Sent to the command's process alone, it is passed on as a Ctrl-C to the helper
-processes registered with `pass_ctrl_c_on_to` (a tune's `--n-jobs` helpers), which a terminal's Ctrl-C
-reaches by itself: they end as they do on Ctrl-C, rather than finishing their run while the command waits.
+exits with status 130. It is passed on to the helper processes registered with `pass_ctrl_c_on_to` (a tune's
+`--n-jobs` helpers, which handle it the same way), so that a SIGTERM sent to the command's process alone
+ends them as one sent to its whole process group (`timeout`, a scheduler) does. Where SIGINT is ignored (a
+command started in the background by a script) and under torchrun (whose agent sends SIGTERM to ranks that
+may be waiting inside a collective call, and SIGKILL 30 s later) SIGTERM keeps its default.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from typing import Any, Iterator
 
 __all__ = ["children_start_without_sigint", "pass_ctrl_c_on_to", "sigterm_as_ctrl_c", "workers_spared_ctrl_c"]
 
-_TOLD: list[Any] = []  # the child processes SIGTERM's handler passes a Ctrl-C on to (`pass_ctrl_c_on_to`)
+_TOLD: list[Any] = []  # the child processes SIGTERM's handler passes it on to (`pass_ctrl_c_on_to`)
+_ASKED: list[int] = []  # the SIGTERM being handled (empty: none yet), so that a second one is not (`_as_ctrl_c`)
 
 
 @contextlib.contextmanager
@@ -76,14 +79,16 @@ def children_start_without_sigint(*, joblib_pool: bool) -> Iterator[None]:
 
 @contextlib.contextmanager
 def sigterm_as_ctrl_c() -> Iterator[None]:
-    """Within: SIGTERM runs whatever handles Ctrl-C at that moment (`_as_ctrl_c`), so a command asked to end
-    ends as after Ctrl-C; the handler before is restored at the end. Nothing changes outside the main thread.
-    Processes forked meanwhile (the processes backend's workers) start with SIGTERM's default again: they end
-    at once, as before, and their server sees them gone."""
-    if threading.current_thread() is not threading.main_thread():
+    """Within: SIGTERM runs whatever handles Ctrl-C at that moment (`_as_ctrl_c`), so a process asked to end
+    ends as after Ctrl-C; the handler before is restored at the end. Nothing changes outside the main thread,
+    under torchrun (`TORCHELASTIC_RUN_ID` set) or where SIGINT is ignored. Processes forked meanwhile (the
+    processes backend's workers) start with SIGTERM's default again: they end at once, as before."""
+    if threading.current_thread() is not threading.main_thread() or "TORCHELASTIC_RUN_ID" in os.environ \
+            or signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         yield
         return
     before = signal.signal(signal.SIGTERM, _as_ctrl_c)
+    _ASKED.clear()
     try:
         yield
     finally:
@@ -91,16 +96,19 @@ def sigterm_as_ctrl_c() -> Iterator[None]:
 
 
 def _as_ctrl_c(signum: int, frame: Any) -> None:
-    """SIGTERM's handler: SIGINT's handler of the moment runs (it may hold the interrupt until a storage write
-    returns: `autosync.search.study.interrupts`); where SIGINT is ignored so is this; where it has its
-    default, the process ends as SIGTERM ends it."""
-    handler = signal.getsignal(signal.SIGINT)
-    if handler is signal.SIG_IGN:
+    """SIGTERM's handler: the registered helpers are sent SIGTERM (`pass_ctrl_c_on_to`), then SIGINT's handler
+    of the moment runs (it may hold the interrupt until a storage write returns:
+    `autosync.search.study.interrupts`), once: a second SIGTERM (a scheduler's to the whole process group, and
+    the command's to its helper) is not a second Ctrl-C cutting the first's clean-up short. Where SIGINT has
+    no handler of Python's (ignored, or its default), the process ends as SIGTERM ends it."""
+    if _ASKED:
         return
+    _ASKED.append(signum)
     for process in _TOLD:
         if _alive(process):
             with contextlib.suppress(OSError):  # ended meanwhile
-                os.kill(process.pid, signal.SIGINT)
+                os.kill(process.pid, signal.SIGTERM)
+    handler = signal.getsignal(signal.SIGINT)
     if callable(handler):
         handler(signal.SIGINT, frame)
         return
@@ -109,8 +117,8 @@ def _as_ctrl_c(signum: int, frame: Any) -> None:
 
 
 def pass_ctrl_c_on_to(processes: "list[Any]") -> None:
-    """Have SIGTERM's handler (`sigterm_as_ctrl_c`) send `processes` (multiprocessing's, started by this one)
-    SIGINT, as a terminal's Ctrl-C would; those that have ended are forgotten."""
+    """Have SIGTERM's handler (`sigterm_as_ctrl_c`) pass SIGTERM on to `processes` (multiprocessing's, started
+    by this one, handling it as Ctrl-C in turn); those that have ended are forgotten."""
     _TOLD[:] = [p for p in _TOLD if _alive(p)] + list(processes)
 
 
@@ -123,6 +131,7 @@ def _alive(process: Any) -> bool:
 
 def _default_sigterm_in_child() -> None:
     _TOLD.clear()  # its parent's children
+    _ASKED.clear()
     if signal.getsignal(signal.SIGTERM) is _as_ctrl_c:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 

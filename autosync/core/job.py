@@ -38,6 +38,8 @@ __all__ = ["load_job", "job_from_dict", "add_import_root", "BudgetSpec", "Cluste
 def job_from_dict(data: Any, source: str = "<job>") -> JobSpec:
     """Validate a mapping into a JobSpec, raising JobFileError with every problem at once (`source`: the
     label its messages and the job name where it came from; None data: every field's default)."""
+    if isinstance(source, os.PathLike):
+        source = os.fspath(source)
     if not isinstance(source, str):
         raise UserError(f"source must be a text labelling where the job came from, but got {short_repr(source)} "
                         "(the job's name is a field of `data`)")

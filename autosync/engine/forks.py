@@ -22,13 +22,17 @@ import contextlib
 import json
 import math
 import os
-import re
 import shutil
 import socket
 import tempfile
 from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
+
+try:
+    import fcntl
+except ImportError:  # Windows: no folder is swept (`remove_folders_of_ended_commands`)
+    fcntl = None  # type: ignore[assignment]
 
 from autosync.core.job import JobSpec
 from autosync.engine.fork_files import ForkFiles, Kept
@@ -38,11 +42,12 @@ if TYPE_CHECKING:
     from autosync.policies import Policy
     from autosync.workloads.workload import Workload
 
-__all__ = ["FOLDER_PREFIX", "FORKS", "ForkStore", "Kept", "MAX_BYTES", "PREFIX_GRID", "fork_key", "prefix_key",
-           "remove_folders_of_ended_commands", "run_sharing_prefixes", "sharing", "switch_param_of"]
+__all__ = ["FOLDER_PREFIX", "FORKS", "ForkStore", "Kept", "MAX_BYTES", "OWNER_LOCK", "PREFIX_GRID", "fork_key",
+           "prefix_key", "remove_folders_of_ended_commands", "run_sharing_prefixes", "sharing", "switch_param_of"]
 
 MAX_BYTES = 512 * 2 ** 20  # what the kept snapshots may take, in all
 FOLDER_PREFIX = "autosync-forks-"  # `sharing`'s folders' names: then the machine's name and the process number
+OWNER_LOCK = ".owner.lock"  # the file in such a folder whose lock its command holds (`sharing`)
 
 
 PREFIX_GRID = 32  # a switch-point run keeps a prefix each time its quota used passes another 1/32 (the
@@ -162,7 +167,8 @@ def sharing(enabled: bool, store: ForkStore = FORKS) -> Iterator[str | None]:
         yield None if store.shared is None else store.shared.directory
         return
     remove_folders_of_ended_commands()
-    with tempfile.TemporaryDirectory(prefix=f"{FOLDER_PREFIX}{socket.gethostname()}-{os.getpid()}-") as directory:
+    with tempfile.TemporaryDirectory(prefix=f"{FOLDER_PREFIX}{socket.gethostname()}-{os.getpid()}-") as directory, \
+            _owned(directory):
         store.share(directory)
         try:
             yield directory
@@ -170,36 +176,38 @@ def sharing(enabled: bool, store: ForkStore = FORKS) -> Iterator[str | None]:
             store.share(None)
 
 
+@contextlib.contextmanager
+def _owned(directory: str) -> Iterator[None]:
+    """Within: this process holds an exclusive lock on the folder's `OWNER_LOCK` file, which the sweep of
+    folders left by killed commands takes before it removes one (`remove_folders_of_ended_commands`): the
+    kernel releases it when the process ends, however it ends. Without fcntl's locks (Windows), nothing."""
+    if fcntl is None:
+        yield
+        return
+    with open(os.path.join(directory, OWNER_LOCK), "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
 def remove_folders_of_ended_commands(temporary: str | None = None) -> list[Path]:
-    """Remove the folders of kept runs (`sharing`'s) that commands of this machine and user left in the
-    temporary directory (`temporary`: tempfile's) when they ended killed (SIGKILL, out of memory), which no
-    handler sees: those whose process is gone. A folder names its machine and process (a process of another
-    machine sharing the directory cannot be looked at, so its folders are left alone, and so are those whose
-    process number is in use again). Returns the folders removed."""
-    base = Path(temporary or tempfile.gettempdir())
-    own = re.compile(re.escape(f"{FOLDER_PREFIX}{socket.gethostname()}-") + r"(\d+)-[^-]+$")
+    """Remove the folders of kept runs (`sharing`'s) that commands ended by SIGKILL or out of memory (which no
+    handler sees) left in the temporary directory (`temporary`: tempfile's): those whose owner's lock
+    (`OWNER_LOCK`, held by `sharing` for the folder's life) can be taken at once, so that no process holds it.
+    A lock held from another container or process namespace on this kernel is seen held all the same, where
+    a process number would have looked gone. A folder without the lock file (being made, or of an autosync
+    before it) is left alone. Returns the folders removed; none without fcntl's locks (Windows)."""
+    if fcntl is None:
+        return []
     removed = []
-    for folder in base.glob(f"{FOLDER_PREFIX}*"):
-        match = own.match(folder.name)
+    for folder in Path(temporary or tempfile.gettempdir()).glob(f"{FOLDER_PREFIX}*"):
         try:
-            if match is None or folder.stat().st_uid != os.getuid() or _running(int(match.group(1))):
-                continue
-        except OSError:  # removed meanwhile
+            with open(folder / OWNER_LOCK, "r+") as handle:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held: its command is running
+                shutil.rmtree(folder, ignore_errors=True)
+        except OSError:  # no lock file, another user's, removed meanwhile, or held (BlockingIOError)
             continue
-        shutil.rmtree(folder, ignore_errors=True)
         removed.append(folder)
     return removed
-
-
-def _running(pid: int) -> bool:
-    """Whether process `pid` exists (another user's too)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def switch_param_of(job: JobSpec, policy: "Policy") -> str | None:

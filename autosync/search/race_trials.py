@@ -592,11 +592,12 @@ class Helpers:
 
     def close(self) -> None:
         """Stop the helpers and wait for them: those that raced end after their run; those that no race used
-        (the cache answered, or the request was refused) are ended at once, still warming up."""
+        (the cache answered, or the request was refused) are killed at once, still warming up (they touch the
+        storage only once the race starts: `start_racing`)."""
         self.finish()
         for p in self.procs:
             if not self.raced:
-                p.terminate()
+                p.kill()  # it has touched nothing yet; SIGTERM, handled as Ctrl-C, waits for its imports
             p.join()
 
 

@@ -275,12 +275,14 @@ def test_ctrl_c_on_a_race_in_two_processes_ends_the_helper_without_a_traceback(t
     assert len([x for x in stderr.splitlines() if x.startswith("error: interrupted")]) == 1, stderr
 
 
-def test_sigterm_ends_a_race_in_two_processes_as_ctrl_c_does_and_leaves_no_temporary_folder(tiny_job, tmp_path):
-    """SIGTERM (`kill`, `timeout`, a scheduler's time limit) sent to the command's process alone, while it and
-    its helper train runs of the whole budget: the helper is told as a terminal's Ctrl-C would tell it and
-    ends its run rather than finishing it, and the command says what it kept in one line, exit status 130,
-    leaving no folder of kept runs in the temporary directory, no trial running in the storage and no
-    semaphores behind. SIGTERM's default ended the command on the spot, leaving all three."""
+@pytest.mark.parametrize("to", ["the command", "its process group"])
+def test_sigterm_ends_a_race_in_two_processes_as_ctrl_c_does_and_leaves_no_temporary_folder(tiny_job, tmp_path, to):
+    """SIGTERM sent to the command's process alone (`kill PID`), or to every process of the command (`timeout`,
+    a scheduler's time limit), while it and its helper train runs of the whole budget: the helper handles it
+    as Ctrl-C (passed on by the command, or its own) and ends its run rather than finishing it, and the
+    command says what it kept in one line, exit status 130, leaving no folder of kept runs in the temporary
+    directory, no trial running in the storage and no semaphores behind. SIGTERM's default ended the command
+    on the spot, leaving all three (and a helper so ended left its trial running)."""
     db, temporary = tmp_path / "s.db", tmp_path / "tmp"
     temporary.mkdir()
     tune = subprocess.Popen([sys.executable, "-m", "autosync.cli", "tune", str(_long(tiny_job, 0.99)), "--n-jobs", "2",
@@ -291,7 +293,10 @@ def test_sigterm_ends_a_race_in_two_processes_as_ctrl_c_does_and_leaves_no_tempo
     while _processes_tagged(db) < 2 and tune.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
     assert tune.poll() is None, f"the race ended before the test could stop it: {tune.communicate()[1][-2000:]}"
-    os.kill(tune.pid, signal.SIGTERM)
+    if to == "the command":
+        os.kill(tune.pid, signal.SIGTERM)
+    else:
+        os.killpg(tune.pid, signal.SIGTERM)
     stderr = tune.communicate(timeout=60)[1]
     assert tune.returncode == 130 and "Traceback" not in stderr and "leaked" not in stderr, stderr[-3000:]
     assert len([x for x in stderr.splitlines() if x.startswith("error: interrupted")]) == 1, stderr

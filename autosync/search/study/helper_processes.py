@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator
 
 import joblib
 
-from autosync.core.ctrl_c import children_start_without_sigint, pass_ctrl_c_on_to
+from autosync.core.ctrl_c import children_start_without_sigint, pass_ctrl_c_on_to, sigterm_as_ctrl_c
 from autosync.core.errors import UserError
 from autosync.engine.forks import FORKS
 from autosync.search.study.interrupts import interrupted, storage_call, storage_calls_finish_first
@@ -62,7 +62,7 @@ def start_helpers(storage: str, count: int, target: Callable[..., None],
     with _ctrl_c_blocked():
         for p in procs:
             p.start()
-    pass_ctrl_c_on_to(procs)  # SIGTERM to this process alone ends them as a terminal's Ctrl-C does
+            pass_ctrl_c_on_to([p])  # a SIGTERM to this process alone reaches them (one held by the block too)
     return procs
 
 
@@ -81,12 +81,14 @@ def _run_then_end(target: Callable[..., None], *args: Any) -> None:
     """A helper's body: `target(*args)`, then an exit without the last garbage collection
     (`end_without_collection`), which the command would wait for where it joins its helpers. Where `target`
     raises, the exit is the usual one; on Ctrl-C, which a terminal sends to every process of the command,
-    a quiet one (exit status 130): the command says in one line what was kept, and a trial cut short here
-    is failed and run again on resume, as one of its own. That includes a Ctrl-C that Optuna's trial
+    a quiet one (exit status 130), as on SIGTERM (`sigterm_as_ctrl_c`: a scheduler's to every process of the
+    command, or the command's own passing one on): the command says in one line what was kept, and a trial
+    cut short here is failed and run again on resume, as one of its own. That includes a Ctrl-C that Optuna's trial
     bookkeeping passed on as another exception (`interrupts.interrupted`), as the command reads it."""
     try:
-        # Ctrl-C waits for a storage write, a trial's tag or an import (torch's aborts if cut short)
-        with storage_calls_finish_first():
+        # Ctrl-C (and SIGTERM, handled as one) waits for a storage write, a trial's tag or an import (torch's
+        # aborts if cut short)
+        with sigterm_as_ctrl_c(), storage_calls_finish_first():
             if hasattr(signal, "pthread_sigmask"):
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # held since `start_helpers`
             target(*args)

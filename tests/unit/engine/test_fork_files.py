@@ -5,7 +5,10 @@ makes the directory for a command's lifetime."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
+
+import pytest
 
 from autosync.engine.fork_files import ForkFiles, Kept
 from autosync.engine.forks import ForkStore, sharing
@@ -88,27 +91,35 @@ def test_sharing_makes_a_directory_for_its_lifetime_and_nests():
     assert store.get("run") == Kept(b"kept", 1.0)  # memory keeps it
 
 
-def test_sharing_removes_the_folders_that_killed_commands_of_this_machine_left_and_no_other(tmp_path, monkeypatch):
-    """A command killed (SIGKILL, out of memory) leaves its folder of kept runs: the next `sharing` removes
-    those of this machine whose process is gone, and leaves a running process's, another machine's and any
-    other name alone."""
-    import socket
+@pytest.mark.skipif(sys.platform == "win32", reason="fcntl's locks")
+def test_sharing_removes_the_folders_that_killed_commands_left_and_none_in_use(tmp_path, monkeypatch):
+    """A command killed (SIGKILL, out of memory) leaves its folder of kept runs: the next `sharing` removes those
+    whose owner's lock nobody holds, and leaves a folder whose lock is held (a command running, in this
+    container or another on the same kernel), one without a lock file and any other name alone."""
+    import fcntl
     import subprocess
-    import sys
     import tempfile
 
-    from autosync.engine.forks import FOLDER_PREFIX
+    from autosync.engine.forks import FOLDER_PREFIX, OWNER_LOCK
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    host = socket.gethostname()
-    gone, running = tmp_path / f"{FOLDER_PREFIX}{host}-{int(ended.stdout)}-abc_123", \
-        tmp_path / f"{FOLDER_PREFIX}{host}-{os.getpid()}-x1"
-    others = [tmp_path / f"{FOLDER_PREFIX}another-{host}-{int(ended.stdout)}-y2", tmp_path / f"{FOLDER_PREFIX}z3",
-              tmp_path / "elsewhere"]
-    for folder in (gone, running, *others):
+    gone, running, unlocked = (tmp_path / f"{FOLDER_PREFIX}{name}" for name in ("host-1-a", "host-2-b", "host-3-c"))
+    for folder in (gone, running, unlocked, tmp_path / "elsewhere"):
         (folder / "race-progress").mkdir(parents=True)
-    with sharing(True, ForkStore()) as directory:
-        assert Path(directory).name.startswith(f"{FOLDER_PREFIX}{host}-{os.getpid()}-")
-        assert not gone.exists() and running.exists() and all(folder.exists() for folder in others)
-    assert not Path(directory).exists()
+    (gone / OWNER_LOCK).touch()
+    (running / OWNER_LOCK).touch()
+    # the owner: another process holding the lock, as a running command does for its folder's life
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1]); "
+                               "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)",
+                               str(running / OWNER_LOCK)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with sharing(True, ForkStore()) as directory:
+            assert not gone.exists() and running.exists() and unlocked.exists()
+            assert (tmp_path / "elsewhere").exists()
+            with open(Path(directory) / OWNER_LOCK) as mine, pytest.raises(BlockingIOError):
+                fcntl.flock(mine, fcntl.LOCK_EX | fcntl.LOCK_NB)  # this command's own is held
+        assert not Path(directory).exists()
+    finally:
+        holder.kill()
+        holder.wait()

@@ -105,7 +105,8 @@ def test_run_and_tune_share_the_execution_options():
     (lambda job: api.run(job, "bsp", progress=5), "progress must be a function (or None), but got 5"),
     (lambda job: api.tune(job, "static_k", on_trial="bar"), "on_trial must be a function (or None), but got 'bar'"),
     (lambda job: api.leaderboard(job, ["bsp"], on_done=1), "on_done must be a function (or None), but got 1"),
-    (lambda job: api.profile(job, phase=True), "phase must be a function (or None), but got True"),
+    (lambda job: api.profile(job, phase=True), "phase must be a function, but got True"),
+    (lambda job: api.replay("logs", phase=None), "phase must be a function, but got None"),
     (lambda job: job_from_dict({"name": "x"}, 5), "source must be a text labelling where the job came from, but "
                                                   "got 5"),
 ])
