@@ -123,10 +123,10 @@ def test_helpers_that_no_race_used_are_ended_without_waiting_for_their_warm_up(t
     with race_trials.race_helpers(request) as helpers:
         assert len(helpers.procs) == 1 and helpers.procs[0].is_alive()
         helpers.close()  # the cache answered: ended there, not once the command is done
-        assert helpers.procs[0].exitcode == -signal.SIGTERM
+        assert helpers.procs[0].exitcode == -signal.SIGKILL
     with race_trials.race_helpers(request) as refused:
         pass  # refused before any race: ended on the way out
-    assert refused.procs[0].exitcode == -signal.SIGTERM
+    assert refused.procs[0].exitcode == -signal.SIGKILL
 
 
 def test_a_round_whose_run_failed_without_a_rerun_is_planned_again_rather_than_awaited(study):
