@@ -10,7 +10,7 @@ from autosync.policies._base import (
 )
 from autosync.policies._classic import ASP, BSP, SSP, BackupWorkers
 from autosync.policies._composed import (
-    SEED_POLICIES, Composed, check_composition, composition_of, cross_paper_variants,
+    SEED_POLICIES, Composed, check_composition, composition_of, cross_paper_variants, reads_parameter,
 )
 from autosync.policies._dana import DANADC, DCASGD, LWP, NAGASGD, DANASlim, DANAZero, MultiASGD
 from autosync.policies.dbw import DBW, BlindDBW, DynamicK
@@ -20,7 +20,7 @@ from autosync.policies._sync_switch import SyncSwitch
 
 __all__ = [
     "ASP", "AdaComm", "AsyncLocalSGD", "DiLoCo", "EASGD", "LocalSGD", "LocalSteps", "Aggregation", "Arrival", "BSP", "BackupWorkers", "Barrier", "Batching", "BlindDBW",
-    "BoundedStaleness", "Composed", "check_composition", "composition_of", "cross_paper_variants", "DANADC", "DANASlim", "DANAZero", "DBW", "DCASGD", "DynamicK", "FastestK", "LBBSP",
+    "BoundedStaleness", "Composed", "check_composition", "composition_of", "reads_parameter", "cross_paper_variants", "DANADC", "DANASlim", "DANAZero", "DBW", "DCASGD", "DynamicK", "FastestK", "LBBSP",
     "LWP", "MultiASGD", "NAGASGD", "OnArrival", "Policy", "Preset", "Progress", "SEED_POLICIES", "SSP", "Schedule", "ServerView",
     "StaticSplit", "Strategies", "Strategy", "SyncSwitch", "Task", "UpdateRule", "UpdateStats",
 ]

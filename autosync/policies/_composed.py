@@ -248,6 +248,16 @@ def check_composition(policy: Composed) -> None:
                          f"it needs barrier bsp, but got barrier={policy.barrier}")
 
 
+def reads_parameter(policy: Policy, name: str) -> bool:
+    """Whether `policy` reads its parameter `name`: a composition only where a slot takes a choice that owns
+    it (`PARAMETER_OWNERS`: k under barrier backup; under another barrier k keeps its default, unused); any
+    other policy every parameter it has."""
+    if name not in policy.params():
+        return False
+    owners = PARAMETER_OWNERS.get(name) if isinstance(policy, Composed) else None
+    return owners is None or any(getattr(policy, slot) in choices for slot, choices in owners.items())
+
+
 def composition_of(policy: Policy) -> dict[str, Any] | None:
     """The slots (as Composed's parameters) of a named seed policy, or None for one that is not a preset:
     the preset its values select (`Preset.fixed`), provided every parameter the preset does not carry keeps

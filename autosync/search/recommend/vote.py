@@ -18,9 +18,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from autosync.catalog import policy_from_dict
 from autosync.core.errors import UserError
 from autosync.core.job import JobSpec
 from autosync.search.recommend.neighbours import FEATURE_NAMES, Neighbour, cluster_features, neighbours
+from autosync.policies import reads_parameter
 from autosync.search.objective import canonical_on
 from autosync.search.recommend.grid import grid_neighbours
 from autosync.search.study import _optuna_internals as internals
@@ -52,8 +54,11 @@ def adapt(policy: dict[str, Any], n_from: int, job: JobSpec) -> dict[str, Any] |
     fit this job."""
     n = job.cluster.n_workers
     params = dict(policy.get("params", {}))
-    waits_for_k = policy.get("policy") == "backup" or params.get("barrier") == "backup"
-    if waits_for_k and isinstance(params.get("k"), int) and n_from != n:
+    try:
+        reads_k = reads_parameter(policy_from_dict(policy), "k")
+    except (ValueError, KeyError, TypeError):  # a winner no policy of this autosync makes: none fits
+        return None
+    if reads_k and isinstance(params.get("k"), int) and n_from != n:
         params["k"] = min(n, max(1, round(params["k"] * n / n_from)))
     adapted = {"policy": policy["policy"], "params": params}
     return adapted if canonical_on(adapted, job) is not None else None

@@ -132,3 +132,12 @@ def test_a_parameter_that_is_not_a_finite_number_is_refused_by_every_policy(name
 
     with pytest.raises(UserError, match=f"policy {name} parameter {key} must be a finite number, but got {value}"):
         make_policy(name, {key: value})
+
+
+def test_a_composition_reads_a_parameter_only_where_a_slot_owning_it_is_taken():
+    from autosync.policies import reads_parameter
+
+    assert reads_parameter(POLICIES["backup"](k=3), "k")
+    assert reads_parameter(Composed(barrier="backup", k=3), "k")
+    assert not reads_parameter(Composed(barrier="asp"), "k")  # carried at its default, unused
+    assert reads_parameter(Composed(barrier="asp"), "barrier") and not reads_parameter(POLICIES["bsp"](), "k")
