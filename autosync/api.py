@@ -126,7 +126,10 @@ def _callbacks_checked(function: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(function)
     def checked(*args: Any, **kwargs: Any) -> Any:
-        bound = signature.bind_partial(*args, **kwargs).arguments
+        try:
+            bound = signature.bind_partial(*args, **kwargs).arguments
+        except TypeError:  # arguments it does not take: Python's own message, which names the function
+            return function(*args, **kwargs)
         for name, may_be_none in optional.items():
             value = bound.get(name, signature.parameters[name].default)
             if not callable(value) and not (value is None and may_be_none):

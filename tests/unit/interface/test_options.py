@@ -284,3 +284,10 @@ def test_the_tuned_policy_is_named_in_any_case_as_policy_names_are():
     """`--policy TUNED` was refused as an unknown policy, where `--policy BSP` is BSP."""
     assert RunOptions(policy=" TUNED ").tuned and RunOptions(policy="tuned").tuned
     assert not RunOptions(policy="bsp").tuned and not RunOptions(policy={"policy": "tuned"}).tuned
+
+
+def test_a_call_with_arguments_a_function_does_not_take_keeps_python_s_message_naming_it():
+    """The API's callback check binds the arguments first; one it cannot bind is Python's own TypeError, which
+    names the function (the check's bind said only 'too many positional arguments')."""
+    with pytest.raises(TypeError, match=r"run\(\) takes from 1 to 3 positional arguments but 4 were given"):
+        api.run(None, "bsp", None, 4)
