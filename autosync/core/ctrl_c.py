@@ -87,8 +87,8 @@ def sigterm_as_ctrl_c() -> Iterator[None]:
             or signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         yield
         return
+    _ASKED.clear()  # before the handler: a SIGTERM from then on is this context's
     before = signal.signal(signal.SIGTERM, _as_ctrl_c)
-    _ASKED.clear()
     try:
         yield
     finally:

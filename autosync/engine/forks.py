@@ -81,9 +81,15 @@ class ForkStore:
         self.shared: ForkFiles | None = None
         self._kept: OrderedDict[tuple[str, float | None], Kept] = OrderedDict()
         self._bytes = 0  # what the kept snapshots take, in all
+        self._held: Any = None  # the shared folder's lock handle (`share`)
 
     def share(self, directory: str | None) -> None:
-        """Keep runs in `directory` too, and read those other processes kept there (None: memory only)."""
+        """Keep runs in `directory` too, and read those other processes kept there (None: memory only). While
+        it shares a folder of `sharing`'s, the process holds a shared lock on its `OWNER_LOCK`, so that no
+        sweep removes it (`remove_folders_of_ended_commands`), whichever of the command's processes is left."""
+        if self._held is not None:
+            self._held.close()  # releases its lock
+        self._held = _held_lock(directory) if directory is not None else None
         self.shared = None if directory is None else ForkFiles(directory, self.max_bytes)
 
     def put(self, key: str, snapshot: bytes, at_seconds: float, undecided_above: float | None = None,
@@ -178,21 +184,43 @@ def sharing(enabled: bool, store: ForkStore = FORKS) -> Iterator[str | None]:
 
 @contextlib.contextmanager
 def _owned(directory: str) -> Iterator[None]:
-    """Within: this process holds an exclusive lock on the folder's `OWNER_LOCK` file, which the sweep of
-    folders left by killed commands takes before it removes one (`remove_folders_of_ended_commands`): the
-    kernel releases it when the process ends, however it ends. Without fcntl's locks (Windows), nothing."""
+    """Within: `directory`'s `OWNER_LOCK` exists, and this process holds a shared lock on it, which the sweep
+    of folders left by killed commands must take exclusively before it removes one
+    (`remove_folders_of_ended_commands`); the kernel releases it when the process ends, however it ends. The
+    file is made locked (locked under another name, then renamed), so that no sweep finds it unlocked.
+    Without fcntl's locks (Windows), nothing."""
     if fcntl is None:
         yield
         return
-    with open(os.path.join(directory, OWNER_LOCK), "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    descriptor, made = tempfile.mkstemp(dir=directory, prefix=".owner-")
+    with os.fdopen(descriptor, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_SH)
+        os.replace(made, os.path.join(directory, OWNER_LOCK))
         yield
+
+
+def _held_lock(directory: str) -> Any:
+    """An open handle on `directory`'s `OWNER_LOCK` holding a shared lock (`ForkStore.share`); None without
+    fcntl's locks, or without the file (a folder of no `sharing`, such as a test's)."""
+    if fcntl is None:
+        return None
+    try:
+        handle = open(os.path.join(directory, OWNER_LOCK))
+    except OSError:
+        return None
+    try:
+        fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:  # a sweep removing it holds it exclusively: its command is gone
+        handle.close()
+        return None
+    return handle
 
 
 def remove_folders_of_ended_commands(temporary: str | None = None) -> list[Path]:
     """Remove the folders of kept runs (`sharing`'s) that commands ended by SIGKILL or out of memory (which no
     handler sees) left in the temporary directory (`temporary`: tempfile's): those whose owner's lock
-    (`OWNER_LOCK`, held by `sharing` for the folder's life) can be taken at once, so that no process holds it.
+    (`OWNER_LOCK`, held shared by `sharing` and by each process sharing the folder) can be taken exclusively
+    at once, so that no process holds it.
     A lock held from another container or process namespace on this kernel is seen held all the same, where
     a process number would have looked gone. A folder without the lock file (being made, or of an autosync
     before it) is left alone. Returns the folders removed; none without fcntl's locks (Windows)."""

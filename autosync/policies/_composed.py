@@ -250,11 +250,15 @@ def check_composition(policy: Composed) -> None:
 
 def reads_parameter(policy: Policy, name: str) -> bool:
     """Whether `policy` reads its parameter `name`: a composition only where a slot takes a choice that owns
-    it (`PARAMETER_OWNERS`: k under barrier backup; under another barrier k keeps its default, unused); any
-    other policy every parameter it has."""
+    it (`PARAMETER_OWNERS`: k under barrier backup; under another barrier k keeps its default, unused; period
+    under a local step); any other policy every parameter it has."""
     if name not in policy.params():
         return False
-    owners = PARAMETER_OWNERS.get(name) if isinstance(policy, Composed) else None
+    if not isinstance(policy, Composed):
+        return True
+    if name == "period":  # the local step's, read under every local choice but none (`check_composition`)
+        return policy.local != PLAIN["local"]
+    owners = PARAMETER_OWNERS.get(name)
     return owners is None or any(getattr(policy, slot) in choices for slot, choices in owners.items())
 
 

@@ -578,6 +578,7 @@ class Helpers:
     go: Any = None  # the event set once the study exists (None: no helpers)
     stop: Any = None  # the event set once the race has its answer
     raced: bool = False
+    closed: bool = False  # `close` has run (a second call would set `stop`, whose lock a killed helper may hold)
 
     def start_racing(self) -> None:
         """Let the helpers load the study and run its queued trials."""
@@ -594,10 +595,13 @@ class Helpers:
         """Stop the helpers and wait for them: those that raced end after their run; those that no race used
         (the cache answered, or the request was refused) are killed at once, still warming up (they touch the
         storage only once the race starts: `start_racing`)."""
+        if self.closed:  # the cache answered: closed there, and again on the way out
+            return
+        self.closed = True
         self.finish()
         for p in self.procs:
             if not self.raced:
-                p.kill()  # it has touched nothing yet; SIGTERM, handled as Ctrl-C, waits for its imports
+                p.kill()  # it has touched no storage yet; SIGTERM, handled as Ctrl-C, waits for its imports
             p.join()
 
 

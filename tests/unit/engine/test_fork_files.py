@@ -123,3 +123,19 @@ def test_sharing_removes_the_folders_that_killed_commands_left_and_none_in_use(t
     finally:
         holder.kill()
         holder.wait()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="fcntl's locks")
+def test_a_folder_a_helper_still_shares_is_not_swept_once_its_command_is_gone(tmp_path):
+    """A tune's helpers run on for a while after their command is killed: each holds the folder's lock too, so
+    that another command's sweep does not remove the kept runs under it (its next write failed)."""
+    from autosync.engine.forks import FOLDER_PREFIX, OWNER_LOCK, remove_folders_of_ended_commands
+
+    folder = tmp_path / f"{FOLDER_PREFIX}host-1-a"
+    folder.mkdir()
+    (folder / OWNER_LOCK).touch()  # its command gone: nobody holds the lock but the helper
+    helper = ForkStore()
+    helper.share(str(folder))
+    assert remove_folders_of_ended_commands(str(tmp_path)) == [] and folder.exists()
+    helper.share(None)
+    assert remove_folders_of_ended_commands(str(tmp_path)) == [folder] and not folder.exists()

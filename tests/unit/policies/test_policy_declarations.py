@@ -141,3 +141,4 @@ def test_a_composition_reads_a_parameter_only_where_a_slot_owning_it_is_taken():
     assert reads_parameter(Composed(barrier="backup", k=3), "k")
     assert not reads_parameter(Composed(barrier="asp"), "k")  # carried at its default, unused
     assert reads_parameter(Composed(barrier="asp"), "barrier") and not reads_parameter(POLICIES["bsp"](), "k")
+    assert not reads_parameter(Composed(update="easgd"), "period") and reads_parameter(Composed(local="period"), "period")
