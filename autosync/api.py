@@ -76,7 +76,8 @@ __all__ = [
     "JobSpec", "load_job", "job_from_dict", "validate_job", "backend", "make_policy", "tuned_policy",
     "check_workload", "run", "run_setup", "write_run", "tune", "tune_dir", "write_tune", "Tuned", "TuneFiles",
     "leaderboard", "Leaderboard", "profile", "Profile", "cached_studies", "clear_cache", "load_run", "rerun", "ranks",
-    "output_dir", "output_file", "LEADERBOARD_FOLDER_FILES", "SCALING_FILES", "CALIBRATION_FILE", "RunOptions", "TuneOptions",
+    "output_dir", "output_file", "LEADERBOARD_FOLDER_FILES", "SCALING_FILES", "CALIBRATION_FILE", "RunOptions",
+    "TuneOptions",
     "LeaderboardOptions", "ProfileOptions",
     "ExecutionOptions", "calibrate", "write_calibration", "CalibrateOptions", "recommend", "family", "DrawnJobs",
     "FamilyOptions", "robustness", "Robustness", "RobustnessOptions", "robustness_compare", "CompareOptions",
@@ -96,7 +97,8 @@ def _options(cls: type, options: Any, on: "BackendChoice | None", fields: dict[s
     """The options a function runs with: `options` (or the defaults) with `fields`, the positional arguments
     `given` that are not None, and `on`'s execution fields set."""
     if on is not None and not isinstance(on, BackendChoice):
-        raise UserError(f"on must be where to train, as backend(...) makes it (backend('processes')), but got {on!r}")
+        raise UserError("on must be where to train, as backend(...) makes it (backend('processes')), but got "
+                        f"{short_repr(on)}")
     if on is not None:
         fields = {**ExecutionOptions.of_choice(on), **fields}
     return build(cls, options, **{k: v for k, v in given.items() if v is not None}, **fields)
@@ -155,7 +157,8 @@ def _listed(values: Any, name: str, paths: bool = False) -> list[Any]:
     """A function's list argument as a list (with `paths`, each item a path: `_path`); a bare string or path
     (read one character at a time, it named 'b' for the policy 'bsp') is a one-line UserError."""
     if isinstance(values, (str, Path)) or not isinstance(values, Iterable):
-        raise UserError(f"{name} must be a list, but got {values!r} (a list of one: [{str(values)!r}])")
+        raise UserError(f"{name} must be a list, but got {short_repr(values)} "
+                        f"(a list of one: [{short_repr(str(values))}])")
     return [_path(v, f"{name}[{i}]") for i, v in enumerate(values)] if paths else list(values)
 
 
@@ -163,7 +166,7 @@ def _path(value: Any, name: str) -> Path:
     """A function's path argument as a Path; None, a number or an empty text is a one-line UserError (pathlib
     raised TypeError, and '' was read as the current folder)."""
     if not isinstance(value, (str, os.PathLike)) or not str(value).strip():
-        raise UserError(f"{name} must be a file or folder path, but got {value!r}")
+        raise UserError(f"{name} must be a file or folder path, but got {short_repr(value)}")
     return Path(value)
 
 
@@ -180,7 +183,8 @@ def _storage(storage: Any) -> str:
     if storage is None:
         return DEFAULT_STORAGE
     if not isinstance(storage, str) or not storage.strip():
-        raise UserError(f"storage must be a storage URL (sqlite:///FILE.db, postgresql://...), but got {storage!r}")
+        raise UserError("storage must be a storage URL (sqlite:///FILE.db, postgresql://...), but got "
+                        f"{short_repr(storage)}")
     return storage
 
 
@@ -712,6 +716,6 @@ def rerun(logged: "LoggedRun", device: str = "cpu", progress: Callable[[dict[str
     from autosync.measure.rerun import LoggedRun, rerun as replay  # not at the top: torch
 
     if not isinstance(logged, LoggedRun):  # a run folder's path raised AttributeError in the replay
-        raise UserError(f"rerun needs the run load_run(RUN_DIR) returns, but got {logged!r}")
+        raise UserError(f"rerun needs the run load_run(RUN_DIR) returns, but got {short_repr(logged)}")
     return replay(logged, device, progress=progress)
 

@@ -16,7 +16,7 @@ from typing import Any, Iterable
 
 from autosync.core.errors import UserError
 from autosync.core.loader import short_repr
-from autosync.core.record_checks import expect, is_number
+from autosync.core.record_checks import expect, expect_numbers
 
 ONLINE_POLICIES = ("dbw", "bdbw", "lbbsp", "ssp", "sync_switch", "dana_slim")
 STATIC_K_RULES = ("fixed", "proportional")  # the static-k grid's learning-rate rules unless told otherwise
@@ -94,29 +94,23 @@ def load_report(path: Path, flag: str = "") -> tuple[Path, dict[str, Any]]:
             _require(row, REPORT_JOB_KEYS)
             for key in ("job", "fingerprint"):
                 expect(row[key], str, f"jobs.{i}.{key}")
-            _numbers(f"jobs.{i}", {key: row[key] for key in ("n_workers", "budget", "best_static_time", "bsp_time")})
+            expect_numbers({key: row[key] for key in ("n_workers", "budget", "best_static_time", "bsp_time")},
+                           f"jobs.{i}")
             if isinstance(row["n_workers"], float) or not (row["n_workers"] or 0) >= 1 or not (row["budget"] or 0) > 0:
                 raise ValueError(f"jobs.{i}: n_workers must be a whole number >= 1 and budget a number > 0, but got "
                                  f"{short_repr(row['n_workers'])} and {short_repr(row['budget'])}")
-            _numbers(f"jobs.{i}.static", row["static"])
+            expect_numbers(row["static"], f"jobs.{i}.static")
             for label, cell in expect(row["policies"], dict, f"jobs.{i}.policies").items():
                 where = f"jobs.{i}.policies.{label}"
-                _numbers(where, {k: v for k, v in expect(cell, dict, where).items() if k in ("time", "regret", "vs_bsp")})
+                scores = {k: v for k, v in expect(cell, dict, where).items() if k in ("time", "regret", "vs_bsp")}
+                expect_numbers(scores, where)
         for i, row in enumerate(data["summary"]):
             _require(row, ("policy",))
-            _numbers(f"summary.{i}", {k: v for k, v in row.items() if k != "policy"})
+            expect_numbers({k: v for k, v in row.items() if k != "policy"}, f"summary.{i}")
     except (ValueError, KeyError, TypeError) as exc:
         raise UserError(f"{file}: not a robustness report written by `autosync robustness` "
                         f"({type(exc).__name__}: {exc})") from None
     return file.parent, data
-
-
-def _numbers(where: str, values: Any) -> None:
-    """TypeError naming the first value of `values` (a dict) that is not a number or null: the readers of a
-    report compare and format them as numbers."""
-    for key, value in expect(values, dict, where).items():
-        if value is not None and not is_number(value):
-            raise TypeError(f"{where}.{key} must be a number, but got {short_repr(value)}")
 
 
 def _require(mapping: Any, keys: Iterable[str]) -> None:

@@ -26,7 +26,7 @@ from typing import Any
 
 from autosync.core.job import JobSpec, TargetSpec
 from autosync.core.loader import short_repr
-from autosync.core.record_checks import expect, is_number
+from autosync.core.record_checks import expect, expect_numbers, is_number
 
 # what `autosync.policy_score.evaluate` and the reports read of a run's metrics (`run_metrics`)
 SCORES = ("virtual_time", "updates", "epochs", "reached_target", "time_to_target", "updates_to_target",
@@ -178,8 +178,8 @@ def _check_record(data: Any) -> None:
         # the common case at the cost of one pass (a table's read checks every evaluation of every cell)
         if type(evaluation) is not dict or type(evaluation.get("time")) not in _NUMBER_TYPES \
                 or not all(type(v) in _VALUE_TYPES for v in evaluation.values()):
-            _numbers(f"evaluations.{i}", expect(evaluation, dict, f"evaluations.{i}"), required=("time",))
-    _numbers("scores", expect(data["scores"], dict, "scores"), required=("virtual_time",))
+            expect_numbers(evaluation, f"evaluations.{i}", required=("time",), flags=True)
+    expect_numbers(data["scores"], "scores", required=("virtual_time",), flags=True)  # flags: reached_target
     for i, prefix in enumerate(expect(data["prefixes"], list, "prefixes")):
         if not (isinstance(prefix, list) and len(prefix) == 3 and all(is_number(x) for x in prefix[:2])
                 and isinstance(prefix[2], bool)):
@@ -188,14 +188,3 @@ def _check_record(data: Any) -> None:
 
 _NUMBER_TYPES = (int, float)
 _VALUE_TYPES = (int, float, type(None))  # an evaluation's values: numbers, or null (a metric not measured)
-
-
-def _numbers(where: str, values: dict[str, Any], required: tuple[str, ...]) -> None:
-    """TypeError naming the first of `values` that is not a number, null or a flag (reached_target), or a
-    `required` one that is not a number."""
-    for key in required:
-        if not is_number(values.get(key)):
-            raise TypeError(f"{where}.{key} must be a number, but got {short_repr(values.get(key))}")
-    for key, value in values.items():
-        if value is not None and not isinstance(value, bool) and not is_number(value):
-            raise TypeError(f"{where}.{key} must be a number, but got {short_repr(value)}")
