@@ -24,7 +24,6 @@ import contextlib
 import os
 import signal
 import threading
-from multiprocessing import resource_tracker
 from typing import Any, Iterator
 
 __all__ = ["children_start_without_sigint", "pass_ctrl_c_on_to", "sigterm_as_ctrl_c", "workers_spared_ctrl_c"]
@@ -64,6 +63,10 @@ def children_start_without_sigint(*, joblib_pool: bool) -> Iterator[None]:
     if not hasattr(signal, "pthread_sigmask"):
         yield
         return
+    # not at the top: multiprocessing, which the command line (importing this module for `sigterm_as_ctrl_c`)
+    # loads only in the commands that start processes
+    from multiprocessing import resource_tracker
+
     resource_tracker.ensure_running()
     if joblib_pool:
         # not at the top: joblib (and numpy under it) load only in the commands that run workers
