@@ -11,7 +11,7 @@ SIGTERM, whose default ends the process on the spot: a tune left its temporary f
 (megabytes in /tmp, for every tune so ended), its trial running in the storage until its heartbeat expired,
 and its semaphores for the resource tracker to report. Within `sigterm_as_ctrl_c` it is handled once as the
 command handles Ctrl-C: what the command keeps, it keeps and says so, its temporary files are removed and it
-exits with status 130. It is passed on to the helper processes registered with `pass_ctrl_c_on_to` (a tune's
+exits with status 130. It is passed on to the helper processes registered with `pass_sigterm_on_to` (a tune's
 `--n-jobs` helpers, which handle it the same way), so that a SIGTERM sent to the command's process alone
 ends them as one sent to its whole process group (`timeout`, a scheduler) does. Where SIGINT is ignored (a
 command started in the background by a script) and under torchrun (whose agent sends SIGTERM to ranks that
@@ -26,9 +26,9 @@ import signal
 import threading
 from typing import Any, Iterator
 
-__all__ = ["children_start_without_sigint", "pass_ctrl_c_on_to", "sigterm_as_ctrl_c", "workers_spared_ctrl_c"]
+__all__ = ["children_start_without_sigint", "pass_sigterm_on_to", "sigterm_as_ctrl_c", "workers_spared_ctrl_c"]
 
-_TOLD: list[Any] = []  # the child processes SIGTERM's handler passes it on to (`pass_ctrl_c_on_to`)
+_TOLD: list[Any] = []  # the child processes SIGTERM's handler passes it on to (`pass_sigterm_on_to`)
 _ASKED: list[int] = []  # the SIGTERM being handled (empty: none yet), so that a second one is not (`_as_ctrl_c`)
 
 
@@ -99,7 +99,7 @@ def sigterm_as_ctrl_c() -> Iterator[None]:
 
 
 def _as_ctrl_c(signum: int, frame: Any) -> None:
-    """SIGTERM's handler: the registered helpers are sent SIGTERM (`pass_ctrl_c_on_to`), then SIGINT's handler
+    """SIGTERM's handler: the registered helpers are sent SIGTERM (`pass_sigterm_on_to`), then SIGINT's handler
     of the moment runs (it may hold the interrupt until a storage write returns:
     `autosync.search.study.interrupts`), once: a second SIGTERM (a scheduler's to the whole process group, and
     the command's to its helper) is not a second Ctrl-C cutting the first's clean-up short. Where SIGINT has
@@ -119,7 +119,7 @@ def _as_ctrl_c(signum: int, frame: Any) -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
-def pass_ctrl_c_on_to(processes: "list[Any]") -> None:
+def pass_sigterm_on_to(processes: "list[Any]") -> None:
     """Have SIGTERM's handler (`sigterm_as_ctrl_c`) pass SIGTERM on to `processes` (multiprocessing's, started
     by this one, handling it as Ctrl-C in turn); those that have ended are forgotten."""
     _TOLD[:] = [p for p in _TOLD if _alive(p)] + list(processes)

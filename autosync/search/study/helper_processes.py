@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator
 
 import joblib
 
-from autosync.core.ctrl_c import children_start_without_sigint, pass_ctrl_c_on_to, sigterm_as_ctrl_c
+from autosync.core.ctrl_c import children_start_without_sigint, pass_sigterm_on_to, sigterm_as_ctrl_c
 from autosync.core.errors import UserError
 from autosync.engine.forks import FORKS
 from autosync.search.study.interrupts import interrupted, storage_call, storage_calls_finish_first
@@ -62,7 +62,7 @@ def start_helpers(storage: str, count: int, target: Callable[..., None],
     with _ctrl_c_blocked():
         for p in procs:
             p.start()
-            pass_ctrl_c_on_to([p])  # a SIGTERM to this process alone reaches them (one held by the block too)
+            pass_sigterm_on_to([p])  # a SIGTERM to this process alone reaches them (one held by the block too)
     return procs
 
 

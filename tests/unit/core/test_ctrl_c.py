@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from autosync.core.ctrl_c import pass_ctrl_c_on_to, sigterm_as_ctrl_c, workers_spared_ctrl_c
+from autosync.core.ctrl_c import pass_sigterm_on_to, sigterm_as_ctrl_c, workers_spared_ctrl_c
 
 _STORM = """
 import os, signal, sys, time
@@ -89,7 +89,7 @@ def test_where_sigint_is_ignored_or_under_torchrun_sigterm_keeps_its_default(mon
 
 
 def test_sigterm_is_passed_on_to_the_registered_helpers_and_forked_children_get_its_default():
-    """A helper registered with `pass_ctrl_c_on_to` gets SIGTERM when the command does (here a process forked
+    """A helper registered with `pass_sigterm_on_to` gets SIGTERM when the command does (here a process forked
     within `sigterm_as_ctrl_c`, with SIGTERM's default again: it ends at once)."""
     import multiprocessing as mp
 
@@ -98,7 +98,7 @@ def test_sigterm_is_passed_on_to_the_registered_helpers_and_forked_children_get_
         sleeper = context.Process(target=time.sleep, args=(30,))
         sleeper.start()
         time.sleep(0.5)  # past its start
-        pass_ctrl_c_on_to([sleeper])
+        pass_sigterm_on_to([sleeper])
         with pytest.raises(KeyboardInterrupt):
             signal.raise_signal(signal.SIGTERM)
         sleeper.join(10)
