@@ -18,7 +18,9 @@ DOCS = REPO / "docs"
 GENERATED = {"reference/commands.md", "reference/job-fields.md", "reference/policies.md"}
 MAX_WORDS = 1500
 # The pages that follow the search's rewrite: their citations and notes are held when they are rewritten
-FOLLOWS_THE_SEARCH = {"concepts/tuning.md", "tutorial/first-tune.md"}
+FOLLOWS_THE_SEARCH = {"tutorial/first-tune.md"}
+# The search issue's page on the procedure: at most 1,000 words, with a figure of one race
+SEARCH_PAGE, SEARCH_PAGE_WORDS, RACE_FIGURE = "concepts/tuning.md", 1000, "](race.png)"
 
 
 def _load(name: str):
@@ -192,6 +194,15 @@ def test_pages_are_at_most_1500_words(name):
     assert words <= MAX_WORDS, f"docs/{name}: {words} words (at most {MAX_WORDS} outside the generated reference)"
 
 
+def test_the_search_page_describes_the_race_in_at_most_1000_words_with_its_figure():
+    text = _pages()[SEARCH_PAGE]
+    words = len(re.sub(r"```.*?```", "", text, flags=re.S).split())
+    assert words <= SEARCH_PAGE_WORDS, f"docs/{SEARCH_PAGE}: {words} words (at most {SEARCH_PAGE_WORDS})"
+    assert RACE_FIGURE in text and (DOCS / "concepts" / "race.png").is_file()
+    assert all(f"**{name}" in text for name in ("Portfolio", "Second seed", "Local step", "Final metric",
+                                                "Towards BSP"))
+
+
 # A paper's numbered equation, problem, rule or algorithm, and LB-BSP's NARX predictor
 CITED_NUMBER = re.compile(r"\b(?:rule|problem) \(\d+\)|\beqs?\. ?\(?\d+|\(\d+\)-\(\d+\)|\bAlgorithms? \d+|\bNARX\b",
                           re.I)
@@ -319,6 +330,8 @@ NOT_MEASURED = {
     ("troubleshooting.md", "15%"): "the calibration's tolerance (a setting)",
     ("tutorial/first-tune.md", "95%"): "the default job's target (a setting)",
     ("concepts/parameter-server.md", "1.86 MB"): "the Sync-Switch paper's model size, a setting of its job",
+    ("concepts/tpe-search.md", "30%"): "the pace rule's start, a fraction of the leader's time (a setting)",
+    ("concepts/tpe-search.md", "1.05x"): "the factor past which another space's answer is named (a setting)",
 }
 
 
