@@ -104,7 +104,10 @@ def split_policy_spec(text: str, option: str = "--policy") -> tuple[str, dict[st
     else:
         name, _, body = text.partition(":")
     params: dict[str, Any] = {}
-    for item in _top_level_items(body):
+    for item in _top_level_items(body) if body.strip() else []:
+        if not item:  # 'k=2,,' or a trailing comma: a parameter left out, as likely as a typo
+            raise UserError(f"{option} {text!r}: each parameter must look like key=value, but got an empty one "
+                            "between commas")
         if "=" not in item or not item.partition("=")[0].strip():
             raise UserError(f"{option} {text!r}: each parameter must look like key=value, but got {item!r}")
         key, value = parse_param(item)
@@ -115,7 +118,8 @@ def split_policy_spec(text: str, option: str = "--policy") -> tuple[str, dict[st
 
 
 def _top_level_items(body: str) -> list[str]:
-    """'a=1, b=[1, 2]' -> ['a=1', 'b=[1, 2]']: split at the commas outside brackets and quotes."""
+    """'a=1, b=[1, 2]' -> ['a=1', 'b=[1, 2]']: split at the commas outside brackets and quotes ('a=1,,' ->
+    ['a=1', '', ''])."""
     items, depth, quote, current = [], 0, "", []
     for ch in body:
         if quote:
@@ -132,7 +136,7 @@ def _top_level_items(body: str) -> list[str]:
             continue
         current.append(ch)
     items.append("".join(current).strip())
-    return [item for item in items if item]
+    return items
 
 
 def make_policy(name: str, params: dict[str, Any] | None = None) -> Policy:

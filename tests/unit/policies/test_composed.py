@@ -135,8 +135,10 @@ def test_labels_read_as_the_composition_and_specs_parse():
     assert split_policy_spec("backup:lr_rule=f(x)") == ("backup", {"lr_rule": "f(x)"})  # the colon form
     assert split_policy_spec("compose(barrier='ssp', staleness=2)") == ("compose", {"barrier": "ssp", "staleness": 2})
     assert split_policy_spec("split(fractions=[0.5, 0.5])") == ("split", {"fractions": [0.5, 0.5]})
+    assert split_policy_spec("bsp()") == split_policy_spec("bsp:") == split_policy_spec("bsp") == ("bsp", {})
     for bad, rule in (("backup(k=8))", "must look like name"), ("backup(k=1, k=2)", "given once"),
-                      ("bsp(=1)", "must look like key=value")):
+                      ("bsp(=1)", "must look like key=value"), ("backup:k=2,,", "an empty one between commas"),
+                      ("backup:k=2,", "an empty one between commas"), ("compose(barrier=ssp,)", "an empty one")):
         with pytest.raises(UserError, match=re.escape(rule)):
             split_policy_spec(bad)
 
