@@ -28,7 +28,7 @@ from autosync.search.recommend.grid import grid_neighbours
 from autosync.search.study import _optuna_internals as internals
 from autosync.search.study.cache import refuse_damaged
 from autosync.search.study.records import StudyRecord
-from autosync.search.study.storage import open_existing_storage, quiet_optuna, redact_url
+from autosync.search.study.storage import existing_storage, quiet_optuna, redact_url
 
 __all__ = ["Recommendation", "adapt", "recommend", "recommend_from"]
 
@@ -68,14 +68,14 @@ def recommend_from(url: str, job: JobSpec, grids: Sequence[Path] = ()) -> Recomm
     """`recommend` from the storage at `url` (opened only if it exists: reading creates and changes nothing)
     and the robustness reports `grids`; a storage that does not exist with no report is a one-line UserError."""
     quiet_optuna()
-    opened = open_existing_storage(url)
-    if opened is None and not grids:
-        raise UserError(f"{job.source}: no tuned job in {redact_url(url)} to recommend from (the storage does not "
-                        "exist): tune this job (autosync tune) or point --storage at a storage of tuned jobs "
-                        "(or --grid at a robustness report)")
-    if opened is not None:  # a damaged record among the tuned jobs is refused, as every read-only command does
-        refuse_damaged(opened)
-    return recommend(opened, job, redact_url(url), grids)
+    with existing_storage(url) as opened:
+        if opened is None and not grids:
+            raise UserError(f"{job.source}: no tuned job in {redact_url(url)} to recommend from (the storage does "
+                            "not exist): tune this job (autosync tune) or point --storage at a storage of tuned "
+                            "jobs (or --grid at a robustness report)")
+        if opened is not None:  # a damaged record among the tuned jobs is refused, as every read-only command does
+            refuse_damaged(opened)
+        return recommend(opened, job, redact_url(url), grids)
 
 
 def _tuned_itself(storage: Any, job: JobSpec) -> bool:

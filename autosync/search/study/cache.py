@@ -23,7 +23,7 @@ from autosync.search.study.records import (
     UNCHECKED, VIRTUAL_SECONDS, CacheRecord, StudyRecord, TrialRecord, damaged, final_pending, has_run,
     outside_budget, policy_key, validated, write_cache_record,
 )
-from autosync.search.study.storage import open_existing_storage, redact_url
+from autosync.search.study.storage import existing_storage, redact_url
 from autosync.search.study.trials import counted_trials, feasible_trials
 
 if TYPE_CHECKING:
@@ -289,9 +289,9 @@ def cached_studies(storage_url: str, fingerprint: str | None = None, check: bool
     stored as JSON: None, and `damaged` says why; with `check`, a record stored damaged or not usable raises
     its one-line error instead, `_check_record`); none for
     a storage that does not exist yet. Reading creates and changes nothing, and a file that is not a study
-    storage is refused (`open_existing_storage`)."""
-    storage = open_existing_storage(storage_url)
-    found = [] if storage is None else _summaries(storage, fingerprint)
+    storage is refused (`existing_storage`)."""
+    with existing_storage(storage_url) as storage:
+        found = [] if storage is None else _summaries(storage, fingerprint)
     for s in found if check else []:
         _check_record(s["study"], s.get("damaged"), s["cache"])
     return found
@@ -353,10 +353,10 @@ def clear_cache(storage_url: str, job: JobSpec) -> list[str]:
     """Delete every study of `job`; returns their names."""
     import optuna
 
-    storage = open_existing_storage(storage_url)
-    if storage is None:
-        return []
-    names = [s["study"] for s in _summaries(storage, job.fingerprint())]
-    for name in names:
-        optuna.delete_study(study_name=name, storage=storage)
-    return names
+    with existing_storage(storage_url) as storage:
+        if storage is None:
+            return []
+        names = [s["study"] for s in _summaries(storage, job.fingerprint())]
+        for name in names:
+            optuna.delete_study(study_name=name, storage=storage)
+        return names

@@ -8,13 +8,14 @@ schema; where no lock reaches the other processes, a lost race is retried.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import time
 import warnings
 import weakref
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 from autosync.core.errors import UserError
 from autosync.search.study.interrupts import guarded
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 
     import optuna
 
-__all__ = ["DEFAULT_STORAGE", "end_without_collection", "named_storage", "open_existing_storage", "open_storage",
+__all__ = ["DEFAULT_STORAGE", "end_without_collection", "existing_storage", "named_storage", "open_storage",
            "quiet_optuna", "read_only"]
 
 DEFAULT_STORAGE = "sqlite:///results/autosync-studies.db"
@@ -76,11 +77,25 @@ def _check_sqlite_file(url: str, path: Path) -> None:
             raise UserError(f"--storage {redact_url(url)}: {path} is not an SQLite database file")
 
 
-def open_existing_storage(url: str) -> "optuna.storages.RDBStorage | None":
+@contextlib.contextmanager
+def existing_storage(url: str) -> "Iterator[optuna.storages.RDBStorage | None]":
     """The storage of a command that only reads the cache (or deletes a job's studies from it), opened without
     creating or changing anything: no schema, no lock file, no journal setting. None when it holds no study
     storage yet (an SQLite file that does not exist; a server database without Optuna's tables). A file that
-    is not an autosync study storage (a folder, an empty file, another program's database) is a UserError."""
+    is not an autosync study storage (a folder, an empty file, another program's database) is a UserError.
+    Its connections are closed on leaving the block, so an SQLite file's write-ahead log is merged into it
+    and removed: `cache list` left `-wal` and `-shm` files beside the storage, its storage collected before
+    the command's end closed it (`close_storages`)."""
+    storage = _open_existing(url)
+    try:
+        yield storage
+    finally:
+        if storage is not None:
+            storage.engine.dispose()
+
+
+def _open_existing(url: str) -> "optuna.storages.RDBStorage | None":
+    """`existing_storage`'s storage, opened."""
     path = sqlite_path(url)
     if path is not None:
         if not path.exists():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sqlite3
@@ -246,6 +247,26 @@ def test_a_study_named_by_study_is_the_jobs_for_cache_show_run_tuned_and_clear(t
     assert tuned_policy(url, small_job()) == outcome.cache["best_policy"]
     assert clear_cache(url, small_job()) == ["mine"]
     assert [s["study"] for s in cached_studies(url)] == [f"{other.fingerprint()}-static_k"]  # another job's stays
+
+
+def test_reading_the_cache_leaves_the_sqlite_file_alone_with_no_log_beside_it(tmp_path):
+    """`cache list`, `show`, `clear` and `recommend` open the storage read-only and close it: its write-ahead
+    log is merged and removed (they left `-wal` and `-shm` files beside it, their storage collected before the
+    command's end closed it)."""
+    from autosync.search.recommend.vote import recommend_from
+    from autosync.search.study.cache import cached_studies, clear_cache
+    from autosync.search.study.storage import close_storages
+
+    tune(_request(tmp_path))
+    gc.collect()  # the tune's storages closed, as its command's end closes them
+    close_storages()
+    url = _request(tmp_path).storage
+    path = Path(url.removeprefix("sqlite:///"))
+    beside = lambda: sorted(p.name for p in path.parent.iterdir() if p.name.startswith(path.name + "-"))  # noqa: E731
+    assert beside() == []
+    assert cached_studies(url) and beside() == []
+    assert recommend_from(url, small_job(cluster__n_workers=3)).policy and beside() == []
+    assert clear_cache(url, small_job()) and beside() == []
 
 
 def test_a_study_named_by_study_over_another_space_is_refused(tmp_path):
