@@ -411,11 +411,12 @@ def fit(files: list[Path] = typer.Argument(..., help="Job-family files whose job
 
 
 def _new_table_line(table: str) -> None:
-    """A line where --table names no folder yet: the command then trains every run into a new table there,
-    which a misspelt path would do without a word."""
+    """A line where --table names no folder yet: the command then trains every run it needs into a new table
+    there, which a misspelt path would do without a word (a tune the cache answers trains none, so the line
+    says what would happen to runs, not that any will run)."""
     if not Path(table).exists():
-        status.print(f"table {table}: no such folder, so every run is trained and kept there as a new table",
-                     soft_wrap=True)
+        status.print(f"table {table}: no such folder, so the runs this command trains are kept there as a new "
+                     "table", soft_wrap=True)
 
 
 @_command(CompareOptions, name="robustness-compare")

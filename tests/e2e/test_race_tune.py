@@ -95,7 +95,8 @@ def test_a_race_resumes_from_its_trials_and_runs_none_twice(tiny_job, tmp_path):
     again = _tune(tmp_path, tiny_job, "study", "--table", str(tmp_path / "table"))
     assert not again["out"]["cached"] and _trials(first["url"]) == trials  # no run trained again
     # a table folder not there yet is said to be started (a misspelt path trained everything without a word)
-    new_table = f"table {tmp_path / 'table'}: no such folder, so every run is trained and kept there as a new table"
+    new_table = (f"table {tmp_path / 'table'}: no such folder, so the runs this command trains are kept there as a "
+                 "new table")
     assert new_table in first["stderr"] and new_table not in again["stderr"]
     for key in ("best_policy", "best_value", "race", "search_cost_bsp_trainings"):
         assert again["out"]["cache"][key] == first["out"]["cache"][key], key
