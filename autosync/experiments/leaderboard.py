@@ -23,6 +23,7 @@ from autosync.experiments.run_records import appending, budgeted_fingerprint, ce
 
 DEFAULT_POLICIES = ("bsp", "asp", "ssp", "backup", "dbw", "bdbw")
 RUNS_FILE = "runs.jsonl"  # beside a leaderboard's files: its finished runs, which the same command reads back
+LEADERBOARD_JSON = "leaderboard.json"  # a leaderboard folder's records (written by reporting, read by scaling)
 
 
 @dataclass

@@ -18,8 +18,7 @@ from autosync.catalog import POLICIES, checked_spec, policy_name
 from autosync.core.errors import UserError
 from autosync.core.loader import short_repr
 from autosync.core.record_checks import is_whole
-
-LEADERBOARD_JSON = "leaderboard.json"
+from autosync.experiments.leaderboard import LEADERBOARD_JSON
 
 
 @dataclass

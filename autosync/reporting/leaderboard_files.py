@@ -7,6 +7,7 @@ from typing import Any
 
 from autosync.core import strict_json
 from autosync.engine.metrics import time_at_k
+from autosync.experiments.leaderboard import LEADERBOARD_JSON
 from autosync.reporting.output import format_cell, times_faster
 
 
@@ -25,7 +26,7 @@ def printed_columns(metric: str, baseline: str = "bsp") -> set[str]:
 
 
 # what `write_leaderboard` writes: the table as Markdown, CSV and JSON, and its two figures
-LEADERBOARD_FILES = ("leaderboard.md", "leaderboard.csv", "leaderboard.json", "curves.png", "k_over_time.png")
+LEADERBOARD_FILES = ("leaderboard.md", "leaderboard.csv", LEADERBOARD_JSON, "curves.png", "k_over_time.png")
 LEADERBOARD_COLUMNS = (  # without the speedup column, whose key names the baseline: see leaderboard_columns
     ("policy", "policy", "{}"),
     ("time_to_target", "TTT s", "{:.1f}"),
