@@ -29,7 +29,8 @@ BENCHMARKS = ("bench_startup", "bench_engine", "bench_scale", "bench_dbw_solver"
               "bench_processes", "bench_transport", "bench_gpu", "bench_fuzz_inputs", "bench_kill_storm",
               "bench_ctrl_c_storm",
               "bench_replay", "bench_table", "bench_lofo", "bench_lofo_replay", "bench_lofo_blind", "bench_race",
-              "bench_race_rounds", "bench_blind_rounds", "bench_portfolio_order", "bench_ablation", "bench_ablation_checks",
+              "bench_race_rounds", "bench_blind_rounds", "bench_portfolio_order", "bench_knn_portfolio",
+              "bench_ablation", "bench_ablation_checks",
               "bench_code_size")
 # a benchmark run with arguments of its own under a name of its own: script and arguments
 VARIANTS: dict[str, tuple[str, list[str]]] = {
