@@ -36,10 +36,9 @@ from pathlib import Path
 
 import numpy as np
 
-from autosync.experiments import race_fit
-from autosync.experiments.portfolio_fit import JobTimes, greedy_portfolio
+from autosync.experiments import portfolio_fit, race_fit
 from autosync.race import RaceSettings
-from autosync.search.recommend.neighbours import cluster_features
+from autosync.search.recommend import neighbours
 from autosync.table import Table
 
 from _report import Figures
@@ -50,7 +49,8 @@ EVERY = 0  # K meaning every training job: the shipped race's portfolio
 CHOSEN = -1  # K chosen by cross-validation among the others
 
 
-def nearest(job: JobTimes, pool: list[JobTimes], k: int, features: dict[str, np.ndarray]) -> list[JobTimes]:
+def nearest(job: portfolio_fit.JobTimes, pool: list[portfolio_fit.JobTimes], k: int,
+            features: dict[str, np.ndarray]) -> list[portfolio_fit.JobTimes]:
     """The `k` jobs of `pool` nearest `job` by standardised cluster features (all of them for `EVERY`); ties
     in the pool's order."""
     if k == EVERY or k >= len(pool):
@@ -62,7 +62,7 @@ def nearest(job: JobTimes, pool: list[JobTimes], k: int, features: dict[str, np.
     return [pool[i] for i in np.argsort(distance, kind="stable")[:k]]
 
 
-def scored_settings(table: Table, train: list[JobTimes], ks: list[int],
+def scored_settings(table: Table, train: list[portfolio_fit.JobTimes], ks: list[int],
                     features: dict[str, np.ndarray]) -> dict[int, list[race_fit.SettingScore]]:
     """Per K, every (size, margin) setting's cross-validated figures on `train` (`race_fit.fit`'s folds), each
     job's portfolio fitted on its K nearest jobs of the other folds."""
@@ -72,7 +72,7 @@ def scored_settings(table: Table, train: list[JobTimes], ks: list[int],
         rest = [j for other in folds if other is not fold for j in other]
         for job in fold:
             for k in ks:
-                members = greedy_portfolio(nearest(job, rest, k, features), max(race_fit.SIZES))
+                members = portfolio_fit.greedy_portfolio(nearest(job, rest, k, features), max(race_fit.SIZES))
                 for size in race_fit.SIZES:
                     for margin in race_fit.MARGINS:
                         rows.setdefault((k, size, margin), []).append(
@@ -116,7 +116,7 @@ def main() -> None:
 def measure(args: argparse.Namespace, table: Table) -> tuple[dict[int, dict[str, dict]], list[int]]:
     """Every variant's race on every job, leave-one-family-out: per variant, per job, `race_fit.race`'s row."""
     jobs = family_times(table, args.families, args.count)
-    features = {j.job: np.array(cluster_features(j.spec)) for j in jobs}
+    features = {j.job: np.array(neighbours.cluster_features(j.spec)) for j in jobs}
     ks = [EVERY] + sorted(set(args.neighbours))
     variants = ks + [CHOSEN]
     results: dict[int, dict[str, dict]] = {v: {} for v in variants}
@@ -127,7 +127,7 @@ def measure(args: argparse.Namespace, table: Table) -> tuple[dict[int, dict[str,
         picks[CHOSEN] = chosen_k(scored)
         for variant, (k, best) in picks.items():
             for job in (j for j in jobs if j.family == family):
-                members = greedy_portfolio(nearest(job, train, k, features), best.size)
+                members = portfolio_fit.greedy_portfolio(nearest(job, train, k, features), best.size)
                 raced = race_fit.race(table, job, RaceSettings(tuple(members), best.margin))
                 results[variant][job.job] = {**raced, "k": k, "size": best.size, "margin": best.margin}
     return results, ks

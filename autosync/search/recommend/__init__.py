@@ -6,3 +6,5 @@
   (`autosync recommend --grid DIR`).
 - `vote`: `autosync recommend`, the neighbours' vote, adapted to the job's number of workers.
 """
+
+__all__ = ["grid", "neighbours", "vote"]
