@@ -88,9 +88,11 @@ class Table:
 
     def pack_job(self, fingerprint: str) -> list[Path]:
         """`pack` for one job: its packed file (none where the table holds no cell of it). A job whose cells
-        are all in its packed file already is left as it is (packing takes seconds a job)."""
+        are all in its packed file already, in the format `packing.pack` writes, is left as it is (packing
+        takes seconds a job); one in an older format is packed again."""
         path = self.directory / f"{fingerprint}{PACKED}"
-        if path.exists() and not any((self.directory / f"{fingerprint}{s}").exists() for s in (GZIPPED, OPEN)):
+        if path.exists() and not any((self.directory / f"{fingerprint}{s}").exists() for s in (GZIPPED, OPEN)) \
+                and packing.is_current(path.read_bytes()):
             return [path]
         cells = self._job(fingerprint)
         if not cells:

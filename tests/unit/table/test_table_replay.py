@@ -200,6 +200,47 @@ def test_packing_gives_back_each_record_with_its_types():
     assert packing.pack(again) == packing.pack(records)
 
 
+def _format_3(records: list) -> bytes:
+    """`records` packed as format 3 wrote them: the floats in the JSON's order, no field numbers."""
+    import lzma
+
+    import numpy as np
+
+    floats: list = []
+    shapes = "".join(json.dumps(packing._shape(r, floats, [], {}), sort_keys=True, separators=(",", ":")) + "\n"
+                     for r in records).encode()
+    body = packing.MAGIC_3 + len(shapes).to_bytes(8, "little") + shapes + np.asarray(floats, "<f8").tobytes()
+    return lzma.compress(body, format=lzma.FORMAT_XZ)
+
+
+def test_floats_packed_by_field_come_back_in_their_records_order_and_format_3_is_still_read(tmp_path):
+    """Format 4 groups the floats by field (each evaluation's time together, ...): each comes back where its
+    record holds it. A table packed in format 3 is read as it is, and packed again in format 4."""
+    records = [{"evaluations": [{"time": 1.0 + i, "loss": 0.5 / (i + 1)} for i in range(3)], "key": f"k{n}",
+                "scores": {"time": 9.5 + n, "loss": float("nan")}} for n in range(2)]
+    packed = packing.pack(records)
+    assert packing.is_current(packed) and not packing.is_current(_format_3(records))
+    assert not packing.is_current(b"not xz")
+    for data in (packed, _format_3(records)):
+        assert json.dumps(packing.unpack(data), sort_keys=True) == json.dumps(records, sort_keys=True)
+    table = Table(tmp_path / "a")
+    cell_for(table, job(), make_policy("bsp", {}))
+    (path,) = table.pack()
+    current = path.read_bytes()
+    path.write_bytes(_format_3(packing.unpack(current)))
+    again = Table(tmp_path / "a")
+    assert len(again) == 1 and again.pack() == [path] and path.read_bytes() == current  # packed again, same bytes
+
+
+def test_a_packed_file_whose_fields_and_floats_disagree_is_refused():
+    import lzma
+
+    body = lzma.decompress(packing.pack([{"a": 1.0, "b": [2.0, 3.0]}]))
+    for cut in (body[:-1], body[:-8], body + b"\0" * 9):
+        with pytest.raises(ValueError, match="cut short|floats"):
+            packing.unpack(lzma.compress(cut, format=lzma.FORMAT_XZ))
+
+
 def test_a_table_path_that_is_a_file_is_refused(tmp_path):
     (tmp_path / "f").write_text("")
     with pytest.raises(UserError, match="--table must be a directory"):
