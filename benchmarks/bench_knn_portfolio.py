@@ -103,6 +103,8 @@ def main() -> None:
     parser.add_argument("--out", default="benchmarks/knn_portfolio.md", help="write the report here too")
     parser.add_argument("--json", default=None, help="also write the figures here (benchmarks/make_table.py)")
     args = parser.parse_args()
+    if min(args.neighbours) < 1:
+        parser.error(f"--neighbours: each K must be at least 1, but got {min(args.neighbours)}")
     with tempfile.TemporaryDirectory() as tmp:
         table_dir = args.table or shutil.copytree(Path(__file__).resolve().parents[1] / "results" / "table",
                                                   Path(tmp) / "table")

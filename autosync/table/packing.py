@@ -7,8 +7,9 @@ gzipped JSON lines (`benchmarks/bench_table.py`), so that a table of every commi
 the repository; and it is read faster, the JSON parser filling each `NaN` from the floats as it meets it.
 The floats are grouped by the field that holds them (every evaluation's time together, then every test
 loss, ...), each float's field written as a small number beside them: xz finds more repeats in a column of
-like values than in records' floats interleaved, and the committed table takes about 5% fewer bytes than
-interleaved (format 3, which is still read; a pack writes format 4). The same records give the same bytes:
+like values than in records' floats interleaved, and the committed table takes about 9% fewer bytes than
+interleaved (format 3, which is still read; a pack writes format 4, or format 3 for records whose floats lie in
+more fields than a field number counts). The same records give the same bytes:
 the JSON with sorted keys, the fields numbered in the order they first appear, the floats little-endian and
 in the order the JSON holds them within each field, xz at a fixed preset (xz stores no timestamp).
 
@@ -26,7 +27,8 @@ from typing import Any
 import numpy as np
 
 MAGIC = b"autosync-table 4\n"
-MAGIC_3 = b"autosync-table 3\n"  # the format before the floats were grouped by field: read, never written
+MAGIC_3 = b"autosync-table 3\n"  # the floats not grouped by field: read, and written only past `_FIELDS`' count
+_FAMILY = b"autosync-table "  # every format's header starts so, its number after it
 _FLOATS = np.dtype("<f8")
 _FIELDS = np.dtype("<u2")  # a float's field number: a record's floats lie in a few dozen fields
 _PRESET = 9 | lzma.PRESET_EXTREME  # packing is rare (the end of a build), reading is not: the smallest file
@@ -40,16 +42,23 @@ def pack(records: list[dict[str, Any]]) -> bytes:
     numbers: dict[str, int] = {}  # a float's field (its keys' path, list positions left out) -> its number
     shapes = "".join(json.dumps(_shape(r, floats, fields, numbers), sort_keys=True, separators=(",", ":")) + "\n"
                      for r in records).encode()
-    if len(numbers) > np.iinfo(_FIELDS).max + 1:
-        raise ValueError(f"records with floats in {len(numbers)} fields, more than a packed file numbers")
-    field = np.asarray(fields, dtype=_FIELDS)
-    grouped = np.asarray(floats, dtype=_FLOATS)[np.argsort(field, kind="stable")]
-    body = MAGIC + len(shapes).to_bytes(8, "little") + shapes + field.tobytes() + grouped.tobytes()
+    head = len(shapes).to_bytes(8, "little") + shapes
+    if len(numbers) > np.iinfo(_FIELDS).max + 1:  # more fields than a number counts: format 3, ungrouped
+        body = MAGIC_3 + head + np.asarray(floats, dtype=_FLOATS).tobytes()
+    else:
+        field = np.asarray(fields, dtype=_FIELDS)
+        grouped = np.asarray(floats, dtype=_FLOATS)[np.argsort(field, kind="stable")]
+        body = MAGIC + head + field.tobytes() + grouped.tobytes()
     return lzma.compress(body, format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC64, preset=_PRESET)
 
 
+class NewerFormat(ValueError):
+    """A packed file in a format this autosync does not know: written by a newer one, and not damaged."""
+
+
 def is_current(data: bytes) -> bool:
-    """Whether the packed bytes `data` are in the format `pack` writes (only their start is decompressed)."""
+    """Whether the packed bytes `data` are in the format `pack` writes (only their start is decompressed; a
+    file of records in more fields than a field number counts is packed in format 3 again, which is harmless)."""
     try:
         start = lzma.LZMADecompressor(format=lzma.FORMAT_XZ).decompress(data, max_length=len(MAGIC))
     except lzma.LZMAError:
@@ -61,6 +70,10 @@ def unpack(data: bytes) -> list[dict[str, Any]]:
     """The records `pack` packed. Raises ValueError (or `lzma.LZMAError`) on bytes it did not write."""
     body = lzma.decompress(data, format=lzma.FORMAT_XZ)
     if not body.startswith((MAGIC, MAGIC_3)):
+        header = body[:body.find(b"\n")] if body.startswith(_FAMILY) else b""
+        if header[len(_FAMILY):].isdigit() and int(header[len(_FAMILY):]) > int(MAGIC[len(_FAMILY):]):
+            raise NewerFormat(f"packed in format {int(header[len(_FAMILY):])} by a newer autosync (this one reads "
+                              f"formats 3 and {int(MAGIC[len(_FAMILY):])}): upgrade autosync to read it")
         raise ValueError(f"not a packed table file (no {MAGIC.decode().strip()!r} header)")
     start = len(MAGIC) + 8
     end = start + int.from_bytes(body[len(MAGIC):start], "little")

@@ -148,6 +148,8 @@ class Table:
                 if suffix == PACKED:
                     return [(path, "record", packing.unpack(path.read_bytes()))]
                 lines = gzip.decompress(path.read_bytes()).decode().splitlines()
+            except packing.NewerFormat as exc:  # not damaged: deleting it would lose its cells
+                raise UserError(f"table file {path} is {exc}") from None
             except (OSError, EOFError, UnicodeDecodeError, ValueError, lzma.LZMAError) as exc:
                 raise UserError(f"table file {path} is damaged ({exc}): delete it and build the table again")
             return [(path, "line", [_parsed(line) for line in lines])]

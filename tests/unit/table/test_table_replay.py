@@ -232,6 +232,24 @@ def test_floats_packed_by_field_come_back_in_their_records_order_and_format_3_is
     assert len(again) == 1 and again.pack() == [path] and path.read_bytes() == current  # packed again, same bytes
 
 
+def test_a_file_of_a_newer_format_says_upgrade_not_delete(tmp_path):
+    import lzma
+
+    table = Table(tmp_path)
+    cell_for(table, job(), make_policy("bsp", {}))
+    (path,) = table.pack()
+    body = lzma.decompress(path.read_bytes())
+    path.write_bytes(lzma.compress(body.replace(packing.MAGIC, b"autosync-table 9\n", 1), format=lzma.FORMAT_XZ))
+    with pytest.raises(UserError, match=r"is packed in format 9 by a newer autosync .*: upgrade autosync to read it$"):
+        len(Table(tmp_path))
+
+
+def test_records_in_more_fields_than_a_number_counts_are_packed_ungrouped():
+    records = [{f"f{i}": float(i) for i in range(70_000)}]
+    packed = packing.pack(records)
+    assert not packing.is_current(packed) and packing.unpack(packed) == records
+
+
 def test_a_packed_file_whose_fields_and_floats_disagree_is_refused():
     import lzma
 
