@@ -243,6 +243,7 @@ def summary(results: list[JobResult]) -> dict[str, Any]:
         "median_vs_held_out_best": statistics.median(ratios(results, "held_out_best")),
         "misses": sum(j.misses for j in results),
         "breaking_the_rule": sum(a.get("keeps") is False for j in results for a in j.answers),
+        "jobs_breaking_the_rule": sum(any(a.get("keeps") is False for a in j.answers) for j in results),
         "median_cost": statistics.median(a["cost"] for j in results for a in j.answers),
         "median_spread": statistics.median(j.spread for j in results),
     }
