@@ -66,24 +66,9 @@ def scored_settings(table: Table, train: list[portfolio_fit.JobTimes], ks: list[
                     features: dict[str, np.ndarray]) -> dict[int, list[race_fit.SettingScore]]:
     """Per K, every (size, margin) setting's cross-validated figures on `train` (`race_fit.fit`'s folds), each
     job's portfolio fitted on its K nearest jobs of the other folds."""
-    folds = race_fit._folds(train)
-    rows: dict[tuple[int, int, float], list[dict]] = {}
-    for fold in folds:
-        rest = [j for other in folds if other is not fold for j in other]
-        for job in fold:
-            for k in ks:
-                members = portfolio_fit.greedy_portfolio(nearest(job, rest, k, features), max(race_fit.SIZES))
-                for size in race_fit.SIZES:
-                    for margin in race_fit.MARGINS:
-                        rows.setdefault((k, size, margin), []).append(
-                            race_fit.race(table, job, RaceSettings(tuple(members[:size]), margin)))
-    out: dict[int, list[race_fit.SettingScore]] = {}
-    for (k, size, margin), raced in rows.items():
-        logs = [math.log(r["ratio"]) for r in raced]
-        error = statistics.stdev(logs) / math.sqrt(len(logs))
-        out.setdefault(k, []).append(race_fit.SettingScore(statistics.fmean(logs), error,
-                                                           statistics.median(r["cost"] for r in raced), size, margin))
-    return out
+    return {k: race_fit.setting_scores(race_fit.cross_validated(
+        table, train, portfolio=lambda job, rest, k=k: portfolio_fit.greedy_portfolio(
+            nearest(job, rest, k, features), max(race_fit.SIZES)))) for k in ks}
 
 
 def chosen_k(scored: dict[int, list[race_fit.SettingScore]]) -> tuple[int, race_fit.SettingScore]:

@@ -40,7 +40,7 @@ import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import yaml
 
@@ -54,8 +54,9 @@ from autosync.lattice import BSP_LABEL, BSP_POLICY, lattice_points
 from autosync.race import SEARCH_SEEDS, Answer, RaceSettings, horizon, plan, point_key, times_of_full_run
 from autosync.table import Table
 
-__all__ = ["COST_GOAL", "MARGINS", "SIZES", "SettingScore", "check_floor", "chosen", "family_jobs", "fit",
-           "fit_families", "jobs_times", "leave_one_family_out", "race", "settings_text"]
+__all__ = ["COST_GOAL", "MARGINS", "SIZES", "SettingScore", "check_floor", "chosen", "cross_validated",
+           "family_jobs", "fit", "fit_families", "jobs_times", "leave_one_family_out", "race", "setting_scores",
+           "settings_text"]
 
 COST_GOAL = 3.0  # the search issue's median cost goal, in BSP trainings
 # portfolio sizes `fit` tries: a first round of 4 to 20 (a seventh of the 132 labels every table job has)
@@ -148,13 +149,8 @@ def fit(table: Table, jobs: list[JobTimes], budget: float | None = None,
     """The race's settings fitted on `jobs` by cross-validation (see the module's docstring), each race run
     under `budget` (BSP trainings, as `tune --budget`; None: none) and without what `leave_out` names
     (`race.ABLATABLE`)."""
-    scored, folds = [], _folds(jobs)
-    for (size, margin), rows in _cross_validated(table, folds, budget, leave_out).items():
-        logs = [math.log(row["ratio"]) for row in rows]
-        error = statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else 0.0
-        scored.append(SettingScore(statistics.fmean(logs), error, statistics.median(row["cost"] for row in rows),
-                                   size, margin))
-    best = chosen(scored)
+    folds = _folds(jobs)
+    best = chosen(setting_scores(cross_validated(table, jobs, budget, leave_out)))
     return RaceSettings(tuple(greedy_portfolio(jobs, best.size)), best.margin,
                         {"jobs": len(jobs), "families": sorted({j.family for j in jobs}),
                          "cross_validated": {"folds": len(folds), "loss": round(best.loss, 4),
@@ -194,19 +190,37 @@ def _folds(jobs: list[JobTimes]) -> list[list[JobTimes]]:
     return [[j] for j in jobs]
 
 
-def _cross_validated(table: Table, folds: list[list[JobTimes]], budget: float | None,
-                     leave_out: frozenset[str]) -> dict[tuple[int, float], list[dict[str, Any]]]:
-    """Each setting's races on every job of `folds` (`_folds`), its portfolio fitted on the other folds' jobs:
-    the greedy portfolio of the largest size, whose first members are the portfolio of each smaller size."""
+def setting_scores(rows: dict[tuple[int, float], list[dict[str, Any]]]) -> list[SettingScore]:
+    """Each setting's cross-validated figures (`SettingScore`) from its races (`cross_validated`)."""
+    scored = []
+    for (size, margin), raced in rows.items():
+        logs = [math.log(row["ratio"]) for row in raced]
+        error = statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else 0.0
+        scored.append(SettingScore(statistics.fmean(logs), error, statistics.median(row["cost"] for row in raced),
+                                   size, margin))
+    return scored
+
+
+def cross_validated(table: Table, jobs: list[JobTimes], budget: float | None = None,
+                    leave_out: frozenset[str] = frozenset(),
+                    portfolio: Callable[[JobTimes, list[JobTimes]], list[str]] | None = None
+                    ) -> dict[tuple[int, float], list[dict[str, Any]]]:
+    """Each setting's races on every job of `jobs`' folds (`_folds`: a family each), its portfolio fitted on
+    the other folds' jobs: the greedy portfolio of the largest size, whose first members are the portfolio of
+    each smaller size. `portfolio(job, training_jobs)`: a job's own members instead
+    (benchmarks/bench_knn_portfolio.py's nearest jobs'), of the largest size too."""
     rows: dict[tuple[int, float], list[dict[str, Any]]] = {}
+    folds = _folds(jobs)
     for fold in folds:
         rest = [j for other in folds if other is not fold for j in other] or fold  # one job: fitted on itself
-        members = greedy_portfolio(rest, max(SIZES))
-        for size in SIZES:
-            for margin in MARGINS:
-                settings = RaceSettings(tuple(members[:size]), margin)
-                rows.setdefault((size, margin), []).extend(
-                    race(table, j, settings, budget=budget, leave_out=leave_out) for j in fold)
+        shared = greedy_portfolio(rest, max(SIZES)) if portfolio is None else None
+        for job in fold:
+            members = shared if shared is not None else portfolio(job, rest)
+            for size in SIZES:
+                for margin in MARGINS:
+                    rows.setdefault((size, margin), []).append(
+                        race(table, job, RaceSettings(tuple(members[:size]), margin), budget=budget,
+                             leave_out=leave_out))
     return rows
 
 

@@ -122,6 +122,22 @@ def test_the_fit_cross_validates_over_families_or_over_jobs_of_one_family():
     assert [[j.job for j in fold] for fold in race._folds(one)] == [["a0"], ["a1"]]
 
 
+def test_the_cross_validation_races_each_job_with_a_portfolio_fitted_on_the_other_families(monkeypatch):
+    """`cross_validated`'s per-job portfolio (benchmarks/bench_knn_portfolio.py's nearest jobs): each job's
+    members come from the other folds' jobs alone, and every setting races every job once."""
+    def job(family: str, name: str) -> JobTimes:
+        return JobTimes(family, name, None, {}, {}, {}, 1.0, 1.0, {})
+
+    raced = []
+    monkeypatch.setattr(race, "race", lambda table, j, settings, budget=None, leave_out=frozenset(): raced.append(
+        (j.job, settings.portfolio[0])) or {"ratio": 1.0, "cost": 2.0})
+    jobs = [job("a", "a0"), job("b", "b0"), job("a", "a1")]
+    rows = race.cross_validated(None, jobs, portfolio=lambda j, rest: [f"{j.job}:" + "+".join(r.job for r in rest)] * 20)
+    assert set(raced) == {("a0", "a0:b0"), ("a1", "a1:b0"), ("b0", "b0:a0+a1")}
+    assert len(rows) == len(race.SIZES) * len(race.MARGINS) and all(len(r) == 3 for r in rows.values())
+    assert {(s.loss, s.error, s.cost) for s in race.setting_scores(rows)} == {(0.0, 0.0, 2.0)}
+
+
 def test_a_fit_stopped_by_ctrl_c_says_its_runs_are_kept_in_the_table(tmp_path, monkeypatch):
     """Every run a fit trains is appended to the table as it finishes (`Table.put`): a Ctrl-C keeps them, and
     the error says so and that the same command goes on from them."""
