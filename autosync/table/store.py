@@ -92,7 +92,7 @@ class Table:
         takes seconds a job); one in an older format is packed again."""
         path = self.directory / f"{fingerprint}{PACKED}"
         if path.exists() and not any((self.directory / f"{fingerprint}{s}").exists() for s in (GZIPPED, OPEN)) \
-                and packing.is_current(path.read_bytes()):
+                and packing.is_current(_head(path)):
             return [path]
         cells = self._job(fingerprint)
         if not cells:
@@ -164,6 +164,13 @@ class Table:
         if records and isinstance(records[-1], ValueError):
             records.pop()  # the last line of an open file, cut short when its writer was killed
         return [(path, "line", records)]
+
+
+def _head(path: Path) -> bytes:
+    """The first bytes of the packed file at `path`: enough for `packing.is_current` to decompress its header
+    (a few dozen; every job's file is looked at by each build's pack, so not the whole file)."""
+    with open(path, "rb") as f:
+        return f.read(_CHUNK)
 
 
 def _parsed(line: str | bytes) -> Any:
