@@ -69,19 +69,21 @@ def is_current(data: bytes) -> bool:
 def unpack(data: bytes) -> list[dict[str, Any]]:
     """The records `pack` packed. Raises ValueError (or `lzma.LZMAError`) on bytes it did not write."""
     body = lzma.decompress(data, format=lzma.FORMAT_XZ)
-    if not body.startswith((MAGIC, MAGIC_3)):
-        header = body[:body.find(b"\n")] if body.startswith(_FAMILY) else b""
-        if header[len(_FAMILY):].isdigit() and int(header[len(_FAMILY):]) > int(MAGIC[len(_FAMILY):]):
-            raise NewerFormat(f"packed in format {int(header[len(_FAMILY):])} by a newer autosync (this one reads "
-                              f"formats 3 and {int(MAGIC[len(_FAMILY):])}): upgrade autosync to read it")
+    header = body[:body.find(b"\n") + 1] if body.startswith(_FAMILY) else b""
+    if header not in (MAGIC, MAGIC_3):
+        number = header[len(_FAMILY):].strip()
+        if number.isdigit() and int(number) > int(MAGIC[len(_FAMILY):]):
+            raise NewerFormat(f"packed in format {int(number)} by a newer autosync (this one reads formats 3 and "
+                              f"{int(MAGIC[len(_FAMILY):])}): upgrade autosync to read it")
         raise ValueError(f"not a packed table file (no {MAGIC.decode().strip()!r} header)")
-    start = len(MAGIC) + 8
-    end = start + int.from_bytes(body[len(MAGIC):start], "little")
-    width = _FLOATS.itemsize + (_FIELDS.itemsize if body.startswith(MAGIC) else 0)
+    grouped = header == MAGIC
+    start = len(header) + 8
+    end = start + int.from_bytes(body[len(header):start], "little")
+    width = _FLOATS.itemsize + (_FIELDS.itemsize if grouped else 0)
     if end > len(body) or (len(body) - end) % width:
         raise ValueError("a packed table file cut short")
     count = (len(body) - end) // width
-    if body.startswith(MAGIC):  # format 4: the floats grouped by field, put back in the JSON's order
+    if grouped:  # format 4: the floats grouped by field, put back in the JSON's order
         field = np.frombuffer(body[end:end + count * _FIELDS.itemsize], dtype=_FIELDS)
         floats = np.empty(count, dtype=_FLOATS)
         floats[np.argsort(field, kind="stable")] = np.frombuffer(body[end + count * _FIELDS.itemsize:], dtype=_FLOATS)

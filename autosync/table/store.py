@@ -31,6 +31,7 @@ OPEN = ".jsonl"
 # (cells also carried a "proxy" key then, which reading ignores)
 REMOVED_STATUS = "proxy"
 _CHUNK = 1 << 16  # bytes read back at a time to find where a cut line starts (`_drop_cut_line`)
+_HEAD = 1 << 12  # bytes of a packed file whose decompression yields its header (xz's first block: dozens)
 
 
 class Table:
@@ -168,9 +169,9 @@ class Table:
 
 def _head(path: Path) -> bytes:
     """The first bytes of the packed file at `path`: enough for `packing.is_current` to decompress its header
-    (a few dozen; every job's file is looked at by each build's pack, so not the whole file)."""
+    (every job's file is looked at by each build's pack, so not the whole file)."""
     with open(path, "rb") as f:
-        return f.read(_CHUNK)
+        return f.read(_HEAD)
 
 
 def _parsed(line: str | bytes) -> Any:
