@@ -91,7 +91,7 @@ def existing_storage(url: str) -> "Iterator[optuna.storages.RDBStorage | None]":
         yield storage
     finally:
         if storage is not None:
-            storage.engine.dispose()
+            _close(storage)
 
 
 def _open_existing(url: str) -> "optuna.storages.RDBStorage | None":
@@ -222,10 +222,16 @@ def close_storages() -> None:
     """Close the pooled connections of every storage this process opened. An SQLite file's write-ahead log is
     then merged into it and removed, so the file alone holds every commit."""
     for storage in list(_OPENED):
-        try:
-            storage.engine.dispose()
-        except Exception:  # a server gone, say: what it held goes with the process, as it always did
-            pass
+        _close(storage)
+
+
+def _close(storage: Any) -> None:
+    """Close `storage`'s pooled connections; a failure to (a server gone, say) is not the caller's error: what
+    the connections held goes with the process, as it always did."""
+    try:
+        storage.engine.dispose()
+    except Exception:  # sqlalchemy's many kinds
+        pass
 
 
 def open_storage(url: str) -> "optuna.storages.RDBStorage":
