@@ -104,7 +104,7 @@ def split_policy_spec(text: str, option: str = "--policy") -> tuple[str, dict[st
     else:
         name, _, body = text.partition(":")
     params: dict[str, Any] = {}
-    for item in _top_level_items(body) if body.strip() else []:
+    for item in _top_level_items(body):
         if not item:  # 'k=2,,' or a trailing comma: a parameter left out, as likely as a typo
             raise UserError(f"{option} {text!r}: each parameter must look like key=value, but got an empty one "
                             "between commas")
@@ -119,7 +119,9 @@ def split_policy_spec(text: str, option: str = "--policy") -> tuple[str, dict[st
 
 def _top_level_items(body: str) -> list[str]:
     """'a=1, b=[1, 2]' -> ['a=1', 'b=[1, 2]']: split at the commas outside brackets and quotes ('a=1,,' ->
-    ['a=1', '', ''])."""
+    ['a=1', '', '']; a blank body -> [])."""
+    if not body.strip():
+        return []
     items, depth, quote, current = [], 0, "", []
     for ch in body:
         if quote:
