@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Collection
 
 from autosync.catalog import policy_from_dict
 from autosync.core.job import JobSpec
@@ -73,23 +73,23 @@ def job_times(table: Table, family: str, job: JobSpec, grid_choice_time: float) 
                     float(bsp.scores["virtual_time"]), trained)
 
 
-def _loss(means: dict[str, float], best: float, members: list[str]) -> float:
-    """A job's loss with `members` (`means`: each label's mean time on the job's search seeds; `best`: the
-    lowest of them)."""
-    return math.log(min(means[m] for m in members) / best)
-
-
-def greedy_portfolio(jobs: list[JobTimes], size: int) -> list[str]:
-    """Feurer et al.'s greedy portfolio (Algorithm 1) of `size` labels over `jobs`; ties go to the label
-    first in sorted order, so the same jobs give the same portfolio."""
-    labels = sorted(set.intersection(*(set(j.search) for j in jobs)))
+def greedy_portfolio(jobs: list[JobTimes], size: int, allowed: Collection[str] | None = None) -> list[str]:
+    """Feurer et al.'s greedy portfolio (Algorithm 1) of `size` labels over `jobs`, among the labels every job
+    has (and `allowed` holds, where given); ties go to the label first in sorted order, so the same jobs give
+    the same portfolio. A job's loss with the portfolio is the log of its best member's mean time on the search
+    seeds over its best label's; each job's best member so far is kept, so a candidate's loss is one `min`."""
+    common = set.intersection(*(set(j.search) for j in jobs))
+    labels = sorted(common if allowed is None else common & set(allowed))
     means = [{label: statistics.fmean(t) for label, t in j.search.items()} for j in jobs]  # once per job
     bests = [min(m.values()) for m in means]
+    held = [math.inf] * len(jobs)  # each job's best member's mean so far
     members: list[str] = []
     while len(members) < min(size, len(labels)):
-        scored = [(statistics.fmean(_loss(m, b, members + [c]) for m, b in zip(means, bests)), c)
+        scored = [(statistics.fmean(math.log(min(h, m[c]) / b) for m, b, h in zip(means, bests, held)), c)
                   for c in labels if c not in members]
-        members.append(min(scored)[1])
+        added = min(scored)[1]
+        members.append(added)
+        held = [min(h, m[added]) for m, h in zip(means, held)]
     return members
 
 

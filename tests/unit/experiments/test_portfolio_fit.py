@@ -40,3 +40,33 @@ def test_the_greedy_portfolio_adds_first_what_helps_most_jobs_then_what_covers_t
     assert portfolio_fit.greedy_portfolio(jobs, 2) == ["x", "z"]  # y is never best where x or z runs
     assert portfolio_fit.greedy_portfolio(jobs, 5) == ["x", "z", "y"]  # no more than the candidates
     assert portfolio_fit.greedy_portfolio(list(reversed(jobs)), 2) == ["x", "z"]  # the jobs' order is no input
+    assert portfolio_fit.greedy_portfolio(jobs, 5, allowed={"y", "z", "w"}) == ["y", "z"]  # w is no job's
+
+
+def _by_definition(jobs: list[JobTimes], size: int) -> list[str]:
+    """Algorithm 1 as written: each candidate's loss recomputed over the whole portfolio it would make."""
+    import math
+    import statistics
+
+    means = [{label: statistics.fmean(t) for label, t in j.search.items()} for j in jobs]
+    labels = sorted(set.intersection(*(set(m) for m in means)))
+    bests = [min(m.values()) for m in means]
+    members: list[str] = []
+    while len(members) < min(size, len(labels)):
+        members.append(min((statistics.fmean(math.log(min(m[x] for x in members + [c]) / b)
+                                             for m, b in zip(means, bests)), c) for c in labels if c not in members)[1])
+    return members
+
+
+def test_the_greedy_portfolio_keeping_each_jobs_best_member_is_algorithm_1_as_written():
+    """`greedy_portfolio` keeps each job's best member so far rather than taking the minimum over the whole
+    portfolio for every candidate: the same floats, so the same members, on random jobs with ties."""
+    import random
+
+    rng = random.Random(0)
+    for _ in range(30):
+        labels = [f"l{i}" for i in range(rng.randint(2, 12))]
+        jobs = [times("f", str(i), {label: rng.choice([1.0, 2.0, rng.uniform(1, 9)]) for label in labels
+                                    if rng.random() < 0.9}) for i in range(rng.randint(1, 6))]
+        size = rng.randint(1, 8)
+        assert portfolio_fit.greedy_portfolio(jobs, size) == _by_definition(jobs, size)
