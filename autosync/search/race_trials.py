@@ -218,7 +218,8 @@ def _queued_before(study: "optuna.Study", storage: str, number: int, run: Run) -
     same however many processes run the round (a run to the end of the budget, or one that races no one,
     does not wait: its horizon is none). Another process's run that its process died in is not waited for."""
     while True:
-        trials = internals.fresh_trials(study)  # one read for both: whether it waits, and what it reads then
+        # one read for both, whether it waits and what it reads then, of the trials queued before it alone
+        trials = internals.fresh_trials(study, before=number)
         if not _blocked(run, number, [t for t in trials if not t.state.is_finished()]):
             return observed(study, before=number, trials=trials)
         time.sleep(POLL_SECONDS)

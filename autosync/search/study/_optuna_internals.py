@@ -76,8 +76,10 @@ def _session(backend: Any) -> Iterator[Any]:
             backend.scoped_session.remove()
 
 
-def fresh_trials(study: "optuna.Study", states: tuple[Any, ...] | None = None) -> list["optuna.trial.FrozenTrial"]:
-    """The study's trials read from the database now, past Optuna's per-process cache.
+def fresh_trials(study: "optuna.Study", states: tuple[Any, ...] | None = None,
+                 before: int | None = None) -> list["optuna.trial.FrozenTrial"]:
+    """The study's trials read from the database now, past Optuna's per-process cache (`before`: only those
+    numbered below it, so that a later one, the caller's own running trial, is not read whole).
 
     The cache re-reads only trials it saw unfinished and those newer than the last finished one it saw;
     a trial this process created (an enqueued or re-queued one) can stay WAITING in it after another
@@ -91,9 +93,10 @@ def fresh_trials(study: "optuna.Study", states: tuple[Any, ...] | None = None) -
     """
     backend = _backend(study)
     if not hasattr(backend, "scoped_session"):  # in memory: one process, nothing to read
-        return backend.get_all_trials(study._study_id, deepcopy=False, states=states)
+        trials = backend.get_all_trials(study._study_id, deepcopy=False, states=states)
+        return [t for t in trials if before is None or t.number < before]
     # made again whole while a server does not answer (`outage.call_waiting`), as Optuna's own read is
-    return call_waiting(storage_url(study), _KEPT.read, backend, study._study_id, states)
+    return call_waiting(storage_url(study), _KEPT.read, backend, study._study_id, states, before)
 
 
 class _KeptTrials:
@@ -118,15 +121,17 @@ class _KeptTrials:
             weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
 
-    def read(self, backend: Any, study_id: int, states: tuple[Any, ...] | None) -> list["optuna.trial.FrozenTrial"]:
-        """The study's trials in `states` (None: all), by id: each kept one from here, the others read whole
-        (those the light query saw in `states`, and any trial newer than it saw)."""
+    def read(self, backend: Any, study_id: int, states: tuple[Any, ...] | None,
+             before: int | None = None) -> list["optuna.trial.FrozenTrial"]:
+        """The study's trials in `states` (None: all) numbered below `before` (None: any), by id: each kept
+        one from here, the others read whole (those the light query saw so, and any trial newer than it saw)."""
         with self._lock:
             kept = self._by_backend.setdefault(backend, {}).setdefault(study_id, {})
             listed = _listed(backend, study_id)
             for i in [i for i, (_, row) in kept.items() if listed.get(i) != row]:
                 del kept[i]
-            wanted = [i for i, row in listed.items() if states is None or row[1] in states]
+            wanted = [i for i, row in listed.items()
+                      if (states is None or row[1] in states) and (before is None or row[0] < before)]
             unread = {i for i in wanted if i not in kept}
             if len(unread) > self.LARGEST_ID_LIST:
                 read = backend._get_trials(study_id, None, set(), min(unread) - 1)
@@ -138,7 +143,8 @@ class _KeptTrials:
                         and row[1] == trial.state:
                     kept[trial._trial_id] = (trial, row)
             found = {i: kept[i][0] for i in wanted if i in kept} | {t._trial_id: t for t in read}
-        return [found[i] for i in sorted(found) if states is None or found[i].state in states]
+        return [found[i] for i in sorted(found)
+                if (states is None or found[i].state in states) and (before is None or found[i].number < before)]
 
 
 def _listed(backend: Any, study_id: int) -> dict[int, tuple[Any, ...]]:

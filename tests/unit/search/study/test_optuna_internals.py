@@ -109,7 +109,7 @@ def _seen(trials):
 
 def test_fresh_trials_read_as_optunas_own_read_while_another_process_changes_the_study(tmp_path):
     """The finished and waiting trials kept between reads (`_KeptTrials`) give what a whole read of the database gives,
-    for every state asked, while another storage object (another process) claims, finishes and adds trials;
+    for every state asked (and those numbered below a trial alone), while another storage object (another process) claims, finishes and adds trials;
     and a study deleted and made again under the same id is read anew."""
     url = f"sqlite:///{tmp_path / 'fresh.db'}"
     ours = optuna.create_study(storage=open_storage(url), study_name="fresh")
@@ -121,6 +121,9 @@ def test_fresh_trials_read_as_optunas_own_read_while_another_process_changes_the
         for wanted in states:
             whole = internals._backend(ours).get_all_trials(ours._study_id, deepcopy=False, states=wanted)
             assert _seen(internals.fresh_trials(ours, wanted)) == _seen(whole), wanted
+            for before in (0, 1, 2, 99):  # those queued before a trial alone, read without the later ones
+                assert _seen(internals.fresh_trials(ours, wanted, before=before)) == _seen(
+                    [t for t in whole if t.number < before]), (wanted, before)
 
     for x in range(3):
         ours.enqueue_trial({"x": x}, user_attrs={"queued": x})
