@@ -1,6 +1,6 @@
 """A first round fitted per job on its nearest tuned jobs: the race replayed on the table, leave-one-family-out.
 
-    python benchmarks/bench_knn_portfolio.py [--table DIR] [--neighbours 16 32] \
+    python benchmarks/bench_knn_portfolio.py [--table DIR] [--neighbours 16 32] [--own-lattice] \
         [--families fresh quarry ... mosaic] [--count 8] [--out benchmarks/knn_portfolio.md]
 
 The search issue asks for the first round to be "ordered per job by its nearest tuned jobs". The shipped race
@@ -14,7 +14,10 @@ standardised over the training jobs. The portfolio's size and the margin are fit
 them (`race_fit.fit`: cross-validation over the training families, the cost goal, then the one-standard-error
 rule), the inner folds' portfolios built per job the same way. Variants: each K of `--neighbours`, every
 training job (the shipped race), and K chosen by that same cross-validation among them (its K a fitted
-constant, as a shipped version's would be).
+constant, as a shipped version's would be). A job's candidates are the labels its K nearest jobs all have, so a
+static k by its k that the job's own lattice lacks (`backup:k=12` on 9 workers) may be chosen and is left out
+when the race runs; with `--own-lattice` they are the labels of the job's own lattice too
+(benchmarks/knn_portfolio_own_lattice.md), so every member runs.
 
 Each family's jobs are raced with the settings fitted on the other families (`race_fit.race`); every run is
 read from the table, and a run it lacks (a finalist's run to the end of the budget that no shipped race
@@ -36,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from autosync.experiments import portfolio_fit, race_fit
+from autosync.experiments import lofo, portfolio_fit, race_fit
 from autosync.race import RaceSettings
 from autosync.search.recommend import neighbours
 from autosync.table import Table
@@ -62,13 +65,21 @@ def nearest(job: portfolio_fit.JobTimes, pool: list[portfolio_fit.JobTimes], k: 
     return [pool[i] for i in np.argsort(distance, kind="stable")[:k]]
 
 
+def job_portfolio(job: portfolio_fit.JobTimes, pool: list[portfolio_fit.JobTimes], k: int,
+                  features: dict[str, np.ndarray], size: int, own_lattice: bool) -> list[str]:
+    """`job`'s portfolio of `size`: the greedy one over its `k` nearest jobs of `pool` (among its own lattice's
+    labels too, with `own_lattice`)."""
+    return portfolio_fit.greedy_portfolio(nearest(job, pool, k, features), size,
+                                          allowed=job.policies if own_lattice else None)
+
+
 def scored_settings(table: Table, train: list[portfolio_fit.JobTimes], ks: list[int],
-                    features: dict[str, np.ndarray]) -> dict[int, list[race_fit.SettingScore]]:
+                    features: dict[str, np.ndarray], own_lattice: bool) -> dict[int, list[race_fit.SettingScore]]:
     """Per K, every (size, margin) setting's cross-validated figures on `train` (`race_fit.fit`'s folds), each
     job's portfolio fitted on its K nearest jobs of the other folds."""
     return {k: race_fit.setting_scores(race_fit.cross_validated(
-        table, train, portfolio=lambda job, rest, k=k: portfolio_fit.greedy_portfolio(
-            nearest(job, rest, k, features), max(race_fit.SIZES)))) for k in ks}
+        table, train, portfolio=lambda job, rest, k=k: job_portfolio(job, rest, k, features, max(race_fit.SIZES),
+                                                                   own_lattice and k != EVERY))) for k in ks}
 
 
 def chosen_k(scored: dict[int, list[race_fit.SettingScore]]) -> tuple[int, race_fit.SettingScore]:
@@ -85,6 +96,8 @@ def main() -> None:
     parser.add_argument("--neighbours", type=int, nargs="+", default=[16, 32])
     parser.add_argument("--families", nargs="+", default=list(COMMITTED_FAMILIES))
     parser.add_argument("--count", type=int, default=8)
+    parser.add_argument("--own-lattice", action="store_true", help="each job's candidates among its own "
+                        "lattice's labels too (with K nearest jobs)")
     parser.add_argument("--out", default="benchmarks/knn_portfolio.md", help="write the report here too")
     parser.add_argument("--json", default=None, help="also write the figures here (benchmarks/make_table.py)")
     args = parser.parse_args()
@@ -109,12 +122,12 @@ def measure(args: argparse.Namespace, table: Table) -> tuple[dict[int, dict[str,
     results: dict[int, dict[str, dict]] = {v: {} for v in variants}
     for family in args.families:
         train = [j for j in jobs if j.family != family]
-        scored = scored_settings(table, train, ks, features)
+        scored = scored_settings(table, train, ks, features, args.own_lattice)
         picks = {k: (k, race_fit.chosen(scored[k])) for k in ks}
         picks[CHOSEN] = chosen_k(scored)
         for variant, (k, best) in picks.items():
             for job in (j for j in jobs if j.family == family):
-                members = portfolio_fit.greedy_portfolio(nearest(job, train, k, features), best.size)
+                members = job_portfolio(job, train, k, features, best.size, args.own_lattice and k != EVERY)
                 raced = race_fit.race(table, job, RaceSettings(tuple(members), best.margin))
                 results[variant][job.job] = {**raced, "k": k, "size": best.size, "margin": best.margin}
     return results, ks
@@ -149,8 +162,8 @@ def name(variant: int) -> str:
 def report(args: argparse.Namespace, results: dict[int, dict[str, dict]], ks: list[int]) -> str:
     table = f"--table {args.table} " if args.table else ""
     command = (f"python benchmarks/bench_knn_portfolio.py {table}--neighbours "
-               f"{' '.join(map(str, sorted(set(args.neighbours))))} --families {' '.join(args.families)} "
-               f"--count {args.count} --out {args.out}")
+               f"{' '.join(map(str, sorted(set(args.neighbours))))}{' --own-lattice' if args.own_lattice else ''} "
+               f"--families {' '.join(args.families)} --count {args.count} --out {args.out}")
     shipped = results[EVERY]
     jobs = sorted(shipped)
     lines = ["# A first round per job: the greedy portfolio over each job's nearest tuned jobs", "", f"`{command}`",
@@ -174,6 +187,13 @@ def report(args: argparse.Namespace, results: dict[int, dict[str, dict]], ks: li
                      f"{statistics.fmean(math.log(r) for r in ratios):.4f} | {statistics.median(costs):.2f} | "
                      f"{statistics.fmean(costs):.2f} | {statistics.fmean(dlog):+.4f} [{lo:+.4f}, {hi:+.4f}] | "
                      f"{statistics.fmean(dcost):+.2f} [{clo:+.2f}, {chi:+.2f}] | {changed} |")
+    lines += ["", "Resampling whole families instead (a family's jobs are not independent: the families drawn with "
+              "replacement, each with all its jobs), the 90% intervals of the differences against the shipped race:"]
+    for variant, rows in results.items():
+        if variant != EVERY:
+            (lo, hi), (clo, chi) = (family_interval(jobs, [value(rows[j]) - value(shipped[j]) for j in jobs])
+                                    for value in (lambda r: math.log(r["ratio"]), lambda r: r["cost"]))
+            lines.append(f"- {name(variant)}: mean log ratio [{lo:+.4f}, {hi:+.4f}], cost [{clo:+.2f}, {chi:+.2f}]")
     chosen = results[CHOSEN]
     lines += ["", "K chosen per held-out family: " + ", ".join(
         f"{f} {name(next(chosen[j]['k'] for j in jobs if j.startswith(f + '-')))}" for f in args.families), "",
@@ -183,6 +203,15 @@ def report(args: argparse.Namespace, results: dict[int, dict[str, dict]], ks: li
                                               for v in results) + " |")
     lines += ["", "Per job: the answer's held-out time over the grid's choice (its cost in BSP trainings)."]
     return "\n".join(lines) + "\n"
+
+
+def family_interval(jobs: list[str], diffs: list[float]) -> tuple[float, float]:
+    """The 90% bootstrap interval of the mean of `diffs` (one per job of `jobs`, named family-NNN) with whole
+    families resampled (`lofo.bootstrap`, 1000 draws, seed 0)."""
+    grouped: dict[str, list[float]] = {}
+    for job, diff in zip(jobs, diffs):
+        grouped.setdefault(job.rsplit("-", 1)[0], []).append(diff)
+    return lofo.bootstrap(list(grouped.values()), lambda drawn: statistics.fmean(v for f in drawn for v in f))
 
 
 if __name__ == "__main__":

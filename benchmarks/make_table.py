@@ -30,6 +30,7 @@ BENCHMARKS = ("bench_startup", "bench_engine", "bench_scale", "bench_dbw_solver"
               "bench_ctrl_c_storm",
               "bench_replay", "bench_table", "bench_lofo", "bench_lofo_replay", "bench_lofo_blind", "bench_race",
               "bench_race_rounds", "bench_blind_rounds", "bench_portfolio_order", "bench_knn_portfolio",
+              "bench_knn_portfolio_own_lattice",
               "bench_ablation", "bench_ablation_checks",
               "bench_code_size")
 # a benchmark run with arguments of its own under a name of its own: script and arguments
@@ -40,6 +41,9 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     # the whole leave-one-family-out replay again, timed, its answers checked against benchmarks/lofo_race.jsonl
     "bench_lofo_replay": ("bench_lofo", ["--families", "fresh", "quarry", "crest", "fleet", "steady", "tiers",
                                          "inverse", "mosaic", "--count", "8", "--timed"]),
+    # each job's first round fitted on its nearest jobs among its own lattice's labels (benchmarks/knn_portfolio.md)
+    "bench_knn_portfolio_own_lattice": ("bench_knn_portfolio", ["--own-lattice", "--out",
+                                                                "benchmarks/knn_portfolio_own_lattice.md"]),
     # the full-budget checks' repair, switched off against the defaults (`ablation_static_k_checks.md` also
     # holds a variant since deleted with its mechanism, check families: the figures below were measured with it)
     "bench_ablation_checks": ("bench_ablation", ["--variants", "no repair",
