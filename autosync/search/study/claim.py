@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from autosync.search.study import _optuna_internals as internals
 from autosync.search.study.interrupts import storage_call
@@ -55,7 +55,7 @@ def tag(trial: "optuna.Trial") -> None:
 
 
 def optimize_one(study: "optuna.Study", objective: Callable[["optuna.Trial"], Any],
-                 catch: tuple[type[Exception], ...],
+                 catch: tuple[type[Exception], ...], callbacks: Sequence[Callable[..., None]] = (),
                  on_claim: Callable[["optuna.Trial"], None] | None = None,
                  claim_first: list[Any] | None = None) -> None:
     """`study.optimize` for one trial, tagged with this process (`PROCESS`) before `objective` runs;
@@ -81,8 +81,8 @@ def optimize_one(study: "optuna.Study", objective: Callable[["optuna.Trial"], An
             return objective(trial)
 
         try:
-            # no callbacks, not an empty list: Optuna reads the finished trial again for any list it is given
-            study.optimize(tagged, n_trials=1, catch=catch, gc_after_trial=False)
+            # none rather than an empty list: Optuna reads the finished trial again for any list it is given
+            study.optimize(tagged, n_trials=1, catch=catch, gc_after_trial=False, callbacks=list(callbacks) or None)
         finally:  # Optuna joins the trial's heartbeat thread itself unless an exception cut its start short
             for thread, stop in internals.heartbeat_threads().items():
                 if thread not in beating:
