@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from autosync.experiments import lofo, portfolio_fit, race_fit
+from autosync.experiments import portfolio_fit, race_fit
 from autosync.race import RaceSettings
 from autosync.search.recommend import neighbours
 from autosync.table import Table
@@ -47,6 +47,7 @@ from autosync.table import Table
 from _report import Figures
 from bench_lofo import COMMITTED_FAMILIES, family_times
 from bench_portfolio_order import interval
+from bench_race_rounds import family_interval
 
 EVERY = 0  # K meaning every training job: the shipped race's portfolio
 CHOSEN = -1  # K chosen by cross-validation among the others
@@ -129,7 +130,8 @@ def measure(args: argparse.Namespace, table: Table) -> tuple[dict[int, dict[str,
             for job in (j for j in jobs if j.family == family):
                 members = job_portfolio(job, train, k, features, best.size, args.own_lattice and k != EVERY)
                 raced = race_fit.race(table, job, RaceSettings(tuple(members), best.margin))
-                results[variant][job.job] = {**raced, "k": k, "size": best.size, "margin": best.margin}
+                results[variant][job.job] = {**raced, "family": job.family, "k": k, "size": best.size,
+                                             "margin": best.margin}
     return results, ks
 
 
@@ -189,9 +191,10 @@ def report(args: argparse.Namespace, results: dict[int, dict[str, dict]], ks: li
                      f"{statistics.fmean(dcost):+.2f} [{clo:+.2f}, {chi:+.2f}] | {changed} |")
     lines += ["", "Resampling whole families instead (a family's jobs are not independent: the families drawn with "
               "replacement, each with all its jobs), the 90% intervals of the differences against the shipped race:"]
+    families = [shipped[j]["family"] for j in jobs]
     for variant, rows in results.items():
         if variant != EVERY:
-            (lo, hi), (clo, chi) = (family_interval(jobs, [value(rows[j]) - value(shipped[j]) for j in jobs])
+            (lo, hi), (clo, chi) = (family_interval(families, [value(rows[j]) - value(shipped[j]) for j in jobs])
                                     for value in (lambda r: math.log(r["ratio"]), lambda r: r["cost"]))
             lines.append(f"- {name(variant)}: mean log ratio [{lo:+.4f}, {hi:+.4f}], cost [{clo:+.2f}, {chi:+.2f}]")
     chosen = results[CHOSEN]
@@ -203,15 +206,6 @@ def report(args: argparse.Namespace, results: dict[int, dict[str, dict]], ks: li
                                               for v in results) + " |")
     lines += ["", "Per job: the answer's held-out time over the grid's choice (its cost in BSP trainings)."]
     return "\n".join(lines) + "\n"
-
-
-def family_interval(jobs: list[str], diffs: list[float]) -> tuple[float, float]:
-    """The 90% bootstrap interval of the mean of `diffs` (one per job of `jobs`, named family-NNN) with whole
-    families resampled (`lofo.bootstrap`, 1000 draws, seed 0)."""
-    grouped: dict[str, list[float]] = {}
-    for job, diff in zip(jobs, diffs):
-        grouped.setdefault(job.rsplit("-", 1)[0], []).append(diff)
-    return lofo.bootstrap(list(grouped.values()), lambda drawn: statistics.fmean(v for f in drawn for v in f))
 
 
 if __name__ == "__main__":

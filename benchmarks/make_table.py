@@ -41,7 +41,7 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     # the whole leave-one-family-out replay again, timed, its answers checked against benchmarks/lofo_race.jsonl
     "bench_lofo_replay": ("bench_lofo", ["--families", "fresh", "quarry", "crest", "fleet", "steady", "tiers",
                                          "inverse", "mosaic", "--count", "8", "--timed"]),
-    # each job's first round fitted on its nearest jobs among its own lattice's labels (benchmarks/knn_portfolio.md)
+    # each job's first round fitted on its nearest jobs among its own lattice's labels (knn_portfolio_own_lattice.md)
     "bench_knn_portfolio_own_lattice": ("bench_knn_portfolio", ["--own-lattice", "--out",
                                                                 "benchmarks/knn_portfolio_own_lattice.md"]),
     # the full-budget checks' repair, switched off against the defaults (`ablation_static_k_checks.md` also
